@@ -1,0 +1,31 @@
+//! convo's data model, with no I/O.
+//!
+//! This crate defines what a conversation *is*, independent of where it is
+//! stored: typed ids ([`NodeHash`], [`SessionId`], [`SubmissionId`],
+//! [`StateRoot`], [`BranchName`]), the [`Node`] and its hash encoding
+//! ([`hash`]), the timeline rules that decide what may be appended where
+//! ([`timeline`]), and the persistent Merkle map that versions an agent's
+//! state ([`state`]).
+//!
+//! Store backends, projections, formats and the CLI depend on this crate;
+//! it depends on none of them. Nothing here touches the file system, the
+//! clock, the environment or a terminal: the current time is always passed
+//! in by the caller.
+
+pub mod hash;
+mod ids;
+mod node;
+pub mod state;
+pub mod timeline;
+
+pub use ids::{
+    BranchName, ContentHash, Digest, HashPrefix, IdError, NodeHash, SessionId, StateRoot,
+    SubmissionId,
+};
+pub use node::{Diagnostics, Kind, Millis, Node, NodeError, TimelineEvent};
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> Digest {
+    use sha2::Digest as _;
+    Digest(sha2::Sha256::digest(bytes).into())
+}
