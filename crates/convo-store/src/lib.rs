@@ -1,1 +1,21 @@
+//! convo's store: the single source of truth.
+//!
+//! [`Store`] is the API every other part of convo uses. It holds a
+//! [`Backend`] (SQLite today, selected by URL) and implements, once for all
+//! backends, the ledger: appends that move branch heads by compare-and-swap,
+//! forks and promotes, the versioned state store, the follow cursor and
+//! verification. Backends only move rows (see [`backend`]).
+//!
+//! Every public operation is one transaction: it happens whole or not at all.
 
+pub mod backend;
+mod error;
+mod ledger;
+pub mod sqlite;
+pub mod testing;
+mod verify;
+
+pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+pub use error::{Result, StoreError};
+pub use ledger::{Draft, Promoted, Store, TimelineNode};
+pub use verify::{Problem, VerifyReport};

@@ -1,0 +1,132 @@
+//! The storage interface every backend implements.
+//!
+//! A backend only knows how to read and write rows inside a transaction.
+//! Everything that decides *what* to write (timeline rules, hashing, the
+//! state trie, sealing, verification) lives once in [`crate::Store`], so two
+//! backends cannot drift apart: they differ only in SQL.
+
+use crate::Result;
+use convo_core::timeline::Context;
+use convo_core::{
+    BranchName, ContentHash, Digest, HashPrefix, Millis, Node, NodeHash, SessionId, StateRoot,
+};
+
+/// A session row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRow {
+    /// `ses-{uuid}`.
+    pub id: SessionId,
+    /// The agent the session talks to.
+    pub agent: String,
+    /// An optional human title.
+    pub title: Option<String>,
+    /// Creation time.
+    pub created_at: Millis,
+}
+
+/// A branch (timeline) row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BranchRow {
+    /// The session.
+    pub session: SessionId,
+    /// The branch's current name.
+    pub name: BranchName,
+    /// The newest node; `None` before the first node of a session.
+    pub head: Option<NodeHash>,
+    /// The working state root: what the next `complete` carries.
+    pub state: Option<StateRoot>,
+    /// Sealed timelines refuse appends.
+    pub sealed: bool,
+    /// Creation time.
+    pub created_at: Millis,
+}
+
+/// A node as stored: its fields, its hash, its place in the follow order
+/// and its derived context.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredNode {
+    /// Store-wide append sequence number (the follow cursor), from 1, gap-free.
+    pub seq: u64,
+    /// The hash as stored (verify recomputes it from `node`).
+    pub hash: NodeHash,
+    /// The hashed fields.
+    pub node: Node,
+    /// The derived context.
+    pub ctx: Context,
+}
+
+/// Row-level operations inside one transaction.
+///
+/// Reads see the transaction's snapshot; writes become visible at commit.
+#[allow(missing_docs)]
+pub trait Tx {
+    fn insert_session(&mut self, s: &SessionRow) -> Result<()>;
+    fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
+    fn sessions(&mut self) -> Result<Vec<SessionRow>>;
+
+    fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>>;
+    /// Branches of one session, or of every session when `s` is `None`.
+    fn branches(&mut self, s: Option<&SessionId>) -> Result<Vec<BranchRow>>;
+    fn insert_branch(&mut self, b: &BranchRow) -> Result<()>;
+    /// Compare-and-swap of a branch head: moves it to `new` only if it is
+    /// still `old`, and says whether it did.
+    fn cas_head(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+        old: Option<&NodeHash>,
+        new: &NodeHash,
+    ) -> Result<bool>;
+    fn set_branch_state(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+        state: Option<&StateRoot>,
+    ) -> Result<()>;
+    fn rename_branch(
+        &mut self,
+        s: &SessionId,
+        from: &BranchName,
+        to: &BranchName,
+        sealed: bool,
+    ) -> Result<()>;
+
+    /// Appends a node and returns its follow sequence number (the previous
+    /// maximum plus one, so the sequence has no gaps).
+    fn insert_node(&mut self, hash: &NodeHash, node: &Node, ctx: &Context) -> Result<u64>;
+    fn node(&mut self, h: &NodeHash) -> Result<Option<StoredNode>>;
+    /// Up to `limit` node hashes starting with `p`.
+    fn nodes_with_prefix(&mut self, p: &HashPrefix, limit: usize) -> Result<Vec<NodeHash>>;
+    /// Every node of a session in follow order, with payload bytes if asked.
+    fn session_nodes(
+        &mut self,
+        s: &SessionId,
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
+    /// Up to `limit` nodes with `seq > after`, in follow order.
+    fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>>;
+    /// Calls `f` on every node in follow order.
+    fn scan_nodes(&mut self, f: &mut dyn FnMut(StoredNode) -> Result<()>) -> Result<()>;
+
+    /// Stores bytes under their hash; a no-op when already present.
+    fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()>;
+    fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>>;
+    /// Calls `f` on every blob's address and bytes.
+    fn scan_blobs(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()>;
+
+    fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()>;
+    fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;
+}
+
+/// A store backend: hands out transactions.
+pub trait Backend: Send {
+    /// Runs `f` in a write transaction and commits it. If `f` or the commit
+    /// fails with a retryable error (lock contention, a lost
+    /// compare-and-swap), the transaction is rolled back and `f` runs again,
+    /// a bounded number of times. Any other error rolls back and returns.
+    fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
+    /// Runs `f` in a read transaction (one consistent snapshot).
+    fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
+    /// `sqlite` or `postgres`.
+    fn kind(&self) -> &'static str;
+}

@@ -1,0 +1,689 @@
+//! The ledger: what to write for each operation, shared by every backend.
+
+use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+use crate::{Result, StoreError};
+use convo_core::hash::content_hash;
+use convo_core::state::{self, StateError, StateNodes};
+use convo_core::timeline::{Context, sealed_name};
+use convo_core::{
+    BranchName, ContentHash, Diagnostics, Digest, HashPrefix, Kind, Millis, Node, NodeHash,
+    SessionId, StateRoot, TimelineEvent,
+};
+
+/// A message to append, before the ledger places it on a timeline.
+#[derive(Clone, Debug)]
+pub struct Draft {
+    /// invoke, request, response or complete.
+    pub kind: Kind,
+    /// Sender.
+    pub from: String,
+    /// Recipient.
+    pub to: String,
+    /// The message body.
+    pub payload: Vec<u8>,
+    /// Diagnostics (a canonical JSON object).
+    pub diagnostics: Diagnostics,
+    /// For a complete: the state root to carry instead of the branch's.
+    pub state: Option<StateRoot>,
+    /// For a response: which request it answers (default: the last one).
+    pub sequence: Option<u32>,
+    /// When it was recorded.
+    pub created_at: Millis,
+}
+
+/// What a promote did.
+#[derive(Clone, Debug)]
+pub struct Promoted {
+    /// The promote node, now the head of `main`.
+    pub node: StoredNode,
+    /// The name the old `main` was sealed under.
+    pub sealed_as: BranchName,
+}
+
+/// A node on a timeline with its payload, as `session get` shows it.
+#[derive(Clone, Debug)]
+pub struct TimelineNode {
+    /// The node.
+    pub stored: StoredNode,
+    /// Its payload bytes.
+    pub payload: Vec<u8>,
+}
+
+/// The store. Cheap operations, each one transaction.
+pub struct Store {
+    backend: Box<dyn Backend>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Store({})", self.backend.kind())
+    }
+}
+
+/// Adapts a transaction to the state trie's node source.
+struct TxNodes<'a>(&'a mut dyn Tx);
+
+impl StateNodes for TxNodes<'_> {
+    type Error = StoreError;
+    fn load(&mut self, hash: &Digest) -> Result<Option<Vec<u8>>> {
+        self.0.state_node(hash)
+    }
+    fn save(&mut self, hash: &Digest, body: &[u8]) -> Result<()> {
+        self.0.put_state_node(hash, body)
+    }
+}
+
+pub(crate) fn state_err(e: StateError<StoreError>) -> StoreError {
+    match e {
+        StateError::Backend(e) => e,
+        other => StoreError::State(other.to_string()),
+    }
+}
+
+fn nonce() -> [u8; 16] {
+    *uuid::Uuid::new_v4().as_bytes()
+}
+
+impl Store {
+    /// Wraps a backend.
+    pub fn new(backend: Box<dyn Backend>) -> Self {
+        Store { backend }
+    }
+
+    /// Opens the store at `url`: `sqlite:///path/to/convo.db`, `sqlite::memory:`,
+    /// or a plain file path.
+    pub fn open(url: &str) -> Result<Self> {
+        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            return Err(StoreError::Url(
+                url.to_owned(),
+                "this build has no PostgreSQL backend yet".into(),
+            ));
+        }
+        Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url(url)?)))
+    }
+
+    /// The backend's name.
+    pub fn kind(&self) -> &'static str {
+        self.backend.kind()
+    }
+
+    /// Runs `f` in one write transaction, with the backend's retries.
+    pub fn write<T>(&mut self, mut f: impl FnMut(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut out = None;
+        self.backend.write(&mut |tx| {
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        out.ok_or_else(|| StoreError::Backend("write finished without a result".into()))
+    }
+
+    /// Runs `f` in one read transaction.
+    pub fn read<T>(&mut self, mut f: impl FnMut(&mut dyn Tx) -> Result<T>) -> Result<T> {
+        let mut out = None;
+        self.backend.read(&mut |tx| {
+            out = Some(f(tx)?);
+            Ok(())
+        })?;
+        out.ok_or_else(|| StoreError::Backend("read finished without a result".into()))
+    }
+
+    // ----- sessions -------------------------------------------------------
+
+    /// Creates a session with an empty `main`.
+    pub fn create_session(
+        &mut self,
+        agent: &str,
+        title: Option<&str>,
+        now: Millis,
+    ) -> Result<SessionRow> {
+        if agent.trim().is_empty() {
+            return Err(StoreError::Invalid(
+                "an agent name must not be empty".into(),
+            ));
+        }
+        let row = SessionRow {
+            id: SessionId::new_random(),
+            agent: agent.to_owned(),
+            title: title.map(str::to_owned),
+            created_at: now,
+        };
+        self.write(|tx| {
+            tx.insert_session(&row)?;
+            tx.insert_branch(&BranchRow {
+                session: row.id,
+                name: BranchName::main(),
+                head: None,
+                state: None,
+                sealed: false,
+                created_at: now,
+            })
+        })?;
+        Ok(row)
+    }
+
+    /// Every session, oldest first.
+    pub fn sessions(&mut self) -> Result<Vec<SessionRow>> {
+        self.read(|tx| tx.sessions())
+    }
+
+    /// Finds a session by full id, unique id prefix (with or without
+    /// `ses-`), or exact title.
+    pub fn find_session(&mut self, query: &str) -> Result<SessionRow> {
+        if let Ok(id) = SessionId::parse(query) {
+            return self
+                .read(|tx| tx.session(&id))?
+                .ok_or_else(|| StoreError::NoSession(query.to_owned()));
+        }
+        let all = self.sessions()?;
+        let q = query
+            .strip_prefix("ses-")
+            .unwrap_or(query)
+            .to_ascii_lowercase();
+        let by_prefix: Vec<_> = if q.len() >= 4 {
+            all.iter()
+                .filter(|s| s.id.0.hyphenated().to_string().starts_with(&q))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let matches = if by_prefix.is_empty() {
+            all.iter()
+                .filter(|s| s.title.as_deref() == Some(query))
+                .collect()
+        } else {
+            by_prefix
+        };
+        match matches.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(StoreError::NoSession(query.to_owned())),
+            many => Err(StoreError::AmbiguousSession {
+                query: query.to_owned(),
+                count: many.len(),
+            }),
+        }
+    }
+
+    /// The session's branches, by name.
+    pub fn branches(&mut self, session: &SessionId) -> Result<Vec<BranchRow>> {
+        self.read(|tx| tx.branches(Some(session)))
+    }
+
+    /// One branch.
+    pub fn branch(&mut self, session: &SessionId, name: &BranchName) -> Result<BranchRow> {
+        self.read(|tx| open_branch(tx, session, name, false))
+    }
+
+    // ----- appends --------------------------------------------------------
+
+    /// Appends one message to a branch, as one transaction.
+    pub fn append(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        draft: &Draft,
+    ) -> Result<StoredNode> {
+        self.write(|tx| append_in(tx, session, branch, draft))
+    }
+
+    /// Appends many messages to a branch in one transaction (bulk ingest).
+    pub fn append_many(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        drafts: &[Draft],
+    ) -> Result<Vec<NodeHash>> {
+        self.write(|tx| {
+            let mut b = open_branch(tx, session, branch, true)?;
+            let old_head = b.head;
+            let mut ctx = head_ctx(tx, &b)?;
+            let mut out = Vec::with_capacity(drafts.len());
+            for d in drafts {
+                let stored = place_and_insert(tx, &b, ctx, d)?;
+                ctx = stored.ctx;
+                b.head = Some(stored.hash);
+                out.push(stored.hash);
+            }
+            if let Some(last) = out.last()
+                && !tx.cas_head(session, branch, old_head.as_ref(), last)?
+            {
+                return Err(StoreError::Conflict(1));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Creates branch `name` whose first node is a fork node after the node
+    /// `from` (a hash or unique prefix). Costs the same at any depth.
+    pub fn fork(
+        &mut self,
+        session: &SessionId,
+        from: &HashPrefix,
+        name: &BranchName,
+        now: Millis,
+    ) -> Result<StoredNode> {
+        self.write(|tx| {
+            let sess = tx
+                .session(session)?
+                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+            let point = resolve_in(tx, from)?;
+            if point.node.session != *session {
+                return Err(StoreError::WrongSession {
+                    node: point.hash.to_hex(),
+                    owner: point.node.session.to_string(),
+                    session: session.to_string(),
+                });
+            }
+            if tx.branch(session, name)?.is_some() {
+                return Err(StoreError::BranchExists {
+                    session: session.to_string(),
+                    branch: name.to_string(),
+                });
+            }
+            let node = timeline_node(
+                Kind::Fork,
+                &sess,
+                point.hash,
+                now,
+                TimelineEvent {
+                    branch: name.clone(),
+                    sealed_as: None,
+                    nonce: nonce(),
+                },
+            );
+            let ctx = point.ctx.after(&node);
+            let hash = node.hash();
+            tx.put_blob(&node.payload, b"")?;
+            let seq = tx.insert_node(&hash, &node, &ctx)?;
+            tx.insert_branch(&BranchRow {
+                session: *session,
+                name: name.clone(),
+                head: Some(hash),
+                state: point.ctx.state,
+                sealed: false,
+                created_at: now,
+            })?;
+            Ok(StoredNode {
+                seq,
+                hash,
+                node,
+                ctx,
+            })
+        })
+    }
+
+    /// Makes `branch` canonical: seals `main` as `broken-YYYY-MM-DD[-N]`,
+    /// renames `branch` to `main` and appends a promote node to it.
+    pub fn promote(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        now: Millis,
+    ) -> Result<Promoted> {
+        if branch.is_main() {
+            return Err(StoreError::PromoteMain);
+        }
+        self.write(|tx| {
+            let sess = tx
+                .session(session)?
+                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+            let b = open_branch(tx, session, branch, true)?;
+            let main = BranchName::main();
+            let taken: Vec<String> = tx
+                .branches(Some(session))?
+                .into_iter()
+                .map(|b| b.name.as_str().to_owned())
+                .collect();
+            let sealed_as = sealed_name(now, |n| taken.iter().any(|t| t == n));
+            if tx.branch(session, &main)?.is_some() {
+                tx.rename_branch(session, &main, &sealed_as, true)?;
+            }
+            tx.rename_branch(session, branch, &main, false)?;
+            let head = b
+                .head
+                .ok_or_else(|| StoreError::Corrupt(format!("branch `{branch}` has no head")))?;
+            let parent = tx.node(&head)?.ok_or_else(|| {
+                StoreError::Corrupt(format!("head {head} of `{branch}` is missing"))
+            })?;
+            let node = timeline_node(
+                Kind::Promote,
+                &sess,
+                head,
+                now,
+                TimelineEvent {
+                    branch: branch.clone(),
+                    sealed_as: Some(sealed_as.clone()),
+                    nonce: nonce(),
+                },
+            );
+            let ctx = parent.ctx.after(&node);
+            let hash = node.hash();
+            tx.put_blob(&node.payload, b"")?;
+            let seq = tx.insert_node(&hash, &node, &ctx)?;
+            if !tx.cas_head(session, &main, Some(&head), &hash)? {
+                return Err(StoreError::Conflict(1));
+            }
+            Ok(Promoted {
+                node: StoredNode {
+                    seq,
+                    hash,
+                    node,
+                    ctx,
+                },
+                sealed_as: sealed_as.clone(),
+            })
+        })
+    }
+
+    // ----- reads ----------------------------------------------------------
+
+    /// The node with this hash or unique prefix.
+    pub fn node(&mut self, prefix: &HashPrefix) -> Result<StoredNode> {
+        self.read(|tx| resolve_in(tx, prefix))
+    }
+
+    /// Bytes stored under a content hash.
+    pub fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
+        self.read(|tx| tx.blob(h))
+    }
+
+    /// The timeline of `branch`, from the session's first node to the head,
+    /// with payloads.
+    pub fn timeline(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+    ) -> Result<Vec<TimelineNode>> {
+        self.read(|tx| {
+            let b = open_branch(tx, session, branch, false)?;
+            let Some(head) = b.head else {
+                return Ok(Vec::new());
+            };
+            let rows = tx.session_nodes(session, true)?;
+            let index: std::collections::HashMap<NodeHash, usize> = rows
+                .iter()
+                .enumerate()
+                .map(|(i, (s, _))| (s.hash, i))
+                .collect();
+            let mut chain = Vec::new();
+            let mut cur = Some(head);
+            while let Some(h) = cur {
+                let &i = index.get(&h).ok_or_else(|| {
+                    StoreError::Corrupt(format!("node {h} on `{branch}` is missing"))
+                })?;
+                chain.push(i);
+                cur = rows[i].0.node.parent;
+                if chain.len() > rows.len() {
+                    return Err(StoreError::Corrupt(format!(
+                        "branch `{branch}` has a parent cycle"
+                    )));
+                }
+            }
+            let mut rows: Vec<Option<(StoredNode, Option<Vec<u8>>)>> =
+                rows.into_iter().map(Some).collect();
+            Ok(chain
+                .into_iter()
+                .rev()
+                .filter_map(|i| rows[i].take())
+                .map(|(stored, payload)| TimelineNode {
+                    stored,
+                    payload: payload.unwrap_or_default(),
+                })
+                .collect())
+        })
+    }
+
+    /// Up to `limit` nodes appended after cursor `after`, in append order.
+    pub fn follow(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
+        self.read(|tx| tx.nodes_since(after, limit))
+    }
+
+    // ----- state ----------------------------------------------------------
+
+    /// Sets `key` on the branch's working state; returns the new root.
+    pub fn state_put(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        key: &str,
+        value: &[u8],
+    ) -> Result<StateRoot> {
+        self.write(|tx| {
+            let b = open_branch(tx, session, branch, true)?;
+            let root = b.state.unwrap_or_else(state::empty_root);
+            let vh = content_hash(value);
+            tx.put_blob(&vh, value)?;
+            let new = state::put(&mut TxNodes(tx), &root, key.as_bytes(), vh).map_err(state_err)?;
+            tx.set_branch_state(session, branch, Some(&new))?;
+            Ok(new)
+        })
+    }
+
+    /// Removes `key` from the branch's working state; returns the new root
+    /// and whether the key was there.
+    pub fn state_delete(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        key: &str,
+    ) -> Result<(StateRoot, bool)> {
+        self.write(|tx| {
+            let b = open_branch(tx, session, branch, true)?;
+            let root = b.state.unwrap_or_else(state::empty_root);
+            let new = state::delete(&mut TxNodes(tx), &root, key.as_bytes()).map_err(state_err)?;
+            tx.set_branch_state(session, branch, Some(&new))?;
+            Ok((new, new != root))
+        })
+    }
+
+    /// The state root as of a node (hash or prefix) or, without one, the
+    /// branch's working state.
+    pub fn state_root(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        at: Option<&HashPrefix>,
+    ) -> Result<StateRoot> {
+        self.read(|tx| state_root_in(tx, session, branch, at))
+    }
+
+    /// The value of `key` in a state version.
+    pub fn state_get(&mut self, root: &StateRoot, key: &str) -> Result<Option<Vec<u8>>> {
+        self.read(|tx| {
+            let Some(vh) = state::get(&mut TxNodes(tx), root, key.as_bytes()).map_err(state_err)?
+            else {
+                return Ok(None);
+            };
+            tx.blob(&vh)?
+                .map(Some)
+                .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
+        })
+    }
+
+    /// Every key and value in a state version, sorted by key.
+    pub fn state_list(&mut self, root: &StateRoot) -> Result<Vec<(String, Vec<u8>)>> {
+        self.read(|tx| {
+            let entries = state::list(&mut TxNodes(tx), root).map_err(state_err)?;
+            entries
+                .into_iter()
+                .map(|(k, vh)| {
+                    let v = tx.blob(&vh)?.ok_or_else(|| {
+                        StoreError::Corrupt(format!("state value {vh} is missing"))
+                    })?;
+                    Ok((String::from_utf8_lossy(&k).into_owned(), v))
+                })
+                .collect()
+        })
+    }
+
+    /// Recomputes and checks everything; see [`crate::VerifyReport`].
+    pub fn verify(&mut self) -> Result<crate::VerifyReport> {
+        self.read(crate::verify::verify)
+    }
+}
+
+fn timeline_node(
+    kind: Kind,
+    sess: &SessionRow,
+    parent: NodeHash,
+    now: Millis,
+    event: TimelineEvent,
+) -> Node {
+    Node {
+        parent: Some(parent),
+        kind,
+        session: sess.id,
+        submission: None,
+        sequence: None,
+        from: "platform".into(),
+        to: sess.agent.clone(),
+        payload: content_hash(b""),
+        payload_len: 0,
+        diagnostics: Diagnostics::empty(),
+        state: None,
+        created_at: now,
+        event: Some(event),
+    }
+}
+
+/// Loads a branch, failing clearly if it is missing or (for writes) sealed.
+pub(crate) fn open_branch(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    name: &BranchName,
+    for_write: bool,
+) -> Result<BranchRow> {
+    let b = tx.branch(session, name)?.ok_or_else(|| {
+        if tx.session(session).ok().flatten().is_none() {
+            StoreError::NoSession(session.to_string())
+        } else {
+            StoreError::NoBranch {
+                session: session.to_string(),
+                branch: name.to_string(),
+            }
+        }
+    })?;
+    if for_write && b.sealed {
+        return Err(StoreError::Sealed {
+            session: session.to_string(),
+            branch: name.to_string(),
+        });
+    }
+    Ok(b)
+}
+
+fn head_ctx(tx: &mut dyn Tx, b: &BranchRow) -> Result<Context> {
+    match &b.head {
+        None => Ok(Context::genesis()),
+        Some(h) => Ok(tx
+            .node(h)?
+            .ok_or_else(|| StoreError::Corrupt(format!("head {h} of `{}` is missing", b.name)))?
+            .ctx),
+    }
+}
+
+fn place_and_insert(tx: &mut dyn Tx, b: &BranchRow, ctx: Context, d: &Draft) -> Result<StoredNode> {
+    let payload = content_hash(&d.payload);
+    let placement = ctx.place(d.kind, &b.session, &payload, d.sequence)?;
+    let state = match (d.kind, d.state) {
+        (Kind::Complete, Some(root)) => {
+            if root != state::empty_root() && tx.state_node(&root.0)?.is_none() {
+                return Err(StoreError::State(format!("unknown state root {root}")));
+            }
+            tx.set_branch_state(&b.session, &b.name, Some(&root))?;
+            Some(root)
+        }
+        (Kind::Complete, None) => b.state,
+        (_, Some(_)) => {
+            return Err(StoreError::Invalid(
+                "only a complete carries a state root".into(),
+            ));
+        }
+        (_, None) => None,
+    };
+    let node = Node {
+        parent: b.head,
+        kind: d.kind,
+        session: b.session,
+        submission: placement.submission,
+        sequence: placement.sequence,
+        from: d.from.clone(),
+        to: d.to.clone(),
+        payload,
+        payload_len: d.payload.len() as u64,
+        diagnostics: d.diagnostics.clone(),
+        state,
+        created_at: d.created_at,
+        event: None,
+    };
+    let hash = node.hash();
+    let next = ctx.after(&node);
+    tx.put_blob(&payload, &d.payload)?;
+    let seq = tx.insert_node(&hash, &node, &next)?;
+    Ok(StoredNode {
+        seq,
+        hash,
+        node,
+        ctx: next,
+    })
+}
+
+fn append_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+    d: &Draft,
+) -> Result<StoredNode> {
+    let b = open_branch(tx, session, branch, true)?;
+    let ctx = head_ctx(tx, &b)?;
+    let stored = place_and_insert(tx, &b, ctx, d)?;
+    if !tx.cas_head(session, branch, b.head.as_ref(), &stored.hash)? {
+        return Err(StoreError::Conflict(1));
+    }
+    Ok(stored)
+}
+
+pub(crate) fn resolve_in(tx: &mut dyn Tx, p: &HashPrefix) -> Result<StoredNode> {
+    let hash = match p.full() {
+        Some(h) => h,
+        None => {
+            let found = tx.nodes_with_prefix(p, 2)?;
+            match found.as_slice() {
+                [one] => *one,
+                [] => return Err(StoreError::NoNode(p.as_str().to_owned())),
+                _ => {
+                    let count = tx.nodes_with_prefix(p, 1000)?.len();
+                    return Err(StoreError::AmbiguousNode {
+                        prefix: p.as_str().to_owned(),
+                        count,
+                    });
+                }
+            }
+        }
+    };
+    tx.node(&hash)?
+        .ok_or_else(|| StoreError::NoNode(p.as_str().to_owned()))
+}
+
+fn state_root_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+    at: Option<&HashPrefix>,
+) -> Result<StateRoot> {
+    match at {
+        Some(p) => {
+            let n = resolve_in(tx, p)?;
+            if n.node.session != *session {
+                return Err(StoreError::WrongSession {
+                    node: n.hash.to_hex(),
+                    owner: n.node.session.to_string(),
+                    session: session.to_string(),
+                });
+            }
+            Ok(n.ctx.state.unwrap_or_else(state::empty_root))
+        }
+        None => Ok(open_branch(tx, session, branch, false)?
+            .state
+            .unwrap_or_else(state::empty_root)),
+    }
+}

@@ -1,0 +1,628 @@
+//! The SQLite backend (`rusqlite`, bundled SQLite).
+//!
+//! WAL journal, one `BEGIN IMMEDIATE` transaction per write so concurrent
+//! writers queue on SQLite's lock instead of failing, a busy timeout plus a
+//! bounded retry loop so `database is locked` never reaches the user, and
+//! `synchronous=NORMAL` by default (a commit survives a crash of convo; add
+//! `?sync=full` to the URL to also survive power loss). Migrations live in
+//! `migrations/sqlite/` and are tracked with `PRAGMA user_version`.
+
+use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+use crate::{Result, StoreError};
+use convo_core::timeline::Context;
+use convo_core::{
+    BranchName, ContentHash, Diagnostics, Digest, HashPrefix, Kind, Node, NodeHash, SessionId,
+    StateRoot, SubmissionId, TimelineEvent,
+};
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+/// How long a writer waits for another writer before giving up.
+const BUSY_BUDGET: Duration = Duration::from_secs(60);
+const MAX_CONFLICTS: u32 = 100;
+
+/// A SQLite store.
+pub struct Sqlite {
+    conn: Connection,
+}
+
+impl std::fmt::Debug for Sqlite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sqlite")
+    }
+}
+
+fn db(e: rusqlite::Error) -> StoreError {
+    if is_busy(&e) {
+        return StoreError::Busy(BUSY_BUDGET.as_secs());
+    }
+    StoreError::Backend(e.to_string())
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+impl Sqlite {
+    /// Opens `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite::memory:` or a bare path.
+    pub fn open_url(url: &str) -> Result<Self> {
+        let (path, query) = match url.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (url, None),
+        };
+        let mut full_sync = false;
+        for kv in query.into_iter().flat_map(|q| q.split('&')) {
+            match kv {
+                "sync=full" => full_sync = true,
+                "sync=normal" => full_sync = false,
+                other => {
+                    return Err(StoreError::Url(
+                        url.to_owned(),
+                        format!("unknown option `{other}`"),
+                    ));
+                }
+            }
+        }
+        if path == "sqlite::memory:" || path == ":memory:" {
+            let conn = Connection::open_in_memory().map_err(db)?;
+            return Self::init(conn, full_sync);
+        }
+        let path = path
+            .strip_prefix("sqlite://")
+            .or_else(|| path.strip_prefix("sqlite:"))
+            .unwrap_or(path);
+        if path.is_empty() {
+            return Err(StoreError::Url(url.to_owned(), "no file path".into()));
+        }
+        Self::open(Path::new(path), full_sync)
+    }
+
+    /// Opens (creating if needed) the database file at `path`.
+    pub fn open(path: &Path, full_sync: bool) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::Url(
+                    path.display().to_string(),
+                    format!("cannot create {}: {e}", dir.display()),
+                )
+            })?;
+        }
+        let conn = Connection::open(path)
+            .map_err(|e| StoreError::Url(path.display().to_string(), e.to_string()))?;
+        Self::init(conn, full_sync)
+    }
+
+    fn init(conn: Connection, full_sync: bool) -> Result<Self> {
+        conn.busy_timeout(BUSY_BUDGET).map_err(db)?;
+        // journal_mode needs the write lock the first time; the busy timeout covers it.
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .map_err(db)?;
+        conn.pragma_update(
+            None,
+            "synchronous",
+            if full_sync { "FULL" } else { "NORMAL" },
+        )
+        .map_err(db)?;
+        conn.pragma_update(None, "cache_size", -65536).map_err(db)?;
+        conn.pragma_update(None, "mmap_size", 1i64 << 30)
+            .map_err(db)?;
+        let mut me = Sqlite { conn };
+        me.migrate()?;
+        Ok(me)
+    }
+
+    fn migrate(&mut self) -> Result<()> {
+        let known = MIGRATIONS.len() as i64;
+        let version: i64 = self
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(db)?;
+        if version > known {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known,
+            });
+        }
+        if version == known {
+            return Ok(());
+        }
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(db)?;
+        // Re-read under the write lock: another process may have migrated meanwhile.
+        let version: i64 = tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(db)?;
+        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+            tx.execute_batch(sql).map_err(db)?;
+            tx.pragma_update(None, "user_version", i as i64 + 1)
+                .map_err(db)?;
+        }
+        tx.commit().map_err(db)
+    }
+
+    fn run(
+        &mut self,
+        behavior: TransactionBehavior,
+        f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>,
+    ) -> Result<()> {
+        let start = Instant::now();
+        let mut conflicts = 0;
+        loop {
+            let attempt = (|| {
+                let tx = self.conn.transaction_with_behavior(behavior).map_err(db)?;
+                let mut t = SqliteTx { tx: &tx };
+                f(&mut t)?;
+                tx.commit().map_err(db)
+            })();
+            match attempt {
+                Err(StoreError::Busy(_)) if start.elapsed() < BUSY_BUDGET => {
+                    std::thread::sleep(Duration::from_millis(
+                        2 + (start.elapsed().as_millis() % 7) as u64,
+                    ));
+                }
+                Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => conflicts += 1,
+                Err(StoreError::Conflict(_)) => return Err(StoreError::Conflict(conflicts + 1)),
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Backend for Sqlite {
+    fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        self.run(TransactionBehavior::Immediate, f)
+    }
+    fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        self.run(TransactionBehavior::Deferred, f)
+    }
+    fn kind(&self) -> &'static str {
+        "sqlite"
+    }
+}
+
+struct SqliteTx<'a> {
+    tx: &'a rusqlite::Transaction<'a>,
+}
+
+fn corrupt(what: &str) -> rusqlite::Error {
+    rusqlite::Error::FromSqlConversionFailure(
+        0,
+        rusqlite::types::Type::Blob,
+        what.to_owned().into(),
+    )
+}
+
+fn digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Digest> {
+    let b: Vec<u8> = r.get(i)?;
+    Digest::from_slice(&b).ok_or_else(|| corrupt("a stored hash is not 32 bytes"))
+}
+
+fn opt_digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Digest>> {
+    let b: Option<Vec<u8>> = r.get(i)?;
+    b.map(|b| Digest::from_slice(&b).ok_or_else(|| corrupt("a stored hash is not 32 bytes")))
+        .transpose()
+}
+
+fn session_id(r: &Row<'_>, i: usize) -> rusqlite::Result<SessionId> {
+    let s: String = r.get(i)?;
+    SessionId::parse(&s).map_err(|_| corrupt("a stored session id is malformed"))
+}
+
+fn branch_name(r: &Row<'_>, i: usize) -> rusqlite::Result<BranchName> {
+    let s: String = r.get(i)?;
+    BranchName::new(&s).map_err(|_| corrupt("a stored branch name is invalid"))
+}
+
+const NODE_COLS: &str = "seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
+     payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
+     depth, ctx_sub, ctx_open, ctx_seq, ctx_state";
+
+fn node_row(r: &Row<'_>) -> rusqlite::Result<StoredNode> {
+    let kind: u8 = r.get(4)?;
+    let kind = Kind::from_code(kind).ok_or_else(|| corrupt("a stored node kind is unknown"))?;
+    let ev_branch: Option<String> = r.get(14)?;
+    let event = match ev_branch {
+        None => None,
+        Some(b) => {
+            let sealed: Option<String> = r.get(15)?;
+            let nonce: Vec<u8> = r.get::<_, Option<Vec<u8>>>(16)?.unwrap_or_default();
+            Some(TimelineEvent {
+                branch: BranchName::new(&b)
+                    .map_err(|_| corrupt("a stored branch name is invalid"))?,
+                sealed_as: sealed
+                    .map(|s| {
+                        BranchName::new(&s).map_err(|_| corrupt("a stored branch name is invalid"))
+                    })
+                    .transpose()?,
+                nonce: nonce
+                    .try_into()
+                    .map_err(|_| corrupt("a stored nonce is not 16 bytes"))?,
+            })
+        }
+    };
+    let seq: Option<i64> = r.get(6)?;
+    Ok(StoredNode {
+        seq: r.get::<_, i64>(0)? as u64,
+        hash: NodeHash(digest(r, 1)?),
+        node: Node {
+            parent: opt_digest(r, 3)?.map(NodeHash),
+            kind,
+            session: session_id(r, 2)?,
+            submission: opt_digest(r, 5)?.map(SubmissionId),
+            sequence: seq.map(|s| s as u32),
+            from: r.get(7)?,
+            to: r.get(8)?,
+            payload: ContentHash(digest(r, 9)?),
+            payload_len: r.get::<_, i64>(10)? as u64,
+            diagnostics: Diagnostics::from_stored(r.get(11)?),
+            state: opt_digest(r, 12)?.map(StateRoot),
+            created_at: r.get(13)?,
+            event,
+        },
+        ctx: Context {
+            depth: r.get::<_, i64>(17)? as u64,
+            submission: opt_digest(r, 18)?.map(SubmissionId),
+            open: r.get(19)?,
+            last_sequence: r.get::<_, i64>(20)? as u32,
+            state: opt_digest(r, 21)?.map(StateRoot),
+        },
+    })
+}
+
+fn branch_row(r: &Row<'_>) -> rusqlite::Result<BranchRow> {
+    Ok(BranchRow {
+        session: session_id(r, 0)?,
+        name: branch_name(r, 1)?,
+        head: opt_digest(r, 2)?.map(NodeHash),
+        state: opt_digest(r, 3)?.map(StateRoot),
+        sealed: r.get(4)?,
+        created_at: r.get(5)?,
+    })
+}
+
+fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
+    Ok(SessionRow {
+        id: session_id(r, 0)?,
+        agent: r.get(1)?,
+        title: r.get(2)?,
+        created_at: r.get(3)?,
+    })
+}
+
+const BRANCH_COLS: &str = "session, name, head, state, sealed, created_at";
+
+impl Tx for SqliteTx<'_> {
+    fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO sessions (id, agent, title, created_at) VALUES (?1, ?2, ?3, ?4)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![s.id.to_string(), s.agent, s.title, s.created_at])
+            })
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
+        self.tx
+            .prepare_cached("SELECT id, agent, title, created_at FROM sessions WHERE id = ?1")
+            .and_then(|mut st| st.query_row([id.to_string()], session_row).optional())
+            .map_err(db)
+    }
+
+    fn sessions(&mut self) -> Result<Vec<SessionRow>> {
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT id, agent, title, created_at FROM sessions ORDER BY created_at, id",
+            )
+            .map_err(db)?;
+        st.query_map([], session_row)
+            .and_then(|rows| rows.collect())
+            .map_err(db)
+    }
+
+    fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>> {
+        self.tx
+            .prepare_cached(&format!(
+                "SELECT {BRANCH_COLS} FROM branches WHERE session = ?1 AND name = ?2"
+            ))
+            .and_then(|mut st| {
+                st.query_row(params![s.to_string(), name.as_str()], branch_row)
+                    .optional()
+            })
+            .map_err(db)
+    }
+
+    fn branches(&mut self, s: Option<&SessionId>) -> Result<Vec<BranchRow>> {
+        match s {
+            Some(s) => {
+                let mut st = self
+                    .tx
+                    .prepare_cached(&format!(
+                        "SELECT {BRANCH_COLS} FROM branches WHERE session = ?1 ORDER BY name"
+                    ))
+                    .map_err(db)?;
+                st.query_map([s.to_string()], branch_row)
+                    .and_then(|r| r.collect())
+                    .map_err(db)
+            }
+            None => {
+                let mut st = self
+                    .tx
+                    .prepare_cached(&format!(
+                        "SELECT {BRANCH_COLS} FROM branches ORDER BY session, name"
+                    ))
+                    .map_err(db)?;
+                st.query_map([], branch_row)
+                    .and_then(|r| r.collect())
+                    .map_err(db)
+            }
+        }
+    }
+
+    fn insert_branch(&mut self, b: &BranchRow) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO branches (session, name, head, state, sealed, created_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    b.session.to_string(),
+                    b.name.as_str(),
+                    b.head.as_ref().map(|h| h.as_bytes().as_slice()),
+                    b.state.as_ref().map(|h| h.as_bytes().as_slice()),
+                    b.sealed,
+                    b.created_at
+                ])
+            })
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn cas_head(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+        old: Option<&NodeHash>,
+        new: &NodeHash,
+    ) -> Result<bool> {
+        let n = self
+            .tx
+            .prepare_cached(
+                "UPDATE branches SET head = ?1 WHERE session = ?2 AND name = ?3 AND head IS ?4",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    new.as_bytes().as_slice(),
+                    s.to_string(),
+                    name.as_str(),
+                    old.map(|h| h.as_bytes().as_slice())
+                ])
+            })
+            .map_err(db)?;
+        Ok(n == 1)
+    }
+
+    fn set_branch_state(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+        state: Option<&StateRoot>,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached("UPDATE branches SET state = ?1 WHERE session = ?2 AND name = ?3")
+            .and_then(|mut st| {
+                st.execute(params![
+                    state.map(|h| h.as_bytes().as_slice()),
+                    s.to_string(),
+                    name.as_str()
+                ])
+            })
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn rename_branch(
+        &mut self,
+        s: &SessionId,
+        from: &BranchName,
+        to: &BranchName,
+        sealed: bool,
+    ) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "UPDATE branches SET name = ?1, sealed = ?2 WHERE session = ?3 AND name = ?4",
+            )
+            .and_then(|mut st| {
+                st.execute(params![to.as_str(), sealed, s.to_string(), from.as_str()])
+            })
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
+        let ev = n.event.as_ref();
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO nodes (hash, session, parent, kind, submission, sequence, sender, recipient, \
+                 payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
+                 depth, ctx_sub, ctx_open, ctx_seq, ctx_state) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+            )
+            .map_err(db)?;
+        st.execute(params![
+            hash.as_bytes().as_slice(),
+            n.session.to_string(),
+            n.parent.as_ref().map(|h| h.as_bytes().as_slice()),
+            n.kind.code(),
+            n.submission.as_ref().map(|h| h.as_bytes().as_slice()),
+            n.sequence,
+            n.from,
+            n.to,
+            n.payload.as_bytes().as_slice(),
+            n.payload_len as i64,
+            n.diagnostics.as_str(),
+            n.state.as_ref().map(|h| h.as_bytes().as_slice()),
+            n.created_at,
+            ev.map(|e| e.branch.as_str()),
+            ev.and_then(|e| e.sealed_as.as_ref().map(|s| s.as_str())),
+            ev.map(|e| e.nonce.as_slice()),
+            ctx.depth as i64,
+            ctx.submission.as_ref().map(|h| h.as_bytes().as_slice()),
+            ctx.open,
+            ctx.last_sequence,
+            ctx.state.as_ref().map(|h| h.as_bytes().as_slice()),
+        ])
+        .map_err(|e| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::ConstraintViolation) => {
+                StoreError::Invalid(format!("node {hash} is already stored"))
+            }
+            _ => db(e),
+        })?;
+        Ok(self.tx.last_insert_rowid() as u64)
+    }
+
+    fn node(&mut self, h: &NodeHash) -> Result<Option<StoredNode>> {
+        self.tx
+            .prepare_cached(&format!("SELECT {NODE_COLS} FROM nodes WHERE hash = ?1"))
+            .and_then(|mut st| st.query_row([h.as_bytes().as_slice()], node_row).optional())
+            .map_err(db)
+    }
+
+    fn nodes_with_prefix(&mut self, p: &HashPrefix, limit: usize) -> Result<Vec<NodeHash>> {
+        let (lo, hi) = p.bounds();
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT hash FROM nodes WHERE hash >= ?1 AND hash <= ?2 ORDER BY hash LIMIT ?3",
+            )
+            .map_err(db)?;
+        st.query_map(params![lo.as_slice(), hi.as_slice(), limit as i64], |r| {
+            digest(r, 0).map(NodeHash)
+        })
+        .and_then(|r| r.collect())
+        .map_err(db)
+    }
+
+    fn session_nodes(
+        &mut self,
+        s: &SessionId,
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        let sql = if payloads {
+            format!(
+                "SELECT {}, b.data FROM nodes n LEFT JOIN blobs b ON b.hash = n.payload WHERE n.session = ?1 ORDER BY n.seq",
+                NODE_COLS
+                    .split(", ")
+                    .map(|c| format!("n.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        } else {
+            format!("SELECT {NODE_COLS}, NULL FROM nodes WHERE session = ?1 ORDER BY seq")
+        };
+        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+        st.query_map([s.to_string()], |r| {
+            Ok((node_row(r)?, r.get::<_, Option<Vec<u8>>>(22)?))
+        })
+        .and_then(|r| r.collect())
+        .map_err(db)
+    }
+
+    fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
+        let mut st = self
+            .tx
+            .prepare_cached(&format!(
+                "SELECT {NODE_COLS} FROM nodes WHERE seq > ?1 ORDER BY seq LIMIT ?2"
+            ))
+            .map_err(db)?;
+        st.query_map(params![after as i64, limit as i64], node_row)
+            .and_then(|r| r.collect())
+            .map_err(db)
+    }
+
+    fn scan_nodes(&mut self, f: &mut dyn FnMut(StoredNode) -> Result<()>) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare(&format!("SELECT {NODE_COLS} FROM nodes ORDER BY seq"))
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            match node_row(r) {
+                Ok(n) => f(n)?,
+                Err(e) => {
+                    let seq: i64 = r.get(0).unwrap_or(-1);
+                    return Err(StoreError::Corrupt(format!("node row {seq}: {e}")));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT OR IGNORE INTO blobs (hash, data) VALUES (?1, ?2)")
+            .and_then(|mut st| st.execute(params![h.as_bytes().as_slice(), bytes]))
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
+        self.tx
+            .prepare_cached("SELECT data FROM blobs WHERE hash = ?1")
+            .and_then(|mut st| {
+                st.query_row([h.as_bytes().as_slice()], |r| r.get(0))
+                    .optional()
+            })
+            .map_err(db)
+    }
+
+    fn scan_blobs(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare("SELECT hash, data FROM blobs ORDER BY id")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let h = r
+                .get_ref(0)
+                .map_err(db)?
+                .as_bytes_or_null()
+                .map_err(|e| db(e.into()))?
+                .unwrap_or_default();
+            let d = r
+                .get_ref(1)
+                .map_err(db)?
+                .as_bytes_or_null()
+                .map_err(|e| db(e.into()))?
+                .unwrap_or_default();
+            f(h, d)?;
+        }
+        Ok(())
+    }
+
+    fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT OR IGNORE INTO state_nodes (hash, body) VALUES (?1, ?2)")
+            .and_then(|mut st| st.execute(params![h.0.as_slice(), body]))
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>> {
+        self.tx
+            .prepare_cached("SELECT body FROM state_nodes WHERE hash = ?1")
+            .and_then(|mut st| st.query_row([h.0.as_slice()], |r| r.get(0)).optional())
+            .map_err(db)
+    }
+}

@@ -1,0 +1,423 @@
+//! The contract every backend must honour, as test functions taking a
+//! fresh store. `tests/runner.rs` runs each against every backend; a new
+//! backend adds one line there, not new tests.
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use crate::{Draft, Store, StoreError};
+use convo_core::state::empty_root;
+use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId};
+
+/// A draft with sensible defaults, for tests and benchmarks.
+pub fn draft(kind: Kind, payload: &str, t: i64) -> Draft {
+    let (from, to) = match kind {
+        Kind::Invoke => ("cli", "agent"),
+        Kind::Request => ("agent", "infer"),
+        Kind::Response => ("infer", "agent"),
+        _ => ("agent", "cli"),
+    };
+    Draft {
+        kind,
+        from: from.into(),
+        to: to.into(),
+        payload: payload.as_bytes().to_vec(),
+        diagnostics: Diagnostics::empty(),
+        state: None,
+        sequence: None,
+        created_at: t,
+    }
+}
+
+fn main() -> BranchName {
+    BranchName::main()
+}
+
+fn b(n: &str) -> BranchName {
+    BranchName::new(n).unwrap()
+}
+
+fn p(h: &NodeHash) -> HashPrefix {
+    HashPrefix::parse(&h.to_hex()).unwrap()
+}
+
+/// Appends a full turn (invoke, request, response, complete) and returns the hashes.
+pub fn turn(s: &mut Store, ses: &SessionId, br: &BranchName, text: &str, t: i64) -> Vec<NodeHash> {
+    [Kind::Invoke, Kind::Request, Kind::Response, Kind::Complete]
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            s.append(ses, br, &draft(k, &format!("{text}/{k}"), t + i as i64))
+                .unwrap()
+                .hash
+        })
+        .collect()
+}
+
+pub fn sessions_are_found_by_id_prefix_and_title(s: &mut Store) {
+    let a = s
+        .create_session("researcher", Some("Paris trip"), 1)
+        .unwrap();
+    let b2 = s.create_session("researcher", None, 2).unwrap();
+    assert_eq!(s.find_session(&a.id.to_string()).unwrap(), a);
+    assert_eq!(s.find_session(&a.id.0.to_string()[..8]).unwrap(), a);
+    assert_eq!(
+        s.find_session(&format!("ses-{}", &b2.id.0.to_string()[..8]))
+            .unwrap(),
+        b2
+    );
+    assert_eq!(s.find_session("Paris trip").unwrap(), a);
+    assert!(matches!(
+        s.find_session("nope"),
+        Err(StoreError::NoSession(_))
+    ));
+    assert_eq!(s.sessions().unwrap().len(), 2);
+    let br = s.branches(&a.id).unwrap();
+    assert_eq!(br.len(), 1);
+    assert!(br[0].name.is_main() && br[0].head.is_none());
+}
+
+pub fn a_turn_chains_numbers_and_submits(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let h = turn(s, &ses, &main(), "hello", 10);
+    let tl = s.timeline(&ses, &main()).unwrap();
+    assert_eq!(tl.iter().map(|n| n.stored.hash).collect::<Vec<_>>(), h);
+    assert_eq!(tl[0].stored.node.parent, None);
+    for w in tl.windows(2) {
+        assert_eq!(w[1].stored.node.parent, Some(w[0].stored.hash));
+    }
+    let sub = tl[0]
+        .stored
+        .node
+        .submission
+        .expect("invoke has a submission");
+    assert!(tl.iter().all(|n| n.stored.node.submission == Some(sub)));
+    assert_eq!(tl[1].stored.node.sequence, Some(1));
+    assert_eq!(tl[2].stored.node.sequence, Some(1));
+    assert_eq!(tl[3].stored.node.sequence, None);
+    assert_eq!(tl[0].payload, b"hello/invoke");
+    // A second request is numbered 2, and the next invoke chains its submission.
+    let h2 = turn(s, &ses, &main(), "again", 20);
+    let n2 = s.node(&p(&h2[0])).unwrap();
+    assert_ne!(n2.node.submission, Some(sub));
+    assert_eq!(s.branch(&ses, &main()).unwrap().head, Some(h2[3]));
+    assert_eq!(n2.ctx.depth, 5);
+}
+
+pub fn rule_violations_write_nothing(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let err = s
+        .append(&ses, &main(), &draft(Kind::Request, "x", 1))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Rule(_)), "{err}");
+    let err = s
+        .append(&ses, &main(), &draft(Kind::Fork, "x", 1))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Rule(_)), "{err}");
+    assert!(s.follow(0, 10).unwrap().is_empty());
+    let err = s
+        .append(&ses, &b("nope"), &draft(Kind::Invoke, "x", 1))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NoBranch { .. }), "{err}");
+    // A batch with one bad draft in the middle writes none of it.
+    let batch = [draft(Kind::Invoke, "a", 1), draft(Kind::Response, "b", 2)];
+    assert!(s.append_many(&ses, &main(), &batch).is_err());
+    assert!(s.follow(0, 10).unwrap().is_empty());
+    assert_eq!(s.branch(&ses, &main()).unwrap().head, None);
+}
+
+pub fn same_input_in_same_context_has_same_submission(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let first = turn(s, &ses, &main(), "one", 10);
+    s.fork(&ses, &p(&first[3]), &b("alt"), 20).unwrap();
+    let a = s
+        .append(&ses, &main(), &draft(Kind::Invoke, "same", 30))
+        .unwrap();
+    let c = s
+        .append(&ses, &b("alt"), &draft(Kind::Invoke, "same", 31))
+        .unwrap();
+    assert_eq!(a.node.submission, c.node.submission);
+    assert_ne!(a.hash, c.hash);
+}
+
+pub fn fork_shares_history_and_restores_state(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    s.state_put(&ses, &main(), "todo", b"milk").unwrap();
+    let t1 = turn(s, &ses, &main(), "one", 10);
+    let root1 = s
+        .node(&p(&t1[3]))
+        .unwrap()
+        .node
+        .state
+        .expect("complete carries the branch state");
+    s.state_put(&ses, &main(), "todo", b"eggs").unwrap();
+    let t2 = turn(s, &ses, &main(), "two", 20);
+    let root2 = s.node(&p(&t2[3])).unwrap().node.state.unwrap();
+    assert_ne!(root1, root2);
+
+    let prefix = HashPrefix::parse(&t1[3].to_hex()[..10]).unwrap();
+    let fork = s.fork(&ses, &prefix, &b("fix"), 30).unwrap();
+    assert_eq!(fork.node.kind, Kind::Fork);
+    assert_eq!(fork.node.parent, Some(t1[3]));
+    let fork_state = s.state_root(&ses, &b("fix"), None).unwrap();
+    assert_eq!(
+        fork_state, root1,
+        "the fork starts from the fork point's state"
+    );
+    assert_eq!(
+        s.state_get(&fork_state, "todo").unwrap().as_deref(),
+        Some(&b"milk"[..])
+    );
+    let tl = s.timeline(&ses, &b("fix")).unwrap();
+    assert_eq!(tl.len(), 5);
+    assert_eq!(
+        tl[..4].iter().map(|n| n.stored.hash).collect::<Vec<_>>(),
+        t1
+    );
+    assert_eq!(
+        s.timeline(&ses, &main()).unwrap().len(),
+        8,
+        "main is untouched"
+    );
+    // State read as of any node.
+    let at = s.state_root(&ses, &main(), Some(&p(&t2[0]))).unwrap();
+    assert_eq!(at, root1);
+    assert_eq!(
+        s.state_root(&ses, &main(), Some(&p(&t1[0]))).unwrap(),
+        empty_root()
+    );
+
+    let err = s.fork(&ses, &prefix, &b("fix"), 31).unwrap_err();
+    assert!(matches!(err, StoreError::BranchExists { .. }), "{err}");
+    let err = s
+        .fork(
+            &ses,
+            &HashPrefix::parse("0000000000000000").unwrap(),
+            &b("x"),
+            31,
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NoNode(_)), "{err}");
+    let other = s.create_session("agent", None, 0).unwrap().id;
+    let err = s.fork(&other, &prefix, &b("x"), 31).unwrap_err();
+    assert!(matches!(err, StoreError::WrongSession { .. }), "{err}");
+}
+
+pub fn promote_seals_main_and_renames(s: &mut Store) {
+    let day = 1_770_993_005_000; // 2026-02-13
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let t1 = turn(s, &ses, &main(), "one", day);
+    let t2 = turn(s, &ses, &main(), "two", day + 10);
+    s.fork(&ses, &p(&t1[3]), &b("fix"), day + 20).unwrap();
+    let t3 = turn(s, &ses, &b("fix"), "two-b", day + 30);
+    let pr = s.promote(&ses, &b("fix"), day + 40).unwrap();
+    assert_eq!(pr.sealed_as.as_str(), "broken-2026-02-13");
+    assert_eq!(pr.node.node.kind, Kind::Promote);
+    assert_eq!(pr.node.node.parent, Some(t3[3]));
+    let names: Vec<_> = s
+        .branches(&ses)
+        .unwrap()
+        .into_iter()
+        .map(|b| (b.name.to_string(), b.sealed))
+        .collect();
+    assert_eq!(
+        names,
+        vec![("broken-2026-02-13".into(), true), ("main".into(), false)]
+    );
+    let sealed = s.timeline(&ses, &b("broken-2026-02-13")).unwrap();
+    assert_eq!(
+        sealed.last().unwrap().stored.hash,
+        t2[3],
+        "the sealed timeline keeps its history"
+    );
+    let err = s
+        .append(
+            &ses,
+            &b("broken-2026-02-13"),
+            &draft(Kind::Invoke, "x", day + 50),
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sealed { .. }), "{err}");
+    let err = s
+        .state_put(&ses, &b("broken-2026-02-13"), "k", b"v")
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sealed { .. }), "{err}");
+    assert!(matches!(
+        s.promote(&ses, &main(), day).unwrap_err(),
+        StoreError::PromoteMain
+    ));
+    // Main continues from the promote node.
+    let next = s
+        .append(&ses, &main(), &draft(Kind::Invoke, "three", day + 60))
+        .unwrap();
+    assert_eq!(next.node.parent, Some(pr.node.hash));
+    // A second promote on the same day gets a suffix.
+    s.fork(&ses, &p(&t1[0]), &b("again"), day + 70).unwrap();
+    let pr2 = s.promote(&ses, &b("again"), day + 80).unwrap();
+    assert_eq!(pr2.sealed_as.as_str(), "broken-2026-02-13-2");
+    assert!(s.verify().unwrap().is_clean());
+}
+
+pub fn fork_and_promote_events_never_share_a_hash(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let t = turn(s, &ses, &main(), "one", 10);
+    let f1 = s.fork(&ses, &p(&t[1]), &b("x"), 100).unwrap();
+    let p1 = s.promote(&ses, &b("x"), 100).unwrap();
+    let f2 = s.fork(&ses, &p(&t[1]), &b("x"), 100).unwrap();
+    let p2 = s.promote(&ses, &b("x"), 100).unwrap();
+    assert_ne!(f1.hash, f2.hash);
+    assert_ne!(p1.node.hash, p2.node.hash);
+}
+
+pub fn complete_carries_explicit_or_branch_state(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    s.append(&ses, &main(), &draft(Kind::Invoke, "a", 1))
+        .unwrap();
+    let c = s
+        .append(&ses, &main(), &draft(Kind::Complete, "b", 2))
+        .unwrap();
+    assert_eq!(c.node.state, None, "no state written yet: nothing to carry");
+    let r1 = s.state_put(&ses, &main(), "k", b"v1").unwrap();
+    let r2 = s.state_put(&ses, &main(), "k", b"v2").unwrap();
+    let (r3, existed) = s.state_delete(&ses, &main(), "k").unwrap();
+    assert!(existed);
+    assert_eq!(r3, empty_root());
+    s.append(&ses, &main(), &draft(Kind::Invoke, "c", 3))
+        .unwrap();
+    let mut d = draft(Kind::Complete, "d", 4);
+    d.state = Some(r1);
+    let c2 = s.append(&ses, &main(), &d).unwrap();
+    assert_eq!(c2.node.state, Some(r1));
+    assert_eq!(
+        s.state_root(&ses, &main(), None).unwrap(),
+        r1,
+        "explicit state becomes the working state"
+    );
+    let list = s.state_list(&r2).unwrap();
+    assert_eq!(list, vec![("k".to_owned(), b"v2".to_vec())]);
+    let mut bad = draft(Kind::Invoke, "e", 5);
+    bad.state = Some(r2);
+    assert!(
+        s.append(&ses, &main(), &bad).is_err(),
+        "only a complete carries state"
+    );
+    let mut unknown = draft(Kind::Complete, "f", 6);
+    unknown.state = Some(convo_core::StateRoot(convo_core::sha256(b"nothing")));
+    s.append(&ses, &main(), &draft(Kind::Invoke, "g", 6))
+        .unwrap();
+    assert!(matches!(
+        s.append(&ses, &main(), &unknown),
+        Err(StoreError::State(_))
+    ));
+}
+
+pub fn follow_cursor_is_gap_free(s: &mut Store) {
+    let a = s.create_session("agent", None, 0).unwrap().id;
+    let c = s.create_session("agent", None, 0).unwrap().id;
+    let mut all = Vec::new();
+    for i in 0..5 {
+        all.extend(turn(s, &a, &main(), &format!("a{i}"), i * 10));
+        all.extend(turn(s, &c, &main(), &format!("c{i}"), i * 10));
+    }
+    let _ = s.append(&a, &main(), &draft(Kind::Response, "bad", 1)); // rejected: no gap
+    all.extend(
+        s.append_many(&a, &main(), &[draft(Kind::Invoke, "bulk", 99)])
+            .unwrap(),
+    );
+    let mut got = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = s.follow(cursor, 7).unwrap();
+        if page.is_empty() {
+            break;
+        }
+        for n in page {
+            assert_eq!(n.seq, cursor + 1, "gap-free");
+            cursor = n.seq;
+            got.push(n.hash);
+        }
+    }
+    assert_eq!(got, all);
+}
+
+pub fn bulk_append_matches_single_appends(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let drafts: Vec<_> = (0..50)
+        .map(|i| {
+            draft(
+                if i % 2 == 0 {
+                    Kind::Invoke
+                } else {
+                    Kind::Complete
+                },
+                &format!("m{i}"),
+                i,
+            )
+        })
+        .collect();
+    let hashes = s.append_many(&ses, &main(), &drafts).unwrap();
+    assert_eq!(hashes.len(), 50);
+    let tl = s.timeline(&ses, &main()).unwrap();
+    assert_eq!(tl.iter().map(|n| n.stored.hash).collect::<Vec<_>>(), hashes);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    for i in 0..3 {
+        s.state_put(&ses, &main(), &format!("k{i}"), format!("v{i}").as_bytes())
+            .unwrap();
+        turn(s, &ses, &main(), &format!("t{i}"), i * 10);
+    }
+    let head = s.branch(&ses, &main()).unwrap().head.unwrap();
+    s.fork(&ses, &p(&head), &b("f"), 100).unwrap();
+    turn(s, &ses, &b("f"), "f", 110);
+    s.promote(&ses, &b("f"), 120).unwrap();
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:?}", r.problems);
+    assert_eq!(r.nodes, 12 + 1 + 4 + 1);
+    assert!(r.state_roots >= 3);
+}
+
+/// Every contract test, by name.
+pub const ALL: &[(&str, fn(&mut Store))] = &[
+    (
+        "sessions_are_found_by_id_prefix_and_title",
+        sessions_are_found_by_id_prefix_and_title,
+    ),
+    (
+        "a_turn_chains_numbers_and_submits",
+        a_turn_chains_numbers_and_submits,
+    ),
+    (
+        "rule_violations_write_nothing",
+        rule_violations_write_nothing,
+    ),
+    (
+        "same_input_in_same_context_has_same_submission",
+        same_input_in_same_context_has_same_submission,
+    ),
+    (
+        "fork_shares_history_and_restores_state",
+        fork_shares_history_and_restores_state,
+    ),
+    (
+        "promote_seals_main_and_renames",
+        promote_seals_main_and_renames,
+    ),
+    (
+        "fork_and_promote_events_never_share_a_hash",
+        fork_and_promote_events_never_share_a_hash,
+    ),
+    (
+        "complete_carries_explicit_or_branch_state",
+        complete_carries_explicit_or_branch_state,
+    ),
+    ("follow_cursor_is_gap_free", follow_cursor_is_gap_free),
+    (
+        "bulk_append_matches_single_appends",
+        bulk_append_matches_single_appends,
+    ),
+    (
+        "verify_is_clean_on_a_busy_store",
+        verify_is_clean_on_a_busy_store,
+    ),
+];

@@ -1,0 +1,53 @@
+use convo_store::{Store, testing};
+
+macro_rules! contract {
+    ($backend:ident, $make:expr) => {
+        mod $backend {
+            use super::*;
+            macro_rules! case {
+                ($name:ident) => {
+                    #[test]
+                    fn $name() {
+                        let make: fn() -> (Store, Box<dyn std::any::Any>) = $make;
+                        let (mut s, _guard) = make();
+                        testing::$name(&mut s);
+                    }
+                };
+            }
+            case!(sessions_are_found_by_id_prefix_and_title);
+            case!(a_turn_chains_numbers_and_submits);
+            case!(rule_violations_write_nothing);
+            case!(same_input_in_same_context_has_same_submission);
+            case!(fork_shares_history_and_restores_state);
+            case!(promote_seals_main_and_renames);
+            case!(fork_and_promote_events_never_share_a_hash);
+            case!(complete_carries_explicit_or_branch_state);
+            case!(follow_cursor_is_gap_free);
+            case!(bulk_append_matches_single_appends);
+            case!(verify_is_clean_on_a_busy_store);
+
+            #[test]
+            fn every_contract_case_is_listed() {
+                assert_eq!(
+                    testing::ALL.len(),
+                    11,
+                    "add the new case to tests/contract.rs"
+                );
+            }
+        }
+    };
+}
+
+contract!(sqlite_file, || {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("convo.db").display()
+    ))
+    .unwrap();
+    (s, Box::new(dir))
+});
+contract!(sqlite_memory, || (
+    Store::open("sqlite::memory:").unwrap(),
+    Box::new(())
+));
