@@ -1,0 +1,167 @@
+//! Arguments, parsed as given. Validation happens in the commands.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Record, fork, promote and verify AI-agent conversations in a
+/// content-addressed Merkle DAG.
+#[derive(Parser, Debug)]
+#[command(name = "convo", version, propagate_version = true)]
+pub struct Cli {
+    /// Directory holding convo's data [default: ~/.convo]
+    #[arg(long, global = true, env = "CONVO_HOME", value_name = "DIR")]
+    pub home: Option<PathBuf>,
+
+    /// Store URL: sqlite:///path/to/convo.db [default: $CONVO_HOME/convo.db]
+    #[arg(long, global = true, env = "CONVO_STORE", value_name = "URL")]
+    pub store: Option<String>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create the store (every command also creates it on first use)
+    Init,
+    /// Create, list, inspect, fork and promote sessions
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// List a session's timelines
+    #[command(subcommand)]
+    Branch(BranchCmd),
+    /// Append one message to a timeline and print its hash
+    Record(crate::commands::record::RecordArgs),
+    /// Record a user input and the agent's answer in one go
+    Say(crate::commands::say::SayArgs),
+    /// Show a timeline, newest message first
+    Log(crate::commands::log::LogArgs),
+    /// Show one node
+    Show(crate::commands::show::ShowArgs),
+    /// Read and write the agent's versioned state
+    #[command(subcommand)]
+    State(StateCmd),
+    /// Recompute every hash and check every link; exit 1 if anything is wrong
+    Verify(JsonFlag),
+    /// Append messages read as JSON lines from stdin, one transaction each
+    Ingest(crate::commands::ingest::IngestArgs),
+    /// Fill the store with a demo session: turns, a service call, a fork and a promote
+    Demo(JsonFlag),
+}
+
+#[derive(Args, Debug)]
+pub struct JsonFlag {
+    /// Print one JSON document
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCmd {
+    /// Start a session and print its id
+    New {
+        /// The agent the session talks to
+        #[arg(long)]
+        agent: String,
+        /// A title to find the session by
+        #[arg(long)]
+        title: Option<String>,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
+    /// List sessions
+    List(JsonFlag),
+    /// Show a timeline's turns from the first message to the head
+    Get(crate::commands::session::GetArgs),
+    /// Create a timeline from any past node
+    Fork {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The node to fork from: full hash or unique prefix
+        #[arg(long)]
+        from: String,
+        /// Name of the new timeline
+        #[arg(long)]
+        branch: String,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
+    /// Make a timeline canonical: seal `main` as broken-YYYY-MM-DD and rename the branch to main
+    Promote {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The timeline to promote
+        #[arg(long)]
+        branch: String,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BranchCmd {
+    /// List a session's timelines with their heads
+    List {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum StateCmd {
+    /// Set a key on a timeline's working state and print the new root
+    Put {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The key
+        key: String,
+        /// The value
+        value: String,
+        /// Timeline
+        #[arg(long, default_value = "main")]
+        branch: String,
+    },
+    /// Print a key's value
+    Get {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The key
+        key: String,
+        /// Timeline whose working state to read
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Read the state as of this node instead (hash or unique prefix)
+        #[arg(long)]
+        at: Option<String>,
+    },
+    /// List every key and value
+    List {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// Timeline whose working state to read
+        #[arg(long, default_value = "main")]
+        branch: String,
+        /// Read the state as of this node instead (hash or unique prefix)
+        #[arg(long)]
+        at: Option<String>,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a key from a timeline's working state and print the new root
+    Delete {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The key
+        key: String,
+        /// Timeline
+        #[arg(long, default_value = "main")]
+        branch: String,
+    },
+}

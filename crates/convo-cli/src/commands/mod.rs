@@ -1,0 +1,146 @@
+//! One module per command. `run` opens the store and dispatches.
+
+pub mod branch;
+pub mod demo;
+pub mod ingest;
+pub mod log;
+pub mod record;
+pub mod say;
+pub mod session;
+pub mod show;
+pub mod state;
+pub mod verify;
+
+use crate::cli::{Cli, Command};
+use convo_core::{BranchName, HashPrefix, Millis};
+use convo_store::{SessionRow, Store, StoreError};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The one error type of the CLI: a message, an optional hint, an exit code.
+#[derive(Debug)]
+pub struct CommandError {
+    message: String,
+    hint: Option<String>,
+    code: u8,
+}
+
+impl CommandError {
+    pub fn user(message: impl Into<String>) -> Self {
+        CommandError {
+            message: message.into(),
+            hint: None,
+            code: 2,
+        }
+    }
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+    pub fn report(&self) {
+        eprintln!("error: {}", self.message);
+        if let Some(h) = &self.hint {
+            eprintln!("hint: {h}");
+        }
+    }
+    pub fn message_text(&self) -> &str {
+        &self.message
+    }
+    pub fn exit_code(&self) -> u8 {
+        self.code
+    }
+}
+
+impl From<StoreError> for CommandError {
+    fn from(e: StoreError) -> Self {
+        CommandError {
+            message: e.to_string(),
+            hint: e.hint().map(str::to_owned),
+            code: 2,
+        }
+    }
+}
+
+impl From<std::io::Error> for CommandError {
+    fn from(e: std::io::Error) -> Self {
+        CommandError::user(e.to_string())
+    }
+}
+
+pub type CmdResult<T = ExitCode> = Result<T, CommandError>;
+
+/// Where the store lives, from flags and environment.
+pub struct Env {
+    pub home: PathBuf,
+    pub store_url: String,
+}
+
+impl Env {
+    fn from_cli(cli: &Cli) -> CmdResult<Env> {
+        let home = match &cli.home {
+            Some(h) => h.clone(),
+            None => std::env::var_os("HOME")
+                .map(|h| PathBuf::from(h).join(".convo"))
+                .ok_or_else(|| {
+                    CommandError::user("cannot find the home directory")
+                        .with_hint("set CONVO_HOME or pass --home DIR")
+                })?,
+        };
+        let store_url = match &cli.store {
+            Some(s) => s.clone(),
+            None => format!("sqlite://{}", home.join("convo.db").display()),
+        };
+        Ok(Env { home, store_url })
+    }
+
+    pub fn open(&self) -> CmdResult<Store> {
+        Ok(Store::open(&self.store_url)?)
+    }
+}
+
+pub fn now() -> Millis {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+pub fn branch_name(s: &str) -> CmdResult<BranchName> {
+    BranchName::new(s).map_err(|e| {
+        CommandError::user(e.to_string())
+            .with_hint("branch names follow git's rules for one ref component")
+    })
+}
+
+pub fn prefix(s: &str) -> CmdResult<HashPrefix> {
+    HashPrefix::parse(s).map_err(|e| CommandError::user(e.to_string()))
+}
+
+pub fn find_session(store: &mut Store, q: &str) -> CmdResult<SessionRow> {
+    Ok(store.find_session(q)?)
+}
+
+pub fn run(cli: Cli) -> CmdResult {
+    let env = Env::from_cli(&cli)?;
+    match cli.command {
+        Command::Init => {
+            std::fs::create_dir_all(&env.home).map_err(|e| {
+                CommandError::user(format!("cannot create {}: {e}", env.home.display()))
+            })?;
+            env.open()?;
+            println!(
+                "initialized convo home {} with store {}",
+                env.home.display(),
+                env.store_url
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Session(c) => session::run(&env, c),
+        Command::Branch(c) => branch::run(&env, c),
+        Command::Record(a) => record::run(&env, a),
+        Command::Say(a) => say::run(&env, a),
+        Command::Log(a) => log::run(&env, a),
+        Command::Show(a) => show::run(&env, a),
+        Command::State(c) => state::run(&env, c),
+        Command::Verify(a) => verify::run(&env, a.json),
+        Command::Ingest(a) => ingest::run(&env, a),
+        Command::Demo(a) => demo::run(&env, a.json),
+    }
+}

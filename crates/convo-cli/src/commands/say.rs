@@ -1,0 +1,50 @@
+use super::{CmdResult, Env, branch_name, find_session, now};
+use clap::Args;
+use convo_core::{Diagnostics, Kind};
+use convo_store::Draft;
+use std::process::ExitCode;
+
+/// Record a user input and the agent's answer in one go (one transaction),
+/// printing both hashes.
+#[derive(Args, Debug)]
+pub struct SayArgs {
+    /// Session id, unique id prefix or title
+    pub session: String,
+    /// What the user said
+    #[arg(long)]
+    pub user: String,
+    /// What the agent answered
+    #[arg(long)]
+    pub agent: String,
+    /// Timeline to append to
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+}
+
+pub fn run(env: &Env, a: SayArgs) -> CmdResult {
+    let branch = branch_name(&a.branch)?;
+    let mut store = env.open()?;
+    let s = find_session(&mut store, &a.session)?;
+    let t = now();
+    let mk = |kind, payload: &str, t| {
+        let (from, to) = super::record::default_ends(kind, &s.agent);
+        Draft {
+            kind,
+            from,
+            to,
+            payload: payload.as_bytes().to_vec(),
+            diagnostics: Diagnostics::empty(),
+            state: None,
+            sequence: None,
+            created_at: t,
+        }
+    };
+    let drafts = [
+        mk(Kind::Invoke, &a.user, t),
+        mk(Kind::Complete, &a.agent, t),
+    ];
+    for h in store.append_many(&s.id, &branch, &drafts)? {
+        println!("{h}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,76 @@
+use super::{CmdResult, CommandError, Env, branch_name, find_session, prefix};
+use crate::cli::StateCmd;
+use crate::output::print_json;
+use serde_json::json;
+use std::process::ExitCode;
+
+pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
+    let mut store = env.open()?;
+    match cmd {
+        StateCmd::Put {
+            session,
+            key,
+            value,
+            branch,
+        } => {
+            let s = find_session(&mut store, &session)?;
+            let root = store.state_put(&s.id, &branch_name(&branch)?, &key, value.as_bytes())?;
+            println!("{root}");
+        }
+        StateCmd::Delete {
+            session,
+            key,
+            branch,
+        } => {
+            let s = find_session(&mut store, &session)?;
+            let (root, existed) = store.state_delete(&s.id, &branch_name(&branch)?, &key)?;
+            if !existed {
+                eprintln!("note: `{key}` was not set");
+            }
+            println!("{root}");
+        }
+        StateCmd::Get {
+            session,
+            key,
+            branch,
+            at,
+        } => {
+            let s = find_session(&mut store, &session)?;
+            let at = at.as_deref().map(prefix).transpose()?;
+            let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
+            match store.state_get(&root, &key)? {
+                Some(v) => println!("{}", String::from_utf8_lossy(&v)),
+                None => {
+                    return Err(CommandError::user(format!(
+                        "state key `{key}` is not set (state {})",
+                        root.short()
+                    ))
+                    .with_hint("list keys with `convo state list SESSION`"));
+                }
+            }
+        }
+        StateCmd::List {
+            session,
+            branch,
+            at,
+            json,
+        } => {
+            let s = find_session(&mut store, &session)?;
+            let at = at.as_deref().map(prefix).transpose()?;
+            let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
+            let entries = store.state_list(&root)?;
+            if json {
+                let map: serde_json::Map<String, serde_json::Value> = entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), json!(String::from_utf8_lossy(v))))
+                    .collect();
+                print_json(&json!({ "root": root.to_hex(), "entries": map }));
+            } else {
+                for (k, v) in entries {
+                    println!("{k}\t{}", String::from_utf8_lossy(&v));
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,7 @@
+//! End-to-end tests: the real `convo` binary in a temporary home.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod test_cli;
+mod test_concurrency;
+mod test_crash;

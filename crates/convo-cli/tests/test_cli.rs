@@ -1,0 +1,288 @@
+use crate::common::{TestEnv, is_hash};
+
+#[test]
+fn record_prints_only_the_hash_and_session_get_shows_the_turn() {
+    let t = TestEnv::new();
+    let s = t.session("researcher");
+    assert!(s.starts_with("ses-"), "{s}");
+    let inv = t
+        .run(&[
+            "record",
+            &s,
+            "invoke",
+            "--from",
+            "cli",
+            "--to",
+            "researcher",
+            "--payload",
+            "Tell me about Paris",
+        ])
+        .ok();
+    assert!(is_hash(&inv), "{inv}");
+    let req = t
+        .run_stdin(
+            &["record", &s, "request", "--to", "infer"],
+            b"{\"prompt\":\"Paris\"}",
+        )
+        .ok();
+    let resp = t
+        .run(&[
+            "record",
+            &s,
+            "response",
+            "--from",
+            "infer",
+            "--payload",
+            "Paris is…",
+            "--diagnostics",
+            r#"{"status":200,"ms":12}"#,
+        ])
+        .ok();
+    let done = t
+        .run(&[
+            "record",
+            &s,
+            "complete",
+            "--payload",
+            "Paris is the capital.",
+        ])
+        .ok();
+    let v = t.run(&["session", "get", &s, "--json"]).json();
+    let nodes = v["nodes"].as_array().unwrap();
+    let hashes: Vec<&str> = nodes.iter().map(|n| n["hash"].as_str().unwrap()).collect();
+    assert_eq!(
+        hashes,
+        [inv.as_str(), req.as_str(), resp.as_str(), done.as_str()]
+    );
+    assert_eq!(nodes[1]["sequence"], 1);
+    assert_eq!(nodes[2]["sequence"], 1);
+    assert_eq!(nodes[2]["diagnostics"]["status"], 200);
+    assert_eq!(nodes[1]["payload"], "{\"prompt\":\"Paris\"}");
+    assert_eq!(nodes[0]["submission"], nodes[3]["submission"]);
+    let human = t.run(&["session", "get", &s]).ok();
+    assert!(
+        human.contains("invoke") && human.contains("Tell me about Paris"),
+        "{human}"
+    );
+    let shown = t.run(&["show", &done[..10], "--json"]).json();
+    assert_eq!(shown["hash"], done.as_str());
+    assert_eq!(shown["parent"], resp.as_str());
+    let log = t.run(&["log", &s, "--json"]).json();
+    assert_eq!(log[0]["hash"], done.as_str(), "log is newest first");
+}
+
+#[test]
+fn fork_promote_and_state_through_the_cli() {
+    let t = TestEnv::new();
+    let s = t
+        .run(&["session", "new", "--agent", "todo", "--title", "chores"])
+        .ok();
+    t.run(&["state", "put", "chores", "list", "milk"]).ok();
+    let said = t
+        .run(&["say", "chores", "--user", "add milk", "--agent", "added"])
+        .ok();
+    let first_complete = said.lines().nth(1).unwrap().to_owned();
+    t.run(&["state", "put", &s, "list", "milk,eggs"]).ok();
+    t.run(&["say", &s, "--user", "add eggs", "--agent", "added"])
+        .ok();
+    let fork = t
+        .run(&[
+            "session",
+            "fork",
+            &s,
+            "--from",
+            &first_complete[..12],
+            "--branch",
+            "no-eggs",
+        ])
+        .ok();
+    assert!(is_hash(&fork));
+    assert_eq!(
+        t.run(&["state", "get", &s, "list", "--branch", "no-eggs"])
+            .ok(),
+        "milk"
+    );
+    assert_eq!(t.run(&["state", "get", &s, "list"]).ok(), "milk,eggs");
+    assert_eq!(
+        t.run(&["state", "get", &s, "list", "--at", &first_complete])
+            .ok(),
+        "milk"
+    );
+    t.run(&[
+        "say",
+        &s,
+        "--user",
+        "add bread",
+        "--agent",
+        "added",
+        "--branch",
+        "no-eggs",
+    ])
+    .ok();
+    let promoted = t
+        .run(&["session", "promote", &s, "--branch", "no-eggs", "--json"])
+        .json();
+    let sealed = promoted["sealed_as"].as_str().unwrap().to_owned();
+    assert!(sealed.starts_with("broken-"), "{sealed}");
+    let branches = t.run(&["branch", "list", &s, "--json"]).json();
+    let names: Vec<&str> = branches
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [sealed.as_str(), "main"]);
+    let refused = t.run(&[
+        "say", &s, "--user", "x", "--agent", "y", "--branch", &sealed,
+    ]);
+    assert_eq!(refused.code(), 2);
+    assert!(refused.stderr().contains("sealed"), "{}", refused.stderr());
+    assert!(refused.stderr().contains("hint:"), "{}", refused.stderr());
+    let list = t.run(&["state", "list", &s, "--json"]).json();
+    assert_eq!(list["entries"]["list"], "milk");
+    t.run(&["state", "delete", &s, "list"]).ok();
+    assert_eq!(t.run(&["state", "get", &s, "list"]).code(), 2);
+    assert!(t.run(&["verify"]).ok().starts_with("ok:"));
+}
+
+#[test]
+fn bad_input_gets_one_clear_error_and_writes_nothing() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["record", &s, "gossip", "--payload", "x"],
+            "unknown node kind",
+        ),
+        (
+            &["record", &s, "request", "--payload", "x"],
+            "must follow an invoke",
+        ),
+        (
+            &[
+                "record",
+                &s,
+                "invoke",
+                "--payload",
+                "x",
+                "--diagnostics",
+                "[1]",
+            ],
+            "diagnostics",
+        ),
+        (
+            &["record", &s, "invoke", "--payload", "x", "--branch", "a..b"],
+            "not a valid branch name",
+        ),
+        (
+            &["record", "ses-nope", "invoke", "--payload", "x"],
+            "no session matches",
+        ),
+        (
+            &["record", &s, "invoke", "--payload-file", "/does/not/exist"],
+            "cannot read payload file",
+        ),
+        (&["show", "zz"], "not a hash prefix"),
+        (&["show", "0123"], "no node matches"),
+        (
+            &["session", "fork", &s, "--from", "abcd", "--branch", "x"],
+            "no node matches",
+        ),
+        (
+            &["session", "promote", &s, "--branch", "main"],
+            "already the canonical",
+        ),
+        (
+            &["record", &s, "complete", "--payload", "x", "--state", "12"],
+            "--state",
+        ),
+    ];
+    for (args, expect) in cases {
+        let r = t.run(args);
+        assert_eq!(r.code(), 2, "{args:?}: {}", r.stderr());
+        assert!(r.stderr().contains(expect), "{args:?}: {}", r.stderr());
+        assert!(r.stdout().is_empty(), "{args:?} printed {}", r.stdout());
+        assert!(!r.stderr().contains("panicked"), "{args:?}");
+    }
+    let v = t.run(&["session", "get", &s, "--json"]).json();
+    assert_eq!(v["nodes"].as_array().unwrap().len(), 0);
+    let verify = t.run(&["verify", "--json"]).json();
+    assert_eq!(verify["ok"], true);
+}
+
+#[test]
+fn verify_exits_1_and_names_the_node_after_a_payload_is_edited() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let said = t
+        .run(&["say", &s, "--user", "hello", "--agent", "hi there"])
+        .ok();
+    let answer = said.lines().nth(1).unwrap().to_owned();
+    let conn = rusqlite::Connection::open(t.db()).unwrap();
+    let n = conn.execute("UPDATE blobs SET data = CAST('hi therE' AS BLOB) WHERE data = CAST('hi there' AS BLOB)", []).unwrap();
+    assert_eq!(n, 1);
+    drop(conn);
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 1, "{}", r.stdout());
+    assert!(r.stdout().contains("blob "), "{}", r.stdout());
+    assert!(
+        r.stdout().contains(&format!("node {answer}")),
+        "{}",
+        r.stdout()
+    );
+    let j = t.run(&["verify", "--json"]);
+    assert_eq!(j.code(), 1);
+    let v: serde_json::Value = serde_json::from_str(&j.stdout()).unwrap();
+    assert_eq!(v["ok"], false);
+}
+
+#[test]
+fn demo_builds_a_session_with_a_fork_and_a_promote() {
+    let t = TestEnv::new();
+    let v = t.run(&["demo", "--json"]).json();
+    let s = v["session"].as_str().unwrap();
+    let names = v["branches"].as_array().unwrap();
+    assert_eq!(names.len(), 2);
+    let got = t.run(&["session", "get", s, "--json"]).json();
+    let kinds: Vec<&str> = got["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap())
+        .collect();
+    assert!(
+        kinds.contains(&"fork") && kinds.contains(&"promote") && kinds.contains(&"request"),
+        "{kinds:?}"
+    );
+    assert!(t.run(&["verify"]).ok().starts_with("ok:"));
+}
+
+#[test]
+fn store_url_and_home_flags_are_honoured() {
+    let t = TestEnv::new();
+    let other = t.home().join("elsewhere").join("x.db");
+    let url = format!("sqlite://{}", other.display());
+    let s = t
+        .run(&["--store", &url, "session", "new", "--agent", "a"])
+        .ok();
+    assert!(other.exists());
+    assert_eq!(
+        t.run(&["session", "list", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        0
+    );
+    let listed = t
+        .run(&["--store", &url, "session", "list", "--json"])
+        .json();
+    assert_eq!(listed[0]["id"], s.as_str());
+    let bad = t.run(&["--store", "postgres://localhost/x", "session", "list"]);
+    assert_eq!(bad.code(), 2);
+    assert!(
+        bad.stderr().contains("cannot open store"),
+        "{}",
+        bad.stderr()
+    );
+}
