@@ -1,3 +1,4 @@
+# Independent implementation of convo node-hash v1 (docs/HASHING.md); prints the golden vectors.
 import hashlib, struct, uuid
 def lp(b): return struct.pack('<Q', len(b)) + b
 def opt(x): return b'\x00' if x is None else b'\x01' + x
