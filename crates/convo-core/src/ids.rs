@@ -194,6 +194,14 @@ impl SessionId {
     pub fn new_random() -> Self {
         SessionId(uuid::Uuid::new_v4())
     }
+    /// A session id derived from `seed` (SHA-256, formatted as a v4 UUID), so
+    /// importing the same conversation twice names the same session.
+    pub fn derived(seed: &[u8]) -> Self {
+        let d = crate::sha256(seed);
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&d.0[..16]);
+        SessionId(uuid::Builder::from_random_bytes(b).into_uuid())
+    }
     /// The 16 bytes of the UUID, as hashed.
     pub fn as_bytes(&self) -> &[u8; 16] {
         self.0.as_bytes()
@@ -353,5 +361,9 @@ mod tests {
         assert_eq!(SessionId::parse(&s.to_string()), Ok(s));
         assert!(SessionId::parse("ses-nope").is_err());
         assert!(SessionId::parse(&s.0.to_string()).is_err());
+        let d = SessionId::derived(b"chatgpt:conv-1");
+        assert_eq!(d, SessionId::derived(b"chatgpt:conv-1"));
+        assert_ne!(d, SessionId::derived(b"chatgpt:conv-2"));
+        assert_eq!(d.0.get_version_num(), 4);
     }
 }

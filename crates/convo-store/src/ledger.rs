@@ -127,6 +127,12 @@ impl Store {
         out.ok_or_else(|| StoreError::Backend("read finished without a result".into()))
     }
 
+    /// Runs `f` against a [`Ledger`] in one write transaction: everything
+    /// it does commits together or not at all (an import, say).
+    pub fn transaction<T>(&mut self, mut f: impl FnMut(&mut Ledger<'_>) -> Result<T>) -> Result<T> {
+        self.write(|tx| f(&mut Ledger { tx }))
+    }
+
     // ----- sessions -------------------------------------------------------
 
     /// Creates a session with an empty `main`.
@@ -136,29 +142,7 @@ impl Store {
         title: Option<&str>,
         now: Millis,
     ) -> Result<SessionRow> {
-        if agent.trim().is_empty() {
-            return Err(StoreError::Invalid(
-                "an agent name must not be empty".into(),
-            ));
-        }
-        let row = SessionRow {
-            id: SessionId::new_random(),
-            agent: agent.to_owned(),
-            title: title.map(str::to_owned),
-            created_at: now,
-        };
-        self.write(|tx| {
-            tx.insert_session(&row)?;
-            tx.insert_branch(&BranchRow {
-                session: row.id,
-                name: BranchName::main(),
-                head: None,
-                state: None,
-                sealed: false,
-                created_at: now,
-            })
-        })?;
-        Ok(row)
+        self.transaction(|l| l.create_session(SessionId::new_random(), agent, title, now))
     }
 
     /// Every session, oldest first.
@@ -213,16 +197,16 @@ impl Store {
         self.read(|tx| open_branch(tx, session, name, false))
     }
 
-    // ----- appends --------------------------------------------------------
+    // ----- writes, each one transaction -------------------------------------
 
-    /// Appends one message to a branch, as one transaction.
+    /// Appends one message to a branch.
     pub fn append(
         &mut self,
         session: &SessionId,
         branch: &BranchName,
         draft: &Draft,
     ) -> Result<StoredNode> {
-        self.write(|tx| append_in(tx, session, branch, draft))
+        self.transaction(|l| l.append(session, branch, draft))
     }
 
     /// Appends many messages to a branch in one transaction (bulk ingest).
@@ -232,28 +216,10 @@ impl Store {
         branch: &BranchName,
         drafts: &[Draft],
     ) -> Result<Vec<NodeHash>> {
-        self.write(|tx| {
-            let mut b = open_branch(tx, session, branch, true)?;
-            let old_head = b.head;
-            let mut ctx = head_ctx(tx, &b)?;
-            let mut out = Vec::with_capacity(drafts.len());
-            for d in drafts {
-                let stored = place_and_insert(tx, &b, ctx, d)?;
-                ctx = stored.ctx;
-                b.head = Some(stored.hash);
-                out.push(stored.hash);
-            }
-            if let Some(last) = out.last()
-                && !tx.cas_head(session, branch, old_head.as_ref(), last)?
-            {
-                return Err(StoreError::Conflict(1));
-            }
-            Ok(out)
-        })
+        self.transaction(|l| l.append_many(session, branch, drafts))
     }
 
-    /// Creates branch `name` whose first node is a fork node after the node
-    /// `from` (a hash or unique prefix). Costs the same at any depth.
+    /// See [`Ledger::fork`].
     pub fn fork(
         &mut self,
         session: &SessionId,
@@ -261,117 +227,39 @@ impl Store {
         name: &BranchName,
         now: Millis,
     ) -> Result<StoredNode> {
-        self.write(|tx| {
-            let sess = tx
-                .session(session)?
-                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
-            let point = resolve_in(tx, from)?;
-            if point.node.session != *session {
-                return Err(StoreError::WrongSession {
-                    node: point.hash.to_hex(),
-                    owner: point.node.session.to_string(),
-                    session: session.to_string(),
-                });
-            }
-            if tx.branch(session, name)?.is_some() {
-                return Err(StoreError::BranchExists {
-                    session: session.to_string(),
-                    branch: name.to_string(),
-                });
-            }
-            let node = timeline_node(
-                Kind::Fork,
-                &sess,
-                point.hash,
-                now,
-                TimelineEvent {
-                    branch: name.clone(),
-                    sealed_as: None,
-                    nonce: nonce(),
-                },
-            );
-            let ctx = point.ctx.after(&node);
-            let hash = node.hash();
-            tx.put_blob(&node.payload, b"")?;
-            let seq = tx.insert_node(&hash, &node, &ctx)?;
-            tx.insert_branch(&BranchRow {
-                session: *session,
-                name: name.clone(),
-                head: Some(hash),
-                state: point.ctx.state,
-                sealed: false,
-                created_at: now,
-            })?;
-            Ok(StoredNode {
-                seq,
-                hash,
-                node,
-                ctx,
-            })
-        })
+        self.transaction(|l| l.fork(session, from, name, now))
     }
 
-    /// Makes `branch` canonical: seals `main` as `broken-YYYY-MM-DD[-N]`,
-    /// renames `branch` to `main` and appends a promote node to it.
+    /// See [`Ledger::promote`].
     pub fn promote(
         &mut self,
         session: &SessionId,
         branch: &BranchName,
         now: Millis,
     ) -> Result<Promoted> {
-        if branch.is_main() {
-            return Err(StoreError::PromoteMain);
-        }
-        self.write(|tx| {
-            let sess = tx
-                .session(session)?
-                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
-            let b = open_branch(tx, session, branch, true)?;
-            let main = BranchName::main();
-            let taken: Vec<String> = tx
-                .branches(Some(session))?
-                .into_iter()
-                .map(|b| b.name.as_str().to_owned())
-                .collect();
-            let sealed_as = sealed_name(now, |n| taken.iter().any(|t| t == n));
-            if tx.branch(session, &main)?.is_some() {
-                tx.rename_branch(session, &main, &sealed_as, true)?;
-            }
-            tx.rename_branch(session, branch, &main, false)?;
-            let head = b
-                .head
-                .ok_or_else(|| StoreError::Corrupt(format!("branch `{branch}` has no head")))?;
-            let parent = tx.node(&head)?.ok_or_else(|| {
-                StoreError::Corrupt(format!("head {head} of `{branch}` is missing"))
-            })?;
-            let node = timeline_node(
-                Kind::Promote,
-                &sess,
-                head,
-                now,
-                TimelineEvent {
-                    branch: branch.clone(),
-                    sealed_as: Some(sealed_as.clone()),
-                    nonce: nonce(),
-                },
-            );
-            let ctx = parent.ctx.after(&node);
-            let hash = node.hash();
-            tx.put_blob(&node.payload, b"")?;
-            let seq = tx.insert_node(&hash, &node, &ctx)?;
-            if !tx.cas_head(session, &main, Some(&head), &hash)? {
-                return Err(StoreError::Conflict(1));
-            }
-            Ok(Promoted {
-                node: StoredNode {
-                    seq,
-                    hash,
-                    node,
-                    ctx,
-                },
-                sealed_as: sealed_as.clone(),
-            })
-        })
+        self.transaction(|l| l.promote(session, branch, now))
+    }
+
+    /// Sets `key` on the branch's working state; returns the new root.
+    pub fn state_put(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        key: &str,
+        value: &[u8],
+    ) -> Result<StateRoot> {
+        self.transaction(|l| l.state_put(session, branch, key, value))
+    }
+
+    /// Removes `key` from the branch's working state; returns the new root
+    /// and whether the key was there.
+    pub fn state_delete(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        key: &str,
+    ) -> Result<(StateRoot, bool)> {
+        self.transaction(|l| l.state_delete(session, branch, key))
     }
 
     // ----- reads ----------------------------------------------------------
@@ -393,86 +281,12 @@ impl Store {
         session: &SessionId,
         branch: &BranchName,
     ) -> Result<Vec<TimelineNode>> {
-        self.read(|tx| {
-            let b = open_branch(tx, session, branch, false)?;
-            let Some(head) = b.head else {
-                return Ok(Vec::new());
-            };
-            let rows = tx.session_nodes(session, true)?;
-            let index: std::collections::HashMap<NodeHash, usize> = rows
-                .iter()
-                .enumerate()
-                .map(|(i, (s, _))| (s.hash, i))
-                .collect();
-            let mut chain = Vec::new();
-            let mut cur = Some(head);
-            while let Some(h) = cur {
-                let &i = index.get(&h).ok_or_else(|| {
-                    StoreError::Corrupt(format!("node {h} on `{branch}` is missing"))
-                })?;
-                chain.push(i);
-                cur = rows[i].0.node.parent;
-                if chain.len() > rows.len() {
-                    return Err(StoreError::Corrupt(format!(
-                        "branch `{branch}` has a parent cycle"
-                    )));
-                }
-            }
-            let mut rows: Vec<Option<(StoredNode, Option<Vec<u8>>)>> =
-                rows.into_iter().map(Some).collect();
-            Ok(chain
-                .into_iter()
-                .rev()
-                .filter_map(|i| rows[i].take())
-                .map(|(stored, payload)| TimelineNode {
-                    stored,
-                    payload: payload.unwrap_or_default(),
-                })
-                .collect())
-        })
+        self.read(|tx| timeline_in(tx, session, branch))
     }
 
     /// Up to `limit` nodes appended after cursor `after`, in append order.
     pub fn follow(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
         self.read(|tx| tx.nodes_since(after, limit))
-    }
-
-    // ----- state ----------------------------------------------------------
-
-    /// Sets `key` on the branch's working state; returns the new root.
-    pub fn state_put(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        key: &str,
-        value: &[u8],
-    ) -> Result<StateRoot> {
-        self.write(|tx| {
-            let b = open_branch(tx, session, branch, true)?;
-            let root = b.state.unwrap_or_else(state::empty_root);
-            let vh = content_hash(value);
-            tx.put_blob(&vh, value)?;
-            let new = state::put(&mut TxNodes(tx), &root, key.as_bytes(), vh).map_err(state_err)?;
-            tx.set_branch_state(session, branch, Some(&new))?;
-            Ok(new)
-        })
-    }
-
-    /// Removes `key` from the branch's working state; returns the new root
-    /// and whether the key was there.
-    pub fn state_delete(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        key: &str,
-    ) -> Result<(StateRoot, bool)> {
-        self.write(|tx| {
-            let b = open_branch(tx, session, branch, true)?;
-            let root = b.state.unwrap_or_else(state::empty_root);
-            let new = state::delete(&mut TxNodes(tx), &root, key.as_bytes()).map_err(state_err)?;
-            tx.set_branch_state(session, branch, Some(&new))?;
-            Ok((new, new != root))
-        })
     }
 
     /// The state root as of a node (hash or prefix) or, without one, the
@@ -519,6 +333,298 @@ impl Store {
     pub fn verify(&mut self) -> Result<crate::VerifyReport> {
         self.read(crate::verify::verify)
     }
+}
+
+/// The ledger's operations inside one open write transaction.
+///
+/// Obtained from [`Store::transaction`]; every method here runs in that
+/// transaction and sees what earlier calls wrote.
+pub struct Ledger<'t> {
+    tx: &'t mut dyn Tx,
+}
+
+impl std::fmt::Debug for Ledger<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ledger")
+    }
+}
+
+impl Ledger<'_> {
+    /// The raw transaction, for reads the ledger does not wrap.
+    pub fn tx(&mut self) -> &mut dyn Tx {
+        self.tx
+    }
+
+    /// Creates session `id` with an empty `main`; fails if `id` exists.
+    pub fn create_session(
+        &mut self,
+        id: SessionId,
+        agent: &str,
+        title: Option<&str>,
+        now: Millis,
+    ) -> Result<SessionRow> {
+        if agent.trim().is_empty() {
+            return Err(StoreError::Invalid(
+                "an agent name must not be empty".into(),
+            ));
+        }
+        if self.tx.session(&id)?.is_some() {
+            return Err(StoreError::Invalid(format!("session {id} already exists")));
+        }
+        let row = SessionRow {
+            id,
+            agent: agent.to_owned(),
+            title: title.map(str::to_owned),
+            created_at: now,
+        };
+        self.tx.insert_session(&row)?;
+        self.tx.insert_branch(&BranchRow {
+            session: row.id,
+            name: BranchName::main(),
+            head: None,
+            state: None,
+            sealed: false,
+            created_at: now,
+        })?;
+        Ok(row)
+    }
+
+    /// Appends one message to a branch.
+    pub fn append(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        d: &Draft,
+    ) -> Result<StoredNode> {
+        let tx = &mut *self.tx;
+        let b = open_branch(tx, session, branch, true)?;
+        let ctx = head_ctx(tx, &b)?;
+        let stored = place_and_insert(tx, &b, ctx, d)?;
+        if !tx.cas_head(session, branch, b.head.as_ref(), &stored.hash)? {
+            return Err(StoreError::Conflict(1));
+        }
+        Ok(stored)
+    }
+
+    /// Appends many messages to a branch, moving its head once.
+    pub fn append_many(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        drafts: &[Draft],
+    ) -> Result<Vec<NodeHash>> {
+        let tx = &mut *self.tx;
+        let mut b = open_branch(tx, session, branch, true)?;
+        let old_head = b.head;
+        let mut ctx = head_ctx(tx, &b)?;
+        let mut out = Vec::with_capacity(drafts.len());
+        for d in drafts {
+            let stored = place_and_insert(tx, &b, ctx, d)?;
+            ctx = stored.ctx;
+            b.head = Some(stored.hash);
+            out.push(stored.hash);
+        }
+        if let Some(last) = out.last()
+            && !tx.cas_head(session, branch, old_head.as_ref(), last)?
+        {
+            return Err(StoreError::Conflict(1));
+        }
+        Ok(out)
+    }
+
+    /// Creates branch `name` whose first node is a fork node after the node
+    /// `from` (a hash or unique prefix), starting from that node's state.
+    /// Costs the same at any depth: nothing is copied or walked.
+    pub fn fork(
+        &mut self,
+        session: &SessionId,
+        from: &HashPrefix,
+        name: &BranchName,
+        now: Millis,
+    ) -> Result<StoredNode> {
+        let tx = &mut *self.tx;
+        let sess = tx
+            .session(session)?
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+        let point = resolve_in(tx, from)?;
+        if point.node.session != *session {
+            return Err(StoreError::WrongSession {
+                node: point.hash.to_hex(),
+                owner: point.node.session.to_string(),
+                session: session.to_string(),
+            });
+        }
+        if tx.branch(session, name)?.is_some() {
+            return Err(StoreError::BranchExists {
+                session: session.to_string(),
+                branch: name.to_string(),
+            });
+        }
+        let event = TimelineEvent {
+            branch: name.clone(),
+            sealed_as: None,
+            nonce: nonce(),
+        };
+        let node = timeline_node(Kind::Fork, &sess, point.hash, now, event);
+        let ctx = point.ctx.after(&node);
+        let hash = node.hash();
+        tx.put_blob(&node.payload, b"")?;
+        let seq = tx.insert_node(&hash, &node, &ctx)?;
+        tx.insert_branch(&BranchRow {
+            session: *session,
+            name: name.clone(),
+            head: Some(hash),
+            state: point.ctx.state,
+            sealed: false,
+            created_at: now,
+        })?;
+        Ok(StoredNode {
+            seq,
+            hash,
+            node,
+            ctx,
+        })
+    }
+
+    /// Makes `branch` canonical: seals `main` as `broken-YYYY-MM-DD[-N]`,
+    /// renames `branch` to `main` and appends a promote node to it.
+    pub fn promote(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        now: Millis,
+    ) -> Result<Promoted> {
+        if branch.is_main() {
+            return Err(StoreError::PromoteMain);
+        }
+        let tx = &mut *self.tx;
+        let sess = tx
+            .session(session)?
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+        let b = open_branch(tx, session, branch, true)?;
+        let main = BranchName::main();
+        let taken: Vec<String> = tx
+            .branches(Some(session))?
+            .into_iter()
+            .map(|b| b.name.as_str().to_owned())
+            .collect();
+        let sealed_as = sealed_name(now, |n| taken.iter().any(|t| t == n));
+        if tx.branch(session, &main)?.is_some() {
+            tx.rename_branch(session, &main, &sealed_as, true)?;
+        }
+        tx.rename_branch(session, branch, &main, false)?;
+        let head = b
+            .head
+            .ok_or_else(|| StoreError::Corrupt(format!("branch `{branch}` has no head")))?;
+        let parent = tx
+            .node(&head)?
+            .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+        let event = TimelineEvent {
+            branch: branch.clone(),
+            sealed_as: Some(sealed_as.clone()),
+            nonce: nonce(),
+        };
+        let node = timeline_node(Kind::Promote, &sess, head, now, event);
+        let ctx = parent.ctx.after(&node);
+        let hash = node.hash();
+        tx.put_blob(&node.payload, b"")?;
+        let seq = tx.insert_node(&hash, &node, &ctx)?;
+        if !tx.cas_head(session, &main, Some(&head), &hash)? {
+            return Err(StoreError::Conflict(1));
+        }
+        Ok(Promoted {
+            node: StoredNode {
+                seq,
+                hash,
+                node,
+                ctx,
+            },
+            sealed_as,
+        })
+    }
+
+    /// Sets `key` on the branch's working state; returns the new root.
+    pub fn state_put(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        key: &str,
+        value: &[u8],
+    ) -> Result<StateRoot> {
+        let tx = &mut *self.tx;
+        let b = open_branch(tx, session, branch, true)?;
+        let root = b.state.unwrap_or_else(state::empty_root);
+        let vh = content_hash(value);
+        tx.put_blob(&vh, value)?;
+        let new = state::put(&mut TxNodes(tx), &root, key.as_bytes(), vh).map_err(state_err)?;
+        tx.set_branch_state(session, branch, Some(&new))?;
+        Ok(new)
+    }
+
+    /// Removes `key` from the branch's working state.
+    pub fn state_delete(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        key: &str,
+    ) -> Result<(StateRoot, bool)> {
+        let tx = &mut *self.tx;
+        let b = open_branch(tx, session, branch, true)?;
+        let root = b.state.unwrap_or_else(state::empty_root);
+        let new = state::delete(&mut TxNodes(tx), &root, key.as_bytes()).map_err(state_err)?;
+        tx.set_branch_state(session, branch, Some(&new))?;
+        Ok((new, new != root))
+    }
+
+    /// A timeline with payloads, as seen inside this transaction.
+    pub fn timeline(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+    ) -> Result<Vec<TimelineNode>> {
+        timeline_in(self.tx, session, branch)
+    }
+}
+
+fn timeline_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+) -> Result<Vec<TimelineNode>> {
+    let b = open_branch(tx, session, branch, false)?;
+    let Some(head) = b.head else {
+        return Ok(Vec::new());
+    };
+    let rows = tx.session_nodes(session, true)?;
+    let index: std::collections::HashMap<NodeHash, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| (s.hash, i))
+        .collect();
+    let mut chain = Vec::new();
+    let mut cur = Some(head);
+    while let Some(h) = cur {
+        let &i = index
+            .get(&h)
+            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
+        chain.push(i);
+        cur = rows[i].0.node.parent;
+        if chain.len() > rows.len() {
+            return Err(StoreError::Corrupt(format!(
+                "branch `{branch}` has a parent cycle"
+            )));
+        }
+    }
+    let mut rows: Vec<Option<(StoredNode, Option<Vec<u8>>)>> = rows.into_iter().map(Some).collect();
+    Ok(chain
+        .into_iter()
+        .rev()
+        .filter_map(|i| rows[i].take())
+        .map(|(stored, payload)| TimelineNode {
+            stored,
+            payload: payload.unwrap_or_default(),
+        })
+        .collect())
 }
 
 fn timeline_node(
@@ -625,21 +731,6 @@ fn place_and_insert(tx: &mut dyn Tx, b: &BranchRow, ctx: Context, d: &Draft) -> 
         node,
         ctx: next,
     })
-}
-
-fn append_in(
-    tx: &mut dyn Tx,
-    session: &SessionId,
-    branch: &BranchName,
-    d: &Draft,
-) -> Result<StoredNode> {
-    let b = open_branch(tx, session, branch, true)?;
-    let ctx = head_ctx(tx, &b)?;
-    let stored = place_and_insert(tx, &b, ctx, d)?;
-    if !tx.cas_head(session, branch, b.head.as_ref(), &stored.hash)? {
-        return Err(StoreError::Conflict(1));
-    }
-    Ok(stored)
 }
 
 pub(crate) fn resolve_in(tx: &mut dyn Tx, p: &HashPrefix) -> Result<StoredNode> {

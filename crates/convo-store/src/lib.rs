@@ -17,5 +17,5 @@ mod verify;
 
 pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 pub use error::{Result, StoreError};
-pub use ledger::{Draft, Promoted, Store, TimelineNode};
+pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode};
 pub use verify::{Problem, VerifyReport};
