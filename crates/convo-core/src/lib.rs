@@ -11,6 +11,7 @@
 //! it depends on none of them. Nothing here touches the file system, the
 //! clock, the environment or a terminal: the current time is always passed
 //! in by the caller.
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod hash;
 mod ids;

@@ -161,7 +161,11 @@ pub fn empty_root() -> StateRoot {
 
 fn nibble(kh: &[u8; 32], depth: usize) -> usize {
     let b = kh[depth / 2];
-    usize::from(if depth % 2 == 0 { b >> 4 } else { b & 0x0f })
+    usize::from(if depth.is_multiple_of(2) {
+        b >> 4
+    } else {
+        b & 0x0f
+    })
 }
 
 fn key_hash(key: &[u8]) -> [u8; 32] {
@@ -347,11 +351,14 @@ fn delete_at<S: StateNodes>(
     Ok(Removed::Node(save(store, &node)?))
 }
 
+/// Keys and value hashes, sorted by key.
+pub type Entries = Vec<(Vec<u8>, ContentHash)>;
+
 /// Every key and value hash in the version `root`, sorted by key.
 pub fn list<S: StateNodes>(
     store: &mut S,
     root: &StateRoot,
-) -> Result<Vec<(Vec<u8>, ContentHash)>, StateError<S::Error>> {
+) -> Result<Entries, StateError<S::Error>> {
     let mut out = Vec::new();
     let mut stack = vec![root.0];
     while let Some(h) = stack.pop() {

@@ -93,7 +93,7 @@ impl Context {
             }),
             Kind::Request => Ok(Placement {
                 submission: open()?,
-                sequence: Some(self.last_sequence + 1),
+                sequence: Some(self.last_sequence.saturating_add(1)),
             }),
             Kind::Response => {
                 let submission = open()?;
@@ -123,7 +123,7 @@ impl Context {
     /// The context as of `node`, appended after a node with this context.
     pub fn after(&self, node: &Node) -> Context {
         let mut c = *self;
-        c.depth += 1;
+        c.depth = c.depth.saturating_add(1);
         match node.kind {
             Kind::Invoke => {
                 c.submission = node.submission;

@@ -55,6 +55,12 @@ pub struct StoredNode {
     pub ctx: Context,
 }
 
+/// Called with each node row, or why it does not decode.
+pub type NodeVisitor<'a> = dyn FnMut(std::result::Result<StoredNode, String>) -> Result<()> + 'a;
+
+/// Called with each blob's address and bytes.
+pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
+
 /// Row-level operations inside one transaction.
 ///
 /// Reads see the transaction's snapshot; writes become visible at commit.
@@ -105,14 +111,15 @@ pub trait Tx {
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
     /// Up to `limit` nodes with `seq > after`, in follow order.
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>>;
-    /// Calls `f` on every node in follow order.
-    fn scan_nodes(&mut self, f: &mut dyn FnMut(StoredNode) -> Result<()>) -> Result<()>;
+    /// Calls `f` on every node in follow order; a row that does not decode
+    /// is passed as `Err(what)` so a scan can report it and go on.
+    fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()>;
 
     /// Stores bytes under their hash; a no-op when already present.
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()>;
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>>;
     /// Calls `f` on every blob's address and bytes.
-    fn scan_blobs(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()>;
+    fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()>;
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;

@@ -420,6 +420,9 @@ impl Ledger<'_> {
         let mut out = Vec::with_capacity(drafts.len());
         for d in drafts {
             let stored = place_and_insert(tx, &b, ctx, d)?;
+            if d.kind == Kind::Complete && d.state.is_some() {
+                b.state = d.state;
+            }
             ctx = stored.ctx;
             b.head = Some(stored.hash);
             out.push(stored.hash);

@@ -35,6 +35,12 @@ impl std::fmt::Debug for Sqlite {
 }
 
 fn db(e: rusqlite::Error) -> StoreError {
+    if matches!(
+        e,
+        rusqlite::Error::FromSqlConversionFailure(..) | rusqlite::Error::InvalidColumnType(..)
+    ) {
+        return StoreError::Corrupt(e.to_string());
+    }
     if is_busy(&e) {
         return StoreError::Busy(BUSY_BUDGET.as_secs());
     }
@@ -210,6 +216,20 @@ fn opt_digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Digest>> {
         .transpose()
 }
 
+fn unsigned(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
+    u64::try_from(r.get::<_, i64>(i)?).map_err(|_| corrupt("a stored count is negative"))
+}
+
+/// Bytes of a BLOB or TEXT column (an edit may have changed the type).
+fn bytes(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Vec<u8>>> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => None,
+        ValueRef::Blob(b) | ValueRef::Text(b) => Some(b.to_vec()),
+        _ => return Err(corrupt("a stored byte string has a numeric type")),
+    })
+}
+
 fn session_id(r: &Row<'_>, i: usize) -> rusqlite::Result<SessionId> {
     let s: String = r.get(i)?;
     SessionId::parse(&s).map_err(|_| corrupt("a stored session id is malformed"))
@@ -249,28 +269,31 @@ fn node_row(r: &Row<'_>) -> rusqlite::Result<StoredNode> {
     };
     let seq: Option<i64> = r.get(6)?;
     Ok(StoredNode {
-        seq: r.get::<_, i64>(0)? as u64,
+        seq: unsigned(r, 0)?,
         hash: NodeHash(digest(r, 1)?),
         node: Node {
             parent: opt_digest(r, 3)?.map(NodeHash),
             kind,
             session: session_id(r, 2)?,
             submission: opt_digest(r, 5)?.map(SubmissionId),
-            sequence: seq.map(|s| s as u32),
+            sequence: seq
+                .map(|s| u32::try_from(s).map_err(|_| corrupt("a stored sequence is out of range")))
+                .transpose()?,
             from: r.get(7)?,
             to: r.get(8)?,
             payload: ContentHash(digest(r, 9)?),
-            payload_len: r.get::<_, i64>(10)? as u64,
+            payload_len: unsigned(r, 10)?,
             diagnostics: Diagnostics::from_stored(r.get(11)?),
             state: opt_digest(r, 12)?.map(StateRoot),
             created_at: r.get(13)?,
             event,
         },
         ctx: Context {
-            depth: r.get::<_, i64>(17)? as u64,
+            depth: unsigned(r, 17)?,
             submission: opt_digest(r, 18)?.map(SubmissionId),
             open: r.get(19)?,
-            last_sequence: r.get::<_, i64>(20)? as u32,
+            last_sequence: u32::try_from(r.get::<_, i64>(20)?)
+                .map_err(|_| corrupt("a stored sequence is out of range"))?,
             state: opt_digest(r, 21)?.map(StateRoot),
         },
     })
@@ -532,11 +555,9 @@ impl Tx for SqliteTx<'_> {
             format!("SELECT {NODE_COLS}, NULL FROM nodes WHERE session = ?1 ORDER BY seq")
         };
         let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-        st.query_map([s.to_string()], |r| {
-            Ok((node_row(r)?, r.get::<_, Option<Vec<u8>>>(22)?))
-        })
-        .and_then(|r| r.collect())
-        .map_err(db)
+        st.query_map([s.to_string()], |r| Ok((node_row(r)?, bytes(r, 22)?)))
+            .and_then(|r| r.collect())
+            .map_err(db)
     }
 
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
@@ -551,7 +572,7 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)
     }
 
-    fn scan_nodes(&mut self, f: &mut dyn FnMut(StoredNode) -> Result<()>) -> Result<()> {
+    fn scan_nodes(&mut self, f: &mut crate::backend::NodeVisitor<'_>) -> Result<()> {
         let mut st = self
             .tx
             .prepare(&format!("SELECT {NODE_COLS} FROM nodes ORDER BY seq"))
@@ -559,10 +580,10 @@ impl Tx for SqliteTx<'_> {
         let mut rows = st.query([]).map_err(db)?;
         while let Some(r) = rows.next().map_err(db)? {
             match node_row(r) {
-                Ok(n) => f(n)?,
+                Ok(n) => f(Ok(n))?,
                 Err(e) => {
                     let seq: i64 = r.get(0).unwrap_or(-1);
-                    return Err(StoreError::Corrupt(format!("node row {seq}: {e}")));
+                    f(Err(format!("node row seq={seq} does not decode: {e}")))?;
                 }
             }
         }
@@ -581,13 +602,14 @@ impl Tx for SqliteTx<'_> {
         self.tx
             .prepare_cached("SELECT data FROM blobs WHERE hash = ?1")
             .and_then(|mut st| {
-                st.query_row([h.as_bytes().as_slice()], |r| r.get(0))
+                st.query_row([h.as_bytes().as_slice()], |r| bytes(r, 0))
                     .optional()
             })
+            .map(Option::flatten)
             .map_err(db)
     }
 
-    fn scan_blobs(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+    fn scan_blobs(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
         let mut st = self
             .tx
             .prepare("SELECT hash, data FROM blobs ORDER BY id")

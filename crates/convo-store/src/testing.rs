@@ -377,8 +377,11 @@ pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {
     assert!(r.state_roots >= 3);
 }
 
+/// A named contract case.
+pub type Case = (&'static str, fn(&mut Store));
+
 /// Every contract test, by name.
-pub const ALL: &[(&str, fn(&mut Store))] = &[
+pub const ALL: &[Case] = &[
     (
         "sessions_are_found_by_id_prefix_and_title",
         sessions_are_found_by_id_prefix_and_title,

@@ -94,11 +94,21 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         r.problem(format!("blob {o}"), why);
     }
 
+    let sessions: HashSet<SessionId> = tx.sessions()?.into_iter().map(|s| s.id).collect();
+    let mut orphans: std::collections::BTreeSet<SessionId> = std::collections::BTreeSet::new();
     let mut seen: HashMap<NodeHash, Seen> = HashMap::new();
     let mut roots: HashSet<StateRoot> = HashSet::new();
     let mut problems = Vec::new();
-    tx.scan_nodes(&mut |s| {
+    let mut undecodable = Vec::new();
+    tx.scan_nodes(&mut |row| {
         r.nodes += 1;
+        let s = match row {
+            Ok(s) => s,
+            Err(why) => {
+                undecodable.push(why);
+                return Ok(());
+            }
+        };
         let mut bad = |why: String| problems.push((s.hash, why));
         let node = &s.node;
         let recomputed = node.hash();
@@ -152,6 +162,9 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
                 bad("its stored context (depth, submission, state in effect) does not follow from its parent".into());
             }
         }
+        if !sessions.contains(&node.session) {
+            orphans.insert(node.session);
+        }
         if let Some(st) = node.state {
             roots.insert(st);
         }
@@ -164,9 +177,15 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
     for (h, why) in problems {
         r.problem(format!("node {h}"), why);
     }
+    for why in undecodable {
+        r.problem("node row".to_owned(), why);
+    }
 
     for b in tx.branches(None)? {
         r.branches += 1;
+        if !sessions.contains(&b.session) {
+            orphans.insert(b.session);
+        }
         let object = format!("branch {}/{}", b.session, b.name);
         if let Some(h) = b.head {
             match seen.get(&h) {
@@ -181,6 +200,13 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         if let Some(st) = b.state {
             roots.insert(st);
         }
+    }
+
+    for s in orphans {
+        r.problem(
+            format!("session {s}"),
+            format!("session {s} has nodes or branches but no session row"),
+        );
     }
 
     let mut walked = HashSet::new();

@@ -1,1 +1,911 @@
+//! A store edited behind convo's back.
+//!
+//! Each test builds the same busy SQLite store in a temporary directory
+//! (several turns, state writes, a fork and a promote), checks that
+//! `verify` finds it clean, then edits one thing with a separate SQLite
+//! connection, the way a user with the `sqlite3` shell or a buggy tool
+//! would, and checks that `verify` names the object that was touched and
+//! says why. Rows that no longer decode must give an error or a problem,
+//! never a panic.
 
+use convo_core::hash::content_hash;
+use convo_core::state::{Entry, MapNode};
+use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId, StateRoot};
+use convo_store::testing::{draft, turn};
+use convo_store::{Store, StoreError, VerifyReport};
+use rusqlite::{Connection, params};
+use std::path::PathBuf;
+
+/// 2026-02-13, so the sealed timeline is `broken-2026-02-13`.
+const DAY: i64 = 1_770_993_005_000;
+
+/// The store built by [`Fx::new`], and the names of what is in it.
+struct Fx {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    ses: SessionId,
+    /// The three turns of the old `main` (invoke, request, response, complete).
+    t1: Vec<NodeHash>,
+    t2: Vec<NodeHash>,
+    t3: Vec<NodeHash>,
+    /// The fork node of `fix`, after `t2[3]`.
+    fork: NodeHash,
+    /// The turn appended to `fix`.
+    tf: Vec<NodeHash>,
+    /// The promote node, head of the new `main`.
+    promote: NodeHash,
+    /// The name the old `main` was sealed under.
+    sealed: BranchName,
+    /// The state carried by `t1[3]` (20 keys, so the trie has inner nodes).
+    root1: StateRoot,
+    /// The state carried by `t2[3]`.
+    root2: StateRoot,
+}
+
+fn main() -> BranchName {
+    BranchName::main()
+}
+
+fn prefix(h: &NodeHash) -> HashPrefix {
+    HashPrefix::parse(&h.to_hex()).unwrap()
+}
+
+impl Fx {
+    fn new() -> Fx {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("convo.db");
+        let mut s = Store::open(&format!("sqlite://{}", path.display())).unwrap();
+        let ses = s.create_session("agent", Some("tamper"), DAY).unwrap().id;
+        for i in 0..20 {
+            s.state_put(&ses, &main(), &format!("k{i}"), format!("v{i}").as_bytes())
+                .unwrap();
+        }
+        let t1 = turn(&mut s, &ses, &main(), "one", DAY + 10);
+        s.state_put(&ses, &main(), "k3", b"v3-changed").unwrap();
+        assert!(s.state_delete(&ses, &main(), "k4").unwrap().1);
+
+        // The second turn's response carries real diagnostics.
+        let mut t2 = Vec::new();
+        for (i, k) in [Kind::Invoke, Kind::Request, Kind::Response, Kind::Complete]
+            .into_iter()
+            .enumerate()
+        {
+            let mut d = draft(k, &format!("two/{k}"), DAY + 20 + i as i64);
+            if k == Kind::Response {
+                d.diagnostics = Diagnostics::parse(r#"{"status":200,"ms":12}"#).unwrap();
+            }
+            t2.push(s.append(&ses, &main(), &d).unwrap().hash);
+        }
+        let t3 = turn(&mut s, &ses, &main(), "three", DAY + 30);
+
+        let fix = BranchName::new("fix").unwrap();
+        let fork = s.fork(&ses, &prefix(&t2[3]), &fix, DAY + 40).unwrap().hash;
+        s.state_put(&ses, &fix, "fix", b"yes").unwrap();
+        let tf = turn(&mut s, &ses, &fix, "three-b", DAY + 50);
+        let pr = s.promote(&ses, &fix, DAY + 60).unwrap();
+        assert_eq!(pr.sealed_as.as_str(), "broken-2026-02-13");
+
+        let root1 = s.node(&prefix(&t1[3])).unwrap().node.state.unwrap();
+        let root2 = s.node(&prefix(&t2[3])).unwrap().node.state.unwrap();
+        assert_ne!(root1, root2);
+
+        let r = s.verify().unwrap();
+        assert!(
+            r.is_clean(),
+            "the untouched store is clean: {:#?}",
+            r.problems
+        );
+        assert_eq!(r.nodes, 12 + 1 + 4 + 1);
+        assert_eq!(r.branches, 2);
+        Fx {
+            _dir: dir,
+            path,
+            ses,
+            t1,
+            t2,
+            t3,
+            fork,
+            tf,
+            promote: pr.node.hash,
+            sealed: pr.sealed_as,
+            root1,
+            root2,
+        }
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&format!("sqlite://{}", self.path.display())).unwrap()
+    }
+
+    fn sql(&self) -> Connection {
+        Connection::open(&self.path).unwrap()
+    }
+
+    /// Runs one statement that must change exactly one row.
+    fn edit(&self, sql: &str, params: impl rusqlite::Params) {
+        let n = self.sql().execute(sql, params).unwrap();
+        assert_eq!(n, 1, "`{sql}` changed {n} rows");
+    }
+
+    /// Re-opens the store and verifies it; it must not be clean.
+    fn verify_dirty(&self) -> VerifyReport {
+        let r = self.store().verify().unwrap();
+        assert!(!r.is_clean(), "verify missed the edit");
+        for p in &r.problems {
+            assert!(
+                !p.reason.trim().is_empty(),
+                "a problem without a reason: {p:?}"
+            );
+        }
+        r
+    }
+}
+
+fn node_obj(h: &NodeHash) -> String {
+    format!("node {}", h.to_hex())
+}
+
+/// Asserts that some problem is about `object` and its reason mentions every
+/// piece of `says`.
+#[track_caller]
+fn expect(r: &VerifyReport, object: &str, says: &[&str]) {
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.object == object && says.iter().all(|s| p.reason.contains(s))),
+        "expected a problem on `{object}` saying {says:?}, got {:#?}",
+        r.problems
+    );
+}
+
+/// Asserts that every problem is about one of `objects` (no innocent object is blamed).
+#[track_caller]
+fn only(r: &VerifyReport, objects: &[String]) {
+    for p in &r.problems {
+        assert!(
+            objects.contains(&p.object),
+            "an untouched object was blamed: {p:?} (expected only {objects:?})"
+        );
+    }
+}
+
+/// Asserts that a problem on the node says its fields no longer hash to it.
+#[track_caller]
+fn expect_rehash(r: &VerifyReport, h: &NodeHash) {
+    expect(r, &node_obj(h), &["not to its stored hash"]);
+}
+
+#[test]
+fn a_flipped_payload_byte_names_the_blob_and_its_node() {
+    let fx = Fx::new();
+    let node = fx.t2[0];
+    let payload = fx.store().node(&prefix(&node)).unwrap().node.payload;
+    let conn = fx.sql();
+    let mut data: Vec<u8> = conn
+        .query_row(
+            "SELECT data FROM blobs WHERE hash = ?1",
+            [payload.as_bytes().as_slice()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(data, b"two/invoke");
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        params![data, payload.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    let blob = format!("blob {}", payload.to_hex());
+    expect(&r, &blob, &["do not hash to its address"]);
+    expect(&r, &node_obj(&node), &["payload", &payload.to_hex()]);
+    only(&r, &[blob, node_obj(&node)]);
+}
+
+#[test]
+fn a_parent_moved_to_another_node_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t3[0];
+    fx.edit(
+        "UPDATE nodes SET parent = ?1 WHERE hash = ?2",
+        params![fx.t1[3].as_bytes().as_slice(), node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    // Its context no longer follows from the (new) parent either.
+    expect(&r, &node_obj(&node), &["context"]);
+    only(&r, &[node_obj(&node)]);
+}
+
+#[test]
+fn a_timestamp_moved_by_one_millisecond_is_caught() {
+    let fx = Fx::new();
+    let node = fx.tf[2];
+    fx.edit(
+        "UPDATE nodes SET created_at = created_at + 1 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    only(&r, &[node_obj(&node)]);
+}
+
+#[test]
+fn a_changed_kind_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t1[3];
+    fx.edit(
+        "UPDATE nodes SET kind = ?1 WHERE hash = ?2 AND kind = ?3",
+        params![
+            Kind::Invoke.code(),
+            node.as_bytes().as_slice(),
+            Kind::Complete.code()
+        ],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    // As an invoke it would start another submission than the one stored.
+    expect(&r, &node_obj(&node), &["submission or sequence"]);
+    only(&r, &[node_obj(&node)]);
+
+    // A fork node relabelled as a promote has the wrong shape as well.
+    let fx = Fx::new();
+    fx.edit(
+        "UPDATE nodes SET kind = ?1 WHERE hash = ?2",
+        params![Kind::Promote.code(), fx.fork.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &fx.fork);
+    expect(&r, &node_obj(&fx.fork), &["promote", "sealed name"]);
+}
+
+#[test]
+fn an_edited_state_value_is_caught() {
+    let fx = Fx::new();
+    let value = content_hash(b"v7");
+    let mut s = fx.store();
+    assert_eq!(
+        s.state_get(&fx.root1, "k7").unwrap().as_deref(),
+        Some(&b"v7"[..])
+    );
+    drop(s);
+    fx.edit(
+        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        params![b"v8".as_slice(), value.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    let blob = format!("blob {}", value.to_hex());
+    expect(&r, &blob, &["do not hash to its address"]);
+    // Every state version holding the value is reported, through the first one walked.
+    assert!(
+        r.problems.iter().any(|p| p.object.starts_with("state ")
+            && p.reason.contains(&value.to_hex())
+            && p.reason.contains("missing or corrupt")),
+        "no state names the edited value: {:#?}",
+        r.problems
+    );
+    for p in &r.problems {
+        assert!(p.object == blob || p.object.starts_with("state "), "{p:?}");
+    }
+}
+
+#[test]
+fn an_edited_state_root_node_is_caught() {
+    let fx = Fx::new();
+    let conn = fx.sql();
+    let root = fx.root2;
+    let mut body: Vec<u8> = conn
+        .query_row(
+            "SELECT body FROM state_nodes WHERE hash = ?1",
+            [root.as_bytes().as_slice()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let last = body.len() - 1;
+    body[last] ^= 0x80;
+    fx.edit(
+        "UPDATE state_nodes SET body = ?1 WHERE hash = ?2",
+        params![body, root.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(
+        &r,
+        &format!("state {}", root.to_hex()),
+        &[&root.to_hex(), "do not hash to its address"],
+    );
+    only(&r, &[format!("state {}", root.to_hex())]);
+}
+
+#[test]
+fn an_edited_inner_state_node_is_caught() {
+    let fx = Fx::new();
+    let conn = fx.sql();
+    let body: Vec<u8> = conn
+        .query_row(
+            "SELECT body FROM state_nodes WHERE hash = ?1",
+            [fx.root1.as_bytes().as_slice()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    // 20 keys in 16 slots: at least one slot holds a subtree.
+    let child = MapNode::decode(&body)
+        .unwrap()
+        .slots
+        .into_iter()
+        .flatten()
+        .find_map(|e| match e {
+            Entry::Child(c) => Some(c),
+            Entry::Leaf(..) => None,
+        })
+        .expect("a root with 20 keys has an inner node");
+    let mut inner: Vec<u8> = conn
+        .query_row(
+            "SELECT body FROM state_nodes WHERE hash = ?1",
+            [child.0.as_slice()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    inner[2] ^= 0x01; // the first entry's tag: leaf <-> child
+    fx.edit(
+        "UPDATE state_nodes SET body = ?1 WHERE hash = ?2",
+        params![inner, child.0.as_slice()],
+    );
+    let r = fx.verify_dirty();
+    assert!(
+        r.problems.iter().any(|p| p.object.starts_with("state ")
+            && p.reason.contains(&child.to_hex())
+            && p.reason.contains("corrupt")),
+        "no state names the edited trie node {child}: {:#?}",
+        r.problems
+    );
+    for p in &r.problems {
+        assert!(p.object.starts_with("state "), "{p:?}");
+    }
+}
+
+#[test]
+fn a_branch_head_pointing_nowhere_is_caught() {
+    let fx = Fx::new();
+    let nowhere = convo_core::sha256(b"no such node");
+    fx.edit(
+        "UPDATE branches SET head = ?1 WHERE session = ?2 AND name = 'main'",
+        params![nowhere.0.as_slice(), fx.ses.to_string()],
+    );
+    let r = fx.verify_dirty();
+    let obj = format!("branch {}/main", fx.ses);
+    expect(&r, &obj, &[&nowhere.to_hex(), "not a stored node"]);
+    only(&r, &[obj]);
+    // Reading the timeline fails with a clear error, not a panic.
+    let err = fx.store().timeline(&fx.ses, &main()).unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt(_)), "{err}");
+    // The sealed timeline is untouched and still readable.
+    assert_eq!(
+        fx.store()
+            .timeline(&fx.ses, &fx.sealed)
+            .unwrap()
+            .last()
+            .unwrap()
+            .stored
+            .hash,
+        fx.t3[3]
+    );
+}
+
+#[test]
+fn a_head_moved_to_another_sessions_node_is_caught() {
+    let fx = Fx::new();
+    let mut s = fx.store();
+    let other = s.create_session("agent", None, DAY).unwrap().id;
+    let theirs = turn(&mut s, &other, &main(), "theirs", DAY);
+    drop(s);
+    fx.edit(
+        "UPDATE branches SET head = ?1 WHERE session = ?2 AND name = ?3",
+        params![
+            theirs[3].as_bytes().as_slice(),
+            fx.ses.to_string(),
+            fx.sealed.as_str()
+        ],
+    );
+    let r = fx.verify_dirty();
+    let obj = format!("branch {}/{}", fx.ses, fx.sealed);
+    expect(&r, &obj, &[&theirs[3].to_hex(), &other.to_string()]);
+    only(&r, &[obj]);
+}
+
+#[test]
+fn edited_diagnostics_are_caught() {
+    let fx = Fx::new();
+    let node = fx.t2[2];
+    let conn = fx.sql();
+    let diag: String = conn
+        .query_row(
+            "SELECT diagnostics FROM nodes WHERE hash = ?1",
+            [node.as_bytes().as_slice()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(diag, r#"{"ms":12,"status":200}"#, "stored canonical");
+    fx.edit(
+        "UPDATE nodes SET diagnostics = ?1 WHERE hash = ?2",
+        params![r#"{"ms":12,"status":500}"#, node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    only(&r, &[node_obj(&node)]);
+
+    // Same object, different text: the stored bytes are what is hashed.
+    let fx = Fx::new();
+    let node = fx.t2[2];
+    fx.edit(
+        "UPDATE nodes SET diagnostics = ?1 WHERE hash = ?2",
+        params![r#"{"status":200,"ms":12}"#, node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    only(&r, &[node_obj(&node)]);
+}
+
+#[test]
+fn an_edited_depth_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t2[1];
+    fx.edit(
+        "UPDATE nodes SET depth = depth + 1 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&node), &["context"]);
+    // Its hash is untouched: the context is derived, not hashed.
+    assert!(
+        !r.problems
+            .iter()
+            .any(|p| p.reason.contains("not to its stored hash")),
+        "{:#?}",
+        r.problems
+    );
+    // Only it and its child (whose context is computed from the edited one) are blamed.
+    only(&r, &[node_obj(&node), node_obj(&fx.t2[2])]);
+}
+
+#[test]
+fn an_edited_state_in_effect_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t2[0];
+    let mut s = fx.store();
+    assert_eq!(s.node(&prefix(&node)).unwrap().ctx.state, Some(fx.root1));
+    drop(s);
+    // Claim the state in effect after t2's invoke is t2's (later) state.
+    fx.edit(
+        "UPDATE nodes SET ctx_state = ?1 WHERE hash = ?2",
+        params![fx.root2.as_bytes().as_slice(), node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&node), &["context"]);
+    only(&r, &[node_obj(&node), node_obj(&fx.t2[1])]);
+
+    // Clearing it is caught as well.
+    let fx = Fx::new();
+    let node = fx.t3[0];
+    fx.edit(
+        "UPDATE nodes SET ctx_state = NULL WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&node), &["context"]);
+    only(&r, &[node_obj(&node), node_obj(&fx.t3[1])]);
+}
+
+#[test]
+fn an_edited_open_flag_or_sequence_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t3[3];
+    fx.edit(
+        "UPDATE nodes SET ctx_open = 1 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&node), &["context"]);
+
+    let fx = Fx::new();
+    let node = fx.t3[2];
+    fx.edit(
+        "UPDATE nodes SET sequence = 2 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    expect(&r, &node_obj(&node), &["timeline rule"]);
+}
+
+#[test]
+fn a_node_deleted_from_the_middle_of_a_chain_is_caught() {
+    let fx = Fx::new();
+    let gone = fx.t2[1];
+    let child = fx.t2[2];
+    fx.edit(
+        "DELETE FROM nodes WHERE hash = ?1",
+        [gone.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&child), &[&gone.to_hex(), "missing"]);
+    only(&r, &[node_obj(&child)]);
+    // Every timeline through the hole fails to read, with a clear error.
+    let mut s = fx.store();
+    for b in [main(), fx.sealed.clone()] {
+        let err = s.timeline(&fx.ses, &b).unwrap_err();
+        assert!(
+            matches!(&err, StoreError::Corrupt(m) if m.contains(&gone.to_hex())),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_deleted_head_node_is_caught() {
+    let fx = Fx::new();
+    fx.edit(
+        "DELETE FROM nodes WHERE hash = ?1",
+        [fx.promote.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    let obj = format!("branch {}/main", fx.ses);
+    expect(&r, &obj, &[&fx.promote.to_hex()]);
+    only(&r, &[obj]);
+}
+
+#[test]
+fn a_node_moved_after_its_child_in_the_follow_order_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t2[0];
+    fx.edit(
+        "UPDATE nodes SET seq = 1000 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&fx.t2[1]), &[&node.to_hex(), "missing"]);
+}
+
+#[test]
+fn a_deleted_payload_or_trie_node_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t3[1];
+    let payload = content_hash(b"three/request");
+    fx.edit(
+        "DELETE FROM blobs WHERE hash = ?1",
+        [payload.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&node), &[&payload.to_hex(), "missing"]);
+    only(&r, &[node_obj(&node)]);
+
+    let fx = Fx::new();
+    fx.edit(
+        "DELETE FROM state_nodes WHERE hash = ?1",
+        [fx.root2.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect(
+        &r,
+        &format!("state {}", fx.root2.to_hex()),
+        &[&fx.root2.to_hex(), "missing"],
+    );
+}
+
+#[test]
+fn a_payload_length_edit_is_caught() {
+    let fx = Fx::new();
+    let node = fx.t1[0];
+    fx.edit(
+        "UPDATE nodes SET payload_len = payload_len + 1 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let r = fx.verify_dirty();
+    expect_rehash(&r, &node);
+    expect(&r, &node_obj(&node), &["bytes, the node says"]);
+}
+
+#[test]
+fn a_working_state_pointing_nowhere_is_caught() {
+    let fx = Fx::new();
+    let nowhere = convo_core::sha256(b"no such state");
+    fx.edit(
+        "UPDATE branches SET state = ?1 WHERE session = ?2 AND name = 'main'",
+        params![nowhere.0.as_slice(), fx.ses.to_string()],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &format!("state {}", nowhere.to_hex()), &["missing"]);
+}
+
+/// Edits after which a node row no longer decodes, or decodes into nonsense.
+/// Each must make `verify` return an error or report a problem, and every
+/// other read return (an error or data), never panic.
+const UNDECODABLE: &[(&str, &str)] = &[
+    ("unknown kind", "UPDATE nodes SET kind = 99 WHERE hash = ?1"),
+    (
+        "kind out of u8 range",
+        "UPDATE nodes SET kind = 300 WHERE hash = ?1",
+    ),
+    (
+        "kind as text",
+        "UPDATE nodes SET kind = 'complete' WHERE hash = ?1",
+    ),
+    (
+        "hash of 5 bytes",
+        "UPDATE nodes SET hash = x'0102030405' WHERE hash = ?1",
+    ),
+    (
+        "hash as text",
+        "UPDATE nodes SET hash = 'abc' WHERE hash = ?1",
+    ),
+    (
+        "parent of 5 bytes",
+        "UPDATE nodes SET parent = x'0102030405' WHERE hash = ?1",
+    ),
+    (
+        "payload of 31 bytes",
+        "UPDATE nodes SET payload = substr(payload, 1, 31) WHERE hash = ?1",
+    ),
+    (
+        "malformed session",
+        "UPDATE nodes SET session = 'ses-nope' WHERE hash = ?1",
+    ),
+    (
+        "created_at as real",
+        "UPDATE nodes SET created_at = 1.5 WHERE hash = ?1",
+    ),
+    (
+        "negative sequence",
+        "UPDATE nodes SET sequence = -1 WHERE hash = ?1",
+    ),
+    (
+        "negative payload_len",
+        "UPDATE nodes SET payload_len = -1 WHERE hash = ?1",
+    ),
+    (
+        "diagnostics as blob",
+        "UPDATE nodes SET diagnostics = x'00ff' WHERE hash = ?1",
+    ),
+    (
+        "diagnostics not JSON",
+        "UPDATE nodes SET diagnostics = '{' WHERE hash = ?1",
+    ),
+    (
+        "event on a message",
+        "UPDATE nodes SET ev_branch = 'x', ev_nonce = zeroblob(16) WHERE hash = ?1",
+    ),
+    (
+        "invalid event branch",
+        "UPDATE nodes SET ev_branch = 'a b' WHERE hash = ?1",
+    ),
+    (
+        "nonce of 3 bytes",
+        "UPDATE nodes SET ev_branch = 'x', ev_nonce = x'010203' WHERE hash = ?1",
+    ),
+    (
+        "ctx_seq over u32",
+        "UPDATE nodes SET ctx_seq = 99999999999 WHERE hash = ?1",
+    ),
+    (
+        "ctx_sub of 5 bytes",
+        "UPDATE nodes SET ctx_sub = x'0102030405' WHERE hash = ?1",
+    ),
+];
+
+/// Edits that decode into integers at the edge of their type, so the next
+/// `+ 1` on them overflows (see `undecodable_integers_never_panic`).
+const OVERFLOWING: &[(&str, &str)] = &[
+    (
+        "negative depth",
+        "UPDATE nodes SET depth = -1 WHERE hash = ?1",
+    ),
+    (
+        "negative ctx_seq",
+        "UPDATE nodes SET ctx_seq = -1 WHERE hash = ?1",
+    ),
+    (
+        "ctx_seq of u32::MAX",
+        "UPDATE nodes SET ctx_seq = 4294967295 WHERE hash = ?1",
+    ),
+];
+
+/// Every read path over the edited store, for the never-panic checks.
+fn read_everything(fx: &Fx) {
+    let mut s = fx.store();
+    let _ = s.follow(0, 1000);
+    let _ = s.sessions();
+    let _ = s.find_session("tamper");
+    let _ = s.branches(&fx.ses);
+    for b in [main(), fx.sealed.clone()] {
+        let _ = s.branch(&fx.ses, &b);
+        let _ = s.timeline(&fx.ses, &b);
+        let _ = s.state_root(&fx.ses, &b, None);
+    }
+    for h in [fx.t2[0], fx.t3[3], fx.fork, fx.promote] {
+        let _ = s.node(&prefix(&h));
+        let _ = s.node(&HashPrefix::parse(&h.to_hex()[..8]).unwrap());
+        let _ = s.state_root(&fx.ses, &main(), Some(&prefix(&h)));
+    }
+    let _ = s.state_list(&fx.root1);
+    let _ = s.state_list(&fx.root2);
+}
+
+/// Edits one node at a time (a message with children, a complete on the
+/// sealed timeline, a fork and the promote at the head of `main`), each on a
+/// fresh store, and checks verify and the other reads.
+fn check_node_edits(edits: &[(&str, &str)]) {
+    for (what, sql) in edits {
+        for i in 0..4 {
+            let fx = Fx::new();
+            let target = [fx.t2[0], fx.t3[3], fx.fork, fx.promote][i];
+            let n = fx
+                .sql()
+                .execute(sql, [target.as_bytes().as_slice()])
+                .unwrap();
+            assert_eq!(n, 1, "{what}");
+            match fx.store().verify() {
+                Err(e) => {
+                    assert!(
+                        matches!(&e, StoreError::Corrupt(m) if m.contains("node row")),
+                        "{what} on {target}: verify failed with {e:?}, not as corrupt data"
+                    );
+                }
+                Ok(r) => {
+                    assert!(!r.is_clean(), "{what} on {target}: verify found nothing");
+                }
+            }
+            read_everything(&fx);
+            // A writer after the edit fails or succeeds, but does not panic either.
+            let mut s = fx.store();
+            let _ = s.append(&fx.ses, &main(), &draft(Kind::Invoke, "after", DAY + 100));
+            let _ = s.append(&fx.ses, &main(), &draft(Kind::Request, "after", DAY + 101));
+            let _ = s.fork(
+                &fx.ses,
+                &prefix(&target),
+                &BranchName::new("later").unwrap(),
+                DAY + 102,
+            );
+        }
+    }
+}
+
+#[test]
+fn undecodable_rows_give_errors_or_problems_never_panics() {
+    check_node_edits(UNDECODABLE);
+}
+
+#[test]
+fn undecodable_integers_never_panic() {
+    check_node_edits(OVERFLOWING);
+}
+
+#[test]
+fn an_out_of_range_integer_is_not_read_back_as_another_value() {
+    let fx = Fx::new();
+    let node = fx.t2[1]; // a request with sequence 1
+    fx.edit(
+        "UPDATE nodes SET sequence = sequence + 4294967296 WHERE hash = ?1",
+        [node.as_bytes().as_slice()],
+    );
+    let stored: i64 = fx
+        .sql()
+        .query_row(
+            "SELECT sequence FROM nodes WHERE hash = ?1",
+            [node.as_bytes().as_slice()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(stored, 4_294_967_297);
+    match fx.store().node(&prefix(&node)) {
+        Err(e) => assert!(matches!(e, StoreError::Corrupt(_)), "{e}"),
+        Ok(n) => panic!("sequence {stored} read back as {:?}", n.node.sequence),
+    }
+    fx.verify_dirty();
+}
+
+#[test]
+fn undecodable_branch_blob_and_trie_rows_give_errors_or_problems() {
+    let edits: &[(&str, &str)] = &[
+        (
+            "head of 5 bytes",
+            "UPDATE branches SET head = x'0102030405' WHERE name = 'main'",
+        ),
+        (
+            "state of 5 bytes",
+            "UPDATE branches SET state = x'0102030405' WHERE name = 'main'",
+        ),
+        (
+            "head as text",
+            "UPDATE branches SET head = 'main' WHERE name = 'main'",
+        ),
+        (
+            "invalid branch name",
+            "UPDATE branches SET name = 'a b' WHERE name = 'main'",
+        ),
+        (
+            "malformed branch session",
+            "UPDATE branches SET session = 'x' WHERE name = 'main'",
+        ),
+        (
+            "blob address of 5 bytes",
+            "UPDATE blobs SET hash = x'0102030405' WHERE id = 1",
+        ),
+        (
+            "blob address as text",
+            "UPDATE blobs SET hash = 'abc' WHERE id = 1",
+        ),
+    ];
+    let mut cases: Vec<(String, String)> = edits
+        .iter()
+        .map(|(w, s)| ((*w).to_owned(), (*s).to_owned()))
+        .collect();
+    // Trie nodes that a live version uses: emptied, truncated, garbage.
+    let fx = Fx::new();
+    for (what, body) in [
+        ("empty", "x''"),
+        ("truncated", "substr(body, 1, 5)"),
+        ("garbage", "x'ffff00'"),
+    ] {
+        for root in [fx.root1, fx.root2] {
+            cases.push((
+                format!("{what} trie node {root}"),
+                format!(
+                    "UPDATE state_nodes SET body = {body} WHERE hash = x'{}'",
+                    root.to_hex()
+                ),
+            ));
+        }
+    }
+    drop(fx);
+    for (what, sql) in &cases {
+        let fx = Fx::new();
+        let n = fx.sql().execute(sql, []).unwrap();
+        assert_eq!(n, 1, "{what}");
+        match fx.store().verify() {
+            Err(e) => assert!(
+                matches!(e, StoreError::Corrupt(_) | StoreError::Backend(_)),
+                "{what}: {e:?}"
+            ),
+            Ok(r) => assert!(!r.is_clean(), "{what}: verify found nothing"),
+        }
+        read_everything(&fx);
+    }
+}
+
+#[test]
+fn a_payload_stored_as_text_is_reported_or_still_readable() {
+    let fx = Fx::new();
+    let node = fx.t3[0];
+    let payload = content_hash(b"three/invoke");
+    fx.edit(
+        "UPDATE blobs SET data = CAST(data AS TEXT) WHERE hash = ?1",
+        [payload.as_bytes().as_slice()],
+    );
+    let r = fx.store().verify().unwrap();
+    let read = fx.store().blob(&payload);
+    let timeline = fx.store().timeline(&fx.ses, &fx.sealed);
+    assert!(
+        !r.is_clean() || (read.is_ok() && timeline.is_ok()),
+        "verify is clean but reads fail: blob {read:?}, timeline {:?}",
+        timeline.map(|t| t.len())
+    );
+    if let Ok(t) = fx.store().timeline(&fx.ses, &fx.sealed) {
+        let n = t.iter().find(|n| n.stored.hash == node).unwrap();
+        assert_eq!(n.payload, b"three/invoke");
+    }
+}
+
+#[test]
+fn a_deleted_session_row_is_caught() {
+    let fx = Fx::new();
+    fx.edit("DELETE FROM sessions WHERE id = ?1", [fx.ses.to_string()]);
+    // The session is gone from every listing while its nodes remain.
+    assert!(fx.store().sessions().unwrap().is_empty());
+    assert!(fx.store().find_session(&fx.ses.to_string()).is_err());
+    let r = fx.verify_dirty();
+    assert!(
+        r.problems
+            .iter()
+            .any(|p| p.reason.contains(&fx.ses.to_string())),
+        "{:#?}",
+        r.problems
+    );
+}
