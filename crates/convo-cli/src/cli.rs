@@ -47,6 +47,9 @@ pub enum Command {
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote
     Demo(JsonFlag),
+    /// Project the store into a git repository, or check that projection
+    #[command(subcommand)]
+    Git(crate::commands::git::GitCmd),
 }
 
 #[derive(Args, Debug)]

@@ -5,3 +5,4 @@ mod common;
 mod test_cli;
 mod test_concurrency;
 mod test_crash;
+mod test_git;

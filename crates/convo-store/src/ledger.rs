@@ -289,6 +289,22 @@ impl Store {
         self.read(|tx| tx.nodes_since(after, limit))
     }
 
+    /// Like [`Store::follow`], with each node's payload, in one snapshot.
+    pub fn follow_with_payloads(&mut self, after: u64, limit: usize) -> Result<Vec<TimelineNode>> {
+        self.read(|tx| {
+            let nodes = tx.nodes_since(after, limit)?;
+            nodes
+                .into_iter()
+                .map(|stored| {
+                    let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
+                        StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
+                    })?;
+                    Ok(TimelineNode { stored, payload })
+                })
+                .collect()
+        })
+    }
+
     /// The state root as of a node (hash or prefix) or, without one, the
     /// branch's working state.
     pub fn state_root(

@@ -2,6 +2,7 @@
 
 pub mod branch;
 pub mod demo;
+pub mod git;
 pub mod ingest;
 pub mod log;
 pub mod record;
@@ -142,5 +143,6 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Verify(a) => verify::run(&env, a.json),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
+        Command::Git(c) => git::run(&env, c),
     }
 }

@@ -1,0 +1,494 @@
+//! The git projection, checked with the real `git`.
+
+use crate::common::TestEnv;
+use std::path::Path;
+use std::process::Command;
+
+fn git(repo: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn refs(repo: &Path) -> String {
+    git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"])
+        + &git(repo, &["symbolic-ref", "HEAD"])
+}
+
+/// A session with turns, a service call, state, a fork with its own turns, and a second session.
+fn populate(t: &TestEnv) -> (String, String) {
+    let s = t.session("researcher");
+    t.run(&["state", "put", &s, "k", "v"]).ok();
+    t.run(&["say", &s, "--user", "hello", "--agent", "hi"]).ok();
+    let fork_point = t.run(&["log", &s, "-n", "1", "--json"]).json()[0]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.run(&["record", &s, "invoke", "--payload", "weather?"])
+        .ok();
+    t.run(&[
+        "record",
+        &s,
+        "request",
+        "--to",
+        "infer",
+        "--payload",
+        "{\"q\":\"weather\"}",
+    ])
+    .ok();
+    t.run(&[
+        "record",
+        &s,
+        "response",
+        "--from",
+        "infer",
+        "--payload",
+        "sunny",
+        "--diagnostics",
+        "{\"status\":200,\"x\":null}",
+    ])
+    .ok();
+    t.run(&["record", &s, "complete", "--payload", "It is sunny."])
+        .ok();
+    t.run(&[
+        "session",
+        "fork",
+        &s,
+        "--from",
+        &fork_point,
+        "--branch",
+        "retry",
+    ])
+    .ok();
+    t.run(&[
+        "say",
+        &s,
+        "--branch",
+        "retry",
+        "--user",
+        "weather, briefly?",
+        "--agent",
+        "Sunny.",
+    ])
+    .ok();
+    let other = t.session("other");
+    t.run(&["say", &other, "--user", "x", "--agent", "y"]).ok();
+    (s, other)
+}
+
+#[test]
+fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
+    let t = TestEnv::new();
+    let (s, _) = populate(&t);
+    let out = t.run(&["git", "sync"]).ok();
+    assert!(out.starts_with("11 nodes, 11 commits"), "{out}");
+    let repo = t.home().join("conversations");
+    git(&repo, &["fsck", "--strict"]);
+    // Subjects and trailers.
+    let subjects = git(
+        &repo,
+        &["log", "--reverse", "--format=%s", &format!("{s}/main")],
+    );
+    let subjects: Vec<&str> = subjects.lines().collect();
+    assert_eq!(subjects[0], "invoke: cli → researcher");
+    assert_eq!(subjects[3], "request: researcher → infer");
+    assert_eq!(subjects[4], "response: infer → researcher");
+    let body = git(&repo, &["log", "-1", "--format=%B", &format!("{s}/main")]);
+    let parsed = Command::new("git")
+        .args(["interpret-trailers", "--parse"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            std::io::Write::write_all(c.stdin.as_mut().unwrap(), body.as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let trailers = String::from_utf8_lossy(&parsed.stdout);
+    let head = t.run(&["log", &s, "-n", "1", "--json"]).json()[0].clone();
+    assert!(trailers.contains(&format!("Session: {s}")), "{trailers}");
+    assert!(
+        trailers.contains(&format!("Node: {}", head["hash"].as_str().unwrap())),
+        "{trailers}"
+    );
+    assert!(
+        trailers.contains(&format!(
+            "Submission: {}",
+            head["submission"].as_str().unwrap()
+        )),
+        "{trailers}"
+    );
+    assert!(
+        trailers.contains(&format!("State: {}", head["state"].as_str().unwrap())),
+        "{trailers}"
+    );
+    // git diff main...retry shows exactly the fork's messages.
+    let diff = git(
+        &repo,
+        &["diff", "--name-only", &format!("{s}/main...{s}/retry")],
+    );
+    let dirs: std::collections::BTreeSet<&str> =
+        diff.lines().map(|l| l.split('/').next().unwrap()).collect();
+    assert_eq!(dirs.len(), 3, "{diff}");
+    assert!(
+        dirs.iter().any(|d| d.ends_with("-platform-fork")),
+        "{dirs:?}"
+    );
+    assert!(
+        dirs.iter().any(|d| d.ends_with("-cli-invoke"))
+            && dirs.iter().any(|d| d.ends_with("-researcher-complete"))
+    );
+    // A checkout gives the files the layout promises.
+    let wt = t.home().join("checkout");
+    let out = Command::new("git")
+        .args(["clone", "-q", "-b", &format!("{s}/main")])
+        .arg(&repo)
+        .arg(&wt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&wt)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert!(names.contains(&"agent.toml".to_owned()));
+    let response = names
+        .iter()
+        .find(|n| n.ends_with("-infer-response"))
+        .unwrap();
+    let d = wt.join(response);
+    assert_eq!(std::fs::read(d.join("payload")).unwrap(), b"sunny");
+    assert_eq!(
+        std::fs::read_to_string(d.join("kind")).unwrap(),
+        "response\n"
+    );
+    assert_eq!(std::fs::read_to_string(d.join("sequence")).unwrap(), "1\n");
+    let toml = std::fs::read_to_string(d.join("diagnostics.toml")).unwrap();
+    assert!(toml.contains("status = 200"), "{toml}");
+    assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
+}
+
+#[test]
+fn sync_is_incremental_and_equals_a_rebuild() {
+    let t = TestEnv::new();
+    let (s, _) = populate(&t);
+    let repo = t.home().join("conversations");
+    t.run(&["git", "sync"]).ok();
+    let packs_before = std::fs::read_dir(repo.join("objects/pack"))
+        .unwrap()
+        .count();
+    t.run(&["say", &s, "--user", "more", "--agent", "sure"])
+        .ok();
+    t.run(&["session", "promote", &s, "--branch", "retry"]).ok();
+    let out = t.run(&["git", "sync"]).ok();
+    assert!(out.starts_with("3 nodes, 3 commits"), "{out}");
+    assert!(
+        t.run(&["git", "sync"]).ok().starts_with("0 nodes"),
+        "nothing is written twice"
+    );
+    assert!(
+        std::fs::read_dir(repo.join("objects/pack"))
+            .unwrap()
+            .count()
+            > packs_before
+    );
+    let loose = std::fs::read_dir(repo.join("objects"))
+        .unwrap()
+        .filter(|e| {
+            let n = e.as_ref().unwrap().file_name();
+            n.len() == 2
+        });
+    assert_eq!(loose.count(), 0, "no loose objects");
+    let incremental = refs(&repo);
+    assert!(incremental.contains("/broken-"), "{incremental}");
+    assert!(
+        !incremental.contains("/retry "),
+        "the promoted branch was renamed: {incremental}"
+    );
+    let rebuilt = t.home().join("rebuilt");
+    t.run(&["git", "sync", "--repo", rebuilt.to_str().unwrap()])
+        .ok();
+    assert_eq!(refs(&rebuilt), incremental);
+    t.run(&["git", "sync", "--rebuild"]).ok();
+    assert_eq!(
+        refs(&repo),
+        incremental,
+        "--rebuild yields the same commit ids"
+    );
+    assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
+}
+
+#[test]
+fn sessions_layout_matches_the_seed_schema() {
+    let t = TestEnv::new();
+    let (s, _) = populate(&t);
+    let repo = t.home().join("sess");
+    t.run(&[
+        "git",
+        "sync",
+        "--layout",
+        "sessions",
+        "--repo",
+        repo.to_str().unwrap(),
+    ])
+    .ok();
+    git(&repo, &["fsck", "--strict"]);
+    let files = git(&repo, &["ls-tree", "--name-only", &format!("{s}/main")]);
+    let file = files.trim();
+    let short = &s[4..12];
+    assert!(
+        file.ends_with(&format!("_researcher_{short}.json")),
+        "{file}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&git(&repo, &["show", &format!("{s}/main:{file}")])).unwrap();
+    assert_eq!(json["open"], serde_json::Value::Null);
+    assert_eq!(json["session"], s.as_str());
+    assert_eq!(json["agent"], "researcher");
+    let history = json["history"].as_array().unwrap();
+    assert_eq!(history.len(), 4);
+    assert_eq!(history[2]["user"], "weather?");
+    assert_eq!(history[3]["agent"], "It is sunny.");
+    let sub = history[2]["submission"].as_str().unwrap();
+    assert_eq!(
+        git(&repo, &["log", "-1", "--format=%s", sub]).trim(),
+        "user"
+    );
+    let agent_msg = git(&repo, &["log", "-1", "--format=%B", &format!("{s}/main")]);
+    assert!(
+        agent_msg.starts_with("agent\n\nIt is sunny."),
+        "{agent_msg}"
+    );
+    assert!(
+        agent_msg.contains(&format!("Submission: {sub}")),
+        "{agent_msg}"
+    );
+    let branches = git(
+        &repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname:short)",
+            &format!("refs/heads/{s}/"),
+        ],
+    );
+    assert!(
+        branches
+            .lines()
+            .any(|b| b.starts_with(&format!("{s}/fork-"))),
+        "{branches}"
+    );
+    assert!(
+        t.run(&["git", "verify", "--repo", repo.to_str().unwrap()])
+            .ok()
+            .starts_with("ok:")
+    );
+    let wrong = t.run(&[
+        "git",
+        "sync",
+        "--layout",
+        "dag",
+        "--repo",
+        repo.to_str().unwrap(),
+    ]);
+    assert_eq!(wrong.code(), 2);
+    assert!(wrong.stderr().contains("sessions"), "{}", wrong.stderr());
+}
+
+#[test]
+fn hostile_names_never_escape_or_break_refs() {
+    let t = TestEnv::new();
+    let s = t
+        .run(&[
+            "session",
+            "new",
+            "--agent",
+            "../../etc/passwd",
+            "--title",
+            "a/b\n..",
+        ])
+        .ok();
+    for from in [
+        "a/b",
+        "..",
+        "-rf",
+        ".git",
+        "ünïcødé",
+        "x y\tz",
+        "a\u{1}b",
+        "<evil@x>",
+    ] {
+        t.run(&[
+            "record",
+            &s,
+            "invoke",
+            &format!("--from={from}"),
+            "--payload",
+            "p",
+        ])
+        .ok();
+        t.run(&[
+            "record",
+            &s,
+            "complete",
+            &format!("--to={from}"),
+            "--payload",
+            "q",
+        ])
+        .ok();
+    }
+    let head = t.run(&["log", &s, "-n", "1", "--json"]).json()[0]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.run(&[
+        "session",
+        "fork",
+        &s,
+        "--from",
+        &head,
+        "--branch",
+        "ünï.x-1",
+    ])
+    .ok();
+    t.run(&[
+        "say",
+        &s,
+        "--branch",
+        "ünï.x-1",
+        "--user",
+        "u",
+        "--agent",
+        "a",
+    ])
+    .ok();
+    for layout in ["dag", "sessions"] {
+        let repo = t.home().join(format!("repo-{layout}"));
+        t.run(&[
+            "git",
+            "sync",
+            "--layout",
+            layout,
+            "--repo",
+            repo.to_str().unwrap(),
+        ])
+        .ok();
+        git(&repo, &["fsck", "--strict"]);
+        let tree = git(
+            &repo,
+            &["ls-tree", "-r", "--name-only", &format!("{s}/main")],
+        );
+        for path in tree.lines() {
+            assert!(
+                !path
+                    .split('/')
+                    .any(|c| c == ".." || c == "." || c == ".git" || c.is_empty()),
+                "{path}"
+            );
+            assert!(!path.starts_with('-'), "{path}");
+        }
+        let refs = git(&repo, &["for-each-ref", "--format=%(refname)"]);
+        let fork = if layout == "dag" {
+            "/ünï.x-1"
+        } else {
+            "/fork-"
+        };
+        assert!(refs.lines().any(|r| r.contains(fork)), "{refs}");
+    }
+    // 8 different senders at possibly the same millisecond never collide silently.
+    let repo = t.home().join("repo-dag");
+    let tree = git(&repo, &["ls-tree", "--name-only", &format!("{s}/main")]);
+    assert_eq!(
+        tree.lines().filter(|l| l.ends_with("-invoke")).count(),
+        8,
+        "{tree}"
+    );
+}
+
+#[test]
+fn sigkill_during_sync_then_resume_equals_a_clean_rebuild() {
+    let t = TestEnv::new();
+    let sessions: Vec<String> = (0..6).map(|i| t.session(&format!("agent{i}"))).collect();
+    for s in &sessions {
+        let input: String = (0..150)
+            .map(|i| format!("{{\"kind\":\"invoke\",\"payload\":\"q{i}\"}}\n{{\"kind\":\"complete\",\"payload\":\"a{i}\"}}\n"))
+            .collect();
+        t.run_stdin(&["ingest", s, "--batch", "300"], input.as_bytes())
+            .ok();
+    }
+    let repo = t.home().join("conversations");
+    for delay in [30u64, 90, 200] {
+        let mut child = t
+            .cmd()
+            .args(["git", "sync", "--batch", "97"])
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(delay));
+        let _ = child.kill();
+        child.wait().unwrap();
+    }
+    t.run(&["git", "sync", "--batch", "97"]).ok();
+    let resumed = refs(&repo);
+    git(&repo, &["fsck", "--strict"]);
+    let clean = t.home().join("clean");
+    t.run(&["git", "sync", "--repo", clean.to_str().unwrap()])
+        .ok();
+    assert_eq!(resumed, refs(&clean));
+    assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
+}
+
+#[test]
+fn follow_projects_new_nodes_within_a_second_and_verify_finds_drift() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let mut child = t
+        .cmd()
+        .args(["git", "sync", "--follow"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let repo = t.home().join("conversations");
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    t.run(&["say", &s, "--user", "ping", "--agent", "pong"])
+        .ok();
+    let appended = std::time::Instant::now();
+    let name = format!("refs/heads/{s}/main");
+    let mut seen = false;
+    while appended.elapsed() < std::time::Duration::from_secs(5) {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(["rev-parse", "--verify", "-q", &name])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            seen = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let took = appended.elapsed();
+    let _ = child.kill();
+    child.wait().unwrap();
+    assert!(seen, "the follower never projected the new node");
+    assert!(took < std::time::Duration::from_secs(1), "took {took:?}");
+    // Drift: move the branch to another commit behind convo's back.
+    let first = git(&repo, &["rev-list", "--max-parents=0", &name]);
+    git(&repo, &["update-ref", &name, first.trim()]);
+    let r = t.run(&["git", "verify"]);
+    assert_eq!(r.code(), 1, "{}", r.stdout());
+    assert!(r.stdout().contains(&name), "{}", r.stdout());
+}
