@@ -123,6 +123,8 @@ pub trait Tx {
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()>;
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;
+    /// Calls `f` on every state trie node's address and body.
+    fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
 }
 
 /// A store backend: hands out transactions.
@@ -136,4 +138,10 @@ pub trait Backend: Send {
     fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
     /// `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
+    /// Blocks until another process may have appended a node, or `timeout`
+    /// passes. Backends without notifications just sleep a little.
+    fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {
+        std::thread::sleep(timeout.min(std::time::Duration::from_millis(100)));
+        Ok(())
+    }
 }

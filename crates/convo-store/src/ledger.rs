@@ -91,13 +91,10 @@ impl Store {
     }
 
     /// Opens the store at `url`: `sqlite:///path/to/convo.db`, `sqlite::memory:`,
-    /// or a plain file path.
+    /// a plain file path, or `postgres://user@host:port/db`.
     pub fn open(url: &str) -> Result<Self> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Err(StoreError::Url(
-                url.to_owned(),
-                "this build has no PostgreSQL backend yet".into(),
-            ));
+            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect(url)?)));
         }
         Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url(url)?)))
     }

@@ -12,6 +12,7 @@
 pub mod backend;
 mod error;
 mod ledger;
+pub mod postgres;
 pub mod sqlite;
 pub mod testing;
 mod verify;

@@ -641,6 +641,17 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn scan_state_nodes(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
+        let mut st = self.tx.prepare("SELECT hash, body FROM state_nodes").map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let h = bytes(r, 0).map_err(db)?.unwrap_or_default();
+            let b = bytes(r, 1).map_err(db)?.unwrap_or_default();
+            f(&h, &b)?;
+        }
+        Ok(())
+    }
+
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>> {
         self.tx
             .prepare_cached("SELECT body FROM state_nodes WHERE hash = ?1")

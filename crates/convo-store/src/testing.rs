@@ -424,3 +424,41 @@ pub const ALL: &[Case] = &[
         verify_is_clean_on_a_busy_store,
     ),
 ];
+
+/// A throwaway PostgreSQL database for one test, dropped when this guard is.
+#[derive(Debug)]
+pub struct PgDatabase {
+    admin: String,
+    name: String,
+    /// URL of the new database.
+    pub url: String,
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+        }
+    }
+}
+
+/// A fresh database on the server named by `CONVO_TEST_PG` (an admin URL).
+///
+/// Without `CONVO_TEST_PG`, returns `None` after saying loudly that the
+/// PostgreSQL tests were skipped; under CI (`CI` set) it panics instead,
+/// because CI must run them (`.ci/run` starts a server).
+pub fn pg_database() -> Option<PgDatabase> {
+    let Ok(admin) = std::env::var("CONVO_TEST_PG") else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but CONVO_TEST_PG is not: the PostgreSQL suite must run in CI");
+        }
+        eprintln!("SKIPPED: PostgreSQL test (set CONVO_TEST_PG=postgres://… or run scripts/pg-cluster start DIR)");
+        return None;
+    };
+    let name = format!("convo_t_{}", uuid::Uuid::new_v4().simple());
+    let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect to CONVO_TEST_PG");
+    c.batch_execute(&format!("CREATE DATABASE {name}")).expect("create a test database");
+    let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+    let url = format!("{base}/{name}");
+    Some(PgDatabase { admin, name, url })
+}

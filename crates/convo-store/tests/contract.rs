@@ -8,8 +8,8 @@ macro_rules! contract {
                 ($name:ident) => {
                     #[test]
                     fn $name() {
-                        let make: fn() -> (Store, Box<dyn std::any::Any>) = $make;
-                        let (mut s, _guard) = make();
+                        let make: fn() -> Option<(Store, Box<dyn std::any::Any>)> = $make;
+                        let Some((mut s, _guard)) = make() else { return };
                         testing::$name(&mut s);
                     }
                 };
@@ -40,14 +40,15 @@ macro_rules! contract {
 
 contract!(sqlite_file, || {
     let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(&format!(
-        "sqlite://{}",
-        dir.path().join("convo.db").display()
-    ))
-    .unwrap();
-    (s, Box::new(dir))
+    let s = Store::open(&format!("sqlite://{}", dir.path().join("convo.db").display())).unwrap();
+    Some((s, Box::new(dir)))
 });
-contract!(sqlite_memory, || (
+contract!(sqlite_memory, || Some((
     Store::open("sqlite::memory:").unwrap(),
     Box::new(())
-));
+)));
+contract!(postgres, || {
+    let db = testing::pg_database()?;
+    let s = Store::open(&db.url).unwrap();
+    Some((s, Box::new(db)))
+});
