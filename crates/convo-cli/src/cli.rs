@@ -50,6 +50,10 @@ pub enum Command {
     /// Project the store into a git repository, or check that projection
     #[command(subcommand)]
     Git(crate::commands::git::GitCmd),
+    /// Print every new node as it is appended, by any process
+    Watch(crate::commands::watch::WatchArgs),
+    /// Copy a whole store to another backend
+    Migrate(crate::commands::migrate::MigrateArgs),
 }
 
 #[derive(Args, Debug)]

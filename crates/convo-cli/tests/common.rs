@@ -4,6 +4,8 @@ use std::process::{Command, Output, Stdio};
 /// A temporary `CONVO_HOME` and a way to run `convo` in it.
 pub struct TestEnv {
     pub dir: tempfile::TempDir,
+    /// `--store` for every command (`CONVO_STORE`); the home's SQLite file when `None`.
+    pub store: Option<String>,
 }
 
 pub struct Run {
@@ -36,9 +38,24 @@ impl Run {
 }
 
 impl TestEnv {
+    /// A test environment on `backend`: `sqlite`, or `postgres` (a fresh
+    /// database; `None` when PostgreSQL tests are skipped outside CI).
+    pub fn on(backend: &str) -> Option<(Self, Option<convo_store::testing::PgDatabase>)> {
+        let mut t = TestEnv::new();
+        match backend {
+            "postgres" => {
+                let db = convo_store::testing::pg_database()?;
+                t.store = Some(db.url.clone());
+                Some((t, Some(db)))
+            }
+            _ => Some((t, None)),
+        }
+    }
+
     pub fn new() -> Self {
         TestEnv {
             dir: tempfile::tempdir().unwrap(),
+            store: None,
         }
     }
     pub fn home(&self) -> &Path {
@@ -53,6 +70,9 @@ impl TestEnv {
             .env("CONVO_HOME", self.home())
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .stdin(Stdio::null());
+        if let Some(url) = &self.store {
+            c.env("CONVO_STORE", url);
+        }
         c
     }
     pub fn run(&self, args: &[&str]) -> Run {

@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod test_backends;
 mod test_cli;
 mod test_concurrency;
 mod test_crash;

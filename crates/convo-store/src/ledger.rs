@@ -94,7 +94,9 @@ impl Store {
     /// a plain file path, or `postgres://user@host:port/db`.
     pub fn open(url: &str) -> Result<Self> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect(url)?)));
+            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect(
+                url,
+            )?)));
         }
         Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url(url)?)))
     }
@@ -340,6 +342,12 @@ impl Store {
                 })
                 .collect()
         })
+    }
+
+    /// Blocks until a node may have been appended by another process, or
+    /// `timeout` passes (LISTEN/NOTIFY on PostgreSQL, a short sleep on SQLite).
+    pub fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {
+        self.backend.wait_for_append(timeout)
     }
 
     /// Recomputes and checks everything; see [`crate::VerifyReport`].

@@ -12,6 +12,7 @@
 pub mod backend;
 mod error;
 mod ledger;
+mod migrate;
 pub mod postgres;
 pub mod sqlite;
 pub mod testing;
@@ -20,4 +21,5 @@ mod verify;
 pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 pub use error::{Result, StoreError};
 pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode};
+pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};

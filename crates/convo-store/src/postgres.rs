@@ -15,8 +15,8 @@ use crate::backend::{Backend, BlobVisitor, BranchRow, NodeVisitor, SessionRow, S
 use crate::{Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
-    BranchName, ContentHash, Diagnostics, Digest, HashPrefix, Kind, Node, NodeHash, SessionId, StateRoot,
-    SubmissionId, TimelineEvent,
+    BranchName, ContentHash, Diagnostics, Digest, HashPrefix, Kind, Node, NodeHash, SessionId,
+    StateRoot, SubmissionId, TimelineEvent,
 };
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
@@ -48,7 +48,10 @@ impl std::fmt::Debug for Postgres {
 
 fn db(e: postgres::Error) -> StoreError {
     match e.code() {
-        Some(c) if *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED => {
+        Some(c)
+            if *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+        {
             StoreError::Busy(RETRY_BUDGET.as_secs())
         }
         _ => StoreError::Backend(e.to_string()),
@@ -63,8 +66,13 @@ impl Postgres {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db`) and
     /// applies pending migrations.
     pub fn connect(url: &str) -> Result<Self> {
-        let client = Client::connect(url, NoTls).map_err(|e| StoreError::Url(redact(url), e.to_string()))?;
-        let mut me = Postgres { client, listening: false, statements: HashMap::new() };
+        let client =
+            Client::connect(url, NoTls).map_err(|e| StoreError::Url(redact(url), e.to_string()))?;
+        let mut me = Postgres {
+            client,
+            listening: false,
+            statements: HashMap::new(),
+        };
         me.migrate()?;
         Ok(me)
     }
@@ -72,20 +80,29 @@ impl Postgres {
     fn migrate(&mut self) -> Result<()> {
         let known = MIGRATIONS.len() as i64;
         let mut tx = self.client.transaction().map_err(db)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK]).map_err(db)?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS convo_schema (version BIGINT NOT NULL)").map_err(db)?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])
+            .map_err(db)?;
+        tx.batch_execute("CREATE TABLE IF NOT EXISTS convo_schema (version BIGINT NOT NULL)")
+            .map_err(db)?;
         let version: i64 = tx
             .query_opt("SELECT version FROM convo_schema", &[])
             .map_err(db)?
             .map(|r| r.get(0))
             .unwrap_or(0);
         if version > known {
-            return Err(StoreError::SchemaTooNew { found: version, known });
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known,
+            });
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.batch_execute(sql).map_err(db)?;
             tx.execute("DELETE FROM convo_schema", &[]).map_err(db)?;
-            tx.execute("INSERT INTO convo_schema (version) VALUES ($1)", &[&(i as i64 + 1)]).map_err(db)?;
+            tx.execute(
+                "INSERT INTO convo_schema (version) VALUES ($1)",
+                &[&(i as i64 + 1)],
+            )
+            .map_err(db)?;
         }
         tx.commit().map_err(db)
     }
@@ -102,7 +119,8 @@ impl Postgres {
                         .isolation_level(IsolationLevel::ReadCommitted)
                         .start()
                         .map_err(db)?;
-                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK]).map_err(db)?;
+                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+                        .map_err(db)?;
                     tx
                 } else {
                     self.client
@@ -112,16 +130,23 @@ impl Postgres {
                         .start()
                         .map_err(db)?
                 };
-                let mut t = PgTx { tx: &mut tx, wrote_nodes: false, statements: &mut self.statements };
+                let mut t = PgTx {
+                    tx: &mut tx,
+                    wrote_nodes: false,
+                    statements: &mut self.statements,
+                };
                 f(&mut t)?;
                 if t.wrote_nodes {
-                    tx.execute("SELECT pg_notify('convo_nodes', '')", &[]).map_err(db)?;
+                    tx.execute("SELECT pg_notify('convo_nodes', '')", &[])
+                        .map_err(db)?;
                 }
                 tx.commit().map_err(db)
             })();
             match attempt {
                 Err(StoreError::Busy(_)) if start.elapsed() < RETRY_BUDGET => {
-                    std::thread::sleep(Duration::from_millis(2 + (start.elapsed().as_millis() % 11) as u64));
+                    std::thread::sleep(Duration::from_millis(
+                        2 + (start.elapsed().as_millis() % 11) as u64,
+                    ));
                 }
                 Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => conflicts += 1,
                 Err(StoreError::Conflict(_)) => return Err(StoreError::Conflict(conflicts + 1)),
@@ -157,7 +182,9 @@ impl Backend for Postgres {
     }
     fn wait_for_append(&mut self, timeout: Duration) -> Result<()> {
         if !self.listening {
-            self.client.batch_execute("LISTEN convo_nodes").map_err(db)?;
+            self.client
+                .batch_execute("LISTEN convo_nodes")
+                .map_err(db)?;
             self.listening = true;
         }
         let mut n = self.client.notifications();
@@ -335,9 +362,12 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
-        self.opt("SELECT id, agent, title, created_at FROM sessions WHERE id = $1", &[&id.to_string()])?
-            .map(|r| session_row(&r))
-            .transpose()
+        self.opt(
+            "SELECT id, agent, title, created_at FROM sessions WHERE id = $1",
+            &[&id.to_string()],
+        )?
+        .map(|r| session_row(&r))
+        .transpose()
     }
 
     fn sessions(&mut self) -> Result<Vec<SessionRow>> {
@@ -388,7 +418,13 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
-    fn cas_head(&mut self, s: &SessionId, name: &BranchName, old: Option<&NodeHash>, new: &NodeHash) -> Result<bool> {
+    fn cas_head(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+        old: Option<&NodeHash>,
+        new: &NodeHash,
+    ) -> Result<bool> {
         let n = self.exec(
             "UPDATE branches SET head = $1 WHERE session = $2 AND name = $3 AND head IS NOT DISTINCT FROM $4",
             &[&b(new.as_bytes()), &s.to_string(), &name.as_str(), &old.map(|h| b(h.as_bytes()))],
@@ -396,15 +432,30 @@ impl Tx for PgTx<'_, '_> {
         Ok(n == 1)
     }
 
-    fn set_branch_state(&mut self, s: &SessionId, name: &BranchName, state: Option<&StateRoot>) -> Result<()> {
+    fn set_branch_state(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+        state: Option<&StateRoot>,
+    ) -> Result<()> {
         self.exec(
             "UPDATE branches SET state = $1 WHERE session = $2 AND name = $3",
-            &[&state.map(|h| b(h.as_bytes())), &s.to_string(), &name.as_str()],
+            &[
+                &state.map(|h| b(h.as_bytes())),
+                &s.to_string(),
+                &name.as_str(),
+            ],
         )?;
         Ok(())
     }
 
-    fn rename_branch(&mut self, s: &SessionId, from: &BranchName, to: &BranchName, sealed: bool) -> Result<()> {
+    fn rename_branch(
+        &mut self,
+        s: &SessionId,
+        from: &BranchName,
+        to: &BranchName,
+        sealed: bool,
+    ) -> Result<()> {
         self.exec(
             "UPDATE branches SET name = $1, sealed = $2 WHERE session = $3 AND name = $4",
             &[&to.as_str(), &sealed, &s.to_string(), &from.as_str()],
@@ -450,16 +501,21 @@ impl Tx for PgTx<'_, '_> {
             ],
         )?;
         if res == 0 {
-            return Err(StoreError::Invalid(format!("node {hash} is already stored")));
+            return Err(StoreError::Invalid(format!(
+                "node {hash} is already stored"
+            )));
         }
         self.wrote_nodes = true;
         Ok(seq as u64)
     }
 
     fn node(&mut self, h: &NodeHash) -> Result<Option<StoredNode>> {
-        self.opt(&format!("SELECT {NODE_COLS} FROM nodes WHERE hash = $1"), &[&b(h.as_bytes())])?
-            .map(|r| node_row(&r))
-            .transpose()
+        self.opt(
+            &format!("SELECT {NODE_COLS} FROM nodes WHERE hash = $1"),
+            &[&b(h.as_bytes())],
+        )?
+        .map(|r| node_row(&r))
+        .transpose()
     }
 
     fn nodes_with_prefix(&mut self, p: &HashPrefix, limit: usize) -> Result<Vec<NodeHash>> {
@@ -473,16 +529,31 @@ impl Tx for PgTx<'_, '_> {
         .collect()
     }
 
-    fn session_nodes(&mut self, s: &SessionId, payloads: bool) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
-        let cols = NODE_COLS.split(", ").map(|c| format!("n.{c}")).collect::<Vec<_>>().join(", ");
+    fn session_nodes(
+        &mut self,
+        s: &SessionId,
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        let cols = NODE_COLS
+            .split(", ")
+            .map(|c| format!("n.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
         let sql = if payloads {
-            format!("SELECT {cols}, bl.data FROM nodes n LEFT JOIN blobs bl ON bl.hash = n.payload WHERE n.session = $1 ORDER BY n.seq")
+            format!(
+                "SELECT {cols}, bl.data FROM nodes n LEFT JOIN blobs bl ON bl.hash = n.payload WHERE n.session = $1 ORDER BY n.seq"
+            )
         } else {
             format!("SELECT {cols}, NULL::bytea FROM nodes n WHERE n.session = $1 ORDER BY n.seq")
         };
         self.query(&sql, &[&s.to_string()])?
             .iter()
-            .map(|r| Ok((node_row(r)?, r.try_get::<_, Option<Vec<u8>>>(22).map_err(corrupt)?)))
+            .map(|r| {
+                Ok((
+                    node_row(r)?,
+                    r.try_get::<_, Option<Vec<u8>>>(22).map_err(corrupt)?,
+                ))
+            })
             .collect()
     }
 
@@ -497,13 +568,16 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()> {
-        self.stream(&format!("SELECT {NODE_COLS} FROM nodes ORDER BY seq"), &mut |r| match node_row(r) {
-            Ok(n) => f(Ok(n)),
-            Err(e) => {
-                let seq: i64 = r.try_get(0).unwrap_or(-1);
-                f(Err(format!("node row seq={seq} does not decode: {e}")))
-            }
-        })
+        self.stream(
+            &format!("SELECT {NODE_COLS} FROM nodes ORDER BY seq"),
+            &mut |r| match node_row(r) {
+                Ok(n) => f(Ok(n)),
+                Err(e) => {
+                    let seq: i64 = r.try_get(0).unwrap_or(-1);
+                    f(Err(format!("node row seq={seq} does not decode: {e}")))
+                }
+            },
+        )
     }
 
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
@@ -515,9 +589,12 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
-        self.opt("SELECT data FROM blobs WHERE hash = $1", &[&b(h.as_bytes())])?
-            .map(|r| r.try_get(0).map_err(corrupt))
-            .transpose()
+        self.opt(
+            "SELECT data FROM blobs WHERE hash = $1",
+            &[&b(h.as_bytes())],
+        )?
+        .map(|r| r.try_get(0).map_err(corrupt))
+        .transpose()
     }
 
     fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
@@ -537,9 +614,12 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>> {
-        self.opt("SELECT body FROM state_nodes WHERE hash = $1", &[&h.0.as_slice()])?
-            .map(|r| r.try_get(0).map_err(corrupt))
-            .transpose()
+        self.opt(
+            "SELECT body FROM state_nodes WHERE hash = $1",
+            &[&h.0.as_slice()],
+        )?
+        .map(|r| r.try_get(0).map_err(corrupt))
+        .transpose()
     }
 
     fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
@@ -555,7 +635,10 @@ impl Tx for PgTx<'_, '_> {
 mod tests {
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(super::redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(
+            super::redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
         assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 }

@@ -642,7 +642,10 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn scan_state_nodes(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
-        let mut st = self.tx.prepare("SELECT hash, body FROM state_nodes").map_err(db)?;
+        let mut st = self
+            .tx
+            .prepare("SELECT hash, body FROM state_nodes")
+            .map_err(db)?;
         let mut rows = st.query([]).map_err(db)?;
         while let Some(r) = rows.next().map_err(db)? {
             let h = bytes(r, 0).map_err(db)?.unwrap_or_default();

@@ -437,7 +437,10 @@ pub struct PgDatabase {
 impl Drop for PgDatabase {
     fn drop(&mut self) {
         if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
-            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name));
+            let _ = c.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
         }
     }
 }
@@ -452,12 +455,16 @@ pub fn pg_database() -> Option<PgDatabase> {
         if std::env::var_os("CI").is_some() {
             panic!("CI is set but CONVO_TEST_PG is not: the PostgreSQL suite must run in CI");
         }
-        eprintln!("SKIPPED: PostgreSQL test (set CONVO_TEST_PG=postgres://… or run scripts/pg-cluster start DIR)");
+        eprintln!(
+            "SKIPPED: PostgreSQL test (set CONVO_TEST_PG=postgres://… or run scripts/pg-cluster start DIR)"
+        );
         return None;
     };
     let name = format!("convo_t_{}", uuid::Uuid::new_v4().simple());
-    let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect to CONVO_TEST_PG");
-    c.batch_execute(&format!("CREATE DATABASE {name}")).expect("create a test database");
+    let mut c =
+        postgres::Client::connect(&admin, postgres::NoTls).expect("connect to CONVO_TEST_PG");
+    c.batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create a test database");
     let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
     let url = format!("{base}/{name}");
     Some(PgDatabase { admin, name, url })

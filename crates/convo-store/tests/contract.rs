@@ -9,7 +9,9 @@ macro_rules! contract {
                     #[test]
                     fn $name() {
                         let make: fn() -> Option<(Store, Box<dyn std::any::Any>)> = $make;
-                        let Some((mut s, _guard)) = make() else { return };
+                        let Some((mut s, _guard)) = make() else {
+                            return;
+                        };
                         testing::$name(&mut s);
                     }
                 };
@@ -40,7 +42,11 @@ macro_rules! contract {
 
 contract!(sqlite_file, || {
     let dir = tempfile::tempdir().unwrap();
-    let s = Store::open(&format!("sqlite://{}", dir.path().join("convo.db").display())).unwrap();
+    let s = Store::open(&format!(
+        "sqlite://{}",
+        dir.path().join("convo.db").display()
+    ))
+    .unwrap();
     Some((s, Box::new(dir)))
 });
 contract!(sqlite_memory, || Some((

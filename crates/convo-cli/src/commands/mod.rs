@@ -5,12 +5,14 @@ pub mod demo;
 pub mod git;
 pub mod ingest;
 pub mod log;
+pub mod migrate;
 pub mod record;
 pub mod say;
 pub mod session;
 pub mod show;
 pub mod state;
 pub mod verify;
+pub mod watch;
 
 use crate::cli::{Cli, Command};
 use convo_core::{BranchName, HashPrefix, Millis};
@@ -144,5 +146,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Git(c) => git::run(&env, c),
+        Command::Watch(a) => watch::run(&env, a),
+        Command::Migrate(a) => migrate::run(a),
     }
 }

@@ -1,0 +1,56 @@
+use super::{CmdResult, CommandError};
+use clap::Args;
+use convo_store::Store;
+use std::process::ExitCode;
+
+/// Copy a whole store to another (e.g. SQLite to PostgreSQL), losslessly.
+///
+/// The target must be empty. The copy is one transaction on the target: it
+/// gets everything or nothing. Node hashes and follow numbers are kept, and
+/// the target is verified afterwards.
+#[derive(Args, Debug)]
+pub struct MigrateArgs {
+    /// Source store URL
+    #[arg(long, value_name = "URL")]
+    pub from: String,
+    /// Target store URL (must be empty)
+    #[arg(long, value_name = "URL")]
+    pub to: String,
+}
+
+pub fn run(a: MigrateArgs) -> CmdResult {
+    let mut from = Store::open(&a.from)?;
+    let mut to = Store::open(&a.to)?;
+    let total = {
+        let mut end = 0;
+        loop {
+            match from.follow(end, 10_000)?.last() {
+                Some(n) => end = n.seq,
+                None => break end,
+            }
+        }
+    };
+    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        indicatif::ProgressBar::new(total)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} nodes {per_sec} {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let m = convo_store::migrate(&mut from, &mut to, &mut |n| bar.set_position(n))?;
+    bar.finish_and_clear();
+    let report = to.verify()?;
+    if !report.is_clean() {
+        for p in &report.problems {
+            eprintln!("{}: {}", p.object, p.reason);
+        }
+        return Err(CommandError::user("the migrated store does not verify"));
+    }
+    println!(
+        "migrated {} sessions, {} nodes, {} branches, {} blobs, {} state nodes; the target verifies",
+        m.sessions, m.nodes, m.branches, m.blobs, m.state_nodes
+    );
+    Ok(ExitCode::SUCCESS)
+}

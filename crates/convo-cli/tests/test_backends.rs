@@ -1,0 +1,262 @@
+//! Many writers, `watch` and `migrate`, on SQLite and on PostgreSQL.
+
+use crate::common::{TestEnv, is_hash};
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Stdio};
+
+fn turns(n: usize, tag: &str) -> String {
+    (0..n)
+        .map(|i| format!("{{\"kind\":\"invoke\",\"payload\":\"{tag}-q{i}\"}}\n{{\"kind\":\"complete\",\"payload\":\"{tag}-a{i}\"}}\n"))
+        .collect()
+}
+
+fn spawn_ingest(t: &TestEnv, session: &str, branch: &str, input: String) -> Child {
+    let mut c = t
+        .cmd()
+        .args(["ingest", session, "--branch", branch, "--batch", "2"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = c.stdin.take().unwrap();
+    std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+    c
+}
+
+/// 6 writers on one session's `main` (which keeps being replaced by
+/// promotes), 1 writer on another session, and 1 process that forks,
+/// appends to the fork and promotes it, over and over.
+fn many_writers(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let s = t.session("a");
+    let other = t.session("b");
+    t.run(&["say", &s, "--user", "seed", "--agent", "ok"]).ok();
+    let mut writers: Vec<Child> = (0..6)
+        .map(|i| spawn_ingest(&t, &s, "main", turns(12, &format!("w{i}"))))
+        .collect();
+    writers.push(spawn_ingest(&t, &other, "main", turns(12, "o")));
+    let mut promotes = 0;
+    for i in 0..4 {
+        let head = t.run(&["log", &s, "-n", "1", "--json"]).json()[0]["hash"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let name = format!("f{i}");
+        t.run(&["session", "fork", &s, "--from", &head, "--branch", &name])
+            .ok();
+        t.run(&[
+            "say", &s, "--branch", &name, "--user", "fork", "--agent", "turn",
+        ])
+        .ok();
+        t.run(&["session", "promote", &s, "--branch", &name]).ok();
+        promotes += 1;
+    }
+    let mut printed = Vec::new();
+    for c in writers {
+        let out = c.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{backend}: a writer failed: {err}");
+        assert!(
+            !err.contains("lock") && !err.contains("serializ"),
+            "{backend}: {err}"
+        );
+        printed.extend(
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned),
+        );
+    }
+    assert_eq!(printed.len(), 7 * 24);
+    assert!(printed.iter().all(|h| is_hash(h)));
+    // Every node of every timeline, each timeline a single chain.
+    let mut on_timelines = HashSet::new();
+    for sess in [&s, &other] {
+        let branches = t.run(&["branch", "list", sess, "--json"]).json();
+        for b in branches.as_array().unwrap() {
+            let name = b["name"].as_str().unwrap();
+            let v = t
+                .run(&["session", "get", sess, "--branch", name, "--json"])
+                .json();
+            let nodes = v["nodes"].as_array().unwrap();
+            assert_eq!(
+                nodes.last().map(|n| n["hash"].clone()),
+                Some(b["head"].clone())
+            );
+            for (i, w) in nodes.windows(2).enumerate() {
+                assert_eq!(
+                    w[1]["parent"], w[0]["hash"],
+                    "{backend}: {name} is one chain"
+                );
+                assert_eq!(w[1]["depth"], i + 2);
+            }
+            on_timelines.extend(nodes.iter().map(|n| n["hash"].as_str().unwrap().to_owned()));
+        }
+    }
+    for h in &printed {
+        assert!(on_timelines.contains(h), "{backend}: {h} is on no timeline");
+    }
+    let sealed = t.run(&["branch", "list", &s, "--json"]).json();
+    assert_eq!(
+        sealed
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|b| b["sealed"] == true)
+            .count(),
+        promotes
+    );
+    let v = t.run(&["verify", "--json"]).json();
+    assert_eq!(v["ok"], true, "{backend}: {v}");
+    assert_eq!(
+        v["nodes"],
+        2 + 7 * 24 + promotes * 4 + 2 * 0,
+        "{backend}: no node lost or duplicated"
+    );
+}
+
+#[test]
+fn many_writers_sqlite() {
+    many_writers("sqlite");
+}
+
+#[test]
+fn many_writers_postgres() {
+    many_writers("postgres");
+}
+
+/// `watch` sees every node once, in order, while writers run and one is
+/// killed mid-transaction; a second watch resumes from a cursor.
+fn watch_has_no_gap(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let s = t.session("a");
+    let mut watch = t
+        .cmd()
+        .args(["watch", "--json", "--after", "0"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writers: Vec<Child> = (0..3)
+        .map(|i| spawn_ingest(&t, &s, "main", turns(10, &format!("w{i}"))))
+        .collect();
+    // A writer killed mid-stream, with big transactions in flight.
+    let mut victim = t
+        .cmd()
+        .args(["ingest", &s, "--batch", "50"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut vin = victim.stdin.take().unwrap();
+    let feeder = std::thread::spawn(move || {
+        let big = "z".repeat(50_000);
+        for i in 0..100_000 {
+            let kind = if i % 2 == 0 { "invoke" } else { "complete" };
+            if writeln!(vin, "{{\"kind\":\"{kind}\",\"payload\":\"{i}{big}\"}}").is_err() {
+                break;
+            }
+        }
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    victim.kill().unwrap();
+    victim.wait().unwrap();
+    let _ = feeder.join();
+    for c in writers {
+        assert!(c.wait_with_output().unwrap().status.success());
+    }
+    t.run(&["say", &s, "--user", "last", "--agent", "one"]).ok();
+    let total = t.run(&["verify", "--json"]).json()["nodes"]
+        .as_u64()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    while (seen.len() as u64) < total {
+        let line = lines.next().expect("watch ended early").unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        seen.push((
+            v["cursor"].as_u64().unwrap(),
+            v["hash"].as_str().unwrap().to_owned(),
+        ));
+    }
+    let _ = watch.kill();
+    watch.wait().unwrap();
+    let cursors: Vec<u64> = seen.iter().map(|(c, _)| *c).collect();
+    assert_eq!(
+        cursors,
+        (1..=total).collect::<Vec<_>>(),
+        "{backend}: every node once, in order, no gap"
+    );
+    // Resume from the middle.
+    let mid = total / 2;
+    let resumed = t.run(&[
+        "watch",
+        "--json",
+        "--after",
+        &mid.to_string(),
+        "--limit",
+        &(total - mid).to_string(),
+    ]);
+    let got: Vec<String> = resumed
+        .ok()
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["hash"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let want: Vec<String> = seen[mid as usize..]
+        .iter()
+        .map(|(_, h)| h.clone())
+        .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn watch_has_no_gap_sqlite() {
+    watch_has_no_gap("sqlite");
+}
+
+#[test]
+fn watch_has_no_gap_postgres() {
+    watch_has_no_gap("postgres");
+}
+
+#[test]
+fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
+    let Some((pg, _db)) = TestEnv::on("postgres") else {
+        return;
+    };
+    let t = TestEnv::new();
+    let s = t.run(&["demo", "--json"]).json()["session"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.run(&["state", "put", &s, "k", "v"]).ok();
+    let before = t.run(&["session", "get", &s, "--json"]).json();
+    let src = format!("sqlite://{}", t.db().display());
+    let pg_url = pg.store.clone().unwrap();
+    let out = t.run(&["migrate", "--from", &src, "--to", &pg_url]).ok();
+    assert!(out.contains("the target verifies"), "{out}");
+    let on_pg = pg.run(&["session", "get", &s, "--json"]).json();
+    assert_eq!(on_pg["nodes"], before["nodes"]);
+    assert_eq!(pg.run(&["state", "get", &s, "k"]).ok(), "v");
+    let back = t.home().join("back.db");
+    let back_url = format!("sqlite://{}", back.display());
+    t.run(&["migrate", "--from", &pg_url, "--to", &back_url])
+        .ok();
+    let round = t
+        .run(&["--store", &back_url, "session", "get", &s, "--json"])
+        .json();
+    assert_eq!(round["nodes"], before["nodes"]);
+    let again = t.run(&["migrate", "--from", &src, "--to", &pg_url]);
+    assert_eq!(again.code(), 2);
+    assert!(again.stderr().contains("not empty"), "{}", again.stderr());
+}

@@ -1,0 +1,77 @@
+//! Copying a whole store to another backend, losslessly.
+
+use crate::{Result, Store, StoreError};
+
+/// What `migrate` copied.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Migrated {
+    /// Sessions copied.
+    pub sessions: u64,
+    /// Payloads and state values copied.
+    pub blobs: u64,
+    /// State trie nodes copied.
+    pub state_nodes: u64,
+    /// Nodes copied, with their follow sequence numbers.
+    pub nodes: u64,
+    /// Branches copied.
+    pub branches: u64,
+}
+
+/// Copies everything in `from` into the empty store `to`, in one write
+/// transaction on `to` reading one snapshot of `from`: the target gets all
+/// of it or nothing. Nodes keep their hashes and follow sequence numbers.
+/// `progress` is called with the number of nodes copied so far.
+pub fn migrate(
+    from: &mut Store,
+    to: &mut Store,
+    progress: &mut dyn FnMut(u64),
+) -> Result<Migrated> {
+    to.write(|ttx| {
+        if !ttx.sessions()?.is_empty() || !ttx.nodes_since(0, 1)?.is_empty() {
+            return Err(StoreError::Invalid("the target store is not empty".into()));
+        }
+        let mut m = Migrated::default();
+        from.read(|stx| {
+            for s in stx.sessions()? {
+                ttx.insert_session(&s)?;
+                m.sessions += 1;
+            }
+            stx.scan_blobs(&mut |h, data| {
+                let h = convo_core::ContentHash::from_slice(h)
+                    .ok_or_else(|| StoreError::Corrupt("a blob address is not 32 bytes".into()))?;
+                ttx.put_blob(&h, data)?;
+                m.blobs += 1;
+                Ok(())
+            })?;
+            stx.scan_state_nodes(&mut |h, body| {
+                let h = convo_core::Digest::from_slice(h)
+                    .ok_or_else(|| StoreError::Corrupt("a state node address is not 32 bytes".into()))?;
+                ttx.put_state_node(&h, body)?;
+                m.state_nodes += 1;
+                Ok(())
+            })?;
+            stx.scan_nodes(&mut |row| {
+                let n = row.map_err(StoreError::Corrupt)?;
+                let seq = ttx.insert_node(&n.hash, &n.node, &n.ctx)?;
+                if seq != n.seq {
+                    return Err(StoreError::Corrupt(format!(
+                        "node {} has follow number {} in the source but {seq} in the target (the source has a gap)",
+                        n.hash, n.seq
+                    )));
+                }
+                m.nodes += 1;
+                if m.nodes % 1000 == 0 {
+                    progress(m.nodes);
+                }
+                Ok(())
+            })?;
+            for b in stx.branches(None)? {
+                ttx.insert_branch(&b)?;
+                m.branches += 1;
+            }
+            Ok(())
+        })?;
+        progress(m.nodes);
+        Ok(m)
+    })
+}
