@@ -7,8 +7,17 @@ use std::process::Stdio;
 use std::time::Duration;
 
 #[test]
-fn sigkill_mid_stream_loses_nothing_that_was_acknowledged() {
-    let t = TestEnv::new();
+fn sigkill_mid_stream_loses_nothing_that_was_acknowledged_sqlite() {
+    sigkill_mid_stream("sqlite");
+}
+
+#[test]
+fn sigkill_mid_stream_loses_nothing_that_was_acknowledged_postgres() {
+    sigkill_mid_stream("postgres");
+}
+
+fn sigkill_mid_stream(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else { return };
     let s = t.session("a");
     let mut acknowledged = Vec::new();
     for round in 0..4u32 {
