@@ -37,7 +37,9 @@ impl std::fmt::Debug for Sqlite {
 fn db(e: rusqlite::Error) -> StoreError {
     if matches!(
         e,
-        rusqlite::Error::FromSqlConversionFailure(..) | rusqlite::Error::InvalidColumnType(..)
+        rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
     ) {
         return StoreError::Corrupt(e.to_string());
     }

@@ -1,6 +1,6 @@
 //! Property tests of timelines, forks, promotes, state and the follow cursor.
 //!
-//! Random sequences of operations run against an in-memory store and, in
+//! Random sequences of operations run against a fresh store and, in
 //! parallel, against a small model written here from the specification
 //! (PRODUCT.md §1), not from the ledger's code: which appends the timeline
 //! rules allow, what each node's submission, sequence, state and context
@@ -10,6 +10,11 @@
 //! each timeline is one parent chain from a root, sealed timelines never
 //! move, one `main` per session, a gap-free follow cursor listing exactly the
 //! nodes written, forks restore their fork point's state, and a clean verify.
+//!
+//! Every test runs on each backend (the [`props!`] macro): as
+//! `props::sqlite::…` on an in-memory SQLite store, and as
+//! `props::postgres::…` on a fresh PostgreSQL database (skipped, loudly,
+//! without `CONVO_TEST_PG`), with fewer random cases.
 
 use convo_core::hash::{content_hash, submission_id};
 use convo_core::state::empty_root;
@@ -18,9 +23,10 @@ use convo_core::{
     BranchName, Diagnostics, HashPrefix, Kind, Millis, Node, NodeHash, SessionId, StateRoot,
     SubmissionId, TimelineEvent,
 };
-use convo_store::testing::draft;
+use convo_store::testing::{self, draft};
 use convo_store::{Draft, Store, StoreError};
 use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
 use std::collections::{BTreeMap, HashMap};
 
 /// 2026-02-13 00:00:05 UTC; each operation moves the clock by 5 hours, so
@@ -391,8 +397,8 @@ fn pick<'a>(names: &'a [String], i: &Sel) -> &'a str {
 
 // ----- one run ----------------------------------------------------------
 
-fn run(n_sessions: usize, ops: &[Op]) {
-    let mut store = Store::open("sqlite::memory:").unwrap();
+/// Runs `ops` on `store`, a fresh one, and on the model, checking as it goes.
+fn run(store: &mut Store, n_sessions: usize, ops: &[Op]) {
     let mut m = Model {
         sessions: Vec::new(),
         ctx: HashMap::new(),
@@ -442,13 +448,13 @@ fn run(n_sessions: usize, ops: &[Op]) {
                     }
                     Explicit::Unknown => Some(StateRoot(convo_core::sha256(b"no such state"))),
                 };
-                append_one(&mut store, &mut m, si, &name, &d);
+                append_one(store, &mut m, si, &name, &d);
             }
             Op::Bulk { ses, branch, msgs } => {
                 let si = ses.at(n_sessions);
                 let names: Vec<String> = m.sessions[si].branches.keys().cloned().collect();
                 let name = pick(&names, branch).to_owned();
-                append_bulk(&mut store, &mut m, si, &name, msgs, now);
+                append_bulk(store, &mut m, si, &name, msgs, now);
             }
             Op::Fork {
                 ses,
@@ -481,13 +487,13 @@ fn run(n_sessions: usize, ops: &[Op]) {
                 } else {
                     full(&point)
                 };
-                fork_one(&mut store, &mut m, si, from_ses, point, &prefix, &name, now);
+                fork_one(store, &mut m, si, from_ses, point, &prefix, &name, now);
             }
             Op::Promote { ses, branch } => {
                 let si = ses.at(n_sessions);
                 let names: Vec<String> = m.sessions[si].branches.keys().cloned().collect();
                 let name = pick(&names, branch).to_owned();
-                promote_one(&mut store, &mut m, si, &name, now);
+                promote_one(store, &mut m, si, &name, now);
             }
             Op::Put {
                 ses,
@@ -500,23 +506,23 @@ fn run(n_sessions: usize, ops: &[Op]) {
                 let name = pick(&names, branch).to_owned();
                 let key = format!("k{key}");
                 let value = vec![b'v', *value];
-                state_one(&mut store, &mut m, si, &name, &key, Some(&value));
+                state_one(store, &mut m, si, &name, &key, Some(&value));
             }
             Op::Delete { ses, branch, key } => {
                 let si = ses.at(n_sessions);
                 let names: Vec<String> = m.sessions[si].branches.keys().cloned().collect();
                 let name = pick(&names, branch).to_owned();
-                state_one(&mut store, &mut m, si, &name, &format!("k{key}"), None);
+                state_one(store, &mut m, si, &name, &format!("k{key}"), None);
             }
         }
         // After every operation, refused or not: the branches are exactly
         // the model's (so sealed ones did not move) and the cursor has no
         // node the model does not.
-        check_branches(&mut store, &m);
-        check_follow_len(&mut store, &m);
+        check_branches(store, &m);
+        check_follow_len(store, &m);
     }
 
-    check_all(&mut store, &m);
+    check_all(store, &m);
 }
 
 fn append_one(store: &mut Store, m: &mut Model, si: usize, name: &str, d: &Draft) {
@@ -924,21 +930,77 @@ fn check_all(store: &mut Store, m: &Model) {
     );
 }
 
-proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 64,
+/// Opens a fresh store on one backend, with what must outlive it; `None`
+/// when the backend is not available (PostgreSQL without `CONVO_TEST_PG`).
+type Open = fn() -> Option<(Store, Box<dyn std::any::Any>)>;
+
+/// Runs the tests of this file on one backend, the random one with `cases`
+/// cases.
+macro_rules! props {
+    ($backend:ident, $cases:expr, $open:expr) => {
+        mod $backend {
+            use super::*;
+
+            const OPEN: Open = $open;
+
+            #[test]
+            fn random_histories_keep_every_invariant() {
+                random_histories($cases, OPEN);
+            }
+
+            #[test]
+            fn a_long_history_keeps_every_invariant() {
+                let Some((mut s, _guard)) = OPEN() else {
+                    return;
+                };
+                a_long_history(&mut s);
+            }
+
+            #[test]
+            fn bulk_append_carries_state_like_single_appends() {
+                let Some((mut s, _guard)) = OPEN() else {
+                    return;
+                };
+                bulk_append_carries_state(&mut s);
+            }
+        }
+    };
+}
+
+props!(sqlite, 64, || Some((
+    Store::open("sqlite::memory:").unwrap(),
+    Box::new(())
+)));
+// Each PostgreSQL case creates a database and runs its operations over the
+// network, so fewer cases keep the suite fast; SQLite runs the many.
+props!(postgres, 8, || {
+    let db = testing::pg_database()?;
+    let s = Store::open(&db.url).unwrap();
+    Some((s, Box::new(db)))
+});
+
+/// Random histories of 1 to 40 operations over one or two sessions, each on
+/// a fresh store from `open`.
+fn random_histories(cases: u32, open: Open) {
+    // Skip (loudly) once, not once per case, when the backend is missing.
+    if open().is_none() {
+        return;
+    }
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases,
         // Regressions are not written next to the sources: a failing case
         // prints its minimal input, to be turned into a named test.
         failure_persistence: None,
         ..ProptestConfig::default()
-    })]
-
-    #[test]
-    fn random_histories_keep_every_invariant(
-        n_sessions in 1usize..=2,
-        ops in prop::collection::vec(op(), 1..40),
-    ) {
-        run(n_sessions, &ops);
+    });
+    let histories = (1usize..=2, prop::collection::vec(op(), 1..40));
+    let result = runner.run(&histories, |(n_sessions, ops)| {
+        let (mut store, _guard) = open().expect("the backend was there a moment ago");
+        run(&mut store, n_sessions, &ops);
+        Ok(())
+    });
+    if let Err(e) = result {
+        panic!("{e}");
     }
 }
 
@@ -946,8 +1008,7 @@ proptest! {
 /// exercised at depth even when the random cases are short: blocks of
 /// protocol-following appends alternating between two sessions, with state
 /// writes, forks from far back, explicit states and promotes in between.
-#[test]
-fn a_long_history_keeps_every_invariant() {
+fn a_long_history(store: &mut Store) {
     let auto = |i: usize| Msg {
         kind: None,
         choice: (i * 7 % 256) as u8,
@@ -1011,12 +1072,12 @@ fn a_long_history_keeps_every_invariant() {
             },
         });
     }
-    run(2, &ops);
+    run(store, 2, &ops);
 }
 
-#[test]
-fn bulk_append_carries_state_like_single_appends() {
-    let mut s = Store::open("sqlite::memory:").unwrap();
+/// `append_many` with an explicit state in the middle of the batch carries
+/// state exactly as the same drafts appended one at a time do.
+fn bulk_append_carries_state(s: &mut Store) {
     let main = BranchName::main();
     let ses = s.create_session("agent", None, T0).unwrap().id;
     let r1 = s.state_put(&ses, &main, "k", b"one").unwrap();
