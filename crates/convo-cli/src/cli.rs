@@ -47,6 +47,12 @@ pub enum Command {
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote
     Demo(JsonFlag),
+    /// Import conversation files (CONVO, clog, session JSON, ChatGPT, Claude, ShareGPT, OpenAI JSONL, llm) in one transaction
+    Import(crate::commands::import::ImportArgs),
+    /// Write a session's timeline as a conversation file (CONVO, clog, session JSON, OpenAI JSONL, Markdown, HTML)
+    Export(crate::commands::export::ExportArgs),
+    /// Validate CONVO files without importing them; exit 1 if any is invalid
+    Check(crate::commands::check::CheckArgs),
     /// Project the store into a git repository, or check that projection
     #[command(subcommand)]
     Git(crate::commands::git::GitCmd),

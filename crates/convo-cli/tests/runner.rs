@@ -6,4 +6,5 @@ mod test_backends;
 mod test_cli;
 mod test_concurrency;
 mod test_crash;
+mod test_formats;
 mod test_git;

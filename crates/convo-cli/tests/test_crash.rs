@@ -17,7 +17,9 @@ fn sigkill_mid_stream_loses_nothing_that_was_acknowledged_postgres() {
 }
 
 fn sigkill_mid_stream(backend: &str) {
-    let Some((t, _db)) = TestEnv::on(backend) else { return };
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
     let s = t.session("a");
     let mut acknowledged = Vec::new();
     for round in 0..4u32 {

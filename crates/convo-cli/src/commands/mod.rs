@@ -1,8 +1,11 @@
 //! One module per command. `run` opens the store and dispatches.
 
 pub mod branch;
+pub mod check;
 pub mod demo;
+pub mod export;
 pub mod git;
+pub mod import;
 pub mod ingest;
 pub mod log;
 pub mod migrate;
@@ -145,6 +148,9 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Verify(a) => verify::run(&env, a.json),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
+        Command::Import(a) => import::run(&env, a),
+        Command::Export(a) => export::run(&env, a),
+        Command::Check(a) => check::run(a),
         Command::Git(c) => git::run(&env, c),
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),

@@ -1,0 +1,128 @@
+use super::{CmdResult, CommandError, Env, now};
+use crate::output::print_json;
+use clap::Args;
+use convo_formats::ledger::{Outcome, import_all};
+use convo_formats::{Conversation, IMPORT_FORMATS};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// Import conversation files, all in one transaction.
+///
+/// Every path is read and checked before anything is written; a file that
+/// does not parse stops the import with its error and nothing is stored.
+/// Each conversation becomes a session whose id is derived from the format
+/// and the conversation's own id (or content), so importing the same file
+/// again creates nothing: those sessions are reported as already imported.
+/// Prints the id of each session created, one per line.
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// Files or folders to import; a clog `storage/conversations/` folder imports every conversation in it
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// The files' format
+    #[arg(long, default_value = "auto", value_parser = [
+        "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm"
+    ])]
+    pub format: String,
+    /// Agent name for the new sessions [default: from the file, else the format name]
+    #[arg(long, value_name = "NAME")]
+    pub agent: Option<String>,
+    /// Print one JSON document
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
+    if let Some(agent) = &a.agent
+        && agent.trim().is_empty()
+    {
+        return Err(CommandError::user("--agent must not be empty"));
+    }
+    let mut read: Vec<(&'static str, Conversation)> = Vec::new();
+    for given in &a.paths {
+        // An unzipped ChatGPT or Claude export: the folder holding conversations.json.
+        let export = given.join("conversations.json");
+        let path = if given.is_dir() && !convo_formats::clog::is_clog_dir(given) && export.is_file()
+        {
+            &export
+        } else {
+            given
+        };
+        if !path.exists() {
+            return Err(CommandError::user(format!(
+                "{}: no such file or folder",
+                path.display()
+            )));
+        }
+        let format = if a.format == "auto" {
+            convo_formats::detect(path).map_err(format_error)?
+        } else {
+            IMPORT_FORMATS
+                .iter()
+                .copied()
+                .find(|f| *f == a.format)
+                .ok_or_else(|| CommandError::user(format!("unknown format `{}`", a.format)))?
+        };
+        let reader = convo_formats::reader(format)
+            .ok_or_else(|| CommandError::user(format!("`{format}` cannot be imported")))?;
+        let got = reader.read_path(path).map_err(format_error)?;
+        for w in &got.warnings {
+            eprintln!("warning: {w}");
+        }
+        read.extend(got.conversations.into_iter().map(|c| (format, c)));
+    }
+    let mut store = env.open()?;
+    let refs: Vec<(&str, &Conversation)> = read.iter().map(|(f, c)| (*f, c)).collect();
+    let outcomes = import_all(&mut store, &refs, a.agent.as_deref(), now())?;
+    let (mut nodes, mut created, mut existing) = (0, Vec::new(), Vec::new());
+    for o in &outcomes {
+        match o {
+            Outcome::Created {
+                id,
+                title,
+                nodes: n,
+                branches,
+            } => {
+                nodes += n;
+                created.push(
+                    json!({"id": id.to_string(), "title": title, "nodes": n, "branches": branches}),
+                );
+            }
+            Outcome::Existing { id } => existing.push(id.to_string()),
+        }
+    }
+    if a.json {
+        print_json(&json!({"created": created, "existing": existing}));
+    } else {
+        for c in &created {
+            println!("{}", c["id"].as_str().unwrap_or_default());
+        }
+        for id in &existing {
+            eprintln!("{id}: already imported, skipped");
+        }
+        eprintln!(
+            "imported {} session{} ({nodes} nodes) from {} path{}; {} already present",
+            created.len(),
+            if created.len() == 1 { "" } else { "s" },
+            a.paths.len(),
+            if a.paths.len() == 1 { "" } else { "s" },
+            existing.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A format error as a CLI error; the message already names file, rule and place.
+pub fn format_error(e: convo_formats::Error) -> CommandError {
+    let hint = match e.rule {
+        "unknown-format" => Some("pass --format"),
+        "too-large" => Some("split the file, or import the conversations you need"),
+        _ => None,
+    };
+    let mut err = CommandError::user(e.render());
+    if let Some(h) = hint {
+        err = err.with_hint(h);
+    }
+    err
+}

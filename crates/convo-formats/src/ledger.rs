@@ -1,0 +1,473 @@
+//! Conversations into the store, and timelines back out.
+//!
+//! # Import
+//!
+//! [`import_all`] writes any number of conversations in **one**
+//! [`Store::transaction`]: all of them or none. Each becomes a session
+//! whose id is [`SessionId::derived`] from the format name and the
+//! conversation's own identity (its id in the source, or a hash of its
+//! content), so importing the same file twice finds the sessions already
+//! there and creates nothing ([`Outcome::Existing`]).
+//!
+//! Messages become nodes:
+//!
+//! | message | node | from → to |
+//! |---|---|---|
+//! | a human's turn ([`Role::User`]) | `invoke` | speaker → agent |
+//! | a system prompt ([`Role::System`]) | `invoke`, diagnostics `role: system` | speaker → agent |
+//! | a generative participant's turn ([`Role::Assistant`]) | `complete`, model in diagnostics | speaker → caller |
+//! | a tool call ([`Role::ToolCall`]) | `request` | speaker → tool |
+//! | a tool's answer ([`Role::Tool`]) | `response` | tool → agent |
+//!
+//! The store only lets a `complete`, `request` or `response` join an open
+//! submission (one started by an `invoke`). Where the source has none (it
+//! opens with the assistant, or two answers follow each other), an empty
+//! `invoke` from `platform` marked `"synthetic": true` is recorded first,
+//! and a response with no request before it gets an empty synthetic
+//! request; exports skip synthetic nodes.
+//!
+//! Diagnostics of every node: `role`, `model` when known, `extra` (the
+//! format-specific fields that let an export give them back) and, on the
+//! session's first node, `conversation` (the conversation-level metadata:
+//! CONVO's participants, type, time and unknown keys; clog's header…) and
+//! `import` (`{"format": …, "id": …}`: where it came from). `created_at` comes from the file's times when it has them.
+//!
+//! Timelines: `main` is appended first; every other timeline is a
+//! [`Ledger::fork`] at the last node it shares with those already written,
+//! then appends. When two timelines share no message at all, the session
+//! starts with a synthetic anchor node they fork from.
+//!
+//! # Export
+//!
+//! [`export`] reads one timeline back as a linear [`Conversation`], the
+//! inverse of the table above, for any [`crate::Writer`].
+
+use crate::model::{Conversation, Message, Role};
+use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, Millis, NodeHash, SessionId};
+use convo_store::{Draft, Ledger, SessionRow, Store, StoreError};
+use serde_json::{Map, Value, json};
+use std::collections::{HashMap, HashSet};
+
+/// What importing one conversation did.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Outcome {
+    /// A new session.
+    Created {
+        /// Its id.
+        id: SessionId,
+        /// Its title.
+        title: Option<String>,
+        /// Nodes written (fork nodes included).
+        nodes: usize,
+        /// Timelines written (`main` included).
+        branches: usize,
+    },
+    /// The session was imported before; nothing was written.
+    Existing {
+        /// Its id.
+        id: SessionId,
+    },
+}
+
+impl Outcome {
+    /// The session id.
+    pub fn id(&self) -> SessionId {
+        match self {
+            Outcome::Created { id, .. } | Outcome::Existing { id } => *id,
+        }
+    }
+}
+
+/// The session id a conversation imported as `format` gets.
+pub fn session_id(format: &str, conv: &Conversation) -> SessionId {
+    let identity = match &conv.id {
+        Some(id) => id.clone(),
+        None => content_identity(conv),
+    };
+    SessionId::derived(format!("{format}:{identity}").as_bytes())
+}
+
+/// A hash of what a conversation says, for sources without ids.
+fn content_identity(conv: &Conversation) -> String {
+    let mut buf = Vec::new();
+    let mut put = |b: &[u8]| {
+        buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        buf.extend_from_slice(b);
+    };
+    put(conv.title.as_deref().unwrap_or("").as_bytes());
+    for m in &conv.messages {
+        put(&(m.parent.map_or(u64::MAX, |p| p as u64)).to_le_bytes());
+        put(m.role.as_str().as_bytes());
+        put(m.speaker.as_bytes());
+        put(m.text.as_bytes());
+    }
+    format!("sha256:{}", convo_core::sha256(&buf).to_hex())
+}
+
+/// Imports `convs` (each with its format name) in one transaction.
+pub fn import_all(
+    store: &mut Store,
+    convs: &[(&str, &Conversation)],
+    agent: Option<&str>,
+    now: Millis,
+) -> Result<Vec<Outcome>, StoreError> {
+    store.transaction(|l| {
+        let mut out = Vec::with_capacity(convs.len());
+        let mut seen = HashSet::new();
+        for (format, conv) in convs {
+            let id = session_id(format, conv);
+            if !seen.insert(id) {
+                out.push(Outcome::Existing { id });
+                continue;
+            }
+            out.push(import_one(l, format, conv, agent, now)?);
+        }
+        Ok(out)
+    })
+}
+
+/// Imports one conversation inside an open transaction.
+pub fn import_one(
+    l: &mut Ledger<'_>,
+    format: &str,
+    conv: &Conversation,
+    agent: Option<&str>,
+    now: Millis,
+) -> Result<Outcome, StoreError> {
+    let id = session_id(format, conv);
+    if l.tx().session(&id)?.is_some() {
+        return Ok(Outcome::Existing { id });
+    }
+    let agent = agent
+        .map(str::to_owned)
+        .or_else(|| conv.agent.clone())
+        .filter(|a| !a.trim().is_empty())
+        .unwrap_or_else(|| format.to_owned());
+    let created = conv.first_time().unwrap_or(now);
+    l.create_session(id, &agent, conv.title.as_deref(), created)?;
+
+    let paths: Vec<Vec<usize>> = conv
+        .timelines
+        .iter()
+        .map(|t| conv.path_to(t.leaf))
+        .collect();
+    let main_root = paths.first().and_then(|p| p.first()).copied();
+    let anchored = paths
+        .iter()
+        .skip(1)
+        .any(|p| !p.is_empty() && p.first().copied() != main_root);
+    let meta = conv.meta.clone();
+    let source = json!({"format": format, "id": conv.id});
+    let ctx = Mapper {
+        agent: &agent,
+        created,
+        anchored,
+    };
+
+    let mut written: HashMap<usize, NodeHash> = HashMap::new();
+    let mut anchor: Option<NodeHash> = None;
+    let mut nodes = 0;
+    let mut branches = 0;
+    let mut names: HashSet<String> = HashSet::new();
+    for (t, path) in paths.iter().enumerate() {
+        let mut drafts = ctx.drafts(conv, path)?;
+        if t == 0 {
+            if let Some((_, first)) = drafts.first_mut() {
+                first.diagnostics = with_conversation(&first.diagnostics, &meta, &source)?;
+            }
+            let main = BranchName::main();
+            names.insert("main".into());
+            let hashes = l.append_many(&id, &main, &drafts_only(&drafts))?;
+            for ((msg, _), h) in drafts.iter().zip(&hashes) {
+                match msg {
+                    Some(i) => {
+                        written.insert(*i, *h);
+                    }
+                    None if anchor.is_none() && anchored => anchor = Some(*h),
+                    None => {}
+                }
+            }
+            nodes += hashes.len();
+            branches += 1;
+            continue;
+        }
+        // The deepest message of this path already in the store.
+        let shared = path.iter().rposition(|i| written.contains_key(i));
+        let (point, rest_from) = match shared {
+            Some(k) => {
+                let pos = drafts
+                    .iter()
+                    .position(|(m, _)| *m == Some(path[k]))
+                    .map_or(drafts.len(), |p| p + 1);
+                (written[&path[k]], pos)
+            }
+            None => match anchor {
+                Some(a) => (a, usize::from(ctx.anchored)),
+                None => continue,
+            },
+        };
+        let name = branch_name(&conv.timelines[t].name, &mut names);
+        let rest = drafts.split_off(rest_from.min(drafts.len()));
+        let fork_time = rest.first().map_or(created, |(_, d)| d.created_at);
+        let prefix =
+            HashPrefix::parse(&point.to_hex()).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        l.fork(&id, &prefix, &name, fork_time)?;
+        let hashes = l.append_many(&id, &name, &drafts_only(&rest))?;
+        for ((msg, _), h) in rest.iter().zip(&hashes) {
+            if let Some(i) = msg {
+                written.insert(*i, *h);
+            }
+        }
+        nodes += hashes.len() + 1;
+        branches += 1;
+    }
+    Ok(Outcome::Created {
+        id,
+        title: conv.title.clone(),
+        nodes,
+        branches,
+    })
+}
+
+fn drafts_only(d: &[(Option<usize>, Draft)]) -> Vec<Draft> {
+    d.iter().map(|(_, d)| d.clone()).collect()
+}
+
+/// A valid, unused branch name for a timeline.
+fn branch_name(want: &str, taken: &mut HashSet<String>) -> BranchName {
+    let cleaned: String = want
+        .chars()
+        .map(|c| {
+            if c.is_control() || " ~^:?*[\\/".contains(c) {
+                '-'
+            } else {
+                c
+            }
+        })
+        .collect();
+    let mut base = cleaned.trim_matches(['-', '.']).replace("..", "-");
+    if base.ends_with(".lock") {
+        base.push_str("-1");
+    }
+    if BranchName::new(&base).is_err() {
+        base = "branch".into();
+    }
+    let mut name = base.clone();
+    let mut n = 2;
+    while taken.contains(&name) || BranchName::new(&name).is_err() {
+        name = format!("{base}-{n}");
+        n += 1;
+    }
+    taken.insert(name.clone());
+    BranchName::new(&name).unwrap_or_else(|_| BranchName::main())
+}
+
+fn with_conversation(
+    d: &Diagnostics,
+    meta: &Map<String, Value>,
+    source: &Value,
+) -> Result<Diagnostics, StoreError> {
+    let mut v = d.to_value();
+    if let Some(o) = v.as_object_mut() {
+        if !meta.is_empty() {
+            o.insert("conversation".into(), Value::Object(meta.clone()));
+        }
+        o.insert("import".into(), source.clone());
+    }
+    Diagnostics::from_value(&v).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+struct Mapper<'a> {
+    agent: &'a str,
+    created: Millis,
+    anchored: bool,
+}
+
+impl Mapper<'_> {
+    /// The drafts for one root-to-leaf path, each with the message it
+    /// records (`None` for a synthetic node). A pure function of the path,
+    /// so two timelines sharing a prefix get the same nodes for it.
+    fn drafts(
+        &self,
+        conv: &Conversation,
+        path: &[usize],
+    ) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
+        let mut out = Vec::with_capacity(path.len() + 1);
+        let mut open = false;
+        let mut requests = 0u32;
+        let mut caller = String::from("user");
+        let mut time = self.created;
+        if self.anchored {
+            out.push((
+                None,
+                self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
+            ));
+            open = true;
+        }
+        for &i in path {
+            let m = &conv.messages[i];
+            time = m.time.unwrap_or(time);
+            let (kind, from, to) = match m.role {
+                Role::User | Role::System => {
+                    open = true;
+                    requests = 0;
+                    if m.role == Role::User {
+                        caller = m.speaker.clone();
+                    }
+                    (Kind::Invoke, m.speaker.clone(), self.agent.to_owned())
+                }
+                Role::Assistant => {
+                    if !open {
+                        out.push((
+                            None,
+                            self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
+                        ));
+                    }
+                    open = false;
+                    (Kind::Complete, m.speaker.clone(), caller.clone())
+                }
+                Role::ToolCall => {
+                    if !open {
+                        out.push((
+                            None,
+                            self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
+                        ));
+                        open = true;
+                    }
+                    requests += 1;
+                    let to = m.to.clone().unwrap_or_else(|| "tool".into());
+                    (Kind::Request, m.speaker.clone(), to)
+                }
+                Role::Tool => {
+                    if !open {
+                        out.push((
+                            None,
+                            self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
+                        ));
+                        open = true;
+                        requests = 0;
+                    }
+                    if requests == 0 {
+                        out.push((
+                            None,
+                            self.synthetic(Kind::Request, self.agent, &m.speaker, time)?,
+                        ));
+                        requests = 1;
+                    }
+                    (Kind::Response, m.speaker.clone(), self.agent.to_owned())
+                }
+            };
+            let mut diag = Map::new();
+            diag.insert("role".into(), json!(m.role.as_str()));
+            if let Some(model) = &m.model {
+                diag.insert("model".into(), json!(model));
+            }
+            if !m.extra.is_empty() {
+                diag.insert("extra".into(), Value::Object(m.extra.clone()));
+            }
+            let diagnostics = Diagnostics::from_value(&Value::Object(diag))
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            out.push((
+                Some(i),
+                Draft {
+                    kind,
+                    from,
+                    to,
+                    payload: m.text.as_bytes().to_vec(),
+                    diagnostics,
+                    state: None,
+                    sequence: None,
+                    created_at: time,
+                },
+            ));
+        }
+        Ok(out)
+    }
+
+    fn synthetic(&self, kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, StoreError> {
+        Ok(Draft {
+            kind,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            payload: Vec::new(),
+            diagnostics: Diagnostics::from_value(&json!({"synthetic": true}))
+                .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            state: None,
+            sequence: None,
+            created_at: at,
+        })
+    }
+}
+
+/// Reads one timeline of a session back as a linear conversation.
+pub fn export(
+    store: &mut Store,
+    session: &SessionRow,
+    branch: &BranchName,
+) -> Result<Conversation, StoreError> {
+    let nodes = store.timeline(&session.id, branch)?;
+    let mut messages = Vec::with_capacity(nodes.len());
+    let mut meta: Option<Map<String, Value>> = None;
+    for n in &nodes {
+        let node = &n.stored.node;
+        if matches!(node.kind, Kind::Fork | Kind::Promote) {
+            continue;
+        }
+        let diag = node.diagnostics.to_value();
+        if meta.is_none()
+            && let Some(Value::Object(c)) = diag.get("conversation")
+        {
+            meta = Some(c.clone());
+        }
+        if diag.get("synthetic") == Some(&Value::Bool(true)) {
+            continue;
+        }
+        let role = match node.kind {
+            Kind::Invoke if diag.get("role").and_then(Value::as_str) == Some("system") => {
+                Role::System
+            }
+            Kind::Invoke => Role::User,
+            Kind::Complete => Role::Assistant,
+            Kind::Request => Role::ToolCall,
+            _ => Role::Tool,
+        };
+        let mut m = Message::new(role, node.from.clone(), String::from_utf8_lossy(&n.payload))
+            .at(Some(node.created_at))
+            .with_model(diag.get("model").and_then(Value::as_str).map(str::to_owned));
+        if role == Role::ToolCall {
+            m.to = Some(node.to.clone());
+        }
+        if let Some(Value::Object(extra)) = diag.get("extra") {
+            m.extra = extra.clone();
+        }
+        messages.push(m);
+    }
+    let mut conv = Conversation::linear(messages);
+    conv.id = Some(session.id.to_string());
+    conv.title = session.title.clone();
+    conv.agent = Some(session.agent.clone());
+    conv.created_at = Some(session.created_at);
+    if let Some(m) = meta {
+        conv.meta = m;
+    }
+    Ok(conv)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn branch_names_are_made_valid_and_unique() {
+        let mut taken = HashSet::new();
+        taken.insert("main".to_owned());
+        assert_eq!(branch_name("alt-1", &mut taken).as_str(), "alt-1");
+        assert_eq!(branch_name("alt-1", &mut taken).as_str(), "alt-1-2");
+        assert_eq!(
+            branch_name("my thread/x", &mut taken).as_str(),
+            "my-thread-x"
+        );
+        assert_eq!(branch_name("..", &mut taken).as_str(), "branch");
+        assert_eq!(branch_name("main", &mut taken).as_str(), "main-2");
+    }
+}

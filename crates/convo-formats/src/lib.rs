@@ -1,0 +1,227 @@
+//! Conversation files in and out of convo.
+//!
+//! Every format is one module behind two small traits: a [`Reader`] turns a
+//! file (or a folder, or an SQLite database) into [`Conversation`]s, the
+//! neutral model of [`model`]; a [`Writer`] turns one linear conversation
+//! back into bytes. Each module's documentation describes its wire format.
+//!
+//! | format | read | write | module |
+//! |---|---|---|---|
+//! | CONVO (CONVO-FILE-SPEC v0.1.1 + `title`) | yes | yes | [`convo`] |
+//! | clog folders (`notes.jsonl` + `chat.jsonl`) | yes | yes | [`clog`] |
+//! | per-session JSON (`open`, `session`, `agent`, `history`) | yes | yes | [`session_json`] |
+//! | ChatGPT data export (`conversations.json`) | yes | | [`chatgpt`] |
+//! | Claude.ai export (`conversations.json`) | yes | | [`claude`] |
+//! | ShareGPT JSON | yes | | [`sharegpt`] |
+//! | OpenAI chat JSONL | yes | yes | [`openai`] |
+//! | `llm`'s SQLite log (both schemas) | yes | | [`llm`] |
+//! | Markdown | | yes | [`markdown`] |
+//! | one self-contained HTML page | | yes | [`html`] |
+//!
+//! [`ledger`] maps conversations into the store (one transaction per
+//! import, sessions named by [`convo_core::SessionId::derived`] so a second
+//! import of the same file creates nothing) and timelines back out.
+//!
+//! Nothing here reads the environment or the clock; the caller passes the
+//! current time. Bad input is an [`Error`] naming the file, the rule, the
+//! line and column or JSON path, never a panic.
+
+pub mod chatgpt;
+pub mod claude;
+pub mod clog;
+pub mod convo;
+mod error;
+pub mod html;
+mod json;
+pub mod ledger;
+pub mod llm;
+pub mod markdown;
+pub mod model;
+pub mod openai;
+pub mod session_json;
+pub mod sharegpt;
+
+pub use error::{Error, Location, Result, locate};
+pub use model::{Conversation, Message, Read, Role, Timeline};
+
+use std::path::Path;
+
+/// Files larger than this are refused before they are read, so memory stays
+/// bounded whatever is thrown at an import.
+pub const MAX_INPUT_BYTES: u64 = 512 * 1024 * 1024;
+
+/// Reads one format.
+pub trait Reader {
+    /// The format's name, as `--format` spells it.
+    fn name(&self) -> &'static str;
+
+    /// Reads the contents of one file. `file` names it in errors.
+    fn read_bytes(&self, file: &str, bytes: &[u8]) -> Result<Read>;
+
+    /// Reads a path. The default reads the file (refusing one larger than
+    /// [`MAX_INPUT_BYTES`]) and calls [`Reader::read_bytes`]; folder and
+    /// database formats override it.
+    fn read_path(&self, path: &Path) -> Result<Read> {
+        let bytes = read_file(path, MAX_INPUT_BYTES)?;
+        self.read_bytes(&path.display().to_string(), &bytes)
+    }
+}
+
+/// Writes one format.
+pub trait Writer {
+    /// The format's name, as `--format` spells it.
+    fn name(&self) -> &'static str;
+
+    /// Writes the main timeline of `conv` (exports pass a linear one).
+    fn write(&self, conv: &Conversation) -> Result<Vec<u8>>;
+}
+
+/// Reads a whole file, refusing one over `limit` bytes with a clear error.
+pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>> {
+    use std::io::Read as _;
+    let name = path.display().to_string();
+    let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
+    let f = std::fs::File::open(path).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    if len > limit {
+        return Err(Error::new(
+            &name,
+            "too-large",
+            format!(
+                "the file is {} MiB; convo reads files of at most {} MiB",
+                len / (1024 * 1024),
+                limit / (1024 * 1024)
+            ),
+        ));
+    }
+    let mut buf = Vec::with_capacity(len as usize);
+    f.take(limit + 1).read_to_end(&mut buf).map_err(io)?;
+    if buf.len() as u64 > limit {
+        return Err(Error::new(
+            &name,
+            "too-large",
+            format!(
+                "the file grew past {} MiB while being read",
+                limit / (1024 * 1024)
+            ),
+        ));
+    }
+    Ok(buf)
+}
+
+/// The names `--format` accepts for import, in the order `auto` tries them.
+pub const IMPORT_FORMATS: &[&str] = &[
+    "convo",
+    "clog",
+    "session-json",
+    "chatgpt",
+    "claude",
+    "sharegpt",
+    "openai",
+    "llm",
+];
+
+/// The names `--format` accepts for export.
+pub const EXPORT_FORMATS: &[&str] = &[
+    "convo",
+    "clog",
+    "session-json",
+    "openai",
+    "markdown",
+    "html",
+];
+
+/// The reader for a format name.
+pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
+    Some(match name {
+        "convo" => Box::new(convo::Convo),
+        "clog" => Box::new(clog::Clog),
+        "session-json" => Box::new(session_json::SessionJson),
+        "chatgpt" => Box::new(chatgpt::ChatGpt),
+        "claude" => Box::new(claude::Claude),
+        "sharegpt" => Box::new(sharegpt::ShareGpt),
+        "openai" => Box::new(openai::OpenAi),
+        "llm" => Box::new(llm::Llm),
+        _ => return None,
+    })
+}
+
+/// The writer for a format name.
+pub fn writer(name: &str) -> Option<Box<dyn Writer>> {
+    Some(match name {
+        "convo" => Box::new(convo::Convo),
+        "clog" => Box::new(clog::Clog),
+        "session-json" => Box::new(session_json::SessionJson),
+        "openai" => Box::new(openai::OpenAi),
+        "markdown" => Box::new(markdown::Markdown),
+        "html" => Box::new(html::Html),
+        _ => return None,
+    })
+}
+
+/// Guesses the format of a path from its shape and first bytes, or says
+/// why it cannot.
+pub fn detect(path: &Path) -> Result<&'static str> {
+    let name = path.display().to_string();
+    if path.is_dir() {
+        return if clog::is_clog_dir(path) {
+            Ok("clog")
+        } else {
+            Err(Error::new(
+                &name,
+                "unknown-format",
+                "a folder must be a clog conversation (holding chat.jsonl) or a folder of them",
+            ))
+        };
+    }
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if file_name == "chat.jsonl" || file_name == "notes.jsonl" {
+        return Ok("clog");
+    }
+    let head = read_head(path, 64 * 1024)
+        .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+    if head.starts_with(b"SQLite format 3\0") {
+        return Ok("llm");
+    }
+    let text = String::from_utf8_lossy(&head);
+    let t = text.trim_start_matches('\u{feff}').trim_start();
+    let has = |k: &str| text.contains(&format!("\"{k}\""));
+    if t.starts_with('[') || t.starts_with('{') {
+        if has("mapping") {
+            return Ok("chatgpt");
+        }
+        if has("chat_messages") {
+            return Ok("claude");
+        }
+        if has("history") && has("session") {
+            return Ok("session-json");
+        }
+        if has("conversations") {
+            return Ok("sharegpt");
+        }
+        if has("messages") {
+            return Ok("openai");
+        }
+        if t.starts_with('{') && has("type") && has("conversation-header") {
+            return Ok("clog");
+        }
+    }
+    if text.contains("### @") || text.contains("\n----") {
+        return Ok("convo");
+    }
+    Err(Error::new(
+        &name,
+        "unknown-format",
+        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm",
+    ))
+}
+
+fn read_head(path: &Path, n: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?.take(n).read_to_end(&mut buf)?;
+    Ok(buf)
+}

@@ -1,0 +1,196 @@
+//! Hostile input: every reader answers with an error naming the file and
+//! a line or JSON path, never a panic, in bounded time and memory.
+use crate::common::parse_err;
+use convo_formats::Reader;
+
+const JSON_FORMATS: &[&str] = &[
+    "chatgpt",
+    "claude",
+    "sharegpt",
+    "session-json",
+    "openai",
+    "clog",
+];
+
+fn deep(n: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(2 * n);
+    v.extend(std::iter::repeat_n(b'[', n));
+    v.extend(std::iter::repeat_n(b']', n));
+    v
+}
+
+#[test]
+fn json_nested_100000_deep_is_a_clear_error() {
+    let d = deep(100_000);
+    for f in JSON_FORMATS {
+        let e = parse_err(f, &d);
+        assert!(
+            e.rule == "json-too-deep" || e.rule == "wrong-type",
+            "{f}: {e}"
+        );
+        assert!(e.location.is_some(), "{f}: {e}");
+    }
+    // The same inside an object the readers expect.
+    let mut obj =
+        b"[{\"mapping\": {\"a\": {\"message\": {\"author\": {\"role\": \"user\"}, \"content\": "
+            .to_vec();
+    obj.extend(deep(100_000));
+    obj.extend(b"}}}}]");
+    let e = parse_err("chatgpt", &obj);
+    assert_eq!(e.rule, "json-too-deep", "{e}");
+    assert!(e.render().contains("128 levels"), "{e}");
+    // And in a CONVO metadata block.
+    let mut c = b"### @a\nx\n\n----\n{\"type\": \"d\", \"time\": \"2025-10-23\", \"participants\": [\"a\"], \"x\": ".to_vec();
+    c.extend(deep(100_000));
+    c.push(b'}');
+    let e = parse_err("convo", &c);
+    assert!(
+        e.rule.starts_with("json") || e.rule.starts_with("metadata"),
+        "{e}"
+    );
+    assert_eq!(e.location.unwrap().line, 5, "{e}");
+}
+
+#[test]
+fn truncated_json_names_file_line_and_column() {
+    let full = std::fs::read(crate::common::fixture("chatgpt_conversations.json")).unwrap();
+    let cut = &full[..full.len() / 2];
+    let e = parse_err("chatgpt", cut);
+    assert_eq!(e.rule, "json-truncated", "{e}");
+    let r = e.render();
+    assert!(r.starts_with("input:"), "{r}");
+    assert!(e.location.unwrap().line > 10, "{r}");
+}
+
+#[test]
+fn wrong_types_name_the_json_path() {
+    let e = parse_err(
+        "chatgpt",
+        br#"[{"mapping": {"n1": {"message": {"author": {"role": 7}}}}}]"#,
+    );
+    assert_eq!(e.rule, "wrong-type");
+    assert_eq!(
+        e.path.as_deref(),
+        Some("$[0].mapping.n1.message.author.role"),
+        "{e}"
+    );
+    assert!(e.message.contains("expected a string"), "{e}");
+    let e = parse_err("claude", br#"[{"chat_messages": "nope"}]"#);
+    assert_eq!(e.path.as_deref(), Some("$[0].chat_messages"), "{e}");
+    let e = parse_err(
+        "sharegpt",
+        br#"[{"conversations": [{"from": "martian", "value": "hi"}]}]"#,
+    );
+    assert_eq!(e.rule, "unknown-speaker");
+    assert_eq!(e.path.as_deref(), Some("$[0].conversations[0].from"));
+    let e = parse_err(
+        "session-json",
+        br#"{"session": "s", "agent": "a", "history": [{"user": 5}]}"#,
+    );
+    assert_eq!(e.path.as_deref(), Some("$.history[0].user"), "{e}");
+    let e = parse_err(
+        "openai",
+        b"{\"messages\": []}\n{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}\n",
+    );
+    assert_eq!(e.location.unwrap().line, 2, "{e}");
+    assert_eq!(e.path.as_deref(), Some("$.messages[0].role"), "{e}");
+    let e = parse_err("clog", b"{\"type\":\"conversation-header\"}\n{\"type\":\"message\",\"role\":\"user\",\"content\":3}\n");
+    assert_eq!(e.location.unwrap().line, 2, "{e}");
+}
+
+#[test]
+fn binary_garbage_is_refused_by_every_reader() {
+    let mut g = Vec::new();
+    let mut x: u32 = 0x1234_5678;
+    for _ in 0..4096 {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        g.push((x & 0xff) as u8);
+    }
+    for f in [
+        "convo",
+        "chatgpt",
+        "claude",
+        "sharegpt",
+        "session-json",
+        "openai",
+        "clog",
+    ] {
+        let e = parse_err(f, &g);
+        assert!(!e.message.is_empty(), "{f}");
+        assert!(e.render().starts_with("input"), "{f}: {e}");
+    }
+}
+
+#[test]
+fn a_large_garbage_file_fails_fast_and_the_size_limit_is_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("big.json");
+    // 40 MB of a valid-looking array whose last element is wrong.
+    let mut s = String::with_capacity(40 << 20);
+    s.push('[');
+    let item = r#"{"conversations": [{"from": "human", "value": "lorem ipsum dolor sit amet lorem ipsum dolor sit amet"}]},"#;
+    while s.len() < 40 << 20 {
+        s.push_str(item);
+    }
+    s.push_str("{\"conversations\": 5}]");
+    std::fs::write(&p, &s).unwrap();
+    let t = std::time::Instant::now();
+    let e = convo_formats::sharegpt::ShareGpt.read_path(&p).unwrap_err();
+    assert!(t.elapsed().as_secs() < 60);
+    assert_eq!(e.rule, "wrong-type", "{e}");
+    assert!(
+        e.path.as_deref().unwrap_or("").ends_with(".conversations"),
+        "{e}"
+    );
+    assert!(e.file.ends_with("big.json"));
+    let e = convo_formats::read_file(&p, 1 << 20).unwrap_err();
+    assert_eq!(e.rule, "too-large");
+    assert!(e.message.contains("40 MiB"), "{e}");
+}
+
+#[test]
+fn llm_reader_refuses_a_file_that_is_not_its_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("logs.db");
+    std::fs::write(&p, b"SQLite format 3\0 but then garbage, garbage, garbage").unwrap();
+    let e = convo_formats::llm::Llm.read_path(&p).unwrap_err();
+    assert_eq!(e.rule, "sqlite", "{e}");
+    let q = dir.path().join("other.db");
+    rusqlite::Connection::open(&q)
+        .unwrap()
+        .execute_batch("CREATE TABLE t(x)")
+        .unwrap();
+    let e = convo_formats::llm::Llm.read_path(&q).unwrap_err();
+    assert_eq!(e.rule, "llm-schema", "{e}");
+}
+
+#[test]
+fn pathological_convo_text_stays_fast() {
+    use convo_formats::convo::{self, Convo};
+    use convo_formats::{Conversation, Message, Role, Writer};
+    // One 4 MB line full of escape look-alikes, read.
+    let mut s = String::from("### @a\n");
+    s.push_str(&"\\#\\#\\# @x ".repeat(400_000));
+    s.push_str(
+        "\n\n----\n{\"type\": \"d\", \"time\": \"2025-10-23\", \"participants\": [\"a\"]}\n",
+    );
+    let t = std::time::Instant::now();
+    let c = convo::parse("long-line", s.as_bytes()).unwrap();
+    assert_eq!(c.turns().len(), 1);
+    assert!(t.elapsed().as_secs() < 20, "{:?}", t.elapsed());
+    // A text where each escape reveals the next delimiter: refused or
+    // written quickly, never mis-written.
+    let mut text = String::new();
+    for i in 0..20_000 {
+        text.push_str(&format!("### @b{i}\n<x-tag>\n"));
+    }
+    let c = Conversation::linear(vec![Message::new(Role::User, "a", text.clone())]);
+    let t = std::time::Instant::now();
+    match Convo.write(&c) {
+        Ok(w) => assert_eq!(convo::parse("w", &w).unwrap().turns()[0].text, text),
+        Err(e) => assert_eq!(e.rule, "cannot-encode"),
+    }
+    assert!(t.elapsed().as_secs() < 60, "{:?}", t.elapsed());
+}
