@@ -133,6 +133,7 @@ impl Postgres {
                 let mut t = PgTx {
                     tx: &mut tx,
                     wrote_nodes: false,
+                    next_seq: None,
                     statements: &mut self.statements,
                 };
                 f(&mut t)?;
@@ -200,6 +201,9 @@ impl Backend for Postgres {
 struct PgTx<'a, 'b> {
     tx: &'a mut postgres::Transaction<'b>,
     wrote_nodes: bool,
+    /// The next follow number; read once per transaction, which the
+    /// writers' advisory lock makes safe.
+    next_seq: Option<i64>,
     statements: &'a mut HashMap<String, Statement>,
 }
 
@@ -464,10 +468,13 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
-        let seq: i64 = self
-            .opt("SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes", &[])?
-            .map(|r| r.get(0))
-            .unwrap_or(1);
+        let seq: i64 = match self.next_seq {
+            Some(n) => n,
+            None => self
+                .opt("SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes", &[])?
+                .map(|r| r.get(0))
+                .unwrap_or(1),
+        };
         let ev = n.event.as_ref();
         let res = self.exec(
             "INSERT INTO nodes (seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
@@ -505,6 +512,7 @@ impl Tx for PgTx<'_, '_> {
                 "node {hash} is already stored"
             )));
         }
+        self.next_seq = Some(seq + 1);
         self.wrote_nodes = true;
         Ok(seq as u64)
     }
