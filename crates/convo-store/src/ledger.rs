@@ -61,7 +61,7 @@ impl std::fmt::Debug for Store {
 }
 
 /// Adapts a transaction to the state trie's node source.
-struct TxNodes<'a>(&'a mut dyn Tx);
+pub(crate) struct TxNodes<'a>(pub(crate) &'a mut dyn Tx);
 
 impl StateNodes for TxNodes<'_> {
     type Error = StoreError;

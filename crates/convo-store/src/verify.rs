@@ -1,11 +1,11 @@
 //! Verification: recompute everything from stored bytes, trust nothing.
 
 use crate::backend::Tx;
-use crate::ledger::state_err;
+use crate::ledger::{TxNodes, state_err};
 use crate::{Result, StoreError};
-use convo_core::state::{self, StateNodes};
+use convo_core::state;
 use convo_core::timeline::Context;
-use convo_core::{ContentHash, Digest, Kind, NodeHash, SessionId, StateRoot};
+use convo_core::{ContentHash, Kind, NodeHash, SessionId, StateRoot};
 use std::collections::{HashMap, HashSet};
 
 /// One thing found wrong.
@@ -50,17 +50,6 @@ impl VerifyReport {
 struct Seen {
     ctx: Context,
     session: SessionId,
-}
-
-struct Nodes<'a>(&'a mut dyn Tx);
-impl StateNodes for Nodes<'_> {
-    type Error = StoreError;
-    fn load(&mut self, hash: &Digest) -> Result<Option<Vec<u8>>> {
-        self.0.state_node(hash)
-    }
-    fn save(&mut self, _: &Digest, _: &[u8]) -> Result<()> {
-        Err(StoreError::Backend("verify never writes".into()))
-    }
 }
 
 /// Checks, in one snapshot: every blob hashes to its address; every node
@@ -215,7 +204,7 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
     for root in roots {
         r.state_roots += 1;
         let mut missing = Vec::new();
-        let res = state::verify(&mut Nodes(tx), &root, &mut walked, &mut |v| {
+        let res = state::verify(&mut TxNodes(tx), &root, &mut walked, &mut |v| {
             if !blobs.contains_key(v) {
                 missing.push(*v);
             }
