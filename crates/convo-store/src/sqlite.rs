@@ -165,7 +165,10 @@ impl Sqlite {
         loop {
             let attempt = (|| {
                 let tx = self.conn.transaction_with_behavior(behavior).map_err(db)?;
-                let mut t = SqliteTx { tx: &tx };
+                let mut t = SqliteTx {
+                    tx: &tx,
+                    last_blob: None,
+                };
                 f(&mut t)?;
                 tx.commit().map_err(db)
             })();
@@ -197,6 +200,10 @@ impl Backend for Sqlite {
 
 struct SqliteTx<'a> {
     tx: &'a rusqlite::Transaction<'a>,
+    /// The blob `put_blob` just inserted and its rowid: the ledger stores a
+    /// node's payload right before the node, so `insert_node` can fill
+    /// `nodes.payload_id` without looking the hash up again.
+    last_blob: Option<(ContentHash, i64)>,
 }
 
 fn corrupt(what: &str) -> rusqlite::Error {
@@ -207,15 +214,29 @@ fn corrupt(what: &str) -> rusqlite::Error {
     )
 }
 
+// The decoders below borrow the column (`get_ref`) instead of copying it
+// into a `Vec` or `String` first: a node row holds up to seven hashes and a
+// session id, and scans decode tens of thousands of rows. They accept and
+// reject the same SQLite types `Row::get::<Vec<u8>>` and `Row::get::<String>` did.
+
+fn wrong_type(r: &Row<'_>, i: usize, t: rusqlite::types::Type) -> rusqlite::Error {
+    let name = r.as_ref().column_name(i).unwrap_or("?").to_owned();
+    rusqlite::Error::InvalidColumnType(i, name, t)
+}
+
 fn digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Digest> {
-    let b: Vec<u8> = r.get(i)?;
-    Digest::from_slice(&b).ok_or_else(|| corrupt("a stored hash is not 32 bytes"))
+    opt_digest(r, i)?.ok_or_else(|| wrong_type(r, i, rusqlite::types::Type::Null))
 }
 
 fn opt_digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Digest>> {
-    let b: Option<Vec<u8>> = r.get(i)?;
-    b.map(|b| Digest::from_slice(&b).ok_or_else(|| corrupt("a stored hash is not 32 bytes")))
-        .transpose()
+    use rusqlite::types::ValueRef;
+    match r.get_ref(i)? {
+        ValueRef::Null => Ok(None),
+        ValueRef::Blob(b) => Digest::from_slice(b)
+            .map(Some)
+            .ok_or_else(|| corrupt("a stored hash is not 32 bytes")),
+        other => Err(wrong_type(r, i, other.data_type())),
+    }
 }
 
 fn unsigned(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
@@ -233,8 +254,12 @@ fn bytes(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Vec<u8>>> {
 }
 
 fn session_id(r: &Row<'_>, i: usize) -> rusqlite::Result<SessionId> {
-    let s: String = r.get(i)?;
-    SessionId::parse(&s).map_err(|_| corrupt("a stored session id is malformed"))
+    let v = r.get_ref(i)?;
+    let s = v.as_str().map_err(|e| match e {
+        rusqlite::types::FromSqlError::InvalidType => wrong_type(r, i, v.data_type()),
+        e => rusqlite::Error::FromSqlConversionFailure(i, v.data_type(), e.into()),
+    })?;
+    SessionId::parse(s).map_err(|_| corrupt("a stored session id is malformed"))
 }
 
 fn branch_name(r: &Row<'_>, i: usize) -> rusqlite::Result<BranchName> {
@@ -481,8 +506,9 @@ impl Tx for SqliteTx<'_> {
             .prepare_cached(
                 "INSERT INTO nodes (hash, session, parent, kind, submission, sequence, sender, recipient, \
                  payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
-                 depth, ctx_sub, ctx_open, ctx_seq, ctx_state) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)",
+                 depth, ctx_sub, ctx_open, ctx_seq, ctx_state, payload_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
+                 coalesce(?22, (SELECT id FROM blobs WHERE hash = ?9)))",
             )
             .map_err(db)?;
         st.execute(params![
@@ -507,6 +533,9 @@ impl Tx for SqliteTx<'_> {
             ctx.open,
             ctx.last_sequence,
             ctx.state.as_ref().map(|h| h.as_bytes().as_slice()),
+            self.last_blob
+                .filter(|(h, _)| *h == n.payload)
+                .map(|(_, id)| id),
         ])
         .map_err(|e| match e.sqlite_error_code() {
             Some(rusqlite::ErrorCode::ConstraintViolation) => {
@@ -545,8 +574,12 @@ impl Tx for SqliteTx<'_> {
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
         let sql = if payloads {
+            // Joined by rowid (`payload_id`), checked against the hash; a row
+            // without a usable shortcut falls back to the lookup by hash.
             format!(
-                "SELECT {}, b.data FROM nodes n LEFT JOIN blobs b ON b.hash = n.payload WHERE n.session = ?1 ORDER BY n.seq",
+                "SELECT {}, coalesce(b.data, (SELECT data FROM blobs WHERE hash = n.payload)) \
+                 FROM nodes n LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
+                 WHERE n.session = ?1 ORDER BY n.seq",
                 NODE_COLS
                     .split(", ")
                     .map(|c| format!("n.{c}"))
@@ -593,10 +626,12 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
-        self.tx
+        let n = self
+            .tx
             .prepare_cached("INSERT OR IGNORE INTO blobs (hash, data) VALUES (?1, ?2)")
             .and_then(|mut st| st.execute(params![h.as_bytes().as_slice(), bytes]))
             .map_err(db)?;
+        self.last_blob = (n == 1).then(|| (*h, self.tx.last_insert_rowid()));
         Ok(())
     }
 

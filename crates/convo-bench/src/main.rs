@@ -1,0 +1,124 @@
+//! `convo-bench`: measures the convo store against baselines taken in the
+//! same run (bare SQLite inserts and scans, SHA-256 in memory) and prints a
+//! table of figure, value, baseline, ratio, target and PASS/FAIL.
+//!
+//! ```text
+//! convo-bench                  # every benchmark
+//! convo-bench ingest verify    # a subset, by name
+//! convo-bench --list           # the names
+//! ```
+//!
+//! Each benchmark works in fresh directories under the system temp dir and
+//! removes them afterwards. docs/PERFORMANCE.md records a run and explains
+//! every figure.
+
+mod benches;
+mod util;
+
+use std::process::ExitCode;
+use util::{Result, Row, Verdict};
+
+type Bench = fn() -> Result<Vec<Row>>;
+
+/// In run order: the fork benchmark writes a 1M-node store, which leaves the
+/// disk busy for a while, so it runs last. The table is sorted by figure.
+const BENCHES: &[(&str, &str, Bench)] = &[
+    (
+        "ingest",
+        "bulk ingest with append_many vs a bare insert",
+        benches::bulk_ingest,
+    ),
+    (
+        "append",
+        "one append per transaction (sync=normal and sync=full)",
+        benches::single_appends,
+    ),
+    (
+        "timeline",
+        "Store::timeline of a 10,000-turn timeline",
+        benches::timeline,
+    ),
+    (
+        "verify",
+        "Store::verify on small nodes and on 1 MiB payloads",
+        benches::verify,
+    ),
+    (
+        "state",
+        "state_put with 100,000 keys vs 10 keys",
+        benches::state_put,
+    ),
+    (
+        "storage",
+        "bytes on disk per node at 250, 500 and 1000 turns",
+        benches::storage,
+    ),
+    ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
+];
+
+fn usage() -> String {
+    let mut s = String::from("usage: convo-bench [--list] [NAME…]\n\nbenchmarks:\n");
+    for (name, what, _) in BENCHES {
+        s.push_str(&format!("  {name:<9} {what}\n"));
+    }
+    s
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{}", usage());
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--list") {
+        for (name, _, _) in BENCHES {
+            println!("{name}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if let Some(bad) = args
+        .iter()
+        .find(|a| !BENCHES.iter().any(|(n, _, _)| n == a))
+    {
+        eprintln!("convo-bench: unknown benchmark `{bad}`\n\n{}", usage());
+        return ExitCode::from(2);
+    }
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    let mut failed = false;
+    for (name, what, run) in BENCHES {
+        if !args.is_empty() && !args.iter().any(|a| a == name) {
+            continue;
+        }
+        eprintln!("{name}: {what}…");
+        let t = std::time::Instant::now();
+        match run() {
+            Ok(r) => {
+                eprintln!("  · done in {:.1} s", t.elapsed().as_secs_f64());
+                rows.extend(r);
+            }
+            Err(e) => {
+                eprintln!("convo-bench: {name} failed: {e}");
+                failed = true;
+            }
+        }
+    }
+    println!();
+    rows.sort_by_key(|r| {
+        let n: String = r.figure.chars().take_while(char::is_ascii_digit).collect();
+        n.parse::<u32>().unwrap_or(u32::MAX)
+    });
+    util::print_table(&rows);
+    println!(
+        "\n{} figures, {} PASS, {} FAIL, total {:.0} s",
+        rows.len(),
+        rows.iter().filter(|r| r.verdict == Verdict::Pass).count(),
+        rows.iter().filter(|r| r.verdict == Verdict::Fail).count(),
+        started.elapsed().as_secs_f64()
+    );
+    if failed || rows.iter().any(|r| r.verdict == Verdict::Fail) {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
