@@ -13,6 +13,9 @@
 //! every figure.
 
 mod benches;
+mod formatsbench;
+mod gitbench;
+mod pgbench;
 mod util;
 
 use std::process::ExitCode;
@@ -52,6 +55,31 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "storage",
         "bytes on disk per node at 250, 500 and 1000 turns",
         benches::storage,
+    ),
+    (
+        "writers",
+        "8 concurrent writers on SQLite, one append per transaction",
+        pgbench::concurrent_sqlite,
+    ),
+    (
+        "postgres",
+        "PostgreSQL ingest, appends and 8 writers (needs CONVO_BENCH_PG)",
+        pgbench::postgres,
+    ),
+    (
+        "git",
+        "git sync of 100,000 nodes / 1,000 sessions vs git fast-import",
+        gitbench::projection,
+    ),
+    (
+        "gitscale",
+        "git sync cost per commit with 10,000 sessions vs 1",
+        gitbench::scaling,
+    ),
+    (
+        "formats",
+        "CONVO parse vs pulldown-cmark; import 10,000 conversations",
+        formatsbench::formats,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];

@@ -26,6 +26,33 @@ pub enum IdError {
     },
 }
 
+/// A `Hasher` for keys that are already SHA-256 digests: it takes 8 bytes
+/// of the digest instead of hashing it again (SipHash over 32 bytes costs
+/// more than the map operation it serves). Only for digest-keyed maps: any
+/// other key type would hash poorly.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut b = [0u8; 8];
+        let n = bytes.len().min(8);
+        b[..n].copy_from_slice(&bytes[..n]);
+        self.0 = self.0.rotate_left(5) ^ u64::from_le_bytes(b);
+    }
+    // The length prefix of a slice carries no information here.
+    fn write_usize(&mut self, _: usize) {}
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A `HashMap` keyed by digests (or typed ids wrapping one).
+pub type DigestMap<K, V> =
+    std::collections::HashMap<K, V, std::hash::BuildHasherDefault<DigestHasher>>;
+/// A `HashSet` of digests (or typed ids wrapping one).
+pub type DigestSet<K> = std::collections::HashSet<K, std::hash::BuildHasherDefault<DigestHasher>>;
+
 /// A raw SHA-256 digest. Prefer the typed wrappers below.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Digest(pub [u8; 32]);

@@ -20,8 +20,8 @@ pub mod state;
 pub mod timeline;
 
 pub use ids::{
-    BranchName, ContentHash, Digest, HashPrefix, IdError, NodeHash, SessionId, StateRoot,
-    SubmissionId,
+    BranchName, ContentHash, Digest, DigestHasher, DigestMap, DigestSet, HashPrefix, IdError,
+    NodeHash, SessionId, StateRoot, SubmissionId,
 };
 pub use node::{Diagnostics, Kind, Millis, Node, NodeError, TimelineEvent};
 

@@ -2,7 +2,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-mod test_bench;
 mod test_convo;
 mod test_hostile;
 mod test_imports;

@@ -620,7 +620,7 @@ fn timeline_in(
         return Ok(Vec::new());
     };
     let rows = tx.session_nodes(session, true)?;
-    let index: std::collections::HashMap<NodeHash, usize> = rows
+    let index: convo_core::DigestMap<NodeHash, usize> = rows
         .iter()
         .enumerate()
         .map(|(i, (s, _))| (s.hash, i))

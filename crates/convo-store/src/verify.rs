@@ -1,12 +1,13 @@
 //! Verification: recompute everything from stored bytes, trust nothing.
 
-use crate::backend::Tx;
+use crate::backend::{StoredNode, Tx};
 use crate::ledger::{TxNodes, state_err};
 use crate::{Result, StoreError};
 use convo_core::state;
 use convo_core::timeline::Context;
 use convo_core::{ContentHash, Kind, NodeHash, SessionId, StateRoot};
-use std::collections::{HashMap, HashSet};
+use convo_core::{DigestMap, DigestSet};
+use std::collections::HashSet;
 
 /// One thing found wrong.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -52,6 +53,119 @@ struct Seen {
     session: SessionId,
 }
 
+const BATCH: usize = 1024;
+
+/// The per-node checks of [`verify`], fed in follow order.
+struct Checker<'a> {
+    blobs: &'a DigestMap<ContentHash, u64>,
+    sessions: &'a HashSet<SessionId>,
+    seen: DigestMap<NodeHash, Seen>,
+    roots: DigestSet<StateRoot>,
+    orphans: &'a mut std::collections::BTreeSet<SessionId>,
+    problems: Vec<(NodeHash, String)>,
+    undecodable: Vec<String>,
+}
+
+impl Checker<'_> {
+    fn check(&mut self, row: std::result::Result<StoredNode, String>) {
+        let s = match row {
+            Ok(s) => s,
+            Err(why) => {
+                self.undecodable.push(why);
+                return;
+            }
+        };
+        let problems = &mut self.problems;
+        let mut bad = |why: String| problems.push((s.hash, why));
+        let node = &s.node;
+        let recomputed = node.hash();
+        if recomputed != s.hash {
+            bad(format!(
+                "its fields hash to {recomputed}, not to its stored hash"
+            ));
+        }
+        if let Err(e) = node.check_shape() {
+            bad(e.to_string());
+        }
+        match self.blobs.get(&node.payload) {
+            None => bad(format!(
+                "its payload {} is missing or corrupt",
+                node.payload
+            )),
+            Some(&len) if len != node.payload_len => bad(format!(
+                "its payload is {len} bytes, the node says {}",
+                node.payload_len
+            )),
+            Some(_) => {}
+        }
+        let parent_ctx = match node.parent {
+            None => Some(Context::genesis()),
+            Some(p) => match self.seen.get(&p) {
+                None => {
+                    bad(format!(
+                        "its parent {p} is missing (or was appended after it)"
+                    ));
+                    None
+                }
+                Some(ps) if ps.session != node.session => {
+                    bad(format!("its parent {p} belongs to session {}", ps.session));
+                    None
+                }
+                Some(ps) => Some(ps.ctx),
+            },
+        };
+        if let Some(pc) = parent_ctx {
+            match node.kind {
+                Kind::Fork | Kind::Promote => {
+                    if node.submission.is_some() || node.sequence.is_some() {
+                        bad(format!(
+                            "a {} node carries a submission or sequence",
+                            node.kind
+                        ));
+                    }
+                }
+                k => {
+                    let asked = if k == Kind::Response {
+                        node.sequence
+                    } else {
+                        None
+                    };
+                    match pc.place(k, &node.session, &node.payload, asked) {
+                        Err(e) => bad(format!("it breaks a timeline rule: {e}")),
+                        Ok(p) if p.submission != node.submission || p.sequence != node.sequence => {
+                            bad(
+                                "its submission or sequence is not the one its timeline gives"
+                                    .into(),
+                            )
+                        }
+                        Ok(_) => {}
+                    }
+                }
+            }
+            let expect = pc.after(node);
+            if expect != s.ctx {
+                bad("its stored context (depth, submission, state in effect) does not follow from its parent".into());
+            }
+        }
+        if !self.sessions.contains(&node.session) {
+            self.orphans.insert(node.session);
+        }
+        if let Some(st) = node.state {
+            self.roots.insert(st);
+        }
+        if let Some(st) = s.ctx.state {
+            self.roots.insert(st);
+        }
+        self.seen.insert(
+            s.hash,
+            Seen {
+                ctx: s.ctx,
+                session: node.session,
+            },
+        );
+    }
+}
+
 /// Checks, in one snapshot: every blob hashes to its address; every node
 /// hashes to its stored hash, has a well-formed kind, an earlier parent in
 /// the same session, the submission/sequence the timeline rules give, a
@@ -61,7 +175,7 @@ struct Seen {
 pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
 
-    let mut blobs: HashMap<ContentHash, u64> = HashMap::new();
+    let mut blobs: DigestMap<ContentHash, u64> = DigestMap::default();
     let mut bad_blobs = Vec::new();
     tx.scan_blobs(&mut |addr, bytes| {
         let actual = convo_core::hash::content_hash(bytes);
@@ -85,84 +199,56 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
 
     let sessions: HashSet<SessionId> = tx.sessions()?.into_iter().map(|s| s.id).collect();
     let mut orphans: std::collections::BTreeSet<SessionId> = std::collections::BTreeSet::new();
-    let mut seen: HashMap<NodeHash, Seen> = HashMap::new();
-    let mut roots: HashSet<StateRoot> = HashSet::new();
-    let mut problems = Vec::new();
-    let mut undecodable = Vec::new();
-    tx.scan_nodes(&mut |row| {
-        r.nodes += 1;
-        let s = match row {
-            Ok(s) => s,
-            Err(why) => {
-                undecodable.push(why);
-                return Ok(());
-            }
-        };
-        let mut bad = |why: String| problems.push((s.hash, why));
-        let node = &s.node;
-        let recomputed = node.hash();
-        if recomputed != s.hash {
-            bad(format!("its fields hash to {recomputed}, not to its stored hash"));
-        }
-        if let Err(e) = node.check_shape() {
-            bad(e.to_string());
-        }
-        match blobs.get(&node.payload) {
-            None => bad(format!("its payload {} is missing or corrupt", node.payload)),
-            Some(&len) if len != node.payload_len => {
-                bad(format!("its payload is {len} bytes, the node says {}", node.payload_len))
-            }
-            Some(_) => {}
-        }
-        let parent_ctx = match node.parent {
-            None => Some(Context::genesis()),
-            Some(p) => match seen.get(&p) {
-                None => {
-                    bad(format!("its parent {p} is missing (or was appended after it)"));
-                    None
-                }
-                Some(ps) if ps.session != node.session => {
-                    bad(format!("its parent {p} belongs to session {}", ps.session));
-                    None
-                }
-                Some(ps) => Some(ps.ctx),
-            },
-        };
-        if let Some(pc) = parent_ctx {
-            match node.kind {
-                Kind::Fork | Kind::Promote => {
-                    if node.submission.is_some() || node.sequence.is_some() {
-                        bad(format!("a {} node carries a submission or sequence", node.kind));
-                    }
-                }
-                k => {
-                    let asked = if k == Kind::Response { node.sequence } else { None };
-                    match pc.place(k, &node.session, &node.payload, asked) {
-                        Err(e) => bad(format!("it breaks a timeline rule: {e}")),
-                        Ok(p) if p.submission != node.submission || p.sequence != node.sequence => {
-                            bad("its submission or sequence is not the one its timeline gives".into())
-                        }
-                        Ok(_) => {}
-                    }
+    // Two stages on two threads: this one steps SQLite and decodes rows,
+    // a worker recomputes hashes and replays the timeline rules, in order.
+    let mut checker = Checker {
+        blobs: &blobs,
+        sessions: &sessions,
+        seen: DigestMap::default(),
+        roots: DigestSet::default(),
+        orphans: &mut orphans,
+        problems: Vec::new(),
+        undecodable: Vec::new(),
+    };
+    let scanned = std::thread::scope(|scope| -> Result<u64> {
+        let (send, recv) =
+            std::sync::mpsc::sync_channel::<Vec<std::result::Result<StoredNode, String>>>(8);
+        let worker = scope.spawn(|| {
+            for batch in recv {
+                for row in batch {
+                    checker.check(row);
                 }
             }
-            let expect = pc.after(node);
-            if expect != s.ctx {
-                bad("its stored context (depth, submission, state in effect) does not follow from its parent".into());
+        });
+        let mut count = 0u64;
+        let mut batch = Vec::with_capacity(BATCH);
+        let scan = tx.scan_nodes(&mut |row| {
+            count += 1;
+            batch.push(row);
+            if batch.len() == BATCH {
+                let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                send.send(full)
+                    .map_err(|_| StoreError::Backend("the verify worker stopped".into()))?;
             }
+            Ok(())
+        });
+        if !batch.is_empty() {
+            let _ = send.send(batch);
         }
-        if !sessions.contains(&node.session) {
-            orphans.insert(node.session);
-        }
-        if let Some(st) = node.state {
-            roots.insert(st);
-        }
-        if let Some(st) = s.ctx.state {
-            roots.insert(st);
-        }
-        seen.insert(s.hash, Seen { ctx: s.ctx, session: node.session });
-        Ok(())
+        drop(send);
+        worker
+            .join()
+            .map_err(|_| StoreError::Backend("the verify worker panicked".into()))?;
+        scan.map(|()| count)
     })?;
+    r.nodes += scanned;
+    let Checker {
+        seen,
+        mut roots,
+        problems,
+        undecodable,
+        ..
+    } = checker;
     for (h, why) in problems {
         r.problem(format!("node {h}"), why);
     }

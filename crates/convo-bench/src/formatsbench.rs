@@ -1,8 +1,7 @@
-//! Benchmarks, ignored in normal runs (figures in docs/PERFORMANCE.md):
-//!
-//! ```text
-//! cargo test -p convo-formats --release --test runner bench -- --ignored --nocapture
-//! ```
+//! Conversation formats: CONVO parse speed against pulldown-cmark alone on
+//! the same text, and importing 10,000 conversations.
+
+use crate::util::{Result, Row, Verdict, thousands};
 use convo_formats::convo::{self, Convo};
 use convo_formats::ledger::import_all;
 use convo_formats::{Conversation, Message, Reader, Role, Writer};
@@ -41,56 +40,39 @@ fn big_convo(bytes: usize) -> Vec<u8> {
     }
     let mut c = Conversation::linear(msgs);
     c.created_at = Some(1_761_238_800_000);
-    Convo.write(&c).unwrap()
+    Convo.write(&c).expect("the benchmark text is writable")
 }
 
-#[test]
-#[ignore = "benchmark"]
-fn bench_convo_parse_vs_pulldown_cmark() {
+pub fn formats() -> Result<Vec<Row>> {
     let bytes = big_convo(24 << 20);
     let mb = bytes.len() as f64 / 1e6;
-    let text = std::str::from_utf8(&bytes).unwrap();
+    let text = std::str::from_utf8(&bytes)?;
     let mut bare = Vec::new();
     let mut ours = Vec::new();
-    let mut turns = 0;
     for _ in 0..5 {
         let t = Instant::now();
         let n = pulldown_cmark::Parser::new_ext(text, pulldown_cmark::Options::empty())
             .into_offset_iter()
             .count();
         bare.push(t.elapsed());
-        assert!(n > 0);
+        if n == 0 {
+            return Err("pulldown-cmark saw nothing".into());
+        }
         let t = Instant::now();
-        let c = convo::parse("big.convo", &bytes).unwrap();
+        convo::parse("big.convo", &bytes)?;
         ours.push(t.elapsed());
-        turns = c.turns().len();
     }
     let (b, o) = (median(bare), median(ours));
     let (bs, os) = (mb / b.as_secs_f64(), mb / o.as_secs_f64());
-    println!("convo-parse: {mb:.1} MB, {turns} turns");
-    println!(
-        "| CONVO parse (convo::parse) | {os:.0} MB/s | pulldown-cmark alone {bs:.0} MB/s | {:.2}x | ≥ 50 MB/s | {} |",
-        os / bs,
-        if os >= 50.0 { "PASS" } else { "FAIL" }
-    );
-    if !cfg!(debug_assertions) {
-        assert!(os >= 50.0, "{os:.0} MB/s");
-    }
-    // Writing, for the record.
-    let c = convo::parse("big.convo", &bytes).unwrap();
-    let t = Instant::now();
-    let w = Convo.write(&c).unwrap();
-    let wt = t.elapsed();
-    assert_eq!(w, bytes);
-    println!(
-        "| CONVO write (convo::write) | {:.0} MB/s | — | — | — | info |",
-        mb / wt.as_secs_f64()
-    );
-}
+    let mut rows = vec![Row::new(
+        format!("CONVO parse ({mb:.1} MB)"),
+        format!("{os:.0} MB/s"),
+        format!("pulldown-cmark alone {bs:.0} MB/s"),
+        format!("{:.2}×", os / bs),
+        "≥ 50 MB/s",
+        Verdict::of(os >= 50.0),
+    )];
 
-#[test]
-#[ignore = "benchmark"]
-fn bench_import_10000_sharegpt_conversations() {
     let n = 10_000;
     let mut s = String::from("[");
     for i in 0..n {
@@ -103,45 +85,35 @@ fn bench_import_10000_sharegpt_conversations() {
         ));
     }
     s.push(']');
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sharegpt.json");
-    std::fs::write(&path, &s).unwrap();
+    let dir = crate::util::Scratch::new("formats")?;
+    let path = dir.db().with_file_name("sharegpt.json");
+    std::fs::write(&path, &s)?;
     let t = Instant::now();
-    let read = convo_formats::sharegpt::ShareGpt.read_path(&path).unwrap();
+    let read = convo_formats::sharegpt::ShareGpt.read_path(&path)?;
     let parse = t.elapsed();
-    assert_eq!(read.conversations.len(), n);
-    let mut store = convo_store::Store::open(&format!(
-        "sqlite://{}",
-        dir.path().join("convo.db").display()
-    ))
-    .unwrap();
+    let mut store = dir.store("")?;
     let items: Vec<(&str, &Conversation)> =
         read.conversations.iter().map(|c| ("sharegpt", c)).collect();
     let t = Instant::now();
-    let out = import_all(&mut store, &items, None, 0).unwrap();
+    let out = import_all(&mut store, &items, None, 0)?;
     let write = t.elapsed();
-    assert_eq!(out.len(), n);
-    let total = parse + write;
-    println!(
-        "import: {:.1} MB ShareGPT file, {n} conversations, {} nodes",
-        s.len() as f64 / 1e6,
-        n * 5
-    );
-    println!(
-        "| import 10,000 ShareGPT conversations (parse + one transaction) | {:.0} conversations/s | parse {:.0} ms, store {:.0} ms | — | — | info |",
-        n as f64 / total.as_secs_f64(),
-        parse.as_secs_f64() * 1e3,
-        write.as_secs_f64() * 1e3
-    );
-    let t = Instant::now();
-    let again = import_all(&mut store, &items, None, 0).unwrap();
-    println!(
-        "| re-import of the same 10,000 (all existing) | {:.0} conversations/s | — | — | — | info |",
-        n as f64 / t.elapsed().as_secs_f64()
-    );
-    assert!(
-        again
-            .iter()
-            .all(|o| matches!(o, convo_formats::ledger::Outcome::Existing { .. }))
-    );
+    if out.len() != n {
+        return Err("not every conversation was imported".into());
+    }
+    rows.push(Row::new(
+        "import 10,000 ShareGPT conversations (one transaction)",
+        format!(
+            "{} conversations/s",
+            thousands(n as f64 / (parse + write).as_secs_f64())
+        ),
+        format!(
+            "parse {:.0} ms, store {:.0} ms",
+            parse.as_secs_f64() * 1e3,
+            write.as_secs_f64() * 1e3
+        ),
+        "—",
+        "—",
+        Verdict::Info,
+    ));
+    Ok(rows)
 }
