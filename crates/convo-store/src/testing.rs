@@ -455,8 +455,13 @@ pub fn pg_database() -> Option<PgDatabase> {
         if std::env::var_os("CI").is_some() {
             panic!("CI is set but CONVO_TEST_PG is not: the PostgreSQL suite must run in CI");
         }
-        eprintln!(
-            "SKIPPED: PostgreSQL test (set CONVO_TEST_PG=postgres://… or run scripts/pg-cluster start DIR)"
+        // Straight to the stderr handle: libtest captures `eprintln!` of
+        // passing tests, and a skip must be seen.
+        use std::io::Write as _;
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED {test}: no PostgreSQL (set CONVO_TEST_PG=postgres://…, or run scripts/test)"
         );
         return None;
     };
