@@ -145,3 +145,30 @@ pub trait Backend: Send {
         Ok(())
     }
 }
+
+/// How long a transaction waits out lock contention before giving up.
+pub(crate) const RETRY_BUDGET: std::time::Duration = std::time::Duration::from_secs(60);
+/// How many lost compare-and-swaps a transaction retries.
+pub(crate) const MAX_CONFLICTS: u32 = 100;
+
+/// Runs `attempt` (one whole transaction) again while it fails with a
+/// retryable error: lock contention (`Busy`) for up to [`RETRY_BUDGET`],
+/// with a short jittered sleep, and a lost compare-and-swap (`Conflict`) up
+/// to [`MAX_CONFLICTS`] times. Shared by every backend so they retry alike.
+pub(crate) fn retrying(mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
+    let start = std::time::Instant::now();
+    let mut conflicts = 0;
+    loop {
+        match attempt() {
+            Err(crate::StoreError::Busy(_)) if start.elapsed() < RETRY_BUDGET => {
+                let jitter = (start.elapsed().as_micros() % 7_000) as u64;
+                std::thread::sleep(std::time::Duration::from_micros(2_000 + jitter));
+            }
+            Err(crate::StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => conflicts += 1,
+            Err(crate::StoreError::Conflict(_)) => {
+                return Err(crate::StoreError::Conflict(conflicts + 1));
+            }
+            other => return other,
+        }
+    }
+}

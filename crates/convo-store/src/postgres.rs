@@ -23,14 +23,13 @@ use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql")];
 /// Key of the advisory lock every writer takes.
 const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
 const MIGRATE_LOCK: i64 = 0x636f_6e76_6f02;
-const RETRY_BUDGET: Duration = Duration::from_secs(60);
-const MAX_CONFLICTS: u32 = 100;
+use crate::backend::RETRY_BUDGET;
 
 /// A PostgreSQL store.
 pub struct Postgres {
@@ -108,52 +107,38 @@ impl Postgres {
     }
 
     fn run(&mut self, write: bool, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        let start = Instant::now();
-        let mut conflicts = 0;
-        loop {
-            let attempt = (|| {
-                let mut tx = if write {
-                    let mut tx = self
-                        .client
-                        .build_transaction()
-                        .isolation_level(IsolationLevel::ReadCommitted)
-                        .start()
-                        .map_err(db)?;
-                    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-                        .map_err(db)?;
-                    tx
-                } else {
-                    self.client
-                        .build_transaction()
-                        .isolation_level(IsolationLevel::RepeatableRead)
-                        .read_only(true)
-                        .start()
-                        .map_err(db)?
-                };
-                let mut t = PgTx {
-                    tx: &mut tx,
-                    wrote_nodes: false,
-                    next_seq: None,
-                    statements: &mut self.statements,
-                };
-                f(&mut t)?;
-                if t.wrote_nodes {
-                    tx.execute("SELECT pg_notify('convo_nodes', '')", &[])
-                        .map_err(db)?;
-                }
-                tx.commit().map_err(db)
-            })();
-            match attempt {
-                Err(StoreError::Busy(_)) if start.elapsed() < RETRY_BUDGET => {
-                    std::thread::sleep(Duration::from_millis(
-                        2 + (start.elapsed().as_millis() % 11) as u64,
-                    ));
-                }
-                Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => conflicts += 1,
-                Err(StoreError::Conflict(_)) => return Err(StoreError::Conflict(conflicts + 1)),
-                other => return other,
+        crate::backend::retrying(|| {
+            let mut tx = if write {
+                let mut tx = self
+                    .client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::ReadCommitted)
+                    .start()
+                    .map_err(db)?;
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+                    .map_err(db)?;
+                tx
+            } else {
+                self.client
+                    .build_transaction()
+                    .isolation_level(IsolationLevel::RepeatableRead)
+                    .read_only(true)
+                    .start()
+                    .map_err(db)?
+            };
+            let mut t = PgTx {
+                tx: &mut tx,
+                wrote_nodes: false,
+                next_seq: None,
+                statements: &mut self.statements,
+            };
+            f(&mut t)?;
+            if t.wrote_nodes {
+                tx.execute("SELECT pg_notify('convo_nodes', '')", &[])
+                    .map_err(db)?;
             }
-        }
+            tx.commit().map_err(db)
+        })
     }
 }
 

@@ -16,12 +16,10 @@ use convo_core::{
 };
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use std::path::Path;
-use std::time::{Duration, Instant};
 
 const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
 /// How long a writer waits for another writer before giving up.
-const BUSY_BUDGET: Duration = Duration::from_secs(60);
-const MAX_CONFLICTS: u32 = 100;
+use crate::backend::RETRY_BUDGET as BUSY_BUDGET;
 
 /// A SQLite store.
 pub struct Sqlite {
@@ -160,29 +158,15 @@ impl Sqlite {
         behavior: TransactionBehavior,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>,
     ) -> Result<()> {
-        let start = Instant::now();
-        let mut conflicts = 0;
-        loop {
-            let attempt = (|| {
-                let tx = self.conn.transaction_with_behavior(behavior).map_err(db)?;
-                let mut t = SqliteTx {
-                    tx: &tx,
-                    last_blob: None,
-                };
-                f(&mut t)?;
-                tx.commit().map_err(db)
-            })();
-            match attempt {
-                Err(StoreError::Busy(_)) if start.elapsed() < BUSY_BUDGET => {
-                    std::thread::sleep(Duration::from_millis(
-                        2 + (start.elapsed().as_millis() % 7) as u64,
-                    ));
-                }
-                Err(StoreError::Conflict(_)) if conflicts < MAX_CONFLICTS => conflicts += 1,
-                Err(StoreError::Conflict(_)) => return Err(StoreError::Conflict(conflicts + 1)),
-                other => return other,
-            }
-        }
+        crate::backend::retrying(|| {
+            let tx = self.conn.transaction_with_behavior(behavior).map_err(db)?;
+            let mut t = SqliteTx {
+                tx: &tx,
+                last_blob: None,
+            };
+            f(&mut t)?;
+            tx.commit().map_err(db)
+        })
     }
 }
 
