@@ -8,7 +8,8 @@
 use crate::Result;
 use convo_core::timeline::Context;
 use convo_core::{
-    BranchName, ContentHash, Digest, HashPrefix, Millis, Node, NodeHash, SessionId, StateRoot,
+    BranchName, ContentHash, Digest, HashPrefix, Kind, Millis, Node, NodeHash, SessionId,
+    StateRoot, SubmissionId, TimelineEvent,
 };
 
 /// A session row.
@@ -171,4 +172,93 @@ pub(crate) fn retrying(mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
             other => return other,
         }
     }
+}
+
+/// Read access to the columns of one stored row, in each backend's own
+/// column types. Values are borrowed from the row: decoding copies only the
+/// strings a node owns.
+pub(crate) trait Columns {
+    /// A BLOB / BYTEA column.
+    fn bytes(&self, i: usize) -> std::result::Result<Option<&[u8]>, String>;
+    /// A TEXT column.
+    fn text(&self, i: usize) -> std::result::Result<Option<&str>, String>;
+    /// An integer column of any width.
+    fn int(&self, i: usize) -> std::result::Result<Option<i64>, String>;
+    /// A boolean (or 0/1 integer) column.
+    fn flag(&self, i: usize) -> std::result::Result<bool, String>;
+}
+
+/// The columns of a node row, in this order, on every backend.
+pub(crate) const NODE_COLS: &str = "seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
+     payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
+     depth, ctx_sub, ctx_open, ctx_seq, ctx_state";
+
+/// Decodes a node row ([`NODE_COLS`]) and checks every value's shape: hash
+/// lengths, a known kind, non-negative counts, sequences that fit, valid
+/// branch names, a 16-byte nonce. One decoder for every backend, so a
+/// tampered row reads the same (as `Corrupt`) whatever stores it.
+pub(crate) fn decode_node(r: &impl Columns) -> std::result::Result<StoredNode, String> {
+    fn need<T>(v: Option<T>, what: &str) -> std::result::Result<T, String> {
+        v.ok_or_else(|| format!("a stored {what} is NULL"))
+    }
+    let opt_digest = |i| -> std::result::Result<Option<Digest>, String> {
+        r.bytes(i)?
+            .map(|b| {
+                Digest::from_slice(b).ok_or_else(|| "a stored hash is not 32 bytes".to_owned())
+            })
+            .transpose()
+    };
+    let digest = |i| need(opt_digest(i)?, "hash");
+    let unsigned = |i, what| {
+        u64::try_from(need(r.int(i)?, what)?).map_err(|_| format!("a stored {what} is negative"))
+    };
+    let sequence =
+        |v: i64| u32::try_from(v).map_err(|_| "a stored sequence is out of range".to_owned());
+    let branch =
+        |s: &str| BranchName::new(s).map_err(|_| "a stored branch name is invalid".to_owned());
+    let owned = |i, what| need(r.text(i)?, what).map(str::to_owned);
+
+    let kind = u8::try_from(need(r.int(4)?, "kind")?)
+        .ok()
+        .and_then(Kind::from_code)
+        .ok_or("a stored node kind is unknown")?;
+    let event = match r.text(14)? {
+        None => None,
+        Some(b) => Some(TimelineEvent {
+            branch: branch(b)?,
+            sealed_as: r.text(15)?.map(branch).transpose()?,
+            nonce: r
+                .bytes(16)?
+                .unwrap_or_default()
+                .try_into()
+                .map_err(|_| "a stored nonce is not 16 bytes")?,
+        }),
+    };
+    let session = need(r.text(2)?, "session id")?;
+    Ok(StoredNode {
+        seq: unsigned(0, "follow number")?,
+        hash: NodeHash(digest(1)?),
+        node: Node {
+            parent: opt_digest(3)?.map(NodeHash),
+            kind,
+            session: SessionId::parse(session).map_err(|_| "a stored session id is malformed")?,
+            submission: opt_digest(5)?.map(SubmissionId),
+            sequence: r.int(6)?.map(sequence).transpose()?,
+            from: owned(7, "sender")?,
+            to: owned(8, "recipient")?,
+            payload: ContentHash(digest(9)?),
+            payload_len: unsigned(10, "payload length")?,
+            diagnostics: convo_core::Diagnostics::from_stored(owned(11, "diagnostics")?),
+            state: opt_digest(12)?.map(StateRoot),
+            created_at: need(r.int(13)?, "creation time")?,
+            event,
+        },
+        ctx: Context {
+            depth: unsigned(17, "depth")?,
+            submission: opt_digest(18)?.map(SubmissionId),
+            open: r.flag(19)?,
+            last_sequence: sequence(need(r.int(20)?, "sequence")?)?,
+            state: opt_digest(21)?.map(StateRoot),
+        },
+    })
 }

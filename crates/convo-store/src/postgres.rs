@@ -15,8 +15,7 @@ use crate::backend::{Backend, BlobVisitor, BranchRow, NodeVisitor, SessionRow, S
 use crate::{Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
-    BranchName, ContentHash, Diagnostics, Digest, HashPrefix, Kind, Node, NodeHash, SessionId,
-    StateRoot, SubmissionId, TimelineEvent,
+    BranchName, ContentHash, Digest, HashPrefix, Node, NodeHash, SessionId, StateRoot,
 };
 use postgres::error::SqlState;
 use postgres::fallible_iterator::FallibleIterator;
@@ -203,16 +202,6 @@ fn opt_digest(r: &Row, i: usize) -> Result<Option<Digest>> {
         .transpose()
 }
 
-fn unsigned(r: &Row, i: usize) -> Result<u64> {
-    let v: i64 = r.try_get(i).map_err(corrupt)?;
-    u64::try_from(v).map_err(|_| corrupt("a stored count is negative"))
-}
-
-fn small(r: &Row, i: usize) -> Result<u32> {
-    let v: i64 = r.try_get(i).map_err(corrupt)?;
-    u32::try_from(v).map_err(|_| corrupt("a stored sequence is out of range"))
-}
-
 fn session_id(r: &Row, i: usize) -> Result<SessionId> {
     let s: String = r.try_get(i).map_err(corrupt)?;
     SessionId::parse(&s).map_err(|_| corrupt("a stored session id is malformed"))
@@ -222,61 +211,33 @@ fn branch_name(s: &str) -> Result<BranchName> {
     BranchName::new(s).map_err(|_| corrupt("a stored branch name is invalid"))
 }
 
-const NODE_COLS: &str = "seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
-     payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
-     depth, ctx_sub, ctx_open, ctx_seq, ctx_state";
+use crate::backend::NODE_COLS;
 
+impl crate::backend::Columns for Row {
+    fn bytes(&self, i: usize) -> std::result::Result<Option<&[u8]>, String> {
+        self.try_get(i).map_err(|e| e.to_string())
+    }
+    fn text(&self, i: usize) -> std::result::Result<Option<&str>, String> {
+        self.try_get(i).map_err(|e| e.to_string())
+    }
+    fn int(&self, i: usize) -> std::result::Result<Option<i64>, String> {
+        use postgres::types::Type;
+        let t = self.columns().get(i).map(|c| c.type_().clone());
+        let v = match t {
+            Some(Type::INT2) => self.try_get::<_, Option<i16>>(i).map(|v| v.map(i64::from)),
+            Some(Type::INT4) => self.try_get::<_, Option<i32>>(i).map(|v| v.map(i64::from)),
+            _ => self.try_get::<_, Option<i64>>(i),
+        };
+        v.map_err(|e| e.to_string())
+    }
+    fn flag(&self, i: usize) -> std::result::Result<bool, String> {
+        self.try_get(i).map_err(|e| e.to_string())
+    }
+}
+
+/// A node row, decoded and checked by the decoder every backend shares.
 fn node_row(r: &Row) -> Result<StoredNode> {
-    let kind: i16 = r.try_get(4).map_err(corrupt)?;
-    let kind = u8::try_from(kind)
-        .ok()
-        .and_then(Kind::from_code)
-        .ok_or_else(|| corrupt("a stored node kind is unknown"))?;
-    let ev_branch: Option<String> = r.try_get(14).map_err(corrupt)?;
-    let event = match ev_branch {
-        None => None,
-        Some(b) => {
-            let sealed: Option<String> = r.try_get(15).map_err(corrupt)?;
-            let nonce: Option<Vec<u8>> = r.try_get(16).map_err(corrupt)?;
-            Some(TimelineEvent {
-                branch: branch_name(&b)?,
-                sealed_as: sealed.as_deref().map(branch_name).transpose()?,
-                nonce: nonce
-                    .unwrap_or_default()
-                    .try_into()
-                    .map_err(|_| corrupt("a stored nonce is not 16 bytes"))?,
-            })
-        }
-    };
-    let sequence: Option<i64> = r.try_get(6).map_err(corrupt)?;
-    Ok(StoredNode {
-        seq: unsigned(r, 0)?,
-        hash: NodeHash(digest(r, 1)?),
-        node: Node {
-            parent: opt_digest(r, 3)?.map(NodeHash),
-            kind,
-            session: session_id(r, 2)?,
-            submission: opt_digest(r, 5)?.map(SubmissionId),
-            sequence: sequence
-                .map(|s| u32::try_from(s).map_err(|_| corrupt("a stored sequence is out of range")))
-                .transpose()?,
-            from: r.try_get(7).map_err(corrupt)?,
-            to: r.try_get(8).map_err(corrupt)?,
-            payload: ContentHash(digest(r, 9)?),
-            payload_len: unsigned(r, 10)?,
-            diagnostics: Diagnostics::from_stored(r.try_get(11).map_err(corrupt)?),
-            state: opt_digest(r, 12)?.map(StateRoot),
-            created_at: r.try_get(13).map_err(corrupt)?,
-            event,
-        },
-        ctx: Context {
-            depth: unsigned(r, 17)?,
-            submission: opt_digest(r, 18)?.map(SubmissionId),
-            open: r.try_get(19).map_err(corrupt)?,
-            last_sequence: small(r, 20)?,
-            state: opt_digest(r, 21)?.map(StateRoot),
-        },
-    })
+    crate::backend::decode_node(r).map_err(corrupt)
 }
 
 fn branch_row(r: &Row) -> Result<BranchRow> {

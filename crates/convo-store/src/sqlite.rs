@@ -11,8 +11,7 @@ use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 use crate::{Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
-    BranchName, ContentHash, Diagnostics, Digest, HashPrefix, Kind, Node, NodeHash, SessionId,
-    StateRoot, SubmissionId, TimelineEvent,
+    BranchName, ContentHash, Digest, HashPrefix, Node, NodeHash, SessionId, StateRoot,
 };
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use std::path::Path;
@@ -223,10 +222,6 @@ fn opt_digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Digest>> {
     }
 }
 
-fn unsigned(r: &Row<'_>, i: usize) -> rusqlite::Result<u64> {
-    u64::try_from(r.get::<_, i64>(i)?).map_err(|_| corrupt("a stored count is negative"))
-}
-
 /// Bytes of a BLOB or TEXT column (an edit may have changed the type).
 fn bytes(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Vec<u8>>> {
     use rusqlite::types::ValueRef;
@@ -251,63 +246,52 @@ fn branch_name(r: &Row<'_>, i: usize) -> rusqlite::Result<BranchName> {
     BranchName::new(&s).map_err(|_| corrupt("a stored branch name is invalid"))
 }
 
-const NODE_COLS: &str = "seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
-     payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
-     depth, ctx_sub, ctx_open, ctx_seq, ctx_state";
+use crate::backend::NODE_COLS;
 
-fn node_row(r: &Row<'_>) -> rusqlite::Result<StoredNode> {
-    let kind: u8 = r.get(4)?;
-    let kind = Kind::from_code(kind).ok_or_else(|| corrupt("a stored node kind is unknown"))?;
-    let ev_branch: Option<String> = r.get(14)?;
-    let event = match ev_branch {
-        None => None,
-        Some(b) => {
-            let sealed: Option<String> = r.get(15)?;
-            let nonce: Vec<u8> = r.get::<_, Option<Vec<u8>>>(16)?.unwrap_or_default();
-            Some(TimelineEvent {
-                branch: BranchName::new(&b)
-                    .map_err(|_| corrupt("a stored branch name is invalid"))?,
-                sealed_as: sealed
-                    .map(|s| {
-                        BranchName::new(&s).map_err(|_| corrupt("a stored branch name is invalid"))
-                    })
-                    .transpose()?,
-                nonce: nonce
-                    .try_into()
-                    .map_err(|_| corrupt("a stored nonce is not 16 bytes"))?,
-            })
+impl crate::backend::Columns for Row<'_> {
+    fn bytes(&self, i: usize) -> std::result::Result<Option<&[u8]>, String> {
+        use rusqlite::types::ValueRef;
+        match self.get_ref(i).map_err(|e| e.to_string())? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Blob(b) => Ok(Some(b)),
+            other => Err(format!(
+                "column {i} holds {} instead of bytes",
+                other.data_type()
+            )),
         }
-    };
-    let seq: Option<i64> = r.get(6)?;
-    Ok(StoredNode {
-        seq: unsigned(r, 0)?,
-        hash: NodeHash(digest(r, 1)?),
-        node: Node {
-            parent: opt_digest(r, 3)?.map(NodeHash),
-            kind,
-            session: session_id(r, 2)?,
-            submission: opt_digest(r, 5)?.map(SubmissionId),
-            sequence: seq
-                .map(|s| u32::try_from(s).map_err(|_| corrupt("a stored sequence is out of range")))
-                .transpose()?,
-            from: r.get(7)?,
-            to: r.get(8)?,
-            payload: ContentHash(digest(r, 9)?),
-            payload_len: unsigned(r, 10)?,
-            diagnostics: Diagnostics::from_stored(r.get(11)?),
-            state: opt_digest(r, 12)?.map(StateRoot),
-            created_at: r.get(13)?,
-            event,
-        },
-        ctx: Context {
-            depth: unsigned(r, 17)?,
-            submission: opt_digest(r, 18)?.map(SubmissionId),
-            open: r.get(19)?,
-            last_sequence: u32::try_from(r.get::<_, i64>(20)?)
-                .map_err(|_| corrupt("a stored sequence is out of range"))?,
-            state: opt_digest(r, 21)?.map(StateRoot),
-        },
-    })
+    }
+    fn text(&self, i: usize) -> std::result::Result<Option<&str>, String> {
+        use rusqlite::types::ValueRef;
+        match self.get_ref(i).map_err(|e| e.to_string())? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Text(t) => std::str::from_utf8(t)
+                .map(Some)
+                .map_err(|_| format!("column {i} holds text that is not UTF-8")),
+            other => Err(format!(
+                "column {i} holds {} instead of text",
+                other.data_type()
+            )),
+        }
+    }
+    fn int(&self, i: usize) -> std::result::Result<Option<i64>, String> {
+        use rusqlite::types::ValueRef;
+        match self.get_ref(i).map_err(|e| e.to_string())? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Integer(n) => Ok(Some(n)),
+            other => Err(format!(
+                "column {i} holds {} instead of an integer",
+                other.data_type()
+            )),
+        }
+    }
+    fn flag(&self, i: usize) -> std::result::Result<bool, String> {
+        Ok(self.int(i)?.ok_or_else(|| format!("column {i} is NULL"))? != 0)
+    }
+}
+
+/// A node row, decoded and checked by the decoder every backend shares.
+fn node_row(r: &Row<'_>) -> rusqlite::Result<StoredNode> {
+    crate::backend::decode_node(r).map_err(|e| corrupt(&e))
 }
 
 fn branch_row(r: &Row<'_>) -> rusqlite::Result<BranchRow> {
