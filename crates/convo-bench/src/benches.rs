@@ -243,9 +243,11 @@ fn raw_timeline(db: &std::path::Path, ses: &str) -> Result<usize> {
     let c = Connection::open(db)?;
     c.pragma_update(None, "mmap_size", 1i64 << 30)?;
     let mut st = c.prepare(
-        "SELECT n.*, coalesce(b.data, (SELECT data FROM blobs WHERE hash = n.payload)) \
-         FROM nodes n LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
-         WHERE n.session = ?1 ORDER BY n.seq",
+        "SELECT n.*, coalesce(b.data, (SELECT data FROM blobs \
+         WHERE substr(hash, 1, 8) = substr(n.payload, 1, 8) AND hash = n.payload)) \
+         FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+         LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
+         WHERE r.session = ?1 AND n.session = ?1 ORDER BY n.seq",
     )?;
     let cols = st.column_count();
     let mut rows = st.query([ses])?;

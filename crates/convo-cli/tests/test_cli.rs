@@ -286,3 +286,65 @@ fn store_url_and_home_flags_are_honoured() {
         bad.stderr()
     );
 }
+
+/// A store written by convo's first schema (version 1: UNIQUE hash indexes,
+/// a per-node session index) is kept under `tests/fixtures/store-v1` with
+/// what `session get --json` and `state list --json` printed for it then. It
+/// opens, migrates in place (version 2: the session index becomes runs),
+/// verifies clean, reads back exactly as before and takes new appends.
+#[test]
+fn a_version_1_store_migrates_and_reads_back_the_same() {
+    let t = TestEnv::new();
+    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1");
+    std::fs::copy(fx.join("convo.db"), t.db()).unwrap();
+    let version = |db: &std::path::Path| -> i64 {
+        rusqlite::Connection::open(db)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    };
+    assert_eq!(version(&t.db()), 1);
+
+    let mut compared = 0;
+    let mut sessions = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(&fx).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        let Some(stem) = name.strip_suffix(".json") else {
+            continue;
+        };
+        let (ses, what) = stem.split_once('.').unwrap();
+        sessions.insert(ses.to_owned());
+        let expected: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let got = if what == "state" {
+            t.run(&["state", "list", ses, "--json"]).json()
+        } else {
+            t.run(&["session", "get", ses, "--branch", what, "--json"])
+                .json()
+        };
+        assert_eq!(got, expected, "{name} after the migration");
+        compared += 1;
+    }
+    assert_eq!(compared, 5, "three timelines and two states");
+    assert_eq!(version(&t.db()), 2);
+    let runs: i64 = rusqlite::Connection::open(t.db())
+        .unwrap()
+        .query_row("SELECT count(*) FROM session_runs", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        runs >= 7,
+        "the fixture's two sessions interleave: {runs} runs"
+    );
+    assert!(t.run(&["verify"]).ok().starts_with("ok: 26 nodes"));
+
+    for ses in &sessions {
+        let before = t.run(&["log", ses, "--json"]).json();
+        t.run(&["say", ses, "--user", "after", "--agent", "the migration"])
+            .ok();
+        let after = t.run(&["log", ses, "--json"]).json();
+        let n = |v: &serde_json::Value| v.as_array().map(Vec::len);
+        assert_eq!(n(&after).unwrap(), n(&before).unwrap() + 2, "{after}");
+    }
+    assert!(t.run(&["verify"]).ok().starts_with("ok: 30 nodes"));
+}

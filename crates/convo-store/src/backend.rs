@@ -56,6 +56,17 @@ pub struct StoredNode {
     pub ctx: Context,
 }
 
+/// Nodes `first..=last` (follow numbers) all belong to `session`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionRun {
+    /// The first node's follow number.
+    pub first: u64,
+    /// The last node's follow number.
+    pub last: u64,
+    /// Their session.
+    pub session: SessionId,
+}
+
 /// Called with each node row, or why it does not decode.
 pub type NodeVisitor<'a> = dyn FnMut(std::result::Result<StoredNode, String>) -> Result<()> + 'a;
 
@@ -121,6 +132,14 @@ pub trait Tx {
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>>;
     /// Calls `f` on every blob's address and bytes.
     fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
+
+    /// For a backend that indexes a session's nodes by runs of follow
+    /// numbers (SQLite's `session_runs`): every run, ordered by `first`, or
+    /// why a run row does not decode; so verify can check that each node is
+    /// listed under its own session. `None` for a backend without runs.
+    fn session_runs(&mut self) -> Result<Option<Vec<std::result::Result<SessionRun, String>>>> {
+        Ok(None)
+    }
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()>;
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;

@@ -16,7 +16,10 @@ use convo_core::{
 use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use std::path::Path;
 
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/sqlite/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/sqlite/0001_init.sql"),
+    include_str!("../migrations/sqlite/0002_runs.sql"),
+];
 /// How long a writer waits for another writer before giving up.
 use crate::backend::RETRY_BUDGET as BUSY_BUDGET;
 
@@ -162,8 +165,12 @@ impl Sqlite {
             let mut t = SqliteTx {
                 tx: &tx,
                 last_blob: None,
+                run: None,
+                hot: Hot::default(),
             };
             f(&mut t)?;
+            t.flush_run()?;
+            drop(t);
             tx.commit().map_err(db)
         })
     }
@@ -187,6 +194,113 @@ struct SqliteTx<'a> {
     /// node's payload right before the node, so `insert_node` can fill
     /// `nodes.payload_id` without looking the hash up again.
     last_blob: Option<(ContentHash, i64)>,
+    /// The run of consecutive nodes of one session this transaction is
+    /// appending to, written to `session_runs` once, at commit (or before a
+    /// read that needs it), instead of once per node.
+    run: Option<Run>,
+    /// The statements and the session text a bulk append uses per node,
+    /// kept for the transaction: looking a statement up in rusqlite's cache
+    /// hashes its SQL, and formatting a session id allocates.
+    hot: Hot<'a>,
+}
+
+#[derive(Default)]
+struct Hot<'a> {
+    insert_node: Option<rusqlite::CachedStatement<'a>>,
+    find_blob: Option<rusqlite::CachedStatement<'a>>,
+    insert_blob: Option<rusqlite::CachedStatement<'a>>,
+    session: Option<(SessionId, String)>,
+}
+
+/// The statement in `slot`, prepared on first use.
+fn hot<'s, 'a>(
+    tx: &'a rusqlite::Transaction<'a>,
+    slot: &'s mut Option<rusqlite::CachedStatement<'a>>,
+    sql: &str,
+) -> Result<&'s mut rusqlite::CachedStatement<'a>> {
+    if slot.is_none() {
+        *slot = Some(tx.prepare_cached(sql).map_err(db)?);
+    }
+    Ok(slot.as_mut().expect("prepared just above"))
+}
+
+/// A run of consecutive follow numbers that belong to one session.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    first: u64,
+    last: u64,
+    session: SessionId,
+}
+
+/// The first 8 bytes of a hash: the key of the `nodes_by_hash` and
+/// `blobs_by_hash` indexes (`substr(hash, 1, 8)`).
+fn key8(h: &Digest) -> &[u8] {
+    &h.0[..8]
+}
+
+impl SqliteTx<'_> {
+    fn flush_run(&mut self) -> Result<()> {
+        if let Some(r) = self.run.take() {
+            self.tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO session_runs (first, last, session) VALUES (?1, ?2, ?3)",
+                )
+                .and_then(|mut st| {
+                    st.execute(params![r.first as i64, r.last as i64, r.session.to_string()])
+                })
+                .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    /// Records that node `seq` of session `s` was appended.
+    fn extend_run(&mut self, s: &SessionId, seq: u64) -> Result<()> {
+        if let Some(r) = &mut self.run
+            && r.session == *s
+            && r.last + 1 == seq
+        {
+            r.last = seq;
+            return Ok(());
+        }
+        self.flush_run()?;
+        // Continue the newest stored run when it ends right before `seq`.
+        let newest: Option<(i64, i64, String)> = self
+            .tx
+            .prepare_cached(
+                "SELECT first, last, session FROM session_runs ORDER BY first DESC LIMIT 1",
+            )
+            .and_then(|mut st| {
+                st.query_row([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                    .optional()
+            })
+            .map_err(db)?;
+        let first = match newest {
+            Some((first, last, session)) if last as u64 + 1 == seq && session == s.to_string() => {
+                first as u64
+            }
+            _ => seq,
+        };
+        self.run = Some(Run {
+            first,
+            last: seq,
+            session: *s,
+        });
+        Ok(())
+    }
+
+    /// The runs of session `s`, in follow order.
+    fn runs_of(&mut self, s: &SessionId) -> Result<Vec<(i64, i64)>> {
+        self.flush_run()?;
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT first, last FROM session_runs WHERE session = ?1 ORDER BY first",
+            )
+            .map_err(db)?;
+        st.query_map([s.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|r| r.collect())
+            .map_err(db)
+    }
 }
 
 fn corrupt(what: &str) -> rusqlite::Error {
@@ -469,19 +583,27 @@ impl Tx for SqliteTx<'_> {
 
     fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
         let ev = n.event.as_ref();
-        let mut st = self
-            .tx
-            .prepare_cached(
-                "INSERT INTO nodes (hash, session, parent, kind, submission, sequence, sender, recipient, \
+        let Hot {
+            insert_node,
+            session,
+            ..
+        } = &mut self.hot;
+        if session.as_ref().is_none_or(|(id, _)| *id != n.session) {
+            *session = Some((n.session, n.session.to_string()));
+        }
+        let session = session.as_ref().map(|(_, s)| s.as_str());
+        let st = hot(
+            self.tx,
+            insert_node,
+            "INSERT INTO nodes (hash, session, parent, kind, submission, sequence, sender, recipient, \
                  payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
                  depth, ctx_sub, ctx_open, ctx_seq, ctx_state, payload_id) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
-                 coalesce(?22, (SELECT id FROM blobs WHERE hash = ?9)))",
-            )
-            .map_err(db)?;
+                 coalesce(?22, (SELECT id FROM blobs WHERE substr(hash, 1, 8) = substr(?9, 1, 8) AND hash = ?9)))",
+        )?;
         st.execute(params![
             hash.as_bytes().as_slice(),
-            n.session.to_string(),
+            session,
             n.parent.as_ref().map(|h| h.as_bytes().as_slice()),
             n.kind.code(),
             n.submission.as_ref().map(|h| h.as_bytes().as_slice()),
@@ -505,19 +627,21 @@ impl Tx for SqliteTx<'_> {
                 .filter(|(h, _)| *h == n.payload)
                 .map(|(_, id)| id),
         ])
-        .map_err(|e| match e.sqlite_error_code() {
-            Some(rusqlite::ErrorCode::ConstraintViolation) => {
-                StoreError::Invalid(format!("node {hash} is already stored"))
-            }
-            _ => db(e),
-        })?;
-        Ok(self.tx.last_insert_rowid() as u64)
+        .map_err(db)?;
+        let seq = self.tx.last_insert_rowid() as u64;
+        self.extend_run(&n.session, seq)?;
+        Ok(seq)
     }
 
     fn node(&mut self, h: &NodeHash) -> Result<Option<StoredNode>> {
         self.tx
-            .prepare_cached(&format!("SELECT {NODE_COLS} FROM nodes WHERE hash = ?1"))
-            .and_then(|mut st| st.query_row([h.as_bytes().as_slice()], node_row).optional())
+            .prepare_cached(&format!(
+                "SELECT {NODE_COLS} FROM nodes WHERE substr(hash, 1, 8) = ?1 AND hash = ?2"
+            ))
+            .and_then(|mut st| {
+                st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], node_row)
+                    .optional()
+            })
             .map_err(db)
     }
 
@@ -526,12 +650,20 @@ impl Tx for SqliteTx<'_> {
         let mut st = self
             .tx
             .prepare_cached(
-                "SELECT hash FROM nodes WHERE hash >= ?1 AND hash <= ?2 ORDER BY hash LIMIT ?3",
+                "SELECT hash FROM nodes WHERE substr(hash, 1, 8) BETWEEN ?1 AND ?2 \
+                 AND hash >= ?3 AND hash <= ?4 ORDER BY hash LIMIT ?5",
             )
             .map_err(db)?;
-        st.query_map(params![lo.as_slice(), hi.as_slice(), limit as i64], |r| {
-            digest(r, 0).map(NodeHash)
-        })
+        st.query_map(
+            params![
+                &lo[..8],
+                &hi[..8],
+                lo.as_slice(),
+                hi.as_slice(),
+                limit as i64
+            ],
+            |r| digest(r, 0).map(NodeHash),
+        )
         .and_then(|r| r.collect())
         .map_err(db)
     }
@@ -541,13 +673,17 @@ impl Tx for SqliteTx<'_> {
         s: &SessionId,
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        // A session's nodes are the rowid ranges its runs name, read in
+        // order; the session column is checked too, so an edited run can
+        // hide nodes (verify reports it) but never show another session's.
         let sql = if payloads {
             // Joined by rowid (`payload_id`), checked against the hash; a row
             // without a usable shortcut falls back to the lookup by hash.
             format!(
-                "SELECT {}, coalesce(b.data, (SELECT data FROM blobs WHERE hash = n.payload)) \
+                "SELECT {}, coalesce(b.data, (SELECT data FROM blobs \
+                 WHERE substr(hash, 1, 8) = substr(n.payload, 1, 8) AND hash = n.payload)) \
                  FROM nodes n LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
-                 WHERE n.session = ?1 ORDER BY n.seq",
+                 WHERE n.seq BETWEEN ?1 AND ?2 AND n.session = ?3 ORDER BY n.seq",
                 NODE_COLS
                     .split(", ")
                     .map(|c| format!("n.{c}"))
@@ -555,12 +691,25 @@ impl Tx for SqliteTx<'_> {
                     .join(", ")
             )
         } else {
-            format!("SELECT {NODE_COLS}, NULL FROM nodes WHERE session = ?1 ORDER BY seq")
+            format!(
+                "SELECT {NODE_COLS}, NULL FROM nodes WHERE seq BETWEEN ?1 AND ?2 AND session = ?3 ORDER BY seq"
+            )
         };
+        let runs = self.runs_of(s)?;
+        let session = s.to_string();
         let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-        st.query_map([s.to_string()], |r| Ok((node_row(r)?, bytes(r, 22)?)))
-            .and_then(|r| r.collect())
-            .map_err(db)
+        let mut out = Vec::new();
+        for (first, last) in runs {
+            let rows = st
+                .query_map(params![first, last, session], |r| {
+                    Ok((node_row(r)?, bytes(r, 22)?))
+                })
+                .map_err(db)?;
+            for row in rows {
+                out.push(row.map_err(db)?);
+            }
+        }
+        Ok(out)
     }
 
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
@@ -594,21 +743,39 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
-        let n = self
-            .tx
-            .prepare_cached("INSERT OR IGNORE INTO blobs (hash, data) VALUES (?1, ?2)")
-            .and_then(|mut st| st.execute(params![h.as_bytes().as_slice(), bytes]))
-            .map_err(db)?;
-        self.last_blob = (n == 1).then(|| (*h, self.tx.last_insert_rowid()));
+        let found: Option<i64> = hot(
+            self.tx,
+            &mut self.hot.find_blob,
+            "SELECT id FROM blobs WHERE substr(hash, 1, 8) = ?1 AND hash = ?2",
+        )?
+        .query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| r.get(0))
+        .optional()
+        .map_err(db)?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                hot(
+                    self.tx,
+                    &mut self.hot.insert_blob,
+                    "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
+                )?
+                .execute(params![h.as_bytes().as_slice(), bytes])
+                .map_err(db)?;
+                self.tx.last_insert_rowid()
+            }
+        };
+        self.last_blob = Some((*h, id));
         Ok(())
     }
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
         self.tx
-            .prepare_cached("SELECT data FROM blobs WHERE hash = ?1")
+            .prepare_cached("SELECT data FROM blobs WHERE substr(hash, 1, 8) = ?1 AND hash = ?2")
             .and_then(|mut st| {
-                st.query_row([h.as_bytes().as_slice()], |r| bytes(r, 0))
-                    .optional()
+                st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| {
+                    bytes(r, 0)
+                })
+                .optional()
             })
             .map(Option::flatten)
             .map_err(db)
@@ -636,6 +803,38 @@ impl Tx for SqliteTx<'_> {
             f(h, d)?;
         }
         Ok(())
+    }
+
+    fn session_runs(
+        &mut self,
+    ) -> Result<Option<Vec<std::result::Result<crate::backend::SessionRun, String>>>> {
+        self.flush_run()?;
+        let mut st = self
+            .tx
+            .prepare("SELECT first, last, session FROM session_runs ORDER BY first")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            use crate::backend::Columns;
+            let decoded = (|| {
+                let first = r.int(0)?.ok_or("no first")?;
+                let last = r.int(1)?.ok_or("no last")?;
+                let session = r.text(2)?.ok_or("no session")?;
+                let session = SessionId::parse(session)
+                    .map_err(|_| format!("session `{session}` is malformed"))?;
+                if first < 1 || last < first {
+                    return Err(format!("it spans {first}..{last}"));
+                }
+                Ok(crate::backend::SessionRun {
+                    first: first as u64,
+                    last: last as u64,
+                    session,
+                })
+            })();
+            out.push(decoded.map_err(|e: String| format!("session index row: {e}")));
+        }
+        Ok(Some(out))
     }
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {

@@ -1,6 +1,6 @@
 //! Verification: recompute everything from stored bytes, trust nothing.
 
-use crate::backend::{StoredNode, Tx};
+use crate::backend::{SessionRun, StoredNode, Tx};
 use crate::ledger::{TxNodes, state_err};
 use crate::{Result, StoreError};
 use convo_core::state;
@@ -64,6 +64,9 @@ struct Checker<'a> {
     orphans: &'a mut std::collections::BTreeSet<SessionId>,
     problems: Vec<(NodeHash, String)>,
     undecodable: Vec<String>,
+    /// The session index's runs (SQLite), ordered, and the one reached.
+    runs: Option<&'a [SessionRun]>,
+    run: usize,
 }
 
 impl Checker<'_> {
@@ -78,6 +81,21 @@ impl Checker<'_> {
         let problems = &mut self.problems;
         let mut bad = |why: String| problems.push((s.hash, why));
         let node = &s.node;
+        if self.seen.contains_key(&s.hash) {
+            bad("another node row holds the same hash".into());
+        }
+        if let Some(runs) = self.runs {
+            while runs.get(self.run).is_some_and(|r| r.last < s.seq) {
+                self.run += 1;
+            }
+            match runs.get(self.run) {
+                Some(r) if r.first <= s.seq && r.session == node.session => {}
+                _ => bad(format!(
+                    "the session index does not list it (seq {}) under session {}, so its timeline would not show it",
+                    s.seq, node.session
+                )),
+            }
+        }
         let recomputed = node.hash();
         if recomputed != s.hash {
             bad(format!(
@@ -198,6 +216,30 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
     }
 
     let sessions: HashSet<SessionId> = tx.sessions()?.into_iter().map(|s| s.id).collect();
+    let runs = tx.session_runs()?.map(|rows| {
+        let mut runs: Vec<SessionRun> = Vec::with_capacity(rows.len());
+        for row in rows {
+            match row {
+                Err(why) => r.problem("session index".to_owned(), why),
+                Ok(run) => {
+                    if let Some(prev) = runs.last()
+                        && run.first <= prev.last
+                    {
+                        r.problem(
+                            "session index".to_owned(),
+                            format!(
+                                "runs {}..{} and {}..{} overlap",
+                                prev.first, prev.last, run.first, run.last
+                            ),
+                        );
+                        continue;
+                    }
+                    runs.push(run);
+                }
+            }
+        }
+        runs
+    });
     let mut orphans: std::collections::BTreeSet<SessionId> = std::collections::BTreeSet::new();
     // Two stages on two threads: this one steps SQLite and decodes rows,
     // a worker recomputes hashes and replays the timeline rules, in order.
@@ -209,6 +251,8 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         orphans: &mut orphans,
         problems: Vec::new(),
         undecodable: Vec::new(),
+        runs: runs.as_deref(),
+        run: 0,
     };
     let scanned = std::thread::scope(|scope| -> Result<u64> {
         let (send, recv) =

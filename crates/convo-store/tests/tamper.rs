@@ -123,6 +123,67 @@ mod sqlite_only {
         check_other_edits(&Fx::new(Be::Sqlite), &cases);
     }
 
+    /// SQLite lists a session's nodes in `session_runs`; a run deleted,
+    /// shortened or given to another session would hide nodes from their
+    /// timeline, so verify names every node it no longer covers.
+    #[test]
+    fn an_edited_session_index_is_caught() {
+        let fx = Fx::new(Be::Sqlite);
+        fx.save();
+        let runs: i64 = fx.query_one("SELECT count(*) FROM session_runs", &[]);
+        assert_eq!(runs, 1, "one session appended alone is one run");
+        let cases: [(&str, &[Arg<'_>]); 3] = [
+            ("DELETE FROM session_runs", &[]),
+            ("UPDATE session_runs SET last = last - 2", &[]),
+            (
+                "UPDATE session_runs SET session = ?1",
+                &[Text("ses-00000000-0000-4000-8000-000000000000")],
+            ),
+        ];
+        for (sql, args) in cases {
+            fx.edit(sql, args);
+            let r = fx.verify_dirty();
+            expect(
+                &r,
+                &node_obj(&fx.promote),
+                &["session index does not list it"],
+            );
+            // The timeline never shows a node of another session, and
+            // says nothing it should not: it only loses what is unlisted.
+            if let Ok(t) = fx.store().timeline(&fx.ses, &main()) {
+                assert!(t.iter().all(|n| n.stored.node.session == fx.ses));
+            }
+            fx.restore();
+        }
+        fx.edit(
+            "INSERT INTO session_runs (first, last, session) VALUES (5, 6, ?1)",
+            &[Text(&fx.ses.to_string())],
+        );
+        expect(&fx.verify_dirty(), "session index", &["overlap"]);
+        fx.restore();
+        fx.edit("UPDATE session_runs SET last = first - 1", &[]);
+        expect(&fx.verify_dirty(), "session index", &["spans"]);
+    }
+
+    /// Nothing in the SQLite schema stops a second row with a node's hash
+    /// (the index on its first 8 bytes is not UNIQUE): verify does.
+    #[test]
+    fn a_node_row_stored_twice_is_caught() {
+        let fx = Fx::new(Be::Sqlite);
+        fx.edit(
+            "INSERT INTO nodes SELECT (SELECT max(seq) + 1 FROM nodes), hash, session, parent, \
+             kind, submission, sequence, sender, recipient, payload, payload_len, diagnostics, \
+             state, created_at, ev_branch, ev_sealed, ev_nonce, depth, ctx_sub, ctx_open, \
+             ctx_seq, ctx_state, payload_id FROM nodes WHERE hash = ?1",
+            &[Bytes(fx.t1[0].as_bytes())],
+        );
+        expect(
+            &fx.verify_dirty(),
+            &node_obj(&fx.t1[0]),
+            &["another node row holds the same hash"],
+        );
+    }
+
     /// `CAST(data AS TEXT)` stores a BLOB column's bytes as TEXT; a BYTEA
     /// column cannot hold text.
     #[test]
@@ -303,8 +364,21 @@ fn pg_args<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn pg::types::ToSql + Sync)> {
         .collect()
 }
 
-/// Every table of the store's schema (both backends have the same).
-const TABLES: [&str; 5] = ["sessions", "blobs", "nodes", "branches", "state_nodes"];
+/// Every table of the store's schema: both backends have the same, and
+/// SQLite indexes a session's nodes by runs in one more.
+fn tables(db: &Db) -> &'static [&'static str] {
+    match db {
+        Db::Sqlite { .. } => &[
+            "sessions",
+            "blobs",
+            "nodes",
+            "branches",
+            "state_nodes",
+            "session_runs",
+        ],
+        Db::Postgres(_) => &["sessions", "blobs", "nodes", "branches", "state_nodes"],
+    }
+}
 
 /// The store built by [`Fx::new`], and the names of what is in it.
 struct Fx {
@@ -402,7 +476,7 @@ impl Fx {
     /// for [`Fx::restore`].
     fn save(&self) {
         self.db.batch(
-            &TABLES
+            &tables(&self.db)
                 .iter()
                 .map(|t| format!("CREATE TABLE saved_{t} AS SELECT * FROM {t};"))
                 .collect::<String>(),
@@ -414,7 +488,7 @@ impl Fx {
     /// make many edits, each to the same store: restoring it is much faster
     /// than building a new one, above all on PostgreSQL.
     fn restore(&self) {
-        let sql: String = TABLES
+        let sql: String = tables(&self.db)
             .iter()
             .map(|t| format!("DELETE FROM {t}; INSERT INTO {t} SELECT * FROM saved_{t};"))
             .collect();
