@@ -838,10 +838,17 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
-        self.tx
-            .prepare_cached("INSERT OR IGNORE INTO state_nodes (hash, body) VALUES (?1, ?2)")
-            .and_then(|mut st| st.execute(params![h.0.as_slice(), body]))
+        let there = self
+            .tx
+            .prepare_cached("SELECT 1 FROM state_nodes WHERE substr(hash, 1, 8) = ?1 AND hash = ?2")
+            .and_then(|mut st| st.exists(params![key8(h), h.0.as_slice()]))
             .map_err(db)?;
+        if !there {
+            self.tx
+                .prepare_cached("INSERT INTO state_nodes (hash, body) VALUES (?1, ?2)")
+                .and_then(|mut st| st.execute(params![h.0.as_slice(), body]))
+                .map_err(db)?;
+        }
         Ok(())
     }
 
@@ -861,8 +868,13 @@ impl Tx for SqliteTx<'_> {
 
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>> {
         self.tx
-            .prepare_cached("SELECT body FROM state_nodes WHERE hash = ?1")
-            .and_then(|mut st| st.query_row([h.0.as_slice()], |r| r.get(0)).optional())
+            .prepare_cached(
+                "SELECT body FROM state_nodes WHERE substr(hash, 1, 8) = ?1 AND hash = ?2",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![key8(h), h.0.as_slice()], |r| r.get(0))
+                    .optional()
+            })
             .map_err(db)
     }
 }

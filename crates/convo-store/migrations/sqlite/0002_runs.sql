@@ -3,9 +3,10 @@
 -- Version 1 kept three B-tree indexes on every node row (its hash, UNIQUE;
 -- its session; its payload's hash in `blobs`, UNIQUE), and each of them cost
 -- about as much as the row itself. Version 2:
---   * looks nodes and blobs up by the first 8 bytes of their hash (an
+--   * looks nodes, blobs and state trie nodes up by the first 8 bytes of
+--     their hash (an
 --     expression index a quarter of the size, no uniqueness probe); the
---     full hash is compared on every lookup, and verify reports a hash
+--     full hash is compared on every lookup, and verify reports a node hash
 --     stored twice;
 --   * replaces the per-node session index with `session_runs`: one row per
 --     run of consecutive follow numbers that belong to one session, so a
@@ -66,3 +67,13 @@ INSERT INTO blobs_v2 SELECT * FROM blobs;
 DROP TABLE blobs;
 ALTER TABLE blobs_v2 RENAME TO blobs;
 CREATE INDEX blobs_by_hash ON blobs (substr(hash, 1, 8));
+
+CREATE TABLE state_nodes_v2 (
+    id   INTEGER PRIMARY KEY,
+    hash BLOB NOT NULL,                   -- SHA-256 of body
+    body BLOB NOT NULL
+);
+INSERT INTO state_nodes_v2 (hash, body) SELECT hash, body FROM state_nodes;
+DROP TABLE state_nodes;
+ALTER TABLE state_nodes_v2 RENAME TO state_nodes;
+CREATE INDEX state_nodes_by_hash ON state_nodes (substr(hash, 1, 8));
