@@ -56,6 +56,11 @@ fn ingest_once(measure_row: bool) -> Result<(f64, Option<f64>)> {
     Ok((rate(INGEST_NODES, d), row))
 }
 
+/// One bulk ingest into a fresh store, in nodes/s (for the floor ladder).
+pub fn ingest_rate() -> Result<f64> {
+    Ok(ingest_once(false)?.0)
+}
+
 /// Figure 1: `append_many` in 10k-node transactions vs a bare insert of rows the
 /// size of a node row.
 pub fn bulk_ingest() -> Result<Vec<Row>> {

@@ -13,6 +13,7 @@
 //! every figure.
 
 mod benches;
+mod floor;
 mod formatsbench;
 mod gitbench;
 mod pgbench;
@@ -30,6 +31,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "ingest",
         "bulk ingest with append_many vs a bare insert",
         benches::bulk_ingest,
+    ),
+    (
+        "floor",
+        "where bulk ingest's time goes: the store's writes in raw SQL, rung by rung",
+        floor::ingest_floor,
     ),
     (
         "append",

@@ -4,10 +4,9 @@
 -- its session; its payload's hash in `blobs`, UNIQUE), and each of them cost
 -- about as much as the row itself. Version 2:
 --   * looks nodes, blobs and state trie nodes up by the first 8 bytes of
---     their hash (an
---     expression index a quarter of the size, no uniqueness probe); the
---     full hash is compared on every lookup, and verify reports a node hash
---     stored twice;
+--     their hash (an expression index a quarter of the size, no uniqueness
+--     probe); the full hash is compared on every lookup, and verify
+--     reports a node hash stored twice;
 --   * replaces the per-node session index with `session_runs`: one row per
 --     run of consecutive follow numbers that belong to one session, so a
 --     bulk append of 10,000 nodes writes one index row, not 10,000, and a
