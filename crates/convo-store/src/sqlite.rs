@@ -287,20 +287,6 @@ impl SqliteTx<'_> {
         });
         Ok(())
     }
-
-    /// The runs of session `s`, in follow order.
-    fn runs_of(&mut self, s: &SessionId) -> Result<Vec<(i64, i64)>> {
-        self.flush_run()?;
-        let mut st = self
-            .tx
-            .prepare_cached(
-                "SELECT first, last FROM session_runs WHERE session = ?1 ORDER BY first",
-            )
-            .map_err(db)?;
-        st.query_map([s.to_string()], |r| Ok((r.get(0)?, r.get(1)?)))
-            .and_then(|r| r.collect())
-            .map_err(db)
-    }
 }
 
 fn corrupt(what: &str) -> rusqlite::Error {
@@ -674,16 +660,20 @@ impl Tx for SqliteTx<'_> {
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
         // A session's nodes are the rowid ranges its runs name, read in
-        // order; the session column is checked too, so an edited run can
-        // hide nodes (verify reports it) but never show another session's.
+        // one pass: the runs in order (their index), each a rowid range, so
+        // `ORDER BY r.first, n.seq` needs no sort. The session column is
+        // checked too: an edited run can hide nodes (verify reports it)
+        // but never show another session's.
+        self.flush_run()?;
         let sql = if payloads {
             // Joined by rowid (`payload_id`), checked against the hash; a row
             // without a usable shortcut falls back to the lookup by hash.
             format!(
                 "SELECT {}, coalesce(b.data, (SELECT data FROM blobs \
                  WHERE substr(hash, 1, 8) = substr(n.payload, 1, 8) AND hash = n.payload)) \
-                 FROM nodes n LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
-                 WHERE n.seq BETWEEN ?1 AND ?2 AND n.session = ?3 ORDER BY n.seq",
+                 FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+                 LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
+                 WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq",
                 NODE_COLS
                     .split(", ")
                     .map(|c| format!("n.{c}"))
@@ -692,24 +682,19 @@ impl Tx for SqliteTx<'_> {
             )
         } else {
             format!(
-                "SELECT {NODE_COLS}, NULL FROM nodes WHERE seq BETWEEN ?1 AND ?2 AND session = ?3 ORDER BY seq"
+                "SELECT {}, NULL FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+                 WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq",
+                NODE_COLS
+                    .split(", ")
+                    .map(|c| format!("n.{c}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )
         };
-        let runs = self.runs_of(s)?;
-        let session = s.to_string();
         let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-        let mut out = Vec::new();
-        for (first, last) in runs {
-            let rows = st
-                .query_map(params![first, last, session], |r| {
-                    Ok((node_row(r)?, bytes(r, 22)?))
-                })
-                .map_err(db)?;
-            for row in rows {
-                out.push(row.map_err(db)?);
-            }
-        }
-        Ok(out)
+        st.query_map([s.to_string()], |r| Ok((node_row(r)?, bytes(r, 22)?)))
+            .and_then(|r| r.collect())
+            .map_err(db)
     }
 
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
