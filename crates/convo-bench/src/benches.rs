@@ -333,23 +333,25 @@ pub fn timeline() -> Result<Vec<Row>> {
             ingest(&mut store, &ses, 0, 2 * TIMELINE_TURNS, 10_000)?;
         }
         settle(&dir.db())?;
-        let what = if interleaved {
-            "interleaved"
-        } else {
-            "batched"
-        };
-        let (ours, base) = time_timeline(&dir, &mut store, &ses, what)?;
-        rows.push(Row::new(
-            if interleaved {
+        let (what, figure) = if interleaved {
+            (
+                "interleaved",
                 format!(
                     "4. timeline, {TIMELINE_TURNS} turns, each node interleaved with another session's"
-                )
-            } else {
+                ),
+            )
+        } else {
+            (
+                "batched",
                 format!(
                     "4. timeline, {TIMELINE_TURNS} turns ({} nodes)",
                     2 * TIMELINE_TURNS
-                )
-            },
+                ),
+            )
+        };
+        let (ours, base) = time_timeline(&dir, &mut store, &ses, what)?;
+        rows.push(Row::new(
+            figure,
             ms(ours),
             format!("{} (raw SELECT, no decode)", ms(base)),
             format!("{:.1}×", ours.as_secs_f64() / base.as_secs_f64()),

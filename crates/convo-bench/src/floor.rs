@@ -7,8 +7,10 @@
 //! (no timeline rules, no context, no node encoding: one SHA-256 stands for
 //! the node hash), so it is a floor for `append_many` on this schema.
 
-use crate::util::{Result, Row, Scratch, Verdict, bare_insert, median_f, payload, rate, timed};
-use rusqlite::{Connection, params};
+use crate::util::{
+    Result, Row, Scratch, Verdict, bare_insert, median_f, payload, rate, store_pragmas, timed,
+};
+use rusqlite::{Connection, OptionalExtension, params};
 use sha2::Digest as _;
 
 const NODES: u64 = 100_000;
@@ -41,9 +43,7 @@ fn rung_once(r: Rung) -> Result<f64> {
         .id
         .to_string();
     let c = Connection::open(dir.db())?;
-    c.pragma_update(None, "synchronous", "NORMAL")?;
-    c.pragma_update(None, "cache_size", -65536)?;
-    c.pragma_update(None, "mmap_size", 1i64 << 30)?;
+    store_pragmas(&c, false)?;
     if r < Rung::NodeIndex {
         c.execute_batch("DROP INDEX nodes_by_hash")?;
     }
@@ -70,19 +70,19 @@ fn rung_once(r: Rung) -> Result<f64> {
             for _ in 0..BATCH {
                 let p = payload(i);
                 let ph = sha(p.as_bytes());
-                let mut id = None;
-                if r >= Rung::Blob {
-                    id = if r >= Rung::BlobIndex {
-                        find.query_row(params![&ph[..8], &ph[..]], |row| row.get(0))
-                            .ok()
-                    } else {
-                        None
-                    };
-                    if id.is_none() {
+                let found: Option<i64> = if r >= Rung::BlobIndex {
+                    find.query_row(params![&ph[..8], &ph[..]], |row| row.get(0))
+                        .optional()?
+                } else {
+                    None
+                };
+                let id = match found {
+                    None if r >= Rung::Blob => {
                         blob.execute(params![&ph[..], p.as_bytes()])?;
-                        id = Some(c.last_insert_rowid());
+                        Some(c.last_insert_rowid())
                     }
-                }
+                    found => found,
+                };
                 let mut enc = Vec::with_capacity(200);
                 enc.extend_from_slice(&parent);
                 enc.extend_from_slice(&ph);

@@ -188,6 +188,13 @@ pub fn state_err(e: state::StateError<StoreError>) -> StoreError {
 /// same cache and mmap sizes) and one `t(id INTEGER PRIMARY KEY, data BLOB)`.
 pub fn bare(path: &Path, full_sync: bool) -> Result<Connection> {
     let c = Connection::open(path)?;
+    store_pragmas(&c, full_sync)?;
+    c.execute_batch("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, data BLOB NOT NULL)")?;
+    Ok(c)
+}
+
+/// Sets the pragmas the SQLite store sets on its connections.
+pub fn store_pragmas(c: &Connection, full_sync: bool) -> Result<()> {
     c.pragma_update(None, "journal_mode", "WAL")?;
     c.pragma_update(
         None,
@@ -196,8 +203,7 @@ pub fn bare(path: &Path, full_sync: bool) -> Result<Connection> {
     )?;
     c.pragma_update(None, "cache_size", -65536)?;
     c.pragma_update(None, "mmap_size", 1i64 << 30)?;
-    c.execute_batch("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, data BLOB NOT NULL)")?;
-    Ok(c)
+    Ok(())
 }
 
 /// A distinct row of `len` bytes.

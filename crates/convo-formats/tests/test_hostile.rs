@@ -108,15 +108,7 @@ fn binary_garbage_is_refused_by_every_reader() {
         x ^= x << 5;
         g.push((x & 0xff) as u8);
     }
-    for f in [
-        "convo",
-        "chatgpt",
-        "claude",
-        "sharegpt",
-        "session-json",
-        "openai",
-        "clog",
-    ] {
+    for f in std::iter::once("convo").chain(JSON_FORMATS.iter().copied()) {
         let e = parse_err(f, &g);
         assert!(!e.message.is_empty(), "{f}");
         assert!(e.render().starts_with("input"), "{f}: {e}");

@@ -665,32 +665,28 @@ impl Tx for SqliteTx<'_> {
         // checked too: an edited run can hide nodes (verify reports it)
         // but never show another session's.
         self.flush_run()?;
-        let sql = if payloads {
-            // Joined by rowid (`payload_id`), checked against the hash; a row
-            // without a usable shortcut falls back to the lookup by hash.
-            format!(
-                "SELECT {}, coalesce(b.data, (SELECT data FROM blobs \
-                 WHERE substr(hash, 1, 8) = substr(n.payload, 1, 8) AND hash = n.payload)) \
-                 FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
-                 LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload \
-                 WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq",
-                NODE_COLS
-                    .split(", ")
-                    .map(|c| format!("n.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
+        let cols = NODE_COLS
+            .split(", ")
+            .map(|c| format!("n.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        // Payloads are joined by rowid (`payload_id`), checked against the
+        // hash; a row without a usable shortcut falls back to the lookup by
+        // hash.
+        let (payload, blobs) = if payloads {
+            (
+                "coalesce(b.data, (SELECT data FROM blobs \
+                 WHERE substr(hash, 1, 8) = substr(n.payload, 1, 8) AND hash = n.payload))",
+                "LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload",
             )
         } else {
-            format!(
-                "SELECT {}, NULL FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
-                 WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq",
-                NODE_COLS
-                    .split(", ")
-                    .map(|c| format!("n.{c}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )
+            ("NULL", "")
         };
+        let sql = format!(
+            "SELECT {cols}, {payload} \
+             FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last {blobs} \
+             WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq"
+        );
         let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
         st.query_map([s.to_string()], |r| Ok((node_row(r)?, bytes(r, 22)?)))
             .and_then(|r| r.collect())

@@ -81,9 +81,6 @@ impl Checker<'_> {
         let problems = &mut self.problems;
         let mut bad = |why: String| problems.push((s.hash, why));
         let node = &s.node;
-        if self.seen.contains_key(&s.hash) {
-            bad("another node row holds the same hash".into());
-        }
         if let Some(runs) = self.runs {
             while runs.get(self.run).is_some_and(|r| r.last < s.seq) {
                 self.run += 1;
@@ -174,13 +171,17 @@ impl Checker<'_> {
         if let Some(st) = s.ctx.state {
             self.roots.insert(st);
         }
-        self.seen.insert(
+        let earlier = self.seen.insert(
             s.hash,
             Seen {
                 ctx: s.ctx,
                 session: node.session,
             },
         );
+        if earlier.is_some() {
+            self.problems
+                .push((s.hash, "another node row holds the same hash".into()));
+        }
     }
 }
 

@@ -364,20 +364,17 @@ fn pg_args<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn pg::types::ToSql + Sync)> {
         .collect()
 }
 
-/// Every table of the store's schema: both backends have the same, and
-/// SQLite indexes a session's nodes by runs in one more.
-fn tables(db: &Db) -> &'static [&'static str] {
-    match db {
-        Db::Sqlite { .. } => &[
-            "sessions",
-            "blobs",
-            "nodes",
-            "branches",
-            "state_nodes",
-            "session_runs",
-        ],
-        Db::Postgres(_) => &["sessions", "blobs", "nodes", "branches", "state_nodes"],
+/// Every table both backends' schemas have.
+const TABLES: [&str; 5] = ["sessions", "blobs", "nodes", "branches", "state_nodes"];
+
+/// The tables of `db`'s schema: SQLite indexes a session's nodes by runs
+/// in one more.
+fn tables(db: &Db) -> Vec<&'static str> {
+    let mut t = TABLES.to_vec();
+    if let Db::Sqlite { .. } = db {
+        t.push("session_runs");
     }
+    t
 }
 
 /// The store built by [`Fx::new`], and the names of what is in it.
