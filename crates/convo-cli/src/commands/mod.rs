@@ -11,6 +11,7 @@ pub mod log;
 pub mod migrate;
 pub mod record;
 pub mod say;
+pub mod serve;
 pub mod session;
 pub mod show;
 pub mod state;
@@ -154,5 +155,6 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Git(c) => git::run(&env, c),
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
+        Command::Serve(a) => serve::run(&env, a),
     }
 }
