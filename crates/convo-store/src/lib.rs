@@ -20,6 +20,6 @@ mod verify;
 
 pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 pub use error::{Result, StoreError};
-pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode};
+pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};
