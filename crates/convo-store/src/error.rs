@@ -89,6 +89,27 @@ pub enum StoreError {
         /// Latest version this build knows.
         known: i64,
     },
+    /// A read found no store where one was expected (reads never create one).
+    #[error("no store at {0}")]
+    NoStore(String),
+    /// An existing file or database that is not a convo store; left untouched.
+    #[error("{path} is not a convo store: {reason}; it was left untouched")]
+    NotAStore {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        reason: String,
+    },
+    /// A store URL whose scheme no backend handles.
+    #[error(
+        "unknown store URL scheme `{scheme}` in `{url}`: supported are sqlite:///path/convo.db, sqlite::memory:, postgres://user@host/db (or postgresql://) and a plain file path"
+    )]
+    UnknownScheme {
+        /// The scheme given.
+        scheme: String,
+        /// The whole URL (password removed).
+        url: String,
+    },
     /// A store URL this build cannot open.
     #[error("cannot open store `{0}`: {1}")]
     Url(String, String),
@@ -159,9 +180,10 @@ impl StoreError {
     /// What kind of failure this is (see [`ErrorKind`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StoreError::NoSession(_) | StoreError::NoBranch { .. } | StoreError::NoNode(_) => {
-                ErrorKind::NotFound
-            }
+            StoreError::NoSession(_)
+            | StoreError::NoBranch { .. }
+            | StoreError::NoNode(_)
+            | StoreError::NoStore(_) => ErrorKind::NotFound,
             StoreError::AmbiguousSession { .. } | StoreError::AmbiguousNode { .. } => {
                 ErrorKind::Ambiguous
             }
@@ -173,6 +195,8 @@ impl StoreError {
             | StoreError::Rule(_)
             | StoreError::State(_)
             | StoreError::Invalid(_) => ErrorKind::Invalid,
+            StoreError::UnknownScheme { .. } => ErrorKind::Invalid,
+            StoreError::NotAStore { .. } => ErrorKind::Refused,
             StoreError::Busy(_) | StoreError::Url(..) | StoreError::Backend(_) => {
                 ErrorKind::Unavailable
             }
@@ -195,6 +219,10 @@ impl StoreError {
             StoreError::Busy(_) | StoreError::Conflict(_) => "retry the command",
             StoreError::Corrupt(_) => "run `convo verify` for a full report",
             StoreError::SchemaTooNew { .. } => "upgrade convo",
+            StoreError::NoStore(_) => {
+                "check --home / --store (or CONVO_HOME / CONVO_STORE); `convo init` creates a store"
+            }
+            StoreError::NotAStore { .. } => "point --store at a convo store or at a new file",
             _ => return None,
         })
     }

@@ -80,6 +80,15 @@ pub(crate) fn state_err(e: StateError<StoreError>) -> StoreError {
     }
 }
 
+/// How a store is opened: reads never create or change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The store must exist; SQLite files are opened read-only.
+    Read,
+    /// The store is created (file, directory, schema) if it does not exist.
+    Write,
+}
+
 fn nonce() -> [u8; 16] {
     *uuid::Uuid::new_v4().as_bytes()
 }
@@ -90,15 +99,35 @@ impl Store {
         Store { backend }
     }
 
-    /// Opens the store at `url`: `sqlite:///path/to/convo.db`, `sqlite::memory:`,
-    /// a plain file path, or `postgres://user@host:port/db`.
+    /// Opens the store at `url` for writing, creating it if needed:
+    /// `sqlite:///path/to/convo.db`, `sqlite::memory:`, a plain file path,
+    /// or `postgres://user@host:port/db`. See [`Store::open_as`].
     pub fn open(url: &str) -> Result<Self> {
+        Store::open_as(url, Access::Write)
+    }
+
+    /// Opens the store at `url` with `access`. Any other `scheme://` is
+    /// [`StoreError::UnknownScheme`] (never a file named like the URL). An
+    /// existing SQLite file that is not a convo store is refused untouched
+    /// ([`StoreError::NotAStore`]). [`Access::Read`] never creates a store
+    /// ([`StoreError::NoStore`]) and opens SQLite files read-only.
+    pub fn open_as(url: &str, access: Access) -> Result<Self> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect(
-                url,
+            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect_as(
+                url, access,
             )?)));
         }
-        Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url(url)?)))
+        if let Some((scheme, _)) = url.split_once("://")
+            && scheme != "sqlite"
+        {
+            return Err(StoreError::UnknownScheme {
+                scheme: scheme.to_owned(),
+                url: crate::postgres::redact(url),
+            });
+        }
+        Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url_as(
+            url, access,
+        )?)))
     }
 
     /// The backend's name.

@@ -22,6 +22,6 @@ mod verify;
 pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 pub use error::{ErrorKind, Result, StoreError};
 pub use follow::Follower;
-pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage};
+pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};
