@@ -573,3 +573,43 @@ fn openapi_covers_every_route() {
         }
     }
 }
+
+/// The web view in headless Chromium, as a person uses it: the demo
+/// session's graph, a turn, fork from a node, a turn arriving live, promote,
+/// the sealed timeline, hostile payloads, keyboard, a phone-sized screen
+/// (tests/browser/webview.py drives it through the DevTools protocol).
+#[test]
+fn browser_webview() {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let t = TestEnv::new();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/webview.py"
+        ))
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shots.join("webview-session.png").exists());
+}
