@@ -99,6 +99,7 @@ fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
         &["log", "--reverse", "--format=%s", &format!("{s}/main")],
     );
     let subjects: Vec<&str> = subjects.lines().collect();
+    assert_eq!(subjects.len(), 6);
     assert_eq!(subjects[0], "invoke: cli → researcher");
     assert_eq!(subjects[3], "request: researcher → infer");
     assert_eq!(subjects[4], "response: infer → researcher");
@@ -136,8 +137,11 @@ fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
         &repo,
         &["diff", "--name-only", &format!("{s}/main...{s}/retry")],
     );
-    let dirs: std::collections::BTreeSet<&str> =
-        diff.lines().map(|l| l.split('/').next().unwrap()).collect();
+    // Paths are {group of 10,000}/{group of 100}/{message}/{field}.
+    let dirs: std::collections::BTreeSet<&str> = diff
+        .lines()
+        .map(|l| l.split('/').nth(2).unwrap())
+        .collect();
     assert_eq!(dirs.len(), 3, "{diff}");
     assert!(
         dirs.iter().any(|d| d.ends_with("-platform-fork")),
@@ -160,17 +164,24 @@ fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut names: Vec<String> = std::fs::read_dir(&wt)
+    assert!(wt.join("agent.toml").exists());
+    let group = wt.join("000001-010000").join("000001-000100");
+    let mut names: Vec<String> = std::fs::read_dir(&group)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert!(names.contains(&"agent.toml".to_owned()));
+    assert_eq!(
+        names.len(),
+        subjects.len(),
+        "every message of main, in one group: {names:?}"
+    );
+    assert!(names[0].ends_with("-cli-invoke"), "{names:?}");
     let response = names
         .iter()
         .find(|n| n.ends_with("-infer-response"))
         .unwrap();
-    let d = wt.join(response);
+    let d = group.join(response);
     assert_eq!(std::fs::read(d.join("payload")).unwrap(), b"sunny");
     assert_eq!(
         std::fs::read_to_string(d.join("kind")).unwrap(),
@@ -410,7 +421,14 @@ fn hostile_names_never_escape_or_break_refs() {
     }
     // 8 different senders at possibly the same millisecond never collide silently.
     let repo = t.home().join("repo-dag");
-    let tree = git(&repo, &["ls-tree", "--name-only", &format!("{s}/main")]);
+    let tree = git(
+        &repo,
+        &[
+            "ls-tree",
+            "--name-only",
+            &format!("{s}/main:000001-010000/000001-000100"),
+        ],
+    );
     assert_eq!(
         tree.lines().filter(|l| l.ends_with("-invoke")).count(),
         8,
