@@ -252,7 +252,10 @@ fn subtree(
     let Some(t) = parent else { return Ok(None) };
     match t.entries.iter().find(|e| e.filename == name.as_bytes()) {
         Some(e) if e.mode.is_tree() => Ok(Some(load(p, repo, e.oid)?)),
-        Some(_) => Err(Error::Corrupt(format!("{name} in tree {} is not a tree", t.id))),
+        Some(_) => Err(Error::Corrupt(format!(
+            "{name} in tree {} is not a tree",
+            t.id
+        ))),
         None => Ok(None),
     }
 }
@@ -265,7 +268,11 @@ fn upsert(entries: &mut Vec<Entry>, e: Entry) {
 }
 
 /// Writes `entries` as a tree, as a delta against `old` when it pays.
-fn write_tree(p: &mut Pending, mut entries: Vec<Entry>, old: Option<&TreeData>) -> Result<ObjectId> {
+fn write_tree(
+    p: &mut Pending,
+    mut entries: Vec<Entry>,
+    old: Option<&TreeData>,
+) -> Result<ObjectId> {
     sort_entries(&mut entries);
     let data = serialize(&gix::objs::Tree { entries })?;
     p.add_based(
@@ -315,7 +322,10 @@ pub fn commit(
         oid: dir,
     });
     let leaf_id = write_tree(p, entries, leaf.as_ref())?;
-    let mut entries = group.as_ref().map(|t| t.entries.clone()).unwrap_or_default();
+    let mut entries = group
+        .as_ref()
+        .map(|t| t.entries.clone())
+        .unwrap_or_default();
     upsert(
         &mut entries,
         Entry {
@@ -334,7 +344,10 @@ pub fn commit(
             oid: group_id,
         },
     );
-    upsert(&mut entries, file(p, "agent.toml", agent_toml(session).as_bytes())?);
+    upsert(
+        &mut entries,
+        file(p, "agent.toml", agent_toml(session).as_bytes())?,
+    );
     let tree = write_tree(p, entries, root.as_ref())?;
     let sig = signature(&n.from, n.created_at);
     let c = gix::objs::Commit {
@@ -364,4 +377,3 @@ pub fn holds(
     let leaf = subtree(p, repo, group.as_ref(), &inner)?;
     Ok(leaf.is_some_and(|l| l.entries.iter().any(|e| e.oid == dir)))
 }
-

@@ -499,9 +499,8 @@ impl Projector {
             Layout::Dag => {
                 let pc = parent.commit.zip(parent.aux);
                 let pos = parent.pos + 1;
-                let (c, t) = dag::commit(
-                    p, &self.repo, pc, pos, &session, &s.hash, node, &n.payload,
-                )?;
+                let (c, t) =
+                    dag::commit(p, &self.repo, pc, pos, &session, &s.hash, node, &n.payload)?;
                 Rec {
                     commit: Some(c),
                     aux: Some(t),
@@ -713,5 +712,115 @@ impl Projector {
         }
         let _ = store;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use convo_core::BranchName;
+    use convo_store::testing::draft;
+    use std::process::Command;
+
+    fn git(repo: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(repo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn packs(repo: &Path) -> u64 {
+        let out = git(repo, &["count-objects", "-v"]);
+        out.lines()
+            .find_map(|l| l.strip_prefix("packs: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// 2,000 rounds that each write one node, as `--follow` does, with a
+    /// user's `git gc` in the middle: never more than 50 packs, and the
+    /// repository stays valid for git and for convo.
+    #[test]
+    fn follow_rounds_keep_packs_bounded_and_survive_git_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("c.db").display());
+        let mut store = Store::open(&url).unwrap();
+        let ses = store
+            .create_session("a", None, 1_770_000_000_000)
+            .unwrap()
+            .id;
+        let main = BranchName::main();
+        let repo = dir.path().join("repo");
+        let mut p = Projector::open(&repo, None, false).unwrap();
+        let mut most = 0;
+        for i in 0..2000u64 {
+            let kind = if i % 2 == 0 {
+                Kind::Invoke
+            } else {
+                Kind::Complete
+            };
+            let d = draft(kind, &format!("message {i}"), 1_770_000_000_000 + i as i64);
+            store.append(&ses, &main, &d).unwrap();
+            let r = p.sync(&mut store, &mut |_| {}).unwrap();
+            assert_eq!((r.nodes, r.commits), (1, 1));
+            most = most.max(r.packs);
+            if i == 1000 {
+                git(&repo, &["gc", "--quiet"]);
+            }
+        }
+        assert!(most <= 50, "{most} packs at the worst");
+        assert!(packs(&repo) <= 50);
+        git(&repo, &["fsck", "--strict"]);
+        assert!(p.verify(&mut store).unwrap().is_empty());
+        git(&repo, &["gc", "--quiet", "--aggressive"]);
+        store
+            .append(
+                &ses,
+                &main,
+                &draft(Kind::Invoke, "after gc", 1_770_000_100_000),
+            )
+            .unwrap();
+        assert_eq!(p.sync(&mut store, &mut |_| {}).unwrap().commits, 1);
+        git(&repo, &["fsck", "--strict"]);
+        let log = git(&repo, &["rev-list", "--count", "HEAD"]);
+        assert_eq!(log.trim(), "2001");
+        drop(p);
+        let mut v = Projector::open_readonly(&repo).unwrap();
+        assert!(v.verify(&mut store).unwrap().is_empty());
+    }
+
+    #[test]
+    fn dates_git_rejects_are_clamped_and_kept_exact_in_a_trailer() {
+        assert_eq!(dag::git_seconds(-1), 0);
+        assert_eq!(dag::git_seconds(-86_400_000_000), 0);
+        assert_eq!(dag::git_seconds(i64::MAX), dag::MAX_GIT_SECONDS);
+        assert_eq!(dag::git_seconds(1_000_999), 1000);
+        assert_eq!(dag::time_trailer(1_000), "");
+        assert_eq!(
+            dag::time_trailer(-1_000),
+            "Time: 1969-12-31T23:59:59.000Z\n"
+        );
+        assert!(dag::time_trailer(i64::MAX).starts_with("Time: "));
+        let c = gix::objs::Commit {
+            tree: gix::ObjectId::empty_tree(gix::hash::Kind::Sha1),
+            parents: Default::default(),
+            author: dag::signature("a", -1_000),
+            committer: dag::signature("a", -1_000),
+            encoding: None,
+            message: "x\n\nTime: 1969-12-31T23:59:59.000Z\n".into(),
+            extra_headers: Vec::new(),
+        };
+        let data = pack::serialize(&c).unwrap();
+        let parsed = gix::objs::CommitRef::from_bytes(&data, gix::hash::Kind::Sha1).unwrap();
+        assert_eq!(dag::commit_ms(&parsed), Some(-1_000));
     }
 }

@@ -122,7 +122,8 @@ impl Default for Pending {
 
 /// The id git gives `data` as an object of `kind`.
 pub fn object_id(kind: Kind, data: &[u8]) -> Result<ObjectId> {
-    gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data).map_err(|e| Error::Git(e.to_string()))
+    gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data)
+        .map_err(|e| Error::Git(e.to_string()))
 }
 
 impl Pending {
@@ -384,8 +385,7 @@ fn build_index(entries: &[IdxEntry], pack_sum: &ObjectId) -> Result<Vec<u8>> {
         if e.offset < 0x8000_0000 {
             out.extend_from_slice(&(e.offset as u32).to_be_bytes());
         } else {
-            let i = u32::try_from(large.len())
-                .map_err(|_| Error::Git("pack too large".into()))?;
+            let i = u32::try_from(large.len()).map_err(|_| Error::Git("pack too large".into()))?;
             out.extend_from_slice(&(0x8000_0000 | i).to_be_bytes());
             large.push(e.offset);
         }

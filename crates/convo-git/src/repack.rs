@@ -143,8 +143,7 @@ fn merge(dir: &Path, packs: &[PathBuf]) -> Result<PathBuf> {
         if data.len() < 32 {
             return Err(corrupt(pack, "truncated"));
         }
-        let mut list: Vec<(u64, ObjectId)> =
-            idx.iter().map(|e| (e.pack_offset, e.oid)).collect();
+        let mut list: Vec<(u64, ObjectId)> = idx.iter().map(|e| (e.pack_offset, e.oid)).collect();
         list.sort_by_key(|(o, _)| *o);
         let by_offset: HashMap<u64, ObjectId> = list.iter().copied().collect();
         let trailer = (data.len() - 20) as u64;
