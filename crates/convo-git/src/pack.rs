@@ -138,15 +138,6 @@ impl Pending {
         }
     }
 
-    /// Objects in the batch.
-    pub fn len(&self) -> usize {
-        self.objects.len()
-    }
-
-    pub fn contains(&self, id: &ObjectId) -> bool {
-        self.index.contains_key(id)
-    }
-
     fn remember(&mut self, id: ObjectId, data: Arc<[u8]>) {
         self.cached += data.len();
         match self.cache.insert(id, data) {
@@ -350,7 +341,7 @@ pub fn write_pack(dir: &Path, parts: &[&[u8]], mut entries: Vec<IdxEntry>) -> Re
         f.write_all(sum.as_bytes()).map_err(|e| io(&tmp, e))?;
     }
     std::fs::rename(&tmp, &pack).map_err(|e| io(&pack, e))?;
-    entries.sort_by(|a, b| a.id.cmp(&b.id));
+    entries.sort_by_key(|a| a.id);
     entries.dedup_by(|a, b| a.id == b.id);
     let idx = build_index(&entries, &sum)?;
     let tmp = dir.join(format!("{TMP_PREFIX}{pid}-{name}.idx"));
