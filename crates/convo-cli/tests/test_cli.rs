@@ -266,14 +266,9 @@ fn store_url_and_home_flags_are_honoured() {
         .run(&["--store", &url, "session", "new", "--agent", "a"])
         .ok();
     assert!(other.exists());
-    assert_eq!(
-        t.run(&["session", "list", "--json"])
-            .json()
-            .as_array()
-            .unwrap()
-            .len(),
-        0
-    );
+    let none = t.run(&["session", "list", "--json"]);
+    assert_eq!(none.code(), 2);
+    assert!(none.stderr().contains("no store at"), "{}", none.stderr());
     let listed = t
         .run(&["--store", &url, "session", "list", "--json"])
         .json();
