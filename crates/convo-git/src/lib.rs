@@ -227,9 +227,29 @@ fn read_marker(marker: &Path) -> Result<(Layout, u32)> {
     Ok((layout, version))
 }
 
-/// Empties a projection for a rebuild, keeping `config` (the user's remotes)
-/// and `convo/lock` (held by this process).
+/// Whether `path` holds nothing but `convo/`, itself empty or holding only
+/// its lock: what a kill leaves of a projection being created.
+fn only_skeleton(path: &Path) -> bool {
+    let names = |p: &Path| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(p)
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_else(|_| vec!["?".into()])
+    };
+    names(path) == ["convo"] && names(&path.join("convo")).iter().all(|n| n == "lock")
+}
+
+/// Empties a projection for a rebuild, keeping `config` (the user's remotes),
+/// `convo/lock` (held by this process) and `convo/layout` (so that a kill
+/// in the middle leaves a projection the next sync recognises). The
+/// bookkeeping goes first: a kill then leaves a cursor of 0, and the next
+/// sync writes everything again.
 fn clear(path: &Path) -> Result<()> {
+    for f in ["state", "map"] {
+        let p = path.join("convo").join(f);
+        if p.exists() {
+            remove(&p)?;
+        }
+    }
     for e in std::fs::read_dir(path).map_err(|e| io(path, e))? {
         let e = e.map_err(|e| io(path, e))?;
         let p = e.path();
@@ -240,7 +260,7 @@ fn clear(path: &Path) -> Result<()> {
         if name == "convo" {
             for c in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
                 let c = c.map_err(|e| io(&p, e))?;
-                if c.file_name() != "lock" {
+                if c.file_name() != "lock" && c.file_name() != "layout" {
                     remove(&c.path())?;
                 }
             }
@@ -268,7 +288,9 @@ fn init_bare(path: &Path) -> Result<()> {
         std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
     }
     let head = path.join("HEAD");
-    std::fs::write(&head, "ref: refs/heads/main\n").map_err(|e| io(&head, e))?;
+    if !head.exists() {
+        std::fs::write(&head, "ref: refs/heads/main\n").map_err(|e| io(&head, e))?;
+    }
     let config = path.join("config");
     if !config.exists() {
         std::fs::write(
@@ -298,7 +320,9 @@ impl Projector {
                 .map_err(|e| io(path, e))?
                 .next()
                 .is_some();
-        if exists && !marker.exists() {
+        // A projection whose creation was killed before `convo/layout` was
+        // written holds `convo/` (and its lock) alone.
+        if exists && !marker.exists() && !only_skeleton(path) {
             return Err(Error::NotProjection(path.display().to_string()));
         }
         let convo_dir = path.join("convo");
@@ -330,16 +354,18 @@ impl Projector {
             }
             if rebuild || version != FORMAT {
                 clear(path)?;
+                std::fs::remove_file(&marker).map_err(|e| io(&marker, e))?;
             }
         }
         if !marker.exists() {
-            init_bare(path)?;
             std::fs::write(
                 &marker,
                 format!("{} {FORMAT}\n", wanted.unwrap_or(Layout::Dag).as_str()),
             )
             .map_err(|e| io(&marker, e))?;
         }
+        // Also completes a creation or a rebuild that was killed.
+        init_bare(path)?;
         let repo = git_open(path)?;
         let (found, _) = read_marker(&marker)?;
         let book = Bookkeeping::load(&convo_dir)?;
