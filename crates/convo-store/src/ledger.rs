@@ -49,6 +49,17 @@ pub struct TimelineNode {
     pub payload: Vec<u8>,
 }
 
+/// One turn, read whole: see [`Store::turn`].
+#[derive(Clone, Debug)]
+pub struct TurnView {
+    /// Its number on the timeline (1-based).
+    pub number: usize,
+    /// Whether it has its complete.
+    pub complete: bool,
+    /// Its nodes, the invoke first.
+    pub nodes: Vec<TimelineNode>,
+}
+
 /// The store. Cheap operations, each one transaction.
 pub struct Store {
     backend: Box<dyn Backend>,
@@ -281,6 +292,69 @@ impl Store {
         branch: &BranchName,
     ) -> Result<Vec<TimelineNode>> {
         self.read(|tx| timeline_in(tx, session, branch))
+    }
+
+    /// The node a reference names: a hash or unique prefix (4+ hex digits),
+    /// `BRANCH`, `BRANCH~N`, `BRANCH@TURN` (see [`crate::refs`] for the grammar).
+    pub fn resolve_ref(&mut self, session: &SessionId, text: &str) -> Result<StoredNode> {
+        self.read(|tx| crate::refs::resolve_ref_in(tx, session, text))
+    }
+
+    /// The nodes from the session's first node to `head` (following
+    /// parents), oldest first, with payloads: the timeline as of `head`.
+    pub fn chain(&mut self, session: &SessionId, head: &NodeHash) -> Result<Vec<TimelineNode>> {
+        self.read(|tx| chain_in(tx, session, *head, true))
+    }
+
+    /// The turn a reference points into, with the timeline it belongs to
+    /// (from the session's first node to the turn's last node): see
+    /// [`crate::turns`]. Fails with `NoNode` when the node is outside any
+    /// turn (a fork or promote between turns).
+    pub fn turn(&mut self, session: &SessionId, text: &str) -> Result<crate::TurnView> {
+        self.read(|tx| {
+            let node = crate::refs::resolve_ref_in(tx, session, text)?;
+            // The turn may go on past `node` on the branch that holds it: read
+            // up to the head of a branch that contains the node when there is one.
+            let mut heads = vec![node.hash];
+            for b in tx.branches(Some(session))? {
+                if let Some(h) = b.head
+                    && h != node.hash
+                {
+                    heads.push(h);
+                }
+            }
+            // Prefer a chain on which the node's turn is finished.
+            let mut best = None;
+            for h in heads {
+                let c = chain_in(tx, session, h, false)?;
+                let Some(i) = c.iter().position(|n| n.stored.hash == node.hash) else {
+                    continue;
+                };
+                let kinds: Vec<_> = c.iter().map(|n| n.stored.node.kind).collect();
+                let turns = crate::turns::group(&kinds);
+                let Some(t) = crate::turns::turn_at(&turns, i).copied() else {
+                    return Err(StoreError::NoNode(format!(
+                        "{text} (node {} is a {} outside any turn)",
+                        node.hash.short(),
+                        node.node.kind
+                    )));
+                };
+                let done = t.complete.is_some();
+                best = Some((h, t));
+                if done {
+                    break;
+                }
+            }
+            let (head, turn) = best.ok_or_else(|| StoreError::NoNode(text.to_owned()))?;
+            let mut chain = chain_in(tx, session, head, true)?;
+            chain.truncate(turn.end);
+            let nodes = chain.split_off(turn.start);
+            Ok(crate::TurnView {
+                number: turn.number,
+                complete: turn.complete.is_some(),
+                nodes,
+            })
+        })
     }
 
     /// Up to `limit` nodes appended after cursor `after`, in append order.
@@ -616,10 +690,21 @@ fn timeline_in(
     branch: &BranchName,
 ) -> Result<Vec<TimelineNode>> {
     let b = open_branch(tx, session, branch, false)?;
-    let Some(head) = b.head else {
-        return Ok(Vec::new());
-    };
-    let rows = tx.session_nodes(session, true)?;
+    match b.head {
+        None => Ok(Vec::new()),
+        Some(head) => chain_in(tx, session, head, true),
+    }
+}
+
+/// The nodes from the session's first node to `head`, following parents,
+/// oldest first; with payloads when `payloads` (else they are empty).
+pub(crate) fn chain_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    head: NodeHash,
+    payloads: bool,
+) -> Result<Vec<TimelineNode>> {
+    let rows = tx.session_nodes(session, payloads)?;
     let index: convo_core::DigestMap<NodeHash, usize> = rows
         .iter()
         .enumerate()
@@ -628,14 +713,14 @@ fn timeline_in(
     let mut chain = Vec::new();
     let mut cur = Some(head);
     while let Some(h) = cur {
-        let &i = index
-            .get(&h)
-            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
+        let &i = index.get(&h).ok_or_else(|| {
+            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
+        })?;
         chain.push(i);
         cur = rows[i].0.node.parent;
         if chain.len() > rows.len() {
             return Err(StoreError::Corrupt(format!(
-                "branch `{branch}` has a parent cycle"
+                "node {head} has a parent cycle"
             )));
         }
     }

@@ -10,16 +10,19 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod diff;
 mod error;
 mod ledger;
 mod migrate;
 pub mod postgres;
+pub mod refs;
 pub mod sqlite;
 pub mod testing;
+pub mod turns;
 mod verify;
 
 pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 pub use error::{Result, StoreError};
-pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode};
+pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode, TurnView};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};
