@@ -89,42 +89,111 @@ pub fn preview(p: &[u8], max: usize) -> String {
         .collect()
 }
 
-/// One line for a node in `log` and `session get`.
-pub fn node_line(s: &StoredNode, payload: &[u8]) -> String {
+/// The cells of a node's row in `log` and `session get`: turn, node,
+/// time, kind, from → to, details, payload preview.
+pub fn node_cells(s: &StoredNode, payload: &[u8], turn: Option<usize>) -> Vec<String> {
+    use crate::ui::{Style, paint};
     let n = &s.node;
-    let mut extra = String::new();
-    if let Some(seq) = n.sequence {
-        extra.push_str(&format!(" #{seq}"));
-    }
+    let mut what = Vec::new();
     if let Some(st) = n.state {
-        extra.push_str(&format!(" state={}", st.short()));
+        what.push(paint(Style::Dim, &format!("[state {}]", st.short())));
     }
     if let Some(e) = &n.event {
-        extra.push_str(&format!(" branch={}", e.branch));
+        what.push(format!("branch {}", clean(e.branch.as_str())));
         if let Some(s) = &e.sealed_as {
-            extra.push_str(&format!(" sealed={s}"));
+            what.push(format!("(old main sealed as {})", clean(s.as_str())));
         }
     }
-    let sub = n
-        .submission
-        .map(|s| s.short())
-        .unwrap_or_else(|| "-".into());
-    format!(
-        "{} {} {:<8} {} → {}  sub={}{}  {}",
-        s.hash.short(),
-        time(n.created_at),
-        n.kind.as_str(),
-        n.from,
-        n.to,
-        sub,
-        extra,
-        preview(payload, 60)
-    )
+    if n.event.is_none() || !payload.is_empty() {
+        what.push(preview(payload, 60));
+    }
+    let kind_text = match n.sequence {
+        Some(q) => format!("{} #{q}", n.kind),
+        None => n.kind.to_string(),
+    };
+    let kind = match n.kind {
+        convo_core::Kind::Invoke | convo_core::Kind::Complete => paint(Style::Bold, &kind_text),
+        convo_core::Kind::Fork | convo_core::Kind::Promote => paint(Style::Magenta, &kind_text),
+        _ => kind_text,
+    };
+    vec![
+        turn.map(|t| paint(Style::Cyan, &t.to_string()))
+            .unwrap_or_else(|| "-".into()),
+        paint(Style::Hash, &s.hash.short()),
+        paint(Style::Dim, &human_time(n.created_at)),
+        kind,
+        format!("{} → {}", clean(&n.from), clean(&n.to)),
+        what.join(" "),
+    ]
 }
 
+/// The header row over [`node_cells`].
+pub fn node_header() -> Vec<String> {
+    header(&["turn", "node", "time (UTC)", "kind", "from → to", "payload"])
+}
+
+/// Header cells, bold when colored.
+pub fn header(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| crate::ui::paint(crate::ui::Style::Bold, n))
+        .collect()
+}
+
+/// `YYYY-MM-DD HH:MM:SS` in UTC: for people; JSON carries [`time`].
+pub fn human_time(ms: Millis) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => format!("{ms}ms"),
+    }
+}
+
+/// Text safe to print on a terminal: control characters (escape sequences
+/// included) become visible `\u{..}` escapes.
+pub fn clean(s: &str) -> String {
+    if !s.chars().any(char::is_control) {
+        return s.to_owned();
+    }
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// Like [`clean`] for text of several lines: keeps line breaks and tabs.
+pub fn clean_multiline(s: &str) -> String {
+    s.split('\n')
+        .map(|l| l.split('\t').map(clean).collect::<Vec<_>>().join("\t"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// One line for a node (`watch`): the cells of [`node_cells`] without a turn.
+pub fn node_line(s: &StoredNode, payload: &[u8]) -> String {
+    let mut cells = node_cells(s, payload, None);
+    cells.remove(0);
+    cells.retain(|c| !c.is_empty());
+    cells.join("  ")
+}
+
+/// Writes `v` pretty-printed and a newline.
+pub fn write_json(out: &mut impl std::io::Write, v: &Value) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
+    out.write_all(text.as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Prints `v` on standard output; a closed pipe ends the process quietly.
 pub fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into())
-    );
+    if let Err(e) = write_json(&mut std::io::stdout().lock(), v)
+        && crate::ui::is_closed(&e)
+    {
+        std::process::exit(i32::from(crate::ui::closed_status()));
+    }
 }

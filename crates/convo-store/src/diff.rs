@@ -144,9 +144,12 @@ pub fn compare(
         let ia = ga.map(|g| &g.1).unwrap_or(&empty);
         let ib = gb.map(|g| &g.1).unwrap_or(&empty);
         let mut nodes = Vec::new();
-        for j in 0..ia.len().max(ib.len()) {
-            let xa = ia.get(j).copied();
-            let xb = ib.get(j).copied();
+        for (xa, xb) in align(
+            &ia.iter().map(|&k| key(&added_a[k])).collect::<Vec<_>>(),
+            &ib.iter().map(|&k| key(&added_b[k])).collect::<Vec<_>>(),
+        ) {
+            let xa = xa.map(|j| ia[j]);
+            let xb = xb.map(|j| ib[j]);
             let old = xa.map(|k| payload_lines(&added_a[k].payload));
             let new = xb.map(|k| payload_lines(&added_b[k].payload));
             nodes.push(NodeDiff {
@@ -176,6 +179,42 @@ pub fn compare(
         },
         turns: turn_diffs,
     }
+}
+
+/// What must match for two nodes to be compared: kind and sequence.
+fn key(n: &TimelineNode) -> (Kind, Option<u32>) {
+    (n.stored.node.kind, n.stored.node.sequence)
+}
+
+/// Pairs two sequences of keys in order, matching equal keys (a longest
+/// common subsequence); what does not match pairs with nothing.
+fn align<K: Eq + std::hash::Hash + Ord>(a: &[K], b: &[K]) -> Vec<(Option<usize>, Option<usize>)> {
+    let mut out = Vec::new();
+    for op in similar::capture_diff_slices(similar::Algorithm::Myers, a, b) {
+        match op {
+            similar::DiffOp::Equal {
+                old_index,
+                new_index,
+                len,
+            } => out.extend((0..len).map(|k| (Some(old_index + k), Some(new_index + k)))),
+            similar::DiffOp::Delete {
+                old_index, old_len, ..
+            } => out.extend((0..old_len).map(|k| (Some(old_index + k), None))),
+            similar::DiffOp::Insert {
+                new_index, new_len, ..
+            } => out.extend((0..new_len).map(|k| (None, Some(new_index + k)))),
+            similar::DiffOp::Replace {
+                old_index,
+                old_len,
+                new_index,
+                new_len,
+            } => {
+                out.extend((0..old_len).map(|k| (Some(old_index + k), None)));
+                out.extend((0..new_len).map(|k| (None, Some(new_index + k))));
+            }
+        }
+    }
+    out
 }
 
 /// Positions grouped by turn number, in order; nodes outside turns skipped.

@@ -160,8 +160,12 @@ impl Store {
         self.read(|tx| tx.sessions())
     }
 
-    /// Finds a session by full id, unique id prefix (with or without
-    /// `ses-`), or exact title.
+    /// Finds a session by full id (`ses-{uuid}`), or else by what matches
+    /// `query` either way: a prefix of the id (4 or more hex digits, with
+    /// or without `ses-`) or the exact title. One match is the session;
+    /// several are an error listing them (so a title that is also an id
+    /// prefix stays reachable when nothing else matches, and the full id
+    /// always works).
     pub fn find_session(&mut self, query: &str) -> Result<SessionRow> {
         if let Ok(id) = SessionId::parse(query) {
             return self
@@ -173,28 +177,42 @@ impl Store {
             .strip_prefix("ses-")
             .unwrap_or(query)
             .to_ascii_lowercase();
-        let by_prefix: Vec<_> = if q.len() >= 4 {
-            all.iter()
-                .filter(|s| s.id.0.hyphenated().to_string().starts_with(&q))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let matches = if by_prefix.is_empty() {
-            all.iter()
-                .filter(|s| s.title.as_deref() == Some(query))
-                .collect()
-        } else {
-            by_prefix
-        };
+        let hexish = q.len() >= 4 && q.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let matches: Vec<&SessionRow> = all
+            .iter()
+            .filter(|s| {
+                s.title.as_deref() == Some(query)
+                    || (hexish && s.id.0.hyphenated().to_string().starts_with(&q))
+            })
+            .collect();
         match matches.as_slice() {
             [one] => Ok((*one).clone()),
             [] => Err(StoreError::NoSession(query.to_owned())),
             many => Err(StoreError::AmbiguousSession {
                 query: query.to_owned(),
                 count: many.len(),
+                candidates: many
+                    .iter()
+                    .take(10)
+                    .map(|s| match &s.title {
+                        Some(t) => format!("{}  {t:?}", s.id),
+                        None => s.id.to_string(),
+                    })
+                    .collect(),
             }),
         }
+    }
+
+    /// Sets (or with `None` removes) a session's title.
+    pub fn retitle(&mut self, session: &SessionId, title: Option<&str>) -> Result<SessionRow> {
+        self.write(|tx| {
+            let mut row = tx
+                .session(session)?
+                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+            tx.set_session_title(session, title)?;
+            row.title = title.map(str::to_owned);
+            Ok(row)
+        })
     }
 
     /// The session's branches, by name.

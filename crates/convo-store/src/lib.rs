@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod diff;
+pub mod filter;
 mod error;
 mod ledger;
 mod migrate;
@@ -18,6 +19,7 @@ pub mod postgres;
 pub mod refs;
 pub mod sqlite;
 pub mod testing;
+pub mod topology;
 pub mod turns;
 mod verify;
 
