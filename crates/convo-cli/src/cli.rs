@@ -9,11 +9,23 @@ use std::path::PathBuf;
 #[command(name = "convo", version, propagate_version = true)]
 pub struct Cli {
     /// Directory holding convo's data [default: ~/.convo]
-    #[arg(long, global = true, env = "CONVO_HOME", value_name = "DIR", help_heading = "Global options")]
+    #[arg(
+        long,
+        global = true,
+        env = "CONVO_HOME",
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
     pub home: Option<PathBuf>,
 
     /// Store URL: sqlite:///path/to/convo.db or postgres://… [default: $CONVO_HOME/convo.db]
-    #[arg(long, global = true, env = "CONVO_STORE", value_name = "URL", help_heading = "Global options")]
+    #[arg(
+        long,
+        global = true,
+        env = "CONVO_STORE",
+        value_name = "URL",
+        help_heading = "Global options"
+    )]
     pub store: Option<String>,
 
     /// When to color the output (NO_COLOR set means never, unless always)

@@ -84,9 +84,7 @@ pub fn preview(p: &[u8], max: usize) -> String {
     if out.len() < t.len() {
         out.push('…');
     }
-    out.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect()
+    clean(&out)
 }
 
 /// The cells of a node's row in `log` and `session get`: turn, node,
@@ -148,29 +146,16 @@ pub fn human_time(ms: Millis) -> String {
     }
 }
 
-/// Text safe to print on a terminal: control characters (escape sequences
-/// included) become visible `\u{..}` escapes.
+/// A one-line field (a name, a title) made safe for a terminal: control
+/// characters, escape sequences and line breaks shown as escapes
+/// (`convo_core::text::visible`).
 pub fn clean(s: &str) -> String {
-    if !s.chars().any(char::is_control) {
-        return s.to_owned();
-    }
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_unicode().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    convo_core::text::visible(s, convo_core::text::Newlines::Escape).into_owned()
 }
 
 /// Like [`clean`] for text of several lines: keeps line breaks and tabs.
 pub fn clean_multiline(s: &str) -> String {
-    s.split('\n')
-        .map(|l| l.split('\t').map(clean).collect::<Vec<_>>().join("\t"))
-        .collect::<Vec<_>>()
-        .join("\n")
+    convo_core::text::visible(s, convo_core::text::Newlines::Keep).into_owned()
 }
 
 /// One line for a node (`watch`): the cells of [`node_cells`] without a turn.

@@ -320,8 +320,15 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
         let got = if what == "state" {
             t.run(&["state", "list", ses, "--json"]).json()
         } else {
-            t.run(&["session", "get", ses, "--branch", what, "--json"])
-                .json()
+            let mut v = t
+                .run(&["session", "get", ses, "--branch", what, "--json"])
+                .json();
+            // Fields added since the fixture was written: turn numbers.
+            v.as_object_mut().unwrap().remove("turns");
+            for n in v["nodes"].as_array_mut().unwrap() {
+                n.as_object_mut().unwrap().remove("turn");
+            }
+            v
         };
         assert_eq!(got, expected, "{name} after the migration");
         compared += 1;

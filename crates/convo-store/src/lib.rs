@@ -11,8 +11,8 @@
 
 pub mod backend;
 pub mod diff;
-pub mod filter;
 mod error;
+pub mod filter;
 mod ledger;
 mod migrate;
 pub mod postgres;

@@ -7,7 +7,9 @@
 //! BASE   := BRANCH            the branch's head
 //!         | HEX               a node: its full hash or a unique prefix of 4 to 64 hex digits
 //! TURN   := ["-"] DIGITS      turn TURN of the timeline ending at BASE: 1 is the first turn,
-//!                             -1 the last; the reference is that turn's first node (its invoke)
+//!                             -1 the last; the reference is that turn's last node (its
+//!                             complete, or the newest node of a turn still open), so
+//!                             `main@3` is "main as of turn 3" and forks after that turn
 //! N      := DIGITS            N nodes back along parents (`~` alone means `~1`)
 //! ```
 //!
@@ -126,7 +128,7 @@ pub fn resolve_ref_in(tx: &mut dyn Tx, session: &SessionId, text: &str) -> Resul
             })?;
             chain
                 .into_iter()
-                .nth(turn.start)
+                .nth(turn.end - 1)
                 .map(|n| n.stored)
                 .ok_or_else(|| StoreError::Corrupt(format!("turn {} has no nodes", turn.number)))?
         }

@@ -99,13 +99,17 @@ pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode
         for bi in 0..n {
             let mut seen = vec![false; n];
             let mut cur = bi;
+            let mut cycle = false;
             while let Some((p, _)) = parent[cur] {
                 if seen[p] {
-                    parent[bi] = None;
+                    cycle = true;
                     break;
                 }
                 seen[p] = true;
                 cur = p;
+            }
+            if cycle {
+                parent[bi] = None;
             }
         }
         let turn_counts: Vec<Vec<usize>> = chains
@@ -124,9 +128,9 @@ pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode
             .collect();
         let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
         let mut roots = Vec::new();
-        for bi in 0..n {
-            match parent[bi] {
-                Some((p, _)) => children[p].push(bi),
+        for (bi, p) in parent.iter().enumerate() {
+            match p {
+                Some((p, _)) => children[*p].push(bi),
                 None => roots.push(bi),
             }
         }

@@ -31,12 +31,22 @@ pub fn run(env: &Env, cmd: BranchCmd) -> CmdResult {
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![header(&[
-        "branch", "head", "nodes", "turns", "updated (UTC)", "", "",
+        "branch",
+        "head",
+        "nodes",
+        "turns",
+        "updated (UTC)",
+        "",
+        "",
     ])];
     rows.extend(branches.iter().map(|b| {
         vec![
             paint(
-                if b.branch.sealed { Style::Red } else { Style::Cyan },
+                if b.branch.sealed {
+                    Style::Red
+                } else {
+                    Style::Cyan
+                },
                 &clean(b.branch.name.as_str()),
             ),
             b.head
@@ -46,7 +56,11 @@ pub fn run(env: &Env, cmd: BranchCmd) -> CmdResult {
             b.len.to_string(),
             b.turns.to_string(),
             paint(Style::Dim, &human_time(b.updated_at)),
-            if b.branch.sealed { "sealed".into() } else { String::new() },
+            if b.branch.sealed {
+                "sealed".into()
+            } else {
+                String::new()
+            },
             b.parent
                 .as_ref()
                 .map(|p| format!("from {}", clean(p.as_str())))

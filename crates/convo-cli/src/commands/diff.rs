@@ -145,14 +145,12 @@ fn node_title(d: &TimelineDiff, n: &NodeDiff) -> String {
         })
         .unwrap_or_default();
     let h = |x: Option<&convo_store::TimelineNode>| {
-        x.map_or_else(|| "-".to_owned(), |x| paint(Style::Hash, &x.stored.hash.short()))
+        x.map_or_else(
+            || "-".to_owned(),
+            |x| paint(Style::Hash, &x.stored.hash.short()),
+        )
     };
-    format!(
-        "{}  {} → {}",
-        paint(Style::Bold, &kind),
-        h(na),
-        h(nb)
-    )
+    format!("{}  {} → {}", paint(Style::Bold, &kind), h(na), h(nb))
 }
 
 fn counts<'a>(nodes: impl Iterator<Item = &'a NodeDiff>) -> (usize, usize) {

@@ -77,7 +77,11 @@ pub fn render(tree: &[BranchNode]) -> Vec<String> {
             paint(Style::Green, "●")
         };
         let name = paint(
-            if b.branch.sealed { Style::Red } else { Style::Cyan },
+            if b.branch.sealed {
+                Style::Red
+            } else {
+                Style::Cyan
+            },
             &clean(b.branch.name.as_str()),
         );
         let head = b

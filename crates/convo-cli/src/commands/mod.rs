@@ -148,7 +148,11 @@ pub fn prefix(s: &str) -> CmdResult<HashPrefix> {
 
 /// The node a reference names in `session` (see `convo_store::refs`), as
 /// a full-hash prefix for the store calls that take one.
-pub fn node_ref(store: &mut Store, session: &convo_core::SessionId, r: &str) -> CmdResult<HashPrefix> {
+pub fn node_ref(
+    store: &mut Store,
+    session: &convo_core::SessionId,
+    r: &str,
+) -> CmdResult<HashPrefix> {
     let n = store.resolve_ref(session, r)?;
     prefix(&n.hash.to_hex())
 }

@@ -10,7 +10,12 @@ use convo_store::filter::NodeFilter;
 #[derive(Args, Debug, Clone, Default)]
 pub struct FilterArgs {
     /// Only nodes of these kinds (comma-separated: invoke,request,response,complete,fork,promote)
-    #[arg(long, value_name = "KIND", value_delimiter = ',', help_heading = "Filters")]
+    #[arg(
+        long,
+        value_name = "KIND",
+        value_delimiter = ',',
+        help_heading = "Filters"
+    )]
     pub kind: Vec<String>,
     /// Only nodes sent by this sender (exact name: cli, infer, the agent…)
     #[arg(long, value_name = "NAME", help_heading = "Filters")]
@@ -46,12 +51,16 @@ impl FilterArgs {
             since: self
                 .since
                 .as_deref()
-                .map(|t| parse_time(t, now).map_err(|e| CommandError::user(format!("--since: {e}"))))
+                .map(|t| {
+                    parse_time(t, now).map_err(|e| CommandError::user(format!("--since: {e}")))
+                })
                 .transpose()?,
             until: self
                 .until
                 .as_deref()
-                .map(|t| parse_time(t, now).map_err(|e| CommandError::user(format!("--until: {e}"))))
+                .map(|t| {
+                    parse_time(t, now).map_err(|e| CommandError::user(format!("--until: {e}")))
+                })
                 .transpose()?,
         })
     }

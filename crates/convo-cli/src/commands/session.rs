@@ -154,7 +154,11 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
                 write_json(&mut out, &node_json(&node, None))?;
             } else {
                 writeln!(out, "{}", node.hash)?;
-                eprintln!("created branch `{}` at {}", clean(name.as_str()), at.hash.short());
+                eprintln!(
+                    "created branch `{}` at {}",
+                    clean(name.as_str()),
+                    at.hash.short()
+                );
             }
         }
         SessionCmd::Promote {

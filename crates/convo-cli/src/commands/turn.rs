@@ -126,7 +126,10 @@ pub fn print_turn(out: &mut impl Write, number: usize, nodes: &[TimelineNode]) -
 pub fn payload_text(p: &[u8]) -> String {
     match std::str::from_utf8(p) {
         Ok(_) => convo_store::diff::payload_lines(p),
-        Err(_) => format!("<{} bytes, not UTF-8; see `convo show HASH --json`>", p.len()),
+        Err(_) => format!(
+            "<{} bytes, not UTF-8; see `convo show HASH --json`>",
+            p.len()
+        ),
     }
 }
 
