@@ -1,77 +1,31 @@
 //! How nodes, sessions and branches look on the terminal and in `--json`.
 //!
-//! JSON wire format (stable): a node is an object with `hash`, `seq`,
-//! `parent` (hash or null), `kind`, `session`, `submission` (or null),
-//! `sequence` (or null), `from`, `to`, `payload_sha256`, `payload_len`,
-//! `payload` (UTF-8 text, or null when not UTF-8), `payload_base64`-free:
-//! binary payloads are shown as null with `payload_binary: true`,
-//! `diagnostics` (object), `state` (or null), `created_at` (RFC 3339 UTC,
-//! milliseconds), `depth`, and for fork/promote `branch`, `sealed_as`.
+//! JSON shapes are the wire types of `convo-api` (documented there, message
+//! by message): a node is [`convo_api::NodeView`] (payload lossless: text
+//! with `"payload_encoding": "utf8"`, or base64 with `"base64"`), a session
+//! [`convo_api::Session`], a branch [`convo_api::Branch`]. Listings read
+//! from a timeline set each node's `turn`.
 
-use convo_core::{Millis, Node};
+use convo_api::{Branch, NodeView, Session};
+use convo_core::Millis;
 use convo_store::{BranchRow, SessionRow, StoredNode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// RFC 3339 UTC with milliseconds.
 pub fn time(ms: Millis) -> String {
-    match jiff::Timestamp::from_millisecond(ms) {
-        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-        Err(_) => format!("{ms}ms"),
-    }
+    convo_api::time(ms)
 }
 
 pub fn session_json(s: &SessionRow) -> Value {
-    json!({
-        "id": s.id.to_string(),
-        "agent": s.agent,
-        "title": s.title,
-        "created_at": time(s.created_at),
-    })
+    serde_json::to_value(Session::from(s)).unwrap_or(Value::Null)
 }
 
 pub fn branch_json(b: &BranchRow) -> Value {
-    json!({
-        "name": b.name.as_str(),
-        "head": b.head.map(|h| h.to_hex()),
-        "state": b.state.map(|h| h.to_hex()),
-        "sealed": b.sealed,
-        "created_at": time(b.created_at),
-    })
+    serde_json::to_value(Branch::from(b)).unwrap_or(Value::Null)
 }
 
 pub fn node_json(s: &StoredNode, payload: Option<&[u8]>) -> Value {
-    let n: &Node = &s.node;
-    let mut v = json!({
-        "hash": s.hash.to_hex(),
-        "seq": s.seq,
-        "parent": n.parent.map(|h| h.to_hex()),
-        "kind": n.kind.as_str(),
-        "session": n.session.to_string(),
-        "submission": n.submission.map(|h| h.to_hex()),
-        "sequence": n.sequence,
-        "from": n.from,
-        "to": n.to,
-        "payload_sha256": n.payload.to_hex(),
-        "payload_len": n.payload_len,
-        "diagnostics": n.diagnostics.to_value(),
-        "state": n.state.map(|h| h.to_hex()),
-        "created_at": time(n.created_at),
-        "depth": s.ctx.depth,
-    });
-    if let Some(p) = payload {
-        match std::str::from_utf8(p) {
-            Ok(t) => v["payload"] = json!(t),
-            Err(_) => {
-                v["payload"] = Value::Null;
-                v["payload_binary"] = json!(true);
-            }
-        }
-    }
-    if let Some(e) = &n.event {
-        v["branch"] = json!(e.branch.as_str());
-        v["sealed_as"] = json!(e.sealed_as.as_ref().map(|s| s.as_str()));
-    }
-    v
+    serde_json::to_value(NodeView::new(s, payload)).unwrap_or(Value::Null)
 }
 
 /// A one-line preview of a payload: first line, at most `max` characters.

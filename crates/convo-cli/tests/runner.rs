@@ -9,3 +9,4 @@ mod test_crash;
 mod test_formats;
 mod test_git;
 mod test_history;
+mod test_hostile;

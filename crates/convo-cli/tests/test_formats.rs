@@ -56,6 +56,7 @@ fn import_prints_created_ids_and_a_second_import_creates_nothing() {
 #[test]
 fn a_bad_file_stops_the_whole_import_and_writes_nothing() {
     let t = TestEnv::new();
+    t.run(&["init"]).ok();
     let bad = t.home().join("bad.json");
     std::fs::write(
         &bad,
@@ -157,7 +158,7 @@ fn export_writes_every_format() {
     assert!(back.starts_with("ses-"), "{back}");
 
     let r = t.run(&["export", &id, "--format", "convo", "--branch", "nope"]);
-    assert_eq!(r.code(), 2);
+    assert_eq!(r.code(), 3);
     assert!(r.stderr().contains("no branch"), "{}", r.stderr());
 }
 

@@ -13,6 +13,7 @@ pub mod backend;
 pub mod diff;
 mod error;
 pub mod filter;
+mod follow;
 mod ledger;
 mod migrate;
 pub mod postgres;
@@ -24,7 +25,8 @@ pub mod turns;
 mod verify;
 
 pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
-pub use error::{Result, StoreError};
-pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode, TurnView};
+pub use error::{ErrorKind, Result, StoreError};
+pub use follow::Follower;
+pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage, TurnView};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};
