@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod serve_util;
 mod test_backends;
 mod test_cli;
 mod test_concurrency;
@@ -10,3 +11,4 @@ mod test_formats;
 mod test_git;
 mod test_history;
 mod test_hostile;
+mod test_serve;
