@@ -9,5 +9,6 @@ mod test_concurrency;
 mod test_crash;
 mod test_formats;
 mod test_git;
+mod test_history;
 mod test_hostile;
 mod test_serve;
