@@ -112,6 +112,12 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         .enable_all()
         .build()
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
+    // Open the store before entering the runtime: the sync PostgreSQL
+    // client must never run on a runtime thread.
+    let st = convo_server::state(&config).map_err(|e| match e {
+        convo_server::ServeError::Store(e) => CommandError::from(e),
+        other => CommandError::user(other.to_string()),
+    })?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -119,10 +125,6 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         let bound = listener
             .local_addr()
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
-        let st = convo_server::state(&config).map_err(|e| match e {
-            convo_server::ServeError::Store(e) => CommandError::from(e),
-            other => CommandError::user(other.to_string()),
-        })?;
         let hub = st.hub.clone();
         let proxy = match proxy_config {
             Some(pc) => Some(
