@@ -61,6 +61,8 @@ pub enum Command {
     Watch(crate::commands::watch::WatchArgs),
     /// Copy a whole store to another backend
     Migrate(crate::commands::migrate::MigrateArgs),
+    /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
+    Serve(crate::commands::serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]

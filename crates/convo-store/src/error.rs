@@ -118,7 +118,92 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// What kind of failure a [`StoreError`] is: the one fact every surface
+/// maps to its own convention (the CLI to an exit code, the HTTP API to a
+/// status), so the two never disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The input is malformed or breaks a rule (bad name, bad value, a
+    /// timeline rule). CLI exit 2, HTTP 400 / 422.
+    Invalid,
+    /// Nothing matches the session, branch or node asked for. Exit 3, HTTP 404.
+    NotFound,
+    /// More than one thing matches; the request must be more precise.
+    /// Exit 2, HTTP 400.
+    Ambiguous,
+    /// The store refused: a sealed timeline, a name already taken, promoting
+    /// `main`, a compare-and-swap lost too often. Exit 4, HTTP 409.
+    Refused,
+    /// The store could not be reached or stayed locked. Exit 5, HTTP 503.
+    Unavailable,
+    /// Stored data does not decode, or the schema is newer. Exit 5, HTTP 500.
+    Corrupt,
+}
+
+impl ErrorKind {
+    /// The process exit code the CLI uses for this kind.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::Invalid | ErrorKind::Ambiguous => 2,
+            ErrorKind::NotFound => 3,
+            ErrorKind::Refused => 4,
+            ErrorKind::Unavailable | ErrorKind::Corrupt => 5,
+        }
+    }
+
+    /// The HTTP status the API answers with for this kind.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::Invalid => 422,
+            ErrorKind::Ambiguous => 400,
+            ErrorKind::NotFound => 404,
+            ErrorKind::Refused => 409,
+            ErrorKind::Unavailable => 503,
+            ErrorKind::Corrupt => 500,
+        }
+    }
+
+    /// The lowercase name used in JSON error documents (`not_found`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::Ambiguous => "ambiguous",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Corrupt => "corrupt",
+        }
+    }
+}
+
 impl StoreError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::NoSession(_)
+            | StoreError::NoBranch { .. }
+            | StoreError::NoNode(_)
+            | StoreError::NoStore(_) => ErrorKind::NotFound,
+            StoreError::AmbiguousSession { .. } | StoreError::AmbiguousNode { .. } => {
+                ErrorKind::Ambiguous
+            }
+            StoreError::BranchExists { .. }
+            | StoreError::Sealed { .. }
+            | StoreError::PromoteMain
+            | StoreError::Conflict(_) => ErrorKind::Refused,
+            StoreError::WrongSession { .. }
+            | StoreError::Rule(_)
+            | StoreError::State(_)
+            | StoreError::Invalid(_) => ErrorKind::Invalid,
+            StoreError::UnknownScheme { .. } => ErrorKind::Invalid,
+            StoreError::NotAStore { .. } => ErrorKind::Refused,
+            StoreError::Busy(_) | StoreError::Url(..) | StoreError::Backend(_) => {
+                ErrorKind::Unavailable
+            }
+            StoreError::Corrupt(_) | StoreError::SchemaTooNew { .. } => ErrorKind::Corrupt,
+        }
+    }
+
     /// What the user can do about it, when there is something to say.
     pub fn hint(&self) -> Option<&'static str> {
         Some(match self {

@@ -312,6 +312,26 @@ impl Store {
         self.read(|tx| timeline_in(tx, session, branch))
     }
 
+    /// One page of the timeline of `branch`: up to `limit` nodes from
+    /// position `offset` (0 = the session's first node), with payloads and
+    /// turn numbers, and the timeline's length. Payloads are read for the
+    /// page only, so a page of a long timeline costs one pass over the
+    /// session's node rows plus `limit` blob reads.
+    pub fn timeline_page(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        offset: usize,
+        limit: usize,
+    ) -> Result<TimelinePage> {
+        self.read(|tx| timeline_page_in(tx, session, branch, offset, limit))
+    }
+
+    /// The follow number of the newest node (0 for an empty store).
+    pub fn end_cursor(&mut self) -> Result<u64> {
+        self.read(|tx| tx.max_seq())
+    }
+
     /// Up to `limit` nodes appended after cursor `after`, in append order.
     pub fn follow(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
         self.read(|tx| tx.nodes_since(after, limit))
@@ -678,6 +698,79 @@ fn timeline_in(
             payload: payload.unwrap_or_default(),
         })
         .collect())
+}
+
+/// A page of a timeline; see [`Store::timeline_page`].
+#[derive(Clone, Debug)]
+pub struct TimelinePage {
+    /// The nodes, in timeline order, with their turn numbers (the count of
+    /// `invoke`s from the timeline's start up to and including the node).
+    pub nodes: Vec<(TimelineNode, u64)>,
+    /// How many nodes the whole timeline has.
+    pub total: usize,
+    /// How many turns (invokes) the whole timeline has.
+    pub turns: u64,
+}
+
+fn timeline_page_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+    offset: usize,
+    limit: usize,
+) -> Result<TimelinePage> {
+    let b = open_branch(tx, session, branch, false)?;
+    let Some(head) = b.head else {
+        return Ok(TimelinePage {
+            nodes: Vec::new(),
+            total: 0,
+            turns: 0,
+        });
+    };
+    let rows = tx.session_nodes(session, false)?;
+    let index: convo_core::DigestMap<NodeHash, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| (s.hash, i))
+        .collect();
+    let mut chain = Vec::new();
+    let mut cur = Some(head);
+    while let Some(h) = cur {
+        let &i = index
+            .get(&h)
+            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
+        chain.push(i);
+        cur = rows[i].0.node.parent;
+        if chain.len() > rows.len() {
+            return Err(StoreError::Corrupt(format!(
+                "branch `{branch}` has a parent cycle"
+            )));
+        }
+    }
+    chain.reverse();
+    let total = chain.len();
+    let mut turn = 0u64;
+    let mut turns_at = Vec::with_capacity(total);
+    for &i in &chain {
+        if rows[i].0.node.kind == Kind::Invoke {
+            turn += 1;
+        }
+        turns_at.push(turn);
+    }
+    let end = offset.saturating_add(limit).min(total);
+    let mut nodes = Vec::with_capacity(end.saturating_sub(offset));
+    for pos in offset.min(end)..end {
+        let stored = rows[chain[pos]].0.clone();
+        let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
+            StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
+        })?;
+        nodes.push((TimelineNode { stored, payload }, turns_at[pos]));
+    }
+    Ok(TimelinePage {
+        nodes,
+        total,
+        turns: turn,
+    })
 }
 
 fn timeline_node(

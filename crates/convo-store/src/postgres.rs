@@ -575,6 +575,18 @@ impl Tx for PgTx<'_, '_> {
         .collect()
     }
 
+    fn max_seq(&mut self) -> Result<u64> {
+        let rows = self.query("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM nodes", &[])?;
+        let v: i64 = rows
+            .first()
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(db)?
+            .unwrap_or(0);
+        u64::try_from(v)
+            .map_err(|_| StoreError::Corrupt("a stored follow number is negative".into()))
+    }
+
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()> {
         self.stream(
             &format!("SELECT {NODE_COLS} FROM nodes ORDER BY seq"),

@@ -899,6 +899,15 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)
     }
 
+    fn max_seq(&mut self) -> Result<u64> {
+        let v: i64 = self
+            .tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0))
+            .map_err(db)?;
+        u64::try_from(v)
+            .map_err(|_| StoreError::Corrupt("a stored follow number is negative".into()))
+    }
+
     fn scan_nodes(&mut self, f: &mut crate::backend::NodeVisitor<'_>) -> Result<()> {
         let mut st = self
             .tx

@@ -11,6 +11,7 @@ pub mod log;
 pub mod migrate;
 pub mod record;
 pub mod say;
+pub mod serve;
 pub mod session;
 pub mod show;
 pub mod state;
@@ -143,7 +144,8 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Ingest(_)
         | Command::Demo(_)
         | Command::Import(_)
-        | Command::Migrate(_) => Access::Write,
+        | Command::Migrate(_)
+        | Command::Serve(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. } | SessionCmd::Fork { .. } | SessionCmd::Promote { .. } => {
                 Access::Write
@@ -215,5 +217,6 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Git(c) => git::run(&env, c),
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
+        Command::Serve(a) => serve::run(&env, a),
     }
 }
