@@ -4,4 +4,5 @@
 
 mod common;
 mod test_live;
+mod test_sdk;
 mod upstream;
