@@ -25,7 +25,9 @@ impl Server {
         let mut config = convo_server::Config::new(store_url.clone());
         config.log_requests = false;
         let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
-        let proxy = Proxy::new(cfg, st.pool.clone(), Some(st.hub.clone())).unwrap();
+        let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
+            .await
+            .unwrap();
         let app = convo_server::router(st, &config, Some(convo_proxy::router(proxy)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
