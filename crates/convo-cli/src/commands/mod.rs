@@ -1,6 +1,7 @@
 //! One module per command. `run` opens the store and dispatches.
 
 pub mod branch;
+pub mod chat;
 pub mod check;
 pub mod demo;
 pub mod export;
@@ -10,6 +11,8 @@ pub mod ingest;
 pub mod log;
 pub mod migrate;
 pub mod record;
+pub mod replay;
+pub mod run;
 pub mod say;
 pub mod serve;
 pub mod session;
@@ -145,7 +148,10 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Demo(_)
         | Command::Import(_)
         | Command::Migrate(_)
-        | Command::Serve(_) => Access::Write,
+        | Command::Serve(_)
+        | Command::Run(_)
+        | Command::Chat(_)
+        | Command::Replay(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. } | SessionCmd::Fork { .. } | SessionCmd::Promote { .. } => {
                 Access::Write
@@ -218,5 +224,8 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
         Command::Serve(a) => serve::run(&env, a),
+        Command::Run(a) => run::run(&env, a),
+        Command::Chat(a) => chat::run(&env, a),
+        Command::Replay(a) => replay::run(&env, a),
     }
 }
