@@ -8,4 +8,5 @@ mod test_concurrency;
 mod test_crash;
 mod test_formats;
 mod test_git;
+mod test_harness;
 mod test_hostile;

@@ -251,7 +251,8 @@ impl Harness {
         let started = Instant::now();
         let timeout = self.opts.turn_timeout;
         let answer: Result<Answer, Failure> = {
-            let call = tokio::time::timeout(timeout, self.agent.invoke(Bytes::from(body.to_string())));
+            let call =
+                tokio::time::timeout(timeout, self.agent.invoke(Bytes::from(body.to_string())));
             tokio::select! {
                 r = call => match r {
                     Err(_) => Err(Failure::Timeout(timeout)),
@@ -270,11 +271,12 @@ impl Harness {
                     Err((f, body)) => (body, Some(f), Some(status)),
                 }
             }
-            Err(Failure::Unreachable(e)) => match self.agent.exited(Duration::from_millis(300)).await
-            {
-                Some(st) => (Vec::new(), Some(Failure::Crash(st)), None),
-                None => (Vec::new(), Some(Failure::Unreachable(e)), None),
-            },
+            Err(Failure::Unreachable(e)) => {
+                match self.agent.exited(Duration::from_millis(300)).await {
+                    Some(st) => (Vec::new(), Some(Failure::Crash(st)), None),
+                    None => (Vec::new(), Some(Failure::Unreachable(e)), None),
+                }
+            }
             Err(f) => (Vec::new(), Some(f), None),
         };
         if failure.is_some() {
@@ -376,7 +378,9 @@ fn parse_answer(a: Answer) -> std::result::Result<Vec<u8>, (Failure, Vec<u8>)> {
                 body,
             )),
             Err(e) if declared_json => Err((
-                Failure::Garbage(format!("the answer is declared JSON but does not parse: {e}")),
+                Failure::Garbage(format!(
+                    "the answer is declared JSON but does not parse: {e}"
+                )),
                 body,
             )),
             Err(_) => match String::from_utf8(body) {
@@ -417,12 +421,18 @@ mod tests {
     #[test]
     fn answers_are_json_output_or_plain_text() {
         let ok = |a| parse_answer(a).unwrap();
-        assert_eq!(ok(ans(200, Some("application/json"), br#"{"output":"hi"}"#)), b"hi");
+        assert_eq!(
+            ok(ans(200, Some("application/json"), br#"{"output":"hi"}"#)),
+            b"hi"
+        );
         assert_eq!(ok(ans(200, Some("text/plain"), b"{not json")), b"{not json");
         assert_eq!(ok(ans(200, None, b"plain")), b"plain");
         let bad = |a| parse_answer(a).unwrap_err().0.kind();
         assert_eq!(bad(ans(200, Some("application/json"), b"{")), "garbage");
-        assert_eq!(bad(ans(200, Some("application/json"), br#"{"out":1}"#)), "garbage");
+        assert_eq!(
+            bad(ans(200, Some("application/json"), br#"{"out":1}"#)),
+            "garbage"
+        );
         assert_eq!(bad(ans(200, None, b"\xff\xfe")), "garbage");
         assert_eq!(bad(ans(500, None, b"boom")), "status");
     }

@@ -188,11 +188,17 @@ mod tests {
     #[test]
     fn parses_http_urls() {
         let t = Target::parse("http://127.0.0.1:8080/invoke").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("127.0.0.1", 8080, "/invoke"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("127.0.0.1", 8080, "/invoke")
+        );
         let t = Target::parse("http://localhost").unwrap();
         assert_eq!((t.port, t.path.as_str()), (80, ""));
         let t = Target::parse("http://[::1]:9/v1/").unwrap();
-        assert_eq!((t.host.as_str(), t.port, t.path.as_str()), ("::1", 9, "/v1"));
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("::1", 9, "/v1")
+        );
         assert!(Target::parse("https://api.openai.com/v1").is_err());
         assert!(Target::parse("localhost:80").is_err());
         assert!(Target::parse("http://h:99999").is_err());

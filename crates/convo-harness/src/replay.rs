@@ -73,7 +73,13 @@ impl Expected {
     pub fn check(&self, turn: u64, seq: u32, got: &str) -> Option<Divergence> {
         match self.calls.get(&seq) {
             Some(c) if c.described == got => None,
-            Some(c) => Some(Divergence::new(turn, Some(seq), "request", &c.described, got)),
+            Some(c) => Some(Divergence::new(
+                turn,
+                Some(seq),
+                "request",
+                &c.described,
+                got,
+            )),
             None => Some(Divergence::new(turn, Some(seq), "extra request", "", got)),
         }
     }
@@ -250,7 +256,8 @@ impl Harness {
                 loop {
                     let n = format!("replay-{i}");
                     if !taken.contains(&n) {
-                        break BranchName::new(&n).map_err(|e| HarnessError::Usage(e.to_string()))?;
+                        break BranchName::new(&n)
+                            .map_err(|e| HarnessError::Usage(e.to_string()))?;
                     }
                     i += 1;
                 }
@@ -271,9 +278,7 @@ impl Harness {
             if !live {
                 let (s, n, root) = (*session, name.clone(), t.start_state);
                 self.pool
-                    .run(move |st| {
-                        st.transaction(|l| l.set_working_state(&s, &n, root.as_ref()))
-                    })
+                    .run(move |st| st.transaction(|l| l.set_working_state(&s, &n, root.as_ref())))
                     .await?;
             }
             let expected = (!live).then(|| Expected {

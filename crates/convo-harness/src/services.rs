@@ -263,34 +263,30 @@ fn error(status: StatusCode, kind: &str, message: String) -> Response {
 }
 
 impl Registry {
-    fn resolve(&self, scope: &str, token: &str) -> Result<Arc<Turn>, Response> {
+    fn resolve(&self, scope: &str, token: &str) -> Result<Arc<Turn>, Box<Response>> {
         let token = match scope {
             "t" => token.to_owned(),
             "a" => {
-                let current = self
-                    .agents
-                    .lock()
-                    .ok()
-                    .and_then(|a| a.get(token).cloned());
+                let current = self.agents.lock().ok().and_then(|a| a.get(token).cloned());
                 match current {
                     Some(Some(t)) => t,
                     Some(None) => {
-                        return Err(error(
+                        return Err(Box::new(error(
                             StatusCode::CONFLICT,
                             "no_turn",
                             "no turn is in progress: kv and inference calls are accepted only while the agent answers an invoke".into(),
-                        ));
+                        )));
                     }
-                    None => return Err(unknown()),
+                    None => return Err(Box::new(unknown())),
                 }
             }
-            _ => return Err(unknown()),
+            _ => return Err(Box::new(unknown())),
         };
-        let turns = self.turns.lock().map_err(|_| unknown())?;
+        let turns = self.turns.lock().map_err(|_| Box::new(unknown()))?;
         match turns.get(&token) {
             Some(Slot::Open(t)) => Ok(t.clone()),
-            Some(Slot::Ended(sub)) => Err(ended(sub)),
-            None => Err(unknown()),
+            Some(Slot::Ended(sub)) => Err(Box::new(ended(sub))),
+            None => Err(Box::new(unknown())),
         }
     }
 }
@@ -391,7 +387,7 @@ fn node(stored: convo_store::StoredNode, payload: Vec<u8>) -> TimelineNode {
 async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response {
     let turn = match reg.resolve(scope, token) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let gate = turn.gate.read().await;
     if !*gate {
@@ -413,7 +409,11 @@ async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response 
         .run(move |store| {
             store.transaction(|l| {
                 let req_diag = op2.diagnostics();
-                let req = l.append(&s, &b, &draft(Kind::Request, &agent, "kv", op2.payload(), &req_diag))?;
+                let req = l.append(
+                    &s,
+                    &b,
+                    &draft(Kind::Request, &agent, "kv", op2.payload(), &req_diag),
+                )?;
                 let working = l
                     .branch(&s, &b)?
                     .state
@@ -429,7 +429,11 @@ async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response 
                     }
                     KvOp::Delete(k) => {
                         let (r, existed) = l.state_delete(&s, &b, k)?;
-                        (if existed { 204 } else { 404 }, Vec::new(), Some(r.to_hex()))
+                        (
+                            if existed { 204 } else { 404 },
+                            Vec::new(),
+                            Some(r.to_hex()),
+                        )
                     }
                     KvOp::List(p) => {
                         let keys: Vec<String> = l
@@ -489,7 +493,18 @@ async fn infer_openai(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    infer(reg, &scope, &token, "openai", method, rest, uri.query(), headers, body).await
+    infer(
+        reg,
+        &scope,
+        &token,
+        "openai",
+        method,
+        rest,
+        uri.query(),
+        headers,
+        body,
+    )
+    .await
 }
 
 async fn infer_anthropic(
@@ -500,7 +515,18 @@ async fn infer_anthropic(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    infer(reg, &scope, &token, "anthropic", method, rest, uri.query(), headers, body).await
+    infer(
+        reg,
+        &scope,
+        &token,
+        "anthropic",
+        method,
+        rest,
+        uri.query(),
+        headers,
+        body,
+    )
+    .await
 }
 
 /// Headers passed to the upstream. None of them is recorded.
@@ -545,7 +571,7 @@ async fn infer(
 ) -> Response {
     let turn = match reg.resolve(scope, token) {
         Ok(t) => t,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let gate = turn.gate.read().await;
     if !*gate {
@@ -687,8 +713,17 @@ mod tests {
 
     #[test]
     fn upstream_paths_absorb_a_repeated_v1() {
-        assert_eq!(upstream_path("/v1", "v1/chat/completions", None), "/chat/completions");
-        assert_eq!(upstream_path("", "v1/chat/completions", None), "/v1/chat/completions");
-        assert_eq!(upstream_path("/api", "v1/models", Some("a=1")), "/v1/models?a=1");
+        assert_eq!(
+            upstream_path("/v1", "v1/chat/completions", None),
+            "/chat/completions"
+        );
+        assert_eq!(
+            upstream_path("", "v1/chat/completions", None),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_path("/api", "v1/models", Some("a=1")),
+            "/v1/models?a=1"
+        );
     }
 }

@@ -155,7 +155,9 @@ impl Chat {
             }
             "fork" => {
                 let (Some(from), Some(name)) = (words.next(), words.next()) else {
-                    return Err(CommandError::user("usage: /fork @N NAME  (or /fork HASH NAME)"));
+                    return Err(CommandError::user(
+                        "usage: /fork @N NAME  (or /fork HASH NAME)",
+                    ));
                 };
                 let name = branch_name(name)?;
                 let point = self.fork_point(from)?;
@@ -175,7 +177,10 @@ impl Chat {
             "promote" => {
                 let (s, b) = (self.session, self.branch.clone());
                 let p = self.pool.run_blocking(|st| st.promote(&s, &b, now()))?;
-                eprintln!("promoted `{b}` to main; the old main is sealed as `{}`", p.sealed_as);
+                eprintln!(
+                    "promoted `{b}` to main; the old main is sealed as `{}`",
+                    p.sealed_as
+                );
                 self.switch(BranchName::main())?;
             }
             other => {
@@ -190,7 +195,8 @@ impl Chat {
     }
 
     fn switch(&mut self, name: BranchName) -> CmdResult<()> {
-        let lock = TimelineLock::acquire(&self.lock_dir, &self.session, &name, false, "convo chat")?;
+        let lock =
+            TimelineLock::acquire(&self.lock_dir, &self.session, &name, false, "convo chat")?;
         self.lock = lock;
         self.branch = name;
         self.last = None;

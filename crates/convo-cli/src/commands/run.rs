@@ -64,8 +64,9 @@ impl From<HarnessError> for CommandError {
     fn from(e: HarnessError) -> Self {
         match e {
             HarnessError::Store(s) => CommandError::from(s),
-            HarnessError::Busy { .. } => CommandError::user(e.to_string())
-                .with_hint("wait for the other process, or fork a timeline of your own (convo session fork)"),
+            HarnessError::Busy { .. } => CommandError::user(e.to_string()).with_hint(
+                "wait for the other process, or fork a timeline of your own (convo session fork)",
+            ),
             other => CommandError::user(other.to_string()),
         }
     }
@@ -117,8 +118,7 @@ pub fn find_or_create(pool: &StorePool, q: &str, agent: &str) -> CmdResult<(Sess
                 Ok(id) => (id, None),
                 Err(_) => (SessionId::new_random(), Some(q.as_str())),
             };
-            let row =
-                store.transaction(|l| l.create_session(id, &agent, title, super::now()))?;
+            let row = store.transaction(|l| l.create_session(id, &agent, title, super::now()))?;
             Ok((row.id, true))
         }
         Err(e) => Err(e),
