@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod serve_util;
 mod test_backends;
 mod test_cli;
 mod test_concurrency;
@@ -9,4 +10,6 @@ mod test_crash;
 mod test_formats;
 mod test_git;
 mod test_harness;
+mod test_history;
 mod test_hostile;
+mod test_serve;
