@@ -24,7 +24,7 @@ pub struct TimelineLock {
 
 impl TimelineLock {
     /// The lock file of a timeline inside `dir`: the session id and the
-    /// branch name in hex (branch names may hold `/`).
+    /// branch name in hex (whatever a name holds, the file name is safe).
     pub fn path(dir: &Path, session: &SessionId, branch: &BranchName) -> PathBuf {
         let hexname: String = branch
             .as_str()
@@ -106,9 +106,9 @@ mod tests {
     fn second_holder_is_refused_with_the_first_ones_name() {
         let dir = tempfile::tempdir().unwrap();
         let s = SessionId::new_random();
-        let b = BranchName::new("fix/one").unwrap();
+        let b = BranchName::new("fix.one").unwrap();
         let first = TimelineLock::acquire(dir.path(), &s, &b, false, "convo chat").unwrap();
-        assert!(!first.file_path().to_string_lossy().contains("fix/one"));
+        assert!(!first.file_path().to_string_lossy().contains("fix.one"));
         match TimelineLock::acquire(dir.path(), &s, &b, false, "convo chat") {
             Err(HarnessError::Busy { holder, .. }) => assert!(holder.contains("convo chat")),
             other => panic!("expected Busy, got {other:?}"),
