@@ -67,9 +67,12 @@ impl CommandError {
         if self.closed {
             return;
         }
-        eprintln!("error: {}", self.message);
+        // Messages quote user input (names, titles, file contents): shown,
+        // never sent raw to the terminal.
+        use convo_core::text::{Newlines, visible};
+        eprintln!("error: {}", visible(&self.message, Newlines::Keep));
         if let Some(h) = &self.hint {
-            eprintln!("hint: {h}");
+            eprintln!("hint: {}", visible(h, Newlines::Keep));
         }
     }
     pub fn message_text(&self) -> &str {
