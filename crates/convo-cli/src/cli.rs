@@ -91,6 +91,8 @@ pub enum Command {
     Chat(crate::commands::chat::ChatArgs),
     /// Re-run a recorded timeline against an agent; exit 1 at the first divergence
     Replay(crate::commands::replay::ReplayArgs),
+    /// Record every LLM call a program makes: an OpenAI/Anthropic-compatible proxy to an upstream
+    Proxy(crate::commands::proxy::ProxyArgs),
 }
 
 #[derive(Args, Debug)]

@@ -12,6 +12,7 @@ pub mod import;
 pub mod ingest;
 pub mod log;
 pub mod migrate;
+pub mod proxy;
 pub mod record;
 pub mod replay;
 pub mod run;
@@ -184,7 +185,8 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Serve(_)
         | Command::Run(_)
         | Command::Chat(_)
-        | Command::Replay(_) => Access::Write,
+        | Command::Replay(_)
+        | Command::Proxy(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
             | SessionCmd::Fork { .. }
@@ -276,5 +278,6 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Run(a) => run::run(&env, a),
         Command::Chat(a) => chat::run(&env, a),
         Command::Replay(a) => replay::run(&env, a),
+        Command::Proxy(a) => proxy::run(&env, a),
     }
 }
