@@ -348,3 +348,40 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
     }
     assert!(t.run(&["verify"]).ok().starts_with("ok: 30 nodes"));
 }
+
+#[test]
+fn verify_reports_a_garbage_store_file_as_one_json_document() {
+    let t = TestEnv::new();
+    std::fs::write(t.db(), vec![0x5a; 8192]).unwrap();
+    let j = t.run(&["verify", "--json"]);
+    assert_eq!(j.code(), 1, "{}", j.stderr());
+    let v: serde_json::Value = serde_json::from_str(&j.stdout()).expect("one JSON document");
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["problems"][0]["object"], "database");
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 1);
+    assert!(r.stdout().contains("not a database"), "{}", r.stdout());
+}
+
+#[test]
+fn verify_reports_rows_edited_by_hand_and_exits_1() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "hello", "--agent", "hi"]).ok();
+    let conn = rusqlite::Connection::open(t.db()).unwrap();
+    conn.execute("UPDATE branches SET head = NULL", []).unwrap();
+    conn.execute("UPDATE sessions SET agent = 'mallory'", [])
+        .unwrap();
+    drop(conn);
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 1, "{}", r.stdout());
+    let out = r.stdout();
+    assert!(
+        out.contains(&format!("branch {s}/main: its head is none")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("session {s}: its agent is `mallory`")),
+        "{out}"
+    );
+}

@@ -18,7 +18,7 @@ pub mod sqlite;
 pub mod testing;
 mod verify;
 
-pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+pub use backend::{Backend, BranchRow, FactRow, SessionRow, StoredNode, Tx};
 pub use error::{Result, StoreError};
 pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode};
 pub use migrate::{Migrated, migrate};

@@ -145,7 +145,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Log(a) => log::run(&env, a),
         Command::Show(a) => show::run(&env, a),
         Command::State(c) => state::run(&env, c),
-        Command::Verify(a) => verify::run(&env, a.json),
+        Command::Verify(a) => verify::run(&env, a),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),
