@@ -8,12 +8,13 @@ use std::path::PathBuf;
 #[derive(Parser, Debug)]
 #[command(name = "convo", version, propagate_version = true)]
 pub struct Cli {
-    /// Directory holding convo's data [default: ~/.convo]
-    #[arg(long, global = true, env = "CONVO_HOME", value_name = "DIR")]
+    /// Directory holding convo's data [env: CONVO_HOME] [default: ~/.convo]
+    #[arg(long, global = true, value_name = "DIR")]
     pub home: Option<PathBuf>,
 
-    /// Store URL: sqlite:///path/to/convo.db [default: $CONVO_HOME/convo.db]
-    #[arg(long, global = true, env = "CONVO_STORE", value_name = "URL")]
+    /// Store URL: sqlite:///path/to/convo.db or postgres://user@host/db
+    /// [env: CONVO_STORE] [default: HOME/convo.db]. A --home flag beats CONVO_STORE
+    #[arg(long, global = true, value_name = "URL")]
     pub store: Option<String>,
 
     #[command(subcommand)]
@@ -22,7 +23,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Create the store (every command also creates it on first use)
+    /// Create the store (commands that write also create it; reads never do)
     Init,
     /// Create, list, inspect, fork and promote sessions
     #[command(subcommand)]
@@ -60,6 +61,8 @@ pub enum Command {
     Watch(crate::commands::watch::WatchArgs),
     /// Copy a whole store to another backend
     Migrate(crate::commands::migrate::MigrateArgs),
+    /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
+    Serve(crate::commands::serve::ServeArgs),
 }
 
 #[derive(Args, Debug)]

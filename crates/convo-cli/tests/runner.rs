@@ -8,3 +8,4 @@ mod test_concurrency;
 mod test_crash;
 mod test_formats;
 mod test_git;
+mod test_hostile;

@@ -56,6 +56,7 @@ fn import_prints_created_ids_and_a_second_import_creates_nothing() {
 #[test]
 fn a_bad_file_stops_the_whole_import_and_writes_nothing() {
     let t = TestEnv::new();
+    t.run(&["init"]).ok();
     let bad = t.home().join("bad.json");
     std::fs::write(
         &bad,

@@ -5,7 +5,8 @@
 //! [`StateRoot`], [`BranchName`]), the [`Node`] and its hash encoding
 //! ([`hash`]), the timeline rules that decide what may be appended where
 //! ([`timeline`]), and the persistent Merkle map that versions an agent's
-//! state ([`state`]).
+//! state ([`state`]). [`text`] holds the two functions every user-supplied
+//! string goes through before it becomes a name or is shown to a human.
 //!
 //! Store backends, projections, formats and the CLI depend on this crate;
 //! it depends on none of them. Nothing here touches the file system, the
@@ -18,6 +19,7 @@ pub mod hash;
 mod ids;
 mod node;
 pub mod state;
+pub mod text;
 pub mod timeline;
 
 pub use ids::{

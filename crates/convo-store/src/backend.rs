@@ -138,6 +138,8 @@ pub trait Tx {
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
     /// Up to `limit` nodes with `seq > after`, in follow order.
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>>;
+    /// The newest follow number (0 when the store has no node).
+    fn max_seq(&mut self) -> Result<u64>;
     /// Calls `f` on every node in follow order; a row that does not decode
     /// is passed as `Err(what)` so a scan can report it and go on.
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()>;

@@ -93,6 +93,27 @@ pub enum StoreError {
         /// Latest version this build knows.
         known: i64,
     },
+    /// A read found no store where one was expected (reads never create one).
+    #[error("no store at {0}")]
+    NoStore(String),
+    /// An existing file or database that is not a convo store; left untouched.
+    #[error("{path} is not a convo store: {reason}; it was left untouched")]
+    NotAStore {
+        /// The file.
+        path: String,
+        /// What it is instead.
+        reason: String,
+    },
+    /// A store URL whose scheme no backend handles.
+    #[error(
+        "unknown store URL scheme `{scheme}` in `{url}`: supported are sqlite:///path/convo.db, sqlite::memory:, postgres://user@host/db (or postgresql://) and a plain file path"
+    )]
+    UnknownScheme {
+        /// The scheme given.
+        scheme: String,
+        /// The whole URL (password removed).
+        url: String,
+    },
     /// A store URL this build cannot open.
     #[error("cannot open store `{0}`: {1}")]
     Url(String, String),
@@ -101,7 +122,94 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// What kind of failure a [`StoreError`] is: the one fact every surface
+/// maps to its own convention (the CLI to an exit code, the HTTP API to a
+/// status), so the two never disagree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// The input is malformed or breaks a rule (bad name, bad value, a
+    /// timeline rule). CLI exit 2, HTTP 400 / 422.
+    Invalid,
+    /// Nothing matches the session, branch or node asked for. Exit 3, HTTP 404.
+    NotFound,
+    /// More than one thing matches; the request must be more precise.
+    /// Exit 2, HTTP 400.
+    Ambiguous,
+    /// The store refused: a sealed timeline, a name already taken, promoting
+    /// `main`, a compare-and-swap lost too often. Exit 4, HTTP 409.
+    Refused,
+    /// The store could not be reached or stayed locked. Exit 5, HTTP 503.
+    Unavailable,
+    /// Stored data does not decode, or the schema is newer. Exit 5, HTTP 500.
+    Corrupt,
+}
+
+impl ErrorKind {
+    /// The process exit code the CLI uses for this kind.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            ErrorKind::Invalid | ErrorKind::Ambiguous => 2,
+            ErrorKind::NotFound => 3,
+            ErrorKind::Refused => 4,
+            ErrorKind::Unavailable | ErrorKind::Corrupt => 5,
+        }
+    }
+
+    /// The HTTP status the API answers with for this kind.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorKind::Invalid => 422,
+            ErrorKind::Ambiguous => 400,
+            ErrorKind::NotFound => 404,
+            ErrorKind::Refused => 409,
+            ErrorKind::Unavailable => 503,
+            ErrorKind::Corrupt => 500,
+        }
+    }
+
+    /// The lowercase name used in JSON error documents (`not_found`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::Ambiguous => "ambiguous",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Corrupt => "corrupt",
+        }
+    }
+}
+
 impl StoreError {
+    /// What kind of failure this is (see [`ErrorKind`]).
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StoreError::NoSession(_)
+            | StoreError::NoBranch { .. }
+            | StoreError::NoNode(_)
+            | StoreError::NoStore(_) => ErrorKind::NotFound,
+            StoreError::AmbiguousSession { .. } | StoreError::AmbiguousNode { .. } => {
+                ErrorKind::Ambiguous
+            }
+            StoreError::BranchExists { .. }
+            | StoreError::Sealed { .. }
+            | StoreError::PromoteMain
+            | StoreError::Conflict(_) => ErrorKind::Refused,
+            StoreError::WrongSession { .. }
+            | StoreError::Rule(_)
+            | StoreError::State(_)
+            | StoreError::Invalid(_) => ErrorKind::Invalid,
+            StoreError::UnknownScheme { .. } => ErrorKind::Invalid,
+            StoreError::NotAStore { .. } => ErrorKind::Refused,
+            StoreError::Busy(_) | StoreError::Url(..) | StoreError::Backend(_) => {
+                ErrorKind::Unavailable
+            }
+            StoreError::Corrupt(_) | StoreError::Damaged(_) | StoreError::SchemaTooNew { .. } => {
+                ErrorKind::Corrupt
+            }
+        }
+    }
+
     /// What the user can do about it, when there is something to say.
     pub fn hint(&self) -> Option<&'static str> {
         Some(match self {
@@ -120,6 +228,10 @@ impl StoreError {
                 "run `convo verify` for a full report; restore the store from a backup, or copy what is readable with `convo migrate`"
             }
             StoreError::SchemaTooNew { .. } => "upgrade convo",
+            StoreError::NoStore(_) => {
+                "check --home / --store (or CONVO_HOME / CONVO_STORE); `convo init` creates a store"
+            }
+            StoreError::NotAStore { .. } => "point --store at a convo store or at a new file",
             _ => return None,
         })
     }

@@ -81,6 +81,15 @@ pub(crate) fn state_err(e: StateError<StoreError>) -> StoreError {
     }
 }
 
+/// How a store is opened: reads never create or change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// The store must exist; SQLite files are opened read-only.
+    Read,
+    /// The store is created (file, directory, schema) if it does not exist.
+    Write,
+}
+
 fn nonce() -> [u8; 16] {
     *uuid::Uuid::new_v4().as_bytes()
 }
@@ -91,15 +100,35 @@ impl Store {
         Store { backend }
     }
 
-    /// Opens the store at `url`: `sqlite:///path/to/convo.db`, `sqlite::memory:`,
-    /// a plain file path, or `postgres://user@host:port/db`.
+    /// Opens the store at `url` for writing, creating it if needed:
+    /// `sqlite:///path/to/convo.db`, `sqlite::memory:`, a plain file path,
+    /// or `postgres://user@host:port/db`. See [`Store::open_as`].
     pub fn open(url: &str) -> Result<Self> {
+        Store::open_as(url, Access::Write)
+    }
+
+    /// Opens the store at `url` with `access`. Any other `scheme://` is
+    /// [`StoreError::UnknownScheme`] (never a file named like the URL). An
+    /// existing SQLite file that is not a convo store is refused untouched
+    /// ([`StoreError::NotAStore`]). [`Access::Read`] never creates a store
+    /// ([`StoreError::NoStore`]) and opens SQLite files read-only.
+    pub fn open_as(url: &str, access: Access) -> Result<Self> {
         if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect(
-                url,
+            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect_as(
+                url, access,
             )?)));
         }
-        Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url(url)?)))
+        if let Some((scheme, _)) = url.split_once("://")
+            && scheme != "sqlite"
+        {
+            return Err(StoreError::UnknownScheme {
+                scheme: scheme.to_owned(),
+                url: crate::postgres::redact(url),
+            });
+        }
+        Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url_as(
+            url, access,
+        )?)))
     }
 
     /// The backend's name.
@@ -282,6 +311,26 @@ impl Store {
         branch: &BranchName,
     ) -> Result<Vec<TimelineNode>> {
         self.read(|tx| timeline_in(tx, session, branch))
+    }
+
+    /// One page of the timeline of `branch`: up to `limit` nodes from
+    /// position `offset` (0 = the session's first node), with payloads and
+    /// turn numbers, and the timeline's length. Payloads are read for the
+    /// page only, so a page of a long timeline costs one pass over the
+    /// session's node rows plus `limit` blob reads.
+    pub fn timeline_page(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        offset: usize,
+        limit: usize,
+    ) -> Result<TimelinePage> {
+        self.read(|tx| timeline_page_in(tx, session, branch, offset, limit))
+    }
+
+    /// The follow number of the newest node (0 for an empty store).
+    pub fn end_cursor(&mut self) -> Result<u64> {
+        self.read(|tx| tx.max_seq())
     }
 
     /// Up to `limit` nodes appended after cursor `after`, in append order.
@@ -733,6 +782,79 @@ fn timeline_in(
             payload: payload.unwrap_or_default(),
         })
         .collect())
+}
+
+/// A page of a timeline; see [`Store::timeline_page`].
+#[derive(Clone, Debug)]
+pub struct TimelinePage {
+    /// The nodes, in timeline order, with their turn numbers (the count of
+    /// `invoke`s from the timeline's start up to and including the node).
+    pub nodes: Vec<(TimelineNode, u64)>,
+    /// How many nodes the whole timeline has.
+    pub total: usize,
+    /// How many turns (invokes) the whole timeline has.
+    pub turns: u64,
+}
+
+fn timeline_page_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+    offset: usize,
+    limit: usize,
+) -> Result<TimelinePage> {
+    let b = open_branch(tx, session, branch, false)?;
+    let Some(head) = b.head else {
+        return Ok(TimelinePage {
+            nodes: Vec::new(),
+            total: 0,
+            turns: 0,
+        });
+    };
+    let rows = tx.session_nodes(session, false)?;
+    let index: convo_core::DigestMap<NodeHash, usize> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, (s, _))| (s.hash, i))
+        .collect();
+    let mut chain = Vec::new();
+    let mut cur = Some(head);
+    while let Some(h) = cur {
+        let &i = index
+            .get(&h)
+            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
+        chain.push(i);
+        cur = rows[i].0.node.parent;
+        if chain.len() > rows.len() {
+            return Err(StoreError::Corrupt(format!(
+                "branch `{branch}` has a parent cycle"
+            )));
+        }
+    }
+    chain.reverse();
+    let total = chain.len();
+    let mut turn = 0u64;
+    let mut turns_at = Vec::with_capacity(total);
+    for &i in &chain {
+        if rows[i].0.node.kind == Kind::Invoke {
+            turn += 1;
+        }
+        turns_at.push(turn);
+    }
+    let end = offset.saturating_add(limit).min(total);
+    let mut nodes = Vec::with_capacity(end.saturating_sub(offset));
+    for pos in offset.min(end)..end {
+        let stored = rows[chain[pos]].0.clone();
+        let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
+            StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
+        })?;
+        nodes.push((TimelineNode { stored, payload }, turns_at[pos]));
+    }
+    Ok(TimelinePage {
+        nodes,
+        total,
+        turns: turn,
+    })
 }
 
 fn timeline_node(

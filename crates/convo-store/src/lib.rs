@@ -11,6 +11,7 @@
 
 pub mod backend;
 mod error;
+mod follow;
 mod ledger;
 mod migrate;
 pub mod postgres;
@@ -19,7 +20,8 @@ pub mod testing;
 mod verify;
 
 pub use backend::{Backend, BranchRow, FactRow, SessionRow, StoredNode, Tx};
-pub use error::{Result, StoreError};
-pub use ledger::{Draft, Ledger, Promoted, Store, TimelineNode};
+pub use error::{ErrorKind, Result, StoreError};
+pub use follow::Follower;
+pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};

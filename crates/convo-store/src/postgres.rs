@@ -57,8 +57,43 @@ fn db(e: postgres::Error) -> StoreError {
         {
             StoreError::Busy(RETRY_BUDGET.as_secs())
         }
-        _ => StoreError::Backend(e.to_string()),
+        _ => StoreError::Backend(describe(&e)),
     }
+}
+
+/// What the server said (`FATAL: database "x" does not exist (SQLSTATE
+/// 3D000)`), or the client's error with its causes (`error connecting to
+/// server: Connection refused (os error 111)`): `postgres::Error`'s own
+/// `Display` says only `db error`.
+pub fn describe(e: &postgres::Error) -> String {
+    if let Some(d) = e.as_db_error() {
+        let mut s = format!(
+            "{}: {} (SQLSTATE {})",
+            d.severity(),
+            d.message(),
+            d.code().code()
+        );
+        if let Some(detail) = d.detail() {
+            s.push_str("; ");
+            s.push_str(detail);
+        }
+        if let Some(hint) = d.hint() {
+            s.push_str("; hint: ");
+            s.push_str(hint);
+        }
+        return s;
+    }
+    let mut s = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let c_text = c.to_string();
+        if !s.contains(&c_text) {
+            s.push_str(": ");
+            s.push_str(&c_text);
+        }
+        cause = c.source();
+    }
+    s
 }
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
@@ -67,15 +102,33 @@ fn corrupt(what: impl std::fmt::Display) -> StoreError {
 
 impl Postgres {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db`) and
-    /// applies pending migrations.
+    /// applies pending migrations, creating the schema if needed.
     pub fn connect(url: &str) -> Result<Self> {
+        Self::connect_as(url, crate::Access::Write)
+    }
+
+    /// Connects to `url`. With [`Access::Read`](crate::Access::Read) a
+    /// database without convo's schema is [`StoreError::NoStore`]
+    /// (nothing is created); pending migrations are applied either way.
+    /// Connection errors carry the server's message and SQLSTATE.
+    pub fn connect_as(url: &str, access: crate::Access) -> Result<Self> {
         let client =
-            Client::connect(url, NoTls).map_err(|e| StoreError::Url(redact(url), e.to_string()))?;
+            Client::connect(url, NoTls).map_err(|e| StoreError::Url(redact(url), describe(&e)))?;
         let mut me = Postgres {
             client,
             listening: false,
             statements: HashMap::new(),
         };
+        if access == crate::Access::Read {
+            let exists: bool = me
+                .client
+                .query_one("SELECT to_regclass('convo_schema') IS NOT NULL", &[])
+                .map_err(db)?
+                .get(0);
+            if !exists {
+                return Err(StoreError::NoStore(redact(url)));
+            }
+        }
         me.migrate()?;
         Ok(me)
     }
@@ -156,7 +209,8 @@ impl Postgres {
 }
 
 /// The URL without its password, for error messages.
-fn redact(url: &str) -> String {
+/// `url` with its password replaced by `***`.
+pub fn redact(url: &str) -> String {
     match (url.find("://"), url.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
             let creds = &url[s + 3..at];
@@ -533,6 +587,18 @@ impl Tx for PgTx<'_, '_> {
         .iter()
         .map(node_row)
         .collect()
+    }
+
+    fn max_seq(&mut self) -> Result<u64> {
+        let rows = self.query("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM nodes", &[])?;
+        let v: i64 = rows
+            .first()
+            .map(|r| r.try_get(0))
+            .transpose()
+            .map_err(db)?
+            .unwrap_or(0);
+        u64::try_from(v)
+            .map_err(|_| StoreError::Corrupt("a stored follow number is negative".into()))
     }
 
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()> {

@@ -78,53 +78,246 @@ fn is_busy(e: &rusqlite::Error) -> bool {
     )
 }
 
-impl Sqlite {
-    /// Opens `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite::memory:` or a bare path.
-    pub fn open_url(url: &str) -> Result<Self> {
-        let (path, query) = match url.split_once('?') {
-            Some((p, q)) => (p, Some(q)),
-            None => (url, None),
-        };
-        let mut full_sync = false;
-        for kv in query.into_iter().flat_map(|q| q.split('&')) {
-            match kv {
-                "sync=full" => full_sync = true,
-                "sync=normal" => full_sync = false,
-                other => {
-                    return Err(StoreError::Url(
-                        url.to_owned(),
-                        format!("unknown option `{other}`"),
-                    ));
-                }
+/// `PRAGMA application_id` of a convo store ("conv"). Stores made before
+/// it was set have 0, which is accepted when the convo tables are there.
+const APPLICATION_ID: i64 = 0x636f_6e76;
+
+/// The SQLite file path of a store URL and whether it asks for `sync=full`;
+/// `None` for an in-memory store.
+fn parse_url(url: &str) -> Result<(Option<&str>, bool)> {
+    let (path, query) = match url.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (url, None),
+    };
+    let mut full_sync = false;
+    for kv in query.into_iter().flat_map(|q| q.split('&')) {
+        match kv {
+            "sync=full" => full_sync = true,
+            "sync=normal" => full_sync = false,
+            other => {
+                return Err(StoreError::Url(
+                    url.to_owned(),
+                    format!("unknown option `{other}`"),
+                ));
             }
         }
-        if path == "sqlite::memory:" || path == ":memory:" {
-            let conn = Connection::open_in_memory().map_err(db)?;
-            return Self::init(conn, full_sync, None);
+    }
+    if path == "sqlite::memory:" || path == ":memory:" {
+        return Ok((None, full_sync));
+    }
+    let path = path
+        .strip_prefix("sqlite://")
+        .or_else(|| path.strip_prefix("sqlite:"))
+        .unwrap_or(path);
+    if path.is_empty() {
+        return Err(StoreError::Url(url.to_owned(), "no file path".into()));
+    }
+    Ok((Some(path), full_sync))
+}
+
+/// What an existing file at a store path turned out to be.
+enum Found {
+    /// A convo store at schema `version` (0: an empty database to set up).
+    Store { version: i64 },
+    /// Not a convo store: the reason, said to the user.
+    Foreign(String),
+}
+
+fn percent_encode_path(path: &Path) -> String {
+    let mut out = String::new();
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '?' | '#' | '%' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
         }
-        let path = path
-            .strip_prefix("sqlite://")
-            .or_else(|| path.strip_prefix("sqlite:"))
-            .unwrap_or(path);
-        if path.is_empty() {
-            return Err(StoreError::Url(url.to_owned(), "no file path".into()));
+    }
+    out
+}
+
+/// Opens `path` read-only, without creating or changing anything. When
+/// the directory cannot hold WAL's `-shm` file (a read-only directory),
+/// SQLite refuses even reads; the file is then opened as immutable, which
+/// is only exact if nobody writes it meanwhile — true of a store nobody
+/// can write next to.
+fn open_read_only(path: &Path) -> Result<Connection> {
+    use rusqlite::OpenFlags;
+    let url_err = |e: rusqlite::Error| StoreError::Url(path.display().to_string(), e.to_string());
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(url_err)?;
+    match conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)) {
+        Err(e)
+            if matches!(
+                e.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen)
+            ) =>
+        {
+            drop(conn);
+            let uri = format!("file:{}?immutable=1", percent_encode_path(path));
+            Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI).map_err(url_err)
         }
-        Self::open(Path::new(path), full_sync)
+        _ => Ok(conn),
+    }
+}
+
+/// Looks at an existing file without changing it: a convo store (or an
+/// empty database), or something else and why.
+fn inspect(conn: &Connection) -> Result<Found> {
+    let not_db = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(rusqlite::ErrorCode::NotADatabase) => {
+            Ok(Found::Foreign("it is not a SQLite database".to_owned()))
+        }
+        _ => Err(db(e)),
+    };
+    let app: i64 = match conn.query_row("PRAGMA application_id", [], |r| r.get(0)) {
+        Ok(v) => v,
+        Err(e) => return not_db(e),
+    };
+    let version: i64 = match conn.query_row("PRAGMA user_version", [], |r| r.get(0)) {
+        Ok(v) => v,
+        Err(e) => return not_db(e),
+    };
+    if app != 0 && app != APPLICATION_ID {
+        return Ok(Found::Foreign(format!(
+            "it is the SQLite database of another application (application_id {app:#x})"
+        )));
+    }
+    let mut stmt = conn
+        .prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+        .map_err(db)?;
+    let tables: Vec<String> = stmt
+        .query_map([], |r| r.get(0))
+        .map_err(db)?
+        .collect::<rusqlite::Result<_>>()
+        .map_err(db)?;
+    let has = |t: &str| tables.iter().any(|x| x == t);
+    if version == 0 && tables.is_empty() {
+        return Ok(Found::Store { version: 0 });
+    }
+    if version == 0 || !(has("sessions") && has("nodes") && has("branches")) {
+        let mut shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+        if tables.len() > 5 {
+            shown.push("…");
+        }
+        return Ok(Found::Foreign(format!(
+            "it is a SQLite database without convo's schema (user_version {version}, tables: {})",
+            if shown.is_empty() {
+                "none".to_owned()
+            } else {
+                shown.join(", ")
+            }
+        )));
+    }
+    Ok(Found::Store { version })
+}
+
+impl Sqlite {
+    /// Opens `sqlite:///abs/path`, `sqlite://rel/path`, `sqlite::memory:` or
+    /// a bare path for writing, creating the store if needed.
+    pub fn open_url(url: &str) -> Result<Self> {
+        Self::open_url_as(url, crate::Access::Write)
     }
 
-    /// Opens (creating if needed) the database file at `path`.
+    /// Opens a store URL (see [`Sqlite::open_url`]) with `access`.
+    pub fn open_url_as(url: &str, access: crate::Access) -> Result<Self> {
+        match parse_url(url)? {
+            (None, full_sync) => {
+                let conn = Connection::open_in_memory().map_err(db)?;
+                Self::init(conn, full_sync, None)
+            }
+            (Some(path), full_sync) => Self::open_as(Path::new(path), full_sync, access),
+        }
+    }
+
+    /// Opens (creating if needed) the database file at `path` for writing.
     pub fn open(path: &Path, full_sync: bool) -> Result<Self> {
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        Self::open_as(path, full_sync, crate::Access::Write)
+    }
+
+    /// Opens the store file at `path`.
+    ///
+    /// An existing file is first looked at read-only: anything but a convo
+    /// store (or an empty database) is refused with
+    /// [`StoreError::NotAStore`] and left untouched. With
+    /// [`Access::Read`](crate::Access::Read) a missing file is
+    /// [`StoreError::NoStore`] and the file is opened read-only (a
+    /// read-only file or directory works); with `Write` a missing file and
+    /// its directory are created and the schema set up.
+    pub fn open_as(path: &Path, full_sync: bool, access: crate::Access) -> Result<Self> {
+        let shown = || path.display().to_string();
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(StoreError::Url(shown(), e.to_string())),
+        };
+        if meta.as_ref().is_some_and(|m| m.is_dir()) {
+            return Err(StoreError::NotAStore {
+                path: shown(),
+                reason: "it is a directory".into(),
+            });
+        }
+        let found = match &meta {
+            None => None,
+            Some(m) if m.len() == 0 => Some(0),
+            Some(_) => {
+                let conn = open_read_only(path)?;
+                match inspect(&conn)? {
+                    Found::Store { version } => {
+                        if access == crate::Access::Read && version > 0 {
+                            return Self::init_read(conn, path);
+                        }
+                        Some(version)
+                    }
+                    Found::Foreign(reason) => {
+                        return Err(StoreError::NotAStore {
+                            path: shown(),
+                            reason,
+                        });
+                    }
+                }
+            }
+        };
+        if access == crate::Access::Read {
+            // Missing, or an empty database nobody set up.
+            return Err(StoreError::NoStore(shown()));
+        }
+        if found.is_none()
+            && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        {
             std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Url(
-                    path.display().to_string(),
-                    format!("cannot create {}: {e}", dir.display()),
-                )
+                StoreError::Url(shown(), format!("cannot create {}: {e}", dir.display()))
             })?;
         }
-        let conn = Connection::open(path)
-            .map_err(|e| StoreError::Url(path.display().to_string(), e.to_string()))?;
+        let conn = Connection::open(path).map_err(|e| StoreError::Url(shown(), e.to_string()))?;
         Self::init(conn, full_sync, Some(path.to_owned()))
+    }
+
+    /// Finishes a read-only open: read pragmas only. A store whose schema
+    /// is older than this build is upgraded first through a write
+    /// connection (refused with the reason when the file cannot be written).
+    fn init_read(conn: Connection, path: &Path) -> Result<Self> {
+        conn.busy_timeout(BUSY_BUDGET).map_err(db)?;
+        conn.pragma_update(None, "cache_size", -65536).map_err(db)?;
+        conn.pragma_update(None, "mmap_size", 1i64 << 30)
+            .map_err(db)?;
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(db)?;
+        let known = MIGRATIONS.len() as i64;
+        if version > known {
+            return Err(StoreError::SchemaTooNew {
+                found: version,
+                known,
+            });
+        }
+        if version < known {
+            drop(conn);
+            drop(Self::open_as(path, false, crate::Access::Write)?);
+            return Self::init_read(open_read_only(path)?, path);
+        }
+        Ok(Sqlite {
+            conn,
+            path: Some(path.to_owned()),
+        })
     }
 
     fn init(conn: Connection, full_sync: bool, path: Option<std::path::PathBuf>) -> Result<Self> {
@@ -169,6 +362,10 @@ impl Sqlite {
         let version: i64 = tx
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .map_err(db)?;
+        if version == 0 {
+            tx.pragma_update(None, "application_id", APPLICATION_ID)
+                .map_err(db)?;
+        }
         if let Some(why) = schema_mismatch(&tx, version)? {
             return Err(StoreError::Damaged(why));
         }
@@ -855,6 +1052,15 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)
     }
 
+    fn max_seq(&mut self) -> Result<u64> {
+        let v: i64 = self
+            .tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0))
+            .map_err(db)?;
+        u64::try_from(v)
+            .map_err(|_| StoreError::Corrupt("a stored follow number is negative".into()))
+    }
+
     fn scan_nodes(&mut self, f: &mut crate::backend::NodeVisitor<'_>) -> Result<()> {
         let mut st = self
             .tx
@@ -1008,7 +1214,6 @@ impl Tx for SqliteTx<'_> {
             })
             .map_err(db)
     }
-
     fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
         let mut st = self
             .tx

@@ -4,5 +4,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod contract;
+mod open;
 mod props;
 mod tamper;

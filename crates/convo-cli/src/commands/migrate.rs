@@ -19,7 +19,7 @@ pub struct MigrateArgs {
 }
 
 pub fn run(a: MigrateArgs) -> CmdResult {
-    let mut from = Store::open(&a.from)?;
+    let mut from = Store::open_as(&a.from, convo_store::Access::Read)?;
     let mut to = Store::open(&a.to)?;
     let total = {
         let mut end = 0;

@@ -11,15 +11,16 @@ pub mod log;
 pub mod migrate;
 pub mod record;
 pub mod say;
+pub mod serve;
 pub mod session;
 pub mod show;
 pub mod state;
 pub mod verify;
 pub mod watch;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{Cli, Command, SessionCmd, StateCmd};
 use convo_core::{BranchName, HashPrefix, Millis};
-use convo_store::{SessionRow, Store, StoreError};
+use convo_store::{Access, SessionRow, Store, StoreError};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -75,32 +76,94 @@ impl From<std::io::Error> for CommandError {
 
 pub type CmdResult<T = ExitCode> = Result<T, CommandError>;
 
-/// Where the store lives, from flags and environment.
+/// Where the store lives, from flags and environment, and how the command
+/// opens it.
 pub struct Env {
     pub home: PathBuf,
     pub store_url: String,
+    /// Reads open the store read-only and never create it; writes create it.
+    pub access: Access,
 }
 
 impl Env {
+    /// The home and store, most explicit first: `--store`, then `--home`
+    /// (its `convo.db`: an explicit home beats `CONVO_STORE`), then
+    /// `CONVO_STORE`, then `CONVO_HOME`'s or `~/.convo`'s `convo.db`.
     fn from_cli(cli: &Cli) -> CmdResult<Env> {
-        let home = match &cli.home {
-            Some(h) => h.clone(),
-            None => std::env::var_os("HOME")
+        let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        let home = match (&cli.home, var("CONVO_HOME")) {
+            (Some(h), _) => h.clone(),
+            (None, Some(h)) => PathBuf::from(h),
+            (None, None) => var("HOME")
                 .map(|h| PathBuf::from(h).join(".convo"))
                 .ok_or_else(|| {
                     CommandError::user("cannot find the home directory")
                         .with_hint("set CONVO_HOME or pass --home DIR")
                 })?,
         };
-        let store_url = match &cli.store {
-            Some(s) => s.clone(),
-            None => format!("sqlite://{}", home.join("convo.db").display()),
+        let env_store = || {
+            var("CONVO_STORE").map(|s| {
+                s.into_string().map_err(|s| {
+                    CommandError::user(format!(
+                        "CONVO_STORE is not valid UTF-8: {}",
+                        s.to_string_lossy()
+                    ))
+                })
+            })
         };
-        Ok(Env { home, store_url })
+        let home_store = || format!("sqlite://{}", home.join("convo.db").display());
+        let store_url = match (&cli.store, &cli.home) {
+            (Some(s), _) => s.clone(),
+            (None, Some(_)) => home_store(),
+            (None, None) => match env_store() {
+                Some(s) => s?,
+                None => home_store(),
+            },
+        };
+        Ok(Env {
+            home,
+            store_url,
+            access: access(&cli.command),
+        })
     }
 
+    /// Opens the store as the command needs it: see [`access`].
     pub fn open(&self) -> CmdResult<Store> {
-        Ok(Store::open(&self.store_url)?)
+        Ok(Store::open_as(&self.store_url, self.access)?)
+    }
+}
+
+/// Whether a command writes the store (and so may create it) or only
+/// reads it (read-only, never created: "no store at PATH"). Every command
+/// is listed, so a new one has to choose.
+pub fn access(cmd: &Command) -> Access {
+    match cmd {
+        Command::Init
+        | Command::Record(_)
+        | Command::Say(_)
+        | Command::Ingest(_)
+        | Command::Demo(_)
+        | Command::Import(_)
+        | Command::Migrate(_)
+        | Command::Serve(_) => Access::Write,
+        Command::Session(c) => match c {
+            SessionCmd::New { .. } | SessionCmd::Fork { .. } | SessionCmd::Promote { .. } => {
+                Access::Write
+            }
+            SessionCmd::List(_) | SessionCmd::Get(_) => Access::Read,
+        },
+        Command::State(c) => match c {
+            StateCmd::Put { .. } | StateCmd::Delete { .. } => Access::Write,
+            StateCmd::Get { .. } | StateCmd::List { .. } => Access::Read,
+        },
+        Command::Branch(_)
+        | Command::Log(_)
+        | Command::Show(_)
+        | Command::Verify(_)
+        | Command::Export(_)
+        | Command::Check(_)
+        | Command::Git(_)
+        | Command::Watch(_) => Access::Read,
     }
 }
 
@@ -130,7 +193,7 @@ pub fn run(cli: Cli) -> CmdResult {
             std::fs::create_dir_all(&env.home).map_err(|e| {
                 CommandError::user(format!("cannot create {}: {e}", env.home.display()))
             })?;
-            env.open()?;
+            Store::open_as(&env.store_url, Access::Write)?;
             println!(
                 "initialized convo home {} with store {}",
                 env.home.display(),
@@ -154,5 +217,6 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Git(c) => git::run(&env, c),
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
+        Command::Serve(a) => serve::run(&env, a),
     }
 }

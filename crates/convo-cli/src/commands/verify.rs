@@ -24,12 +24,15 @@ pub struct VerifyArgs {
 fn is_bad_data(e: &StoreError) -> bool {
     matches!(
         e,
-        StoreError::Damaged(_) | StoreError::Corrupt(_) | StoreError::Backend(_)
+        StoreError::Damaged(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Backend(_)
+            | StoreError::NotAStore { .. }
     )
 }
 
 pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
-    let result = Store::open(&env.store_url).and_then(|mut s| s.verify());
+    let result = Store::open_as(&env.store_url, env.access).and_then(|mut s| s.verify());
     let r = match result {
         Ok(r) => r,
         Err(e) if is_bad_data(&e) => {

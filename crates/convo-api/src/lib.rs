@@ -1,0 +1,388 @@
+//! The JSON wire format of convo, shared by every surface that speaks it:
+//! the CLI's `--json`, the HTTP API (`convo serve`), the recording proxy and
+//! the agent harness. One set of types, so the shapes cannot drift.
+//!
+//! Each type's rustdoc is its specification, message by message (as
+//! ripgrep documents its JSON printer). Times are RFC 3339 UTC with
+//! milliseconds (`2026-11-23T09:00:00.000Z`); hashes are 64 lowercase hex
+//! digits; absent optional fields are `null`, never omitted, unless the
+//! field's doc says otherwise.
+//!
+//! **Payloads are lossless.** A payload is carried as a string plus its
+//! encoding: `"payload_encoding": "utf8"` when the bytes are valid UTF-8
+//! (the string *is* the payload), `"base64"` otherwise (standard alphabet,
+//! padded). Readers decode with [`decode_payload`]; no byte is ever
+//! replaced.
+
+use base64::Engine as _;
+use convo_core::{Diagnostics, Kind, Millis, Node, StateRoot};
+use convo_store::{BranchRow, Draft, ErrorKind, SessionRow, StoreError, StoredNode};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// How a payload string is encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadEncoding {
+    /// The string is the payload (the bytes were valid UTF-8).
+    #[default]
+    Utf8,
+    /// The string is the payload's bytes in standard, padded base64.
+    Base64,
+}
+
+/// Encodes payload bytes losslessly: the text itself when it is UTF-8,
+/// base64 otherwise.
+pub fn encode_payload(bytes: &[u8]) -> (String, PayloadEncoding) {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => (t.to_owned(), PayloadEncoding::Utf8),
+        Err(_) => (
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+            PayloadEncoding::Base64,
+        ),
+    }
+}
+
+/// The inverse of [`encode_payload`]. Fails on invalid base64.
+pub fn decode_payload(text: &str, enc: PayloadEncoding) -> Result<Vec<u8>, String> {
+    match enc {
+        PayloadEncoding::Utf8 => Ok(text.as_bytes().to_vec()),
+        PayloadEncoding::Base64 => base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|e| format!("payload is not valid base64: {e}")),
+    }
+}
+
+/// RFC 3339 UTC with milliseconds; out-of-range times as `{ms}ms`.
+pub fn time(ms: Millis) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        Err(_) => format!("{ms}ms"),
+    }
+}
+
+/// A session.
+///
+/// ```json
+/// {"id": "ses-…", "agent": "researcher", "title": "Paris", "created_at": "…"}
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    /// `ses-{uuid}`.
+    pub id: String,
+    /// The agent the session talks to.
+    pub agent: String,
+    /// A human title, or `null`.
+    pub title: Option<String>,
+    /// Creation time.
+    pub created_at: String,
+}
+
+impl From<&SessionRow> for Session {
+    fn from(s: &SessionRow) -> Self {
+        Session {
+            id: s.id.to_string(),
+            agent: s.agent.clone(),
+            title: s.title.clone(),
+            created_at: time(s.created_at),
+        }
+    }
+}
+
+/// A branch (timeline) of a session.
+///
+/// `head` is `null` only for a new session's empty `main`; `state` is the
+/// working state root the next `complete` carries; a `sealed` timeline
+/// (an old `main` kept as `broken-YYYY-MM-DD` by a promote) refuses appends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Branch {
+    /// The branch name (a valid git ref component).
+    pub name: String,
+    /// The newest node's hash.
+    pub head: Option<String>,
+    /// The working state root.
+    pub state: Option<String>,
+    /// Whether the timeline refuses appends.
+    pub sealed: bool,
+    /// Creation time.
+    pub created_at: String,
+}
+
+impl From<&BranchRow> for Branch {
+    fn from(b: &BranchRow) -> Self {
+        Branch {
+            name: b.name.as_str().to_owned(),
+            head: b.head.map(|h| h.to_hex()),
+            state: b.state.map(|h| h.to_hex()),
+            sealed: b.sealed,
+            created_at: time(b.created_at),
+        }
+    }
+}
+
+/// One node (message).
+///
+/// Every field of the hashed node is here, plus where it sits: `seq` (the
+/// store-wide follow cursor), `depth` (0 for a session's first node) and,
+/// when the node is read as part of a timeline, `turn` (1-based count of
+/// the `invoke`s up to and including this node; 0 before the first).
+/// `payload`/`payload_encoding` are present when the payload was asked for
+/// (always in timelines and the event stream; `null` in bare listings).
+/// `branch` and `sealed_as` are set on `fork` and `promote` nodes only.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct NodeView {
+    /// The node hash.
+    pub hash: String,
+    /// The store-wide append sequence number (follow cursor).
+    pub seq: u64,
+    /// The parent's hash; `null` for a session's first node.
+    pub parent: Option<String>,
+    /// `invoke`, `request`, `response`, `complete`, `fork` or `promote`.
+    pub kind: String,
+    /// The session id.
+    pub session: String,
+    /// The submission (turn) id; `null` outside one.
+    pub submission: Option<String>,
+    /// For requests and responses: 1, 2, 3… within the submission.
+    pub sequence: Option<u32>,
+    /// The sender.
+    pub from: String,
+    /// The recipient.
+    pub to: String,
+    /// SHA-256 of the payload bytes.
+    pub payload_sha256: String,
+    /// Payload length in bytes.
+    pub payload_len: u64,
+    /// The payload (see `payload_encoding`), or `null` when not requested.
+    pub payload: Option<String>,
+    /// How `payload` is encoded; `null` when `payload` is.
+    pub payload_encoding: Option<PayloadEncoding>,
+    /// Diagnostics: a JSON object (model, tokens, status, latency…).
+    #[schema(value_type = Object)]
+    pub diagnostics: serde_json::Value,
+    /// The state root a `complete` carries.
+    pub state: Option<String>,
+    /// When the node was recorded.
+    pub created_at: String,
+    /// Distance from the session's first node.
+    pub depth: u64,
+    /// Turn number on the timeline it was read from, when read from one.
+    pub turn: Option<u64>,
+    /// For `fork`/`promote`: the branch created or promoted.
+    pub branch: Option<String>,
+    /// For `promote`: the name the old `main` was sealed under.
+    pub sealed_as: Option<String>,
+}
+
+impl NodeView {
+    /// A node, with its payload when given.
+    pub fn new(s: &StoredNode, payload: Option<&[u8]>) -> Self {
+        let n: &Node = &s.node;
+        let (payload, payload_encoding) = match payload.map(encode_payload) {
+            Some((p, e)) => (Some(p), Some(e)),
+            None => (None, None),
+        };
+        NodeView {
+            hash: s.hash.to_hex(),
+            seq: s.seq,
+            parent: n.parent.map(|h| h.to_hex()),
+            kind: n.kind.as_str().to_owned(),
+            session: n.session.to_string(),
+            submission: n.submission.map(|h| h.to_hex()),
+            sequence: n.sequence,
+            from: n.from.clone(),
+            to: n.to.clone(),
+            payload_sha256: n.payload.to_hex(),
+            payload_len: n.payload_len,
+            payload,
+            payload_encoding,
+            diagnostics: n.diagnostics.to_value(),
+            state: n.state.map(|h| h.to_hex()),
+            created_at: time(n.created_at),
+            depth: s.ctx.depth,
+            turn: None,
+            branch: n.event.as_ref().map(|e| e.branch.as_str().to_owned()),
+            sealed_as: n
+                .event
+                .as_ref()
+                .and_then(|e| e.sealed_as.as_ref().map(|s| s.as_str().to_owned())),
+        }
+    }
+
+    /// The same node with its turn number on a timeline.
+    pub fn with_turn(mut self, turn: u64) -> Self {
+        self.turn = Some(turn);
+        self
+    }
+
+    /// The payload bytes, when present.
+    pub fn payload_bytes(&self) -> Option<Result<Vec<u8>, String>> {
+        let p = self.payload.as_deref()?;
+        Some(decode_payload(p, self.payload_encoding.unwrap_or_default()))
+    }
+}
+
+/// One message to append: a line of `convo ingest`, an element of the
+/// HTTP API's append batch.
+///
+/// ```json
+/// {"kind": "invoke", "payload": "Tell me about Paris"}
+/// {"kind": "response", "payload": "…", "from": "infer", "diagnostics": {"status": 200}, "sequence": 1}
+/// {"kind": "complete", "payload": "AAEC", "payload_encoding": "base64", "state": "<64 hex>"}
+/// ```
+///
+/// Only `kind` and `payload` are required. `from`/`to` default by kind
+/// (an invoke is `cli → agent`, a request `agent → service`…);
+/// `diagnostics` must be a JSON object; `state` (complete only) overrides
+/// the branch's working state root; `sequence` (response only) names the
+/// request answered. Unknown fields are an error.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AppendLine {
+    /// `invoke`, `request`, `response` or `complete`.
+    pub kind: String,
+    /// The message body (see `payload_encoding`).
+    pub payload: String,
+    /// `utf8` (default) or `base64`.
+    #[serde(default)]
+    pub payload_encoding: Option<PayloadEncoding>,
+    /// Sender (default by kind).
+    #[serde(default)]
+    pub from: Option<String>,
+    /// Recipient (default by kind).
+    #[serde(default)]
+    pub to: Option<String>,
+    /// A JSON object.
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub diagnostics: Option<serde_json::Value>,
+    /// For a complete: the state root to carry (64 hex).
+    #[serde(default)]
+    pub state: Option<String>,
+    /// For a response: which request it answers.
+    #[serde(default)]
+    pub sequence: Option<u32>,
+}
+
+/// Who sends and receives a message of `kind` when a caller does not say:
+/// an invoke is `cli → agent`, a request `agent → infer`, a response
+/// `infer → agent`, a complete `agent → cli`, fork/promote `platform → agent`.
+pub fn default_ends(kind: Kind, agent: &str) -> (String, String) {
+    let (f, t) = match kind {
+        Kind::Invoke => ("cli", agent),
+        Kind::Request => (agent, "infer"),
+        Kind::Response => ("infer", agent),
+        Kind::Complete => (agent, "cli"),
+        Kind::Fork | Kind::Promote => ("platform", agent),
+    };
+    (f.to_owned(), t.to_owned())
+}
+
+impl AppendLine {
+    /// Checks the line and turns it into a [`Draft`] for a session whose
+    /// agent is `agent`, recorded at `now`. The error says which field is wrong.
+    pub fn to_draft(&self, agent: &str, now: Millis) -> Result<Draft, String> {
+        let kind: Kind = self.kind.parse()?;
+        if matches!(kind, Kind::Fork | Kind::Promote) {
+            return Err(format!(
+                "`{kind}` nodes are written by fork and promote, not appended"
+            ));
+        }
+        let (from, to) = default_ends(kind, agent);
+        let payload = decode_payload(&self.payload, self.payload_encoding.unwrap_or_default())?;
+        let diagnostics = match &self.diagnostics {
+            Some(d) => Diagnostics::from_value(d).map_err(|e| format!("diagnostics: {e}"))?,
+            None => Diagnostics::empty(),
+        };
+        let state = self
+            .state
+            .as_deref()
+            .map(|r| StateRoot::from_hex(r).map_err(|e| format!("state: {e}")))
+            .transpose()?;
+        Ok(Draft {
+            kind,
+            from: self.from.clone().unwrap_or(from),
+            to: self.to.clone().unwrap_or(to),
+            payload,
+            diagnostics,
+            state,
+            sequence: self.sequence,
+            created_at: now,
+        })
+    }
+}
+
+/// The one error document every HTTP error answers with (and what
+/// `--json` commands print on stderr when they fail).
+///
+/// ```json
+/// {"error": {"kind": "not_found", "message": "no session matches `x`"}}
+/// ```
+///
+/// `kind` is one of `invalid`, `ambiguous`, `not_found`, `refused`,
+/// `unavailable`, `corrupt`, `unauthorized`, `forbidden`, `too_large`;
+/// the HTTP status and the CLI exit code follow from it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDoc {
+    /// The error.
+    pub error: ErrorBody,
+}
+
+/// The inside of [`ErrorDoc`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// The kind of failure.
+    pub kind: String,
+    /// What went wrong, with which object.
+    pub message: String,
+}
+
+impl ErrorDoc {
+    /// An error document.
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        ErrorDoc {
+            error: ErrorBody {
+                kind: kind.to_owned(),
+                message: message.into(),
+            },
+        }
+    }
+}
+
+impl From<&StoreError> for ErrorDoc {
+    fn from(e: &StoreError) -> Self {
+        ErrorDoc::new(e.kind().as_str(), e.to_string())
+    }
+}
+
+/// The kind names of [`ErrorKind`], for documentation.
+pub fn kind_name(k: ErrorKind) -> &'static str {
+    k.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payload_round_trips_bytes_that_are_not_utf8() {
+        for bytes in [
+            &b"plain"[..],
+            &[0xff, 0x00, 0xfe][..],
+            &[][..],
+            "é😀".as_bytes(),
+        ] {
+            let (s, e) = encode_payload(bytes);
+            assert_eq!(decode_payload(&s, e).expect("decodes"), bytes);
+        }
+        assert_eq!(encode_payload(&[0xff]).1, PayloadEncoding::Base64);
+        assert_eq!(encode_payload(b"x").1, PayloadEncoding::Utf8);
+    }
+
+    #[test]
+    fn append_line_rejects_unknown_fields() {
+        let r: Result<AppendLine, _> =
+            serde_json::from_str(r#"{"kind":"invoke","payload":"x","colour":1}"#);
+        assert!(r.is_err());
+    }
+}

@@ -1,0 +1,94 @@
+use super::{CmdResult, CommandError, Env};
+use clap::Args;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+/// Serve the HTTP API, the OpenAPI document, live events and the web view.
+///
+/// Reads and writes the store chosen by --store / --home. Listens on
+/// 127.0.0.1:7777 by default; any address that is not loopback needs
+/// --token (or CONVO_TOKEN), which every request must then carry as
+/// `Authorization: Bearer TOKEN` (a browser: open any page once with
+/// `?token=TOKEN`). Ctrl-C stops accepting requests and finishes the ones
+/// in flight.
+///
+/// Examples:
+///   convo serve                          # http://127.0.0.1:7777/
+///   convo serve --listen 127.0.0.1:0     # any free port (printed)
+///   CONVO_TOKEN=s3cret convo serve --listen 0.0.0.0:7777
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on
+    #[arg(long, default_value = "127.0.0.1:7777", value_name = "ADDR")]
+    pub listen: String,
+    /// Bearer token required on every request (needed off loopback)
+    #[arg(long, env = "CONVO_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// Largest request body accepted, in MiB
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub max_body_mib: usize,
+    /// Do not print a JSON log line per request on stderr
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
+    let addr: SocketAddr = a.listen.parse().map_err(|e| {
+        CommandError::user(format!("--listen `{}` is not an address: {e}", a.listen))
+            .with_hint("give IP:PORT, e.g. 127.0.0.1:7777")
+    })?;
+    if !convo_server::is_loopback(&addr) && a.token.as_deref().is_none_or(str::is_empty) {
+        return Err(CommandError::user(format!(
+            "refusing to listen on {addr} without a token: anyone who can reach it could read and write the store"
+        ))
+        .with_hint("pass --token TOKEN (or set CONVO_TOKEN), or listen on 127.0.0.1"));
+    }
+    let mut config = convo_server::Config::new(env.store_url.clone());
+    config.token = a.token.filter(|t| !t.is_empty());
+    config.body_limit = a.max_body_mib.max(1) * 1024 * 1024;
+    config.log_requests = !a.quiet;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
+        let st = convo_server::state(&config).map_err(|e| match e {
+            convo_server::ServeError::Store(e) => CommandError::from(e),
+            other => CommandError::user(other.to_string()),
+        })?;
+        let hub = st.hub.clone();
+        let app = convo_server::router(st, &config, None);
+        eprintln!(
+            "convo serve: store {}",
+            convo_server::pool::redact_url(&config.store_url)
+        );
+        // The first stdout line is the URL, for scripts and tests.
+        println!("http://{bound}/");
+        let shutdown = async {
+            let ctrl_c = tokio::signal::ctrl_c();
+            #[cfg(unix)]
+            {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .ok();
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                }
+            }
+            #[cfg(not(unix))]
+            let _ = ctrl_c.await;
+            eprintln!("convo serve: shutting down; finishing requests in flight");
+        };
+        let res = convo_server::serve_router(listener, app, shutdown).await;
+        hub.stop();
+        res.map_err(|e| CommandError::user(format!("server: {e}")))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

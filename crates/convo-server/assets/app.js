@@ -1,0 +1,150 @@
+// convo web view: fork, promote, live updates, keyboard navigation.
+// No framework, no inline script (the page's CSP forbids it), and every
+// string from the store reaches the DOM through textContent only.
+"use strict";
+
+(function () {
+  const root = document.getElementById("session");
+  const sid = root ? root.dataset.session : null;
+
+  async function post(url, body) {
+    const res = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      credentials: "same-origin",
+      body: JSON.stringify(body),
+    });
+    const text = await res.text();
+    let doc = null;
+    try { doc = JSON.parse(text); } catch (_) { /* not JSON */ }
+    if (!res.ok) {
+      const msg = doc && doc.error ? doc.error.message : text;
+      throw new Error(msg);
+    }
+    return doc;
+  }
+
+  function sessionUrl(branch) {
+    return "/sessions/" + encodeURIComponent(sid) +
+      (branch && branch !== "main" ? "?branch=" + encodeURIComponent(branch) : "");
+  }
+
+  async function forkAt(hash) {
+    if (!sid) return;
+    const name = window.prompt("Fork a new timeline from node " + hash.slice(0, 12) + ".\nName of the new timeline:", "fork-" + hash.slice(0, 6));
+    if (!name) return;
+    try {
+      await post("/api/v1/sessions/" + encodeURIComponent(sid) + "/fork", { from: hash, branch: name });
+      window.location.href = sessionUrl(name);
+    } catch (e) {
+      window.alert("Fork failed: " + e.message);
+    }
+  }
+
+  async function promote(branch) {
+    if (!window.confirm("Promote '" + branch + "' to main?\nThe current main will be sealed as broken-YYYY-MM-DD (kept, read-only).")) return;
+    try {
+      await post("/api/v1/sessions/" + encodeURIComponent(sid) + "/promote", { branch: branch });
+      window.location.href = sessionUrl("main");
+    } catch (e) {
+      window.alert("Promote failed: " + e.message);
+    }
+  }
+
+  document.addEventListener("click", function (ev) {
+    const t = ev.target;
+    if (!(t instanceof Element)) return;
+    const fork = t.closest("button.fork");
+    if (fork) { forkAt(fork.dataset.hash); return; }
+    const pr = t.closest("button#promote");
+    if (pr) { promote(pr.dataset.branch); return; }
+    const row = t.closest("tr.row");
+    if (row && !t.closest("a")) { window.location.href = row.dataset.href; }
+  });
+
+  // ----- live updates -----------------------------------------------------
+  function renderNode(n) {
+    const art = document.createElement("article");
+    art.className = "node " + n.kind + " fresh";
+    art.id = "n-" + n.hash;
+    art.tabIndex = 0;
+    art.dataset.hash = n.hash;
+    const meta = document.createElement("div");
+    meta.className = "meta";
+    const kind = document.createElement("span");
+    kind.className = "kind k-" + n.kind;
+    kind.textContent = n.kind;
+    const ends = document.createElement("span");
+    ends.className = "ends";
+    ends.textContent = n.from + " → " + n.to;
+    const time = document.createElement("time");
+    time.textContent = n.created_at;
+    const a = document.createElement("a");
+    a.className = "hash";
+    a.href = "/sessions/" + encodeURIComponent(sid) + "/nodes/" + encodeURIComponent(n.hash);
+    a.textContent = n.hash.slice(0, 12);
+    const fb = document.createElement("button");
+    fb.className = "fork";
+    fb.type = "button";
+    fb.dataset.hash = n.hash;
+    fb.textContent = "fork";
+    meta.append(kind, ends, time, a, fb);
+    art.append(meta);
+    if (n.kind !== "fork" && n.kind !== "promote") {
+      const pre = document.createElement("pre");
+      pre.textContent = n.payload_encoding === "utf8" ? n.payload : "<" + n.payload_len + " bytes of binary>";
+      art.append(pre);
+    }
+    return art;
+  }
+
+  if (root && sid && root.dataset.branch && window.EventSource) {
+    const turns = document.getElementById("turns");
+    const live = document.getElementById("live");
+    let others = 0;
+    const es = new EventSource("/api/v1/events?session=" + encodeURIComponent(sid));
+    es.addEventListener("node", function (ev) {
+      let n;
+      try { n = JSON.parse(ev.data); } catch (_) { return; }
+      if (turns && n.parent === root.dataset.head && root.dataset.sealed !== "1") {
+        turns.append(renderNode(n));
+        root.dataset.head = n.hash;
+      } else {
+        others += 1;
+        if (live) {
+          live.hidden = false;
+          live.textContent = others + " new node(s) on other timelines — reload to see the graph";
+        }
+      }
+    });
+  }
+
+  // ----- keyboard -----------------------------------------------------------
+  function nodes() { return Array.from(document.querySelectorAll("article.node")); }
+  function focused() { return document.activeElement && document.activeElement.closest ? document.activeElement.closest("article.node") : null; }
+  function move(d) {
+    const all = nodes();
+    if (!all.length) return;
+    const cur = focused();
+    let i = cur ? all.indexOf(cur) + d : (d > 0 ? 0 : all.length - 1);
+    i = Math.max(0, Math.min(all.length - 1, i));
+    all[i].focus();
+    all[i].scrollIntoView({ block: "nearest" });
+  }
+  document.addEventListener("keydown", function (ev) {
+    const tag = ev.target && ev.target.tagName;
+    if (tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT" || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+    const cur = focused();
+    switch (ev.key) {
+      case "j": move(1); break;
+      case "k": move(-1); break;
+      case "g": { const a = nodes(); if (a.length) { a[0].focus(); } break; }
+      case "G": { const a = nodes(); if (a.length) { a[a.length - 1].focus(); a[a.length - 1].scrollIntoView(); } break; }
+      case "o": case "Enter": if (cur) { const l = cur.querySelector("a.hash"); if (l) window.location.href = l.href; } break;
+      case "f": if (cur) forkAt(cur.dataset.hash); break;
+      case "/": { const q = document.getElementById("q"); if (q) { ev.preventDefault(); q.focus(); } break; }
+      case "?": window.alert("j / k: next / previous message\no or Enter: open it\nf: fork a timeline from it\ng / G: first / last\n/: search sessions"); break;
+      default: return;
+    }
+  });
+})();

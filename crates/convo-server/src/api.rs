@@ -1,0 +1,1091 @@
+//! The JSON API under `/api/v1`. Every handler runs its store work through
+//! the [`StorePool`](crate::pool::StorePool) on a blocking thread; every
+//! error is one [`ErrorDoc`] with the store's error kind and its HTTP status.
+
+use crate::AppState;
+use crate::diff;
+use crate::events::{Filter, pump};
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use convo_api::{AppendLine, Branch, ErrorDoc, NodeView, PayloadEncoding, Session, encode_payload};
+use convo_core::{BranchName, HashPrefix, Kind, Millis};
+use convo_store::{SessionRow, StoreError};
+use serde::{Deserialize, Serialize};
+use std::convert::Infallible;
+use utoipa::{IntoParams, ToSchema};
+
+/// An API error: a status and an [`ErrorDoc`].
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    doc: ErrorDoc,
+}
+
+impl ApiError {
+    /// A 422 `invalid` error.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            doc: ErrorDoc::new("invalid", message),
+        }
+    }
+    /// A 404 `not_found` error.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            doc: ErrorDoc::new("not_found", message),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError {
+            status: StatusCode::from_u16(e.kind().http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            doc: ErrorDoc::from(&e),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(self.doc)).into_response()
+    }
+}
+
+/// An error response with the given status, kind and message.
+pub fn error_response(status: StatusCode, kind: &str, message: &str) -> Response {
+    (status, Json(ErrorDoc::new(kind, message))).into_response()
+}
+
+type ApiResult<T> = Result<T, ApiError>;
+
+pub(crate) fn now() -> Millis {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+pub(crate) fn branch_name(s: &str) -> ApiResult<BranchName> {
+    BranchName::new(s).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+pub(crate) fn prefix(s: &str) -> ApiResult<HashPrefix> {
+    HashPrefix::parse(s).map_err(|e| ApiError::invalid(e.to_string()))
+}
+
+// ----- sessions ---------------------------------------------------------
+
+/// Filters and page of the session list.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct SessionQuery {
+    /// Text that must appear in the id, title or agent (case-insensitive).
+    pub q: Option<String>,
+    /// Only sessions with this agent.
+    pub agent: Option<String>,
+    /// Skip this many (newest first).
+    pub offset: Option<usize>,
+    /// At most this many (default 50, at most 1000).
+    pub limit: Option<usize>,
+}
+
+/// A page of sessions, newest first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionList {
+    /// The sessions on this page.
+    pub sessions: Vec<Session>,
+    /// How many sessions match the filters.
+    pub total: usize,
+    /// The `offset` of the next page, or `null` on the last.
+    pub next_offset: Option<usize>,
+}
+
+/// The session list, newest first, filtered and paginated.
+#[utoipa::path(get, path = "/api/v1/sessions", params(SessionQuery),
+    responses((status = 200, body = SessionList), (status = "default", body = ErrorDoc)))]
+pub async fn list_sessions(
+    State(st): State<AppState>,
+    Query(q): Query<SessionQuery>,
+) -> ApiResult<Json<SessionList>> {
+    let all = st.pool.run(|s| s.sessions()).await?;
+    Ok(Json(filter_sessions(all, &q)))
+}
+
+pub(crate) fn filter_sessions(all: Vec<SessionRow>, q: &SessionQuery) -> SessionList {
+    let needle = q.q.as_deref().map(str::to_lowercase).unwrap_or_default();
+    let mut hits: Vec<&SessionRow> = all
+        .iter()
+        .rev()
+        .filter(|s| q.agent.as_deref().is_none_or(|a| s.agent == a))
+        .filter(|s| {
+            needle.is_empty()
+                || s.id.to_string().contains(&needle)
+                || s.agent.to_lowercase().contains(&needle)
+                || s.title
+                    .as_deref()
+                    .is_some_and(|t| t.to_lowercase().contains(&needle))
+        })
+        .collect();
+    let total = hits.len();
+    let offset = q.offset.unwrap_or(0).min(total);
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let end = (offset + limit).min(total);
+    let sessions = hits.drain(offset..end).map(Session::from).collect();
+    SessionList {
+        sessions,
+        total,
+        next_offset: (end < total).then_some(end),
+    }
+}
+
+/// A new session.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewSession {
+    /// The agent's name.
+    pub agent: String,
+    /// An optional title.
+    pub title: Option<String>,
+}
+
+/// Creates a session with an empty `main`.
+#[utoipa::path(post, path = "/api/v1/sessions", request_body = NewSession,
+    responses((status = 201, body = Session), (status = "default", body = ErrorDoc)))]
+pub async fn create_session(
+    State(st): State<AppState>,
+    Json(n): Json<NewSession>,
+) -> ApiResult<(StatusCode, Json<Session>)> {
+    if n.agent.trim().is_empty() {
+        return Err(ApiError::invalid("`agent` must not be empty"));
+    }
+    let row = st
+        .pool
+        .run(move |s| s.create_session(&n.agent, n.title.as_deref(), now()))
+        .await?;
+    Ok((StatusCode::CREATED, Json(Session::from(&row))))
+}
+
+/// A session and its timelines.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SessionDetail {
+    /// The session.
+    pub session: Session,
+    /// Its branches, by name.
+    pub branches: Vec<Branch>,
+}
+
+/// One session (by id, unique id prefix or title) with its branches.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}",
+    params(("session" = String, Path, description = "id, unique id prefix, or title")),
+    responses((status = 200, body = SessionDetail), (status = "default", body = ErrorDoc)))]
+pub async fn get_session(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+) -> ApiResult<Json<SessionDetail>> {
+    let (row, branches) = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            let b = s.branches(&row.id)?;
+            Ok((row, b))
+        })
+        .await?;
+    Ok(Json(SessionDetail {
+        session: Session::from(&row),
+        branches: branches.iter().map(Branch::from).collect(),
+    }))
+}
+
+/// The session's branches.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/branches",
+    params(("session" = String, Path, description = "id, unique id prefix, or title")),
+    responses((status = 200, body = Vec<Branch>), (status = "default", body = ErrorDoc)))]
+pub async fn list_branches(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+) -> ApiResult<Json<Vec<Branch>>> {
+    let branches = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            s.branches(&row.id)
+        })
+        .await?;
+    Ok(Json(branches.iter().map(Branch::from).collect()))
+}
+
+// ----- timelines and nodes ------------------------------------------------
+
+/// Where a timeline page starts.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct PageQuery {
+    /// Position of the first node (0 = the session's first node); negative
+    /// counts from the end (`-50` = the last 50). Default 0.
+    pub cursor: Option<i64>,
+    /// Nodes per page (default 200, at most 2000).
+    pub limit: Option<usize>,
+}
+
+/// A page of a timeline.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TimelinePageView {
+    /// The branch.
+    pub branch: String,
+    /// The nodes, root to head, payloads included, with turn numbers.
+    pub nodes: Vec<NodeView>,
+    /// Nodes on the whole timeline.
+    pub total: usize,
+    /// Turns (invokes) on the whole timeline.
+    pub turns: u64,
+    /// The position of the first node of this page.
+    pub cursor: usize,
+    /// The `cursor` of the next page, or `null` at the head.
+    pub next_cursor: Option<usize>,
+}
+
+/// A page of a timeline, root to head, with turn numbers.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/branches/{branch}/timeline",
+    params(("session" = String, Path), ("branch" = String, Path), PageQuery),
+    responses((status = 200, body = TimelinePageView), (status = "default", body = ErrorDoc)))]
+pub async fn timeline(
+    State(st): State<AppState>,
+    Path((q, b)): Path<(String, String)>,
+    Query(p): Query<PageQuery>,
+) -> ApiResult<Json<TimelinePageView>> {
+    let branch = branch_name(&b)?;
+    let limit = p.limit.unwrap_or(200).clamp(1, 2000);
+    let cursor = p.cursor.unwrap_or(0);
+    Ok(Json(
+        st.pool
+            .run(move |s| timeline_page(s, &q, &branch, cursor, limit))
+            .await?,
+    ))
+}
+
+pub(crate) fn timeline_page(
+    s: &mut convo_store::Store,
+    q: &str,
+    branch: &BranchName,
+    cursor: i64,
+    limit: usize,
+) -> convo_store::Result<TimelinePageView> {
+    let row = s.find_session(q)?;
+    let offset = if cursor < 0 {
+        // From the end: one cheap call for the length first.
+        let total = s.timeline_page(&row.id, branch, 0, 0)?.total;
+        total.saturating_sub(cursor.unsigned_abs() as usize)
+    } else {
+        cursor as usize
+    };
+    let page = s.timeline_page(&row.id, branch, offset, limit)?;
+    let nodes: Vec<NodeView> = page
+        .nodes
+        .iter()
+        .map(|(n, turn)| NodeView::new(&n.stored, Some(&n.payload)).with_turn(*turn))
+        .collect();
+    let end = offset + nodes.len();
+    Ok(TimelinePageView {
+        branch: branch.as_str().to_owned(),
+        nodes,
+        total: page.total,
+        turns: page.turns,
+        cursor: offset,
+        next_cursor: (end < page.total).then_some(end),
+    })
+}
+
+/// One node by full hash or unique prefix (4+ hex digits), with its payload.
+#[utoipa::path(get, path = "/api/v1/nodes/{hash}",
+    params(("hash" = String, Path, description = "full hash or unique prefix")),
+    responses((status = 200, body = NodeView), (status = "default", body = ErrorDoc)))]
+pub async fn get_node(
+    State(st): State<AppState>,
+    Path(h): Path<String>,
+) -> ApiResult<Json<NodeView>> {
+    let p = prefix(&h)?;
+    let (node, payload) = st
+        .pool
+        .run(move |s| {
+            let n = s.node(&p)?;
+            let b = s.blob(&n.node.payload)?.ok_or_else(|| {
+                StoreError::Corrupt(format!("payload of node {} is missing", n.hash))
+            })?;
+            Ok((n, b))
+        })
+        .await?;
+    Ok(Json(NodeView::new(&node, Some(&payload))))
+}
+
+/// A node's raw payload. `Content-Type` is `application/json` for JSON,
+/// `text/plain; charset=utf-8` for other text, `application/octet-stream`
+/// otherwise (as an attachment); never rendered as HTML.
+#[utoipa::path(get, path = "/api/v1/nodes/{hash}/payload",
+    params(("hash" = String, Path)),
+    responses((status = 200, description = "the payload bytes", content_type = "application/octet-stream"),
+        (status = "default", body = ErrorDoc)))]
+pub async fn node_payload(
+    State(st): State<AppState>,
+    Path(h): Path<String>,
+) -> ApiResult<Response> {
+    let p = prefix(&h)?;
+    let (hash, payload) = st
+        .pool
+        .run(move |s| {
+            let n = s.node(&p)?;
+            let b = s.blob(&n.node.payload)?.ok_or_else(|| {
+                StoreError::Corrupt(format!("payload of node {} is missing", n.hash))
+            })?;
+            Ok((n.hash.to_hex(), b))
+        })
+        .await?;
+    let ct = content_type(&payload);
+    let mut res = (StatusCode::OK, payload).into_response();
+    let h = res.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'"),
+    );
+    if ct == "application/octet-stream"
+        && let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{hash}.bin\""))
+    {
+        h.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(res)
+}
+
+fn content_type(b: &[u8]) -> &'static str {
+    match std::str::from_utf8(b) {
+        Ok(t) if serde_json::from_str::<serde_json::Value>(t).is_ok() && !t.trim().is_empty() => {
+            "application/json"
+        }
+        Ok(_) => "text/plain; charset=utf-8",
+        Err(_) => "application/octet-stream",
+    }
+}
+
+// ----- writes -------------------------------------------------------------
+
+/// One line, or an array of lines appended in one transaction.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum AppendBody {
+    /// One message.
+    One(AppendLine),
+    /// Several, in order, in one transaction.
+    Many(Vec<AppendLine>),
+}
+
+/// What an append wrote.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Appended {
+    /// The nodes, in order (payloads omitted).
+    pub nodes: Vec<NodeView>,
+}
+
+/// Appends messages to a timeline, in one transaction (all or none). The
+/// line shape is `convo ingest`'s ([`AppendLine`]); at most 10,000 lines.
+#[utoipa::path(post, path = "/api/v1/sessions/{session}/branches/{branch}/nodes",
+    params(("session" = String, Path), ("branch" = String, Path)),
+    request_body = AppendBody,
+    responses((status = 201, body = Appended), (status = "default", body = ErrorDoc)))]
+pub async fn append(
+    State(st): State<AppState>,
+    Path((q, b)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Appended>)> {
+    let branch = branch_name(&b)?;
+    let lines = parse_json::<AppendBody>(&body)?;
+    let lines = match lines {
+        AppendBody::One(l) => vec![l],
+        AppendBody::Many(v) => v,
+    };
+    if lines.is_empty() {
+        return Err(ApiError::invalid("nothing to append: the array is empty"));
+    }
+    if lines.len() > 10_000 {
+        return Err(ApiError::invalid(format!(
+            "{} lines in one request; send at most 10000",
+            lines.len()
+        )));
+    }
+    let stamp = now();
+    let nodes = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            let drafts = lines
+                .iter()
+                .enumerate()
+                .map(|(i, l)| {
+                    l.to_draft(&row.agent, stamp)
+                        .map_err(|e| StoreError::Invalid(format!("line {}: {e}", i + 1)))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            s.transaction(|l| {
+                drafts
+                    .iter()
+                    .map(|d| l.append(&row.id, &branch, d))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+        })
+        .await?;
+    st.hub.poke();
+    Ok((
+        StatusCode::CREATED,
+        Json(Appended {
+            nodes: nodes.iter().map(|n| NodeView::new(n, None)).collect(),
+        }),
+    ))
+}
+
+/// Parses a JSON body, with the serde error (line, column, what) as a 422.
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("request body: {e}")))
+}
+
+/// A fork.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkRequest {
+    /// The fork point: a node hash or unique prefix.
+    pub from: String,
+    /// The new branch's name.
+    pub branch: String,
+}
+
+/// What a fork made.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Forked {
+    /// The new branch.
+    pub branch: Branch,
+    /// Its `fork` node.
+    pub node: NodeView,
+}
+
+/// Forks a new timeline from any node of the session (O(1) at any depth).
+#[utoipa::path(post, path = "/api/v1/sessions/{session}/fork",
+    params(("session" = String, Path)), request_body = ForkRequest,
+    responses((status = 201, body = Forked), (status = "default", body = ErrorDoc)))]
+pub async fn fork(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<Forked>)> {
+    let f: ForkRequest = parse_json(&body)?;
+    let branch = branch_name(&f.branch)?;
+    let from = prefix(&f.from)?;
+    let (node, b) = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            let node = s.fork(&row.id, &from, &branch, now())?;
+            let b = s.branch(&row.id, &branch)?;
+            Ok((node, b))
+        })
+        .await?;
+    st.hub.poke();
+    Ok((
+        StatusCode::CREATED,
+        Json(Forked {
+            branch: Branch::from(&b),
+            node: NodeView::new(&node, None),
+        }),
+    ))
+}
+
+/// A promote.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromoteRequest {
+    /// The branch to make `main`.
+    pub branch: String,
+}
+
+/// What a promote did.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PromotedView {
+    /// The `promote` node, now the head of `main`.
+    pub node: NodeView,
+    /// The name the old `main` was sealed under.
+    pub sealed_as: String,
+}
+
+/// Makes a branch `main`; the old `main` is sealed as `broken-YYYY-MM-DD`.
+#[utoipa::path(post, path = "/api/v1/sessions/{session}/promote",
+    params(("session" = String, Path)), request_body = PromoteRequest,
+    responses((status = 200, body = PromotedView), (status = "default", body = ErrorDoc)))]
+pub async fn promote(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<PromotedView>> {
+    let p: PromoteRequest = parse_json(&body)?;
+    let branch = branch_name(&p.branch)?;
+    let out = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            s.promote(&row.id, &branch, now())
+        })
+        .await?;
+    st.hub.poke();
+    Ok(Json(PromotedView {
+        node: NodeView::new(&out.node, None),
+        sealed_as: out.sealed_as.as_str().to_owned(),
+    }))
+}
+
+// ----- state --------------------------------------------------------------
+
+/// Which state version to read.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct AtQuery {
+    /// A node hash or prefix: the state as of that node. Default: the
+    /// branch's working state.
+    pub at: Option<String>,
+}
+
+/// One state entry.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct StateEntry {
+    /// The key.
+    pub key: String,
+    /// The value (see `value_encoding`).
+    pub value: String,
+    /// `utf8` or `base64`.
+    pub value_encoding: PayloadEncoding,
+}
+
+/// A state version.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct StateView {
+    /// The state root (64 hex), `null` for the empty state.
+    pub root: Option<String>,
+    /// Every entry, sorted by key.
+    pub entries: Vec<StateEntry>,
+}
+
+/// Every key and value of a timeline's state, now or as of a node.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/branches/{branch}/state",
+    params(("session" = String, Path), ("branch" = String, Path), AtQuery),
+    responses((status = 200, body = StateView), (status = "default", body = ErrorDoc)))]
+pub async fn state_list(
+    State(st): State<AppState>,
+    Path((q, b)): Path<(String, String)>,
+    Query(at): Query<AtQuery>,
+) -> ApiResult<Json<StateView>> {
+    let branch = branch_name(&b)?;
+    let at = at.at.as_deref().map(prefix).transpose()?;
+    Ok(Json(
+        st.pool
+            .run(move |s| state_view(s, &q, &branch, at.as_ref()))
+            .await?,
+    ))
+}
+
+pub(crate) fn state_view(
+    s: &mut convo_store::Store,
+    q: &str,
+    branch: &BranchName,
+    at: Option<&HashPrefix>,
+) -> convo_store::Result<StateView> {
+    let row = s.find_session(q)?;
+    let root = s.state_root(&row.id, branch, at)?;
+    let entries = s
+        .state_list(&root)?
+        .into_iter()
+        .map(|(key, v)| {
+            let (value, value_encoding) = encode_payload(&v);
+            StateEntry {
+                key,
+                value,
+                value_encoding,
+            }
+        })
+        .collect();
+    let empty = convo_core::state::empty_root();
+    Ok(StateView {
+        root: (root != empty).then(|| root.to_hex()),
+        entries,
+    })
+}
+
+/// One state value, as raw bytes (404 when the key is absent).
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/branches/{branch}/state/{key}",
+    params(("session" = String, Path), ("branch" = String, Path), ("key" = String, Path), AtQuery),
+    responses((status = 200, description = "the value's bytes", content_type = "application/octet-stream"),
+        (status = "default", body = ErrorDoc)))]
+pub async fn state_get(
+    State(st): State<AppState>,
+    Path((q, b, key)): Path<(String, String, String)>,
+    Query(at): Query<AtQuery>,
+) -> ApiResult<Response> {
+    let branch = branch_name(&b)?;
+    let at = at.at.as_deref().map(prefix).transpose()?;
+    let k = key.clone();
+    let v = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            let root = s.state_root(&row.id, &branch, at.as_ref())?;
+            s.state_get(&root, &k)
+        })
+        .await?;
+    match v {
+        Some(v) => Ok(([(header::CONTENT_TYPE, "application/octet-stream")], v).into_response()),
+        None => Err(ApiError::not_found(format!("no state key `{key}`"))),
+    }
+}
+
+/// The new state root after a write.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct StateWritten {
+    /// The branch's new working state root.
+    pub root: String,
+    /// For a delete: whether the key was there.
+    pub existed: Option<bool>,
+}
+
+/// Sets a key on the branch's working state (the body is the value).
+#[utoipa::path(put, path = "/api/v1/sessions/{session}/branches/{branch}/state/{key}",
+    params(("session" = String, Path), ("branch" = String, Path), ("key" = String, Path)),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = StateWritten), (status = "default", body = ErrorDoc)))]
+pub async fn state_put(
+    State(st): State<AppState>,
+    Path((q, b, key)): Path<(String, String, String)>,
+    body: Bytes,
+) -> ApiResult<Json<StateWritten>> {
+    let branch = branch_name(&b)?;
+    let root = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            s.state_put(&row.id, &branch, &key, &body)
+        })
+        .await?;
+    Ok(Json(StateWritten {
+        root: root.to_hex(),
+        existed: None,
+    }))
+}
+
+/// Removes a key from the branch's working state.
+#[utoipa::path(delete, path = "/api/v1/sessions/{session}/branches/{branch}/state/{key}",
+    params(("session" = String, Path), ("branch" = String, Path), ("key" = String, Path)),
+    responses((status = 200, body = StateWritten), (status = "default", body = ErrorDoc)))]
+pub async fn state_delete(
+    State(st): State<AppState>,
+    Path((q, b, key)): Path<(String, String, String)>,
+) -> ApiResult<Json<StateWritten>> {
+    let branch = branch_name(&b)?;
+    let (root, existed) = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            s.state_delete(&row.id, &branch, &key)
+        })
+        .await?;
+    Ok(Json(StateWritten {
+        root: root.to_hex(),
+        existed: Some(existed),
+    }))
+}
+
+// ----- verify, diff, search, export, import --------------------------------
+
+/// The result of verification.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct VerifyView {
+    /// No problem found.
+    pub ok: bool,
+    /// Nodes checked.
+    pub nodes: u64,
+    /// Blobs checked.
+    pub blobs: u64,
+    /// Branches checked.
+    pub branches: u64,
+    /// Each problem: the object and the reason.
+    #[schema(value_type = Vec<Object>)]
+    pub problems: serde_json::Value,
+}
+
+/// Recomputes every hash and checks every link (the same as `convo verify`).
+#[utoipa::path(get, path = "/api/v1/verify",
+    responses((status = 200, body = VerifyView), (status = "default", body = ErrorDoc)))]
+pub async fn verify(State(st): State<AppState>) -> ApiResult<Json<VerifyView>> {
+    let r = st.pool.run(|s| s.verify()).await?;
+    Ok(Json(VerifyView {
+        ok: r.is_clean(),
+        nodes: r.nodes as u64,
+        blobs: r.blobs as u64,
+        branches: r.branches as u64,
+        problems: serde_json::to_value(&r.problems).unwrap_or_default(),
+    }))
+}
+
+/// The two timelines to compare.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct DiffQuery {
+    /// The first branch (default `main`).
+    pub a: Option<String>,
+    /// The second branch.
+    pub b: String,
+}
+
+/// Two timelines from their fork point (common ancestor), turn by turn.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/diff",
+    params(("session" = String, Path), DiffQuery),
+    responses((status = 200, body = diff::DiffView), (status = "default", body = ErrorDoc)))]
+pub async fn diff(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    Query(d): Query<DiffQuery>,
+) -> ApiResult<Json<diff::DiffView>> {
+    let a = branch_name(d.a.as_deref().unwrap_or("main"))?;
+    let b = branch_name(&d.b)?;
+    Ok(Json(st.pool.run(move |s| diff::diff(s, &q, &a, &b)).await?))
+}
+
+/// What to search for.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct SearchQuery {
+    /// Words that must all appear in the payload (case-insensitive).
+    pub q: String,
+    /// Only this session.
+    pub session: Option<String>,
+    /// Only this node kind.
+    pub kind: Option<String>,
+    /// At most this many hits (default 50, at most 500).
+    pub limit: Option<usize>,
+}
+
+/// One search hit.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SearchHit {
+    /// The node (no payload).
+    pub node: NodeView,
+    /// A window of the payload around the first match.
+    pub snippet: String,
+}
+
+/// Search results, newest first.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct SearchResults {
+    /// The hits.
+    pub hits: Vec<SearchHit>,
+}
+
+/// Searches payload text, newest first.
+#[utoipa::path(get, path = "/api/v1/search", params(SearchQuery),
+    responses((status = 200, body = SearchResults), (status = "default", body = ErrorDoc)))]
+pub async fn search(
+    State(st): State<AppState>,
+    Query(q): Query<SearchQuery>,
+) -> ApiResult<Json<SearchResults>> {
+    let words: Vec<String> = q.q.split_whitespace().map(str::to_lowercase).collect();
+    if words.is_empty() {
+        return Err(ApiError::invalid("`q` must hold at least one word"));
+    }
+    let kind = q
+        .kind
+        .as_deref()
+        .map(|k| k.parse::<Kind>().map_err(ApiError::invalid))
+        .transpose()?;
+    let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let session = q.session.clone();
+    let hits = st
+        .pool
+        .run(move |s| {
+            let only = session.as_deref().map(|q| s.find_session(q)).transpose()?;
+            let mut hits = Vec::new();
+            let end = s.end_cursor()?;
+            let mut hi = end;
+            // Newest first: read pages backwards by follow number.
+            while hi > 0 && hits.len() < limit {
+                let lo = hi.saturating_sub(1000);
+                let page = s.follow_with_payloads(lo, (hi - lo) as usize)?;
+                for n in page.iter().rev() {
+                    if only.as_ref().is_some_and(|o| o.id != n.stored.node.session)
+                        || kind.is_some_and(|k| k != n.stored.node.kind)
+                    {
+                        continue;
+                    }
+                    let Ok(text) = std::str::from_utf8(&n.payload) else {
+                        continue;
+                    };
+                    let lower = text.to_lowercase();
+                    if words.iter().all(|w| lower.contains(w.as_str())) {
+                        hits.push(SearchHit {
+                            node: NodeView::new(&n.stored, None),
+                            snippet: snippet(text, &lower, &words[0]),
+                        });
+                        if hits.len() >= limit {
+                            break;
+                        }
+                    }
+                }
+                hi = lo;
+            }
+            Ok(hits)
+        })
+        .await?;
+    Ok(Json(SearchResults { hits }))
+}
+
+fn snippet(text: &str, lower: &str, word: &str) -> String {
+    let at = lower.find(word).unwrap_or(0);
+    // Map the byte offset in `lower` to a char index (lowercasing can change lengths).
+    let char_at = lower[..at].chars().count();
+    let chars: Vec<char> = text.chars().collect();
+    let start = char_at.saturating_sub(60).min(chars.len());
+    let end = (char_at + 100).min(chars.len());
+    let mut s: String = chars[start..end].iter().collect();
+    if start > 0 {
+        s.insert(0, '…');
+    }
+    if end < chars.len() {
+        s.push('…');
+    }
+    s
+}
+
+/// Which export.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ExportQuery {
+    /// convo, clog, session-json, openai, markdown or html (default convo).
+    pub format: Option<String>,
+    /// The timeline (default main).
+    pub branch: Option<String>,
+}
+
+/// A timeline in a file format, as `convo export` writes it.
+#[utoipa::path(get, path = "/api/v1/sessions/{session}/export",
+    params(("session" = String, Path), ExportQuery),
+    responses((status = 200, description = "the file", content_type = "application/octet-stream"),
+        (status = "default", body = ErrorDoc)))]
+pub async fn export(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    Query(e): Query<ExportQuery>,
+) -> ApiResult<Response> {
+    let format = e.format.unwrap_or_else(|| "convo".into());
+    let branch = branch_name(e.branch.as_deref().unwrap_or("main"))?;
+    if convo_formats::writer(&format).is_none() {
+        return Err(ApiError::invalid(format!(
+            "`{format}` cannot be exported; use one of {}",
+            convo_formats::EXPORT_FORMATS.join(", ")
+        )));
+    }
+    let f2 = format.clone();
+    let bytes = st
+        .pool
+        .run(move |s| {
+            let writer = convo_formats::writer(&f2)
+                .ok_or_else(|| StoreError::Invalid(format!("`{f2}` cannot be exported")))?;
+            let row = s.find_session(&q)?;
+            let conv = convo_formats::ledger::export(s, &row, &branch)?;
+            writer
+                .write(&conv)
+                .map_err(|e| StoreError::Invalid(e.to_string()))
+        })
+        .await?;
+    let ct = match format.as_str() {
+        "html" => "text/html; charset=utf-8",
+        "markdown" | "convo" => "text/markdown; charset=utf-8",
+        _ => "application/json",
+    };
+    let mut res = (StatusCode::OK, bytes).into_response();
+    res.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    // An exported HTML page is a download, never a page of this origin.
+    res.headers_mut().insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'; style-src 'unsafe-inline'"),
+    );
+    res.headers_mut().insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_static("attachment"),
+    );
+    Ok(res)
+}
+
+/// How to read an upload.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct ImportQuery {
+    /// convo, session-json, chatgpt, claude, sharegpt or openai (required).
+    pub format: String,
+    /// The agent name for imported sessions.
+    pub agent: Option<String>,
+}
+
+/// One imported conversation.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ImportedSession {
+    /// The session id.
+    pub id: String,
+    /// False when it had been imported before (nothing written).
+    pub created: bool,
+}
+
+/// What an import did.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ImportSummary {
+    /// Each conversation in the file.
+    pub sessions: Vec<ImportedSession>,
+}
+
+/// Imports an uploaded file (the request body) in one transaction.
+#[utoipa::path(post, path = "/api/v1/import", params(ImportQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, body = ImportSummary), (status = "default", body = ErrorDoc)))]
+pub async fn import(
+    State(st): State<AppState>,
+    Query(iq): Query<ImportQuery>,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<ImportSummary>)> {
+    let (name, read) = {
+        let reader = convo_formats::reader(&iq.format).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "`{}` cannot be imported; use one of {}",
+                iq.format,
+                convo_formats::IMPORT_FORMATS.join(", ")
+            ))
+        })?;
+        let read = reader
+            .read_bytes("upload", &body)
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
+        (reader.name(), read)
+    };
+    let agent = iq.agent.clone();
+    let outcomes = st
+        .pool
+        .run(move |s| {
+            let convs: Vec<(&str, &convo_formats::Conversation)> =
+                read.conversations.iter().map(|c| (name, c)).collect();
+            convo_formats::ledger::import_all(s, &convs, agent.as_deref(), now())
+        })
+        .await?;
+    st.hub.poke();
+    Ok((
+        StatusCode::CREATED,
+        Json(ImportSummary {
+            sessions: outcomes
+                .iter()
+                .map(|o| ImportedSession {
+                    id: o.id().to_string(),
+                    created: matches!(o, convo_formats::ledger::Outcome::Created { .. }),
+                })
+                .collect(),
+        }),
+    ))
+}
+
+// ----- events ---------------------------------------------------------------
+
+/// Where the event stream starts.
+#[derive(Debug, Deserialize, IntoParams)]
+pub struct EventsQuery {
+    /// Start after this follow cursor (the `Last-Event-ID` header wins);
+    /// default: only nodes appended from now on.
+    pub after: Option<u64>,
+    /// Only nodes of this session (id, prefix or title).
+    pub session: Option<String>,
+}
+
+/// Server-Sent Events: every new node in append order (`event: node`,
+/// `id:` the follow cursor, `data:` the [`NodeView`] JSON with payload).
+/// Reconnecting with `Last-Event-ID` resumes with no gap and no duplicate.
+#[utoipa::path(get, path = "/api/v1/events", params(EventsQuery),
+    responses((status = 200, description = "an SSE stream of NodeView objects", content_type = "text/event-stream"),
+        (status = "default", body = ErrorDoc)))]
+pub async fn events(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Query(e): Query<EventsQuery>,
+) -> ApiResult<Sse<impl futures_util::Stream<Item = Result<SseEvent, Infallible>>>> {
+    let last = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.trim()
+                .parse::<u64>()
+                .map_err(|_| ApiError::invalid("Last-Event-ID must be a follow cursor (a number)"))
+        })
+        .transpose()?;
+    let session = match e.session {
+        Some(q) => Some(
+            st.pool
+                .run(move |s| s.find_session(&q))
+                .await?
+                .id
+                .to_string(),
+        ),
+        None => None,
+    };
+    let start = match last.or(e.after) {
+        Some(c) => c,
+        None => st.pool.run(|s| s.end_cursor()).await?,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel(256);
+    tokio::spawn(pump(
+        st.hub.clone(),
+        st.pool.clone(),
+        start,
+        Filter { session },
+        tx,
+    ));
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        let (id, json) = rx.recv().await?;
+        Some((
+            Ok(SseEvent::default()
+                .event("node")
+                .id(id.to_string())
+                .data(json)),
+            rx,
+        ))
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Health: the store answers.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    /// Always true when the response is 200.
+    pub ok: bool,
+    /// `sqlite` or `postgres`.
+    pub store: String,
+    /// The newest follow cursor.
+    pub cursor: u64,
+    /// convo's version.
+    pub version: String,
+}
+
+/// Liveness and the store's follow cursor.
+#[utoipa::path(get, path = "/api/v1/health",
+    responses((status = 200, body = Health), (status = "default", body = ErrorDoc)))]
+pub async fn health(State(st): State<AppState>) -> ApiResult<Json<Health>> {
+    let (kind, cursor) = st
+        .pool
+        .run(|s| Ok((s.kind().to_owned(), s.end_cursor()?)))
+        .await?;
+    Ok(Json(Health {
+        ok: true,
+        store: kind,
+        cursor,
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    }))
+}
+
+/// Anything no route matches.
+pub async fn fallback(uri: axum::http::Uri) -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        &format!("no route for {}", uri.path()),
+    )
+}

@@ -1,0 +1,236 @@
+//! `GET /api/v1/events`: every new node, in append order, as Server-Sent
+//! Events, resumable with `Last-Event-ID`.
+//!
+//! One hub thread follows the store's append cursor ([`Follower`]) with its
+//! own connection and broadcasts each node once, already serialized, to
+//! every subscriber. It sees nodes appended by this server, by other
+//! processes, and on PostgreSQL by other machines (LISTEN/NOTIFY wakes it).
+//!
+//! A subscriber never depends on the broadcast alone: it subscribes first,
+//! then reads from the store everything after its cursor, then takes
+//! broadcast events whose number is the next one; any gap (a lagging
+//! receiver, an event it has not seen yet) is filled from the store. The
+//! event id is the follow cursor, so the client's `Last-Event-ID` on
+//! reconnect resumes with no gap and no duplicate.
+
+use crate::pool::StorePool;
+use convo_api::NodeView;
+use convo_store::{Follower, Store, TimelineNode};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::broadcast;
+
+/// One node, serialized once for every subscriber.
+#[derive(Debug)]
+pub struct Event {
+    /// Its follow number (the SSE id).
+    pub seq: u64,
+    /// Its session id.
+    pub session: String,
+    /// The [`NodeView`] JSON, payload included.
+    pub json: String,
+}
+
+impl Event {
+    /// The event for a stored node.
+    pub fn from_node(n: &TimelineNode) -> Self {
+        let view = NodeView::new(&n.stored, Some(&n.payload));
+        Event {
+            seq: n.stored.seq,
+            session: view.session.clone(),
+            json: serde_json::to_string(&view).unwrap_or_else(|_| "{}".into()),
+        }
+    }
+}
+
+/// The broadcaster of new nodes.
+#[derive(Clone, Debug)]
+pub struct Hub {
+    tx: broadcast::Sender<Arc<Event>>,
+    poke: std::sync::mpsc::SyncSender<()>,
+    /// The newest follow number the hub has broadcast.
+    seen: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Hub {
+    /// Starts the hub thread on its own connection to `url`, from the
+    /// store's current end.
+    pub fn start(url: &str) -> convo_store::Result<Hub> {
+        let mut store = Store::open(url)?;
+        let follower = Follower::at_end(&mut store)?;
+        let (tx, _) = broadcast::channel(4096);
+        let (poke, poked) = std::sync::mpsc::sync_channel(1);
+        let hub = Hub {
+            tx,
+            poke,
+            seen: Arc::new(AtomicU64::new(follower.cursor())),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let h = hub.clone();
+        let url = url.to_owned();
+        std::thread::Builder::new()
+            .name("convo-events".into())
+            .spawn(move || h.run(url, store, follower, poked))
+            .map_err(|e| convo_store::StoreError::Backend(format!("cannot start a thread: {e}")))?;
+        Ok(hub)
+    }
+
+    /// Wakes the hub now (after an append through this server), so local
+    /// subscribers do not wait for the next poll.
+    pub fn poke(&self) {
+        let _ = self.poke.try_send(());
+    }
+
+    /// Stops the hub thread.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        self.poke();
+    }
+
+    /// The newest follow number broadcast so far.
+    pub fn seen(&self) -> u64 {
+        self.seen.load(Ordering::SeqCst)
+    }
+
+    /// A receiver of every event broadcast from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.tx.subscribe()
+    }
+
+    fn run(
+        self,
+        url: String,
+        mut store: Store,
+        mut follower: Follower,
+        poked: std::sync::mpsc::Receiver<()>,
+    ) {
+        let sqlite = store.kind() == "sqlite";
+        while !self.stop.load(Ordering::SeqCst) {
+            // SQLite has no notifications: our own appends poke us, other
+            // processes' are found by polling every 50 ms. PostgreSQL's
+            // LISTEN wakes `next` for every writer anywhere.
+            let wait = if sqlite {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(500)
+            };
+            match follower.next(&mut store, wait) {
+                Ok(page) => {
+                    for n in &page {
+                        let ev = Arc::new(Event::from_node(n));
+                        self.seen.store(ev.seq, Ordering::SeqCst);
+                        let _ = self.tx.send(ev);
+                    }
+                    if page.is_empty() && sqlite {
+                        let _ = poked.recv_timeout(Duration::from_millis(50));
+                    }
+                }
+                Err(_) => {
+                    // The connection broke (a PostgreSQL restart): back off
+                    // and reconnect, resuming from the same cursor.
+                    std::thread::sleep(Duration::from_millis(500));
+                    if let Ok(s) = Store::open(&url) {
+                        store = s;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Only nodes of one session, when set.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// A session id.
+    pub session: Option<String>,
+}
+
+/// What a subscriber's stream yields: an SSE message (id, JSON).
+pub type Message = (u64, String);
+
+/// Feeds `out` with every node after `cursor`, in order, with no gap and no
+/// duplicate, until the client goes away or the hub stops.
+pub async fn pump(
+    hub: Hub,
+    pool: StorePool,
+    mut cursor: u64,
+    filter: Filter,
+    out: tokio::sync::mpsc::Sender<Message>,
+) {
+    let mut rx = hub.subscribe();
+    // Catch up from the store to at least what the hub has broadcast.
+    if catch_up(&pool, &mut cursor, u64::MAX, &filter, &out)
+        .await
+        .is_err()
+    {
+        return;
+    }
+    loop {
+        let ev = match rx.recv().await {
+            Ok(ev) => ev,
+            Err(broadcast::error::RecvError::Lagged(_)) => {
+                if catch_up(&pool, &mut cursor, u64::MAX, &filter, &out)
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        if ev.seq <= cursor {
+            continue;
+        }
+        if ev.seq > cursor + 1
+            && catch_up(&pool, &mut cursor, ev.seq - 1, &filter, &out)
+                .await
+                .is_err()
+        {
+            return;
+        }
+        if ev.seq != cursor + 1 {
+            continue;
+        }
+        cursor = ev.seq;
+        if wanted(&filter, &ev.session) && out.send((ev.seq, ev.json.clone())).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn wanted(f: &Filter, session: &str) -> bool {
+    f.session.as_deref().is_none_or(|s| s == session)
+}
+
+/// Reads nodes after `cursor` up to `upto` from the store and sends them.
+async fn catch_up(
+    pool: &StorePool,
+    cursor: &mut u64,
+    upto: u64,
+    filter: &Filter,
+    out: &tokio::sync::mpsc::Sender<Message>,
+) -> Result<(), ()> {
+    loop {
+        let after = *cursor;
+        let page = pool
+            .run(move |s| s.follow_with_payloads(after, 500))
+            .await
+            .map_err(|_| ())?;
+        if page.is_empty() {
+            return Ok(());
+        }
+        for n in &page {
+            if n.stored.seq > upto {
+                return Ok(());
+            }
+            *cursor = n.stored.seq;
+            let ev = Event::from_node(n);
+            if wanted(filter, &ev.session) {
+                out.send((ev.seq, ev.json)).await.map_err(|_| ())?;
+            }
+        }
+    }
+}

@@ -1,0 +1,189 @@
+//! `convo serve`: the HTTP JSON API over the store (`/api/v1`), its OpenAPI
+//! document (`/openapi.json`), the Server-Sent Events stream of new nodes
+//! (`/api/v1/events`) and the web view (`/`).
+//!
+//! The server is started from a listener the caller binds and a shutdown
+//! future (as atuin's server is), so tests bind port 0 and stop it when
+//! they like; shutdown is graceful: the listener closes, in-flight requests
+//! (and the store writes they started on blocking threads) finish.
+//!
+//! Other surfaces (the recording proxy, the agent harness) mount on the
+//! same server by merging their own [`axum::Router`] into [`router`]'s.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod api;
+pub mod diff;
+pub mod events;
+mod markdown;
+pub mod openapi;
+pub mod pool;
+pub mod security;
+pub mod web;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+pub use pool::StorePool;
+
+/// What the server shares between requests.
+#[derive(Clone, Debug)]
+pub struct AppState {
+    /// Store connections.
+    pub pool: StorePool,
+    /// The new-node broadcaster.
+    pub hub: events::Hub,
+}
+
+/// How to run the server.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The store URL (`sqlite:///…`, `postgres://…`).
+    pub store_url: String,
+    /// Bearer token required on every route, when set.
+    pub token: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// Print one JSON log line per request on stderr.
+    pub log_requests: bool,
+}
+
+impl Config {
+    /// Defaults for a store URL: no token, 64 MiB bodies, request logs on.
+    pub fn new(store_url: impl Into<String>) -> Self {
+        Config {
+            store_url: store_url.into(),
+            token: None,
+            body_limit: 64 * 1024 * 1024,
+            log_requests: true,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The store did not open.
+    #[error(transparent)]
+    Store(#[from] convo_store::StoreError),
+    /// The listener failed.
+    #[error("server: {0}")]
+    Io(#[from] std::io::Error),
+    /// Listening off loopback without a token.
+    #[error(
+        "refusing to listen on {0} without a token: anyone who can reach it could read and write the store"
+    )]
+    NeedToken(SocketAddr),
+}
+
+/// Whether an address is loopback only.
+pub fn is_loopback(addr: &SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+/// The shared state for a config: a store pool and the event hub.
+pub fn state(config: &Config) -> Result<AppState, ServeError> {
+    let pool = StorePool::open(&config.store_url, 16)?;
+    let hub = events::Hub::start(&config.store_url)?;
+    Ok(AppState { pool, hub })
+}
+
+/// The API, the OpenAPI document and the web view, with the guards.
+/// `extra` (the proxy's or the harness's routes) is merged in before the
+/// guards, so they apply to it too.
+pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router {
+    let guard = security::Guard {
+        token: config.token.as_deref().map(Arc::from),
+        log: config.log_requests,
+    };
+    let mut app = api_routes()
+        .merge(web::routes())
+        .route("/openapi.json", get(openapi::document))
+        .with_state(state);
+    if let Some(extra) = extra {
+        app = app.merge(extra);
+    }
+    app.fallback(api::fallback)
+        .layer(DefaultBodyLimit::max(config.body_limit))
+        .layer(axum::middleware::from_fn(security::paths))
+        .layer(axum::middleware::from_fn_with_state(guard, security::guard))
+}
+
+/// Every `/api/v1` route (the OpenAPI document lists the same set; a test
+/// checks that they agree).
+pub fn api_routes() -> Router<AppState> {
+    use axum::routing::post;
+    Router::new()
+        .route(
+            "/api/v1/sessions",
+            get(api::list_sessions).post(api::create_session),
+        )
+        .route("/api/v1/sessions/{session}", get(api::get_session))
+        .route(
+            "/api/v1/sessions/{session}/branches",
+            get(api::list_branches),
+        )
+        .route(
+            "/api/v1/sessions/{session}/branches/{branch}/timeline",
+            get(api::timeline),
+        )
+        .route(
+            "/api/v1/sessions/{session}/branches/{branch}/nodes",
+            post(api::append),
+        )
+        .route(
+            "/api/v1/sessions/{session}/branches/{branch}/state",
+            get(api::state_list),
+        )
+        .route(
+            "/api/v1/sessions/{session}/branches/{branch}/state/{key}",
+            get(api::state_get)
+                .put(api::state_put)
+                .delete(api::state_delete),
+        )
+        .route("/api/v1/sessions/{session}/fork", post(api::fork))
+        .route("/api/v1/sessions/{session}/promote", post(api::promote))
+        .route("/api/v1/sessions/{session}/diff", get(api::diff))
+        .route("/api/v1/sessions/{session}/export", get(api::export))
+        .route("/api/v1/nodes/{hash}", get(api::get_node))
+        .route("/api/v1/nodes/{hash}/payload", get(api::node_payload))
+        .route("/api/v1/verify", get(api::verify))
+        .route("/api/v1/search", get(api::search))
+        .route("/api/v1/import", post(api::import))
+        .route("/api/v1/events", get(api::events))
+        .route("/api/v1/health", get(api::health))
+}
+
+/// Serves `app` on `listener` until `shutdown` resolves, then finishes the
+/// requests in flight.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Starts the whole server on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let addr = listener.local_addr()?;
+    if !is_loopback(&addr) && config.token.is_none() {
+        return Err(ServeError::NeedToken(addr));
+    }
+    let st = state(&config)?;
+    let hub = st.hub.clone();
+    let app = router(st, &config, None);
+    let res = serve_router(listener, app, shutdown).await;
+    hub.stop();
+    Ok(res?)
+}

@@ -1,0 +1,98 @@
+//! A store handle the async server shares: a pool of [`Store`]s (one
+//! database connection each), every call run on tokio's blocking pool.
+//!
+//! The store API is synchronous (rusqlite, and the sync `postgres` client,
+//! which must never run on a runtime worker thread: it blocks on its own
+//! internal runtime). So each request checks a `Store` out, runs its
+//! closure in `spawn_blocking`, and checks it back in. Connections are
+//! opened lazily and kept up to `max_idle`; a connection whose call failed
+//! with an `unavailable` error is dropped rather than reused.
+
+use convo_store::{ErrorKind, Result, Store, StoreError};
+use std::sync::{Arc, Mutex};
+
+/// A shareable pool of store connections.
+#[derive(Clone)]
+pub struct StorePool {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    url: String,
+    idle: Mutex<Vec<Store>>,
+    max_idle: usize,
+}
+
+impl std::fmt::Debug for StorePool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StorePool")
+            .field("url", &redact_url(&self.inner.url))
+            .finish()
+    }
+}
+
+/// A store URL with any password removed, for logs.
+pub fn redact_url(url: &str) -> String {
+    if let Some((scheme, rest)) = url.split_once("://")
+        && let Some((auth, host)) = rest.rsplit_once('@')
+    {
+        let user = auth.split(':').next().unwrap_or("");
+        return format!("{scheme}://{user}@{host}");
+    }
+    url.to_owned()
+}
+
+impl StorePool {
+    /// Opens one connection now (so a bad URL fails at start) and keeps it.
+    pub fn open(url: &str, max_idle: usize) -> Result<Self> {
+        let first = Store::open(url)?;
+        Ok(StorePool {
+            inner: Arc::new(Inner {
+                url: url.to_owned(),
+                idle: Mutex::new(vec![first]),
+                max_idle: max_idle.max(1),
+            }),
+        })
+    }
+
+    /// The store URL (for logs, redacted).
+    pub fn url(&self) -> String {
+        redact_url(&self.inner.url)
+    }
+
+    /// Runs `f` with a store connection on a blocking thread.
+    pub async fn run<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Store) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.with(f))
+            .await
+            .map_err(|e| StoreError::Backend(format!("a store call did not finish: {e}")))?
+    }
+
+    /// Runs `f` with a store connection on the calling (blocking) thread.
+    pub fn run_blocking<T>(&self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+        self.inner.with(f)
+    }
+}
+
+impl Inner {
+    fn with<T>(&self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
+        let taken = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
+        let mut store = match taken {
+            Some(s) => s,
+            None => Store::open(&self.url)?,
+        };
+        let out = f(&mut store);
+        let healthy = !matches!(&out, Err(e) if e.kind() == ErrorKind::Unavailable);
+        if healthy
+            && let Ok(mut idle) = self.idle.lock()
+            && idle.len() < self.max_idle
+        {
+            idle.push(store);
+        }
+        out
+    }
+}
