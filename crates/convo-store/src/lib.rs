@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod checkpoint;
 mod error;
 mod follow;
 mod ledger;
@@ -20,6 +21,7 @@ pub mod testing;
 mod verify;
 
 pub use backend::{Backend, BranchRow, FactRow, SessionRow, StoredNode, Tx};
+pub use checkpoint::Checkpoint;
 pub use error::{ErrorKind, Result, StoreError};
 pub use follow::Follower;
 pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage};

@@ -38,6 +38,8 @@ pub struct VerifyReport {
     pub state_roots: u64,
     /// Facts of the journal checked.
     pub facts: u64,
+    /// Signed checkpoints the store was proven to extend (or checked against).
+    pub checkpoints: u64,
     /// Everything wrong, in the order found.
     pub problems: Vec<Problem>,
 }

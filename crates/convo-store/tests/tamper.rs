@@ -106,6 +106,9 @@ cases!(
     an_edited_or_removed_fact_is_caught,
     bad_rows_are_report_entries_never_errors,
     a_store_from_before_the_journal_is_journalled_in_place,
+    a_store_that_grew_extends_its_checkpoint,
+    a_consistent_truncation_passes_verify_but_not_the_checkpoint,
+    a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint,
 );
 
 /// Edits PostgreSQL's typed columns refuse (or silently convert into
@@ -1640,5 +1643,100 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         &fx.verify_dirty(),
         &format!("session {}", fx.ses),
         &["mallory"],
+    );
+}
+
+fn key() -> ed25519_dalek::SigningKey {
+    convo_store::checkpoint::signing_key(&[7; 32])
+}
+
+/// Undoes the fixture's promote the way a careful editor would: the
+/// promote node removed, `fix` and the old `main` renamed back, every head
+/// and index consistent, so that nothing inside the store shows it.
+fn undo_the_promote(fx: &Fx) {
+    let ses = fx.ses.to_string();
+    let mut sql = format!(
+        "DELETE FROM nodes WHERE hash = x'{p}'; \
+         UPDATE branches SET name = 'fix', head = x'{tip}' WHERE session = '{ses}' AND name = 'main'; \
+         UPDATE branches SET name = 'main', sealed = FALSE WHERE session = '{ses}' AND name = '{sealed}';",
+        p = fx.promote.to_hex(),
+        tip = fx.tf[3].to_hex(),
+        sealed = fx.sealed,
+    );
+    if let Db::Sqlite { .. } = fx.db {
+        sql.push_str("UPDATE session_runs SET last = last - 1;");
+    }
+    fx.db.batch(&sql);
+}
+
+fn a_store_that_grew_extends_its_checkpoint(be: Be) {
+    let fx = Fx::new(be);
+    let mut s = fx.store();
+    let cp = s.checkpoint(&key(), DAY + 70).unwrap();
+    cp.check_signature().unwrap();
+    assert_eq!((cp.nodes, cp.cursor), (18, 18));
+    assert!(s.check_checkpoint(&cp).unwrap().is_empty());
+    // Appends, a fork, a state write and a promote after it: all forward.
+    turn(&mut s, &fx.ses, &main(), "four", DAY + 80);
+    let again = BranchName::new("again").unwrap();
+    s.fork(&fx.ses, &prefix(&fx.t1[3]), &again, DAY + 90)
+        .unwrap();
+    s.state_put(&fx.ses, &again, "k", b"v").unwrap();
+    turn(&mut s, &fx.ses, &again, "five", DAY + 95);
+    s.promote(&fx.ses, &again, DAY + 100).unwrap();
+    assert!(s.verify().unwrap().is_clean());
+    let found = s.check_checkpoint(&cp).unwrap();
+    assert!(found.is_empty(), "{found:#?}");
+    // An altered checkpoint no longer verifies.
+    let mut forged = cp.clone();
+    forged.nodes -= 1;
+    assert!(forged.check_signature().unwrap_err().contains("signature"));
+}
+
+fn a_consistent_truncation_passes_verify_but_not_the_checkpoint(be: Be) {
+    let fx = Fx::new(be);
+    let cp = fx.store().checkpoint(&key(), DAY + 70).unwrap();
+    undo_the_promote(&fx);
+    let r = fx.store().verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    let found = fx.store().check_checkpoint(&cp).unwrap();
+    let has = |object: &str, says: &str| {
+        found
+            .iter()
+            .any(|p| p.object == object && p.reason.contains(says))
+    };
+    assert!(has("store", "truncated: it holds 17 nodes"), "{found:#?}");
+    let main_obj = format!("branch {}/main", fx.ses);
+    assert!(has(&main_obj, &fx.promote.to_hex()), "{found:#?}");
+    // The old main rolled back to a sealed name's place: reported too.
+    assert!(
+        has(&format!("branch {}/{}", fx.ses, fx.sealed), "deleted"),
+        "{found:#?}"
+    );
+}
+
+fn a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint(be: Be) {
+    let fx = Fx::new(be);
+    let cp = fx.store().checkpoint(&key(), DAY + 70).unwrap();
+    // Roll back, then let convo itself append a different tip: every hash
+    // is recomputed, so the store is consistent again.
+    undo_the_promote(&fx);
+    let mut s = fx.store();
+    s.append(&fx.ses, &main(), &draft(Kind::Invoke, "forged", DAY + 61))
+        .unwrap();
+    assert!(s.verify().unwrap().is_clean());
+    let found = s.check_checkpoint(&cp).unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|p| p.object == "store" && p.reason.contains("rewritten")),
+        "{found:#?}"
+    );
+    let main_obj = format!("branch {}/main", fx.ses);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.object == main_obj && p.reason.contains("no longer in the store")),
+        "{found:#?}"
     );
 }

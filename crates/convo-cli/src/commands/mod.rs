@@ -2,6 +2,7 @@
 
 pub mod branch;
 pub mod check;
+pub mod checkpoint;
 pub mod demo;
 pub mod export;
 pub mod git;
@@ -160,6 +161,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Log(_)
         | Command::Show(_)
         | Command::Verify(_)
+        | Command::Checkpoint(_)
         | Command::Export(_)
         | Command::Check(_)
         | Command::Git(_)
@@ -209,6 +211,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Show(a) => show::run(&env, a),
         Command::State(c) => state::run(&env, c),
         Command::Verify(a) => verify::run(&env, a),
+        Command::Checkpoint(a) => checkpoint::run(&env, a),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),
