@@ -9,13 +9,31 @@ use std::path::PathBuf;
 #[command(name = "convo", version, propagate_version = true)]
 pub struct Cli {
     /// Directory holding convo's data [env: CONVO_HOME] [default: ~/.convo]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
     pub home: Option<PathBuf>,
 
     /// Store URL: sqlite:///path/to/convo.db or postgres://user@host/db
     /// [env: CONVO_STORE] [default: HOME/convo.db]. A --home flag beats CONVO_STORE
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help_heading = "Global options"
+    )]
     pub store: Option<String>,
+
+    /// When to color the output (NO_COLOR set means never, unless always)
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"], help_heading = "Global options")]
+    pub color: String,
+
+    /// Print long output straight to the terminal instead of through $PAGER (less -FRX)
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub no_pager: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -39,6 +57,10 @@ pub enum Command {
     Log(crate::commands::log::LogArgs),
     /// Show one node
     Show(crate::commands::show::ShowArgs),
+    /// Print a whole turn: input, service calls with their diagnostics, answer
+    Turn(crate::commands::turn::TurnArgs),
+    /// Compare two timelines: the fork point, then what each side added, turn by turn
+    Diff(crate::commands::diff::DiffArgs),
     /// Read and write the agent's versioned state
     #[command(subcommand)]
     State(StateCmd),
@@ -88,16 +110,31 @@ pub enum SessionCmd {
         #[arg(long)]
         json: bool,
     },
-    /// List sessions
-    List(JsonFlag),
+    /// List sessions, oldest first
+    List(crate::commands::session::ListArgs),
     /// Show a timeline's turns from the first message to the head
     Get(crate::commands::session::GetArgs),
+    /// Set or clear a session's title
+    #[command(alias = "edit")]
+    Retitle {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The new title
+        #[arg(required_unless_present = "clear")]
+        title: Option<String>,
+        /// Remove the title instead
+        #[arg(long, conflicts_with = "title")]
+        clear: bool,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
     /// Create a timeline from any past node
     Fork {
         /// Session id, unique id prefix or title
         session: String,
-        /// The node to fork from: full hash or unique prefix
-        #[arg(long)]
+        /// The node to fork from: HASH (4+ hex digits), BRANCH, BRANCH~N or BRANCH@TURN
+        #[arg(long, value_name = "REF")]
         from: String,
         /// Name of the new timeline
         #[arg(long)]
@@ -125,6 +162,9 @@ pub enum BranchCmd {
     List {
         /// Session id, unique id prefix or title
         session: String,
+        /// Draw the timelines as a tree with their fork points
+        #[arg(long)]
+        graph: bool,
         /// Print one JSON document
         #[arg(long)]
         json: bool,
@@ -154,7 +194,7 @@ pub enum StateCmd {
         /// Timeline whose working state to read
         #[arg(long, default_value = "main")]
         branch: String,
-        /// Read the state as of this node instead (hash or unique prefix)
+        /// Read the state as of this node instead (HASH, BRANCH, BRANCH~N, BRANCH@TURN)
         #[arg(long)]
         at: Option<String>,
     },
@@ -165,7 +205,7 @@ pub enum StateCmd {
         /// Timeline whose working state to read
         #[arg(long, default_value = "main")]
         branch: String,
-        /// Read the state as of this node instead (hash or unique prefix)
+        /// Read the state as of this node instead (HASH, BRANCH, BRANCH~N, BRANCH@TURN)
         #[arg(long)]
         at: Option<String>,
         /// Print one JSON document

@@ -2,10 +2,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod serve_util;
 mod test_backends;
 mod test_cli;
 mod test_concurrency;
 mod test_crash;
 mod test_formats;
 mod test_git;
+mod test_history;
 mod test_hostile;
+mod test_serve;

@@ -37,7 +37,7 @@ fn read_commands_on_a_missing_store_say_no_store_and_create_nothing() {
     ];
     for args in reads {
         let r = t.run(args);
-        assert_eq!(r.code(), 2, "{args:?}");
+        assert_eq!(r.code(), 3, "{args:?}: a missing store is not found");
         assert!(
             r.stderr()
                 .contains(&format!("no store at {}", t.db().display())),
@@ -58,7 +58,7 @@ fn read_commands_on_a_missing_store_say_no_store_and_create_nothing() {
         .args(["session", "list"])
         .output()
         .unwrap();
-    assert_eq!(r.status.code(), Some(2));
+    assert_eq!(r.status.code(), Some(3));
     assert!(!typo.exists());
     // `init` and writes create it.
     t.run(&["init"]).ok();
@@ -106,7 +106,7 @@ fn a_sqlite_file_that_is_not_a_convo_store_is_refused_untouched() {
         &["--store", &url, "session", "list"],
     ] {
         let r = t.run(args);
-        assert_eq!(r.code(), 2);
+        assert_eq!(r.code(), 4, "refused");
         assert!(
             r.stderr().contains("is not a convo store"),
             "{}",
@@ -221,7 +221,7 @@ fn a_store_in_a_read_only_file_and_directory_can_be_read() {
     let o = run_unprivileged(&t, &["say", &s, "--user", "x", "--agent", "y"]);
     assert_eq!(
         o.status.code(),
-        Some(2),
+        Some(5),
         "a write to a read-only store fails"
     );
     assert_eq!(files(home), before, "the read-only store changed");

@@ -180,7 +180,10 @@ pub async fn serve(
     if !is_loopback(&addr) && config.token.is_none() {
         return Err(ServeError::NeedToken(addr));
     }
-    let st = state(&config)?;
+    let c2 = config.clone();
+    let st = tokio::task::spawn_blocking(move || state(&c2))
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))??;
     let hub = st.hub.clone();
     let app = router(st, &config, None);
     let res = serve_router(listener, app, shutdown).await;

@@ -96,3 +96,15 @@ impl Inner {
         out
     }
 }
+
+impl Drop for Inner {
+    /// Connections are closed on a plain thread: the sync PostgreSQL
+    /// client's drop blocks on its own runtime, which must not happen on a
+    /// runtime thread (the pool is usually dropped by the server's task).
+    fn drop(&mut self) {
+        let stores = self.idle.get_mut().map(std::mem::take).unwrap_or_default();
+        if !stores.is_empty() {
+            let _ = std::thread::spawn(move || drop(stores)).join();
+        }
+    }
+}

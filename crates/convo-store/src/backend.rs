@@ -96,6 +96,7 @@ pub trait Tx {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()>;
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
     fn sessions(&mut self) -> Result<Vec<SessionRow>>;
+    fn set_session_title(&mut self, id: &SessionId, title: Option<&str>) -> Result<()>;
 
     fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>>;
     /// Branches of one session, or of every session when `s` is `None`.

@@ -8,12 +8,14 @@ pub enum StoreError {
     #[error("no session matches `{0}`")]
     NoSession(String),
     /// A prefix or title shared by several sessions.
-    #[error("`{query}` matches {count} sessions")]
+    #[error("`{query}` matches {count} sessions:{}", list_candidates(candidates, *count))]
     AmbiguousSession {
         /// What was asked for.
         query: String,
         /// How many matched.
         count: usize,
+        /// Some of them (`ses-… "title"`), for the message.
+        candidates: Vec<String>,
     },
     /// The session has no such timeline.
     #[error("session {session} has no branch `{branch}`")]
@@ -214,7 +216,9 @@ impl StoreError {
     pub fn hint(&self) -> Option<&'static str> {
         Some(match self {
             StoreError::NoSession(_) => "list sessions with `convo session list`",
-            StoreError::AmbiguousSession { .. } => "give more digits of the session id",
+            StoreError::AmbiguousSession { .. } => {
+                "name the session by its full id (or more digits of it)"
+            }
             StoreError::NoBranch { .. } => "list branches with `convo branch list SESSION`",
             StoreError::BranchExists { .. } => "pick another branch name",
             StoreError::Sealed { .. } => {
@@ -240,6 +244,14 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Busy(_) | StoreError::Conflict(_))
     }
+}
+
+fn list_candidates(c: &[String], count: usize) -> String {
+    let mut s: String = c.iter().map(|c| format!("\n  {c}")).collect();
+    if count > c.len() {
+        s.push_str(&format!("\n  … and {} more", count - c.len()));
+    }
+    s
 }
 
 /// `Result` with [`StoreError`].

@@ -50,6 +50,17 @@ pub struct TimelineNode {
     pub payload: Vec<u8>,
 }
 
+/// One turn, read whole: see [`Store::turn`].
+#[derive(Clone, Debug)]
+pub struct TurnView {
+    /// Its number on the timeline (1-based).
+    pub number: usize,
+    /// Whether it has its complete.
+    pub complete: bool,
+    /// Its nodes, the invoke first.
+    pub nodes: Vec<TimelineNode>,
+}
+
 /// The store. Cheap operations, each one transaction.
 pub struct Store {
     backend: Box<dyn Backend>,
@@ -179,8 +190,12 @@ impl Store {
         self.read(|tx| tx.sessions())
     }
 
-    /// Finds a session by full id, unique id prefix (with or without
-    /// `ses-`), or exact title.
+    /// Finds a session by full id (`ses-{uuid}`), or else by what matches
+    /// `query` either way: a prefix of the id (4 or more hex digits, with
+    /// or without `ses-`) or the exact title. One match is the session;
+    /// several are an error listing them (so a title that is also an id
+    /// prefix stays reachable when nothing else matches, and the full id
+    /// always works).
     pub fn find_session(&mut self, query: &str) -> Result<SessionRow> {
         if let Ok(id) = SessionId::parse(query) {
             return self
@@ -192,28 +207,42 @@ impl Store {
             .strip_prefix("ses-")
             .unwrap_or(query)
             .to_ascii_lowercase();
-        let by_prefix: Vec<_> = if q.len() >= 4 {
-            all.iter()
-                .filter(|s| s.id.0.hyphenated().to_string().starts_with(&q))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let matches = if by_prefix.is_empty() {
-            all.iter()
-                .filter(|s| s.title.as_deref() == Some(query))
-                .collect()
-        } else {
-            by_prefix
-        };
+        let hexish = q.len() >= 4 && q.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let matches: Vec<&SessionRow> = all
+            .iter()
+            .filter(|s| {
+                s.title.as_deref() == Some(query)
+                    || (hexish && s.id.0.hyphenated().to_string().starts_with(&q))
+            })
+            .collect();
         match matches.as_slice() {
             [one] => Ok((*one).clone()),
             [] => Err(StoreError::NoSession(query.to_owned())),
             many => Err(StoreError::AmbiguousSession {
                 query: query.to_owned(),
                 count: many.len(),
+                candidates: many
+                    .iter()
+                    .take(10)
+                    .map(|s| match &s.title {
+                        Some(t) => format!("{}  {t:?}", s.id),
+                        None => s.id.to_string(),
+                    })
+                    .collect(),
             }),
         }
+    }
+
+    /// Sets (or with `None` removes) a session's title.
+    pub fn retitle(&mut self, session: &SessionId, title: Option<&str>) -> Result<SessionRow> {
+        self.write(|tx| {
+            let mut row = tx
+                .session(session)?
+                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+            tx.set_session_title(session, title)?;
+            row.title = title.map(str::to_owned);
+            Ok(row)
+        })
     }
 
     /// The session's branches, by name.
@@ -311,6 +340,69 @@ impl Store {
         branch: &BranchName,
     ) -> Result<Vec<TimelineNode>> {
         self.read(|tx| timeline_in(tx, session, branch))
+    }
+
+    /// The node a reference names: a hash or unique prefix (4+ hex digits),
+    /// `BRANCH`, `BRANCH~N`, `BRANCH@TURN` (see [`crate::refs`] for the grammar).
+    pub fn resolve_ref(&mut self, session: &SessionId, text: &str) -> Result<StoredNode> {
+        self.read(|tx| crate::refs::resolve_ref_in(tx, session, text))
+    }
+
+    /// The nodes from the session's first node to `head` (following
+    /// parents), oldest first, with payloads: the timeline as of `head`.
+    pub fn chain(&mut self, session: &SessionId, head: &NodeHash) -> Result<Vec<TimelineNode>> {
+        self.read(|tx| chain_in(tx, session, *head, true))
+    }
+
+    /// The turn a reference points into, with the timeline it belongs to
+    /// (from the session's first node to the turn's last node): see
+    /// [`crate::turns`]. Fails with `NoNode` when the node is outside any
+    /// turn (a fork or promote between turns).
+    pub fn turn(&mut self, session: &SessionId, text: &str) -> Result<crate::TurnView> {
+        self.read(|tx| {
+            let node = crate::refs::resolve_ref_in(tx, session, text)?;
+            // The turn may go on past `node` on the branch that holds it: read
+            // up to the head of a branch that contains the node when there is one.
+            let mut heads = vec![node.hash];
+            for b in tx.branches(Some(session))? {
+                if let Some(h) = b.head
+                    && h != node.hash
+                {
+                    heads.push(h);
+                }
+            }
+            // Prefer a chain on which the node's turn is finished.
+            let mut best = None;
+            for h in heads {
+                let c = chain_in(tx, session, h, false)?;
+                let Some(i) = c.iter().position(|n| n.stored.hash == node.hash) else {
+                    continue;
+                };
+                let kinds: Vec<_> = c.iter().map(|n| n.stored.node.kind).collect();
+                let turns = crate::turns::group(&kinds);
+                let Some(t) = crate::turns::turn_at(&turns, i).copied() else {
+                    return Err(StoreError::NoNode(format!(
+                        "{text} (node {} is a {} outside any turn)",
+                        node.hash.short(),
+                        node.node.kind
+                    )));
+                };
+                let done = t.complete.is_some();
+                best = Some((h, t));
+                if done {
+                    break;
+                }
+            }
+            let (head, turn) = best.ok_or_else(|| StoreError::NoNode(text.to_owned()))?;
+            let mut chain = chain_in(tx, session, head, true)?;
+            chain.truncate(turn.end);
+            let nodes = chain.split_off(turn.start);
+            Ok(crate::TurnView {
+                number: turn.number,
+                complete: turn.complete.is_some(),
+                nodes,
+            })
+        })
     }
 
     /// One page of the timeline of `branch`: up to `limit` nodes from
@@ -749,10 +841,21 @@ fn timeline_in(
     branch: &BranchName,
 ) -> Result<Vec<TimelineNode>> {
     let b = open_branch(tx, session, branch, false)?;
-    let Some(head) = b.head else {
-        return Ok(Vec::new());
-    };
-    let rows = tx.session_nodes(session, true)?;
+    match b.head {
+        None => Ok(Vec::new()),
+        Some(head) => chain_in(tx, session, head, true),
+    }
+}
+
+/// The nodes from the session's first node to `head`, following parents,
+/// oldest first; with payloads when `payloads` (else they are empty).
+pub(crate) fn chain_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    head: NodeHash,
+    payloads: bool,
+) -> Result<Vec<TimelineNode>> {
+    let rows = tx.session_nodes(session, payloads)?;
     let index: convo_core::DigestMap<NodeHash, usize> = rows
         .iter()
         .enumerate()
@@ -761,14 +864,14 @@ fn timeline_in(
     let mut chain = Vec::new();
     let mut cur = Some(head);
     while let Some(h) = cur {
-        let &i = index
-            .get(&h)
-            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
+        let &i = index.get(&h).ok_or_else(|| {
+            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
+        })?;
         chain.push(i);
         cur = rows[i].0.node.parent;
         if chain.len() > rows.len() {
             return Err(StoreError::Corrupt(format!(
-                "branch `{branch}` has a parent cycle"
+                "node {head} has a parent cycle"
             )));
         }
     }

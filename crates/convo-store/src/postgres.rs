@@ -379,6 +379,14 @@ impl Tx for PgTx<'_, '_> {
         Ok(())
     }
 
+    fn set_session_title(&mut self, id: &SessionId, title: Option<&str>) -> Result<()> {
+        self.exec(
+            "UPDATE sessions SET title = $2 WHERE id = $1",
+            &[&id.to_string(), &title],
+        )?;
+        Ok(())
+    }
+
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
         self.opt(
             "SELECT id, agent, title, created_at FROM sessions WHERE id = $1",

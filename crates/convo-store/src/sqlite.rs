@@ -776,6 +776,14 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn set_session_title(&mut self, id: &SessionId, title: Option<&str>) -> Result<()> {
+        self.tx
+            .prepare_cached("UPDATE sessions SET title = ?2 WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![id.to_string(), title]))
+            .map_err(db)?;
+        Ok(())
+    }
+
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
         self.tx
             .prepare_cached("SELECT id, agent, title, created_at FROM sessions WHERE id = ?1")

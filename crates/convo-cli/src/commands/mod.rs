@@ -4,18 +4,22 @@ pub mod branch;
 pub mod check;
 pub mod checkpoint;
 pub mod demo;
+pub mod diff;
 pub mod export;
 pub mod git;
+pub mod graph;
 pub mod import;
 pub mod ingest;
 pub mod log;
 pub mod migrate;
 pub mod record;
 pub mod say;
+pub mod select;
 pub mod serve;
 pub mod session;
 pub mod show;
 pub mod state;
+pub mod turn;
 pub mod verify;
 pub mod watch;
 
@@ -26,11 +30,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The one error type of the CLI: a message, an optional hint, an exit code.
+/// A closed standard output is one too, reported by nothing but its status.
 #[derive(Debug)]
 pub struct CommandError {
     message: String,
     hint: Option<String>,
     code: u8,
+    closed: bool,
 }
 
 impl CommandError {
@@ -39,6 +45,16 @@ impl CommandError {
             message: message.into(),
             hint: None,
             code: 2,
+            closed: false,
+        }
+    }
+    /// Standard output was closed (`convo log S | head`): end quietly.
+    pub fn closed() -> Self {
+        CommandError {
+            message: String::new(),
+            hint: None,
+            code: crate::ui::CLOSED_PIPE,
+            closed: true,
         }
     }
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -46,6 +62,9 @@ impl CommandError {
         self
     }
     pub fn report(&self) {
+        if self.closed {
+            return;
+        }
         eprintln!("error: {}", self.message);
         if let Some(h) = &self.hint {
             eprintln!("hint: {h}");
@@ -55,22 +74,33 @@ impl CommandError {
         &self.message
     }
     pub fn exit_code(&self) -> u8 {
-        self.code
+        if self.closed {
+            crate::ui::closed_status()
+        } else {
+            self.code
+        }
     }
 }
 
 impl From<StoreError> for CommandError {
+    /// The exit code follows the error's kind (`StoreError::kind`): 2 bad
+    /// input or ambiguous, 3 not found, 4 refused (sealed, taken, conflict),
+    /// 5 store unavailable or corrupt.
     fn from(e: StoreError) -> Self {
         CommandError {
             message: e.to_string(),
             hint: e.hint().map(str::to_owned),
-            code: 2,
+            code: u8::try_from(e.kind().exit_code()).unwrap_or(2),
+            closed: false,
         }
     }
 }
 
 impl From<std::io::Error> for CommandError {
     fn from(e: std::io::Error) -> Self {
+        if crate::ui::is_closed(&e) {
+            return CommandError::closed();
+        }
         CommandError::user(e.to_string())
     }
 }
@@ -148,9 +178,10 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Migrate(_)
         | Command::Serve(_) => Access::Write,
         Command::Session(c) => match c {
-            SessionCmd::New { .. } | SessionCmd::Fork { .. } | SessionCmd::Promote { .. } => {
-                Access::Write
-            }
+            SessionCmd::New { .. }
+            | SessionCmd::Fork { .. }
+            | SessionCmd::Promote { .. }
+            | SessionCmd::Retitle { .. } => Access::Write,
             SessionCmd::List(_) | SessionCmd::Get(_) => Access::Read,
         },
         Command::State(c) => match c {
@@ -160,6 +191,8 @@ pub fn access(cmd: &Command) -> Access {
         Command::Branch(_)
         | Command::Log(_)
         | Command::Show(_)
+        | Command::Turn(_)
+        | Command::Diff(_)
         | Command::Verify(_)
         | Command::Checkpoint(_)
         | Command::Export(_)
@@ -182,6 +215,17 @@ pub fn branch_name(s: &str) -> CmdResult<BranchName> {
 
 pub fn prefix(s: &str) -> CmdResult<HashPrefix> {
     HashPrefix::parse(s).map_err(|e| CommandError::user(e.to_string()))
+}
+
+/// The node a reference names in `session` (see `convo_store::refs`), as
+/// a full-hash prefix for the store calls that take one.
+pub fn node_ref(
+    store: &mut Store,
+    session: &convo_core::SessionId,
+    r: &str,
+) -> CmdResult<HashPrefix> {
+    let n = store.resolve_ref(session, r)?;
+    prefix(&n.hash.to_hex())
 }
 
 pub fn find_session(store: &mut Store, q: &str) -> CmdResult<SessionRow> {
@@ -209,6 +253,8 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Say(a) => say::run(&env, a),
         Command::Log(a) => log::run(&env, a),
         Command::Show(a) => show::run(&env, a),
+        Command::Turn(a) => turn::run(&env, a),
+        Command::Diff(a) => diff::run(&env, a),
         Command::State(c) => state::run(&env, c),
         Command::Verify(a) => verify::run(&env, a),
         Command::Checkpoint(a) => checkpoint::run(&env, a),

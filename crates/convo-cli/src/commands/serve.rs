@@ -51,6 +51,12 @@ pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
         .enable_all()
         .build()
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
+    // Open the store before entering the runtime: the sync PostgreSQL
+    // client must never run on a runtime thread.
+    let st = convo_server::state(&config).map_err(|e| match e {
+        convo_server::ServeError::Store(e) => CommandError::from(e),
+        other => CommandError::user(other.to_string()),
+    })?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -58,10 +64,6 @@ pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
         let bound = listener
             .local_addr()
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
-        let st = convo_server::state(&config).map_err(|e| match e {
-            convo_server::ServeError::Store(e) => CommandError::from(e),
-            other => CommandError::user(other.to_string()),
-        })?;
         let hub = st.hub.clone();
         let app = convo_server::router(st, &config, None);
         eprintln!(
