@@ -195,9 +195,7 @@ impl Checkpoint {
         ))
     }
 
-    fn parsed_heads(
-        &self,
-    ) -> std::result::Result<Vec<Head>, String> {
+    fn parsed_heads(&self) -> std::result::Result<Vec<Head>, String> {
         self.heads
             .iter()
             .map(|h| {
