@@ -227,3 +227,27 @@ fn a_store_in_a_read_only_file_and_directory_can_be_read() {
     assert_eq!(files(home), before, "the read-only store changed");
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+#[test]
+fn duplicate_keys_in_diagnostics_and_ingest_lines_are_errors() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--payload",
+        "x",
+        "--diagnostics",
+        r#"{"a":1,"a":2}"#,
+    ]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("duplicate key \"a\""), "{}", r.stderr());
+    let r = t.run_stdin(
+        &["ingest", &s],
+        br#"{"kind":"invoke","payload":"x","payload":"y"}"#,
+    );
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("duplicate key"), "{}", r.stderr());
+    assert_eq!(t.run(&["log", &s, "--json"]).json(), serde_json::json!([]));
+}

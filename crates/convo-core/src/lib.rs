@@ -17,6 +17,7 @@
 pub mod fact;
 pub mod hash;
 mod ids;
+pub mod json;
 mod node;
 pub mod state;
 pub mod text;
