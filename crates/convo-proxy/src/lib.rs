@@ -42,6 +42,7 @@
 
 pub mod api;
 pub mod record;
+pub mod replay;
 pub mod sse;
 pub mod thread;
 
@@ -80,6 +81,8 @@ pub struct ProxyConfig {
     pub anthropic_key: Option<String>,
     /// How long to wait to connect, and between two bytes of an answer.
     pub timeout: Duration,
+    /// Answer from this recorded timeline instead of the upstream.
+    pub replay: Option<replay::ReplaySpec>,
 }
 
 impl std::fmt::Debug for ProxyConfig {
@@ -96,6 +99,7 @@ impl std::fmt::Debug for ProxyConfig {
             .field("upstream_key", &self.upstream_key.as_ref().map(|_| "…"))
             .field("anthropic_key", &self.anthropic_key.as_ref().map(|_| "…"))
             .field("timeout", &self.timeout)
+            .field("replay", &self.replay)
             .finish()
     }
 }
@@ -120,6 +124,9 @@ pub enum ProxyError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
+    /// The recording to replay could not be read.
+    #[error("cannot replay: {0}")]
+    Replay(#[source] StoreError),
 }
 
 /// The proxy: shared by every request.
@@ -138,6 +145,7 @@ struct Inner {
     hub: Option<Hub>,
     threads: Mutex<thread::ThreadIndex>,
     names: Mutex<HashMap<String, SessionId>>,
+    replay: Mutex<Option<replay::Replay>>,
 }
 
 fn base(url: &str) -> Result<String, ProxyError> {
@@ -169,8 +177,46 @@ impl Proxy {
                 hub,
                 threads: Mutex::default(),
                 names: Mutex::default(),
+                replay: Mutex::default(),
             }),
         })
+    }
+
+    /// [`Proxy::new`], then reads the recording to replay when the config
+    /// names one (on a blocking thread).
+    pub async fn start(
+        cfg: ProxyConfig,
+        pool: StorePool,
+        hub: Option<Hub>,
+    ) -> Result<Proxy, ProxyError> {
+        let spec = cfg.replay.clone();
+        let p = Proxy::new(cfg, pool.clone(), hub)?;
+        if let Some(spec) = spec {
+            let r = pool
+                .run(move |s| replay::Replay::load(s, spec))
+                .await
+                .map_err(ProxyError::Replay)?;
+            if let Ok(mut slot) = p.inner.replay.lock() {
+                *slot = Some(r);
+            }
+        }
+        Ok(p)
+    }
+
+    /// The replay's fidelity line, when replaying.
+    pub fn replay_summary(&self) -> Option<String> {
+        let r = self.inner.replay.lock().ok()?;
+        r.as_ref().map(replay::Replay::summary)
+    }
+
+    /// How many recorded calls a replay serves (0 when not replaying).
+    pub fn replay_len(&self) -> usize {
+        self.inner
+            .replay
+            .lock()
+            .ok()
+            .and_then(|r| r.as_ref().map(replay::Replay::len))
+            .unwrap_or(0)
     }
 }
 
@@ -262,12 +308,20 @@ impl Proxy {
             }
         };
         let method = parts.method.as_str().to_owned();
+        let mut target = target;
+        if let Some(answer) = self
+            .try_replay(&method, &rest, &parts, &body, &mut target)
+            .await
+        {
+            return answer;
+        }
         let api = Api::classify(&method, &rest);
         let anthropic_call = api == Api::Messages
             || parts.headers.contains_key("anthropic-version")
             || parts.headers.contains_key("x-api-key");
         let inner = &self.inner;
         let (upstream, key) = match (anthropic_call, &inner.anthropic, &inner.upstream) {
+            // (In replay mode, reached only for calls going live.)
             (true, Some(a), _) => (
                 a.clone(),
                 inner.cfg.anthropic_key.clone().map(|k| ("x-api-key", k)),
@@ -480,6 +534,109 @@ impl Proxy {
         (status, out_headers, Body::from_stream(stream)).into_response()
     }
 
+    /// In replay mode: the recorded answer, a miss error, or `None` to go
+    /// live (with `target` set to the live timeline).
+    async fn try_replay(
+        &self,
+        method: &str,
+        rest: &str,
+        parts: &axum::http::request::Parts,
+        body: &Bytes,
+        target: &mut Target,
+    ) -> Option<Response> {
+        let headers = record::recorded_headers(
+            parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            record::RECORDED_REQUEST_HEADERS,
+        );
+        let path = replay::recorded_path(rest, parts.uri.query());
+        let received = replay::canonical(method, &path, &headers, body);
+        let (taken, pace, on_miss, session, title, branch) = {
+            let mut guard = self.inner.replay.lock().ok()?;
+            let r = guard.as_mut()?;
+            if let Some((s, b)) = &r.live {
+                *target = Target::Named {
+                    session: s.clone(),
+                    branch: b.as_str().to_owned(),
+                };
+                return None;
+            }
+            (
+                r.take(&received),
+                r.spec.pace,
+                r.spec.on_miss,
+                r.session,
+                r.title.clone(),
+                r.spec.branch.clone(),
+            )
+        };
+        let miss = match taken {
+            Ok(call) => return Some(serve_recorded(call, pace)),
+            Err(m) => m,
+        };
+        if on_miss == replay::OnMiss::Error {
+            let (status, message) = match &miss.recorded {
+                None => (
+                    StatusCode::NOT_FOUND,
+                    "replay: the recording has no more calls".to_owned(),
+                ),
+                Some(_) => (
+                    StatusCode::CONFLICT,
+                    format!(
+                        "replay: the call does not match the recorded call at this position (differs at {})",
+                        miss.differences.join(", ")
+                    ),
+                ),
+            };
+            let body = json!({"error": {
+                "type": "convo_proxy_error",
+                "code": "replay_miss",
+                "message": message,
+                "recorded": miss.recorded,
+                "received": received,
+                "differences": miss.differences,
+            }});
+            return Some((status, axum::Json(body)).into_response());
+        }
+        // Live from here on.
+        let live = match (&miss.recorded, miss.before) {
+            (None, _) => (session.to_string(), branch),
+            (Some(_), Some(before)) => {
+                let now = now_ms();
+                let forked = self
+                    .inner
+                    .pool
+                    .run(move |s| {
+                        s.transaction(|l| {
+                            let name = thread::free_branch(l, &session, "live")?;
+                            let from = convo_core::HashPrefix::parse(&before.to_hex())
+                                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                            l.fork(&session, &from, &name, now)?;
+                            Ok(name)
+                        })
+                    })
+                    .await;
+                match forked {
+                    Ok(name) => (session.to_string(), name),
+                    Err(e) => return Some(store_error(&e)),
+                }
+            }
+            (Some(_), None) => (format!("{title} (live)"), BranchName::main()),
+        };
+        if let Ok(mut guard) = self.inner.replay.lock()
+            && let Some(r) = guard.as_mut()
+        {
+            r.live = Some(live.clone());
+        }
+        *target = Target::Named {
+            session: live.0,
+            branch: live.1.as_str().to_owned(),
+        };
+        None
+    }
+
     /// Records an exchange where `target` says; logs (never with headers
     /// or bodies) when the store refuses.
     async fn save(&self, target: Target, ex: Exchange) -> Result<StoredNode, StoreError> {
@@ -649,6 +806,38 @@ impl Proxy {
 
 fn poisoned() -> StoreError {
     StoreError::Backend("the thread index lock was poisoned".into())
+}
+
+/// A recorded answer, re-sent as recorded.
+fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
+    let status = StatusCode::from_u16(call.status).unwrap_or(StatusCode::OK);
+    let mut headers = HeaderMap::new();
+    for (k, v) in &call.headers {
+        if let (Ok(name), Some(Ok(value))) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            v.as_str().map(HeaderValue::from_str),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static("x-convo-replayed"),
+        HeaderValue::from_static("true"),
+    );
+    let streamed = call.chunks.is_some();
+    let chunks = replay::chunks(&call);
+    if !streamed {
+        let body: Vec<u8> = chunks.into_iter().flat_map(|(b, _)| b.to_vec()).collect();
+        return (status, headers, body).into_response();
+    }
+    let start = tokio::time::Instant::now();
+    let stream = futures_util::stream::iter(chunks).then(move |(b, t)| async move {
+        if pace == replay::Pace::Recorded {
+            tokio::time::sleep_until(start + Duration::from_secs_f64(t.max(0.0) / 1000.0)).await;
+        }
+        Ok::<Bytes, std::convert::Infallible>(b)
+    });
+    (status, headers, Body::from_stream(stream)).into_response()
 }
 
 /// `x-convo-node` (the last node recorded) or `x-convo-error`.

@@ -133,9 +133,14 @@ impl ThreadIndex {
 
 /// The next free `edit-N` branch name of a session.
 pub fn free_edit_branch(l: &mut Ledger<'_>, session: &SessionId) -> Result<BranchName> {
+    free_branch(l, session, "edit")
+}
+
+/// The next free `{stem}-N` branch name of a session.
+pub fn free_branch(l: &mut Ledger<'_>, session: &SessionId, stem: &str) -> Result<BranchName> {
     let mut n = 1u32;
     loop {
-        let name = BranchName::new(&format!("edit-{n}"))
+        let name = BranchName::new(&format!("{stem}-{n}"))
             .map_err(|e| convo_store::StoreError::Invalid(e.to_string()))?;
         if l.tx().branch(session, &name)?.is_none() {
             return Ok(name);

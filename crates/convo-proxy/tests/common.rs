@@ -24,8 +24,10 @@ impl Server {
     pub async fn start_on(cfg: ProxyConfig, dir: tempfile::TempDir, store_url: String) -> Server {
         let mut config = convo_server::Config::new(store_url.clone());
         config.log_requests = false;
-        let st = convo_server::state(&config).unwrap();
-        let proxy = Proxy::new(cfg, st.pool.clone(), Some(st.hub.clone())).unwrap();
+        let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
+        let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
+            .await
+            .unwrap();
         let app = convo_server::router(st, &config, Some(convo_proxy::router(proxy)));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -46,6 +48,7 @@ impl Server {
         }
     }
 
+    /// A store handle; call it off the runtime (`block_in_place`).
     pub fn store(&self) -> Store {
         Store::open(&self.store_url).unwrap()
     }
@@ -77,4 +80,10 @@ pub fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
 
 pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Runs `f` on a plain thread: the sync store (PostgreSQL's client builds
+/// its own runtime) must not run inside the test's runtime.
+pub fn off_rt<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().expect("store call panicked"))
 }

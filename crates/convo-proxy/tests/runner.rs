@@ -4,4 +4,6 @@
 
 mod common;
 mod test_live;
+mod test_replay;
+mod test_sdk;
 mod upstream;

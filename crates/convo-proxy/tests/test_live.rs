@@ -24,11 +24,33 @@ async fn post(url: &str, body: Value, headers: &[(&str, &str)]) -> reqwest::Resp
 }
 
 fn timeline(srv: &Server, session: &str, branch: &str) -> Vec<TimelineNode> {
-    let mut store = srv.store();
-    let s = store.find_session(session).unwrap();
-    store
-        .timeline(&s.id, &BranchName::new(branch).unwrap())
-        .unwrap()
+    // The sync store (PostgreSQL's client especially) stays off the runtime.
+    crate::common::off_rt(|| {
+        let mut store = srv.store();
+        let s = store.find_session(session).unwrap();
+        store
+            .timeline(&s.id, &BranchName::new(branch).unwrap())
+            .unwrap()
+    })
+}
+
+/// Every payload and diagnostics byte in the store, through the store
+/// (works on both backends).
+fn store_bytes(srv: &Server) -> Vec<u8> {
+    crate::common::off_rt(|| {
+        let mut store = srv.store();
+        let mut out = Vec::new();
+        for n in store.follow_with_payloads(0, 100_000).unwrap() {
+            out.extend_from_slice(&n.payload);
+            out.extend_from_slice(n.stored.node.diagnostics.to_value().to_string().as_bytes());
+            out.extend_from_slice(n.stored.node.from.as_bytes());
+            out.extend_from_slice(n.stored.node.to.as_bytes());
+        }
+        for s in store.sessions().unwrap() {
+            out.extend_from_slice(s.title.unwrap_or_default().as_bytes());
+        }
+        out
+    })
 }
 
 fn diag(n: &TimelineNode) -> Value {
@@ -41,8 +63,28 @@ fn kinds(t: &[TimelineNode]) -> Vec<Kind> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_completions_are_passed_through_and_recorded_as_turns_without_the_key() {
+    chat_completions_case(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_completions_on_postgresql() {
+    chat_completions_case(true).await;
+}
+
+async fn chat_completions_case(pg: bool) {
     let up = Upstream::start().await;
-    let srv = Server::start(cfg(&up)).await;
+    let db = if pg {
+        match crate::common::off_rt(convo_store::testing::pg_database) {
+            Some(db) => Some(db),
+            None => return,
+        }
+    } else {
+        None
+    };
+    let srv = match &db {
+        Some(db) => Server::start_on(cfg(&up), tempfile::tempdir().unwrap(), db.url.clone()).await,
+        None => Server::start(cfg(&up)).await,
+    };
     let base = format!("{}/s/paris-run/main/v1", srv.url);
     let auth = format!("Bearer {KEY}");
 
@@ -154,6 +196,8 @@ async fn chat_completions_are_passed_through_and_recorded_as_turns_without_the_k
 
     // No byte of the key anywhere in the store.
     drop(t);
+    assert!(!contains(&store_bytes(&srv), KEY.as_bytes()));
+    assert!(!contains(&store_bytes(&srv), b"9f8e7d6c5b4a"));
     let dir = srv.stop().await;
     assert!(
         !contains(&all_bytes(dir.path()), KEY.as_bytes()),
@@ -161,6 +205,9 @@ async fn chat_completions_are_passed_through_and_recorded_as_turns_without_the_k
     );
     assert!(!contains(&all_bytes(dir.path()), b"9f8e7d6c5b4a"));
     up.stop().await;
+    if let Some(db) = db {
+        crate::common::off_rt(|| drop(db));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,8 +318,7 @@ async fn unnamed_calls_thread_by_content_and_edits_fork() {
     )
     .await;
 
-    let mut store = srv.store();
-    let sessions = store.sessions().unwrap();
+    let sessions = crate::common::off_rt(|| srv.store().sessions().unwrap());
     assert_eq!(sessions.len(), 2);
     assert_eq!(sessions[0].title.as_deref(), Some("plan a trip"));
     let main = timeline(&srv, "plan a trip", "main");
@@ -329,12 +375,14 @@ async fn unreachable_upstreams_and_cut_streams_are_clear_and_recorded() {
     // The recording lands just after the cut.
     let mut t = Vec::new();
     for _ in 0..200 {
-        let mut store = srv.store();
-        if let Ok(s) = store.find_session("cut") {
-            t = store.timeline(&s.id, &BranchName::main()).unwrap();
-            if !t.is_empty() {
-                break;
-            }
+        let found = crate::common::off_rt(|| {
+            let mut store = srv.store();
+            let s = store.find_session("cut").ok()?;
+            Some(store.timeline(&s.id, &BranchName::main()).unwrap())
+        });
+        if let Some(found) = found.filter(|f| !f.is_empty()) {
+            t = found;
+            break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }

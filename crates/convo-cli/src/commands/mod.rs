@@ -1,6 +1,7 @@
 //! One module per command. `run` opens the store and dispatches.
 
 pub mod branch;
+pub mod chat;
 pub mod check;
 pub mod checkpoint;
 pub mod demo;
@@ -14,6 +15,8 @@ pub mod log;
 pub mod migrate;
 pub mod proxy;
 pub mod record;
+pub mod replay;
+pub mod run;
 pub mod say;
 pub mod select;
 pub mod serve;
@@ -181,6 +184,9 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Import(_)
         | Command::Migrate(_)
         | Command::Serve(_)
+        | Command::Run(_)
+        | Command::Chat(_)
+        | Command::Replay(_)
         | Command::Proxy(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
@@ -272,6 +278,9 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
         Command::Serve(a) => serve::run(&env, a),
+        Command::Run(a) => run::run(&env, a),
+        Command::Chat(a) => chat::run(&env, a),
+        Command::Replay(a) => replay::run(&env, a),
         Command::Proxy(a) => proxy::run(&env, a),
     }
 }

@@ -52,11 +52,20 @@ pub struct UpstreamArgs {
     /// Seconds to wait for an upstream to connect or send its next byte
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub upstream_timeout: u64,
+    /// Answer calls from this recorded timeline (SESSION[:BRANCH]) instead of an upstream
+    #[arg(long, value_name = "SESSION[:BRANCH]")]
+    pub replay: Option<String>,
+    /// Replay streams at once (fast) or at their recorded pace (recorded)
+    #[arg(long, default_value = "fast", value_parser = ["fast", "recorded"], requires = "replay")]
+    pub pace: String,
+    /// A replayed call that does not match: fail with a JSON error, or go live on a forked timeline
+    #[arg(long, default_value = "error", value_parser = ["error", "live"], requires = "replay")]
+    pub on_miss: String,
 }
 
 impl UpstreamArgs {
     fn any(&self) -> bool {
-        self.upstream.is_some() || self.anthropic_upstream.is_some()
+        self.upstream.is_some() || self.anthropic_upstream.is_some() || self.replay.is_some()
     }
 
     fn config(&self) -> CmdResult<convo_proxy::ProxyConfig> {
@@ -74,6 +83,23 @@ impl UpstreamArgs {
         c.upstream_key = key(&self.upstream_key_env)?;
         c.anthropic_key = key(&self.anthropic_key_env)?;
         c.timeout = std::time::Duration::from_secs(self.upstream_timeout.max(1));
+        if let Some(r) = &self.replay {
+            let mut spec = convo_proxy::replay::ReplaySpec::parse(r)
+                .map_err(|e| CommandError::user(e).with_hint("give SESSION or SESSION:BRANCH"))?;
+            if self.pace == "recorded" {
+                spec.pace = convo_proxy::replay::Pace::Recorded;
+            }
+            if self.on_miss == "live" {
+                if self.upstream.is_none() && self.anthropic_upstream.is_none() {
+                    return Err(CommandError::user(
+                        "--on-miss live needs an upstream to go live to",
+                    )
+                    .with_hint("add --upstream URL"));
+                }
+                spec.on_miss = convo_proxy::replay::OnMiss::Live;
+            }
+            c.replay = Some(spec);
+        }
         Ok(c)
     }
 }
@@ -87,7 +113,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
     let name = if proxy_only { "proxy" } else { "serve" };
     if proxy_only && !a.upstream.any() {
         return Err(CommandError::user("convo proxy needs an upstream")
-            .with_hint("pass --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL"));
+            .with_hint("pass --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL, or --replay SESSION"));
     }
     let proxy_config = if a.upstream.any() {
         Some(a.upstream.config()?)
@@ -128,11 +154,21 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         let hub = st.hub.clone();
         let proxy = match proxy_config {
             Some(pc) => Some(
-                convo_proxy::Proxy::new(pc, st.pool.clone(), Some(st.hub.clone()))
-                    .map_err(|e| CommandError::user(e.to_string()))?,
+                convo_proxy::Proxy::start(pc, st.pool.clone(), Some(st.hub.clone()))
+                    .await
+                    .map_err(|e| match e {
+                        convo_proxy::ProxyError::Replay(e) => CommandError::from(e),
+                        other => CommandError::user(other.to_string()),
+                    })?,
             ),
             None => None,
         };
+        if let Some(p) = &proxy
+            && p.replay_len() > 0
+        {
+            eprintln!("convo {name}: replaying {} recorded calls", p.replay_len());
+        }
+        let summary = proxy.clone();
         let app = match (proxy, proxy_only) {
             (Some(p), true) => convo_proxy::standalone(p, &config),
             (p, _) => convo_server::router(st, &config, p.map(convo_proxy::router)),
@@ -160,6 +196,9 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             eprintln!("convo {name}: shutting down; finishing requests in flight");
         };
         let res = convo_server::serve_router(listener, app, shutdown).await;
+        if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
+            eprintln!("{line}");
+        }
         hub.stop();
         res.map_err(|e| CommandError::user(format!("server: {e}")))
     })?;
