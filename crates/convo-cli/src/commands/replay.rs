@@ -1,8 +1,8 @@
-use super::run::{AgentArgs, check_branch, lock_dir, runtime};
+use super::run::{AgentArgs, check_branch, lock_waiting, runtime};
 use super::{CmdResult, CommandError, Env, branch_name, prefix};
 use clap::Args;
 use convo_core::text::{Newlines, visible};
-use convo_harness::{Harness, ReplayOptions, TimelineLock};
+use convo_harness::{Harness, ReplayOptions};
 use convo_server::StorePool;
 use std::process::ExitCode;
 
@@ -55,7 +55,7 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
         .map_err(CommandError::from)?
         .id;
     check_branch(&pool, &session, &branch)?;
-    let _lock = TimelineLock::acquire(&lock_dir(env), &session, &branch, true, "convo replay")?;
+    let _lock = lock_waiting(env, &session, &branch, "convo replay")?;
     let rt = runtime()?;
     let json = a.json;
     let report = rt.block_on(async {
