@@ -9,13 +9,31 @@ use std::path::PathBuf;
 #[command(name = "convo", version, propagate_version = true)]
 pub struct Cli {
     /// Directory holding convo's data [env: CONVO_HOME] [default: ~/.convo]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        help_heading = "Global options"
+    )]
     pub home: Option<PathBuf>,
 
     /// Store URL: sqlite:///path/to/convo.db or postgres://user@host/db
     /// [env: CONVO_STORE] [default: HOME/convo.db]. A --home flag beats CONVO_STORE
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        help_heading = "Global options"
+    )]
     pub store: Option<String>,
+
+    /// When to color the output (NO_COLOR set means never, unless always)
+    #[arg(long, global = true, value_name = "WHEN", default_value = "auto", value_parser = ["auto", "always", "never"], help_heading = "Global options")]
+    pub color: String,
+
+    /// Print long output straight to the terminal instead of through $PAGER (less -FRX)
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub no_pager: bool,
 
     #[command(subcommand)]
     pub command: Command,
@@ -39,11 +57,17 @@ pub enum Command {
     Log(crate::commands::log::LogArgs),
     /// Show one node
     Show(crate::commands::show::ShowArgs),
+    /// Print a whole turn: input, service calls with their diagnostics, answer
+    Turn(crate::commands::turn::TurnArgs),
+    /// Compare two timelines: the fork point, then what each side added, turn by turn
+    Diff(crate::commands::diff::DiffArgs),
     /// Read and write the agent's versioned state
     #[command(subcommand)]
     State(StateCmd),
-    /// Recompute every hash and check every link; exit 1 if anything is wrong
-    Verify(JsonFlag),
+    /// Recompute every hash and check every link and row; exit 1 if anything is wrong
+    Verify(crate::commands::verify::VerifyArgs),
+    /// Write a signed checkpoint of the store's state (for `verify --checkpoint`)
+    Checkpoint(crate::commands::checkpoint::CheckpointArgs),
     /// Append messages read as JSON lines from stdin, one transaction each
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote
@@ -63,6 +87,14 @@ pub enum Command {
     Migrate(crate::commands::migrate::MigrateArgs),
     /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
     Serve(crate::commands::serve::ServeArgs),
+    /// Run an agent on a timeline, one recorded turn per input (docs/AGENTS.md)
+    Run(crate::commands::run::RunArgs),
+    /// Talk to an agent interactively, every turn recorded; fork, switch and promote as you go
+    Chat(crate::commands::chat::ChatArgs),
+    /// Re-run a recorded timeline against an agent; exit 1 at the first divergence
+    Replay(crate::commands::replay::ReplayArgs),
+    /// Record every LLM call a program makes: an OpenAI/Anthropic-compatible proxy to an upstream
+    Proxy(crate::commands::proxy::ProxyArgs),
 }
 
 #[derive(Args, Debug)]
@@ -86,16 +118,31 @@ pub enum SessionCmd {
         #[arg(long)]
         json: bool,
     },
-    /// List sessions
-    List(JsonFlag),
+    /// List sessions, oldest first
+    List(crate::commands::session::ListArgs),
     /// Show a timeline's turns from the first message to the head
     Get(crate::commands::session::GetArgs),
+    /// Set or clear a session's title
+    #[command(alias = "edit")]
+    Retitle {
+        /// Session id, unique id prefix or title
+        session: String,
+        /// The new title
+        #[arg(required_unless_present = "clear")]
+        title: Option<String>,
+        /// Remove the title instead
+        #[arg(long, conflicts_with = "title")]
+        clear: bool,
+        /// Print one JSON document
+        #[arg(long)]
+        json: bool,
+    },
     /// Create a timeline from any past node
     Fork {
         /// Session id, unique id prefix or title
         session: String,
-        /// The node to fork from: full hash or unique prefix
-        #[arg(long)]
+        /// The node to fork from: HASH (4+ hex digits), BRANCH, BRANCH~N or BRANCH@TURN
+        #[arg(long, value_name = "REF")]
         from: String,
         /// Name of the new timeline
         #[arg(long)]
@@ -123,6 +170,9 @@ pub enum BranchCmd {
     List {
         /// Session id, unique id prefix or title
         session: String,
+        /// Draw the timelines as a tree with their fork points
+        #[arg(long)]
+        graph: bool,
         /// Print one JSON document
         #[arg(long)]
         json: bool,
@@ -152,7 +202,7 @@ pub enum StateCmd {
         /// Timeline whose working state to read
         #[arg(long, default_value = "main")]
         branch: String,
-        /// Read the state as of this node instead (hash or unique prefix)
+        /// Read the state as of this node instead (HASH, BRANCH, BRANCH~N, BRANCH@TURN)
         #[arg(long)]
         at: Option<String>,
     },
@@ -163,7 +213,7 @@ pub enum StateCmd {
         /// Timeline whose working state to read
         #[arg(long, default_value = "main")]
         branch: String,
-        /// Read the state as of this node instead (hash or unique prefix)
+        /// Read the state as of this node instead (HASH, BRANCH, BRANCH~N, BRANCH@TURN)
         #[arg(long)]
         at: Option<String>,
         /// Print one JSON document

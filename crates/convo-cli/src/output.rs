@@ -1,77 +1,31 @@
 //! How nodes, sessions and branches look on the terminal and in `--json`.
 //!
-//! JSON wire format (stable): a node is an object with `hash`, `seq`,
-//! `parent` (hash or null), `kind`, `session`, `submission` (or null),
-//! `sequence` (or null), `from`, `to`, `payload_sha256`, `payload_len`,
-//! `payload` (UTF-8 text, or null when not UTF-8), `payload_base64`-free:
-//! binary payloads are shown as null with `payload_binary: true`,
-//! `diagnostics` (object), `state` (or null), `created_at` (RFC 3339 UTC,
-//! milliseconds), `depth`, and for fork/promote `branch`, `sealed_as`.
+//! JSON shapes are the wire types of `convo-api` (documented there, message
+//! by message): a node is [`convo_api::NodeView`] (payload lossless: text
+//! with `"payload_encoding": "utf8"`, or base64 with `"base64"`), a session
+//! [`convo_api::Session`], a branch [`convo_api::Branch`]. Listings read
+//! from a timeline set each node's `turn`.
 
-use convo_core::{Millis, Node};
+use convo_api::{Branch, NodeView, Session};
+use convo_core::Millis;
 use convo_store::{BranchRow, SessionRow, StoredNode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// RFC 3339 UTC with milliseconds.
 pub fn time(ms: Millis) -> String {
-    match jiff::Timestamp::from_millisecond(ms) {
-        Ok(t) => t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
-        Err(_) => format!("{ms}ms"),
-    }
+    convo_api::time(ms)
 }
 
 pub fn session_json(s: &SessionRow) -> Value {
-    json!({
-        "id": s.id.to_string(),
-        "agent": s.agent,
-        "title": s.title,
-        "created_at": time(s.created_at),
-    })
+    serde_json::to_value(Session::from(s)).unwrap_or(Value::Null)
 }
 
 pub fn branch_json(b: &BranchRow) -> Value {
-    json!({
-        "name": b.name.as_str(),
-        "head": b.head.map(|h| h.to_hex()),
-        "state": b.state.map(|h| h.to_hex()),
-        "sealed": b.sealed,
-        "created_at": time(b.created_at),
-    })
+    serde_json::to_value(Branch::from(b)).unwrap_or(Value::Null)
 }
 
 pub fn node_json(s: &StoredNode, payload: Option<&[u8]>) -> Value {
-    let n: &Node = &s.node;
-    let mut v = json!({
-        "hash": s.hash.to_hex(),
-        "seq": s.seq,
-        "parent": n.parent.map(|h| h.to_hex()),
-        "kind": n.kind.as_str(),
-        "session": n.session.to_string(),
-        "submission": n.submission.map(|h| h.to_hex()),
-        "sequence": n.sequence,
-        "from": n.from,
-        "to": n.to,
-        "payload_sha256": n.payload.to_hex(),
-        "payload_len": n.payload_len,
-        "diagnostics": n.diagnostics.to_value(),
-        "state": n.state.map(|h| h.to_hex()),
-        "created_at": time(n.created_at),
-        "depth": s.ctx.depth,
-    });
-    if let Some(p) = payload {
-        match std::str::from_utf8(p) {
-            Ok(t) => v["payload"] = json!(t),
-            Err(_) => {
-                v["payload"] = Value::Null;
-                v["payload_binary"] = json!(true);
-            }
-        }
-    }
-    if let Some(e) = &n.event {
-        v["branch"] = json!(e.branch.as_str());
-        v["sealed_as"] = json!(e.sealed_as.as_ref().map(|s| s.as_str()));
-    }
-    v
+    serde_json::to_value(NodeView::new(s, payload)).unwrap_or(Value::Null)
 }
 
 /// A one-line preview of a payload: first line, at most `max` characters.
@@ -84,47 +38,101 @@ pub fn preview(p: &[u8], max: usize) -> String {
     if out.len() < t.len() {
         out.push('…');
     }
-    out.chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
+    clean(&out)
+}
+
+/// The cells of a node's row in `log` and `session get`: turn, node,
+/// time, kind, from → to, details, payload preview.
+pub fn node_cells(s: &StoredNode, payload: &[u8], turn: Option<usize>) -> Vec<String> {
+    use crate::ui::{Style, paint};
+    let n = &s.node;
+    let mut what = Vec::new();
+    if let Some(st) = n.state {
+        what.push(paint(Style::Dim, &format!("[state {}]", st.short())));
+    }
+    if let Some(e) = &n.event {
+        what.push(format!("branch {}", clean(e.branch.as_str())));
+        if let Some(s) = &e.sealed_as {
+            what.push(format!("(old main sealed as {})", clean(s.as_str())));
+        }
+    }
+    if n.event.is_none() || !payload.is_empty() {
+        what.push(preview(payload, 60));
+    }
+    let kind_text = match n.sequence {
+        Some(q) => format!("{} #{q}", n.kind),
+        None => n.kind.to_string(),
+    };
+    let kind = match n.kind {
+        convo_core::Kind::Invoke | convo_core::Kind::Complete => paint(Style::Bold, &kind_text),
+        convo_core::Kind::Fork | convo_core::Kind::Promote => paint(Style::Magenta, &kind_text),
+        _ => kind_text,
+    };
+    vec![
+        turn.map(|t| paint(Style::Cyan, &t.to_string()))
+            .unwrap_or_else(|| "-".into()),
+        paint(Style::Hash, &s.hash.short()),
+        paint(Style::Dim, &human_time(n.created_at)),
+        kind,
+        format!("{} → {}", clean(&n.from), clean(&n.to)),
+        what.join(" "),
+    ]
+}
+
+/// The header row over [`node_cells`].
+pub fn node_header() -> Vec<String> {
+    header(&["turn", "node", "time (UTC)", "kind", "from → to", "payload"])
+}
+
+/// Header cells, bold when colored.
+pub fn header(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .map(|n| crate::ui::paint(crate::ui::Style::Bold, n))
         .collect()
 }
 
-/// One line for a node in `log` and `session get`.
-pub fn node_line(s: &StoredNode, payload: &[u8]) -> String {
-    let n = &s.node;
-    let mut extra = String::new();
-    if let Some(seq) = n.sequence {
-        extra.push_str(&format!(" #{seq}"));
+/// `YYYY-MM-DD HH:MM:SS` in UTC: for people; JSON carries [`time`].
+pub fn human_time(ms: Millis) -> String {
+    match jiff::Timestamp::from_millisecond(ms) {
+        Ok(t) => t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+        Err(_) => format!("{ms}ms"),
     }
-    if let Some(st) = n.state {
-        extra.push_str(&format!(" state={}", st.short()));
-    }
-    if let Some(e) = &n.event {
-        extra.push_str(&format!(" branch={}", e.branch));
-        if let Some(s) = &e.sealed_as {
-            extra.push_str(&format!(" sealed={s}"));
-        }
-    }
-    let sub = n
-        .submission
-        .map(|s| s.short())
-        .unwrap_or_else(|| "-".into());
-    format!(
-        "{} {} {:<8} {} → {}  sub={}{}  {}",
-        s.hash.short(),
-        time(n.created_at),
-        n.kind.as_str(),
-        n.from,
-        n.to,
-        sub,
-        extra,
-        preview(payload, 60)
-    )
 }
 
+/// A one-line field (a name, a title) made safe for a terminal: control
+/// characters, escape sequences and line breaks shown as escapes
+/// (`convo_core::text::visible`).
+pub fn clean(s: &str) -> String {
+    convo_core::text::visible(s, convo_core::text::Newlines::Escape).into_owned()
+}
+
+/// Like [`clean`] for text of several lines: keeps line breaks and tabs.
+pub fn clean_multiline(s: &str) -> String {
+    convo_core::text::visible(s, convo_core::text::Newlines::Keep).into_owned()
+}
+
+/// One line for a node (`watch`): the cells of [`node_cells`] without a turn.
+pub fn node_line(s: &StoredNode, payload: &[u8]) -> String {
+    let mut cells = node_cells(s, payload, None);
+    cells.remove(0);
+    cells.retain(|c| !c.is_empty());
+    cells.join("  ")
+}
+
+/// Writes `v` pretty-printed and a newline.
+pub fn write_json(out: &mut impl std::io::Write, v: &Value) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into());
+    out.write_all(text.as_bytes())?;
+    out.write_all(b"\n")?;
+    out.flush()
+}
+
+/// Prints `v` on standard output; a closed pipe ends the process quietly.
 pub fn print_json(v: &Value) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(v).unwrap_or_else(|_| "null".into())
-    );
+    if let Err(e) = write_json(&mut std::io::stdout().lock(), v)
+        && crate::ui::is_closed(&e)
+    {
+        std::process::exit(i32::from(crate::ui::closed_status()));
+    }
 }

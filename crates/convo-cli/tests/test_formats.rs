@@ -158,7 +158,7 @@ fn export_writes_every_format() {
     assert!(back.starts_with("ses-"), "{back}");
 
     let r = t.run(&["export", &id, "--format", "convo", "--branch", "nope"]);
-    assert_eq!(r.code(), 2);
+    assert_eq!(r.code(), 3);
     assert!(r.stderr().contains("no branch"), "{}", r.stderr());
 }
 

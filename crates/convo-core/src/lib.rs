@@ -14,8 +14,10 @@
 //! in by the caller.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod fact;
 pub mod hash;
 mod ids;
+pub mod json;
 mod node;
 pub mod state;
 pub mod text;

@@ -8,12 +8,14 @@ pub enum StoreError {
     #[error("no session matches `{0}`")]
     NoSession(String),
     /// A prefix or title shared by several sessions.
-    #[error("`{query}` matches {count} sessions")]
+    #[error("`{query}` matches {count} sessions:{}", list_candidates(candidates, *count))]
     AmbiguousSession {
         /// What was asked for.
         query: String,
         /// How many matched.
         count: usize,
+        /// Some of them (`ses-… "title"`), for the message.
+        candidates: Vec<String>,
     },
     /// The session has no such timeline.
     #[error("session {session} has no branch `{branch}`")]
@@ -81,6 +83,10 @@ pub enum StoreError {
     /// Stored data that does not decode (edited behind convo's back).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The database itself is damaged (SQLite reports corruption, fails its
+    /// integrity check, or its schema is not the one its version names).
+    #[error("the store is damaged: {0}")]
+    Damaged(String),
     /// The store's schema is newer than this convo.
     #[error("the store has schema version {found}, newer than this convo knows ({known})")]
     SchemaTooNew {
@@ -200,7 +206,9 @@ impl StoreError {
             StoreError::Busy(_) | StoreError::Url(..) | StoreError::Backend(_) => {
                 ErrorKind::Unavailable
             }
-            StoreError::Corrupt(_) | StoreError::SchemaTooNew { .. } => ErrorKind::Corrupt,
+            StoreError::Corrupt(_) | StoreError::Damaged(_) | StoreError::SchemaTooNew { .. } => {
+                ErrorKind::Corrupt
+            }
         }
     }
 
@@ -208,7 +216,9 @@ impl StoreError {
     pub fn hint(&self) -> Option<&'static str> {
         Some(match self {
             StoreError::NoSession(_) => "list sessions with `convo session list`",
-            StoreError::AmbiguousSession { .. } => "give more digits of the session id",
+            StoreError::AmbiguousSession { .. } => {
+                "name the session by its full id (or more digits of it)"
+            }
             StoreError::NoBranch { .. } => "list branches with `convo branch list SESSION`",
             StoreError::BranchExists { .. } => "pick another branch name",
             StoreError::Sealed { .. } => {
@@ -218,6 +228,9 @@ impl StoreError {
             StoreError::AmbiguousNode { .. } => "give more digits of the hash",
             StoreError::Busy(_) | StoreError::Conflict(_) => "retry the command",
             StoreError::Corrupt(_) => "run `convo verify` for a full report",
+            StoreError::Damaged(_) => {
+                "run `convo verify` for a full report; restore the store from a backup, or copy what is readable with `convo migrate`"
+            }
             StoreError::SchemaTooNew { .. } => "upgrade convo",
             StoreError::NoStore(_) => {
                 "check --home / --store (or CONVO_HOME / CONVO_STORE); `convo init` creates a store"
@@ -231,6 +244,14 @@ impl StoreError {
     pub fn is_retryable(&self) -> bool {
         matches!(self, StoreError::Busy(_) | StoreError::Conflict(_))
     }
+}
+
+fn list_candidates(c: &[String], count: usize) -> String {
+    let mut s: String = c.iter().map(|c| format!("\n  {c}")).collect();
+    if count > c.len() {
+        s.push_str(&format!("\n  … and {} more", count - c.len()));
+    }
+    s
 }
 
 /// `Result` with [`StoreError`].

@@ -2,6 +2,7 @@
 
 use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 use crate::{Result, StoreError};
+use convo_core::fact::{Fact, FactRecord};
 use convo_core::hash::content_hash;
 use convo_core::state::{self, StateError, StateNodes};
 use convo_core::timeline::{Context, sealed_name};
@@ -47,6 +48,17 @@ pub struct TimelineNode {
     pub stored: StoredNode,
     /// Its payload bytes.
     pub payload: Vec<u8>,
+}
+
+/// One turn, read whole: see [`Store::turn`].
+#[derive(Clone, Debug)]
+pub struct TurnView {
+    /// Its number on the timeline (1-based).
+    pub number: usize,
+    /// Whether it has its complete.
+    pub complete: bool,
+    /// Its nodes, the invoke first.
+    pub nodes: Vec<TimelineNode>,
 }
 
 /// The store. Cheap operations, each one transaction.
@@ -178,8 +190,12 @@ impl Store {
         self.read(|tx| tx.sessions())
     }
 
-    /// Finds a session by full id, unique id prefix (with or without
-    /// `ses-`), or exact title.
+    /// Finds a session by full id (`ses-{uuid}`), or else by what matches
+    /// `query` either way: a prefix of the id (4 or more hex digits, with
+    /// or without `ses-`) or the exact title. One match is the session;
+    /// several are an error listing them (so a title that is also an id
+    /// prefix stays reachable when nothing else matches, and the full id
+    /// always works).
     pub fn find_session(&mut self, query: &str) -> Result<SessionRow> {
         if let Ok(id) = SessionId::parse(query) {
             return self
@@ -191,28 +207,42 @@ impl Store {
             .strip_prefix("ses-")
             .unwrap_or(query)
             .to_ascii_lowercase();
-        let by_prefix: Vec<_> = if q.len() >= 4 {
-            all.iter()
-                .filter(|s| s.id.0.hyphenated().to_string().starts_with(&q))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        let matches = if by_prefix.is_empty() {
-            all.iter()
-                .filter(|s| s.title.as_deref() == Some(query))
-                .collect()
-        } else {
-            by_prefix
-        };
+        let hexish = q.len() >= 4 && q.bytes().all(|b| b.is_ascii_hexdigit() || b == b'-');
+        let matches: Vec<&SessionRow> = all
+            .iter()
+            .filter(|s| {
+                s.title.as_deref() == Some(query)
+                    || (hexish && s.id.0.hyphenated().to_string().starts_with(&q))
+            })
+            .collect();
         match matches.as_slice() {
             [one] => Ok((*one).clone()),
             [] => Err(StoreError::NoSession(query.to_owned())),
             many => Err(StoreError::AmbiguousSession {
                 query: query.to_owned(),
                 count: many.len(),
+                candidates: many
+                    .iter()
+                    .take(10)
+                    .map(|s| match &s.title {
+                        Some(t) => format!("{}  {t:?}", s.id),
+                        None => s.id.to_string(),
+                    })
+                    .collect(),
             }),
         }
+    }
+
+    /// Sets (or with `None` removes) a session's title.
+    pub fn retitle(&mut self, session: &SessionId, title: Option<&str>) -> Result<SessionRow> {
+        self.write(|tx| {
+            let mut row = tx
+                .session(session)?
+                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+            tx.set_session_title(session, title)?;
+            row.title = title.map(str::to_owned);
+            Ok(row)
+        })
     }
 
     /// The session's branches, by name.
@@ -312,6 +342,69 @@ impl Store {
         self.read(|tx| timeline_in(tx, session, branch))
     }
 
+    /// The node a reference names: a hash or unique prefix (4+ hex digits),
+    /// `BRANCH`, `BRANCH~N`, `BRANCH@TURN` (see [`crate::refs`] for the grammar).
+    pub fn resolve_ref(&mut self, session: &SessionId, text: &str) -> Result<StoredNode> {
+        self.read(|tx| crate::refs::resolve_ref_in(tx, session, text))
+    }
+
+    /// The nodes from the session's first node to `head` (following
+    /// parents), oldest first, with payloads: the timeline as of `head`.
+    pub fn chain(&mut self, session: &SessionId, head: &NodeHash) -> Result<Vec<TimelineNode>> {
+        self.read(|tx| chain_in(tx, session, *head, true))
+    }
+
+    /// The turn a reference points into, with the timeline it belongs to
+    /// (from the session's first node to the turn's last node): see
+    /// [`crate::turns`]. Fails with `NoNode` when the node is outside any
+    /// turn (a fork or promote between turns).
+    pub fn turn(&mut self, session: &SessionId, text: &str) -> Result<crate::TurnView> {
+        self.read(|tx| {
+            let node = crate::refs::resolve_ref_in(tx, session, text)?;
+            // The turn may go on past `node` on the branch that holds it: read
+            // up to the head of a branch that contains the node when there is one.
+            let mut heads = vec![node.hash];
+            for b in tx.branches(Some(session))? {
+                if let Some(h) = b.head
+                    && h != node.hash
+                {
+                    heads.push(h);
+                }
+            }
+            // Prefer a chain on which the node's turn is finished.
+            let mut best = None;
+            for h in heads {
+                let c = chain_in(tx, session, h, false)?;
+                let Some(i) = c.iter().position(|n| n.stored.hash == node.hash) else {
+                    continue;
+                };
+                let kinds: Vec<_> = c.iter().map(|n| n.stored.node.kind).collect();
+                let turns = crate::turns::group(&kinds);
+                let Some(t) = crate::turns::turn_at(&turns, i).copied() else {
+                    return Err(StoreError::NoNode(format!(
+                        "{text} (node {} is a {} outside any turn)",
+                        node.hash.short(),
+                        node.node.kind
+                    )));
+                };
+                let done = t.complete.is_some();
+                best = Some((h, t));
+                if done {
+                    break;
+                }
+            }
+            let (head, turn) = best.ok_or_else(|| StoreError::NoNode(text.to_owned()))?;
+            let mut chain = chain_in(tx, session, head, true)?;
+            chain.truncate(turn.end);
+            let nodes = chain.split_off(turn.start);
+            Ok(crate::TurnView {
+                number: turn.number,
+                complete: turn.complete.is_some(),
+                nodes,
+            })
+        })
+    }
+
     /// One page of the timeline of `branch`: up to `limit` nodes from
     /// position `offset` (0 = the session's first node), with payloads and
     /// turn numbers, and the timeline's length. Payloads are read for the
@@ -400,8 +493,17 @@ impl Store {
     }
 
     /// Recomputes and checks everything; see [`crate::VerifyReport`].
+    /// Problems with the database itself (SQLite's integrity check) are
+    /// passed to the backend too, which refuses writes while there are any.
     pub fn verify(&mut self) -> Result<crate::VerifyReport> {
-        self.read(crate::verify::verify)
+        let r = self.read(crate::verify::verify)?;
+        let damaged = r
+            .problems
+            .iter()
+            .find(|p| p.object == crate::verify::DATABASE)
+            .map(|p| p.reason.clone());
+        self.backend.record_health(damaged.as_deref());
+        Ok(r)
     }
 }
 
@@ -448,6 +550,15 @@ impl Ledger<'_> {
             created_at: now,
         };
         self.tx.insert_session(&row)?;
+        append_fact(
+            self.tx,
+            Fact::Session {
+                id,
+                agent: row.agent.clone(),
+                title: row.title.clone(),
+                created_at: now,
+            },
+        )?;
         self.tx.insert_branch(&BranchRow {
             session: row.id,
             name: BranchName::main(),
@@ -630,7 +741,7 @@ impl Ledger<'_> {
         let vh = content_hash(value);
         tx.put_blob(&vh, value)?;
         let new = state::put(&mut TxNodes(tx), &root, key.as_bytes(), vh).map_err(state_err)?;
-        tx.set_branch_state(session, branch, Some(&new))?;
+        set_working_state(tx, session, branch, new)?;
         Ok(new)
     }
 
@@ -645,8 +756,76 @@ impl Ledger<'_> {
         let b = open_branch(tx, session, branch, true)?;
         let root = b.state.unwrap_or_else(state::empty_root);
         let new = state::delete(&mut TxNodes(tx), &root, key.as_bytes()).map_err(state_err)?;
-        tx.set_branch_state(session, branch, Some(&new))?;
+        set_working_state(tx, session, branch, new)?;
         Ok((new, new != root))
+    }
+
+    /// One branch, as seen inside this transaction.
+    pub fn branch(&mut self, session: &SessionId, name: &BranchName) -> Result<BranchRow> {
+        open_branch(self.tx, session, name, false)
+    }
+
+    /// Creates an empty timeline `name` (no nodes, empty state), as a new
+    /// session's `main` is: for a run that must not share history with
+    /// another timeline (a replay, say).
+    pub fn create_branch(
+        &mut self,
+        session: &SessionId,
+        name: &BranchName,
+        now: Millis,
+    ) -> Result<BranchRow> {
+        if self.tx.session(session)?.is_none() {
+            return Err(StoreError::NoSession(session.to_string()));
+        }
+        if self.tx.branch(session, name)?.is_some() {
+            return Err(StoreError::BranchExists {
+                session: session.to_string(),
+                branch: name.to_string(),
+            });
+        }
+        let row = BranchRow {
+            session: *session,
+            name: name.clone(),
+            head: None,
+            state: None,
+            sealed: false,
+            created_at: now,
+        };
+        self.tx.insert_branch(&row)?;
+        Ok(row)
+    }
+
+    /// Sets the branch's working state root to an existing state version
+    /// (the state as of some node), as a fork does at its start.
+    pub fn set_working_state(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        root: Option<&StateRoot>,
+    ) -> Result<()> {
+        open_branch(self.tx, session, branch, true)?;
+        self.tx.set_branch_state(session, branch, root)
+    }
+
+    /// The value of `key` in a state version, inside this transaction.
+    pub fn state_get(&mut self, root: &StateRoot, key: &str) -> Result<Option<Vec<u8>>> {
+        let tx = &mut *self.tx;
+        let Some(vh) = state::get(&mut TxNodes(tx), root, key.as_bytes()).map_err(state_err)?
+        else {
+            return Ok(None);
+        };
+        tx.blob(&vh)?
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
+    }
+
+    /// Every key of a state version, sorted, inside this transaction.
+    pub fn state_keys(&mut self, root: &StateRoot) -> Result<Vec<String>> {
+        let entries = state::list(&mut TxNodes(&mut *self.tx), root).map_err(state_err)?;
+        Ok(entries
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
+            .collect())
     }
 
     /// A timeline with payloads, as seen inside this transaction.
@@ -659,16 +838,92 @@ impl Ledger<'_> {
     }
 }
 
+/// Sets a branch's working state root and journals it (a fact: no node
+/// records it until the next `complete` carries it).
+fn set_working_state(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+    root: StateRoot,
+) -> Result<()> {
+    tx.set_branch_state(session, branch, Some(&root))?;
+    append_fact(
+        tx,
+        Fact::State {
+            session: *session,
+            branch: branch.clone(),
+            root: Some(root),
+        },
+    )
+}
+
+/// Appends `fact` to the store's fact journal, chained to the newest fact.
+pub(crate) fn append_fact(tx: &mut dyn Tx, fact: Fact) -> Result<()> {
+    let last = tx.last_fact()?;
+    let rec = FactRecord {
+        prev: last.map(|(_, h)| h),
+        after: tx.last_seq()?,
+        fact,
+    };
+    let body = rec.encode();
+    tx.insert_fact(
+        last.map_or(1, |(seq, _)| seq + 1),
+        &convo_core::sha256(&body),
+        &body,
+    )
+}
+
+/// Journals what a store from before the fact journal already holds: each
+/// session's metadata and each branch's working state, as of now. Rows that
+/// do not decode are left for verify to report.
+pub(crate) fn journal_existing(tx: &mut dyn Tx) -> Result<()> {
+    for s in tx.session_rows()?.into_iter().flatten() {
+        append_fact(
+            tx,
+            Fact::Session {
+                id: s.id,
+                agent: s.agent,
+                title: s.title,
+                created_at: s.created_at,
+            },
+        )?;
+    }
+    for b in tx.branch_rows()?.into_iter().flatten() {
+        if b.state.is_some() {
+            append_fact(
+                tx,
+                Fact::State {
+                    session: b.session,
+                    branch: b.name,
+                    root: b.state,
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
 fn timeline_in(
     tx: &mut dyn Tx,
     session: &SessionId,
     branch: &BranchName,
 ) -> Result<Vec<TimelineNode>> {
     let b = open_branch(tx, session, branch, false)?;
-    let Some(head) = b.head else {
-        return Ok(Vec::new());
-    };
-    let rows = tx.session_nodes(session, true)?;
+    match b.head {
+        None => Ok(Vec::new()),
+        Some(head) => chain_in(tx, session, head, true),
+    }
+}
+
+/// The nodes from the session's first node to `head`, following parents,
+/// oldest first; with payloads when `payloads` (else they are empty).
+pub(crate) fn chain_in(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    head: NodeHash,
+    payloads: bool,
+) -> Result<Vec<TimelineNode>> {
+    let rows = tx.session_nodes(session, payloads)?;
     let index: convo_core::DigestMap<NodeHash, usize> = rows
         .iter()
         .enumerate()
@@ -677,14 +932,14 @@ fn timeline_in(
     let mut chain = Vec::new();
     let mut cur = Some(head);
     while let Some(h) = cur {
-        let &i = index
-            .get(&h)
-            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
+        let &i = index.get(&h).ok_or_else(|| {
+            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
+        })?;
         chain.push(i);
         cur = rows[i].0.node.parent;
         if chain.len() > rows.len() {
             return Err(StoreError::Corrupt(format!(
-                "branch `{branch}` has a parent cycle"
+                "node {head} has a parent cycle"
             )));
         }
     }

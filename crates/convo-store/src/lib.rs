@@ -10,18 +10,25 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod checkpoint;
+pub mod diff;
 mod error;
+pub mod filter;
 mod follow;
 mod ledger;
 mod migrate;
 pub mod postgres;
+pub mod refs;
 pub mod sqlite;
 pub mod testing;
+pub mod topology;
+pub mod turns;
 mod verify;
 
-pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+pub use backend::{Backend, BranchRow, FactRow, SessionRow, StoredNode, Tx};
+pub use checkpoint::Checkpoint;
 pub use error::{ErrorKind, Result, StoreError};
 pub use follow::Follower;
-pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage};
+pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage, TurnView};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};

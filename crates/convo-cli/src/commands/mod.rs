@@ -1,20 +1,29 @@
 //! One module per command. `run` opens the store and dispatches.
 
 pub mod branch;
+pub mod chat;
 pub mod check;
+pub mod checkpoint;
 pub mod demo;
+pub mod diff;
 pub mod export;
 pub mod git;
+pub mod graph;
 pub mod import;
 pub mod ingest;
 pub mod log;
 pub mod migrate;
+pub mod proxy;
 pub mod record;
+pub mod replay;
+pub mod run;
 pub mod say;
+pub mod select;
 pub mod serve;
 pub mod session;
 pub mod show;
 pub mod state;
+pub mod turn;
 pub mod verify;
 pub mod watch;
 
@@ -25,11 +34,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The one error type of the CLI: a message, an optional hint, an exit code.
+/// A closed standard output is one too, reported by nothing but its status.
 #[derive(Debug)]
 pub struct CommandError {
     message: String,
     hint: Option<String>,
     code: u8,
+    closed: bool,
 }
 
 impl CommandError {
@@ -38,6 +49,16 @@ impl CommandError {
             message: message.into(),
             hint: None,
             code: 2,
+            closed: false,
+        }
+    }
+    /// Standard output was closed (`convo log S | head`): end quietly.
+    pub fn closed() -> Self {
+        CommandError {
+            message: String::new(),
+            hint: None,
+            code: crate::ui::CLOSED_PIPE,
+            closed: true,
         }
     }
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
@@ -45,31 +66,48 @@ impl CommandError {
         self
     }
     pub fn report(&self) {
-        eprintln!("error: {}", self.message);
+        if self.closed {
+            return;
+        }
+        // Messages quote user input (names, titles, file contents): shown,
+        // never sent raw to the terminal.
+        use convo_core::text::{Newlines, visible};
+        eprintln!("error: {}", visible(&self.message, Newlines::Keep));
         if let Some(h) = &self.hint {
-            eprintln!("hint: {h}");
+            eprintln!("hint: {}", visible(h, Newlines::Keep));
         }
     }
     pub fn message_text(&self) -> &str {
         &self.message
     }
     pub fn exit_code(&self) -> u8 {
-        self.code
+        if self.closed {
+            crate::ui::closed_status()
+        } else {
+            self.code
+        }
     }
 }
 
 impl From<StoreError> for CommandError {
+    /// The exit code follows the error's kind (`StoreError::kind`): 2 bad
+    /// input or ambiguous, 3 not found, 4 refused (sealed, taken, conflict),
+    /// 5 store unavailable or corrupt.
     fn from(e: StoreError) -> Self {
         CommandError {
             message: e.to_string(),
             hint: e.hint().map(str::to_owned),
-            code: 2,
+            code: u8::try_from(e.kind().exit_code()).unwrap_or(2),
+            closed: false,
         }
     }
 }
 
 impl From<std::io::Error> for CommandError {
     fn from(e: std::io::Error) -> Self {
+        if crate::ui::is_closed(&e) {
+            return CommandError::closed();
+        }
         CommandError::user(e.to_string())
     }
 }
@@ -145,11 +183,16 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Demo(_)
         | Command::Import(_)
         | Command::Migrate(_)
-        | Command::Serve(_) => Access::Write,
+        | Command::Serve(_)
+        | Command::Run(_)
+        | Command::Chat(_)
+        | Command::Replay(_)
+        | Command::Proxy(_) => Access::Write,
         Command::Session(c) => match c {
-            SessionCmd::New { .. } | SessionCmd::Fork { .. } | SessionCmd::Promote { .. } => {
-                Access::Write
-            }
+            SessionCmd::New { .. }
+            | SessionCmd::Fork { .. }
+            | SessionCmd::Promote { .. }
+            | SessionCmd::Retitle { .. } => Access::Write,
             SessionCmd::List(_) | SessionCmd::Get(_) => Access::Read,
         },
         Command::State(c) => match c {
@@ -159,7 +202,10 @@ pub fn access(cmd: &Command) -> Access {
         Command::Branch(_)
         | Command::Log(_)
         | Command::Show(_)
+        | Command::Turn(_)
+        | Command::Diff(_)
         | Command::Verify(_)
+        | Command::Checkpoint(_)
         | Command::Export(_)
         | Command::Check(_)
         | Command::Git(_)
@@ -180,6 +226,17 @@ pub fn branch_name(s: &str) -> CmdResult<BranchName> {
 
 pub fn prefix(s: &str) -> CmdResult<HashPrefix> {
     HashPrefix::parse(s).map_err(|e| CommandError::user(e.to_string()))
+}
+
+/// The node a reference names in `session` (see `convo_store::refs`), as
+/// a full-hash prefix for the store calls that take one.
+pub fn node_ref(
+    store: &mut Store,
+    session: &convo_core::SessionId,
+    r: &str,
+) -> CmdResult<HashPrefix> {
+    let n = store.resolve_ref(session, r)?;
+    prefix(&n.hash.to_hex())
 }
 
 pub fn find_session(store: &mut Store, q: &str) -> CmdResult<SessionRow> {
@@ -207,8 +264,11 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Say(a) => say::run(&env, a),
         Command::Log(a) => log::run(&env, a),
         Command::Show(a) => show::run(&env, a),
+        Command::Turn(a) => turn::run(&env, a),
+        Command::Diff(a) => diff::run(&env, a),
         Command::State(c) => state::run(&env, c),
-        Command::Verify(a) => verify::run(&env, a.json),
+        Command::Verify(a) => verify::run(&env, a),
+        Command::Checkpoint(a) => checkpoint::run(&env, a),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),
@@ -218,5 +278,9 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
         Command::Serve(a) => serve::run(&env, a),
+        Command::Run(a) => run::run(&env, a),
+        Command::Chat(a) => chat::run(&env, a),
+        Command::Replay(a) => replay::run(&env, a),
+        Command::Proxy(a) => proxy::run(&env, a),
     }
 }

@@ -1,18 +1,64 @@
-use super::{CmdResult, Env, branch_name, find_session, now, prefix};
+use super::select::FilterArgs;
+use super::{CmdResult, Env, branch_name, find_session, now};
 use crate::cli::SessionCmd;
-use crate::output::{node_json, node_line, print_json, session_json, time};
+use crate::output::{
+    clean, header, human_time, node_cells, node_header, node_json, session_json, write_json,
+};
+use crate::ui::{Out, Style, columns, paint};
 use clap::Args;
+use convo_store::turns;
 use serde_json::json;
+use std::io::Write;
 use std::process::ExitCode;
 
-/// Show a timeline's turns from the first message to the head.
+/// List sessions, oldest first.
+///
+/// Examples:
+///   convo session list
+///   convo session list --agent researcher --limit 20
+///   convo session list --title paris --json
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
+pub struct ListArgs {
+    /// Only sessions with this agent
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// Only sessions whose title contains this text (case-insensitive)
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+    /// Only the N most recent sessions (still printed oldest first)
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
+    /// Print one JSON document
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Show a timeline's turns from the first message to the head.
+///
+/// Each row is one node with its turn number (see `convo turn` to read a
+/// turn whole); --full prints every turn whole instead.
+///
+/// Examples:
+///   convo session get Paris
+///   convo session get Paris --branch retry --full
+///   convo session get Paris --kind invoke,complete --limit 10
+#[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct GetArgs {
     /// Session id, unique id prefix or title
     pub session: String,
     /// Timeline
     #[arg(long, default_value = "main")]
     pub branch: String,
+    /// Print each turn whole: payloads in full, service calls folded under their turn
+    #[arg(long)]
+    pub full: bool,
+    /// Show at most this many nodes (the first ones)
+    #[arg(long, short = 'n', value_name = "N")]
+    pub limit: Option<usize>,
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Print one JSON document
     #[arg(long)]
     pub json: bool,
@@ -23,60 +69,71 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
     match cmd {
         SessionCmd::New { agent, title, json } => {
             let s = store.create_session(&agent, title.as_deref(), now())?;
+            let mut out = Out::stdout();
             if json {
-                print_json(&session_json(&s));
+                write_json(&mut out, &session_json(&s))?;
             } else {
-                println!("{}", s.id);
+                writeln!(out, "{}", s.id)?;
             }
         }
-        SessionCmd::List(f) => {
-            let sessions = store.sessions()?;
-            if f.json {
-                print_json(&json!(
-                    sessions.iter().map(session_json).collect::<Vec<_>>()
-                ));
-            } else {
-                for s in &sessions {
-                    println!(
-                        "{}  {}  {:<16} {}",
-                        s.id,
-                        time(s.created_at),
-                        s.agent,
-                        s.title.as_deref().unwrap_or("")
-                    );
-                }
+        SessionCmd::List(a) => {
+            let mut sessions = store.sessions()?;
+            let needle = a.title.as_deref().map(str::to_lowercase);
+            sessions.retain(|s| {
+                a.agent.as_ref().is_none_or(|g| *g == s.agent)
+                    && needle.as_ref().is_none_or(|n| {
+                        s.title
+                            .as_deref()
+                            .is_some_and(|t| t.to_lowercase().contains(n))
+                    })
+            });
+            if let Some(n) = a.limit {
+                let skip = sessions.len().saturating_sub(n);
+                sessions.drain(..skip);
             }
-        }
-        SessionCmd::Get(a) => {
-            let s = find_session(&mut store, &a.session)?;
-            let b = branch_name(&a.branch)?;
-            let row = store.branch(&s.id, &b)?;
-            let tl = store.timeline(&s.id, &b)?;
             if a.json {
-                let mut v = session_json(&s);
-                v["branch"] = crate::output::branch_json(&row);
-                v["nodes"] = json!(
-                    tl.iter()
-                        .map(|n| node_json(&n.stored, Some(&n.payload)))
-                        .collect::<Vec<_>>()
-                );
-                print_json(&v);
+                let v = json!(sessions.iter().map(session_json).collect::<Vec<_>>());
+                write_json(&mut Out::stdout(), &v)?;
             } else {
-                println!(
-                    "session {}  agent {}{}",
-                    s.id,
-                    s.agent,
-                    s.title.map(|t| format!("  \"{t}\"")).unwrap_or_default()
-                );
-                println!(
-                    "branch  {}{}  {} nodes  state {}",
-                    b,
-                    if row.sealed { " (sealed)" } else { "" },
-                    tl.len(),
-                    row.state.map(|r| r.short()).unwrap_or_else(|| "-".into())
-                );
-                for n in &tl {
-                    println!("{}", node_line(&n.stored, &n.payload));
+                let mut rows = vec![header(&["session", "created (UTC)", "agent", "title"])];
+                rows.extend(sessions.iter().map(|s| {
+                    vec![
+                        s.id.to_string(),
+                        paint(Style::Dim, &human_time(s.created_at)),
+                        clean(&s.agent),
+                        clean(s.title.as_deref().unwrap_or("")),
+                    ]
+                }));
+                let mut out = Out::paged();
+                for line in columns(&rows) {
+                    writeln!(out, "{}", line.trim_end())?;
+                }
+                out.finish()?;
+            }
+        }
+        SessionCmd::Get(a) => return get(&mut store, a),
+        SessionCmd::Retitle {
+            session,
+            title,
+            clear,
+            json,
+        } => {
+            let s = find_session(&mut store, &session)?;
+            let title = if clear { None } else { title };
+            if let Some(t) = &title
+                && t.trim().is_empty()
+            {
+                return Err(super::CommandError::user("a title must not be empty")
+                    .with_hint("remove a title with --clear"));
+            }
+            let row = store.retitle(&s.id, title.as_deref())?;
+            let mut out = Out::stdout();
+            if json {
+                write_json(&mut out, &session_json(&row))?;
+            } else {
+                match &row.title {
+                    Some(t) => eprintln!("{} is now titled {:?}", row.id, clean(t)),
+                    None => eprintln!("{} has no title now", row.id),
                 }
             }
         }
@@ -88,14 +145,19 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
         } => {
             let s = find_session(&mut store, &session)?;
             let name = branch_name(&branch)?;
-            let node = store.fork(&s.id, &prefix(&from)?, &name, now())?;
+            let at = store.resolve_ref(&s.id, &from)?;
+            let full = convo_core::HashPrefix::parse(&at.hash.to_hex())
+                .map_err(|e| super::CommandError::user(e.to_string()))?;
+            let node = store.fork(&s.id, &full, &name, now())?;
+            let mut out = Out::stdout();
             if json {
-                print_json(&node_json(&node, None));
+                write_json(&mut out, &node_json(&node, None))?;
             } else {
-                println!("{}", node.hash);
+                writeln!(out, "{}", node.hash)?;
                 eprintln!(
-                    "created branch `{name}` at {}",
-                    node.node.parent.map(|p| p.short()).unwrap_or_default()
+                    "created branch `{}` at {}",
+                    clean(name.as_str()),
+                    at.hash.short()
                 );
             }
         }
@@ -107,18 +169,104 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
             let s = find_session(&mut store, &session)?;
             let name = branch_name(&branch)?;
             let p = store.promote(&s.id, &name, now())?;
+            let mut out = Out::stdout();
             if json {
                 let mut v = node_json(&p.node, None);
                 v["sealed_as"] = json!(p.sealed_as.as_str());
-                print_json(&v);
+                write_json(&mut out, &v)?;
             } else {
-                println!("{}", p.node.hash);
+                writeln!(out, "{}", p.node.hash)?;
                 eprintln!(
-                    "`{name}` is now main; the old main is sealed as `{}`",
+                    "`{}` is now main; the old main is sealed as `{}`",
+                    clean(name.as_str()),
                     p.sealed_as
                 );
             }
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
+    let filter = a.filter.to_filter(now())?;
+    let s = find_session(store, &a.session)?;
+    let b = branch_name(&a.branch)?;
+    let row = store.branch(&s.id, &b)?;
+    let tl = store.timeline(&s.id, &b)?;
+    let kinds: Vec<_> = tl.iter().map(|n| n.stored.node.kind).collect();
+    let groups = turns::group(&kinds);
+    let numbers = turns::numbers(&groups, kinds.len());
+    let shown: Vec<_> = tl
+        .iter()
+        .zip(numbers.iter().copied())
+        .filter(|(n, _)| filter.matches(&n.stored))
+        .take(a.limit.unwrap_or(usize::MAX))
+        .collect();
+    if a.json {
+        let mut v = session_json(&s);
+        v["branch"] = crate::output::branch_json(&row);
+        v["turns"] = json!(groups.len());
+        v["nodes"] = json!(
+            shown
+                .iter()
+                .map(|(n, t)| {
+                    let mut v = node_json(&n.stored, Some(&n.payload));
+                    v["turn"] = json!(t);
+                    v
+                })
+                .collect::<Vec<_>>()
+        );
+        write_json(&mut Out::stdout(), &v)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut out = Out::paged();
+    writeln!(
+        out,
+        "session {}  agent {}{}",
+        s.id,
+        clean(&s.agent),
+        s.title
+            .as_deref()
+            .map(|t| format!("  {:?}", clean(t)))
+            .unwrap_or_default()
+    )?;
+    writeln!(
+        out,
+        "branch  {}{}  {} node{}, {} turn{}  state {}",
+        paint(Style::Cyan, &clean(b.as_str())),
+        if row.sealed { " (sealed)" } else { "" },
+        tl.len(),
+        if tl.len() == 1 { "" } else { "s" },
+        groups.len(),
+        if groups.len() == 1 { "" } else { "s" },
+        row.state.map(|r| r.short()).unwrap_or_else(|| "-".into())
+    )?;
+    if a.full {
+        let limit = a.limit.unwrap_or(usize::MAX);
+        for t in groups.iter().take(limit) {
+            let nodes: Vec<_> = tl[t.start..t.end]
+                .iter()
+                .filter(|n| filter.matches(&n.stored))
+                .cloned()
+                .collect();
+            if nodes.is_empty() {
+                continue;
+            }
+            writeln!(out)?;
+            super::turn::print_turn(&mut out, t.number, &nodes)?;
+        }
+    } else {
+        writeln!(out)?;
+        let mut rows = vec![node_header()];
+        rows.extend(
+            shown
+                .iter()
+                .map(|(n, t)| node_cells(&n.stored, &n.payload, *t)),
+        );
+        for line in columns(&rows) {
+            writeln!(out, "{}", line.trim_end())?;
+        }
+    }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

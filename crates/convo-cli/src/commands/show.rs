@@ -1,14 +1,24 @@
 use super::{CmdResult, Env, prefix};
-use crate::output::{node_json, print_json, time};
+use crate::output::{node_json, time, write_json};
+use crate::ui::Out;
 use clap::Args;
 use std::io::Write;
 use std::process::ExitCode;
 
 /// Show one node: its fields and its payload.
+///
+/// Examples:
+///   convo show 3fa9c1d2               # a node by hash prefix (4+ hex digits)
+///   convo show Paris main~1           # in a session: any reference
+///   convo show Paris retry@2 --json   # the invoke of turn 2 of retry
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct ShowArgs {
-    /// Node hash or unique prefix
+    /// Node hash or unique prefix; or a session, followed by REF
     pub hash: String,
+    /// With a session first: HASH, BRANCH, BRANCH~N or BRANCH@TURN
+    #[arg(value_name = "REF")]
+    pub at: Option<String>,
     /// Print one JSON document
     #[arg(long)]
     pub json: bool,
@@ -16,14 +26,20 @@ pub struct ShowArgs {
 
 pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
     let mut store = env.open()?;
-    let n = store.node(&prefix(&a.hash)?)?;
+    let n = match &a.at {
+        Some(r) => {
+            let s = super::find_session(&mut store, &a.hash)?;
+            store.resolve_ref(&s.id, r)?
+        }
+        None => store.node(&prefix(&a.hash)?)?,
+    };
     let payload = store.blob(&n.node.payload)?.unwrap_or_default();
     if a.json {
-        print_json(&node_json(&n, Some(&payload)));
+        write_json(&mut Out::stdout(), &node_json(&n, Some(&payload)))?;
         return Ok(ExitCode::SUCCESS);
     }
     let node = &n.node;
-    let mut out = std::io::stdout().lock();
+    let mut out = Out::paged();
     writeln!(out, "node       {}", n.hash)?;
     writeln!(out, "kind       {}", node.kind)?;
     writeln!(out, "session    {}", node.session)?;
@@ -34,7 +50,12 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
             .map(|p| p.to_hex())
             .unwrap_or_else(|| "-".into())
     )?;
-    writeln!(out, "from → to  {} → {}", node.from, node.to)?;
+    writeln!(
+        out,
+        "from → to  {} → {}",
+        crate::output::clean(&node.from),
+        crate::output::clean(&node.to)
+    )?;
     writeln!(
         out,
         "submission {}",
@@ -62,12 +83,22 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         node.payload_len, node.payload
     )?;
     if node.diagnostics.as_str() != "{}" {
-        writeln!(out, "diagnostics {}", node.diagnostics.as_str())?;
+        writeln!(
+            out,
+            "diagnostics {}",
+            crate::output::clean(node.diagnostics.as_str())
+        )?;
     }
     writeln!(out)?;
     match std::str::from_utf8(&payload) {
-        Ok(t) => writeln!(out, "{t}")?,
-        Err(_) => writeln!(out, "<{} bytes of binary payload>", payload.len())?,
+        Ok(t) => writeln!(out, "{}", crate::output::clean_multiline(t))?,
+        Err(_) => writeln!(
+            out,
+            "<{} bytes, not UTF-8; `convo show {} --json` carries them in base64>",
+            payload.len(),
+            n.hash.short()
+        )?,
     }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,4 @@
-use super::{CmdResult, CommandError, Env, branch_name, find_session, prefix};
+use super::{CmdResult, CommandError, Env, branch_name, find_session};
 use crate::cli::StateCmd;
 use crate::output::print_json;
 use serde_json::json;
@@ -36,7 +36,10 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             at,
         } => {
             let s = find_session(&mut store, &session)?;
-            let at = at.as_deref().map(prefix).transpose()?;
+            let at = at
+                .as_deref()
+                .map(|r| super::node_ref(&mut store, &s.id, r))
+                .transpose()?;
             let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
             match store.state_get(&root, &key)? {
                 Some(v) => println!("{}", String::from_utf8_lossy(&v)),
@@ -56,7 +59,10 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             json,
         } => {
             let s = find_session(&mut store, &session)?;
-            let at = at.as_deref().map(prefix).transpose()?;
+            let at = at
+                .as_deref()
+                .map(|r| super::node_ref(&mut store, &s.id, r))
+                .transpose()?;
             let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
             let entries = store.state_list(&root)?;
             if json {

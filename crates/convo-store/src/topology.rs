@@ -1,0 +1,185 @@
+//! The shape of a session's timelines: which branch forked from which, where.
+//!
+//! Each branch is read from the session's first node to its head. A branch
+//! B *forked from* X when, right after the longest history B shares with X,
+//! B's next node is a fork node: B's fork point is the last node they
+//! share. A branch that forked from no other is a root (a session's first
+//! `main`, or a timeline sealed by a promote: after a promote the new `main`
+//! is the fork that was promoted, so it hangs under the sealed
+//! `broken-YYYY-MM-DD` it forked from, which is where its history came from).
+
+use crate::backend::{BranchRow, StoredNode};
+use crate::{Result, Store, StoreError};
+use convo_core::{BranchName, Kind, NodeHash, SessionId};
+
+/// One branch in the tree.
+#[derive(Clone, Debug)]
+pub struct BranchNode {
+    /// The branch row (name, head, sealed, working state).
+    pub branch: BranchRow,
+    /// How deep it sits in the tree (0 for a root).
+    pub level: usize,
+    /// The branch it forked from.
+    pub parent: Option<BranchName>,
+    /// The last node it shares with its parent.
+    pub fork_point: Option<NodeHash>,
+    /// How many nodes it shares with its parent.
+    pub shared: usize,
+    /// The turn number of the fork point, if it is inside a turn or
+    /// otherwise the number of turns before it.
+    pub fork_turn: usize,
+    /// Nodes from the session's first node to the head.
+    pub len: usize,
+    /// Turns on the timeline.
+    pub turns: usize,
+    /// The head, when the branch has one.
+    pub head: Option<StoredNode>,
+    /// When the head was recorded (the branch's creation without one).
+    pub updated_at: convo_core::Millis,
+    /// Promote nodes on the branch after its fork point: it was promoted.
+    pub promotes: usize,
+}
+
+/// The session's branches as a forest, in display order: each root, then
+/// its children depth first, the most recent fork first among siblings.
+pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode>> {
+    store.read(|tx| {
+        let branches = tx.branches(Some(session))?;
+        let rows = tx.session_nodes(session, false)?;
+        let index: convo_core::DigestMap<NodeHash, usize> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (s, _))| (s.hash, i))
+            .collect();
+        // Each branch's chain as row indexes, oldest first.
+        let mut chains: Vec<Vec<usize>> = Vec::with_capacity(branches.len());
+        for b in &branches {
+            let mut chain = Vec::new();
+            let mut cur = b.head;
+            while let Some(h) = cur {
+                let &i = index.get(&h).ok_or_else(|| {
+                    StoreError::Corrupt(format!("node {h} on `{}` is missing", b.name))
+                })?;
+                chain.push(i);
+                cur = rows[i].0.node.parent;
+                if chain.len() > rows.len() {
+                    return Err(StoreError::Corrupt(format!(
+                        "branch `{}` has a parent cycle",
+                        b.name
+                    )));
+                }
+            }
+            chain.reverse();
+            chains.push(chain);
+        }
+        let n = branches.len();
+        let mut parent: Vec<Option<(usize, usize)>> = vec![None; n];
+        for bi in 0..n {
+            let mut best: Option<(usize, usize)> = None;
+            for xi in 0..n {
+                if xi == bi {
+                    continue;
+                }
+                let shared = chains[bi]
+                    .iter()
+                    .zip(&chains[xi])
+                    .take_while(|(p, q)| p == q)
+                    .count();
+                let next_is_fork = chains[bi]
+                    .get(shared)
+                    .is_some_and(|&i| rows[i].0.node.kind == Kind::Fork);
+                if shared > 0 && next_is_fork && best.is_none_or(|(_, s)| shared > s) {
+                    best = Some((xi, shared));
+                }
+            }
+            parent[bi] = best;
+        }
+        // Break any cycle (two forks of each other cannot happen, but a
+        // tampered store could make one): a branch in a cycle becomes a root.
+        for bi in 0..n {
+            let mut seen = vec![false; n];
+            let mut cur = bi;
+            let mut cycle = false;
+            while let Some((p, _)) = parent[cur] {
+                if seen[p] {
+                    cycle = true;
+                    break;
+                }
+                seen[p] = true;
+                cur = p;
+            }
+            if cycle {
+                parent[bi] = None;
+            }
+        }
+        let turn_counts: Vec<Vec<usize>> = chains
+            .iter()
+            .map(|c| {
+                let kinds: Vec<Kind> = c.iter().map(|&i| rows[i].0.node.kind).collect();
+                let turns = crate::turns::group(&kinds);
+                // Turns started up to and including each position.
+                let mut count = vec![0; kinds.len() + 1];
+                for (pos, k) in kinds.iter().enumerate() {
+                    count[pos + 1] = count[pos] + usize::from(*k == Kind::Invoke);
+                }
+                debug_assert_eq!(count[kinds.len()], turns.len());
+                count
+            })
+            .collect();
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+        let mut roots = Vec::new();
+        for (bi, p) in parent.iter().enumerate() {
+            match p {
+                Some((p, _)) => children[*p].push(bi),
+                None => roots.push(bi),
+            }
+        }
+        let by_main_then_newest = |v: &mut Vec<usize>, key: &dyn Fn(usize) -> (bool, i64)| {
+            v.sort_by_key(|&i| key(i));
+        };
+        let updated = |i: usize| -> i64 {
+            chains[i]
+                .last()
+                .map(|&r| rows[r].0.node.created_at)
+                .unwrap_or(branches[i].created_at)
+        };
+        by_main_then_newest(&mut roots, &|i| (!branches[i].name.is_main(), -updated(i)));
+        for c in &mut children {
+            by_main_then_newest(c, &|i| {
+                (
+                    !branches[i].name.is_main(),
+                    -(parent[i].map_or(0, |(_, s)| s) as i64),
+                )
+            });
+        }
+        let mut out = Vec::with_capacity(n);
+        let mut stack: Vec<(usize, usize)> = roots.iter().rev().map(|&r| (r, 0)).collect();
+        while let Some((bi, level)) = stack.pop() {
+            let (p, shared) = match parent[bi] {
+                Some((p, s)) => (Some(p), s),
+                None => (None, 0),
+            };
+            let fork_point = (shared > 0).then(|| rows[chains[bi][shared - 1]].0.hash);
+            out.push(BranchNode {
+                branch: branches[bi].clone(),
+                level,
+                parent: p.map(|p| branches[p].name.clone()),
+                fork_point,
+                shared,
+                fork_turn: turn_counts[bi][shared],
+                len: chains[bi].len(),
+                turns: turn_counts[bi][chains[bi].len()],
+                head: chains[bi].last().map(|&r| rows[r].0.clone()),
+                updated_at: updated(bi),
+                promotes: chains[bi][shared..]
+                    .iter()
+                    .filter(|&&r| rows[r].0.node.kind == Kind::Promote)
+                    .count(),
+            });
+            for &c in children[bi].iter().rev() {
+                stack.push((c, level + 1));
+            }
+        }
+        Ok(out)
+    })
+}
