@@ -85,6 +85,8 @@ pub enum Command {
     Migrate(crate::commands::migrate::MigrateArgs),
     /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
     Serve(crate::commands::serve::ServeArgs),
+    /// Record every LLM call a program makes: an OpenAI/Anthropic-compatible proxy to an upstream
+    Proxy(crate::commands::proxy::ProxyArgs),
 }
 
 #[derive(Args, Debug)]

@@ -99,6 +99,7 @@ fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
         &["log", "--reverse", "--format=%s", &format!("{s}/main")],
     );
     let subjects: Vec<&str> = subjects.lines().collect();
+    assert_eq!(subjects.len(), 6);
     assert_eq!(subjects[0], "invoke: cli → researcher");
     assert_eq!(subjects[3], "request: researcher → infer");
     assert_eq!(subjects[4], "response: infer → researcher");
@@ -136,8 +137,9 @@ fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
         &repo,
         &["diff", "--name-only", &format!("{s}/main...{s}/retry")],
     );
+    // Paths are {group of 10,000}/{group of 100}/{message}/{field}.
     let dirs: std::collections::BTreeSet<&str> =
-        diff.lines().map(|l| l.split('/').next().unwrap()).collect();
+        diff.lines().map(|l| l.split('/').nth(2).unwrap()).collect();
     assert_eq!(dirs.len(), 3, "{diff}");
     assert!(
         dirs.iter().any(|d| d.ends_with("-platform-fork")),
@@ -160,17 +162,24 @@ fn dag_layout_is_fsck_clean_and_readable_with_git_tools() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let mut names: Vec<String> = std::fs::read_dir(&wt)
+    assert!(wt.join("agent.toml").exists());
+    let group = wt.join("000001-010000").join("000001-000100");
+    let mut names: Vec<String> = std::fs::read_dir(&group)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
     names.sort();
-    assert!(names.contains(&"agent.toml".to_owned()));
+    assert_eq!(
+        names.len(),
+        subjects.len(),
+        "every message of main, in one group: {names:?}"
+    );
+    assert!(names[0].ends_with("-cli-invoke"), "{names:?}");
     let response = names
         .iter()
         .find(|n| n.ends_with("-infer-response"))
         .unwrap();
-    let d = wt.join(response);
+    let d = group.join(response);
     assert_eq!(std::fs::read(d.join("payload")).unwrap(), b"sunny");
     assert_eq!(
         std::fs::read_to_string(d.join("kind")).unwrap(),
@@ -410,7 +419,14 @@ fn hostile_names_never_escape_or_break_refs() {
     }
     // 8 different senders at possibly the same millisecond never collide silently.
     let repo = t.home().join("repo-dag");
-    let tree = git(&repo, &["ls-tree", "--name-only", &format!("{s}/main")]);
+    let tree = git(
+        &repo,
+        &[
+            "ls-tree",
+            "--name-only",
+            &format!("{s}/main:000001-010000/000001-000100"),
+        ],
+    );
     assert_eq!(
         tree.lines().filter(|l| l.ends_with("-invoke")).count(),
         8,
@@ -418,35 +434,212 @@ fn hostile_names_never_escape_or_break_refs() {
     );
 }
 
-#[test]
-fn sigkill_during_sync_then_resume_equals_a_clean_rebuild() {
-    let t = TestEnv::new();
+/// Six sessions of 60 nodes, one with a fork that is promoted (refs are
+/// deleted and renamed), so a sync in batches of 17 writes 22 packs and
+/// consolidates them.
+fn populate_many(t: &TestEnv) {
     let sessions: Vec<String> = (0..6).map(|i| t.session(&format!("agent{i}"))).collect();
     for s in &sessions {
-        let input: String = (0..150)
+        let input: String = (0..30)
             .map(|i| format!("{{\"kind\":\"invoke\",\"payload\":\"q{i}\"}}\n{{\"kind\":\"complete\",\"payload\":\"a{i}\"}}\n"))
             .collect();
-        t.run_stdin(&["ingest", s, "--batch", "300"], input.as_bytes())
+        t.run_stdin(&["ingest", s, "--batch", "60"], input.as_bytes())
             .ok();
     }
-    let repo = t.home().join("conversations");
-    for delay in [30u64, 90, 200] {
-        let mut child = t
-            .cmd()
-            .args(["git", "sync", "--batch", "97"])
-            .spawn()
-            .unwrap();
-        std::thread::sleep(std::time::Duration::from_millis(delay));
-        let _ = child.kill();
-        child.wait().unwrap();
-    }
-    t.run(&["git", "sync", "--batch", "97"]).ok();
-    let resumed = refs(&repo);
-    git(&repo, &["fsck", "--strict"]);
-    let clean = t.home().join("clean");
-    t.run(&["git", "sync", "--repo", clean.to_str().unwrap()])
+    let s = &sessions[2];
+    let head = t.run(&["log", s, "-n", "3", "--json"]).json()[2]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.run(&["session", "fork", s, "--from", &head, "--branch", "b"])
         .ok();
-    assert_eq!(resumed, refs(&clean));
+    t.run(&["say", s, "--branch", "b", "--user", "u", "--agent", "a"])
+        .ok();
+    t.run(&["session", "promote", s, "--branch", "b"]).ok();
+}
+
+fn any_lock(dir: &Path) -> bool {
+    std::fs::read_dir(dir).unwrap().flatten().any(|e| {
+        let p = e.path();
+        if p.is_dir() {
+            any_lock(&p)
+        } else {
+            p.extension().is_some_and(|x| x == "lock") && !p.ends_with("convo/lock")
+        }
+    })
+}
+
+#[test]
+fn sigkill_at_any_point_then_resume_equals_a_clean_rebuild() {
+    use std::io::BufRead;
+    let t = TestEnv::new();
+    populate_many(&t);
+    for layout in ["dag", "sessions"] {
+        let clean = t.home().join(format!("clean-{layout}"));
+        let clean_s = clean.to_str().unwrap();
+        t.run(&["git", "sync", "--layout", layout, "--repo", clean_s])
+            .ok();
+        let want = refs(&clean);
+        let repo = t.home().join(format!("killed-{layout}"));
+        let repo_s = repo.to_str().unwrap();
+        // Killed exactly at each step of a batch, and of a consolidation.
+        for (point, n) in [
+            ("pack-written", 2),
+            ("refs-locked", 1),
+            ("refs-locked", 5),
+            ("refs-moved", 3),
+            ("map-saved", 4),
+            ("repack-written", 1),
+            ("repack-removing", 1),
+        ] {
+            let _ = std::fs::remove_dir_all(&repo);
+            let mut child = t
+                .cmd()
+                .args(["git", "sync", "--layout", layout, "--batch", "17"])
+                .args(["--repo", repo_s])
+                .env("CONVO_GIT_PAUSE_AT", format!("{point}:{n}"))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let err = child.stderr.take().unwrap();
+            let paused = std::io::BufReader::new(err)
+                .lines()
+                .map_while(Result::ok)
+                .any(|l| l.contains("paused at"));
+            let _ = child.kill(); // SIGKILL
+            child.wait().unwrap();
+            assert!(paused, "{layout}: the sync never reached {point} #{n}");
+            if point == "refs-locked" {
+                assert!(any_lock(&repo), "{layout}: no ref lock left at {point}");
+            }
+            // A second sync while nothing runs is not refused, and resumes.
+            let out = t
+                .run(&["git", "sync", "--batch", "17", "--repo", repo_s])
+                .ok();
+            assert!(!out.starts_with("0 nodes"), "{out}");
+            git(&repo, &["fsck", "--strict"]);
+            assert_eq!(refs(&repo), want, "{layout}, killed at {point} #{n}");
+            assert!(!any_lock(&repo), "{layout}: a lock survived {point}");
+            assert!(
+                t.run(&["git", "verify", "--repo", repo_s])
+                    .ok()
+                    .starts_with("ok:")
+            );
+        }
+        // And at arbitrary moments of syncs that continue each other.
+        let _ = std::fs::remove_dir_all(&repo);
+        for delay in [20u64, 60, 150, 300] {
+            let mut child = t
+                .cmd()
+                .args(["git", "sync", "--layout", layout, "--batch", "7"])
+                .args(["--repo", repo_s])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(delay));
+            let _ = child.kill();
+            child.wait().unwrap();
+        }
+        t.run(&["git", "sync", "--repo", repo_s]).ok();
+        git(&repo, &["fsck", "--strict"]);
+        assert_eq!(refs(&repo), want, "{layout}, after timed kills");
+    }
+}
+
+#[test]
+fn a_second_sync_is_refused_clearly_while_one_runs() {
+    use std::io::BufRead;
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "ping", "--agent", "pong"])
+        .ok();
+    let mut follower = t
+        .cmd()
+        .args(["git", "sync", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = follower.stdout.take().unwrap();
+    let first = std::io::BufReader::new(out).lines().next();
+    assert!(first.is_some_and(|l| l.unwrap().starts_with("2 nodes")));
+    let second = t.run(&["git", "sync"]);
+    assert_eq!(second.code(), 2);
+    assert!(
+        second.stderr().contains(&format!(
+            "another `convo git sync` (process {}) is updating",
+            follower.id()
+        )),
+        "{}",
+        second.stderr()
+    );
+    // A reader is not refused.
+    assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
+    let _ = follower.kill();
+    follower.wait().unwrap();
+    // The dead follower's lock is recognised as such.
+    assert!(t.run(&["git", "sync"]).ok().starts_with("0 nodes"));
+}
+
+#[test]
+fn times_before_1970_become_dates_git_accepts_and_stay_exact() {
+    let t = TestEnv::new();
+    let file = t.home().join("old.convo");
+    std::fs::create_dir_all(t.home()).unwrap();
+    std::fs::write(
+        &file,
+        "### @ada\nHello.\n\n### @bot\nHi.\n\n----\n{\"type\":\"dialog\",\"time\":\"1969-12-31T23:59:59Z\",\"participants\":[\"ada\",{\"name\":\"bot\",\"generative\":true}]}\n",
+    )
+    .unwrap();
+    t.run(&["import", file.to_str().unwrap()]).ok();
+    for layout in ["dag", "sessions"] {
+        let repo = t.home().join(format!("r-{layout}"));
+        let r = repo.to_str().unwrap();
+        t.run(&["git", "sync", "--layout", layout, "--repo", r])
+            .ok();
+        git(&repo, &["fsck", "--strict"]);
+        let log = git(&repo, &["log", "--all", "--format=%at %B"]);
+        assert!(log.starts_with("0 "), "{log}");
+        assert!(log.contains("Time: 1969-12-31T23:59:59"), "{log}");
+        assert!(
+            t.run(&["git", "verify", "--repo", r])
+                .ok()
+                .starts_with("ok:")
+        );
+    }
+    let repo = t.home().join("r-dag");
+    let files = git(&repo, &["ls-tree", "-r", "--name-only", "HEAD"]);
+    let created = files.lines().find(|l| l.ends_with("/created_at")).unwrap();
+    assert_eq!(
+        git(&repo, &["show", &format!("HEAD:{created}")]),
+        "1969-12-31T23:59:59.000Z\n"
+    );
+}
+
+#[test]
+fn a_projection_in_the_old_layout_is_detected_and_rebuilt() {
+    let t = TestEnv::new();
+    populate(&t);
+    t.run(&["git", "sync"]).ok();
+    let repo = t.home().join("conversations");
+    let want = refs(&repo);
+    // What convo 0.1 wrote: the layout's name alone.
+    std::fs::write(repo.join("convo/layout"), "dag\n").unwrap();
+    git(&repo, &["config", "remote.backup.url", "/nowhere"]);
+    let v = t.run(&["git", "verify"]);
+    assert_eq!(v.code(), 2);
+    assert!(v.stderr().contains("version 1"), "{}", v.stderr());
+    assert!(v.stderr().contains("convo git sync"), "{}", v.stderr());
+    let r = t.run(&["git", "sync"]);
+    assert!(r.stderr().starts_with("note: "), "{}", r.stderr());
+    assert!(r.stderr().contains("rebuilt"), "{}", r.stderr());
+    assert!(r.ok().starts_with("11 nodes, 11 commits"));
+    assert_eq!(refs(&repo), want);
+    assert_eq!(
+        git(&repo, &["config", "remote.backup.url"]).trim(),
+        "/nowhere",
+        "the user's config is kept"
+    );
     assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
 }
 

@@ -227,3 +227,141 @@ fn a_store_in_a_read_only_file_and_directory_can_be_read() {
     assert_eq!(files(home), before, "the read-only store changed");
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+#[test]
+fn duplicate_keys_in_diagnostics_and_ingest_lines_are_errors() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--payload",
+        "x",
+        "--diagnostics",
+        r#"{"a":1,"a":2}"#,
+    ]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("duplicate key \"a\""), "{}", r.stderr());
+    let r = t.run_stdin(
+        &["ingest", &s],
+        br#"{"kind":"invoke","payload":"x","payload":"y"}"#,
+    );
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("duplicate key"), "{}", r.stderr());
+    assert_eq!(t.run(&["log", &s, "--json"]).json(), serde_json::json!([]));
+}
+
+#[test]
+fn payloads_over_the_limit_are_refused_before_being_read() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    // A 4 GiB sparse file: refused from its size, never read.
+    let big = t.home().join("big.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--payload-file",
+        big.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("4294967296 bytes, more than the payload limit of 67108864 bytes"),
+        "{}",
+        r.stderr()
+    );
+    // Stdin is cut off at the limit (here lowered by the environment).
+    let r = {
+        use std::io::Write;
+        let mut c = t.cmd();
+        c.env("CONVO_MAX_PAYLOAD", "1000")
+            .args(["record", &s, "invoke"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let _ = child.stdin.take().unwrap().write_all(&[b'x'; 5000]);
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("limit of 1000 bytes"));
+    // The flag beats the environment; at the limit is fine.
+    let ok = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--max-payload",
+        "3",
+        "--payload",
+        "abc",
+    ]);
+    ok.ok();
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--max-payload",
+        "3",
+        "--payload",
+        "abcd",
+    ]);
+    assert_eq!(r.code(), 2);
+    assert_eq!(
+        t.run(&["log", &s, "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn titles_and_payloads_with_escape_sequences_are_shown_not_sent_to_the_terminal() {
+    let t = TestEnv::new();
+    let s = t
+        .run(&[
+            "session",
+            "new",
+            "--agent",
+            "a\x1b]0;x\x07",
+            "--title",
+            "two\nlines\x1b[2J",
+        ])
+        .ok();
+    let h = t
+        .run(&[
+            "record",
+            &s,
+            "invoke",
+            "--payload",
+            "\x1b[31mred\r\x1b[Kfake\nsecond",
+        ])
+        .ok();
+    for args in [
+        vec!["session", "list"],
+        vec!["session", "get", &s],
+        vec!["show", &h],
+        vec!["log", &s],
+        vec!["session", "get", "no\x1b[31msuch"],
+    ] {
+        let r = t.run(&args);
+        let all = format!("{}{}", r.stdout(), r.stderr());
+        assert!(
+            !all.contains('\x1b') && !all.contains('\r') && !all.contains('\x07'),
+            "{args:?}: {all:?}"
+        );
+    }
+    let listed = t.run(&["session", "list"]).stdout();
+    assert!(listed.contains("two\\nlines\\x1b[2J"), "{listed}");
+    let shown = t.run(&["show", &h]).stdout();
+    assert!(
+        shown.contains("\\x1b[31mred\\r\\x1b[Kfake\nsecond"),
+        "{shown}"
+    );
+}

@@ -7,30 +7,45 @@
 //! Each session's timelines are refs `refs/heads/{session}/{branch}`.
 //!
 //! Objects of a batch are built in memory and written as one pack with its
-//! index (gix-pack), never as loose objects; refs move in one gix
-//! transaction per batch. Every object is a function of the store alone
-//! (authors and times come from the nodes), so a rebuild gives the same
-//! commit ids, and a sync killed at any point and run again ends where an
-//! uninterrupted one would (see [`state`]). The repository is bare: clone
-//! it, or use `git --git-dir`, to look at it.
+//! index (see [`pack`]: new versions of trees and session files are deltas
+//! against the previous ones), never as loose objects; refs move in one gix
+//! transaction per batch; packs are consolidated geometrically (see
+//! [`repack`]). Every object is a function of the store alone (authors and
+//! times come from the nodes), so a rebuild gives the same commit ids, and
+//! a sync killed at any point and run again ends where an uninterrupted one
+//! would (see [`state`] and [`lock`]). The repository is bare: clone it, or
+//! use `git --git-dir`, to look at it.
 //!
-//! The cost of a commit depends on its own timeline's length, never on the
-//! number of sessions: tips, the node→commit map and refs are all keyed.
+//! The cost of a commit does not grow with the number of sessions (tips,
+//! the node→commit map and refs are all keyed), nor, in layout `dag`, with
+//! its timeline's length beyond the groups of [`dag`]: a commit writes
+//! three trees of at most ~100 entries and one message directory.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod dag;
+mod delta;
+pub mod lock;
 mod names;
 mod odb;
+pub mod pack;
+pub mod repack;
 pub mod sessions;
 mod state;
 
 use convo_core::{Kind, NodeHash, SessionId};
 use convo_store::{SessionRow, Store, StoreError};
-use odb::{Pending, RefChange};
+use lock::SyncLock;
+use odb::RefChange;
+use pack::Pending;
 use state::{Bookkeeping, Rec, Tip};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+/// The version of the layouts written by this convo, recorded next to the
+/// layout's name in `convo/layout` (`dag 2`). Version 1 (written as `dag`
+/// or `sessions` alone) kept every message directory in the root tree.
+pub const FORMAT: u32 = 2;
 
 pub use names::component as safe_component;
 
@@ -52,6 +67,25 @@ pub enum Error {
     /// A directory convo did not create.
     #[error("{0} exists and is not a convo projection")]
     NotProjection(String),
+    /// Another sync holds the repository's lock.
+    #[error("another `convo git sync`{} is updating {repo}", pid.map(|p| format!(" (process {p})")).unwrap_or_default())]
+    Busy {
+        /// The repository.
+        repo: String,
+        /// The process holding the lock, when it wrote its id.
+        pid: Option<u32>,
+    },
+    /// The repository was written by an older convo in a layout this one
+    /// no longer writes; `convo git sync` rebuilds it.
+    #[error("{path} holds layout `{layout}` version {version}; this convo writes version {FORMAT}")]
+    OldFormat {
+        /// The repository.
+        path: String,
+        /// Its layout.
+        layout: String,
+        /// Its version.
+        version: u32,
+    },
     /// `--layout` differs from the repository's.
     #[error("{path} holds the `{found}` layout, not `{asked}`")]
     LayoutMismatch {
@@ -101,7 +135,22 @@ pub struct SyncReport {
     pub nodes: u64,
     /// Commits written.
     pub commits: u64,
+    /// Ref updates (sets and deletes).
+    pub refs: u64,
+    /// Packs in the repository after the sync.
+    pub packs: u64,
     /// The follow cursor after the sync.
+    pub cursor: u64,
+}
+
+/// Progress within one sync, given after each batch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Nodes projected so far in this sync.
+    pub nodes: u64,
+    /// Commits written so far in this sync.
+    pub commits: u64,
+    /// The follow cursor after the batch.
     pub cursor: u64,
 }
 
@@ -112,6 +161,10 @@ pub struct Projector {
     layout: Layout,
     book: Bookkeeping,
     sessions: HashMap<SessionId, SessionRow>,
+    files: sessions::Cache,
+    lock: Option<SyncLock>,
+    /// Why the repository was rebuilt when it was opened, if it was.
+    pub notice: Option<String>,
     /// Nodes per batch (one pack, one ref transaction, one bookkeeping save).
     pub batch: usize,
 }
@@ -127,6 +180,32 @@ impl std::fmt::Debug for Projector {
     }
 }
 
+/// A test hook for kill tests: with `CONVO_GIT_PAUSE_AT=point:n` in the
+/// environment, the `n`-th time a sync reaches `point` it prints
+/// `convo-git: paused at point` to stderr and waits forever, so that a test
+/// can SIGKILL it exactly there. Points: `pack-written`, `refs-locked`
+/// (inside the ref transaction, every ref lock held), `refs-moved`,
+/// `map-saved`, `repack-written`, `repack-removing`.
+pub(crate) fn pause_point(name: &str) {
+    use std::sync::OnceLock;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SPEC: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static HITS: AtomicU64 = AtomicU64::new(0);
+    let spec = SPEC.get_or_init(|| {
+        let v = std::env::var("CONVO_GIT_PAUSE_AT").ok()?;
+        let (p, n) = v.split_once(':')?;
+        Some((p.to_owned(), n.parse().ok()?))
+    });
+    let Some((point, n)) = spec else { return };
+    if point != name || HITS.fetch_add(1, Ordering::SeqCst) + 1 != *n {
+        return;
+    }
+    eprintln!("convo-git: paused at {name}");
+    loop {
+        std::thread::sleep(std::time::Duration::from_secs(3600));
+    }
+}
+
 fn refname(s: &SessionId, branch: &str) -> String {
     format!("refs/heads/{s}/{branch}")
 }
@@ -135,10 +214,105 @@ fn io(path: &Path, e: std::io::Error) -> Error {
     Error::Io(format!("{}: {e}", path.display()))
 }
 
+/// Reads `convo/layout`: the layout and its format version.
+fn read_marker(marker: &Path) -> Result<(Layout, u32)> {
+    let text = std::fs::read_to_string(marker).map_err(|e| io(marker, e))?;
+    let mut words = text.split_whitespace();
+    let bad = || Error::Corrupt(format!("{} says `{}`", marker.display(), text.trim()));
+    let layout = words.next().and_then(Layout::parse).ok_or_else(bad)?;
+    let version = match words.next() {
+        None => 1,
+        Some(v) => v.parse().map_err(|_| bad())?,
+    };
+    Ok((layout, version))
+}
+
+/// Whether `path` holds nothing but `convo/`, itself empty or holding only
+/// its lock: what a kill leaves of a projection being created.
+fn only_skeleton(path: &Path) -> bool {
+    let names = |p: &Path| -> Vec<std::ffi::OsString> {
+        std::fs::read_dir(p)
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_else(|_| vec!["?".into()])
+    };
+    names(path) == ["convo"] && names(&path.join("convo")).iter().all(|n| n == "lock")
+}
+
+/// Empties a projection for a rebuild, keeping `config` (the user's remotes),
+/// `convo/lock` (held by this process) and `convo/layout` (so that a kill
+/// in the middle leaves a projection the next sync recognises). The
+/// bookkeeping goes first: a kill then leaves a cursor of 0, and the next
+/// sync writes everything again.
+fn clear(path: &Path) -> Result<()> {
+    for f in ["state", "map"] {
+        let p = path.join("convo").join(f);
+        if p.exists() {
+            remove(&p)?;
+        }
+    }
+    for e in std::fs::read_dir(path).map_err(|e| io(path, e))? {
+        let e = e.map_err(|e| io(path, e))?;
+        let p = e.path();
+        let name = e.file_name();
+        if name == "config" {
+            continue;
+        }
+        if name == "convo" {
+            for c in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
+                let c = c.map_err(|e| io(&p, e))?;
+                if c.file_name() != "lock" && c.file_name() != "layout" {
+                    remove(&c.path())?;
+                }
+            }
+            continue;
+        }
+        remove(&p)?;
+    }
+    Ok(())
+}
+
+fn remove(p: &Path) -> Result<()> {
+    let r = if p.is_dir() && !p.is_symlink() {
+        std::fs::remove_dir_all(p)
+    } else {
+        std::fs::remove_file(p)
+    };
+    r.map_err(|e| io(p, e))
+}
+
+/// Writes an empty bare repository into `path` (which may hold `config`
+/// and `convo/`).
+fn init_bare(path: &Path) -> Result<()> {
+    for d in ["objects/pack", "objects/info", "refs/heads", "refs/tags"] {
+        let p = path.join(d);
+        std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
+    }
+    let head = path.join("HEAD");
+    if !head.exists() {
+        std::fs::write(&head, "ref: refs/heads/main\n").map_err(|e| io(&head, e))?;
+    }
+    let config = path.join("config");
+    if !config.exists() {
+        std::fs::write(
+            &config,
+            "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = true\n",
+        )
+        .map_err(|e| io(&config, e))?;
+    }
+    Ok(())
+}
+
+fn git_open(path: &Path) -> Result<gix::Repository> {
+    gix::open(path).map_err(|e| Error::Git(format!("opening {}: {e}", path.display())))
+}
+
 impl Projector {
-    /// Opens the projection at `path`, creating a bare repository if it
-    /// does not exist. With `rebuild`, an existing projection is removed
-    /// first (never a directory convo did not create).
+    /// Opens the projection at `path` for a sync, creating a bare
+    /// repository if it does not exist, and takes its lock for as long as
+    /// the projector lives. With `rebuild`, an existing projection is
+    /// emptied first (never a directory convo did not create); one written
+    /// by an older convo's layout is rebuilt too, and [`Projector::notice`]
+    /// says so.
     pub fn open(path: &Path, layout: Option<Layout>, rebuild: bool) -> Result<Projector> {
         let marker = path.join("convo").join("layout");
         let exists = path.exists()
@@ -146,45 +320,92 @@ impl Projector {
                 .map_err(|e| io(path, e))?
                 .next()
                 .is_some();
-        if exists && !marker.exists() {
+        // A projection whose creation was killed before `convo/layout` was
+        // written holds `convo/` (and its lock) alone.
+        if exists && !marker.exists() && !only_skeleton(path) {
             return Err(Error::NotProjection(path.display().to_string()));
         }
-        if exists && rebuild {
-            std::fs::remove_dir_all(path).map_err(|e| io(path, e))?;
+        let convo_dir = path.join("convo");
+        std::fs::create_dir_all(&convo_dir).map_err(|e| io(&convo_dir, e))?;
+        let lock = SyncLock::acquire(path)?;
+        let mut notice = None;
+        let mut wanted = layout;
+        if exists {
+            let (found, version) = read_marker(&marker)?;
+            if let Some(asked) = layout
+                && asked != found
+                && !rebuild
+            {
+                return Err(Error::LayoutMismatch {
+                    path: path.display().to_string(),
+                    found: found.as_str().into(),
+                    asked: asked.as_str().into(),
+                });
+            }
+            wanted = Some(layout.unwrap_or(found));
+            if version != FORMAT && !rebuild {
+                notice = Some(format!(
+                    "{} held layout `{}` version {version}, written by an older convo; it was \
+                     rebuilt from the store in version {FORMAT} (message directories grouped by \
+                     position, so a commit no longer rewrites every earlier one); commit ids changed",
+                    path.display(),
+                    found.as_str()
+                ));
+            }
+            if rebuild || version != FORMAT {
+                clear(path)?;
+                std::fs::remove_file(&marker).map_err(|e| io(&marker, e))?;
+            }
         }
-        let repo = if marker.exists() {
-            gix::open(path).map_err(|e| Error::Git(format!("opening {}: {e}", path.display())))?
-        } else {
-            let repo = gix::init_bare(path)
-                .map_err(|e| Error::Git(format!("creating {}: {e}", path.display())))?;
-            std::fs::create_dir_all(path.join("convo")).map_err(|e| io(path, e))?;
+        if !marker.exists() {
             std::fs::write(
                 &marker,
-                format!("{}\n", layout.unwrap_or(Layout::Dag).as_str()),
+                format!("{} {FORMAT}\n", wanted.unwrap_or(Layout::Dag).as_str()),
             )
             .map_err(|e| io(&marker, e))?;
-            repo
-        };
-        let text = std::fs::read_to_string(&marker).map_err(|e| io(&marker, e))?;
-        let found = Layout::parse(&text).ok_or_else(|| {
-            Error::Corrupt(format!("{} says `{}`", marker.display(), text.trim()))
-        })?;
-        if let Some(asked) = layout
-            && asked != found
-        {
-            return Err(Error::LayoutMismatch {
-                path: path.display().to_string(),
-                found: found.as_str().into(),
-                asked: asked.as_str().into(),
-            });
         }
-        let book = Bookkeeping::load(&path.join("convo"))?;
+        // Also completes a creation or a rebuild that was killed.
+        init_bare(path)?;
+        let repo = git_open(path)?;
+        let (found, _) = read_marker(&marker)?;
+        let book = Bookkeeping::load(&convo_dir)?;
         Ok(Projector {
             repo,
             path: path.to_owned(),
             layout: found,
             book,
             sessions: HashMap::new(),
+            files: sessions::Cache::default(),
+            lock: Some(lock),
+            notice,
+            batch: 5000,
+        })
+    }
+
+    /// Opens an existing projection to read it (`verify`), without its
+    /// lock. A projection of an older format is [`Error::OldFormat`].
+    pub fn open_readonly(path: &Path) -> Result<Projector> {
+        let marker = path.join("convo").join("layout");
+        if !marker.exists() {
+            return Err(Error::NotProjection(path.display().to_string()));
+        }
+        let (layout, version) = read_marker(&marker)?;
+        if version != FORMAT {
+            return Err(Error::OldFormat {
+                path: path.display().to_string(),
+                layout: layout.as_str().into(),
+                version,
+            });
+        }
+        Ok(Projector {
+            repo: git_open(path)?,
+            path: path.to_owned(),
+            layout,
+            book: Bookkeeping::load_readonly(&path.join("convo"))?,
+            sessions: HashMap::new(),
+            files: sessions::Cache::default(),
+            lock: None,
+            notice: None,
             batch: 5000,
         })
     }
@@ -211,12 +432,31 @@ impl Projector {
     }
 
     /// Projects every node appended since the last sync, in batches;
-    /// `progress` is called with the cursor after each batch.
-    pub fn sync(&mut self, store: &mut Store, progress: &mut dyn FnMut(u64)) -> Result<SyncReport> {
+    /// `progress` is called after each batch.
+    pub fn sync(
+        &mut self,
+        store: &mut Store,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<SyncReport> {
+        let Some(lock) = self.lock.take() else {
+            return Err(Error::Corrupt("the projection was opened read-only".into()));
+        };
+        let r = self.sync_locked(store, progress, &lock);
+        self.lock = Some(lock);
+        r
+    }
+
+    fn sync_locked(
+        &mut self,
+        store: &mut Store,
+        progress: &mut dyn FnMut(Progress),
+        lock: &SyncLock,
+    ) -> Result<SyncReport> {
         let mut report = SyncReport {
             cursor: self.book.cursor,
             ..SyncReport::default()
         };
+        let pack_dir = self.path.join("objects").join("pack");
         loop {
             let page = store.follow_with_payloads(self.book.cursor, self.batch)?;
             let Some(last) = page.last().map(|n| n.stored.seq) else {
@@ -230,15 +470,31 @@ impl Projector {
                 head_session = Some(n.stored.node.session);
                 report.nodes += 1;
             }
+            drop(page);
             if let Some(s) = head_session {
                 refs.push(RefChange::Head(refname(&s, "main")));
             }
+            lock.begin(&[])?;
             pending.flush(&self.repo)?;
-            odb::apply_refs(&self.repo, refs)?;
+            pause_point("pack-written");
+            report.refs += odb::apply_refs(&self.repo, refs)?;
+            pause_point("refs-moved");
             self.book.save(last)?;
+            lock.end()?;
+            let before = repack::count(&pack_dir)?;
+            let after = repack::maybe_consolidate(&pack_dir, lock)?;
+            if after != before {
+                // Packs were removed: let gix forget what it had mapped.
+                self.repo = git_open(&self.path)?;
+            }
             report.cursor = last;
-            progress(last);
+            progress(Progress {
+                nodes: report.nodes,
+                commits: report.commits,
+                cursor: last,
+            });
         }
+        report.packs = repack::count(&pack_dir)? as u64;
         Ok(report)
     }
 
@@ -256,6 +512,7 @@ impl Projector {
             None => Rec {
                 commit: None,
                 aux: None,
+                pos: 0,
             },
             Some(ph) => *self.book.map.get(&ph).ok_or_else(|| {
                 Error::Corrupt(format!(
@@ -266,28 +523,25 @@ impl Projector {
         };
         let rec = match self.layout {
             Layout::Dag => {
-                let parent_tree = match parent.aux {
-                    Some(t) => Some(odb::read(p, &self.repo, &t)?),
-                    None => None,
-                };
                 let pc = parent.commit.zip(parent.aux);
-                let (c, t) = dag::commit(
-                    p,
-                    pc,
-                    parent_tree.as_deref(),
-                    &session,
-                    &s.hash,
-                    node,
-                    &n.payload,
-                )?;
+                let pos = parent.pos + 1;
+                let (c, t) =
+                    dag::commit(p, &self.repo, pc, pos, &session, &s.hash, node, &n.payload)?;
                 Rec {
                     commit: Some(c),
                     aux: Some(t),
+                    pos,
                 }
             }
-            Layout::Sessions => {
-                sessions::project(p, &self.repo, parent, &session, node, &n.payload)?
-            }
+            Layout::Sessions => sessions::project(
+                p,
+                &self.repo,
+                &mut self.files,
+                parent,
+                &session,
+                node,
+                &n.payload,
+            )?,
         };
         let wrote = u64::from(rec.commit != parent.commit);
         let sid = node.session;
@@ -465,15 +719,7 @@ impl Projector {
                 }
                 let dir = dag::message_tree(p, &s.hash, &s.node, &n.payload)
                     .map_err(|e| e.to_string())?;
-                let tree = self
-                    .repo
-                    .find_object(c.tree())
-                    .map_err(|e| format!("tree {}: {e}", c.tree()))?
-                    .data
-                    .clone();
-                let tree = gix::objs::TreeRef::from_bytes(&tree, gix::hash::Kind::Sha1)
-                    .map_err(|e| e.to_string())?;
-                if !tree.entries.iter().any(|e| e.oid == dir.as_ref()) {
+                if !dag::holds(p, &self.repo, c.tree(), rec.pos, dir).map_err(|e| e.to_string())? {
                     return Err(format!(
                         "commit {commit} lacks the node's message directory (a field or the payload differs)"
                     ));
@@ -492,5 +738,115 @@ impl Projector {
         }
         let _ = store;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use convo_core::BranchName;
+    use convo_store::testing::draft;
+    use std::process::Command;
+
+    fn git(repo: &Path, args: &[&str]) -> String {
+        let out = Command::new("git")
+            .arg("--git-dir")
+            .arg(repo)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn packs(repo: &Path) -> u64 {
+        let out = git(repo, &["count-objects", "-v"]);
+        out.lines()
+            .find_map(|l| l.strip_prefix("packs: "))
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    /// 2,000 rounds that each write one node, as `--follow` does, with a
+    /// user's `git gc` in the middle: never more than 50 packs, and the
+    /// repository stays valid for git and for convo.
+    #[test]
+    fn follow_rounds_keep_packs_bounded_and_survive_git_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("c.db").display());
+        let mut store = Store::open(&url).unwrap();
+        let ses = store
+            .create_session("a", None, 1_770_000_000_000)
+            .unwrap()
+            .id;
+        let main = BranchName::main();
+        let repo = dir.path().join("repo");
+        let mut p = Projector::open(&repo, None, false).unwrap();
+        let mut most = 0;
+        for i in 0..2000u64 {
+            let kind = if i % 2 == 0 {
+                Kind::Invoke
+            } else {
+                Kind::Complete
+            };
+            let d = draft(kind, &format!("message {i}"), 1_770_000_000_000 + i as i64);
+            store.append(&ses, &main, &d).unwrap();
+            let r = p.sync(&mut store, &mut |_| {}).unwrap();
+            assert_eq!((r.nodes, r.commits), (1, 1));
+            most = most.max(r.packs);
+            if i == 1000 {
+                git(&repo, &["gc", "--quiet"]);
+            }
+        }
+        assert!(most <= 50, "{most} packs at the worst");
+        assert!(packs(&repo) <= 50);
+        git(&repo, &["fsck", "--strict"]);
+        assert!(p.verify(&mut store).unwrap().is_empty());
+        git(&repo, &["gc", "--quiet", "--aggressive"]);
+        store
+            .append(
+                &ses,
+                &main,
+                &draft(Kind::Invoke, "after gc", 1_770_000_100_000),
+            )
+            .unwrap();
+        assert_eq!(p.sync(&mut store, &mut |_| {}).unwrap().commits, 1);
+        git(&repo, &["fsck", "--strict"]);
+        let log = git(&repo, &["rev-list", "--count", "HEAD"]);
+        assert_eq!(log.trim(), "2001");
+        drop(p);
+        let mut v = Projector::open_readonly(&repo).unwrap();
+        assert!(v.verify(&mut store).unwrap().is_empty());
+    }
+
+    #[test]
+    fn dates_git_rejects_are_clamped_and_kept_exact_in_a_trailer() {
+        assert_eq!(dag::git_seconds(-1), 0);
+        assert_eq!(dag::git_seconds(-86_400_000_000), 0);
+        assert_eq!(dag::git_seconds(i64::MAX), dag::MAX_GIT_SECONDS);
+        assert_eq!(dag::git_seconds(1_000_999), 1000);
+        assert_eq!(dag::time_trailer(1_000), "");
+        assert_eq!(
+            dag::time_trailer(-1_000),
+            "Time: 1969-12-31T23:59:59.000Z\n"
+        );
+        assert!(dag::time_trailer(i64::MAX).starts_with("Time: "));
+        let c = gix::objs::Commit {
+            tree: gix::ObjectId::empty_tree(gix::hash::Kind::Sha1),
+            parents: Default::default(),
+            author: dag::signature("a", -1_000),
+            committer: dag::signature("a", -1_000),
+            encoding: None,
+            message: "x\n\nTime: 1969-12-31T23:59:59.000Z\n".into(),
+            extra_headers: Vec::new(),
+        };
+        let data = pack::serialize(&c).unwrap();
+        let parsed = gix::objs::CommitRef::from_bytes(&data, gix::hash::Kind::Sha1).unwrap();
+        assert_eq!(dag::commit_ms(&parsed), Some(-1_000));
     }
 }

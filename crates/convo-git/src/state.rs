@@ -1,17 +1,20 @@
 //! The projection's own bookkeeping, kept in `<repo>/convo/`:
 //!
 //! - `layout`: `dag` or `sessions`, fixed when the repository is created;
-//! - `map`: append-only, 80-byte records `u64le seq || 32-byte node ||
-//!   20-byte commit || 20-byte aux` (all-zero = none), telling which commit
-//!   each projected node became (`aux` is the root tree for `dag`, the last
-//!   user commit for `sessions`);
+//! - `map`: append-only, 88-byte records `u64le seq || 32-byte node ||
+//!   20-byte commit || 20-byte aux || u64le pos` (all-zero = none), telling
+//!   which commit each projected node became (`aux` is the root tree for
+//!   `dag`, the last user commit for `sessions`; `pos` the node's position
+//!   in its timeline, which places its message directory);
 //! - `state`: rewritten atomically (write + rename) after each batch: the
 //!   follow cursor and each timeline's tip.
 //!
 //! A batch is written in this order: pack, refs, `map`, `state`. A crash at
 //! any point leaves `state` at the previous batch, so the next sync redoes
 //! the batch and, because every object is deterministic, writes the same
-//! commits and refs as an uninterrupted run.
+//! commits and refs as an uninterrupted run. Loading truncates `map` to the
+//! records of saved batches (a torn last record, or records of a batch
+//! whose `state` was never saved, would otherwise misalign later appends).
 
 use crate::{Error, Result};
 use convo_core::{NodeHash, SessionId};
@@ -25,6 +28,8 @@ use std::path::{Path, PathBuf};
 pub struct Rec {
     pub commit: Option<ObjectId>,
     pub aux: Option<ObjectId>,
+    /// 1-based position in the timeline (of the last commit for `sessions`).
+    pub pos: u64,
 }
 
 /// A timeline's tip: the node at its head and its git branch name.
@@ -45,7 +50,7 @@ pub struct Bookkeeping {
     unsaved: Vec<(u64, NodeHash, Rec)>,
 }
 
-const REC: usize = 80;
+const REC: usize = 88;
 
 fn oid(b: &[u8]) -> Option<ObjectId> {
     if b.iter().all(|&x| x == 0) {
@@ -61,6 +66,15 @@ fn io(path: &Path, e: std::io::Error) -> Error {
 
 impl Bookkeeping {
     pub fn load(dir: &Path) -> Result<Self> {
+        Self::load_with(dir, true)
+    }
+
+    /// Loads without repairing `map` (for readers that hold no lock).
+    pub fn load_readonly(dir: &Path) -> Result<Self> {
+        Self::load_with(dir, false)
+    }
+
+    fn load_with(dir: &Path, repair: bool) -> Result<Self> {
         let mut me = Bookkeeping {
             dir: dir.to_owned(),
             cursor: 0,
@@ -95,8 +109,9 @@ impl Bookkeeping {
         let map_path = dir.join("map");
         if map_path.exists() {
             let bytes = std::fs::read(&map_path).map_err(|e| io(&map_path, e))?;
-            // A torn last record (a crash mid-append) is ignored; records past
-            // the cursor belong to a batch whose state was never saved.
+            // A torn last record (a crash mid-append) and records past the
+            // cursor (a batch whose state was never saved) are cut off.
+            let mut keep = 0;
             for r in bytes.chunks_exact(REC) {
                 let seq = u64::from_le_bytes(
                     r[..8]
@@ -104,8 +119,9 @@ impl Bookkeeping {
                         .map_err(|_| Error::Corrupt("map".into()))?,
                 );
                 if seq > cursor {
-                    continue;
+                    break;
                 }
+                keep += REC;
                 let node =
                     NodeHash::from_slice(&r[8..40]).ok_or_else(|| Error::Corrupt("map".into()))?;
                 me.map.insert(
@@ -113,8 +129,20 @@ impl Bookkeeping {
                     Rec {
                         commit: oid(&r[40..60]),
                         aux: oid(&r[60..80]),
+                        pos: u64::from_le_bytes(
+                            r[80..88]
+                                .try_into()
+                                .map_err(|_| Error::Corrupt("map".into()))?,
+                        ),
                     },
                 );
+            }
+            if repair && keep < bytes.len() {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&map_path)
+                    .map_err(|e| io(&map_path, e))?;
+                f.set_len(keep as u64).map_err(|e| io(&map_path, e))?;
             }
         }
         Ok(me)
@@ -143,9 +171,11 @@ impl Bookkeeping {
                     None => buf.extend_from_slice(&[0; 20]),
                 }
             }
+            buf.extend_from_slice(&rec.pos.to_le_bytes());
         }
         f.write_all(&buf).map_err(|e| io(&map_path, e))?;
         f.sync_data().map_err(|e| io(&map_path, e))?;
+        crate::pause_point("map-saved");
         let mut text = format!("cursor {cursor}\n");
         let mut tips: Vec<&Tip> = self.tips.values().collect();
         tips.sort_by(|a, b| (a.session, &a.branch).cmp(&(b.session, &b.branch)));

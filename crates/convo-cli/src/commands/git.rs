@@ -36,6 +36,9 @@ pub struct SyncArgs {
     /// Delete the projection and regenerate it from the store
     #[arg(long)]
     pub rebuild: bool,
+    /// Print one JSON document summing up the sync (each round, with --follow)
+    #[arg(long)]
+    pub json: bool,
     /// Nodes per pack and ref transaction
     #[arg(long, default_value_t = 5000, hide = true)]
     pub batch: usize,
@@ -52,6 +55,13 @@ fn git_err(e: convo_git::Error) -> CommandError {
         convo_git::Error::Corrupt(_) => {
             Some("run `convo git sync --rebuild` to regenerate it from the store")
         }
+        convo_git::Error::Busy { .. } => Some(
+            "wait for that sync to finish (a `--follow` runs until stopped), or stop it; \
+             a sync that was killed releases the lock by itself",
+        ),
+        convo_git::Error::OldFormat { .. } => {
+            Some("run `convo git sync` to rebuild it in the current layout")
+        }
         _ => None,
     };
     let c = CommandError::user(e.to_string());
@@ -65,6 +75,95 @@ fn repo_path(env: &Env, r: &RepoArg) -> PathBuf {
     r.repo
         .clone()
         .unwrap_or_else(|| env.home.join("conversations"))
+}
+
+/// Nodes after `cursor` in the store, for the progress bar's length.
+fn remaining(store: &mut convo_store::Store, cursor: u64) -> CmdResult<u64> {
+    let mut end = cursor;
+    loop {
+        match store.follow(end, 10_000)?.last() {
+            Some(n) => end = n.seq,
+            None => return Ok(end - cursor),
+        }
+    }
+}
+
+fn summary(r: &convo_git::SyncReport, path: &std::path::Path, layout: Layout, secs: f64) -> String {
+    serde_json::json!({
+        "repo": path.display().to_string(),
+        "layout": layout.as_str(),
+        "nodes": r.nodes,
+        "commits": r.commits,
+        "refs": r.refs,
+        "packs": r.packs,
+        "cursor": r.cursor,
+        "seconds": (secs * 1000.0).round() / 1000.0,
+    })
+    .to_string()
+}
+
+/// One sync with a progress bar on a terminal (shown once it has taken a
+/// second), then its summary on stdout.
+fn sync_once(
+    p: &mut Projector,
+    store: &mut convo_store::Store,
+    path: &std::path::Path,
+    json: bool,
+    quiet_when_empty: bool,
+) -> CmdResult<()> {
+    let start = std::time::Instant::now();
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let bar = if interactive {
+        let total = remaining(store, p.cursor())?;
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:40} {pos}/{len} nodes, {msg} commits/s, ETA {eta}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+        Some(bar)
+    } else {
+        None
+    };
+    let mut shown = false;
+    let mut progress = |pr: convo_git::Progress| {
+        if let Some(bar) = &bar {
+            let secs = start.elapsed().as_secs_f64();
+            if !shown && secs >= 1.0 {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                shown = true;
+            }
+            bar.set_message(format!("{:.0}", pr.commits as f64 / secs.max(1e-3)));
+            bar.set_position(pr.nodes);
+        }
+    };
+    let r = p.sync(store, &mut progress).map_err(git_err)?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if quiet_when_empty && r.nodes == 0 {
+        return Ok(());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if json {
+        println!("{}", summary(&r, path, p.layout(), secs));
+    } else {
+        println!(
+            "{} nodes, {} commits projected into {} (layout {}, cursor {}, {} refs moved, {} packs, {:.2} s)",
+            r.nodes,
+            r.commits,
+            path.display(),
+            p.layout().as_str(),
+            r.cursor,
+            r.refs,
+            r.packs,
+            secs
+        );
+    }
+    let _ = std::io::stdout().flush();
+    Ok(())
 }
 
 pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
@@ -84,37 +183,15 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 .transpose()?;
             let path = repo_path(env, &a.repo);
             let mut p = Projector::open(&path, layout, a.rebuild).map_err(git_err)?;
-            p.batch = a.batch.max(1);
-            let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
-            let mut progress = |cursor: u64| {
-                if interactive {
-                    eprint!("\rprojected through node #{cursor}");
-                    let _ = std::io::stderr().flush();
-                }
-            };
-            let r = p.sync(&mut store, &mut progress).map_err(git_err)?;
-            if interactive && r.nodes > 0 {
-                eprintln!();
+            if let Some(n) = &p.notice {
+                eprintln!("note: {n}");
             }
-            println!(
-                "{} nodes, {} commits projected into {} (layout {}, cursor {})",
-                r.nodes,
-                r.commits,
-                path.display(),
-                p.layout().as_str(),
-                r.cursor
-            );
+            p.batch = a.batch.max(1);
+            sync_once(&mut p, &mut store, &path, a.json, false)?;
             if a.follow {
                 loop {
                     std::thread::sleep(Duration::from_millis(200));
-                    let r = p.sync(&mut store, &mut |_| {}).map_err(git_err)?;
-                    if r.nodes > 0 {
-                        println!(
-                            "{} nodes, {} commits projected (cursor {})",
-                            r.nodes, r.commits, r.cursor
-                        );
-                        let _ = std::io::stdout().flush();
-                    }
+                    sync_once(&mut p, &mut store, &path, a.json, true)?;
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -128,7 +205,7 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 ))
                 .with_hint("create it with `convo git sync`"));
             }
-            let mut p = Projector::open(&path, None, false).map_err(git_err)?;
+            let mut p = Projector::open_readonly(&path).map_err(git_err)?;
             let problems = p.verify(&mut store).map_err(git_err)?;
             if problems.is_empty() {
                 println!(
