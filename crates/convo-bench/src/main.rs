@@ -17,6 +17,7 @@ mod floor;
 mod formatsbench;
 mod gitbench;
 mod pgbench;
+mod proxybench;
 mod util;
 
 use std::process::ExitCode;
@@ -86,6 +87,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "formats",
         "CONVO parse vs pulldown-cmark; import 10,000 conversations",
         formatsbench::formats,
+    ),
+    (
+        "proxy",
+        "recording proxy vs the upstream called directly; 64 clients; replay",
+        proxybench::proxy,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];

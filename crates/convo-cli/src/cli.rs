@@ -64,8 +64,10 @@ pub enum Command {
     /// Read and write the agent's versioned state
     #[command(subcommand)]
     State(StateCmd),
-    /// Recompute every hash and check every link; exit 1 if anything is wrong
-    Verify(JsonFlag),
+    /// Recompute every hash and check every link and row; exit 1 if anything is wrong
+    Verify(crate::commands::verify::VerifyArgs),
+    /// Write a signed checkpoint of the store's state (for `verify --checkpoint`)
+    Checkpoint(crate::commands::checkpoint::CheckpointArgs),
     /// Append messages read as JSON lines from stdin, one transaction each
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote
@@ -85,6 +87,12 @@ pub enum Command {
     Migrate(crate::commands::migrate::MigrateArgs),
     /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
     Serve(crate::commands::serve::ServeArgs),
+    /// Run an agent on a timeline, one recorded turn per input (docs/AGENTS.md)
+    Run(crate::commands::run::RunArgs),
+    /// Talk to an agent interactively, every turn recorded; fork, switch and promote as you go
+    Chat(crate::commands::chat::ChatArgs),
+    /// Re-run a recorded timeline against an agent; exit 1 at the first divergence
+    Replay(crate::commands::replay::ReplayArgs),
     /// Record every LLM call a program makes: an OpenAI/Anthropic-compatible proxy to an upstream
     Proxy(crate::commands::proxy::ProxyArgs),
 }

@@ -365,3 +365,140 @@ fn titles_and_payloads_with_escape_sequences_are_shown_not_sent_to_the_terminal(
         "{shown}"
     );
 }
+
+/// A PostgreSQL server of this test's own (it is stopped and restarted).
+struct OwnPg {
+    dir: tempfile::TempDir,
+    bin: String,
+    port: String,
+}
+
+impl OwnPg {
+    fn pg_ctl(&self, args: &str) {
+        let data = self.dir.path().join("pg");
+        let cmd = format!("'{}/pg_ctl' -D '{}/data' {args}", self.bin, data.display());
+        let st = if running_as_root() {
+            std::process::Command::new("su")
+                .args(["postgres", "-s", "/bin/sh", "-c", &cmd])
+                .status()
+        } else {
+            std::process::Command::new("sh").args(["-c", &cmd]).status()
+        };
+        assert!(st.unwrap().success(), "pg_ctl {args}");
+    }
+    fn start(&self) {
+        let data = self.dir.path().join("pg");
+        self.pg_ctl(&format!(
+            "-l '{}/log' -w -o \"-p {} -k '{}' -c listen_addresses=127.0.0.1 -c fsync=off\" start",
+            data.display(),
+            self.port,
+            data.display()
+        ));
+    }
+}
+
+impl Drop for OwnPg {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.pg_ctl("-m immediate stop")
+        }));
+    }
+}
+
+#[test]
+fn watch_on_postgres_reconnects_after_a_restart_with_no_gap_and_no_repeat() {
+    // Needs PostgreSQL's binaries, which the PostgreSQL suite has.
+    if convo_store::testing::pg_database().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-cluster");
+    let out = std::process::Command::new(&script)
+        .arg("start")
+        .arg(dir.path().join("pg"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let bin = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1",
+        ])
+        .output()
+        .unwrap();
+    let pg = OwnPg {
+        bin: String::from_utf8(bin.stdout).unwrap().trim().to_owned(),
+        port: url
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned(),
+        dir,
+    };
+    let mut t = TestEnv::new();
+    t.store = Some(url);
+    let s = t.session("w");
+    let record = |p: &str| t.run(&["record", &s, "invoke", "--payload", p]).ok();
+    record("one");
+    let mut watch = t
+        .cmd()
+        .args(["watch", "--json", "--after", "0", "--limit", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let first = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+    pg.pg_ctl("-m immediate stop");
+    pg.start();
+    record("two");
+    record("three");
+    record("four");
+    let mut lines = vec![first];
+    while lines.len() < 4 {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(l) => lines.push(l),
+            Err(_) => {
+                let _ = watch.kill();
+                let o = watch.wait_with_output().unwrap();
+                panic!(
+                    "watch stopped after {lines:?}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        }
+    }
+    let o = watch.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: Vec<(u64, String)> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["cursor"].as_u64().unwrap(),
+                v["payload"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let cursors: Vec<u64> = got.iter().map(|g| g.0).collect();
+    let payloads: Vec<&str> = got.iter().map(|g| g.1.as_str()).collect();
+    assert_eq!(cursors, [1, 2, 3, 4], "no gap, no repeat");
+    assert_eq!(payloads, ["one", "two", "three", "four"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("reconnected"));
+}

@@ -1,7 +1,9 @@
 //! One module per command. `run` opens the store and dispatches.
 
 pub mod branch;
+pub mod chat;
 pub mod check;
+pub mod checkpoint;
 pub mod demo;
 pub mod diff;
 pub mod export;
@@ -13,6 +15,8 @@ pub mod log;
 pub mod migrate;
 pub mod proxy;
 pub mod record;
+pub mod replay;
+pub mod run;
 pub mod say;
 pub mod select;
 pub mod serve;
@@ -180,6 +184,9 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Import(_)
         | Command::Migrate(_)
         | Command::Serve(_)
+        | Command::Run(_)
+        | Command::Chat(_)
+        | Command::Replay(_)
         | Command::Proxy(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
@@ -198,6 +205,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Turn(_)
         | Command::Diff(_)
         | Command::Verify(_)
+        | Command::Checkpoint(_)
         | Command::Export(_)
         | Command::Check(_)
         | Command::Git(_)
@@ -259,7 +267,8 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Turn(a) => turn::run(&env, a),
         Command::Diff(a) => diff::run(&env, a),
         Command::State(c) => state::run(&env, c),
-        Command::Verify(a) => verify::run(&env, a.json),
+        Command::Verify(a) => verify::run(&env, a),
+        Command::Checkpoint(a) => checkpoint::run(&env, a),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),
@@ -269,6 +278,9 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
         Command::Serve(a) => serve::run(&env, a),
+        Command::Run(a) => run::run(&env, a),
+        Command::Chat(a) => chat::run(&env, a),
+        Command::Replay(a) => replay::run(&env, a),
         Command::Proxy(a) => proxy::run(&env, a),
     }
 }
