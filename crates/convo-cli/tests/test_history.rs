@@ -328,6 +328,10 @@ fn sessions_by_name(backend: &str) {
         assert!(got.stderr().contains(&digits), "{}", got.stderr());
     }
     t.run(&["session", "retitle", &a, "--clear"]).ok();
+    assert!(
+        t.run(&["verify"]).ok().starts_with("ok"),
+        "a retitle is journaled"
+    );
     assert_eq!(
         t.run(&["session", "get", &a, "--json"]).json()["title"],
         serde_json::Value::Null
