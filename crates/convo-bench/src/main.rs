@@ -53,6 +53,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         benches::verify,
     ),
     (
+        "checkpoint",
+        "checkpoint and verify --checkpoint on 1,000,000 nodes vs plain verify",
+        benches::checkpoints,
+    ),
+    (
         "state",
         "state_put with 100,000 keys vs 10 keys",
         benches::state_put,
