@@ -16,6 +16,7 @@ mod benches;
 mod floor;
 mod formatsbench;
 mod gitbench;
+mod harnessbench;
 mod pgbench;
 mod util;
 
@@ -86,6 +87,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "formats",
         "CONVO parse vs pulldown-cmark; import 10,000 conversations",
         formatsbench::formats,
+    ),
+    (
+        "harness",
+        "agent harness: added time per turn and per kv call, replay of 1,000 turns, vs the agent called directly",
+        harnessbench::harness,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];
