@@ -18,6 +18,7 @@ mod formatsbench;
 mod gitbench;
 mod harnessbench;
 mod pgbench;
+mod proxybench;
 mod util;
 
 use std::process::ExitCode;
@@ -92,6 +93,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "harness",
         "agent harness: added time per turn and per kv call, replay of 1,000 turns, vs the agent called directly",
         harnessbench::harness,
+    ),
+    (
+        "proxy",
+        "recording proxy vs the upstream called directly; 64 clients; replay",
+        proxybench::proxy,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];
