@@ -803,6 +803,13 @@ impl Ledger<'_> {
             created_at: now,
         };
         self.tx.insert_branch(&row)?;
+        append_fact(
+            self.tx,
+            Fact::Branch {
+                session: *session,
+                branch: name.clone(),
+            },
+        )?;
         Ok(row)
     }
 
@@ -815,7 +822,15 @@ impl Ledger<'_> {
         root: Option<&StateRoot>,
     ) -> Result<()> {
         open_branch(self.tx, session, branch, true)?;
-        self.tx.set_branch_state(session, branch, root)
+        self.tx.set_branch_state(session, branch, root)?;
+        append_fact(
+            self.tx,
+            Fact::State {
+                session: *session,
+                branch: branch.clone(),
+                root: root.copied(),
+            },
+        )
     }
 
     /// The value of `key` in a state version, inside this transaction.
