@@ -37,7 +37,9 @@ pub struct Writer {
 
 impl std::fmt::Debug for Job {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Job").field("drafts", &self.drafts.len()).finish()
+        f.debug_struct("Job")
+            .field("drafts", &self.drafts.len())
+            .finish()
     }
 }
 
