@@ -16,6 +16,7 @@ mod benches;
 mod floor;
 mod formatsbench;
 mod gitbench;
+mod harnessbench;
 mod pgbench;
 mod proxybench;
 mod util;
@@ -54,6 +55,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         benches::verify,
     ),
     (
+        "checkpoint",
+        "checkpoint and verify --checkpoint on 1,000,000 nodes vs plain verify",
+        benches::checkpoints,
+    ),
+    (
         "state",
         "state_put with 100,000 keys vs 10 keys",
         benches::state_put,
@@ -87,6 +93,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "formats",
         "CONVO parse vs pulldown-cmark; import 10,000 conversations",
         formatsbench::formats,
+    ),
+    (
+        "harness",
+        "agent harness: added time per turn and per kv call, replay of 1,000 turns, vs the agent called directly",
+        harnessbench::harness,
     ),
     (
         "proxy",

@@ -21,6 +21,7 @@
 //!                          || opt(lp(utf8 title)) || i64le created_at
 //! body (type 2, state)   = 16 bytes session UUID || lp(utf8 branch)
 //!                          || opt(h32 working state root)
+//! body (type 3, branch)  = 16 bytes session UUID || lp(utf8 branch)   an empty timeline
 //! fact_hash = SHA-256(fact_v1)
 //! ```
 //!
@@ -54,6 +55,13 @@ pub enum Fact {
         branch: BranchName,
         /// The new working root.
         root: Option<StateRoot>,
+    },
+    /// An empty timeline was created without a fork node (a replay's).
+    Branch {
+        /// The session.
+        session: SessionId,
+        /// Its name.
+        branch: BranchName,
     },
 }
 
@@ -121,6 +129,11 @@ impl FactRecord {
                     }
                 }
             }
+            Fact::Branch { session, branch } => {
+                out.push(3);
+                out.extend_from_slice(session.as_bytes());
+                lp(&mut out, branch.as_str().as_bytes());
+            }
         }
         out
     }
@@ -162,6 +175,13 @@ impl FactRecord {
                     branch,
                     root,
                 }
+            }
+            3 => {
+                let session = r.session()?;
+                let name = r.text()?;
+                let branch = BranchName::new(&name)
+                    .map_err(|_| format!("its branch name `{name}` is invalid"))?;
+                Fact::Branch { session, branch }
             }
             t => return Err(format!("its type {t} is unknown")),
         };

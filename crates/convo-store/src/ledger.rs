@@ -241,6 +241,17 @@ impl Store {
                 .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
             tx.set_session_title(session, title)?;
             row.title = title.map(str::to_owned);
+            // Journaled like the creation, so verify can tell a retitle
+            // from an edit behind convo's back.
+            append_fact(
+                tx,
+                Fact::Session {
+                    id: row.id,
+                    agent: row.agent.clone(),
+                    title: row.title.clone(),
+                    created_at: row.created_at,
+                },
+            )?;
             Ok(row)
         })
     }
@@ -792,6 +803,13 @@ impl Ledger<'_> {
             created_at: now,
         };
         self.tx.insert_branch(&row)?;
+        append_fact(
+            self.tx,
+            Fact::Branch {
+                session: *session,
+                branch: name.clone(),
+            },
+        )?;
         Ok(row)
     }
 
@@ -804,7 +822,15 @@ impl Ledger<'_> {
         root: Option<&StateRoot>,
     ) -> Result<()> {
         open_branch(self.tx, session, branch, true)?;
-        self.tx.set_branch_state(session, branch, root)
+        self.tx.set_branch_state(session, branch, root)?;
+        append_fact(
+            self.tx,
+            Fact::State {
+                session: *session,
+                branch: branch.clone(),
+                root: root.copied(),
+            },
+        )
     }
 
     /// The value of `key` in a state version, inside this transaction.

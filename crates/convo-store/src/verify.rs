@@ -96,8 +96,10 @@ impl DSession {
     }
 }
 
-/// A journalled working state, to apply before node `after + 1`.
+/// A journalled working state (or, with `create`, an empty timeline), to
+/// apply before node `after + 1`.
 struct StateFact {
+    create: bool,
     seq: u64,
     after: u64,
     session: SessionId,
@@ -145,6 +147,25 @@ impl Checker<'_> {
             }
             self.fact += 1;
             let ds = self.derived.entry(f.session).or_insert_with(DSession::new);
+            if f.create {
+                if ds.branches.contains_key(&f.branch) {
+                    self.fact_problems.push((
+                        f.seq,
+                        f.session,
+                        format!("it creates {}/{}, which exists then", f.session, f.branch),
+                    ));
+                } else {
+                    ds.branches.insert(
+                        f.branch.clone(),
+                        DBranch {
+                            head: None,
+                            state: None,
+                            sealed: false,
+                        },
+                    );
+                }
+                continue;
+            }
             match ds.branches.get_mut(&f.branch) {
                 Some(b) => b.state = f.root,
                 None => self.fact_problems.push((
@@ -178,11 +199,21 @@ impl Checker<'_> {
         };
         // The timeline the node's parent heads.
         let on = match node.parent {
-            None => ds
-                .branches
-                .iter()
-                .find(|(_, b)| b.head.is_none() && !b.sealed)
-                .map(|(n, _)| n.clone()),
+            None => {
+                let main = BranchName::main();
+                if ds
+                    .branches
+                    .get(&main)
+                    .is_some_and(|b| b.head.is_none() && !b.sealed)
+                {
+                    Some(main)
+                } else {
+                    ds.branches
+                        .iter()
+                        .find(|(_, b)| b.head.is_none() && !b.sealed)
+                        .map(|(n, _)| n.clone())
+                }
+            }
             Some(p) => ds.by_head.get(&p).cloned(),
         };
         match (node.kind, &node.event) {
@@ -499,8 +530,18 @@ fn check_facts(
                     title,
                     created_at,
                 };
-                if j.sessions.insert(id, (f.seq, row)).is_some() {
-                    r.problem(object, format!("it creates session {id} a second time"));
+                // A later fact for the same session with the same agent and
+                // creation time is a retitle (`Store::retitle`): the title
+                // it carries replaces the earlier one.
+                match j.sessions.get(&id) {
+                    Some((_, old))
+                        if old.agent != row.agent || old.created_at != row.created_at =>
+                    {
+                        r.problem(object, format!("it creates session {id} a second time"));
+                    }
+                    _ => {
+                        j.sessions.insert(id, (f.seq, row));
+                    }
                 }
             }
             Fact::State {
@@ -508,11 +549,20 @@ fn check_facts(
                 branch,
                 root,
             } => j.states.push(StateFact {
+                create: false,
                 seq: f.seq,
                 after: rec.after,
                 session,
                 branch,
                 root,
+            }),
+            Fact::Branch { session, branch } => j.states.push(StateFact {
+                create: true,
+                seq: f.seq,
+                after: rec.after,
+                session,
+                branch,
+                root: None,
             }),
         }
     }
