@@ -114,6 +114,7 @@ fn api_contract(backend: &str) {
 
     // Sessions: get by title, list with a filter, 404 with the kind.
     let got = srv.get("/api/v1/sessions/Paris").expect(200);
+    assert_eq!(got["session"]["title"], "Paris");
     assert_eq!(got["session"]["id"], s.as_str());
     assert_eq!(got["branches"][0]["name"], "main");
     sess(&srv, "other-agent", "Rome");
@@ -121,6 +122,18 @@ fn api_contract(backend: &str) {
     assert_eq!(list["total"], 1);
     let list = srv.get("/api/v1/sessions?q=rom").expect(200);
     assert_eq!(list["sessions"][0]["title"], "Rome");
+    let re = srv.req(
+        "PATCH",
+        &format!("/api/v1/sessions/{s}"),
+        &[("Content-Type", "application/json")],
+        br#"{"title":"Paris, France"}"#,
+    );
+    assert_eq!(re.expect(200)["title"], "Paris, France");
+    assert_eq!(
+        srv.get("/api/v1/sessions/Paris%2C%20France").status,
+        200,
+        "reachable by its new title"
+    );
     let missing = srv.get("/api/v1/sessions/nope");
     assert_eq!(
         (missing.status, missing.kind().as_str()),
@@ -484,6 +497,7 @@ fn openapi_covers_every_route() {
         ("get", "/api/v1/sessions"),
         ("post", "/api/v1/sessions"),
         ("get", "/api/v1/sessions/{session}"),
+        ("patch", "/api/v1/sessions/{session}"),
         ("get", "/api/v1/sessions/{session}/branches"),
         (
             "get",

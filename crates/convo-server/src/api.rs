@@ -199,6 +199,35 @@ pub async fn get_session(
     }))
 }
 
+/// A new title.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Retitle {
+    /// The new title; `null` removes it.
+    pub title: Option<String>,
+}
+
+/// Sets or removes a session's title (recorded, so verify still binds it).
+#[utoipa::path(patch, path = "/api/v1/sessions/{session}",
+    params(("session" = String, Path, description = "id, unique id prefix, or title")),
+    request_body = Retitle,
+    responses((status = 200, body = Session), (status = "default", body = ErrorDoc)))]
+pub async fn retitle(
+    State(st): State<AppState>,
+    Path(q): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Session>> {
+    let r: Retitle = parse_json(&body)?;
+    let row = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            s.retitle(&row.id, r.title.as_deref())
+        })
+        .await?;
+    Ok(Json(Session::from(&row)))
+}
+
 /// The session's branches.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/branches",
     params(("session" = String, Path, description = "id, unique id prefix, or title")),

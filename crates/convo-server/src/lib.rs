@@ -126,7 +126,10 @@ pub fn api_routes() -> Router<AppState> {
             "/api/v1/sessions",
             get(api::list_sessions).post(api::create_session),
         )
-        .route("/api/v1/sessions/{session}", get(api::get_session))
+        .route(
+            "/api/v1/sessions/{session}",
+            get(api::get_session).patch(api::retitle),
+        )
         .route(
             "/api/v1/sessions/{session}/branches",
             get(api::list_branches),
