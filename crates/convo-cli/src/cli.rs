@@ -85,6 +85,14 @@ pub enum Command {
     Migrate(crate::commands::migrate::MigrateArgs),
     /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
     Serve(crate::commands::serve::ServeArgs),
+    /// Run an agent on a timeline, one recorded turn per input (docs/AGENTS.md)
+    Run(crate::commands::run::RunArgs),
+    /// Talk to an agent interactively, every turn recorded; fork, switch and promote as you go
+    Chat(crate::commands::chat::ChatArgs),
+    /// Re-run a recorded timeline against an agent; exit 1 at the first divergence
+    Replay(crate::commands::replay::ReplayArgs),
+    /// Record every LLM call a program makes: an OpenAI/Anthropic-compatible proxy to an upstream
+    Proxy(crate::commands::proxy::ProxyArgs),
 }
 
 #[derive(Args, Debug)]

@@ -9,6 +9,7 @@ mod test_concurrency;
 mod test_crash;
 mod test_formats;
 mod test_git;
+mod test_harness;
 mod test_history;
 mod test_hostile;
 mod test_serve;

@@ -227,3 +227,278 @@ fn a_store_in_a_read_only_file_and_directory_can_be_read() {
     assert_eq!(files(home), before, "the read-only store changed");
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+#[test]
+fn duplicate_keys_in_diagnostics_and_ingest_lines_are_errors() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--payload",
+        "x",
+        "--diagnostics",
+        r#"{"a":1,"a":2}"#,
+    ]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("duplicate key \"a\""), "{}", r.stderr());
+    let r = t.run_stdin(
+        &["ingest", &s],
+        br#"{"kind":"invoke","payload":"x","payload":"y"}"#,
+    );
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(r.stderr().contains("duplicate key"), "{}", r.stderr());
+    assert_eq!(t.run(&["log", &s, "--json"]).json(), serde_json::json!([]));
+}
+
+#[test]
+fn payloads_over_the_limit_are_refused_before_being_read() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    // A 4 GiB sparse file: refused from its size, never read.
+    let big = t.home().join("big.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--payload-file",
+        big.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code(), 2, "{}", r.stderr());
+    assert!(
+        r.stderr()
+            .contains("4294967296 bytes, more than the payload limit of 67108864 bytes"),
+        "{}",
+        r.stderr()
+    );
+    // Stdin is cut off at the limit (here lowered by the environment).
+    let r = {
+        use std::io::Write;
+        let mut c = t.cmd();
+        c.env("CONVO_MAX_PAYLOAD", "1000")
+            .args(["record", &s, "invoke"])
+            .stdin(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = c.spawn().unwrap();
+        let _ = child.stdin.take().unwrap().write_all(&[b'x'; 5000]);
+        child.wait_with_output().unwrap()
+    };
+    assert_eq!(r.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("limit of 1000 bytes"));
+    // The flag beats the environment; at the limit is fine.
+    let ok = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--max-payload",
+        "3",
+        "--payload",
+        "abc",
+    ]);
+    ok.ok();
+    let r = t.run(&[
+        "record",
+        &s,
+        "invoke",
+        "--max-payload",
+        "3",
+        "--payload",
+        "abcd",
+    ]);
+    assert_eq!(r.code(), 2);
+    assert_eq!(
+        t.run(&["log", &s, "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn titles_and_payloads_with_escape_sequences_are_shown_not_sent_to_the_terminal() {
+    let t = TestEnv::new();
+    let s = t
+        .run(&[
+            "session",
+            "new",
+            "--agent",
+            "a\x1b]0;x\x07",
+            "--title",
+            "two\nlines\x1b[2J",
+        ])
+        .ok();
+    let h = t
+        .run(&[
+            "record",
+            &s,
+            "invoke",
+            "--payload",
+            "\x1b[31mred\r\x1b[Kfake\nsecond",
+        ])
+        .ok();
+    for args in [
+        vec!["session", "list"],
+        vec!["session", "get", &s],
+        vec!["show", &h],
+        vec!["log", &s],
+        vec!["session", "get", "no\x1b[31msuch"],
+    ] {
+        let r = t.run(&args);
+        let all = format!("{}{}", r.stdout(), r.stderr());
+        assert!(
+            !all.contains('\x1b') && !all.contains('\r') && !all.contains('\x07'),
+            "{args:?}: {all:?}"
+        );
+    }
+    let listed = t.run(&["session", "list"]).stdout();
+    assert!(listed.contains("two\\nlines\\x1b[2J"), "{listed}");
+    let shown = t.run(&["show", &h]).stdout();
+    assert!(
+        shown.contains("\\x1b[31mred\\r\\x1b[Kfake\nsecond"),
+        "{shown}"
+    );
+}
+
+/// A PostgreSQL server of this test's own (it is stopped and restarted).
+struct OwnPg {
+    dir: tempfile::TempDir,
+    bin: String,
+    port: String,
+}
+
+impl OwnPg {
+    fn pg_ctl(&self, args: &str) {
+        let data = self.dir.path().join("pg");
+        let cmd = format!("'{}/pg_ctl' -D '{}/data' {args}", self.bin, data.display());
+        let st = if running_as_root() {
+            std::process::Command::new("su")
+                .args(["postgres", "-s", "/bin/sh", "-c", &cmd])
+                .status()
+        } else {
+            std::process::Command::new("sh").args(["-c", &cmd]).status()
+        };
+        assert!(st.unwrap().success(), "pg_ctl {args}");
+    }
+    fn start(&self) {
+        let data = self.dir.path().join("pg");
+        self.pg_ctl(&format!(
+            "-l '{}/log' -w -o \"-p {} -k '{}' -c listen_addresses=127.0.0.1 -c fsync=off\" start",
+            data.display(),
+            self.port,
+            data.display()
+        ));
+    }
+}
+
+impl Drop for OwnPg {
+    fn drop(&mut self) {
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.pg_ctl("-m immediate stop")
+        }));
+    }
+}
+
+#[test]
+fn watch_on_postgres_reconnects_after_a_restart_with_no_gap_and_no_repeat() {
+    // Needs PostgreSQL's binaries, which the PostgreSQL suite has.
+    if convo_store::testing::pg_database().is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-cluster");
+    let out = std::process::Command::new(&script)
+        .arg("start")
+        .arg(dir.path().join("pg"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let bin = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1",
+        ])
+        .output()
+        .unwrap();
+    let pg = OwnPg {
+        bin: String::from_utf8(bin.stdout).unwrap().trim().to_owned(),
+        port: url
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_owned(),
+        dir,
+    };
+    let mut t = TestEnv::new();
+    t.store = Some(url);
+    let s = t.session("w");
+    let record = |p: &str| t.run(&["record", &s, "invoke", "--payload", p]).ok();
+    record("one");
+    let mut watch = t
+        .cmd()
+        .args(["watch", "--json", "--after", "0", "--limit", "4"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = watch.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let _ = tx.send(line.unwrap());
+        }
+    });
+    let first = rx.recv_timeout(std::time::Duration::from_secs(60)).unwrap();
+    pg.pg_ctl("-m immediate stop");
+    pg.start();
+    record("two");
+    record("three");
+    record("four");
+    let mut lines = vec![first];
+    while lines.len() < 4 {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(l) => lines.push(l),
+            Err(_) => {
+                let _ = watch.kill();
+                let o = watch.wait_with_output().unwrap();
+                panic!(
+                    "watch stopped after {lines:?}: {}",
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+        }
+    }
+    let o = watch.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: Vec<(u64, String)> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (
+                v["cursor"].as_u64().unwrap(),
+                v["payload"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let cursors: Vec<u64> = got.iter().map(|g| g.0).collect();
+    let payloads: Vec<&str> = got.iter().map(|g| g.1.as_str()).collect();
+    assert_eq!(cursors, [1, 2, 3, 4], "no gap, no repeat");
+    assert_eq!(payloads, ["one", "two", "three", "four"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("reconnected"));
+}

@@ -16,6 +16,7 @@
 
 pub mod hash;
 mod ids;
+pub mod json;
 mod node;
 pub mod state;
 pub mod text;

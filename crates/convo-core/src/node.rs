@@ -95,10 +95,11 @@ impl Diagnostics {
         Diagnostics("{}".to_owned())
     }
 
-    /// Parses JSON text that must be an object, and canonicalises it.
+    /// Parses JSON text that must be an object with no repeated key, and
+    /// canonicalises it.
     pub fn parse(text: &str) -> Result<Self, NodeError> {
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| NodeError::Diagnostics(e.to_string()))?;
+        let v: serde_json::Value = crate::json::from_str_unique(text)
+            .map_err(|e| NodeError::Diagnostics(e.to_string()))?;
         Self::from_value(&v)
     }
 

@@ -37,7 +37,7 @@
 //! the message's extra fields, so no text is lost.
 
 use crate::Reader;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::json::{parse, secs_to_millis};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
 use serde::Deserialize;
@@ -111,7 +111,11 @@ impl Reader for ChatGpt {
     }
     fn read_bytes(&self, file: &str, bytes: &[u8]) -> Result<Read> {
         let convs: Vec<Conv> = parse(file, bytes)?;
-        Ok(Read::of(convs.into_iter().map(conversation).collect()))
+        let mut out = Vec::with_capacity(convs.len());
+        for (i, c) in convs.into_iter().enumerate() {
+            out.push(conversation(file, i, c)?);
+        }
+        Ok(Read::of(out))
     }
 }
 
@@ -253,13 +257,66 @@ fn message(m: &Msg, default_model: Option<&str>) -> Option<Message> {
     Some(msg)
 }
 
-fn conversation(c: Conv) -> Conversation {
+/// Refuses a mapping whose `parent` links point outside it or loop.
+fn check_parents(file: &str, i: usize, c: &Conv) -> Result<()> {
+    let ids: Vec<&String> = c.mapping.keys().collect();
+    let index: HashMap<&str, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(k, id)| (id.as_str(), k))
+        .collect();
+    let mut parent = Vec::with_capacity(ids.len());
+    for (id, n) in &c.mapping {
+        let mut path = format!("$[{i}].mapping");
+        crate::json::push_key(&mut path, id);
+        match &n.parent {
+            None => parent.push(None),
+            Some(p) => match index.get(p.as_str()) {
+                Some(&k) => parent.push(Some(k)),
+                None => {
+                    return Err(Error::new(
+                        file,
+                        "parent-dangling",
+                        format!("message {id:?} has parent {p:?}, which is not in the mapping"),
+                    )
+                    .with_path(format!("{path}.parent")));
+                }
+            },
+        }
+        for ch in n.children.iter().flatten() {
+            if !index.contains_key(ch.as_str()) {
+                return Err(Error::new(
+                    file,
+                    "child-dangling",
+                    format!("message {id:?} lists child {ch:?}, which is not in the mapping"),
+                )
+                .with_path(format!("{path}.children")));
+            }
+        }
+    }
+    if let Some(cycle) = crate::tree::find_cycle(&parent) {
+        let names: Vec<String> = cycle.iter().map(|&k| ids[k].clone()).collect();
+        return Err(Error::new(
+            file,
+            "parent-cycle",
+            format!(
+                "the parent links form a cycle: {} (each message's parent, in turn)",
+                crate::tree::show_cycle(&names)
+            ),
+        )
+        .with_path(format!("$[{i}].mapping")));
+    }
+    Ok(())
+}
+
+fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
+    check_parents(file, i, &c)?;
     let default_model = c.default_model_slug.as_deref();
-    // Roots: nodes without a parent in the mapping, in key order.
+    // Roots: nodes without a parent, in key order.
     let mut roots: Vec<&String> = c
         .mapping
         .iter()
-        .filter(|(_, n)| n.parent.as_ref().is_none_or(|p| !c.mapping.contains_key(p)))
+        .filter(|(_, n)| n.parent.is_none())
         .map(|(k, _)| k)
         .collect();
     roots.reverse();
@@ -296,6 +353,23 @@ fn conversation(c: Conv) -> Conversation {
             }
         }
     }
+    if let Some(lost) = c.mapping.keys().find(|k| !seen.contains(k.as_str())) {
+        let parent = c
+            .mapping
+            .get(lost)
+            .and_then(|n| n.parent.clone())
+            .unwrap_or_default();
+        let mut path = format!("$[{i}].mapping");
+        crate::json::push_key(&mut path, lost);
+        return Err(Error::new(
+            file,
+            "child-missing",
+            format!(
+                "message {lost:?} is not reachable: its parent {parent:?} does not list it in `children`"
+            ),
+        )
+        .with_path(path));
+    }
     let mut has_child = vec![false; messages.len()];
     for m in &messages {
         if let Some(p) = m.parent {
@@ -322,7 +396,7 @@ fn conversation(c: Conv) -> Conversation {
     if let Some(m) = c.default_model_slug.clone() {
         meta.insert("default_model_slug".into(), json!(m));
     }
-    Conversation {
+    Ok(Conversation {
         id: c.conversation_id.or(c.id),
         title: c.title,
         agent: Some("chatgpt".into()),
@@ -330,5 +404,5 @@ fn conversation(c: Conv) -> Conversation {
         meta,
         messages,
         timelines,
-    }
+    })
 }

@@ -136,21 +136,78 @@ fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
         if let Some(f) = m.files.filter(|f| !f.is_empty()) {
             msg = msg.with_extra("files", Value::Array(f));
         }
-        if let Some(u) = &m.uuid {
-            by_uuid.insert(u.clone(), j);
+        if let Some(u) = &m.uuid
+            && let Some(first) = by_uuid.insert(u.clone(), j)
+        {
+            return Err(crate::Error::new(
+                file,
+                "message-duplicate",
+                format!("messages {first} and {j} share the uuid {u:?}"),
+            )
+            .with_path(format!("$[{i}].chat_messages[{j}].uuid")));
         }
         parents.push(m.parent_message_uuid);
         messages.push(msg);
     }
-    let tree = parents
-        .iter()
-        .any(|p| p.as_ref().is_some_and(|p| by_uuid.contains_key(p)));
+    // Claude marks a conversation's first message with this parent.
+    let is_root_marker = |p: &str| p.bytes().all(|b| matches!(b, b'0' | b'-' | b'4' | b'8'));
+    let mut parent_ix: Vec<Option<usize>> = Vec::with_capacity(parents.len());
+    for (j, p) in parents.iter().enumerate() {
+        match p.as_deref() {
+            None => parent_ix.push(None),
+            Some(p) if is_root_marker(p) && !by_uuid.contains_key(p) => parent_ix.push(None),
+            Some(p) => match by_uuid.get(p) {
+                Some(&q) => parent_ix.push(Some(q)),
+                None => {
+                    let id = messages[j]
+                        .extra
+                        .get("uuid")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| format!("#{j}"), |u| format!("{u:?}"));
+                    return Err(crate::Error::new(
+                        file,
+                        "parent-dangling",
+                        format!(
+                            "message {id} has parent_message_uuid {p:?}, which is not a message of this conversation"
+                        ),
+                    )
+                    .with_path(format!("$[{i}].chat_messages[{j}].parent_message_uuid")));
+                }
+            },
+        }
+    }
+    if let Some(cycle) = crate::tree::find_cycle(&parent_ix) {
+        let names: Vec<String> = cycle
+            .iter()
+            .map(|&k| {
+                messages[k]
+                    .extra
+                    .get("uuid")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("#{k}"), str::to_owned)
+            })
+            .collect();
+        return Err(crate::Error::new(
+            file,
+            "parent-cycle",
+            format!(
+                "the parent_message_uuid links form a cycle: {}",
+                crate::tree::show_cycle(&names)
+            ),
+        )
+        .with_path(format!("$[{i}].chat_messages")));
+    }
+    let tree = parent_ix.iter().any(Option::is_some);
     let mut conv = if tree {
-        for (j, p) in parents.iter().enumerate() {
-            messages[j].parent = p
-                .as_ref()
-                .and_then(|p| by_uuid.get(p).copied())
-                .filter(|&q| q != j);
+        for (j, p) in parent_ix.iter().enumerate() {
+            messages[j].parent = *p;
+        }
+        if parent_ix
+            .iter()
+            .enumerate()
+            .any(|(j, p)| p.is_some_and(|p| p > j))
+        {
+            messages = parents_first(messages);
         }
         let mut has_child = vec![false; messages.len()];
         for m in &messages {
@@ -183,4 +240,38 @@ fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
     conv.agent = Some("claude".into());
     conv.created_at = c.created_at.as_deref().and_then(iso_to_millis);
     Ok(conv)
+}
+
+/// The messages reordered so that every parent comes before its children
+/// (the model's invariant), depth first, siblings in file order. Only
+/// called on an acyclic tree.
+fn parents_first(messages: Vec<Message>) -> Vec<Message> {
+    let n = messages.len();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut roots = Vec::new();
+    for (j, m) in messages.iter().enumerate() {
+        match m.parent {
+            Some(p) => children[p].push(j),
+            None => roots.push(j),
+        }
+    }
+    let mut order = Vec::with_capacity(n);
+    let mut stack: Vec<usize> = roots.into_iter().rev().collect();
+    while let Some(j) = stack.pop() {
+        order.push(j);
+        stack.extend(children[j].iter().rev());
+    }
+    let mut new_index = vec![0usize; n];
+    for (new, &old) in order.iter().enumerate() {
+        new_index[old] = new;
+    }
+    let mut slots: Vec<Option<Message>> = messages.into_iter().map(Some).collect();
+    order
+        .iter()
+        .filter_map(|&old| slots[old].take())
+        .map(|mut m| {
+            m.parent = m.parent.map(|p| new_index[p]);
+            m
+        })
+        .collect()
 }

@@ -29,7 +29,11 @@
 //! A path to import may be a conversation folder, its `chat.jsonl`, or a
 //! folder of conversation folders (`storage/conversations/`, or `storage/`
 //! holding one): every conversation in it is read. The conversation is
-//! named by its `conversationId`.
+//! named by its `conversationId`. A writer names the folder
+//! [`convo_core::text::component`] of the `conversationId` (or of
+//! `conversation-{time}-{threadId}`), so no id — `../../x`, `.git`, `a/b` —
+//! can put it anywhere but directly under the target folder; the records
+//! keep the id verbatim.
 //!
 //! clog has no tool messages: a writer records a tool call as an `agent`
 //! message with `toolCall: {"to": …}` and a tool's answer as a `system`
@@ -280,9 +284,12 @@ fn render(conv: &Conversation) -> Files {
             &convo_core::sha256(seed.as_bytes()).to_hex()[..12]
         )
     });
-    let folder = hs("conversationId")
-        .filter(|f| !f.is_empty() && !f.contains(['/', '\\']) && f != "." && f != "..")
+    // The id as the conversation had it, written back verbatim in the
+    // records; the folder is always one safe path component of it.
+    let conv_id = hs("conversationId")
+        .filter(|f| !f.is_empty())
         .unwrap_or_else(|| format!("conversation-{}-{thread}", folder_time(created)));
+    let folder = convo_core::text::component(&conv_id);
     let channel = hs("channel").unwrap_or_else(|| "convo".into());
     let turns = conv.turns();
     let updated = turns
@@ -296,7 +303,7 @@ fn render(conv: &Conversation) -> Files {
             ("type", Ordered::V(json!("conversation-header"))),
             ("schemaVersion", Ordered::V(json!(1))),
             ("fileKind", Ordered::V(json!(kind))),
-            ("conversationId", Ordered::V(json!(folder))),
+            ("conversationId", Ordered::V(json!(conv_id))),
             ("threadId", Ordered::V(json!(thread))),
             ("channel", Ordered::V(json!(channel))),
         ];
@@ -322,7 +329,7 @@ fn render(conv: &Conversation) -> Files {
         let ch = extra.remove("channel").unwrap_or_else(|| json!(channel));
         let mut o = vec![
             ("type".to_owned(), Ordered::V(json!("message"))),
-            ("conversationId".to_owned(), Ordered::V(json!(folder))),
+            ("conversationId".to_owned(), Ordered::V(json!(conv_id))),
             ("threadId".to_owned(), Ordered::V(json!(thread))),
             ("messageId".to_owned(), Ordered::V(id)),
             ("role".to_owned(), Ordered::V(json!(role))),

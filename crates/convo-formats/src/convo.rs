@@ -64,7 +64,8 @@
 //!
 //! Every broken rule is an [`Error`] with the rule's name, line, column and
 //! an excerpt: `encoding`, `separator-missing`, `separator-blank-line`,
-//! `metadata-missing`, `metadata-json`, `json-too-deep`, `metadata-required`,
+//! `metadata-missing`, `metadata-json`, `json-too-deep`, `json-duplicate-key`,
+//! `metadata-required`,
 //! `metadata-wrong-type`, `time-invalid`, `time-offset-zone`,
 //! `participant-name`, `participant-duplicate`, `content-before-delimiter`,
 //! `empty-name`, `names-mismatch`, `closers`, `too-large`. A file over
@@ -597,6 +598,7 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
         err.file = file.to_owned();
         err
     };
+    convo_core::json::check_unique_keys(mtext).map_err(relocate)?;
     let map: BTreeMap<String, &RawValue> = {
         let mut de = serde_json::Deserializer::from_str(mtext);
         let m = serde::Deserialize::deserialize(&mut de).map_err(relocate)?;

@@ -156,7 +156,11 @@ fn clamp(n: usize) -> u32 {
 pub fn json_error(file: &str, text: Option<&str>, path: String, e: &serde_json::Error) -> Error {
     use serde_json::error::Category;
     let raw = e.to_string();
-    let (rule, message) = if raw.contains("recursion limit exceeded") {
+    let (rule, message) = if raw.starts_with("duplicate key ")
+        || raw.starts_with("duplicate field `")
+    {
+        ("json-duplicate-key", strip_pos(&raw))
+    } else if raw.contains("recursion limit exceeded") {
         (
             "json-too-deep",
             "JSON nested more than 128 levels deep (recursion limit exceeded); no conversation format nests like that".to_owned(),

@@ -4,13 +4,30 @@
 //! into an error instead of a stack overflow.
 
 use crate::error::{Error, Result, json_error};
+use serde::Deserialize as _;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-/// Parses a whole JSON document into `T`, with trailing garbage refused.
+/// Walks the document once and refuses an object that repeats a key
+/// (`json-duplicate-key`, with the JSON path of the object): serde would
+/// keep the last value silently.
+fn check_unique_keys(file: &str, text: Option<&str>, bytes: &[u8]) -> Result<()> {
+    let de = &mut serde_json::Deserializer::from_slice(bytes);
+    let mut track = serde_path_to_error::Track::new();
+    convo_core::json::UniqueKeys::deserialize(serde_path_to_error::Deserializer::new(
+        &mut *de, &mut track,
+    ))
+    .map_err(|e| json_error(file, text, render_path(&track.path()), &e))?;
+    de.end()
+        .map_err(|e| json_error(file, text, String::new(), &e))
+}
+
+/// Parses a whole JSON document into `T`, with trailing garbage and
+/// repeated keys refused.
 pub fn parse<T: DeserializeOwned>(file: &str, bytes: &[u8]) -> Result<T> {
     let bytes = strip_bom(bytes);
     let text = std::str::from_utf8(bytes).ok();
+    check_unique_keys(file, text, bytes)?;
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let mut track = serde_path_to_error::Track::new();
     let value = T::deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
@@ -20,7 +37,8 @@ pub fn parse<T: DeserializeOwned>(file: &str, bytes: &[u8]) -> Result<T> {
     Ok(value)
 }
 
-/// Parses one line of a JSONL file (`line` is 1-based) into `T`.
+/// Parses one line of a JSONL file (`line` is 1-based) into `T`, with
+/// repeated keys refused.
 pub fn parse_line<T: DeserializeOwned>(file: &str, line: usize, text: &str) -> Result<T> {
     let mut de = serde_json::Deserializer::from_str(text);
     let mut track = serde_path_to_error::Track::new();
@@ -32,6 +50,7 @@ pub fn parse_line<T: DeserializeOwned>(file: &str, line: usize, text: &str) -> R
         });
         e
     };
+    check_unique_keys(file, Some(text), text.as_bytes()).map_err(fix)?;
     let value = T::deserialize(serde_path_to_error::Deserializer::new(&mut de, &mut track))
         .map_err(|e| fix(json_error(file, Some(text), render_path(&track.path()), &e)))?;
     de.end()

@@ -40,6 +40,7 @@ pub mod model;
 pub mod openai;
 pub mod session_json;
 pub mod sharegpt;
+mod tree;
 
 pub use error::{Error, Location, Result, locate};
 pub use model::{Conversation, Message, Read, Role, Timeline};

@@ -274,7 +274,7 @@ fn read_responses(
             for c in rcalls.into_iter().flatten() {
                 let name = text(&c[0]).unwrap_or_else(|| "tool".into());
                 let args: Value = text(&c[1])
-                    .map(|a| serde_json::from_str(&a).unwrap_or(Value::String(a)))
+                    .map(|a| convo_core::json::from_str_unique(&a).unwrap_or(Value::String(a)))
                     .unwrap_or(Value::Null);
                 let body = json!({"name": name, "arguments": args, "tool_call_id": text(&c[2])});
                 let mut m = Message::new(Role::ToolCall, "assistant", compact(&body))
@@ -537,7 +537,7 @@ fn messages_of(role: &str, parts: &[Vec<Sql>], fragments: &HashMap<i64, String>)
     for p in parts {
         let ty = text(&p[0]).unwrap_or_else(|| "text".into());
         let payload: Value = text(&p[2])
-            .and_then(|s| serde_json::from_str(&s).ok())
+            .and_then(|s| convo_core::json::from_str_unique(&s).ok())
             .unwrap_or(Value::Null);
         let body = text(&p[1])
             .or_else(|| text(&p[7]))
@@ -577,7 +577,7 @@ fn messages_of(role: &str, parts: &[Vec<Sql>], fragments: &HashMap<i64, String>)
             "reasoning" => reasoning.push(body.unwrap_or_default()),
             "tool_call" => {
                 let args = text(&p[4])
-                    .map(|a| serde_json::from_str(&a).unwrap_or(Value::String(a)))
+                    .map(|a| convo_core::json::from_str_unique(&a).unwrap_or(Value::String(a)))
                     .or_else(|| payload.get("arguments").cloned())
                     .unwrap_or(Value::Null);
                 let mut m = Message::new(

@@ -255,7 +255,7 @@ pub fn messages(conv: &Conversation) -> Vec<Ordered> {
                     v(extra.remove("content").unwrap_or(Value::Null)),
                 ));
                 let legacy = crate::json::take_str(&mut extra, "openai_call").is_some();
-                let parsed: Option<Value> = serde_json::from_str(&m.text).ok();
+                let parsed: Option<Value> = convo_core::json::from_str_unique(&m.text).ok();
                 let calls = match parsed {
                     Some(Value::Array(a)) if !legacy => Value::Array(a),
                     Some(obj @ Value::Object(_)) if legacy => obj,

@@ -186,3 +186,202 @@ fn pathological_convo_text_stays_fast() {
     }
     assert!(t.elapsed().as_secs() < 60, "{:?}", t.elapsed());
 }
+
+/// A clog conversation whose header carries `id` as `key`.
+fn clog_with(key: &str, id: &str) -> convo_formats::Conversation {
+    let header = serde_json::json!({"type": "conversation-header", "schemaVersion": 1,
+        "fileKind": "chat", key: id, "channel": "tui", "createdAt": 1774402340418i64});
+    let msg = serde_json::json!({"type": "message", "messageId": "m1", "role": "user",
+        "content": "hi", "createdAt": 1774402350000i64});
+    let bytes = format!("{header}\n{msg}\n");
+    let mut r = convo_formats::reader("clog")
+        .unwrap()
+        .read_bytes("chat.jsonl", bytes.as_bytes())
+        .unwrap();
+    r.conversations.remove(0)
+}
+
+#[test]
+fn regression_clog_thread_id_cannot_escape_the_export_folder() {
+    let root = tempfile::tempdir().unwrap();
+    let out = root.path().join("a").join("b").join("out");
+    let c = clog_with("threadId", "../../../../x");
+    let written = convo_formats::clog::write_folder(&c, &out).unwrap();
+    assert_eq!(
+        written.parent(),
+        Some(out.as_path()),
+        "{}",
+        written.display()
+    );
+    assert!(!root.path().join("x").exists() && !root.path().join("a").join("x").exists());
+    let chat = std::fs::read_to_string(written.join("chat.jsonl")).unwrap();
+    assert!(
+        chat.contains("\"threadId\":\"../../../../x\""),
+        "kept verbatim: {chat}"
+    );
+}
+
+#[test]
+fn regression_clog_conversation_id_dot_git_is_not_written_as_dot_git() {
+    for id in [
+        ".git",
+        "..",
+        ".",
+        "a/b",
+        "..\\..\\x",
+        "/etc/passwd",
+        "NUL",
+        "",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let c = clog_with("conversationId", id);
+        let written = convo_formats::clog::write_folder(&c, dir.path()).unwrap();
+        assert_eq!(written.parent(), Some(dir.path()), "{id:?}");
+        let name = written.file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(convo_core::text::is_component(&name), "{id:?} -> {name}");
+        assert!(!dir.path().join(".git").exists(), "{id:?}");
+        // Read back, the conversation keeps its id.
+        let back = convo_formats::reader("clog")
+            .unwrap()
+            .read_path(&written)
+            .unwrap();
+        if !id.is_empty() {
+            assert_eq!(back.conversations[0].id.as_deref(), Some(id), "{id:?}");
+        }
+    }
+}
+
+#[test]
+fn chatgpt_parent_cycles_and_dangling_parents_are_errors_naming_the_ids() {
+    let conv = |mapping: serde_json::Value| {
+        serde_json::to_vec(&serde_json::json!([{"title": "t", "mapping": mapping}])).unwrap()
+    };
+    let msg = |t: &str| serde_json::json!({"author": {"role": "user"}, "content": {"content_type": "text", "parts": [t]}});
+    // Two nodes pointing at each other: no root.
+    let e = parse_err(
+        "chatgpt",
+        &conv(serde_json::json!({
+            "a": {"message": msg("x"), "parent": "b", "children": ["b"]},
+            "b": {"message": msg("y"), "parent": "a", "children": ["a"]}})),
+    );
+    assert_eq!(e.rule, "parent-cycle", "{e}");
+    assert!(
+        e.message.contains("\"a\"") && e.message.contains("\"b\""),
+        "{e}"
+    );
+    // A self-parent.
+    let e = parse_err(
+        "chatgpt",
+        &conv(serde_json::json!({"s": {"message": msg("x"), "parent": "s", "children": []}})),
+    );
+    assert_eq!(e.rule, "parent-cycle", "{e}");
+    assert!(e.message.contains("\"s\""), "{e}");
+    // A parent that is not there.
+    let e = parse_err(
+        "chatgpt",
+        &conv(serde_json::json!({"r": {"message": msg("x"), "parent": "gone", "children": []}})),
+    );
+    assert_eq!(e.rule, "parent-dangling", "{e}");
+    assert!(
+        e.message.contains("\"r\"") && e.message.contains("\"gone\""),
+        "{e}"
+    );
+    // A node its parent does not list: it would be silently dropped.
+    let e = parse_err(
+        "chatgpt",
+        &conv(serde_json::json!({
+            "r": {"message": msg("x"), "parent": null, "children": []},
+            "c": {"message": msg("y"), "parent": "r", "children": []}})),
+    );
+    assert_eq!(e.rule, "child-missing", "{e}");
+    assert!(e.message.contains("\"c\""), "{e}");
+}
+
+#[test]
+fn claude_parent_cycles_and_dangling_parents_are_errors_naming_the_ids() {
+    let conv = |msgs: serde_json::Value| {
+        serde_json::to_vec(&serde_json::json!([{"uuid": "c", "name": "n", "chat_messages": msgs}]))
+            .unwrap()
+    };
+    let m = |u: &str, p: &str, who: &str| serde_json::json!({"uuid": u, "parent_message_uuid": p, "sender": who, "text": u});
+    // The reported case: m1 -> m2 -> m1, and m3 under m1.
+    let e = parse_err(
+        "claude",
+        &conv(serde_json::json!([
+            m("m1", "m2", "human"),
+            m("m2", "m1", "assistant"),
+            m("m3", "m1", "human")
+        ])),
+    );
+    assert_eq!(e.rule, "parent-cycle", "{e}");
+    assert!(e.message.contains("m1") && e.message.contains("m2"), "{e}");
+    let e = parse_err("claude", &conv(serde_json::json!([m("m1", "m1", "human")])));
+    assert_eq!(e.rule, "parent-cycle", "{e}");
+    let e = parse_err(
+        "claude",
+        &conv(serde_json::json!([
+            m("m1", "00000000-0000-4000-8000-000000000000", "human"),
+            m("m2", "nope", "assistant")
+        ])),
+    );
+    assert_eq!(e.rule, "parent-dangling", "{e}");
+    assert!(
+        e.message.contains("m2") && e.message.contains("nope"),
+        "{e}"
+    );
+    // Claude's root marker is a root; a parent after its child is fine.
+    let ok = convo_formats::reader("claude")
+        .unwrap()
+        .read_bytes(
+            "x",
+            &conv(serde_json::json!([
+                m("a2", "q1", "assistant"),
+                m("q1", "00000000-0000-4000-8000-000000000000", "human")
+            ])),
+        )
+        .unwrap();
+    let c = &ok.conversations[0];
+    let texts: Vec<&str> = c
+        .timeline_messages(0)
+        .iter()
+        .map(|m| m.text.as_str())
+        .collect();
+    assert_eq!(texts, ["q1", "a2"]);
+}
+
+#[test]
+fn duplicate_json_keys_are_errors_in_every_json_format() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "openai",
+            r#"{"messages":[{"role":"user","content":"a","content":"b"}]}"#,
+        ),
+        ("chatgpt", r#"[{"title":"t","title":"u","mapping":{}}]"#),
+        (
+            "chatgpt",
+            r#"[{"mapping":{"a":{"parent":null,"children":[]},"a":{"parent":null,"children":[]}}}]"#,
+        ),
+        (
+            "claude",
+            r#"[{"uuid":"c","chat_messages":[{"uuid":"m","sender":"human","text":"x","extra":{"k":1,"k":2}}]}]"#,
+        ),
+        (
+            "sharegpt",
+            r#"[{"conversations":[{"from":"human","value":"a","value":"b"}]}]"#,
+        ),
+        ("session-json", r#"{"open":true,"open":false}"#),
+        (
+            "clog",
+            "{\"type\":\"conversation-header\",\"type\":\"x\"}\n",
+        ),
+    ];
+    for (f, text) in cases {
+        let e = parse_err(f, text.as_bytes());
+        assert_eq!(e.rule, "json-duplicate-key", "{f}: {e}");
+    }
+    let e = parse_err(
+        "convo",
+        b"### @a\nhi\n\n----\n{\"type\": \"d\", \"time\": \"2025-10-23\", \"type\": \"e\", \"participants\": [\"a\"]}\n",
+    );
+    assert_eq!(e.rule, "json-duplicate-key", "{e}");
+}

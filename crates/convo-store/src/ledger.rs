@@ -741,6 +741,74 @@ impl Ledger<'_> {
         Ok((new, new != root))
     }
 
+    /// One branch, as seen inside this transaction.
+    pub fn branch(&mut self, session: &SessionId, name: &BranchName) -> Result<BranchRow> {
+        open_branch(self.tx, session, name, false)
+    }
+
+    /// Creates an empty timeline `name` (no nodes, empty state), as a new
+    /// session's `main` is: for a run that must not share history with
+    /// another timeline (a replay, say).
+    pub fn create_branch(
+        &mut self,
+        session: &SessionId,
+        name: &BranchName,
+        now: Millis,
+    ) -> Result<BranchRow> {
+        if self.tx.session(session)?.is_none() {
+            return Err(StoreError::NoSession(session.to_string()));
+        }
+        if self.tx.branch(session, name)?.is_some() {
+            return Err(StoreError::BranchExists {
+                session: session.to_string(),
+                branch: name.to_string(),
+            });
+        }
+        let row = BranchRow {
+            session: *session,
+            name: name.clone(),
+            head: None,
+            state: None,
+            sealed: false,
+            created_at: now,
+        };
+        self.tx.insert_branch(&row)?;
+        Ok(row)
+    }
+
+    /// Sets the branch's working state root to an existing state version
+    /// (the state as of some node), as a fork does at its start.
+    pub fn set_working_state(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        root: Option<&StateRoot>,
+    ) -> Result<()> {
+        open_branch(self.tx, session, branch, true)?;
+        self.tx.set_branch_state(session, branch, root)
+    }
+
+    /// The value of `key` in a state version, inside this transaction.
+    pub fn state_get(&mut self, root: &StateRoot, key: &str) -> Result<Option<Vec<u8>>> {
+        let tx = &mut *self.tx;
+        let Some(vh) = state::get(&mut TxNodes(tx), root, key.as_bytes()).map_err(state_err)?
+        else {
+            return Ok(None);
+        };
+        tx.blob(&vh)?
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
+    }
+
+    /// Every key of a state version, sorted, inside this transaction.
+    pub fn state_keys(&mut self, root: &StateRoot) -> Result<Vec<String>> {
+        let entries = state::list(&mut TxNodes(&mut *self.tx), root).map_err(state_err)?;
+        Ok(entries
+            .into_iter()
+            .map(|(k, _)| String::from_utf8_lossy(&k).into_owned())
+            .collect())
+    }
+
     /// A timeline with payloads, as seen inside this transaction.
     pub fn timeline(
         &mut self,

@@ -64,7 +64,7 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
             continue;
         }
         let bad = |why: String| CommandError::user(format!("stdin line {lineno}: {why}"));
-        let l: Line = serde_json::from_str(&line).map_err(|e| bad(e.to_string()))?;
+        let l: Line = convo_core::json::from_str_unique(&line).map_err(|e| bad(e.to_string()))?;
         let kind: Kind = l.kind.parse().map_err(bad)?;
         let (from, to) = super::record::default_ends(kind, &s.agent);
         pending.push(Draft {

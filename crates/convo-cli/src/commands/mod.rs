@@ -1,6 +1,7 @@
 //! One module per command. `run` opens the store and dispatches.
 
 pub mod branch;
+pub mod chat;
 pub mod check;
 pub mod demo;
 pub mod diff;
@@ -11,7 +12,10 @@ pub mod import;
 pub mod ingest;
 pub mod log;
 pub mod migrate;
+pub mod proxy;
 pub mod record;
+pub mod replay;
+pub mod run;
 pub mod say;
 pub mod select;
 pub mod serve;
@@ -64,9 +68,12 @@ impl CommandError {
         if self.closed {
             return;
         }
-        eprintln!("error: {}", self.message);
+        // Messages quote user input (names, titles, file contents): shown,
+        // never sent raw to the terminal.
+        use convo_core::text::{Newlines, visible};
+        eprintln!("error: {}", visible(&self.message, Newlines::Keep));
         if let Some(h) = &self.hint {
-            eprintln!("hint: {h}");
+            eprintln!("hint: {}", visible(h, Newlines::Keep));
         }
     }
     pub fn message_text(&self) -> &str {
@@ -175,7 +182,11 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Demo(_)
         | Command::Import(_)
         | Command::Migrate(_)
-        | Command::Serve(_) => Access::Write,
+        | Command::Serve(_)
+        | Command::Run(_)
+        | Command::Chat(_)
+        | Command::Replay(_)
+        | Command::Proxy(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
             | SessionCmd::Fork { .. }
@@ -264,5 +275,9 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Watch(a) => watch::run(&env, a),
         Command::Migrate(a) => migrate::run(a),
         Command::Serve(a) => serve::run(&env, a),
+        Command::Run(a) => run::run(&env, a),
+        Command::Chat(a) => chat::run(&env, a),
+        Command::Replay(a) => replay::run(&env, a),
+        Command::Proxy(a) => proxy::run(&env, a),
     }
 }

@@ -42,6 +42,49 @@ pub struct RecordArgs {
     /// For a response: the request sequence it answers
     #[arg(long)]
     pub sequence: Option<u32>,
+    /// Refuse a payload larger than this many bytes, before reading it
+    /// [env: CONVO_MAX_PAYLOAD] [default: 67108864, 64 MiB]
+    #[arg(long, value_name = "BYTES")]
+    pub max_payload: Option<u64>,
+}
+
+/// The default largest payload `record` accepts: 64 MiB.
+pub const DEFAULT_MAX_PAYLOAD: u64 = 64 * 1024 * 1024;
+
+/// The payload limit: `--max-payload`, else `CONVO_MAX_PAYLOAD`, else 64 MiB.
+fn max_payload(flag: Option<u64>) -> CmdResult<u64> {
+    if let Some(m) = flag {
+        return Ok(m);
+    }
+    match std::env::var("CONVO_MAX_PAYLOAD") {
+        Ok(v) if !v.trim().is_empty() => v.trim().parse().map_err(|_| {
+            CommandError::user(format!(
+                "CONVO_MAX_PAYLOAD must be a number of bytes, not {:?}",
+                convo_core::text::visible(&v, convo_core::text::Newlines::Escape)
+            ))
+        }),
+        _ => Ok(DEFAULT_MAX_PAYLOAD),
+    }
+}
+
+fn too_large(what: &str, size: Option<u64>, max: u64) -> CommandError {
+    let size = size.map_or_else(
+        || "more than".to_owned(),
+        |s| format!("{s} bytes, more than"),
+    );
+    CommandError::user(format!("{what} is {size} the payload limit of {max} bytes"))
+        .with_hint("raise it with --max-payload BYTES or CONVO_MAX_PAYLOAD, or store a reference to the data instead")
+}
+
+/// Reads `r` whole, refusing it as soon as it passes `max` bytes (so a
+/// huge stream is never held in memory).
+fn read_limited(r: impl Read, what: &str, max: u64, size_hint: usize) -> CmdResult<Vec<u8>> {
+    let mut buf = Vec::with_capacity(size_hint);
+    r.take(max.saturating_add(1)).read_to_end(&mut buf)?;
+    if buf.len() as u64 > max {
+        return Err(too_large(what, None, max));
+    }
+    Ok(buf)
 }
 
 pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
@@ -57,11 +100,27 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
         .as_deref()
         .map(|s| StateRoot::from_hex(s).map_err(|e| CommandError::user(format!("--state: {e}"))))
         .transpose()?;
-    let payload = match (&a.payload, &a.payload_file) {
-        (Some(p), _) => p.clone().into_bytes(),
-        (None, Some(f)) => std::fs::read(f).map_err(|e| {
-            CommandError::user(format!("cannot read payload file {}: {e}", f.display()))
-        })?,
+    let max = max_payload(a.max_payload)?;
+    let payload = match (a.payload, &a.payload_file) {
+        (Some(p), _) => {
+            if p.len() as u64 > max {
+                return Err(too_large("--payload", Some(p.len() as u64), max));
+            }
+            p.into_bytes()
+        }
+        (None, Some(f)) => {
+            let cannot = |e: std::io::Error| {
+                CommandError::user(format!("cannot read payload file {}: {e}", f.display()))
+            };
+            let file = std::fs::File::open(f).map_err(cannot)?;
+            let len = file.metadata().map_err(cannot)?.len();
+            let what = format!("payload file {}", f.display());
+            if len > max {
+                return Err(too_large(&what, Some(len), max));
+            }
+            // The size can change under us: the read is bounded too.
+            read_limited(file, &what, max, usize::try_from(len).unwrap_or(0))?
+        }
         (None, None) => {
             let stdin = std::io::stdin();
             if stdin.is_terminal() {
@@ -69,9 +128,7 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
                     "pass --payload TEXT, --payload-file FILE, or pipe the payload on stdin",
                 ));
             }
-            let mut buf = Vec::new();
-            stdin.lock().read_to_end(&mut buf)?;
-            buf
+            read_limited(stdin.lock(), "the payload on stdin", max, 0)?
         }
     };
     let branch = branch_name(&a.branch)?;

@@ -30,9 +30,96 @@ pub struct ServeArgs {
     /// Do not print a JSON log line per request on stderr
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub upstream: UpstreamArgs,
+}
+
+/// The recording proxy's upstreams (see `convo proxy --help`).
+#[derive(Args, Debug)]
+pub struct UpstreamArgs {
+    /// Mount the recording proxy under /v1 and /s/SESSION/BRANCH/v1, forwarding to this OpenAI-compatible URL
+    #[arg(long, value_name = "URL")]
+    pub upstream: Option<String>,
+    /// Forward Anthropic calls (/v1/messages, or an anthropic-version header) to this URL
+    #[arg(long, value_name = "URL")]
+    pub anthropic_upstream: Option<String>,
+    /// Send the key in this environment variable to --upstream when a client sends none
+    #[arg(long, value_name = "VAR")]
+    pub upstream_key_env: Option<String>,
+    /// Send the key in this environment variable to --anthropic-upstream when a client sends none
+    #[arg(long, value_name = "VAR")]
+    pub anthropic_key_env: Option<String>,
+    /// Seconds to wait for an upstream to connect or send its next byte
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub upstream_timeout: u64,
+    /// Answer calls from this recorded timeline (SESSION[:BRANCH]) instead of an upstream
+    #[arg(long, value_name = "SESSION[:BRANCH]")]
+    pub replay: Option<String>,
+    /// Replay streams at once (fast) or at their recorded pace (recorded)
+    #[arg(long, default_value = "fast", value_parser = ["fast", "recorded"], requires = "replay")]
+    pub pace: String,
+    /// A replayed call that does not match: fail with a JSON error, or go live on a forked timeline
+    #[arg(long, default_value = "error", value_parser = ["error", "live"], requires = "replay")]
+    pub on_miss: String,
+}
+
+impl UpstreamArgs {
+    fn any(&self) -> bool {
+        self.upstream.is_some() || self.anthropic_upstream.is_some() || self.replay.is_some()
+    }
+
+    fn config(&self) -> CmdResult<convo_proxy::ProxyConfig> {
+        let key = |var: &Option<String>| -> CmdResult<Option<String>> {
+            match var {
+                None => Ok(None),
+                Some(v) => std::env::var(v).map(Some).map_err(|_| {
+                    CommandError::user(format!("environment variable `{v}` is not set"))
+                        .with_hint("export it, or let clients send their own key")
+                }),
+            }
+        };
+        let mut c = convo_proxy::ProxyConfig::new(self.upstream.clone());
+        c.anthropic_upstream = self.anthropic_upstream.clone();
+        c.upstream_key = key(&self.upstream_key_env)?;
+        c.anthropic_key = key(&self.anthropic_key_env)?;
+        c.timeout = std::time::Duration::from_secs(self.upstream_timeout.max(1));
+        if let Some(r) = &self.replay {
+            let mut spec = convo_proxy::replay::ReplaySpec::parse(r)
+                .map_err(|e| CommandError::user(e).with_hint("give SESSION or SESSION:BRANCH"))?;
+            if self.pace == "recorded" {
+                spec.pace = convo_proxy::replay::Pace::Recorded;
+            }
+            if self.on_miss == "live" {
+                if self.upstream.is_none() && self.anthropic_upstream.is_none() {
+                    return Err(CommandError::user(
+                        "--on-miss live needs an upstream to go live to",
+                    )
+                    .with_hint("add --upstream URL"));
+                }
+                spec.on_miss = convo_proxy::replay::OnMiss::Live;
+            }
+            c.replay = Some(spec);
+        }
+        Ok(c)
+    }
 }
 
 pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
+    run_server(env, a, false)
+}
+
+/// `convo serve`, or with `proxy_only` `convo proxy`: the proxy's routes alone.
+pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
+    let name = if proxy_only { "proxy" } else { "serve" };
+    if proxy_only && !a.upstream.any() {
+        return Err(CommandError::user("convo proxy needs an upstream")
+            .with_hint("pass --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL, or --replay SESSION"));
+    }
+    let proxy_config = if a.upstream.any() {
+        Some(a.upstream.config()?)
+    } else {
+        None
+    };
     let addr: SocketAddr = a.listen.parse().map_err(|e| {
         CommandError::user(format!("--listen `{}` is not an address: {e}", a.listen))
             .with_hint("give IP:PORT, e.g. 127.0.0.1:7777")
@@ -65,14 +152,34 @@ pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
             .local_addr()
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
         let hub = st.hub.clone();
-        let app = convo_server::router(st, &config, None);
+        let proxy = match proxy_config {
+            Some(pc) => Some(
+                convo_proxy::Proxy::start(pc, st.pool.clone(), Some(st.hub.clone()))
+                    .await
+                    .map_err(|e| match e {
+                        convo_proxy::ProxyError::Replay(e) => CommandError::from(e),
+                        other => CommandError::user(other.to_string()),
+                    })?,
+            ),
+            None => None,
+        };
+        if let Some(p) = &proxy
+            && p.replay_len() > 0
+        {
+            eprintln!("convo {name}: replaying {} recorded calls", p.replay_len());
+        }
+        let summary = proxy.clone();
+        let app = match (proxy, proxy_only) {
+            (Some(p), true) => convo_proxy::standalone(p, &config),
+            (p, _) => convo_server::router(st, &config, p.map(convo_proxy::router)),
+        };
         eprintln!(
-            "convo serve: store {}",
+            "convo {name}: store {}",
             convo_server::pool::redact_url(&config.store_url)
         );
         // The first stdout line is the URL, for scripts and tests.
         println!("http://{bound}/");
-        let shutdown = async {
+        let shutdown = async move {
             let ctrl_c = tokio::signal::ctrl_c();
             #[cfg(unix)]
             {
@@ -86,9 +193,12 @@ pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
             }
             #[cfg(not(unix))]
             let _ = ctrl_c.await;
-            eprintln!("convo serve: shutting down; finishing requests in flight");
+            eprintln!("convo {name}: shutting down; finishing requests in flight");
         };
         let res = convo_server::serve_router(listener, app, shutdown).await;
+        if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
+            eprintln!("{line}");
+        }
         hub.stop();
         res.map_err(|e| CommandError::user(format!("server: {e}")))
     })?;

@@ -50,7 +50,12 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
             .map(|p| p.to_hex())
             .unwrap_or_else(|| "-".into())
     )?;
-    writeln!(out, "from → to  {} → {}", node.from, node.to)?;
+    writeln!(
+        out,
+        "from → to  {} → {}",
+        crate::output::clean(&node.from),
+        crate::output::clean(&node.to)
+    )?;
     writeln!(
         out,
         "submission {}",
@@ -78,7 +83,11 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         node.payload_len, node.payload
     )?;
     if node.diagnostics.as_str() != "{}" {
-        writeln!(out, "diagnostics {}", node.diagnostics.as_str())?;
+        writeln!(
+            out,
+            "diagnostics {}",
+            crate::output::clean(node.diagnostics.as_str())
+        )?;
     }
     writeln!(out)?;
     match std::str::from_utf8(&payload) {

@@ -1,6 +1,7 @@
 use super::{CmdResult, Env, find_session};
 use crate::output::{node_json, node_line};
 use clap::Args;
+use convo_store::{Access, ErrorKind, Store, StoreError};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -11,6 +12,10 @@ use std::time::Duration;
 /// nodes; 0 replays everything) and never skips or repeats a node: each line
 /// carries its cursor, so a restarted watch resumes with --after.
 /// With --json, prints one JSON object per line.
+///
+/// On PostgreSQL, a lost connection (a server restart) is retried with
+/// backoff (0.1 s doubling to 5 s, a note on stderr) and the watch resumes
+/// after the last node it printed: no gap, no repeat.
 #[derive(Args, Debug)]
 pub struct WatchArgs {
     /// Only this session (id, unique prefix or title)
@@ -49,10 +54,24 @@ pub fn run(env: &Env, a: WatchArgs) -> CmdResult {
     };
     let mut printed = 0u64;
     let stdout = std::io::stdout();
+    let reconnects =
+        env.store_url.starts_with("postgres://") || env.store_url.starts_with("postgresql://");
     loop {
-        let page = store.follow_with_payloads(cursor, 1000)?;
+        let fetched = store.follow_with_payloads(cursor, 1000).and_then(|page| {
+            if page.is_empty() {
+                store.wait_for_append(Duration::from_secs(1))?;
+            }
+            Ok(page)
+        });
+        let page = match fetched {
+            Ok(p) => p,
+            Err(e) if reconnects && e.kind() == ErrorKind::Unavailable => {
+                store = reconnect(env, &e, cursor)?;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if page.is_empty() {
-            store.wait_for_append(Duration::from_secs(1))?;
             continue;
         }
         let mut out = stdout.lock();
@@ -80,6 +99,31 @@ pub fn run(env: &Env, a: WatchArgs) -> CmdResult {
         }
         if out.flush().is_err() {
             return Ok(ExitCode::SUCCESS);
+        }
+    }
+}
+
+/// Opens the store again after `lost`, waiting 0.1 s, 0.2 s … up to 5 s
+/// between attempts for as long as the server is unreachable; any other
+/// error ends the watch.
+fn reconnect(env: &Env, lost: &StoreError, cursor: u64) -> CmdResult<Store> {
+    use convo_core::text::{Newlines, visible};
+    eprintln!(
+        "watch: lost the store ({}); reconnecting",
+        visible(&lost.to_string(), Newlines::Escape)
+    );
+    let mut delay = Duration::from_millis(100);
+    loop {
+        std::thread::sleep(delay);
+        match Store::open_as(&env.store_url, Access::Read) {
+            Ok(s) => {
+                eprintln!("watch: reconnected; resuming after cursor {cursor}");
+                return Ok(s);
+            }
+            Err(e) if e.kind() == ErrorKind::Unavailable => {
+                delay = (delay * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => return Err(e.into()),
         }
     }
 }

@@ -1,0 +1,114 @@
+use super::run::{AgentArgs, check_branch, lock_dir, runtime};
+use super::{CmdResult, CommandError, Env, branch_name, prefix};
+use clap::Args;
+use convo_core::text::{Newlines, visible};
+use convo_harness::{Harness, ReplayOptions, TimelineLock};
+use convo_server::StorePool;
+use std::process::ExitCode;
+
+/// Re-run a recorded timeline against an agent and report the first divergence.
+///
+/// Every recorded input is sent again, in order. The agent's inference
+/// calls are answered from the recording (nothing goes upstream) and its
+/// kv state is the recorded state as of each turn; each request it makes,
+/// its output, its failure and its final state are compared with the
+/// recording. The replay is recorded on a new timeline `replay-N` of the
+/// same session. Exit 0 when everything matched; exit 1 with the first
+/// divergence (turn, sequence, what, a diff). With --live-after NODE, the
+/// turns after that node go live (inference to --upstream) and are not
+/// compared.
+///
+/// Examples:
+///   convo replay todo -- python3 examples/todo-agent/agent.py
+///   convo replay todo --branch fix --live-after 3fa9c1 --upstream http://127.0.0.1:11434 -- ./agent
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// Session id, unique id prefix or title
+    pub session: String,
+    /// The recorded timeline to replay
+    #[arg(long, default_value = "main")]
+    pub branch: String,
+    /// Go live for the turns after this node (hash or unique prefix)
+    #[arg(long, value_name = "NODE")]
+    pub live_after: Option<String>,
+    /// Name of the timeline the replay is recorded on [default: replay-N]
+    #[arg(long, value_name = "NAME")]
+    pub into: Option<String>,
+    /// Print one JSON document
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub agent: AgentArgs,
+}
+
+pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
+    let branch = branch_name(&a.branch)?;
+    let spec = a.agent.spec()?;
+    let opts = a.agent.options()?;
+    let ropts = ReplayOptions {
+        live_after: a.live_after.as_deref().map(prefix).transpose()?,
+        name: a.into.as_deref().map(branch_name).transpose()?,
+    };
+    let pool = StorePool::open(&env.store_url, 4)?;
+    let session = pool
+        .run_blocking(|st| st.find_session(&a.session))
+        .map_err(CommandError::from)?
+        .id;
+    check_branch(&pool, &session, &branch)?;
+    let _lock = TimelineLock::acquire(&lock_dir(env), &session, &branch, true, "convo replay")?;
+    let rt = runtime()?;
+    let json = a.json;
+    let report = rt.block_on(async {
+        let mut h = Harness::start(pool, &spec, opts).await?;
+        let r = h
+            .replay(&session, &branch, &ropts, |t| {
+                if !json {
+                    let mark = if t.live {
+                        "live"
+                    } else if t.matched {
+                        "same"
+                    } else {
+                        "DIFFERS"
+                    };
+                    eprintln!(
+                        "turn {:>4}  {mark:<7}  {}",
+                        t.turn,
+                        visible(&t.input, Newlines::Escape)
+                    );
+                }
+            })
+            .await;
+        h.stop().await;
+        r.map_err(CommandError::from)
+    })?;
+    if json {
+        crate::output::print_json(
+            &serde_json::to_value(&report).unwrap_or(serde_json::Value::Null),
+        );
+    } else {
+        match &report.divergence {
+            None => println!(
+                "replayed {} of {} turns on `{}`: no divergence",
+                report.turns.len(),
+                report.recorded_turns,
+                report.branch
+            ),
+            Some(d) => {
+                let at = match d.sequence {
+                    Some(s) => format!("turn {}, call #{s}", d.turn),
+                    None => format!("turn {}", d.turn),
+                };
+                println!(
+                    "divergence at {at}: {} differs (replay recorded on `{}`)",
+                    d.what, report.branch
+                );
+                println!("{}", visible(&d.diff, Newlines::Keep));
+            }
+        }
+    }
+    Ok(if report.divergence.is_some() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,439 @@
+//! One turn: invoke the agent, serve its calls, record everything.
+
+use crate::agent::{Agent, AgentSpec, ChildEnv};
+use crate::http::{Answer, CallError};
+use crate::replay::{Divergence, Expected};
+use crate::services::{Services, Turn, token};
+use crate::{Result, now_ms};
+use axum::body::Bytes;
+use convo_core::{BranchName, Diagnostics, Kind, SessionId};
+use convo_server::StorePool;
+use convo_store::{Draft, StoredNode, TimelineNode};
+use serde_json::{Value, json};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How the harness runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The agent's name on the nodes (`user → NAME`, `NAME → kv`…).
+    pub agent_name: String,
+    /// Where inference calls go (OpenAI-compatible; plain `http://`).
+    pub upstream: Option<String>,
+    /// Where Anthropic-style calls go (default: `upstream`).
+    pub anthropic_upstream: Option<String>,
+    /// How long one turn may take before it ends as a timeout.
+    pub turn_timeout: Duration,
+    /// How long a child agent may take to listen on its port.
+    pub start_timeout: Duration,
+}
+
+impl Options {
+    /// Defaults: no upstream, 300 s per turn, 30 s to start.
+    pub fn new(agent_name: impl Into<String>) -> Self {
+        Options {
+            agent_name: agent_name.into(),
+            upstream: None,
+            anthropic_upstream: None,
+            turn_timeout: Duration::from_secs(300),
+            start_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why an agent's turn failed. Recorded in the `complete`'s diagnostics as
+/// `{"failure": kind, "error": message}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// No answer within the turn timeout.
+    Timeout(Duration),
+    /// The child process died during the turn.
+    Crash(String),
+    /// No HTTP answer (connection refused or cut).
+    Unreachable(String),
+    /// A non-2xx status.
+    Status(u16),
+    /// A 2xx answer that is not `{"output": TEXT}` nor UTF-8 text.
+    Garbage(String),
+    /// The user interrupted the turn (Ctrl-C).
+    Interrupted,
+}
+
+impl Failure {
+    /// The `failure` value in diagnostics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Failure::Timeout(_) => "timeout",
+            Failure::Crash(_) => "crash",
+            Failure::Unreachable(_) => "unreachable",
+            Failure::Status(_) => "status",
+            Failure::Garbage(_) => "garbage",
+            Failure::Interrupted => "interrupted",
+        }
+    }
+
+    /// What happened, for a person.
+    pub fn message(&self) -> String {
+        match self {
+            Failure::Timeout(d) => format!("the agent did not answer within {} s", d.as_secs_f64()),
+            Failure::Crash(s) => format!("the agent process exited during the turn ({s})"),
+            Failure::Unreachable(e) => format!("no answer from the agent: {e}"),
+            Failure::Status(s) => format!("the agent answered HTTP {s}"),
+            Failure::Garbage(why) => format!("the agent's answer is unusable: {why}"),
+            Failure::Interrupted => "interrupted by the user".to_owned(),
+        }
+    }
+}
+
+/// What one turn did.
+#[derive(Clone, Debug)]
+pub struct TurnReport {
+    /// The `invoke` node.
+    pub invoke: StoredNode,
+    /// The `complete` node.
+    pub complete: StoredNode,
+    /// The agent's output (on failure: whatever body it sent, maybe empty).
+    pub output: Vec<u8>,
+    /// Why the turn failed, when it did.
+    pub failure: Option<Failure>,
+    /// Every node of the turn, invoke to complete, with payloads.
+    pub nodes: Vec<TimelineNode>,
+    /// In a replay: differences the service calls found.
+    pub divergences: Vec<Divergence>,
+}
+
+impl TurnReport {
+    /// The output as text (lossy for bytes that are not UTF-8).
+    pub fn output_text(&self) -> String {
+        String::from_utf8_lossy(&self.output).into_owned()
+    }
+}
+
+/// A started agent with its services server.
+#[derive(Debug)]
+pub struct Harness {
+    pub(crate) pool: StorePool,
+    services: Services,
+    agent: Agent,
+    agent_token: String,
+    pub(crate) opts: Options,
+}
+
+impl Harness {
+    /// Starts the services server and the agent (a child process is
+    /// started and waited for; a URL is used as given).
+    pub async fn start(pool: StorePool, spec: &AgentSpec, opts: Options) -> Result<Harness> {
+        let services = Services::start(
+            pool.clone(),
+            opts.upstream.as_deref(),
+            opts.anthropic_upstream.as_deref(),
+        )
+        .await?;
+        let agent_token = token();
+        services.register_agent(&agent_token);
+        let u = services.urls("a", &agent_token);
+        let mut vars = vec![
+            ("OPENAI_BASE_URL".to_owned(), u.openai.clone()),
+            ("OPENAI_API_BASE".to_owned(), u.openai.clone()),
+            ("ANTHROPIC_BASE_URL".to_owned(), u.anthropic.clone()),
+            ("OLLAMA_HOST".to_owned(), format!("{}/openai", u.root)),
+            ("CONVO_KV_URL".to_owned(), u.kv.clone()),
+        ];
+        // SDKs refuse to start without a key; the upstream gets whatever
+        // the agent sends, so a placeholder is only set when none is.
+        if std::env::var_os("OPENAI_API_KEY").is_none() {
+            vars.push(("OPENAI_API_KEY".to_owned(), "convo-no-key".to_owned()));
+        }
+        let agent = Agent::start(spec, ChildEnv { vars }, opts.start_timeout).await?;
+        Ok(Harness {
+            pool,
+            services,
+            agent,
+            agent_token,
+            opts,
+        })
+    }
+
+    /// The store pool the harness records into.
+    pub fn pool(&self) -> &StorePool {
+        &self.pool
+    }
+
+    /// Runs one live turn on `branch`: `input` to the agent, its calls
+    /// served and recorded, its answer recorded as the `complete`. The
+    /// turn ends early (as [`Failure::Interrupted`]) when `cancel` resolves.
+    /// An agent's failure is a report with `failure` set, not an error.
+    pub async fn turn(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        input: &str,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<TurnReport> {
+        let number = self.turn_count(session, branch).await? + 1;
+        self.run_turn(session, branch, input.as_bytes(), None, number, cancel)
+            .await
+    }
+
+    /// How many turns (invokes) `branch` has.
+    pub async fn turn_count(&self, session: &SessionId, branch: &BranchName) -> Result<u64> {
+        let (s, b) = (*session, branch.clone());
+        Ok(self
+            .pool
+            .run(move |st| st.timeline_page(&s, &b, 0, 0))
+            .await?
+            .turns)
+    }
+
+    pub(crate) async fn run_turn(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        input: &[u8],
+        expected: Option<Expected>,
+        number: u64,
+        cancel: impl Future<Output = ()>,
+    ) -> Result<TurnReport> {
+        if self.agent.is_child() && self.agent.exited(Duration::ZERO).await.is_some() {
+            self.agent.restart().await?;
+        }
+        let (s, b) = (*session, branch.clone());
+        let agent_name = self.opts.agent_name.clone();
+        let payload = input.to_vec();
+        let invoke = self
+            .pool
+            .run(move |st| {
+                st.append(
+                    &s,
+                    &b,
+                    &Draft {
+                        kind: Kind::Invoke,
+                        from: "user".into(),
+                        to: agent_name.clone(),
+                        payload: payload.clone(),
+                        diagnostics: Diagnostics::empty(),
+                        state: None,
+                        sequence: None,
+                        created_at: now_ms(),
+                    },
+                )
+            })
+            .await?;
+        let submission = invoke
+            .node
+            .submission
+            .map(|x| x.to_hex())
+            .unwrap_or_default();
+        let turn_token = token();
+        let turn = Arc::new(Turn::new(
+            *session,
+            branch.clone(),
+            self.opts.agent_name.clone(),
+            submission.clone(),
+            number,
+            expected,
+        ));
+        self.services
+            .open_turn(&turn_token, &self.agent_token, turn.clone());
+        let urls = self.services.urls("t", &turn_token);
+        let body = json!({
+            "input": String::from_utf8_lossy(input),
+            "session": session.to_string(),
+            "branch": branch.as_str(),
+            "submission": submission,
+            "services": {
+                "openai_base_url": urls.openai,
+                "anthropic_base_url": urls.anthropic,
+                "kv_url": urls.kv,
+            },
+        });
+        let started = Instant::now();
+        let timeout = self.opts.turn_timeout;
+        let answer: Result<Answer, Failure> = {
+            let call =
+                tokio::time::timeout(timeout, self.agent.invoke(Bytes::from(body.to_string())));
+            tokio::select! {
+                r = call => match r {
+                    Err(_) => Err(Failure::Timeout(timeout)),
+                    Ok(Ok(a)) => Ok(a),
+                    Ok(Err(e)) => Err(match e { CallError::Connect(..) | CallError::Protocol(_) => Failure::Unreachable(e.to_string()) }),
+                },
+                () = cancel => Err(Failure::Interrupted),
+            }
+        };
+        let latency = started.elapsed();
+        let (output, failure, status) = match answer {
+            Ok(a) => {
+                let status = a.status;
+                match parse_answer(a) {
+                    Ok(out) => (out, None, Some(status)),
+                    Err((f, body)) => (body, Some(f), Some(status)),
+                }
+            }
+            Err(Failure::Unreachable(e)) => {
+                match self.agent.exited(Duration::from_millis(300)).await {
+                    Some(st) => (Vec::new(), Some(Failure::Crash(st)), None),
+                    None => (Vec::new(), Some(Failure::Unreachable(e)), None),
+                }
+            }
+            Err(f) => (Vec::new(), Some(f), None),
+        };
+        if failure.is_some() {
+            self.agent.reset();
+        }
+        if matches!(failure, Some(Failure::Timeout(_))) && self.agent.is_child() {
+            // A hung child may never answer again: start a fresh one.
+            self.agent.kill_child().await;
+        }
+        self.services
+            .close_turn(&turn_token, &self.agent_token, &turn)
+            .await;
+        let mut diag = json!({"latency_ms": latency.as_millis() as u64});
+        if let Some(s) = status {
+            diag["status"] = json!(s);
+        }
+        if let Some(f) = &failure {
+            diag["failure"] = json!(f.kind());
+            diag["error"] = json!(f.message());
+        }
+        let (s, b) = (*session, branch.clone());
+        let agent_name = self.opts.agent_name.clone();
+        let out = output.clone();
+        let complete = self
+            .pool
+            .run(move |st| {
+                st.append(
+                    &s,
+                    &b,
+                    &Draft {
+                        kind: Kind::Complete,
+                        from: agent_name.clone(),
+                        to: "user".into(),
+                        payload: out.clone(),
+                        diagnostics: Diagnostics::from_value(&diag)
+                            .unwrap_or_else(|_| Diagnostics::empty()),
+                        state: None,
+                        sequence: None,
+                        created_at: now_ms(),
+                    },
+                )
+            })
+            .await?;
+        let mut nodes = vec![TimelineNode {
+            stored: invoke.clone(),
+            payload: input.to_vec(),
+        }];
+        nodes.extend(turn.nodes.lock().map(|v| v.clone()).unwrap_or_default());
+        nodes.push(TimelineNode {
+            stored: complete.clone(),
+            payload: output.clone(),
+        });
+        nodes.sort_by_key(|n| n.stored.seq);
+        let divergences = turn
+            .divergences
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default();
+        Ok(TurnReport {
+            invoke,
+            complete,
+            output,
+            failure,
+            nodes,
+            divergences,
+        })
+    }
+
+    /// Stops the agent (a child process is ended) and the services.
+    pub async fn stop(mut self) {
+        self.agent.stop().await;
+        self.services.stop();
+    }
+}
+
+/// The agent's answer: `{"output": TEXT}` (JSON) or plain UTF-8 text.
+fn parse_answer(a: Answer) -> std::result::Result<Vec<u8>, (Failure, Vec<u8>)> {
+    let body = a.body.to_vec();
+    if !(200..300).contains(&a.status) {
+        return Err((Failure::Status(a.status), body));
+    }
+    let declared_json = a
+        .content_type()
+        .is_some_and(|c| c.to_ascii_lowercase().contains("json"));
+    let looks_json = a.content_type().is_none() && body.first() == Some(&b'{');
+    if declared_json || looks_json {
+        return match serde_json::from_slice::<Value>(&body) {
+            Ok(Value::Object(m)) => match m.get("output") {
+                Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
+                _ => Err((
+                    Failure::Garbage(
+                        "a JSON answer must be an object with a string `output`".into(),
+                    ),
+                    body,
+                )),
+            },
+            Ok(_) => Err((
+                Failure::Garbage("a JSON answer must be an object with a string `output`".into()),
+                body,
+            )),
+            Err(e) if declared_json => Err((
+                Failure::Garbage(format!(
+                    "the answer is declared JSON but does not parse: {e}"
+                )),
+                body,
+            )),
+            Err(_) => match String::from_utf8(body) {
+                Ok(s) => Ok(s.into_bytes()),
+                Err(e) => Err((
+                    Failure::Garbage("the answer is not UTF-8 text".into()),
+                    e.into_bytes(),
+                )),
+            },
+        };
+    }
+    match String::from_utf8(body) {
+        Ok(s) => Ok(s.into_bytes()),
+        Err(e) => Err((
+            Failure::Garbage("the answer is not UTF-8 text".into()),
+            e.into_bytes(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::{HeaderMap, HeaderValue, header};
+
+    fn ans(status: u16, ct: Option<&str>, body: &[u8]) -> Answer {
+        let mut headers = HeaderMap::new();
+        if let Some(c) = ct {
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(c).unwrap());
+        }
+        Answer {
+            status,
+            headers,
+            body: Bytes::copy_from_slice(body),
+        }
+    }
+
+    #[test]
+    fn answers_are_json_output_or_plain_text() {
+        let ok = |a| parse_answer(a).unwrap();
+        assert_eq!(
+            ok(ans(200, Some("application/json"), br#"{"output":"hi"}"#)),
+            b"hi"
+        );
+        assert_eq!(ok(ans(200, Some("text/plain"), b"{not json")), b"{not json");
+        assert_eq!(ok(ans(200, None, b"plain")), b"plain");
+        let bad = |a| parse_answer(a).unwrap_err().0.kind();
+        assert_eq!(bad(ans(200, Some("application/json"), b"{")), "garbage");
+        assert_eq!(
+            bad(ans(200, Some("application/json"), br#"{"out":1}"#)),
+            "garbage"
+        );
+        assert_eq!(bad(ans(200, None, b"\xff\xfe")), "garbage");
+        assert_eq!(bad(ans(500, None, b"boom")), "status");
+    }
+}

@@ -1,0 +1,377 @@
+//! `convo replay`: re-send a timeline's inputs to an agent and compare.
+//!
+//! Each recorded turn is re-run on a new timeline of the same session
+//! (`replay-N`, empty at the start): the same input goes to the agent; its
+//! inference calls are answered from the recording (matched by sequence
+//! within the turn, never re-sent upstream), its `kv` state starts as the
+//! recorded state at that turn's start, and every request it makes is
+//! compared with the recorded request at the same sequence. After the turn
+//! the output, the failure (if any) and the state root are compared too.
+//! The first difference is a [`Divergence`]: the replay stops after that
+//! turn. With `live_after`, turns after that node go live (inference to
+//! the upstream, state carried on from the replay) and are not compared.
+
+use crate::harness::{Harness, TurnReport};
+use crate::{HarnessError, Result, now_ms};
+use convo_core::{BranchName, HashPrefix, Kind, SessionId, StateRoot};
+use convo_store::TimelineNode;
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Where a replay differs from the recording.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Divergence {
+    /// The turn (1-based on the recorded timeline).
+    pub turn: u64,
+    /// The request sequence within the turn (`None`: the turn's outcome).
+    pub sequence: Option<u32>,
+    /// What differs: `request`, `missing request`, `extra request`,
+    /// `output`, `failure` or `state`.
+    pub what: String,
+    /// The recorded side.
+    pub recorded: String,
+    /// The replayed side.
+    pub replayed: String,
+    /// A unified diff, recorded → replayed.
+    pub diff: String,
+}
+
+impl Divergence {
+    fn new(turn: u64, sequence: Option<u32>, what: &str, recorded: &str, replayed: &str) -> Self {
+        let diff = similar::TextDiff::from_lines(recorded, replayed)
+            .unified_diff()
+            .context_radius(3)
+            .header("recorded", "replayed")
+            .to_string();
+        Divergence {
+            turn,
+            sequence,
+            what: what.to_owned(),
+            recorded: recorded.to_owned(),
+            replayed: replayed.to_owned(),
+            diff,
+        }
+    }
+}
+
+/// A recorded call, as compared.
+#[derive(Clone, Debug)]
+struct RecordedCall {
+    described: String,
+    response: Option<(Vec<u8>, Value)>,
+}
+
+/// The recorded calls of one turn, by sequence.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Expected {
+    calls: BTreeMap<u32, RecordedCall>,
+}
+
+impl Expected {
+    /// Compares call `seq` with the recording.
+    pub fn check(&self, turn: u64, seq: u32, got: &str) -> Option<Divergence> {
+        match self.calls.get(&seq) {
+            Some(c) if c.described == got => None,
+            Some(c) => Some(Divergence::new(
+                turn,
+                Some(seq),
+                "request",
+                &c.described,
+                got,
+            )),
+            None => Some(Divergence::new(turn, Some(seq), "extra request", "", got)),
+        }
+    }
+
+    /// The recorded answer to call `seq`: payload and diagnostics.
+    pub fn response(&self, seq: u32) -> Option<(Vec<u8>, Value)> {
+        self.calls.get(&seq).and_then(|c| c.response.clone())
+    }
+}
+
+/// A call as compared: service, operation and payload in one text.
+pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
+    let s = |k: &str| diag.get(k).and_then(Value::as_str).unwrap_or("");
+    let head = match to {
+        "kv" => match s("op") {
+            "list" => format!("kv list prefix={:?}", s("prefix")),
+            op => format!("kv {op} {:?}", s("key")),
+        },
+        "infer" => format!("infer {} {} {}", s("api"), s("method"), s("path")),
+        other => format!("{other} {diag}"),
+    };
+    if payload.is_empty() {
+        return head;
+    }
+    let body = match serde_json::from_slice::<Value>(payload) {
+        Ok(v) => serde_json::to_string_pretty(&v).unwrap_or_default(),
+        Err(_) => String::from_utf8_lossy(payload).into_owned(),
+    };
+    format!("{head}\n{body}")
+}
+
+/// How to replay.
+#[derive(Clone, Debug, Default)]
+pub struct ReplayOptions {
+    /// Turns after this node (hash or prefix, on the replayed timeline) go live.
+    pub live_after: Option<HashPrefix>,
+    /// The new timeline's name (default: the first free `replay-N`).
+    pub name: Option<BranchName>,
+}
+
+/// One replayed turn.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayTurn {
+    /// Its number on the recorded timeline.
+    pub turn: u64,
+    /// Whether it ran live (after `--live-after`).
+    pub live: bool,
+    /// The recorded input.
+    pub input: String,
+    /// The replayed output.
+    pub output: String,
+    /// Whether it matched the recording (always true for live turns).
+    pub matched: bool,
+}
+
+/// What a replay did.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReplayReport {
+    /// The timeline the replay was recorded on.
+    pub branch: String,
+    /// The turns replayed, in order.
+    pub turns: Vec<ReplayTurn>,
+    /// How many turns the recorded timeline has.
+    pub recorded_turns: u64,
+    /// The first difference, if any.
+    pub divergence: Option<Divergence>,
+}
+
+/// One recorded turn.
+struct RecordedTurn {
+    number: u64,
+    index: usize,
+    input: Vec<u8>,
+    start_state: Option<StateRoot>,
+    calls: BTreeMap<u32, RecordedCall>,
+    complete: Option<TimelineNode>,
+}
+
+fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
+    let mut turns: Vec<RecordedTurn> = Vec::new();
+    let mut requests: BTreeMap<u32, (String, Value, Vec<u8>)> = BTreeMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let node = &n.stored.node;
+        match node.kind {
+            Kind::Invoke => {
+                requests.clear();
+                turns.push(RecordedTurn {
+                    number: turns.len() as u64 + 1,
+                    index: i,
+                    input: n.payload.clone(),
+                    start_state: n.stored.ctx.state,
+                    calls: BTreeMap::new(),
+                    complete: None,
+                });
+            }
+            Kind::Request => {
+                if let (Some(t), Some(seq)) = (turns.last_mut(), node.sequence) {
+                    let diag = node.diagnostics.to_value();
+                    let described = describe_call(&node.to, &diag, &n.payload);
+                    t.calls.insert(
+                        seq,
+                        RecordedCall {
+                            described,
+                            response: None,
+                        },
+                    );
+                    requests.insert(seq, (node.to.clone(), diag, n.payload.clone()));
+                }
+            }
+            Kind::Response => {
+                if let (Some(t), Some(seq)) = (turns.last_mut(), node.sequence)
+                    && let Some(c) = t.calls.get_mut(&seq)
+                {
+                    c.response = Some((n.payload.clone(), node.diagnostics.to_value()));
+                }
+            }
+            Kind::Complete => {
+                if let Some(t) = turns.last_mut() {
+                    t.complete = Some(n.clone());
+                }
+            }
+            Kind::Fork | Kind::Promote => {}
+        }
+    }
+    turns
+}
+
+fn failure_of(diag: &Value) -> String {
+    diag.get("failure")
+        .and_then(Value::as_str)
+        .unwrap_or("none")
+        .to_owned()
+}
+
+impl Harness {
+    /// Replays `branch` of `session` (see the module docs), calling
+    /// `progress` after each turn.
+    pub async fn replay(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        opts: &ReplayOptions,
+        mut progress: impl FnMut(&ReplayTurn),
+    ) -> Result<ReplayReport> {
+        let (s, b) = (*session, branch.clone());
+        let recorded = self.pool.run(move |st| st.timeline(&s, &b)).await?;
+        let turns = split_turns(&recorded);
+        let live_index = match &opts.live_after {
+            None => None,
+            Some(p) => Some(
+                recorded
+                    .iter()
+                    .position(|n| p.matches(&n.stored.hash))
+                    .ok_or_else(|| {
+                        HarnessError::Usage(format!(
+                            "--live-after {}: no node of `{branch}` matches it",
+                            p.as_str()
+                        ))
+                    })?,
+            ),
+        };
+        let name = match &opts.name {
+            Some(n) => n.clone(),
+            None => {
+                let s = *session;
+                let taken: Vec<String> = self
+                    .pool
+                    .run(move |st| st.branches(&s))
+                    .await?
+                    .into_iter()
+                    .map(|b| b.name.as_str().to_owned())
+                    .collect();
+                let mut i = 1;
+                loop {
+                    let n = format!("replay-{i}");
+                    if !taken.contains(&n) {
+                        break BranchName::new(&n)
+                            .map_err(|e| HarnessError::Usage(e.to_string()))?;
+                    }
+                    i += 1;
+                }
+            }
+        };
+        let (s, n) = (*session, name.clone());
+        self.pool
+            .run(move |st| st.transaction(|l| l.create_branch(&s, &n, now_ms())))
+            .await?;
+        let mut report = ReplayReport {
+            branch: name.to_string(),
+            turns: Vec::new(),
+            recorded_turns: turns.len() as u64,
+            divergence: None,
+        };
+        for t in &turns {
+            let live = live_index.is_some_and(|i| t.index > i);
+            if !live {
+                let (s, n, root) = (*session, name.clone(), t.start_state);
+                self.pool
+                    .run(move |st| st.transaction(|l| l.set_working_state(&s, &n, root.as_ref())))
+                    .await?;
+            }
+            let expected = (!live).then(|| Expected {
+                calls: t.calls.clone(),
+            });
+            let r = self
+                .run_turn(
+                    session,
+                    &name,
+                    &t.input,
+                    expected,
+                    t.number,
+                    std::future::pending(),
+                )
+                .await?;
+            let divergence = if live {
+                None
+            } else {
+                self.compare(t, &r).await?
+            };
+            let rt = ReplayTurn {
+                turn: t.number,
+                live,
+                input: String::from_utf8_lossy(&t.input).into_owned(),
+                output: r.output_text(),
+                matched: divergence.is_none(),
+            };
+            progress(&rt);
+            report.turns.push(rt);
+            if divergence.is_some() {
+                report.divergence = divergence;
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    async fn compare(&self, t: &RecordedTurn, r: &TurnReport) -> Result<Option<Divergence>> {
+        let mut found = r.divergences.clone();
+        let made: Vec<u32> = r
+            .nodes
+            .iter()
+            .filter(|n| n.stored.node.kind == Kind::Request)
+            .filter_map(|n| n.stored.node.sequence)
+            .collect();
+        for (seq, c) in &t.calls {
+            if !made.contains(seq) {
+                found.push(Divergence::new(
+                    t.number,
+                    Some(*seq),
+                    "missing request",
+                    &c.described,
+                    "",
+                ));
+            }
+        }
+        found.sort_by_key(|d| d.sequence);
+        if let Some(first) = found.into_iter().next() {
+            return Ok(Some(first));
+        }
+        let Some(rec) = &t.complete else {
+            return Ok(None);
+        };
+        let rec_diag = rec.stored.node.diagnostics.to_value();
+        let new_diag = r.complete.node.diagnostics.to_value();
+        let (fa, fb) = (failure_of(&rec_diag), failure_of(&new_diag));
+        if fa != fb {
+            return Ok(Some(Divergence::new(t.number, None, "failure", &fa, &fb)));
+        }
+        if rec.payload != r.output {
+            return Ok(Some(Divergence::new(
+                t.number,
+                None,
+                "output",
+                &String::from_utf8_lossy(&rec.payload),
+                &r.output_text(),
+            )));
+        }
+        let (ra, rb) = (rec.stored.node.state, r.complete.node.state);
+        if ra != rb {
+            let listing = |root: Option<StateRoot>| async move {
+                let root = root.unwrap_or_else(convo_core::state::empty_root);
+                let entries = self.pool.run(move |st| st.state_list(&root)).await?;
+                Ok::<_, HarnessError>(
+                    entries
+                        .into_iter()
+                        .map(|(k, v)| format!("{k} = {}\n", String::from_utf8_lossy(&v)))
+                        .collect::<String>(),
+                )
+            };
+            let (la, lb) = (listing(ra).await?, listing(rb).await?);
+            return Ok(Some(Divergence::new(t.number, None, "state", &la, &lb)));
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,729 @@
+//! The services an agent reaches during a turn, on a loopback HTTP server
+//! the harness starts on a free port.
+//!
+//! Routes, under a scope and a token (`/t/{turn token}` as given in each
+//! invoke body; `/a/{agent token}` in a child process's environment, which
+//! cannot change between turns and always means "the current turn"):
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET {kv}/{key}` | the value (404 when absent) |
+//! | `PUT {kv}/{key}` | set the value to the body (204) |
+//! | `DELETE {kv}/{key}` | remove it (204; 404 when absent) |
+//! | `GET {kv}?prefix=P` | the keys starting with `P`, as a JSON array |
+//! | `ANY {openai}/…`, `ANY {anthropic}/…` | inference, forwarded to the upstream (or answered from the recording in a replay) |
+//!
+//! Each call is a `request` (agent → `kv` / `infer`) and its `response`
+//! in the turn's submission. A `kv` call is one store transaction: the
+//! request node, the state operation on the timeline's working state, the
+//! response node. Reads see the working state: the state as of the turn's
+//! start on that timeline (for the first turn after a fork, the fork
+//! point's state) plus this turn's own writes. A call with an unknown token
+//! is 404; a call for a turn that has ended is 409 with a message saying
+//! so; both as `{"error": {"kind", "message"}}`.
+
+use crate::http::{Client, Target};
+use crate::replay::{Divergence, Expected, describe_call};
+use crate::{HarnessError, Result};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use convo_core::{BranchName, Diagnostics, Kind, SessionId};
+use convo_server::StorePool;
+use convo_store::{Draft, TimelineNode};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// One turn in progress, as its service calls see it.
+#[derive(Debug)]
+pub(crate) struct Turn {
+    pub session: SessionId,
+    pub branch: BranchName,
+    pub agent: String,
+    pub submission: String,
+    /// 1-based turn number on the timeline.
+    pub number: u64,
+    /// In a replay: the recorded calls, answered and compared by sequence.
+    pub expected: Option<Expected>,
+    /// `true` while the turn accepts calls; calls hold it for reading, the
+    /// end of the turn takes it for writing (so in-flight calls finish first).
+    gate: tokio::sync::RwLock<bool>,
+    /// The request/response nodes recorded so far.
+    pub nodes: Mutex<Vec<TimelineNode>>,
+    /// Differences from the recording found by the service calls (replay).
+    pub divergences: Mutex<Vec<Divergence>>,
+}
+
+impl Turn {
+    pub fn new(
+        session: SessionId,
+        branch: BranchName,
+        agent: String,
+        submission: String,
+        number: u64,
+        expected: Option<Expected>,
+    ) -> Self {
+        Turn {
+            session,
+            branch,
+            agent,
+            submission,
+            number,
+            expected,
+            gate: tokio::sync::RwLock::new(true),
+            nodes: Mutex::new(Vec::new()),
+            divergences: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn push(&self, n: TimelineNode) {
+        if let Ok(mut v) = self.nodes.lock() {
+            v.push(n);
+        }
+    }
+
+    fn diverged(&self, d: Divergence) {
+        if let Ok(mut v) = self.divergences.lock() {
+            v.push(d);
+        }
+    }
+}
+
+enum Slot {
+    Open(Arc<Turn>),
+    Ended(String),
+}
+
+struct Registry {
+    pool: StorePool,
+    turns: Mutex<HashMap<String, Slot>>,
+    agents: Mutex<HashMap<String, Option<String>>>,
+    openai: Option<Target>,
+    anthropic: Option<Target>,
+}
+
+/// The running services server.
+pub struct Services {
+    addr: SocketAddr,
+    reg: Arc<Registry>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Services({})", self.addr)
+    }
+}
+
+/// The URLs of one scope's services.
+#[derive(Clone, Debug)]
+pub(crate) struct Urls {
+    pub openai: String,
+    pub anthropic: String,
+    pub kv: String,
+    pub root: String,
+}
+
+/// A random token for a URL path.
+pub(crate) fn token() -> String {
+    uuid::Uuid::new_v4().simple().to_string()
+}
+
+impl Services {
+    /// Starts the server on `127.0.0.1:0`. `openai` / `anthropic` are the
+    /// inference upstreams (plain `http://` URLs), when there are any.
+    pub(crate) async fn start(
+        pool: StorePool,
+        openai: Option<&str>,
+        anthropic: Option<&str>,
+    ) -> Result<Services> {
+        let parse = |u: Option<&str>| -> Result<Option<Target>> {
+            u.map(|u| {
+                Target::parse(u).map_err(|why| HarnessError::BadUrl {
+                    what: "inference upstream",
+                    url: u.to_owned(),
+                    why,
+                })
+            })
+            .transpose()
+        };
+        let reg = Arc::new(Registry {
+            pool,
+            turns: Mutex::new(HashMap::new()),
+            agents: Mutex::new(HashMap::new()),
+            openai: parse(openai)?,
+            anthropic: parse(anthropic)?,
+        });
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| HarnessError::io("cannot start the services server", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| HarnessError::io("cannot start the services server", e))?;
+        let app = router(reg.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        Ok(Services {
+            addr,
+            reg,
+            stop: Some(tx),
+        })
+    }
+
+    /// The URLs for `scope` (`t` or `a`) and `token`.
+    pub(crate) fn urls(&self, scope: &str, token: &str) -> Urls {
+        let root = format!("http://{}/{scope}/{token}", self.addr);
+        Urls {
+            openai: format!("{root}/openai/v1"),
+            anthropic: format!("{root}/anthropic"),
+            kv: format!("{root}/kv"),
+            root,
+        }
+    }
+
+    pub(crate) fn register_agent(&self, agent_token: &str) {
+        if let Ok(mut a) = self.reg.agents.lock() {
+            a.insert(agent_token.to_owned(), None);
+        }
+    }
+
+    /// Opens a turn under `token`, and makes it the agent's current turn.
+    pub(crate) fn open_turn(&self, token: &str, agent_token: &str, turn: Arc<Turn>) {
+        if let Ok(mut t) = self.reg.turns.lock() {
+            t.insert(token.to_owned(), Slot::Open(turn));
+        }
+        if let Ok(mut a) = self.reg.agents.lock() {
+            a.insert(agent_token.to_owned(), Some(token.to_owned()));
+        }
+    }
+
+    /// Ends a turn: waits for its calls in flight, then refuses new ones.
+    pub(crate) async fn close_turn(&self, token: &str, agent_token: &str, turn: &Turn) {
+        if let Ok(mut a) = self.reg.agents.lock() {
+            a.insert(agent_token.to_owned(), None);
+        }
+        *turn.gate.write().await = false;
+        if let Ok(mut t) = self.reg.turns.lock() {
+            t.insert(token.to_owned(), Slot::Ended(turn.submission.clone()));
+        }
+    }
+
+    /// Stops the server.
+    pub(crate) fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Services {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn router(reg: Arc<Registry>) -> Router {
+    Router::new()
+        .route("/{scope}/{token}/kv", get(kv_list))
+        .route("/{scope}/{token}/kv/", get(kv_list))
+        .route(
+            "/{scope}/{token}/kv/{*key}",
+            get(kv_get).put(kv_put).delete(kv_delete),
+        )
+        .route("/{scope}/{token}/openai/{*rest}", any(infer_openai))
+        .route("/{scope}/{token}/anthropic/{*rest}", any(infer_anthropic))
+        .fallback(|| async {
+            error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such service: the harness serves {kv_url}, {openai_base_url} and {anthropic_base_url} as given in the invoke body".into(),
+            )
+        })
+        .with_state(reg)
+}
+
+fn error(status: StatusCode, kind: &str, message: String) -> Response {
+    (
+        status,
+        axum::Json(json!({"error": {"kind": kind, "message": message}})),
+    )
+        .into_response()
+}
+
+impl Registry {
+    fn resolve(&self, scope: &str, token: &str) -> Result<Arc<Turn>, Box<Response>> {
+        let token = match scope {
+            "t" => token.to_owned(),
+            "a" => {
+                let current = self.agents.lock().ok().and_then(|a| a.get(token).cloned());
+                match current {
+                    Some(Some(t)) => t,
+                    Some(None) => {
+                        return Err(Box::new(error(
+                            StatusCode::CONFLICT,
+                            "no_turn",
+                            "no turn is in progress: kv and inference calls are accepted only while the agent answers an invoke".into(),
+                        )));
+                    }
+                    None => return Err(Box::new(unknown())),
+                }
+            }
+            _ => return Err(Box::new(unknown())),
+        };
+        let turns = self.turns.lock().map_err(|_| Box::new(unknown()))?;
+        match turns.get(&token) {
+            Some(Slot::Open(t)) => Ok(t.clone()),
+            Some(Slot::Ended(sub)) => Err(Box::new(ended(sub))),
+            None => Err(Box::new(unknown())),
+        }
+    }
+}
+
+fn unknown() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "unknown_turn",
+        "unknown service token: use the URLs given in the invoke body (or the environment) of the current turn".into(),
+    )
+}
+
+fn ended(submission: &str) -> Response {
+    let short = submission.get(..12).unwrap_or(submission);
+    error(
+        StatusCode::CONFLICT,
+        "turn_ended",
+        format!(
+            "turn {short} has ended: its services accept calls only while the agent answers that invoke (nothing was recorded)"
+        ),
+    )
+}
+
+/// A key-value operation.
+#[derive(Clone, Debug)]
+enum KvOp {
+    Get(String),
+    Put(String, Bytes),
+    Delete(String),
+    List(String),
+}
+
+impl KvOp {
+    fn diagnostics(&self) -> Value {
+        match self {
+            KvOp::Get(k) => json!({"op": "get", "key": k}),
+            KvOp::Put(k, _) => json!({"op": "put", "key": k}),
+            KvOp::Delete(k) => json!({"op": "delete", "key": k}),
+            KvOp::List(p) => json!({"op": "list", "prefix": p}),
+        }
+    }
+    fn payload(&self) -> Vec<u8> {
+        match self {
+            KvOp::Put(_, v) => v.to_vec(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+async fn kv_get(
+    State(reg): State<Arc<Registry>>,
+    Path((scope, token, key)): Path<(String, String, String)>,
+) -> Response {
+    kv(reg, &scope, &token, KvOp::Get(key)).await
+}
+
+async fn kv_put(
+    State(reg): State<Arc<Registry>>,
+    Path((scope, token, key)): Path<(String, String, String)>,
+    body: Bytes,
+) -> Response {
+    kv(reg, &scope, &token, KvOp::Put(key, body)).await
+}
+
+async fn kv_delete(
+    State(reg): State<Arc<Registry>>,
+    Path((scope, token, key)): Path<(String, String, String)>,
+) -> Response {
+    kv(reg, &scope, &token, KvOp::Delete(key)).await
+}
+
+async fn kv_list(
+    State(reg): State<Arc<Registry>>,
+    Path((scope, token)): Path<(String, String)>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Response {
+    let prefix = q.get("prefix").cloned().unwrap_or_default();
+    kv(reg, &scope, &token, KvOp::List(prefix)).await
+}
+
+fn draft(kind: Kind, from: &str, to: &str, payload: Vec<u8>, diag: &Value) -> Draft {
+    Draft {
+        kind,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        payload,
+        diagnostics: Diagnostics::from_value(diag).unwrap_or_else(|_| Diagnostics::empty()),
+        state: None,
+        sequence: None,
+        created_at: crate::now_ms(),
+    }
+}
+
+fn node(stored: convo_store::StoredNode, payload: Vec<u8>) -> TimelineNode {
+    TimelineNode { stored, payload }
+}
+
+async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response {
+    let turn = match reg.resolve(scope, token) {
+        Ok(t) => t,
+        Err(r) => return *r,
+    };
+    let gate = turn.gate.read().await;
+    if !*gate {
+        return ended(&turn.submission);
+    }
+    if let KvOp::Get(k) | KvOp::Put(k, _) | KvOp::Delete(k) = &op
+        && k.is_empty()
+    {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "bad_key",
+            "a key must not be empty: use {kv_url}/{key}".into(),
+        );
+    }
+    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let op2 = op.clone();
+    let done = reg
+        .pool
+        .run(move |store| {
+            store.transaction(|l| {
+                let req_diag = op2.diagnostics();
+                let req = l.append(
+                    &s,
+                    &b,
+                    &draft(Kind::Request, &agent, "kv", op2.payload(), &req_diag),
+                )?;
+                let working = l
+                    .branch(&s, &b)?
+                    .state
+                    .unwrap_or_else(convo_core::state::empty_root);
+                let (status, body, root): (u16, Vec<u8>, Option<String>) = match &op2 {
+                    KvOp::Get(k) => match l.state_get(&working, k)? {
+                        Some(v) => (200, v, None),
+                        None => (404, Vec::new(), None),
+                    },
+                    KvOp::Put(k, v) => {
+                        let r = l.state_put(&s, &b, k, v)?;
+                        (204, Vec::new(), Some(r.to_hex()))
+                    }
+                    KvOp::Delete(k) => {
+                        let (r, existed) = l.state_delete(&s, &b, k)?;
+                        (
+                            if existed { 204 } else { 404 },
+                            Vec::new(),
+                            Some(r.to_hex()),
+                        )
+                    }
+                    KvOp::List(p) => {
+                        let keys: Vec<String> = l
+                            .state_keys(&working)?
+                            .into_iter()
+                            .filter(|k| k.starts_with(p.as_str()))
+                            .collect();
+                        (200, serde_json::to_vec(&keys).unwrap_or_default(), None)
+                    }
+                };
+                let mut diag = json!({"status": status});
+                if let Some(r) = &root {
+                    diag["state"] = json!(r);
+                }
+                let mut d = draft(Kind::Response, "kv", &agent, body.clone(), &diag);
+                d.sequence = req.node.sequence;
+                let resp = l.append(&s, &b, &d)?;
+                Ok((req, resp, status, body))
+            })
+        })
+        .await;
+    let (req, resp, status, body) = match done {
+        Ok(x) => x,
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.kind().as_str(),
+                format!("the store refused the kv call: {e}"),
+            );
+        }
+    };
+    let seq = req.node.sequence.unwrap_or(0);
+    if let Some(exp) = &turn.expected {
+        let got = describe_call("kv", &op.diagnostics(), &op.payload());
+        if let Some(d) = exp.check(turn.number, seq, &got) {
+            turn.diverged(d);
+        }
+    }
+    turn.push(node(req, op.payload()));
+    turn.push(node(resp, body.clone()));
+    drop(gate);
+    let mut r = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body).into_response();
+    if matches!(op, KvOp::List(_)) {
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    r
+}
+
+async fn infer_openai(
+    State(reg): State<Arc<Registry>>,
+    Path((scope, token, rest)): Path<(String, String, String)>,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    infer(
+        reg,
+        &scope,
+        &token,
+        "openai",
+        method,
+        rest,
+        uri.query(),
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn infer_anthropic(
+    State(reg): State<Arc<Registry>>,
+    Path((scope, token, rest)): Path<(String, String, String)>,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    infer(
+        reg,
+        &scope,
+        &token,
+        "anthropic",
+        method,
+        rest,
+        uri.query(),
+        headers,
+        body,
+    )
+    .await
+}
+
+/// Headers passed to the upstream. None of them is recorded.
+const FORWARDED: &[&str] = &[
+    "content-type",
+    "accept",
+    "authorization",
+    "x-api-key",
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-beta",
+    "openai-organization",
+    "openai-project",
+];
+
+/// The path sent upstream: `rest` under the upstream's base path, where a
+/// base ending in `/v1` absorbs a leading `v1/` (so `--upstream` may be a
+/// server's root or its `/v1` base).
+fn upstream_path(base: &str, rest: &str, query: Option<&str>) -> String {
+    let rest = if base.ends_with("/v1") {
+        rest.strip_prefix("v1/").unwrap_or(rest)
+    } else {
+        rest
+    };
+    match query {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn infer(
+    reg: Arc<Registry>,
+    scope: &str,
+    token: &str,
+    api: &'static str,
+    method: Method,
+    rest: String,
+    query: Option<&str>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let turn = match reg.resolve(scope, token) {
+        Ok(t) => t,
+        Err(r) => return *r,
+    };
+    let gate = turn.gate.read().await;
+    if !*gate {
+        return ended(&turn.submission);
+    }
+    let path = match query {
+        Some(q) => format!("/{rest}?{q}"),
+        None => format!("/{rest}"),
+    };
+    let req_diag = json!({"api": api, "method": method.as_str(), "path": path});
+    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let payload = body.to_vec();
+    let d = draft(Kind::Request, &agent, "infer", payload.clone(), &req_diag);
+    let req = match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
+        Ok(r) => r,
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.kind().as_str(),
+                format!("the store refused the inference call: {e}"),
+            );
+        }
+    };
+    let seq = req.node.sequence.unwrap_or(0);
+    turn.push(node(req, payload.clone()));
+    let started = Instant::now();
+    // (status, content type, body, extra diagnostics)
+    let (status, ctype, answer, replayed) = if let Some(exp) = &turn.expected {
+        let got = describe_call("infer", &req_diag, &payload);
+        match exp.check(turn.number, seq, &got) {
+            None => match exp.response(seq) {
+                Some((body, diag)) => {
+                    let status = diag.get("status").and_then(Value::as_u64).unwrap_or(200) as u16;
+                    let ctype = diag
+                        .get("content_type")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned);
+                    (status, ctype, Bytes::from(body), true)
+                }
+                None => (
+                    502,
+                    Some("application/json".to_owned()),
+                    Bytes::from(
+                        json!({"error": {"kind": "replay", "message": format!("the recording has no response to inference call #{seq}")}}).to_string(),
+                    ),
+                    true,
+                ),
+            },
+            Some(div) => {
+                let msg = format!(
+                    "replay diverged at turn {}, call #{seq}: {}",
+                    div.turn, div.what
+                );
+                turn.diverged(div);
+                (
+                    409,
+                    Some("application/json".to_owned()),
+                    Bytes::from(json!({"error": {"kind": "replay_diverged", "message": msg}}).to_string()),
+                    true,
+                )
+            }
+        }
+    } else {
+        let target = match api {
+            "anthropic" => reg.anthropic.clone().or_else(|| reg.openai.clone()),
+            _ => reg.openai.clone(),
+        };
+        match target {
+            None => (
+                502,
+                Some("application/json".to_owned()),
+                Bytes::from(json!({"error": {"kind": "no_upstream", "message": "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)"}}).to_string()),
+                false,
+            ),
+            Some(t) => {
+                let mut fwd = HeaderMap::new();
+                for name in FORWARDED {
+                    if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
+                        for v in headers.get_all(&n) {
+                            fwd.append(n.clone(), v.clone());
+                        }
+                    }
+                }
+                let upath = upstream_path(&t.path, &rest, query);
+                let mut client = Client::new(t);
+                match client.call(method.clone(), &upath, &fwd, body.clone()).await {
+                    Ok(a) => {
+                        let ct = a.content_type().map(str::to_owned);
+                        (a.status, ct, a.body, false)
+                    }
+                    Err(e) => (
+                        502,
+                        Some("application/json".to_owned()),
+                        Bytes::from(json!({"error": {"kind": "upstream", "message": format!("the inference upstream did not answer: {e}")}}).to_string()),
+                        false,
+                    ),
+                }
+            }
+        }
+    };
+    let mut diag = json!({
+        "status": status,
+        "latency_ms": started.elapsed().as_millis() as u64,
+    });
+    if let Some(ct) = &ctype {
+        diag["content_type"] = json!(ct);
+    }
+    if replayed {
+        diag["replayed"] = json!(true);
+    }
+    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let mut d = draft(Kind::Response, "infer", &agent, answer.to_vec(), &diag);
+    d.sequence = Some(seq);
+    match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
+        Ok(resp) => turn.push(node(resp, answer.to_vec())),
+        Err(e) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.kind().as_str(),
+                format!("the store refused the inference answer: {e}"),
+            );
+        }
+    }
+    drop(gate);
+    let mut r = (
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        answer,
+    )
+        .into_response();
+    if let Some(ct) = ctype.and_then(|c| HeaderValue::from_str(&c).ok()) {
+        r.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_paths_absorb_a_repeated_v1() {
+        assert_eq!(
+            upstream_path("/v1", "v1/chat/completions", None),
+            "/chat/completions"
+        );
+        assert_eq!(
+            upstream_path("", "v1/chat/completions", None),
+            "/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_path("/api", "v1/models", Some("a=1")),
+            "/v1/models?a=1"
+        );
+    }
+}

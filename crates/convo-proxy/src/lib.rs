@@ -1,0 +1,903 @@
+//! The recording proxy: OpenAI- and Anthropic-compatible HTTP endpoints
+//! that forward every call to an upstream and record it on a timeline.
+//!
+//! Point a program's base URL at it (`OPENAI_BASE_URL=http://127.0.0.1:7777/v1`,
+//! or `…/s/{session}/{branch}/v1` to choose where calls land) and every
+//! call is passed through (streams chunk by chunk as they arrive) and
+//! recorded as described in [`record`]. [`router`] gives the routes;
+//! `convo serve --upstream URL` mounts them next to the API and
+//! `convo proxy` serves them alone.
+//!
+//! ## Routes
+//!
+//! - `/v1/{path}`: the session comes from the `X-Convo-Session` header
+//!   (id, unique prefix or title; a title that names no session creates
+//!   one) and the branch from `X-Convo-Branch` (default `main`); with no
+//!   header, calls are threaded by content ([`thread`]).
+//! - `/s/{session}/{branch}/v1/{path}`: the same, named in the base URL
+//!   (which every SDK accepts).
+//!
+//! ## Upstreams
+//!
+//! `{path}` goes to `{upstream}/v1/{path}` (a trailing `/v1` on the
+//! configured URL is dropped, so `https://api.openai.com/v1` and
+//! `https://api.openai.com` are the same upstream). A call with an
+//! `anthropic-version` or `x-api-key` header, or to `/v1/messages`, goes to
+//! the Anthropic upstream when one is configured. The client's headers are
+//! passed through (its `Authorization` / `x-api-key` included) except
+//! hop-by-hop ones, `Accept-Encoding` (the proxy reads bodies, so it asks
+//! for identity) and `X-Convo-*`; a key configured for an upstream is sent
+//! only when the client sent none.
+//!
+//! ## Errors
+//!
+//! Upstream answers, 4xx and 5xx included, reach the client as sent and
+//! are recorded with their status. An unreachable upstream is a `502` and
+//! a timeout a `504`, each with a JSON body
+//! `{"error": {"type": "convo_proxy_error", "code": …, "message": …}}`
+//! naming the reason, and recorded with that status. A stream the
+//! upstream cuts is cut for the client too and recorded as `partial`.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod api;
+pub mod record;
+pub mod replay;
+pub mod sse;
+pub mod thread;
+
+use api::Api;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use bytes::Bytes;
+use convo_core::{BranchName, SessionId};
+use convo_server::StorePool;
+use convo_server::events::Hub;
+use convo_store::{StoreError, StoredNode};
+use futures_util::StreamExt;
+use record::Exchange;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How the proxy reaches its upstreams.
+#[derive(Clone, Default)]
+pub struct ProxyConfig {
+    /// The OpenAI-compatible upstream (`https://api.openai.com/v1`, an
+    /// Ollama, vLLM, llama.cpp or OpenRouter URL).
+    pub upstream: Option<String>,
+    /// The Anthropic upstream (`https://api.anthropic.com`).
+    pub anthropic_upstream: Option<String>,
+    /// A key sent as `Authorization: Bearer` to the OpenAI upstream when
+    /// the client sends none. Never recorded or logged.
+    pub upstream_key: Option<String>,
+    /// A key sent as `x-api-key` to the Anthropic upstream when the client
+    /// sends none. Never recorded or logged.
+    pub anthropic_key: Option<String>,
+    /// How long to wait to connect, and between two bytes of an answer.
+    pub timeout: Duration,
+    /// Answer from this recorded timeline instead of the upstream.
+    pub replay: Option<replay::ReplaySpec>,
+}
+
+impl std::fmt::Debug for ProxyConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProxyConfig")
+            .field(
+                "upstream",
+                &self.upstream.as_deref().map(record::public_url),
+            )
+            .field(
+                "anthropic_upstream",
+                &self.anthropic_upstream.as_deref().map(record::public_url),
+            )
+            .field("upstream_key", &self.upstream_key.as_ref().map(|_| "…"))
+            .field("anthropic_key", &self.anthropic_key.as_ref().map(|_| "…"))
+            .field("timeout", &self.timeout)
+            .field("replay", &self.replay)
+            .finish()
+    }
+}
+
+impl ProxyConfig {
+    /// A config for one OpenAI-compatible upstream, 600 s timeout.
+    pub fn new(upstream: Option<String>) -> Self {
+        ProxyConfig {
+            upstream,
+            timeout: Duration::from_secs(600),
+            ..ProxyConfig::default()
+        }
+    }
+}
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// An upstream URL that is not `http://` or `https://`.
+    #[error("upstream `{0}` is not an http:// or https:// URL")]
+    BadUpstream(String),
+    /// The HTTP client could not be built.
+    #[error("cannot build the HTTP client: {0}")]
+    Client(#[source] reqwest::Error),
+    /// The recording to replay could not be read.
+    #[error("cannot replay: {0}")]
+    Replay(#[source] StoreError),
+}
+
+/// The proxy: shared by every request.
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cfg: ProxyConfig,
+    upstream: Option<String>,
+    anthropic: Option<String>,
+    client: reqwest::Client,
+    pool: StorePool,
+    hub: Option<Hub>,
+    threads: Mutex<thread::ThreadIndex>,
+    names: Mutex<HashMap<String, SessionId>>,
+    replay: Mutex<Option<replay::Replay>>,
+}
+
+fn base(url: &str) -> Result<String, ProxyError> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(ProxyError::BadUpstream(record::public_url(url)));
+    }
+    let u = url.trim_end_matches('/');
+    Ok(u.strip_suffix("/v1").unwrap_or(u).to_owned())
+}
+
+impl Proxy {
+    /// A proxy recording into `pool`, waking `hub` after each append.
+    pub fn new(cfg: ProxyConfig, pool: StorePool, hub: Option<Hub>) -> Result<Proxy, ProxyError> {
+        let upstream = cfg.upstream.as_deref().map(base).transpose()?;
+        let anthropic = cfg.anthropic_upstream.as_deref().map(base).transpose()?;
+        let client = reqwest::Client::builder()
+            .connect_timeout(cfg.timeout.min(Duration::from_secs(30)))
+            .read_timeout(cfg.timeout)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(ProxyError::Client)?;
+        Ok(Proxy {
+            inner: Arc::new(Inner {
+                cfg,
+                upstream,
+                anthropic,
+                client,
+                pool,
+                hub,
+                threads: Mutex::default(),
+                names: Mutex::default(),
+                replay: Mutex::default(),
+            }),
+        })
+    }
+
+    /// [`Proxy::new`], then reads the recording to replay when the config
+    /// names one (on a blocking thread).
+    pub async fn start(
+        cfg: ProxyConfig,
+        pool: StorePool,
+        hub: Option<Hub>,
+    ) -> Result<Proxy, ProxyError> {
+        let spec = cfg.replay.clone();
+        let p = Proxy::new(cfg, pool.clone(), hub)?;
+        if let Some(spec) = spec {
+            let r = pool
+                .run(move |s| replay::Replay::load(s, spec))
+                .await
+                .map_err(ProxyError::Replay)?;
+            if let Ok(mut slot) = p.inner.replay.lock() {
+                *slot = Some(r);
+            }
+        }
+        Ok(p)
+    }
+
+    /// The replay's fidelity line, when replaying.
+    pub fn replay_summary(&self) -> Option<String> {
+        let r = self.inner.replay.lock().ok()?;
+        r.as_ref().map(replay::Replay::summary)
+    }
+
+    /// How many recorded calls a replay serves (0 when not replaying).
+    pub fn replay_len(&self) -> usize {
+        self.inner
+            .replay
+            .lock()
+            .ok()
+            .and_then(|r| r.as_ref().map(replay::Replay::len))
+            .unwrap_or(0)
+    }
+}
+
+/// The proxy's routes (see the crate docs), ready to merge into a server.
+pub fn router(proxy: Proxy) -> Router {
+    Router::new()
+        .route("/v1/{*rest}", any(unnamed))
+        .route("/s/{session}/{branch}/v1/{*rest}", any(named))
+        .with_state(proxy)
+}
+
+/// Where a call is recorded.
+#[derive(Clone, Debug)]
+enum Target {
+    Named { session: String, branch: String },
+    Auto,
+}
+
+async fn named(
+    State(p): State<Proxy>,
+    Path((session, branch, rest)): Path<(String, String, String)>,
+    req: Request,
+) -> Response {
+    p.call(Target::Named { session, branch }, rest, req).await
+}
+
+async fn unnamed(State(p): State<Proxy>, Path(rest): Path<String>, req: Request) -> Response {
+    let h = req.headers();
+    let header = |n: &str| h.get(n).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let target = match header("x-convo-session") {
+        Some(session) => Target::Named {
+            session,
+            branch: header("x-convo-branch").unwrap_or_else(|| "main".into()),
+        },
+        None => Target::Auto,
+    };
+    p.call(target, rest, req).await
+}
+
+/// A JSON error the SDKs show (`error.message`), with convo's kind.
+pub fn proxy_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = json!({"error": {
+        "type": "convo_proxy_error",
+        "code": code,
+        "message": message,
+    }});
+    (status, axum::Json(body)).into_response()
+}
+
+fn store_error(e: &StoreError) -> Response {
+    let status =
+        StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    proxy_error(status, e.kind().as_str(), &e.to_string())
+}
+
+const HOP_BY_HOP: &[&str] = &[
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+    "accept-encoding",
+];
+
+fn now_ms() -> i64 {
+    jiff::Timestamp::now().as_millisecond()
+}
+
+fn since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+impl Proxy {
+    async fn call(&self, target: Target, rest: String, req: Request) -> Response {
+        let (parts, body) = req.into_parts();
+        let body = match axum::body::to_bytes(body, usize::MAX).await {
+            Ok(b) => b,
+            Err(e) => {
+                return proxy_error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "too_large",
+                    &format!("cannot read the request body: {e}"),
+                );
+            }
+        };
+        let method = parts.method.as_str().to_owned();
+        let mut target = target;
+        if let Some(answer) = self
+            .try_replay(&method, &rest, &parts, &body, &mut target)
+            .await
+        {
+            return answer;
+        }
+        let api = Api::classify(&method, &rest);
+        let anthropic_call = api == Api::Messages
+            || parts.headers.contains_key("anthropic-version")
+            || parts.headers.contains_key("x-api-key");
+        let inner = &self.inner;
+        let (upstream, key) = match (anthropic_call, &inner.anthropic, &inner.upstream) {
+            // (In replay mode, reached only for calls going live.)
+            (true, Some(a), _) => (
+                a.clone(),
+                inner.cfg.anthropic_key.clone().map(|k| ("x-api-key", k)),
+            ),
+            (_, _, Some(u)) => (
+                u.clone(),
+                inner
+                    .cfg
+                    .upstream_key
+                    .clone()
+                    .map(|k| ("authorization", format!("Bearer {k}"))),
+            ),
+            (_, Some(a), None) => (
+                a.clone(),
+                inner.cfg.anthropic_key.clone().map(|k| ("x-api-key", k)),
+            ),
+            (_, None, None) => {
+                return proxy_error(
+                    StatusCode::BAD_GATEWAY,
+                    "no_upstream",
+                    "this proxy has no upstream configured (start it with --upstream URL)",
+                );
+            }
+        };
+        let query = parts.uri.query().map(str::to_owned);
+        let mut url = format!("{upstream}/v1/{rest}");
+        if let Some(q) = &query {
+            url.push('?');
+            url.push_str(q);
+        }
+        let req_json = api::parse(&body);
+        let changed = api::add_include_usage(api, req_json.as_ref());
+        let mut ex = Exchange {
+            api: Some(api),
+            method: method.clone(),
+            path: match &query {
+                Some(q) => format!("/v1/{rest}?{}", record::redact_query(q)),
+                None => format!("/v1/{rest}"),
+            },
+            request_headers: record::recorded_headers(
+                parts
+                    .headers
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_bytes())),
+                record::RECORDED_REQUEST_HEADERS,
+            ),
+            request_body: body.to_vec(),
+            upstream_changes: changed
+                .as_ref()
+                .map(|_| json!({"stream_options.include_usage": true})),
+            upstream: record::public_url(&upstream),
+            started_at: now_ms(),
+            ..Exchange::default()
+        };
+        let strip_usage = changed.is_some();
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut has_key = false;
+        for (k, v) in &parts.headers {
+            let name = k.as_str();
+            if HOP_BY_HOP.contains(&name) || name.starts_with("x-convo-") {
+                continue;
+            }
+            if matches!(name, "authorization" | "x-api-key" | "api-key") {
+                has_key = true;
+            }
+            headers.append(k.clone(), v.clone());
+        }
+        if !has_key
+            && let Some((name, value)) = key
+            && let Ok(v) = HeaderValue::from_str(&value)
+        {
+            headers.insert(HeaderName::from_static(name), v);
+        }
+        let method_r =
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        let t0 = Instant::now();
+        let sent = inner
+            .client
+            .request(method_r, &url)
+            .headers(headers)
+            .body(changed.unwrap_or_else(|| body.to_vec()))
+            .send()
+            .await;
+        let resp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                let (status, code) = if e.is_timeout() {
+                    (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
+                } else {
+                    (StatusCode::BAD_GATEWAY, "upstream_unreachable")
+                };
+                let why = format!(
+                    "upstream {} {}: {}",
+                    ex.upstream,
+                    if e.is_timeout() {
+                        "timed out"
+                    } else {
+                        "is unreachable"
+                    },
+                    why_reqwest(e)
+                );
+                ex.status = status.as_u16();
+                ex.error = Some(why.clone());
+                ex.latency_ms = since(t0);
+                ex.ended_at = now_ms();
+                let answer = proxy_error(status, code, &why);
+                ex.response_body = serde_json::to_vec(&json!({"error": {
+                    "type": "convo_proxy_error", "code": code, "message": why}}))
+                .unwrap_or_default();
+                let _ = self.save(target, ex).await;
+                return answer;
+            }
+        };
+        ex.ttft_ms = Some(since(t0));
+        ex.status = resp.status().as_u16();
+        ex.response_headers = record::recorded_headers(
+            resp.headers()
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            record::RECORDED_RESPONSE_HEADERS,
+        );
+        let status = StatusCode::from_u16(ex.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let mut out_headers = HeaderMap::new();
+        for (k, v) in resp.headers() {
+            if !HOP_BY_HOP.contains(&k.as_str()) {
+                out_headers.append(k.clone(), v.clone());
+            }
+        }
+        ex.streamed = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        if !ex.streamed {
+            let body = resp.bytes().await;
+            ex.latency_ms = since(t0);
+            ex.ended_at = now_ms();
+            let body = match body {
+                Ok(b) => b,
+                Err(e) => {
+                    let why = format!(
+                        "upstream {} cut the answer: {}",
+                        ex.upstream,
+                        why_reqwest(e)
+                    );
+                    ex.partial = Some(why.clone());
+                    let _ = self.save(target, ex).await;
+                    return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", &why);
+                }
+            };
+            ex.response_body = body.to_vec();
+            let saved = self.save(target, ex).await;
+            let mut res = (status, out_headers, body).into_response();
+            mark(&mut res, saved);
+            return res;
+        }
+        // A stream: pass each chunk on as it arrives; record at the end,
+        // before the client's body ends (so a finished call is recorded).
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut up = resp.bytes_stream();
+            let mut filter = sse::ClientFilter::new(strip_usage);
+            let mut raw = Vec::new();
+            let mut first = true;
+            loop {
+                match up.next().await {
+                    None => break,
+                    Some(Err(e)) => {
+                        let why = format!(
+                            "upstream {} cut the stream: {}",
+                            ex.upstream,
+                            why_reqwest(e)
+                        );
+                        ex.partial = Some(why.clone());
+                        let _ = tx.send(Err(std::io::Error::other(why))).await;
+                        break;
+                    }
+                    Some(Ok(chunk)) => {
+                        let t = since(t0);
+                        if first {
+                            ex.ttft_ms = Some(t);
+                            first = false;
+                        }
+                        ex.chunks.push((chunk.len(), t));
+                        raw.extend_from_slice(&chunk);
+                        if let Some(out) = filter.push(chunk)
+                            && tx.send(Ok(out)).await.is_err()
+                        {
+                            ex.partial = Some("the client disconnected".into());
+                            break;
+                        }
+                    }
+                }
+            }
+            if ex.partial.is_none()
+                && let Some(rest) = filter.finish()
+            {
+                let _ = tx.send(Ok(rest)).await;
+            }
+            ex.latency_ms = since(t0);
+            ex.ended_at = now_ms();
+            ex.response_body = raw;
+            let _ = this.save(target, ex).await;
+            drop(tx);
+        });
+        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+            rx.recv().await.map(|item| (item, rx))
+        });
+        (status, out_headers, Body::from_stream(stream)).into_response()
+    }
+
+    /// In replay mode: the recorded answer, a miss error, or `None` to go
+    /// live (with `target` set to the live timeline).
+    async fn try_replay(
+        &self,
+        method: &str,
+        rest: &str,
+        parts: &axum::http::request::Parts,
+        body: &Bytes,
+        target: &mut Target,
+    ) -> Option<Response> {
+        let headers = record::recorded_headers(
+            parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            record::RECORDED_REQUEST_HEADERS,
+        );
+        let path = replay::recorded_path(rest, parts.uri.query());
+        let received = replay::canonical(method, &path, &headers, body);
+        let (taken, pace, on_miss, session, title, branch) = {
+            let mut guard = self.inner.replay.lock().ok()?;
+            let r = guard.as_mut()?;
+            if let Some((s, b)) = &r.live {
+                *target = Target::Named {
+                    session: s.clone(),
+                    branch: b.as_str().to_owned(),
+                };
+                return None;
+            }
+            (
+                r.take(&received),
+                r.spec.pace,
+                r.spec.on_miss,
+                r.session,
+                r.title.clone(),
+                r.spec.branch.clone(),
+            )
+        };
+        let miss = match taken {
+            Ok(call) => return Some(serve_recorded(call, pace)),
+            Err(m) => m,
+        };
+        if on_miss == replay::OnMiss::Error {
+            let (status, message) = match &miss.recorded {
+                None => (
+                    StatusCode::NOT_FOUND,
+                    "replay: the recording has no more calls".to_owned(),
+                ),
+                Some(_) => (
+                    StatusCode::CONFLICT,
+                    format!(
+                        "replay: the call does not match the recorded call at this position (differs at {})",
+                        miss.differences.join(", ")
+                    ),
+                ),
+            };
+            let body = json!({"error": {
+                "type": "convo_proxy_error",
+                "code": "replay_miss",
+                "message": message,
+                "recorded": miss.recorded,
+                "received": received,
+                "differences": miss.differences,
+            }});
+            return Some((status, axum::Json(body)).into_response());
+        }
+        // Live from here on.
+        let live = match (&miss.recorded, miss.before) {
+            (None, _) => (session.to_string(), branch),
+            (Some(_), Some(before)) => {
+                let now = now_ms();
+                let forked = self
+                    .inner
+                    .pool
+                    .run(move |s| {
+                        s.transaction(|l| {
+                            let name = thread::free_branch(l, &session, "live")?;
+                            let from = convo_core::HashPrefix::parse(&before.to_hex())
+                                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                            l.fork(&session, &from, &name, now)?;
+                            Ok(name)
+                        })
+                    })
+                    .await;
+                match forked {
+                    Ok(name) => (session.to_string(), name),
+                    Err(e) => return Some(store_error(&e)),
+                }
+            }
+            (Some(_), None) => (format!("{title} (live)"), BranchName::main()),
+        };
+        if let Ok(mut guard) = self.inner.replay.lock()
+            && let Some(r) = guard.as_mut()
+        {
+            r.live = Some(live.clone());
+        }
+        *target = Target::Named {
+            session: live.0,
+            branch: live.1.as_str().to_owned(),
+        };
+        None
+    }
+
+    /// Records an exchange where `target` says; logs (never with headers
+    /// or bodies) when the store refuses.
+    async fn save(&self, target: Target, ex: Exchange) -> Result<StoredNode, StoreError> {
+        let p = self.clone();
+        let res = self
+            .inner
+            .pool
+            .run(move |store| p.save_blocking(store, &target, &ex))
+            .await;
+        match &res {
+            Ok(_) => {
+                if let Some(h) = &self.inner.hub {
+                    h.poke();
+                }
+            }
+            Err(e) => eprintln!(
+                "{}",
+                json!({"proxy": "not recorded", "error": e.to_string()})
+            ),
+        }
+        res
+    }
+
+    fn save_blocking(
+        &self,
+        store: &mut convo_store::Store,
+        target: &Target,
+        ex: &Exchange,
+    ) -> Result<StoredNode, StoreError> {
+        let now = ex.started_at;
+        match target {
+            Target::Named { session, branch } => {
+                let branch = BranchName::new(branch)
+                    .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}")))?;
+                let id = self.session_named(store, session, now)?;
+                let rec = record::record(store, &id, &branch, ex)?;
+                self.remember(ex, &id, &branch, &rec);
+                rec.nodes
+                    .last()
+                    .cloned()
+                    .ok_or_else(|| StoreError::Backend("nothing recorded".into()))
+            }
+            Target::Auto => {
+                let req = ex.request_json();
+                let api = ex.api.unwrap_or(Api::Other);
+                let key = thread::key_before(api, req.as_ref());
+                let spot = match &key {
+                    Some(k) => {
+                        let mut idx = self.inner.threads.lock().map_err(|_| poisoned())?;
+                        idx.load(store)?;
+                        idx.get(k).cloned()
+                    }
+                    None => None,
+                };
+                let title = api::messages(api, req.as_ref())
+                    .map(|m| thread::title_from(&api::new_input(&m)))
+                    .unwrap_or_else(|| format!("{} {}", ex.method, ex.path));
+                let (id, branch, rec) = store.transaction(|l| {
+                    let (id, branch) = match &spot {
+                        Some(s) => {
+                            let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
+                            if head == Some(s.node) {
+                                (s.session, s.branch.clone())
+                            } else {
+                                let name = thread::free_edit_branch(l, &s.session)?;
+                                let from = convo_core::HashPrefix::parse(&s.node.to_hex())
+                                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                                l.fork(&s.session, &from, &name, now)?;
+                                (s.session, name)
+                            }
+                        }
+                        None => {
+                            let row = l.create_session(
+                                SessionId::new_random(),
+                                thread::PROXY_AGENT,
+                                Some(&title),
+                                now,
+                            )?;
+                            (row.id, BranchName::main())
+                        }
+                    };
+                    let rec = record::record_in(l, &id, &branch, ex)?;
+                    Ok((id, branch, rec))
+                })?;
+                self.remember(ex, &id, &branch, &rec);
+                rec.nodes
+                    .last()
+                    .cloned()
+                    .ok_or_else(|| StoreError::Backend("nothing recorded".into()))
+            }
+        }
+    }
+
+    /// Indexes a recorded turn for threading.
+    fn remember(&self, ex: &Exchange, id: &SessionId, branch: &BranchName, rec: &record::Recorded) {
+        if !rec.whole_turn {
+            return;
+        }
+        let Some(done) = rec.nodes.last() else { return };
+        let key = done
+            .node
+            .diagnostics
+            .to_value()
+            .get("thread")
+            .and_then(|v| v.as_str())
+            .map(str::to_owned);
+        let _ = ex;
+        if let (Some(k), Ok(mut idx)) = (key, self.inner.threads.lock()) {
+            idx.insert(
+                k,
+                thread::Spot {
+                    session: *id,
+                    branch: branch.clone(),
+                    node: done.hash,
+                },
+            );
+        }
+    }
+
+    /// The session a name (id, unique prefix, title) names; a title that
+    /// names none creates a session with that title (agent `proxy`).
+    fn session_named(
+        &self,
+        store: &mut convo_store::Store,
+        name: &str,
+        now: i64,
+    ) -> Result<SessionId, StoreError> {
+        if let Some(id) = self
+            .inner
+            .names
+            .lock()
+            .ok()
+            .and_then(|m| m.get(name).copied())
+        {
+            return Ok(id);
+        }
+        let id = match store.find_session(name) {
+            Ok(row) => row.id,
+            Err(StoreError::NoSession(_)) => store.transaction(|l| {
+                // Re-check inside the write transaction: two first calls
+                // naming the same new title create one session.
+                let existing = l
+                    .tx()
+                    .sessions()?
+                    .into_iter()
+                    .find(|s| s.title.as_deref() == Some(name));
+                match existing {
+                    Some(s) => Ok(s.id),
+                    None => Ok(l
+                        .create_session(
+                            SessionId::new_random(),
+                            thread::PROXY_AGENT,
+                            Some(name),
+                            now,
+                        )?
+                        .id),
+                }
+            })?,
+            Err(e) => return Err(e),
+        };
+        if let Ok(mut m) = self.inner.names.lock() {
+            m.insert(name.to_owned(), id);
+        }
+        Ok(id)
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Backend("the thread index lock was poisoned".into())
+}
+
+/// A recorded answer, re-sent as recorded.
+fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
+    let status = StatusCode::from_u16(call.status).unwrap_or(StatusCode::OK);
+    let mut headers = HeaderMap::new();
+    for (k, v) in &call.headers {
+        if let (Ok(name), Some(Ok(value))) = (
+            HeaderName::from_bytes(k.as_bytes()),
+            v.as_str().map(HeaderValue::from_str),
+        ) {
+            headers.insert(name, value);
+        }
+    }
+    headers.insert(
+        HeaderName::from_static("x-convo-replayed"),
+        HeaderValue::from_static("true"),
+    );
+    let streamed = call.chunks.is_some();
+    let chunks = replay::chunks(&call);
+    if !streamed {
+        let body: Vec<u8> = chunks.into_iter().flat_map(|(b, _)| b.to_vec()).collect();
+        return (status, headers, body).into_response();
+    }
+    let start = tokio::time::Instant::now();
+    let stream = futures_util::stream::iter(chunks).then(move |(b, t)| async move {
+        if pace == replay::Pace::Recorded {
+            tokio::time::sleep_until(start + Duration::from_secs_f64(t.max(0.0) / 1000.0)).await;
+        }
+        Ok::<Bytes, std::convert::Infallible>(b)
+    });
+    (status, headers, Body::from_stream(stream)).into_response()
+}
+
+/// `x-convo-node` (the last node recorded) or `x-convo-error`.
+fn mark(res: &mut Response, saved: Result<StoredNode, StoreError>) {
+    let (name, value) = match saved {
+        Ok(n) => ("x-convo-node", n.hash.to_hex()),
+        Err(e) => ("x-convo-error", e.to_string()),
+    };
+    let value: String = value
+        .chars()
+        .filter(|c| c.is_ascii_graphic() || *c == ' ')
+        .collect();
+    if let Ok(v) = HeaderValue::from_str(&value) {
+        res.headers_mut().insert(HeaderName::from_static(name), v);
+    }
+}
+
+/// A client error without its URL (a query string may carry a key).
+fn why_reqwest(e: reqwest::Error) -> String {
+    error_chain(&e.without_url())
+}
+
+/// An error and its sources, one line.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(x) = src {
+        let t = x.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        src = x.source();
+    }
+    s
+}
+
+/// Used by `store_error` users outside this module.
+pub fn error_response(e: &StoreError) -> Response {
+    store_error(e)
+}
+
+/// The proxy's routes alone behind the server's guards (token, CSRF,
+/// headers, request log): what `convo proxy` serves.
+pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
+    let guard = convo_server::security::Guard {
+        token: config.token.as_deref().map(Arc::from),
+        log: config.log_requests,
+    };
+    router(proxy)
+        .fallback(|| async {
+            proxy_error(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "convo proxy serves /v1/… and /s/{session}/{branch}/v1/… only",
+            )
+        })
+        .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            guard,
+            convo_server::security::guard,
+        ))
+}

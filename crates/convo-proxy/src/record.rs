@@ -1,0 +1,538 @@
+//! Recording one inference call: the library entry point.
+//!
+//! An [`Exchange`] is one call as it happened (what the client sent, what
+//! the upstream answered, timings). [`record`] writes it on a timeline in
+//! one transaction:
+//!
+//! - **inside an open submission** (the branch's head is in a submission
+//!   that awaits its `complete`, as when the agent harness has recorded an
+//!   `invoke`): a `request` to `infer` and its `response`, numbered by the
+//!   submission's next `sequence` (see [`record_in_submission`], which the
+//!   harness can also call in its own transaction);
+//! - **otherwise** a whole turn: `invoke` (the user's new input), `request`
+//!   (the full request body), `response` (the upstream's bytes), `complete`
+//!   (the assistant's message).
+//!
+//! ## What each node holds
+//!
+//! - `request` payload: the request body exactly as the client sent it.
+//!   Diagnostics: `api`, `method`, `path` (query string with key-like
+//!   parameters removed), `headers` (allow-listed, see [`RECORDED_REQUEST_HEADERS`]),
+//!   `model`, `stream`, `upstream` (scheme://host[:port]/path, no userinfo)
+//!   and `upstream_changes` when what went upstream differs from what the
+//!   client sent (`{"stream_options.include_usage": true}`).
+//! - `response` payload: the upstream's body bytes exactly (for a stream,
+//!   the raw SSE bytes, comment lines and unknown events included).
+//!   Diagnostics: `status`, `headers` (allow-listed: content type, request
+//!   ids, rate limits, `retry-after`), `model`, `usage`, `latency_ms`
+//!   (request sent → last byte), `ttft_ms` (→ first body byte), `streamed`,
+//!   `upstream_request_id`; for streams `chunks` (`[[bytes, ms since the
+//!   request], …]`, one per chunk as it arrived) and `assembled` (the answer
+//!   in the non-streamed shape); `partial` (why a stream ended early) and
+//!   `error` (an upstream that failed, timed out or was unreachable).
+//!
+//! **Credentials are never recorded**: headers are recorded only when
+//! named in the allow-list, and even then not when a value looks like a
+//! key ([`looks_secret`]).
+
+use crate::api::{self, Api};
+use convo_api::default_ends;
+use convo_core::{BranchName, Diagnostics, Kind, Millis, NodeHash, SessionId};
+use convo_store::{Draft, Ledger, Result, Store, StoreError, StoredNode};
+use serde_json::{Map, Value, json};
+
+/// Request headers recorded (lowercase); every other header is dropped.
+pub const RECORDED_REQUEST_HEADERS: &[&str] = &[
+    "content-type",
+    "accept",
+    "user-agent",
+    "anthropic-version",
+    "anthropic-beta",
+    "openai-beta",
+    "x-stainless-lang",
+    "x-stainless-package-version",
+    "x-stainless-runtime",
+    "x-stainless-runtime-version",
+    "x-stainless-os",
+    "x-stainless-arch",
+    "x-stainless-retry-count",
+];
+
+/// Response headers recorded (lowercase, or a prefix ending in `-`).
+pub const RECORDED_RESPONSE_HEADERS: &[&str] = &[
+    "content-type",
+    "x-request-id",
+    "request-id",
+    "openai-processing-ms",
+    "openai-version",
+    "openai-model",
+    "retry-after",
+    "x-ratelimit-",
+    "anthropic-ratelimit-",
+];
+
+/// Request headers that change a model's behaviour: part of the
+/// canonical request replay checks.
+pub const BEHAVIOUR_HEADERS: &[&str] = &["anthropic-version", "anthropic-beta", "openai-beta"];
+
+/// Whether a header value (or query value) looks like a credential: a
+/// bearer or basic scheme, a known key prefix, or a long opaque token.
+pub fn looks_secret(v: &str) -> bool {
+    let t = v.trim();
+    let lower = t.to_ascii_lowercase();
+    if lower.starts_with("bearer ") || lower.starts_with("basic ") {
+        return true;
+    }
+    if [
+        "sk-", "sk_", "pk-", "rk-", "key-", "api-", "aiza", "ghp_", "xox",
+    ]
+    .iter()
+    .any(|p| lower.starts_with(p))
+    {
+        return true;
+    }
+    // A long run with no spaces, slashes or dots: a token, not a version.
+    t.len() >= 32
+        && !t.contains([' ', '/', '.', ','])
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '=')
+}
+
+/// The headers to record from `headers`, by an allow-list.
+pub fn recorded_headers<'a>(
+    headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+    allow: &[&str],
+) -> Map<String, Value> {
+    let mut out = Map::new();
+    for (name, value) in headers {
+        let name = name.to_ascii_lowercase();
+        let allowed = allow.iter().any(|a| {
+            if a.ends_with('-') {
+                name.starts_with(a)
+            } else {
+                name == *a
+            }
+        });
+        if !allowed {
+            continue;
+        }
+        let Ok(v) = std::str::from_utf8(value) else {
+            continue;
+        };
+        if looks_secret(v) {
+            continue;
+        }
+        match out.get_mut(&name) {
+            Some(Value::String(prev)) => {
+                prev.push_str(", ");
+                prev.push_str(v);
+            }
+            _ => {
+                out.insert(name, json!(v));
+            }
+        }
+    }
+    out
+}
+
+/// A query string with the values of key-like parameters (`key`,
+/// `api_key`, `token`, …) and key-like values removed.
+pub fn redact_query(q: &str) -> String {
+    q.split('&')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            let kl = k.to_ascii_lowercase();
+            let secret_name = ["key", "token", "secret", "password", "auth", "sig"]
+                .iter()
+                .any(|s| kl.contains(s));
+            if secret_name || looks_secret(v) {
+                format!("{k}=REDACTED")
+            } else {
+                kv.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A URL for the record: no userinfo, no query.
+pub fn public_url(url: &str) -> String {
+    let no_query = url.split(['?', '#']).next().unwrap_or(url);
+    match no_query.split_once("://") {
+        Some((scheme, rest)) => {
+            let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+            let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+            if path.is_empty() {
+                format!("{scheme}://{host}")
+            } else {
+                format!("{scheme}://{host}/{path}")
+            }
+        }
+        None => no_query.to_owned(),
+    }
+}
+
+/// One call, as it happened.
+#[derive(Clone, Debug, Default)]
+pub struct Exchange {
+    /// Which API (decides how the answer and usage are read).
+    pub api: Option<Api>,
+    /// HTTP method.
+    pub method: String,
+    /// Path as the upstream API names it (`/v1/chat/completions`), with a
+    /// redacted query string when there is one.
+    pub path: String,
+    /// Allow-listed request headers ([`recorded_headers`]).
+    pub request_headers: Map<String, Value>,
+    /// The request body as the client sent it.
+    pub request_body: Vec<u8>,
+    /// What went upstream differently, when it did.
+    pub upstream_changes: Option<Value>,
+    /// The upstream, as [`public_url`].
+    pub upstream: String,
+    /// HTTP status the client got.
+    pub status: u16,
+    /// Allow-listed response headers.
+    pub response_headers: Map<String, Value>,
+    /// The upstream's body bytes (a stream's raw bytes).
+    pub response_body: Vec<u8>,
+    /// Whether the response was a stream (`text/event-stream`).
+    pub streamed: bool,
+    /// Per chunk: its length and when it arrived (ms since the request).
+    pub chunks: Vec<(usize, f64)>,
+    /// When the request arrived (wall clock).
+    pub started_at: Millis,
+    /// When the answer ended (wall clock).
+    pub ended_at: Millis,
+    /// Request sent → last byte, ms.
+    pub latency_ms: f64,
+    /// Request sent → first body byte, ms.
+    pub ttft_ms: Option<f64>,
+    /// Why a stream ended early (client gone, upstream cut).
+    pub partial: Option<String>,
+    /// Why the upstream gave no answer (unreachable, timeout).
+    pub error: Option<String>,
+}
+
+fn ms(x: f64) -> Value {
+    json!((x * 1000.0).round() / 1000.0)
+}
+
+impl Exchange {
+    fn api(&self) -> Api {
+        self.api.unwrap_or(Api::Other)
+    }
+
+    /// The request as JSON, when it is.
+    pub fn request_json(&self) -> Option<Value> {
+        api::parse(&self.request_body)
+    }
+
+    /// The answer in the non-streamed shape (assembled for a stream).
+    pub fn response_json(&self) -> Option<Value> {
+        if self.streamed {
+            api::assemble(self.api(), &self.response_body)
+        } else {
+            api::parse(&self.response_body)
+        }
+    }
+
+    /// The `request` node's diagnostics.
+    pub fn request_diagnostics(&self, req: Option<&Value>) -> Value {
+        let mut d = Map::new();
+        d.insert("api".into(), json!(self.api().as_str()));
+        d.insert("method".into(), json!(self.method));
+        d.insert("path".into(), json!(self.path));
+        d.insert(
+            "headers".into(),
+            Value::Object(self.request_headers.clone()),
+        );
+        if let Some(m) = api::model(req) {
+            d.insert("model".into(), json!(m));
+        }
+        d.insert("stream".into(), json!(api::wants_stream(req)));
+        d.insert("upstream".into(), json!(self.upstream));
+        if let Some(c) = &self.upstream_changes {
+            d.insert("upstream_changes".into(), c.clone());
+        }
+        Value::Object(d)
+    }
+
+    /// The `response` node's diagnostics.
+    pub fn response_diagnostics(&self, resp: Option<&Value>) -> Value {
+        let mut d = Map::new();
+        d.insert("status".into(), json!(self.status));
+        d.insert(
+            "headers".into(),
+            Value::Object(self.response_headers.clone()),
+        );
+        if let Some(m) = api::model(resp) {
+            d.insert("model".into(), json!(m));
+        }
+        if let Some(u) = api::usage(self.api(), resp) {
+            d.insert("usage".into(), u);
+        }
+        d.insert("latency_ms".into(), ms(self.latency_ms));
+        if let Some(t) = self.ttft_ms {
+            d.insert("ttft_ms".into(), ms(t));
+        }
+        d.insert("streamed".into(), json!(self.streamed));
+        let rid = ["x-request-id", "request-id"]
+            .iter()
+            .find_map(|h| self.response_headers.get(*h).cloned());
+        if let Some(rid) = rid {
+            d.insert("upstream_request_id".into(), rid);
+        }
+        if self.streamed {
+            let chunks: Vec<Value> = self
+                .chunks
+                .iter()
+                .map(|(len, t)| json!([len, ms(*t)]))
+                .collect();
+            d.insert("chunks".into(), Value::Array(chunks));
+            if let Some(a) = resp {
+                d.insert("assembled".into(), a.clone());
+            }
+        }
+        if let Some(p) = &self.partial {
+            d.insert("partial".into(), json!(p));
+        }
+        if let Some(e) = &self.error {
+            d.insert("error".into(), json!(e));
+        }
+        Value::Object(d)
+    }
+
+    /// The `request` and `response` drafts (the response answers the
+    /// request; its sequence is set by the caller when needed).
+    pub fn pair(&self, agent: &str) -> Result<(Draft, Draft)> {
+        let req = self.request_json();
+        let resp = self.response_json();
+        let (rf, rt) = default_ends(Kind::Request, agent);
+        let (sf, st) = default_ends(Kind::Response, agent);
+        Ok((
+            draft(
+                Kind::Request,
+                rf,
+                rt,
+                self.request_body.clone(),
+                &self.request_diagnostics(req.as_ref()),
+                self.started_at,
+            )?,
+            draft(
+                Kind::Response,
+                sf,
+                st,
+                self.response_body.clone(),
+                &self.response_diagnostics(resp.as_ref()),
+                self.ended_at,
+            )?,
+        ))
+    }
+
+    /// The four drafts of a whole turn: invoke, request, response, complete.
+    pub fn turn(&self, agent: &str) -> Result<[Draft; 4]> {
+        let req = self.request_json();
+        let resp = self.response_json();
+        let api = self.api();
+        let input = match api::messages(api, req.as_ref()) {
+            Some(msgs) => api::new_input(&msgs),
+            None => format!("{} {}", self.method, self.path).into_bytes(),
+        };
+        let mut cdiag = Map::new();
+        cdiag.insert("status".into(), json!(self.status));
+        if let Some(m) = api::model(resp.as_ref()).or_else(|| api::model(req.as_ref())) {
+            cdiag.insert("model".into(), json!(m));
+        }
+        if let Some(u) = api::usage(api, resp.as_ref()) {
+            cdiag.insert("usage".into(), u);
+        }
+        let answer = (200..300)
+            .contains(&self.status)
+            .then(|| api::reply(api, resp.as_ref()))
+            .flatten();
+        let answer_bytes = match &answer {
+            Some(msg) => api::reply_text(api, msg),
+            None => Vec::new(),
+        };
+        if let Some(t) = crate::thread::key_after(api, req.as_ref(), answer.as_ref()) {
+            cdiag.insert("thread".into(), json!(t));
+        }
+        if let Some(e) = self.error.as_ref().or(self.partial.as_ref()) {
+            cdiag.insert("error".into(), json!(e));
+        }
+        let (inv_from, inv_to) = default_ends(Kind::Invoke, agent);
+        let (c_from, c_to) = default_ends(Kind::Complete, agent);
+        let (request, response) = self.pair(agent)?;
+        Ok([
+            draft(
+                Kind::Invoke,
+                inv_from,
+                inv_to,
+                input,
+                &json!({"api": api.as_str()}),
+                self.started_at,
+            )?,
+            request,
+            response,
+            draft(
+                Kind::Complete,
+                c_from,
+                c_to,
+                answer_bytes,
+                &Value::Object(cdiag),
+                self.ended_at,
+            )?,
+        ])
+    }
+}
+
+fn draft(
+    kind: Kind,
+    from: String,
+    to: String,
+    payload: Vec<u8>,
+    diag: &Value,
+    at: Millis,
+) -> Result<Draft> {
+    Ok(Draft {
+        kind,
+        from,
+        to,
+        payload,
+        diagnostics: Diagnostics::from_value(diag)
+            .map_err(|e| StoreError::Invalid(format!("diagnostics: {e}")))?,
+        state: None,
+        sequence: None,
+        created_at: at,
+    })
+}
+
+/// What [`record`] wrote.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The nodes appended, in order.
+    pub nodes: Vec<StoredNode>,
+    /// Whether they are a whole turn (invoke … complete) rather than a
+    /// request/response inside an open submission.
+    pub whole_turn: bool,
+}
+
+impl Recorded {
+    /// The last node appended (the complete of a whole turn, the response
+    /// of a call inside a submission).
+    pub fn last(&self) -> Option<NodeHash> {
+        self.nodes.last().map(|n| n.hash)
+    }
+}
+
+/// Appends a call as `request` + `response` into the branch's open
+/// submission (the response answers that request's sequence), inside the
+/// caller's transaction. Fails with the timeline rule's error when the
+/// branch has no open submission. This is what the agent harness calls to
+/// record an inference it made inside a submission it opened.
+pub fn record_in_submission(
+    ledger: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    agent: &str,
+    ex: &Exchange,
+) -> Result<(StoredNode, StoredNode)> {
+    let (request, mut response) = ex.pair(agent)?;
+    let req = ledger.append(session, branch, &request)?;
+    response.sequence = req.node.sequence;
+    let resp = ledger.append(session, branch, &response)?;
+    Ok((req, resp))
+}
+
+/// Whether the branch's head is inside a submission awaiting its complete.
+pub fn in_open_submission(
+    ledger: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+) -> Result<bool> {
+    let tx = ledger.tx();
+    let b = tx
+        .branch(session, branch)?
+        .ok_or_else(|| StoreError::NoBranch {
+            session: session.to_string(),
+            branch: branch.to_string(),
+        })?;
+    let Some(head) = b.head else {
+        return Ok(false);
+    };
+    let node = tx
+        .node(&head)?
+        .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+    Ok(node.ctx.open)
+}
+
+/// Records a call in one transaction: into the open submission when the
+/// branch has one, otherwise as a whole turn (see the module docs).
+pub fn record(
+    store: &mut Store,
+    session: &SessionId,
+    branch: &BranchName,
+    ex: &Exchange,
+) -> Result<Recorded> {
+    store.transaction(|l| record_in(l, session, branch, ex))
+}
+
+/// [`record`] inside the caller's transaction.
+pub fn record_in(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    ex: &Exchange,
+) -> Result<Recorded> {
+    let agent = l
+        .tx()
+        .session(session)?
+        .ok_or_else(|| StoreError::NoSession(session.to_string()))?
+        .agent;
+    if in_open_submission(l, session, branch)? {
+        let (a, b) = record_in_submission(l, session, branch, &agent, ex)?;
+        return Ok(Recorded {
+            nodes: vec![a, b],
+            whole_turn: false,
+        });
+    }
+    let [invoke, request, mut response, complete] = ex.turn(&agent)?;
+    let inv = l.append(session, branch, &invoke)?;
+    let req = l.append(session, branch, &request)?;
+    response.sequence = req.node.sequence;
+    let resp = l.append(session, branch, &response)?;
+    let done = l.append(session, branch, &complete)?;
+    Ok(Recorded {
+        nodes: vec![inv, req, resp, done],
+        whole_turn: true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_not_recorded() {
+        let h: Vec<(&str, &[u8])> = vec![
+            ("Authorization", b"Bearer sk-live-123"),
+            ("x-api-key", b"sk-ant-xyz"),
+            ("Content-Type", b"application/json"),
+            ("anthropic-version", b"2023-06-01"),
+            ("user-agent", b"sk-proj-abcdefgh"),
+        ];
+        let m = recorded_headers(h, RECORDED_REQUEST_HEADERS);
+        assert_eq!(m.len(), 2);
+        assert!(m.contains_key("content-type") && m.contains_key("anthropic-version"));
+        assert_eq!(
+            redact_query("a=1&key=AIzaXX&x=sk-1"),
+            "a=1&key=REDACTED&x=REDACTED"
+        );
+        assert_eq!(
+            public_url("https://user:pw@api.example.com/v1?key=1"),
+            "https://api.example.com/v1"
+        );
+    }
+}

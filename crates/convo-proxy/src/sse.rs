@@ -1,0 +1,195 @@
+//! Server-Sent Events, as much as a proxy needs: split a byte stream into
+//! events without changing a byte, and drop the usage-only chunk the proxy
+//! asked an OpenAI upstream for when the client did not.
+
+use bytes::{Bytes, BytesMut};
+
+/// Splits bytes into whole SSE events (each ending in a blank line),
+/// keeping every byte: the concatenation of what [`EventSplitter::push`]
+/// and [`EventSplitter::finish`] return is exactly what was pushed.
+#[derive(Debug, Default)]
+pub struct EventSplitter {
+    buf: BytesMut,
+}
+
+impl EventSplitter {
+    /// Adds bytes; returns the events now complete, each with its
+    /// terminating blank line.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Bytes> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while let Some(end) = event_end(&self.buf) {
+            out.push(self.buf.split_to(end).freeze());
+        }
+        out
+    }
+
+    /// Whatever is left (an event the stream did not finish).
+    pub fn finish(&mut self) -> Option<Bytes> {
+        (!self.buf.is_empty()).then(|| self.buf.split().freeze())
+    }
+}
+
+/// The index just past the first blank line (`\n\n`, `\r\n\r\n` or `\r\r`).
+fn event_end(b: &[u8]) -> Option<usize> {
+    (0..b.len()).find_map(|i| {
+        let next = |k: usize| b.get(i + k).copied();
+        match (b[i], next(1), next(2)) {
+            (b'\n', Some(b'\n'), _) => Some(i + 2),
+            (b'\n', Some(b'\r'), Some(b'\n')) => Some(i + 3),
+            (b'\r', Some(b'\r'), _) => Some(i + 2),
+            _ => None,
+        }
+    })
+}
+
+/// One parsed event: its `event:` name and its `data:` lines joined.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Event {
+    /// The `event:` field, when present.
+    pub event: Option<String>,
+    /// The `data:` lines, joined by `\n`.
+    pub data: String,
+}
+
+/// Parses one event's text (comments and unknown fields ignored).
+pub fn parse_event(raw: &[u8]) -> Event {
+    let text = String::from_utf8_lossy(raw);
+    let mut ev = Event::default();
+    let mut data: Vec<&str> = Vec::new();
+    for line in text.split(['\n']) {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if line.is_empty() || line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "event" => ev.event = Some(value.to_owned()),
+            "data" => data.push(value),
+            _ => {}
+        }
+    }
+    ev.data = data.join("\n");
+    ev
+}
+
+/// Every event of a whole stream, parsed.
+pub fn events(stream: &[u8]) -> Vec<Event> {
+    let mut s = EventSplitter::default();
+    let mut out: Vec<Event> = s.push(stream).iter().map(|e| parse_event(e)).collect();
+    if let Some(rest) = s.finish() {
+        out.push(parse_event(&rest));
+    }
+    out
+}
+
+/// Whether an OpenAI chat-completions event is the usage-only chunk that
+/// `stream_options.include_usage` adds (`"choices": []` and a `usage`).
+pub fn is_usage_only_chunk(raw: &[u8]) -> bool {
+    let ev = parse_event(raw);
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&ev.data) else {
+        return false;
+    };
+    v.get("choices")
+        .and_then(|c| c.as_array())
+        .is_some_and(|c| c.is_empty())
+        && v.get("usage").is_some_and(|u| !u.is_null())
+}
+
+/// What the client gets from an upstream stream: the same bytes, minus the
+/// usage-only chunk when the proxy asked for it on the client's behalf.
+/// Chunks pass through unchanged (and unbuffered) when nothing is dropped.
+#[derive(Debug)]
+pub struct ClientFilter {
+    strip_usage: bool,
+    split: EventSplitter,
+}
+
+impl ClientFilter {
+    /// A filter; `strip_usage` when the proxy added `include_usage`.
+    pub fn new(strip_usage: bool) -> Self {
+        ClientFilter {
+            strip_usage,
+            split: EventSplitter::default(),
+        }
+    }
+
+    /// The bytes to send the client for one upstream chunk (maybe none).
+    pub fn push(&mut self, chunk: Bytes) -> Option<Bytes> {
+        if !self.strip_usage {
+            return Some(chunk);
+        }
+        let mut out = BytesMut::new();
+        for ev in self.split.push(&chunk) {
+            if !is_usage_only_chunk(&ev) {
+                out.extend_from_slice(&ev);
+            }
+        }
+        (!out.is_empty()).then(|| out.freeze())
+    }
+
+    /// The bytes left at the end of the stream.
+    pub fn finish(&mut self) -> Option<Bytes> {
+        if !self.strip_usage {
+            return None;
+        }
+        self.split
+            .finish()
+            .filter(|rest| !is_usage_only_chunk(rest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splitting_keeps_every_byte_whatever_the_chunking() {
+        let stream =
+            b": PROCESSING\n\ndata: {\"a\":1}\n\nevent: x\r\ndata: y\r\n\r\ndata: [DONE]\n\ntail";
+        for cut in 1..stream.len() {
+            let mut s = EventSplitter::default();
+            let mut got = Vec::new();
+            for part in stream.chunks(cut) {
+                for e in s.push(part) {
+                    got.extend_from_slice(&e);
+                }
+            }
+            if let Some(r) = s.finish() {
+                got.extend_from_slice(&r);
+            }
+            assert_eq!(got, stream);
+        }
+        let evs = events(stream);
+        assert_eq!(evs[1].data, "{\"a\":1}");
+        assert_eq!(evs[2].event.as_deref(), Some("x"));
+        assert_eq!(evs[3].data, "[DONE]");
+    }
+
+    #[test]
+    fn the_usage_chunk_is_dropped_only_when_asked() {
+        let usage = b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n";
+        let text = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n";
+        let mut f = ClientFilter::new(true);
+        let mut all = text.to_vec();
+        all.extend_from_slice(usage);
+        all.extend_from_slice(b"data: [DONE]\n\n");
+        let mut got = Vec::new();
+        for part in all.chunks(7) {
+            if let Some(b) = f.push(Bytes::copy_from_slice(part)) {
+                got.extend_from_slice(&b);
+            }
+        }
+        let mut want = text.to_vec();
+        want.extend_from_slice(b"data: [DONE]\n\n");
+        assert_eq!(got, want);
+        let mut keep = ClientFilter::new(false);
+        assert_eq!(
+            keep.push(Bytes::from_static(usage)).as_deref(),
+            Some(&usage[..])
+        );
+    }
+}

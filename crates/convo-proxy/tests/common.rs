@@ -1,0 +1,89 @@
+//! Starting the proxy in a server on port 0 over a throwaway store.
+
+use convo_proxy::{Proxy, ProxyConfig};
+use convo_store::Store;
+
+#[derive(Debug)]
+pub struct Server {
+    pub url: String,
+    pub store_url: String,
+    pub dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Server {
+    /// The store URL for the backend under test: SQLite in a temp dir,
+    /// or a fresh PostgreSQL database when CONVO_TEST_PG is set and `pg`.
+    pub async fn start(cfg: ProxyConfig) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        let store_url = format!("sqlite://{}/convo.db", dir.path().display());
+        Self::start_on(cfg, dir, store_url).await
+    }
+
+    pub async fn start_on(cfg: ProxyConfig, dir: tempfile::TempDir, store_url: String) -> Server {
+        let mut config = convo_server::Config::new(store_url.clone());
+        config.log_requests = false;
+        let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
+        let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
+            .await
+            .unwrap();
+        let app = convo_server::router(st, &config, Some(convo_proxy::router(proxy)));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            convo_server::serve_router(listener, app, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Server {
+            url,
+            store_url,
+            dir,
+            stop: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    /// A store handle; call it off the runtime (`block_in_place`).
+    pub fn store(&self) -> Store {
+        Store::open(&self.store_url).unwrap()
+    }
+
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+        self.dir
+    }
+}
+
+/// Every byte of every file under `dir` (the SQLite file, its WAL…).
+pub fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_file() {
+            out.extend(std::fs::read(&p).unwrap());
+        } else if p.is_dir() {
+            out.extend(all_bytes(&p));
+        }
+    }
+    out
+}
+
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Runs `f` on a plain thread: the sync store (PostgreSQL's client builds
+/// its own runtime) must not run inside the test's runtime.
+pub fn off_rt<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| s.spawn(f).join().expect("store call panicked"))
+}

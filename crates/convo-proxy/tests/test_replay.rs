@@ -1,0 +1,161 @@
+//! Replay: the recording answers with the upstream stopped, byte for byte.
+
+use crate::common::{Server, off_rt};
+use crate::upstream::Upstream;
+use convo_core::BranchName;
+use convo_proxy::ProxyConfig;
+use convo_proxy::replay::{OnMiss, ReplaySpec};
+use serde_json::{Value, json};
+
+type Call = (&'static str, Value, Vec<(&'static str, &'static str)>);
+
+fn calls() -> Vec<Call> {
+    vec![
+        (
+            "v1/chat/completions",
+            json!({"model": "m", "user": "u1", "messages": [{"role": "user", "content": "one"}]}),
+            vec![],
+        ),
+        (
+            "v1/chat/completions",
+            json!({"model": "m", "stream": true, "messages": [{"role": "user", "content": "two"}]}),
+            vec![],
+        ),
+        (
+            "v1/chat/completions",
+            json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+            "tools": [{"type": "function", "function": {"name": "weather", "parameters": {}}}],
+            "messages": [{"role": "user", "content": "three"}]}),
+            vec![],
+        ),
+        (
+            "v1/messages",
+            json!({"model": "claude", "max_tokens": 5, "stream": true, "messages": [{"role": "user", "content": "four"}]}),
+            vec![("anthropic-version", "2023-06-01")],
+        ),
+        (
+            "v1/chat/completions",
+            json!({"model": "rate-limited", "messages": [{"role": "user", "content": "five"}]}),
+            vec![],
+        ),
+    ]
+}
+
+async fn send(
+    base: &str,
+    path: &str,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> (u16, Option<String>, Vec<u8>) {
+    let mut r = reqwest::Client::new()
+        .post(format!("{base}/{path}"))
+        .json(body);
+    for (k, v) in headers {
+        r = r.header(*k, *v);
+    }
+    let res = r.send().await.unwrap();
+    let status = res.status().as_u16();
+    let ct = res
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, ct, res.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recorded_session_replays_byte_for_byte_with_the_upstream_stopped() {
+    let up = Upstream::start().await;
+    let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+    cfg.anthropic_upstream = Some(up.url.clone());
+    let srv = Server::start(cfg).await;
+    let base = format!("{}/s/rec/main", srv.url);
+    let mut live = Vec::new();
+    for (path, body, h) in calls() {
+        live.push(send(&base, path, &body, &h).await);
+    }
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+
+    // No upstream at all now.
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(ReplaySpec::parse("rec:main").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url.clone()).await;
+    // Replayed under any base path; `user` is volatile.
+    let base = srv.url.clone();
+    for (i, (path, mut body, h)) in calls().into_iter().enumerate() {
+        if i == 0 {
+            body["user"] = json!("someone else");
+        }
+        let got = send(&base, path, &body, &h).await;
+        assert_eq!(got, live[i], "call {i} replayed byte for byte");
+    }
+    // Exhausted: a loud 404.
+    let (status, _, body) = send(&base, "v1/chat/completions", &json!({"model": "m"}), &[]).await;
+    assert_eq!(status, 404);
+    let e: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(e["error"]["code"], "replay_miss");
+    let dir = srv.stop().await;
+
+    // A different call at a position: 409 naming what differs.
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(ReplaySpec::parse("rec").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let changed = json!({"model": "other", "messages": [{"role": "user", "content": "one"}]});
+    let (status, _, body) = send(&srv.url, "v1/chat/completions", &changed, &[]).await;
+    assert_eq!(status, 409);
+    let e: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(e["error"]["differences"], json!(["/body/model"]));
+    assert_eq!(e["error"]["recorded"]["body"]["model"], "m");
+    assert_eq!(e["error"]["received"]["body"]["model"], "other");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_miss_live_forks_before_the_missed_call_and_records_there() {
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/s/trip/main", srv.url);
+    let one = json!({"model": "m", "messages": [{"role": "user", "content": "one"}]});
+    let two = json!({"model": "m", "messages": [{"role": "user", "content": "two"}]});
+    let first = send(&base, "v1/chat/completions", &one, &[]).await;
+    send(&base, "v1/chat/completions", &two, &[]).await;
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+
+    let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+    let mut spec = ReplaySpec::parse("trip").unwrap();
+    spec.on_miss = OnMiss::Live;
+    cfg.replay = Some(spec);
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    assert_eq!(
+        send(&srv.url, "v1/chat/completions", &one, &[]).await,
+        first
+    );
+    let other = json!({"model": "m", "messages": [{"role": "user", "content": "changed"}]});
+    let (status, _, body) = send(&srv.url, "v1/chat/completions", &other, &[]).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["choices"][0]["message"]["content"], "echo: changed");
+    // Everything after goes live on the fork too.
+    send(&srv.url, "v1/chat/completions", &two, &[]).await;
+    let (main, live) = off_rt(|| {
+        let mut s = srv.store();
+        let id = s.find_session("trip").unwrap().id;
+        (
+            s.timeline(&id, &BranchName::main()).unwrap(),
+            s.timeline(&id, &BranchName::new("live-1").unwrap())
+                .unwrap(),
+        )
+    });
+    assert_eq!(main.len(), 8, "the recording is untouched");
+    assert_eq!(
+        live.len(),
+        4 + 1 + 8,
+        "first turn shared, fork, two live turns"
+    );
+    assert_eq!(live[3].stored.hash, main[3].stored.hash);
+    assert_eq!(live[5].payload, b"changed");
+    srv.stop().await;
+    up.stop().await;
+}

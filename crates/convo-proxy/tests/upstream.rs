@@ -1,0 +1,288 @@
+//! A scripted upstream for the proxy's tests: a small axum server that
+//! answers like OpenAI and Anthropic would, deterministically.
+//!
+//! - `POST /v1/chat/completions`: answers `echo: {last user text}`; with
+//!   `tools` in the request, a call to the first tool; `"stream": true`
+//!   sends SSE chunks in separate writes (an SSE comment line first), the
+//!   usage-only chunk when `stream_options.include_usage` is set, then
+//!   `[DONE]`. Model `rate-limited` answers 429; model `cut` sends one chunk
+//!   and breaks the connection.
+//! - `POST /v1/messages`: the same for Anthropic Messages (events
+//!   `message_start` … `message_stop`, tool use with `input_json_delta`).
+//! - `GET /v1/models`, `POST /v1/embeddings`: fixed answers.
+//!
+//! Every request's headers and body are kept in `Seen` for the tests.
+
+#![allow(dead_code)]
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// What the upstream received.
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub calls: Arc<Mutex<Vec<(HeaderMap, Value)>>>,
+}
+
+impl Seen {
+    pub fn last(&self) -> (HeaderMap, Value) {
+        self.calls.lock().unwrap().last().cloned().unwrap()
+    }
+}
+
+#[derive(Debug)]
+pub struct Upstream {
+    pub url: String,
+    pub seen: Seen,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let seen = Seen::default();
+        let app = Router::new()
+            .route("/v1/chat/completions", post(chat))
+            .route("/v1/messages", post(messages))
+            .route("/v1/models", get(models))
+            .route("/v1/embeddings", post(embeddings))
+            .with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+        });
+        Upstream {
+            url,
+            seen,
+            stop: Some(tx),
+            handle: Some(handle),
+        }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(h) = self.handle.take() {
+            let _ = h.await;
+        }
+    }
+}
+
+fn last_user_text(req: &Value) -> String {
+    let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+    let Some(m) = msgs.iter().rev().find(|m| m["role"] == "user") else {
+        return String::new();
+    };
+    match &m["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+fn sse(events: Vec<String>, cut: bool) -> Response {
+    let stream = async_stream(events, cut);
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .header("x-request-id", "req_scripted")
+        .body(Body::from_stream(stream))
+        .unwrap()
+}
+
+fn async_stream(
+    events: Vec<String>,
+    cut: bool,
+) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    let n = events.len();
+    futures_util::stream::unfold(0usize, move |i| {
+        let events = events.clone();
+        async move {
+            if i > n || (i == n && !cut) {
+                return None;
+            }
+            if i == n {
+                return Some((Err(std::io::Error::other("scripted cut")), i + 1));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            Some((Ok(Bytes::from(events[i].clone())), i + 1))
+        }
+    })
+}
+
+async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+    seen.calls.lock().unwrap().push((headers, req.clone()));
+    let model = req["model"].as_str().unwrap_or("scripted").to_owned();
+    if model == "rate-limited" {
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("x-request-id", "req_429"), ("retry-after", "1")],
+            axum::Json(json!({"error": {"message": "slow down", "type": "rate_limit"}})),
+        )
+            .into_response();
+    }
+    let text = format!("echo: {}", last_user_text(&req));
+    let tool = req["tools"][0]["function"]["name"]
+        .as_str()
+        .map(str::to_owned);
+    let usage = json!({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8});
+    if req["stream"] == true {
+        let head = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                       "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        let mut ev = vec![": PROCESSING\n\n".to_owned()];
+        ev.push(head(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        ));
+        match &tool {
+            Some(name) => {
+                ev.push(head(
+                    json!({"tool_calls": [{"index": 0, "id": "call_1", "type": "function",
+                        "function": {"name": name, "arguments": ""}}]}),
+                    Value::Null,
+                ));
+                ev.push(head(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": "{\"city\":"}}]}),
+                    Value::Null,
+                ));
+                ev.push(head(
+                    json!({"tool_calls": [{"index": 0, "function": {"arguments": "\"Paris\"}"}}]}),
+                    Value::Null,
+                ));
+                ev.push(head(json!({}), json!("tool_calls")));
+            }
+            None => {
+                let (a, b) = text.split_at(text.len() / 2);
+                ev.push(head(json!({"content": a}), Value::Null));
+                ev.push(head(json!({"content": b}), Value::Null));
+                ev.push(head(json!({}), json!("stop")));
+            }
+        }
+        if req["stream_options"]["include_usage"] == true {
+            ev.push(format!(
+                "data: {}\n\n",
+                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                       "model": model, "choices": [], "usage": usage})
+            ));
+        }
+        ev.push("data: [DONE]\n\n".to_owned());
+        return sse(ev, model == "cut");
+    }
+    let message = match &tool {
+        Some(name) => json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": "{\"city\":\"Paris\"}"}}]}),
+        None => json!({"role": "assistant", "content": text, "refusal": null}),
+    };
+    (
+        [("x-request-id", "req_scripted")],
+        axum::Json(json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+            "choices": [{"index": 0, "message": message,
+                "finish_reason": if tool.is_some() { "tool_calls" } else { "stop" }}],
+            "usage": usage,
+        })),
+    )
+        .into_response()
+}
+
+async fn messages(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+    seen.calls.lock().unwrap().push((headers, req.clone()));
+    let model = req["model"]
+        .as_str()
+        .unwrap_or("claude-scripted")
+        .to_owned();
+    let text = format!("echo: {}", last_user_text(&req));
+    let tool = req["tools"][0]["name"].as_str().map(str::to_owned);
+    if req["stream"] == true {
+        let ev = |name: &str, data: Value| format!("event: {name}\ndata: {data}\n\n");
+        let mut out = vec![ev(
+            "message_start",
+            json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+                "role": "assistant", "model": model, "content": [], "stop_reason": null,
+                "usage": {"input_tokens": 5, "output_tokens": 1}}}),
+        )];
+        out.push(ev("ping", json!({"type": "ping"})));
+        match &tool {
+            Some(name) => {
+                out.push(ev("content_block_start", json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "tool_use", "id": "toolu_1", "name": name, "input": {}}})));
+                out.push(ev("content_block_delta", json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "input_json_delta", "partial_json": "{\"city\": \"Paris\"}"}})));
+            }
+            None => {
+                out.push(ev(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": 0,
+                    "content_block": {"type": "text", "text": ""}}),
+                ));
+                out.push(ev(
+                    "content_block_delta",
+                    json!({"type": "content_block_delta", "index": 0,
+                    "delta": {"type": "text_delta", "text": text}}),
+                ));
+            }
+        }
+        out.push(ev(
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ));
+        out.push(ev("message_delta", json!({"type": "message_delta",
+            "delta": {"stop_reason": if tool.is_some() { "tool_use" } else { "end_turn" }, "stop_sequence": null},
+            "usage": {"output_tokens": 3}})));
+        out.push(ev("message_stop", json!({"type": "message_stop"})));
+        return sse(out, false);
+    }
+    let content = match &tool {
+        Some(name) => {
+            json!([{"type": "tool_use", "id": "toolu_1", "name": name, "input": {"city": "Paris"}}])
+        }
+        None => json!([{"type": "text", "text": text}]),
+    };
+    (
+        [("request-id", "req_anthropic")],
+        axum::Json(
+            json!({"id": "msg_1", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": if tool.is_some() { "tool_use" } else { "end_turn" },
+            "stop_sequence": null, "usage": {"input_tokens": 5, "output_tokens": 3}}),
+        ),
+    )
+        .into_response()
+}
+
+async fn models() -> Response {
+    axum::Json(json!({"object": "list", "data": [{"id": "scripted", "object": "model", "created": 1, "owned_by": "tests"}]}))
+        .into_response()
+}
+
+async fn embeddings(body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+    axum::Json(json!({"object": "list", "model": req["model"],
+        "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
+        "usage": {"prompt_tokens": 2, "total_tokens": 2}}))
+    .into_response()
+}
