@@ -623,3 +623,53 @@ pub fn storage() -> Result<Vec<Row>> {
     ));
     Ok(rows)
 }
+
+// ----- checkpoints ------------------------------------------------------------
+
+/// Figure: `Store::checkpoint` and `verify` + `check_checkpoint` on a store
+/// of `CONVO_BENCH_CHECKPOINT_NODES` nodes (default 1,000,000), against
+/// plain `verify` of the same store in the same run.
+pub fn checkpoints() -> Result<Vec<Row>> {
+    let nodes: u64 = std::env::var("CONVO_BENCH_CHECKPOINT_NODES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
+    let dir = Scratch::new("checkpoint")?;
+    let mut store = dir.store("")?;
+    let ses = store.create_session("agent", None, 0)?.id;
+    ingest(&mut store, &ses, 0, nodes, 10_000)?;
+    settle(&dir.db())?;
+    let key = convo_store::checkpoint::signing_key(&[7; 32]);
+    let (cp, took) = timed(|| Ok(store.checkpoint(&key, 0)?))?;
+    let (plain, verify_took) = timed(|| Ok(store.verify()?))?;
+    let (found, check_took) = timed(|| Ok(store.check_checkpoint(&cp)?))?;
+    if !plain.is_clean() || !found.is_empty() || cp.nodes != nodes {
+        return Err(format!("checkpoint: {:?} {:?}", plain.problems, found).into());
+    }
+    note(format!(
+        "{nodes} nodes: checkpoint {}, verify {}, check against the checkpoint {}",
+        ms(took),
+        ms(verify_took),
+        ms(check_took)
+    ));
+    let with = verify_took + check_took;
+    let ratio = with.as_secs_f64() / verify_took.as_secs_f64().max(1e-9);
+    Ok(vec![
+        Row::new(
+            format!("checkpoint, {nodes} nodes"),
+            ms(took),
+            format!("{} (verify)", ms(verify_took)),
+            pct(took.as_secs_f64() / verify_took.as_secs_f64().max(1e-9)),
+            "< 1 s",
+            Verdict::of(took.as_secs_f64() < 1.0),
+        ),
+        Row::new(
+            format!("verify --checkpoint, {nodes} nodes"),
+            ms(with),
+            format!("{} (verify)", ms(verify_took)),
+            format!("{ratio:.2}×"),
+            "≤ 1.5× verify",
+            Verdict::of(ratio <= 1.5),
+        ),
+    ])
+}

@@ -16,7 +16,9 @@ mod benches;
 mod floor;
 mod formatsbench;
 mod gitbench;
+mod harnessbench;
 mod pgbench;
+mod proxybench;
 mod util;
 
 use std::process::ExitCode;
@@ -51,6 +53,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "verify",
         "Store::verify on small nodes and on 1 MiB payloads",
         benches::verify,
+    ),
+    (
+        "checkpoint",
+        "checkpoint and verify --checkpoint on 1,000,000 nodes vs plain verify",
+        benches::checkpoints,
     ),
     (
         "state",
@@ -101,6 +108,16 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "formats",
         "CONVO parse vs pulldown-cmark; import 10,000 conversations",
         formatsbench::formats,
+    ),
+    (
+        "harness",
+        "agent harness: added time per turn and per kv call, replay of 1,000 turns, vs the agent called directly",
+        harnessbench::harness,
+    ),
+    (
+        "proxy",
+        "recording proxy vs the upstream called directly; 64 clients; replay",
+        proxybench::proxy,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];

@@ -64,8 +64,10 @@ pub enum Command {
     /// Read and write the agent's versioned state
     #[command(subcommand)]
     State(StateCmd),
-    /// Recompute every hash and check every link; exit 1 if anything is wrong
-    Verify(JsonFlag),
+    /// Recompute every hash and check every link and row; exit 1 if anything is wrong
+    Verify(crate::commands::verify::VerifyArgs),
+    /// Write a signed checkpoint of the store's state (for `verify --checkpoint`)
+    Checkpoint(crate::commands::checkpoint::CheckpointArgs),
     /// Append messages read as JSON lines from stdin, one transaction each
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote

@@ -350,7 +350,7 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
         compared += 1;
     }
     assert_eq!(compared, 5, "three timelines and two states");
-    assert_eq!(version(&t.db()), 2);
+    assert_eq!(version(&t.db()), 3);
     let runs: i64 = rusqlite::Connection::open(t.db())
         .unwrap()
         .query_row("SELECT count(*) FROM session_runs", [], |r| r.get(0))
@@ -370,4 +370,104 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
         assert_eq!(n(&after).unwrap(), n(&before).unwrap() + 2, "{after}");
     }
     assert!(t.run(&["verify"]).ok().starts_with("ok: 30 nodes"));
+}
+
+#[test]
+fn verify_reports_a_garbage_store_file_as_one_json_document() {
+    let t = TestEnv::new();
+    std::fs::write(t.db(), vec![0x5a; 8192]).unwrap();
+    let j = t.run(&["verify", "--json"]);
+    assert_eq!(j.code(), 1, "{}", j.stderr());
+    let v: serde_json::Value = serde_json::from_str(&j.stdout()).expect("one JSON document");
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["problems"][0]["object"], "database");
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 1);
+    assert!(
+        r.stdout().contains("not a SQLite database"),
+        "{}",
+        r.stdout()
+    );
+}
+
+#[test]
+fn verify_reports_rows_edited_by_hand_and_exits_1() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "hello", "--agent", "hi"]).ok();
+    let conn = rusqlite::Connection::open(t.db()).unwrap();
+    conn.execute("UPDATE branches SET head = NULL", []).unwrap();
+    conn.execute("UPDATE sessions SET agent = 'mallory'", [])
+        .unwrap();
+    drop(conn);
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 1, "{}", r.stdout());
+    let out = r.stdout();
+    assert!(
+        out.contains(&format!("branch {s}/main: its head is none")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("session {s}: its agent is `mallory`")),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_checkpoint_catches_a_rollback_that_verify_alone_cannot() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "one", "--agent", "1"]).ok();
+    t.run(&["say", &s, "--user", "two", "--agent", "2"]).ok();
+    let cp = t.home().join("elsewhere/cp.json");
+    std::fs::create_dir_all(cp.parent().unwrap()).unwrap();
+    t.run(&["checkpoint", "--out", cp.to_str().unwrap()]).ok();
+    assert!(
+        t.home().join("checkpoint.key").exists(),
+        "made on first use"
+    );
+    // Stdout is the other place it can go: one JSON document.
+    let printed = t.run(&["checkpoint"]).json();
+    assert_eq!(printed["format"], "convo.checkpoint.v1");
+    assert_eq!(printed["nodes"], 4);
+    let ok = t
+        .run(&["verify", "--checkpoint", cp.to_str().unwrap()])
+        .ok();
+    assert!(ok.contains("extends 1 checkpoint"), "{ok}");
+    t.run(&["say", &s, "--user", "three", "--agent", "3"]).ok();
+    assert!(
+        t.run(&["verify", "--checkpoint", cp.to_str().unwrap()])
+            .out
+            .status
+            .success()
+    );
+    // Truncate the last two turns consistently: verify alone finds nothing.
+    let conn = rusqlite::Connection::open(t.db()).unwrap();
+    let second: Vec<u8> = conn
+        .query_row("SELECT hash FROM nodes WHERE seq = 2", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch("DELETE FROM nodes WHERE seq > 2; UPDATE session_runs SET last = 2;")
+        .unwrap();
+    conn.execute("UPDATE branches SET head = ?1", [&second])
+        .unwrap();
+    drop(conn);
+    assert!(t.run(&["verify"]).out.status.success());
+    let r = t.run(&["verify", "--json", "--checkpoint", cp.to_str().unwrap()]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let v: serde_json::Value = serde_json::from_str(&r.stdout()).unwrap();
+    let text = v["problems"].to_string();
+    assert!(text.contains("truncated"), "{text}");
+    assert!(text.contains(&format!("branch {s}/main")), "{text}");
+    // An edited checkpoint is refused by its signature.
+    let edited = std::fs::read_to_string(&cp)
+        .unwrap()
+        .replace("\"nodes\": 4", "\"nodes\": 2");
+    std::fs::write(&cp, edited).unwrap();
+    let r = t.run(&["verify", "--checkpoint", cp.to_str().unwrap()]);
+    assert_eq!(r.code(), 1);
+    assert!(
+        r.stdout().contains("signature does not verify"),
+        "{}",
+        r.stdout()
+    );
 }

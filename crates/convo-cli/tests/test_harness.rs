@@ -152,7 +152,7 @@ fn todo_walkthrough_fork_keeps_state_promote_and_replay() {
         .json();
     assert_eq!(r["divergence"], serde_json::Value::Null, "{r}");
     assert_eq!(r["turns"].as_array().unwrap().len(), 5);
-    assert_eq!(r["branch"], "replay-1");
+    assert!(r["session"].as_str().unwrap().starts_with("ses-"));
     // 5. a changed agent diverges at the first turn's inference request.
     let changed = t.home().join("changed.py");
     let src = std::fs::read_to_string(&agent)
@@ -261,5 +261,55 @@ fn failing_agents_end_their_turn_with_a_recorded_failure() {
         assert_eq!(n[0]["kind"], "invoke");
         assert_eq!(n.last().unwrap()["kind"], "complete");
     }
+    t.run(&["verify"]).ok();
+}
+
+#[test]
+fn chat_forks_promotes_and_a_second_chat_on_the_timeline_is_refused() {
+    use std::process::Stdio;
+    let t = TestEnv::new();
+    let agent = todo_agent();
+    let mut first = t
+        .cmd()
+        .args(["chat", "todo", "--", "python3", &agent])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(first.stderr.take().unwrap());
+    let mut banner = String::new();
+    err.read_line(&mut banner).unwrap();
+    assert!(banner.contains("· branch main ·"), "{banner}");
+    // The first chat holds `main`: a second one is refused, naming it.
+    let second = t.run(&["chat", "todo", "--", "python3", &agent]);
+    assert_ne!(second.code(), 0);
+    assert!(
+        second
+            .stderr()
+            .contains("is in use by another convo run/chat/replay (convo chat, pid"),
+        "{}",
+        second.stderr()
+    );
+    let mut stdin = first.stdin.take().unwrap();
+    stdin
+        .write_all(b"add milk\nadd eggs\n/fork @1 alt\nlist\n/state\n/promote\nlist\n/quit\n")
+        .unwrap();
+    drop(stdin);
+    let out = first.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let out = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        lines(&out),
+        [
+            "added milk: milk",
+            "added eggs: milk, eggs",
+            "your list: milk",
+            r#"todos = ["milk"]"#,
+            "your list: milk"
+        ]
+    );
+    let b = t.run(&["branch", "list", "todo", "--json"]).json();
+    assert_eq!(b.as_array().map(Vec::len), Some(2), "{b}");
     t.run(&["verify"]).ok();
 }

@@ -14,6 +14,7 @@
 //! in by the caller.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod fact;
 pub mod hash;
 mod ids;
 pub mod json;

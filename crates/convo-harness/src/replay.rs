@@ -1,7 +1,7 @@
 //! `convo replay`: re-send a timeline's inputs to an agent and compare.
 //!
-//! Each recorded turn is re-run on a new timeline of the same session
-//! (`replay-N`, empty at the start): the same input goes to the agent; its
+//! Each recorded turn is re-run in a new session (titled `replay of
+//! SESSION BRANCH`, its `main` empty at the start): the same input goes to the agent; its
 //! inference calls are answered from the recording (matched by sequence
 //! within the turn, never re-sent upstream), its `kv` state starts as the
 //! recorded state at that turn's start, and every request it makes is
@@ -116,7 +116,7 @@ pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
 pub struct ReplayOptions {
     /// Turns after this node (hash or prefix, on the replayed timeline) go live.
     pub live_after: Option<HashPrefix>,
-    /// The new timeline's name (default: the first free `replay-N`).
+    /// The replay session's title (default: `replay of SESSION BRANCH`).
     pub name: Option<BranchName>,
 }
 
@@ -138,7 +138,9 @@ pub struct ReplayTurn {
 /// What a replay did.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReplayReport {
-    /// The timeline the replay was recorded on.
+    /// The session the replay was recorded in.
+    pub session: String,
+    /// The timeline the replay was recorded on (its `main`).
     pub branch: String,
     /// The turns replayed, in order.
     pub turns: Vec<ReplayTurn>,
@@ -241,33 +243,22 @@ impl Harness {
                     })?,
             ),
         };
-        let name = match &opts.name {
-            Some(n) => n.clone(),
-            None => {
-                let s = *session;
-                let taken: Vec<String> = self
-                    .pool
-                    .run(move |st| st.branches(&s))
-                    .await?
-                    .into_iter()
-                    .map(|b| b.name.as_str().to_owned())
-                    .collect();
-                let mut i = 1;
-                loop {
-                    let n = format!("replay-{i}");
-                    if !taken.contains(&n) {
-                        break BranchName::new(&n)
-                            .map_err(|e| HarnessError::Usage(e.to_string()))?;
-                    }
-                    i += 1;
-                }
-            }
+        // The replay is recorded as a new session (its `main`), titled
+        // after the recorded timeline: a timeline of the same session would
+        // need a first node of its own, which verification refuses.
+        let title = match &opts.name {
+            Some(n) => n.to_string(),
+            None => format!("replay of {session} {branch}"),
         };
-        let (s, n) = (*session, name.clone());
-        self.pool
-            .run(move |st| st.transaction(|l| l.create_branch(&s, &n, now_ms())))
-            .await?;
+        let agent = self.opts.agent_name.clone();
+        let replay_session = self
+            .pool
+            .run(move |st| st.create_session(&agent, Some(&title), now_ms()))
+            .await?
+            .id;
+        let name = BranchName::main();
         let mut report = ReplayReport {
+            session: replay_session.to_string(),
             branch: name.to_string(),
             turns: Vec::new(),
             recorded_turns: turns.len() as u64,
@@ -276,7 +267,7 @@ impl Harness {
         for t in &turns {
             let live = live_index.is_some_and(|i| t.index > i);
             if !live {
-                let (s, n, root) = (*session, name.clone(), t.start_state);
+                let (s, n, root) = (replay_session, name.clone(), t.start_state);
                 self.pool
                     .run(move |st| st.transaction(|l| l.set_working_state(&s, &n, root.as_ref())))
                     .await?;
@@ -286,7 +277,7 @@ impl Harness {
             });
             let r = self
                 .run_turn(
-                    session,
+                    &replay_session,
                     &name,
                     &t.input,
                     expected,

@@ -577,39 +577,58 @@ async fn infer(
     if !*gate {
         return ended(&turn.submission);
     }
-    let path = match query {
-        Some(q) => format!("/{rest}?{q}"),
-        None => format!("/{rest}"),
+    // The call as the recording proxy records it (convo-proxy's Exchange:
+    // its header allow-list, API classification, model and usage), so
+    // calls recorded by the harness and by `convo proxy` look the same.
+    let sub = rest.strip_prefix("v1/").unwrap_or(&rest);
+    let mut ex = convo_proxy::record::Exchange {
+        api: Some(convo_proxy::api::Api::classify(method.as_str(), sub)),
+        method: method.as_str().to_owned(),
+        path: match query {
+            Some(q) => format!("/{rest}?{}", convo_proxy::record::redact_query(q)),
+            None => format!("/{rest}"),
+        },
+        request_headers: convo_proxy::record::recorded_headers(
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+            convo_proxy::record::RECORDED_REQUEST_HEADERS,
+        ),
+        request_body: body.to_vec(),
+        started_at: crate::now_ms(),
+        ..Default::default()
     };
-    let req_diag = json!({"api": api, "method": method.as_str(), "path": path});
-    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let req_json = ex.request_json();
+    let req_diag = ex.request_diagnostics(req_json.as_ref());
     let payload = body.to_vec();
-    let d = draft(Kind::Request, &agent, "infer", payload.clone(), &req_diag);
-    let req = match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                e.kind().as_str(),
-                format!("the store refused the inference call: {e}"),
-            );
-        }
-    };
-    let seq = req.node.sequence.unwrap_or(0);
-    turn.push(node(req, payload.clone()));
     let started = Instant::now();
-    // (status, content type, body, extra diagnostics)
-    let (status, ctype, answer, replayed) = if let Some(exp) = &turn.expected {
+    // (status, content type, body)
+    let (status, ctype, answer) = if let Some(exp) = &turn.expected {
+        // Replay: the request is recorded and compared first; the answer
+        // comes from the recording.
+        let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+        let d = draft(Kind::Request, &agent, "infer", payload.clone(), &req_diag);
+        let req = match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
+            Ok(r) => r,
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    e.kind().as_str(),
+                    format!("the store refused the inference call: {e}"),
+                );
+            }
+        };
+        let seq = req.node.sequence.unwrap_or(0);
+        turn.push(node(req, payload.clone()));
         let got = describe_call("infer", &req_diag, &payload);
-        match exp.check(turn.number, seq, &got) {
+        let (status, ctype, answer) = match exp.check(turn.number, seq, &got) {
             None => match exp.response(seq) {
                 Some((body, diag)) => {
                     let status = diag.get("status").and_then(Value::as_u64).unwrap_or(200) as u16;
                     let ctype = diag
                         .get("content_type")
+                        .or_else(|| diag.get("headers").and_then(|h| h.get("content-type")))
                         .and_then(Value::as_str)
                         .map(str::to_owned);
-                    (status, ctype, Bytes::from(body), true)
+                    (status, ctype, Bytes::from(body))
                 }
                 None => (
                     502,
@@ -617,7 +636,6 @@ async fn infer(
                     Bytes::from(
                         json!({"error": {"kind": "replay", "message": format!("the recording has no response to inference call #{seq}")}}).to_string(),
                     ),
-                    true,
                 ),
             },
             Some(div) => {
@@ -630,23 +648,45 @@ async fn infer(
                     409,
                     Some("application/json".to_owned()),
                     Bytes::from(json!({"error": {"kind": "replay_diverged", "message": msg}}).to_string()),
-                    true,
                 )
             }
+        };
+        let diag = json!({
+            "status": status,
+            "content_type": ctype,
+            "latency_ms": started.elapsed().as_millis() as u64,
+            "replayed": true,
+        });
+        let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+        let mut d = draft(Kind::Response, "infer", &agent, answer.to_vec(), &diag);
+        d.sequence = Some(seq);
+        match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
+            Ok(resp) => turn.push(node(resp, answer.to_vec())),
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    e.kind().as_str(),
+                    format!("the store refused the inference answer: {e}"),
+                );
+            }
         }
+        (status, ctype, answer)
     } else {
         let target = match api {
             "anthropic" => reg.anthropic.clone().or_else(|| reg.openai.clone()),
             _ => reg.openai.clone(),
         };
-        match target {
-            None => (
-                502,
-                Some("application/json".to_owned()),
-                Bytes::from(json!({"error": {"kind": "no_upstream", "message": "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)"}}).to_string()),
-                false,
-            ),
+        let (status, ctype, answer) = match target {
+            None => {
+                ex.error = Some("no inference upstream".into());
+                (
+                    502,
+                    Some("application/json".to_owned()),
+                    Bytes::from(json!({"error": {"kind": "no_upstream", "message": "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)"}}).to_string()),
+                )
+            }
             Some(t) => {
+                ex.upstream = format!("http://{}:{}{}", t.host, t.port, t.path);
                 let mut fwd = HeaderMap::new();
                 for name in FORWARDED {
                     if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
@@ -657,44 +697,61 @@ async fn infer(
                 }
                 let upath = upstream_path(&t.path, &rest, query);
                 let mut client = Client::new(t);
-                match client.call(method.clone(), &upath, &fwd, body.clone()).await {
+                match client
+                    .call(method.clone(), &upath, &fwd, body.clone())
+                    .await
+                {
                     Ok(a) => {
                         let ct = a.content_type().map(str::to_owned);
-                        (a.status, ct, a.body, false)
+                        ex.response_headers = convo_proxy::record::recorded_headers(
+                            a.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+                            convo_proxy::record::RECORDED_RESPONSE_HEADERS,
+                        );
+                        ex.streamed = ct
+                            .as_deref()
+                            .is_some_and(|c| c.starts_with("text/event-stream"));
+                        (a.status, ct, a.body)
                     }
-                    Err(e) => (
-                        502,
-                        Some("application/json".to_owned()),
-                        Bytes::from(json!({"error": {"kind": "upstream", "message": format!("the inference upstream did not answer: {e}")}}).to_string()),
-                        false,
-                    ),
+                    Err(e) => {
+                        ex.error = Some(e.to_string());
+                        (
+                            502,
+                            Some("application/json".to_owned()),
+                            Bytes::from(json!({"error": {"kind": "upstream", "message": format!("the inference upstream did not answer: {e}")}}).to_string()),
+                        )
+                    }
                 }
             }
+        };
+        ex.status = status;
+        ex.response_body = answer.to_vec();
+        ex.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        ex.ended_at = crate::now_ms();
+        let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+        let ex2 = ex.clone();
+        let done = reg
+            .pool
+            .run(move |st| {
+                st.transaction(|l| {
+                    convo_proxy::record::record_in_submission(l, &s, &b, &agent, &ex2)
+                })
+            })
+            .await;
+        match done {
+            Ok((req, resp)) => {
+                turn.push(node(req, ex.request_body.clone()));
+                turn.push(node(resp, ex.response_body.clone()));
+            }
+            Err(e) => {
+                return error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    e.kind().as_str(),
+                    format!("the store refused the inference call: {e}"),
+                );
+            }
         }
+        (status, ctype, answer)
     };
-    let mut diag = json!({
-        "status": status,
-        "latency_ms": started.elapsed().as_millis() as u64,
-    });
-    if let Some(ct) = &ctype {
-        diag["content_type"] = json!(ct);
-    }
-    if replayed {
-        diag["replayed"] = json!(true);
-    }
-    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
-    let mut d = draft(Kind::Response, "infer", &agent, answer.to_vec(), &diag);
-    d.sequence = Some(seq);
-    match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
-        Ok(resp) => turn.push(node(resp, answer.to_vec())),
-        Err(e) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                e.kind().as_str(),
-                format!("the store refused the inference answer: {e}"),
-            );
-        }
-    }
     drop(gate);
     let mut r = (
         StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),

@@ -67,6 +67,21 @@ pub struct SessionRun {
     pub session: SessionId,
 }
 
+/// A row of the fact journal as stored: verify recomputes `hash` from
+/// `body` (the fact's v1 encoding, [`convo_core::fact`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FactRow {
+    /// 1, 2, 3…: the chain's order.
+    pub seq: u64,
+    /// The stored hash.
+    pub hash: Vec<u8>,
+    /// The stored encoding.
+    pub body: Vec<u8>,
+}
+
+/// A row, or why it does not decode.
+pub type Decoded<T> = std::result::Result<T, String>;
+
 /// Called with each node row, or why it does not decode.
 pub type NodeVisitor<'a> = dyn FnMut(std::result::Result<StoredNode, String>) -> Result<()> + 'a;
 
@@ -148,6 +163,31 @@ pub trait Tx {
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;
     /// Calls `f` on every state trie node's address and body.
     fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
+
+    /// Every session row, each decoded on its own, so one bad row does not
+    /// hide the others (verify).
+    fn session_rows(&mut self) -> Result<Vec<Decoded<SessionRow>>>;
+    /// Every branch row, each decoded on its own (verify).
+    fn branch_rows(&mut self) -> Result<Vec<Decoded<BranchRow>>>;
+    /// The highest follow number (0 for an empty store).
+    fn last_seq(&mut self) -> Result<u64>;
+    /// Calls `f` on every node's follow number and stored hash bytes, in
+    /// follow order (checkpoints).
+    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()>;
+
+    /// Appends fact row `seq` (see [`convo_core::fact`]).
+    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()>;
+    /// The newest fact's number and stored hash.
+    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>>;
+    /// Every fact row in chain order.
+    fn facts(&mut self) -> Result<Vec<Decoded<FactRow>>>;
+
+    /// Problems the database engine itself finds (SQLite: `PRAGMA
+    /// integrity_check`, and a schema that is not the one its version
+    /// names). Empty for a backend without such a check.
+    fn engine_check(&mut self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
 }
 
 /// A store backend: hands out transactions.
@@ -161,6 +201,10 @@ pub trait Backend: Send {
     fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
     /// `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
+    /// Told what the engine's own check found by a full verify: `Some(why)`
+    /// when the database is damaged, `None` when it is sound. A backend may
+    /// then refuse writes until it is sound again (SQLite does).
+    fn record_health(&mut self, _damaged: Option<&str>) {}
     /// Blocks until another process may have appended a node, or `timeout`
     /// passes. Backends without notifications just sleep a little.
     fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {

@@ -83,6 +83,10 @@ pub enum StoreError {
     /// Stored data that does not decode (edited behind convo's back).
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The database itself is damaged (SQLite reports corruption, fails its
+    /// integrity check, or its schema is not the one its version names).
+    #[error("the store is damaged: {0}")]
+    Damaged(String),
     /// The store's schema is newer than this convo.
     #[error("the store has schema version {found}, newer than this convo knows ({known})")]
     SchemaTooNew {
@@ -202,7 +206,9 @@ impl StoreError {
             StoreError::Busy(_) | StoreError::Url(..) | StoreError::Backend(_) => {
                 ErrorKind::Unavailable
             }
-            StoreError::Corrupt(_) | StoreError::SchemaTooNew { .. } => ErrorKind::Corrupt,
+            StoreError::Corrupt(_) | StoreError::Damaged(_) | StoreError::SchemaTooNew { .. } => {
+                ErrorKind::Corrupt
+            }
         }
     }
 
@@ -222,6 +228,9 @@ impl StoreError {
             StoreError::AmbiguousNode { .. } => "give more digits of the hash",
             StoreError::Busy(_) | StoreError::Conflict(_) => "retry the command",
             StoreError::Corrupt(_) => "run `convo verify` for a full report",
+            StoreError::Damaged(_) => {
+                "run `convo verify` for a full report; restore the store from a backup, or copy what is readable with `convo migrate`"
+            }
             StoreError::SchemaTooNew { .. } => "upgrade convo",
             StoreError::NoStore(_) => {
                 "check --home / --store (or CONVO_HOME / CONVO_STORE); `convo init` creates a store"

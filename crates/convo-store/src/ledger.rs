@@ -2,6 +2,7 @@
 
 use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
 use crate::{Result, StoreError};
+use convo_core::fact::{Fact, FactRecord};
 use convo_core::hash::content_hash;
 use convo_core::state::{self, StateError, StateNodes};
 use convo_core::timeline::{Context, sealed_name};
@@ -492,8 +493,17 @@ impl Store {
     }
 
     /// Recomputes and checks everything; see [`crate::VerifyReport`].
+    /// Problems with the database itself (SQLite's integrity check) are
+    /// passed to the backend too, which refuses writes while there are any.
     pub fn verify(&mut self) -> Result<crate::VerifyReport> {
-        self.read(crate::verify::verify)
+        let r = self.read(crate::verify::verify)?;
+        let damaged = r
+            .problems
+            .iter()
+            .find(|p| p.object == crate::verify::DATABASE)
+            .map(|p| p.reason.clone());
+        self.backend.record_health(damaged.as_deref());
+        Ok(r)
     }
 }
 
@@ -540,6 +550,15 @@ impl Ledger<'_> {
             created_at: now,
         };
         self.tx.insert_session(&row)?;
+        append_fact(
+            self.tx,
+            Fact::Session {
+                id,
+                agent: row.agent.clone(),
+                title: row.title.clone(),
+                created_at: now,
+            },
+        )?;
         self.tx.insert_branch(&BranchRow {
             session: row.id,
             name: BranchName::main(),
@@ -722,7 +741,7 @@ impl Ledger<'_> {
         let vh = content_hash(value);
         tx.put_blob(&vh, value)?;
         let new = state::put(&mut TxNodes(tx), &root, key.as_bytes(), vh).map_err(state_err)?;
-        tx.set_branch_state(session, branch, Some(&new))?;
+        set_working_state(tx, session, branch, new)?;
         Ok(new)
     }
 
@@ -737,7 +756,7 @@ impl Ledger<'_> {
         let b = open_branch(tx, session, branch, true)?;
         let root = b.state.unwrap_or_else(state::empty_root);
         let new = state::delete(&mut TxNodes(tx), &root, key.as_bytes()).map_err(state_err)?;
-        tx.set_branch_state(session, branch, Some(&new))?;
+        set_working_state(tx, session, branch, new)?;
         Ok((new, new != root))
     }
 
@@ -773,6 +792,13 @@ impl Ledger<'_> {
             created_at: now,
         };
         self.tx.insert_branch(&row)?;
+        append_fact(
+            self.tx,
+            Fact::Branch {
+                session: *session,
+                branch: name.clone(),
+            },
+        )?;
         Ok(row)
     }
 
@@ -785,7 +811,15 @@ impl Ledger<'_> {
         root: Option<&StateRoot>,
     ) -> Result<()> {
         open_branch(self.tx, session, branch, true)?;
-        self.tx.set_branch_state(session, branch, root)
+        self.tx.set_branch_state(session, branch, root)?;
+        append_fact(
+            self.tx,
+            Fact::State {
+                session: *session,
+                branch: branch.clone(),
+                root: root.copied(),
+            },
+        )
     }
 
     /// The value of `key` in a state version, inside this transaction.
@@ -817,6 +851,71 @@ impl Ledger<'_> {
     ) -> Result<Vec<TimelineNode>> {
         timeline_in(self.tx, session, branch)
     }
+}
+
+/// Sets a branch's working state root and journals it (a fact: no node
+/// records it until the next `complete` carries it).
+fn set_working_state(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    branch: &BranchName,
+    root: StateRoot,
+) -> Result<()> {
+    tx.set_branch_state(session, branch, Some(&root))?;
+    append_fact(
+        tx,
+        Fact::State {
+            session: *session,
+            branch: branch.clone(),
+            root: Some(root),
+        },
+    )
+}
+
+/// Appends `fact` to the store's fact journal, chained to the newest fact.
+pub(crate) fn append_fact(tx: &mut dyn Tx, fact: Fact) -> Result<()> {
+    let last = tx.last_fact()?;
+    let rec = FactRecord {
+        prev: last.map(|(_, h)| h),
+        after: tx.last_seq()?,
+        fact,
+    };
+    let body = rec.encode();
+    tx.insert_fact(
+        last.map_or(1, |(seq, _)| seq + 1),
+        &convo_core::sha256(&body),
+        &body,
+    )
+}
+
+/// Journals what a store from before the fact journal already holds: each
+/// session's metadata and each branch's working state, as of now. Rows that
+/// do not decode are left for verify to report.
+pub(crate) fn journal_existing(tx: &mut dyn Tx) -> Result<()> {
+    for s in tx.session_rows()?.into_iter().flatten() {
+        append_fact(
+            tx,
+            Fact::Session {
+                id: s.id,
+                agent: s.agent,
+                title: s.title,
+                created_at: s.created_at,
+            },
+        )?;
+    }
+    for b in tx.branch_rows()?.into_iter().flatten() {
+        if b.state.is_some() {
+            append_fact(
+                tx,
+                Fact::State {
+                    session: b.session,
+                    branch: b.name,
+                    root: b.state,
+                },
+            )?;
+        }
+    }
+    Ok(())
 }
 
 fn timeline_in(

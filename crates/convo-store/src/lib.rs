@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+pub mod checkpoint;
 pub mod diff;
 mod error;
 pub mod filter;
@@ -24,7 +25,8 @@ pub mod topology;
 pub mod turns;
 mod verify;
 
-pub use backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+pub use backend::{Backend, BranchRow, FactRow, SessionRow, StoredNode, Tx};
+pub use checkpoint::Checkpoint;
 pub use error::{ErrorKind, Result, StoreError};
 pub use follow::Follower;
 pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage, TurnView};

@@ -69,6 +69,14 @@ pub fn migrate(
                 ttx.insert_branch(&b)?;
                 m.branches += 1;
             }
+            // The target journalled its (no) sessions when it was created;
+            // the source's journal replaces that, byte for byte.
+            for f in stx.facts()? {
+                let f = f.map_err(StoreError::Corrupt)?;
+                let h = convo_core::Digest::from_slice(&f.hash)
+                    .ok_or_else(|| StoreError::Corrupt("a fact hash is not 32 bytes".into()))?;
+                ttx.insert_fact(f.seq, &h, &f.body)?;
+            }
             Ok(())
         })?;
         progress(m.nodes);

@@ -24,7 +24,12 @@ use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
 use std::collections::HashMap;
 use std::time::Duration;
 
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/postgres/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/postgres/0001_init.sql"),
+    include_str!("../migrations/postgres/0002_facts.sql"),
+];
+/// The schema version whose migration starts the fact journal (see `sqlite.rs`).
+const FACTS_VERSION: usize = 2;
 /// Key of the advisory lock every writer takes.
 const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
 const MIGRATE_LOCK: i64 = 0x636f_6e76_6f02;
@@ -154,6 +159,15 @@ impl Postgres {
                 &[&(i as i64 + 1)],
             )
             .map_err(db)?;
+            if i + 1 == FACTS_VERSION {
+                let mut t = PgTx {
+                    tx: &mut tx,
+                    wrote_nodes: false,
+                    next_seq: None,
+                    statements: &mut HashMap::new(),
+                };
+                crate::ledger::journal_existing(&mut t)?;
+            }
         }
         tx.commit().map_err(db)
     }
@@ -656,6 +670,89 @@ impl Tx for PgTx<'_, '_> {
             let d: Vec<u8> = r.try_get(1).map_err(corrupt)?;
             f(&h, &d)
         })
+    }
+
+    fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
+        Ok(self
+            .query(
+                "SELECT id, agent, title, created_at FROM sessions ORDER BY id COLLATE \"C\"",
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                session_row(r).map_err(|e| {
+                    let id: String = r.try_get(0).unwrap_or_default();
+                    format!("session row `{id}` does not decode: {e}")
+                })
+            })
+            .collect())
+    }
+
+    fn branch_rows(&mut self) -> Result<Vec<crate::backend::Decoded<BranchRow>>> {
+        Ok(self
+            .query(
+                &format!("SELECT {BRANCH_COLS} FROM branches ORDER BY session COLLATE \"C\", name COLLATE \"C\""),
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                branch_row(r).map_err(|e| {
+                    let s: String = r.try_get(0).unwrap_or_default();
+                    let n: String = r.try_get(1).unwrap_or_default();
+                    format!("branch row `{s}/{n}` does not decode: {e}")
+                })
+            })
+            .collect())
+    }
+
+    fn last_seq(&mut self) -> Result<u64> {
+        let n: i64 = self
+            .opt("SELECT COALESCE(MAX(seq), 0) FROM nodes", &[])?
+            .map(|r| r.try_get(0).map_err(corrupt))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        self.stream("SELECT seq, hash FROM nodes ORDER BY seq", &mut |r| {
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
+            let h: &[u8] = r.try_get(1).map_err(corrupt)?;
+            f(seq.max(0) as u64, h)
+        })
+    }
+
+    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
+        self.exec(
+            "INSERT INTO facts (seq, hash, body) VALUES ($1, $2, $3)",
+            &[&(seq as i64), &hash.0.as_slice(), &body],
+        )?;
+        Ok(())
+    }
+
+    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>> {
+        self.opt("SELECT seq, hash FROM facts ORDER BY seq DESC LIMIT 1", &[])?
+            .map(|r| {
+                let seq: i64 = r.try_get(0).map_err(corrupt)?;
+                Ok((seq.max(0) as u64, digest(&r, 1)?))
+            })
+            .transpose()
+    }
+
+    fn facts(&mut self) -> Result<Vec<crate::backend::Decoded<crate::backend::FactRow>>> {
+        Ok(self
+            .query("SELECT seq, hash, body FROM facts ORDER BY seq", &[])?
+            .iter()
+            .map(|r| {
+                let seq: i64 = r.try_get(0).map_err(|e| e.to_string())?;
+                Ok(crate::backend::FactRow {
+                    seq: u64::try_from(seq)
+                        .map_err(|_| format!("fact row {seq} has a negative number"))?,
+                    hash: r.try_get(1).map_err(|e| e.to_string())?,
+                    body: r.try_get(2).map_err(|e| e.to_string())?,
+                })
+            })
+            .collect())
     }
 }
 

@@ -19,13 +19,29 @@ use std::path::Path;
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0001_init.sql"),
     include_str!("../migrations/sqlite/0002_runs.sql"),
+    include_str!("../migrations/sqlite/0003_facts.sql"),
 ];
+/// The schema version whose migration starts the fact journal: the
+/// sessions and working states already stored are journalled right after it.
+const FACTS_VERSION: usize = 3;
 /// How long a writer waits for another writer before giving up.
 use crate::backend::RETRY_BUDGET as BUSY_BUDGET;
 
 /// A SQLite store.
 pub struct Sqlite {
     conn: Connection,
+    /// The database file; `None` in memory.
+    path: Option<std::path::PathBuf>,
+}
+
+/// The file that marks a store SQLite found damaged (next to the database,
+/// like its `-wal` and `-shm` files): written when an integrity check or
+/// any statement reports corruption, removed when `verify` finds the
+/// database sound again. While it exists the store refuses writes.
+pub fn damaged_marker(db: &Path) -> std::path::PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-damaged");
+    std::path::PathBuf::from(name)
 }
 
 impl std::fmt::Debug for Sqlite {
@@ -45,6 +61,12 @@ fn db(e: rusqlite::Error) -> StoreError {
     }
     if is_busy(&e) {
         return StoreError::Busy(BUSY_BUDGET.as_secs());
+    }
+    if matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    ) {
+        return StoreError::Damaged(e.to_string());
     }
     StoreError::Backend(e.to_string())
 }
@@ -200,7 +222,7 @@ impl Sqlite {
         match parse_url(url)? {
             (None, full_sync) => {
                 let conn = Connection::open_in_memory().map_err(db)?;
-                Self::init(conn, full_sync)
+                Self::init(conn, full_sync, None)
             }
             (Some(path), full_sync) => Self::open_as(Path::new(path), full_sync, access),
         }
@@ -266,7 +288,7 @@ impl Sqlite {
             })?;
         }
         let conn = Connection::open(path).map_err(|e| StoreError::Url(shown(), e.to_string()))?;
-        Self::init(conn, full_sync)
+        Self::init(conn, full_sync, Some(path.to_owned()))
     }
 
     /// Finishes a read-only open: read pragmas only. A store whose schema
@@ -292,10 +314,13 @@ impl Sqlite {
             drop(Self::open_as(path, false, crate::Access::Write)?);
             return Self::init_read(open_read_only(path)?, path);
         }
-        Ok(Sqlite { conn })
+        Ok(Sqlite {
+            conn,
+            path: Some(path.to_owned()),
+        })
     }
 
-    fn init(conn: Connection, full_sync: bool) -> Result<Self> {
+    fn init(conn: Connection, full_sync: bool, path: Option<std::path::PathBuf>) -> Result<Self> {
         conn.busy_timeout(BUSY_BUDGET).map_err(db)?;
         // journal_mode needs the write lock the first time; the busy timeout covers it.
         conn.pragma_update(None, "journal_mode", "WAL")
@@ -309,7 +334,7 @@ impl Sqlite {
         conn.pragma_update(None, "cache_size", -65536).map_err(db)?;
         conn.pragma_update(None, "mmap_size", 1i64 << 30)
             .map_err(db)?;
-        let mut me = Sqlite { conn };
+        let mut me = Sqlite { conn, path };
         me.migrate()?;
         Ok(me)
     }
@@ -341,12 +366,47 @@ impl Sqlite {
             tx.pragma_update(None, "application_id", APPLICATION_ID)
                 .map_err(db)?;
         }
+        if let Some(why) = schema_mismatch(&tx, version)? {
+            return Err(StoreError::Damaged(why));
+        }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql).map_err(db)?;
             tx.pragma_update(None, "user_version", i as i64 + 1)
                 .map_err(db)?;
+            if i + 1 == FACTS_VERSION {
+                let mut t = SqliteTx {
+                    tx: &tx,
+                    last_blob: None,
+                    run: None,
+                    hot: Hot::default(),
+                };
+                crate::ledger::journal_existing(&mut t)?;
+            }
         }
         tx.commit().map_err(db)
+    }
+
+    fn refuse_if_damaged(&self) -> Result<()> {
+        if let Some(p) = &self.path {
+            let marker = damaged_marker(p);
+            if marker.exists() {
+                let why = std::fs::read_to_string(&marker).unwrap_or_default();
+                return Err(StoreError::Damaged(format!(
+                    "{} failed SQLite's integrity check, so it refuses writes ({}; remove {} once it is repaired)",
+                    p.display(),
+                    why.lines().next().unwrap_or("see `convo verify`"),
+                    marker.display()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    fn mark_damaged(&self, why: &str) {
+        if let Some(p) = &self.path {
+            // Best effort: the error that led here is reported either way.
+            let _ = std::fs::write(damaged_marker(p), why);
+        }
     }
 
     fn run(
@@ -365,6 +425,13 @@ impl Sqlite {
             f(&mut t)?;
             t.flush_run()?;
             drop(t);
+            if matches!(behavior, TransactionBehavior::Deferred) {
+                // A read has nothing to commit: ending its snapshot cannot
+                // lose anything, and on a damaged file (whose errors the
+                // read may have reported) the COMMIT itself can fail.
+                drop(tx);
+                return Ok(());
+            }
             tx.commit().map_err(db)
         })
     }
@@ -372,7 +439,12 @@ impl Sqlite {
 
 impl Backend for Sqlite {
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        self.run(TransactionBehavior::Immediate, f)
+        self.refuse_if_damaged()?;
+        let res = self.run(TransactionBehavior::Immediate, f);
+        if let Err(StoreError::Damaged(why)) = &res {
+            self.mark_damaged(why);
+        }
+        res
     }
     fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
         self.run(TransactionBehavior::Deferred, f)
@@ -380,6 +452,87 @@ impl Backend for Sqlite {
     fn kind(&self) -> &'static str {
         "sqlite"
     }
+    fn record_health(&mut self, damaged: Option<&str>) {
+        match damaged {
+            Some(why) => self.mark_damaged(why),
+            None => {
+                if let Some(p) = &self.path {
+                    let _ = std::fs::remove_file(damaged_marker(p));
+                }
+            }
+        }
+    }
+}
+
+/// One schema object: type, name, table, SQL.
+type SchemaObject = (String, String, String, Option<String>);
+
+/// The schema objects of a database, SQLite's own aside.
+fn schema_of(c: &Connection) -> Result<Vec<SchemaObject>> {
+    let mut st = c
+        .prepare(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master \
+             WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name",
+        )
+        .map_err(db)?;
+    st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(db)
+}
+
+/// Why the schema of `c` is not the one `PRAGMA user_version` = `version`
+/// names (migrations 1..=version applied to an empty database), if it is not.
+fn schema_mismatch(c: &Connection, version: i64) -> Result<Option<String>> {
+    let Ok(v) = usize::try_from(version) else {
+        return Ok(Some(format!(
+            "its schema version (PRAGMA user_version) is {version}"
+        )));
+    };
+    if v > MIGRATIONS.len() {
+        return Ok(None);
+    }
+    let built = Connection::open_in_memory().map_err(db)?;
+    for sql in &MIGRATIONS[..v] {
+        built.execute_batch(sql).map_err(db)?;
+    }
+    let want = schema_of(&built)?;
+    for sql in &MIGRATIONS[v..] {
+        built.execute_batch(sql).map_err(db)?;
+    }
+    let later = schema_of(&built)?;
+    // Objects of its own (a user's table, say) are not convo's business;
+    // convo's objects missing, defined differently, or from a later version are.
+    let have = schema_of(c)?;
+    let key = |o: &SchemaObject| format!("{} {}", o.0, o.1);
+    let missing: Vec<String> = want
+        .iter()
+        .filter(|w| !have.iter().any(|h| key(h) == key(w)))
+        .map(key)
+        .collect();
+    let changed: Vec<String> = want
+        .iter()
+        .filter(|w| have.iter().any(|h| key(h) == key(w) && h != *w))
+        .map(key)
+        .collect();
+    let ahead: Vec<String> = have
+        .iter()
+        .filter(|h| {
+            later.iter().any(|l| key(l) == key(h)) && !want.iter().any(|w| key(w) == key(h))
+        })
+        .map(key)
+        .collect();
+    if missing.is_empty() && changed.is_empty() && ahead.is_empty() {
+        return Ok(None);
+    }
+    let detail = format!(
+        "missing: [{}], defined differently: [{}], from a later version: [{}]",
+        missing.join(", "),
+        changed.join(", "),
+        ahead.join(", ")
+    );
+    Ok(Some(format!(
+        "its schema version (PRAGMA user_version) says {version}, but its tables are not those of version {version} ({detail})"
+    )))
 }
 
 struct SqliteTx<'a> {
@@ -1068,5 +1221,139 @@ impl Tx for SqliteTx<'_> {
                     .optional()
             })
             .map_err(db)
+    }
+    fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
+        let mut st = self
+            .tx
+            .prepare("SELECT id, agent, title, created_at FROM sessions ORDER BY rowid")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            out.push(session_row(r).map_err(|e| {
+                let id = bytes(r, 0).ok().flatten().unwrap_or_default();
+                format!(
+                    "session row `{}` does not decode: {e}",
+                    String::from_utf8_lossy(&id)
+                )
+            }));
+        }
+        Ok(out)
+    }
+
+    fn branch_rows(&mut self) -> Result<Vec<crate::backend::Decoded<BranchRow>>> {
+        let mut st = self
+            .tx
+            .prepare(&format!(
+                "SELECT {BRANCH_COLS} FROM branches ORDER BY rowid"
+            ))
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            out.push(branch_row(r).map_err(|e| {
+                let s = bytes(r, 0).ok().flatten().unwrap_or_default();
+                let n = bytes(r, 1).ok().flatten().unwrap_or_default();
+                format!(
+                    "branch row `{}/{}` does not decode: {e}",
+                    String::from_utf8_lossy(&s),
+                    String::from_utf8_lossy(&n)
+                )
+            }));
+        }
+        Ok(out)
+    }
+
+    fn last_seq(&mut self) -> Result<u64> {
+        let n: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT max(seq) FROM nodes")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .map_err(db)?;
+        Ok(n.unwrap_or(0).max(0) as u64)
+    }
+
+    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare("SELECT seq, hash FROM nodes ORDER BY seq")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let seq: i64 = r.get(0).map_err(db)?;
+            let h = r
+                .get_ref(1)
+                .map_err(db)?
+                .as_bytes_or_null()
+                .map_err(|e| db(e.into()))?
+                .unwrap_or_default();
+            f(seq.max(0) as u64, h)?;
+        }
+        Ok(())
+    }
+
+    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
+        self.tx
+            .prepare_cached("INSERT INTO facts (seq, hash, body) VALUES (?1, ?2, ?3)")
+            .and_then(|mut st| st.execute(params![seq as i64, hash.0.as_slice(), body]))
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>> {
+        self.tx
+            .prepare_cached("SELECT seq, hash FROM facts ORDER BY seq DESC LIMIT 1")
+            .and_then(|mut st| {
+                st.query_row([], |r| Ok((r.get::<_, i64>(0)?, digest(r, 1)?)))
+                    .optional()
+            })
+            .map(|o| o.map(|(s, h)| (s.max(0) as u64, h)))
+            .map_err(db)
+    }
+
+    fn facts(&mut self) -> Result<Vec<crate::backend::Decoded<crate::backend::FactRow>>> {
+        let mut st = self
+            .tx
+            .prepare("SELECT seq, hash, body FROM facts ORDER BY seq")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            use crate::backend::Columns;
+            let row = (|| {
+                let seq = r.int(0)?.ok_or("its number is NULL")?;
+                Ok(crate::backend::FactRow {
+                    seq: u64::try_from(seq).map_err(|_| format!("its number {seq} is negative"))?,
+                    hash: r.bytes(1)?.ok_or("its hash is NULL")?.to_vec(),
+                    body: r.bytes(2)?.ok_or("its body is NULL")?.to_vec(),
+                })
+            })();
+            out.push(row.map_err(|e: String| format!("fact row does not decode: {e}")));
+        }
+        Ok(out)
+    }
+
+    fn engine_check(&mut self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let version: i64 = self
+            .tx
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .map_err(db)?;
+        if let Some(why) = schema_mismatch(self.tx, version)? {
+            out.push(why);
+        }
+        let mut st = self.tx.prepare("PRAGMA integrity_check").map_err(db)?;
+        let lines: Vec<String> = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect())
+            .map_err(db)?;
+        if lines != ["ok"] {
+            out.extend(
+                lines
+                    .into_iter()
+                    .map(|l| format!("SQLite's integrity check: {l}")),
+            );
+        }
+        Ok(out)
     }
 }

@@ -1,13 +1,18 @@
 //! Verification: recompute everything from stored bytes, trust nothing.
 
-use crate::backend::{SessionRun, StoredNode, Tx};
+use crate::backend::{BranchRow, SessionRow, SessionRun, StoredNode, Tx};
 use crate::ledger::{TxNodes, state_err};
 use crate::{Result, StoreError};
+use convo_core::BranchName;
+use convo_core::fact::{Fact, FactRecord};
 use convo_core::state;
 use convo_core::timeline::Context;
 use convo_core::{ContentHash, Kind, NodeHash, SessionId, StateRoot};
 use convo_core::{DigestMap, DigestSet};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+/// The object of problems the database engine itself finds.
+pub(crate) const DATABASE: &str = "database";
 
 /// One thing found wrong.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -31,6 +36,10 @@ pub struct VerifyReport {
     pub branches: u64,
     /// Distinct state roots walked.
     pub state_roots: u64,
+    /// Facts of the journal checked.
+    pub facts: u64,
+    /// Signed checkpoints the store was proven to extend (or checked against).
+    pub checkpoints: u64,
     /// Everything wrong, in the order found.
     pub problems: Vec<Problem>,
 }
@@ -53,6 +62,51 @@ struct Seen {
     session: SessionId,
 }
 
+/// A timeline as the nodes and the fact journal say it must be.
+#[derive(Clone, Debug)]
+struct DBranch {
+    head: Option<NodeHash>,
+    state: Option<StateRoot>,
+    sealed: bool,
+}
+
+/// A session's timelines as derived by replaying its fork and promote
+/// nodes, its appends and its journalled working states in follow order.
+#[derive(Debug)]
+struct DSession {
+    branches: BTreeMap<BranchName, DBranch>,
+    by_head: DigestMap<NodeHash, BranchName>,
+}
+
+impl DSession {
+    fn new() -> Self {
+        let mut branches = BTreeMap::new();
+        branches.insert(
+            BranchName::main(),
+            DBranch {
+                head: None,
+                state: None,
+                sealed: false,
+            },
+        );
+        DSession {
+            branches,
+            by_head: DigestMap::default(),
+        }
+    }
+}
+
+/// A journalled working state (or, with `create`, an empty timeline), to
+/// apply before node `after + 1`.
+struct StateFact {
+    create: bool,
+    seq: u64,
+    after: u64,
+    session: SessionId,
+    branch: BranchName,
+    root: Option<StateRoot>,
+}
+
 const BATCH: usize = 1024;
 
 /// The per-node checks of [`verify`], fed in follow order.
@@ -67,9 +121,185 @@ struct Checker<'a> {
     /// The session index's runs (SQLite), ordered, and the one reached.
     runs: Option<&'a [SessionRun]>,
     run: usize,
+    /// The follow number expected next (gap-free from 1).
+    next_seq: u64,
+    gaps: Vec<(u64, u64)>,
+    derived: HashMap<SessionId, DSession>,
+    state_facts: &'a [StateFact],
+    fact: usize,
+    fact_problems: Vec<(u64, SessionId, String)>,
+    /// Sessions with a node problem already reported: their rows are not
+    /// compared with the derived timelines (that would blame the same edit
+    /// again under other names).
+    troubled: HashSet<SessionId>,
+    /// Nodes that could not be placed on a timeline because of a problem
+    /// already reported (and their descendants): not blamed again.
+    tainted: DigestSet<NodeHash>,
 }
 
 impl Checker<'_> {
+    /// Applies the journalled working states written before node `seq`
+    /// (all of them when `seq` is `None`).
+    fn apply_facts(&mut self, seq: Option<u64>) {
+        while let Some(f) = self.state_facts.get(self.fact) {
+            if seq.is_some_and(|s| f.after >= s) {
+                break;
+            }
+            self.fact += 1;
+            let ds = self.derived.entry(f.session).or_insert_with(DSession::new);
+            if f.create {
+                if ds.branches.contains_key(&f.branch) {
+                    self.fact_problems.push((
+                        f.seq,
+                        f.session,
+                        format!("it creates {}/{}, which exists then", f.session, f.branch),
+                    ));
+                } else {
+                    ds.branches.insert(
+                        f.branch.clone(),
+                        DBranch {
+                            head: None,
+                            state: None,
+                            sealed: false,
+                        },
+                    );
+                }
+                continue;
+            }
+            match ds.branches.get_mut(&f.branch) {
+                Some(b) => b.state = f.root,
+                None => self.fact_problems.push((
+                    f.seq,
+                    f.session,
+                    format!(
+                        "it sets the working state of {}/{}, a timeline that does not exist after node {}",
+                        f.session, f.branch, f.after
+                    ),
+                )),
+            }
+        }
+    }
+
+    /// Places node `s` on the timeline its parent heads, as the ledger did
+    /// when it appended it; `quiet` when the node already has a problem.
+    fn place(&mut self, s: &StoredNode, parent_ctx: Option<Context>, quiet: bool) {
+        let node = &s.node;
+        if node.parent.is_some_and(|p| self.tainted.contains(&p)) {
+            self.tainted.insert(s.hash);
+            return;
+        }
+        let ds = self
+            .derived
+            .entry(node.session)
+            .or_insert_with(DSession::new);
+        let mut bad = |why: String| {
+            if !quiet {
+                self.problems.push((s.hash, why));
+            }
+        };
+        // The timeline the node's parent heads.
+        let on = match node.parent {
+            None => {
+                let main = BranchName::main();
+                if ds
+                    .branches
+                    .get(&main)
+                    .is_some_and(|b| b.head.is_none() && !b.sealed)
+                {
+                    Some(main)
+                } else {
+                    ds.branches
+                        .iter()
+                        .find(|(_, b)| b.head.is_none() && !b.sealed)
+                        .map(|(n, _)| n.clone())
+                }
+            }
+            Some(p) => ds.by_head.get(&p).cloned(),
+        };
+        match (node.kind, &node.event) {
+            (Kind::Fork, Some(ev)) => {
+                if ds.branches.contains_key(&ev.branch) {
+                    bad(format!(
+                        "it creates timeline `{}`, which already exists then",
+                        ev.branch
+                    ));
+                    self.tainted.insert(s.hash);
+                    return;
+                }
+                ds.branches.insert(
+                    ev.branch.clone(),
+                    DBranch {
+                        head: Some(s.hash),
+                        state: parent_ctx.map_or(s.ctx.state, |c| c.state),
+                        sealed: false,
+                    },
+                );
+                ds.by_head.insert(s.hash, ev.branch.clone());
+            }
+            (Kind::Promote, Some(ev)) => {
+                let sealed_as = ev.sealed_as.clone().unwrap_or_else(BranchName::main);
+                let ok = on.as_ref() == Some(&ev.branch)
+                    && ds.branches.get(&ev.branch).is_some_and(|b| !b.sealed)
+                    && !ds.branches.contains_key(&sealed_as);
+                if !ok {
+                    bad(format!(
+                        "it promotes `{}` and seals `main` as `{sealed_as}`, but its parent is not the head of an open `{}` then, or `{sealed_as}` exists",
+                        ev.branch, ev.branch
+                    ));
+                    self.tainted.insert(s.hash);
+                    return;
+                }
+                if let Some(mut old) = ds.branches.remove(&BranchName::main()) {
+                    old.sealed = true;
+                    if let Some(h) = old.head {
+                        ds.by_head.insert(h, sealed_as.clone());
+                    }
+                    ds.branches.insert(sealed_as, old);
+                }
+                if let Some(mut b) = ds.branches.remove(&ev.branch) {
+                    if let Some(h) = b.head {
+                        ds.by_head.remove(&h);
+                    }
+                    b.head = Some(s.hash);
+                    ds.branches.insert(BranchName::main(), b);
+                }
+                ds.by_head.insert(s.hash, BranchName::main());
+            }
+            (Kind::Fork | Kind::Promote, None) => {
+                self.tainted.insert(s.hash);
+            }
+            _ => {
+                let Some(name) = on else {
+                    match node.parent {
+                        Some(p) => bad(format!(
+                            "its parent {p} is not the head of any timeline when it is appended: a second child on one timeline, placed by hand"
+                        )),
+                        None => bad(format!(
+                            "it is a second first node of session {}: no timeline was empty",
+                            node.session
+                        )),
+                    }
+                    self.tainted.insert(s.hash);
+                    return;
+                };
+                let Some(b) = ds.branches.get_mut(&name) else {
+                    return;
+                };
+                if b.sealed {
+                    bad(format!("it was appended to the sealed timeline `{name}`"));
+                }
+                if let Some(h) = b.head {
+                    ds.by_head.remove(&h);
+                }
+                b.head = Some(s.hash);
+                if node.kind == Kind::Complete && node.state.is_some() {
+                    b.state = node.state;
+                }
+                ds.by_head.insert(s.hash, name);
+            }
+        }
+    }
+
     fn check(&mut self, row: std::result::Result<StoredNode, String>) {
         let s = match row {
             Ok(s) => s,
@@ -78,6 +308,12 @@ impl Checker<'_> {
                 return;
             }
         };
+        if s.seq > self.next_seq {
+            self.gaps.push((self.next_seq, s.seq - 1));
+        }
+        self.next_seq = self.next_seq.max(s.seq + 1);
+        self.apply_facts(Some(s.seq));
+        let before = self.problems.len();
         let problems = &mut self.problems;
         let mut bad = |why: String| problems.push((s.hash, why));
         let node = &s.node;
@@ -162,6 +398,12 @@ impl Checker<'_> {
                 bad("its stored context (depth, submission, state in effect) does not follow from its parent".into());
             }
         }
+        let quiet = self.problems.len() > before;
+        self.place(&s, parent_ctx, quiet);
+        if self.problems.len() > before {
+            self.troubled.insert(s.node.session);
+        }
+        let node = &s.node;
         if !self.sessions.contains(&node.session) {
             self.orphans.insert(node.session);
         }
@@ -185,18 +427,166 @@ impl Checker<'_> {
     }
 }
 
-/// Checks, in one snapshot: every blob hashes to its address; every node
-/// hashes to its stored hash, has a well-formed kind, an earlier parent in
-/// the same session, the submission/sequence the timeline rules give, a
-/// stored payload of the recorded length and the derived context its parent
-/// implies; every branch head exists in its session; every state root (on
-/// nodes and branches) is a complete, canonical trie whose values exist.
+/// Turns a failed read of one part of the store into a problem, so verify
+/// goes on with the other parts. Contention still fails the whole verify
+/// (the read is retried).
+fn or_problem<T>(r: &mut VerifyReport, what: &str, res: Result<T>) -> Result<Option<T>> {
+    match res {
+        Ok(v) => Ok(Some(v)),
+        Err(e @ (StoreError::Busy(_) | StoreError::Conflict(_))) => Err(e),
+        Err(e) => {
+            let object = if matches!(e, StoreError::Damaged(_)) {
+                DATABASE
+            } else {
+                what
+            };
+            r.problem(object.to_owned(), format!("reading {what} stopped: {e}"));
+            Ok(None)
+        }
+    }
+}
+
+/// The journal, checked: each fact hashes to its stored hash, names the one
+/// before it, is numbered 1, 2, 3… and moves the follow cursor only forward.
+struct Journal {
+    sessions: HashMap<SessionId, (u64, SessionRow)>,
+    states: Vec<StateFact>,
+}
+
+fn check_facts(
+    r: &mut VerifyReport,
+    rows: Vec<crate::backend::Decoded<crate::backend::FactRow>>,
+) -> Journal {
+    let mut j = Journal {
+        sessions: HashMap::new(),
+        states: Vec::new(),
+    };
+    let mut prev: Option<convo_core::Digest> = None;
+    let mut after = 0u64;
+    let mut expect = 1u64;
+    for row in rows {
+        let f = match row {
+            Ok(f) => f,
+            Err(why) => {
+                r.problem("fact row".to_owned(), why);
+                continue;
+            }
+        };
+        r.facts += 1;
+        let object = format!("fact {}", f.seq);
+        if f.seq != expect {
+            r.problem(
+                object.clone(),
+                format!(
+                    "the journal jumps from fact {} to fact {}: facts were removed",
+                    expect - 1,
+                    f.seq
+                ),
+            );
+        }
+        expect = f.seq + 1;
+        let actual = convo_core::sha256(&f.body);
+        if actual.0.as_slice() != f.hash.as_slice() {
+            r.problem(
+                object.clone(),
+                format!("its bytes hash to {actual}, not to its stored hash"),
+            );
+        }
+        let rec = match FactRecord::decode(&f.body) {
+            Ok(rec) => rec,
+            Err(why) => {
+                r.problem(object, format!("it does not decode: {why}"));
+                prev = Some(actual);
+                continue;
+            }
+        };
+        if rec.prev != prev {
+            r.problem(
+                object.clone(),
+                "it does not name the fact before it: the journal was cut or reordered".to_owned(),
+            );
+        }
+        if rec.after < after {
+            r.problem(
+                object.clone(),
+                format!(
+                    "it was written after node {}, before the fact before it (after node {after})",
+                    rec.after
+                ),
+            );
+        }
+        after = after.max(rec.after);
+        prev = Some(actual);
+        match rec.fact {
+            Fact::Session {
+                id,
+                agent,
+                title,
+                created_at,
+            } => {
+                let row = SessionRow {
+                    id,
+                    agent,
+                    title,
+                    created_at,
+                };
+                if j.sessions.insert(id, (f.seq, row)).is_some() {
+                    r.problem(object, format!("it creates session {id} a second time"));
+                }
+            }
+            Fact::State {
+                session,
+                branch,
+                root,
+            } => j.states.push(StateFact {
+                create: false,
+                seq: f.seq,
+                after: rec.after,
+                session,
+                branch,
+                root,
+            }),
+            Fact::Branch { session, branch } => j.states.push(StateFact {
+                create: true,
+                seq: f.seq,
+                after: rec.after,
+                session,
+                branch,
+                root: None,
+            }),
+        }
+    }
+    j
+}
+
+fn opt_hex<T: std::fmt::Display>(v: &Option<T>) -> String {
+    v.as_ref()
+        .map_or_else(|| "none".to_owned(), |h| h.to_string())
+}
+
+/// Checks, in one snapshot: the database engine's own integrity check; every
+/// blob hashes to its address; the fact journal is one unbroken hash chain;
+/// every node hashes to its stored hash, has a well-formed kind, an earlier
+/// parent in the same session, the submission/sequence the timeline rules
+/// give, a stored payload of the recorded length and the derived context its
+/// parent implies; follow numbers have no gaps; every session row is the one
+/// its fact records; every branch row (its existence, name, seal, head and
+/// working state) is the one the fork and promote nodes, the appends and the
+/// journal derive; every state root (on nodes and branches) is a complete,
+/// canonical trie whose values exist. Bad data is reported, never stops it.
 pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
 
+    if let Some(found) = or_problem(&mut r, "the database", tx.engine_check())? {
+        for why in found {
+            r.problem(DATABASE.to_owned(), why);
+        }
+    }
+
     let mut blobs: DigestMap<ContentHash, u64> = DigestMap::default();
     let mut bad_blobs = Vec::new();
-    tx.scan_blobs(&mut |addr, bytes| {
+    let mut counts = (0u64, 0u64);
+    let scanned = tx.scan_blobs(&mut |addr, bytes| {
         let actual = convo_core::hash::content_hash(bytes);
         match ContentHash::from_slice(addr) {
             Some(h) if h == actual => {
@@ -208,42 +598,63 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
             )),
             None => bad_blobs.push((hex::encode(addr), "its address is not 32 bytes".to_owned())),
         }
-        r.blobs += 1;
-        r.blob_bytes += bytes.len() as u64;
+        counts.0 += 1;
+        counts.1 += bytes.len() as u64;
         Ok(())
-    })?;
+    });
+    or_problem(&mut r, "the blob table", scanned)?;
+    (r.blobs, r.blob_bytes) = counts;
     for (o, why) in bad_blobs {
         r.problem(format!("blob {o}"), why);
     }
 
-    let sessions: HashSet<SessionId> = tx.sessions()?.into_iter().map(|s| s.id).collect();
-    let runs = tx.session_runs()?.map(|rows| {
-        let mut runs: Vec<SessionRun> = Vec::with_capacity(rows.len());
-        for row in rows {
-            match row {
-                Err(why) => r.problem("session index".to_owned(), why),
-                Ok(run) => {
-                    if let Some(prev) = runs.last()
-                        && run.first <= prev.last
-                    {
-                        r.problem(
-                            "session index".to_owned(),
-                            format!(
-                                "runs {}..{} and {}..{} overlap",
-                                prev.first, prev.last, run.first, run.last
-                            ),
-                        );
-                        continue;
+    let journal = match or_problem(&mut r, "the fact journal", tx.facts())? {
+        Some(rows) => check_facts(&mut r, rows),
+        None => Journal {
+            sessions: HashMap::new(),
+            states: Vec::new(),
+        },
+    };
+
+    let session_rows: Vec<SessionRow> = or_problem(&mut r, "the session table", tx.session_rows())?
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|row| {
+            row.map_err(|why| r.problem("session row".to_owned(), why))
+                .ok()
+        })
+        .collect();
+    let sessions: HashSet<SessionId> = session_rows.iter().map(|s| s.id).collect();
+    let runs = or_problem(&mut r, "the session index", tx.session_runs())?
+        .flatten()
+        .map(|rows| {
+            let mut runs: Vec<SessionRun> = Vec::with_capacity(rows.len());
+            for row in rows {
+                match row {
+                    Err(why) => r.problem("session index".to_owned(), why),
+                    Ok(run) => {
+                        if let Some(prev) = runs.last()
+                            && run.first <= prev.last
+                        {
+                            r.problem(
+                                "session index".to_owned(),
+                                format!(
+                                    "runs {}..{} and {}..{} overlap",
+                                    prev.first, prev.last, run.first, run.last
+                                ),
+                            );
+                            continue;
+                        }
+                        runs.push(run);
                     }
-                    runs.push(run);
                 }
             }
-        }
-        runs
-    });
-    let mut orphans: std::collections::BTreeSet<SessionId> = std::collections::BTreeSet::new();
-    // Two stages on two threads: this one steps SQLite and decodes rows,
-    // a worker recomputes hashes and replays the timeline rules, in order.
+            runs
+        });
+    let mut orphans: BTreeSet<SessionId> = BTreeSet::new();
+    // Two stages on two threads: this one steps the database and decodes
+    // rows, a worker recomputes hashes, replays the timeline rules and
+    // derives every timeline, in order.
     let mut checker = Checker {
         blobs: &blobs,
         sessions: &sessions,
@@ -254,6 +665,14 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         undecodable: Vec::new(),
         runs: runs.as_deref(),
         run: 0,
+        next_seq: 1,
+        gaps: Vec::new(),
+        derived: HashMap::new(),
+        state_facts: &journal.states,
+        fact: 0,
+        fact_problems: Vec::new(),
+        troubled: HashSet::new(),
+        tainted: DigestSet::default(),
     };
     let scanned = std::thread::scope(|scope| -> Result<u64> {
         let (send, recv) =
@@ -264,6 +683,7 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
                     checker.check(row);
                 }
             }
+            checker.apply_facts(None);
         });
         let mut count = 0u64;
         let mut batch = Vec::with_capacity(BATCH);
@@ -285,23 +705,118 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
             .join()
             .map_err(|_| StoreError::Backend("the verify worker panicked".into()))?;
         scan.map(|()| count)
-    })?;
-    r.nodes += scanned;
+    });
+    let scan_stopped = match scanned {
+        Ok(n) => {
+            r.nodes += n;
+            false
+        }
+        Err(e) => {
+            r.nodes += checker.next_seq.saturating_sub(1);
+            or_problem(&mut r, "the node table", Err::<(), _>(e))?;
+            true
+        }
+    };
     let Checker {
         seen,
         mut roots,
         problems,
         undecodable,
+        gaps,
+        derived,
+        fact_problems,
+        tainted,
+        troubled,
         ..
     } = checker;
+    let derivable = |s: &SessionId| undecodable.is_empty() && !troubled.contains(s);
     for (h, why) in problems {
         r.problem(format!("node {h}"), why);
     }
-    for why in undecodable {
-        r.problem("node row".to_owned(), why);
+    for why in &undecodable {
+        r.problem("node row".to_owned(), why.clone());
+    }
+    for (a, b) in gaps {
+        r.problem(
+            "follow order".to_owned(),
+            if a == b {
+                format!("node {a} is missing: the follow numbers jump over it (a deleted node)")
+            } else {
+                format!(
+                    "nodes {a}..{b} are missing: the follow numbers jump over them (deleted nodes)"
+                )
+            },
+        );
+    }
+    for (seq, sid, why) in fact_problems {
+        if derivable(&sid) {
+            r.problem(format!("fact {seq}"), why);
+        }
     }
 
-    for b in tx.branches(None)? {
+    // Session rows against the journal.
+    for row in &session_rows {
+        let object = format!("session {}", row.id);
+        match journal.sessions.get(&row.id) {
+            None => r.problem(
+                object,
+                "no fact records its creation: the row was added or rewritten by hand".to_owned(),
+            ),
+            Some((seq, f)) => {
+                let mut diff = |field: &str, have: String, want: String| {
+                    if have != want {
+                        r.problem(
+                            object.clone(),
+                            format!("its {field} is {have}, but fact {seq} recorded {want}"),
+                        );
+                    }
+                };
+                diff(
+                    "agent",
+                    format!("`{}`", row.agent),
+                    format!("`{}`", f.agent),
+                );
+                diff(
+                    "title",
+                    row.title
+                        .as_ref()
+                        .map_or("none".into(), |t| format!("`{t}`")),
+                    f.title.as_ref().map_or("none".into(), |t| format!("`{t}`")),
+                );
+                diff(
+                    "creation time",
+                    row.created_at.to_string(),
+                    f.created_at.to_string(),
+                );
+            }
+        }
+    }
+    for (id, (seq, f)) in &journal.sessions {
+        if !sessions.contains(id) {
+            r.problem(
+                format!("session {id}"),
+                format!(
+                    "its row is missing: fact {seq} records it (agent `{}`), created {}",
+                    f.agent, f.created_at
+                ),
+            );
+        }
+    }
+
+    // Branch rows against what the nodes and the journal derive.
+    let branch_rows: Vec<BranchRow> = or_problem(&mut r, "the branch table", tx.branch_rows())?
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|row| {
+            row.map_err(|why| r.problem("branch row".to_owned(), why))
+                .ok()
+        })
+        .collect();
+    let mut rows_by_session: HashMap<SessionId, Vec<&BranchRow>> = HashMap::new();
+    // Sessions with a head already reported as broken: comparing them with
+    // the derived timelines would only blame the same edit again.
+    let mut blamed: HashSet<SessionId> = HashSet::new();
+    for b in &branch_rows {
         r.branches += 1;
         if !sessions.contains(&b.session) {
             orphans.insert(b.session);
@@ -309,16 +824,96 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         let object = format!("branch {}/{}", b.session, b.name);
         if let Some(h) = b.head {
             match seen.get(&h) {
-                None => r.problem(object.clone(), format!("its head {h} is not a stored node")),
-                Some(s) if s.session != b.session => r.problem(
-                    object.clone(),
-                    format!("its head {h} belongs to session {}", s.session),
-                ),
+                None => {
+                    blamed.insert(b.session);
+                    r.problem(object.clone(), format!("its head {h} is not a stored node"));
+                }
+                Some(s) if s.session != b.session => {
+                    blamed.insert(b.session);
+                    r.problem(
+                        object.clone(),
+                        format!("its head {h} belongs to session {}", s.session),
+                    );
+                }
                 Some(_) => {}
             }
         }
         if let Some(st) = b.state {
             roots.insert(st);
+        }
+        rows_by_session.entry(b.session).or_default().push(b);
+    }
+    if !scan_stopped {
+        let mut all: BTreeSet<SessionId> = rows_by_session.keys().copied().collect();
+        all.extend(derived.keys().copied());
+        all.extend(journal.sessions.keys().copied());
+        let empty = DSession::new();
+        for sid in all
+            .into_iter()
+            .filter(|s| !blamed.contains(s) && derivable(s))
+        {
+            let d = derived.get(&sid).unwrap_or(&empty);
+            let rows = rows_by_session.remove(&sid).unwrap_or_default();
+            for (name, want) in &d.branches {
+                let object = format!("branch {sid}/{name}");
+                let tainted_head = want.head.is_some_and(|h| tainted.contains(&h));
+                let Some(have) = rows.iter().find(|b| &b.name == name) else {
+                    if want.head.is_some()
+                        || !journal.sessions.contains_key(&sid)
+                        || sessions.contains(&sid)
+                    {
+                        r.problem(
+                            object,
+                            format!(
+                                "its row is missing, but the nodes record it ({}, head {})",
+                                if want.sealed { "sealed" } else { "open" },
+                                opt_hex(&want.head)
+                            ),
+                        );
+                    }
+                    continue;
+                };
+                let row_tainted = have.head.is_some_and(|h| tainted.contains(&h));
+                if have.head != want.head && !tainted_head && !row_tainted {
+                    r.problem(
+                        object.clone(),
+                        format!(
+                            "its head is {}, but its nodes end at {}: the timeline was moved by hand (rolled back, or a node removed)",
+                            opt_hex(&have.head),
+                            opt_hex(&want.head)
+                        ),
+                    );
+                }
+                if have.sealed != want.sealed {
+                    r.problem(
+                        object.clone(),
+                        if have.sealed {
+                            "it is sealed, but no promote node sealed it".to_owned()
+                        } else {
+                            "it is open, but a promote node sealed it: it would take appends"
+                                .to_owned()
+                        },
+                    );
+                }
+                if have.state != want.state && !tainted_head && !row_tainted {
+                    r.problem(
+                        object,
+                        format!(
+                            "its working state is {}, but its nodes and the journal give {}",
+                            opt_hex(&have.state),
+                            opt_hex(&want.state)
+                        ),
+                    );
+                }
+            }
+            for b in rows {
+                if !d.branches.contains_key(&b.name) {
+                    r.problem(
+                        format!("branch {sid}/{}", b.name),
+                        "no fork or promote node records a timeline of this name".to_owned(),
+                    );
+                }
+            }
         }
     }
 
@@ -342,7 +937,7 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         });
         if let Err(e) = res {
             let e = state_err(e);
-            if !matches!(e, StoreError::State(_)) {
+            if e.is_retryable() {
                 return Err(e);
             }
             r.problem(format!("state {root}"), e.to_string());

@@ -101,6 +101,14 @@ cases!(
     an_out_of_range_integer_is_not_read_back_as_another_value,
     undecodable_branch_blob_and_trie_rows_give_errors_or_problems,
     a_deleted_session_row_is_caught,
+    every_row_a_reader_relies_on_is_checked,
+    a_whole_session_deleted_is_caught,
+    an_edited_or_removed_fact_is_caught,
+    bad_rows_are_report_entries_never_errors,
+    a_store_from_before_the_journal_is_journalled_in_place,
+    a_store_that_grew_extends_its_checkpoint,
+    a_consistent_truncation_passes_verify_but_not_the_checkpoint,
+    a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint,
 );
 
 /// Edits PostgreSQL's typed columns refuse (or silently convert into
@@ -182,6 +190,114 @@ mod sqlite_only {
             &node_obj(&fx.t1[0]),
             &["another node row holds the same hash"],
         );
+    }
+
+    /// The path of a SQLite fixture's database file, its WAL folded in.
+    fn db_file(fx: &Fx) -> PathBuf {
+        let Db::Sqlite { path, .. } = &fx.db else {
+            panic!("a SQLite fixture")
+        };
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+            .unwrap();
+        path.clone()
+    }
+
+    /// After verify found the database damaged, a write is refused with
+    /// a clear error (and a read-only verify still reports).
+    fn assert_refuses_writes(fx: &Fx) {
+        match Store::open(&fx.db.url()) {
+            Err(e) => assert!(matches!(e, StoreError::Damaged(_)), "{e:?}"),
+            Ok(mut s) => {
+                let e = s
+                    .append(&fx.ses, &main(), &draft(Kind::Invoke, "after", DAY + 100))
+                    .unwrap_err();
+                assert!(matches!(e, StoreError::Damaged(_)), "{e:?}");
+                assert!(e.to_string().contains("integrity check"), "{e}");
+            }
+        }
+    }
+
+    /// Verify on a damaged file: a report whose `database` entry says why,
+    /// or (when SQLite cannot even read the header) a `Damaged` error,
+    /// which `convo verify` turns into the same entry.
+    fn verify_damaged(fx: &Fx) -> String {
+        match Store::open(&fx.db.url()).and_then(|mut s| s.verify()) {
+            Ok(r) => {
+                let p = r
+                    .problems
+                    .iter()
+                    .find(|p| p.object == "database")
+                    .unwrap_or_else(|| panic!("no database problem: {:#?}", r.problems));
+                p.reason.clone()
+            }
+            Err(e) => {
+                assert!(
+                    matches!(e, StoreError::Damaged(_) | StoreError::NotAStore { .. }),
+                    "{e:?}"
+                );
+                e.to_string()
+            }
+        }
+    }
+
+    /// A page of garbage in the middle of the file: SQLite's integrity
+    /// check finds it, verify reports it, and the store refuses writes
+    /// (which used to land beside the garbage).
+    #[test]
+    fn a_garbage_page_is_reported_and_refuses_writes() {
+        let fx = Fx::new(Be::Sqlite);
+        let path = db_file(&fx);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let pages = bytes.len() / 4096;
+        assert!(pages > 4, "{pages} pages");
+        let at = (pages - 2) * 4096;
+        bytes[at..at + 4096].fill(0xa5);
+        std::fs::write(&path, &bytes).unwrap();
+        let why = verify_damaged(&fx);
+        assert!(!why.is_empty());
+        assert_refuses_writes(&fx);
+    }
+
+    /// A file cut in half, and one that is garbage from its first byte.
+    #[test]
+    fn a_truncated_or_garbage_file_is_reported_not_a_crash() {
+        let fx = Fx::new(Be::Sqlite);
+        let path = db_file(&fx);
+        let len = std::fs::metadata(&path).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(len / 2)
+            .unwrap();
+        verify_damaged(&fx);
+        assert_refuses_writes(&fx);
+        std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+        let why = verify_damaged(&fx);
+        assert!(why.contains("not a SQLite database"), "{why}");
+    }
+
+    /// `PRAGMA user_version` set to another version than the tables are:
+    /// migrating would run the wrong scripts, so the store refuses to open
+    /// and says why.
+    #[test]
+    fn a_wrong_schema_version_is_reported() {
+        let fx = Fx::new(Be::Sqlite);
+        let path = db_file(&fx);
+        for v in [0, 1, 2] {
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute_batch(&format!("PRAGMA user_version = {v};"))
+                .unwrap();
+            let why = verify_damaged(&fx);
+            assert!(
+                why.contains(&format!("user_version {v},"))
+                    || why.contains(&format!("user_version) says {v}")),
+                "{why}"
+            );
+        }
     }
 
     /// `CAST(data AS TEXT)` stores a BLOB column's bytes as TEXT; a BYTEA
@@ -365,7 +481,14 @@ fn pg_args<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn pg::types::ToSql + Sync)> {
 }
 
 /// Every table both backends' schemas have.
-const TABLES: [&str; 5] = ["sessions", "blobs", "nodes", "branches", "state_nodes"];
+const TABLES: [&str; 6] = [
+    "sessions",
+    "blobs",
+    "nodes",
+    "branches",
+    "state_nodes",
+    "facts",
+];
 
 /// The tables of `db`'s schema: SQLite indexes a session's nodes by runs
 /// in one more.
@@ -524,6 +647,12 @@ impl Fx {
             );
         }
         r
+    }
+}
+
+impl Fx {
+    fn promote_hex(&self) -> String {
+        self.promote.to_hex()
     }
 }
 
@@ -893,7 +1022,9 @@ fn a_node_deleted_from_the_middle_of_a_chain_is_caught(be: Be) {
     );
     let r = fx.verify_dirty();
     expect(&r, &node_obj(&child), &[&gone.to_hex(), "missing"]);
-    only(&r, &[node_obj(&child)]);
+    // The follow numbers now jump over it too.
+    expect(&r, "follow order", &["missing", "deleted"]);
+    only(&r, &[node_obj(&child), "follow order".to_owned()]);
     // Every timeline through the hole fails to read, with a clear error.
     let mut s = fx.store();
     for b in [main(), fx.sealed.clone()] {
@@ -1111,13 +1242,9 @@ fn check_node_edits(be: Be, edits: &[(&str, &str)]) {
             let target = [fx.t2[0], fx.t3[3], fx.fork, fx.promote][i];
             let n = fx.db.execute(sql, &[Bytes(target.as_bytes())]);
             assert_eq!(n, 1, "{what}");
+            // Bad data is a report entry: verify itself never stops on it.
             match fx.store().verify() {
-                Err(e) => {
-                    assert!(
-                        matches!(&e, StoreError::Corrupt(m) if m.contains("node row")),
-                        "{what} on {target}: verify failed with {e:?}, not as corrupt data"
-                    );
-                }
+                Err(e) => panic!("{what} on {target}: verify stopped with {e:?}"),
                 Ok(r) => {
                     assert!(!r.is_clean(), "{what} on {target}: verify found nothing");
                 }
@@ -1174,10 +1301,7 @@ fn check_other_edits(fx: &Fx, cases: &[(String, String)]) {
         let n = fx.db.execute(sql, &[]);
         assert_eq!(n, 1, "{what}");
         match fx.store().verify() {
-            Err(e) => assert!(
-                matches!(e, StoreError::Corrupt(_) | StoreError::Backend(_)),
-                "{what}: {e:?}"
-            ),
+            Err(e) => panic!("{what}: verify stopped with {e:?}"),
             Ok(r) => assert!(!r.is_clean(), "{what}: verify found nothing"),
         }
         read_everything(fx);
@@ -1262,5 +1386,357 @@ fn a_deleted_session_row_is_caught(be: Be) {
             .any(|p| p.reason.contains(&fx.ses.to_string())),
         "{:#?}",
         r.problems
+    );
+}
+
+/// The edits `verify` used to miss (issue 11): each fact a reader relies on
+/// that no node hash covered. Each is made alone on the restored fixture
+/// and must be reported on the object it changed, with the reason.
+fn every_row_a_reader_relies_on_is_checked(be: Be) {
+    let fx = Fx::new(be);
+    fx.save();
+    let ses = fx.ses.to_string();
+    let main_obj = format!("branch {ses}/main");
+    let sealed_obj = format!("branch {ses}/{}", fx.sealed);
+    let ses_obj = format!("session {ses}");
+    let sealed = fx.sealed.as_str().to_owned();
+    let first = fx.t1[0];
+    let before_promote = fx.tf[3];
+    let promote = fx.promote_hex();
+    let day = DAY.to_string();
+    let root1 = fx.root1.to_hex();
+    /// What, the edit, its arguments, the object blamed, what it must say.
+    type Case<'a> = (&'a str, String, Vec<Arg<'a>>, &'a str, Vec<&'a str>);
+    let cases: Vec<Case<'_>> = vec![
+        (
+            "main's head set to NULL",
+            "UPDATE branches SET head = NULL WHERE name = 'main'".into(),
+            vec![],
+            &main_obj,
+            vec!["its head is none", &promote],
+        ),
+        (
+            "main's head moved back one node",
+            "UPDATE branches SET head = ?1 WHERE name = 'main'".into(),
+            vec![Bytes(before_promote.as_bytes())],
+            &main_obj,
+            vec!["rolled back", &promote],
+        ),
+        (
+            "main's head moved back to the first node",
+            "UPDATE branches SET head = ?1 WHERE name = 'main'".into(),
+            vec![Bytes(first.as_bytes())],
+            &main_obj,
+            vec!["rolled back", &promote],
+        ),
+        (
+            "a branch row deleted",
+            format!("DELETE FROM branches WHERE name = '{sealed}'"),
+            vec![],
+            &sealed_obj,
+            vec!["row is missing", "sealed"],
+        ),
+        (
+            "a sealed branch unsealed",
+            format!("UPDATE branches SET sealed = FALSE WHERE name = '{sealed}'"),
+            vec![],
+            &sealed_obj,
+            vec!["open", "promote node sealed it"],
+        ),
+        (
+            "main marked sealed",
+            "UPDATE branches SET sealed = TRUE WHERE name = 'main'".into(),
+            vec![],
+            &main_obj,
+            vec!["sealed", "no promote node sealed it"],
+        ),
+        (
+            "the agent changed",
+            "UPDATE sessions SET agent = 'mallory'".into(),
+            vec![],
+            &ses_obj,
+            vec!["agent", "mallory", "`agent`"],
+        ),
+        (
+            "the title changed",
+            "UPDATE sessions SET title = 'other'".into(),
+            vec![],
+            &ses_obj,
+            vec!["title", "`other`", "`tamper`"],
+        ),
+        (
+            "the title removed",
+            "UPDATE sessions SET title = NULL".into(),
+            vec![],
+            &ses_obj,
+            vec!["title", "none", "`tamper`"],
+        ),
+        (
+            "the creation time changed",
+            "UPDATE sessions SET created_at = created_at - 1".into(),
+            vec![],
+            &ses_obj,
+            vec!["creation time", &day],
+        ),
+        (
+            "main's working state rolled back",
+            "UPDATE branches SET state = ?1 WHERE name = 'main'".into(),
+            vec![Bytes(fx.root1.as_bytes())],
+            &main_obj,
+            vec!["working state", &root1],
+        ),
+        (
+            "a branch renamed",
+            format!("UPDATE branches SET name = 'renamed' WHERE name = '{sealed}'"),
+            vec![],
+            &sealed_obj,
+            vec!["row is missing"],
+        ),
+    ];
+    for (what, sql, args, object, says) in &cases {
+        fx.restore();
+        let n = fx.db.execute(sql, args);
+        assert!(n >= 1, "{what}: `{sql}` changed nothing");
+        let r = fx.store().verify().unwrap();
+        assert!(!r.is_clean(), "{what}: verify found nothing");
+        expect(&r, object, says);
+    }
+}
+
+/// A session deleted with everything that names it (its nodes, branches,
+/// index runs and row): the fact journal still records it.
+fn a_whole_session_deleted_is_caught(be: Be) {
+    let fx = Fx::new(be);
+    let ses = fx.ses.to_string();
+    let mut sql = format!(
+        "DELETE FROM nodes WHERE session = '{ses}'; DELETE FROM branches WHERE session = '{ses}'; \
+         DELETE FROM sessions WHERE id = '{ses}';"
+    );
+    if be == Be::Sqlite {
+        sql.push_str(&format!(
+            "DELETE FROM session_runs WHERE session = '{ses}';"
+        ));
+    }
+    fx.db.batch(&sql);
+    let r = fx.verify_dirty();
+    expect(
+        &r,
+        &format!("session {ses}"),
+        &["row is missing", "fact 1", "`agent`"],
+    );
+}
+
+/// The journal is one hash chain: an edited fact, a removed one, or one
+/// whose hash was recomputed without relinking the chain, is caught.
+fn an_edited_or_removed_fact_is_caught(be: Be) {
+    let fx = Fx::new(be);
+    fx.save();
+    let facts: i64 = fx.query_one("SELECT count(*) FROM facts", &[]);
+    assert!(
+        facts > 3,
+        "the fixture journals its session and state writes"
+    );
+    let cases: [(&str, &str, &[&str]); 4] = [
+        (
+            "a byte of a fact changed",
+            "UPDATE facts SET body = (SELECT body FROM facts WHERE seq = 3) WHERE seq = 2",
+            &["hash"],
+        ),
+        (
+            "a fact removed",
+            "DELETE FROM facts WHERE seq = 2",
+            &["jumps from fact 1"],
+        ),
+        (
+            "a fact cut short",
+            "UPDATE facts SET body = substr(body, 1, 30) WHERE seq = 3",
+            &["does not decode"],
+        ),
+        (
+            "a fact's hash replaced",
+            "UPDATE facts SET hash = x'00' WHERE seq = 3",
+            &["not to its stored hash"],
+        ),
+    ];
+    for (what, sql, says) in cases {
+        fx.restore();
+        assert_eq!(fx.db.execute(sql, &[]), 1, "{what}");
+        let r = fx.verify_dirty();
+        let object = if what == "a byte of a fact changed" {
+            "fact 2"
+        } else {
+            "fact 3"
+        };
+        expect(&r, object, says);
+    }
+}
+
+/// Rows that do not decode (a 31-byte head, a malformed session id, an
+/// invalid branch name, a state of the wrong length) are entries of the
+/// report: verify itself never fails on bad data.
+fn bad_rows_are_report_entries_never_errors(be: Be) {
+    let fx = Fx::new(be);
+    fx.save();
+    let h31 = "x'".to_owned() + &"ab".repeat(31) + "'";
+    let cases = [
+        (
+            "a 31-byte head",
+            format!("UPDATE branches SET head = {h31} WHERE name = 'main'"),
+            "branch row",
+        ),
+        (
+            "an invalid branch name",
+            "UPDATE branches SET name = 'a b' WHERE name = 'main'".to_owned(),
+            "branch row",
+        ),
+        (
+            "a malformed branch session",
+            "UPDATE branches SET session = 'x' WHERE name = 'main'".to_owned(),
+            "branch row",
+        ),
+        (
+            "a malformed session id",
+            "UPDATE sessions SET id = 'ses-nope'".to_owned(),
+            "session row",
+        ),
+        (
+            "a 31-byte node hash",
+            format!(
+                "UPDATE nodes SET hash = {h31} WHERE hash = x'{}'",
+                fx.t2[0].to_hex()
+            ),
+            "node row",
+        ),
+    ];
+    for (what, sql, object) in cases {
+        fx.restore();
+        assert_eq!(fx.db.execute(&sql, &[]), 1, "{what}");
+        let r = match fx.store().verify() {
+            Ok(r) => r,
+            Err(e) => panic!("{what}: verify stopped: {e}"),
+        };
+        assert!(
+            r.problems
+                .iter()
+                .any(|p| p.object == object && p.reason.contains("does not decode")),
+            "{what}: {:#?}",
+            r.problems
+        );
+    }
+}
+
+/// A store written before the fact journal (SQLite schema 2, PostgreSQL
+/// schema 1) is journalled when it is opened: it verifies clean, and the
+/// edits the journal exists for are caught on it too.
+fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
+    let fx = Fx::new(be);
+    fx.db.batch(match be {
+        Be::Sqlite => "DROP TABLE facts; PRAGMA user_version = 2;",
+        Be::Postgres => "DROP TABLE facts; UPDATE convo_schema SET version = 1;",
+    });
+    let r = fx.store().verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    // One session, and the working states of both branches.
+    assert_eq!(r.facts, 3);
+    fx.edit("UPDATE sessions SET agent = 'mallory'", &[]);
+    expect(
+        &fx.verify_dirty(),
+        &format!("session {}", fx.ses),
+        &["mallory"],
+    );
+}
+
+fn key() -> ed25519_dalek::SigningKey {
+    convo_store::checkpoint::signing_key(&[7; 32])
+}
+
+/// Undoes the fixture's promote the way a careful editor would: the
+/// promote node removed, `fix` and the old `main` renamed back, every head
+/// and index consistent, so that nothing inside the store shows it.
+fn undo_the_promote(fx: &Fx) {
+    let ses = fx.ses.to_string();
+    let mut sql = format!(
+        "DELETE FROM nodes WHERE hash = x'{p}'; \
+         UPDATE branches SET name = 'fix', head = x'{tip}' WHERE session = '{ses}' AND name = 'main'; \
+         UPDATE branches SET name = 'main', sealed = FALSE WHERE session = '{ses}' AND name = '{sealed}';",
+        p = fx.promote.to_hex(),
+        tip = fx.tf[3].to_hex(),
+        sealed = fx.sealed,
+    );
+    if let Db::Sqlite { .. } = fx.db {
+        sql.push_str("UPDATE session_runs SET last = last - 1;");
+    }
+    fx.db.batch(&sql);
+}
+
+fn a_store_that_grew_extends_its_checkpoint(be: Be) {
+    let fx = Fx::new(be);
+    let mut s = fx.store();
+    let cp = s.checkpoint(&key(), DAY + 70).unwrap();
+    cp.check_signature().unwrap();
+    assert_eq!((cp.nodes, cp.cursor), (18, 18));
+    assert!(s.check_checkpoint(&cp).unwrap().is_empty());
+    // Appends, a fork, a state write and a promote after it: all forward.
+    turn(&mut s, &fx.ses, &main(), "four", DAY + 80);
+    let again = BranchName::new("again").unwrap();
+    s.fork(&fx.ses, &prefix(&fx.t1[3]), &again, DAY + 90)
+        .unwrap();
+    s.state_put(&fx.ses, &again, "k", b"v").unwrap();
+    turn(&mut s, &fx.ses, &again, "five", DAY + 95);
+    s.promote(&fx.ses, &again, DAY + 100).unwrap();
+    assert!(s.verify().unwrap().is_clean());
+    let found = s.check_checkpoint(&cp).unwrap();
+    assert!(found.is_empty(), "{found:#?}");
+    // An altered checkpoint no longer verifies.
+    let mut forged = cp.clone();
+    forged.nodes -= 1;
+    assert!(forged.check_signature().unwrap_err().contains("signature"));
+}
+
+fn a_consistent_truncation_passes_verify_but_not_the_checkpoint(be: Be) {
+    let fx = Fx::new(be);
+    let cp = fx.store().checkpoint(&key(), DAY + 70).unwrap();
+    undo_the_promote(&fx);
+    let r = fx.store().verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    let found = fx.store().check_checkpoint(&cp).unwrap();
+    let has = |object: &str, says: &str| {
+        found
+            .iter()
+            .any(|p| p.object == object && p.reason.contains(says))
+    };
+    assert!(has("store", "truncated: it holds 17 nodes"), "{found:#?}");
+    let main_obj = format!("branch {}/main", fx.ses);
+    assert!(has(&main_obj, &fx.promote.to_hex()), "{found:#?}");
+    // The old main rolled back to a sealed name's place: reported too.
+    assert!(
+        has(&format!("branch {}/{}", fx.ses, fx.sealed), "deleted"),
+        "{found:#?}"
+    );
+}
+
+fn a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint(be: Be) {
+    let fx = Fx::new(be);
+    let cp = fx.store().checkpoint(&key(), DAY + 70).unwrap();
+    // Roll back, then let convo itself append a different tip: every hash
+    // is recomputed, so the store is consistent again.
+    undo_the_promote(&fx);
+    let mut s = fx.store();
+    s.append(&fx.ses, &main(), &draft(Kind::Invoke, "forged", DAY + 61))
+        .unwrap();
+    assert!(s.verify().unwrap().is_clean());
+    let found = s.check_checkpoint(&cp).unwrap();
+    assert!(
+        found
+            .iter()
+            .any(|p| p.object == "store" && p.reason.contains("rewritten")),
+        "{found:#?}"
+    );
+    let main_obj = format!("branch {}/main", fx.ses);
+    assert!(
+        found
+            .iter()
+            .any(|p| p.object == main_obj && p.reason.contains("no longer in the store")),
+        "{found:#?}"
     );
 }

@@ -3,6 +3,7 @@
 pub mod branch;
 pub mod chat;
 pub mod check;
+pub mod checkpoint;
 pub mod demo;
 pub mod diff;
 pub mod export;
@@ -204,6 +205,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Turn(_)
         | Command::Diff(_)
         | Command::Verify(_)
+        | Command::Checkpoint(_)
         | Command::Export(_)
         | Command::Check(_)
         | Command::Git(_)
@@ -265,7 +267,8 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Turn(a) => turn::run(&env, a),
         Command::Diff(a) => diff::run(&env, a),
         Command::State(c) => state::run(&env, c),
-        Command::Verify(a) => verify::run(&env, a.json),
+        Command::Verify(a) => verify::run(&env, a),
+        Command::Checkpoint(a) => checkpoint::run(&env, a),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),

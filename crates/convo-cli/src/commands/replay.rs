@@ -1,8 +1,8 @@
-use super::run::{AgentArgs, check_branch, lock_dir, runtime};
+use super::run::{AgentArgs, check_branch, lock_waiting, runtime};
 use super::{CmdResult, CommandError, Env, branch_name, prefix};
 use clap::Args;
 use convo_core::text::{Newlines, visible};
-use convo_harness::{Harness, ReplayOptions, TimelineLock};
+use convo_harness::{Harness, ReplayOptions};
 use convo_server::StorePool;
 use std::process::ExitCode;
 
@@ -12,8 +12,8 @@ use std::process::ExitCode;
 /// calls are answered from the recording (nothing goes upstream) and its
 /// kv state is the recorded state as of each turn; each request it makes,
 /// its output, its failure and its final state are compared with the
-/// recording. The replay is recorded on a new timeline `replay-N` of the
-/// same session. Exit 0 when everything matched; exit 1 with the first
+/// recording. The replay is recorded as a new session titled
+/// `replay of SESSION BRANCH` (--into TITLE to choose). Exit 0 when everything matched; exit 1 with the first
 /// divergence (turn, sequence, what, a diff). With --live-after NODE, the
 /// turns after that node go live (inference to --upstream) and are not
 /// compared.
@@ -31,7 +31,7 @@ pub struct ReplayArgs {
     /// Go live for the turns after this node (hash or unique prefix)
     #[arg(long, value_name = "NODE")]
     pub live_after: Option<String>,
-    /// Name of the timeline the replay is recorded on [default: replay-N]
+    /// Title of the session the replay is recorded in [default: replay of SESSION BRANCH]
     #[arg(long, value_name = "NAME")]
     pub into: Option<String>,
     /// Print one JSON document
@@ -55,7 +55,7 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
         .map_err(CommandError::from)?
         .id;
     check_branch(&pool, &session, &branch)?;
-    let _lock = TimelineLock::acquire(&lock_dir(env), &session, &branch, true, "convo replay")?;
+    let _lock = lock_waiting(env, &session, &branch, "convo replay")?;
     let rt = runtime()?;
     let json = a.json;
     let report = rt.block_on(async {
@@ -88,10 +88,10 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
     } else {
         match &report.divergence {
             None => println!(
-                "replayed {} of {} turns on `{}`: no divergence",
+                "replayed {} of {} turns (recorded as session {}): no divergence",
                 report.turns.len(),
                 report.recorded_turns,
-                report.branch
+                report.session
             ),
             Some(d) => {
                 let at = match d.sequence {
@@ -99,8 +99,8 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
                     None => format!("turn {}", d.turn),
                 };
                 println!(
-                    "divergence at {at}: {} differs (replay recorded on `{}`)",
-                    d.what, report.branch
+                    "divergence at {at}: {} differs (replay recorded as session {})",
+                    d.what, report.session
                 );
                 println!("{}", visible(&d.diff, Newlines::Keep));
             }

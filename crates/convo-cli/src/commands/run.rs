@@ -134,6 +134,25 @@ pub fn runtime() -> CmdResult<tokio::runtime::Runtime> {
         .map_err(|e| CommandError::user(format!("cannot start the runtime: {e}")))
 }
 
+/// Takes the timeline's lock, saying on stderr when it has to wait.
+pub fn lock_waiting(
+    env: &Env,
+    s: &SessionId,
+    b: &BranchName,
+    who: &str,
+) -> CmdResult<TimelineLock> {
+    match TimelineLock::acquire(&lock_dir(env), s, b, false, who) {
+        Err(HarnessError::Busy { holder, .. }) => {
+            eprintln!(
+                "convo: waiting for `{b}` of session {s}, in use by {}",
+                visible(&holder, Newlines::Escape)
+            );
+            Ok(TimelineLock::acquire(&lock_dir(env), s, b, true, who)?)
+        }
+        other => Ok(other?),
+    }
+}
+
 pub fn lock_dir(env: &Env) -> PathBuf {
     env.home.join("locks")
 }
@@ -193,7 +212,7 @@ pub fn run(env: &Env, a: RunArgs) -> CmdResult {
         );
     }
     check_branch(&pool, &session, &branch)?;
-    let _lock = TimelineLock::acquire(&lock_dir(env), &session, &branch, true, "convo run")?;
+    let _lock = lock_waiting(env, &session, &branch, "convo run")?;
     let rt = runtime()?;
     let failed = rt.block_on(async {
         let mut h = Harness::start(pool, &spec, opts).await?;

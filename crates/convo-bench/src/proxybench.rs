@@ -1,0 +1,243 @@
+//! The recording proxy against the same client talking to the same local
+//! upstream directly: added latency per non-streamed call (p50/p99), added
+//! time to first byte of a stream, recorded calls per second with 64
+//! concurrent clients (SQLite, every node checked afterwards), replay
+//! throughput and fidelity.
+
+use crate::util::{Result, Row, Scratch, Verdict, thousands};
+use axum::body::{Body, Bytes};
+use axum::response::IntoResponse;
+use axum::routing::post;
+use serde_json::{Value, json};
+use std::time::Instant;
+
+const CALLS: usize = 2_000;
+const CLIENTS: usize = 64;
+const PER_CLIENT: usize = 50;
+
+async fn upstream_chat(body: Bytes) -> axum::response::Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+    if req["stream"] == true {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = (0..8)
+            .map(|i| Ok(Bytes::from(format!("data: {{\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"w{i} \"}}}}]}}\n\n"))))
+            .chain([Ok(Bytes::from_static(b"data: [DONE]\n\n"))])
+            .collect();
+        return axum::response::Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(futures_util::stream::iter(chunks)))
+            .unwrap_or_default();
+    }
+    axum::Json(json!({"id": "c", "object": "chat.completion", "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}))
+    .into_response()
+}
+
+async fn serve(app: axum::Router) -> Result<String> {
+    use axum::serve::ListenerExt as _;
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", l.local_addr()?);
+    let l = l.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    tokio::spawn(async move {
+        let _ = axum::serve(l, app).await;
+    });
+    Ok(url)
+}
+
+/// The proxy served the way `convo serve` serves it.
+async fn serve_convo(app: axum::Router) -> Result<String> {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", l.local_addr()?);
+    tokio::spawn(async move {
+        let _ = convo_server::serve_router(l, app, std::future::pending()).await;
+    });
+    Ok(url)
+}
+
+fn pct(mut v: Vec<f64>, p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn body(i: usize, stream: bool) -> Value {
+    json!({"model": "bench", "stream": stream,
+        "messages": [{"role": "user", "content": format!("call {i}")}]})
+}
+
+async fn one(c: &reqwest::Client, url: &str, b: &Value) -> Result<(f64, f64)> {
+    let t = Instant::now();
+    let mut res = c.post(url).json(b).send().await?;
+    let mut first = None;
+    while let Some(chunk) = res.chunk().await? {
+        if first.is_none() && !chunk.is_empty() {
+            first = Some(t.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    let total = t.elapsed().as_secs_f64() * 1000.0;
+    Ok((total, first.unwrap_or(total)))
+}
+
+async fn sequential(c: &reqwest::Client, url: &str, stream: bool) -> Result<(Vec<f64>, Vec<f64>)> {
+    let (mut tot, mut ttfb) = (Vec::new(), Vec::new());
+    for i in 0..CALLS {
+        let (a, b) = one(c, url, &body(i, stream)).await?;
+        tot.push(a);
+        ttfb.push(b);
+    }
+    Ok((tot, ttfb))
+}
+
+async fn concurrent(url: &str) -> Result<f64> {
+    let c = reqwest::Client::new();
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for k in 0..CLIENTS {
+        let (c, url) = (c.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER_CLIENT {
+                let r = c.post(&url).json(&body(k * 1000 + i, false)).send().await;
+                if let Ok(r) = r {
+                    let _ = r.bytes().await;
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await?;
+    }
+    Ok((CLIENTS * PER_CLIENT) as f64 / t.elapsed().as_secs_f64())
+}
+
+async fn run() -> Result<Vec<Row>> {
+    let up = serve(axum::Router::new().route("/v1/chat/completions", post(upstream_chat))).await?;
+    let scratch = Scratch::new("proxy")?;
+    let store_url = scratch.url("");
+    let mut config = convo_server::Config::new(store_url.clone());
+    config.log_requests = false;
+    let st = convo_server::state(&config)?;
+    let proxy = convo_proxy::Proxy::start(
+        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
+        st.pool.clone(),
+        Some(st.hub.clone()),
+    )
+    .await?;
+    let app = convo_server::router(st.clone(), &config, Some(convo_proxy::router(proxy)));
+    let px = serve_convo(app).await?;
+    let c = reqwest::Client::new();
+    let direct = format!("{up}/v1/chat/completions");
+    let via = format!("{px}/s/bench/main/v1/chat/completions");
+    // Warm both paths.
+    sequential(&c, &direct, false).await?;
+    let (d_tot, _) = sequential(&c, &direct, false).await?;
+    let (p_tot, _) = sequential(&c, &via, false).await?;
+    let (_, d_ttfb) = sequential(&c, &direct, true).await?;
+    let (_, p_ttfb) = sequential(&c, &via, true).await?;
+    let direct_rate = concurrent(&direct).await?;
+    let via_conc = format!("{px}/s/bench-64/main/v1/chat/completions");
+    let rate = concurrent(&via_conc).await?;
+    let nodes = st
+        .pool
+        .run(|s| {
+            let id = s.find_session("bench-64")?.id;
+            Ok(s.timeline(&id, &convo_core::BranchName::main())?.len())
+        })
+        .await?;
+    let want = CLIENTS * PER_CLIENT * 4;
+
+    // Replay the 64-client session with no upstream, 64 clients again.
+    let mut rc = convo_proxy::ProxyConfig::new(None);
+    rc.replay =
+        Some(convo_proxy::replay::ReplaySpec::parse("bench:main").map_err(|e| e.to_string())?);
+    let replayer = convo_proxy::Proxy::start(rc, st.pool.clone(), None).await?;
+    let rx = serve_convo(convo_server::router(
+        st.clone(),
+        &config,
+        Some(convo_proxy::router(replayer.clone())),
+    ))
+    .await?;
+    let t = Instant::now();
+    for i in 0..CALLS {
+        let r = c
+            .post(format!("{rx}/v1/chat/completions"))
+            .json(&body(i, false))
+            .send()
+            .await?;
+        let _ = r.bytes().await?;
+    }
+    let replay_rate = CALLS as f64 / t.elapsed().as_secs_f64();
+    let fidelity = replayer.replay_summary().unwrap_or_default();
+    let dir = scratch;
+    drop(dir);
+
+    let row = |f: &str, v: f64, b: f64, target: &str, ok: Option<bool>| {
+        Row::new(
+            f,
+            format!("{:.3} ms", v - b),
+            format!("direct {b:.3} ms, via proxy {v:.3} ms"),
+            format!("{:.2}×", v / b),
+            target,
+            ok.map_or(Verdict::Info, Verdict::of),
+        )
+    };
+    let (p50, d50) = (pct(p_tot.clone(), 0.5), pct(d_tot.clone(), 0.5));
+    let (p99, d99) = (pct(p_tot, 0.99), pct(d_tot, 0.99));
+    let (t50, dt50) = (pct(p_ttfb, 0.5), pct(d_ttfb, 0.5));
+    Ok(vec![
+        row(
+            "proxy: added latency p50, non-streamed, recorded",
+            p50,
+            d50,
+            "≤ 1 ms",
+            Some(p50 - d50 <= 1.0),
+        ),
+        row(
+            "proxy: added latency p99, non-streamed, recorded",
+            p99,
+            d99,
+            "≤ 5 ms",
+            Some(p99 - d99 <= 5.0),
+        ),
+        row(
+            "proxy: added time to first byte p50, streamed",
+            t50,
+            dt50,
+            "≤ 1 ms",
+            Some(t50 - dt50 <= 1.0),
+        ),
+        Row::new(
+            "proxy: recorded calls/s, 64 clients, SQLite",
+            format!("{} calls/s", thousands(rate)),
+            format!("direct: {} calls/s", thousands(direct_rate)),
+            format!("{:.0}%", 100.0 * rate / direct_rate),
+            "≥ 2,000/s, no lost node",
+            Verdict::of(rate >= 2000.0 && nodes == want),
+        ),
+        Row::new(
+            "proxy: nodes recorded by the 64 clients",
+            thousands(nodes as f64),
+            format!("expected {}", thousands(want as f64)),
+            "—",
+            "all",
+            Verdict::of(nodes == want),
+        ),
+        Row::new(
+            "proxy: replay, sequential calls/s",
+            format!("{} calls/s", thousands(replay_rate)),
+            fidelity,
+            "—",
+            "—",
+            Verdict::Info,
+        ),
+    ])
+}
+
+/// The benchmark (its own runtime).
+pub fn proxy() -> Result<Vec<Row>> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(run())
+}
