@@ -24,6 +24,7 @@ fn import_prints_created_ids_and_a_second_import_creates_nothing() {
     let out = t
         .run(&[
             "import",
+            "-v",
             &fixture("seed_example.convo"),
             &fixture("chatgpt_conversations.json"),
             &fixture("storage/conversations"),
@@ -34,6 +35,7 @@ fn import_prints_created_ids_and_a_second_import_creates_nothing() {
     assert!(ids.iter().all(|i| i.starts_with("ses-")));
     let again = t.run(&[
         "import",
+        "-v",
         &fixture("seed_example.convo"),
         &fixture("chatgpt_conversations.json"),
         &fixture("storage/conversations"),
@@ -65,6 +67,7 @@ fn a_bad_file_stops_the_whole_import_and_writes_nothing() {
     .unwrap();
     let r = t.run(&[
         "import",
+        "-v",
         "--format",
         "sharegpt",
         &fixture("sharegpt.json"),
@@ -86,12 +89,16 @@ fn a_bad_file_stops_the_whole_import_and_writes_nothing() {
     s.push_str(&"]".repeat(100_000));
     s.push_str("}}}, \"current_node\": \"a\"}]");
     std::fs::write(&deep, s).unwrap();
-    let r = t.run(&["import", deep.to_str().unwrap()]);
+    let r = t.run(&["import", "-v", deep.to_str().unwrap()]);
     assert_eq!(r.code(), 2, "{}", r.stderr());
     assert!(r.stderr().contains("128 levels"), "{}", r.stderr());
     assert_eq!(session_count(&t), 0);
 
-    let r = t.run(&["import", t.home().join("missing.json").to_str().unwrap()]);
+    let r = t.run(&[
+        "import",
+        "-v",
+        t.home().join("missing.json").to_str().unwrap(),
+    ]);
     assert_eq!(r.code(), 2);
     assert!(r.stderr().contains("no such file"), "{}", r.stderr());
 }
@@ -99,7 +106,9 @@ fn a_bad_file_stops_the_whole_import_and_writes_nothing() {
 #[test]
 fn export_writes_every_format() {
     let t = TestEnv::new();
-    let id = t.run(&["import", &fixture("seed_example.convo")]).ok();
+    let id = t
+        .run(&["import", "-v", &fixture("seed_example.convo")])
+        .ok();
     let convo = t.run(&["export", &id, "--format", "convo"]).ok();
     let original = std::fs::read_to_string(fixture("seed_example.convo")).unwrap();
     assert_eq!(
@@ -154,7 +163,7 @@ fn export_writes_every_format() {
     let folder = folders.into_iter().next().unwrap().unwrap().path();
     assert!(folder.join("chat.jsonl").is_file() && folder.join("notes.jsonl").is_file());
     // …and that folder imports back as a new session with the same turns.
-    let back = t.run(&["import", dir.to_str().unwrap()]).ok();
+    let back = t.run(&["import", "-v", dir.to_str().unwrap()]).ok();
     assert!(back.starts_with("ses-"), "{back}");
 
     let r = t.run(&["export", &id, "--format", "convo", "--branch", "nope"]);

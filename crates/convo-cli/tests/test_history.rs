@@ -328,6 +328,10 @@ fn sessions_by_name(backend: &str) {
         assert!(got.stderr().contains(&digits), "{}", got.stderr());
     }
     t.run(&["session", "retitle", &a, "--clear"]).ok();
+    assert!(
+        t.run(&["verify"]).ok().starts_with("ok"),
+        "a retitle is journaled"
+    );
     assert_eq!(
         t.run(&["session", "get", &a, "--json"]).json()["title"],
         serde_json::Value::Null
@@ -431,4 +435,61 @@ fn broken_pipe_sqlite() {
 #[test]
 fn broken_pipe_postgres() {
     broken_pipe("postgres");
+}
+
+#[test]
+fn import_summarizes_titles_sessions_and_export_writes_every_branch() {
+    let t = TestEnv::new();
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/openai.jsonl");
+    let r = t.run(&["import", fixture.to_str().unwrap()]);
+    assert!(
+        r.stdout().is_empty(),
+        "ids only with -v or --json: {}",
+        r.stdout()
+    );
+    assert!(r.stderr().contains("imported 2 sessions"), "{}", r.stderr());
+    let again = t
+        .run(&["import", fixture.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(again["skipped"], 2);
+    assert_eq!(again["sessions"], 0);
+    // No title in the file: the first user message becomes one.
+    let list = t.run(&["session", "list", "--json"]).json();
+    let titles: Vec<_> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["title"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        titles.contains(&"Weather in Paris?".to_owned()),
+        "{titles:?}"
+    );
+    assert_eq!(
+        t.run(&["session", "get", "Weather in Paris?", "--json"])
+            .json()["title"],
+        "Weather in Paris?"
+    );
+
+    let (s, _) = story(&t);
+    let dir = t.home().join("out");
+    t.run(&[
+        "export",
+        &s,
+        "--format",
+        "markdown",
+        "--all-branches",
+        "-o",
+        dir.to_str().unwrap(),
+    ])
+    .ok();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["main.md", "retry.md"]);
+    let retry = std::fs::read_to_string(dir.join("retry.md")).unwrap();
+    assert!(retry.contains("About 2.1 million."), "{retry}");
 }

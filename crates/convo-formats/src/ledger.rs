@@ -126,6 +126,26 @@ pub fn import_all(
     })
 }
 
+/// A title for a conversation that has none: the first line of its first
+/// user message, at most 60 characters (cut at a word when it can be).
+pub fn derived_title(conv: &Conversation) -> Option<String> {
+    let first = conv
+        .messages
+        .iter()
+        .find(|m| m.role == crate::model::Role::User)?;
+    let line = first.text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let line: String = line.chars().filter(|c| !c.is_control()).collect();
+    if line.chars().count() <= 60 {
+        return Some(line);
+    }
+    let cut: String = line.chars().take(59).collect();
+    let cut = match cut.rfind(' ') {
+        Some(i) if i > 30 => cut[..i].to_owned(),
+        _ => cut,
+    };
+    Some(format!("{}…", cut.trim_end()))
+}
+
 /// Imports one conversation inside an open transaction.
 pub fn import_one(
     l: &mut Ledger<'_>,
@@ -144,7 +164,8 @@ pub fn import_one(
         .filter(|a| !a.trim().is_empty())
         .unwrap_or_else(|| format.to_owned());
     let created = conv.first_time().unwrap_or(now);
-    l.create_session(id, &agent, conv.title.as_deref(), created)?;
+    let title = conv.title.clone().or_else(|| derived_title(conv));
+    l.create_session(id, &agent, title.as_deref(), created)?;
 
     let paths: Vec<Vec<usize>> = conv
         .timelines
@@ -444,7 +465,12 @@ pub fn export(
     }
     let mut conv = Conversation::linear(messages);
     conv.id = Some(session.id.to_string());
-    conv.title = session.title.clone();
+    // A title the import derived from the first user message (the file had
+    // none) is not written back, so an export stays the file imported.
+    conv.title = session
+        .title
+        .clone()
+        .filter(|t| Some(t) != derived_title(&conv).as_ref());
     conv.agent = Some(session.agent.clone());
     conv.created_at = Some(session.created_at);
     if let Some(m) = meta {

@@ -413,7 +413,7 @@ pub async fn append(
         )));
     }
     let stamp = now();
-    let nodes = st
+    let (row, drafts) = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
@@ -425,14 +425,10 @@ pub async fn append(
                         .map_err(|e| StoreError::Invalid(format!("line {}: {e}", i + 1)))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
-            s.transaction(|l| {
-                drafts
-                    .iter()
-                    .map(|d| l.append(&row.id, &branch, d))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            Ok((row, drafts))
         })
         .await?;
+    let nodes = st.writer.append(row, branch, drafts).await?;
     st.hub.poke();
     Ok((
         StatusCode::CREATED,

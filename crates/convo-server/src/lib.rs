@@ -20,6 +20,7 @@ pub mod openapi;
 pub mod pool;
 pub mod security;
 pub mod web;
+pub mod writer;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -37,6 +38,8 @@ pub struct AppState {
     pub pool: StorePool,
     /// The new-node broadcaster.
     pub hub: events::Hub,
+    /// Group commit for appends.
+    pub writer: writer::Writer,
 }
 
 /// How to run the server.
@@ -89,7 +92,8 @@ pub fn is_loopback(addr: &SocketAddr) -> bool {
 pub fn state(config: &Config) -> Result<AppState, ServeError> {
     let pool = StorePool::open(&config.store_url, 16)?;
     let hub = events::Hub::start(&config.store_url)?;
-    Ok(AppState { pool, hub })
+    let writer = writer::Writer::start(&config.store_url)?;
+    Ok(AppState { pool, hub, writer })
 }
 
 /// The API, the OpenAPI document and the web view, with the guards.

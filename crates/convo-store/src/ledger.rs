@@ -241,6 +241,17 @@ impl Store {
                 .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
             tx.set_session_title(session, title)?;
             row.title = title.map(str::to_owned);
+            // Journaled like the creation, so verify can tell a retitle
+            // from an edit behind convo's back.
+            append_fact(
+                tx,
+                Fact::Session {
+                    id: row.id,
+                    agent: row.agent.clone(),
+                    title: row.title.clone(),
+                    created_at: row.created_at,
+                },
+            )?;
             Ok(row)
         })
     }

@@ -530,8 +530,18 @@ fn check_facts(
                     title,
                     created_at,
                 };
-                if j.sessions.insert(id, (f.seq, row)).is_some() {
-                    r.problem(object, format!("it creates session {id} a second time"));
+                // A later fact for the same session with the same agent and
+                // creation time is a retitle (`Store::retitle`): the title
+                // it carries replaces the earlier one.
+                match j.sessions.get(&id) {
+                    Some((_, old))
+                        if old.agent != row.agent || old.created_at != row.created_at =>
+                    {
+                        r.problem(object, format!("it creates session {id} a second time"));
+                    }
+                    _ => {
+                        j.sessions.insert(id, (f.seq, row));
+                    }
                 }
             }
             Fact::State {

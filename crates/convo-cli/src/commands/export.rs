@@ -11,7 +11,16 @@ use std::process::ExitCode;
 /// With -o the file is written whole or not at all (a temporary file
 /// renamed into place); for clog, -o names the folder that receives the
 /// conversation-{time}-{thread}/ folder with notes.jsonl and chat.jsonl.
+/// With --all-branches, every timeline of the session goes into the folder
+/// -o names, one file per timeline named after it ({branch}.convo, .json,
+/// .jsonl, .md, .html; a folder {branch}/ for clog).
+///
+/// Examples:
+///   convo export Paris --format markdown | less
+///   convo export Paris --branch retry --format convo -o retry.convo
+///   convo export Paris --format html --all-branches -o paris/
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct ExportArgs {
     /// Session id, unique id prefix or title
     pub session: String,
@@ -24,6 +33,9 @@ pub struct ExportArgs {
     /// Write here instead of standard output
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
+    /// Export every timeline of the session into the folder -o names
+    #[arg(long, requires = "output", conflicts_with = "branch")]
+    pub all_branches: bool,
 }
 
 pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
@@ -32,6 +44,37 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
         .ok_or_else(|| CommandError::user(format!("`{}` cannot be exported", a.format)))?;
     let mut store = env.open()?;
     let s = find_session(&mut store, &a.session)?;
+    if a.all_branches {
+        let dir = a
+            .output
+            .as_deref()
+            .ok_or_else(|| CommandError::user("--all-branches needs -o FOLDER"))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| CommandError::user(format!("cannot create {}: {e}", dir.display())))?;
+        let ext = match a.format.as_str() {
+            "convo" => "convo",
+            "session-json" => "json",
+            "openai" => "jsonl",
+            "markdown" => "md",
+            "html" => "html",
+            _ => "",
+        };
+        for b in store.branches(&s.id)? {
+            let conv = convo_formats::ledger::export(&mut store, &s, &b.name)?;
+            let name = convo_core::text::component(b.name.as_str());
+            if a.format == "clog" {
+                let sub = dir.join(&name);
+                let path = convo_formats::clog::write_folder(&conv, &sub).map_err(format_error)?;
+                eprintln!("wrote {}", path.display());
+            } else {
+                let path = dir.join(format!("{name}.{ext}"));
+                let bytes = writer.write(&conv).map_err(format_error)?;
+                write_atomically(&path, &bytes)?;
+                eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let conv = convo_formats::ledger::export(&mut store, &s, &branch)?;
     match (&a.output, a.format.as_str()) {
         (Some(dir), "clog") => {

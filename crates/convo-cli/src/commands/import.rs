@@ -1,9 +1,9 @@
 use super::{CmdResult, CommandError, Env, now};
-use crate::output::print_json;
 use clap::Args;
 use convo_formats::ledger::{Outcome, import_all};
 use convo_formats::{Conversation, IMPORT_FORMATS};
 use serde_json::json;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,8 +14,16 @@ use std::process::ExitCode;
 /// Each conversation becomes a session whose id is derived from the format
 /// and the conversation's own id (or content), so importing the same file
 /// again creates nothing: those sessions are reported as already imported.
-/// Prints the id of each session created, one per line.
+/// Prints a summary on standard error (sessions created, nodes, already
+/// present); with -v also the id of each session created on standard
+/// output, one per line, and with --json one document listing them.
+///
+/// Examples:
+///   convo import conversations.json          # a ChatGPT or Claude export
+///   convo import ~/chats/*.convo -v          # and print the new session ids
+///   convo import history.jsonl --format openai --agent support-bot --json
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct ImportArgs {
     /// Files or folders to import; a clog `storage/conversations/` folder imports every conversation in it
     #[arg(required = true, value_name = "PATH")]
@@ -28,6 +36,9 @@ pub struct ImportArgs {
     /// Agent name for the new sessions [default: from the file, else the format name]
     #[arg(long, value_name = "NAME")]
     pub agent: Option<String>,
+    /// Also print the id of each session created, and each already present
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// Print one JSON document
     #[arg(long)]
     pub json: bool,
@@ -93,16 +104,27 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         }
     }
     if a.json {
-        print_json(&json!({"created": created, "existing": existing}));
+        let v = json!({
+            "created": created,
+            "existing": existing,
+            "sessions": created.len(),
+            "nodes": nodes,
+            "skipped": existing.len(),
+        });
+        crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
     } else {
-        for c in &created {
-            println!("{}", c["id"].as_str().unwrap_or_default());
-        }
-        for id in &existing {
-            eprintln!("{id}: already imported, skipped");
+        if a.verbose {
+            let mut out = crate::ui::Out::stdout();
+            for c in &created {
+                writeln!(out, "{}", c["id"].as_str().unwrap_or_default())?;
+            }
+            out.flush()?;
+            for id in &existing {
+                eprintln!("{id}: already imported, skipped");
+            }
         }
         eprintln!(
-            "imported {} session{} ({nodes} nodes) from {} path{}; {} already present",
+            "imported {} session{} ({nodes} nodes) from {} path{}; {} already present, skipped",
             created.len(),
             if created.len() == 1 { "" } else { "s" },
             a.paths.len(),
