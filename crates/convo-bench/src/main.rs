@@ -19,6 +19,7 @@ mod gitbench;
 mod harnessbench;
 mod pgbench;
 mod proxybench;
+mod servebench;
 mod util;
 
 use std::process::ExitCode;
@@ -118,6 +119,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "proxy",
         "recording proxy vs the upstream called directly; 64 clients; replay",
         proxybench::proxy,
+    ),
+    (
+        "serve",
+        "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline",
+        servebench::serve,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];
