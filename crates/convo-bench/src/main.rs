@@ -86,6 +86,21 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         gitbench::projection,
     ),
     (
+        "gitlong",
+        "git sync of one 10,000-turn session vs git fast-import; git verify",
+        gitbench::long_session,
+    ),
+    (
+        "gitfiles",
+        "git sync of one 10,000-turn session, layout sessions vs dag",
+        gitbench::long_session_files,
+    ),
+    (
+        "gitchain",
+        "git sync of one timeline of 100,000 nodes",
+        gitbench::long_timeline,
+    ),
+    (
         "gitscale",
         "git sync cost per commit with 10,000 sessions vs 1",
         gitbench::scaling,

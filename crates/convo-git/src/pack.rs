@@ -18,7 +18,7 @@ use crate::{Error, Result};
 use gix::ObjectId;
 use gix::objs::{Kind, WriteTo};
 use std::collections::{HashMap, VecDeque};
-use std::io::Write;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -67,15 +67,41 @@ pub fn ofs_encode(out: &mut Vec<u8>, mut ofs: u64) {
     out.extend_from_slice(&buf[pos..]);
 }
 
+thread_local! {
+    /// One compressor, reset for each object: a new one per object costs an
+    /// allocation of its window and tables each time, which glibc's heap
+    /// does not give back (hundreds of MB of resident memory per batch).
+    static DEFLATE: std::cell::RefCell<gix::zlib::stream::deflate::Compress> =
+        std::cell::RefCell::new(gix::zlib::stream::deflate::Compress::new(
+            gix::zlib::Compression::BEST_SPEED,
+        ));
+}
+
 pub fn deflate(data: &[u8]) -> Result<Vec<u8>> {
-    let mut w = gix::zlib::stream::deflate::Write::new(
-        Vec::with_capacity(data.len() / 2 + 64),
-        gix::zlib::Compression::BEST_SPEED,
-    );
-    w.write_all(data)
-        .and_then(|()| w.flush())
-        .map_err(|e| Error::Git(format!("compressing: {e}")))?;
-    Ok(w.into_inner())
+    use gix::zlib::Status;
+    use gix::zlib::stream::deflate::FlushCompress;
+    DEFLATE.with(|c| {
+        let mut c = c.borrow_mut();
+        c.reset();
+        let mut out = vec![0u8; data.len() + data.len() / 8 + 64];
+        loop {
+            let (i, o) = (c.total_in() as usize, c.total_out() as usize);
+            let st = c
+                .compress(&data[i..], &mut out[o..], FlushCompress::Finish)
+                .map_err(|e| Error::Git(format!("compressing: {e}")))?;
+            if st == Status::StreamEnd {
+                break;
+            }
+            if c.total_out() as usize == out.len() {
+                let n = out.len() * 2;
+                out.resize(n, 0);
+            } else if c.total_in() as usize == i && c.total_out() as usize == o {
+                return Err(Error::Git("compressing: no progress".into()));
+            }
+        }
+        out.truncate(c.total_out() as usize);
+        Ok(out)
+    })
 }
 
 fn inflate(data: &[u8], size: usize) -> Result<Vec<u8>> {
