@@ -302,14 +302,14 @@ pub(crate) fn timeline_page(
     limit: usize,
 ) -> convo_store::Result<TimelinePageView> {
     let row = s.find_session(q)?;
-    let offset = if cursor < 0 {
-        // From the end: one cheap call for the length first.
-        let total = s.timeline_page(&row.id, branch, 0, 0)?.total;
-        total.saturating_sub(cursor.unsigned_abs() as usize)
+    let page = if cursor < 0 {
+        // From the end, in the same single pass.
+        let n = (cursor.unsigned_abs() as usize).min(limit);
+        s.timeline_tail(&row.id, branch, n)?
     } else {
-        cursor as usize
+        s.timeline_page(&row.id, branch, cursor as usize, limit)?
     };
-    let page = s.timeline_page(&row.id, branch, offset, limit)?;
+    let offset = page.offset;
     let nodes: Vec<NodeView> = page
         .nodes
         .iter()

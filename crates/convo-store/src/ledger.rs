@@ -428,7 +428,17 @@ impl Store {
         offset: usize,
         limit: usize,
     ) -> Result<TimelinePage> {
-        self.read(|tx| timeline_page_in(tx, session, branch, offset, limit))
+        self.read(|tx| timeline_page_in(tx, session, branch, Some(offset), limit))
+    }
+
+    /// Like [`Store::timeline_page`], for the last `limit` nodes (one pass).
+    pub fn timeline_tail(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        limit: usize,
+    ) -> Result<TimelinePage> {
+        self.read(|tx| timeline_page_in(tx, session, branch, None, limit))
     }
 
     /// The follow number of the newest node (0 for an empty store).
@@ -991,13 +1001,15 @@ pub struct TimelinePage {
     pub total: usize,
     /// How many turns (invokes) the whole timeline has.
     pub turns: u64,
+    /// The position of the page's first node.
+    pub offset: usize,
 }
 
 fn timeline_page_in(
     tx: &mut dyn Tx,
     session: &SessionId,
     branch: &BranchName,
-    offset: usize,
+    offset: Option<usize>,
     limit: usize,
 ) -> Result<TimelinePage> {
     let b = open_branch(tx, session, branch, false)?;
@@ -1006,6 +1018,7 @@ fn timeline_page_in(
             nodes: Vec::new(),
             total: 0,
             turns: 0,
+            offset: 0,
         });
     };
     let rows = tx.session_nodes(session, false)?;
@@ -1030,6 +1043,7 @@ fn timeline_page_in(
     }
     chain.reverse();
     let total = chain.len();
+    let offset = offset.unwrap_or(total.saturating_sub(limit));
     let mut turn = 0u64;
     let mut turns_at = Vec::with_capacity(total);
     for &i in &chain {
@@ -1051,6 +1065,7 @@ fn timeline_page_in(
         nodes,
         total,
         turns: turn,
+        offset,
     })
 }
 
