@@ -31,17 +31,8 @@ pub fn render(text: &str) -> String {
             dest_url,
             title,
             id,
-        }) => Event::Start(Tag::Link {
-            link_type,
-            dest_url: if safe_url(&dest_url) {
-                dest_url
-            } else {
-                CowStr::from("#")
-            },
-            title,
-            id,
-        }),
-        Event::Start(Tag::Image {
+        })
+        | Event::Start(Tag::Image {
             link_type,
             dest_url,
             title,

@@ -150,14 +150,4 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Who sends a message of `kind` to whom when the user does not say.
-pub fn default_ends(kind: Kind, agent: &str) -> (String, String) {
-    let (f, t) = match kind {
-        Kind::Invoke => ("cli", agent),
-        Kind::Request => (agent, "infer"),
-        Kind::Response => ("infer", agent),
-        Kind::Complete => (agent, "cli"),
-        Kind::Fork | Kind::Promote => ("platform", agent),
-    };
-    (f.to_owned(), t.to_owned())
-}
+pub use convo_api::default_ends;
