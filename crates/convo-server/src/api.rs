@@ -335,16 +335,7 @@ pub async fn get_node(
     Path(h): Path<String>,
 ) -> ApiResult<Json<NodeView>> {
     let p = prefix(&h)?;
-    let (node, payload) = st
-        .pool
-        .run(move |s| {
-            let n = s.node(&p)?;
-            let b = s.blob(&n.node.payload)?.ok_or_else(|| {
-                StoreError::Corrupt(format!("payload of node {} is missing", n.hash))
-            })?;
-            Ok((n, b))
-        })
-        .await?;
+    let (node, payload) = st.pool.run(move |s| node_with_payload(s, &p)).await?;
     Ok(Json(NodeView::new(&node, Some(&payload))))
 }
 
@@ -363,10 +354,7 @@ pub async fn node_payload(
     let (hash, payload) = st
         .pool
         .run(move |s| {
-            let n = s.node(&p)?;
-            let b = s.blob(&n.node.payload)?.ok_or_else(|| {
-                StoreError::Corrupt(format!("payload of node {} is missing", n.hash))
-            })?;
+            let (n, b) = node_with_payload(s, &p)?;
             Ok((n.hash.to_hex(), b))
         })
         .await?;
@@ -384,6 +372,18 @@ pub async fn node_payload(
         h.insert(header::CONTENT_DISPOSITION, v);
     }
     Ok(res)
+}
+
+/// A node by hash or prefix, with its payload bytes.
+pub(crate) fn node_with_payload(
+    s: &mut convo_store::Store,
+    p: &HashPrefix,
+) -> convo_store::Result<(convo_store::StoredNode, Vec<u8>)> {
+    let n = s.node(p)?;
+    let b = s
+        .blob(&n.node.payload)?
+        .ok_or_else(|| StoreError::Corrupt(format!("payload of node {} is missing", n.hash)))?;
+    Ok((n, b))
 }
 
 fn content_type(b: &[u8]) -> &'static str {
@@ -620,6 +620,14 @@ pub(crate) fn state_view(
 ) -> convo_store::Result<StateView> {
     let row = s.find_session(q)?;
     let root = s.state_root(&row.id, branch, at)?;
+    state_at_root(s, root)
+}
+
+/// Every entry of a state version.
+pub(crate) fn state_at_root(
+    s: &mut convo_store::Store,
+    root: convo_core::StateRoot,
+) -> convo_store::Result<StateView> {
     let entries = s
         .state_list(&root)?
         .into_iter()

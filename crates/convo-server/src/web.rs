@@ -518,37 +518,20 @@ async fn node_page(State(st): State<AppState>, Path((q, h)): Path<(String, Strin
     };
     let data = run(&st, move |s| {
         let row = s.find_session(&q)?;
-        let n = s.node(&p)?;
+        let (n, payload) = api::node_with_payload(s, &p)?;
         if n.node.session != row.id {
             return Err(StoreError::NoNode(h.clone()));
         }
-        let payload = s
-            .blob(&n.node.payload)?
-            .ok_or_else(|| StoreError::Corrupt(format!("payload of {} is missing", n.hash)))?;
         let root = n.ctx.state.unwrap_or_else(convo_core::state::empty_root);
-        let entries = s.state_list(&root)?;
-        Ok((row, NodeView::new(&n, Some(&payload)), root, entries))
+        let state = api::state_at_root(s, root)?;
+        Ok((row, NodeView::new(&n, Some(&payload)), state))
     })
     .await;
-    let (row, n, root, entries) = match data {
+    let (row, n, state) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
     let sid = row.id.to_string();
-    let state = api::StateView {
-        root: (root != convo_core::state::empty_root()).then(|| root.to_hex()),
-        entries: entries
-            .into_iter()
-            .map(|(key, v)| {
-                let (value, value_encoding) = convo_api::encode_payload(&v);
-                api::StateEntry {
-                    key,
-                    value,
-                    value_encoding,
-                }
-            })
-            .collect(),
-    };
     let fields: Vec<(&str, String)> = vec![
         ("hash", n.hash.clone()),
         (

@@ -1021,33 +1021,13 @@ fn timeline_page_in(
             offset: 0,
         });
     };
-    let rows = tx.session_nodes(session, false)?;
-    let index: convo_core::DigestMap<NodeHash, usize> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, (s, _))| (s.hash, i))
-        .collect();
-    let mut chain = Vec::new();
-    let mut cur = Some(head);
-    while let Some(h) = cur {
-        let &i = index
-            .get(&h)
-            .ok_or_else(|| StoreError::Corrupt(format!("node {h} on `{branch}` is missing")))?;
-        chain.push(i);
-        cur = rows[i].0.node.parent;
-        if chain.len() > rows.len() {
-            return Err(StoreError::Corrupt(format!(
-                "branch `{branch}` has a parent cycle"
-            )));
-        }
-    }
-    chain.reverse();
+    let chain = chain_in(tx, session, head, false)?;
     let total = chain.len();
     let offset = offset.unwrap_or(total.saturating_sub(limit));
     let mut turn = 0u64;
     let mut turns_at = Vec::with_capacity(total);
-    for &i in &chain {
-        if rows[i].0.node.kind == Kind::Invoke {
+    for n in &chain {
+        if n.stored.node.kind == Kind::Invoke {
             turn += 1;
         }
         turns_at.push(turn);
@@ -1055,7 +1035,7 @@ fn timeline_page_in(
     let end = offset.saturating_add(limit).min(total);
     let mut nodes = Vec::with_capacity(end.saturating_sub(offset));
     for pos in offset.min(end)..end {
-        let stored = rows[chain[pos]].0.clone();
+        let stored = chain[pos].stored.clone();
         let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
             StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
         })?;
