@@ -3,17 +3,20 @@
 //! walkthrough (fork keeps the state, promote), and the failures.
 
 use crate::common::TestEnv;
+use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
-fn todo_agent() -> String {
+/// `examples/NAME/agent.py`.
+fn example(name: &str) -> String {
     let p: PathBuf = [
         env!("CARGO_MANIFEST_DIR"),
         "..",
         "..",
         "examples",
-        "todo-agent",
+        name,
         "agent.py",
     ]
     .iter()
@@ -21,42 +24,117 @@ fn todo_agent() -> String {
     p.to_string_lossy().into_owned()
 }
 
-/// A scripted OpenAI-compatible upstream: every call is answered with a
-/// chat completion saying "noted (N)", N counting calls. Returns its URL.
-fn scripted_upstream() -> String {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", l.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for (n, conn) in l.incoming().enumerate() {
-            let Ok(mut conn) = conn else { continue };
-            let mut r = BufReader::new(conn.try_clone().unwrap());
-            let mut len = 0usize;
-            let mut first = String::new();
-            r.read_line(&mut first).unwrap();
-            loop {
-                let mut h = String::new();
-                if r.read_line(&mut h).unwrap() == 0 || h == "\r\n" {
-                    break;
+fn todo_agent() -> String {
+    example("todo-agent")
+}
+
+/// A scripted OpenAI-compatible upstream written for these tests: each
+/// call is answered by `answer(n, path, request body)` (n counting calls
+/// from 1); every call's path and body are kept.
+struct Upstream {
+    url: String,
+    calls: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl Upstream {
+    fn start(answer: fn(usize, &str, &Value) -> Value) -> Upstream {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/v1", l.local_addr().unwrap());
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let kept = calls.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut len = 0usize;
+                let mut first = String::new();
+                r.read_line(&mut first).unwrap();
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap() == 0 || h == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap();
+                    }
                 }
-                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap();
-                }
+                let mut body = vec![0; len];
+                r.read_exact(&mut body).unwrap();
+                let path = first.split(' ').nth(1).unwrap_or("").to_owned();
+                let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                let n = {
+                    let mut c = kept.lock().unwrap();
+                    c.push((path.clone(), req.clone()));
+                    c.len()
+                };
+                let out = answer(n, &path, &req).to_string();
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{out}",
+                    out.len()
+                );
             }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body).unwrap();
-            assert!(first.starts_with("POST /v1/chat/completions"), "{first}");
-            let out = format!(
-                r#"{{"choices":[{{"message":{{"role":"assistant","content":"noted ({})"}}}}]}}"#,
-                n + 1
-            );
-            let _ = write!(
-                conn,
-                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{out}",
-                out.len()
-            );
-        }
-    });
-    url
+        });
+        Upstream { url, calls }
+    }
+
+    fn count(&self) -> usize {
+        self.calls.lock().unwrap().len()
+    }
+
+    fn paths(&self) -> Vec<String> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.0.clone())
+            .collect()
+    }
+}
+
+/// A chat completion with this message.
+fn completion(message: Value, finish: &str) -> Value {
+    json!({
+        "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": "scripted",
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    })
+}
+
+/// Every call answered "noted (N)".
+fn noted(n: usize, path: &str, _: &Value) -> Value {
+    assert_eq!(path, "/v1/chat/completions");
+    completion(
+        json!({"role": "assistant", "content": format!("noted ({n})")}),
+        "stop",
+    )
+}
+
+/// A model that uses the todo tools: "add X" calls add_todo(X), anything
+/// else list_todos(); after a tool's result it answers "done: RESULT".
+fn tool_model(_: usize, path: &str, req: &Value) -> Value {
+    assert_eq!(path, "/v1/chat/completions");
+    assert!(req["tools"].is_array(), "{req}");
+    let last = req["messages"].as_array().and_then(|m| m.last()).unwrap();
+    if last["role"] == "tool" {
+        let content = last["content"].as_str().unwrap_or_default();
+        return completion(
+            json!({"role": "assistant", "content": format!("done: {content}")}),
+            "stop",
+        );
+    }
+    let text = last["content"].as_str().unwrap_or_default();
+    let (name, args) = match text.strip_prefix("add ") {
+        Some(item) => ("add_todo", json!({"item": item})),
+        None => ("list_todos", json!({})),
+    };
+    completion(
+        json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": format!("call_{name}"), "type": "function",
+            "function": {"name": name, "arguments": args.to_string()},
+        }]}),
+        "tool_calls",
+    )
 }
 
 fn lines(s: &str) -> Vec<String> {
@@ -66,7 +144,8 @@ fn lines(s: &str) -> Vec<String> {
 #[test]
 fn todo_walkthrough_fork_keeps_state_promote_and_replay() {
     let t = TestEnv::new();
-    let up = scripted_upstream();
+    let upstream = Upstream::start(noted);
+    let up = upstream.url.clone();
     let agent = todo_agent();
     let run = |args: &[&str]| {
         let mut a = args.to_vec();
@@ -146,13 +225,16 @@ fn todo_walkthrough_fork_keeps_state_promote_and_replay() {
         .run(&["state", "get", "todo", "todos", "--branch", &sealed])
         .ok();
     assert_eq!(old, r#"["milk", "eggs", "carrots"]"#);
-    // 4. replay main against the same agent with no upstream: identical.
+    // 4. replay main against the same agent with no upstream: identical,
+    // every model call answered from the recording (none reaches the model).
+    let before = upstream.count();
     let r = t
         .run(&["replay", "todo", "--json", "--", "python3", &agent])
         .json();
     assert_eq!(r["divergence"], serde_json::Value::Null, "{r}");
     assert_eq!(r["turns"].as_array().unwrap().len(), 5);
     assert!(r["session"].as_str().unwrap().starts_with("ses-"));
+    assert_eq!(upstream.count(), before, "a replay never calls the model");
     // 5. a changed agent diverges at the first turn's inference request.
     let changed = t.home().join("changed.py");
     let src = std::fs::read_to_string(&agent)
@@ -312,4 +394,508 @@ fn chat_forks_promotes_and_a_second_chat_on_the_timeline_is_refused() {
     let b = t.run(&["branch", "list", "todo", "--json"]).json();
     assert_eq!(b.as_array().map(Vec::len), Some(2), "{b}");
     t.run(&["verify"]).ok();
+}
+
+/// Runs `convo ARGS` with `stdin` as its input.
+fn run_with_stdin(t: &TestEnv, args: &[&str], stdin: &str) -> crate::common::Run {
+    t.run_stdin(args, stdin.as_bytes())
+}
+
+#[test]
+fn inputs_from_a_file_or_stdin_and_replay_live_after_a_node() {
+    let t = TestEnv::new();
+    let upstream = Upstream::start(noted);
+    let agent = todo_agent();
+    let tail = ["--upstream", upstream.url.as_str(), "--", "python3", &agent];
+    // Inputs one per line from a file (blank lines skipped)…
+    let file = t.home().join("inputs.txt");
+    std::fs::write(&file, "add milk\n\nadd eggs\n").unwrap();
+    let mut a = vec!["run", "todo", "--inputs", file.to_str().unwrap()];
+    a.extend(tail);
+    let out = t.run(&a).ok();
+    assert_eq!(
+        lines(&out),
+        [
+            "added milk: milk",
+            "noted (1)",
+            "added eggs: milk, eggs",
+            "noted (2)"
+        ]
+    );
+    // …or from stdin, with `--inputs -` or with no input given at all.
+    let mut a = vec!["run", "todo", "--inputs", "-"];
+    a.extend(tail);
+    let out = run_with_stdin(&t, &a, "add carrots\n").ok();
+    assert_eq!(lines(&out)[0], "added carrots: milk, eggs, carrots");
+    let mut a = vec!["run", "todo"];
+    a.extend(tail);
+    let out = run_with_stdin(&t, &a, "remove eggs\n").ok();
+    assert_eq!(lines(&out)[0], "removed eggs: milk, carrots");
+    assert_eq!(upstream.count(), 4);
+    // Replay, live after turn 2's complete: turns 1-2 come from the
+    // recording (no model call), turns 3-4 call the model again.
+    let tl = t.run(&["session", "get", "todo", "--json"]).json();
+    let nodes = tl["nodes"].as_array().unwrap();
+    let completes: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "complete").collect();
+    assert_eq!(completes.len(), 4);
+    let second = completes[1]["hash"].as_str().unwrap()[..12].to_owned();
+    let state_before = t.run(&["state", "get", "todo", "todos"]).ok();
+    let mut a = vec!["replay", "todo", "--json", "--live-after", &second];
+    a.extend(tail);
+    let r = t.run(&a).json();
+    assert_eq!(r["divergence"], Value::Null, "{r}");
+    let live: Vec<bool> = r["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["live"].as_bool().unwrap())
+        .collect();
+    assert_eq!(live, [false, false, true, true]);
+    assert_eq!(
+        upstream.count(),
+        6,
+        "only the two live turns call the model"
+    );
+    // The replay has its own timeline (a new session): the original's
+    // state is untouched, the replay's state ends the same.
+    let rs = r["session"].as_str().unwrap();
+    assert_ne!(rs, tl["session"]["id"].as_str().unwrap_or_default());
+    assert_eq!(t.run(&["state", "get", "todo", "todos"]).ok(), state_before);
+    assert_eq!(t.run(&["state", "get", rs, "todos"]).ok(), state_before);
+    let replayed = t.run(&["session", "get", rs, "--json"]).json();
+    let inputs: Vec<&str> = replayed["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "invoke")
+        .map(|n| n["payload"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        inputs,
+        ["add milk", "add eggs", "add carrots", "remove eggs"]
+    );
+    // The replayed turn 1 answered the model call from the recording.
+    let resp = replayed["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["kind"] == "response" && n["from"] == "infer")
+        .unwrap();
+    assert_eq!(resp["diagnostics"]["replayed"], true, "{resp}");
+    // An unknown node is a clear error.
+    let mut a = vec!["replay", "todo", "--live-after", "0000deadbeef"];
+    a.extend(tail);
+    let r = t.run(&a);
+    assert_ne!(r.code(), 0);
+    assert!(
+        r.stderr().contains("--live-after 0000deadbeef"),
+        "{}",
+        r.stderr()
+    );
+    t.run(&["verify"]).ok();
+}
+
+const ENV_AGENT: &str = r#"
+import json, os, urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+def post(url, doc):
+    req = urllib.request.Request(url, data=json.dumps(doc).encode(), method="POST")
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req) as r:
+        return r.status
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        msg = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+        e = os.environ
+        got = [
+            post(e["OPENAI_BASE_URL"] + "/chat/completions", msg),
+            post(e["OPENAI_API_BASE"] + "/chat/completions", msg),
+            post(e["OPENAI_HOST"] + "/v1/chat/completions", msg),
+            post(e["OLLAMA_HOST"] + "/api/chat", msg),
+            post(e["ANTHROPIC_BASE_URL"] + "/v1/messages", msg),
+        ]
+        body = json.dumps({"output": " ".join(map(str, got)) + " " + e["OPENAI_API_KEY"]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+fn echo_model(_: usize, _: &str, _: &Value) -> Value {
+    completion(json!({"role": "assistant", "content": "ok"}), "stop")
+}
+
+#[test]
+fn a_child_finds_convo_through_the_variables_sdks_read() {
+    let t = TestEnv::new();
+    let upstream = Upstream::start(echo_model);
+    let script = t.home().join("env_agent.py");
+    std::fs::write(&script, ENV_AGENT).unwrap();
+    let out = t
+        .run(&[
+            "run",
+            "env",
+            "--input",
+            "go",
+            "--upstream",
+            &upstream.url,
+            "--",
+            "python3",
+            script.to_str().unwrap(),
+        ])
+        .ok();
+    // Every variable reaches convo (and through it the upstream); the SDKs'
+    // key gets a placeholder when convo's environment has none.
+    assert_eq!(out, "200 200 200 200 200 convo-no-key");
+    assert_eq!(
+        upstream.paths(),
+        [
+            "/v1/chat/completions",
+            "/v1/chat/completions",
+            "/v1/chat/completions",
+            "/api/chat",
+            "/v1/messages"
+        ]
+    );
+    let tl = t.run(&["session", "get", "env", "--json"]).json();
+    let infer: Vec<&Value> = tl["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "request" && n["to"] == "infer")
+        .collect();
+    assert_eq!(infer.len(), 5, "each call is recorded");
+}
+
+const STREAM_AGENT: &str = r#"
+import json, os, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+FLAGS = os.environ["FLAGS"]
+def wait_for(name):
+    for _ in range(6000):
+        if os.path.exists(os.path.join(FLAGS, name)):
+            return
+        time.sleep(0.01)
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+    def do_POST(self):
+        text = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["input"]
+        if text == "hang":
+            open(os.path.join(FLAGS, "hanging"), "w").close()
+            time.sleep(60)
+        if text == "stream":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.chunk(b"first part, ")
+            wait_for("go")
+            self.chunk(b"second part")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        body = json.dumps({"output": "ok " + text}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+/// Reads `r` until what was read ends with `want`; returns all of it.
+fn read_until(r: &mut impl Read, want: &str) -> String {
+    let mut got = Vec::new();
+    let mut b = [0u8; 1];
+    while !String::from_utf8_lossy(&got).ends_with(want) {
+        let n = r.read(&mut b).unwrap();
+        assert!(
+            n > 0,
+            "ended before {want:?}: {}",
+            String::from_utf8_lossy(&got)
+        );
+        got.push(b[0]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+fn wait_for_file(p: &std::path::Path) {
+    for _ in 0..6000 {
+        if p.exists() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{} never appeared", p.display());
+}
+
+#[test]
+fn chat_streams_the_answer_and_ctrl_c_ends_only_the_turn() {
+    use std::process::Stdio;
+    let t = TestEnv::new();
+    let script = t.home().join("stream_agent.py");
+    std::fs::write(&script, STREAM_AGENT).unwrap();
+    let flags = t.home().join("flags");
+    std::fs::create_dir_all(&flags).unwrap();
+    let mut chat = t
+        .cmd()
+        .env("FLAGS", &flags)
+        .args(["chat", "s", "--", "python3", script.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = chat.stdin.take().unwrap();
+    let mut out = chat.stdout.take().unwrap();
+    // A warm-up turn: by then the chat handles Ctrl-C itself.
+    stdin.write_all(b"hello\n").unwrap();
+    assert_eq!(read_until(&mut out, "\n"), "ok hello\n");
+    // The first piece is shown while the agent still holds the rest back
+    // (it sends the rest only once the test has seen the first piece).
+    stdin.write_all(b"stream\n").unwrap();
+    assert_eq!(read_until(&mut out, "first part, "), "first part, ");
+    std::fs::write(flags.join("go"), "").unwrap();
+    assert_eq!(read_until(&mut out, "\n"), "second part\n");
+    // Ctrl-C while the agent hangs ends that turn; the chat goes on.
+    stdin.write_all(b"hang\n").unwrap();
+    wait_for_file(&flags.join("hanging"));
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &chat.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    stdin.write_all(b"after\n/quit\n").unwrap();
+    drop(stdin);
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "ok after\n");
+    assert!(chat.wait().unwrap().success());
+    let tl = t.run(&["session", "get", "s", "--json"]).json();
+    let completes: Vec<&Value> = tl["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "complete")
+        .collect();
+    assert_eq!(completes.len(), 4);
+    assert_eq!(completes[1]["payload"], "first part, second part");
+    assert_eq!(completes[2]["diagnostics"]["failure"], "interrupted");
+    assert_eq!(completes[3]["payload"], "ok after");
+    t.run(&["verify"]).ok();
+}
+
+#[test]
+fn a_vlinder_agent_runs_unchanged() {
+    let t = TestEnv::new();
+    let upstream = Upstream::start(noted);
+    let agent = example("vlinder-agent");
+    let run = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--dialect", "vlinder", "--upstream", &upstream.url]);
+        a.extend(["--", "python3", &agent]);
+        t.run(&a)
+    };
+    let out = run(&["run", "todo", "--input", "add milk", "--input", "add eggs"]).ok();
+    assert_eq!(
+        lines(&out),
+        [
+            "added milk: milk",
+            "noted (1)",
+            "added eggs: milk, eggs",
+            "noted (2)"
+        ]
+    );
+    // The raw-text invoke, the kv routes and the inference host were all
+    // recorded as usual.
+    let tl = t.run(&["session", "get", "todo", "--json"]).json();
+    let nodes = tl["nodes"].as_array().unwrap();
+    assert_eq!(nodes[0]["payload"], "add milk");
+    let put = nodes
+        .iter()
+        .find(|n| n["kind"] == "request" && n["diagnostics"]["op"] == "put")
+        .unwrap();
+    assert_eq!(put["to"], "kv");
+    assert_eq!(put["diagnostics"]["key"], "/todos.json");
+    assert_eq!(put["diagnostics"]["dialect"], "vlinder");
+    assert_eq!(put["payload"], r#"["milk"]"#);
+    assert_eq!(
+        t.run(&["state", "get", "todo", "/todos.json"]).ok(),
+        r#"["milk", "eggs"]"#
+    );
+    // A fork after milk resumes with that state.
+    let first_complete = nodes.iter().find(|n| n["kind"] == "complete").unwrap();
+    let from = first_complete["hash"].as_str().unwrap();
+    t.run(&["session", "fork", "todo", "--from", from, "--branch", "fix"])
+        .ok();
+    let out = run(&["run", "todo", "--branch", "fix", "--input", "list"]).ok();
+    assert_eq!(lines(&out)[0], "your list: milk");
+    // And a replay matches without the model.
+    let before = upstream.count();
+    let r = t
+        .run(&[
+            "replay",
+            "todo",
+            "--json",
+            "--dialect",
+            "vlinder",
+            "--",
+            "python3",
+            &agent,
+        ])
+        .json();
+    assert_eq!(r["divergence"], Value::Null, "{r}");
+    assert_eq!(upstream.count(), before);
+    t.run(&["verify"]).ok();
+}
+
+/// An agent process the test starts itself (for `--agent-url`), ended on drop.
+struct Served {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve_agent(python: &str, script: &str) -> Served {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = std::process::Command::new(python)
+        .arg(script)
+        .env("PORT", port.to_string())
+        .env("OPENAI_API_KEY", "test-key")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let served = Served {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    // Importing a framework can take a while on a loaded machine.
+    for _ in 0..3000 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return served;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("{script} never listened on {port}");
+}
+
+/// The walkthrough for an agent whose model uses the todo tools: three
+/// adds, a fork after the second that lists two items, a replay served
+/// from the recording. Returns the session's timeline.
+fn tool_agent_walkthrough(example_name: &str) -> Option<(TestEnv, Value)> {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON (scripts/test-env)"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test-env sets it up)");
+        return None;
+    };
+    let t = TestEnv::new();
+    let upstream = Upstream::start(tool_model);
+    let agent = serve_agent(&python, &example(example_name));
+    let with = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--agent-url", &agent.url, "--upstream", &upstream.url]);
+        t.run(&a)
+    };
+    let out = with(&[
+        "run",
+        "todo",
+        "--input",
+        "add milk",
+        "--input",
+        "add eggs",
+        "--input",
+        "add carrots",
+    ])
+    .ok();
+    assert_eq!(
+        lines(&out),
+        [
+            r#"done: ["milk"]"#,
+            r#"done: ["milk", "eggs"]"#,
+            r#"done: ["milk", "eggs", "carrots"]"#
+        ]
+    );
+    assert_eq!(upstream.count(), 6, "a tool call and an answer per turn");
+    let tl = t.run(&["session", "get", "todo", "--json"]).json();
+    let nodes = tl["nodes"].as_array().unwrap().clone();
+    // Turn 1: the model's tool call, the tool's kv write, the model's answer.
+    let turn1: Vec<String> = nodes
+        .iter()
+        .take_while(|n| n["kind"] != "complete")
+        .filter(|n| n["kind"] == "request")
+        .map(|n| match n["to"].as_str().unwrap() {
+            "kv" => format!("kv {}", n["diagnostics"]["op"].as_str().unwrap()),
+            other => other.to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        turn1.iter().filter(|c| *c == "infer").count(),
+        2,
+        "{turn1:?}"
+    );
+    assert!(turn1.contains(&"kv put".to_owned()), "{turn1:?}");
+    // Fork after eggs: the list there has no carrots.
+    let completes: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "complete").collect();
+    let eggs = completes[1]["hash"].as_str().unwrap();
+    t.run(&["session", "fork", "todo", "--from", eggs, "--branch", "fix"])
+        .ok();
+    let out = with(&["run", "todo", "--branch", "fix", "--input", "list"]).ok();
+    assert_eq!(out, r#"done: ["milk", "eggs"]"#);
+    // Replay main: every model call from the recording, none upstream.
+    let before = upstream.count();
+    let r = t
+        .run(&["replay", "todo", "--json", "--agent-url", &agent.url])
+        .json();
+    assert_eq!(r["divergence"], Value::Null, "{r}");
+    assert_eq!(r["turns"].as_array().unwrap().len(), 3);
+    assert_eq!(upstream.count(), before, "a replay never calls the model");
+    t.run(&["verify"]).ok();
+    let fix = t
+        .run(&["session", "get", "todo", "--branch", "fix", "--json"])
+        .json();
+    Some((t, fix))
+}
+
+#[test]
+fn openai_sdk_agent_with_tool_calls() {
+    tool_agent_walkthrough("openai-agent");
+}
+
+#[test]
+fn langgraph_agent_resumes_on_a_fork_without_a_checkpointer() {
+    let Some((_t, fix)) = tool_agent_walkthrough("langgraph-agent") else {
+        return;
+    };
+    // The graph's conversation came from convo's state at the fork point:
+    // the fork's first model call carries turns 1-2, not the carrots.
+    let nodes = fix["nodes"].as_array().unwrap();
+    let last_invoke = nodes.iter().rposition(|n| n["kind"] == "invoke").unwrap();
+    let call = nodes[last_invoke..]
+        .iter()
+        .find(|n| n["kind"] == "request" && n["to"] == "infer")
+        .unwrap();
+    let body = call["payload"].as_str().unwrap();
+    assert!(body.contains("add eggs") && body.contains("list"), "{body}");
+    assert!(!body.contains("carrots"), "{body}");
 }

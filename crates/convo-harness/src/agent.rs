@@ -18,6 +18,20 @@ pub enum AgentSpec {
     Command(Vec<String>),
 }
 
+/// How the harness talks to the agent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dialect {
+    /// convo's contract: a JSON invoke body (`input`, `session`, `branch`,
+    /// `submission`, `services`), answered `{"output": TEXT}` or text; a
+    /// child is ready when it accepts connections.
+    #[default]
+    Convo,
+    /// VlinderCLI's: the input as the raw body of `POST /invoke`, answered
+    /// with raw text; ready when `GET /health` answers 200; services at
+    /// `*.vlinder.local` (reached through `HTTP_PROXY`).
+    Vlinder,
+}
+
 /// The environment a child agent gets besides `PORT`.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ChildEnv {
@@ -39,6 +53,7 @@ pub(crate) struct Agent {
     path: String,
     child: Option<Child>,
     start_timeout: Duration,
+    dialect: Dialect,
 }
 
 fn cmdline(argv: &[String]) -> String {
@@ -56,7 +71,12 @@ fn free_port() -> Result<u16> {
 impl Agent {
     /// Connects to (URL) or starts (command) the agent and waits until it
     /// accepts connections.
-    pub async fn start(spec: &AgentSpec, env: ChildEnv, start_timeout: Duration) -> Result<Agent> {
+    pub async fn start(
+        spec: &AgentSpec,
+        env: ChildEnv,
+        start_timeout: Duration,
+        dialect: Dialect,
+    ) -> Result<Agent> {
         match spec {
             AgentSpec::Url(url) => {
                 let mut target = Target::parse(url).map_err(|why| HarnessError::BadUrl {
@@ -69,12 +89,17 @@ impl Agent {
                 } else {
                     std::mem::take(&mut target.path)
                 };
-                Ok(Agent {
+                let mut agent = Agent {
                     client: Client::new(target),
                     path,
                     child: None,
                     start_timeout,
-                })
+                    dialect,
+                };
+                if dialect == Dialect::Vlinder {
+                    agent.wait_healthy(url).await?;
+                }
+                Ok(agent)
             }
             AgentSpec::Command(argv) => {
                 if argv.is_empty() {
@@ -82,7 +107,7 @@ impl Agent {
                         "no agent command given after `--`".into(),
                     ));
                 }
-                let child = spawn(argv, env, start_timeout).await?;
+                let child = spawn(argv, env, start_timeout, dialect).await?;
                 Ok(Agent {
                     client: Client::new(Target {
                         host: "127.0.0.1".into(),
@@ -92,20 +117,60 @@ impl Agent {
                     path: "/invoke".into(),
                     child: Some(child),
                     start_timeout,
+                    dialect,
                 })
             }
         }
     }
 
-    /// Posts one invoke body.
-    pub async fn invoke(&mut self, body: Bytes) -> Result<Answer, CallError> {
+    /// Polls `GET /health` on a running agent until it answers 200.
+    async fn wait_healthy(&mut self, url: &str) -> Result<()> {
+        let deadline = Instant::now() + self.start_timeout;
+        loop {
+            let r = self
+                .client
+                .call(Method::GET, "/health", &HeaderMap::new(), Bytes::new())
+                .await;
+            match r {
+                Ok(a) if a.status == 200 => return Ok(()),
+                _ => self.client.reset(),
+            }
+            if Instant::now() >= deadline {
+                return Err(HarnessError::AgentStartTimeout {
+                    cmd: format!("{url} (GET /health)"),
+                    port: self.client.target.port,
+                    secs: self.start_timeout.as_secs(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(15)).await;
+        }
+    }
+
+    /// The dialect the agent speaks.
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
+    /// Posts one invoke body, handing the answer's body to `sink` as it
+    /// arrives.
+    pub async fn invoke(
+        &mut self,
+        body: Bytes,
+        sink: &mut (dyn FnMut(u16, &HeaderMap, &[u8]) + Send),
+    ) -> Result<Answer, CallError> {
         let mut headers = HeaderMap::new();
         headers.insert(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
+            HeaderValue::from_static(match self.dialect {
+                Dialect::Convo => "application/json",
+                Dialect::Vlinder => "text/plain; charset=utf-8",
+            }),
         );
         let path = self.path.clone();
-        let r = self.client.call(Method::POST, &path, &headers, body).await;
+        let r = self
+            .client
+            .call_streaming(Method::POST, &path, &headers, body, sink)
+            .await;
         if r.is_err() {
             self.client.reset();
         }
@@ -146,7 +211,7 @@ impl Agent {
             ..
         } = old;
         let _ = process.kill().await;
-        let child = spawn(&argv, env, self.start_timeout).await?;
+        let child = spawn(&argv, env, self.start_timeout, self.dialect).await?;
         self.client = Client::new(Target {
             host: "127.0.0.1".into(),
             port: child.port,
@@ -177,7 +242,25 @@ impl Agent {
     }
 }
 
-async fn spawn(argv: &[String], env: ChildEnv, start_timeout: Duration) -> Result<Child> {
+/// Whether `GET /health` on the port answers 200.
+async fn healthy(port: u16) -> bool {
+    let mut c = Client::new(Target {
+        host: "127.0.0.1".into(),
+        port,
+        path: String::new(),
+    });
+    matches!(
+        c.call(Method::GET, "/health", &HeaderMap::new(), Bytes::new()).await,
+        Ok(a) if a.status == 200
+    )
+}
+
+async fn spawn(
+    argv: &[String],
+    env: ChildEnv,
+    start_timeout: Duration,
+    dialect: Dialect,
+) -> Result<Child> {
     let port = free_port()?;
     let cmd = cmdline(argv);
     let mut command = tokio::process::Command::new(&argv[0]);
@@ -206,10 +289,13 @@ async fn spawn(argv: &[String], env: ChildEnv, start_timeout: Duration) -> Resul
                 status: status.to_string(),
             });
         }
-        if tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_ok()
-        {
+        let ready = match dialect {
+            Dialect::Convo => tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok(),
+            Dialect::Vlinder => healthy(port).await,
+        };
+        if ready {
             break;
         }
         if Instant::now() >= deadline {

@@ -1,11 +1,12 @@
 //! One turn: invoke the agent, serve its calls, record everything.
 
-use crate::agent::{Agent, AgentSpec, ChildEnv};
+use crate::agent::{Agent, AgentSpec, ChildEnv, Dialect};
 use crate::http::{Answer, CallError};
 use crate::replay::{Divergence, Expected};
 use crate::services::{Services, Turn, token};
 use crate::{Result, now_ms};
 use axum::body::Bytes;
+use axum::http::{HeaderMap, header};
 use convo_core::{BranchName, Diagnostics, Kind, SessionId};
 use convo_server::StorePool;
 use convo_store::{Draft, StoredNode, TimelineNode};
@@ -27,6 +28,10 @@ pub struct Options {
     pub turn_timeout: Duration,
     /// How long a child agent may take to listen on its port.
     pub start_timeout: Duration,
+    /// The agent's dialect (convo's contract or VlinderCLI's).
+    pub dialect: Dialect,
+    /// The services server's port on 127.0.0.1 (0: any free one).
+    pub services_port: u16,
 }
 
 impl Options {
@@ -38,6 +43,8 @@ impl Options {
             anthropic_upstream: None,
             turn_timeout: Duration::from_secs(300),
             start_timeout: Duration::from_secs(30),
+            dialect: Dialect::Convo,
+            services_port: 0,
         }
     }
 }
@@ -128,6 +135,7 @@ impl Harness {
             pool.clone(),
             opts.upstream.as_deref(),
             opts.anthropic_upstream.as_deref(),
+            opts.services_port,
         )
         .await?;
         let agent_token = token();
@@ -137,15 +145,37 @@ impl Harness {
             ("OPENAI_BASE_URL".to_owned(), u.openai.clone()),
             ("OPENAI_API_BASE".to_owned(), u.openai.clone()),
             ("ANTHROPIC_BASE_URL".to_owned(), u.anthropic.clone()),
+            // Clients that append `/v1/…` (or Ollama's `/api/…`) themselves.
+            ("OPENAI_HOST".to_owned(), format!("{}/openai", u.root)),
             ("OLLAMA_HOST".to_owned(), format!("{}/openai", u.root)),
             ("CONVO_KV_URL".to_owned(), u.kv.clone()),
         ];
+        if opts.dialect == Dialect::Vlinder {
+            // VlinderCLI agents call `http://*.vlinder.local:3544/…`: as a
+            // plain-http proxy, the services server answers those hosts
+            // (and only those) without any DNS; loopback stays direct.
+            let root = services.root();
+            let mut no_proxy = "127.0.0.1,localhost,::1".to_owned();
+            if let Some(v) = std::env::var("NO_PROXY")
+                .ok()
+                .or_else(|| std::env::var("no_proxy").ok())
+                .filter(|v| !v.is_empty())
+            {
+                no_proxy = format!("{v},{no_proxy}");
+            }
+            for k in ["HTTP_PROXY", "http_proxy"] {
+                vars.push((k.to_owned(), root.clone()));
+            }
+            for k in ["NO_PROXY", "no_proxy"] {
+                vars.push((k.to_owned(), no_proxy.clone()));
+            }
+        }
         // SDKs refuse to start without a key; the upstream gets whatever
         // the agent sends, so a placeholder is only set when none is.
         if std::env::var_os("OPENAI_API_KEY").is_none() {
             vars.push(("OPENAI_API_KEY".to_owned(), "convo-no-key".to_owned()));
         }
-        let agent = Agent::start(spec, ChildEnv { vars }, opts.start_timeout).await?;
+        let agent = Agent::start(spec, ChildEnv { vars }, opts.start_timeout, opts.dialect).await?;
         Ok(Harness {
             pool,
             services,
@@ -171,9 +201,24 @@ impl Harness {
         input: &str,
         cancel: impl Future<Output = ()>,
     ) -> Result<TurnReport> {
+        self.turn_streaming(session, branch, input, cancel, &mut |_| {})
+            .await
+    }
+
+    /// Like [`Harness::turn`], handing the answer's text to `on_text` as it
+    /// arrives when the agent streams it (a `text/plain` body sent in
+    /// pieces, or `text/event-stream` events; see docs/AGENTS.md).
+    pub async fn turn_streaming(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        input: &str,
+        cancel: impl Future<Output = ()>,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<TurnReport> {
         // The turn number matters only to a replay's report; counting the
         // timeline's invokes here would cost a pass over it on every turn.
-        self.run_turn(session, branch, input.as_bytes(), None, 0, cancel)
+        self.run_turn(session, branch, input.as_bytes(), None, 0, cancel, on_text)
             .await
     }
 
@@ -187,6 +232,7 @@ impl Harness {
             .turns)
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_turn(
         &mut self,
         session: &SessionId,
@@ -195,6 +241,7 @@ impl Harness {
         expected: Option<Expected>,
         number: u64,
         cancel: impl Future<Output = ()>,
+        on_text: &mut (dyn FnMut(&str) + Send),
     ) -> Result<TurnReport> {
         if self.agent.is_child() && self.agent.exited(Duration::ZERO).await.is_some() {
             self.agent.restart().await?;
@@ -249,11 +296,21 @@ impl Harness {
                 "kv_url": urls.kv,
             },
         });
+        let body = match self.agent.dialect() {
+            Dialect::Convo => Bytes::from(body.to_string()),
+            Dialect::Vlinder => Bytes::copy_from_slice(input),
+        };
         let started = Instant::now();
         let timeout = self.opts.turn_timeout;
+        let mut deltas = Deltas::default();
+        let mut sink = |status: u16, h: &HeaderMap, chunk: &[u8]| {
+            let t = deltas.feed(status, h, chunk);
+            if !t.is_empty() {
+                on_text(&t);
+            }
+        };
         let answer: Result<Answer, Failure> = {
-            let call =
-                tokio::time::timeout(timeout, self.agent.invoke(Bytes::from(body.to_string())));
+            let call = tokio::time::timeout(timeout, self.agent.invoke(body, &mut sink));
             tokio::select! {
                 r = call => match r {
                     Err(_) => Err(Failure::Timeout(timeout)),
@@ -267,7 +324,7 @@ impl Harness {
         let (output, failure, status) = match answer {
             Ok(a) => {
                 let status = a.status;
-                match parse_answer(a) {
+                match parse_answer(a, self.agent.dialect()) {
                     Ok(out) => (out, None, Some(status)),
                     Err((f, body)) => (body, Some(f), Some(status)),
                 }
@@ -353,11 +410,133 @@ impl Harness {
     }
 }
 
-/// The agent's answer: `{"output": TEXT}` (JSON) or plain UTF-8 text.
-fn parse_answer(a: Answer) -> std::result::Result<Vec<u8>, (Failure, Vec<u8>)> {
+/// How an answer's body is shown while it arrives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Streamed {
+    /// Text: each piece as it comes (split at UTF-8 boundaries).
+    Text,
+    /// Server-sent events: each `data:` line's text (see [`event_text`]).
+    Events,
+    /// Not shown until the end (JSON, or a failure).
+    No,
+}
+
+fn is_event_stream(h: &HeaderMap) -> bool {
+    h.get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.to_ascii_lowercase().starts_with("text/event-stream"))
+}
+
+/// The text of one `data:` line of an event stream: a JSON object's
+/// string `delta` (or `output`, or `content`), a JSON string, or the data
+/// itself; `[DONE]` and anything else in JSON carry none.
+fn event_text(data: &str) -> String {
+    if data == "[DONE]" {
+        return String::new();
+    }
+    match serde_json::from_str::<Value>(data) {
+        Ok(Value::Object(m)) => ["delta", "output", "content"]
+            .iter()
+            .find_map(|k| m.get(*k).and_then(Value::as_str))
+            .unwrap_or_default()
+            .to_owned(),
+        Ok(Value::String(s)) => s,
+        Ok(_) => String::new(),
+        Err(_) => data.to_owned(),
+    }
+}
+
+/// Turns an agent's answer, piece by piece, into the text to show.
+#[derive(Debug, Default)]
+struct Deltas {
+    mode: Option<Streamed>,
+    pending: Vec<u8>,
+}
+
+impl Deltas {
+    fn feed(&mut self, status: u16, h: &HeaderMap, chunk: &[u8]) -> String {
+        let mode = *self.mode.get_or_insert_with(|| {
+            let json = h
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|c| c.to_ascii_lowercase().contains("json"));
+            if !(200..300).contains(&status) || json {
+                Streamed::No
+            } else if is_event_stream(h) {
+                Streamed::Events
+            } else {
+                Streamed::Text
+            }
+        });
+        match mode {
+            Streamed::No => String::new(),
+            Streamed::Text => {
+                self.pending.extend_from_slice(chunk);
+                let upto = match std::str::from_utf8(&self.pending) {
+                    Ok(_) => self.pending.len(),
+                    Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                    Err(_) => self.pending.len(),
+                };
+                let rest = self.pending.split_off(upto);
+                let text = String::from_utf8_lossy(&self.pending).into_owned();
+                self.pending = rest;
+                text
+            }
+            Streamed::Events => {
+                self.pending.extend_from_slice(chunk);
+                let mut out = String::new();
+                while let Some(i) = self.pending.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = self.pending.drain(..=i).collect();
+                    out.push_str(&Self::line(&line));
+                }
+                out
+            }
+        }
+    }
+
+    /// The text of one event-stream line (`data: …`; others carry none).
+    fn line(line: &[u8]) -> String {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.strip_prefix("data:") {
+            Some(d) => event_text(d.strip_prefix(' ').unwrap_or(d)),
+            None => String::new(),
+        }
+    }
+
+    /// Whatever a last line without a newline carries.
+    fn finish(&mut self) -> String {
+        let rest = std::mem::take(&mut self.pending);
+        match self.mode {
+            Some(Streamed::Events) if !rest.is_empty() => Self::line(&rest),
+            _ => String::new(),
+        }
+    }
+}
+
+/// The agent's answer: `{"output": TEXT}` (JSON), an event stream (the
+/// events' text joined), or plain UTF-8 text; in the VlinderCLI dialect,
+/// the raw body as text.
+fn parse_answer(a: Answer, dialect: Dialect) -> std::result::Result<Vec<u8>, (Failure, Vec<u8>)> {
     let body = a.body.to_vec();
     if !(200..300).contains(&a.status) {
         return Err((Failure::Status(a.status), body));
+    }
+    if dialect == Dialect::Vlinder {
+        return String::from_utf8(body)
+            .map(String::into_bytes)
+            .map_err(|e| {
+                (
+                    Failure::Garbage("the answer is not UTF-8 text".into()),
+                    e.into_bytes(),
+                )
+            });
+    }
+    if is_event_stream(&a.headers) {
+        let mut d = Deltas::default();
+        let mut text = d.feed(a.status, &a.headers, &body);
+        text.push_str(&d.finish());
+        return Ok(text.into_bytes());
     }
     let declared_json = a
         .content_type()
@@ -421,14 +600,14 @@ mod tests {
 
     #[test]
     fn answers_are_json_output_or_plain_text() {
-        let ok = |a| parse_answer(a).unwrap();
+        let ok = |a| parse_answer(a, Dialect::Convo).unwrap();
         assert_eq!(
             ok(ans(200, Some("application/json"), br#"{"output":"hi"}"#)),
             b"hi"
         );
         assert_eq!(ok(ans(200, Some("text/plain"), b"{not json")), b"{not json");
         assert_eq!(ok(ans(200, None, b"plain")), b"plain");
-        let bad = |a| parse_answer(a).unwrap_err().0.kind();
+        let bad = |a| parse_answer(a, Dialect::Convo).unwrap_err().0.kind();
         assert_eq!(bad(ans(200, Some("application/json"), b"{")), "garbage");
         assert_eq!(
             bad(ans(200, Some("application/json"), br#"{"out":1}"#)),
@@ -436,5 +615,35 @@ mod tests {
         );
         assert_eq!(bad(ans(200, None, b"\xff\xfe")), "garbage");
         assert_eq!(bad(ans(500, None, b"boom")), "status");
+        // VlinderCLI: the raw body, whatever it looks like.
+        let v = parse_answer(
+            ans(200, Some("application/json"), br#"{"x":1}"#),
+            Dialect::Vlinder,
+        );
+        assert_eq!(v.unwrap(), br#"{"x":1}"#);
+        // An event stream: its events' text joined.
+        let sse = b"data: {\"delta\": \"hel\"}\n\ndata: lo\n\ndata: [DONE]\n\n";
+        assert_eq!(ok(ans(200, Some("text/event-stream"), sse)), b"hello");
+    }
+
+    #[test]
+    fn deltas_split_text_at_utf8_boundaries_and_events_at_lines() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+        let mut d = Deltas::default();
+        let e = "é".as_bytes();
+        assert_eq!(d.feed(200, &h, &[b'a', e[0]]), "a");
+        assert_eq!(d.feed(200, &h, &[e[1], b'b']), "éb");
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
+        let mut d = Deltas::default();
+        assert_eq!(d.feed(200, &h, b"data: {\"delta\":\"x"), "");
+        assert_eq!(d.feed(200, &h, b"y\"}\n\nevent: ping\ndata: z"), "xy");
+        assert_eq!(d.finish(), "z");
+        // A failure's body is not shown as it arrives.
+        let mut d = Deltas::default();
+        assert_eq!(d.feed(500, &h, b"data: boom\n"), "");
     }
 }

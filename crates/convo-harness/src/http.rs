@@ -113,11 +113,25 @@ impl Client {
         headers: &HeaderMap,
         body: Bytes,
     ) -> Result<Answer, CallError> {
+        self.call_streaming(method, path, headers, body, &mut |_, _, _| {})
+            .await
+    }
+
+    /// Like [`Client::call`], handing each piece of the answer's body to
+    /// `sink` (with the answer's headers) as it arrives.
+    pub async fn call_streaming(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+        sink: &mut (dyn FnMut(u16, &HeaderMap, &[u8]) + Send),
+    ) -> Result<Answer, CallError> {
         let mut sender = match self.conn.take() {
             Some(s) if !s.is_closed() => s,
             _ => connect(&self.target).await?,
         };
-        let ans = send(&mut sender, &self.target, method, path, headers, body).await;
+        let ans = send(&mut sender, &self.target, method, path, headers, body, sink).await;
         if ans.is_ok() && !sender.is_closed() {
             self.conn = Some(sender);
         }
@@ -146,6 +160,7 @@ async fn send(
     path: &str,
     headers: &HeaderMap,
     body: Bytes,
+    sink: &mut (dyn FnMut(u16, &HeaderMap, &[u8]) + Send),
 ) -> Result<Answer, CallError> {
     sender
         .ready()
@@ -168,12 +183,17 @@ async fn send(
         .send_request(req)
         .await
         .map_err(|e| CallError::Protocol(format!("{} {uri}: {e}", t.authority())))?;
-    let (parts, body) = resp.into_parts();
-    let body = body
-        .collect()
-        .await
-        .map_err(|e| CallError::Protocol(format!("reading the answer of {uri}: {e}")))?
-        .to_bytes();
+    let (parts, mut body) = resp.into_parts();
+    let mut all = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame =
+            frame.map_err(|e| CallError::Protocol(format!("reading the answer of {uri}: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            sink(parts.status.as_u16(), &parts.headers, &data);
+            all.extend_from_slice(&data);
+        }
+    }
+    let body = Bytes::from(all);
     Ok(Answer {
         status: parts.status.as_u16(),
         headers: parts.headers,

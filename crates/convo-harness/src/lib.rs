@@ -36,7 +36,7 @@ mod lock;
 mod replay;
 pub mod services;
 
-pub use agent::AgentSpec;
+pub use agent::{AgentSpec, Dialect};
 pub use error::HarnessError;
 pub use harness::{Failure, Harness, Options, TurnReport};
 pub use lock::TimelineLock;

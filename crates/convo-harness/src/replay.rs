@@ -283,6 +283,7 @@ impl Harness {
                     expected,
                     t.number,
                     std::future::pending(),
+                    &mut |_| {},
                 )
                 .await?;
             let divergence = if live {

@@ -13,6 +13,15 @@
 //! | `GET {kv}?prefix=P` | the keys starting with `P`, as a JSON array |
 //! | `ANY {openai}/…`, `ANY {anthropic}/…` | inference, forwarded to the upstream (or answered from the recording in a replay) |
 //!
+//! The VlinderCLI dialect is served too, for the agent's current turn
+//! (these routes carry no token: one services server serves one agent):
+//! `POST /get`, `/put`, `/delete`, `/list` with `{"path", "content"}`
+//! bodies (the routes of VlinderCLI's `sqlite-kv.vlinder.local`), and
+//! `/v1/…` and Ollama's `/api/…` inference paths (its `ollama.vlinder.local`
+//! and `openrouter.vlinder.local`). A child process in that dialect reaches
+//! them through `HTTP_PROXY`, so its `http://*.vlinder.local:3544/…` URLs
+//! work unchanged without DNS.
+//!
 //! Each call is a `request` (agent → `kv` / `infer`) and its `response`
 //! in the turn's submission. A `kv` call is one store transaction: the
 //! request node, the state operation on the timeline's working state, the
@@ -104,6 +113,8 @@ struct Registry {
     pool: StorePool,
     turns: Mutex<HashMap<String, Slot>>,
     agents: Mutex<HashMap<String, Option<String>>>,
+    /// The agent token the VlinderCLI routes (no token in the URL) use.
+    default_agent: Mutex<Option<String>>,
     openai: Option<Target>,
     anthropic: Option<Target>,
 }
@@ -142,6 +153,7 @@ impl Services {
         pool: StorePool,
         openai: Option<&str>,
         anthropic: Option<&str>,
+        port: u16,
     ) -> Result<Services> {
         let parse = |u: Option<&str>| -> Result<Option<Target>> {
             u.map(|u| {
@@ -157,12 +169,18 @@ impl Services {
             pool,
             turns: Mutex::new(HashMap::new()),
             agents: Mutex::new(HashMap::new()),
+            default_agent: Mutex::new(None),
             openai: parse(openai)?,
             anthropic: parse(anthropic)?,
         });
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
-            .map_err(|e| HarnessError::io("cannot start the services server", e))?;
+            .map_err(|e| {
+                HarnessError::io(
+                    format!("cannot start the services server on 127.0.0.1:{port}"),
+                    e,
+                )
+            })?;
         let addr = listener
             .local_addr()
             .map_err(|e| HarnessError::io("cannot start the services server", e))?;
@@ -197,6 +215,14 @@ impl Services {
         if let Ok(mut a) = self.reg.agents.lock() {
             a.insert(agent_token.to_owned(), None);
         }
+        if let Ok(mut d) = self.reg.default_agent.lock() {
+            *d = Some(agent_token.to_owned());
+        }
+    }
+
+    /// The server's own root URL (`http://127.0.0.1:PORT`).
+    pub(crate) fn root(&self) -> String {
+        format!("http://{}", self.addr)
     }
 
     /// Opens a turn under `token`, and makes it the agent's current turn.
@@ -244,13 +270,7 @@ fn router(reg: Arc<Registry>) -> Router {
         )
         .route("/{scope}/{token}/openai/{*rest}", any(infer_openai))
         .route("/{scope}/{token}/anthropic/{*rest}", any(infer_anthropic))
-        .fallback(|| async {
-            error(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "no such service: the harness serves {kv_url}, {openai_base_url} and {anthropic_base_url} as given in the invoke body".into(),
-            )
-        })
+        .fallback(vlinder)
         .with_state(reg)
 }
 
@@ -384,7 +404,27 @@ fn node(stored: convo_store::StoredNode, payload: Vec<u8>) -> TimelineNode {
     TimelineNode { stored, payload }
 }
 
+/// How a kv call was made: convo's REST routes, or VlinderCLI's
+/// `POST /get|/put|/delete|/list` (whose answers are always 200: an absent
+/// key reads as an empty body, a write answers `{"state": ROOT}`, a delete
+/// `ok` or `not_found`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dialect {
+    Convo,
+    Vlinder,
+}
+
 async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response {
+    kv_in(reg, scope, token, op, Dialect::Convo).await
+}
+
+async fn kv_in(
+    reg: Arc<Registry>,
+    scope: &str,
+    token: &str,
+    op: KvOp,
+    dialect: Dialect,
+) -> Response {
     let turn = match reg.resolve(scope, token) {
         Ok(t) => t,
         Err(r) => return *r,
@@ -408,7 +448,10 @@ async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response 
         .pool
         .run(move |store| {
             store.transaction(|l| {
-                let req_diag = op2.diagnostics();
+                let mut req_diag = op2.diagnostics();
+                if dialect == Dialect::Vlinder {
+                    req_diag["dialect"] = json!("vlinder");
+                }
                 let req = l.append(
                     &s,
                     &b,
@@ -444,6 +487,25 @@ async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response 
                         (200, serde_json::to_vec(&keys).unwrap_or_default(), None)
                     }
                 };
+                let (status, body) = match (dialect, &op2) {
+                    (Dialect::Convo, _) => (status, body),
+                    (Dialect::Vlinder, KvOp::Get(_)) => (200, body),
+                    (Dialect::Vlinder, KvOp::Put(..)) => (
+                        200,
+                        json!({"state": root.clone().unwrap_or_default()})
+                            .to_string()
+                            .into_bytes(),
+                    ),
+                    (Dialect::Vlinder, KvOp::Delete(_)) => (
+                        200,
+                        if status == 204 {
+                            b"ok".to_vec()
+                        } else {
+                            b"not_found".to_vec()
+                        },
+                    ),
+                    (Dialect::Vlinder, KvOp::List(_)) => (200, body),
+                };
                 let mut diag = json!({"status": status});
                 if let Some(r) = &root {
                     diag["state"] = json!(r);
@@ -476,7 +538,7 @@ async fn kv(reg: Arc<Registry>, scope: &str, token: &str, op: KvOp) -> Response 
     turn.push(node(resp, body.clone()));
     drop(gate);
     let mut r = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body).into_response();
-    if matches!(op, KvOp::List(_)) {
+    if matches!(op, KvOp::List(_)) || (dialect == Dialect::Vlinder && matches!(op, KvOp::Put(..))) {
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
@@ -696,6 +758,12 @@ async fn infer(
                     }
                 }
                 let upath = upstream_path(&t.path, &rest, query);
+                let mut t = t;
+                if rest.starts_with("api/") && t.path.ends_with("/v1") {
+                    // Ollama's native API lives beside its /v1, not under it.
+                    let base = t.path.len() - 3;
+                    t.path.truncate(base);
+                }
                 let mut client = Client::new(t);
                 match client
                     .call(method.clone(), &upath, &fwd, body.clone())
@@ -762,6 +830,113 @@ async fn infer(
         r.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
     r
+}
+
+/// What the fallback answers for a route nobody serves.
+fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such service: the harness serves {kv_url}, {openai_base_url} and {anthropic_base_url} as given in the invoke body (and VlinderCLI's POST /get, /put, /delete, /list, /v1/…, /api/…)".into(),
+    )
+}
+
+/// A VlinderCLI kv body: `{"path": P}` or `{"path": P, "content": TEXT}`.
+#[derive(serde::Deserialize)]
+struct VlinderKv {
+    path: String,
+    content: Option<String>,
+}
+
+/// The VlinderCLI dialect (routes without a token, for the agent's current
+/// turn), reached directly or through `HTTP_PROXY` with a
+/// `*.vlinder.local` host; anything else is not found.
+async fn vlinder(
+    State(reg): State<Arc<Registry>>,
+    method: Method,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let host = uri
+        .host()
+        .map(str::to_owned)
+        .or_else(|| {
+            headers
+                .get(header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .map(|h| match h.rsplit_once(':') {
+                    Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => {
+                        name.to_owned()
+                    }
+                    _ => h.to_owned(),
+                })
+        })
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let vlinder_host = host == "vlinder.local" || host.ends_with(".vlinder.local");
+    let local = matches!(host, "" | "127.0.0.1" | "localhost" | "::1");
+    if !vlinder_host && !local {
+        return error(
+            StatusCode::BAD_GATEWAY,
+            "not_proxied",
+            format!(
+                "convo's services proxy serves only VlinderCLI's *.vlinder.local hosts, not `{}`",
+                convo_core::text::visible(host, convo_core::text::Newlines::Escape)
+            ),
+        );
+    }
+    let path = uri.path().to_owned();
+    let agent = reg.default_agent.lock().ok().and_then(|d| d.clone());
+    let Some(agent) = agent else {
+        return not_found();
+    };
+    let kv_op = |p: &str| -> Option<Result<KvOp, String>> {
+        if method != Method::POST {
+            return None;
+        }
+        let parse = || serde_json::from_slice::<VlinderKv>(&body).map_err(|e| e.to_string());
+        let op = match p {
+            "/get" => parse().map(|b| KvOp::Get(b.path)),
+            "/put" => parse().and_then(|b| match b.content {
+                Some(c) => Ok(KvOp::Put(b.path, Bytes::from(c))),
+                None => Err("missing field `content`".to_owned()),
+            }),
+            "/delete" => parse().map(|b| KvOp::Delete(b.path)),
+            "/list" => parse().map(|b| KvOp::List(b.path)),
+            _ => return None,
+        };
+        Some(op)
+    };
+    if let Some(op) = kv_op(&path) {
+        return match op {
+            Ok(op) => kv_in(reg, "a", &agent, op, Dialect::Vlinder).await,
+            Err(why) => error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!(
+                    "{path} takes a JSON body {{\"path\": KEY}} ({{\"path\", \"content\"}} for /put): {why}"
+                ),
+            ),
+        };
+    }
+    if path.starts_with("/v1/") || path.starts_with("/api/") {
+        let rest = path.trim_start_matches('/').to_owned();
+        return infer(
+            reg,
+            "a",
+            &agent,
+            "openai",
+            method,
+            rest,
+            uri.query(),
+            headers,
+            body,
+        )
+        .await;
+    }
+    not_found()
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use convo_core::{BranchName, HashPrefix, Kind, SessionId};
 use convo_harness::{Harness, TimelineLock, TurnReport};
 use convo_server::StorePool;
 use rustyline::error::ReadlineError;
+use std::io::Write;
 use std::process::ExitCode;
 
 /// Talk to an agent interactively; every turn is recorded.
@@ -98,12 +99,28 @@ pub fn run(env: &Env, a: ChatArgs) -> CmdResult {
             }
             continue;
         }
-        let r = rt.block_on(h.turn(&chat.session, &chat.branch, text, async {
-            let _ = tokio::signal::ctrl_c().await;
-        }));
+        // A streamed answer is shown as it arrives; a whole one at the end.
+        let mut streamed = String::new();
+        let r = rt.block_on(h.turn_streaming(
+            &chat.session,
+            &chat.branch,
+            text,
+            async {
+                let _ = tokio::signal::ctrl_c().await;
+            },
+            &mut |piece| {
+                print!("{}", visible(piece, Newlines::Keep));
+                let _ = std::io::stdout().flush();
+                streamed.push_str(piece);
+            },
+        ));
+        if !streamed.is_empty() && !streamed.ends_with('\n') {
+            println!();
+        }
         match r {
             Ok(r) => {
                 match &r.failure {
+                    None if !streamed.is_empty() => {}
                     None => println!("{}", visible(&r.output_text(), Newlines::Keep)),
                     Some(f) => eprintln!(
                         "turn failed ({}): {}",

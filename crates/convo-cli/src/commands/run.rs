@@ -2,7 +2,7 @@ use super::{CmdResult, CommandError, Env, branch_name};
 use clap::Args;
 use convo_core::text::{Newlines, visible};
 use convo_core::{BranchName, SessionId};
-use convo_harness::{AgentSpec, Harness, HarnessError, Options, TimelineLock};
+use convo_harness::{AgentSpec, Dialect, Harness, HarnessError, Options, TimelineLock};
 use convo_server::StorePool;
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -27,6 +27,15 @@ pub struct AgentArgs {
     /// Seconds one turn may take before it ends as a recorded timeout
     #[arg(long, default_value_t = 300.0, value_name = "SECS")]
     pub timeout: f64,
+    /// Port of convo's services server on 127.0.0.1 [default: any free one] (for a running VlinderCLI agent's HTTP_PROXY)
+    #[arg(long, value_name = "PORT")]
+    pub services_port: Option<u16>,
+    /// Seconds a child agent may take to become ready (to listen on PORT; for `vlinder`, GET /health answering 200)
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub start_timeout: f64,
+    /// The agent's protocol: `convo` (docs/AGENTS.md) or `vlinder` (VlinderCLI's: raw-text /invoke, GET /health, *.vlinder.local services)
+    #[arg(long, default_value = "convo", value_name = "NAME", value_parser = ["convo", "vlinder"])]
+    pub dialect: String,
     /// The agent command to start as a child process (after `--`)
     #[arg(last = true, value_name = "CMD")]
     pub command: Vec<String>,
@@ -52,10 +61,22 @@ impl AgentArgs {
                 self.timeout
             )));
         }
+        if !(self.start_timeout.is_finite() && self.start_timeout > 0.0) {
+            return Err(CommandError::user(format!(
+                "--start-timeout {} must be a positive number of seconds",
+                self.start_timeout
+            )));
+        }
         let mut o = Options::new(self.agent.clone());
+        o.start_timeout = Duration::from_secs_f64(self.start_timeout);
+        o.services_port = self.services_port.unwrap_or(0);
         o.upstream = self.upstream.clone().filter(|u| !u.is_empty());
         o.anthropic_upstream = self.anthropic_upstream.clone().filter(|u| !u.is_empty());
         o.turn_timeout = Duration::from_secs_f64(self.timeout);
+        o.dialect = match self.dialect.as_str() {
+            "vlinder" => Dialect::Vlinder,
+            _ => Dialect::Convo,
+        };
         Ok(o)
     }
 }
