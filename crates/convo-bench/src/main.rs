@@ -122,7 +122,7 @@ const BENCHES: &[(&str, &str, Bench)] = &[
     ),
     (
         "serve",
-        "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline; 1,000 SSE subscribers; first paint in Chromium",
+        "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline; 1,000 SSE subscribers",
         servebench::serve,
     ),
     (

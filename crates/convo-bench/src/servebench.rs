@@ -1,10 +1,9 @@
 //! `convo serve` under load: appends over HTTP/1.1 keep-alive from 64
 //! concurrent clients against the same appends in-process (SQLite; and
 //! PostgreSQL with two servers on one database), one page of a
-//! 10,000-turn timeline, 1,000 SSE subscribers, and the first paint of a
-//! 10,000-turn session page in Chromium.
+//! 10,000-turn timeline, and 1,000 SSE subscribers.
 
-use crate::util::{Result, Row, Scratch, Verdict, median, ms, note, rate, thousands};
+use crate::util::{Result, Row, Scratch, Verdict, median, ms, rate, thousands};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -119,8 +118,13 @@ fn run_clients(addrs: &[String], ids: Vec<String>) -> Result<Duration> {
     Ok(t.elapsed())
 }
 
-/// The same appends in-process, one transaction each.
-fn in_process(store: &mut Store) -> Result<Duration> {
+/// The same appends in-process, one transaction each; `trips` (when
+/// given) is read before and after the appends only.
+fn in_process(
+    store: &mut Store,
+    trips: Option<&std::sync::atomic::AtomicU64>,
+) -> Result<(Duration, u64)> {
+    let count = || trips.map_or(0, |t| t.load(std::sync::atomic::Ordering::SeqCst));
     let main = convo_core::BranchName::main();
     let sessions: Vec<_> = (0..CLIENTS)
         .map(|i| {
@@ -129,6 +133,7 @@ fn in_process(store: &mut Store) -> Result<Duration> {
                 .map(|s| s.id)
         })
         .collect::<std::result::Result<_, _>>()?;
+    let before = count();
     let t = Instant::now();
     for i in 0..PER_CLIENT {
         for s in &sessions {
@@ -141,7 +146,7 @@ fn in_process(store: &mut Store) -> Result<Duration> {
             store.append(s, &main, &d)?;
         }
     }
-    Ok(t.elapsed())
+    Ok((t.elapsed(), count() - before))
 }
 
 /// The median round trip of the last page (200 nodes) of `session`'s main.
@@ -169,7 +174,7 @@ pub fn serve() -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     // In-process baseline: the same appends, one transaction each.
     let base_dir = Scratch::new("serve-base")?;
-    let base = in_process(&mut base_dir.store("")?)?;
+    let (base, _) = in_process(&mut base_dir.store("")?, None)?;
     let n = (CLIENTS * PER_CLIENT) as u64;
 
     // Over HTTP.
@@ -214,9 +219,6 @@ pub fn serve() -> Result<Vec<Row>> {
     ));
 
     rows.push(sse(&addr, 1000, 10)?);
-    if let Some(r) = paint(&addr, &big.to_string(), &small.to_string())? {
-        rows.push(r);
-    }
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(rows)
 }
@@ -235,12 +237,11 @@ pub fn serve_pg() -> Result<Vec<Row>> {
     let mut store = Store::new(Box::new(pg));
     // Warm the connection's prepared statements, then count.
     in_process_counted(&mut store, 2)?;
-    let t0 = trips.load(std::sync::atomic::Ordering::Relaxed);
-    let base = in_process(&mut store)?;
-    let per_append = (trips.load(std::sync::atomic::Ordering::Relaxed) - t0) as f64 / n as f64;
+    let (base, used) = in_process(&mut store, Some(&trips))?;
+    let per_append = used as f64 / n as f64;
     drop(store);
     rows.push(Row::new(
-        "22. serve: PostgreSQL round trips per single append (1 tx each)",
+        "22. serve: PostgreSQL round trips per single append (1 tx each, counted by the backend)",
         format!("{per_append:.2}"),
         "about 10 before pipelining",
         format!("{:.2}x", per_append / 10.0),
@@ -405,50 +406,6 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
     let p99 = lat[(lat.len() * 99).div_ceil(100).saturating_sub(1)];
     rt.shutdown_timeout(Duration::from_millis(100));
     Ok(p99)
-}
-
-/// The first paint of the session page of `big` in headless Chromium
-/// (`CONVO_TEST_CHROMIUM` and `CONVO_TEST_PYTHON`, from scripts/test-env),
-/// against `small`'s; `None` (said loudly) without them.
-fn paint(addr: &str, big: &str, small: &str) -> Result<Option<Row>> {
-    let (Ok(py), Ok(chromium)) = (
-        std::env::var("CONVO_TEST_PYTHON"),
-        std::env::var("CONVO_TEST_CHROMIUM"),
-    ) else {
-        note(
-            "SKIPPED the first paint: set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (eval \"$(scripts/test-env)\")",
-        );
-        return Ok(None);
-    };
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../convo-cli/tests/browser/paint.py"
-    );
-    let work = Scratch::new("paint")?;
-    let out = std::process::Command::new(py)
-        .arg(script)
-        .arg(chromium)
-        .arg(work.db().with_file_name("browser"))
-        .arg(format!("http://{addr}/sessions/{big}"))
-        .arg(format!("http://{addr}/sessions/{small}"))
-        .output()?;
-    if !out.status.success() {
-        return Err(format!("paint.py failed: {}", String::from_utf8_lossy(&out.stderr)).into());
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    let ms_of = |k: &str| -> Result<f64> {
-        v[k].as_f64()
-            .ok_or_else(|| format!("paint.py said nothing about {k}").into())
-    };
-    let (big_ms, small_ms) = (ms_of("big")?, ms_of("small")?);
-    Ok(Some(Row::new(
-        "25. serve: first paint of a 10,000-turn session page in Chromium",
-        format!("{big_ms:.0} ms"),
-        format!("{small_ms:.0} ms for a 100-turn session"),
-        format!("{:.2}x", big_ms / small_ms.max(1e-9)),
-        "< 1 s",
-        Verdict::of(big_ms < 1000.0),
-    )))
 }
 
 use convo_store::Store;
