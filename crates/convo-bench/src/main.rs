@@ -122,8 +122,13 @@ const BENCHES: &[(&str, &str, Bench)] = &[
     ),
     (
         "serve",
-        "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline",
+        "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline; 1,000 SSE subscribers",
         servebench::serve,
+    ),
+    (
+        "serve-pg",
+        "convo serve on PostgreSQL: round trips per append; 2 servers, 64 HTTP clients (CONVO_BENCH_PG)",
+        servebench::serve_pg,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];

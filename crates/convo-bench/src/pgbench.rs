@@ -12,10 +12,10 @@ use convo_store::Store;
 use convo_store::testing::draft;
 use std::time::Instant;
 
-struct Db {
+pub(crate) struct Db {
     admin: String,
     name: String,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Drop for Db {
@@ -29,12 +29,17 @@ impl Drop for Db {
     }
 }
 
-fn database() -> Result<Option<Db>> {
+pub(crate) fn database() -> Result<Option<Db>> {
     let Ok(admin) = std::env::var("CONVO_BENCH_PG") else {
         note("SKIPPED: set CONVO_BENCH_PG=postgres://… to benchmark PostgreSQL");
         return Ok(None);
     };
-    let name = format!("convo_bench_{}", std::process::id());
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = format!(
+        "convo_bench_{}_{}",
+        std::process::id(),
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
     let mut c = postgres::Client::connect(&admin, postgres::NoTls)?;
     // Two statements: CREATE DATABASE cannot run inside an implicit transaction.
     c.batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))?;

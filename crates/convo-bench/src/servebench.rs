@@ -1,8 +1,9 @@
 //! `convo serve` under load: appends over HTTP/1.1 keep-alive from 64
-//! concurrent clients against the same appends in-process, and one page of
-//! a 10,000-turn timeline.
+//! concurrent clients against the same appends in-process (SQLite; and
+//! PostgreSQL with two servers on one database), one page of a
+//! 10,000-turn timeline, and 1,000 SSE subscribers.
 
-use crate::util::{Result, Row, Scratch, Verdict, ms, rate, thousands};
+use crate::util::{Result, Row, Scratch, Verdict, median, ms, rate, thousands};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -64,62 +65,35 @@ fn start(url: &str) -> Result<(String, tokio::runtime::Runtime)> {
     Ok((addr, rt))
 }
 
-/// The figures.
-pub fn serve() -> Result<Vec<Row>> {
-    let mut rows = Vec::new();
-    // In-process baseline: the same appends, one transaction each.
-    let base_dir = Scratch::new("serve-base")?;
-    let mut store = base_dir.store("")?;
-    let main = convo_core::BranchName::main();
-    let sessions: Vec<_> = (0..CLIENTS)
-        .map(|i| {
-            store
-                .create_session(&format!("a{i}"), None, 0)
-                .map(|s| s.id)
-        })
-        .collect::<std::result::Result<_, _>>()?;
-    let t = Instant::now();
-    for i in 0..PER_CLIENT {
-        for s in &sessions {
-            let kind = if i % 2 == 0 {
-                convo_core::Kind::Invoke
-            } else {
-                convo_core::Kind::Complete
-            };
-            let d = convo_store::testing::draft(kind, &format!("m{i}"), 0);
-            store.append(s, &main, &d)?;
-        }
-    }
-    let base = t.elapsed();
-    let n = (CLIENTS * PER_CLIENT) as u64;
-
-    // Over HTTP.
-    let dir = Scratch::new("serve")?;
-    let url = dir.url("");
-    drop(dir.store("")?);
-    let (addr, rt) = start(&url)?;
+/// Creates `n` sessions through the API; returns their ids.
+fn create_sessions(addr: &str, n: usize) -> Result<Vec<String>> {
+    let mut c = BufReader::new(TcpStream::connect(addr)?);
     let mut ids = Vec::new();
-    {
-        let mut c = BufReader::new(TcpStream::connect(&addr)?);
-        for i in 0..CLIENTS {
-            let (st, body) = request(
-                &mut c,
-                "POST",
-                "/api/v1/sessions",
-                &format!("{{\"agent\":\"a{i}\"}}"),
-            )?;
-            if st != 201 {
-                return Err(format!("create session: {st}").into());
-            }
-            let v: serde_json::Value = serde_json::from_slice(&body)?;
-            ids.push(v["id"].as_str().unwrap_or_default().to_owned());
+    for i in 0..n {
+        let (st, body) = request(
+            &mut c,
+            "POST",
+            "/api/v1/sessions",
+            &format!("{{\"agent\":\"a{i}\"}}"),
+        )?;
+        if st != 201 {
+            return Err(format!("create session: {st}").into());
         }
+        let v: serde_json::Value = serde_json::from_slice(&body)?;
+        ids.push(v["id"].as_str().unwrap_or_default().to_owned());
     }
+    Ok(ids)
+}
+
+/// One keep-alive client per session, client `i` on server `addrs[i % n]`,
+/// each appending `PER_CLIENT` nodes one per request; returns the time.
+fn run_clients(addrs: &[String], ids: Vec<String>) -> Result<Duration> {
     let t = Instant::now();
     let handles: Vec<_> = ids
         .into_iter()
-        .map(|id| {
-            let addr = addr.clone();
+        .enumerate()
+        .map(|(k, id)| {
+            let addr = addrs[k % addrs.len()].clone();
             std::thread::spawn(move || -> std::result::Result<(), String> {
                 let s = TcpStream::connect(&addr).map_err(|e| e.to_string())?;
                 s.set_nodelay(true).map_err(|e| e.to_string())?;
@@ -141,8 +115,77 @@ pub fn serve() -> Result<Vec<Row>> {
     for h in handles {
         h.join().map_err(|_| "a client panicked")??;
     }
-    let http = t.elapsed();
-    let stored = Store::open(&url)?.end_cursor()?;
+    Ok(t.elapsed())
+}
+
+/// The same appends in-process, one transaction each; `trips` (when
+/// given) is read before and after the appends only.
+fn in_process(
+    store: &mut Store,
+    trips: Option<&std::sync::atomic::AtomicU64>,
+) -> Result<(Duration, u64)> {
+    let count = || trips.map_or(0, |t| t.load(std::sync::atomic::Ordering::SeqCst));
+    let main = convo_core::BranchName::main();
+    let sessions: Vec<_> = (0..CLIENTS)
+        .map(|i| {
+            store
+                .create_session(&format!("a{i}"), None, 0)
+                .map(|s| s.id)
+        })
+        .collect::<std::result::Result<_, _>>()?;
+    let before = count();
+    let t = Instant::now();
+    for i in 0..PER_CLIENT {
+        for s in &sessions {
+            let kind = if i % 2 == 0 {
+                convo_core::Kind::Invoke
+            } else {
+                convo_core::Kind::Complete
+            };
+            let d = convo_store::testing::draft(kind, &format!("m{i}"), 0);
+            store.append(s, &main, &d)?;
+        }
+    }
+    Ok((t.elapsed(), count() - before))
+}
+
+/// The median round trip of the last page (200 nodes) of `session`'s main.
+fn page_time(addr: &str, session: &str) -> Result<Duration> {
+    let mut c = BufReader::new(TcpStream::connect(addr)?);
+    let path = format!("/api/v1/sessions/{session}/branches/main/timeline?cursor=-200&limit=200");
+    let mut times = Vec::new();
+    for _ in 0..20 {
+        let t = Instant::now();
+        let (st, body) = request(&mut c, "GET", &path, "")?;
+        if st != 200 {
+            return Err(format!("timeline page: {st}").into());
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body)?;
+        if v["nodes"].as_array().map_or(0, Vec::len) != 200 {
+            return Err("a timeline page without its 200 nodes".into());
+        }
+        times.push(t.elapsed());
+    }
+    Ok(median(times))
+}
+
+/// The figures on SQLite.
+pub fn serve() -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // In-process baseline: the same appends, one transaction each.
+    let base_dir = Scratch::new("serve-base")?;
+    let (base, _) = in_process(&mut base_dir.store("")?, None)?;
+    let n = (CLIENTS * PER_CLIENT) as u64;
+
+    // Over HTTP.
+    let dir = Scratch::new("serve")?;
+    let url = dir.url("");
+    drop(dir.store("")?);
+    let (addr, rt) = start(&url)?;
+    let ids = create_sessions(&addr, CLIENTS)?;
+    let before = Store::open(&url)?.end_cursor()?;
+    let http = run_clients(std::slice::from_ref(&addr), ids)?;
+    let stored = Store::open(&url)?.end_cursor()? - before;
     let lost = n.saturating_sub(stored);
     let http_rate = rate(n, http);
     rows.push(Row::new(
@@ -154,35 +197,215 @@ pub fn serve() -> Result<Vec<Row>> {
         Verdict::of(http_rate >= 5000.0 && lost == 0),
     ));
 
-    // One page of a 10,000-turn timeline.
-    let big = {
+    // One page of a 10,000-turn timeline, against the same page of a
+    // 100-turn one (the same 200 nodes, without the long history).
+    let (big, small) = {
         let mut st = Store::open(&url)?;
-        let s = st.create_session("big", Some("big"), 0)?.id;
-        crate::util::ingest(&mut st, &s, 0, 20_000, 10_000)?;
-        s
+        let big = st.create_session("big", Some("big"), 0)?.id;
+        crate::util::ingest(&mut st, &big, 0, 20_000, 10_000)?;
+        let small = st.create_session("small", Some("small"), 0)?.id;
+        crate::util::ingest(&mut st, &small, 0, 200, 200)?;
+        (big, small)
     };
-    let mut c = BufReader::new(TcpStream::connect(&addr)?);
-    let path = format!("/api/v1/sessions/{big}/branches/main/timeline?cursor=-200&limit=200");
-    let mut times = Vec::new();
-    for _ in 0..20 {
-        let t = Instant::now();
-        let (st, _) = request(&mut c, "GET", &path, "")?;
-        if st != 200 {
-            return Err(format!("timeline page: {st}").into());
-        }
-        times.push(t.elapsed());
-    }
-    let page = crate::util::median(times);
+    let page = page_time(&addr, &big.to_string())?;
+    let short = page_time(&addr, &small.to_string())?;
     rows.push(Row::new(
         "21. serve: last page (200 nodes) of a 10,000-turn timeline, round trip",
         ms(page),
-        "—",
-        "—",
+        format!("{} for a 100-turn timeline", ms(short)),
+        format!("{:.2}x", page.as_secs_f64() / short.as_secs_f64().max(1e-9)),
         "< 20 ms",
         Verdict::of(page < Duration::from_millis(20)),
     ));
+
+    rows.push(sse(&addr, 1000, 10)?);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(rows)
+}
+
+/// The figures on PostgreSQL (`CONVO_BENCH_PG`): the same 64 clients
+/// against two servers (separate pools, writers and event hubs, as two
+/// `convo serve` processes) sharing one database.
+pub fn serve_pg() -> Result<Vec<Row>> {
+    let Some(db) = crate::pgbench::database()? else {
+        return Ok(Vec::new());
+    };
+    let mut rows = Vec::new();
+    let n = (CLIENTS * PER_CLIENT) as u64;
+    let pg = convo_store::postgres::Postgres::connect(&db.url)?;
+    let trips = pg.round_trips();
+    let mut store = Store::new(Box::new(pg));
+    // Warm the connection's prepared statements, then count.
+    in_process_counted(&mut store, 2)?;
+    let (base, used) = in_process(&mut store, Some(&trips))?;
+    let per_append = used as f64 / n as f64;
+    drop(store);
+    rows.push(Row::new(
+        "22. serve: PostgreSQL round trips per single append (1 tx each, counted by the backend)",
+        format!("{per_append:.2}"),
+        "about 10 before pipelining",
+        format!("{:.2}x", per_append / 10.0),
+        "≤ 2",
+        Verdict::of(per_append <= 2.0),
+    ));
+
+    let (a, rt_a) = start(&db.url)?;
+    let (b, rt_b) = start(&db.url)?;
+    let ids = create_sessions(&a, CLIENTS)?;
+    let before = Store::open(&db.url)?.end_cursor()?;
+    let http = run_clients(&[a, b], ids)?;
+    let stored = Store::open(&db.url)?.end_cursor()? - before;
+    let lost = n.saturating_sub(stored);
+    let http_rate = rate(n, http);
+    rows.push(Row::new(
+        format!(
+            "23. serve: PostgreSQL, 2 servers on one database, {CLIENTS} keep-alive clients, 1 node per request ({lost} lost)"
+        ),
+        format!("{} nodes/s", thousands(http_rate)),
+        format!("{} nodes/s in-process, 1 tx each", thousands(rate(n, base))),
+        format!("{:.2}x", http_rate / rate(n, base)),
+        "≥ 2,000 nodes/s, 0 lost",
+        Verdict::of(http_rate >= 2000.0 && lost == 0),
+    ));
+    rt_a.shutdown_timeout(Duration::from_secs(1));
+    rt_b.shutdown_timeout(Duration::from_secs(1));
+    drop(db);
+    Ok(rows)
+}
+
+/// `k` appends to one fresh session, one transaction each.
+fn in_process_counted(store: &mut Store, k: usize) -> Result<()> {
+    let main = convo_core::BranchName::main();
+    let s = store.create_session("warm", None, 0)?.id;
+    for i in 0..k {
+        let kind = if i % 2 == 0 {
+            convo_core::Kind::Invoke
+        } else {
+            convo_core::Kind::Complete
+        };
+        store.append(&s, &main, &convo_store::testing::draft(kind, "warm", 0))?;
+    }
+    Ok(())
+}
+
+/// `subs` SSE subscribers on `/api/v1/events`; `rounds` appends, one at a
+/// time; the delay from sending each append to each subscriber reading it.
+/// Baseline: the same with 10 subscribers.
+fn sse(addr: &str, subs: usize, rounds: usize) -> Result<Row> {
+    let base = sse_p99(addr, 10, rounds)?;
+    let p99 = sse_p99(addr, subs, rounds)?;
+    Ok(Row::new(
+        format!("24. serve: {subs} SSE subscribers, each receiving a new node, p99 delivery"),
+        ms(p99),
+        format!("{} with 10 subscribers", ms(base)),
+        format!("{:.2}x", p99.as_secs_f64() / base.as_secs_f64().max(1e-9)),
+        "< 100 ms",
+        Verdict::of(p99 < Duration::from_millis(100)),
+    ))
+}
+
+fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()?;
+    // Each receipt: (follow number, when).
+    let seen: Arc<Mutex<Vec<(u64, Instant)>>> = Arc::new(Mutex::new(Vec::new()));
+    let ready = Arc::new(AtomicUsize::new(0));
+    let got = Arc::new(AtomicUsize::new(0));
+    for _ in 0..subs {
+        let (addr, seen, ready, got) = (addr.to_owned(), seen.clone(), ready.clone(), got.clone());
+        rt.spawn(async move {
+            let Ok(mut s) = tokio::net::TcpStream::connect(&addr).await else {
+                return;
+            };
+            let _ = s.set_nodelay(true);
+            // HTTP/1.0: the stream is not chunked, so its lines are the events'.
+            let req =
+                "GET /api/v1/events HTTP/1.0\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n";
+            if s.write_all(req.as_bytes()).await.is_err() {
+                return;
+            }
+            let mut r = tokio::io::BufReader::new(s);
+            let mut line = String::new();
+            let mut counted = false;
+            loop {
+                line.clear();
+                match r.read_line(&mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if !counted && line.trim().is_empty() {
+                    // The end of the response head: subscribed.
+                    counted = true;
+                    ready.fetch_add(1, Ordering::SeqCst);
+                }
+                if let Some(id) = line.strip_prefix("id:") {
+                    let now = Instant::now();
+                    if let Ok(id) = id.trim().parse::<u64>()
+                        && let Ok(mut v) = seen.lock()
+                    {
+                        v.push((id, now));
+                    }
+                    got.fetch_add(1, Ordering::SeqCst);
+                }
+            }
+        });
+    }
+    let wait_for = |what: &AtomicUsize, n: usize| -> Result<()> {
+        let t = Instant::now();
+        while what.load(Ordering::SeqCst) < n {
+            if t.elapsed() > Duration::from_secs(60) {
+                return Err(
+                    format!("SSE: {} of {n} after 60 s", what.load(Ordering::SeqCst)).into(),
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        Ok(())
+    };
+    wait_for(&ready, subs)?;
+    let ses = create_sessions(addr, 1)?.remove(0);
+    let path = format!("/api/v1/sessions/{ses}/branches/main/nodes");
+    let mut c = BufReader::new(TcpStream::connect(addr)?);
+    // A first node every subscriber must see before timing starts.
+    let mut sent = Vec::new();
+    for i in 0..=rounds {
+        let kind = if i % 2 == 0 { "invoke" } else { "complete" };
+        let body = format!("{{\"kind\":\"{kind}\",\"payload\":\"sse {i}\"}}");
+        let t = Instant::now();
+        let (st, resp) = request(&mut c, "POST", &path, &body)?;
+        if st != 201 {
+            return Err(format!("append: {st}").into());
+        }
+        let v: serde_json::Value = serde_json::from_slice(&resp)?;
+        let seq = v["nodes"][0]["seq"]
+            .as_u64()
+            .ok_or("no seq in the answer")?;
+        wait_for(&got, subs * (i + 1))?;
+        if i > 0 {
+            sent.push((seq, t));
+        }
+    }
+    let seen = seen.lock().map_err(|_| "poisoned")?.clone();
+    let mut lat = Vec::new();
+    for (seq, t) in &sent {
+        lat.extend(
+            seen.iter()
+                .filter(|(s, _)| s == seq)
+                .map(|(_, at)| at.duration_since(*t)),
+        );
+    }
+    if lat.len() != subs * rounds {
+        return Err(format!("SSE: {} receipts, expected {}", lat.len(), subs * rounds).into());
+    }
+    lat.sort();
+    let p99 = lat[(lat.len() * 99).div_ceil(100).saturating_sub(1)];
+    rt.shutdown_timeout(Duration::from_millis(100));
+    Ok(p99)
 }
 
 use convo_store::Store;

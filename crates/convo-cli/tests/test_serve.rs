@@ -627,3 +627,119 @@ fn browser_webview() {
     );
     assert!(shots.join("webview-session.png").exists());
 }
+
+/// SIGTERM with an event stream open and appends in flight: the streams
+/// end, every append the server acknowledged is stored (and at most the
+/// one each client had in flight besides), the process exits 0, and each
+/// request left one JSON log line.
+#[test]
+fn shutdown_ends_streams_finishes_writes_and_logs_each_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let t = TestEnv::new();
+    let mut child = t
+        .cmd()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stderr = child.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
+        s
+    });
+    let srv = Server { child, addr };
+    let _stream = Sse::open(&srv.addr, "/api/v1/events", None);
+    let acked = Arc::new(AtomicU64::new(0));
+    const CLIENTS: u64 = 4;
+    let writers: Vec<_> = (0..CLIENTS)
+        .map(|w| {
+            let (addr, acked) = (srv.addr.clone(), acked.clone());
+            let s = sess(&srv, "agent", &format!("writer {w}"));
+            let path = format!("/api/v1/sessions/{s}/branches/main/nodes");
+            std::thread::spawn(move || {
+                for i in 0.. {
+                    use std::io::{Read, Write};
+                    let Ok(mut c) = std::net::TcpStream::connect(&addr) else {
+                        return;
+                    };
+                    let kind = if i % 2 == 0 { "invoke" } else { "complete" };
+                    let body = format!("{{\"kind\":\"{kind}\",\"payload\":\"w{w} {i}\"}}");
+                    let req = format!(
+                        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let mut raw = Vec::new();
+                    if c.write_all(req.as_bytes()).is_err() || c.read_to_end(&mut raw).is_err() {
+                        return;
+                    }
+                    if !raw.starts_with(b"HTTP/1.1 201") {
+                        return;
+                    }
+                    acked.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    while acked.load(Ordering::SeqCst) < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let pid = srv.child.id();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status();
+    let mut srv = srv;
+    let mut waited = 0;
+    let status = loop {
+        if let Some(st) = srv.child.try_wait().unwrap() {
+            break st;
+        }
+        waited += 1;
+        assert!(
+            waited < 1200,
+            "convo serve did not stop: an event stream holds the shutdown"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(status.success(), "{status:?}");
+    let acked = acked.load(Ordering::SeqCst);
+    let all = t.run(&["log", "--all", "--json"]).json();
+    let stored = all.as_array().unwrap().len() as u64;
+    assert!(
+        stored >= acked && stored <= acked + CLIENTS,
+        "{stored} stored, {acked} acknowledged"
+    );
+    assert!(t.run(&["verify"]).out.status.success());
+    let logs = logs.join().unwrap();
+    let posts: Vec<Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| {
+            v["method"] == "POST" && v["path"].as_str().is_some_and(|p| p.ends_with("/nodes"))
+        })
+        .collect();
+    let created = posts.iter().filter(|v| v["status"] == 201).count() as u64;
+    assert_eq!(created, stored, "one log line per append written: {logs}");
+    assert!(
+        posts
+            .iter()
+            .all(|v| v["time"].is_string() && v["ms"].is_number())
+    );
+    assert!(logs.contains("finishing requests in flight"), "{logs}");
+}

@@ -52,6 +52,9 @@ pub struct Hub {
     /// The newest follow number the hub has broadcast.
     seen: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
+    /// Becomes `true` when the hub stops: every subscriber's stream ends,
+    /// so a graceful shutdown is not held open by SSE clients.
+    closing: tokio::sync::watch::Sender<bool>,
 }
 
 impl Hub {
@@ -67,6 +70,7 @@ impl Hub {
             poke,
             seen: Arc::new(AtomicU64::new(follower.cursor())),
             stop: Arc::new(AtomicBool::new(false)),
+            closing: tokio::sync::watch::Sender::new(false),
         };
         let h = hub.clone();
         let url = url.to_owned();
@@ -83,9 +87,10 @@ impl Hub {
         let _ = self.poke.try_send(());
     }
 
-    /// Stops the hub thread.
+    /// Stops the hub thread and ends every subscriber's stream.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
+        self.closing.send_replace(true);
         self.poke();
     }
 
@@ -160,6 +165,10 @@ pub async fn pump(
     out: tokio::sync::mpsc::Sender<Message>,
 ) {
     let mut rx = hub.subscribe();
+    let mut closing = hub.closing.subscribe();
+    if *closing.borrow_and_update() {
+        return;
+    }
     // Catch up from the store to at least what the hub has broadcast.
     if catch_up(&pool, &mut cursor, u64::MAX, &filter, &out)
         .await
@@ -168,7 +177,11 @@ pub async fn pump(
         return;
     }
     loop {
-        let ev = match rx.recv().await {
+        let next = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = closing.changed() => return,
+        };
+        let ev = match next {
             Ok(ev) => ev,
             Err(broadcast::error::RecvError::Lagged(_)) => {
                 if catch_up(&pool, &mut cursor, u64::MAX, &filter, &out)

@@ -199,6 +199,13 @@ pub async fn serve(
         .map_err(|e| std::io::Error::other(e.to_string()))??;
     let hub = st.hub.clone();
     let app = router(st, &config, None);
+    let closing = hub.clone();
+    let shutdown = async move {
+        shutdown.await;
+        // Event streams never end on their own: end them, so the
+        // connections they hold let the graceful shutdown finish.
+        closing.stop();
+    };
     let res = serve_router(listener, app, shutdown).await;
     hub.stop();
     Ok(res?)

@@ -1,9 +1,9 @@
 //! A store handle the async server shares: a pool of [`Store`]s (one
 //! database connection each), every call run on tokio's blocking pool.
 //!
-//! The store API is synchronous (rusqlite, and the sync `postgres` client,
-//! which must never run on a runtime worker thread: it blocks on its own
-//! internal runtime). So each request checks a `Store` out, runs its
+//! The store API is synchronous (rusqlite, and `tokio-postgres` driven by
+//! the backend's own runtime, which must never run on a runtime worker
+//! thread: it blocks on it). So each request checks a `Store` out, runs its
 //! closure in `spawn_blocking`, and checks it back in. Connections are
 //! opened lazily and kept up to `max_idle`; a connection whose call failed
 //! with an `unavailable` error is dropped rather than reused.
@@ -98,8 +98,8 @@ impl Inner {
 }
 
 impl Drop for Inner {
-    /// Connections are closed on a plain thread: the sync PostgreSQL
-    /// client's drop blocks on its own runtime, which must not happen on a
+    /// Connections are closed on a plain thread: the PostgreSQL
+    /// backend's drop shuts down its own runtime, which must not happen on a
     /// runtime thread (the pool is usually dropped by the server's task).
     fn drop(&mut self) {
         let stores = self.idle.get_mut().map(std::mem::take).unwrap_or_default();

@@ -199,12 +199,21 @@ fn lanes(s: &mut Store, row: &SessionRow) -> convo_store::Result<Vec<Lane>> {
     branches.sort_by_key(|b| (b.name.as_str() != "main", b.created_at));
     branches.truncate(64);
     let id = row.id;
-    let nodes = s.read(move |tx| tx.session_nodes(&id, false))?;
-    let index: DigestMap<NodeHash, usize> = nodes
-        .iter()
-        .enumerate()
-        .map(|(i, (n, _))| (n.hash, i))
-        .collect();
+    // Links only (hash, parent, kind): no row is decoded whole. A parent
+    // comes before its children in follow order, so depths take one pass.
+    let nodes = s.read(move |tx| tx.session_links(&id))?;
+    let index: DigestMap<NodeHash, usize> =
+        nodes.iter().enumerate().map(|(i, l)| (l.hash, i)).collect();
+    let mut depths = Vec::with_capacity(nodes.len());
+    for l in &nodes {
+        let d = l
+            .parent
+            .and_then(|p| index.get(&p))
+            .and_then(|&i| depths.get(i).copied())
+            .unwrap_or(0u64)
+            + 1;
+        depths.push(d);
+    }
     let mut owner: DigestMap<NodeHash, usize> = DigestMap::default();
     let mut out = Vec::new();
     for b in branches {
@@ -231,19 +240,19 @@ fn lanes(s: &mut Store, row: &SessionRow) -> convo_store::Result<Vec<Lane>> {
                 break;
             }
             if let Some(&l) = owner.get(&h) {
-                let depth = index.get(&h).map(|&i| nodes[i].0.ctx.depth).unwrap_or(0);
+                let depth = index.get(&h).map(|&i| depths[i]).unwrap_or(0);
                 parent = Some((l, depth));
                 break;
             }
             let Some(&i) = index.get(&h) else { break };
-            let n = &nodes[i].0;
-            end.get_or_insert(n.ctx.depth);
-            start = n.ctx.depth;
-            if n.node.kind == Kind::Promote {
-                promotes.push(n.ctx.depth);
+            let n = &nodes[i];
+            end.get_or_insert(depths[i]);
+            start = depths[i];
+            if n.kind == Kind::Promote {
+                promotes.push(depths[i]);
             }
             owner.insert(h, lane);
-            cur = n.node.parent;
+            cur = n.parent;
         }
         out.push(Lane {
             branch: b,

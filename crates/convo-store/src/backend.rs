@@ -79,6 +79,20 @@ pub struct FactRow {
     pub body: Vec<u8>,
 }
 
+/// A node's place in its session's tree: see [`Tx::session_links`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Link {
+    /// The node.
+    pub hash: NodeHash,
+    /// Its parent.
+    pub parent: Option<NodeHash>,
+    /// Its kind.
+    pub kind: Kind,
+}
+
+/// A node and its payload bytes.
+pub type NodeWithPayload = (StoredNode, Vec<u8>);
+
 /// A row, or why it does not decode.
 pub type Decoded<T> = std::result::Result<T, String>;
 
@@ -101,6 +115,24 @@ pub trait Tx {
     fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>>;
     /// Branches of one session, or of every session when `s` is `None`.
     fn branches(&mut self, s: Option<&SessionId>) -> Result<Vec<BranchRow>>;
+    /// A branch with its head node (`None` before its first node), in one
+    /// read where the backend can: what an append needs first.
+    fn branch_with_head(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+    ) -> Result<Option<(BranchRow, Option<StoredNode>)>> {
+        let Some(b) = self.branch(s, name)? else {
+            return Ok(None);
+        };
+        let head = match &b.head {
+            None => None,
+            Some(h) => Some(self.node(h)?.ok_or_else(|| {
+                crate::StoreError::Corrupt(format!("head {h} of `{}` is missing", b.name))
+            })?),
+        };
+        Ok(Some((b, head)))
+    }
     fn insert_branch(&mut self, b: &BranchRow) -> Result<()>;
     /// Compare-and-swap of a branch head: moves it to `new` only if it is
     /// still `old`, and says whether it did.
@@ -137,6 +169,33 @@ pub trait Tx {
         s: &SessionId,
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
+    /// Every node of a session in follow order as a [`Link`] (hash, parent
+    /// and kind only): enough to walk a timeline and number its turns
+    /// without decoding whole rows.
+    fn session_links(&mut self, s: &SessionId) -> Result<Vec<Link>> {
+        Ok(self
+            .session_nodes(s, false)?
+            .into_iter()
+            .map(|(n, _)| Link {
+                hash: n.hash,
+                parent: n.node.parent,
+                kind: n.node.kind,
+            })
+            .collect())
+    }
+    /// The nodes with these hashes, in this order, each with its payload
+    /// (`None` for a hash not stored, or a node whose payload is missing).
+    fn nodes_with_payloads(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<NodeWithPayload>>> {
+        let mut out = Vec::with_capacity(hashes.len());
+        for h in hashes {
+            let found = match self.node(h)? {
+                Some(n) => self.blob(&n.node.payload)?.map(|p| (n, p)),
+                None => None,
+            };
+            out.push(found);
+        }
+        Ok(out)
+    }
     /// Up to `limit` nodes with `seq > after`, in follow order.
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>>;
     /// The newest follow number (0 when the store has no node).

@@ -418,9 +418,10 @@ impl Store {
 
     /// One page of the timeline of `branch`: up to `limit` nodes from
     /// position `offset` (0 = the session's first node), with payloads and
-    /// turn numbers, and the timeline's length. Payloads are read for the
-    /// page only, so a page of a long timeline costs one pass over the
-    /// session's node rows plus `limit` blob reads.
+    /// turn numbers, and the timeline's length. Whole rows and payloads
+    /// are read for the page only: the rest of the timeline costs one pass
+    /// over the session's links (hash, parent, kind) to walk the chain and
+    /// number its turns.
     pub fn timeline_page(
         &mut self,
         session: &SessionId,
@@ -599,8 +600,7 @@ impl Ledger<'_> {
         d: &Draft,
     ) -> Result<StoredNode> {
         let tx = &mut *self.tx;
-        let b = open_branch(tx, session, branch, true)?;
-        let ctx = head_ctx(tx, &b)?;
+        let (b, ctx) = open_branch_head(tx, session, branch)?;
         let stored = place_and_insert(tx, &b, ctx, d)?;
         if !tx.cas_head(session, branch, b.head.as_ref(), &stored.hash)? {
             return Err(StoreError::Conflict(1));
@@ -616,9 +616,8 @@ impl Ledger<'_> {
         drafts: &[Draft],
     ) -> Result<Vec<NodeHash>> {
         let tx = &mut *self.tx;
-        let mut b = open_branch(tx, session, branch, true)?;
+        let (mut b, mut ctx) = open_branch_head(tx, session, branch)?;
         let old_head = b.head;
-        let mut ctx = head_ctx(tx, &b)?;
         let mut out = Vec::with_capacity(drafts.len());
         for d in drafts {
             let stored = place_and_insert(tx, &b, ctx, d)?;
@@ -1021,25 +1020,53 @@ fn timeline_page_in(
             offset: 0,
         });
     };
-    let chain = chain_in(tx, session, head, false)?;
+    // Walk the chain over the session's links (hash, parent, kind: no row
+    // is decoded whole), numbering turns on the way; then read the page's
+    // rows and payloads only.
+    let links = tx.session_links(session)?;
+    let index: convo_core::DigestMap<NodeHash, usize> =
+        links.iter().enumerate().map(|(i, l)| (l.hash, i)).collect();
+    let mut chain = Vec::new();
+    let mut cur = Some(head);
+    while let Some(h) = cur {
+        let &i = index.get(&h).ok_or_else(|| {
+            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
+        })?;
+        chain.push(i);
+        cur = links[i].parent;
+        if chain.len() > links.len() {
+            return Err(StoreError::Corrupt(format!(
+                "node {head} has a parent cycle"
+            )));
+        }
+    }
+    chain.reverse();
     let total = chain.len();
     let offset = offset.unwrap_or(total.saturating_sub(limit));
+    let end = offset.saturating_add(limit).min(total);
+    let start = offset.min(end);
     let mut turn = 0u64;
-    let mut turns_at = Vec::with_capacity(total);
-    for n in &chain {
-        if n.stored.node.kind == Kind::Invoke {
+    let mut turns_at = Vec::with_capacity(end - start);
+    for (pos, &i) in chain.iter().enumerate() {
+        if links[i].kind == Kind::Invoke {
             turn += 1;
         }
-        turns_at.push(turn);
+        if (start..end).contains(&pos) {
+            turns_at.push(turn);
+        }
     }
-    let end = offset.saturating_add(limit).min(total);
-    let mut nodes = Vec::with_capacity(end.saturating_sub(offset));
-    for pos in offset.min(end)..end {
-        let stored = chain[pos].stored.clone();
-        let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
-            StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
-        })?;
-        nodes.push((TimelineNode { stored, payload }, turns_at[pos]));
+    let hashes: Vec<NodeHash> = chain[start..end].iter().map(|&i| links[i].hash).collect();
+    let rows = tx.nodes_with_payloads(&hashes)?;
+    let mut nodes = Vec::with_capacity(hashes.len());
+    for ((h, row), turn) in hashes.iter().zip(rows).zip(turns_at) {
+        let (stored, payload) =
+            row.ok_or_else(|| StoreError::Corrupt(format!("node {h} or its payload is missing")))?;
+        if stored.hash != *h || stored.node.session != *session {
+            return Err(StoreError::Corrupt(format!(
+                "node {h} of session {session} reads as another node"
+            )));
+        }
+        nodes.push((TimelineNode { stored, payload }, turn));
     }
     Ok(TimelinePage {
         nodes,
@@ -1099,13 +1126,28 @@ pub(crate) fn open_branch(
     Ok(b)
 }
 
-fn head_ctx(tx: &mut dyn Tx, b: &BranchRow) -> Result<Context> {
-    match &b.head {
-        None => Ok(Context::genesis()),
-        Some(h) => Ok(tx
-            .node(h)?
-            .ok_or_else(|| StoreError::Corrupt(format!("head {h} of `{}` is missing", b.name)))?
-            .ctx),
+/// Loads a branch open for appends and its head's context, in one read
+/// ([`Tx::branch_with_head`]).
+fn open_branch_head(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    name: &BranchName,
+) -> Result<(BranchRow, Context)> {
+    match tx.branch_with_head(session, name)? {
+        None => Err(open_branch(tx, session, name, true)
+            .err()
+            .unwrap_or_else(|| StoreError::NoBranch {
+                session: session.to_string(),
+                branch: name.to_string(),
+            })),
+        Some((b, _)) if b.sealed => Err(StoreError::Sealed {
+            session: session.to_string(),
+            branch: name.to_string(),
+        }),
+        Some((b, head)) => {
+            let ctx = head.map_or_else(Context::genesis, |n| n.ctx);
+            Ok((b, ctx))
+        }
     }
 }
 

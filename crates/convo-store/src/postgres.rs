@@ -1,4 +1,5 @@
-//! The PostgreSQL backend (the sync `postgres` client; no libpq).
+//! The PostgreSQL backend (`tokio-postgres` on a private single-threaded
+//! runtime, so the store API stays synchronous; no libpq).
 //!
 //! Selected by a `postgres://` URL. Every write transaction first takes one
 //! transaction-scoped advisory lock, so writers from any number of processes
@@ -7,22 +8,45 @@
 //! gap-free and in commit order, and a writer killed mid-transaction rolls
 //! back without leaving a gap. Reads run in `REPEATABLE READ` snapshots and
 //! never block writers. A write that commits nodes sends `NOTIFY
-//! convo_nodes`, which `convo watch` listens to. Serialization failures,
-//! deadlocks and lost compare-and-swaps are retried inside, with a bound.
-//! Migrations live in `migrations/postgres/`, tracked in `convo_schema`.
+//! convo_nodes`, which `convo watch` and the server's event stream listen
+//! to. Serialization failures, deadlocks and lost compare-and-swaps are
+//! retried inside, with a bound. Migrations live in `migrations/postgres/`,
+//! tracked in `convo_schema`.
+//!
+//! # Round trips
+//!
+//! The ledger drives a transaction one row operation at a time, but the
+//! backend does not pay a network round trip for each: statements are
+//! *pipelined*. `BEGIN`, the advisory lock and the follow-number read wait
+//! and go out with the transaction's first read; writes (blobs, nodes,
+//! compare-and-swaps of heads, facts) wait and go out with the next read,
+//! or with `COMMIT`. So one append costs two round trips: the branch with
+//! its head's context (one joined read, [`Tx::branch_with_head`]), then its
+//! writes and the commit; a batch of appends in one transaction costs one
+//! more round trip per append. A write whose outcome the ledger asks for
+//! is checked on the server, so a failure aborts the transaction before the
+//! `COMMIT` behind it can take effect: a lost compare-and-swap divides by
+//! zero (reported as a conflict, and retried), a node already stored
+//! violates the key. [`Postgres::round_trips`] counts them (tests pin it).
 
-use crate::backend::{Backend, BlobVisitor, BranchRow, NodeVisitor, SessionRow, StoredNode, Tx};
+use crate::backend::{
+    Backend, BlobVisitor, BranchRow, NodeVisitor, NodeWithPayload, SessionRow, StoredNode, Tx,
+};
 use crate::{Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
     BranchName, ContentHash, Digest, HashPrefix, Node, NodeHash, SessionId, StateRoot,
 };
-use postgres::error::SqlState;
-use postgres::fallible_iterator::FallibleIterator;
-use postgres::types::ToSql;
-use postgres::{Client, IsolationLevel, NoTls, Row, Statement};
+use futures_util::TryStreamExt;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, NoTls, Row, Statement};
 
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_init.sql"),
@@ -33,14 +57,26 @@ const FACTS_VERSION: usize = 2;
 /// Key of the advisory lock every writer takes.
 const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
 const MIGRATE_LOCK: i64 = 0x636f_6e76_6f02;
+/// Writes a transaction holds back at most before sending them (a bulk
+/// import does not keep its whole batch in memory as statements).
+const MAX_PENDING: usize = 512;
 use crate::backend::RETRY_BUDGET;
+
+/// One database connection and the runtime that drives it.
+struct Conn {
+    rt: tokio::runtime::Runtime,
+    client: Client,
+    /// One message per `NOTIFY` received (the connection task forwards them).
+    notes: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// Prepared statements are per connection and outlive transactions.
+    statements: HashMap<String, Statement>,
+    round_trips: Arc<AtomicU64>,
+}
 
 /// A PostgreSQL store.
 pub struct Postgres {
-    client: Client,
+    conn: Conn,
     listening: bool,
-    /// Prepared statements are per connection and outlive transactions.
-    statements: HashMap<String, Statement>,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -49,7 +85,7 @@ impl std::fmt::Debug for Postgres {
     }
 }
 
-fn db(e: postgres::Error) -> StoreError {
+fn db(e: tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(c)
             if *c == SqlState::T_R_SERIALIZATION_FAILURE
@@ -63,9 +99,9 @@ fn db(e: postgres::Error) -> StoreError {
 
 /// What the server said (`FATAL: database "x" does not exist (SQLSTATE
 /// 3D000)`), or the client's error with its causes (`error connecting to
-/// server: Connection refused (os error 111)`): `postgres::Error`'s own
+/// server: Connection refused (os error 111)`): the client error's own
 /// `Display` says only `db error`.
-pub fn describe(e: &postgres::Error) -> String {
+pub fn describe(e: &tokio_postgres::Error) -> String {
     if let Some(d) = e.as_db_error() {
         let mut s = format!(
             "{}: {} (SQLSTATE {})",
@@ -100,6 +136,101 @@ fn corrupt(what: impl std::fmt::Display) -> StoreError {
     StoreError::Corrupt(what.to_string())
 }
 
+impl Conn {
+    fn open(url: &str) -> std::result::Result<Conn, String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start a runtime: {e}"))?;
+        let (client, mut connection) = rt
+            .block_on(tokio_postgres::connect(url, NoTls))
+            .map_err(|e| describe(&e))?;
+        let (tx, notes) = tokio::sync::mpsc::unbounded_channel();
+        // The connection runs whenever the runtime does (inside `block_on`):
+        // it sends what the client queued and forwards notifications.
+        rt.spawn(async move {
+            while let Some(m) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                match m {
+                    Ok(tokio_postgres::AsyncMessage::Notification(_)) => {
+                        let _ = tx.send(());
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        Ok(Conn {
+            rt,
+            client,
+            notes,
+            statements: HashMap::new(),
+            round_trips: Arc::new(AtomicU64::new(0)),
+        })
+    }
+
+    /// Runs `f` on the runtime: one round trip (or one exchange).
+    fn once<'a, T>(
+        &'a mut self,
+        f: impl FnOnce(&'a Client) -> Pin<Box<dyn Future<Output = T> + 'a>>,
+    ) -> T {
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let fut = f(&self.client);
+        self.rt.block_on(fut)
+    }
+
+    /// Prepares (once per connection) every statement of `sqls` not yet
+    /// prepared, in one round trip.
+    fn prepare_all(&mut self, sqls: &[&str]) -> Result<()> {
+        let mut missing: Vec<&str> = Vec::new();
+        for s in sqls {
+            if !self.statements.contains_key(*s) && !missing.contains(s) {
+                missing.push(s);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let client = &self.client;
+        let futs: Vec<_> = missing
+            .iter()
+            .map(|s| Box::pin(client.prepare(s)))
+            .collect();
+        self.round_trips.fetch_add(1, Ordering::Relaxed);
+        let prepared = self.rt.block_on(in_order(futs));
+        for (s, st) in missing.into_iter().zip(prepared) {
+            self.statements.insert(s.to_owned(), st.map_err(db)?);
+        }
+        Ok(())
+    }
+
+    fn statement(&self, sql: &str) -> Result<Statement> {
+        self.statements
+            .get(sql)
+            .cloned()
+            .ok_or_else(|| StoreError::Backend(format!("statement not prepared: {sql}")))
+    }
+}
+
+/// Polls every future once in order (so each sends its request, in that
+/// order, before any answer is awaited: a pipeline), then awaits each.
+async fn in_order<F: Future + Unpin>(futs: Vec<F>) -> Vec<F::Output> {
+    use futures_util::future::{MaybeDone, maybe_done};
+    let mut all: Vec<MaybeDone<F>> = futs.into_iter().map(maybe_done).collect();
+    std::future::poll_fn(|cx| {
+        for f in all.iter_mut() {
+            let _ = Pin::new(f).poll(cx);
+        }
+        std::task::Poll::Ready(())
+    })
+    .await;
+    for f in all.iter_mut() {
+        Pin::new(&mut *f).await;
+    }
+    all.iter_mut()
+        .filter_map(|f| Pin::new(f).take_output())
+        .collect()
+}
+
 impl Postgres {
     /// Connects to `url` (`postgres://user[:password]@host[:port]/db`) and
     /// applies pending migrations, creating the schema if needed.
@@ -112,19 +243,16 @@ impl Postgres {
     /// (nothing is created); pending migrations are applied either way.
     /// Connection errors carry the server's message and SQLSTATE.
     pub fn connect_as(url: &str, access: crate::Access) -> Result<Self> {
-        let client =
-            Client::connect(url, NoTls).map_err(|e| StoreError::Url(redact(url), describe(&e)))?;
+        let conn = Conn::open(url).map_err(|e| StoreError::Url(redact(url), e))?;
         let mut me = Postgres {
-            client,
+            conn,
             listening: false,
-            statements: HashMap::new(),
         };
         if access == crate::Access::Read {
-            let exists: bool = me
-                .client
-                .query_one("SELECT to_regclass('convo_schema') IS NOT NULL", &[])
-                .map_err(db)?
-                .get(0);
+            let row = me.conn.once(|c| {
+                Box::pin(c.query_one("SELECT to_regclass('convo_schema') IS NOT NULL", &[]))
+            });
+            let exists: bool = row.map_err(db)?.try_get(0).map_err(db)?;
             if !exists {
                 return Err(StoreError::NoStore(redact(url)));
             }
@@ -133,77 +261,54 @@ impl Postgres {
         Ok(me)
     }
 
-    fn migrate(&mut self) -> Result<()> {
-        let known = MIGRATIONS.len() as i64;
-        let mut tx = self.client.transaction().map_err(db)?;
-        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])
-            .map_err(db)?;
-        tx.batch_execute("CREATE TABLE IF NOT EXISTS convo_schema (version BIGINT NOT NULL)")
-            .map_err(db)?;
-        let version: i64 = tx
-            .query_opt("SELECT version FROM convo_schema", &[])
-            .map_err(db)?
-            .map(|r| r.get(0))
-            .unwrap_or(0);
-        if version > known {
-            return Err(StoreError::SchemaTooNew {
-                found: version,
-                known,
-            });
-        }
-        for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-            tx.batch_execute(sql).map_err(db)?;
-            tx.execute("DELETE FROM convo_schema", &[]).map_err(db)?;
-            tx.execute(
-                "INSERT INTO convo_schema (version) VALUES ($1)",
-                &[&(i as i64 + 1)],
-            )
-            .map_err(db)?;
-            if i + 1 == FACTS_VERSION {
-                let mut t = PgTx {
-                    tx: &mut tx,
-                    wrote_nodes: false,
-                    next_seq: None,
-                    statements: &mut HashMap::new(),
-                };
-                crate::ledger::journal_existing(&mut t)?;
-            }
-        }
-        tx.commit().map_err(db)
+    /// How many round trips to the server this connection has made: each
+    /// pipeline of statements (see the module docs) counts one.
+    pub fn round_trips(&self) -> Arc<AtomicU64> {
+        self.conn.round_trips.clone()
     }
 
-    fn run(&mut self, write: bool, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        crate::backend::retrying(|| {
-            let mut tx = if write {
-                let mut tx = self
-                    .client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::ReadCommitted)
-                    .start()
-                    .map_err(db)?;
-                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-                    .map_err(db)?;
-                tx
-            } else {
-                self.client
-                    .build_transaction()
-                    .isolation_level(IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .map_err(db)?
-            };
-            let mut t = PgTx {
-                tx: &mut tx,
-                wrote_nodes: false,
-                next_seq: None,
-                statements: &mut self.statements,
-            };
-            f(&mut t)?;
-            if t.wrote_nodes {
-                tx.execute("SELECT pg_notify('convo_nodes', '')", &[])
-                    .map_err(db)?;
+    fn migrate(&mut self) -> Result<()> {
+        let known = MIGRATIONS.len() as i64;
+        let mut t = PgTx::new(&mut self.conn, Mode::Migrate);
+        let out = (|| {
+            t.simple("CREATE TABLE IF NOT EXISTS convo_schema (version BIGINT NOT NULL)")?;
+            let version: i64 = t
+                .opt("SELECT version FROM convo_schema", &[])?
+                .map(|r| r.try_get(0).map_err(db))
+                .transpose()?
+                .unwrap_or(0);
+            if version > known {
+                return Err(StoreError::SchemaTooNew {
+                    found: version,
+                    known,
+                });
             }
-            tx.commit().map_err(db)
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+                t.simple(sql)?;
+                t.simple(&format!(
+                    "DELETE FROM convo_schema; INSERT INTO convo_schema (version) VALUES ({})",
+                    i + 1
+                ))?;
+                if i + 1 == FACTS_VERSION {
+                    crate::ledger::journal_existing(&mut t)?;
+                }
+            }
+            t.commit()
+        })();
+        if out.is_err() {
+            t.rollback();
+        }
+        out
+    }
+
+    fn run(&mut self, mode: Mode, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        crate::backend::retrying(|| {
+            let mut t = PgTx::new(&mut self.conn, mode);
+            let out = f(&mut t).and_then(|()| t.commit());
+            if out.is_err() {
+                t.rollback();
+            }
+            out
         })
     }
 }
@@ -225,38 +330,326 @@ pub fn redact(url: &str) -> String {
 
 impl Backend for Postgres {
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        self.run(true, f)
+        self.run(Mode::Write, f)
     }
     fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        self.run(false, f)
+        self.run(Mode::Read, f)
     }
     fn kind(&self) -> &'static str {
         "postgres"
     }
     fn wait_for_append(&mut self, timeout: Duration) -> Result<()> {
         if !self.listening {
-            self.client
-                .batch_execute("LISTEN convo_nodes")
+            self.conn
+                .once(|c| Box::pin(c.batch_execute("LISTEN convo_nodes")))
                 .map_err(db)?;
             self.listening = true;
         }
-        let mut n = self.client.notifications();
-        let got = n.timeout_iter(timeout).next().map_err(db)?.is_some();
-        if got {
-            // Drain whatever else arrived; one wake-up is enough.
-            while n.iter().next().map_err(db)?.is_some() {}
+        let Conn { rt, notes, .. } = &mut self.conn;
+        let got = rt.block_on(async { tokio::time::timeout(timeout, notes.recv()).await });
+        match got {
+            Ok(Some(())) => {
+                // Drain whatever else arrived; one wake-up is enough.
+                while notes.try_recv().is_ok() {}
+                Ok(())
+            }
+            Ok(None) => Err(StoreError::Backend(
+                "the connection to PostgreSQL was closed".into(),
+            )),
+            Err(_) => Ok(()),
         }
-        Ok(())
     }
 }
 
-struct PgTx<'a, 'b> {
-    tx: &'a mut postgres::Transaction<'b>,
+/// What a transaction is for: what `BEGIN` it opens with and which lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Read,
+    Write,
+    Migrate,
+}
+
+/// A statement parameter a held-back write owns.
+type Param = Box<dyn ToSql + Sync + Send>;
+
+/// What a held-back write's failure means.
+#[derive(Clone, Copy, Debug)]
+enum OnError {
+    Db,
+    /// A compare-and-swap of a head that found another head.
+    Conflict,
+    /// A node insert that found the node stored.
+    Stored(NodeHash),
+}
+
+enum Op {
+    Simple(String),
+    Exec {
+        sql: String,
+        params: Vec<Param>,
+        on_error: OnError,
+    },
+    Lock(i64),
+    NextSeq,
+}
+
+type Params<'p> = [&'p (dyn ToSql + Sync)];
+
+const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
+const NEXT_SEQ_SQL: &str = "SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes";
+
+enum Out {
+    Done,
+    Rows(Vec<Row>),
+}
+
+type OpFuture<'f> =
+    Pin<Box<dyn Future<Output = std::result::Result<Out, tokio_postgres::Error>> + 'f>>;
+
+struct PgTx<'c> {
+    c: &'c mut Conn,
+    mode: Mode,
+    /// `BEGIN` has been sent (or is on its way).
+    begun: bool,
+    /// Why the transaction is aborted on the server, if it is.
+    failed: Option<String>,
+    /// Writes held back until the next read or the commit.
+    pending: Vec<Op>,
     wrote_nodes: bool,
-    /// The next follow number; read once per transaction, which the
-    /// writers' advisory lock makes safe.
+    /// The next follow number; read once per transaction, under the
+    /// writers' advisory lock, which makes it safe.
     next_seq: Option<i64>,
-    statements: &'a mut HashMap<String, Statement>,
+}
+
+impl<'c> PgTx<'c> {
+    fn new(c: &'c mut Conn, mode: Mode) -> Self {
+        PgTx {
+            c,
+            mode,
+            begun: false,
+            failed: None,
+            pending: Vec::new(),
+            wrote_nodes: false,
+            next_seq: None,
+        }
+    }
+
+    /// Sends the held-back statements (after `BEGIN` and the lock, the
+    /// first time) and then `read`, in one pipeline; returns `read`'s rows.
+    fn send(&mut self, read: Option<(&str, &Params<'_>)>) -> Result<Vec<Row>> {
+        if let Some(why) = &self.failed {
+            return Err(StoreError::Backend(format!(
+                "the transaction was aborted: {why}"
+            )));
+        }
+        let mut ops = Vec::new();
+        if !self.begun {
+            self.begun = true;
+            match self.mode {
+                Mode::Read => ops.push(Op::Simple(
+                    "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".into(),
+                )),
+                Mode::Write => {
+                    ops.push(Op::Simple("BEGIN ISOLATION LEVEL READ COMMITTED".into()));
+                    ops.push(Op::Lock(WRITE_LOCK));
+                    ops.push(Op::NextSeq);
+                }
+                Mode::Migrate => {
+                    ops.push(Op::Simple("BEGIN".into()));
+                    ops.push(Op::Lock(MIGRATE_LOCK));
+                }
+            }
+        }
+        ops.append(&mut self.pending);
+        if ops.is_empty() && read.is_none() {
+            return Ok(Vec::new());
+        }
+        let out = self.pipeline(&ops, read);
+        if let Err(e) = &out {
+            self.failed = Some(e.to_string());
+        }
+        out
+    }
+
+    fn pipeline(&mut self, ops: &[Op], read: Option<(&str, &Params<'_>)>) -> Result<Vec<Row>> {
+        let mut sqls: Vec<&str> = ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Exec { sql, .. } => Some(sql.as_str()),
+                Op::Lock(_) => Some(LOCK_SQL),
+                Op::NextSeq => Some(NEXT_SEQ_SQL),
+                Op::Simple(_) => None,
+            })
+            .collect();
+        if let Some((sql, _)) = read {
+            sqls.push(sql);
+        }
+        self.c.prepare_all(&sqls)?;
+        let mut statements = Vec::with_capacity(ops.len());
+        for op in ops {
+            statements.push(match op {
+                Op::Exec { sql, .. } => Some(self.c.statement(sql)?),
+                Op::Lock(_) => Some(self.c.statement(LOCK_SQL)?),
+                Op::NextSeq => Some(self.c.statement(NEXT_SEQ_SQL)?),
+                Op::Simple(_) => None,
+            });
+        }
+        let read_st = read.map(|(sql, _)| self.c.statement(sql)).transpose()?;
+        let params: Vec<Vec<&(dyn ToSql + Sync)>> = ops
+            .iter()
+            .map(|op| match op {
+                Op::Exec { params, .. } => {
+                    params.iter().map(|p| &**p as &(dyn ToSql + Sync)).collect()
+                }
+                Op::Lock(k) => vec![k as &(dyn ToSql + Sync)],
+                _ => Vec::new(),
+            })
+            .collect();
+        let client = &self.c.client;
+        let mut futs: Vec<OpFuture<'_>> = Vec::with_capacity(ops.len() + 1);
+        for ((op, st), p) in ops.iter().zip(&statements).zip(&params) {
+            futs.push(match (op, st) {
+                (Op::Simple(sql), _) => {
+                    Box::pin(async move { client.batch_execute(sql).await.map(|()| Out::Done) })
+                }
+                (Op::NextSeq, Some(st)) => {
+                    Box::pin(async move { client.query(st, p).await.map(Out::Rows) })
+                }
+                (_, Some(st)) => {
+                    Box::pin(async move { client.execute(st, p).await.map(|_| Out::Done) })
+                }
+                (_, None) => return Err(StoreError::Backend("statement not prepared".into())),
+            });
+        }
+        if let (Some((_, p)), Some(st)) = (read, &read_st) {
+            futs.push(Box::pin(
+                async move { client.query(st, p).await.map(Out::Rows) },
+            ));
+        }
+        self.c.round_trips.fetch_add(1, Ordering::Relaxed);
+        let results = self.c.rt.block_on(in_order(futs));
+        let mut rows = Vec::new();
+        let mut first_err = None;
+        for (i, r) in results.into_iter().enumerate() {
+            let op = ops.get(i);
+            match r {
+                Ok(Out::Rows(got)) => match op {
+                    Some(Op::NextSeq) => {
+                        let next: i64 = got
+                            .first()
+                            .map(|r| r.try_get(0))
+                            .transpose()
+                            .map_err(db)?
+                            .unwrap_or(1);
+                        self.next_seq = Some(next);
+                    }
+                    _ => rows = got,
+                },
+                Ok(Out::Done) => {}
+                Err(e) if first_err.is_none() => {
+                    let on_error = match op {
+                        Some(Op::Exec { on_error, .. }) => *on_error,
+                        _ => OnError::Db,
+                    };
+                    first_err = Some(match (on_error, e.code()) {
+                        (OnError::Conflict, Some(c)) if *c == SqlState::DIVISION_BY_ZERO => {
+                            StoreError::Conflict(1)
+                        }
+                        (OnError::Stored(h), Some(c)) if *c == SqlState::UNIQUE_VIOLATION => {
+                            StoreError::Invalid(format!("node {h} is already stored"))
+                        }
+                        _ => db(e),
+                    });
+                }
+                Err(_) => {}
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(rows),
+        }
+    }
+
+    /// Holds a write back until the next read or the commit.
+    fn defer(&mut self, sql: &str, params: Vec<Param>, on_error: OnError) -> Result<()> {
+        self.pending.push(Op::Exec {
+            sql: sql.to_owned(),
+            params,
+            on_error,
+        });
+        if self.pending.len() >= MAX_PENDING {
+            self.send(None)?;
+        }
+        Ok(())
+    }
+
+    /// Runs a plain SQL script now (migrations).
+    fn simple(&mut self, sql: &str) -> Result<()> {
+        self.pending.push(Op::Simple(sql.to_owned()));
+        self.send(None).map(|_| ())
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        if let Some(why) = &self.failed {
+            return Err(StoreError::Backend(format!(
+                "the transaction was aborted: {why}"
+            )));
+        }
+        if !self.begun && self.pending.is_empty() {
+            return Ok(());
+        }
+        if self.wrote_nodes {
+            self.pending.push(Op::Exec {
+                sql: "SELECT pg_notify('convo_nodes', '')".into(),
+                params: Vec::new(),
+                on_error: OnError::Db,
+            });
+        }
+        self.pending.push(Op::Simple("COMMIT".into()));
+        self.send(None)?;
+        self.begun = false;
+        Ok(())
+    }
+
+    /// Ends the transaction without its writes (a no-op if nothing was sent).
+    fn rollback(&mut self) {
+        self.pending.clear();
+        if self.begun {
+            self.begun = false;
+            let _ = self.c.once(|c| Box::pin(c.batch_execute("ROLLBACK")));
+        }
+    }
+
+    fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>> {
+        self.send(Some((sql, params)))
+    }
+
+    fn opt(&mut self, sql: &str, params: &Params<'_>) -> Result<Option<Row>> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    fn stream(&mut self, sql: &str, f: &mut dyn FnMut(&Row) -> Result<()>) -> Result<()> {
+        self.send(None)?;
+        self.c.prepare_all(&[sql])?;
+        let st = self.c.statement(sql)?;
+        self.c.round_trips.fetch_add(1, Ordering::Relaxed);
+        let client = &self.c.client;
+        let out: Result<()> = self.c.rt.block_on(async {
+            let rows = client
+                .query_raw(&st, std::iter::empty::<&(dyn ToSql + Sync)>())
+                .await
+                .map_err(db)?;
+            let mut rows = std::pin::pin!(rows);
+            while let Some(r) = rows.try_next().await.map_err(db)? {
+                f(&r)?;
+            }
+            Ok(())
+        });
+        if let Err(e) = &out {
+            self.failed = Some(e.to_string());
+        }
+        out
+    }
 }
 
 fn digest(r: &Row, i: usize) -> Result<Digest> {
@@ -289,7 +682,7 @@ impl crate::backend::Columns for Row {
         self.try_get(i).map_err(|e| e.to_string())
     }
     fn int(&self, i: usize) -> std::result::Result<Option<i64>, String> {
-        use postgres::types::Type;
+        use tokio_postgres::types::Type;
         let t = self.columns().get(i).map(|c| c.type_().clone());
         let v = match t {
             Some(Type::INT2) => self.try_get::<_, Option<i16>>(i).map(|v| v.map(i64::from)),
@@ -335,56 +728,53 @@ fn b(h: &[u8; 32]) -> &[u8] {
     h.as_slice()
 }
 
-type Params<'p> = [&'p (dyn ToSql + Sync)];
+/// `NODE_COLS` with each column qualified by the alias `n`.
+fn prefixed(cols: &str) -> String {
+    cols.split(", ")
+        .map(|c| format!("n.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
-impl PgTx<'_, '_> {
-    fn prepare_cached(&mut self, sql: &str) -> Result<Statement> {
-        if let Some(st) = self.statements.get(sql) {
-            return Ok(st.clone());
-        }
-        let st = self.tx.prepare(sql).map_err(db)?;
-        self.statements.insert(sql.to_owned(), st.clone());
-        Ok(st)
+/// A row's columns from `.1` on, as if they were the whole row (a node
+/// joined after other columns).
+struct Shifted<'r>(&'r Row, usize);
+
+impl crate::backend::Columns for Shifted<'_> {
+    fn bytes(&self, i: usize) -> std::result::Result<Option<&[u8]>, String> {
+        self.0.bytes(i + self.1)
     }
-    fn query(&mut self, sql: &str, params: &Params<'_>) -> Result<Vec<Row>> {
-        let st = self.prepare_cached(sql)?;
-        self.tx.query(&st, params).map_err(db)
+    fn text(&self, i: usize) -> std::result::Result<Option<&str>, String> {
+        self.0.text(i + self.1)
     }
-    fn opt(&mut self, sql: &str, params: &Params<'_>) -> Result<Option<Row>> {
-        let st = self.prepare_cached(sql)?;
-        self.tx.query_opt(&st, params).map_err(db)
+    fn int(&self, i: usize) -> std::result::Result<Option<i64>, String> {
+        self.0.int(i + self.1)
     }
-    fn exec(&mut self, sql: &str, params: &Params<'_>) -> Result<u64> {
-        let st = self.prepare_cached(sql)?;
-        self.tx.execute(&st, params).map_err(db)
-    }
-    fn stream(&mut self, sql: &str, f: &mut dyn FnMut(&Row) -> Result<()>) -> Result<()> {
-        let mut rows = self
-            .tx
-            .query_raw(sql, std::iter::empty::<&(dyn ToSql + Sync)>())
-            .map_err(db)?;
-        while let Some(r) = rows.next().map_err(db)? {
-            f(&r)?;
-        }
-        Ok(())
+    fn flag(&self, i: usize) -> std::result::Result<bool, String> {
+        self.0.flag(i + self.1)
     }
 }
 
-impl Tx for PgTx<'_, '_> {
+impl Tx for PgTx<'_> {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO sessions (id, agent, title, created_at) VALUES ($1, $2, $3, $4)",
-            &[&s.id.to_string(), &s.agent, &s.title, &s.created_at],
-        )?;
-        Ok(())
+            vec![
+                Box::new(s.id.to_string()),
+                Box::new(s.agent.clone()),
+                Box::new(s.title.clone()),
+                Box::new(s.created_at),
+            ],
+            OnError::Db,
+        )
     }
 
     fn set_session_title(&mut self, id: &SessionId, title: Option<&str>) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE sessions SET title = $2 WHERE id = $1",
-            &[&id.to_string(), &title],
-        )?;
-        Ok(())
+            vec![Box::new(id.to_string()), Box::new(title.map(str::to_owned))],
+            OnError::Db,
+        )
     }
 
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>> {
@@ -430,18 +820,49 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn insert_branch(&mut self, br: &BranchRow) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO branches (session, name, head, state, sealed, created_at) VALUES ($1, $2, $3, $4, $5, $6)",
-            &[
-                &br.session.to_string(),
-                &br.name.as_str(),
-                &br.head.as_ref().map(|h| b(h.as_bytes())),
-                &br.state.as_ref().map(|h| b(h.as_bytes())),
-                &br.sealed,
-                &br.created_at,
+            vec![
+                Box::new(br.session.to_string()),
+                Box::new(br.name.as_str().to_owned()),
+                Box::new(br.head.map(|h| h.as_bytes().to_vec())),
+                Box::new(br.state.map(|h| h.as_bytes().to_vec())),
+                Box::new(br.sealed),
+                Box::new(br.created_at),
             ],
-        )?;
-        Ok(())
+            OnError::Db,
+        )
+    }
+
+    fn branch_with_head(
+        &mut self,
+        s: &SessionId,
+        name: &BranchName,
+    ) -> Result<Option<(BranchRow, Option<StoredNode>)>> {
+        let Some(r) = self.opt(
+            &format!(
+                "SELECT b.session, b.name, b.head, b.state, b.sealed, b.created_at, {} \
+                 FROM branches b LEFT JOIN nodes n ON n.hash = b.head \
+                 WHERE b.session = $1 AND b.name = $2",
+                prefixed(NODE_COLS)
+            ),
+            &[&s.to_string(), &name.as_str()],
+        )?
+        else {
+            return Ok(None);
+        };
+        let br = branch_row(&r)?;
+        let head = match &br.head {
+            None => None,
+            Some(h) => {
+                let seq: Option<i64> = r.try_get(6).map_err(corrupt)?;
+                if seq.is_none() {
+                    return Err(corrupt(format!("head {h} of `{}` is missing", br.name)));
+                }
+                Some(crate::backend::decode_node(&Shifted(&r, 6)).map_err(corrupt)?)
+            }
+        };
+        Ok(Some((br, head)))
     }
 
     fn cas_head(
@@ -451,11 +872,21 @@ impl Tx for PgTx<'_, '_> {
         old: Option<&NodeHash>,
         new: &NodeHash,
     ) -> Result<bool> {
-        let n = self.exec(
-            "UPDATE branches SET head = $1 WHERE session = $2 AND name = $3 AND head IS NOT DISTINCT FROM $4",
-            &[&b(new.as_bytes()), &s.to_string(), &name.as_str(), &old.map(|h| b(h.as_bytes()))],
+        // Held back like every write: a head that moved divides by zero,
+        // which aborts the transaction and reads as a conflict (retried).
+        self.defer(
+            "WITH moved AS (UPDATE branches SET head = $1 \
+             WHERE session = $2 AND name = $3 AND head IS NOT DISTINCT FROM $4 RETURNING 1) \
+             SELECT 1 / (SELECT count(*)::int FROM moved)",
+            vec![
+                Box::new(new.as_bytes().to_vec()),
+                Box::new(s.to_string()),
+                Box::new(name.as_str().to_owned()),
+                Box::new(old.map(|h| h.as_bytes().to_vec())),
+            ],
+            OnError::Conflict,
         )?;
-        Ok(n == 1)
+        Ok(true)
     }
 
     fn set_branch_state(
@@ -464,15 +895,15 @@ impl Tx for PgTx<'_, '_> {
         name: &BranchName,
         state: Option<&StateRoot>,
     ) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE branches SET state = $1 WHERE session = $2 AND name = $3",
-            &[
-                &state.map(|h| b(h.as_bytes())),
-                &s.to_string(),
-                &name.as_str(),
+            vec![
+                Box::new(state.map(|h| h.as_bytes().to_vec())),
+                Box::new(s.to_string()),
+                Box::new(name.as_str().to_owned()),
             ],
-        )?;
-        Ok(())
+            OnError::Db,
+        )
     }
 
     fn rename_branch(
@@ -482,58 +913,59 @@ impl Tx for PgTx<'_, '_> {
         to: &BranchName,
         sealed: bool,
     ) -> Result<()> {
-        self.exec(
+        self.defer(
             "UPDATE branches SET name = $1, sealed = $2 WHERE session = $3 AND name = $4",
-            &[&to.as_str(), &sealed, &s.to_string(), &from.as_str()],
-        )?;
-        Ok(())
+            vec![
+                Box::new(to.as_str().to_owned()),
+                Box::new(sealed),
+                Box::new(s.to_string()),
+                Box::new(from.as_str().to_owned()),
+            ],
+            OnError::Db,
+        )
     }
 
     fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
-        let seq: i64 = match self.next_seq {
-            Some(n) => n,
-            None => self
-                .opt("SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes", &[])?
-                .map(|r| r.get(0))
-                .unwrap_or(1),
-        };
+        if self.next_seq.is_none() {
+            // `BEGIN`, the lock and the follow number, if not yet sent.
+            self.send(None)?;
+        }
+        let seq = self
+            .next_seq
+            .ok_or_else(|| StoreError::Backend("no follow number outside a write".into()))?;
         let ev = n.event.as_ref();
-        let res = self.exec(
+        let opt = |h: Option<&Digest>| h.map(|h| h.0.to_vec());
+        self.defer(
             "INSERT INTO nodes (seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
              payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
              depth, ctx_sub, ctx_open, ctx_seq, ctx_state) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22) \
-             ON CONFLICT (hash) DO NOTHING",
-            &[
-                &seq,
-                &b(hash.as_bytes()),
-                &n.session.to_string(),
-                &n.parent.as_ref().map(|h| b(h.as_bytes())),
-                &i16::from(n.kind.code()),
-                &n.submission.as_ref().map(|h| b(h.as_bytes())),
-                &n.sequence.map(i64::from),
-                &n.from,
-                &n.to,
-                &b(n.payload.as_bytes()),
-                &(n.payload_len as i64),
-                &n.diagnostics.as_str(),
-                &n.state.as_ref().map(|h| b(h.as_bytes())),
-                &n.created_at,
-                &ev.map(|e| e.branch.as_str()),
-                &ev.and_then(|e| e.sealed_as.as_ref().map(|s| s.as_str())),
-                &ev.map(|e| e.nonce.as_slice()),
-                &(ctx.depth as i64),
-                &ctx.submission.as_ref().map(|h| b(h.as_bytes())),
-                &ctx.open,
-                &i64::from(ctx.last_sequence),
-                &ctx.state.as_ref().map(|h| b(h.as_bytes())),
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+            vec![
+                Box::new(seq),
+                Box::new(hash.as_bytes().to_vec()),
+                Box::new(n.session.to_string()),
+                Box::new(opt(n.parent.as_ref().map(|h| &h.0))),
+                Box::new(i16::from(n.kind.code())),
+                Box::new(opt(n.submission.as_ref().map(|h| &h.0))),
+                Box::new(n.sequence.map(i64::from)),
+                Box::new(n.from.clone()),
+                Box::new(n.to.clone()),
+                Box::new(n.payload.as_bytes().to_vec()),
+                Box::new(n.payload_len as i64),
+                Box::new(n.diagnostics.as_str().to_owned()),
+                Box::new(opt(n.state.as_ref().map(|h| &h.0))),
+                Box::new(n.created_at),
+                Box::new(ev.map(|e| e.branch.as_str().to_owned())),
+                Box::new(ev.and_then(|e| e.sealed_as.as_ref().map(|s| s.as_str().to_owned()))),
+                Box::new(ev.map(|e| e.nonce.to_vec())),
+                Box::new(ctx.depth as i64),
+                Box::new(opt(ctx.submission.as_ref().map(|h| &h.0))),
+                Box::new(ctx.open),
+                Box::new(i64::from(ctx.last_sequence)),
+                Box::new(opt(ctx.state.as_ref().map(|h| &h.0))),
             ],
+            OnError::Stored(*hash),
         )?;
-        if res == 0 {
-            return Err(StoreError::Invalid(format!(
-                "node {hash} is already stored"
-            )));
-        }
         self.next_seq = Some(seq + 1);
         self.wrote_nodes = true;
         Ok(seq as u64)
@@ -587,6 +1019,49 @@ impl Tx for PgTx<'_, '_> {
             .collect()
     }
 
+    fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
+        self.query(
+            "SELECT hash, parent, kind FROM nodes WHERE session = $1 ORDER BY seq",
+            &[&s.to_string()],
+        )?
+        .iter()
+        .map(|r| {
+            let kind: i16 = r.try_get(2).map_err(corrupt)?;
+            Ok(crate::backend::Link {
+                hash: NodeHash(digest(r, 0)?),
+                parent: opt_digest(r, 1)?.map(NodeHash),
+                kind: u8::try_from(kind)
+                    .ok()
+                    .and_then(convo_core::Kind::from_code)
+                    .ok_or_else(|| corrupt("a stored node kind is unknown"))?,
+            })
+        })
+        .collect()
+    }
+
+    fn nodes_with_payloads(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<NodeWithPayload>>> {
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
+        let rows = self.query(
+            &format!(
+                "SELECT {}, bl.data FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
+                 LEFT JOIN nodes n ON n.hash = q.h LEFT JOIN blobs bl ON bl.hash = n.payload \
+                 ORDER BY q.i",
+                prefixed(NODE_COLS)
+            ),
+            &[&keys],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
+                let data: Option<Vec<u8>> = r.try_get(22).map_err(corrupt)?;
+                match (seq, data) {
+                    (Some(_), Some(d)) => Ok(Some((node_row(r)?, d))),
+                    _ => Ok(None),
+                }
+            })
+            .collect()
+    }
+
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
         self.query(
             &format!("SELECT {NODE_COLS} FROM nodes WHERE seq > $1 ORDER BY seq LIMIT $2"),
@@ -598,6 +1073,9 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn max_seq(&mut self) -> Result<u64> {
+        if let Some(next) = self.next_seq {
+            return Ok(next.saturating_sub(1).max(0) as u64);
+        }
         let rows = self.query("SELECT COALESCE(MAX(seq), 0)::BIGINT FROM nodes", &[])?;
         let v: i64 = rows
             .first()
@@ -623,11 +1101,11 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO blobs (hash, data) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
-            &[&b(h.as_bytes()), &bytes],
-        )?;
-        Ok(())
+            vec![Box::new(h.as_bytes().to_vec()), Box::new(bytes.to_vec())],
+            OnError::Db,
+        )
     }
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
@@ -648,11 +1126,11 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO state_nodes (hash, body) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
-            &[&h.0.as_slice(), &body],
-        )?;
-        Ok(())
+            vec![Box::new(h.0.to_vec()), Box::new(body.to_vec())],
+            OnError::Db,
+        )
     }
 
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>> {
@@ -706,6 +1184,9 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn last_seq(&mut self) -> Result<u64> {
+        if let Some(next) = self.next_seq {
+            return Ok(next.saturating_sub(1).max(0) as u64);
+        }
         let n: i64 = self
             .opt("SELECT COALESCE(MAX(seq), 0) FROM nodes", &[])?
             .map(|r| r.try_get(0).map_err(corrupt))
@@ -723,11 +1204,15 @@ impl Tx for PgTx<'_, '_> {
     }
 
     fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
-        self.exec(
+        self.defer(
             "INSERT INTO facts (seq, hash, body) VALUES ($1, $2, $3)",
-            &[&(seq as i64), &hash.0.as_slice(), &body],
-        )?;
-        Ok(())
+            vec![
+                Box::new(seq as i64),
+                Box::new(hash.0.to_vec()),
+                Box::new(body.to_vec()),
+            ],
+            OnError::Db,
+        )
     }
 
     fn last_fact(&mut self) -> Result<Option<(u64, Digest)>> {

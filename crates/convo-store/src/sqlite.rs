@@ -1048,6 +1048,32 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)
     }
 
+    fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
+        // The same runs as `session_nodes`, three columns only.
+        self.flush_run()?;
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT n.hash, n.parent, n.kind \
+                 FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+                 WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq",
+            )
+            .map_err(db)?;
+        st.query_map([s.to_string()], |r| {
+            let kind = u8::try_from(r.get::<_, i64>(2)?)
+                .ok()
+                .and_then(convo_core::Kind::from_code)
+                .ok_or_else(|| corrupt("a stored node kind is unknown"))?;
+            Ok(crate::backend::Link {
+                hash: NodeHash(digest(r, 0)?),
+                parent: opt_digest(r, 1)?.map(NodeHash),
+                kind,
+            })
+        })
+        .and_then(|r| r.collect())
+        .map_err(db)
+    }
+
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
         let mut st = self
             .tx

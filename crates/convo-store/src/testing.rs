@@ -377,6 +377,81 @@ pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {
     assert!(r.state_roots >= 3);
 }
 
+pub fn pages_match_the_whole_timeline_near_forks_and_seals(s: &mut Store) {
+    let day = 1_770_993_005_000;
+    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let mut t1 = Vec::new();
+    for i in 0..3 {
+        t1 = turn(s, &ses, &main(), &format!("m{i}"), day + i);
+    }
+    // A turn left open, then a fork from inside the second turn.
+    s.append(&ses, &main(), &draft(Kind::Invoke, "open", day + 5))
+        .unwrap();
+    s.fork(&ses, &p(&t1[1]), &b("fix"), day + 6).unwrap();
+    turn(s, &ses, &b("fix"), "f", day + 7);
+    s.fork(&ses, &p(&t1[3]), &b("other"), day + 8).unwrap();
+    turn(s, &ses, &b("other"), "o", day + 9);
+    let pr = s.promote(&ses, &b("fix"), day + 10).unwrap();
+    turn(s, &ses, &main(), "after", day + 11);
+    // A timeline with no history of its own, in the same session.
+    s.transaction(|l| l.create_branch(&ses, &b("fresh"), day + 12))
+        .unwrap();
+    turn(s, &ses, &b("fresh"), "x", day + 13);
+    let empty = s.create_session("agent", None, 0).unwrap().id;
+    let page = s.timeline_tail(&empty, &main(), 5).unwrap();
+    assert_eq!((page.total, page.turns, page.nodes.len()), (0, 0, 0));
+
+    for name in [main(), pr.sealed_as.clone(), b("other"), b("fresh")] {
+        let whole = s.timeline(&ses, &name).unwrap();
+        let mut turn_no = 0u64;
+        let numbered: Vec<(NodeHash, Vec<u8>, u64)> = whole
+            .iter()
+            .map(|n| {
+                if n.stored.node.kind == Kind::Invoke {
+                    turn_no += 1;
+                }
+                (n.stored.hash, n.payload.clone(), turn_no)
+            })
+            .collect();
+        let total = numbered.len();
+        for limit in [1, 3, 7, total + 2] {
+            for offset in [0, 2, 5, 6, 7, total.saturating_sub(1), total, total + 3] {
+                let page = s.timeline_page(&ses, &name, offset, limit).unwrap();
+                assert_eq!((page.total, page.turns), (total, turn_no), "{name}");
+                let got: Vec<_> = page
+                    .nodes
+                    .iter()
+                    .map(|(n, t)| (n.stored.hash, n.payload.clone(), *t))
+                    .collect();
+                let end = (offset + limit).min(total);
+                let want = numbered.get(offset.min(end)..end).unwrap_or(&[]);
+                assert_eq!(got, want, "{name} offset {offset} limit {limit}");
+                for ((n, _), w) in page.nodes.iter().zip(&whole[offset.min(end)..end]) {
+                    assert_eq!(
+                        n.stored, w.stored,
+                        "{name}: the whole row, not only its hash"
+                    );
+                }
+            }
+            let tail = s.timeline_tail(&ses, &name, limit).unwrap();
+            let from = total.saturating_sub(limit);
+            assert_eq!(tail.offset, from, "{name}");
+            let got: Vec<_> = tail
+                .nodes
+                .iter()
+                .map(|(n, t)| (n.stored.hash, n.payload.clone(), *t))
+                .collect();
+            assert_eq!(got, numbered[from..], "{name} tail {limit}");
+        }
+    }
+    let sealed = s.timeline_tail(&ses, &pr.sealed_as, 2).unwrap();
+    assert_eq!(
+        sealed.nodes.last().unwrap().0.stored.node.kind,
+        Kind::Invoke,
+        "the sealed timeline ends with its open turn"
+    );
+}
+
 /// A named contract case.
 pub type Case = (&'static str, fn(&mut Store));
 
@@ -422,6 +497,10 @@ pub const ALL: &[Case] = &[
     (
         "verify_is_clean_on_a_busy_store",
         verify_is_clean_on_a_busy_store,
+    ),
+    (
+        "pages_match_the_whole_timeline_near_forks_and_seals",
+        pages_match_the_whole_timeline_near_forks_and_seals,
     ),
 ];
 

@@ -5,5 +5,6 @@
 
 mod contract;
 mod open;
+mod pipeline;
 mod props;
 mod tamper;

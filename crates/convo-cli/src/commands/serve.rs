@@ -179,6 +179,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         );
         // The first stdout line is the URL, for scripts and tests.
         println!("http://{bound}/");
+        let closing = hub.clone();
         let shutdown = async move {
             let ctrl_c = tokio::signal::ctrl_c();
             #[cfg(unix)]
@@ -194,6 +195,9 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             #[cfg(not(unix))]
             let _ = ctrl_c.await;
             eprintln!("convo {name}: shutting down; finishing requests in flight");
+            // Event streams never end on their own: end them, so the
+            // connections they hold let the shutdown finish.
+            closing.stop();
         };
         let res = convo_server::serve_router(listener, app, shutdown).await;
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
