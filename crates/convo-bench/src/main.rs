@@ -19,6 +19,7 @@ mod gitbench;
 mod harnessbench;
 mod pgbench;
 mod proxybench;
+mod searchbench;
 mod servebench;
 mod util;
 
@@ -124,6 +125,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "serve",
         "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline",
         servebench::serve,
+    ),
+    (
+        "search",
+        "full-text search: ingest with the index, index catch-up, search vs a LIKE scan on 100,000 nodes",
+        searchbench::search_figures,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];

@@ -27,12 +27,13 @@ macro_rules! contract {
             case!(follow_cursor_is_gap_free);
             case!(bulk_append_matches_single_appends);
             case!(verify_is_clean_on_a_busy_store);
+            case!(search_finds_ranks_and_places_hits);
 
             #[test]
             fn every_contract_case_is_listed() {
                 assert_eq!(
                     testing::ALL.len(),
-                    11,
+                    12,
                     "add the new case to tests/contract.rs"
                 );
             }
