@@ -121,6 +121,12 @@ pub enum Command {
     Export(crate::commands::export::ExportArgs),
     Check(crate::commands::check::CheckArgs),
     /// Project the store into a git repository, or check that projection
+    ///
+    /// Examples:
+    ///   convo git sync
+    ///   git --git-dir ~/.convo/conversations log --stat
+    ///   convo git verify
+    #[command(verbatim_doc_comment)]
     #[command(subcommand)]
     Git(crate::commands::git::GitCmd),
     Watch(crate::commands::watch::WatchArgs),
