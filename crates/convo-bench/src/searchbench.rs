@@ -35,10 +35,10 @@ fn text(i: u64) -> String {
         s.push(' ');
         s.push_str(WORDS[(x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as usize % WORDS.len()]);
     }
-    if i % 10 == 0 {
+    if i.is_multiple_of(10) {
         s.push_str(" capital");
     }
-    if i % 10_000 == 0 {
+    if i.is_multiple_of(10_000) {
         s.push_str(" zanzibar");
     }
     s
@@ -47,7 +47,7 @@ fn text(i: u64) -> String {
 fn drafts(start: u64, n: u64) -> Vec<Draft> {
     (start..start + n)
         .map(|i| {
-            let k = if i % 2 == 0 {
+            let k = if i.is_multiple_of(2) {
                 Kind::Invoke
             } else {
                 Kind::Complete

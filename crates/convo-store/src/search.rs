@@ -480,15 +480,14 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
 /// its turn number on the first of them.
 #[derive(Debug, Default)]
 struct Timelines {
-    sessions: HashMap<SessionId, HashMap<u64, (Vec<BranchName>, Option<usize>)>>,
+    sessions: HashMap<SessionId, HashMap<u64, Place>>,
 }
 
+/// The timelines holding a node and its turn number on the first.
+type Place = (Vec<BranchName>, Option<usize>);
+
 impl Timelines {
-    fn place(
-        &mut self,
-        tx: &mut dyn Tx,
-        n: &StoredNode,
-    ) -> Result<(Vec<BranchName>, Option<usize>)> {
+    fn place(&mut self, tx: &mut dyn Tx, n: &StoredNode) -> Result<Place> {
         let s = &n.node.session;
         if !self.sessions.contains_key(s) {
             let mut branches = tx.branches(Some(s))?;
@@ -500,7 +499,7 @@ impl Timelines {
                     b.name.as_str(),
                 ))
             });
-            let mut at: HashMap<u64, (Vec<BranchName>, Option<usize>)> = HashMap::new();
+            let mut at: HashMap<u64, Place> = HashMap::new();
             for b in branches {
                 let Some(h) = b.head else { continue };
                 let chain = crate::ledger::chain_in(tx, s, h, false)?;
@@ -511,7 +510,7 @@ impl Timelines {
                     e.0.push(b.name.clone());
                 }
             }
-            self.sessions.insert(s.clone(), at);
+            self.sessions.insert(*s, at);
         }
         Ok(self
             .sessions

@@ -492,13 +492,11 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
 
     // Filters: session, branch, kind, time, sender, limit.
     assert_eq!(
-        find(s, "capit*", &|r| r.session = Some(other.clone()))
-            .hits
-            .len(),
+        find(s, "capit*", &|r| r.session = Some(other)).hits.len(),
         1
     );
     let on_main = find(s, "capital", &|r| {
-        r.session = Some(a.clone());
+        r.session = Some(a);
         r.branch = Some(main());
     });
     assert_eq!(
@@ -535,7 +533,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
     assert!(matches!(
         s.search(&SearchRequest {
             query: Query::parse("x").unwrap(),
-            session: Some(a.clone()),
+            session: Some(a),
             branch: Some(b("nope")),
             filter: NodeFilter::default(),
             limit: 5,

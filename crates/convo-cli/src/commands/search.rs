@@ -89,7 +89,7 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
         .transpose()?;
     let req = SearchRequest {
         query,
-        session: session.as_ref().map(|s| s.id.clone()),
+        session: session.as_ref().map(|s| s.id),
         branch: a.branch.as_deref().map(branch_name).transpose()?,
         filter,
         limit: a.limit,
@@ -111,7 +111,7 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
                 .find_session(&s.to_string())
                 .ok()
                 .and_then(|r| r.title);
-            titles.insert(s.clone(), t);
+            titles.insert(*s, t);
         }
         let title = titles.get(s).cloned().flatten();
         if i > 0 {
