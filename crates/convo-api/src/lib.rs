@@ -222,6 +222,88 @@ impl NodeView {
     }
 }
 
+/// One hit of a full-text search: `convo search --json` (an element of
+/// [`SearchResults::hits`]) and `GET /api/v1/search`.
+///
+/// ```json
+/// {"node": {…, "payload": null, "turn": 2}, "snippet": "Rome, capital of Italy.",
+///  "marks": [[6, 13]], "score": 1.73, "turn": 2, "branches": ["main", "alt"]}
+/// ```
+///
+/// `node` is a [`NodeView`] without its payload (`payload` is `null`) and
+/// with `turn` set when the node is on a timeline. `snippet` is the part of
+/// the payload around the first match, on one line (line breaks and tabs
+/// as spaces), with `…` where it was cut; `marks` are the byte ranges
+/// `[start, end)` of the snippet's UTF-8 that matched. `score` is higher
+/// for better hits and comparable only within one result list. `branches`
+/// names every timeline whose history holds the node, `main` first; `turn`
+/// is the node's turn number on the first of them (`null` outside a turn
+/// or a timeline), so `BRANCH@TURN` is a reference `convo turn` takes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SearchHit {
+    /// The node, without its payload.
+    pub node: NodeView,
+    /// The payload around the first match, on one line.
+    pub snippet: String,
+    /// Byte ranges of `snippet` that matched.
+    pub marks: Vec<[usize; 2]>,
+    /// Higher is better.
+    pub score: f64,
+    /// Turn number on the first of `branches`.
+    pub turn: Option<u64>,
+    /// Timelines whose history holds the node, `main` first.
+    pub branches: Vec<String>,
+}
+
+impl SearchHit {
+    /// The wire form of a store hit.
+    pub fn new(h: &convo_store::search::SearchHit) -> Self {
+        let mut node = NodeView::new(&h.node, None);
+        node.turn = h.turn.map(|t| t as u64);
+        SearchHit {
+            node,
+            snippet: h.snippet.text.clone(),
+            marks: h.snippet.marks.iter().map(|&(a, b)| [a, b]).collect(),
+            score: h.score,
+            turn: h.turn.map(|t| t as u64),
+            branches: h.branches.iter().map(|b| b.as_str().to_owned()).collect(),
+        }
+    }
+}
+
+/// The result of a full-text search (`convo search --json`, `GET
+/// /api/v1/search`).
+///
+/// ```json
+/// {"hits": [ … ], "indexed": 120000, "scanned": 0}
+/// ```
+///
+/// `hits` best first (see [`SearchHit`]). `indexed` is the follow number
+/// up to which the search index answered; `scanned` counts the nodes past
+/// it that were read one by one instead (non-zero only when the index
+/// could not be brought up to date, e.g. on a read-only store).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct SearchResults {
+    /// Best first.
+    pub hits: Vec<SearchHit>,
+    /// Nodes up to this follow number came from the index.
+    #[serde(default)]
+    pub indexed: u64,
+    /// Nodes past it scanned one by one.
+    #[serde(default)]
+    pub scanned: u64,
+}
+
+impl From<&convo_store::search::SearchResults> for SearchResults {
+    fn from(r: &convo_store::search::SearchResults) -> Self {
+        SearchResults {
+            hits: r.hits.iter().map(SearchHit::new).collect(),
+            indexed: r.indexed,
+            scanned: r.scanned,
+        }
+    }
+}
+
 /// One message to append: a line of `convo ingest`, an element of the
 /// HTTP API's append batch.
 ///

@@ -19,6 +19,7 @@ mod gitbench;
 mod harnessbench;
 mod pgbench;
 mod proxybench;
+mod searchbench;
 mod servebench;
 mod util;
 
@@ -129,6 +130,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "serve-pg",
         "convo serve on PostgreSQL: round trips per append; 2 servers, 64 HTTP clients (CONVO_BENCH_PG)",
         servebench::serve_pg,
+    ),
+    (
+        "search",
+        "full-text search: ingest with the index, index catch-up, search vs a LIKE scan on 100,000 nodes",
+        searchbench::search_figures,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
 ];

@@ -5,8 +5,24 @@ use std::path::PathBuf;
 
 /// Record, fork, promote and verify AI-agent conversations in a
 /// content-addressed Merkle DAG.
+///
+/// Exit status: 0 success, 1 problems found (verify, check, replay) or no
+/// match (search), 2 usage or invalid input, 3 not found, 4 refused
+/// (sealed, conflict), 5 store unavailable or corrupt, 141 stdout closed.
+///
+/// Examples:
+///   convo demo                            # a session to look at
+///   convo session list
+///   convo log Paris --graph
+///   convo turn Paris main@-1
+///   convo search 'capital "of france"'
 #[derive(Parser, Debug)]
-#[command(name = "convo", version, propagate_version = true)]
+#[command(
+    name = "convo",
+    version,
+    propagate_version = true,
+    verbatim_doc_comment
+)]
 pub struct Cli {
     /// Directory holding convo's data [env: CONVO_HOME] [default: ~/.convo]
     #[arg(
@@ -39,62 +55,89 @@ pub struct Cli {
     pub command: Command,
 }
 
+// A command whose arguments are a struct takes its help from that struct's
+// doc comment: a doc comment on the variant would replace its long help
+// (examples included), so those variants have none.
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create the store (commands that write also create it; reads never do)
+    ///
+    /// Creates the home directory and the store (--store or CONVO_STORE
+    /// choose another); an existing store is left as it is.
+    ///
+    /// Examples:
+    ///   convo init
+    ///   convo --home /tmp/scratch init
+    ///   convo --store postgres://me@localhost/convo init
+    #[command(verbatim_doc_comment)]
     Init,
     /// Create, list, inspect, fork and promote sessions
+    ///
+    /// Examples:
+    ///   convo session new --agent researcher --title Paris
+    ///   convo session list
+    ///   convo session get Paris --full
+    ///   convo session fork Paris --from main@2 --branch retry
+    #[command(verbatim_doc_comment)]
     #[command(subcommand)]
     Session(SessionCmd),
     /// List a session's timelines
+    ///
+    /// Examples:
+    ///   convo branch list Paris
+    ///   convo branch list Paris --graph
+    #[command(verbatim_doc_comment)]
     #[command(subcommand)]
     Branch(BranchCmd),
-    /// Append one message to a timeline and print its hash
     Record(crate::commands::record::RecordArgs),
-    /// Record a user input and the agent's answer in one go
     Say(crate::commands::say::SayArgs),
-    /// Show a timeline, newest message first
     Log(crate::commands::log::LogArgs),
-    /// Show one node
     Show(crate::commands::show::ShowArgs),
-    /// Print a whole turn: input, service calls with their diagnostics, answer
     Turn(crate::commands::turn::TurnArgs),
-    /// Compare two timelines: the fork point, then what each side added, turn by turn
     Diff(crate::commands::diff::DiffArgs),
+    Search(crate::commands::search::SearchArgs),
     /// Read and write the agent's versioned state
+    ///
+    /// Examples:
+    ///   convo state put Paris topic Paris
+    ///   convo state get Paris topic --at main@1
+    ///   convo state list Paris --json
+    #[command(verbatim_doc_comment)]
     #[command(subcommand)]
     State(StateCmd),
-    /// Recompute every hash and check every link and row; exit 1 if anything is wrong
     Verify(crate::commands::verify::VerifyArgs),
-    /// Write a signed checkpoint of the store's state (for `verify --checkpoint`)
     Checkpoint(crate::commands::checkpoint::CheckpointArgs),
-    /// Append messages read as JSON lines from stdin, one transaction each
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote
+    ///
+    /// Writes one new session to the store and suggests commands to look at it.
+    ///
+    /// Examples:
+    ///   convo demo
+    ///   convo demo --json
+    #[command(verbatim_doc_comment)]
     Demo(JsonFlag),
-    /// Import conversation files (CONVO, clog, session JSON, ChatGPT, Claude, ShareGPT, OpenAI JSONL, llm) in one transaction
     Import(crate::commands::import::ImportArgs),
-    /// Write a session's timeline as a conversation file (CONVO, clog, session JSON, OpenAI JSONL, Markdown, HTML)
     Export(crate::commands::export::ExportArgs),
-    /// Validate CONVO files without importing them; exit 1 if any is invalid
     Check(crate::commands::check::CheckArgs),
     /// Project the store into a git repository, or check that projection
+    ///
+    /// Examples:
+    ///   convo git sync
+    ///   git --git-dir ~/.convo/conversations log --stat
+    ///   convo git verify
+    #[command(verbatim_doc_comment)]
     #[command(subcommand)]
     Git(crate::commands::git::GitCmd),
-    /// Print every new node as it is appended, by any process
     Watch(crate::commands::watch::WatchArgs),
-    /// Copy a whole store to another backend
     Migrate(crate::commands::migrate::MigrateArgs),
-    /// Serve the HTTP API, its OpenAPI document, the live event stream and the web view
     Serve(crate::commands::serve::ServeArgs),
-    /// Run an agent on a timeline, one recorded turn per input (docs/AGENTS.md)
     Run(crate::commands::run::RunArgs),
-    /// Talk to an agent interactively, every turn recorded; fork, switch and promote as you go
     Chat(crate::commands::chat::ChatArgs),
-    /// Re-run a recorded timeline against an agent; exit 1 at the first divergence
     Replay(crate::commands::replay::ReplayArgs),
-    /// Record every LLM call a program makes: an OpenAI/Anthropic-compatible proxy to an upstream
     Proxy(crate::commands::proxy::ProxyArgs),
+    Completions(crate::commands::completions::CompletionsArgs),
+    Man(crate::commands::completions::ManArgs),
 }
 
 #[derive(Args, Debug)]
@@ -107,6 +150,11 @@ pub struct JsonFlag {
 #[derive(Subcommand, Debug)]
 pub enum SessionCmd {
     /// Start a session and print its id
+    ///
+    /// Examples:
+    ///   convo session new --agent researcher
+    ///   convo session new --agent researcher --title "Paris trip" --json
+    #[command(verbatim_doc_comment)]
     New {
         /// The agent the session talks to
         #[arg(long)]
@@ -118,11 +166,17 @@ pub enum SessionCmd {
         #[arg(long)]
         json: bool,
     },
-    /// List sessions, oldest first
     List(crate::commands::session::ListArgs),
-    /// Show a timeline's turns from the first message to the head
     Get(crate::commands::session::GetArgs),
     /// Set or clear a session's title
+    ///
+    /// The change is journaled (verify checks it). A title finds the
+    /// session wherever a SESSION is taken.
+    ///
+    /// Examples:
+    ///   convo session retitle ses-3fa9 "Paris trip"
+    ///   convo session retitle "Paris trip" --clear
+    #[command(verbatim_doc_comment)]
     #[command(alias = "edit")]
     Retitle {
         /// Session id, unique id prefix or title
@@ -138,6 +192,14 @@ pub enum SessionCmd {
         json: bool,
     },
     /// Create a timeline from any past node
+    ///
+    /// The new timeline shares the history up to that node and gets the
+    /// working state the node had.
+    ///
+    /// Examples:
+    ///   convo session fork Paris --from main@2 --branch retry
+    ///   convo session fork Paris --from 3fa9c1 --branch alt --json
+    #[command(verbatim_doc_comment)]
     Fork {
         /// Session id, unique id prefix or title
         session: String,
@@ -152,6 +214,10 @@ pub enum SessionCmd {
         json: bool,
     },
     /// Make a timeline canonical: seal `main` as broken-YYYY-MM-DD and rename the branch to main
+    ///
+    /// Examples:
+    ///   convo session promote Paris --branch retry
+    #[command(verbatim_doc_comment)]
     Promote {
         /// Session id, unique id prefix or title
         session: String,
@@ -167,6 +233,12 @@ pub enum SessionCmd {
 #[derive(Subcommand, Debug)]
 pub enum BranchCmd {
     /// List a session's timelines with their heads
+    ///
+    /// Examples:
+    ///   convo branch list Paris
+    ///   convo branch list Paris --graph
+    ///   convo branch list Paris --json
+    #[command(verbatim_doc_comment)]
     List {
         /// Session id, unique id prefix or title
         session: String,
@@ -182,6 +254,11 @@ pub enum BranchCmd {
 #[derive(Subcommand, Debug)]
 pub enum StateCmd {
     /// Set a key on a timeline's working state and print the new root
+    ///
+    /// Examples:
+    ///   convo state put Paris topic Paris
+    ///   convo state put Paris step 3 --branch retry
+    #[command(verbatim_doc_comment)]
     Put {
         /// Session id, unique id prefix or title
         session: String,
@@ -194,6 +271,11 @@ pub enum StateCmd {
         branch: String,
     },
     /// Print a key's value
+    ///
+    /// Examples:
+    ///   convo state get Paris topic
+    ///   convo state get Paris topic --at main@1
+    #[command(verbatim_doc_comment)]
     Get {
         /// Session id, unique id prefix or title
         session: String,
@@ -207,6 +289,11 @@ pub enum StateCmd {
         at: Option<String>,
     },
     /// List every key and value
+    ///
+    /// Examples:
+    ///   convo state list Paris
+    ///   convo state list Paris --at retry~2 --json
+    #[command(verbatim_doc_comment)]
     List {
         /// Session id, unique id prefix or title
         session: String,
@@ -221,6 +308,10 @@ pub enum StateCmd {
         json: bool,
     },
     /// Remove a key from a timeline's working state and print the new root
+    ///
+    /// Examples:
+    ///   convo state delete Paris topic
+    #[command(verbatim_doc_comment)]
     Delete {
         /// Session id, unique id prefix or title
         session: String,

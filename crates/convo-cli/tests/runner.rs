@@ -12,4 +12,5 @@ mod test_git;
 mod test_harness;
 mod test_history;
 mod test_hostile;
+mod test_search;
 mod test_serve;

@@ -421,6 +421,8 @@ fn broken_pipe(backend: &str) {
         vec!["diff", &s, "main", "f"],
         vec!["diff", &s, "main", "f", "--json"],
         vec!["export", &s, "--format", "markdown"],
+        vec!["search", "answer", "-n", "2000"],
+        vec!["search", "answer", "-n", "2000", "--json"],
     ];
     for c in &cases {
         closed_stdout(&t, c);

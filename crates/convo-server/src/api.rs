@@ -787,104 +787,86 @@ pub async fn diff(
 /// What to search for.
 #[derive(Debug, Deserialize, IntoParams)]
 pub struct SearchQuery {
-    /// Words that must all appear in the payload (case-insensitive).
+    /// Words that must all appear in the payload (case-insensitive; words
+    /// are runs of letters and digits), `prefix*`, or `"a phrase"`.
     pub q: String,
-    /// Only this session.
+    /// Only this session (id, unique prefix or title).
     pub session: Option<String>,
-    /// Only this node kind.
+    /// Only nodes on this timeline of `session`.
+    pub branch: Option<String>,
+    /// Only these node kinds (comma-separated).
     pub kind: Option<String>,
+    /// Only nodes from this sender.
+    pub from: Option<String>,
+    /// Only nodes to this recipient.
+    pub to: Option<String>,
+    /// Only nodes recorded at or after this time (RFC 3339).
+    pub since: Option<String>,
+    /// Only nodes recorded before this time (RFC 3339).
+    pub until: Option<String>,
     /// At most this many hits (default 50, at most 500).
     pub limit: Option<usize>,
 }
 
-/// One search hit.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SearchHit {
-    /// The node (no payload).
-    pub node: NodeView,
-    /// A window of the payload around the first match.
-    pub snippet: String,
+pub use convo_api::{SearchHit, SearchResults};
+
+fn rfc3339(name: &str, v: Option<&str>) -> ApiResult<Option<Millis>> {
+    v.map(|t| {
+        t.parse::<jiff::Timestamp>()
+            .map(|t| t.as_millisecond())
+            .map_err(|e| ApiError::invalid(format!("`{name}` is not an RFC 3339 time: {e}")))
+    })
+    .transpose()
 }
 
-/// Search results, newest first.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SearchResults {
-    /// The hits.
-    pub hits: Vec<SearchHit>,
-}
-
-/// Searches payload text, newest first.
+/// Full-text search over payloads, best match first (the same index and
+/// ranking as `convo search`; the index is brought up to date first).
 #[utoipa::path(get, path = "/api/v1/search", params(SearchQuery),
     responses((status = 200, body = SearchResults), (status = "default", body = ErrorDoc)))]
 pub async fn search(
     State(st): State<AppState>,
     Query(q): Query<SearchQuery>,
 ) -> ApiResult<Json<SearchResults>> {
-    let words: Vec<String> = q.q.split_whitespace().map(str::to_lowercase).collect();
-    if words.is_empty() {
-        return Err(ApiError::invalid("`q` must hold at least one word"));
-    }
-    let kind = q
+    use convo_store::search::{Query as Words, SearchRequest};
+    let query = Words::parse(&q.q).map_err(|e| ApiError::invalid(e.to_string()))?;
+    let kinds = q
         .kind
         .as_deref()
-        .map(|k| k.parse::<Kind>().map_err(ApiError::invalid))
-        .transpose()?;
+        .map(|k| {
+            k.split(',')
+                .map(|k| k.trim().parse::<Kind>().map_err(ApiError::invalid))
+                .collect::<ApiResult<Vec<_>>>()
+        })
+        .transpose()?
+        .unwrap_or_default();
+    let filter = convo_store::filter::NodeFilter {
+        kinds,
+        from: q.from.clone(),
+        to: q.to.clone(),
+        since: rfc3339("since", q.since.as_deref())?,
+        until: rfc3339("until", q.until.as_deref())?,
+    };
+    let branch = q.branch.as_deref().map(branch_name).transpose()?;
+    if branch.is_some() && q.session.is_none() {
+        return Err(ApiError::invalid("`branch` needs `session`"));
+    }
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
     let session = q.session.clone();
-    let hits = st
+    let r = st
         .pool
         .run(move |s| {
+            s.search_update(&mut |_, _| {})?;
             let only = session.as_deref().map(|q| s.find_session(q)).transpose()?;
-            let mut hits = Vec::new();
-            let end = s.end_cursor()?;
-            let mut hi = end;
-            // Newest first: read pages backwards by follow number.
-            while hi > 0 && hits.len() < limit {
-                let lo = hi.saturating_sub(1000);
-                let page = s.follow_with_payloads(lo, (hi - lo) as usize)?;
-                for n in page.iter().rev() {
-                    if only.as_ref().is_some_and(|o| o.id != n.stored.node.session)
-                        || kind.is_some_and(|k| k != n.stored.node.kind)
-                    {
-                        continue;
-                    }
-                    let Ok(text) = std::str::from_utf8(&n.payload) else {
-                        continue;
-                    };
-                    let lower = text.to_lowercase();
-                    if words.iter().all(|w| lower.contains(w.as_str())) {
-                        hits.push(SearchHit {
-                            node: NodeView::new(&n.stored, None),
-                            snippet: snippet(text, &lower, &words[0]),
-                        });
-                        if hits.len() >= limit {
-                            break;
-                        }
-                    }
-                }
-                hi = lo;
-            }
-            Ok(hits)
+            s.search(&SearchRequest {
+                query,
+                session: only.map(|o| o.id),
+                branch,
+                filter,
+                limit,
+            })
         })
         .await?;
-    Ok(Json(SearchResults { hits }))
-}
-
-fn snippet(text: &str, lower: &str, word: &str) -> String {
-    let at = lower.find(word).unwrap_or(0);
-    // Map the byte offset in `lower` to a char index (lowercasing can change lengths).
-    let char_at = lower[..at].chars().count();
-    let chars: Vec<char> = text.chars().collect();
-    let start = char_at.saturating_sub(60).min(chars.len());
-    let end = (char_at + 100).min(chars.len());
-    let mut s: String = chars[start..end].iter().collect();
-    if start > 0 {
-        s.insert(0, '…');
-    }
-    if end < chars.len() {
-        s.push('…');
-    }
-    s
+    Ok(Json(SearchResults::from(&r)))
 }
 
 /// Which export.

@@ -241,6 +241,18 @@ pub trait Tx {
     /// Every fact row in chain order.
     fn facts(&mut self) -> Result<Vec<Decoded<FactRow>>>;
 
+    /// The search index's cursor: every node with a follow number up to
+    /// it has been indexed (see [`crate::search`]).
+    fn search_cursor(&mut self) -> Result<u64>;
+    /// Adds documents (follow number, the words of its payload) to the
+    /// search index and moves its cursor to `cursor`.
+    fn search_add(&mut self, docs: &[(u64, Vec<String>)], cursor: u64) -> Result<()>;
+    /// Empties the search index and sets its cursor to 0.
+    fn search_clear(&mut self) -> Result<()>;
+    /// Indexed nodes matching every term and condition, best first, as
+    /// (follow number, score: higher is better).
+    fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>>;
+
     /// Problems the database engine itself finds (SQLite: `PRAGMA
     /// integrity_check`, and a schema that is not the one its version
     /// names). Empty for a backend without such a check.

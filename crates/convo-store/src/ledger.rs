@@ -514,6 +514,52 @@ impl Store {
         self.backend.wait_for_append(timeout)
     }
 
+    /// Searches payloads (see [`crate::search`]): the index up to its
+    /// cursor, then a scan of the nodes appended since. Never writes; call
+    /// [`Store::search_update`] first to bring the index up to date.
+    pub fn search(
+        &mut self,
+        req: &crate::search::SearchRequest,
+    ) -> Result<crate::search::SearchResults> {
+        self.read(|tx| crate::search::search_in(tx, req))
+    }
+
+    /// How far the search index is behind the store.
+    pub fn search_status(&mut self) -> Result<crate::search::IndexStatus> {
+        self.read(|tx| {
+            Ok(crate::search::IndexStatus {
+                cursor: tx.search_cursor()?,
+                end: tx.max_seq()?,
+            })
+        })
+    }
+
+    /// Adds the nodes appended since the index's cursor to the search
+    /// index, [`crate::search::BATCH`] nodes per write transaction, calling
+    /// `progress(cursor, end)` after each; returns how many nodes it read.
+    /// Safe to run from several processes at once: each batch starts from
+    /// the cursor it reads under the write lock.
+    pub fn search_update(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<u64> {
+        let mut total = 0;
+        loop {
+            let (cursor, n, end) = self.write(|tx| {
+                let (c, n) = crate::search::index_batch(tx)?;
+                Ok((c, n, tx.max_seq()?))
+            })?;
+            total += n as u64;
+            progress(cursor, end);
+            if n == 0 || cursor >= end {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Empties the search index and builds it again from every node.
+    pub fn search_reindex(&mut self, progress: &mut dyn FnMut(u64, u64)) -> Result<u64> {
+        self.write(|tx| tx.search_clear())?;
+        self.search_update(progress)
+    }
+
     /// Recomputes and checks everything; see [`crate::VerifyReport`].
     /// Problems with the database itself (SQLite's integrity check) are
     /// passed to the backend too, which refuses writes while there are any.

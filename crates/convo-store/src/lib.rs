@@ -19,6 +19,7 @@ mod ledger;
 mod migrate;
 pub mod postgres;
 pub mod refs;
+pub mod search;
 pub mod sqlite;
 pub mod testing;
 pub mod topology;

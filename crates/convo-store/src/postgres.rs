@@ -51,6 +51,7 @@ use tokio_postgres::{Client, NoTls, Row, Statement};
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_init.sql"),
     include_str!("../migrations/postgres/0002_facts.sql"),
+    include_str!("../migrations/postgres/0003_search.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -1201,6 +1202,73 @@ impl Tx for PgTx<'_> {
             let h: &[u8] = r.try_get(1).map_err(corrupt)?;
             f(seq.max(0) as u64, h)
         })
+    }
+
+    fn search_cursor(&mut self) -> Result<u64> {
+        let c: Option<i64> = self
+            .opt("SELECT cursor FROM search_state WHERE id = 1", &[])?
+            .map(|r| r.try_get(0).map_err(corrupt))
+            .transpose()?;
+        Ok(c.unwrap_or(0).max(0) as u64)
+    }
+
+    fn search_add(&mut self, docs: &[(u64, Vec<String>)], cursor: u64) -> Result<()> {
+        if !docs.is_empty() {
+            let seqs: Vec<i64> = docs.iter().map(|(s, _)| *s as i64).collect();
+            let vecs: Vec<String> = docs
+                .iter()
+                .map(|(_, w)| crate::search::tsvector(w))
+                .collect();
+            self.exec(
+                "INSERT INTO search_index (seq, doc) \
+                 SELECT s, d::tsvector FROM unnest($1::bigint[], $2::text[]) AS t(s, d)",
+                &[&seqs, &vecs],
+            )?;
+        }
+        self.exec(
+            "UPDATE search_state SET cursor = $1 WHERE id = 1",
+            &[&(cursor as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn search_clear(&mut self) -> Result<()> {
+        self.tx
+            .batch_execute(
+                "DELETE FROM search_index; UPDATE search_state SET cursor = 0 WHERE id = 1;",
+            )
+            .map_err(db)
+    }
+
+    fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>> {
+        use crate::search::Param;
+        let (conds, values) = crate::search::conditions(q, '$', 2);
+        let limit = q.limit.map_or_else(|| "ALL".to_owned(), |l| l.to_string());
+        let sql = format!(
+            "SELECT s.seq, ts_rank_cd(s.doc, $1::text::tsquery)::float8 AS rank FROM search_index s \
+             JOIN nodes n ON n.seq = s.seq \
+             WHERE s.doc @@ $1::text::tsquery{conds} ORDER BY rank DESC, s.seq DESC LIMIT {limit}"
+        );
+        let query = crate::search::tsquery(q.terms);
+        let owned: Vec<Box<dyn ToSql + Sync>> = values
+            .into_iter()
+            .map(|p| -> Box<dyn ToSql + Sync> {
+                match p {
+                    Param::Text(t) => Box::new(t),
+                    Param::Int(i) => Box::new(i),
+                }
+            })
+            .collect();
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&query];
+        params.extend(owned.iter().map(|b| b.as_ref()));
+        self.query(&sql, &params)?
+            .iter()
+            .map(|r| {
+                let seq: i64 = r.try_get(0).map_err(corrupt)?;
+                let rank: f64 = r.try_get(1).map_err(corrupt)?;
+                Ok((seq.max(0) as u64, rank))
+            })
+            .collect()
     }
 
     fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {

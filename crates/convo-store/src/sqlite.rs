@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0001_init.sql"),
     include_str!("../migrations/sqlite/0002_runs.sql"),
     include_str!("../migrations/sqlite/0003_facts.sql"),
+    include_str!("../migrations/sqlite/0004_search.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -1357,6 +1358,63 @@ impl Tx for SqliteTx<'_> {
             out.push(row.map_err(|e: String| format!("fact row does not decode: {e}")));
         }
         Ok(out)
+    }
+
+    fn search_cursor(&mut self) -> Result<u64> {
+        self.tx
+            .prepare_cached("SELECT cursor FROM search_state WHERE id = 1")
+            .and_then(|mut st| st.query_row([], |r| r.get::<_, i64>(0)).optional())
+            .map(|c| c.unwrap_or(0).max(0) as u64)
+            .map_err(db)
+    }
+
+    fn search_add(&mut self, docs: &[(u64, Vec<String>)], cursor: u64) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare_cached("INSERT INTO search_fts (rowid, words) VALUES (?1, ?2)")
+            .map_err(db)?;
+        for (seq, words) in docs {
+            st.execute(params![*seq as i64, words.join(" ")])
+                .map_err(db)?;
+        }
+        self.tx
+            .prepare_cached("UPDATE search_state SET cursor = ?1 WHERE id = 1")
+            .and_then(|mut st| st.execute(params![cursor as i64]))
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn search_clear(&mut self) -> Result<()> {
+        self.tx
+            .execute_batch(
+                "INSERT INTO search_fts (search_fts) VALUES ('delete-all');
+                 UPDATE search_state SET cursor = 0 WHERE id = 1;",
+            )
+            .map_err(db)
+    }
+
+    fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>> {
+        use crate::search::Param;
+        let (conds, values) = crate::search::conditions(q, '?', 2);
+        let limit = q.limit.map_or(-1, |l| l as i64);
+        let sql = format!(
+            "SELECT search_fts.rowid, bm25(search_fts) AS rank FROM search_fts \
+             JOIN nodes n ON n.seq = search_fts.rowid \
+             WHERE search_fts MATCH ?1{conds} ORDER BY rank, search_fts.rowid DESC LIMIT {limit}"
+        );
+        let mut bound: Vec<rusqlite::types::Value> =
+            vec![crate::search::fts5_query(q.terms).into()];
+        bound.extend(values.into_iter().map(|p| match p {
+            Param::Text(t) => t.into(),
+            Param::Int(i) => i.into(),
+        }));
+        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(bound), |r| {
+                Ok((r.get::<_, i64>(0)?.max(0) as u64, -r.get::<_, f64>(1)?))
+            })
+            .map_err(db)?;
+        rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
     }
 
     fn engine_check(&mut self) -> Result<Vec<String>> {

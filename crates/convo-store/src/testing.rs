@@ -452,6 +452,187 @@ pub fn pages_match_the_whole_timeline_near_forks_and_seals(s: &mut Store) {
     );
 }
 
+pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
+    use crate::filter::NodeFilter;
+    use crate::search::{Query, SearchRequest};
+    let a = s.create_session("agent", Some("trip"), 0).unwrap().id;
+    let other = s.create_session("agent", None, 0).unwrap().id;
+    let say = |s: &mut Store, ses: &SessionId, br: &BranchName, q: &str, ans: &str, t: i64| {
+        s.append(ses, br, &draft(Kind::Invoke, q, t)).unwrap();
+        s.append(ses, br, &draft(Kind::Complete, ans, t + 1))
+            .unwrap()
+            .hash
+    };
+    say(
+        s,
+        &a,
+        &main(),
+        "What is the capital of France?",
+        "Paris.",
+        10,
+    );
+    let fork_at = say(
+        s,
+        &a,
+        &main(),
+        "And of Italy?",
+        "Rome, capital of Italy.",
+        20,
+    );
+    s.fork(&a, &p(&fork_at), &b("alt"), 30).unwrap();
+    say(
+        s,
+        &a,
+        &b("alt"),
+        "capital capital capital",
+        "Berlin is a capital too",
+        40,
+    );
+    say(
+        s,
+        &other,
+        &main(),
+        "Capitalism in France",
+        "A long story.",
+        50,
+    );
+    let mut bin = draft(Kind::Invoke, "", 60);
+    bin.payload = vec![0xff, b'c', b'a', b'p', b'i', b't', b'a', b'l'];
+    s.append(&other, &main(), &bin).unwrap();
+
+    let find = |s: &mut Store, text: &str, f: &dyn Fn(&mut SearchRequest)| {
+        let mut req = SearchRequest {
+            query: Query::parse(text).unwrap(),
+            session: None,
+            branch: None,
+            filter: NodeFilter::default(),
+            limit: 50,
+        };
+        f(&mut req);
+        s.search(&req).unwrap()
+    };
+    let payloads = |r: &crate::search::SearchResults| -> Vec<String> {
+        r.hits
+            .iter()
+            .map(|h| String::from_utf8_lossy(&h.payload).into_owned())
+            .collect()
+    };
+
+    // Nothing indexed yet: the whole store is the scanned tail, and found.
+    let before = find(s, "capital", &|_| {});
+    assert_eq!(before.indexed, 0);
+    assert!(before.scanned >= 9);
+    assert_eq!(before.hits.len(), 4, "{:?}", payloads(&before));
+
+    let status = s.search_status().unwrap();
+    assert_eq!(status.cursor, 0);
+    assert!(status.behind() >= 9);
+    let mut calls = 0;
+    assert_eq!(s.search_update(&mut |_, _| calls += 1).unwrap(), status.end);
+    assert!(calls >= 1);
+    assert_eq!(s.search_status().unwrap().behind(), 0);
+
+    // From the index: every term required, the most frequent first; the
+    // binary payload and `capitalism` (another word) are not hits.
+    let r = find(s, "capital", &|_| {});
+    assert_eq!(r.scanned, 0);
+    assert_eq!(r.indexed, status.end);
+    let got = payloads(&r);
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert_eq!(got[0], "capital capital capital");
+    let top = &r.hits[0];
+    assert_eq!(top.branches, vec![b("alt")]);
+    assert_eq!(top.turn, Some(3));
+    assert_eq!(top.snippet.marks.len(), 3);
+    let shared = r
+        .hits
+        .iter()
+        .find(|h| h.payload == b"Rome, capital of Italy.")
+        .unwrap();
+    assert_eq!(shared.branches, vec![main(), b("alt")], "main first");
+    assert_eq!(shared.turn, Some(2));
+    assert_eq!(
+        &shared.snippet.text[shared.snippet.marks[0].0..shared.snippet.marks[0].1],
+        "capital"
+    );
+
+    // Prefixes, phrases, case.
+    assert_eq!(find(s, "CAPITAL* france", &|_| {}).hits.len(), 2);
+    assert_eq!(
+        payloads(&find(s, "\"capital of italy\"", &|_| {})),
+        ["Rome, capital of Italy."]
+    );
+    assert!(find(s, "\"italy of capital\"", &|_| {}).hits.is_empty());
+    assert!(find(s, "capital nowhere", &|_| {}).hits.is_empty());
+
+    // Filters: session, branch, kind, time, sender, limit.
+    assert_eq!(
+        find(s, "capit*", &|r| r.session = Some(other)).hits.len(),
+        1
+    );
+    let on_main = find(s, "capital", &|r| {
+        r.session = Some(a);
+        r.branch = Some(main());
+    });
+    assert_eq!(
+        payloads(&on_main),
+        ["Rome, capital of Italy.", "What is the capital of France?"]
+    );
+    let completes = find(s, "capital", &|r| r.filter.kinds = vec![Kind::Complete]);
+    assert_eq!(completes.hits.len(), 2);
+    assert!(
+        completes
+            .hits
+            .iter()
+            .all(|h| h.node.node.kind == Kind::Complete)
+    );
+    assert_eq!(
+        find(s, "capital", &|r| r.filter.since = Some(40))
+            .hits
+            .len(),
+        2
+    );
+    assert_eq!(
+        find(s, "capital", &|r| r.filter.until = Some(40))
+            .hits
+            .len(),
+        2
+    );
+    assert_eq!(
+        find(s, "capital", &|r| r.filter.from = Some("cli".into()))
+            .hits
+            .len(),
+        2
+    );
+    assert_eq!(find(s, "capital", &|r| r.limit = 1).hits.len(), 1);
+    assert!(matches!(
+        s.search(&SearchRequest {
+            query: Query::parse("x").unwrap(),
+            session: Some(a),
+            branch: Some(b("nope")),
+            filter: NodeFilter::default(),
+            limit: 5,
+        }),
+        Err(StoreError::NoBranch { .. })
+    ));
+
+    // Appended after the index: found by the scan, then by the index.
+    say(s, &a, &b("alt"), "one more capital", "ok", 70);
+    let tail = find(s, "capital", &|_| {});
+    assert_eq!(tail.scanned, 2);
+    assert_eq!(tail.hits.len(), 5);
+    s.search_update(&mut |_, _| {}).unwrap();
+    let indexed = find(s, "capital", &|_| {});
+    assert_eq!(indexed.scanned, 0);
+    assert_eq!(payloads(&indexed).len(), 5);
+
+    // A rebuild finds the same, in the same order; verify is unaffected.
+    s.search_reindex(&mut |_, _| {}).unwrap();
+    assert_eq!(payloads(&find(s, "capital", &|_| {})), payloads(&indexed));
+    let v = s.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+}
+
 /// A named contract case.
 pub type Case = (&'static str, fn(&mut Store));
 
@@ -501,6 +682,8 @@ pub const ALL: &[Case] = &[
     (
         "pages_match_the_whole_timeline_near_forks_and_seals",
         pages_match_the_whole_timeline_near_forks_and_seals,
+        "search_finds_ranks_and_places_hits",
+        search_finds_ranks_and_places_hits,
     ),
 ];
 

@@ -28,6 +28,7 @@ macro_rules! contract {
             case!(bulk_append_matches_single_appends);
             case!(verify_is_clean_on_a_busy_store);
             case!(pages_match_the_whole_timeline_near_forks_and_seals);
+            case!(search_finds_ranks_and_places_hits);
 
             #[test]
             fn every_contract_case_is_listed() {

@@ -1631,8 +1631,12 @@ fn bad_rows_are_report_entries_never_errors(be: Be) {
 fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
     let fx = Fx::new(be);
     fx.db.batch(match be {
-        Be::Sqlite => "DROP TABLE facts; PRAGMA user_version = 2;",
-        Be::Postgres => "DROP TABLE facts; UPDATE convo_schema SET version = 1;",
+        Be::Sqlite => {
+            "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; PRAGMA user_version = 2;"
+        }
+        Be::Postgres => {
+            "DROP TABLE facts, search_index, search_state; UPDATE convo_schema SET version = 1;"
+        }
     });
     let r = fx.store().verify().unwrap();
     assert!(r.is_clean(), "{:#?}", r.problems);

@@ -22,7 +22,12 @@ use std::process::ExitCode;
 ///   /quit               leave
 /// Without SESSION a new session is started. A timeline is used by one
 /// chat at a time: a second one is refused.
+///
+/// Examples:
+///   convo chat todo -- python3 examples/todo-agent/agent.py
+///   convo chat todo --branch fix --agent-url http://127.0.0.1:8000/invoke
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct ChatArgs {
     /// Session id, unique id prefix or title (created when none matches; new when omitted)
     pub session: Option<String>,

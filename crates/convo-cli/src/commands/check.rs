@@ -11,7 +11,13 @@ use std::process::ExitCode;
 /// Prints `FILE: ok` with the turn and participant counts for each valid
 /// file; for each invalid one, its errors with the rule's name, line,
 /// column and an excerpt. Exits 0 when every file is valid, 1 otherwise.
+/// Reads the files only; the store is not opened.
+///
+/// Examples:
+///   convo check chat.convo
+///   convo check ~/chats/*.convo --json
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct CheckArgs {
     /// CONVO files to validate
     #[arg(required = true, value_name = "FILE")]

@@ -12,7 +12,12 @@ use std::process::ExitCode;
 /// first use). Keep checkpoints where the store's writer cannot reach them;
 /// `convo verify --checkpoint FILE` then proves the store still extends
 /// them and names what was rolled back, truncated or rewritten.
+///
+/// Examples:
+///   convo checkpoint -o /mnt/offsite/convo-$(date +%F).checkpoint
+///   convo verify --checkpoint /mnt/offsite/convo-2026-11-23.checkpoint
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct CheckpointArgs {
     /// The signing key file (64 hex digits: the Ed25519 seed); made if missing
     #[arg(long, value_name = "FILE")]

@@ -9,8 +9,26 @@ use std::time::Duration;
 #[derive(Subcommand, Debug)]
 pub enum GitCmd {
     /// Project new nodes into the conversations repository
+    ///
+    /// Reads the store and writes a bare git repository: incremental,
+    /// resumable, deterministic (the same store always gives the same
+    /// commits). Layout `dag`: one commit per node; `sessions`: one JSON
+    /// file per session.
+    ///
+    /// Examples:
+    ///   convo git sync
+    ///   convo git sync --layout sessions --repo ~/sessions.git
+    ///   convo git sync --follow --json
+    #[command(verbatim_doc_comment)]
     Sync(SyncArgs),
     /// Check the repository against the store; exit 1 on drift
+    ///
+    /// Reads the store and the repository, writes nothing.
+    ///
+    /// Examples:
+    ///   convo git verify
+    ///   convo git verify --repo ~/sessions.git
+    #[command(verbatim_doc_comment)]
     Verify(RepoArg),
 }
 
@@ -21,8 +39,7 @@ pub struct RepoArg {
     pub repo: Option<PathBuf>,
 }
 
-/// Project the store into a bare git repository: incremental, resumable,
-/// deterministic.
+/// What `convo git sync` takes (its help is on `GitCmd::Sync`).
 #[derive(Args, Debug)]
 pub struct SyncArgs {
     #[command(flatten)]

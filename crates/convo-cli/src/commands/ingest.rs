@@ -1,19 +1,31 @@
 use super::{CmdResult, CommandError, Env, branch_name, find_session, now};
 use clap::Args;
-use convo_core::{Diagnostics, Kind, StateRoot};
 use convo_store::Draft;
-use serde::Deserialize;
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 
 /// Append messages read as JSON lines from stdin.
 ///
-/// Each line is an object: `{"kind": "invoke", "payload": "text",
-/// "from": …, "to": …, "diagnostics": {…}, "state": "<root>", "sequence": n}`
-/// (only `kind` and `payload` are required). Every --batch lines are one
-/// transaction (default 1); each node's hash is printed once its
-/// transaction has committed, so a printed hash is always in the store.
+/// Every --batch lines are one transaction (default 1); each node's hash
+/// is printed once its transaction has committed, so a printed hash is
+/// always in the store.
+///
+/// Each line is one JSON object; only `kind` and `payload` are required:
+///   {"kind": "invoke", "payload": "Tell me about Paris"}
+///   {"kind": "request", "payload": "{\"prompt\": \"…\"}", "to": "infer"}
+///   {"kind": "response", "payload": "…", "from": "infer", "diagnostics": {"status": 200}, "sequence": 1}
+///   {"kind": "complete", "payload": "Paris is…", "state": "<64 hex digits>"}
+/// Fields: kind (invoke, request, response, complete), payload (text, or
+/// base64 with "payload_encoding": "base64" for bytes that are not UTF-8),
+/// from / to (default by kind), diagnostics (a JSON object), state
+/// (complete only: the state root it carries), sequence (response only:
+/// the request it answers). The same shape as the HTTP API's appends.
+///
+/// Examples:
+///   convo ingest Paris < turns.jsonl
+///   jq -c '.[]' export.json | convo ingest Paris --branch import --batch 10000
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct IngestArgs {
     /// Session id, unique id prefix or title
     pub session: String,
@@ -23,18 +35,6 @@ pub struct IngestArgs {
     /// Lines per transaction
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Line {
-    kind: String,
-    payload: String,
-    from: Option<String>,
-    to: Option<String>,
-    diagnostics: Option<serde_json::Value>,
-    state: Option<String>,
-    sequence: Option<u32>,
 }
 
 pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
@@ -64,25 +64,9 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
             continue;
         }
         let bad = |why: String| CommandError::user(format!("stdin line {lineno}: {why}"));
-        let l: Line = convo_core::json::from_str_unique(&line).map_err(|e| bad(e.to_string()))?;
-        let kind: Kind = l.kind.parse().map_err(bad)?;
-        let (from, to) = super::record::default_ends(kind, &s.agent);
-        pending.push(Draft {
-            kind,
-            from: l.from.unwrap_or(from),
-            to: l.to.unwrap_or(to),
-            payload: l.payload.into_bytes(),
-            diagnostics: match l.diagnostics {
-                Some(d) => Diagnostics::from_value(&d).map_err(|e| bad(e.to_string()))?,
-                None => Diagnostics::empty(),
-            },
-            state: l
-                .state
-                .map(|r| StateRoot::from_hex(&r).map_err(|e| bad(e.to_string())))
-                .transpose()?,
-            sequence: l.sequence,
-            created_at: now(),
-        });
+        let l: convo_api::AppendLine =
+            convo_core::json::from_str_unique(&line).map_err(|e| bad(e.to_string()))?;
+        pending.push(l.to_draft(&s.agent, now()).map_err(bad)?);
         if pending.len() >= batch {
             flush(&mut pending, &mut store).map_err(|e| {
                 CommandError::user(format!("stdin line {lineno}: {}", e.message_text()))

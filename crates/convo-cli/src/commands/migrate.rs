@@ -8,7 +8,12 @@ use std::process::ExitCode;
 /// The target must be empty. The copy is one transaction on the target: it
 /// gets everything or nothing. Node hashes and follow numbers are kept, and
 /// the target is verified afterwards.
+///
+/// Examples:
+///   convo migrate --from sqlite://$HOME/.convo/convo.db --to postgres://me@localhost/convo
+///   convo migrate --from postgres://me@db/convo --to sqlite:///backup/convo.db
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct MigrateArgs {
     /// Source store URL
     #[arg(long, value_name = "URL")]

@@ -4,6 +4,7 @@ pub mod branch;
 pub mod chat;
 pub mod check;
 pub mod checkpoint;
+pub mod completions;
 pub mod demo;
 pub mod diff;
 pub mod export;
@@ -18,6 +19,7 @@ pub mod record;
 pub mod replay;
 pub mod run;
 pub mod say;
+pub mod search;
 pub mod select;
 pub mod serve;
 pub mod session;
@@ -204,6 +206,9 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Show(_)
         | Command::Turn(_)
         | Command::Diff(_)
+        | Command::Search(_)
+        | Command::Completions(_)
+        | Command::Man(_)
         | Command::Verify(_)
         | Command::Checkpoint(_)
         | Command::Export(_)
@@ -266,6 +271,9 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Show(a) => show::run(&env, a),
         Command::Turn(a) => turn::run(&env, a),
         Command::Diff(a) => diff::run(&env, a),
+        Command::Search(a) => search::run(&env, a),
+        Command::Completions(a) => completions::completions(a),
+        Command::Man(a) => completions::man(a),
         Command::State(c) => state::run(&env, c),
         Command::Verify(a) => verify::run(&env, a),
         Command::Checkpoint(a) => checkpoint::run(&env, a),

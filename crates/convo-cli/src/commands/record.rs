@@ -12,7 +12,14 @@ use std::process::ExitCode;
 /// the timeline's open submission. Requests are numbered 1, 2, 3…; a
 /// response answers the latest request unless --sequence says otherwise.
 /// The payload comes from --payload, --payload-file, or stdin.
+///
+/// Examples:
+///   convo record Paris invoke --payload "Tell me about Paris"
+///   convo record Paris request --to infer --payload '{"prompt":"…"}'
+///   convo record Paris response --from infer --diagnostics '{"status":200}' < reply.json
+///   convo record Paris complete --payload "Paris is…" --json
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct RecordArgs {
     /// Session id, unique id prefix or title
     pub session: String,

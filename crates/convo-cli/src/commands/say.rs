@@ -6,7 +6,12 @@ use std::process::ExitCode;
 
 /// Record a user input and the agent's answer in one go (one transaction),
 /// printing both hashes.
+///
+/// Examples:
+///   convo say Paris --user "And its population?" --agent "About 2.1 million."
+///   convo say Paris --branch retry --user "…" --agent "…" --json
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct SayArgs {
     /// Session id, unique id prefix or title
     pub session: String,

@@ -12,7 +12,13 @@ use std::process::ExitCode;
 /// and every session and branch row against what the nodes and the journal
 /// say. Bad data is reported, never stops the check. With `--checkpoint`,
 /// also proves that the store still extends each signed checkpoint.
+///
+/// Examples:
+///   convo verify
+///   convo verify --json | jq '.problems'
+///   convo verify --checkpoint convo-2026-11-23.checkpoint
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct VerifyArgs {
     /// Print one JSON document
     #[arg(long)]

@@ -16,7 +16,13 @@ use std::time::Duration;
 /// On PostgreSQL, a lost connection (a server restart) is retried with
 /// backoff (0.1 s doubling to 5 s, a note on stderr) and the watch resumes
 /// after the last node it printed: no gap, no repeat.
+///
+/// Examples:
+///   convo watch                          # new nodes from now on
+///   convo watch --after 0 --json | jq .  # everything, then new nodes
+///   convo watch --session Paris --count 10
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct WatchArgs {
     /// Only this session (id, unique prefix or title)
     pub session: Option<String>,

@@ -1,0 +1,277 @@
+//! `convo search` end to end on SQLite and PostgreSQL, and the generated
+//! completions and manual pages.
+
+use crate::common::{TestEnv, is_hash};
+
+fn ingest(t: &TestEnv, s: &str, branch: &str, lines: &str) {
+    t.run_stdin(&["ingest", s, "--branch", branch], lines.as_bytes())
+        .ok();
+}
+
+fn search_end_to_end(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let s = t
+        .run(&["session", "new", "--agent", "bot", "--title", "trip"])
+        .ok();
+    ingest(
+        &t,
+        &s,
+        "main",
+        concat!(
+            r#"{"kind":"invoke","payload":"What is the capital of France?"}"#,
+            "\n",
+            r#"{"kind":"complete","payload":"Paris is the capital.\nLovely city."}"#,
+            "\n",
+            r#"{"kind":"invoke","payload":"And its population?"}"#,
+            "\n",
+            r#"{"kind":"complete","payload":"About 2 million people."}"#,
+            "\n",
+        ),
+    );
+    t.run(&[
+        "session", "fork", &s, "--from", "main@1", "--branch", "retry",
+    ])
+    .ok();
+    ingest(
+        &t,
+        &s,
+        "retry",
+        concat!(
+            r#"{"kind":"invoke","payload":"And its population?"}"#,
+            "\n",
+            r#"{"kind":"complete","payload":"About 2.1 million people, \u001b]0;pwned\u0007 says the capital's census."}"#,
+            "\n",
+        ),
+    );
+
+    // JSON: best first, every field of the wire type, the index up to date.
+    let r = t.run(&["search", "capital", "--json"]).json();
+    let hits = r["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 3, "{r}");
+    assert_eq!(r["scanned"], 0, "the index caught up before searching");
+    assert!(r["indexed"].as_u64().unwrap() >= 7);
+    for h in hits {
+        assert!(is_hash(h["node"]["hash"].as_str().unwrap()));
+        assert!(h["node"]["payload"].is_null());
+        assert!(h["score"].as_f64().is_some());
+        let snip = h["snippet"].as_str().unwrap();
+        let [a, b] = [
+            h["marks"][0][0].as_u64().unwrap(),
+            h["marks"][0][1].as_u64().unwrap(),
+        ];
+        assert_eq!(&snip[a as usize..b as usize].to_lowercase(), "capital");
+    }
+    let q = hits.iter().find(|h| h["node"]["kind"] == "invoke").unwrap();
+    assert_eq!(q["turn"], 1);
+    assert_eq!(q["branches"], serde_json::json!(["main", "retry"]));
+    let census = hits
+        .iter()
+        .find(|h| h["snippet"].as_str().unwrap().contains("census"))
+        .unwrap();
+    assert_eq!(census["branches"], serde_json::json!(["retry"]));
+    assert_eq!(census["turn"], 2);
+
+    // Filters and phrases.
+    let only = |args: &[&str]| -> usize {
+        let mut v = vec!["search"];
+        v.extend_from_slice(args);
+        v.push("--json");
+        t.run(&v).json()["hits"].as_array().unwrap().len()
+    };
+    assert_eq!(
+        only(&["million", "--session", "trip", "--branch", "main"]),
+        1
+    );
+    assert_eq!(
+        only(&["million", "--session", "trip", "--branch", "retry"]),
+        1
+    );
+    assert_eq!(only(&["million"]), 2);
+    assert_eq!(only(&["capital", "--kind", "complete"]), 2);
+    assert_eq!(only(&["capital", "--from", "cli"]), 1);
+    assert_eq!(only(&["capital", "--since", "1h"]), 3);
+    assert_eq!(only(&["capital", "--until", "2000-01-01"]), 0);
+    assert_eq!(only(&["\"capital of france\""]), 1);
+    assert_eq!(only(&["popul*", "-n", "1"]), 1);
+    assert_eq!(only(&["popul*"]), 2);
+
+    // Human output: BRANCH@TURN, the session, the snippet made safe,
+    // highlighted only with color.
+    let plain = t.run(&["search", "census", "--color", "never"]).ok();
+    assert!(plain.contains("retry@2"), "{plain}");
+    assert!(plain.contains("\"trip\""), "{plain}");
+    assert!(plain.contains("\\x1b]0;pwned\\x07"), "{plain}");
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
+    let colored = t.run(&["search", "census", "--color", "always"]).ok();
+    assert!(
+        colored.contains("\u{1b}[1;31mcensus\u{1b}[0m"),
+        "{colored:?}"
+    );
+    assert!(!colored.contains("\u{1b}]0;pwned"), "{colored:?}");
+
+    // No match: exit 1, like grep; a query without words is a usage error.
+    let none = t.run(&["search", "zanzibar"]);
+    assert_eq!(none.code(), 1);
+    assert!(none.stdout().is_empty());
+    let bad = t.run(&["search", "--", "--- !!"]);
+    assert_eq!(bad.code(), 2, "{}", bad.stderr());
+    assert!(bad.stderr().contains("holds no word"), "{}", bad.stderr());
+    assert_ne!(
+        t.run(&["search", "x", "--session", "trip", "--branch", "nope"])
+            .code(),
+        0
+    );
+
+    // New nodes are indexed by the next search; --reindex rebuilds the same.
+    ingest(
+        &t,
+        &s,
+        "main",
+        r#"{"kind":"invoke","payload":"capital again"}"#,
+    );
+    let again = t.run(&["search", "capital", "--json"]).json();
+    assert_eq!(again["hits"].as_array().unwrap().len(), 4);
+    assert_eq!(again["scanned"], 0);
+    let rebuilt = t.run(&["search", "capital", "--reindex", "--json"]).json();
+    assert_eq!(rebuilt["hits"], again["hits"]);
+    assert_eq!(t.run(&["search", "--reindex"]).code(), 0);
+    assert!(t.run(&["verify"]).ok().contains("ok"));
+}
+
+#[test]
+fn search_end_to_end_sqlite() {
+    search_end_to_end("sqlite");
+}
+
+#[test]
+fn search_end_to_end_postgres() {
+    search_end_to_end("postgres");
+}
+
+#[test]
+fn completions_name_every_command() {
+    let t = TestEnv::new();
+    let bash = t.run(&["completions", "bash"]).ok();
+    for cmd in [
+        "session",
+        "search",
+        "diff",
+        "completions",
+        "man",
+        "--reindex",
+    ] {
+        assert!(bash.contains(cmd), "bash completion lacks {cmd}");
+    }
+    assert!(
+        t.run(&["completions", "zsh"])
+            .ok()
+            .starts_with("#compdef convo")
+    );
+    assert!(
+        t.run(&["completions", "fish"])
+            .ok()
+            .contains("complete -c convo")
+    );
+    assert!(
+        t.run(&["completions", "powershell"])
+            .ok()
+            .contains("Register-ArgumentCompleter")
+    );
+    assert!(
+        t.run(&["completions", "elvish"])
+            .ok()
+            .contains("edit:completion:arg-completer[convo]")
+    );
+    assert_eq!(t.run(&["completions", "tcsh"]).code(), 2);
+    // Bash accepts the script.
+    let check = std::process::Command::new("bash")
+        .args(["-n", "-c", &bash])
+        .output();
+    if let Ok(o) = check {
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+#[test]
+fn man_pages_render_for_every_command() {
+    let t = TestEnv::new();
+    let top = t.run(&["man"]).ok();
+    assert!(
+        top.starts_with(".ie") || top.contains(".TH convo 1"),
+        "{top}"
+    );
+    let page = t.run(&["man", "session", "retitle"]).ok();
+    assert!(page.contains(".TH convo-session-retitle"), "{page}");
+    assert!(page.contains("\\-\\-clear"), "{page}");
+    assert_eq!(t.run(&["man", "nope"]).code(), 2);
+
+    let dir = t.home().join("man1");
+    t.run(&["man", "-o", dir.to_str().unwrap()]).ok();
+    for name in [
+        "convo.1",
+        "convo-session.1",
+        "convo-session-list.1",
+        "convo-search.1",
+    ] {
+        assert!(dir.join(name).is_file(), "{name} missing");
+    }
+    let search = std::fs::read_to_string(dir.join("convo-search.1")).unwrap();
+    assert!(search.contains("\\-\\-reindex"), "{search}");
+    // Renders with man(1) where it is installed.
+    if let Ok(o) = std::process::Command::new("man")
+        .args(["-l", dir.join("convo-session.1").to_str().unwrap()])
+        .env("MANPAGER", "cat")
+        .env("MANWIDTH", "100")
+        .output()
+        && o.status.success()
+    {
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("retitle"), "{text}");
+    }
+}
+
+#[test]
+fn every_command_help_has_an_example() {
+    let t = TestEnv::new();
+    let dir = t.home().join("pages");
+    t.run(&["man", "-o", dir.to_str().unwrap()]).ok();
+    let mut checked = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let name = e.unwrap().file_name().into_string().unwrap();
+        let path: Vec<&str> = name.trim_end_matches(".1").split('-').skip(1).collect();
+        let mut args = path.clone();
+        args.push("--help");
+        let help = t.run(&args).ok();
+        assert!(
+            help.contains("Examples:"),
+            "`convo {}` --help has no example:\n{help}",
+            path.join(" ")
+        );
+        if !path.is_empty() {
+            // Global options apart, and never in the usage line.
+            assert!(help.contains("Global options:"), "{help}");
+            let usage = help.lines().find(|l| l.starts_with("Usage:")).unwrap();
+            assert!(
+                !usage.contains("--home") && !usage.contains("--store"),
+                "{usage}"
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 40, "only {checked} pages");
+    // ingest shows the shape of the lines it reads.
+    let ingest = t.run(&["ingest", "--help"]).ok();
+    assert!(
+        ingest.contains(r#"{"kind": "invoke", "payload": "Tell me about Paris"}"#),
+        "{ingest}"
+    );
+    assert!(ingest.contains("payload_encoding"), "{ingest}");
+    // record keeps its explanation of submissions.
+    assert!(
+        t.run(&["record", "--help"])
+            .ok()
+            .contains("open submission")
+    );
+}
