@@ -114,7 +114,7 @@ async fn official_sdks_and_curl_record_through_the_proxy() {
     });
     assert_eq!(t.len(), 8 * 4, "eight calls, each a whole turn");
     // The Anthropic tool use, assembled from its stream.
-    let d = t[30].stored.node.diagnostics.to_value();
+    let d = t[26].stored.node.diagnostics.to_value();
     assert_eq!(d["assembled"]["content"][0]["input"]["city"], "Paris");
     assert!(
         t.chunks(4)
