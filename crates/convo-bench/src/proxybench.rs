@@ -3,6 +3,11 @@
 //! time to first byte of a stream, recorded calls per second with 64
 //! concurrent clients (SQLite, every node checked afterwards), replay
 //! throughput and fidelity.
+//!
+//! Side by side, when `CONVO_BENCH_LITELLM` names LiteLLM's `litellm`
+//! command (`pip install 'litellm[proxy]'`): LiteLLM's proxy on the same
+//! work against the same upstream (it forwards; with no database
+//! configured it records nothing), started from a generated config.
 
 use crate::util::{Result, Row, Scratch, Verdict, thousands};
 use axum::body::{Body, Bytes};
@@ -168,6 +173,10 @@ async fn run() -> Result<Vec<Row>> {
     }
     let replay_rate = CALLS as f64 / t.elapsed().as_secs_f64();
     let fidelity = replayer.replay_summary().unwrap_or_default();
+    let litellm = match std::env::var("CONVO_BENCH_LITELLM") {
+        Ok(cmd) => Some(litellm(&cmd, &up, &scratch).await),
+        Err(_) => None,
+    };
     let dir = scratch;
     drop(dir);
 
@@ -184,7 +193,7 @@ async fn run() -> Result<Vec<Row>> {
     let (p50, d50) = (pct(p_tot.clone(), 0.5), pct(d_tot.clone(), 0.5));
     let (p99, d99) = (pct(p_tot, 0.99), pct(d_tot, 0.99));
     let (t50, dt50) = (pct(p_ttfb, 0.5), pct(d_ttfb, 0.5));
-    Ok(vec![
+    let mut rows = vec![
         row(
             "proxy: added latency p50, non-streamed, recorded",
             p50,
@@ -230,7 +239,147 @@ async fn run() -> Result<Vec<Row>> {
             "—",
             Verdict::Info,
         ),
-    ])
+    ];
+    match litellm {
+        None => rows.push(Row::new(
+            "LiteLLM proxy: not measured",
+            "—",
+            "set CONVO_BENCH_LITELLM to its `litellm` command",
+            "—",
+            "—",
+            Verdict::Info,
+        )),
+        Some(Err(e)) => rows.push(Row::new(
+            "LiteLLM proxy: could not be run",
+            "—",
+            e.to_string(),
+            "—",
+            "—",
+            Verdict::Info,
+        )),
+        Some(Ok(l)) => {
+            let (l50, l99, lt50) = (pct(l.tot.clone(), 0.5), pct(l.tot, 0.99), pct(l.ttfb, 0.5));
+            rows.push(row(
+                "LiteLLM proxy: added latency p50, non-streamed",
+                l50,
+                d50,
+                "—",
+                None,
+            ));
+            rows.push(row(
+                "LiteLLM proxy: added latency p99, non-streamed",
+                l99,
+                d99,
+                "—",
+                None,
+            ));
+            rows.push(row(
+                "LiteLLM proxy: added time to first byte p50, streamed",
+                lt50,
+                dt50,
+                "—",
+                None,
+            ));
+            rows.push(Row::new(
+                "LiteLLM proxy: calls/s, 64 clients (not recording)",
+                format!("{} calls/s", thousands(l.rate)),
+                format!(
+                    "direct: {} calls/s; convo recording: {} calls/s",
+                    thousands(direct_rate),
+                    thousands(rate)
+                ),
+                format!("{:.0}%", 100.0 * l.rate / direct_rate),
+                "—",
+                Verdict::Info,
+            ));
+        }
+    }
+    Ok(rows)
+}
+
+struct LiteLlm {
+    tot: Vec<f64>,
+    ttfb: Vec<f64>,
+    rate: f64,
+}
+
+/// Kills the child process when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// LiteLLM's proxy in front of the same upstream, on the same work.
+async fn litellm(cmd: &str, up: &str, scratch: &Scratch) -> Result<LiteLlm> {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let config = scratch.db().with_file_name("litellm.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "model_list:\n  - model_name: bench\n    litellm_params:\n      model: openai/bench\n      api_base: {up}/v1\n      api_key: bench-upstream\n"
+        ),
+    )?;
+    let log = std::fs::File::create(scratch.db().with_file_name("litellm.log"))?;
+    let child = Child(
+        std::process::Command::new(cmd)
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--num_workers",
+                "1",
+            ])
+            .env("LITELLM_LOG", "ERROR")
+            .env("LITELLM_TELEMETRY", "False")
+            // No remote price list; no master key (loopback only, as convo's).
+            .env("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            .env(
+                "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY",
+                "true",
+            )
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start `{cmd}`: {e}"))?,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let c = reqwest::Client::new();
+    let mut ready = false;
+    for _ in 0..1500 {
+        if let Ok(r) = c.get(format!("{base}/health/liveliness")).send().await
+            && r.status().is_success()
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    if !ready {
+        let log =
+            std::fs::read_to_string(scratch.db().with_file_name("litellm.log")).unwrap_or_default();
+        let tail: String = log.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+        return Err(format!("LiteLLM did not answer on {base} within 300 s: {tail}").into());
+    }
+    let url = format!("{base}/v1/chat/completions");
+    // Warm, then the same sequences as for convo.
+    for i in 0..200 {
+        one(&c, &url, &body(i, false)).await?;
+    }
+    let (tot, _) = sequential(&c, &url, false).await?;
+    let (_, ttfb) = sequential(&c, &url, true).await?;
+    let rate = concurrent(&url).await?;
+    drop(child);
+    Ok(LiteLlm { tot, ttfb, rate })
 }
 
 /// The benchmark (its own runtime).

@@ -45,6 +45,7 @@ pub mod record;
 pub mod replay;
 pub mod sse;
 pub mod thread;
+mod writer;
 
 use api::Api;
 use axum::Router;
@@ -54,14 +55,13 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use bytes::Bytes;
-use convo_core::{BranchName, SessionId};
+use convo_core::BranchName;
 use convo_server::StorePool;
 use convo_server::events::Hub;
 use convo_store::{StoreError, StoredNode};
 use futures_util::StreamExt;
 use record::Exchange;
 use serde_json::json;
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,7 +83,15 @@ pub struct ProxyConfig {
     pub timeout: Duration,
     /// Answer from this recorded timeline instead of the upstream.
     pub replay: Option<replay::ReplaySpec>,
+    /// The most bytes of one streamed answer kept in the record (default
+    /// [`DEFAULT_RECORD_LIMIT`]): past it the stream still passes through
+    /// in full, and the record keeps its first bytes, its length and the
+    /// SHA-256 of the whole (`truncated` in the response's diagnostics).
+    pub record_limit: Option<usize>,
 }
+
+/// The default [`ProxyConfig::record_limit`]: 32 MiB.
+pub const DEFAULT_RECORD_LIMIT: usize = 32 << 20;
 
 impl std::fmt::Debug for ProxyConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,6 +108,7 @@ impl std::fmt::Debug for ProxyConfig {
             .field("anthropic_key", &self.anthropic_key.as_ref().map(|_| "…"))
             .field("timeout", &self.timeout)
             .field("replay", &self.replay)
+            .field("record_limit", &self.record_limit)
             .finish()
     }
 }
@@ -124,6 +133,9 @@ pub enum ProxyError {
     /// The HTTP client could not be built.
     #[error("cannot build the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
+    /// The recording thread could not start.
+    #[error("cannot start recording: {0}")]
+    Writer(#[source] StoreError),
     /// The recording to replay could not be read.
     #[error("cannot replay: {0}")]
     Replay(#[source] StoreError),
@@ -142,9 +154,7 @@ struct Inner {
     anthropic: Option<String>,
     client: reqwest::Client,
     pool: StorePool,
-    hub: Option<Hub>,
-    threads: Mutex<thread::ThreadIndex>,
-    names: Mutex<HashMap<String, SessionId>>,
+    writer: writer::Writer,
     replay: Mutex<Option<replay::Replay>>,
 }
 
@@ -167,6 +177,9 @@ impl Proxy {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(ProxyError::Client)?;
+        let shared = Arc::new(writer::Shared::default());
+        let writer =
+            writer::Writer::start(shared, pool.clone(), hub).map_err(ProxyError::Writer)?;
         Ok(Proxy {
             inner: Arc::new(Inner {
                 cfg,
@@ -174,9 +187,7 @@ impl Proxy {
                 anthropic,
                 client,
                 pool,
-                hub,
-                threads: Mutex::default(),
-                names: Mutex::default(),
+                writer,
                 replay: Mutex::default(),
             }),
         })
@@ -394,6 +405,18 @@ impl Proxy {
             && let Ok(v) = HeaderValue::from_str(&value)
         {
             headers.insert(HeaderName::from_static(name), v);
+            // What went upstream differs: say so, never with the value.
+            let note = json!("added: the proxy's configured key");
+            match &mut ex.upstream_changes {
+                Some(serde_json::Value::Object(m)) => {
+                    m.insert(format!("headers.{name}"), note);
+                }
+                _ => {
+                    let mut m = serde_json::Map::new();
+                    m.insert(format!("headers.{name}"), note);
+                    ex.upstream_changes = Some(serde_json::Value::Object(m));
+                }
+            }
         }
         let method_r =
             reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
@@ -480,12 +503,18 @@ impl Proxy {
         }
         // A stream: pass each chunk on as it arrives; record at the end,
         // before the client's body ends (so a finished call is recorded).
+        // The channel is bounded (a slow client slows the upstream read)
+        // and so is what the record keeps (`record_limit`).
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let this = self.clone();
+        let limit = inner.cfg.record_limit.unwrap_or(DEFAULT_RECORD_LIMIT);
         tokio::spawn(async move {
+            use sha2::Digest as _;
             let mut up = resp.bytes_stream();
             let mut filter = sse::ClientFilter::new(strip_usage);
             let mut raw = Vec::new();
+            let mut total = 0u64;
+            let mut whole = sha2::Sha256::new();
             let mut first = true;
             loop {
                 match up.next().await {
@@ -506,8 +535,16 @@ impl Proxy {
                             ex.ttft_ms = Some(t);
                             first = false;
                         }
-                        ex.chunks.push((chunk.len(), t));
-                        raw.extend_from_slice(&chunk);
+                        total += chunk.len() as u64;
+                        whole.update(&chunk);
+                        if raw.len() + chunk.len() <= limit {
+                            ex.chunks.push((chunk.len(), t));
+                            raw.extend_from_slice(&chunk);
+                        } else if raw.len() < limit {
+                            let keep = limit - raw.len();
+                            ex.chunks.push((keep, t));
+                            raw.extend_from_slice(&chunk[..keep]);
+                        }
                         if let Some(out) = filter.push(chunk)
                             && tx.send(Ok(out)).await.is_err()
                         {
@@ -524,6 +561,9 @@ impl Proxy {
             }
             ex.latency_ms = since(t0);
             ex.ended_at = now_ms();
+            if total > raw.len() as u64 {
+                ex.truncated = Some((total, hex::encode(whole.finalize())));
+            }
             ex.response_body = raw;
             let _ = this.save(target, ex).await;
             drop(tx);
@@ -552,10 +592,11 @@ impl Proxy {
             record::RECORDED_REQUEST_HEADERS,
         );
         let path = replay::recorded_path(rest, parts.uri.query());
-        let received = replay::canonical(method, &path, &headers, body);
+        let mut received = replay::canonical(method, &path, &headers, body);
         let (taken, pace, on_miss, session, title, branch) = {
             let mut guard = self.inner.replay.lock().ok()?;
             let r = guard.as_mut()?;
+            r.map_ids(&mut received);
             if let Some((s, b)) = &r.live {
                 *target = Target::Named {
                     session: s.clone(),
@@ -637,175 +678,19 @@ impl Proxy {
         None
     }
 
-    /// Records an exchange where `target` says; logs (never with headers
-    /// or bodies) when the store refuses.
+    /// Records an exchange where `target` says (group commit, see
+    /// [`writer`]); logs (never with headers or bodies) when the store
+    /// refuses.
     async fn save(&self, target: Target, ex: Exchange) -> Result<StoredNode, StoreError> {
-        let p = self.clone();
-        let res = self
-            .inner
-            .pool
-            .run(move |store| p.save_blocking(store, &target, &ex))
-            .await;
-        match &res {
-            Ok(_) => {
-                if let Some(h) = &self.inner.hub {
-                    h.poke();
-                }
-            }
-            Err(e) => eprintln!(
+        let res = self.inner.writer.record(target, ex).await;
+        if let Err(e) = &res {
+            eprintln!(
                 "{}",
                 json!({"proxy": "not recorded", "error": e.to_string()})
-            ),
+            );
         }
         res
     }
-
-    fn save_blocking(
-        &self,
-        store: &mut convo_store::Store,
-        target: &Target,
-        ex: &Exchange,
-    ) -> Result<StoredNode, StoreError> {
-        let now = ex.started_at;
-        match target {
-            Target::Named { session, branch } => {
-                let branch = BranchName::new(branch)
-                    .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}")))?;
-                let id = self.session_named(store, session, now)?;
-                let rec = record::record(store, &id, &branch, ex)?;
-                self.remember(ex, &id, &branch, &rec);
-                rec.nodes
-                    .last()
-                    .cloned()
-                    .ok_or_else(|| StoreError::Backend("nothing recorded".into()))
-            }
-            Target::Auto => {
-                let req = ex.request_json();
-                let api = ex.api.unwrap_or(Api::Other);
-                let key = thread::key_before(api, req.as_ref());
-                let spot = match &key {
-                    Some(k) => {
-                        let mut idx = self.inner.threads.lock().map_err(|_| poisoned())?;
-                        idx.load(store)?;
-                        idx.get(k).cloned()
-                    }
-                    None => None,
-                };
-                let title = api::messages(api, req.as_ref())
-                    .map(|m| thread::title_from(&api::new_input(&m)))
-                    .unwrap_or_else(|| format!("{} {}", ex.method, ex.path));
-                let (id, branch, rec) = store.transaction(|l| {
-                    let (id, branch) = match &spot {
-                        Some(s) => {
-                            let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
-                            if head == Some(s.node) {
-                                (s.session, s.branch.clone())
-                            } else {
-                                let name = thread::free_edit_branch(l, &s.session)?;
-                                let from = convo_core::HashPrefix::parse(&s.node.to_hex())
-                                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
-                                l.fork(&s.session, &from, &name, now)?;
-                                (s.session, name)
-                            }
-                        }
-                        None => {
-                            let row = l.create_session(
-                                SessionId::new_random(),
-                                thread::PROXY_AGENT,
-                                Some(&title),
-                                now,
-                            )?;
-                            (row.id, BranchName::main())
-                        }
-                    };
-                    let rec = record::record_in(l, &id, &branch, ex)?;
-                    Ok((id, branch, rec))
-                })?;
-                self.remember(ex, &id, &branch, &rec);
-                rec.nodes
-                    .last()
-                    .cloned()
-                    .ok_or_else(|| StoreError::Backend("nothing recorded".into()))
-            }
-        }
-    }
-
-    /// Indexes a recorded turn for threading.
-    fn remember(&self, ex: &Exchange, id: &SessionId, branch: &BranchName, rec: &record::Recorded) {
-        if !rec.whole_turn {
-            return;
-        }
-        let Some(done) = rec.nodes.last() else { return };
-        let key = done
-            .node
-            .diagnostics
-            .to_value()
-            .get("thread")
-            .and_then(|v| v.as_str())
-            .map(str::to_owned);
-        let _ = ex;
-        if let (Some(k), Ok(mut idx)) = (key, self.inner.threads.lock()) {
-            idx.insert(
-                k,
-                thread::Spot {
-                    session: *id,
-                    branch: branch.clone(),
-                    node: done.hash,
-                },
-            );
-        }
-    }
-
-    /// The session a name (id, unique prefix, title) names; a title that
-    /// names none creates a session with that title (agent `proxy`).
-    fn session_named(
-        &self,
-        store: &mut convo_store::Store,
-        name: &str,
-        now: i64,
-    ) -> Result<SessionId, StoreError> {
-        if let Some(id) = self
-            .inner
-            .names
-            .lock()
-            .ok()
-            .and_then(|m| m.get(name).copied())
-        {
-            return Ok(id);
-        }
-        let id = match store.find_session(name) {
-            Ok(row) => row.id,
-            Err(StoreError::NoSession(_)) => store.transaction(|l| {
-                // Re-check inside the write transaction: two first calls
-                // naming the same new title create one session.
-                let existing = l
-                    .tx()
-                    .sessions()?
-                    .into_iter()
-                    .find(|s| s.title.as_deref() == Some(name));
-                match existing {
-                    Some(s) => Ok(s.id),
-                    None => Ok(l
-                        .create_session(
-                            SessionId::new_random(),
-                            thread::PROXY_AGENT,
-                            Some(name),
-                            now,
-                        )?
-                        .id),
-                }
-            })?,
-            Err(e) => return Err(e),
-        };
-        if let Ok(mut m) = self.inner.names.lock() {
-            m.insert(name.to_owned(), id);
-        }
-        Ok(id)
-    }
-}
-
-fn poisoned() -> StoreError {
-    StoreError::Backend("the thread index lock was poisoned".into())
 }
 
 /// A recorded answer, re-sent as recorded.
@@ -824,6 +709,16 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
         HeaderName::from_static("x-convo-replayed"),
         HeaderValue::from_static("true"),
     );
+    if let Some(total) = call.truncated {
+        return proxy_error(
+            StatusCode::BAD_GATEWAY,
+            "replay_truncated",
+            &format!(
+                "replay: the recorded answer was {total} bytes, more than the record keeps ({} bytes): it cannot be replayed exactly",
+                call.body.len()
+            ),
+        );
+    }
     let streamed = call.chunks.is_some();
     let chunks = replay::chunks(&call);
     if !streamed {

@@ -28,8 +28,10 @@
 //!   (request sent → last byte), `ttft_ms` (→ first body byte), `streamed`,
 //!   `upstream_request_id`; for streams `chunks` (`[[bytes, ms since the
 //!   request], …]`, one per chunk as it arrived) and `assembled` (the answer
-//!   in the non-streamed shape); `partial` (why a stream ended early) and
-//!   `error` (an upstream that failed, timed out or was unreachable).
+//!   in the non-streamed shape); `partial` (why a stream ended early),
+//!   `error` (an upstream that failed, timed out or was unreachable) and
+//!   `truncated` (`{total_bytes, recorded_bytes, sha256}` when a stream was
+//!   longer than the proxy's record limit: the payload is its first bytes).
 //!
 //! **Credentials are never recorded**: headers are recorded only when
 //! named in the allow-list, and even then not when a value looks like a
@@ -213,6 +215,9 @@ pub struct Exchange {
     pub partial: Option<String>,
     /// Why the upstream gave no answer (unreachable, timeout).
     pub error: Option<String>,
+    /// When the answer was longer than the record keeps: its whole length
+    /// and SHA-256 (hex); `response_body` holds its first bytes.
+    pub truncated: Option<(u64, String)>,
 }
 
 fn ms(x: f64) -> Value {
@@ -300,6 +305,13 @@ impl Exchange {
         }
         if let Some(e) = &self.error {
             d.insert("error".into(), json!(e));
+        }
+        if let Some((total, sha)) = &self.truncated {
+            d.insert(
+                "truncated".into(),
+                json!({"total_bytes": total, "recorded_bytes": self.response_body.len(),
+                       "sha256": sha}),
+            );
         }
         Value::Object(d)
     }

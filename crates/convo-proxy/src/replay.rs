@@ -10,6 +10,13 @@
 //! behaviour-changing ones (`anthropic-version`, `anthropic-beta`,
 //! `openai-beta`) and the body drops the volatile fields [`VOLATILE`].
 //!
+//! The Responses API's `previous_response_id` names an answer by the id
+//! its upstream gave it: in the canonical form it is replaced by the
+//! recorded call whose answer carried that id
+//! (`{"recorded_response_of_call": N}`, N counting from 0), so a replayed
+//! program, which got the recorded ids back, chains its calls as recorded,
+//! and a miss names the call rather than an opaque id.
+//!
 //! A match is answered with the recorded status, headers and bytes: a
 //! stream is re-sent chunk by chunk as recorded, byte-identical to what the
 //! client got live (the usage chunk the proxy had asked for is removed the
@@ -30,6 +37,7 @@ use bytes::Bytes;
 use convo_core::{BranchName, Kind, NodeHash, SessionId, SubmissionId};
 use convo_store::{Result, Store, StoreError};
 use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 
 /// Body fields ignored when matching (they change between identical runs).
 pub const VOLATILE: &[&str] = &[
@@ -109,6 +117,8 @@ pub struct Call {
     pub strip_usage: bool,
     /// The node before the call's turn (fork point for `--on-miss live`).
     pub before: Option<NodeHash>,
+    /// The whole answer's length when the record kept only its first bytes.
+    pub truncated: Option<u64>,
 }
 
 /// The replay state.
@@ -128,6 +138,8 @@ pub struct Replay {
     pub matched: u64,
     /// Calls that did not match.
     pub missed: u64,
+    /// Responses API answer ids → the recorded call that answered them.
+    response_ids: HashMap<String, usize>,
 }
 
 fn remove_path(v: &mut Value, path: &str) {
@@ -142,6 +154,36 @@ fn remove_path(v: &mut Value, path: &str) {
     }
     if let Some(o) = cur.as_object_mut() {
         o.remove(last);
+    }
+}
+
+/// A Responses API answer's id: the body's `id` (a non-streamed answer)
+/// or the assembled response's (a stream).
+fn response_id(diag: &Value, body: &[u8]) -> Option<String> {
+    let from = |v: &Value| {
+        (v.get("object").and_then(Value::as_str) == Some("response"))
+            .then(|| v.get("id").and_then(Value::as_str).map(str::to_owned))
+            .flatten()
+    };
+    match diag.get("assembled") {
+        Some(a) => from(a),
+        None => crate::api::parse(body).as_ref().and_then(from),
+    }
+}
+
+fn map_response_ids(ids: &HashMap<String, usize>, canon: &mut Value) {
+    let Some(body) = canon.get_mut("body").and_then(Value::as_object_mut) else {
+        return;
+    };
+    let call = body
+        .get("previous_response_id")
+        .and_then(Value::as_str)
+        .and_then(|id| ids.get(id));
+    if let Some(&call) = call {
+        body.insert(
+            "previous_response_id".into(),
+            json!({"recorded_response_of_call": call}),
+        );
     }
 }
 
@@ -219,6 +261,7 @@ impl Replay {
         let s = store.find_session(&spec.session)?;
         let nodes = store.timeline(&s.id, &spec.branch)?;
         let mut calls = Vec::new();
+        let mut response_ids = HashMap::new();
         for (i, n) in nodes.iter().enumerate() {
             let node = &n.stored.node;
             if node.kind != Kind::Request {
@@ -254,9 +297,14 @@ impl Replay {
             } else {
                 i
             };
+            let mut canon = canonical(method, path, &obj(&d, "headers"), &n.payload);
+            map_response_ids(&response_ids, &mut canon);
+            if let Some(id) = response_id(&rd, &resp.payload) {
+                response_ids.insert(id, calls.len());
+            }
             calls.push(Call {
                 submission: node.submission,
-                canonical: canonical(method, path, &obj(&d, "headers"), &n.payload),
+                canonical: canon,
                 status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
                 headers: obj(&rd, "headers"),
                 body: resp.payload.clone(),
@@ -265,8 +313,15 @@ impl Replay {
                     .and_then(Value::as_bool)
                     .filter(|s| *s)
                     .and(chunks),
-                strip_usage: d.get("upstream_changes").is_some(),
+                strip_usage: d
+                    .get("upstream_changes")
+                    .and_then(|c| c.get("stream_options.include_usage"))
+                    .is_some(),
                 before: turn_start.checked_sub(1).map(|k| nodes[k].stored.hash),
+                truncated: rd
+                    .get("truncated")
+                    .and_then(|t| t.get("total_bytes"))
+                    .and_then(Value::as_u64),
             });
         }
         if calls.is_empty() {
@@ -284,7 +339,14 @@ impl Replay {
             live: None,
             matched: 0,
             missed: 0,
+            response_ids,
         })
+    }
+
+    /// A received canonical request with its `previous_response_id` mapped
+    /// to the recorded call (see the module docs).
+    pub fn map_ids(&self, received: &mut Value) {
+        map_response_ids(&self.response_ids, received);
     }
 
     /// Number of recorded calls.
@@ -404,5 +466,38 @@ mod tests {
         assert!(ReplaySpec::parse("ses:edit-1").unwrap().branch.as_str() == "edit-1");
         assert!(ReplaySpec::parse("Paris").unwrap().branch.is_main());
         let _ = a;
+    }
+
+    #[test]
+    fn previous_response_id_names_the_recorded_call() {
+        let mut ids = HashMap::new();
+        let answer = br#"{"id":"resp_7","object":"response","output":[]}"#;
+        ids.insert(response_id(&json!({}), answer).unwrap(), 2);
+        assert_eq!(
+            response_id(
+                &json!({"assembled": {"id": "resp_8", "object": "response"}}),
+                b""
+            ),
+            Some("resp_8".into())
+        );
+        let mut c = canonical(
+            "POST",
+            "/v1/responses",
+            &Map::new(),
+            br#"{"input":"x","previous_response_id":"resp_7"}"#,
+        );
+        map_response_ids(&ids, &mut c);
+        assert_eq!(
+            c["body"]["previous_response_id"],
+            json!({"recorded_response_of_call": 2})
+        );
+        let mut unknown = canonical(
+            "POST",
+            "/v1/responses",
+            &Map::new(),
+            br#"{"previous_response_id":"resp_9"}"#,
+        );
+        map_response_ids(&ids, &mut unknown);
+        assert_eq!(unknown["body"]["previous_response_id"], "resp_9");
     }
 }

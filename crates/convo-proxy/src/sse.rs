@@ -10,6 +10,8 @@ use bytes::{Bytes, BytesMut};
 #[derive(Debug, Default)]
 pub struct EventSplitter {
     buf: BytesMut,
+    /// How far `buf` is known to hold no event end (no rescans).
+    scanned: usize,
 }
 
 impl EventSplitter {
@@ -18,17 +20,38 @@ impl EventSplitter {
     pub fn push(&mut self, chunk: &[u8]) -> Vec<Bytes> {
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
-        while let Some(end) = event_end(&self.buf) {
-            out.push(self.buf.split_to(end).freeze());
+        loop {
+            // An end may straddle the previous scan's last two bytes.
+            let from = self.scanned.saturating_sub(2);
+            match event_end(&self.buf[from..]) {
+                Some(end) => {
+                    out.push(self.buf.split_to(from + end).freeze());
+                    self.scanned = 0;
+                }
+                None => {
+                    self.scanned = self.buf.len();
+                    break;
+                }
+            }
         }
         out
     }
 
     /// Whatever is left (an event the stream did not finish).
     pub fn finish(&mut self) -> Option<Bytes> {
+        self.scanned = 0;
         (!self.buf.is_empty()).then(|| self.buf.split().freeze())
     }
+
+    /// Bytes held back waiting for the end of an event.
+    pub fn pending(&self) -> usize {
+        self.buf.len()
+    }
 }
+
+/// An event longer than this is passed on unfiltered (a usage chunk is a
+/// few hundred bytes), so a stream with no blank lines is never held.
+pub const MAX_HELD: usize = 1 << 20;
 
 /// The index just past the first blank line (`\n\n`, `\r\n\r\n` or `\r\r`).
 fn event_end(b: &[u8]) -> Option<usize> {
@@ -89,6 +112,10 @@ pub fn events(stream: &[u8]) -> Vec<Event> {
 /// Whether an OpenAI chat-completions event is the usage-only chunk that
 /// `stream_options.include_usage` adds (`"choices": []` and a `usage`).
 pub fn is_usage_only_chunk(raw: &[u8]) -> bool {
+    // A usage chunk is small and names `usage`: skip parsing the rest.
+    if raw.len() > 16 * 1024 || !raw.windows(7).any(|w| w == b"\"usage\"") {
+        return false;
+    }
     let ev = parse_event(raw);
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&ev.data) else {
         return false;
@@ -127,6 +154,11 @@ impl ClientFilter {
             if !is_usage_only_chunk(&ev) {
                 out.extend_from_slice(&ev);
             }
+        }
+        if self.split.pending() > MAX_HELD
+            && let Some(long) = self.split.finish()
+        {
+            out.extend_from_slice(&long);
         }
         (!out.is_empty()).then(|| out.freeze())
     }

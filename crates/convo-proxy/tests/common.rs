@@ -87,3 +87,34 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
 pub fn off_rt<T: Send>(f: impl FnOnce() -> T + Send) -> T {
     std::thread::scope(|s| s.spawn(f).join().expect("store call panicked"))
 }
+
+/// Every object of the store's git projection, uncompressed (both layouts
+/// projected under `dir`, read back with `git cat-file`).
+pub fn git_projection_bytes(store_url: &str, dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for layout in [convo_git::Layout::Dag, convo_git::Layout::Sessions] {
+        let repo = dir.join(format!("git-{}", layout.as_str()));
+        off_rt(|| {
+            let mut store = Store::open(store_url).unwrap();
+            let mut p = convo_git::Projector::open(&repo, Some(layout), false).unwrap();
+            let r = p.sync(&mut store, &mut |_| {}).unwrap();
+            assert!(r.commits > 0, "the projection holds the calls");
+        });
+        let cat = std::process::Command::new("git")
+            .arg("--git-dir")
+            .arg(&repo)
+            .args(["cat-file", "--batch-all-objects", "--batch"])
+            .output()
+            .unwrap();
+        assert!(
+            cat.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cat.stderr)
+        );
+        assert!(!cat.stdout.is_empty());
+        out.extend(cat.stdout);
+        // Refs and bookkeeping files too.
+        out.extend(all_bytes(&repo));
+    }
+    out
+}

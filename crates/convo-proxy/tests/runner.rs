@@ -5,5 +5,6 @@
 mod common;
 mod test_live;
 mod test_replay;
+mod test_robust;
 mod test_sdk;
 mod upstream;

@@ -53,6 +53,10 @@ fn store_bytes(srv: &Server) -> Vec<u8> {
     })
 }
 
+fn t_first_response(srv: &Server) -> TimelineNode {
+    timeline(srv, "paris-run", "main").swap_remove(2)
+}
+
 fn diag(n: &TimelineNode) -> Value {
     n.stored.node.diagnostics.to_value()
 }
@@ -198,7 +202,26 @@ async fn chat_completions_case(pg: bool) {
     drop(t);
     assert!(!contains(&store_bytes(&srv), KEY.as_bytes()));
     assert!(!contains(&store_bytes(&srv), b"9f8e7d6c5b4a"));
+    // Nor of the cookie the upstream set; the rate-limit headers are kept.
+    assert!(!contains(&store_bytes(&srv), b"sk-cookie"));
+    let d = diag(&t_first_response(&srv));
+    assert_eq!(d["headers"]["x-ratelimit-remaining-requests"], "99");
+    assert_eq!(d["headers"]["x-ratelimit-reset-tokens"], "6ms");
+    assert!(d["headers"].get("set-cookie").is_none());
+    let store_url = srv.store_url.clone();
     let dir = srv.stop().await;
+    // Nor in the git projection (every object, uncompressed).
+    let git = crate::common::git_projection_bytes(&store_url, dir.path());
+    assert!(
+        contains(&git, b"echo: again"),
+        "the projection holds the answers"
+    );
+    assert!(
+        !contains(&git, KEY.as_bytes()),
+        "the key reached the git projection"
+    );
+    assert!(!contains(&git, b"9f8e7d6c5b4a"));
+    assert!(!contains(&git, b"sk-cookie"));
     assert!(
         !contains(&all_bytes(dir.path()), KEY.as_bytes()),
         "the key reached the store"

@@ -37,6 +37,11 @@ out["claude"] = m.content[0].text
 with a.messages.stream(model="claude", max_tokens=10, messages=[{"role": "user", "content": "encore"}]) as s:
     out["claude_stream"] = "".join(s.text_stream)
     out["claude_usage"] = s.get_final_message().usage.output_tokens
+weather = [{"name": "weather", "input_schema": {"type": "object"}}]
+with a.messages.stream(model="claude", max_tokens=10, tools=weather,
+                       messages=[{"role": "user", "content": "weather?"}]) as s:
+    final = s.get_final_message()
+    out["claude_tool"] = [final.stop_reason, final.content[0].type, final.content[0].name, final.content[0].input]
 print(json.dumps(out))
 "#;
 
@@ -78,6 +83,10 @@ async fn official_sdks_and_curl_record_through_the_proxy() {
     assert_eq!(v["claude"], "echo: bonjour");
     assert_eq!(v["claude_stream"], "echo: encore");
     assert_eq!(v["claude_usage"], 3);
+    assert_eq!(
+        v["claude_tool"],
+        serde_json::json!(["tool_use", "tool_use", "weather", {"city": "Paris"}])
+    );
 
     // curl -N: the stream as the upstream sent it, the usage chunk removed.
     let url = format!("{}/s/sdk-run/main/v1/chat/completions", srv.url);
@@ -103,7 +112,10 @@ async fn official_sdks_and_curl_record_through_the_proxy() {
         let s = store.find_session("sdk-run").unwrap();
         store.timeline(&s.id, &BranchName::main()).unwrap()
     });
-    assert_eq!(t.len(), 7 * 4, "seven calls, each a whole turn");
+    assert_eq!(t.len(), 8 * 4, "eight calls, each a whole turn");
+    // The Anthropic tool use, assembled from its stream.
+    let d = t[26].stored.node.diagnostics.to_value();
+    assert_eq!(d["assembled"]["content"][0]["input"]["city"], "Paris");
     assert!(
         t.chunks(4)
             .all(|turn| turn[3].stored.node.kind == Kind::Complete)
@@ -116,4 +128,96 @@ async fn official_sdks_and_curl_record_through_the_proxy() {
         "the key reached the store"
     );
     up.stop().await;
+}
+
+/// The Responses API through the official SDK: plain, streamed, chained by
+/// `previous_response_id`; then the same program replayed with the
+/// upstream stopped gets the same answers and ids.
+const RESPONSES: &str = r#"
+import json, openai
+c = openai.OpenAI(max_retries=0)
+r1 = c.responses.create(model="m", input="hi")
+out = {"r1": [r1.id, r1.output_text, r1.usage.total_tokens]}
+text, done = [], None
+for ev in c.responses.create(model="m", input="more", previous_response_id=r1.id, stream=True):
+    if ev.type == "response.output_text.delta":
+        text.append(ev.delta)
+    elif ev.type == "response.completed":
+        done = ev.response
+out["r2"] = ["".join(text), done.id, done.output_text]
+r3 = c.responses.create(model="m", input="last", previous_response_id=done.id)
+out["r3"] = [r3.id, r3.output_text]
+print(json.dumps(out))
+"#;
+
+fn run_python(python: &str, script: &str, base: &str) -> serde_json::Value {
+    let out = std::process::Command::new(python)
+        .args(["-c", script])
+        .env("OPENAI_BASE_URL", base)
+        .env("OPENAI_API_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_api_streams_through_the_sdk_and_replays_its_chain() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/s/resp-run/main/v1", srv.url);
+    let py = python.clone();
+    let live = tokio::task::spawn_blocking(move || run_python(&py, RESPONSES, &base))
+        .await
+        .unwrap();
+    assert_eq!(live["r1"], serde_json::json!(["resp_1", "echo: hi", 6]));
+    assert_eq!(
+        live["r2"],
+        serde_json::json!([
+            "echo: more (after resp_1)",
+            "resp_2",
+            "echo: more (after resp_1)"
+        ])
+    );
+    assert_eq!(
+        live["r3"],
+        serde_json::json!(["resp_3", "echo: last (after resp_2)"])
+    );
+    let (_, sent) = up.seen.last();
+    assert_eq!(sent["previous_response_id"], "resp_2");
+    let t = crate::common::off_rt(|| {
+        let mut store = srv.store();
+        let s = store.find_session("resp-run").unwrap();
+        store.timeline(&s.id, &BranchName::main()).unwrap()
+    });
+    assert_eq!(t.len(), 12);
+    assert_eq!(t[4].payload, b"more");
+    assert_eq!(t[7].payload, b"echo: more (after resp_1)");
+    let d = t[6].stored.node.diagnostics.to_value();
+    assert_eq!(d["streamed"], true);
+    assert_eq!(d["usage"]["total_tokens"], 6);
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+
+    // Replayed with no upstream: the same answers, the same ids, each
+    // `previous_response_id` mapped to the recorded call it names.
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(convo_proxy::replay::ReplaySpec::parse("resp-run").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let base = format!("{}/v1", srv.url);
+    let replayed = tokio::task::spawn_blocking(move || run_python(&python, RESPONSES, &base))
+        .await
+        .unwrap();
+    assert_eq!(replayed, live);
+    let dir = srv.stop().await;
+    assert!(!contains(&all_bytes(dir.path()), KEY.as_bytes()));
 }

@@ -9,7 +9,14 @@
 //!   and breaks the connection.
 //! - `POST /v1/messages`: the same for Anthropic Messages (events
 //!   `message_start` … `message_stop`, tool use with `input_json_delta`).
+//! - `POST /v1/responses`: the Responses API, `echo: {input}` plus
+//!   ` (after {previous_response_id})` when there is one; each answer a new
+//!   id `resp_{n}`; streamed as `response.created` … `response.completed`.
 //! - `GET /v1/models`, `POST /v1/embeddings`: fixed answers.
+//! - Chat models that script failures: `rate-limited` (429 with
+//!   `retry-after`), `server-error` (503 with a body), `slow` (answers
+//!   after 2 s), `dribble` (a stream of 100 chunks 20 ms apart), `big-N`
+//!   (a stream of N MiB in 64 KiB events, made as it is sent).
 //!
 //! Every request's headers and body are kept in `Seen` for the tests.
 
@@ -21,6 +28,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -53,6 +61,7 @@ impl Upstream {
             .route("/v1/messages", post(messages))
             .route("/v1/models", get(models))
             .route("/v1/embeddings", post(embeddings))
+            .route("/v1/responses", post(responses))
             .with_state(seen.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -132,6 +141,54 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
     let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
     seen.calls.lock().unwrap().push((headers, req.clone()));
     let model = req["model"].as_str().unwrap_or("scripted").to_owned();
+    if model == "server-error" {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [("x-request-id", "req_503")],
+            "{\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}",
+        )
+            .into_response();
+    }
+    if model == "slow" {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    if model == "dribble" {
+        let stream = futures_util::stream::unfold(0u32, |i| async move {
+            if i >= 100 {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let ev = format!(
+                "data: {}\n\n",
+                json!({"choices": [{"index": 0, "delta": {"content": format!("{i} ")}}]})
+            );
+            Some((Ok::<Bytes, std::io::Error>(Bytes::from(ev)), i + 1))
+        });
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
+    if let Some(mib) = model
+        .strip_prefix("big-")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let filler = "x".repeat(64 * 1024 - 64);
+        let event = Bytes::from(format!(
+            "data: {}\n\n",
+            json!({"choices": [{"index": 0, "delta": {"content": filler}}]})
+        ));
+        let n = mib * 1024 * 1024 / event.len() + 1;
+        let stream = futures_util::stream::iter(0..n)
+            .map(move |_| Ok::<Bytes, std::io::Error>(event.clone()))
+            .chain(futures_util::stream::once(async {
+                Ok(Bytes::from_static(b"data: [DONE]\n\n"))
+            }));
+        return Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
     if model == "rate-limited" {
         return (
             StatusCode::TOO_MANY_REQUESTS,
@@ -198,7 +255,12 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
         None => json!({"role": "assistant", "content": text, "refusal": null}),
     };
     (
-        [("x-request-id", "req_scripted")],
+        [
+            ("x-request-id", "req_scripted"),
+            ("x-ratelimit-remaining-requests", "99"),
+            ("x-ratelimit-reset-tokens", "6ms"),
+            ("set-cookie", "session=sk-cookie-should-not-be-recorded"),
+        ],
         axum::Json(json!({
             "id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
             "choices": [{"index": 0, "message": message,
@@ -285,4 +347,106 @@ async fn embeddings(body: Bytes) -> Response {
         "data": [{"object": "embedding", "index": 0, "embedding": [0.5, -0.25]}],
         "usage": {"prompt_tokens": 2, "total_tokens": 2}}))
     .into_response()
+}
+
+fn input_text(req: &Value) -> String {
+    match &req["input"] {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .map(|m| match &m["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(parts) => parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join(""),
+                _ => String::new(),
+            })
+            .unwrap_or_default(),
+        _ => String::new(),
+    }
+}
+
+async fn responses(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
+    let n = {
+        let mut calls = seen.calls.lock().unwrap();
+        calls.push((headers, req.clone()));
+        calls.len()
+    };
+    let model = req["model"].as_str().unwrap_or("scripted").to_owned();
+    let mut text = format!("echo: {}", input_text(&req));
+    if let Some(prev) = req["previous_response_id"].as_str() {
+        text.push_str(&format!(" (after {prev})"));
+    }
+    let id = format!("resp_{n}");
+    let msg_id = format!("msg_{n}");
+    let usage = json!({"input_tokens": 4, "output_tokens": 2, "total_tokens": 6,
+        "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}});
+    let item = |content: Value, status: &str| json!({"type": "message", "id": msg_id, "status": status, "role": "assistant", "content": content});
+    let part = json!({"type": "output_text", "text": text, "annotations": []});
+    let response = |status: &str, output: Value, usage: Value| {
+        json!({"id": id, "object": "response", "created_at": 1, "status": status, "model": model,
+            "output": output, "usage": usage, "previous_response_id": req["previous_response_id"],
+            "parallel_tool_calls": true, "tool_choice": "auto", "tools": []})
+    };
+    if req["stream"] != true {
+        return axum::Json(response(
+            "completed",
+            json!([item(json!([part]), "completed")]),
+            usage,
+        ))
+        .into_response();
+    }
+    let mut seq = 0u64;
+    let mut ev = |name: &str, mut data: Value| {
+        data["type"] = json!(name);
+        data["sequence_number"] = json!(seq);
+        seq += 1;
+        format!("event: {name}\ndata: {data}\n\n")
+    };
+    let (a, b) = text.split_at(text.len() / 2);
+    let out = vec![
+        ev(
+            "response.created",
+            json!({"response": response("in_progress", json!([]), Value::Null)}),
+        ),
+        ev(
+            "response.output_item.added",
+            json!({"output_index": 0, "item": item(json!([]), "in_progress")}),
+        ),
+        ev(
+            "response.content_part.added",
+            json!({"item_id": msg_id, "output_index": 0, "content_index": 0,
+            "part": {"type": "output_text", "text": "", "annotations": []}}),
+        ),
+        ev(
+            "response.output_text.delta",
+            json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "delta": a, "logprobs": []}),
+        ),
+        ev(
+            "response.output_text.delta",
+            json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "delta": b, "logprobs": []}),
+        ),
+        ev(
+            "response.output_text.done",
+            json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}),
+        ),
+        ev(
+            "response.content_part.done",
+            json!({"item_id": msg_id, "output_index": 0, "content_index": 0, "part": part}),
+        ),
+        ev(
+            "response.output_item.done",
+            json!({"output_index": 0, "item": item(json!([part]), "completed")}),
+        ),
+        ev(
+            "response.completed",
+            json!({"response": response("completed", json!([item(json!([part]), "completed")]), usage)}),
+        ),
+    ];
+    sse(out, false)
 }

@@ -1,0 +1,303 @@
+//! Group commit for recorded calls: concurrent calls' turns share one
+//! store transaction.
+//!
+//! Every write transaction pays a fixed price (SQLite's write lock and
+//! commit, PostgreSQL's advisory lock and round trips) whatever it holds,
+//! and connections that contend for SQLite's write lock wait in its busy
+//! handler. So, as `convo serve` does for API appends, one writer thread
+//! records every call: it takes the first waiting call and every other one
+//! already queued (up to [`MAX_CALLS`]), records them all in one
+//! transaction in arrival order, and answers each call with its own last
+//! node. Each call stays atomic: if anything in a batch fails, the batch is
+//! rolled back and its calls are recorded again one transaction each, so
+//! only the call at fault gets the error. What a batch learns (session
+//! names, thread keys) is kept only once it has committed.
+
+use crate::Target;
+use crate::record::{self, Exchange};
+use crate::thread::{self, Spot};
+use convo_core::{BranchName, SessionId};
+use convo_server::StorePool;
+use convo_server::events::Hub;
+use convo_store::{Ledger, Result, Store, StoreError, StoredNode};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, mpsc};
+
+/// Calls one batch records at most.
+pub const MAX_CALLS: usize = 256;
+
+/// What the writer shares with the proxy: caches filled after commits.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    /// Thread keys (see [`thread`]) → where the conversation continues.
+    pub threads: Mutex<thread::ThreadIndex>,
+    /// Session names already resolved.
+    pub names: Mutex<HashMap<String, SessionId>>,
+}
+
+pub(crate) struct Job {
+    pub target: Target,
+    pub ex: Exchange,
+    pub reply: tokio::sync::oneshot::Sender<Result<StoredNode>>,
+}
+
+/// The handle calls are sent to for recording.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    tx: mpsc::Sender<Job>,
+}
+
+impl Writer {
+    /// Starts the writer thread, recording through `pool`.
+    pub fn start(shared: Arc<Shared>, pool: StorePool, hub: Option<Hub>) -> Result<Writer> {
+        let (tx, rx) = mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("convo-proxy-writer".into())
+            .spawn(move || run(&shared, &pool, hub.as_ref(), &rx))
+            .map_err(|e| StoreError::Backend(format!("cannot start a thread: {e}")))?;
+        Ok(Writer { tx })
+    }
+
+    /// Records `ex` where `target` says (in a transaction shared with other
+    /// calls) and returns the last node recorded.
+    pub async fn record(&self, target: Target, ex: Exchange) -> Result<StoredNode> {
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job { target, ex, reply };
+        self.tx
+            .send(job)
+            .map_err(|_| StoreError::Backend("the proxy's writer thread has stopped".into()))?;
+        answer.await.map_err(|_| {
+            StoreError::Backend("the proxy's writer thread dropped a recording".into())
+        })?
+    }
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job").field("path", &self.ex.path).finish()
+    }
+}
+
+fn run(shared: &Shared, pool: &StorePool, hub: Option<&Hub>, rx: &mpsc::Receiver<Job>) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_CALLS {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let together = pool.run_blocking(|s| record_batch(shared, s, &batch));
+        match together {
+            Ok(done) => {
+                for (j, (node, learnt)) in batch.into_iter().zip(done) {
+                    learnt.keep(shared);
+                    let _ = j.reply.send(Ok(node));
+                }
+            }
+            Err(e) if batch.len() == 1 => {
+                if let Some(j) = batch.pop() {
+                    let _ = j.reply.send(Err(e));
+                }
+            }
+            Err(_) => {
+                // Isolate the call at fault: one transaction each.
+                for j in batch {
+                    let out =
+                        pool.run_blocking(|s| record_batch(shared, s, std::slice::from_ref(&j)));
+                    let out = out.and_then(|mut v| {
+                        v.pop()
+                            .ok_or_else(|| StoreError::Backend("nothing recorded".into()))
+                    });
+                    let _ = j.reply.send(out.map(|(node, learnt)| {
+                        learnt.keep(shared);
+                        node
+                    }));
+                }
+            }
+        }
+        if let Some(h) = hub {
+            h.poke();
+        }
+    }
+}
+
+/// What a recorded call taught the caches (kept once committed).
+#[derive(Debug, Default)]
+struct Learnt {
+    names: Vec<(String, SessionId)>,
+    thread: Option<(String, Spot)>,
+}
+
+impl Learnt {
+    fn keep(self, shared: &Shared) {
+        if !self.names.is_empty()
+            && let Ok(mut m) = shared.names.lock()
+        {
+            m.extend(self.names);
+        }
+        if let Some((k, spot)) = self.thread
+            && let Ok(mut idx) = shared.threads.lock()
+        {
+            idx.insert(k, spot);
+        }
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Backend("the thread index lock was poisoned".into())
+}
+
+/// Records `jobs` in one transaction; per job its last node and what it
+/// taught the caches.
+fn record_batch(
+    shared: &Shared,
+    store: &mut Store,
+    jobs: &[Job],
+) -> Result<Vec<(StoredNode, Learnt)>> {
+    // Reads that need the store outside a write transaction come first.
+    if jobs.iter().any(|j| matches!(j.target, Target::Auto)) {
+        shared.threads.lock().map_err(|_| poisoned())?.load(store)?;
+    }
+    let mut found: HashMap<String, Option<SessionId>> = HashMap::new();
+    for j in jobs {
+        if let Target::Named { session, .. } = &j.target
+            && !found.contains_key(session)
+        {
+            let cached = shared
+                .names
+                .lock()
+                .ok()
+                .and_then(|m| m.get(session).copied());
+            let id = match cached {
+                Some(id) => Some(id),
+                None => match store.find_session(session) {
+                    Ok(row) => Some(row.id),
+                    Err(StoreError::NoSession(_)) => None,
+                    Err(e) => return Err(e),
+                },
+            };
+            found.insert(session.clone(), id);
+        }
+    }
+    store.transaction(|l| {
+        // Within the batch: names created and thread keys recorded by
+        // earlier calls of the same batch (not yet committed).
+        let mut names = found.clone();
+        let mut spots: HashMap<String, Spot> = HashMap::new();
+        jobs.iter()
+            .map(|j| record_one(shared, l, j, &mut names, &mut spots))
+            .collect()
+    })
+}
+
+fn record_one(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    job: &Job,
+    names: &mut HashMap<String, Option<SessionId>>,
+    spots: &mut HashMap<String, Spot>,
+) -> Result<(StoredNode, Learnt)> {
+    let ex = &job.ex;
+    let now = ex.started_at;
+    let mut learnt = Learnt::default();
+    let (id, branch) = match &job.target {
+        Target::Named { session, branch } => {
+            let branch = BranchName::new(branch)
+                .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}")))?;
+            let id = match names.get(session).copied().flatten() {
+                Some(id) => id,
+                None => {
+                    // Re-checked inside the write transaction: two first
+                    // calls naming the same new title create one session.
+                    let existing = l
+                        .tx()
+                        .sessions()?
+                        .into_iter()
+                        .find(|s| s.title.as_deref() == Some(session.as_str()));
+                    match existing {
+                        Some(s) => s.id,
+                        None => {
+                            l.create_session(
+                                SessionId::new_random(),
+                                thread::PROXY_AGENT,
+                                Some(session),
+                                now,
+                            )?
+                            .id
+                        }
+                    }
+                }
+            };
+            names.insert(session.clone(), Some(id));
+            learnt.names.push((session.clone(), id));
+            (id, branch)
+        }
+        Target::Auto => {
+            let req = ex.request_json();
+            let api = ex.api.unwrap_or(crate::api::Api::Other);
+            let spot = match thread::key_before(api, req.as_ref()) {
+                Some(k) => match spots.get(&k) {
+                    Some(s) => Some(s.clone()),
+                    None => shared
+                        .threads
+                        .lock()
+                        .map_err(|_| poisoned())?
+                        .get(&k)
+                        .cloned(),
+                },
+                None => None,
+            };
+            match &spot {
+                Some(s) => {
+                    let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
+                    if head == Some(s.node) {
+                        (s.session, s.branch.clone())
+                    } else {
+                        let name = thread::free_edit_branch(l, &s.session)?;
+                        let from = convo_core::HashPrefix::parse(&s.node.to_hex())
+                            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                        l.fork(&s.session, &from, &name, now)?;
+                        (s.session, name)
+                    }
+                }
+                None => {
+                    let title = crate::api::messages(api, req.as_ref())
+                        .map(|m| thread::title_from(&crate::api::new_input(&m)))
+                        .unwrap_or_else(|| format!("{} {}", ex.method, ex.path));
+                    let row = l.create_session(
+                        SessionId::new_random(),
+                        thread::PROXY_AGENT,
+                        Some(&title),
+                        now,
+                    )?;
+                    (row.id, BranchName::main())
+                }
+            }
+        }
+    };
+    let rec = record::record_in(l, &id, &branch, ex)?;
+    if rec.whole_turn
+        && let Some(done) = rec.nodes.last()
+        && let Some(k) = done
+            .node
+            .diagnostics
+            .to_value()
+            .get("thread")
+            .and_then(|v| v.as_str())
+    {
+        let spot = Spot {
+            session: id,
+            branch: branch.clone(),
+            node: done.hash,
+        };
+        spots.insert(k.to_owned(), spot.clone());
+        learnt.thread = Some((k.to_owned(), spot));
+    }
+    let last = rec
+        .nodes
+        .last()
+        .cloned()
+        .ok_or_else(|| StoreError::Backend("nothing recorded".into()))?;
+    Ok((last, learnt))
+}

@@ -1,0 +1,351 @@
+//! Failures and load: upstream errors and timeouts, clients that leave,
+//! a 100 MiB stream, concurrent calls on one timeline, replay of a fork.
+
+use crate::common::{Server, off_rt};
+use crate::upstream::Upstream;
+use convo_core::{BranchName, HashPrefix, Kind};
+use convo_proxy::ProxyConfig;
+use convo_proxy::replay::{OnMiss, ReplaySpec};
+use convo_store::TimelineNode;
+use serde_json::{Value, json};
+use sha2::Digest as _;
+use std::time::Duration;
+
+fn chat(model: &str, text: &str, stream: bool) -> Value {
+    json!({"model": model, "stream": stream, "messages": [{"role": "user", "content": text}]})
+}
+
+async fn post(url: &str, body: &Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn diag(n: &TimelineNode) -> Value {
+    n.stored.node.diagnostics.to_value()
+}
+
+/// The timeline once it holds `len` nodes (a stream is recorded just
+/// after its last byte reached the client).
+async fn timeline_of(srv: &Server, session: &str, branch: &str, len: usize) -> Vec<TimelineNode> {
+    let mut last = Vec::new();
+    for _ in 0..500 {
+        let (session, branch) = (session.to_owned(), branch.to_owned());
+        last = off_rt(|| {
+            let mut store = srv.store();
+            let Ok(s) = store.find_session(&session) else {
+                return Vec::new();
+            };
+            store
+                .timeline(&s.id, &BranchName::new(&branch).unwrap())
+                .unwrap_or_default()
+        });
+        if last.len() >= len {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_errors_timeouts_and_clients_that_leave_are_recorded_with_status() {
+    let up = Upstream::start().await;
+    let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+    cfg.timeout = Duration::from_millis(500);
+    let srv = Server::start(cfg).await;
+    let url = format!("{}/s/errors/main/v1/chat/completions", srv.url);
+
+    // A 5xx reaches the client as the upstream sent it.
+    let res = post(&url, &chat("server-error", "a", false)).await;
+    assert_eq!(res.status(), 503);
+    assert_eq!(res.headers()["x-request-id"], "req_503");
+    let sent = res.bytes().await.unwrap();
+    assert_eq!(
+        &sent[..],
+        b"{\"error\":{\"message\":\"overloaded\",\"type\":\"server_error\"}}"
+    );
+
+    // An upstream that does not answer in time: a clear 504.
+    let res = post(&url, &chat("slow", "b", false)).await;
+    assert_eq!(res.status(), 504);
+    let e: Value = res.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "upstream_timeout");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out"),
+        "{e}"
+    );
+
+    // A client that leaves mid-stream: the proxy stops reading the
+    // upstream and records what passed, marked partial.
+    let mut res = post(&url, &chat("dribble", "c", true)).await;
+    assert_eq!(res.status(), 200);
+    let first = res.chunk().await.unwrap().unwrap();
+    assert!(first.starts_with(b"data: "));
+    drop(res);
+
+    let t = timeline_of(&srv, "errors", "main", 12).await;
+    assert_eq!(t.len(), 12);
+    let (e503, e504, left) = (diag(&t[2]), diag(&t[6]), diag(&t[10]));
+    assert_eq!(e503["status"], 503);
+    assert_eq!(e503["upstream_request_id"], "req_503");
+    assert_eq!(&t[2].payload[..], &sent[..]);
+    assert_eq!(diag(&t[3])["status"], 503);
+    assert_eq!(e504["status"], 504);
+    assert!(e504["error"].as_str().unwrap().contains("timed out"));
+    assert_eq!(left["partial"], "the client disconnected");
+    assert_eq!(left["streamed"], true);
+    let passed = left["chunks"].as_array().unwrap().len();
+    assert!(
+        (1..100).contains(&passed),
+        "the upstream was not read to its end: {passed} chunks"
+    );
+    assert_eq!(t[11].stored.node.kind, Kind::Complete);
+    assert_eq!(diag(&t[11])["error"], "the client disconnected");
+    srv.stop().await;
+    up.stop().await;
+}
+
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_100_mib_stream_passes_with_bounded_memory_and_a_bounded_record() {
+    let up = Upstream::start().await;
+    let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+    cfg.record_limit = Some(1 << 20);
+    let srv = Server::start(cfg).await;
+    let url = format!("{}/s/big/main/v1/chat/completions", srv.url);
+    let before = rss_kib();
+    let mut peak = before;
+    let mut res = post(&url, &chat("big-100", "d", true)).await;
+    assert_eq!(res.status(), 200);
+    let (mut total, mut hash, mut tail) = (0u64, sha2::Sha256::new(), Vec::new());
+    while let Some(chunk) = res.chunk().await.unwrap() {
+        total += chunk.len() as u64;
+        hash.update(&chunk);
+        tail = chunk.to_vec();
+        peak = peak.max(rss_kib());
+    }
+    assert!(total >= 100 << 20, "{total} bytes");
+    assert!(tail.ends_with(b"data: [DONE]\n\n"));
+    // Buffering the stream (in the proxy or its record) would hold
+    // 100 MiB at once; chunks in flight and a 1 MiB record do not.
+    let grew_mib = peak.saturating_sub(before) / 1024;
+    assert!(grew_mib < 48, "memory grew by {grew_mib} MiB");
+
+    let t = timeline_of(&srv, "big", "main", 4).await;
+    let d = diag(&t[2]);
+    assert_eq!(t[2].payload.len(), 1 << 20);
+    assert_eq!(d["truncated"]["total_bytes"], total);
+    assert_eq!(d["truncated"]["recorded_bytes"], 1 << 20);
+    assert_eq!(d["truncated"]["sha256"], hex::encode(hash.finalize()));
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+
+    // Such a call cannot be replayed exactly, and says so.
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(ReplaySpec::parse("big").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let res = post(
+        &format!("{}/v1/chat/completions", srv.url),
+        &chat("big-100", "d", true),
+    )
+    .await;
+    assert_eq!(res.status(), 502);
+    let e: Value = res.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "replay_truncated");
+    srv.stop().await;
+    up.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_on_one_timeline_lose_nothing_and_stay_paired() {
+    concurrent_case(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_on_one_timeline_on_postgresql() {
+    concurrent_case(true).await;
+}
+
+async fn concurrent_case(pg: bool) {
+    let db = if pg {
+        match off_rt(convo_store::testing::pg_database) {
+            Some(db) => Some(db),
+            None => return,
+        }
+    } else {
+        None
+    };
+    let up = Upstream::start().await;
+    let cfg = ProxyConfig::new(Some(up.url.clone()));
+    let srv = match &db {
+        Some(db) => Server::start_on(cfg, tempfile::tempdir().unwrap(), db.url.clone()).await,
+        None => Server::start(cfg).await,
+    };
+    let url = format!("{}/s/together/main/v1/chat/completions", srv.url);
+    const N: usize = 48;
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let url = url.clone();
+        tasks.push(tokio::spawn(async move {
+            let res = post(&url, &chat("m", &format!("call {i}"), i % 2 == 0)).await;
+            assert_eq!(res.status(), 200);
+            res.bytes().await.unwrap();
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let t = timeline_of(&srv, "together", "main", 4 * N).await;
+    assert_eq!(t.len(), 4 * N, "no lost node");
+    let mut seen = std::collections::BTreeSet::new();
+    for turn in t.chunks(4) {
+        let kinds: Vec<Kind> = turn.iter().map(|n| n.stored.node.kind).collect();
+        assert_eq!(
+            kinds,
+            [Kind::Invoke, Kind::Request, Kind::Response, Kind::Complete]
+        );
+        let input = String::from_utf8(turn[0].payload.clone()).unwrap();
+        let req: Value = serde_json::from_slice(&turn[1].payload).unwrap();
+        assert_eq!(req["messages"][0]["content"], input.as_str());
+        assert_eq!(
+            turn[2].stored.node.sequence, turn[1].stored.node.sequence,
+            "the response answers its own request"
+        );
+        assert_eq!(turn[3].payload, format!("echo: {input}").into_bytes());
+        seen.insert(input);
+    }
+    assert_eq!(seen.len(), N, "every call recorded once");
+    srv.stop().await;
+    up.stop().await;
+    if let Some(db) = db {
+        off_rt(|| drop(db));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replaying_a_timeline_forked_at_node_n_serves_the_record_then_goes_live() {
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/s/forked/main/v1/chat/completions", srv.url);
+    let one = chat("m", "one", false);
+    let two = chat("m", "two", true);
+    let first = post(&base, &one).await.bytes().await.unwrap();
+    post(&base, &two).await.bytes().await.unwrap();
+    post(&base, &chat("m", "three", false))
+        .await
+        .bytes()
+        .await
+        .unwrap();
+    let main = timeline_of(&srv, "forked", "main", 12).await;
+    // Fork `alt` at the end of the first turn (node N).
+    let n = main[3].stored.hash;
+    off_rt(|| {
+        let mut s = srv.store();
+        let id = s.find_session("forked").unwrap().id;
+        s.fork(
+            &id,
+            &HashPrefix::parse(&n.to_hex()).unwrap(),
+            &BranchName::new("alt").unwrap(),
+            1,
+        )
+        .unwrap();
+    });
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    let upstream_calls = up.seen.calls.lock().unwrap().len();
+
+    let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+    let mut spec = ReplaySpec::parse("forked:alt").unwrap();
+    spec.on_miss = OnMiss::Live;
+    cfg.replay = Some(spec);
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let url = format!("{}/v1/chat/completions", srv.url);
+    // Up to N: from the record, the upstream untouched.
+    let res = post(&url, &one).await;
+    assert_eq!(res.headers()["x-convo-replayed"], "true");
+    assert_eq!(res.bytes().await.unwrap(), first);
+    assert_eq!(up.seen.calls.lock().unwrap().len(), upstream_calls);
+    // After N: live, recorded on `alt` itself.
+    let res = post(&url, &two).await;
+    assert!(res.headers().get("x-convo-replayed").is_none());
+    let text = res.text().await.unwrap();
+    assert!(text.contains("data: [DONE]"));
+    assert_eq!(up.seen.calls.lock().unwrap().len(), upstream_calls + 1);
+    let alt = timeline_of(&srv, "forked", "alt", 4 + 1 + 4).await;
+    assert_eq!(alt.len(), 9, "first turn, fork, the live turn");
+    assert_eq!(alt[3].stored.hash, n);
+    assert_eq!(alt[4].stored.node.kind, Kind::Fork);
+    assert_eq!(alt[5].payload, b"two");
+    assert_eq!(diag(&alt[7])["streamed"], true);
+    let main_after = timeline_of(&srv, "forked", "main", 12).await;
+    assert_eq!(main_after.len(), 12, "the recording is untouched");
+    srv.stop().await;
+    up.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_key_goes_upstream_is_noted_and_never_recorded() {
+    const CONFIGURED: &str = "sk-configured-9a8b7c6d5e4f30211203";
+    let up = Upstream::start().await;
+    let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+    cfg.upstream_key = Some(CONFIGURED.into());
+    let srv = Server::start(cfg).await;
+    let url = format!("{}/s/keyed/main/v1/chat/completions", srv.url);
+    let res = post(&url, &chat("m", "k", true)).await;
+    assert_eq!(res.status(), 200);
+    let text = res.text().await.unwrap();
+    assert!(
+        !text.contains("total_tokens"),
+        "the client did not ask for usage"
+    );
+    let (h, sent) = up.seen.last();
+    assert_eq!(h["authorization"], format!("Bearer {CONFIGURED}").as_str());
+    let t = timeline_of(&srv, "keyed", "main", 4).await;
+    // What the client sent is the payload; what went upstream differently
+    // is named (the key without its value, the usage option).
+    let req: Value = serde_json::from_slice(&t[1].payload).unwrap();
+    assert!(req.get("stream_options").is_none());
+    assert_eq!(sent["stream_options"]["include_usage"], true);
+    let changes = &diag(&t[1])["upstream_changes"];
+    assert_eq!(changes["stream_options.include_usage"], true);
+    assert_eq!(
+        changes["headers.authorization"],
+        "added: the proxy's configured key"
+    );
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    let all = crate::common::all_bytes(dir.path());
+    assert!(!crate::common::contains(&all, CONFIGURED.as_bytes()));
+    assert!(!crate::common::contains(&all, b"9a8b7c6d5e4f"));
+
+    // Replayed, the stream is what the client got live (usage removed).
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(ReplaySpec::parse("keyed").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let again = post(
+        &format!("{}/v1/chat/completions", srv.url),
+        &chat("m", "k", true),
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
+    assert_eq!(again, text);
+    srv.stop().await;
+    up.stop().await;
+}
