@@ -1219,25 +1219,27 @@ impl Tx for PgTx<'_> {
                 .iter()
                 .map(|(_, w)| crate::search::tsvector(w))
                 .collect();
-            self.exec(
+            self.defer(
                 "INSERT INTO search_index (seq, doc) \
                  SELECT s, d::tsvector FROM unnest($1::bigint[], $2::text[]) AS t(s, d)",
-                &[&seqs, &vecs],
+                vec![Box::new(seqs), Box::new(vecs)],
+                OnError::Db,
             )?;
         }
-        self.exec(
+        self.defer(
             "UPDATE search_state SET cursor = $1 WHERE id = 1",
-            &[&(cursor as i64)],
-        )?;
-        Ok(())
+            vec![Box::new(cursor as i64)],
+            OnError::Db,
+        )
     }
 
     fn search_clear(&mut self) -> Result<()> {
-        self.tx
-            .batch_execute(
-                "DELETE FROM search_index; UPDATE search_state SET cursor = 0 WHERE id = 1;",
-            )
-            .map_err(db)
+        self.defer("DELETE FROM search_index", Vec::new(), OnError::Db)?;
+        self.defer(
+            "UPDATE search_state SET cursor = 0 WHERE id = 1",
+            Vec::new(),
+            OnError::Db,
+        )
     }
 
     fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>> {

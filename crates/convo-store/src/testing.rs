@@ -682,6 +682,8 @@ pub const ALL: &[Case] = &[
     (
         "pages_match_the_whole_timeline_near_forks_and_seals",
         pages_match_the_whole_timeline_near_forks_and_seals,
+    ),
+    (
         "search_finds_ranks_and_places_hits",
         search_finds_ranks_and_places_hits,
     ),
