@@ -28,14 +28,23 @@ pub fn node_json(s: &StoredNode, payload: Option<&[u8]>) -> Value {
     serde_json::to_value(NodeView::new(s, payload)).unwrap_or(Value::Null)
 }
 
-/// A one-line preview of a payload: first line, at most `max` characters.
-pub fn preview(p: &[u8], max: usize) -> String {
-    let Ok(t) = std::str::from_utf8(p) else {
-        return format!("<{} bytes of binary>", p.len());
+/// How many bytes of a payload listings read for a preview.
+pub const PREVIEW_BYTES: usize = 1024;
+
+/// A one-line preview of a payload of `len` bytes of which `head` is the
+/// start: its first line, at most `max` characters.
+pub fn preview_of(head: &[u8], len: u64, max: usize) -> String {
+    let t = match std::str::from_utf8(head) {
+        Ok(t) => t,
+        // Cut inside a character at the end of a prefix: text all the same.
+        Err(e) if e.error_len().is_none() && (head.len() as u64) < len => {
+            std::str::from_utf8(&head[..e.valid_up_to()]).unwrap_or_default()
+        }
+        Err(_) => return format!("<{len} bytes of binary>"),
     };
     let line = t.lines().next().unwrap_or("");
     let mut out: String = line.chars().take(max).collect();
-    if out.len() < t.len() {
+    if (out.len() as u64) < len {
         out.push('…');
     }
     clean(&out)
@@ -44,6 +53,11 @@ pub fn preview(p: &[u8], max: usize) -> String {
 /// The cells of a node's row in `log` and `session get`: turn, node,
 /// time, kind, from → to, details, payload preview.
 pub fn node_cells(s: &StoredNode, payload: &[u8], turn: Option<usize>) -> Vec<String> {
+    node_cells_of(s, payload, payload.len() as u64, turn)
+}
+
+/// [`node_cells`] from the start of a payload of `len` bytes.
+pub fn node_cells_of(s: &StoredNode, payload: &[u8], len: u64, turn: Option<usize>) -> Vec<String> {
     use crate::ui::{Style, paint};
     let n = &s.node;
     let mut what = Vec::new();
@@ -56,8 +70,8 @@ pub fn node_cells(s: &StoredNode, payload: &[u8], turn: Option<usize>) -> Vec<St
             what.push(format!("(old main sealed as {})", clean(s.as_str())));
         }
     }
-    if n.event.is_none() || !payload.is_empty() {
-        what.push(preview(payload, 60));
+    if n.event.is_none() || len > 0 {
+        what.push(preview_of(payload, len, 60));
     }
     let kind_text = match n.sequence {
         Some(q) => format!("{} #{q}", n.kind),

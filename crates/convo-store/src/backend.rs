@@ -106,6 +106,9 @@ pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 ///
 /// Reads see the transaction's snapshot; writes become visible at commit.
 #[allow(missing_docs)]
+/// The first bytes of a payload and its full length.
+pub type Preview = (Vec<u8>, u64);
+
 pub trait Tx {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()>;
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
@@ -207,6 +210,11 @@ pub trait Tx {
     /// Stores bytes under their hash; a no-op when already present.
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()>;
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>>;
+    /// For each hash, the first `max` bytes stored under it and the full
+    /// length, without reading the rest (`None` where nothing is stored):
+    /// what a one-line preview needs from a payload of any size.
+    fn blob_previews(&mut self, hashes: &[ContentHash], max: usize)
+    -> Result<Vec<Option<Preview>>>;
     /// Calls `f` on every blob's address and bytes.
     fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
 

@@ -50,6 +50,18 @@ pub struct TimelineNode {
     pub payload: Vec<u8>,
 }
 
+/// A node on a timeline with the start of its payload: see
+/// [`Store::timeline_previews`].
+#[derive(Clone, Debug)]
+pub struct PreviewNode {
+    /// The node.
+    pub stored: StoredNode,
+    /// The first bytes of its payload (at most the `max` asked for).
+    pub head: Vec<u8>,
+    /// The payload's full length in bytes.
+    pub len: u64,
+}
+
 /// One turn, read whole: see [`Store::turn`].
 #[derive(Clone, Debug)]
 pub struct TurnView {
@@ -351,6 +363,47 @@ impl Store {
         branch: &BranchName,
     ) -> Result<Vec<TimelineNode>> {
         self.read(|tx| timeline_in(tx, session, branch))
+    }
+
+    /// Like [`Store::timeline`] (or [`Store::chain`] from `head`), with only
+    /// the first `max` bytes of each payload and its length: listings never
+    /// load a whole payload.
+    pub fn timeline_previews(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        head: Option<&NodeHash>,
+        max: usize,
+    ) -> Result<Vec<PreviewNode>> {
+        self.read(|tx| {
+            let head = match head {
+                Some(h) => *h,
+                None => match open_branch(tx, session, branch, false)?.head {
+                    Some(h) => h,
+                    None => return Ok(Vec::new()),
+                },
+            };
+            let chain = chain_in(tx, session, head, false)?;
+            let hashes: Vec<ContentHash> = chain.iter().map(|n| n.stored.node.payload).collect();
+            let mut previews = Vec::with_capacity(hashes.len());
+            for part in hashes.chunks(1000) {
+                previews.extend(tx.blob_previews(part, max)?);
+            }
+            chain
+                .into_iter()
+                .zip(previews)
+                .map(|(n, p)| {
+                    let (head, len) = p.ok_or_else(|| {
+                        StoreError::Corrupt(format!("payload of node {} is missing", n.stored.hash))
+                    })?;
+                    Ok(PreviewNode {
+                        stored: n.stored,
+                        head,
+                        len,
+                    })
+                })
+                .collect()
+        })
     }
 
     /// The node a reference names: a hash or unique prefix (4+ hex digits),

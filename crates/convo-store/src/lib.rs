@@ -30,6 +30,8 @@ pub use backend::{Backend, BranchRow, FactRow, SessionRow, StoredNode, Tx};
 pub use checkpoint::Checkpoint;
 pub use error::{ErrorKind, Result, StoreError};
 pub use follow::Follower;
-pub use ledger::{Access, Draft, Ledger, Promoted, Store, TimelineNode, TimelinePage, TurnView};
+pub use ledger::{
+    Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelineNode, TimelinePage, TurnView,
+};
 pub use migrate::{Migrated, migrate};
 pub use verify::{Problem, VerifyReport};

@@ -1118,6 +1118,37 @@ impl Tx for PgTx<'_> {
         .transpose()
     }
 
+    fn blob_previews(
+        &mut self,
+        hashes: &[ContentHash],
+        max: usize,
+    ) -> Result<Vec<Option<crate::backend::Preview>>> {
+        // One round trip; `substring` of a TOASTed bytea fetches only the
+        // slices it needs, and `octet_length` reads the stored size.
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
+        let max = i32::try_from(max).unwrap_or(i32::MAX);
+        let rows = self.query(
+            "SELECT k.i, substring(b.data from 1 for $2), octet_length(b.data)::bigint \
+             FROM unnest($1::bytea[]) WITH ORDINALITY AS k(hash, i) \
+             LEFT JOIN blobs b ON b.hash = k.hash ORDER BY k.i",
+            &[&keys, &max],
+        )?;
+        let mut out = vec![None; hashes.len()];
+        for r in rows {
+            let i: i64 = r.try_get(0).map_err(corrupt)?;
+            let data: Option<Vec<u8>> = r.try_get(1).map_err(corrupt)?;
+            let len: Option<i64> = r.try_get(2).map_err(corrupt)?;
+            if let (Some(d), Some(n), Some(slot)) = (
+                data,
+                len,
+                usize::try_from(i - 1).ok().and_then(|i| out.get_mut(i)),
+            ) {
+                *slot = Some((d, n.max(0) as u64));
+            }
+        }
+        Ok(out)
+    }
+
     fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
         self.stream("SELECT hash, data FROM blobs ORDER BY id", &mut |r| {
             let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;

@@ -1,6 +1,6 @@
 use super::select::FilterArgs;
 use super::{CmdResult, CommandError, Env, branch_name, find_session, now};
-use crate::output::{node_cells, node_header, node_json, write_json};
+use crate::output::{node_cells, node_cells_of, node_header, node_json, write_json};
 use crate::ui::{Out, columns};
 use clap::Args;
 use convo_store::{Store, turns};
@@ -64,13 +64,19 @@ pub fn run(env: &Env, a: LogArgs) -> CmdResult {
     if a.graph {
         return super::graph::run(&mut store, &s, a.json);
     }
-    let tl = match &a.at {
-        Some(r) => {
-            let n = store.resolve_ref(&s.id, r)?;
-            store.chain(&s.id, &n.hash)?
-        }
-        None => store.timeline(&s.id, &branch_name(&a.branch)?)?,
+    let branch = branch_name(&a.branch)?;
+    let at = match &a.at {
+        Some(r) => Some(store.resolve_ref(&s.id, r)?.hash),
+        None => None,
     };
+    // The table shows previews: read only the start of each payload.
+    let (tl, lens) =
+        super::session::read_timeline(&mut store, &s.id, &branch, at.as_ref(), a.json)?;
+    let len_of: std::collections::HashMap<_, _> = tl
+        .iter()
+        .zip(&lens)
+        .map(|(n, l)| (n.stored.hash, *l))
+        .collect();
     let kinds: Vec<_> = tl.iter().map(|n| n.stored.node.kind).collect();
     let numbers = turns::numbers(&turns::group(&kinds), kinds.len());
     let shown: Vec<_> = tl
@@ -96,11 +102,10 @@ pub fn run(env: &Env, a: LogArgs) -> CmdResult {
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![node_header()];
-    rows.extend(
-        shown
-            .iter()
-            .map(|(n, t)| node_cells(&n.stored, &n.payload, *t)),
-    );
+    rows.extend(shown.iter().map(|(n, t)| {
+        let len = len_of.get(&n.stored.hash).copied().unwrap_or_default();
+        node_cells_of(&n.stored, &n.payload, len, *t)
+    }));
     let mut out = Out::paged();
     for line in columns(&rows) {
         writeln!(out, "{}", line.trim_end())?;

@@ -2,7 +2,7 @@ use super::select::FilterArgs;
 use super::{CmdResult, Env, branch_name, find_session, now};
 use crate::cli::SessionCmd;
 use crate::output::{
-    clean, header, human_time, node_cells, node_header, node_json, session_json, write_json,
+    clean, header, human_time, node_cells_of, node_header, node_json, session_json, write_json,
 };
 use crate::ui::{Out, Style, columns, paint};
 use clap::Args;
@@ -192,10 +192,16 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
     let s = find_session(store, &a.session)?;
     let b = branch_name(&a.branch)?;
     let row = store.branch(&s.id, &b)?;
-    let tl = store.timeline(&s.id, &b)?;
+    // The table shows previews: read only the start of each payload.
+    let (tl, lens) = read_timeline(store, &s.id, &b, None, a.json || a.full)?;
     let kinds: Vec<_> = tl.iter().map(|n| n.stored.node.kind).collect();
     let groups = turns::group(&kinds);
     let numbers = turns::numbers(&groups, kinds.len());
+    let len_of: std::collections::HashMap<_, _> = tl
+        .iter()
+        .zip(&lens)
+        .map(|(n, l)| (n.stored.hash, *l))
+        .collect();
     let shown: Vec<_> = tl
         .iter()
         .zip(numbers.iter().copied())
@@ -258,15 +264,44 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
     } else {
         writeln!(out)?;
         let mut rows = vec![node_header()];
-        rows.extend(
-            shown
-                .iter()
-                .map(|(n, t)| node_cells(&n.stored, &n.payload, *t)),
-        );
+        rows.extend(shown.iter().map(|(n, t)| {
+            let len = len_of.get(&n.stored.hash).copied().unwrap_or_default();
+            node_cells_of(&n.stored, &n.payload, len, *t)
+        }));
         for line in columns(&rows) {
             writeln!(out, "{}", line.trim_end())?;
         }
     }
     out.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A timeline (to `head`, or to the branch's head) with whole payloads when
+/// `whole`, else with only the start of each (a preview), and each payload's
+/// full length.
+pub fn read_timeline(
+    store: &mut convo_store::Store,
+    session: &convo_core::SessionId,
+    branch: &convo_core::BranchName,
+    head: Option<&convo_core::NodeHash>,
+    whole: bool,
+) -> CmdResult<(Vec<convo_store::TimelineNode>, Vec<u64>)> {
+    if whole {
+        let tl = match head {
+            Some(h) => store.chain(session, h)?,
+            None => store.timeline(session, branch)?,
+        };
+        let lens = tl.iter().map(|n| n.payload.len() as u64).collect();
+        return Ok((tl, lens));
+    }
+    let previews = store.timeline_previews(session, branch, head, crate::output::PREVIEW_BYTES)?;
+    let lens = previews.iter().map(|n| n.len).collect();
+    let tl = previews
+        .into_iter()
+        .map(|n| convo_store::TimelineNode {
+            stored: n.stored,
+            payload: n.head,
+        })
+        .collect();
+    Ok((tl, lens))
 }
