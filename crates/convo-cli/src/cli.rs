@@ -68,6 +68,8 @@ pub enum Command {
     Verify(crate::commands::verify::VerifyArgs),
     /// Write a signed checkpoint of the store's state (for `verify --checkpoint`)
     Checkpoint(crate::commands::checkpoint::CheckpointArgs),
+    /// Erase a payload's bytes, keeping every hash verifiable; record who, when and why
+    Redact(crate::commands::redact::RedactArgs),
     /// Append messages read as JSON lines from stdin, one transaction each
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote

@@ -141,6 +141,10 @@ pub struct SyncReport {
     pub packs: u64,
     /// The follow cursor after the sync.
     pub cursor: u64,
+    /// Refs whose commit changed because the store redacted a payload
+    /// since the last sync (the projection was rewritten from the store;
+    /// every other ref keeps its commit, objects being deterministic).
+    pub rewritten: Vec<String>,
 }
 
 /// Progress within one sync, given after each batch.
@@ -446,7 +450,87 @@ impl Projector {
         r
     }
 
+    /// The store's redacted payloads, and whether this projection was
+    /// written before some of them (so it still holds their bytes).
+    fn redactions_pending(&self, store: &mut Store) -> Result<(Vec<String>, bool)> {
+        let mut want: Vec<String> = store
+            .redactions()?
+            .into_iter()
+            .map(|r| r.payload.to_hex())
+            .collect();
+        want.sort();
+        let file = self.path.join("convo").join("redactions");
+        let stale = match std::fs::read_to_string(&file) {
+            Ok(text) => text.lines().map(str::to_owned).collect::<Vec<_>>() != want,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.book.cursor > 0 && !want.is_empty()
+            }
+            Err(e) => return Err(io(&file, e)),
+        };
+        Ok((want, stale))
+    }
+
+    /// Every ref under `refs/` and its target.
+    fn all_refs(&self) -> Result<std::collections::BTreeMap<String, String>> {
+        let g = |e: &dyn std::fmt::Display| Error::Git(format!("listing refs: {e}"));
+        let platform = self.repo.references().map_err(|e| g(&e))?;
+        let mut out = std::collections::BTreeMap::new();
+        for r in platform.all().map_err(|e| g(&e))? {
+            let r = r.map_err(|e| g(&e))?;
+            let target = r
+                .target()
+                .try_id()
+                .map(|id| id.to_string())
+                .unwrap_or_default();
+            out.insert(r.name().as_bstr().to_string(), target);
+        }
+        Ok(out)
+    }
+
     fn sync_locked(
+        &mut self,
+        store: &mut Store,
+        progress: &mut dyn FnMut(Progress),
+        lock: &SyncLock,
+    ) -> Result<SyncReport> {
+        let (redacted, stale) = self.redactions_pending(store)?;
+        let before = if stale {
+            // The store erased payloads this repository still holds:
+            // project it again from the store. Objects are deterministic,
+            // so only refs whose history holds a redacted payload change;
+            // the old objects (and packs) are deleted with the rest.
+            let before = self.all_refs()?;
+            clear(&self.path)?;
+            init_bare(&self.path)?;
+            self.repo = git_open(&self.path)?;
+            self.book = Bookkeeping::load(&self.path.join("convo"))?;
+            self.files = sessions::Cache::default();
+            self.sessions.clear();
+            Some(before)
+        } else {
+            None
+        };
+        let mut report = self.sync_nodes(store, progress, lock)?;
+        if let Some(before) = before {
+            let after = self.all_refs()?;
+            report.rewritten = after
+                .iter()
+                .filter(|(name, id)| before.get(*name) != Some(id))
+                .map(|(name, _)| name.clone())
+                .chain(before.keys().filter(|n| !after.contains_key(*n)).cloned())
+                .collect();
+            report.rewritten.sort();
+            report.rewritten.dedup();
+        }
+        let file = self.path.join("convo").join("redactions");
+        let tmp = file.with_extension("tmp");
+        let text: String = redacted.iter().map(|h| format!("{h}\n")).collect();
+        std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &file).map_err(|e| io(&file, e))?;
+        Ok(report)
+    }
+
+    fn sync_nodes(
         &mut self,
         store: &mut Store,
         progress: &mut dyn FnMut(Progress),
@@ -651,6 +735,13 @@ impl Projector {
                 cursor - self.book.cursor,
                 self.book.cursor
             ));
+        }
+        if self.redactions_pending(store)?.1 {
+            problems.push(
+                "the store redacted payloads this repository still holds (run `convo git sync`, \
+                 which rewrites the refs whose history holds them)"
+                    .to_owned(),
+            );
         }
         for session in store.sessions()? {
             for b in store.branches(&session.id)? {

@@ -182,6 +182,17 @@ pub trait Tx {
     /// Every fact row in chain order.
     fn facts(&mut self) -> Result<Vec<Decoded<FactRow>>>;
 
+    /// Removes the bytes stored under a content hash (redaction); says
+    /// whether there were any.
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
+    /// Indexes redaction fact `fact` under the digest it erased.
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()>;
+    /// The number and encoding of the redaction fact indexed under `h`, if any.
+    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>>;
+    /// Every row of the redaction index, `(digest, fact number)`, each
+    /// decoded on its own (verify).
+    fn redaction_rows(&mut self) -> Result<Vec<Decoded<(Vec<u8>, u64)>>>;
+
     /// Problems the database engine itself finds (SQLite: `PRAGMA
     /// integrity_check`, and a schema that is not the one its version
     /// names). Empty for a backend without such a check.
@@ -205,6 +216,14 @@ pub trait Backend: Send {
     /// when the database is damaged, `None` when it is sound. A backend may
     /// then refuse writes until it is sound again (SQLite does).
     fn record_health(&mut self, _damaged: Option<&str>) {}
+    /// Makes deleted rows unrecoverable from the database's files (after a
+    /// redaction): SQLite empties its WAL, rewrites the file (`VACUUM`) and
+    /// empties the WAL again; PostgreSQL rewrites `blobs` (`VACUUM FULL`).
+    /// Returns what it could not do, if anything (another connection held
+    /// the WAL open).
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        Ok(None)
+    }
     /// Blocks until another process may have appended a node, or `timeout`
     /// passes. Backends without notifications just sleep a little.
     fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {

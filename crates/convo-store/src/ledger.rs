@@ -1,6 +1,7 @@
 //! The ledger: what to write for each operation, shared by every backend.
 
 use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+use crate::redact::payload_in;
 use crate::{Result, StoreError};
 use convo_core::fact::{Fact, FactRecord};
 use convo_core::hash::content_hash;
@@ -140,6 +141,10 @@ impl Store {
         Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url_as(
             url, access,
         )?)))
+    }
+
+    pub(crate) fn backend_mut(&mut self) -> &mut dyn Backend {
+        &mut *self.backend
     }
 
     /// The backend's name.
@@ -338,9 +343,10 @@ impl Store {
         self.read(|tx| resolve_in(tx, prefix))
     }
 
-    /// Bytes stored under a content hash.
+    /// Bytes stored under a content hash, or the tombstone of their
+    /// redaction.
     pub fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
-        self.read(|tx| tx.blob(h))
+        self.read(|tx| payload_in(tx, h))
     }
 
     /// The timeline of `branch`, from the session's first node to the head,
@@ -458,7 +464,7 @@ impl Store {
             nodes
                 .into_iter()
                 .map(|stored| {
-                    let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
+                    let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
                         StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
                     })?;
                     Ok(TimelineNode { stored, payload })
@@ -485,7 +491,7 @@ impl Store {
             else {
                 return Ok(None);
             };
-            tx.blob(&vh)?
+            payload_in(tx, &vh)?
                 .map(Some)
                 .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
         })
@@ -498,7 +504,7 @@ impl Store {
             entries
                 .into_iter()
                 .map(|(k, vh)| {
-                    let v = tx.blob(&vh)?.ok_or_else(|| {
+                    let v = payload_in(tx, &vh)?.ok_or_else(|| {
                         StoreError::Corrupt(format!("state value {vh} is missing"))
                     })?;
                     Ok((String::from_utf8_lossy(&k).into_owned(), v))
@@ -850,7 +856,7 @@ impl Ledger<'_> {
         else {
             return Ok(None);
         };
-        tx.blob(&vh)?
+        payload_in(tx, &vh)?
             .map(Some)
             .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
     }
@@ -980,15 +986,20 @@ pub(crate) fn chain_in(
         }
     }
     let mut rows: Vec<Option<(StoredNode, Option<Vec<u8>>)>> = rows.into_iter().map(Some).collect();
-    Ok(chain
+    chain
         .into_iter()
         .rev()
         .filter_map(|i| rows[i].take())
-        .map(|(stored, payload)| TimelineNode {
-            stored,
-            payload: payload.unwrap_or_default(),
+        .map(|(stored, payload)| {
+            let payload = match payload {
+                Some(p) => p,
+                // A redacted payload (its row is gone): the tombstone.
+                None if payloads => payload_in(tx, &stored.node.payload)?.unwrap_or_default(),
+                None => Vec::new(),
+            };
+            Ok(TimelineNode { stored, payload })
         })
-        .collect())
+        .collect()
 }
 
 /// A page of a timeline; see [`Store::timeline_page`].
@@ -1036,7 +1047,7 @@ fn timeline_page_in(
     let mut nodes = Vec::with_capacity(end.saturating_sub(offset));
     for pos in offset.min(end)..end {
         let stored = chain[pos].stored.clone();
-        let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
+        let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
             StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
         })?;
         nodes.push((TimelineNode { stored, payload }, turns_at[pos]));

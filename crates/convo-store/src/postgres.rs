@@ -27,6 +27,7 @@ use std::time::Duration;
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_init.sql"),
     include_str!("../migrations/postgres/0002_facts.sql"),
+    include_str!("../migrations/postgres/0004_redact.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -232,6 +233,28 @@ impl Backend for Postgres {
     }
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        // A deleted row stays in the heap (and its TOAST table) until the
+        // table is rewritten; VACUUM FULL writes new files and drops the old.
+        // ANALYZE may have sampled the bytes into pg_statistic: analyze
+        // again (the row is gone) and rewrite that catalog too, which needs
+        // the database's owner.
+        for sql in ["VACUUM FULL blobs", "ANALYZE blobs"] {
+            self.client.batch_execute(sql).map_err(db)?;
+        }
+        Ok(self
+            .client
+            .batch_execute("VACUUM FULL pg_statistic")
+            .err()
+            .map(|e| {
+                format!(
+                    "pg_statistic was not rewritten ({}), so column statistics sampled \
+                     before the redaction may keep the bytes until the database's owner runs \
+                     `VACUUM FULL pg_statistic`",
+                    describe(&e)
+                )
+            }))
     }
     fn wait_for_append(&mut self, timeout: Duration) -> Result<()> {
         if !self.listening {
@@ -737,6 +760,44 @@ impl Tx for PgTx<'_, '_> {
                 Ok((seq.max(0) as u64, digest(&r, 1)?))
             })
             .transpose()
+    }
+
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
+        Ok(self.exec("DELETE FROM blobs WHERE hash = $1", &[&b(h.as_bytes())])? > 0)
+    }
+
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
+        self.exec(
+            "INSERT INTO redactions (hash, fact) VALUES ($1, $2)",
+            &[&b(h.as_bytes()), &(fact as i64)],
+        )?;
+        Ok(())
+    }
+
+    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>> {
+        self.opt(
+            "SELECT f.seq, f.body FROM redactions r JOIN facts f ON f.seq = r.fact WHERE r.hash = $1",
+            &[&b(h.as_bytes())],
+        )?
+        .map(|r| {
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
+            Ok((seq.max(0) as u64, r.try_get(1).map_err(corrupt)?))
+        })
+        .transpose()
+    }
+
+    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::Decoded<(Vec<u8>, u64)>>> {
+        Ok(self
+            .query("SELECT hash, fact FROM redactions ORDER BY fact", &[])?
+            .iter()
+            .map(|r| {
+                let h: Vec<u8> = r.try_get(0).map_err(|e| e.to_string())?;
+                let f: i64 = r.try_get(1).map_err(|e| e.to_string())?;
+                let f = u64::try_from(f)
+                    .map_err(|_| format!("redaction row has a negative fact number {f}"))?;
+                Ok((h, f))
+            })
+            .collect())
     }
 
     fn facts(&mut self) -> Result<Vec<crate::backend::Decoded<crate::backend::FactRow>>> {

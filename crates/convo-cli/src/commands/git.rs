@@ -97,6 +97,7 @@ fn summary(r: &convo_git::SyncReport, path: &std::path::Path, layout: Layout, se
         "refs": r.refs,
         "packs": r.packs,
         "cursor": r.cursor,
+        "rewritten": r.rewritten,
         "seconds": (secs * 1000.0).round() / 1000.0,
     })
     .to_string()
@@ -143,7 +144,14 @@ fn sync_once(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if quiet_when_empty && r.nodes == 0 {
+    if !r.rewritten.is_empty() {
+        eprintln!(
+            "note: the store redacted payloads since the last sync; {} ref(s) rewritten: {}",
+            r.rewritten.len(),
+            convo_core::text::visible(&r.rewritten.join(", "), convo_core::text::Newlines::Escape)
+        );
+    }
+    if quiet_when_empty && r.nodes == 0 && r.rewritten.is_empty() {
         return Ok(());
     }
     let secs = start.elapsed().as_secs_f64();
