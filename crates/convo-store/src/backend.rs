@@ -82,6 +82,9 @@ pub struct FactRow {
 /// A row, or why it does not decode.
 pub type Decoded<T> = std::result::Result<T, String>;
 
+/// A row of the redaction index: the erased digest and its fact's number.
+pub type RedactionRow = Decoded<(Vec<u8>, u64)>;
+
 /// Called with each node row, or why it does not decode.
 pub type NodeVisitor<'a> = dyn FnMut(std::result::Result<StoredNode, String>) -> Result<()> + 'a;
 
@@ -191,7 +194,7 @@ pub trait Tx {
     fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>>;
     /// Every row of the redaction index, `(digest, fact number)`, each
     /// decoded on its own (verify).
-    fn redaction_rows(&mut self) -> Result<Vec<Decoded<(Vec<u8>, u64)>>>;
+    fn redaction_rows(&mut self) -> Result<Vec<RedactionRow>>;
 
     /// Problems the database engine itself finds (SQLite: `PRAGMA
     /// integrity_check`, and a schema that is not the one its version

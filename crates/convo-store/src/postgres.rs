@@ -786,7 +786,7 @@ impl Tx for PgTx<'_, '_> {
         .transpose()
     }
 
-    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::Decoded<(Vec<u8>, u64)>>> {
+    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::RedactionRow>> {
         Ok(self
             .query("SELECT hash, fact FROM redactions ORDER BY fact", &[])?
             .iter()

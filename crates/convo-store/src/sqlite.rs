@@ -1395,7 +1395,7 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)
     }
 
-    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::Decoded<(Vec<u8>, u64)>>> {
+    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::RedactionRow>> {
         let mut st = self
             .tx
             .prepare("SELECT hash, fact FROM redactions ORDER BY fact")
