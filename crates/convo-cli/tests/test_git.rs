@@ -832,3 +832,63 @@ fn redaction_is_a_tombstone_everywhere_dag() {
 fn redaction_is_a_tombstone_everywhere_sessions() {
     redaction_is_a_tombstone_everywhere("sessions");
 }
+
+/// A store rolled back behind convo's back (its last node deleted, the
+/// head moved to the node before): the projection says so, names the
+/// node, exits 1, never hints at `--rebuild`, and refuses `--rebuild`
+/// without `--force`, keeping the evidence.
+#[test]
+fn the_projection_witnesses_a_rolled_back_store() {
+    let t = TestEnv::new();
+    let (_, other) = populate(&t);
+    let repo = t.home().join("conversations");
+    t.run(&["git", "sync"]).ok();
+    let want = refs(&repo);
+    let log = t.run(&["log", &other, "--json"]).json();
+    let (tip, prev) = (
+        log[0]["hash"].as_str().unwrap().to_owned(),
+        log[1]["hash"].as_str().unwrap().to_owned(),
+    );
+    let c = rusqlite::Connection::open(t.db()).unwrap();
+    let hex = |h: &str| format!("x'{h}'");
+    c.execute_batch(&format!(
+        "DELETE FROM nodes WHERE hash = {}; \
+         UPDATE branches SET head = {} WHERE session = '{other}'; \
+         UPDATE session_runs SET last = last - 1 WHERE session = '{other}';",
+        hex(&tip),
+        hex(&prev)
+    ))
+    .unwrap();
+    drop(c);
+    for args in [&["git", "verify"][..], &["git", "sync"][..]] {
+        let r = t.run(args);
+        assert_eq!(r.code(), 1, "{args:?}: {}{}", r.stdout(), r.stderr());
+        let said = r.stdout() + &r.stderr();
+        assert!(said.contains("history was rewritten"), "{said}");
+        assert!(said.contains(&tip), "the node is named: {said}");
+        assert!(!said.contains("--rebuild"), "{said}");
+    }
+    let r = t.run(&["git", "sync", "--rebuild"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    assert!(r.stderr().contains("refusing to rebuild"), "{}", r.stderr());
+    assert_eq!(refs(&repo), want, "the evidence is kept");
+    assert!(
+        git(
+            &repo,
+            &[
+                "cat-file",
+                "-t",
+                want.lines()
+                    .find(|l| l.contains(&other))
+                    .unwrap()
+                    .split(' ')
+                    .nth(1)
+                    .unwrap()
+            ]
+        )
+        .contains("commit")
+    );
+    t.run(&["git", "sync", "--rebuild", "--force"]).ok();
+    assert_ne!(refs(&repo), want);
+    assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
+}

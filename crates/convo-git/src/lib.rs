@@ -86,6 +86,11 @@ pub enum Error {
         /// Its version.
         version: u32,
     },
+    /// The repository holds history the store no longer has: the store was
+    /// rolled back, truncated or rewritten after it was projected. The
+    /// repository is the evidence; it is left as it is.
+    #[error("the store's history was rewritten after it was projected:\n{}", .0.join("\n"))]
+    Rewritten(Vec<String>),
     /// `--layout` differs from the repository's.
     #[error("{path} holds the `{found}` layout, not `{asked}`")]
     LayoutMismatch {
@@ -487,12 +492,72 @@ impl Projector {
         Ok(out)
     }
 
+    /// What the repository witnesses that the store no longer holds: a
+    /// cursor past the store's end (truncation), a projected tip the store
+    /// lacks, a branch whose store head is an earlier projected node
+    /// (rolled back). Cheap: one lookup per timeline. Empty when the store
+    /// only moved forward since the last sync.
+    pub fn witness(&self, store: &mut Store) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        let end = store.end_cursor()?;
+        if end < self.book.cursor {
+            found.push(format!(
+                "the store ends at node {end}, but {} nodes were projected from it: it was truncated",
+                self.book.cursor
+            ));
+        }
+        let mut tips: Vec<&Tip> = self.book.tips.values().collect();
+        tips.sort_by(|a, b| (a.session, &a.branch).cmp(&(b.session, &b.branch)));
+        for t in tips {
+            let object = format!("branch {}/{}", t.session, t.branch);
+            let gone = match convo_core::HashPrefix::parse(&t.node.to_hex()) {
+                Ok(p) => matches!(store.node(&p), Err(StoreError::NoNode(_))),
+                Err(_) => false,
+            };
+            if gone {
+                found.push(format!(
+                    "{object}: node {} (its projected tip, commit {}) is no longer in the store",
+                    t.node,
+                    self.book
+                        .map
+                        .get(&t.node)
+                        .and_then(|r| r.commit)
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into())
+                ));
+                continue;
+            }
+            let Ok(name) = convo_core::BranchName::new(&t.branch) else {
+                continue;
+            };
+            let head = match store.branch(&t.session, &name) {
+                Ok(b) => b.head,
+                Err(StoreError::NoBranch { .. } | StoreError::NoSession(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(h) = head
+                && h != t.node
+                && self.book.map.contains_key(&h)
+            {
+                found.push(format!(
+                    "{object}: its head moved back from {} to {h}, an earlier projected node",
+                    t.node
+                ));
+            }
+        }
+        Ok(found)
+    }
+
     fn sync_locked(
         &mut self,
         store: &mut Store,
         progress: &mut dyn FnMut(Progress),
         lock: &SyncLock,
     ) -> Result<SyncReport> {
+        let rewritten = self.witness(store)?;
+        if !rewritten.is_empty() {
+            return Err(Error::Rewritten(rewritten));
+        }
         let (redacted, stale) = self.redactions_pending(store)?;
         let before = if stale {
             // The store erased payloads this repository still holds:
@@ -715,19 +780,52 @@ impl Projector {
     /// Compares the repository with the store; returns every drift found.
     pub fn verify(&mut self, store: &mut Store) -> Result<Vec<String>> {
         let mut problems = Vec::new();
+        let witnessed = self.witness(store)?;
         let mut cursor = 0;
         let mut p = Pending::new();
+        let mut stored = convo_core::DigestSet::<NodeHash>::default();
         loop {
             let page = store.follow_with_payloads(cursor, 2000)?;
             let Some(last) = page.last().map(|n| n.stored.seq) else {
                 break;
             };
             for n in &page {
+                stored.insert(n.stored.hash);
                 if let Err(why) = self.verify_node(store, &mut p, n) {
                     problems.push(format!("node {}: {why}", n.stored.hash));
                 }
             }
             cursor = last;
+        }
+        let mut lost: Vec<&NodeHash> = self
+            .book
+            .map
+            .keys()
+            .filter(|h| !stored.contains(*h))
+            .collect();
+        if !witnessed.is_empty() || !lost.is_empty() {
+            lost.sort();
+            problems.push(format!(
+                "the store's history was rewritten after it was projected: {} projected node(s) \
+                 are no longer in the store{}; this repository is the evidence, keep it \
+                 (compare with `convo verify --checkpoint`)",
+                lost.len(),
+                if lost.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({}{})",
+                        lost.iter()
+                            .take(20)
+                            .map(|h| h.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if lost.len() > 20 { ", …" } else { "" }
+                    )
+                }
+            ));
+            problems.extend(witnessed);
+            return Ok(problems);
         }
         if cursor > self.book.cursor {
             problems.push(format!(

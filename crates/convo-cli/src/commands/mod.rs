@@ -62,6 +62,11 @@ impl CommandError {
             closed: true,
         }
     }
+    /// Exits with `code` instead of 2.
+    pub fn with_code(mut self, code: u8) -> Self {
+        self.code = code;
+        self
+    }
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self
