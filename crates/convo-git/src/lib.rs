@@ -535,9 +535,18 @@ impl Projector {
                 Err(StoreError::NoBranch { .. } | StoreError::NoSession(_)) => continue,
                 Err(e) => return Err(e.into()),
             };
+            // Moved back: to a node projected before (its follow number at
+            // or below the cursor); a newer head is only not projected yet.
+            let mut older = |h: &NodeHash| -> Result<bool> {
+                let Ok(p) = convo_core::HashPrefix::parse(&h.to_hex()) else {
+                    return Ok(false);
+                };
+                Ok(store.node(&p).is_ok_and(|n| n.seq <= self.book.cursor))
+            };
             if let Some(h) = head
                 && h != t.node
                 && self.book.map.contains_key(&h)
+                && older(&h)?
             {
                 found.push(format!(
                     "{object}: its head moved back from {} to {h}, an earlier projected node",
