@@ -350,7 +350,11 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
         compared += 1;
     }
     assert_eq!(compared, 5, "three timelines and two states");
-    assert_eq!(version(&t.db()), 4);
+    assert_eq!(
+        version(&t.db()),
+        5,
+        "migrated to the newest schema (4: search, 5: redactions)"
+    );
     let runs: i64 = rusqlite::Connection::open(t.db())
         .unwrap()
         .query_row("SELECT count(*) FROM session_runs", [], |r| r.get(0))

@@ -689,3 +689,206 @@ fn follow_projects_new_nodes_within_a_second_and_verify_finds_drift() {
     assert_eq!(r.code(), 1, "{}", r.stdout());
     assert!(r.stdout().contains(&name), "{}", r.stdout());
 }
+
+/// Every object of the repository, decompressed (packs are zlib-compressed,
+/// so a secret would not show up in their raw bytes).
+fn all_objects(repo: &Path) -> String {
+    let out = Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(["cat-file", "--batch-all-objects", "--batch", "--unordered"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `convo redact` end to end: the chain verifies, every reader shows the
+/// tombstone, and the projection rewrites only the refs whose history held
+/// the secret, after which no object of the repository holds it.
+fn redaction_is_a_tombstone_everywhere(layout: &str) {
+    let t = TestEnv::new();
+    let (s, other) = populate(&t);
+    let secret = "sk-live-7f3a9c1e0b-redact-me";
+    t.run(&[
+        "say",
+        &s,
+        "--user",
+        &format!("my key is {secret}"),
+        "--agent",
+        "noted",
+    ])
+    .ok();
+    t.run(&["say", &s, "--user", "thanks", "--agent", "welcome"])
+        .ok();
+    let repo = t.home().join("repo");
+    let r = repo.to_str().unwrap();
+    t.run(&["git", "sync", "--repo", r, "--layout", layout])
+        .ok();
+    let before = refs(&repo);
+    assert!(all_objects(&repo).contains(secret));
+    let log = t.run(&["log", &s, "-n", "4", "--json"]).json();
+    let invoke = log[3]["hash"].as_str().unwrap().to_owned();
+
+    let out = t
+        .run(&[
+            "redact",
+            &invoke[..12],
+            "--reason",
+            "a leaked API key",
+            "--by",
+            "alice",
+        ])
+        .ok();
+    assert!(out.starts_with("redacted payload"), "{out}");
+    assert!(out.contains("by alice: a leaked API key]"), "{out}");
+    let again = t.run(&["redact", &invoke, "--reason", "twice"]);
+    assert_eq!(again.code(), 2);
+    assert!(
+        again.stderr().contains("already redacted"),
+        "{}",
+        again.stderr()
+    );
+
+    let v = t.run(&["verify"]).ok();
+    assert!(v.contains("1 payload(s) redacted"), "{v}");
+    let shown = t.run(&["show", &invoke]).ok();
+    assert!(shown.contains("a leaked API key"), "{shown}");
+    assert!(shown.contains("redacted "), "{shown}");
+    let json = t.run(&["show", &invoke, "--json"]).json();
+    assert_eq!(
+        json["hash"].as_str(),
+        Some(invoke.as_str()),
+        "the hash stays"
+    );
+    let turn = t.run(&["turn", &s, &invoke]).ok();
+    let md = t.run(&["export", &s, "--format", "markdown"]).ok();
+    let convo = t.run(&["export", &s, "--format", "convo"]).ok();
+    let session = t.run(&["session", "get", &s]).ok();
+    for text in [&shown, &turn, &md, &convo, &session, &json.to_string()] {
+        assert!(!text.contains(secret), "the secret leaked: {text}");
+        assert!(text.contains("[redacted "), "no tombstone: {text}");
+    }
+    let srv = crate::serve_util::Server::start(&t, &[]);
+    let page = srv.get(&format!("/sessions/{s}"));
+    let html = String::from_utf8_lossy(&page.body).into_owned();
+    assert_eq!(page.status, 200);
+    assert!(
+        html.contains("a leaked API key") && !html.contains(secret),
+        "{html}"
+    );
+    let raw = srv.get(&format!("/api/v1/nodes/{invoke}/payload"));
+    assert!(String::from_utf8_lossy(&raw.body).starts_with("[redacted "));
+    srv.stop();
+
+    // The projection bears the old bytes until its next sync says so.
+    let gv = t.run(&["git", "verify", "--repo", r]);
+    assert_eq!(gv.code(), 1, "{}", gv.stdout());
+    assert!(gv.stdout().contains("redacted"), "{}", gv.stdout());
+    let sync = t.run(&["git", "sync", "--repo", r]);
+    sync.ok();
+    let main_ref = format!("refs/heads/{s}/main");
+    assert!(
+        sync.stderr().contains("1 ref(s) rewritten") && sync.stderr().contains(&main_ref),
+        "{}",
+        sync.stderr()
+    );
+    let after = refs(&repo);
+    let changed: Vec<&str> = after
+        .lines()
+        .filter(|l| !before.lines().any(|b| b == *l))
+        .collect();
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(changed[0].starts_with(&main_ref), "{changed:?}");
+    assert!(after.contains(&format!("refs/heads/{other}/main")));
+    assert!(
+        t.run(&["git", "verify", "--repo", r])
+            .ok()
+            .starts_with("ok:")
+    );
+    git(&repo, &["fsck", "--strict"]);
+    git(&repo, &["gc", "--prune=now", "--quiet"]);
+    let objects = all_objects(&repo);
+    assert!(
+        !objects.contains(secret),
+        "the repository still holds the secret"
+    );
+    assert!(
+        objects.contains("a leaked API key"),
+        "the tombstone is projected"
+    );
+    // Nothing further to rewrite.
+    let quiet = t.run(&["git", "sync", "--repo", r]);
+    assert!(quiet.ok().starts_with("0 nodes"));
+    assert!(!quiet.stderr().contains("rewritten"));
+}
+
+#[test]
+fn redaction_is_a_tombstone_everywhere_dag() {
+    redaction_is_a_tombstone_everywhere("dag");
+}
+
+#[test]
+fn redaction_is_a_tombstone_everywhere_sessions() {
+    redaction_is_a_tombstone_everywhere("sessions");
+}
+
+/// A store rolled back behind convo's back (its last node deleted, the
+/// head moved to the node before): the projection says so, names the
+/// node, exits 1, never hints at `--rebuild`, and refuses `--rebuild`
+/// without `--force`, keeping the evidence.
+#[test]
+fn the_projection_witnesses_a_rolled_back_store() {
+    let t = TestEnv::new();
+    let (_, other) = populate(&t);
+    let repo = t.home().join("conversations");
+    t.run(&["git", "sync"]).ok();
+    let want = refs(&repo);
+    let log = t.run(&["log", &other, "--json"]).json();
+    let (tip, prev) = (
+        log[0]["hash"].as_str().unwrap().to_owned(),
+        log[1]["hash"].as_str().unwrap().to_owned(),
+    );
+    let c = rusqlite::Connection::open(t.db()).unwrap();
+    let hex = |h: &str| format!("x'{h}'");
+    c.execute_batch(&format!(
+        "DELETE FROM nodes WHERE hash = {}; \
+         UPDATE branches SET head = {} WHERE session = '{other}'; \
+         UPDATE session_runs SET last = last - 1 WHERE session = '{other}';",
+        hex(&tip),
+        hex(&prev)
+    ))
+    .unwrap();
+    drop(c);
+    for args in [&["git", "verify"][..], &["git", "sync"][..]] {
+        let r = t.run(args);
+        assert_eq!(r.code(), 1, "{args:?}: {}{}", r.stdout(), r.stderr());
+        let said = r.stdout() + &r.stderr();
+        assert!(said.contains("history was rewritten"), "{said}");
+        assert!(said.contains(&tip), "the node is named: {said}");
+        assert!(!said.contains("--rebuild"), "{said}");
+    }
+    let r = t.run(&["git", "sync", "--rebuild"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    assert!(r.stderr().contains("refusing to rebuild"), "{}", r.stderr());
+    assert_eq!(refs(&repo), want, "the evidence is kept");
+    assert!(
+        git(
+            &repo,
+            &[
+                "cat-file",
+                "-t",
+                want.lines()
+                    .find(|l| l.contains(&other))
+                    .unwrap()
+                    .split(' ')
+                    .nth(1)
+                    .unwrap()
+            ]
+        )
+        .contains("commit")
+    );
+    t.run(&["git", "sync", "--rebuild", "--force"]).ok();
+    assert_ne!(refs(&repo), want);
+    assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
+}

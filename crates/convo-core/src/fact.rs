@@ -22,13 +22,15 @@
 //! body (type 2, state)   = 16 bytes session UUID || lp(utf8 branch)
 //!                          || opt(h32 working state root)
 //! body (type 3, branch)  = 16 bytes session UUID || lp(utf8 branch)   an empty timeline
+//! body (type 4, redaction) = h32 payload_sha256 || i64le at || lp(utf8 by)
+//!                          || lp(utf8 reason)                 the payload's bytes were erased
 //! fact_hash = SHA-256(fact_v1)
 //! ```
 //!
 //! The stored row is the encoding itself, so one decoder ([`FactRecord::decode`])
 //! serves every backend and verify hashes exactly the bytes it decodes.
 
-use crate::{BranchName, Digest, Millis, SessionId, StateRoot, sha256};
+use crate::{BranchName, ContentHash, Digest, Millis, SessionId, StateRoot, sha256};
 
 /// Domain tag that starts every v1 fact encoding.
 pub const FACT_TAG_V1: &[u8] = b"convo.fact.v1";
@@ -63,6 +65,33 @@ pub enum Fact {
         /// Its name.
         branch: BranchName,
     },
+    /// The bytes of a payload were erased (`convo redact`). Every node that
+    /// carries it still hashes, since a node commits to the payload's
+    /// SHA-256; readers show [`tombstone`] instead of the bytes.
+    Redaction {
+        /// The SHA-256 of the erased bytes.
+        payload: ContentHash,
+        /// When.
+        at: Millis,
+        /// Who (as the redacting user gave it).
+        by: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What readers show instead of a redacted payload:
+/// `[redacted 2026-02-13T14:30:05Z by alice: a leaked API key]`.
+pub fn tombstone(at: Millis, by: &str, reason: &str) -> String {
+    let when = jiff::Timestamp::from_millisecond(at)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        .unwrap_or_else(|_| format!("{at} ms"));
+    let by = if by.trim().is_empty() {
+        String::new()
+    } else {
+        format!(" by {by}")
+    };
+    format!("[redacted {when}{by}: {reason}]")
 }
 
 /// A fact with its place in the journal.
@@ -134,6 +163,18 @@ impl FactRecord {
                 out.extend_from_slice(session.as_bytes());
                 lp(&mut out, branch.as_str().as_bytes());
             }
+            Fact::Redaction {
+                payload,
+                at,
+                by,
+                reason,
+            } => {
+                out.push(4);
+                out.extend_from_slice(payload.as_bytes());
+                out.extend_from_slice(&at.to_le_bytes());
+                lp(&mut out, by.as_bytes());
+                lp(&mut out, reason.as_bytes());
+            }
         }
         out
     }
@@ -183,6 +224,12 @@ impl FactRecord {
                     .map_err(|_| format!("its branch name `{name}` is invalid"))?;
                 Fact::Branch { session, branch }
             }
+            4 => Fact::Redaction {
+                payload: ContentHash(r.digest()?),
+                at: r.u64()? as i64,
+                by: r.text()?,
+                reason: r.text()?,
+            },
             t => return Err(format!("its type {t} is unknown")),
         };
         if r.at != b.len() {
@@ -277,9 +324,32 @@ mod tests {
             st.hash().to_hex(),
             "4d6bbf8262b4f59300700f9eb965a8379f5dd1ad4de707bdb44af86a2b207141"
         );
-        for r in [s, st] {
+        let rd = FactRecord {
+            prev: Some(st.hash()),
+            after: 2,
+            fact: Fact::Redaction {
+                payload: crate::hash::content_hash(b"Tell me about Paris"),
+                at: 1_770_993_200_000,
+                by: "alice".into(),
+                reason: "personal data".into(),
+            },
+        };
+        assert_eq!(
+            rd.hash().to_hex(),
+            "a74f13eefba2ea2fe54373f71ec32b2c5b8fdc4c7f1d1dfc06bd8506f95b39ec"
+        );
+        for r in [s, st, rd] {
             assert_eq!(FactRecord::decode(&r.encode()).unwrap(), r);
         }
+    }
+
+    #[test]
+    fn a_tombstone_says_when_who_and_why() {
+        assert_eq!(
+            tombstone(1_770_993_200_000, "alice", "personal data"),
+            "[redacted 2026-02-13T14:33:20Z by alice: personal data]"
+        );
+        assert_eq!(tombstone(0, " ", "x"), "[redacted 1970-01-01T00:00:00Z: x]");
     }
 
     #[test]

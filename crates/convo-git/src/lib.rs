@@ -86,6 +86,11 @@ pub enum Error {
         /// Its version.
         version: u32,
     },
+    /// The repository holds history the store no longer has: the store was
+    /// rolled back, truncated or rewritten after it was projected. The
+    /// repository is the evidence; it is left as it is.
+    #[error("the store's history was rewritten after it was projected:\n{}", .0.join("\n"))]
+    Rewritten(Vec<String>),
     /// `--layout` differs from the repository's.
     #[error("{path} holds the `{found}` layout, not `{asked}`")]
     LayoutMismatch {
@@ -141,6 +146,10 @@ pub struct SyncReport {
     pub packs: u64,
     /// The follow cursor after the sync.
     pub cursor: u64,
+    /// Refs whose commit changed because the store redacted a payload
+    /// since the last sync (the projection was rewritten from the store;
+    /// every other ref keeps its commit, objects being deterministic).
+    pub rewritten: Vec<String>,
 }
 
 /// Progress within one sync, given after each batch.
@@ -460,7 +469,156 @@ impl Projector {
         r
     }
 
+    /// The store's redacted payloads, and whether this projection was
+    /// written before some of them (so it still holds their bytes).
+    fn redactions_pending(&self, store: &mut Store) -> Result<(Vec<String>, bool)> {
+        let mut want: Vec<String> = store
+            .redactions()?
+            .into_iter()
+            .map(|r| r.payload.to_hex())
+            .collect();
+        want.sort();
+        let file = self.path.join("convo").join("redactions");
+        let stale = match std::fs::read_to_string(&file) {
+            Ok(text) => text.lines().map(str::to_owned).collect::<Vec<_>>() != want,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.book.cursor > 0 && !want.is_empty()
+            }
+            Err(e) => return Err(io(&file, e)),
+        };
+        Ok((want, stale))
+    }
+
+    /// Every ref under `refs/` and its target.
+    fn all_refs(&self) -> Result<std::collections::BTreeMap<String, String>> {
+        let g = |e: &dyn std::fmt::Display| Error::Git(format!("listing refs: {e}"));
+        let platform = self.repo.references().map_err(|e| g(&e))?;
+        let mut out = std::collections::BTreeMap::new();
+        for r in platform.all().map_err(|e| g(&e))? {
+            let r = r.map_err(|e| g(&e))?;
+            let target = r
+                .target()
+                .try_id()
+                .map(|id| id.to_string())
+                .unwrap_or_default();
+            out.insert(r.name().as_bstr().to_string(), target);
+        }
+        Ok(out)
+    }
+
+    /// What the repository witnesses that the store no longer holds: a
+    /// cursor past the store's end (truncation), a projected tip the store
+    /// lacks, a branch whose store head is an earlier projected node
+    /// (rolled back). Cheap: one lookup per timeline. Empty when the store
+    /// only moved forward since the last sync.
+    pub fn witness(&self, store: &mut Store) -> Result<Vec<String>> {
+        let mut found = Vec::new();
+        let end = store.end_cursor()?;
+        if end < self.book.cursor {
+            found.push(format!(
+                "the store ends at node {end}, but {} nodes were projected from it: it was truncated",
+                self.book.cursor
+            ));
+        }
+        let mut tips: Vec<&Tip> = self.book.tips.values().collect();
+        tips.sort_by(|a, b| (a.session, &a.branch).cmp(&(b.session, &b.branch)));
+        for t in tips {
+            let object = format!("branch {}/{}", t.session, t.branch);
+            let gone = match convo_core::HashPrefix::parse(&t.node.to_hex()) {
+                Ok(p) => matches!(store.node(&p), Err(StoreError::NoNode(_))),
+                Err(_) => false,
+            };
+            if gone {
+                found.push(format!(
+                    "{object}: node {} (its projected tip, commit {}) is no longer in the store",
+                    t.node,
+                    self.book
+                        .map
+                        .get(&t.node)
+                        .and_then(|r| r.commit)
+                        .map(|c| c.to_string())
+                        .unwrap_or_else(|| "-".into())
+                ));
+                continue;
+            }
+            let Ok(name) = convo_core::BranchName::new(&t.branch) else {
+                continue;
+            };
+            let head = match store.branch(&t.session, &name) {
+                Ok(b) => b.head,
+                Err(StoreError::NoBranch { .. } | StoreError::NoSession(_)) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            // Moved back: to a node projected before (its follow number at
+            // or below the cursor); a newer head is only not projected yet.
+            let mut older = |h: &NodeHash| -> Result<bool> {
+                let Ok(p) = convo_core::HashPrefix::parse(&h.to_hex()) else {
+                    return Ok(false);
+                };
+                Ok(store.node(&p).is_ok_and(|n| n.seq <= self.book.cursor))
+            };
+            if let Some(h) = head
+                && h != t.node
+                && self.book.map.contains_key(&h)
+                && older(&h)?
+            {
+                found.push(format!(
+                    "{object}: its head moved back from {} to {h}, an earlier projected node",
+                    t.node
+                ));
+            }
+        }
+        Ok(found)
+    }
+
     fn sync_locked(
+        &mut self,
+        store: &mut Store,
+        progress: &mut dyn FnMut(Progress),
+        lock: &SyncLock,
+    ) -> Result<SyncReport> {
+        let rewritten = self.witness(store)?;
+        if !rewritten.is_empty() {
+            return Err(Error::Rewritten(rewritten));
+        }
+        let (redacted, stale) = self.redactions_pending(store)?;
+        let before = if stale {
+            // The store erased payloads this repository still holds:
+            // project it again from the store. Objects are deterministic,
+            // so only refs whose history holds a redacted payload change;
+            // the old objects (and packs) are deleted with the rest.
+            let before = self.all_refs()?;
+            clear(&self.path)?;
+            init_bare(&self.path)?;
+            self.repo = git_open(&self.path)?;
+            self.book = Bookkeeping::load(&self.path.join("convo"))?;
+            self.files = sessions::Cache::default();
+            self.sessions.clear();
+            Some(before)
+        } else {
+            None
+        };
+        let mut report = self.sync_nodes(store, progress, lock)?;
+        if let Some(before) = before {
+            let after = self.all_refs()?;
+            report.rewritten = after
+                .iter()
+                .filter(|(name, id)| before.get(*name) != Some(id))
+                .map(|(name, _)| name.clone())
+                .chain(before.keys().filter(|n| !after.contains_key(*n)).cloned())
+                .collect();
+            report.rewritten.sort();
+            report.rewritten.dedup();
+        }
+        let file = self.path.join("convo").join("redactions");
+        let tmp = file.with_extension("tmp");
+        let text: String = redacted.iter().map(|h| format!("{h}\n")).collect();
+        std::fs::write(&tmp, text).map_err(|e| io(&tmp, e))?;
+        std::fs::rename(&tmp, &file).map_err(|e| io(&file, e))?;
+        Ok(report)
+    }
+
+    fn sync_nodes(
         &mut self,
         store: &mut Store,
         progress: &mut dyn FnMut(Progress),
@@ -645,19 +803,52 @@ impl Projector {
     /// Compares the repository with the store; returns every drift found.
     pub fn verify(&mut self, store: &mut Store) -> Result<Vec<String>> {
         let mut problems = Vec::new();
+        let witnessed = self.witness(store)?;
         let mut cursor = 0;
         let mut p = Pending::new();
+        let mut stored = convo_core::DigestSet::<NodeHash>::default();
         loop {
             let page = store.follow_with_payloads(cursor, 2000)?;
             let Some(last) = page.last().map(|n| n.stored.seq) else {
                 break;
             };
             for n in &page {
+                stored.insert(n.stored.hash);
                 if let Err(why) = self.verify_node(store, &mut p, n) {
                     problems.push(format!("node {}: {why}", n.stored.hash));
                 }
             }
             cursor = last;
+        }
+        let mut lost: Vec<&NodeHash> = self
+            .book
+            .map
+            .keys()
+            .filter(|h| !stored.contains(*h))
+            .collect();
+        if !witnessed.is_empty() || !lost.is_empty() {
+            lost.sort();
+            problems.push(format!(
+                "the store's history was rewritten after it was projected: {} projected node(s) \
+                 are no longer in the store{}; this repository is the evidence, keep it \
+                 (compare with `convo verify --checkpoint`)",
+                lost.len(),
+                if lost.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " ({}{})",
+                        lost.iter()
+                            .take(20)
+                            .map(|h| h.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if lost.len() > 20 { ", …" } else { "" }
+                    )
+                }
+            ));
+            problems.extend(witnessed);
+            return Ok(problems);
         }
         if cursor > self.book.cursor {
             problems.push(format!(
@@ -665,6 +856,13 @@ impl Projector {
                 cursor - self.book.cursor,
                 self.book.cursor
             ));
+        }
+        if self.redactions_pending(store)?.1 {
+            problems.push(
+                "the store redacted payloads this repository still holds (run `convo git sync`, \
+                 which rewrites the refs whose history holds them)"
+                    .to_owned(),
+            );
         }
         for session in store.sessions()? {
             for b in store.branches(&session.id)? {

@@ -96,6 +96,9 @@ pub type NodeWithPayload = (StoredNode, Vec<u8>);
 /// A row, or why it does not decode.
 pub type Decoded<T> = std::result::Result<T, String>;
 
+/// A row of the redaction index: the erased digest and its fact's number.
+pub type RedactionRow = Decoded<(Vec<u8>, u64)>;
+
 /// Called with each node row, or why it does not decode.
 pub type NodeVisitor<'a> = dyn FnMut(std::result::Result<StoredNode, String>) -> Result<()> + 'a;
 
@@ -257,9 +260,22 @@ pub trait Tx {
     fn search_add(&mut self, docs: &[(u64, Vec<String>)], cursor: u64) -> Result<()>;
     /// Empties the search index and sets its cursor to 0.
     fn search_clear(&mut self) -> Result<()>;
+    /// Drops from the search index every node whose payload is `h`
+    /// (redaction: the index must not keep the erased words).
+    fn search_forget(&mut self, h: &ContentHash) -> Result<()>;
     /// Indexed nodes matching every term and condition, best first, as
     /// (follow number, score: higher is better).
     fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>>;
+    /// Removes the bytes stored under a content hash (redaction); says
+    /// whether there were any.
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
+    /// Indexes redaction fact `fact` under the digest it erased.
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()>;
+    /// The number and encoding of the redaction fact indexed under `h`, if any.
+    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>>;
+    /// Every row of the redaction index, `(digest, fact number)`, each
+    /// decoded on its own (verify).
+    fn redaction_rows(&mut self) -> Result<Vec<RedactionRow>>;
 
     /// Problems the database engine itself finds (SQLite: `PRAGMA
     /// integrity_check`, and a schema that is not the one its version
@@ -284,6 +300,14 @@ pub trait Backend: Send {
     /// when the database is damaged, `None` when it is sound. A backend may
     /// then refuse writes until it is sound again (SQLite does).
     fn record_health(&mut self, _damaged: Option<&str>) {}
+    /// Makes deleted rows unrecoverable from the database's files (after a
+    /// redaction): SQLite empties its WAL, rewrites the file (`VACUUM`) and
+    /// empties the WAL again; PostgreSQL rewrites `blobs` (`VACUUM FULL`).
+    /// Returns what it could not do, if anything (another connection held
+    /// the WAL open).
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        Ok(None)
+    }
     /// Blocks until another process may have appended a node, or `timeout`
     /// passes. Backends without notifications just sleep a little.
     fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {

@@ -1,6 +1,7 @@
 //! The ledger: what to write for each operation, shared by every backend.
 
 use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+use crate::redact::payload_in;
 use crate::{Result, StoreError};
 use convo_core::fact::{Fact, FactRecord};
 use convo_core::hash::content_hash;
@@ -152,6 +153,10 @@ impl Store {
         Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url_as(
             url, access,
         )?)))
+    }
+
+    pub(crate) fn backend_mut(&mut self) -> &mut dyn Backend {
+        &mut *self.backend
     }
 
     /// The backend's name.
@@ -350,9 +355,10 @@ impl Store {
         self.read(|tx| resolve_in(tx, prefix))
     }
 
-    /// Bytes stored under a content hash.
+    /// Bytes stored under a content hash, or the tombstone of their
+    /// redaction.
     pub fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
-        self.read(|tx| tx.blob(h))
+        self.read(|tx| payload_in(tx, h))
     }
 
     /// The timeline of `branch`, from the session's first node to the head,
@@ -393,9 +399,20 @@ impl Store {
                 .into_iter()
                 .zip(previews)
                 .map(|(n, p)| {
-                    let (head, len) = p.ok_or_else(|| {
-                        StoreError::Corrupt(format!("payload of node {} is missing", n.stored.hash))
-                    })?;
+                    let (head, len) = match p {
+                        Some(p) => p,
+                        // A redacted payload previews as its tombstone.
+                        None => {
+                            let t = payload_in(tx, &n.stored.node.payload)?.ok_or_else(|| {
+                                StoreError::Corrupt(format!(
+                                    "payload of node {} is missing",
+                                    n.stored.hash
+                                ))
+                            })?;
+                            let len = t.len() as u64;
+                            (t, len)
+                        }
+                    };
                     Ok(PreviewNode {
                         stored: n.stored,
                         head,
@@ -512,7 +529,7 @@ impl Store {
             nodes
                 .into_iter()
                 .map(|stored| {
-                    let payload = tx.blob(&stored.node.payload)?.ok_or_else(|| {
+                    let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
                         StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
                     })?;
                     Ok(TimelineNode { stored, payload })
@@ -539,7 +556,7 @@ impl Store {
             else {
                 return Ok(None);
             };
-            tx.blob(&vh)?
+            payload_in(tx, &vh)?
                 .map(Some)
                 .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
         })
@@ -552,7 +569,7 @@ impl Store {
             entries
                 .into_iter()
                 .map(|(k, vh)| {
-                    let v = tx.blob(&vh)?.ok_or_else(|| {
+                    let v = payload_in(tx, &vh)?.ok_or_else(|| {
                         StoreError::Corrupt(format!("state value {vh} is missing"))
                     })?;
                     Ok((String::from_utf8_lossy(&k).into_owned(), v))
@@ -948,7 +965,7 @@ impl Ledger<'_> {
         else {
             return Ok(None);
         };
-        tx.blob(&vh)?
+        payload_in(tx, &vh)?
             .map(Some)
             .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
     }
@@ -1078,15 +1095,20 @@ pub(crate) fn chain_in(
         }
     }
     let mut rows: Vec<Option<(StoredNode, Option<Vec<u8>>)>> = rows.into_iter().map(Some).collect();
-    Ok(chain
+    chain
         .into_iter()
         .rev()
         .filter_map(|i| rows[i].take())
-        .map(|(stored, payload)| TimelineNode {
-            stored,
-            payload: payload.unwrap_or_default(),
+        .map(|(stored, payload)| {
+            let payload = match payload {
+                Some(p) => p,
+                // A redacted payload (its row is gone): the tombstone.
+                None if payloads => payload_in(tx, &stored.node.payload)?.unwrap_or_default(),
+                None => Vec::new(),
+            };
+            Ok(TimelineNode { stored, payload })
         })
-        .collect())
+        .collect()
 }
 
 /// A page of a timeline; see [`Store::timeline_page`].
@@ -1158,8 +1180,19 @@ fn timeline_page_in(
     let rows = tx.nodes_with_payloads(&hashes)?;
     let mut nodes = Vec::with_capacity(hashes.len());
     for ((h, row), turn) in hashes.iter().zip(rows).zip(turns_at) {
-        let (stored, payload) =
-            row.ok_or_else(|| StoreError::Corrupt(format!("node {h} or its payload is missing")))?;
+        let (stored, payload) = match row {
+            Some(r) => r,
+            // No payload bytes: a redacted payload reads as its tombstone.
+            None => {
+                let stored = tx
+                    .node(h)?
+                    .ok_or_else(|| StoreError::Corrupt(format!("node {h} is missing")))?;
+                let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("payload of node {h} is missing"))
+                })?;
+                (stored, payload)
+            }
+        };
         if stored.hash != *h || stored.node.session != *session {
             return Err(StoreError::Corrupt(format!(
                 "node {h} of session {session} reads as another node"

@@ -18,6 +18,7 @@ mod follow;
 mod ledger;
 mod migrate;
 pub mod postgres;
+mod redact;
 pub mod refs;
 pub mod search;
 pub mod sqlite;
@@ -34,4 +35,5 @@ pub use ledger::{
     Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelineNode, TimelinePage, TurnView,
 };
 pub use migrate::{Migrated, migrate};
+pub use redact::{Redacted, Redaction};
 pub use verify::{Problem, VerifyReport};

@@ -52,6 +52,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0001_init.sql"),
     include_str!("../migrations/postgres/0002_facts.sql"),
     include_str!("../migrations/postgres/0003_search.sql"),
+    include_str!("../migrations/postgres/0004_redact.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -338,6 +339,30 @@ impl Backend for Postgres {
     }
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        // A deleted row stays in the heap (and its TOAST table) until the
+        // table is rewritten; VACUUM FULL writes new files and drops the old.
+        // ANALYZE may have sampled the bytes into pg_statistic: analyze
+        // again (the row is gone) and rewrite that catalog too, which needs
+        // the database's owner.
+        for sql in ["VACUUM FULL blobs", "ANALYZE blobs"] {
+            self.conn
+                .once(|c| Box::pin(c.batch_execute(sql)))
+                .map_err(db)?;
+        }
+        Ok(self
+            .conn
+            .once(|c| Box::pin(c.batch_execute("VACUUM FULL pg_statistic")))
+            .err()
+            .map(|e| {
+                format!(
+                    "pg_statistic was not rewritten ({}), so column statistics sampled \
+                     before the redaction may keep the bytes until the database's owner runs \
+                     `VACUUM FULL pg_statistic`",
+                    describe(&e)
+                )
+            }))
     }
     fn wait_for_append(&mut self, timeout: Duration) -> Result<()> {
         if !self.listening {
@@ -1264,6 +1289,14 @@ impl Tx for PgTx<'_> {
         )
     }
 
+    fn search_forget(&mut self, h: &ContentHash) -> Result<()> {
+        self.defer(
+            "DELETE FROM search_index WHERE seq IN (SELECT seq FROM nodes WHERE payload = $1)",
+            vec![Box::new(h.as_bytes().to_vec())],
+            OnError::Db,
+        )
+    }
+
     fn search_clear(&mut self) -> Result<()> {
         self.defer("DELETE FROM search_index", Vec::new(), OnError::Db)?;
         self.defer(
@@ -1323,6 +1356,48 @@ impl Tx for PgTx<'_> {
                 Ok((seq.max(0) as u64, digest(&r, 1)?))
             })
             .transpose()
+    }
+
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
+        let gone = self.query(
+            "DELETE FROM blobs WHERE hash = $1 RETURNING id",
+            &[&b(h.as_bytes())],
+        )?;
+        Ok(!gone.is_empty())
+    }
+
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
+        self.defer(
+            "INSERT INTO redactions (hash, fact) VALUES ($1, $2)",
+            vec![Box::new(h.as_bytes().to_vec()), Box::new(fact as i64)],
+            OnError::Db,
+        )
+    }
+
+    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>> {
+        self.opt(
+            "SELECT f.seq, f.body FROM redactions r JOIN facts f ON f.seq = r.fact WHERE r.hash = $1",
+            &[&b(h.as_bytes())],
+        )?
+        .map(|r| {
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
+            Ok((seq.max(0) as u64, r.try_get(1).map_err(corrupt)?))
+        })
+        .transpose()
+    }
+
+    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::RedactionRow>> {
+        Ok(self
+            .query("SELECT hash, fact FROM redactions ORDER BY fact", &[])?
+            .iter()
+            .map(|r| {
+                let h: Vec<u8> = r.try_get(0).map_err(|e| e.to_string())?;
+                let f: i64 = r.try_get(1).map_err(|e| e.to_string())?;
+                let f = u64::try_from(f)
+                    .map_err(|_| format!("redaction row has a negative fact number {f}"))?;
+                Ok((h, f))
+            })
+            .collect())
     }
 
     fn facts(&mut self) -> Result<Vec<crate::backend::Decoded<crate::backend::FactRow>>> {

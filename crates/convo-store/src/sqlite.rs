@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0002_runs.sql"),
     include_str!("../migrations/sqlite/0003_facts.sql"),
     include_str!("../migrations/sqlite/0004_search.sql"),
+    include_str!("../migrations/sqlite/0005_redact.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -452,6 +453,29 @@ impl Backend for Sqlite {
     }
     fn kind(&self) -> &'static str {
         "sqlite"
+    }
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        if self.path.is_none() {
+            return Ok(None);
+        }
+        self.refuse_if_damaged()?;
+        // Empty the WAL (old page images hold the bytes), rewrite the file
+        // so no free page keeps them, then empty the WAL VACUUM wrote.
+        let checkpoint = |c: &Connection| -> Result<bool> {
+            c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|busy| busy == 0)
+            .map_err(db)
+        };
+        let mut complete = checkpoint(&self.conn)?;
+        self.conn.execute_batch("VACUUM").map_err(db)?;
+        complete &= checkpoint(&self.conn)?;
+        Ok((!complete).then(|| {
+            "another connection kept the write-ahead log open, so older page images may \
+             remain in it until the next checkpoint (run `convo redact` again once it has closed)"
+                .to_owned()
+        }))
     }
     fn record_health(&mut self, damaged: Option<&str>) {
         match damaged {
@@ -1429,6 +1453,40 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
+        let n = self
+            .tx
+            .execute(
+                "DELETE FROM blobs WHERE substr(hash, 1, 8) = ?1 AND hash = ?2",
+                params![key8(&h.0), h.as_bytes().as_slice()],
+            )
+            .map_err(db)?;
+        self.last_blob = None;
+        Ok(n > 0)
+    }
+
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO redactions (hash, fact) VALUES (?1, ?2)",
+                params![h.as_bytes().as_slice(), fact as i64],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn search_forget(&mut self, h: &ContentHash) -> Result<()> {
+        self.flush_run()?;
+        self.tx
+            .execute(
+                "DELETE FROM search_fts WHERE rowid IN \
+                 (SELECT seq FROM nodes WHERE payload = ?1)",
+                params![h.as_bytes().as_slice()],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
+
     fn search_clear(&mut self) -> Result<()> {
         self.tx
             .execute_batch(
@@ -1460,6 +1518,42 @@ impl Tx for SqliteTx<'_> {
             })
             .map_err(db)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
+    }
+
+    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>> {
+        self.tx
+            .prepare_cached(
+                "SELECT f.seq, f.body FROM redactions r JOIN facts f ON f.seq = r.fact \
+                 WHERE r.hash = ?1",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![h.as_bytes().as_slice()], |r| {
+                    Ok((r.get::<_, i64>(0)?, bytes(r, 1)?))
+                })
+                .optional()
+            })
+            .map(|o| o.and_then(|(s, b)| Some((s.max(0) as u64, b?))))
+            .map_err(db)
+    }
+
+    fn redaction_rows(&mut self) -> Result<Vec<crate::backend::RedactionRow>> {
+        let mut st = self
+            .tx
+            .prepare("SELECT hash, fact FROM redactions ORDER BY fact")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            use crate::backend::Columns;
+            let row = (|| {
+                let h = r.bytes(0)?.ok_or("its digest is NULL")?.to_vec();
+                let f = r.int(1)?.ok_or("its fact number is NULL")?;
+                let f = u64::try_from(f).map_err(|_| format!("its fact number {f} is negative"))?;
+                Ok((h, f))
+            })();
+            out.push(row.map_err(|e: String| format!("redaction row does not decode: {e}")));
+        }
+        Ok(out)
     }
 
     fn engine_check(&mut self) -> Result<Vec<String>> {

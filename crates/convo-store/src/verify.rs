@@ -40,6 +40,8 @@ pub struct VerifyReport {
     pub facts: u64,
     /// Signed checkpoints the store was proven to extend (or checked against).
     pub checkpoints: u64,
+    /// Payloads erased by a recorded redaction (not tampering).
+    pub redacted: u64,
     /// Everything wrong, in the order found.
     pub problems: Vec<Problem>,
 }
@@ -112,6 +114,8 @@ const BATCH: usize = 1024;
 /// The per-node checks of [`verify`], fed in follow order.
 struct Checker<'a> {
     blobs: &'a DigestMap<ContentHash, u64>,
+    /// Payloads the journal redacted: missing on purpose.
+    redacted: &'a DigestMap<ContentHash, u64>,
     sessions: &'a HashSet<SessionId>,
     seen: DigestMap<NodeHash, Seen>,
     roots: DigestSet<StateRoot>,
@@ -339,6 +343,7 @@ impl Checker<'_> {
             bad(e.to_string());
         }
         match self.blobs.get(&node.payload) {
+            None if self.redacted.contains_key(&node.payload) => {}
             None => bad(format!(
                 "its payload {} is missing or corrupt",
                 node.payload
@@ -451,6 +456,8 @@ fn or_problem<T>(r: &mut VerifyReport, what: &str, res: Result<T>) -> Result<Opt
 struct Journal {
     sessions: HashMap<SessionId, (u64, SessionRow)>,
     states: Vec<StateFact>,
+    /// Redacted payloads and the fact that redacted each.
+    redacted: DigestMap<ContentHash, u64>,
 }
 
 fn check_facts(
@@ -460,6 +467,7 @@ fn check_facts(
     let mut j = Journal {
         sessions: HashMap::new(),
         states: Vec::new(),
+        redacted: DigestMap::default(),
     };
     let mut prev: Option<convo_core::Digest> = None;
     let mut after = 0u64;
@@ -564,9 +572,81 @@ fn check_facts(
                 branch,
                 root: None,
             }),
+            Fact::Redaction { payload, .. } => {
+                if let Some(first) = j.redacted.get(&payload) {
+                    r.problem(
+                        object,
+                        format!(
+                            "it redacts payload {payload}, which fact {first} already redacted"
+                        ),
+                    );
+                } else {
+                    j.redacted.insert(payload, f.seq);
+                }
+            }
         }
     }
     j
+}
+
+/// Redactions: the index (`redactions`) says exactly what the journal
+/// says, and no redacted payload still has its bytes stored.
+fn check_redactions(
+    r: &mut VerifyReport,
+    tx: &mut dyn Tx,
+    journal: &Journal,
+    blobs: &DigestMap<ContentHash, u64>,
+) -> Result<()> {
+    r.redacted = journal.redacted.len() as u64;
+    let mut sorted: Vec<(&ContentHash, &u64)> = journal.redacted.iter().collect();
+    sorted.sort_by_key(|(_, seq)| **seq);
+    for (h, seq) in &sorted {
+        if blobs.contains_key(h) {
+            r.problem(
+                format!("blob {}", h.to_hex()),
+                format!("fact {seq} redacted it, but its bytes are still stored"),
+            );
+        }
+    }
+    let rows = or_problem(r, "the redaction index", tx.redaction_rows())?.unwrap_or_default();
+    let mut indexed: DigestMap<ContentHash, u64> = DigestMap::default();
+    for row in rows {
+        match row {
+            Err(why) => r.problem("redaction index".to_owned(), why),
+            Ok((h, seq)) => match ContentHash::from_slice(&h) {
+                None => r.problem(
+                    "redaction index".to_owned(),
+                    format!("digest {} is not 32 bytes", hex::encode(&h)),
+                ),
+                Some(h) => match journal.redacted.get(&h) {
+                    Some(&want) if want == seq => {
+                        indexed.insert(h, seq);
+                    }
+                    Some(&want) => r.problem(
+                        format!("redaction {}", h.to_hex()),
+                        format!("the index names fact {seq}, but fact {want} redacted it"),
+                    ),
+                    None => r.problem(
+                        format!("redaction {}", h.to_hex()),
+                        format!(
+                            "the index lists it (fact {seq}), but no fact of the journal redacts it"
+                        ),
+                    ),
+                },
+            },
+        }
+    }
+    for (h, seq) in sorted {
+        if !indexed.contains_key(h) {
+            r.problem(
+                format!("redaction {}", h.to_hex()),
+                format!(
+                    "fact {seq} redacted it, but the redaction index lacks it (readers would find the payload missing)"
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 fn opt_hex<T: std::fmt::Display>(v: &Option<T>) -> String {
@@ -623,8 +703,10 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         None => Journal {
             sessions: HashMap::new(),
             states: Vec::new(),
+            redacted: DigestMap::default(),
         },
     };
+    check_redactions(&mut r, tx, &journal, &blobs)?;
 
     let session_rows: Vec<SessionRow> = or_problem(&mut r, "the session table", tx.session_rows())?
         .unwrap_or_default()
@@ -667,6 +749,7 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
     // derives every timeline, in order.
     let mut checker = Checker {
         blobs: &blobs,
+        redacted: &journal.redacted,
         sessions: &sessions,
         seen: DigestMap::default(),
         roots: DigestSet::default(),
@@ -941,7 +1024,7 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         r.state_roots += 1;
         let mut missing = Vec::new();
         let res = state::verify(&mut TxNodes(tx), &root, &mut walked, &mut |v| {
-            if !blobs.contains_key(v) {
+            if !blobs.contains_key(v) && !journal.redacted.contains_key(v) {
                 missing.push(*v);
             }
         });

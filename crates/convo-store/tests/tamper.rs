@@ -109,6 +109,9 @@ cases!(
     a_store_that_grew_extends_its_checkpoint,
     a_consistent_truncation_passes_verify_but_not_the_checkpoint,
     a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint,
+    a_redaction_keeps_the_chain_and_no_byte_of_the_secret,
+    a_redaction_is_refused_without_bytes_or_reason,
+    an_undone_or_unrecorded_redaction_is_caught,
 );
 
 /// Edits PostgreSQL's typed columns refuse (or silently convert into
@@ -481,13 +484,14 @@ fn pg_args<'a>(args: &'a [Arg<'a>]) -> Vec<&'a (dyn pg::types::ToSql + Sync)> {
 }
 
 /// Every table both backends' schemas have.
-const TABLES: [&str; 6] = [
+const TABLES: [&str; 7] = [
     "sessions",
     "blobs",
     "nodes",
     "branches",
     "state_nodes",
     "facts",
+    "redactions",
 ];
 
 /// The tables of `db`'s schema: SQLite indexes a session's nodes by runs
@@ -1632,10 +1636,10 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
     let fx = Fx::new(be);
     fx.db.batch(match be {
         Be::Sqlite => {
-            "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; PRAGMA user_version = 2;"
+            "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; PRAGMA user_version = 2;"
         }
         Be::Postgres => {
-            "DROP TABLE facts, search_index, search_state; UPDATE convo_schema SET version = 1;"
+            "DROP TABLE facts, search_index, search_state, redactions; UPDATE convo_schema SET version = 1;"
         }
     });
     let r = fx.store().verify().unwrap();
@@ -1743,4 +1747,193 @@ fn a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint(be: Be) {
             .any(|p| p.object == main_obj && p.reason.contains("no longer in the store")),
         "{found:#?}"
     );
+}
+
+impl Db {
+    /// Whether `needle` occurs in the database's files: every file of the
+    /// SQLite store (the database, its WAL), or every relation file of the
+    /// PostgreSQL database (read by the server after a CHECKPOINT, so what
+    /// its buffers held is on disk).
+    fn files_hold(&self, needle: &[u8]) -> bool {
+        let has = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+        match self {
+            Db::Sqlite { path, .. } => std::fs::read_dir(path.parent().unwrap())
+                .unwrap()
+                .any(|e| has(&std::fs::read(e.unwrap().path()).unwrap())),
+            Db::Postgres(db) => {
+                let mut c = pg::Client::connect(&db.url, pg::NoTls).unwrap();
+                c.batch_execute("CHECKPOINT").unwrap();
+                let rows = c
+                    .query(
+                        "SELECT pg_relation_filepath(oid) FROM pg_class \
+                         WHERE relkind IN ('r', 't', 'i', 'm') AND relpersistence = 'p' \
+                         AND reltablespace = 0 AND pg_relation_filepath(oid) IS NOT NULL",
+                        &[],
+                    )
+                    .unwrap();
+                assert!(rows.len() > 10, "the relations were listed");
+                rows.iter().any(|r| {
+                    let path: String = r.get(0);
+                    let data: Vec<u8> = c
+                        .query_one(
+                            "SELECT pg_read_binary_file($1, 0, 100000000, true)",
+                            &[&path],
+                        )
+                        .unwrap()
+                        .get::<_, Option<Vec<u8>>>(0)
+                        .unwrap_or_default();
+                    has(&data)
+                })
+            }
+        }
+    }
+}
+
+/// A fixture with one more turn whose invoke holds a secret, then the
+/// secret's payload redacted: (the secret, its digest, the invoke).
+fn search_hits(s: &mut Store, word: &str) -> usize {
+    let req = convo_store::search::SearchRequest {
+        query: convo_store::search::Query::parse(word).unwrap(),
+        session: None,
+        branch: None,
+        filter: Default::default(),
+        limit: 10,
+    };
+    s.search(&req).unwrap().hits.len()
+}
+
+fn redacted_fixture(fx: &Fx) -> (String, convo_core::ContentHash, NodeHash) {
+    let secret = format!("sk-live-{}-do-not-leak", fx.ses.0.simple());
+    let mut s = fx.store();
+    let h = s
+        .append(&fx.ses, &main(), &draft(Kind::Invoke, &secret, DAY + 70))
+        .unwrap()
+        .hash;
+    s.append(&fx.ses, &main(), &draft(Kind::Complete, "noted", DAY + 71))
+        .unwrap();
+    let payload = content_hash(secret.as_bytes());
+    // The search index holds the secret's words too until the redaction.
+    s.search_update(&mut |_, _| {}).unwrap();
+    assert_eq!(search_hits(&mut s, &fx.ses.0.simple().to_string()), 1);
+    if let Db::Postgres(_) = fx.db {
+        // Column statistics sample stored values (pg_statistic) too.
+        fx.db.batch("ANALYZE blobs");
+    }
+    assert!(fx.db.files_hold(secret.as_bytes()), "the secret is stored");
+    let done = s
+        .redact(&payload, "alice", "a leaked API key", DAY + 80, false)
+        .unwrap();
+    assert_eq!(done.bytes, secret.len() as u64);
+    assert!(done.erased);
+    assert_eq!(done.warning, None);
+    (secret, payload, h)
+}
+
+fn a_redaction_keeps_the_chain_and_no_byte_of_the_secret(be: Be) {
+    let fx = Fx::new(be);
+    let (secret, payload, h) = redacted_fixture(&fx);
+    let mut s = fx.store();
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    assert_eq!((r.nodes, r.redacted), (20, 1));
+    // The node keeps its hash; readers get the tombstone.
+    let n = s.node(&prefix(&h)).unwrap();
+    assert_eq!((n.hash, n.node.payload), (h, payload));
+    assert_eq!(n.node.hash(), h);
+    let tomb = "[redacted 2026-02-13T14:30:05Z by alice: a leaked API key]";
+    assert_eq!(s.blob(&payload).unwrap().unwrap(), tomb.as_bytes());
+    let tl = s.timeline(&fx.ses, &main()).unwrap();
+    let shown = tl.iter().find(|n| n.stored.hash == h).unwrap();
+    assert_eq!(shown.payload, tomb.as_bytes());
+    let tv = s.turn(&fx.ses, &h.to_hex()).unwrap();
+    assert_eq!(tv.nodes[0].payload, tomb.as_bytes());
+    let page = s.timeline_tail(&fx.ses, &main(), 2).unwrap();
+    assert_eq!(page.nodes[0].0.payload, tomb.as_bytes());
+    let followed = s.follow_with_payloads(18, 10).unwrap();
+    assert_eq!(followed[0].payload, tomb.as_bytes());
+    // The redaction is recorded: which digest, when, by whom, why.
+    let rd = s.redaction(&payload).unwrap().unwrap();
+    assert_eq!(
+        (rd.at, rd.by.as_str(), rd.reason.as_str(), rd.fact),
+        (DAY + 80, "alice", "a leaked API key", r.facts)
+    );
+    assert_eq!(s.redactions().unwrap(), vec![rd]);
+    // Nothing of it is left to search.
+    s.search_update(&mut |_, _| {}).unwrap();
+    assert_eq!(search_hits(&mut s, &fx.ses.0.simple().to_string()), 0);
+    // A checkpoint taken before still holds: redaction rewrites no history.
+    drop(s);
+    assert!(
+        !fx.db.files_hold(secret.as_bytes()),
+        "no byte of the secret is left in the database's files"
+    );
+    // The store keeps working.
+    let mut s = fx.store();
+    turn(&mut s, &fx.ses, &main(), "after", DAY + 90);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+fn a_redaction_is_refused_without_bytes_or_reason(be: Be) {
+    let fx = Fx::new(be);
+    let (_, payload, _) = redacted_fixture(&fx);
+    let mut s = fx.store();
+    let again = s.redact(&payload, "bob", "again", DAY + 90, true);
+    assert!(
+        matches!(&again, Err(StoreError::Invalid(m)) if m.contains("already redacted") && m.contains("alice")),
+        "{again:?}"
+    );
+    let none = s.redact(&content_hash(b"never stored"), "bob", "x", DAY + 90, true);
+    assert!(matches!(none, Err(StoreError::NoNode(_))), "{none:?}");
+    let empty = s.redact(&content_hash(b""), "bob", "x", DAY + 90, true);
+    assert!(matches!(empty, Err(StoreError::Invalid(_))), "{empty:?}");
+    let other = content_hash(b"two/invoke");
+    let why = s.redact(&other, "bob", "  ", DAY + 90, true);
+    assert!(matches!(why, Err(StoreError::Invalid(_))), "{why:?}");
+    // Nothing of those was written.
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    assert_eq!(r.redacted, 1);
+    assert!(s.blob(&other).unwrap().is_some());
+}
+
+fn an_undone_or_unrecorded_redaction_is_caught(be: Be) {
+    // The index row removed: readers would see the payload missing.
+    let fx = Fx::new(be);
+    let (secret, payload, h) = redacted_fixture(&fx);
+    fx.edit(
+        "DELETE FROM redactions WHERE hash = ?1",
+        &[Bytes(payload.as_bytes())],
+    );
+    let r = fx.verify_dirty();
+    let obj = format!("redaction {}", payload.to_hex());
+    expect(&r, &obj, &["lacks it"]);
+    only(&r, &[obj]);
+
+    // The bytes put back: a redaction that did not erase.
+    let fx = Fx::new(be);
+    let (secret2, payload2, _) = redacted_fixture(&fx);
+    fx.edit(
+        "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
+        &[Bytes(payload2.as_bytes()), Bytes(secret2.as_bytes())],
+    );
+    let r = fx.verify_dirty();
+    let obj = format!("blob {}", payload2.to_hex());
+    expect(&r, &obj, &["redacted it", "still stored"]);
+    only(&r, &[obj]);
+
+    // The redaction fact removed (the newest fact, so the chain before it
+    // holds): the payload is missing without a recorded redaction, which is
+    // tampering, and the index names a fact that does not redact it.
+    let fx = Fx::new(be);
+    let (_, payload3, h3) = redacted_fixture(&fx);
+    let last: i64 = fx.query_one("SELECT max(seq) FROM facts", &[]);
+    fx.edit(&format!("DELETE FROM facts WHERE seq = {last}"), &[]);
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&h3), &[&payload3.to_hex(), "missing"]);
+    expect(
+        &r,
+        &format!("redaction {}", payload3.to_hex()),
+        &["no fact of the journal redacts it"],
+    );
+    let _ = (secret, h);
 }

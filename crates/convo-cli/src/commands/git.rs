@@ -50,9 +50,14 @@ pub struct SyncArgs {
     /// Keep running, projecting each new node as it is appended
     #[arg(long)]
     pub follow: bool,
-    /// Delete the projection and regenerate it from the store
+    /// Delete the projection and regenerate it from the store (refused when
+    /// the repository holds history the store lost, unless --force)
     #[arg(long)]
     pub rebuild: bool,
+    /// With --rebuild: discard the repository even if it witnesses a
+    /// rewritten store
+    #[arg(long, requires = "rebuild")]
+    pub force: bool,
     /// Print one JSON document summing up the sync (each round, with --follow)
     #[arg(long)]
     pub json: bool,
@@ -61,7 +66,18 @@ pub struct SyncArgs {
     pub batch: usize,
 }
 
+/// What to say when the repository witnesses a rewritten store: never
+/// `--rebuild`, which would erase the evidence.
+const REWRITTEN_HINT: &str = "the repository still holds the earlier history: keep it as evidence \
+     (`git --git-dir REPO log`), and check the store against a checkpoint with `convo verify \
+     --checkpoint FILE`";
+
 fn git_err(e: convo_git::Error) -> CommandError {
+    if let convo_git::Error::Rewritten(_) = &e {
+        return CommandError::user(e.to_string())
+            .with_code(1)
+            .with_hint(REWRITTEN_HINT);
+    }
     let hint = match &e {
         convo_git::Error::NotProjection(_) => {
             Some("choose another --repo, or remove that directory")
@@ -114,6 +130,7 @@ fn summary(r: &convo_git::SyncReport, path: &std::path::Path, layout: Layout, se
         "refs": r.refs,
         "packs": r.packs,
         "cursor": r.cursor,
+        "rewritten": r.rewritten,
         "seconds": (secs * 1000.0).round() / 1000.0,
     })
     .to_string()
@@ -160,7 +177,14 @@ fn sync_once(
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if quiet_when_empty && r.nodes == 0 {
+    if !r.rewritten.is_empty() {
+        eprintln!(
+            "note: the store redacted payloads since the last sync; {} ref(s) rewritten: {}",
+            r.rewritten.len(),
+            convo_core::text::visible(&r.rewritten.join(", "), convo_core::text::Newlines::Escape)
+        );
+    }
+    if quiet_when_empty && r.nodes == 0 && r.rewritten.is_empty() {
         return Ok(());
     }
     let secs = start.elapsed().as_secs_f64();
@@ -199,6 +223,22 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 })
                 .transpose()?;
             let path = repo_path(env, &a.repo);
+            if a.rebuild && !a.force && path.join("convo").join("layout").exists() {
+                // The repository may be the only evidence of history the
+                // store lost: look before wiping it.
+                if let Ok(old) = Projector::open_readonly(&path) {
+                    let found = old.witness(&mut store).map_err(git_err)?;
+                    if !found.is_empty() {
+                        return Err(CommandError::user(format!(
+                            "refusing to rebuild {} (add --force to discard it): {}",
+                            path.display(),
+                            convo_git::Error::Rewritten(found)
+                        ))
+                        .with_code(1)
+                        .with_hint(REWRITTEN_HINT));
+                    }
+                }
+            }
             let mut p = Projector::open(&path, layout, a.rebuild).map_err(git_err)?;
             if let Some(n) = &p.notice {
                 eprintln!("note: {n}");
@@ -224,6 +264,7 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
             }
             let mut p = Projector::open_readonly(&path).map_err(git_err)?;
             let problems = p.verify(&mut store).map_err(git_err)?;
+            let rewritten = problems.iter().any(|p| p.contains("history was rewritten"));
             if problems.is_empty() {
                 println!(
                     "ok: {} matches the store (layout {}, cursor {})",
@@ -237,6 +278,9 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                     println!("{pr}");
                 }
                 eprintln!("git verify failed: {} problem(s)", problems.len());
+                if rewritten {
+                    eprintln!("hint: {REWRITTEN_HINT}");
+                }
                 Ok(ExitCode::from(1))
             }
         }

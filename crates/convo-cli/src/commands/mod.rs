@@ -16,6 +16,7 @@ pub mod log;
 pub mod migrate;
 pub mod proxy;
 pub mod record;
+pub mod redact;
 pub mod replay;
 pub mod run;
 pub mod say;
@@ -62,6 +63,11 @@ impl CommandError {
             code: crate::ui::CLOSED_PIPE,
             closed: true,
         }
+    }
+    /// Exits with `code` instead of 2.
+    pub fn with_code(mut self, code: u8) -> Self {
+        self.code = code;
+        self
     }
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
@@ -189,6 +195,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Run(_)
         | Command::Chat(_)
         | Command::Replay(_)
+        | Command::Redact(_)
         | Command::Proxy(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
@@ -277,6 +284,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::State(c) => state::run(&env, c),
         Command::Verify(a) => verify::run(&env, a),
         Command::Checkpoint(a) => checkpoint::run(&env, a),
+        Command::Redact(a) => redact::run(&env, a),
         Command::Ingest(a) => ingest::run(&env, a),
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),

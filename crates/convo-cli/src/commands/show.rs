@@ -82,6 +82,14 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         "payload    {} bytes, sha256 {}",
         node.payload_len, node.payload
     )?;
+    if let Some(r) = store.redaction(&node.payload)? {
+        writeln!(
+            out,
+            "redacted   {} (fact {})",
+            crate::output::clean(&r.tombstone()),
+            r.fact
+        )?;
+    }
     if node.diagnostics.as_str() != "{}" {
         writeln!(
             out,

@@ -131,6 +131,7 @@ pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
             "state_roots": r.state_roots,
             "facts": r.facts,
             "checkpoints": r.checkpoints,
+            "redacted": r.redacted,
             "problems": r.problems,
         }));
     } else if r.is_clean() {
@@ -148,6 +149,12 @@ pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
                 String::new()
             }
         );
+        if r.redacted > 0 {
+            println!(
+                "{} payload(s) redacted, each by a recorded redaction (not tampering)",
+                r.redacted
+            );
+        }
     } else {
         for p in &r.problems {
             println!("{}: {}", p.object, p.reason);

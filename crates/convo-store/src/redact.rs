@@ -1,0 +1,190 @@
+//! Redaction: erase a payload's bytes, keep the chain.
+//!
+//! A node hashes its payload's SHA-256 and length, never the stored bytes
+//! (docs/HASHING.md), so the bytes can leave the store while every node
+//! hash still verifies. [`Store::redact`] journals a redaction fact (type 4:
+//! the digest, when, by whom, why), indexes it in `redactions` and deletes
+//! the `blobs` row in one transaction, then has the backend rewrite its
+//! files so the bytes are gone from disk too ([`crate::Backend::erase_freed`]).
+//! Every read of a payload or state value goes through [`payload_in`],
+//! which gives the tombstone ([`convo_core::fact::tombstone`]) in place of
+//! redacted bytes; verify accepts a missing blob only when the journal
+//! redacted it.
+
+use crate::backend::Tx;
+use crate::ledger::append_fact;
+use crate::{Result, Store, StoreError};
+use convo_core::fact::{Fact, FactRecord, tombstone};
+use convo_core::hash::content_hash;
+use convo_core::{ContentHash, Millis};
+
+/// One redaction, as its fact records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Redaction {
+    /// The SHA-256 of the erased bytes.
+    pub payload: ContentHash,
+    /// When.
+    pub at: Millis,
+    /// Who.
+    pub by: String,
+    /// Why.
+    pub reason: String,
+    /// Its number in the fact journal.
+    pub fact: u64,
+}
+
+impl Redaction {
+    /// What readers show instead of the bytes.
+    pub fn tombstone(&self) -> String {
+        tombstone(self.at, &self.by, &self.reason)
+    }
+
+    fn from_fact(seq: u64, body: &[u8]) -> Option<Redaction> {
+        match FactRecord::decode(body).ok()?.fact {
+            Fact::Redaction {
+                payload,
+                at,
+                by,
+                reason,
+            } => Some(Redaction {
+                payload,
+                at,
+                by,
+                reason,
+                fact: seq,
+            }),
+            _ => None,
+        }
+    }
+}
+
+/// What one [`Store::redact`] did.
+#[derive(Clone, Debug)]
+pub struct Redacted {
+    /// The redaction recorded.
+    pub redaction: Redaction,
+    /// How many bytes were erased.
+    pub bytes: u64,
+    /// Whether the database files were rewritten afterwards.
+    pub erased: bool,
+    /// What the rewrite could not do, if anything.
+    pub warning: Option<String>,
+}
+
+/// The bytes stored under `h`, or the tombstone of their redaction; `None`
+/// when neither exists.
+pub(crate) fn payload_in(tx: &mut dyn Tx, h: &ContentHash) -> Result<Option<Vec<u8>>> {
+    if let Some(b) = tx.blob(h)? {
+        return Ok(Some(b));
+    }
+    Ok(tx.redaction(h)?.map(|(_, body)| {
+        match FactRecord::decode(&body).ok().map(|r| r.fact) {
+            Some(Fact::Redaction { at, by, reason, .. }) => tombstone(at, &by, &reason),
+            _ => "[redacted]".to_owned(),
+        }
+        .into_bytes()
+    }))
+}
+
+impl Store {
+    /// Erases the bytes stored under `payload` (a node's payload or a state
+    /// value) and journals why; then, unless `keep_files`, rewrites the
+    /// database's files so no copy of the bytes is left in them. Refuses the
+    /// empty payload, a digest with nothing stored and one already redacted.
+    pub fn redact(
+        &mut self,
+        payload: &ContentHash,
+        by: &str,
+        reason: &str,
+        now: Millis,
+        keep_files: bool,
+    ) -> Result<Redacted> {
+        if reason.trim().is_empty() {
+            return Err(StoreError::Invalid(
+                "a redaction needs a reason (it is recorded with it)".into(),
+            ));
+        }
+        if *payload == content_hash(b"") {
+            return Err(StoreError::Invalid(
+                "that is the empty payload's digest: there are no bytes to erase".into(),
+            ));
+        }
+        let (redaction, bytes) = self.write(|tx| {
+            let Some(data) = tx.blob(payload)? else {
+                return Err(match tx.redaction(payload)? {
+                    Some((seq, body)) => StoreError::Invalid(format!(
+                        "payload {payload} is already redacted: {}",
+                        Redaction::from_fact(seq, &body)
+                            .map(|r| r.tombstone())
+                            .unwrap_or_else(|| format!("fact {seq}"))
+                    )),
+                    None => StoreError::NoNode(format!("a stored payload with SHA-256 {payload}")),
+                });
+            };
+            append_fact(
+                tx,
+                Fact::Redaction {
+                    payload: *payload,
+                    at: now,
+                    by: by.to_owned(),
+                    reason: reason.to_owned(),
+                },
+            )?;
+            let (seq, _) = tx
+                .last_fact()?
+                .ok_or_else(|| StoreError::Backend("the redaction fact was not written".into()))?;
+            tx.insert_redaction(payload, seq)?;
+            tx.delete_blob(payload)?;
+            tx.search_forget(payload)?;
+            Ok((
+                Redaction {
+                    payload: *payload,
+                    at: now,
+                    by: by.to_owned(),
+                    reason: reason.to_owned(),
+                    fact: seq,
+                },
+                data.len() as u64,
+            ))
+        })?;
+        let warning = if keep_files {
+            None
+        } else {
+            self.backend_mut().erase_freed()?
+        };
+        Ok(Redacted {
+            redaction,
+            bytes,
+            erased: !keep_files,
+            warning,
+        })
+    }
+
+    /// Every redaction, oldest first (from the index; verify checks it
+    /// against the journal).
+    pub fn redactions(&mut self) -> Result<Vec<Redaction>> {
+        self.read(|tx| {
+            let mut out = Vec::new();
+            for (h, _) in tx.redaction_rows()?.into_iter().flatten() {
+                let Some(h) = ContentHash::from_slice(&h) else {
+                    continue;
+                };
+                if let Some((seq, body)) = tx.redaction(&h)?
+                    && let Some(r) = Redaction::from_fact(seq, &body)
+                {
+                    out.push(r);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// The redaction of `payload`, if it was redacted.
+    pub fn redaction(&mut self, payload: &ContentHash) -> Result<Option<Redaction>> {
+        self.read(|tx| {
+            Ok(tx
+                .redaction(payload)?
+                .and_then(|(seq, body)| Redaction::from_fact(seq, &body)))
+        })
+    }
+}
