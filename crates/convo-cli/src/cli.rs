@@ -107,7 +107,6 @@ pub enum Command {
     State(StateCmd),
     Verify(crate::commands::verify::VerifyArgs),
     Checkpoint(crate::commands::checkpoint::CheckpointArgs),
-    /// Erase a payload's bytes, keeping every hash verifiable; record who, when and why
     Redact(crate::commands::redact::RedactArgs),
     Ingest(crate::commands::ingest::IngestArgs),
     /// Fill the store with a demo session: turns, a service call, a fork and a promote

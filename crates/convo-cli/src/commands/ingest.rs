@@ -1,7 +1,7 @@
 use super::{CmdResult, CommandError, Env, branch_name, find_session, now};
 use clap::Args;
 use convo_store::Draft;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::process::ExitCode;
 
 /// Append messages read as JSON lines from stdin.
@@ -35,6 +35,11 @@ pub struct IngestArgs {
     /// Lines per transaction
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
+    /// Refuse a payload larger than this many bytes (default 64 MiB, or
+    /// CONVO_MAX_PAYLOAD), as `record` does; a line is read only up to what
+    /// such a payload can take once JSON-escaped
+    #[arg(long, value_name = "BYTES")]
+    pub max_payload: Option<u64>,
 }
 
 pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
@@ -57,16 +62,45 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
         pending.clear();
         Ok(())
     };
-    for (i, line) in std::io::stdin().lock().lines().enumerate() {
-        let lineno = i + 1;
-        let line = line.map_err(|e| CommandError::user(format!("stdin line {lineno}: {e}")))?;
+    let max = super::record::max_payload(a.max_payload)?;
+    // The longest line a payload of `max` bytes can need: every byte
+    // escaped as \u00XX, plus the other fields.
+    let max_line = max.saturating_mul(6).saturating_add(1 << 16);
+    let mut input = std::io::stdin().lock();
+    let mut buf = Vec::new();
+    for lineno in 1.. {
+        buf.clear();
+        let n = (&mut input)
+            .take(max_line.saturating_add(1))
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| CommandError::user(format!("stdin line {lineno}: {e}")))?;
+        if n == 0 {
+            break;
+        }
+        if buf.len() as u64 > max_line && buf.last() != Some(&b'\n') {
+            return Err(super::record::too_large(
+                &format!("stdin line {lineno}"),
+                None,
+                max,
+            ));
+        }
+        let line = std::str::from_utf8(&buf)
+            .map_err(|e| CommandError::user(format!("stdin line {lineno}: not UTF-8 ({e})")))?;
         if line.trim().is_empty() {
             continue;
         }
         let bad = |why: String| CommandError::user(format!("stdin line {lineno}: {why}"));
         let l: convo_api::AppendLine =
-            convo_core::json::from_str_unique(&line).map_err(|e| bad(e.to_string()))?;
-        pending.push(l.to_draft(&s.agent, now()).map_err(bad)?);
+            convo_core::json::from_str_unique(line).map_err(|e| bad(e.to_string()))?;
+        let draft = l.to_draft(&s.agent, now()).map_err(bad)?;
+        if draft.payload.len() as u64 > max {
+            return Err(super::record::too_large(
+                &format!("the payload on stdin line {lineno}"),
+                Some(draft.payload.len() as u64),
+                max,
+            ));
+        }
+        pending.push(draft);
         if pending.len() >= batch {
             flush(&mut pending, &mut store).map_err(|e| {
                 CommandError::user(format!("stdin line {lineno}: {}", e.message_text()))

@@ -59,7 +59,7 @@ pub struct RecordArgs {
 pub const DEFAULT_MAX_PAYLOAD: u64 = 64 * 1024 * 1024;
 
 /// The payload limit: `--max-payload`, else `CONVO_MAX_PAYLOAD`, else 64 MiB.
-fn max_payload(flag: Option<u64>) -> CmdResult<u64> {
+pub(crate) fn max_payload(flag: Option<u64>) -> CmdResult<u64> {
     if let Some(m) = flag {
         return Ok(m);
     }
@@ -74,7 +74,7 @@ fn max_payload(flag: Option<u64>) -> CmdResult<u64> {
     }
 }
 
-fn too_large(what: &str, size: Option<u64>, max: u64) -> CommandError {
+pub(crate) fn too_large(what: &str, size: Option<u64>, max: u64) -> CommandError {
     let size = size.map_or_else(
         || "more than".to_owned(),
         |s| format!("{s} bytes, more than"),
