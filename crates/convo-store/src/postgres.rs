@@ -346,12 +346,45 @@ impl Backend for Postgres {
         // ANALYZE may have sampled the bytes into pg_statistic: analyze
         // again (the row is gone) and rewrite that catalog too, which needs
         // the database's owner.
-        for sql in ["VACUUM FULL blobs", "ANALYZE blobs"] {
+        //
+        // VACUUM FULL copies a deleted row that an older snapshot may still
+        // see (another transaction in this database, an autovacuum ANALYZE):
+        // wait, a bounded time, until no other backend of the database holds
+        // one, and say so if one still does.
+        let mut holders = Vec::new();
+        for _ in 0..100 {
+            let rows = self
+                .conn
+                .once(|c| {
+                    Box::pin(c.query(
+                        "SELECT pid::bigint FROM pg_stat_activity \
+                         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                         AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)",
+                        &[],
+                    ))
+                })
+                .map_err(db)?;
+            holders = rows
+                .iter()
+                .filter_map(|r| r.try_get::<_, i64>(0).ok())
+                .collect();
+            if holders.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // The search index's dead rows hold the erased payload's words.
+        for sql in [
+            "VACUUM FULL blobs",
+            "VACUUM FULL search_index",
+            "ANALYZE blobs",
+            "ANALYZE search_index",
+        ] {
             self.conn
                 .once(|c| Box::pin(c.batch_execute(sql)))
                 .map_err(db)?;
         }
-        Ok(self
+        let stats = self
             .conn
             .once(|c| Box::pin(c.batch_execute("VACUUM FULL pg_statistic")))
             .err()
@@ -362,7 +395,18 @@ impl Backend for Postgres {
                      `VACUUM FULL pg_statistic`",
                     describe(&e)
                 )
-            }))
+            });
+        let busy = (!holders.is_empty()).then(|| {
+            format!(
+                "other transactions of this database (pids {holders:?}) were running, so the \
+                 rewritten tables may still hold the bytes for them: run `convo redact` of \
+                 the same digest's --content again once they end, or `VACUUM FULL blobs`"
+            )
+        });
+        Ok(match (stats, busy) {
+            (None, None) => None,
+            (a, b) => Some([a, b].into_iter().flatten().collect::<Vec<_>>().join("; ")),
+        })
     }
     fn wait_for_append(&mut self, timeout: Duration) -> Result<()> {
         if !self.listening {

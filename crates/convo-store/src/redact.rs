@@ -160,6 +160,15 @@ impl Store {
         })
     }
 
+    /// Rewrites the database's files so that bytes freed by redactions are
+    /// gone from disk (what [`Store::redact`] does unless `keep_files`).
+    /// On PostgreSQL a transaction that was running during the rewrite can
+    /// keep an old row version alive; run this again once it has ended.
+    /// Returns a warning when something may remain.
+    pub fn erase_freed(&mut self) -> Result<Option<String>> {
+        self.backend_mut().erase_freed()
+    }
+
     /// Every redaction, oldest first (from the index; verify checks it
     /// against the journal).
     pub fn redactions(&mut self) -> Result<Vec<Redaction>> {

@@ -34,7 +34,7 @@ macro_rules! contract {
             fn every_contract_case_is_listed() {
                 assert_eq!(
                     testing::ALL.len(),
-                    12,
+                    13,
                     "add the new case to tests/contract.rs"
                 );
             }

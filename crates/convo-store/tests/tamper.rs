@@ -1862,6 +1862,16 @@ fn a_redaction_keeps_the_chain_and_no_byte_of_the_secret(be: Be) {
     s.search_update(&mut |_, _| {}).unwrap();
     assert_eq!(search_hits(&mut s, &fx.ses.0.simple().to_string()), 0);
     // A checkpoint taken before still holds: redaction rewrites no history.
+    // On PostgreSQL, a transaction of a concurrent test (the horizon is the
+    // cluster's) can keep the deleted row version through the rewrite;
+    // rewriting again once it has ended erases it, as the docs tell users.
+    for _ in 0..50 {
+        if !fx.db.files_hold(secret.as_bytes()) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        s.erase_freed().unwrap();
+    }
     drop(s);
     assert!(
         !fx.db.files_hold(secret.as_bytes()),
