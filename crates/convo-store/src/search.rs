@@ -33,7 +33,7 @@
 use crate::backend::{StoredNode, Tx};
 use crate::filter::NodeFilter;
 use crate::{Result, StoreError};
-use convo_core::{BranchName, SessionId};
+use convo_core::{BranchName, NodeHash, SessionId};
 use std::collections::{HashMap, HashSet};
 
 /// How much of a payload is indexed (bytes, from its start).
@@ -480,7 +480,7 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
 /// its turn number on the first of them.
 #[derive(Debug, Default)]
 struct Timelines {
-    sessions: HashMap<SessionId, HashMap<u64, Place>>,
+    sessions: HashMap<SessionId, HashMap<NodeHash, Place>>,
 }
 
 /// The timelines holding a node and its turn number on the first.
@@ -499,14 +499,29 @@ impl Timelines {
                     b.name.as_str(),
                 ))
             });
-            let mut at: HashMap<u64, Place> = HashMap::new();
+            // Walk each timeline over the session's links (hash, parent,
+            // kind): no node row is decoded whole.
+            let links = tx.session_links(s)?;
+            let index: HashMap<NodeHash, usize> =
+                links.iter().enumerate().map(|(i, l)| (l.hash, i)).collect();
+            let mut at: HashMap<NodeHash, Place> = HashMap::new();
             for b in branches {
                 let Some(h) = b.head else { continue };
-                let chain = crate::ledger::chain_in(tx, s, h, false)?;
-                let kinds: Vec<_> = chain.iter().map(|c| c.stored.node.kind).collect();
+                let mut chain = Vec::new();
+                let mut cur = Some(h);
+                while let Some(h) = cur {
+                    let Some(&i) = index.get(&h) else { break };
+                    chain.push(i);
+                    cur = links[i].parent;
+                    if chain.len() > links.len() {
+                        break;
+                    }
+                }
+                chain.reverse();
+                let kinds: Vec<_> = chain.iter().map(|&i| links[i].kind).collect();
                 let numbers = crate::turns::numbers(&crate::turns::group(&kinds), kinds.len());
-                for (c, t) in chain.iter().zip(numbers) {
-                    let e = at.entry(c.stored.seq).or_insert((Vec::new(), t));
+                for (&i, t) in chain.iter().zip(numbers) {
+                    let e = at.entry(links[i].hash).or_insert((Vec::new(), t));
                     e.0.push(b.name.clone());
                 }
             }
@@ -515,7 +530,7 @@ impl Timelines {
         Ok(self
             .sessions
             .get(s)
-            .and_then(|m| m.get(&n.seq))
+            .and_then(|m| m.get(&n.hash))
             .cloned()
             .unwrap_or_default())
     }
