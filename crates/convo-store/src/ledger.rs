@@ -1066,6 +1066,34 @@ fn timeline_in(
     }
 }
 
+/// The positions, oldest first, of the nodes from the session's first node
+/// to `head` among `n` rows of a session, each row given as (hash, parent)
+/// by `row`: the one parent walk every timeline read shares.
+pub(crate) fn walk_chain(
+    session: &SessionId,
+    head: NodeHash,
+    n: usize,
+    row: impl Fn(usize) -> (NodeHash, Option<NodeHash>),
+) -> Result<Vec<usize>> {
+    let index: convo_core::DigestMap<NodeHash, usize> = (0..n).map(|i| (row(i).0, i)).collect();
+    let mut chain = Vec::new();
+    let mut cur = Some(head);
+    while let Some(h) = cur {
+        let &i = index.get(&h).ok_or_else(|| {
+            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
+        })?;
+        chain.push(i);
+        cur = row(i).1;
+        if chain.len() > n {
+            return Err(StoreError::Corrupt(format!(
+                "node {head} has a parent cycle"
+            )));
+        }
+    }
+    chain.reverse();
+    Ok(chain)
+}
+
 /// The nodes from the session's first node to `head`, following parents,
 /// oldest first; with payloads when `payloads` (else they are empty).
 pub(crate) fn chain_in(
@@ -1075,29 +1103,12 @@ pub(crate) fn chain_in(
     payloads: bool,
 ) -> Result<Vec<TimelineNode>> {
     let rows = tx.session_nodes(session, payloads)?;
-    let index: convo_core::DigestMap<NodeHash, usize> = rows
-        .iter()
-        .enumerate()
-        .map(|(i, (s, _))| (s.hash, i))
-        .collect();
-    let mut chain = Vec::new();
-    let mut cur = Some(head);
-    while let Some(h) = cur {
-        let &i = index.get(&h).ok_or_else(|| {
-            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
-        })?;
-        chain.push(i);
-        cur = rows[i].0.node.parent;
-        if chain.len() > rows.len() {
-            return Err(StoreError::Corrupt(format!(
-                "node {head} has a parent cycle"
-            )));
-        }
-    }
+    let chain = walk_chain(session, head, rows.len(), |i| {
+        (rows[i].0.hash, rows[i].0.node.parent)
+    })?;
     let mut rows: Vec<Option<(StoredNode, Option<Vec<u8>>)>> = rows.into_iter().map(Some).collect();
     chain
         .into_iter()
-        .rev()
         .filter_map(|i| rows[i].take())
         .map(|(stored, payload)| {
             let payload = match payload {
@@ -1145,23 +1156,9 @@ fn timeline_page_in(
     // is decoded whole), numbering turns on the way; then read the page's
     // rows and payloads only.
     let links = tx.session_links(session)?;
-    let index: convo_core::DigestMap<NodeHash, usize> =
-        links.iter().enumerate().map(|(i, l)| (l.hash, i)).collect();
-    let mut chain = Vec::new();
-    let mut cur = Some(head);
-    while let Some(h) = cur {
-        let &i = index.get(&h).ok_or_else(|| {
-            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
-        })?;
-        chain.push(i);
-        cur = links[i].parent;
-        if chain.len() > links.len() {
-            return Err(StoreError::Corrupt(format!(
-                "node {head} has a parent cycle"
-            )));
-        }
-    }
-    chain.reverse();
+    let chain = walk_chain(session, head, links.len(), |i| {
+        (links[i].hash, links[i].parent)
+    })?;
     let total = chain.len();
     let offset = offset.unwrap_or(total.saturating_sub(limit));
     let end = offset.saturating_add(limit).min(total);

@@ -502,22 +502,12 @@ impl Timelines {
             // Walk each timeline over the session's links (hash, parent,
             // kind): no node row is decoded whole.
             let links = tx.session_links(s)?;
-            let index: HashMap<NodeHash, usize> =
-                links.iter().enumerate().map(|(i, l)| (l.hash, i)).collect();
             let mut at: HashMap<NodeHash, Place> = HashMap::new();
             for b in branches {
                 let Some(h) = b.head else { continue };
-                let mut chain = Vec::new();
-                let mut cur = Some(h);
-                while let Some(h) = cur {
-                    let Some(&i) = index.get(&h) else { break };
-                    chain.push(i);
-                    cur = links[i].parent;
-                    if chain.len() > links.len() {
-                        break;
-                    }
-                }
-                chain.reverse();
+                let chain = crate::ledger::walk_chain(s, h, links.len(), |i| {
+                    (links[i].hash, links[i].parent)
+                })?;
                 let kinds: Vec<_> = chain.iter().map(|&i| links[i].kind).collect();
                 let numbers = crate::turns::numbers(&crate::turns::group(&kinds), kinds.len());
                 for (&i, t) in chain.iter().zip(numbers) {
