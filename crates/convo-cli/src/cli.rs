@@ -270,6 +270,9 @@ pub enum StateCmd {
         /// Timeline
         #[arg(long, default_value = "main")]
         branch: String,
+        /// Print the result as one JSON document
+        #[arg(long)]
+        json: bool,
     },
     /// Print a key's value
     ///
@@ -288,6 +291,9 @@ pub enum StateCmd {
         /// Read the state as of this node instead (HASH, BRANCH, BRANCH~N, BRANCH@TURN)
         #[arg(long)]
         at: Option<String>,
+        /// Print the result as one JSON document
+        #[arg(long)]
+        json: bool,
     },
     /// List every key and value
     ///
@@ -321,5 +327,8 @@ pub enum StateCmd {
         /// Timeline
         #[arg(long, default_value = "main")]
         branch: String,
+        /// Print the result as one JSON document
+        #[arg(long)]
+        json: bool,
     },
 }

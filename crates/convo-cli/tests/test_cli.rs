@@ -475,3 +475,41 @@ fn a_checkpoint_catches_a_rollback_that_verify_alone_cannot() {
         r.stdout()
     );
 }
+
+#[test]
+fn record_say_and_state_print_json_with_json() {
+    let t = TestEnv::new();
+    let s = t.session("researcher");
+    let rec: serde_json::Value = serde_json::from_str(
+        &t.run(&["record", &s, "invoke", "--payload", "hi", "--json"])
+            .ok(),
+    )
+    .unwrap();
+    assert_eq!(rec["kind"], "invoke");
+    assert_eq!(rec["payload"], "hi");
+    assert!(is_hash(rec["hash"].as_str().unwrap()), "{rec}");
+    let said: serde_json::Value = serde_json::from_str(
+        &t.run(&["say", &s, "--user", "q", "--agent", "a", "--json"])
+            .ok(),
+    )
+    .unwrap();
+    let said = said.as_array().unwrap();
+    assert_eq!(said.len(), 2);
+    assert_eq!(
+        (said[0]["kind"].as_str(), said[1]["payload"].as_str()),
+        (Some("invoke"), Some("a"))
+    );
+    assert_eq!(
+        said[0]["parent"], rec["hash"],
+        "appended after the recorded node"
+    );
+    let put: serde_json::Value =
+        serde_json::from_str(&t.run(&["state", "put", &s, "k", "v", "--json"]).ok()).unwrap();
+    let got: serde_json::Value =
+        serde_json::from_str(&t.run(&["state", "get", &s, "k", "--json"]).ok()).unwrap();
+    assert_eq!(got["value"], "v");
+    assert_eq!(got["root"], put["root"]);
+    let del: serde_json::Value =
+        serde_json::from_str(&t.run(&["state", "delete", &s, "nope", "--json"]).ok()).unwrap();
+    assert_eq!(del["existed"], false);
+}

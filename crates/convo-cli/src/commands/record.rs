@@ -34,6 +34,9 @@ pub struct RecordArgs {
     /// Timeline to append to
     #[arg(long, default_value = "main")]
     pub branch: String,
+    /// Print the node as one JSON document (the node object of `show --json`)
+    #[arg(long)]
+    pub json: bool,
     /// The payload as text
     #[arg(long, conflicts_with = "payload_file")]
     pub payload: Option<String>,
@@ -153,7 +156,11 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
         created_at: now(),
     };
     let node = store.append(&s.id, &branch, &draft)?;
-    println!("{}", node.hash);
+    if a.json {
+        crate::output::print_json(&crate::output::node_json(&node, Some(&draft.payload)));
+    } else {
+        println!("{}", node.hash);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

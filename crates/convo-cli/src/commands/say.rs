@@ -24,6 +24,9 @@ pub struct SayArgs {
     /// Timeline to append to
     #[arg(long, default_value = "main")]
     pub branch: String,
+    /// Print both nodes as one JSON array (node objects as `show --json`)
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(env: &Env, a: SayArgs) -> CmdResult {
@@ -48,8 +51,23 @@ pub fn run(env: &Env, a: SayArgs) -> CmdResult {
         mk(Kind::Invoke, &a.user, t),
         mk(Kind::Complete, &a.agent, t),
     ];
-    for h in store.append_many(&s.id, &branch, &drafts)? {
-        println!("{h}");
+    let nodes = store.transaction(|l| {
+        drafts
+            .iter()
+            .map(|d| l.append(&s.id, &branch, d))
+            .collect::<convo_store::Result<Vec<_>>>()
+    })?;
+    if a.json {
+        let v: Vec<_> = nodes
+            .iter()
+            .zip(&drafts)
+            .map(|(n, d)| crate::output::node_json(n, Some(&d.payload)))
+            .collect();
+        crate::output::print_json(&serde_json::Value::Array(v));
+    } else {
+        for n in &nodes {
+            println!("{}", n.hash);
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

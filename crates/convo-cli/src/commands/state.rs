@@ -12,28 +12,39 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             key,
             value,
             branch,
+            json,
         } => {
             let s = find_session(&mut store, &session)?;
             let root = store.state_put(&s.id, &branch_name(&branch)?, &key, value.as_bytes())?;
-            println!("{root}");
+            if json {
+                print_json(&json!({ "key": key, "root": root.to_hex() }));
+            } else {
+                println!("{root}");
+            }
         }
         StateCmd::Delete {
             session,
             key,
             branch,
+            json,
         } => {
             let s = find_session(&mut store, &session)?;
             let (root, existed) = store.state_delete(&s.id, &branch_name(&branch)?, &key)?;
-            if !existed {
-                eprintln!("note: `{key}` was not set");
+            if json {
+                print_json(&json!({ "key": key, "root": root.to_hex(), "existed": existed }));
+            } else {
+                if !existed {
+                    eprintln!("note: `{key}` was not set");
+                }
+                println!("{root}");
             }
-            println!("{root}");
         }
         StateCmd::Get {
             session,
             key,
             branch,
             at,
+            json,
         } => {
             let s = find_session(&mut store, &session)?;
             let at = at
@@ -42,6 +53,15 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
                 .transpose()?;
             let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
             match store.state_get(&root, &key)? {
+                Some(v) if json => {
+                    let (value, enc) = convo_api::encode_payload(&v);
+                    print_json(&json!({
+                        "key": key,
+                        "root": root.to_hex(),
+                        "value": value,
+                        "value_encoding": enc,
+                    }));
+                }
                 Some(v) => println!("{}", String::from_utf8_lossy(&v)),
                 None => {
                     return Err(CommandError::user(format!(
