@@ -72,26 +72,22 @@ pub fn run(env: &Env, a: LogArgs) -> CmdResult {
     // The table shows previews: read only the start of each payload.
     let (tl, lens) =
         super::session::read_timeline(&mut store, &s.id, &branch, at.as_ref(), a.json)?;
-    let len_of: std::collections::HashMap<_, _> = tl
-        .iter()
-        .zip(&lens)
-        .map(|(n, l)| (n.stored.hash, *l))
-        .collect();
     let kinds: Vec<_> = tl.iter().map(|n| n.stored.node.kind).collect();
     let numbers = turns::numbers(&turns::group(&kinds), kinds.len());
-    let shown: Vec<_> = tl
-        .iter()
-        .zip(numbers)
+    // (position in `tl`, turn number) of the nodes shown, newest first.
+    let shown: Vec<_> = numbers
+        .into_iter()
+        .enumerate()
         .rev()
-        .filter(|(n, _)| filter.matches(&n.stored))
+        .filter(|&(i, _)| filter.matches(&tl[i].stored))
         .take(a.limit.unwrap_or(usize::MAX))
         .collect();
     if a.json {
         let v = json!(
             shown
                 .iter()
-                .map(|(n, t)| {
-                    let mut v = node_json(&n.stored, Some(&n.payload));
+                .map(|&(i, t)| {
+                    let mut v = node_json(&tl[i].stored, Some(&tl[i].payload));
                     v["turn"] = json!(t);
                     v
                 })
@@ -102,10 +98,11 @@ pub fn run(env: &Env, a: LogArgs) -> CmdResult {
         return Ok(ExitCode::SUCCESS);
     }
     let mut rows = vec![node_header()];
-    rows.extend(shown.iter().map(|(n, t)| {
-        let len = len_of.get(&n.stored.hash).copied().unwrap_or_default();
-        node_cells_of(&n.stored, &n.payload, len, *t)
-    }));
+    rows.extend(
+        shown
+            .iter()
+            .map(|&(i, t)| node_cells_of(&tl[i].stored, &tl[i].payload, lens[i], t)),
+    );
     let mut out = Out::paged();
     for line in columns(&rows) {
         writeln!(out, "{}", line.trim_end())?;

@@ -197,15 +197,12 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
     let kinds: Vec<_> = tl.iter().map(|n| n.stored.node.kind).collect();
     let groups = turns::group(&kinds);
     let numbers = turns::numbers(&groups, kinds.len());
-    let len_of: std::collections::HashMap<_, _> = tl
+    // (position in `tl`, turn number) of the nodes shown.
+    let shown: Vec<_> = numbers
         .iter()
-        .zip(&lens)
-        .map(|(n, l)| (n.stored.hash, *l))
-        .collect();
-    let shown: Vec<_> = tl
-        .iter()
-        .zip(numbers.iter().copied())
-        .filter(|(n, _)| filter.matches(&n.stored))
+        .copied()
+        .enumerate()
+        .filter(|&(i, _)| filter.matches(&tl[i].stored))
         .take(a.limit.unwrap_or(usize::MAX))
         .collect();
     if a.json {
@@ -215,8 +212,8 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
         v["nodes"] = json!(
             shown
                 .iter()
-                .map(|(n, t)| {
-                    let mut v = node_json(&n.stored, Some(&n.payload));
+                .map(|&(i, t)| {
+                    let mut v = node_json(&tl[i].stored, Some(&tl[i].payload));
                     v["turn"] = json!(t);
                     v
                 })
@@ -264,10 +261,11 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
     } else {
         writeln!(out)?;
         let mut rows = vec![node_header()];
-        rows.extend(shown.iter().map(|(n, t)| {
-            let len = len_of.get(&n.stored.hash).copied().unwrap_or_default();
-            node_cells_of(&n.stored, &n.payload, len, *t)
-        }));
+        rows.extend(
+            shown
+                .iter()
+                .map(|&(i, t)| node_cells_of(&tl[i].stored, &tl[i].payload, lens[i], t)),
+        );
         for line in columns(&rows) {
             writeln!(out, "{}", line.trim_end())?;
         }
