@@ -239,6 +239,48 @@ impl NodeView {
 /// names every timeline whose history holds the node, `main` first; `turn`
 /// is the node's turn number on the first of them (`null` outside a turn
 /// or a timeline), so `BRANCH@TURN` is a reference `convo turn` takes.
+/// One key of a state version (`state list --json`, the HTTP API's state).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StateEntry {
+    /// The key.
+    pub key: String,
+    /// The value (see `value_encoding`).
+    pub value: String,
+    /// `utf8` or `base64`: values are bytes, carried losslessly.
+    pub value_encoding: PayloadEncoding,
+}
+
+/// A state version: `convo state list --json` and
+/// `GET /api/v1/sessions/{s}/branches/{b}/state`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct StateView {
+    /// The state root (64 hex), `null` for the empty state.
+    pub root: Option<String>,
+    /// Every entry, sorted by key.
+    pub entries: Vec<StateEntry>,
+}
+
+impl StateView {
+    /// The view of the state `root` holding `entries` (key, value bytes).
+    pub fn new(root: &StateRoot, entries: Vec<(String, Vec<u8>)>) -> StateView {
+        let empty = convo_core::state::empty_root();
+        StateView {
+            root: (*root != empty).then(|| root.to_hex()),
+            entries: entries
+                .into_iter()
+                .map(|(key, v)| {
+                    let (value, value_encoding) = encode_payload(&v);
+                    StateEntry {
+                        key,
+                        value,
+                        value_encoding,
+                    }
+                })
+                .collect(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SearchHit {
     /// The node, without its payload.

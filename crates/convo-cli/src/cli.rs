@@ -69,8 +69,9 @@ pub enum Command {
     ///   convo init
     ///   convo --home /tmp/scratch init
     ///   convo --store postgres://me@localhost/convo init
+    ///   convo init --json
     #[command(verbatim_doc_comment)]
-    Init,
+    Init(JsonFlag),
     /// Create, list, inspect, fork and promote sessions
     ///
     /// Examples:
@@ -259,14 +260,20 @@ pub enum StateCmd {
     /// Examples:
     ///   convo state put Paris topic Paris
     ///   convo state put Paris step 3 --branch retry
+    ///   convo state put Paris notes --value-file notes.md
+    ///   head -c 16 /dev/urandom | convo state put Paris nonce --value-file -
     #[command(verbatim_doc_comment)]
     Put {
         /// Session id, unique id prefix or title
         session: String,
         /// The key
         key: String,
-        /// The value
-        value: String,
+        /// The value (or give --value-file)
+        #[arg(required_unless_present = "value_file", conflicts_with = "value_file")]
+        value: Option<String>,
+        /// Read the value's bytes from this file (`-`: stdin); any bytes
+        #[arg(long, value_name = "FILE")]
+        value_file: Option<std::path::PathBuf>,
         /// Timeline
         #[arg(long, default_value = "main")]
         branch: String,

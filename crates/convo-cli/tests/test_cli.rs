@@ -139,7 +139,9 @@ fn fork_promote_and_state_through_the_cli() {
     assert!(refused.stderr().contains("sealed"), "{}", refused.stderr());
     assert!(refused.stderr().contains("hint:"), "{}", refused.stderr());
     let list = t.run(&["state", "list", &s, "--json"]).json();
-    assert_eq!(list["entries"]["list"], "milk");
+    assert_eq!(list["entries"][0]["key"], "list");
+    assert_eq!(list["entries"][0]["value"], "milk");
+    assert_eq!(list["entries"][0]["value_encoding"], "utf8");
     t.run(&["state", "delete", &s, "list"]).ok();
     assert_eq!(t.run(&["state", "get", &s, "list"]).code(), 2);
     assert!(t.run(&["verify"]).ok().starts_with("ok:"));
@@ -512,4 +514,117 @@ fn record_say_and_state_print_json_with_json() {
     let del: serde_json::Value =
         serde_json::from_str(&t.run(&["state", "delete", &s, "nope", "--json"]).ok()).unwrap();
     assert_eq!(del["existed"], false);
+}
+
+/// `init`, `ingest`, `state put/get/list` and `git verify` take `--json`,
+/// and state values that are not UTF-8 come back losslessly (base64,
+/// marked) on both backends.
+fn write_commands_print_json(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let init = t.run(&["init", "--json"]).json();
+    assert_eq!(
+        init["backend"],
+        if backend == "postgres" {
+            "postgres"
+        } else {
+            "sqlite"
+        }
+    );
+    if backend == "sqlite" {
+        assert_eq!(init["created"], true, "{init}");
+        assert_eq!(t.run(&["init", "--json"]).json()["created"], false);
+    }
+    let s = t.session("a");
+    let lines = t
+        .run_stdin(
+            &["ingest", &s, "--json", "--batch", "2"],
+            b"{\"kind\":\"invoke\",\"payload\":\"q\"}\n{\"kind\":\"complete\",\"payload\":\"a\"}\n{\"kind\":\"invoke\",\"payload\":\"q2\"}\n",
+        )
+        .ok();
+    let printed: Vec<serde_json::Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let logged = t.run(&["log", &s, "--json"]).json();
+    // `log` lists the newest first.
+    let logged: Vec<&serde_json::Value> = logged.as_array().unwrap().iter().rev().collect();
+    assert_eq!(printed.len(), 3);
+    assert_eq!(logged.len(), 3);
+    for (p, l) in printed.iter().zip(logged) {
+        assert!(is_hash(p["hash"].as_str().unwrap()));
+        for field in ["hash", "seq", "kind", "payload", "parent", "session"] {
+            assert_eq!(p[field], l[field], "{field} differs from log --json");
+        }
+    }
+
+    let bytes = [0x61u8, 0xff, 0x00, 0x1b];
+    t.run_stdin(&["state", "put", &s, "nonce", "--value-file", "-"], &bytes)
+        .ok();
+    let list = t.run(&["state", "list", &s, "--json"]).json();
+    assert_eq!(list["entries"][0]["key"], "nonce");
+    assert_eq!(list["entries"][0]["value_encoding"], "base64");
+    assert_eq!(list["entries"][0]["value"], "Yf8AGw==");
+    let got = t.run(&["state", "get", &s, "nonce", "--json"]).json();
+    assert_eq!(got["value"], "Yf8AGw==");
+    let human = t.run(&["state", "get", &s, "nonce"]).ok();
+    assert!(human.contains("4 bytes, not UTF-8"), "{human}");
+    t.run(&["state", "put", &s, "esc", "\u{1b}[31mred"]).ok();
+    let human = t.run(&["state", "list", &s]).ok();
+    assert!(
+        !human.contains('\u{1b}'),
+        "an escape reached the terminal: {human:?}"
+    );
+
+    t.run(&["git", "sync"]).ok();
+    let v = t.run(&["git", "verify", "--json"]);
+    assert_eq!(v.code(), 0, "{}", v.stderr());
+    let v = v.json();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["layout"], "dag");
+    assert_eq!(v["problems"], serde_json::json!([]));
+    // A projected node missing from the repository is a problem, exit 1.
+    let repo = t.home().join("conversations");
+    let refs = std::process::Command::new("git")
+        .args([
+            "--git-dir",
+            repo.to_str().unwrap(),
+            "for-each-ref",
+            "--format=%(refname)",
+        ])
+        .output()
+        .unwrap();
+    let first = String::from_utf8(refs.stdout).unwrap();
+    let first = first
+        .lines()
+        .next()
+        .expect("the projection has refs")
+        .to_owned();
+    let st = std::process::Command::new("git")
+        .args([
+            "--git-dir",
+            repo.to_str().unwrap(),
+            "update-ref",
+            "-d",
+            &first,
+        ])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let v = t.run(&["git", "verify", "--json"]);
+    assert_eq!(v.code(), 1, "{}", v.stderr());
+    let v: serde_json::Value = serde_json::from_str(&v.stdout()).expect("one JSON document");
+    assert_eq!(v["ok"], false);
+    assert!(!v["problems"].as_array().unwrap().is_empty(), "{v}");
+}
+
+#[test]
+fn write_commands_print_json_sqlite() {
+    write_commands_print_json("sqlite");
+}
+
+#[test]
+fn write_commands_print_json_postgres() {
+    write_commands_print_json("postgres");
 }

@@ -218,6 +218,18 @@ fn a_store_in_a_read_only_file_and_directory_can_be_read() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+    // `say` leaves SQLite's write-ahead log for a later checkpoint (no
+    // fsync at exit): its node is read from the log all the same.
+    assert!(
+        home.join("convo.db-wal").metadata().unwrap().len() > 0,
+        "the log was folded in at exit"
+    );
+    let o = run_unprivileged(&t, &["log", &s]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("hello"),
+        "the node in the log is read: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
     let o = run_unprivileged(&t, &["say", &s, "--user", "x", "--agent", "y"]);
     assert_eq!(
         o.status.code(),
@@ -226,6 +238,26 @@ fn a_store_in_a_read_only_file_and_directory_can_be_read() {
     );
     assert_eq!(files(home), before, "the read-only store changed");
     std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// Without its `-shm` file, a log in a read-only directory cannot be read
+/// (SQLite would have to create the file); the read refuses, naming the
+/// log, instead of opening the database file alone and missing commits.
+#[test]
+fn a_read_only_store_whose_log_cannot_be_read_is_refused_not_shown_stale() {
+    let t = TestEnv::new();
+    let s = t.session("reader");
+    t.run(&["say", &s, "--user", "hi", "--agent", "hello"]).ok();
+    let home = t.home();
+    std::fs::remove_file(home.join("convo.db-shm")).unwrap();
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let o = run_unprivileged(&t, &["log", &s]);
+    std::fs::set_permissions(home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    assert!(err.contains("write-ahead log"), "{err}");
+    // Where it can be written, the same store reads back whole.
+    assert!(t.run(&["log", &s]).ok().contains("hello"));
 }
 
 #[test]

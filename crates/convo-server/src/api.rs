@@ -11,7 +11,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use convo_api::{AppendLine, Branch, ErrorDoc, NodeView, PayloadEncoding, Session, encode_payload};
+use convo_api::{AppendLine, Branch, ErrorDoc, NodeView, Session};
 use convo_core::{BranchName, HashPrefix, Kind, Millis};
 use convo_store::{SessionRow, StoreError};
 use serde::{Deserialize, Serialize};
@@ -574,25 +574,7 @@ pub struct AtQuery {
     pub at: Option<String>,
 }
 
-/// One state entry.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct StateEntry {
-    /// The key.
-    pub key: String,
-    /// The value (see `value_encoding`).
-    pub value: String,
-    /// `utf8` or `base64`.
-    pub value_encoding: PayloadEncoding,
-}
-
-/// A state version.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct StateView {
-    /// The state root (64 hex), `null` for the empty state.
-    pub root: Option<String>,
-    /// Every entry, sorted by key.
-    pub entries: Vec<StateEntry>,
-}
+pub use convo_api::{StateEntry, StateView};
 
 /// Every key and value of a timeline's state, now or as of a node.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/branches/{branch}/state",
@@ -628,23 +610,7 @@ pub(crate) fn state_at_root(
     s: &mut convo_store::Store,
     root: convo_core::StateRoot,
 ) -> convo_store::Result<StateView> {
-    let entries = s
-        .state_list(&root)?
-        .into_iter()
-        .map(|(key, v)| {
-            let (value, value_encoding) = encode_payload(&v);
-            StateEntry {
-                key,
-                value,
-                value_encoding,
-            }
-        })
-        .collect();
-    let empty = convo_core::state::empty_root();
-    Ok(StateView {
-        root: (root != empty).then(|| root.to_hex()),
-        entries,
-    })
+    Ok(StateView::new(&root, s.state_list(&root)?))
 }
 
 /// One state value, as raw bytes (404 when the key is absent).

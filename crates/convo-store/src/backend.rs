@@ -296,6 +296,13 @@ pub trait Backend: Send {
     fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
     /// `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
+    /// Leaves the write-ahead log as it is when the store is closed instead
+    /// of checkpointing it into the database file (SQLite: a short-lived
+    /// writer then costs no fsync at exit; the log is folded in by a later
+    /// writer's automatic checkpoint). Nothing to do elsewhere.
+    fn keep_log_on_close(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Told what the engine's own check found by a full verify: `Some(why)`
     /// when the database is damaged, `None` when it is sound. A backend may
     /// then refuse writes until it is sound again (SQLite does).

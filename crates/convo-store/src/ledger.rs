@@ -159,6 +159,16 @@ impl Store {
         &mut *self.backend
     }
 
+    /// Leaves SQLite's write-ahead log in place when this handle closes
+    /// (no checkpoint, no fsync at exit): for short-lived writers such as
+    /// one `convo say`. The log stays next to the database file (`-wal`,
+    /// `-shm`) until a later writer's automatic checkpoint folds it in, so
+    /// a copy of the store must take all three files (or use `convo
+    /// migrate`). A no-op on PostgreSQL.
+    pub fn keep_log_on_close(&mut self) -> Result<()> {
+        self.backend.keep_log_on_close()
+    }
+
     /// The backend's name.
     pub fn kind(&self) -> &'static str {
         self.backend.kind()
@@ -303,6 +313,17 @@ impl Store {
         drafts: &[Draft],
     ) -> Result<Vec<NodeHash>> {
         self.transaction(|l| l.append_many(session, branch, drafts))
+    }
+
+    /// Like [`Store::append_many`], returning the stored nodes (their follow
+    /// numbers and contexts), for callers that print them.
+    pub fn append_many_nodes(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        drafts: &[Draft],
+    ) -> Result<Vec<StoredNode>> {
+        self.transaction(|l| l.append_many_nodes(session, branch, drafts))
     }
 
     /// See [`Ledger::fork`].
@@ -731,10 +752,33 @@ impl Ledger<'_> {
         branch: &BranchName,
         drafts: &[Draft],
     ) -> Result<Vec<NodeHash>> {
+        let mut out = Vec::with_capacity(drafts.len());
+        self.append_each(session, branch, drafts, &mut |s| out.push(s.hash))?;
+        Ok(out)
+    }
+
+    /// [`Ledger::append_many`], returning the stored nodes.
+    pub fn append_many_nodes(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        drafts: &[Draft],
+    ) -> Result<Vec<StoredNode>> {
+        let mut out = Vec::with_capacity(drafts.len());
+        self.append_each(session, branch, drafts, &mut |s| out.push(s))?;
+        Ok(out)
+    }
+
+    fn append_each(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        drafts: &[Draft],
+        each: &mut dyn FnMut(StoredNode),
+    ) -> Result<()> {
         let tx = &mut *self.tx;
         let (mut b, mut ctx) = open_branch_head(tx, session, branch)?;
         let old_head = b.head;
-        let mut out = Vec::with_capacity(drafts.len());
         for d in drafts {
             let stored = place_and_insert(tx, &b, ctx, d)?;
             if d.kind == Kind::Complete && d.state.is_some() {
@@ -742,14 +786,14 @@ impl Ledger<'_> {
             }
             ctx = stored.ctx;
             b.head = Some(stored.hash);
-            out.push(stored.hash);
+            each(stored);
         }
-        if let Some(last) = out.last()
-            && !tx.cas_head(session, branch, old_head.as_ref(), last)?
+        if let Some(last) = b.head.filter(|h| Some(*h) != old_head)
+            && !tx.cas_head(session, branch, old_head.as_ref(), &last)?
         {
             return Err(StoreError::Conflict(1));
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Creates branch `name` whose first node is a fork node after the node

@@ -154,6 +154,23 @@ fn open_read_only(path: &Path) -> Result<Connection> {
             ) =>
         {
             drop(conn);
+            // Immutable skips the write-ahead log: refuse rather than show
+            // a store without its latest commits.
+            let mut wal = path.as_os_str().to_owned();
+            wal.push("-wal");
+            if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+                return Err(StoreError::Url(
+                    path.display().to_string(),
+                    format!(
+                        "its write-ahead log {} holds commits not yet in the database file, \
+                         and SQLite cannot read it from here (it needs to create {}-shm); \
+                         open the store once where it can be written, or copy all its files \
+                         somewhere writable",
+                        std::path::Path::new(&wal).display(),
+                        path.display()
+                    ),
+                ));
+            }
             let uri = format!("file:{}?immutable=1", percent_encode_path(path));
             Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI).map_err(url_err)
         }
@@ -453,6 +470,15 @@ impl Backend for Sqlite {
     }
     fn kind(&self) -> &'static str {
         "sqlite"
+    }
+    fn keep_log_on_close(&mut self) -> Result<()> {
+        self.conn
+            .set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )
+            .map_err(db)?;
+        Ok(())
     }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         if self.path.is_none() {

@@ -28,8 +28,19 @@ pub enum GitCmd {
     /// Examples:
     ///   convo git verify
     ///   convo git verify --repo ~/sessions.git
+    ///   convo git verify --json | jq '.problems[]'
     #[command(verbatim_doc_comment)]
-    Verify(RepoArg),
+    Verify(VerifyArgs),
+}
+
+/// What `convo git verify` takes (its help is on `GitCmd::Verify`).
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// Print one JSON document: {repo, layout, cursor, ok, rewritten, problems}
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -253,7 +264,7 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        GitCmd::Verify(r) => {
+        GitCmd::Verify(VerifyArgs { repo: r, json }) => {
             let path = repo_path(env, &r);
             if !path.join("convo").join("layout").exists() {
                 return Err(CommandError::user(format!(
@@ -265,6 +276,17 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
             let mut p = Projector::open_readonly(&path).map_err(git_err)?;
             let problems = p.verify(&mut store).map_err(git_err)?;
             let rewritten = problems.iter().any(|p| p.contains("history was rewritten"));
+            if json {
+                crate::output::print_json(&serde_json::json!({
+                    "repo": path.display().to_string(),
+                    "layout": p.layout().as_str(),
+                    "cursor": p.cursor(),
+                    "ok": problems.is_empty(),
+                    "rewritten": rewritten,
+                    "problems": problems,
+                }));
+                return Ok(ExitCode::from(u8::from(!problems.is_empty())));
+            }
             if problems.is_empty() {
                 println!(
                     "ok: {} matches the store (layout {}, cursor {})",

@@ -8,7 +8,9 @@ use std::process::ExitCode;
 ///
 /// Every --batch lines are one transaction (default 1); each node's hash
 /// is printed once its transaction has committed, so a printed hash is
-/// always in the store.
+/// always in the store. With --json, each node is printed instead as one
+/// line of JSON: the node object of `show --json` (JSON Lines, as
+/// `watch --json`).
 ///
 /// Each line is one JSON object; only `kind` and `payload` are required:
 ///   {"kind": "invoke", "payload": "Tell me about Paris"}
@@ -24,6 +26,7 @@ use std::process::ExitCode;
 /// Examples:
 ///   convo ingest Paris < turns.jsonl
 ///   jq -c '.[]' export.json | convo ingest Paris --branch import --batch 10000
+///   convo ingest Paris --json < turns.jsonl | jq -r '.seq'
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct IngestArgs {
@@ -40,6 +43,9 @@ pub struct IngestArgs {
     /// such a payload can take once JSON-escaped
     #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
+    /// Print each committed node as one line of JSON (its node object)
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
@@ -53,10 +59,17 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
         if pending.is_empty() {
             return Ok(());
         }
-        let hashes = store.append_many(&s.id, &branch, pending)?;
         let mut out = stdout.lock();
-        for h in hashes {
-            writeln!(out, "{h}")?;
+        if a.json {
+            let nodes = store.append_many_nodes(&s.id, &branch, pending)?;
+            for (n, d) in nodes.iter().zip(pending.iter()) {
+                let v = crate::output::node_json(n, Some(&d.payload));
+                writeln!(out, "{}", serde_json::to_string(&v).unwrap_or_default())?;
+            }
+        } else {
+            for h in store.append_many(&s.id, &branch, pending)? {
+                writeln!(out, "{h}")?;
+            }
         }
         out.flush()?;
         pending.clear();

@@ -129,6 +129,9 @@ pub struct Env {
     pub store_url: String,
     /// Reads open the store read-only and never create it; writes create it.
     pub access: Access,
+    /// A short write (one node, one state change): SQLite's log is left
+    /// for a later checkpoint instead of being folded in at exit.
+    pub short_write: bool,
 }
 
 impl Env {
@@ -170,12 +173,18 @@ impl Env {
             home,
             store_url,
             access: access(&cli.command),
+            short_write: short_write(&cli.command),
         })
     }
 
-    /// Opens the store as the command needs it: see [`access`].
+    /// Opens the store as the command needs it: see [`access`] and
+    /// [`short_write`].
     pub fn open(&self) -> CmdResult<Store> {
-        Ok(Store::open_as(&self.store_url, self.access)?)
+        let mut store = Store::open_as(&self.store_url, self.access)?;
+        if self.short_write {
+            store.keep_log_on_close()?;
+        }
+        Ok(store)
     }
 }
 
@@ -184,7 +193,7 @@ impl Env {
 /// is listed, so a new one has to choose.
 pub fn access(cmd: &Command) -> Access {
     match cmd {
-        Command::Init
+        Command::Init(_)
         | Command::Record(_)
         | Command::Say(_)
         | Command::Ingest(_)
@@ -225,6 +234,26 @@ pub fn access(cmd: &Command) -> Access {
     }
 }
 
+/// Whether a command is a short write that should cost no fsync at exit
+/// (issue: a `say` used to pay four, checkpointing and deleting SQLite's
+/// write-ahead log): one node or one state change. Bulk writers, `init`
+/// and the servers still fold the log into the database file when they
+/// close, so a store at rest after them is one file.
+pub fn short_write(cmd: &Command) -> bool {
+    match cmd {
+        Command::Record(_) | Command::Say(_) => true,
+        Command::Session(c) => matches!(
+            c,
+            SessionCmd::New { .. }
+                | SessionCmd::Fork { .. }
+                | SessionCmd::Promote { .. }
+                | SessionCmd::Retitle { .. }
+        ),
+        Command::State(c) => matches!(c, StateCmd::Put { .. } | StateCmd::Delete { .. }),
+        _ => false,
+    }
+}
+
 pub fn now() -> Millis {
     jiff::Timestamp::now().as_millisecond()
 }
@@ -258,16 +287,31 @@ pub fn find_session(store: &mut Store, q: &str) -> CmdResult<SessionRow> {
 pub fn run(cli: Cli) -> CmdResult {
     let env = Env::from_cli(&cli)?;
     match cli.command {
-        Command::Init => {
+        Command::Init(j) => {
             std::fs::create_dir_all(&env.home).map_err(|e| {
                 CommandError::user(format!("cannot create {}: {e}", env.home.display()))
             })?;
-            Store::open_as(&env.store_url, Access::Write)?;
-            println!(
-                "initialized convo home {} with store {}",
-                env.home.display(),
-                env.store_url
-            );
+            let existed = Store::open_as(&env.store_url, Access::Read).is_ok();
+            let store = Store::open_as(&env.store_url, Access::Write)?;
+            let shown = convo_store::postgres::redact(&env.store_url);
+            if j.json {
+                crate::output::print_json(&serde_json::json!({
+                    "home": env.home.display().to_string(),
+                    "store": shown,
+                    "backend": store.kind(),
+                    "created": !existed,
+                }));
+            } else if existed {
+                println!(
+                    "convo home {}: the store {shown} already exists (left as it is)",
+                    env.home.display()
+                );
+            } else {
+                println!(
+                    "initialized convo home {} with store {shown}",
+                    env.home.display()
+                );
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Session(c) => session::run(&env, c),

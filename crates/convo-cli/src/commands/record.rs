@@ -88,7 +88,12 @@ pub(crate) fn too_large(what: &str, size: Option<u64>, max: u64) -> CommandError
 
 /// Reads `r` whole, refusing it as soon as it passes `max` bytes (so a
 /// huge stream is never held in memory).
-fn read_limited(r: impl Read, what: &str, max: u64, size_hint: usize) -> CmdResult<Vec<u8>> {
+pub(crate) fn read_limited(
+    r: impl Read,
+    what: &str,
+    max: u64,
+    size_hint: usize,
+) -> CmdResult<Vec<u8>> {
     let mut buf = Vec::with_capacity(size_hint);
     r.take(max.saturating_add(1)).read_to_end(&mut buf)?;
     if buf.len() as u64 > max {

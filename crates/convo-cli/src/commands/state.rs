@@ -1,6 +1,6 @@
 use super::{CmdResult, CommandError, Env, branch_name, find_session};
 use crate::cli::StateCmd;
-use crate::output::print_json;
+use crate::output::{clean, print_json};
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -11,11 +11,17 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             session,
             key,
             value,
+            value_file,
             branch,
             json,
         } => {
+            let bytes = match (value, value_file) {
+                (Some(v), _) => v.into_bytes(),
+                (None, Some(f)) => read_value(&f)?,
+                (None, None) => return Err(CommandError::user("no value given")),
+            };
             let s = find_session(&mut store, &session)?;
-            let root = store.state_put(&s.id, &branch_name(&branch)?, &key, value.as_bytes())?;
+            let root = store.state_put(&s.id, &branch_name(&branch)?, &key, &bytes)?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex() }));
             } else {
@@ -62,7 +68,7 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
                         "value_encoding": enc,
                     }));
                 }
-                Some(v) => println!("{}", String::from_utf8_lossy(&v)),
+                Some(v) => println!("{}", shown_value(&v, true)),
                 None => {
                     return Err(CommandError::user(format!(
                         "state key `{key}` is not set (state {})",
@@ -86,17 +92,43 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
             let entries = store.state_list(&root)?;
             if json {
-                let map: serde_json::Map<String, serde_json::Value> = entries
-                    .iter()
-                    .map(|(k, v)| (k.clone(), json!(String::from_utf8_lossy(v))))
-                    .collect();
-                print_json(&json!({ "root": root.to_hex(), "entries": map }));
+                let v = convo_api::StateView::new(&root, entries);
+                print_json(&serde_json::to_value(v).unwrap_or_default());
             } else {
                 for (k, v) in entries {
-                    println!("{k}\t{}", String::from_utf8_lossy(&v));
+                    println!("{}\t{}", clean(&k), shown_value(&v, false));
                 }
             }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A state value for a terminal: text with control characters made
+/// visible, or a note for bytes that are not UTF-8 (`--json` carries them).
+fn shown_value(v: &[u8], multiline: bool) -> String {
+    match std::str::from_utf8(v) {
+        Ok(t) if multiline => crate::output::clean_multiline(t),
+        Ok(t) => clean(t),
+        Err(_) => format!(
+            "<{} bytes, not UTF-8; --json carries them in base64>",
+            v.len()
+        ),
+    }
+}
+
+/// A value's bytes from a file or stdin (`-`), bounded like a payload.
+fn read_value(f: &std::path::Path) -> CmdResult<Vec<u8>> {
+    let max = super::record::max_payload(None)?;
+    if f.as_os_str() == "-" {
+        return super::record::read_limited(std::io::stdin().lock(), "the value on stdin", max, 0);
+    }
+    let what = format!("value file {}", f.display());
+    let cannot = |e: std::io::Error| CommandError::user(format!("cannot read {what}: {e}"));
+    let file = std::fs::File::open(f).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    if len > max {
+        return Err(super::record::too_large(&what, Some(len), max));
+    }
+    super::record::read_limited(file, &what, max, usize::try_from(len).unwrap_or(0))
 }
