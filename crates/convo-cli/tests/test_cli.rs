@@ -354,8 +354,8 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
     assert_eq!(compared, 5, "three timelines and two states");
     assert_eq!(
         version(&t.db()),
-        5,
-        "migrated to the newest schema (4: search, 5: redactions)"
+        6,
+        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys)"
     );
     let runs: i64 = rusqlite::Connection::open(t.db())
         .unwrap()

@@ -244,7 +244,10 @@ fn only_skeleton(path: &Path) -> bool {
             .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
             .unwrap_or_else(|_| vec!["?".into()])
     };
-    names(path) == ["convo"] && names(&path.join("convo")).iter().all(|n| n == "lock")
+    names(path) == ["convo"]
+        && names(&path.join("convo"))
+            .iter()
+            .all(|n| n == "lock" || n == "layout.tmp")
 }
 
 /// Empties a projection for a rebuild, keeping `config` (the user's remotes),
@@ -381,11 +384,14 @@ impl Projector {
             }
         }
         if !marker.exists() {
+            // Written aside and renamed: a kill never leaves it empty.
+            let tmp = convo_dir.join("layout.tmp");
             std::fs::write(
-                &marker,
+                &tmp,
                 format!("{} {FORMAT}\n", wanted.unwrap_or(Layout::Dag).as_str()),
             )
-            .map_err(|e| io(&marker, e))?;
+            .map_err(|e| io(&tmp, e))?;
+            std::fs::rename(&tmp, &marker).map_err(|e| io(&marker, e))?;
         }
         // Also completes a creation or a rebuild that was killed.
         init_bare(path)?;

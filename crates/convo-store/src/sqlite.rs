@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0003_facts.sql"),
     include_str!("../migrations/sqlite/0004_search.sql"),
     include_str!("../migrations/sqlite/0005_redact.sql"),
+    include_str!("../migrations/sqlite/0006_blob_key.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -315,7 +316,8 @@ impl Sqlite {
     /// connection (refused with the reason when the file cannot be written).
     fn init_read(conn: Connection, path: &Path) -> Result<Self> {
         conn.busy_timeout(BUSY_BUDGET).map_err(db)?;
-        conn.pragma_update(None, "cache_size", -65536).map_err(db)?;
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
+            .map_err(db)?;
         conn.pragma_update(None, "mmap_size", 1i64 << 30)
             .map_err(db)?;
         let version: i64 = conn
@@ -350,7 +352,8 @@ impl Sqlite {
             if full_sync { "FULL" } else { "NORMAL" },
         )
         .map_err(db)?;
-        conn.pragma_update(None, "cache_size", -65536).map_err(db)?;
+        conn.pragma_update(None, "cache_size", -CACHE_KIB)
+            .map_err(db)?;
         conn.pragma_update(None, "mmap_size", 1i64 << 30)
             .map_err(db)?;
         let mut me = Sqlite { conn, path };
@@ -630,13 +633,42 @@ struct Run {
     session: SessionId,
 }
 
-/// The first 8 bytes of a hash: the key of the `nodes_by_hash` and
-/// `blobs_by_hash` indexes (`substr(hash, 1, 8)`).
+/// Payloads at least this long are inserted as a zeroblob and written
+/// through a blob handle, this many bytes at a time (see migration 0006).
+const LARGE_BLOB: usize = 1 << 20;
+/// The page cache while a large payload is written (KiB).
+const LARGE_BLOB_CACHE_KIB: i64 = 4096;
+/// The page cache otherwise (KiB).
+const CACHE_KIB: i64 = 65536;
+
+/// The first 8 bytes of a hash: the key of the `nodes_by_hash` index
+/// (`substr(hash, 1, 8)`) and of `blobs.k` (`blobs_by_key`).
 fn key8(h: &Digest) -> &[u8] {
     &h.0[..8]
 }
 
 impl SqliteTx<'_> {
+    /// Inserts a large payload as a zeroblob and writes it through a blob
+    /// handle, a chunk at a time; returns its row id.
+    fn write_large_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<i64> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), zeroblob(?2))",
+            )
+            .and_then(|mut st| st.execute(params![h.as_bytes().as_slice(), bytes.len() as i64]))
+            .map_err(db)?;
+        let id = self.tx.last_insert_rowid();
+        let mut b = self
+            .tx
+            .blob_open(rusqlite::MAIN_DB, c"blobs", c"data", id, false)
+            .map_err(db)?;
+        for (i, chunk) in bytes.chunks(LARGE_BLOB).enumerate() {
+            b.write_all_at(chunk, i * LARGE_BLOB).map_err(db)?;
+        }
+        b.close().map_err(db)?;
+        Ok(id)
+    }
+
     fn flush_run(&mut self) -> Result<()> {
         if let Some(r) = self.run.take() {
             self.tx
@@ -991,7 +1023,7 @@ impl Tx for SqliteTx<'_> {
                  payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
                  depth, ctx_sub, ctx_open, ctx_seq, ctx_state, payload_id) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
-                 coalesce(?22, (SELECT id FROM blobs WHERE substr(hash, 1, 8) = substr(?9, 1, 8) AND hash = ?9)))",
+                 coalesce(?22, (SELECT id FROM blobs WHERE k = substr(?9, 1, 8) AND hash = ?9)))",
         )?;
         st.execute(params![
             hash.as_bytes().as_slice(),
@@ -1082,7 +1114,7 @@ impl Tx for SqliteTx<'_> {
         let (payload, blobs) = if payloads {
             (
                 "coalesce(b.data, (SELECT data FROM blobs \
-                 WHERE substr(hash, 1, 8) = substr(n.payload, 1, 8) AND hash = n.payload))",
+                 WHERE k = substr(n.payload, 1, 8) AND hash = n.payload))",
                 "LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload",
             )
         } else {
@@ -1168,18 +1200,31 @@ impl Tx for SqliteTx<'_> {
         let found: Option<i64> = hot(
             self.tx,
             &mut self.hot.find_blob,
-            "SELECT id FROM blobs WHERE substr(hash, 1, 8) = ?1 AND hash = ?2",
+            "SELECT id FROM blobs WHERE k = ?1 AND hash = ?2",
         )?
         .query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| r.get(0))
         .optional()
         .map_err(db)?;
         let id = match found {
             Some(id) => id,
+            None if bytes.len() >= LARGE_BLOB => {
+                // Written in place: no bound copy, no record copy; and the
+                // page cache is held small meanwhile, so the payload's pages
+                // spill to the log instead of filling 64 MiB of cache.
+                self.tx
+                    .pragma_update(None, "cache_size", -(LARGE_BLOB_CACHE_KIB))
+                    .map_err(db)?;
+                let id = self.write_large_blob(h, bytes);
+                self.tx
+                    .pragma_update(None, "cache_size", -(CACHE_KIB))
+                    .map_err(db)?;
+                id?
+            }
             None => {
                 hot(
                     self.tx,
                     &mut self.hot.insert_blob,
-                    "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
+                    "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)",
                 )?
                 .execute(params![h.as_bytes().as_slice(), bytes])
                 .map_err(db)?;
@@ -1204,7 +1249,7 @@ impl Tx for SqliteTx<'_> {
                 .tx
                 .prepare_cached(
                     "SELECT id, length(data) FROM blobs \
-                     WHERE substr(hash, 1, 8) = ?1 AND hash = ?2 AND typeof(data) = 'blob'",
+                     WHERE k = ?1 AND hash = ?2 AND typeof(data) = 'blob'",
                 )
                 .and_then(|mut st| {
                     st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| {
@@ -1237,7 +1282,7 @@ impl Tx for SqliteTx<'_> {
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
         self.tx
-            .prepare_cached("SELECT data FROM blobs WHERE substr(hash, 1, 8) = ?1 AND hash = ?2")
+            .prepare_cached("SELECT data FROM blobs WHERE k = ?1 AND hash = ?2")
             .and_then(|mut st| {
                 st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| {
                     bytes(r, 0)
@@ -1268,6 +1313,24 @@ impl Tx for SqliteTx<'_> {
                 .map_err(|e| db(e.into()))?
                 .unwrap_or_default();
             f(h, d)?;
+        }
+        // A row whose lookup key is not its hash's is invisible to every
+        // lookup by hash.
+        let off: Option<Vec<u8>> = self
+            .tx
+            .query_row(
+                "SELECT hash FROM blobs WHERE k IS NOT substr(hash, 1, 8) LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        if let Some(h) = off {
+            return Err(StoreError::Backend(format!(
+                "blob {}: its lookup key (blobs.k) is not the start of its hash, \
+                 so lookups by hash miss it",
+                hex::encode(h)
+            )));
         }
         Ok(())
     }
@@ -1483,7 +1546,7 @@ impl Tx for SqliteTx<'_> {
         let n = self
             .tx
             .execute(
-                "DELETE FROM blobs WHERE substr(hash, 1, 8) = ?1 AND hash = ?2",
+                "DELETE FROM blobs WHERE k = ?1 AND hash = ?2",
                 params![key8(&h.0), h.as_bytes().as_slice()],
             )
             .map_err(db)?;

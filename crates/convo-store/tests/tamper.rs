@@ -303,6 +303,22 @@ mod sqlite_only {
         }
     }
 
+    /// A blob row's lookup key (`blobs.k`, the start of its hash) changed:
+    /// every lookup by hash misses the row, so verify names it.
+    #[test]
+    fn a_blob_row_whose_lookup_key_is_not_its_hash_is_reported() {
+        let fx = Fx::new(Be::Sqlite);
+        let payload = content_hash(b"three/invoke");
+        fx.edit(
+            "UPDATE blobs SET k = X'0000000000000000' WHERE hash = ?1",
+            &[Bytes(payload.as_bytes())],
+        );
+        let r = fx.store().verify().unwrap();
+        let all = format!("{:?}", r.problems);
+        assert!(all.contains("lookup key"), "{all}");
+        assert!(all.contains(&payload.to_hex()), "{all}");
+    }
+
     /// `CAST(data AS TEXT)` stores a BLOB column's bytes as TEXT; a BYTEA
     /// column cannot hold text.
     #[test]
@@ -1636,7 +1652,16 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
     let fx = Fx::new(be);
     fx.db.batch(match be {
         Be::Sqlite => {
-            "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; PRAGMA user_version = 2;"
+            // Version 2's `blobs`, exactly as migration 0002 left it.
+            "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; \
+             CREATE TABLE blobs_v2 (
+    id   INTEGER PRIMARY KEY,
+    hash BLOB NOT NULL,                   -- SHA-256 of data
+    data BLOB NOT NULL
+); \
+             INSERT INTO blobs_v2 SELECT id, hash, data FROM blobs; DROP TABLE blobs; \
+             ALTER TABLE blobs_v2 RENAME TO blobs; \
+             CREATE INDEX blobs_by_hash ON blobs (substr(hash, 1, 8)); PRAGMA user_version = 2;"
         }
         Be::Postgres => {
             "DROP TABLE facts, search_index, search_state, redactions; UPDATE convo_schema SET version = 1;"
@@ -1923,7 +1948,10 @@ fn an_undone_or_unrecorded_redaction_is_caught(be: Be) {
     let fx = Fx::new(be);
     let (secret2, payload2, _) = redacted_fixture(&fx);
     fx.edit(
-        "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
+        match be {
+            Be::Sqlite => "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)",
+            Be::Postgres => "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
+        },
         &[Bytes(payload2.as_bytes()), Bytes(secret2.as_bytes())],
     );
     let r = fx.verify_dirty();
