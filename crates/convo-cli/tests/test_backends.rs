@@ -250,8 +250,14 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
     assert_eq!(pg.run(&["state", "get", &s, "k"]).ok(), "v");
     let back = t.home().join("back.db");
     let back_url = format!("sqlite://{}", back.display());
-    t.run(&["migrate", "--from", &pg_url, "--to", &back_url])
-        .ok();
+    let copied = t
+        .run(&["migrate", "--from", &pg_url, "--to", &back_url, "--json"])
+        .json();
+    assert_eq!(copied["verified"], true);
+    assert_eq!(copied["sessions"], 1);
+    let stored = t.run(&["verify", "--json"]).json();
+    assert_eq!(copied["nodes"], stored["nodes"], "{copied}");
+    assert_eq!(copied["blobs"], stored["blobs"], "{copied}");
     let round = t
         .run(&["--store", &back_url, "session", "get", &s, "--json"])
         .json();

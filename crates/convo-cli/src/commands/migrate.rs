@@ -12,6 +12,7 @@ use std::process::ExitCode;
 /// Examples:
 ///   convo migrate --from sqlite://$HOME/.convo/convo.db --to postgres://me@localhost/convo
 ///   convo migrate --from postgres://me@db/convo --to sqlite:///backup/convo.db
+///   convo migrate --from sqlite:///a.db --to sqlite:///b.db --json
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct MigrateArgs {
@@ -21,6 +22,10 @@ pub struct MigrateArgs {
     /// Target store URL (must be empty)
     #[arg(long, value_name = "URL")]
     pub to: String,
+    /// Print one JSON document: what was copied ({sessions, nodes,
+    /// branches, blobs, state_nodes, verified})
+    #[arg(long)]
+    pub json: bool,
 }
 
 pub fn run(a: MigrateArgs) -> CmdResult {
@@ -53,9 +58,20 @@ pub fn run(a: MigrateArgs) -> CmdResult {
         }
         return Err(CommandError::user("the migrated store does not verify"));
     }
-    println!(
-        "migrated {} sessions, {} nodes, {} branches, {} blobs, {} state nodes; the target verifies",
-        m.sessions, m.nodes, m.branches, m.blobs, m.state_nodes
-    );
+    if a.json {
+        crate::output::print_json(&serde_json::json!({
+            "sessions": m.sessions,
+            "nodes": m.nodes,
+            "branches": m.branches,
+            "blobs": m.blobs,
+            "state_nodes": m.state_nodes,
+            "verified": true,
+        }));
+    } else {
+        println!(
+            "migrated {} sessions, {} nodes, {} branches, {} blobs, {} state nodes; the target verifies",
+            m.sessions, m.nodes, m.branches, m.blobs, m.state_nodes
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
