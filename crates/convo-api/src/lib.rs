@@ -123,9 +123,11 @@ impl From<&BranchRow> for Branch {
 /// One node (message).
 ///
 /// Every field of the hashed node is here, plus where it sits: `seq` (the
-/// store-wide follow cursor), `depth` (0 for a session's first node) and,
-/// when the node is read as part of a timeline, `turn` (1-based count of
-/// the `invoke`s up to and including this node; 0 before the first).
+/// store-wide follow cursor), `depth` (1 for a session's first node: the
+/// number of nodes from the root to this one, itself included) and, when
+/// the node is read as part of a timeline, `turn` (1-based count of the
+/// `invoke`s up to and including this node; `null` before the first and
+/// where the node was not read from a timeline).
 /// `payload`/`payload_encoding` are present when the payload was asked for
 /// (always in timelines and the event stream; `null` in bare listings).
 /// `branch` and `sealed_as` are set on `fork` and `promote` nodes only.
@@ -164,7 +166,8 @@ pub struct NodeView {
     pub state: Option<String>,
     /// When the node was recorded.
     pub created_at: String,
-    /// Distance from the session's first node.
+    /// Nodes from the session's first node to this one, both included (the
+    /// first node has depth 1).
     pub depth: u64,
     /// Turn number on the timeline it was read from, when read from one.
     pub turn: Option<u64>,
@@ -222,23 +225,6 @@ impl NodeView {
     }
 }
 
-/// One hit of a full-text search: `convo search --json` (an element of
-/// [`SearchResults::hits`]) and `GET /api/v1/search`.
-///
-/// ```json
-/// {"node": {…, "payload": null, "turn": 2}, "snippet": "Rome, capital of Italy.",
-///  "marks": [[6, 13]], "score": 1.73, "turn": 2, "branches": ["main", "alt"]}
-/// ```
-///
-/// `node` is a [`NodeView`] without its payload (`payload` is `null`) and
-/// with `turn` set when the node is on a timeline. `snippet` is the part of
-/// the payload around the first match, on one line (line breaks and tabs
-/// as spaces), with `…` where it was cut; `marks` are the byte ranges
-/// `[start, end)` of the snippet's UTF-8 that matched. `score` is higher
-/// for better hits and comparable only within one result list. `branches`
-/// names every timeline whose history holds the node, `main` first; `turn`
-/// is the node's turn number on the first of them (`null` outside a turn
-/// or a timeline), so `BRANCH@TURN` is a reference `convo turn` takes.
 /// One key of a state version (`state list --json`, the HTTP API's state).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct StateEntry {
@@ -281,6 +267,23 @@ impl StateView {
     }
 }
 
+/// One hit of a full-text search: `convo search --json` (an element of
+/// [`SearchResults::hits`]) and `GET /api/v1/search`.
+///
+/// ```json
+/// {"node": {…, "payload": null, "turn": 2}, "snippet": "Rome, capital of Italy.",
+///  "marks": [[6, 13]], "score": 1.73, "turn": 2, "branches": ["main", "alt"]}
+/// ```
+///
+/// `node` is a [`NodeView`] without its payload (`payload` is `null`) and
+/// with `turn` set when the node is on a timeline. `snippet` is the part of
+/// the payload around the first match, on one line (line breaks and tabs
+/// as spaces), with `…` where it was cut; `marks` are the byte ranges
+/// `[start, end)` of the snippet's UTF-8 that matched. `score` is higher
+/// for better hits and comparable only within one result list. `branches`
+/// names every timeline whose history holds the node, `main` first; `turn`
+/// is the node's turn number on the first of them (`null` outside a turn
+/// or a timeline), so `BRANCH@TURN` is a reference `convo turn` takes.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SearchHit {
     /// The node, without its payload.

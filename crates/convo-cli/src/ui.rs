@@ -266,3 +266,60 @@ pub fn visible_width(s: &str) -> usize {
     }
     w
 }
+
+/// A progress bar on standard error for work that may take a while: drawn
+/// only on a terminal, and only once the work has taken a second (quick
+/// commands stay silent). `unit` names what is counted; `total` 0 means
+/// unknown (a counter without a bar).
+pub struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    start: std::time::Instant,
+    shown: bool,
+}
+
+impl Progress {
+    pub fn new(total: u64, unit: &str) -> Progress {
+        let bar = std::io::IsTerminal::is_terminal(&std::io::stderr()).then(|| {
+            let template = if total > 0 {
+                format!("{{msg}} {{bar:40}} {{pos}}/{{len}} {unit}, ETA {{eta}}")
+            } else {
+                format!("{{msg}} {{pos}} {unit}")
+            };
+            let bar = indicatif::ProgressBar::with_draw_target(
+                (total > 0).then_some(total),
+                indicatif::ProgressDrawTarget::hidden(),
+            );
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(&template)
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Progress {
+            bar,
+            start: std::time::Instant::now(),
+            shown: false,
+        }
+    }
+
+    /// Moves the bar to `pos`, with `msg` (the phase) before it.
+    pub fn set(&mut self, msg: &str, pos: u64) {
+        if let Some(bar) = &self.bar {
+            if !self.shown && self.start.elapsed() >= std::time::Duration::from_secs(1) {
+                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+                self.shown = true;
+            }
+            if bar.message() != msg {
+                bar.set_message(msg.to_owned());
+            }
+            bar.set_position(pos);
+        }
+    }
+
+    /// Removes the bar.
+    pub fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}

@@ -240,6 +240,15 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
         .unwrap()
         .to_owned();
     t.run(&["state", "put", &s, "k", "v"]).ok();
+    // A redacted payload travels as its redaction (the bytes stay erased).
+    let first = t.run(&["log", &s, "--json"]).json();
+    let first = first.as_array().unwrap().last().unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.run(&["redact", &first, "--reason", "a test"]).ok();
+    let shown = t.run(&["show", &first, "--json"]).json();
+    assert_eq!(shown["redacted"]["reason"], "a test", "{shown}");
     let before = t.run(&["session", "get", &s, "--json"]).json();
     let src = format!("sqlite://{}", t.db().display());
     let pg_url = pg.store.clone().unwrap();

@@ -143,7 +143,11 @@ fn fork_promote_and_state_through_the_cli() {
     assert_eq!(list["entries"][0]["value"], "milk");
     assert_eq!(list["entries"][0]["value_encoding"], "utf8");
     t.run(&["state", "delete", &s, "list"]).ok();
-    assert_eq!(t.run(&["state", "get", &s, "list"]).code(), 2);
+    assert_eq!(
+        t.run(&["state", "get", &s, "list"]).code(),
+        3,
+        "a key not set is not found"
+    );
     assert!(t.run(&["verify"]).ok().starts_with("ok:"));
 }
 

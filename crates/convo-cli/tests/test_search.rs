@@ -78,7 +78,15 @@ fn search_end_to_end(backend: &str) {
         let mut v = vec!["search"];
         v.extend_from_slice(args);
         v.push("--json");
-        t.run(&v).json()["hits"].as_array().unwrap().len()
+        let r = t.run(&v);
+        let doc: serde_json::Value = serde_json::from_str(&r.stdout()).expect("one document");
+        let n = doc["hits"].as_array().unwrap().len();
+        assert_eq!(
+            r.code(),
+            if n == 0 { 1 } else { 0 },
+            "{args:?}: no hit is exit 1"
+        );
+        n
     };
     assert_eq!(
         only(&["million", "--session", "trip", "--branch", "main"]),

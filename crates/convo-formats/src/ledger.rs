@@ -111,6 +111,17 @@ pub fn import_all(
     agent: Option<&str>,
     now: Millis,
 ) -> Result<Vec<Outcome>, StoreError> {
+    import_all_with_progress(store, convs, agent, now, &mut |_| {})
+}
+
+/// [`import_all`], telling `progress` how many conversations are done.
+pub fn import_all_with_progress(
+    store: &mut Store,
+    convs: &[(&str, &Conversation)],
+    agent: Option<&str>,
+    now: Millis,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Vec<Outcome>, StoreError> {
     store.transaction(|l| {
         let mut out = Vec::with_capacity(convs.len());
         let mut seen = HashSet::new();
@@ -118,9 +129,10 @@ pub fn import_all(
             let id = session_id(format, conv);
             if !seen.insert(id) {
                 out.push(Outcome::Existing { id });
-                continue;
+            } else {
+                out.push(import_one(l, format, conv, agent, now)?);
             }
-            out.push(import_one(l, format, conv, agent, now)?);
+            progress(out.len());
         }
         Ok(out)
     })

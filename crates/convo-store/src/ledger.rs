@@ -655,7 +655,16 @@ impl Store {
     /// Problems with the database itself (SQLite's integrity check) are
     /// passed to the backend too, which refuses writes while there are any.
     pub fn verify(&mut self) -> Result<crate::VerifyReport> {
-        let r = self.read(crate::verify::verify)?;
+        self.verify_with_progress(&mut |_| {})
+    }
+
+    /// [`Store::verify`], telling `progress` how far it got now and then
+    /// (for a progress bar).
+    pub fn verify_with_progress(
+        &mut self,
+        progress: &mut dyn FnMut(crate::VerifyProgress),
+    ) -> Result<crate::VerifyReport> {
+        let r = self.read(|tx| crate::verify::verify(tx, progress))?;
         let damaged = r
             .problems
             .iter()

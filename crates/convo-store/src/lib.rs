@@ -36,4 +36,4 @@ pub use ledger::{
 };
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
-pub use verify::{Problem, VerifyReport};
+pub use verify::{Problem, VerifyProgress, VerifyReport};

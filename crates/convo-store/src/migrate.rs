@@ -77,6 +77,14 @@ pub fn migrate(
                     .ok_or_else(|| StoreError::Corrupt("a fact hash is not 32 bytes".into()))?;
                 ttx.insert_fact(f.seq, &h, &f.body)?;
             }
+            // Redacted payloads: their index rows point at facts just copied.
+            for row in stx.redaction_rows()? {
+                let (digest, fact) = row.map_err(StoreError::Corrupt)?;
+                let h = convo_core::ContentHash::from_slice(&digest).ok_or_else(|| {
+                    StoreError::Corrupt("a redacted digest is not 32 bytes".into())
+                })?;
+                ttx.insert_redaction(&h, fact)?;
+            }
             Ok(())
         })?;
         progress(m.nodes);

@@ -654,6 +654,17 @@ fn opt_hex<T: std::fmt::Display>(v: &Option<T>) -> String {
         .map_or_else(|| "none".to_owned(), |h| h.to_string())
 }
 
+/// How far a verify got, for a progress bar: the phases in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyProgress {
+    /// The database engine's own check (SQLite's integrity check).
+    Database,
+    /// This many blobs hashed.
+    Blobs(u64),
+    /// This many nodes checked (of the store's follow cursor).
+    Nodes(u64),
+}
+
 /// Checks, in one snapshot: the database engine's own integrity check; every
 /// blob hashes to its address; the fact journal is one unbroken hash chain;
 /// every node hashes to its stored hash, has a well-formed kind, an earlier
@@ -664,8 +675,12 @@ fn opt_hex<T: std::fmt::Display>(v: &Option<T>) -> String {
 /// working state) is the one the fork and promote nodes, the appends and the
 /// journal derive; every state root (on nodes and branches) is a complete,
 /// canonical trie whose values exist. Bad data is reported, never stops it.
-pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
+pub(crate) fn verify(
+    tx: &mut dyn Tx,
+    progress: &mut dyn FnMut(VerifyProgress),
+) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
+    progress(VerifyProgress::Database);
 
     if let Some(found) = or_problem(&mut r, "the database", tx.engine_check())? {
         for why in found {
@@ -690,6 +705,9 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
         }
         counts.0 += 1;
         counts.1 += bytes.len() as u64;
+        if counts.0.is_multiple_of(4096) {
+            progress(VerifyProgress::Blobs(counts.0));
+        }
         Ok(())
     });
     or_problem(&mut r, "the blob table", scanned)?;
@@ -784,6 +802,7 @@ pub(crate) fn verify(tx: &mut dyn Tx) -> Result<VerifyReport> {
             count += 1;
             batch.push(row);
             if batch.len() == BATCH {
+                progress(VerifyProgress::Nodes(count));
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 send.send(full)
                     .map_err(|_| StoreError::Backend("the verify worker stopped".into()))?;

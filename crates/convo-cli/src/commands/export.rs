@@ -59,7 +59,10 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
             "html" => "html",
             _ => "",
         };
-        for b in store.branches(&s.id)? {
+        let branches = store.branches(&s.id)?;
+        let mut bar = crate::ui::Progress::new(branches.len() as u64, "timelines");
+        for (i, b) in branches.into_iter().enumerate() {
+            bar.set("exporting", i as u64);
             let conv = convo_formats::ledger::export(&mut store, &s, &b.name)?;
             let name = convo_core::text::component(b.name.as_str());
             if a.format == "clog" {
@@ -73,6 +76,7 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
                 eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
             }
         }
+        bar.finish();
         return Ok(ExitCode::SUCCESS);
     }
     let conv = convo_formats::ledger::export(&mut store, &s, &branch)?;

@@ -1,6 +1,6 @@
 use super::{CmdResult, CommandError, Env, now};
 use clap::Args;
-use convo_formats::ledger::{Outcome, import_all};
+use convo_formats::ledger::Outcome;
 use convo_formats::{Conversation, IMPORT_FORMATS};
 use serde_json::json;
 use std::io::Write;
@@ -85,7 +85,15 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
     }
     let mut store = env.open()?;
     let refs: Vec<(&str, &Conversation)> = read.iter().map(|(f, c)| (*f, c)).collect();
-    let outcomes = import_all(&mut store, &refs, a.agent.as_deref(), now())?;
+    let mut bar = crate::ui::Progress::new(refs.len() as u64, "conversations");
+    let outcomes = convo_formats::ledger::import_all_with_progress(
+        &mut store,
+        &refs,
+        a.agent.as_deref(),
+        now(),
+        &mut |n| bar.set("importing", n as u64),
+    )?;
+    bar.finish();
     let (mut nodes, mut created, mut existing) = (0, Vec::new(), Vec::new());
     for o in &outcomes {
         match o {

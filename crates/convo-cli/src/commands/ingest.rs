@@ -9,8 +9,8 @@ use std::process::ExitCode;
 /// Every --batch lines are one transaction (default 1); each node's hash
 /// is printed once its transaction has committed, so a printed hash is
 /// always in the store. With --json, each node is printed instead as one
-/// line of JSON: the node object of `show --json` (JSON Lines, as
-/// `watch --json`).
+/// line of JSON: the node object of `show --json`, payload included
+/// (JSON Lines).
 ///
 /// Each line is one JSON object; only `kind` and `payload` are required:
 ///   {"kind": "invoke", "payload": "Tell me about Paris"}

@@ -100,7 +100,8 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
             .map_err(|e| CommandError::user(e.to_string()))?;
         let mut out = Out::stdout();
         write_json(&mut out, &v)?;
-        return Ok(ExitCode::SUCCESS);
+        // Like the human output (and grep, rg --json): no hit is exit 1.
+        return Ok(ExitCode::from(u8::from(r.hits.is_empty())));
     }
     let mut titles = std::collections::HashMap::new();
     let mut out = Out::paged();

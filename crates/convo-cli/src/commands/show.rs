@@ -7,6 +7,9 @@ use std::process::ExitCode;
 
 /// Show one node: its fields and its payload.
 ///
+/// With --json: the node object, plus `redacted` ({at, by, reason, fact}
+/// when the payload was erased and `payload` is its tombstone; else null).
+///
 /// Examples:
 ///   convo show 3fa9c1d2               # a node by hash prefix (4+ hex digits)
 ///   convo show Paris main~1           # in a session: any reference
@@ -35,7 +38,18 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
     };
     let payload = store.blob(&n.node.payload)?.unwrap_or_default();
     if a.json {
-        write_json(&mut Out::stdout(), &node_json(&n, Some(&payload)))?;
+        let mut v = node_json(&n, Some(&payload));
+        // A redacted payload is its tombstone: say so, with the redaction.
+        v["redacted"] = match store.redaction(&n.node.payload)? {
+            Some(r) => serde_json::json!({
+                "at": time(r.at),
+                "by": r.by,
+                "reason": r.reason,
+                "fact": r.fact,
+            }),
+            None => serde_json::Value::Null,
+        };
+        write_json(&mut Out::stdout(), &v)?;
         return Ok(ExitCode::SUCCESS);
     }
     let node = &n.node;

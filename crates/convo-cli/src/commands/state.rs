@@ -74,6 +74,7 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
                         "state key `{key}` is not set (state {})",
                         root.short()
                     ))
+                    .with_code(3)
                     .with_hint("list keys with `convo state list SESSION`"));
                 }
             }

@@ -99,7 +99,14 @@ fn is_bad_data(e: &StoreError) -> bool {
 
 pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
     let result = Store::open_as(&env.store_url, env.access).and_then(|mut s| {
-        let mut r = s.verify()?;
+        let total = s.end_cursor().unwrap_or(0);
+        let mut bar = crate::ui::Progress::new(total, "nodes");
+        let mut r = s.verify_with_progress(&mut |p| match p {
+            convo_store::VerifyProgress::Database => bar.set("database", 0),
+            convo_store::VerifyProgress::Blobs(n) => bar.set(&format!("blobs {n}"), 0),
+            convo_store::VerifyProgress::Nodes(n) => bar.set("nodes", n),
+        })?;
+        bar.finish();
         check_checkpoints(env, &args, &mut s, &mut r);
         Ok(r)
     });
