@@ -1,52 +1,13 @@
 //! Names that are safe in a git tree, a ref or an identity, whatever a
 //! sender, agent or title contains.
 //!
-//! A component keeps ASCII letters, digits, `-`, `_` and `.`; anything else
-//! (`/`, spaces, control characters, non-ASCII text, `..` sequences) becomes
-//! `_`. When that changed the text, 6 hex digits of the SHA-256 of the
-//! original are appended, so two different names never map to the same
-//! component silently. A leading `.` or `-` is prefixed with `_`.
+//! Components (tree entries, ref components, the local part of an
+//! identity) go through the one function every user string that becomes a
+//! name goes through, [`convo_core::text::component`]; this module only
+//! adds what git's own formats need on top: a one-line subject and an
+//! identity name without `<`, `>` or control characters.
 
-use convo_core::sha256;
-
-/// A file-name- and ref-safe rendering of `raw`, at most ~70 bytes.
-pub fn component(raw: &str) -> String {
-    let mut out: String = raw
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    while out.contains("..") {
-        out = out.replace("..", "_.");
-    }
-    let mut changed = out != raw;
-    if out.starts_with('.') || out.starts_with('-') {
-        out.insert(0, '_');
-        changed = true;
-    }
-    if out.len() > 64 {
-        out.truncate(64);
-        changed = true;
-    }
-    if out.is_empty() {
-        out.push('_');
-        changed = true;
-    }
-    if out.ends_with(".lock") || out.ends_with('.') {
-        out.push('_');
-        changed = true;
-    }
-    if changed {
-        out.push('-');
-        out.push_str(&sha256(raw.as_bytes()).to_hex()[..6]);
-    }
-    out
-}
+pub use convo_core::text::component;
 
 /// One line of text for a commit subject: control characters become spaces.
 pub fn one_line(raw: &str) -> String {
