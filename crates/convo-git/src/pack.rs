@@ -186,9 +186,10 @@ impl Pending {
     pub fn add_based(
         &mut self,
         kind: Kind,
-        data: Vec<u8>,
+        data: impl Into<Arc<[u8]>>,
         base: Option<(&ObjectId, &[u8])>,
     ) -> Result<ObjectId> {
+        let data: Arc<[u8]> = data.into();
         let id = object_id(kind, &data)?;
         if self.index.contains_key(&id) {
             return Ok(id);
@@ -237,7 +238,7 @@ impl Pending {
         self.index.insert(id, self.objects.len());
         self.objects.push(obj);
         if kind != Kind::Blob || data.len() > 256 {
-            self.remember(id, data.into());
+            self.remember(id, data);
         }
         Ok(id)
     }

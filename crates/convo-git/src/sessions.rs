@@ -78,13 +78,45 @@ pub struct FileState {
     history: Vec<u8>,
     /// The time of the pending user commit (`open` is its text).
     user_ms: Option<i64>,
-    /// The file's blob and bytes, the base of the next version's delta.
-    blob: Option<(ObjectId, Arc<[u8]>)>,
+    /// Earlier versions of the file kept as delta bases: (version number,
+    /// blob, bytes). See [`FileState::base`].
+    versions: Vec<(u64, ObjectId, Arc<[u8]>)>,
+    /// The number of the latest version (0: the file as loaded, or none).
+    n: u64,
 }
 
 impl FileState {
     fn bytes(&self) -> usize {
-        self.history.len() + self.blob.as_ref().map_or(0, |b| b.1.len()) + 64
+        self.history.len() + self.versions.iter().map(|v| v.2.len()).sum::<usize>() + 64
+    }
+
+    /// The delta base of version `n`: version `n & (n - 1)` (`n` with its
+    /// lowest set bit cleared). Every version then has at most log2(n)
+    /// deltas to resolve (git stops chains at 50, and a chain through each
+    /// previous version stored the file whole every 50 versions: a
+    /// repository quadratic in the session's length), and the deltas add
+    /// up to O(n log n) history entries.
+    fn base(&self, n: u64) -> Option<(&ObjectId, &[u8])> {
+        let want = n & n.wrapping_sub(1);
+        self.versions
+            .iter()
+            .find(|v| v.0 == want)
+            .or_else(|| self.versions.last())
+            .map(|v| (&v.1, &v.2[..]))
+    }
+
+    /// Records version `n`, keeping only the versions later ones use as
+    /// bases: `n` with its lowest set bits cleared one by one.
+    fn keep(&mut self, n: u64, id: ObjectId, data: Arc<[u8]>) {
+        self.versions.push((n, id, data));
+        let mut needed = vec![n];
+        let mut k = n;
+        while k != 0 {
+            k &= k - 1;
+            needed.push(k);
+        }
+        self.versions.retain(|v| needed.contains(&v.0));
+        self.n = n;
     }
 
     fn push(&mut self, e: &HistoryEntry) -> Result<()> {
@@ -193,7 +225,8 @@ fn load(
         open: file.open,
         history: Vec::new(),
         user_ms: None,
-        blob: Some((id, blob)),
+        versions: vec![(0, id, blob)],
+        n: 0,
     };
     for e in &file.history {
         st.push(e)?;
@@ -275,12 +308,9 @@ pub fn project(
         (m, Some(user))
     };
     let data: Arc<[u8]> = st.render(session).into();
-    let blob = p.add_based(
-        gix::objs::Kind::Blob,
-        data.to_vec(),
-        st.blob.as_ref().map(|(id, d)| (id, &d[..])),
-    )?;
-    st.blob = Some((blob, data));
+    let version = st.n + 1;
+    let blob = p.add_based(gix::objs::Kind::Blob, data.clone(), st.base(version))?;
+    st.keep(version, blob, data);
     let mut entries = vec![Entry {
         mode: EntryKind::Blob.into(),
         filename: name.into(),
