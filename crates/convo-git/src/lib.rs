@@ -23,6 +23,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod checkpoints;
 pub mod dag;
 mod delta;
 pub mod lock;
@@ -244,12 +245,17 @@ fn only_skeleton(path: &Path) -> bool {
             .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
             .unwrap_or_else(|_| vec!["?".into()])
     };
-    names(path) == ["convo"] && names(&path.join("convo")).iter().all(|n| n == "lock")
+    names(path) == ["convo"]
+        && names(&path.join("convo"))
+            .iter()
+            .all(|n| n == "lock" || n == "publish.lock")
 }
 
 /// Empties a projection for a rebuild, keeping `config` (the user's remotes),
-/// `convo/lock` (held by this process) and `convo/layout` (so that a kill
-/// in the middle leaves a projection the next sync recognises). The
+/// `convo/lock` and `convo/publish.lock` (held by this process) and
+/// `convo/layout` (so that a kill in the middle leaves a projection the next
+/// sync recognises). Published checkpoints are not kept by this: the caller
+/// saves and restores them (see [`checkpoints`]). The
 /// bookkeeping goes first: a kill then leaves a cursor of 0, and the next
 /// sync writes everything again.
 fn clear(path: &Path) -> Result<()> {
@@ -269,7 +275,8 @@ fn clear(path: &Path) -> Result<()> {
         if name == "convo" {
             for c in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
                 let c = c.map_err(|e| io(&p, e))?;
-                if c.file_name() != "lock" && c.file_name() != "layout" {
+                let keep = ["lock", "publish.lock", "layout"];
+                if !keep.iter().any(|k| c.file_name() == *k) {
                     remove(&c.path())?;
                 }
             }
@@ -353,6 +360,7 @@ impl Projector {
         let lock = SyncLock::acquire(path)?;
         let mut notice = None;
         let mut wanted = layout;
+        let mut kept = None;
         if exists {
             let (found, version) = read_marker(&marker)?;
             if let Some(asked) = layout
@@ -376,8 +384,12 @@ impl Projector {
                 ));
             }
             if rebuild || version != FORMAT {
+                // Published checkpoints are not the projection's: keep them.
+                let publishing = lock::publish_lock(path)?;
+                let saved = checkpoints::save(path)?;
                 clear(path)?;
                 std::fs::remove_file(&marker).map_err(|e| io(&marker, e))?;
+                kept = Some((publishing, saved));
             }
         }
         if !marker.exists() {
@@ -389,6 +401,9 @@ impl Projector {
         }
         // Also completes a creation or a rebuild that was killed.
         init_bare(path)?;
+        if let Some((_publishing, saved)) = kept {
+            checkpoints::restore(path, &saved)?;
+        }
         let repo = git_open(path)?;
         let (found, _) = read_marker(&marker)?;
         let book = Bookkeeping::load(&convo_dir)?;
@@ -588,8 +603,11 @@ impl Projector {
             // so only refs whose history holds a redacted payload change;
             // the old objects (and packs) are deleted with the rest.
             let before = self.all_refs()?;
+            let _publishing = lock::publish_lock(&self.path)?;
+            let saved = checkpoints::save(&self.path)?;
             clear(&self.path)?;
             init_bare(&self.path)?;
+            checkpoints::restore(&self.path, &saved)?;
             self.repo = git_open(&self.path)?;
             self.book = Bookkeeping::load(&self.path.join("convo"))?;
             self.files = sessions::Cache::default();

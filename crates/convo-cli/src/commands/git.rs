@@ -23,13 +23,30 @@ pub enum GitCmd {
     Sync(SyncArgs),
     /// Check the repository against the store; exit 1 on drift
     ///
-    /// Reads the store and the repository, writes nothing.
+    /// Reads the store and the repository, writes nothing. Reports the
+    /// store's history rewritten when the repository holds nodes the store
+    /// lost or a branch moved back, and proves the store still extends
+    /// every checkpoint published in the repository (`convo checkpoint
+    /// --git`, tags `refs/tags/convo/checkpoint/*`): a rollback, truncation
+    /// or rewrite since one is named exactly as `convo verify --checkpoint`
+    /// names it.
     ///
     /// Examples:
     ///   convo git verify
     ///   convo git verify --repo ~/sessions.git
+    ///   convo git verify --trusted-key 3b6a27bc…   # the key you published
     #[command(verbatim_doc_comment)]
-    Verify(RepoArg),
+    Verify(VerifyArgs),
+}
+
+/// What `convo git verify` takes (its help is on `GitCmd::Verify`).
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    pub repo: RepoArg,
+    /// The public key published checkpoints must be signed with (64 hex) [default: that of $CONVO_HOME/checkpoint.key, if any]
+    #[arg(long, value_name = "HEX")]
+    pub trusted_key: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -253,8 +270,8 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        GitCmd::Verify(r) => {
-            let path = repo_path(env, &r);
+        GitCmd::Verify(a) => {
+            let path = repo_path(env, &a.repo);
             if !path.join("convo").join("layout").exists() {
                 return Err(CommandError::user(format!(
                     "{} is not a convo projection",
@@ -263,14 +280,44 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 .with_hint("create it with `convo git sync`"));
             }
             let mut p = Projector::open_readonly(&path).map_err(git_err)?;
-            let problems = p.verify(&mut store).map_err(git_err)?;
+            let mut problems = p.verify(&mut store).map_err(git_err)?;
             let rewritten = problems.iter().any(|p| p.contains("history was rewritten"));
+            let published: super::verify::Sources = convo_git::checkpoints::published(&path)
+                .map_err(git_err)?
+                .into_iter()
+                .map(|(name, bytes)| {
+                    let cp = bytes.and_then(|b| {
+                        serde_json::from_slice(&b)
+                            .map_err(|e| format!("it is not a checkpoint: {e}"))
+                    });
+                    (name, cp)
+                })
+                .collect();
+            let total = published.len();
+            let mut found = Vec::new();
+            let extended = super::verify::check_sources(
+                super::verify::trusted_key(env, a.trusted_key.as_deref()).as_deref(),
+                &mut store,
+                published,
+                &mut found,
+            );
+            let against_checkpoints = !found.is_empty();
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|p| format!("{}: {}", p.object, p.reason)),
+            );
             if problems.is_empty() {
                 println!(
-                    "ok: {} matches the store (layout {}, cursor {})",
+                    "ok: {} matches the store (layout {}, cursor {}){}",
                     path.display(),
                     p.layout().as_str(),
-                    p.cursor()
+                    p.cursor(),
+                    if total > 0 {
+                        format!("; the store extends {extended} published checkpoint(s)")
+                    } else {
+                        String::new()
+                    }
                 );
                 Ok(ExitCode::SUCCESS)
             } else {
@@ -278,7 +325,7 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                     println!("{pr}");
                 }
                 eprintln!("git verify failed: {} problem(s)", problems.len());
-                if rewritten {
+                if rewritten || against_checkpoints {
                     eprintln!("hint: {REWRITTEN_HINT}");
                 }
                 Ok(ExitCode::from(1))
