@@ -11,7 +11,7 @@
 //! `git gc` keeps them (they are refs); a clone or a push of `refs/tags/*`
 //! carries them elsewhere, out of the store writer's reach.
 //!
-//! Publishing takes `convo/publish.lock` (see [`crate::lock::publish_lock`]),
+//! Publishing takes `convo/publishing` (see [`crate::lock::publish_lock`]),
 //! not the sync lock, so it works while a `convo git sync --follow` runs.
 
 use crate::lock::publish_lock;
@@ -89,9 +89,12 @@ pub fn publish(
     Ok(full)
 }
 
+/// A published checkpoint: its ref, and its bytes or why they cannot be read.
+pub type Published = (String, std::result::Result<Vec<u8>, String>);
+
 /// Every checkpoint published in the repository at `path`, sorted by tag
 /// name: the ref and the checkpoint's bytes, or why they cannot be read.
-pub fn published(path: &Path) -> Result<Vec<(String, std::result::Result<Vec<u8>, String>)>> {
+pub fn published(path: &Path) -> Result<Vec<Published>> {
     let repo = crate::git_open(path)?;
     let mut out = Vec::new();
     for (name, id) in refs(&repo)? {

@@ -248,11 +248,11 @@ fn only_skeleton(path: &Path) -> bool {
     names(path) == ["convo"]
         && names(&path.join("convo"))
             .iter()
-            .all(|n| n == "lock" || n == "publish.lock")
+            .all(|n| n == "lock" || n == "publishing")
 }
 
 /// Empties a projection for a rebuild, keeping `config` (the user's remotes),
-/// `convo/lock` and `convo/publish.lock` (held by this process) and
+/// `convo/lock` and `convo/publishing` (held by this process) and
 /// `convo/layout` (so that a kill in the middle leaves a projection the next
 /// sync recognises). Published checkpoints are not kept by this: the caller
 /// saves and restores them (see [`checkpoints`]). The
@@ -275,7 +275,7 @@ fn clear(path: &Path) -> Result<()> {
         if name == "convo" {
             for c in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
                 let c = c.map_err(|e| io(&p, e))?;
-                let keep = ["lock", "publish.lock", "layout"];
+                let keep = ["lock", "publishing", "layout"];
                 if !keep.iter().any(|k| c.file_name() == *k) {
                     remove(&c.path())?;
                 }

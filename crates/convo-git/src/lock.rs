@@ -143,12 +143,12 @@ impl SyncLock {
     }
 }
 
-/// Takes `convo/publish.lock` of `repo`, waiting for it: held while a
+/// Takes `convo/publishing` of `repo`, waiting for it: held while a
 /// checkpoint is published (`crate::checkpoints`) and by a sync while it
 /// cleans up after a dead one or empties the repository, which keeps the
 /// published checkpoints. Short waits only: neither holds it for long.
 pub fn publish_lock(repo: &Path) -> Result<std::fs::File> {
-    let path = repo.join("convo").join("publish.lock");
+    let path = repo.join("convo").join("publishing");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
