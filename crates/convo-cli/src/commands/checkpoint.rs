@@ -269,33 +269,49 @@ pub fn follow_loop(
     Ok(written)
 }
 
-/// A flag set by Ctrl-C or SIGTERM (a thread waits for them).
+/// A flag set by Ctrl-C or SIGTERM (a thread waits for them). Returns once
+/// the handlers are in place, so that a signal sent from then on is seen.
 pub fn stop_on_signal() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    let (ready, wait) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
         else {
+            let _ = ready.send(());
             return;
         };
         rt.block_on(async {
-            let ctrl_c = tokio::signal::ctrl_c();
             #[cfg(unix)]
             {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+                use tokio::signal::unix::{SignalKind, signal};
+                let int = signal(SignalKind::interrupt()).ok();
+                let term = signal(SignalKind::terminate()).ok();
+                let _ = ready.send(());
+                let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                    match s {
+                        Some(mut s) => {
+                            s.recv().await;
+                        }
+                        None => std::future::pending::<()>().await,
+                    }
+                };
                 tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
+                    _ = wait(int) => {}
+                    _ = wait(term) => {}
                 }
             }
             #[cfg(not(unix))]
-            let _ = ctrl_c.await;
+            {
+                let _ = ready.send(());
+                let _ = tokio::signal::ctrl_c().await;
+            }
         });
         flag.store(true, Ordering::SeqCst);
     });
+    let _ = wait.recv();
     stop
 }
 
