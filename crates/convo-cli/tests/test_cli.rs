@@ -633,3 +633,42 @@ fn automatic_checkpoints_every_n_appends_sqlite() {
 fn automatic_checkpoints_every_n_appends_postgres() {
     automatic_checkpoints_every_n_appends("postgres");
 }
+
+/// `--every-minutes`: a change that appends no node (a state write, a fact
+/// of the journal) is checkpointed when the period is up; with nothing
+/// changed since, stopping writes nothing more.
+#[test]
+fn automatic_checkpoints_by_time_cover_facts_too() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "one", "--agent", "1"]).ok();
+    let dir = t.home().join("cps");
+    let child = t
+        .cmd()
+        .args(["checkpoint", "--every-minutes", "0.005", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first checkpoint", || {
+        checkpoint_cursors(&dir).len() == 1
+    });
+    t.run(&["state", "put", &s, "topic", "x"]).ok();
+    wait_until("a checkpoint of the state write", || {
+        checkpoint_cursors(&dir).len() == 2
+    });
+    assert_eq!(checkpoint_cursors(&dir), vec![2, 2], "no node appended");
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 checkpoint(s) written"), "{err}");
+    let ok = t
+        .run(&["verify", "--checkpoint", dir.to_str().unwrap()])
+        .ok();
+    assert!(ok.contains("extends 2 checkpoint(s)"), "{ok}");
+}
