@@ -13,7 +13,9 @@ pub enum GitCmd {
     /// Reads the store and writes a bare git repository: incremental,
     /// resumable, deterministic (the same store always gives the same
     /// commits). Layout `dag`: one commit per node; `sessions`: one JSON
-    /// file per session.
+    /// file per session. Checkpoints published with `convo checkpoint --git`
+    /// (tags `refs/tags/convo/checkpoint/*`) are never removed, not even
+    /// by --rebuild.
     ///
     /// Examples:
     ///   convo git sync
