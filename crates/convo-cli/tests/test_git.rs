@@ -954,6 +954,30 @@ fn published_checkpoints_survive_gc_and_sync_and_witness_a_rollback() {
     t.run(&["redact", &first, "--reason", "test"]).ok();
     t.run(&["git", "sync"]).ok();
     assert_eq!(checkpoint_tags(&repo), tags, "a redaction rewrite keeps it");
+    // A sync killed while the repository is empty for a redaction
+    // rewrite: the next one writes the checkpoint back.
+    let log = t.run(&["log", &s, "--json"]).json();
+    let n = log.as_array().unwrap().len();
+    let oldest = log[n - 1]["hash"].as_str().unwrap().to_owned();
+    t.run(&["redact", &oldest, "--reason", "test 2"]).ok();
+    let mut child = t
+        .cmd()
+        .args(["git", "sync"])
+        .env("CONVO_GIT_PAUSE_AT", "cleared:1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let paused = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()))
+        .map_while(Result::ok)
+        .any(|l| l.contains("paused at cleared"));
+    let _ = child.kill();
+    child.wait().unwrap();
+    assert!(paused);
+    assert!(!repo.join("refs").exists(), "the repository was emptied");
+    assert!(repo.join("convo/checkpoints-saved").exists());
+    t.run(&["git", "sync"]).ok();
+    assert_eq!(checkpoint_tags(&repo), tags, "a killed rewrite keeps it");
     t.run(&["git", "sync", "--rebuild"]).ok();
     assert_eq!(checkpoint_tags(&repo), tags, "--rebuild keeps it");
     git(&repo, &["fsck", "--strict"]);

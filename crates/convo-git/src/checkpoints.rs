@@ -33,7 +33,7 @@ pub fn tag_name(cursor: u64, time_ms: i64) -> String {
 
 /// A published checkpoint kept across a rebuild: the tag's and the blob's
 /// raw data.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct Saved {
     name: String,
     tag: Vec<u8>,
@@ -141,37 +141,79 @@ fn read(repo: &gix::Repository, id: ObjectId) -> std::result::Result<(Vec<u8>, V
     Ok((tag_data, blob.data.clone()))
 }
 
+/// The file holding saved checkpoints while the repository is emptied, so
+/// that a sync killed before writing them back restores them next time.
+pub const SAVED_FILE: &str = "checkpoints-saved";
+
+fn saved_file(path: &Path) -> std::path::PathBuf {
+    path.join("convo").join(SAVED_FILE)
+}
+
+fn load_saved(path: &Path) -> Result<Vec<Saved>> {
+    let f = saved_file(path);
+    match std::fs::read(&f) {
+        Ok(bytes) => serde_json::from_slice(&bytes)
+            .map_err(|e| Error::Corrupt(format!("{}: {e}", f.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::Io(format!("{}: {e}", f.display()))),
+    }
+}
+
 /// Reads every published checkpoint of the repository at `path` (if it
-/// is one gix opens), to write them back after it is emptied.
+/// is one gix opens), to write them back after it is emptied, and keeps
+/// them in `convo/checkpoints-saved` until [`restore`] has (with those a
+/// killed sync left there).
 pub fn save(path: &Path) -> Result<Vec<Saved>> {
-    let Ok(repo) = crate::git_open(path) else {
-        return Ok(Vec::new());
-    };
-    let mut out = Vec::new();
-    for (name, id) in refs(&repo)? {
-        // One that cannot be read is not ours to keep (nor to fail on).
-        if let Ok((tag, blob)) = read(&repo, id) {
-            out.push(Saved { name, tag, blob });
+    let mut out = load_saved(path)?;
+    if let Ok(repo) = crate::git_open(path) {
+        for (name, id) in refs(&repo)? {
+            // One that cannot be read is not ours to keep (nor to fail on).
+            if let Ok((tag, blob)) = read(&repo, id)
+                && !out.iter().any(|s| s.name == name)
+            {
+                out.push(Saved { name, tag, blob });
+            }
         }
+    }
+    if !out.is_empty() {
+        let f = saved_file(path);
+        let tmp = f.with_extension("tmp");
+        let text = serde_json::to_vec(&out).map_err(|e| Error::Io(e.to_string()))?;
+        std::fs::write(&tmp, text).map_err(|e| Error::Io(format!("{}: {e}", tmp.display())))?;
+        std::fs::rename(&tmp, &f).map_err(|e| Error::Io(format!("{}: {e}", f.display())))?;
     }
     Ok(out)
 }
 
 /// Writes `saved` back into the repository at `path`: the same objects
-/// (so the same ids) and refs.
+/// (so the same ids) and refs; then forgets the saved copy.
 pub fn restore(path: &Path, saved: &[Saved]) -> Result<()> {
-    if saved.is_empty() {
+    if !saved.is_empty() {
+        let repo = crate::git_open(path)?;
+        let mut p = Pending::new();
+        let mut refs = Vec::new();
+        for s in saved {
+            p.add(Kind::Blob, s.blob.clone())?;
+            let id = p.add(Kind::Tag, s.tag.clone())?;
+            refs.push(RefChange::Set(s.name.clone(), id));
+        }
+        p.flush(&repo)?;
+        crate::odb::apply_refs(&repo, refs)?;
+    }
+    let f = saved_file(path);
+    match std::fs::remove_file(&f) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::Io(format!("{}: {e}", f.display()))),
+    }
+}
+
+/// Writes back checkpoints a killed sync saved and did not restore.
+pub fn recover(path: &Path) -> Result<()> {
+    if !saved_file(path).exists() {
         return Ok(());
     }
-    let repo = crate::git_open(path)?;
-    let mut p = Pending::new();
-    let mut refs = Vec::new();
-    for s in saved {
-        p.add(Kind::Blob, s.blob.clone())?;
-        let id = p.add(Kind::Tag, s.tag.clone())?;
-        refs.push(RefChange::Set(s.name.clone(), id));
-    }
-    p.flush(&repo)?;
-    crate::odb::apply_refs(&repo, refs)?;
-    Ok(())
+    let _lock = publish_lock(path)?;
+    let saved = load_saved(path)?;
+    restore(path, &saved)
 }

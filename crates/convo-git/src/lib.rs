@@ -195,7 +195,9 @@ impl std::fmt::Debug for Projector {
 /// `convo-git: paused at point` to stderr and waits forever, so that a test
 /// can SIGKILL it exactly there. Points: `pack-written`, `refs-locked`
 /// (inside the ref transaction, every ref lock held), `refs-moved`,
-/// `map-saved`, `repack-written`, `repack-removing`.
+/// `map-saved`, `repack-written`, `repack-removing`, `cleared` (the
+/// repository emptied for a redaction rewrite, published checkpoints saved
+/// aside).
 pub(crate) fn pause_point(name: &str) {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -246,9 +248,9 @@ fn only_skeleton(path: &Path) -> bool {
             .unwrap_or_else(|_| vec!["?".into()])
     };
     names(path) == ["convo"]
-        && names(&path.join("convo"))
-            .iter()
-            .all(|n| n == "lock" || n == "publishing")
+        && names(&path.join("convo")).iter().all(|n| {
+            n == "lock" || n == "publishing" || n == "layout.tmp" || n == checkpoints::SAVED_FILE
+        })
 }
 
 /// Empties a projection for a rebuild, keeping `config` (the user's remotes),
@@ -275,7 +277,7 @@ fn clear(path: &Path) -> Result<()> {
         if name == "convo" {
             for c in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
                 let c = c.map_err(|e| io(&p, e))?;
-                let keep = ["lock", "publishing", "layout"];
+                let keep = ["lock", "publishing", "layout", checkpoints::SAVED_FILE];
                 if !keep.iter().any(|k| c.file_name() == *k) {
                     remove(&c.path())?;
                 }
@@ -393,16 +395,21 @@ impl Projector {
             }
         }
         if !marker.exists() {
+            // Written aside, then renamed: a kill never leaves it empty.
+            let tmp = marker.with_extension("tmp");
             std::fs::write(
-                &marker,
+                &tmp,
                 format!("{} {FORMAT}\n", wanted.unwrap_or(Layout::Dag).as_str()),
             )
-            .map_err(|e| io(&marker, e))?;
+            .map_err(|e| io(&tmp, e))?;
+            std::fs::rename(&tmp, &marker).map_err(|e| io(&marker, e))?;
         }
         // Also completes a creation or a rebuild that was killed.
         init_bare(path)?;
-        if let Some((_publishing, saved)) = kept {
-            checkpoints::restore(path, &saved)?;
+        match kept {
+            Some((_publishing, saved)) => checkpoints::restore(path, &saved)?,
+            // A rebuild killed before it wrote them back.
+            None => checkpoints::recover(path)?,
         }
         let repo = git_open(path)?;
         let (found, _) = read_marker(&marker)?;
@@ -606,6 +613,7 @@ impl Projector {
             let _publishing = lock::publish_lock(&self.path)?;
             let saved = checkpoints::save(&self.path)?;
             clear(&self.path)?;
+            pause_point("cleared");
             init_bare(&self.path)?;
             checkpoints::restore(&self.path, &saved)?;
             self.repo = git_open(&self.path)?;
