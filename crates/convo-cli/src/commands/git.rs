@@ -327,8 +327,14 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                     println!("{pr}");
                 }
                 eprintln!("git verify failed: {} problem(s)", problems.len());
-                if rewritten || against_checkpoints {
+                if rewritten {
                     eprintln!("hint: {REWRITTEN_HINT}");
+                } else if against_checkpoints {
+                    eprintln!(
+                        "hint: the store no longer extends a checkpoint published in the repository: \
+                         keep the repository (its tags are the evidence) and compare with older \
+                         copies of the store; `git --git-dir REPO show TAG` prints a checkpoint"
+                    );
                 }
                 Ok(ExitCode::from(1))
             }
