@@ -654,7 +654,28 @@ pub fn checkpoints() -> Result<Vec<Row>> {
     ));
     let with = verify_took + check_took;
     let ratio = with.as_secs_f64() / verify_took.as_secs_f64().max(1e-9);
+    // The automatic checkpointer: 1,000 appends later, the next checkpoint
+    // from the previous one, against a full one of the same store.
+    ingest(&mut store, &ses, nodes, 1000, 1000)?;
+    let (inc, inc_took) = timed(|| Ok(store.checkpoint_after(&key, 1, Some(&cp))?))?;
+    let (full, full_took) = timed(|| Ok(store.checkpoint(&key, 1)?))?;
+    if inc != full {
+        return Err("checkpoint: the incremental checkpoint differs from the full one".into());
+    }
+    note(format!(
+        "1,000 appends later: incremental checkpoint {}, full {}",
+        ms(inc_took),
+        ms(full_took)
+    ));
     Ok(vec![
+        Row::new(
+            format!("checkpoint after 1,000 more appends, from the previous one, {nodes} nodes"),
+            ms(inc_took),
+            format!("{} (full checkpoint)", ms(full_took)),
+            pct(inc_took.as_secs_f64() / full_took.as_secs_f64().max(1e-9)),
+            "—",
+            Verdict::Info,
+        ),
         Row::new(
             format!("checkpoint, {nodes} nodes"),
             ms(took),

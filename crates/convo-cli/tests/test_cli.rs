@@ -632,3 +632,162 @@ fn write_commands_print_json_sqlite() {
 fn write_commands_print_json_postgres() {
     write_commands_print_json("postgres");
 }
+
+/// The checkpoint files of `dir` (names sort by cursor) and their cursors.
+fn checkpoint_cursors(dir: &std::path::Path) -> Vec<u64> {
+    let mut names: Vec<_> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".checkpoint"))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .map(|n| {
+            let text = std::fs::read_to_string(dir.join(n)).unwrap();
+            let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+            v["cursor"].as_u64().unwrap()
+        })
+        .collect()
+}
+
+/// Waits (up to a minute: a deadline, not a measurement) until `done`.
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gave up waiting: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `convo checkpoint --every-appends N --dir DIR` follows the store: a
+/// checkpoint at start, one after every N appends, a last one on SIGTERM;
+/// each file is new (names sort by cursor) and `verify --checkpoint DIR`
+/// checks them all. On SQLite, a rollback made consistently behind
+/// convo's back (verify alone finds nothing) is then named.
+fn automatic_checkpoints_every_n_appends(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "one", "--agent", "1"]).ok();
+    let dir = t.home().join("offsite");
+    let child = t
+        .cmd()
+        .args(["checkpoint", "--every-appends", "4", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first checkpoint", || {
+        checkpoint_cursors(&dir) == vec![2]
+    });
+    // Two turns: four appends, one checkpoint.
+    t.run(&["say", &s, "--user", "two", "--agent", "2"]).ok();
+    t.run(&["say", &s, "--user", "three", "--agent", "3"]).ok();
+    wait_until("a checkpoint after 4 appends", || {
+        checkpoint_cursors(&dir) == vec![2, 6]
+    });
+    // One more turn: not yet due, but written on stop.
+    t.run(&["say", &s, "--user", "four", "--agent", "4"]).ok();
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("3 checkpoint(s) written"), "{err}");
+    assert_eq!(checkpoint_cursors(&dir), vec![2, 6, 8]);
+    let d = dir.to_str().unwrap();
+    let ok = t.run(&["verify", "--checkpoint", d]).ok();
+    assert!(ok.contains("extends 3 checkpoint(s)"), "{ok}");
+    if backend != "sqlite" {
+        return;
+    }
+    // Roll main back by its last turn behind convo's back, consistently.
+    let conn = rusqlite::Connection::open(t.db()).unwrap();
+    let sixth: Vec<u8> = conn
+        .query_row("SELECT hash FROM nodes WHERE seq = 6", [], |r| r.get(0))
+        .unwrap();
+    conn.execute_batch("DELETE FROM nodes WHERE seq > 6; UPDATE session_runs SET last = 6;")
+        .unwrap();
+    conn.execute("UPDATE branches SET head = ?1", [&sixth])
+        .unwrap();
+    drop(conn);
+    assert!(t.run(&["verify"]).out.status.success());
+    let r = t.run(&["verify", "--checkpoint", d]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let said = r.stdout();
+    assert!(said.contains("truncated"), "{said}");
+    assert!(
+        said.contains(&format!("branch {s}/main: its head at the checkpoint"))
+            && said.contains("is no longer in the store"),
+        "{said}"
+    );
+    // Against the newest checkpoint only: the two earlier ones still hold.
+    let newest = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .max()
+        .unwrap();
+    assert_eq!(said.matches("(against ").count(), 2, "{said}");
+    assert_eq!(said.matches(&newest).count(), 2, "{said}");
+}
+
+#[test]
+fn automatic_checkpoints_every_n_appends_sqlite() {
+    automatic_checkpoints_every_n_appends("sqlite");
+}
+
+#[test]
+fn automatic_checkpoints_every_n_appends_postgres() {
+    automatic_checkpoints_every_n_appends("postgres");
+}
+
+/// `--every-minutes`: a change that appends no node (a state write, a fact
+/// of the journal) is checkpointed when the period is up; with nothing
+/// changed since, stopping writes nothing more.
+#[test]
+fn automatic_checkpoints_by_time_cover_facts_too() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "one", "--agent", "1"]).ok();
+    let dir = t.home().join("cps");
+    let child = t
+        .cmd()
+        .args(["checkpoint", "--every-minutes", "0.005", "--dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first checkpoint", || {
+        checkpoint_cursors(&dir).len() == 1
+    });
+    t.run(&["state", "put", &s, "topic", "x"]).ok();
+    wait_until("a checkpoint of the state write", || {
+        checkpoint_cursors(&dir).len() == 2
+    });
+    assert_eq!(checkpoint_cursors(&dir), vec![2, 2], "no node appended");
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 checkpoint(s) written"), "{err}");
+    let ok = t
+        .run(&["verify", "--checkpoint", dir.to_str().unwrap()])
+        .ok();
+    assert!(ok.contains("extends 2 checkpoint(s)"), "{ok}");
+}

@@ -892,3 +892,144 @@ fn the_projection_witnesses_a_rolled_back_store() {
     assert_ne!(refs(&repo), want);
     assert!(t.run(&["git", "verify"]).ok().starts_with("ok:"));
 }
+
+fn checkpoint_tags(repo: &Path) -> String {
+    git(
+        repo,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname) %(objecttype)",
+            "refs/tags/convo/checkpoint/",
+        ],
+    )
+}
+
+/// `convo checkpoint --git` publishes signed checkpoints as annotated tags
+/// in the conversations repository: fsck-clean, kept by `git gc`, by a
+/// further `git sync`, by the rewrite after a redaction and by `--rebuild`
+/// (same ids); `git verify` checks the store against every one of them and
+/// names a rollback of history the projection never saw.
+#[test]
+fn published_checkpoints_survive_gc_and_sync_and_witness_a_rollback() {
+    let t = TestEnv::new();
+    let (s, other) = populate(&t);
+    let repo = t.home().join("conversations");
+    let r = repo.to_str().unwrap();
+    let no_repo = t.run(&["checkpoint", "--git"]);
+    assert_eq!(no_repo.code(), 2, "{}", no_repo.stderr());
+    assert!(
+        no_repo.stderr().contains("convo git sync"),
+        "{}",
+        no_repo.stderr()
+    );
+    t.run(&["git", "sync"]).ok();
+    let said = t.run(&["checkpoint", "--git"]);
+    said.ok();
+    assert!(
+        said.stderr()
+            .contains("published as refs/tags/convo/checkpoint/"),
+        "{}",
+        said.stderr()
+    );
+    let tags = checkpoint_tags(&repo);
+    assert_eq!(tags.lines().count(), 1, "{tags}");
+    assert!(tags.trim_end().ends_with(" tag"), "annotated: {tags}");
+    let name = tags.split(' ').next().unwrap().to_owned();
+    // Its message is the signed checkpoint, readable with git alone.
+    let shown = git(&repo, &["cat-file", "-p", &name]);
+    assert!(
+        shown.contains("\"format\": \"convo.checkpoint.v1\""),
+        "{shown}"
+    );
+    assert!(shown.contains("\"signature\""), "{shown}");
+    git(&repo, &["fsck", "--strict"]);
+    git(&repo, &["gc", "--prune=now", "--quiet"]);
+    assert_eq!(checkpoint_tags(&repo), tags, "git gc keeps it");
+    t.run(&["say", &s, "--user", "more", "--agent", "yes"]).ok();
+    t.run(&["git", "sync", "--repo", r]).ok();
+    assert_eq!(checkpoint_tags(&repo), tags, "git sync keeps it");
+    // A redaction makes the next sync rewrite the projection: kept.
+    let log = t.run(&["log", &other, "--json"]).json();
+    let first = log[1]["hash"].as_str().unwrap().to_owned();
+    t.run(&["redact", &first, "--reason", "test"]).ok();
+    t.run(&["git", "sync"]).ok();
+    assert_eq!(checkpoint_tags(&repo), tags, "a redaction rewrite keeps it");
+    // A sync killed while the repository is empty for a redaction
+    // rewrite: the next one writes the checkpoint back.
+    let log = t.run(&["log", &s, "--json"]).json();
+    let n = log.as_array().unwrap().len();
+    let oldest = log[n - 1]["hash"].as_str().unwrap().to_owned();
+    t.run(&["redact", &oldest, "--reason", "test 2"]).ok();
+    let mut child = t
+        .cmd()
+        .args(["git", "sync"])
+        .env("CONVO_GIT_PAUSE_AT", "cleared:1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let paused = std::io::BufRead::lines(std::io::BufReader::new(child.stderr.take().unwrap()))
+        .map_while(Result::ok)
+        .any(|l| l.contains("paused at cleared"));
+    let _ = child.kill();
+    child.wait().unwrap();
+    assert!(paused);
+    assert!(!repo.join("refs").exists(), "the repository was emptied");
+    assert!(repo.join("convo/checkpoints-saved").exists());
+    t.run(&["git", "sync"]).ok();
+    assert_eq!(checkpoint_tags(&repo), tags, "a killed rewrite keeps it");
+    t.run(&["git", "sync", "--rebuild"]).ok();
+    assert_eq!(checkpoint_tags(&repo), tags, "--rebuild keeps it");
+    git(&repo, &["fsck", "--strict"]);
+    let ok = t.run(&["git", "verify"]).ok();
+    assert!(ok.contains("extends 1 published checkpoint(s)"), "{ok}");
+
+    // Two turns the projection never sees, a checkpoint published, then
+    // both turns removed consistently behind convo's back.
+    t.run(&["say", &other, "--user", "p", "--agent", "q"]).ok();
+    let log = t.run(&["log", &other, "-n", "3", "--json"]).json();
+    let tip = log[0]["hash"].as_str().unwrap().to_owned();
+    let back = log[2]["hash"].as_str().unwrap().to_owned();
+    t.run(&["checkpoint", "--git", r]).ok();
+    assert_eq!(checkpoint_tags(&repo).lines().count(), 2);
+    let c = rusqlite::Connection::open(t.db()).unwrap();
+    let end: i64 = c
+        .query_row("SELECT max(seq) FROM nodes", [], |r| r.get(0))
+        .unwrap();
+    c.execute_batch(&format!(
+        "DELETE FROM nodes WHERE seq > {cut}; \
+         DELETE FROM session_runs WHERE first > {cut}; \
+         UPDATE branches SET head = x'{back}' WHERE session = '{other}' AND name = 'main';",
+        cut = end - 2
+    ))
+    .unwrap();
+    drop(c);
+    let alone = t.run(&["verify"]);
+    assert!(
+        alone.out.status.success(),
+        "verify alone is blind: {}",
+        alone.stdout()
+    );
+    let v = t.run(&["git", "verify"]);
+    assert_eq!(v.code(), 1, "{}{}", v.stdout(), v.stderr());
+    let out = v.stdout();
+    assert!(
+        out.contains("(against refs/tags/convo/checkpoint/"),
+        "{out}"
+    );
+    assert!(out.contains("truncated"), "{out}");
+    assert!(out.contains(&format!("branch {other}/main")), "{out}");
+    assert!(out.contains(&tip), "the lost head is named: {out}");
+    assert!(!out.contains("--rebuild") && !v.stderr().contains("--rebuild"));
+    // And the same from the files: `verify --checkpoint` agrees.
+    let dir = t.home().join("cps");
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, line) in checkpoint_tags(&repo).lines().enumerate() {
+        let name = line.split(' ').next().unwrap();
+        let blob = git(&repo, &["cat-file", "blob", &format!("{name}^{{blob}}")]);
+        std::fs::write(dir.join(format!("{i}.checkpoint")), blob).unwrap();
+    }
+    let f = t.run(&["verify", "--checkpoint", dir.to_str().unwrap()]);
+    assert_eq!(f.code(), 1);
+    assert!(f.stdout().contains("truncated"), "{}", f.stdout());
+}

@@ -743,3 +743,57 @@ fn shutdown_ends_streams_finishes_writes_and_logs_each_request() {
     );
     assert!(logs.contains("finishing requests in flight"), "{logs}");
 }
+
+/// `convo serve --checkpoint-dir DIR --checkpoint-every N`: the server's
+/// appends are checkpointed every N, and a last one is written on
+/// shutdown; `verify --checkpoint DIR` proves the store extends them all.
+#[test]
+fn serve_writes_checkpoints_every_n_appends_and_on_shutdown() {
+    let t = TestEnv::new();
+    let dir = t.home().join("cps");
+    let d = dir.to_str().unwrap();
+    let srv = Server::start(&t, &["--checkpoint-dir", d, "--checkpoint-every", "4"]);
+    let s = sess(&srv, "a", "checkpointed");
+    let files = || -> Vec<u64> {
+        let mut v: Vec<u64> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".checkpoint"))
+                    .map(|e| {
+                        let v: Value =
+                            serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+                        v["cursor"].as_u64().unwrap()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    for (q, a) in [("a", "b"), ("c", "d")] {
+        srv.post_json(
+            &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+            &turn(q, a),
+        )
+        .expect(201);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !files().contains(&4) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", files());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    srv.post_json(
+        &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+        &turn("e", "f"),
+    )
+    .expect(201);
+    assert!(srv.stop().success());
+    let got = files();
+    assert_eq!(got.last(), Some(&6), "a last one on shutdown: {got:?}");
+    assert!(got.contains(&4), "{got:?}");
+    let ok = t.run(&["verify", "--checkpoint", d]).ok();
+    assert!(
+        ok.contains(&format!("extends {} checkpoint(s)", got.len())),
+        "{ok}"
+    );
+}

@@ -23,6 +23,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod checkpoints;
 pub mod dag;
 mod delta;
 pub mod lock;
@@ -194,7 +195,9 @@ impl std::fmt::Debug for Projector {
 /// `convo-git: paused at point` to stderr and waits forever, so that a test
 /// can SIGKILL it exactly there. Points: `pack-written`, `refs-locked`
 /// (inside the ref transaction, every ref lock held), `refs-moved`,
-/// `map-saved`, `repack-written`, `repack-removing`.
+/// `map-saved`, `repack-written`, `repack-removing`, `cleared` (the
+/// repository emptied for a redaction rewrite, published checkpoints saved
+/// aside).
 pub(crate) fn pause_point(name: &str) {
     use std::sync::OnceLock;
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -245,14 +248,16 @@ fn only_skeleton(path: &Path) -> bool {
             .unwrap_or_else(|_| vec!["?".into()])
     };
     names(path) == ["convo"]
-        && names(&path.join("convo"))
-            .iter()
-            .all(|n| n == "lock" || n == "layout.tmp")
+        && names(&path.join("convo")).iter().all(|n| {
+            n == "lock" || n == "publishing" || n == "layout.tmp" || n == checkpoints::SAVED_FILE
+        })
 }
 
 /// Empties a projection for a rebuild, keeping `config` (the user's remotes),
-/// `convo/lock` (held by this process) and `convo/layout` (so that a kill
-/// in the middle leaves a projection the next sync recognises). The
+/// `convo/lock` and `convo/publishing` (held by this process) and
+/// `convo/layout` (so that a kill in the middle leaves a projection the next
+/// sync recognises). Published checkpoints are not kept by this: the caller
+/// saves and restores them (see [`checkpoints`]). The
 /// bookkeeping goes first: a kill then leaves a cursor of 0, and the next
 /// sync writes everything again.
 fn clear(path: &Path) -> Result<()> {
@@ -272,7 +277,8 @@ fn clear(path: &Path) -> Result<()> {
         if name == "convo" {
             for c in std::fs::read_dir(&p).map_err(|e| io(&p, e))? {
                 let c = c.map_err(|e| io(&p, e))?;
-                if c.file_name() != "lock" && c.file_name() != "layout" {
+                let keep = ["lock", "publishing", "layout", checkpoints::SAVED_FILE];
+                if !keep.iter().any(|k| c.file_name() == *k) {
                     remove(&c.path())?;
                 }
             }
@@ -356,6 +362,7 @@ impl Projector {
         let lock = SyncLock::acquire(path)?;
         let mut notice = None;
         let mut wanted = layout;
+        let mut kept = None;
         if exists {
             let (found, version) = read_marker(&marker)?;
             if let Some(asked) = layout
@@ -379,13 +386,17 @@ impl Projector {
                 ));
             }
             if rebuild || version != FORMAT {
+                // Published checkpoints are not the projection's: keep them.
+                let publishing = lock::publish_lock(path)?;
+                let saved = checkpoints::save(path)?;
                 clear(path)?;
                 std::fs::remove_file(&marker).map_err(|e| io(&marker, e))?;
+                kept = Some((publishing, saved));
             }
         }
         if !marker.exists() {
-            // Written aside and renamed: a kill never leaves it empty.
-            let tmp = convo_dir.join("layout.tmp");
+            // Written aside, then renamed: a kill never leaves it empty.
+            let tmp = marker.with_extension("tmp");
             std::fs::write(
                 &tmp,
                 format!("{} {FORMAT}\n", wanted.unwrap_or(Layout::Dag).as_str()),
@@ -395,6 +406,11 @@ impl Projector {
         }
         // Also completes a creation or a rebuild that was killed.
         init_bare(path)?;
+        match kept {
+            Some((_publishing, saved)) => checkpoints::restore(path, &saved)?,
+            // A rebuild killed before it wrote them back.
+            None => checkpoints::recover(path)?,
+        }
         let repo = git_open(path)?;
         let (found, _) = read_marker(&marker)?;
         let book = Bookkeeping::load(&convo_dir)?;
@@ -594,8 +610,12 @@ impl Projector {
             // so only refs whose history holds a redacted payload change;
             // the old objects (and packs) are deleted with the rest.
             let before = self.all_refs()?;
+            let _publishing = lock::publish_lock(&self.path)?;
+            let saved = checkpoints::save(&self.path)?;
             clear(&self.path)?;
+            pause_point("cleared");
             init_bare(&self.path)?;
+            checkpoints::restore(&self.path, &saved)?;
             self.repo = git_open(&self.path)?;
             self.book = Bookkeeping::load(&self.path.join("convo"))?;
             self.files = sessions::Cache::default();

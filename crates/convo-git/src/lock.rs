@@ -63,6 +63,9 @@ impl SyncLock {
             _file: file,
             repo: repo.to_owned(),
         };
+        // A checkpoint being published writes a temporary pack and a ref
+        // lock: let it finish before cleaning up after a dead sync.
+        let _publishing = publish_lock(repo)?;
         me.recover()?;
         Ok(me)
     }
@@ -138,6 +141,22 @@ impl SyncLock {
         }
         self.end()
     }
+}
+
+/// Takes `convo/publishing` of `repo`, waiting for it: held while a
+/// checkpoint is published (`crate::checkpoints`) and by a sync while it
+/// cleans up after a dead one or empties the repository, which keeps the
+/// published checkpoints. Short waits only: neither holds it for long.
+pub fn publish_lock(repo: &Path) -> Result<std::fs::File> {
+    let path = repo.join("convo").join("publishing");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| io(&path, e))?;
+    file.lock().map_err(|e| io(&path, e))?;
+    Ok(file)
 }
 
 fn is_since(t: SystemTime, since: SystemTime) -> bool {

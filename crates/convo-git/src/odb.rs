@@ -95,3 +95,44 @@ pub fn apply_refs(repo: &gix::Repository, changes: Vec<RefChange>) -> Result<u64
         .map_err(|e| Error::Git(format!("updating refs: {e}")))?;
     Ok(n)
 }
+
+/// Creates refs that must not exist yet (published checkpoints), in one
+/// transaction.
+pub fn create_refs(repo: &gix::Repository, refs: &[(String, ObjectId)]) -> Result<()> {
+    use gix::refs::Target;
+    use gix::refs::transaction::{Change, LogChange, PreviousValue, RefEdit, RefLog};
+    let mut edits = Vec::new();
+    for (name, id) in refs {
+        let fullname: gix::refs::FullName = name
+            .as_str()
+            .try_into()
+            .map_err(|e| Error::Git(format!("ref {name}: {e}")))?;
+        edits.push(RefEdit {
+            change: Change::Update {
+                log: LogChange {
+                    mode: RefLog::AndReference,
+                    force_create_reflog: false,
+                    message: "convo checkpoint".into(),
+                },
+                expected: PreviousValue::MustNotExist,
+                new: Target::Object(*id),
+            },
+            name: fullname,
+            deref: false,
+        });
+    }
+    let me = gix::actor::SignatureRef {
+        name: "convo".into(),
+        email: "convo@localhost".into(),
+        time: "0 +0000",
+    };
+    let wait =
+        gix::lock::acquire::Fail::AfterDurationWithBackoff(std::time::Duration::from_secs(2));
+    repo.refs
+        .transaction()
+        .prepare(edits, wait, wait)
+        .map_err(|e| Error::Git(format!("creating refs: {e}")))?
+        .commit(Some(me))
+        .map_err(|e| Error::Git(format!("creating refs: {e}")))?;
+    Ok(())
+}

@@ -90,7 +90,15 @@ fn log_start() -> Digest {
 }
 
 fn log_step(prev: &Digest, seq: u64, hash: &[u8]) -> Digest {
-    let mut b = Vec::with_capacity(72);
+    if hash.len() == 32 {
+        // The usual case, without an allocation per node.
+        let mut b = [0u8; 72];
+        b[..32].copy_from_slice(&prev.0);
+        b[32..40].copy_from_slice(&seq.to_le_bytes());
+        b[40..].copy_from_slice(hash);
+        return sha256(&b);
+    }
+    let mut b = Vec::with_capacity(40 + hash.len());
     b.extend_from_slice(&prev.0);
     b.extend_from_slice(&seq.to_le_bytes());
     b.extend_from_slice(hash);
@@ -142,16 +150,43 @@ fn statement(
     b
 }
 
-fn state_in(tx: &mut dyn Tx) -> Result<State> {
-    let mut log = log_start();
-    let mut nodes = 0u64;
-    let mut cursor = 0u64;
-    tx.scan_node_hashes(&mut |seq, h| {
-        log = log_step(&log, seq, h);
-        nodes += 1;
-        cursor = cursor.max(seq);
-        Ok(())
-    })?;
+/// Where a log chain stands: after follow number `cursor`, over `nodes`
+/// nodes.
+#[derive(Clone, Copy, Debug)]
+struct LogAt {
+    cursor: u64,
+    nodes: u64,
+    log: Digest,
+}
+
+/// The store's state; with `base`, the log chain goes on from it over the
+/// nodes appended after its cursor only (the nodes up to it are taken as
+/// `base` saw them, not read again).
+fn state_in(tx: &mut dyn Tx, base: Option<LogAt>) -> Result<State> {
+    let (mut log, mut nodes, mut cursor) = match base {
+        Some(b) => (b.log, b.nodes, b.cursor),
+        None => (log_start(), 0, 0),
+    };
+    if base.is_none() {
+        tx.scan_node_hashes(&mut |seq, h| {
+            log = log_step(&log, seq, h);
+            nodes += 1;
+            cursor = cursor.max(seq);
+            Ok(())
+        })?;
+    } else {
+        loop {
+            let page = tx.nodes_since(cursor, 10_000)?;
+            let Some(last) = page.last().map(|n| n.seq) else {
+                break;
+            };
+            for n in &page {
+                log = log_step(&log, n.seq, n.hash.as_bytes());
+                nodes += 1;
+            }
+            cursor = last;
+        }
+    }
     let (facts, facts_head) = match tx.last_fact()? {
         Some((n, h)) => (n, Some(h)),
         None => (0, None),
@@ -276,7 +311,43 @@ fn descends(tx: &mut dyn Tx, from: &NodeHash, ancestor: &NodeHash, depth: u64) -
 impl Store {
     /// Takes a checkpoint of the store, signed with `key`, at `now`.
     pub fn checkpoint(&mut self, key: &SigningKey, now: Millis) -> Result<Checkpoint> {
-        let st = self.read(state_in)?;
+        self.checkpoint_after(key, now, None)
+    }
+
+    /// Like [`Store::checkpoint`]; with `base`, a checkpoint this process
+    /// took of this store earlier, the log chain goes on from `base`'s over
+    /// the nodes appended since (what an automatic checkpointer does:
+    /// O(new nodes), not O(store)). Nodes up to `base.cursor` are not read
+    /// again, so a rewrite of them since is not laundered into the new
+    /// checkpoint: verifying against either one reports it. Fails when the
+    /// store now ends before `base.cursor` (it was truncated).
+    pub fn checkpoint_after(
+        &mut self,
+        key: &SigningKey,
+        now: Millis,
+        base: Option<&Checkpoint>,
+    ) -> Result<Checkpoint> {
+        let base = match base {
+            None => None,
+            Some(b) => Some(LogAt {
+                cursor: b.cursor,
+                nodes: b.nodes,
+                log: hex32(&b.log, "log").map_err(StoreError::Invalid)?,
+            }),
+        };
+        let st = self.read(|tx| {
+            if let Some(b) = base {
+                let end = tx.max_seq()?;
+                if end < b.cursor {
+                    return Err(StoreError::Invalid(format!(
+                        "the store ends at follow number {end}, before the previous checkpoint's \
+                         cursor {}: it was truncated (check it with `convo verify --checkpoint`)",
+                        b.cursor
+                    )));
+                }
+            }
+            state_in(tx, base)
+        })?;
         let hd = heads_digest(&st.heads);
         let msg = statement(
             now,
@@ -313,137 +384,220 @@ impl Store {
     }
 
     /// Proves that the store still extends `cp` (whose signature the caller
-    /// checked): the first `cp.cursor` nodes hash to its log, the journal
-    /// still holds its facts, and every head it names is still in the store
-    /// with its branch moved only forward along its chain, or sealed or
-    /// renamed by a promote recorded after it. Returns what was rolled
-    /// back, truncated or rewritten, each on the object it concerns.
+    /// checked): see [`Store::check_checkpoints`].
     pub fn check_checkpoint(&mut self, cp: &Checkpoint) -> Result<Vec<Problem>> {
-        let heads = cp.parsed_heads().map_err(StoreError::Invalid)?;
-        let want_log = hex32(&cp.log, "log").map_err(StoreError::Invalid)?;
+        Ok(self
+            .check_checkpoints(std::slice::from_ref(cp))?
+            .pop()
+            .unwrap_or_default())
+    }
+
+    /// Proves that the store still extends each of `cps` (whose signatures
+    /// the caller checked): the first `cp.cursor` nodes hash to its log,
+    /// the journal still holds its facts, and every head it names is still
+    /// in the store with its branch moved only forward along its chain, or
+    /// sealed or renamed by a promote recorded after it. Returns, for each
+    /// checkpoint in the order given, what was rolled back, truncated or
+    /// rewritten, each on the object it concerns.
+    ///
+    /// One pass over the node hashes serves every checkpoint, and a head
+    /// named by several checkpoints is checked once; walking back along a
+    /// branch starts from the newest head already proven on its chain, so
+    /// a directory of thousands of automatic checkpoints costs about one.
+    pub fn check_checkpoints(&mut self, cps: &[Checkpoint]) -> Result<Vec<Vec<Problem>>> {
+        let mut parsed = Vec::with_capacity(cps.len());
+        for cp in cps {
+            let heads = cp.parsed_heads().map_err(StoreError::Invalid)?;
+            let log = hex32(&cp.log, "log").map_err(StoreError::Invalid)?;
+            parsed.push((heads, log));
+        }
+        // Newest first, so that older heads are found walking back from
+        // newer ones already proven.
+        let mut order: Vec<usize> = (0..cps.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse((cps[i].cursor, cps[i].time)));
         self.read(|tx| {
-            let mut out = Vec::new();
+            let mut out: Vec<Vec<Problem>> = vec![Vec::new(); cps.len()];
+            // The log chain at each checkpoint's cursor, in one scan.
+            let mut want: Vec<(u64, usize)> = (0..cps.len()).map(|i| (cps[i].cursor, i)).collect();
+            want.sort_unstable();
+            let mut at: Vec<Option<(Digest, u64)>> = vec![None; cps.len()];
             let mut log = log_start();
-            let (mut count, mut upto, mut last) = (0u64, 0u64, 0u64);
+            let (mut count, mut last, mut next) = (0u64, 0u64, 0usize);
+            while next < want.len() && want[next].0 == 0 {
+                at[want[next].1] = Some((log, 0));
+                next += 1;
+            }
             tx.scan_node_hashes(&mut |seq, h| {
                 count += 1;
                 last = last.max(seq);
-                if seq <= cp.cursor {
+                if next < want.len() {
                     log = log_step(&log, seq, h);
-                    upto += 1;
+                    while next < want.len() && want[next].0 <= seq {
+                        // Exactly at the cursor, or past it: a node at the
+                        // cursor is missing, which the log then shows.
+                        let (c, i) = want[next];
+                        if c == seq {
+                            at[i] = Some((log, count));
+                        }
+                        next += 1;
+                    }
                 }
                 Ok(())
             })?;
-            if count < cp.nodes || last < cp.cursor {
-                problem(
-                    &mut out,
-                    "store".into(),
-                    format!(
-                        "truncated: it holds {count} nodes up to follow number {last}, the checkpoint of {} saw {} up to {}",
-                        crate::checkpoint::time(cp.time),
-                        cp.nodes,
-                        cp.cursor
+            let fact_rows = if cps.iter().any(|cp| cp.facts_head.is_some()) {
+                tx.facts()?
+                    .into_iter()
+                    .flatten()
+                    .map(|f| (f.seq, f.hash))
+                    .collect::<std::collections::HashMap<_, _>>()
+            } else {
+                Default::default()
+            };
+            let last_fact = tx.last_fact()?.map(|(n, _)| n);
+            let mut proven: std::collections::HashSet<(SessionId, BranchName, NodeHash)> =
+                Default::default();
+            // Per timeline: the deepest node known to be on its chain now.
+            let mut anchor: std::collections::HashMap<(SessionId, BranchName), (NodeHash, u64)> =
+                Default::default();
+            for &i in &order {
+                let cp = &cps[i];
+                let (heads, want_log) = &parsed[i];
+                let out = &mut out[i];
+                if count < cp.nodes || last < cp.cursor {
+                    problem(
+                        out,
+                        "store".into(),
+                        format!(
+                            "truncated: it holds {count} nodes up to follow number {last}, the checkpoint of {} saw {} up to {}",
+                            crate::checkpoint::time(cp.time),
+                            cp.nodes,
+                            cp.cursor
+                        ),
+                    );
+                } else if at[i].is_none_or(|(l, n)| l != *want_log || n != cp.nodes) {
+                    problem(
+                        out,
+                        "store".into(),
+                        format!(
+                            "rewritten: nodes 1..={} no longer hash to the checkpoint's log: a node was removed, replaced or reordered",
+                            cp.cursor
+                        ),
+                    );
+                }
+                match last_fact {
+                    Some(n) if n < cp.facts => problem(
+                        out,
+                        "fact journal".into(),
+                        format!("truncated: {n} facts, the checkpoint saw {}", cp.facts),
                     ),
-                );
-            } else if log != want_log || upto != cp.nodes {
-                problem(
-                    &mut out,
-                    "store".into(),
-                    format!(
-                        "rewritten: nodes 1..={} no longer hash to the checkpoint's log: a node was removed, replaced or reordered",
-                        cp.cursor
+                    None if cp.facts > 0 => problem(
+                        out,
+                        "fact journal".into(),
+                        format!("truncated: no facts, the checkpoint saw {}", cp.facts),
                     ),
-                );
-            }
-            match tx.last_fact()? {
-                Some((n, _)) if n < cp.facts => problem(
-                    &mut out,
-                    "fact journal".into(),
-                    format!("truncated: {n} facts, the checkpoint saw {}", cp.facts),
-                ),
-                None if cp.facts > 0 => problem(
-                    &mut out,
-                    "fact journal".into(),
-                    format!("truncated: no facts, the checkpoint saw {}", cp.facts),
-                ),
-                _ => {
-                    if let Some(want) = &cp.facts_head {
-                        let rows = tx.facts()?;
-                        let at = rows.into_iter().flatten().find(|f| f.seq == cp.facts);
-                        if at.is_none_or(|f| hex::encode(&f.hash) != *want) {
+                    _ => {
+                        if let Some(want) = &cp.facts_head
+                            && fact_rows.get(&cp.facts).is_none_or(|h| hex::encode(h) != *want)
+                        {
                             problem(
-                                &mut out,
+                                out,
                                 "fact journal".into(),
                                 format!("rewritten: fact {} is not the one the checkpoint saw", cp.facts),
                             );
                         }
                     }
                 }
-            }
-            for (sid, name, head, _sealed) in &heads {
-                let object = format!("branch {sid}/{name}");
-                let Some(h) = head else { continue };
-                let Some(then) = tx.node(h)? else {
-                    problem(
-                        &mut out,
-                        object,
-                        format!("its head at the checkpoint, {h}, is no longer in the store: its history was truncated or rewritten"),
-                    );
-                    continue;
-                };
-                let rows = tx.branches(Some(sid))?;
-                let now = rows.iter().find(|b| &b.name == name);
-                if let Some(b) = now
-                    && let Some(nh) = b.head
-                    && descends(tx, &nh, h, then.ctx.depth)?
-                {
-                    continue;
-                }
-                // Moved through a promote recorded after the checkpoint:
-                // the timeline lives on under its new name.
-                let mut promoted = false;
-                for b in &rows {
-                    let Some(nh) = b.head else { continue };
-                    if b.name == *name || !descends(tx, &nh, h, then.ctx.depth)? {
+                for (sid, name, head, _sealed) in heads {
+                    let Some(h) = head else { continue };
+                    if proven.contains(&(*sid, name.clone(), *h)) {
                         continue;
                     }
-                    let renamed = tx.session_nodes(sid, false)?.into_iter().any(|(n, _)| {
-                        n.seq > cp.cursor
-                            && n.node.kind == Kind::Promote
-                            && n.node.event.as_ref().is_some_and(|e| {
-                                (e.branch == *name && b.name.is_main())
-                                    || (name.is_main() && e.sealed_as.as_ref() == Some(&b.name))
-                            })
-                    });
-                    if renamed {
-                        promoted = true;
-                        break;
-                    }
-                }
-                if promoted {
-                    continue;
-                }
-                let reason = match now.and_then(|b| b.head) {
-                    None if now.is_none() => format!("deleted: the checkpoint saw it at {h}, no promote renamed it"),
-                    None => format!("rolled back: its head was {h} at the checkpoint and is now none"),
-                    Some(nh) => {
-                        let back = descends(tx, h, &nh, 0)?;
-                        if back {
-                            let d = tx.node(&nh)?.map_or(0, |n| n.ctx.depth);
-                            format!(
-                                "rolled back: its head was {h} at the checkpoint and is now {nh}, {} node(s) earlier on the same chain",
-                                then.ctx.depth.saturating_sub(d)
-                            )
-                        } else {
-                            format!("rewritten: its head is {nh}, which does not descend from {h}, its head at the checkpoint")
+                    match check_head(tx, cp, sid, name, h, &mut anchor)? {
+                        None => {
+                            proven.insert((*sid, name.clone(), *h));
                         }
+                        Some(reason) => problem(out, format!("branch {sid}/{name}"), reason),
                     }
-                };
-                problem(&mut out, object, reason);
+                }
             }
             Ok(out)
         })
     }
+}
+
+/// Checks one head a checkpoint names against the store: `None` when its
+/// timeline still extends it, else why not.
+fn check_head(
+    tx: &mut dyn Tx,
+    cp: &Checkpoint,
+    sid: &SessionId,
+    name: &BranchName,
+    h: &NodeHash,
+    anchor: &mut std::collections::HashMap<(SessionId, BranchName), (NodeHash, u64)>,
+) -> Result<Option<String>> {
+    let Some(then) = tx.node(h)? else {
+        return Ok(Some(format!(
+            "its head at the checkpoint, {h}, is no longer in the store: its history was truncated or rewritten"
+        )));
+    };
+    let key = (*sid, name.clone());
+    let rows = tx.branches(Some(sid))?;
+    let now = rows.iter().find(|b| &b.name == name);
+    if let Some(b) = now
+        && let Some(nh) = b.head
+    {
+        // Walk back from the deepest node already proven on this chain
+        // (when it is deeper than `h`), else from the head.
+        let from = match anchor.get(&key) {
+            Some((a, d)) if *d >= then.ctx.depth => *a,
+            _ => nh,
+        };
+        if descends(tx, &from, h, then.ctx.depth)? {
+            anchor.insert(key, (*h, then.ctx.depth));
+            return Ok(None);
+        }
+        if from != nh && descends(tx, &nh, h, then.ctx.depth)? {
+            return Ok(None);
+        }
+    }
+    // Moved through a promote recorded after the checkpoint: the timeline
+    // lives on under its new name.
+    for b in &rows {
+        let Some(nh) = b.head else { continue };
+        if b.name == *name || !descends(tx, &nh, h, then.ctx.depth)? {
+            continue;
+        }
+        let renamed = tx.session_nodes(sid, false)?.into_iter().any(|(n, _)| {
+            n.seq > cp.cursor
+                && n.node.kind == Kind::Promote
+                && n.node.event.as_ref().is_some_and(|e| {
+                    (e.branch == *name && b.name.is_main())
+                        || (name.is_main() && e.sealed_as.as_ref() == Some(&b.name))
+                })
+        });
+        if renamed {
+            return Ok(None);
+        }
+    }
+    Ok(Some(match now.and_then(|b| b.head) {
+        None if now.is_none() => {
+            format!("deleted: the checkpoint saw it at {h}, no promote renamed it")
+        }
+        None => format!("rolled back: its head was {h} at the checkpoint and is now none"),
+        Some(nh) => {
+            if descends(tx, h, &nh, 0)? {
+                let d = tx.node(&nh)?.map_or(0, |n| n.ctx.depth);
+                format!(
+                    "rolled back: its head was {h} at the checkpoint and is now {nh}, {} node(s) earlier on the same chain",
+                    then.ctx.depth.saturating_sub(d)
+                )
+            } else {
+                format!(
+                    "rewritten: its head is {nh}, which does not descend from {h}, its head at the checkpoint"
+                )
+            }
+        }
+    }))
 }
 
 /// RFC 3339 UTC, for messages.

@@ -6,7 +6,7 @@
 //! saw can stop and resume anywhere without missing or repeating a node. It
 //! never trusts a notification's content: a wake-up only means "read again".
 
-use crate::{Result, Store, TimelineNode};
+use crate::{Result, Store, StoredNode, TimelineNode};
 use std::time::Duration;
 
 /// A position in the store's append order and the way to move it.
@@ -53,6 +53,20 @@ impl Follower {
         }
         if let Some(last) = page.last() {
             self.cursor = last.stored.seq;
+        }
+        Ok(page)
+    }
+
+    /// Like [`Follower::next`], without the payloads: for followers that
+    /// only count or place nodes (the automatic checkpointer).
+    pub fn next_nodes(&mut self, store: &mut Store, wait: Duration) -> Result<Vec<StoredNode>> {
+        let mut page = store.follow(self.cursor, self.page)?;
+        if page.is_empty() && !wait.is_zero() {
+            store.wait_for_append(wait)?;
+            page = store.follow(self.cursor, self.page)?;
+        }
+        if let Some(last) = page.last() {
+            self.cursor = last.seq;
         }
         Ok(page)
     }

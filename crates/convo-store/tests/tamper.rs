@@ -109,6 +109,7 @@ cases!(
     a_store_that_grew_extends_its_checkpoint,
     a_consistent_truncation_passes_verify_but_not_the_checkpoint,
     a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint,
+    incremental_checkpoints_equal_full_ones_and_are_checked_in_one_pass,
     a_redaction_keeps_the_chain_and_no_byte_of_the_secret,
     a_redaction_is_refused_without_bytes_or_reason,
     an_undone_or_unrecorded_redaction_is_caught,
@@ -1772,6 +1773,65 @@ fn a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint(be: Be) {
             .any(|p| p.object == main_obj && p.reason.contains("no longer in the store")),
         "{found:#?}"
     );
+}
+
+/// What the automatic checkpointer does: each checkpoint computed from the
+/// previous one over the new nodes alone states exactly what a full one
+/// does; `check_checkpoints` checks many at once, each on its own (a
+/// truncation fails the newest, not the older ones it did not touch).
+fn incremental_checkpoints_equal_full_ones_and_are_checked_in_one_pass(be: Be) {
+    let fx = Fx::new(be);
+    let mut s = fx.store();
+    let first = s.checkpoint(&key(), DAY + 70).unwrap();
+    let again = s.checkpoint_after(&key(), DAY + 70, Some(&first)).unwrap();
+    assert_eq!(again, first, "nothing new: the same statement");
+    turn(&mut s, &fx.ses, &main(), "four", DAY + 80);
+    let inc = s.checkpoint_after(&key(), DAY + 81, Some(&first)).unwrap();
+    let full = s.checkpoint(&key(), DAY + 81).unwrap();
+    assert_eq!(inc, full);
+    inc.check_signature().unwrap();
+    turn(&mut s, &fx.ses, &main(), "five", DAY + 90);
+    let last = s.checkpoint_after(&key(), DAY + 91, Some(&inc)).unwrap();
+    assert_eq!(last, s.checkpoint(&key(), DAY + 91).unwrap());
+    assert!(last.nodes > inc.nodes && inc.nodes > first.nodes);
+    let all = [first.clone(), inc.clone(), last.clone()];
+    let found = s.check_checkpoints(&all).unwrap();
+    assert!(found.iter().all(Vec::is_empty), "{found:#?}");
+    // Drop the last turn consistently: only the newest checkpoint saw it.
+    let mut sql = format!("DELETE FROM nodes WHERE seq > {};", inc.cursor);
+    sql.push_str(&format!(
+        "UPDATE branches SET head = x'{}' WHERE session = '{}' AND name = 'main';",
+        inc.heads
+            .iter()
+            .find(|h| h.session == fx.ses.to_string() && h.branch == "main")
+            .and_then(|h| h.head.clone())
+            .unwrap(),
+        fx.ses
+    ));
+    if let Db::Sqlite { .. } = fx.db {
+        sql.push_str(&format!(
+            "UPDATE session_runs SET last = {} WHERE last > {0};",
+            inc.cursor
+        ));
+    }
+    drop(s);
+    fx.db.batch(&sql);
+    let mut s = fx.store();
+    assert!(s.verify().unwrap().is_clean());
+    let found = s.check_checkpoints(&all).unwrap();
+    assert!(found[0].is_empty() && found[1].is_empty(), "{found:#?}");
+    assert!(
+        found[2]
+            .iter()
+            .any(|p| p.object == "store" && p.reason.contains("truncated")),
+        "{found:#?}"
+    );
+    // The checkpointer refuses to go on from a checkpoint the store no
+    // longer reaches.
+    let err = s
+        .checkpoint_after(&key(), DAY + 99, Some(&last))
+        .unwrap_err();
+    assert!(err.to_string().contains("truncated"), "{err}");
 }
 
 impl Db {

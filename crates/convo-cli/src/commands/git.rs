@@ -13,7 +13,9 @@ pub enum GitCmd {
     /// Reads the store and writes a bare git repository: incremental,
     /// resumable, deterministic (the same store always gives the same
     /// commits). Layout `dag`: one commit per node; `sessions`: one JSON
-    /// file per session.
+    /// file per session. Checkpoints published with `convo checkpoint --git`
+    /// (tags `refs/tags/convo/checkpoint/*`) are never removed, not even
+    /// by --rebuild.
     ///
     /// Examples:
     ///   convo git sync
@@ -23,12 +25,19 @@ pub enum GitCmd {
     Sync(SyncArgs),
     /// Check the repository against the store; exit 1 on drift
     ///
-    /// Reads the store and the repository, writes nothing.
+    /// Reads the store and the repository, writes nothing. Reports the
+    /// store's history rewritten when the repository holds nodes the store
+    /// lost or a branch moved back, and proves the store still extends
+    /// every checkpoint published in the repository (`convo checkpoint
+    /// --git`, tags `refs/tags/convo/checkpoint/*`): a rollback, truncation
+    /// or rewrite since one is named exactly as `convo verify --checkpoint`
+    /// names it.
     ///
     /// Examples:
     ///   convo git verify
     ///   convo git verify --repo ~/sessions.git
     ///   convo git verify --json | jq '.problems[]'
+    ///   convo git verify --trusted-key 3b6a27bc…   # the key you published
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
 }
@@ -38,9 +47,13 @@ pub enum GitCmd {
 pub struct VerifyArgs {
     #[command(flatten)]
     pub repo: RepoArg,
-    /// Print one JSON document: {repo, layout, cursor, ok, rewritten, problems}
+    /// Print one JSON document: {repo, layout, cursor, ok, rewritten,
+    /// published_checkpoints, checkpoints_extended, problems}
     #[arg(long)]
     pub json: bool,
+    /// The public key published checkpoints must be signed with (64 hex) [default: that of $CONVO_HOME/checkpoint.key, if any]
+    #[arg(long, value_name = "HEX")]
+    pub trusted_key: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -264,8 +277,8 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
             }
             Ok(ExitCode::SUCCESS)
         }
-        GitCmd::Verify(VerifyArgs { repo: r, json }) => {
-            let path = repo_path(env, &r);
+        GitCmd::Verify(a) => {
+            let path = repo_path(env, &a.repo);
             if !path.join("convo").join("layout").exists() {
                 return Err(CommandError::user(format!(
                     "{} is not a convo projection",
@@ -274,25 +287,57 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 .with_hint("create it with `convo git sync`"));
             }
             let mut p = Projector::open_readonly(&path).map_err(git_err)?;
-            let problems = p.verify(&mut store).map_err(git_err)?;
+            let mut problems = p.verify(&mut store).map_err(git_err)?;
             let rewritten = problems.iter().any(|p| p.contains("history was rewritten"));
-            if json {
+            let published: super::verify::Sources = convo_git::checkpoints::published(&path)
+                .map_err(git_err)?
+                .into_iter()
+                .map(|(name, bytes)| {
+                    let cp = bytes.and_then(|b| {
+                        serde_json::from_slice(&b)
+                            .map_err(|e| format!("it is not a checkpoint: {e}"))
+                    });
+                    (name, cp)
+                })
+                .collect();
+            let total = published.len();
+            let mut found = Vec::new();
+            let extended = super::verify::check_sources(
+                super::verify::trusted_key(env, a.trusted_key.as_deref()).as_deref(),
+                &mut store,
+                published,
+                &mut found,
+            );
+            let against_checkpoints = !found.is_empty();
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|p| format!("{}: {}", p.object, p.reason)),
+            );
+            if a.json {
                 crate::output::print_json(&serde_json::json!({
                     "repo": path.display().to_string(),
                     "layout": p.layout().as_str(),
                     "cursor": p.cursor(),
                     "ok": problems.is_empty(),
                     "rewritten": rewritten,
+                    "published_checkpoints": total,
+                    "checkpoints_extended": extended,
                     "problems": problems,
                 }));
                 return Ok(ExitCode::from(u8::from(!problems.is_empty())));
             }
             if problems.is_empty() {
                 println!(
-                    "ok: {} matches the store (layout {}, cursor {})",
+                    "ok: {} matches the store (layout {}, cursor {}){}",
                     path.display(),
                     p.layout().as_str(),
-                    p.cursor()
+                    p.cursor(),
+                    if total > 0 {
+                        format!("; the store extends {extended} published checkpoint(s)")
+                    } else {
+                        String::new()
+                    }
                 );
                 Ok(ExitCode::SUCCESS)
             } else {
@@ -302,6 +347,12 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 eprintln!("git verify failed: {} problem(s)", problems.len());
                 if rewritten {
                     eprintln!("hint: {REWRITTEN_HINT}");
+                } else if against_checkpoints {
+                    eprintln!(
+                        "hint: the store no longer extends a checkpoint published in the repository: \
+                         keep the repository (its tags are the evidence) and compare with older \
+                         copies of the store; `git --git-dir REPO show TAG` prints a checkpoint"
+                    );
                 }
                 Ok(ExitCode::from(1))
             }

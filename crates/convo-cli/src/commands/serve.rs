@@ -10,12 +10,15 @@ use std::process::ExitCode;
 /// --token (or CONVO_TOKEN), which every request must then carry as
 /// `Authorization: Bearer TOKEN` (a browser: open any page once with
 /// `?token=TOKEN`). Ctrl-C stops accepting requests and finishes the ones
-/// in flight.
+/// in flight. With --checkpoint-dir, a thread writes signed checkpoints
+/// as `convo checkpoint --every-appends N --dir DIR` would, and a last one
+/// when the server stops.
 ///
 /// Examples:
 ///   convo serve                          # http://127.0.0.1:7777/
 ///   convo serve --listen 127.0.0.1:0     # any free port (printed)
 ///   CONVO_TOKEN=s3cret convo serve --listen 0.0.0.0:7777
+///   convo serve --checkpoint-dir /mnt/offsite/convo --checkpoint-every 500
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Address to listen on
@@ -30,6 +33,16 @@ pub struct ServeArgs {
     /// Do not print a JSON log line per request on stderr
     #[arg(long)]
     pub quiet: bool,
+    /// Write a signed checkpoint into DIR as the store grows (see `convo checkpoint --help`)
+    #[arg(long, value_name = "DIR")]
+    pub checkpoint_dir: Option<std::path::PathBuf>,
+    /// With --checkpoint-dir: after every N appends
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "checkpoint_dir",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub checkpoint_every: u64,
+    /// With --checkpoint-dir: also every M minutes when anything changed
+    #[arg(long, value_name = "M", requires = "checkpoint_dir")]
+    pub checkpoint_minutes: Option<f64>,
     #[command(flatten)]
     pub upstream: UpstreamArgs,
 }
@@ -144,7 +157,16 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         convo_server::ServeError::Store(e) => CommandError::from(e),
         other => CommandError::user(other.to_string()),
     })?;
-    rt.block_on(async move {
+    let checkpointer = match &a.checkpoint_dir {
+        None => None,
+        Some(dir) => Some(start_checkpointer(
+            env,
+            dir,
+            a.checkpoint_every,
+            a.checkpoint_minutes,
+        )?),
+    };
+    let served = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
@@ -205,6 +227,69 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         }
         hub.stop();
         res.map_err(|e| CommandError::user(format!("server: {e}")))
-    })?;
+    });
+    if let Some((stop, thread)) = checkpointer {
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        match thread.join() {
+            Ok(Ok(n)) => eprintln!("convo {name}: {n} checkpoint(s) written"),
+            // Said when it happened.
+            Ok(Err(_)) => {}
+            Err(_) => eprintln!("convo {name}: the checkpoint thread failed"),
+        }
+    }
+    served?;
     Ok(ExitCode::SUCCESS)
+}
+
+type Checkpointer = (
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+    std::thread::JoinHandle<CmdResult<u64>>,
+);
+
+/// Starts the automatic checkpointer on its own connection to the store:
+/// the loop of `convo checkpoint --every-appends`, until the flag is set.
+fn start_checkpointer(
+    env: &Env,
+    dir: &std::path::Path,
+    every: u64,
+    minutes: Option<f64>,
+) -> CmdResult<Checkpointer> {
+    use super::checkpoint::{Every, Sinks, default_key, follow_loop, load_or_make_key};
+    let period = match minutes {
+        Some(m) if !(m.is_finite() && m > 0.0) => {
+            return Err(CommandError::user(format!(
+                "--checkpoint-minutes {m}: give a number of minutes above 0"
+            )));
+        }
+        m => m.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
+    };
+    let key = load_or_make_key(&default_key(env))?;
+    let mut store = convo_store::Store::open_as(&env.store_url, convo_store::Access::Read)?;
+    let sinks = Sinks {
+        dir: Some(dir.to_owned()),
+        lines: true,
+        ..Sinks::default()
+    };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = stop.clone();
+    let thread = std::thread::Builder::new()
+        .name("convo-checkpoints".into())
+        .spawn(move || {
+            let r = follow_loop(
+                &mut store,
+                &key,
+                &sinks,
+                Every {
+                    appends: Some(every),
+                    period,
+                },
+                &flag,
+            );
+            if let Err(e) = &r {
+                eprintln!("convo: checkpoints stopped: {}", e.message_text());
+            }
+            r
+        })
+        .map_err(|e| CommandError::user(format!("cannot start the checkpoint thread: {e}")))?;
+    Ok((stop, thread))
 }

@@ -1,7 +1,7 @@
 use super::{CmdResult, CommandError, Env};
 use crate::output::print_json;
 use clap::Args;
-use convo_store::{Problem, Store, StoreError, VerifyReport};
+use convo_store::{Checkpoint, Problem, Store, StoreError, VerifyReport};
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -11,29 +11,33 @@ use std::process::ExitCode;
 /// version), every payload and state value, the fact journal, every node
 /// and every session and branch row against what the nodes and the journal
 /// say. Bad data is reported, never stops the check. With `--checkpoint`,
-/// also proves that the store still extends each signed checkpoint.
+/// also proves that the store still extends each signed checkpoint (a
+/// directory stands for every checkpoint file in it); `convo git verify`
+/// does the same for the checkpoints published in the repository.
 ///
 /// Examples:
 ///   convo verify
 ///   convo verify --json | jq '.problems'
 ///   convo verify --checkpoint convo-2026-11-23.checkpoint
+///   convo verify --checkpoint /mnt/offsite/convo   # every checkpoint in it
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct VerifyArgs {
     /// Print one JSON document
     #[arg(long)]
     pub json: bool,
-    /// Also prove the store extends these signed checkpoints (`convo checkpoint`)
-    #[arg(long, value_name = "FILE", num_args = 1..)]
+    /// Also prove the store extends these signed checkpoints (`convo checkpoint`): files, or directories of them
+    #[arg(long, value_name = "FILE|DIR", num_args = 1..)]
     pub checkpoint: Vec<std::path::PathBuf>,
     /// The public key checkpoints must be signed with (64 hex) [default: that of $CONVO_HOME/checkpoint.key, if any]
     #[arg(long, value_name = "HEX")]
     pub trusted_key: Option<String>,
 }
 
-/// Checks each checkpoint file against the store; problems go into `r`.
-fn check_checkpoints(env: &Env, args: &VerifyArgs, store: &mut Store, r: &mut VerifyReport) {
-    let trusted = args.trusted_key.clone().or_else(|| {
+/// The public key checkpoints must be signed with: `--trusted-key`, else
+/// that of this home's key, if there is one.
+pub fn trusted_key(env: &Env, given: Option<&str>) -> Option<String> {
+    given.map(str::to_owned).or_else(|| {
         let p = super::checkpoint::default_key(env);
         std::fs::read_to_string(p).ok().and_then(|t| {
             let seed: [u8; 32] = hex::decode(t.trim()).ok()?.try_into().ok()?;
@@ -43,16 +47,64 @@ fn check_checkpoints(env: &Env, args: &VerifyArgs, store: &mut Store, r: &mut Ve
                     .to_bytes(),
             ))
         })
-    });
-    for path in &args.checkpoint {
-        let object = format!("checkpoint {}", path.display());
+    })
+}
+
+/// Checkpoints to check: where each came from (for messages), and the
+/// checkpoint or why it could not be read.
+pub type Sources = Vec<(String, Result<Checkpoint, String>)>;
+
+/// Reads `--checkpoint` arguments: files, and directories (each checkpoint
+/// file in them, in name order).
+fn sources(paths: &[std::path::PathBuf]) -> Sources {
+    let mut out = Sources::new();
+    for path in paths {
+        if path.is_dir() {
+            match super::checkpoint::checkpoint_files(path) {
+                Ok(files) if files.is_empty() => out.push((
+                    path.display().to_string(),
+                    Err("the directory holds no checkpoint (*.checkpoint, *.json)".into()),
+                )),
+                Ok(files) => out.extend(files.into_iter().map(|f| {
+                    (
+                        f.display().to_string(),
+                        super::checkpoint::read_checkpoint(&f),
+                    )
+                })),
+                Err(e) => out.push((
+                    path.display().to_string(),
+                    Err(format!("cannot read the directory: {e}")),
+                )),
+            }
+        } else {
+            out.push((
+                path.display().to_string(),
+                super::checkpoint::read_checkpoint(path),
+            ));
+        }
+    }
+    out
+}
+
+/// Checks each checkpoint against the store (signatures one by one, then
+/// all in one pass over the store); problems go into `problems`. Returns
+/// how many checkpoints the store extends.
+pub fn check_sources(
+    trusted: Option<&str>,
+    store: &mut Store,
+    sources: Sources,
+    problems: &mut Vec<Problem>,
+) -> usize {
+    let mut good: Vec<(String, Checkpoint)> = Vec::new();
+    for (label, cp) in sources {
+        let object = format!("checkpoint {label}");
         let mut bad = |reason: String| {
-            r.problems.push(Problem {
+            problems.push(Problem {
                 object: object.clone(),
                 reason,
             })
         };
-        let cp = match super::checkpoint::read_checkpoint(path) {
+        let cp = match cp {
             Ok(cp) => cp,
             Err(why) => {
                 bad(why);
@@ -63,7 +115,7 @@ fn check_checkpoints(env: &Env, args: &VerifyArgs, store: &mut Store, r: &mut Ve
             bad(why);
             continue;
         }
-        if let Some(t) = &trusted
+        if let Some(t) = trusted
             && !t.eq_ignore_ascii_case(&cp.key)
         {
             bad(format!(
@@ -72,15 +124,29 @@ fn check_checkpoints(env: &Env, args: &VerifyArgs, store: &mut Store, r: &mut Ve
             ));
             continue;
         }
-        match store.check_checkpoint(&cp) {
-            Ok(found) => {
-                r.checkpoints += 1;
-                r.problems.extend(found.into_iter().map(|p| Problem {
+        good.push((label, cp));
+    }
+    let cps: Vec<Checkpoint> = good.iter().map(|(_, c)| c.clone()).collect();
+    match store.check_checkpoints(&cps) {
+        Ok(found) => {
+            let mut extended = 0;
+            for ((label, _), found) in good.iter().zip(found) {
+                if found.is_empty() {
+                    extended += 1;
+                }
+                problems.extend(found.into_iter().map(|p| Problem {
                     object: p.object,
-                    reason: format!("{} (against {})", p.reason, path.display()),
+                    reason: format!("{} (against {label})", p.reason),
                 }));
             }
-            Err(e) => bad(format!("cannot check it: {e}")),
+            extended
+        }
+        Err(e) => {
+            problems.push(Problem {
+                object: "checkpoints".into(),
+                reason: format!("cannot check them: {e}"),
+            });
+            0
         }
     }
 }
@@ -107,7 +173,18 @@ pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
             convo_store::VerifyProgress::Nodes(n) => bar.set("nodes", n),
         })?;
         bar.finish();
-        check_checkpoints(env, &args, &mut s, &mut r);
+        if !args.checkpoint.is_empty() {
+            let trusted = trusted_key(env, args.trusted_key.as_deref());
+            let mut found = Vec::new();
+            let n = check_sources(
+                trusted.as_deref(),
+                &mut s,
+                sources(&args.checkpoint),
+                &mut found,
+            );
+            r.checkpoints += n as u64;
+            r.problems.extend(found);
+        }
         Ok(r)
     });
     let r = match result {
