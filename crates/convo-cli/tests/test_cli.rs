@@ -791,3 +791,27 @@ fn automatic_checkpoints_by_time_cover_facts_too() {
         .ok();
     assert!(ok.contains("extends 2 checkpoint(s)"), "{ok}");
 }
+
+/// One-node writers leave SQLite's log for later (no fsync at exit), but
+/// fold it into the database once it passes 1 MiB: the log stays bounded
+/// over many processes, and nothing is lost.
+#[test]
+fn short_writers_keep_the_log_bounded() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    let wal = t.home().join("convo.db-wal");
+    let mut largest = 0;
+    for i in 0..80 {
+        let q = format!("question {i} {}", "x".repeat(6000));
+        t.run(&["say", &s, "--user", &q, "--agent", "ok"]).ok();
+        largest = largest.max(std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0));
+    }
+    assert!(largest > 0, "say left no log: it folded at exit");
+    assert!(
+        largest <= (1 << 20) + (256 << 10),
+        "the log grew to {largest} bytes"
+    );
+    let v = t.run(&["verify", "--json"]).json();
+    assert_eq!(v["nodes"], 160);
+    assert_eq!(v["ok"], true);
+}

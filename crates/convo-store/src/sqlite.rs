@@ -35,6 +35,34 @@ pub struct Sqlite {
     conn: Connection,
     /// The database file; `None` in memory.
     path: Option<std::path::PathBuf>,
+    /// A short-lived writer (see [`Backend::keep_log_on_close`]): the log
+    /// is folded in at close only once it is larger than this.
+    fold_log_over: Option<u64>,
+}
+
+/// The write-ahead log a short-lived writer leaves behind before it folds
+/// it into the database file (at close, with `wal_checkpoint(TRUNCATE)`).
+/// Each process that opens the store rebuilds its index of the log by
+/// reading the log, and SQLite's own automatic checkpoint cannot finish
+/// the job across processes (the rebuilt index forgets what was copied,
+/// so every later commit copied the whole log again, and the log never
+/// shrank); so a short writer turns it off and folds the log itself.
+const SHORT_WRITER_LOG: u64 = 1 << 20;
+
+impl Drop for Sqlite {
+    fn drop(&mut self) {
+        let (Some(limit), Some(path)) = (self.fold_log_over, &self.path) else {
+            return;
+        };
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        if std::fs::metadata(&wal).is_ok_and(|m| m.len() > limit) {
+            // Best effort: a busy store is folded by a later writer.
+            let _ = self
+                .conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()));
+        }
+    }
 }
 
 /// The file that marks a store SQLite found damaged (next to the database,
@@ -338,6 +366,7 @@ impl Sqlite {
         Ok(Sqlite {
             conn,
             path: Some(path.to_owned()),
+            fold_log_over: None,
         })
     }
 
@@ -356,7 +385,11 @@ impl Sqlite {
             .map_err(db)?;
         conn.pragma_update(None, "mmap_size", 1i64 << 30)
             .map_err(db)?;
-        let mut me = Sqlite { conn, path };
+        let mut me = Sqlite {
+            conn,
+            path,
+            fold_log_over: None,
+        };
         me.migrate()?;
         Ok(me)
     }
@@ -481,6 +514,10 @@ impl Backend for Sqlite {
                 true,
             )
             .map_err(db)?;
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(db)?;
+        self.fold_log_over = Some(SHORT_WRITER_LOG);
         Ok(())
     }
     fn erase_freed(&mut self) -> Result<Option<String>> {
