@@ -1171,6 +1171,15 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
+        if bytes.len() >= 1 << 20 {
+            // Sent now, borrowed: a deferred statement owns a copy of its
+            // parameters, which for a large payload is one copy too many.
+            self.query(
+                "INSERT INTO blobs (hash, data) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
+                &[&b(h.as_bytes()), &bytes],
+            )?;
+            return Ok(());
+        }
         self.defer(
             "INSERT INTO blobs (hash, data) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
             vec![Box::new(h.as_bytes().to_vec()), Box::new(bytes.to_vec())],
