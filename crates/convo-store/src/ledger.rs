@@ -159,6 +159,13 @@ impl Store {
         &mut *self.backend
     }
 
+    /// Moves WAL checkpoints off this connection's commits; the work
+    /// returned runs them and belongs on a thread of its own (see
+    /// [`Backend::defer_checkpoints`]).
+    pub fn defer_checkpoints(&mut self) -> Result<Option<crate::Background>> {
+        self.backend.defer_checkpoints()
+    }
+
     /// The backend's name.
     pub fn kind(&self) -> &'static str {
         self.backend.kind()
