@@ -407,6 +407,7 @@ fn a_100_mib_answer_that_is_not_streamed_passes_through_with_bounded_memory() {
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     assert_eq!(at, big_len(n), "the whole answer passed");
     let grew_mib = peak_kib(child.id()).saturating_sub(base) / 1024;
+    eprintln!("the proxy's peak memory grew by {grew_mib} MiB");
     // Reading the answer whole would hold 100 MiB at once; passing it on
     // holds the chunks in flight and the 1 MiB the record keeps.
     assert!(
