@@ -1,5 +1,7 @@
 //! A writer killed with SIGKILL mid-stream leaves a store that verifies and
-//! holds every node whose hash it printed.
+//! holds every node whose hash it printed; so does the recording proxy
+//! killed in the middle of a streamed answer, for every call it answered.
+//! And the proxy passes a 100 MiB answer through with bounded memory.
 
 use crate::common::{TestEnv, is_hash};
 use std::io::{BufRead, BufReader, Write};
@@ -85,4 +87,347 @@ fn sigkill_mid_stream(backend: &str) {
         );
     }
     assert!(stored.len() >= acknowledged.len());
+}
+
+/// A scripted OpenAI-compatible upstream for the proxy crash test (plain
+/// threads, one per connection): a chat completion answers
+/// `echo: {last message}`; streamed, that answer comes as one SSE event
+/// and `[DONE]`, or, for the model `endless`, as an event every 20 ms
+/// until the connection closes.
+fn crash_upstream() -> String {
+    use std::io::Read;
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", l.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(conn.try_clone().unwrap());
+                let mut len = 0usize;
+                loop {
+                    let mut h = String::new();
+                    if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                        break;
+                    }
+                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                        len = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; len];
+                if r.read_exact(&mut body).is_err() {
+                    return;
+                }
+                let req: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+                let said = req["messages"][0]["content"].as_str().unwrap_or("");
+                let text = format!("echo: {said}");
+                if let Some(mib) = req["model"].as_str().and_then(|m| m.strip_prefix("big-")) {
+                    let n = mib.parse::<usize>().unwrap_or(1) << 20;
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{BIG_HEAD}",
+                        big_len(n)
+                    );
+                    let filler = [b'x'; 64 * 1024];
+                    let mut left = n;
+                    while left > 0 {
+                        let k = left.min(filler.len());
+                        if conn.write_all(&filler[..k]).is_err() {
+                            return;
+                        }
+                        left -= k;
+                    }
+                    let _ = conn.write_all(BIG_TAIL.as_bytes());
+                    return;
+                }
+                if req["stream"] != true {
+                    let out =
+                        serde_json::json!({"id": "chatcmpl-crash", "object": "chat.completion",
+                        "model": "scripted", "choices": [{"index": 0, "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text}}]})
+                        .to_string();
+                    let _ = write!(
+                        conn,
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{out}",
+                        out.len()
+                    );
+                    return;
+                }
+                let _ = write!(
+                    conn,
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+                );
+                let event = |content: &str| {
+                    format!(
+                        "data: {}\n\n",
+                        serde_json::json!({"id": "chatcmpl-crash", "object": "chat.completion.chunk",
+                            "choices": [{"index": 0, "delta": {"content": content}}]})
+                    )
+                };
+                if req["model"] == "endless" {
+                    for i in 0..3000 {
+                        std::thread::sleep(Duration::from_millis(20));
+                        if conn.write_all(event(&format!("{i} ")).as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                }
+                let _ = conn.write_all(format!("{}data: [DONE]\n\n", event(&text)).as_bytes());
+            });
+        }
+    });
+    url
+}
+
+/// The big answer: this head, `n` bytes of `x`, this tail.
+const BIG_HEAD: &str = r#"{"id":"chatcmpl-big","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":""#;
+const BIG_TAIL: &str = r#""},"finish_reason":"stop"}]}"#;
+
+fn big_len(n: usize) -> usize {
+    BIG_HEAD.len() + n + BIG_TAIL.len()
+}
+
+/// The byte at `i` of the big answer with `n` bytes of filler.
+fn big_byte(i: usize, n: usize) -> u8 {
+    if i < BIG_HEAD.len() {
+        BIG_HEAD.as_bytes()[i]
+    } else if i < BIG_HEAD.len() + n {
+        b'x'
+    } else {
+        BIG_TAIL.as_bytes()[i - BIG_HEAD.len() - n]
+    }
+}
+
+/// `convo proxy` on port 0 in `t`'s home; its address.
+fn start_proxy(t: &TestEnv, upstream: &str, extra: &[&str]) -> (std::process::Child, String) {
+    let mut child = t
+        .cmd()
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--upstream",
+            upstream,
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    assert!(!addr.is_empty(), "convo proxy printed no URL");
+    (child, addr)
+}
+
+#[test]
+fn proxy_killed_mid_stream_keeps_every_call_it_answered_sqlite() {
+    proxy_killed_mid_stream("sqlite");
+}
+
+#[test]
+fn proxy_killed_mid_stream_keeps_every_call_it_answered_postgres() {
+    proxy_killed_mid_stream("postgres");
+}
+
+/// The proxy answers a call (the end of a stream included) only once it is
+/// recorded, so SIGKILL in the middle of a stream loses only that stream:
+/// the store verifies, and holds every call answered before, each request
+/// paired with its response, and the proxy starts again on it.
+fn proxy_killed_mid_stream(backend: &str) {
+    use crate::serve_util::http;
+    use std::io::Read;
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let upstream = crash_upstream();
+    let (mut child, addr) = start_proxy(&t, &upstream, &[]);
+    let path = "/s/crash/main/v1/chat/completions";
+    let call = |addr: &str, model: &str, said: &str, stream: bool| {
+        let body = serde_json::json!({"model": model, "stream": stream,
+            "messages": [{"role": "user", "content": said}]});
+        http(
+            addr,
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.to_string().as_bytes(),
+        )
+    };
+    // Answered calls, streamed and not.
+    let mut answered = Vec::new();
+    for i in 0..6 {
+        let said = format!("call {i}");
+        let r = call(&addr, "scripted", &said, i % 2 == 1);
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert!(r.text().contains(&format!("echo: {said}")), "{}", r.text());
+        answered.push((said, r.text()));
+    }
+    // A stream under way: read two events, then SIGKILL the proxy.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let body =
+        r#"{"model":"endless","stream":true,"messages":[{"role":"user","content":"cut short"}]}"#;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while seen.windows(6).filter(|w| w == b"data: ").count() < 2 {
+        let n = s.read(&mut buf).unwrap();
+        assert!(
+            n > 0,
+            "the stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    // The client sees the stream end without its `[DONE]`.
+    let _ = s.read_to_end(&mut seen);
+    assert!(!String::from_utf8_lossy(&seen).contains("[DONE]"));
+
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 0, "{}{}", r.stdout(), r.stderr());
+    let log = t.run(&["log", "crash", "--json"]).json();
+    let mut nodes = log.as_array().unwrap().clone();
+    nodes.reverse(); // oldest first
+    let kinds: Vec<&str> = nodes.iter().map(|n| n["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["invoke", "request", "response", "complete"].repeat(answered.len()),
+        "every answered call is a whole turn, and the cut stream is not one"
+    );
+    for (turn, (said, sent)) in nodes.chunks(4).zip(&answered) {
+        let payload = |n: &serde_json::Value| n["payload"].as_str().unwrap().to_owned();
+        assert_eq!(payload(&turn[0]), *said);
+        let req: serde_json::Value = serde_json::from_str(&payload(&turn[1])).unwrap();
+        assert_eq!(req["messages"][0]["content"], said.as_str());
+        // The response recorded is the one this request got, byte for byte.
+        assert_eq!(payload(&turn[2]), *sent);
+        assert_eq!(payload(&turn[3]), format!("echo: {said}"));
+        assert_eq!(turn[1]["sequence"], turn[2]["sequence"]);
+        assert_eq!(turn[1]["submission"], turn[2]["submission"]);
+    }
+
+    // The proxy starts again on that store and continues the timeline.
+    let (mut child, addr) = start_proxy(&t, &upstream, &[]);
+    let r = call(&addr, "scripted", "after the crash", false);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let _ = child.kill();
+    let _ = child.wait();
+    let log = t.run(&["log", "crash", "--json"]).json();
+    assert_eq!(log.as_array().unwrap().len(), 4 * answered.len() + 4);
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 0, "{}{}", r.stdout(), r.stderr());
+}
+
+/// A process's peak resident memory (`VmHWM`), in KiB.
+fn peak_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_100_mib_answer_that_is_not_streamed_passes_through_with_bounded_memory() {
+    use std::io::Read;
+    if !std::path::Path::new("/proc/self/status").exists() {
+        return; // VmHWM is Linux's
+    }
+    let t = TestEnv::new();
+    let upstream = crash_upstream();
+    let (mut child, addr) = start_proxy(&t, &upstream, &["--record-limit-mib", "1"]);
+    let path = "/s/big/main/v1/chat/completions";
+    let send = |model: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let body =
+            format!(r#"{{"model":"{model}","messages":[{{"role":"user","content":"big"}}]}}"#);
+        // HTTP/1.0: the body comes as sent, up to the close.
+        write!(
+            s,
+            "POST {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap();
+        s
+    };
+    // A small answer first, so the baseline holds what any call needs.
+    let mut s = send("big-0");
+    let mut small = Vec::new();
+    s.read_to_end(&mut small).unwrap();
+    assert!(
+        small.starts_with(b"HTTP/1.0 200"),
+        "{}",
+        String::from_utf8_lossy(&small)
+    );
+    let base = peak_kib(child.id());
+
+    let n = 100 << 20;
+    let mut s = send("big-100");
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut head = Vec::new();
+    let mut at = 0usize; // bytes of the body checked
+    loop {
+        let k = s.read(&mut buf).unwrap();
+        if k == 0 {
+            break;
+        }
+        let mut got = &buf[..k];
+        if head.len() < 4 || !head.ends_with(b"\r\n\r\n") {
+            // Still in the response head.
+            let mut used = 0;
+            while used < got.len() && !head.ends_with(b"\r\n\r\n") {
+                head.push(got[used]);
+                used += 1;
+            }
+            got = &got[used..];
+        }
+        for &b in got {
+            assert_eq!(b, big_byte(at, n), "byte {at} of the answer");
+            at += 1;
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    assert!(head.starts_with("HTTP/1.0 200"), "{head}");
+    assert_eq!(at, big_len(n), "the whole answer passed");
+    let grew_mib = peak_kib(child.id()).saturating_sub(base) / 1024;
+    eprintln!("the proxy's peak memory grew by {grew_mib} MiB");
+    // Reading the answer whole would hold 100 MiB at once; passing it on
+    // holds the chunks in flight and the 1 MiB the record keeps.
+    assert!(
+        grew_mib < 60,
+        "the proxy's peak memory grew by {grew_mib} MiB"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+
+    let log = t.run(&["log", "big", "--json"]).json();
+    let resp = &log.as_array().unwrap()[1]; // newest first: complete, response…
+    assert_eq!(resp["kind"], "response");
+    let d = &resp["diagnostics"];
+    assert_eq!(d["status"], 200);
+    assert_eq!(d["streamed"], false);
+    assert_eq!(d["truncated"]["total_bytes"], big_len(n));
+    assert_eq!(d["truncated"]["recorded_bytes"], 1 << 20);
+    let kept = resp["payload"].as_str().unwrap().as_bytes();
+    assert_eq!(kept.len(), 1 << 20);
+    assert!(kept.iter().enumerate().all(|(i, &b)| b == big_byte(i, n)));
+    let r = t.run(&["verify"]);
+    assert_eq!(r.code(), 0, "{}{}", r.stdout(), r.stderr());
 }

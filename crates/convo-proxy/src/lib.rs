@@ -37,6 +37,18 @@
 //! `{"error": {"type": "convo_proxy_error", "code": …, "message": …}}`
 //! naming the reason, and recorded with that status. A stream the
 //! upstream cuts is cut for the client too and recorded as `partial`.
+//!
+//! ## Answers pass through
+//!
+//! A stream is passed on chunk by chunk as it arrives, through a bounded
+//! channel (a slow client slows the upstream read, nothing piles up), and
+//! recorded when it ends, before the client's body ends. A non-streamed
+//! answer up to [`WHOLE_ANSWER`] (1 MiB) is read whole, recorded, then
+//! sent with an `x-convo-node` header naming the last node recorded; a
+//! longer one passes through as a stream does, its last chunk held back
+//! until it is recorded. Either way the record keeps at most
+//! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
+//! has received a whole answer has a recorded call.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -83,10 +95,11 @@ pub struct ProxyConfig {
     pub timeout: Duration,
     /// Answer from this recorded timeline instead of the upstream.
     pub replay: Option<replay::ReplaySpec>,
-    /// The most bytes of one streamed answer kept in the record (default
-    /// [`DEFAULT_RECORD_LIMIT`]): past it the stream still passes through
-    /// in full, and the record keeps its first bytes, its length and the
-    /// SHA-256 of the whole (`truncated` in the response's diagnostics).
+    /// The most bytes of one answer (streamed or not) kept in the record
+    /// (default [`DEFAULT_RECORD_LIMIT`]): past it the answer still passes
+    /// through in full, and the record keeps its first bytes, its length
+    /// and the SHA-256 of the whole (`truncated` in the response's
+    /// diagnostics).
     pub record_limit: Option<usize>,
 }
 
@@ -478,24 +491,50 @@ impl Proxy {
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|c| c.starts_with("text/event-stream"));
+        let limit = inner.cfg.record_limit.unwrap_or(DEFAULT_RECORD_LIMIT);
+        let mut up = resp.bytes_stream();
         if !ex.streamed {
-            let body = resp.bytes().await;
-            ex.latency_ms = since(t0);
-            ex.ended_at = now_ms();
-            let body = match body {
-                Ok(b) => b,
-                Err(e) => {
-                    let why = format!(
-                        "upstream {} cut the answer: {}",
-                        ex.upstream,
-                        why_reqwest(e)
-                    );
-                    ex.partial = Some(why.clone());
-                    let _ = self.save(target, ex).await;
-                    return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", &why);
+            // The usual answer (a JSON document) is read whole, recorded,
+            // then sent, `x-convo-node` naming its record. One longer than
+            // WHOLE_ANSWER is passed on as it arrives instead.
+            let mut head: Vec<Bytes> = Vec::new();
+            let mut len = 0;
+            let cut = loop {
+                match up.next().await {
+                    None => break None,
+                    Some(Err(e)) => break Some(e),
+                    Some(Ok(chunk)) => {
+                        if head.is_empty() {
+                            ex.ttft_ms = Some(since(t0));
+                        }
+                        len += chunk.len();
+                        head.push(chunk);
+                        if len > WHOLE_ANSWER {
+                            let passed = self.pass_through(target, ex, head, up, t0, limit);
+                            return (status, out_headers, passed).into_response();
+                        }
+                    }
                 }
             };
-            ex.response_body = body.to_vec();
+            ex.latency_ms = since(t0);
+            ex.ended_at = now_ms();
+            let body = match head.len() {
+                1 => head.pop().unwrap_or_default(),
+                _ => Bytes::from(head.concat()),
+            };
+            let mut kept = Kept::new(limit, false);
+            kept.push(&body, 0.0);
+            kept.finish(&mut ex);
+            if let Some(e) = cut {
+                let why = format!(
+                    "upstream {} cut the answer: {}",
+                    ex.upstream,
+                    why_reqwest(e)
+                );
+                ex.partial = Some(why.clone());
+                let _ = self.save(target, ex).await;
+                return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", &why);
+            }
             let saved = self.save(target, ex).await;
             let mut res = (status, out_headers, body).into_response();
             mark(&mut res, saved);
@@ -507,14 +546,9 @@ impl Proxy {
         // and so is what the record keeps (`record_limit`).
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let this = self.clone();
-        let limit = inner.cfg.record_limit.unwrap_or(DEFAULT_RECORD_LIMIT);
         tokio::spawn(async move {
-            use sha2::Digest as _;
-            let mut up = resp.bytes_stream();
             let mut filter = sse::ClientFilter::new(strip_usage);
-            let mut raw = Vec::new();
-            let mut total = 0u64;
-            let mut whole = sha2::Sha256::new();
+            let mut kept = Kept::new(limit, true);
             let mut first = true;
             loop {
                 match up.next().await {
@@ -535,16 +569,7 @@ impl Proxy {
                             ex.ttft_ms = Some(t);
                             first = false;
                         }
-                        total += chunk.len() as u64;
-                        whole.update(&chunk);
-                        if raw.len() + chunk.len() <= limit {
-                            ex.chunks.push((chunk.len(), t));
-                            raw.extend_from_slice(&chunk);
-                        } else if raw.len() < limit {
-                            let keep = limit - raw.len();
-                            ex.chunks.push((keep, t));
-                            raw.extend_from_slice(&chunk[..keep]);
-                        }
+                        kept.push(&chunk, t);
                         if let Some(out) = filter.push(chunk)
                             && tx.send(Ok(out)).await.is_err()
                         {
@@ -561,17 +586,77 @@ impl Proxy {
             }
             ex.latency_ms = since(t0);
             ex.ended_at = now_ms();
-            if total > raw.len() as u64 {
-                ex.truncated = Some((total, hex::encode(whole.finalize())));
-            }
-            ex.response_body = raw;
+            kept.finish(&mut ex);
             let _ = this.save(target, ex).await;
             drop(tx);
         });
-        let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|item| (item, rx))
+        (status, out_headers, channel_body(rx)).into_response()
+    }
+
+    /// A non-streamed answer longer than [`WHOLE_ANSWER`]: `head` (what
+    /// has arrived) and the rest are passed on as they arrive, through a
+    /// bounded channel, and the record keeps at most `limit` bytes of it.
+    /// The last chunk is held back until the call is recorded, so a client
+    /// that has the whole answer has a recorded call.
+    fn pass_through(
+        &self,
+        target: Target,
+        mut ex: Exchange,
+        head: Vec<Bytes>,
+        mut up: impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+        t0: Instant,
+        limit: usize,
+    ) -> Body {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut kept = Kept::new(limit, false);
+            let mut held: Option<Bytes> = None;
+            let mut head = head.into_iter();
+            let mut cut = None;
+            loop {
+                let chunk = match head.next() {
+                    Some(c) => c,
+                    None => match up.next().await {
+                        None => break,
+                        Some(Ok(c)) => c,
+                        Some(Err(e)) => {
+                            cut = Some(format!(
+                                "upstream {} cut the answer: {}",
+                                ex.upstream,
+                                why_reqwest(e)
+                            ));
+                            break;
+                        }
+                    },
+                };
+                kept.push(&chunk, 0.0);
+                if let Some(ready) = held.replace(chunk)
+                    && tx.send(Ok(ready)).await.is_err()
+                {
+                    ex.partial = Some("the client disconnected".into());
+                    break;
+                }
+            }
+            ex.latency_ms = since(t0);
+            ex.ended_at = now_ms();
+            if cut.is_some() {
+                ex.partial.clone_from(&cut);
+            }
+            kept.finish(&mut ex);
+            let _ = this.save(target, ex).await;
+            match cut {
+                Some(why) => {
+                    let _ = tx.send(Err(std::io::Error::other(why))).await;
+                }
+                None => {
+                    if let Some(last) = held {
+                        let _ = tx.send(Ok(last)).await;
+                    }
+                }
+            }
         });
-        (status, out_headers, Body::from_stream(stream)).into_response()
+        channel_body(rx)
     }
 
     /// In replay mode: the recorded answer, a miss error, or `None` to go
@@ -690,6 +775,66 @@ impl Proxy {
             );
         }
         res
+    }
+}
+
+/// A response body fed by a channel.
+fn channel_body(rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Body {
+    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }))
+}
+
+/// Non-streamed answers up to this many bytes are read whole before they
+/// are passed on (so their answer can name the node recorded); longer ones
+/// pass through as they arrive, with bounded memory.
+pub const WHOLE_ANSWER: usize = 1 << 20;
+
+/// What the record keeps of an answer: at most `limit` bytes, the chunks'
+/// lengths and times (streams), and the length and SHA-256 of the whole.
+struct Kept {
+    limit: usize,
+    raw: Vec<u8>,
+    chunks: Option<Vec<(usize, f64)>>,
+    total: u64,
+    whole: sha2::Sha256,
+}
+
+impl Kept {
+    fn new(limit: usize, timed: bool) -> Kept {
+        use sha2::Digest as _;
+        Kept {
+            limit,
+            raw: Vec::new(),
+            chunks: timed.then(Vec::new),
+            total: 0,
+            whole: sha2::Sha256::new(),
+        }
+    }
+
+    /// A chunk that arrived `t` ms after the request was sent.
+    fn push(&mut self, chunk: &[u8], t: f64) {
+        use sha2::Digest as _;
+        self.total += chunk.len() as u64;
+        self.whole.update(chunk);
+        let keep = chunk.len().min(self.limit - self.raw.len());
+        if keep > 0 {
+            if let Some(c) = &mut self.chunks {
+                c.push((keep, t));
+            }
+            self.raw.extend_from_slice(&chunk[..keep]);
+        }
+    }
+
+    /// Into the exchange: the body kept, its chunks, `truncated` when the
+    /// record keeps less than the whole.
+    fn finish(self, ex: &mut Exchange) {
+        use sha2::Digest as _;
+        if self.total > self.raw.len() as u64 {
+            ex.truncated = Some((self.total, hex::encode(self.whole.finalize())));
+        }
+        ex.chunks = self.chunks.unwrap_or_default();
+        ex.response_body = self.raw;
     }
 }
 

@@ -12,6 +12,13 @@
 //! rolled back and its calls are recorded again one transaction each, so
 //! only the call at fault gets the error. What a batch learns (session
 //! names, thread keys) is kept only once it has committed.
+//!
+//! The writer has a connection of its own, and on SQLite its WAL
+//! checkpoints run on another thread ([`Store::defer_checkpoints`]): left
+//! to SQLite, one commit in a few hundred would also copy the WAL into the
+//! database and sync it, and the call waiting for that commit would wait
+//! for the copy (the proxy's p99 added latency). A call is still answered
+//! only once its commit is done, so what was answered is kept.
 
 use crate::Target;
 use crate::record::{self, Exchange};
@@ -78,7 +85,37 @@ impl std::fmt::Debug for Job {
     }
 }
 
+/// The writer's own connection, its checkpoints on a thread of their own.
+fn connect(pool: &StorePool) -> Result<Store> {
+    let mut store = pool.open_one()?;
+    if let Some(work) = store.defer_checkpoints()? {
+        std::thread::Builder::new()
+            .name("convo-proxy-checkpoint".into())
+            .spawn(move || work.run())
+            .map_err(|e| StoreError::Backend(format!("cannot start a thread: {e}")))?;
+    }
+    Ok(store)
+}
+
+/// What a batch recorded: per call, its last node and what it taught.
+type Batch = Vec<(StoredNode, Learnt)>;
+
 fn run(shared: &Shared, pool: &StorePool, hub: Option<&Hub>, rx: &mpsc::Receiver<Job>) {
+    let mut conn: Option<Store> = None;
+    // Runs `f` on the writer's connection, opened on this thread (never on
+    // a runtime's: the PostgreSQL backend runs one of its own) at the first
+    // call, and again when the last was lost (a PostgreSQL server restarted).
+    let mut with = |f: &mut dyn FnMut(&mut Store) -> Result<Batch>| {
+        let mut store = match conn.take() {
+            Some(s) => s,
+            None => connect(pool)?,
+        };
+        let out = f(&mut store);
+        if !matches!(&out, Err(e) if e.kind() == convo_store::ErrorKind::Unavailable) {
+            conn = Some(store);
+        }
+        out
+    };
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_CALLS {
@@ -87,7 +124,7 @@ fn run(shared: &Shared, pool: &StorePool, hub: Option<&Hub>, rx: &mpsc::Receiver
                 Err(_) => break,
             }
         }
-        let together = pool.run_blocking(|s| record_batch(shared, s, &batch));
+        let together = with(&mut |s| record_batch(shared, s, &batch));
         match together {
             Ok(done) => {
                 for (j, (node, learnt)) in batch.into_iter().zip(done) {
@@ -103,8 +140,7 @@ fn run(shared: &Shared, pool: &StorePool, hub: Option<&Hub>, rx: &mpsc::Receiver
             Err(_) => {
                 // Isolate the call at fault: one transaction each.
                 for j in batch {
-                    let out =
-                        pool.run_blocking(|s| record_batch(shared, s, std::slice::from_ref(&j)));
+                    let out = with(&mut |s| record_batch(shared, s, std::slice::from_ref(&j)));
                     let out = out.and_then(|mut v| {
                         v.pop()
                             .ok_or_else(|| StoreError::Backend("nothing recorded".into()))

@@ -108,6 +108,11 @@ fn last_user_text(req: &Value) -> String {
     }
 }
 
+/// The head and tail of the `json-N` answers around their `y`s.
+pub const BIG_JSON_HEAD: &str = r#"{"id":"chatcmpl-big","object":"chat.completion","model":"json","choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":""#;
+pub const BIG_JSON_TAIL: &str =
+    r#""}}],"usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}"#;
+
 fn sse(events: Vec<String>, cut: bool) -> Response {
     let stream = async_stream(events, cut);
     Response::builder()
@@ -186,6 +191,30 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
             }));
         return Response::builder()
             .header("content-type", "text/event-stream")
+            .body(Body::from_stream(stream))
+            .unwrap();
+    }
+    if let Some(rest) = model.strip_prefix("json-") {
+        // A non-streamed answer of N MiB (`json-N`), or cut after it
+        // (`json-N-cut`), sent in 64 KiB chunks.
+        let (mib, cut) = match rest.strip_suffix("-cut") {
+            Some(m) => (m, true),
+            None => (rest, false),
+        };
+        let n = mib.parse::<usize>().unwrap_or(1) * 16;
+        let filler = Bytes::from(vec![b'y'; 64 * 1024]);
+        let end: Result<Bytes, std::io::Error> = if cut {
+            Err(std::io::Error::other("scripted cut"))
+        } else {
+            Ok(Bytes::from_static(BIG_JSON_TAIL.as_bytes()))
+        };
+        let stream = futures_util::stream::iter(
+            std::iter::once(Ok(Bytes::from_static(BIG_JSON_HEAD.as_bytes())))
+                .chain((0..n).map(move |_| Ok(filler.clone())))
+                .chain(std::iter::once(end)),
+        );
+        return Response::builder()
+            .header("content-type", "application/json")
             .body(Body::from_stream(stream))
             .unwrap();
     }

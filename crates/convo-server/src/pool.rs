@@ -60,6 +60,11 @@ impl StorePool {
         redact_url(&self.inner.url)
     }
 
+    /// A connection of its own, not pooled: for a long-lived writer.
+    pub fn open_one(&self) -> Result<Store> {
+        Store::open(&self.inner.url)
+    }
+
     /// Runs `f` with a store connection on a blocking thread.
     pub async fn run<T, F>(&self, f: F) -> Result<T>
     where

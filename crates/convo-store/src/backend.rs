@@ -315,11 +315,51 @@ pub trait Backend: Send {
     fn erase_freed(&mut self) -> Result<Option<String>> {
         Ok(None)
     }
+    /// Takes the engine's periodic housekeeping off this connection's
+    /// commits, for a connection that writes on a latency-sensitive path.
+    /// SQLite turns off its WAL auto-checkpoint here (which otherwise runs
+    /// inside one commit in every few hundred, copying the WAL into the
+    /// database and syncing it) and returns the checkpoints as work for
+    /// another thread: a `PASSIVE` checkpoint on a connection of its own
+    /// once this connection's commits leave 1,000 pages in the WAL
+    /// (SQLite's default threshold), then after every 500 more. The WAL
+    /// starts again from its beginning only when a write begins with every
+    /// page checkpointed, which a writer that never pauses may not allow:
+    /// should the WAL reach 4,000 pages, the commit checkpoints inline (the
+    /// pages left since the last checkpoint) as SQLite would by default, so
+    /// the WAL stays bounded. Durability is unchanged: a commit is durable
+    /// when it is in the WAL, checkpointed or not. `None` when there is
+    /// nothing to move (PostgreSQL, an in-memory SQLite store).
+    fn defer_checkpoints(&mut self) -> Result<Option<Background>> {
+        Ok(None)
+    }
     /// Blocks until another process may have appended a node, or `timeout`
     /// passes. Backends without notifications just sleep a little.
     fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {
         std::thread::sleep(timeout.min(std::time::Duration::from_millis(100)));
         Ok(())
+    }
+}
+
+/// Work a backend asks to run on a thread of its own (see
+/// [`Backend::defer_checkpoints`]).
+pub struct Background(Box<dyn FnOnce() + Send>);
+
+impl Background {
+    pub(crate) fn new(f: impl FnOnce() + Send + 'static) -> Self {
+        Background(Box::new(f))
+    }
+
+    /// Does the work; returns once the connection that asked for it is
+    /// closed.
+    pub fn run(self) {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for Background {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Background")
     }
 }
 

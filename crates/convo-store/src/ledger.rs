@@ -162,11 +162,18 @@ impl Store {
     /// Leaves SQLite's write-ahead log in place when this handle closes
     /// (no checkpoint, no fsync at exit): for short-lived writers such as
     /// one `convo say`. The log stays next to the database file (`-wal`,
-    /// `-shm`) until a later writer's automatic checkpoint folds it in, so
-    /// a copy of the store must take all three files (or use `convo
-    /// migrate`). A no-op on PostgreSQL.
+    /// `-shm`) until it passes 1 MiB, when a short writer's close folds
+    /// it in, so a copy of the store must take all three files (or use
+    /// `convo migrate`). A no-op on PostgreSQL.
     pub fn keep_log_on_close(&mut self) -> Result<()> {
         self.backend.keep_log_on_close()
+    }
+
+    /// Moves WAL checkpoints off this connection's commits; the work
+    /// returned runs them and belongs on a thread of its own (see
+    /// [`Backend::defer_checkpoints`]).
+    pub fn defer_checkpoints(&mut self) -> Result<Option<crate::Background>> {
+        self.backend.defer_checkpoints()
     }
 
     /// The backend's name.

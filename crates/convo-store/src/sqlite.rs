@@ -112,6 +112,13 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 /// `PRAGMA application_id` of a convo store ("conv"). Stores made before
 /// it was set have 0, which is accepted when the convo tables are there.
 const APPLICATION_ID: i64 = 0x636f_6e76;
+/// WAL pages after a commit at which [`Backend::defer_checkpoints`] asks
+/// for a checkpoint on the other thread (SQLite's own default threshold).
+const WAL_CHECKPOINT_PAGES: std::ffi::c_int = 1000;
+/// WAL pages added after which the next checkpoint is asked for.
+const WAL_CHECKPOINT_STEP: std::ffi::c_int = 500;
+/// WAL pages at which a commit checkpoints inline all the same.
+const WAL_INLINE_PAGES: std::ffi::c_int = 4000;
 
 /// The SQLite file path of a store URL and whether it asks for `sync=full`;
 /// `None` for an in-memory store.
@@ -542,6 +549,46 @@ impl Backend for Sqlite {
              remain in it until the next checkpoint (run `convo redact` again once it has closed)"
                 .to_owned()
         }))
+    }
+    fn defer_checkpoints(&mut self) -> Result<Option<crate::Background>> {
+        let Some(path) = &self.path else {
+            return Ok(None);
+        };
+        let other = Connection::open(path).map_err(db)?;
+        other.busy_timeout(BUSY_BUDGET).map_err(db)?;
+        let (poke, poked) = std::sync::mpsc::sync_channel::<()>(1);
+        let (mut last, mut next) = (0, WAL_CHECKPOINT_PAGES);
+        // Registering a WAL hook replaces the auto-checkpoint (itself a
+        // WAL hook); the pragma says so first.
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(db)?;
+        self.conn
+            .wal_hook(Some(
+                move |wal: &mut rusqlite::hooks::Wal, pages: std::ffi::c_int| {
+                    if pages < last {
+                        next = WAL_CHECKPOINT_PAGES; // the WAL was reset
+                    }
+                    last = pages;
+                    if pages >= WAL_INLINE_PAGES {
+                        // Busy when the other thread is at it: fine.
+                        let _ = wal.checkpoint();
+                    } else if pages >= next {
+                        // Full when one is already asked for: fine too.
+                        let _ = poke.try_send(());
+                        next = pages + WAL_CHECKPOINT_STEP;
+                    }
+                    Ok(())
+                },
+            ))
+            .map_err(db)?;
+        Ok(Some(crate::Background::new(move || {
+            // Ends when the writing connection, which holds `poke` in its
+            // hook, is closed.
+            while poked.recv().is_ok() {
+                let _ = other.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+            }
+        })))
     }
     fn record_health(&mut self, damaged: Option<&str>) {
         match damaged {

@@ -139,3 +139,67 @@ fn postgres_connection_errors_show_the_server_message_and_sqlstate() {
         .to_string();
     assert!(e.to_lowercase().contains("refused"), "refused: {e}");
 }
+
+/// A writer whose checkpoints are deferred never checkpoints in its own
+/// commits; the work it hands back copies the WAL into the database file
+/// on its own connection, keeps the WAL bounded, and ends when the writer's
+/// connection closes.
+#[test]
+fn deferred_checkpoints_run_on_their_own_thread_and_end_with_the_writer() {
+    use convo_core::{BranchName, Kind};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("convo.db");
+    let mut s = Store::open(&url(&db)).unwrap();
+    let work = s
+        .defer_checkpoints()
+        .unwrap()
+        .expect("a SQLite file store defers its checkpoints");
+    let ses = s.create_session("a", None, 0).unwrap();
+    let main = BranchName::main();
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let wal = dir.path().join("convo.db-wal");
+    let db_before = size(&db);
+    // About 1,500 pages of WAL (the inline fallback is at 4,000), none
+    // checkpointed by these commits.
+    let big = "x".repeat(3000);
+    let mut last = None;
+    for i in 0.. {
+        if size(&wal) > 6 << 20 {
+            break;
+        }
+        let kind = if i % 2 == 0 {
+            Kind::Invoke
+        } else {
+            Kind::Complete
+        };
+        let d = testing::draft(kind, &format!("{i} {big}"), i);
+        last = Some(s.append(&ses.id, &main, &d).unwrap().hash);
+    }
+    assert_eq!(size(&db), db_before, "a commit checkpointed");
+    let ran = std::thread::spawn(move || work.run());
+    // The database file grows as the checkpoints copy the WAL into it.
+    let mut grew = false;
+    for _ in 0..500 {
+        // A commit after the first checkpoint asks for the next.
+        let d = testing::draft(Kind::Invoke, "more", 0);
+        let _ = s.append(&ses.id, &main, &d);
+        if size(&db) > db_before + (256 << 10) {
+            grew = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(grew, "no checkpoint ran: {} bytes", size(&db));
+    assert!(
+        size(&wal) < 40 << 20,
+        "the WAL grew to {} bytes",
+        size(&wal)
+    );
+    drop(s);
+    ran.join().unwrap(); // ends once the writer is closed
+    let mut s = Store::open(&url(&db)).unwrap();
+    let report = s.verify().unwrap();
+    assert!(report.problems.is_empty(), "{:?}", report.problems);
+    let last = convo_core::HashPrefix::parse(&last.unwrap().to_hex()).unwrap();
+    assert!(s.node(&last).is_ok());
+}

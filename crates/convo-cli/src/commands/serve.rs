@@ -65,6 +65,9 @@ pub struct UpstreamArgs {
     /// Seconds to wait for an upstream to connect or send its next byte
     #[arg(long, default_value_t = 600, value_name = "SECS")]
     pub upstream_timeout: u64,
+    /// Keep at most this many MiB of one answer in the record (the client still gets all of it)
+    #[arg(long, default_value_t = 32, value_name = "MIB")]
+    pub record_limit_mib: usize,
     /// Answer calls from this recorded timeline (SESSION[:BRANCH]) instead of an upstream
     #[arg(long, value_name = "SESSION[:BRANCH]")]
     pub replay: Option<String>,
@@ -96,6 +99,7 @@ impl UpstreamArgs {
         c.upstream_key = key(&self.upstream_key_env)?;
         c.anthropic_key = key(&self.anthropic_key_env)?;
         c.timeout = std::time::Duration::from_secs(self.upstream_timeout.max(1));
+        c.record_limit = Some(self.record_limit_mib.saturating_mul(1 << 20));
         if let Some(r) = &self.replay {
             let mut spec = convo_proxy::replay::ReplaySpec::parse(r)
                 .map_err(|e| CommandError::user(e).with_hint("give SESSION or SESSION:BRANCH"))?;
