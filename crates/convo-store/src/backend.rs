@@ -139,6 +139,16 @@ pub trait Tx {
         };
         Ok(Some((b, head)))
     }
+    /// [`Tx::branch_with_head`] for several branches, in one read where
+    /// the backend can (group commit's batches); one answer per key, in order.
+    fn branches_with_heads(
+        &mut self,
+        keys: &[(SessionId, BranchName)],
+    ) -> Result<Vec<Option<(BranchRow, Option<StoredNode>)>>> {
+        keys.iter()
+            .map(|(s, name)| self.branch_with_head(s, name))
+            .collect()
+    }
     fn insert_branch(&mut self, b: &BranchRow) -> Result<()>;
     /// Compare-and-swap of a branch head: moves it to `new` only if it is
     /// still `old`, and says whether it did.

@@ -724,6 +724,72 @@ impl Ledger<'_> {
         Ok(stored)
     }
 
+    /// Appends several requests' messages, each to its own branch, in
+    /// order (group commit): the branches and their heads are read in one
+    /// go ([`Tx::branches_with_heads`]), each branch's head moves once. One
+    /// failing request fails the whole call (the transaction rolls back).
+    pub fn append_batch(
+        &mut self,
+        jobs: &[(SessionId, BranchName, &[Draft])],
+    ) -> Result<Vec<Vec<StoredNode>>> {
+        let tx = &mut *self.tx;
+        let mut keys: Vec<(SessionId, BranchName)> = Vec::new();
+        for (s, b, _) in jobs {
+            if !keys.iter().any(|(ks, kb)| ks == s && kb == b) {
+                keys.push((*s, b.clone()));
+            }
+        }
+        let read = tx.branches_with_heads(&keys)?;
+        // Per branch: its row as it moves, its context, its head before.
+        let mut open: Vec<(BranchRow, Context, Option<NodeHash>)> = Vec::with_capacity(keys.len());
+        for ((s, name), got) in keys.iter().zip(read) {
+            let (b, ctx) = match got {
+                Some((b, _)) if b.sealed => {
+                    return Err(StoreError::Sealed {
+                        session: s.to_string(),
+                        branch: name.to_string(),
+                    });
+                }
+                Some((b, head)) => {
+                    let ctx = head.map_or_else(Context::genesis, |n| n.ctx);
+                    (b, ctx)
+                }
+                // Missing: the single-branch read names what is missing.
+                None => open_branch_head(tx, s, name)?,
+            };
+            let old = b.head;
+            open.push((b, ctx, old));
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for (s, name, drafts) in jobs {
+            let k = keys
+                .iter()
+                .position(|(ks, kb)| ks == s && kb == name)
+                .ok_or_else(|| StoreError::Backend("a batch lost a branch".into()))?;
+            let mut nodes = Vec::with_capacity(drafts.len());
+            for d in drafts.iter() {
+                let (b, ctx, _) = &mut open[k];
+                let stored = place_and_insert(tx, b, *ctx, d)?;
+                if d.kind == Kind::Complete && d.state.is_some() {
+                    b.state = d.state;
+                }
+                *ctx = stored.ctx;
+                b.head = Some(stored.hash);
+                nodes.push(stored);
+            }
+            out.push(nodes);
+        }
+        for ((s, name), (b, _, old)) in keys.iter().zip(&open) {
+            if let Some(new) = &b.head
+                && b.head != *old
+                && !tx.cas_head(s, name, old.as_ref(), new)?
+            {
+                return Err(StoreError::Conflict(1));
+            }
+        }
+        Ok(out)
+    }
+
     /// Appends many messages to a branch, moving its head once.
     pub fn append_many(
         &mut self,

@@ -935,6 +935,51 @@ impl Tx for PgTx<'_> {
         Ok(Some((br, head)))
     }
 
+    fn branches_with_heads(
+        &mut self,
+        keys: &[(SessionId, BranchName)],
+    ) -> Result<Vec<Option<(BranchRow, Option<StoredNode>)>>> {
+        if keys.len() < 2 {
+            return keys
+                .iter()
+                .map(|(s, name)| self.branch_with_head(s, name))
+                .collect();
+        }
+        let sessions: Vec<String> = keys.iter().map(|(s, _)| s.to_string()).collect();
+        let names: Vec<&str> = keys.iter().map(|(_, n)| n.as_str()).collect();
+        let rows = self.query(
+            &format!(
+                "SELECT b.session, b.name, b.head, b.state, b.sealed, b.created_at, {}, k.i \
+                 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(s, nm, i) \
+                 JOIN branches b ON b.session = k.s AND b.name = k.nm \
+                 LEFT JOIN nodes n ON n.hash = b.head",
+                prefixed(NODE_COLS)
+            ),
+            &[&sessions, &names],
+        )?;
+        let mut out: Vec<Option<(BranchRow, Option<StoredNode>)>> = vec![None; keys.len()];
+        for r in &rows {
+            let i: i64 = r.try_get(r.len() - 1).map_err(corrupt)?;
+            let slot = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+                .ok_or_else(|| corrupt("a batch read answered for no key"))?;
+            let br = branch_row(r)?;
+            let head = match &br.head {
+                None => None,
+                Some(h) => {
+                    let seq: Option<i64> = r.try_get(6).map_err(corrupt)?;
+                    if seq.is_none() {
+                        return Err(corrupt(format!("head {h} of `{}` is missing", br.name)));
+                    }
+                    Some(crate::backend::decode_node(&Shifted(r, 6)).map_err(corrupt)?)
+                }
+            };
+            *slot = Some((br, head));
+        }
+        Ok(out)
+    }
+
     fn cas_head(
         &mut self,
         s: &SessionId,
