@@ -112,6 +112,9 @@ pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 /// The first bytes of a payload and its full length.
 pub type Preview = (Vec<u8>, u64);
 
+/// A branch with its head node, as [`Tx::branch_with_head`] reads it.
+pub type BranchHead = (BranchRow, Option<StoredNode>);
+
 pub trait Tx {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()>;
     fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
@@ -144,7 +147,7 @@ pub trait Tx {
     fn branches_with_heads(
         &mut self,
         keys: &[(SessionId, BranchName)],
-    ) -> Result<Vec<Option<(BranchRow, Option<StoredNode>)>>> {
+    ) -> Result<Vec<Option<BranchHead>>> {
         keys.iter()
             .map(|(s, name)| self.branch_with_head(s, name))
             .collect()

@@ -938,7 +938,7 @@ impl Tx for PgTx<'_> {
     fn branches_with_heads(
         &mut self,
         keys: &[(SessionId, BranchName)],
-    ) -> Result<Vec<Option<(BranchRow, Option<StoredNode>)>>> {
+    ) -> Result<Vec<Option<crate::backend::BranchHead>>> {
         if keys.len() < 2 {
             return keys
                 .iter()
@@ -957,7 +957,7 @@ impl Tx for PgTx<'_> {
             ),
             &[&sessions, &names],
         )?;
-        let mut out: Vec<Option<(BranchRow, Option<StoredNode>)>> = vec![None; keys.len()];
+        let mut out: Vec<Option<crate::backend::BranchHead>> = vec![None; keys.len()];
         for r in &rows {
             let i: i64 = r.try_get(r.len() - 1).map_err(corrupt)?;
             let slot = usize::try_from(i - 1)
