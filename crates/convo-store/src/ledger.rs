@@ -1202,6 +1202,63 @@ pub struct TimelinePage {
     pub offset: usize,
 }
 
+/// The hashes of the nodes at positions `start..end` (depths `start + 1
+/// ..= end`) of the timeline ending at `head`, oldest first. Reads the
+/// session's nodes at those depths (every timeline's, a few more near
+/// forks); when several sit at depth `end`, the nodes between `end` and the
+/// head too, to find which one is on this timeline.
+fn chain_stretch(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    head: &StoredNode,
+    start: u64,
+    end: u64,
+) -> Result<Vec<NodeHash>> {
+    if start >= end {
+        return Ok(Vec::new());
+    }
+    let corrupt = |h: &NodeHash| {
+        StoreError::Corrupt(format!(
+            "node {h} of session {session} is missing or out of its depth"
+        ))
+    };
+    let links = tx.session_links_at(session, start + 1, end)?;
+    let at_end: Vec<&crate::backend::Link> = links.iter().filter(|l| l.depth == end).collect();
+    let anchor = if end == head.ctx.depth {
+        head.hash
+    } else if let [one] = at_end.as_slice() {
+        one.hash
+    } else {
+        let above = tx.session_links_at(session, end + 1, head.ctx.depth)?;
+        let index: std::collections::HashMap<NodeHash, &crate::backend::Link> =
+            above.iter().map(|l| (l.hash, l)).collect();
+        let mut cur = head.hash;
+        for d in (end + 1..=head.ctx.depth).rev() {
+            let l = index
+                .get(&cur)
+                .filter(|l| l.depth == d)
+                .ok_or_else(|| corrupt(&cur))?;
+            cur = l.parent.ok_or_else(|| corrupt(&cur))?;
+        }
+        cur
+    };
+    let index: std::collections::HashMap<NodeHash, &crate::backend::Link> =
+        links.iter().map(|l| (l.hash, l)).collect();
+    let mut out = Vec::with_capacity((end - start) as usize);
+    let mut cur = Some(anchor);
+    for d in (start + 1..=end).rev() {
+        let h = cur.ok_or_else(|| corrupt(&head.hash))?;
+        let l = index
+            .get(&h)
+            .filter(|l| l.depth == d)
+            .ok_or_else(|| corrupt(&h))?;
+        out.push(h);
+        cur = l.parent;
+    }
+    out.reverse();
+    Ok(out)
+}
+
 fn timeline_page_in(
     tx: &mut dyn Tx,
     session: &SessionId,
@@ -1218,31 +1275,22 @@ fn timeline_page_in(
             offset: 0,
         });
     };
-    // Walk the chain over the session's links (hash, parent, kind: no row
-    // is decoded whole), numbering turns on the way; then read the page's
-    // rows and payloads only.
-    let links = tx.session_links(session)?;
-    let chain = walk_chain(session, head, links.len(), |i| {
-        (links[i].hash, links[i].parent)
-    })?;
-    let total = chain.len();
+    // The head's stored context gives the timeline's length and turns;
+    // the page's stretch of the chain is read by depth (stored with every
+    // node), so a page costs the same however long the timeline is.
+    let head_node = tx
+        .node(&head)?
+        .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+    let total = usize::try_from(head_node.ctx.depth)
+        .map_err(|_| StoreError::Corrupt(format!("node {head} has a depth out of range")))?;
+    let turns = head_node.ctx.turn;
     let offset = offset.unwrap_or(total.saturating_sub(limit));
     let end = offset.saturating_add(limit).min(total);
     let start = offset.min(end);
-    let mut turn = 0u64;
-    let mut turns_at = Vec::with_capacity(end - start);
-    for (pos, &i) in chain.iter().enumerate() {
-        if links[i].kind == Kind::Invoke {
-            turn += 1;
-        }
-        if (start..end).contains(&pos) {
-            turns_at.push(turn);
-        }
-    }
-    let hashes: Vec<NodeHash> = chain[start..end].iter().map(|&i| links[i].hash).collect();
+    let hashes = chain_stretch(tx, session, &head_node, start as u64, end as u64)?;
     let rows = tx.nodes_with_payloads(&hashes)?;
     let mut nodes = Vec::with_capacity(hashes.len());
-    for ((h, row), turn) in hashes.iter().zip(rows).zip(turns_at) {
+    for (h, row) in hashes.iter().zip(rows) {
         let (stored, payload) = match row {
             Some(r) => r,
             // No payload bytes: a redacted payload reads as its tombstone.
@@ -1261,12 +1309,13 @@ fn timeline_page_in(
                 "node {h} of session {session} reads as another node"
             )));
         }
+        let turn = stored.ctx.turn;
         nodes.push((TimelineNode { stored, payload }, turn));
     }
     Ok(TimelinePage {
         nodes,
         total,
-        turns: turn,
+        turns,
         offset,
     })
 }
