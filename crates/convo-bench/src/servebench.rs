@@ -1,9 +1,10 @@
 //! `convo serve` under load: appends over HTTP/1.1 keep-alive from 64
 //! concurrent clients against the same appends in-process (SQLite; and
 //! PostgreSQL with two servers on one database), one page of a
-//! 10,000-turn timeline, and 1,000 SSE subscribers.
+//! 10,000-turn timeline, 1,000 SSE subscribers, and the first paint of a
+//! 10,000-turn session page in Chromium.
 
-use crate::util::{Result, Row, Scratch, Verdict, median, ms, rate, thousands};
+use crate::util::{Result, Row, Scratch, Verdict, median, ms, note, rate, thousands};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -218,6 +219,11 @@ pub fn serve() -> Result<Vec<Row>> {
         Verdict::of(page < Duration::from_millis(20)),
     ));
 
+    // Before the SSE figure: its 1,000 subscribers' connections may still
+    // be closing, and a page load waited behind them.
+    if let Some(r) = paint(&addr, &big.to_string(), &small.to_string())? {
+        rows.push(r);
+    }
     rows.push(sse(&addr, 1000, 10)?);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(rows)
@@ -406,6 +412,50 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
     let p99 = lat[(lat.len() * 99).div_ceil(100).saturating_sub(1)];
     rt.shutdown_timeout(Duration::from_millis(100));
     Ok(p99)
+}
+
+/// The first paint of the session page of `big` in headless Chromium
+/// (`CONVO_TEST_CHROMIUM` and `CONVO_TEST_PYTHON`, from scripts/test-env),
+/// against `small`'s; `None` (said loudly) without them.
+fn paint(addr: &str, big: &str, small: &str) -> Result<Option<Row>> {
+    let (Ok(py), Ok(chromium)) = (
+        std::env::var("CONVO_TEST_PYTHON"),
+        std::env::var("CONVO_TEST_CHROMIUM"),
+    ) else {
+        note(
+            "SKIPPED the first paint: set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (eval \"$(scripts/test-env)\")",
+        );
+        return Ok(None);
+    };
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../convo-cli/tests/browser/paint.py"
+    );
+    let work = Scratch::new("paint")?;
+    let out = std::process::Command::new(py)
+        .arg(script)
+        .arg(chromium)
+        .arg(work.db().with_file_name("browser"))
+        .arg(format!("http://{addr}/sessions/{big}"))
+        .arg(format!("http://{addr}/sessions/{small}"))
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("paint.py failed: {}", String::from_utf8_lossy(&out.stderr)).into());
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    let ms_of = |k: &str| -> Result<f64> {
+        v[k].as_f64()
+            .ok_or_else(|| format!("paint.py said nothing about {k}").into())
+    };
+    let (big_ms, small_ms) = (ms_of("big")?, ms_of("small")?);
+    Ok(Some(Row::new(
+        "25. serve: first paint of a 10,000-turn session page in Chromium",
+        format!("{big_ms:.0} ms"),
+        format!("{small_ms:.0} ms for a 100-turn session"),
+        format!("{:.2}x", big_ms / small_ms.max(1e-9)),
+        "< 1 s",
+        Verdict::of(big_ms < 1000.0),
+    )))
 }
 
 use convo_store::Store;

@@ -358,9 +358,17 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
     assert_eq!(compared, 5, "three timelines and two states");
     assert_eq!(
         version(&t.db()),
-        6,
-        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys)"
+        7,
+        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys, 7: turn numbers)"
     );
+    // Turn numbers were stored in place (verify, below, checks each one).
+    let numbered: i64 = rusqlite::Connection::open(t.db())
+        .unwrap()
+        .query_row("SELECT count(*) FROM nodes WHERE ctx_turn > 0", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(numbered > 0, "no node of the old store got a turn number");
     let runs: i64 = rusqlite::Connection::open(t.db())
         .unwrap()
         .query_row("SELECT count(*) FROM session_runs", [], |r| r.get(0))

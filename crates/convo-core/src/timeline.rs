@@ -15,6 +15,10 @@ use crate::{BranchName, ContentHash, Kind, Millis, Node, SessionId, StateRoot, S
 pub struct Context {
     /// Nodes from the session's first node to this one, inclusive.
     pub depth: u64,
+    /// `invoke`s from the session's first node to this one, inclusive: the
+    /// node's turn number (stored, so a page of a long timeline need not
+    /// count the turns before it).
+    pub turn: u64,
     /// The timeline's most recent submission.
     pub submission: Option<SubmissionId>,
     /// Whether that submission still awaits its `complete`.
@@ -126,6 +130,7 @@ impl Context {
         c.depth = c.depth.saturating_add(1);
         match node.kind {
             Kind::Invoke => {
+                c.turn = c.turn.saturating_add(1);
                 c.submission = node.submission;
                 c.open = true;
                 c.last_sequence = 0;

@@ -115,14 +115,9 @@ fn run(mut store: Store, rx: mpsc::Receiver<Job>) {
 }
 
 fn append_jobs(store: &mut Store, jobs: &[Job]) -> Result<Vec<Vec<StoredNode>>> {
-    store.transaction(|l| {
-        jobs.iter()
-            .map(|j| {
-                j.drafts
-                    .iter()
-                    .map(|d| l.append(&j.session.id, &j.branch, d))
-                    .collect::<Result<Vec<_>>>()
-            })
-            .collect()
-    })
+    let batch: Vec<_> = jobs
+        .iter()
+        .map(|j| (j.session.id, j.branch.clone(), j.drafts.as_slice()))
+        .collect();
+    store.transaction(|l| l.append_batch(&batch))
 }

@@ -88,6 +88,32 @@ pub struct Link {
     pub parent: Option<NodeHash>,
     /// Its kind.
     pub kind: Kind,
+    /// Nodes from the session's first node to it, inclusive (stored).
+    pub depth: u64,
+    /// Its turn number (stored), `None` outside any turn (a fork or
+    /// promote between turns): see [`crate::turns`].
+    pub turn: Option<u64>,
+}
+
+impl Link {
+    /// A link from a node's stored columns.
+    pub(crate) fn of(
+        hash: NodeHash,
+        parent: Option<NodeHash>,
+        kind: Kind,
+        depth: u64,
+        turn: u64,
+        open: bool,
+    ) -> Link {
+        let inside = turn > 0 && (open || kind == Kind::Complete);
+        Link {
+            hash,
+            parent,
+            kind,
+            depth,
+            turn: inside.then_some(turn),
+        }
+    }
 }
 
 /// A node and its payload bytes.
@@ -111,6 +137,9 @@ pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 #[allow(missing_docs)]
 /// The first bytes of a payload and its full length.
 pub type Preview = (Vec<u8>, u64);
+
+/// A branch with its head node, as [`Tx::branch_with_head`] reads it.
+pub type BranchHead = (BranchRow, Option<StoredNode>);
 
 pub trait Tx {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()>;
@@ -138,6 +167,16 @@ pub trait Tx {
             })?),
         };
         Ok(Some((b, head)))
+    }
+    /// [`Tx::branch_with_head`] for several branches, in one read where
+    /// the backend can (group commit's batches); one answer per key, in order.
+    fn branches_with_heads(
+        &mut self,
+        keys: &[(SessionId, BranchName)],
+    ) -> Result<Vec<Option<BranchHead>>> {
+        keys.iter()
+            .map(|(s, name)| self.branch_with_head(s, name))
+            .collect()
     }
     fn insert_branch(&mut self, b: &BranchRow) -> Result<()>;
     /// Compare-and-swap of a branch head: moves it to `new` only if it is
@@ -182,12 +221,24 @@ pub trait Tx {
         Ok(self
             .session_nodes(s, false)?
             .into_iter()
-            .map(|(n, _)| Link {
-                hash: n.hash,
-                parent: n.node.parent,
-                kind: n.node.kind,
+            .map(|(n, _)| {
+                Link::of(
+                    n.hash,
+                    n.node.parent,
+                    n.node.kind,
+                    n.ctx.depth,
+                    n.ctx.turn,
+                    n.ctx.open,
+                )
             })
             .collect())
+    }
+    /// The links of a session's nodes whose depth is in `lo..=hi`, in no
+    /// particular order: a stretch of every timeline of the session.
+    fn session_links_at(&mut self, s: &SessionId, lo: u64, hi: u64) -> Result<Vec<Link>> {
+        let mut all = self.session_links(s)?;
+        all.retain(|l| (lo..=hi).contains(&l.depth));
+        Ok(all)
     }
     /// The nodes with these hashes, in this order, each with its payload
     /// (`None` for a hash not stored, or a node whose payload is missing).
@@ -407,7 +458,10 @@ pub(crate) trait Columns {
 /// The columns of a node row, in this order, on every backend.
 pub(crate) const NODE_COLS: &str = "seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
      payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
-     depth, ctx_sub, ctx_open, ctx_seq, ctx_state";
+     depth, ctx_sub, ctx_open, ctx_seq, ctx_state, ctx_turn";
+
+/// How many columns [`NODE_COLS`] names (a column read after them is this one).
+pub(crate) const NODE_COL_COUNT: usize = 23;
 
 /// Decodes a node row ([`NODE_COLS`]) and checks every value's shape: hash
 /// lengths, a known kind, non-negative counts, sequences that fit, valid
@@ -475,6 +529,7 @@ pub(crate) fn decode_node(r: &impl Columns) -> std::result::Result<StoredNode, S
             open: r.flag(19)?,
             last_sequence: sequence(need(r.int(20)?, "sequence")?)?,
             state: opt_digest(21)?.map(StateRoot),
+            turn: unsigned(22, "turn number")?,
         },
     })
 }

@@ -761,6 +761,72 @@ impl Ledger<'_> {
         Ok(stored)
     }
 
+    /// Appends several requests' messages, each to its own branch, in
+    /// order (group commit): the branches and their heads are read in one
+    /// go ([`Tx::branches_with_heads`]), each branch's head moves once. One
+    /// failing request fails the whole call (the transaction rolls back).
+    pub fn append_batch(
+        &mut self,
+        jobs: &[(SessionId, BranchName, &[Draft])],
+    ) -> Result<Vec<Vec<StoredNode>>> {
+        let tx = &mut *self.tx;
+        let mut keys: Vec<(SessionId, BranchName)> = Vec::new();
+        for (s, b, _) in jobs {
+            if !keys.iter().any(|(ks, kb)| ks == s && kb == b) {
+                keys.push((*s, b.clone()));
+            }
+        }
+        let read = tx.branches_with_heads(&keys)?;
+        // Per branch: its row as it moves, its context, its head before.
+        let mut open: Vec<(BranchRow, Context, Option<NodeHash>)> = Vec::with_capacity(keys.len());
+        for ((s, name), got) in keys.iter().zip(read) {
+            let (b, ctx) = match got {
+                Some((b, _)) if b.sealed => {
+                    return Err(StoreError::Sealed {
+                        session: s.to_string(),
+                        branch: name.to_string(),
+                    });
+                }
+                Some((b, head)) => {
+                    let ctx = head.map_or_else(Context::genesis, |n| n.ctx);
+                    (b, ctx)
+                }
+                // Missing: the single-branch read names what is missing.
+                None => open_branch_head(tx, s, name)?,
+            };
+            let old = b.head;
+            open.push((b, ctx, old));
+        }
+        let mut out = Vec::with_capacity(jobs.len());
+        for (s, name, drafts) in jobs {
+            let k = keys
+                .iter()
+                .position(|(ks, kb)| ks == s && kb == name)
+                .ok_or_else(|| StoreError::Backend("a batch lost a branch".into()))?;
+            let mut nodes = Vec::with_capacity(drafts.len());
+            for d in drafts.iter() {
+                let (b, ctx, _) = &mut open[k];
+                let stored = place_and_insert(tx, b, *ctx, d)?;
+                if d.kind == Kind::Complete && d.state.is_some() {
+                    b.state = d.state;
+                }
+                *ctx = stored.ctx;
+                b.head = Some(stored.hash);
+                nodes.push(stored);
+            }
+            out.push(nodes);
+        }
+        for ((s, name), (b, _, old)) in keys.iter().zip(&open) {
+            if let Some(new) = &b.head
+                && b.head != *old
+                && !tx.cas_head(s, name, old.as_ref(), new)?
+            {
+                return Err(StoreError::Conflict(1));
+            }
+        }
+        Ok(out)
+    }
+
     /// Appends many messages to a branch, moving its head once.
     pub fn append_many(
         &mut self,
@@ -1196,6 +1262,63 @@ pub struct TimelinePage {
     pub offset: usize,
 }
 
+/// The hashes of the nodes at positions `start..end` (depths `start + 1
+/// ..= end`) of the timeline ending at `head`, oldest first. Reads the
+/// session's nodes at those depths (every timeline's, a few more near
+/// forks); when several sit at depth `end`, the nodes between `end` and the
+/// head too, to find which one is on this timeline.
+fn chain_stretch(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    head: &StoredNode,
+    start: u64,
+    end: u64,
+) -> Result<Vec<NodeHash>> {
+    if start >= end {
+        return Ok(Vec::new());
+    }
+    let corrupt = |h: &NodeHash| {
+        StoreError::Corrupt(format!(
+            "node {h} of session {session} is missing or out of its depth"
+        ))
+    };
+    let links = tx.session_links_at(session, start + 1, end)?;
+    let at_end: Vec<&crate::backend::Link> = links.iter().filter(|l| l.depth == end).collect();
+    let anchor = if end == head.ctx.depth {
+        head.hash
+    } else if let [one] = at_end.as_slice() {
+        one.hash
+    } else {
+        let above = tx.session_links_at(session, end + 1, head.ctx.depth)?;
+        let index: std::collections::HashMap<NodeHash, &crate::backend::Link> =
+            above.iter().map(|l| (l.hash, l)).collect();
+        let mut cur = head.hash;
+        for d in (end + 1..=head.ctx.depth).rev() {
+            let l = index
+                .get(&cur)
+                .filter(|l| l.depth == d)
+                .ok_or_else(|| corrupt(&cur))?;
+            cur = l.parent.ok_or_else(|| corrupt(&cur))?;
+        }
+        cur
+    };
+    let index: std::collections::HashMap<NodeHash, &crate::backend::Link> =
+        links.iter().map(|l| (l.hash, l)).collect();
+    let mut out = Vec::with_capacity((end - start) as usize);
+    let mut cur = Some(anchor);
+    for d in (start + 1..=end).rev() {
+        let h = cur.ok_or_else(|| corrupt(&head.hash))?;
+        let l = index
+            .get(&h)
+            .filter(|l| l.depth == d)
+            .ok_or_else(|| corrupt(&h))?;
+        out.push(h);
+        cur = l.parent;
+    }
+    out.reverse();
+    Ok(out)
+}
+
 fn timeline_page_in(
     tx: &mut dyn Tx,
     session: &SessionId,
@@ -1212,31 +1335,22 @@ fn timeline_page_in(
             offset: 0,
         });
     };
-    // Walk the chain over the session's links (hash, parent, kind: no row
-    // is decoded whole), numbering turns on the way; then read the page's
-    // rows and payloads only.
-    let links = tx.session_links(session)?;
-    let chain = walk_chain(session, head, links.len(), |i| {
-        (links[i].hash, links[i].parent)
-    })?;
-    let total = chain.len();
+    // The head's stored context gives the timeline's length and turns;
+    // the page's stretch of the chain is read by depth (stored with every
+    // node), so a page costs the same however long the timeline is.
+    let head_node = tx
+        .node(&head)?
+        .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+    let total = usize::try_from(head_node.ctx.depth)
+        .map_err(|_| StoreError::Corrupt(format!("node {head} has a depth out of range")))?;
+    let turns = head_node.ctx.turn;
     let offset = offset.unwrap_or(total.saturating_sub(limit));
     let end = offset.saturating_add(limit).min(total);
     let start = offset.min(end);
-    let mut turn = 0u64;
-    let mut turns_at = Vec::with_capacity(end - start);
-    for (pos, &i) in chain.iter().enumerate() {
-        if links[i].kind == Kind::Invoke {
-            turn += 1;
-        }
-        if (start..end).contains(&pos) {
-            turns_at.push(turn);
-        }
-    }
-    let hashes: Vec<NodeHash> = chain[start..end].iter().map(|&i| links[i].hash).collect();
+    let hashes = chain_stretch(tx, session, &head_node, start as u64, end as u64)?;
     let rows = tx.nodes_with_payloads(&hashes)?;
     let mut nodes = Vec::with_capacity(hashes.len());
-    for ((h, row), turn) in hashes.iter().zip(rows).zip(turns_at) {
+    for (h, row) in hashes.iter().zip(rows) {
         let (stored, payload) = match row {
             Some(r) => r,
             // No payload bytes: a redacted payload reads as its tombstone.
@@ -1255,12 +1369,13 @@ fn timeline_page_in(
                 "node {h} of session {session} reads as another node"
             )));
         }
+        let turn = stored.ctx.turn;
         nodes.push((TimelineNode { stored, payload }, turn));
     }
     Ok(TimelinePage {
         nodes,
         total,
-        turns: turn,
+        turns,
         offset,
     })
 }

@@ -53,6 +53,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0002_facts.sql"),
     include_str!("../migrations/postgres/0003_search.sql"),
     include_str!("../migrations/postgres/0004_redact.sql"),
+    include_str!("../migrations/postgres/0005_turns.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -935,6 +936,51 @@ impl Tx for PgTx<'_> {
         Ok(Some((br, head)))
     }
 
+    fn branches_with_heads(
+        &mut self,
+        keys: &[(SessionId, BranchName)],
+    ) -> Result<Vec<Option<crate::backend::BranchHead>>> {
+        if keys.len() < 2 {
+            return keys
+                .iter()
+                .map(|(s, name)| self.branch_with_head(s, name))
+                .collect();
+        }
+        let sessions: Vec<String> = keys.iter().map(|(s, _)| s.to_string()).collect();
+        let names: Vec<&str> = keys.iter().map(|(_, n)| n.as_str()).collect();
+        let rows = self.query(
+            &format!(
+                "SELECT b.session, b.name, b.head, b.state, b.sealed, b.created_at, {}, k.i \
+                 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS k(s, nm, i) \
+                 JOIN branches b ON b.session = k.s AND b.name = k.nm \
+                 LEFT JOIN nodes n ON n.hash = b.head",
+                prefixed(NODE_COLS)
+            ),
+            &[&sessions, &names],
+        )?;
+        let mut out: Vec<Option<crate::backend::BranchHead>> = vec![None; keys.len()];
+        for r in &rows {
+            let i: i64 = r.try_get(r.len() - 1).map_err(corrupt)?;
+            let slot = usize::try_from(i - 1)
+                .ok()
+                .and_then(|i| out.get_mut(i))
+                .ok_or_else(|| corrupt("a batch read answered for no key"))?;
+            let br = branch_row(r)?;
+            let head = match &br.head {
+                None => None,
+                Some(h) => {
+                    let seq: Option<i64> = r.try_get(6).map_err(corrupt)?;
+                    if seq.is_none() {
+                        return Err(corrupt(format!("head {h} of `{}` is missing", br.name)));
+                    }
+                    Some(crate::backend::decode_node(&Shifted(r, 6)).map_err(corrupt)?)
+                }
+            };
+            *slot = Some((br, head));
+        }
+        Ok(out)
+    }
+
     fn cas_head(
         &mut self,
         s: &SessionId,
@@ -1008,8 +1054,8 @@ impl Tx for PgTx<'_> {
         self.defer(
             "INSERT INTO nodes (seq, hash, session, parent, kind, submission, sequence, sender, recipient, \
              payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
-             depth, ctx_sub, ctx_open, ctx_seq, ctx_state) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)",
+             depth, ctx_sub, ctx_open, ctx_seq, ctx_state, ctx_turn) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)",
             vec![
                 Box::new(seq),
                 Box::new(hash.as_bytes().to_vec()),
@@ -1033,6 +1079,7 @@ impl Tx for PgTx<'_> {
                 Box::new(ctx.open),
                 Box::new(i64::from(ctx.last_sequence)),
                 Box::new(opt(ctx.state.as_ref().map(|h| &h.0))),
+                Box::new(ctx.turn as i64),
             ],
             OnError::Stored(*hash),
         )?;
@@ -1083,7 +1130,8 @@ impl Tx for PgTx<'_> {
             .map(|r| {
                 Ok((
                     node_row(r)?,
-                    r.try_get::<_, Option<Vec<u8>>>(22).map_err(corrupt)?,
+                    r.try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
+                        .map_err(corrupt)?,
                 ))
             })
             .collect()
@@ -1091,21 +1139,29 @@ impl Tx for PgTx<'_> {
 
     fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
         self.query(
-            "SELECT hash, parent, kind FROM nodes WHERE session = $1 ORDER BY seq",
+            "SELECT hash, parent, kind, depth, ctx_turn, ctx_open FROM nodes \
+             WHERE session = $1 ORDER BY seq",
             &[&s.to_string()],
         )?
         .iter()
-        .map(|r| {
-            let kind: i16 = r.try_get(2).map_err(corrupt)?;
-            Ok(crate::backend::Link {
-                hash: NodeHash(digest(r, 0)?),
-                parent: opt_digest(r, 1)?.map(NodeHash),
-                kind: u8::try_from(kind)
-                    .ok()
-                    .and_then(convo_core::Kind::from_code)
-                    .ok_or_else(|| corrupt("a stored node kind is unknown"))?,
-            })
-        })
+        .map(link_row)
+        .collect()
+    }
+
+    fn session_links_at(
+        &mut self,
+        s: &SessionId,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Vec<crate::backend::Link>> {
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.query(
+            "SELECT hash, parent, kind, depth, ctx_turn, ctx_open FROM nodes \
+             WHERE session = $1 AND depth BETWEEN $2 AND $3",
+            &[&s.to_string(), &clamp(lo), &clamp(hi)],
+        )?
+        .iter()
+        .map(link_row)
         .collect()
     }
 
@@ -1123,7 +1179,8 @@ impl Tx for PgTx<'_> {
         rows.iter()
             .map(|r| {
                 let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
-                let data: Option<Vec<u8>> = r.try_get(22).map_err(corrupt)?;
+                let data: Option<Vec<u8>> =
+                    r.try_get(crate::backend::NODE_COL_COUNT).map_err(corrupt)?;
                 match (seq, data) {
                     (Some(_), Some(d)) => Ok(Some((node_row(r)?, d))),
                     _ => Ok(None),
@@ -1468,6 +1525,27 @@ impl Tx for PgTx<'_> {
             })
             .collect())
     }
+}
+
+/// A [`crate::backend::Link`] from `hash, parent, kind, depth, ctx_turn, ctx_open`.
+fn link_row(r: &Row) -> Result<crate::backend::Link> {
+    let kind: i16 = r.try_get(2).map_err(corrupt)?;
+    let kind = u8::try_from(kind)
+        .ok()
+        .and_then(convo_core::Kind::from_code)
+        .ok_or_else(|| corrupt("a stored node kind is unknown"))?;
+    let count = |i: usize, what: &str| -> Result<u64> {
+        u64::try_from(r.try_get::<_, i64>(i).map_err(corrupt)?)
+            .map_err(|_| corrupt(format!("a stored {what} is negative")))
+    };
+    Ok(crate::backend::Link::of(
+        NodeHash(digest(r, 0)?),
+        opt_digest(r, 1)?.map(NodeHash),
+        kind,
+        count(3, "depth")?,
+        count(4, "turn number")?,
+        r.try_get(5).map_err(corrupt)?,
+    ))
 }
 
 #[cfg(test)]

@@ -508,9 +508,9 @@ impl Timelines {
                 let chain = crate::ledger::walk_chain(s, h, links.len(), |i| {
                     (links[i].hash, links[i].parent)
                 })?;
-                let kinds: Vec<_> = chain.iter().map(|&i| links[i].kind).collect();
-                let numbers = crate::turns::numbers(&crate::turns::group(&kinds), kinds.len());
-                for (&i, t) in chain.iter().zip(numbers) {
+                // Turn numbers are stored with each node (its context).
+                for &i in &chain {
+                    let t = links[i].turn.and_then(|t| usize::try_from(t).ok());
                     let e = at.entry(links[i].hash).or_insert((Vec::new(), t));
                     e.0.push(b.name.clone());
                 }

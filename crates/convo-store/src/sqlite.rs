@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0004_search.sql"),
     include_str!("../migrations/sqlite/0005_redact.sql"),
     include_str!("../migrations/sqlite/0006_blob_key.sql"),
+    include_str!("../migrations/sqlite/0007_turns.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -1105,9 +1106,9 @@ impl Tx for SqliteTx<'_> {
             insert_node,
             "INSERT INTO nodes (hash, session, parent, kind, submission, sequence, sender, recipient, \
                  payload, payload_len, diagnostics, state, created_at, ev_branch, ev_sealed, ev_nonce, \
-                 depth, ctx_sub, ctx_open, ctx_seq, ctx_state, payload_id) \
+                 depth, ctx_sub, ctx_open, ctx_seq, ctx_state, payload_id, ctx_turn) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, \
-                 coalesce(?22, (SELECT id FROM blobs WHERE k = substr(?9, 1, 8) AND hash = ?9)))",
+                 coalesce(?22, (SELECT id FROM blobs WHERE k = substr(?9, 1, 8) AND hash = ?9)), ?23)",
         )?;
         st.execute(params![
             hash.as_bytes().as_slice(),
@@ -1134,6 +1135,7 @@ impl Tx for SqliteTx<'_> {
             self.last_blob
                 .filter(|(h, _)| *h == n.payload)
                 .map(|(_, id)| id),
+            ctx.turn as i64,
         ])
         .map_err(db)?;
         let seq = self.tx.last_insert_rowid() as u64;
@@ -1210,9 +1212,11 @@ impl Tx for SqliteTx<'_> {
              WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq"
         );
         let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-        st.query_map([s.to_string()], |r| Ok((node_row(r)?, bytes(r, 22)?)))
-            .and_then(|r| r.collect())
-            .map_err(db)
+        st.query_map([s.to_string()], |r| {
+            Ok((node_row(r)?, bytes(r, crate::backend::NODE_COL_COUNT)?))
+        })
+        .and_then(|r| r.collect())
+        .map_err(db)
     }
 
     fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
@@ -1221,24 +1225,35 @@ impl Tx for SqliteTx<'_> {
         let mut st = self
             .tx
             .prepare_cached(
-                "SELECT n.hash, n.parent, n.kind \
+                "SELECT n.hash, n.parent, n.kind, n.depth, n.ctx_turn, n.ctx_open \
                  FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
                  WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq",
             )
             .map_err(db)?;
-        st.query_map([s.to_string()], |r| {
-            let kind = u8::try_from(r.get::<_, i64>(2)?)
-                .ok()
-                .and_then(convo_core::Kind::from_code)
-                .ok_or_else(|| corrupt("a stored node kind is unknown"))?;
-            Ok(crate::backend::Link {
-                hash: NodeHash(digest(r, 0)?),
-                parent: opt_digest(r, 1)?.map(NodeHash),
-                kind,
-            })
-        })
-        .and_then(|r| r.collect())
-        .map_err(db)
+        st.query_map([s.to_string()], link_row)
+            .and_then(|r| r.collect())
+            .map_err(db)
+    }
+
+    fn session_links_at(
+        &mut self,
+        s: &SessionId,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Vec<crate::backend::Link>> {
+        self.flush_run()?;
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT n.hash, n.parent, n.kind, n.depth, n.ctx_turn, n.ctx_open \
+                 FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+                 WHERE r.session = ?1 AND n.session = ?1 AND n.depth BETWEEN ?2 AND ?3",
+            )
+            .map_err(db)?;
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        st.query_map(params![s.to_string(), clamp(lo), clamp(hi)], link_row)
+            .and_then(|r| r.collect())
+            .map_err(db)
     }
 
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
@@ -1752,4 +1767,24 @@ impl Tx for SqliteTx<'_> {
         }
         Ok(out)
     }
+}
+
+/// A [`crate::backend::Link`] from `hash, parent, kind, depth, ctx_turn, ctx_open`.
+fn link_row(r: &Row<'_>) -> rusqlite::Result<crate::backend::Link> {
+    let kind = u8::try_from(r.get::<_, i64>(2)?)
+        .ok()
+        .and_then(convo_core::Kind::from_code)
+        .ok_or_else(|| corrupt("a stored node kind is unknown"))?;
+    let count = |i: usize, what: &str| -> rusqlite::Result<u64> {
+        u64::try_from(r.get::<_, i64>(i)?)
+            .map_err(|_| corrupt(&format!("a stored {what} is negative")))
+    };
+    Ok(crate::backend::Link::of(
+        NodeHash(digest(r, 0)?),
+        opt_digest(r, 1)?.map(NodeHash),
+        kind,
+        count(3, "depth")?,
+        count(4, "turn number")?,
+        r.get(5)?,
+    ))
 }

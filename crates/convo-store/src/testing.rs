@@ -358,6 +358,37 @@ pub fn bulk_append_matches_single_appends(s: &mut Store) {
     let tl = s.timeline(&ses, &main()).unwrap();
     assert_eq!(tl.iter().map(|n| n.stored.hash).collect::<Vec<_>>(), hashes);
     assert!(s.verify().unwrap().is_clean());
+
+    // Group commit's batch: two sessions, one of them twice, chained in order.
+    let other = s.create_session("agent", None, 0).unwrap().id;
+    let inv = [draft(Kind::Invoke, "x", 60)];
+    let done = [draft(Kind::Complete, "y", 61)];
+    let out = s
+        .transaction(|l| {
+            l.append_batch(&[
+                (ses, main(), &inv[..]),
+                (other, main(), &inv[..]),
+                (ses, main(), &done[..]),
+            ])
+        })
+        .unwrap();
+    assert_eq!(out.iter().map(Vec::len).collect::<Vec<_>>(), vec![1, 1, 1]);
+    assert_eq!(out[2][0].node.parent, Some(out[0][0].hash));
+    assert_eq!(out[0][0].node.parent, Some(hashes[49]));
+    assert_eq!(s.branch(&ses, &main()).unwrap().head, Some(out[2][0].hash));
+    assert_eq!(
+        s.branch(&other, &main()).unwrap().head,
+        Some(out[1][0].hash)
+    );
+    // A batch with a request at fault writes nothing.
+    let end = s.end_cursor().unwrap();
+    let bad = [draft(Kind::Response, "z", 62)];
+    assert!(
+        s.transaction(|l| l.append_batch(&[(other, main(), &done[..]), (ses, main(), &bad[..])]))
+            .is_err()
+    );
+    assert_eq!(s.end_cursor().unwrap(), end);
+    assert!(s.verify().unwrap().is_clean());
 }
 
 pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {

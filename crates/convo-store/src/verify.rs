@@ -400,7 +400,7 @@ impl Checker<'_> {
             }
             let expect = pc.after(node);
             if expect != s.ctx {
-                bad("its stored context (depth, submission, state in effect) does not follow from its parent".into());
+                bad("its stored context (depth, turn number, submission, state in effect) does not follow from its parent".into());
             }
         }
         let quiet = self.problems.len() > before;

@@ -69,6 +69,31 @@ fn a_postgres_append_costs_two_round_trips() {
         .unwrap();
     });
     assert_eq!(grouped, 5);
+
+    // The server's batches: requests on several branches read their
+    // branches in one go, so a batch is two round trips however many.
+    let others: Vec<_> = (0..4)
+        .map(|i| s.create_session(&format!("o{i}"), None, 0).unwrap().id)
+        .collect();
+    let inv = [draft(Kind::Invoke, "o", 30)];
+    let done = [draft(Kind::Complete, "c", 31)];
+    let jobs: Vec<_> = others
+        .iter()
+        .map(|o| (*o, main.clone(), &inv[..]))
+        .collect();
+    // The first batch prepares its read (once per connection).
+    s.transaction(|l| l.append_batch(&jobs)).unwrap();
+    let jobs: Vec<_> = others
+        .iter()
+        .map(|o| (*o, main.clone(), &done[..]))
+        .collect();
+    let batched = counted(&trips, || {
+        s.transaction(|l| l.append_batch(&jobs)).unwrap();
+    });
+    assert_eq!(
+        batched, 2,
+        "one read for the batch's branches, then the writes"
+    );
     assert_eq!(s.timeline(&ses, &main).unwrap().len(), 2 + 10 + 4);
     assert!(s.verify().unwrap().is_clean());
 }

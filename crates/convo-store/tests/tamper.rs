@@ -88,6 +88,7 @@ cases!(
     a_head_moved_to_another_sessions_node_is_caught,
     edited_diagnostics_are_caught,
     an_edited_depth_is_caught,
+    an_edited_turn_number_is_caught,
     an_edited_state_in_effect_is_caught,
     an_edited_open_flag_or_sequence_is_caught,
     a_node_deleted_from_the_middle_of_a_chain_is_caught,
@@ -186,7 +187,7 @@ mod sqlite_only {
             "INSERT INTO nodes SELECT (SELECT max(seq) + 1 FROM nodes), hash, session, parent, \
              kind, submission, sequence, sender, recipient, payload, payload_len, diagnostics, \
              state, created_at, ev_branch, ev_sealed, ev_nonce, depth, ctx_sub, ctx_open, \
-             ctx_seq, ctx_state, payload_id FROM nodes WHERE hash = ?1",
+             ctx_seq, ctx_state, payload_id, ctx_turn FROM nodes WHERE hash = ?1",
             &[Bytes(fx.t1[0].as_bytes())],
         );
         expect(
@@ -984,6 +985,31 @@ fn an_edited_depth_is_caught(be: Be) {
     only(&r, &[node_obj(&node), node_obj(&fx.t2[2])]);
 }
 
+fn an_edited_turn_number_is_caught(be: Be) {
+    let fx = Fx::new(be);
+    // The fork's timeline: its turn counts main's turns before the fork.
+    let mut s = fx.store();
+    assert_eq!(s.node(&prefix(&fx.t1[0])).unwrap().ctx.turn, 1);
+    assert_eq!(s.node(&prefix(&fx.tf[3])).unwrap().ctx.turn, 3);
+    assert_eq!(s.node(&prefix(&fx.promote)).unwrap().ctx.turn, 3);
+    let page = s.timeline_tail(&fx.ses, &main(), 2).unwrap();
+    assert_eq!(page.turns, 3);
+    assert_eq!(
+        page.nodes.iter().map(|(_, t)| *t).collect::<Vec<_>>(),
+        vec![3, 3]
+    );
+    drop(s);
+    let node = fx.t2[1];
+    fx.edit(
+        "UPDATE nodes SET ctx_turn = ctx_turn + 1 WHERE hash = ?1",
+        &[Bytes(node.as_bytes())],
+    );
+    let r = fx.verify_dirty();
+    expect(&r, &node_obj(&node), &["context"]);
+    // Only it and its child (whose context follows from the edited one).
+    only(&r, &[node_obj(&node), node_obj(&fx.t2[2])]);
+}
+
 fn an_edited_state_in_effect_is_caught(be: Be) {
     let fx = Fx::new(be);
     let node = fx.t2[0];
@@ -1662,12 +1688,20 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
 ); \
              INSERT INTO blobs_v2 SELECT id, hash, data FROM blobs; DROP TABLE blobs; \
              ALTER TABLE blobs_v2 RENAME TO blobs; \
-             CREATE INDEX blobs_by_hash ON blobs (substr(hash, 1, 8)); PRAGMA user_version = 2;"
+             CREATE INDEX blobs_by_hash ON blobs (substr(hash, 1, 8)); \
+             ALTER TABLE nodes DROP COLUMN ctx_turn; PRAGMA user_version = 2;"
         }
         Be::Postgres => {
-            "DROP TABLE facts, search_index, search_state, redactions; UPDATE convo_schema SET version = 1;"
+            "DROP TABLE facts, search_index, search_state, redactions; \
+             ALTER TABLE nodes DROP COLUMN ctx_turn; UPDATE convo_schema SET version = 1;"
         }
     });
+    // Opening migrates in place; turn numbers are computed down each tree
+    // (verify checks every stored one against its chain).
+    let mut s = fx.store();
+    assert_eq!(s.node(&prefix(&fx.tf[0])).unwrap().ctx.turn, 3);
+    assert_eq!(s.node(&prefix(&fx.fork)).unwrap().ctx.turn, 2);
+    drop(s);
     let r = fx.store().verify().unwrap();
     assert!(r.is_clean(), "{:#?}", r.problems);
     // One session, and the working states of both branches.

@@ -1,0 +1,70 @@
+"""Measures the first paint of convo's session page in headless Chromium.
+
+Run by `convo-bench serve` (not a test: it prints timings):
+
+    python paint.py CHROMIUM WORKDIR BIG_URL SMALL_URL
+
+Loads each page five times and prints, as JSON, the median time from the
+start of navigation to the first contentful paint (the Paint Timing API),
+server time included: {"big": ms, "small": ms}. It polls for the paint
+entry rather than awaiting load events (a page holding its event stream
+open made that wait time out).
+"""
+
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from webview import Browser, fail  # noqa: E402
+
+LOOK = """JSON.stringify([
+  !!document.querySelector('#session'),
+  (performance.getEntriesByName('first-contentful-paint')[0]
+   || performance.getEntriesByName('first-paint')[0] || {}).startTime ?? null])"""
+
+
+def look(b):
+    r = b.send("Runtime.evaluate", expression=LOOK, returnByValue=True)
+    v = r.get("result", {}).get("value")
+    return json.loads(v) if v else [False, None]
+
+
+def first_paint(b, url):
+    times = []
+    for _ in range(5):
+        b.send("Page.navigate", url="about:blank")
+        time.sleep(0.3)
+        b.send("Page.navigate", url=url)
+        deadline = time.time() + 30
+        while True:
+            session, paint = look(b)
+            if session and paint is not None:
+                break
+            if time.time() > deadline:
+                fail("no paint of the session page %s within 30 s" % url)
+            time.sleep(0.02)
+        times.append(paint)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    chromium, workdir, big, small = sys.argv[1:5]
+    os.makedirs(workdir, exist_ok=True)
+    out = {}
+    # One browser per page: a page's event stream can outlive it (the
+    # back/forward cache), and six of them use up Chromium's connections
+    # to the host, so the next navigation would wait for one to close.
+    for name, url in (("small", small), ("big", big)):
+        b = Browser(chromium, workdir)
+        try:
+            out[name] = first_paint(b, url)
+        finally:
+            b.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
