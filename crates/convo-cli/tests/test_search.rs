@@ -283,3 +283,24 @@ fn every_command_help_has_an_example() {
             .contains("open submission")
     );
 }
+
+/// A session with one timeline places its hits from the stored turn
+/// numbers, without walking the timeline; the same answer as a walk.
+#[test]
+fn hits_in_a_one_timeline_session_carry_their_turns() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    for (q, a) in [
+        ("first", "alpha"),
+        ("second", "bravo"),
+        ("third", "charlie"),
+    ] {
+        t.run(&["say", &s, "--user", q, "--agent", a]).ok();
+    }
+    for (word, turn) in [("alpha", 1), ("bravo", 2), ("third", 3)] {
+        let r = t.run(&["search", word, "--json"]).json();
+        let hit = &r["hits"][0];
+        assert_eq!(hit["turn"], turn, "{word}: {r}");
+        assert_eq!(hit["branches"], serde_json::json!(["main"]), "{word}: {r}");
+    }
+}

@@ -480,7 +480,17 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
 /// its turn number on the first of them.
 #[derive(Debug, Default)]
 struct Timelines {
-    sessions: HashMap<SessionId, HashMap<NodeHash, Place>>,
+    sessions: HashMap<SessionId, Placed>,
+}
+
+/// How one session's nodes are placed.
+#[derive(Debug)]
+enum Placed {
+    /// The session has one timeline, so every node of it is on it: a
+    /// node's turn is its stored one, and nothing needs walking.
+    One(BranchName),
+    /// Several: each node on a timeline, with the timelines holding it.
+    Many(HashMap<NodeHash, Place>),
 }
 
 /// The timelines holding a node and its turn number on the first.
@@ -499,6 +509,15 @@ impl Timelines {
                     b.name.as_str(),
                 ))
             });
+            if let [only] = &branches[..]
+                && only.head.is_some()
+            {
+                // Nodes are only ever appended at a timeline's head, and a
+                // fork or a promote makes a second timeline: with one
+                // timeline, the session's nodes are its chain.
+                self.sessions.insert(*s, Placed::One(only.name.clone()));
+                return Ok(self.placed(n));
+            }
             // Walk each timeline over the session's links (hash, parent,
             // kind): no node row is decoded whole.
             let links = tx.session_links(s)?;
@@ -515,14 +534,30 @@ impl Timelines {
                     e.0.push(b.name.clone());
                 }
             }
-            self.sessions.insert(*s, at);
+            self.sessions.insert(*s, Placed::Many(at));
         }
-        Ok(self
-            .sessions
-            .get(s)
-            .and_then(|m| m.get(&n.hash))
-            .cloned()
-            .unwrap_or_default())
+        Ok(self.placed(n))
+    }
+
+    fn placed(&self, n: &StoredNode) -> Place {
+        match self.sessions.get(&n.node.session) {
+            Some(Placed::One(b)) => {
+                let link = crate::backend::Link::of(
+                    n.hash,
+                    n.node.parent,
+                    n.node.kind,
+                    n.ctx.depth,
+                    n.ctx.turn,
+                    n.ctx.open,
+                );
+                (
+                    vec![b.clone()],
+                    link.turn.and_then(|t| usize::try_from(t).ok()),
+                )
+            }
+            Some(Placed::Many(m)) => m.get(&n.hash).cloned().unwrap_or_default(),
+            None => Place::default(),
+        }
     }
 }
 
