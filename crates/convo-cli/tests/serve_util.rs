@@ -19,9 +19,15 @@ impl Server {
     pub fn start(t: &TestEnv, extra: &[&str]) -> Server {
         let mut args = vec!["serve", "--listen", "127.0.0.1:0", "--quiet"];
         args.extend_from_slice(extra);
+        Server::launch(t, &args)
+    }
+
+    /// Runs `convo ARGS` (a server that prints its URL first: `serve`,
+    /// `proxy`) and waits for that URL.
+    pub fn launch(t: &TestEnv, args: &[&str]) -> Server {
         let mut child = t
             .cmd()
-            .args(&args)
+            .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -35,7 +41,7 @@ impl Server {
             .trim_start_matches("http://")
             .trim_end_matches('/')
             .to_owned();
-        assert!(!addr.is_empty(), "convo serve printed no URL");
+        assert!(!addr.is_empty(), "convo {} printed no URL", args[0]);
         Server { child, addr }
     }
 

@@ -197,34 +197,18 @@ fn big_byte(i: usize, n: usize) -> u8 {
     }
 }
 
-/// `convo proxy` on port 0 in `t`'s home; its address.
-fn start_proxy(t: &TestEnv, upstream: &str, extra: &[&str]) -> (std::process::Child, String) {
-    let mut child = t
-        .cmd()
-        .args([
-            "proxy",
-            "--listen",
-            "127.0.0.1:0",
-            "--quiet",
-            "--upstream",
-            upstream,
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .trim_start_matches("http://")
-        .trim_end_matches('/')
-        .to_owned();
-    assert!(!addr.is_empty(), "convo proxy printed no URL");
-    (child, addr)
+/// `convo proxy` on port 0 in `t`'s home (killed when dropped).
+fn start_proxy(t: &TestEnv, upstream: &str, extra: &[&str]) -> crate::serve_util::Server {
+    let mut args = vec![
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--quiet",
+        "--upstream",
+        upstream,
+    ];
+    args.extend_from_slice(extra);
+    crate::serve_util::Server::launch(t, &args)
 }
 
 #[test]
@@ -248,7 +232,8 @@ fn proxy_killed_mid_stream(backend: &str) {
         return;
     };
     let upstream = crash_upstream();
-    let (mut child, addr) = start_proxy(&t, &upstream, &[]);
+    let mut proxy = start_proxy(&t, &upstream, &[]);
+    let addr = proxy.addr.clone();
     let path = "/s/crash/main/v1/chat/completions";
     let call = |addr: &str, model: &str, said: &str, stream: bool| {
         let body = serde_json::json!({"model": model, "stream": stream,
@@ -292,8 +277,8 @@ fn proxy_killed_mid_stream(backend: &str) {
         );
         seen.extend_from_slice(&buf[..n]);
     }
-    child.kill().unwrap(); // SIGKILL
-    child.wait().unwrap();
+    proxy.child.kill().unwrap(); // SIGKILL
+    proxy.child.wait().unwrap();
     // The client sees the stream end without its `[DONE]`.
     let _ = s.read_to_end(&mut seen);
     assert!(!String::from_utf8_lossy(&seen).contains("[DONE]"));
@@ -322,11 +307,12 @@ fn proxy_killed_mid_stream(backend: &str) {
     }
 
     // The proxy starts again on that store and continues the timeline.
-    let (mut child, addr) = start_proxy(&t, &upstream, &[]);
+    let mut proxy = start_proxy(&t, &upstream, &[]);
+    let addr = proxy.addr.clone();
     let r = call(&addr, "scripted", "after the crash", false);
     assert_eq!(r.status, 200, "{}", r.text());
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = proxy.child.kill();
+    let _ = proxy.child.wait();
     let log = t.run(&["log", "crash", "--json"]).json();
     assert_eq!(log.as_array().unwrap().len(), 4 * answered.len() + 4);
     let r = t.run(&["verify"]);
@@ -351,7 +337,8 @@ fn a_100_mib_answer_that_is_not_streamed_passes_through_with_bounded_memory() {
     }
     let t = TestEnv::new();
     let upstream = crash_upstream();
-    let (mut child, addr) = start_proxy(&t, &upstream, &["--record-limit-mib", "1"]);
+    let mut proxy = start_proxy(&t, &upstream, &["--record-limit-mib", "1"]);
+    let addr = proxy.addr.clone();
     let path = "/s/big/main/v1/chat/completions";
     let send = |model: &str| {
         let mut s = std::net::TcpStream::connect(&addr).unwrap();
@@ -376,7 +363,7 @@ fn a_100_mib_answer_that_is_not_streamed_passes_through_with_bounded_memory() {
         "{}",
         String::from_utf8_lossy(&small)
     );
-    let base = peak_kib(child.id());
+    let base = peak_kib(proxy.child.id());
 
     let n = 100 << 20;
     let mut s = send("big-100");
@@ -406,7 +393,7 @@ fn a_100_mib_answer_that_is_not_streamed_passes_through_with_bounded_memory() {
     let head = String::from_utf8_lossy(&head).into_owned();
     assert!(head.starts_with("HTTP/1.0 200"), "{head}");
     assert_eq!(at, big_len(n), "the whole answer passed");
-    let grew_mib = peak_kib(child.id()).saturating_sub(base) / 1024;
+    let grew_mib = peak_kib(proxy.child.id()).saturating_sub(base) / 1024;
     eprintln!("the proxy's peak memory grew by {grew_mib} MiB");
     // Reading the answer whole would hold 100 MiB at once; passing it on
     // holds the chunks in flight and the 1 MiB the record keeps.
@@ -414,8 +401,8 @@ fn a_100_mib_answer_that_is_not_streamed_passes_through_with_bounded_memory() {
         grew_mib < 60,
         "the proxy's peak memory grew by {grew_mib} MiB"
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    let _ = proxy.child.kill();
+    let _ = proxy.child.wait();
 
     let log = t.run(&["log", "big", "--json"]).json();
     let resp = &log.as_array().unwrap()[1]; // newest first: complete, response…

@@ -88,6 +88,20 @@ pub(crate) fn too_large(what: &str, size: Option<u64>, max: u64) -> CommandError
 
 /// Reads `r` whole, refusing it as soon as it passes `max` bytes (so a
 /// huge stream is never held in memory).
+/// The bytes of file `f` (named `what FILE` in errors), refused from its
+/// size before any is read when over `max`.
+pub(crate) fn read_file(f: &std::path::Path, what: &str, max: u64) -> CmdResult<Vec<u8>> {
+    let what = format!("{what} {}", f.display());
+    let cannot = |e: std::io::Error| CommandError::user(format!("cannot read {what}: {e}"));
+    let file = std::fs::File::open(f).map_err(cannot)?;
+    let len = file.metadata().map_err(cannot)?.len();
+    if len > max {
+        return Err(too_large(&what, Some(len), max));
+    }
+    // The size can change under us: the read is bounded too.
+    read_limited(file, &what, max, usize::try_from(len).unwrap_or(0))
+}
+
 pub(crate) fn read_limited(
     r: impl Read,
     what: &str,
@@ -123,19 +137,7 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
             }
             p.into_bytes()
         }
-        (None, Some(f)) => {
-            let cannot = |e: std::io::Error| {
-                CommandError::user(format!("cannot read payload file {}: {e}", f.display()))
-            };
-            let file = std::fs::File::open(f).map_err(cannot)?;
-            let len = file.metadata().map_err(cannot)?.len();
-            let what = format!("payload file {}", f.display());
-            if len > max {
-                return Err(too_large(&what, Some(len), max));
-            }
-            // The size can change under us: the read is bounded too.
-            read_limited(file, &what, max, usize::try_from(len).unwrap_or(0))?
-        }
+        (None, Some(f)) => read_file(f, "payload file", max)?,
         (None, None) => {
             let stdin = std::io::stdin();
             if stdin.is_terminal() {

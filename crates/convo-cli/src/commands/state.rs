@@ -124,12 +124,5 @@ fn read_value(f: &std::path::Path) -> CmdResult<Vec<u8>> {
     if f.as_os_str() == "-" {
         return super::record::read_limited(std::io::stdin().lock(), "the value on stdin", max, 0);
     }
-    let what = format!("value file {}", f.display());
-    let cannot = |e: std::io::Error| CommandError::user(format!("cannot read {what}: {e}"));
-    let file = std::fs::File::open(f).map_err(cannot)?;
-    let len = file.metadata().map_err(cannot)?.len();
-    if len > max {
-        return Err(super::record::too_large(&what, Some(len), max));
-    }
-    super::record::read_limited(file, &what, max, usize::try_from(len).unwrap_or(0))
+    super::record::read_file(f, "value file", max)
 }
