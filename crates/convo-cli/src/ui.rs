@@ -302,6 +302,12 @@ impl Progress {
         }
     }
 
+    /// Whether a bar may be drawn (standard error is a terminal): callers
+    /// skip composing messages otherwise.
+    pub fn on_terminal(&self) -> bool {
+        self.bar.is_some()
+    }
+
     /// Moves the bar to `pos`, with `msg` (the phase) before it.
     pub fn set(&mut self, msg: &str, pos: u64) {
         if let Some(bar) = &self.bar {

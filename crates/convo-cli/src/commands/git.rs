@@ -136,13 +136,7 @@ fn repo_path(env: &Env, r: &RepoArg) -> PathBuf {
 
 /// Nodes after `cursor` in the store, for the progress bar's length.
 fn remaining(store: &mut convo_store::Store, cursor: u64) -> CmdResult<u64> {
-    let mut end = cursor;
-    loop {
-        match store.follow(end, 10_000)?.last() {
-            Some(n) => end = n.seq,
-            None => return Ok(end - cursor),
-        }
-    }
+    Ok(store.end_cursor()?.saturating_sub(cursor))
 }
 
 fn summary(r: &convo_git::SyncReport, path: &std::path::Path, layout: Layout, secs: f64) -> String {
@@ -170,37 +164,19 @@ fn sync_once(
     quiet_when_empty: bool,
 ) -> CmdResult<()> {
     let start = std::time::Instant::now();
-    let interactive = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let bar = if interactive {
-        let total = remaining(store, p.cursor())?;
-        let bar = indicatif::ProgressBar::new(total);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{bar:40} {pos}/{len} nodes, {msg} commits/s, ETA {eta}",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        Some(bar)
-    } else {
-        None
-    };
-    let mut shown = false;
+    let mut bar = crate::ui::Progress::new(remaining(store, p.cursor())?, "nodes");
     let mut progress = |pr: convo_git::Progress| {
-        if let Some(bar) = &bar {
-            let secs = start.elapsed().as_secs_f64();
-            if !shown && secs >= 1.0 {
-                bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
-                shown = true;
-            }
-            bar.set_message(format!("{:.0}", pr.commits as f64 / secs.max(1e-3)));
-            bar.set_position(pr.nodes);
+        if !bar.on_terminal() {
+            return;
         }
+        let secs = start.elapsed().as_secs_f64().max(1e-3);
+        bar.set(
+            &format!("{:.0} commits/s", pr.commits as f64 / secs),
+            pr.nodes,
+        );
     };
     let r = p.sync(store, &mut progress).map_err(git_err)?;
-    if let Some(bar) = bar {
-        bar.finish_and_clear();
-    }
+    bar.finish();
     if !r.rewritten.is_empty() {
         eprintln!(
             "note: the store redacted payloads since the last sync; {} ref(s) rewritten: {}",

@@ -31,26 +31,9 @@ pub struct MigrateArgs {
 pub fn run(a: MigrateArgs) -> CmdResult {
     let mut from = Store::open_as(&a.from, convo_store::Access::Read)?;
     let mut to = Store::open(&a.to)?;
-    let total = {
-        let mut end = 0;
-        loop {
-            match from.follow(end, 10_000)?.last() {
-                Some(n) => end = n.seq,
-                None => break end,
-            }
-        }
-    };
-    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        indicatif::ProgressBar::new(total)
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} nodes {per_sec} {eta}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    let m = convo_store::migrate(&mut from, &mut to, &mut |n| bar.set_position(n))?;
-    bar.finish_and_clear();
+    let mut bar = crate::ui::Progress::new(from.end_cursor()?, "nodes");
+    let m = convo_store::migrate(&mut from, &mut to, &mut |n| bar.set("copying", n))?;
+    bar.finish();
     let report = to.verify()?;
     if !report.is_clean() {
         for p in &report.problems {

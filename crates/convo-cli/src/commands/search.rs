@@ -130,25 +130,19 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
 }
 
 /// Brings the index up to date (or rebuilds it), with a progress bar
-/// when there is much to do; returns how many nodes it read.
+/// when it takes a while; returns how many nodes it read.
 fn update(store: &mut Store, rebuild: bool) -> CmdResult<u64> {
     let status = store.search_status()?;
     let todo = if rebuild { status.end } else { status.behind() };
-    let bar = if todo > 50_000 && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        let b = indicatif::ProgressBar::new(todo);
-        b.set_message("indexing");
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let mut bar = crate::ui::Progress::new(todo, "nodes");
     let start = if rebuild { 0 } else { status.cursor };
-    let mut progress = |cursor: u64, _end: u64| bar.set_position(cursor.saturating_sub(start));
+    let mut progress = |cursor: u64, _end: u64| bar.set("indexing", cursor.saturating_sub(start));
     let n = if rebuild {
         store.search_reindex(&mut progress)?
     } else {
         store.search_update(&mut progress)?
     };
-    bar.finish_and_clear();
+    bar.finish();
     Ok(n)
 }
 
