@@ -14,3 +14,4 @@ mod test_history;
 mod test_hostile;
 mod test_search;
 mod test_serve;
+mod test_workspace;
