@@ -717,7 +717,7 @@ fn shutdown_ends_streams_finishes_writes_and_logs_each_request() {
                     let kind = if i % 2 == 0 { "invoke" } else { "complete" };
                     let body = format!("{{\"kind\":\"{kind}\",\"payload\":\"w{w} {i}\"}}");
                     let req = format!(
-                        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     let mut raw = Vec::new();

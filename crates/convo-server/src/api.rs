@@ -7,7 +7,7 @@ use crate::diff;
 use crate::events::{Filter, pump};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{FromRequest as _, FromRequestParts as _, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
