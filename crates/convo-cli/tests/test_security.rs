@@ -13,7 +13,10 @@ use serde_json::{Value, json};
 /// route to act on. Returns (session id, the first node's hash).
 fn seed(srv: &Server) -> (String, String) {
     let s = srv
-        .post_json("/api/v1/sessions", &json!({"agent": "a", "title": "seeded"}))
+        .post_json(
+            "/api/v1/sessions",
+            &json!({"agent": "a", "title": "seeded"}),
+        )
         .expect(201)["id"]
         .as_str()
         .unwrap()
@@ -85,8 +88,13 @@ fn snapshot(srv: &Server, s: &str) -> (Value, Value, Vec<u8>) {
         .get(&format!("/api/v1/sessions/{s}/branches/main/state/k"))
         .body;
     (
-        json!([health["cursor"], sessions["total"], sessions["sessions"][0]["title"]]),
-        srv.get(&format!("/api/v1/sessions/{s}/branches")).expect(200),
+        json!([
+            health["cursor"],
+            sessions["total"],
+            sessions["sessions"][0]["title"]
+        ]),
+        srv.get(&format!("/api/v1/sessions/{s}/branches"))
+            .expect(200),
         state,
     )
 }
@@ -159,14 +167,7 @@ fn foreign_hosts_and_origins_are_refused_on_every_route() {
             "application/json"
         };
         for host in &evil_hosts {
-            let r = http_host(
-                &srv.addr,
-                host,
-                method,
-                path,
-                &[("Content-Type", ct)],
-                body,
-            );
+            let r = http_host(&srv.addr, host, method, path, &[("Content-Type", ct)], body);
             assert_forbidden(&r, &format!("{method} {path} with Host `{host}`"));
             assert!(r.text().contains("--allow-host"), "{}", r.text());
         }
@@ -280,7 +281,14 @@ fn foreign_hosts_and_origins_are_refused_on_every_route() {
     // the server's own; names are not unless allowed.
     let srv = Server::launch(
         &t,
-        &["serve", "--listen", "0.0.0.0:0", "--quiet", "--token", "tok"],
+        &[
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--quiet",
+            "--token",
+            "tok",
+        ],
     );
     let port = srv.addr.rsplit_once(':').unwrap().1.to_owned();
     let local = format!("127.0.0.1:{port}");
@@ -312,7 +320,11 @@ fn the_standalone_proxy_refuses_foreign_hosts() {
     );
     let port = srv.addr.rsplit_once(':').unwrap().1.to_owned();
     let chat = br#"{"model":"m","messages":[{"role":"user","content":"hi"}]}"#;
-    for path in ["/v1/chat/completions", "/s/x/main/v1/chat/completions", "/nope"] {
+    for path in [
+        "/v1/chat/completions",
+        "/s/x/main/v1/chat/completions",
+        "/nope",
+    ] {
         let r = http_host(
             &srv.addr,
             &format!("attacker.example:{port}"),
@@ -347,31 +359,151 @@ fn every_error_is_the_error_document() {
     let json_ct = [("Content-Type", "application/json")];
     let big = vec![b'x'; 2 * 1024 * 1024];
     let cases: Vec<(&str, String, Vec<u8>, u16, &str)> = vec![
-        ("POST", "/api/v1/sessions".into(), b"{\"agent\":".to_vec(), 400, "invalid"),
-        ("POST", "/api/v1/sessions".into(), b"".to_vec(), 400, "invalid"),
-        ("POST", "/api/v1/sessions".into(), b"[]".to_vec(), 400, "invalid"),
-        ("POST", "/api/v1/sessions".into(), br#"{"agent": 5}"#.to_vec(), 422, "invalid"),
-        ("POST", "/api/v1/sessions".into(), br#"{"agent": "a", "x": 1}"#.to_vec(), 422, "invalid"),
+        (
+            "POST",
+            "/api/v1/sessions".into(),
+            b"{\"agent\":".to_vec(),
+            400,
+            "invalid",
+        ),
+        (
+            "POST",
+            "/api/v1/sessions".into(),
+            b"".to_vec(),
+            400,
+            "invalid",
+        ),
+        (
+            "POST",
+            "/api/v1/sessions".into(),
+            b"[]".to_vec(),
+            400,
+            "invalid",
+        ),
+        (
+            "POST",
+            "/api/v1/sessions".into(),
+            br#"{"agent": 5}"#.to_vec(),
+            422,
+            "invalid",
+        ),
+        (
+            "POST",
+            "/api/v1/sessions".into(),
+            br#"{"agent": "a", "x": 1}"#.to_vec(),
+            422,
+            "invalid",
+        ),
         ("PATCH", session.clone(), b"[null]".to_vec(), 400, "invalid"),
         ("PATCH", session.clone(), b"null".to_vec(), 400, "invalid"),
         ("PATCH", session.clone(), b"\"t\"".to_vec(), 400, "invalid"),
-        ("POST", nodes.clone(), b"[[\"invoke\", \"x\"]]".to_vec(), 400, "invalid"),
+        (
+            "POST",
+            nodes.clone(),
+            b"[[\"invoke\", \"x\"]]".to_vec(),
+            400,
+            "invalid",
+        ),
         ("POST", nodes.clone(), b"[1, 2]".to_vec(), 400, "invalid"),
-        ("POST", nodes.clone(), b"{\"kind\": [1]}".to_vec(), 422, "invalid"),
-        ("POST", format!("/api/v1/sessions/{s}/fork"), b"[\"a\", \"b\"]".to_vec(), 400, "invalid"),
-        ("POST", format!("/api/v1/sessions/{s}/promote"), b"[\"f\"]".to_vec(), 400, "invalid"),
+        (
+            "POST",
+            nodes.clone(),
+            b"{\"kind\": [1]}".to_vec(),
+            422,
+            "invalid",
+        ),
+        (
+            "POST",
+            format!("/api/v1/sessions/{s}/fork"),
+            b"[\"a\", \"b\"]".to_vec(),
+            400,
+            "invalid",
+        ),
+        (
+            "POST",
+            format!("/api/v1/sessions/{s}/promote"),
+            b"[\"f\"]".to_vec(),
+            400,
+            "invalid",
+        ),
         ("POST", nodes.clone(), big.clone(), 413, "too_large"),
-        ("PUT", format!("/api/v1/sessions/{s}/branches/main/state/k"), big.clone(), 413, "too_large"),
-        ("POST", "/api/v1/import?format=convo".into(), big, 413, "too_large"),
-        ("GET", format!("/api/v1/sessions/{s}/branches/main/timeline?cursor=abc"), vec![], 400, "invalid"),
-        ("GET", "/api/v1/sessions?limit=-1".into(), vec![], 400, "invalid"),
-        ("GET", "/api/v1/events?after=abc".into(), vec![], 400, "invalid"),
-        ("GET", "/api/v1/events?after=18446744073709551616".into(), vec![], 400, "invalid"),
-        ("GET", format!("/api/v1/sessions/{s}/diff"), vec![], 400, "invalid"),
-        ("GET", "/api/v1/import".into(), vec![], 405, "method_not_allowed"),
-        ("DELETE", "/api/v1/sessions".into(), vec![], 405, "method_not_allowed"),
-        ("POST", "/".into(), b"{}".to_vec(), 405, "method_not_allowed"),
-        ("GET", "/api/v1/sessions/%FF%FE".into(), vec![], 400, "invalid"),
+        (
+            "PUT",
+            format!("/api/v1/sessions/{s}/branches/main/state/k"),
+            big.clone(),
+            413,
+            "too_large",
+        ),
+        (
+            "POST",
+            "/api/v1/import?format=convo".into(),
+            big,
+            413,
+            "too_large",
+        ),
+        (
+            "GET",
+            format!("/api/v1/sessions/{s}/branches/main/timeline?cursor=abc"),
+            vec![],
+            400,
+            "invalid",
+        ),
+        (
+            "GET",
+            "/api/v1/sessions?limit=-1".into(),
+            vec![],
+            400,
+            "invalid",
+        ),
+        (
+            "GET",
+            "/api/v1/events?after=abc".into(),
+            vec![],
+            400,
+            "invalid",
+        ),
+        (
+            "GET",
+            "/api/v1/events?after=18446744073709551616".into(),
+            vec![],
+            400,
+            "invalid",
+        ),
+        (
+            "GET",
+            format!("/api/v1/sessions/{s}/diff"),
+            vec![],
+            400,
+            "invalid",
+        ),
+        (
+            "GET",
+            "/api/v1/import".into(),
+            vec![],
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "DELETE",
+            "/api/v1/sessions".into(),
+            vec![],
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "POST",
+            "/".into(),
+            b"{}".to_vec(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            "GET",
+            "/api/v1/sessions/%FF%FE".into(),
+            vec![],
+            400,
+            "invalid",
+        ),
         ("GET", "/sessions/%C3%28".into(), vec![], 400, "invalid"),
         ("GET", "/api/v1/nope".into(), vec![], 404, "not_found"),
         ("GET", "/sessions?page=x".into(), vec![], 404, "not_found"),
@@ -390,7 +522,9 @@ fn every_error_is_the_error_document() {
         let doc = r.json();
         assert_eq!(doc["error"]["kind"], *kind, "{what}: {doc}");
         assert!(
-            doc["error"]["message"].as_str().is_some_and(|m| !m.is_empty()),
+            doc["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty()),
             "{what}: {doc}"
         );
         assert_eq!(doc.as_object().unwrap().len(), 1, "{what}: {doc}");
@@ -444,7 +578,10 @@ fn cursors_past_the_end_never_wrap_into_a_replay() {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let mut n = 0;
     while watch.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "watch printed nothing");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "watch printed nothing"
+        );
         srv.post_json(
             &format!("/api/v1/sessions/{s}/branches/main/nodes"),
             &json!({"kind": "invoke", "payload": format!("more {n}")}),
@@ -558,9 +695,7 @@ fn token_redirect_login_page_sandbox_and_bidi() {
         list.contains("<bdi>\u{202e}evil\u{202c} title</bdi>"),
         "{list}"
     );
-    let page = srv
-        .req("GET", &format!("/sessions/{s}"), &auth, b"")
-        .text();
+    let page = srv.req("GET", &format!("/sessions/{s}"), &auth, b"").text();
     assert!(
         page.contains("<bdi>\u{202e}evil\u{202c} title</bdi>"),
         "{page}"
@@ -633,10 +768,7 @@ fn openapi_document_is_valid_fuzzed_and_makes_a_client() {
     let file = t.home().join("openapi.json");
     std::fs::write(&file, doc.to_string()).unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(&py)
-            .args(args)
-            .output()
-            .unwrap();
+        let out = std::process::Command::new(&py).args(args).output().unwrap();
         (
             out.status.success(),
             format!(
@@ -655,7 +787,10 @@ fn openapi_document_is_valid_fuzzed_and_makes_a_client() {
 
     // The generated client first (schemathesis then writes whatever it likes).
     let (ok, out) = run(&[
-        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openapi_client.py"),
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/openapi_client.py"
+        ),
         file.to_str().unwrap(),
         &base,
         t.home().to_str().unwrap(),

@@ -151,15 +151,27 @@ fn complete(doc: &mut serde_json::Value) {
                 continue;
             };
             let mut errors = vec![
-                ("400", "The request does not parse (`invalid`), or names more than one thing (`ambiguous`)."),
+                (
+                    "400",
+                    "The request does not parse (`invalid`), or names more than one thing (`ambiguous`).",
+                ),
                 ("401", "This server needs a token (`unauthorized`)."),
-                ("403", "Another Host or origin, or a cross-site form (`forbidden`)."),
-                ("404", "No such session, timeline, node or key (`not_found`)."),
+                (
+                    "403",
+                    "Another Host or origin, or a cross-site form (`forbidden`).",
+                ),
+                (
+                    "404",
+                    "No such session, timeline, node or key (`not_found`).",
+                ),
                 ("422", "The request breaks a rule (`invalid`)."),
                 ("503", "The store is unavailable for now (`unavailable`)."),
             ];
             if writes {
-                errors.push(("409", "The store refused (`refused`): a sealed timeline, a taken name."));
+                errors.push((
+                    "409",
+                    "The store refused (`refused`): a sealed timeline, a taken name.",
+                ));
                 errors.push(("413", "The body is over the server's limit (`too_large`)."));
             }
             for (status, what) in errors {

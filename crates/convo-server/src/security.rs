@@ -109,7 +109,11 @@ impl Hosts {
         if name == "localhost" || name.ends_with(".localhost") {
             return true;
         }
-        if let Ok(ip) = name.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+        if let Ok(ip) = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+        {
             if ip.is_loopback() {
                 return true;
             }
@@ -146,22 +150,22 @@ fn host_name(authority: &str) -> String {
 /// The Host and Origin checks alone, as one middleware, for a listener
 /// with no token or CSRF rules of its own (the harness's services server).
 pub async fn hosts_only(State(h): State<Hosts>, req: Request, next: Next) -> Response {
-    match check_host_origin(&h, &req) {
-        Ok(()) => next.run(req).await,
-        Err(res) => res,
+    match refuse_host_origin(&h, &req) {
+        None => next.run(req).await,
+        Some(res) => res,
     }
 }
 
-/// Refuses a request whose `Host` (or absolute URI) is not allowed, or
-/// whose `Origin` is another origin.
-fn check_host_origin(hosts: &Hosts, req: &Request) -> Result<(), Response> {
+/// The refusal of a request whose `Host` (or absolute URI) is not
+/// allowed, or whose `Origin` is another origin; `None` when it may pass.
+fn refuse_host_origin(hosts: &Hosts, req: &Request) -> Option<Response> {
     let host = req
         .headers()
         .get(header::HOST)
         .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
     let authority = req.uri().authority().map(|a| a.as_str().to_owned());
     if host.is_none() && authority.is_none() {
-        return Err(error(
+        return Some(error(
             StatusCode::BAD_REQUEST,
             "invalid",
             "the request has no Host header",
@@ -169,7 +173,7 @@ fn check_host_origin(hosts: &Hosts, req: &Request) -> Result<(), Response> {
     }
     for h in host.iter().chain(authority.iter()) {
         if !hosts.allows(h) {
-            return Err(error(
+            return Some(error(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 &format!(
@@ -182,20 +186,18 @@ fn check_host_origin(hosts: &Hosts, req: &Request) -> Result<(), Response> {
     if let Some(origin) = req.headers().get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or("null");
         let here = host.or(authority).unwrap_or_default();
-        let same = origin
-            .split_once("://")
-            .is_some_and(|(scheme, rest)| {
-                matches!(scheme, "http" | "https") && rest.eq_ignore_ascii_case(&here)
-            });
+        let same = origin.split_once("://").is_some_and(|(scheme, rest)| {
+            matches!(scheme, "http" | "https") && rest.eq_ignore_ascii_case(&here)
+        });
         if !same {
-            return Err(error(
+            return Some(error(
                 StatusCode::FORBIDDEN,
                 "forbidden",
                 "refusing a request from another origin",
             ));
         }
     }
-    Ok(())
+    None
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -237,7 +239,7 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     let path = req.uri().path().to_owned();
     let mut set_cookie = None;
     let res = 'res: {
-        if let Err(res) = check_host_origin(&g.hosts, &req) {
+        if let Some(res) = refuse_host_origin(&g.hosts, &req) {
             break 'res res;
         }
         if let Some(token) = &g.token {
@@ -402,7 +404,8 @@ fn percent_decode(s: &str, plus: bool) -> String {
     while i < b.len() {
         match b[i] {
             b'%' if i + 2 < b.len() => {
-                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16) {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
+                {
                     Ok(v) => {
                         out.push(v);
                         i += 3;

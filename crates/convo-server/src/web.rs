@@ -18,9 +18,9 @@
 
 use crate::AppState;
 use crate::api::{self, SessionQuery};
+use crate::api::{Path, Query};
 use crate::markdown;
 use axum::Router;
-use crate::api::{Path, Query};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -557,24 +557,21 @@ async fn node_page(State(st): State<AppState>, Path((q, h)): Path<(String, Strin
             html! { (n.parent.as_deref().unwrap_or("(none)")) },
         ),
         ("kind", html! { (n.kind) }),
-        (
-            "from → to",
-            html! { bdi { (n.from) } " → " bdi { (n.to) } },
-        ),
+        ("from → to", html! { bdi { (n.from) } " → " bdi { (n.to) } }),
         (
             "submission",
             html! { bdi { (n.submission.as_deref().unwrap_or("(none)")) } },
         ),
-        (
-            "sequence",
-            html! { @if let Some(s) = n.sequence { (s) } },
-        ),
+        ("sequence", html! { @if let Some(s) = n.sequence { (s) } }),
         ("created", html! { (n.created_at) }),
         ("follow cursor", html! { (n.seq) }),
         ("depth", html! { (n.depth) }),
         ("payload sha256", html! { (n.payload_sha256) }),
         ("payload bytes", html! { (n.payload_len) }),
-        ("state carried", html! { (n.state.as_deref().unwrap_or_default()) }),
+        (
+            "state carried",
+            html! { (n.state.as_deref().unwrap_or_default()) },
+        ),
     ];
     let diag = serde_json::to_string_pretty(&n.diagnostics).unwrap_or_default();
     let body = html! {
