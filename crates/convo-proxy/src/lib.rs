@@ -923,10 +923,7 @@ pub fn error_response(e: &StoreError) -> Response {
 /// The proxy's routes alone behind the server's guards (token, CSRF,
 /// headers, request log): what `convo proxy` serves.
 pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
-    let guard = convo_server::security::Guard {
-        token: config.token.as_deref().map(Arc::from),
-        log: config.log_requests,
-    };
+    let guard = config.guard();
     router(proxy)
         .fallback(|| async {
             proxy_error(

@@ -53,6 +53,11 @@ pub struct Config {
     pub body_limit: usize,
     /// Print one JSON log line per request on stderr.
     pub log_requests: bool,
+    /// The address the listener is bound to: its IP is an allowed `Host`
+    /// (besides loopback names).
+    pub listen: Option<SocketAddr>,
+    /// More `Host` names to answer to (`--allow-host`: a reverse proxy's).
+    pub allow_hosts: Vec<String>,
 }
 
 impl Config {
@@ -63,6 +68,17 @@ impl Config {
             token: None,
             body_limit: 64 * 1024 * 1024,
             log_requests: true,
+            listen: None,
+            allow_hosts: Vec::new(),
+        }
+    }
+
+    /// The guards' settings for this config.
+    pub fn guard(&self) -> security::Guard {
+        security::Guard {
+            token: self.token.as_deref().map(Arc::from),
+            log: self.log_requests,
+            hosts: security::Hosts::new(self.listen, &self.allow_hosts),
         }
     }
 }
@@ -105,13 +121,11 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
 /// `extra` (the proxy's or the harness's routes) is merged in before the
 /// guards, so they apply to it too.
 pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router {
-    let guard = security::Guard {
-        token: config.token.as_deref().map(Arc::from),
-        log: config.log_requests,
-    };
+    let guard = config.guard();
     let mut app = api_routes()
         .merge(web::routes())
         .route("/openapi.json", get(openapi::document))
+        .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state);
     if let Some(extra) = extra {
         app = app.merge(extra);
@@ -198,6 +212,8 @@ pub async fn serve(
     if !is_loopback(&addr) && config.token.is_none() {
         return Err(ServeError::NeedToken(addr));
     }
+    let mut config = config;
+    config.listen = Some(addr);
     let c2 = config.clone();
     let st = tokio::task::spawn_blocking(move || state(&c2))
         .await
