@@ -2,7 +2,7 @@
 //! handlers' `#[utoipa::path]` annotations and the wire types' schemas, so
 //! it cannot drift from the code (a test checks every route is in it).
 
-use crate::{api, diff};
+use crate::{api, diff, otlp};
 use axum::Json;
 use utoipa::OpenApi;
 
@@ -38,6 +38,8 @@ refused 409, unavailable 503, corrupt 500, unauthorized 401, forbidden 403, too_
         api::import,
         api::events,
         api::health,
+        otlp::traces,
+        otlp::logs,
     ),
     components(schemas(
         convo_api::Session,
