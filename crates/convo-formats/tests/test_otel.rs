@@ -623,3 +623,71 @@ fn otel_protobuf_round_trip_decodes() {
     s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
     assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
 }
+
+// ----- recorded captures of real emitters -------------------------------------
+
+/// The conversation `crates/convo-cli/tests/otel/emit.py` has: the one
+/// above plus a follow-up question and its answer.
+fn expected_emitted() -> Vec<(Kind, String, String, String)> {
+    let mut e = expected();
+    e.push((
+        Kind::Invoke,
+        "user".into(),
+        "weather-agent".into(),
+        "And tomorrow?".into(),
+    ));
+    e.push((
+        Kind::Complete,
+        "assistant".into(),
+        "user".into(),
+        "Tomorrow: rain.".into(),
+    ));
+    e
+}
+
+/// Each capture (OTLP protobuf, as the emitter's exporter sent it, one
+/// per emitter and version, recorded by emit.py): every message
+/// recovered, the tool call paired with its result, nothing duplicated;
+/// the logs of the same run add nothing.
+#[test]
+fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
+    for name in [
+        "openai-v2-2.4b0-latest",
+        "openinference-openai-0.1.66",
+        "openllmetry-openai-0.62.4",
+    ] {
+        let body =
+            std::fs::read(crate::common::fixture(&format!("otel/{name}.traces.pb"))).unwrap();
+        let mut req = decode_traces(&body, Encoding::Protobuf, false, LIMIT).unwrap();
+        assert_eq!(otel::check_traces(&mut req).count, 0, "{name}");
+        let calls = calls_from_spans(&Batch::traces(&req));
+        assert_eq!(calls.len(), 3, "{name}: three LLM calls");
+        let thread = calls[0].thread.clone();
+        let mut s = store();
+        s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+        assert_eq!(transcript(&mut s, &thread), expected_emitted(), "{name}");
+        let tl = s
+            .timeline(&session_id(&thread), &BranchName::main())
+            .unwrap();
+        let request = &tl[2].stored.node;
+        let response = &tl[3].stored.node;
+        assert_eq!(
+            (request.kind, response.kind, request.submission),
+            (Kind::Request, Kind::Response, response.submission),
+            "{name}: the tool call and its result in one submission"
+        );
+        assert_eq!(response.sequence, request.sequence, "{name}");
+        let last = tl.last().unwrap().stored.node.diagnostics.to_value();
+        assert_eq!(last["model"], "gpt-4o-2024-08-06", "{name}");
+        if name.starts_with("openai-v2") {
+            let body =
+                std::fs::read(crate::common::fixture(&format!("otel/{name}.logs.pb"))).unwrap();
+            let req = decode_logs(&body, Encoding::Protobuf, false, LIMIT).unwrap();
+            let calls = calls_from_logs(&Batch::logs(&req));
+            assert_eq!(calls.len(), 3, "{name}: three operation.details events");
+            let w = s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+            assert_eq!(w.nodes, 0, "{name}: the logs repeat the spans");
+        }
+        assert!(s.verify().unwrap().is_clean());
+    }
+}
