@@ -691,3 +691,56 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
         assert!(s.verify().unwrap().is_clean());
     }
 }
+
+/// A 100-call run, every call resending the whole history, in batches of
+/// 10 delivered newest first: one node per distinct message, and the
+/// diagnostics stay small beside the messages.
+#[test]
+fn otel_a_hundred_call_run_stores_each_message_once() {
+    let msg = |role: &str, text: String| json!({"role": role, "parts": [{"type": "text", "content": text}]});
+    let mut history = Vec::new();
+    let mut spans = Vec::new();
+    let mut distinct = 0usize;
+    for i in 0..100u8 {
+        let q = format!("question {i}: {}", "lorem ipsum ".repeat(40));
+        let a = format!("answer {i}: {}", "dolor sit amet ".repeat(40));
+        distinct += q.len() + a.len();
+        history.push(msg("user", q));
+        let list = [
+            ("gen_ai.request.model", json!("gpt-4o")),
+            (
+                "gen_ai.input.messages",
+                json!(Value::Array(history.clone()).to_string()),
+            ),
+            (
+                "gen_ai.output.messages",
+                json!(json!([msg("assistant", a.clone())]).to_string()),
+            ),
+        ];
+        spans.push(span(i, u64::from(i) * 10, &list, vec![]));
+        history.push(msg("assistant", a));
+    }
+    let mut s = store();
+    for chunk in spans.chunks(10).rev() {
+        ingest_traces(&mut s, &traces(chunk.to_vec()));
+    }
+    let thread = format!("trace:{TRACE}");
+    let tl = s
+        .timeline(&session_id(&thread), &BranchName::main())
+        .unwrap();
+    assert_eq!(tl.len(), 200, "one node per message");
+    let payload: usize = tl.iter().map(|n| n.payload.len()).sum();
+    assert_eq!(payload, distinct);
+    let diag: usize = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value().to_string().len())
+        .sum();
+    eprintln!(
+        "100 calls: payloads {payload} + diagnostics {diag} bytes for {distinct} distinct ({:.3}×)",
+        (payload + diag) as f64 / distinct as f64
+    );
+    assert!(
+        (payload + diag) as f64 <= 1.2 * distinct as f64,
+        "payloads {payload} + diagnostics {diag} against {distinct} distinct bytes"
+    );
+}

@@ -89,18 +89,20 @@ fn status(enc: Encoding, http: StatusCode, code: i32, message: String) -> Respon
     }
 }
 
-/// The request's encoding and whether it is gzipped, or the response that
-/// refuses it.
-fn negotiate(headers: &HeaderMap) -> Result<(Encoding, bool), Response> {
+/// Why a request's media type is refused: the encoding to answer in, and
+/// the message.
+type Refusal = (Encoding, String);
+
+/// The request's encoding and whether it is gzipped, or why it is refused
+/// (a 415).
+fn negotiate(headers: &HeaderMap) -> Result<(Encoding, bool), Refusal> {
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     let Some(enc) = Encoding::from_content_type(ct) else {
-        return Err(status(
+        return Err((
             Encoding::Json,
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            INVALID_ARGUMENT,
             format!(
                 "content type `{ct}` is not OTLP: send application/x-protobuf or application/json"
             ),
@@ -116,10 +118,8 @@ fn negotiate(headers: &HeaderMap) -> Result<(Encoding, bool), Response> {
         "" | "identity" => false,
         "gzip" => true,
         other => {
-            return Err(status(
+            return Err((
                 enc,
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                INVALID_ARGUMENT,
                 format!("content encoding `{other}` is not supported: send gzip or none"),
             ));
         }
@@ -145,7 +145,14 @@ async fn receive(
 ) -> Response {
     let (enc, gzip) = match negotiate(&headers) {
         Ok(x) => x,
-        Err(res) => return res,
+        Err((enc, why)) => {
+            return status(
+                enc,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                INVALID_ARGUMENT,
+                why,
+            );
+        }
     };
     let read = tokio::task::spawn_blocking(
         move || -> Result<(Vec<Call>, Rejected), convo_formats::Error> {

@@ -77,8 +77,7 @@ pub fn calls_from_spans(batch: &Batch<'_>) -> Vec<Call> {
 /// The calls in a batch of log records: the records of one span grouped
 /// (per-message events), or one `operation.details` record each.
 pub fn calls_from_logs(batch: &Batch<'_>) -> Vec<Call> {
-    let mut groups: BTreeMap<(String, String), Vec<(&[KeyValue], &str, &LogRecord)>> =
-        BTreeMap::new();
+    let mut groups: BTreeMap<(String, String), Vec<Record<'_>>> = BTreeMap::new();
     let mut order: Vec<(String, String)> = Vec::new();
     for (resource, scope, rec) in batch.records() {
         let name = event_name(rec);
@@ -158,6 +157,9 @@ pub fn calls_from_logs(batch: &Batch<'_>) -> Vec<Call> {
     propagate_threads(&mut out);
     out
 }
+
+/// A log record with its resource's attributes and its scope's name.
+type Record<'a> = (&'a [KeyValue], &'a str, &'a LogRecord);
 
 /// The name of a log record's event: the `event_name` field, or the
 /// `event.name` attribute older SDKs set.

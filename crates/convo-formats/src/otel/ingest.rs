@@ -8,7 +8,7 @@
 //!
 //! **Each message once.** Every LLM call resends the whole history, so a
 //! call's messages (input, then output) are read as a path and each
-//! message gets a *thread hash*: SHA-256 over the previous message's
+//! message gets a *thread hash*: SHA-256 (first 128 bits) over the previous message's
 //! thread hash and this message's role, target and text (length-prefixed),
 //! kept in its node's diagnostics (`extra.otel.thread`). A call's path is
 //! matched against the session's nodes by those hashes; the deepest
@@ -30,8 +30,9 @@
 //!
 //! Messages become nodes through [`message_drafts`] (the import mapping:
 //! user → invoke, tool call → request, tool result → response, answer →
-//! complete). Each new node's diagnostics carry `extra.otel`: the thread
-//! hash, trace and span ids; the last node a call writes also `call`: the
+//! complete). Each new node's diagnostics carry `extra.otel.thread` (the
+//! thread hash, its first 128 bits); the last node a call writes also
+//! the trace and span ids and `call`: the
 //! call's dialect, provider, usage, latency, status and the span's other
 //! attributes as received.
 
@@ -200,12 +201,10 @@ impl Thread {
                 if output && m.role != Role::Tool {
                     m.model = c.model.clone();
                 }
-                let mut otel = json!({
-                    "thread": chains[at],
-                    "trace_id": c.trace_id,
-                    "span_id": c.span_id,
-                });
+                let mut otel = json!({ "thread": chains[at] });
                 if k == last {
+                    otel["trace_id"] = json!(c.trace_id);
+                    otel["span_id"] = json!(c.span_id);
                     let mut call = c.info.clone();
                     if !c.parent_span_id.is_empty() {
                         call.insert("parent_span_id".into(), json!(c.parent_span_id));
@@ -288,7 +287,7 @@ fn path_of(c: &Call) -> Vec<Message> {
     path
 }
 
-/// The thread hash of each message of a path (hex).
+/// The thread hash of each message of a path (32 hex digits).
 pub fn thread_hashes(path: &[Message]) -> Vec<String> {
     let mut out: Vec<String> = Vec::with_capacity(path.len());
     for m in path {
@@ -302,7 +301,11 @@ pub fn thread_hashes(path: &[Message]) -> Vec<String> {
         put(m.role.as_str().as_bytes());
         put(m.to.as_deref().unwrap_or("").as_bytes());
         put(m.text.as_bytes());
-        out.push(convo_core::sha256(&buf).to_hex());
+        // 128 bits: enough to tell a session's messages apart, and
+        // stored on every node.
+        let mut h = convo_core::sha256(&buf).to_hex();
+        h.truncate(32);
+        out.push(h);
     }
     out
 }
