@@ -236,6 +236,15 @@ fn otel_receiver_speaks_otlp_http() {
     assert_eq!(r.status, 415);
     assert_eq!(session_ids(&srv).len(), 1, "nothing half-written");
 
+    // Both routes are in the OpenAPI document.
+    let doc = srv.get("/openapi.json").expect(200);
+    for path in ["/v1/traces", "/v1/logs"] {
+        assert!(
+            doc["paths"][path]["post"].is_object(),
+            "{path} undocumented"
+        );
+    }
+
     // An empty export is a success.
     let r = srv.req("POST", "/v1/logs", &json_ct, b"{}");
     assert_eq!(r.status, 200, "{}", r.text());
