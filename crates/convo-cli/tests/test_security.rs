@@ -829,6 +829,8 @@ fn openapi_document_is_valid_fuzzed_and_makes_a_client() {
             report.to_str().unwrap(),
         ])
         .env("NO_COLOR", "1")
+        // Its cache (.schemathesis/) goes into the test's home.
+        .current_dir(t.home())
         .output()
         .unwrap();
     let text = format!(
