@@ -648,6 +648,9 @@ fn token_redirect_login_page_sandbox_and_bidi() {
     assert!(page.contains(r#"type="password""#), "{page}");
     assert!(!page.contains("<script"), "{page}");
     assert_eq!(srv.get("/api/v1/sessions").kind(), "unauthorized");
+    // Its stylesheet is served without the token (it holds nothing of the store).
+    assert_eq!(srv.get("/assets/app.css").status, 200);
+    assert_eq!(srv.get("/assets/nope.css").status, 401);
 
     // The sandbox policy survives the global headers.
     let s = srv

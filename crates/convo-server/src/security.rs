@@ -242,7 +242,11 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         if let Some(res) = refuse_host_origin(&g.hosts, &req) {
             break 'res res;
         }
-        if let Some(token) = &g.token {
+        // The embedded stylesheet and script hold nothing of the store:
+        // the login page can use them before the browser has the cookie.
+        let public =
+            method == Method::GET && matches!(path.as_str(), "/assets/app.css" | "/assets/app.js");
+        if let Some(token) = g.token.as_ref().filter(|_| !public) {
             let headers = req.headers();
             let bearer = headers
                 .get(header::AUTHORIZATION)
