@@ -21,7 +21,8 @@
 //!   that says `X-Forwarded-Proto: https`) with a 303 redirect to the same
 //!   URL without the token, so it leaves the address bar and history. A
 //!   browser without the cookie (`Accept: text/html`) gets a small login
-//!   page instead of the JSON 401. Tokens are compared in constant time.
+//!   page instead of the JSON 401 (its stylesheet, like the page script,
+//!   is served without the token). Tokens are compared in constant time.
 //! - **CSRF.** A state-changing request (anything but GET/HEAD/OPTIONS) is
 //!   refused when the browser says it comes from another site
 //!   (`Sec-Fetch-Site: cross-site|same-site`), and when its body has one of
@@ -242,7 +243,11 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
         if let Some(res) = refuse_host_origin(&g.hosts, &req) {
             break 'res res;
         }
-        if let Some(token) = &g.token {
+        // The embedded stylesheet and script hold nothing of the store:
+        // the login page can use them before the browser has the cookie.
+        let public =
+            method == Method::GET && matches!(path.as_str(), "/assets/app.css" | "/assets/app.js");
+        if let Some(token) = g.token.as_ref().filter(|_| !public) {
             let headers = req.headers();
             let bearer = headers
                 .get(header::AUTHORIZATION)
