@@ -67,6 +67,8 @@ fn requests(doc: &Value, s: &str, h: &str) -> Vec<(String, String, Vec<u8>)> {
                 ("get", p) if p.ends_with("/diff") => ("?b=f", Value::Null),
                 ("get", "/api/v1/search") => ("?q=hello", Value::Null),
                 ("get", "/api/v1/events") => ("?after=0", Value::Null),
+                ("post", "/v1/traces") => ("", json!({"resourceSpans": []})),
+                ("post", "/v1/logs") => ("", json!({"resourceLogs": []})),
                 ("get" | "delete", _) => ("", Value::Null),
                 other => panic!("no request for {other:?}: add one here"),
             };
