@@ -329,11 +329,17 @@ pub fn resume_file(
 ) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     let mut meta_seen = false;
+    let mut ordinal: Option<u64> = None;
     for (file, line, raw) in records {
         if !file.is_empty() || *line > upto {
             continue;
         }
         let mut text = raw.clone();
+        if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw)
+            && let Some(n) = o.get("ordinal").and_then(Value::as_u64)
+        {
+            ordinal = Some(n);
+        }
         if !meta_seen
             && let Ok(Value::Object(mut o)) = serde_json::from_str::<Value>(raw)
             && o.get("type").and_then(Value::as_str) == Some("session_meta")
@@ -362,7 +368,13 @@ pub fn resume_file(
         ));
     }
     for v in extra {
-        out.extend_from_slice(serde_json::to_string(v).unwrap_or_default().as_bytes());
+        let mut v = v.clone();
+        // Versions that number their records want the numbering to go on.
+        if let (Some(n), Some(o)) = (ordinal.as_mut(), v.as_object_mut()) {
+            *n += 1;
+            o.insert("ordinal".into(), json!(*n));
+        }
+        out.extend_from_slice(serde_json::to_string(&v).unwrap_or_default().as_bytes());
         out.push(b'\n');
     }
     Ok(out)

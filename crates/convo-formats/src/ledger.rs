@@ -185,7 +185,7 @@ pub fn import_one(
     let id = session_id(format, conv);
     if l.tx().session(&id)?.is_some() {
         if conv.messages.iter().any(|m| m.key.is_some()) {
-            return import_more(l, &id, conv);
+            return import_more(l, &id, conv, now);
         }
         return Ok(Outcome::Existing { id });
     }
@@ -316,6 +316,7 @@ fn import_more(
     l: &mut Ledger<'_>,
     id: &SessionId,
     conv: &Conversation,
+    now: Millis,
 ) -> Result<Outcome, StoreError> {
     let session = l
         .tx()
@@ -338,9 +339,18 @@ fn import_more(
     for b in l.tx().branches(Some(id))? {
         names.insert(b.name.as_str().to_owned());
         if let (Some(h), false) = (b.head, b.sealed) {
-            heads.insert(h, b.name);
+            // A promoted branch ends with its promote node: it goes on
+            // from the message before.
+            let head = match l.tx().node(&h)? {
+                Some(n) if matches!(n.node.kind, Kind::Promote | Kind::Fork) => {
+                    n.node.parent.unwrap_or(h)
+                }
+                _ => h,
+            };
+            heads.insert(head, b.name);
         }
     }
+    let mut active: Option<BranchName> = None;
     // Records of stored messages that are not stored yet.
     let mut orphans: Vec<Value> = Vec::new();
     for m in &conv.messages {
@@ -426,9 +436,17 @@ fn import_more(
                 stored.insert(k.to_owned(), (n.hash, n.ctx, n.node.created_at));
             }
         }
+        if t == 0 {
+            active = Some(branch.clone());
+        }
         if let Some(last) = hashes.last() {
             heads.insert(*last, branch);
         }
+    }
+    // The transcript's active branch is `main`: a rewind made a new one.
+    if let Some(b) = active.filter(|b| !b.is_main()) {
+        l.promote(id, &b, now)?;
+        nodes += 1;
     }
     if nodes == 0 && orphans.is_empty() {
         return Ok(Outcome::Existing { id: *id });
