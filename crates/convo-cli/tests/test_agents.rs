@@ -386,3 +386,92 @@ fn codex_rollouts_import_grow_export_and_a_fork_resumes() {
     assert!(body.contains("a different follow-up"), "{body}");
     assert!(!body.contains("again codex"), "the other branch: {body}");
 }
+
+/// Polls `f` every 200 ms for up to 60 s (no timing is asserted: a slow
+/// machine only waits longer).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("never happened: {what}");
+}
+
+#[test]
+fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/claude-code/2.1.331")
+        .join("360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl");
+    let bytes = std::fs::read(&fixture).unwrap();
+    let t = TestEnv::new();
+    let projects = t.home().join("projects");
+    let proj = projects.join("-tmp-p");
+    std::fs::create_dir_all(&proj).unwrap();
+    let mut watcher = t
+        .cmd()
+        .args(["import", "--watch", projects.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first turn, and half of the next line (being written).
+    let line_end = |n: usize| {
+        let mut at = 0;
+        for _ in 0..n {
+            at += bytes[at..].iter().position(|&b| b == b'\n').unwrap() + 1;
+        }
+        at
+    };
+    let file = proj.join("360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl");
+    let cut = line_end(22) + 40;
+    std::fs::write(&file, &bytes[..cut]).unwrap();
+    let session = || {
+        let r = t.run(&["session", "list", "--json"]);
+        if r.code() != 0 {
+            return None; // no store yet
+        }
+        let v = r.json();
+        v.as_array()
+            .and_then(|a| a.first())
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    eventually("the session is imported", || session().is_some());
+    let id = session().unwrap();
+    let log = t.run(&["log", &id]).ok();
+    assert!(log.contains("answer 1"), "{log}");
+    // The rest is written; the watcher adds it to the same session.
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        f.write_all(&bytes[cut..]).unwrap();
+    }
+    eventually("the rest is imported", || {
+        t.run(&["log", &id])
+            .ok()
+            .contains("answer to the rewound question")
+    });
+    // The agent deletes its transcript: the archive still has every line.
+    std::fs::remove_file(&file).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let back = t
+        .run(&["export", &id, "--format", "claude-code"])
+        .out
+        .stdout;
+    assert_eq!(back, bytes);
+    assert_eq!(
+        t.run(&["session", "list", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+}
