@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn lines_are_kept_raw_and_a_partial_last_line_waits() {
         let text = b"{\"a\":1}\n\nnot json\n{\"a\":1,\"a\":2}\n{\"b\":";
-        let got = read("t.jsonl", &text[..]).unwrap();
+        let got = read("t.jsonl", &text[..]).expect("reads");
         assert_eq!(got.records.len(), 4);
         assert_eq!(got.records[0].raw, "{\"a\":1}");
         assert!(got.records[0].value.is_some());
@@ -281,7 +281,7 @@ mod tests {
 
     #[test]
     fn bad_utf8_names_the_line() {
-        let e = read("t.jsonl", &b"{}\n\xff\n"[..]).unwrap_err();
+        let e = read("t.jsonl", &b"{}\n\xff\n"[..]).expect_err("not UTF-8");
         assert_eq!(e.rule, "encoding");
         assert_eq!(e.location.map(|l| l.line), Some(2));
     }
