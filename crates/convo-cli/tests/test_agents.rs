@@ -30,6 +30,34 @@ fn node_tool(name: &str) -> Option<PathBuf> {
 fn agent_model(n: usize, path: &str, req: &Value) -> Value {
     let text = format!("answer {n}");
     let model = req["model"].clone();
+    let all = req["messages"].to_string();
+    let has_agent_tool = req["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == "Agent"));
+    if path.starts_with("/v1/messages")
+        && req["stream"] == json!(true)
+        && has_agent_tool
+        && all.contains("please delegate")
+        && !all.contains("tool_use")
+    {
+        // Start a subagent.
+        let input = json!({"description": "look around", "prompt": "list the files please",
+            "subagent_type": "general-purpose"});
+        return json!({"sse": [
+            ["message_start", {"type": "message_start", "message": {"id": format!("msg_{n}"),
+                "type": "message", "role": "assistant", "model": model, "content": [],
+                "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 10, "output_tokens": 1}}}],
+            ["content_block_start", {"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": format!("toolu_{n}"), "name": "Agent", "input": {}}}],
+            ["content_block_delta", {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}],
+            ["content_block_stop", {"type": "content_block_stop", "index": 0}],
+            ["message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 3}}],
+            ["message_stop", {"type": "message_stop"}],
+        ]});
+    }
     if path.starts_with("/v1/messages") {
         let message = json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant",
             "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
@@ -265,6 +293,65 @@ fn claude_code_sessions_import_grow_export_and_a_branch_resumes() {
         !body.contains("second question"),
         "the abandoned branch: {body}"
     );
+}
+
+#[test]
+fn claude_code_subagents_are_branches_of_the_turn_that_started_them() {
+    let Some(claude) = node_tool("claude") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let out = Command::new(&claude)
+        .current_dir(&proj)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", up.url.trim_end_matches("/v1"))
+        .env("ANTHROPIC_API_KEY", "x")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["-p", "please delegate this"])
+        .output()
+        .unwrap();
+    ok(out, "claude -p");
+    let projects = home.join(".claude/projects");
+    let subagents = files(&projects, ".jsonl")
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/subagents/"))
+        .count();
+    assert!(subagents >= 1, "Claude Code wrote a subagent transcript");
+    let imported = t
+        .run(&["import", projects.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(
+        imported["created"].as_array().unwrap().len(),
+        1,
+        "one session: {imported}"
+    );
+    let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    let branches = t.run(&["branch", "list", &session]).ok();
+    assert!(branches.contains("agent-1"), "{branches}");
+    let sub = t.run(&["log", &session, "agent-1"]).ok();
+    assert!(sub.contains("list the files please"), "{sub}");
+    let main = t.run(&["log", &session]).ok();
+    assert!(main.contains("please delegate this"), "{main}");
+    assert!(main.contains("Agent"), "the call that started it: {main}");
+    // The session file comes back byte for byte (the subagents' lines are
+    // kept too, under their own file name).
+    let file = files(&projects, ".jsonl")
+        .into_iter()
+        .find(|p| !p.to_string_lossy().contains("/subagents/"))
+        .unwrap();
+    let back = t
+        .run(&["export", &session, "--format", "claude-code"])
+        .out
+        .stdout;
+    assert_eq!(back, std::fs::read(&file).unwrap());
 }
 
 #[test]

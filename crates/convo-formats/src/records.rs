@@ -188,6 +188,7 @@ pub fn is_injected(text: &str) -> bool {
         "<command-name>",
         "<command-message>",
         "<turn_aborted>",
+        "<task-notification>",
         "<user_shell_command>",
         "<skills_instructions>",
         "# AGENTS.md instructions",
@@ -238,6 +239,15 @@ pub fn tool_call_text(name: &str, input: &Value) -> String {
     }
     if let Some(url) = s("url") {
         return format!("fetch {url}");
+    }
+    if let Some(prompt) = s("prompt") {
+        return match s("description") {
+            Some(d) => format!("{d}\n\n{prompt}"),
+            None => prompt.to_owned(),
+        };
+    }
+    if let Some(q) = s("query").or_else(|| s("pattern")) {
+        return format!("{lower} {q}");
     }
     if lower == "read"
         && let Some(p) = s("file_path")
