@@ -12,6 +12,7 @@
 //! removes them afterwards. docs/PERFORMANCE.md records a run and explains
 //! every figure.
 
+mod agentsbench;
 mod benches;
 mod floor;
 mod formatsbench;
@@ -137,6 +138,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         searchbench::search_figures,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
+    (
+        "agents",
+        "import 1,000 Claude Code transcripts (1 GB) vs reading them; peak memory; unchanged re-import",
+        agentsbench::agents,
+    ),
 ];
 
 fn usage() -> String {

@@ -3,6 +3,7 @@
 
 mod common;
 mod serve_util;
+mod test_agents;
 mod test_backends;
 mod test_cli;
 mod test_concurrency;

@@ -30,52 +30,75 @@ fn todo_agent() -> String {
 
 /// A scripted OpenAI-compatible upstream written for these tests: each
 /// call is answered by `answer(n, path, request body)` (n counting calls
-/// from 1); every call's path and body are kept.
-struct Upstream {
-    url: String,
-    calls: Arc<Mutex<Vec<(String, Value)>>>,
+/// from 1); every call's path and body are kept. An answer
+/// `{"sse": [[event, data], …]}` is sent as a server-sent event stream
+/// (what Claude Code and Codex ask for, see test_agents.rs). Each
+/// connection is served on its own thread.
+pub(crate) struct Upstream {
+    pub(crate) url: String,
+    pub(crate) calls: Arc<Mutex<Vec<(String, Value)>>>,
 }
 
 impl Upstream {
-    fn start(answer: fn(usize, &str, &Value) -> Value) -> Upstream {
+    pub(crate) fn start(answer: fn(usize, &str, &Value) -> Value) -> Upstream {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", l.local_addr().unwrap());
         let calls = Arc::new(Mutex::new(Vec::new()));
         let kept = calls.clone();
         std::thread::spawn(move || {
             for conn in l.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let mut r = BufReader::new(conn.try_clone().unwrap());
-                let mut len = 0usize;
-                let mut first = String::new();
-                r.read_line(&mut first).unwrap();
-                loop {
-                    let mut h = String::new();
-                    if r.read_line(&mut h).unwrap() == 0 || h == "\r\n" {
-                        break;
-                    }
-                    if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-                        len = v.trim().parse().unwrap();
-                    }
-                }
-                let mut body = vec![0; len];
-                r.read_exact(&mut body).unwrap();
-                let path = first.split(' ').nth(1).unwrap_or("").to_owned();
-                let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                let n = {
-                    let mut c = kept.lock().unwrap();
-                    c.push((path.clone(), req.clone()));
-                    c.len()
-                };
-                let out = answer(n, &path, &req).to_string();
-                let _ = write!(
-                    conn,
-                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{out}",
-                    out.len()
-                );
+                let Ok(conn) = conn else { continue };
+                let kept = kept.clone();
+                std::thread::spawn(move || Upstream::serve(conn, &kept, answer));
             }
         });
         Upstream { url, calls }
+    }
+
+    fn serve(
+        mut conn: std::net::TcpStream,
+        kept: &Mutex<Vec<(String, Value)>>,
+        answer: fn(usize, &str, &Value) -> Value,
+    ) -> Option<()> {
+        let mut r = BufReader::new(conn.try_clone().ok()?);
+        let mut len = 0usize;
+        let mut first = String::new();
+        r.read_line(&mut first).ok()?;
+        loop {
+            let mut h = String::new();
+            if r.read_line(&mut h).ok()? == 0 || h == "\r\n" {
+                break;
+            }
+            if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                len = v.trim().parse().ok()?;
+            }
+        }
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).ok()?;
+        let path = first.split(' ').nth(1).unwrap_or("").to_owned();
+        let req: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let n = {
+            let mut c = kept.lock().unwrap();
+            c.push((path.clone(), req.clone()));
+            c.len()
+        };
+        let reply = answer(n, &path, &req);
+        let (kind, out) = match reply.get("sse").and_then(Value::as_array) {
+            Some(events) => {
+                let mut s = String::new();
+                for e in events {
+                    s.push_str(&format!("event: {}\ndata: {}\n\n", e[0].as_str()?, e[1]));
+                }
+                ("text/event-stream", s)
+            }
+            None => ("application/json", reply.to_string()),
+        };
+        write!(
+            conn,
+            "HTTP/1.1 200 OK\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{out}",
+            out.len()
+        )
+        .ok()
     }
 
     fn count(&self) -> usize {

@@ -67,13 +67,29 @@ pub enum Outcome {
         /// Its id.
         id: SessionId,
     },
+    /// The session was imported before from a shorter version of the same
+    /// file: only the messages whose key was not stored yet were added.
+    Updated {
+        /// Its id.
+        id: SessionId,
+        /// Nodes written (fork nodes included).
+        nodes: usize,
+        /// Timelines created.
+        branches: usize,
+        /// Source records read but not stored yet: lines written after the
+        /// last stored message with no new message to carry them (they go
+        /// with the next one).
+        pending: usize,
+    },
 }
 
 impl Outcome {
     /// The session id.
     pub fn id(&self) -> SessionId {
         match self {
-            Outcome::Created { id, .. } | Outcome::Existing { id } => *id,
+            Outcome::Created { id, .. }
+            | Outcome::Existing { id }
+            | Outcome::Updated { id, .. } => *id,
         }
     }
 }
@@ -168,6 +184,9 @@ pub fn import_one(
 ) -> Result<Outcome, StoreError> {
     let id = session_id(format, conv);
     if l.tx().session(&id)?.is_some() {
+        if conv.messages.iter().any(|m| m.key.is_some()) {
+            return import_more(l, &id, conv, now);
+        }
         return Ok(Outcome::Existing { id });
     }
     let agent = agent
@@ -196,6 +215,10 @@ pub fn import_one(
         created,
         anchored,
     };
+    let mut outcome_title = conv.title.clone();
+    if outcome_title.is_none() && conv.messages.iter().any(|m| m.key.is_some()) {
+        outcome_title = title.clone();
+    }
 
     let mut written: HashMap<usize, NodeHash> = HashMap::new();
     let mut anchor: Option<NodeHash> = None;
@@ -256,10 +279,225 @@ pub fn import_one(
     }
     Ok(Outcome::Created {
         id,
-        title: conv.title.clone(),
+        title: outcome_title,
         nodes,
         branches,
     })
+}
+
+/// The `records` a message carries (see [`crate::records`]): the source
+/// lines it was read from, each `{line, raw}` (and `file` for a record of
+/// another file of the session).
+fn message_records(extra: &Map<String, Value>) -> &[Value] {
+    extra
+        .get("records")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// A record's identity in its session: which file, which line.
+fn record_id(r: &Value) -> (String, u64) {
+    (
+        r.get("file")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+        r.get("line").and_then(Value::as_u64).unwrap_or(0),
+    )
+}
+
+/// Adds to an already imported session the messages of `conv` whose key is
+/// not stored yet: each timeline's new part is appended to the branch whose
+/// head is the last stored message it shares, or forked from that message
+/// (`alt-N`) when no branch ends there. Records the stored messages carry
+/// now but did not then (lines written after the last import) go with the
+/// first new message.
+fn import_more(
+    l: &mut Ledger<'_>,
+    id: &SessionId,
+    conv: &Conversation,
+    now: Millis,
+) -> Result<Outcome, StoreError> {
+    let session = l
+        .tx()
+        .session(id)?
+        .ok_or_else(|| StoreError::Invalid(format!("session {id} vanished")))?;
+    let mut stored: HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)> =
+        HashMap::new();
+    let mut have: HashSet<(String, u64)> = HashSet::new();
+    for (n, _) in l.tx().session_nodes(id, false)? {
+        let diag = n.node.diagnostics.to_value();
+        if let Some(k) = diag.get("key").and_then(Value::as_str) {
+            stored.insert(k.to_owned(), (n.hash, n.ctx, n.node.created_at));
+        }
+        if let Some(Value::Object(extra)) = diag.get("extra") {
+            have.extend(message_records(extra).iter().map(record_id));
+        }
+    }
+    let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
+    let mut names: HashSet<String> = HashSet::new();
+    for b in l.tx().branches(Some(id))? {
+        names.insert(b.name.as_str().to_owned());
+        if let (Some(h), false) = (b.head, b.sealed) {
+            // A promoted branch ends with its promote node: it goes on
+            // from the message before.
+            let head = match l.tx().node(&h)? {
+                Some(n) if matches!(n.node.kind, Kind::Promote | Kind::Fork) => {
+                    n.node.parent.unwrap_or(h)
+                }
+                _ => h,
+            };
+            heads.insert(head, b.name);
+        }
+    }
+    let mut active: Option<BranchName> = None;
+    // Records of stored messages that are not stored yet.
+    let mut orphans: Vec<Value> = Vec::new();
+    for m in &conv.messages {
+        if m.key.as_ref().is_some_and(|k| stored.contains_key(k)) {
+            orphans.extend(
+                message_records(&m.extra)
+                    .iter()
+                    .filter(|r| !have.contains(&record_id(r)))
+                    .cloned(),
+            );
+        }
+    }
+    let ctx = Mapper {
+        agent: &session.agent,
+        created: session.created_at,
+        anchored: false,
+    };
+    let key_of = |i: usize| conv.messages[i].key.clone();
+    let (mut nodes, mut branches) = (0, 0);
+    for t in 0..conv.timelines.len() {
+        let path = conv.path_to(conv.timelines[t].leaf);
+        let Some(k) = path
+            .iter()
+            .rposition(|&i| key_of(i).is_some_and(|k| stored.contains_key(&k)))
+        else {
+            // Shares nothing with what is stored: left for a full re-import.
+            continue;
+        };
+        let rest = &path[k + 1..];
+        if rest.is_empty() {
+            continue;
+        }
+        let Some(point_key) = key_of(path[k]) else {
+            continue;
+        };
+        let (point, pctx, ptime) = stored[&point_key];
+        let start = Cursor::after(&pctx, ptime);
+        let mut drafts = ctx.drafts_from(conv, rest, start)?;
+        if !orphans.is_empty()
+            && let Some((_, first)) = drafts.first_mut()
+        {
+            first.diagnostics = with_records(&first.diagnostics, std::mem::take(&mut orphans))?;
+        }
+        let branch = match heads.remove(&point) {
+            Some(b) => b,
+            None => {
+                let name = branch_name(&format!("alt-{}", names.len()), &mut names);
+                let prefix = HashPrefix::parse(&point.to_hex())
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                let at = drafts.first().map_or(ptime, |(_, d)| d.created_at);
+                l.fork(id, &prefix, &name, at)?;
+                nodes += 1;
+                branches += 1;
+                name
+            }
+        };
+        let hashes = l.append_many(id, &branch, &drafts_only(&drafts))?;
+        nodes += hashes.len();
+        for ((msg, d), h) in drafts.iter().zip(&hashes) {
+            if let Some(key) = msg.and_then(key_of) {
+                stored.insert(
+                    key,
+                    (*h, convo_core::timeline::Context::default(), d.created_at),
+                );
+            }
+        }
+        // Later timelines branching from these new nodes need their real
+        // contexts: read them back.
+        for h in &hashes {
+            if let Some(n) = l.tx().node(h)?
+                && let Some(k) = n
+                    .node
+                    .diagnostics
+                    .to_value()
+                    .get("key")
+                    .and_then(Value::as_str)
+            {
+                stored.insert(k.to_owned(), (n.hash, n.ctx, n.node.created_at));
+            }
+        }
+        if t == 0 {
+            active = Some(branch.clone());
+        }
+        if let Some(last) = hashes.last() {
+            heads.insert(*last, branch);
+        }
+    }
+    // The transcript's active branch is `main`: a rewind made a new one.
+    if let Some(b) = active.filter(|b| !b.is_main()) {
+        l.promote(id, &b, now)?;
+        nodes += 1;
+    }
+    if nodes == 0 && orphans.is_empty() {
+        return Ok(Outcome::Existing { id: *id });
+    }
+    Ok(Outcome::Updated {
+        id: *id,
+        nodes,
+        branches,
+        pending: orphans.len(),
+    })
+}
+
+/// Adds `records` to a draft's `extra.records`, in line order.
+fn with_records(d: &Diagnostics, mut records: Vec<Value>) -> Result<Diagnostics, StoreError> {
+    let mut v = d.to_value();
+    if let Some(o) = v.as_object_mut() {
+        let extra = o
+            .entry("extra")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Some(e) = extra.as_object_mut() {
+            let mut all: Vec<Value> = message_records(e).to_vec();
+            all.append(&mut records);
+            all.sort_by_key(|r| {
+                let (f, l) = record_id(r);
+                (f, l)
+            });
+            e.insert("records".into(), Value::Array(all));
+        }
+    }
+    Diagnostics::from_value(&v).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
+/// Every source record stored for a session (what its messages carry
+/// under `records`), once each, ordered by file and line: an imported
+/// transcript's lines, for an export that gives the file back.
+pub fn session_records(
+    store: &mut Store,
+    session: &SessionId,
+) -> Result<Vec<(String, u64, String)>, StoreError> {
+    let nodes = store.read(|tx| tx.session_nodes(session, false))?;
+    let mut out: Vec<(String, u64, String)> = Vec::new();
+    let mut seen = HashSet::new();
+    for (n, _) in nodes {
+        let diag = n.node.diagnostics.to_value();
+        if let Some(Value::Object(extra)) = diag.get("extra") {
+            for r in message_records(extra) {
+                let (f, l) = record_id(r);
+                if seen.insert((f.clone(), l)) {
+                    let raw = r.get("raw").and_then(Value::as_str).unwrap_or("");
+                    out.push((f, l, raw.to_owned()));
+                }
+            }
+        }
+    }
+    out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    Ok(out)
 }
 
 fn drafts_only(d: &[(Option<usize>, Draft)]) -> Vec<Draft> {
@@ -325,8 +563,18 @@ impl Mapper<'_> {
         conv: &Conversation,
         path: &[usize],
     ) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
+        self.drafts_from(conv, path, Cursor::start(self.created))
+    }
+
+    /// The drafts for `path` appended after a node where `start` holds.
+    fn drafts_from(
+        &self,
+        conv: &Conversation,
+        path: &[usize],
+        start: Cursor,
+    ) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
         let mut out = Vec::with_capacity(path.len() + 1);
-        let mut cur = Cursor::start(self.created);
+        let mut cur = start;
         if self.anchored {
             out.push((
                 None,
@@ -450,6 +698,9 @@ fn step(
     if !m.extra.is_empty() {
         diag.insert("extra".into(), Value::Object(m.extra.clone()));
     }
+    if let Some(key) = &m.key {
+        diag.insert("key".into(), json!(key));
+    }
     let diagnostics = Diagnostics::from_value(&Value::Object(diag))
         .map_err(|e| StoreError::Invalid(e.to_string()))?;
     out.push((
@@ -523,6 +774,7 @@ pub fn export(
         if let Some(Value::Object(extra)) = diag.get("extra") {
             m.extra = extra.clone();
         }
+        m.key = diag.get("key").and_then(Value::as_str).map(str::to_owned);
         messages.push(m);
     }
     let mut conv = Conversation::linear(messages);

@@ -15,6 +15,8 @@
 //! | ShareGPT JSON | yes | | [`sharegpt`] |
 //! | OpenAI chat JSONL | yes | yes | [`openai`] |
 //! | `llm`'s SQLite log (both schemas) | yes | | [`llm`] |
+//! | Claude Code transcripts (`~/.claude/projects`) | yes | byte-identical, and a branch as a session to resume | [`claude_code`] |
+//! | Codex rollouts (`~/.codex/sessions`) | yes | byte-identical, and a branch as a session to resume | [`codex`] |
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
 //!
@@ -32,7 +34,9 @@
 
 pub mod chatgpt;
 pub mod claude;
+pub mod claude_code;
 pub mod clog;
+pub mod codex;
 pub mod convo;
 mod error;
 pub mod html;
@@ -43,6 +47,7 @@ pub mod markdown;
 pub mod model;
 pub mod openai;
 pub mod otel;
+pub mod records;
 pub mod session_json;
 pub mod sharegpt;
 mod tree;
@@ -125,7 +130,14 @@ pub const IMPORT_FORMATS: &[&str] = &[
     "sharegpt",
     "openai",
     "llm",
+    "claude-code",
+    "codex",
 ];
+
+/// The formats whose sessions keep every source line (`extra.records`):
+/// re-importing a longer file adds what is new, and an export gives the
+/// file back byte for byte.
+pub const AGENT_FORMATS: &[&str] = &["claude-code", "codex"];
 
 /// The names `--format` accepts for export.
 pub const EXPORT_FORMATS: &[&str] = &[
@@ -148,6 +160,8 @@ pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
         "sharegpt" => Box::new(sharegpt::ShareGpt),
         "openai" => Box::new(openai::OpenAi),
         "llm" => Box::new(llm::Llm),
+        "claude-code" => Box::new(claude_code::ClaudeCode),
+        "codex" => Box::new(codex::Codex),
         _ => return None,
     })
 }
@@ -170,15 +184,24 @@ pub fn writer(name: &str) -> Option<Box<dyn Writer>> {
 pub fn detect(path: &Path) -> Result<&'static str> {
     let name = path.display().to_string();
     if path.is_dir() {
-        return if clog::is_clog_dir(path) {
-            Ok("clog")
-        } else {
-            Err(Error::new(
-                &name,
-                "unknown-format",
-                "a folder must be a clog conversation (holding chat.jsonl) or a folder of them",
-            ))
-        };
+        if clog::is_clog_dir(path) {
+            return Ok("clog");
+        }
+        if let Some(f) = codex::rollout_files(path).first()
+            && detect(f) == Ok("codex")
+        {
+            return Ok("codex");
+        }
+        if let Some(f) = claude_code::session_files(path).first()
+            && detect(f) == Ok("claude-code")
+        {
+            return Ok("claude-code");
+        }
+        return Err(Error::new(
+            &name,
+            "unknown-format",
+            "a folder must be a clog conversation (holding chat.jsonl) or a folder of them, Claude Code projects or Codex sessions",
+        ));
     }
     let file_name = path
         .file_name()
@@ -193,6 +216,12 @@ pub fn detect(path: &Path) -> Result<&'static str> {
         return Ok("llm");
     }
     let text = String::from_utf8_lossy(&head);
+    if codex::looks_like(&text) {
+        return Ok("codex");
+    }
+    if claude_code::looks_like(&text) {
+        return Ok("claude-code");
+    }
     let t = text.trim_start_matches('\u{feff}').trim_start();
     let has = |k: &str| text.contains(&format!("\"{k}\""));
     if t.starts_with('[') || t.starts_with('{') {
@@ -221,7 +250,7 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     Err(Error::new(
         &name,
         "unknown-format",
-        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm",
+        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm|claude-code|codex",
     ))
 }
 

@@ -68,8 +68,14 @@ pub struct Message {
     /// The model that generated it, if known.
     pub model: Option<String>,
     /// Format-specific fields kept for a faithful export (ids, reasoning,
-    /// content types, attachments, tool call ids…).
+    /// content types, attachments, tool call ids…). A message read from a
+    /// line-based agent transcript keeps its source lines under
+    /// `records` (see [`crate::records`]).
     pub extra: Map<String, Value>,
+    /// The source's stable id for this message (a Claude Code record
+    /// `uuid`, a Codex line): a re-import of a longer version of the same
+    /// file skips the messages whose key is already stored.
+    pub key: Option<String>,
 }
 
 impl Message {
@@ -84,6 +90,7 @@ impl Message {
             time: None,
             model: None,
             extra: Map::new(),
+            key: None,
         }
     }
 

@@ -15,21 +15,35 @@ use std::process::ExitCode;
 /// -o names, one file per timeline named after it ({branch}.convo, .json,
 /// .jsonl, .md, .html; a folder {branch}/ for clog).
 ///
+/// A Claude Code or Codex session (--format claude-code|codex) comes back
+/// as the transcript it was imported from, byte for byte. With --branch it
+/// becomes a new session file instead (a new session id, the branch's
+/// history up to its last turn, leaving out what a rewind abandoned, and
+/// the turns the branch got in convo): with --place it is written where the
+/// agent looks (~/.claude/projects/<project>/, $CODEX_HOME/sessions/…) and
+/// its id printed, ready for `claude --resume ID` / `codex resume ID`.
+///
 /// Examples:
 ///   convo export Paris --format markdown | less
 ///   convo export Paris --branch retry --format convo -o retry.convo
 ///   convo export Paris --format html --all-branches -o paris/
+///   convo export fix-migration --format claude-code > session.jsonl
+///   convo export fix-migration --branch alt-1 --format claude-code --place
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ExportArgs {
     /// Session id, unique id prefix or title
     pub session: String,
-    /// The timeline to export
-    #[arg(long, default_value = "main")]
-    pub branch: String,
+    /// The timeline to export [default: main]
+    #[arg(long)]
+    pub branch: Option<String>,
     /// The format to write
-    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html"])]
+    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex"])]
     pub format: String,
+    /// (claude-code, codex) write the branch as a new session where the
+    /// agent finds it, and print its id
+    #[arg(long, conflicts_with = "output")]
+    pub place: bool,
     /// Write here instead of standard output
     #[arg(short = 'o', long = "output", value_name = "PATH")]
     pub output: Option<PathBuf>,
@@ -39,7 +53,15 @@ pub struct ExportArgs {
 }
 
 pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
-    let branch = branch_name(&a.branch)?;
+    let branch = branch_name(a.branch.as_deref().unwrap_or("main"))?;
+    if convo_formats::AGENT_FORMATS.contains(&a.format.as_str()) {
+        return agent_export(env, &a, &branch);
+    }
+    if a.place {
+        return Err(CommandError::user(
+            "--place writes Claude Code and Codex sessions only",
+        ));
+    }
     let writer = convo_formats::writer(&a.format)
         .ok_or_else(|| CommandError::user(format!("`{}` cannot be exported", a.format)))?;
     let mut store = env.open()?;
@@ -98,6 +120,125 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Export as a coding agent's session file.
+fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> CmdResult {
+    use convo_formats::{Role, claude_code, codex};
+    if a.all_branches {
+        return Err(CommandError::user(
+            "--all-branches does not apply to claude-code or codex; export one --branch at a time",
+        ));
+    }
+    let mut store = env.open()?;
+    let s = find_session(&mut store, &a.session)?;
+    let records = convo_formats::ledger::session_records(&mut store, &s.id)?;
+    if records.is_empty() {
+        return Err(CommandError::user(format!(
+            "session {} was not imported from a {} transcript: it has no source lines to write",
+            s.id, a.format
+        )));
+    }
+    let bytes: Vec<u8>;
+    let mut new_id = None;
+    if a.branch.is_none() && !a.place {
+        let mut out = Vec::new();
+        for (file, _, raw) in &records {
+            if file.is_empty() {
+                out.extend_from_slice(raw.as_bytes());
+                out.push(b'\n');
+            }
+        }
+        bytes = out;
+    } else {
+        let conv = convo_formats::ledger::export(&mut store, &s, branch)?;
+        let msgs = conv.turns();
+        let Some(leaf) = msgs.iter().rposition(|m| m.key.is_some()) else {
+            return Err(CommandError::user(format!(
+                "timeline {branch} holds no message imported from the transcript"
+            )));
+        };
+        let turns: Vec<(Role, String, i64)> = msgs[leaf + 1..]
+            .iter()
+            .filter(|m| matches!(m.role, Role::User | Role::Assistant))
+            .map(|m| (m.role, m.text.clone(), m.time.unwrap_or_else(super::now)))
+            .collect();
+        let id = random_uuid()?;
+        let leaf_msg = msgs[leaf];
+        bytes = if a.format == "claude-code" {
+            let key = leaf_msg.key.clone().unwrap_or_default();
+            let extra = claude_code::turn_records(&key, &turns, &id, &conv.meta);
+            claude_code::resume_file(&records, &key, &id, &extra).map_err(format_error)?
+        } else {
+            let upto = leaf_msg
+                .extra
+                .get("records")
+                .and_then(|r| r.as_array())
+                .and_then(|r| r.iter().filter_map(|x| x.get("line")?.as_u64()).max())
+                .unwrap_or(0);
+            codex::resume_file(&records, upto, &id, &codex::turn_records(&turns))
+                .map_err(format_error)?
+        };
+        new_id = Some((id, conv.meta.clone()));
+    }
+    if a.place {
+        let Some((id, meta)) = &new_id else {
+            return Err(CommandError::user("--place needs a branch to write"));
+        };
+        let path = if a.format == "claude-code" {
+            let cwd = meta.get("cwd").and_then(|v| v.as_str()).unwrap_or("/");
+            super::agents::agent_home("CLAUDE_CONFIG_DIR", ".claude")?
+                .join("projects")
+                .join(claude_code::project_folder(cwd))
+                .join(format!("{id}.jsonl"))
+        } else {
+            super::agents::agent_home("CODEX_HOME", ".codex")?
+                .join(codex::rollout_path(super::now(), id))
+        };
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CommandError::user(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        write_atomically(&path, &bytes)?;
+        eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{id}")?;
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some((id, _)) = &new_id {
+        eprintln!("new session id {id}");
+    }
+    match &a.output {
+        Some(path) => {
+            write_atomically(path, &bytes)?;
+            eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
+        }
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)?;
+            out.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A random version-4 UUID, as Claude Code and Codex name sessions.
+fn random_uuid() -> CmdResult<String> {
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b)
+        .map_err(|e| CommandError::user(format!("cannot get random bytes: {e}")))?;
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let h = hex::encode(b);
+    Ok(format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    ))
 }
 
 /// Writes `bytes` to a temporary file beside `path` and renames it over

@@ -18,10 +18,20 @@ use std::process::ExitCode;
 /// present); with -v also the id of each session created on standard
 /// output, one per line, and with --json one document listing them.
 ///
+/// Coding agents' transcripts (Claude Code's ~/.claude/projects, Codex's
+/// ~/.codex/sessions: a file, a project folder or the whole folder) are
+/// imported one session per transaction: a file that fails is reported and
+/// the others go in. Every line is kept, so a re-import of a session that
+/// grew adds only its new lines (same session), and an unchanged file is
+/// skipped after a look at its size and time (kept in $CONVO_HOME/import-state/).
+/// --watch keeps importing them as the agents write.
+///
 /// Examples:
 ///   convo import conversations.json          # a ChatGPT or Claude export
 ///   convo import ~/chats/*.convo -v          # and print the new session ids
 ///   convo import history.jsonl --format openai --agent support-bot --json
+///   convo import ~/.claude/projects ~/.codex/sessions
+///   convo import --watch ~/.claude/projects ~/.codex/sessions
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ImportArgs {
@@ -30,7 +40,8 @@ pub struct ImportArgs {
     pub paths: Vec<PathBuf>,
     /// The files' format
     #[arg(long, default_value = "auto", value_parser = [
-        "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm"
+        "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm",
+        "claude-code", "codex"
     ])]
     pub format: String,
     /// Agent name for the new sessions [default: from the file, else the format name]
@@ -42,6 +53,11 @@ pub struct ImportArgs {
     /// Print one JSON document
     #[arg(long)]
     pub json: bool,
+    /// Keep importing coding agents' sessions as they are written (checks
+    /// the folders every second; a file is imported once it has stopped
+    /// growing); stop with Ctrl-C
+    #[arg(long)]
+    pub watch: bool,
 }
 
 pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
@@ -51,6 +67,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         return Err(CommandError::user("--agent must not be empty"));
     }
     let mut read: Vec<(&'static str, Conversation)> = Vec::new();
+    let mut agent_paths: Vec<(&'static str, PathBuf)> = Vec::new();
     for given in &a.paths {
         // An unzipped ChatGPT or Claude export: the folder holding conversations.json.
         let export = given.join("conversations.json");
@@ -75,6 +92,16 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
                 .find(|f| *f == a.format)
                 .ok_or_else(|| CommandError::user(format!("unknown format `{}`", a.format)))?
         };
+        if convo_formats::AGENT_FORMATS.contains(&format) {
+            agent_paths.push((format, path.clone()));
+            continue;
+        }
+        if a.watch {
+            return Err(CommandError::user(format!(
+                "{}: --watch follows Claude Code and Codex sessions; this is {format}",
+                path.display()
+            )));
+        }
         let reader = convo_formats::reader(format)
             .ok_or_else(|| CommandError::user(format!("`{format}` cannot be imported")))?;
         let got = reader.read_path(path).map_err(format_error)?;
@@ -82,6 +109,14 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
             eprintln!("warning: {w}");
         }
         read.extend(got.conversations.into_iter().map(|c| (format, c)));
+    }
+    if !agent_paths.is_empty() {
+        if !read.is_empty() {
+            return Err(CommandError::user(
+                "import coding agents' sessions apart from other files",
+            ));
+        }
+        return super::agents::run(env, &agent_paths, &a);
     }
     let mut store = env.open()?;
     let refs: Vec<(&str, &Conversation)> = read.iter().map(|(f, c)| (*f, c)).collect();
@@ -108,7 +143,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
                     json!({"id": id.to_string(), "title": title, "nodes": n, "branches": branches}),
                 );
             }
-            Outcome::Existing { id } => existing.push(id.to_string()),
+            Outcome::Existing { id } | Outcome::Updated { id, .. } => existing.push(id.to_string()),
         }
     }
     if a.json {

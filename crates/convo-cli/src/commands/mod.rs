@@ -1,5 +1,6 @@
 //! One module per command. `run` opens the store and dispatches.
 
+pub mod agents;
 pub mod branch;
 pub mod chat;
 pub mod check;

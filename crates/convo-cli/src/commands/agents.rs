@@ -1,0 +1,308 @@
+//! `convo import` of coding agents' sessions (Claude Code, Codex): one
+//! transaction per session file, re-imports that add only new lines, a
+//! size-and-time look that skips unchanged files, and `--watch`.
+
+use super::import::{ImportArgs, format_error};
+use super::{CmdResult, CommandError, Env, now};
+use convo_formats::ledger::Outcome;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, UNIX_EPOCH};
+
+/// What a file looked like when it was imported: its size and time, and
+/// its subagents' (Claude Code's `<session>/subagents/`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+struct Look {
+    len: u64,
+    mtime: u128,
+}
+
+fn look(path: &Path) -> Option<Look> {
+    let m = std::fs::metadata(path).ok()?;
+    let mtime = |m: &std::fs::Metadata| {
+        m.modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos())
+    };
+    let mut l = Look {
+        len: m.len(),
+        mtime: mtime(&m),
+    };
+    let subs = path.with_extension("").join("subagents");
+    if let Ok(rd) = std::fs::read_dir(subs) {
+        for e in rd.flatten() {
+            if let Ok(m) = e.metadata() {
+                l.len += m.len();
+                l.mtime = l.mtime.max(mtime(&m));
+            }
+        }
+    }
+    Some(l)
+}
+
+/// The import state kept between runs: file → how it looked when its
+/// import committed. Only a shortcut: the store decides what is new.
+struct State {
+    path: PathBuf,
+    files: BTreeMap<String, Look>,
+    dirty: bool,
+}
+
+impl State {
+    fn load(env: &Env) -> State {
+        let key = convo_core::sha256(env.store_url.as_bytes()).to_hex();
+        let path = env
+            .home
+            .join("import-state")
+            .join(format!("{}.json", &key[..16]));
+        let mut files = BTreeMap::new();
+        if let Ok(text) = std::fs::read_to_string(&path)
+            && let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&text)
+        {
+            for (k, v) in o {
+                if let (Some(len), Some(mtime)) = (
+                    v.get("len").and_then(Value::as_u64),
+                    v.get("mtime")
+                        .and_then(Value::as_str)
+                        .and_then(|s| s.parse().ok()),
+                ) {
+                    files.insert(k, Look { len, mtime });
+                }
+            }
+        }
+        State {
+            path,
+            files,
+            dirty: false,
+        }
+    }
+
+    fn save(&mut self) -> CmdResult<()> {
+        if !self.dirty {
+            return Ok(());
+        }
+        let o: serde_json::Map<String, Value> = self
+            .files
+            .iter()
+            .map(|(k, l)| {
+                (
+                    k.clone(),
+                    json!({"len": l.len, "mtime": l.mtime.to_string()}),
+                )
+            })
+            .collect();
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(dir)?;
+        let tmp = self
+            .path
+            .with_extension(format!("tmp-{}", std::process::id()));
+        std::fs::write(
+            &tmp,
+            serde_json::to_vec(&Value::Object(o)).unwrap_or_default(),
+        )?;
+        std::fs::rename(&tmp, &self.path)?;
+        self.dirty = false;
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    created: Vec<Value>,
+    updated: Vec<Value>,
+    existing: Vec<String>,
+    failed: Vec<Value>,
+    unchanged: usize,
+    nodes: usize,
+}
+
+/// The session files under a path given to `import`.
+fn files_of(format: &str, path: &Path) -> Vec<PathBuf> {
+    if !path.is_dir() {
+        return vec![path.to_path_buf()];
+    }
+    match format {
+        "codex" => convo_formats::codex::rollout_files(path),
+        _ => convo_formats::claude_code::session_files(path),
+    }
+}
+
+/// Imports one session file in its own transaction.
+fn import_file(
+    store: &mut convo_store::Store,
+    format: &'static str,
+    file: &Path,
+    agent: Option<&str>,
+    report: &mut Report,
+) -> Result<(), String> {
+    let reader = convo_formats::reader(format).ok_or("unknown format")?;
+    let got = reader
+        .read_path(file)
+        .map_err(|e| format_error(e).message_text().to_owned())?;
+    for w in &got.warnings {
+        eprintln!("warning: {w}");
+    }
+    let refs: Vec<(&str, &convo_formats::Conversation)> =
+        got.conversations.iter().map(|c| (format, c)).collect();
+    if refs.is_empty() {
+        return Ok(());
+    }
+    let outcomes = convo_formats::ledger::import_all(store, &refs, agent, now())
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    for o in outcomes {
+        match o {
+            Outcome::Created {
+                id,
+                title,
+                nodes,
+                branches,
+            } => {
+                report.nodes += nodes;
+                report
+                    .created
+                    .push(json!({"id": id.to_string(), "title": title,
+                    "nodes": nodes, "branches": branches, "file": file.display().to_string()}));
+            }
+            Outcome::Updated {
+                id,
+                nodes,
+                branches,
+                pending,
+            } => {
+                report.nodes += nodes;
+                report
+                    .updated
+                    .push(json!({"id": id.to_string(), "nodes": nodes,
+                    "branches": branches, "pending": pending, "file": file.display().to_string()}));
+            }
+            Outcome::Existing { id } => report.existing.push(id.to_string()),
+        }
+    }
+    Ok(())
+}
+
+pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdResult {
+    let mut store = env.open()?;
+    let mut state = State::load(env);
+    let mut report = Report::default();
+    let mut seen: BTreeMap<String, Look> = BTreeMap::new();
+    for (format, path) in paths {
+        for f in files_of(format, path) {
+            let key = f.display().to_string();
+            let Some(now_look) = look(&f) else { continue };
+            seen.insert(key.clone(), now_look);
+            if state.files.get(&key) == Some(&now_look) {
+                report.unchanged += 1;
+                continue;
+            }
+            match import_file(&mut store, format, &f, a.agent.as_deref(), &mut report) {
+                Ok(()) => {
+                    state.files.insert(key, now_look);
+                    state.dirty = true;
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    report.failed.push(json!({"file": key, "error": e}));
+                }
+            }
+        }
+    }
+    state.save()?;
+    print_report(&report, a)?;
+    if !a.watch {
+        return Ok(if report.failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
+    eprintln!("watching {} path(s); Ctrl-C to stop", paths.len());
+    // A file is imported once it looks the same at two polls in a row
+    // (the agent finished writing that burst), so the records written just
+    // after a message go in with it.
+    let mut last: BTreeMap<String, Look> = seen;
+    loop {
+        std::thread::sleep(Duration::from_millis(1000));
+        for (format, path) in paths {
+            for f in files_of(format, path) {
+                let key = f.display().to_string();
+                let Some(now_look) = look(&f) else { continue };
+                let steady = last.get(&key) == Some(&now_look);
+                last.insert(key.clone(), now_look);
+                if !steady || state.files.get(&key) == Some(&now_look) {
+                    continue;
+                }
+                let mut r = Report::default();
+                match import_file(&mut store, format, &f, a.agent.as_deref(), &mut r) {
+                    Ok(()) => {
+                        state.files.insert(key.clone(), now_look);
+                        state.dirty = true;
+                        for c in r.created.iter().chain(&r.updated) {
+                            eprintln!(
+                                "{}: {} ({} nodes)",
+                                key,
+                                c["id"].as_str().unwrap_or_default(),
+                                c["nodes"]
+                            );
+                        }
+                    }
+                    Err(e) => eprintln!("error: {e}"),
+                }
+            }
+        }
+        state.save()?;
+    }
+}
+
+fn print_report(r: &Report, a: &ImportArgs) -> CmdResult<()> {
+    if a.json {
+        let v = json!({
+            "created": r.created,
+            "updated": r.updated,
+            "existing": r.existing,
+            "failed": r.failed,
+            "sessions": r.created.len(),
+            "nodes": r.nodes,
+            "skipped": r.existing.len() + r.unchanged,
+            "unchanged": r.unchanged,
+        });
+        crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
+        return Ok(());
+    }
+    if a.verbose {
+        let mut out = crate::ui::Out::stdout();
+        for c in r.created.iter().chain(&r.updated) {
+            writeln!(out, "{}", c["id"].as_str().unwrap_or_default())?;
+        }
+        out.flush()?;
+    }
+    eprintln!(
+        "imported {} new session{} and added to {} ({} nodes); {} unchanged{}",
+        r.created.len(),
+        if r.created.len() == 1 { "" } else { "s" },
+        r.updated.len(),
+        r.nodes,
+        r.existing.len() + r.unchanged,
+        if r.failed.is_empty() {
+            String::new()
+        } else {
+            format!("; {} failed", r.failed.len())
+        }
+    );
+    Ok(())
+}
+
+/// Used by export: an agent's folder, `$var` when set, else `~/default`.
+pub fn agent_home(var: &str, default: &str) -> CmdResult<PathBuf> {
+    if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(v));
+    }
+    std::env::var_os("HOME")
+        .filter(|v| !v.is_empty())
+        .map(|h| PathBuf::from(h).join(default))
+        .ok_or_else(|| CommandError::user("cannot find the home directory; set HOME"))
+}

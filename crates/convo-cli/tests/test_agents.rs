@@ -1,0 +1,564 @@
+//! Coding agents end to end: the real Claude Code and Codex CLIs (npm,
+//! scripts/npm-test) talk to a scripted upstream, write their transcripts
+//! in temporary homes, and the real `convo` imports them, re-imports them
+//! as they grow, gives them back byte for byte, and turns a branch into a
+//! session the CLI resumes.
+
+use crate::common::TestEnv;
+use crate::test_harness::Upstream;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A CLI installed by scripts/test-env, or `None` outside CI when it is not.
+fn node_tool(name: &str) -> Option<PathBuf> {
+    let found = std::env::var_os("CONVO_TEST_NODE_MODULES")
+        .map(|d| PathBuf::from(d).join(".bin").join(name))
+        .filter(|p| p.exists());
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_NODE_MODULES with {name} (scripts/test-env)"
+        );
+        eprintln!("SKIPPED: {name} is not installed (scripts/test-env installs it)");
+    }
+    found
+}
+
+/// Answers like Anthropic Messages and OpenAI Responses, streamed: the
+/// text is `answer N`.
+fn agent_model(n: usize, path: &str, req: &Value) -> Value {
+    let text = format!("answer {n}");
+    let model = req["model"].clone();
+    let all = req["messages"].to_string();
+    let has_agent_tool = req["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["name"] == "Agent"));
+    if path.starts_with("/v1/messages")
+        && req["stream"] == json!(true)
+        && has_agent_tool
+        && all.contains("please delegate")
+        && !all.contains("tool_use")
+    {
+        // Start a subagent.
+        let input = json!({"description": "look around", "prompt": "list the files please",
+            "subagent_type": "general-purpose"});
+        return json!({"sse": [
+            ["message_start", {"type": "message_start", "message": {"id": format!("msg_{n}"),
+                "type": "message", "role": "assistant", "model": model, "content": [],
+                "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 10, "output_tokens": 1}}}],
+            ["content_block_start", {"type": "content_block_start", "index": 0,
+                "content_block": {"type": "tool_use", "id": format!("toolu_{n}"), "name": "Agent", "input": {}}}],
+            ["content_block_delta", {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": input.to_string()}}],
+            ["content_block_stop", {"type": "content_block_stop", "index": 0}],
+            ["message_delta", {"type": "message_delta", "delta": {"stop_reason": "tool_use"},
+                "usage": {"output_tokens": 3}}],
+            ["message_stop", {"type": "message_stop"}],
+        ]});
+    }
+    if path.starts_with("/v1/messages") {
+        let message = json!({"id": format!("msg_{n}"), "type": "message", "role": "assistant",
+            "model": model, "content": [], "stop_reason": null, "stop_sequence": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}});
+        if req["stream"] != json!(true) {
+            let mut m = message;
+            m["content"] = json!([{"type": "text", "text": text}]);
+            m["stop_reason"] = json!("end_turn");
+            return m;
+        }
+        return json!({"sse": [
+            ["message_start", {"type": "message_start", "message": message}],
+            ["content_block_start", {"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}],
+            ["content_block_delta", {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": text}}],
+            ["content_block_stop", {"type": "content_block_stop", "index": 0}],
+            ["message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 3}}],
+            ["message_stop", {"type": "message_stop"}],
+        ]});
+    }
+    if path.starts_with("/v1/responses") {
+        let item = json!({"type": "message", "id": format!("msg_{n}"), "role": "assistant",
+            "status": "completed", "content": [{"type": "output_text", "text": text, "annotations": []}]});
+        let resp = json!({"id": format!("resp_{n}"), "object": "response", "status": "in_progress",
+            "model": model, "output": []});
+        let mut done = resp.clone();
+        done["status"] = json!("completed");
+        done["output"] = json!([item]);
+        done["usage"] = json!({"input_tokens": 10, "output_tokens": 3, "total_tokens": 13,
+            "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}});
+        return json!({"sse": [
+            ["response.created", {"type": "response.created", "response": resp}],
+            ["response.output_item.done", {"type": "response.output_item.done", "output_index": 0, "item": item}],
+            ["response.completed", {"type": "response.completed", "response": done}],
+        ]});
+    }
+    json!({"data": []})
+}
+
+/// Every file under `dir` whose name ends with `suffix`.
+fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(suffix) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn ok(o: Output, what: &str) -> String {
+    assert!(
+        o.status.success(),
+        "{what} failed:\n{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The text of every message the upstream was sent in call `i`.
+fn sent(up: &Upstream, i: usize) -> String {
+    up.calls.lock().unwrap()[i].1.to_string()
+}
+
+/// The last call to `path_prefix` that carried the conversation.
+fn last_call(up: &Upstream, path_prefix: &str) -> usize {
+    let calls = up.calls.lock().unwrap();
+    calls
+        .iter()
+        .rposition(|(p, b)| p.starts_with(path_prefix) && b["stream"] == json!(true))
+        .expect("a streamed call")
+}
+
+#[test]
+fn claude_code_sessions_import_grow_export_and_a_branch_resumes() {
+    let Some(claude) = node_tool("claude") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&claude)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("ANTHROPIC_BASE_URL", up.url.trim_end_matches("/v1"))
+            .env("ANTHROPIC_API_KEY", "x")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let sid = "0b7d2c1e-5a4f-4e3b-9c2d-1f0e9d8c7b6a";
+    ok(
+        run(&["-p", "--session-id", sid, "first question"]),
+        "claude -p",
+    );
+    let projects = home.join(".claude/projects");
+    let file = files(&projects, &format!("{sid}.jsonl")).remove(0);
+    let imported = t
+        .run(&["import", projects.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(
+        imported["created"].as_array().unwrap().len(),
+        1,
+        "{imported}"
+    );
+    let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(imported["created"][0]["title"], "first question");
+    // Unchanged: skipped after a look at the file.
+    let again = t
+        .run(&["import", projects.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(again["unchanged"], 1, "{again}");
+
+    // The session goes on: the same file grows, the same session grows.
+    ok(
+        run(&["-p", "--resume", sid, "second question"]),
+        "claude --resume",
+    );
+    let grown = t
+        .run(&["import", projects.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(grown["updated"][0]["id"], session.as_str(), "{grown}");
+    assert_eq!(grown["updated"][0]["nodes"], 2, "{grown}");
+    let back = t
+        .run(&["export", &session, "--format", "claude-code"])
+        .out
+        .stdout;
+    assert_eq!(back, std::fs::read(&file).unwrap(), "byte for byte");
+
+    // A rewind: a new prompt after the first answer (what /rewind writes:
+    // records whose parentUuid is an earlier record of the same file).
+    let text = std::fs::read_to_string(&file).unwrap();
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let first_answer = records
+        .iter()
+        .find(|r| r["type"] == "assistant")
+        .unwrap()
+        .clone();
+    let second_prompt = records
+        .iter()
+        .find(|r| r["type"] == "user" && r["message"]["content"] == "second question")
+        .unwrap()
+        .clone();
+    let second_answer = records
+        .iter()
+        .rfind(|r| r["type"] == "assistant")
+        .unwrap()
+        .clone();
+    let mut u = second_prompt;
+    u["uuid"] = json!("5f1e8c2a-0000-4000-8000-000000000001");
+    u["parentUuid"] = first_answer["uuid"].clone();
+    u["message"] = json!({"role": "user", "content": "rewound question"});
+    let mut a = second_answer;
+    a["uuid"] = json!("5f1e8c2a-0000-4000-8000-000000000002");
+    a["parentUuid"] = u["uuid"].clone();
+    a["message"]["id"] = json!("msg_rewound");
+    a["message"]["content"] = json!([{"type": "text", "text": "rewound answer"}]);
+    let mut more = text.clone();
+    more.push_str(&format!("{u}\n{a}\n"));
+    std::fs::write(&file, &more).unwrap();
+    let rewound = t.run(&["import", file.to_str().unwrap(), "--json"]).json();
+    assert_eq!(rewound["updated"][0]["branches"], 1, "{rewound}");
+    let branches = t.run(&["branch", "list", &session, "--json"]).ok();
+    assert!(
+        branches.contains("broken-"),
+        "the abandoned branch is kept, sealed: {branches}"
+    );
+    let main = t.run(&["log", &session]).ok();
+    assert!(
+        main.contains("rewound answer"),
+        "the active branch is main: {main}"
+    );
+    assert!(!main.contains("second question"), "{main}");
+    let back = t
+        .run(&["export", &session, "--format", "claude-code"])
+        .out
+        .stdout;
+    assert_eq!(back, more.as_bytes(), "byte for byte, both branches");
+
+    // The rewound timeline as a new session Claude Code resumes: the model
+    // is sent that history, not the abandoned one.
+    let new_id = ok(
+        t.cmd()
+            .env("HOME", &home)
+            .args([
+                "export",
+                &session,
+                "--branch",
+                "main",
+                "--format",
+                "claude-code",
+                "--place",
+            ])
+            .output()
+            .unwrap(),
+        "convo export --place",
+    )
+    .trim()
+    .to_owned();
+    assert_ne!(new_id, sid);
+    let placed = files(&projects, &format!("{new_id}.jsonl"));
+    assert_eq!(placed.len(), 1, "placed in the project's folder");
+    ok(
+        run(&["-p", "--resume", &new_id, "after the fork"]),
+        "claude --resume fork",
+    );
+    let body = sent(&up, last_call(&up, "/v1/messages"));
+    assert!(body.contains("first question"), "{body}");
+    assert!(body.contains("rewound question"), "{body}");
+    assert!(body.contains("after the fork"), "{body}");
+    assert!(
+        !body.contains("second question"),
+        "the abandoned branch: {body}"
+    );
+}
+
+#[test]
+fn claude_code_subagents_are_branches_of_the_turn_that_started_them() {
+    let Some(claude) = node_tool("claude") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let out = Command::new(&claude)
+        .current_dir(&proj)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", up.url.trim_end_matches("/v1"))
+        .env("ANTHROPIC_API_KEY", "x")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["-p", "please delegate this"])
+        .output()
+        .unwrap();
+    ok(out, "claude -p");
+    let projects = home.join(".claude/projects");
+    let subagents = files(&projects, ".jsonl")
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/subagents/"))
+        .count();
+    assert!(subagents >= 1, "Claude Code wrote a subagent transcript");
+    let imported = t
+        .run(&["import", projects.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(
+        imported["created"].as_array().unwrap().len(),
+        1,
+        "one session: {imported}"
+    );
+    let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    let branches = t.run(&["branch", "list", &session]).ok();
+    assert!(branches.contains("agent-1"), "{branches}");
+    let sub = t.run(&["log", &session, "agent-1"]).ok();
+    assert!(sub.contains("list the files please"), "{sub}");
+    let main = t.run(&["log", &session]).ok();
+    assert!(main.contains("please delegate this"), "{main}");
+    assert!(main.contains("Agent"), "the call that started it: {main}");
+    // The session file comes back byte for byte (the subagents' lines are
+    // kept too, under their own file name).
+    let file = files(&projects, ".jsonl")
+        .into_iter()
+        .find(|p| !p.to_string_lossy().contains("/subagents/"))
+        .unwrap();
+    let back = t
+        .run(&["export", &session, "--format", "claude-code"])
+        .out
+        .stdout;
+    assert_eq!(back, std::fs::read(&file).unwrap());
+}
+
+#[test]
+fn codex_rollouts_import_grow_export_and_a_fork_resumes() {
+    let Some(codex) = node_tool("codex") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let codex_home = t.home().join("codex-home");
+    let proj = t.home().join("proj");
+    for d in [&home, &codex_home, &proj] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(
+        codex_home.join("config.toml"),
+        format!(
+            "model = \"test-model\"\nmodel_provider = \"scripted\"\n\
+             [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{}\"\n\
+             env_key = \"SCRIPTED_KEY\"\nwire_api = \"responses\"\n",
+            up.url
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&codex)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("CODEX_HOME", &codex_home)
+            .env("SCRIPTED_KEY", "x")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(
+        run(&["exec", "--skip-git-repo-check", "hello codex"]),
+        "codex exec",
+    );
+    let sessions = codex_home.join("sessions");
+    let file = files(&sessions, ".jsonl").remove(0);
+    let imported = t
+        .run(&["import", sessions.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(
+        imported["created"].as_array().unwrap().len(),
+        1,
+        "{imported}"
+    );
+    assert_eq!(imported["created"][0]["title"], "hello codex");
+    let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    let name = file.file_name().unwrap().to_string_lossy().into_owned();
+    let codex_id =
+        &name[name.len() - "01a20e44-6585-7cd2-a0c2-224cd881c6c3.jsonl".len()..name.len() - 6];
+
+    ok(
+        run(&[
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            codex_id,
+            "again codex",
+        ]),
+        "codex exec resume",
+    );
+    let grown = t
+        .run(&["import", sessions.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(grown["updated"][0]["id"], session.as_str(), "{grown}");
+    let back = t.run(&["export", &session, "--format", "codex"]).out.stdout;
+    assert_eq!(back, std::fs::read(&file).unwrap(), "byte for byte");
+    let shown = t.run(&["log", &session]).ok();
+    assert!(shown.contains("again codex"), "{shown}");
+
+    // Fork after the first answer, say something else there, and resume it.
+    t.run(&[
+        "session", "fork", &session, "--from", "main@1", "--branch", "other",
+    ])
+    .ok();
+    t.run(&[
+        "say",
+        &session,
+        "--branch",
+        "other",
+        "--user",
+        "a different follow-up",
+        "--agent",
+        "a reply made in convo",
+    ])
+    .ok();
+    let new_id = ok(
+        t.cmd()
+            .env("CODEX_HOME", &codex_home)
+            .args([
+                "export", &session, "--branch", "other", "--format", "codex", "--place",
+            ])
+            .output()
+            .unwrap(),
+        "convo export --place",
+    )
+    .trim()
+    .to_owned();
+    let placed = files(&sessions, &format!("{new_id}.jsonl"));
+    assert_eq!(placed.len(), 1);
+    ok(
+        run(&[
+            "exec",
+            "--skip-git-repo-check",
+            "resume",
+            &new_id,
+            "after the fork",
+        ]),
+        "codex exec resume fork",
+    );
+    let body = sent(&up, last_call(&up, "/v1/responses"));
+    assert!(body.contains("hello codex"), "{body}");
+    assert!(body.contains("a different follow-up"), "{body}");
+    assert!(!body.contains("again codex"), "the other branch: {body}");
+}
+
+/// Polls `f` every 200 ms for up to 60 s (no timing is asserted: a slow
+/// machine only waits longer).
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    panic!("never happened: {what}");
+}
+
+#[test]
+fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/claude-code/2.1.331")
+        .join("360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl");
+    let bytes = std::fs::read(&fixture).unwrap();
+    let t = TestEnv::new();
+    let projects = t.home().join("projects");
+    let proj = projects.join("-tmp-p");
+    std::fs::create_dir_all(&proj).unwrap();
+    let mut watcher = t
+        .cmd()
+        .args(["import", "--watch", projects.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The first turn, and half of the next line (being written).
+    let line_end = |n: usize| {
+        let mut at = 0;
+        for _ in 0..n {
+            at += bytes[at..].iter().position(|&b| b == b'\n').unwrap() + 1;
+        }
+        at
+    };
+    let file = proj.join("360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl");
+    let cut = line_end(22) + 40;
+    std::fs::write(&file, &bytes[..cut]).unwrap();
+    let session = || {
+        let r = t.run(&["session", "list", "--json"]);
+        if r.code() != 0 {
+            return None; // no store yet
+        }
+        let v = r.json();
+        v.as_array()
+            .and_then(|a| a.first())
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    eventually("the session is imported", || session().is_some());
+    let id = session().unwrap();
+    let log = t.run(&["log", &id]).ok();
+    assert!(log.contains("answer 1"), "{log}");
+    // The rest is written; the watcher adds it to the same session.
+    {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        f.write_all(&bytes[cut..]).unwrap();
+    }
+    eventually("the rest is imported", || {
+        t.run(&["log", &id])
+            .ok()
+            .contains("answer to the rewound question")
+    });
+    // The agent deletes its transcript: the archive still has every line.
+    std::fs::remove_file(&file).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let back = t
+        .run(&["export", &id, "--format", "claude-code"])
+        .out
+        .stdout;
+    assert_eq!(back, bytes);
+    assert_eq!(
+        t.run(&["session", "list", "--json"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+}

@@ -1,0 +1,828 @@
+//! Claude Code transcripts: `~/.claude/projects/<project>/<session>.jsonl`.
+//!
+//! # Wire format
+//!
+//! JSON Lines, one record per line, appended as the session runs. Every
+//! record has a `type`; the conversation records (`user`, `assistant`,
+//! `attachment`, `system`, `progress`…) also have a `uuid` and a
+//! `parentUuid` (`null` at a root) that make a tree, `isSidechain`,
+//! `timestamp`, `sessionId`, `cwd`, `version`, `gitBranch`:
+//!
+//! ```text
+//! {"type":"queue-operation","operation":"enqueue","content":"hello",…}
+//! {"parentUuid":null,"isSidechain":false,"type":"user","message":{"role":"user","content":"hello"},"uuid":"9018…","timestamp":"2026-11-24T15:53:08.139Z","sessionId":"360b…",…}
+//! {"parentUuid":"9018…","type":"attachment","attachment":{"type":"date",…},"uuid":"1c72…",…}
+//! {"parentUuid":"1c72…","type":"assistant","message":{"id":"msg_1","model":"claude-…","content":[{"type":"text","text":"…"}],"stop_reason":"end_turn","usage":{…}},"uuid":"0e20…",…}
+//! {"type":"cost-state","totalCostUSD":0.0001,…}
+//! ```
+//!
+//! * `user` whose `message.content` is a string or text blocks: what the
+//!   human typed (an `isMeta` one was injected by Claude Code); with
+//!   `tool_result` blocks: tools' answers; `isCompactSummary`: the summary
+//!   that replaced the history before a compaction.
+//! * `assistant`: one model answer (older versions wrote one record per
+//!   content block, sharing `message.id`): `text`, `thinking`, `tool_use`
+//!   blocks, `model`, `usage`, `stop_reason`.
+//! * `/rewind` (and editing an earlier prompt) appends records whose
+//!   `parentUuid` is an earlier record: a new branch in the same file.
+//!   Compaction starts a new root whose `logicalParentUuid` names the
+//!   record before it. Subagents are sidechains (`isSidechain: true`): in
+//!   the same file in older versions, in `<session>/subagents/*.jsonl` in
+//!   newer ones.
+//! * Other types (`summary`, `custom-title`, `file-history-snapshot`,
+//!   `queue-operation`, `api-request`, `api-request-blob`, `last-prompt`,
+//!   `cost-state`, and whatever the next version adds) are kept as they
+//!   are; an unknown type is never an error.
+//!
+//! # Mapping
+//!
+//! A human's prompt is a [`Role::User`] message, an answer with tool calls
+//! a [`Role::ToolCall`] (to the first tool; the text is the Bash command,
+//! the edit as a diff, the URL…), a tool result a [`Role::Tool`] from the
+//! tool, an answer without tool calls a [`Role::Assistant`] — or, when the
+//! turn goes on after it (a tool call or a tool result follows), a
+//! [`Role::ToolCall`] to `user` marked `intermediate`. Every other record
+//! rides with the message before it in the file (the first message for the
+//! records before it) in `extra.records` ([`crate::records`]), so no line
+//! is lost and `convo export --format claude-code` gives the file back byte
+//! for byte. A message's key is its record's `uuid`.
+//!
+//! Parents skip the records that are not messages. A `parentUuid` that is
+//! not in the file (the session was resumed from another file) starts a
+//! new root, with a warning; a loop is the error `parent-cycle`. A root
+//! other than the first (a compaction without `logicalParentUuid`, a
+//! sidechain, a subagent's transcript) is linked to the message before it
+//! in the file (for a subagent file: the last message of the session
+//! written before it), so it is a branch from the turn that started it.
+//! Timelines: the branch of the last message written (outside sidechains)
+//! is `main`; every other leaf is `alt-N`, or `agent-N` for sidechains.
+//! The title is the session's `custom-title`, else its latest `summary`,
+//! else the first words a human typed (not a `<system-reminder>` or a
+//! command's output).
+
+use crate::error::{Error, Result};
+use crate::model::{Conversation, Message, Read, Role, Timeline};
+use crate::records::{self, Lines, Record};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The Claude Code reader.
+#[derive(Debug)]
+pub struct ClaudeCode;
+
+impl crate::Reader for ClaudeCode {
+    fn name(&self) -> &'static str {
+        "claude-code"
+    }
+
+    fn read_bytes(&self, file: &str, bytes: &[u8]) -> Result<Read> {
+        let lines = records::read(file, bytes)?;
+        let mut warnings = lines.warnings.clone();
+        let conv = build(file, &lines, &[], &mut warnings)?;
+        Ok(Read {
+            conversations: conv.into_iter().collect(),
+            warnings,
+        })
+    }
+
+    fn read_path(&self, path: &Path) -> Result<Read> {
+        let files = if path.is_dir() {
+            session_files(path)
+        } else {
+            vec![path.to_path_buf()]
+        };
+        let mut out = Read::default();
+        for f in files {
+            let got = read_session(&f)?;
+            out.conversations.extend(got.conversations);
+            out.warnings.extend(got.warnings);
+        }
+        Ok(out)
+    }
+}
+
+/// Every session transcript under `dir` (a project folder or
+/// `~/.claude/projects`), in path order; subagent transcripts
+/// (`<session>/subagents/*.jsonl`) are read with their session.
+pub fn session_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            if ft.is_dir() {
+                if depth < 3 && e.file_name() != "subagents" && !is_session_folder(&p) {
+                    stack.push((p, depth + 1));
+                }
+            } else if p.extension().is_some_and(|x| x == "jsonl") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A `<session>/` folder beside `<session>.jsonl` (subagents, tool results).
+fn is_session_folder(p: &Path) -> bool {
+    p.with_extension("jsonl").is_file()
+}
+
+/// Reads one session file and its subagents' transcripts.
+pub fn read_session(path: &Path) -> Result<Read> {
+    let name = path.display().to_string();
+    let main = records::read_path(path)?;
+    let mut warnings = main.warnings.clone();
+    let mut subs = Vec::new();
+    let dir = path.with_extension("").join("subagents");
+    if dir.is_dir() {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|rd| {
+                rd.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        files.sort();
+        for f in files {
+            let lines = records::read_path(&f)?;
+            warnings.extend(lines.warnings.iter().cloned());
+            let rel = format!(
+                "subagents/{}",
+                f.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default()
+            );
+            subs.push((rel, lines));
+        }
+    }
+    let conv = build(&name, &main, &subs, &mut warnings)?;
+    Ok(Read {
+        conversations: conv.into_iter().collect(),
+        warnings,
+    })
+}
+
+/// What one record is, for the mapping.
+enum What {
+    Carrier,
+    Msg {
+        role: Role,
+        speaker: String,
+        to: Option<String>,
+        text: String,
+        extra: Map<String, Value>,
+    },
+}
+
+struct Item<'a> {
+    rec: &'a Record,
+    /// `None` for the session file, `subagents/…` for a subagent's.
+    file: Option<&'a str>,
+    what: What,
+    uuid: Option<&'a str>,
+    parent: Option<&'a str>,
+    sidechain: bool,
+}
+
+fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
+    let Some(v) = &rec.value else {
+        return What::Carrier;
+    };
+    let ty = v.get("type").and_then(Value::as_str).unwrap_or("");
+    let msg = v.get("message");
+    let content = msg.and_then(|m| m.get("content"));
+    match ty {
+        "user" => {
+            if v.get("isMeta").and_then(Value::as_bool) == Some(true) {
+                return What::Carrier;
+            }
+            let Some(content) = content else {
+                return What::Carrier;
+            };
+            let blocks = content.as_array();
+            let results: Vec<&Value> = blocks
+                .map(|b| {
+                    b.iter()
+                        .filter(|x| x.get("type").and_then(Value::as_str) == Some("tool_result"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut extra = Map::new();
+            if let Some(first) = results.first() {
+                let id = first
+                    .get("tool_use_id")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                let speaker = tools.get(id).cloned().unwrap_or_else(|| "tool".into());
+                let text = results
+                    .iter()
+                    .map(|r| records::content_text(r.get("content").unwrap_or(&Value::Null)))
+                    .collect::<Vec<_>>()
+                    .join("\n\n");
+                extra.insert("tool_use_id".into(), json!(id));
+                if first.get("is_error").and_then(Value::as_bool) == Some(true) {
+                    extra.insert("is_error".into(), json!(true));
+                }
+                return What::Msg {
+                    role: Role::Tool,
+                    speaker,
+                    to: None,
+                    text,
+                    extra,
+                };
+            }
+            if v.get("isCompactSummary").and_then(Value::as_bool) == Some(true) {
+                extra.insert("compact_summary".into(), json!(true));
+            }
+            What::Msg {
+                role: Role::User,
+                speaker: "user".into(),
+                to: None,
+                text: records::content_text(content),
+                extra,
+            }
+        }
+        "assistant" => {
+            let Some(blocks) = content.and_then(Value::as_array) else {
+                return What::Carrier;
+            };
+            let mut texts = Vec::new();
+            let mut calls = Vec::new();
+            let mut first_tool = None;
+            for b in blocks {
+                match b.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(t) = b.get("text").and_then(Value::as_str)
+                            && !t.trim().is_empty()
+                        {
+                            texts.push(t.to_owned());
+                        }
+                    }
+                    Some("tool_use" | "server_tool_use") => {
+                        let name = b.get("name").and_then(Value::as_str).unwrap_or("tool");
+                        if let Some(id) = b.get("id").and_then(Value::as_str) {
+                            tools.insert(id.to_owned(), name.to_owned());
+                        }
+                        first_tool.get_or_insert_with(|| name.to_owned());
+                        calls.push(records::tool_call_text(
+                            name,
+                            b.get("input").unwrap_or(&Value::Null),
+                        ));
+                    }
+                    _ => {}
+                }
+            }
+            let mut extra = Map::new();
+            if let Some(m) = msg {
+                for k in ["usage", "stop_reason", "id"] {
+                    if let Some(x) = m.get(k).filter(|x| !x.is_null()) {
+                        extra.insert(k.into(), x.clone());
+                    }
+                }
+            }
+            let speaker = "claude-code".to_owned();
+            if let Some(tool) = first_tool {
+                texts.extend(calls);
+                What::Msg {
+                    role: Role::ToolCall,
+                    speaker,
+                    to: Some(tool),
+                    text: texts.join("\n\n"),
+                    extra,
+                }
+            } else if !texts.is_empty() {
+                What::Msg {
+                    role: Role::Assistant,
+                    speaker,
+                    to: None,
+                    text: texts.join("\n\n"),
+                    extra,
+                }
+            } else {
+                What::Carrier
+            }
+        }
+        _ => What::Carrier,
+    }
+}
+
+/// Builds the conversation of one session from its file's records and its
+/// subagents' (`(relative path, lines)`). `None` for a file with no record.
+fn build(
+    file: &str,
+    main: &Lines,
+    subs: &[(String, Lines)],
+    warnings: &mut Vec<String>,
+) -> Result<Option<Conversation>> {
+    let mut tools = HashMap::new();
+    let mut items: Vec<Item<'_>> = Vec::new();
+    let files =
+        std::iter::once((None, main)).chain(subs.iter().map(|(f, l)| (Some(f.as_str()), l)));
+    for (f, lines) in files {
+        for rec in &lines.records {
+            let what = classify(rec, &mut tools);
+            let uuid = rec.str("uuid");
+            let parent = rec
+                .str("parentUuid")
+                .or_else(|| rec.str("logicalParentUuid"));
+            let sidechain =
+                f.is_some() || rec.get("isSidechain").and_then(Value::as_bool) == Some(true);
+            items.push(Item {
+                rec,
+                file: f,
+                what,
+                uuid,
+                parent,
+                sidechain,
+            });
+        }
+    }
+    if items.is_empty() {
+        return Ok(None);
+    }
+    let where_ = |it: &Item<'_>| match it.file {
+        Some(f) => format!("{file} ({f}):{}", it.rec.line),
+        None => format!("{file}:{}", it.rec.line),
+    };
+
+    // The uuid tree, over items.
+    let mut by_uuid: HashMap<&str, usize> = HashMap::new();
+    for (i, it) in items.iter_mut().enumerate() {
+        if let Some(u) = it.uuid {
+            if by_uuid.contains_key(u) {
+                warnings.push(format!(
+                    "{}: uuid {u} was already used; this record is kept but not linked",
+                    where_(it)
+                ));
+                it.what = What::Carrier;
+                it.uuid = None;
+            } else {
+                by_uuid.insert(u, i);
+            }
+        }
+    }
+    let mut up: Vec<Option<usize>> = vec![None; items.len()];
+    for i in 0..items.len() {
+        let (Some(_), Some(p)) = (items[i].uuid, items[i].parent) else {
+            continue;
+        };
+        match by_uuid.get(p) {
+            Some(&j) => up[i] = Some(j),
+            None => warnings.push(format!(
+                "{}: parentUuid {p} is not in the session; it starts a new root",
+                where_(&items[i])
+            )),
+        }
+    }
+    if let Some(cycle) = crate::tree::find_cycle(&up) {
+        let ids: Vec<String> = cycle
+            .iter()
+            .map(|&i| items[i].uuid.unwrap_or("?").to_owned())
+            .collect();
+        let first = &items[cycle[0]];
+        return Err(Error::new(
+            file,
+            "parent-cycle",
+            format!(
+                "records' parentUuid links loop: {}",
+                crate::tree::show_cycle(&ids)
+            ),
+        )
+        .at_line(first.rec.line, 1));
+    }
+
+    // Messages, in item order, each with its parent message.
+    let mut msg_of: Vec<Option<usize>> = vec![None; items.len()];
+    let mut item_of: Vec<usize> = Vec::new();
+    for (i, it) in items.iter().enumerate() {
+        if matches!(it.what, What::Msg { .. }) {
+            msg_of[i] = Some(item_of.len());
+            item_of.push(i);
+        }
+    }
+    let mut parent_msg: Vec<Option<usize>> = vec![None; item_of.len()];
+    for (m, &i) in item_of.iter().enumerate() {
+        let mut at = up[i];
+        while let Some(j) = at {
+            if let Some(pm) = msg_of[j] {
+                parent_msg[m] = Some(pm);
+                break;
+            }
+            at = up[j];
+        }
+    }
+    // Roots after the first are linked to the message written before them.
+    let mut linked = vec![false; item_of.len()];
+    let mut first_root = true;
+    let mut last_main: Option<usize> = None;
+    for (m, &i) in item_of.iter().enumerate() {
+        if parent_msg[m].is_none() {
+            if first_root {
+                first_root = false;
+            } else if let Some(p) = last_main.filter(|&p| p != m) {
+                parent_msg[m] = Some(p);
+                linked[m] = true;
+            }
+        }
+        if items[i].file.is_none() && !items[i].sidechain {
+            last_main = Some(m);
+        }
+    }
+    // A subagent file's messages come after the whole session file in
+    // item order: link their roots to the last session message written
+    // before them instead.
+    for (m, &i) in item_of.iter().enumerate() {
+        if linked[m] && items[i].file.is_some() {
+            let t = time_of(items[i].rec);
+            let before = item_of
+                .iter()
+                .enumerate()
+                .filter(|&(_, &j)| items[j].file.is_none() && !items[j].sidechain)
+                .filter(|&(_, &j)| match (t, time_of(items[j].rec)) {
+                    (Some(a), Some(b)) => b <= a,
+                    _ => true,
+                })
+                .map(|(k, _)| k)
+                .next_back();
+            parent_msg[m] = before.or(parent_msg[m]);
+        }
+    }
+
+    // Records ride with the message before them in their file.
+    let mut recs: Vec<Vec<Value>> = vec![Vec::new(); item_of.len()];
+    let mut waiting: Vec<usize> = Vec::new();
+    let mut holder_needed = false;
+    let mut prev: Option<(Option<&str>, usize)> = None;
+    for (i, it) in items.iter().enumerate() {
+        let owner = match msg_of[i] {
+            Some(m) => Some(m),
+            None => prev.filter(|(f, _)| *f == it.file).map(|(_, m)| m),
+        };
+        match owner {
+            Some(m) => {
+                for w in waiting.drain(..) {
+                    recs[m].push(items[w].rec.to_value(items[w].file));
+                }
+                recs[m].push(it.rec.to_value(it.file));
+                prev = Some((it.file, m));
+            }
+            None => waiting.push(i),
+        }
+        let next_file = items.get(i + 1).map(|n| n.file);
+        if next_file != Some(it.file) && !waiting.is_empty() {
+            // A file ends with records no message of it came before.
+            match last_main.or_else(|| item_of.len().checked_sub(1)) {
+                Some(m) => {
+                    for w in waiting.drain(..) {
+                        recs[m].push(items[w].rec.to_value(items[w].file));
+                    }
+                }
+                None => holder_needed = true,
+            }
+        }
+    }
+
+    let mut messages: Vec<Message> = Vec::with_capacity(item_of.len() + 1);
+    let mut order_fix = false;
+    for (m, &i) in item_of.iter().enumerate() {
+        let it = &items[i];
+        let What::Msg {
+            role,
+            speaker,
+            to,
+            text,
+            extra,
+        } = &it.what
+        else {
+            continue;
+        };
+        let mut msg = Message::new(*role, speaker.clone(), text.clone()).at(time_of(it.rec));
+        msg.to = to.clone();
+        msg.parent = parent_msg[m];
+        if msg.parent.is_some_and(|p| p >= m) {
+            order_fix = true;
+        }
+        msg.model = it
+            .rec
+            .get("message")
+            .and_then(|x| x.get("model"))
+            .and_then(Value::as_str)
+            .filter(|x| *x != "<synthetic>")
+            .map(str::to_owned);
+        msg.extra = extra.clone();
+        if it.sidechain {
+            msg.extra.insert("sidechain".into(), json!(true));
+        }
+        if linked[m] {
+            msg.extra.insert("linked".into(), json!(true));
+        }
+        let mut r = std::mem::take(&mut recs[m]);
+        r.sort_by_key(|v| {
+            (
+                v.get("file")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_owned(),
+                v.get("line").and_then(Value::as_u64).unwrap_or(0),
+            )
+        });
+        msg.extra.insert("records".into(), Value::Array(r));
+        msg.key = it.uuid.map(str::to_owned);
+        messages.push(msg);
+    }
+    if holder_needed || messages.is_empty() {
+        // Only bookkeeping records so far: one system message holds them.
+        let all: Vec<Value> = items.iter().map(|it| it.rec.to_value(it.file)).collect();
+        let mut msg = Message::new(Role::System, "claude-code", "");
+        msg.extra.insert("records".into(), Value::Array(all));
+        msg.extra.insert("holder".into(), json!(true));
+        msg.key = Some(format!("records:{}", items[0].rec.line));
+        msg.time = items.iter().find_map(|it| time_of(it.rec));
+        messages.push(msg);
+    }
+    if order_fix {
+        messages = parents_first(messages);
+    }
+
+    // Intermediate answers: the turn goes on after them.
+    let mut has_turn_child = vec![false; messages.len()];
+    for m in &messages {
+        if let Some(p) = m.parent
+            && matches!(m.role, Role::ToolCall | Role::Tool | Role::Assistant)
+        {
+            has_turn_child[p] = true;
+        }
+    }
+    for (i, m) in messages.iter_mut().enumerate() {
+        if m.role == Role::Assistant && has_turn_child[i] {
+            m.role = Role::ToolCall;
+            m.to = Some("user".into());
+            m.extra.insert("intermediate".into(), json!(true));
+        }
+    }
+
+    // Timelines.
+    let mut children = vec![0usize; messages.len()];
+    for m in &messages {
+        if let Some(p) = m.parent {
+            children[p] += 1;
+        }
+    }
+    let main_leaf = {
+        let last = messages
+            .iter()
+            .rposition(|m| !m.extra.contains_key("sidechain"))
+            .unwrap_or(messages.len() - 1);
+        let mut at = last;
+        while children[at] > 0 {
+            match messages.iter().rposition(|c| c.parent == Some(at)) {
+                Some(c) => at = c,
+                None => break,
+            }
+        }
+        at
+    };
+    let mut timelines = vec![Timeline {
+        name: "main".into(),
+        leaf: Some(main_leaf),
+    }];
+    let (mut alt, mut agent) = (0, 0);
+    for (i, m) in messages.iter().enumerate() {
+        if children[i] == 0 && i != main_leaf {
+            let name = if m.extra.contains_key("sidechain") {
+                agent += 1;
+                format!("agent-{agent}")
+            } else {
+                alt += 1;
+                format!("alt-{alt}")
+            };
+            timelines.push(Timeline {
+                name,
+                leaf: Some(i),
+            });
+        }
+    }
+
+    // Title, id, metadata.
+    let mut title = None;
+    let mut summary = None;
+    for it in &items {
+        match it.rec.str("type") {
+            Some("custom-title") => title = it.rec.str("customTitle").map(str::to_owned),
+            Some("summary") => summary = it.rec.str("summary").map(str::to_owned),
+            _ => {}
+        }
+    }
+    let title = title.or(summary).or_else(|| {
+        messages
+            .iter()
+            .filter(|m| m.role == Role::User && !m.extra.contains_key("sidechain"))
+            .filter(|m| !m.extra.contains_key("compact_summary"))
+            .find(|m| !records::is_injected(&m.text))
+            .and_then(|m| records::title_of(&m.text))
+    });
+    let first = |k: &str| {
+        items
+            .iter()
+            .filter(|it| it.file.is_none())
+            .find_map(|it| it.rec.str(k))
+            .map(str::to_owned)
+    };
+    let id = first("sessionId").or_else(|| {
+        Path::new(file)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+    });
+    let mut meta = Map::new();
+    for k in ["sessionId", "cwd", "version", "gitBranch"] {
+        if let Some(v) = first(k) {
+            meta.insert(k.into(), json!(v));
+        }
+    }
+    meta.insert(
+        "file".into(),
+        json!(
+            Path::new(file)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ),
+    );
+    Ok(Some(Conversation {
+        id,
+        title,
+        agent: Some("claude-code".into()),
+        created_at: items.iter().find_map(|it| time_of(it.rec)),
+        meta,
+        messages,
+        timelines,
+    }))
+}
+
+fn time_of(rec: &Record) -> Option<i64> {
+    rec.str("timestamp").and_then(crate::json::iso_to_millis)
+}
+
+/// Reorders messages so parents come before children (keeping file order
+/// otherwise), renumbering parents.
+fn parents_first(messages: Vec<Message>) -> Vec<Message> {
+    let n = messages.len();
+    let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let mut roots = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        match m.parent {
+            Some(p) if p < n => kids[p].push(i),
+            _ => roots.push(i),
+        }
+    }
+    let mut order = Vec::with_capacity(n);
+    let mut stack: Vec<usize> = roots.into_iter().rev().collect();
+    while let Some(i) = stack.pop() {
+        order.push(i);
+        stack.extend(kids[i].iter().rev());
+    }
+    let mut new_of = vec![0usize; n];
+    for (new, &old) in order.iter().enumerate() {
+        new_of[old] = new;
+    }
+    let mut slots: Vec<Option<Message>> = messages.into_iter().map(Some).collect();
+    order
+        .iter()
+        .filter_map(|&old| {
+            let mut m = slots[old].take()?;
+            m.parent = m.parent.map(|p| new_of[p]);
+            Some(m)
+        })
+        .collect()
+}
+
+/// Whether a file looks like a Claude Code transcript (its first records).
+pub fn looks_like(head: &str) -> bool {
+    head.lines().take(20).any(|l| {
+        l.contains("\"sessionId\"")
+            && (l.contains("\"parentUuid\"")
+                || l.contains("\"type\":\"queue-operation\"")
+                || l.contains("\"type\":\"summary\"")
+                || l.contains("\"type\":\"file-history-snapshot\""))
+    }) || head.starts_with("{\"type\":\"summary\"")
+}
+
+/// The session file of a branch, for `claude --resume`: the records from
+/// the session's first to the branch's last message (the `parentUuid`
+/// chain, so what a rewind abandoned is left out), each with its
+/// `sessionId` set to `new_id`. `records` are the session's stored records
+/// ([`crate::ledger::session_records`]); `leaf` is the key (`uuid`) of the
+/// branch's last imported message; `extra` are lines to append (the
+/// branch's turns made in convo, see [`turn_records`]).
+pub fn resume_file(
+    records: &[(String, u64, String)],
+    leaf: &str,
+    new_id: &str,
+    extra: &[Map<String, Value>],
+) -> Result<Vec<u8>> {
+    let mut by_uuid: HashMap<String, Map<String, Value>> = HashMap::new();
+    for (_, _, raw) in records {
+        if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw)
+            && let Some(u) = o.get("uuid").and_then(Value::as_str)
+        {
+            by_uuid.entry(u.to_owned()).or_insert(o);
+        }
+    }
+    let mut chain = Vec::new();
+    let mut at = Some(leaf.to_owned());
+    while let Some(u) = at {
+        let Some(rec) = by_uuid.remove(&u) else { break };
+        at = rec
+            .get("parentUuid")
+            .and_then(Value::as_str)
+            .or_else(|| rec.get("logicalParentUuid").and_then(Value::as_str))
+            .map(str::to_owned);
+        chain.push(rec);
+    }
+    if chain.is_empty() {
+        return Err(Error::new(
+            "export",
+            "not-found",
+            format!("no Claude Code record {leaf} is stored for this session"),
+        ));
+    }
+    chain.reverse();
+    let mut out = Vec::new();
+    for mut rec in chain.into_iter().chain(extra.iter().cloned()) {
+        rec.insert("sessionId".into(), json!(new_id));
+        out.extend_from_slice(
+            serde_json::to_string(&Value::Object(rec))
+                .unwrap_or_default()
+                .as_bytes(),
+        );
+        out.push(b'\n');
+    }
+    Ok(out)
+}
+
+/// Claude Code records for turns that have no record of their own (made in
+/// convo after a fork): each `(role, text, time)` a `user` or `assistant`
+/// record chained after `parent`, with uuids derived from `seed`.
+pub fn turn_records(
+    parent: &str,
+    turns: &[(Role, String, i64)],
+    seed: &str,
+    base: &Map<String, Value>,
+) -> Vec<Map<String, Value>> {
+    let mut out = Vec::new();
+    let mut parent = parent.to_owned();
+    for (n, (role, text, time)) in turns.iter().enumerate() {
+        let h = convo_core::sha256(format!("{seed}:{n}").as_bytes()).to_hex();
+        let uuid = format!(
+            "{}-{}-4{}-8{}-{}",
+            &h[0..8],
+            &h[8..12],
+            &h[13..16],
+            &h[17..20],
+            &h[20..32]
+        );
+        let mut rec = Map::new();
+        for k in ["cwd", "version", "gitBranch", "userType", "entrypoint"] {
+            if let Some(v) = base.get(k) {
+                rec.insert(k.into(), v.clone());
+            }
+        }
+        rec.insert("parentUuid".into(), json!(parent));
+        rec.insert("isSidechain".into(), json!(false));
+        let ts = crate::json::millis_to_iso(*time);
+        if *role == Role::User {
+            rec.insert("type".into(), json!("user"));
+            rec.insert("message".into(), json!({"role": "user", "content": text}));
+        } else {
+            rec.insert("type".into(), json!("assistant"));
+            rec.insert(
+                "message".into(),
+                json!({"id": format!("msg_convo_{}", &h[..24]), "type": "message", "role": "assistant",
+                       "model": base.get("model").cloned().unwrap_or(json!("<synthetic>")),
+                       "content": [{"type": "text", "text": text}],
+                       "stop_reason": "end_turn", "stop_sequence": null,
+                       "usage": {"input_tokens": 0, "output_tokens": 0}}),
+            );
+        }
+        rec.insert("uuid".into(), json!(uuid));
+        rec.insert("timestamp".into(), json!(ts));
+        parent = uuid;
+        out.push(rec);
+    }
+    out
+}
+
+/// Claude Code's project folder name for a working directory: every
+/// character other than an ASCII letter or digit becomes `-`.
+pub fn project_folder(cwd: &str) -> String {
+    cwd.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect()
+}

@@ -1,0 +1,306 @@
+//! Line-based agent transcripts (Claude Code, Codex): every line is a
+//! record, kept with its exact bytes so an export gives the file back.
+//!
+//! A file is read as a stream, one line at a time (a line over
+//! [`MAX_RECORD`] is refused, naming it), so memory follows the records,
+//! never a second copy of the file. A line that is not JSON (a write cut
+//! by a crash), or repeats a key, is kept raw and not interpreted, with a
+//! warning naming it; a last line without its newline is being written and
+//! is left for the next import.
+//!
+//! Messages carry their records in `extra.records`, each
+//! `{"line": n, "raw": "…"}` plus `"file": "subagents/agent-x.jsonl"` for a
+//! record of another file of the same session; a record's identity is its
+//! file and line, which is how a re-import of a grown file
+//! ([`crate::ledger`]) stores only the lines it has not stored.
+
+use crate::error::{Error, Result};
+use serde_json::{Map, Value, json};
+use std::io::BufRead;
+
+/// The longest record (line) read: 64 MiB.
+pub const MAX_RECORD: u64 = 64 * 1024 * 1024;
+
+/// One line of a transcript.
+#[derive(Clone, Debug)]
+pub struct Record {
+    /// Its line number, from 1.
+    pub line: usize,
+    /// The line's bytes without the newline.
+    pub raw: String,
+    /// The line parsed, when it is one JSON object.
+    pub value: Option<Map<String, Value>>,
+}
+
+impl Record {
+    /// A string field of the record.
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.value.as_ref()?.get(key)?.as_str()
+    }
+
+    /// A field of the record.
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.value.as_ref()?.get(key)
+    }
+
+    /// `{"line", "raw"}` (and `"file"` when given) for `extra.records`.
+    pub fn to_value(&self, file: Option<&str>) -> Value {
+        let mut v = json!({"line": self.line, "raw": self.raw});
+        if let Some(f) = file {
+            v["file"] = json!(f);
+        }
+        v
+    }
+}
+
+/// A transcript read line by line.
+#[derive(Debug, Default)]
+pub struct Lines {
+    /// Every complete line, in order.
+    pub records: Vec<Record>,
+    /// Lines kept raw because they could not be interpreted, and a last line
+    /// still being written.
+    pub warnings: Vec<String>,
+}
+
+/// Reads every complete line of `r`. `file` names it in errors and warnings.
+pub fn read(file: &str, mut r: impl BufRead) -> Result<Lines> {
+    use std::io::Read as _;
+    let mut out = Lines::default();
+    let mut buf = Vec::new();
+    let mut line = 0usize;
+    loop {
+        buf.clear();
+        line += 1;
+        let n = (&mut r)
+            .take(MAX_RECORD + 1)
+            .read_until(b'\n', &mut buf)
+            .map_err(|e| {
+                Error::new(file, "io", format!("cannot read the file: {e}")).at_line(line, 1)
+            })?;
+        if n == 0 {
+            break;
+        }
+        if buf.last() != Some(&b'\n') {
+            if buf.len() as u64 > MAX_RECORD {
+                return Err(Error::new(
+                    file,
+                    "too-large",
+                    format!(
+                        "a record longer than {} MiB; convo reads records of at most that",
+                        MAX_RECORD / (1024 * 1024)
+                    ),
+                )
+                .at_line(line, 1));
+            }
+            out.warnings.push(format!(
+                "{file}:{line}: the last line has no newline yet (being written?); left for the next import"
+            ));
+            break;
+        }
+        buf.pop();
+        let raw = String::from_utf8(std::mem::take(&mut buf)).map_err(|e| {
+            Error::new(
+                file,
+                "encoding",
+                format!(
+                    "the line is not UTF-8 (invalid byte at column {})",
+                    e.utf8_error().valid_up_to() + 1
+                ),
+            )
+            .at_line(line, e.utf8_error().valid_up_to() + 1)
+        })?;
+        let value = if raw.trim().is_empty() {
+            None
+        } else {
+            match crate::json::parse_line::<Value>(file, line, &raw) {
+                Ok(Value::Object(m)) => Some(m),
+                Ok(_) => {
+                    out.warnings.push(format!(
+                        "{file}:{line}: not a JSON object; kept as it is, not interpreted"
+                    ));
+                    None
+                }
+                Err(e) => {
+                    out.warnings.push(format!(
+                        "{}; kept as it is, not interpreted",
+                        e.render().lines().next().unwrap_or_default()
+                    ));
+                    None
+                }
+            }
+        };
+        out.records.push(Record { line, raw, value });
+    }
+    Ok(out)
+}
+
+/// Reads a file with [`read`].
+pub fn read_path(path: &std::path::Path) -> Result<Lines> {
+    let name = path.display().to_string();
+    let f = std::fs::File::open(path)
+        .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+    read(&name, std::io::BufReader::with_capacity(256 * 1024, f))
+}
+
+/// The text of a content value: a string, or the `text` of its text
+/// blocks joined by blank lines (other blocks shown as `[type]`).
+pub fn content_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => {
+            let parts: Vec<String> = items
+                .iter()
+                .filter_map(|b| match b {
+                    Value::String(s) => Some(s.clone()),
+                    Value::Object(o) => match o.get("text").and_then(Value::as_str) {
+                        Some(t) => Some(t.to_owned()),
+                        None => match o.get("type").and_then(Value::as_str) {
+                            Some("tool_result") => o.get("content").map(content_text),
+                            Some(t) if t.contains("image") => Some("[image]".into()),
+                            Some(_) => None,
+                            None => None,
+                        },
+                    },
+                    _ => None,
+                })
+                .collect();
+            parts.join("\n\n")
+        }
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// Whether a user text is a block the agent injected rather than words the
+/// human typed (`<system-reminder>`, `<environment_context>`,
+/// `<user_instructions>`, a caveat, a local command's output…).
+pub fn is_injected(text: &str) -> bool {
+    let t = text.trim_start();
+    const TAGS: &[&str] = &[
+        "<system-reminder>",
+        "<environment_context>",
+        "<user_instructions>",
+        "<permissions instructions>",
+        "<local-command-stdout>",
+        "<local-command-stderr>",
+        "<local-command-caveat>",
+        "<command-name>",
+        "<command-message>",
+        "<turn_aborted>",
+        "<task-notification>",
+        "<user_shell_command>",
+        "<skills_instructions>",
+        "# AGENTS.md instructions",
+        "Caveat: The messages below were generated",
+    ];
+    t.is_empty() || TAGS.iter().any(|p| t.starts_with(p))
+}
+
+/// A title from the first words a human typed: its first non-empty line
+/// without tags, at most 80 characters.
+pub fn title_of(text: &str) -> Option<String> {
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty() && !l.starts_with('<'))?;
+    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    if clean.chars().count() <= 80 {
+        return Some(clean);
+    }
+    let cut: String = clean.chars().take(79).collect();
+    Some(format!("{}…", cut.trim_end()))
+}
+
+/// How a tool call reads: the command of a shell call, the path and the
+/// change of an edit, the URL of a fetch, else the arguments as JSON.
+pub fn tool_call_text(name: &str, input: &Value) -> String {
+    let s = |k: &str| input.get(k).and_then(Value::as_str);
+    let lower = name.to_ascii_lowercase();
+    if let Some(cmd) = s("command").or_else(|| s("cmd")) {
+        return format!("$ {cmd}");
+    }
+    if let Some(cmd) = input.get("command").and_then(Value::as_array) {
+        let parts: Vec<&str> = cmd.iter().filter_map(Value::as_str).collect();
+        return format!("$ {}", parts.join(" "));
+    }
+    if let (Some(path), Some(old), Some(new)) = (s("file_path"), s("old_string"), s("new_string")) {
+        let mut d = format!("--- {path}\n+++ {path}\n");
+        for l in old.lines() {
+            d.push_str(&format!("-{l}\n"));
+        }
+        for l in new.lines() {
+            d.push_str(&format!("+{l}\n"));
+        }
+        return d;
+    }
+    if let (Some(path), Some(content)) = (s("file_path"), s("content")) {
+        return format!("write {path}\n{content}");
+    }
+    if let Some(url) = s("url") {
+        return format!("fetch {url}");
+    }
+    if let Some(prompt) = s("prompt") {
+        return match s("description") {
+            Some(d) => format!("{d}\n\n{prompt}"),
+            None => prompt.to_owned(),
+        };
+    }
+    if let Some(q) = s("query").or_else(|| s("pattern")) {
+        return format!("{lower} {q}");
+    }
+    if lower == "read"
+        && let Some(p) = s("file_path")
+    {
+        return format!("read {p}");
+    }
+    if let Some(patch) = s("input").filter(|_| lower.contains("patch")) {
+        return patch.to_owned();
+    }
+    match input {
+        Value::String(t) => t.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_kept_raw_and_a_partial_last_line_waits() {
+        let text = b"{\"a\":1}\n\nnot json\n{\"a\":1,\"a\":2}\n{\"b\":";
+        let got = read("t.jsonl", &text[..]).expect("reads");
+        assert_eq!(got.records.len(), 4);
+        assert_eq!(got.records[0].raw, "{\"a\":1}");
+        assert!(got.records[0].value.is_some());
+        assert!(got.records[1].value.is_none());
+        assert!(got.records[2].value.is_none());
+        assert!(
+            got.records[3].value.is_none(),
+            "a repeated key is not interpreted"
+        );
+        assert_eq!(got.warnings.len(), 3, "{:?}", got.warnings);
+        assert!(
+            got.warnings[0].starts_with("t.jsonl:3"),
+            "{:?}",
+            got.warnings
+        );
+        assert!(got.warnings[2].contains("t.jsonl:5"), "{:?}", got.warnings);
+    }
+
+    #[test]
+    fn bad_utf8_names_the_line() {
+        let e = read("t.jsonl", &b"{}\n\xff\n"[..]).expect_err("not UTF-8");
+        assert_eq!(e.rule, "encoding");
+        assert_eq!(e.location.map(|l| l.line), Some(2));
+    }
+
+    #[test]
+    fn injected_blocks_are_not_titles() {
+        assert!(is_injected("<system-reminder>\nx</system-reminder>"));
+        assert!(is_injected("  <environment_context>"));
+        assert!(!is_injected("fix the migration"));
+        assert_eq!(title_of("\n  fix it\nmore").as_deref(), Some("fix it"));
+    }
+}

@@ -1,0 +1,253 @@
+//! Coding agents' transcripts (Claude Code, Codex), from files the real
+//! CLIs wrote (tests/fixtures/claude-code/<version>/, codex/<version>/; the
+//! Claude Code one has a hand-made /rewind branch and a record of a type
+//! no version writes appended).
+use crate::common::fixture;
+use convo_core::{BranchName, Kind};
+use convo_formats::ledger::{Outcome, import_all, session_records};
+use convo_formats::{Conversation, Role};
+use convo_store::Store;
+use std::collections::BTreeSet;
+
+const CLAUDE: &str = "claude-code/2.1.331/360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl";
+const CODEX: &str =
+    "codex/0.169.0/rollout-2026-11-24T15-54-53-01a20e44-6585-7cd2-a0c2-224cd881c6c3.jsonl";
+
+fn read_bytes(format: &str, bytes: &[u8]) -> convo_formats::Read {
+    convo_formats::reader(format)
+        .unwrap()
+        .read_bytes("t.jsonl", bytes)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn one(format: &str, bytes: &[u8]) -> Conversation {
+    let mut r = read_bytes(format, bytes);
+    assert_eq!(r.conversations.len(), 1);
+    r.conversations.remove(0)
+}
+
+fn lines_of(c: &Conversation) -> BTreeSet<u64> {
+    let mut out = BTreeSet::new();
+    for m in &c.messages {
+        for r in m.extra["records"].as_array().unwrap() {
+            assert!(
+                out.insert(r["line"].as_u64().unwrap()),
+                "line {} kept twice",
+                r["line"]
+            );
+        }
+    }
+    out
+}
+
+fn import(s: &mut Store, format: &str, c: &Conversation) -> Outcome {
+    import_all(s, &[(format, c)], None, 1_800_000_000_000)
+        .unwrap()
+        .remove(0)
+}
+
+fn joined(s: &mut Store, o: &Outcome) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (file, _, raw) in session_records(s, &o.id()).unwrap() {
+        assert_eq!(file, "");
+        out.extend_from_slice(raw.as_bytes());
+        out.push(b'\n');
+    }
+    out
+}
+
+#[test]
+fn claude_code_keeps_every_line_and_every_branch() {
+    let bytes = std::fs::read(fixture(CLAUDE)).unwrap();
+    assert_eq!(
+        convo_formats::detect(&fixture(CLAUDE)).unwrap(),
+        "claude-code"
+    );
+    let c = one("claude-code", &bytes);
+    let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(lines_of(&c), (1..=n).collect(), "every line, once");
+    assert_eq!(
+        c.id.as_deref(),
+        Some("360bddc6-2d60-4460-b4e3-0ea3d034065f")
+    );
+    assert_eq!(
+        c.title.as_deref(),
+        Some("hello there"),
+        "not a system reminder"
+    );
+    assert_eq!(c.agent.as_deref(), Some("claude-code"));
+    let names: Vec<&str> = c.timelines.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["main", "alt-1"]);
+    let texts = |t: usize| -> Vec<String> {
+        c.timeline_messages(t)
+            .iter()
+            .map(|m| m.text.clone())
+            .collect()
+    };
+    assert_eq!(texts(0).len(), 4);
+    assert!(texts(0)[0].ends_with("hello there"), "{:?}", texts(0));
+    assert_eq!(texts(0)[1], "answer 1");
+    assert_eq!(texts(0)[2], "third question, after a rewind");
+    assert_eq!(texts(0)[3], "answer to the rewound question");
+    assert_eq!(texts(1)[2], "second question");
+    assert_eq!(texts(1)[3], "answer 3");
+    let roles: Vec<Role> = c.timeline_messages(0).iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::User, Role::Assistant]
+    );
+    let a1 = c.timeline_messages(0)[1];
+    assert_eq!(a1.model.as_deref(), Some("claude-opus-5-5"));
+    assert_eq!(a1.extra["usage"]["output_tokens"], 3);
+    assert!(a1.time.is_some());
+    // The record of an unknown type rides with the message before it.
+    let unknown = c
+        .messages
+        .iter()
+        .flat_map(|m| m.extra["records"].as_array().unwrap())
+        .find(|r| {
+            r["raw"]
+                .as_str()
+                .unwrap()
+                .contains("a-record-type-from-the-future")
+        });
+    assert!(unknown.is_some());
+}
+
+#[test]
+fn claude_code_grown_file_adds_only_new_lines_and_exports_byte_for_byte() {
+    let bytes = std::fs::read(fixture(CLAUDE)).unwrap();
+    // The file as it was after the first turn (its 22nd line is cost-state).
+    let mut cut = 0;
+    for _ in 0..22 {
+        cut += bytes[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    }
+    let first = one("claude-code", &bytes[..cut]);
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o1 = import(&mut s, "claude-code", &first);
+    let Outcome::Created { nodes, .. } = o1 else {
+        panic!("{o1:?}")
+    };
+    assert_eq!(nodes, 2, "one prompt and its answer");
+    assert_eq!(joined(&mut s, &o1), &bytes[..cut]);
+
+    let full = one("claude-code", &bytes);
+    let o2 = import(&mut s, "claude-code", &full);
+    let Outcome::Updated {
+        id,
+        nodes,
+        branches,
+        pending,
+    } = o2
+    else {
+        panic!("{o2:?}")
+    };
+    assert_eq!(id, o1.id(), "same session");
+    assert_eq!((nodes, branches, pending), (5, 1, 0), "{o2:?}");
+    assert_eq!(joined(&mut s, &o2), bytes, "byte for byte");
+    let main = s.timeline(&id, &BranchName::main()).unwrap();
+    let kinds: Vec<Kind> = main.iter().map(|n| n.stored.node.kind).collect();
+    assert_eq!(
+        kinds,
+        [Kind::Invoke, Kind::Complete, Kind::Invoke, Kind::Complete]
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&main[3].payload),
+        "answer to the rewound question"
+    );
+    let branches: Vec<String> = s
+        .branches(&id)
+        .unwrap()
+        .iter()
+        .map(|b| b.name.as_str().to_owned())
+        .collect();
+    assert_eq!(branches.len(), 2, "{branches:?}");
+
+    // Once more: nothing new.
+    let o3 = import(&mut s, "claude-code", &full);
+    assert_eq!(o3, Outcome::Existing { id });
+    // A first import of the whole file gives the same timelines' contents.
+    let mut s2 = Store::open("sqlite::memory:").unwrap();
+    let o4 = import(&mut s2, "claude-code", &full);
+    assert_eq!(o4.id(), id);
+    assert_eq!(joined(&mut s2, &o4), bytes);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn codex_rollout_reads_turns_and_comes_back_byte_for_byte() {
+    let bytes = std::fs::read(fixture(CODEX)).unwrap();
+    assert_eq!(convo_formats::detect(&fixture(CODEX)).unwrap(), "codex");
+    let c = one("codex", &bytes);
+    let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(lines_of(&c), (1..=n).collect());
+    assert_eq!(
+        c.id.as_deref(),
+        Some("01a20e44-6585-7cd2-a0c2-224cd881c6c3")
+    );
+    assert_eq!(
+        c.title.as_deref(),
+        Some("hello codex"),
+        "not the environment context"
+    );
+    let turns: Vec<(Role, String)> = c.turns().iter().map(|m| (m.role, m.text.clone())).collect();
+    assert_eq!(
+        turns,
+        [
+            (Role::User, "hello codex".into()),
+            (Role::Assistant, "answer 2".into()),
+            (Role::User, "again codex".into()),
+            (Role::Assistant, "answer 4".into()),
+        ]
+    );
+    assert_eq!(c.turns()[1].model.as_deref(), Some("test-model"));
+    assert_eq!(c.turns()[1].extra["usage"]["output_tokens"], 3);
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "codex", &c);
+    assert_eq!(joined(&mut s, &o), bytes);
+}
+
+#[test]
+fn transcripts_with_bad_lines_say_where_and_keep_what_they_can() {
+    let rec = |uuid: &str, parent: Option<&str>, ty: &str, text: &str| {
+        let content = if ty == "assistant" {
+            serde_json::json!([{"type": "text", "text": text}])
+        } else {
+            serde_json::json!(text)
+        };
+        serde_json::json!({"parentUuid": parent, "isSidechain": false, "type": ty,
+            "message": {"role": ty, "content": content}, "uuid": uuid,
+            "timestamp": "2026-01-01T00:00:00Z", "sessionId": "s1"})
+        .to_string()
+    };
+    // A loop is an error naming the records and the line.
+    let cyc = [
+        rec("a", Some("b"), "user", "x"),
+        rec("b", Some("a"), "assistant", "y"),
+    ]
+    .join("\n")
+        + "\n";
+    let e = convo_formats::reader("claude-code")
+        .unwrap()
+        .read_bytes("loop.jsonl", cyc.as_bytes())
+        .unwrap_err();
+    assert_eq!(e.rule, "parent-cycle");
+    assert!(e.render().starts_with("loop.jsonl:1:"), "{}", e.render());
+    // A parent that is not there starts a root; a cut line is kept raw;
+    // a last line without newline waits.
+    let text = [
+        rec("a", Some("elsewhere"), "user", "first"),
+        "{\"type\":\"assistant\",\"mess".into(),
+        rec("b", Some("a"), "assistant", "second"),
+        rec("c", Some("b"), "user", "third"),
+    ]
+    .join("\n");
+    let r = read_bytes("claude-code", text.as_bytes());
+    let c = &r.conversations[0];
+    assert_eq!(c.turns().len(), 2, "the partial last line is not read");
+    let w = r.warnings.join("\n");
+    assert!(w.contains("t.jsonl:1: parentUuid elsewhere"), "{w}");
+    assert!(w.contains("t.jsonl:2:"), "{w}");
+    assert!(w.contains("t.jsonl:4: the last line has no newline"), "{w}");
+    assert_eq!(lines_of(c), (1..=3).collect());
+}
