@@ -73,6 +73,8 @@ struct Conversation {
     disk: u64,
     /// The store on disk before the conversation.
     empty: u64,
+    /// The largest tables and indexes (`dbstat`), bytes.
+    space: Vec<(String, u64)>,
     /// Median added latency over calls 1..=20 and over the last 20, ms.
     early: f64,
     late: f64,
@@ -120,6 +122,7 @@ async fn conversation(calls: usize) -> Result<Conversation> {
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     settle(&scratch.db())?;
     let disk = disk_bytes(&scratch.db())?;
+    let space = crate::util::space_by_object(&scratch.db())?;
     let median = |v: &[f64]| {
         let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
@@ -131,6 +134,7 @@ async fn conversation(calls: usize) -> Result<Conversation> {
         sent,
         disk,
         empty,
+        space,
         early: median(&added[..20.min(calls)]),
         late: median(&added[calls.saturating_sub(20)..]),
     })
@@ -182,11 +186,23 @@ fn read_back() -> Result<(f64, f64)> {
 async fn run() -> Result<Vec<Row>> {
     let mut rows = Vec::new();
     let mut per_call = Vec::new();
-    for calls in [250, 1_000, 4_000] {
+    // `CONVO_BENCH_DEDUP_CALLS=250,1000` for a shorter run.
+    let scales: Vec<usize> = std::env::var("CONVO_BENCH_DEDUP_CALLS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![250, 1_000, 4_000]);
+    for calls in scales {
         let c = conversation(calls).await?;
         let stored = c.disk.saturating_sub(c.empty);
         let budget = 2 * c.distinct + 4096 * c.calls as u64;
         per_call.push((c.calls, stored as f64 / c.calls as f64));
+        let space: Vec<String> = c
+            .space
+            .iter()
+            .take(5)
+            .map(|(name, b)| format!("{name} {:.2} KB/call", *b as f64 / c.calls as f64 / 1e3))
+            .collect();
+        crate::util::note(format!("{} calls: {}", c.calls, space.join(", ")));
         rows.push(Row::new(
             format!(
                 "dedup: store bytes, {} proxied calls",
@@ -222,7 +238,7 @@ async fn run() -> Result<Vec<Row>> {
         .iter()
         .map(|(n, b)| format!("{n}: {:.2} KB", b / 1e3))
         .collect();
-    let flat = per_call.last().map_or(0.0, |l| l.1) <= 2.0 * per_call[0].1;
+    let flat = per_call.last().map_or(0.0, |l| l.1) <= 2.0 * per_call.first().map_or(0.0, |f| f.1);
     rows.push(Row::new(
         "dedup: store bytes per call at 1×, 4×, 16× the calls",
         growth.join(", "),

@@ -4,8 +4,8 @@
 //! request of a session repeats the n−1 before it. A payload of at least
 //! [`CHUNKED_FROM`] bytes is therefore cut with FastCDC (the `fastcdc`
 //! crate, 2020 variant: cut points chosen by the content, so bytes that
-//! repeat are cut the same way wherever they sit) into chunks of 512 B to
-//! 8 KiB (2 KiB on average), each stored once in `chunks` under its
+//! repeat are cut the same way wherever they sit) into chunks of 256 B to
+//! 4 KiB (1 KiB on average), each stored once in `chunks` under its
 //! SHA-256. The payload's own row in `blobs` keeps its address (the
 //! payload's SHA-256, which the node commits to: node hashes do not
 //! change) and, instead of the bytes, a *manifest*.
@@ -13,7 +13,7 @@
 //! A flat list of chunk hashes would itself grow with the conversation
 //! (quadratic again, a thirtieth of the bytes), so the list is a tree, cut
 //! by content too (as bup does): the list of level-0 entries is grouped,
-//! a group ending after an entry whose hash ends with four zero bits (16
+//! a group ending after an entry whose hash ends with three zero bits (8
 //! entries on average, at least 2, at most [`MAX_FANOUT`]); each group is
 //! an *index node* stored as a chunk, and the list of groups is grouped
 //! the same way until at most [`ROOT_FANOUT`] entries are left: that list
@@ -36,15 +36,15 @@ use std::collections::HashSet;
 
 /// Payloads at least this long are stored in chunks; shorter ones whole
 /// (one row, as before: bulk ingest of small payloads is unchanged).
-pub const CHUNKED_FROM: usize = 16 * 1024;
+pub const CHUNKED_FROM: usize = 4 * 1024;
 /// FastCDC's smallest, average and largest chunk.
-const MIN_CHUNK: usize = 512;
-const AVG_CHUNK: usize = 2048;
-const MAX_CHUNK: usize = 8192;
+const MIN_CHUNK: usize = 256;
+const AVG_CHUNK: usize = 1024;
+const MAX_CHUNK: usize = 4096;
 /// An index node holds at most this many entries.
 pub const MAX_FANOUT: usize = 64;
 /// A manifest holds at most this many entries.
-pub const ROOT_FANOUT: usize = 16;
+pub const ROOT_FANOUT: usize = 8;
 /// The format of index nodes and manifests.
 const VERSION: u8 = 1;
 /// How many chunks one fetch asks for (one statement on PostgreSQL); a
@@ -148,9 +148,9 @@ impl Split<'_> {
     }
 }
 
-/// Whether an entry ends its group (about one in 16, by content).
+/// Whether an entry ends its group (about one in 8, by content).
 fn ends_group(h: &Digest) -> bool {
-    h.0[31] & 0x0f == 0
+    h.0[31] & 0x07 == 0
 }
 
 /// Cuts `bytes` into chunks and builds its index: see the module docs.

@@ -504,7 +504,7 @@ pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
     }
     // What repeats is stored once: the requests total ~1.9 MB, their
     // distinct bytes ~40 KB; each request costs the chunk around its new
-    // message and its index, ~4 KB (~260 KB in all).
+    // message and its index, a few KB.
     let logical: usize = requests.iter().map(|r| r.2.len()).sum();
     let chunks = stored_chunks(s);
     let stored: usize = chunks.iter().map(Vec::len).sum();
