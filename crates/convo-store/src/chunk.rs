@@ -60,7 +60,7 @@ pub(crate) trait Chunks {
     /// Removes the chunks with these hashes.
     fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()>;
     /// Calls `f` with the address and manifest of every chunked payload.
-    fn manifests(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()>;
+    fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
 }
 
 fn sha(bytes: &[u8]) -> Digest {
@@ -402,7 +402,7 @@ mod tests {
             }
             Ok(())
         }
-        fn manifests(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+        fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
             for m in &self.1 {
                 f(b"", m)?;
             }

@@ -787,7 +787,7 @@ impl crate::chunk::Chunks for PgTx<'_> {
         )
     }
 
-    fn manifests(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+    fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
         for r in self.query("SELECT hash, data FROM blobs WHERE chunked", &[])? {
             let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
             let m: Vec<u8> = r.try_get(1).map_err(corrupt)?;

@@ -858,7 +858,7 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
         Ok(())
     }
 
-    fn manifests(&mut self, f: &mut dyn FnMut(&[u8], &[u8]) -> Result<()>) -> Result<()> {
+    fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
         let mut st = self
             .tx
             .prepare("SELECT hash, data FROM blobs WHERE chunked")
