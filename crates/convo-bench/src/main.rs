@@ -14,6 +14,7 @@
 
 mod agentsbench;
 mod benches;
+mod dedupbench;
 mod floor;
 mod formatsbench;
 mod gitbench;
@@ -121,6 +122,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "proxy",
         "recording proxy vs the upstream called directly; 64 clients; replay",
         proxybench::proxy,
+    ),
+    (
+        "dedup",
+        "one conversation through the proxy at 250/1,000/4,000 calls: bytes stored, added latency; chunked reads",
+        dedupbench::dedup,
     ),
     (
         "serve",

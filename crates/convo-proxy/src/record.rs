@@ -319,8 +319,22 @@ impl Exchange {
     /// The `request` and `response` drafts (the response answers the
     /// request; its sequence is set by the caller when needed).
     pub fn pair(&self, agent: &str) -> Result<(Draft, Draft)> {
-        let req = self.request_json();
-        let resp = self.response_json();
+        self.pair_of(
+            agent,
+            self.request_json().as_ref(),
+            self.response_json().as_ref(),
+        )
+    }
+
+    /// [`Exchange::pair`] with the request and answer already parsed: a
+    /// request resends the whole conversation, so it is parsed once per
+    /// call, not once per draft.
+    fn pair_of(
+        &self,
+        agent: &str,
+        req: Option<&Value>,
+        resp: Option<&Value>,
+    ) -> Result<(Draft, Draft)> {
         let (rf, rt) = default_ends(Kind::Request, agent);
         let (sf, st) = default_ends(Kind::Response, agent);
         Ok((
@@ -329,7 +343,7 @@ impl Exchange {
                 rf,
                 rt,
                 self.request_body.clone(),
-                &self.request_diagnostics(req.as_ref()),
+                &self.request_diagnostics(req),
                 self.started_at,
             )?,
             draft(
@@ -337,7 +351,7 @@ impl Exchange {
                 sf,
                 st,
                 self.response_body.clone(),
-                &self.response_diagnostics(resp.as_ref()),
+                &self.response_diagnostics(resp),
                 self.ended_at,
             )?,
         ))
@@ -376,7 +390,7 @@ impl Exchange {
         }
         let (inv_from, inv_to) = default_ends(Kind::Invoke, agent);
         let (c_from, c_to) = default_ends(Kind::Complete, agent);
-        let (request, response) = self.pair(agent)?;
+        let (request, response) = self.pair_of(agent, req.as_ref(), resp.as_ref())?;
         Ok([
             draft(
                 Kind::Invoke,

@@ -131,6 +131,11 @@ pub type NodeVisitor<'a> = dyn FnMut(std::result::Result<StoredNode, String>) ->
 /// Called with each blob's address and bytes.
 pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 
+/// Called with each payload's address and its bytes, or why they cannot
+/// be assembled (a chunk missing, damaged or not where its index says).
+pub type PayloadVisitor<'a> =
+    dyn FnMut(&[u8], std::result::Result<&[u8], String>) -> Result<()> + 'a;
+
 /// Row-level operations inside one transaction.
 ///
 /// Reads see the transaction's snapshot; writes become visible at commit.
@@ -261,16 +266,24 @@ pub trait Tx {
     /// is passed as `Err(what)` so a scan can report it and go on.
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()>;
 
-    /// Stores bytes under their hash; a no-op when already present.
+    /// Stores bytes under their hash; a no-op when already present. From
+    /// [`crate::chunk::CHUNKED_FROM`] bytes on, the bytes are stored in
+    /// content-defined chunks, each once (see [`crate::chunk`]).
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()>;
+    /// The bytes stored under a hash, assembled from their chunks if they
+    /// were chunked.
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>>;
     /// For each hash, the first `max` bytes stored under it and the full
     /// length, without reading the rest (`None` where nothing is stored):
     /// what a one-line preview needs from a payload of any size.
     fn blob_previews(&mut self, hashes: &[ContentHash], max: usize)
     -> Result<Vec<Option<Preview>>>;
-    /// Calls `f` on every blob's address and bytes.
-    fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
+    /// Calls `f` on every blob's address and bytes (a chunked one
+    /// assembled, each of its chunks hashed against its address once).
+    fn scan_blobs(&mut self, f: &mut PayloadVisitor<'_>) -> Result<()>;
+    /// Calls `f` on every payload chunk's address and bytes as stored
+    /// (index chunks included; see [`crate::chunk`]).
+    fn scan_chunks(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
 
     /// For a backend that indexes a session's nodes by runs of follow
     /// numbers (SQLite's `session_runs`): every run, ordered by `first`, or
@@ -317,8 +330,8 @@ pub trait Tx {
     /// Indexed nodes matching every term and condition, best first, as
     /// (follow number, score: higher is better).
     fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>>;
-    /// Removes the bytes stored under a content hash (redaction); says
-    /// whether there were any.
+    /// Removes the bytes stored under a content hash (redaction), with the
+    /// chunks no other payload names; says whether there were any.
     fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
     /// Indexes redaction fact `fact` under the digest it erased.
     fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()>;

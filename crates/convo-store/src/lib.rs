@@ -11,6 +11,7 @@
 
 pub mod backend;
 pub mod checkpoint;
+pub mod chunk;
 pub mod diff;
 mod error;
 pub mod filter;

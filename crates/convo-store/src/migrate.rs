@@ -39,6 +39,8 @@ pub fn migrate(
             stx.scan_blobs(&mut |h, data| {
                 let h = convo_core::ContentHash::from_slice(h)
                     .ok_or_else(|| StoreError::Corrupt("a blob address is not 32 bytes".into()))?;
+                let data = data
+                    .map_err(|why| StoreError::Corrupt(format!("payload {}: {why}", h.to_hex())))?;
                 ttx.put_blob(&h, data)?;
                 m.blobs += 1;
                 Ok(())

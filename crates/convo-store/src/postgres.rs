@@ -54,6 +54,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0003_search.sql"),
     include_str!("../migrations/postgres/0004_redact.sql"),
     include_str!("../migrations/postgres/0005_turns.sql"),
+    include_str!("../migrations/postgres/0006_chunks.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -377,8 +378,10 @@ impl Backend for Postgres {
         // The search index's dead rows hold the erased payload's words.
         for sql in [
             "VACUUM FULL blobs",
+            "VACUUM FULL chunks",
             "VACUUM FULL search_index",
             "ANALYZE blobs",
+            "ANALYZE chunks",
             "ANALYZE search_index",
         ] {
             self.conn
@@ -720,6 +723,77 @@ impl<'c> PgTx<'c> {
             self.failed = Some(e.to_string());
         }
         out
+    }
+}
+
+/// Stores the chunks of a payload (`$1` hashes, `$2` bytes) that are not
+/// stored yet, unless the payload `$3` is (whole, from before chunking).
+const PUT_CHUNKS_SQL: &str = "INSERT INTO chunks (hash, data) \
+     SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+     WHERE NOT EXISTS (SELECT 1 FROM blobs WHERE hash = $3) \
+     ON CONFLICT (hash) DO NOTHING";
+
+/// A `blobs.chunked` column (NULL where no blob was joined).
+fn chunked_col(r: &Row, i: usize) -> Result<bool> {
+    Ok(r.try_get::<_, Option<bool>>(i)
+        .map_err(corrupt)?
+        .unwrap_or(false))
+}
+
+impl PgTx<'_> {
+    /// Assembles a payload from its row: the bytes of a whole one, the
+    /// chunks its manifest names for a chunked one.
+    fn payload_of(&mut self, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
+        if chunked {
+            crate::chunk::assemble(self, &data, None)
+        } else {
+            Ok(data)
+        }
+    }
+}
+
+impl crate::chunk::Chunks for PgTx<'_> {
+    fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
+        let hashes: Vec<Vec<u8>> = pieces.iter().map(|(h, _)| h.0.to_vec()).collect();
+        let datas: Vec<Vec<u8>> = pieces.iter().map(|(_, d)| d.to_vec()).collect();
+        self.defer(
+            "INSERT INTO chunks (hash, data) SELECT * FROM unnest($1::bytea[], $2::bytea[]) \
+             ON CONFLICT (hash) DO NOTHING",
+            vec![Box::new(hashes), Box::new(datas)],
+            OnError::Db,
+        )
+    }
+
+    fn get_chunks(&mut self, hashes: &[Digest]) -> Result<Vec<Option<Vec<u8>>>> {
+        let keys: Vec<&[u8]> = hashes.iter().map(|h| h.0.as_slice()).collect();
+        let rows = self.query(
+            "SELECT hash, data FROM chunks WHERE hash = ANY($1::bytea[])",
+            &[&keys],
+        )?;
+        let mut found: std::collections::HashMap<Digest, Vec<u8>> =
+            std::collections::HashMap::with_capacity(rows.len());
+        for r in rows {
+            found.insert(digest(&r, 0)?, r.try_get(1).map_err(corrupt)?);
+        }
+        Ok(hashes.iter().map(|h| found.get(h).cloned()).collect())
+    }
+
+    fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()> {
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.0.to_vec()).collect();
+        self.defer(
+            "DELETE FROM chunks WHERE hash = ANY($1::bytea[])",
+            vec![Box::new(keys)],
+            OnError::Db,
+        )
+    }
+
+    fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
+        for r in self.query("SELECT hash, data FROM blobs WHERE chunked", &[])? {
+            let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
+            let m: Vec<u8> = r.try_get(1).map_err(corrupt)?;
+            f(&h, &m)?;
+        }
+        Ok(())
     }
 }
 
@@ -1120,18 +1194,23 @@ impl Tx for PgTx<'_> {
             .join(", ");
         let sql = if payloads {
             format!(
-                "SELECT {cols}, bl.data FROM nodes n LEFT JOIN blobs bl ON bl.hash = n.payload WHERE n.session = $1 ORDER BY n.seq"
+                "SELECT {cols}, bl.data, bl.chunked FROM nodes n LEFT JOIN blobs bl ON bl.hash = n.payload WHERE n.session = $1 ORDER BY n.seq"
             )
         } else {
-            format!("SELECT {cols}, NULL::bytea FROM nodes n WHERE n.session = $1 ORDER BY n.seq")
+            format!(
+                "SELECT {cols}, NULL::bytea, NULL::boolean FROM nodes n WHERE n.session = $1 ORDER BY n.seq"
+            )
         };
-        self.query(&sql, &[&s.to_string()])?
-            .iter()
+        let rows = self.query(&sql, &[&s.to_string()])?;
+        rows.iter()
             .map(|r| {
+                let data = r
+                    .try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
+                    .map_err(corrupt)?;
+                let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
                 Ok((
                     node_row(r)?,
-                    r.try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
-                        .map_err(corrupt)?,
+                    data.map(|d| self.payload_of(chunked, d)).transpose()?,
                 ))
             })
             .collect()
@@ -1169,7 +1248,7 @@ impl Tx for PgTx<'_> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
         let rows = self.query(
             &format!(
-                "SELECT {}, bl.data FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
+                "SELECT {}, bl.data, bl.chunked FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
                  LEFT JOIN nodes n ON n.hash = q.h LEFT JOIN blobs bl ON bl.hash = n.payload \
                  ORDER BY q.i",
                 prefixed(NODE_COLS)
@@ -1181,8 +1260,9 @@ impl Tx for PgTx<'_> {
                 let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
                 let data: Option<Vec<u8>> =
                     r.try_get(crate::backend::NODE_COL_COUNT).map_err(corrupt)?;
+                let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
                 match (seq, data) {
-                    (Some(_), Some(d)) => Ok(Some((node_row(r)?, d))),
+                    (Some(_), Some(d)) => Ok(Some((node_row(r)?, self.payload_of(chunked, d)?))),
                     _ => Ok(None),
                 }
             })
@@ -1228,14 +1308,38 @@ impl Tx for PgTx<'_> {
     }
 
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
-        if bytes.len() >= 1 << 20 {
-            // Sent now, borrowed: a deferred statement owns a copy of its
-            // parameters, which for a large payload is one copy too many.
-            self.query(
-                "INSERT INTO blobs (hash, data) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
-                &[&b(h.as_bytes()), &bytes],
-            )?;
-            return Ok(());
+        if bytes.len() >= crate::chunk::CHUNKED_FROM {
+            // Chunked (see `chunk.rs`): the chunks not stored yet, unless
+            // the payload is (whole, from before), then its manifest. Two
+            // held-back statements, no round trip of their own.
+            let split = crate::chunk::split(bytes);
+            let (hashes, datas): (Vec<&[u8]>, Vec<&[u8]>) = split
+                .pieces
+                .iter()
+                .map(|(h, d)| (h.0.as_slice(), d.as_ref()))
+                .unzip();
+            if bytes.len() >= 1 << 20 {
+                // Sent now, borrowed: a deferred statement owns a copy of
+                // its parameters, one copy too many for a large payload.
+                self.query(PUT_CHUNKS_SQL, &[&hashes, &datas, &b(h.as_bytes())])?;
+            } else {
+                let own = |v: Vec<&[u8]>| v.into_iter().map(<[u8]>::to_vec).collect::<Vec<_>>();
+                self.defer(
+                    PUT_CHUNKS_SQL,
+                    vec![
+                        Box::new(own(hashes)),
+                        Box::new(own(datas)),
+                        Box::new(h.as_bytes().to_vec()),
+                    ],
+                    OnError::Db,
+                )?;
+            }
+            return self.defer(
+                "INSERT INTO blobs (hash, data, chunked) VALUES ($1, $2, true) \
+                 ON CONFLICT (hash) DO NOTHING",
+                vec![Box::new(h.as_bytes().to_vec()), Box::new(split.manifest)],
+                OnError::Db,
+            );
         }
         self.defer(
             "INSERT INTO blobs (hash, data) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
@@ -1245,12 +1349,16 @@ impl Tx for PgTx<'_> {
     }
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
-        self.opt(
-            "SELECT data FROM blobs WHERE hash = $1",
+        let Some(r) = self.opt(
+            "SELECT data, chunked FROM blobs WHERE hash = $1",
             &[&b(h.as_bytes())],
         )?
-        .map(|r| r.try_get(0).map_err(corrupt))
-        .transpose()
+        else {
+            return Ok(None);
+        };
+        let data: Vec<u8> = r.try_get(0).map_err(corrupt)?;
+        let chunked = chunked_col(&r, 1)?;
+        self.payload_of(chunked, data).map(Some)
     }
 
     fn blob_previews(
@@ -1263,7 +1371,8 @@ impl Tx for PgTx<'_> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
         let max = i32::try_from(max).unwrap_or(i32::MAX);
         let rows = self.query(
-            "SELECT k.i, substring(b.data from 1 for $2), octet_length(b.data)::bigint \
+            "SELECT k.i, CASE WHEN b.chunked THEN b.data ELSE substring(b.data from 1 for $2) END, \
+             octet_length(b.data)::bigint, b.chunked \
              FROM unnest($1::bytea[]) WITH ORDINALITY AS k(hash, i) \
              LEFT JOIN blobs b ON b.hash = k.hash ORDER BY k.i",
             &[&keys, &max],
@@ -1273,6 +1382,16 @@ impl Tx for PgTx<'_> {
             let i: i64 = r.try_get(0).map_err(corrupt)?;
             let data: Option<Vec<u8>> = r.try_get(1).map_err(corrupt)?;
             let len: Option<i64> = r.try_get(2).map_err(corrupt)?;
+            if chunked_col(&r, 3)?
+                && let (Some(m), Some(slot)) = (
+                    data.as_ref(),
+                    usize::try_from(i - 1).ok().filter(|i| *i < out.len()),
+                )
+            {
+                // The manifest, then only the chunks with the first bytes.
+                out[slot] = Some(crate::chunk::prefix(self, m, max as usize)?);
+                continue;
+            }
             if let (Some(d), Some(n), Some(slot)) = (
                 data,
                 len,
@@ -1284,12 +1403,32 @@ impl Tx for PgTx<'_> {
         Ok(out)
     }
 
-    fn scan_blobs(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
-        self.stream("SELECT hash, data FROM blobs ORDER BY id", &mut |r| {
-            let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
-            let d: Vec<u8> = r.try_get(1).map_err(corrupt)?;
-            f(&h, &d)
-        })
+    fn scan_blobs(&mut self, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
+        // Whole rows as they stream; chunked ones (small manifests) after
+        // the stream, each chunk hashed once.
+        let mut chunked: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        self.stream(
+            "SELECT hash, data, chunked FROM blobs ORDER BY id",
+            &mut |r| {
+                let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
+                let d: Vec<u8> = r.try_get(1).map_err(corrupt)?;
+                if chunked_col(r, 2)? {
+                    chunked.push((h, d));
+                    Ok(())
+                } else {
+                    f(&h, Ok(&d))
+                }
+            },
+        )?;
+        let mut checked = std::collections::HashSet::new();
+        for (h, manifest) in chunked {
+            match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
+                Ok(bytes) => f(&h, Ok(&bytes))?,
+                Err(StoreError::Corrupt(why)) => f(&h, Err(why))?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
@@ -1307,6 +1446,14 @@ impl Tx for PgTx<'_> {
         )?
         .map(|r| r.try_get(0).map_err(corrupt))
         .transpose()
+    }
+
+    fn scan_chunks(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
+        self.stream("SELECT hash, data FROM chunks ORDER BY id", &mut |r| {
+            let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
+            let d: Vec<u8> = r.try_get(1).map_err(corrupt)?;
+            f(&h, &d)
+        })
     }
 
     fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
@@ -1470,9 +1617,16 @@ impl Tx for PgTx<'_> {
 
     fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
         let gone = self.query(
-            "DELETE FROM blobs WHERE hash = $1 RETURNING id",
+            "DELETE FROM blobs WHERE hash = $1 RETURNING chunked, data",
             &[&b(h.as_bytes())],
         )?;
+        if let Some(r) = gone.first()
+            && chunked_col(r, 0)?
+        {
+            // The chunks no other payload names go with it.
+            let manifest: Vec<u8> = r.try_get(1).map_err(corrupt)?;
+            crate::chunk::release(self, &manifest)?;
+        }
         Ok(!gone.is_empty())
     }
 

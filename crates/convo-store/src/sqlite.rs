@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0005_redact.sql"),
     include_str!("../migrations/sqlite/0006_blob_key.sql"),
     include_str!("../migrations/sqlite/0007_turns.sql"),
+    include_str!("../migrations/sqlite/0008_chunks.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -718,8 +719,9 @@ struct Run {
     session: SessionId,
 }
 
-/// Payloads at least this long are inserted as a zeroblob and written
-/// through a blob handle, this many bytes at a time (see migration 0006).
+/// Payloads at least this long are written with the page cache held at
+/// [`LARGE_BLOB_CACHE_KIB`], so their chunks spill to the log instead of
+/// filling the cache.
 const LARGE_BLOB: usize = 1 << 20;
 /// The page cache while a large payload is written (KiB).
 const LARGE_BLOB_CACHE_KIB: i64 = 4096;
@@ -733,25 +735,14 @@ fn key8(h: &Digest) -> &[u8] {
 }
 
 impl SqliteTx<'_> {
-    /// Inserts a large payload as a zeroblob and writes it through a blob
-    /// handle, a chunk at a time; returns its row id.
-    fn write_large_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<i64> {
-        self.tx
-            .prepare_cached(
-                "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), zeroblob(?2))",
-            )
-            .and_then(|mut st| st.execute(params![h.as_bytes().as_slice(), bytes.len() as i64]))
-            .map_err(db)?;
-        let id = self.tx.last_insert_rowid();
-        let mut b = self
-            .tx
-            .blob_open(rusqlite::MAIN_DB, c"blobs", c"data", id, false)
-            .map_err(db)?;
-        for (i, chunk) in bytes.chunks(LARGE_BLOB).enumerate() {
-            b.write_all_at(chunk, i * LARGE_BLOB).map_err(db)?;
+    /// Assembles a payload from its row: the bytes of a whole one, the
+    /// chunks its manifest names for a chunked one.
+    fn payload_of(&mut self, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
+        if chunked {
+            crate::chunk::assemble(self, &data, None)
+        } else {
+            Ok(data)
         }
-        b.close().map_err(db)?;
-        Ok(id)
     }
 
     fn flush_run(&mut self) -> Result<()> {
@@ -820,6 +811,66 @@ fn corrupt(what: &str) -> rusqlite::Error {
 fn wrong_type(r: &Row<'_>, i: usize, t: rusqlite::types::Type) -> rusqlite::Error {
     let name = r.as_ref().column_name(i).unwrap_or("?").to_owned();
     rusqlite::Error::InvalidColumnType(i, name, t)
+}
+
+impl crate::chunk::Chunks for SqliteTx<'_> {
+    fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
+        let mut find = self
+            .tx
+            .prepare_cached("SELECT 1 FROM chunks WHERE k = ?1 AND hash = ?2")
+            .map_err(db)?;
+        let mut insert = self
+            .tx
+            .prepare_cached("INSERT INTO chunks (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)")
+            .map_err(db)?;
+        for (h, bytes) in pieces {
+            if !find.exists(params![key8(h), h.0.as_slice()]).map_err(db)? {
+                insert.execute(params![h.0.as_slice(), bytes]).map_err(db)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn get_chunks(&mut self, hashes: &[Digest]) -> Result<Vec<Option<Vec<u8>>>> {
+        let mut st = self
+            .tx
+            .prepare_cached("SELECT data FROM chunks WHERE k = ?1 AND hash = ?2")
+            .map_err(db)?;
+        hashes
+            .iter()
+            .map(|h| {
+                st.query_row(params![key8(h), h.0.as_slice()], |r| bytes(r, 0))
+                    .optional()
+                    .map(Option::flatten)
+                    .map_err(db)
+            })
+            .collect()
+    }
+
+    fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare_cached("DELETE FROM chunks WHERE k = ?1 AND hash = ?2")
+            .map_err(db)?;
+        for h in hashes {
+            st.execute(params![key8(h), h.0.as_slice()]).map_err(db)?;
+        }
+        Ok(())
+    }
+
+    fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare("SELECT hash, data FROM blobs WHERE chunked")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let h: Vec<u8> = r.get(0).map_err(db)?;
+            let m: Vec<u8> = r.get(1).map_err(db)?;
+            f(&h, &m)?;
+        }
+        Ok(())
+    }
 }
 
 fn digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Digest> {
@@ -1200,23 +1251,38 @@ impl Tx for SqliteTx<'_> {
         let (payload, blobs) = if payloads {
             (
                 "coalesce(b.data, (SELECT data FROM blobs \
+                 WHERE k = substr(n.payload, 1, 8) AND hash = n.payload)), \
+                 coalesce(b.chunked, (SELECT chunked FROM blobs \
                  WHERE k = substr(n.payload, 1, 8) AND hash = n.payload))",
                 "LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload",
             )
         } else {
-            ("NULL", "")
+            ("NULL, 0", "")
         };
         let sql = format!(
             "SELECT {cols}, {payload} \
              FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last {blobs} \
              WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq"
         );
-        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-        st.query_map([s.to_string()], |r| {
-            Ok((node_row(r)?, bytes(r, crate::backend::NODE_COL_COUNT)?))
-        })
-        .and_then(|r| r.collect())
-        .map_err(db)
+        let rows: Vec<(StoredNode, Option<Vec<u8>>, bool)> = {
+            let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+            st.query_map([s.to_string()], |r| {
+                Ok((
+                    node_row(r)?,
+                    bytes(r, crate::backend::NODE_COL_COUNT)?,
+                    r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
+                        .unwrap_or(false),
+                ))
+            })
+            .and_then(|r| r.collect())
+            .map_err(db)?
+        };
+        rows.into_iter()
+            .map(|(n, data, chunked)| match data {
+                Some(d) => Ok((n, Some(self.payload_of(chunked, d)?))),
+                None => Ok((n, None)),
+            })
+            .collect()
     }
 
     fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
@@ -1309,18 +1375,32 @@ impl Tx for SqliteTx<'_> {
         .map_err(db)?;
         let id = match found {
             Some(id) => id,
-            None if bytes.len() >= LARGE_BLOB => {
-                // Written in place: no bound copy, no record copy; and the
-                // page cache is held small meanwhile, so the payload's pages
+            None if bytes.len() >= crate::chunk::CHUNKED_FROM => {
+                // Chunked (see `chunk.rs`): the chunks not stored yet, then
+                // the manifest under the payload's hash. A large payload is
+                // written with the page cache held small, so its pages
                 // spill to the log instead of filling 64 MiB of cache.
+                let large = bytes.len() >= LARGE_BLOB;
+                if large {
+                    self.tx
+                        .pragma_update(None, "cache_size", -(LARGE_BLOB_CACHE_KIB))
+                        .map_err(db)?;
+                }
+                let split = crate::chunk::split(bytes);
+                let stored = crate::chunk::Chunks::put_chunks(self, &split.refs());
+                if large {
+                    self.tx
+                        .pragma_update(None, "cache_size", -(CACHE_KIB))
+                        .map_err(db)?;
+                }
+                stored?;
                 self.tx
-                    .pragma_update(None, "cache_size", -(LARGE_BLOB_CACHE_KIB))
+                    .prepare_cached(
+                        "INSERT INTO blobs (hash, k, data, chunked) VALUES (?1, substr(?1, 1, 8), ?2, 1)",
+                    )
+                    .and_then(|mut st| st.execute(params![h.as_bytes().as_slice(), split.manifest]))
                     .map_err(db)?;
-                let id = self.write_large_blob(h, bytes);
-                self.tx
-                    .pragma_update(None, "cache_size", -(CACHE_KIB))
-                    .map_err(db)?;
-                id?
+                self.tx.last_insert_rowid()
             }
             None => {
                 hot(
@@ -1347,20 +1427,30 @@ impl Tx for SqliteTx<'_> {
         // 60 MB payload touches a few KB.
         let mut out = Vec::with_capacity(hashes.len());
         for h in hashes {
-            let row: Option<(i64, i64)> = self
+            let row: Option<(i64, i64, bool)> = self
                 .tx
                 .prepare_cached(
-                    "SELECT id, length(data) FROM blobs \
+                    "SELECT id, length(data), chunked FROM blobs \
                      WHERE k = ?1 AND hash = ?2 AND typeof(data) = 'blob'",
                 )
                 .and_then(|mut st| {
                     st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                     })
                     .optional()
                 })
                 .map_err(db)?;
-            let Some((id, len)) = row else {
+            if let Some((id, _, true)) = row {
+                // Chunked: the manifest, then only the chunks that hold
+                // the first `max` bytes.
+                let manifest: Vec<u8> = self
+                    .tx
+                    .query_row("SELECT data FROM blobs WHERE id = ?1", [id], |r| r.get(0))
+                    .map_err(db)?;
+                out.push(Some(crate::chunk::prefix(self, &manifest, max)?));
+                continue;
+            }
+            let Some((id, len, _)) = row else {
                 // Not stored, or stored with a wrong type: the full read
                 // reports what is wrong.
                 out.push(self.blob(h)?.map(|d| {
@@ -1383,38 +1473,76 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
-        self.tx
-            .prepare_cached("SELECT data FROM blobs WHERE k = ?1 AND hash = ?2")
+        let row = self
+            .tx
+            .prepare_cached("SELECT data, chunked FROM blobs WHERE k = ?1 AND hash = ?2")
             .and_then(|mut st| {
                 st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], |r| {
-                    bytes(r, 0)
+                    Ok((bytes(r, 0)?, r.get::<_, bool>(1)?))
                 })
                 .optional()
             })
-            .map(Option::flatten)
-            .map_err(db)
+            .map_err(db)?;
+        match row {
+            Some((Some(data), chunked)) => self.payload_of(chunked, data).map(Some),
+            _ => Ok(None),
+        }
     }
 
-    fn scan_blobs(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
-        let mut st = self
+    fn scan_blobs(&mut self, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
+        // Whole rows are passed as they are read; chunked ones are
+        // collected (their manifests are small) and assembled after the
+        // scan, each chunk hashed once.
+        let mut chunked: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+        {
+            let mut st = self
+                .tx
+                .prepare("SELECT hash, data, chunked FROM blobs ORDER BY id")
+                .map_err(db)?;
+            let mut rows = st.query([]).map_err(db)?;
+            while let Some(r) = rows.next().map_err(db)? {
+                let h = r
+                    .get_ref(0)
+                    .map_err(db)?
+                    .as_bytes_or_null()
+                    .map_err(|e| db(e.into()))?
+                    .unwrap_or_default();
+                let d = r
+                    .get_ref(1)
+                    .map_err(db)?
+                    .as_bytes_or_null()
+                    .map_err(|e| db(e.into()))?
+                    .unwrap_or_default();
+                if r.get::<_, bool>(2).map_err(db)? {
+                    chunked.push((h.to_vec(), d.to_vec()));
+                } else {
+                    f(h, Ok(d))?;
+                }
+            }
+        }
+        let mut checked = std::collections::HashSet::new();
+        for (h, manifest) in chunked {
+            match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
+                Ok(bytes) => f(&h, Ok(&bytes))?,
+                Err(StoreError::Corrupt(why)) => f(&h, Err(why))?,
+                Err(e) => return Err(e),
+            }
+        }
+        let off: Option<Vec<u8>> = self
             .tx
-            .prepare("SELECT hash, data FROM blobs ORDER BY id")
+            .query_row(
+                "SELECT hash FROM chunks WHERE k IS NOT substr(hash, 1, 8) LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
             .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        while let Some(r) = rows.next().map_err(db)? {
-            let h = r
-                .get_ref(0)
-                .map_err(db)?
-                .as_bytes_or_null()
-                .map_err(|e| db(e.into()))?
-                .unwrap_or_default();
-            let d = r
-                .get_ref(1)
-                .map_err(db)?
-                .as_bytes_or_null()
-                .map_err(|e| db(e.into()))?
-                .unwrap_or_default();
-            f(h, d)?;
+        if let Some(h) = off {
+            return Err(StoreError::Backend(format!(
+                "chunk {}: its lookup key (chunks.k) is not the start of its hash, \
+                 so lookups by hash miss it",
+                hex::encode(h)
+            )));
         }
         // A row whose lookup key is not its hash's is invisible to every
         // lookup by hash.
@@ -1480,6 +1608,28 @@ impl Tx for SqliteTx<'_> {
                 .prepare_cached("INSERT INTO state_nodes (hash, body) VALUES (?1, ?2)")
                 .and_then(|mut st| st.execute(params![h.0.as_slice(), body]))
                 .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    fn scan_chunks(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare("SELECT hash, data FROM chunks ORDER BY id")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let h = r
+                .get_ref(0)
+                .map_err(db)?
+                .as_bytes_or_null()
+                .map_err(|e| db(e.into()))?;
+            let d = r
+                .get_ref(1)
+                .map_err(db)?
+                .as_bytes_or_null()
+                .map_err(|e| db(e.into()))?;
+            f(h.unwrap_or_default(), d.unwrap_or_default())?;
         }
         Ok(())
     }
@@ -1645,6 +1795,15 @@ impl Tx for SqliteTx<'_> {
     }
 
     fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
+        let manifest: Option<Vec<u8>> = self
+            .tx
+            .query_row(
+                "SELECT data FROM blobs WHERE k = ?1 AND hash = ?2 AND chunked",
+                params![key8(&h.0), h.as_bytes().as_slice()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
         let n = self
             .tx
             .execute(
@@ -1653,6 +1812,10 @@ impl Tx for SqliteTx<'_> {
             )
             .map_err(db)?;
         self.last_blob = None;
+        if let Some(m) = manifest {
+            // The chunks no other payload names go with it.
+            crate::chunk::release(self, &m)?;
+        }
         Ok(n > 0)
     }
 

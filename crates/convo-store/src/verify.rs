@@ -692,6 +692,14 @@ pub(crate) fn verify(
     let mut bad_blobs = Vec::new();
     let mut counts = (0u64, 0u64);
     let scanned = tx.scan_blobs(&mut |addr, bytes| {
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(why) => {
+                bad_blobs.push((hex::encode(addr), why));
+                counts.0 += 1;
+                return Ok(());
+            }
+        };
         let actual = convo_core::hash::content_hash(bytes);
         match ContentHash::from_slice(addr) {
             Some(h) if h == actual => {

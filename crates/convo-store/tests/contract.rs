@@ -29,12 +29,13 @@ macro_rules! contract {
             case!(verify_is_clean_on_a_busy_store);
             case!(pages_match_the_whole_timeline_near_forks_and_seals);
             case!(search_finds_ranks_and_places_hits);
+            case!(repeated_payloads_are_stored_once_and_read_back_whole);
 
             #[test]
             fn every_contract_case_is_listed() {
                 assert_eq!(
                     testing::ALL.len(),
-                    13,
+                    14,
                     "add the new case to tests/contract.rs"
                 );
             }

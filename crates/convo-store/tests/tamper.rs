@@ -114,6 +114,8 @@ cases!(
     a_redaction_keeps_the_chain_and_no_byte_of_the_secret,
     a_redaction_is_refused_without_bytes_or_reason,
     an_undone_or_unrecorded_redaction_is_caught,
+    an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node,
+    a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones,
 );
 
 /// Edits PostgreSQL's typed columns refuse (or silently convert into
@@ -740,6 +742,109 @@ fn a_flipped_payload_byte_names_the_blob_and_its_node(be: Be) {
     expect(&r, &blob, &["do not hash to its address"]);
     expect(&r, &node_obj(&node), &["payload", &payload.to_hex()]);
     only(&r, &[blob, node_obj(&node)]);
+}
+
+/// Appends an invoke holding `payload` to the fixture's `main`.
+fn append_payload(fx: &Fx, payload: Vec<u8>) -> (NodeHash, convo_core::ContentHash) {
+    let mut s = fx.store();
+    let mut d = draft(Kind::Invoke, "", DAY + 1_000);
+    d.payload = payload;
+    let n = s.append(&fx.ses, &main(), &d).unwrap();
+    (n.hash, n.node.payload)
+}
+
+/// A payload stored in chunks (SQLite and PostgreSQL `chunks`): a chunk
+/// edited behind convo's back, then deleted, fails verify on the payload
+/// (naming the chunk) and on the node that commits to it, nothing else.
+fn an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node(be: Be) {
+    let fx = Fx::new(be);
+    let (node, payload) = append_payload(&fx, testing::growing_request(40, ""));
+    assert!(fx.store().verify().unwrap().is_clean());
+    let mut victim = None;
+    fx.store()
+        .read(|tx| {
+            tx.scan_chunks(&mut |h, d| {
+                if d.windows(12).any(|w| w == b"question 17:") {
+                    victim = Some((h.to_vec(), d.to_vec()));
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    let (chunk, mut data) = victim.expect("a chunk holds question 17");
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE chunks SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(&chunk)],
+    );
+    let blob = format!("blob {}", payload.to_hex());
+    let r = fx.verify_dirty();
+    expect(
+        &r,
+        &blob,
+        &[&hex::encode(&chunk), "does not hash to its address"],
+    );
+    expect(&r, &node_obj(&node), &["payload", &payload.to_hex()]);
+    only(&r, &[blob.clone(), node_obj(&node)]);
+    fx.edit("DELETE FROM chunks WHERE hash = ?1", &[Bytes(&chunk)]);
+    let r = fx.verify_dirty();
+    expect(&r, &blob, &[&hex::encode(&chunk), "missing"]);
+    expect(&r, &node_obj(&node), &["payload", &payload.to_hex()]);
+    only(&r, &[blob, node_obj(&node)]);
+}
+
+/// A store written before payloads were chunked (SQLite schema 7,
+/// PostgreSQL 5) holding a large payload whole: opening migrates it in
+/// place, the whole payload reads back and verifies as it is, the same
+/// payload appended again is not stored twice, and new large payloads
+/// are chunked beside it.
+fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be: Be) {
+    let fx = Fx::new(be);
+    let old = testing::growing_request(30, "");
+    let h = content_hash(&old);
+    fx.db.batch(match be {
+        Be::Sqlite => {
+            "DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; PRAGMA user_version = 7;"
+        }
+        Be::Postgres => {
+            "DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; \
+             UPDATE convo_schema SET version = 5;"
+        }
+    });
+    // What the previous release wrote for a large payload: one whole row.
+    let insert = match be {
+        Be::Sqlite => "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)",
+        Be::Postgres => "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
+    };
+    fx.edit(insert, &[Bytes(h.as_bytes()), Bytes(&old)]);
+    let (_, stored) = append_payload(&fx, old.clone());
+    assert_eq!(stored, h);
+    let mut s = fx.store();
+    assert!(
+        testing::stored_chunks(&mut s).is_empty(),
+        "a payload stored whole is not stored again"
+    );
+    assert_eq!(s.blob(&h).unwrap().unwrap(), old);
+    drop(s);
+    let mut s = fx.store();
+    let new = testing::growing_request(31, "");
+    let mut d = draft(Kind::Complete, "", DAY + 2_000);
+    d.payload = new.clone();
+    let n = s.append(&fx.ses, &main(), &d).unwrap();
+    assert!(!testing::stored_chunks(&mut s).is_empty());
+    assert_eq!(s.blob(&n.node.payload).unwrap().unwrap(), new);
+    let previews = s.timeline_previews(&fx.ses, &main(), None, 64).unwrap();
+    let last = &previews[previews.len() - 2..];
+    assert_eq!(
+        (last[0].head.as_slice(), last[0].len),
+        (&old[..64], old.len() as u64)
+    );
+    assert_eq!(
+        (last[1].head.as_slice(), last[1].len),
+        (&new[..64], new.len() as u64)
+    );
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
 }
 
 fn a_parent_moved_to_another_node_is_caught(be: Be) {
@@ -1681,6 +1786,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         Be::Sqlite => {
             // Version 2's `blobs`, exactly as migration 0002 left it.
             "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; \
+             DROP TABLE chunks; \
              CREATE TABLE blobs_v2 (
     id   INTEGER PRIMARY KEY,
     hash BLOB NOT NULL,                   -- SHA-256 of data
@@ -1692,7 +1798,8 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
              ALTER TABLE nodes DROP COLUMN ctx_turn; PRAGMA user_version = 2;"
         }
         Be::Postgres => {
-            "DROP TABLE facts, search_index, search_state, redactions; \
+            "DROP TABLE facts, search_index, search_state, redactions, chunks; \
+             ALTER TABLE blobs DROP COLUMN chunked; \
              ALTER TABLE nodes DROP COLUMN ctx_turn; UPDATE convo_schema SET version = 1;"
         }
     });

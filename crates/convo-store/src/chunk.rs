@@ -1,0 +1,500 @@
+//! Payloads stored in content-defined chunks, each chunk once.
+//!
+//! An agent resends its whole conversation with every call, so the n-th
+//! request of a session repeats the n−1 before it. A payload of at least
+//! [`CHUNKED_FROM`] bytes is therefore cut with FastCDC (the `fastcdc`
+//! crate, 2020 variant: cut points chosen by the content, so bytes that
+//! repeat are cut the same way wherever they sit) into chunks of 256 B to
+//! 4 KiB (1 KiB on average), each stored once in `chunks` under its
+//! SHA-256. The payload's own row in `blobs` keeps its address (the
+//! payload's SHA-256, which the node commits to: node hashes do not
+//! change) and, instead of the bytes, a *manifest*.
+//!
+//! A flat list of chunk hashes would itself grow with the conversation
+//! (quadratic again, a thirtieth of the bytes), so the list is a tree, cut
+//! by content too (as bup does): the list of level-0 entries is grouped,
+//! a group ending after an entry whose hash ends with three zero bits (8
+//! entries on average, at least 2, at most [`MAX_FANOUT`]); each group is
+//! an *index node* stored as a chunk, and the list of groups is grouped
+//! the same way until at most [`ROOT_FANOUT`] entries are left: that list
+//! is the manifest. Two payloads that share a prefix share its chunks and
+//! its index nodes, so a request that adds one message to the previous
+//! one costs the chunk around the change, one index node per level and
+//! the manifest: a constant, whatever the history's length.
+//!
+//! An index node or manifest is `[VERSION, level, entries…]`, an entry
+//! the 32-byte SHA-256 of what it names followed by the number of payload
+//! bytes below it (LEB128). Level 0 entries name data chunks, level n
+//! entries index nodes of level n − 1. Every read checks each level
+//! against the one above (levels, lengths, the total), so a missing or
+//! truncated chunk is an error, never short bytes; `verify` also hashes
+//! every chunk it reads (each once) and the whole payload.
+
+use crate::{Result, StoreError};
+use convo_core::Digest;
+use std::collections::HashSet;
+
+/// Payloads at least this long are stored in chunks; shorter ones whole
+/// (one row, as before: bulk ingest of small payloads is unchanged).
+pub const CHUNKED_FROM: usize = 4 * 1024;
+/// FastCDC's smallest, average and largest chunk.
+const MIN_CHUNK: usize = 256;
+const AVG_CHUNK: usize = 1024;
+const MAX_CHUNK: usize = 4096;
+/// An index node holds at most this many entries.
+pub const MAX_FANOUT: usize = 64;
+/// A manifest holds at most this many entries.
+pub const ROOT_FANOUT: usize = 8;
+/// The format of index nodes and manifests.
+const VERSION: u8 = 1;
+/// How many chunks one fetch asks for (one statement on PostgreSQL); a
+/// payload is assembled batch by batch, so it is held once.
+const BATCH: usize = 512;
+
+/// What a backend provides to store and read chunks inside a transaction.
+pub(crate) trait Chunks {
+    /// Stores each piece under its hash unless one is stored there.
+    fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()>;
+    /// The bytes stored under each hash, in order (`None` where nothing is).
+    fn get_chunks(&mut self, hashes: &[Digest]) -> Result<Vec<Option<Vec<u8>>>>;
+    /// Removes the chunks with these hashes.
+    fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()>;
+    /// Calls `f` with the address and manifest of every chunked payload.
+    fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
+}
+
+fn sha(bytes: &[u8]) -> Digest {
+    convo_core::hash::content_hash(bytes).0
+}
+
+/// One entry: what it names and how many payload bytes are below it.
+type Entry = (Digest, u64);
+
+fn encode(level: u8, entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 + entries.len() * 35);
+    out.push(VERSION);
+    out.push(level);
+    for (h, len) in entries {
+        out.extend_from_slice(&h.0);
+        let mut v = *len;
+        loop {
+            let b = (v & 0x7f) as u8;
+            v >>= 7;
+            if v == 0 {
+                out.push(b);
+                break;
+            }
+            out.push(b | 0x80);
+        }
+    }
+    out
+}
+
+fn corrupt(why: String) -> StoreError {
+    StoreError::Corrupt(why)
+}
+
+/// Decodes an index node or manifest: its level and entries.
+fn decode(bytes: &[u8]) -> Result<(u8, Vec<Entry>)> {
+    let bad = |why: &str| corrupt(format!("a payload manifest or index chunk {why}"));
+    let [version, level, rest @ ..] = bytes else {
+        return Err(bad("is truncated"));
+    };
+    if *version != VERSION {
+        return Err(bad(&format!("has unknown version {version}")));
+    }
+    let mut entries = Vec::with_capacity(rest.len() / 34);
+    let mut i = 0;
+    while i < rest.len() {
+        let h = rest
+            .get(i..i + 32)
+            .and_then(Digest::from_slice)
+            .ok_or_else(|| bad("is truncated"))?;
+        i += 32;
+        let mut len = 0u64;
+        let mut shift = 0;
+        loop {
+            let b = *rest.get(i).ok_or_else(|| bad("is truncated"))?;
+            i += 1;
+            if shift > 63 {
+                return Err(bad("has a length that overflows"));
+            }
+            len |= u64::from(b & 0x7f) << shift;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+        }
+        entries.push((h, len));
+    }
+    if entries.is_empty() {
+        return Err(bad("names no chunk"));
+    }
+    Ok((*level, entries))
+}
+
+/// A payload cut into chunks: its manifest (stored in its `blobs` row)
+/// and every chunk it needs (data chunks borrowed from the payload, index
+/// nodes owned), first occurrence only.
+pub(crate) struct Split<'a> {
+    pub manifest: Vec<u8>,
+    pub pieces: Vec<(Digest, std::borrow::Cow<'a, [u8]>)>,
+}
+
+impl Split<'_> {
+    /// The pieces as `put_chunks` takes them.
+    pub fn refs(&self) -> Vec<(Digest, &[u8])> {
+        self.pieces.iter().map(|(h, b)| (*h, b.as_ref())).collect()
+    }
+}
+
+/// Whether an entry ends its group (about one in 8, by content).
+fn ends_group(h: &Digest) -> bool {
+    h.0[31] & 0x07 == 0
+}
+
+/// Cuts `bytes` into chunks and builds its index: see the module docs.
+pub(crate) fn split(bytes: &[u8]) -> Split<'_> {
+    let mut seen: HashSet<Digest> = HashSet::new();
+    let mut pieces = Vec::new();
+    let mut entries: Vec<Entry> =
+        fastcdc::v2020::FastCDC::new(bytes, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK)
+            .map(|c| {
+                let data = &bytes[c.offset..c.offset + c.length];
+                let h = sha(data);
+                if seen.insert(h) {
+                    pieces.push((h, std::borrow::Cow::Borrowed(data)));
+                }
+                (h, c.length as u64)
+            })
+            .collect();
+    let mut level = 0u8;
+    while entries.len() > ROOT_FANOUT {
+        let mut next = Vec::with_capacity(entries.len() / 8 + 1);
+        let mut start = 0;
+        for i in 0..entries.len() {
+            let n = i + 1 - start;
+            if (n >= 2 && ends_group(&entries[i].0)) || n == MAX_FANOUT || i + 1 == entries.len() {
+                let group = &entries[start..=i];
+                let body = encode(level, group);
+                let h = sha(&body);
+                next.push((h, group.iter().map(|e| e.1).sum()));
+                if seen.insert(h) {
+                    pieces.push((h, std::borrow::Cow::Owned(body)));
+                }
+                start = i + 1;
+            }
+        }
+        entries = next;
+        level += 1;
+    }
+    Split {
+        manifest: encode(level, &entries),
+        pieces,
+    }
+}
+
+/// Fetches `hashes`, each required; `check` hashes each piece not in
+/// `checked` yet (and then adds it).
+fn fetch(
+    c: &mut dyn Chunks,
+    hashes: &[Digest],
+    checked: Option<&mut HashSet<Digest>>,
+) -> Result<Vec<Vec<u8>>> {
+    let got = c.get_chunks(hashes)?;
+    let mut checked = checked;
+    hashes
+        .iter()
+        .zip(got)
+        .map(|(h, b)| {
+            let b = b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
+            if let Some(set) = checked.as_deref_mut()
+                && !set.contains(h)
+            {
+                if sha(&b) != *h {
+                    return Err(corrupt(format!(
+                        "payload chunk {} does not hash to its address",
+                        h.to_hex()
+                    )));
+                }
+                set.insert(*h);
+            }
+            Ok(b)
+        })
+        .collect()
+}
+
+/// Replaces each entry of `level` (index nodes) by the entries it holds,
+/// checking each node's level and length against its entry.
+fn descend(
+    c: &mut dyn Chunks,
+    level: u8,
+    entries: &[Entry],
+    mut checked: Option<&mut HashSet<Digest>>,
+) -> Result<Vec<Entry>> {
+    let mut out = Vec::new();
+    for part in entries.chunks(BATCH) {
+        let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
+        for ((h, len), body) in part.iter().zip(fetch(c, &hashes, checked.as_deref_mut())?) {
+            let (l, inner) = decode(&body)?;
+            let sum: u64 = inner.iter().map(|e| e.1).sum();
+            if l + 1 != level || sum != *len {
+                return Err(corrupt(format!(
+                    "payload index chunk {} does not fit where it is named (level {l}, {sum} bytes; \
+                     expected level {}, {len} bytes)",
+                    h.to_hex(),
+                    level - 1
+                )));
+            }
+            out.extend(inner);
+        }
+    }
+    Ok(out)
+}
+
+/// The level-0 entries (data chunks and their lengths) of a manifest.
+fn leaves(
+    c: &mut dyn Chunks,
+    manifest: &[u8],
+    mut checked: Option<&mut HashSet<Digest>>,
+) -> Result<Vec<Entry>> {
+    let (mut level, mut entries) = decode(manifest)?;
+    while level > 0 {
+        entries = descend(c, level, &entries, checked.as_deref_mut())?;
+        level -= 1;
+    }
+    Ok(entries)
+}
+
+/// The payload a manifest describes. With `checked`, every chunk not in
+/// it is hashed against its address first (verify, migrate).
+pub(crate) fn assemble(
+    c: &mut dyn Chunks,
+    manifest: &[u8],
+    mut checked: Option<&mut HashSet<Digest>>,
+) -> Result<Vec<u8>> {
+    let leaves = leaves(c, manifest, checked.as_deref_mut())?;
+    let total: u64 = leaves.iter().map(|e| e.1).sum();
+    let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    for part in leaves.chunks(BATCH) {
+        let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
+        for ((h, len), b) in part.iter().zip(fetch(c, &hashes, checked.as_deref_mut())?) {
+            if b.len() as u64 != *len {
+                return Err(corrupt(format!(
+                    "payload chunk {} holds {} bytes where its index says {len}",
+                    h.to_hex(),
+                    b.len()
+                )));
+            }
+            out.extend_from_slice(&b);
+        }
+    }
+    Ok(out)
+}
+
+/// The first `max` bytes of a chunked payload and its length, reading
+/// only the chunks (and index nodes) that hold them.
+pub(crate) fn prefix(c: &mut dyn Chunks, manifest: &[u8], max: usize) -> Result<(Vec<u8>, u64)> {
+    let (mut level, mut entries) = decode(manifest)?;
+    let total: u64 = entries.iter().map(|e| e.1).sum();
+    let want = (max as u64).min(total);
+    // Keeps the entries up to the one that reaches `want` bytes.
+    let covering = |entries: &mut Vec<Entry>| {
+        let mut sum = 0;
+        let keep = entries
+            .iter()
+            .position(|e| {
+                sum += e.1;
+                sum >= want
+            })
+            .map_or(entries.len(), |i| i + 1);
+        entries.truncate(keep.max(1));
+    };
+    covering(&mut entries);
+    while level > 0 {
+        entries = descend(c, level, &entries, None)?;
+        covering(&mut entries);
+        level -= 1;
+    }
+    let hashes: Vec<Digest> = entries.iter().map(|e| e.0).collect();
+    let mut out = Vec::with_capacity(want as usize);
+    for b in fetch(c, &hashes, None)? {
+        let room = want as usize - out.len();
+        out.extend_from_slice(&b[..b.len().min(room)]);
+    }
+    Ok((out, total))
+}
+
+/// Every chunk a manifest names, index nodes included.
+fn reachable(
+    c: &mut dyn Chunks,
+    manifest: &[u8],
+    into: &mut HashSet<Digest>,
+    walked: &mut HashSet<Digest>,
+) -> Result<()> {
+    let (mut level, mut entries) = decode(manifest)?;
+    while level > 0 {
+        into.extend(entries.iter().map(|e| e.0));
+        // An index node already walked from another manifest adds nothing.
+        entries.retain(|e| walked.insert(e.0));
+        entries = descend(c, level, &entries, None)?;
+        level -= 1;
+    }
+    into.extend(entries.iter().map(|e| e.0));
+    Ok(())
+}
+
+/// After the manifest of one payload was removed (redaction): deletes the
+/// chunks it named that no other payload names, and returns how many
+/// bytes they held and how many chunks were kept for other payloads.
+pub(crate) fn release(c: &mut dyn Chunks, manifest: &[u8]) -> Result<(u64, usize)> {
+    let mut mine = HashSet::new();
+    reachable(c, manifest, &mut mine, &mut HashSet::new())?;
+    let mut others = Vec::new();
+    c.manifests(&mut |_, m| {
+        others.push(m.to_vec());
+        Ok(())
+    })?;
+    let mut used = HashSet::new();
+    let mut walked = HashSet::new();
+    for m in others {
+        reachable(c, &m, &mut used, &mut walked)?;
+    }
+    let gone: Vec<Digest> = mine
+        .iter()
+        .filter(|h| !used.contains(*h))
+        .copied()
+        .collect();
+    let mut bytes = 0u64;
+    for part in gone.chunks(BATCH) {
+        bytes += c
+            .get_chunks(part)?
+            .iter()
+            .flatten()
+            .map(|b| b.len() as u64)
+            .sum::<u64>();
+        c.delete_chunks(part)?;
+    }
+    Ok((bytes, mine.len() - gone.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    struct Mem(HashMap<Digest, Vec<u8>>, Vec<Vec<u8>>);
+
+    impl Chunks for Mem {
+        fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
+            for (h, b) in pieces {
+                self.0.entry(*h).or_insert_with(|| b.to_vec());
+            }
+            Ok(())
+        }
+        fn get_chunks(&mut self, hashes: &[Digest]) -> Result<Vec<Option<Vec<u8>>>> {
+            Ok(hashes.iter().map(|h| self.0.get(h).cloned()).collect())
+        }
+        fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()> {
+            for h in hashes {
+                self.0.remove(h);
+            }
+            Ok(())
+        }
+        fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
+            for m in &self.1 {
+                f(b"", m)?;
+            }
+            Ok(())
+        }
+    }
+
+    /// A conversation's n-th request: the messages so far.
+    fn request(n: usize) -> Vec<u8> {
+        let mut s = String::from("{\"model\":\"m\",\"messages\":[");
+        for i in 0..n {
+            s.push_str(&format!(
+                "{{\"role\":\"user\",\"content\":\"question {i}: {}\"}},",
+                "why ".repeat(20 + i % 13)
+            ));
+        }
+        s.push_str("{\"role\":\"user\",\"content\":\"last\"}],\"stream\":true}");
+        s.into_bytes()
+    }
+
+    #[test]
+    fn a_payload_reads_back_byte_identical_and_prefixes_are_its_start() {
+        let mut m = Mem::default();
+        for n in [0, 1, 50, 300, 3000] {
+            let p = request(n);
+            let s = split(&p);
+            m.put_chunks(&s.refs()).unwrap();
+            assert_eq!(assemble(&mut m, &s.manifest, None).unwrap(), p);
+            let mut checked = HashSet::new();
+            assert_eq!(
+                assemble(&mut m, &s.manifest, Some(&mut checked)).unwrap(),
+                p
+            );
+            for max in [0, 1, 100, 5000, p.len(), p.len() + 7] {
+                let (head, len) = prefix(&mut m, &s.manifest, max).unwrap();
+                assert_eq!(len, p.len() as u64);
+                assert_eq!(head, p[..max.min(p.len())]);
+            }
+        }
+    }
+
+    #[test]
+    fn a_growing_conversation_adds_a_bounded_number_of_bytes_per_request() {
+        let mut m = Mem::default();
+        let mut last = 0;
+        for n in (1..=1500).step_by(1) {
+            let p = request(n);
+            let s = split(&p);
+            m.put_chunks(&s.refs()).unwrap();
+            let stored: usize = m.0.values().map(Vec::len).sum();
+            if n > 1000 {
+                // Each request adds ~130 bytes of message; what it costs
+                // stays bounded while the request itself is ~200 KB.
+                assert!(stored - last < 24 * 1024, "request {n}: {}", stored - last);
+                assert!(s.manifest.len() <= 2 + ROOT_FANOUT * 36);
+            }
+            last = stored;
+        }
+    }
+
+    #[test]
+    fn a_tampered_or_missing_chunk_is_an_error_never_short_bytes() {
+        let mut m = Mem::default();
+        let p = request(800);
+        let s = split(&p);
+        m.put_chunks(&s.refs()).unwrap();
+        let victim = s.pieces[3].0;
+        let mut bad = m.0[&victim].clone();
+        bad[0] ^= 1;
+        m.0.insert(victim, bad);
+        let e = assemble(&mut m, &s.manifest, Some(&mut HashSet::new())).unwrap_err();
+        assert!(e.to_string().contains(&victim.to_hex()), "{e}");
+        m.0.remove(&victim);
+        let e = assemble(&mut m, &s.manifest, None).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn release_keeps_the_chunks_another_payload_names() {
+        let mut m = Mem::default();
+        let a = request(400);
+        let b = request(401);
+        let (sa, sb) = (split(&a), split(&b));
+        m.put_chunks(&sa.refs()).unwrap();
+        m.put_chunks(&sb.refs()).unwrap();
+        m.1.push(sa.manifest.clone());
+        let (freed, kept) = release(&mut m, &sb.manifest).unwrap();
+        assert!(kept > 0 && freed > 0);
+        assert_eq!(assemble(&mut m, &sa.manifest, None).unwrap(), a);
+        assert!(assemble(&mut m, &sb.manifest, None).is_err());
+        m.1.clear();
+        release(&mut m, &sa.manifest).unwrap();
+        assert!(m.0.is_empty());
+    }
+}
