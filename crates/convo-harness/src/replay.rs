@@ -90,15 +90,28 @@ impl Expected {
     }
 }
 
-/// A call as compared: service, operation and payload in one text.
+/// A call as compared: service, operation and payload in one text. An
+/// inference call is compared in the canonical form the recording
+/// proxy's replay matches requests by ([`convo_proxy::replay::Matcher`]:
+/// the one matcher), so tool arguments re-serialized, text parts for a
+/// string or volatile fields do not make a divergence.
 pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
     let s = |k: &str| diag.get(k).and_then(Value::as_str).unwrap_or("");
+    if to == "infer" {
+        let headers = diag
+            .get("headers")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let canon = convo_proxy::replay::canonical(s("method"), s("path"), &headers, payload);
+        let text = serde_json::to_string_pretty(&canon).unwrap_or_default();
+        return format!("infer {}\n{text}", s("api"));
+    }
     let head = match to {
         "kv" => match s("op") {
             "list" => format!("kv list prefix={:?}", s("prefix")),
             op => format!("kv {op} {:?}", s("key")),
         },
-        "infer" => format!("infer {} {} {}", s("api"), s("method"), s("path")),
         other => format!("{other} {diag}"),
     };
     if payload.is_empty() {

@@ -17,6 +17,16 @@
 //! - `/s/{session}/{branch}/v1/{path}`: the same, named in the base URL
 //!   (which every SDK accepts).
 //!
+//! **Nothing is answered unrecorded.** A branch the session does not have
+//! yet is created from the session's head (its `main`'s head) and the call
+//! recorded on it; in a session with nothing recorded yet (a new title),
+//! the call's turn goes on `main` and the branch is forked at its end. A
+//! branch name that is not valid is refused (`400 invalid_branch`) before
+//! the upstream is called. When the store refuses a call anyway, the
+//! client still gets its answer, a line on stderr says so, and from then
+//! on every answer carries `x-convo-recording-failures: N` (non-streamed
+//! answers also `x-convo-error` with the reason).
+//!
 //! ## Upstreams
 //!
 //! `{path}` goes to `{upstream}/v1/{path}` (a trailing `/v1` on the
@@ -169,6 +179,8 @@ struct Inner {
     pool: StorePool,
     writer: writer::Writer,
     replay: Mutex<Option<replay::Replay>>,
+    /// Calls answered but not recorded (the store refused them).
+    failures: std::sync::atomic::AtomicU64,
 }
 
 fn base(url: &str) -> Result<String, ProxyError> {
@@ -190,7 +202,7 @@ impl Proxy {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(ProxyError::Client)?;
-        let shared = Arc::new(writer::Shared::default());
+        let shared = Arc::new(writer::Shared::new());
         let writer =
             writer::Writer::start(shared, pool.clone(), hub).map_err(ProxyError::Writer)?;
         Ok(Proxy {
@@ -202,6 +214,7 @@ impl Proxy {
                 pool,
                 writer,
                 replay: Mutex::default(),
+                failures: std::sync::atomic::AtomicU64::new(0),
             }),
         })
     }
@@ -231,6 +244,13 @@ impl Proxy {
     pub fn replay_summary(&self) -> Option<String> {
         let r = self.inner.replay.lock().ok()?;
         r.as_ref().map(replay::Replay::summary)
+    }
+
+    /// How many calls were answered but could not be recorded.
+    pub fn recording_failures(&self) -> u64 {
+        self.inner
+            .failures
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many recorded calls a replay serves (0 when not replaying).
@@ -318,8 +338,35 @@ fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// The header every answer carries once a call could not be recorded:
+/// how many were not (see [`Proxy::recording_failures`]).
+pub const FAILURES_HEADER: &str = "x-convo-recording-failures";
+
 impl Proxy {
     async fn call(&self, target: Target, rest: String, req: Request) -> Response {
+        if let Target::Named { branch, .. } = &target
+            && let Err(e) = BranchName::new(branch)
+        {
+            // Refused before the upstream is called: never answered
+            // unrecorded.
+            return proxy_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_branch",
+                &format!("branch `{branch}`: {e}"),
+            );
+        }
+        let mut res = self.forward(target, rest, req).await;
+        let failed = self.recording_failures();
+        if failed > 0
+            && let Ok(v) = HeaderValue::from_str(&failed.to_string())
+        {
+            res.headers_mut()
+                .insert(HeaderName::from_static(FAILURES_HEADER), v);
+        }
+        res
+    }
+
+    async fn forward(&self, target: Target, rest: String, req: Request) -> Response {
         let (parts, body) = req.into_parts();
         let body = match axum::body::to_bytes(body, usize::MAX).await {
             Ok(b) => b,
@@ -677,11 +724,10 @@ impl Proxy {
             record::RECORDED_REQUEST_HEADERS,
         );
         let path = replay::recorded_path(rest, parts.uri.query());
-        let mut received = replay::canonical(method, &path, &headers, body);
-        let (taken, pace, on_miss, session, title, branch) = {
+        let (received, taken, pace, on_miss, session, title, branch) = {
             let mut guard = self.inner.replay.lock().ok()?;
             let r = guard.as_mut()?;
-            r.map_ids(&mut received);
+            let received = r.received(method, &path, &headers, body);
             if let Some((s, b)) = &r.live {
                 *target = Target::Named {
                     session: s.clone(),
@@ -690,6 +736,7 @@ impl Proxy {
                 return None;
             }
             (
+                received.clone(),
                 r.take(&received),
                 r.spec.pace,
                 r.spec.on_miss,
@@ -703,32 +750,40 @@ impl Proxy {
             Err(m) => m,
         };
         if on_miss == replay::OnMiss::Error {
-            let (status, message) = match &miss.recorded {
-                None => (
-                    StatusCode::NOT_FOUND,
-                    "replay: the recording has no more calls".to_owned(),
-                ),
-                Some(_) => (
-                    StatusCode::CONFLICT,
+            // 400: a status no SDK retries (409, 429 and 5xx are retried,
+            // 404 reads as "model not found").
+            let (code, message) = match (&miss.recorded, miss.exhausted) {
+                (None, _) | (_, true) => (
+                    "replay_exhausted",
                     format!(
-                        "replay: the call does not match the recorded call at this position (differs at {})",
+                        "replay: every call recorded on `{branch}` of session {session} has been answered; this call is not in the recording"
+                    ),
+                ),
+                (Some(_), false) => (
+                    "replay_miss",
+                    format!(
+                        "replay: no call recorded on `{branch}` of session {session} matches this one; the closest (call #{}) differs at {}",
+                        miss.recorded_call.unwrap_or(0),
                         miss.differences.join(", ")
                     ),
                 ),
             };
+            eprintln!("{}", json!({"proxy": "replay miss", "code": code, "differences": miss.differences}));
             let body = json!({"error": {
                 "type": "convo_proxy_error",
-                "code": "replay_miss",
+                "code": code,
                 "message": message,
                 "recorded": miss.recorded,
+                "recorded_call": miss.recorded_call,
                 "received": received,
                 "differences": miss.differences,
             }});
-            return Some((status, axum::Json(body)).into_response());
+            return Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response());
         }
         // Live from here on.
         let live = match (&miss.recorded, miss.before) {
             (None, _) => (session.to_string(), branch),
+            (Some(_), _) if miss.exhausted => (session.to_string(), branch),
             (Some(_), Some(before)) => {
                 let now = now_ms();
                 let forked = self
@@ -767,11 +822,17 @@ impl Proxy {
     /// [`writer`]); logs (never with headers or bodies) when the store
     /// refuses.
     async fn save(&self, target: Target, ex: Exchange) -> Result<StoredNode, StoreError> {
+        let path = ex.path.clone();
         let res = self.inner.writer.record(target, ex).await;
         if let Err(e) = &res {
+            let n = self
+                .inner
+                .failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
             eprintln!(
                 "{}",
-                json!({"proxy": "not recorded", "error": e.to_string()})
+                json!({"proxy": "answered but not recorded", "path": path, "error": e.to_string(), "not_recorded": n})
             );
         }
         res
@@ -865,8 +926,15 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
         );
     }
     let streamed = call.chunks.is_some();
+    if let (false, Some(why)) = (streamed, &call.cut)
+        && call.body.len() <= WHOLE_ANSWER
+    {
+        // The client got this error live (an answer read whole).
+        return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", why);
+    }
+    let cut = call.cut.clone();
     let chunks = replay::chunks(&call);
-    if !streamed {
+    if !streamed && cut.is_none() {
         let body: Vec<u8> = chunks.into_iter().flat_map(|(b, _)| b.to_vec()).collect();
         return (status, headers, body).into_response();
     }
@@ -875,9 +943,11 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
         if pace == replay::Pace::Recorded {
             tokio::time::sleep_until(start + Duration::from_secs_f64(t.max(0.0) / 1000.0)).await;
         }
-        Ok::<Bytes, std::convert::Infallible>(b)
+        Ok::<Bytes, std::io::Error>(b)
     });
-    (status, headers, Body::from_stream(stream)).into_response()
+    // A stream the upstream cut ends with the same error it did live.
+    let end = futures_util::stream::iter(cut.map(|why| Err(std::io::Error::other(why))));
+    (status, headers, Body::from_stream(stream.chain(end))).into_response()
 }
 
 /// `x-convo-node` (the last node recorded) or `x-convo-error`.

@@ -221,3 +221,111 @@ async fn responses_api_streams_through_the_sdk_and_replays_its_chain() {
     let dir = srv.stop().await;
     assert!(!contains(&all_bytes(dir.path()), KEY.as_bytes()));
 }
+
+/// A tool loop whose arguments the client re-serializes (by hand with the
+/// openai SDK, as LangChain does with langchain-openai), then four calls
+/// at once with `asyncio.gather`.
+const AGENT: &str = r#"
+import asyncio, json, os, openai
+from langchain_openai import ChatOpenAI
+from langchain_core.messages import HumanMessage, ToolMessage
+out = {}
+c = openai.OpenAI(max_retries=0)
+tools = [{"type": "function", "function": {"name": "weather",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+msgs = [{"role": "user", "content": "weather in Paris?"}]
+r = c.chat.completions.create(model="m", messages=msgs, tools=tools)
+call = r.choices[0].message.tool_calls[0]
+args = json.dumps(json.loads(call.function.arguments), indent=2)
+msgs.append({"role": "assistant", "content": None, "tool_calls": [
+    {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": args}}]})
+msgs.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+r2 = c.chat.completions.create(model="m", messages=msgs, tools=tools)
+out["loop"] = [call.function.arguments, r2.choices[0].finish_reason]
+llm = ChatOpenAI(model="m", base_url=os.environ["OPENAI_BASE_URL"], max_retries=0).bind_tools(tools)
+hist = [HumanMessage("weather in Rome?")]
+ai = llm.invoke(hist)
+hist += [ai, ToolMessage("rainy", tool_call_id=ai.tool_calls[0]["id"])]
+ai2 = llm.invoke(hist)
+out["langchain"] = [ai.tool_calls[0]["args"], ai2.tool_calls[0]["name"]]
+async def gather():
+    a = openai.AsyncOpenAI(max_retries=0)
+    rs = await asyncio.gather(*[a.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": f"question {i}"}]) for i in range(4)])
+    return [x.choices[0].message.content for x in rs]
+out["gather"] = asyncio.run(gather())
+print(json.dumps(out, sort_keys=True))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_tool_loops_stay_one_session_and_concurrent_calls_replay() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CONVO_TEST_PYTHON is not set in CI"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    // Threaded by conversation: one session per conversation.
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/v1", srv.url);
+    let py = python.clone();
+    let live = tokio::task::spawn_blocking(move || run_python(&py, AGENT, &base))
+        .await
+        .unwrap();
+    assert_eq!(
+        live["loop"],
+        serde_json::json!(["{\"city\":\"Paris\"}", "tool_calls"])
+    );
+    assert_eq!(
+        live["langchain"],
+        serde_json::json!([{"city": "Paris"}, "weather"])
+    );
+    let sessions = crate::common::off_rt(|| srv.store().sessions().unwrap());
+    let mut titles: Vec<String> = sessions.into_iter().filter_map(|s| s.title).collect();
+    titles.sort();
+    assert_eq!(
+        titles,
+        [
+            "question 0",
+            "question 1",
+            "question 2",
+            "question 3",
+            "weather in Paris?",
+            "weather in Rome?"
+        ]
+    );
+    for t in ["weather in Paris?", "weather in Rome?"] {
+        let n = crate::common::off_rt(|| {
+            let mut store = srv.store();
+            let s = store.find_session(t).unwrap();
+            store.timeline(&s.id, &BranchName::main()).unwrap().len()
+        });
+        assert_eq!(n, 8, "{t}: both calls of the loop on one timeline");
+    }
+    srv.stop().await;
+
+    // Recorded on one timeline, then replayed with the upstream gone:
+    // the same output, the four concurrent calls included.
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/s/agent-run/main/v1", srv.url);
+    let py = python.clone();
+    let recorded = tokio::task::spawn_blocking(move || run_python(&py, AGENT, &base))
+        .await
+        .unwrap();
+    assert_eq!(recorded, live);
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(convo_proxy::replay::ReplaySpec::parse("agent-run").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let base = format!("{}/v1", srv.url);
+    let replayed = tokio::task::spawn_blocking(move || run_python(&python, AGENT, &base))
+        .await
+        .unwrap();
+    assert_eq!(replayed, live);
+    srv.stop().await;
+}

@@ -16,7 +16,8 @@
 //! - Chat models that script failures: `rate-limited` (429 with
 //!   `retry-after`), `server-error` (503 with a body), `slow` (answers
 //!   after 2 s), `dribble` (a stream of 100 chunks 20 ms apart), `big-N`
-//!   (a stream of N MiB in 64 KiB events, made as it is sent).
+//!   (a stream of N MiB in 64 KiB events, made as it is sent), `flaky`
+//!   (429 on its first call, an answer on its second, and so on).
 //!
 //! Every request's headers and body are kept in `Seen` for the tests.
 
@@ -218,7 +219,14 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
             .body(Body::from_stream(stream))
             .unwrap();
     }
-    if model == "rate-limited" {
+    let flaky = seen
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["model"] == "flaky")
+        .count();
+    if model == "rate-limited" || (model == "flaky" && flaky % 2 == 1) {
         return (
             StatusCode::TOO_MANY_REQUESTS,
             [("x-request-id", "req_429"), ("retry-after", "1")],
