@@ -946,7 +946,13 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
         Ok::<Bytes, std::io::Error>(b)
     });
     // A stream the upstream cut ends with the same error it did live.
-    let end = futures_util::stream::iter(cut.map(|why| Err(std::io::Error::other(why))));
+    // (After a pause, so what came before reaches the client first, as it
+    // did live: an error the body yields at once drops the connection with
+    // the bytes still buffered.)
+    let end = futures_util::stream::iter(cut).then(|why| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Err::<Bytes, _>(std::io::Error::other(why))
+    });
     (status, headers, Body::from_stream(stream.chain(end))).into_response()
 }
 
