@@ -104,8 +104,16 @@ pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
             .cloned()
             .unwrap_or_default();
         let canon = convo_proxy::replay::canonical(s("method"), s("path"), &headers, payload);
-        let text = serde_json::to_string_pretty(&canon).unwrap_or_default();
-        return format!("infer {}\n{text}", s("api"));
+        let mut head = format!("infer {} {} {}", s("api"), s("method"), s("path"));
+        if let Some(h) = canon.get("headers").filter(|h| h.as_object().is_some_and(|o| !o.is_empty())) {
+            head.push_str(&format!(" {h}"));
+        }
+        if payload.is_empty() {
+            return head;
+        }
+        let body = canon.get("body").cloned().unwrap_or_default();
+        let text = serde_json::to_string_pretty(&body).unwrap_or_default();
+        return format!("{head}\n{text}");
     }
     let head = match to {
         "kv" => match s("op") {

@@ -181,6 +181,8 @@ struct Inner {
     replay: Mutex<Option<replay::Replay>>,
     /// Calls answered but not recorded (the store refused them).
     failures: std::sync::atomic::AtomicU64,
+    /// Set once an upstream rejected the `stream_options` the proxy adds.
+    no_usage_option: std::sync::atomic::AtomicBool,
 }
 
 fn base(url: &str) -> Result<String, ProxyError> {
@@ -215,6 +217,7 @@ impl Proxy {
                 writer,
                 replay: Mutex::default(),
                 failures: std::sync::atomic::AtomicU64::new(0),
+                no_usage_option: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -424,7 +427,11 @@ impl Proxy {
             url.push_str(q);
         }
         let req_json = api::parse(&body);
-        let changed = api::add_include_usage(api, req_json.as_ref());
+        let changed = if inner.no_usage_option.load(std::sync::atomic::Ordering::Relaxed) {
+            None
+        } else {
+            api::add_include_usage(api, req_json.as_ref())
+        };
         let mut ex = Exchange {
             api: Some(api),
             method: method.clone(),
@@ -447,7 +454,7 @@ impl Proxy {
             started_at: now_ms(),
             ..Exchange::default()
         };
-        let strip_usage = changed.is_some();
+        let mut strip_usage = changed.is_some();
         let mut headers = reqwest::header::HeaderMap::new();
         let mut has_key = false;
         for (k, v) in &parts.headers {
@@ -481,13 +488,40 @@ impl Proxy {
         let method_r =
             reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
         let t0 = Instant::now();
-        let sent = inner
+        let again = changed
+            .is_some()
+            .then(|| (method_r.clone(), headers.clone()));
+        let mut sent = inner
             .client
             .request(method_r, &url)
             .headers(headers)
             .body(changed.unwrap_or_else(|| body.to_vec()))
             .send()
             .await;
+        // An upstream that rejects the `stream_options` the proxy added:
+        // the call as the client sent it, and no more adding for this run.
+        if let Some((method_r, headers)) = again
+            && let Ok(r) = &sent
+            && matches!(r.status().as_u16(), 400 | 422)
+        {
+            inner
+                .no_usage_option
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            strip_usage = false;
+            if let Some(serde_json::Value::Object(m)) = &mut ex.upstream_changes {
+                m.remove("stream_options.include_usage");
+                if m.is_empty() {
+                    ex.upstream_changes = None;
+                }
+            }
+            sent = inner
+                .client
+                .request(method_r, &url)
+                .headers(headers)
+                .body(body.to_vec())
+                .send()
+                .await;
+        }
         let resp = match sent {
             Ok(r) => r,
             Err(e) => {

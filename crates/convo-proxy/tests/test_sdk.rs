@@ -106,6 +106,10 @@ async fn official_sdks_and_curl_record_through_the_proxy() {
         "{text}"
     );
     assert!(!text.contains("total_tokens"));
+    assert!(
+        !text.contains("usage"),
+        "nothing the client did not ask for: {text}"
+    );
 
     let t = crate::common::off_rt(|| {
         let mut store = srv.store();

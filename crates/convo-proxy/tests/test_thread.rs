@@ -209,3 +209,34 @@ async fn a_missing_branch_is_created_and_a_failure_to_record_is_visible() {
     srv.stop().await;
     up.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_rejects_stream_options_gets_the_call_as_sent() {
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let url = format!("{}/s/strict/main/v1/chat/completions", srv.url);
+    let body = json!({"model": "strict", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    for _ in 0..2 {
+        let res = post(&url, &body, &[]).await;
+        assert_eq!(res.status(), 200);
+        let text = res.text().await.unwrap();
+        assert!(text.ends_with("data: [DONE]\n\n"), "{text}");
+        assert!(!text.contains("usage"), "{text}");
+    }
+    // The first call was sent twice (with, then without), the second once.
+    let seen: Vec<bool> = up
+        .seen
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, r)| r.get("stream_options").is_some())
+        .collect();
+    assert_eq!(seen, [true, false, false]);
+    let t = timeline(&srv, "strict", "main");
+    assert_eq!(t.len(), 8);
+    assert!(diag(&t[1]).get("upstream_changes").is_none());
+    assert_eq!(diag(&t[2])["status"], 200);
+    srv.stop().await;
+    up.stop().await;
+}
