@@ -371,9 +371,8 @@ impl Exchange {
         if let Some(t) = crate::thread::key_after(api, req.as_ref(), answer.as_ref()) {
             cdiag.insert("thread".into(), json!(t));
         }
-        let also = crate::thread::keys_also(api, req.as_ref(), resp.as_ref());
-        if !also.is_empty() {
-            cdiag.insert("thread_also".into(), json!(also));
+        for (field, key) in crate::thread::keys_also(api, req.as_ref(), resp.as_ref()) {
+            cdiag.insert(field.as_str().into(), json!(key));
         }
         if let Some(e) = self.error.as_ref().or(self.partial.as_ref()) {
             cdiag.insert("error".into(), json!(e));

@@ -10,7 +10,8 @@
 //! messages up to and including the last assistant message (what it
 //! continues). A Responses API answer also names its timeline by its id
 //! (`response:ID`, which `previous_response_id` continues) and a
-//! `conversation` by its id (`conversation:ID`): both in `thread_also`.
+//! `conversation` by its id (`conversation:ID`): in `thread_response` and
+//! `thread_conversation`.
 //! Then, for a conversation call (chat completions, messages, responses):
 //!
 //! - a key names the head of a timeline: the call continues it;
@@ -35,13 +36,15 @@
 //! `count_tokens`, …) with no session named go to one session per proxy
 //! run, titled `calls (proxy run …)`, never one session per call.
 //!
-//! The index lives in memory, filled from the store on the first call
-//! that needs it (sessions whose agent is `proxy`) and kept up to date by
-//! every call this process records.
+//! What this process records is remembered in memory; anything else is
+//! looked up in the store, where the three fields are indexed (SQLite
+//! migration 0009, PostgreSQL 0007): one index probe per call, whatever
+//! the number of sessions, so the first call after a restart costs no
+//! more than the next (sessions whose agent is `proxy` only).
 
 use crate::api::{self, Api};
-use convo_core::{BranchName, Kind, NodeHash, SessionId};
-use convo_store::{Ledger, Result, Store};
+use convo_core::{BranchName, NodeHash, SessionId};
+use convo_store::{Ledger, Result, ThreadField, Tx};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -102,10 +105,11 @@ fn conversation_id(req: &Value) -> Option<String> {
     }
 }
 
-/// The other keys a recorded turn can be continued by (`thread_also` in
-/// its `complete`'s diagnostics): its Responses API answer's id, the
-/// request's `conversation`.
-pub fn keys_also(api: Api, req: Option<&Value>, resp: Option<&Value>) -> Vec<String> {
+/// The other keys a recorded turn can be continued by, each with the
+/// diagnostics field its `complete` holds it in: its Responses API
+/// answer's id (`thread_response`), the request's `conversation`
+/// (`thread_conversation`).
+pub fn keys_also(api: Api, req: Option<&Value>, resp: Option<&Value>) -> Vec<(ThreadField, String)> {
     let mut out = Vec::new();
     if api == Api::Responses
         && let Some(id) = resp
@@ -113,12 +117,25 @@ pub fn keys_also(api: Api, req: Option<&Value>, resp: Option<&Value>) -> Vec<Str
             .and_then(|r| r.get("id"))
             .and_then(Value::as_str)
     {
-        out.push(format!("response:{id}"));
+        out.push((ThreadField::Response, format!("response:{id}")));
     }
     if let Some(c) = req.and_then(conversation_id) {
-        out.push(format!("conversation:{c}"));
+        out.push((ThreadField::Conversation, format!("conversation:{c}")));
     }
     out
+}
+
+/// The diagnostics field a key is looked up in (`None`: kept in memory only).
+pub fn field_of(key: &str) -> Option<ThreadField> {
+    if key.starts_with("response:") {
+        Some(ThreadField::Response)
+    } else if key.starts_with("conversation:") {
+        Some(ThreadField::Conversation)
+    } else if key.starts_with("retry:") {
+        None
+    } else {
+        Some(ThreadField::Thread)
+    }
 }
 
 /// Whether an SDK retries an answer with this status (the openai and
@@ -157,58 +174,16 @@ pub struct Spot {
     pub node: NodeHash,
 }
 
-/// Conversation key → the turn that ended it.
+/// Conversation key → the turn that ended it: what this process
+/// recorded, in memory; anything older is looked up in the store by its
+/// indexed diagnostics field ([`ThreadIndex::find`]).
 #[derive(Debug, Default)]
 pub struct ThreadIndex {
     map: HashMap<String, Spot>,
-    loaded: bool,
 }
 
 impl ThreadIndex {
-    /// Fills the index from the store once (every `complete` with a
-    /// `thread` key on the timelines of `proxy` sessions).
-    pub fn load(&mut self, store: &mut Store) -> Result<()> {
-        if self.loaded {
-            return Ok(());
-        }
-        for s in store.sessions()? {
-            if s.agent != PROXY_AGENT {
-                continue;
-            }
-            for b in store.branches(&s.id)? {
-                for n in store.timeline(&s.id, &b.name)? {
-                    let node = &n.stored.node;
-                    if node.kind != Kind::Complete || node.session != s.id {
-                        continue;
-                    }
-                    let d = node.diagnostics.to_value();
-                    let also = d.get("thread_also").and_then(Value::as_array);
-                    let keys = d
-                        .get("thread")
-                        .into_iter()
-                        .chain(also.into_iter().flatten())
-                        .filter_map(Value::as_str);
-                    for k in keys {
-                        let spot = Spot {
-                            session: s.id,
-                            branch: b.name.clone(),
-                            node: n.stored.hash,
-                        };
-                        // `conversation:` names the newest turn.
-                        if k.starts_with("conversation:") {
-                            self.map.insert(k.to_owned(), spot);
-                        } else {
-                            self.map.entry(k.to_owned()).or_insert(spot);
-                        }
-                    }
-                }
-            }
-        }
-        self.loaded = true;
-        Ok(())
-    }
-
-    /// The turn a key names.
+    /// The turn a key names, from memory.
     pub fn get(&self, key: &str) -> Option<&Spot> {
         self.map.get(key)
     }
@@ -216,6 +191,36 @@ impl ThreadIndex {
     /// Remembers a turn (the newest wins).
     pub fn insert(&mut self, key: String, spot: Spot) {
         self.map.insert(key, spot);
+    }
+
+    /// The turn a key names in the store (one index probe): the newest
+    /// `complete` of a `proxy` session holding it, on the timeline whose
+    /// head it is (else on `main`, so a call continuing it forks there).
+    pub fn find(tx: &mut dyn Tx, key: &str) -> Result<Option<Spot>> {
+        let Some(field) = field_of(key) else {
+            return Ok(None);
+        };
+        let Some(hash) = tx.complete_by_thread(field, key)? else {
+            return Ok(None);
+        };
+        let Some(node) = tx.node(&hash)? else {
+            return Ok(None);
+        };
+        let session = node.node.session;
+        match tx.session(&session)? {
+            Some(s) if s.agent == PROXY_AGENT => {}
+            _ => return Ok(None),
+        }
+        let branch = tx
+            .branches(Some(&session))?
+            .into_iter()
+            .find(|b| b.head == Some(hash))
+            .map_or_else(BranchName::main, |b| b.name);
+        Ok(Some(Spot {
+            session,
+            branch,
+            node: hash,
+        }))
     }
 }
 
@@ -304,8 +309,13 @@ mod tests {
         let resp = json!({"id":"resp_2","object":"response","output":[]});
         assert_eq!(
             keys_also(Api::Responses, Some(&req), Some(&resp)),
-            vec!["response:resp_2".to_owned(), "conversation:conv_9".to_owned()]
+            vec![
+                (ThreadField::Response, "response:resp_2".to_owned()),
+                (ThreadField::Conversation, "conversation:conv_9".to_owned())
+            ]
         );
+        assert_eq!(field_of("retry:ab"), None);
+        assert_eq!(field_of("0a1b"), Some(ThreadField::Thread));
         assert!(is_retried(429) && is_retried(503) && !is_retried(400));
         assert_eq!(
             retry_key("POST", "/v1/x", br#"{"a":1,"user":"x"}"#),

@@ -197,6 +197,29 @@ impl Learnt {
     }
 }
 
+/// Where a thread key points: this batch, this process, then the store
+/// (one indexed probe).
+fn find(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    spots: &HashMap<String, Spot>,
+    key: &str,
+) -> Result<Option<Spot>> {
+    if let Some(s) = spots.get(key) {
+        return Ok(Some(s.clone()));
+    }
+    let known = shared
+        .threads
+        .lock()
+        .map_err(|_| poisoned())?
+        .get(key)
+        .cloned();
+    match known {
+        Some(s) => Ok(Some(s)),
+        None => thread::ThreadIndex::find(l.tx(), key),
+    }
+}
+
 /// A call naming a timeline the session does not have yet: the timeline
 /// is created from the session's head (its `main`'s head), so the call is
 /// recorded where it says (`true`). A session with nothing recorded yet
@@ -239,9 +262,6 @@ fn record_batch(
     jobs: &[Job],
 ) -> Result<Vec<(StoredNode, Learnt)>> {
     // Reads that need the store outside a write transaction come first.
-    if jobs.iter().any(|j| matches!(j.target, Target::Auto)) {
-        shared.threads.lock().map_err(|_| poisoned())?.load(store)?;
-    }
     let mut found: HashMap<String, Option<SessionId>> = HashMap::new();
     for j in jobs {
         if let Target::Named { session, .. } = &j.target
@@ -335,20 +355,9 @@ fn record_one(
         }
         None => {
             let req = ex.request_json();
-            let find = |k: &str| -> Result<Option<Spot>> {
-                Ok(match spots.get(k) {
-                    Some(s) => Some(s.clone()),
-                    None => shared
-                        .threads
-                        .lock()
-                        .map_err(|_| poisoned())?
-                        .get(k)
-                        .cloned(),
-                })
-            };
             // A retry of a failed attempt whose turn is still open.
             let mut spot = None;
-            if let Some(s) = find(&retry)? {
+            if let Some(s) = find(shared, l, spots, &retry)? {
                 let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
                 if head == Some(s.node) {
                     spot = Some((s, true));
@@ -356,7 +365,7 @@ fn record_one(
             }
             if spot.is_none() {
                 for k in thread::lookup_keys(api, req.as_ref()) {
-                    if let Some(s) = find(&k)? {
+                    if let Some(s) = find(shared, l, spots, &k)? {
                         spot = Some((s, false));
                         break;
                     }
@@ -403,12 +412,9 @@ fn record_one(
     if let Some(done) = rec.nodes.last() {
         if rec.whole_turn {
             let d = done.node.diagnostics.to_value();
-            let also = d.get("thread_also").and_then(|v| v.as_array());
-            let keys = d
-                .get("thread")
-                .into_iter()
-                .chain(also.into_iter().flatten())
-                .filter_map(|v| v.as_str());
+            let keys = ["thread", "thread_response", "thread_conversation"]
+                .iter()
+                .filter_map(|f| d.get(*f).and_then(|v| v.as_str()));
             for k in keys {
                 spots.insert(k.to_owned(), spot_of(done));
                 learnt.thread.push((k.to_owned(), spot_of(done)));
