@@ -39,8 +39,29 @@ fn diag(n: &TimelineNode) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_loops_chains_retries_and_side_calls_stay_in_their_conversation() {
+    threading_case(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn threading_on_postgresql() {
+    threading_case(true).await;
+}
+
+async fn threading_case(pg: bool) {
     let up = Upstream::start().await;
-    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let db = if pg {
+        match off_rt(convo_store::testing::pg_database) {
+            Some(db) => Some(db),
+            None => return,
+        }
+    } else {
+        None
+    };
+    let cfg = ProxyConfig::new(Some(up.url.clone()));
+    let srv = match &db {
+        Some(db) => Server::start_on(cfg, tempfile::tempdir().unwrap(), db.url.clone()).await,
+        None => Server::start(cfg).await,
+    };
     let chat = format!("{}/v1/chat/completions", srv.url);
 
     // A tool loop whose client re-serializes the arguments, sends the
@@ -148,6 +169,7 @@ async fn tool_loops_chains_retries_and_side_calls_stay_in_their_conversation() {
     let store_url = srv.store_url.clone();
     let dir = srv.stop().await;
     let srv = Server::start_on(ProxyConfig::new(Some(up.url.clone())), dir, store_url).await;
+    let chat = format!("{}/v1/chat/completions", srv.url);
     let r = post(
         &format!("{}/v1/responses", srv.url),
         &json!({"model": "m", "input": "third step", "previous_response_id": prev}),
@@ -159,8 +181,24 @@ async fn tool_loops_chains_retries_and_side_calls_stay_in_their_conversation() {
     assert_eq!(chain.len(), 12, "three calls, one timeline");
     assert_eq!(chain[8].payload, b"third step");
     assert_eq!(titles(&srv).len(), 5);
+    // The tool loop continues after the restart too (its `thread` key).
+    let mut loop_msgs = loop_msgs.as_array().unwrap().clone();
+    loop_msgs.push(json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+        "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]}));
+    loop_msgs.push(json!({"role": "tool", "tool_call_id": "call_1", "content": "still sunny"}));
+    post(
+        &chat,
+        &json!({"model": "m", "tools": tools, "messages": loop_msgs}),
+        &[],
+    )
+    .await;
+    assert_eq!(timeline(&srv, "weather in Paris?", "main").len(), 12);
+    assert_eq!(titles(&srv).len(), 5);
     srv.stop().await;
     up.stop().await;
+    if let Some(db) = db {
+        off_rt(|| drop(db));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
