@@ -105,7 +105,10 @@ pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
             .unwrap_or_default();
         let canon = convo_proxy::replay::canonical(s("method"), s("path"), &headers, payload);
         let mut head = format!("infer {} {} {}", s("api"), s("method"), s("path"));
-        if let Some(h) = canon.get("headers").filter(|h| h.as_object().is_some_and(|o| !o.is_empty())) {
+        if let Some(h) = canon
+            .get("headers")
+            .filter(|h| h.as_object().is_some_and(|o| !o.is_empty()))
+        {
             head.push_str(&format!(" {h}"));
         }
         if payload.is_empty() {

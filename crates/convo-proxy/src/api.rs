@@ -646,7 +646,11 @@ fn strip_wrapped_blocks(text: &str) -> String {
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
             .collect();
         let close = format!("</{name}>");
-        match (name.is_empty(), after[name.len()..].starts_with('>'), t.find(&close)) {
+        match (
+            name.is_empty(),
+            after[name.len()..].starts_with('>'),
+            t.find(&close),
+        ) {
             (false, true, Some(end)) => rest = &t[end + close.len()..],
             _ => {
                 out.push_str(t);
@@ -733,7 +737,10 @@ mod tests {
             "function":{"name":"weather","arguments":"{\"unit\": \"c\", \"city\": \"Paris\"}"}}]});
         assert_eq!(normalize(&sent), normalize(&back));
         let parts = json!({"role":"user","content":[{"type":"text","text":"hi"}]});
-        assert_eq!(normalize(&parts), normalize(&json!({"role":"user","content":"hi"})));
+        assert_eq!(
+            normalize(&parts),
+            normalize(&json!({"role":"user","content":"hi"}))
+        );
         let other = json!({"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"weather","arguments":"{\"city\":\"Rome\"}"}}]});
         assert_ne!(normalize(&sent), normalize(&other));
     }
@@ -751,6 +758,9 @@ mod tests {
             json!({"type":"message","role":"user","content":[{"type":"input_text","text":"List the files"}]}),
         ];
         assert_eq!(human_text(&codex).unwrap(), "List the files");
-        assert_eq!(human_text(&[json!({"role":"user","content":"<b>bold</b> move"})]).unwrap(), "move");
+        assert_eq!(
+            human_text(&[json!({"role":"user","content":"<b>bold</b> move"})]).unwrap(),
+            "move"
+        );
     }
 }

@@ -427,7 +427,10 @@ impl Proxy {
             url.push_str(q);
         }
         let req_json = api::parse(&body);
-        let changed = if inner.no_usage_option.load(std::sync::atomic::Ordering::Relaxed) {
+        let changed = if inner
+            .no_usage_option
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
             None
         } else {
             api::add_include_usage(api, req_json.as_ref())
@@ -802,7 +805,10 @@ impl Proxy {
                     ),
                 ),
             };
-            eprintln!("{}", json!({"proxy": "replay miss", "code": code, "differences": miss.differences}));
+            eprintln!(
+                "{}",
+                json!({"proxy": "replay miss", "code": code, "differences": miss.differences})
+            );
             let body = json!({"error": {
                 "type": "convo_proxy_error",
                 "code": code,

@@ -126,7 +126,11 @@ impl Matcher {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         let mut v = json!({"method": method, "path": path, "headers": headers, "body": body});
-        for p in VOLATILE.iter().copied().chain(self.ignore.iter().map(String::as_str)) {
+        for p in VOLATILE
+            .iter()
+            .copied()
+            .chain(self.ignore.iter().map(String::as_str))
+        {
             remove_pointer(&mut v, p);
         }
         v
@@ -427,7 +431,8 @@ impl Replay {
             let turn_start = nodes[..i]
                 .iter()
                 .rposition(|p| {
-                    p.stored.node.kind == Kind::Invoke && p.stored.node.submission == node.submission
+                    p.stored.node.kind == Kind::Invoke
+                        && p.stored.node.submission == node.submission
                 })
                 .unwrap_or(i);
             let mut canon = spec
@@ -474,7 +479,10 @@ impl Replay {
         }
         let mut by_request: HashMap<String, Vec<usize>> = HashMap::new();
         for c in &calls {
-            by_request.entry(key(&c.canonical)).or_default().push(c.index);
+            by_request
+                .entry(key(&c.canonical))
+                .or_default()
+                .push(c.index);
         }
         Ok(Replay {
             session: s.id,
@@ -649,7 +657,10 @@ mod tests {
         assert_eq!(colon.session, "title: with colon");
         assert!(colon.branch.is_main());
         let apart = ReplaySpec::with_branch("a:b", "dev").unwrap();
-        assert_eq!((apart.session.as_str(), apart.branch.as_str()), ("a:b", "dev"));
+        assert_eq!(
+            (apart.session.as_str(), apart.branch.as_str()),
+            ("a:b", "dev")
+        );
         let _ = a;
     }
 

@@ -109,7 +109,11 @@ fn conversation_id(req: &Value) -> Option<String> {
 /// diagnostics field its `complete` holds it in: its Responses API
 /// answer's id (`thread_response`), the request's `conversation`
 /// (`thread_conversation`).
-pub fn keys_also(api: Api, req: Option<&Value>, resp: Option<&Value>) -> Vec<(ThreadField, String)> {
+pub fn keys_also(
+    api: Api,
+    req: Option<&Value>,
+    resp: Option<&Value>,
+) -> Vec<(ThreadField, String)> {
     let mut out = Vec::new();
     if api == Api::Responses
         && let Some(id) = resp
@@ -301,10 +305,14 @@ mod tests {
 
     #[test]
     fn responses_chains_are_continued_by_id() {
-        let req = json!({"input":"hi","previous_response_id":"resp_1","conversation":{"id":"conv_9"}});
+        let req =
+            json!({"input":"hi","previous_response_id":"resp_1","conversation":{"id":"conv_9"}});
         assert_eq!(
             lookup_keys(Api::Responses, Some(&req)),
-            vec!["response:resp_1".to_owned(), "conversation:conv_9".to_owned()]
+            vec![
+                "response:resp_1".to_owned(),
+                "conversation:conv_9".to_owned()
+            ]
         );
         let resp = json!({"id":"resp_2","object":"response","output":[]});
         assert_eq!(

@@ -170,16 +170,17 @@ async fn replay_is_a_lookup_in_any_order_and_a_miss_poisons_nothing() {
     let up = Upstream::start().await;
     let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
     let base = format!("{}/s/gather/main", srv.url);
-    let q = |text: &str, stream: bool| {
-        json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": text}]})
-    };
-    let asked: Vec<Value> = (0..4).map(|i| q(&format!("part {i}"), i % 2 == 0)).collect();
+    let q = |text: &str, stream: bool| json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": text}]});
+    let asked: Vec<Value> = (0..4)
+        .map(|i| q(&format!("part {i}"), i % 2 == 0))
+        .collect();
     let mut live = Vec::new();
     for body in &asked {
         live.push(send(&base, "v1/chat/completions", body, &[]).await);
     }
     // A stream the upstream cut, and the same question asked twice.
-    let cut = json!({"model": "cut", "stream": true, "messages": [{"role": "user", "content": "x"}]});
+    let cut =
+        json!({"model": "cut", "stream": true, "messages": [{"role": "user", "content": "x"}]});
     let live_cut = reqwest::Client::new()
         .post(format!("{base}/v1/chat/completions"))
         .json(&cut)

@@ -158,6 +158,8 @@ fn run_python(python: &str, script: &str, base: &str) -> serde_json::Value {
     let out = std::process::Command::new(python)
         .args(["-c", script])
         .env("OPENAI_BASE_URL", base)
+        .env("ANTHROPIC_BASE_URL", base.trim_end_matches("/v1"))
+        .env("ANTHROPIC_API_KEY", KEY)
         .env("OPENAI_API_KEY", KEY)
         .output()
         .unwrap();
@@ -252,6 +254,16 @@ ai = llm.invoke(hist)
 hist += [ai, ToolMessage("rainy", tool_call_id=ai.tool_calls[0]["id"])]
 ai2 = llm.invoke(hist)
 out["langchain"] = [ai.tool_calls[0]["args"], ai2.tool_calls[0]["name"]]
+import anthropic
+claude = anthropic.Anthropic(max_retries=0)
+weather = [{"name": "weather", "input_schema": {"type": "object"}}]
+convo = [{"role": "user", "content": "weather in Oslo?"}]
+m1 = claude.messages.create(model="claude", max_tokens=10, tools=weather, messages=convo)
+use = m1.content[0]
+convo += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m1.content]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "snow"}]}]
+m2 = claude.messages.create(model="claude", max_tokens=10, tools=weather, messages=convo)
+out["anthropic"] = [use.input, m2.stop_reason]
 async def gather():
     a = openai.AsyncOpenAI(max_retries=0)
     rs = await asyncio.gather(*[a.chat.completions.create(
@@ -297,11 +309,16 @@ async fn sdk_tool_loops_stay_one_session_and_concurrent_calls_replay() {
             "question 1",
             "question 2",
             "question 3",
+            "weather in Oslo?",
             "weather in Paris?",
             "weather in Rome?"
         ]
     );
-    for t in ["weather in Paris?", "weather in Rome?"] {
+    assert_eq!(
+        live["anthropic"],
+        serde_json::json!([{"city": "Paris"}, "tool_use"])
+    );
+    for t in ["weather in Oslo?", "weather in Paris?", "weather in Rome?"] {
         let n = crate::common::off_rt(|| {
             let mut store = srv.store();
             let s = store.find_session(t).unwrap();

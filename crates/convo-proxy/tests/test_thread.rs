@@ -78,7 +78,8 @@ async fn threading_case(pg: bool) {
     .await
     .unwrap();
     let call = &first["choices"][0]["message"]["tool_calls"][0];
-    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    let args: Value =
+        serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
     let resent = json!({"role": "assistant", "content": "", "tool_calls": [{"id": call["id"], "type": "function",
         "function": {"name": "weather", "arguments": serde_json::to_string_pretty(&args).unwrap()}}]});
     let loop_msgs = json!([
@@ -122,7 +123,9 @@ async fn threading_case(pg: bool) {
         &[],
     )
     .await;
-    reqwest::get(format!("{}/v1/models", srv.url)).await.unwrap();
+    reqwest::get(format!("{}/v1/models", srv.url))
+        .await
+        .unwrap();
     post(
         &format!("{}/v1/embeddings", srv.url),
         &json!({"model": "e", "input": "y"}),
@@ -142,7 +145,10 @@ async fn threading_case(pg: bool) {
 
     let t = titles(&srv);
     assert_eq!(t.len(), 5, "{t:?}");
-    assert!(t.iter().any(|x| x.starts_with("calls (proxy run ")), "{t:?}");
+    assert!(
+        t.iter().any(|x| x.starts_with("calls (proxy run ")),
+        "{t:?}"
+    );
     assert!(t.contains(&"Fix the failing test".to_owned()), "{t:?}");
     assert_eq!(timeline(&srv, "weather in Paris?", "main").len(), 8);
     let calls = t.iter().find(|x| x.starts_with("calls")).unwrap();
@@ -207,9 +213,15 @@ async fn a_missing_branch_is_created_and_a_failure_to_record_is_visible() {
     let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
     let m = |text: &str| json!({"model": "m", "messages": [{"role": "user", "content": text}]});
     let at = |s: &str, b: &str| format!("{}/s/{s}/{b}/v1/chat/completions", srv.url);
-    assert_eq!(post(&at("book", "main"), &m("one"), &[]).await.status(), 200);
+    assert_eq!(
+        post(&at("book", "main"), &m("one"), &[]).await.status(),
+        200
+    );
     // A branch the session does not have: forked from its head.
-    assert_eq!(post(&at("book", "draft"), &m("two"), &[]).await.status(), 200);
+    assert_eq!(
+        post(&at("book", "draft"), &m("two"), &[]).await.status(),
+        200
+    );
     let draft = timeline(&srv, "book", "draft");
     assert_eq!(draft.len(), 9);
     assert_eq!(draft[4].stored.node.kind, Kind::Fork);
@@ -220,7 +232,10 @@ async fn a_missing_branch_is_created_and_a_failure_to_record_is_visible() {
     assert_eq!(res.status(), 200);
     assert_eq!(timeline(&srv, "book", "side")[5].payload, b"three");
     // A new session and a branch: the turn on main, the branch from it.
-    assert_eq!(post(&at("fresh", "dev"), &m("four"), &[]).await.status(), 200);
+    assert_eq!(
+        post(&at("fresh", "dev"), &m("four"), &[]).await.status(),
+        200
+    );
     assert_eq!(timeline(&srv, "fresh", "main").len(), 4);
     assert_eq!(timeline(&srv, "fresh", "dev").len(), 5);
     // A branch name that cannot be: refused before the upstream.
@@ -253,7 +268,8 @@ async fn an_upstream_that_rejects_stream_options_gets_the_call_as_sent() {
     let up = Upstream::start().await;
     let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
     let url = format!("{}/s/strict/main/v1/chat/completions", srv.url);
-    let body = json!({"model": "strict", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let body =
+        json!({"model": "strict", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     for _ in 0..2 {
         let res = post(&url, &body, &[]).await;
         assert_eq!(res.status(), 200);

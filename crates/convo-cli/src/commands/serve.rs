@@ -115,8 +115,9 @@ impl UpstreamArgs {
                 None => convo_proxy::replay::ReplaySpec::parse(r),
             }
             .map_err(|e| {
-                CommandError::user(e)
-                    .with_hint("give SESSION or SESSION:BRANCH, or SESSION and --replay-branch BRANCH")
+                CommandError::user(e).with_hint(
+                    "give SESSION or SESSION:BRANCH, or SESSION and --replay-branch BRANCH",
+                )
             })?;
             spec.matcher = convo_proxy::replay::Matcher::new(&self.match_ignore)
                 .map_err(CommandError::user)?;
