@@ -350,3 +350,84 @@ async fn sdk_tool_loops_stay_one_session_and_concurrent_calls_replay() {
     assert_eq!(replayed, live);
     srv.stop().await;
 }
+
+/// The Vercel AI SDK's tool loop (`generateText` with a zod schema, two
+/// steps): the SDK sends the tool call back as it re-serializes it.
+const VERCEL: &str = r#"
+const { generateText, tool, stepCountIs } = require('ai');
+const { createOpenAI } = require('@ai-sdk/openai');
+const { z } = require('zod');
+const openai = createOpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: process.env.OPENAI_API_KEY });
+(async () => {
+  const r = await generateText({
+    model: openai.chat('m'),
+    maxRetries: 0,
+    tools: { weather: tool({ description: 'the weather', inputSchema: z.object({ city: z.string() }),
+                             execute: async ({ city }) => `sunny in ${city}` }) },
+    stopWhen: stepCountIs(2),
+    prompt: 'weather in Lima?',
+  });
+  console.log(JSON.stringify({ steps: r.steps.length,
+    calls: r.steps.map(s => s.toolCalls.map(c => c.input)),
+    results: r.steps.map(s => s.toolResults.map(c => c.output)) }));
+})().catch(e => { console.error(e); process.exit(1); });
+"#;
+
+fn run_node(modules: &str, script: &str, base: &str) -> serde_json::Value {
+    let out = std::process::Command::new("node")
+        .args(["-e", script])
+        .env("NODE_PATH", modules)
+        .env("OPENAI_BASE_URL", base)
+        .env("OPENAI_API_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vercel_ai_sdk_tool_loop_is_one_session_and_replays() {
+    let Ok(modules) = std::env::var("CONVO_TEST_NODE_MODULES") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CONVO_TEST_NODE_MODULES is not set in CI"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_NODE_MODULES is not set (scripts/test sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/v1", srv.url);
+    let m = modules.clone();
+    let live = tokio::task::spawn_blocking(move || run_node(&m, VERCEL, &base))
+        .await
+        .unwrap();
+    assert_eq!(live["steps"], 2);
+    assert_eq!(live["calls"][0][0]["city"], "Paris");
+    let sessions = crate::common::off_rt(|| srv.store().sessions().unwrap());
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0].title.as_deref(), Some("weather in Lima?"));
+    let t = crate::common::off_rt(|| {
+        srv.store()
+            .timeline(&sessions[0].id, &BranchName::main())
+            .unwrap()
+    });
+    assert_eq!(t.len(), 8, "both steps on one timeline");
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(convo_proxy::replay::ReplaySpec::parse("weather in Lima?").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let base = format!("{}/v1", srv.url);
+    let replayed = tokio::task::spawn_blocking(move || run_node(&modules, VERCEL, &base))
+        .await
+        .unwrap();
+    assert_eq!(replayed, live);
+    srv.stop().await;
+}
