@@ -90,15 +90,39 @@ impl Expected {
     }
 }
 
-/// A call as compared: service, operation and payload in one text.
+/// A call as compared: service, operation and payload in one text. An
+/// inference call is compared in the canonical form the recording
+/// proxy's replay matches requests by ([`convo_proxy::replay::Matcher`]:
+/// the one matcher), so tool arguments re-serialized, text parts for a
+/// string or volatile fields do not make a divergence.
 pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
     let s = |k: &str| diag.get(k).and_then(Value::as_str).unwrap_or("");
+    if to == "infer" {
+        let headers = diag
+            .get("headers")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let canon = convo_proxy::replay::canonical(s("method"), s("path"), &headers, payload);
+        let mut head = format!("infer {} {} {}", s("api"), s("method"), s("path"));
+        if let Some(h) = canon
+            .get("headers")
+            .filter(|h| h.as_object().is_some_and(|o| !o.is_empty()))
+        {
+            head.push_str(&format!(" {h}"));
+        }
+        if payload.is_empty() {
+            return head;
+        }
+        let body = canon.get("body").cloned().unwrap_or_default();
+        let text = serde_json::to_string_pretty(&body).unwrap_or_default();
+        return format!("{head}\n{text}");
+    }
     let head = match to {
         "kv" => match s("op") {
             "list" => format!("kv list prefix={:?}", s("prefix")),
             op => format!("kv {op} {:?}", s("key")),
         },
-        "infer" => format!("infer {} {} {}", s("api"), s("method"), s("path")),
         other => format!("{other} {diag}"),
     };
     if payload.is_empty() {

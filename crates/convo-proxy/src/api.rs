@@ -460,28 +460,22 @@ fn is_output_item(m: &Value) -> bool {
 
 /// A message reduced to what identifies it in a conversation, so that a
 /// client re-sending an answer it received (with `null`s dropped, fields
-/// re-ordered, an SDK's extra keys) still matches the recorded one:
-/// role, content text (or blocks without cache hints), tool calls as
-/// (id, name, arguments), tool-call id.
+/// re-ordered, an SDK's extra keys, tool arguments re-serialized, text
+/// parts instead of a string) still matches the recorded one: role,
+/// content text (or blocks without cache hints), tool calls as (id, name,
+/// parsed arguments), tool-call id. A Responses API `"type": "message"`
+/// is implied by its role and left out.
 pub fn normalize(m: &Value) -> Value {
     let mut out = Map::new();
     if let Some(r) = role(m) {
         out.insert("role".into(), json!(r));
     }
-    if let Some(t) = m.get("type").and_then(Value::as_str) {
+    if let Some(t) = m.get("type").and_then(Value::as_str)
+        && !(t == "message" && role(m).is_some())
+    {
         out.insert("type".into(), json!(t));
     }
-    let content = match m.get("content") {
-        None | Some(Value::Null) => json!(""),
-        Some(c) => match only_text(Some(c)) {
-            Some(t) => json!(t),
-            None => match c {
-                Value::Array(blocks) => Value::Array(blocks.iter().map(normalize_block).collect()),
-                other => other.clone(),
-            },
-        },
-    };
-    out.insert("content".into(), content);
+    out.insert("content".into(), normalize_content(m.get("content")));
     if let Some(calls) = m.get("tool_calls").and_then(Value::as_array)
         && !calls.is_empty()
     {
@@ -491,18 +485,47 @@ pub fn normalize(m: &Value) -> Value {
                 json!({
                     "id": c.get("id"),
                     "name": c.get("function").and_then(|f| f.get("name")),
-                    "arguments": c.get("function").and_then(|f| f.get("arguments")),
+                    "arguments": c.get("function").and_then(|f| f.get("arguments")).map(parsed_arguments),
                 })
             })
             .collect();
         out.insert("tool_calls".into(), Value::Array(calls));
     }
-    for key in ["tool_call_id", "call_id", "name", "arguments", "output"] {
+    for key in ["tool_call_id", "call_id", "name", "output"] {
         if let Some(x) = m.get(key).filter(|x| !x.is_null()) {
-            out.insert(key.into(), x.clone());
+            out.insert(key.into(), normalize_content(Some(x)));
         }
     }
+    if let Some(a) = m.get("arguments").filter(|x| !x.is_null()) {
+        out.insert("arguments".into(), parsed_arguments(a));
+    }
     Value::Object(out)
+}
+
+/// Tool-call arguments as JSON when they are a JSON document in a string
+/// (`{"city":"Paris"}` and `{"city": "Paris"}` are the same arguments).
+pub fn parsed_arguments(a: &Value) -> Value {
+    match a {
+        Value::String(s) => serde_json::from_str::<Value>(s)
+            .map(|v| canonical_value(&v))
+            .unwrap_or_else(|_| a.clone()),
+        other => canonical_value(other),
+    }
+}
+
+/// Content as compared: text (a string or only text parts) as one
+/// string, nothing as `""`, blocks normalized.
+fn normalize_content(c: Option<&Value>) -> Value {
+    match c {
+        None | Some(Value::Null) => json!(""),
+        Some(c) => match only_text(Some(c)) {
+            Some(t) => json!(t),
+            None => match c {
+                Value::Array(blocks) => Value::Array(blocks.iter().map(normalize_block).collect()),
+                other => other.clone(),
+            },
+        },
+    }
 }
 
 fn normalize_block(b: &Value) -> Value {
@@ -525,9 +548,117 @@ fn normalize_block(b: &Value) -> Value {
     Value::Object(
         obj.iter()
             .filter(|(k, v)| keep.contains(&k.as_str()) && !v.is_null())
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(k, v)| {
+                let v = match k.as_str() {
+                    "content" => normalize_content(Some(v)),
+                    "input" => parsed_arguments(v),
+                    _ => v.clone(),
+                };
+                (k.clone(), v)
+            })
             .collect(),
     )
+}
+
+/// A JSON value in the canonical form requests are compared in (by
+/// replay and by the harness): `null` members and empty `annotations`
+/// dropped, cache hints (`cache_control`) dropped, content that is only
+/// text parts as one string, tool arguments that are a JSON document in
+/// a string parsed. Key order and whitespace do not matter once the value
+/// is serialized canonically (RFC 8785).
+pub fn canonical_value(v: &Value) -> Value {
+    match v {
+        Value::Object(o) => {
+            let mut out = Map::new();
+            for (k, x) in o {
+                match (k.as_str(), x) {
+                    (_, Value::Null) | ("cache_control", _) => {}
+                    ("annotations", Value::Array(a)) if a.is_empty() => {}
+                    ("content", c @ Value::Array(_)) => {
+                        let c = match only_text(Some(c)) {
+                            Some(t) => json!(t),
+                            None => canonical_value(c),
+                        };
+                        out.insert(k.clone(), c);
+                    }
+                    ("arguments", Value::String(_)) => {
+                        out.insert(k.clone(), parsed_arguments(x));
+                    }
+                    _ => {
+                        out.insert(k.clone(), canonical_value(x));
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(canonical_value).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A title a person can read for a conversation: the first human text of
+/// its user messages, skipping blocks a client adds around it
+/// (`<system-reminder>…</system-reminder>` from Claude Code,
+/// `<environment_context>…`, `<user_instructions>…` from Codex, any
+/// message that is only such a block).
+pub fn human_text(msgs: &[Value]) -> Option<String> {
+    for m in msgs {
+        if role(m) != Some("user") {
+            continue;
+        }
+        let parts: Vec<&str> = match m.get("content") {
+            Some(Value::String(s)) => vec![s.as_str()],
+            Some(Value::Array(blocks)) => blocks
+                .iter()
+                .filter(|b| {
+                    matches!(
+                        b.get("type").and_then(Value::as_str),
+                        Some("text" | "input_text")
+                    )
+                })
+                .filter_map(|b| b.get("text").and_then(Value::as_str))
+                .collect(),
+            _ => vec![],
+        };
+        for p in parts {
+            let t = strip_wrapped_blocks(p);
+            if !t.trim().is_empty() {
+                return Some(t.trim().to_owned());
+            }
+        }
+    }
+    None
+}
+
+/// Text without the `<tag>…</tag>` blocks it starts with or that make up
+/// whole lines of it.
+fn strip_wrapped_blocks(text: &str) -> String {
+    let mut rest = text;
+    let mut out = String::new();
+    loop {
+        let t = rest.trim_start();
+        let Some(after) = t.strip_prefix('<') else {
+            out.push_str(t);
+            break;
+        };
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+            .collect();
+        let close = format!("</{name}>");
+        match (
+            name.is_empty(),
+            after[name.len()..].starts_with('>'),
+            t.find(&close),
+        ) {
+            (false, true, Some(end)) => rest = &t[end + close.len()..],
+            _ => {
+                out.push_str(t);
+                break;
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -599,5 +730,37 @@ mod tests {
         let recorded = json!({"role":"assistant","content":"hi","refusal":null,"annotations":[]});
         let resent = json!({"content":"hi","role":"assistant"});
         assert_eq!(normalize(&recorded), normalize(&resent));
+        // Re-serialized tool arguments and text parts are the same message.
+        let sent = json!({"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+            "function":{"name":"weather","arguments":"{\"city\":\"Paris\",\"unit\":\"c\"}"}}]});
+        let back = json!({"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function",
+            "function":{"name":"weather","arguments":"{\"unit\": \"c\", \"city\": \"Paris\"}"}}]});
+        assert_eq!(normalize(&sent), normalize(&back));
+        let parts = json!({"role":"user","content":[{"type":"text","text":"hi"}]});
+        assert_eq!(
+            normalize(&parts),
+            normalize(&json!({"role":"user","content":"hi"}))
+        );
+        let other = json!({"role":"assistant","tool_calls":[{"id":"c1","function":{"name":"weather","arguments":"{\"city\":\"Rome\"}"}}]});
+        assert_ne!(normalize(&sent), normalize(&other));
+    }
+
+    #[test]
+    fn titles_skip_what_clients_add_around_the_human_text() {
+        let claude = vec![json!({"role":"user","content":[
+            {"type":"text","text":"<system-reminder>\nAs you answer…\n</system-reminder>"},
+            {"type":"text","text":"Fix the failing test\nplease"}]})];
+        assert_eq!(human_text(&claude).unwrap(), "Fix the failing test\nplease");
+        let codex = vec![
+            json!({"type":"message","role":"developer","content":[{"type":"input_text","text":"rules"}]}),
+            json!({"type":"message","role":"user","content":[{"type":"input_text","text":"<user_instructions>\nx\n</user_instructions>"}]}),
+            json!({"type":"message","role":"user","content":[{"type":"input_text","text":"<environment_context>\n  <cwd>/w</cwd>\n</environment_context>"}]}),
+            json!({"type":"message","role":"user","content":[{"type":"input_text","text":"List the files"}]}),
+        ];
+        assert_eq!(human_text(&codex).unwrap(), "List the files");
+        assert_eq!(
+            human_text(&[json!({"role":"user","content":"<b>bold</b> move"})]).unwrap(),
+            "move"
+        );
     }
 }

@@ -17,6 +17,16 @@
 //! - `/s/{session}/{branch}/v1/{path}`: the same, named in the base URL
 //!   (which every SDK accepts).
 //!
+//! **Nothing is answered unrecorded.** A branch the session does not have
+//! yet is created from the session's head (its `main`'s head) and the call
+//! recorded on it; in a session with nothing recorded yet (a new title),
+//! the call's turn goes on `main` and the branch is forked at its end. A
+//! branch name that is not valid is refused (`400 invalid_branch`) before
+//! the upstream is called. When the store refuses a call anyway, the
+//! client still gets its answer, a line on stderr says so, and from then
+//! on every answer carries `x-convo-recording-failures: N` (non-streamed
+//! answers also `x-convo-error` with the reason).
+//!
 //! ## Upstreams
 //!
 //! `{path}` goes to `{upstream}/v1/{path}` (a trailing `/v1` on the
@@ -169,6 +179,10 @@ struct Inner {
     pool: StorePool,
     writer: writer::Writer,
     replay: Mutex<Option<replay::Replay>>,
+    /// Calls answered but not recorded (the store refused them).
+    failures: std::sync::atomic::AtomicU64,
+    /// Set once an upstream rejected the `stream_options` the proxy adds.
+    no_usage_option: std::sync::atomic::AtomicBool,
 }
 
 fn base(url: &str) -> Result<String, ProxyError> {
@@ -190,7 +204,7 @@ impl Proxy {
             .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(ProxyError::Client)?;
-        let shared = Arc::new(writer::Shared::default());
+        let shared = Arc::new(writer::Shared::new());
         let writer =
             writer::Writer::start(shared, pool.clone(), hub).map_err(ProxyError::Writer)?;
         Ok(Proxy {
@@ -202,6 +216,8 @@ impl Proxy {
                 pool,
                 writer,
                 replay: Mutex::default(),
+                failures: std::sync::atomic::AtomicU64::new(0),
+                no_usage_option: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -231,6 +247,13 @@ impl Proxy {
     pub fn replay_summary(&self) -> Option<String> {
         let r = self.inner.replay.lock().ok()?;
         r.as_ref().map(replay::Replay::summary)
+    }
+
+    /// How many calls were answered but could not be recorded.
+    pub fn recording_failures(&self) -> u64 {
+        self.inner
+            .failures
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many recorded calls a replay serves (0 when not replaying).
@@ -318,8 +341,35 @@ fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// The header every answer carries once a call could not be recorded:
+/// how many were not (see [`Proxy::recording_failures`]).
+pub const FAILURES_HEADER: &str = "x-convo-recording-failures";
+
 impl Proxy {
     async fn call(&self, target: Target, rest: String, req: Request) -> Response {
+        if let Target::Named { branch, .. } = &target
+            && let Err(e) = BranchName::new(branch)
+        {
+            // Refused before the upstream is called: never answered
+            // unrecorded.
+            return proxy_error(
+                StatusCode::BAD_REQUEST,
+                "invalid_branch",
+                &format!("branch `{branch}`: {e}"),
+            );
+        }
+        let mut res = self.forward(target, rest, req).await;
+        let failed = self.recording_failures();
+        if failed > 0
+            && let Ok(v) = HeaderValue::from_str(&failed.to_string())
+        {
+            res.headers_mut()
+                .insert(HeaderName::from_static(FAILURES_HEADER), v);
+        }
+        res
+    }
+
+    async fn forward(&self, target: Target, rest: String, req: Request) -> Response {
         let (parts, body) = req.into_parts();
         let body = match axum::body::to_bytes(body, usize::MAX).await {
             Ok(b) => b,
@@ -377,7 +427,14 @@ impl Proxy {
             url.push_str(q);
         }
         let req_json = api::parse(&body);
-        let changed = api::add_include_usage(api, req_json.as_ref());
+        let changed = if inner
+            .no_usage_option
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            None
+        } else {
+            api::add_include_usage(api, req_json.as_ref())
+        };
         let mut ex = Exchange {
             api: Some(api),
             method: method.clone(),
@@ -400,7 +457,7 @@ impl Proxy {
             started_at: now_ms(),
             ..Exchange::default()
         };
-        let strip_usage = changed.is_some();
+        let mut strip_usage = changed.is_some();
         let mut headers = reqwest::header::HeaderMap::new();
         let mut has_key = false;
         for (k, v) in &parts.headers {
@@ -434,13 +491,40 @@ impl Proxy {
         let method_r =
             reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
         let t0 = Instant::now();
-        let sent = inner
+        let again = changed
+            .is_some()
+            .then(|| (method_r.clone(), headers.clone()));
+        let mut sent = inner
             .client
             .request(method_r, &url)
             .headers(headers)
             .body(changed.unwrap_or_else(|| body.to_vec()))
             .send()
             .await;
+        // An upstream that rejects the `stream_options` the proxy added:
+        // the call as the client sent it, and no more adding for this run.
+        if let Some((method_r, headers)) = again
+            && let Ok(r) = &sent
+            && matches!(r.status().as_u16(), 400 | 422)
+        {
+            inner
+                .no_usage_option
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            strip_usage = false;
+            if let Some(serde_json::Value::Object(m)) = &mut ex.upstream_changes {
+                m.remove("stream_options.include_usage");
+                if m.is_empty() {
+                    ex.upstream_changes = None;
+                }
+            }
+            sent = inner
+                .client
+                .request(method_r, &url)
+                .headers(headers)
+                .body(body.to_vec())
+                .send()
+                .await;
+        }
         let resp = match sent {
             Ok(r) => r,
             Err(e) => {
@@ -677,11 +761,10 @@ impl Proxy {
             record::RECORDED_REQUEST_HEADERS,
         );
         let path = replay::recorded_path(rest, parts.uri.query());
-        let mut received = replay::canonical(method, &path, &headers, body);
-        let (taken, pace, on_miss, session, title, branch) = {
+        let (received, taken, pace, on_miss, session, title, branch) = {
             let mut guard = self.inner.replay.lock().ok()?;
             let r = guard.as_mut()?;
-            r.map_ids(&mut received);
+            let received = r.received(method, &path, &headers, body);
             if let Some((s, b)) = &r.live {
                 *target = Target::Named {
                     session: s.clone(),
@@ -690,6 +773,7 @@ impl Proxy {
                 return None;
             }
             (
+                received.clone(),
                 r.take(&received),
                 r.spec.pace,
                 r.spec.on_miss,
@@ -703,32 +787,43 @@ impl Proxy {
             Err(m) => m,
         };
         if on_miss == replay::OnMiss::Error {
-            let (status, message) = match &miss.recorded {
-                None => (
-                    StatusCode::NOT_FOUND,
-                    "replay: the recording has no more calls".to_owned(),
-                ),
-                Some(_) => (
-                    StatusCode::CONFLICT,
+            // 400: a status no SDK retries (409, 429 and 5xx are retried,
+            // 404 reads as "model not found").
+            let (code, message) = match (&miss.recorded, miss.exhausted) {
+                (None, _) | (_, true) => (
+                    "replay_exhausted",
                     format!(
-                        "replay: the call does not match the recorded call at this position (differs at {})",
+                        "replay: every call recorded on `{branch}` of session {session} has been answered; this call is not in the recording"
+                    ),
+                ),
+                (Some(_), false) => (
+                    "replay_miss",
+                    format!(
+                        "replay: no call recorded on `{branch}` of session {session} matches this one; the closest (call #{}) differs at {}",
+                        miss.recorded_call.unwrap_or(0),
                         miss.differences.join(", ")
                     ),
                 ),
             };
+            eprintln!(
+                "{}",
+                json!({"proxy": "replay miss", "code": code, "differences": miss.differences})
+            );
             let body = json!({"error": {
                 "type": "convo_proxy_error",
-                "code": "replay_miss",
+                "code": code,
                 "message": message,
                 "recorded": miss.recorded,
+                "recorded_call": miss.recorded_call,
                 "received": received,
                 "differences": miss.differences,
             }});
-            return Some((status, axum::Json(body)).into_response());
+            return Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response());
         }
         // Live from here on.
         let live = match (&miss.recorded, miss.before) {
             (None, _) => (session.to_string(), branch),
+            (Some(_), _) if miss.exhausted => (session.to_string(), branch),
             (Some(_), Some(before)) => {
                 let now = now_ms();
                 let forked = self
@@ -767,11 +862,17 @@ impl Proxy {
     /// [`writer`]); logs (never with headers or bodies) when the store
     /// refuses.
     async fn save(&self, target: Target, ex: Exchange) -> Result<StoredNode, StoreError> {
+        let path = ex.path.clone();
         let res = self.inner.writer.record(target, ex).await;
         if let Err(e) = &res {
+            let n = self
+                .inner
+                .failures
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                + 1;
             eprintln!(
                 "{}",
-                json!({"proxy": "not recorded", "error": e.to_string()})
+                json!({"proxy": "answered but not recorded", "path": path, "error": e.to_string(), "not_recorded": n})
             );
         }
         res
@@ -865,8 +966,15 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
         );
     }
     let streamed = call.chunks.is_some();
+    if let (false, Some(why)) = (streamed, &call.cut)
+        && call.body.len() <= WHOLE_ANSWER
+    {
+        // The client got this error live (an answer read whole).
+        return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", why);
+    }
+    let cut = call.cut.clone();
     let chunks = replay::chunks(&call);
-    if !streamed {
+    if !streamed && cut.is_none() {
         let body: Vec<u8> = chunks.into_iter().flat_map(|(b, _)| b.to_vec()).collect();
         return (status, headers, body).into_response();
     }
@@ -875,9 +983,17 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
         if pace == replay::Pace::Recorded {
             tokio::time::sleep_until(start + Duration::from_secs_f64(t.max(0.0) / 1000.0)).await;
         }
-        Ok::<Bytes, std::convert::Infallible>(b)
+        Ok::<Bytes, std::io::Error>(b)
     });
-    (status, headers, Body::from_stream(stream)).into_response()
+    // A stream the upstream cut ends with the same error it did live.
+    // (After a pause, so what came before reaches the client first, as it
+    // did live: an error the body yields at once drops the connection with
+    // the bytes still buffered.)
+    let end = futures_util::stream::iter(cut).then(|why| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Err::<Bytes, _>(std::io::Error::other(why))
+    });
+    (status, headers, Body::from_stream(stream.chain(end))).into_response()
 }
 
 /// `x-convo-node` (the last node recorded) or `x-convo-error`.

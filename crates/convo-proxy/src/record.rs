@@ -385,6 +385,9 @@ impl Exchange {
         if let Some(t) = crate::thread::key_after(api, req.as_ref(), answer.as_ref()) {
             cdiag.insert("thread".into(), json!(t));
         }
+        for (field, key) in crate::thread::keys_also(api, req.as_ref(), resp.as_ref()) {
+            cdiag.insert(field.as_str().into(), json!(key));
+        }
         if let Some(e) = self.error.as_ref().or(self.partial.as_ref()) {
             cdiag.insert("error".into(), json!(e));
         }
@@ -506,6 +509,15 @@ pub fn record(
 }
 
 /// [`record`] inside the caller's transaction.
+///
+/// A call that fails with a status SDKs retry ([`crate::thread::is_retried`])
+/// leaves its turn open: `invoke`, `request` and a `response` whose
+/// diagnostics say `awaiting_retry` (the request's
+/// [`retry_key`](crate::thread::retry_key)). The same request next on the
+/// timeline is the next attempt of that turn (`request`, `response`), and
+/// the attempt that is not retried closes it with the `complete`; any
+/// other call closes the open turn first (its `complete` carries the
+/// failed attempt's status).
 pub fn record_in(
     l: &mut Ledger<'_>,
     session: &SessionId,
@@ -517,23 +529,103 @@ pub fn record_in(
         .session(session)?
         .ok_or_else(|| StoreError::NoSession(session.to_string()))?
         .agent;
+    let retry = crate::thread::retry_key(&ex.method, &ex.path, &ex.request_body);
+    let retried = crate::thread::is_retried(ex.status);
+    let mut closed = Vec::new();
     if in_open_submission(l, session, branch)? {
-        let (a, b) = record_in_submission(l, session, branch, &agent, ex)?;
-        return Ok(Recorded {
-            nodes: vec![a, b],
-            whole_turn: false,
-        });
+        match awaiting_retry(l, session, branch)? {
+            None => {
+                let (a, b) = record_in_submission(l, session, branch, &agent, ex)?;
+                return Ok(Recorded {
+                    nodes: vec![a, b],
+                    whole_turn: false,
+                });
+            }
+            Some((key, _)) if key == retry => {
+                let [_, request, mut response, complete] = ex.turn(&agent)?;
+                if retried {
+                    mark_awaiting(&mut response, &retry)?;
+                }
+                let req = l.append(session, branch, &request)?;
+                response.sequence = req.node.sequence;
+                let resp = l.append(session, branch, &response)?;
+                let mut nodes = vec![req, resp];
+                if !retried {
+                    nodes.push(l.append(session, branch, &complete)?);
+                }
+                return Ok(Recorded {
+                    nodes,
+                    whole_turn: !retried,
+                });
+            }
+            Some((_, status)) => {
+                // Not retried after all: the open turn ends as it failed.
+                let (c_from, c_to) = default_ends(Kind::Complete, &agent);
+                let end = draft(
+                    Kind::Complete,
+                    c_from,
+                    c_to,
+                    Vec::new(),
+                    &json!({"status": status, "error": format!("the upstream answered {status} and the call was not retried")}),
+                    ex.started_at,
+                )?;
+                closed.push(l.append(session, branch, &end)?);
+            }
+        }
     }
     let [invoke, request, mut response, complete] = ex.turn(&agent)?;
+    if retried {
+        mark_awaiting(&mut response, &retry)?;
+    }
     let inv = l.append(session, branch, &invoke)?;
     let req = l.append(session, branch, &request)?;
     response.sequence = req.node.sequence;
     let resp = l.append(session, branch, &response)?;
-    let done = l.append(session, branch, &complete)?;
+    closed.extend([inv, req, resp]);
+    if !retried {
+        closed.push(l.append(session, branch, &complete)?);
+    }
     Ok(Recorded {
-        nodes: vec![inv, req, resp, done],
-        whole_turn: true,
+        nodes: closed,
+        whole_turn: !retried,
     })
+}
+
+/// Marks a response as a failed attempt its turn awaits a retry of.
+fn mark_awaiting(response: &mut Draft, retry: &str) -> Result<()> {
+    let mut d = response.diagnostics.to_value();
+    if let Some(o) = d.as_object_mut() {
+        o.insert("awaiting_retry".into(), json!(retry));
+    }
+    response.diagnostics = Diagnostics::from_value(&d)
+        .map_err(|e| StoreError::Invalid(format!("diagnostics: {e}")))?;
+    Ok(())
+}
+
+/// When the branch's head is a proxy's failed attempt awaiting a retry:
+/// the retry key it awaits and the status it failed with.
+pub fn awaiting_retry(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+) -> Result<Option<(String, u64)>> {
+    let tx = l.tx();
+    let Some(head) = tx.branch(session, branch)?.and_then(|b| b.head) else {
+        return Ok(None);
+    };
+    let Some(node) = tx.node(&head)? else {
+        return Ok(None);
+    };
+    if node.node.kind != Kind::Response {
+        return Ok(None);
+    }
+    let d = node.node.diagnostics.to_value();
+    Ok(d.get("awaiting_retry").and_then(Value::as_str).map(|k| {
+        (
+            k.to_owned(),
+            d.get("status").and_then(Value::as_u64).unwrap_or(0),
+        )
+    }))
 }
 
 #[cfg(test)]

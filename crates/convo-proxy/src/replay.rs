@@ -1,14 +1,24 @@
 //! Replay: answer calls from a recorded timeline, with no upstream.
 //!
-//! The timeline's proxy calls (each `request` the proxy recorded and its
-//! `response`) are served in order. A call is matched **by position**:
-//! it must equal the first call not yet served, or another unserved call
-//! of the same turn (calls a program makes concurrently inside one turn
-//! may arrive in any order, and each still gets its own answer). "Equal"
-//! means the same canonical form ([`canonical`]): RFC 8785 JSON of
-//! `{method, path, headers, body}` where `headers` keeps only the
-//! behaviour-changing ones (`anthropic-version`, `anthropic-beta`,
-//! `openai-beta`) and the body drops the volatile fields [`VOLATILE`].
+//! Replay is a **lookup, not a cursor**: a call is answered by the
+//! recorded call of the timeline that matches it, whatever the order the
+//! calls arrive in (four calls an agent sends with `asyncio.gather` each
+//! get their own answer). When several recorded calls match (a call
+//! retried after an error, a question asked twice), the first not yet
+//! served in timeline order answers; once every match was served, a
+//! repeat is a miss unless repeats are allowed (`--replay-repeats`: the
+//! last match answers again). A miss is only a miss: it moves nothing and
+//! every later call is looked up as before.
+//!
+//! "Matches" means the same canonical form ([`Matcher::canonical`]):
+//! RFC 8785 JSON of `{method, path, headers, body}` where `headers` keeps
+//! only the behaviour-changing ones (`anthropic-version`, `anthropic-beta`,
+//! `openai-beta`), the body is in the canonical form the threading uses
+//! too ([`crate::api::canonical_value`]: tool arguments parsed, text parts
+//! as strings, `null`s and cache hints dropped) and drops the volatile
+//! fields [`VOLATILE`] and the JSON pointers given with `--match-ignore`
+//! (`/body/temperature`, `/headers/openai-beta`). The agent harness
+//! compares its calls with the same function.
 //!
 //! The Responses API's `previous_response_id` names an answer by the id
 //! its upstream gave it: in the canonical form it is replaced by the
@@ -20,15 +30,20 @@
 //! A match is answered with the recorded status, headers and bytes: a
 //! stream is re-sent chunk by chunk as recorded, byte-identical to what the
 //! client got live (the usage chunk the proxy had asked for is removed the
-//! same way), at once (`fast`) or at the recorded offsets (`recorded`).
+//! same way), at once (`fast`) or at the recorded offsets (`recorded`). An
+//! answer the upstream cut is cut again: a stream ends with an error after
+//! the bytes that had arrived, a JSON answer is the `502 upstream_cut` the
+//! client got.
 //!
-//! A miss is a `409` (`404` once the recording is exhausted) whose JSON
-//! names the recorded and the received canonical request and the paths
-//! where they differ (`--on-miss error`), or (`--on-miss live`) the call
-//! goes to the upstream and is recorded on a new timeline `live-N` forked
-//! just before the missed call; every later call goes live there too. Past
-//! the end of the recording, `live` continues the replayed timeline itself
-//! (so replaying a timeline forked at node N serves the record up to N and
+//! A miss (`--on-miss error`) is a `400` (a status SDKs do not retry) whose
+//! JSON (`code: replay_miss`) names the closest recorded call, the received
+//! canonical request and the JSON pointers where they differ; once every
+//! recorded call was served it is a `400` with `code: replay_exhausted`
+//! saying so. With `--on-miss live` the call goes to the upstream and is
+//! recorded on a new timeline `live-N` forked just before the closest
+//! recorded call's turn; every later call goes live there too. Past the
+//! end of the recording, `live` continues the replayed timeline itself (so
+//! replaying a timeline forked at node N serves the record up to N and
 //! goes live after it).
 
 use crate::record::{BEHAVIOUR_HEADERS, redact_query};
@@ -39,12 +54,14 @@ use convo_store::{Result, Store, StoreError};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
-/// Body fields ignored when matching (they change between identical runs).
+/// Body fields ignored when matching (they change between identical runs),
+/// as JSON pointers into the canonical request.
 pub const VOLATILE: &[&str] = &[
-    "user",
-    "stream_options.obfuscation",
-    "prompt_cache_key",
-    "safety_identifier",
+    "/body/user",
+    "/body/stream_options/obfuscation",
+    "/body/prompt_cache_key",
+    "/body/safety_identifier",
+    "/body/metadata/user_id",
 ];
 
 /// How fast a recorded stream is re-sent.
@@ -67,6 +84,59 @@ pub enum OnMiss {
     Live,
 }
 
+/// How a request is reduced before it is compared: the one matcher the
+/// proxy's replay and the agent harness's replay both use.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Matcher {
+    /// JSON pointers (into `{method, path, headers, body}`) left out of the
+    /// comparison, besides [`VOLATILE`].
+    pub ignore: Vec<String>,
+}
+
+impl Matcher {
+    /// A matcher ignoring `pointers` too (each must start with `/`).
+    pub fn new(pointers: &[String]) -> std::result::Result<Matcher, String> {
+        for p in pointers {
+            if !p.starts_with('/') {
+                return Err(format!(
+                    "--match-ignore `{p}`: not a JSON pointer (write /body/temperature, /headers/openai-beta)"
+                ));
+            }
+        }
+        Ok(Matcher {
+            ignore: pointers.to_vec(),
+        })
+    }
+
+    /// The canonical form of a request (see the module docs).
+    pub fn canonical(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &Map<String, Value>,
+        body: &[u8],
+    ) -> Value {
+        let body = match crate::api::parse(body) {
+            Some(v) => crate::api::canonical_value(&v),
+            None => json!(String::from_utf8_lossy(body)),
+        };
+        let headers: Map<String, Value> = headers
+            .iter()
+            .filter(|(k, _)| BEHAVIOUR_HEADERS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut v = json!({"method": method, "path": path, "headers": headers, "body": body});
+        for p in VOLATILE
+            .iter()
+            .copied()
+            .chain(self.ignore.iter().map(String::as_str))
+        {
+            remove_pointer(&mut v, p);
+        }
+        v
+    }
+}
+
 /// What to replay.
 #[derive(Clone, Debug)]
 pub struct ReplaySpec {
@@ -74,25 +144,59 @@ pub struct ReplaySpec {
     pub session: String,
     /// Timeline (default `main`).
     pub branch: BranchName,
+    /// What `--replay` said, when it was split as `SESSION:BRANCH`: a
+    /// session with that whole title is preferred.
+    pub whole: Option<String>,
     /// Stream pace.
     pub pace: Pace,
     /// Miss policy.
     pub on_miss: OnMiss,
+    /// Whether a call matching recorded calls already served is answered
+    /// again (by the last of them).
+    pub repeats: bool,
+    /// How requests are compared.
+    pub matcher: Matcher,
 }
 
 impl ReplaySpec {
-    /// Parses `SESSION[:BRANCH]`.
+    /// Parses `SESSION[:BRANCH]`. A title with a colon still works: when
+    /// no session has the part before the last colon as its name, or the
+    /// part after it is not a branch name, the whole text is the session
+    /// (see [`ReplaySpec::with_branch`] to name the branch apart).
     pub fn parse(s: &str) -> std::result::Result<ReplaySpec, String> {
-        let (session, branch) = match s.rsplit_once(':') {
-            Some((a, b)) if !a.is_empty() => (a, b),
-            _ => (s, "main"),
+        let split = s
+            .rsplit_once(':')
+            .filter(|(a, _)| !a.is_empty())
+            .and_then(|(a, b)| BranchName::new(b).ok().map(|b| (a, b)));
+        let (session, branch, whole) = match split {
+            Some((a, b)) => (a.to_owned(), b, Some(s.to_owned())),
+            None if s.is_empty() => return Err("--replay: give SESSION or SESSION:BRANCH".into()),
+            None => (s.to_owned(), BranchName::main(), None),
         };
-        let branch = BranchName::new(branch).map_err(|e| format!("--replay `{s}`: {e}"))?;
+        Ok(ReplaySpec {
+            session,
+            branch,
+            whole,
+            pace: Pace::Fast,
+            on_miss: OnMiss::Error,
+            repeats: false,
+            matcher: Matcher::default(),
+        })
+    }
+
+    /// `SESSION` taken whole (any title) and the branch named apart
+    /// (`--replay-branch`).
+    pub fn with_branch(session: &str, branch: &str) -> std::result::Result<ReplaySpec, String> {
+        let branch =
+            BranchName::new(branch).map_err(|e| format!("--replay-branch `{branch}`: {e}"))?;
         Ok(ReplaySpec {
             session: session.to_owned(),
             branch,
+            whole: None,
             pace: Pace::Fast,
             on_miss: OnMiss::Error,
+            repeats: false,
+            matcher: Matcher::default(),
         })
     }
 }
@@ -100,6 +204,8 @@ impl ReplaySpec {
 /// One recorded call.
 #[derive(Clone, Debug)]
 pub struct Call {
+    /// Its place among the timeline's recorded calls (from 0).
+    pub index: usize,
     /// Its turn (submission).
     pub submission: Option<SubmissionId>,
     /// The canonical request.
@@ -119,6 +225,9 @@ pub struct Call {
     pub before: Option<NodeHash>,
     /// The whole answer's length when the record kept only its first bytes.
     pub truncated: Option<u64>,
+    /// Why the upstream cut the answer, when it did (the client got a cut
+    /// answer, and a replay cuts it the same way).
+    pub cut: Option<String>,
 }
 
 /// The replay state.
@@ -132,6 +241,9 @@ pub struct Replay {
     pub spec: ReplaySpec,
     calls: Vec<Call>,
     served: Vec<bool>,
+    /// Canonical request (RFC 8785 text) → the recorded calls with it, in
+    /// timeline order.
+    by_request: HashMap<String, Vec<usize>>,
     /// Once a miss went live: the session (name) and timeline live calls go to.
     pub live: Option<(String, BranchName)>,
     /// Calls answered from the record.
@@ -142,18 +254,24 @@ pub struct Replay {
     response_ids: HashMap<String, usize>,
 }
 
-fn remove_path(v: &mut Value, path: &str) {
-    let mut parts: Vec<&str> = path.split('.').collect();
-    let Some(last) = parts.pop() else { return };
-    let mut cur = v;
-    for p in parts {
-        match cur.get_mut(p) {
-            Some(next) => cur = next,
-            None => return,
+/// Removes what a JSON pointer names (nothing when it names nothing).
+fn remove_pointer(v: &mut Value, pointer: &str) {
+    let Some((parent, last)) = pointer.rsplit_once('/') else {
+        return;
+    };
+    let last = last.replace("~1", "/").replace("~0", "~");
+    match v.pointer_mut(parent) {
+        Some(Value::Object(o)) => {
+            o.remove(&last);
         }
-    }
-    if let Some(o) = cur.as_object_mut() {
-        o.remove(last);
+        Some(Value::Array(a)) => {
+            if let Ok(i) = last.parse::<usize>()
+                && i < a.len()
+            {
+                a.remove(i);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -187,23 +305,15 @@ fn map_response_ids(ids: &HashMap<String, usize>, canon: &mut Value) {
     }
 }
 
-/// The canonical form of a request (see the module docs).
+/// The canonical form of a request with no `--match-ignore` (see
+/// [`Matcher::canonical`]).
 pub fn canonical(method: &str, path: &str, headers: &Map<String, Value>, body: &[u8]) -> Value {
-    let body = match crate::api::parse(body) {
-        Some(mut v) => {
-            for f in VOLATILE {
-                remove_path(&mut v, f);
-            }
-            v
-        }
-        None => json!(String::from_utf8_lossy(body)),
-    };
-    let headers: Map<String, Value> = headers
-        .iter()
-        .filter(|(k, _)| BEHAVIOUR_HEADERS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    json!({"method": method, "path": path, "headers": headers, "body": body})
+    Matcher::default().canonical(method, path, headers, body)
+}
+
+/// The text a canonical request is looked up by.
+fn key(canon: &Value) -> String {
+    serde_jcs::to_string(canon).unwrap_or_else(|_| canon.to_string())
 }
 
 /// The path a received call is recorded under.
@@ -257,11 +367,36 @@ fn obj(v: &Value, k: &str) -> Map<String, Value> {
 
 impl Replay {
     /// Reads the recorded calls of `spec`'s timeline.
-    pub fn load(store: &mut Store, spec: ReplaySpec) -> Result<Replay> {
-        let s = store.find_session(&spec.session)?;
+    pub fn load(store: &mut Store, mut spec: ReplaySpec) -> Result<Replay> {
+        let whole = match &spec.whole {
+            Some(w) => match store.find_session(w) {
+                Ok(s) => Some(s),
+                Err(StoreError::NoSession(_)) => None,
+                Err(e) => return Err(e),
+            },
+            None => None,
+        };
+        let s = match whole {
+            Some(s) => {
+                spec.session = spec.whole.take().unwrap_or_default();
+                spec.branch = BranchName::main();
+                s
+            }
+            None => store.find_session(&spec.session)?,
+        };
         let nodes = store.timeline(&s.id, &spec.branch)?;
-        let mut calls = Vec::new();
+        let mut calls: Vec<Call> = Vec::new();
         let mut response_ids = HashMap::new();
+        // (submission, sequence) → the response, so pairing is linear.
+        let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
+            let node = &n.stored.node;
+            if node.kind == Kind::Response {
+                responses
+                    .entry((node.submission, node.sequence))
+                    .or_insert(i);
+            }
+        }
         for (i, n) in nodes.iter().enumerate() {
             let node = &n.stored.node;
             if node.kind != Kind::Request {
@@ -274,11 +409,11 @@ impl Replay {
             ) else {
                 continue; // not a call the proxy recorded
             };
-            let Some(resp) = nodes[i + 1..].iter().find(|r| {
-                r.stored.node.kind == Kind::Response
-                    && r.stored.node.submission == node.submission
-                    && r.stored.node.sequence == node.sequence
-            }) else {
+            let Some(resp) = responses
+                .get(&(node.submission, node.sequence))
+                .filter(|&&r| r > i)
+                .map(|&r| &nodes[r])
+            else {
                 continue;
             };
             let rd = resp.stored.node.diagnostics.to_value();
@@ -292,17 +427,28 @@ impl Replay {
                     })
                     .collect()
             });
-            let turn_start = if i > 0 && nodes[i - 1].stored.node.kind == Kind::Invoke {
-                i - 1
-            } else {
-                i
-            };
-            let mut canon = canonical(method, path, &obj(&d, "headers"), &n.payload);
+            // The node before the call's turn: before its invoke.
+            let turn_start = nodes[..i]
+                .iter()
+                .rposition(|p| {
+                    p.stored.node.kind == Kind::Invoke
+                        && p.stored.node.submission == node.submission
+                })
+                .unwrap_or(i);
+            let mut canon = spec
+                .matcher
+                .canonical(method, path, &obj(&d, "headers"), &n.payload);
             map_response_ids(&response_ids, &mut canon);
             if let Some(id) = response_id(&rd, &resp.payload) {
                 response_ids.insert(id, calls.len());
             }
+            let cut = rd
+                .get("partial")
+                .and_then(Value::as_str)
+                .filter(|p| p.starts_with("upstream"))
+                .map(str::to_owned);
             calls.push(Call {
+                index: calls.len(),
                 submission: node.submission,
                 canonical: canon,
                 status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
@@ -322,6 +468,7 @@ impl Replay {
                     .get("truncated")
                     .and_then(|t| t.get("total_bytes"))
                     .and_then(Value::as_u64),
+                cut,
             });
         }
         if calls.is_empty() {
@@ -330,12 +477,20 @@ impl Replay {
                 spec.branch, s.id
             )));
         }
+        let mut by_request: HashMap<String, Vec<usize>> = HashMap::new();
+        for c in &calls {
+            by_request
+                .entry(key(&c.canonical))
+                .or_default()
+                .push(c.index);
+        }
         Ok(Replay {
             session: s.id,
             title: s.title.unwrap_or_else(|| s.id.to_string()),
             spec,
             served: vec![false; calls.len()],
             calls,
+            by_request,
             live: None,
             matched: 0,
             missed: 0,
@@ -343,10 +498,19 @@ impl Replay {
         })
     }
 
-    /// A received canonical request with its `previous_response_id` mapped
-    /// to the recorded call (see the module docs).
-    pub fn map_ids(&self, received: &mut Value) {
-        map_response_ids(&self.response_ids, received);
+    /// The canonical form of a received call, as the recording is looked
+    /// up by: its `previous_response_id` mapped to the recorded call (see
+    /// the module docs).
+    pub fn received(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &Map<String, Value>,
+        body: &[u8],
+    ) -> Value {
+        let mut v = self.spec.matcher.canonical(method, path, headers, body);
+        map_response_ids(&self.response_ids, &mut v);
+        v
     }
 
     /// Number of recorded calls.
@@ -359,36 +523,52 @@ impl Replay {
         self.calls.is_empty()
     }
 
-    /// Matches a received call: its recorded answer, or the miss.
+    /// Looks a received call up: its recorded answer, or the miss. A miss
+    /// changes nothing but the count.
     pub fn take(&mut self, received: &Value) -> std::result::Result<Call, Miss> {
-        let Some(first) = self.served.iter().position(|s| !s) else {
-            self.missed += 1;
-            return Err(Miss {
-                recorded: None,
-                before: None,
-                differences: vec![],
-            });
-        };
-        let turn = self.calls[first].submission;
-        let hit = (first..self.calls.len())
-            .take_while(|&i| self.calls[i].submission == turn)
-            .find(|&i| !self.served[i] && self.calls[i].canonical == *received);
-        match hit {
-            Some(i) => {
+        if let Some(all) = self.by_request.get(&key(received)) {
+            let hit = all
+                .iter()
+                .copied()
+                .find(|&i| !self.served[i])
+                .or_else(|| self.spec.repeats.then(|| all.last().copied()).flatten());
+            if let Some(i) = hit {
                 self.served[i] = true;
                 self.matched += 1;
-                Ok(self.calls[i].clone())
-            }
-            None => {
-                self.missed += 1;
-                let c = &self.calls[first];
-                Err(Miss {
-                    recorded: Some(c.canonical.clone()),
-                    before: c.before,
-                    differences: differences(&c.canonical, received),
-                })
+                return Ok(self.calls[i].clone());
             }
         }
+        self.missed += 1;
+        // The closest recorded call not yet served (same method and path
+        // first, then fewest differences, then the earliest).
+        let path_of = |v: &Value| (v.get("method").cloned(), v.get("path").cloned());
+        let closest = self
+            .calls
+            .iter()
+            .filter(|c| !self.served[c.index])
+            .map(|c| {
+                let diffs = differences(&c.canonical, received);
+                let other_path = path_of(&c.canonical) != path_of(received);
+                ((other_path, diffs.len(), c.index), c, diffs)
+            })
+            .min_by_key(|(rank, _, _)| *rank);
+        let exhausted = self.served.iter().all(|s| *s);
+        Err(match closest {
+            Some((_, c, diffs)) => Miss {
+                recorded: Some(c.canonical.clone()),
+                recorded_call: Some(c.index),
+                before: c.before,
+                differences: diffs,
+                exhausted,
+            },
+            None => Miss {
+                recorded: None,
+                recorded_call: None,
+                before: None,
+                differences: vec![],
+                exhausted,
+            },
+        })
     }
 
     /// `replay: N of M calls matched exactly (fidelity P%), K missed`.
@@ -412,12 +592,17 @@ impl Replay {
 /// A call that did not match.
 #[derive(Debug)]
 pub struct Miss {
-    /// The recorded call expected at this position (`None`: exhausted).
+    /// The closest recorded call not yet served (`None`: every recorded
+    /// call was served).
     pub recorded: Option<Value>,
+    /// Its place among the recorded calls.
+    pub recorded_call: Option<usize>,
     /// Where a live timeline forks.
     pub before: Option<NodeHash>,
     /// JSON pointers where recorded and received differ.
     pub differences: Vec<String>,
+    /// Whether every recorded call has been served.
+    pub exhausted: bool,
 }
 
 /// The client-facing chunks of a recorded answer.
@@ -440,7 +625,10 @@ pub fn chunks(call: &Call) -> Vec<(Bytes, f64)> {
     {
         out.push((b, chunks.last().map_or(0.0, |c| c.1)));
     }
-    if let Some(rest) = filter.finish() {
+    // A cut stream never sent what its filter still held.
+    if call.cut.is_none()
+        && let Some(rest) = filter.finish()
+    {
         out.push((rest, chunks.last().map_or(0.0, |c| c.1)));
     }
     out
@@ -465,7 +653,40 @@ mod tests {
         assert_eq!(differences(&b, &c), vec!["/body/model".to_owned()]);
         assert!(ReplaySpec::parse("ses:edit-1").unwrap().branch.as_str() == "edit-1");
         assert!(ReplaySpec::parse("Paris").unwrap().branch.is_main());
+        let colon = ReplaySpec::parse("title: with colon").unwrap();
+        assert_eq!(colon.session, "title: with colon");
+        assert!(colon.branch.is_main());
+        let apart = ReplaySpec::with_branch("a:b", "dev").unwrap();
+        assert_eq!(
+            (apart.session.as_str(), apart.branch.as_str()),
+            ("a:b", "dev")
+        );
         let _ = a;
+    }
+
+    #[test]
+    fn requests_match_in_canonical_form_and_ignored_pointers_do_not_count() {
+        let h = Map::new();
+        let a = canonical(
+            "POST",
+            "/v1/chat/completions",
+            &h,
+            br#"{"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]},
+               {"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"a\":1,\"b\":2}"}}]}]}"#,
+        );
+        let b = canonical(
+            "POST",
+            "/v1/chat/completions",
+            &h,
+            br#"{"messages":[{"role":"user","content":"hi"},
+               {"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{\"b\": 2, \"a\": 1}"}}]}],"model":"m"}"#,
+        );
+        assert_eq!(key(&a), key(&b));
+        let m = Matcher::new(&["/body/temperature".into()]).unwrap();
+        let t1 = m.canonical("POST", "/v1/x", &h, br#"{"model":"m","temperature":0.1}"#);
+        let t2 = m.canonical("POST", "/v1/x", &h, br#"{"model":"m","temperature":0.9}"#);
+        assert_eq!(t1, t2);
+        assert!(Matcher::new(&["body.temperature".into()]).is_err());
     }
 
     #[test]

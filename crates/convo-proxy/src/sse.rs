@@ -126,9 +126,46 @@ pub fn is_usage_only_chunk(raw: &[u8]) -> bool {
         && v.get("usage").is_some_and(|u| !u.is_null())
 }
 
-/// What the client gets from an upstream stream: the same bytes, minus the
-/// usage-only chunk when the proxy asked for it on the client's behalf.
-/// Chunks pass through unchanged (and unbuffered) when nothing is dropped.
+/// An event without the `"usage":null` member an OpenAI upstream adds to
+/// every chunk once `include_usage` is asked for; `None` when it has none.
+/// The member is cut out of the bytes (nothing else changes), and only
+/// when the result parses to the same JSON minus that member.
+pub fn without_null_usage(raw: &[u8]) -> Option<Bytes> {
+    const CUTS: [&[u8]; 4] = [
+        b",\"usage\":null",
+        b",\"usage\": null",
+        b"\"usage\":null,",
+        b"\"usage\": null,",
+    ];
+    if !raw.windows(7).any(|w| w == b"\"usage\"") {
+        return None;
+    }
+    let data = |b: &[u8]| serde_json::from_str::<serde_json::Value>(&parse_event(b).data).ok();
+    let mut before = data(raw)?;
+    let obj = before.as_object_mut()?;
+    if !obj.get("usage")?.is_null() {
+        return None;
+    }
+    obj.remove("usage");
+    for cut in CUTS {
+        let Some(at) = raw.windows(cut.len()).rposition(|w| w == cut) else {
+            continue;
+        };
+        let mut out = BytesMut::with_capacity(raw.len());
+        out.extend_from_slice(&raw[..at]);
+        out.extend_from_slice(&raw[at + cut.len()..]);
+        if data(&out).as_ref() == Some(&before) {
+            return Some(out.freeze());
+        }
+    }
+    None
+}
+
+/// What the client gets from an upstream stream: the same bytes, minus
+/// what the proxy's `include_usage` made the upstream add when the client
+/// did not ask for it (the usage-only chunk, `"usage":null` in every other
+/// chunk), so the client's bytes are those of a direct call. Chunks pass
+/// through unchanged (and unbuffered) when the proxy asked for nothing.
 #[derive(Debug)]
 pub struct ClientFilter {
     strip_usage: bool,
@@ -152,7 +189,10 @@ impl ClientFilter {
         let mut out = BytesMut::new();
         for ev in self.split.push(&chunk) {
             if !is_usage_only_chunk(&ev) {
-                out.extend_from_slice(&ev);
+                match without_null_usage(&ev) {
+                    Some(trimmed) => out.extend_from_slice(&trimmed),
+                    None => out.extend_from_slice(&ev),
+                }
             }
         }
         if self.split.pending() > MAX_HELD
@@ -202,6 +242,23 @@ mod tests {
     }
 
     #[test]
+    fn null_usage_is_cut_out_and_nothing_else() {
+        let ev = b"data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\",\\\"usage\\\":null\"}}],\"usage\":null}\n\n";
+        let got = without_null_usage(ev).unwrap();
+        assert_eq!(
+            &got[..],
+            &b"data: {\"id\":\"c\",\"choices\":[{\"delta\":{\"content\":\",\\\"usage\\\":null\"}}]}\n\n"[..]
+        );
+        let first = b"data: {\"usage\": null, \"choices\":[]}\n\n";
+        assert_eq!(
+            &without_null_usage(first).unwrap()[..],
+            &b"data: { \"choices\":[]}\n\n"[..]
+        );
+        assert!(without_null_usage(b"data: {\"usage\":{\"t\":1}}\n\n").is_none());
+        assert!(without_null_usage(b"data: [DONE]\n\n").is_none());
+    }
+
+    #[test]
     fn the_usage_chunk_is_dropped_only_when_asked() {
         let usage = b"data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n";
         let text = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n";
@@ -215,7 +272,7 @@ mod tests {
                 got.extend_from_slice(&b);
             }
         }
-        let mut want = text.to_vec();
+        let mut want = b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n".to_vec();
         want.extend_from_slice(b"data: [DONE]\n\n");
         assert_eq!(got, want);
         let mut keep = ClientFilter::new(false);

@@ -1,26 +1,50 @@
-//! Threading by content: where a call lands when no session is named.
+//! Threading by conversation: where a call lands when no session is named.
 //!
 //! Every recorded conversation turn's `complete` carries `thread` in its
 //! diagnostics: the SHA-256 of the conversation so far, request messages
-//! plus the answer, each message [`normalized`](crate::api::normalize) and
-//! the list in RFC 8785 canonical form. A new request's key is the same
-//! hash over its messages up to and including the last assistant message
-//! (what it continues). Then:
+//! plus the answer, each message in its canonical form
+//! ([`normalize`](crate::api::normalize): JSON tool arguments parsed, so
+//! whitespace and key order do not count; text parts and plain strings
+//! alike; `null`s and provider-added fields dropped) and the list in
+//! RFC 8785 canonical form. A new request's key is the same hash over its
+//! messages up to and including the last assistant message (what it
+//! continues). A Responses API answer also names its timeline by its id
+//! (`response:ID`, which `previous_response_id` continues) and a
+//! `conversation` by its id (`conversation:ID`): in `thread_response` and
+//! `thread_conversation`.
+//! Then, for a conversation call (chat completions, messages, responses):
 //!
-//! - the key names the head of a timeline: the call continues it;
+//! - a key names the head of a timeline: the call continues it;
 //! - it names an earlier `complete` (the client edited or regenerated a
-//!   later message, as in ChatGPT's tree of edits): the call goes on a new
-//!   timeline `edit-N` forked at that `complete`;
+//!   later message, as in ChatGPT's tree of edits, or chained from an
+//!   earlier response): the call goes on a new timeline `edit-N` forked
+//!   at that `complete`;
 //! - it names nothing, or the request has no assistant message yet: a new
-//!   session (agent `proxy`, titled by the first user input).
+//!   session (agent `proxy`, titled by the first human text,
+//!   [`human_text`](crate::api::human_text): Claude Code's
+//!   `<system-reminder>` and Codex's `<environment_context>` blocks are
+//!   not a title).
 //!
-//! The index lives in memory, filled from the store on the first call
-//! that needs it (sessions whose agent is `proxy`) and kept up to date by
-//! every call this process records.
+//! A call that fails with a status an SDK retries (408, 409, 429, 5xx)
+//! leaves its turn open (`invoke`, `request`, `response` marked
+//! `awaiting_retry`); the same request again (its [`retry_key`]) is
+//! recorded as the next attempt in that turn, and the attempt that
+//! succeeds (or fails for good) closes it with the `complete`. A
+//! different call on that timeline closes the open turn first.
+//!
+//! Calls that are not a conversation (embeddings, models, moderations,
+//! `count_tokens`, …) with no session named go to one session per proxy
+//! run, titled `calls (proxy run …)`, never one session per call.
+//!
+//! What this process records is remembered in memory; anything else is
+//! looked up in the store, where the three fields are indexed (SQLite
+//! migration 0009, PostgreSQL 0007): one index probe per call, whatever
+//! the number of sessions, so the first call after a restart costs no
+//! more than the next (sessions whose agent is `proxy` only).
 
 use crate::api::{self, Api};
-use convo_core::{BranchName, Kind, NodeHash, SessionId};
-use convo_store::{Ledger, Result, Store};
+use convo_core::{BranchName, NodeHash, SessionId};
+use convo_store::{Ledger, Result, ThreadField, Tx};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -56,6 +80,83 @@ pub fn key_before(api: Api, req: Option<&Value>) -> Option<String> {
     hash_messages(&msgs[..end])
 }
 
+/// The keys a request continues, most specific first: the Responses
+/// API's `previous_response_id`, its `conversation`, then [`key_before`].
+pub fn lookup_keys(api: Api, req: Option<&Value>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(id) = req
+        .and_then(|r| r.get("previous_response_id"))
+        .and_then(Value::as_str)
+    {
+        out.push(format!("response:{id}"));
+    }
+    if let Some(c) = req.and_then(conversation_id) {
+        out.push(format!("conversation:{c}"));
+    }
+    out.extend(key_before(api, req));
+    out
+}
+
+/// A Responses API request's `conversation` (an id, or `{"id": …}`).
+fn conversation_id(req: &Value) -> Option<String> {
+    match req.get("conversation")? {
+        Value::String(s) => Some(s.clone()),
+        v => v.get("id")?.as_str().map(str::to_owned),
+    }
+}
+
+/// The other keys a recorded turn can be continued by, each with the
+/// diagnostics field its `complete` holds it in: its Responses API
+/// answer's id (`thread_response`), the request's `conversation`
+/// (`thread_conversation`).
+pub fn keys_also(
+    api: Api,
+    req: Option<&Value>,
+    resp: Option<&Value>,
+) -> Vec<(ThreadField, String)> {
+    let mut out = Vec::new();
+    if api == Api::Responses
+        && let Some(id) = resp
+            .filter(|r| r.get("object").and_then(Value::as_str) == Some("response"))
+            .and_then(|r| r.get("id"))
+            .and_then(Value::as_str)
+    {
+        out.push((ThreadField::Response, format!("response:{id}")));
+    }
+    if let Some(c) = req.and_then(conversation_id) {
+        out.push((ThreadField::Conversation, format!("conversation:{c}")));
+    }
+    out
+}
+
+/// The diagnostics field a key is looked up in (`None`: kept in memory only).
+pub fn field_of(key: &str) -> Option<ThreadField> {
+    if key.starts_with("response:") {
+        Some(ThreadField::Response)
+    } else if key.starts_with("conversation:") {
+        Some(ThreadField::Conversation)
+    } else if key.starts_with("retry:") {
+        None
+    } else {
+        Some(ThreadField::Thread)
+    }
+}
+
+/// Whether an SDK retries an answer with this status (the openai and
+/// anthropic SDKs: 408, 409, 429 and every 5xx).
+pub fn is_retried(status: u16) -> bool {
+    matches!(status, 408 | 409 | 429) || status >= 500
+}
+
+/// The key of one request as a retry sends it again: the SHA-256 of its
+/// canonical form (see [`crate::replay::Matcher`]; headers such as
+/// `x-stainless-retry-count` do not count).
+pub fn retry_key(method: &str, path: &str, body: &[u8]) -> String {
+    let canon = crate::replay::canonical(method, path, &serde_json::Map::new(), body);
+    let text = serde_jcs::to_string(&canon).unwrap_or_default();
+    format!("retry:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 /// The key of the conversation after a call: its messages plus the answer.
 pub fn key_after(api: Api, req: Option<&Value>, answer: Option<&Value>) -> Option<String> {
     let mut msgs = api::messages(api, req)?;
@@ -77,50 +178,16 @@ pub struct Spot {
     pub node: NodeHash,
 }
 
-/// Conversation key → the turn that ended it.
+/// Conversation key → the turn that ended it: what this process
+/// recorded, in memory; anything older is looked up in the store by its
+/// indexed diagnostics field ([`ThreadIndex::find`]).
 #[derive(Debug, Default)]
 pub struct ThreadIndex {
     map: HashMap<String, Spot>,
-    loaded: bool,
 }
 
 impl ThreadIndex {
-    /// Fills the index from the store once (every `complete` with a
-    /// `thread` key on the timelines of `proxy` sessions).
-    pub fn load(&mut self, store: &mut Store) -> Result<()> {
-        if self.loaded {
-            return Ok(());
-        }
-        for s in store.sessions()? {
-            if s.agent != PROXY_AGENT {
-                continue;
-            }
-            for b in store.branches(&s.id)? {
-                for n in store.timeline(&s.id, &b.name)? {
-                    let node = &n.stored.node;
-                    if node.kind != Kind::Complete || node.session != s.id {
-                        continue;
-                    }
-                    if let Some(k) = node
-                        .diagnostics
-                        .to_value()
-                        .get("thread")
-                        .and_then(Value::as_str)
-                    {
-                        self.map.entry(k.to_owned()).or_insert(Spot {
-                            session: s.id,
-                            branch: b.name.clone(),
-                            node: n.stored.hash,
-                        });
-                    }
-                }
-            }
-        }
-        self.loaded = true;
-        Ok(())
-    }
-
-    /// The turn a key names.
+    /// The turn a key names, from memory.
     pub fn get(&self, key: &str) -> Option<&Spot> {
         self.map.get(key)
     }
@@ -128,6 +195,36 @@ impl ThreadIndex {
     /// Remembers a turn (the newest wins).
     pub fn insert(&mut self, key: String, spot: Spot) {
         self.map.insert(key, spot);
+    }
+
+    /// The turn a key names in the store (one index probe): the newest
+    /// `complete` of a `proxy` session holding it, on the timeline whose
+    /// head it is (else on `main`, so a call continuing it forks there).
+    pub fn find(tx: &mut dyn Tx, key: &str) -> Result<Option<Spot>> {
+        let Some(field) = field_of(key) else {
+            return Ok(None);
+        };
+        let Some(hash) = tx.complete_by_thread(field, key)? else {
+            return Ok(None);
+        };
+        let Some(node) = tx.node(&hash)? else {
+            return Ok(None);
+        };
+        let session = node.node.session;
+        match tx.session(&session)? {
+            Some(s) if s.agent == PROXY_AGENT => {}
+            _ => return Ok(None),
+        }
+        let branch = tx
+            .branches(Some(&session))?
+            .into_iter()
+            .find(|b| b.head == Some(hash))
+            .map_or_else(BranchName::main, |b| b.name);
+        Ok(Some(Spot {
+            session,
+            branch,
+            node: hash,
+        }))
     }
 }
 
@@ -146,6 +243,18 @@ pub fn free_branch(l: &mut Ledger<'_>, session: &SessionId, stem: &str) -> Resul
             return Ok(name);
         }
         n += 1;
+    }
+}
+
+/// A new conversation's session title: its first human text
+/// ([`api::human_text`]), else its new input, else the call.
+pub fn title_of(api: Api, req: Option<&Value>, method: &str, path: &str) -> String {
+    match api::messages(api, req) {
+        Some(m) => match api::human_text(&m) {
+            Some(t) => title_from(t.as_bytes()),
+            None => title_from(&api::new_input(&m)),
+        },
+        None => format!("{method} {path}"),
     }
 }
 
@@ -176,5 +285,49 @@ mod tests {
             {"role":"user","content":"more"}]});
         assert_eq!(key_before(Api::Chat, Some(&next)), Some(after));
         assert_eq!(key_before(Api::Chat, Some(&req)), None);
+    }
+
+    #[test]
+    fn a_tool_loop_with_re_serialized_arguments_continues_its_conversation() {
+        let req = json!({"messages":[{"role":"user","content":"weather in Paris?"}]});
+        let answer = json!({"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
+            "function":{"name":"weather","arguments":"{\"city\":\"Paris\"}"}}]});
+        let after = key_after(Api::Chat, Some(&req), Some(&answer)).unwrap();
+        // LangChain sends the arguments back re-serialized, content "" and
+        // the text as parts.
+        let next = json!({"messages":[
+            {"role":"user","content":[{"type":"text","text":"weather in Paris?"}]},
+            {"role":"assistant","content":"","tool_calls":[{"id":"call_1","type":"function",
+                "function":{"name":"weather","arguments":"{\"city\": \"Paris\"}"}}]},
+            {"role":"tool","tool_call_id":"call_1","content":"sunny"}]});
+        assert_eq!(key_before(Api::Chat, Some(&next)), Some(after));
+    }
+
+    #[test]
+    fn responses_chains_are_continued_by_id() {
+        let req =
+            json!({"input":"hi","previous_response_id":"resp_1","conversation":{"id":"conv_9"}});
+        assert_eq!(
+            lookup_keys(Api::Responses, Some(&req)),
+            vec![
+                "response:resp_1".to_owned(),
+                "conversation:conv_9".to_owned()
+            ]
+        );
+        let resp = json!({"id":"resp_2","object":"response","output":[]});
+        assert_eq!(
+            keys_also(Api::Responses, Some(&req), Some(&resp)),
+            vec![
+                (ThreadField::Response, "response:resp_2".to_owned()),
+                (ThreadField::Conversation, "conversation:conv_9".to_owned())
+            ]
+        );
+        assert_eq!(field_of("retry:ab"), None);
+        assert_eq!(field_of("0a1b"), Some(ThreadField::Thread));
+        assert!(is_retried(429) && is_retried(503) && !is_retried(400));
+        assert_eq!(
+            retry_key("POST", "/v1/x", br#"{"a":1,"user":"x"}"#),
+            retry_key("POST", "/v1/x", br#"{ "a": 1 }"#)
+        );
     }
 }

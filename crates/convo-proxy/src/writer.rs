@@ -34,12 +34,27 @@ use std::sync::{Arc, Mutex, mpsc};
 pub const MAX_CALLS: usize = 256;
 
 /// What the writer shares with the proxy: caches filled after commits.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Shared {
     /// Thread keys (see [`thread`]) → where the conversation continues.
     pub threads: Mutex<thread::ThreadIndex>,
     /// Session names already resolved.
     pub names: Mutex<HashMap<String, SessionId>>,
+    /// The title of this run's session for calls that are not a
+    /// conversation (see [`thread`]).
+    pub calls_title: String,
+}
+
+impl Shared {
+    /// The caches of a proxy started now.
+    pub fn new() -> Shared {
+        let now = jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M:%S UTC");
+        Shared {
+            threads: Mutex::default(),
+            names: Mutex::default(),
+            calls_title: format!("calls (proxy run {now})"),
+        }
+    }
 }
 
 pub(crate) struct Job {
@@ -162,7 +177,7 @@ fn run(shared: &Shared, pool: &StorePool, hub: Option<&Hub>, rx: &mpsc::Receiver
 #[derive(Debug, Default)]
 struct Learnt {
     names: Vec<(String, SessionId)>,
-    thread: Option<(String, Spot)>,
+    thread: Vec<(String, Spot)>,
 }
 
 impl Learnt {
@@ -172,11 +187,66 @@ impl Learnt {
         {
             m.extend(self.names);
         }
-        if let Some((k, spot)) = self.thread
+        if !self.thread.is_empty()
             && let Ok(mut idx) = shared.threads.lock()
         {
-            idx.insert(k, spot);
+            for (k, spot) in self.thread {
+                idx.insert(k, spot);
+            }
         }
+    }
+}
+
+/// Where a thread key points: this batch, this process, then the store
+/// (one indexed probe).
+fn find(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    spots: &HashMap<String, Spot>,
+    key: &str,
+) -> Result<Option<Spot>> {
+    if let Some(s) = spots.get(key) {
+        return Ok(Some(s.clone()));
+    }
+    let known = shared
+        .threads
+        .lock()
+        .map_err(|_| poisoned())?
+        .get(key)
+        .cloned();
+    match known {
+        Some(s) => Ok(Some(s)),
+        None => thread::ThreadIndex::find(l.tx(), key),
+    }
+}
+
+/// A call naming a timeline the session does not have yet: the timeline
+/// is created from the session's head (its `main`'s head), so the call is
+/// recorded where it says (`true`). A session with nothing recorded yet
+/// (`false`): the call's turn is recorded on `main` and the timeline
+/// forked at its end. Never answered unrecorded: an invalid branch name
+/// is refused before the upstream is called (see `Proxy::call`).
+fn ensure_branch(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    now: convo_core::Millis,
+) -> Result<bool> {
+    if l.tx().branch(session, branch)?.is_some() {
+        return Ok(true);
+    }
+    let head = l
+        .tx()
+        .branch(session, &BranchName::main())?
+        .and_then(|b| b.head);
+    match head {
+        Some(h) => {
+            let from = convo_core::HashPrefix::parse(&h.to_hex())
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            l.fork(session, &from, branch, now)?;
+            Ok(true)
+        }
+        None => Ok(false),
     }
 }
 
@@ -192,9 +262,6 @@ fn record_batch(
     jobs: &[Job],
 ) -> Result<Vec<(StoredNode, Learnt)>> {
     // Reads that need the store outside a write transaction come first.
-    if jobs.iter().any(|j| matches!(j.target, Target::Auto)) {
-        shared.threads.lock().map_err(|_| poisoned())?.load(store)?;
-    }
     let mut found: HashMap<String, Option<SessionId>> = HashMap::new();
     for j in jobs {
         if let Target::Named { session, .. } = &j.target
@@ -237,11 +304,20 @@ fn record_one(
     let ex = &job.ex;
     let now = ex.started_at;
     let mut learnt = Learnt::default();
-    let (id, branch) = match &job.target {
-        Target::Named { session, branch } => {
-            let branch = BranchName::new(branch)
+    let api = ex.api.unwrap_or(crate::api::Api::Other);
+    let named = match &job.target {
+        Target::Named { session, branch } => Some((session.clone(), branch.clone())),
+        // Not a conversation: this run's `calls` session.
+        Target::Auto if !api.is_conversation() => Some((shared.calls_title.clone(), "main".into())),
+        Target::Auto => None,
+    };
+    let retry = thread::retry_key(&ex.method, &ex.path, &ex.request_body);
+    let mut then_fork = None;
+    let (id, branch) = match named {
+        Some((session, branch)) => {
+            let branch = BranchName::new(&branch)
                 .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}")))?;
-            let id = match names.get(session).copied().flatten() {
+            let id = match names.get(&session).copied().flatten() {
                 Some(id) => id,
                 None => {
                     // Re-checked inside the write transaction: two first
@@ -257,7 +333,7 @@ fn record_one(
                             l.create_session(
                                 SessionId::new_random(),
                                 thread::PROXY_AGENT,
-                                Some(session),
+                                Some(&session),
                                 now,
                             )?
                             .id
@@ -266,26 +342,38 @@ fn record_one(
                 }
             };
             names.insert(session.clone(), Some(id));
-            learnt.names.push((session.clone(), id));
-            (id, branch)
+            learnt.names.push((session, id));
+            match ensure_branch(l, &id, &branch, now)? {
+                true => (id, branch),
+                false => {
+                    // Nothing recorded yet: the turn goes on `main` and the
+                    // timeline starts from it.
+                    then_fork = Some(branch);
+                    (id, BranchName::main())
+                }
+            }
         }
-        Target::Auto => {
+        None => {
             let req = ex.request_json();
-            let api = ex.api.unwrap_or(crate::api::Api::Other);
-            let spot = match thread::key_before(api, req.as_ref()) {
-                Some(k) => match spots.get(&k) {
-                    Some(s) => Some(s.clone()),
-                    None => shared
-                        .threads
-                        .lock()
-                        .map_err(|_| poisoned())?
-                        .get(&k)
-                        .cloned(),
-                },
-                None => None,
-            };
-            match &spot {
-                Some(s) => {
+            // A retry of a failed attempt whose turn is still open.
+            let mut spot = None;
+            if let Some(s) = find(shared, l, spots, &retry)? {
+                let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
+                if head == Some(s.node) {
+                    spot = Some((s, true));
+                }
+            }
+            if spot.is_none() {
+                for k in thread::lookup_keys(api, req.as_ref()) {
+                    if let Some(s) = find(shared, l, spots, &k)? {
+                        spot = Some((s, false));
+                        break;
+                    }
+                }
+            }
+            match spot {
+                Some((s, true)) => (s.session, s.branch),
+                Some((s, false)) => {
                     let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
                     if head == Some(s.node) {
                         (s.session, s.branch.clone())
@@ -298,9 +386,7 @@ fn record_one(
                     }
                 }
                 None => {
-                    let title = crate::api::messages(api, req.as_ref())
-                        .map(|m| thread::title_from(&crate::api::new_input(&m)))
-                        .unwrap_or_else(|| format!("{} {}", ex.method, ex.path));
+                    let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
                     let row = l.create_session(
                         SessionId::new_random(),
                         thread::PROXY_AGENT,
@@ -313,22 +399,31 @@ fn record_one(
         }
     };
     let rec = record::record_in(l, &id, &branch, ex)?;
-    if rec.whole_turn
-        && let Some(done) = rec.nodes.last()
-        && let Some(k) = done
-            .node
-            .diagnostics
-            .to_value()
-            .get("thread")
-            .and_then(|v| v.as_str())
-    {
-        let spot = Spot {
-            session: id,
-            branch: branch.clone(),
-            node: done.hash,
-        };
-        spots.insert(k.to_owned(), spot.clone());
-        learnt.thread = Some((k.to_owned(), spot));
+    if let (Some(name), Some(last)) = (&then_fork, rec.nodes.last()) {
+        let from = convo_core::HashPrefix::parse(&last.hash.to_hex())
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        l.fork(&id, &from, name, now)?;
+    }
+    let spot_of = |n: &StoredNode| Spot {
+        session: id,
+        branch: branch.clone(),
+        node: n.hash,
+    };
+    if let Some(done) = rec.nodes.last() {
+        if rec.whole_turn {
+            let d = done.node.diagnostics.to_value();
+            let keys = ["thread", "thread_response", "thread_conversation"]
+                .iter()
+                .filter_map(|f| d.get(*f).and_then(|v| v.as_str()));
+            for k in keys {
+                spots.insert(k.to_owned(), spot_of(done));
+                learnt.thread.push((k.to_owned(), spot_of(done)));
+            }
+        } else if done.node.kind == convo_core::Kind::Response {
+            // A failed attempt awaiting its retry.
+            spots.insert(retry.clone(), spot_of(done));
+            learnt.thread.push((retry, spot_of(done)));
+        }
     }
     let last = rec
         .nodes

@@ -7,4 +7,5 @@ mod test_live;
 mod test_replay;
 mod test_robust;
 mod test_sdk;
+mod test_thread;
 mod upstream;

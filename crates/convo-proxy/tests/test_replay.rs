@@ -90,20 +90,25 @@ async fn a_recorded_session_replays_byte_for_byte_with_the_upstream_stopped() {
         let got = send(&base, path, &body, &h).await;
         assert_eq!(got, live[i], "call {i} replayed byte for byte");
     }
-    // Exhausted: a loud 404.
+    // Exhausted: a 400 (no SDK retries it) that says so.
     let (status, _, body) = send(&base, "v1/chat/completions", &json!({"model": "m"}), &[]).await;
-    assert_eq!(status, 404);
+    assert_eq!(status, 400);
     let e: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(e["error"]["code"], "replay_miss");
+    assert_eq!(e["error"]["code"], "replay_exhausted");
     let dir = srv.stop().await;
 
-    // A different call at a position: 409 naming what differs.
+    // A call the recording does not have: 400 naming the closest
+    // recorded call and what differs.
     let mut cfg = ProxyConfig::new(None);
     cfg.replay = Some(ReplaySpec::parse("rec").unwrap());
     let srv = Server::start_on(cfg, dir, store_url).await;
     let changed = json!({"model": "other", "messages": [{"role": "user", "content": "one"}]});
     let (status, _, body) = send(&srv.url, "v1/chat/completions", &changed, &[]).await;
-    assert_eq!(status, 409);
+    assert_eq!(status, 400);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["error"]["code"],
+        "replay_miss"
+    );
     let e: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(e["error"]["differences"], json!(["/body/model"]));
     assert_eq!(e["error"]["recorded"]["body"]["model"], "m");
@@ -158,4 +163,102 @@ async fn on_miss_live_forks_before_the_missed_call_and_records_there() {
     assert_eq!(live[5].payload, b"changed");
     srv.stop().await;
     up.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replay_is_a_lookup_in_any_order_and_a_miss_poisons_nothing() {
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/s/gather/main", srv.url);
+    let q = |text: &str, stream: bool| json!({"model": "m", "stream": stream, "messages": [{"role": "user", "content": text}]});
+    let asked: Vec<Value> = (0..4)
+        .map(|i| q(&format!("part {i}"), i % 2 == 0))
+        .collect();
+    let mut live = Vec::new();
+    for body in &asked {
+        live.push(send(&base, "v1/chat/completions", body, &[]).await);
+    }
+    // A stream the upstream cut, and the same question asked twice.
+    let cut =
+        json!({"model": "cut", "stream": true, "messages": [{"role": "user", "content": "x"}]});
+    let live_cut = reqwest::Client::new()
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&cut)
+        .send()
+        .await
+        .unwrap();
+    assert!(live_cut.bytes().await.is_err());
+    let again = q("twice", false);
+    let first = send(&base, "v1/chat/completions", &again, &[]).await;
+    let second = send(&base, "v1/chat/completions", &again, &[]).await;
+    // The recording of the cut lands just after the cut.
+    for _ in 0..200 {
+        let n = off_rt(|| {
+            let mut s = srv.store();
+            let id = s.find_session("gather").unwrap().id;
+            s.timeline(&id, &BranchName::main()).unwrap().len()
+        });
+        if n == 28 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(ReplaySpec::parse("gather").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url.clone()).await;
+    let url = srv.url.clone();
+    // A miss first: it moves nothing.
+    let (status, _, body) = send(&url, "v1/chat/completions", &q("part 9", false), &[]).await;
+    assert_eq!(status, 400);
+    let e: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(e["error"]["code"], "replay_miss");
+    assert_eq!(
+        e["error"]["differences"],
+        json!(["/body/messages/0/content"])
+    );
+    // Four calls at once, in reverse order: each gets its own answer.
+    let got = futures_util::future::join_all(
+        asked
+            .iter()
+            .rev()
+            .map(|b| send(&url, "v1/chat/completions", b, &[])),
+    )
+    .await;
+    for (i, g) in got.into_iter().rev().enumerate() {
+        assert_eq!(g, live[i], "call {i} replayed byte for byte");
+    }
+    // The cut stream is cut again, after the same bytes.
+    let res = reqwest::Client::new()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&cut)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    assert!(res.bytes().await.is_err(), "the replayed stream is cut too");
+    // The repeated question: the first then the second answer, then it
+    // is exhausted.
+    assert_eq!(send(&url, "v1/chat/completions", &again, &[]).await, first);
+    assert_eq!(send(&url, "v1/chat/completions", &again, &[]).await, second);
+    let (status, _, body) = send(&url, "v1/chat/completions", &again, &[]).await;
+    assert_eq!(status, 400);
+    let e: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(e["error"]["code"], "replay_exhausted");
+    let dir = srv.stop().await;
+
+    // With repeats allowed, the last match answers again.
+    let mut cfg = ProxyConfig::new(None);
+    let mut spec = ReplaySpec::with_branch("gather", "main").unwrap();
+    spec.repeats = true;
+    cfg.replay = Some(spec);
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    for _ in 0..3 {
+        let (status, _, _) = send(&srv.url, "v1/chat/completions", &asked[1], &[]).await;
+        assert_eq!(status, 200);
+    }
+    srv.stop().await;
 }

@@ -106,6 +106,10 @@ async fn official_sdks_and_curl_record_through_the_proxy() {
         "{text}"
     );
     assert!(!text.contains("total_tokens"));
+    assert!(
+        !text.contains("usage"),
+        "nothing the client did not ask for: {text}"
+    );
 
     let t = crate::common::off_rt(|| {
         let mut store = srv.store();
@@ -154,6 +158,8 @@ fn run_python(python: &str, script: &str, base: &str) -> serde_json::Value {
     let out = std::process::Command::new(python)
         .args(["-c", script])
         .env("OPENAI_BASE_URL", base)
+        .env("ANTHROPIC_BASE_URL", base.trim_end_matches("/v1"))
+        .env("ANTHROPIC_API_KEY", KEY)
         .env("OPENAI_API_KEY", KEY)
         .output()
         .unwrap();
@@ -220,4 +226,208 @@ async fn responses_api_streams_through_the_sdk_and_replays_its_chain() {
     assert_eq!(replayed, live);
     let dir = srv.stop().await;
     assert!(!contains(&all_bytes(dir.path()), KEY.as_bytes()));
+}
+
+/// A tool loop whose arguments the client re-serializes (by hand with the
+/// openai SDK, as LangChain does with langchain-openai), then four calls
+/// at once with `asyncio.gather`.
+const AGENT: &str = r#"
+import asyncio, json, os, openai
+from langchain_openai import ChatOpenAI
+from langchain_core.messages import HumanMessage, ToolMessage
+out = {}
+c = openai.OpenAI(max_retries=0)
+tools = [{"type": "function", "function": {"name": "weather",
+          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+msgs = [{"role": "user", "content": "weather in Paris?"}]
+r = c.chat.completions.create(model="m", messages=msgs, tools=tools)
+call = r.choices[0].message.tool_calls[0]
+args = json.dumps(json.loads(call.function.arguments), indent=2)
+msgs.append({"role": "assistant", "content": None, "tool_calls": [
+    {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": args}}]})
+msgs.append({"role": "tool", "tool_call_id": call.id, "content": "sunny"})
+r2 = c.chat.completions.create(model="m", messages=msgs, tools=tools)
+out["loop"] = [call.function.arguments, r2.choices[0].finish_reason]
+llm = ChatOpenAI(model="m", base_url=os.environ["OPENAI_BASE_URL"], max_retries=0).bind_tools(tools)
+hist = [HumanMessage("weather in Rome?")]
+ai = llm.invoke(hist)
+hist += [ai, ToolMessage("rainy", tool_call_id=ai.tool_calls[0]["id"])]
+ai2 = llm.invoke(hist)
+out["langchain"] = [ai.tool_calls[0]["args"], ai2.tool_calls[0]["name"]]
+import anthropic
+claude = anthropic.Anthropic(max_retries=0)
+weather = [{"name": "weather", "input_schema": {"type": "object"}}]
+convo = [{"role": "user", "content": "weather in Oslo?"}]
+m1 = claude.messages.create(model="claude", max_tokens=10, tools=weather, messages=convo)
+use = m1.content[0]
+convo += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m1.content]},
+          {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "snow"}]}]
+m2 = claude.messages.create(model="claude", max_tokens=10, tools=weather, messages=convo)
+out["anthropic"] = [use.input, m2.stop_reason]
+async def gather():
+    a = openai.AsyncOpenAI(max_retries=0)
+    rs = await asyncio.gather(*[a.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": f"question {i}"}]) for i in range(4)])
+    return [x.choices[0].message.content for x in rs]
+out["gather"] = asyncio.run(gather())
+print(json.dumps(out, sort_keys=True))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_tool_loops_stay_one_session_and_concurrent_calls_replay() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CONVO_TEST_PYTHON is not set in CI"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    // Threaded by conversation: one session per conversation.
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/v1", srv.url);
+    let py = python.clone();
+    let live = tokio::task::spawn_blocking(move || run_python(&py, AGENT, &base))
+        .await
+        .unwrap();
+    assert_eq!(
+        live["loop"],
+        serde_json::json!(["{\"city\":\"Paris\"}", "tool_calls"])
+    );
+    assert_eq!(
+        live["langchain"],
+        serde_json::json!([{"city": "Paris"}, "weather"])
+    );
+    let sessions = crate::common::off_rt(|| srv.store().sessions().unwrap());
+    let mut titles: Vec<String> = sessions.into_iter().filter_map(|s| s.title).collect();
+    titles.sort();
+    assert_eq!(
+        titles,
+        [
+            "question 0",
+            "question 1",
+            "question 2",
+            "question 3",
+            "weather in Oslo?",
+            "weather in Paris?",
+            "weather in Rome?"
+        ]
+    );
+    assert_eq!(
+        live["anthropic"],
+        serde_json::json!([{"city": "Paris"}, "tool_use"])
+    );
+    for t in ["weather in Oslo?", "weather in Paris?", "weather in Rome?"] {
+        let n = crate::common::off_rt(|| {
+            let mut store = srv.store();
+            let s = store.find_session(t).unwrap();
+            store.timeline(&s.id, &BranchName::main()).unwrap().len()
+        });
+        assert_eq!(n, 8, "{t}: both calls of the loop on one timeline");
+    }
+    srv.stop().await;
+
+    // Recorded on one timeline, then replayed with the upstream gone:
+    // the same output, the four concurrent calls included.
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/s/agent-run/main/v1", srv.url);
+    let py = python.clone();
+    let recorded = tokio::task::spawn_blocking(move || run_python(&py, AGENT, &base))
+        .await
+        .unwrap();
+    assert_eq!(recorded, live);
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(convo_proxy::replay::ReplaySpec::parse("agent-run").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let base = format!("{}/v1", srv.url);
+    let replayed = tokio::task::spawn_blocking(move || run_python(&python, AGENT, &base))
+        .await
+        .unwrap();
+    assert_eq!(replayed, live);
+    srv.stop().await;
+}
+
+/// The Vercel AI SDK's tool loop (`generateText` with a zod schema, two
+/// steps): the SDK sends the tool call back as it re-serializes it.
+const VERCEL: &str = r#"
+const { generateText, tool, stepCountIs } = require('ai');
+const { createOpenAI } = require('@ai-sdk/openai');
+const { z } = require('zod');
+const openai = createOpenAI({ baseURL: process.env.OPENAI_BASE_URL, apiKey: process.env.OPENAI_API_KEY });
+(async () => {
+  const r = await generateText({
+    model: openai.chat('m'),
+    maxRetries: 0,
+    tools: { weather: tool({ description: 'the weather', inputSchema: z.object({ city: z.string() }),
+                             execute: async ({ city }) => `sunny in ${city}` }) },
+    stopWhen: stepCountIs(2),
+    prompt: 'weather in Lima?',
+  });
+  console.log(JSON.stringify({ steps: r.steps.length,
+    calls: r.steps.map(s => s.toolCalls.map(c => c.input)),
+    results: r.steps.map(s => s.toolResults.map(c => c.output)) }));
+})().catch(e => { console.error(e); process.exit(1); });
+"#;
+
+fn run_node(modules: &str, script: &str, base: &str) -> serde_json::Value {
+    let out = std::process::Command::new("node")
+        .args(["-e", script])
+        .env("NODE_PATH", modules)
+        .env("OPENAI_BASE_URL", base)
+        .env("OPENAI_API_KEY", KEY)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vercel_ai_sdk_tool_loop_is_one_session_and_replays() {
+    let Ok(modules) = std::env::var("CONVO_TEST_NODE_MODULES") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CONVO_TEST_NODE_MODULES is not set in CI"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_NODE_MODULES is not set (scripts/test sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/v1", srv.url);
+    let m = modules.clone();
+    let live = tokio::task::spawn_blocking(move || run_node(&m, VERCEL, &base))
+        .await
+        .unwrap();
+    assert_eq!(live["steps"], 2);
+    assert_eq!(live["calls"][0][0]["city"], "Paris");
+    let sessions = crate::common::off_rt(|| srv.store().sessions().unwrap());
+    assert_eq!(sessions.len(), 1, "{sessions:?}");
+    assert_eq!(sessions[0].title.as_deref(), Some("weather in Lima?"));
+    let t = crate::common::off_rt(|| {
+        srv.store()
+            .timeline(&sessions[0].id, &BranchName::main())
+            .unwrap()
+    });
+    assert_eq!(t.len(), 8, "both steps on one timeline");
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(convo_proxy::replay::ReplaySpec::parse("weather in Lima?").unwrap());
+    let srv = Server::start_on(cfg, dir, store_url).await;
+    let base = format!("{}/v1", srv.url);
+    let replayed = tokio::task::spawn_blocking(move || run_node(&modules, VERCEL, &base))
+        .await
+        .unwrap();
+    assert_eq!(replayed, live);
+    srv.stop().await;
 }

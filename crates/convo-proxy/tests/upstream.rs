@@ -5,7 +5,9 @@
 //!   `tools` in the request, a call to the first tool; `"stream": true`
 //!   sends SSE chunks in separate writes (an SSE comment line first), the
 //!   usage-only chunk when `stream_options.include_usage` is set, then
-//!   `[DONE]`. Model `rate-limited` answers 429; model `cut` sends one chunk
+//!   `[DONE]` (with `include_usage`, every chunk has `"usage":null`, as
+//!   OpenAI's do). Model `strict` refuses `stream_options` with a 400
+//!   (as some OpenAI-compatible servers do). Model `rate-limited` answers 429; model `cut` sends one chunk
 //!   and breaks the connection.
 //! - `POST /v1/messages`: the same for Anthropic Messages (events
 //!   `message_start` … `message_stop`, tool use with `input_json_delta`).
@@ -16,7 +18,8 @@
 //! - Chat models that script failures: `rate-limited` (429 with
 //!   `retry-after`), `server-error` (503 with a body), `slow` (answers
 //!   after 2 s), `dribble` (a stream of 100 chunks 20 ms apart), `big-N`
-//!   (a stream of N MiB in 64 KiB events, made as it is sent).
+//!   (a stream of N MiB in 64 KiB events, made as it is sent), `flaky`
+//!   (429 on its first call, an answer on its second, and so on).
 //!
 //! Every request's headers and body are kept in `Seen` for the tests.
 
@@ -146,6 +149,13 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
     let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
     seen.calls.lock().unwrap().push((headers, req.clone()));
     let model = req["model"].as_str().unwrap_or("scripted").to_owned();
+    if model == "strict" && req.get("stream_options").is_some() {
+        return (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"error": {"message": "Unrecognized request argument supplied: stream_options"}})),
+        )
+            .into_response();
+    }
     if model == "server-error" {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -218,7 +228,14 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
             .body(Body::from_stream(stream))
             .unwrap();
     }
-    if model == "rate-limited" {
+    let flaky = seen
+        .calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["model"] == "flaky")
+        .count();
+    if model == "rate-limited" || (model == "flaky" && flaky % 2 == 1) {
         return (
             StatusCode::TOO_MANY_REQUESTS,
             [("x-request-id", "req_429"), ("retry-after", "1")],
@@ -232,12 +249,15 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
         .map(str::to_owned);
     let usage = json!({"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8});
     if req["stream"] == true {
+        // As OpenAI does, `include_usage` adds `"usage":null` to every chunk.
+        let with_usage = req["stream_options"]["include_usage"] == true;
         let head = |delta: Value, finish: Value| {
-            format!(
-                "data: {}\n\n",
-                json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-                       "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-            )
+            let mut chunk = json!({"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                       "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+            if with_usage {
+                chunk["usage"] = Value::Null;
+            }
+            format!("data: {chunk}\n\n")
         };
         let mut ev = vec![": PROCESSING\n\n".to_owned()];
         ev.push(head(

@@ -143,6 +143,30 @@ pub type PayloadVisitor<'a> =
 /// The first bytes of a payload and its full length.
 pub type Preview = (Vec<u8>, u64);
 
+/// A diagnostics field of `complete` nodes that threading keys are looked
+/// up by ([`Tx::complete_by_thread`]; indexed by SQLite migration 0009 and
+/// PostgreSQL migration 0007).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ThreadField {
+    /// `thread`: the hash of the conversation up to that turn.
+    Thread,
+    /// `thread_response`: the Responses API answer's id.
+    Response,
+    /// `thread_conversation`: the Responses API conversation's id.
+    Conversation,
+}
+
+impl ThreadField {
+    /// The field's name in the diagnostics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ThreadField::Thread => "thread",
+            ThreadField::Response => "thread_response",
+            ThreadField::Conversation => "thread_conversation",
+        }
+    }
+}
+
 /// A branch with its head node, as [`Tx::branch_with_head`] reads it.
 pub type BranchHead = (BranchRow, Option<StoredNode>);
 
@@ -211,6 +235,9 @@ pub trait Tx {
     /// maximum plus one, so the sequence has no gaps).
     fn insert_node(&mut self, hash: &NodeHash, node: &Node, ctx: &Context) -> Result<u64>;
     fn node(&mut self, h: &NodeHash) -> Result<Option<StoredNode>>;
+    /// The newest `complete` whose diagnostics hold `value` at `field`
+    /// (indexed: the recording proxy's threading, convo-proxy thread.rs).
+    fn complete_by_thread(&mut self, field: ThreadField, value: &str) -> Result<Option<NodeHash>>;
     /// Up to `limit` node hashes starting with `p`.
     fn nodes_with_prefix(&mut self, p: &HashPrefix, limit: usize) -> Result<Vec<NodeHash>>;
     /// Every node of a session in follow order, with payload bytes if asked.

@@ -28,7 +28,9 @@ pub mod topology;
 pub mod turns;
 mod verify;
 
-pub use backend::{Backend, Background, BranchRow, FactRow, SessionRow, StoredNode, Tx};
+pub use backend::{
+    Backend, Background, BranchRow, FactRow, SessionRow, StoredNode, ThreadField, Tx,
+};
 pub use checkpoint::Checkpoint;
 pub use error::{ErrorKind, Result, StoreError};
 pub use follow::Follower;

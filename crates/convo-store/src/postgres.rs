@@ -55,6 +55,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0004_redact.sql"),
     include_str!("../migrations/postgres/0005_turns.sql"),
     include_str!("../migrations/postgres/0006_chunks.sql"),
+    include_str!("../migrations/postgres/0007_thread_index.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -1168,6 +1169,23 @@ impl Tx for PgTx<'_> {
             &[&b(h.as_bytes())],
         )?
         .map(|r| node_row(&r))
+        .transpose()
+    }
+
+    fn complete_by_thread(
+        &mut self,
+        field: crate::backend::ThreadField,
+        value: &str,
+    ) -> Result<Option<NodeHash>> {
+        let f = field.as_str();
+        self.opt(
+            &format!(
+                "SELECT hash FROM nodes WHERE kind = 4 AND ((diagnostics::jsonb) ->> '{f}') = $1 \
+                 ORDER BY seq DESC LIMIT 1"
+            ),
+            &[&value],
+        )?
+        .map(|r| digest(&r, 0).map(NodeHash))
         .transpose()
     }
 

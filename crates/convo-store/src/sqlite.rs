@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0006_blob_key.sql"),
     include_str!("../migrations/sqlite/0007_turns.sql"),
     include_str!("../migrations/sqlite/0008_chunks.sql"),
+    include_str!("../migrations/sqlite/0009_thread_index.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -1203,6 +1204,22 @@ impl Tx for SqliteTx<'_> {
                 st.query_row(params![key8(&h.0), h.as_bytes().as_slice()], node_row)
                     .optional()
             })
+            .map_err(db)
+    }
+
+    fn complete_by_thread(
+        &mut self,
+        field: crate::backend::ThreadField,
+        value: &str,
+    ) -> Result<Option<NodeHash>> {
+        let f = field.as_str();
+        self.tx
+            .prepare_cached(&format!(
+                "SELECT hash FROM nodes WHERE kind = 4 AND json_extract(diagnostics, '$.{f}') = ?1 \
+                 ORDER BY seq DESC LIMIT 1"
+            ))
+            .and_then(|mut st| st.query_row([value], |r| digest(r, 0)).optional())
+            .map(|o| o.map(NodeHash))
             .map_err(db)
     }
 

@@ -804,10 +804,14 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
     let h = content_hash(&old);
     fx.db.batch(match be {
         Be::Sqlite => {
-            "DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; PRAGMA user_version = 7;"
+            "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
+             DROP INDEX nodes_by_thread_conversation; \
+             DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; PRAGMA user_version = 7;"
         }
         Be::Postgres => {
-            "DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; \
+            "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
+             DROP INDEX nodes_by_thread_conversation; \
+             DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; \
              UPDATE convo_schema SET version = 5;"
         }
     });
@@ -1786,7 +1790,8 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         Be::Sqlite => {
             // Version 2's `blobs`, exactly as migration 0002 left it.
             "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; \
-             DROP TABLE chunks; \
+             DROP TABLE chunks; DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
+             DROP INDEX nodes_by_thread_conversation; \
              CREATE TABLE blobs_v2 (
     id   INTEGER PRIMARY KEY,
     hash BLOB NOT NULL,                   -- SHA-256 of data
@@ -1799,6 +1804,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         }
         Be::Postgres => {
             "DROP TABLE facts, search_index, search_state, redactions, chunks; \
+             DROP INDEX nodes_by_thread, nodes_by_thread_response, nodes_by_thread_conversation; \
              ALTER TABLE blobs DROP COLUMN chunked; \
              ALTER TABLE nodes DROP COLUMN ctx_turn; UPDATE convo_schema SET version = 1;"
         }

@@ -84,6 +84,15 @@ pub struct UpstreamArgs {
     /// Answer calls from this recorded timeline (SESSION[:BRANCH]) instead of an upstream
     #[arg(long, value_name = "SESSION[:BRANCH]")]
     pub replay: Option<String>,
+    /// With --replay: the timeline to replay, --replay then being the session whatever its title holds (colons included)
+    #[arg(long, value_name = "BRANCH", requires = "replay")]
+    pub replay_branch: Option<String>,
+    /// With --replay: leave this JSON pointer out when matching calls (/body/temperature, /headers/openai-beta); repeatable
+    #[arg(long, value_name = "POINTER", requires = "replay")]
+    pub match_ignore: Vec<String>,
+    /// With --replay: answer a call again when every recorded call matching it was already answered
+    #[arg(long, requires = "replay")]
+    pub replay_repeats: bool,
     /// Replay streams at once (fast) or at their recorded pace (recorded)
     #[arg(long, default_value = "fast", value_parser = ["fast", "recorded"], requires = "replay")]
     pub pace: String,
@@ -114,8 +123,18 @@ impl UpstreamArgs {
         c.timeout = std::time::Duration::from_secs(self.upstream_timeout.max(1));
         c.record_limit = Some(self.record_limit_mib.saturating_mul(1 << 20));
         if let Some(r) = &self.replay {
-            let mut spec = convo_proxy::replay::ReplaySpec::parse(r)
-                .map_err(|e| CommandError::user(e).with_hint("give SESSION or SESSION:BRANCH"))?;
+            let mut spec = match &self.replay_branch {
+                Some(b) => convo_proxy::replay::ReplaySpec::with_branch(r, b),
+                None => convo_proxy::replay::ReplaySpec::parse(r),
+            }
+            .map_err(|e| {
+                CommandError::user(e).with_hint(
+                    "give SESSION or SESSION:BRANCH, or SESSION and --replay-branch BRANCH",
+                )
+            })?;
+            spec.matcher = convo_proxy::replay::Matcher::new(&self.match_ignore)
+                .map_err(CommandError::user)?;
+            spec.repeats = self.replay_repeats;
             if self.pace == "recorded" {
                 spec.pace = convo_proxy::replay::Pace::Recorded;
             }
