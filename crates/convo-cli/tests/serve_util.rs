@@ -134,7 +134,7 @@ pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body
     parse(&raw)
 }
 
-fn parse(raw: &[u8]) -> Resp {
+pub fn parse(raw: &[u8]) -> Resp {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

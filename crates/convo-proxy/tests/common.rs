@@ -22,13 +22,32 @@ impl Server {
     }
 
     pub async fn start_on(cfg: ProxyConfig, dir: tempfile::TempDir, store_url: String) -> Server {
+        Self::start_as(cfg, dir, store_url, None, false).await
+    }
+
+    /// With `token` (virtual keys: clients send it as their API key), and
+    /// `standalone` (the routes `convo proxy` serves) or mounted in
+    /// `convo serve`'s router (`--upstream`).
+    pub async fn start_as(
+        mut cfg: ProxyConfig,
+        dir: tempfile::TempDir,
+        store_url: String,
+        token: Option<&str>,
+        standalone: bool,
+    ) -> Server {
         let mut config = convo_server::Config::new(store_url.clone());
         config.log_requests = false;
+        config.token = token.map(str::to_owned);
+        cfg.virtual_keys = token.is_some();
         let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
         let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
             .await
             .unwrap();
-        let app = convo_server::router(st, &config, Some(convo_proxy::router(proxy)));
+        let app = if standalone {
+            convo_proxy::standalone(proxy, &config)
+        } else {
+            convo_server::router(st, &config, Some(convo_proxy::router(proxy)))
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

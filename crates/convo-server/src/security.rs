@@ -12,6 +12,11 @@
 //!   a cross-site HTML form can send without a CORS preflight
 //!   (`application/x-www-form-urlencoded`, `multipart/form-data`,
 //!   `text/plain`). No CORS headers are ever sent, so a preflight fails.
+//!   Routes for API clients ([`Guard::api_clients`]: the proxy's `/v1`)
+//!   take any content type (SDKs upload files and audio as
+//!   `multipart/form-data`) and the token as `x-api-key` too (the Anthropic
+//!   SDK's key header); a request a browser marks as cross-site is still
+//!   refused there.
 //! - **Headers.** Every response gets a strict Content-Security-Policy
 //!   (scripts only from this server, no inline script), `nosniff`,
 //!   `frame-ancestors 'none'` and `Referrer-Policy: no-referrer`.
@@ -34,6 +39,10 @@ pub struct Guard {
     pub token: Option<Arc<str>>,
     /// Whether to print request log lines.
     pub log: bool,
+    /// The routes serve API clients (SDKs), not a browser: the token is
+    /// also taken from `x-api-key`, and a state-changing request may have
+    /// any content type (the cross-site check still applies).
+    pub api_clients: bool,
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -83,7 +92,13 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::to_owned);
             let from_query = query_token(&req);
+            let api_key = || {
+                g.api_clients
+                    .then(|| headers.get("x-api-key")?.to_str().ok().map(str::to_owned))
+                    .flatten()
+            };
             let given = bearer
+                .or_else(api_key)
                 .or_else(|| cookie_token(headers))
                 .or(from_query.clone());
             match given {
@@ -104,7 +119,7 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             }
         }
         if !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS)
-            && let Err(why) = csrf_check(req.headers())
+            && let Err(why) = csrf_check(req.headers(), g.api_clients)
         {
             break 'res error(StatusCode::FORBIDDEN, "forbidden", &why);
         }
@@ -144,7 +159,8 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     res
 }
 
-fn csrf_check(h: &HeaderMap) -> Result<(), String> {
+/// `any_type`: the content-type rule is off (routes for API clients).
+fn csrf_check(h: &HeaderMap, any_type: bool) -> Result<(), String> {
     if let Some(site) = h.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && !matches!(site, "same-origin" | "none")
     {
@@ -165,7 +181,7 @@ fn csrf_check(h: &HeaderMap) -> Result<(), String> {
             return Err("refusing a state-changing request from another origin".into());
         }
     }
-    if let Some(ct) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+    if !any_type && let Some(ct) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
         let essence = ct
             .split(';')
             .next()
