@@ -297,7 +297,7 @@ fn redact_leaves_no_byte(backend: &str) {
         .ok();
     t.run(&["state", "put", &s, "db", value]).ok();
     // The search index takes in the words (lowercased) on the first search.
-    let found = t.run(&["search", "plutoniumwombat93", "--json"]).json();
+    let found = t.run(&["search", "xq7plutoniumwombat93", "--json"]).json();
     assert_eq!(found["hits"].as_array().map(Vec::len), Some(1), "{found}");
     for secret in [said, value] {
         assert!(
@@ -306,7 +306,7 @@ fn redact_leaves_no_byte(backend: &str) {
         );
     }
     assert!(
-        !convo_store::testing::files_holding(&url, b"plutoniumwombat93").is_empty(),
+        !convo_store::testing::files_holding(&url, b"xq7plutoniumwombat93").is_empty(),
         "{backend}: the search index holds the lowercased word"
     );
     let log = t.run(&["log", &s, "--json"]).json();
@@ -333,7 +333,7 @@ fn redact_leaves_no_byte(backend: &str) {
         assert!(left.is_empty(), "{backend}: left in the store's files: {left:?}");
     }
     // Searching finds nothing of it; the store verifies.
-    let none = t.run(&["search", "plutoniumwombat93", "--json"]);
+    let none = t.run(&["search", "xq7plutoniumwombat93", "--json"]);
     assert_eq!(none.code(), 1, "no hit: {}", none.stdout());
     t.run(&["verify"]).ok();
 }

@@ -1988,7 +1988,7 @@ fn a_redaction_keeps_the_chain_and_no_byte_of_the_secret(be: Be) {
 fn a_redacted_state_value_leaves_no_byte_of_it(be: Be) {
     let fx = Fx::new(be);
     let secret = format!(
-        "password=Hunter2-ZebraCrossing{}-sk-proj-Ab9", fx.ses.0.as_u128() % 1_000_000
+        "pw=Hunter2-ZebraCrossing{}-sk-proj-Ab9", fx.ses.0.as_u128() % 1_000_000
     );
     let mut s = fx.store();
     let root = s
