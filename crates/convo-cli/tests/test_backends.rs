@@ -325,12 +325,22 @@ fn redact_leaves_no_byte(backend: &str) {
     assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
     let digest = convo_core::hash::content_hash(value.as_bytes()).to_hex();
     let r = t
-        .run(&["redact", "--content", &digest, "--reason", "a password", "--json"])
+        .run(&[
+            "redact",
+            "--content",
+            &digest,
+            "--reason",
+            "a password",
+            "--json",
+        ])
         .json();
     assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
     for secret in [said, value] {
         let left = convo_store::testing::secret_in_files(&url, secret);
-        assert!(left.is_empty(), "{backend}: left in the store's files: {left:?}");
+        assert!(
+            left.is_empty(),
+            "{backend}: left in the store's files: {left:?}"
+        );
     }
     // Searching finds nothing of it; the store verifies.
     let none = t.run(&["search", "xq7plutoniumwombat93", "--json"]);

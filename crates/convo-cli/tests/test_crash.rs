@@ -509,17 +509,26 @@ fn the_proxy_refuses_a_body_over_the_limit_as_it_streams_in() {
     assert_eq!(r.status, 413, "{}", r.text());
     let e = r.json();
     assert_eq!(e["error"]["code"], "too_large", "{e}");
-    assert!(e["error"]["message"].as_str().unwrap().contains("--max-body-mib"));
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-body-mib")
+    );
     let r = post_big(&addr, path, 5 << 20, true);
     assert_eq!(r.status, 413, "{}", r.text());
     let grew_mib = peak_kib(proxy.child.id()).saturating_sub(base) / 1024;
     eprintln!("the proxy's peak memory grew by {grew_mib} MiB for a 70 MB body");
     // Reading the body whole would hold 70 MB (the proxy held ~770 MB
     // before the limit was enforced); refusing it holds at most the limit.
-    assert!(grew_mib < 16, "the proxy's peak memory grew by {grew_mib} MiB");
+    assert!(
+        grew_mib < 16,
+        "the proxy's peak memory grew by {grew_mib} MiB"
+    );
 
     // Any content type passes through: an SDK uploads multipart.
-    let multipart = "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--b--\r\n";
+    let multipart =
+        "--b\r\nContent-Disposition: form-data; name=\"purpose\"\r\n\r\nbatch\r\n--b--\r\n";
     let r = proxy.req(
         "POST",
         "/s/limits/main/v1/files",

@@ -587,7 +587,10 @@ mod tests {
         assert!(m.contains_key("content-type") && m.contains_key("anthropic-version"));
         // A key inside a value that is not one.
         let h: Vec<(&str, &[u8])> = vec![
-            ("user-agent", b"my-agent/1.0 (key sk-proj-abc123; Bearer t0k3n) python"),
+            (
+                "user-agent",
+                b"my-agent/1.0 (key sk-proj-abc123; Bearer t0k3n) python",
+            ),
             ("accept", b"application/json; token=hunter2"),
             ("content-type", b"multipart/form-data; boundary=abc"),
         ];

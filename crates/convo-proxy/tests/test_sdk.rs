@@ -310,7 +310,10 @@ async fn uploads_and_virtual_keys_through_the_sdks_on_both_mounts() {
 
         let calls = up.seen.calls.lock().unwrap().clone();
         let bodies: Vec<String> = calls.iter().map(|(_, b)| b.to_string()).collect();
-        assert!(bodies.iter().any(|b| b.contains("file-bytes-Zq81")), "{bodies:?}");
+        assert!(
+            bodies.iter().any(|b| b.contains("file-bytes-Zq81")),
+            "{bodies:?}"
+        );
         assert!(bodies.iter().any(|b| b.contains("audio-bytes-Kx42")));
         for (h, _) in &calls {
             let anthropic = h.contains_key("anthropic-version");
@@ -320,13 +323,16 @@ async fn uploads_and_virtual_keys_through_the_sdks_on_both_mounts() {
                 (false, false) => ("authorization", format!("Bearer {KEY}")),
                 (true, false) => ("x-api-key", KEY.to_owned()),
             };
-            if h.get("authorization").is_some_and(|v| v == "Bearer not-the-token") {
+            if h.get("authorization")
+                .is_some_and(|v| v == "Bearer not-the-token")
+            {
                 assert!(!virtual_keys, "a refused call went upstream");
                 continue;
             }
             assert_eq!(h[name], want.as_str(), "{h:?}");
             assert!(
-                h.values().all(|v| !contains(v.as_bytes(), TOKEN.as_bytes())),
+                h.values()
+                    .all(|v| !contains(v.as_bytes(), TOKEN.as_bytes())),
                 "convo's token went upstream: {h:?}"
             );
         }
@@ -337,18 +343,27 @@ async fn uploads_and_virtual_keys_through_the_sdks_on_both_mounts() {
             store.timeline(&s.id, &BranchName::main()).unwrap()
         });
         assert!(
-            t.iter().any(|n| n.stored.node.kind == Kind::Request
-                && contains(&n.payload, b"file-bytes-Zq81")),
+            t.iter()
+                .any(|n| n.stored.node.kind == Kind::Request
+                    && contains(&n.payload, b"file-bytes-Zq81")),
             "the file upload is recorded"
         );
-        assert!(t.iter().any(|n| n.stored.node.kind == Kind::Request
-            && contains(&n.payload, b"audio-bytes-Kx42")));
+        assert!(
+            t.iter().any(|n| n.stored.node.kind == Kind::Request
+                && contains(&n.payload, b"audio-bytes-Kx42"))
+        );
         let dir = srv.stop().await;
         let all = all_bytes(dir.path());
         for secret in [TOKEN, KEY, OPERATOR_KEY, OPERATOR_ANTHROPIC_KEY, UA_KEY] {
-            assert!(!contains(&all, secret.as_bytes()), "{secret} reached the store");
+            assert!(
+                !contains(&all, secret.as_bytes()),
+                "{secret} reached the store"
+            );
         }
-        assert!(contains(&all, b"agent/1.0 (key REDACTED)"), "the User-Agent is kept, redacted");
+        assert!(
+            contains(&all, b"agent/1.0 (key REDACTED)"),
+            "the User-Agent is kept, redacted"
+        );
         up.stop().await;
     }
 }

@@ -377,8 +377,10 @@ fn upload(seen: &Seen, headers: HeaderMap, body: &Bytes) {
 
 async fn files(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
     upload(&seen, headers, &body);
-    axum::Json(json!({"id": "file-1", "object": "file", "bytes": body.len(), "created_at": 1,
-        "filename": "upload", "purpose": "batch", "status": "processed"}))
+    axum::Json(
+        json!({"id": "file-1", "object": "file", "bytes": body.len(), "created_at": 1,
+        "filename": "upload", "purpose": "batch", "status": "processed"}),
+    )
     .into_response()
 }
 

@@ -1988,7 +1988,8 @@ fn a_redaction_keeps_the_chain_and_no_byte_of_the_secret(be: Be) {
 fn a_redacted_state_value_leaves_no_byte_of_it(be: Be) {
     let fx = Fx::new(be);
     let secret = format!(
-        "pw=Hunter2-ZebraCrossing{}-sk-proj-Ab9", fx.ses.0.as_u128() % 1_000_000
+        "pw=Hunter2-ZebraCrossing{}-sk-proj-Ab9",
+        fx.ses.0.as_u128() % 1_000_000
     );
     let mut s = fx.store();
     let root = s
@@ -2003,7 +2004,11 @@ fn a_redacted_state_value_leaves_no_byte_of_it(be: Be) {
     assert_eq!(done.warning, None);
     // Read back, the value is its tombstone; the state still verifies.
     let got = s.state_get(&root, "db").unwrap().unwrap();
-    assert!(got.starts_with(b"[redacted "), "{}", String::from_utf8_lossy(&got));
+    assert!(
+        got.starts_with(b"[redacted "),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
     for _ in 0..50 {
         if testing::secret_in_files(&fx.db.url(), &secret).is_empty() {
             break;
