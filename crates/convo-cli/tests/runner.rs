@@ -13,4 +13,6 @@ mod test_harness;
 mod test_history;
 mod test_hostile;
 mod test_search;
+mod test_security;
 mod test_serve;
+mod test_workspace;

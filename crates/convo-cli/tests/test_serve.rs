@@ -363,9 +363,11 @@ fn token_csrf_paths_and_escaping() {
     assert_eq!(wrong.status, 401);
     let auth = [("Authorization", "Bearer s3cret-token")];
     srv.req("GET", "/api/v1/sessions", &auth, b"").expect(200);
-    // A browser gets an HttpOnly SameSite=Strict cookie from ?token=.
+    // A browser gets an HttpOnly SameSite=Strict cookie from ?token=, and
+    // a redirect to the URL without it.
     let page = srv.get("/?token=s3cret-token");
-    assert_eq!(page.status, 200);
+    assert_eq!(page.status, 303);
+    assert_eq!(page.header("location"), Some("/"));
     let cookie = page.header("set-cookie").unwrap();
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
     let c = [("Cookie", "convo_token=s3cret-token")];
@@ -536,7 +538,43 @@ fn openapi_covers_every_route() {
             op["responses"]["default"].is_object(),
             "{method} {path} documents no error"
         );
+        for status in ["400", "401", "403", "404", "422", "503"] {
+            assert_eq!(
+                op["responses"][status]["content"]["application/json"]["schema"]["$ref"],
+                "#/components/schemas/ErrorDoc",
+                "{method} {path} does not document {status}"
+            );
+        }
+        // A parameter is in the path only when the path has it.
+        for p in op["parameters"].as_array().into_iter().flatten() {
+            let name = p["name"].as_str().unwrap();
+            let in_path = path.contains(&format!("{{{name}}}"));
+            assert_eq!(
+                p["in"],
+                if in_path { "path" } else { "query" },
+                "{method} {path}: parameter {name}"
+            );
+        }
     }
+    // The real constraints.
+    let timeline = &paths["/api/v1/sessions/{session}/branches/{branch}/timeline"]["get"];
+    let param = |op: &serde_json::Value, name: &str| {
+        op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(param(timeline, "limit")["schema"]["maximum"], 2000);
+    assert_eq!(param(timeline, "branch")["schema"]["maxLength"], 200);
+    assert!(param(timeline, "branch")["schema"]["pattern"].is_string());
+    let node = &paths["/api/v1/nodes/{hash}"]["get"];
+    assert_eq!(
+        param(node, "hash")["schema"]["pattern"],
+        "^[0-9a-fA-F]{1,64}$"
+    );
     assert_eq!(
         paths.len(),
         18,
@@ -679,7 +717,7 @@ fn shutdown_ends_streams_finishes_writes_and_logs_each_request() {
                     let kind = if i % 2 == 0 { "invoke" } else { "complete" };
                     let body = format!("{{\"kind\":\"{kind}\",\"payload\":\"w{w} {i}\"}}");
                     let req = format!(
-                        "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
                     );
                     let mut raw = Vec::new();

@@ -22,6 +22,10 @@
 //! them through `HTTP_PROXY`, so its `http://*.vlinder.local:3544/…` URLs
 //! work unchanged without DNS.
 //!
+//! Like every listener, it answers only to its own names (loopback, and
+//! `*.vlinder.local`): a web page that rebinds its name to 127.0.0.1 gets
+//! 403 before any route runs (`convo_server::security::hosts_only`).
+//!
 //! Each call is a `request` (agent → `kv` / `infer`) and its `response`
 //! in the turn's submission. A `kv` call is one store transaction: the
 //! request node, the state operation on the timeline's working state, the
@@ -184,7 +188,16 @@ impl Services {
         let addr = listener
             .local_addr()
             .map_err(|e| HarnessError::io("cannot start the services server", e))?;
-        let app = router(reg.clone());
+        // The Host allow-list every listener has: loopback names, and the
+        // VlinderCLI names a child process reaches us by through HTTP_PROXY.
+        let hosts = convo_server::security::Hosts::new(
+            Some(addr),
+            &["vlinder.local".to_owned(), "*.vlinder.local".to_owned()],
+        );
+        let app = router(reg.clone()).layer(axum::middleware::from_fn_with_state(
+            hosts,
+            convo_server::security::hosts_only,
+        ));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
@@ -942,6 +955,59 @@ async fn vlinder(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One raw HTTP/1.1 request with this Host; the status.
+    async fn status_for(addr: SocketAddr, host: &str, path: &str) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+        );
+        c.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        c.read_to_end(&mut out).await.unwrap();
+        let head = String::from_utf8_lossy(&out).into_owned();
+        head.split(' ').nth(1).unwrap().parse().unwrap()
+    }
+
+    /// The services server has every listener's Host allow-list: a page
+    /// rebinding its name to 127.0.0.1 gets 403 before any route; loopback
+    /// and the VlinderCLI names (reached through HTTP_PROXY) get through.
+    #[test]
+    fn foreign_hosts_are_refused_and_vlinder_names_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("convo.db").display());
+        let pool = StorePool::open(&url, 2).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let services = Services::start(pool, None, None, 0).await.unwrap();
+            let addr = services.addr;
+            let port = addr.port();
+            for host in [
+                "attacker.example".to_owned(),
+                format!("attacker.example:{port}"),
+                "vlinder.local.attacker.example".to_owned(),
+                "evilvlinder.local".to_owned(),
+            ] {
+                for path in ["/put", "/t/x/kv/k", "/a/x/openai/v1/chat/completions"] {
+                    assert_eq!(status_for(addr, &host, path).await, 403, "{host} {path}");
+                }
+            }
+            for host in [
+                format!("127.0.0.1:{port}"),
+                format!("localhost:{port}"),
+                "sqlite-kv.vlinder.local:3544".to_owned(),
+                "ollama.vlinder.local".to_owned(),
+            ] {
+                // No agent is registered: not found, but past the guard.
+                assert_eq!(status_for(addr, &host, "/put").await, 404, "{host}");
+            }
+        });
+    }
 
     #[test]
     fn upstream_paths_absorb_a_repeated_v1() {

@@ -76,7 +76,12 @@
     kind.textContent = n.kind;
     const ends = document.createElement("span");
     ends.className = "ends";
-    ends.textContent = n.from + " → " + n.to;
+    // Each name in its own bidirectional isolate (as the server's pages).
+    const from = document.createElement("bdi");
+    from.textContent = n.from;
+    const to = document.createElement("bdi");
+    to.textContent = n.to;
+    ends.append(from, " → ", to);
     const time = document.createElement("time");
     time.textContent = n.created_at;
     const a = document.createElement("a");

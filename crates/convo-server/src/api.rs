@@ -7,7 +7,7 @@ use crate::diff;
 use crate::events::{Filter, pump};
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -31,6 +31,30 @@ impl ApiError {
         ApiError {
             status: StatusCode::UNPROCESSABLE_ENTITY,
             doc: ErrorDoc::new("invalid", message),
+        }
+    }
+    /// A 400 `invalid` error: a request that does not parse (JSON syntax,
+    /// an array where an object is documented, a query value of the wrong
+    /// type, a path that is not UTF-8).
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            doc: ErrorDoc::new("invalid", message),
+        }
+    }
+    /// What the framework refused (an extractor's rejection), as an error
+    /// document with the rejection's status.
+    pub fn rejected(status: StatusCode, message: impl Into<String>) -> Self {
+        let kind = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            s if s.is_server_error() => "corrupt",
+            _ => "invalid",
+        };
+        ApiError {
+            status,
+            doc: ErrorDoc::new(kind, message),
         }
     }
     /// A 404 `not_found` error.
@@ -65,6 +89,84 @@ pub fn error_response(status: StatusCode, kind: &str, message: &str) -> Response
 
 type ApiResult<T> = Result<T, ApiError>;
 
+/// The query string, parsed; a value of the wrong type (`cursor=abc`) is
+/// a 400 error document, not the framework's plain text.
+#[derive(Debug)]
+pub struct Query<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|q| Query(q.0))
+            .map_err(|e| ApiError::bad_request(format!("query string: {}", e.body_text())))
+    }
+}
+
+/// The path's parameters, percent-decoded; a path that is not UTF-8 is a
+/// 400 error document.
+#[derive(Debug)]
+pub struct Path<T>(pub T);
+
+impl<T, S> axum::extract::FromRequestParts<S> for Path<T>
+where
+    T: serde::de::DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|p| Path(p.0))
+            .map_err(|e| ApiError::rejected(e.status(), format!("path: {}", e.body_text())))
+    }
+}
+
+/// The request body's bytes; a body over the limit is a 413 error document.
+#[derive(Debug)]
+pub struct Body(pub Bytes);
+
+impl<S> axum::extract::FromRequest<S> for Body
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, ApiError> {
+        Bytes::from_request(req, state)
+            .await
+            .map(Body)
+            .map_err(|e| {
+                let status = e.status();
+                let msg = if status == StatusCode::PAYLOAD_TOO_LARGE {
+                    "the request body is over this server's limit (--max-body-mib)".to_owned()
+                } else {
+                    format!("request body: {}", e.body_text())
+                };
+                ApiError::rejected(status, msg)
+            })
+    }
+}
+
+/// A method the route does not serve: 405 with the error document.
+pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        &format!("{} is not served: {method} is not allowed", uri.path()),
+    )
+}
+
 pub(crate) fn now() -> Millis {
     jiff::Timestamp::now().as_millisecond()
 }
@@ -81,6 +183,7 @@ pub(crate) fn prefix(s: &str) -> ApiResult<HashPrefix> {
 
 /// Filters and page of the session list.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SessionQuery {
     /// Text that must appear in the id, title or agent (case-insensitive).
     pub q: Option<String>,
@@ -89,6 +192,7 @@ pub struct SessionQuery {
     /// Skip this many (newest first).
     pub offset: Option<usize>,
     /// At most this many (default 50, at most 1000).
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
 }
 
@@ -156,8 +260,9 @@ pub struct NewSession {
     responses((status = 201, body = Session), (status = "default", body = ErrorDoc)))]
 pub async fn create_session(
     State(st): State<AppState>,
-    Json(n): Json<NewSession>,
+    Body(body): Body,
 ) -> ApiResult<(StatusCode, Json<Session>)> {
+    let n: NewSession = parse_json(&body)?;
     if n.agent.trim().is_empty() {
         return Err(ApiError::invalid("`agent` must not be empty"));
     }
@@ -215,7 +320,7 @@ pub struct Retitle {
 pub async fn retitle(
     State(st): State<AppState>,
     Path(q): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<Session>> {
     let r: Retitle = parse_json(&body)?;
     let row = st
@@ -250,11 +355,13 @@ pub async fn list_branches(
 
 /// Where a timeline page starts.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PageQuery {
     /// Position of the first node (0 = the session's first node); negative
     /// counts from the end (`-50` = the last 50). Default 0.
     pub cursor: Option<i64>,
     /// Nodes per page (default 200, at most 2000).
+    #[param(minimum = 1, maximum = 2000)]
     pub limit: Option<usize>,
 }
 
@@ -424,10 +531,10 @@ pub struct Appended {
 pub async fn append(
     State(st): State<AppState>,
     Path((q, b)): Path<(String, String)>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<(StatusCode, Json<Appended>)> {
     let branch = branch_name(&b)?;
-    let lines = parse_json::<AppendBody>(&body)?;
+    let lines = parse_json_objects::<AppendBody>(&body)?;
     let lines = match lines {
         AppendBody::One(l) => vec![l],
         AppendBody::Many(v) => v,
@@ -467,9 +574,57 @@ pub async fn append(
     ))
 }
 
-/// Parses a JSON body, with the serde error (line, column, what) as a 422.
+/// Parses a JSON body that must be one object: a body that is not JSON,
+/// or JSON of another shape (an array, a string), is a 400; an object
+/// whose fields break the schema (unknown field, wrong type) a 422, with
+/// serde's line, column and what.
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
-    serde_json::from_slice(body).map_err(|e| ApiError::invalid(format!("request body: {e}")))
+    let v = json_value(body)?;
+    if !v.is_object() {
+        return Err(ApiError::bad_request(format!(
+            "request body: expected a JSON object, got {}",
+            json_type(&v)
+        )));
+    }
+    from_value(v)
+}
+
+/// Parses a JSON body: an object, or an array of objects.
+pub(crate) fn parse_json_objects<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    let v = json_value(body)?;
+    let ok = match &v {
+        serde_json::Value::Object(_) => true,
+        serde_json::Value::Array(items) => items.iter().all(serde_json::Value::is_object),
+        _ => false,
+    };
+    if !ok {
+        return Err(ApiError::bad_request(format!(
+            "request body: expected a JSON object or an array of objects, got {}",
+            json_type(&v)
+        )));
+    }
+    from_value(v)
+}
+
+fn json_value(body: &[u8]) -> ApiResult<serde_json::Value> {
+    serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("request body is not JSON: {e}")))
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> ApiResult<T> {
+    serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("request body: {e}")))
+}
+
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(a) if a.iter().all(serde_json::Value::is_object) => "an array",
+        serde_json::Value::Array(_) => "an array holding something other than objects",
+        serde_json::Value::Object(_) => "an object",
+    }
 }
 
 /// A fork.
@@ -498,7 +653,7 @@ pub struct Forked {
 pub async fn fork(
     State(st): State<AppState>,
     Path(q): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<(StatusCode, Json<Forked>)> {
     let f: ForkRequest = parse_json(&body)?;
     let branch = branch_name(&f.branch)?;
@@ -546,7 +701,7 @@ pub struct PromotedView {
 pub async fn promote(
     State(st): State<AppState>,
     Path(q): Path<String>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<PromotedView>> {
     let p: PromoteRequest = parse_json(&body)?;
     let branch = branch_name(&p.branch)?;
@@ -568,6 +723,7 @@ pub async fn promote(
 
 /// Which state version to read.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AtQuery {
     /// A node hash or prefix: the state as of that node. Default: the
     /// branch's working state.
@@ -657,7 +813,7 @@ pub struct StateWritten {
 pub async fn state_put(
     State(st): State<AppState>,
     Path((q, b, key)): Path<(String, String, String)>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<Json<StateWritten>> {
     let branch = branch_name(&b)?;
     let root = st
@@ -729,6 +885,7 @@ pub async fn verify(State(st): State<AppState>) -> ApiResult<Json<VerifyView>> {
 
 /// The two timelines to compare.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DiffQuery {
     /// The first branch (default `main`).
     pub a: Option<String>,
@@ -752,6 +909,7 @@ pub async fn diff(
 
 /// What to search for.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SearchQuery {
     /// Words that must all appear in the payload (case-insensitive; words
     /// are runs of letters and digits), `prefix*`, or `"a phrase"`.
@@ -771,6 +929,7 @@ pub struct SearchQuery {
     /// Only nodes recorded before this time (RFC 3339).
     pub until: Option<String>,
     /// At most this many hits (default 50, at most 500).
+    #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
 }
 
@@ -837,6 +996,7 @@ pub async fn search(
 
 /// Which export.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ExportQuery {
     /// convo, clog, session-json, openai, markdown or html (default convo).
     pub format: Option<String>,
@@ -897,6 +1057,7 @@ pub async fn export(
 
 /// How to read an upload.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ImportQuery {
     /// convo, session-json, chatgpt, claude, sharegpt or openai (required).
     pub format: String,
@@ -927,7 +1088,7 @@ pub struct ImportSummary {
 pub async fn import(
     State(st): State<AppState>,
     Query(iq): Query<ImportQuery>,
-    body: Bytes,
+    Body(body): Body,
 ) -> ApiResult<(StatusCode, Json<ImportSummary>)> {
     let (name, read) = {
         let reader = convo_formats::reader(&iq.format).ok_or_else(|| {
@@ -970,6 +1131,7 @@ pub async fn import(
 
 /// Where the event stream starts.
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
     /// Start after this follow cursor (the `Last-Event-ID` header wins);
     /// default: only nodes appended from now on.
@@ -1008,10 +1170,10 @@ pub async fn events(
         ),
         None => None,
     };
-    let start = match last.or(e.after) {
-        Some(c) => c,
-        None => st.pool.run(|s| s.end_cursor()).await?,
-    };
+    // A cursor past the end (a wrapped or made-up number) means "nothing
+    // yet": the stream starts at the end, it never replays the store.
+    let end = st.pool.run(|s| s.end_cursor()).await?;
+    let start = last.or(e.after).map_or(end, |c| c.min(end));
     let (tx, rx) = tokio::sync::mpsc::channel(256);
     tokio::spawn(pump(
         st.hub.clone(),

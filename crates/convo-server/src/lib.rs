@@ -53,6 +53,11 @@ pub struct Config {
     pub body_limit: usize,
     /// Print one JSON log line per request on stderr.
     pub log_requests: bool,
+    /// The address the listener is bound to: its IP is an allowed `Host`
+    /// (besides loopback names).
+    pub listen: Option<SocketAddr>,
+    /// More `Host` names to answer to (`--allow-host`: a reverse proxy's).
+    pub allow_hosts: Vec<String>,
 }
 
 impl Config {
@@ -63,6 +68,18 @@ impl Config {
             token: None,
             body_limit: 64 * 1024 * 1024,
             log_requests: true,
+            listen: None,
+            allow_hosts: Vec::new(),
+        }
+    }
+
+    /// The guards' settings for this config.
+    pub fn guard(&self) -> security::Guard {
+        security::Guard {
+            token: self.token.as_deref().map(Arc::from),
+            log: self.log_requests,
+            hosts: security::Hosts::new(self.listen, &self.allow_hosts),
+            api_clients: false,
         }
     }
 }
@@ -109,6 +126,7 @@ pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router
     let app = api_routes()
         .merge(web::routes())
         .route("/openapi.json", get(openapi::document))
+        .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state)
         .fallback(api::fallback);
     let app = guarded(app, config, false);
@@ -121,13 +139,12 @@ pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router
 }
 
 /// `routes` behind the guards (innermost first): the body limit, the path
-/// check, then token, CSRF, headers and the request log
+/// check, then Host, Origin, token, CSRF, headers and the request log
 /// ([`security::guard`]); `api_clients` for routes SDKs call.
 pub fn guarded(routes: Router, config: &Config, api_clients: bool) -> Router {
     let guard = security::Guard {
-        token: config.token.as_deref().map(Arc::from),
-        log: config.log_requests,
         api_clients,
+        ..config.guard()
     };
     routes
         .layer(DefaultBodyLimit::max(config.body_limit))
@@ -211,6 +228,8 @@ pub async fn serve(
     if !is_loopback(&addr) && config.token.is_none() {
         return Err(ServeError::NeedToken(addr));
     }
+    let mut config = config;
+    config.listen = Some(addr);
     let c2 = config.clone();
     let st = tokio::task::spawn_blocking(move || state(&c2))
         .await

@@ -1,16 +1,32 @@
-//! The guards every request passes: bearer-token auth, a CSRF defence for
-//! state-changing requests, hardening headers, and one structured log line.
+//! The guards every request passes, on every listener (`convo serve`,
+//! `convo proxy`, the harness's services server): a Host allow-list, an
+//! Origin check, bearer-token auth, a CSRF defence for state-changing
+//! requests, hardening headers, and one structured log line.
 //!
+//! - **Hosts.** Before anything else, the request's `Host` (and the
+//!   authority of an absolute request URI) must name this server: a
+//!   loopback name (`localhost`, `*.localhost`, `127.0.0.0/8`, `[::1]`), the
+//!   listen address (any IP literal when listening on `0.0.0.0`/`[::]`), or
+//!   a name given with `--allow-host` (a reverse proxy's public name;
+//!   `*.example.com` allows its subdomains), with any port. Anything else is
+//!   403 `forbidden`, as Jupyter does: a web page whose name was rebound to
+//!   127.0.0.1 (DNS rebinding) sends its own name and never reaches a handler.
+//! - **Origin.** A request carrying an `Origin` (what browsers send on
+//!   cross-origin and state-changing requests) must come from this very
+//!   origin (`scheme://` + this `Host`), else 403.
 //! - **Auth.** When a token is configured (required off loopback), every
 //!   route wants `Authorization: Bearer TOKEN` or the `convo_token` cookie.
-//!   A browser gets the cookie (HttpOnly, SameSite=Strict) by opening any
-//!   page once with `?token=TOKEN`. Tokens are compared in constant time.
+//!   A browser exchanges `?token=TOKEN` (percent-decoded) for the cookie
+//!   (HttpOnly, SameSite=Strict, `Secure` behind an HTTPS reverse proxy
+//!   that says `X-Forwarded-Proto: https`) with a 303 redirect to the same
+//!   URL without the token, so it leaves the address bar and history. A
+//!   browser without the cookie (`Accept: text/html`) gets a small login
+//!   page instead of the JSON 401. Tokens are compared in constant time.
 //! - **CSRF.** A state-changing request (anything but GET/HEAD/OPTIONS) is
 //!   refused when the browser says it comes from another site
-//!   (`Sec-Fetch-Site: cross-site|same-site`, or an `Origin` whose host is
-//!   not this `Host`), and when its body has one of the three content types
-//!   a cross-site HTML form can send without a CORS preflight
-//!   (`application/x-www-form-urlencoded`, `multipart/form-data`,
+//!   (`Sec-Fetch-Site: cross-site|same-site`), and when its body has one of
+//!   the three content types a cross-site HTML form can send without a CORS
+//!   preflight (`application/x-www-form-urlencoded`, `multipart/form-data`,
 //!   `text/plain`). No CORS headers are ever sent, so a preflight fails.
 //!   Routes for API clients ([`Guard::api_clients`]: the proxy's `/v1`)
 //!   take any content type (SDKs upload files and audio as
@@ -18,8 +34,9 @@
 //!   SDK's key header); a request a browser marks as cross-site is still
 //!   refused there.
 //! - **Headers.** Every response gets a strict Content-Security-Policy
-//!   (scripts only from this server, no inline script), `nosniff`,
-//!   `frame-ancestors 'none'` and `Referrer-Policy: no-referrer`.
+//!   (scripts only from this server, no inline script) unless the handler
+//!   set a stricter one (raw payloads and exports keep their `sandbox`),
+//!   `nosniff`, `frame-ancestors 'none'` and `Referrer-Policy: no-referrer`.
 //! - **Logs.** One JSON line per request on stderr: method, path (no query
 //!   string: it may carry a token), status, milliseconds. Headers are never
 //!   logged.
@@ -29,6 +46,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -39,10 +57,156 @@ pub struct Guard {
     pub token: Option<Arc<str>>,
     /// Whether to print request log lines.
     pub log: bool,
+    /// The names this server answers to.
+    pub hosts: Hosts,
     /// The routes serve API clients (SDKs), not a browser: the token is
     /// also taken from `x-api-key`, and a state-changing request may have
-    /// any content type (the cross-site check still applies).
+    /// any content type (the Host, Origin and cross-site checks still apply).
     pub api_clients: bool,
+}
+
+/// The `Host` names a listener answers to (see the module docs). The
+/// default allows loopback names only.
+#[derive(Clone, Debug, Default)]
+pub struct Hosts {
+    /// The listen address, when known.
+    listen: Option<IpAddr>,
+    /// Exact names (lowercase, no port) and `*.suffix` patterns.
+    names: Arc<Vec<String>>,
+}
+
+impl Hosts {
+    /// Loopback names, `listen`'s address, and `extra` (names or
+    /// `*.domain` patterns; a port given with one is ignored).
+    pub fn new(listen: Option<SocketAddr>, extra: &[String]) -> Hosts {
+        let names = extra
+            .iter()
+            .map(|n| host_name(n.trim()))
+            .filter(|n| !n.is_empty())
+            .collect::<Vec<_>>();
+        Hosts {
+            listen: listen.map(|a| a.ip()),
+            names: Arc::new(names),
+        }
+    }
+
+    /// Checks an allow-host value given on the command line.
+    pub fn check_name(name: &str) -> Result<(), String> {
+        let n = host_name(name.trim());
+        let body = n.strip_prefix("*.").unwrap_or(&n);
+        let ok = !body.is_empty()
+            && body.bytes().all(|b| {
+                b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b':' | b'[' | b']')
+            });
+        if ok {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{}` is not a host name (give a name like convo.example.com, *.example.com or an IP address)",
+                name.escape_debug()
+            ))
+        }
+    }
+
+    /// Whether `authority` (a `Host` header value: name or IP, maybe a
+    /// port) names this server.
+    pub fn allows(&self, authority: &str) -> bool {
+        let name = host_name(authority);
+        if name.is_empty() {
+            return false;
+        }
+        if name == "localhost" || name.ends_with(".localhost") {
+            return true;
+        }
+        if let Ok(ip) = name
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<IpAddr>()
+        {
+            if ip.is_loopback() {
+                return true;
+            }
+            match self.listen {
+                Some(l) if l.is_unspecified() => return true,
+                Some(l) if l == ip => return true,
+                _ => {}
+            }
+        }
+        self.names.iter().any(|n| match n.strip_prefix("*.") {
+            Some(domain) => name
+                .strip_suffix(domain)
+                .is_some_and(|sub| sub.len() > 1 && sub.ends_with('.')),
+            None => *n == name,
+        })
+    }
+}
+
+/// The host part of an authority, lowercase, without port, userinfo or a
+/// trailing dot (`[::1]` keeps its brackets).
+fn host_name(authority: &str) -> String {
+    let a = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = if a.starts_with('[') {
+        a.find(']').map_or(a, |i| &a[..=i])
+    } else {
+        match a.rsplit_once(':') {
+            Some((h, port)) if port.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => a,
+        }
+    };
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The Host and Origin checks alone, as one middleware, for a listener
+/// with no token or CSRF rules of its own (the harness's services server).
+pub async fn hosts_only(State(h): State<Hosts>, req: Request, next: Next) -> Response {
+    match refuse_host_origin(&h, &req) {
+        None => next.run(req).await,
+        Some(res) => res,
+    }
+}
+
+/// The refusal of a request whose `Host` (or absolute URI) is not
+/// allowed, or whose `Origin` is another origin; `None` when it may pass.
+fn refuse_host_origin(hosts: &Hosts, req: &Request) -> Option<Response> {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .map(|v| v.to_str().unwrap_or("\u{fffd}").to_owned());
+    let authority = req.uri().authority().map(|a| a.as_str().to_owned());
+    if host.is_none() && authority.is_none() {
+        return Some(error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            "the request has no Host header",
+        ));
+    }
+    for h in host.iter().chain(authority.iter()) {
+        if !hosts.allows(h) {
+            return Some(error(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                &format!(
+                    "this server does not answer to the host `{}`: pass --allow-host NAME to allow it (a reverse proxy's name)",
+                    convo_core::text::visible(h, convo_core::text::Newlines::Escape)
+                ),
+            ));
+        }
+    }
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("null");
+        let here = host.or(authority).unwrap_or_default();
+        let same = origin.split_once("://").is_some_and(|(scheme, rest)| {
+            matches!(scheme, "http" | "https") && rest.eq_ignore_ascii_case(&here)
+        });
+        if !same {
+            return Some(error(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                "refusing a request from another origin",
+            ));
+        }
+    }
+    None
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {
@@ -65,7 +229,7 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|kv| kv.trim().split_once('='))
         .find(|(k, _)| *k == "convo_token")
-        .map(|(_, v)| v.to_owned())
+        .map(|(_, v)| percent_decode(v, false))
 }
 
 fn query_token(req: &Request) -> Option<String> {
@@ -73,17 +237,20 @@ fn query_token(req: &Request) -> Option<String> {
         q.split('&')
             .filter_map(|kv| kv.split_once('='))
             .find(|(k, _)| *k == "token")
-            .map(|(_, v)| v.to_owned())
+            .map(|(_, v)| percent_decode(v, true))
     })
 }
 
-/// The middleware: auth, CSRF, headers, log.
+/// The middleware: hosts, origin, auth, CSRF, headers, log.
 pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response {
     let start = Instant::now();
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let mut set_cookie = None;
     let res = 'res: {
+        if let Some(res) = refuse_host_origin(&g.hosts, &req) {
+            break 'res res;
+        }
         if let Some(token) = &g.token {
             let headers = req.headers();
             let bearer = headers
@@ -104,12 +271,32 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             match given {
                 Some(t) if same(t.as_bytes(), token.as_bytes()) => {
                     if from_query.is_some() {
-                        set_cookie = Some(format!(
-                            "convo_token={t}; HttpOnly; SameSite=Strict; Path=/"
-                        ));
+                        let secure = headers
+                            .get("x-forwarded-proto")
+                            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+                        let cookie = format!(
+                            "convo_token={}; HttpOnly; SameSite=Strict; Path=/{}",
+                            cookie_escape(&t),
+                            if secure { "; Secure" } else { "" }
+                        );
+                        if matches!(method, Method::GET | Method::HEAD) {
+                            // Exchange the token in the URL for the
+                            // cookie, and drop it from the address bar.
+                            let mut res = Response::new(Body::empty());
+                            *res.status_mut() = StatusCode::SEE_OTHER;
+                            if let Ok(v) = HeaderValue::from_str(&without_token(req.uri())) {
+                                res.headers_mut().insert(header::LOCATION, v);
+                            }
+                            set_cookie = Some(cookie);
+                            break 'res res;
+                        }
+                        set_cookie = Some(cookie);
                     }
                 }
                 _ => {
+                    if method == Method::GET && wants_html(req.headers()) {
+                        break 'res login_page(from_query.is_some());
+                    }
                     break 'res error(
                         StatusCode::UNAUTHORIZED,
                         "unauthorized",
@@ -127,13 +314,15 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     };
     let mut res = res;
     let h = res.headers_mut();
-    h.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(
-            "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
-             connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
-        ),
-    );
+    if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(
+                "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+                 connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+            ),
+        );
+    }
     h.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -159,6 +348,95 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     res
 }
 
+/// Whether the client is a browser asking for a page.
+fn wants_html(h: &HeaderMap) -> bool {
+    h.get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("text/html"))
+}
+
+/// The login page a browser without the cookie gets (a 401): one token
+/// field, sent as `?token=` to the same URL, which the guard exchanges for
+/// the cookie.
+fn login_page(wrong: bool) -> Response {
+    let note = if wrong {
+        "<p class=\"error\">That token is not this server's.</p>"
+    } else {
+        ""
+    };
+    let html = format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+<title>convo: sign in</title><link rel=\"stylesheet\" href=\"/assets/app.css\"></head>\
+<body><main><h1>convo</h1>{note}<p>This server needs its token (the one given to \
+<code>convo serve --token</code> or <code>CONVO_TOKEN</code>).</p>\
+<form method=\"get\"><label>Token <input type=\"password\" name=\"token\" \
+autocomplete=\"current-password\" required autofocus></label> <button type=\"submit\">Open</button></form>\
+</main></body></html>\n"
+    );
+    let mut res = (StatusCode::UNAUTHORIZED, html).into_response();
+    res.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    res
+}
+
+/// The request's path and query without its `token` parameter.
+fn without_token(uri: &axum::http::Uri) -> String {
+    let rest: Vec<&str> = uri
+        .query()
+        .unwrap_or("")
+        .split('&')
+        .filter(|kv| !kv.is_empty() && kv.split('=').next() != Some("token"))
+        .collect();
+    if rest.is_empty() {
+        uri.path().to_owned()
+    } else {
+        format!("{}?{}", uri.path(), rest.join("&"))
+    }
+}
+
+/// A token as a cookie value: bytes a cookie cannot hold are
+/// percent-encoded (and decoded again when read).
+fn cookie_escape(t: &str) -> String {
+    let mut out = String::new();
+    for b in t.bytes() {
+        if b.is_ascii_graphic() && !matches!(b, b'"' | b',' | b';' | b'\\' | b'%') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Decodes `%XX` escapes (and `+` as a space, as forms send it).
+fn percent_decode(s: &str, plus: bool) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&b[i + 1..i + 3]).unwrap_or("zz"), 16)
+                {
+                    Ok(v) => {
+                        out.push(v);
+                        i += 3;
+                        continue;
+                    }
+                    Err(_) => out.push(b'%'),
+                }
+            }
+            b'+' if plus => out.push(b' '),
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// `any_type`: the content-type rule is off (routes for API clients).
 fn csrf_check(h: &HeaderMap, any_type: bool) -> Result<(), String> {
     if let Some(site) = h.get("sec-fetch-site").and_then(|v| v.to_str().ok())
@@ -167,19 +445,6 @@ fn csrf_check(h: &HeaderMap, any_type: bool) -> Result<(), String> {
         return Err(format!(
             "refusing a state-changing request from another site (Sec-Fetch-Site: {site})"
         ));
-    }
-    if let Some(origin) = h.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
-        let host = h
-            .get(header::HOST)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let origin_host = origin
-            .split_once("://")
-            .map(|(_, rest)| rest)
-            .unwrap_or(origin);
-        if origin == "null" || origin_host != host {
-            return Err("refusing a state-changing request from another origin".into());
-        }
     }
     if !any_type && let Some(ct) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
         let essence = ct

@@ -9,12 +9,19 @@
 //! fork and promote), `/sessions/{id}/nodes/{hash}` (one node in full, the
 //! state as of it), `/sessions/{id}/diff?a=&b=` (two timelines side by side
 //! from their fork point). Every page has a shareable URL.
+//!
+//! Every string from the store (titles, agents, names, keys, values,
+//! payloads) sits in its own bidirectional isolate (`<bdi>`, or
+//! `unicode-bidi: isolate` / U+2068…U+2069 where HTML elements cannot go),
+//! so a right-to-left override in one cannot reverse the ids and dates
+//! around it.
 
 use crate::AppState;
 use crate::api::{self, SessionQuery};
+use crate::api::{Path, Query};
 use crate::markdown;
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -72,7 +79,9 @@ fn page(title: &str, body: Markup) -> Markup {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
-                title { (title) " · convo" }
+                // First-strong isolates: a right-to-left override in a
+                // title cannot turn the tab's text around.
+                title { "\u{2068}" (title) "\u{2069} · convo" }
                 link rel="stylesheet" href="/assets/app.css";
                 script src="/assets/app.js" defer {}
             }
@@ -154,8 +163,8 @@ async fn index(State(st): State<AppState>, Query(q): Query<SessionQuery>) -> Res
             tbody {
                 @for s in &list.sessions {
                     tr.row data-href=(session_url(&s.id, None)) {
-                        td { a href=(session_url(&s.id, None)) { (s.title.as_deref().unwrap_or("(untitled)")) } }
-                        td { (s.agent) }
+                        td { a href=(session_url(&s.id, None)) { bdi { (s.title.as_deref().unwrap_or("(untitled)")) } } }
+                        td { bdi { (s.agent) } }
                         td.mono { (short(&s.id)) }
                         td { (s.created_at) }
                     }
@@ -293,7 +302,7 @@ fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
                     a href=(session_url(sid, Some(l.branch.name.as_str()))) {
                         text class=(if l.branch.name.as_str() == current { "label current" } else { "label" })
                             x=(format!("{:.1}", w + 4.0)) y=(format!("{:.1}", y(i) + 4.0)) {
-                            (l.branch.name.as_str())
+                            tspan.u { (l.branch.name.as_str()) }
                             @if l.branch.sealed { " (sealed)" }
                         }
                     }
@@ -376,11 +385,11 @@ fn node_item(sid: &str, n: &NodeView, branch: &str, sealed: bool) -> Markup {
             data-hash=(n.hash) data-seq=(n.seq) {
             div.meta {
                 span class=(format!("kind k-{kind}")) { (kind) }
-                span.ends { (n.from) " → " (n.to) }
+                span.ends { bdi { (n.from) } " → " bdi { (n.to) } }
                 @if let Some(s) = n.sequence { span.seqno { "#" (s) } }
-                @for (k, v) in &diag { span.diag { (k) ": " (v) } }
-                @if let Some(b) = &n.branch { span.event { "branch " (b) } }
-                @if let Some(s) = &n.sealed_as { span.event { "sealed " (s) } }
+                @for (k, v) in &diag { span.diag { (k) ": " bdi { (v) } } }
+                @if let Some(b) = &n.branch { span.event { "branch " bdi { (b) } } }
+                @if let Some(s) = &n.sealed_as { span.event { "sealed " bdi { (s) } } }
                 time { (n.created_at) }
                 a.hash href=(format!("/sessions/{sid}/nodes/{}", n.hash)) title="open this node" { (short(&n.hash)) }
                 button.fork type="button" data-hash=(n.hash) title="fork a new timeline from here (f)" { "fork" }
@@ -444,31 +453,31 @@ async fn session_page(
     let body = html! {
         section.session id="session" data-session=(sid) data-branch=(branch_s) data-head=(head)
             data-sealed=(if this.sealed { "1" } else { "0" }) {
-            h1 { (title) }
+            h1 { bdi { (title) } }
             p.sub {
-                "agent " b { (row.agent) } " · " span.mono { (sid) } " · created " (convo_api::time(row.created_at))
+                "agent " b { bdi { (row.agent) } } " · " span.mono { (sid) } " · created " (convo_api::time(row.created_at))
             }
             (graph(&sid, &lanes, &branch_s))
             nav.timelines {
                 "Timeline: "
                 @for l in &lanes {
                     @if l.branch.name.as_str() == branch_s {
-                        strong { (l.branch.name.as_str()) @if l.branch.sealed { " (sealed)" } }
+                        strong { bdi { (l.branch.name.as_str()) } @if l.branch.sealed { " (sealed)" } }
                     } @else {
-                        a href=(session_url(&sid, Some(l.branch.name.as_str()))) { (l.branch.name.as_str()) @if l.branch.sealed { " (sealed)" } }
+                        a href=(session_url(&sid, Some(l.branch.name.as_str()))) { bdi { (l.branch.name.as_str()) } @if l.branch.sealed { " (sealed)" } }
                     }
                     " "
                 }
             }
             div.actions {
                 @if branch_s != "main" && !this.sealed {
-                    button id="promote" type="button" data-branch=(branch_s) { "Promote " (branch_s) " to main" }
+                    button id="promote" type="button" data-branch=(branch_s) { "Promote " bdi { (branch_s) } " to main" }
                 }
                 @if !others.is_empty() {
                     form.diff action=(format!("/sessions/{sid}/diff")) method="get" {
                         input type="hidden" name="a" value=(branch_s);
                         label { "Compare with " select name="b" {
-                            @for l in &others { option value=(l.branch.name.as_str()) { (l.branch.name.as_str()) } }
+                            @for l in &others { option value=(l.branch.name.as_str()) { "\u{2068}" (l.branch.name.as_str()) "\u{2069}" } }
                         } }
                         button type="submit" { "Diff" }
                     }
@@ -510,7 +519,7 @@ fn state_panel(state: &api::StateView, heading: &str) -> Markup {
             } @else {
                 table { tbody {
                     @for e in &state.entries {
-                        tr { th { (e.key) } td { pre { @if e.value_encoding == PayloadEncoding::Base64 { "base64:" } (e.value) } } }
+                        tr { th { bdi { (e.key) } } td { pre { @if e.value_encoding == PayloadEncoding::Base64 { "base64:" } bdi { (e.value) } } } }
                     }
                 } }
             }
@@ -541,33 +550,33 @@ async fn node_page(State(st): State<AppState>, Path((q, h)): Path<(String, Strin
         Err(r) => return r,
     };
     let sid = row.id.to_string();
-    let fields: Vec<(&str, String)> = vec![
-        ("hash", n.hash.clone()),
+    let fields: Vec<(&str, Markup)> = vec![
+        ("hash", html! { (n.hash) }),
         (
             "parent",
-            n.parent.clone().unwrap_or_else(|| "(none)".into()),
+            html! { (n.parent.as_deref().unwrap_or("(none)")) },
         ),
-        ("kind", n.kind.clone()),
-        ("from → to", format!("{} → {}", n.from, n.to)),
+        ("kind", html! { (n.kind) }),
+        ("from → to", html! { bdi { (n.from) } " → " bdi { (n.to) } }),
         (
             "submission",
-            n.submission.clone().unwrap_or_else(|| "(none)".into()),
+            html! { bdi { (n.submission.as_deref().unwrap_or("(none)")) } },
         ),
+        ("sequence", html! { @if let Some(s) = n.sequence { (s) } }),
+        ("created", html! { (n.created_at) }),
+        ("follow cursor", html! { (n.seq) }),
+        ("depth", html! { (n.depth) }),
+        ("payload sha256", html! { (n.payload_sha256) }),
+        ("payload bytes", html! { (n.payload_len) }),
         (
-            "sequence",
-            n.sequence.map(|s| s.to_string()).unwrap_or_default(),
+            "state carried",
+            html! { (n.state.as_deref().unwrap_or_default()) },
         ),
-        ("created", n.created_at.clone()),
-        ("follow cursor", n.seq.to_string()),
-        ("depth", n.depth.to_string()),
-        ("payload sha256", n.payload_sha256.clone()),
-        ("payload bytes", n.payload_len.to_string()),
-        ("state carried", n.state.clone().unwrap_or_default()),
     ];
     let diag = serde_json::to_string_pretty(&n.diagnostics).unwrap_or_default();
     let body = html! {
         section.nodepage id="session" data-session=(sid) data-branch="" data-head="" data-sealed="1" {
-            p { a href=(session_url(&sid, None)) { "← " (row.title.as_deref().unwrap_or("(untitled)")) } }
+            p { a href=(session_url(&sid, None)) { "← " bdi { (row.title.as_deref().unwrap_or("(untitled)")) } } }
             h1 { (n.kind) " " span.mono { (short(&n.hash)) } }
             table.fields { tbody { @for (k, v) in &fields { tr { th { (k) } td.mono { (v) } } } } }
             div.actions {
@@ -613,7 +622,7 @@ async fn diff_page(
     let body = html! {
         section.diffpage {
             p { a href=(session_url(&sid, None)) { "← session" } }
-            h1 { (dv.a.branch) " ↔ " (dv.b.branch) }
+            h1 { bdi { (dv.a.branch) } " ↔ " bdi { (dv.b.branch) } }
             p.sub {
                 (dv.common) " nodes shared"
                 @if let Some(f) = &dv.fork_point {
@@ -622,8 +631,8 @@ async fn diff_page(
                 }
             }
             div.sidebyside {
-                div.col { h2 { a href=(session_url(&sid, Some(&dv.a.branch))) { (dv.a.branch) } " +" (dv.a.nodes.len()) } }
-                div.col { h2 { a href=(session_url(&sid, Some(&dv.b.branch))) { (dv.b.branch) } " +" (dv.b.nodes.len()) } }
+                div.col { h2 { a href=(session_url(&sid, Some(&dv.a.branch))) { bdi { (dv.a.branch) } } " +" (dv.a.nodes.len()) } }
+                div.col { h2 { a href=(session_url(&sid, Some(&dv.b.branch))) { bdi { (dv.b.branch) } } " +" (dv.b.nodes.len()) } }
                 @for i in 0..rows {
                     @let (x, y) = (dv.a.nodes.get(i), dv.b.nodes.get(i));
                     div.col { @if let Some(n) = x { (diff_cell(&sid, n, y)) } }
@@ -644,7 +653,7 @@ fn diff_cell(sid: &str, n: &NodeView, other: Option<&NodeView>) -> Markup {
         article class=(format!("node {}", n.kind)) {
             div.meta {
                 span class=(format!("kind k-{}", n.kind)) { (n.kind) }
-                span.ends { (n.from) " → " (n.to) }
+                span.ends { bdi { (n.from) } " → " bdi { (n.to) } }
                 a.hash href=(format!("/sessions/{sid}/nodes/{}", n.hash)) { (short(&n.hash)) }
             }
             @match (mine, theirs) {

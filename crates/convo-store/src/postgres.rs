@@ -1192,7 +1192,7 @@ impl Tx for PgTx<'_> {
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
         self.query(
             &format!("SELECT {NODE_COLS} FROM nodes WHERE seq > $1 ORDER BY seq LIMIT $2"),
-            &[&(after as i64), &(limit as i64)],
+            &[&(after.min(i64::MAX as u64) as i64), &(limit as i64)],
         )?
         .iter()
         .map(node_row)

@@ -1273,9 +1273,12 @@ impl Tx for SqliteTx<'_> {
                 "SELECT {NODE_COLS} FROM nodes WHERE seq > ?1 ORDER BY seq LIMIT ?2"
             ))
             .map_err(db)?;
-        st.query_map(params![after as i64, limit as i64], node_row)
-            .and_then(|r| r.collect())
-            .map_err(db)
+        st.query_map(
+            params![after.min(i64::MAX as u64) as i64, limit as i64],
+            node_row,
+        )
+        .and_then(|r| r.collect())
+        .map_err(db)
     }
 
     fn max_seq(&mut self) -> Result<u64> {

@@ -9,7 +9,11 @@ use std::process::ExitCode;
 /// 127.0.0.1:7777 by default; any address that is not loopback needs
 /// --token (or CONVO_TOKEN), which every request must then carry as
 /// `Authorization: Bearer TOKEN` (a browser: open any page once with
-/// `?token=TOKEN`). Ctrl-C stops accepting requests and finishes the ones
+/// `?token=TOKEN`, or type it into the login page). Only requests whose
+/// Host is a loopback name or the listen address are answered (a web page
+/// cannot reach the server by rebinding its own name to 127.0.0.1); behind
+/// a reverse proxy, name it with --allow-host (docs/THREAT-MODEL.md has a
+/// recipe with TLS). Ctrl-C stops accepting requests and finishes the ones
 /// in flight. With --checkpoint-dir, a thread writes signed checkpoints
 /// as `convo checkpoint --every-appends N --dir DIR` would, and a last one
 /// when the server stops.
@@ -18,6 +22,7 @@ use std::process::ExitCode;
 ///   convo serve                          # http://127.0.0.1:7777/
 ///   convo serve --listen 127.0.0.1:0     # any free port (printed)
 ///   CONVO_TOKEN=s3cret convo serve --listen 0.0.0.0:7777
+///   convo serve --token s3cret --allow-host convo.example.com   # behind Caddy
 ///   convo serve --checkpoint-dir /mnt/offsite/convo --checkpoint-every 500
 #[derive(Args, Debug)]
 pub struct ServeArgs {
@@ -27,6 +32,10 @@ pub struct ServeArgs {
     /// Bearer token required on every request (needed off loopback)
     #[arg(long, env = "CONVO_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// Also answer to this Host name (a reverse proxy's public name; `*.example.com` for its subdomains). Repeatable
+    #[arg(long = "allow-host", value_name = "NAME", env = "CONVO_ALLOW_HOST", value_delimiter = ',',
+          value_parser = allow_host)]
+    pub allow_host: Vec<String>,
     /// Largest request body accepted, in MiB
     #[arg(long, default_value_t = 64, value_name = "MIB")]
     pub max_body_mib: usize,
@@ -45,6 +54,10 @@ pub struct ServeArgs {
     pub checkpoint_minutes: Option<f64>,
     #[command(flatten)]
     pub upstream: UpstreamArgs,
+}
+
+fn allow_host(s: &str) -> Result<String, String> {
+    convo_server::security::Hosts::check_name(s).map(|()| s.trim().to_owned())
 }
 
 /// The recording proxy's upstreams (see `convo proxy --help`).
@@ -153,6 +166,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
     config.token = a.token.filter(|t| !t.is_empty());
     config.body_limit = a.max_body_mib.max(1) * 1024 * 1024;
     config.log_requests = !a.quiet;
+    config.allow_hosts = a.allow_host;
     if let Some(pc) = &mut proxy_config {
         // Virtual keys: a client's API key is convo's token, checked by the
         // guard and never sent upstream.
@@ -184,6 +198,8 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         let bound = listener
             .local_addr()
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
+        let mut config = config;
+        config.listen = Some(bound);
         let hub = st.hub.clone();
         let proxy = match proxy_config {
             Some(pc) => Some(

@@ -45,19 +45,10 @@ pub fn run(env: &Env, a: WatchArgs) -> CmdResult {
         .map(|q| find_session(&mut store, q))
         .transpose()?
         .map(|s| s.id);
-    let mut cursor = match a.after {
-        Some(c) => c,
-        None => {
-            let mut end = 0;
-            loop {
-                let page = store.follow(end, 10_000)?;
-                match page.last() {
-                    Some(n) => end = n.seq,
-                    None => break end,
-                }
-            }
-        }
-    };
+    // A cursor past the end means "nothing yet" (watch from the end),
+    // never a replay of the store.
+    let end = store.end_cursor()?;
+    let mut cursor = a.after.map_or(end, |c| c.min(end));
     let mut printed = 0u64;
     let stdout = std::io::stdout();
     let reconnects =

@@ -30,7 +30,7 @@ def fail(msg):
 
 
 class Browser:
-    def __init__(self, chromium, workdir):
+    def __init__(self, chromium, workdir, extra_args=()):
         self.profile = os.path.join(workdir, "chromium-profile")
         shutil.rmtree(self.profile, ignore_errors=True)
         os.makedirs(self.profile)
@@ -38,7 +38,8 @@ class Browser:
             [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
              "--no-default-browser-check", "--remote-debugging-port=0",
              "--remote-allow-origins=*",
-             "--user-data-dir=" + self.profile, "--window-size=1200,900", "about:blank"],
+             "--user-data-dir=" + self.profile, "--window-size=1200,900", *extra_args,
+             "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file = os.path.join(self.profile, "DevToolsActivePort")
         for _ in range(300):
