@@ -26,6 +26,7 @@ use clap::Args;
 ///   OPENAI_API_KEY=t0k OPENAI_BASE_URL=http://127.0.0.1:7777/v1 python my_agent.py
 ///   convo proxy --upstream http://localhost:11434/v1 --anthropic-upstream https://api.anthropic.com
 #[derive(Args, Debug)]
+#[command(verbatim_doc_comment)]
 pub struct ProxyArgs {
     #[command(flatten)]
     pub server: ServeArgs,
