@@ -22,20 +22,25 @@ impl Server {
     }
 
     pub async fn start_on(cfg: ProxyConfig, dir: tempfile::TempDir, store_url: String) -> Server {
-        Self::start_as(cfg, dir, store_url, None, false).await
+        Self::start_as(cfg, dir, store_url, None, false, None).await
     }
 
     /// With `token` (virtual keys: clients send it as their API key), and
     /// `standalone` (the routes `convo proxy` serves) or mounted in
-    /// `convo serve`'s router (`--upstream`).
+    /// `convo serve`'s router (`--upstream`); `body_limit` in bytes
+    /// (`--max-body-mib`).
     pub async fn start_as(
         mut cfg: ProxyConfig,
         dir: tempfile::TempDir,
         store_url: String,
         token: Option<&str>,
         standalone: bool,
+        body_limit: Option<usize>,
     ) -> Server {
         let mut config = convo_server::Config::new(store_url.clone());
+        if let Some(limit) = body_limit {
+            config.body_limit = limit;
+        }
         config.log_requests = false;
         config.token = token.map(str::to_owned);
         cfg.virtual_keys = token.is_some();

@@ -275,7 +275,7 @@ async fn uploads_and_virtual_keys_through_the_sdks_on_both_mounts() {
         let store_url = format!("sqlite://{}/convo.db", dir.path().display());
         let token = virtual_keys.then_some(TOKEN);
         // Virtual keys on the standalone proxy, pass-through on `serve`.
-        let srv = Server::start_as(cfg, dir, store_url, token, virtual_keys).await;
+        let srv = Server::start_as(cfg, dir, store_url, token, virtual_keys, None).await;
         let client_key = if virtual_keys { TOKEN } else { KEY };
         let (openai_base, anthropic_base) = (
             format!("{}/s/uploads/main/v1", srv.url),
