@@ -12,6 +12,7 @@ mod test_git;
 mod test_harness;
 mod test_history;
 mod test_hostile;
+mod test_otel;
 mod test_search;
 mod test_security;
 mod test_serve;

@@ -326,110 +326,160 @@ impl Mapper<'_> {
         path: &[usize],
     ) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
         let mut out = Vec::with_capacity(path.len() + 1);
-        let mut open = false;
-        let mut requests = 0u32;
-        let mut caller = String::from("user");
-        let mut time = self.created;
+        let mut cur = Cursor::start(self.created);
         if self.anchored {
             out.push((
                 None,
-                self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
+                synthetic(Kind::Invoke, "platform", self.agent, cur.time)?,
             ));
-            open = true;
+            cur.open = true;
         }
         for &i in path {
-            let m = &conv.messages[i];
-            time = m.time.unwrap_or(time);
-            let (kind, from, to) = match m.role {
-                Role::User | Role::System => {
-                    open = true;
-                    requests = 0;
-                    if m.role == Role::User {
-                        caller = m.speaker.clone();
-                    }
-                    (Kind::Invoke, m.speaker.clone(), self.agent.to_owned())
-                }
-                Role::Assistant => {
-                    if !open {
-                        out.push((
-                            None,
-                            self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
-                        ));
-                    }
-                    open = false;
-                    (Kind::Complete, m.speaker.clone(), caller.clone())
-                }
-                Role::ToolCall => {
-                    if !open {
-                        out.push((
-                            None,
-                            self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
-                        ));
-                        open = true;
-                    }
-                    requests += 1;
-                    let to = m.to.clone().unwrap_or_else(|| "tool".into());
-                    (Kind::Request, m.speaker.clone(), to)
-                }
-                Role::Tool => {
-                    if !open {
-                        out.push((
-                            None,
-                            self.synthetic(Kind::Invoke, "platform", self.agent, time)?,
-                        ));
-                        open = true;
-                        requests = 0;
-                    }
-                    if requests == 0 {
-                        out.push((
-                            None,
-                            self.synthetic(Kind::Request, self.agent, &m.speaker, time)?,
-                        ));
-                        requests = 1;
-                    }
-                    (Kind::Response, m.speaker.clone(), self.agent.to_owned())
-                }
-            };
-            let mut diag = Map::new();
-            diag.insert("role".into(), json!(m.role.as_str()));
-            if let Some(model) = &m.model {
-                diag.insert("model".into(), json!(model));
-            }
-            if !m.extra.is_empty() {
-                diag.insert("extra".into(), Value::Object(m.extra.clone()));
-            }
-            let diagnostics = Diagnostics::from_value(&Value::Object(diag))
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
-            out.push((
-                Some(i),
-                Draft {
-                    kind,
-                    from,
-                    to,
-                    payload: m.text.as_bytes().to_vec(),
-                    diagnostics,
-                    state: None,
-                    sequence: None,
-                    created_at: time,
-                },
-            ));
+            step(self.agent, &mut cur, i, &conv.messages[i], &mut out)?;
         }
         Ok(out)
     }
+}
 
-    fn synthetic(&self, kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, StoreError> {
-        Ok(Draft {
+/// Where a timeline stands, for mapping more messages onto its end: whether
+/// its submission is open, how many requests it made, who invoked it.
+#[derive(Clone, Debug)]
+pub struct Cursor {
+    /// The timeline's submission awaits its `complete`.
+    pub open: bool,
+    /// Requests recorded in that submission.
+    pub requests: u32,
+    /// Who the next `complete` answers.
+    pub caller: String,
+    /// The time a message without one gets.
+    pub time: Millis,
+}
+
+impl Cursor {
+    /// An empty timeline.
+    pub fn start(time: Millis) -> Self {
+        Cursor {
+            open: false,
+            requests: 0,
+            caller: "user".into(),
+            time,
+        }
+    }
+
+    /// The end of a timeline whose head has context `ctx`.
+    pub fn after(ctx: &convo_core::timeline::Context, time: Millis) -> Self {
+        Cursor {
+            open: ctx.open,
+            requests: ctx.last_sequence,
+            caller: "user".into(),
+            time,
+        }
+    }
+}
+
+/// The drafts that record `messages` at the end of a timeline standing at
+/// `cur` (the table in the module docs, synthetic nodes where the store's
+/// rules need them), each with the index in `messages` of the message it
+/// records. The one mapping from [`Message`]s to nodes: imports and
+/// telemetry ([`crate::otel`]) both go through it.
+pub fn message_drafts(
+    agent: &str,
+    cur: &mut Cursor,
+    messages: &[&Message],
+) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
+    let mut out = Vec::with_capacity(messages.len() + 1);
+    for (i, m) in messages.iter().enumerate() {
+        step(agent, cur, i, m, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn step(
+    agent: &str,
+    cur: &mut Cursor,
+    i: usize,
+    m: &Message,
+    out: &mut Vec<(Option<usize>, Draft)>,
+) -> Result<(), StoreError> {
+    cur.time = m.time.unwrap_or(cur.time);
+    let time = cur.time;
+    let (kind, from, to) = match m.role {
+        Role::User | Role::System => {
+            cur.open = true;
+            cur.requests = 0;
+            if m.role == Role::User {
+                cur.caller = m.speaker.clone();
+            }
+            (Kind::Invoke, m.speaker.clone(), agent.to_owned())
+        }
+        Role::Assistant => {
+            if !cur.open {
+                out.push((None, synthetic(Kind::Invoke, "platform", agent, time)?));
+            }
+            cur.open = false;
+            (Kind::Complete, m.speaker.clone(), cur.caller.clone())
+        }
+        Role::ToolCall => {
+            if !cur.open {
+                out.push((None, synthetic(Kind::Invoke, "platform", agent, time)?));
+                cur.open = true;
+                cur.requests = 0;
+            }
+            cur.requests += 1;
+            let to = m.to.clone().unwrap_or_else(|| "tool".into());
+            (Kind::Request, m.speaker.clone(), to)
+        }
+        Role::Tool => {
+            if !cur.open {
+                out.push((None, synthetic(Kind::Invoke, "platform", agent, time)?));
+                cur.open = true;
+                cur.requests = 0;
+            }
+            if cur.requests == 0 {
+                out.push((None, synthetic(Kind::Request, agent, &m.speaker, time)?));
+                cur.requests = 1;
+            }
+            (Kind::Response, m.speaker.clone(), agent.to_owned())
+        }
+    };
+    let mut diag = Map::new();
+    diag.insert("role".into(), json!(m.role.as_str()));
+    if let Some(model) = &m.model {
+        diag.insert("model".into(), json!(model));
+    }
+    if !m.extra.is_empty() {
+        diag.insert("extra".into(), Value::Object(m.extra.clone()));
+    }
+    let diagnostics = Diagnostics::from_value(&Value::Object(diag))
+        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    out.push((
+        Some(i),
+        Draft {
             kind,
-            from: from.to_owned(),
-            to: to.to_owned(),
-            payload: Vec::new(),
-            diagnostics: Diagnostics::from_value(&json!({"synthetic": true}))
-                .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            from,
+            to,
+            payload: m.text.as_bytes().to_vec(),
+            diagnostics,
             state: None,
             sequence: None,
-            created_at: at,
-        })
-    }
+            created_at: time,
+        },
+    ));
+    Ok(())
+}
+
+fn synthetic(kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, StoreError> {
+    Ok(Draft {
+        kind,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        payload: Vec::new(),
+        diagnostics: Diagnostics::from_value(&json!({"synthetic": true}))
+            .map_err(|e| StoreError::Invalid(e.to_string()))?,
+        state: None,
+        sequence: None,
+        created_at: at,
+    })
 }
 
 /// Reads one timeline of a session back as a linear conversation.

@@ -18,6 +18,10 @@
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
 //!
+//! [`otel`] reads OpenTelemetry GenAI telemetry (OTLP traces and logs, every
+//! dialect) into calls and threads them into sessions through the same
+//! mapping.
+//!
 //! [`ledger`] maps conversations into the store (one transaction per
 //! import, sessions named by [`convo_core::SessionId::derived`] so a second
 //! import of the same file creates nothing) and timelines back out.
@@ -38,6 +42,7 @@ pub mod llm;
 pub mod markdown;
 pub mod model;
 pub mod openai;
+pub mod otel;
 pub mod session_json;
 pub mod sharegpt;
 mod tree;

@@ -6,5 +6,6 @@ mod test_convo;
 mod test_hostile;
 mod test_imports;
 mod test_llm;
+mod test_otel;
 mod test_props;
 mod test_store;

@@ -1,6 +1,7 @@
 //! `convo serve`: the HTTP JSON API over the store (`/api/v1`), its OpenAPI
 //! document (`/openapi.json`), the Server-Sent Events stream of new nodes
-//! (`/api/v1/events`) and the web view (`/`).
+//! (`/api/v1/events`), the web view (`/`) and the OTLP/HTTP receiver
+//! (`/v1/traces`, `/v1/logs`: [`otlp`]).
 //!
 //! The server is started from a listener the caller binds and a shutdown
 //! future (as atuin's server is), so tests bind port 0 and stop it when
@@ -17,6 +18,7 @@ pub mod diff;
 pub mod events;
 mod markdown;
 pub mod openapi;
+pub mod otlp;
 pub mod pool;
 pub mod security;
 pub mod web;
@@ -125,6 +127,7 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
 pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router {
     let app = api_routes()
         .merge(web::routes())
+        .merge(otlp::routes(config.body_limit))
         .route("/openapi.json", get(openapi::document))
         .method_not_allowed_fallback(api::method_not_allowed)
         .with_state(state)

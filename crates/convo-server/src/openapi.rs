@@ -8,7 +8,7 @@
 //! server against it with schemathesis, and generate a Python client from
 //! it.
 
-use crate::{api, diff};
+use crate::{api, diff, otlp};
 use axum::Json;
 use serde_json::json;
 use utoipa::OpenApi;
@@ -48,6 +48,8 @@ cross-site form), too_large 413."
         api::import,
         api::events,
         api::health,
+        otlp::traces,
+        otlp::logs,
     ),
     components(schemas(
         convo_api::Session,

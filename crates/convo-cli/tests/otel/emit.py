@@ -1,0 +1,180 @@
+"""A real instrumented agent exporting OTLP to a live `convo serve`.
+
+Usage: python emit.py MODE [CAPTURE_DIR]
+
+MODE picks the instrumentation (installed from PyPI, see
+scripts/requirements-test.txt) around the real `openai` SDK:
+  openai-v2-latest  opentelemetry-instrumentation-openai-v2, GenAI semconv
+                    latest (gen_ai.input/output.messages on spans and the
+                    operation.details event on logs)
+  openai-v2-legacy  the same on semconv 1.30: per-message log events
+  openinference     openinference-instrumentation-openai
+  openllmetry       opentelemetry-instrumentation-openai (OpenLLMetry)
+
+The model is a scripted upstream in this process (a tool call, then
+answers). The exporters are the SDK's OTLP/HTTP protobuf exporters,
+configured only by the environment (OTEL_EXPORTER_OTLP_ENDPOINT), as a
+user would point them at convo. The agent runs one trace: a question, a
+tool call and its result, an answer, a follow-up question and its answer.
+With CAPTURE_DIR, each export body is also written there (fixtures).
+"""
+
+import json
+import os
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+mode = sys.argv[1]
+capture = sys.argv[2] if len(sys.argv) > 2 else None
+
+if mode == "openai-v2-latest":
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "span_and_event"
+elif mode == "openai-v2-legacy":
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
+os.environ.setdefault("OTEL_SERVICE_NAME", "weather-agent")
+
+
+class Model(BaseHTTPRequestHandler):
+    """Chat completions: a tool call when the last message is the user's
+    first question, otherwise an answer."""
+
+    def log_message(self, *a):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            msg = {"role": "assistant", "content": "It is 18C and sunny in Paris."}
+            finish = "stop"
+        elif last["content"] == "And tomorrow?":
+            msg = {"role": "assistant", "content": "Tomorrow: rain."}
+            finish = "stop"
+        else:
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        out = json.dumps(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1800000000,
+                "model": "gpt-4o-2024-08-06",
+                "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+                "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27},
+            }
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+
+upstream = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+threading.Thread(target=upstream.serve_forever, daemon=True).start()
+
+from opentelemetry import _logs, trace  # noqa: E402
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # noqa: E402
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # noqa: E402
+from opentelemetry.sdk._logs import LoggerProvider  # noqa: E402
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import BatchSpanProcessor  # noqa: E402
+
+
+def captured(exporter, signal):
+    """Also writes every batch the exporter sends, encoded as it sends it
+    (OTLP protobuf), for fixtures."""
+    if not capture:
+        return exporter
+    if signal == "traces":
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as encode
+    else:
+        from opentelemetry.exporter.otlp.proto.common._log_encoder import encode_logs as encode
+    original = exporter.export
+    count = [0]
+
+    def export(batch, *a, **kw):
+        count[0] += 1
+        with open(os.path.join(capture, f"{mode}-{signal}-{count[0]}.pb"), "wb") as f:
+            f.write(encode(batch).SerializeToString())
+        return original(batch, *a, **kw)
+
+    exporter.export = export
+    return exporter
+
+
+tp = TracerProvider()
+tp.add_span_processor(BatchSpanProcessor(captured(OTLPSpanExporter(), "traces")))
+trace.set_tracer_provider(tp)
+lp = LoggerProvider()
+lp.add_log_record_processor(BatchLogRecordProcessor(captured(OTLPLogExporter(), "logs")))
+_logs.set_logger_provider(lp)
+try:
+    from opentelemetry._events import set_event_logger_provider
+    from opentelemetry.sdk._events import EventLoggerProvider
+
+    set_event_logger_provider(EventLoggerProvider(lp))
+except ImportError:
+    pass
+
+if mode.startswith("openai-v2"):
+    from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument()
+elif mode == "openinference":
+    from openinference.instrumentation.openai import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument()
+elif mode == "openllmetry":
+    from opentelemetry.instrumentation.openai import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument()
+else:
+    sys.exit(f"unknown mode {mode}")
+
+from openai import OpenAI  # noqa: E402
+
+client = OpenAI(base_url=f"http://127.0.0.1:{upstream.server_port}/v1", api_key="sk-test")
+tools = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+        },
+    }
+]
+messages = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Paris?"},
+]
+tracer = trace.get_tracer("weather-agent")
+with tracer.start_as_current_span("invoke_agent weather"):
+    r = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+    call = r.choices[0].message.tool_calls[0]
+    messages.append(r.choices[0].message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": "18C sunny"})
+    r = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+    messages.append({"role": "assistant", "content": r.choices[0].message.content})
+    messages.append({"role": "user", "content": "And tomorrow?"})
+    r = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+    trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
+
+tp.force_flush()
+lp.force_flush()
+tp.shutdown()
+lp.shutdown()
+print(json.dumps({"trace_id": trace_id}))

@@ -1,0 +1,311 @@
+//! [`Call`]s → sessions: conversations, not spans.
+//!
+//! **Sessions.** Calls are grouped by [`Call::thread`]
+//! (`gen_ai.conversation.id`, then a session id, then the trace); each
+//! thread is one session, id [`session_id`] = `SessionId::derived("otel:"
+//! + thread)`, created by the first call that arrives for it (agent: the
+//! `gen_ai.agent.name` or `service.name`; title: the first user message).
+//!
+//! **Each message once.** Every LLM call resends the whole history, so a
+//! call's messages (input, then output) are read as a path and each
+//! message gets a *thread hash*: SHA-256 (first 128 bits) over the previous message's
+//! thread hash and this message's role, target and text (length-prefixed),
+//! kept in its node's diagnostics (`extra.otel.thread`). A call's path is
+//! matched against the session's nodes by those hashes; the deepest
+//! message already stored is where the call continues:
+//!
+//! - every message stored (a retried export, a call that arrives after a
+//!   later call that resent its messages): nothing is written;
+//! - the deepest stored message is a timeline's head: the rest of the path
+//!   is appended there;
+//! - it is inside a timeline (the history was edited, a regeneration):
+//!   the session forks there (`otel-{span id}`) and the rest goes on the
+//!   new timeline;
+//! - none is stored (the first call, or a call with unrelated history in
+//!   the same trace): the whole path is appended to `main`.
+//!
+//! So the order in which calls and batches arrive does not matter for
+//! what is stored once, only for which call's diagnostics a message
+//! carries. Calls of one request are taken oldest first.
+//!
+//! Messages become nodes through [`message_drafts`] (the import mapping:
+//! user → invoke, tool call → request, tool result → response, answer →
+//! complete). Each new node's diagnostics carry `extra.otel.thread` (the
+//! thread hash, its first 128 bits); the last node a call writes also
+//! the trace and span ids and `call`: the
+//! call's dialect, provider, usage, latency, status and the span's other
+//! attributes as received.
+
+use super::Call;
+use crate::ledger::{Cursor, derived_title, message_drafts};
+use crate::model::{Conversation, Message, Role};
+use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
+use convo_store::{Draft, Ledger, StoreError};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+
+/// What an ingest wrote.
+#[derive(Clone, Default, PartialEq, Eq, Debug)]
+pub struct Ingested {
+    /// Calls read.
+    pub calls: usize,
+    /// Calls that added at least one node (the rest were already stored).
+    pub recorded: usize,
+    /// Nodes written (fork nodes included).
+    pub nodes: usize,
+    /// The sessions touched, each once.
+    pub sessions: Vec<SessionId>,
+}
+
+/// The session a thread is recorded in.
+pub fn session_id(thread: &str) -> SessionId {
+    SessionId::derived(format!("otel:{thread}").as_bytes())
+}
+
+/// Records `calls` inside an open transaction (one per export request).
+pub fn ingest(l: &mut Ledger<'_>, calls: &[Call], now: Millis) -> Result<Ingested, StoreError> {
+    let mut by_thread: BTreeMap<&str, Vec<&Call>> = BTreeMap::new();
+    for c in calls {
+        by_thread.entry(c.thread.as_str()).or_default().push(c);
+    }
+    let mut out = Ingested {
+        calls: calls.len(),
+        ..Ingested::default()
+    };
+    for (thread, mut cs) in by_thread {
+        cs.sort_by(|a, b| (a.start, a.end, &a.span_id).cmp(&(b.start, b.end, &b.span_id)));
+        out.sessions.push(session_id(thread));
+        Thread::open(l, thread, &cs, now)?.record(l, &cs, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// A session's threading state: which node each thread hash names, which
+/// node heads which timeline.
+struct Thread {
+    id: SessionId,
+    agent: String,
+    known: HashMap<String, NodeHash>,
+    heads: HashMap<NodeHash, BranchName>,
+    main_head: Option<NodeHash>,
+}
+
+impl Thread {
+    fn open(
+        l: &mut Ledger<'_>,
+        thread: &str,
+        cs: &[&Call],
+        now: Millis,
+    ) -> Result<Thread, StoreError> {
+        let id = session_id(thread);
+        let row = match l.tx().session(&id)? {
+            Some(row) => row,
+            None => {
+                let agent = cs
+                    .iter()
+                    .find_map(|c| c.agent.clone())
+                    .filter(|a| !a.trim().is_empty())
+                    .unwrap_or_else(|| "otel".into());
+                let title = cs
+                    .iter()
+                    .find_map(|c| derived_title(&Conversation::linear(c.input.clone())));
+                let created = cs
+                    .first()
+                    .map_or(now, |c| if c.start > 0 { c.start } else { now });
+                l.create_session(id, &agent, title.as_deref(), created)?
+            }
+        };
+        let mut known = HashMap::new();
+        for (n, _) in l.tx().session_nodes(&id, false)? {
+            let d = n.node.diagnostics.to_value();
+            if let Some(t) = d.pointer("/extra/otel/thread").and_then(Value::as_str) {
+                known.entry(t.to_owned()).or_insert(n.hash);
+            }
+        }
+        let mut heads = HashMap::new();
+        let mut main_head = None;
+        for b in l.tx().branches(Some(&id))? {
+            if b.sealed {
+                continue;
+            }
+            if b.name == BranchName::main() {
+                main_head = b.head;
+            }
+            if let Some(h) = b.head {
+                heads.insert(h, b.name);
+            }
+        }
+        Ok(Thread {
+            id,
+            agent: row.agent,
+            known,
+            heads,
+            main_head,
+        })
+    }
+
+    fn record(
+        &mut self,
+        l: &mut Ledger<'_>,
+        cs: &[&Call],
+        out: &mut Ingested,
+    ) -> Result<(), StoreError> {
+        for c in cs {
+            let path = path_of(c);
+            if path.is_empty() {
+                continue;
+            }
+            let chains = thread_hashes(&path);
+            let found = (0..path.len())
+                .rev()
+                .find(|&j| self.known.contains_key(&chains[j]));
+            if found == Some(path.len() - 1) {
+                continue;
+            }
+            let from = found.map_or(0, |j| j + 1);
+            let (branch, old_head, mut cur) = match found {
+                Some(j) => {
+                    let x = self.known[&chains[j]];
+                    match self.heads.get(&x) {
+                        Some(b) => (
+                            b.clone(),
+                            Some(x),
+                            Cursor::after(&stored(l, &x)?.ctx, c.start),
+                        ),
+                        None => {
+                            let name = self.fork_name(l, c)?;
+                            let prefix = HashPrefix::parse(&x.to_hex())
+                                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                            let fork = l.fork(&self.id, &prefix, &name, c.start)?;
+                            out.nodes += 1;
+                            self.heads.insert(fork.hash, name.clone());
+                            (name, Some(fork.hash), Cursor::after(&fork.ctx, c.start))
+                        }
+                    }
+                }
+                None => {
+                    let cur = match self.main_head {
+                        Some(h) => Cursor::after(&stored(l, &h)?.ctx, c.start),
+                        None => Cursor::start(c.start),
+                    };
+                    (BranchName::main(), self.main_head, cur)
+                }
+            };
+            let mut msgs: Vec<Message> = path[from..].to_vec();
+            let n_in = c.input.len();
+            let last = msgs.len() - 1;
+            for (k, m) in msgs.iter_mut().enumerate() {
+                let at = from + k;
+                let output = at >= n_in;
+                m.time = Some(if output { c.end } else { c.start });
+                if output && m.role != Role::Tool {
+                    m.model = c.model.clone();
+                }
+                let mut otel = json!({ "thread": chains[at] });
+                if k == last {
+                    otel["trace_id"] = json!(c.trace_id);
+                    otel["span_id"] = json!(c.span_id);
+                    let mut call = c.info.clone();
+                    if !c.parent_span_id.is_empty() {
+                        call.insert("parent_span_id".into(), json!(c.parent_span_id));
+                    }
+                    otel["call"] = Value::Object(call);
+                }
+                m.extra.insert("otel".into(), otel);
+            }
+            let refs: Vec<&Message> = msgs.iter().collect();
+            let drafts = message_drafts(&self.agent, &mut cur, &refs)?;
+            let only: Vec<Draft> = drafts.iter().map(|(_, d)| d.clone()).collect();
+            let hashes = l.append_many(&self.id, &branch, &only)?;
+            for ((i, _), h) in drafts.iter().zip(&hashes) {
+                if let Some(i) = i {
+                    self.known.entry(chains[from + i].clone()).or_insert(*h);
+                }
+            }
+            if let Some(new) = hashes.last() {
+                if let Some(old) = old_head {
+                    self.heads.remove(&old);
+                }
+                self.heads.insert(*new, branch.clone());
+                if branch == BranchName::main() {
+                    self.main_head = Some(*new);
+                }
+            }
+            out.nodes += hashes.len();
+            out.recorded += 1;
+        }
+        Ok(())
+    }
+
+    /// `otel-{first 8 hex of the span id}`, or with `-2`, `-3`… when taken.
+    fn fork_name(&self, l: &mut Ledger<'_>, c: &Call) -> Result<BranchName, StoreError> {
+        let base = format!("otel-{}", c.span_id.get(..8).unwrap_or(&c.span_id));
+        let mut name = base.clone();
+        let mut n = 2;
+        loop {
+            let b = BranchName::new(&name).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            if l.tx().branch(&self.id, &b)?.is_none() {
+                return Ok(b);
+            }
+            name = format!("{base}-{n}");
+            n += 1;
+        }
+    }
+}
+
+fn stored(l: &mut Ledger<'_>, h: &NodeHash) -> Result<convo_store::StoredNode, StoreError> {
+    l.tx()
+        .node(h)?
+        .ok_or_else(|| StoreError::Corrupt(format!("node {h} is missing")))
+}
+
+/// A call's messages as one path (input, then output), each tool result
+/// named after the tool its call id went to earlier in the path.
+fn path_of(c: &Call) -> Vec<Message> {
+    let mut path: Vec<Message> = c.input.iter().chain(&c.output).cloned().collect();
+    let mut names: HashMap<String, String> = HashMap::new();
+    for m in &mut path {
+        let id = m
+            .extra
+            .get("tool_call_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        match (m.role, id) {
+            (Role::ToolCall, Some(id)) => {
+                if let Some(to) = &m.to {
+                    names.insert(id, to.clone());
+                }
+            }
+            (Role::Tool, Some(id)) => {
+                if let Some(n) = names.get(&id) {
+                    m.speaker = n.clone();
+                }
+            }
+            _ => {}
+        }
+    }
+    path
+}
+
+/// The thread hash of each message of a path (32 hex digits).
+pub fn thread_hashes(path: &[Message]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(path.len());
+    for m in path {
+        let mut buf = Vec::new();
+        let mut put = |b: &[u8]| {
+            buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+            buf.extend_from_slice(b);
+        };
+        put(b"convo-otel-thread-v1");
+        put(out.last().map_or("", String::as_str).as_bytes());
+        put(m.role.as_str().as_bytes());
+        put(m.to.as_deref().unwrap_or("").as_bytes());
+        put(m.text.as_bytes());
+        // 128 bits: enough to tell a session's messages apart, and
+        // stored on every node.
+        let mut h = convo_core::sha256(&buf).to_hex();
+        h.truncate(32);
+        out.push(h);
+    }
+    out
+}

@@ -1,0 +1,746 @@
+//! OTLP GenAI telemetry → sessions: every dialect gives the same nodes,
+//! history resent by every call is stored once, batches in any order and
+//! twice are stored once, bad input is refused whole.
+use convo_core::{BranchName, Kind};
+use convo_formats::otel::{
+    self, Batch, Encoding, MAX_ITEMS, calls_from_logs, calls_from_spans, decode_logs,
+    decode_traces, ingest::session_id,
+};
+use convo_store::Store;
+use serde_json::{Value, json};
+
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const LIMIT: usize = 64 << 20;
+
+fn store() -> Store {
+    Store::open("sqlite::memory:").unwrap()
+}
+
+/// An OTLP/JSON attribute.
+fn kv(k: &str, v: Value) -> Value {
+    let value = match v {
+        Value::String(s) => json!({ "stringValue": s }),
+        Value::Number(n) if n.is_i64() => json!({ "intValue": n.to_string() }),
+        Value::Number(n) => json!({ "doubleValue": n }),
+        Value::Bool(b) => json!({ "boolValue": b }),
+        other => json!({ "stringValue": other.to_string() }),
+    };
+    json!({ "key": k, "value": value })
+}
+
+fn attrs(list: &[(&str, Value)]) -> Vec<Value> {
+    list.iter().map(|(k, v)| kv(k, v.clone())).collect()
+}
+
+/// A span of `TRACE` starting at second `at`.
+fn span(id: u8, at: u64, list: &[(&str, Value)], events: Vec<Value>) -> Value {
+    let ns = |s: u64| ((1_800_000_000 + s) * 1_000_000_000).to_string();
+    json!({
+        "traceId": TRACE,
+        "spanId": format!("{:016x}", 0x1000 + id as u64),
+        "parentSpanId": "00f067aa0ba902b7",
+        "name": "chat gpt-4o",
+        "kind": 3,
+        "startTimeUnixNano": ns(at),
+        "endTimeUnixNano": ns(at + 1),
+        "attributes": attrs(list),
+        "events": events,
+        "status": {},
+    })
+}
+
+fn traces(spans: Vec<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({"resourceSpans": [{
+        "resource": {"attributes": [kv("service.name", json!("weather-agent"))]},
+        "scopeSpans": [{"scope": {"name": "test"}, "spans": spans}],
+    }]}))
+    .unwrap()
+}
+
+fn ingest_traces(s: &mut Store, body: &[u8]) -> otel::Ingested {
+    let mut req = decode_traces(body, Encoding::Json, false, LIMIT).unwrap();
+    assert_eq!(otel::check_traces(&mut req).count, 0);
+    let calls = calls_from_spans(&Batch::traces(&req));
+    s.transaction(|l| otel::ingest(l, &calls, 1_900_000_000_000))
+        .unwrap()
+}
+
+/// (kind, from, to, payload) of every node of a session's main timeline.
+fn transcript(s: &mut Store, thread: &str) -> Vec<(Kind, String, String, String)> {
+    let id = session_id(thread);
+    s.timeline(&id, &BranchName::main())
+        .unwrap()
+        .iter()
+        .map(|n| {
+            let node = &n.stored.node;
+            (
+                node.kind,
+                node.from.clone(),
+                node.to.clone(),
+                String::from_utf8_lossy(&n.payload).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The conversation every dialect below describes: a system prompt, a
+/// question, a tool call and its result, an answer.
+fn expected() -> Vec<(Kind, String, String, String)> {
+    let r = |k, f: &str, t: &str, p: &str| (k, f.to_owned(), t.to_owned(), p.to_owned());
+    vec![
+        r(Kind::Invoke, "system", "weather-agent", "You are terse."),
+        r(Kind::Invoke, "user", "weather-agent", "Weather in Paris?"),
+        r(
+            Kind::Request,
+            "assistant",
+            "get_weather",
+            r#"{"city":"Paris"}"#,
+        ),
+        r(Kind::Response, "get_weather", "weather-agent", "18C sunny"),
+        r(
+            Kind::Complete,
+            "assistant",
+            "user",
+            "It is 18C and sunny in Paris.",
+        ),
+    ]
+}
+
+// ----- GenAI semconv ≥ 1.37 ----------------------------------------------------
+
+fn semconv_calls() -> (Value, Value) {
+    let sys = json!([{"type": "text", "content": "You are terse."}]).to_string();
+    let user = json!({"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]});
+    let call = json!({"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1",
+        "name": "get_weather", "arguments": {"city": "Paris"}}], "finish_reason": "tool_call"});
+    let result = json!({"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1",
+        "response": "18C sunny"}]});
+    let answer = json!({"role": "assistant", "parts": [{"type": "text",
+        "content": "It is 18C and sunny in Paris."}], "finish_reason": "stop"});
+    let one = span(
+        1,
+        10,
+        &[
+            ("gen_ai.operation.name", json!("chat")),
+            ("gen_ai.request.model", json!("gpt-4o")),
+            ("gen_ai.usage.input_tokens", json!(20)),
+            ("gen_ai.usage.output_tokens", json!(7)),
+            ("gen_ai.system_instructions", json!(sys)),
+            ("gen_ai.input.messages", json!(json!([user]).to_string())),
+            ("gen_ai.output.messages", json!(json!([call]).to_string())),
+        ],
+        vec![],
+    );
+    let two = span(
+        2,
+        20,
+        &[
+            ("gen_ai.operation.name", json!("chat")),
+            ("gen_ai.request.model", json!("gpt-4o")),
+            ("gen_ai.response.model", json!("gpt-4o-2024-08-06")),
+            ("gen_ai.system_instructions", json!(sys)),
+            (
+                "gen_ai.input.messages",
+                json!(json!([user, call, result]).to_string()),
+            ),
+            ("gen_ai.output.messages", json!(json!([answer]).to_string())),
+        ],
+        vec![],
+    );
+    (one, two)
+}
+
+#[test]
+fn otel_semconv_spans_become_one_session_each_message_once() {
+    let mut s = store();
+    let (one, two) = semconv_calls();
+    let w = ingest_traces(&mut s, &traces(vec![one.clone(), two.clone()]));
+    assert_eq!((w.calls, w.recorded, w.nodes), (2, 2, 5));
+    let thread = format!("trace:{TRACE}");
+    assert_eq!(transcript(&mut s, &thread), expected());
+
+    let id = session_id(&thread);
+    let sess = s.find_session(&id.to_string()).unwrap();
+    assert_eq!(sess.agent, "weather-agent");
+    assert_eq!(sess.title.as_deref(), Some("Weather in Paris?"));
+    let tl = s.timeline(&id, &BranchName::main()).unwrap();
+    let last = tl.last().unwrap().stored.node.diagnostics.to_value();
+    assert_eq!(last["model"], "gpt-4o-2024-08-06");
+    assert_eq!(last["extra"]["otel"]["trace_id"], TRACE);
+    assert_eq!(last["extra"]["otel"]["span_id"], "0000000000001002");
+    assert_eq!(last["extra"]["otel"]["call"]["dialect"], "gen_ai");
+    assert_eq!(
+        last["extra"]["otel"]["call"]["attributes"]["gen_ai.operation.name"],
+        "chat"
+    );
+    let request = tl[2].stored.node.diagnostics.to_value();
+    assert_eq!(
+        request["extra"]["otel"]["call"]["usage"]["input_tokens"],
+        20
+    );
+    assert_eq!(request["extra"]["tool_call_id"], "call_1");
+
+    // Re-delivery (an exporter's retry) writes nothing.
+    let again = ingest_traces(&mut s, &traces(vec![one, two]));
+    assert_eq!((again.recorded, again.nodes), (0, 0));
+    assert_eq!(transcript(&mut s, &thread), expected());
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn otel_batches_out_of_order_store_the_same_nodes() {
+    let (one, two) = semconv_calls();
+    let mut s = store();
+    // The later call first, in its own batch: its history makes the nodes.
+    let w = ingest_traces(&mut s, &traces(vec![two]));
+    assert_eq!(w.nodes, 5);
+    let w = ingest_traces(&mut s, &traces(vec![one]));
+    assert_eq!(
+        (w.recorded, w.nodes),
+        (0, 0),
+        "the earlier call is already there"
+    );
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+#[test]
+fn otel_conversation_id_threads_calls_of_several_traces() {
+    let mut s = store();
+    let (mut one, mut two) = semconv_calls();
+    for (sp, trace) in [
+        (&mut one, "11111111111111111111111111111111"),
+        (&mut two, "22222222222222222222222222222222"),
+    ] {
+        sp["traceId"] = json!(trace);
+        sp["attributes"]
+            .as_array_mut()
+            .unwrap()
+            .push(kv("gen_ai.conversation.id", json!("conv-42")));
+    }
+    ingest_traces(&mut s, &traces(vec![one]));
+    ingest_traces(&mut s, &traces(vec![two]));
+    assert_eq!(transcript(&mut s, "conversation:conv-42"), expected());
+    assert_eq!(s.sessions().unwrap().len(), 1);
+}
+
+#[test]
+fn otel_edited_history_forks_at_the_last_shared_message() {
+    let mut s = store();
+    let (one, two) = semconv_calls();
+    ingest_traces(&mut s, &traces(vec![one, two]));
+    // A third call whose history changes the question: a new timeline
+    // from the system prompt.
+    let user = json!({"role": "user", "parts": [{"type": "text", "content": "Weather in Rome?"}]});
+    let answer = json!({"role": "assistant", "parts": [{"type": "text", "content": "Rainy."}]});
+    let three = span(
+        3,
+        30,
+        &[
+            (
+                "gen_ai.system_instructions",
+                json!(json!([{"type": "text", "content": "You are terse."}]).to_string()),
+            ),
+            ("gen_ai.input.messages", json!(json!([user]).to_string())),
+            ("gen_ai.output.messages", json!(json!([answer]).to_string())),
+        ],
+        vec![],
+    );
+    let w = ingest_traces(&mut s, &traces(vec![three]));
+    assert_eq!(w.nodes, 3, "a fork node, the question, the answer");
+    let id = session_id(&format!("trace:{TRACE}"));
+    let branches = s.branches(&id).unwrap();
+    let fork = branches
+        .iter()
+        .find(|b| b.name.as_str() == "otel-00000000")
+        .unwrap_or_else(|| panic!("{branches:?}"));
+    let tl = s.timeline(&id, &fork.name).unwrap();
+    let payloads: Vec<String> = tl
+        .iter()
+        .map(|n| String::from_utf8_lossy(&n.payload).into_owned())
+        .collect();
+    assert_eq!(tl[1].stored.node.kind, Kind::Fork);
+    assert_eq!(payloads[0], "You are terse.");
+    assert_eq!(&payloads[2..], ["Weather in Rome?", "Rainy."]);
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+// ----- the other dialects --------------------------------------------------------
+
+#[test]
+fn otel_openinference_spans_map_to_the_same_nodes() {
+    let p = |n: usize, k: &str| format!("llm.input_messages.{n}.message.{k}");
+    let keys = [
+        (p(0, "role"), json!("system")),
+        (p(0, "content"), json!("You are terse.")),
+        (p(1, "role"), json!("user")),
+        (
+            "llm.input_messages.1.message.contents.0.message_content.text".into(),
+            json!("Weather in Paris?"),
+        ),
+        (p(2, "role"), json!("assistant")),
+        (p(2, "tool_calls.0.tool_call.id"), json!("call_1")),
+        (
+            p(2, "tool_calls.0.tool_call.function.name"),
+            json!("get_weather"),
+        ),
+        (
+            p(2, "tool_calls.0.tool_call.function.arguments"),
+            json!("{\"city\": \"Paris\"}"),
+        ),
+        (p(3, "role"), json!("tool")),
+        (p(3, "content"), json!("18C sunny")),
+        (p(3, "tool_call_id"), json!("call_1")),
+        (
+            "llm.output_messages.0.message.role".into(),
+            json!("assistant"),
+        ),
+        (
+            "llm.output_messages.0.message.content".into(),
+            json!("It is 18C and sunny in Paris."),
+        ),
+        ("llm.model_name".into(), json!("gpt-4o")),
+        ("llm.token_count.prompt".into(), json!(31)),
+        ("openinference.span.kind".into(), json!("LLM")),
+        ("session.id".into(), json!("oi-session")),
+    ];
+    let list: Vec<(&str, Value)> = keys.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let mut s = store();
+    ingest_traces(&mut s, &traces(vec![span(1, 10, &list, vec![])]));
+    assert_eq!(transcript(&mut s, "session:oi-session"), expected());
+    let tl = s
+        .timeline(&session_id("session:oi-session"), &BranchName::main())
+        .unwrap();
+    let d = tl[4].stored.node.diagnostics.to_value();
+    assert_eq!(d["extra"]["otel"]["call"]["dialect"], "openinference");
+    assert_eq!(d["extra"]["otel"]["call"]["usage"]["input_tokens"], 31);
+    assert_eq!(d["model"], "gpt-4o");
+}
+
+#[test]
+fn otel_openllmetry_indexed_attributes_map_to_the_same_nodes() {
+    let list = [
+        ("gen_ai.system", json!("openai")),
+        ("gen_ai.request.model", json!("gpt-4o")),
+        ("llm.request.type", json!("chat")),
+        ("gen_ai.prompt.0.role", json!("system")),
+        ("gen_ai.prompt.0.content", json!("You are terse.")),
+        ("gen_ai.prompt.1.role", json!("user")),
+        ("gen_ai.prompt.1.content", json!("Weather in Paris?")),
+        ("gen_ai.prompt.2.role", json!("assistant")),
+        ("gen_ai.prompt.2.tool_calls.0.id", json!("call_1")),
+        ("gen_ai.prompt.2.tool_calls.0.name", json!("get_weather")),
+        (
+            "gen_ai.prompt.2.tool_calls.0.arguments",
+            json!("{\"city\":\"Paris\"}"),
+        ),
+        ("gen_ai.prompt.3.role", json!("tool")),
+        ("gen_ai.prompt.3.content", json!("18C sunny")),
+        ("gen_ai.prompt.3.tool_call_id", json!("call_1")),
+        ("gen_ai.completion.0.role", json!("assistant")),
+        (
+            "gen_ai.completion.0.content",
+            json!("It is 18C and sunny in Paris."),
+        ),
+        ("gen_ai.completion.0.finish_reason", json!("stop")),
+    ];
+    let mut s = store();
+    ingest_traces(&mut s, &traces(vec![span(1, 10, &list, vec![])]));
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+#[test]
+fn otel_vercel_ai_sdk_spans_map_to_the_same_nodes() {
+    let prompt = json!([
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather in Paris?"}]},
+        {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "call_1",
+            "toolName": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "call_1",
+            "toolName": "get_weather", "output": {"type": "text", "value": "18C sunny"}}]},
+    ]);
+    let list = [
+        ("operation.name", json!("ai.generateText.doGenerate")),
+        ("ai.model.id", json!("gpt-4o")),
+        ("ai.model.provider", json!("openai.chat")),
+        ("ai.prompt.messages", json!(prompt.to_string())),
+        ("ai.response.text", json!("It is 18C and sunny in Paris.")),
+        ("ai.response.finishReason", json!("stop")),
+        ("ai.usage.inputTokens", json!(40)),
+        ("ai.telemetry.metadata.sessionId", json!("chat-7")),
+    ];
+    let mut s = store();
+    ingest_traces(&mut s, &traces(vec![span(1, 10, &list, vec![])]));
+    assert_eq!(transcript(&mut s, "session:chat-7"), expected());
+}
+
+#[test]
+fn otel_deprecated_span_events_map_to_the_same_nodes() {
+    let ev = |name: &str, body: Value| {
+        json!({"timeUnixNano": "1800000010000000000", "name": name,
+            "attributes": [kv("gen_ai.event.content", json!(body.to_string()))]})
+    };
+    let events = vec![
+        ev(
+            "gen_ai.system.message",
+            json!({"content": "You are terse."}),
+        ),
+        ev(
+            "gen_ai.user.message",
+            json!({"content": "Weather in Paris?"}),
+        ),
+        ev(
+            "gen_ai.assistant.message",
+            json!({"tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}),
+        ),
+        ev(
+            "gen_ai.tool.message",
+            json!({"content": "18C sunny", "id": "call_1"}),
+        ),
+        ev(
+            "gen_ai.choice",
+            json!({"index": 0, "finish_reason": "stop",
+                "message": {"content": "It is 18C and sunny in Paris."}}),
+        ),
+    ];
+    let mut s = store();
+    ingest_traces(
+        &mut s,
+        &traces(vec![span(
+            1,
+            10,
+            &[("gen_ai.system", json!("openai"))],
+            events,
+        )]),
+    );
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+/// A log record whose body is an OTLP map.
+fn record(span_id: u8, name: &str, body: Value) -> Value {
+    fn any(v: &Value) -> Value {
+        match v {
+            Value::String(s) => json!({"stringValue": s}),
+            Value::Number(n) => json!({"intValue": n.to_string()}),
+            Value::Bool(b) => json!({"boolValue": b}),
+            Value::Array(a) => {
+                json!({"arrayValue": {"values": a.iter().map(any).collect::<Vec<_>>()}})
+            }
+            Value::Object(o) => json!({"kvlistValue": {"values":
+                o.iter().map(|(k, v)| json!({"key": k, "value": any(v)})).collect::<Vec<_>>()}}),
+            Value::Null => json!({}),
+        }
+    }
+    json!({
+        "timeUnixNano": "1800000010000000000",
+        "traceId": TRACE,
+        "spanId": format!("{:016x}", 0x1000 + span_id as u64),
+        "eventName": name,
+        "attributes": [kv("gen_ai.system", json!("openai"))],
+        "body": any(&body),
+    })
+}
+
+fn logs(records: Vec<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({"resourceLogs": [{
+        "resource": {"attributes": [kv("service.name", json!("weather-agent"))]},
+        "scopeLogs": [{"scope": {"name": "opentelemetry.instrumentation.openai_v2"},
+            "logRecords": records}],
+    }]}))
+    .unwrap()
+}
+
+fn ingest_logs(s: &mut Store, body: &[u8]) -> otel::Ingested {
+    let mut req = decode_logs(body, Encoding::Json, false, LIMIT).unwrap();
+    assert_eq!(otel::check_logs(&mut req).count, 0);
+    let calls = calls_from_logs(&Batch::logs(&req));
+    s.transaction(|l| otel::ingest(l, &calls, 1_900_000_000_000))
+        .unwrap()
+}
+
+#[test]
+fn otel_deprecated_log_events_map_to_the_same_nodes_and_join_the_spans() {
+    let call_1 = vec![
+        record(
+            1,
+            "gen_ai.system.message",
+            json!({"content": "You are terse."}),
+        ),
+        record(
+            1,
+            "gen_ai.user.message",
+            json!({"content": "Weather in Paris?"}),
+        ),
+        record(
+            1,
+            "gen_ai.choice",
+            json!({"index": 0, "finish_reason": "tool_calls", "message": {"tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}}),
+        ),
+    ];
+    let call_2 = vec![
+        record(
+            2,
+            "gen_ai.system.message",
+            json!({"content": "You are terse."}),
+        ),
+        record(
+            2,
+            "gen_ai.user.message",
+            json!({"content": "Weather in Paris?"}),
+        ),
+        record(
+            2,
+            "gen_ai.assistant.message",
+            json!({"tool_calls": [{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]}),
+        ),
+        record(
+            2,
+            "gen_ai.tool.message",
+            json!({"content": "18C sunny", "id": "call_1"}),
+        ),
+        record(
+            2,
+            "gen_ai.choice",
+            json!({"index": 0, "finish_reason": "stop",
+                "message": {"content": "It is 18C and sunny in Paris."}}),
+        ),
+    ];
+    let mut s = store();
+    let w = ingest_logs(&mut s, &logs(call_1));
+    assert_eq!(w.nodes, 3);
+    let w = ingest_logs(&mut s, &logs(call_2.clone()));
+    assert_eq!(w.nodes, 2);
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+    // The spans of the same calls (semconv attributes) arrive after the
+    // logs: nothing new.
+    let (one, two) = semconv_calls();
+    let w = ingest_traces(&mut s, &traces(vec![one, two]));
+    assert_eq!(w.nodes, 0);
+    let w = ingest_logs(&mut s, &logs(call_2));
+    assert_eq!(w.nodes, 0);
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+#[test]
+fn otel_operation_details_log_record_maps_like_span_attributes() {
+    let body = json!({
+        "gen_ai.system_instructions": [{"type": "text", "content": "You are terse."}],
+        "gen_ai.input.messages": [
+            {"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]},
+            {"role": "assistant", "parts": [{"type": "tool_call", "id": "call_1",
+                "name": "get_weather", "arguments": {"city": "Paris"}}]},
+            {"role": "tool", "parts": [{"type": "tool_call_response", "id": "call_1", "response": "18C sunny"}]},
+        ],
+        "gen_ai.output.messages": [{"role": "assistant", "parts": [{"type": "text",
+            "content": "It is 18C and sunny in Paris."}]}],
+    });
+    let mut s = store();
+    ingest_logs(
+        &mut s,
+        &logs(vec![record(
+            1,
+            "gen_ai.client.inference.operation.details",
+            body,
+        )]),
+    );
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+// ----- bad input ---------------------------------------------------------------
+
+#[test]
+fn otel_bad_bodies_are_refused_with_a_rule() {
+    let e = decode_traces(b"\xff\xff\xff\xff", Encoding::Protobuf, false, LIMIT).unwrap_err();
+    assert_eq!(e.rule, "protobuf");
+    let e = decode_traces(b"{\"resourceSpans\": 3}", Encoding::Json, false, LIMIT).unwrap_err();
+    assert_eq!(e.rule, "json");
+    let e = decode_traces(b"not gzip", Encoding::Json, true, LIMIT).unwrap_err();
+    assert_eq!(e.rule, "gzip");
+
+    // A gzip bomb stops at the limit.
+    use std::io::Write as _;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![b' '; 1 << 20]).unwrap();
+    let bomb = gz.finish().unwrap();
+    let e = decode_traces(&bomb, Encoding::Json, true, 1000).unwrap_err();
+    assert_eq!(e.rule, "too-large");
+
+    // gzip of a good body decodes.
+    let (one, _) = semconv_calls();
+    let body = traces(vec![one]);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&body).unwrap();
+    let req = decode_traces(&gz.finish().unwrap(), Encoding::Json, true, LIMIT).unwrap();
+    assert_eq!(calls_from_spans(&Batch::traces(&req)).len(), 1);
+
+    // Too many spans in one request.
+    let many: Vec<Value> = (0..=MAX_ITEMS).map(|_| json!({})).collect();
+    let e = decode_traces(&traces(many), Encoding::Json, false, LIMIT).unwrap_err();
+    assert_eq!(e.rule, "too-many");
+}
+
+#[test]
+fn otel_spans_without_ids_are_rejected_and_the_rest_kept() {
+    let (one, mut two) = semconv_calls();
+    two["traceId"] = json!("");
+    let mut req = decode_traces(&traces(vec![one, two]), Encoding::Json, false, LIMIT).unwrap();
+    let r = otel::check_traces(&mut req);
+    assert_eq!(r.count, 1);
+    assert!(r.message.contains("trace id"), "{}", r.message);
+    assert_eq!(calls_from_spans(&Batch::traces(&req)).len(), 1);
+}
+
+#[test]
+fn otel_attributes_of_the_wrong_type_are_read_or_skipped_never_a_panic() {
+    // Messages as a number, a model as a list, parts that are not objects.
+    let list = [
+        ("gen_ai.input.messages", json!(42)),
+        (
+            "gen_ai.output.messages",
+            json!("[1, \"x\", {\"parts\": 5}]"),
+        ),
+        ("gen_ai.request.model", json!(["a", "b"])),
+    ];
+    let mut s = store();
+    let w = ingest_traces(&mut s, &traces(vec![span(1, 10, &list, vec![])]));
+    assert_eq!(w.calls, 1);
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn otel_protobuf_round_trip_decodes() {
+    use prost::Message as _;
+    let (one, two) = semconv_calls();
+    let req = decode_traces(&traces(vec![one, two]), Encoding::Json, false, LIMIT).unwrap();
+    let bytes = req.encode_to_vec();
+    let back = decode_traces(&bytes, Encoding::Protobuf, false, LIMIT).unwrap();
+    assert_eq!(back, req);
+    let mut s = store();
+    let calls = calls_from_spans(&Batch::traces(&back));
+    s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+    assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+}
+
+// ----- recorded captures of real emitters -------------------------------------
+
+/// The conversation `crates/convo-cli/tests/otel/emit.py` has: the one
+/// above plus a follow-up question and its answer.
+fn expected_emitted() -> Vec<(Kind, String, String, String)> {
+    let mut e = expected();
+    e.push((
+        Kind::Invoke,
+        "user".into(),
+        "weather-agent".into(),
+        "And tomorrow?".into(),
+    ));
+    e.push((
+        Kind::Complete,
+        "assistant".into(),
+        "user".into(),
+        "Tomorrow: rain.".into(),
+    ));
+    e
+}
+
+/// Each capture (OTLP protobuf, as the emitter's exporter sent it, one
+/// per emitter and version, recorded by emit.py): every message
+/// recovered, the tool call paired with its result, nothing duplicated;
+/// the logs of the same run add nothing.
+#[test]
+fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
+    for name in [
+        "openai-v2-2.4b0-latest",
+        "openinference-openai-0.1.66",
+        "openllmetry-openai-0.62.4",
+    ] {
+        let body =
+            std::fs::read(crate::common::fixture(&format!("otel/{name}.traces.pb"))).unwrap();
+        let mut req = decode_traces(&body, Encoding::Protobuf, false, LIMIT).unwrap();
+        assert_eq!(otel::check_traces(&mut req).count, 0, "{name}");
+        let calls = calls_from_spans(&Batch::traces(&req));
+        assert_eq!(calls.len(), 3, "{name}: three LLM calls");
+        let thread = calls[0].thread.clone();
+        let mut s = store();
+        s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+        assert_eq!(transcript(&mut s, &thread), expected_emitted(), "{name}");
+        let tl = s
+            .timeline(&session_id(&thread), &BranchName::main())
+            .unwrap();
+        let request = &tl[2].stored.node;
+        let response = &tl[3].stored.node;
+        assert_eq!(
+            (request.kind, response.kind, request.submission),
+            (Kind::Request, Kind::Response, response.submission),
+            "{name}: the tool call and its result in one submission"
+        );
+        assert_eq!(response.sequence, request.sequence, "{name}");
+        let last = tl.last().unwrap().stored.node.diagnostics.to_value();
+        assert_eq!(last["model"], "gpt-4o-2024-08-06", "{name}");
+        if name.starts_with("openai-v2") {
+            let body =
+                std::fs::read(crate::common::fixture(&format!("otel/{name}.logs.pb"))).unwrap();
+            let req = decode_logs(&body, Encoding::Protobuf, false, LIMIT).unwrap();
+            let calls = calls_from_logs(&Batch::logs(&req));
+            assert_eq!(calls.len(), 3, "{name}: three operation.details events");
+            let w = s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+            assert_eq!(w.nodes, 0, "{name}: the logs repeat the spans");
+        }
+        assert!(s.verify().unwrap().is_clean());
+    }
+}
+
+/// A 100-call run, every call resending the whole history, in batches of
+/// 10 delivered newest first: one node per distinct message, and the
+/// diagnostics stay small beside the messages.
+#[test]
+fn otel_a_hundred_call_run_stores_each_message_once() {
+    let msg = |role: &str, text: String| json!({"role": role, "parts": [{"type": "text", "content": text}]});
+    let mut history = Vec::new();
+    let mut spans = Vec::new();
+    let mut distinct = 0usize;
+    for i in 0..100u8 {
+        let q = format!("question {i}: {}", "lorem ipsum ".repeat(40));
+        let a = format!("answer {i}: {}", "dolor sit amet ".repeat(40));
+        distinct += q.len() + a.len();
+        history.push(msg("user", q));
+        let list = [
+            ("gen_ai.request.model", json!("gpt-4o")),
+            (
+                "gen_ai.input.messages",
+                json!(Value::Array(history.clone()).to_string()),
+            ),
+            (
+                "gen_ai.output.messages",
+                json!(json!([msg("assistant", a.clone())]).to_string()),
+            ),
+        ];
+        spans.push(span(i, u64::from(i) * 10, &list, vec![]));
+        history.push(msg("assistant", a));
+    }
+    let mut s = store();
+    for chunk in spans.chunks(10).rev() {
+        ingest_traces(&mut s, &traces(chunk.to_vec()));
+    }
+    let thread = format!("trace:{TRACE}");
+    let tl = s
+        .timeline(&session_id(&thread), &BranchName::main())
+        .unwrap();
+    assert_eq!(tl.len(), 200, "one node per message");
+    let payload: usize = tl.iter().map(|n| n.payload.len()).sum();
+    assert_eq!(payload, distinct);
+    let diag: usize = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value().to_string().len())
+        .sum();
+    eprintln!(
+        "100 calls: payloads {payload} + diagnostics {diag} bytes for {distinct} distinct ({:.3}×)",
+        (payload + diag) as f64 / distinct as f64
+    );
+    assert!(
+        (payload + diag) as f64 <= 1.2 * distinct as f64,
+        "payloads {payload} + diagnostics {diag} against {distinct} distinct bytes"
+    );
+}

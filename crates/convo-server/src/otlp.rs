@@ -1,0 +1,285 @@
+//! The OTLP/HTTP receiver: `POST /v1/traces` and `POST /v1/logs`, so any
+//! OpenTelemetry exporter pointed at the server unchanged
+//! (`OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:PORT`) records its GenAI
+//! telemetry as sessions.
+//!
+//! The protocol (OTLP/HTTP 1.x): a body in protobuf
+//! (`application/x-protobuf`) or JSON (`application/json`), optionally
+//! `Content-Encoding: gzip`; success is `200` with an
+//! `Export{Trace,Logs}ServiceResponse` in the request's encoding, whose
+//! `partial_success` counts the items rejected (a span without a valid
+//! trace or span id) and says why; a body that does not decode is `400`
+//! with a `google.rpc.Status` (code 3, `INVALID_ARGUMENT`) in the
+//! request's encoding, which exporters do not retry; a store that cannot
+//! be written is `503` (exporters retry, and a retried export is stored
+//! once). The routes sit behind the server's guards like the API: the
+//! token (`OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN`), the
+//! body limit (compressed, and again after inflating), the Host rules.
+//!
+//! Everything else is `convo_formats::otel`: decoding, every dialect, the
+//! threading into sessions, written in one transaction per request.
+
+use crate::AppState;
+use crate::api::now;
+use axum::Extension;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use convo_formats::otel::{self, Batch, Call, Encoding, Rejected};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
+};
+
+/// `google.rpc.Status`, the body of an OTLP error response.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+}
+
+/// gRPC's `INVALID_ARGUMENT`.
+const INVALID_ARGUMENT: i32 = 3;
+/// gRPC's `UNAVAILABLE`.
+const UNAVAILABLE: i32 = 14;
+/// gRPC's `INTERNAL`.
+const INTERNAL: i32 = 13;
+
+fn encode<T: prost::Message + serde::Serialize>(
+    enc: Encoding,
+    status: StatusCode,
+    msg: &T,
+) -> Response {
+    match enc {
+        Encoding::Protobuf => (
+            status,
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            msg.encode_to_vec(),
+        )
+            .into_response(),
+        Encoding::Json => (
+            status,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(msg).unwrap_or_default(),
+        )
+            .into_response(),
+    }
+}
+
+fn status(enc: Encoding, http: StatusCode, code: i32, message: String) -> Response {
+    match enc {
+        Encoding::Protobuf => (
+            http,
+            [(header::CONTENT_TYPE, "application/x-protobuf")],
+            prost::Message::encode_to_vec(&RpcStatus { code, message }),
+        )
+            .into_response(),
+        Encoding::Json => (
+            http,
+            [(header::CONTENT_TYPE, "application/json")],
+            serde_json::to_vec(&serde_json::json!({"code": code, "message": message}))
+                .unwrap_or_default(),
+        )
+            .into_response(),
+    }
+}
+
+/// Why a request's media type is refused: the encoding to answer in, and
+/// the message.
+type Refusal = (Encoding, String);
+
+/// The request's encoding and whether it is gzipped, or why it is refused
+/// (a 415).
+fn negotiate(headers: &HeaderMap) -> Result<(Encoding, bool), Refusal> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Some(enc) = Encoding::from_content_type(ct) else {
+        return Err((
+            Encoding::Json,
+            format!(
+                "content type `{ct}` is not OTLP: send application/x-protobuf or application/json"
+            ),
+        ));
+    };
+    let ce = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let gzip = match ce.as_str() {
+        "" | "identity" => false,
+        "gzip" => true,
+        other => {
+            return Err((
+                enc,
+                format!("content encoding `{other}` is not supported: send gzip or none"),
+            ));
+        }
+    };
+    Ok((enc, gzip))
+}
+
+/// Which signal a request carries.
+#[derive(Clone, Copy, Debug)]
+enum Signal {
+    Traces,
+    Logs,
+}
+
+/// Decodes, reads and records one export request; the answer in its
+/// encoding.
+async fn receive(
+    st: AppState,
+    limit: usize,
+    headers: HeaderMap,
+    body: Bytes,
+    signal: Signal,
+) -> Response {
+    let (enc, gzip) = match negotiate(&headers) {
+        Ok(x) => x,
+        Err((enc, why)) => {
+            return status(
+                enc,
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                INVALID_ARGUMENT,
+                why,
+            );
+        }
+    };
+    let read = tokio::task::spawn_blocking(
+        move || -> Result<(Vec<Call>, Rejected), convo_formats::Error> {
+            Ok(match signal {
+                Signal::Traces => {
+                    let mut req = otel::decode_traces(&body, enc, gzip, limit)?;
+                    let rejected = otel::check_traces(&mut req);
+                    (otel::calls_from_spans(&Batch::traces(&req)), rejected)
+                }
+                Signal::Logs => {
+                    let mut req = otel::decode_logs(&body, enc, gzip, limit)?;
+                    let rejected = otel::check_logs(&mut req);
+                    (otel::calls_from_logs(&Batch::logs(&req)), rejected)
+                }
+            })
+        },
+    )
+    .await;
+    let (calls, rejected) = match read {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
+            let http = if e.rule == "too-large" || e.rule == "too-many" {
+                StatusCode::PAYLOAD_TOO_LARGE
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return status(enc, http, INVALID_ARGUMENT, e.to_string());
+        }
+        Err(e) => {
+            return status(
+                enc,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                INTERNAL,
+                e.to_string(),
+            );
+        }
+    };
+    if !calls.is_empty() {
+        let written = st
+            .pool
+            .run(move |s| s.transaction(|l| otel::ingest(l, &calls, now())))
+            .await;
+        match written {
+            Ok(w) => {
+                if w.nodes > 0 {
+                    st.hub.poke();
+                }
+            }
+            Err(e) => {
+                let (http, code) = match e.kind() {
+                    convo_store::ErrorKind::Unavailable => {
+                        (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE)
+                    }
+                    convo_store::ErrorKind::Invalid => (StatusCode::BAD_REQUEST, INVALID_ARGUMENT),
+                    _ => (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL),
+                };
+                return status(enc, http, code, e.to_string());
+            }
+        }
+    }
+    match signal {
+        Signal::Traces => encode(
+            enc,
+            StatusCode::OK,
+            &ExportTraceServiceResponse {
+                partial_success: (rejected.count > 0).then(|| ExportTracePartialSuccess {
+                    rejected_spans: rejected.count,
+                    error_message: rejected.message.clone(),
+                }),
+            },
+        ),
+        Signal::Logs => encode(
+            enc,
+            StatusCode::OK,
+            &ExportLogsServiceResponse {
+                partial_success: (rejected.count > 0).then(|| ExportLogsPartialSuccess {
+                    rejected_log_records: rejected.count,
+                    error_message: rejected.message.clone(),
+                }),
+            },
+        ),
+    }
+}
+
+/// OTLP/HTTP trace export: GenAI spans become sessions.
+#[utoipa::path(post, path = "/v1/traces",
+    request_body(description = "an ExportTraceServiceRequest",
+        content((Vec<u8> = "application/x-protobuf"), (Vec<u8> = "application/json"))),
+    responses(
+        (status = 200, description = "an ExportTraceServiceResponse (partial_success counts rejected spans)"),
+        (status = "default", description = "a google.rpc.Status")))]
+pub async fn traces(
+    State(st): State<AppState>,
+    Extension(limit): Extension<InflatedLimit>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    receive(st, limit.0, headers, body, Signal::Traces).await
+}
+
+/// OTLP/HTTP log export: GenAI events (per-message events, operation
+/// details) become sessions.
+#[utoipa::path(post, path = "/v1/logs",
+    request_body(description = "an ExportLogsServiceRequest",
+        content((Vec<u8> = "application/x-protobuf"), (Vec<u8> = "application/json"))),
+    responses(
+        (status = 200, description = "an ExportLogsServiceResponse (partial_success counts rejected records)"),
+        (status = "default", description = "a google.rpc.Status")))]
+pub async fn logs(
+    State(st): State<AppState>,
+    Extension(limit): Extension<InflatedLimit>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    receive(st, limit.0, headers, body, Signal::Logs).await
+}
+
+/// The largest body a gzipped request may inflate to.
+#[derive(Clone, Copy, Debug)]
+pub struct InflatedLimit(pub usize);
+
+/// The two routes; `limit` bounds a body after inflating (the server's
+/// body limit bounds it before).
+pub fn routes(limit: usize) -> axum::Router<AppState> {
+    use axum::routing::post;
+    axum::Router::new()
+        .route("/v1/traces", post(traces))
+        .route("/v1/logs", post(logs))
+        .layer(Extension(InflatedLimit(limit)))
+}
