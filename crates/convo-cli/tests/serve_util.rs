@@ -146,7 +146,7 @@ pub fn http_host(
     parse(&raw)
 }
 
-fn parse(raw: &[u8]) -> Resp {
+pub fn parse(raw: &[u8]) -> Resp {
     let end = raw
         .windows(4)
         .position(|w| w == b"\r\n\r\n")

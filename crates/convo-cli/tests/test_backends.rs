@@ -275,3 +275,85 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
     assert_eq!(again.code(), 2);
     assert!(again.stderr().contains("not empty"), "{}", again.stderr());
 }
+
+/// `convo redact NODE` and `convo redact --content` of a state value leave
+/// no byte of the secret in any file of the store once they return: not as
+/// stored, upper- or lowercased, nor as the words the search index held
+/// (SQLite: the database, its FTS5 segments, WAL and free pages;
+/// PostgreSQL: every table's and index's relation file).
+fn redact_leaves_no_byte(backend: &str) {
+    let Some((t, db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let url = match &db {
+        Some(db) => db.url.clone(),
+        None => format!("sqlite://{}", t.db().display()),
+    };
+    let s = t.session("redact");
+    let said = "my key is sk-live-Xq7PlutoniumWombat93 keep it";
+    let value = "token=Hunter2-ZebraCrossing58-Sapphire";
+    t.run(&["say", &s, "--user", said, "--agent", "noted"]).ok();
+    t.run(&["say", &s, "--user", "something else", "--agent", "ok"])
+        .ok();
+    t.run(&["state", "put", &s, "db", value]).ok();
+    // The search index takes in the words (lowercased) on the first search.
+    let found = t.run(&["search", "xq7plutoniumwombat93", "--json"]).json();
+    assert_eq!(found["hits"].as_array().map(Vec::len), Some(1), "{found}");
+    for secret in [said, value] {
+        assert!(
+            !convo_store::testing::files_holding(&url, secret.as_bytes()).is_empty(),
+            "{backend}: the secret is stored"
+        );
+    }
+    assert!(
+        !convo_store::testing::files_holding(&url, b"xq7plutoniumwombat93").is_empty(),
+        "{backend}: the search index holds the lowercased word"
+    );
+    let log = t.run(&["log", &s, "--json"]).json();
+    let invoke = log
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["payload"] == said)
+        .unwrap()["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = t
+        .run(&["redact", &invoke, "--reason", "a leaked key", "--json"])
+        .json();
+    assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
+    let digest = convo_core::hash::content_hash(value.as_bytes()).to_hex();
+    let r = t
+        .run(&[
+            "redact",
+            "--content",
+            &digest,
+            "--reason",
+            "a password",
+            "--json",
+        ])
+        .json();
+    assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
+    for secret in [said, value] {
+        let left = convo_store::testing::secret_in_files(&url, secret);
+        assert!(
+            left.is_empty(),
+            "{backend}: left in the store's files: {left:?}"
+        );
+    }
+    // Searching finds nothing of it; the store verifies.
+    let none = t.run(&["search", "xq7plutoniumwombat93", "--json"]);
+    assert_eq!(none.code(), 1, "no hit: {}", none.stdout());
+    t.run(&["verify"]).ok();
+}
+
+#[test]
+fn redact_leaves_no_byte_sqlite() {
+    redact_leaves_no_byte("sqlite");
+}
+
+#[test]
+fn redact_leaves_no_byte_postgres() {
+    redact_leaves_no_byte("postgres");
+}

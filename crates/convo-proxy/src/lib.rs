@@ -34,10 +34,28 @@
 //! `https://api.openai.com` are the same upstream). A call with an
 //! `anthropic-version` or `x-api-key` header, or to `/v1/messages`, goes to
 //! the Anthropic upstream when one is configured. The client's headers are
-//! passed through (its `Authorization` / `x-api-key` included) except
-//! hop-by-hop ones, `Accept-Encoding` (the proxy reads bodies, so it asks
-//! for identity) and `X-Convo-*`; a key configured for an upstream is sent
-//! only when the client sent none.
+//! passed through except hop-by-hop ones, `Accept-Encoding` (the proxy
+//! reads bodies, so it asks for identity) and `X-Convo-*`.
+//!
+//! ## Keys
+//!
+//! Without a server token, the client's key (`Authorization`, `x-api-key`,
+//! `api-key`) goes upstream as sent, and a key configured for an upstream
+//! ([`ProxyConfig::upstream_key`], [`ProxyConfig::anthropic_key`]) is sent
+//! only when the client sent none. With a token (`--token`,
+//! [`ProxyConfig::virtual_keys`]) the client's key *is* convo's token: the
+//! server's guard checks it (as `Authorization: Bearer` or `x-api-key`, so
+//! an SDK needs only its base URL and API key set), the proxy never
+//! forwards it, and the upstream gets the configured key instead (or none,
+//! for an upstream that wants none). Keys are never recorded.
+//!
+//! ## Requests
+//!
+//! Any body passes through (JSON, `multipart/form-data` file and audio
+//! uploads, bytes), read as it streams in up to the server's body limit
+//! (`--max-body-mib`, axum's `DefaultBodyLimit`): past it the call is
+//! refused with `413` and a JSON error, having held at most the limit in
+//! memory.
 //!
 //! ## Errors
 //!
@@ -105,6 +123,11 @@ pub struct ProxyConfig {
     pub timeout: Duration,
     /// Answer from this recorded timeline instead of the upstream.
     pub replay: Option<replay::ReplaySpec>,
+    /// Clients authenticate to convo with its token as their API key (the
+    /// server has a token: the guard checks it). Their key headers are
+    /// then never forwarded; the upstream gets [`ProxyConfig::upstream_key`]
+    /// or [`ProxyConfig::anthropic_key`] on every call (or no key).
+    pub virtual_keys: bool,
     /// The most bytes of one answer (streamed or not) kept in the record
     /// (default [`DEFAULT_RECORD_LIMIT`]): past it the answer still passes
     /// through in full, and the record keeps its first bytes, its length
@@ -131,6 +154,7 @@ impl std::fmt::Debug for ProxyConfig {
             .field("anthropic_key", &self.anthropic_key.as_ref().map(|_| "…"))
             .field("timeout", &self.timeout)
             .field("replay", &self.replay)
+            .field("virtual_keys", &self.virtual_keys)
             .field("record_limit", &self.record_limit)
             .finish()
     }
@@ -370,16 +394,9 @@ impl Proxy {
     }
 
     async fn forward(&self, target: Target, rest: String, req: Request) -> Response {
-        let (parts, body) = req.into_parts();
-        let body = match axum::body::to_bytes(body, usize::MAX).await {
-            Ok(b) => b,
-            Err(e) => {
-                return proxy_error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    "too_large",
-                    &format!("cannot read the request body: {e}"),
-                );
-            }
+        let (parts, body) = match read_request(req).await {
+            Ok(read) => read,
+            Err(refused) => return refused,
         };
         let method = parts.method.as_str().to_owned();
         let mut target = target;
@@ -466,6 +483,10 @@ impl Proxy {
                 continue;
             }
             if matches!(name, "authorization" | "x-api-key" | "api-key") {
+                if inner.cfg.virtual_keys {
+                    // convo's token: never sent on.
+                    continue;
+                }
                 has_key = true;
             }
             headers.append(k.clone(), v.clone());
@@ -879,6 +900,30 @@ impl Proxy {
     }
 }
 
+/// The request's head and body, the body read as it streams in up to the
+/// server's limit (`DefaultBodyLimit`, `--max-body-mib`): past it, `413`
+/// and a JSON error, with no more than the limit read.
+async fn read_request(req: Request) -> Result<(axum::http::request::Parts, Bytes), Response> {
+    use axum::extract::FromRequest as _;
+    use axum::extract::rejection::{BytesRejection, FailedToBufferBody};
+    let (parts, body) = req.into_parts();
+    match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
+        Ok(body) => Ok((parts, body)),
+        Err(BytesRejection::FailedToBufferBody(FailedToBufferBody::LengthLimitError(_))) => {
+            Err(proxy_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                "the request body is larger than this server accepts (its --max-body-mib)",
+            ))
+        }
+        Err(e) => Err(proxy_error(
+            StatusCode::BAD_REQUEST,
+            "invalid",
+            &format!("cannot read the request body: {}", e.body_text()),
+        )),
+    }
+}
+
 /// A response body fed by a channel.
 fn channel_body(rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Body {
     Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
@@ -1036,21 +1081,16 @@ pub fn error_response(e: &StoreError) -> Response {
     store_error(e)
 }
 
-/// The proxy's routes alone behind the server's guards (token, CSRF,
-/// headers, request log): what `convo proxy` serves.
+/// The proxy's routes alone behind the server's guards for API clients
+/// (body limit, path check, token, CSRF, headers, request log: the same
+/// as under `convo serve --upstream`): what `convo proxy` serves.
 pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
-    let guard = config.guard();
-    router(proxy)
-        .fallback(|| async {
-            proxy_error(
-                StatusCode::NOT_FOUND,
-                "not_found",
-                "convo proxy serves /v1/… and /s/{session}/{branch}/v1/… only",
-            )
-        })
-        .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            guard,
-            convo_server::security::guard,
-        ))
+    let routes = router(proxy).fallback(|| async {
+        proxy_error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "convo proxy serves /v1/… and /s/{session}/{branch}/v1/… only",
+        )
+    });
+    convo_server::guarded(routes, config, true)
 }

@@ -35,7 +35,8 @@
 //!
 //! **Credentials are never recorded**: headers are recorded only when
 //! named in the allow-list, and even then not when a value looks like a
-//! key ([`looks_secret`]).
+//! key ([`looks_secret`]); a key inside a value (`User-Agent: app/1 (key
+//! sk-…)`) is replaced by `REDACTED` ([`redact_secrets`]).
 
 use crate::api::{self, Api};
 use convo_api::default_ends;
@@ -124,6 +125,8 @@ pub fn recorded_headers<'a>(
         if looks_secret(v) {
             continue;
         }
+        let v = redact_secrets(v);
+        let v = v.as_str();
         match out.get_mut(&name) {
             Some(Value::String(prev)) => {
                 prev.push_str(", ");
@@ -137,6 +140,54 @@ pub fn recorded_headers<'a>(
     out
 }
 
+/// Whether a parameter name (`api_key`, `X-Token`, `password`…) says its
+/// value is a credential.
+fn secret_name(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    ["key", "token", "secret", "password", "auth", "sig"]
+        .iter()
+        .any(|s| n.contains(s))
+}
+
+/// A header value with every credential in it replaced by `REDACTED`:
+/// split at spaces and punctuation (`;,()=:&"'`), a part that
+/// [`looks_secret`], the part after an auth scheme (`Bearer`, `Basic`,
+/// `Token`) and the value of a key-like `name=value` or `name: value` pair
+/// ([`redact_query`]'s names).
+pub fn redact_secrets(v: &str) -> String {
+    const SEPARATORS: &[char] = &[' ', '\t', ';', ',', '(', ')', '=', ':', '&', '"', '\''];
+    let mut out = String::with_capacity(v.len());
+    // The previous part, and the separators between it and this one.
+    let mut prev = "";
+    let mut between = String::new();
+    let mut rest = v;
+    while !rest.is_empty() {
+        let end = rest.find(SEPARATORS).unwrap_or(rest.len());
+        let (part, after) = rest.split_at(end);
+        if part.is_empty() {
+            let sep = after.chars().next().unwrap_or(' ');
+            out.push(sep);
+            between.push(sep);
+            rest = &after[sep.len_utf8()..];
+            continue;
+        }
+        let scheme = ["bearer", "basic", "token"]
+            .iter()
+            .any(|s| prev.eq_ignore_ascii_case(s))
+            && between.trim().is_empty();
+        let named = secret_name(prev) && (between.contains('=') || between.contains(':'));
+        if looks_secret(part) || scheme || named {
+            out.push_str("REDACTED");
+        } else {
+            out.push_str(part);
+        }
+        prev = part;
+        between.clear();
+        rest = after;
+    }
+    out
+}
+
 /// A query string with the values of key-like parameters (`key`,
 /// `api_key`, `token`, …) and key-like values removed.
 pub fn redact_query(q: &str) -> String {
@@ -144,11 +195,7 @@ pub fn redact_query(q: &str) -> String {
         .filter(|kv| !kv.is_empty())
         .map(|kv| {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            let kl = k.to_ascii_lowercase();
-            let secret_name = ["key", "token", "secret", "password", "auth", "sig"]
-                .iter()
-                .any(|s| kl.contains(s));
-            if secret_name || looks_secret(v) {
+            if secret_name(k) || looks_secret(v) {
                 format!("{k}=REDACTED")
             } else {
                 kv.to_owned()
@@ -644,6 +691,26 @@ mod tests {
         let m = recorded_headers(h, RECORDED_REQUEST_HEADERS);
         assert_eq!(m.len(), 2);
         assert!(m.contains_key("content-type") && m.contains_key("anthropic-version"));
+        // A key inside a value that is not one.
+        let h: Vec<(&str, &[u8])> = vec![
+            (
+                "user-agent",
+                b"my-agent/1.0 (key sk-proj-abc123; Bearer t0k3n) python",
+            ),
+            ("accept", b"application/json; token=hunter2"),
+            ("content-type", b"multipart/form-data; boundary=abc"),
+        ];
+        let m = recorded_headers(h, RECORDED_REQUEST_HEADERS);
+        assert_eq!(
+            m["user-agent"],
+            "my-agent/1.0 (key REDACTED; Bearer REDACTED) python"
+        );
+        assert_eq!(m["accept"], "application/json; token=REDACTED");
+        assert_eq!(m["content-type"], "multipart/form-data; boundary=abc");
+        assert_eq!(
+            redact_secrets("OpenAI/Python 1.55.0"),
+            "OpenAI/Python 1.55.0"
+        );
         assert_eq!(
             redact_query("a=1&key=AIzaXX&x=sk-1"),
             "a=1&key=REDACTED&x=REDACTED"

@@ -22,13 +22,37 @@ impl Server {
     }
 
     pub async fn start_on(cfg: ProxyConfig, dir: tempfile::TempDir, store_url: String) -> Server {
+        Self::start_as(cfg, dir, store_url, None, false, None).await
+    }
+
+    /// With `token` (virtual keys: clients send it as their API key), and
+    /// `standalone` (the routes `convo proxy` serves) or mounted in
+    /// `convo serve`'s router (`--upstream`); `body_limit` in bytes
+    /// (`--max-body-mib`).
+    pub async fn start_as(
+        mut cfg: ProxyConfig,
+        dir: tempfile::TempDir,
+        store_url: String,
+        token: Option<&str>,
+        standalone: bool,
+        body_limit: Option<usize>,
+    ) -> Server {
         let mut config = convo_server::Config::new(store_url.clone());
+        if let Some(limit) = body_limit {
+            config.body_limit = limit;
+        }
         config.log_requests = false;
+        config.token = token.map(str::to_owned);
+        cfg.virtual_keys = token.is_some();
         let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
         let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
             .await
             .unwrap();
-        let app = convo_server::router(st, &config, Some(convo_proxy::router(proxy)));
+        let app = if standalone {
+            convo_proxy::standalone(proxy, &config)
+        } else {
+            convo_server::router(st, &config, Some(convo_proxy::router(proxy)))
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

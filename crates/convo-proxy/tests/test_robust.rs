@@ -396,3 +396,30 @@ async fn a_configured_key_goes_upstream_is_noted_and_never_recorded() {
     srv.stop().await;
     up.stop().await;
 }
+
+/// Under `convo serve --upstream` as in `convo proxy`: a body over the
+/// server's limit is refused with 413 and a JSON error, never forwarded
+/// nor recorded; one under it passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_limit_is_refused_on_the_serve_mount() {
+    let up = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store_url = format!("sqlite://{}/convo.db", dir.path().display());
+    let cfg = ProxyConfig::new(Some(up.url.clone()));
+    let srv = Server::start_as(cfg, dir, store_url, None, false, Some(1 << 20)).await;
+    let url = format!("{}/s/limited/main/v1/chat/completions", srv.url);
+    let res = post(&url, &chat("m", &"z".repeat(3 << 20), false)).await;
+    assert_eq!(res.status(), 413);
+    let e: Value = res.json().await.unwrap();
+    assert_eq!(e["error"]["code"], "too_large", "{e}");
+    assert!(
+        up.seen.calls.lock().unwrap().is_empty(),
+        "nothing went upstream"
+    );
+    let res = post(&url, &chat("m", "small", false)).await;
+    assert_eq!(res.status(), 200);
+    let t = timeline_of(&srv, "limited", "main", 4).await;
+    assert_eq!(t.len(), 4, "only the call under the limit is recorded");
+    srv.stop().await;
+    up.stop().await;
+}

@@ -431,3 +431,149 @@ async fn the_vercel_ai_sdk_tool_loop_is_one_session_and_replays() {
     assert_eq!(replayed, live);
     srv.stop().await;
 }
+
+/// Uploads (multipart), chat and Anthropic calls through the SDKs, the
+/// client's key as it configures it; a key in a `User-Agent` too.
+const UPLOADS: &str = r#"
+import json, os, openai, anthropic
+c = openai.OpenAI(max_retries=0)
+f = c.files.create(file=("notes.jsonl", b'{"note": "file-bytes-Zq81"}\n'), purpose="batch")
+t = c.audio.transcriptions.create(model="whisper-1", file=("hello.wav", b"RIFF0000WAVEaudio-bytes-Kx42"))
+r = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+ua = openai.OpenAI(max_retries=0, default_headers={"User-Agent": "agent/1.0 (key " + os.environ["UA_KEY"] + ")"})
+ua.chat.completions.create(model="m", messages=[{"role": "user", "content": "ua"}])
+a = anthropic.Anthropic(max_retries=0)
+m = a.messages.create(model="claude", max_tokens=10, messages=[{"role": "user", "content": "bonjour"}])
+out = {"file": [f.id, f.bytes], "heard": t.text, "chat": r.choices[0].message.content,
+       "claude": m.content[0].text}
+try:
+    openai.OpenAI(api_key="not-the-token", max_retries=0).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}])
+    out["wrong_key"] = 200
+except openai.APIStatusError as e:
+    out["wrong_key"] = e.status_code
+print(json.dumps(out))
+"#;
+
+const TOKEN: &str = "convo-token-5f4e3d2c1b0a99887766";
+const OPERATOR_KEY: &str = "sk-operator-0123456789abcdef0123";
+const OPERATOR_ANTHROPIC_KEY: &str = "sk-ant-operator-fedcba9876543210";
+const UA_KEY: &str = "sk-ua-LEAK-77aa88bb99cc00dd11ee";
+
+/// `convo proxy` (standalone) with `--token` and operator keys: SDKs
+/// authenticate with convo's token as their API key, the upstream gets
+/// the operator's keys and never the token; `convo serve --upstream`
+/// without a token: the client's key passes through. Both mounts take
+/// multipart uploads (files, audio) and record them, and no key (nor one
+/// inside a `User-Agent`) reaches the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_and_virtual_keys_through_the_sdks_on_both_mounts() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but CONVO_TEST_PYTHON is not");
+        }
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
+        return;
+    };
+    for virtual_keys in [true, false] {
+        let up = Upstream::start().await;
+        let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+        cfg.anthropic_upstream = Some(up.url.clone());
+        cfg.upstream_key = Some(OPERATOR_KEY.into());
+        cfg.anthropic_key = Some(OPERATOR_ANTHROPIC_KEY.into());
+        let dir = tempfile::tempdir().unwrap();
+        let store_url = format!("sqlite://{}/convo.db", dir.path().display());
+        let token = virtual_keys.then_some(TOKEN);
+        // Virtual keys on the standalone proxy, pass-through on `serve`.
+        let srv = Server::start_as(cfg, dir, store_url, token, virtual_keys, None).await;
+        let client_key = if virtual_keys { TOKEN } else { KEY };
+        let (openai_base, anthropic_base) = (
+            format!("{}/s/uploads/main/v1", srv.url),
+            format!("{}/s/uploads/main", srv.url),
+        );
+        let py = python.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            std::process::Command::new(py)
+                .args(["-c", UPLOADS])
+                .env("OPENAI_BASE_URL", openai_base)
+                .env("OPENAI_API_KEY", client_key)
+                .env("ANTHROPIC_BASE_URL", anthropic_base)
+                .env("ANTHROPIC_API_KEY", client_key)
+                .env("UA_KEY", UA_KEY)
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["file"][0], "file-1", "{v}");
+        assert_eq!(v["chat"], "echo: hi");
+        assert_eq!(v["claude"], "echo: bonjour");
+        assert!(v["heard"].as_str().unwrap().starts_with("heard "), "{v}");
+        // A wrong key: refused by convo with a token; passed on without one.
+        assert_eq!(v["wrong_key"], if virtual_keys { 401 } else { 200 });
+
+        let calls = up.seen.calls.lock().unwrap().clone();
+        let bodies: Vec<String> = calls.iter().map(|(_, b)| b.to_string()).collect();
+        assert!(
+            bodies.iter().any(|b| b.contains("file-bytes-Zq81")),
+            "{bodies:?}"
+        );
+        assert!(bodies.iter().any(|b| b.contains("audio-bytes-Kx42")));
+        for (h, _) in &calls {
+            let anthropic = h.contains_key("anthropic-version");
+            let (name, want) = match (anthropic, virtual_keys) {
+                (false, true) => ("authorization", format!("Bearer {OPERATOR_KEY}")),
+                (true, true) => ("x-api-key", OPERATOR_ANTHROPIC_KEY.to_owned()),
+                (false, false) => ("authorization", format!("Bearer {KEY}")),
+                (true, false) => ("x-api-key", KEY.to_owned()),
+            };
+            if h.get("authorization")
+                .is_some_and(|v| v == "Bearer not-the-token")
+            {
+                assert!(!virtual_keys, "a refused call went upstream");
+                continue;
+            }
+            assert_eq!(h[name], want.as_str(), "{h:?}");
+            assert!(
+                h.values()
+                    .all(|v| !contains(v.as_bytes(), TOKEN.as_bytes())),
+                "convo's token went upstream: {h:?}"
+            );
+        }
+        // The uploads are recorded: the request body as sent.
+        let t = crate::common::off_rt(|| {
+            let mut store = srv.store();
+            let s = store.find_session("uploads").unwrap();
+            store.timeline(&s.id, &BranchName::main()).unwrap()
+        });
+        assert!(
+            t.iter()
+                .any(|n| n.stored.node.kind == Kind::Request
+                    && contains(&n.payload, b"file-bytes-Zq81")),
+            "the file upload is recorded"
+        );
+        assert!(
+            t.iter().any(|n| n.stored.node.kind == Kind::Request
+                && contains(&n.payload, b"audio-bytes-Kx42"))
+        );
+        let dir = srv.stop().await;
+        let all = all_bytes(dir.path());
+        for secret in [TOKEN, KEY, OPERATOR_KEY, OPERATOR_ANTHROPIC_KEY, UA_KEY] {
+            assert!(
+                !contains(&all, secret.as_bytes()),
+                "{secret} reached the store"
+            );
+        }
+        assert!(
+            contains(&all, b"agent/1.0 (key REDACTED)"),
+            "the User-Agent is kept, redacted"
+        );
+        up.stop().await;
+    }
+}

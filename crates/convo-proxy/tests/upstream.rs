@@ -15,6 +15,8 @@
 //!   ` (after {previous_response_id})` when there is one; each answer a new
 //!   id `resp_{n}`; streamed as `response.created` … `response.completed`.
 //! - `GET /v1/models`, `POST /v1/embeddings`: fixed answers.
+//! - `POST /v1/files`, `POST /v1/audio/transcriptions` (multipart
+//!   uploads): a file object, a transcription naming the body's length.
 //! - Chat models that script failures: `rate-limited` (429 with
 //!   `retry-after`), `server-error` (503 with a body), `slow` (answers
 //!   after 2 s), `dribble` (a stream of 100 chunks 20 ms apart), `big-N`
@@ -65,6 +67,8 @@ impl Upstream {
             .route("/v1/models", get(models))
             .route("/v1/embeddings", post(embeddings))
             .route("/v1/responses", post(responses))
+            .route("/v1/files", post(files))
+            .route("/v1/audio/transcriptions", post(transcriptions))
             .with_state(seen.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -383,6 +387,26 @@ async fn messages(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> 
         ),
     )
         .into_response()
+}
+
+/// A multipart upload, kept whole (as a JSON string) in `Seen`.
+fn upload(seen: &Seen, headers: HeaderMap, body: &Bytes) {
+    let text = String::from_utf8_lossy(body).into_owned();
+    seen.calls.lock().unwrap().push((headers, json!(text)));
+}
+
+async fn files(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
+    upload(&seen, headers, &body);
+    axum::Json(
+        json!({"id": "file-1", "object": "file", "bytes": body.len(), "created_at": 1,
+        "filename": "upload", "purpose": "batch", "status": "processed"}),
+    )
+    .into_response()
+}
+
+async fn transcriptions(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Response {
+    upload(&seen, headers, &body);
+    axum::Json(json!({"text": format!("heard {} bytes", body.len())})).into_response()
 }
 
 async fn models() -> Response {

@@ -81,6 +81,7 @@ impl Config {
             token: self.token.as_deref().map(Arc::from),
             log: self.log_requests,
             hosts: security::Hosts::new(self.listen, &self.allow_hosts),
+            api_clients: false,
         }
     }
 }
@@ -120,20 +121,35 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
 }
 
 /// The API, the OpenAPI document and the web view, with the guards.
-/// `extra` (the proxy's or the harness's routes) is merged in before the
-/// guards, so they apply to it too.
+/// `extra` (the proxy's routes, for API clients) gets the same guards as
+/// routes for API clients ([`security::Guard::api_clients`]): any content
+/// type, the token also as `x-api-key`.
 pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router {
-    let guard = config.guard();
-    let mut app = api_routes()
+    let app = api_routes()
         .merge(web::routes())
         .merge(otlp::routes(config.body_limit))
         .route("/openapi.json", get(openapi::document))
         .method_not_allowed_fallback(api::method_not_allowed)
-        .with_state(state);
-    if let Some(extra) = extra {
-        app = app.merge(extra);
+        .with_state(state)
+        .fallback(api::fallback);
+    let app = guarded(app, config, false);
+    match extra {
+        // Layers wrap the routes they are given: `extra` is merged after,
+        // with its own.
+        Some(extra) => app.merge(guarded(extra, config, true)),
+        None => app,
     }
-    app.fallback(api::fallback)
+}
+
+/// `routes` behind the guards (innermost first): the body limit, the path
+/// check, then Host, Origin, token, CSRF, headers and the request log
+/// ([`security::guard`]); `api_clients` for routes SDKs call.
+pub fn guarded(routes: Router, config: &Config, api_clients: bool) -> Router {
+    let guard = security::Guard {
+        api_clients,
+        ..config.guard()
+    };
+    routes
         .layer(DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn(security::paths))
         .layer(axum::middleware::from_fn_with_state(guard, security::guard))

@@ -29,6 +29,11 @@
 //!   the three content types a cross-site HTML form can send without a CORS
 //!   preflight (`application/x-www-form-urlencoded`, `multipart/form-data`,
 //!   `text/plain`). No CORS headers are ever sent, so a preflight fails.
+//!   Routes for API clients ([`Guard::api_clients`]: the proxy's `/v1`)
+//!   take any content type (SDKs upload files and audio as
+//!   `multipart/form-data`) and the token as `x-api-key` too (the Anthropic
+//!   SDK's key header); a request a browser marks as cross-site is still
+//!   refused there.
 //! - **Headers.** Every response gets a strict Content-Security-Policy
 //!   (scripts only from this server, no inline script) unless the handler
 //!   set a stricter one (raw payloads and exports keep their `sandbox`),
@@ -55,6 +60,10 @@ pub struct Guard {
     pub log: bool,
     /// The names this server answers to.
     pub hosts: Hosts,
+    /// The routes serve API clients (SDKs), not a browser: the token is
+    /// also taken from `x-api-key`, and a state-changing request may have
+    /// any content type (the Host, Origin and cross-site checks still apply).
+    pub api_clients: bool,
 }
 
 /// The `Host` names a listener answers to (see the module docs). The
@@ -255,7 +264,13 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
                 .and_then(|v| v.strip_prefix("Bearer "))
                 .map(str::to_owned);
             let from_query = query_token(&req);
+            let api_key = || {
+                g.api_clients
+                    .then(|| headers.get("x-api-key")?.to_str().ok().map(str::to_owned))
+                    .flatten()
+            };
             let given = bearer
+                .or_else(api_key)
                 .or_else(|| cookie_token(headers))
                 .or(from_query.clone());
             match given {
@@ -296,7 +311,7 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
             }
         }
         if !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS)
-            && let Err(why) = csrf_check(req.headers())
+            && let Err(why) = csrf_check(req.headers(), g.api_clients)
         {
             break 'res error(StatusCode::FORBIDDEN, "forbidden", &why);
         }
@@ -427,7 +442,8 @@ fn percent_decode(s: &str, plus: bool) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-fn csrf_check(h: &HeaderMap) -> Result<(), String> {
+/// `any_type`: the content-type rule is off (routes for API clients).
+fn csrf_check(h: &HeaderMap, any_type: bool) -> Result<(), String> {
     if let Some(site) = h.get("sec-fetch-site").and_then(|v| v.to_str().ok())
         && !matches!(site, "same-origin" | "none")
     {
@@ -435,7 +451,7 @@ fn csrf_check(h: &HeaderMap) -> Result<(), String> {
             "refusing a state-changing request from another site (Sec-Fetch-Site: {site})"
         ));
     }
-    if let Some(ct) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
+    if !any_type && let Some(ct) = h.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) {
         let essence = ct
             .split(';')
             .next()

@@ -399,8 +399,10 @@ pub trait Backend: Send {
     /// then refuse writes until it is sound again (SQLite does).
     fn record_health(&mut self, _damaged: Option<&str>) {}
     /// Makes deleted rows unrecoverable from the database's files (after a
-    /// redaction): SQLite empties its WAL, rewrites the file (`VACUUM`) and
-    /// empties the WAL again; PostgreSQL rewrites `blobs` (`VACUUM FULL`).
+    /// redaction): SQLite empties its WAL, merges the search index's
+    /// segments (FTS5 `optimize`, which drops a forgotten row's words),
+    /// rewrites the file (`VACUUM`) and empties the WAL again; PostgreSQL
+    /// rewrites `blobs`, `search_index` and `pg_statistic` (`VACUUM FULL`).
     /// Returns what it could not do, if anything (another connection held
     /// the WAL open).
     fn erase_freed(&mut self) -> Result<Option<String>> {

@@ -914,3 +914,101 @@ pub fn pg_database() -> Option<PgDatabase> {
     let url = format!("{base}/{name}");
     Some(PgDatabase { admin, name, url })
 }
+
+/// Every file of the store at `store_url`, name and bytes: every file of
+/// a SQLite store (the database and its `-wal`, `-shm`, `-journal`), or
+/// every relation file (tables, indexes, TOAST, the catalogs) of a
+/// PostgreSQL database, read by the server after a `CHECKPOINT` so what its
+/// buffers held is on disk (which needs a superuser, as `CONVO_TEST_PG` is).
+/// PostgreSQL's write-ahead log is not read: a redaction cannot reach it
+/// (see `convo redact --help`).
+pub fn store_files(store_url: &str) -> Vec<(String, Vec<u8>)> {
+    if store_url.starts_with("postgres://") || store_url.starts_with("postgresql://") {
+        let mut c = postgres::Client::connect(store_url, postgres::NoTls).unwrap();
+        c.batch_execute("CHECKPOINT").unwrap();
+        let rows = c
+            .query(
+                "SELECT pg_relation_filepath(oid) FROM pg_class \
+                 WHERE relkind IN ('r', 't', 'i', 'm') AND relpersistence = 'p' \
+                 AND reltablespace = 0 AND pg_relation_filepath(oid) IS NOT NULL",
+                &[],
+            )
+            .unwrap();
+        assert!(rows.len() > 10, "the relations were listed");
+        return rows
+            .into_iter()
+            .map(|r| {
+                let path: String = r.get(0);
+                let data: Vec<u8> = c
+                    .query_one(
+                        "SELECT pg_read_binary_file($1, 0, 100000000, true)",
+                        &[&path],
+                    )
+                    .unwrap()
+                    .get::<_, Option<Vec<u8>>>(0)
+                    .unwrap_or_default();
+                (path, data)
+            })
+            .collect();
+    }
+    let path = store_url.strip_prefix("sqlite://").unwrap_or(store_url);
+    let path = std::path::Path::new(path.split('?').next().unwrap_or(path));
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(path.parent().unwrap()).unwrap() {
+        let p = e.unwrap().path();
+        let file = p.file_name().unwrap().to_string_lossy().into_owned();
+        if file.starts_with(&name) && p.is_file() {
+            out.push((file, std::fs::read(&p).unwrap()));
+        }
+    }
+    assert!(!out.is_empty(), "no file of {} was found", path.display());
+    out
+}
+
+/// The files of the store at `store_url` ([`store_files`]) that hold `needle`.
+pub fn files_holding(store_url: &str, needle: &[u8]) -> Vec<String> {
+    files_with(&store_files(store_url), needle)
+}
+
+fn files_with(files: &[(String, Vec<u8>)], needle: &[u8]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(_, hay)| hay.windows(needle.len()).any(|w| w == needle))
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// Every form a secret can take in a store's files: as given, upper- and
+/// lowercased, and each word the search index stores for it
+/// ([`crate::search::document`]: lowercased runs of letters and digits)
+/// that is long enough (8 bytes) to be the secret's own.
+pub fn secret_forms(secret: &str) -> Vec<String> {
+    let mut out = vec![
+        secret.to_owned(),
+        secret.to_uppercase(),
+        secret.to_lowercase(),
+    ];
+    out.extend(
+        crate::search::document(secret.as_bytes())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|w| w.len() >= 8),
+    );
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The forms of `secret` ([`secret_forms`]) found in the store's files,
+/// each with the files holding it (empty when no byte of it is left).
+pub fn secret_in_files(store_url: &str, secret: &str) -> Vec<(String, Vec<String>)> {
+    let files = store_files(store_url);
+    secret_forms(secret)
+        .into_iter()
+        .filter_map(|f| {
+            let holding = files_with(&files, f.as_bytes());
+            (!holding.is_empty()).then_some((f, holding))
+        })
+        .collect()
+}

@@ -112,6 +112,7 @@ cases!(
     a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint,
     incremental_checkpoints_equal_full_ones_and_are_checked_in_one_pass,
     a_redaction_keeps_the_chain_and_no_byte_of_the_secret,
+    a_redacted_state_value_leaves_no_byte_of_it,
     a_redaction_is_refused_without_bytes_or_reason,
     an_undone_or_unrecorded_redaction_is_caught,
     an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node,
@@ -1987,37 +1988,7 @@ impl Db {
     /// PostgreSQL database (read by the server after a CHECKPOINT, so what
     /// its buffers held is on disk).
     fn files_hold(&self, needle: &[u8]) -> bool {
-        let has = |hay: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
-        match self {
-            Db::Sqlite { path, .. } => std::fs::read_dir(path.parent().unwrap())
-                .unwrap()
-                .any(|e| has(&std::fs::read(e.unwrap().path()).unwrap())),
-            Db::Postgres(db) => {
-                let mut c = pg::Client::connect(&db.url, pg::NoTls).unwrap();
-                c.batch_execute("CHECKPOINT").unwrap();
-                let rows = c
-                    .query(
-                        "SELECT pg_relation_filepath(oid) FROM pg_class \
-                         WHERE relkind IN ('r', 't', 'i', 'm') AND relpersistence = 'p' \
-                         AND reltablespace = 0 AND pg_relation_filepath(oid) IS NOT NULL",
-                        &[],
-                    )
-                    .unwrap();
-                assert!(rows.len() > 10, "the relations were listed");
-                rows.iter().any(|r| {
-                    let path: String = r.get(0);
-                    let data: Vec<u8> = c
-                        .query_one(
-                            "SELECT pg_read_binary_file($1, 0, 100000000, true)",
-                            &[&path],
-                        )
-                        .unwrap()
-                        .get::<_, Option<Vec<u8>>>(0)
-                        .unwrap_or_default();
-                    has(&data)
-                })
-            }
-        }
+        !testing::files_holding(&self.url(), needle).is_empty()
     }
 }
 
@@ -2035,7 +2006,13 @@ fn search_hits(s: &mut Store, word: &str) -> usize {
 }
 
 fn redacted_fixture(fx: &Fx) -> (String, convo_core::ContentHash, NodeHash) {
-    let secret = format!("sk-live-{}-do-not-leak", fx.ses.0.simple());
+    // Mixed case, so its upper, lower and indexed (lowercased word) forms
+    // each differ from the bytes stored.
+    let secret = format!(
+        "sk-live-{}-PlutoniumQuokka{}-do-not-leak",
+        fx.ses.0.simple(),
+        fx.ses.0.as_u128() % 1_000_000
+    );
     let mut s = fx.store();
     let h = s
         .append(&fx.ses, &main(), &draft(Kind::Invoke, &secret, DAY + 70))
@@ -2052,6 +2029,9 @@ fn redacted_fixture(fx: &Fx) -> (String, convo_core::ContentHash, NodeHash) {
         fx.db.batch("ANALYZE blobs");
     }
     assert!(fx.db.files_hold(secret.as_bytes()), "the secret is stored");
+    // The index holds its words, lowercased: the files are searched for them.
+    let word = format!("plutoniumquokka{}", fx.ses.0.as_u128() % 1_000_000);
+    assert!(fx.db.files_hold(word.as_bytes()), "the index holds {word}");
     let done = s
         .redact(&payload, "alice", "a leaked API key", DAY + 80, false)
         .unwrap();
@@ -2098,21 +2078,62 @@ fn a_redaction_keeps_the_chain_and_no_byte_of_the_secret(be: Be) {
     // cluster's) can keep the deleted row version through the rewrite;
     // rewriting again once it has ended erases it, as the docs tell users.
     for _ in 0..50 {
-        if !fx.db.files_hold(secret.as_bytes()) {
+        if testing::secret_in_files(&fx.db.url(), &secret).is_empty() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
         s.erase_freed().unwrap();
     }
     drop(s);
+    // Not as stored, upper- or lowercased, nor as the words the search
+    // index held (SQLite's FTS5 segments, PostgreSQL's tsvectors).
+    let left = testing::secret_in_files(&fx.db.url(), &secret);
     assert!(
-        !fx.db.files_hold(secret.as_bytes()),
-        "no byte of the secret is left in the database's files"
+        left.is_empty(),
+        "no byte of the secret is left in the database's files: {left:?}"
     );
     // The store keeps working.
     let mut s = fx.store();
     turn(&mut s, &fx.ses, &main(), "after", DAY + 90);
     assert!(s.verify().unwrap().is_clean());
+}
+
+fn a_redacted_state_value_leaves_no_byte_of_it(be: Be) {
+    let fx = Fx::new(be);
+    let secret = format!(
+        "pw=Hunter2-ZebraCrossing{}-sk-proj-Ab9",
+        fx.ses.0.as_u128() % 1_000_000
+    );
+    let mut s = fx.store();
+    let root = s
+        .state_put(&fx.ses, &main(), "db", secret.as_bytes())
+        .unwrap();
+    s.search_update(&mut |_, _| {}).unwrap();
+    assert!(fx.db.files_hold(secret.as_bytes()), "the value is stored");
+    let value = content_hash(secret.as_bytes());
+    let done = s
+        .redact(&value, "alice", "a password", DAY + 80, false)
+        .unwrap();
+    assert_eq!(done.warning, None);
+    // Read back, the value is its tombstone; the state still verifies.
+    let got = s.state_get(&root, "db").unwrap().unwrap();
+    assert!(
+        got.starts_with(b"[redacted "),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    for _ in 0..50 {
+        if testing::secret_in_files(&fx.db.url(), &secret).is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        s.erase_freed().unwrap();
+    }
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    drop(s);
+    let left = testing::secret_in_files(&fx.db.url(), &secret);
+    assert!(left.is_empty(), "no byte of the value is left: {left:?}");
 }
 
 fn a_redaction_is_refused_without_bytes_or_reason(be: Be) {

@@ -14,9 +14,12 @@ use std::process::ExitCode;
 /// `verify` reports the payload as redacted, not as tampering. Every node
 /// with the same payload shares it; a secret copied into another payload
 /// needs its own redaction. Afterwards the database's files are rewritten
-/// (SQLite: WAL checkpoint and VACUUM; PostgreSQL: VACUUM FULL blobs) so no
-/// copy of the bytes is left in them; run `convo git sync` to rewrite the
-/// projection.
+/// so no copy of the bytes is left in them, the search index's words
+/// included (SQLite: WAL checkpoint, the index's segments merged, VACUUM;
+/// PostgreSQL: VACUUM FULL of blobs, the search index and pg_statistic).
+/// PostgreSQL's write-ahead log (and any archive, replica or backup of the
+/// database) keeps the bytes until the server recycles it: that is out of
+/// convo's reach. Run `convo git sync` to rewrite the projection.
 ///
 /// Examples:
 ///   convo redact 3fa9c1d2 --reason "a leaked API key"

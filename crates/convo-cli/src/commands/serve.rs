@@ -69,10 +69,12 @@ pub struct UpstreamArgs {
     /// Forward Anthropic calls (/v1/messages, or an anthropic-version header) to this URL
     #[arg(long, value_name = "URL")]
     pub anthropic_upstream: Option<String>,
-    /// Send the key in this environment variable to --upstream when a client sends none
+    /// Send the key in this environment variable to --upstream: on every call with --token
+    /// (clients then use the token as their API key), else when a client sends none
     #[arg(long, value_name = "VAR")]
     pub upstream_key_env: Option<String>,
-    /// Send the key in this environment variable to --anthropic-upstream when a client sends none
+    /// Send the key in this environment variable to --anthropic-upstream: on every call with
+    /// --token, else when a client sends none
     #[arg(long, value_name = "VAR")]
     pub anthropic_key_env: Option<String>,
     /// Seconds to wait for an upstream to connect or send its next byte
@@ -164,7 +166,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         return Err(CommandError::user("convo proxy needs an upstream")
             .with_hint("pass --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL, or --replay SESSION"));
     }
-    let proxy_config = if a.upstream.any() {
+    let mut proxy_config = if a.upstream.any() {
         Some(a.upstream.config()?)
     } else {
         None
@@ -184,6 +186,11 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
     config.body_limit = a.max_body_mib.max(1) * 1024 * 1024;
     config.log_requests = !a.quiet;
     config.allow_hosts = a.allow_host;
+    if let Some(pc) = &mut proxy_config {
+        // Virtual keys: a client's API key is convo's token, checked by the
+        // guard and never sent upstream.
+        pc.virtual_keys = config.token.is_some();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
