@@ -12,5 +12,6 @@ mod test_git;
 mod test_harness;
 mod test_history;
 mod test_hostile;
+mod test_outage;
 mod test_search;
 mod test_serve;

@@ -41,7 +41,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use convo_core::{BranchName, Diagnostics, Kind, SessionId};
-use convo_server::StorePool;
+use convo_runtime::StorePool;
 use convo_store::{Draft, TimelineNode};
 use serde_json::{Value, json};
 use std::collections::HashMap;

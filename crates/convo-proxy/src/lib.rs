@@ -68,8 +68,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use bytes::Bytes;
 use convo_core::BranchName;
-use convo_server::StorePool;
-use convo_server::events::Hub;
+use convo_runtime::{Hub, StorePool, now_ms};
 use convo_store::{StoreError, StoredNode};
 use futures_util::StreamExt;
 use record::Exchange;
@@ -191,8 +190,7 @@ impl Proxy {
             .build()
             .map_err(ProxyError::Client)?;
         let shared = Arc::new(writer::Shared::default());
-        let writer =
-            writer::Writer::start(shared, pool.clone(), hub).map_err(ProxyError::Writer)?;
+        let writer = writer::Writer::start(shared, &pool, hub).map_err(ProxyError::Writer)?;
         Ok(Proxy {
             inner: Arc::new(Inner {
                 cfg,
@@ -309,10 +307,6 @@ const HOP_BY_HOP: &[&str] = &[
     "proxy-connection",
     "accept-encoding",
 ];
-
-fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
 
 fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
@@ -922,11 +916,8 @@ pub fn error_response(e: &StoreError) -> Response {
 
 /// The proxy's routes alone behind the server's guards (token, CSRF,
 /// headers, request log): what `convo proxy` serves.
-pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
-    let guard = convo_server::security::Guard {
-        token: config.token.as_deref().map(Arc::from),
-        log: config.log_requests,
-    };
+pub fn standalone(proxy: Proxy, config: &convo_runtime::Config) -> Router {
+    let guard = config.guard();
     router(proxy)
         .fallback(|| async {
             proxy_error(
@@ -938,6 +929,6 @@ pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(config.body_limit))
         .layer(axum::middleware::from_fn_with_state(
             guard,
-            convo_server::security::guard,
+            convo_runtime::security::guard,
         ))
 }

@@ -22,18 +22,21 @@ impl Server {
     }
 
     pub async fn start_on(cfg: ProxyConfig, dir: tempfile::TempDir, store_url: String) -> Server {
-        let mut config = convo_server::Config::new(store_url.clone());
+        let mut config = convo_runtime::Config::new(store_url.clone());
         config.log_requests = false;
-        let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
-        let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
-            .await
-            .unwrap();
-        let app = convo_server::router(st, &config, Some(convo_proxy::router(proxy)));
+        let (pool, hub) = crate::common::off_rt(|| {
+            let pool = convo_runtime::StorePool::open(&store_url, 16)?;
+            let hub = convo_runtime::Hub::start(&store_url)?;
+            Ok::<_, convo_store::StoreError>((pool, hub))
+        })
+        .unwrap();
+        let proxy = Proxy::start(cfg, pool, Some(hub)).await.unwrap();
+        let app = convo_proxy::standalone(proxy, &config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
-            convo_server::serve_router(listener, app, async {
+            convo_runtime::serve_router(listener, app, async {
                 let _ = rx.await;
             })
             .await

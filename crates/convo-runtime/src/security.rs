@@ -37,7 +37,7 @@ pub struct Guard {
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    crate::api::error_response(status, kind, message)
+    crate::error::error_response(status, kind, message)
 }
 
 /// Constant-time equality of two byte strings.
