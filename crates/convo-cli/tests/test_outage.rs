@@ -70,7 +70,10 @@ fn consume(addr: String, until: Arc<AtomicU64>) -> Vec<(u64, String)> {
             std::thread::sleep(Duration::from_millis(100));
             continue;
         };
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        // Short reads: between events the consumer looks whether it is
+        // done (the last node may have come before `until` was known).
+        s.set_read_timeout(Some(Duration::from_millis(500)))
+            .unwrap();
         let req = format!(
             "GET /api/v1/events HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\nLast-Event-ID: {last}\r\n\r\n"
         );
@@ -78,21 +81,39 @@ fn consume(addr: String, until: Arc<AtomicU64>) -> Vec<(u64, String)> {
             continue;
         }
         let mut r = BufReader::new(s);
-        let mut status = String::new();
-        if r.read_line(&mut status).is_err() || !status.contains(" 200") {
-            // 503 while the database is away: come back later.
-            std::thread::sleep(Duration::from_millis(200));
-            continue;
-        }
         let (mut id, mut data) = (None::<u64>, String::new());
-        let mut in_body = false;
+        let (mut status, mut in_body) = (None::<String>, false);
+        let mut buf = Vec::new();
         loop {
-            let mut l = String::new();
-            match r.read_line(&mut l) {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+            assert!(Instant::now() < deadline, "the consumer never caught up");
+            match r.read_until(b'\n', &mut buf) {
+                Ok(0) => break,
+                Ok(_) if buf.ends_with(b"\n") => {}
+                Ok(_) => continue,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if done(&got) {
+                        return got;
+                    }
+                    continue;
+                }
+                Err(_) => break,
             }
-            let l = l.trim_end_matches(['\r', '\n']);
+            let line = String::from_utf8(std::mem::take(&mut buf)).unwrap();
+            let l = line.trim_end_matches(['\r', '\n']);
+            if status.is_none() {
+                status = Some(l.to_owned());
+                if !l.contains(" 200") {
+                    // 503 while the database is away: come back later.
+                    std::thread::sleep(Duration::from_millis(200));
+                    break;
+                }
+                continue;
+            }
             if !in_body {
                 in_body = l.is_empty();
                 continue;
@@ -254,12 +275,25 @@ fn servers_followers_and_writers_come_back_after_postgres_restarts() {
     }
 
     // `git sync --follow` projected everything once (verify checks it).
-    wait_for("git sync to reach the end", || {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let caught_up = loop {
         let r = t.run(&["git", "verify", "--json", "--repo", repo.to_str().unwrap()]);
-        r.code() == 0 && r.json()["cursor"].as_u64() == Some(last)
-    });
+        if r.code() == 0 && r.json()["cursor"].as_u64() == Some(last) {
+            break Ok(());
+        }
+        if Instant::now() > deadline {
+            break Err(format!("{}{}", r.stdout(), r.stderr()));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     let _ = sync.kill();
     let synced = sync.wait_with_output().unwrap();
+    if let Err(e) = caught_up {
+        panic!(
+            "git sync --follow did not reach {last}: {e}\nits stderr: {}",
+            String::from_utf8_lossy(&synced.stderr)
+        );
+    }
     let said = String::from_utf8_lossy(&synced.stderr).into_owned();
     assert!(said.contains("reconnected"), "{said}");
 

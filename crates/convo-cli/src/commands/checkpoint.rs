@@ -1,7 +1,7 @@
 use super::{CmdResult, CommandError, Env, now};
 use clap::Args;
 use convo_runtime::Reconnecting;
-use convo_store::{Checkpoint, Follower, Store, StoreError};
+use convo_store::{Checkpoint, Follower, StoreError};
 use ed25519_dalek::SigningKey;
 use std::io::Write;
 use std::path::{Path, PathBuf};

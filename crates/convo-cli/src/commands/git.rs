@@ -242,14 +242,17 @@ fn follow(
     json: bool,
 ) -> CmdResult<()> {
     let mut conn = convo_runtime::Reconnecting::from_store(&env.store_url, env.access, store);
+    let mut first = true;
     loop {
-        std::thread::sleep(Duration::from_millis(200));
+        if !first {
+            std::thread::sleep(Duration::from_millis(200));
+        }
         let round = match conn.store() {
-            Ok(store) => sync_once(&mut p, store, path, json, true),
+            Ok(store) => sync_once(&mut p, store, path, json, !first),
             Err(e) => Err(SyncFail::Store(e)),
         };
         match round {
-            Ok(()) => {}
+            Ok(()) => first = false,
             Err(SyncFail::Store(e)) if convo_runtime::reconnect::is_lost(&e) => {
                 eprintln!(
                     "git sync: lost the store ({}); reconnecting",
@@ -308,9 +311,10 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 eprintln!("note: {n}");
             }
             p.batch = a.batch.max(1);
-            sync_once(&mut p, &mut store, &path, a.json, false)?;
             if a.follow {
                 follow(env, p, store, layout, &path, a.json)?;
+            } else {
+                sync_once(&mut p, &mut store, &path, a.json, false)?;
             }
             Ok(ExitCode::SUCCESS)
         }
