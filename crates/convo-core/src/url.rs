@@ -99,17 +99,31 @@ pub fn redact(url: &str) -> String {
         out.push_str(p.host);
     }
     out.push_str(p.path);
-    if let Some(q) = p.query {
-        // The separator that was there (`?` or `#`).
-        out.push_str(&url[url.len() - q.len() - 1..url.len() - q.len()]);
-        let parts: Vec<String> = q
-            .split('&')
-            .map(|kv| match kv.split_once('=') {
-                Some((k, _)) if secret_param(k) => format!("{k}=***"),
-                _ => kv.to_owned(),
-            })
-            .collect();
-        out.push_str(&parts.join("&"));
+    if let Some(rest) = p.query {
+        // What follows the path: `?query#fragment`, or `#fragment`.
+        let (query, fragment) = if url[..url.len() - rest.len()].ends_with('?') {
+            match rest.split_once('#') {
+                Some((q, f)) => (Some(q), Some(f)),
+                None => (Some(rest), None),
+            }
+        } else {
+            (None, Some(rest))
+        };
+        if let Some(q) = query {
+            out.push('?');
+            let parts: Vec<String> = q
+                .split('&')
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, _)) if secret_param(k) => format!("{k}=***"),
+                    _ => kv.to_owned(),
+                })
+                .collect();
+            out.push_str(&parts.join("&"));
+        }
+        if let Some(f) = fragment {
+            out.push('#');
+            out.push_str(f);
+        }
     }
     out
 }

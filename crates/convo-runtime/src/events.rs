@@ -64,7 +64,7 @@ impl Hub {
     /// connection now, so a bad URL fails at once).
     pub fn start(url: &str) -> convo_store::Result<Hub> {
         let mut conn = Reconnecting::open(url, Access::Read)?;
-        let follower = conn.run(|s| Follower::at_end(s))?;
+        let follower = conn.run(Follower::at_end)?;
         let (tx, _) = broadcast::channel(4096);
         let (poke, poked) = std::sync::mpsc::sync_channel(1);
         let hub = Hub {
