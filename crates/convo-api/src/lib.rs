@@ -13,10 +13,13 @@
 //! (the string *is* the payload), `"base64"` otherwise (standard alphabet,
 //! padded). Readers decode with [`decode_payload`]; no byte is ever
 //! replaced.
+//!
+//! This crate depends on `convo-core` only: a client of the wire format
+//! needs no store. The conversions from the store's rows live where the
+//! store is known (`convo_runtime::wire`).
 
 use base64::Engine as _;
-use convo_core::{Diagnostics, Kind, Millis, Node, StateRoot};
-use convo_store::{BranchRow, Draft, ErrorKind, SessionRow, StoreError, StoredNode};
+use convo_core::{Kind, Millis, Node, NodeHash, StateRoot};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -78,17 +81,6 @@ pub struct Session {
     pub created_at: String,
 }
 
-impl From<&SessionRow> for Session {
-    fn from(s: &SessionRow) -> Self {
-        Session {
-            id: s.id.to_string(),
-            agent: s.agent.clone(),
-            title: s.title.clone(),
-            created_at: time(s.created_at),
-        }
-    }
-}
-
 /// A branch (timeline) of a session.
 ///
 /// `head` is `null` only for a new session's empty `main`; `state` is the
@@ -106,18 +98,6 @@ pub struct Branch {
     pub sealed: bool,
     /// Creation time.
     pub created_at: String,
-}
-
-impl From<&BranchRow> for Branch {
-    fn from(b: &BranchRow) -> Self {
-        Branch {
-            name: b.name.as_str().to_owned(),
-            head: b.head.map(|h| h.to_hex()),
-            state: b.state.map(|h| h.to_hex()),
-            sealed: b.sealed,
-            created_at: time(b.created_at),
-        }
-    }
 }
 
 /// One node (message).
@@ -178,16 +158,16 @@ pub struct NodeView {
 }
 
 impl NodeView {
-    /// A node, with its payload when given.
-    pub fn new(s: &StoredNode, payload: Option<&[u8]>) -> Self {
-        let n: &Node = &s.node;
+    /// A node stored under `hash` with follow number `seq` at `depth`,
+    /// with its payload when given.
+    pub fn new(hash: &NodeHash, seq: u64, depth: u64, n: &Node, payload: Option<&[u8]>) -> Self {
         let (payload, payload_encoding) = match payload.map(encode_payload) {
             Some((p, e)) => (Some(p), Some(e)),
             None => (None, None),
         };
         NodeView {
-            hash: s.hash.to_hex(),
-            seq: s.seq,
+            hash: hash.to_hex(),
+            seq,
             parent: n.parent.map(|h| h.to_hex()),
             kind: n.kind.as_str().to_owned(),
             session: n.session.to_string(),
@@ -202,7 +182,7 @@ impl NodeView {
             diagnostics: n.diagnostics.to_value(),
             state: n.state.map(|h| h.to_hex()),
             created_at: time(n.created_at),
-            depth: s.ctx.depth,
+            depth,
             turn: None,
             branch: n.event.as_ref().map(|e| e.branch.as_str().to_owned()),
             sealed_as: n
@@ -300,22 +280,6 @@ pub struct SearchHit {
     pub branches: Vec<String>,
 }
 
-impl SearchHit {
-    /// The wire form of a store hit.
-    pub fn new(h: &convo_store::search::SearchHit) -> Self {
-        let mut node = NodeView::new(&h.node, None);
-        node.turn = h.turn.map(|t| t as u64);
-        SearchHit {
-            node,
-            snippet: h.snippet.text.clone(),
-            marks: h.snippet.marks.iter().map(|&(a, b)| [a, b]).collect(),
-            score: h.score,
-            turn: h.turn.map(|t| t as u64),
-            branches: h.branches.iter().map(|b| b.as_str().to_owned()).collect(),
-        }
-    }
-}
-
 /// The result of a full-text search (`convo search --json`, `GET
 /// /api/v1/search`).
 ///
@@ -337,16 +301,6 @@ pub struct SearchResults {
     /// Nodes past it scanned one by one.
     #[serde(default)]
     pub scanned: u64,
-}
-
-impl From<&convo_store::search::SearchResults> for SearchResults {
-    fn from(r: &convo_store::search::SearchResults) -> Self {
-        SearchResults {
-            hits: r.hits.iter().map(SearchHit::new).collect(),
-            indexed: r.indexed,
-            scanned: r.scanned,
-        }
-    }
 }
 
 /// One message to append: a line of `convo ingest`, an element of the
@@ -405,40 +359,6 @@ pub fn default_ends(kind: Kind, agent: &str) -> (String, String) {
     (f.to_owned(), t.to_owned())
 }
 
-impl AppendLine {
-    /// Checks the line and turns it into a [`Draft`] for a session whose
-    /// agent is `agent`, recorded at `now`. The error says which field is wrong.
-    pub fn to_draft(&self, agent: &str, now: Millis) -> Result<Draft, String> {
-        let kind: Kind = self.kind.parse()?;
-        if matches!(kind, Kind::Fork | Kind::Promote) {
-            return Err(format!(
-                "`{kind}` nodes are written by fork and promote, not appended"
-            ));
-        }
-        let (from, to) = default_ends(kind, agent);
-        let payload = decode_payload(&self.payload, self.payload_encoding.unwrap_or_default())?;
-        let diagnostics = match &self.diagnostics {
-            Some(d) => Diagnostics::from_value(d).map_err(|e| format!("diagnostics: {e}"))?,
-            None => Diagnostics::empty(),
-        };
-        let state = self
-            .state
-            .as_deref()
-            .map(|r| StateRoot::from_hex(r).map_err(|e| format!("state: {e}")))
-            .transpose()?;
-        Ok(Draft {
-            kind,
-            from: self.from.clone().unwrap_or(from),
-            to: self.to.clone().unwrap_or(to),
-            payload,
-            diagnostics,
-            state,
-            sequence: self.sequence,
-            created_at: now,
-        })
-    }
-}
-
 /// The one error document every HTTP error answers with (and what
 /// `--json` commands print on stderr when they fail).
 ///
@@ -474,17 +394,6 @@ impl ErrorDoc {
             },
         }
     }
-}
-
-impl From<&StoreError> for ErrorDoc {
-    fn from(e: &StoreError) -> Self {
-        ErrorDoc::new(e.kind().as_str(), e.to_string())
-    }
-}
-
-/// The kind names of [`ErrorKind`], for documentation.
-pub fn kind_name(k: ErrorKind) -> &'static str {
-    k.as_str()
 }
 
 #[cfg(test)]

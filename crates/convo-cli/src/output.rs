@@ -6,8 +6,9 @@
 //! [`convo_api::Session`], a branch [`convo_api::Branch`]. Listings read
 //! from a timeline set each node's `turn`.
 
-use convo_api::{Branch, NodeView, Session};
+use convo_api::{Branch, Session};
 use convo_core::Millis;
+use convo_runtime::wire::FromStore as _;
 use convo_store::{BranchRow, SessionRow, StoredNode};
 use serde_json::Value;
 
@@ -17,15 +18,15 @@ pub fn time(ms: Millis) -> String {
 }
 
 pub fn session_json(s: &SessionRow) -> Value {
-    serde_json::to_value(Session::from(s)).unwrap_or(Value::Null)
+    serde_json::to_value(Session::from_store(s)).unwrap_or(Value::Null)
 }
 
 pub fn branch_json(b: &BranchRow) -> Value {
-    serde_json::to_value(Branch::from(b)).unwrap_or(Value::Null)
+    serde_json::to_value(Branch::from_store(b)).unwrap_or(Value::Null)
 }
 
 pub fn node_json(s: &StoredNode, payload: Option<&[u8]>) -> Value {
-    serde_json::to_value(NodeView::new(s, payload)).unwrap_or(Value::Null)
+    serde_json::to_value(convo_runtime::wire::node(s, payload)).unwrap_or(Value::Null)
 }
 
 /// How many bytes of a payload listings read for a preview.

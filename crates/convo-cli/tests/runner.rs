@@ -14,6 +14,7 @@ mod test_harness;
 mod test_history;
 mod test_hostile;
 mod test_otel;
+mod test_outage;
 mod test_search;
 mod test_security;
 mod test_serve;

@@ -1033,3 +1033,36 @@ fn published_checkpoints_survive_gc_and_sync_and_witness_a_rollback() {
     assert_eq!(f.code(), 1);
     assert!(f.stdout().contains("truncated"), "{}", f.stdout());
 }
+
+/// A sync killed after it made `convo/` (and its lock) but before it wrote
+/// the layout marker left a skeleton the next sync refused to open ("convo/
+/// layout: No such file"); it now creates the projection anew, in the
+/// layout asked for then.
+#[test]
+fn a_skeleton_left_by_a_kill_before_the_layout_marker_is_created_anew() {
+    let t = TestEnv::new();
+    populate_many(&t);
+    let clean = t.home().join("clean");
+    t.run(&[
+        "git",
+        "sync",
+        "--layout",
+        "sessions",
+        "--repo",
+        clean.to_str().unwrap(),
+    ])
+    .ok();
+    let repo = t.home().join("skeleton");
+    std::fs::create_dir_all(repo.join("convo")).unwrap();
+    std::fs::write(repo.join("convo").join("lock"), b"").unwrap();
+    let repo_s = repo.to_str().unwrap();
+    t.run(&["git", "sync", "--layout", "sessions", "--repo", repo_s])
+        .ok();
+    git(&repo, &["fsck", "--strict"]);
+    assert_eq!(refs(&repo), refs(&clean));
+    assert!(
+        t.run(&["git", "verify", "--repo", repo_s])
+            .ok()
+            .starts_with("ok:")
+    );
+}

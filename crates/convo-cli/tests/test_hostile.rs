@@ -398,14 +398,68 @@ fn titles_and_payloads_with_escape_sequences_are_shown_not_sent_to_the_terminal(
     );
 }
 
-/// A PostgreSQL server of this test's own (it is stopped and restarted).
-struct OwnPg {
+/// A PostgreSQL server of a test's own (it is stopped and restarted).
+pub struct OwnPg {
     dir: tempfile::TempDir,
     bin: String,
     port: String,
 }
 
 impl OwnPg {
+    /// A new cluster (`scripts/pg-cluster start`) and its URL; `None` when
+    /// PostgreSQL tests are skipped (the suite's PostgreSQL is missing
+    /// outside CI: the binaries come with it).
+    pub fn start_new() -> Option<(OwnPg, String)> {
+        convo_store::testing::pg_database()?;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-cluster");
+        let out = std::process::Command::new(&script)
+            .arg("start")
+            .arg(dir.path().join("pg"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+        let bin = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1",
+            ])
+            .output()
+            .unwrap();
+        let pg = OwnPg {
+            bin: String::from_utf8(bin.stdout).unwrap().trim().to_owned(),
+            port: url
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .split('/')
+                .next()
+                .unwrap()
+                .to_owned(),
+            dir,
+        };
+        Some((pg, url))
+    }
+
+    /// `pg_ctl restart -m MODE` (`fast`: clients are disconnected and the
+    /// server shuts down cleanly; `immediate`: a crash, recovered from
+    /// the WAL), waiting until the server accepts connections again.
+    pub fn restart(&self, mode: &str) {
+        let data = self.dir.path().join("pg");
+        self.pg_ctl(&format!(
+            "-m {mode} -w -l '{}/log' -o \"-p {} -k '{}' -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=200\" restart",
+            data.display(),
+            self.port,
+            data.display()
+        ));
+    }
+
     fn pg_ctl(&self, args: &str) {
         let data = self.dir.path().join("pg");
         let cmd = format!("'{}/pg_ctl' -D '{}/data' {args}", self.bin, data.display());
@@ -440,41 +494,8 @@ impl Drop for OwnPg {
 #[test]
 fn watch_on_postgres_reconnects_after_a_restart_with_no_gap_and_no_repeat() {
     // Needs PostgreSQL's binaries, which the PostgreSQL suite has.
-    if convo_store::testing::pg_database().is_none() {
+    let Some((pg, url)) = OwnPg::start_new() else {
         return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-cluster");
-    let out = std::process::Command::new(&script)
-        .arg("start")
-        .arg(dir.path().join("pg"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
-    let bin = std::process::Command::new("sh")
-        .args([
-            "-c",
-            "ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1",
-        ])
-        .output()
-        .unwrap();
-    let pg = OwnPg {
-        bin: String::from_utf8(bin.stdout).unwrap().trim().to_owned(),
-        port: url
-            .rsplit(':')
-            .next()
-            .unwrap()
-            .split('/')
-            .next()
-            .unwrap()
-            .to_owned(),
-        dir,
     };
     let mut t = TestEnv::new();
     t.store = Some(url);

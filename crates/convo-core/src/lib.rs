@@ -6,7 +6,8 @@
 //! ([`hash`]), the timeline rules that decide what may be appended where
 //! ([`timeline`]), and the persistent Merkle map that versions an agent's
 //! state ([`state`]). [`text`] holds the two functions every user-supplied
-//! string goes through before it becomes a name or is shown to a human.
+//! string goes through before it becomes a name or is shown to a human;
+//! [`url`] the one redactor of credentials in URLs.
 //!
 //! Store backends, projections, formats and the CLI depend on this crate;
 //! it depends on none of them. Nothing here touches the file system, the
@@ -22,6 +23,7 @@ mod node;
 pub mod state;
 pub mod text;
 pub mod timeline;
+pub mod url;
 
 pub use ids::{
     BranchName, ContentHash, Digest, DigestHasher, DigestMap, DigestSet, HashPrefix, IdError,

@@ -357,6 +357,8 @@ impl Projector {
         if exists && !marker.exists() && !only_skeleton(path) {
             return Err(Error::NotProjection(path.display().to_string()));
         }
+        // Such a skeleton is created anew (with the layout asked for now).
+        let exists = exists && marker.exists();
         let convo_dir = path.join("convo");
         std::fs::create_dir_all(&convo_dir).map_err(|e| io(&convo_dir, e))?;
         let lock = SyncLock::acquire(path)?;

@@ -8,7 +8,7 @@ use crate::{Result, now_ms};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, header};
 use convo_core::{BranchName, Diagnostics, Kind, SessionId};
-use convo_server::StorePool;
+use convo_runtime::StorePool;
 use convo_store::{Draft, StoredNode, TimelineNode};
 use serde_json::{Value, json};
 use std::future::Future;

@@ -45,7 +45,4 @@ pub use replay::{Divergence, ReplayOptions, ReplayReport, ReplayTurn};
 /// The harness's result type.
 pub type Result<T, E = HarnessError> = std::result::Result<T, E>;
 
-/// Milliseconds since the Unix epoch, now.
-pub(crate) fn now_ms() -> convo_core::Millis {
-    jiff::Timestamp::now().as_millisecond()
-}
+pub(crate) use convo_runtime::now_ms;

@@ -24,7 +24,7 @@
 //!
 //! Like every listener, it answers only to its own names (loopback, and
 //! `*.vlinder.local`): a web page that rebinds its name to 127.0.0.1 gets
-//! 403 before any route runs (`convo_server::security::hosts_only`).
+//! 403 before any route runs (`convo_runtime::security::hosts_only`).
 //!
 //! Each call is a `request` (agent → `kv` / `infer`) and its `response`
 //! in the turn's submission. A `kv` call is one store transaction: the
@@ -45,7 +45,7 @@ use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header}
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use convo_core::{BranchName, Diagnostics, Kind, SessionId};
-use convo_server::StorePool;
+use convo_runtime::StorePool;
 use convo_store::{Draft, TimelineNode};
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -190,13 +190,13 @@ impl Services {
             .map_err(|e| HarnessError::io("cannot start the services server", e))?;
         // The Host allow-list every listener has: loopback names, and the
         // VlinderCLI names a child process reaches us by through HTTP_PROXY.
-        let hosts = convo_server::security::Hosts::new(
+        let hosts = convo_runtime::security::Hosts::new(
             Some(addr),
             &["vlinder.local".to_owned(), "*.vlinder.local".to_owned()],
         );
         let app = router(reg.clone()).layer(axum::middleware::from_fn_with_state(
             hosts,
-            convo_server::security::hosts_only,
+            convo_runtime::security::hosts_only,
         ));
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(async move {

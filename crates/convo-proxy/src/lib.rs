@@ -96,8 +96,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use bytes::Bytes;
 use convo_core::BranchName;
-use convo_server::StorePool;
-use convo_server::events::Hub;
+use convo_runtime::{Hub, StorePool, now_ms};
 use convo_store::{StoreError, StoredNode};
 use futures_util::StreamExt;
 use record::Exchange;
@@ -229,8 +228,7 @@ impl Proxy {
             .build()
             .map_err(ProxyError::Client)?;
         let shared = Arc::new(writer::Shared::new());
-        let writer =
-            writer::Writer::start(shared, pool.clone(), hub).map_err(ProxyError::Writer)?;
+        let writer = writer::Writer::start(shared, &pool, hub).map_err(ProxyError::Writer)?;
         Ok(Proxy {
             inner: Arc::new(Inner {
                 cfg,
@@ -356,10 +354,6 @@ const HOP_BY_HOP: &[&str] = &[
     "proxy-connection",
     "accept-encoding",
 ];
-
-fn now_ms() -> i64 {
-    jiff::Timestamp::now().as_millisecond()
-}
 
 fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
@@ -1082,9 +1076,9 @@ pub fn error_response(e: &StoreError) -> Response {
 }
 
 /// The proxy's routes alone behind the server's guards for API clients
-/// (body limit, path check, token, CSRF, headers, request log: the same
-/// as under `convo serve --upstream`): what `convo proxy` serves.
-pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
+/// (body limit, path check, Host, token, CSRF, headers, request log: the
+/// same as under `convo serve --upstream`): what `convo proxy` serves.
+pub fn standalone(proxy: Proxy, config: &convo_runtime::Config) -> Router {
     let routes = router(proxy).fallback(|| async {
         proxy_error(
             StatusCode::NOT_FOUND,
@@ -1092,5 +1086,5 @@ pub fn standalone(proxy: Proxy, config: &convo_server::Config) -> Router {
             "convo proxy serves /v1/… and /s/{session}/{branch}/v1/… only",
         )
     });
-    convo_server::guarded(routes, config, true)
+    convo_runtime::guarded(routes, config, true)
 }

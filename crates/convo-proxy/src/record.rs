@@ -205,21 +205,9 @@ pub fn redact_query(q: &str) -> String {
         .join("&")
 }
 
-/// A URL for the record: no userinfo, no query.
+/// A URL for the record: no userinfo, no query ([`convo_core::url::public`]).
 pub fn public_url(url: &str) -> String {
-    let no_query = url.split(['?', '#']).next().unwrap_or(url);
-    match no_query.split_once("://") {
-        Some((scheme, rest)) => {
-            let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-            let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
-            if path.is_empty() {
-                format!("{scheme}://{host}")
-            } else {
-                format!("{scheme}://{host}/{path}")
-            }
-        }
-        None => no_query.to_owned(),
-    }
+    convo_core::url::public(url)
 }
 
 /// One call, as it happened.

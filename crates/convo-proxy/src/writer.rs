@@ -1,34 +1,24 @@
-//! Group commit for recorded calls: concurrent calls' turns share one
-//! store transaction.
+//! Recording through the group-commit writer ([`convo_runtime::writer`]):
+//! concurrent calls' turns share one store transaction, as `convo serve`'s
+//! appends do, with the same writer (batches, a failing batch retried call
+//! by call, a new connection after the database went away, WAL checkpoints
+//! on another thread). A call is answered only once its commit is done, so
+//! what was answered is kept.
 //!
-//! Every write transaction pays a fixed price (SQLite's write lock and
-//! commit, PostgreSQL's advisory lock and round trips) whatever it holds,
-//! and connections that contend for SQLite's write lock wait in its busy
-//! handler. So, as `convo serve` does for API appends, one writer thread
-//! records every call: it takes the first waiting call and every other one
-//! already queued (up to [`MAX_CALLS`]), records them all in one
-//! transaction in arrival order, and answers each call with its own last
-//! node. Each call stays atomic: if anything in a batch fails, the batch is
-//! rolled back and its calls are recorded again one transaction each, so
-//! only the call at fault gets the error. What a batch learns (session
-//! names, thread keys) is kept only once it has committed.
-//!
-//! The writer has a connection of its own, and on SQLite its WAL
-//! checkpoints run on another thread ([`Store::defer_checkpoints`]): left
-//! to SQLite, one commit in a few hundred would also copy the WAL into the
-//! database and sync it, and the call waiting for that commit would wait
-//! for the copy (the proxy's p99 added latency). A call is still answered
-//! only once its commit is done, so what was answered is kept.
+//! What is the proxy's own: how a batch of calls is recorded (session
+//! names resolved or created once per batch, calls threaded by content),
+//! and the caches a batch teaches (session names, thread keys), kept only
+//! once it has committed.
 
 use crate::Target;
 use crate::record::{self, Exchange};
 use crate::thread::{self, Spot};
 use convo_core::{BranchName, SessionId};
-use convo_server::StorePool;
-use convo_server::events::Hub;
+use convo_runtime::writer::{self, Work};
+use convo_runtime::{Hub, StorePool};
 use convo_store::{Ledger, Result, Store, StoreError, StoredNode};
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 
 /// Calls one batch records at most.
 pub const MAX_CALLS: usize = 256;
@@ -60,38 +50,6 @@ impl Shared {
 pub(crate) struct Job {
     pub target: Target,
     pub ex: Exchange,
-    pub reply: tokio::sync::oneshot::Sender<Result<StoredNode>>,
-}
-
-/// The handle calls are sent to for recording.
-#[derive(Debug)]
-pub(crate) struct Writer {
-    tx: mpsc::Sender<Job>,
-}
-
-impl Writer {
-    /// Starts the writer thread, recording through `pool`.
-    pub fn start(shared: Arc<Shared>, pool: StorePool, hub: Option<Hub>) -> Result<Writer> {
-        let (tx, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("convo-proxy-writer".into())
-            .spawn(move || run(&shared, &pool, hub.as_ref(), &rx))
-            .map_err(|e| StoreError::Backend(format!("cannot start a thread: {e}")))?;
-        Ok(Writer { tx })
-    }
-
-    /// Records `ex` where `target` says (in a transaction shared with other
-    /// calls) and returns the last node recorded.
-    pub async fn record(&self, target: Target, ex: Exchange) -> Result<StoredNode> {
-        let (reply, answer) = tokio::sync::oneshot::channel();
-        let job = Job { target, ex, reply };
-        self.tx
-            .send(job)
-            .map_err(|_| StoreError::Backend("the proxy's writer thread has stopped".into()))?;
-        answer.await.map_err(|_| {
-            StoreError::Backend("the proxy's writer thread dropped a recording".into())
-        })?
-    }
 }
 
 impl std::fmt::Debug for Job {
@@ -100,82 +58,51 @@ impl std::fmt::Debug for Job {
     }
 }
 
-/// The writer's own connection, its checkpoints on a thread of their own.
-fn connect(pool: &StorePool) -> Result<Store> {
-    let mut store = pool.open_one()?;
-    if let Some(work) = store.defer_checkpoints()? {
-        std::thread::Builder::new()
-            .name("convo-proxy-checkpoint".into())
-            .spawn(move || work.run())
-            .map_err(|e| StoreError::Backend(format!("cannot start a thread: {e}")))?;
-    }
-    Ok(store)
+/// How the writer records calls.
+#[derive(Debug)]
+pub(crate) struct Recording {
+    shared: Arc<Shared>,
 }
 
-/// What a batch recorded: per call, its last node and what it taught.
-type Batch = Vec<(StoredNode, Learnt)>;
+impl Work for Recording {
+    type Job = Job;
+    type Done = (StoredNode, Learnt);
+    const MAX_BATCH: usize = MAX_CALLS;
 
-fn run(shared: &Shared, pool: &StorePool, hub: Option<&Hub>, rx: &mpsc::Receiver<Job>) {
-    let mut conn: Option<Store> = None;
-    // Runs `f` on the writer's connection, opened on this thread (never on
-    // a runtime's: the PostgreSQL backend runs one of its own) at the first
-    // call, and again when the last was lost (a PostgreSQL server restarted).
-    let mut with = |f: &mut dyn FnMut(&mut Store) -> Result<Batch>| {
-        let mut store = match conn.take() {
-            Some(s) => s,
-            None => connect(pool)?,
-        };
-        let out = f(&mut store);
-        if !matches!(&out, Err(e) if e.kind() == convo_store::ErrorKind::Unavailable) {
-            conn = Some(store);
-        }
-        out
-    };
-    while let Ok(first) = rx.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_CALLS {
-            match rx.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
-        let together = with(&mut |s| record_batch(shared, s, &batch));
-        match together {
-            Ok(done) => {
-                for (j, (node, learnt)) in batch.into_iter().zip(done) {
-                    learnt.keep(shared);
-                    let _ = j.reply.send(Ok(node));
-                }
-            }
-            Err(e) if batch.len() == 1 => {
-                if let Some(j) = batch.pop() {
-                    let _ = j.reply.send(Err(e));
-                }
-            }
-            Err(_) => {
-                // Isolate the call at fault: one transaction each.
-                for j in batch {
-                    let out = with(&mut |s| record_batch(shared, s, std::slice::from_ref(&j)));
-                    let out = out.and_then(|mut v| {
-                        v.pop()
-                            .ok_or_else(|| StoreError::Backend("nothing recorded".into()))
-                    });
-                    let _ = j.reply.send(out.map(|(node, learnt)| {
-                        learnt.keep(shared);
-                        node
-                    }));
-                }
-            }
-        }
-        if let Some(h) = hub {
-            h.poke();
-        }
+    fn write(&mut self, store: &mut Store, jobs: &[Job]) -> Result<Vec<(StoredNode, Learnt)>> {
+        record_batch(&self.shared, store, jobs)
+    }
+
+    fn committed(&mut self, done: &mut (StoredNode, Learnt)) {
+        std::mem::take(&mut done.1).keep(&self.shared);
+    }
+}
+
+/// The handle calls are sent to for recording.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    inner: writer::Writer<Recording>,
+}
+
+impl Writer {
+    /// Starts the writer thread, recording into the pool's store.
+    pub fn start(shared: Arc<Shared>, pool: &StorePool, hub: Option<Hub>) -> Result<Writer> {
+        Ok(Writer {
+            inner: writer::Writer::start("convo-proxy-writer", pool, Recording { shared }, hub)?,
+        })
+    }
+
+    /// Records `ex` where `target` says (in a transaction shared with other
+    /// calls) and returns the last node recorded.
+    pub async fn record(&self, target: Target, ex: Exchange) -> Result<StoredNode> {
+        let (node, _) = self.inner.submit(Job { target, ex }).await?;
+        Ok(node)
     }
 }
 
 /// What a recorded call taught the caches (kept once committed).
 #[derive(Debug, Default)]
-struct Learnt {
+pub(crate) struct Learnt {
     names: Vec<(String, SessionId)>,
     thread: Vec<(String, Spot)>,
 }

@@ -26,9 +26,10 @@ impl Server {
     }
 
     /// With `token` (virtual keys: clients send it as their API key), and
-    /// `standalone` (the routes `convo proxy` serves) or mounted in
-    /// `convo serve`'s router (`--upstream`); `body_limit` in bytes
-    /// (`--max-body-mib`).
+    /// `standalone` (the routes `convo proxy` serves) or mounted as
+    /// `convo serve --upstream` mounts them (the same guards for API
+    /// clients, beside routes these tests do not call); `body_limit` in
+    /// bytes (`--max-body-mib`).
     pub async fn start_as(
         mut cfg: ProxyConfig,
         dir: tempfile::TempDir,
@@ -37,27 +38,30 @@ impl Server {
         standalone: bool,
         body_limit: Option<usize>,
     ) -> Server {
-        let mut config = convo_server::Config::new(store_url.clone());
+        let mut config = convo_runtime::Config::new(store_url.clone());
         if let Some(limit) = body_limit {
             config.body_limit = limit;
         }
         config.log_requests = false;
         config.token = token.map(str::to_owned);
         cfg.virtual_keys = token.is_some();
-        let st = crate::common::off_rt(|| convo_server::state(&config)).unwrap();
-        let proxy = Proxy::start(cfg, st.pool.clone(), Some(st.hub.clone()))
-            .await
-            .unwrap();
+        let (pool, hub) = crate::common::off_rt(|| {
+            let pool = convo_runtime::StorePool::open(&store_url, 16)?;
+            let hub = convo_runtime::Hub::start(&store_url)?;
+            Ok::<_, convo_store::StoreError>((pool, hub))
+        })
+        .unwrap();
+        let proxy = Proxy::start(cfg, pool, Some(hub)).await.unwrap();
         let app = if standalone {
             convo_proxy::standalone(proxy, &config)
         } else {
-            convo_server::router(st, &config, Some(convo_proxy::router(proxy)))
+            convo_runtime::guarded(convo_proxy::router(proxy), &config, true)
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let handle = tokio::spawn(async move {
-            convo_server::serve_router(listener, app, async {
+            convo_runtime::serve_router(listener, app, async {
                 let _ = rx.await;
             })
             .await

@@ -1,5 +1,5 @@
 //! The JSON API under `/api/v1`. Every handler runs its store work through
-//! the [`StorePool`](crate::pool::StorePool) on a blocking thread; every
+//! the [`StorePool`](convo_runtime::StorePool) on a blocking thread; every
 //! error is one [`ErrorDoc`] with the store's error kind and its HTTP status.
 
 use crate::AppState;
@@ -13,6 +13,7 @@ use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use convo_api::{AppendLine, Branch, ErrorDoc, NodeView, Session};
 use convo_core::{BranchName, HashPrefix, Kind, Millis};
+use convo_runtime::wire::{self, FromStore as _};
 use convo_store::{SessionRow, StoreError};
 use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
@@ -71,21 +72,19 @@ impl From<StoreError> for ApiError {
         ApiError {
             status: StatusCode::from_u16(e.kind().http_status())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            doc: ErrorDoc::from(&e),
+            doc: ErrorDoc::from_store(&e),
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(self.doc)).into_response()
+        convo_runtime::error::doc_response(self.status, self.doc)
     }
 }
 
 /// An error response with the given status, kind and message.
-pub fn error_response(status: StatusCode, kind: &str, message: &str) -> Response {
-    (status, Json(ErrorDoc::new(kind, message))).into_response()
-}
+pub use convo_runtime::error::error_response;
 
 type ApiResult<T> = Result<T, ApiError>;
 
@@ -168,7 +167,7 @@ pub async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri
 }
 
 pub(crate) fn now() -> Millis {
-    jiff::Timestamp::now().as_millisecond()
+    convo_runtime::now_ms()
 }
 
 pub(crate) fn branch_name(s: &str) -> ApiResult<BranchName> {
@@ -237,7 +236,7 @@ pub(crate) fn filter_sessions(all: Vec<SessionRow>, q: &SessionQuery) -> Session
     let offset = q.offset.unwrap_or(0).min(total);
     let limit = q.limit.unwrap_or(50).clamp(1, 1000);
     let end = (offset + limit).min(total);
-    let sessions = hits.drain(offset..end).map(Session::from).collect();
+    let sessions = hits.drain(offset..end).map(Session::from_store).collect();
     SessionList {
         sessions,
         total,
@@ -270,7 +269,7 @@ pub async fn create_session(
         .pool
         .run(move |s| s.create_session(&n.agent, n.title.as_deref(), now()))
         .await?;
-    Ok((StatusCode::CREATED, Json(Session::from(&row))))
+    Ok((StatusCode::CREATED, Json(Session::from_store(&row))))
 }
 
 /// A session and its timelines.
@@ -299,8 +298,8 @@ pub async fn get_session(
         })
         .await?;
     Ok(Json(SessionDetail {
-        session: Session::from(&row),
-        branches: branches.iter().map(Branch::from).collect(),
+        session: Session::from_store(&row),
+        branches: branches.iter().map(Branch::from_store).collect(),
     }))
 }
 
@@ -330,7 +329,7 @@ pub async fn retitle(
             s.retitle(&row.id, r.title.as_deref())
         })
         .await?;
-    Ok(Json(Session::from(&row)))
+    Ok(Json(Session::from_store(&row)))
 }
 
 /// The session's branches.
@@ -348,7 +347,7 @@ pub async fn list_branches(
             s.branches(&row.id)
         })
         .await?;
-    Ok(Json(branches.iter().map(Branch::from).collect()))
+    Ok(Json(branches.iter().map(Branch::from_store).collect()))
 }
 
 // ----- timelines and nodes ------------------------------------------------
@@ -420,7 +419,7 @@ pub(crate) fn timeline_page(
     let nodes: Vec<NodeView> = page
         .nodes
         .iter()
-        .map(|(n, turn)| NodeView::new(&n.stored, Some(&n.payload)).with_turn(*turn))
+        .map(|(n, turn)| wire::node(&n.stored, Some(&n.payload)).with_turn(*turn))
         .collect();
     let end = offset + nodes.len();
     Ok(TimelinePageView {
@@ -443,7 +442,7 @@ pub async fn get_node(
 ) -> ApiResult<Json<NodeView>> {
     let p = prefix(&h)?;
     let (node, payload) = st.pool.run(move |s| node_with_payload(s, &p)).await?;
-    Ok(Json(NodeView::new(&node, Some(&payload))))
+    Ok(Json(wire::node(&node, Some(&payload))))
 }
 
 /// A node's raw payload. `Content-Type` is `application/json` for JSON,
@@ -557,7 +556,7 @@ pub async fn append(
                 .iter()
                 .enumerate()
                 .map(|(i, l)| {
-                    l.to_draft(&row.agent, stamp)
+                    wire::draft(l, &row.agent, stamp)
                         .map_err(|e| StoreError::Invalid(format!("line {}: {e}", i + 1)))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -569,7 +568,7 @@ pub async fn append(
     Ok((
         StatusCode::CREATED,
         Json(Appended {
-            nodes: nodes.iter().map(|n| NodeView::new(n, None)).collect(),
+            nodes: nodes.iter().map(|n| wire::node(n, None)).collect(),
         }),
     ))
 }
@@ -671,8 +670,8 @@ pub async fn fork(
     Ok((
         StatusCode::CREATED,
         Json(Forked {
-            branch: Branch::from(&b),
-            node: NodeView::new(&node, None),
+            branch: Branch::from_store(&b),
+            node: wire::node(&node, None),
         }),
     ))
 }
@@ -714,7 +713,7 @@ pub async fn promote(
         .await?;
     st.hub.poke();
     Ok(Json(PromotedView {
-        node: NodeView::new(&out.node, None),
+        node: wire::node(&out.node, None),
         sealed_as: out.sealed_as.as_str().to_owned(),
     }))
 }
@@ -991,7 +990,7 @@ pub async fn search(
             })
         })
         .await?;
-    Ok(Json(SearchResults::from(&r)))
+    Ok(Json(SearchResults::from_store(&r)))
 }
 
 /// Which export.

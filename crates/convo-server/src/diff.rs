@@ -61,14 +61,16 @@ pub fn diff(s: &mut Store, q: &str, a: &BranchName, b: &BranchName) -> Result<Di
         nodes: t[common..]
             .iter()
             .zip(&turns[common..])
-            .map(|(n, turn)| NodeView::new(&n.stored, Some(&n.payload)).with_turn(*turn))
+            .map(|(n, turn)| {
+                convo_runtime::wire::node(&n.stored, Some(&n.payload)).with_turn(*turn)
+            })
             .collect(),
     };
     Ok(DiffView {
         session: row.id.to_string(),
-        fork_point: common
-            .checked_sub(1)
-            .map(|i| NodeView::new(&ta[i].stored, Some(&ta[i].payload)).with_turn(turn_a[i])),
+        fork_point: common.checked_sub(1).map(|i| {
+            convo_runtime::wire::node(&ta[i].stored, Some(&ta[i].payload)).with_turn(turn_a[i])
+        }),
         common,
         a: side(a, &ta, &turn_a),
         b: side(b, &tb, &turn_b),

@@ -14,24 +14,21 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
+pub mod appends;
 pub mod diff;
-pub mod events;
 mod markdown;
 pub mod openapi;
 pub mod otlp;
-pub mod pool;
-pub mod security;
 pub mod web;
-pub mod writer;
+
+use convo_runtime::events;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
 use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
-pub use pool::StorePool;
+pub use convo_runtime::StorePool;
 
 /// What the server shares between requests.
 #[derive(Clone, Debug)]
@@ -41,50 +38,10 @@ pub struct AppState {
     /// The new-node broadcaster.
     pub hub: events::Hub,
     /// Group commit for appends.
-    pub writer: writer::Writer,
+    pub writer: appends::Writer,
 }
 
-/// How to run the server.
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// The store URL (`sqlite:///…`, `postgres://…`).
-    pub store_url: String,
-    /// Bearer token required on every route, when set.
-    pub token: Option<String>,
-    /// Largest request body accepted, in bytes.
-    pub body_limit: usize,
-    /// Print one JSON log line per request on stderr.
-    pub log_requests: bool,
-    /// The address the listener is bound to: its IP is an allowed `Host`
-    /// (besides loopback names).
-    pub listen: Option<SocketAddr>,
-    /// More `Host` names to answer to (`--allow-host`: a reverse proxy's).
-    pub allow_hosts: Vec<String>,
-}
-
-impl Config {
-    /// Defaults for a store URL: no token, 64 MiB bodies, request logs on.
-    pub fn new(store_url: impl Into<String>) -> Self {
-        Config {
-            store_url: store_url.into(),
-            token: None,
-            body_limit: 64 * 1024 * 1024,
-            log_requests: true,
-            listen: None,
-            allow_hosts: Vec::new(),
-        }
-    }
-
-    /// The guards' settings for this config.
-    pub fn guard(&self) -> security::Guard {
-        security::Guard {
-            token: self.token.as_deref().map(Arc::from),
-            log: self.log_requests,
-            hosts: security::Hosts::new(self.listen, &self.allow_hosts),
-            api_clients: false,
-        }
-    }
-}
+pub use convo_runtime::{Config, guarded, is_loopback};
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
@@ -102,21 +59,18 @@ pub enum ServeError {
     NeedToken(SocketAddr),
 }
 
-/// Whether an address is loopback only.
-pub fn is_loopback(addr: &SocketAddr) -> bool {
-    addr.ip().is_loopback()
-}
-
 /// Store connections the pool keeps open: more than the requests a busy
 /// server runs at once (64 keep-alive clients over two servers measured
 /// ~100 connection opens, each a new PostgreSQL backend, with 16).
 const POOL_IDLE: usize = 48;
 
-/// The shared state for a config: a store pool and the event hub.
+/// The shared state for a config: a store pool, the event hub and the
+/// append writer. Opens connections: call it from a plain thread (or
+/// `spawn_blocking`), never from a runtime worker.
 pub fn state(config: &Config) -> Result<AppState, ServeError> {
     let pool = StorePool::open(&config.store_url, POOL_IDLE)?;
     let hub = events::Hub::start(&config.store_url)?;
-    let writer = writer::Writer::start(&config.store_url)?;
+    let writer = appends::Writer::start(&pool, Some(hub.clone()))?;
     Ok(AppState { pool, hub, writer })
 }
 
@@ -139,20 +93,6 @@ pub fn router(state: AppState, config: &Config, extra: Option<Router>) -> Router
         Some(extra) => app.merge(guarded(extra, config, true)),
         None => app,
     }
-}
-
-/// `routes` behind the guards (innermost first): the body limit, the path
-/// check, then Host, Origin, token, CSRF, headers and the request log
-/// ([`security::guard`]); `api_clients` for routes SDKs call.
-pub fn guarded(routes: Router, config: &Config, api_clients: bool) -> Router {
-    let guard = security::Guard {
-        api_clients,
-        ..config.guard()
-    };
-    routes
-        .layer(DefaultBodyLimit::max(config.body_limit))
-        .layer(axum::middleware::from_fn(security::paths))
-        .layer(axum::middleware::from_fn_with_state(guard, security::guard))
 }
 
 /// Every `/api/v1` route (the OpenAPI document lists the same set; a test
@@ -203,22 +143,69 @@ pub fn api_routes() -> Router<AppState> {
         .route("/api/v1/health", get(api::health))
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then finishes the
-/// requests in flight.
-pub async fn serve_router(
-    listener: tokio::net::TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
-    // No Nagle: a streamed chunk (SSE, the proxy) goes out when written,
-    // not after the peer's delayed ACK (~40 ms).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+pub use convo_runtime::serve_router;
+
+/// What else a server serves.
+#[derive(Debug, Default)]
+pub enum Mount {
+    /// The API, the OpenAPI document and the web view only.
+    #[default]
+    None,
+    /// Those, and these routes (the proxy's, the harness's) behind the same
+    /// guards.
+    Beside(Router),
+    /// These routes instead (already guarded: `convo proxy`).
+    Alone(Router),
+}
+
+/// A server whose store connections are open, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    /// What its requests share.
+    pub state: AppState,
+    config: Config,
+}
+
+impl Server {
+    /// Opens the store pool, the event hub and the writer for `config`.
+    /// Blocking: call it from a plain thread (or `spawn_blocking`).
+    pub fn open(config: Config) -> Result<Server, ServeError> {
+        let state = state(&config)?;
+        Ok(Server { state, config })
+    }
+
+    /// Serves on `listener` until `shutdown` resolves, then ends the event
+    /// streams and finishes the requests in flight. Refuses a listener off
+    /// loopback without a token.
+    pub async fn serve(
+        mut self,
+        listener: tokio::net::TcpListener,
+        mount: Mount,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let addr = listener.local_addr()?;
+        if !is_loopback(&addr) && self.config.token.is_none() {
+            return Err(ServeError::NeedToken(addr));
+        }
+        // The listen address is an allowed Host (besides loopback names).
+        self.config.listen.get_or_insert(addr);
+        let hub = self.state.hub.clone();
+        let app = match mount {
+            Mount::None => router(self.state, &self.config, None),
+            Mount::Beside(extra) => router(self.state, &self.config, Some(extra)),
+            Mount::Alone(app) => app,
+        };
+        let closing = hub.clone();
+        let shutdown = async move {
+            shutdown.await;
+            // Event streams never end on their own: end them, so the
+            // connections they hold let the graceful shutdown finish.
+            closing.stop();
+        };
+        let res = serve_router(listener, app, shutdown).await;
+        hub.stop();
+        Ok(res?)
+    }
 }
 
 /// Starts the whole server on `listener` until `shutdown` resolves.
@@ -227,26 +214,8 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
-    let addr = listener.local_addr()?;
-    if !is_loopback(&addr) && config.token.is_none() {
-        return Err(ServeError::NeedToken(addr));
-    }
-    let mut config = config;
-    config.listen = Some(addr);
-    let c2 = config.clone();
-    let st = tokio::task::spawn_blocking(move || state(&c2))
+    let server = tokio::task::spawn_blocking(move || Server::open(config))
         .await
         .map_err(|e| std::io::Error::other(e.to_string()))??;
-    let hub = st.hub.clone();
-    let app = router(st, &config, None);
-    let closing = hub.clone();
-    let shutdown = async move {
-        shutdown.await;
-        // Event streams never end on their own: end them, so the
-        // connections they hold let the graceful shutdown finish.
-        closing.stop();
-    };
-    let res = serve_router(listener, app, shutdown).await;
-    hub.stop();
-    Ok(res?)
+    server.serve(listener, Mount::None, shutdown).await
 }

@@ -542,7 +542,7 @@ async fn node_page(State(st): State<AppState>, Path((q, h)): Path<(String, Strin
         }
         let root = n.ctx.state.unwrap_or_else(convo_core::state::empty_root);
         let state = api::state_at_root(s, root)?;
-        Ok((row, NodeView::new(&n, Some(&payload)), state))
+        Ok((row, convo_runtime::wire::node(&n, Some(&payload)), state))
     })
     .await;
     let (row, n, state) = match data {

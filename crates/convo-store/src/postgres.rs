@@ -318,20 +318,9 @@ impl Postgres {
     }
 }
 
-/// The URL without its password, for error messages.
-/// `url` with its password replaced by `***`.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..s + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
+/// The URL without its password, for error messages (the one redactor,
+/// [`convo_core::url::redact`]).
+pub use convo_core::url::redact;
 
 impl Backend for Postgres {
     fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {

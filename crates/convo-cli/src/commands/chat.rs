@@ -4,7 +4,7 @@ use clap::Args;
 use convo_core::text::{Newlines, visible};
 use convo_core::{BranchName, HashPrefix, Kind, SessionId};
 use convo_harness::{Harness, TimelineLock, TurnReport};
-use convo_server::StorePool;
+use convo_runtime::StorePool;
 use rustyline::error::ReadlineError;
 use std::io::Write;
 use std::process::ExitCode;

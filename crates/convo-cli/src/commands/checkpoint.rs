@@ -1,6 +1,7 @@
 use super::{CmdResult, CommandError, Env, now};
 use clap::Args;
-use convo_store::{Checkpoint, Follower, Store};
+use convo_runtime::Reconnecting;
+use convo_store::{Checkpoint, Follower, StoreError};
 use ed25519_dalek::SigningKey;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -227,23 +228,46 @@ fn changed(a: &Checkpoint, b: &Checkpoint) -> bool {
 /// The automatic checkpointer: follows the store's append cursor and
 /// writes a checkpoint into `sinks` whenever `every` says, until `stop`
 /// is set, then a last one if anything changed. Returns how many it wrote.
+///
+/// The store may go away and come back (a PostgreSQL restart): the loop
+/// waits for it on a new connection and goes on from the same cursor, so
+/// the next checkpoint covers everything appended meanwhile.
 pub fn follow_loop(
-    store: &mut Store,
+    conn: &mut Reconnecting,
     key: &SigningKey,
     sinks: &Sinks,
     every: Every,
     stop: &AtomicBool,
 ) -> CmdResult<u64> {
+    let stopped = || stop.load(Ordering::SeqCst);
+    let mut said = false;
+    let mut lost = |e: &StoreError| {
+        if !said {
+            eprintln!(
+                "convo: checkpoints: lost the store ({}); reconnecting",
+                convo_core::text::visible(&e.to_string(), convo_core::text::Newlines::Escape)
+            );
+            said = true;
+        }
+    };
     let mut written = 0;
-    let mut last = store.checkpoint(key, now())?;
+    let mut last = conn.retry(|s| s.checkpoint(key, now()), stopped, &mut lost)?;
     if sinks.newest().is_none_or(|n| changed(&n, &last)) {
         sinks.write(&last)?;
         written += 1;
     }
     let mut follower = Follower::after(last.cursor);
     let mut since = Instant::now();
-    let take = |store: &mut Store, last: &mut Checkpoint| -> CmdResult<bool> {
-        let cp = store.checkpoint_after(key, now(), Some(last))?;
+    let take = |conn: &mut Reconnecting,
+                last: &mut Checkpoint,
+                lost: &mut dyn FnMut(&StoreError)|
+     -> CmdResult<bool> {
+        let prev = last.clone();
+        let cp = conn.retry(
+            |s| s.checkpoint_after(key, now(), Some(&prev)),
+            stopped,
+            lost,
+        )?;
         if !changed(&cp, last) {
             return Ok(false);
         }
@@ -251,19 +275,23 @@ pub fn follow_loop(
         *last = cp;
         Ok(true)
     };
-    while !stop.load(Ordering::SeqCst) {
-        follower.next_nodes(store, Duration::from_millis(250))?;
+    while !stopped() {
+        conn.retry(
+            |s| follower.next_nodes(s, Duration::from_millis(250)),
+            stopped,
+            &mut lost,
+        )?;
         let pending = follower.cursor().saturating_sub(last.cursor);
         let by_count = every.appends.is_some_and(|n| pending >= n);
         let by_time = every.period.is_some_and(|p| since.elapsed() >= p);
         if by_count || by_time {
-            if take(store, &mut last)? {
+            if take(conn, &mut last, &mut lost)? {
                 written += 1;
             }
             since = Instant::now();
         }
     }
-    if take(store, &mut last)? {
+    if take(conn, &mut last, &mut lost)? {
         written += 1;
     }
     Ok(written)
@@ -398,7 +426,8 @@ pub fn run(env: &Env, args: CheckpointArgs) -> CmdResult {
         period,
     };
     let stop = stop_on_signal();
-    let n = follow_loop(&mut store, &key, &sinks, every, &stop)?;
+    let mut conn = Reconnecting::from_store(&env.store_url, env.access, store);
+    let n = follow_loop(&mut conn, &key, &sinks, every, &stop)?;
     eprintln!("convo checkpoint: stopped; {n} checkpoint(s) written");
     Ok(ExitCode::SUCCESS)
 }

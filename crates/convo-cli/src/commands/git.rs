@@ -135,8 +135,24 @@ fn repo_path(env: &Env, r: &RepoArg) -> PathBuf {
 }
 
 /// Nodes after `cursor` in the store, for the progress bar's length.
-fn remaining(store: &mut convo_store::Store, cursor: u64) -> CmdResult<u64> {
+fn remaining(store: &mut convo_store::Store, cursor: u64) -> convo_store::Result<u64> {
     Ok(store.end_cursor()?.saturating_sub(cursor))
+}
+
+/// Why a sync stopped: the store (which `--follow` waits out when it was
+/// only lost), or anything else.
+enum SyncFail {
+    Store(convo_store::StoreError),
+    Other(CommandError),
+}
+
+impl From<SyncFail> for CommandError {
+    fn from(f: SyncFail) -> Self {
+        match f {
+            SyncFail::Store(e) => e.into(),
+            SyncFail::Other(e) => e,
+        }
+    }
 }
 
 fn summary(r: &convo_git::SyncReport, path: &std::path::Path, layout: Layout, secs: f64) -> String {
@@ -162,9 +178,12 @@ fn sync_once(
     path: &std::path::Path,
     json: bool,
     quiet_when_empty: bool,
-) -> CmdResult<()> {
+) -> Result<(), SyncFail> {
     let start = std::time::Instant::now();
-    let mut bar = crate::ui::Progress::new(remaining(store, p.cursor())?, "nodes");
+    let mut bar = crate::ui::Progress::new(
+        remaining(store, p.cursor()).map_err(SyncFail::Store)?,
+        "nodes",
+    );
     let mut progress = |pr: convo_git::Progress| {
         if !bar.on_terminal() {
             return;
@@ -175,7 +194,10 @@ fn sync_once(
             pr.nodes,
         );
     };
-    let r = p.sync(store, &mut progress).map_err(git_err)?;
+    let r = p.sync(store, &mut progress).map_err(|e| match e {
+        convo_git::Error::Store(e) => SyncFail::Store(e),
+        e => SyncFail::Other(git_err(e)),
+    })?;
     bar.finish();
     if !r.rewritten.is_empty() {
         eprintln!(
@@ -205,6 +227,51 @@ fn sync_once(
     }
     let _ = std::io::stdout().flush();
     Ok(())
+}
+
+/// `git sync --follow`: a sync every 200 ms, until stopped. A lost store
+/// (a PostgreSQL restart) is waited out on a new connection; the
+/// projection is reopened from its own files (its cursor), so every node
+/// is projected once.
+fn follow(
+    env: &Env,
+    mut p: Projector,
+    store: convo_store::Store,
+    layout: Option<Layout>,
+    path: &std::path::Path,
+    json: bool,
+) -> CmdResult<()> {
+    let mut conn = convo_runtime::Reconnecting::from_store(&env.store_url, env.access, store);
+    let mut first = true;
+    loop {
+        if !first {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let round = match conn.store() {
+            Ok(store) => sync_once(&mut p, store, path, json, !first),
+            Err(e) => Err(SyncFail::Store(e)),
+        };
+        match round {
+            Ok(()) => first = false,
+            Err(SyncFail::Store(e)) if convo_runtime::reconnect::is_lost(&e) => {
+                eprintln!(
+                    "git sync: lost the store ({}); reconnecting",
+                    convo_core::text::visible(&e.to_string(), convo_core::text::Newlines::Escape)
+                );
+                conn.drop_connection();
+                let batch = p.batch;
+                drop(p);
+                conn.retry(|s| s.end_cursor(), || false, |_| {})?;
+                p = Projector::open(path, layout, false).map_err(git_err)?;
+                p.batch = batch;
+                eprintln!(
+                    "git sync: reconnected; resuming after cursor {}",
+                    p.cursor()
+                );
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
@@ -244,12 +311,10 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 eprintln!("note: {n}");
             }
             p.batch = a.batch.max(1);
-            sync_once(&mut p, &mut store, &path, a.json, false)?;
             if a.follow {
-                loop {
-                    std::thread::sleep(Duration::from_millis(200));
-                    sync_once(&mut p, &mut store, &path, a.json, true)?;
-                }
+                follow(env, p, store, layout, &path, a.json)?;
+            } else {
+                sync_once(&mut p, &mut store, &path, a.json, false)?;
             }
             Ok(ExitCode::SUCCESS)
         }

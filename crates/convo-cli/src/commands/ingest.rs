@@ -105,7 +105,7 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
         let bad = |why: String| CommandError::user(format!("stdin line {lineno}: {why}"));
         let l: convo_api::AppendLine =
             convo_core::json::from_str_unique(line).map_err(|e| bad(e.to_string()))?;
-        let draft = l.to_draft(&s.agent, now()).map_err(bad)?;
+        let draft = convo_runtime::wire::draft(&l, &s.agent, now()).map_err(bad)?;
         if draft.payload.len() as u64 > max {
             return Err(super::record::too_large(
                 &format!("the payload on stdin line {lineno}"),

@@ -3,7 +3,7 @@ use super::{CmdResult, CommandError, Env, branch_name, prefix};
 use clap::Args;
 use convo_core::text::{Newlines, visible};
 use convo_harness::{Harness, ReplayOptions};
-use convo_server::StorePool;
+use convo_runtime::StorePool;
 use std::process::ExitCode;
 
 /// Re-run a recorded timeline against an agent and report the first divergence.

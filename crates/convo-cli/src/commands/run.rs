@@ -3,7 +3,7 @@ use clap::Args;
 use convo_core::text::{Newlines, visible};
 use convo_core::{BranchName, SessionId};
 use convo_harness::{AgentSpec, Dialect, Harness, HarnessError, Options, TimelineLock};
-use convo_server::StorePool;
+use convo_runtime::StorePool;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -263,7 +263,7 @@ pub fn run(env: &Env, a: RunArgs) -> CmdResult {
                     .nodes
                     .iter()
                     .map(|n| {
-                        convo_api::NodeView::new(&n.stored, Some(&n.payload)).with_turn(turn)
+                        convo_runtime::wire::node(&n.stored, Some(&n.payload)).with_turn(turn)
                     })
                     .collect();
                 let line = serde_json::json!({

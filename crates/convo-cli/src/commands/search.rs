@@ -96,8 +96,10 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
     };
     let r = store.search(&req)?;
     if a.json {
-        let v = serde_json::to_value(convo_api::SearchResults::from(&r))
-            .map_err(|e| CommandError::user(e.to_string()))?;
+        let v = serde_json::to_value(
+            <convo_api::SearchResults as convo_runtime::wire::FromStore<_>>::from_store(&r),
+        )
+        .map_err(|e| CommandError::user(e.to_string()))?;
         let mut out = Out::stdout();
         write_json(&mut out, &v)?;
         // Like the human output (and grep, rg --json): no hit is exit 1.

@@ -57,7 +57,7 @@ pub struct ServeArgs {
 }
 
 fn allow_host(s: &str) -> Result<String, String> {
-    convo_server::security::Hosts::check_name(s).map(|()| s.trim().to_owned())
+    convo_runtime::security::Hosts::check_name(s).map(|()| s.trim().to_owned())
 }
 
 /// The recording proxy's upstreams (see `convo proxy --help`).
@@ -175,13 +175,13 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         CommandError::user(format!("--listen `{}` is not an address: {e}", a.listen))
             .with_hint("give IP:PORT, e.g. 127.0.0.1:7777")
     })?;
-    if !convo_server::is_loopback(&addr) && a.token.as_deref().is_none_or(str::is_empty) {
+    if !convo_runtime::is_loopback(&addr) && a.token.as_deref().is_none_or(str::is_empty) {
         return Err(CommandError::user(format!(
             "refusing to listen on {addr} without a token: anyone who can reach it could read and write the store"
         ))
         .with_hint("pass --token TOKEN (or set CONVO_TOKEN), or listen on 127.0.0.1"));
     }
-    let mut config = convo_server::Config::new(env.store_url.clone());
+    let mut config = convo_runtime::Config::new(env.store_url.clone());
     config.token = a.token.filter(|t| !t.is_empty());
     config.body_limit = a.max_body_mib.max(1) * 1024 * 1024;
     config.log_requests = !a.quiet;
@@ -197,7 +197,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
     // Open the store before entering the runtime: the sync PostgreSQL
     // client must never run on a runtime thread.
-    let st = convo_server::state(&config).map_err(|e| match e {
+    let server = convo_server::Server::open(config.clone()).map_err(|e| match e {
         convo_server::ServeError::Store(e) => CommandError::from(e),
         other => CommandError::user(other.to_string()),
     })?;
@@ -219,7 +219,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
         let mut config = config;
         config.listen = Some(bound);
-        let hub = st.hub.clone();
+        let st = &server.state;
         let proxy = match proxy_config {
             Some(pc) => Some(
                 convo_proxy::Proxy::start(pc, st.pool.clone(), Some(st.hub.clone()))
@@ -237,17 +237,17 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             eprintln!("convo {name}: replaying {} recorded calls", p.replay_len());
         }
         let summary = proxy.clone();
-        let app = match (proxy, proxy_only) {
-            (Some(p), true) => convo_proxy::standalone(p, &config),
-            (p, _) => convo_server::router(st, &config, p.map(convo_proxy::router)),
+        let mount = match (proxy, proxy_only) {
+            (Some(p), true) => convo_server::Mount::Alone(convo_proxy::standalone(p, &config)),
+            (Some(p), false) => convo_server::Mount::Beside(convo_proxy::router(p)),
+            (None, _) => convo_server::Mount::None,
         };
         eprintln!(
             "convo {name}: store {}",
-            convo_server::pool::redact_url(&config.store_url)
+            convo_runtime::redact_url(&config.store_url)
         );
         // The first stdout line is the URL, for scripts and tests.
         println!("http://{bound}/");
-        let closing = hub.clone();
         let shutdown = async move {
             let ctrl_c = tokio::signal::ctrl_c();
             #[cfg(unix)]
@@ -263,16 +263,12 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             #[cfg(not(unix))]
             let _ = ctrl_c.await;
             eprintln!("convo {name}: shutting down; finishing requests in flight");
-            // Event streams never end on their own: end them, so the
-            // connections they hold let the shutdown finish.
-            closing.stop();
         };
-        let res = convo_server::serve_router(listener, app, shutdown).await;
+        let res = server.serve(listener, mount, shutdown).await;
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
             eprintln!("{line}");
         }
-        hub.stop();
-        res.map_err(|e| CommandError::user(format!("server: {e}")))
+        res.map_err(|e| CommandError::user(e.to_string()))
     });
     if let Some((stop, thread)) = checkpointer {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -310,7 +306,7 @@ fn start_checkpointer(
         m => m.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
     };
     let key = load_or_make_key(&default_key(env))?;
-    let mut store = convo_store::Store::open_as(&env.store_url, convo_store::Access::Read)?;
+    let mut conn = convo_runtime::Reconnecting::open(&env.store_url, convo_store::Access::Read)?;
     let sinks = Sinks {
         dir: Some(dir.to_owned()),
         lines: true,
@@ -322,7 +318,7 @@ fn start_checkpointer(
         .name("convo-checkpoints".into())
         .spawn(move || {
             let r = follow_loop(
-                &mut store,
+                &mut conn,
                 &key,
                 &sinks,
                 Every {

@@ -1,7 +1,8 @@
 use super::{CmdResult, Env, find_session};
 use crate::output::{node_json, node_line};
 use clap::Args;
-use convo_store::{Access, ErrorKind, Store, StoreError};
+use convo_runtime::Reconnecting;
+use convo_store::{Access, ErrorKind, StoreError};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -53,17 +54,20 @@ pub fn run(env: &Env, a: WatchArgs) -> CmdResult {
     let stdout = std::io::stdout();
     let reconnects =
         env.store_url.starts_with("postgres://") || env.store_url.starts_with("postgresql://");
+    let mut conn = Reconnecting::from_store(&env.store_url, Access::Read, store);
     loop {
-        let fetched = store.follow_with_payloads(cursor, 1000).and_then(|page| {
-            if page.is_empty() {
-                store.wait_for_append(Duration::from_secs(1))?;
-            }
-            Ok(page)
+        let fetched = conn.run(|store| {
+            store.follow_with_payloads(cursor, 1000).and_then(|page| {
+                if page.is_empty() {
+                    store.wait_for_append(Duration::from_secs(1))?;
+                }
+                Ok(page)
+            })
         });
         let page = match fetched {
             Ok(p) => p,
             Err(e) if reconnects && e.kind() == ErrorKind::Unavailable => {
-                store = reconnect(env, &e, cursor)?;
+                reconnect(&mut conn, &e, cursor)?;
                 continue;
             }
             Err(e) => return Err(e.into()),
@@ -100,27 +104,16 @@ pub fn run(env: &Env, a: WatchArgs) -> CmdResult {
     }
 }
 
-/// Opens the store again after `lost`, waiting 0.1 s, 0.2 s … up to 5 s
-/// between attempts for as long as the server is unreachable; any other
-/// error ends the watch.
-fn reconnect(env: &Env, lost: &StoreError, cursor: u64) -> CmdResult<Store> {
+/// Waits for the store to come back after `lost` (a new connection every
+/// 0.1 s, 0.2 s … up to 5 s, for as long as the server is unreachable);
+/// any other error ends the watch.
+fn reconnect(conn: &mut Reconnecting, lost: &StoreError, cursor: u64) -> CmdResult<()> {
     use convo_core::text::{Newlines, visible};
     eprintln!(
         "watch: lost the store ({}); reconnecting",
         visible(&lost.to_string(), Newlines::Escape)
     );
-    let mut delay = Duration::from_millis(100);
-    loop {
-        std::thread::sleep(delay);
-        match Store::open_as(&env.store_url, Access::Read) {
-            Ok(s) => {
-                eprintln!("watch: reconnected; resuming after cursor {cursor}");
-                return Ok(s);
-            }
-            Err(e) if e.kind() == ErrorKind::Unavailable => {
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
+    conn.retry(|s| s.end_cursor(), || false, |_| {})?;
+    eprintln!("watch: reconnected; resuming after cursor {cursor}");
+    Ok(())
 }

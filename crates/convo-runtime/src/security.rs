@@ -211,7 +211,7 @@ fn refuse_host_origin(hosts: &Hosts, req: &Request) -> Option<Response> {
 }
 
 fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    crate::api::error_response(status, kind, message)
+    crate::error::error_response(status, kind, message)
 }
 
 /// Constant-time equality of two byte strings.

@@ -14,8 +14,9 @@
 //! reconnect resumes with no gap and no duplicate.
 
 use crate::pool::StorePool;
+use crate::reconnect::{Reconnecting, is_lost};
 use convo_api::NodeView;
-use convo_store::{Follower, Store, TimelineNode};
+use convo_store::{Access, Follower, TimelineNode};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,7 +36,7 @@ pub struct Event {
 impl Event {
     /// The event for a stored node.
     pub fn from_node(n: &TimelineNode) -> Self {
-        let view = NodeView::new(&n.stored, Some(&n.payload));
+        let view: NodeView = crate::wire::node(&n.stored, Some(&n.payload));
         Event {
             seq: n.stored.seq,
             session: view.session.clone(),
@@ -59,10 +60,11 @@ pub struct Hub {
 
 impl Hub {
     /// Starts the hub thread on its own connection to `url`, from the
-    /// store's current end.
+    /// store's current end. Call it from a plain thread (it opens the
+    /// connection now, so a bad URL fails at once).
     pub fn start(url: &str) -> convo_store::Result<Hub> {
-        let mut store = Store::open(url)?;
-        let follower = Follower::at_end(&mut store)?;
+        let mut conn = Reconnecting::open(url, Access::Read)?;
+        let follower = conn.run(Follower::at_end)?;
         let (tx, _) = broadcast::channel(4096);
         let (poke, poked) = std::sync::mpsc::sync_channel(1);
         let hub = Hub {
@@ -73,10 +75,9 @@ impl Hub {
             closing: tokio::sync::watch::Sender::new(false),
         };
         let h = hub.clone();
-        let url = url.to_owned();
         std::thread::Builder::new()
             .name("convo-events".into())
-            .spawn(move || h.run(url, store, follower, poked))
+            .spawn(move || h.run(conn, follower, poked))
             .map_err(|e| convo_store::StoreError::Backend(format!("cannot start a thread: {e}")))?;
         Ok(hub)
     }
@@ -106,13 +107,13 @@ impl Hub {
 
     fn run(
         self,
-        url: String,
-        mut store: Store,
+        mut conn: Reconnecting,
         mut follower: Follower,
         poked: std::sync::mpsc::Receiver<()>,
     ) {
-        let sqlite = store.kind() == "sqlite";
-        while !self.stop.load(Ordering::SeqCst) {
+        let sqlite = conn.run(|s| Ok(s.kind() == "sqlite")).unwrap_or(false);
+        let stopped = || self.stop.load(Ordering::SeqCst);
+        while !stopped() {
             // SQLite has no notifications: our own appends poke us, other
             // processes' are found by polling every 50 ms. PostgreSQL's
             // LISTEN wakes `next` for every writer anywhere.
@@ -121,7 +122,11 @@ impl Hub {
             } else {
                 Duration::from_millis(500)
             };
-            match follower.next(&mut store, wait) {
+            // A lost database (a PostgreSQL restart) is waited out with a
+            // new connection, resuming from the same cursor: no node is
+            // skipped or broadcast twice.
+            let page = conn.retry(|s| follower.next(s, wait), stopped, |_| {});
+            match page {
                 Ok(page) => {
                     for n in &page {
                         let ev = Arc::new(Event::from_node(n));
@@ -132,14 +137,7 @@ impl Hub {
                         let _ = poked.recv_timeout(Duration::from_millis(50));
                     }
                 }
-                Err(_) => {
-                    // The connection broke (a PostgreSQL restart): back off
-                    // and reconnect, resuming from the same cursor.
-                    std::thread::sleep(Duration::from_millis(500));
-                    if let Ok(s) = Store::open(&url) {
-                        store = s;
-                    }
-                }
+                Err(_) => std::thread::sleep(Duration::from_millis(500)),
             }
         }
     }
@@ -170,7 +168,7 @@ pub async fn pump(
         return;
     }
     // Catch up from the store to at least what the hub has broadcast.
-    if catch_up(&pool, &mut cursor, u64::MAX, &filter, &out)
+    if catch_up(&hub, &pool, &mut cursor, u64::MAX, &filter, &out)
         .await
         .is_err()
     {
@@ -184,7 +182,7 @@ pub async fn pump(
         let ev = match next {
             Ok(ev) => ev,
             Err(broadcast::error::RecvError::Lagged(_)) => {
-                if catch_up(&pool, &mut cursor, u64::MAX, &filter, &out)
+                if catch_up(&hub, &pool, &mut cursor, u64::MAX, &filter, &out)
                     .await
                     .is_err()
                 {
@@ -198,7 +196,7 @@ pub async fn pump(
             continue;
         }
         if ev.seq > cursor + 1
-            && catch_up(&pool, &mut cursor, ev.seq - 1, &filter, &out)
+            && catch_up(&hub, &pool, &mut cursor, ev.seq - 1, &filter, &out)
                 .await
                 .is_err()
         {
@@ -220,18 +218,28 @@ fn wanted(f: &Filter, session: &str) -> bool {
 
 /// Reads nodes after `cursor` up to `upto` from the store and sends them.
 async fn catch_up(
+    hub: &Hub,
     pool: &StorePool,
     cursor: &mut u64,
     upto: u64,
     filter: &Filter,
     out: &tokio::sync::mpsc::Sender<Message>,
 ) -> Result<(), ()> {
+    let mut delay = Duration::from_millis(100);
     loop {
         let after = *cursor;
-        let page = pool
-            .run(move |s| s.follow_with_payloads(after, 500))
-            .await
-            .map_err(|_| ())?;
+        let page = match pool.run(move |s| s.follow_with_payloads(after, 500)).await {
+            Ok(page) => page,
+            // The database went away: keep the stream open and read again
+            // once it is back, from the same cursor.
+            Err(e) if is_lost(&e) && !out.is_closed() && !hub.stop.load(Ordering::SeqCst) => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+                continue;
+            }
+            Err(_) => return Err(()),
+        };
+        delay = Duration::from_millis(100);
         if page.is_empty() {
             return Ok(());
         }

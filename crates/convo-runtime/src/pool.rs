@@ -5,10 +5,14 @@
 //! the backend's own runtime, which must never run on a runtime worker
 //! thread: it blocks on it). So each request checks a `Store` out, runs its
 //! closure in `spawn_blocking`, and checks it back in. Connections are
-//! opened lazily and kept up to `max_idle`; a connection whose call failed
-//! with an `unavailable` error is dropped rather than reused.
+//! opened lazily and kept up to `max_idle`. A connection whose call failed
+//! with an `unavailable` error is dropped rather than reused, and so is
+//! every idle connection opened before that failure (after a PostgreSQL
+//! restart they are all dead: the requests after the first one that saw it
+//! get a new connection instead of the same error).
 
 use convo_store::{ErrorKind, Result, Store, StoreError};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// A shareable pool of store connections.
@@ -19,8 +23,11 @@ pub struct StorePool {
 
 struct Inner {
     url: String,
-    idle: Mutex<Vec<Store>>,
+    /// Idle connections, each with the generation it was opened in.
+    idle: Mutex<Vec<(u64, Store)>>,
     max_idle: usize,
+    /// Bumped when a connection is found lost: older ones are not reused.
+    generation: AtomicU64,
 }
 
 impl std::fmt::Debug for StorePool {
@@ -32,15 +39,7 @@ impl std::fmt::Debug for StorePool {
 }
 
 /// A store URL with any password removed, for logs.
-pub fn redact_url(url: &str) -> String {
-    if let Some((scheme, rest)) = url.split_once("://")
-        && let Some((auth, host)) = rest.rsplit_once('@')
-    {
-        let user = auth.split(':').next().unwrap_or("");
-        return format!("{scheme}://{user}@{host}");
-    }
-    url.to_owned()
-}
+pub use convo_core::url::redact as redact_url;
 
 impl StorePool {
     /// Opens one connection now (so a bad URL fails at start) and keeps it.
@@ -49,8 +48,9 @@ impl StorePool {
         Ok(StorePool {
             inner: Arc::new(Inner {
                 url: url.to_owned(),
-                idle: Mutex::new(vec![first]),
+                idle: Mutex::new(vec![(0, first)]),
                 max_idle: max_idle.max(1),
+                generation: AtomicU64::new(0),
             }),
         })
     }
@@ -63,6 +63,11 @@ impl StorePool {
     /// A connection of its own, not pooled: for a long-lived writer.
     pub fn open_one(&self) -> Result<Store> {
         Store::open(&self.inner.url)
+    }
+
+    /// The store URL itself (with its credentials: never to be shown).
+    pub(crate) fn secret_url(&self) -> &str {
+        &self.inner.url
     }
 
     /// Runs `f` with a store connection on a blocking thread.
@@ -86,17 +91,27 @@ impl StorePool {
 impl Inner {
     fn with<T>(&self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         let taken = self.idle.lock().map(|mut v| v.pop()).unwrap_or(None);
-        let mut store = match taken {
+        let (generation, mut store) = match taken {
             Some(s) => s,
-            None => Store::open(&self.url)?,
+            None => (
+                self.generation.load(Ordering::SeqCst),
+                Store::open(&self.url)?,
+            ),
         };
         let out = f(&mut store);
-        let healthy = !matches!(&out, Err(e) if e.kind() == ErrorKind::Unavailable);
-        if healthy
+        if matches!(&out, Err(e) if e.kind() == ErrorKind::Unavailable) {
+            // This connection is lost, and so, probably, is every idle one
+            // opened before it: close them (off this thread's lock).
+            self.generation.fetch_add(1, Ordering::SeqCst);
+            let stale = self.idle.lock().map(|mut v| std::mem::take(&mut *v));
+            drop(stale);
+            return out;
+        }
+        if generation == self.generation.load(Ordering::SeqCst)
             && let Ok(mut idle) = self.idle.lock()
             && idle.len() < self.max_idle
         {
-            idle.push(store);
+            idle.push((generation, store));
         }
         out
     }
