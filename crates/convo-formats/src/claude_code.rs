@@ -106,26 +106,12 @@ impl crate::Reader for ClaudeCode {
 /// `~/.claude/projects`), in path order; subagent transcripts
 /// (`<session>/subagents/*.jsonl`) are read with their session.
 pub fn session_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![(dir.to_path_buf(), 0)];
-    while let Some((d, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            if ft.is_dir() {
-                if depth < 3 && e.file_name() != "subagents" && !is_session_folder(&p) {
-                    stack.push((p, depth + 1));
-                }
-            } else if p.extension().is_some_and(|x| x == "jsonl") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
+    records::find_files(
+        dir,
+        3,
+        |p, name| name != "subagents" && !is_session_folder(p),
+        |p, _| p.extension().is_some_and(|x| x == "jsonl"),
+    )
 }
 
 /// A `<session>/` folder beside `<session>.jsonl` (subagents, tool results).

@@ -86,27 +86,12 @@ impl crate::Reader for Codex {
 /// Every rollout under `dir` (`$CODEX_HOME`, its `sessions/`, a day's
 /// folder), in path order.
 pub fn rollout_files(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![(dir.to_path_buf(), 0)];
-    while let Some((d, depth)) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            let Ok(ft) = e.file_type() else { continue };
-            let name = e.file_name().to_string_lossy().into_owned();
-            if ft.is_dir() {
-                if depth < 5 && !name.starts_with('.') {
-                    stack.push((p, depth + 1));
-                }
-            } else if name.starts_with("rollout-") && name.ends_with(".jsonl") {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
+    records::find_files(
+        dir,
+        5,
+        |_, name| !name.starts_with('.'),
+        |_, name| name.starts_with("rollout-") && name.ends_with(".jsonl"),
+    )
 }
 
 /// The item of a record and the record's type: `payload` for the current

@@ -136,6 +136,38 @@ pub fn read(file: &str, mut r: impl BufRead) -> Result<Lines> {
 }
 
 /// Reads a file with [`read`].
+/// The files under `dir` that `keep(path, name)` takes, in path order,
+/// looking `max_depth` folders down into those `descend(path, name)` takes:
+/// the walk both agents' folders need (a symbolic link is not followed).
+pub fn find_files(
+    dir: &std::path::Path,
+    max_depth: usize,
+    descend: impl Fn(&std::path::Path, &str) -> bool,
+    keep: impl Fn(&std::path::Path, &str) -> bool,
+) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![(dir.to_path_buf(), 0)];
+    while let Some((d, depth)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(ft) = e.file_type() else { continue };
+            let name = e.file_name().to_string_lossy().into_owned();
+            if ft.is_dir() {
+                if depth < max_depth && descend(&p, &name) {
+                    stack.push((p, depth + 1));
+                }
+            } else if keep(&p, &name) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
 pub fn read_path(path: &std::path::Path) -> Result<Lines> {
     let name = path.display().to_string();
     let f = std::fs::File::open(path)
