@@ -131,7 +131,7 @@ fn foreign_hosts_and_origins_are_refused_on_every_route() {
     let port = srv.addr.rsplit_once(':').unwrap().1.to_owned();
     let doc = srv.get("/openapi.json").expect(200);
     let mut reqs = requests(&doc, &s, &h);
-    assert_eq!(reqs.len(), 22, "every documented operation");
+    assert_eq!(reqs.len(), 24, "every documented operation");
     for extra in [
         "/".to_owned(),
         format!("/sessions/{s}"),

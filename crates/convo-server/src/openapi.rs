@@ -118,6 +118,24 @@ fn error_response(description: &str) -> serde_json::Value {
 }
 
 /// Adds what the annotations cannot express (see the module docs).
+/// OTLP's error answer: a `google.rpc.Status` in the request's encoding.
+fn otlp_status() -> serde_json::Value {
+    json!({
+        "description": "A google.rpc.Status (OTLP/HTTP), in the request's encoding: 400 a body that does not decode, 413 too large, 415 another content type, 503 the store unavailable.",
+        "content": {
+            "application/json": {"schema": {
+                "type": "object",
+                "properties": {
+                    "code": {"type": "integer"},
+                    "message": {"type": "string"},
+                    "details": {"type": "array"}
+                }
+            }},
+            "application/x-protobuf": {"schema": {}}
+        }
+    })
+}
+
 fn complete(doc: &mut serde_json::Value) {
     let Some(paths) = doc.get_mut("paths").and_then(|p| p.as_object_mut()) else {
         return;
@@ -152,6 +170,21 @@ fn complete(doc: &mut serde_json::Value) {
             let Some(responses) = op.get_mut("responses").and_then(|r| r.as_object_mut()) else {
                 continue;
             };
+            if !path.starts_with("/api/") && path != "/openapi.json" {
+                // The OTLP receiver (`/v1/traces`, `/v1/logs`): the guards
+                // answer with the error document, the receiver itself with
+                // OTLP's `google.rpc.Status`, as exporters expect.
+                responses.insert(
+                    "401".into(),
+                    error_response("This server needs a token (`unauthorized`)."),
+                );
+                responses.insert(
+                    "403".into(),
+                    error_response("Another Host or origin (`forbidden`)."),
+                );
+                responses.insert("default".into(), otlp_status());
+                continue;
+            }
             let mut errors = vec![
                 (
                     "400",

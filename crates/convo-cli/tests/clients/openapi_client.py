@@ -9,6 +9,7 @@ checks what it got. Exits non-zero with a message on the first thing that
 is wrong.
 """
 
+import re
 import os
 import shutil
 import subprocess
@@ -35,7 +36,13 @@ def main():
                        capture_output=True, text=True)
     if r.returncode != 0:
         fail("generation failed:\n%s\n%s" % (r.stdout, r.stderr))
-    if "Warning" in r.stdout or "Warning" in r.stderr:
+    said = r.stdout + r.stderr
+    # The OTLP receiver's routes take OTLP's protobuf encoding, which a
+    # generated JSON client does not speak (OTLP exporters call them); any
+    # other part of the document skipped fails.
+    warned = re.findall(r"WARNING parsing (\w+) (\S+)", said)
+    skipped = [w for w in warned if w[1] not in ("/v1/traces", "/v1/logs")]
+    if skipped or ("Warning" in said and not warned):
         fail("the generator skipped part of the document:\n%s\n%s" % (r.stdout, r.stderr))
     sys.path.insert(0, workdir)
     import importlib
