@@ -144,10 +144,11 @@ async fn a_100_mib_stream_passes_with_bounded_memory_and_a_bounded_record() {
     assert!(tail.ends_with(b"data: [DONE]\n\n"));
     // Buffering the stream (in the proxy or its record) would hold
     // 100 MiB at once; chunks in flight and a 1 MiB record do not. (The
-    // bound is generous: this is the whole test process, and other tests
-    // run beside this one.)
+    // bound is generous, under the 100 MiB a buffered stream takes: this
+    // is the whole test process, and other tests run beside this one —
+    // SDK uploads and Node clients among them, which took it to 60 MiB.)
     let grew_mib = peak.saturating_sub(before) / 1024;
-    assert!(grew_mib < 60, "memory grew by {grew_mib} MiB");
+    assert!(grew_mib < 90, "memory grew by {grew_mib} MiB");
 
     let t = timeline_of(&srv, "big", "main", 4).await;
     let d = diag(&t[2]);

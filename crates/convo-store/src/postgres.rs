@@ -1169,7 +1169,7 @@ impl Tx for PgTx<'_> {
         let f = field.as_str();
         self.opt(
             &format!(
-                "SELECT hash FROM nodes WHERE kind = 4 AND ((diagnostics::jsonb) ->> '{f}') = $1 \
+                "SELECT hash FROM nodes WHERE kind = 4 AND convo_diag_field(diagnostics, '{f}') = $1 \
                  ORDER BY seq DESC LIMIT 1"
             ),
             &[&value],

@@ -811,7 +811,7 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
         }
         Be::Postgres => {
             "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
-             DROP INDEX nodes_by_thread_conversation; \
+             DROP INDEX nodes_by_thread_conversation; DROP FUNCTION convo_diag_field; \
              DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; \
              UPDATE convo_schema SET version = 5;"
         }
@@ -1806,6 +1806,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         Be::Postgres => {
             "DROP TABLE facts, search_index, search_state, redactions, chunks; \
              DROP INDEX nodes_by_thread, nodes_by_thread_response, nodes_by_thread_conversation; \
+             DROP FUNCTION convo_diag_field; \
              ALTER TABLE blobs DROP COLUMN chunked; \
              ALTER TABLE nodes DROP COLUMN ctx_turn; UPDATE convo_schema SET version = 1;"
         }
