@@ -129,6 +129,13 @@ impl Hub {
             match page {
                 Ok(page) => {
                     for n in &page {
+                        if self.tx.receiver_count() == 0 {
+                            // Nobody listens: a node (and its payload,
+                            // which may be a whole conversation) is not
+                            // serialized for no one.
+                            self.seen.store(n.stored.seq, Ordering::SeqCst);
+                            continue;
+                        }
                         let ev = Arc::new(Event::from_node(n));
                         self.seen.store(ev.seq, Ordering::SeqCst);
                         let _ = self.tx.send(ev);

@@ -4,8 +4,8 @@
 //! request of a session repeats the n−1 before it. A payload of at least
 //! [`CHUNKED_FROM`] bytes is therefore cut with FastCDC (the `fastcdc`
 //! crate, 2020 variant: cut points chosen by the content, so bytes that
-//! repeat are cut the same way wherever they sit) into chunks of 256 B to
-//! 4 KiB (1 KiB on average), each stored once in `chunks` under its
+//! repeat are cut the same way wherever they sit) into chunks of 128 B to
+//! 2 KiB (512 B on average), each stored once in `chunks` under its
 //! SHA-256. The payload's own row in `blobs` keeps its address (the
 //! payload's SHA-256, which the node commits to: node hashes do not
 //! change) and, instead of the bytes, a *manifest*.
@@ -38,9 +38,9 @@ use std::collections::HashSet;
 /// (one row, as before: bulk ingest of small payloads is unchanged).
 pub const CHUNKED_FROM: usize = 4 * 1024;
 /// FastCDC's smallest, average and largest chunk.
-const MIN_CHUNK: usize = 256;
-const AVG_CHUNK: usize = 1024;
-const MAX_CHUNK: usize = 4096;
+const MIN_CHUNK: usize = 128;
+const AVG_CHUNK: usize = 512;
+const MAX_CHUNK: usize = 2048;
 /// An index node holds at most this many entries.
 pub const MAX_FANOUT: usize = 64;
 /// A manifest holds at most this many entries.
