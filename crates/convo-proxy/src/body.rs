@@ -271,9 +271,7 @@ impl Facts {
             stream: value(top.stream).as_bool().unwrap_or(false),
             stream_options: !opts.is_null(),
             include_usage: opts.get("include_usage").and_then(Value::as_bool) == Some(true),
-            previous_response_id: value(top.previous_response_id)
-                .as_str()
-                .map(str::to_owned),
+            previous_response_id: value(top.previous_response_id).as_str().map(str::to_owned),
             conversation: conversation_id(&value(top.conversation)),
             messages: None,
         };
@@ -449,19 +447,24 @@ mod tests {
     /// normalized, then in RFC 8785 form.
     fn whole(msgs: &[Value]) -> String {
         let norm: Vec<Value> = msgs.iter().map(api::normalize).collect();
-        hex::encode(Sha256::digest(serde_jcs::to_string(&norm).unwrap().as_bytes()))
+        hex::encode(Sha256::digest(
+            serde_jcs::to_string(&norm).unwrap().as_bytes(),
+        ))
     }
 
     fn request(n: usize) -> (Vec<Value>, Vec<u8>) {
         let mut msgs = vec![json!({"role": "system", "content": "be brief"})];
         for i in 0..n {
-            msgs.push(json!({"role": "user", "content": [{"type": "text", "text": format!("q{i}")}]}));
+            msgs.push(
+                json!({"role": "user", "content": [{"type": "text", "text": format!("q{i}")}]}),
+            );
             msgs.push(json!({"role": "assistant", "content": format!("a{i}"), "refusal": null,
                 "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}));
             msgs.push(json!({"role": "tool", "tool_call_id": "c", "content": "ok"}));
         }
         msgs.push(json!({"role": "user", "content": "last one"}));
-        let body = serde_json::to_vec(&json!({"model": "m", "stream": true, "messages": msgs})).unwrap();
+        let body =
+            serde_json::to_vec(&json!({"model": "m", "stream": true, "messages": msgs})).unwrap();
         (msgs, body)
     }
 
@@ -497,11 +500,19 @@ mod tests {
         let msgs = api::messages(Api::Messages, Some(&v)).unwrap();
         let f = Facts::read(Api::Messages, body, Some(&Keys::default()));
         assert_eq!(f.messages.unwrap().before, Some(whole(&msgs[..3])));
-        let f = Facts::read(Api::Responses, br#"{"input":"hello","conversation":{"id":"c1"}}"#, None);
+        let f = Facts::read(
+            Api::Responses,
+            br#"{"input":"hello","conversation":{"id":"c1"}}"#,
+            None,
+        );
         assert_eq!(f.messages.unwrap().new_input, b"hello");
         assert_eq!(f.conversation.as_deref(), Some("c1"));
         // Duplicate keys: read as a document (the last one wins).
-        let f = Facts::read(Api::Chat, br#"{"model":"a","model":"b","messages":[]}"#, None);
+        let f = Facts::read(
+            Api::Chat,
+            br#"{"model":"a","model":"b","messages":[]}"#,
+            None,
+        );
         assert_eq!(f.model.as_deref(), Some("b"));
         assert!(Facts::read(Api::Chat, b"not json", None).messages.is_none());
     }

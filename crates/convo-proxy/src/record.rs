@@ -384,12 +384,7 @@ impl Exchange {
     /// [`Exchange::pair`] with the request and answer already read: a
     /// request resends the whole conversation, so it is read once per
     /// call, not once per draft.
-    fn pair_of(
-        &self,
-        agent: &str,
-        facts: &Facts,
-        resp: Option<&Value>,
-    ) -> Result<(Draft, Draft)> {
+    fn pair_of(&self, agent: &str, facts: &Facts, resp: Option<&Value>) -> Result<(Draft, Draft)> {
         let (rf, rt) = default_ends(Kind::Request, agent);
         let (sf, st) = default_ends(Kind::Response, agent);
         Ok((

@@ -286,7 +286,11 @@ fn record_one(
             // A retry of a failed attempt whose turn is still open.
             let mut spot = None;
             let awaits = spots.keys().any(|k| k.starts_with("retry:"))
-                || shared.threads.lock().map_err(|_| poisoned())?.awaits_retry();
+                || shared
+                    .threads
+                    .lock()
+                    .map_err(|_| poisoned())?
+                    .awaits_retry();
             if awaits && let Some(s) = find(shared, l, spots, &retry_key())? {
                 let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
                 if head == Some(s.node) {

@@ -293,9 +293,8 @@ pub(crate) fn assemble(
             let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
             let mut at = 0;
             c.read_chunks(&hashes, &mut |h, b| {
-                let b = b.ok_or_else(|| {
-                    corrupt(format!("payload chunk {} is missing", h.to_hex()))
-                })?;
+                let b =
+                    b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
                 let want = part[at].1;
                 at += 1;
                 if b.len() as u64 != want {
