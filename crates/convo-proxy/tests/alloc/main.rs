@@ -3,8 +3,10 @@
 //! [`convo_proxy::body::Facts`]; record the turn in the store) allocates
 //! about as often for a request of 1,000 messages as for one of 100, and
 //! holds no more than two copies of its body (the bytes received, the
-//! store's draft). Its own test binary: a global allocator counts the
-//! whole process.
+//! store's draft). Its own test binary, beside `tests/runner.rs` (and in
+//! a folder, so the workspace check does not take it for a module the
+//! runner forgot): a global allocator counts the whole process, so no
+//! other test may run beside it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use convo_core::BranchName;
