@@ -667,12 +667,14 @@ async fn infer(
             headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
             convo_proxy::record::RECORDED_REQUEST_HEADERS,
         ),
-        request_body: body.to_vec(),
+        request_body: body.clone(),
         started_at: crate::now_ms(),
         ..Default::default()
     };
-    let req_json = ex.request_json();
-    let req_diag = ex.request_diagnostics(req_json.as_ref());
+    // The request is read once (convo-proxy's `body.rs`), never parsed
+    // whole.
+    ex.facts = Some(ex.facts().into_owned());
+    let req_diag = ex.request_diagnostics();
     let payload = body.to_vec();
     let started = Instant::now();
     // (status, content type, body)
@@ -820,7 +822,7 @@ async fn infer(
             .await;
         match done {
             Ok((req, resp)) => {
-                turn.push(node(req, ex.request_body.clone()));
+                turn.push(node(req, ex.request_body.to_vec()));
                 turn.push(node(resp, ex.response_body.clone()));
             }
             Err(e) => {

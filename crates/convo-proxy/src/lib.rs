@@ -81,6 +81,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
+pub mod body;
 pub mod record;
 pub mod replay;
 pub mod sse;
@@ -206,6 +207,8 @@ struct Inner {
     failures: std::sync::atomic::AtomicU64,
     /// Set once an upstream rejected the `stream_options` the proxy adds.
     no_usage_option: std::sync::atomic::AtomicBool,
+    /// Conversations' hasher states ([`body::Keys`]).
+    keys: body::Keys,
 }
 
 fn base(url: &str) -> Result<String, ProxyError> {
@@ -240,6 +243,7 @@ impl Proxy {
                 replay: Mutex::default(),
                 failures: std::sync::atomic::AtomicU64::new(0),
                 no_usage_option: std::sync::atomic::AtomicBool::new(false),
+                keys: body::Keys::default(),
             }),
         })
     }
@@ -437,14 +441,16 @@ impl Proxy {
             url.push('?');
             url.push_str(q);
         }
-        let req_json = api::parse(&body);
+        // The body is read once (`body.rs`), never parsed whole, and held
+        // once: the exchange and the upstream request share its bytes.
+        let facts = body::Facts::read(api, &body, Some(&inner.keys));
         let changed = if inner
             .no_usage_option
             .load(std::sync::atomic::Ordering::Relaxed)
         {
             None
         } else {
-            api::add_include_usage(api, req_json.as_ref())
+            body::add_include_usage(api, &facts, &body)
         };
         let mut ex = Exchange {
             api: Some(api),
@@ -460,7 +466,8 @@ impl Proxy {
                     .map(|(k, v)| (k.as_str(), v.as_bytes())),
                 record::RECORDED_REQUEST_HEADERS,
             ),
-            request_body: body.to_vec(),
+            request_body: body.clone(),
+            facts: Some(facts),
             upstream_changes: changed
                 .as_ref()
                 .map(|_| json!({"stream_options.include_usage": true})),
@@ -513,7 +520,7 @@ impl Proxy {
             .client
             .request(method_r, &url)
             .headers(headers)
-            .body(changed.unwrap_or_else(|| body.to_vec()))
+            .body(changed.map_or_else(|| body.clone(), Bytes::from))
             .send()
             .await;
         // An upstream that rejects the `stream_options` the proxy added:
@@ -536,7 +543,7 @@ impl Proxy {
                 .client
                 .request(method_r, &url)
                 .headers(headers)
-                .body(body.to_vec())
+                .body(body.clone())
                 .send()
                 .await;
         }

@@ -39,6 +39,8 @@
 //! sk-…)`) is replaced by `REDACTED` ([`redact_secrets`]).
 
 use crate::api::{self, Api};
+use crate::body::Facts;
+use bytes::Bytes;
 use convo_api::default_ends;
 use convo_core::{BranchName, Diagnostics, Kind, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, Result, Store, StoreError, StoredNode};
@@ -223,7 +225,10 @@ pub struct Exchange {
     /// Allow-listed request headers ([`recorded_headers`]).
     pub request_headers: Map<String, Value>,
     /// The request body as the client sent it.
-    pub request_body: Vec<u8>,
+    pub request_body: Bytes,
+    /// What the request says, read once ([`Facts`]); read from
+    /// `request_body` when not given.
+    pub facts: Option<Facts>,
     /// What went upstream differently, when it did.
     pub upstream_changes: Option<Value>,
     /// The upstream, as [`public_url`].
@@ -269,6 +274,21 @@ impl Exchange {
         api::parse(&self.request_body)
     }
 
+    /// What the request says ([`Facts`]), read once.
+    pub fn facts(&self) -> std::borrow::Cow<'_, Facts> {
+        match &self.facts {
+            Some(f) => std::borrow::Cow::Borrowed(f),
+            None => std::borrow::Cow::Owned(Facts::read(self.api(), &self.request_body, None)),
+        }
+    }
+
+    /// The key a retry of this request is recognized by
+    /// ([`crate::thread::retry_key`]: the request in its canonical form,
+    /// so computed only when a retry is possible).
+    pub fn retry_key(&self) -> String {
+        crate::thread::retry_key(&self.method, &self.path, &self.request_body)
+    }
+
     /// The answer in the non-streamed shape (assembled for a stream).
     pub fn response_json(&self) -> Option<Value> {
         if self.streamed {
@@ -279,7 +299,11 @@ impl Exchange {
     }
 
     /// The `request` node's diagnostics.
-    pub fn request_diagnostics(&self, req: Option<&Value>) -> Value {
+    pub fn request_diagnostics(&self) -> Value {
+        self.request_diagnostics_of(&self.facts())
+    }
+
+    fn request_diagnostics_of(&self, facts: &Facts) -> Value {
         let mut d = Map::new();
         d.insert("api".into(), json!(self.api().as_str()));
         d.insert("method".into(), json!(self.method));
@@ -288,10 +312,10 @@ impl Exchange {
             "headers".into(),
             Value::Object(self.request_headers.clone()),
         );
-        if let Some(m) = api::model(req) {
+        if let Some(m) = &facts.model {
             d.insert("model".into(), json!(m));
         }
-        d.insert("stream".into(), json!(api::wants_stream(req)));
+        d.insert("stream".into(), json!(facts.stream));
         d.insert("upstream".into(), json!(self.upstream));
         if let Some(c) = &self.upstream_changes {
             d.insert("upstream_changes".into(), c.clone());
@@ -354,22 +378,13 @@ impl Exchange {
     /// The `request` and `response` drafts (the response answers the
     /// request; its sequence is set by the caller when needed).
     pub fn pair(&self, agent: &str) -> Result<(Draft, Draft)> {
-        self.pair_of(
-            agent,
-            self.request_json().as_ref(),
-            self.response_json().as_ref(),
-        )
+        self.pair_of(agent, &self.facts(), self.response_json().as_ref())
     }
 
-    /// [`Exchange::pair`] with the request and answer already parsed: a
-    /// request resends the whole conversation, so it is parsed once per
+    /// [`Exchange::pair`] with the request and answer already read: a
+    /// request resends the whole conversation, so it is read once per
     /// call, not once per draft.
-    fn pair_of(
-        &self,
-        agent: &str,
-        req: Option<&Value>,
-        resp: Option<&Value>,
-    ) -> Result<(Draft, Draft)> {
+    fn pair_of(&self, agent: &str, facts: &Facts, resp: Option<&Value>) -> Result<(Draft, Draft)> {
         let (rf, rt) = default_ends(Kind::Request, agent);
         let (sf, st) = default_ends(Kind::Response, agent);
         Ok((
@@ -377,8 +392,8 @@ impl Exchange {
                 Kind::Request,
                 rf,
                 rt,
-                self.request_body.clone(),
-                &self.request_diagnostics(req),
+                self.request_body.to_vec(),
+                &self.request_diagnostics_of(facts),
                 self.started_at,
             )?,
             draft(
@@ -394,16 +409,16 @@ impl Exchange {
 
     /// The four drafts of a whole turn: invoke, request, response, complete.
     pub fn turn(&self, agent: &str) -> Result<[Draft; 4]> {
-        let req = self.request_json();
+        let facts = self.facts();
         let resp = self.response_json();
         let api = self.api();
-        let input = match api::messages(api, req.as_ref()) {
-            Some(msgs) => api::new_input(&msgs),
+        let input = match &facts.messages {
+            Some(c) => c.new_input.clone(),
             None => format!("{} {}", self.method, self.path).into_bytes(),
         };
         let mut cdiag = Map::new();
         cdiag.insert("status".into(), json!(self.status));
-        if let Some(m) = api::model(resp.as_ref()).or_else(|| api::model(req.as_ref())) {
+        if let Some(m) = api::model(resp.as_ref()).or_else(|| facts.model.clone()) {
             cdiag.insert("model".into(), json!(m));
         }
         if let Some(u) = api::usage(api, resp.as_ref()) {
@@ -417,10 +432,12 @@ impl Exchange {
             Some(msg) => api::reply_text(api, msg),
             None => Vec::new(),
         };
-        if let Some(t) = crate::thread::key_after(api, req.as_ref(), answer.as_ref()) {
-            cdiag.insert("thread".into(), json!(t));
+        if let (Some(c), Some(a)) = (&facts.messages, &answer) {
+            cdiag.insert("thread".into(), json!(c.after.key_with(a)));
         }
-        for (field, key) in crate::thread::keys_also(api, req.as_ref(), resp.as_ref()) {
+        for (field, key) in
+            crate::thread::keys_also(api, facts.conversation.as_deref(), resp.as_ref())
+        {
             cdiag.insert(field.as_str().into(), json!(key));
         }
         if let Some(e) = self.error.as_ref().or(self.partial.as_ref()) {
@@ -428,7 +445,7 @@ impl Exchange {
         }
         let (inv_from, inv_to) = default_ends(Kind::Invoke, agent);
         let (c_from, c_to) = default_ends(Kind::Complete, agent);
-        let (request, response) = self.pair_of(agent, req.as_ref(), resp.as_ref())?;
+        let (request, response) = self.pair_of(agent, &facts, resp.as_ref())?;
         Ok([
             draft(
                 Kind::Invoke,
@@ -564,7 +581,6 @@ pub fn record_in(
         .session(session)?
         .ok_or_else(|| StoreError::NoSession(session.to_string()))?
         .agent;
-    let retry = crate::thread::retry_key(&ex.method, &ex.path, &ex.request_body);
     let retried = crate::thread::is_retried(ex.status);
     let mut closed = Vec::new();
     if in_open_submission(l, session, branch)? {
@@ -576,10 +592,10 @@ pub fn record_in(
                     whole_turn: false,
                 });
             }
-            Some((key, _)) if key == retry => {
+            Some((key, _)) if key == ex.retry_key() => {
                 let [_, request, mut response, complete] = ex.turn(&agent)?;
                 if retried {
-                    mark_awaiting(&mut response, &retry)?;
+                    mark_awaiting(&mut response, &key)?;
                 }
                 let req = l.append(session, branch, &request)?;
                 response.sequence = req.node.sequence;
@@ -610,7 +626,7 @@ pub fn record_in(
     }
     let [invoke, request, mut response, complete] = ex.turn(&agent)?;
     if retried {
-        mark_awaiting(&mut response, &retry)?;
+        mark_awaiting(&mut response, &ex.retry_key())?;
     }
     let inv = l.append(session, branch, &invoke)?;
     let req = l.append(session, branch, &request)?;

@@ -52,57 +52,18 @@ use std::collections::HashMap;
 /// The agent name of sessions the proxy creates.
 pub const PROXY_AGENT: &str = "proxy";
 
-fn hash_messages(msgs: &[Value]) -> Option<String> {
-    let norm: Vec<Value> = msgs.iter().map(api::normalize).collect();
-    let text = serde_jcs::to_string(&norm).ok()?;
-    Some(hex::encode(Sha256::digest(text.as_bytes())))
-}
-
 /// The key of what a request continues: its messages up to the last
-/// assistant message; `None` for a conversation's first request.
+/// assistant message; `None` for a conversation's first request (the
+/// proxy reads it with the rest of the request: [`crate::body::Facts`]).
 pub fn key_before(api: Api, req: Option<&Value>) -> Option<String> {
-    let msgs = api::messages(api, req)?;
-    let last = msgs.iter().rposition(|m| {
-        m.get("role").and_then(Value::as_str) == Some("assistant")
-            || matches!(
-                m.get("type").and_then(Value::as_str),
-                Some("function_call" | "reasoning")
-            )
-    })?;
-    // A Responses API answer is several output items: take them all.
-    let mut end = last + 1;
-    while end < msgs.len()
-        && msgs[end].get("role").is_none()
-        && msgs[end].get("type").and_then(Value::as_str) != Some("function_call_output")
-    {
-        end += 1;
-    }
-    hash_messages(&msgs[..end])
+    crate::body::Facts::of_value(api, req?).messages?.before
 }
 
 /// The keys a request continues, most specific first: the Responses
 /// API's `previous_response_id`, its `conversation`, then [`key_before`].
 pub fn lookup_keys(api: Api, req: Option<&Value>) -> Vec<String> {
-    let mut out = Vec::new();
-    if let Some(id) = req
-        .and_then(|r| r.get("previous_response_id"))
-        .and_then(Value::as_str)
-    {
-        out.push(format!("response:{id}"));
-    }
-    if let Some(c) = req.and_then(conversation_id) {
-        out.push(format!("conversation:{c}"));
-    }
-    out.extend(key_before(api, req));
-    out
-}
-
-/// A Responses API request's `conversation` (an id, or `{"id": …}`).
-fn conversation_id(req: &Value) -> Option<String> {
-    match req.get("conversation")? {
-        Value::String(s) => Some(s.clone()),
-        v => v.get("id")?.as_str().map(str::to_owned),
-    }
+    req.map(|r| crate::body::Facts::of_value(api, r).lookup_keys())
+        .unwrap_or_default()
 }
 
 /// The other keys a recorded turn can be continued by, each with the
@@ -111,7 +72,7 @@ fn conversation_id(req: &Value) -> Option<String> {
 /// (`thread_conversation`).
 pub fn keys_also(
     api: Api,
-    req: Option<&Value>,
+    conversation: Option<&str>,
     resp: Option<&Value>,
 ) -> Vec<(ThreadField, String)> {
     let mut out = Vec::new();
@@ -123,7 +84,7 @@ pub fn keys_also(
     {
         out.push((ThreadField::Response, format!("response:{id}")));
     }
-    if let Some(c) = req.and_then(conversation_id) {
+    if let Some(c) = conversation {
         out.push((ThreadField::Conversation, format!("conversation:{c}")));
     }
     out
@@ -159,12 +120,8 @@ pub fn retry_key(method: &str, path: &str, body: &[u8]) -> String {
 
 /// The key of the conversation after a call: its messages plus the answer.
 pub fn key_after(api: Api, req: Option<&Value>, answer: Option<&Value>) -> Option<String> {
-    let mut msgs = api::messages(api, req)?;
-    match answer? {
-        Value::Array(items) => msgs.extend(items.iter().cloned()),
-        one => msgs.push(one.clone()),
-    }
-    hash_messages(&msgs)
+    let c = crate::body::Facts::of_value(api, req?).messages?;
+    Some(c.after.key_with(answer?))
 }
 
 /// Where a conversation's latest turn is.
@@ -184,6 +141,9 @@ pub struct Spot {
 #[derive(Debug, Default)]
 pub struct ThreadIndex {
     map: HashMap<String, Spot>,
+    /// How many of the keys are retry keys (computing a request's retry
+    /// key reads it whole, so it is done only when one awaits).
+    retries: usize,
 }
 
 impl ThreadIndex {
@@ -194,7 +154,22 @@ impl ThreadIndex {
 
     /// Remembers a turn (the newest wins).
     pub fn insert(&mut self, key: String, spot: Spot) {
-        self.map.insert(key, spot);
+        let retry = key.starts_with("retry:");
+        if self.map.insert(key, spot).is_none() && retry {
+            self.retries += 1;
+        }
+    }
+
+    /// Forgets a key.
+    pub fn remove(&mut self, key: &str) {
+        if self.map.remove(key).is_some() && key.starts_with("retry:") {
+            self.retries -= 1;
+        }
+    }
+
+    /// Whether a failed attempt may await its retry.
+    pub fn awaits_retry(&self) -> bool {
+        self.retries > 0
     }
 
     /// The turn a key names in the store (one index probe): the newest
@@ -316,7 +291,7 @@ mod tests {
         );
         let resp = json!({"id":"resp_2","object":"response","output":[]});
         assert_eq!(
-            keys_also(Api::Responses, Some(&req), Some(&resp)),
+            keys_also(Api::Responses, Some("conv_9"), Some(&resp)),
             vec![
                 (ThreadField::Response, "response:resp_2".to_owned()),
                 (ThreadField::Conversation, "conversation:conv_9".to_owned())

@@ -238,7 +238,9 @@ fn record_one(
         Target::Auto if !api.is_conversation() => Some((shared.calls_title.clone(), "main".into())),
         Target::Auto => None,
     };
-    let retry = thread::retry_key(&ex.method, &ex.path, &ex.request_body);
+    // A request's retry key reads it whole: only when an attempt awaits one.
+    let retry = std::cell::OnceCell::new();
+    let retry_key = || retry.get_or_init(|| ex.retry_key()).clone();
     let mut then_fork = None;
     let (id, branch) = match named {
         Some((session, branch)) => {
@@ -281,17 +283,29 @@ fn record_one(
             }
         }
         None => {
-            let req = ex.request_json();
             // A retry of a failed attempt whose turn is still open.
             let mut spot = None;
-            if let Some(s) = find(shared, l, spots, &retry)? {
+            let awaits = spots.keys().any(|k| k.starts_with("retry:"))
+                || shared
+                    .threads
+                    .lock()
+                    .map_err(|_| poisoned())?
+                    .awaits_retry();
+            if awaits && let Some(s) = find(shared, l, spots, &retry_key())? {
                 let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
                 if head == Some(s.node) {
                     spot = Some((s, true));
+                } else if !spots.contains_key(&retry_key()) {
+                    // Answered since: no longer awaited.
+                    shared
+                        .threads
+                        .lock()
+                        .map_err(|_| poisoned())?
+                        .remove(&retry_key());
                 }
             }
             if spot.is_none() {
-                for k in thread::lookup_keys(api, req.as_ref()) {
+                for k in ex.facts().lookup_keys() {
                     if let Some(s) = find(shared, l, spots, &k)? {
                         spot = Some((s, false));
                         break;
@@ -313,6 +327,7 @@ fn record_one(
                     }
                 }
                 None => {
+                    let req = ex.request_json();
                     let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
                     let row = l.create_session(
                         SessionId::new_random(),
@@ -348,8 +363,8 @@ fn record_one(
             }
         } else if done.node.kind == convo_core::Kind::Response {
             // A failed attempt awaiting its retry.
-            spots.insert(retry.clone(), spot_of(done));
-            learnt.thread.push((retry, spot_of(done)));
+            spots.insert(retry_key(), spot_of(done));
+            learnt.thread.push((retry_key(), spot_of(done)));
         }
     }
     let last = rec

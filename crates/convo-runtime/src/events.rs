@@ -129,9 +129,16 @@ impl Hub {
             match page {
                 Ok(page) => {
                     for n in &page {
-                        let ev = Arc::new(Event::from_node(n));
-                        self.seen.store(ev.seq, Ordering::SeqCst);
-                        let _ = self.tx.send(ev);
+                        // Seen first: a subscriber that comes after reads
+                        // this node from the store in its catch-up.
+                        self.seen.store(n.stored.seq, Ordering::SeqCst);
+                        if self.tx.receiver_count() == 0 {
+                            // Nobody listens: a node (and its payload,
+                            // which may be a whole conversation) is not
+                            // serialized for no one.
+                            continue;
+                        }
+                        let _ = self.tx.send(Arc::new(Event::from_node(n)));
                     }
                     if page.is_empty() && sqlite {
                         let _ = poked.recv_timeout(Duration::from_millis(50));

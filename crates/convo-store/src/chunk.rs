@@ -4,8 +4,8 @@
 //! request of a session repeats the n−1 before it. A payload of at least
 //! [`CHUNKED_FROM`] bytes is therefore cut with FastCDC (the `fastcdc`
 //! crate, 2020 variant: cut points chosen by the content, so bytes that
-//! repeat are cut the same way wherever they sit) into chunks of 256 B to
-//! 4 KiB (1 KiB on average), each stored once in `chunks` under its
+//! repeat are cut the same way wherever they sit) into chunks of 128 B to
+//! 2 KiB (512 B on average), each stored once in `chunks` under its
 //! SHA-256. The payload's own row in `blobs` keeps its address (the
 //! payload's SHA-256, which the node commits to: node hashes do not
 //! change) and, instead of the bytes, a *manifest*.
@@ -38,9 +38,9 @@ use std::collections::HashSet;
 /// (one row, as before: bulk ingest of small payloads is unchanged).
 pub const CHUNKED_FROM: usize = 4 * 1024;
 /// FastCDC's smallest, average and largest chunk.
-const MIN_CHUNK: usize = 256;
-const AVG_CHUNK: usize = 1024;
-const MAX_CHUNK: usize = 4096;
+const MIN_CHUNK: usize = 128;
+const AVG_CHUNK: usize = 512;
+const MAX_CHUNK: usize = 2048;
 /// An index node holds at most this many entries.
 pub const MAX_FANOUT: usize = 64;
 /// A manifest holds at most this many entries.
@@ -57,11 +57,22 @@ pub(crate) trait Chunks {
     fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()>;
     /// The bytes stored under each hash, in order (`None` where nothing is).
     fn get_chunks(&mut self, hashes: &[Digest]) -> Result<Vec<Option<Vec<u8>>>>;
+    /// Calls `f` with the bytes stored under each hash, in order, borrowed
+    /// where the backend can (SQLite: no copy but the caller's).
+    fn read_chunks(&mut self, hashes: &[Digest], f: &mut ChunkVisitor<'_>) -> Result<()> {
+        for (h, b) in hashes.iter().zip(self.get_chunks(hashes)?) {
+            f(h, b.as_deref())?;
+        }
+        Ok(())
+    }
     /// Removes the chunks with these hashes.
     fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()>;
     /// Calls `f` with the address and manifest of every chunked payload.
     fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
 }
+
+/// What [`Chunks::read_chunks`] calls with each chunk.
+pub(crate) type ChunkVisitor<'a> = dyn FnMut(&Digest, Option<&[u8]>) -> Result<()> + 'a;
 
 fn sha(bytes: &[u8]) -> Digest {
     convo_core::hash::content_hash(bytes).0
@@ -276,6 +287,29 @@ pub(crate) fn assemble(
     let leaves = leaves(c, manifest, checked.as_deref_mut())?;
     let total: u64 = leaves.iter().map(|e| e.1).sum();
     let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
+    if checked.is_none() {
+        // Each chunk copied once, straight into the payload.
+        for part in leaves.chunks(BATCH) {
+            let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
+            let mut at = 0;
+            c.read_chunks(&hashes, &mut |h, b| {
+                let b =
+                    b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
+                let want = part[at].1;
+                at += 1;
+                if b.len() as u64 != want {
+                    return Err(corrupt(format!(
+                        "payload chunk {} holds {} bytes where its index says {want}",
+                        h.to_hex(),
+                        b.len()
+                    )));
+                }
+                out.extend_from_slice(b);
+                Ok(())
+            })?;
+        }
+        return Ok(out);
+    }
     for part in leaves.chunks(BATCH) {
         let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
         for ((h, len), b) in part.iter().zip(fetch(c, &hashes, checked.as_deref_mut())?) {

@@ -858,6 +858,30 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
             .collect()
     }
 
+    fn read_chunks(
+        &mut self,
+        hashes: &[Digest],
+        f: &mut crate::chunk::ChunkVisitor<'_>,
+    ) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare_cached("SELECT data FROM chunks WHERE k = ?1 AND hash = ?2")
+            .map_err(db)?;
+        for h in hashes {
+            let mut rows = st.query(params![key8(h), h.0.as_slice()]).map_err(db)?;
+            match rows.next().map_err(db)? {
+                Some(r) => match r.get_ref(0).map_err(db)? {
+                    rusqlite::types::ValueRef::Blob(b) | rusqlite::types::ValueRef::Text(b) => {
+                        f(h, Some(b))?
+                    }
+                    _ => f(h, None)?,
+                },
+                None => f(h, None)?,
+            }
+        }
+        Ok(())
+    }
+
     fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()> {
         let mut st = self
             .tx

@@ -1,0 +1,537 @@
+//! A request body read once: what recording a call needs from it.
+//!
+//! An agent resends its whole conversation with every call, so the n-th
+//! request carries n messages. Everything the proxy derives from a request
+//! (model, stream, the user's new input, the thread keys of [`thread`],
+//! whether to add `stream_options`) is read here in one pass over the
+//! bytes, without building a `serde_json::Value` of the request: the top
+//! level is read into borrowed slices ([`RawValue`]), each message stays a
+//! slice of the body until it is needed.
+//!
+//! The thread keys hash the conversation's messages in their canonical
+//! form ([`thread`](crate::thread)): SHA-256 over `[m1,m2,…]` in RFC 8785
+//! form, which is the same as feeding `[`, each message's canonical form
+//! and `,` between them into one SHA-256 ([`Chain`]). A hasher's state
+//! after the messages of one request is remembered ([`Keys`], in memory),
+//! under the SHA-256 of those messages' *bytes as sent*; the next request
+//! of the conversation starts with the same bytes, so it finds that state
+//! and parses and normalizes only the messages it adds. Per call, the
+//! history costs one SHA-256 pass over its bytes (to find the state), and
+//! no allocation that grows with it.
+//!
+//! [`thread`]: crate::thread
+
+use crate::api::{self, Api};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+/// The canonical hash of a list of messages, fed one message at a time:
+/// `[`, each message [normalized](api::normalize) in RFC 8785 form, `,`
+/// between them; [`Chain::key`] closes the list.
+#[derive(Clone)]
+pub struct Chain {
+    h: Sha256,
+    n: usize,
+}
+
+impl std::fmt::Debug for Chain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Chain").field("messages", &self.n).finish()
+    }
+}
+
+struct Feed<'a>(&'a mut Sha256);
+
+impl std::io::Write for Feed<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.update(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Default for Chain {
+    fn default() -> Chain {
+        let mut h = Sha256::new();
+        h.update(b"[");
+        Chain { h, n: 0 }
+    }
+}
+
+impl Chain {
+    /// Adds one message (as sent: it is normalized here).
+    pub fn push(&mut self, m: &Value) {
+        if self.n > 0 {
+            self.h.update(b",");
+        }
+        let _ = serde_jcs::to_writer(Feed(&mut self.h), &api::normalize(m));
+        self.n += 1;
+    }
+
+    /// The key of the messages so far (hex SHA-256).
+    pub fn key(&self) -> String {
+        let mut h = self.h.clone();
+        h.update(b"]");
+        hex::encode(h.finalize())
+    }
+
+    /// The key of the messages so far followed by an answer (one message,
+    /// or a Responses API answer's list of output items).
+    pub fn key_with(&self, answer: &Value) -> String {
+        let mut c = self.clone();
+        match answer {
+            Value::Array(items) => items.iter().for_each(|m| c.push(m)),
+            one => c.push(one),
+        }
+        c.key()
+    }
+}
+
+/// Whether a message ends what a next request continues: an assistant
+/// message or a Responses API output item sent back.
+fn answers(m: &Value) -> bool {
+    m.get("role").and_then(Value::as_str) == Some("assistant")
+        || matches!(
+            m.get("type").and_then(Value::as_str),
+            Some("function_call" | "reasoning")
+        )
+}
+
+/// A conversation read message by message: the hash so far, and where
+/// the last answer (and so the key of what a request continues) is.
+#[derive(Clone, Debug, Default)]
+struct Walk {
+    chain: Chain,
+    /// Index of the last answer.
+    last: Option<usize>,
+    /// Whether the messages since the last answer are its output items.
+    extending: bool,
+    /// The key of the messages up to the last answer and its items.
+    before: Option<String>,
+}
+
+impl Walk {
+    fn step(&mut self, m: &Value) {
+        let i = self.chain.n;
+        self.chain.push(m);
+        if answers(m) {
+            self.last = Some(i);
+            self.extending = true;
+            self.before = Some(self.chain.key());
+        } else if self.extending
+            && m.get("role").is_none()
+            && m.get("type").and_then(Value::as_str) != Some("function_call_output")
+        {
+            // A Responses API answer is several output items: all of them.
+            self.before = Some(self.chain.key());
+        } else {
+            self.extending = false;
+        }
+    }
+}
+
+/// The conversation a request carries.
+#[derive(Clone, Debug, Default)]
+pub struct Conversation {
+    /// The user's new input ([`api::new_input`]).
+    pub new_input: Vec<u8>,
+    /// The key of what the request continues (`None` for a first request).
+    pub before: Option<String>,
+    /// The hash of all its messages, to which the answer is added.
+    pub after: Chain,
+}
+
+/// What recording needs from a request body (see the module docs).
+#[derive(Clone, Debug, Default)]
+pub struct Facts {
+    /// The body is a JSON object.
+    pub object: bool,
+    /// `model`.
+    pub model: Option<String>,
+    /// `stream: true`.
+    pub stream: bool,
+    /// `stream_options` is there (not `null`).
+    pub stream_options: bool,
+    /// `stream_options.include_usage: true`.
+    pub include_usage: bool,
+    /// The Responses API's `previous_response_id`.
+    pub previous_response_id: Option<String>,
+    /// The Responses API's `conversation` (an id, or `{"id": …}`).
+    pub conversation: Option<String>,
+    /// The messages, when the API has a message list.
+    pub messages: Option<Conversation>,
+}
+
+/// Hasher states by the bytes of the messages they hashed: see the
+/// module docs. Bounded: past [`Keys::LIMIT`] states it starts over.
+#[derive(Debug, Default)]
+pub struct Keys {
+    map: Mutex<HashMap<[u8; 32], Walk>>,
+}
+
+impl Keys {
+    /// States kept at most (one per call of a conversation, about 200
+    /// bytes each).
+    pub const LIMIT: usize = 50_000;
+}
+
+/// The top level of a request, borrowed from its bytes.
+#[derive(Deserialize)]
+struct Top<'a> {
+    #[serde(borrow, default)]
+    model: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    stream_options: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    messages: Option<Vec<&'a RawValue>>,
+    #[serde(borrow, default)]
+    system: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    input: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    previous_response_id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    conversation: Option<&'a RawValue>,
+}
+
+fn value(raw: Option<&RawValue>) -> Value {
+    raw.and_then(|r| serde_json::from_str(r.get()).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// One message of a request: a slice of its bytes, or one the API implies
+/// (a Messages API `system`, a Responses API `input` string).
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    Message(&'a RawValue),
+    System(&'a RawValue),
+    Input(&'a RawValue),
+}
+
+impl Source<'_> {
+    fn bytes(&self) -> (u8, &str) {
+        match self {
+            Source::Message(r) => (b'm', r.get()),
+            Source::System(r) => (b's', r.get()),
+            Source::Input(r) => (b'i', r.get()),
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Source::Message(r) => value(Some(r)),
+            Source::System(r) => json!({"role": "system", "content": value(Some(r))}),
+            Source::Input(r) => json!({"role": "user", "content": value(Some(r))}),
+        }
+    }
+}
+
+/// The id of a list of messages extended by one (what [`Keys`] is keyed by).
+fn extend(id: &[u8; 32], s: &Source<'_>) -> [u8; 32] {
+    let (tag, bytes) = s.bytes();
+    let mut h = Sha256::new();
+    h.update(id);
+    h.update([tag]);
+    h.update((bytes.len() as u64).to_le_bytes());
+    h.update(bytes.as_bytes());
+    h.finalize().into()
+}
+
+impl Facts {
+    /// Reads a request body of `api` (see the module docs); `keys`, when
+    /// given, remembers conversations across calls.
+    pub fn read(api: Api, body: &[u8], keys: Option<&Keys>) -> Facts {
+        if body.is_empty() {
+            return Facts::default();
+        }
+        match serde_json::from_slice::<Top<'_>>(body) {
+            Ok(top) => Facts::of_top(api, &top, keys),
+            // Not an object, a key twice, `messages` not a list…: as a
+            // document (the lenient reading of `api`).
+            Err(_) => match serde_json::from_slice::<Value>(body) {
+                Ok(v) => Facts::of_value(api, &v),
+                Err(_) => Facts::default(),
+            },
+        }
+    }
+
+    fn of_top(api: Api, top: &Top<'_>, keys: Option<&Keys>) -> Facts {
+        let opts = value(top.stream_options);
+        let mut f = Facts {
+            object: true,
+            model: value(top.model).as_str().map(str::to_owned),
+            stream: value(top.stream).as_bool().unwrap_or(false),
+            stream_options: !opts.is_null(),
+            include_usage: opts.get("include_usage").and_then(Value::as_bool) == Some(true),
+            previous_response_id: value(top.previous_response_id).as_str().map(str::to_owned),
+            conversation: conversation_id(&value(top.conversation)),
+            messages: None,
+        };
+        let mut sources = Vec::new();
+        match api {
+            Api::Chat => {
+                let Some(m) = &top.messages else { return f };
+                sources.extend(m.iter().map(|r| Source::Message(r)));
+            }
+            Api::Messages => {
+                let Some(m) = &top.messages else { return f };
+                if let Some(s) = top.system {
+                    sources.push(Source::System(s));
+                }
+                sources.extend(m.iter().map(|r| Source::Message(r)));
+            }
+            Api::Responses => match top.input {
+                Some(r) if r.get().starts_with('"') => sources.push(Source::Input(r)),
+                Some(r) => match serde_json::from_str::<Vec<&RawValue>>(r.get()) {
+                    Ok(items) => sources.extend(items.into_iter().map(Source::Message)),
+                    Err(_) => return f,
+                },
+                None => return f,
+            },
+            _ => return f,
+        }
+        f.messages = Some(conversation(&sources, keys));
+        f
+    }
+
+    /// The same from a parsed document.
+    pub fn of_value(api: Api, v: &Value) -> Facts {
+        let opts = v.get("stream_options").unwrap_or(&Value::Null);
+        Facts {
+            object: v.is_object(),
+            model: api::model(Some(v)),
+            stream: api::wants_stream(Some(v)),
+            stream_options: !opts.is_null(),
+            include_usage: opts.get("include_usage").and_then(Value::as_bool) == Some(true),
+            previous_response_id: v
+                .get("previous_response_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            conversation: v.get("conversation").and_then(conversation_id),
+            messages: api::messages(api, Some(v)).map(|msgs| {
+                let mut w = Walk::default();
+                msgs.iter().for_each(|m| w.step(m));
+                let start = w.last.map_or(0, |i| i + 1);
+                Conversation {
+                    new_input: api::new_input(&msgs[start..]),
+                    before: w.before,
+                    after: w.chain,
+                }
+            }),
+        }
+    }
+
+    /// The keys a request continues, most specific first (see
+    /// [`thread::lookup_keys`](crate::thread::lookup_keys)).
+    pub fn lookup_keys(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if let Some(id) = &self.previous_response_id {
+            out.push(format!("response:{id}"));
+        }
+        if let Some(c) = &self.conversation {
+            out.push(format!("conversation:{c}"));
+        }
+        out.extend(self.messages.as_ref().and_then(|m| m.before.clone()));
+        out
+    }
+}
+
+/// A Responses API request's `conversation` (an id, or `{"id": …}`).
+pub fn conversation_id(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        v => v.get("id")?.as_str().map(str::to_owned),
+    }
+}
+
+/// Hashes a request's messages, starting from the state remembered for
+/// its longest known beginning.
+fn conversation(sources: &[Source<'_>], keys: Option<&Keys>) -> Conversation {
+    // The longest beginning whose state is remembered.
+    let mut id = [0u8; 32];
+    let mut known: Option<(usize, [u8; 32], Walk)> = None;
+    if let Some(k) = keys
+        && let Ok(map) = k.map.lock()
+    {
+        let mut best = None;
+        for (i, s) in sources.iter().enumerate() {
+            id = extend(&id, s);
+            if map.contains_key(&id) {
+                best = Some((i + 1, id));
+            }
+        }
+        known = best.and_then(|(n, id)| map.get(&id).map(|w| (n, id, w.clone())));
+    }
+    let (from, mut id, mut walk) = known.unwrap_or_default();
+    let mut added = Vec::with_capacity(sources.len() - from);
+    for s in &sources[from..] {
+        let v = s.value();
+        walk.step(&v);
+        if keys.is_some() {
+            id = extend(&id, s);
+        }
+        added.push(v);
+    }
+    let start = walk.last.map_or(0, |i| i + 1);
+    let new_input = if start >= from {
+        api::new_input(&added[start - from..])
+    } else {
+        // The input began in the part already known: read it again.
+        let tail: Vec<Value> = sources[start..from]
+            .iter()
+            .map(Source::value)
+            .chain(added)
+            .collect();
+        api::new_input(&tail)
+    };
+    if let Some(k) = keys
+        && from < sources.len()
+        && let Ok(mut map) = k.map.lock()
+    {
+        if map.len() >= Keys::LIMIT {
+            map.clear();
+        }
+        map.insert(id, walk.clone());
+    }
+    Conversation {
+        new_input,
+        before: walk.before,
+        after: walk.chain,
+    }
+}
+
+/// For a streamed chat completion whose client did not ask for usage, the
+/// body to send upstream with `stream_options.include_usage: true` added
+/// (so usage is recorded for streams too); `None` when nothing changes.
+/// The member is written in front of the others, so the body is copied
+/// once and never re-serialized (a `stream_options` already there without
+/// `include_usage` is set by [`api::add_include_usage`]).
+pub fn add_include_usage(api: Api, facts: &Facts, body: &[u8]) -> Option<Vec<u8>> {
+    if api != Api::Chat || !facts.stream || facts.include_usage || !facts.object {
+        return None;
+    }
+    if facts.stream_options {
+        return api::add_include_usage(api, api::parse(body).as_ref());
+    }
+    let open = body.iter().position(|b| *b == b'{')?;
+    let rest = &body[open + 1..];
+    let empty = rest
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_none_or(|b| *b == b'}');
+    const MEMBER: &[u8] = br#""stream_options":{"include_usage":true}"#;
+    let mut out = Vec::with_capacity(body.len() + MEMBER.len() + 1);
+    out.extend_from_slice(&body[..=open]);
+    out.extend_from_slice(MEMBER);
+    if !empty {
+        out.push(b',');
+    }
+    out.extend_from_slice(rest);
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The thread key as it was computed before: the whole list
+    /// normalized, then in RFC 8785 form.
+    fn whole(msgs: &[Value]) -> String {
+        let norm: Vec<Value> = msgs.iter().map(api::normalize).collect();
+        hex::encode(Sha256::digest(
+            serde_jcs::to_string(&norm).unwrap().as_bytes(),
+        ))
+    }
+
+    fn request(n: usize) -> (Vec<Value>, Vec<u8>) {
+        let mut msgs = vec![json!({"role": "system", "content": "be brief"})];
+        for i in 0..n {
+            msgs.push(
+                json!({"role": "user", "content": [{"type": "text", "text": format!("q{i}")}]}),
+            );
+            msgs.push(json!({"role": "assistant", "content": format!("a{i}"), "refusal": null,
+                "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}));
+            msgs.push(json!({"role": "tool", "tool_call_id": "c", "content": "ok"}));
+        }
+        msgs.push(json!({"role": "user", "content": "last one"}));
+        let body =
+            serde_json::to_vec(&json!({"model": "m", "stream": true, "messages": msgs})).unwrap();
+        (msgs, body)
+    }
+
+    #[test]
+    fn keys_hashed_a_message_at_a_time_are_the_whole_lists_and_remembered_states_agree() {
+        let keys = Keys::default();
+        for n in [0, 1, 2, 5, 6, 7] {
+            let (msgs, body) = request(n);
+            let last = msgs.iter().rposition(answers);
+            for remembered in [None, Some(&keys)] {
+                let f = Facts::read(Api::Chat, &body, remembered);
+                let c = f.messages.unwrap();
+                assert_eq!(c.before, last.map(|l| whole(&msgs[..=l])), "{n}");
+                let answer = json!({"role": "assistant", "content": "fine"});
+                let mut all = msgs.clone();
+                all.push(answer.clone());
+                assert_eq!(c.after.key_with(&answer), whole(&all));
+                assert_eq!(c.new_input, api::new_input(&msgs));
+                assert_eq!(f.model.as_deref(), Some("m"));
+                assert!(f.stream && !f.include_usage);
+            }
+        }
+        // The same request again is found whole; its input still read.
+        let (msgs, body) = request(7);
+        let again = Facts::read(Api::Chat, &body, Some(&keys));
+        assert_eq!(again.messages.unwrap().new_input, api::new_input(&msgs));
+    }
+
+    #[test]
+    fn the_messages_api_system_and_a_responses_input_string_are_messages() {
+        let body = br#"{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"yo"}]},{"role":"user","content":"more"}]}"#;
+        let v: Value = serde_json::from_slice(body).unwrap();
+        let msgs = api::messages(Api::Messages, Some(&v)).unwrap();
+        let f = Facts::read(Api::Messages, body, Some(&Keys::default()));
+        assert_eq!(f.messages.unwrap().before, Some(whole(&msgs[..3])));
+        let f = Facts::read(
+            Api::Responses,
+            br#"{"input":"hello","conversation":{"id":"c1"}}"#,
+            None,
+        );
+        assert_eq!(f.messages.unwrap().new_input, b"hello");
+        assert_eq!(f.conversation.as_deref(), Some("c1"));
+        // Duplicate keys: read as a document (the last one wins).
+        let f = Facts::read(
+            Api::Chat,
+            br#"{"model":"a","model":"b","messages":[]}"#,
+            None,
+        );
+        assert_eq!(f.model.as_deref(), Some("b"));
+        assert!(Facts::read(Api::Chat, b"not json", None).messages.is_none());
+    }
+
+    #[test]
+    fn include_usage_is_added_in_front_without_re_serializing() {
+        let f = |b: &[u8]| Facts::read(Api::Chat, b, None);
+        let b = br#" {"stream":true,"messages":[]}"#;
+        let out = add_include_usage(Api::Chat, &f(b), b).unwrap();
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["stream_options"]["include_usage"], true);
+        assert_eq!(v["stream"], true);
+        let b = br#"{"stream":true,"stream_options":{"x":1}}"#;
+        let v: Value =
+            serde_json::from_slice(&add_include_usage(Api::Chat, &f(b), b).unwrap()).unwrap();
+        assert_eq!(v["stream_options"], json!({"x": 1, "include_usage": true}));
+        let b = br#"{"stream":true,"stream_options":{"include_usage":true}}"#;
+        assert!(add_include_usage(Api::Chat, &f(b), b).is_none());
+        let b = br#"{"stream":false}"#;
+        assert!(add_include_usage(Api::Chat, &f(b), b).is_none());
+    }
+}
