@@ -249,3 +249,50 @@ fn otel_receiver_speaks_otlp_http() {
     let r = srv.req("POST", "/v1/logs", &json_ct, b"{}");
     assert_eq!(r.status, 200, "{}", r.text());
 }
+
+/// `convo otel --listen`: the receiver alone, from the same server
+/// assembly: OTLP recorded (seen by the CLI on the same store), the API
+/// and the web view not served, the Host and token guards as on `serve`.
+#[test]
+fn otel_standalone_receiver_records_behind_the_same_guards() {
+    let t = TestEnv::new();
+    let srv = Server::launch(
+        &t,
+        &[
+            "otel",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--token",
+            "otel-token",
+        ],
+    );
+    let json_ct = ("Content-Type", "application/json");
+    let auth = ("Authorization", "Bearer otel-token");
+    let body = span_json("5b8efff798038103d269b633813fc60c").to_string();
+    let r = srv.req("POST", "/v1/traces", &[json_ct], body.as_bytes());
+    assert_eq!(r.status, 401, "the token is wanted: {}", r.text());
+    let r = crate::serve_util::http_host(
+        &srv.addr,
+        "evil.example",
+        "POST",
+        "/v1/traces",
+        &[json_ct, auth],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 403, "a foreign Host is refused: {}", r.text());
+    let r = srv.req("POST", "/v1/traces", &[json_ct, auth], body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["partialSuccess"].is_null(), "a full success");
+    // Only the receiver: no API, no web view.
+    assert_eq!(srv.req("GET", "/api/v1/sessions", &[auth], b"").status, 404);
+    assert_eq!(srv.req("GET", "/", &[auth], b"").status, 404);
+    assert_eq!(srv.req("GET", "/v1/traces", &[auth], b"").status, 405);
+    assert_eq!(srv.req("GET", "/api/v1/health", &[auth], b"").status, 200);
+    let list = t.run(&["session", "list", "--json"]).json();
+    let sessions = list.as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{list}");
+    assert_eq!(sessions[0]["title"], "hi", "{list}");
+    let status = srv.stop();
+    assert!(status.success(), "convo otel stops cleanly: {status:?}");
+}

@@ -283,3 +283,15 @@ pub fn routes(limit: usize) -> axum::Router<AppState> {
         .route("/v1/logs", post(logs))
         .layer(Extension(InflatedLimit(limit)))
 }
+
+/// The receiver alone (`convo otel --listen`): the two routes (and the
+/// health check) behind the guards `convo serve` puts on its own, with the
+/// same error document for anything else.
+pub fn standalone(state: AppState, config: &crate::Config) -> axum::Router {
+    let app = routes(config.body_limit)
+        .route("/api/v1/health", axum::routing::get(crate::api::health))
+        .method_not_allowed_fallback(crate::api::method_not_allowed)
+        .with_state(state)
+        .fallback(crate::api::fallback);
+    crate::guarded(app, config, false)
+}
