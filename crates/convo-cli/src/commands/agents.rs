@@ -130,6 +130,7 @@ fn files_of(format: &str, path: &Path) -> Vec<PathBuf> {
     }
     match format {
         "codex" => convo_formats::codex::rollout_files(path),
+        "gemini-cli" => convo_formats::gemini_cli::session_files(path),
         _ => convo_formats::claude_code::session_files(path),
     }
 }

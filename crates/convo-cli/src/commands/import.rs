@@ -30,7 +30,7 @@ use std::process::ExitCode;
 ///   convo import conversations.json          # a ChatGPT or Claude export
 ///   convo import ~/chats/*.convo -v          # and print the new session ids
 ///   convo import history.jsonl --format openai --agent support-bot --json
-///   convo import ~/.claude/projects ~/.codex/sessions
+///   convo import ~/.claude/projects ~/.codex/sessions ~/.gemini/tmp
 ///   convo import --watch ~/.claude/projects ~/.codex/sessions
 ///   convo import --redact-secrets ~/.claude/projects
 #[derive(Args, Debug)]
@@ -42,7 +42,7 @@ pub struct ImportArgs {
     /// The files' format
     #[arg(long, default_value = "auto", value_parser = [
         "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm",
-        "claude-code", "codex"
+        "claude-code", "codex", "gemini-cli"
     ])]
     pub format: String,
     /// Agent name for the new sessions [default: from the file, else the format name]
