@@ -654,3 +654,36 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
     let v = t.run(&["verify"]);
     assert_eq!(v.code(), 0, "{}", v.stderr());
 }
+
+/// Gemini CLI chats end to end through the binary: the project folder
+/// imported (format detected), the session exported back byte for byte,
+/// found by `search --agent gemini-cli`; a branch refused with a hint.
+#[test]
+fn gemini_cli_chats_import_export_and_search_by_agent() {
+    let t = TestEnv::new();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/gemini-cli/source-016443b");
+    let chats = t.home().join("gemini/tmp/9c1a7f0e/chats");
+    std::fs::create_dir_all(&chats).unwrap();
+    let name = "session-2026-11-24T10-00-5e1f0c2a.jsonl";
+    let bytes = std::fs::read(src.join(name)).unwrap();
+    std::fs::write(chats.join(name), &bytes).unwrap();
+    let gemini_home = t.home().join("gemini");
+    let r = t
+        .run(&["import", gemini_home.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(r["created"].as_array().unwrap().len(), 1, "{r}");
+    let session = r["created"][0]["id"].as_str().unwrap().to_owned();
+    let back = t
+        .run(&["export", &session, "--format", "gemini-cli"])
+        .out
+        .stdout;
+    assert_eq!(back, bytes, "byte for byte");
+    let hits = t
+        .run(&["search", "vendored", "--agent", "gemini-cli", "--json"])
+        .json();
+    assert_eq!(hits["hits"][0]["node"]["session"], session.as_str(), "{hits}");
+    let r = t.run(&["export", &session, "--format", "gemini-cli", "--branch", "alt-1"]);
+    assert_ne!(r.code(), 0);
+    assert!(r.stderr().contains("cannot be written as a session yet"), "{}", r.stderr());
+}
