@@ -293,6 +293,39 @@ fn otel_standalone_receiver_records_behind_the_same_guards() {
     let sessions = list.as_array().unwrap();
     assert_eq!(sessions.len(), 1, "{list}");
     assert_eq!(sessions[0]["title"], "hi", "{list}");
+    // Forked by hand, then the conversation goes on over OTLP: the next
+    // call continues `main` (the receiver sees the new branch and reads
+    // the session again), the fork stays.
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    t.run(&["session", "fork", &id, "--from", "main@1", "--branch", "by-hand"])
+        .ok();
+    let mut next = span_json("5b8efff798038103d269b633813fc60c");
+    let span = &mut next["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+    span["spanId"] = json!("00f067aa0ba902b8");
+    span["startTimeUnixNano"] = json!("1800000002000000000");
+    span["endTimeUnixNano"] = json!("1800000003000000000");
+    span["attributes"] = json!([
+        {"key": "gen_ai.input.messages", "value": {"stringValue": json!([
+            {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+            {"role": "assistant", "parts": [{"type": "text", "content": "hello"}]},
+            {"role": "user", "parts": [{"type": "text", "content": "more?"}]}]).to_string()}},
+        {"key": "gen_ai.output.messages", "value": {"stringValue": json!([
+            {"role": "assistant", "parts": [{"type": "text", "content": "yes"}]}]).to_string()}}
+    ]);
+    let r = srv.req("POST", "/v1/traces", &[json_ct, auth], next.to_string().as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = t.run(&["log", &id, "--json"]).json();
+    // Newest first.
+    let payloads: Vec<&str> = log
+        .as_array()
+        .unwrap_or_else(|| panic!("{log}"))
+        .iter()
+        .map(|n| n["payload"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(payloads, ["yes", "more?", "hello", "hi"], "{log}");
+    let branches = t.run(&["branch", "list", &id, "--json"]).ok();
+    assert!(branches.contains("by-hand"), "{branches}");
+    assert_eq!(t.run(&["verify"]).code(), 0);
     let status = srv.stop();
     assert!(status.success(), "convo otel stops cleanly: {status:?}");
 }
