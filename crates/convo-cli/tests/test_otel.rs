@@ -101,7 +101,12 @@ fn otel_real_emitters_export_to_convo_serve() {
     let t = TestEnv::new();
     let srv = Server::start(&t, &[]);
     let mut seen: Vec<String> = Vec::new();
-    for mode in ["openai-v2-latest", "openinference", "openllmetry"] {
+    for mode in [
+        "openai-v2-latest",
+        "openinference",
+        "openllmetry",
+        "openai-agents",
+    ] {
         emit(&py, &srv, mode, &[]);
         let now = session_ids(&srv);
         let new: Vec<&String> = now.iter().filter(|s| !seen.contains(s)).collect();
