@@ -62,7 +62,11 @@ fn history(n: usize) -> Vec<Value> {
 }
 
 /// Decodes and records one export; (decode time, ingest time).
-fn receive(s: &mut Store, body: &[u8], cache: Option<&ThreadCache>) -> Result<(Duration, Duration)> {
+fn receive(
+    s: &mut Store,
+    body: &[u8],
+    cache: Option<&ThreadCache>,
+) -> Result<(Duration, Duration)> {
     let t = Instant::now();
     let req = otel::decode_traces(body, Encoding::Json, false, LIMIT)?;
     let calls = otel::calls_from_spans(&Batch::traces(&req));
@@ -203,7 +207,11 @@ pub fn otel() -> Result<Vec<Row>> {
 
 fn dir_bytes(d: &Scratch) -> Result<u64> {
     let mut n = 0;
-    let dir = d.db().parent().map(std::path::Path::to_path_buf).unwrap_or_default();
+    let dir = d
+        .db()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
     for e in std::fs::read_dir(dir)? {
         n += e?.metadata()?.len();
     }

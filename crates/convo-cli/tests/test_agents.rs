@@ -605,17 +605,26 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(dir.join(format!("{sid}.jsonl")), &text).unwrap();
     let r = t
-        .run(&["import", "--redact-secrets", "--json", dir.to_str().unwrap()])
+        .run(&[
+            "import",
+            "--redact-secrets",
+            "--json",
+            dir.to_str().unwrap(),
+        ])
         .json();
     assert_eq!(r["created"].as_array().unwrap().len(), 1, "{r}");
-    assert!(r["secrets"].as_u64().unwrap() >= 4, "key twice, bearer, private key: {r}");
+    assert!(
+        r["secrets"].as_u64().unwrap() >= 4,
+        "key twice, bearer, private key: {r}"
+    );
     assert_eq!(r["redacted"][0]["messages"], 3, "{r}");
     let session = r["created"][0]["id"].as_str().unwrap().to_owned();
-    let back = t
-        .run(&["export", &session, "--format", "claude-code"])
-        .ok();
+    let back = t.run(&["export", &session, "--format", "claude-code"]).ok();
     for secret in [key, bearer, "MIIEowIBAAKCAQEA7x"] {
-        assert!(!back.contains(secret), "{secret} left in the export:\n{back}");
+        assert!(
+            !back.contains(secret),
+            "{secret} left in the export:\n{back}"
+        );
     }
     let out: Vec<Value> = back
         .lines()
@@ -636,8 +645,13 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
         out[1]["message"]["content"][0]["id"], "toolu_01AbCdEfGhIjKlMnOpQrStUv",
         "the tool call id is an identifier, not a secret"
     );
-    assert_eq!(out[1]["message"]["usage"]["input_tokens"], 12, "numbers never change");
-    let cmd = out[1]["message"]["content"][0]["input"]["command"].as_str().unwrap();
+    assert_eq!(
+        out[1]["message"]["usage"]["input_tokens"], 12,
+        "numbers never change"
+    );
+    let cmd = out[1]["message"]["content"][0]["input"]["command"]
+        .as_str()
+        .unwrap();
     assert!(cmd.contains("OPENAI_API_KEY=REDACTED"), "{cmd}");
     // The stored messages hold no secret either, and the originals' digests are kept.
     let shown = t.run(&["log", &session, "--json"]).ok();
@@ -682,8 +696,23 @@ fn gemini_cli_chats_import_export_and_search_by_agent() {
     let hits = t
         .run(&["search", "vendored", "--agent", "gemini-cli", "--json"])
         .json();
-    assert_eq!(hits["hits"][0]["node"]["session"], session.as_str(), "{hits}");
-    let r = t.run(&["export", &session, "--format", "gemini-cli", "--branch", "alt-1"]);
+    assert_eq!(
+        hits["hits"][0]["node"]["session"],
+        session.as_str(),
+        "{hits}"
+    );
+    let r = t.run(&[
+        "export",
+        &session,
+        "--format",
+        "gemini-cli",
+        "--branch",
+        "alt-1",
+    ]);
     assert_ne!(r.code(), 0);
-    assert!(r.stderr().contains("cannot be written as a session yet"), "{}", r.stderr());
+    assert!(
+        r.stderr().contains("cannot be written as a session yet"),
+        "{}",
+        r.stderr()
+    );
 }

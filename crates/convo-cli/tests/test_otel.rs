@@ -302,8 +302,10 @@ fn otel_standalone_receiver_records_behind_the_same_guards() {
     // call continues `main` (the receiver sees the new branch and reads
     // the session again), the fork stays.
     let id = sessions[0]["id"].as_str().unwrap().to_owned();
-    t.run(&["session", "fork", &id, "--from", "main@1", "--branch", "by-hand"])
-        .ok();
+    t.run(&[
+        "session", "fork", &id, "--from", "main@1", "--branch", "by-hand",
+    ])
+    .ok();
     let mut next = span_json("5b8efff798038103d269b633813fc60c");
     let span = &mut next["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
     span["spanId"] = json!("00f067aa0ba902b8");
@@ -317,7 +319,12 @@ fn otel_standalone_receiver_records_behind_the_same_guards() {
         {"key": "gen_ai.output.messages", "value": {"stringValue": json!([
             {"role": "assistant", "parts": [{"type": "text", "content": "yes"}]}]).to_string()}}
     ]);
-    let r = srv.req("POST", "/v1/traces", &[json_ct, auth], next.to_string().as_bytes());
+    let r = srv.req(
+        "POST",
+        "/v1/traces",
+        &[json_ct, auth],
+        next.to_string().as_bytes(),
+    );
     assert_eq!(r.status, 200, "{}", r.text());
     let log = t.run(&["log", &id, "--json"]).json();
     // Newest first.

@@ -322,7 +322,14 @@ fn search_agent_keeps_one_agents_sessions() {
     }
     ingest(&t, &noisy, "main", &lines);
     let coder = t
-        .run(&["session", "new", "--agent", "claude-code", "--title", "coding"])
+        .run(&[
+            "session",
+            "new",
+            "--agent",
+            "claude-code",
+            "--title",
+            "coding",
+        ])
         .ok();
     ingest(
         &t,
@@ -333,12 +340,22 @@ fn search_agent_keeps_one_agents_sessions() {
             "\n",
         ),
     );
-    let all = t.run(&["search", "migration failed", "--json", "-n", "500"]).json();
+    let all = t
+        .run(&["search", "migration failed", "--json", "-n", "500"])
+        .json();
     assert_eq!(all["hits"].as_array().unwrap().len(), 151);
     let first = all["hits"][0]["node"]["session"].as_str().unwrap();
     assert_eq!(first, noisy.trim(), "the other agent ranks first");
     let r = t
-        .run(&["search", "migration failed", "--agent", "claude-code", "--json", "-n", "1"])
+        .run(&[
+            "search",
+            "migration failed",
+            "--agent",
+            "claude-code",
+            "--json",
+            "-n",
+            "1",
+        ])
         .json();
     let hits = r["hits"].as_array().unwrap();
     assert_eq!(hits.len(), 1, "{r}");

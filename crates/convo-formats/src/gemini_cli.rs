@@ -390,7 +390,8 @@ fn build(
         for (k, mut m) in ms.drain(..).enumerate() {
             m.parent = prev;
             if k == 0 && raw {
-                m.extra.insert("records".into(), Value::Array(std::mem::take(&mut recs)));
+                m.extra
+                    .insert("records".into(), Value::Array(std::mem::take(&mut recs)));
             }
             messages.push(m);
             prev = Some(messages.len() - 1);

@@ -283,12 +283,19 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
     let bytes = std::fs::read(&path).unwrap();
     let c = one("gemini-cli", &bytes);
     let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
-    assert_eq!(kept_lines(&c), (1..=n).collect::<Vec<_>>(), "each line once");
+    assert_eq!(
+        kept_lines(&c),
+        (1..=n).collect::<Vec<_>>(),
+        "each line once"
+    );
     assert_eq!(
         c.id.as_deref(),
         Some("5e1f0c2a-7b3d-4c8e-9f10-2a3b4c5d6e7f")
     );
-    assert_eq!(c.title.as_deref(), Some("Fix the missing foo.h build failure"));
+    assert_eq!(
+        c.title.as_deref(),
+        Some("Fix the missing foo.h build failure")
+    );
     let turns: Vec<(Role, String)> = c.turns().iter().map(|m| (m.role, m.text.clone())).collect();
     assert_eq!(
         turns,
@@ -296,7 +303,10 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
             (Role::User, "why does the build fail?".into()),
             (Role::ToolCall, "$ make".into()),
             (Role::Tool, "error: missing header foo.h".into()),
-            (Role::Assistant, "The build fails because foo.h is missing.".into()),
+            (
+                Role::Assistant,
+                "The build fails because foo.h is missing.".into()
+            ),
             (Role::User, "vendor it instead".into()),
             (Role::Assistant, "Vendored foo.h under third_party/.".into()),
         ],
@@ -305,12 +315,19 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
     let main = c.turns();
     assert_eq!(main[1].to.as_deref(), Some("run_shell_command"));
     assert_eq!(main[2].speaker, "run_shell_command");
-    assert_eq!(main[1].extra["usage"]["total"], 128, "the latest version of the record");
+    assert_eq!(
+        main[1].extra["usage"]["total"], 128,
+        "the latest version of the record"
+    );
     assert_eq!(main[5].model.as_deref(), Some("gemini-2.5-pro"));
     assert_eq!(c.timelines.len(), 2, "{:?}", c.timelines);
     let alt = c.path_to(c.timelines[1].leaf);
     let texts: Vec<&str> = alt.iter().map(|&i| c.messages[i].text.as_str()).collect();
-    assert_eq!(&texts[texts.len() - 2..], ["add it", "Added foo.h."], "the rewound branch is kept");
+    assert_eq!(
+        &texts[texts.len() - 2..],
+        ["add it", "Added foo.h."],
+        "the rewound branch is kept"
+    );
 
     // Imported, grown, exported: byte for byte, only the new lines added.
     let mut cut = 0;
@@ -336,7 +353,10 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
         "main (promoted) ends with the live conversation"
     );
     assert_eq!(s.branches(&o2.id()).unwrap().len(), 2);
-    assert_eq!(import(&mut s, "gemini-cli", &c), Outcome::Existing { id: o2.id() });
+    assert_eq!(
+        import(&mut s, "gemini-cli", &c),
+        Outcome::Existing { id: o2.id() }
+    );
     assert!(s.verify().unwrap().is_clean());
 }
 

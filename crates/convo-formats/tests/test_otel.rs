@@ -831,9 +831,7 @@ fn otel_cached_threading_stores_what_reading_the_store_gives() {
     let (one, two) = (otel::ThreadCache::new(), otel::ThreadCache::new());
     for (i, body) in bodies.iter().enumerate() {
         let calls = calls_of(body);
-        plain
-            .transaction(|l| otel::ingest(l, &calls, 0))
-            .unwrap();
+        plain.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
         // Two receivers on one store, each with its own cache.
         let cache = if i % 3 == 2 { &two } else { &one };
         cached

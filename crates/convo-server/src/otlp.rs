@@ -30,13 +30,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use convo_formats::otel::{self, Batch, Call, Encoding, Rejected, ThreadCache};
-use std::sync::Arc;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
+use std::sync::Arc;
 
 /// `google.rpc.Status`, the body of an OTLP error response.
 #[derive(Clone, PartialEq, prost::Message)]

@@ -160,7 +160,9 @@ fn import_file(
         }
         if found.secrets > 0 {
             report.secrets += found.secrets;
-            report.redacted.push(json!({"file": file.display().to_string(),
+            report
+                .redacted
+                .push(json!({"file": file.display().to_string(),
                 "secrets": found.secrets, "messages": found.messages}));
         }
     }

@@ -142,10 +142,10 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
         )));
     }
     if a.format == "gemini-cli" && (a.branch.is_some() || a.place) {
-        return Err(CommandError::user(
-            "a Gemini CLI branch cannot be written as a session yet",
-        )
-        .with_hint("export the whole session: convo export SESSION --format gemini-cli"));
+        return Err(
+            CommandError::user("a Gemini CLI branch cannot be written as a session yet")
+                .with_hint("export the whole session: convo export SESSION --format gemini-cli"),
+        );
     }
     let bytes: Vec<u8>;
     let mut new_id = None;

@@ -307,10 +307,20 @@ fn is_identifier(s: &str) -> bool {
         && parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
         && parts.iter().all(|p| hex(p));
     let digest = matches!(s.len(), 32 | 40 | 64) && hex(s);
-    let object = ["toolu_", "msg_", "call_", "resp_", "req_", "rs_", "fc_", "srvtoolu_"]
-        .iter()
-        .any(|p| s.starts_with(p))
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    let object = [
+        "toolu_",
+        "msg_",
+        "call_",
+        "resp_",
+        "req_",
+        "rs_",
+        "fc_",
+        "srvtoolu_",
+    ]
+    .iter()
+    .any(|p| s.starts_with(p))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
     uuid || digest || object
 }
 
