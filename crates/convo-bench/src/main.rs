@@ -19,6 +19,7 @@ mod floor;
 mod formatsbench;
 mod gitbench;
 mod harnessbench;
+mod otelbench;
 mod pgbench;
 mod proxybench;
 mod searchbench;
@@ -142,6 +143,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "search",
         "full-text search: ingest with the index, index catch-up, search vs a LIKE scan on 100,000 nodes",
         searchbench::search_figures,
+    ),
+    (
+        "otel",
+        "OTLP ingest: one more call at 1×/4×/16× session length, cached vs reading the session; spans/s; bytes stored",
+        otelbench::otel,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
     (

@@ -562,3 +562,157 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
     watcher.kill().unwrap();
     watcher.wait().unwrap();
 }
+
+/// `import --redact-secrets`: the credentials a transcript holds (an API
+/// key in a prompt, an `.env` assignment and a bearer token in a Bash
+/// call, a private key in a tool result) are replaced before anything is
+/// stored, the report counts them, the ids that thread the transcript are
+/// kept, export gives valid redacted lines (each keeping the original
+/// line's SHA-256), and the store verifies.
+#[test]
+fn import_redact_secrets_replaces_credentials_before_storing() {
+    let t = TestEnv::new();
+    let dir = t.home().join("projects").join("-home-me-proj");
+    std::fs::create_dir_all(&dir).unwrap();
+    let sid = "7c1d2e3f-4a5b-4c6d-8e9f-0a1b2c3d4e5f";
+    let key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr";
+    let bearer = "eyJhbGciOiJIUzI1NiJ9abcdefghijklmnopqrstuvwx";
+    let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x+abc/def==\n-----END RSA PRIVATE KEY-----";
+    let lines = [
+        json!({"parentUuid": null, "isSidechain": false, "type": "user",
+            "message": {"role": "user", "content": format!("my key is {key}, deploy please")},
+            "uuid": "00000000-0000-4000-8000-000000000001", "timestamp": "2026-11-24T10:00:00.000Z",
+            "sessionId": sid, "cwd": "/home/me/proj"}),
+        json!({"parentUuid": "00000000-0000-4000-8000-000000000001", "isSidechain": false,
+            "type": "assistant", "uuid": "00000000-0000-4000-8000-000000000002",
+            "timestamp": "2026-11-24T10:00:01.000Z", "sessionId": sid,
+            "message": {"id": "msg_01", "type": "message", "role": "assistant", "model": "claude-x",
+                "content": [{"type": "tool_use", "id": "toolu_01AbCdEfGhIjKlMnOpQrStUv", "name": "Bash",
+                    "input": {"command": format!("export OPENAI_API_KEY={key} && curl -H 'Authorization: Bearer {bearer}' https://api.example.com")}}],
+                "stop_reason": "tool_use", "usage": {"input_tokens": 12, "output_tokens": 3}}}),
+        json!({"parentUuid": "00000000-0000-4000-8000-000000000002", "isSidechain": false,
+            "type": "user", "uuid": "00000000-0000-4000-8000-000000000003",
+            "timestamp": "2026-11-24T10:00:02.000Z", "sessionId": sid,
+            "message": {"role": "user", "content": [{"tool_use_id": "toolu_01AbCdEfGhIjKlMnOpQrStUv",
+                "type": "tool_result", "content": format!("deployed\n{pem}\n"), "is_error": false}]}}),
+        json!({"parentUuid": "00000000-0000-4000-8000-000000000003", "isSidechain": false,
+            "type": "assistant", "uuid": "00000000-0000-4000-8000-000000000004",
+            "timestamp": "2026-11-24T10:00:03.000Z", "sessionId": sid,
+            "message": {"id": "msg_02", "type": "message", "role": "assistant", "model": "claude-x",
+                "content": [{"type": "text", "text": "Deployed; nothing secret here."}],
+                "stop_reason": "end_turn", "usage": {"input_tokens": 20, "output_tokens": 5}}}),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(dir.join(format!("{sid}.jsonl")), &text).unwrap();
+    let r = t
+        .run(&[
+            "import",
+            "--redact-secrets",
+            "--json",
+            dir.to_str().unwrap(),
+        ])
+        .json();
+    assert_eq!(r["created"].as_array().unwrap().len(), 1, "{r}");
+    assert!(
+        r["secrets"].as_u64().unwrap() >= 4,
+        "key twice, bearer, private key: {r}"
+    );
+    assert_eq!(r["redacted"][0]["messages"], 3, "{r}");
+    let session = r["created"][0]["id"].as_str().unwrap().to_owned();
+    let back = t.run(&["export", &session, "--format", "claude-code"]).ok();
+    for secret in [key, bearer, "MIIEowIBAAKCAQEA7x"] {
+        assert!(
+            !back.contains(secret),
+            "{secret} left in the export:\n{back}"
+        );
+    }
+    let out: Vec<Value> = back
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("every exported line is JSON"))
+        .collect();
+    assert_eq!(out.len(), 4);
+    for (a, b) in out.iter().zip(&lines) {
+        assert_eq!(a["uuid"], b["uuid"], "ids kept");
+        assert_eq!(a["parentUuid"], b["parentUuid"]);
+    }
+    assert_eq!(out[3], lines[3], "a line without secrets is untouched");
+    assert_eq!(
+        back.lines().nth(3).unwrap(),
+        text.lines().nth(3).unwrap(),
+        "byte for byte"
+    );
+    assert_eq!(
+        out[1]["message"]["content"][0]["id"], "toolu_01AbCdEfGhIjKlMnOpQrStUv",
+        "the tool call id is an identifier, not a secret"
+    );
+    assert_eq!(
+        out[1]["message"]["usage"]["input_tokens"], 12,
+        "numbers never change"
+    );
+    let cmd = out[1]["message"]["content"][0]["input"]["command"]
+        .as_str()
+        .unwrap();
+    assert!(cmd.contains("OPENAI_API_KEY=REDACTED"), "{cmd}");
+    // The stored messages hold no secret either, and the originals' digests are kept.
+    let shown = t.run(&["log", &session, "--json"]).ok();
+    assert!(!shown.contains(key) && !shown.contains(bearer), "{shown}");
+    let node = t.run(&["search", "deployed", "--json"]).json();
+    let hash = node["hits"][0]["node"]["hash"].as_str().unwrap().to_owned();
+    let full = t.run(&["show", &hash, "--json"]).ok();
+    assert!(full.contains("original_sha256"), "{full}");
+    let line2 = text.lines().nth(2).unwrap();
+    assert!(
+        full.contains(&convo_core::sha256(line2.as_bytes()).to_hex()),
+        "the original line's digest: {full}"
+    );
+    let v = t.run(&["verify"]);
+    assert_eq!(v.code(), 0, "{}", v.stderr());
+}
+
+/// Gemini CLI chats end to end through the binary: the project folder
+/// imported (format detected), the session exported back byte for byte,
+/// found by `search --agent gemini-cli`; a branch refused with a hint.
+#[test]
+fn gemini_cli_chats_import_export_and_search_by_agent() {
+    let t = TestEnv::new();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/gemini-cli/source-016443b");
+    let chats = t.home().join("gemini/tmp/9c1a7f0e/chats");
+    std::fs::create_dir_all(&chats).unwrap();
+    let name = "session-2026-11-24T10-00-5e1f0c2a.jsonl";
+    let bytes = std::fs::read(src.join(name)).unwrap();
+    std::fs::write(chats.join(name), &bytes).unwrap();
+    let gemini_home = t.home().join("gemini");
+    let r = t
+        .run(&["import", gemini_home.to_str().unwrap(), "--json"])
+        .json();
+    assert_eq!(r["created"].as_array().unwrap().len(), 1, "{r}");
+    let session = r["created"][0]["id"].as_str().unwrap().to_owned();
+    let back = t
+        .run(&["export", &session, "--format", "gemini-cli"])
+        .out
+        .stdout;
+    assert_eq!(back, bytes, "byte for byte");
+    let hits = t
+        .run(&["search", "vendored", "--agent", "gemini-cli", "--json"])
+        .json();
+    assert_eq!(
+        hits["hits"][0]["node"]["session"],
+        session.as_str(),
+        "{hits}"
+    );
+    let r = t.run(&[
+        "export",
+        &session,
+        "--format",
+        "gemini-cli",
+        "--branch",
+        "alt-1",
+    ]);
+    assert_ne!(r.code(), 0);
+    assert!(
+        r.stderr().contains("cannot be written as a session yet"),
+        "{}",
+        r.stderr()
+    );
+}

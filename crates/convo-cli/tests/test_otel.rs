@@ -101,7 +101,12 @@ fn otel_real_emitters_export_to_convo_serve() {
     let t = TestEnv::new();
     let srv = Server::start(&t, &[]);
     let mut seen: Vec<String> = Vec::new();
-    for mode in ["openai-v2-latest", "openinference", "openllmetry"] {
+    for mode in [
+        "openai-v2-latest",
+        "openinference",
+        "openllmetry",
+        "openai-agents",
+    ] {
         emit(&py, &srv, mode, &[]);
         let now = session_ids(&srv);
         let new: Vec<&String> = now.iter().filter(|s| !seen.contains(s)).collect();
@@ -248,4 +253,91 @@ fn otel_receiver_speaks_otlp_http() {
     // An empty export is a success.
     let r = srv.req("POST", "/v1/logs", &json_ct, b"{}");
     assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// `convo otel --listen`: the receiver alone, from the same server
+/// assembly: OTLP recorded (seen by the CLI on the same store), the API
+/// and the web view not served, the Host and token guards as on `serve`.
+#[test]
+fn otel_standalone_receiver_records_behind_the_same_guards() {
+    let t = TestEnv::new();
+    let srv = Server::launch(
+        &t,
+        &[
+            "otel",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--token",
+            "otel-token",
+        ],
+    );
+    let json_ct = ("Content-Type", "application/json");
+    let auth = ("Authorization", "Bearer otel-token");
+    let body = span_json("5b8efff798038103d269b633813fc60c").to_string();
+    let r = srv.req("POST", "/v1/traces", &[json_ct], body.as_bytes());
+    assert_eq!(r.status, 401, "the token is wanted: {}", r.text());
+    let r = crate::serve_util::http_host(
+        &srv.addr,
+        "evil.example",
+        "POST",
+        "/v1/traces",
+        &[json_ct, auth],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 403, "a foreign Host is refused: {}", r.text());
+    let r = srv.req("POST", "/v1/traces", &[json_ct, auth], body.as_bytes());
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["partialSuccess"].is_null(), "a full success");
+    // Only the receiver: no API, no web view.
+    assert_eq!(srv.req("GET", "/api/v1/sessions", &[auth], b"").status, 404);
+    assert_eq!(srv.req("GET", "/", &[auth], b"").status, 404);
+    assert_eq!(srv.req("GET", "/v1/traces", &[auth], b"").status, 405);
+    assert_eq!(srv.req("GET", "/api/v1/health", &[auth], b"").status, 200);
+    let list = t.run(&["session", "list", "--json"]).json();
+    let sessions = list.as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{list}");
+    assert_eq!(sessions[0]["title"], "hi", "{list}");
+    // Forked by hand, then the conversation goes on over OTLP: the next
+    // call continues `main` (the receiver sees the new branch and reads
+    // the session again), the fork stays.
+    let id = sessions[0]["id"].as_str().unwrap().to_owned();
+    t.run(&[
+        "session", "fork", &id, "--from", "main@1", "--branch", "by-hand",
+    ])
+    .ok();
+    let mut next = span_json("5b8efff798038103d269b633813fc60c");
+    let span = &mut next["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+    span["spanId"] = json!("00f067aa0ba902b8");
+    span["startTimeUnixNano"] = json!("1800000002000000000");
+    span["endTimeUnixNano"] = json!("1800000003000000000");
+    span["attributes"] = json!([
+        {"key": "gen_ai.input.messages", "value": {"stringValue": json!([
+            {"role": "user", "parts": [{"type": "text", "content": "hi"}]},
+            {"role": "assistant", "parts": [{"type": "text", "content": "hello"}]},
+            {"role": "user", "parts": [{"type": "text", "content": "more?"}]}]).to_string()}},
+        {"key": "gen_ai.output.messages", "value": {"stringValue": json!([
+            {"role": "assistant", "parts": [{"type": "text", "content": "yes"}]}]).to_string()}}
+    ]);
+    let r = srv.req(
+        "POST",
+        "/v1/traces",
+        &[json_ct, auth],
+        next.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let log = t.run(&["log", &id, "--json"]).json();
+    // Newest first.
+    let payloads: Vec<&str> = log
+        .as_array()
+        .unwrap_or_else(|| panic!("{log}"))
+        .iter()
+        .map(|n| n["payload"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(payloads, ["yes", "more?", "hello", "hi"], "{log}");
+    let branches = t.run(&["branch", "list", &id, "--json"]).ok();
+    assert!(branches.contains("by-hand"), "{branches}");
+    assert_eq!(t.run(&["verify"]).code(), 0);
+    let status = srv.stop();
+    assert!(status.success(), "convo otel stops cleanly: {status:?}");
 }

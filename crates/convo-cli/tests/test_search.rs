@@ -304,3 +304,62 @@ fn hits_in_a_one_timeline_session_carry_their_turns() {
         assert_eq!(hit["branches"], serde_json::json!(["main"]), "{word}: {r}");
     }
 }
+
+/// `--agent`: only the sessions of that agent, even when every better
+/// ranked hit belongs to another agent (more than the first batch the
+/// search asks the index for).
+#[test]
+fn search_agent_keeps_one_agents_sessions() {
+    let t = TestEnv::new();
+    let noisy = t
+        .run(&["session", "new", "--agent", "bot", "--title", "noise"])
+        .ok();
+    let mut lines = String::new();
+    for i in 0..150 {
+        lines.push_str(&format!(
+            "{{\"kind\":\"invoke\",\"payload\":\"migration failed {i}\"}}\n{{\"kind\":\"complete\",\"payload\":\"ok {i}\"}}\n"
+        ));
+    }
+    ingest(&t, &noisy, "main", &lines);
+    let coder = t
+        .run(&[
+            "session",
+            "new",
+            "--agent",
+            "claude-code",
+            "--title",
+            "coding",
+        ])
+        .ok();
+    ingest(
+        &t,
+        &coder,
+        "main",
+        concat!(
+            r#"{"kind":"invoke","payload":"Run the migration and tell me whether the migration failed; it is the long one with many steps and words around it"}"#,
+            "\n",
+        ),
+    );
+    let all = t
+        .run(&["search", "migration failed", "--json", "-n", "500"])
+        .json();
+    assert_eq!(all["hits"].as_array().unwrap().len(), 151);
+    let first = all["hits"][0]["node"]["session"].as_str().unwrap();
+    assert_eq!(first, noisy.trim(), "the other agent ranks first");
+    let r = t
+        .run(&[
+            "search",
+            "migration failed",
+            "--agent",
+            "claude-code",
+            "--json",
+            "-n",
+            "1",
+        ])
+        .json();
+    let hits = r["hits"].as_array().unwrap();
+    assert_eq!(hits.len(), 1, "{r}");
+    assert_eq!(hits[0]["node"]["session"], coder.trim());
+    let r = t.run(&["search", "migration", "--agent", "nobody"]);
+    assert_eq!(r.code(), 1, "no hit: {}", r.stderr());
+}

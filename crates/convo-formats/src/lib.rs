@@ -17,6 +17,7 @@
 //! | `llm`'s SQLite log (both schemas) | yes | | [`llm`] |
 //! | Claude Code transcripts (`~/.claude/projects`) | yes | byte-identical, and a branch as a session to resume | [`claude_code`] |
 //! | Codex rollouts (`~/.codex/sessions`) | yes | byte-identical, and a branch as a session to resume | [`codex`] |
+//! | Gemini CLI sessions (`~/.gemini/tmp`) | yes | byte-identical (`.jsonl`) | [`gemini_cli`] |
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
 //!
@@ -39,6 +40,7 @@ pub mod clog;
 pub mod codex;
 pub mod convo;
 mod error;
+pub mod gemini_cli;
 pub mod html;
 mod json;
 pub mod ledger;
@@ -132,12 +134,13 @@ pub const IMPORT_FORMATS: &[&str] = &[
     "llm",
     "claude-code",
     "codex",
+    "gemini-cli",
 ];
 
 /// The formats whose sessions keep every source line (`extra.records`):
 /// re-importing a longer file adds what is new, and an export gives the
 /// file back byte for byte.
-pub const AGENT_FORMATS: &[&str] = &["claude-code", "codex"];
+pub const AGENT_FORMATS: &[&str] = &["claude-code", "codex", "gemini-cli"];
 
 /// The names `--format` accepts for export.
 pub const EXPORT_FORMATS: &[&str] = &[
@@ -162,6 +165,7 @@ pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
         "llm" => Box::new(llm::Llm),
         "claude-code" => Box::new(claude_code::ClaudeCode),
         "codex" => Box::new(codex::Codex),
+        "gemini-cli" => Box::new(gemini_cli::GeminiCli),
         _ => return None,
     })
 }
@@ -197,10 +201,15 @@ pub fn detect(path: &Path) -> Result<&'static str> {
         {
             return Ok("claude-code");
         }
+        if let Some(f) = gemini_cli::session_files(path).first()
+            && detect(f) == Ok("gemini-cli")
+        {
+            return Ok("gemini-cli");
+        }
         return Err(Error::new(
             &name,
             "unknown-format",
-            "a folder must be a clog conversation (holding chat.jsonl) or a folder of them, Claude Code projects or Codex sessions",
+            "a folder must be a clog conversation (holding chat.jsonl) or a folder of them, Claude Code projects, Codex sessions or Gemini CLI chats",
         ));
     }
     let file_name = path
@@ -221,6 +230,9 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     }
     if claude_code::looks_like(&text) {
         return Ok("claude-code");
+    }
+    if gemini_cli::looks_like(&text) {
+        return Ok("gemini-cli");
     }
     let t = text.trim_start_matches('\u{feff}').trim_start();
     let has = |k: &str| text.contains(&format!("\"{k}\""));
@@ -250,7 +262,7 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     Err(Error::new(
         &name,
         "unknown-format",
-        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm|claude-code|codex",
+        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm|claude-code|codex|gemini-cli",
     ))
 }
 

@@ -251,3 +251,137 @@ fn transcripts_with_bad_lines_say_where_and_keep_what_they_can() {
     assert!(w.contains("t.jsonl:4: the last line has no newline"), "{w}");
     assert_eq!(lines_of(c), (1..=3).collect());
 }
+
+// ----- Gemini CLI ----------------------------------------------------------------
+
+/// Written from gemini-cli's chatRecordingService.ts (commit 016443b):
+/// a tool call recorded twice (its result filled in), a rewind, an `info`
+/// message, metadata updates.
+const GEMINI: &str = "gemini-cli/source-016443b/session-2026-11-24T10-00-5e1f0c2a.jsonl";
+const GEMINI_LEGACY: &str = "gemini-cli/legacy/session-2025-09-01T08-00-aa11bb22.json";
+
+fn kept_lines(c: &Conversation) -> Vec<u64> {
+    let mut out: Vec<u64> = c
+        .messages
+        .iter()
+        .filter_map(|m| m.extra.get("records").and_then(|r| r.as_array()))
+        .flatten()
+        .map(|r| r["line"].as_u64().unwrap())
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
+    let path = fixture(GEMINI);
+    assert_eq!(convo_formats::detect(&path).unwrap(), "gemini-cli");
+    assert_eq!(
+        convo_formats::detect(path.parent().unwrap()).unwrap(),
+        "gemini-cli"
+    );
+    let bytes = std::fs::read(&path).unwrap();
+    let c = one("gemini-cli", &bytes);
+    let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(
+        kept_lines(&c),
+        (1..=n).collect::<Vec<_>>(),
+        "each line once"
+    );
+    assert_eq!(
+        c.id.as_deref(),
+        Some("5e1f0c2a-7b3d-4c8e-9f10-2a3b4c5d6e7f")
+    );
+    assert_eq!(
+        c.title.as_deref(),
+        Some("Fix the missing foo.h build failure")
+    );
+    let turns: Vec<(Role, String)> = c.turns().iter().map(|m| (m.role, m.text.clone())).collect();
+    assert_eq!(
+        turns,
+        [
+            (Role::User, "why does the build fail?".into()),
+            (Role::ToolCall, "$ make".into()),
+            (Role::Tool, "error: missing header foo.h".into()),
+            (
+                Role::Assistant,
+                "The build fails because foo.h is missing.".into()
+            ),
+            (Role::User, "vendor it instead".into()),
+            (Role::Assistant, "Vendored foo.h under third_party/.".into()),
+        ],
+        "main is the conversation after the rewind"
+    );
+    let main = c.turns();
+    assert_eq!(main[1].to.as_deref(), Some("run_shell_command"));
+    assert_eq!(main[2].speaker, "run_shell_command");
+    assert_eq!(
+        main[1].extra["usage"]["total"], 128,
+        "the latest version of the record"
+    );
+    assert_eq!(main[5].model.as_deref(), Some("gemini-2.5-pro"));
+    assert_eq!(c.timelines.len(), 2, "{:?}", c.timelines);
+    let alt = c.path_to(c.timelines[1].leaf);
+    let texts: Vec<&str> = alt.iter().map(|&i| c.messages[i].text.as_str()).collect();
+    assert_eq!(
+        &texts[texts.len() - 2..],
+        ["add it", "Added foo.h."],
+        "the rewound branch is kept"
+    );
+
+    // Imported, grown, exported: byte for byte, only the new lines added.
+    let mut cut = 0;
+    for _ in 0..8 {
+        cut += bytes[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    }
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o1 = import(&mut s, "gemini-cli", &one("gemini-cli", &bytes[..cut]));
+    assert_eq!(joined(&mut s, &o1), &bytes[..cut]);
+    let o2 = import(&mut s, "gemini-cli", &c);
+    assert!(matches!(o2, Outcome::Updated { .. }), "{o2:?}");
+    assert_eq!(o2.id(), o1.id(), "same session");
+    assert_eq!(joined(&mut s, &o2), bytes, "byte for byte");
+    let tl = s.timeline(&o2.id(), &BranchName::main()).unwrap();
+    let answer = tl
+        .iter()
+        .rev()
+        .find(|n| n.stored.node.kind == Kind::Complete)
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&answer.payload),
+        "Vendored foo.h under third_party/.",
+        "main (promoted) ends with the live conversation"
+    );
+    assert_eq!(s.branches(&o2.id()).unwrap().len(), 2);
+    assert_eq!(
+        import(&mut s, "gemini-cli", &c),
+        Outcome::Existing { id: o2.id() }
+    );
+    assert!(s.verify().unwrap().is_clean());
+}
+
+#[test]
+fn gemini_cli_legacy_json_session_reads() {
+    let path = fixture(GEMINI_LEGACY);
+    assert_eq!(convo_formats::detect(&path).unwrap(), "gemini-cli");
+    let got = convo_formats::reader("gemini-cli")
+        .unwrap()
+        .read_path(&path)
+        .unwrap();
+    assert_eq!(got.conversations.len(), 1);
+    let c = &got.conversations[0];
+    let turns: Vec<(Role, String)> = c.turns().iter().map(|m| (m.role, m.text.clone())).collect();
+    assert_eq!(
+        turns,
+        [
+            (Role::User, "list the files".into()),
+            (Role::ToolCall, "{\n  \"path\": \"/p\"\n}".into()),
+            (Role::Tool, "a.txt\nb.txt".into()),
+            (Role::Assistant, "Two files: a.txt and b.txt.".into()),
+        ]
+    );
+    assert!(kept_lines(c).is_empty(), "no lines to keep");
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", c);
+    assert!(matches!(o, Outcome::Created { nodes: 4, .. }), "{o:?}");
+}

@@ -17,7 +17,10 @@
 //! body limit (compressed, and again after inflating), the Host rules.
 //!
 //! Everything else is `convo_formats::otel`: decoding, every dialect, the
-//! threading into sessions, written in one transaction per request.
+//! threading into sessions, written in one transaction per request. The
+//! routes keep one [`otel::ThreadCache`], so a request reads its session's
+//! branches, not all its nodes: ingest costs what a request carries, not
+//! what its session already holds.
 
 use crate::AppState;
 use crate::api::now;
@@ -26,13 +29,14 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use convo_formats::otel::{self, Batch, Call, Encoding, Rejected};
+use convo_formats::otel::{self, Batch, Call, Encoding, Rejected, ThreadCache};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
+use std::sync::Arc;
 
 /// `google.rpc.Status`, the body of an OTLP error response.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -138,6 +142,7 @@ enum Signal {
 /// encoding.
 async fn receive(
     st: AppState,
+    cache: Arc<ThreadCache>,
     limit: usize,
     headers: HeaderMap,
     body: Bytes,
@@ -193,7 +198,7 @@ async fn receive(
     if !calls.is_empty() {
         let written = st
             .pool
-            .run(move |s| s.transaction(|l| otel::ingest(l, &calls, now())))
+            .run(move |s| s.transaction(|l| otel::ingest_cached(l, &calls, now(), &cache)))
             .await;
         match written {
             Ok(w) => {
@@ -247,10 +252,11 @@ async fn receive(
 pub async fn traces(
     State(st): State<AppState>,
     Extension(limit): Extension<InflatedLimit>,
+    Extension(cache): Extension<Arc<ThreadCache>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    receive(st, limit.0, headers, body, Signal::Traces).await
+    receive(st, cache, limit.0, headers, body, Signal::Traces).await
 }
 
 /// OTLP/HTTP log export: GenAI events (per-message events, operation
@@ -264,10 +270,11 @@ pub async fn traces(
 pub async fn logs(
     State(st): State<AppState>,
     Extension(limit): Extension<InflatedLimit>,
+    Extension(cache): Extension<Arc<ThreadCache>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    receive(st, limit.0, headers, body, Signal::Logs).await
+    receive(st, cache, limit.0, headers, body, Signal::Logs).await
 }
 
 /// The largest body a gzipped request may inflate to.
@@ -275,11 +282,24 @@ pub async fn logs(
 pub struct InflatedLimit(pub usize);
 
 /// The two routes; `limit` bounds a body after inflating (the server's
-/// body limit bounds it before).
+/// body limit bounds it before). They share one threading cache.
 pub fn routes(limit: usize) -> axum::Router<AppState> {
     use axum::routing::post;
     axum::Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/logs", post(logs))
         .layer(Extension(InflatedLimit(limit)))
+        .layer(Extension(Arc::new(ThreadCache::new())))
+}
+
+/// The receiver alone (`convo otel --listen`): the two routes (and the
+/// health check) behind the guards `convo serve` puts on its own, with the
+/// same error document for anything else.
+pub fn standalone(state: AppState, config: &crate::Config) -> axum::Router {
+    let app = routes(config.body_limit)
+        .route("/api/v1/health", axum::routing::get(crate::api::health))
+        .method_not_allowed_fallback(crate::api::method_not_allowed)
+        .with_state(state)
+        .fallback(crate::api::fallback);
+    crate::guarded(app, config, false)
 }

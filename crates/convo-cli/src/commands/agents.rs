@@ -118,6 +118,9 @@ struct Report {
     failed: Vec<Value>,
     unchanged: usize,
     nodes: usize,
+    /// `--redact-secrets`: per file, what was replaced.
+    redacted: Vec<Value>,
+    secrets: usize,
 }
 
 /// The session files under a path given to `import`.
@@ -127,6 +130,7 @@ fn files_of(format: &str, path: &Path) -> Vec<PathBuf> {
     }
     match format {
         "codex" => convo_formats::codex::rollout_files(path),
+        "gemini-cli" => convo_formats::gemini_cli::session_files(path),
         _ => convo_formats::claude_code::session_files(path),
     }
 }
@@ -137,14 +141,30 @@ fn import_file(
     format: &'static str,
     file: &Path,
     agent: Option<&str>,
+    redact: bool,
     report: &mut Report,
 ) -> Result<(), String> {
     let reader = convo_formats::reader(format).ok_or("unknown format")?;
-    let got = reader
+    let mut got = reader
         .read_path(file)
         .map_err(|e| format_error(e).message_text().to_owned())?;
     for w in &got.warnings {
         eprintln!("warning: {w}");
+    }
+    if redact {
+        let mut found = super::import::Redacted::default();
+        for c in &mut got.conversations {
+            let r = super::import::redact_conversation(c);
+            found.secrets += r.secrets;
+            found.messages += r.messages;
+        }
+        if found.secrets > 0 {
+            report.secrets += found.secrets;
+            report
+                .redacted
+                .push(json!({"file": file.display().to_string(),
+                "secrets": found.secrets, "messages": found.messages}));
+        }
     }
     let refs: Vec<(&str, &convo_formats::Conversation)> =
         got.conversations.iter().map(|c| (format, c)).collect();
@@ -199,7 +219,14 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
                 report.unchanged += 1;
                 continue;
             }
-            match import_file(&mut store, format, &f, a.agent.as_deref(), &mut report) {
+            match import_file(
+                &mut store,
+                format,
+                &f,
+                a.agent.as_deref(),
+                a.redact_secrets,
+                &mut report,
+            ) {
                 Ok(()) => {
                     state.files.insert(key, now_look);
                     state.dirty = true;
@@ -237,7 +264,14 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
                     continue;
                 }
                 let mut r = Report::default();
-                match import_file(&mut store, format, &f, a.agent.as_deref(), &mut r) {
+                match import_file(
+                    &mut store,
+                    format,
+                    &f,
+                    a.agent.as_deref(),
+                    a.redact_secrets,
+                    &mut r,
+                ) {
                     Ok(()) => {
                         state.files.insert(key.clone(), now_look);
                         state.dirty = true;
@@ -269,6 +303,8 @@ fn print_report(r: &Report, a: &ImportArgs) -> CmdResult<()> {
             "nodes": r.nodes,
             "skipped": r.existing.len() + r.unchanged,
             "unchanged": r.unchanged,
+            "redacted": r.redacted,
+            "secrets": r.secrets,
         });
         crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
         return Ok(());
@@ -293,6 +329,23 @@ fn print_report(r: &Report, a: &ImportArgs) -> CmdResult<()> {
             format!("; {} failed", r.failed.len())
         }
     );
+    if a.redact_secrets {
+        eprintln!(
+            "redacted {} secret{} in {} file{}",
+            r.secrets,
+            if r.secrets == 1 { "" } else { "s" },
+            r.redacted.len(),
+            if r.redacted.len() == 1 { "" } else { "s" }
+        );
+        for f in &r.redacted {
+            eprintln!(
+                "  {}: {} in {} message(s)",
+                f["file"].as_str().unwrap_or_default(),
+                f["secrets"],
+                f["messages"]
+            );
+        }
+    }
     Ok(())
 }
 

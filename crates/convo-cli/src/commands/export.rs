@@ -22,6 +22,8 @@ use std::process::ExitCode;
 /// the turns the branch got in convo): with --place it is written where the
 /// agent looks (~/.claude/projects/<project>/, $CODEX_HOME/sessions/…) and
 /// its id printed, ready for `claude --resume ID` / `codex resume ID`.
+/// A Gemini CLI session (--format gemini-cli) comes back byte for byte;
+/// a branch of it cannot be written as a session yet.
 ///
 /// Examples:
 ///   convo export Paris --format markdown | less
@@ -38,7 +40,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub branch: Option<String>,
     /// The format to write
-    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex"])]
+    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli"])]
     pub format: String,
     /// (claude-code, codex) write the branch as a new session where the
     /// agent finds it, and print its id
@@ -138,6 +140,12 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             "session {} was not imported from a {} transcript: it has no source lines to write",
             s.id, a.format
         )));
+    }
+    if a.format == "gemini-cli" && (a.branch.is_some() || a.place) {
+        return Err(
+            CommandError::user("a Gemini CLI branch cannot be written as a session yet")
+                .with_hint("export the whole session: convo export SESSION --format gemini-cli"),
+        );
     }
     let bytes: Vec<u8>;
     let mut new_id = None;

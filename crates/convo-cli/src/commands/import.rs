@@ -30,8 +30,9 @@ use std::process::ExitCode;
 ///   convo import conversations.json          # a ChatGPT or Claude export
 ///   convo import ~/chats/*.convo -v          # and print the new session ids
 ///   convo import history.jsonl --format openai --agent support-bot --json
-///   convo import ~/.claude/projects ~/.codex/sessions
+///   convo import ~/.claude/projects ~/.codex/sessions ~/.gemini/tmp
 ///   convo import --watch ~/.claude/projects ~/.codex/sessions
+///   convo import --redact-secrets ~/.claude/projects
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ImportArgs {
@@ -41,7 +42,7 @@ pub struct ImportArgs {
     /// The files' format
     #[arg(long, default_value = "auto", value_parser = [
         "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm",
-        "claude-code", "codex"
+        "claude-code", "codex", "gemini-cli"
     ])]
     pub format: String,
     /// Agent name for the new sessions [default: from the file, else the format name]
@@ -58,6 +59,11 @@ pub struct ImportArgs {
     /// growing); stop with Ctrl-C
     #[arg(long)]
     pub watch: bool,
+    /// Replace credentials (API keys, bearer tokens, private keys,
+    /// key-like `name=value` pairs) by REDACTED before storing; the report
+    /// says how many. Export then gives the redacted lines
+    #[arg(long)]
+    pub redact_secrets: bool,
 }
 
 pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
@@ -110,6 +116,14 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         }
         read.extend(got.conversations.into_iter().map(|c| (format, c)));
     }
+    let mut redacted = Redacted::default();
+    if a.redact_secrets {
+        for (_, c) in &mut read {
+            let r = redact_conversation(c);
+            redacted.secrets += r.secrets;
+            redacted.messages += r.messages;
+        }
+    }
     if !agent_paths.is_empty() {
         if !read.is_empty() {
             return Err(CommandError::user(
@@ -153,6 +167,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
             "sessions": created.len(),
             "nodes": nodes,
             "skipped": existing.len(),
+            "redacted": {"secrets": redacted.secrets, "messages": redacted.messages},
         });
         crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
     } else {
@@ -174,6 +189,15 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
             if a.paths.len() == 1 { "" } else { "s" },
             existing.len()
         );
+        if a.redact_secrets {
+            eprintln!(
+                "redacted {} secret{} in {} message{}",
+                redacted.secrets,
+                if redacted.secrets == 1 { "" } else { "s" },
+                redacted.messages,
+                if redacted.messages == 1 { "" } else { "s" },
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -190,4 +214,148 @@ pub fn format_error(e: convo_formats::Error) -> CommandError {
         err = err.with_hint(h);
     }
     err
+}
+
+/// What `--redact-secrets` replaced in one conversation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Redacted {
+    /// Credentials replaced (message texts, extra fields and source lines).
+    pub secrets: usize,
+    /// Messages touched.
+    pub messages: usize,
+}
+
+/// `--redact-secrets`: replaces credentials in a conversation before it is
+/// stored, with the proxy's detector ([`convo_proxy::record::redact_secrets`]:
+/// known key prefixes, bearer/basic schemes, key-like `name=value` and
+/// `name: value` pairs, opaque runs of 32+ letters and digits) plus PEM
+/// private-key blocks, each replaced by `REDACTED`. It reads every string
+/// of a message: its text, its extra fields, and each source line it keeps
+/// (`extra.records[].raw`, parsed as JSON so only string values change;
+/// numbers and keys never do). A string that is one identifier as a whole
+/// (a UUID, a hex digest, an API object id such as `toolu_…`) is left:
+/// those thread the transcript. A source line that changed is written back
+/// as JSON (so export gives the redacted line, not the original bytes)
+/// and keeps `original_sha256`, the SHA-256 of the line as it was on
+/// disk, so the original can be matched but not recovered.
+pub fn redact_conversation(c: &mut Conversation) -> Redacted {
+    let mut out = Redacted::default();
+    for m in &mut c.messages {
+        let mut n = redact_text(&mut m.text);
+        for (k, v) in m.extra.iter_mut() {
+            if k == "records" {
+                n += redact_records(v);
+            } else {
+                n += redact_value(v);
+            }
+        }
+        if n > 0 {
+            out.secrets += n;
+            out.messages += 1;
+        }
+    }
+    out
+}
+
+fn redact_records(v: &mut serde_json::Value) -> usize {
+    let Some(records) = v.as_array_mut() else {
+        return 0;
+    };
+    let mut n = 0;
+    for r in records {
+        let Some(raw) = r.get("raw").and_then(serde_json::Value::as_str) else {
+            continue;
+        };
+        let Ok(mut line) = serde_json::from_str::<serde_json::Value>(raw) else {
+            // Not JSON (a cut line): redact it as text.
+            let mut text = raw.to_owned();
+            let k = redact_text(&mut text);
+            if k > 0 {
+                r["original_sha256"] = json!(convo_core::sha256(raw.as_bytes()).to_hex());
+                r["raw"] = json!(text);
+                n += k;
+            }
+            continue;
+        };
+        let k = redact_value(&mut line);
+        if k > 0 {
+            r["original_sha256"] = json!(convo_core::sha256(raw.as_bytes()).to_hex());
+            r["raw"] = json!(line.to_string());
+            n += k;
+        }
+    }
+    n
+}
+
+fn redact_value(v: &mut serde_json::Value) -> usize {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => redact_text(s),
+        Value::Array(a) => a.iter_mut().map(redact_value).sum(),
+        Value::Object(o) => o.values_mut().map(redact_value).sum(),
+        _ => 0,
+    }
+}
+
+/// A whole string that is an identifier, not a secret: a UUID, a hex
+/// digest, an API object id (`toolu_…`, `msg_…`, `call_…`, `resp_…`,
+/// `req_…`, `rs_…`, `fc_…`).
+fn is_identifier(s: &str) -> bool {
+    let hex = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_hexdigit());
+    let parts: Vec<&str> = s.split('-').collect();
+    let uuid = parts.len() == 5
+        && parts.iter().map(|p| p.len()).eq([8, 4, 4, 4, 12])
+        && parts.iter().all(|p| hex(p));
+    let digest = matches!(s.len(), 32 | 40 | 64) && hex(s);
+    let object = [
+        "toolu_",
+        "msg_",
+        "call_",
+        "resp_",
+        "req_",
+        "rs_",
+        "fc_",
+        "srvtoolu_",
+    ]
+    .iter()
+    .any(|p| s.starts_with(p))
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    uuid || digest || object
+}
+
+/// Redacts one string in place; the number of credentials replaced.
+fn redact_text(s: &mut String) -> usize {
+    if s.is_empty() || is_identifier(s) {
+        return 0;
+    }
+    let mut text = std::mem::take(s);
+    let before = text.matches("REDACTED").count();
+    // PEM private keys (`-----BEGIN … PRIVATE KEY-----` to its END line):
+    // the whole block.
+    let mut from = 0;
+    while let Some(i) = text[from..].find("-----BEGIN ").map(|i| from + i) {
+        let tail = &text[i..];
+        let head_end = tail[11..].find("-----").map(|e| 11 + e + 5);
+        let is_key = head_end.is_some_and(|e| tail[..e].ends_with("PRIVATE KEY-----"));
+        match (is_key, head_end) {
+            (true, Some(e)) => {
+                let end = tail[e..]
+                    .find("PRIVATE KEY-----")
+                    .map_or(tail.len(), |k| e + k + 16);
+                text.replace_range(i..i + end, "REDACTED");
+                from = i + 8;
+            }
+            _ => from = i + 11,
+        }
+    }
+    // The detector reads a header value: give it the text line by line.
+    let out = text
+        .split('\n')
+        .map(convo_proxy::record::redact_secrets)
+        .collect::<Vec<_>>()
+        .join("\n");
+    let n = out.matches("REDACTED").count().saturating_sub(before);
+    *s = out;
+    n
 }

@@ -15,6 +15,7 @@ pub mod import;
 pub mod ingest;
 pub mod log;
 pub mod migrate;
+pub mod otel;
 pub mod proxy;
 pub mod record;
 pub mod redact;
@@ -206,7 +207,8 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Chat(_)
         | Command::Replay(_)
         | Command::Redact(_)
-        | Command::Proxy(_) => Access::Write,
+        | Command::Proxy(_)
+        | Command::Otel(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
             | SessionCmd::Fork { .. }
@@ -343,5 +345,6 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Chat(a) => chat::run(&env, a),
         Command::Replay(a) => replay::run(&env, a),
         Command::Proxy(a) => proxy::run(&env, a),
+        Command::Otel(a) => otel::run(&env, a),
     }
 }

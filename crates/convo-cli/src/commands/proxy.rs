@@ -1,4 +1,4 @@
-use super::serve::{ServeArgs, run_server};
+use super::serve::{ServeArgs, Surface, run_server};
 use super::{CmdResult, Env};
 use clap::Args;
 
@@ -33,5 +33,5 @@ pub struct ProxyArgs {
 }
 
 pub fn run(env: &Env, a: ProxyArgs) -> CmdResult {
-    run_server(env, a.server, true)
+    run_server(env, a.server, Surface::Proxy)
 }

@@ -28,6 +28,7 @@ use std::process::ExitCode;
 ///   convo search 'capit* "of france"' --session Paris --kind complete
 ///   convo search timeout --since 2h -n 5
 ///   convo search 'rate limit' --json | jq -r '.hits[].node.hash'
+///   convo search "migration failed" --agent claude-code
 ///   convo search --reindex
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
@@ -41,6 +42,9 @@ pub struct SearchArgs {
     /// Only nodes on this timeline of the session
     #[arg(long, requires = "session")]
     pub branch: Option<String>,
+    /// Only sessions of this agent (exact name: claude-code, codex, an OTLP service name…)
+    #[arg(long, value_name = "NAME", conflicts_with = "session")]
+    pub agent: Option<String>,
     #[command(flatten)]
     pub filter: FilterArgs,
     /// Show at most this many hits
@@ -87,14 +91,17 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
         .as_deref()
         .map(|q| find_session(&mut store, q))
         .transpose()?;
-    let req = SearchRequest {
+    let mut req = SearchRequest {
         query,
         session: session.as_ref().map(|s| s.id),
         branch: a.branch.as_deref().map(branch_name).transpose()?,
         filter,
         limit: a.limit,
     };
-    let r = store.search(&req)?;
+    let r = match &a.agent {
+        None => store.search(&req)?,
+        Some(agent) => search_agent(&mut store, &mut req, agent)?,
+    };
     if a.json {
         let v = serde_json::to_value(
             <convo_api::SearchResults as convo_runtime::wire::FromStore<_>>::from_store(&r),
@@ -133,6 +140,35 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
 
 /// Brings the index up to date (or rebuilds it), with a progress bar
 /// when it takes a while; returns how many nodes it read.
+/// A search in the sessions of one agent: the index ranks across every
+/// session, so ask for more hits until `req.limit` of them are the agent's
+/// or the index has no more.
+fn search_agent(
+    store: &mut Store,
+    req: &mut SearchRequest,
+    agent: &str,
+) -> CmdResult<convo_store::search::SearchResults> {
+    let theirs: std::collections::HashSet<_> = store
+        .sessions()?
+        .into_iter()
+        .filter(|s| s.agent == agent)
+        .map(|s| s.id)
+        .collect();
+    let want = req.limit;
+    let mut ask = want.saturating_mul(4).max(64);
+    loop {
+        req.limit = ask;
+        let mut r = store.search(req)?;
+        let exhausted = r.hits.len() < ask;
+        r.hits.retain(|h| theirs.contains(&h.node.node.session));
+        if theirs.is_empty() || exhausted || r.hits.len() >= want {
+            r.hits.truncate(want);
+            return Ok(r);
+        }
+        ask = ask.saturating_mul(4);
+    }
+}
+
 fn update(store: &mut Store, rebuild: bool) -> CmdResult<u64> {
     let status = store.search_status()?;
     let todo = if rebuild { status.end } else { status.behind() };

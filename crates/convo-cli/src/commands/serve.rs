@@ -56,7 +56,7 @@ pub struct ServeArgs {
     pub upstream: UpstreamArgs,
 }
 
-fn allow_host(s: &str) -> Result<String, String> {
+pub(crate) fn allow_host(s: &str) -> Result<String, String> {
     convo_runtime::security::Hosts::check_name(s).map(|()| s.trim().to_owned())
 }
 
@@ -156,12 +156,29 @@ impl UpstreamArgs {
 }
 
 pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
-    run_server(env, a, false)
+    run_server(env, a, Surface::Serve)
 }
 
-/// `convo serve`, or with `proxy_only` `convo proxy`: the proxy's routes alone.
-pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
-    let name = if proxy_only { "proxy" } else { "serve" };
+/// What a server started by [`run_server`] serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// `convo serve`: everything (and the proxy with an upstream).
+    Serve,
+    /// `convo proxy`: the proxy's routes alone.
+    Proxy,
+    /// `convo otel`: the OTLP receiver alone.
+    Otel,
+}
+
+/// `convo serve`, `convo proxy` or `convo otel`: one server assembly,
+/// different routes.
+pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
+    let proxy_only = surface == Surface::Proxy;
+    let name = match surface {
+        Surface::Serve => "serve",
+        Surface::Proxy => "proxy",
+        Surface::Otel => "otel",
+    };
     if proxy_only && !a.upstream.any() {
         return Err(CommandError::user("convo proxy needs an upstream")
             .with_hint("pass --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL, or --replay SESSION"));
@@ -237,9 +254,15 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             eprintln!("convo {name}: replaying {} recorded calls", p.replay_len());
         }
         let summary = proxy.clone();
-        let mount = match (proxy, proxy_only) {
-            (Some(p), true) => convo_server::Mount::Alone(convo_proxy::standalone(p, &config)),
-            (Some(p), false) => convo_server::Mount::Beside(convo_proxy::router(p)),
+        let mount = match (proxy, surface) {
+            (_, Surface::Otel) => convo_server::Mount::Alone(convo_server::otlp::standalone(
+                st.clone(),
+                &config,
+            )),
+            (Some(p), Surface::Proxy) => {
+                convo_server::Mount::Alone(convo_proxy::standalone(p, &config))
+            }
+            (Some(p), _) => convo_server::Mount::Beside(convo_proxy::router(p)),
             (None, _) => convo_server::Mount::None,
         };
         eprintln!(

@@ -10,6 +10,10 @@ scripts/requirements-test.txt) around the real `openai` SDK:
   openai-v2-legacy  the same on semconv 1.30: per-message log events
   openinference     openinference-instrumentation-openai
   openllmetry       opentelemetry-instrumentation-openai (OpenLLMetry)
+  openai-agents     the OpenAI Agents SDK (openai-agents) with
+                    openinference-instrumentation-openai-agents as its
+                    trace processor (its own export to OpenAI turned off);
+                    the two runs under one agents trace
 
 The model is a scripted upstream in this process (a tool call, then
 answers). The exporters are the SDK's OTLP/HTTP protobuf exporters,
@@ -142,8 +146,51 @@ elif mode == "openllmetry":
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     OpenAIInstrumentor().instrument()
+elif mode == "openai-agents":
+    import agents
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
+
+    # No export to OpenAI's tracing backend: only the OTLP exporter above.
+    agents.set_trace_processors([])
+    OpenAIAgentsInstrumentor().instrument(tracer_provider=tp)
 else:
     sys.exit(f"unknown mode {mode}")
+
+base_url = f"http://127.0.0.1:{upstream.server_port}/v1"
+if mode == "openai-agents":
+    import asyncio
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner, function_tool
+    from agents import trace as agents_trace
+    from openai import AsyncOpenAI
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "18C sunny"
+
+    agent = Agent(
+        name="weather-agent",
+        instructions="You are terse.",
+        tools=[get_weather],
+        model=OpenAIChatCompletionsModel(
+            model="gpt-4o", openai_client=AsyncOpenAI(base_url=base_url, api_key="sk-test")
+        ),
+    )
+
+    async def run():
+        with agents_trace("weather"):
+            first = await Runner.run(agent, "Weather in Paris?")
+            await Runner.run(
+                agent, first.to_input_list() + [{"role": "user", "content": "And tomorrow?"}]
+            )
+
+    asyncio.run(run())
+    tp.force_flush()
+    lp.force_flush()
+    tp.shutdown()
+    lp.shutdown()
+    sys.exit(0)
 
 from openai import OpenAI  # noqa: E402
 

@@ -28,6 +28,18 @@
 //! what is stored once, only for which call's diagnostics a message
 //! carries. Calls of one request are taken oldest first.
 //!
+//! **Cost per request.** Threading needs each stored message's thread hash
+//! and each timeline's head. Read from the store, that is every node of
+//! the session, so a request would cost more as its session grows. A
+//! [`ThreadCache`] (the receiver keeps one) holds them between requests;
+//! a request then reads the session's row and its branches only, and
+//! takes the cached state when the branches (name, head, sealed) are the
+//! ones it left: every write to a session moves a head or adds a branch,
+//! so another writer (a second server, `convo fork`, a transaction that
+//! did not commit) is seen and the state read again. Bounded: at most
+//! [`CACHE_MESSAGES`] thread hashes in all, the least recently used
+//! sessions dropped first.
+//!
 //! Messages become nodes through [`message_drafts`] (the import mapping:
 //! user → invoke, tool call → request, tool result → response, answer →
 //! complete). Each new node's diagnostics carry `extra.otel.thread` (the
@@ -43,6 +55,7 @@ use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, StoreError};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 /// What an ingest wrote.
 #[derive(Clone, Default, PartialEq, Eq, Debug)]
@@ -62,8 +75,85 @@ pub fn session_id(thread: &str) -> SessionId {
     SessionId::derived(format!("otel:{thread}").as_bytes())
 }
 
-/// Records `calls` inside an open transaction (one per export request).
+/// The most thread hashes a [`ThreadCache`] keeps (about 100 bytes each).
+pub const CACHE_MESSAGES: usize = 250_000;
+
+/// Threading state kept between requests (see the module docs): a
+/// request then costs what it carries, not what its session holds.
+#[derive(Debug, Default)]
+pub struct ThreadCache {
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    threads: HashMap<SessionId, (u64, Thread)>,
+    tick: u64,
+    messages: usize,
+}
+
+impl ThreadCache {
+    /// An empty cache.
+    pub fn new() -> ThreadCache {
+        ThreadCache::default()
+    }
+
+    fn take(&self, id: &SessionId) -> Option<Thread> {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let (_, t) = c.threads.remove(id)?;
+        c.messages = c.messages.saturating_sub(t.known.len());
+        Some(t)
+    }
+
+    fn put(&self, t: Thread) {
+        if t.known.len() > CACHE_MESSAGES {
+            return;
+        }
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        c.tick += 1;
+        let tick = c.tick;
+        c.messages += t.known.len();
+        if let Some((_, old)) = c.threads.insert(t.id, (tick, t)) {
+            c.messages = c.messages.saturating_sub(old.known.len());
+        }
+        while c.messages > CACHE_MESSAGES {
+            let Some(oldest) = c
+                .threads
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(id, _)| *id)
+            else {
+                break;
+            };
+            if let Some((_, gone)) = c.threads.remove(&oldest) {
+                c.messages = c.messages.saturating_sub(gone.known.len());
+            }
+        }
+    }
+
+    /// Sessions held (for tests and benchmarks).
+    pub fn sessions(&self) -> usize {
+        self.inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .threads
+            .len()
+    }
+}
+
+/// Records `calls` inside an open transaction (one per export request),
+/// reading each session's threading state from the store.
 pub fn ingest(l: &mut Ledger<'_>, calls: &[Call], now: Millis) -> Result<Ingested, StoreError> {
+    ingest_cached(l, calls, now, &ThreadCache::new())
+}
+
+/// [`ingest`] with the threading state kept in `cache` between requests.
+pub fn ingest_cached(
+    l: &mut Ledger<'_>,
+    calls: &[Call],
+    now: Millis,
+    cache: &ThreadCache,
+) -> Result<Ingested, StoreError> {
     let mut by_thread: BTreeMap<&str, Vec<&Call>> = BTreeMap::new();
     for c in calls {
         by_thread.entry(c.thread.as_str()).or_default().push(c);
@@ -75,19 +165,39 @@ pub fn ingest(l: &mut Ledger<'_>, calls: &[Call], now: Millis) -> Result<Ingeste
     for (thread, mut cs) in by_thread {
         cs.sort_by(|a, b| (a.start, a.end, &a.span_id).cmp(&(b.start, b.end, &b.span_id)));
         out.sessions.push(session_id(thread));
-        Thread::open(l, thread, &cs, now)?.record(l, &cs, &mut out)?;
+        let mut t = Thread::open(l, thread, &cs, now, cache)?;
+        t.record(l, &cs, &mut out)?;
+        t.branches = branch_marks(l, &t.id)?;
+        cache.put(t);
     }
     Ok(out)
 }
 
+/// What a session's branches are: (name, head, sealed), by name. Any
+/// write to the session changes it.
+type Marks = Vec<(BranchName, Option<NodeHash>, bool)>;
+
+fn branch_marks(l: &mut Ledger<'_>, id: &SessionId) -> Result<Marks, StoreError> {
+    let mut v: Marks = l
+        .tx()
+        .branches(Some(id))?
+        .into_iter()
+        .map(|b| (b.name, b.head, b.sealed))
+        .collect();
+    v.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    Ok(v)
+}
+
 /// A session's threading state: which node each thread hash names, which
-/// node heads which timeline.
+/// node heads which timeline, and the branches it was read from.
+#[derive(Debug)]
 struct Thread {
     id: SessionId,
     agent: String,
     known: HashMap<String, NodeHash>,
     heads: HashMap<NodeHash, BranchName>,
     main_head: Option<NodeHash>,
+    branches: Marks,
 }
 
 impl Thread {
@@ -96,6 +206,7 @@ impl Thread {
         thread: &str,
         cs: &[&Call],
         now: Millis,
+        cache: &ThreadCache,
     ) -> Result<Thread, StoreError> {
         let id = session_id(thread);
         let row = match l.tx().session(&id)? {
@@ -115,6 +226,13 @@ impl Thread {
                 l.create_session(id, &agent, title.as_deref(), created)?
             }
         };
+        let branches = branch_marks(l, &id)?;
+        if let Some(t) = cache.take(&id)
+            && t.branches == branches
+            && t.agent == row.agent
+        {
+            return Ok(t);
+        }
         let mut known = HashMap::new();
         for (n, _) in l.tx().session_nodes(&id, false)? {
             let d = n.node.diagnostics.to_value();
@@ -141,6 +259,7 @@ impl Thread {
             known,
             heads,
             main_head,
+            branches,
         })
     }
 

@@ -21,7 +21,7 @@ pub mod dialect;
 pub mod ingest;
 
 pub use dialect::{Call, calls_from_logs, calls_from_spans};
-pub use ingest::{Ingested, ingest};
+pub use ingest::{Ingested, ThreadCache, ingest, ingest_cached};
 
 use crate::Error;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
