@@ -301,16 +301,31 @@ fn gap(
         .map(|(x, y)| (x + ra.start, y + rb.start))
         .chain([(ra.end, rb.end)])
     {
-        out.extend((i..x).map(|k| NodeDiff {
-            a: Some(k),
-            b: None,
-            same: false,
-        }));
-        out.extend((j..y).map(|k| NodeDiff {
-            a: None,
-            b: Some(k),
-            same: false,
-        }));
+        // The nodes only one side has, in the order they were recorded
+        // (by depth; at the same depth a fork node first, as it starts its
+        // timeline, else A's), so a fork node that starts B comes first.
+        let (mut p, mut q) = (i, j);
+        while p < x || q < y {
+            let take_a = if p >= x {
+                false
+            } else if q >= y {
+                true
+            } else {
+                let (da, db) = (a[p].ctx.depth, b[q].ctx.depth);
+                let b_forks = b[q].node.kind == Kind::Fork && a[p].node.kind != Kind::Fork;
+                da < db || (da == db && !b_forks)
+            };
+            out.push(NodeDiff {
+                a: take_a.then_some(p),
+                b: (!take_a).then_some(q),
+                same: false,
+            });
+            if take_a {
+                p += 1;
+            } else {
+                q += 1;
+            }
+        }
         if x < ra.end && y < rb.end {
             out.push(NodeDiff {
                 a: Some(x),
@@ -759,6 +774,7 @@ mod tests {
         let d = run(&refs(&a), &[(Kind::Fork, "")]);
         assert_eq!(pairs(&d).len(), 40_001);
         assert_eq!(d.turns.len(), 10_000);
+        assert_eq!(pairs(&d)[0], (None, Some(0), false), "the fork node first");
     }
 
     #[test]
