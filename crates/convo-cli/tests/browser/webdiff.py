@@ -83,10 +83,10 @@ def run(b, base, demo, shots):
         fail("the one change is not copy's fork node")
     if "the timeline `copy` starts here" not in b.eval("document.querySelector('.pair.only-b').textContent"):
         fail("the fork node does not say what it means")
-    same = b.eval("Array.from(document.querySelectorAll('.dturns .same')).map(e => e.textContent)")
+    same = b.eval("Array.from(document.querySelectorAll('.dturns .collapsed')).map(e => e.textContent)")
     if not any("38 unchanged nodes (turns 12–30)" in s for s in same):
         fail("turns 12-30, re-recorded the same, are not one collapsed line of 38 nodes: %r" % same)
-    if count(b, ".dturns .same a[href]") < 1:
+    if count(b, ".dturns .collapsed a[href]") < 1:
         fail("the collapsed stretch links nowhere")
     b.screenshot(os.path.join(shots, "webdiff-fork.png"))
 
@@ -123,7 +123,7 @@ def run(b, base, demo, shots):
         fail("page 1 of the long diff is %d bytes" % size)
     b.eval("document.querySelector('nav.pager a[rel=next]').click()")
     b.wait_for("location.search.includes('page=2')", "page 2")
-    b.wait_for("document.readyState === 'complete' && document.getElementById('diff')", "page 2 to load")
+    b.wait_for("document.readyState === 'complete' && document.getElementById('diff') !== null", "page 2 to load")
     if b.eval("document.getElementById('diff').dataset.page") != "2" or count(b, ".pair.only-a") < 1:
         fail("page 2 of the long diff shows nothing")
     print("webdiff: long diff page 1: %d bytes, %d pages" % (size, pages))
@@ -196,10 +196,10 @@ def run(b, base, demo, shots):
     if small < 11:
         fail("graph text is %.1f px tall on a phone" % small)
     clipped = b.eval("(() => { const f = document.querySelector('figure.graph svg').getBoundingClientRect();"
-                     " return Array.from(document.querySelectorAll('figure.graph text.label')).filter(t => {"
+                     " return Array.from(document.querySelectorAll('figure.graph text')).filter(t => {"
                      " const r = t.getBoundingClientRect(); return r.left < f.left - 1 || r.right > f.right + 1; }).length; })()")
     if clipped:
-        fail("%d graph labels are cut at the edge on a phone" % clipped)
+        fail("%d graph texts are cut at the edge on a phone" % clipped)
     if b.eval("document.documentElement.scrollWidth") > 400:
         fail("the session page scrolls sideways on a phone")
     b.screenshot(os.path.join(shots, "webdiff-graph-phone.png"))

@@ -159,7 +159,7 @@ impl View<'_> {
             Err(_) => format!("/sessions/{}/nodes/{}", self.sid, first.hash),
         };
         html! {
-            div.same {
+            div.collapsed {
                 a href=(href) {
                     "… " (nodes.len()) " unchanged node" @if nodes.len() != 1 { "s" }
                     @match (numbers.first(), numbers.last()) {

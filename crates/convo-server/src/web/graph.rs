@@ -250,16 +250,21 @@ pub(super) fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
         .filter(|i| row[*i].is_none())
         .map(|i| &lanes[i])
         .collect();
-    let max = lanes.iter().map(|l| l.end).max().unwrap_or(0).max(1);
-    // x in percent of the width (1%..97%), y in pixels.
-    let x = |t: u64| format!("{:.2}%", 2.0 + (t as f64 / max as f64) * 95.0);
+    // The turns drawn: from the first lane's start to the last head.
+    let lo = lanes.iter().map(|l| l.start).min().unwrap_or(0);
+    let max = lanes.iter().map(|l| l.end).max().unwrap_or(0).max(lo + 1);
+    // x in percent of the width (2%..97%), y in pixels.
+    let x = |t: u64| format!("{:.2}%", 2.0 + ((t - lo.min(t)) as f64 / (max - lo) as f64) * 95.0);
     let row_h = 46.0;
     let top = 8.0;
     let y = |k: usize| top + 26.0 + row_h * k as f64;
     let axis_y = top + row_h * drawn.len() as f64 + 8.0;
     let h = axis_y + 22.0;
-    let step = tick_step(max);
-    let ticks: Vec<u64> = (0..=max / step).map(|i| i * step).collect();
+    let step = tick_step(max - lo);
+    let ticks: Vec<u64> = std::iter::once(lo)
+        .chain((lo / step + 1..=max / step).map(|i| i * step))
+        .filter(|t| *t == lo || (t - lo) * 10 >= (max - lo))
+        .collect();
     let promotes: Vec<&Promote> = lanes.iter().flat_map(|l| &l.promotes).collect();
     html! {
         figure.graph {
@@ -283,9 +288,9 @@ pub(super) fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
                             circle.head cx=(x(l.end)) cy=(format!("{yy:.1}")) r="5" {}
                         }
                         @for p in &l.promotes {
-                            text.promote x=(x(p.at)) y=(format!("{:.1}", yy + 19.0)) { title { (promote_text(p)) } "★" }
+                            text.promote x=(x(p.at)) y=(format!("{:.1}", yy + 23.0)) { title { (promote_text(p)) } "★" }
                         }
-                        @let left = (l.start as f64) <= (max as f64) / 2.0;
+                        @let left = (l.start - lo.min(l.start)) * 2 <= max - lo;
                         text class=(if name == current { "label current" } else { "label" })
                             x=(if left { x(l.start) } else { x(l.end) }) y=(format!("{:.1}", yy - 9.0))
                             text-anchor=(if left { "start" } else { "end" }) {
@@ -296,9 +301,12 @@ pub(super) fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
                 }
                 line.axis x1=(x(0)) y1=(format!("{axis_y:.1}")) x2=(x(max)) y2=(format!("{axis_y:.1}")) {}
                 @for t in &ticks {
-                    text.tick x=(x(*t)) y=(format!("{:.1}", axis_y + 16.0)) { (t) }
+                    @if *t == lo {
+                        text.tick.first x=(x(*t)) y=(format!("{:.1}", axis_y + 16.0)) { "turn " (t) }
+                    } @else {
+                        text.tick x=(x(*t)) y=(format!("{:.1}", axis_y + 16.0)) { (t) }
+                    }
                 }
-                text.tick x="99%" y=(format!("{:.1}", axis_y - 4.0)) text-anchor="end" { "turn" }
             }
             figcaption {
                 "Each line is a timeline by turn, from its fork point (○, on the timeline it came from) to its head (●); "
