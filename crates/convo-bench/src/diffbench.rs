@@ -24,7 +24,11 @@ fn turns(from: u64, to: u64) -> Vec<convo_store::Draft> {
             let t = 1_770_000_000_000 + 4 * i as i64;
             [
                 draft(Kind::Invoke, &format!("Question {i}: what next?"), t),
-                draft(Kind::Request, &format!("{{\"prompt\":\"step {i}\"}}"), t + 1),
+                draft(
+                    Kind::Request,
+                    &format!("{{\"prompt\":\"step {i}\"}}"),
+                    t + 1,
+                ),
                 draft(Kind::Response, &format!("Step {i} is done."), t + 2),
                 draft(Kind::Complete, &format!("Answer {i}: it is done."), t + 3),
             ]
@@ -32,7 +36,13 @@ fn turns(from: u64, to: u64) -> Vec<convo_store::Draft> {
         .collect()
 }
 
-fn append(st: &mut Store, ses: &convo_core::SessionId, b: &BranchName, from: u64, to: u64) -> Result<Vec<convo_core::NodeHash>> {
+fn append(
+    st: &mut Store,
+    ses: &convo_core::SessionId,
+    b: &BranchName,
+    from: u64,
+    to: u64,
+) -> Result<Vec<convo_core::NodeHash>> {
     let mut out = Vec::new();
     let mut i = from;
     while i < to {
@@ -69,7 +79,9 @@ pub fn diff_page() -> Result<Vec<Row>> {
     for (scale, n) in SCALES {
         note(format!("diff: {n} turns"));
         let mut st = Store::open(&url)?;
-        let ses = st.create_session("bench", Some(&format!("diff {n}")), 0)?.id;
+        let ses = st
+            .create_session("bench", Some(&format!("diff {n}")), 0)?
+            .id;
         let main = BranchName::main();
         let hashes = append(&mut st, &ses, &main, 0, n)?;
         let at = HashPrefix::parse(&hashes[3].to_hex())?;
@@ -79,13 +91,21 @@ pub fn diff_page() -> Result<Vec<Row>> {
         st.fork(&ses, &at, &copy, 0)?;
         append(&mut st, &ses, &copy, 1, n)?;
         let path = |b: &str| format!("/sessions/{ses}/diff?a=main&b={b}");
-        got.push((scale, n, page(&addr, &path("early"))?, page(&addr, &path("copy"))?));
+        got.push((
+            scale,
+            n,
+            page(&addr, &path("early"))?,
+            page(&addr, &path("copy"))?,
+        ));
     }
     rt.shutdown_timeout(Duration::from_secs(1));
     let mut rows = Vec::new();
     let base = got[0];
     for (scale, n, (te, be), (tc, bc)) in got.iter().copied() {
-        let ok = te < Duration::from_millis(500) && be < 1_000_000 && tc < Duration::from_millis(500) && bc < 1_000_000;
+        let ok = te < Duration::from_millis(500)
+            && be < 1_000_000
+            && tc < Duration::from_millis(500)
+            && bc < 1_000_000;
         rows.push(Row::new(
             format!("26. serve: diff page 1 of a {n}-turn session forked at turn 1 ({scale}×): fork node only / every turn again"),
             format!("{} ({} KB) / {} ({} KB)", ms(te), be / 1000, ms(tc), bc / 1000),

@@ -210,7 +210,10 @@ fn references_turns_and_diff(backend: &str) {
     );
     assert_eq!(t2["nodes"][0]["a"], serde_json::Value::Null);
     assert_eq!(d["unchanged"], 1);
-    assert_eq!((d["page"].clone(), d["pages"].clone()), (serde_json::Value::Null, 1.into()));
+    assert_eq!(
+        (d["page"].clone(), d["pages"].clone()),
+        (serde_json::Value::Null, 1.into())
+    );
     let human = t
         .run(&["--color", "never", "diff", &s, "main", "retry"])
         .ok();

@@ -665,16 +665,27 @@ fn diff_cli_and_api_agree(backend: &str) {
                {"kind": "response", "payload": "522,000", "from": "search"},
                {"kind": "complete", "payload": "About 522,000."}]),
     );
-    for (a, b) in [("main", "retry"), ("retry", "main"), ("main@2", "retry"), ("main", "main")] {
+    for (a, b) in [
+        ("main", "retry"),
+        ("retry", "main"),
+        ("main@2", "retry"),
+        ("main", "main"),
+    ] {
         let cli = t.run(&["diff", &s, a, b, "--json"]).json();
         let api = srv
-            .get(&format!("/api/v1/sessions/{s}/diff?a={}&b={b}", a.replace('@', "%40")))
+            .get(&format!(
+                "/api/v1/sessions/{s}/diff?a={}&b={b}",
+                a.replace('@', "%40")
+            ))
             .expect(200);
         assert_eq!(cli, api, "diff {a} {b}: the CLI and the API differ");
     }
     let d = t.run(&["diff", &s, "main", "retry", "--json"]).json();
     assert_eq!(d["shared"], 2);
-    assert_eq!(d["unchanged"], 3, "turn 2 and turn 3's invoke: the same on both");
+    assert_eq!(
+        d["unchanged"], 3,
+        "turn 2 and turn 3's invoke: the same on both"
+    );
     let turns = d["turns"].as_array().unwrap();
     assert_eq!(turns.len(), 2);
     let changed = |t: &Value| -> Vec<(String, bool, bool)> {
@@ -683,7 +694,13 @@ fn diff_cli_and_api_agree(backend: &str) {
             .unwrap()
             .iter()
             .filter(|n| n["changed"] == true)
-            .map(|n| (n["kind"].as_str().unwrap().to_owned(), n["a"].is_null(), n["b"].is_null()))
+            .map(|n| {
+                (
+                    n["kind"].as_str().unwrap().to_owned(),
+                    n["a"].is_null(),
+                    n["b"].is_null(),
+                )
+            })
             .collect()
     };
     assert_eq!(changed(&turns[0]), [("fork".to_owned(), true, false)]);
@@ -695,7 +712,10 @@ fn diff_cli_and_api_agree(backend: &str) {
             ("complete".to_owned(), false, false)
         ]
     );
-    assert_eq!((turns[1]["a"].clone(), turns[1]["b"].clone()), (json!(3), json!(3)));
+    assert_eq!(
+        (turns[1]["a"].clone(), turns[1]["b"].clone()),
+        (json!(3), json!(3))
+    );
     // A page is the same document with `page` set; past the end, an error.
     let mut paged = srv
         .get(&format!("/api/v1/sessions/{s}/diff?a=main&b=retry&page=1"))
@@ -742,7 +762,10 @@ fn browser_diff_and_graph() {
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
     std::fs::create_dir_all(&shots).unwrap();
     let out = std::process::Command::new(py)
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/browser/webdiff.py"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/webdiff.py"
+        ))
         .arg(env!("CARGO_BIN_EXE_convo"))
         .arg(chromium)
         .arg(t.home())
@@ -755,7 +778,12 @@ fn browser_diff_and_graph() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    for shot in ["webdiff-desktop.png", "webdiff-phone.png", "webdiff-graph.png", "webdiff-graph-phone.png"] {
+    for shot in [
+        "webdiff-desktop.png",
+        "webdiff-phone.png",
+        "webdiff-graph.png",
+        "webdiff-graph-phone.png",
+    ] {
         assert!(shots.join(shot).exists(), "{shot}");
     }
 }

@@ -119,7 +119,10 @@ pub fn diff(
     let pages = d.pages(diff::PAGE_NODES);
     let range = match page {
         None => 0..d.turns.len(),
-        Some(p) => match usize::try_from(p).ok().and_then(|p| pages.get(p.checked_sub(1)?)) {
+        Some(p) => match usize::try_from(p)
+            .ok()
+            .and_then(|p| pages.get(p.checked_sub(1)?))
+        {
             Some(r) => r.clone(),
             None => {
                 return Err(StoreError::Invalid(format!(
@@ -135,7 +138,11 @@ pub fn diff(
     let side = |s: &Side, pick: fn(&diff::NodeDiff) -> Option<usize>| {
         let shown: Vec<usize> = match page {
             None => (0..s.added.len()).collect(),
-            Some(_) => turns.iter().flat_map(|t| &t.nodes).filter_map(pick).collect(),
+            Some(_) => turns
+                .iter()
+                .flat_map(|t| &t.nodes)
+                .filter_map(pick)
+                .collect(),
         };
         DiffSide {
             reference: s.label.clone(),

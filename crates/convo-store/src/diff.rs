@@ -748,7 +748,10 @@ mod tests {
         p.insert(d.b.added[5].hash, b"a2, better".to_vec());
         let lines = d.lines(&p, &d.turns[1].nodes[1]);
         assert_eq!(lines.len(), 2);
-        assert_eq!((lines[0].change, lines[1].change), (Change::Removed, Change::Added));
+        assert_eq!(
+            (lines[0].change, lines[1].change),
+            (Change::Removed, Change::Added)
+        );
     }
 
     #[test]
@@ -789,7 +792,10 @@ mod tests {
         let changed: Vec<_> = w.iter().filter(|(c, _)| *c != Change::Same).collect();
         assert_eq!(
             changed,
-            [&(Change::Removed, "2".to_owned()), &(Change::Added, "2.1".to_owned())]
+            [
+                &(Change::Removed, "2".to_owned()),
+                &(Change::Added, "2.1".to_owned())
+            ]
         );
     }
 

@@ -50,7 +50,10 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
     let d = diff(&mut store, &s.id, &a.a, &a.b)?;
     if a.json {
         let view = convo_runtime::wire::diff(&mut store, &d, None)?;
-        write_json(&mut Out::stdout(), &serde_json::to_value(&view).unwrap_or_default())?;
+        write_json(
+            &mut Out::stdout(),
+            &serde_json::to_value(&view).unwrap_or_default(),
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
     let payloads = payloads(&mut store, &d, 0..d.turns.len(), false)?;
@@ -114,7 +117,11 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
                 (d.node_b(n), "+", Style::Green),
             ] {
                 if let Some(e) = x.and_then(event_text) {
-                    writeln!(out, "    {}", paint(style, &format!("{sign}({})", clean(&e))))?;
+                    writeln!(
+                        out,
+                        "    {}",
+                        paint(style, &format!("{sign}({})", clean(&e)))
+                    )?;
                 }
             }
             for l in with_context(lines, a.context) {

@@ -27,8 +27,12 @@ pub(super) async fn diff_page(
     Path(q): Path<String>,
     Query(d): Query<DiffPageQuery>,
 ) -> Response {
-    let a = d.a.filter(|s| !s.is_empty()).unwrap_or_else(|| "main".into());
-    let b = d.b.filter(|s| !s.is_empty()).unwrap_or_else(|| "main".into());
+    let a =
+        d.a.filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "main".into());
+    let b =
+        d.b.filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "main".into());
     let page = d.page.unwrap_or(1);
     let (a2, b2) = (a.clone(), b.clone());
     let data = run(&st, move |s| {

@@ -130,8 +130,7 @@ pub(super) fn lanes(s: &mut Store, row: &SessionRow) -> convo_store::Result<Vec<
                             .as_ref()
                             .map(|e| e.branch.as_str().to_owned())
                             .unwrap_or_default(),
-                        sealed_as: event
-                            .and_then(|e| e.sealed_as.map(|s| s.as_str().to_owned())),
+                        sealed_as: event.and_then(|e| e.sealed_as.map(|s| s.as_str().to_owned())),
                     });
                 }
                 owner.insert(h, lane);
@@ -254,7 +253,12 @@ pub(super) fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
     let lo = lanes.iter().map(|l| l.start).min().unwrap_or(0);
     let max = lanes.iter().map(|l| l.end).max().unwrap_or(0).max(lo + 1);
     // x in percent of the width (2%..97%), y in pixels.
-    let x = |t: u64| format!("{:.2}%", 2.0 + ((t - lo.min(t)) as f64 / (max - lo) as f64) * 95.0);
+    let x = |t: u64| {
+        format!(
+            "{:.2}%",
+            2.0 + ((t - lo.min(t)) as f64 / (max - lo) as f64) * 95.0
+        )
+    };
     let row_h = 46.0;
     let top = 8.0;
     let y = |k: usize| top + 26.0 + row_h * k as f64;
