@@ -53,8 +53,11 @@ fn append(
     Ok(out)
 }
 
+/// A page's median round trip and bytes.
+type Measure = (Duration, usize);
+
 /// Page 1's median round trip and bytes.
-fn page(addr: &str, path: &str) -> Result<(Duration, usize)> {
+fn page(addr: &str, path: &str) -> Result<Measure> {
     let mut c = BufReader::new(TcpStream::connect(addr)?);
     let mut times = Vec::new();
     let mut bytes = 0;
@@ -75,7 +78,7 @@ pub fn diff_page() -> Result<Vec<Row>> {
     let url = dir.url("");
     drop(dir.store("")?);
     let (addr, rt) = start(&url)?;
-    let mut got: Vec<(u64, u64, (Duration, usize), (Duration, usize))> = Vec::new();
+    let mut got: Vec<(u64, u64, Measure, Measure)> = Vec::new();
     for (scale, n) in SCALES {
         note(format!("diff: {n} turns"));
         let mut st = Store::open(&url)?;
