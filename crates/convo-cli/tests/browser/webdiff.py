@@ -101,6 +101,7 @@ def run(b, base, demo, shots):
     inss = b.eval("Array.from(document.querySelectorAll('.pair.changed .words ins')).map(e => e.textContent)")
     if dels != ["2"] or inss != ["2.1"]:
         fail("the word diff marks %r / %r, not 2 → 2.1" % (dels, inss))
+    b.eval("document.querySelector('section.dturn:nth-of-type(2) h2').scrollIntoView()")
     b.screenshot(os.path.join(shots, "webdiff-desktop.png"))
 
     # A long diff is paged: 300 turns against a fork after turn 1 that
