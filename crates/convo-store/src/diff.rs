@@ -685,7 +685,10 @@ mod tests {
         assert_eq!(d.turns.len(), 50, "the fork node joins the first turn");
         assert_eq!((d.turns[0].a, d.turns[0].b), (Some(2), Some(2)));
         assert!(d.turns[0].changed() && !d.turns[1].changed());
-        assert_eq!(d.pages(PAGE_NODES), vec![std::ops::Range { start: 0, end: 50 }]);
+        assert_eq!(
+            d.pages(PAGE_NODES),
+            vec![std::ops::Range { start: 0, end: 50 }]
+        );
         assert_eq!(d.b.turn_numbers[0], None, "a fork between turns");
     }
 
@@ -702,7 +705,10 @@ mod tests {
     fn empty_sides() {
         let d = run(&[], &[]);
         assert!(d.turns.is_empty());
-        assert_eq!(d.pages(PAGE_NODES), vec![std::ops::Range { start: 0, end: 0 }]);
+        assert_eq!(
+            d.pages(PAGE_NODES),
+            vec![std::ops::Range { start: 0, end: 0 }]
+        );
         let a = turns(3, "x");
         let d = run(&refs(&a), &[]);
         assert_eq!(d.turns.len(), 3);
