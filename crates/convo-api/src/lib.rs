@@ -303,6 +303,105 @@ pub struct SearchResults {
     pub scanned: u64,
 }
 
+/// Two timelines of a session compared from their fork point (`convo diff
+/// --json`, `GET /api/v1/sessions/{id}/diff`: one document, one shape).
+///
+/// ```json
+/// {"session": "ses-…", "fork_point": { … }, "shared": 4, "common": 4,
+///  "a": {"ref": "main", "branch": "main", "count": 2, "added": [ … ]},
+///  "b": {"ref": "retry", "branch": "retry", "count": 3, "added": [ … ]},
+///  "turns": [{"a": 2, "b": 2, "changed": true, "nodes": [
+///    {"a": "<hash>", "b": null, "kind": "fork", "changed": true, "lines": []},
+///    {"a": "<hash>", "b": "<hash>", "kind": "complete", "changed": true,
+///     "lines": [{"op": "-", "text": "About 2 million."}, {"op": "+", "text": "About 2.1 million."}]}]}],
+///  "unchanged": 1, "page": null, "pages": 1}
+/// ```
+///
+/// After the fork point the two chains are aligned by content (kind, ends,
+/// payload), not by position, and grouped into turns (`turns`, every turn,
+/// unchanged ones too). `shared` and `common` are the same number (the
+/// CLI's and the API's names before they were one document). When a page
+/// is asked for (`?page=N`), `turns` holds that page's turns and `added`
+/// only their nodes; `count` is always the side's whole number of nodes
+/// after the fork point.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DiffView {
+    /// The session id.
+    pub session: String,
+    /// The last node both sides share (`null` when they share none).
+    pub fork_point: Option<NodeView>,
+    /// How many nodes the two sides share.
+    pub shared: u64,
+    /// The same as `shared`.
+    pub common: u64,
+    /// The first side (the old text of line diffs).
+    pub a: DiffSide,
+    /// The second side.
+    pub b: DiffSide,
+    /// The aligned nodes after the fork point, grouped into turns.
+    pub turns: Vec<DiffTurn>,
+    /// Nodes both sides recorded the same way after the fork point.
+    pub unchanged: u64,
+    /// The page shown (from 1); `null` for the whole diff.
+    pub page: Option<u64>,
+    /// How many pages the diff has (at most 200 changed nodes each).
+    pub pages: u64,
+}
+
+/// One side of a [`DiffView`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DiffSide {
+    /// The reference as given (a branch, HASH, BRANCH~N, BRANCH@TURN).
+    #[serde(rename = "ref")]
+    pub reference: String,
+    /// The same as `ref`.
+    pub branch: String,
+    /// Its head: the node the reference names.
+    pub head: String,
+    /// How many nodes it has after the fork point.
+    pub count: u64,
+    /// Those nodes (on a page, the page's only), oldest first, with
+    /// payloads and turn numbers.
+    pub added: Vec<NodeView>,
+}
+
+/// A turn of side A aligned with a turn of side B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DiffTurn {
+    /// The turn's number on side A; `null` when A has no node in a turn here.
+    pub a: Option<u64>,
+    /// The turn's number on side B.
+    pub b: Option<u64>,
+    /// Whether any node differs.
+    pub changed: bool,
+    /// The aligned nodes.
+    pub nodes: Vec<DiffNode>,
+}
+
+/// A node of side A aligned with a node of side B.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DiffNode {
+    /// A's node hash; `null` when only B has the node.
+    pub a: Option<String>,
+    /// B's node hash; `null` when only A has it.
+    pub b: Option<String>,
+    /// The node kind.
+    pub kind: String,
+    /// Whether the nodes differ (kind, ends or payload), or one is missing.
+    pub changed: bool,
+    /// The payloads' line diff (A's is the old text).
+    pub lines: Vec<DiffLine>,
+}
+
+/// One line of a payload diff.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct DiffLine {
+    /// `" "` in both, `"-"` only in A, `"+"` only in B.
+    pub op: String,
+    /// The line, without its line break.
+    pub text: String,
+}
+
 /// One message to append: a line of `convo ingest`, an element of the
 /// HTTP API's append batch.
 ///

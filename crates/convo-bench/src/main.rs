@@ -15,6 +15,7 @@
 mod agentsbench;
 mod benches;
 mod dedupbench;
+mod diffbench;
 mod floor;
 mod formatsbench;
 mod gitbench;
@@ -133,6 +134,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "serve",
         "convo serve: 64 HTTP clients appending; a page of a 10,000-turn timeline; 1,000 SSE subscribers",
         servebench::serve,
+    ),
+    (
+        "webdiff",
+        "the web view's diff page of a 625/2,500/10,000-turn session forked at turn 1: bytes, server time",
+        diffbench::diff_page,
     ),
     (
         "serve-pg",

@@ -13,14 +13,16 @@ const CLIENTS: usize = 64;
 const PER_CLIENT: usize = 100;
 
 /// One keep-alive request; returns status and body.
-fn request(
+pub(crate) fn request(
     r: &mut BufReader<TcpStream>,
     method: &str,
     path: &str,
     body: &str,
 ) -> Result<(u16, Vec<u8>)> {
+    // The address as Host: what the web pages' Host guard allows.
+    let host = r.get_ref().peer_addr()?;
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     let s = r.get_mut();
@@ -48,7 +50,7 @@ fn request(
     Ok((status, buf))
 }
 
-fn start(url: &str) -> Result<(String, tokio::runtime::Runtime)> {
+pub(crate) fn start(url: &str) -> Result<(String, tokio::runtime::Runtime)> {
     let mut config = convo_server::Config::new(url);
     config.log_requests = false;
     let st = convo_server::state(&config)?;

@@ -184,16 +184,36 @@ fn references_turns_and_diff(backend: &str) {
     assert!(full.contains("turn 1") && full.contains("turn 2"), "{full}");
     assert!(full.contains("\n  In the city proper."), "{full}");
 
-    // diff: the fork point, then turn 2 against turn 2.
+    // diff: the fork point, then turn 2 against turn 2, aligned by content:
+    // retry's fork node is only on B and shifts nothing, the invoke both
+    // recorded the same way pairs as unchanged, the answers differ.
     let d = t.run(&["diff", &s, "main", "retry", "--json"]).json();
     assert_eq!(d["fork_point"]["hash"], main[3].as_str());
     assert_eq!(d["shared"], 4);
+    assert_eq!(d["common"], 4);
     assert_eq!(d["a"]["added"].as_array().unwrap().len(), 2);
     assert_eq!(d["b"]["added"].as_array().unwrap().len(), 3, "fork + 2");
+    assert_eq!(d["b"]["ref"], "retry");
+    assert_eq!(d["turns"].as_array().unwrap().len(), 1);
     let t2 = &d["turns"][0];
     assert_eq!((t2["a"].clone(), t2["b"].clone()), (2.into(), 2.into()));
-    assert_eq!(t2["nodes"][0]["changed"], false);
-    assert_eq!(t2["nodes"][1]["changed"], true);
+    assert_eq!(t2["changed"], true);
+    let kinds: Vec<_> = t2["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| (n["kind"].as_str().unwrap(), n["changed"].as_bool().unwrap()))
+        .collect();
+    assert_eq!(
+        kinds,
+        [("fork", true), ("invoke", false), ("complete", true)]
+    );
+    assert_eq!(t2["nodes"][0]["a"], serde_json::Value::Null);
+    assert_eq!(d["unchanged"], 1);
+    assert_eq!(
+        (d["page"].clone(), d["pages"].clone()),
+        (serde_json::Value::Null, 1.into())
+    );
     let human = t
         .run(&["--color", "never", "diff", &s, "main", "retry"])
         .ok();
@@ -205,6 +225,8 @@ fn references_turns_and_diff(backend: &str) {
             "+++ retry  +3 nodes in 1 turn\n",
             "\n",
             "turn 2 ↔ 2\n",
+            "  fork  - → 000000000000\n",
+            "    +(fork: the timeline `retry` starts here)\n",
             "  invoke  000000000000 → 000000000000\n",
             "    (same payload)\n",
             "  complete  000000000000 → 000000000000\n",
@@ -217,7 +239,7 @@ fn references_turns_and_diff(backend: &str) {
         .run(&["--color", "never", "diff", &s, "main", "retry", "--stat"])
         .ok();
     assert!(
-        stat.ends_with("turn 2 ↔ 2       1 of 2 nodes differ  +1 -1"),
+        stat.ends_with("turn 2 ↔ 2       2 of 3 nodes differ  +1 -1"),
         "{stat}"
     );
 

@@ -635,6 +635,159 @@ fn openapi_covers_every_route() {
     }
 }
 
+/// `convo diff --json` and the API's diff are one document: the same JSON
+/// for the same two references, aligned by content (a fork that recorded a
+/// turn again the same way differs only by its fork node), on both backends.
+fn diff_cli_and_api_agree(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let srv = Server::start(&t, &[]);
+    let s = sess(&srv, "bot", "diffs");
+    let nodes = |b: &str, v: Value| {
+        srv.post_json(&format!("/api/v1/sessions/{s}/branches/{b}/nodes"), &v)
+            .expect(201)["nodes"]
+            .clone()
+    };
+    let first = nodes("main", turn("Tell me about Paris", "Paris is big."));
+    nodes("main", turn("How many people?", "About 2 million."));
+    nodes("main", turn("And Lyon?", "About half a million."));
+    srv.post_json(
+        &format!("/api/v1/sessions/{s}/fork"),
+        &json!({"from": first[1]["hash"], "branch": "retry"}),
+    )
+    .expect(201);
+    nodes("retry", turn("How many people?", "About 2 million."));
+    nodes(
+        "retry",
+        json!([{"kind": "invoke", "payload": "And Lyon?"},
+               {"kind": "request", "payload": "{\"q\":\"lyon\"}", "to": "search"},
+               {"kind": "response", "payload": "522,000", "from": "search"},
+               {"kind": "complete", "payload": "About 522,000."}]),
+    );
+    for (a, b) in [
+        ("main", "retry"),
+        ("retry", "main"),
+        ("main@2", "retry"),
+        ("main", "main"),
+    ] {
+        let cli = t.run(&["diff", &s, a, b, "--json"]).json();
+        let api = srv
+            .get(&format!(
+                "/api/v1/sessions/{s}/diff?a={}&b={b}",
+                a.replace('@', "%40")
+            ))
+            .expect(200);
+        assert_eq!(cli, api, "diff {a} {b}: the CLI and the API differ");
+    }
+    let d = t.run(&["diff", &s, "main", "retry", "--json"]).json();
+    assert_eq!(d["shared"], 2);
+    assert_eq!(
+        d["unchanged"], 3,
+        "turn 2 and turn 3's invoke: the same on both"
+    );
+    let turns = d["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 2);
+    let changed = |t: &Value| -> Vec<(String, bool, bool)> {
+        t["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["changed"] == true)
+            .map(|n| {
+                (
+                    n["kind"].as_str().unwrap().to_owned(),
+                    n["a"].is_null(),
+                    n["b"].is_null(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(changed(&turns[0]), [("fork".to_owned(), true, false)]);
+    assert_eq!(
+        changed(&turns[1]),
+        [
+            ("request".to_owned(), true, false),
+            ("response".to_owned(), true, false),
+            ("complete".to_owned(), false, false)
+        ]
+    );
+    assert_eq!(
+        (turns[1]["a"].clone(), turns[1]["b"].clone()),
+        (json!(3), json!(3))
+    );
+    // A page is the same document with `page` set; past the end, an error.
+    let mut paged = srv
+        .get(&format!("/api/v1/sessions/{s}/diff?a=main&b=retry&page=1"))
+        .expect(200);
+    assert_eq!(paged["page"], 1);
+    paged["page"] = Value::Null;
+    assert_eq!(paged, d);
+    let past = srv.get(&format!("/api/v1/sessions/{s}/diff?a=main&b=retry&page=2"));
+    assert_eq!(past.status, 422, "{}", past.text());
+    assert!(past.text().contains("1 page"), "{}", past.text());
+    let nowhere = srv.get(&format!("/api/v1/sessions/{s}/diff?a=main&b=nope"));
+    assert_eq!(nowhere.status, 404, "{}", nowhere.text());
+}
+
+#[test]
+fn diff_cli_and_api_agree_sqlite() {
+    diff_cli_and_api_agree("sqlite");
+}
+
+#[test]
+fn diff_cli_and_api_agree_postgres() {
+    diff_cli_and_api_agree("postgres");
+}
+
+/// The diff and the graph in headless Chromium (tests/browser/webdiff.py,
+/// which imports the DevTools driver of webview.py): a one-node fork, a
+/// changed answer word by word, a paged long diff, promotes and tooltips in
+/// the graph, more timelines than it draws, a phone; screenshots kept with
+/// the web view's.
+#[test]
+fn browser_diff_and_graph() {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let t = TestEnv::new();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/webdiff.py"
+        ))
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for shot in [
+        "webdiff-desktop.png",
+        "webdiff-phone.png",
+        "webdiff-graph.png",
+        "webdiff-graph-phone.png",
+    ] {
+        assert!(shots.join(shot).exists(), "{shot}");
+    }
+}
+
 /// The web view in headless Chromium, as a person uses it: the demo
 /// session's graph, a turn, fork from a node, a turn arriving live, promote,
 /// the sealed timeline, hostile payloads, keyboard, a phone-sized screen

@@ -104,3 +104,111 @@ pub fn draft(line: &AppendLine, agent: &str, now: Millis) -> Result<Draft, Strin
         created_at: now,
     })
 }
+
+/// A [`convo_store::diff::TimelineDiff`] as the one JSON document of `convo
+/// diff --json` and the API (see [`convo_api::DiffView`]): the whole diff, or
+/// page `page` (from 1) of [`convo_store::diff::PAGE_NODES`] changed nodes.
+/// Reads the payloads it shows.
+pub fn diff(
+    store: &mut convo_store::Store,
+    d: &convo_store::diff::TimelineDiff,
+    page: Option<u64>,
+) -> Result<convo_api::DiffView, StoreError> {
+    use convo_api::{DiffLine, DiffNode, DiffSide, DiffTurn, DiffView};
+    use convo_store::diff::{self, Side};
+    let pages = d.pages(diff::PAGE_NODES);
+    let range = match page {
+        None => 0..d.turns.len(),
+        Some(p) => match usize::try_from(p)
+            .ok()
+            .and_then(|p| pages.get(p.checked_sub(1)?))
+        {
+            Some(r) => r.clone(),
+            None => {
+                return Err(StoreError::Invalid(format!(
+                    "page {p}: the diff has {} page{} (from 1)",
+                    pages.len(),
+                    if pages.len() == 1 { "" } else { "s" }
+                )));
+            }
+        },
+    };
+    let payloads = diff::payloads(store, d, range.clone(), true)?;
+    let turns = &d.turns[range];
+    let side = |s: &Side, pick: fn(&diff::NodeDiff) -> Option<usize>| {
+        let shown: Vec<usize> = match page {
+            None => (0..s.added.len()).collect(),
+            Some(_) => turns
+                .iter()
+                .flat_map(|t| &t.nodes)
+                .filter_map(pick)
+                .collect(),
+        };
+        DiffSide {
+            reference: s.label.clone(),
+            branch: s.label.clone(),
+            head: s.head.hash.to_hex(),
+            count: s.added.len() as u64,
+            added: shown
+                .into_iter()
+                .map(|i| {
+                    let n = &s.added[i];
+                    let v = node(n, payloads.get(&n.hash).map(|p| p.as_slice()));
+                    match s.turn_numbers[i] {
+                        Some(t) => v.with_turn(t as u64),
+                        None => v,
+                    }
+                })
+                .collect(),
+        }
+    };
+    let hash = |n: Option<&StoredNode>| n.map(|n| n.hash.to_hex());
+    let fork_point = d.fork_point.as_ref().map(|f| {
+        let v = node(&f.stored, Some(&f.payload));
+        match diff::turn_of(&f.stored) {
+            Some(t) => v.with_turn(t as u64),
+            None => v,
+        }
+    });
+    Ok(DiffView {
+        session: d.a.head.node.session.to_string(),
+        fork_point,
+        shared: d.common as u64,
+        common: d.common as u64,
+        a: side(&d.a, |n| n.a),
+        b: side(&d.b, |n| n.b),
+        turns: turns
+            .iter()
+            .map(|t| DiffTurn {
+                a: t.a.map(|n| n as u64),
+                b: t.b.map(|n| n as u64),
+                changed: t.changed(),
+                nodes: t
+                    .nodes
+                    .iter()
+                    .map(|n| DiffNode {
+                        a: hash(d.node_a(n)),
+                        b: hash(d.node_b(n)),
+                        kind: d
+                            .node_a(n)
+                            .or(d.node_b(n))
+                            .map(|x| x.node.kind.as_str().to_owned())
+                            .unwrap_or_default(),
+                        changed: n.changed(),
+                        lines: d
+                            .lines(&payloads, n)
+                            .into_iter()
+                            .map(|l| DiffLine {
+                                op: l.change.sign().to_owned(),
+                                text: l.text,
+                            })
+                            .collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        unchanged: d.unchanged() as u64,
+        page,
+        pages: pages.len() as u64,
+    })
+}

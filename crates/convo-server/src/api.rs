@@ -3,7 +3,6 @@
 //! error is one [`ErrorDoc`] with the store's error kind and its HTTP status.
 
 use crate::AppState;
-use crate::diff;
 use crate::events::{Filter, pump};
 use axum::Json;
 use axum::body::Bytes;
@@ -886,24 +885,36 @@ pub async fn verify(State(st): State<AppState>) -> ApiResult<Json<VerifyView>> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DiffQuery {
-    /// The first branch (default `main`).
+    /// The first side (default `main`): a branch or any reference (HASH,
+    /// BRANCH~N, BRANCH@TURN).
     pub a: Option<String>,
-    /// The second branch.
+    /// The second side: a branch or any reference.
     pub b: String,
+    /// Only this page (from 1) of at most 200 changed nodes; the whole diff
+    /// without it.
+    pub page: Option<u64>,
 }
 
-/// Two timelines from their fork point (common ancestor), turn by turn.
+/// Two timelines from their fork point (common ancestor), aligned by
+/// content and grouped into turns: the document `convo diff --json` prints.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/diff",
     params(("session" = String, Path), DiffQuery),
-    responses((status = 200, body = diff::DiffView), (status = "default", body = ErrorDoc)))]
+    responses((status = 200, body = convo_api::DiffView), (status = "default", body = ErrorDoc)))]
 pub async fn diff(
     State(st): State<AppState>,
     Path(q): Path<String>,
     Query(d): Query<DiffQuery>,
-) -> ApiResult<Json<diff::DiffView>> {
-    let a = branch_name(d.a.as_deref().unwrap_or("main"))?;
-    let b = branch_name(&d.b)?;
-    Ok(Json(st.pool.run(move |s| diff::diff(s, &q, &a, &b)).await?))
+) -> ApiResult<Json<convo_api::DiffView>> {
+    let a = d.a.unwrap_or_else(|| "main".into());
+    let view = st
+        .pool
+        .run(move |s| {
+            let row = s.find_session(&q)?;
+            let diff = convo_store::diff::diff(s, &row.id, &a, &d.b)?;
+            wire::diff(s, &diff, d.page)
+        })
+        .await?;
+    Ok(Json(view))
 }
 
 /// What to search for.

@@ -15,7 +15,6 @@
 
 pub mod api;
 pub mod appends;
-pub mod diff;
 mod markdown;
 pub mod openapi;
 pub mod otlp;

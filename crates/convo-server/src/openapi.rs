@@ -8,7 +8,7 @@
 //! server against it with schemathesis, and generate a Python client from
 //! it.
 
-use crate::{api, diff, otlp};
+use crate::{api, otlp};
 use axum::Json;
 use serde_json::json;
 use utoipa::OpenApi;
@@ -79,8 +79,11 @@ cross-site form), too_large 413."
         api::ImportedSession,
         api::ImportSummary,
         api::Health,
-        diff::DiffView,
-        diff::DiffSide,
+        convo_api::DiffView,
+        convo_api::DiffSide,
+        convo_api::DiffTurn,
+        convo_api::DiffNode,
+        convo_api::DiffLine,
     ))
 )]
 pub struct ApiDoc;

@@ -1,19 +1,21 @@
 use super::{CmdResult, Env, find_session};
-use crate::output::{clean, node_json, write_json};
+use crate::output::{clean, write_json};
 use crate::ui::{Out, Style, paint};
 use clap::Args;
-use convo_store::diff::{Change, Line, NodeDiff, Side, TimelineDiff, diff};
-use serde_json::json;
+use convo_store::diff::{Change, Line, NodeDiff, Side, TimelineDiff, diff, event_text, payloads};
 use std::io::Write;
 use std::process::ExitCode;
 
 /// Compare two timelines of a session.
 ///
-/// Prints the fork point (the last node both share), then each turn the two
-/// sides added after it, paired in order (A's first new turn against B's),
-/// and inside each turn a line diff of each node's payload: `-` lines are
+/// Prints the fork point (the last node both share), then the turns after
+/// it that differ. The two sides are aligned by content, not position (a
+/// node recorded the same way on both pairs with itself, so one extra fork
+/// node shifts nothing); runs of unchanged turns are one line. Inside a
+/// changed turn each node gets a line diff of its payload: `-` lines are
 /// A's, `+` lines B's. JSON payloads are compared pretty-printed. A and B
-/// are branches or any references (HASH, BRANCH~N, BRANCH@TURN).
+/// are branches or any references (HASH, BRANCH~N, BRANCH@TURN). --json
+/// prints the document the HTTP API's diff returns (docs/JSON.md).
 /// Exit status 0 whether or not they differ.
 ///
 /// Examples:
@@ -47,9 +49,14 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
     let s = find_session(&mut store, &a.session)?;
     let d = diff(&mut store, &s.id, &a.a, &a.b)?;
     if a.json {
-        write_json(&mut Out::stdout(), &diff_json(&d))?;
+        let view = convo_runtime::wire::diff(&mut store, &d, None)?;
+        write_json(
+            &mut Out::stdout(),
+            &serde_json::to_value(&view).unwrap_or_default(),
+        )?;
         return Ok(ExitCode::SUCCESS);
     }
+    let payloads = payloads(&mut store, &d, 0..d.turns.len(), false)?;
     let mut out = Out::paged();
     match &d.fork_point {
         Some(fp) => writeln!(
@@ -71,8 +78,15 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
             )
         )?;
     }
-    for t in &d.turns {
-        let (plus, minus) = counts(t.nodes.iter());
+    let mut same = (0, 0);
+    for t in d.turns.iter() {
+        if !t.changed() {
+            same = (same.0 + 1, same.1 + t.nodes.len());
+            continue;
+        }
+        unchanged(&mut out, &mut same, a.stat)?;
+        let lines: Vec<Vec<Line>> = t.nodes.iter().map(|n| d.lines(&payloads, n)).collect();
+        let (plus, minus) = counts(lines.iter().flatten());
         let title = format!(
             "turn {} ↔ {}",
             t.a.map_or("-".into(), |n| n.to_string()),
@@ -92,13 +106,25 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
         }
         writeln!(out)?;
         writeln!(out, "{}", paint(Style::Bold, &title))?;
-        for n in &t.nodes {
+        for (n, lines) in t.nodes.iter().zip(&lines) {
             writeln!(out, "  {}", node_title(&d, n))?;
             if !n.changed() {
                 writeln!(out, "    {}", paint(Style::Dim, "(same payload)"))?;
                 continue;
             }
-            for l in with_context(&n.lines, a.context) {
+            for (x, sign, style) in [
+                (d.node_a(n), "-", Style::Red),
+                (d.node_b(n), "+", Style::Green),
+            ] {
+                if let Some(e) = x.and_then(event_text) {
+                    writeln!(
+                        out,
+                        "    {}",
+                        paint(style, &format!("{sign}({})", clean(&e)))
+                    )?;
+                }
+            }
+            for l in with_context(lines, a.context) {
                 match l {
                     None => writeln!(out, "    {}", paint(Style::Dim, "…"))?,
                     Some(l) => {
@@ -115,8 +141,26 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
             }
         }
     }
+    unchanged(&mut out, &mut same, a.stat)?;
     out.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// One line for a run of unchanged turns (then none pending).
+fn unchanged(out: &mut Out, same: &mut (usize, usize), stat: bool) -> std::io::Result<()> {
+    let (turns, nodes) = std::mem::take(same);
+    if turns == 0 {
+        return Ok(());
+    }
+    if !stat {
+        writeln!(out)?;
+    }
+    let text = format!(
+        "… {turns} unchanged turn{} ({nodes} node{}) …",
+        if turns == 1 { "" } else { "s" },
+        if nodes == 1 { "" } else { "s" }
+    );
+    writeln!(out, "{}", paint(Style::Dim, &text))
 }
 
 fn side_summary(s: &Side) -> String {
@@ -135,34 +179,29 @@ fn side_summary(s: &Side) -> String {
 }
 
 fn node_title(d: &TimelineDiff, n: &NodeDiff) -> String {
-    let na = n.a.and_then(|i| d.a.added.get(i));
-    let nb = n.b.and_then(|i| d.b.added.get(i));
-    let any = na.or(nb).map(|x| &x.stored.node);
+    let na = d.node_a(n);
+    let nb = d.node_b(n);
+    let any = na.or(nb).map(|x| &x.node);
     let kind = any
         .map(|x| match x.sequence {
             Some(q) => format!("{} #{q}", x.kind),
             None => x.kind.to_string(),
         })
         .unwrap_or_default();
-    let h = |x: Option<&convo_store::TimelineNode>| {
-        x.map_or_else(
-            || "-".to_owned(),
-            |x| paint(Style::Hash, &x.stored.hash.short()),
-        )
+    let h = |x: Option<&convo_store::StoredNode>| {
+        x.map_or_else(|| "-".to_owned(), |x| paint(Style::Hash, &x.hash.short()))
     };
     format!("{}  {} → {}", paint(Style::Bold, &kind), h(na), h(nb))
 }
 
-fn counts<'a>(nodes: impl Iterator<Item = &'a NodeDiff>) -> (usize, usize) {
+fn counts<'a>(lines: impl Iterator<Item = &'a Line>) -> (usize, usize) {
     let mut plus = 0;
     let mut minus = 0;
-    for n in nodes {
-        for l in &n.lines {
-            match l.change {
-                Change::Added => plus += 1,
-                Change::Removed => minus += 1,
-                Change::Same => {}
-            }
+    for l in lines {
+        match l.change {
+            Change::Added => plus += 1,
+            Change::Removed => minus += 1,
+            Change::Same => {}
         }
     }
     (plus, minus)
@@ -190,48 +229,4 @@ fn with_context(lines: &[Line], context: usize) -> Vec<Option<&Line>> {
         }
     }
     out
-}
-
-/// The diff in JSON: `fork_point` (a node or null), `shared`, `a` and `b`
-/// (`ref`, `added`: nodes with their `turn`), and `turns`: `[{a, b, nodes:
-/// [{a, b, kind, changed, lines: [{op, text}]}]}]` where `a`/`b` are turn
-/// numbers or node hashes (null when only one side has one) and `op` is
-/// `" "`, `"-"` or `"+"`.
-pub fn diff_json(d: &TimelineDiff) -> serde_json::Value {
-    let side = |s: &Side| {
-        json!({
-            "ref": s.label,
-            "added": s.added.iter().zip(&s.turn_numbers).map(|(n, t)| {
-                let mut v = node_json(&n.stored, Some(&n.payload));
-                v["turn"] = json!(t);
-                v
-            }).collect::<Vec<_>>(),
-        })
-    };
-    let hash = |s: &Side, i: Option<usize>| {
-        i.and_then(|i| s.added.get(i))
-            .map(|n| n.stored.hash.to_hex())
-    };
-    json!({
-        "fork_point": d.fork_point.as_ref().map(|n| node_json(&n.stored, Some(&n.payload))),
-        "shared": d.common,
-        "a": side(&d.a),
-        "b": side(&d.b),
-        "turns": d.turns.iter().map(|t| json!({
-            "a": t.a,
-            "b": t.b,
-            "nodes": t.nodes.iter().map(|n| {
-                let kind = n.a.and_then(|i| d.a.added.get(i))
-                    .or_else(|| n.b.and_then(|i| d.b.added.get(i)))
-                    .map(|x| x.stored.node.kind.as_str());
-                json!({
-                    "a": hash(&d.a, n.a),
-                    "b": hash(&d.b, n.b),
-                    "kind": kind,
-                    "changed": n.changed(),
-                    "lines": n.lines.iter().map(|l| json!({"op": l.change.sign(), "text": l.text})).collect::<Vec<_>>(),
-                })
-            }).collect::<Vec<_>>(),
-        })).collect::<Vec<_>>(),
-    })
 }

@@ -1,92 +1,265 @@
-//! Two timelines side by side from their fork point.
+//! Two timelines side by side from their fork point: the store's one diff
+//! ([`convo_store::diff`]) aligned by content, runs of unchanged turns
+//! collapsed into a line that links to them, each changed turn side by side
+//! with the timeline's own rendering of each node ([`super::session`]), the
+//! words that changed inside a changed message marked, fork and promote
+//! nodes said in words, and the turns cut into pages of
+//! [`PAGE_NODES`](convo_store::diff::PAGE_NODES) changed nodes. On a narrow
+//! screen the two sides stack, each labelled.
 
-use super::session::{payload_text, payload_view};
+use super::session::node_item;
 use super::*;
+use convo_store::StoredNode;
+use convo_store::diff::{self as sdiff, Change, NodeDiff, Payloads, TimelineDiff, TurnDiff};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct DiffPageQuery {
     a: Option<String>,
     b: Option<String>,
+    page: Option<usize>,
 }
+
+/// Word diffs are marked only below this many bytes of text per side.
+const WORDS_MAX: usize = 64 * 1024;
 
 pub(super) async fn diff_page(
     State(st): State<AppState>,
     Path(q): Path<String>,
     Query(d): Query<DiffPageQuery>,
 ) -> Response {
-    let parse = |s: Option<&str>, dflt: &str| BranchName::new(s.unwrap_or(dflt));
-    let (a, b) = match (parse(d.a.as_deref(), "main"), parse(d.b.as_deref(), "main")) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return error_page(StoreError::Invalid(e.to_string())),
-    };
-    let data = run(&st, move |s| crate::diff::diff(s, &q, &a, &b)).await;
-    let dv = match data {
+    let a =
+        d.a.filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "main".into());
+    let b =
+        d.b.filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "main".into());
+    let page = d.page.unwrap_or(1);
+    let (a2, b2) = (a.clone(), b.clone());
+    let data = run(&st, move |s| {
+        let row = s.find_session(&q)?;
+        let diff = sdiff::diff(s, &row.id, &a2, &b2)?;
+        let pages = diff.pages(sdiff::PAGE_NODES);
+        let range = page
+            .checked_sub(1)
+            .and_then(|p| pages.get(p))
+            .cloned()
+            .ok_or_else(|| {
+                StoreError::Invalid(format!(
+                    "page {page}: this diff has {} page{} (from 1)",
+                    pages.len(),
+                    if pages.len() == 1 { "" } else { "s" }
+                ))
+            })?;
+        let payloads = sdiff::payloads(s, &diff, range.clone(), false)?;
+        Ok((row, diff, pages.len(), range, payloads))
+    })
+    .await;
+    let (row, dv, pages, range, payloads) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
-    let sid = dv.session.clone();
-    let rows = dv.a.nodes.len().max(dv.b.nodes.len());
-    let body = html! {
-        section.diffpage {
-            p { a href=(session_url(&sid, None)) { "← session" } }
-            h1 { bdi { (dv.a.branch) } " ↔ " bdi { (dv.b.branch) } }
-            p.sub {
-                (dv.common) " nodes shared"
-                @if let Some(f) = &dv.fork_point {
-                    " · fork point " a.mono href=(format!("/sessions/{sid}/nodes/{}", f.hash)) { (short(&f.hash)) }
-                    " (turn " (f.turn.unwrap_or(0)) ")"
-                }
-            }
-            div.sidebyside {
-                div.col { h2 { a href=(session_url(&sid, Some(&dv.a.branch))) { bdi { (dv.a.branch) } } " +" (dv.a.nodes.len()) } }
-                div.col { h2 { a href=(session_url(&sid, Some(&dv.b.branch))) { bdi { (dv.b.branch) } } " +" (dv.b.nodes.len()) } }
-                @for i in 0..rows {
-                    @let (x, y) = (dv.a.nodes.get(i), dv.b.nodes.get(i));
-                    div.col { @if let Some(n) = x { (diff_cell(&sid, n, y)) } }
-                    div.col { @if let Some(n) = y { (diff_cell(&sid, n, x)) } }
-                }
+    let sid = row.id.to_string();
+    let url = |p: usize| {
+        format!(
+            "/sessions/{sid}/diff?a={}&b={}&page={p}",
+            query_escape(&a),
+            query_escape(&b)
+        )
+    };
+    let pager = html! {
+        @if pages > 1 {
+            nav.pager aria-label="Pages of this diff" {
+                @if page > 1 { a href=(url(1)) { "« first" } " " a rel="prev" href=(url(page - 1)) { "← previous" } " " }
+                span { "page " (page) " of " (pages) }
+                @if page < pages { " " a rel="next" href=(url(page + 1)) { "next →" } " " a href=(url(pages)) { "last »" } }
             }
         }
     };
-    html_response(page("diff", body))
+    let view = View {
+        sid: &sid,
+        d: &dv,
+        payloads: &payloads,
+    };
+    let any_change = dv.turns.iter().any(TurnDiff::changed);
+    let body = html! {
+        section.diffpage id="diff" data-session=(sid) data-pages=(pages) data-page=(page) {
+            p { a href=(session_url(&sid, None)) { "← session" } }
+            h1 { bdi { (a) } " ↔ " bdi { (b) } }
+            p.sub {
+                (dv.common) " nodes shared"
+                @if let Some(f) = &dv.fork_point {
+                    " · fork point " a.mono href=(format!("/sessions/{sid}/nodes/{}", f.stored.hash)) { (f.stored.hash.short()) }
+                    @if let Some(t) = sdiff::turn_of(&f.stored) { " (turn " (t) ")" } @else { " (after turn " (f.stored.ctx.turn) ")" }
+                }
+                " · " span.side-a { "A " bdi { (a) } " +" (dv.a.added.len()) }
+                " · " span.side-b { "B " bdi { (b) } " +" (dv.b.added.len()) }
+                " · " (dv.unchanged()) " unchanged"
+            }
+            (pager)
+            @if !any_change {
+                p.notice { "No differences after the fork point: every node on one side was recorded the same way on the other." }
+            }
+            div.dturns {
+                @for item in runs(&dv.turns[range.clone()], range.start) {
+                    @match item {
+                        Run::Same(turns) => (view.same(&turns, &b)),
+                        Run::Changed(i) => (view.turn(&dv.turns[i], &a, &b)),
+                    }
+                }
+            }
+            (pager)
+        }
+    };
+    html_response(super::page(&format!("diff {a} ↔ {b}"), body))
 }
 
-/// One node of a diff, with its text's lines marked against the node at
-/// the same place on the other side.
-fn diff_cell(sid: &str, n: &NodeView, other: Option<&NodeView>) -> Markup {
-    let mine = payload_text(n).map(pretty);
-    let theirs = other.and_then(payload_text).map(pretty);
-    html! {
-        article class=(format!("node {}", n.kind)) {
-            div.meta {
-                span class=(format!("kind k-{}", n.kind)) { (n.kind) }
-                span.ends { bdi { (n.from) } " → " bdi { (n.to) } }
-                a.hash href=(format!("/sessions/{sid}/nodes/{}", n.hash)) { (short(&n.hash)) }
+/// A changed turn, or a run of unchanged ones (indexes into the turns).
+enum Run {
+    Same(Vec<usize>),
+    Changed(usize),
+}
+
+fn runs(turns: &[TurnDiff], first: usize) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for (i, t) in turns.iter().enumerate() {
+        let i = first + i;
+        if t.changed() {
+            out.push(Run::Changed(i));
+        } else if let Some(Run::Same(v)) = out.last_mut() {
+            v.push(i);
+        } else {
+            out.push(Run::Same(vec![i]));
+        }
+    }
+    out
+}
+
+struct View<'a> {
+    sid: &'a str,
+    d: &'a TimelineDiff,
+    payloads: &'a Payloads,
+}
+
+impl View<'_> {
+    /// "… N unchanged nodes (turns x–y) …", linking to them on side B's
+    /// timeline when B is a branch, else to their first node.
+    fn same(&self, turns: &[usize], b: &str) -> Markup {
+        let nodes: Vec<&StoredNode> = turns
+            .iter()
+            .flat_map(|&i| &self.d.turns[i].nodes)
+            .filter_map(|n| self.d.node_b(n))
+            .collect();
+        let Some(first) = nodes.first() else {
+            return html! {};
+        };
+        let numbers: Vec<usize> = turns.iter().filter_map(|&i| self.d.turns[i].b).collect();
+        let href = match BranchName::new(b) {
+            Ok(br) => format!(
+                "{}{}cursor={}",
+                session_url(self.sid, Some(br.as_str())),
+                if br.is_main() { "?" } else { "&" },
+                first.ctx.depth.saturating_sub(1)
+            ),
+            Err(_) => format!("/sessions/{}/nodes/{}", self.sid, first.hash),
+        };
+        html! {
+            div.collapsed {
+                a href=(href) {
+                    "… " (nodes.len()) " unchanged node" @if nodes.len() != 1 { "s" }
+                    @match (numbers.first(), numbers.last()) {
+                        (Some(x), Some(y)) if x == y => { " (turn " (x) ")" }
+                        (Some(x), Some(y)) => { " (turns " (x) "–" (y) ")" }
+                        _ => {}
+                    }
+                    " …"
+                }
             }
-            @match (mine, theirs) {
-                (Some(m), Some(t)) => {
-                    pre.difftext {
-                        @for op in similar::TextDiff::from_lines(t.as_str(), m.as_str()).iter_all_changes() {
-                            @match op.tag() {
-                                similar::ChangeTag::Equal => span { (op.value()) },
-                                similar::ChangeTag::Insert => ins { (op.value()) },
-                                similar::ChangeTag::Delete => {},
+        }
+    }
+
+    /// A changed turn: its nodes aligned, side by side.
+    fn turn(&self, t: &TurnDiff, a: &str, b: &str) -> Markup {
+        let num = |n: Option<usize>| n.map_or("–".to_owned(), |n| n.to_string());
+        let title = if t.a == t.b {
+            format!("Turn {}", num(t.a))
+        } else {
+            format!("Turn {} ↔ {}", num(t.a), num(t.b))
+        };
+        let label_a = format!("A \u{2068}{a}\u{2069}");
+        let label_b = format!("B \u{2068}{b}\u{2069}");
+        html! {
+            section.dturn {
+                h2 { (title) }
+                @for n in &t.nodes {
+                    @let (na, nb) = (self.d.node_a(n), self.d.node_b(n));
+                    @if n.same {
+                        div.pair.same data-label="A and B" { (self.node(nb, b)) }
+                    } @else {
+                        div class=(pair_class(n)) {
+                            div.side.a data-label=(label_a) {
+                                @match na { Some(_) => (self.node(na, a)), None => p.absent { "not on A" } }
                             }
+                            div.side.b data-label=(label_b) {
+                                @match nb { Some(_) => (self.node(nb, b)), None => p.absent { "not on B" } }
+                            }
+                            @if let (Some(x), Some(y)) = (na, nb) { (self.words(x, y)) }
                         }
                     }
                 }
-                (Some(m), None) => { pre.difftext { ins { (m) } } }
-                _ => { (payload_view(n, false)) }
+            }
+        }
+    }
+
+    /// One node as the timeline shows it, with what a fork or promote means.
+    fn node(&self, n: Option<&StoredNode>, label: &str) -> Markup {
+        let Some(n) = n else { return html! {} };
+        let payload = self.payloads.get(&n.hash).map(|p| p.as_slice());
+        let mut v = convo_runtime::wire::node(n, payload);
+        if let Some(t) = sdiff::turn_of(n) {
+            v = v.with_turn(t as u64);
+        }
+        html! {
+            (node_item(self.sid, &v, label, false))
+            @if let Some(e) = sdiff::event_text(n) { p.event-text { (e) } }
+        }
+    }
+
+    /// The words that changed between two UTF-8 payloads.
+    fn words(&self, x: &StoredNode, y: &StoredNode) -> Markup {
+        let (Some(px), Some(py)) = (self.payloads.get(&x.hash), self.payloads.get(&y.hash)) else {
+            return html! {};
+        };
+        let (Ok(tx), Ok(ty)) = (std::str::from_utf8(px), std::str::from_utf8(py)) else {
+            return html! {};
+        };
+        if tx.len() > WORDS_MAX || ty.len() > WORDS_MAX {
+            return html! { p.words-note { "Too long to mark word by word; compare the two sides." } };
+        }
+        if px == py {
+            return html! { p.words-note { "Same payload; the nodes differ in their ends or kind." } };
+        }
+        let (ox, oy) = (sdiff::payload_lines(px), sdiff::payload_lines(py));
+        html! {
+            div.words {
+                span.words-label { "What changed, A → B" }
+                pre.difftext {
+                    @for (c, text) in sdiff::word_diff(&ox, &oy) {
+                        @match c {
+                            Change::Same => span { (text) },
+                            Change::Removed => del { (text) },
+                            Change::Added => ins { (text) },
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-fn pretty(t: &str) -> String {
-    match serde_json::from_str::<serde_json::Value>(t) {
-        Ok(v) if v.is_object() || v.is_array() => {
-            serde_json::to_string_pretty(&v).unwrap_or_else(|_| t.to_owned())
-        }
-        _ => t.to_owned(),
+fn pair_class(n: &NodeDiff) -> &'static str {
+    match (n.a, n.b) {
+        (Some(_), Some(_)) => "pair changed",
+        (Some(_), None) => "pair only-a",
+        _ => "pair only-b",
     }
 }

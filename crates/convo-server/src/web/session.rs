@@ -70,7 +70,7 @@ pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
     }
 }
 
-fn node_item(sid: &str, n: &NodeView, branch: &str, sealed: bool) -> Markup {
+pub(super) fn node_item(sid: &str, n: &NodeView, branch: &str, sealed: bool) -> Markup {
     let kind = n.kind.as_str();
     let diag = diag_summary(&n.diagnostics);
     html! {
