@@ -19,6 +19,8 @@
 mod diff;
 mod graph;
 mod index;
+pub(crate) mod json;
+mod llm;
 mod node;
 mod session;
 
