@@ -41,6 +41,8 @@ use serde::Deserialize;
 
 const APP_JS: &str = include_str!("../../assets/app.js");
 const APP_CSS: &str = include_str!("../../assets/app.css");
+const VIEWER_JS: &str = include_str!("../../assets/viewer.js");
+const VIEWER_CSS: &str = include_str!("../../assets/viewer.css");
 
 /// The page routes.
 pub fn routes() -> Router<AppState> {
@@ -51,10 +53,20 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{session}/diff", get(diff::diff_page))
         .route("/assets/app.js", get(js))
         .route("/assets/app.css", get(css))
+        .route("/assets/viewer.js", get(viewer_js))
+        .route("/assets/viewer.css", get(viewer_css))
 }
 
 async fn js() -> Response {
     asset(APP_JS, "text/javascript; charset=utf-8")
+}
+
+async fn viewer_js() -> Response {
+    asset(VIEWER_JS, "text/javascript; charset=utf-8")
+}
+
+async fn viewer_css() -> Response {
+    asset(VIEWER_CSS, "text/css; charset=utf-8")
 }
 
 async fn css() -> Response {
@@ -91,7 +103,9 @@ fn page(title: &str, body: Markup) -> Markup {
                 // title cannot turn the tab's text around.
                 title { "\u{2068}" (title) "\u{2069} · convo" }
                 link rel="stylesheet" href="/assets/app.css";
+                link rel="stylesheet" href="/assets/viewer.css";
                 script src="/assets/app.js" defer {}
+                script src="/assets/viewer.js" defer {}
             }
             body {
                 header.top {
