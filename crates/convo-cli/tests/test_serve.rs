@@ -675,6 +675,50 @@ fn browser_webview() {
     assert!(shots.join("webview-session.png").exists());
 }
 
+/// What the model saw, in headless Chromium: real calls recorded through
+/// `convo proxy` from a scripted upstream (OpenAI chat with a tool call and
+/// a stream, the Responses API, an Anthropic stream with thinking and tool
+/// use, a 429) read as conversations; exact numbers, duplicate keys, a
+/// 47 KB JSON collapsed; totals and list columns; live updates at the tail
+/// only, rendered by the server; ten navigations in one tab
+/// (tests/browser/llmview.py, screenshots beside webview.py's).
+#[test]
+fn browser_llm_calls() {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let t = TestEnv::new();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/llmview.py"
+        ))
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shots.join("llmview-session.png").exists());
+    assert!(shots.join("llmview-phone.png").exists());
+}
+
 /// SIGTERM with an event stream open and appends in flight: the streams
 /// end, every append the server acknowledged is stored (and at most the
 /// one each client had in flight besides), the process exits 0, and each

@@ -744,7 +744,12 @@ fn parse_response(diag: &Value, text: &str) -> Option<(Vec<Msg>, Option<String>,
 
 // ----- rendering ---------------------------------------------------------
 
+/// Text as Markdown; a text that is a JSON object or array (a tool's
+/// output, often) as a JSON tree.
 fn text_view(t: &str) -> Markup {
+    if let Some(tree) = json::view(t) {
+        return tree;
+    }
     html! { div.md { (PreEscaped(markdown::render(t))) } }
 }
 
@@ -776,12 +781,12 @@ fn part_view(p: &Part) -> Markup {
             }
             Part::Image { url: Some(u), what } => {
                 @if u.starts_with("https://") || u.starts_with("http://") {
-                    p.image { "🖼 " a href=(u) rel="noopener noreferrer nofollow" target="_blank" { (what) ": " bdi { (u) } } }
+                    p.image { a href=(u) rel="noopener noreferrer nofollow" target="_blank" { (what) ": " bdi { (u) } } }
                 } @else {
-                    p.image { "🖼 " (what) ": " bdi { (u) } }
+                    p.image { (what) ": " bdi { (u) } }
                 }
             }
-            Part::Image { url: None, what } => { p.image { "🖼 " (what) } }
+            Part::Image { url: None, what } => { p.image { (what) } }
             Part::Other(v) => {
                 @let t = serde_json::to_string_pretty(v).unwrap_or_default();
                 (args_view(&t))
@@ -882,6 +887,35 @@ pub(super) fn response_view(n: &NodeView, text: &str) -> Option<Markup> {
             }
             (raw_view(n, text))
         }
+    })
+}
+
+/// An invoke's or complete's payload when it is messages (the proxy
+/// records a turn's new input, or an answer that is not only text, as the
+/// API's message JSON): shown as a conversation.
+pub(super) fn messages_view(text: &str) -> Option<Markup> {
+    let t = text.trim_start();
+    if !(t.starts_with('[') || t.starts_with('{')) {
+        return None;
+    }
+    let v: Value = serde_json::from_str(t).ok()?;
+    let is_msg = |m: &Value| {
+        m.get("role").and_then(Value::as_str).is_some()
+            || matches!(
+                m.get("type").and_then(Value::as_str),
+                Some("function_call" | "function_call_output" | "reasoning" | "message")
+            )
+    };
+    let msgs: Vec<Msg> = match &v {
+        Value::Array(items) if !items.is_empty() && items.iter().all(is_msg) => {
+            items.iter().map(msg).collect()
+        }
+        Value::Object(_) if is_msg(&v) => vec![msg(&v)],
+        _ => return None,
+    };
+    Some(html! {
+        (conversation(&msgs))
+        details.raw { summary { "as recorded" } @match json::view(text) { Some(t) => (t), None => pre { (text) } } }
     })
 }
 

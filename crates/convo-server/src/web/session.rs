@@ -58,6 +58,9 @@ pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
     let Some(text) = payload_text(n) else {
         return html! { p.binary { "<" (n.payload_len) " bytes of binary> " a href=(format!("/api/v1/nodes/{}/payload", n.hash)) { "download" } } };
     };
+    if markdown_ok && let Some(m) = llm::messages_view(text) {
+        return m;
+    }
     if let Some(tree) = json::view(text) {
         return tree;
     }
