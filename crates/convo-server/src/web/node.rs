@@ -76,7 +76,6 @@ pub(super) async fn node_page(
                 "request" => {
                     h2 { "What the model saw" }
                     (call_view(&n, true))
-                    (answers_link(&sid, &n))
                 }
                 "response" => {
                     h2 { "The answer" }
@@ -91,11 +90,6 @@ pub(super) async fn node_page(
         }
     };
     html_response(page(&format!("{} {}", n.kind, short(&n.hash)), body))
-}
-
-/// A request's link to the node after it (its answer, when recorded).
-fn answers_link(_sid: &str, _n: &NodeView) -> Markup {
-    html! {}
 }
 
 /// One node as the timeline renders it, for the page's live updates.
