@@ -44,6 +44,12 @@ const APP_CSS: &str = include_str!("../../assets/app.css");
 const VIEWER_JS: &str = include_str!("../../assets/viewer.js");
 const VIEWER_CSS: &str = include_str!("../../assets/viewer.css");
 
+/// Loads the price table (`CONVO_PRICES` or the embedded one): an error
+/// names the file and what is wrong with it.
+pub fn check_prices() -> Result<(), String> {
+    llm::prices().map(|_| ()).map_err(str::to_owned)
+}
+
 /// The page routes.
 pub fn routes() -> Router<AppState> {
     Router::new()
