@@ -430,9 +430,15 @@ fn token_csrf_paths_and_escaping() {
         assert_eq!(page.status, 200, "{path}");
         let html = page.text();
         let lower = html.to_ascii_lowercase();
-        // The only script element is the page's own, from this server;
-        // no payload became an element, a handler or a script URL.
-        assert_eq!(lower.matches("<script").count(), 1, "{path}: {html}");
+        // The only script elements are the page's own (app.js and
+        // viewer.js), from this server; no payload became an element, a
+        // handler or a script URL.
+        assert_eq!(lower.matches("<script").count(), 2, "{path}: {html}");
+        assert_eq!(
+            lower.matches("<script src=\"/assets/").count(),
+            2,
+            "{path}: {html}"
+        );
         assert!(!lower.contains("<img"), "{path}: {html}");
         assert!(lower.matches("<svg").count() <= 1, "{path}: {html}");
         for tag in tags(&lower) {
