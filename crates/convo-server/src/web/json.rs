@@ -390,15 +390,20 @@ pub(crate) fn highlight(lang: &str, code: &str) -> Markup {
             i += code[i..].chars().next().map_or(1, char::len_utf8);
         }
     }
+    // Plain text between the stretches, as ("", text).
+    let mut segs: Vec<(&str, &str)> = Vec::with_capacity(parts.len() * 2 + 1);
     let mut at = 0;
+    for (cls, from, to) in parts {
+        segs.push(("", &code[at..from]));
+        segs.push((cls, &code[from..to]));
+        at = to;
+    }
+    segs.push(("", &code[at..]));
     html! {
         pre.code {
-            @for (cls, from, to) in parts {
-                (&code[at..from])
-                span class=(cls) { (&code[from..to]) }
-                @let _ = { at = to; };
+            @for (cls, t) in segs {
+                @if cls.is_empty() { (t) } @else { span class=(cls) { (t) } }
             }
-            (&code[at..])
         }
     }
 }

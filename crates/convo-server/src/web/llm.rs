@@ -275,8 +275,9 @@ impl Totals {
 /// Totals of a whole session (every timeline): one pass over its node
 /// rows, no payloads; remembered per session until a head moves.
 pub(crate) fn session_totals(s: &mut Store, row: &SessionRow) -> convo_store::Result<Totals> {
-    static CACHE: OnceLock<std::sync::Mutex<HashMap<String, (Vec<String>, Totals)>>> =
-        OnceLock::new();
+    /// Session id → (its timelines' heads, its totals).
+    type Cache = std::sync::Mutex<HashMap<String, (Vec<String>, Totals)>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let heads: Vec<String> = s
         .branches(&row.id)?
