@@ -1,5 +1,6 @@
 //! One node in full, with the state as of it.
 
+use super::json;
 use super::session::{call_view, node_item, payload_view, state_panel};
 use super::*;
 
@@ -75,17 +76,17 @@ pub(super) async fn node_page(
             @match n.kind.as_str() {
                 "request" => {
                     h2 { "What the model saw" }
-                    (call_view(&n, true))
+                    (call_view(&n, true).0)
                 }
                 "response" => {
                     h2 { "The answer" }
                     @if let Some(p) = &n.parent { p { a href=(format!("/sessions/{sid}/nodes/{p}")) { "← the request (the context window)" } } }
-                    (call_view(&n, true))
+                    (call_view(&n, true).0)
                 }
                 _ => { h2 { "Payload" } (payload_view(&n, true)) }
             }
             h2 { "Diagnostics" }
-            pre.json { (diag) }
+            @match json::view(&diag) { Some(t) => (t), None => pre.json { (diag) } }
             (state_panel(&state, "State as of this node"))
         }
     };

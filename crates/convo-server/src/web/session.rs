@@ -72,23 +72,37 @@ pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
 }
 
 /// What a request or response node shows: the LLM call as a conversation
-/// when it is one, else its payload.
-pub(super) fn call_view(n: &NodeView, full: bool) -> Markup {
+/// when it is one (`true`: its own chips say model, tokens and status),
+/// else its payload.
+pub(super) fn call_view(n: &NodeView, full: bool) -> (Markup, bool) {
     if let Some(text) = payload_text(n) {
         let v = match n.kind.as_str() {
             "request" => llm::request_view(n, text, full),
             _ => llm::response_view(n, text),
         };
         if let Some(v) = v {
-            return v;
+            return (v, true);
         }
     }
-    html! { details open[full] { summary { (n.kind) " " (n.payload_len) " bytes" } (payload_view(n, false)) } }
+    (
+        html! { details open[full] { summary { (n.kind) " " (n.payload_len) " bytes" } (payload_view(n, false)) } },
+        false,
+    )
 }
 
 pub(super) fn node_item(sid: &str, n: &NodeView) -> Markup {
     let kind = n.kind.as_str();
-    let diag = diag_summary(&n.diagnostics);
+    let (body, is_call) = match kind {
+        "request" | "response" => call_view(n, false),
+        "fork" | "promote" => (html! {}, false),
+        _ => (payload_view(n, true), false),
+    };
+    // A call's own chips say model, tokens, latency and status.
+    let diag = if is_call {
+        Vec::new()
+    } else {
+        diag_summary(&n.diagnostics)
+    };
     let fig = llm::figures(n);
     html! {
         article class=(format!("node {kind}")) id=(format!("n-{}", n.hash)) tabindex="0"
@@ -106,11 +120,7 @@ pub(super) fn node_item(sid: &str, n: &NodeView) -> Markup {
                 a.hash href=(format!("/sessions/{sid}/nodes/{}", n.hash)) title="open this node" { (short(&n.hash)) }
                 button.fork type="button" data-hash=(n.hash) title="fork a new timeline from here (f)" { "fork" }
             }
-            @match kind {
-                "request" | "response" => { (call_view(n, false)) }
-                "fork" | "promote" => {}
-                _ => { (payload_view(n, true)) }
-            }
+            (body)
         }
     }
 }
