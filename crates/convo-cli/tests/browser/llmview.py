@@ -266,7 +266,10 @@ def run(b, base, shots):
     b.eval("document.querySelector('article.node.request details.raw').open = true")
     b.eval("document.querySelector('article.node.request details.raw .jv button.copy').click()")
     b.wait_for("+(document.querySelector('article.node.request details.raw .jv').dataset.copied || 0) > 100", "the copy button")
+    b.eval("document.querySelector('article.node.request details.raw').open = false")
+    b.eval("document.querySelectorAll('article.node.response')[0].scrollIntoView()")
     b.screenshot(os.path.join(shots, "llmview-session.png"))
+    b.eval("window.scrollTo(0, 0)")
 
     # The node page: the context window open, the raw bytes a link away.
     href = b.eval("document.querySelector('article.node.request a.hash').href")
