@@ -19,8 +19,10 @@ fn request(
     path: &str,
     body: &str,
 ) -> Result<(u16, Vec<u8>)> {
+    // The server's own address as Host: the guard refuses other names.
+    let host = r.get_ref().peer_addr()?;
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     let s = r.get_mut();
@@ -328,8 +330,9 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
             };
             let _ = s.set_nodelay(true);
             // HTTP/1.0: the stream is not chunked, so its lines are the events'.
-            let req =
-                "GET /api/v1/events HTTP/1.0\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n";
+            let req = format!(
+                "GET /api/v1/events HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+            );
             if s.write_all(req.as_bytes()).await.is_err() {
                 return;
             }
