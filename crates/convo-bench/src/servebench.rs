@@ -19,7 +19,7 @@ pub(crate) fn request(
     path: &str,
     body: &str,
 ) -> Result<(u16, Vec<u8>)> {
-    // The address as Host: what the web pages' Host guard allows.
+    // The server's own address as Host: the guard refuses other names.
     let host = r.get_ref().peer_addr()?;
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -223,9 +223,7 @@ pub fn serve() -> Result<Vec<Row>> {
 
     // Before the SSE figure: its 1,000 subscribers' connections may still
     // be closing, and a page load waited behind them.
-    if let Some(r) = paint(&addr, &big.to_string(), &small.to_string())? {
-        rows.push(r);
-    }
+    rows.extend(paint(&addr, &big.to_string(), &small.to_string())?);
     rows.push(sse(&addr, 1000, 10)?);
     rt.shutdown_timeout(Duration::from_secs(1));
     Ok(rows)
@@ -332,8 +330,9 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
             };
             let _ = s.set_nodelay(true);
             // HTTP/1.0: the stream is not chunked, so its lines are the events'.
-            let req =
-                "GET /api/v1/events HTTP/1.0\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n";
+            let req = format!(
+                "GET /api/v1/events HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+            );
             if s.write_all(req.as_bytes()).await.is_err() {
                 return;
             }
@@ -418,8 +417,9 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
 
 /// The first paint of the session page of `big` in headless Chromium
 /// (`CONVO_TEST_CHROMIUM` and `CONVO_TEST_PYTHON`, from scripts/test-env),
-/// against `small`'s; `None` (said loudly) without them.
-fn paint(addr: &str, big: &str, small: &str) -> Result<Option<Row>> {
+/// against `small`'s, and its time to interactive; nothing (said loudly)
+/// without them.
+fn paint(addr: &str, big: &str, small: &str) -> Result<Vec<Row>> {
     let (Ok(py), Ok(chromium)) = (
         std::env::var("CONVO_TEST_PYTHON"),
         std::env::var("CONVO_TEST_CHROMIUM"),
@@ -427,7 +427,7 @@ fn paint(addr: &str, big: &str, small: &str) -> Result<Option<Row>> {
         note(
             "SKIPPED the first paint: set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (eval \"$(scripts/test-env)\")",
         );
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -450,14 +450,25 @@ fn paint(addr: &str, big: &str, small: &str) -> Result<Option<Row>> {
             .ok_or_else(|| format!("paint.py said nothing about {k}").into())
     };
     let (big_ms, small_ms) = (ms_of("big")?, ms_of("small")?);
-    Ok(Some(Row::new(
-        "25. serve: first paint of a 10,000-turn session page in Chromium",
-        format!("{big_ms:.0} ms"),
-        format!("{small_ms:.0} ms for a 100-turn session"),
-        format!("{:.2}x", big_ms / small_ms.max(1e-9)),
-        "< 1 s",
-        Verdict::of(big_ms < 1000.0),
-    )))
+    let (big_tti, small_tti) = (ms_of("big_tti")?, ms_of("small_tti")?);
+    Ok(vec![
+        Row::new(
+            "25. serve: first paint of a 10,000-turn session page in Chromium",
+            format!("{big_ms:.0} ms"),
+            format!("{small_ms:.0} ms for a 100-turn session"),
+            format!("{:.2}x", big_ms / small_ms.max(1e-9)),
+            "≤ 500 ms warm",
+            Verdict::of(big_ms <= 500.0),
+        ),
+        Row::new(
+            "25b. serve: time to interactive of a 10,000-turn session page in Chromium",
+            format!("{big_tti:.0} ms"),
+            format!("{small_tti:.0} ms for a 100-turn session"),
+            format!("{:.2}x", big_tti / small_tti.max(1e-9)),
+            "≤ 500 ms warm",
+            Verdict::of(big_tti <= 500.0),
+        ),
+    ])
 }
 
 use convo_store::Store;

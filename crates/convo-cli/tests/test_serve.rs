@@ -430,9 +430,15 @@ fn token_csrf_paths_and_escaping() {
         assert_eq!(page.status, 200, "{path}");
         let html = page.text();
         let lower = html.to_ascii_lowercase();
-        // The only script element is the page's own, from this server;
-        // no payload became an element, a handler or a script URL.
-        assert_eq!(lower.matches("<script").count(), 1, "{path}: {html}");
+        // The only script elements are the page's own (app.js and
+        // viewer.js), from this server; no payload became an element, a
+        // handler or a script URL.
+        assert_eq!(lower.matches("<script").count(), 2, "{path}: {html}");
+        assert_eq!(
+            lower.matches("<script src=\"/assets/").count(),
+            2,
+            "{path}: {html}"
+        );
         assert!(!lower.contains("<img"), "{path}: {html}");
         assert!(lower.matches("<svg").count() <= 1, "{path}: {html}");
         for tag in tags(&lower) {
@@ -826,6 +832,121 @@ fn browser_webview() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(shots.join("webview-session.png").exists());
+}
+
+/// `CONVO_PRICES` replaces the embedded price table: a call of a model it
+/// prices costs what it says on the session page and in the list; a file
+/// that is missing or not a table stops `convo serve` with its name.
+#[test]
+fn prices_from_a_file_or_a_clear_error() {
+    use std::io::BufRead;
+    let t = TestEnv::new();
+    let bad = t.home().join("nope.json");
+    let out = t
+        .cmd()
+        .env("CONVO_PRICES", &bad)
+        .args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nope.json"), "{err}");
+    std::fs::write(&bad, "[1, 2]").unwrap();
+    let out = t
+        .cmd()
+        .env("CONVO_PRICES", &bad)
+        .args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a JSON object"));
+
+    let table = t.home().join("prices.json");
+    std::fs::write(
+        &table,
+        r#"{"source": "test table", "date": "2026-01-01", "models": {"m-test": {"input_cost_per_token": 1.5, "output_cost_per_token": 2}}}"#,
+    )
+    .unwrap();
+    let mut child = t
+        .cmd()
+        .env("CONVO_PRICES", &table)
+        .args(["serve", "--listen", "127.0.0.1:0", "--quiet"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let srv = Server {
+        child,
+        addr: line
+            .trim()
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned(),
+    };
+    let id = sess(&srv, "a", "priced");
+    srv.post_json(
+        &format!("/api/v1/sessions/{id}/branches/main/nodes"),
+        &json!([
+            {"kind": "invoke", "payload": "q"},
+            {"kind": "request", "payload": "{\"model\":\"m-test\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}]}", "diagnostics": {"api": "openai.chat"}},
+            {"kind": "response", "payload": "{\"choices\":[{\"message\":{\"role\":\"assistant\",\"content\":\"a\"}}]}",
+             "diagnostics": {"model": "m-test", "status": 200, "usage": {"prompt_tokens": 4, "completion_tokens": 3}}},
+            {"kind": "complete", "payload": "a"}
+        ]),
+    )
+    .expect(201);
+    let page = srv.get(&format!("/sessions/{id}")).text();
+    // 4 × 1.5 + 3 × 2 = 12 dollars, with the table's name beside it.
+    assert!(page.contains("$12.00"), "{page}");
+    assert!(page.contains("test table (2026-01-01)"));
+    let list = srv.get("/").text();
+    assert!(list.contains("$12.00") && list.contains("4 / 3"), "{list}");
+}
+
+/// What the model saw, in headless Chromium: real calls recorded through
+/// `convo proxy` from a scripted upstream (OpenAI chat with a tool call and
+/// a stream, the Responses API, an Anthropic stream with thinking and tool
+/// use, a 429) read as conversations; exact numbers, duplicate keys, a
+/// 47 KB JSON collapsed; totals and list columns; live updates at the tail
+/// only, rendered by the server; ten navigations in one tab
+/// (tests/browser/llmview.py, screenshots beside webview.py's).
+#[test]
+fn browser_llm_calls() {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let t = TestEnv::new();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/llmview.py"
+        ))
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shots.join("llmview-session.png").exists());
+    assert!(shots.join("llmview-phone.png").exists());
 }
 
 /// SIGTERM with an event stream open and appends in flight: the streams

@@ -52,7 +52,9 @@ pub mod otel;
 pub mod records;
 pub mod session_json;
 pub mod sharegpt;
+pub mod sse;
 mod tree;
+pub mod wire;
 
 pub use error::{Error, Location, Result, locate};
 pub use model::{Conversation, Message, Read, Role, Timeline};

@@ -1,4 +1,5 @@
-// convo web view: fork, promote, live updates, keyboard navigation.
+// convo web view: fork, promote, keyboard navigation (live updates and
+// the JSON viewer's buttons: viewer.js).
 // No framework, no inline script (the page's CSP forbids it), and every
 // string from the store reaches the DOM through textContent only.
 "use strict";
@@ -62,67 +63,7 @@
     if (row && !t.closest("a")) { window.location.href = row.dataset.href; }
   });
 
-  // ----- live updates -----------------------------------------------------
-  function renderNode(n) {
-    const art = document.createElement("article");
-    art.className = "node " + n.kind + " fresh";
-    art.id = "n-" + n.hash;
-    art.tabIndex = 0;
-    art.dataset.hash = n.hash;
-    const meta = document.createElement("div");
-    meta.className = "meta";
-    const kind = document.createElement("span");
-    kind.className = "kind k-" + n.kind;
-    kind.textContent = n.kind;
-    const ends = document.createElement("span");
-    ends.className = "ends";
-    // Each name in its own bidirectional isolate (as the server's pages).
-    const from = document.createElement("bdi");
-    from.textContent = n.from;
-    const to = document.createElement("bdi");
-    to.textContent = n.to;
-    ends.append(from, " → ", to);
-    const time = document.createElement("time");
-    time.textContent = n.created_at;
-    const a = document.createElement("a");
-    a.className = "hash";
-    a.href = "/sessions/" + encodeURIComponent(sid) + "/nodes/" + encodeURIComponent(n.hash);
-    a.textContent = n.hash.slice(0, 12);
-    const fb = document.createElement("button");
-    fb.className = "fork";
-    fb.type = "button";
-    fb.dataset.hash = n.hash;
-    fb.textContent = "fork";
-    meta.append(kind, ends, time, a, fb);
-    art.append(meta);
-    if (n.kind !== "fork" && n.kind !== "promote") {
-      const pre = document.createElement("pre");
-      pre.textContent = n.payload_encoding === "utf8" ? n.payload : "<" + n.payload_len + " bytes of binary>";
-      art.append(pre);
-    }
-    return art;
-  }
-
-  if (root && sid && root.dataset.branch && window.EventSource) {
-    const turns = document.getElementById("turns");
-    const live = document.getElementById("live");
-    let others = 0;
-    const es = new EventSource("/api/v1/events?session=" + encodeURIComponent(sid));
-    es.addEventListener("node", function (ev) {
-      let n;
-      try { n = JSON.parse(ev.data); } catch (_) { return; }
-      if (turns && n.parent === root.dataset.head && root.dataset.sealed !== "1") {
-        turns.append(renderNode(n));
-        root.dataset.head = n.hash;
-      } else {
-        others += 1;
-        if (live) {
-          live.hidden = false;
-          live.textContent = others + " new node(s) on other timelines — reload to see the graph";
-        }
-      }
-    });
-  }
+  // Live updates: assets/viewer.js.
 
   // ----- keyboard -----------------------------------------------------------
   function nodes() { return Array.from(document.querySelectorAll("article.node")); }

@@ -56,6 +56,9 @@ pub enum ServeError {
         "refusing to listen on {0} without a token: anyone who can reach it could read and write the store"
     )]
     NeedToken(SocketAddr),
+    /// The price table `CONVO_PRICES` names did not load.
+    #[error("{0}")]
+    Prices(String),
 }
 
 /// Store connections the pool keeps open: more than the requests a busy
@@ -67,6 +70,7 @@ const POOL_IDLE: usize = 48;
 /// append writer. Opens connections: call it from a plain thread (or
 /// `spawn_blocking`), never from a runtime worker.
 pub fn state(config: &Config) -> Result<AppState, ServeError> {
+    web::check_prices().map_err(ServeError::Prices)?;
     let pool = StorePool::open(&config.store_url, POOL_IDLE)?;
     let hub = events::Hub::start(&config.store_url)?;
     let writer = appends::Writer::start(&pool, Some(hub.clone()))?;

@@ -3,7 +3,7 @@
 //! anchors are dropped, images become links (the page loads nothing from
 //! elsewhere). pulldown-cmark escapes all text itself.
 
-use pulldown_cmark::{CowStr, Event, Options, Parser, Tag, TagEnd, html};
+use pulldown_cmark::{CodeBlockKind, CowStr, Event, Options, Parser, Tag, TagEnd, html};
 
 fn safe_url(u: &str) -> bool {
     let lower: String = u
@@ -50,6 +50,35 @@ pub fn render(text: &str) -> String {
         Event::End(TagEnd::Image) => Event::End(TagEnd::Link),
         other => other,
     });
+    // Code blocks highlighted (escaped spans, see `web::json::highlight`).
+    let mut code: Option<(String, String)> = None;
+    let parser = parser.filter_map(move |ev| match ev {
+        Event::Start(Tag::CodeBlock(k)) => {
+            let lang = match k {
+                CodeBlockKind::Fenced(l) => l
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase(),
+                CodeBlockKind::Indented => String::new(),
+            };
+            code = Some((lang, String::new()));
+            None
+        }
+        Event::Text(t) if code.is_some() => {
+            if let Some((_, c)) = code.as_mut() {
+                c.push_str(&t);
+            }
+            None
+        }
+        Event::End(TagEnd::CodeBlock) => {
+            let (lang, text) = code.take()?;
+            Some(Event::Html(CowStr::from(
+                crate::web::json::highlight(&lang, &text).into_string(),
+            )))
+        }
+        other => Some(other),
+    });
     let mut out = String::with_capacity(text.len() + text.len() / 4);
     html::push_html(&mut out, parser);
     out
@@ -80,5 +109,11 @@ mod tests {
         assert!(out.contains("<h1>Title</h1>"));
         assert!(out.contains("<strong>bold</strong>"));
         assert!(out.contains("<li>a</li>"));
+        let out = render("```python\nx = \"</pre><script>\"  # 1\n```\n");
+        assert!(
+            out.contains("<span class=\"hs\">&quot;&lt;/pre&gt;&lt;script&gt;&quot;</span>"),
+            "{out}"
+        );
+        assert!(!out.contains("<script"), "{out}");
     }
 }

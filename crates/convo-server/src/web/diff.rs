@@ -193,14 +193,14 @@ impl View<'_> {
                 @for n in &t.nodes {
                     @let (na, nb) = (self.d.node_a(n), self.d.node_b(n));
                     @if n.same {
-                        div.pair.same data-label="A and B" { (self.node(nb, b)) }
+                        div.pair.same data-label="A and B" { (self.node(nb)) }
                     } @else {
                         div class=(pair_class(n)) {
                             div.side.a data-label=(label_a) {
-                                @match na { Some(_) => (self.node(na, a)), None => p.absent { "not on A" } }
+                                @match na { Some(_) => (self.node(na)), None => p.absent { "not on A" } }
                             }
                             div.side.b data-label=(label_b) {
-                                @match nb { Some(_) => (self.node(nb, b)), None => p.absent { "not on B" } }
+                                @match nb { Some(_) => (self.node(nb)), None => p.absent { "not on B" } }
                             }
                             @if let (Some(x), Some(y)) = (na, nb) { (self.words(x, y)) }
                         }
@@ -211,7 +211,7 @@ impl View<'_> {
     }
 
     /// One node as the timeline shows it, with what a fork or promote means.
-    fn node(&self, n: Option<&StoredNode>, label: &str) -> Markup {
+    fn node(&self, n: Option<&StoredNode>) -> Markup {
         let Some(n) = n else { return html! {} };
         let payload = self.payloads.get(&n.hash).map(|p| p.as_slice());
         let mut v = convo_runtime::wire::node(n, payload);
@@ -219,7 +219,7 @@ impl View<'_> {
             v = v.with_turn(t as u64);
         }
         html! {
-            (node_item(self.sid, &v, label, false))
+            (node_item(self.sid, &v))
             @if let Some(e) = sdiff::event_text(n) { p.event-text { (e) } }
         }
     }

@@ -19,6 +19,8 @@
 mod diff;
 mod graph;
 mod index;
+pub(crate) mod json;
+mod llm;
 mod node;
 mod session;
 
@@ -39,6 +41,14 @@ use serde::Deserialize;
 
 const APP_JS: &str = include_str!("../../assets/app.js");
 const APP_CSS: &str = include_str!("../../assets/app.css");
+const VIEWER_JS: &str = include_str!("../../assets/viewer.js");
+const VIEWER_CSS: &str = include_str!("../../assets/viewer.css");
+
+/// Loads the price table (`CONVO_PRICES` or the embedded one): an error
+/// names the file and what is wrong with it.
+pub fn check_prices() -> Result<(), String> {
+    llm::prices().map(|_| ()).map_err(str::to_owned)
+}
 
 /// The page routes.
 pub fn routes() -> Router<AppState> {
@@ -49,10 +59,20 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{session}/diff", get(diff::diff_page))
         .route("/assets/app.js", get(js))
         .route("/assets/app.css", get(css))
+        .route("/assets/viewer.js", get(viewer_js))
+        .route("/assets/viewer.css", get(viewer_css))
 }
 
 async fn js() -> Response {
     asset(APP_JS, "text/javascript; charset=utf-8")
+}
+
+async fn viewer_js() -> Response {
+    asset(VIEWER_JS, "text/javascript; charset=utf-8")
+}
+
+async fn viewer_css() -> Response {
+    asset(VIEWER_CSS, "text/css; charset=utf-8")
 }
 
 async fn css() -> Response {
@@ -89,7 +109,9 @@ fn page(title: &str, body: Markup) -> Markup {
                 // title cannot turn the tab's text around.
                 title { "\u{2068}" (title) "\u{2069} · convo" }
                 link rel="stylesheet" href="/assets/app.css";
+                link rel="stylesheet" href="/assets/viewer.css";
                 script src="/assets/app.js" defer {}
+                script src="/assets/viewer.js" defer {}
             }
             body {
                 header.top {

@@ -1,12 +1,24 @@
 //! One node in full, with the state as of it.
 
-use super::session::{payload_view, state_panel};
+use super::json;
+use super::session::{call_view, node_item, payload_view, state_panel};
 use super::*;
+
+#[derive(Debug, Deserialize)]
+pub(super) struct NodePageQuery {
+    /// `1`: only the node as the timeline shows it (the page's live
+    /// updates fetch this), with a turn heading when it starts a turn.
+    fragment: Option<String>,
+}
 
 pub(super) async fn node_page(
     State(st): State<AppState>,
     Path((q, h)): Path<(String, String)>,
+    Query(nq): Query<NodePageQuery>,
 ) -> Response {
+    if nq.fragment.as_deref() == Some("1") {
+        return fragment(st, q, h).await;
+    }
     let p = match convo_core::HashPrefix::parse(&h) {
         Ok(p) => p,
         Err(e) => return error_page(StoreError::Invalid(e.to_string())),
@@ -61,12 +73,64 @@ pub(super) async fn node_page(
                 a href=(format!("/api/v1/nodes/{}/payload", n.hash)) { "Raw payload" }
                 a href=(format!("/api/v1/nodes/{}", n.hash)) { "JSON" }
             }
-            h2 { "Payload" }
-            (payload_view(&n, true))
+            @match n.kind.as_str() {
+                "request" => {
+                    h2 { "What the model saw" }
+                    (call_view(&n, true).0)
+                }
+                "response" => {
+                    h2 { "The answer" }
+                    @if let Some(p) = &n.parent { p { a href=(format!("/sessions/{sid}/nodes/{p}")) { "← the request (the context window)" } } }
+                    (call_view(&n, true).0)
+                }
+                _ => { h2 { "Payload" } (payload_view(&n, true)) }
+            }
             h2 { "Diagnostics" }
-            pre.json { (diag) }
+            @match json::view(&diag) { Some(t) => (t), None => pre.json { (diag) } }
             (state_panel(&state, "State as of this node"))
         }
     };
     html_response(page(&format!("{} {}", n.kind, short(&n.hash)), body))
+}
+
+/// One node as the timeline renders it, for the page's live updates.
+async fn fragment(st: AppState, q: String, h: String) -> Response {
+    let p = match convo_core::HashPrefix::parse(&h) {
+        Ok(p) => p,
+        Err(e) => return error_page(StoreError::Invalid(e.to_string())),
+    };
+    let data = run(&st, move |s| {
+        let row = s.find_session(&q)?;
+        let (n, payload) = api::node_with_payload(s, &p)?;
+        if n.node.session != row.id {
+            return Err(StoreError::NoNode(h.clone()));
+        }
+        let parent_turn = match n.node.parent {
+            Some(ph) => Some(
+                s.node(
+                    &convo_core::HashPrefix::parse(&ph.to_hex())
+                        .map_err(|e| StoreError::Invalid(e.to_string()))?,
+                )?
+                .ctx
+                .turn,
+            ),
+            None => None,
+        };
+        let turn = n.ctx.turn;
+        let view = convo_runtime::wire::node(&n, Some(&payload)).with_turn(turn);
+        Ok((row, view, parent_turn != Some(turn)))
+    })
+    .await;
+    let (row, n, starts) = match data {
+        Ok(d) => d,
+        Err(r) => return r,
+    };
+    let sid = row.id.to_string();
+    let turn = n.turn.unwrap_or(0);
+    html_response(html! {
+        @if starts {
+            h2.turn id=(format!("turn-{turn}")) { @if turn == 0 { "Start" } @else { "Turn " (turn) } }
+        }
+        (node_item(&sid, &n))
+    })
 }

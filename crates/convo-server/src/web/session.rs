@@ -2,6 +2,7 @@
 
 use super::graph::{Lane, graph, lanes};
 use super::*;
+use super::{json, llm};
 
 #[derive(Debug, Deserialize)]
 pub(super) struct SessionPageQuery {
@@ -51,17 +52,17 @@ pub(super) fn payload_text(n: &NodeView) -> Option<&str> {
     }
 }
 
-/// A payload as a reader wants it: JSON pretty-printed, text as Markdown
+/// A payload as a reader wants it: JSON as a tree (from its bytes), text as Markdown
 /// (rendered safely), binary as its size.
 pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
     let Some(text) = payload_text(n) else {
         return html! { p.binary { "<" (n.payload_len) " bytes of binary> " a href=(format!("/api/v1/nodes/{}/payload", n.hash)) { "download" } } };
     };
-    if let Ok(v) = serde_json::from_str::<serde_json::Value>(text)
-        && (v.is_object() || v.is_array())
-    {
-        let pretty = serde_json::to_string_pretty(&v).unwrap_or_else(|_| text.to_owned());
-        return html! { pre.json { (pretty) } };
+    if markdown_ok && let Some(m) = llm::messages_view(text) {
+        return m;
+    }
+    if let Some(tree) = json::view(text) {
+        return tree;
     }
     if markdown_ok {
         html! { div.md { (PreEscaped(markdown::render(text))) } }
@@ -70,12 +71,44 @@ pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
     }
 }
 
-pub(super) fn node_item(sid: &str, n: &NodeView, branch: &str, sealed: bool) -> Markup {
+/// What a request or response node shows: the LLM call as a conversation
+/// when it is one (`true`: its own chips say model, tokens and status),
+/// else its payload.
+pub(super) fn call_view(n: &NodeView, full: bool) -> (Markup, bool) {
+    if let Some(text) = payload_text(n) {
+        let v = match n.kind.as_str() {
+            "request" => llm::request_view(n, text, full),
+            _ => llm::response_view(n, text),
+        };
+        if let Some(v) = v {
+            return (v, true);
+        }
+    }
+    (
+        html! { details open[full] { summary { (n.kind) " " (n.payload_len) " bytes" } (payload_view(n, false)) } },
+        false,
+    )
+}
+
+pub(super) fn node_item(sid: &str, n: &NodeView) -> Markup {
     let kind = n.kind.as_str();
-    let diag = diag_summary(&n.diagnostics);
+    let (body, is_call) = match kind {
+        "request" | "response" => call_view(n, false),
+        "fork" | "promote" => (html! {}, false),
+        _ => (payload_view(n, true), false),
+    };
+    // A call's own chips say model, tokens, latency and status.
+    let diag = if is_call {
+        Vec::new()
+    } else {
+        diag_summary(&n.diagnostics)
+    };
+    let fig = llm::figures(n);
     html! {
         article class=(format!("node {kind}")) id=(format!("n-{}", n.hash)) tabindex="0"
-            data-hash=(n.hash) data-seq=(n.seq) {
+            data-hash=(n.hash) data-seq=(n.seq) data-turn=(n.turn.unwrap_or(0))
+            data-tin=[fig.map(|f| f.0)] data-tout=[fig.map(|f| f.1)] data-cost=[fig.map(|f| f.2)]
+            data-failed=[fig.and_then(|f| f.3.then_some("1"))] {
             div.meta {
                 span class=(format!("kind k-{kind}")) { (kind) }
                 span.ends { bdi { (n.from) } " → " bdi { (n.to) } }
@@ -87,15 +120,8 @@ pub(super) fn node_item(sid: &str, n: &NodeView, branch: &str, sealed: bool) -> 
                 a.hash href=(format!("/sessions/{sid}/nodes/{}", n.hash)) title="open this node" { (short(&n.hash)) }
                 button.fork type="button" data-hash=(n.hash) title="fork a new timeline from here (f)" { "fork" }
             }
-            @match kind {
-                "request" | "response" => {
-                    details { summary { (kind) " " (n.payload_len) " bytes" } (payload_view(n, false)) }
-                }
-                "fork" | "promote" => {}
-                _ => { (payload_view(n, true)) }
-            }
+            (body)
         }
-        @let _ = (branch, sealed);
     }
 }
 
@@ -117,10 +143,11 @@ pub(super) async fn session_page(
         let this = s.branch(&row.id, &b2)?;
         let page = api::timeline_page(s, &row.id.to_string(), &b2, cursor, 200)?;
         let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
-        Ok((row, lanes, this, page, state))
+        let totals = llm::session_totals(s, &row)?;
+        Ok((row, lanes, this, page, state, totals))
     })
     .await;
-    let (row, lanes, this, tl, state) = match data {
+    let (row, lanes, this, tl, state, totals) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -145,7 +172,10 @@ pub(super) async fn session_page(
         .collect();
     let body = html! {
         section.session id="session" data-session=(sid) data-branch=(branch_s) data-head=(head)
-            data-sealed=(if this.sealed { "1" } else { "0" }) {
+            data-sealed=(if this.sealed { "1" } else { "0" })
+            data-tail=(if tl.next_cursor.is_none() { "1" } else { "0" })
+            data-after=(tl.nodes.iter().map(|n| n.seq).max().unwrap_or(0))
+            data-turns=(tl.turns) {
             h1 { bdi { (title) } }
             p.sub {
                 "agent " b { bdi { (row.agent) } } " · " span.mono { (sid) } " · created " (convo_api::time(row.created_at))
@@ -180,7 +210,8 @@ pub(super) async fn session_page(
             @if this.sealed {
                 p.notice { "This timeline is sealed: it is kept as it was and refuses new messages. Fork from any of its nodes to continue it." }
             }
-            p.count { (tl.total) " nodes · " (tl.turns) " turns" }
+            (llm::totals_view(&totals))
+            p.count { span #c-nodes { (tl.total) } " nodes · " span #c-turns { (tl.turns) } " turns" }
             @if tl.cursor > 0 {
                 p { a href=(format!("{}{}cursor={}", session_url(&sid, Some(&branch_s)), if branch_s == "main" { "?" } else { "&" }, tl.cursor.saturating_sub(200))) { "← earlier nodes" } }
             }
@@ -189,7 +220,7 @@ pub(super) async fn session_page(
                     @if let Some(turn) = header {
                         h2.turn id=(format!("turn-{turn}")) { @if *turn == 0 { "Start" } @else { "Turn " (turn) } }
                     }
-                    (node_item(&sid, n, &branch_s, this.sealed))
+                    (node_item(&sid, n))
                 }
             }
             @if let Some(next) = tl.next_cursor {

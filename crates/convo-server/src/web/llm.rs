@@ -1,0 +1,1094 @@
+//! What the model saw: a recorded LLM request (OpenAI chat completions,
+//! the Responses API, Anthropic Messages) rendered as the conversation it
+//! carries, and a response as the assistant's answer (a stream from its
+//! assembled form), with model, tokens, latency, cost and status. The
+//! message lists and stream assembly are `convo_formats::wire`'s (the
+//! proxy's own); prices are a vendored subset of LiteLLM's table
+//! (`assets/prices.json`), overridable with `CONVO_PRICES=FILE`.
+
+use super::json;
+use super::*;
+use convo_formats::wire::{self, Api};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+const PRICES_JSON: &str = include_str!("../../assets/prices.json");
+
+/// USD per token for one model.
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+struct Price {
+    #[serde(default)]
+    input_cost_per_token: f64,
+    #[serde(default)]
+    output_cost_per_token: f64,
+    cache_read_input_token_cost: Option<f64>,
+    cache_creation_input_token_cost: Option<f64>,
+}
+
+/// A price table: model name → price.
+#[derive(Debug, Default)]
+pub(crate) struct Prices {
+    /// Where the table comes from (and its date).
+    pub(crate) source: String,
+    models: HashMap<String, Price>,
+}
+
+impl Prices {
+    /// Parses convo's table (`{"source", "date", "models": {…}}`) or a
+    /// whole LiteLLM `model_prices_and_context_window.json`.
+    pub(crate) fn parse(text: &str, origin: &str) -> Result<Prices, String> {
+        let v: Value =
+            serde_json::from_str(text).map_err(|e| format!("price table {origin}: {e}"))?;
+        let Some(top) = v.as_object() else {
+            return Err(format!("price table {origin}: not a JSON object"));
+        };
+        let (map, source) = match top.get("models").and_then(Value::as_object) {
+            Some(m) => (
+                m,
+                format!(
+                    "{} ({})",
+                    top.get("source").and_then(Value::as_str).unwrap_or(origin),
+                    top.get("date").and_then(Value::as_str).unwrap_or("undated")
+                ),
+            ),
+            None => (top, origin.to_owned()),
+        };
+        let models = map
+            .iter()
+            .filter_map(|(k, v)| {
+                let p: Price = serde_json::from_value(v.clone()).ok()?;
+                v.get("input_cost_per_token")?;
+                Some((k.clone(), p))
+            })
+            .collect();
+        Ok(Prices { source, models })
+    }
+
+    fn find(&self, model: &str) -> Option<Price> {
+        if let Some(p) = self.models.get(model) {
+            return Some(*p);
+        }
+        let bare = model.rsplit('/').next().unwrap_or(model);
+        if let Some(p) = self.models.get(bare) {
+            return Some(*p);
+        }
+        // A dated or suffixed name (`gpt-4o-2099-01-01`): the longest
+        // known name it starts with.
+        self.models
+            .iter()
+            .filter(|(k, _)| bare.starts_with(k.as_str()))
+            .max_by_key(|(k, _)| k.len())
+            .map(|(_, p)| *p)
+    }
+}
+
+static PRICES: OnceLock<Result<Prices, String>> = OnceLock::new();
+
+/// The price table: `CONVO_PRICES` (a file) when set, else the embedded one.
+pub(crate) fn prices() -> Result<&'static Prices, &'static str> {
+    PRICES
+        .get_or_init(|| match std::env::var_os("CONVO_PRICES") {
+            Some(f) => {
+                let origin = std::path::Path::new(&f).display().to_string();
+                std::fs::read_to_string(&f)
+                    .map_err(|e| format!("price table {origin}: {e}"))
+                    .and_then(|t| Prices::parse(&t, &origin))
+            }
+            None => Prices::parse(PRICES_JSON, "assets/prices.json"),
+        })
+        .as_ref()
+        .map_err(String::as_str)
+}
+
+/// Token counts of one call, whatever the vendor's names.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct Usage {
+    /// All input tokens (cached ones included).
+    pub(crate) input: u64,
+    pub(crate) output: u64,
+    /// Input tokens read from a prompt cache.
+    cached: u64,
+    /// Input tokens written to a prompt cache (Anthropic).
+    cache_write: u64,
+}
+
+impl Usage {
+    fn of(u: &Value) -> Option<Usage> {
+        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
+        let o = u.as_object()?;
+        if o.contains_key("prompt_tokens") || o.contains_key("completion_tokens") {
+            return Some(Usage {
+                input: n(o.get("prompt_tokens")),
+                output: n(o.get("completion_tokens")),
+                cached: n(u.pointer("/prompt_tokens_details/cached_tokens")),
+                cache_write: 0,
+            });
+        }
+        if o.contains_key("cache_read_input_tokens")
+            || o.contains_key("cache_creation_input_tokens")
+        {
+            // Anthropic: input_tokens leaves the cached ones out.
+            let (r, w) = (
+                n(o.get("cache_read_input_tokens")),
+                n(o.get("cache_creation_input_tokens")),
+            );
+            return Some(Usage {
+                input: n(o.get("input_tokens")) + r + w,
+                output: n(o.get("output_tokens")),
+                cached: r,
+                cache_write: w,
+            });
+        }
+        (o.contains_key("input_tokens") || o.contains_key("output_tokens")).then(|| Usage {
+            input: n(o.get("input_tokens")),
+            output: n(o.get("output_tokens")),
+            cached: n(u.pointer("/input_tokens_details/cached_tokens")),
+            cache_write: 0,
+        })
+    }
+
+    fn cost(&self, p: Price) -> f64 {
+        let fresh = self.input.saturating_sub(self.cached + self.cache_write);
+        fresh as f64 * p.input_cost_per_token
+            + self.cached as f64
+                * p.cache_read_input_token_cost
+                    .unwrap_or(p.input_cost_per_token)
+            + self.cache_write as f64
+                * p.cache_creation_input_token_cost
+                    .unwrap_or(p.input_cost_per_token)
+            + self.output as f64 * p.output_cost_per_token
+    }
+}
+
+/// What a response node says about its call.
+#[derive(Debug, Default)]
+pub(crate) struct Call {
+    pub(crate) model: Option<String>,
+    pub(crate) usage: Option<Usage>,
+    /// USD; `None` when the model is not in the price table.
+    pub(crate) cost: Option<f64>,
+    pub(crate) latency_ms: Option<f64>,
+    pub(crate) ttft_ms: Option<f64>,
+    pub(crate) status: Option<u64>,
+    pub(crate) failed: bool,
+}
+
+impl Call {
+    /// From a response's diagnostics (as the proxy records them) and,
+    /// when they lack model or usage, its parsed body.
+    pub(crate) fn of(diag: &Value, body: Option<&Value>) -> Call {
+        let model = diag
+            .get("model")
+            .and_then(Value::as_str)
+            .or_else(|| body?.get("model")?.as_str())
+            .map(str::to_owned);
+        let usage = diag
+            .get("usage")
+            .or_else(|| diag.get("assembled")?.get("usage"))
+            .or_else(|| {
+                let b = body?;
+                b.get("usage").or_else(|| b.get("response")?.get("usage"))
+            })
+            .and_then(Usage::of);
+        let status = diag.get("status").and_then(Value::as_u64);
+        let failed = status.is_some_and(|s| s >= 400)
+            || diag.get("error").is_some_and(|e| !e.is_null())
+            || body.is_some_and(|b| b.get("error").is_some_and(|e| !e.is_null()));
+        let cost = match (&model, usage, prices()) {
+            (Some(m), Some(u), Ok(p)) => p.find(m).map(|pr| u.cost(pr)),
+            _ => None,
+        };
+        Call {
+            model,
+            usage,
+            cost,
+            latency_ms: diag.get("latency_ms").and_then(Value::as_f64),
+            ttft_ms: diag.get("ttft_ms").and_then(Value::as_f64),
+            status,
+            failed,
+        }
+    }
+
+    /// Whether anything here is about an LLM call.
+    fn is_call(&self) -> bool {
+        self.model.is_some() || self.usage.is_some() || self.status.is_some()
+    }
+}
+
+/// A session's (or timeline's) figures, summed over its response nodes.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub(crate) struct Totals {
+    pub(crate) calls: u64,
+    pub(crate) tokens_in: u64,
+    pub(crate) tokens_out: u64,
+    pub(crate) cost: f64,
+    /// Calls whose model has no price (their cost is not in `cost`).
+    pub(crate) unpriced: u64,
+    pub(crate) errors: u64,
+    pub(crate) turns: u64,
+    pub(crate) first: Option<i64>,
+    pub(crate) last: Option<i64>,
+}
+
+impl Totals {
+    /// Adds one node.
+    pub(crate) fn add(&mut self, kind: Kind, created_ms: i64, turn: u64, diag: &str) {
+        self.first = Some(self.first.map_or(created_ms, |f| f.min(created_ms)));
+        self.last = Some(self.last.map_or(created_ms, |l| l.max(created_ms)));
+        self.turns = self.turns.max(turn);
+        // Most nodes carry no diagnostics worth parsing.
+        if kind != Kind::Response || diag.len() < 3 {
+            return;
+        }
+        let Ok(d) = serde_json::from_str::<Value>(diag) else {
+            return;
+        };
+        let c = Call::of(&d, None);
+        if !c.is_call() {
+            return;
+        }
+        self.calls += 1;
+        if let Some(u) = c.usage {
+            self.tokens_in += u.input;
+            self.tokens_out += u.output;
+        }
+        match c.cost {
+            Some(x) => self.cost += x,
+            None if c.usage.is_some() => self.unpriced += 1,
+            None => {}
+        }
+        if c.failed {
+            self.errors += 1;
+        }
+    }
+
+    /// From first to last node.
+    pub(crate) fn duration_ms(&self) -> i64 {
+        match (self.first, self.last) {
+            (Some(a), Some(b)) => b - a,
+            _ => 0,
+        }
+    }
+}
+
+/// Totals of a whole session (every timeline): one pass over its node
+/// rows, no payloads; remembered per session until a head moves.
+pub(crate) fn session_totals(s: &mut Store, row: &SessionRow) -> convo_store::Result<Totals> {
+    /// Session id → (its timelines' heads, its totals).
+    type Cache = std::sync::Mutex<HashMap<String, (Vec<String>, Totals)>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    let heads: Vec<String> = s
+        .branches(&row.id)?
+        .iter()
+        .map(|b| b.head.map(|h| h.to_hex()).unwrap_or_default())
+        .collect();
+    let key = row.id.to_string();
+    if let Ok(c) = cache.lock()
+        && let Some((h, t)) = c.get(&key)
+        && *h == heads
+    {
+        return Ok(t.clone());
+    }
+    let id = row.id;
+    let nodes = s.read(move |tx| tx.session_nodes(&id, false))?;
+    let mut t = Totals::default();
+    for (n, _) in &nodes {
+        t.add(
+            n.node.kind,
+            n.node.created_at,
+            n.ctx.turn,
+            n.node.diagnostics.as_str(),
+        );
+    }
+    if let Ok(mut c) = cache.lock() {
+        if c.len() > 4096 {
+            c.clear();
+        }
+        c.insert(key, (heads, t.clone()));
+    }
+    Ok(t)
+}
+
+pub(crate) fn usd(x: f64) -> String {
+    if x == 0.0 {
+        "$0".into()
+    } else if x < 0.0001 {
+        format!("${x:.6}")
+    } else if x < 0.01 {
+        format!("${x:.4}")
+    } else {
+        format!("${x:.2}")
+    }
+}
+
+pub(crate) fn ms(x: i64) -> String {
+    if x < 1000 {
+        format!("{x} ms")
+    } else if x < 60_000 {
+        format!("{:.1} s", x as f64 / 1000.0)
+    } else if x < 3_600_000 {
+        format!("{} min {} s", x / 60_000, (x % 60_000) / 1000)
+    } else {
+        format!("{} h {} min", x / 3_600_000, (x % 3_600_000) / 60_000)
+    }
+}
+
+// ----- messages ----------------------------------------------------------
+
+/// One piece of a message.
+#[derive(Debug)]
+enum Part {
+    Text(String),
+    Thinking(String),
+    ToolCall {
+        id: String,
+        name: String,
+        /// The arguments as the call wrote them (a JSON string for OpenAI,
+        /// the input object re-serialized for Anthropic).
+        args: String,
+    },
+    ToolResult {
+        id: String,
+        parts: Vec<Part>,
+        error: bool,
+    },
+    /// An image: its URL when it has one, else what it is.
+    Image {
+        url: Option<String>,
+        what: String,
+    },
+    Other(Value),
+}
+
+/// A message of a conversation.
+#[derive(Debug)]
+struct Msg {
+    role: String,
+    parts: Vec<Part>,
+}
+
+fn s(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    }
+}
+
+fn image(url: Option<&str>, what: &str) -> Part {
+    match url {
+        Some(u) if u.starts_with("data:") => Part::Image {
+            url: None,
+            what: format!(
+                "{} image, {} bytes inline",
+                u.get(5..)
+                    .and_then(|r| r.split([';', ',']).next())
+                    .unwrap_or("an"),
+                u.len()
+            ),
+        },
+        Some(u) => Part::Image {
+            url: Some(u.to_owned()),
+            what: what.to_owned(),
+        },
+        None => Part::Image {
+            url: None,
+            what: what.to_owned(),
+        },
+    }
+}
+
+fn parts(c: Option<&Value>) -> Vec<Part> {
+    match c {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(t)) => vec![Part::Text(t.clone())],
+        Some(Value::Array(blocks)) => blocks.iter().map(block).collect(),
+        Some(other) => vec![Part::Other(other.clone())],
+    }
+}
+
+fn block(b: &Value) -> Part {
+    let t = b.get("type").and_then(Value::as_str).unwrap_or("");
+    match t {
+        "text" | "input_text" | "output_text" => Part::Text(s(b.get("text"))),
+        "refusal" => Part::Text(s(b.get("refusal"))),
+        "thinking" => Part::Thinking(s(b.get("thinking"))),
+        "redacted_thinking" => Part::Thinking("(redacted thinking)".into()),
+        "tool_use" | "server_tool_use" => Part::ToolCall {
+            id: s(b.get("id")),
+            name: s(b.get("name")),
+            args: b
+                .get("input")
+                .map(|i| serde_json::to_string_pretty(i).unwrap_or_default())
+                .unwrap_or_default(),
+        },
+        "tool_result" => Part::ToolResult {
+            id: s(b.get("tool_use_id")),
+            parts: parts(b.get("content")),
+            error: b.get("is_error").and_then(Value::as_bool) == Some(true),
+        },
+        "image_url" => image(
+            b.get("image_url")
+                .and_then(|u| u.get("url").or(Some(u)))
+                .and_then(Value::as_str),
+            "image",
+        ),
+        "input_image" => image(
+            b.get("image_url").and_then(Value::as_str),
+            &format!("image {}", s(b.get("file_id"))),
+        ),
+        "image" => {
+            let src = b.get("source");
+            match src.and_then(|x| x.get("type")).and_then(Value::as_str) {
+                Some("url") => image(
+                    src.and_then(|x| x.get("url")).and_then(Value::as_str),
+                    "image",
+                ),
+                _ => Part::Image {
+                    url: None,
+                    what: format!(
+                        "{} image, {} bytes inline",
+                        s(src.and_then(|x| x.get("media_type"))),
+                        s(src.and_then(|x| x.get("data"))).len()
+                    ),
+                },
+            }
+        }
+        _ => Part::Other(b.clone()),
+    }
+}
+
+/// A message or Responses API item in the shape the page shows.
+fn msg(m: &Value) -> Msg {
+    match m.get("type").and_then(Value::as_str) {
+        Some("function_call" | "custom_tool_call") => {
+            return Msg {
+                role: "assistant".into(),
+                parts: vec![Part::ToolCall {
+                    id: s(m.get("call_id")),
+                    name: s(m.get("name")),
+                    args: s(m.get("arguments").or_else(|| m.get("input"))),
+                }],
+            };
+        }
+        Some("function_call_output" | "custom_tool_call_output") => {
+            let out = m.get("output");
+            return Msg {
+                role: "tool".into(),
+                parts: vec![Part::ToolResult {
+                    id: s(m.get("call_id")),
+                    parts: parts(out),
+                    error: false,
+                }],
+            };
+        }
+        Some("reasoning") => {
+            let text: Vec<String> = m
+                .get("summary")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(|x| s(x.get("text"))).collect())
+                .unwrap_or_default();
+            return Msg {
+                role: "assistant".into(),
+                parts: vec![Part::Thinking(if text.is_empty() {
+                    "(reasoning, not shown by the API)".into()
+                } else {
+                    text.join("\n\n")
+                })],
+            };
+        }
+        _ => {}
+    }
+    let Some(role) = m.get("role").and_then(Value::as_str) else {
+        return Msg {
+            role: "item".into(),
+            parts: vec![Part::Other(m.clone())],
+        };
+    };
+    let mut ps = Vec::new();
+    if let Some(r) = m.get("reasoning_content").and_then(Value::as_str) {
+        ps.push(Part::Thinking(r.to_owned()));
+    }
+    if role == "tool" {
+        ps.push(Part::ToolResult {
+            id: s(m.get("tool_call_id")),
+            parts: parts(m.get("content")),
+            error: false,
+        });
+    } else {
+        ps.extend(parts(m.get("content")));
+    }
+    for c in m
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let f = c.get("function");
+        ps.push(Part::ToolCall {
+            id: s(c.get("id")),
+            name: s(f.and_then(|f| f.get("name"))),
+            args: s(f.and_then(|f| f.get("arguments"))),
+        });
+    }
+    if let Some(Value::String(r)) = m.get("refusal") {
+        ps.push(Part::Text(r.clone()));
+    }
+    Msg {
+        role: role.to_owned(),
+        parts: ps,
+    }
+}
+
+/// Which API a request body speaks, from the request node's diagnostics
+/// (`api`, as the proxy records it) or the body's shape.
+fn request_api(diag: &Value, req: &Value) -> Api {
+    match diag.get("api").and_then(Value::as_str).map(Api::from_name) {
+        Some(a) if a.is_conversation() => a,
+        _ if req.get("input").is_some() => Api::Responses,
+        _ if req.get("messages").is_some()
+            && (req.get("system").is_some()
+                || req.get("max_tokens").is_some()
+                    && req.get("max_completion_tokens").is_none()
+                    && anthropic_blocks(req)) =>
+        {
+            Api::Messages
+        }
+        _ if req.get("messages").is_some() => Api::Chat,
+        _ => Api::Other,
+    }
+}
+
+fn anthropic_blocks(req: &Value) -> bool {
+    req.get("messages")
+        .and_then(Value::as_array)
+        .is_some_and(|ms| {
+            ms.iter().any(|m| {
+                m.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|bs| {
+                        bs.iter().any(|b| {
+                            matches!(
+                                b.get("type").and_then(Value::as_str),
+                                Some("tool_use" | "tool_result" | "image" | "thinking")
+                            )
+                        })
+                    })
+            })
+        })
+}
+
+/// Which API a (non-streamed or assembled) response body is from.
+fn response_api(v: &Value) -> Api {
+    if v.get("choices").is_some() {
+        Api::Chat
+    } else if v.get("object").and_then(Value::as_str) == Some("response")
+        || v.get("output").is_some_and(Value::is_array)
+    {
+        Api::Responses
+    } else if v.get("type").and_then(Value::as_str) == Some("message")
+        || (v.get("content").is_some_and(Value::is_array) && v.get("role").is_some())
+    {
+        Api::Messages
+    } else {
+        Api::Other
+    }
+}
+
+/// Whether bytes look like a Server-Sent Events stream.
+fn is_sse(t: &str) -> bool {
+    let t = t.trim_start();
+    t.starts_with("data:") || t.starts_with("event:") || t.starts_with(": ")
+}
+
+/// The API of a recorded stream, from its events.
+fn stream_api(t: &str) -> Api {
+    if t.contains("\"message_start\"") {
+        Api::Messages
+    } else if t.contains("\"response.") {
+        Api::Responses
+    } else {
+        Api::Chat
+    }
+}
+
+/// A parsed request: its messages (system prompts first) and settings.
+struct Request {
+    api: Api,
+    model: Option<String>,
+    msgs: Vec<Msg>,
+    tools: Vec<String>,
+    stream: bool,
+}
+
+fn parse_request(diag: &Value, text: &str) -> Option<Request> {
+    let v: Value = serde_json::from_str(text).ok()?;
+    // A bare list of messages (as some importers record a call).
+    if let Value::Array(items) = &v {
+        if items
+            .iter()
+            .all(|m| m.get("role").is_some() || m.get("type").is_some())
+            && !items.is_empty()
+        {
+            return Some(Request {
+                api: Api::Chat,
+                model: diag.get("model").and_then(Value::as_str).map(str::to_owned),
+                msgs: items.iter().map(msg).collect(),
+                tools: Vec::new(),
+                stream: false,
+            });
+        }
+        return None;
+    }
+    let api = request_api(diag, &v);
+    let list = wire::messages(api, Some(&v))?;
+    let mut msgs = Vec::new();
+    if let Some(i) = v.get("instructions").filter(|i| !i.is_null()) {
+        msgs.push(Msg {
+            role: "system".into(),
+            parts: parts(Some(i)),
+        });
+    }
+    msgs.extend(list.iter().map(msg));
+    let tools = v
+        .get("tools")
+        .and_then(Value::as_array)
+        .map(|ts| {
+            ts.iter()
+                .map(|t| {
+                    s(t.get("name")
+                        .or_else(|| t.get("function")?.get("name"))
+                        .or_else(|| t.get("type")))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Request {
+        api,
+        model: wire_model(&v),
+        msgs,
+        tools,
+        stream: v.get("stream").and_then(Value::as_bool) == Some(true),
+    })
+}
+
+fn wire_model(v: &Value) -> Option<String> {
+    v.get("model")?.as_str().map(str::to_owned)
+}
+
+/// The answer a response body holds: messages, why it stopped, and the
+/// body parsed (assembled from the stream for a stream).
+fn parse_response(diag: &Value, text: &str) -> Option<(Vec<Msg>, Option<String>, Value)> {
+    let v: Value = if is_sse(text) {
+        match diag.get("assembled").filter(|a| a.is_object()) {
+            Some(a) => a.clone(),
+            None => wire::assemble(stream_api(text), text.as_bytes())?,
+        }
+    } else {
+        serde_json::from_str(text).ok()?
+    };
+    if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
+        let m = e
+            .get("message")
+            .map_or_else(|| e.to_string(), |m| s(Some(m)));
+        return Some((
+            vec![Msg {
+                role: "error".into(),
+                parts: vec![Part::Text(m)],
+            }],
+            None,
+            v,
+        ));
+    }
+    let (msgs, stop) = match response_api(&v) {
+        Api::Chat => {
+            let choices = v.get("choices").and_then(Value::as_array);
+            let msgs = choices
+                .into_iter()
+                .flatten()
+                .filter_map(|c| c.get("message").map(msg))
+                .collect();
+            let stop = choices
+                .and_then(|c| c.first())
+                .and_then(|c| c.get("finish_reason"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            (msgs, stop)
+        }
+        Api::Messages => (
+            vec![msg(&v)],
+            v.get("stop_reason")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+        ),
+        Api::Responses => {
+            let items = v.get("output").and_then(Value::as_array);
+            let mut msgs: Vec<Msg> = Vec::new();
+            for m in items.into_iter().flatten().map(msg) {
+                // Consecutive items of one assistant turn read as one message.
+                match msgs.last_mut() {
+                    Some(prev) if prev.role == m.role => prev.parts.extend(m.parts),
+                    _ => msgs.push(m),
+                }
+            }
+            (
+                msgs,
+                v.get("status").and_then(Value::as_str).map(str::to_owned),
+            )
+        }
+        _ => return None,
+    };
+    Some((msgs, stop, v))
+}
+
+// ----- rendering ---------------------------------------------------------
+
+/// Text as Markdown; a text that is a JSON object or array (a tool's
+/// output, often) as a JSON tree.
+fn text_view(t: &str) -> Markup {
+    if let Some(tree) = json::view(t) {
+        return tree;
+    }
+    html! { div.md { (PreEscaped(markdown::render(t))) } }
+}
+
+fn args_view(a: &str) -> Markup {
+    match json::parse(a) {
+        Some(v @ (json::J::Obj(..) | json::J::Arr(..))) => json::tree(&v),
+        _ => html! { pre { (a) } },
+    }
+}
+
+fn part_view(p: &Part) -> Markup {
+    html! {
+        @match p {
+            Part::Text(t) => (text_view(t)),
+            Part::Thinking(t) => {
+                details.thinking { summary { "thinking" } div.md { (PreEscaped(markdown::render(t))) } }
+            }
+            Part::ToolCall { id, name, args } => {
+                div.toolcall {
+                    div.tl { "tool call " b { bdi { (name) } } @if !id.is_empty() { " " span.mono.callid { bdi { (id) } } } }
+                    (args_view(args))
+                }
+            }
+            Part::ToolResult { id, parts, error } => {
+                div class=(if *error { "toolresult error" } else { "toolresult" }) {
+                    div.tl { @if *error { "tool error" } @else { "tool result" } @if !id.is_empty() { " for " span.mono.callid { bdi { (id) } } } }
+                    @for q in parts { (part_view(q)) }
+                }
+            }
+            Part::Image { url: Some(u), what } => {
+                @if u.starts_with("https://") || u.starts_with("http://") {
+                    p.image { a href=(u) rel="noopener noreferrer nofollow" target="_blank" { (what) ": " bdi { (u) } } }
+                } @else {
+                    p.image { (what) ": " bdi { (u) } }
+                }
+            }
+            Part::Image { url: None, what } => { p.image { (what) } }
+            Part::Other(v) => {
+                @let t = serde_json::to_string_pretty(v).unwrap_or_default();
+                (args_view(&t))
+            }
+        }
+    }
+}
+
+fn conversation(msgs: &[Msg]) -> Markup {
+    html! {
+        div.convo {
+            @for m in msgs {
+                div class=(format!("msg r-{}", css_word(&m.role))) {
+                    div.role { (m.role) }
+                    @for p in &m.parts { (part_view(p)) }
+                }
+            }
+        }
+    }
+}
+
+/// A role as a CSS class word (letters only).
+fn css_word(s: &str) -> String {
+    s.chars()
+        .filter(char::is_ascii_alphanumeric)
+        .take(20)
+        .collect()
+}
+
+fn chips(c: &Call, stop: Option<&str>) -> Markup {
+    html! {
+        @if let Some(m) = &c.model { span.diag { "model " bdi { (m) } } }
+        @if let Some(u) = c.usage {
+            span.diag title=(format!("{} cached, {} written to cache", u.cached, u.cache_write)) { "tokens " (u.input) " in · " (u.output) " out" }
+        }
+        @if let Some(x) = c.cost { span.diag.cost title=(prices().map(|p| p.source.as_str()).unwrap_or("")) { (usd(x)) } }
+        @if let Some(l) = c.latency_ms { span.diag { (ms(l as i64)) @if let Some(t) = c.ttft_ms { " (first byte " (ms(t as i64)) ")" } } }
+        @if let Some(st) = c.status { span class=(if c.failed { "diag status bad" } else { "diag status" }) { "HTTP " (st) } }
+        @else if c.failed { span.diag.status.bad { "failed" } }
+        @if let Some(s) = stop { span.diag { "stop " bdi { (s) } } }
+    }
+}
+
+/// The raw bytes, as a JSON tree when they are JSON.
+pub(super) fn raw_view(n: &NodeView, text: &str) -> Markup {
+    html! {
+        details.raw {
+            summary { "raw " (n.kind) " · " (n.payload_len) " bytes" }
+            p.rawlinks { a href=(format!("/api/v1/nodes/{}/payload", n.hash)) { "download the exact bytes" } }
+            @match json::view(text) { Some(t) => (t), None => pre { (text) } }
+        }
+    }
+}
+
+/// A request node: a summary line, the context window (open on the node
+/// page, one click away in the timeline) and the raw body. `None` when
+/// the payload is not an LLM request.
+pub(super) fn request_view(n: &NodeView, text: &str, full: bool) -> Option<Markup> {
+    let r = parse_request(&n.diagnostics, text)?;
+    let api = match r.api {
+        Api::Other => "chat",
+        a => a.as_str(),
+    };
+    Some(html! {
+        div.call {
+            div.callhead {
+                span.diag { (api) }
+                @if let Some(m) = &r.model { span.diag { "model " bdi { (m) } } }
+                span.diag { (r.msgs.len()) " messages" }
+                @if !r.tools.is_empty() { span.diag title=(r.tools.join(", ")) { (r.tools.len()) " tools" } }
+                @if r.stream { span.diag { "stream" } }
+            }
+            details.context open[full] {
+                summary { "context window: " (r.msgs.len()) " messages the model saw" }
+                (conversation(&r.msgs))
+            }
+            (raw_view(n, text))
+        }
+    })
+}
+
+/// A response node: the answer as messages, the call's figures and the
+/// raw bytes (a stream's events, and its assembled form).
+pub(super) fn response_view(n: &NodeView, text: &str) -> Option<Markup> {
+    let (msgs, stop, body) = parse_response(&n.diagnostics, text)?;
+    let c = Call::of(&n.diagnostics, Some(&body));
+    let streamed = is_sse(text);
+    Some(html! {
+        div.call {
+            div.callhead { (chips(&c, stop.as_deref())) @if streamed { span.diag { "streamed" } } }
+            (conversation(&msgs))
+            @if streamed {
+                details.raw {
+                    summary { "assembled from the stream" }
+                    @let a = serde_json::to_string_pretty(&body).unwrap_or_default();
+                    @match json::view(&a) { Some(t) => (t), None => pre { (a) } }
+                }
+            }
+            (raw_view(n, text))
+        }
+    })
+}
+
+/// An invoke's or complete's payload when it is messages (the proxy
+/// records a turn's new input, or an answer that is not only text, as the
+/// API's message JSON): shown as a conversation.
+pub(super) fn messages_view(text: &str) -> Option<Markup> {
+    let t = text.trim_start();
+    if !(t.starts_with('[') || t.starts_with('{')) {
+        return None;
+    }
+    let v: Value = serde_json::from_str(t).ok()?;
+    let is_msg = |m: &Value| {
+        m.get("role").and_then(Value::as_str).is_some()
+            || matches!(
+                m.get("type").and_then(Value::as_str),
+                Some("function_call" | "function_call_output" | "reasoning" | "message")
+            )
+    };
+    let msgs: Vec<Msg> = match &v {
+        Value::Array(items) if !items.is_empty() && items.iter().all(is_msg) => {
+            items.iter().map(msg).collect()
+        }
+        Value::Object(_) if is_msg(&v) => vec![msg(&v)],
+        _ => return None,
+    };
+    Some(html! {
+        (conversation(&msgs))
+        details.raw { summary { "as recorded" } @match json::view(text) { Some(t) => (t), None => pre { (text) } } }
+    })
+}
+
+/// Data attributes a response node carries for the page's live totals.
+pub(super) fn figures(n: &NodeView) -> Option<(u64, u64, f64, bool)> {
+    if n.kind != "response" {
+        return None;
+    }
+    let c = Call::of(&n.diagnostics, None);
+    c.is_call().then(|| {
+        let u = c.usage.unwrap_or_default();
+        (u.input, u.output, c.cost.unwrap_or(0.0), c.failed)
+    })
+}
+
+/// The session's figures as a line of chips.
+pub(super) fn totals_view(t: &Totals) -> Markup {
+    html! {
+        p.totals id="totals" data-tin=(t.tokens_in) data-tout=(t.tokens_out) data-cost=(t.cost) data-errors=(t.errors) {
+            span.diag { b #t-calls { (t.calls) } " LLM calls" }
+            span.diag { "tokens " b #t-tin { (t.tokens_in) } " in · " b #t-tout { (t.tokens_out) } " out" }
+            span.diag.cost title=(prices().map(|p| p.source.as_str()).unwrap_or("")) {
+                "cost " b #t-cost { (usd(t.cost)) }
+                @if t.unpriced > 0 { " (+" (t.unpriced) " calls of unpriced models)" }
+            }
+            span.diag { "duration " (ms(t.duration_ms())) }
+            span class=(if t.errors > 0 { "diag status bad" } else { "diag status" }) { b #t-errors { (t.errors) } " errors" }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn usage_and_cost_for_each_vendor() {
+        let p = Prices::parse(
+            r#"{"source":"t","date":"d","models":{"gpt-4o":{"input_cost_per_token":0.0000025,"output_cost_per_token":0.00001,"cache_read_input_token_cost":0.00000125},
+               "claude-x":{"input_cost_per_token":0.000003,"output_cost_per_token":0.000015,"cache_read_input_token_cost":0.0000003,"cache_creation_input_token_cost":0.00000375},
+               "sample_spec":{"mode":"chat"}}}"#,
+            "test",
+        )
+        .unwrap();
+        assert_eq!(p.source, "t (d)");
+        assert!(p.find("sample_spec").is_none());
+        let chat = Usage::of(&json!({"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 400}})).unwrap();
+        assert_eq!((chat.input, chat.output, chat.cached), (1000, 100, 400));
+        let c = chat.cost(p.find("gpt-4o-2024-08-06").unwrap());
+        assert!((c - (600.0 * 0.0000025 + 400.0 * 0.00000125 + 100.0 * 0.00001)).abs() < 1e-12);
+        let a = Usage::of(&json!({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20})).unwrap();
+        assert_eq!(a.input, 130);
+        let c = a.cost(p.find("anthropic/claude-x").unwrap());
+        assert!(
+            (c - (10.0 * 0.000003 + 100.0 * 0.0000003 + 20.0 * 0.00000375 + 5.0 * 0.000015)).abs()
+                < 1e-12
+        );
+        let r = Usage::of(&json!({"input_tokens": 7, "output_tokens": 3})).unwrap();
+        assert_eq!((r.input, r.output), (7, 3));
+        assert!(Prices::parse("[]", "x").is_err());
+        // The embedded table parses and knows the common models.
+        let e = Prices::parse(PRICES_JSON, "embedded").unwrap();
+        assert!(e.source.contains("LiteLLM"));
+        for m in ["gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"] {
+            assert!(e.find(m).is_some(), "{m}");
+        }
+    }
+
+    fn rendered(m: Markup) -> String {
+        m.into_string()
+    }
+
+    #[test]
+    fn each_api_reads_as_a_conversation() {
+        let nv = |kind: &str, diag: Value| {
+            NodeView {
+            kind: kind.into(),
+            diagnostics: diag,
+            ..serde_json::from_value(json!({
+                "hash": "ab", "seq": 1, "parent": null, "kind": kind, "session": "s", "submission": null,
+                "sequence": null, "from": "a", "to": "b", "payload_sha256": "x", "payload_len": 1,
+                "payload": null, "payload_encoding": null, "diagnostics": {}, "state": null,
+                "created_at": "t", "depth": 1
+            }))
+            .unwrap()
+        }
+        };
+        // OpenAI chat with a tool call and its result.
+        let chat = r#"{"model":"gpt-4o","messages":[{"role":"system","content":"Be brief <b>"},{"role":"user","content":[{"type":"text","text":"Weather?"},{"type":"image_url","image_url":{"url":"https://e.com/a.png"}}]},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\",\"n\":12345678901234567890123}"}}]},
+            {"role":"tool","tool_call_id":"call_1","content":"18C"}],"tools":[{"type":"function","function":{"name":"get_weather"}}]}"#;
+        let h = rendered(
+            request_view(&nv("request", json!({"api": "openai.chat"})), chat, true).unwrap(),
+        );
+        assert!(
+            h.contains("r-system") && h.contains("Be brief &lt;b&gt;"),
+            "{h}"
+        );
+        assert!(h.contains("get_weather") && h.contains("12345678901234567890123"));
+        assert!(h.contains("href=\"https://e.com/a.png\""));
+        assert!(h.contains("tool result") && h.contains("18C"));
+        assert!(h.contains("4 messages") && h.contains("1 tools"));
+        // Anthropic, sniffed from the shape: system, thinking, tool use.
+        let anth = r#"{"model":"claude-x","max_tokens":10,"system":[{"type":"text","text":"You are terse"}],"messages":[{"role":"user","content":"hi"},
+            {"role":"assistant","content":[{"type":"thinking","thinking":"hmm"},{"type":"tool_use","id":"tu_1","name":"calc","input":{"x":1}}]},
+            {"role":"user","content":[{"type":"tool_result","tool_use_id":"tu_1","content":[{"type":"text","text":"2"}],"is_error":true},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"AAAA"}}]}]}"#;
+        let h = rendered(request_view(&nv("request", json!({})), anth, false).unwrap());
+        assert!(
+            h.contains("anthropic.messages") && h.contains("You are terse"),
+            "{h}"
+        );
+        assert!(h.contains("thinking") && h.contains("calc") && h.contains("tool error"));
+        assert!(h.contains("image/png image"));
+        // Responses API: instructions, function call output.
+        let resp = r#"{"model":"gpt-4o","instructions":"sys","input":[{"role":"user","content":"q"},{"type":"function_call","call_id":"c9","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c9","output":"done"}]}"#;
+        let h = rendered(request_view(&nv("request", json!({})), resp, false).unwrap());
+        assert!(
+            h.contains("openai.responses") && h.contains("4 messages") && h.contains("done"),
+            "{h}"
+        );
+        // A streamed chat answer, assembled here (no `assembled` recorded).
+        let sse = "data: {\"id\":\"c\",\"model\":\"gpt-4o\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"}}]}\n\ndata: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\ndata: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n";
+        let h = rendered(
+            response_view(
+                &nv("response", json!({"status": 200, "latency_ms": 1500})),
+                sse,
+            )
+            .unwrap(),
+        );
+        assert!(
+            h.contains("Hello") && h.contains("streamed") && h.contains("stop <bdi>stop</bdi>"),
+            "{h}"
+        );
+        assert!(h.contains("tokens 3 in · 2 out") && h.contains("1.5 s") && h.contains("HTTP 200"));
+        // An Anthropic answer and an error.
+        let h = rendered(response_view(&nv("response", json!({"status": 200})), r#"{"type":"message","role":"assistant","model":"claude-x","content":[{"type":"text","text":"ok"}],"stop_reason":"end_turn","usage":{"input_tokens":5,"output_tokens":1}}"#).unwrap());
+        assert!(h.contains("ok") && h.contains("end_turn"), "{h}");
+        let h = rendered(
+            response_view(
+                &nv("response", json!({"status": 429})),
+                r#"{"error":{"message":"slow down"}}"#,
+            )
+            .unwrap(),
+        );
+        assert!(h.contains("slow down") && h.contains("status bad"), "{h}");
+        assert!(request_view(&nv("request", json!({})), "{\"kv\":1}", false).is_none());
+    }
+
+    #[test]
+    fn totals_sum_calls_and_errors() {
+        let mut t = Totals::default();
+        t.add(Kind::Invoke, 1000, 1, "{}");
+        t.add(Kind::Response, 2000, 1, r#"{"model":"gpt-4o","status":200,"usage":{"prompt_tokens":100,"completion_tokens":10}}"#);
+        t.add(
+            Kind::Response,
+            5000,
+            2,
+            r#"{"model":"nobody-knows","status":500,"usage":{"input_tokens":1,"output_tokens":1}}"#,
+        );
+        assert_eq!(
+            (
+                t.calls,
+                t.tokens_in,
+                t.tokens_out,
+                t.errors,
+                t.unpriced,
+                t.turns
+            ),
+            (2, 101, 11, 1, 1, 2)
+        );
+        assert!(t.cost > 0.0);
+        assert_eq!(t.duration_ms(), 4000);
+    }
+}
