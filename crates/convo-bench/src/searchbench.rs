@@ -85,6 +85,7 @@ fn search(store: &mut Store, q: &str) -> Result<usize> {
         query: Query::parse(q)?,
         session: None,
         branch: None,
+        agent: None,
         filter: NodeFilter::default(),
         limit: 20,
     })?;

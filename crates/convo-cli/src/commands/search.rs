@@ -90,6 +90,7 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
     let req = SearchRequest {
         query,
         session: session.as_ref().map(|s| s.id),
+        agent: None,
         branch: a.branch.as_deref().map(branch_name).transpose()?,
         filter,
         limit: a.limit,
