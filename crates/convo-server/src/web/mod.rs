@@ -4,9 +4,12 @@
 //! the Content-Security-Policy forbids inline script, so a payload cannot
 //! run even if it slipped through escaping.
 //!
-//! Pages: `/` (sessions, with search and filters), `/sessions/{id}` (the
-//! timelines as a graph, one timeline's turns as a conversation, its state,
-//! fork and promote), `/sessions/{id}/nodes/{hash}` (one node in full, the
+//! Pages: `/` (sessions, with filters and pages), `/search` (full-text
+//! search over every message, with filters; hits link to their node),
+//! `/sessions/{id}` (the timelines as a graph, one timeline's turns as a
+//! conversation, a page of it by `cursor`, `turn` or `node`, its state,
+//! fork and promote), `/sessions/{id}/nodes/{hash}/rerun` (edit a recorded
+//! model request and send it again on a new fork), `/sessions/{id}/nodes/{hash}` (one node in full, the
 //! state as of it), `/sessions/{id}/diff?a=&b=` (two timelines side by side
 //! from their fork point). Every page has a shareable URL.
 //!
@@ -19,7 +22,10 @@
 mod diff;
 mod graph;
 mod index;
+mod jump;
 mod node;
+mod rerun;
+mod search;
 mod session;
 
 use crate::AppState;
@@ -39,6 +45,7 @@ use serde::Deserialize;
 
 const APP_JS: &str = include_str!("../../assets/app.js");
 const APP_CSS: &str = include_str!("../../assets/app.css");
+const FIND_JS: &str = include_str!("../../assets/find.js");
 
 /// The page routes.
 pub fn routes() -> Router<AppState> {
@@ -47,12 +54,26 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{session}", get(session::session_page))
         .route("/sessions/{session}/nodes/{hash}", get(node::node_page))
         .route("/sessions/{session}/diff", get(diff::diff_page))
+        .route("/search", get(search::search_page))
+        .route(
+            "/sessions/{session}/nodes/{hash}/rerun",
+            get(rerun::rerun_page),
+        )
+        .route(
+            "/sessions/{session}/rerun",
+            axum::routing::post(rerun::rerun),
+        )
         .route("/assets/app.js", get(js))
+        .route("/assets/find.js", get(find_js))
         .route("/assets/app.css", get(css))
 }
 
 async fn js() -> Response {
     asset(APP_JS, "text/javascript; charset=utf-8")
+}
+
+async fn find_js() -> Response {
+    asset(FIND_JS, "text/javascript; charset=utf-8")
 }
 
 async fn css() -> Response {
@@ -90,12 +111,13 @@ fn page(title: &str, body: Markup) -> Markup {
                 title { "\u{2068}" (title) "\u{2069} · convo" }
                 link rel="stylesheet" href="/assets/app.css";
                 script src="/assets/app.js" defer {}
+                script src="/assets/find.js" defer {}
             }
             body {
                 header.top {
                     a.brand href="/" { "convo" }
-                    form.search action="/" method="get" {
-                        input type="search" name="q" placeholder="Search sessions  ( / )" id="q" aria-label="Search sessions";
+                    form.search action="/search" method="get" role="search" {
+                        input type="search" name="q" placeholder="Search messages  ( / )" id="q" aria-label="Search every message";
                     }
                 }
                 main { (body) }
