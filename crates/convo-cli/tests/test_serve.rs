@@ -844,3 +844,230 @@ fn serve_writes_checkpoints_every_n_appends_and_on_shutdown() {
         "{ok}"
     );
 }
+
+/// The count line of the session list (`N sessions · a–b`).
+fn listed(html: &str) -> usize {
+    let at = html
+        .find("class=\"count\">")
+        .unwrap_or_else(|| panic!("no count in {html}"))
+        + "class=\"count\">".len();
+    html[at..].split(' ').next().unwrap().parse().unwrap()
+}
+
+/// The web view's paging, blank filters, search page and jumps: blank form
+/// fields filter nothing (the list's Filter form and its "Next page" link
+/// used to show 0 sessions), the search page finds message text through the
+/// store's index with the filters, `?turn=` and `?node=` open the page of a
+/// long timeline holding that node (marked for the script to bring into
+/// view), and a re-run without an upstream says how to start one.
+#[test]
+fn web_search_paging_jumps_and_rerun_without_upstream() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let agent = if i % 2 == 0 { "alpha" } else { "beta" };
+        ids.push(sess(&srv, agent, &format!("s{i}")));
+    }
+    // The list: blank filters are no filters; the next page has the rest.
+    let all = srv.get("/?q=&agent=").text();
+    assert_eq!(listed(&all), 60, "blank q and agent filter nothing");
+    assert_eq!(all.matches("<tr class=\"row\"").count(), 50);
+    assert!(
+        all.contains("href=\"/?offset=50\""),
+        "the next page link carries no blank filter"
+    );
+    let next = srv.get("/?offset=50").text();
+    assert_eq!(next.matches("<tr class=\"row\"").count(), 10);
+    assert!(next.contains("href=\"/\""), "a link back to the first page");
+    assert_eq!(listed(&srv.get("/?q=&agent=beta&offset=").text()), 30);
+    assert_eq!(srv.get("/api/v1/sessions?agent=").expect(200)["total"], 60);
+
+    // Messages to find: a failed call in a beta session, good ones in alpha.
+    let line = |kind: &str, text: &str, diag: Value| json!({"kind": kind, "payload": text, "diagnostics": diag});
+    for (i, s) in ids.iter().take(4).enumerate() {
+        let failed = i == 1;
+        let status = if failed { 503 } else { 200 };
+        srv.post_json(
+            &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+            &json!([
+                line("invoke", "Where do zebras sleep?", json!({})),
+                line(
+                    "request",
+                    "{\"q\": \"zebra habits\"}",
+                    json!({"model": format!("m{}", i % 2)})
+                ),
+                line(
+                    "response",
+                    "zebras sleep standing",
+                    json!({"status": status, "model": format!("m{}", i % 2)})
+                ),
+                line("complete", "Standing up, mostly.", json!({})),
+            ]),
+        )
+        .expect(201);
+    }
+    let hits = |q: &str| {
+        let page = srv.get(&format!("/search?{q}")).text();
+        let n = page.matches("<li class=\"hit\"").count();
+        (n, page)
+    };
+    let (n, page) = hits("q=zebras&agent=&model=&status=&failed=&since=&until=&kind=");
+    assert_eq!(n, 8, "every message with the word, blank filters ignored");
+    assert!(page.contains("<mark>zebras</mark>") || page.contains("<mark>Zebras</mark>"));
+    assert_eq!(hits("q=zebras&agent=beta").0, 4);
+    assert_eq!(
+        hits("q=zebra*&model=m1").0,
+        4,
+        "the request and the answer of two calls"
+    );
+    assert_eq!(hits("q=zebras&failed=on").0, 1);
+    assert_eq!(hits("q=zebras&status=200&kind=response").0, 3);
+    assert_eq!(
+        hits("q=zebras&since=2000-01-01&until=2999-12-31T00:00").0,
+        8
+    );
+    assert_eq!(hits("q=zebras&until=2000-01-01").0, 0);
+    let (_, bad) = hits("q=zebras&since=yesterday-ish");
+    assert!(
+        bad.contains("class=\"notice\""),
+        "a bad time is said on the page"
+    );
+    // The same search through the API gives the same nodes.
+    let api = srv
+        .get("/api/v1/search?q=zebras&failed=true&agent=")
+        .expect(200);
+    assert_eq!(api["hits"].as_array().unwrap().len(), 1);
+    let failed_hash = api["hits"][0]["node"]["hash"].as_str().unwrap().to_owned();
+    assert!(
+        hits("q=zebras&failed=on")
+            .1
+            .contains(&format!("?node={failed_hash}#n-{failed_hash}")),
+        "a hit links to its node's place in its timeline"
+    );
+    // Titles, agents and ids are still found, above the messages.
+    assert!(hits("q=s17").1.contains("Sessions named like this"));
+
+    // A long timeline: 2,500 turns (5,000 nodes).
+    let long = sess(&srv, "alpha", "long");
+    for start in (1..=2500).step_by(500) {
+        let lines: Vec<Value> = (start..start + 500)
+            .flat_map(|k| {
+                [
+                    json!({"kind": "invoke", "payload": format!("question {k}")}),
+                    json!({"kind": "complete", "payload": format!("answer {k}")}),
+                ]
+            })
+            .collect();
+        srv.post_json(
+            &format!("/api/v1/sessions/{long}/branches/main/nodes"),
+            &Value::Array(lines),
+        )
+        .expect(201);
+    }
+    let turn = srv.get(&format!("/sessions/{long}?turn=1200")).text();
+    let focus = |page: &str| -> String {
+        let at = page
+            .find("id=\"focus\" hidden data-hash=\"")
+            .expect("a focus")
+            + 29;
+        page[at..at + 64].to_owned()
+    };
+    let f = focus(&turn);
+    assert!(
+        turn.contains(&format!("id=\"n-{f}\"")),
+        "the turn is on the page"
+    );
+    let node = srv.get(&format!("/api/v1/nodes/{f}")).expect(200);
+    assert_eq!(node["payload"], "question 1200");
+    assert!(
+        turn.contains("aria-current=\"page\">12<"),
+        "page 12 of 25 is current"
+    );
+    assert!(
+        turn.contains(">25</a>") && turn.contains("first"),
+        "first and last pages are a click away"
+    );
+    // Centred on a node by hash prefix, with blank other fields.
+    let answer = srv
+        .get(&format!("/sessions/{long}?node={}&turn=&cursor=", &f[..10]))
+        .text();
+    assert_eq!(focus(&answer), f);
+    assert!(
+        answer.contains("nodes 2299–2498 of 5000"),
+        "centred: 100 nodes before it"
+    );
+    // A turn past the end says so and shows the tail.
+    let past = srv.get(&format!("/sessions/{long}?turn=5000")).text();
+    assert!(past.contains("no turn 5000 here"));
+    assert!(past.contains("nodes 4801–5000 of 5000"));
+    // A node of another session is not shown as this one's.
+    let elsewhere = srv
+        .get(&format!("/sessions/{long}?node={failed_hash}"))
+        .text();
+    assert!(elsewhere.contains("is not in this session"));
+
+    // Re-run without an upstream: the page says how to start one, the POST
+    // is refused with that reason, and a cross-site form post never gets in.
+    // The failed hit is the response; its parent the request.
+    let req_hash = api["hits"][0]["node"]["parent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        srv.get(&format!("/api/v1/nodes/{req_hash}")).expect(200)["kind"],
+        "request"
+    );
+    let s1 = &ids[1];
+    let page = srv
+        .get(&format!("/sessions/{s1}/nodes/{req_hash}/rerun"))
+        .text();
+    assert!(page.contains("convo serve --upstream"), "{page}");
+    assert!(
+        page.contains("{&quot;q&quot;: &quot;zebra habits&quot;}"),
+        "the exact bytes"
+    );
+    let refused = srv.post_json(
+        &format!("/sessions/{s1}/rerun"),
+        &json!({"node": req_hash, "body": "{}"}),
+    );
+    assert_eq!(refused.status, 422);
+    assert!(refused.text().contains("no upstream"));
+    let csrf = srv.req(
+        "POST",
+        &format!("/sessions/{s1}/rerun"),
+        &[
+            ("Content-Type", "text/plain"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        json!({"node": req_hash, "body": "{}"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(csrf.status, 403, "{}", csrf.text());
+    // An input: the commands that run it again, ready to copy.
+    let first = srv
+        .get(&format!(
+            "/api/v1/sessions/{s1}/branches/main/timeline?cursor=0&limit=1"
+        ))
+        .expect(200);
+    let inv = first["nodes"][0]["hash"].as_str().unwrap();
+    let cli = srv.get(&format!("/sessions/{s1}/nodes/{inv}/rerun")).text();
+    assert!(
+        cli.contains("convo run 's1 (re-run)' --input 'Where do zebras sleep?' -- AGENT-COMMAND"),
+        "the session's first input starts a new session: {cli}"
+    );
+    let later = srv.get(&format!("/sessions/{long}/nodes/{f}/rerun")).text();
+    let parent = node["parent"].as_str().unwrap();
+    assert!(
+        later.contains(&format!(
+            "convo session fork {long} --from {} --branch rerun-1",
+            &parent[..12]
+        )),
+        "{later}"
+    );
+    assert!(
+        later.contains("convo run") && later.contains("--branch rerun-1 --input 'question 1200'"),
+        "{later}"
+    );
+}

@@ -25,13 +25,25 @@ fn list_url(needle: &str, agent: &str, offset: usize) -> String {
     }
 }
 
-pub(super) async fn index(State(st): State<AppState>, Query(q): Query<SessionQuery>) -> Response {
-    let needle = given(&q.q).unwrap_or_default().to_owned();
-    let agent = given(&q.agent).unwrap_or_default().to_owned();
-    let offset = q.offset.unwrap_or(0);
+/// The list's form and links; blank fields are ignored.
+#[derive(Debug, Deserialize)]
+pub(super) struct ListForm {
+    q: Option<String>,
+    agent: Option<String>,
+    offset: Option<String>,
+    limit: Option<String>,
+}
+
+pub(super) async fn index(State(st): State<AppState>, Query(f): Query<ListForm>) -> Response {
+    let needle = given(&f.q).unwrap_or_default().to_owned();
+    let agent = given(&f.agent).unwrap_or_default().to_owned();
+    let number = |v: &Option<String>| given(v).and_then(|v| v.parse::<usize>().ok());
+    let offset = number(&f.offset).unwrap_or(0);
     let q = SessionQuery {
-        limit: Some(q.limit.unwrap_or(PER_PAGE)),
-        ..q
+        q: Some(needle.clone()),
+        agent: Some(agent.clone()),
+        offset: Some(offset),
+        limit: Some(number(&f.limit).unwrap_or(PER_PAGE)),
     };
     let list = match run(&st, |s| s.sessions()).await {
         Ok(all) => api::filter_sessions(all, &q),

@@ -68,11 +68,21 @@ pub(super) fn locate(
     if let Some(t) = turn {
         match t.parse::<u64>() {
             Ok(k) if k >= 1 => {
+                // `BRANCH@K` is the turn's last node; its first (the
+                // invoke) is at most a page before it.
                 match s.resolve_ref(&session.id, &format!("{}@{k}", branch.as_str())) {
-                    Ok(stored) => {
-                        let pos = stored.ctx.depth.saturating_sub(1) as usize;
-                        place.cursor = pos.saturating_sub(BEFORE_TURN) as i64;
-                        place.focus = Some(stored.hash.to_hex());
+                    Ok(last) => {
+                        let end = last.ctx.depth.saturating_sub(1) as usize;
+                        let from = end.saturating_sub(PAGE);
+                        let before = s.timeline_page(&session.id, branch, from, end - from + 1)?;
+                        let first = before
+                            .nodes
+                            .iter()
+                            .enumerate()
+                            .find(|(_, (_, t))| *t == k)
+                            .map_or((end, last.hash), |(i, (n, _))| (from + i, n.stored.hash));
+                        place.cursor = first.0.saturating_sub(BEFORE_TURN) as i64;
+                        place.focus = Some(first.1.to_hex());
                     }
                     Err(e) => place.notice = Some(format!("no turn {k} here: {e}")),
                 }

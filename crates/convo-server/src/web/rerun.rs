@@ -158,20 +158,35 @@ pub(super) async fn rerun_page(
                 }
             }
         }
-        (Kind::Invoke, Some(text), Some(parent)) => {
-            let fork = format!(
-                "convo session fork {} --from {} --branch {}",
-                shell_word(&sid),
-                short(parent),
-                shell_word(&name)
-            );
+        (Kind::Invoke, Some(text), parent) => {
+            // From where the input was given; the session's first input
+            // starts a new session.
+            let (fork, target) = match parent {
+                Some(parent) => (
+                    Some(format!(
+                        "convo session fork {} --from {} --branch {}",
+                        shell_word(&sid),
+                        short(parent),
+                        shell_word(&name)
+                    )),
+                    format!("{} --branch {}", shell_word(&sid), shell_word(&name)),
+                ),
+                None => (
+                    None,
+                    shell_word(&format!(
+                        "{} (re-run)",
+                        row.title.as_deref().unwrap_or("untitled")
+                    )),
+                ),
+            };
             let run = format!(
-                "convo run {} --branch {} --input {} -- AGENT-COMMAND",
-                shell_word(&sid),
-                shell_word(&name),
+                "convo run {target} --input {} -- AGENT-COMMAND",
                 shell_word(text)
             );
-            let both = format!("{fork} && \\\n  {run}");
+            let both = match fork {
+                Some(f) => format!("{f} && \\\n  {run}"),
+                None => run,
+            };
             html! {
                 section #rerun-cli {
                     h1 { "Run this input again" }

@@ -20,7 +20,7 @@ pub(super) struct SearchForm {
     since: Option<String>,
     until: Option<String>,
     session: Option<String>,
-    limit: Option<usize>,
+    limit: Option<String>,
 }
 
 /// Hits per search page.
@@ -31,6 +31,9 @@ pub(super) async fn search_page(
     Query(f): Query<SearchForm>,
 ) -> Response {
     let needle = given(&f.q).unwrap_or_default().to_owned();
+    let limit = given(&f.limit)
+        .and_then(|l| l.parse::<usize>().ok())
+        .unwrap_or(HITS);
     let sessions = match run(&st, |s| s.sessions()).await {
         Ok(all) => all,
         Err(r) => return r,
@@ -72,7 +75,7 @@ pub(super) async fn search_page(
             failed: f.failed.clone(),
             since: f.since.clone(),
             until: f.until.clone(),
-            limit: Some(f.limit.unwrap_or(HITS)),
+            limit: Some(limit),
             ..api::SearchQuery::default()
         };
         Some(api::search_results(&st, &q).await)
@@ -116,7 +119,7 @@ pub(super) async fn search_page(
             None => { p.count { "Type words to find in every message of every session." } }
             Some(Err(e)) => { p.notice { (e.message()) } }
             Some(Ok(r)) => {
-                p.count #hits-count { (r.hits.len()) @if r.hits.len() >= f.limit.unwrap_or(HITS) { "+" } " messages" }
+                p.count #hits-count { (r.hits.len()) @if r.hits.len() >= limit { "+" } " messages" }
                 ol.hits {
                     @for h in &r.hits {
                         @let n = &h.node;
