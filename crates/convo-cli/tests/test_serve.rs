@@ -1071,3 +1071,52 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
         "{later}"
     );
 }
+
+/// Finding and re-running in headless Chromium (tests/browser/find.py): a
+/// word said once in a 1,000-turn session, searched from the header's box,
+/// lands on that message centred and marked; the jump box, the last page
+/// and page 1; a recorded model call re-run with an edited request through
+/// a scripted upstream, confirmed, seen on the new fork with the new
+/// answer. Screenshots at desktop and phone sizes.
+#[test]
+fn browser_find_jump_rerun() {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let t = TestEnv::new();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/find.py"
+        ))
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for shot in [
+        "webview-search.png",
+        "webview-jump.png",
+        "webview-rerun-fork.png",
+        "webview-search-phone.png",
+    ] {
+        assert!(shots.join(shot).exists(), "{shot}");
+    }
+}

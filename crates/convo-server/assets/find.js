@@ -13,8 +13,12 @@
     const el = document.getElementById("n-" + focus.dataset.hash);
     if (el) {
       el.classList.add("focus");
-      el.scrollIntoView({ block: "center" });
+      const centre = function () { el.scrollIntoView({ block: "center" }); };
+      centre();
       el.focus({ preventScroll: true });
+      // The browser scrolls to the URL's #n-… once the page has loaded:
+      // centre it again, clear of the sticky header.
+      if (document.readyState !== "complete") window.addEventListener("load", centre, { once: true });
     }
   }
 
