@@ -143,6 +143,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "full-text search: ingest with the index, index catch-up, search vs a LIKE scan on 100,000 nodes",
         searchbench::search_figures,
     ),
+    (
+        "search-page",
+        "the web view's search page over 1,000,000 nodes in 1,000 sessions: server time",
+        searchbench::search_page,
+    ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
     (
         "agents",

@@ -13,7 +13,7 @@ const CLIENTS: usize = 64;
 const PER_CLIENT: usize = 100;
 
 /// One keep-alive request; returns status and body.
-fn request(
+pub(crate) fn request(
     r: &mut BufReader<TcpStream>,
     method: &str,
     path: &str,
@@ -48,7 +48,8 @@ fn request(
     Ok((status, buf))
 }
 
-fn start(url: &str) -> Result<(String, tokio::runtime::Runtime)> {
+/// `convo serve`'s router on a free port, in this process.
+pub(crate) fn start(url: &str) -> Result<(String, tokio::runtime::Runtime)> {
     let mut config = convo_server::Config::new(url);
     config.log_requests = false;
     let st = convo_server::state(&config)?;
