@@ -263,7 +263,11 @@ pub fn search_page() -> Result<Vec<Row>> {
             "S7. search page, rare word (100 hits, best 50 shown), 1,000,000 nodes in 1,000 sessions",
             ms(rare),
             format!("the same search over the API {}", ms(api)),
-            format!("{:.2}x ({} KB page)", rare.as_secs_f64() / api.as_secs_f64().max(1e-9), size / 1024),
+            format!(
+                "{:.2}x ({} KB page)",
+                rare.as_secs_f64() / api.as_secs_f64().max(1e-9),
+                size / 1024
+            ),
             "≤ 50 ms",
             Verdict::of(rare <= limit),
         ),
@@ -279,7 +283,10 @@ pub fn search_page() -> Result<Vec<Row>> {
             "S9. search page, common word (100,000 hits, best 50 shown), 1,000,000 nodes",
             ms(common),
             format!("rare word {}", ms(rare)),
-            format!("{:.1}x", common.as_secs_f64() / rare.as_secs_f64().max(1e-9)),
+            format!(
+                "{:.1}x",
+                common.as_secs_f64() / rare.as_secs_f64().max(1e-9)
+            ),
             "info (ranking every hit)",
             Verdict::Info,
         ),

@@ -27,6 +27,7 @@ use std::process::ExitCode;
 ///   convo search paris
 ///   convo search 'capit* "of france"' --session Paris --kind complete
 ///   convo search timeout --since 2h -n 5
+///   convo search 'rate limit' --agent proxy --model gpt-4o --failed
 ///   convo search 'rate limit' --json | jq -r '.hits[].node.hash'
 ///   convo search --reindex
 #[derive(Args, Debug)]
@@ -43,6 +44,18 @@ pub struct SearchArgs {
     pub branch: Option<String>,
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Only sessions recorded by this agent
+    #[arg(long, help_heading = "Filters")]
+    pub agent: Option<String>,
+    /// Only nodes whose diagnostics name this model
+    #[arg(long, help_heading = "Filters")]
+    pub model: Option<String>,
+    /// Only nodes whose diagnostics' status is this (200, 429…)
+    #[arg(long, help_heading = "Filters")]
+    pub status: Option<String>,
+    /// Only nodes that record a failure (an error in their diagnostics, or a 4xx/5xx status)
+    #[arg(long, help_heading = "Filters")]
+    pub failed: bool,
     /// Show at most this many hits
     #[arg(long, short = 'n', value_name = "N", default_value_t = 20)]
     pub limit: usize,
@@ -55,7 +68,10 @@ pub struct SearchArgs {
 }
 
 pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
-    let filter = a.filter.to_filter(now())?;
+    let mut filter = a.filter.to_filter(now())?;
+    filter.model = a.model.clone();
+    filter.status = a.status.clone();
+    filter.failed = a.failed;
     let query = a.query.as_deref().map(Query::parse).transpose()?;
     let mut store = env.open()?;
     if a.reindex {
@@ -90,7 +106,7 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
     let req = SearchRequest {
         query,
         session: session.as_ref().map(|s| s.id),
-        agent: None,
+        agent: a.agent.clone(),
         branch: a.branch.as_deref().map(branch_name).transpose()?,
         filter,
         limit: a.limit,

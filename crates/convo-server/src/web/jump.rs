@@ -182,7 +182,7 @@ pub(super) fn pager(sid: &str, branch: &str, tl: &api::TimelinePageView, form: b
         .collect();
     html! {
         nav.pager aria-label="Timeline pages" {
-            span.where_ { "nodes " (at + usize::from(end > at)) "–" (end) " of " (total) }
+            @if total > 0 { span.range { "nodes " (at + 1) "–" (end) " of " (total) } }
             @if pages > 1 {
                 @if at > 0 {
                     a.first href=(link(0)) title="the session's first nodes" { "⇤ first" }

@@ -119,7 +119,7 @@ pub(super) async fn search_page(
             None => { p.count { "Type words to find in every message of every session." } }
             Some(Err(e)) => { p.notice { (e.message()) } }
             Some(Ok(r)) => {
-                p.count #hits-count { (r.hits.len()) @if r.hits.len() >= limit { "+" } " messages" }
+                p.count #hits-count { (r.hits.len()) @if r.hits.len() >= limit { "+" } @if r.hits.len() == 1 { " message" } @else { " messages" } }
                 ol.hits {
                     @for h in &r.hits {
                         @let n = &h.node;
