@@ -414,27 +414,37 @@ fn token_csrf_paths_and_escaping() {
         {"kind": "complete", "payload": "<img src=x onerror=alert(3)><svg onload=alert(4)>",
          "diagnostics": {"model": "<b onmouseover=alert(5)>m</b>"}}
     ]);
-    srv.req(
-        "POST",
-        &format!("/api/v1/sessions/{s}/branches/main/nodes"),
-        &json_auth,
-        hostile.to_string().as_bytes(),
-    )
-    .expect(201);
+    let written = srv
+        .req(
+            "POST",
+            &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+            &json_auth,
+            hostile.to_string().as_bytes(),
+        )
+        .expect(201);
+    let invoke = written["nodes"][0]["hash"].as_str().unwrap().to_owned();
     for path in [
         "/".to_owned(),
         format!("/sessions/{s}"),
         format!("/sessions/{s}/diff?a=main&b=main"),
+        "/search?q=alert+script&agent=%3Cb%3E".to_owned(),
+        format!("/sessions/{s}/nodes/{invoke}/rerun"),
     ] {
         let page = srv.req("GET", &path, &auth, b"");
         assert_eq!(page.status, 200, "{path}");
         let html = page.text();
         let lower = html.to_ascii_lowercase();
-        // The only script element is the page's own, from this server;
+        // The only script elements are the page's own, from this server;
         // no payload became an element, a handler or a script URL.
-        assert_eq!(lower.matches("<script").count(), 1, "{path}: {html}");
+        assert_eq!(
+            lower.matches("<script").count(),
+            lower.matches("<script src=\"/assets/").count(),
+            "{path}: {html}"
+        );
+        assert_eq!(lower.matches("<script").count(), 2, "{path}: {html}");
         assert!(!lower.contains("<img"), "{path}: {html}");
         assert!(lower.matches("<svg").count() <= 1, "{path}: {html}");
+        assert!(!lower.contains("<b "), "{path}: {html}");
         for tag in tags(&lower) {
             for bad in ["onerror", "onload", "onmouseover", "javascript:"] {
                 assert!(!tag.contains(bad), "{path}: a tag holds {bad}: {tag}");
