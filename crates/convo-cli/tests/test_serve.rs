@@ -958,10 +958,10 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
     // Titles, agents and ids are still found, above the messages.
     assert!(hits("q=s17").1.contains("Sessions named like this"));
 
-    // A long timeline: 2,500 turns (5,000 nodes).
+    // A long timeline: 20,000 turns (40,000 nodes).
     let long = sess(&srv, "alpha", "long");
-    for start in (1..=2500).step_by(500) {
-        let lines: Vec<Value> = (start..start + 500)
+    for start in (1..=20_000).step_by(1000) {
+        let lines: Vec<Value> = (start..start + 1000)
             .flat_map(|k| {
                 [
                     json!({"kind": "invoke", "payload": format!("question {k}")}),
@@ -975,7 +975,7 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
         )
         .expect(201);
     }
-    let turn = srv.get(&format!("/sessions/{long}?turn=1200")).text();
+    let turn = srv.get(&format!("/sessions/{long}?turn=12000")).text();
     let focus = |page: &str| -> String {
         let at = page
             .find("id=\"focus\" hidden data-hash=\"")
@@ -989,14 +989,18 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
         "the turn is on the page"
     );
     let node = srv.get(&format!("/api/v1/nodes/{f}")).expect(200);
-    assert_eq!(node["payload"], "question 1200");
+    assert_eq!(node["payload"], "question 12000");
     assert!(
-        turn.contains("aria-current=\"page\">12<"),
-        "page 12 of 25 is current"
+        turn.contains("aria-current=\"page\">120<"),
+        "page 120 of 200 is current"
     );
     assert!(
-        turn.contains(">25</a>") && turn.contains("first"),
+        turn.contains(">200</a>") && turn.contains("first"),
         "first and last pages are a click away"
+    );
+    assert!(
+        turn.matches("class=\"page\"").count() <= 16,
+        "a few page numbers, not 200"
     );
     // Centred on a node by hash prefix, with blank other fields.
     let answer = srv
@@ -1004,13 +1008,13 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
         .text();
     assert_eq!(focus(&answer), f);
     assert!(
-        answer.contains("nodes 2299–2498 of 5000"),
+        answer.contains("nodes 23899–24098 of 40000"),
         "centred: 100 nodes before it"
     );
     // A turn past the end says so and shows the tail.
-    let past = srv.get(&format!("/sessions/{long}?turn=5000")).text();
-    assert!(past.contains("no turn 5000 here"));
-    assert!(past.contains("nodes 4801–5000 of 5000"));
+    let past = srv.get(&format!("/sessions/{long}?turn=50000")).text();
+    assert!(past.contains("no turn 50000 here"));
+    assert!(past.contains("nodes 39801–40000 of 40000"));
     // A node of another session is not shown as this one's.
     let elsewhere = srv
         .get(&format!("/sessions/{long}?node={failed_hash}"))
@@ -1077,7 +1081,7 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
         "{later}"
     );
     assert!(
-        later.contains("convo run") && later.contains("--branch rerun-1 --input 'question 1200'"),
+        later.contains("convo run") && later.contains("--branch rerun-1 --input 'question 12000'"),
         "{later}"
     );
 }
