@@ -20,7 +20,7 @@ pub(crate) fn request(
     body: &str,
 ) -> Result<(u16, Vec<u8>)> {
     let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     let s = r.get_mut();
