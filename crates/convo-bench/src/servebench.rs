@@ -332,7 +332,7 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
             let _ = s.set_nodelay(true);
             // HTTP/1.0: the stream is not chunked, so its lines are the events'.
             let req =
-                "GET /api/v1/events HTTP/1.0\r\nHost: bench\r\nAccept: text/event-stream\r\n\r\n";
+                "GET /api/v1/events HTTP/1.0\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n";
             if s.write_all(req.as_bytes()).await.is_err() {
                 return;
             }
