@@ -145,6 +145,22 @@ fn search_end_to_end(backend: &str) {
     let rebuilt = t.run(&["search", "capital", "--reindex", "--json"]).json();
     assert_eq!(rebuilt["hits"], again["hits"]);
     assert_eq!(t.run(&["search", "--reindex"]).code(), 0);
+
+    // The session's agent and what a call's diagnostics say.
+    let ops = t
+        .run(&["session", "new", "--agent", "other", "--title", "ops"])
+        .ok();
+    ingest(
+        &t,
+        &ops,
+        "main",
+        r#"{"kind":"invoke","payload":"capital outage","diagnostics":{"model":"gpt-x","status":503}}"#,
+    );
+    assert_eq!(only(&["capital", "--agent", "bot"]), 4);
+    assert_eq!(only(&["capital", "--agent", "other"]), 1);
+    assert_eq!(only(&["capital", "--model", "gpt-x", "--failed"]), 1);
+    assert_eq!(only(&["capital", "--failed", "--agent", "bot"]), 0);
+    assert_eq!(only(&["capital", "--status", "503"]), 1);
     assert!(t.run(&["verify"]).ok().contains("ok"));
 }
 

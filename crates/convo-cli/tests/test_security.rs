@@ -137,7 +137,10 @@ fn foreign_hosts_and_origins_are_refused_on_every_route() {
         format!("/sessions/{s}"),
         format!("/sessions/{s}/nodes/{h}"),
         format!("/sessions/{s}/diff?a=main&b=f"),
+        format!("/sessions/{s}/nodes/{h}/rerun"),
+        "/search?q=hello".to_owned(),
         "/assets/app.js".to_owned(),
+        "/assets/find.js".to_owned(),
         "/openapi.json".to_owned(),
         "/no/such/route".to_owned(),
     ] {
@@ -146,6 +149,11 @@ fn foreign_hosts_and_origins_are_refused_on_every_route() {
     let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
         .to_string()
         .into_bytes();
+    reqs.push((
+        "POST".into(),
+        format!("/sessions/{s}/rerun"),
+        json!({"node": h, "body": "{}"}).to_string().into_bytes(),
+    ));
     reqs.push(("POST".into(), "/v1/chat/completions".into(), chat.clone()));
     reqs.push((
         "POST".into(),

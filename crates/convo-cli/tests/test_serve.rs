@@ -414,33 +414,38 @@ fn token_csrf_paths_and_escaping() {
         {"kind": "complete", "payload": "<img src=x onerror=alert(3)><svg onload=alert(4)>",
          "diagnostics": {"model": "<b onmouseover=alert(5)>m</b>"}}
     ]);
-    srv.req(
-        "POST",
-        &format!("/api/v1/sessions/{s}/branches/main/nodes"),
-        &json_auth,
-        hostile.to_string().as_bytes(),
-    )
-    .expect(201);
+    let written = srv
+        .req(
+            "POST",
+            &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+            &json_auth,
+            hostile.to_string().as_bytes(),
+        )
+        .expect(201);
+    let invoke = written["nodes"][0]["hash"].as_str().unwrap().to_owned();
     for path in [
         "/".to_owned(),
         format!("/sessions/{s}"),
         format!("/sessions/{s}/diff?a=main&b=main"),
+        "/search?q=alert+script&agent=%3Cb%3E".to_owned(),
+        format!("/sessions/{s}/nodes/{invoke}/rerun"),
     ] {
         let page = srv.req("GET", &path, &auth, b"");
         assert_eq!(page.status, 200, "{path}");
         let html = page.text();
         let lower = html.to_ascii_lowercase();
-        // The only script elements are the page's own (app.js and
-        // viewer.js), from this server; no payload became an element, a
+        // The only script elements are the page's own (app.js, viewer.js
+        // and find.js), from this server; no payload became an element, a
         // handler or a script URL.
-        assert_eq!(lower.matches("<script").count(), 2, "{path}: {html}");
         assert_eq!(
+            lower.matches("<script").count(),
             lower.matches("<script src=\"/assets/").count(),
-            2,
             "{path}: {html}"
         );
+        assert_eq!(lower.matches("<script").count(), 3, "{path}: {html}");
         assert!(!lower.contains("<img"), "{path}: {html}");
         assert!(lower.matches("<svg").count() <= 1, "{path}: {html}");
+        assert!(!lower.contains("<b "), "{path}: {html}");
         for tag in tags(&lower) {
             for bad in ["onerror", "onload", "onmouseover", "javascript:"] {
                 assert!(!tag.contains(bad), "{path}: a tag holds {bad}: {tag}");
@@ -1117,4 +1122,284 @@ fn serve_writes_checkpoints_every_n_appends_and_on_shutdown() {
         ok.contains(&format!("extends {} checkpoint(s)", got.len())),
         "{ok}"
     );
+}
+
+/// The count line of the session list (`N sessions · a–b`).
+fn listed(html: &str) -> usize {
+    let at = html
+        .find("class=\"count\">")
+        .unwrap_or_else(|| panic!("no count in {html}"))
+        + "class=\"count\">".len();
+    html[at..].split(' ').next().unwrap().parse().unwrap()
+}
+
+/// The web view's paging, blank filters, search page and jumps: blank form
+/// fields filter nothing (the list's Filter form and its "Next page" link
+/// used to show 0 sessions), the search page finds message text through the
+/// store's index with the filters, `?turn=` and `?node=` open the page of a
+/// long timeline holding that node (marked for the script to bring into
+/// view), and a re-run without an upstream says how to start one.
+#[test]
+fn web_search_paging_jumps_and_rerun_without_upstream() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let mut ids = Vec::new();
+    for i in 0..60 {
+        let agent = if i % 2 == 0 { "alpha" } else { "beta" };
+        ids.push(sess(&srv, agent, &format!("s{i}")));
+    }
+    // The list: blank filters are no filters; the next page has the rest.
+    let all = srv.get("/?q=&agent=").text();
+    assert_eq!(listed(&all), 60, "blank q and agent filter nothing");
+    assert_eq!(all.matches("<tr class=\"row\"").count(), 50);
+    assert!(
+        all.contains("href=\"/?offset=50\""),
+        "the next page link carries no blank filter"
+    );
+    let next = srv.get("/?offset=50").text();
+    assert_eq!(next.matches("<tr class=\"row\"").count(), 10);
+    assert!(next.contains("href=\"/\""), "a link back to the first page");
+    assert_eq!(listed(&srv.get("/?q=&agent=beta&offset=").text()), 30);
+    assert_eq!(srv.get("/api/v1/sessions?agent=").expect(200)["total"], 60);
+
+    // Messages to find: a failed call in a beta session, good ones in alpha.
+    let line = |kind: &str, text: &str, diag: Value| json!({"kind": kind, "payload": text, "diagnostics": diag});
+    for (i, s) in ids.iter().take(4).enumerate() {
+        let failed = i == 1;
+        let status = if failed { 503 } else { 200 };
+        srv.post_json(
+            &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+            &json!([
+                line("invoke", "Where do zebras sleep?", json!({})),
+                line(
+                    "request",
+                    "{\"q\": \"zebra habits\"}",
+                    json!({"model": format!("m{}", i % 2)})
+                ),
+                line(
+                    "response",
+                    "zebras sleep standing",
+                    json!({"status": status, "model": format!("m{}", i % 2)})
+                ),
+                line("complete", "Standing up, mostly.", json!({})),
+            ]),
+        )
+        .expect(201);
+    }
+    let hits = |q: &str| {
+        let page = srv.get(&format!("/search?{q}")).text();
+        let n = page.matches("<li class=\"hit\"").count();
+        (n, page)
+    };
+    let (n, page) = hits("q=zebras&agent=&model=&status=&failed=&since=&until=&kind=");
+    assert_eq!(n, 8, "every message with the word, blank filters ignored");
+    assert!(page.contains("<mark>zebras</mark>") || page.contains("<mark>Zebras</mark>"));
+    assert_eq!(hits("q=zebras&agent=beta").0, 4);
+    assert_eq!(
+        hits("q=zebra*&model=m1").0,
+        4,
+        "the request and the answer of two calls"
+    );
+    assert_eq!(hits("q=zebras&failed=on").0, 1);
+    assert_eq!(hits("q=zebras&status=200&kind=response").0, 3);
+    assert_eq!(
+        hits("q=zebras&since=2000-01-01&until=2999-12-31T00:00").0,
+        8
+    );
+    assert_eq!(hits("q=zebras&until=2000-01-01").0, 0);
+    let (_, bad) = hits("q=zebras&since=yesterday-ish");
+    assert!(
+        bad.contains("class=\"notice\""),
+        "a bad time is said on the page"
+    );
+    // The same search through the API gives the same nodes.
+    let api = srv
+        .get("/api/v1/search?q=zebras&failed=true&agent=")
+        .expect(200);
+    assert_eq!(api["hits"].as_array().unwrap().len(), 1);
+    let failed_hash = api["hits"][0]["node"]["hash"].as_str().unwrap().to_owned();
+    assert!(
+        hits("q=zebras&failed=on")
+            .1
+            .contains(&format!("?node={failed_hash}#n-{failed_hash}")),
+        "a hit links to its node's place in its timeline"
+    );
+    // Titles, agents and ids are still found, above the messages.
+    assert!(hits("q=s17").1.contains("Sessions named like this"));
+
+    // A long timeline: 20,000 turns (40,000 nodes).
+    let long = sess(&srv, "alpha", "long");
+    for start in (1..=20_000).step_by(1000) {
+        let lines: Vec<Value> = (start..start + 1000)
+            .flat_map(|k| {
+                [
+                    json!({"kind": "invoke", "payload": format!("question {k}")}),
+                    json!({"kind": "complete", "payload": format!("answer {k}")}),
+                ]
+            })
+            .collect();
+        srv.post_json(
+            &format!("/api/v1/sessions/{long}/branches/main/nodes"),
+            &Value::Array(lines),
+        )
+        .expect(201);
+    }
+    let turn = srv.get(&format!("/sessions/{long}?turn=12000")).text();
+    let focus = |page: &str| -> String {
+        let at = page
+            .find("id=\"focus\" hidden data-hash=\"")
+            .expect("a focus")
+            + 29;
+        page[at..at + 64].to_owned()
+    };
+    let f = focus(&turn);
+    assert!(
+        turn.contains(&format!("id=\"n-{f}\"")),
+        "the turn is on the page"
+    );
+    let node = srv.get(&format!("/api/v1/nodes/{f}")).expect(200);
+    assert_eq!(node["payload"], "question 12000");
+    assert!(
+        turn.contains("aria-current=\"page\">120<"),
+        "page 120 of 200 is current"
+    );
+    assert!(
+        turn.contains(">200</a>") && turn.contains("first"),
+        "first and last pages are a click away"
+    );
+    assert!(
+        turn.matches("class=\"page\"").count() <= 16,
+        "a few page numbers, not 200"
+    );
+    // Centred on a node by hash prefix, with blank other fields.
+    let answer = srv
+        .get(&format!("/sessions/{long}?node={}&turn=&cursor=", &f[..10]))
+        .text();
+    assert_eq!(focus(&answer), f);
+    assert!(
+        answer.contains("nodes 23899–24098 of 40000"),
+        "centred: 100 nodes before it"
+    );
+    // A turn past the end says so and shows the tail.
+    let past = srv.get(&format!("/sessions/{long}?turn=50000")).text();
+    assert!(past.contains("no turn 50000 here"));
+    assert!(past.contains("nodes 39801–40000 of 40000"));
+    // A node of another session is not shown as this one's.
+    let elsewhere = srv
+        .get(&format!("/sessions/{long}?node={failed_hash}"))
+        .text();
+    assert!(elsewhere.contains("is not in this session"));
+
+    // Re-run without an upstream: the page says how to start one, the POST
+    // is refused with that reason, and a cross-site form post never gets in.
+    // The failed hit is the response; its parent the request.
+    let req_hash = api["hits"][0]["node"]["parent"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(
+        srv.get(&format!("/api/v1/nodes/{req_hash}")).expect(200)["kind"],
+        "request"
+    );
+    let s1 = &ids[1];
+    let page = srv
+        .get(&format!("/sessions/{s1}/nodes/{req_hash}/rerun"))
+        .text();
+    assert!(page.contains("convo serve --upstream"), "{page}");
+    assert!(
+        page.contains("{&quot;q&quot;: &quot;zebra habits&quot;}"),
+        "the exact bytes"
+    );
+    let refused = srv.post_json(
+        &format!("/sessions/{s1}/rerun"),
+        &json!({"node": req_hash, "body": "{}"}),
+    );
+    assert_eq!(refused.status, 422);
+    assert!(refused.text().contains("no upstream"));
+    let csrf = srv.req(
+        "POST",
+        &format!("/sessions/{s1}/rerun"),
+        &[
+            ("Content-Type", "text/plain"),
+            ("Sec-Fetch-Site", "cross-site"),
+        ],
+        json!({"node": req_hash, "body": "{}"})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(csrf.status, 403, "{}", csrf.text());
+    // An input: the commands that run it again, ready to copy.
+    let first = srv
+        .get(&format!(
+            "/api/v1/sessions/{s1}/branches/main/timeline?cursor=0&limit=1"
+        ))
+        .expect(200);
+    let inv = first["nodes"][0]["hash"].as_str().unwrap();
+    let cli = srv.get(&format!("/sessions/{s1}/nodes/{inv}/rerun")).text();
+    assert!(
+        cli.contains("convo run 's1 (re-run)' --input 'Where do zebras sleep?' -- AGENT-COMMAND"),
+        "the session's first input starts a new session: {cli}"
+    );
+    let later = srv.get(&format!("/sessions/{long}/nodes/{f}/rerun")).text();
+    let parent = node["parent"].as_str().unwrap();
+    assert!(
+        later.contains(&format!(
+            "convo session fork {long} --from {} --branch rerun-1",
+            &parent[..12]
+        )),
+        "{later}"
+    );
+    assert!(
+        later.contains("convo run") && later.contains("--branch rerun-1 --input 'question 12000'"),
+        "{later}"
+    );
+}
+
+/// Finding and re-running in headless Chromium (tests/browser/find.py): a
+/// word said once in a 1,000-turn session, searched from the header's box,
+/// lands on that message centred and marked; the jump box, the last page
+/// and page 1; a recorded model call re-run with an edited request through
+/// a scripted upstream, confirmed, seen on the new fork with the new
+/// answer. Screenshots at desktop and phone sizes.
+#[test]
+fn browser_find_jump_rerun() {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let t = TestEnv::new();
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    std::fs::create_dir_all(&shots).unwrap();
+    let out = std::process::Command::new(py)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/browser/find.py"
+        ))
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for shot in [
+        "webview-search.png",
+        "webview-jump.png",
+        "webview-rerun-fork.png",
+        "webview-search-phone.png",
+    ] {
+        assert!(shots.join(shot).exists(), "{shot}");
+    }
 }

@@ -57,6 +57,10 @@ impl ApiError {
             doc: ErrorDoc::new(kind, message),
         }
     }
+    /// What went wrong (the error document's message).
+    pub fn message(&self) -> &str {
+        &self.doc.error.message
+    }
     /// A 404 `not_found` error.
     pub fn not_found(message: impl Into<String>) -> Self {
         ApiError {
@@ -217,11 +221,12 @@ pub async fn list_sessions(
 }
 
 pub(crate) fn filter_sessions(all: Vec<SessionRow>, q: &SessionQuery) -> SessionList {
-    let needle = q.q.as_deref().map(str::to_lowercase).unwrap_or_default();
+    let needle = given(&q.q).map(str::to_lowercase).unwrap_or_default();
     let mut hits: Vec<&SessionRow> = all
         .iter()
         .rev()
-        .filter(|s| q.agent.as_deref().is_none_or(|a| s.agent == a))
+        // A blank `agent=` (an empty form field) is no filter.
+        .filter(|s| given(&q.agent).is_none_or(|a| s.agent == a))
         .filter(|s| {
             needle.is_empty()
                 || s.id.to_string().contains(&needle)
@@ -917,8 +922,9 @@ pub async fn diff(
     Ok(Json(view))
 }
 
-/// What to search for.
-#[derive(Debug, Deserialize, IntoParams)]
+/// What to search for. Empty parameters are ignored (`agent=` is no
+/// filter), so a form's blank fields can be sent as they are.
+#[derive(Clone, Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct SearchQuery {
     /// Words that must all appear in the payload (case-insensitive; words
@@ -928,15 +934,25 @@ pub struct SearchQuery {
     pub session: Option<String>,
     /// Only nodes on this timeline of `session`.
     pub branch: Option<String>,
+    /// Only nodes of sessions recorded by this agent.
+    pub agent: Option<String>,
     /// Only these node kinds (comma-separated).
     pub kind: Option<String>,
     /// Only nodes from this sender.
     pub from: Option<String>,
     /// Only nodes to this recipient.
     pub to: Option<String>,
-    /// Only nodes recorded at or after this time (RFC 3339).
+    /// Only nodes whose diagnostics name this model.
+    pub model: Option<String>,
+    /// Only nodes whose diagnostics' status is this (`200`, `429`).
+    pub status: Option<String>,
+    /// `true` (or `on`, `1`): only nodes that record a failure (an `error`
+    /// or `failure` in their diagnostics, or a 4xx/5xx status).
+    pub failed: Option<String>,
+    /// Only nodes recorded at or after this time (RFC 3339, or a UTC date
+    /// `2026-11-24` or date and time `2026-11-24T09:30`).
     pub since: Option<String>,
-    /// Only nodes recorded before this time (RFC 3339).
+    /// Only nodes recorded before this time (as `since`).
     pub until: Option<String>,
     /// At most this many hits (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
@@ -945,11 +961,33 @@ pub struct SearchQuery {
 
 pub use convo_api::{SearchHit, SearchResults};
 
+/// A query parameter, `None` when absent or blank.
+fn given(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|v| !v.is_empty())
+}
+
 fn rfc3339(name: &str, v: Option<&str>) -> ApiResult<Option<Millis>> {
     v.map(|t| {
-        t.parse::<jiff::Timestamp>()
-            .map(|t| t.as_millisecond())
-            .map_err(|e| ApiError::invalid(format!("`{name}` is not an RFC 3339 time: {e}")))
+        if let Ok(ts) = t.parse::<jiff::Timestamp>() {
+            return Ok(ts.as_millisecond());
+        }
+        // A browser's date and datetime-local fields: UTC.
+        let utc = |dt: jiff::civil::DateTime| {
+            dt.to_zoned(jiff::tz::TimeZone::UTC)
+                .map(|z| z.timestamp().as_millisecond())
+        };
+        if let Ok(dt) = t.parse::<jiff::civil::DateTime>()
+            && let Ok(ms) = utc(dt)
+        {
+            return Ok(ms);
+        }
+        match t.parse::<jiff::civil::Date>() {
+            Ok(d) => utc(d.to_datetime(jiff::civil::Time::midnight()))
+                .map_err(|e| ApiError::invalid(format!("`{name}`: {e}"))),
+            Err(e) => Err(ApiError::invalid(format!(
+                "`{name}` is not an RFC 3339 time or a date: {e}"
+            ))),
+        }
     })
     .transpose()
 }
@@ -962,11 +1000,14 @@ pub async fn search(
     State(st): State<AppState>,
     Query(q): Query<SearchQuery>,
 ) -> ApiResult<Json<SearchResults>> {
+    Ok(Json(search_results(&st, &q).await?))
+}
+
+/// The search behind `GET /api/v1/search` and the web view's search page.
+pub(crate) async fn search_results(st: &AppState, q: &SearchQuery) -> ApiResult<SearchResults> {
     use convo_store::search::{Query as Words, SearchRequest};
     let query = Words::parse(&q.q).map_err(|e| ApiError::invalid(e.to_string()))?;
-    let kinds = q
-        .kind
-        .as_deref()
+    let kinds = given(&q.kind)
         .map(|k| {
             k.split(',')
                 .map(|k| k.trim().parse::<Kind>().map_err(ApiError::invalid))
@@ -974,19 +1015,33 @@ pub async fn search(
         })
         .transpose()?
         .unwrap_or_default();
+    let failed = match given(&q.failed) {
+        None | Some("false" | "0" | "off") => false,
+        Some("true" | "1" | "on") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "`failed` is true or false, not `{other}`"
+            )));
+        }
+    };
+    let own = |v: &Option<String>| given(v).map(str::to_owned);
     let filter = convo_store::filter::NodeFilter {
         kinds,
-        from: q.from.clone(),
-        to: q.to.clone(),
-        since: rfc3339("since", q.since.as_deref())?,
-        until: rfc3339("until", q.until.as_deref())?,
+        from: own(&q.from),
+        to: own(&q.to),
+        since: rfc3339("since", given(&q.since))?,
+        until: rfc3339("until", given(&q.until))?,
+        model: own(&q.model),
+        status: own(&q.status),
+        failed,
     };
-    let branch = q.branch.as_deref().map(branch_name).transpose()?;
-    if branch.is_some() && q.session.is_none() {
+    let branch = given(&q.branch).map(branch_name).transpose()?;
+    let session = own(&q.session);
+    if branch.is_some() && session.is_none() {
         return Err(ApiError::invalid("`branch` needs `session`"));
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
-    let session = q.session.clone();
+    let agent = own(&q.agent);
     let r = st
         .pool
         .run(move |s| {
@@ -996,12 +1051,13 @@ pub async fn search(
                 query,
                 session: only.map(|o| o.id),
                 branch,
+                agent,
                 filter,
                 limit,
             })
         })
         .await?;
-    Ok(Json(SearchResults::from_store(&r)))
+    Ok(SearchResults::from_store(&r))
 }
 
 /// Which export.

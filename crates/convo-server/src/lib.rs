@@ -38,6 +38,28 @@ pub struct AppState {
     pub hub: events::Hub,
     /// Group commit for appends.
     pub writer: appends::Writer,
+    /// The recording proxy mounted beside the API (`convo serve
+    /// --upstream`), which the web view's re-run sends calls through.
+    pub upstream: Option<Upstream>,
+}
+
+/// The recording proxy's routes, for calls the server makes itself (the
+/// web view's re-run: [`web`]), and what they reach.
+#[derive(Clone)]
+pub struct Upstream {
+    /// The proxy's routes (`/s/{session}/{branch}/v1/…`), called in
+    /// process: the call is recorded as any client's is.
+    pub routes: Router,
+    /// Where calls go, for the page (`https://api.openai.com`, a replay).
+    pub describe: String,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("describe", &self.describe)
+            .finish_non_exhaustive()
+    }
 }
 
 pub use convo_runtime::{Config, guarded, is_loopback};
@@ -74,7 +96,12 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
     let pool = StorePool::open(&config.store_url, POOL_IDLE)?;
     let hub = events::Hub::start(&config.store_url)?;
     let writer = appends::Writer::start(&pool, Some(hub.clone()))?;
-    Ok(AppState { pool, hub, writer })
+    Ok(AppState {
+        pool,
+        hub,
+        writer,
+        upstream: None,
+    })
 }
 
 /// The API, the OpenAPI document and the web view, with the guards.

@@ -1572,7 +1572,8 @@ impl Tx for PgTx<'_> {
 
     fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>> {
         use crate::search::Param;
-        let (conds, values) = crate::search::conditions(q, '$', 2);
+        let diag = |k: &str| format!("convo_diag_field(n.diagnostics, '{k}')");
+        let (conds, values) = crate::search::conditions(q, '$', 2, &diag);
         let limit = q.limit.map_or_else(|| "ALL".to_owned(), |l| l.to_string());
         let sql = format!(
             "SELECT s.seq, ts_rank_cd(s.doc, $1::text::tsquery)::float8 AS rank FROM search_index s \

@@ -290,6 +290,8 @@ pub struct IndexQuery<'a> {
     pub terms: &'a [Term],
     /// Only nodes of this session.
     pub session: Option<&'a SessionId>,
+    /// Only nodes of sessions recorded by this agent.
+    pub agent: Option<&'a str>,
     /// Only nodes that pass this.
     pub filter: &'a NodeFilter,
     /// At most this many, best first; all when `None`.
@@ -305,6 +307,8 @@ pub struct SearchRequest {
     pub session: Option<SessionId>,
     /// Only nodes on this timeline (needs `session`).
     pub branch: Option<BranchName>,
+    /// Only nodes of sessions recorded by this agent.
+    pub agent: Option<String>,
     /// Only nodes that pass this.
     pub filter: NodeFilter,
     /// At most this many hits.
@@ -406,6 +410,7 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
         .search_match(&IndexQuery {
             terms: &req.query.terms,
             session: req.session.as_ref(),
+            agent: req.agent.as_deref(),
             filter: &req.filter,
             limit: on_branch.is_none().then_some(req.limit),
         })?
@@ -416,6 +421,7 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
     // The tail the index does not hold yet.
     let mut scanned = 0;
     let mut tail = Vec::new();
+    let mut agents: HashMap<SessionId, bool> = HashMap::new();
     let mut after = cursor;
     loop {
         let page = tx.nodes_since(after, 1000)?;
@@ -430,6 +436,20 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
                 || !wanted(n.seq)
             {
                 continue;
+            }
+            if let Some(a) = &req.agent {
+                let s = n.node.session;
+                let ok = match agents.get(&s) {
+                    Some(ok) => *ok,
+                    None => {
+                        let ok = tx.session(&s)?.is_some_and(|r| r.agent == *a);
+                        agents.insert(s, ok);
+                        ok
+                    }
+                };
+                if !ok {
+                    continue;
+                }
             }
             let Some(p) = tx.blob(&n.node.payload)? else {
                 continue;
@@ -568,31 +588,68 @@ pub(crate) enum Param {
     Int(i64),
 }
 
-/// SQL conditions on the `nodes` row aliased `n` for `q`'s session and
-/// filter (each starting with ` AND `), with placeholders `{mark}N`
-/// numbered from `first`, and their values.
-pub(crate) fn conditions(q: &IndexQuery<'_>, mark: char, first: usize) -> (String, Vec<Param>) {
+/// SQL conditions on the `nodes` row aliased `n` for `q`'s session,
+/// agent and filter (each starting with ` AND `), with placeholders
+/// `{mark}N` numbered from `first`, and their values. `diag(key)` is the
+/// backend's expression for a top-level diagnostics field as text (NULL
+/// when absent, `null`, or the diagnostics are not JSON), so the
+/// conditions on diagnostics are those of [`NodeFilter::matches`].
+pub(crate) fn conditions(
+    q: &IndexQuery<'_>,
+    mark: char,
+    first: usize,
+    diag: &dyn Fn(&str) -> String,
+) -> (String, Vec<Param>) {
+    use crate::filter::{ERROR, FAILURE, MODEL, STATUS};
     let mut sql = String::new();
     let mut params = Vec::new();
     let mut add = |cond: &str, p: Param| {
         params.push(p);
-        sql.push_str(&format!(" AND n.{cond} {mark}{}", first + params.len() - 1));
+        let n = first + params.len() - 1;
+        sql.push_str(&format!(
+            " AND {}",
+            cond.replace('#', &format!("{mark}{n}"))
+        ));
     };
     if let Some(s) = q.session {
-        add("session =", Param::Text(s.to_string()));
+        add("n.session = #", Param::Text(s.to_string()));
+    }
+    if let Some(a) = q.agent {
+        add(
+            "n.session IN (SELECT id FROM sessions WHERE agent = #)",
+            Param::Text(a.to_owned()),
+        );
     }
     let f = q.filter;
     if let Some(v) = &f.from {
-        add("sender =", Param::Text(v.clone()));
+        add("n.sender = #", Param::Text(v.clone()));
     }
     if let Some(v) = &f.to {
-        add("recipient =", Param::Text(v.clone()));
+        add("n.recipient = #", Param::Text(v.clone()));
     }
     if let Some(v) = f.since {
-        add("created_at >=", Param::Int(v));
+        add("n.created_at >= #", Param::Int(v));
     }
     if let Some(v) = f.until {
-        add("created_at <", Param::Int(v));
+        add("n.created_at < #", Param::Int(v));
+    }
+    if let Some(v) = &f.model {
+        add(&format!("{} = #", diag(MODEL)), Param::Text(v.clone()));
+    }
+    if let Some(v) = &f.status {
+        add(&format!("{} = #", diag(STATUS)), Param::Text(v.clone()));
+    }
+    if f.failed {
+        // The status's text is three characters, 4 or 5 then two digits.
+        let st = diag(STATUS);
+        sql.push_str(&format!(
+            " AND ({} IS NOT NULL OR {} IS NOT NULL OR (length({st}) = 3 \
+             AND substr({st}, 1, 1) IN ('4', '5') \
+             AND substr({st}, 2, 1) BETWEEN '0' AND '9' \
+             AND substr({st}, 3, 1) BETWEEN '0' AND '9'))",
+            diag(ERROR),
+            diag(FAILURE),
+        ));
     }
     if !f.kinds.is_empty() {
         let codes: Vec<String> = f.kinds.iter().map(|k| k.code().to_string()).collect();

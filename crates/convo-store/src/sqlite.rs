@@ -1903,7 +1903,13 @@ impl Tx for SqliteTx<'_> {
 
     fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>> {
         use crate::search::Param;
-        let (conds, values) = crate::search::conditions(q, '?', 2);
+        let diag = |k: &str| {
+            format!(
+                "(CASE WHEN json_valid(n.diagnostics) THEN \
+                 CAST(json_extract(n.diagnostics, '$.{k}') AS TEXT) END)"
+            )
+        };
+        let (conds, values) = crate::search::conditions(q, '?', 2, &diag);
         let limit = q.limit.map_or(-1, |l| l as i64);
         let sql = format!(
             "SELECT search_fts.rowid, bm25(search_fts) AS rank FROM search_fts \

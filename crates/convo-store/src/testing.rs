@@ -677,6 +677,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
             query: Query::parse(text).unwrap(),
             session: None,
             branch: None,
+            agent: None,
             filter: NodeFilter::default(),
             limit: 50,
         };
@@ -782,6 +783,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
             query: Query::parse("x").unwrap(),
             session: Some(a),
             branch: Some(b("nope")),
+            agent: None,
             filter: NodeFilter::default(),
             limit: 5,
         }),
@@ -863,7 +865,155 @@ pub const ALL: &[Case] = &[
         "repeated_payloads_are_stored_once_and_read_back_whole",
         repeated_payloads_are_stored_once_and_read_back_whole,
     ),
+    (
+        "search_filters_by_agent_model_status_and_failure",
+        search_filters_by_agent_model_status_and_failure,
+    ),
 ];
+
+/// The search filters on what a call's diagnostics say (model, status,
+/// failure) and on the session's agent find the same nodes from the index
+/// as from the scan of the nodes past it.
+pub fn search_filters_by_agent_model_status_and_failure(s: &mut Store) {
+    use crate::filter::NodeFilter;
+    use crate::search::{Query, SearchRequest};
+    let bot = s.create_session("bot", Some("b"), 0).unwrap().id;
+    let helper = s.create_session("helper", Some("h"), 0).unwrap().id;
+    let call = |s: &mut Store, ses: &SessionId, text: &str, diag: &str, t: i64| {
+        let mut d = draft(Kind::Response, text, t);
+        d.diagnostics = Diagnostics::parse(diag).unwrap();
+        s.append(ses, &main(), &draft(Kind::Invoke, "go", t))
+            .unwrap();
+        s.append(ses, &main(), &draft(Kind::Request, "ask", t))
+            .unwrap();
+        s.append(ses, &main(), &d).unwrap();
+        s.append(ses, &main(), &draft(Kind::Complete, "done", t))
+            .unwrap();
+    };
+    call(
+        s,
+        &bot,
+        "zebra one",
+        r#"{"model":"gpt-x","status":200}"#,
+        10,
+    );
+    call(
+        s,
+        &bot,
+        "zebra two",
+        r#"{"model":"gpt-y","status":429}"#,
+        20,
+    );
+    call(
+        s,
+        &helper,
+        "zebra three",
+        r#"{"model":"gpt-x","status":200,"error":"cut"}"#,
+        30,
+    );
+    call(
+        s,
+        &helper,
+        "zebra four",
+        r#"{"model":"gpt-x","status":"500"}"#,
+        40,
+    );
+    call(
+        s,
+        &helper,
+        "zebra five",
+        r#"{"model":"gpt-x","status":200,"error":null}"#,
+        50,
+    );
+    let find = |s: &mut Store, f: &dyn Fn(&mut SearchRequest)| -> Vec<String> {
+        let mut req = SearchRequest {
+            query: Query::parse("zebra").unwrap(),
+            session: None,
+            branch: None,
+            agent: None,
+            filter: NodeFilter::default(),
+            limit: 50,
+        };
+        f(&mut req);
+        let mut got: Vec<String> = s
+            .search(&req)
+            .unwrap()
+            .hits
+            .iter()
+            .map(|h| String::from_utf8_lossy(&h.payload).into_owned())
+            .collect();
+        got.sort();
+        got
+    };
+    type Check = (
+        &'static str,
+        fn(&mut SearchRequest),
+        &'static [&'static str],
+    );
+    let cases: [Check; 7] = [
+        (
+            "none",
+            |_| {},
+            &[
+                "zebra five",
+                "zebra four",
+                "zebra one",
+                "zebra three",
+                "zebra two",
+            ],
+        ),
+        (
+            "agent",
+            |r| r.agent = Some("bot".into()),
+            &["zebra one", "zebra two"],
+        ),
+        (
+            "model",
+            |r| r.filter.model = Some("gpt-x".into()),
+            &["zebra five", "zebra four", "zebra one", "zebra three"],
+        ),
+        (
+            "status",
+            |r| r.filter.status = Some("200".into()),
+            &["zebra five", "zebra one", "zebra three"],
+        ),
+        (
+            "failed",
+            |r| r.filter.failed = true,
+            &["zebra four", "zebra three", "zebra two"],
+        ),
+        (
+            "agent and failed",
+            |r| {
+                r.agent = Some("helper".into());
+                r.filter.failed = true;
+            },
+            &["zebra four", "zebra three"],
+        ),
+        (
+            "time and model",
+            |r| {
+                r.filter.model = Some("gpt-x".into());
+                r.filter.since = Some(30);
+                r.filter.until = Some(50);
+            },
+            &["zebra four", "zebra three"],
+        ),
+    ];
+    // First from the scan (nothing indexed yet), then from the index.
+    for phase in ["scan", "index"] {
+        if phase == "index" {
+            s.search_update(&mut |_, _| {}).unwrap();
+        }
+        for (name, f, want) in &cases {
+            assert_eq!(find(s, f), *want, "{name} from the {phase}");
+        }
+        assert!(
+            find(s, &|r| r.agent = Some("nobody".into())).is_empty(),
+            "unknown agent from the {phase}"
+        );
+    }
+}
 
 /// A throwaway PostgreSQL database for one test, dropped when this guard is.
 #[derive(Debug)]

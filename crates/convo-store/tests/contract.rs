@@ -30,12 +30,13 @@ macro_rules! contract {
             case!(pages_match_the_whole_timeline_near_forks_and_seals);
             case!(search_finds_ranks_and_places_hits);
             case!(repeated_payloads_are_stored_once_and_read_back_whole);
+            case!(search_filters_by_agent_model_status_and_failure);
 
             #[test]
             fn every_contract_case_is_listed() {
                 assert_eq!(
                     testing::ALL.len(),
-                    14,
+                    15,
                     "add the new case to tests/contract.rs"
                 );
             }

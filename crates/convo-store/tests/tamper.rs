@@ -2000,6 +2000,7 @@ fn search_hits(s: &mut Store, word: &str) -> usize {
         query: convo_store::search::Query::parse(word).unwrap(),
         session: None,
         branch: None,
+        agent: None,
         filter: Default::default(),
         limit: 10,
     };

@@ -27,6 +27,7 @@ use std::process::ExitCode;
 ///   convo search paris
 ///   convo search 'capit* "of france"' --session Paris --kind complete
 ///   convo search timeout --since 2h -n 5
+///   convo search 'rate limit' --agent proxy --model gpt-4o --failed
 ///   convo search 'rate limit' --json | jq -r '.hits[].node.hash'
 ///   convo search "migration failed" --agent claude-code
 ///   convo search --reindex
@@ -42,11 +43,20 @@ pub struct SearchArgs {
     /// Only nodes on this timeline of the session
     #[arg(long, requires = "session")]
     pub branch: Option<String>,
-    /// Only sessions of this agent (exact name: claude-code, codex, an OTLP service name…)
-    #[arg(long, value_name = "NAME", conflicts_with = "session")]
-    pub agent: Option<String>,
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Only sessions of this agent (exact name: claude-code, codex, an OTLP service name…)
+    #[arg(long, value_name = "NAME", help_heading = "Filters")]
+    pub agent: Option<String>,
+    /// Only nodes whose diagnostics name this model
+    #[arg(long, help_heading = "Filters")]
+    pub model: Option<String>,
+    /// Only nodes whose diagnostics' status is this (200, 429…)
+    #[arg(long, help_heading = "Filters")]
+    pub status: Option<String>,
+    /// Only nodes that record a failure (an error in their diagnostics, or a 4xx/5xx status)
+    #[arg(long, help_heading = "Filters")]
+    pub failed: bool,
     /// Show at most this many hits
     #[arg(long, short = 'n', value_name = "N", default_value_t = 20)]
     pub limit: usize,
@@ -59,7 +69,10 @@ pub struct SearchArgs {
 }
 
 pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
-    let filter = a.filter.to_filter(now())?;
+    let mut filter = a.filter.to_filter(now())?;
+    filter.model = a.model.clone();
+    filter.status = a.status.clone();
+    filter.failed = a.failed;
     let query = a.query.as_deref().map(Query::parse).transpose()?;
     let mut store = env.open()?;
     if a.reindex {
@@ -91,17 +104,15 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
         .as_deref()
         .map(|q| find_session(&mut store, q))
         .transpose()?;
-    let mut req = SearchRequest {
+    let req = SearchRequest {
         query,
         session: session.as_ref().map(|s| s.id),
+        agent: a.agent.clone(),
         branch: a.branch.as_deref().map(branch_name).transpose()?,
         filter,
         limit: a.limit,
     };
-    let r = match &a.agent {
-        None => store.search(&req)?,
-        Some(agent) => search_agent(&mut store, &mut req, agent)?,
-    };
+    let r = store.search(&req)?;
     if a.json {
         let v = serde_json::to_value(
             <convo_api::SearchResults as convo_runtime::wire::FromStore<_>>::from_store(&r),
@@ -140,35 +151,6 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
 
 /// Brings the index up to date (or rebuilds it), with a progress bar
 /// when it takes a while; returns how many nodes it read.
-/// A search in the sessions of one agent: the index ranks across every
-/// session, so ask for more hits until `req.limit` of them are the agent's
-/// or the index has no more.
-fn search_agent(
-    store: &mut Store,
-    req: &mut SearchRequest,
-    agent: &str,
-) -> CmdResult<convo_store::search::SearchResults> {
-    let theirs: std::collections::HashSet<_> = store
-        .sessions()?
-        .into_iter()
-        .filter(|s| s.agent == agent)
-        .map(|s| s.id)
-        .collect();
-    let want = req.limit;
-    let mut ask = want.saturating_mul(4).max(64);
-    loop {
-        req.limit = ask;
-        let mut r = store.search(req)?;
-        let exhausted = r.hits.len() < ask;
-        r.hits.retain(|h| theirs.contains(&h.node.node.session));
-        if theirs.is_empty() || exhausted || r.hits.len() >= want {
-            r.hits.truncate(want);
-            return Ok(r);
-        }
-        ask = ask.saturating_mul(4);
-    }
-}
-
 fn update(store: &mut Store, rebuild: bool) -> CmdResult<u64> {
     let status = store.search_status()?;
     let todo = if rebuild { status.end } else { status.behind() };

@@ -62,6 +62,7 @@ impl FilterArgs {
                     parse_time(t, now).map_err(|e| CommandError::user(format!("--until: {e}")))
                 })
                 .transpose()?,
+            ..NodeFilter::default()
         })
     }
 }

@@ -208,13 +208,28 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
         // guard and never sent upstream.
         pc.virtual_keys = config.token.is_some();
     }
+    // Where the proxy sends calls, for the web view's re-run.
+    let describe = {
+        let u = &a.upstream;
+        let mut parts: Vec<String> = Vec::new();
+        if let Some(x) = &u.upstream {
+            parts.push(convo_runtime::redact_url(x));
+        }
+        if let Some(x) = &u.anthropic_upstream {
+            parts.push(convo_runtime::redact_url(x));
+        }
+        if let Some(x) = &u.replay {
+            parts.push(format!("the replay of {x}"));
+        }
+        parts.join(" and ")
+    };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
     // Open the store before entering the runtime: the sync PostgreSQL
     // client must never run on a runtime thread.
-    let server = convo_server::Server::open(config.clone()).map_err(|e| match e {
+    let mut server = convo_server::Server::open(config.clone()).map_err(|e| match e {
         convo_server::ServeError::Store(e) => CommandError::from(e),
         other => CommandError::user(other.to_string()),
     })?;
@@ -236,10 +251,13 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
         let mut config = config;
         config.listen = Some(bound);
-        let st = &server.state;
         let proxy = match proxy_config {
             Some(pc) => Some(
-                convo_proxy::Proxy::start(pc, st.pool.clone(), Some(st.hub.clone()))
+                convo_proxy::Proxy::start(
+                    pc,
+                    server.state.pool.clone(),
+                    Some(server.state.hub.clone()),
+                )
                     .await
                     .map_err(|e| match e {
                         convo_proxy::ProxyError::Replay(e) => CommandError::from(e),
@@ -254,9 +272,16 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
             eprintln!("convo {name}: replaying {} recorded calls", p.replay_len());
         }
         let summary = proxy.clone();
+        if let (Some(p), true) = (&proxy, surface == Surface::Serve) {
+            // The web view's re-run sends calls through the same proxy.
+            server.state.upstream = Some(convo_server::Upstream {
+                routes: convo_proxy::router(p.clone()),
+                describe: describe.clone(),
+            });
+        }
         let mount = match (proxy, surface) {
             (_, Surface::Otel) => convo_server::Mount::Alone(convo_server::otlp::standalone(
-                st.clone(),
+                server.state.clone(),
                 &config,
             )),
             (Some(p), Surface::Proxy) => {

@@ -4,9 +4,12 @@
 //! the Content-Security-Policy forbids inline script, so a payload cannot
 //! run even if it slipped through escaping.
 //!
-//! Pages: `/` (sessions, with search and filters), `/sessions/{id}` (the
-//! timelines as a graph, one timeline's turns as a conversation, its state,
-//! fork and promote), `/sessions/{id}/nodes/{hash}` (one node in full, the
+//! Pages: `/` (sessions, with filters and pages), `/search` (full-text
+//! search over every message, with filters; hits link to their node),
+//! `/sessions/{id}` (the timelines as a graph, one timeline's turns as a
+//! conversation, a page of it by `cursor`, `turn` or `node`, its state,
+//! fork and promote), `/sessions/{id}/nodes/{hash}/rerun` (edit a recorded
+//! model request and send it again on a new fork), `/sessions/{id}/nodes/{hash}` (one node in full, the
 //! state as of it), `/sessions/{id}/diff?a=&b=` (two timelines side by side
 //! from their fork point). Every page has a shareable URL.
 //!
@@ -21,7 +24,10 @@ mod graph;
 mod index;
 pub(crate) mod json;
 mod llm;
+mod jump;
 mod node;
+mod rerun;
+mod search;
 mod session;
 
 use crate::AppState;
@@ -49,6 +55,7 @@ const VIEWER_CSS: &str = include_str!("../../assets/viewer.css");
 pub fn check_prices() -> Result<(), String> {
     llm::prices().map(|_| ()).map_err(str::to_owned)
 }
+const FIND_JS: &str = include_str!("../../assets/find.js");
 
 /// The page routes.
 pub fn routes() -> Router<AppState> {
@@ -57,7 +64,17 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{session}", get(session::session_page))
         .route("/sessions/{session}/nodes/{hash}", get(node::node_page))
         .route("/sessions/{session}/diff", get(diff::diff_page))
+        .route("/search", get(search::search_page))
+        .route(
+            "/sessions/{session}/nodes/{hash}/rerun",
+            get(rerun::rerun_page),
+        )
+        .route(
+            "/sessions/{session}/rerun",
+            axum::routing::post(rerun::rerun),
+        )
         .route("/assets/app.js", get(js))
+        .route("/assets/find.js", get(find_js))
         .route("/assets/app.css", get(css))
         .route("/assets/viewer.js", get(viewer_js))
         .route("/assets/viewer.css", get(viewer_css))
@@ -73,6 +90,10 @@ async fn viewer_js() -> Response {
 
 async fn viewer_css() -> Response {
     asset(VIEWER_CSS, "text/css; charset=utf-8")
+}
+
+async fn find_js() -> Response {
+    asset(FIND_JS, "text/javascript; charset=utf-8")
 }
 
 async fn css() -> Response {
@@ -112,12 +133,13 @@ fn page(title: &str, body: Markup) -> Markup {
                 link rel="stylesheet" href="/assets/viewer.css";
                 script src="/assets/app.js" defer {}
                 script src="/assets/viewer.js" defer {}
+                script src="/assets/find.js" defer {}
             }
             body {
                 header.top {
                     a.brand href="/" { "convo" }
-                    form.search action="/" method="get" {
-                        input type="search" name="q" placeholder="Search sessions  ( / )" id="q" aria-label="Search sessions";
+                    form.search action="/search" method="get" role="search" {
+                        input type="search" name="q" placeholder="Search messages  ( / )" id="q" aria-label="Search every message";
                     }
                 }
                 main { (body) }

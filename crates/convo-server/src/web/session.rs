@@ -1,13 +1,20 @@
 //! The session page: the timelines as a graph, one timeline's turns, its state.
 
 use super::graph::{Lane, graph, lanes};
+use super::jump::{self, PAGE, given};
 use super::*;
 use super::{json, llm};
 
+/// Which timeline and which page of it (see [`jump::locate`]); blank
+/// values are ignored.
 #[derive(Debug, Deserialize)]
 pub(super) struct SessionPageQuery {
     branch: Option<String>,
-    cursor: Option<i64>,
+    cursor: Option<String>,
+    /// Jump to this turn.
+    turn: Option<String>,
+    /// The page centred on this node (hash or unique prefix).
+    node: Option<String>,
 }
 
 /// Model, tokens, latency and status found in a node's diagnostics.
@@ -130,27 +137,41 @@ pub(super) async fn session_page(
     Path(q): Path<String>,
     Query(pq): Query<SessionPageQuery>,
 ) -> Response {
-    let branch_s = pq.branch.unwrap_or_else(|| "main".into());
-    let branch = match BranchName::new(&branch_s) {
+    let asked = given(&pq.branch).map(str::to_owned);
+    let branch = match BranchName::new(asked.as_deref().unwrap_or("main")) {
         Ok(b) => b,
         Err(e) => return error_page(StoreError::Invalid(e.to_string())),
     };
-    let cursor = pq.cursor.unwrap_or(-200);
-    let b2 = branch.clone();
     let data = run(&st, move |s| {
         let row = s.find_session(&q)?;
+        let mut b2 = branch;
+        let mut place = jump::locate(
+            s,
+            &row,
+            &b2,
+            given(&pq.cursor),
+            given(&pq.turn),
+            given(&pq.node),
+        )?;
+        // A node asked for without a timeline: shown on one that holds it.
+        if asked.is_none()
+            && let Some(other) = place.elsewhere.take()
+        {
+            b2 = BranchName::new(&other).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        }
         let lanes = lanes(s, &row)?;
         let this = s.branch(&row.id, &b2)?;
-        let page = api::timeline_page(s, &row.id.to_string(), &b2, cursor, 200)?;
+        let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE)?;
         let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
         let totals = llm::session_totals(s, &row)?;
-        Ok((row, lanes, this, page, state, totals))
+        Ok((row, lanes, this, page, state, place, b2, totals))
     })
     .await;
-    let (row, lanes, this, tl, state, totals) = match data {
+    let (row, lanes, this, tl, state, place, branch, totals) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
+    let branch_s = branch.as_str().to_owned();
     let sid = row.id.to_string();
     let title = row.title.clone().unwrap_or_else(|| "(untitled)".into());
     let head = this.head.map(|h| h.to_hex()).unwrap_or_default();
@@ -212,9 +233,12 @@ pub(super) async fn session_page(
             }
             (llm::totals_view(&totals))
             p.count { span #c-nodes { (tl.total) } " nodes · " span #c-turns { (tl.turns) } " turns" }
-            @if tl.cursor > 0 {
-                p { a href=(format!("{}{}cursor={}", session_url(&sid, Some(&branch_s)), if branch_s == "main" { "?" } else { "&" }, tl.cursor.saturating_sub(200))) { "← earlier nodes" } }
+            @if let Some(n) = &place.notice { p.notice.jumpnote { (n) } }
+            @if let Some(other) = &place.elsewhere {
+                p.notice.jumpnote { "That node is not on this timeline; it is on " a href=(jump::node_url(&sid, other, place.focus.as_deref().unwrap_or_default())) { bdi { (other) } } "." }
             }
+            (jump::pager(&sid, &branch_s, &tl, true))
+            @if let Some(f) = &place.focus { span #focus hidden data-hash=(f) {} }
             div.turns id="turns" {
                 @for (header, n) in &headed {
                     @if let Some(turn) = header {
@@ -223,9 +247,7 @@ pub(super) async fn session_page(
                     (node_item(&sid, n))
                 }
             }
-            @if let Some(next) = tl.next_cursor {
-                p { a href=(format!("{}{}cursor={next}", session_url(&sid, Some(&branch_s)), if branch_s == "main" { "?" } else { "&" })) { "later nodes →" } }
-            }
+            @if tl.total > PAGE { (jump::pager(&sid, &branch_s, &tl, true)) }
             p.live id="live" hidden { }
             (state_panel(&state, "State at the head of this timeline"))
         }
