@@ -214,6 +214,9 @@ pub enum SessionCmd {
         /// Print one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
     /// Make a timeline canonical: seal `main` as broken-YYYY-MM-DD and rename the branch to main
     ///
@@ -229,6 +232,9 @@ pub enum SessionCmd {
         /// Print one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
 }
 
@@ -280,6 +286,9 @@ pub enum StateCmd {
         /// Print the result as one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
     /// Print a key's value
     ///
@@ -337,5 +346,8 @@ pub enum StateCmd {
         /// Print the result as one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
 }

@@ -178,6 +178,17 @@ pub(crate) fn prefix(s: &str) -> ApiResult<HashPrefix> {
     HashPrefix::parse(s).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
+/// The node a reference names in `session` (see `convo_store::refs`), as
+/// the full-hash prefix the store calls take.
+pub(crate) fn resolved(
+    s: &mut convo_store::Store,
+    session: &convo_core::SessionId,
+    r: &str,
+) -> convo_store::Result<HashPrefix> {
+    let n = s.resolve_ref(session, r)?;
+    HashPrefix::parse(&n.hash.to_hex()).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
 // ----- sessions ---------------------------------------------------------
 
 /// Filters and page of the session list.
@@ -630,7 +641,7 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
-    /// The fork point: a node hash or unique prefix.
+    /// The fork point: a node hash or unique prefix, `BRANCH`, `BRANCH@TURN` or `BRANCH~N`.
     pub from: String,
     /// The new branch's name.
     pub branch: String,
@@ -656,11 +667,11 @@ pub async fn fork(
 ) -> ApiResult<(StatusCode, Json<Forked>)> {
     let f: ForkRequest = parse_json(&body)?;
     let branch = branch_name(&f.branch)?;
-    let from = prefix(&f.from)?;
     let (node, b) = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
+            let from = resolved(s, &row.id, &f.from)?;
             let node = s.fork(&row.id, &from, &branch, now())?;
             let b = s.branch(&row.id, &branch)?;
             Ok((node, b))
@@ -724,8 +735,8 @@ pub async fn promote(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AtQuery {
-    /// A node hash or prefix: the state as of that node. Default: the
-    /// branch's working state.
+    /// A node (hash or prefix, `BRANCH`, `BRANCH@TURN`, `BRANCH~N`): the
+    /// state as of that node. Default: the branch's working state.
     pub at: Option<String>,
 }
 
@@ -741,10 +752,9 @@ pub async fn state_list(
     Query(at): Query<AtQuery>,
 ) -> ApiResult<Json<StateView>> {
     let branch = branch_name(&b)?;
-    let at = at.at.as_deref().map(prefix).transpose()?;
     Ok(Json(
         st.pool
-            .run(move |s| state_view(s, &q, &branch, at.as_ref()))
+            .run(move |s| state_view(s, &q, &branch, at.at.as_deref()))
             .await?,
     ))
 }
@@ -753,10 +763,11 @@ pub(crate) fn state_view(
     s: &mut convo_store::Store,
     q: &str,
     branch: &BranchName,
-    at: Option<&HashPrefix>,
+    at: Option<&str>,
 ) -> convo_store::Result<StateView> {
     let row = s.find_session(q)?;
-    let root = s.state_root(&row.id, branch, at)?;
+    let at = at.map(|r| resolved(s, &row.id, r)).transpose()?;
+    let root = s.state_root(&row.id, branch, at.as_ref())?;
     state_at_root(s, root)
 }
 
@@ -779,12 +790,16 @@ pub async fn state_get(
     Query(at): Query<AtQuery>,
 ) -> ApiResult<Response> {
     let branch = branch_name(&b)?;
-    let at = at.at.as_deref().map(prefix).transpose()?;
     let k = key.clone();
     let v = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
+            let at = at
+                .at
+                .as_deref()
+                .map(|r| resolved(s, &row.id, r))
+                .transpose()?;
             let root = s.state_root(&row.id, &branch, at.as_ref())?;
             s.state_get(&root, &k)
         })
@@ -886,9 +901,9 @@ pub async fn verify(State(st): State<AppState>) -> ApiResult<Json<VerifyView>> {
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct DiffQuery {
-    /// The first branch (default `main`).
+    /// The first timeline: a branch (default `main`), `BRANCH@TURN`, `BRANCH~N` or a node hash.
     pub a: Option<String>,
-    /// The second branch.
+    /// The second timeline, the same way.
     pub b: String,
 }
 
@@ -901,8 +916,8 @@ pub async fn diff(
     Path(q): Path<String>,
     Query(d): Query<DiffQuery>,
 ) -> ApiResult<Json<diff::DiffView>> {
-    let a = branch_name(d.a.as_deref().unwrap_or("main"))?;
-    let b = branch_name(&d.b)?;
+    let a = d.a.unwrap_or_else(|| "main".to_owned());
+    let b = d.b;
     Ok(Json(st.pool.run(move |s| diff::diff(s, &q, &a, &b)).await?))
 }
 

@@ -5,7 +5,6 @@
 //! is what each side added.
 
 use convo_api::NodeView;
-use convo_core::BranchName;
 use convo_store::{Result, Store};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -13,7 +12,7 @@ use utoipa::ToSchema;
 /// One side of a diff.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 pub struct DiffSide {
-    /// The branch.
+    /// The reference compared, as given (a branch, `BRANCH@TURN`, `BRANCH~N` or a hash).
     pub branch: String,
     /// The nodes it added after the fork point, with payloads and turn numbers.
     pub nodes: Vec<NodeView>,
@@ -34,11 +33,14 @@ pub struct DiffView {
     pub b: DiffSide,
 }
 
-/// Compares timelines `a` and `b` of session `q`.
-pub fn diff(s: &mut Store, q: &str, a: &BranchName, b: &BranchName) -> Result<DiffView> {
+/// Compares the timelines ending at references `a` and `b` of session `q`
+/// (branches, `BRANCH@TURN`, `BRANCH~N`, hashes: [`convo_store::refs`]).
+pub fn diff(s: &mut Store, q: &str, a: &str, b: &str) -> Result<DiffView> {
     let row = s.find_session(q)?;
-    let ta = s.timeline(&row.id, a)?;
-    let tb = s.timeline(&row.id, b)?;
+    let ha = s.resolve_ref(&row.id, a)?.hash;
+    let hb = s.resolve_ref(&row.id, b)?.hash;
+    let ta = s.chain(&row.id, &ha)?;
+    let tb = s.chain(&row.id, &hb)?;
     let common = ta
         .iter()
         .zip(&tb)
@@ -56,8 +58,8 @@ pub fn diff(s: &mut Store, q: &str, a: &BranchName, b: &BranchName) -> Result<Di
             .collect()
     };
     let (turn_a, turn_b) = (turns(&ta), turns(&tb));
-    let side = |branch: &BranchName, t: &[convo_store::TimelineNode], turns: &[u64]| DiffSide {
-        branch: branch.as_str().to_owned(),
+    let side = |branch: &str, t: &[convo_store::TimelineNode], turns: &[u64]| DiffSide {
+        branch: branch.to_owned(),
         nodes: t[common..]
             .iter()
             .zip(&turns[common..])

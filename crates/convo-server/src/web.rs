@@ -607,11 +607,9 @@ async fn diff_page(
     Path(q): Path<String>,
     Query(d): Query<DiffPageQuery>,
 ) -> Response {
-    let parse = |s: Option<&str>, dflt: &str| BranchName::new(s.unwrap_or(dflt));
-    let (a, b) = match (parse(d.a.as_deref(), "main"), parse(d.b.as_deref(), "main")) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => return error_page(StoreError::Invalid(e.to_string())),
-    };
+    // References: branches, `BRANCH@TURN`, `BRANCH~N` or hashes.
+    let a = d.a.unwrap_or_else(|| "main".to_owned());
+    let b = d.b.unwrap_or_else(|| "main".to_owned());
     let data = run(&st, move |s| crate::diff::diff(s, &q, &a, &b)).await;
     let dv = match data {
         Ok(d) => d,
