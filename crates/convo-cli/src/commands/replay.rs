@@ -59,7 +59,14 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
     check_branch(&pool, &session, &branch)?;
     if let Some(r) = a.live_after.clone() {
         // Any reference: a hash, `main@3`, `main~2`.
-        let n = pool.run_blocking(move |st| st.resolve_ref(&session, &r))?;
+        let shown = r.clone();
+        let n = pool
+            .run_blocking(move |st| st.resolve_ref(&session, &r))
+            .map_err(|e| {
+                let c = CommandError::from(e);
+                CommandError::user(format!("--live-after {shown}: {}", c.message_text()))
+                    .with_code(c.exit_code())
+            })?;
         ropts.live_after = Some(prefix(&n.hash.to_hex())?);
     }
     let _lock = lock_waiting(env, &session, &branch, "convo replay")?;
