@@ -742,7 +742,10 @@ fn chat_streams_the_answer_and_ctrl_c_ends_only_the_turn() {
     assert_eq!(completes[4]["payload"], "ok after");
     // `log` flags the failed turns.
     let log = t.run(&["log", "s"]).ok();
-    assert!(log.contains("[interrupted, partial] half an answer"), "{log}");
+    assert!(
+        log.contains("[interrupted, partial] half an answer"),
+        "{log}"
+    );
     t.run(&["verify"]).ok();
 }
 
@@ -798,8 +801,10 @@ fn writers_never_land_inside_an_open_turn_and_a_killed_run_leaves_it_interrupted
         assert!(e.contains("convo run, pid"), "{w:?}: {e}");
     }
     // Another timeline of the session is free.
-    t.run(&["say", "s", "--branch", "side", "--user", "a", "--agent", "b"])
-        .ok();
+    t.run(&[
+        "say", "s", "--branch", "side", "--user", "a", "--agent", "b",
+    ])
+    .ok();
     // A writer that waits gets its turn once the run is gone: killed, it
     // leaves its turn open, and the waiter closes it as interrupted.
     let waiter = t
@@ -821,7 +826,9 @@ fn writers_never_land_inside_an_open_turn_and_a_killed_run_leaves_it_interrupted
     let kinds: Vec<&str> = nodes.iter().map(|n| n["kind"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
-        ["invoke", "complete", "invoke", "complete", "invoke", "complete"],
+        [
+            "invoke", "complete", "invoke", "complete", "invoke", "complete"
+        ],
         "nothing landed inside the open turn"
     );
     assert_eq!(nodes[3]["failure"], "interrupted");
@@ -836,7 +843,16 @@ fn writers_never_land_inside_an_open_turn_and_a_killed_run_leaves_it_interrupted
     let r = t
         .cmd()
         .env("FLAGS", &flags)
-        .args(["replay", "s", "--json", "--timeout", "2", "--", "python3", script])
+        .args([
+            "replay",
+            "s",
+            "--json",
+            "--timeout",
+            "2",
+            "--",
+            "python3",
+            script,
+        ])
         .output()
         .unwrap();
     let v: Value = serde_json::from_slice(&r.stdout).unwrap_or_else(|e| {

@@ -182,10 +182,14 @@ fn api_contract(backend: &str) {
     assert_eq!(at["entries"][0]["value"], "Paris");
     // `at` is any reference: `main@-1` is the last turn's complete.
     let by_ref = srv
-        .get(&format!("/api/v1/sessions/{s}/branches/main/state?at=main@-1"))
+        .get(&format!(
+            "/api/v1/sessions/{s}/branches/main/state?at=main@-1"
+        ))
         .expect(200);
     assert_eq!(by_ref, at);
-    let past = srv.get(&format!("/api/v1/sessions/{s}/branches/main/state?at=main@99"));
+    let past = srv.get(&format!(
+        "/api/v1/sessions/{s}/branches/main/state?at=main@99"
+    ));
     assert_eq!(past.status, 404);
 
     // Fork from the first turn's answer, add to it, diff, promote, sealed.
