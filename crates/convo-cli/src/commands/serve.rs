@@ -89,7 +89,7 @@ pub struct UpstreamArgs {
     /// With --replay: the timeline to replay, --replay then being the session whatever its title holds (colons included)
     #[arg(long, value_name = "BRANCH", requires = "replay")]
     pub replay_branch: Option<String>,
-    /// With --replay: leave this JSON pointer out when matching calls (/body/temperature, /headers/openai-beta); repeatable
+    /// With --replay: leave this JSON pointer out when matching calls (/body/temperature, /headers/openai-beta, /body/input/*/id: `*` is every element); repeatable
     #[arg(long, value_name = "POINTER", requires = "replay")]
     pub match_ignore: Vec<String>,
     /// With --replay: answer a call again when every recorded call matching it was already answered
