@@ -923,7 +923,7 @@ impl Proxy {
             res
         });
         match tokio::time::timeout(RECORD_WAIT, &mut task).await {
-            Ok(Ok(Ok(n))) => Saved::Node(n),
+            Ok(Ok(Ok(n))) => Saved::Node(Box::new(n)),
             Ok(Ok(Err(e))) => Saved::Failed(e.to_string()),
             Ok(Err(join)) => {
                 let why = format!("the recording task failed: {join}");
@@ -957,7 +957,7 @@ impl Proxy {
 /// What became of a call's record when its answer went out.
 enum Saved {
     /// Written: the last node recorded.
-    Node(StoredNode),
+    Node(Box<StoredNode>),
     /// Still waiting for the store (written when it takes it).
     Queued,
     /// Not recorded (counted): why.
