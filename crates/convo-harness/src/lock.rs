@@ -255,22 +255,26 @@ pub fn settle_interrupted(
 
 /// What a writer of a timeline holds while it writes: the turn lock, taken
 /// (waiting for an open turn with `wait`, else refused), after closing a
-/// turn a dead harness left open.
+/// turn a dead harness left open. `None` when the lock directory cannot be
+/// used (a read-only home): no harness can hold a turn there either.
 pub fn guard_timeline(
     dir: &Path,
     store: &mut Store,
     session: &SessionId,
     branch: &BranchName,
     wait: bool,
-) -> Result<TurnLock> {
-    let (mut lock, left) = TurnLock::acquire(dir, session, branch, wait)?;
+) -> Result<Option<TurnLock>> {
+    let (mut lock, left) = match TurnLock::acquire(dir, session, branch, wait) {
+        Err(HarnessError::Io { .. }) => return Ok(None),
+        other => other?,
+    };
     if let Some(t) = left {
         if store.branch(session, branch).is_ok() {
             settle_interrupted(store, session, branch, &t)?;
         }
         lock.clear();
     }
-    Ok(lock)
+    Ok(Some(lock))
 }
 
 impl Drop for TimelineLock {

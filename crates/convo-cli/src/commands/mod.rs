@@ -291,7 +291,7 @@ pub fn guard_timeline(
     session: &convo_core::SessionId,
     branch: &BranchName,
     wait: bool,
-) -> CmdResult<convo_harness::TurnLock> {
+) -> CmdResult<Option<convo_harness::TurnLock>> {
     Ok(convo_harness::guard_timeline(
         &run::lock_dir(env),
         store,

@@ -150,7 +150,7 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
             // A fork from a timeline with an open turn would start inside it.
             let source = fork_source(&mut store, &s.id, &from);
             let _turn = match &source {
-                Some(b) => Some(super::guard_timeline(env, &mut store, &s.id, b, wait)?),
+                Some(b) => super::guard_timeline(env, &mut store, &s.id, b, wait)?,
                 None => None,
             };
             let at = store.resolve_ref(&s.id, &from)?;
