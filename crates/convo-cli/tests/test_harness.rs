@@ -275,6 +275,39 @@ fn todo_walkthrough_fork_keeps_state_promote_and_replay() {
         out.contains("+      \"content\": \"added: milk: milk\""),
         "{out}"
     );
+    // 6. a changed kv write is answered 409 `replay_diverged` and not applied.
+    let writer = t.home().join("writer.py");
+    let src = std::fs::read_to_string(&agent).unwrap().replace(
+        "json.dumps(todos).encode()",
+        "json.dumps(todos + [\"extra\"]).encode()",
+    );
+    std::fs::write(&writer, src).unwrap();
+    let r = t.run(&[
+        "replay",
+        "todo",
+        "--json",
+        "--",
+        "python3",
+        writer.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let v: Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(v["divergence"]["turn"], 1, "{v}");
+    assert_eq!(v["divergence"]["sequence"], 2, "{v}");
+    let replayed = v["session"].as_str().unwrap();
+    let state = t.run(&["state", "list", replayed, "--json"]).ok();
+    assert!(
+        !state.contains("extra"),
+        "the differing write was applied: {state}"
+    );
+    let tl = t.run(&["session", "get", replayed, "--json"]).json();
+    let refused = tl["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["kind"] == "response" && n["from"] == "kv" && n["sequence"] == 2)
+        .unwrap();
+    assert_eq!(refused["diagnostics"]["status"], 409, "{refused}");
     // Everything recorded verifies.
     t.run(&["verify"]).ok();
 }
