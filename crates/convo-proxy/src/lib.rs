@@ -76,7 +76,12 @@
 //! longer one passes through as a stream does, its last chunk held back
 //! until it is recorded. Either way the record keeps at most
 //! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
-//! has received a whole answer has a recorded call.
+//! has received a whole answer has a recorded call — unless the store did
+//! not take it within [`RECORD_WAIT`] (3 s: locked by another process,
+//! gone): then the answer goes out all the same, marked
+//! `x-convo-recording: queued`, and the record waits in a bounded queue
+//! ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the store takes it;
+//! one that cannot be queued is counted as not recorded (above).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -965,8 +970,10 @@ enum Saved {
 }
 
 /// How long an answer waits for its record before it goes out anyway (the
-/// record stays queued).
-pub const RECORD_WAIT: Duration = Duration::from_millis(500);
+/// record stays queued): long enough for any store that is not locked or
+/// gone (a record takes milliseconds), so a client that has its answer has
+/// a recorded call; short next to SQLite's 60 s busy budget.
+pub const RECORD_WAIT: Duration = Duration::from_secs(3);
 /// At most this many records wait for the store; past it a call is
 /// answered and counted as not recorded.
 pub const MAX_QUEUED: usize = 10_000;
