@@ -155,6 +155,12 @@ pub struct NodeView {
     pub branch: Option<String>,
     /// For `promote`: the name the old `main` was sealed under.
     pub sealed_as: Option<String>,
+    /// On a `complete` that ends a failed turn, why: `timeout`, `crash`,
+    /// `unreachable`, `status`, `garbage` or `interrupted` (the turn was cut:
+    /// Ctrl-C, or its harness was killed), from `diagnostics.failure`; the
+    /// text is `diagnostics.error`, and `diagnostics.partial` is `true` when
+    /// the payload is what was streamed before the cut. `null` otherwise.
+    pub failure: Option<String>,
 }
 
 impl NodeView {
@@ -189,6 +195,7 @@ impl NodeView {
                 .event
                 .as_ref()
                 .and_then(|e| e.sealed_as.as_ref().map(|s| s.as_str().to_owned())),
+            failure: failure_of(n),
         }
     }
 
@@ -203,6 +210,18 @@ impl NodeView {
         let p = self.payload.as_deref()?;
         Some(decode_payload(p, self.payload_encoding.unwrap_or_default()))
     }
+}
+
+/// Why the turn a `complete` ends failed (`diagnostics.failure`), if it did.
+pub fn failure_of(n: &Node) -> Option<String> {
+    if n.kind != convo_core::Kind::Complete {
+        return None;
+    }
+    n.diagnostics
+        .to_value()
+        .get("failure")
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
 }
 
 /// One key of a state version (`state list --json`, the HTTP API's state).

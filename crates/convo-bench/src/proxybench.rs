@@ -382,11 +382,198 @@ async fn litellm(cmd: &str, up: &str, scratch: &Scratch) -> Result<LiteLlm> {
     Ok(LiteLlm { tot, ttfb, rate })
 }
 
+/// Clients of the store-size comparison.
+const CLIENTS16: usize = 16;
+/// Calls each of them makes (its own conversation, threaded by content).
+const PER_CLIENT16: usize = 60;
+/// Sessions in the big store (`CONVO_BENCH_SESSIONS` to change).
+const BIG_STORE: usize = 100_000;
+
+/// One client's conversation: call `i` resends the history so far.
+fn convo_body(k: usize, i: usize) -> Value {
+    let mut messages = vec![json!({"role": "user", "content": format!("client {k} starts")})];
+    for j in 0..i {
+        messages.push(json!({"role": "assistant", "content": "ok"}));
+        messages.push(json!({"role": "user", "content": format!("client {k} step {j}")}));
+    }
+    json!({"model": "bench", "stream": false, "messages": messages})
+}
+
+/// 16 clients, each its own conversation: every call's latency (ms).
+async fn sixteen(url: &str) -> Result<Vec<f64>> {
+    let c = reqwest::Client::new();
+    let mut tasks = Vec::new();
+    for k in 0..CLIENTS16 {
+        let (c, url) = (c.clone(), url.to_owned());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            for i in 0..PER_CLIENT16 {
+                if let Ok((t, _)) = one(&c, &url, &convo_body(k, i)).await {
+                    lat.push(t);
+                }
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await?);
+    }
+    Ok(all)
+}
+
+/// Fills a store with `n` proxy sessions, each a recorded turn whose
+/// `complete` carries a thread key (what threading lookups probe).
+fn fill(store_url: &str, n: usize) -> convo_store::Result<()> {
+    let mut store = convo_store::Store::open(store_url)?;
+    let main = convo_core::BranchName::main();
+    for chunk in 0..n.div_ceil(5_000) {
+        store.transaction(|l| {
+            for i in chunk * 5_000..((chunk + 1) * 5_000).min(n) {
+                let id = convo_core::SessionId::new_random();
+                l.create_session(id, "proxy", Some(&format!("conversation {i}")), 0)?;
+                for (kind, payload, diag) in [
+                    (convo_core::Kind::Invoke, format!("question {i}"), json!({})),
+                    (
+                        convo_core::Kind::Complete,
+                        "ok".to_owned(),
+                        json!({"thread": format!("{:064x}", i)}),
+                    ),
+                ] {
+                    l.append(
+                        &id,
+                        &main,
+                        &convo_store::Draft {
+                            kind,
+                            from: "user".into(),
+                            to: "proxy".into(),
+                            payload: payload.into_bytes(),
+                            diagnostics: convo_core::Diagnostics::from_value(&diag)
+                                .map_err(|e| convo_store::StoreError::Invalid(e.to_string()))?,
+                            state: None,
+                            sequence: None,
+                            created_at: 0,
+                        },
+                    )?;
+                }
+            }
+            Ok(())
+        })?;
+    }
+    Ok(())
+}
+
+/// Added latency (p50, p99) with 16 clients threaded by content on a store
+/// of `sessions` sessions, against the upstream called directly under the
+/// same load; then 16 clients replaying one recorded session: calls/s.
+async fn store_size(sessions: usize) -> Result<(f64, f64, f64, f64, f64)> {
+    let up = serve(axum::Router::new().route("/v1/chat/completions", post(upstream_chat))).await?;
+    let scratch = Scratch::new("proxy16")?;
+    let store_url = scratch.url("");
+    {
+        let url = store_url.clone();
+        tokio::task::spawn_blocking(move || fill(&url, sessions)).await??;
+    }
+    let mut config = convo_server::Config::new(store_url.clone());
+    config.log_requests = false;
+    let st = convo_server::state(&config)?;
+    let proxy = convo_proxy::Proxy::start(
+        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
+        st.pool.clone(),
+        Some(st.hub.clone()),
+    )
+    .await?;
+    let px = serve_convo(convo_server::router(
+        st.clone(),
+        &config,
+        Some(convo_proxy::router(proxy)),
+    ))
+    .await?;
+    let direct = format!("{up}/v1/chat/completions");
+    sixteen(&direct).await?;
+    let d = sixteen(&direct).await?;
+    let p = sixteen(&format!("{px}/v1/chat/completions")).await?;
+    let (added50, added99) = (
+        pct(p.clone(), 0.5) - pct(d.clone(), 0.5),
+        pct(p, 0.99) - pct(d, 0.99),
+    );
+    // One session of 16 × PER_CLIENT16 calls, replayed by 16 clients at once.
+    let named = format!("{px}/s/replay-16/main/v1/chat/completions");
+    sixteen(&named).await?;
+    let mut rc = convo_proxy::ProxyConfig::new(None);
+    rc.replay =
+        Some(convo_proxy::replay::ReplaySpec::parse("replay-16:main").map_err(|e| e.to_string())?);
+    let replayer = convo_proxy::Proxy::start(rc, st.pool.clone(), None).await?;
+    let rx = serve_convo(convo_server::router(
+        st.clone(),
+        &config,
+        Some(convo_proxy::router(replayer.clone())),
+    ))
+    .await?;
+    let t = Instant::now();
+    let served = sixteen(&format!("{rx}/v1/chat/completions")).await?.len();
+    let replay_rate = served as f64 / t.elapsed().as_secs_f64();
+    let fidelity = replayer
+        .replay_summary()
+        .map(|s| if s.contains("100") { 1.0 } else { 0.0 })
+        .unwrap_or(0.0);
+    drop(scratch);
+    Ok((added50, added99, replay_rate, fidelity, served as f64))
+}
+
+async fn run_sizes() -> Result<Vec<Row>> {
+    let big = std::env::var("CONVO_BENCH_SESSIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(BIG_STORE);
+    let (e50, e99, erate, _, _) = store_size(0).await?;
+    let (b50, b99, brate, bfid, bserved) = store_size(big).await?;
+    let grows = b50 > e50 * 1.5 + 0.2 || b99 > e99 * 1.5 + 0.5;
+    Ok(vec![
+        Row::new(
+            "proxy: added latency p50, 16 clients, each its own conversation (threaded)",
+            format!("{b50:.3} ms ({} sessions)", thousands(big as f64)),
+            format!("empty store: {e50:.3} ms"),
+            format!("{:+.3} ms", b50 - e50),
+            "≤ 1 ms, no growth",
+            Verdict::of(b50 <= 1.0 && !grows),
+        ),
+        Row::new(
+            "proxy: added latency p99, 16 clients (threaded)",
+            format!("{b99:.3} ms ({} sessions)", thousands(big as f64)),
+            format!("empty store: {e99:.3} ms"),
+            format!("{:+.3} ms", b99 - e99),
+            "≤ 3 ms, no growth",
+            Verdict::of(b99 <= 3.0 && !grows),
+        ),
+        Row::new(
+            "proxy: replay, 16 clients at once, any order",
+            format!(
+                "{} calls/s ({} sessions)",
+                thousands(brate),
+                thousands(big as f64)
+            ),
+            format!(
+                "empty store: {} calls/s; {} of {} calls answered{}",
+                thousands(erate),
+                bserved,
+                CLIENTS16 * PER_CLIENT16,
+                if bfid > 0.0 { ", fidelity 100%" } else { "" }
+            ),
+            "—",
+            "—",
+            Verdict::Info,
+        ),
+    ])
+}
+
 /// The benchmark (its own runtime).
 pub fn proxy() -> Result<Vec<Row>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
-    rt.block_on(run())
+    let mut rows = rt.block_on(run())?;
+    rows.extend(rt.block_on(run_sizes())?);
+    Ok(rows)
 }

@@ -215,6 +215,9 @@ pub enum SessionCmd {
         /// Print one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
     /// Make a timeline canonical: seal `main` as broken-YYYY-MM-DD and rename the branch to main
     ///
@@ -230,6 +233,9 @@ pub enum SessionCmd {
         /// Print one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
 }
 
@@ -281,6 +287,9 @@ pub enum StateCmd {
         /// Print the result as one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
     /// Print a key's value
     ///
@@ -338,5 +347,8 @@ pub enum StateCmd {
         /// Print the result as one JSON document
         #[arg(long)]
         json: bool,
+        /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+        #[arg(long)]
+        wait: bool,
     },
 }

@@ -71,6 +71,15 @@ pub fn node_cells_of(s: &StoredNode, payload: &[u8], len: u64, turn: Option<usiz
             what.push(format!("(old main sealed as {})", clean(s.as_str())));
         }
     }
+    if let Some(f) = convo_api::failure_of(n) {
+        let partial = n.diagnostics.to_value().get("partial") == Some(&Value::Bool(true));
+        let flag = if partial {
+            format!("[{}, partial]", clean(&f))
+        } else {
+            format!("[{}]", clean(&f))
+        };
+        what.push(paint(Style::Red, &flag));
+    }
     if n.event.is_none() || len > 0 {
         what.push(preview_of(payload, len, 60));
     }

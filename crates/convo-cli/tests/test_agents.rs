@@ -716,3 +716,180 @@ fn gemini_cli_chats_import_export_and_search_by_agent() {
         r.stderr()
     );
 }
+
+/// `convo proxy` on port 0 in `t`'s home, with `args` after its listen flags.
+fn proxy(t: &TestEnv, args: &[&str]) -> crate::serve_util::Server {
+    let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--quiet"];
+    all.extend_from_slice(args);
+    crate::serve_util::Server::launch(t, &all)
+}
+
+/// The proxy's sessions (agent `proxy`), as `session list --json` gives them.
+fn proxy_sessions(t: &TestEnv) -> Vec<Value> {
+    let v = t.run(&["session", "list", "--json"]).json();
+    let list = v.get("sessions").cloned().unwrap_or(v);
+    list.as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["agent"] == "proxy")
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn claude_code_through_the_proxy_is_one_titled_session_and_replays_offline() {
+    let Some(claude) = node_tool("claude") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let run = |base: &str, args: &[&str]| {
+        Command::new(&claude)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("ANTHROPIC_BASE_URL", base)
+            .env("ANTHROPIC_API_KEY", "x")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let live = proxy(&t, &["--upstream", &up.url]);
+    let base = format!("http://{}", live.addr);
+    let sid = "7c1d2e3f-4a5b-4c6d-8e7f-901a2b3c4d5e";
+    let first = ok(
+        run(
+            &base,
+            &["-p", "--session-id", sid, "what is in this folder?"],
+        ),
+        "claude -p through the proxy",
+    );
+    assert!(first.contains("answer"), "{first}");
+    let second = ok(
+        run(&base, &["-p", "--resume", sid, "and after that?"]),
+        "claude --resume through the proxy",
+    );
+    assert!(live.stop().success());
+    let sessions = proxy_sessions(&t);
+    let titled: Vec<&Value> = sessions
+        .iter()
+        .filter(|s| s["title"] == "what is in this folder?")
+        .collect();
+    assert_eq!(
+        titled.len(),
+        1,
+        "one session for the conversation: {sessions:?}"
+    );
+    let id = titled[0]["id"].as_str().unwrap().to_owned();
+    let log = t.run(&["log", &id]).ok();
+    assert!(
+        log.contains("and after that?"),
+        "the resumed turn continues it: {log}"
+    );
+    assert!(!sessions.iter().any(|s| {
+        s["title"]
+            .as_str()
+            .is_some_and(|x| x.contains("<system-reminder>"))
+    }));
+
+    // Replayed with the upstream gone: the same answers.
+    let calls = up.calls.lock().unwrap().len();
+    drop(up);
+    let replay = proxy(&t, &["--replay", &id]);
+    let base = format!("http://{}", replay.addr);
+    let again = ok(
+        run(
+            &base,
+            &[
+                "-p",
+                "--session-id",
+                "9d8c7b6a-5f4e-4d3c-8b2a-1f0e9d8c7b6a",
+                "what is in this folder?",
+            ],
+        ),
+        "claude -p against the replay",
+    );
+    assert_eq!(again, first, "{calls} calls recorded");
+    let _ = second;
+    assert!(replay.stop().success());
+}
+
+#[test]
+fn codex_through_the_proxy_is_one_titled_session_and_replays_offline() {
+    let Some(codex) = node_tool("codex") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let codex_home = t.home().join("codex-home");
+    let proj = t.home().join("proj");
+    for d in [&home, &codex_home, &proj] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let configure = |base: &str| {
+        std::fs::write(
+            codex_home.join("config.toml"),
+            format!(
+                "model = \"test-model\"\nmodel_provider = \"scripted\"\n\
+                 [model_providers.scripted]\nname = \"scripted\"\nbase_url = \"{base}/v1\"\n\
+                 env_key = \"SCRIPTED_KEY\"\nwire_api = \"responses\"\n"
+            ),
+        )
+        .unwrap();
+    };
+    let run = |args: &[&str]| {
+        Command::new(&codex)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("CODEX_HOME", &codex_home)
+            .env("SCRIPTED_KEY", "x")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let live = proxy(&t, &["--upstream", &up.url]);
+    configure(&format!("http://{}", live.addr));
+    let first = ok(
+        run(&["exec", "--skip-git-repo-check", "hello through convo"]),
+        "codex exec through the proxy",
+    );
+    assert!(first.contains("answer"), "{first}");
+    assert!(live.stop().success());
+    let sessions = proxy_sessions(&t);
+    let titled: Vec<&Value> = sessions
+        .iter()
+        .filter(|s| s["title"] == "hello through convo")
+        .collect();
+    assert_eq!(
+        titled.len(),
+        1,
+        "one session for the conversation: {sessions:?}"
+    );
+    let id = titled[0]["id"].as_str().unwrap().to_owned();
+    assert!(!sessions.iter().any(|s| {
+        s["title"]
+            .as_str()
+            .is_some_and(|x| x.contains("environment_context"))
+    }));
+
+    // Replayed with the upstream gone: the same answer.
+    drop(up);
+    let replay = proxy(&t, &["--replay", &id]);
+    configure(&format!("http://{}", replay.addr));
+    let again = ok(
+        run(&["exec", "--skip-git-repo-check", "hello through convo"]),
+        "codex exec against the replay",
+    );
+    assert_eq!(again, first);
+    assert!(replay.stop().success());
+}

@@ -275,6 +275,39 @@ fn todo_walkthrough_fork_keeps_state_promote_and_replay() {
         out.contains("+      \"content\": \"added: milk: milk\""),
         "{out}"
     );
+    // 6. a changed kv write is answered 409 `replay_diverged` and not applied.
+    let writer = t.home().join("writer.py");
+    let src = std::fs::read_to_string(&agent).unwrap().replace(
+        "json.dumps(todos).encode()",
+        "json.dumps(todos + [\"extra\"]).encode()",
+    );
+    std::fs::write(&writer, src).unwrap();
+    let r = t.run(&[
+        "replay",
+        "todo",
+        "--json",
+        "--",
+        "python3",
+        writer.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let v: Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(v["divergence"]["turn"], 1, "{v}");
+    assert_eq!(v["divergence"]["sequence"], 2, "{v}");
+    let replayed = v["session"].as_str().unwrap();
+    let state = t.run(&["state", "list", replayed, "--json"]).ok();
+    assert!(
+        !state.contains("extra"),
+        "the differing write was applied: {state}"
+    );
+    let tl = t.run(&["session", "get", replayed, "--json"]).json();
+    let refused = tl["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["kind"] == "response" && n["from"] == "kv" && n["sequence"] == 2)
+        .unwrap();
+    assert_eq!(refused["diagnostics"]["status"], 409, "{refused}");
     // Everything recorded verifies.
     t.run(&["verify"]).ok();
 }
@@ -463,7 +496,9 @@ fn inputs_from_a_file_or_stdin_and_replay_live_after_a_node() {
     assert_eq!(completes.len(), 4);
     let second = completes[1]["hash"].as_str().unwrap()[..12].to_owned();
     let state_before = t.run(&["state", "get", "todo", "todos"]).ok();
-    let mut a = vec!["replay", "todo", "--json", "--live-after", &second];
+    assert!(!second.is_empty());
+    // `main@2`: the reference for turn 2's last node (its complete).
+    let mut a = vec!["replay", "todo", "--json", "--live-after", "main@2"];
     a.extend(tail);
     let r = t.run(&a).json();
     assert_eq!(r["divergence"], Value::Null, "{r}");
@@ -612,7 +647,16 @@ class H(BaseHTTPRequestHandler):
     def do_POST(self):
         text = json.loads(self.rfile.read(int(self.headers["Content-Length"])))["input"]
         if text == "hang":
-            open(os.path.join(FLAGS, "hanging"), "w").close()
+            with open(os.path.join(FLAGS, "hanging"), "w") as f:
+                f.write(str(os.getpid()))
+            time.sleep(60)
+        if text == "cut":
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            self.chunk(b"half an answer")
+            open(os.path.join(FLAGS, "cutting"), "w").close()
             time.sleep(60)
         if text == "stream":
             self.send_response(200)
@@ -696,11 +740,20 @@ fn chat_streams_the_answer_and_ctrl_c_ends_only_the_turn() {
         .status()
         .unwrap();
     assert!(kill.success());
+    // Ctrl-C after part of an answer was streamed: that part is kept.
+    stdin.write_all(b"cut\n").unwrap();
+    assert_eq!(read_until(&mut out, "half an answer"), "half an answer");
+    wait_for_file(&flags.join("cutting"));
+    let kill = std::process::Command::new("kill")
+        .args(["-INT", &chat.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
     stdin.write_all(b"after\n/quit\n").unwrap();
     drop(stdin);
     let mut rest = String::new();
     out.read_to_string(&mut rest).unwrap();
-    assert_eq!(rest, "ok after\n");
+    assert!(rest.ends_with("ok after\n"), "{rest:?}");
     assert!(chat.wait().unwrap().success());
     let tl = t.run(&["session", "get", "s", "--json"]).json();
     let completes: Vec<&Value> = tl["nodes"]
@@ -709,10 +762,137 @@ fn chat_streams_the_answer_and_ctrl_c_ends_only_the_turn() {
         .iter()
         .filter(|n| n["kind"] == "complete")
         .collect();
-    assert_eq!(completes.len(), 4);
+    assert_eq!(completes.len(), 5);
     assert_eq!(completes[1]["payload"], "first part, second part");
+    assert_eq!(completes[1]["failure"], Value::Null);
     assert_eq!(completes[2]["diagnostics"]["failure"], "interrupted");
-    assert_eq!(completes[3]["payload"], "ok after");
+    assert_eq!(completes[2]["failure"], "interrupted");
+    assert_eq!(completes[2]["payload"], "");
+    // The cut turn keeps what was streamed, marked partial.
+    assert_eq!(completes[3]["failure"], "interrupted");
+    assert_eq!(completes[3]["payload"], "half an answer");
+    assert_eq!(completes[3]["diagnostics"]["partial"], true);
+    assert_eq!(completes[4]["payload"], "ok after");
+    // `log` flags the failed turns.
+    let log = t.run(&["log", "s"]).ok();
+    assert!(
+        log.contains("[interrupted, partial] half an answer"),
+        "{log}"
+    );
+    t.run(&["verify"]).ok();
+}
+
+#[test]
+fn writers_never_land_inside_an_open_turn_and_a_killed_run_leaves_it_interrupted() {
+    use std::process::Stdio;
+    let t = TestEnv::new();
+    let script = t.home().join("stream_agent.py");
+    std::fs::write(&script, STREAM_AGENT).unwrap();
+    let script = script.to_str().unwrap();
+    let flags = t.home().join("flags");
+    std::fs::create_dir_all(&flags).unwrap();
+    let r = t
+        .cmd()
+        .env("FLAGS", &flags)
+        .args(["run", "s", "--input", "hello", "--", "python3", script])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    t.run(&["session", "fork", "s", "--from", "main", "--branch", "side"])
+        .ok();
+    // A run whose second turn stays open (the agent hangs).
+    let mut run = t
+        .cmd()
+        .env("FLAGS", &flags)
+        .args(["run", "s", "--input", "hang", "--", "python3", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&flags.join("hanging"));
+    // The pid is written after the file is created: wait for it.
+    let agent_pid = loop {
+        let p = std::fs::read_to_string(flags.join("hanging")).unwrap();
+        if !p.is_empty() {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let writers: [&[&str]; 6] = [
+        &["say", "s", "--user", "x", "--agent", "y"],
+        &["record", "s", "request", "--payload", "z"],
+        &["state", "put", "s", "k", "v"],
+        &["state", "delete", "s", "k"],
+        &["session", "fork", "s", "--from", "main@2", "--branch", "f"],
+        &["session", "promote", "s", "--branch", "side"],
+    ];
+    for w in writers {
+        let r = t.run(w);
+        assert_eq!(r.code(), 4, "{w:?}: {}", r.stderr());
+        let e = r.stderr();
+        assert!(e.contains("inside turn main@2"), "{w:?}: {e}");
+        assert!(e.contains("convo run, pid"), "{w:?}: {e}");
+    }
+    // Another timeline of the session is free.
+    t.run(&[
+        "say", "s", "--branch", "side", "--user", "a", "--agent", "b",
+    ])
+    .ok();
+    // A writer that waits gets its turn once the run is gone: killed, it
+    // leaves its turn open, and the waiter closes it as interrupted.
+    let waiter = t
+        .cmd()
+        .args(["say", "s", "--user", "later", "--agent", "done", "--wait"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    run.kill().unwrap();
+    run.wait().unwrap();
+    let w = waiter.wait_with_output().unwrap();
+    assert!(w.status.success(), "{}", String::from_utf8_lossy(&w.stderr));
+    let _ = std::process::Command::new("kill")
+        .arg(agent_pid.trim())
+        .status();
+    let tl = t.run(&["session", "get", "s", "--json"]).json();
+    let nodes = tl["nodes"].as_array().unwrap();
+    let kinds: Vec<&str> = nodes.iter().map(|n| n["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "invoke", "complete", "invoke", "complete", "invoke", "complete"
+        ],
+        "nothing landed inside the open turn"
+    );
+    assert_eq!(nodes[3]["failure"], "interrupted");
+    let why = nodes[3]["diagnostics"]["error"].as_str().unwrap();
+    assert!(why.contains("convo run"), "{why}");
+    assert_eq!(nodes[5]["payload"], "done");
+    let text = t.run(&["session", "get", "s"]).ok();
+    assert!(text.contains("[interrupted]"), "{text}");
+    // A replay takes the cut turn as the recording says: compared up to
+    // the cut, it is no divergence; the first one is the `say` turn's
+    // answer, which this agent does not give.
+    let r = t
+        .cmd()
+        .env("FLAGS", &flags)
+        .args([
+            "replay",
+            "s",
+            "--json",
+            "--timeout",
+            "2",
+            "--",
+            "python3",
+            script,
+        ])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&r.stdout).unwrap_or_else(|e| {
+        panic!("{e}: {}", String::from_utf8_lossy(&r.stderr));
+    });
+    assert_eq!(v["divergence"]["turn"], 3, "{v}");
+    assert_eq!(v["divergence"]["what"], "output", "{v}");
     t.run(&["verify"]).ok();
 }
 

@@ -180,6 +180,17 @@ fn api_contract(backend: &str) {
         .expect(200);
     assert_eq!(at["entries"][0]["key"], "topic");
     assert_eq!(at["entries"][0]["value"], "Paris");
+    // `at` is any reference: `main@-1` is the last turn's complete.
+    let by_ref = srv
+        .get(&format!(
+            "/api/v1/sessions/{s}/branches/main/state?at=main@-1"
+        ))
+        .expect(200);
+    assert_eq!(by_ref, at);
+    let past = srv.get(&format!(
+        "/api/v1/sessions/{s}/branches/main/state?at=main@99"
+    ));
+    assert_eq!(past.status, 404);
 
     // Fork from the first turn's answer, add to it, diff, promote, sealed.
     let fork_point = nodes[3]["hash"].as_str().unwrap();
@@ -209,6 +220,20 @@ fn api_contract(backend: &str) {
     assert_eq!(d["b"]["nodes"][0]["kind"], "fork");
     assert_eq!(d["b"]["nodes"][1]["payload"], "What about Lyon?");
     assert_eq!(d["a"]["nodes"].as_array().unwrap().len(), 4);
+    // Fork `from` and diff `a`/`b` take references too.
+    let f2 = srv
+        .post_json(
+            &format!("/api/v1/sessions/{s}/fork"),
+            &json!({"from": "main@1", "branch": "retry2"}),
+        )
+        .expect(201);
+    assert_eq!(f2["node"]["parent"], fork_point);
+    let d2 = srv
+        .get(&format!("/api/v1/sessions/{s}/diff?a=main@1&b=retry~1"))
+        .expect(200);
+    assert_eq!(d2["common"], 4, "{d2}");
+    assert_eq!(d2["a"]["nodes"].as_array().unwrap().len(), 0);
+    assert_eq!(d2["b"]["nodes"].as_array().unwrap().len(), 2);
     let pr = srv
         .post_json(
             &format!("/api/v1/sessions/{s}/promote"),
@@ -231,7 +256,7 @@ fn api_contract(backend: &str) {
         .iter()
         .map(|b| b["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, HashSet::from(["main", sealed.as_str()]));
+    assert_eq!(names, HashSet::from(["main", sealed.as_str(), "retry2"]));
 
     // Search, export, import, verify.
     let hits = srv.get("/api/v1/search?q=lyon%20lovely").expect(200);
@@ -258,7 +283,7 @@ fn api_contract(backend: &str) {
     assert_eq!(imp["sessions"][0]["created"], true);
     let ver = srv.get("/api/v1/verify").expect(200);
     assert_eq!(ver["ok"], true, "{ver}");
-    assert_eq!(ver["nodes"], 14);
+    assert_eq!(ver["nodes"], 15, "with the fork node of retry2");
     assert_eq!(srv.get("/api/v1/health").expect(200)["store"], backend);
 
     // Graceful stop: SIGTERM ends the process cleanly and the store verifies.

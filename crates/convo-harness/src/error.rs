@@ -64,6 +64,20 @@ pub enum HarnessError {
         /// Who holds it, as far as known.
         holder: String,
     },
+    /// A harness turn is open on the timeline: a write now would land inside it.
+    #[error(
+        "branch `{branch}` of session {session} is inside turn {turn}, open by {holder}: a write now would land inside that turn"
+    )]
+    TurnOpen {
+        /// The session.
+        session: String,
+        /// The timeline.
+        branch: String,
+        /// The turn, as `BRANCH@TURN`.
+        turn: String,
+        /// Who holds it.
+        holder: String,
+    },
     /// A local I/O failure (the services server, a lock file).
     #[error("{what}: {source}")]
     Io {

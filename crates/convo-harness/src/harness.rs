@@ -4,7 +4,7 @@ use crate::agent::{Agent, AgentSpec, ChildEnv, Dialect};
 use crate::http::{Answer, CallError};
 use crate::replay::{Divergence, Expected};
 use crate::services::{Services, Turn, token};
-use crate::{Result, now_ms};
+use crate::{HarnessError, Result, now_ms};
 use axum::body::Bytes;
 use axum::http::{HeaderMap, header};
 use convo_core::{BranchName, Diagnostics, Kind, SessionId};
@@ -32,6 +32,12 @@ pub struct Options {
     pub dialect: Dialect,
     /// The services server's port on 127.0.0.1 (0: any free one).
     pub services_port: u16,
+    /// Where the timelines' turn locks live (the CLI: `$CONVO_HOME/locks`):
+    /// a turn holds its timeline's [`crate::TurnLock`] from invoke to
+    /// complete, so no other writer lands inside it. `None`: no lock.
+    pub lock_dir: Option<std::path::PathBuf>,
+    /// Who runs the turns, written into the turn lock (`convo run`).
+    pub holder: String,
 }
 
 impl Options {
@@ -45,6 +51,8 @@ impl Options {
             start_timeout: Duration::from_secs(30),
             dialect: Dialect::Convo,
             services_port: 0,
+            lock_dir: None,
+            holder: "convo".to_owned(),
         }
     }
 }
@@ -246,6 +254,33 @@ impl Harness {
         if self.agent.is_child() && self.agent.exited(Duration::ZERO).await.is_some() {
             self.agent.restart().await?;
         }
+        // The turn lock first (waiting for another writer's write), closing
+        // a turn a killed harness left open on this timeline.
+        let mut turn_lock = match self.opts.lock_dir.clone() {
+            None => None,
+            Some(dir) => {
+                let (s, b) = (*session, branch.clone());
+                let (lock, left) = tokio::task::spawn_blocking(move || {
+                    crate::TurnLock::acquire(&dir, &s, &b, true)
+                })
+                .await
+                .map_err(|e| HarnessError::io("the turn lock", std::io::Error::other(e)))??;
+                let mut lock = lock;
+                if let Some(t) = left {
+                    let (s, b) = (*session, branch.clone());
+                    self.pool
+                        .run(move |st| {
+                            crate::settle_interrupted(st, &s, &b, &t).map_err(|e| match e {
+                                HarnessError::Store(e) => e,
+                                other => convo_store::StoreError::Invalid(other.to_string()),
+                            })
+                        })
+                        .await?;
+                    lock.clear();
+                }
+                Some(lock)
+            }
+        };
         let (s, b) = (*session, branch.clone());
         let agent_name = self.opts.agent_name.clone();
         let payload = input.to_vec();
@@ -273,6 +308,14 @@ impl Harness {
             .submission
             .map(|x| x.to_hex())
             .unwrap_or_default();
+        if let Some(l) = turn_lock.as_mut() {
+            l.opened(&crate::OpenTurn {
+                submission: submission.clone(),
+                turn: invoke.ctx.turn,
+                agent: self.opts.agent_name.clone(),
+                holder: format!("{}, pid {}", self.opts.holder, std::process::id()),
+            });
+        }
         let turn_token = token();
         let turn = Arc::new(Turn::new(
             *session,
@@ -303,9 +346,12 @@ impl Harness {
         let started = Instant::now();
         let timeout = self.opts.turn_timeout;
         let mut deltas = Deltas::default();
+        // What was shown so far: kept (marked partial) when the turn is cut.
+        let mut shown = String::new();
         let mut sink = |status: u16, h: &HeaderMap, chunk: &[u8]| {
             let t = deltas.feed(status, h, chunk);
             if !t.is_empty() {
+                shown.push_str(&t);
                 on_text(&t);
             }
         };
@@ -335,8 +381,9 @@ impl Harness {
                     None => (Vec::new(), Some(Failure::Unreachable(e)), None),
                 }
             }
-            Err(f) => (Vec::new(), Some(f), None),
+            Err(f) => (std::mem::take(&mut shown).into_bytes(), Some(f), None),
         };
+        let partial = failure.is_some() && !output.is_empty() && status.is_none();
         if failure.is_some() {
             self.agent.reset();
         }
@@ -354,6 +401,10 @@ impl Harness {
         if let Some(f) = &failure {
             diag["failure"] = json!(f.kind());
             diag["error"] = json!(f.message());
+        }
+        if partial {
+            // The text streamed before the turn was cut, kept as its output.
+            diag["partial"] = json!(true);
         }
         let (s, b) = (*session, branch.clone());
         let agent_name = self.opts.agent_name.clone();
@@ -378,6 +429,9 @@ impl Harness {
                 )
             })
             .await?;
+        if let Some(mut l) = turn_lock {
+            l.clear();
+        }
         let mut nodes = vec![TimelineNode {
             stored: invoke.clone(),
             payload: input.to_vec(),

@@ -39,7 +39,7 @@ pub mod services;
 pub use agent::{AgentSpec, Dialect};
 pub use error::HarnessError;
 pub use harness::{Failure, Harness, Options, TurnReport};
-pub use lock::TimelineLock;
+pub use lock::{OpenTurn, TimelineLock, TurnLock, guard_timeline, settle_interrupted};
 pub use replay::{Divergence, ReplayOptions, ReplayReport, ReplayTurn};
 
 /// The harness's result type.

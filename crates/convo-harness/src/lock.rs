@@ -8,9 +8,21 @@
 //! The lock is an OS file lock (released by the kernel if the process
 //! dies), in a directory the caller chooses (the CLI: `$CONVO_HOME/locks`),
 //! so it covers processes on one machine that share that home.
+//!
+//! A second lock per timeline, the *turn lock* ([`TurnLock`]), is held by
+//! the harness only while a turn is open (invoke → complete) and by every
+//! other writer of the timeline (`say`, `record`, `state put/delete`, a
+//! fork from it, a promote) for its write. So no write lands inside a turn:
+//! a writer either waits for the turn to end or is refused
+//! ([`HarnessError::TurnOpen`], naming the turn). The file holds the open
+//! turn (submission, number, agent, holder) while it is open and is emptied
+//! when the turn ends; a killed harness leaves it filled, and the next
+//! taker closes that turn as interrupted ([`settle_interrupted`]).
 
-use crate::{HarnessError, Result};
-use convo_core::{BranchName, SessionId};
+use crate::{HarnessError, Result, now_ms};
+use convo_core::{BranchName, Diagnostics, Kind, SessionId};
+use convo_store::{Draft, Store, StoredNode};
+use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -91,6 +103,180 @@ impl TimelineLock {
     }
 }
 
+/// The turn a harness has open on a timeline, as its turn lock file says.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTurn {
+    /// The turn's submission (hex).
+    pub submission: String,
+    /// The turn's number on the timeline (`BRANCH@TURN`).
+    pub turn: u64,
+    /// The agent answering it (the `from` of its complete).
+    pub agent: String,
+    /// Who holds it (`convo run, pid 123`).
+    pub holder: String,
+}
+
+/// A held turn lock; released when dropped.
+#[derive(Debug)]
+pub struct TurnLock {
+    file: File,
+}
+
+impl TurnLock {
+    /// The turn lock file of a timeline inside `dir`.
+    pub fn path(dir: &Path, session: &SessionId, branch: &BranchName) -> PathBuf {
+        let mut p = TimelineLock::path(dir, session, branch);
+        p.set_extension("turn");
+        p
+    }
+
+    /// Takes the turn lock of a timeline. With `wait`, blocks while a turn
+    /// is open; otherwise a held lock is [`HarnessError::TurnOpen`] naming
+    /// the turn. Also returns the turn a dead holder left open, if any
+    /// (close it with [`settle_interrupted`], then [`TurnLock::clear`]).
+    pub fn acquire(
+        dir: &Path,
+        session: &SessionId,
+        branch: &BranchName,
+        wait: bool,
+    ) -> Result<(TurnLock, Option<OpenTurn>)> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| HarnessError::io(format!("cannot create {}", dir.display()), e))?;
+        let path = Self::path(dir, session, branch);
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| HarnessError::io(format!("cannot open {}", path.display()), e))?;
+        let got = if wait {
+            file.lock().map(|_| true)
+        } else {
+            match file.try_lock() {
+                Ok(()) => Ok(true),
+                Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+                Err(std::fs::TryLockError::Error(e)) => Err(e),
+            }
+        }
+        .map_err(|e| HarnessError::io(format!("cannot lock {}", path.display()), e))?;
+        let left = read_turn(&mut file);
+        if !got {
+            let (turn, holder) = match left {
+                Some(t) => (format!("{branch}@{}", t.turn), t.holder),
+                None => (format!("{branch}@-1"), "another convo process".to_owned()),
+            };
+            return Err(HarnessError::TurnOpen {
+                session: session.to_string(),
+                branch: branch.to_string(),
+                turn,
+                holder,
+            });
+        }
+        Ok((TurnLock { file }, left))
+    }
+
+    /// Records the open turn in the file (for the next taker, should this
+    /// process die before the turn ends).
+    pub fn opened(&mut self, turn: &OpenTurn) {
+        let _ = self.file.set_len(0);
+        let _ = self.file.rewind();
+        let _ = serde_json::to_writer(&mut self.file, turn);
+        let _ = self.file.flush();
+    }
+
+    /// Forgets the open turn (it ended, or was settled).
+    pub fn clear(&mut self) {
+        let _ = self.file.set_len(0);
+    }
+}
+
+impl Drop for TurnLock {
+    /// Unlocks; the file keeps an open turn that was not cleared (the
+    /// harness failed before its complete), for the next taker to settle.
+    fn drop(&mut self) {
+        let _ = self.file.unlock();
+    }
+}
+
+fn read_turn(file: &mut File) -> Option<OpenTurn> {
+    let mut text = String::new();
+    let _ = file.rewind();
+    file.read_to_string(&mut text).ok()?;
+    serde_json::from_str(text.trim()).ok()
+}
+
+/// Closes the turn a dead harness left open on `branch`: when the
+/// timeline's head is still inside that turn (same submission, still
+/// open), a `complete` recording `{"failure": "interrupted"}` is appended
+/// (it carries the branch's working state, so the turn's kv writes are
+/// kept and accounted). Returns it; `None` when the turn was closed after all.
+pub fn settle_interrupted(
+    store: &mut Store,
+    session: &SessionId,
+    branch: &BranchName,
+    left: &OpenTurn,
+) -> Result<Option<StoredNode>> {
+    let row = store.branch(session, branch)?;
+    let Some(head) = row.head else {
+        return Ok(None);
+    };
+    let p = convo_core::HashPrefix::parse(&head.to_hex())
+        .map_err(|e| convo_store::StoreError::Invalid(e.to_string()))?;
+    let head = store.node(&p)?;
+    let same = head.ctx.open
+        && head
+            .ctx
+            .submission
+            .is_some_and(|s| s.to_hex() == left.submission);
+    if !same {
+        return Ok(None);
+    }
+    let diag = serde_json::json!({
+        "failure": "interrupted",
+        "error": format!("the harness ({}) ended during the turn", left.holder),
+    });
+    let node = store.append(
+        session,
+        branch,
+        &Draft {
+            kind: Kind::Complete,
+            from: left.agent.clone(),
+            to: "user".into(),
+            payload: Vec::new(),
+            diagnostics: Diagnostics::from_value(&diag).unwrap_or_else(|_| Diagnostics::empty()),
+            state: None,
+            sequence: None,
+            created_at: now_ms(),
+        },
+    )?;
+    Ok(Some(node))
+}
+
+/// What a writer of a timeline holds while it writes: the turn lock, taken
+/// (waiting for an open turn with `wait`, else refused), after closing a
+/// turn a dead harness left open. `None` when the lock directory cannot be
+/// used (a read-only home): no harness can hold a turn there either.
+pub fn guard_timeline(
+    dir: &Path,
+    store: &mut Store,
+    session: &SessionId,
+    branch: &BranchName,
+    wait: bool,
+) -> Result<Option<TurnLock>> {
+    let (mut lock, left) = match TurnLock::acquire(dir, session, branch, wait) {
+        Err(HarnessError::Io { .. }) => return Ok(None),
+        other => other?,
+    };
+    if let Some(t) = left {
+        if store.branch(session, branch).is_ok() {
+            settle_interrupted(store, session, branch, &t)?;
+        }
+        lock.clear();
+    }
+    Ok(Some(lock))
+}
+
 impl Drop for TimelineLock {
     fn drop(&mut self) {
         let _ = self.file.set_len(0);
@@ -117,5 +303,34 @@ mod tests {
         TimelineLock::acquire(dir.path(), &s, &BranchName::main(), false, "x").unwrap();
         drop(first);
         TimelineLock::acquire(dir.path(), &s, &b, false, "convo chat").unwrap();
+    }
+
+    #[test]
+    fn an_open_turn_refuses_a_second_taker_naming_the_turn_and_a_dead_one_leaves_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SessionId::new_random();
+        let b = BranchName::main();
+        let (mut first, left) = TurnLock::acquire(dir.path(), &s, &b, false).unwrap();
+        assert!(left.is_none());
+        let t = OpenTurn {
+            submission: "ab".repeat(32),
+            turn: 3,
+            agent: "bot".into(),
+            holder: "convo run, pid 1".into(),
+        };
+        first.opened(&t);
+        match TurnLock::acquire(dir.path(), &s, &b, false) {
+            Err(HarnessError::TurnOpen { turn, holder, .. }) => {
+                assert_eq!(turn, "main@3");
+                assert!(holder.contains("convo run"));
+            }
+            other => panic!("expected TurnOpen, got {other:?}"),
+        }
+        drop(first);
+        // A holder that dies keeps the file filled: the next taker reads the turn.
+        let p = TurnLock::path(dir.path(), &s, &b);
+        std::fs::write(&p, serde_json::to_vec(&t).unwrap()).unwrap();
+        let (_, left) = TurnLock::acquire(dir.path(), &s, &b, false).unwrap();
+        assert_eq!(left, Some(t));
     }
 }

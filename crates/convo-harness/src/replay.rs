@@ -8,7 +8,9 @@
 //! compared with the recorded request at the same sequence. After the turn
 //! the output, the failure (if any) and the state root are compared too.
 //! The first difference is a [`Divergence`]: the replay stops after that
-//! turn. With `live_after`, turns after that node go live (inference to
+//! turn. A turn the recording says was cut (`interrupted`, or with no
+//! complete: its harness was killed) is compared up to the cut only: its
+//! recorded calls, not the output or state it never reached. With `live_after`, turns after that node go live (inference to
 //! the upstream, state carried on from the replay) and are not compared.
 
 use crate::harness::{Harness, TurnReport};
@@ -333,7 +335,20 @@ impl Harness {
     }
 
     async fn compare(&self, t: &RecordedTurn, r: &TurnReport) -> Result<Option<Divergence>> {
-        let mut found = r.divergences.clone();
+        // A turn the recording says was cut (interrupted, or never
+        // completed: its harness was killed) is compared as far as it
+        // went: the calls it recorded, not what came after the cut.
+        let cut = t
+            .complete
+            .as_ref()
+            .is_none_or(|c| failure_of(&c.stored.node.diagnostics.to_value()) == "interrupted");
+        let recorded_max = t.calls.keys().max().copied().unwrap_or(0);
+        let mut found: Vec<Divergence> = r
+            .divergences
+            .iter()
+            .filter(|d| !cut || d.sequence.is_some_and(|q| q <= recorded_max))
+            .cloned()
+            .collect();
         let made: Vec<u32> = r
             .nodes
             .iter()
@@ -355,7 +370,7 @@ impl Harness {
         if let Some(first) = found.into_iter().next() {
             return Ok(Some(first));
         }
-        let Some(rec) = &t.complete else {
+        let Some(rec) = t.complete.as_ref().filter(|_| !cut) else {
             return Ok(None);
         };
         let rec_diag = rec.stored.node.diagnostics.to_value();

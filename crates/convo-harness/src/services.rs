@@ -457,10 +457,15 @@ async fn kv_in(
     }
     let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
     let op2 = op.clone();
-    let done = reg
-        .pool
-        .run(move |store| {
-            store.transaction(|l| {
+    // In a replay, a call that differs from the recording is answered 409
+    // `replay_diverged` and not applied (its state write would be one the
+    // recording never made).
+    let got = describe_call("kv", &op.diagnostics(), &op.payload());
+    let t2 = turn.clone();
+    let done =
+        reg.pool
+            .run(move |store| {
+                store.transaction(|l| {
                 let mut req_diag = op2.diagnostics();
                 if dialect == Dialect::Vlinder {
                     req_diag["dialect"] = json!("vlinder");
@@ -470,6 +475,30 @@ async fn kv_in(
                     &b,
                     &draft(Kind::Request, &agent, "kv", op2.payload(), &req_diag),
                 )?;
+                let diverged = t2.expected.as_ref().and_then(|e| {
+                    e.check(t2.number, req.node.sequence.unwrap_or(0), &got)
+                });
+                if let Some(d) = &diverged {
+                    let msg = format!(
+                        "replay: this kv call differs from the recording (turn {}, call #{}): {}",
+                        d.turn,
+                        d.sequence.unwrap_or(0),
+                        d.what
+                    );
+                    let body = json!({"error": {"kind": "replay_diverged", "message": msg}})
+                        .to_string()
+                        .into_bytes();
+                    let mut d = draft(
+                        Kind::Response,
+                        "kv",
+                        &agent,
+                        body.clone(),
+                        &json!({"status": 409}),
+                    );
+                    d.sequence = req.node.sequence;
+                    let resp = l.append(&s, &b, &d)?;
+                    return Ok((req, resp, 409, body, diverged));
+                }
                 let working = l
                     .branch(&s, &b)?
                     .state
@@ -526,11 +555,11 @@ async fn kv_in(
                 let mut d = draft(Kind::Response, "kv", &agent, body.clone(), &diag);
                 d.sequence = req.node.sequence;
                 let resp = l.append(&s, &b, &d)?;
-                Ok((req, resp, status, body))
+                Ok((req, resp, status, body, None))
             })
-        })
-        .await;
-    let (req, resp, status, body) = match done {
+            })
+            .await;
+    let (req, resp, status, body, diverged) = match done {
         Ok(x) => x,
         Err(e) => {
             return error(
@@ -540,18 +569,17 @@ async fn kv_in(
             );
         }
     };
-    let seq = req.node.sequence.unwrap_or(0);
-    if let Some(exp) = &turn.expected {
-        let got = describe_call("kv", &op.diagnostics(), &op.payload());
-        if let Some(d) = exp.check(turn.number, seq, &got) {
-            turn.diverged(d);
-        }
+    if let Some(d) = diverged {
+        turn.diverged(d);
     }
     turn.push(node(req, op.payload()));
     turn.push(node(resp, body.clone()));
     drop(gate);
     let mut r = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body).into_response();
-    if matches!(op, KvOp::List(_)) || (dialect == Dialect::Vlinder && matches!(op, KvOp::Put(..))) {
+    if status == 409
+        || matches!(op, KvOp::List(_))
+        || (dialect == Dialect::Vlinder && matches!(op, KvOp::Put(..)))
+    {
         r.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),

@@ -76,7 +76,12 @@
 //! longer one passes through as a stream does, its last chunk held back
 //! until it is recorded. Either way the record keeps at most
 //! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
-//! has received a whole answer has a recorded call.
+//! has received a whole answer has a recorded call — unless the store did
+//! not take it within [`RECORD_WAIT`] (3 s: locked by another process,
+//! gone): then the answer goes out all the same, marked
+//! `x-convo-recording: queued`, and the record waits in a bounded queue
+//! ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the store takes it;
+//! one that cannot be queued is counted as not recorded (above).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -203,8 +208,13 @@ struct Inner {
     pool: StorePool,
     writer: writer::Writer,
     replay: Mutex<Option<replay::Replay>>,
-    /// Calls answered but not recorded (the store refused them).
+    /// Calls answered but not recorded (the store refused them, or the
+    /// queue of records waiting for the store was full).
     failures: std::sync::atomic::AtomicU64,
+    /// Records handed to the writer and not yet written: how many, and
+    /// their bytes (bounded by [`MAX_QUEUED`] and [`MAX_QUEUED_BYTES`]).
+    queued: std::sync::atomic::AtomicUsize,
+    queued_bytes: std::sync::atomic::AtomicUsize,
     /// Set once an upstream rejected the `stream_options` the proxy adds.
     no_usage_option: std::sync::atomic::AtomicBool,
     /// Conversations' hasher states ([`body::Keys`]).
@@ -242,6 +252,8 @@ impl Proxy {
                 writer,
                 replay: Mutex::default(),
                 failures: std::sync::atomic::AtomicU64::new(0),
+                queued: std::sync::atomic::AtomicUsize::new(0),
+                queued_bytes: std::sync::atomic::AtomicUsize::new(0),
                 no_usage_option: std::sync::atomic::AtomicBool::new(false),
                 keys: body::Keys::default(),
             }),
@@ -280,6 +292,11 @@ impl Proxy {
         self.inner
             .failures
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many records wait for the store (answered, not yet written).
+    pub fn recordings_queued(&self) -> usize {
+        self.inner.queued.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// How many recorded calls a replay serves (0 when not replaying).
@@ -881,25 +898,94 @@ impl Proxy {
     }
 
     /// Records an exchange where `target` says (group commit, see
-    /// [`writer`]); logs (never with headers or bodies) when the store
-    /// refuses.
-    async fn save(&self, target: Target, ex: Exchange) -> Result<StoredNode, StoreError> {
-        let path = ex.path.clone();
-        let res = self.inner.writer.record(target, ex).await;
-        if let Err(e) = &res {
-            let n = self
-                .inner
-                .failures
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-                + 1;
-            eprintln!(
-                "{}",
-                json!({"proxy": "answered but not recorded", "path": path, "error": e.to_string(), "not_recorded": n})
+    /// [`writer`]), waiting at most [`RECORD_WAIT`] for it: the answer is
+    /// never held longer by the store. A record not written by then stays
+    /// queued (bounded: [`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) and is
+    /// written when the store takes it; one that cannot be queued or that
+    /// the store refuses is counted and logged (never with headers or
+    /// bodies).
+    async fn save(&self, target: Target, ex: Exchange) -> Saved {
+        use std::sync::atomic::Ordering::Relaxed;
+        let bytes = ex.request_body.len() + ex.response_body.len();
+        let inner = &self.inner;
+        let n = inner.queued.fetch_add(1, Relaxed) + 1;
+        let b = inner.queued_bytes.fetch_add(bytes, Relaxed) + bytes;
+        if n > MAX_QUEUED || b > MAX_QUEUED_BYTES {
+            inner.queued.fetch_sub(1, Relaxed);
+            inner.queued_bytes.fetch_sub(bytes, Relaxed);
+            let why = format!(
+                "not recorded: {} records ({} bytes) already wait for the store",
+                n - 1,
+                b - bytes
             );
+            self.lost(&ex.path, &why);
+            return Saved::Failed(why);
         }
-        res
+        let this = self.clone();
+        let path = ex.path.clone();
+        let task_path = path.clone();
+        let mut task = tokio::spawn(async move {
+            let path = task_path;
+            let res = this.inner.writer.record(target, ex).await;
+            this.inner.queued.fetch_sub(1, Relaxed);
+            this.inner.queued_bytes.fetch_sub(bytes, Relaxed);
+            if let Err(e) = &res {
+                this.lost(&path, &e.to_string());
+            }
+            res
+        });
+        match tokio::time::timeout(RECORD_WAIT, &mut task).await {
+            Ok(Ok(Ok(n))) => Saved::Node(Box::new(n)),
+            Ok(Ok(Err(e))) => Saved::Failed(e.to_string()),
+            Ok(Err(join)) => {
+                let why = format!("the recording task failed: {join}");
+                self.lost(&path, &why);
+                Saved::Failed(why)
+            }
+            Err(_) => {
+                eprintln!(
+                    "{}",
+                    json!({"proxy": "answered, record queued until the store takes it", "path": path, "queued": self.recordings_queued()})
+                );
+                Saved::Queued
+            }
+        }
+    }
+
+    /// Counts and logs a call answered but not recorded.
+    fn lost(&self, path: &str, why: &str) {
+        let n = self
+            .inner
+            .failures
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            + 1;
+        eprintln!(
+            "{}",
+            json!({"proxy": "answered but not recorded", "path": path, "error": why, "not_recorded": n})
+        );
     }
 }
+
+/// What became of a call's record when its answer went out.
+enum Saved {
+    /// Written: the last node recorded.
+    Node(Box<StoredNode>),
+    /// Still waiting for the store (written when it takes it).
+    Queued,
+    /// Not recorded (counted): why.
+    Failed(String),
+}
+
+/// How long an answer waits for its record before it goes out anyway (the
+/// record stays queued): long enough for any store that is not locked or
+/// gone (a record takes milliseconds), so a client that has its answer has
+/// a recorded call; short next to SQLite's 60 s busy budget.
+pub const RECORD_WAIT: Duration = Duration::from_secs(3);
+/// At most this many records wait for the store; past it a call is
+/// answered and counted as not recorded.
+pub const MAX_QUEUED: usize = 10_000;
+/// At most this many bytes of requests and answers wait for the store.
+pub const MAX_QUEUED_BYTES: usize = 512 << 20;
 
 /// The request's head and body, the body read as it streams in up to the
 /// server's limit (`DefaultBodyLimit`, `--max-body-mib`): past it, `413`
@@ -1042,11 +1128,13 @@ fn serve_recorded(call: replay::Call, pace: replay::Pace) -> Response {
     (status, headers, Body::from_stream(stream.chain(end))).into_response()
 }
 
-/// `x-convo-node` (the last node recorded) or `x-convo-error`.
-fn mark(res: &mut Response, saved: Result<StoredNode, StoreError>) {
+/// `x-convo-node` (the last node recorded), `x-convo-recording: queued`
+/// (written when the store takes it) or `x-convo-error`.
+fn mark(res: &mut Response, saved: Saved) {
     let (name, value) = match saved {
-        Ok(n) => ("x-convo-node", n.hash.to_hex()),
-        Err(e) => ("x-convo-error", e.to_string()),
+        Saved::Node(n) => ("x-convo-node", n.hash.to_hex()),
+        Saved::Queued => ("x-convo-recording", "queued".to_owned()),
+        Saved::Failed(why) => ("x-convo-error", why),
     };
     let value: String = value
         .chars()

@@ -62,6 +62,10 @@ pub const VOLATILE: &[&str] = &[
     "/body/prompt_cache_key",
     "/body/safety_identifier",
     "/body/metadata/user_id",
+    // Codex: per-run ids (session, turn, window, installation) …
+    "/body/client_metadata",
+    // … and the ids it gives its own input items (the content still counts).
+    "/body/input/*/id",
 ];
 
 /// How fast a recorded stream is re-sent.
@@ -256,19 +260,49 @@ pub struct Replay {
 
 /// Removes what a JSON pointer names (nothing when it names nothing).
 fn remove_pointer(v: &mut Value, pointer: &str) {
-    let Some((parent, last)) = pointer.rsplit_once('/') else {
+    let segments: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    remove_at(v, &segments);
+}
+
+/// Removes what `segments` name under `v`; a `*` segment stands for every
+/// member of an object or element of an array.
+fn remove_at(v: &mut Value, segments: &[String]) {
+    let Some((first, rest)) = segments.split_first() else {
         return;
     };
-    let last = last.replace("~1", "/").replace("~0", "~");
-    match v.pointer_mut(parent) {
-        Some(Value::Object(o)) => {
-            o.remove(&last);
+    if rest.is_empty() {
+        match v {
+            Value::Object(o) if first == "*" => o.clear(),
+            Value::Object(o) => {
+                o.remove(first);
+            }
+            Value::Array(a) if first == "*" => a.clear(),
+            Value::Array(a) => {
+                if let Ok(i) = first.parse::<usize>()
+                    && i < a.len()
+                {
+                    a.remove(i);
+                }
+            }
+            _ => {}
         }
-        Some(Value::Array(a)) => {
-            if let Ok(i) = last.parse::<usize>()
-                && i < a.len()
-            {
-                a.remove(i);
+        return;
+    }
+    match v {
+        Value::Object(o) if first == "*" => o.values_mut().for_each(|c| remove_at(c, rest)),
+        Value::Array(a) if first == "*" => a.iter_mut().for_each(|c| remove_at(c, rest)),
+        Value::Object(o) => {
+            if let Some(c) = o.get_mut(first) {
+                remove_at(c, rest);
+            }
+        }
+        Value::Array(a) => {
+            if let Some(c) = first.parse::<usize>().ok().and_then(|i| a.get_mut(i)) {
+                remove_at(c, rest);
             }
         }
         _ => {}
@@ -662,6 +696,22 @@ mod tests {
             ("a:b", "dev")
         );
         let _ = a;
+        // Codex's per-run ids: its client_metadata and its input items' ids
+        // (`*`: every element); the items' content still counts.
+        let run = |id: &str, text: &str| {
+            let body = json!({"model": "m", "client_metadata": {"session_id": id},
+                "input": [{"id": id, "type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": text}]}]});
+            canonical("POST", "/v1/responses", &h, body.to_string().as_bytes())
+        };
+        assert_eq!(
+            differences(&run("one", "hi"), &run("two", "hi")),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            differences(&run("one", "hi"), &run("two", "ho")),
+            vec!["/body/input/0/content".to_owned()]
+        );
     }
 
     #[test]

@@ -76,6 +76,11 @@ impl Work for Recording {
     fn committed(&mut self, done: &mut (StoredNode, Learnt)) {
         std::mem::take(&mut done.1).keep(&self.shared);
     }
+
+    /// A locked store is waited out: the callers have their answers.
+    fn waits_while_busy(&self) -> bool {
+        true
+    }
 }
 
 /// The handle calls are sent to for recording.

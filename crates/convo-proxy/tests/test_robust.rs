@@ -424,3 +424,86 @@ async fn a_body_over_the_limit_is_refused_on_the_serve_mount() {
     srv.stop().await;
     up.stop().await;
 }
+
+/// A process holding a SQLite write transaction open until its stdin
+/// closes (python3's sqlite3 module: the lock another program takes).
+struct HeldLock {
+    child: std::process::Child,
+}
+
+impl HeldLock {
+    fn take(db: &std::path::Path) -> HeldLock {
+        use std::io::BufRead as _;
+        use std::process::{Command, Stdio};
+        let mut child = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys\n\
+                 c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+                 c.execute('BEGIN IMMEDIATE')\n\
+                 print('locked', flush=True)\n\
+                 sys.stdin.read()\n\
+                 c.execute('ROLLBACK')\n",
+            ])
+            .arg(db)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        HeldLock { child }
+    }
+
+    fn release(mut self) {
+        drop(self.child.stdin.take());
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Recording never holds the answer: with the store locked by another
+/// process, calls (whole and streamed) are answered, their records wait in
+/// the queue (`x-convo-recording: queued`), nothing is counted lost, and
+/// the records land, in order, once the lock is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_store_never_holds_the_answer_and_the_records_land_after() {
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let url = format!("{}/s/locked/main/v1/chat/completions", srv.url);
+    let res = post(&url, &chat("m", "before", false)).await;
+    assert_eq!(res.status(), 200);
+    assert!(res.headers().contains_key("x-convo-node"));
+
+    let db = srv.dir.path().join("convo.db");
+    let lock = off_rt(|| HeldLock::take(&db));
+    let res = post(&url, &chat("m", "during", false)).await;
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["x-convo-recording"], "queued");
+    assert!(!res.headers().contains_key(convo_proxy::FAILURES_HEADER));
+    let answer: Value = res.json().await.unwrap();
+    assert_eq!(answer["choices"][0]["message"]["content"], "echo: during");
+    let res = post(&url, &chat("m", "during, streamed", true)).await;
+    assert_eq!(res.status(), 200);
+    assert!(!res.headers().contains_key(convo_proxy::FAILURES_HEADER));
+    let body = res.bytes().await.unwrap();
+    assert!(
+        String::from_utf8_lossy(&body).contains("data: [DONE]"),
+        "the whole stream arrived"
+    );
+    // Still locked: nothing of either call is in the store yet.
+    let t = timeline_of(&srv, "locked", "main", 0).await;
+    assert_eq!(t.len(), 4);
+
+    off_rt(|| lock.release());
+    let t = timeline_of(&srv, "locked", "main", 12).await;
+    assert_eq!(t.len(), 12, "both queued calls were recorded");
+    assert_eq!(diag(&t[2])["status"], 200);
+    assert!(String::from_utf8_lossy(&t[4].payload).contains("during"));
+    assert!(String::from_utf8_lossy(&t[8].payload).contains("during, streamed"));
+    assert_eq!(diag(&t[10])["streamed"], true);
+    srv.stop().await;
+    up.stop().await;
+}

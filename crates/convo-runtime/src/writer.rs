@@ -26,6 +26,10 @@
 //!   a request that was answered with success counts as written. The next
 //!   batch opens a new connection ([`Reconnecting`]). So an acknowledged
 //!   write is in the store exactly once, and the server needs no restart.
+//! - **A locked store can be waited out.** A [`Work`] that says so
+//!   ([`Work::waits_while_busy`], the proxy's recordings) has a batch the
+//!   store refused as busy written again until the store takes it; the
+//!   requests queued meanwhile wait in the channel behind it.
 //! - **Checkpoints off the commit path.** The writer has a connection of
 //!   its own, and on SQLite its WAL checkpoints run on another thread
 //!   ([`Store::defer_checkpoints`]): left to SQLite, one commit in a few
@@ -60,6 +64,15 @@ pub trait Work: Send + 'static {
     /// Called on the writer thread for each job once its batch committed,
     /// before the next batch is written (to keep what it taught a cache).
     fn committed(&mut self, _done: &mut Self::Done) {}
+
+    /// Whether a batch the store refuses as busy (locked by another
+    /// process past the busy timeout) is written again until the store
+    /// takes it, rather than answered with the error. The proxy's
+    /// recordings wait (their callers have their answers already); the
+    /// API's appends do not (their callers wait for the answer).
+    fn waits_while_busy(&self) -> bool {
+        false
+    }
 }
 
 struct Entry<W: Work> {
@@ -147,7 +160,16 @@ fn run<W: Work>(
             }
         }
         let (jobs, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|e| (e.job, e.reply)).unzip();
-        match conn.run(|s| work.write(s, &jobs)) {
+        let mut first = conn.run(|s| work.write(s, &jobs));
+        let mut pause = std::time::Duration::from_millis(50);
+        while matches!(first, Err(StoreError::Busy(_))) && work.waits_while_busy() {
+            // Nothing was written (the write lock was never taken): the
+            // same batch again once the store lets go.
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+            first = conn.run(|s| work.write(s, &jobs));
+        }
+        match first {
             Ok(done) => {
                 for (reply, mut d) in replies.into_iter().zip(done) {
                     work.committed(&mut d);

@@ -181,6 +181,17 @@ pub(crate) fn prefix(s: &str) -> ApiResult<HashPrefix> {
     HashPrefix::parse(s).map_err(|e| ApiError::invalid(e.to_string()))
 }
 
+/// The node a reference names in `session` (see `convo_store::refs`), as
+/// the full-hash prefix the store calls take.
+pub(crate) fn resolved(
+    s: &mut convo_store::Store,
+    session: &convo_core::SessionId,
+    r: &str,
+) -> convo_store::Result<HashPrefix> {
+    let n = s.resolve_ref(session, r)?;
+    HashPrefix::parse(&n.hash.to_hex()).map_err(|e| StoreError::Invalid(e.to_string()))
+}
+
 // ----- sessions ---------------------------------------------------------
 
 /// Filters and page of the session list.
@@ -634,7 +645,7 @@ fn json_type(v: &serde_json::Value) -> &'static str {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForkRequest {
-    /// The fork point: a node hash or unique prefix.
+    /// The fork point: a node hash or unique prefix, `BRANCH`, `BRANCH@TURN` or `BRANCH~N`.
     pub from: String,
     /// The new branch's name.
     pub branch: String,
@@ -660,11 +671,11 @@ pub async fn fork(
 ) -> ApiResult<(StatusCode, Json<Forked>)> {
     let f: ForkRequest = parse_json(&body)?;
     let branch = branch_name(&f.branch)?;
-    let from = prefix(&f.from)?;
     let (node, b) = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
+            let from = resolved(s, &row.id, &f.from)?;
             let node = s.fork(&row.id, &from, &branch, now())?;
             let b = s.branch(&row.id, &branch)?;
             Ok((node, b))
@@ -728,8 +739,8 @@ pub async fn promote(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AtQuery {
-    /// A node hash or prefix: the state as of that node. Default: the
-    /// branch's working state.
+    /// A node (hash or prefix, `BRANCH`, `BRANCH@TURN`, `BRANCH~N`): the
+    /// state as of that node. Default: the branch's working state.
     pub at: Option<String>,
 }
 
@@ -745,10 +756,9 @@ pub async fn state_list(
     Query(at): Query<AtQuery>,
 ) -> ApiResult<Json<StateView>> {
     let branch = branch_name(&b)?;
-    let at = at.at.as_deref().map(prefix).transpose()?;
     Ok(Json(
         st.pool
-            .run(move |s| state_view(s, &q, &branch, at.as_ref()))
+            .run(move |s| state_view(s, &q, &branch, at.at.as_deref()))
             .await?,
     ))
 }
@@ -757,10 +767,11 @@ pub(crate) fn state_view(
     s: &mut convo_store::Store,
     q: &str,
     branch: &BranchName,
-    at: Option<&HashPrefix>,
+    at: Option<&str>,
 ) -> convo_store::Result<StateView> {
     let row = s.find_session(q)?;
-    let root = s.state_root(&row.id, branch, at)?;
+    let at = at.map(|r| resolved(s, &row.id, r)).transpose()?;
+    let root = s.state_root(&row.id, branch, at.as_ref())?;
     state_at_root(s, root)
 }
 
@@ -783,12 +794,16 @@ pub async fn state_get(
     Query(at): Query<AtQuery>,
 ) -> ApiResult<Response> {
     let branch = branch_name(&b)?;
-    let at = at.at.as_deref().map(prefix).transpose()?;
     let k = key.clone();
     let v = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
+            let at = at
+                .at
+                .as_deref()
+                .map(|r| resolved(s, &row.id, r))
+                .transpose()?;
             let root = s.state_root(&row.id, &branch, at.as_ref())?;
             s.state_get(&root, &k)
         })

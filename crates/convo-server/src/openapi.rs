@@ -153,8 +153,7 @@ fn complete(doc: &mut serde_json::Value) {
                 for p in params {
                     let name = p["name"].as_str().unwrap_or_default().to_owned();
                     let place = p["in"].as_str().unwrap_or_default().to_owned();
-                    let branchy = name == "branch"
-                        || (place == "query" && matches!(name.as_str(), "a" | "b"));
+                    let branchy = name == "branch";
                     if branchy {
                         p["schema"] = json!({
                             "type": "string", "minLength": 1, "maxLength": 200,
@@ -162,11 +161,11 @@ fn complete(doc: &mut serde_json::Value) {
                         });
                         let d = p["description"].as_str().unwrap_or_default().to_owned();
                         p["description"] = json!(format!("{d} {BRANCH_RULES}").trim().to_owned());
-                    } else if matches!(
-                        (name.as_str(), place.as_str()),
-                        ("hash", "path") | ("at", "query")
-                    ) {
+                    } else if (name.as_str(), place.as_str()) == ("hash", "path") {
                         p["schema"] = json!({"type": "string", "pattern": HASH_PATTERN});
+                    } else if place == "query" && matches!(name.as_str(), "at" | "a" | "b") {
+                        // A node reference (`convo_store::refs`).
+                        p["schema"] = json!({"type": "string", "minLength": 1, "maxLength": 300});
                     }
                 }
             }

@@ -52,7 +52,9 @@ struct Chat {
 pub fn run(env: &Env, a: ChatArgs) -> CmdResult {
     let branch = branch_name(&a.branch)?;
     let spec = a.agent.spec()?;
-    let opts = a.agent.options()?;
+    let mut opts = a.agent.options()?;
+    opts.lock_dir = Some(super::run::lock_dir(env));
+    opts.holder = "convo chat".to_owned();
     let pool = StorePool::open(&env.store_url, 4)?;
     let session = match &a.session {
         Some(q) => find_or_create(&pool, q, &opts.agent_name)?.0,

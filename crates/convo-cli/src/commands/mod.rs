@@ -283,6 +283,26 @@ pub fn node_ref(
     prefix(&n.hash.to_hex())
 }
 
+/// Holds `branch`'s turn lock while a command writes it, so nothing lands
+/// inside a turn `convo run`/`chat` has open: waits for the turn with
+/// `wait`, else refused (exit 4, naming the turn). A turn a killed harness
+/// left open is closed first, recorded as interrupted.
+pub fn guard_timeline(
+    env: &Env,
+    store: &mut Store,
+    session: &convo_core::SessionId,
+    branch: &BranchName,
+    wait: bool,
+) -> CmdResult<Option<convo_harness::TurnLock>> {
+    Ok(convo_harness::guard_timeline(
+        &run::lock_dir(env),
+        store,
+        session,
+        branch,
+        wait,
+    )?)
+}
+
 pub fn find_session(store: &mut Store, q: &str) -> CmdResult<SessionRow> {
     Ok(store.find_session(q)?)
 }

@@ -56,6 +56,9 @@ pub struct RecordArgs {
     /// [env: CONVO_MAX_PAYLOAD] [default: 67108864, 64 MiB]
     #[arg(long, value_name = "BYTES")]
     pub max_payload: Option<u64>,
+    /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// The default largest payload `record` accepts: 64 MiB.
@@ -151,6 +154,7 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
     let branch = branch_name(&a.branch)?;
     let mut store = env.open()?;
     let s = find_session(&mut store, &a.session)?;
+    let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, a.wait)?;
     let (from, to) = default_ends(kind, &s.agent);
     let draft = Draft {
         kind,

@@ -28,7 +28,7 @@ pub struct ReplayArgs {
     /// The recorded timeline to replay
     #[arg(long, default_value = "main")]
     pub branch: String,
-    /// Go live for the turns after this node (hash or unique prefix)
+    /// Go live for the turns after this node (HASH, BRANCH@TURN, BRANCH~N)
     #[arg(long, value_name = "NODE")]
     pub live_after: Option<String>,
     /// Title of the session the replay is recorded in [default: replay of SESSION BRANCH]
@@ -44,9 +44,11 @@ pub struct ReplayArgs {
 pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
     let branch = branch_name(&a.branch)?;
     let spec = a.agent.spec()?;
-    let opts = a.agent.options()?;
-    let ropts = ReplayOptions {
-        live_after: a.live_after.as_deref().map(prefix).transpose()?,
+    let mut opts = a.agent.options()?;
+    opts.lock_dir = Some(super::run::lock_dir(env));
+    opts.holder = "convo replay".to_owned();
+    let mut ropts = ReplayOptions {
+        live_after: None,
         name: a.into.as_deref().map(branch_name).transpose()?,
     };
     let pool = StorePool::open(&env.store_url, 4)?;
@@ -55,6 +57,18 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
         .map_err(CommandError::from)?
         .id;
     check_branch(&pool, &session, &branch)?;
+    if let Some(r) = a.live_after.clone() {
+        // Any reference: a hash, `main@3`, `main~2`.
+        let shown = r.clone();
+        let n = pool
+            .run_blocking(move |st| st.resolve_ref(&session, &r))
+            .map_err(|e| {
+                let c = CommandError::from(e);
+                CommandError::user(format!("--live-after {shown}: {}", c.message_text()))
+                    .with_code(c.exit_code())
+            })?;
+        ropts.live_after = Some(prefix(&n.hash.to_hex())?);
+    }
     let _lock = lock_waiting(env, &session, &branch, "convo replay")?;
     let rt = runtime()?;
     let json = a.json;

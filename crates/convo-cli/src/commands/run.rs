@@ -88,6 +88,9 @@ impl From<HarnessError> for CommandError {
             HarnessError::Busy { .. } => CommandError::user(e.to_string()).with_hint(
                 "wait for the other process, or fork a timeline of your own (convo session fork)",
             ),
+            HarnessError::TurnOpen { .. } => CommandError::user(e.to_string())
+                .with_code(4)
+                .with_hint("pass --wait to wait for the turn to end, or fork a timeline of your own (convo session fork)"),
             other => CommandError::user(other.to_string()),
         }
     }
@@ -222,7 +225,9 @@ fn read_inputs(a: &RunArgs) -> CmdResult<Vec<String>> {
 pub fn run(env: &Env, a: RunArgs) -> CmdResult {
     let branch = branch_name(&a.branch)?;
     let spec = a.agent.spec()?;
-    let opts = a.agent.options()?;
+    let mut opts = a.agent.options()?;
+    opts.lock_dir = Some(lock_dir(env));
+    opts.holder = "convo run".to_owned();
     let inputs = read_inputs(&a)?;
     let pool = StorePool::open(&env.store_url, 4)?;
     let (session, created) = find_or_create(&pool, &a.session, &opts.agent_name)?;

@@ -27,12 +27,16 @@ pub struct SayArgs {
     /// Print both nodes as one JSON array (node objects as `show --json`)
     #[arg(long)]
     pub json: bool,
+    /// Wait for a turn `convo run`/`chat` has open on the timeline to end (without it: refused, exit 4)
+    #[arg(long)]
+    pub wait: bool,
 }
 
 pub fn run(env: &Env, a: SayArgs) -> CmdResult {
     let branch = branch_name(&a.branch)?;
     let mut store = env.open()?;
     let s = find_session(&mut store, &a.session)?;
+    let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, a.wait)?;
     let t = now();
     let mk = |kind, payload: &str, t| {
         let (from, to) = super::record::default_ends(kind, &s.agent);

@@ -89,7 +89,7 @@ pub struct UpstreamArgs {
     /// With --replay: the timeline to replay, --replay then being the session whatever its title holds (colons included)
     #[arg(long, value_name = "BRANCH", requires = "replay")]
     pub replay_branch: Option<String>,
-    /// With --replay: leave this JSON pointer out when matching calls (/body/temperature, /headers/openai-beta); repeatable
+    /// With --replay: leave this JSON pointer out when matching calls (/body/temperature, /headers/openai-beta, /body/input/*/id: `*` is every element); repeatable
     #[arg(long, value_name = "POINTER", requires = "replay")]
     pub match_ignore: Vec<String>,
     /// With --replay: answer a call again when every recorded call matching it was already answered
@@ -313,6 +313,28 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
             eprintln!("convo {name}: shutting down; finishing requests in flight");
         };
         let res = server.serve(listener, mount, shutdown).await;
+        if let Some(p) = &summary {
+            // Records still waiting for the store are written before the
+            // process ends (a second Ctrl-C gives up on them, said so).
+            let queued = p.recordings_queued();
+            if queued > 0 {
+                eprintln!(
+                    "convo {name}: writing {queued} queued record(s); Ctrl-C again to give up on them"
+                );
+                let drained = async {
+                    while p.recordings_queued() > 0 {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
+                };
+                tokio::select! {
+                    () = drained => {}
+                    _ = tokio::signal::ctrl_c() => eprintln!(
+                        "convo {name}: {} answered call(s) not recorded",
+                        p.recordings_queued()
+                    ),
+                }
+            }
+        }
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
             eprintln!("{line}");
         }

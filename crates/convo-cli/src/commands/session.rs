@@ -6,6 +6,7 @@ use crate::output::{
 };
 use crate::ui::{Out, Style, columns, paint};
 use clap::Args;
+use convo_core::BranchName;
 use convo_store::turns;
 use serde_json::json;
 use std::io::Write;
@@ -142,9 +143,16 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
             from,
             branch,
             json,
+            wait,
         } => {
             let s = find_session(&mut store, &session)?;
             let name = branch_name(&branch)?;
+            // A fork from a timeline with an open turn would start inside it.
+            let source = fork_source(&mut store, &s.id, &from);
+            let _turn = match &source {
+                Some(b) => super::guard_timeline(env, &mut store, &s.id, b, wait)?,
+                None => None,
+            };
             let at = store.resolve_ref(&s.id, &from)?;
             let full = convo_core::HashPrefix::parse(&at.hash.to_hex())
                 .map_err(|e| super::CommandError::user(e.to_string()))?;
@@ -165,9 +173,21 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
             session,
             branch,
             json,
+            wait,
         } => {
             let s = find_session(&mut store, &session)?;
             let name = branch_name(&branch)?;
+            // Both timelines change: neither may be inside a turn.
+            let mut _turns = vec![super::guard_timeline(
+                env,
+                &mut store,
+                &s.id,
+                &BranchName::main(),
+                wait,
+            )?];
+            if name != BranchName::main() {
+                _turns.push(super::guard_timeline(env, &mut store, &s.id, &name, wait)?);
+            }
             let p = store.promote(&s.id, &name, now())?;
             let mut out = Out::stdout();
             if json {
@@ -185,6 +205,23 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The branch a fork's `--from` reference starts from, when it names one
+/// (`main`, `main@3`, `retry~2`); a hash names none.
+fn fork_source(
+    store: &mut convo_store::Store,
+    session: &convo_core::SessionId,
+    from: &str,
+) -> Option<BranchName> {
+    let exact = BranchName::new(from).ok();
+    if let Some(b) = exact.filter(|b| store.branch(session, b).is_ok()) {
+        return Some(b);
+    }
+    let spec = convo_store::refs::RefSpec::parse(from).ok()?;
+    BranchName::new(&spec.base)
+        .ok()
+        .filter(|b| store.branch(session, b).is_ok())
 }
 
 fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {

@@ -14,6 +14,7 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             value_file,
             branch,
             json,
+            wait,
         } => {
             let bytes = match (value, value_file) {
                 (Some(v), _) => v.into_bytes(),
@@ -21,7 +22,9 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
                 (None, None) => return Err(CommandError::user("no value given")),
             };
             let s = find_session(&mut store, &session)?;
-            let root = store.state_put(&s.id, &branch_name(&branch)?, &key, &bytes)?;
+            let branch = branch_name(&branch)?;
+            let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
+            let root = store.state_put(&s.id, &branch, &key, &bytes)?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex() }));
             } else {
@@ -33,9 +36,12 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             key,
             branch,
             json,
+            wait,
         } => {
             let s = find_session(&mut store, &session)?;
-            let (root, existed) = store.state_delete(&s.id, &branch_name(&branch)?, &key)?;
+            let branch = branch_name(&branch)?;
+            let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
+            let (root, existed) = store.state_delete(&s.id, &branch, &key)?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex(), "existed": existed }));
             } else {
