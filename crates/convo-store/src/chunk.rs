@@ -91,7 +91,7 @@ fn encode(level: u8, entries: &[Entry]) -> Vec<u8> {
 }
 
 fn corrupt(why: String) -> StoreError {
-    StoreError::Corrupt(why)
+    StoreError::corrupt(why)
 }
 
 /// Decodes an index node or manifest: its level and entries.

@@ -32,7 +32,7 @@ pub use backend::{
     Backend, Background, BranchRow, FactRow, SessionRow, StoredNode, ThreadField, Tx,
 };
 pub use checkpoint::Checkpoint;
-pub use error::{ErrorKind, Result, StoreError};
+pub use error::{BoxError, Cause, ErrorKind, Result, StoreError};
 pub use follow::Follower;
 pub use ledger::{
     Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelineNode, TimelinePage, TurnView,

@@ -813,7 +813,7 @@ pub(crate) fn verify(
                 progress(VerifyProgress::Nodes(count));
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 send.send(full)
-                    .map_err(|_| StoreError::Backend("the verify worker stopped".into()))?;
+                    .map_err(|_| StoreError::backend("the verify worker stopped"))?;
             }
             Ok(())
         });
@@ -823,7 +823,7 @@ pub(crate) fn verify(
         drop(send);
         worker
             .join()
-            .map_err(|_| StoreError::Backend("the verify worker panicked".into()))?;
+            .map_err(|_| StoreError::backend("the verify worker panicked"))?;
         scan.map(|()| count)
     });
     let scan_stopped = match scanned {

@@ -197,10 +197,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
     // Open the store before entering the runtime: the sync PostgreSQL
     // client must never run on a runtime thread.
-    let server = convo_server::Server::open(config.clone()).map_err(|e| match e {
-        convo_server::ServeError::Store(e) => CommandError::from(e),
-        other => CommandError::user(other.to_string()),
-    })?;
+    let server = convo_server::Server::open(config.clone()).map_err(CommandError::from)?;
     let checkpointer = match &a.checkpoint_dir {
         None => None,
         Some(dir) => Some(start_checkpointer(
@@ -224,10 +221,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
             Some(pc) => Some(
                 convo_proxy::Proxy::start(pc, st.pool.clone(), Some(st.hub.clone()))
                     .await
-                    .map_err(|e| match e {
-                        convo_proxy::ProxyError::Replay(e) => CommandError::from(e),
-                        other => CommandError::user(other.to_string()),
-                    })?,
+                    .map_err(CommandError::from)?,
             ),
             None => None,
         };
@@ -268,7 +262,7 @@ pub fn run_server(env: &Env, a: ServeArgs, proxy_only: bool) -> CmdResult {
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
             eprintln!("{line}");
         }
-        res.map_err(|e| CommandError::user(e.to_string()))
+        res.map_err(CommandError::from)
     });
     if let Some((stop, thread)) = checkpointer {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
