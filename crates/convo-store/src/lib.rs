@@ -39,4 +39,4 @@ pub use ledger::{
 };
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
-pub use verify::{Problem, VerifyProgress, VerifyReport};
+pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport};
