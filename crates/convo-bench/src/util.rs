@@ -3,7 +3,7 @@
 
 use convo_core::state::{self, StateNodes};
 use convo_core::{Digest, Kind};
-use convo_store::testing::draft;
+use convo_testutil::draft;
 use convo_store::{Draft, Store, StoreError, Tx};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};

@@ -1066,7 +1066,7 @@ impl Projector {
 mod tests {
     use super::*;
     use convo_core::BranchName;
-    use convo_store::testing::draft;
+    use convo_testutil::draft;
     use std::process::Command;
 
     fn git(repo: &Path, args: &[&str]) -> String {

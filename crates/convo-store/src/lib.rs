@@ -23,7 +23,6 @@ mod redact;
 pub mod refs;
 pub mod search;
 pub mod sqlite;
-pub mod testing;
 pub mod topology;
 pub mod turns;
 mod verify;
