@@ -160,9 +160,11 @@ impl Client {
             })?;
         let status = resp.status().as_u16();
         let mut all = Vec::new();
-        while let Some(data) = resp.chunk().await.map_err(|e| {
-            CallError::Protocol(format!("reading the answer of {uri}"), e)
-        })? {
+        while let Some(data) = resp
+            .chunk()
+            .await
+            .map_err(|e| CallError::Protocol(format!("reading the answer of {uri}"), e))?
+        {
             sink(status, resp.headers(), &data);
             all.extend_from_slice(&data);
         }

@@ -24,8 +24,8 @@
 use convo_core::hash::content_hash;
 use convo_core::state::{Entry, MapNode};
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId, StateRoot};
-use convo_testutil::{self as testing, draft, turn};
 use convo_store::{ProblemKind, Store, StoreError, VerifyReport};
+use convo_testutil::{self as testing, draft, turn};
 // `::`: the `postgres` modules the `cases!` macro makes shadow the crate here.
 use ::postgres as pg;
 use std::path::PathBuf;

@@ -5,9 +5,9 @@
 //! backend adds one line there, not new tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use convo_store::{Draft, Store, StoreError};
 use convo_core::state::empty_root;
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId};
+use convo_store::{Draft, Store, StoreError};
 
 /// A draft with sensible defaults, for tests and benchmarks.
 pub fn draft(kind: Kind, payload: &str, t: i64) -> Draft {
