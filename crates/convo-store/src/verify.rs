@@ -991,119 +991,22 @@ pub(crate) fn verify(
                 .ok()
         })
         .collect();
-    let mut rows_by_session: HashMap<SessionId, Vec<&BranchRow>> = HashMap::new();
-    // Sessions with a head already reported as broken: comparing them with
-    // the derived timelines would only blame the same edit again.
-    let mut blamed: HashSet<SessionId> = HashSet::new();
-    for b in &branch_rows {
-        r.branches += 1;
-        if !sessions.contains(&b.session) {
-            orphans.insert(b.session);
-        }
-        let object = format!("branch {}/{}", b.session, b.name);
-        if let Some(h) = b.head {
-            match seen.get(&h) {
-                None => {
-                    blamed.insert(b.session);
-                    r.problem(
-                        ProblemKind::Missing,
-                        object.clone(),
-                        format!("its head {h} is not a stored node"),
-                    );
-                }
-                Some(s) if s.session != b.session => {
-                    blamed.insert(b.session);
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        object.clone(),
-                        format!("its head {h} belongs to session {}", s.session),
-                    );
-                }
-                Some(_) => {}
-            }
-        }
-        if let Some(st) = b.state {
-            roots.insert(st);
-        }
-        rows_by_session.entry(b.session).or_default().push(b);
-    }
-    if !scan_stopped {
-        let mut all: BTreeSet<SessionId> = rows_by_session.keys().copied().collect();
-        all.extend(derived.keys().copied());
-        all.extend(journal.sessions.keys().copied());
-        let empty = DSession::new();
-        for sid in all
-            .into_iter()
-            .filter(|s| !blamed.contains(s) && derivable(s))
-        {
-            let d = derived.get(&sid).unwrap_or(&empty);
-            let rows = rows_by_session.remove(&sid).unwrap_or_default();
-            for (name, want) in &d.branches {
-                let object = format!("branch {sid}/{name}");
-                let tainted_head = want.head.is_some_and(|h| tainted.contains(&h));
-                let Some(have) = rows.iter().find(|b| &b.name == name) else {
-                    if want.head.is_some()
-                        || !journal.sessions.contains_key(&sid)
-                        || sessions.contains(&sid)
-                    {
-                        r.problem(
-                            ProblemKind::Missing,
-                            object,
-                            format!(
-                                "its row is missing, but the nodes record it ({}, head {})",
-                                if want.sealed { "sealed" } else { "open" },
-                                opt_hex(&want.head)
-                            ),
-                        );
-                    }
-                    continue;
-                };
-                let row_tainted = have.head.is_some_and(|h| tainted.contains(&h));
-                if have.head != want.head && !tainted_head && !row_tainted {
-                    r.problem(ProblemKind::Mismatch,
-                        object.clone(),
-                        format!(
-                            "its head is {}, but its nodes end at {}: the timeline was moved by hand (rolled back, or a node removed)",
-                            opt_hex(&have.head),
-                            opt_hex(&want.head)
-                        ),
-                    );
-                }
-                if have.sealed != want.sealed {
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        object.clone(),
-                        if have.sealed {
-                            "it is sealed, but no promote node sealed it".to_owned()
-                        } else {
-                            "it is open, but a promote node sealed it: it would take appends"
-                                .to_owned()
-                        },
-                    );
-                }
-                if have.state != want.state && !tainted_head && !row_tainted {
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        object,
-                        format!(
-                            "its working state is {}, but its nodes and the journal give {}",
-                            opt_hex(&have.state),
-                            opt_hex(&want.state)
-                        ),
-                    );
-                }
-            }
-            for b in rows {
-                if !d.branches.contains_key(&b.name) {
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        format!("branch {sid}/{}", b.name),
-                        "no fork or promote node records a timeline of this name".to_owned(),
-                    );
-                }
-            }
-        }
-    }
+    let nodes = DerivedNodes {
+        seen: &seen,
+        derived: &derived,
+        tainted: &tainted,
+        derivable: &derivable,
+        complete: !scan_stopped,
+    };
+    check_branch_rows(
+        &mut r,
+        &branch_rows,
+        &nodes,
+        &journal,
+        &sessions,
+        &mut orphans,
+        &mut roots,
+    );
 
     for s in orphans {
         r.problem(
@@ -1217,4 +1120,150 @@ fn check_state_roots(
         }
     }
     Ok(())
+}
+
+/// What the node scan derived, for the checks of the rows against it.
+struct DerivedNodes<'a> {
+    seen: &'a DigestMap<NodeHash, Seen>,
+    derived: &'a HashMap<SessionId, DSession>,
+    tainted: &'a DigestSet<NodeHash>,
+    /// Whether a session's timelines can be derived (no node problem in it).
+    derivable: &'a dyn Fn(&SessionId) -> bool,
+    /// Whether the node scan read every node.
+    complete: bool,
+}
+
+/// Branch rows against what the nodes and the journal derive: each head a
+/// stored node of its session; each timeline's existence, head, seal and
+/// working state the ones its fork and promote nodes, appends and journal
+/// give.
+fn check_branch_rows(
+    r: &mut VerifyReport,
+    branch_rows: &[BranchRow],
+    nodes: &DerivedNodes<'_>,
+    journal: &Journal,
+    sessions: &HashSet<SessionId>,
+    orphans: &mut BTreeSet<SessionId>,
+    roots: &mut DigestSet<StateRoot>,
+) {
+    let DerivedNodes {
+        seen,
+        derived,
+        tainted,
+        derivable,
+        complete,
+    } = nodes;
+    let mut rows_by_session: HashMap<SessionId, Vec<&BranchRow>> = HashMap::new();
+    // Sessions with a head already reported as broken: comparing them with
+    // the derived timelines would only blame the same edit again.
+    let mut blamed: HashSet<SessionId> = HashSet::new();
+    for b in branch_rows {
+        r.branches += 1;
+        if !sessions.contains(&b.session) {
+            orphans.insert(b.session);
+        }
+        let object = format!("branch {}/{}", b.session, b.name);
+        if let Some(h) = b.head {
+            match seen.get(&h) {
+                None => {
+                    blamed.insert(b.session);
+                    r.problem(
+                        ProblemKind::Missing,
+                        object.clone(),
+                        format!("its head {h} is not a stored node"),
+                    );
+                }
+                Some(s) if s.session != b.session => {
+                    blamed.insert(b.session);
+                    r.problem(
+                        ProblemKind::Mismatch,
+                        object.clone(),
+                        format!("its head {h} belongs to session {}", s.session),
+                    );
+                }
+                Some(_) => {}
+            }
+        }
+        if let Some(st) = b.state {
+            roots.insert(st);
+        }
+        rows_by_session.entry(b.session).or_default().push(b);
+    }
+    if *complete {
+        let mut all: BTreeSet<SessionId> = rows_by_session.keys().copied().collect();
+        all.extend(derived.keys().copied());
+        all.extend(journal.sessions.keys().copied());
+        let empty = DSession::new();
+        for sid in all
+            .into_iter()
+            .filter(|s| !blamed.contains(s) && derivable(s))
+        {
+            let d = derived.get(&sid).unwrap_or(&empty);
+            let rows = rows_by_session.remove(&sid).unwrap_or_default();
+            for (name, want) in &d.branches {
+                let object = format!("branch {sid}/{name}");
+                let tainted_head = want.head.is_some_and(|h| tainted.contains(&h));
+                let Some(have) = rows.iter().find(|b| &b.name == name) else {
+                    if want.head.is_some()
+                        || !journal.sessions.contains_key(&sid)
+                        || sessions.contains(&sid)
+                    {
+                        r.problem(
+                            ProblemKind::Missing,
+                            object,
+                            format!(
+                                "its row is missing, but the nodes record it ({}, head {})",
+                                if want.sealed { "sealed" } else { "open" },
+                                opt_hex(&want.head)
+                            ),
+                        );
+                    }
+                    continue;
+                };
+                let row_tainted = have.head.is_some_and(|h| tainted.contains(&h));
+                if have.head != want.head && !tainted_head && !row_tainted {
+                    r.problem(ProblemKind::Mismatch,
+                        object.clone(),
+                        format!(
+                            "its head is {}, but its nodes end at {}: the timeline was moved by hand (rolled back, or a node removed)",
+                            opt_hex(&have.head),
+                            opt_hex(&want.head)
+                        ),
+                    );
+                }
+                if have.sealed != want.sealed {
+                    r.problem(
+                        ProblemKind::Mismatch,
+                        object.clone(),
+                        if have.sealed {
+                            "it is sealed, but no promote node sealed it".to_owned()
+                        } else {
+                            "it is open, but a promote node sealed it: it would take appends"
+                                .to_owned()
+                        },
+                    );
+                }
+                if have.state != want.state && !tainted_head && !row_tainted {
+                    r.problem(
+                        ProblemKind::Mismatch,
+                        object,
+                        format!(
+                            "its working state is {}, but its nodes and the journal give {}",
+                            opt_hex(&have.state),
+                            opt_hex(&want.state)
+                        ),
+                    );
+                }
+            }
+            for b in rows {
+                if !d.branches.contains_key(&b.name) {
+                    r.problem(
+                        ProblemKind::Mismatch,
+                        format!("branch {sid}/{}", b.name),
+                        "no fork or promote node records a timeline of this name".to_owned(),
+                    );
+                }
+            }
+        }
+    }
 }
