@@ -1,0 +1,147 @@
+//! The web view: server-rendered pages (maud templates, escaped by
+//! construction) plus one small script and one stylesheet embedded in the
+//! binary. Nothing is loaded from anywhere else, so it works offline, and
+//! the Content-Security-Policy forbids inline script, so a payload cannot
+//! run even if it slipped through escaping.
+//!
+//! Pages: `/` (sessions, with search and filters), `/sessions/{id}` (the
+//! timelines as a graph, one timeline's turns as a conversation, its state,
+//! fork and promote), `/sessions/{id}/nodes/{hash}` (one node in full, the
+//! state as of it), `/sessions/{id}/diff?a=&b=` (two timelines side by side
+//! from their fork point). Every page has a shareable URL.
+//!
+//! Every string from the store (titles, agents, names, keys, values,
+//! payloads) sits in its own bidirectional isolate (`<bdi>`, or
+//! `unicode-bidi: isolate` / U+2068…U+2069 where HTML elements cannot go),
+//! so a right-to-left override in one cannot reverse the ids and dates
+//! around it.
+
+mod diff;
+mod graph;
+mod index;
+mod node;
+mod session;
+
+use crate::AppState;
+use crate::api::{self, SessionQuery};
+use crate::api::{Path, Query};
+use crate::markdown;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use convo_api::{NodeView, PayloadEncoding};
+use convo_core::{BranchName, DigestMap, Kind, NodeHash};
+use convo_store::{BranchRow, SessionRow, Store, StoreError};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
+use serde::Deserialize;
+
+const APP_JS: &str = include_str!("../../assets/app.js");
+const APP_CSS: &str = include_str!("../../assets/app.css");
+
+/// The page routes.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(index::index))
+        .route("/sessions/{session}", get(session::session_page))
+        .route("/sessions/{session}/nodes/{hash}", get(node::node_page))
+        .route("/sessions/{session}/diff", get(diff::diff_page))
+        .route("/assets/app.js", get(js))
+        .route("/assets/app.css", get(css))
+}
+
+async fn js() -> Response {
+    asset(APP_JS, "text/javascript; charset=utf-8")
+}
+
+async fn css() -> Response {
+    asset(APP_CSS, "text/css; charset=utf-8")
+}
+
+fn asset(body: &'static str, ct: &'static str) -> Response {
+    let mut r = body.into_response();
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
+}
+
+/// A rendered page as an HTML response.
+fn html_response(m: Markup) -> Response {
+    let mut r = m.into_string().into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    r
+}
+
+fn page(title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                // First-strong isolates: a right-to-left override in a
+                // title cannot turn the tab's text around.
+                title { "\u{2068}" (title) "\u{2069} · convo" }
+                link rel="stylesheet" href="/assets/app.css";
+                script src="/assets/app.js" defer {}
+            }
+            body {
+                header.top {
+                    a.brand href="/" { "convo" }
+                    form.search action="/" method="get" {
+                        input type="search" name="q" placeholder="Search sessions  ( / )" id="q" aria-label="Search sessions";
+                    }
+                }
+                main { (body) }
+                footer { "keys: j/k move · o open · f fork here · / search · ? help" }
+            }
+        }
+    }
+}
+
+fn error_page(e: StoreError) -> Response {
+    let status = convo_runtime::error::status_of(&e);
+    let body = page(
+        "error",
+        html! { section.error { h1 { "Error" } p { (e.to_string()) } p { a href="/" { "All sessions" } } } },
+    );
+    (status, html_response(body)).into_response()
+}
+
+async fn run<T: Send + 'static>(
+    st: &AppState,
+    f: impl FnOnce(&mut Store) -> convo_store::Result<T> + Send + 'static,
+) -> Result<T, Response> {
+    st.pool.run(f).await.map_err(error_page)
+}
+
+fn short(h: &str) -> &str {
+    h.get(..12).unwrap_or(h)
+}
+
+fn session_url(id: &str, branch: Option<&str>) -> String {
+    match branch {
+        Some(b) if b != "main" => format!("/sessions/{id}?branch={}", query_escape(b)),
+        _ => format!("/sessions/{id}"),
+    }
+}
+
+/// Percent-encodes a query value (branch names are ref-safe, but `+`, `&`
+/// and friends must not change a URL's meaning).
+fn query_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
