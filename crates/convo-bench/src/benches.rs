@@ -10,7 +10,7 @@ use crate::util::{
 use convo_core::state;
 use convo_core::{BranchName, HashPrefix, Kind};
 use convo_store::Draft;
-use convo_store::testing::draft;
+use convo_testutil::draft;
 use rusqlite::Connection;
 use std::time::Duration;
 

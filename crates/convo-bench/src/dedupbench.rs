@@ -146,7 +146,7 @@ async fn conversation(calls: usize) -> Result<Conversation> {
 fn read_back() -> Result<(f64, f64)> {
     let scratch = Scratch::new("dedup-read")?;
     let mut s = scratch.store("")?;
-    let chunked = convo_store::testing::growing_request(550, "");
+    let chunked = convo_testutil::growing_request(550, "");
     let mut whole = chunked.clone();
     whole.push(b' ');
     let (hc, hw) = (

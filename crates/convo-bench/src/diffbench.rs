@@ -10,7 +10,7 @@ use crate::servebench::{request, start};
 use crate::util::{Result, Row, Scratch, Verdict, median, ms, note};
 use convo_core::{BranchName, HashPrefix, Kind};
 use convo_store::Store;
-use convo_store::testing::draft;
+use convo_testutil::draft;
 use std::io::BufReader;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};

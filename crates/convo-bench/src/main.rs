@@ -154,6 +154,8 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "otel",
         "OTLP ingest: one more call at 1×/4×/16× session length, cached vs reading the session; spans/s; bytes stored",
         otelbench::otel,
+    ),
+    (
         "search-page",
         "the web view's search page over 1,000,000 nodes in 1,000 sessions: server time",
         searchbench::search_page,

@@ -9,7 +9,7 @@
 use crate::util::{PAYLOAD, Result, Row, Scratch, Verdict, drafts, note, rate, thousands};
 use convo_core::{BranchName, Kind};
 use convo_store::Store;
-use convo_store::testing::draft;
+use convo_testutil::draft;
 use std::time::Instant;
 
 pub(crate) struct Db {

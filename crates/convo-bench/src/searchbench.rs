@@ -6,8 +6,8 @@ use crate::util::{Result, Row, Scratch, Verdict, median, ms, note, rate, thousan
 use convo_core::{BranchName, Kind};
 use convo_store::filter::NodeFilter;
 use convo_store::search::{Query, SearchRequest};
-use convo_store::testing::draft;
 use convo_store::{Draft, Store};
+use convo_testutil::draft;
 use rusqlite::Connection;
 use std::time::Duration;
 

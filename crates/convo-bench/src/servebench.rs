@@ -145,7 +145,7 @@ fn in_process(
             } else {
                 convo_core::Kind::Complete
             };
-            let d = convo_store::testing::draft(kind, &format!("m{i}"), 0);
+            let d = convo_testutil::draft(kind, &format!("m{i}"), 0);
             store.append(s, &main, &d)?;
         }
     }
@@ -289,7 +289,7 @@ fn in_process_counted(store: &mut Store, k: usize) -> Result<()> {
         } else {
             convo_core::Kind::Complete
         };
-        store.append(&s, &main, &convo_store::testing::draft(kind, "warm", 0))?;
+        store.append(&s, &main, &convo_testutil::draft(kind, "warm", 0))?;
     }
     Ok(())
 }

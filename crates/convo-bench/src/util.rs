@@ -3,8 +3,8 @@
 
 use convo_core::state::{self, StateNodes};
 use convo_core::{Digest, Kind};
-use convo_store::testing::draft;
 use convo_store::{Draft, Store, StoreError, Tx};
+use convo_testutil::draft;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

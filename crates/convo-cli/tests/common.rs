@@ -40,11 +40,11 @@ impl Run {
 impl TestEnv {
     /// A test environment on `backend`: `sqlite`, or `postgres` (a fresh
     /// database; `None` when PostgreSQL tests are skipped outside CI).
-    pub fn on(backend: &str) -> Option<(Self, Option<convo_store::testing::PgDatabase>)> {
+    pub fn on(backend: &str) -> Option<(Self, Option<convo_testutil::PgDatabase>)> {
         let mut t = TestEnv::new();
         match backend {
             "postgres" => {
-                let db = convo_store::testing::pg_database()?;
+                let db = convo_testutil::pg_database()?;
                 t.store = Some(db.url.clone());
                 Some((t, Some(db)))
             }

@@ -301,12 +301,12 @@ fn redact_leaves_no_byte(backend: &str) {
     assert_eq!(found["hits"].as_array().map(Vec::len), Some(1), "{found}");
     for secret in [said, value] {
         assert!(
-            !convo_store::testing::files_holding(&url, secret.as_bytes()).is_empty(),
+            !convo_testutil::files_holding(&url, secret.as_bytes()).is_empty(),
             "{backend}: the secret is stored"
         );
     }
     assert!(
-        !convo_store::testing::files_holding(&url, b"xq7plutoniumwombat93").is_empty(),
+        !convo_testutil::files_holding(&url, b"xq7plutoniumwombat93").is_empty(),
         "{backend}: the search index holds the lowercased word"
     );
     let log = t.run(&["log", &s, "--json"]).json();
@@ -336,7 +336,7 @@ fn redact_leaves_no_byte(backend: &str) {
         .json();
     assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
     for secret in [said, value] {
-        let left = convo_store::testing::secret_in_files(&url, secret);
+        let left = convo_testutil::secret_in_files(&url, secret);
         assert!(
             left.is_empty(),
             "{backend}: left in the store's files: {left:?}"

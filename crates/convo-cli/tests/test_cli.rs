@@ -399,6 +399,7 @@ fn verify_reports_a_garbage_store_file_as_one_json_document() {
     let v: serde_json::Value = serde_json::from_str(&j.stdout()).expect("one JSON document");
     assert_eq!(v["ok"], false);
     assert_eq!(v["problems"][0]["object"], "database");
+    assert_eq!(v["problems"][0]["kind"], "database");
     let r = t.run(&["verify"]);
     assert_eq!(r.code(), 1);
     assert!(

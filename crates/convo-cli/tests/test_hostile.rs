@@ -410,7 +410,7 @@ impl OwnPg {
     /// PostgreSQL tests are skipped (the suite's PostgreSQL is missing
     /// outside CI: the binaries come with it).
     pub fn start_new() -> Option<(OwnPg, String)> {
-        convo_store::testing::pg_database()?;
+        convo_testutil::pg_database()?;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-cluster");

@@ -18,6 +18,7 @@ use crate::lock::publish_lock;
 use crate::odb::RefChange;
 use crate::pack::Pending;
 use crate::{Error, Result};
+use convo_store::Cause;
 use gix::ObjectId;
 use gix::objs::Kind;
 use std::path::Path;
@@ -40,8 +41,8 @@ pub struct Saved {
     blob: Vec<u8>,
 }
 
-fn git(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::Git(format!("{what}: {e}"))
+fn git(what: &str, e: impl Into<convo_store::BoxError>) -> Error {
+    Error::Git(Cause::with_context(what, e))
 }
 
 /// Publishes `checkpoint` (its JSON document) in the repository at `path`
@@ -66,7 +67,7 @@ pub fn publish(
         .map_err(|e| git(&full, e))?
         .is_some()
     {
-        return Err(Error::Git(format!("{full} exists already")));
+        return Err(Error::git(format!("{full} exists already")));
     }
     let mut p = Pending::new();
     let blob = p.blob(checkpoint)?;
@@ -153,9 +154,12 @@ fn load_saved(path: &Path) -> Result<Vec<Saved>> {
     let f = saved_file(path);
     match std::fs::read(&f) {
         Ok(bytes) => serde_json::from_slice(&bytes)
-            .map_err(|e| Error::Corrupt(format!("{}: {e}", f.display()))),
+            .map_err(|e| Error::Corrupt(Cause::with_context(format!("{}", f.display()), e))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(e) => Err(Error::Io(format!("{}: {e}", f.display()))),
+        Err(e) => Err(Error::Io(Cause::with_context(
+            format!("{}", f.display()),
+            e,
+        ))),
     }
 }
 
@@ -178,9 +182,11 @@ pub fn save(path: &Path) -> Result<Vec<Saved>> {
     if !out.is_empty() {
         let f = saved_file(path);
         let tmp = f.with_extension("tmp");
-        let text = serde_json::to_vec(&out).map_err(|e| Error::Io(e.to_string()))?;
-        std::fs::write(&tmp, text).map_err(|e| Error::Io(format!("{}: {e}", tmp.display())))?;
-        std::fs::rename(&tmp, &f).map_err(|e| Error::Io(format!("{}: {e}", f.display())))?;
+        let text = serde_json::to_vec(&out).map_err(|e| Error::Io(Cause::from_error(e)))?;
+        std::fs::write(&tmp, text)
+            .map_err(|e| Error::Io(Cause::with_context(format!("{}", tmp.display()), e)))?;
+        std::fs::rename(&tmp, &f)
+            .map_err(|e| Error::Io(Cause::with_context(format!("{}", f.display()), e)))?;
     }
     Ok(out)
 }
@@ -204,7 +210,10 @@ pub fn restore(path: &Path, saved: &[Saved]) -> Result<()> {
     match std::fs::remove_file(&f) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::Io(format!("{}: {e}", f.display()))),
+        Err(e) => Err(Error::Io(Cause::with_context(
+            format!("{}", f.display()),
+            e,
+        ))),
     }
 }
 

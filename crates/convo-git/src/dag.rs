@@ -25,6 +25,7 @@ use crate::names;
 use crate::pack::{Pending, read, serialize};
 use crate::{Error, Result};
 use convo_core::{Kind, Node, NodeHash};
+use convo_store::Cause;
 use convo_store::SessionRow;
 use gix::ObjectId;
 use gix::bstr::BString;
@@ -226,7 +227,7 @@ struct TreeData {
 
 fn parse_tree(id: ObjectId, data: Arc<[u8]>) -> Result<TreeData> {
     let entries = gix::objs::TreeRef::from_bytes(&data, gix::hash::Kind::Sha1)
-        .map_err(|e| Error::Corrupt(format!("tree {id}: {e}")))?
+        .map_err(|e| Error::Corrupt(Cause::with_context(format!("tree {id}"), e)))?
         .entries
         .into_iter()
         .map(|e| Entry {
@@ -252,7 +253,7 @@ fn subtree(
     let Some(t) = parent else { return Ok(None) };
     match t.entries.iter().find(|e| e.filename == name.as_bytes()) {
         Some(e) if e.mode.is_tree() => Ok(Some(load(p, repo, e.oid)?)),
-        Some(_) => Err(Error::Corrupt(format!(
+        Some(_) => Err(Error::corrupt(format!(
             "{name} in tree {} is not a tree",
             t.id
         ))),

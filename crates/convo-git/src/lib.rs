@@ -35,7 +35,7 @@ pub mod sessions;
 mod state;
 
 use convo_core::{Kind, NodeHash, SessionId};
-use convo_store::{SessionRow, Store, StoreError};
+use convo_store::{Cause, ErrorKind, SessionRow, Store, StoreError};
 use lock::SyncLock;
 use odb::RefChange;
 use pack::Pending;
@@ -50,26 +50,23 @@ pub const FORMAT: u32 = 2;
 
 pub use names::component as safe_component;
 
-/// Everything that can go wrong projecting.
-#[derive(Debug, thiserror::Error)]
+/// Everything that can go wrong projecting. The errors of gix, the file
+/// system and the store are kept as [`std::error::Error::source`] (the
+/// message already includes their text); [`Error::kind`] classifies it like
+/// a store error, so the CLI gives it its exit code in one place.
+#[derive(Debug)]
 pub enum Error {
     /// The store failed.
-    #[error(transparent)]
-    Store(#[from] StoreError),
+    Store(StoreError),
     /// git object or ref handling failed.
-    #[error("git: {0}")]
-    Git(String),
+    Git(Cause),
     /// A file could not be read or written.
-    #[error("{0}")]
-    Io(String),
+    Io(Cause),
     /// The repository or its bookkeeping is not what convo wrote.
-    #[error("the projection is inconsistent: {0}")]
-    Corrupt(String),
+    Corrupt(Cause),
     /// A directory convo did not create.
-    #[error("{0} exists and is not a convo projection")]
     NotProjection(String),
     /// Another sync holds the repository's lock.
-    #[error("another `convo git sync`{} is updating {repo}", pid.map(|p| format!(" (process {p})")).unwrap_or_default())]
     Busy {
         /// The repository.
         repo: String,
@@ -78,7 +75,6 @@ pub enum Error {
     },
     /// The repository was written by an older convo in a layout this one
     /// no longer writes; `convo git sync` rebuilds it.
-    #[error("{path} holds layout `{layout}` version {version}; this convo writes version {FORMAT}")]
     OldFormat {
         /// The repository.
         path: String,
@@ -90,10 +86,8 @@ pub enum Error {
     /// The repository holds history the store no longer has: the store was
     /// rolled back, truncated or rewritten after it was projected. The
     /// repository is the evidence; it is left as it is.
-    #[error("the store's history was rewritten after it was projected:\n{}", .0.join("\n"))]
     Rewritten(Vec<String>),
     /// `--layout` differs from the repository's.
-    #[error("{path} holds the `{found}` layout, not `{asked}`")]
     LayoutMismatch {
         /// The repository.
         path: String,
@@ -102,6 +96,89 @@ pub enum Error {
         /// The layout asked for.
         asked: String,
     },
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Store(e) => std::fmt::Display::fmt(e, f),
+            Error::Git(c) => write!(f, "git: {c}"),
+            Error::Io(c) => write!(f, "{c}"),
+            Error::Corrupt(c) => write!(f, "the projection is inconsistent: {c}"),
+            Error::NotProjection(p) => write!(f, "{p} exists and is not a convo projection"),
+            Error::Busy { repo, pid } => write!(
+                f,
+                "another `convo git sync`{} is updating {repo}",
+                pid.map(|p| format!(" (process {p})")).unwrap_or_default()
+            ),
+            Error::OldFormat {
+                path,
+                layout,
+                version,
+            } => write!(
+                f,
+                "{path} holds layout `{layout}` version {version}; this convo writes version {FORMAT}"
+            ),
+            Error::Rewritten(lines) => write!(
+                f,
+                "the store's history was rewritten after it was projected:\n{}",
+                lines.join("\n")
+            ),
+            Error::LayoutMismatch { path, found, asked } => {
+                write!(f, "{path} holds the `{found}` layout, not `{asked}`")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Store(e) => std::error::Error::source(e),
+            Error::Git(c) | Error::Io(c) | Error::Corrupt(c) => c.source(),
+            _ => None,
+        }
+    }
+}
+
+impl From<StoreError> for Error {
+    fn from(e: StoreError) -> Self {
+        Error::Store(e)
+    }
+}
+
+impl Error {
+    /// A git failure with no underlying error.
+    pub fn git(message: impl Into<String>) -> Self {
+        Error::Git(Cause::new(message))
+    }
+    /// A file failure with no underlying error.
+    pub fn io(message: impl Into<String>) -> Self {
+        Error::Io(Cause::new(message))
+    }
+    /// An inconsistent projection.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        Error::Corrupt(Cause::new(message))
+    }
+
+    /// What kind of failure this is: a store error's own kind; `Corrupt`
+    /// for history the store no longer has (the repository witnesses a
+    /// rewritten store); `Invalid` for a layout that is not the
+    /// repository's; [`ErrorKind::Failed`] for the repository, its files
+    /// and its lock.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Store(e) => e.kind(),
+            Error::Rewritten(_) => ErrorKind::Corrupt,
+            Error::LayoutMismatch { .. } => ErrorKind::Invalid,
+            Error::Git(_)
+            | Error::Io(_)
+            | Error::Corrupt(_)
+            | Error::NotProjection(_)
+            | Error::Busy { .. }
+            | Error::OldFormat { .. } => ErrorKind::Failed,
+        }
+    }
 }
 
 /// `Result` with [`Error`].
@@ -223,14 +300,14 @@ fn refname(s: &SessionId, branch: &str) -> String {
 }
 
 fn io(path: &Path, e: std::io::Error) -> Error {
-    Error::Io(format!("{}: {e}", path.display()))
+    Error::Io(Cause::with_context(format!("{}", path.display()), e))
 }
 
 /// Reads `convo/layout`: the layout and its format version.
 fn read_marker(marker: &Path) -> Result<(Layout, u32)> {
     let text = std::fs::read_to_string(marker).map_err(|e| io(marker, e))?;
     let mut words = text.split_whitespace();
-    let bad = || Error::Corrupt(format!("{} says `{}`", marker.display(), text.trim()));
+    let bad = || Error::corrupt(format!("{} says `{}`", marker.display(), text.trim()));
     let layout = words.next().and_then(Layout::parse).ok_or_else(bad)?;
     let version = match words.next() {
         None => 1,
@@ -328,8 +405,12 @@ fn init_bare(path: &Path) -> Result<()> {
 const DELTA_BASE_CACHE: usize = 32 << 20;
 
 fn git_open(path: &Path) -> Result<gix::Repository> {
-    let mut repo =
-        gix::open(path).map_err(|e| Error::Git(format!("opening {}: {e}", path.display())))?;
+    let mut repo = gix::open(path).map_err(|e| {
+        Error::Git(Cause::with_context(
+            format!("opening {}", path.display()),
+            e,
+        ))
+    })?;
     repo.objects.set_pack_cache(|| {
         Box::new(gix_pack::cache::lru::MemoryCappedHashmap::new(
             DELTA_BASE_CACHE,
@@ -474,7 +555,7 @@ impl Projector {
             }
         }
         self.sessions.get(id).cloned().ok_or_else(|| {
-            Error::Corrupt(format!("session {id} of a stored node is not in the store"))
+            Error::corrupt(format!("session {id} of a stored node is not in the store"))
         })
     }
 
@@ -486,7 +567,7 @@ impl Projector {
         progress: &mut dyn FnMut(Progress),
     ) -> Result<SyncReport> {
         let Some(lock) = self.lock.take() else {
-            return Err(Error::Corrupt("the projection was opened read-only".into()));
+            return Err(Error::corrupt("the projection was opened read-only"));
         };
         let r = self.sync_locked(store, progress, &lock);
         self.lock = Some(lock);
@@ -515,7 +596,7 @@ impl Projector {
 
     /// Every ref under `refs/` and its target.
     fn all_refs(&self) -> Result<std::collections::BTreeMap<String, String>> {
-        let g = |e: &dyn std::fmt::Display| Error::Git(format!("listing refs: {e}"));
+        let g = |e: &dyn std::fmt::Display| Error::git(format!("listing refs: {e}"));
         let platform = self.repo.references().map_err(|e| g(&e))?;
         let mut out = std::collections::BTreeMap::new();
         for r in platform.all().map_err(|e| g(&e))? {
@@ -715,7 +796,7 @@ impl Projector {
                 pos: 0,
             },
             Some(ph) => *self.book.map.get(&ph).ok_or_else(|| {
-                Error::Corrupt(format!(
+                Error::corrupt(format!(
                     "parent {ph} of node {} was never projected",
                     s.hash
                 ))
@@ -756,7 +837,7 @@ impl Projector {
             (_, _, None) => ("main".to_owned(), "main".to_owned()),
             (kind, ev, Some(ph)) => {
                 let tip = self.book.tips.remove(&ph).ok_or_else(|| {
-                    Error::Corrupt(format!(
+                    Error::corrupt(format!(
                         "node {} extends {ph}, which is no timeline's tip",
                         s.hash
                     ))
@@ -985,7 +1066,7 @@ impl Projector {
 mod tests {
     use super::*;
     use convo_core::BranchName;
-    use convo_store::testing::draft;
+    use convo_testutil::draft;
     use std::process::Command;
 
     fn git(repo: &Path, args: &[&str]) -> String {

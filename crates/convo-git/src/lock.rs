@@ -17,12 +17,13 @@
 
 use crate::pack::TMP_PREFIX;
 use crate::{Error, Result};
+use convo_store::Cause;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 fn io(path: &Path, e: std::io::Error) -> Error {
-    Error::Io(format!("{}: {e}", path.display()))
+    Error::Io(Cause::with_context(format!("{}", path.display()), e))
 }
 
 /// The held sync lock of one repository.

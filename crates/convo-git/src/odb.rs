@@ -1,6 +1,7 @@
 //! Refs are updated in one gix transaction per batch.
 
 use crate::{Error, Result};
+use convo_store::Cause;
 use gix::ObjectId;
 
 /// A ref change to apply at the end of a batch.
@@ -38,7 +39,7 @@ pub fn apply_refs(repo: &gix::Repository, changes: Vec<RefChange>) -> Result<u64
         let fullname: gix::refs::FullName = name
             .as_str()
             .try_into()
-            .map_err(|e| Error::Git(format!("ref {name}: {e}")))?;
+            .map_err(|e| Error::Git(Cause::with_context(format!("ref {name}"), e)))?;
         let change = match c {
             RefChange::Set(_, id) => Change::Update {
                 log: log(),
@@ -48,7 +49,7 @@ pub fn apply_refs(repo: &gix::Repository, changes: Vec<RefChange>) -> Result<u64
             RefChange::Delete(_) => {
                 if repo
                     .try_find_reference(name.as_str())
-                    .map_err(|e| Error::Git(e.to_string()))?
+                    .map_err(|e| Error::Git(Cause::from_error(e)))?
                     .is_none()
                 {
                     continue;
@@ -62,7 +63,7 @@ pub fn apply_refs(repo: &gix::Repository, changes: Vec<RefChange>) -> Result<u64
                 let t: gix::refs::FullName = target
                     .as_str()
                     .try_into()
-                    .map_err(|e| Error::Git(format!("ref {target}: {e}")))?;
+                    .map_err(|e| Error::Git(Cause::with_context(format!("ref {target}"), e)))?;
                 Change::Update {
                     log: log(),
                     expected: PreviousValue::Any,
@@ -89,10 +90,10 @@ pub fn apply_refs(repo: &gix::Repository, changes: Vec<RefChange>) -> Result<u64
         .refs
         .transaction()
         .prepare(edits, fail, fail)
-        .map_err(|e| Error::Git(format!("updating refs: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context("updating refs", e)))?;
     crate::pause_point("refs-locked");
     t.commit(Some(me))
-        .map_err(|e| Error::Git(format!("updating refs: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context("updating refs", e)))?;
     Ok(n)
 }
 
@@ -106,7 +107,7 @@ pub fn create_refs(repo: &gix::Repository, refs: &[(String, ObjectId)]) -> Resul
         let fullname: gix::refs::FullName = name
             .as_str()
             .try_into()
-            .map_err(|e| Error::Git(format!("ref {name}: {e}")))?;
+            .map_err(|e| Error::Git(Cause::with_context(format!("ref {name}"), e)))?;
         edits.push(RefEdit {
             change: Change::Update {
                 log: LogChange {
@@ -131,8 +132,8 @@ pub fn create_refs(repo: &gix::Repository, refs: &[(String, ObjectId)]) -> Resul
     repo.refs
         .transaction()
         .prepare(edits, wait, wait)
-        .map_err(|e| Error::Git(format!("creating refs: {e}")))?
+        .map_err(|e| Error::Git(Cause::with_context("creating refs", e)))?
         .commit(Some(me))
-        .map_err(|e| Error::Git(format!("creating refs: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context("creating refs", e)))?;
     Ok(())
 }

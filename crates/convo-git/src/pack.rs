@@ -15,6 +15,7 @@
 
 use crate::delta;
 use crate::{Error, Result};
+use convo_store::Cause;
 use gix::ObjectId;
 use gix::objs::{Kind, WriteTo};
 use std::collections::{HashMap, VecDeque};
@@ -88,7 +89,7 @@ pub fn deflate(data: &[u8]) -> Result<Vec<u8>> {
             let (i, o) = (c.total_in() as usize, c.total_out() as usize);
             let st = c
                 .compress(&data[i..], &mut out[o..], FlushCompress::Finish)
-                .map_err(|e| Error::Git(format!("compressing: {e}")))?;
+                .map_err(|e| Error::Git(Cause::with_context("compressing", e)))?;
             if st == Status::StreamEnd {
                 break;
             }
@@ -96,7 +97,7 @@ pub fn deflate(data: &[u8]) -> Result<Vec<u8>> {
                 let n = out.len() * 2;
                 out.resize(n, 0);
             } else if c.total_in() as usize == i && c.total_out() as usize == o {
-                return Err(Error::Git("compressing: no progress".into()));
+                return Err(Error::git("compressing: no progress"));
             }
         }
         out.truncate(c.total_out() as usize);
@@ -109,9 +110,9 @@ fn inflate(data: &[u8], size: usize) -> Result<Vec<u8>> {
     let mut z = gix::zlib::Inflate::default();
     let (_, _, written) = z
         .once(data, &mut out)
-        .map_err(|e| Error::Git(format!("decompressing: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context("decompressing", e)))?;
     if written != size {
-        return Err(Error::Git("a pending object decompressed short".into()));
+        return Err(Error::git("a pending object decompressed short"));
     }
     Ok(out)
 }
@@ -149,7 +150,7 @@ impl Default for Pending {
 /// The id git gives `data` as an object of `kind`.
 pub fn object_id(kind: Kind, data: &[u8]) -> Result<ObjectId> {
     gix::objs::compute_hash(gix::hash::Kind::Sha1, kind, data)
-        .map_err(|e| Error::Git(e.to_string()))
+        .map_err(|e| Error::Git(Cause::from_error(e)))
 }
 
 impl Pending {
@@ -293,7 +294,7 @@ impl Pending {
                     None => self.rebuild(b)?,
                 };
                 delta::apply(&base, &stored)
-                    .ok_or_else(|| Error::Git("a pending delta does not apply".into()))
+                    .ok_or_else(|| Error::git("a pending delta does not apply"))
             }
         }
     }
@@ -306,7 +307,7 @@ impl Pending {
         }
         let dir = repo.objects.store_ref().path().join("pack");
         let n = u32::try_from(self.objects.len())
-            .map_err(|_| Error::Git("too many objects for one pack".into()))?;
+            .map_err(|_| Error::git("too many objects for one pack"))?;
         let mut head = Vec::with_capacity(12);
         head.extend_from_slice(b"PACK");
         head.extend_from_slice(&2u32.to_be_bytes());
@@ -329,7 +330,7 @@ impl Pending {
 pub fn serialize(obj: &impl WriteTo) -> Result<Vec<u8>> {
     let mut buf = Vec::with_capacity(obj.size() as usize);
     obj.write_to(&mut buf)
-        .map_err(|e| Error::Git(e.to_string()))?;
+        .map_err(|e| Error::Git(Cause::from_error(e)))?;
     Ok(buf)
 }
 
@@ -342,7 +343,7 @@ pub struct IdxEntry {
 }
 
 fn io(path: &Path, e: std::io::Error) -> Error {
-    Error::Io(format!("{}: {e}", path.display()))
+    Error::Io(Cause::with_context(format!("{}", path.display()), e))
 }
 
 /// Writes `parts` (a pack without its trailer) and its index into `dir`
@@ -355,7 +356,7 @@ pub fn write_pack(dir: &Path, parts: &[&[u8]], mut entries: Vec<IdxEntry>) -> Re
     }
     let sum = h
         .try_finalize()
-        .map_err(|e| Error::Git(format!("pack checksum: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context("pack checksum", e)))?;
     let name = format!("pack-{}", sum.to_hex());
     let pid = std::process::id();
     let tmp = dir.join(format!("{TMP_PREFIX}{pid}-{name}.pack"));
@@ -403,7 +404,7 @@ fn build_index(entries: &[IdxEntry], pack_sum: &ObjectId) -> Result<Vec<u8>> {
         if e.offset < 0x8000_0000 {
             out.extend_from_slice(&(e.offset as u32).to_be_bytes());
         } else {
-            let i = u32::try_from(large.len()).map_err(|_| Error::Git("pack too large".into()))?;
+            let i = u32::try_from(large.len()).map_err(|_| Error::git("pack too large"))?;
             out.extend_from_slice(&(0x8000_0000 | i).to_be_bytes());
             large.push(e.offset);
         }
@@ -416,7 +417,7 @@ fn build_index(entries: &[IdxEntry], pack_sum: &ObjectId) -> Result<Vec<u8>> {
     h.update(&out);
     let sum = h
         .try_finalize()
-        .map_err(|e| Error::Git(format!("index checksum: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context("index checksum", e)))?;
     out.extend_from_slice(sum.as_bytes());
     Ok(out)
 }
@@ -428,6 +429,6 @@ pub fn read(pending: &mut Pending, repo: &gix::Repository, id: &ObjectId) -> Res
     }
     let obj = repo
         .find_object(*id)
-        .map_err(|e| Error::Git(format!("object {id}: {e}")))?;
+        .map_err(|e| Error::Git(Cause::with_context(format!("object {id}"), e)))?;
     Ok(obj.data.as_slice().into())
 }

@@ -20,6 +20,7 @@
 use crate::lock::SyncLock;
 use crate::pack::{IdxEntry, entry_header, ofs_encode, write_pack};
 use crate::{Error, Result};
+use convo_store::Cause;
 use gix::ObjectId;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 pub const MAX_LOOSE_PACKS: usize = 12;
 
 fn io(path: &Path, e: std::io::Error) -> Error {
-    Error::Io(format!("{}: {e}", path.display()))
+    Error::Io(Cause::with_context(format!("{}", path.display()), e))
 }
 
 /// The packs of `dir` that may be merged, with their sizes, and how many
@@ -127,7 +128,7 @@ pub fn maybe_consolidate(dir: &Path, lock: &SyncLock) -> Result<usize> {
 }
 
 fn corrupt(p: &Path, what: &str) -> Error {
-    Error::Corrupt(format!("{}: {what}", p.display()))
+    Error::corrupt(format!("{}: {what}", p.display()))
 }
 
 /// Writes one pack holding every object of `packs`, entries copied raw.
@@ -138,7 +139,7 @@ fn merge(dir: &Path, packs: &[PathBuf]) -> Result<PathBuf> {
     for pack in packs {
         let idx_path = pack.with_extension("idx");
         let idx = gix_pack::index::File::at(&idx_path, gix::hash::Kind::Sha1)
-            .map_err(|e| Error::Git(format!("{}: {e}", idx_path.display())))?;
+            .map_err(|e| Error::Git(Cause::with_context(format!("{}", idx_path.display()), e)))?;
         let data = std::fs::read(pack).map_err(|e| io(pack, e))?;
         if data.len() < 32 {
             return Err(corrupt(pack, "truncated"));
@@ -197,8 +198,8 @@ fn merge(dir: &Path, packs: &[PathBuf]) -> Result<PathBuf> {
             placed.insert(id, new_off);
         }
     }
-    let n = u32::try_from(entries.len())
-        .map_err(|_| Error::Git("too many objects for one pack".into()))?;
+    let n =
+        u32::try_from(entries.len()).map_err(|_| Error::git("too many objects for one pack"))?;
     let mut head = Vec::with_capacity(12);
     head.extend_from_slice(b"PACK");
     head.extend_from_slice(&2u32.to_be_bytes());

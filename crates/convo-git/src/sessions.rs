@@ -20,6 +20,7 @@ use crate::pack::{Pending, read};
 use crate::state::Rec;
 use crate::{Error, Result};
 use convo_core::{Kind, Node};
+use convo_store::Cause;
 use convo_store::SessionRow;
 use gix::ObjectId;
 use gix::objs::tree::{Entry, EntryKind};
@@ -120,7 +121,8 @@ impl FileState {
     }
 
     fn push(&mut self, e: &HistoryEntry) -> Result<()> {
-        let one = serde_json::to_string_pretty(e).map_err(|e| Error::Corrupt(e.to_string()))?;
+        let one =
+            serde_json::to_string_pretty(e).map_err(|e| Error::Corrupt(Cause::from_error(e)))?;
         if !self.history.is_empty() {
             self.history.extend_from_slice(b",\n");
         }
@@ -208,19 +210,19 @@ fn load(
 ) -> Result<FileState> {
     let c = read(p, repo, &commit)?;
     let c = gix::objs::CommitRef::from_bytes(&c, gix::hash::Kind::Sha1)
-        .map_err(|e| Error::Corrupt(format!("commit {commit}: {e}")))?;
+        .map_err(|e| Error::Corrupt(Cause::with_context(format!("commit {commit}"), e)))?;
     let tree = read(p, repo, &c.tree())?;
     let tree = gix::objs::TreeRef::from_bytes(&tree, gix::hash::Kind::Sha1)
-        .map_err(|e| Error::Corrupt(e.to_string()))?;
+        .map_err(|e| Error::Corrupt(Cause::from_error(e)))?;
     let entry = tree
         .entries
         .iter()
         .find(|e| e.filename == name.as_bytes())
-        .ok_or_else(|| Error::Corrupt(format!("commit {commit} has no {name}")))?;
+        .ok_or_else(|| Error::corrupt(format!("commit {commit} has no {name}")))?;
     let id = entry.oid.to_owned();
     let blob = read(p, repo, &id)?;
     let file: SessionFile = serde_json::from_slice(&blob)
-        .map_err(|e| Error::Corrupt(format!("{name} in {commit}: {e}")))?;
+        .map_err(|e| Error::Corrupt(Cause::with_context(format!("{name} in {commit}"), e)))?;
     let mut st = FileState {
         open: file.open,
         history: Vec::new(),
@@ -237,8 +239,8 @@ fn load(
 fn commit_time(p: &mut Pending, repo: &gix::Repository, commit: ObjectId) -> Result<i64> {
     let c = read(p, repo, &commit)?;
     let c = gix::objs::CommitRef::from_bytes(&c, gix::hash::Kind::Sha1)
-        .map_err(|e| Error::Corrupt(format!("commit {commit}: {e}")))?;
-    commit_ms(&c).ok_or_else(|| Error::Corrupt(format!("commit {commit} has no readable date")))
+        .map_err(|e| Error::Corrupt(Cause::with_context(format!("commit {commit}"), e)))?;
+    commit_ms(&c).ok_or_else(|| Error::corrupt(format!("commit {commit} has no readable date")))
 }
 
 /// Projects one node. Returns the record for the node: the timeline's
@@ -277,7 +279,7 @@ pub fn project(
         )
     } else {
         let user = parent.aux.ok_or_else(|| {
-            Error::Corrupt(format!(
+            Error::corrupt(format!(
                 "a complete in {} has no user commit before it",
                 session.id
             ))

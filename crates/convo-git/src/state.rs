@@ -18,6 +18,7 @@
 
 use crate::{Error, Result};
 use convo_core::{NodeHash, SessionId};
+use convo_store::Cause;
 use gix::ObjectId;
 use std::collections::HashMap;
 use std::io::Write;
@@ -61,7 +62,7 @@ fn oid(b: &[u8]) -> Option<ObjectId> {
 }
 
 fn io(path: &Path, e: std::io::Error) -> Error {
-    Error::Io(format!("{}: {e}", path.display()))
+    Error::Io(Cause::with_context(format!("{}", path.display()), e))
 }
 
 impl Bookkeeping {
@@ -88,7 +89,7 @@ impl Bookkeeping {
             let text = std::fs::read_to_string(&state_path).map_err(|e| io(&state_path, e))?;
             for (i, line) in text.lines().enumerate() {
                 let bad =
-                    || Error::Corrupt(format!("{} line {}: `{line}`", state_path.display(), i + 1));
+                    || Error::corrupt(format!("{} line {}: `{line}`", state_path.display(), i + 1));
                 let parts: Vec<&str> = line.split(' ').collect();
                 match parts.as_slice() {
                     ["cursor", n] => cursor = n.parse().map_err(|_| bad())?,
@@ -113,26 +114,19 @@ impl Bookkeeping {
             // cursor (a batch whose state was never saved) are cut off.
             let mut keep = 0;
             for r in bytes.chunks_exact(REC) {
-                let seq = u64::from_le_bytes(
-                    r[..8]
-                        .try_into()
-                        .map_err(|_| Error::Corrupt("map".into()))?,
-                );
+                let seq = u64::from_le_bytes(r[..8].try_into().map_err(|_| Error::corrupt("map"))?);
                 if seq > cursor {
                     break;
                 }
                 keep += REC;
-                let node =
-                    NodeHash::from_slice(&r[8..40]).ok_or_else(|| Error::Corrupt("map".into()))?;
+                let node = NodeHash::from_slice(&r[8..40]).ok_or_else(|| Error::corrupt("map"))?;
                 me.map.insert(
                     node,
                     Rec {
                         commit: oid(&r[40..60]),
                         aux: oid(&r[60..80]),
                         pos: u64::from_le_bytes(
-                            r[80..88]
-                                .try_into()
-                                .map_err(|_| Error::Corrupt("map".into()))?,
+                            r[80..88].try_into().map_err(|_| Error::corrupt("map"))?,
                         ),
                     },
                 );

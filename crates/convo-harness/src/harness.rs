@@ -361,7 +361,7 @@ impl Harness {
                 r = call => match r {
                     Err(_) => Err(Failure::Timeout(timeout)),
                     Ok(Ok(a)) => Ok(a),
-                    Ok(Err(e)) => Err(match e { CallError::Connect(..) | CallError::Protocol(_) => Failure::Unreachable(e.to_string()) }),
+                    Ok(Err(e)) => Err(match e { CallError::Connect(..) | CallError::Protocol(..) => Failure::Unreachable(e.to_string()) }),
                 },
                 () = cancel => Err(Failure::Interrupted),
             }

@@ -1,12 +1,11 @@
-//! A minimal HTTP/1.1 client (hyper's connection API) for the two things
-//! the harness calls: the agent and the inference upstream. Plain `http://`
-//! only; connections to the agent are kept between turns.
+//! The harness's HTTP calls (to the agent and to the inference upstream),
+//! through reqwest, the client the proxy uses: one pooled client for the
+//! process, so connections to the agent are kept between turns. Plain
+//! `http://` only.
 
 use axum::body::Bytes;
-use axum::http::{HeaderMap, Method, Request, header};
-use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use axum::http::{HeaderMap, Method, header};
+use std::sync::OnceLock;
 
 /// Where requests go: host, port and a base path (no trailing `/`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -17,39 +16,30 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    /// Parses `http://host[:port][/path]`.
+    /// Parses `http://host[:port][/path]` (with the URL parser reqwest uses).
     pub fn parse(url: &str) -> Result<Target, String> {
-        let rest = match url.split_once("://") {
-            Some(("http", rest)) => rest,
-            Some(("https", _)) => {
+        let u = reqwest::Url::parse(url)
+            .map_err(|e| format!("not a URL ({e}): expected http://HOST:PORT[/PATH]"))?;
+        match u.scheme() {
+            "http" => {}
+            "https" => {
                 return Err(
                     "https is not supported here: give a plain http:// URL (a local server or an http proxy in front of the remote one)".into(),
                 );
             }
-            Some((scheme, _)) => return Err(format!("unsupported scheme `{scheme}`; use http://")),
-            None => return Err("not a URL: expected http://HOST:PORT[/PATH]".into()),
+            scheme => return Err(format!("unsupported scheme `{scheme}`; use http://")),
+        }
+        let host = match u.host_str() {
+            Some(h) if !h.is_empty() => h.trim_start_matches('[').trim_end_matches(']'),
+            _ => return Err("expected http://HOST:PORT[/PATH]".into()),
         };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.is_empty() || authority.contains('@') {
+        if !u.username().is_empty() || u.password().is_some() {
             return Err("expected http://HOST:PORT[/PATH] (no user or password)".into());
         }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-                let port = p
-                    .parse::<u16>()
-                    .map_err(|_| format!("port `{p}` is not a number from 0 to 65535"))?;
-                (h, port)
-            }
-            _ => (authority, 80),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
         Ok(Target {
             host: host.to_owned(),
-            port,
-            path: path.trim_end_matches('/').to_owned(),
+            port: u.port().unwrap_or(80),
+            path: u.path().trim_end_matches('/').to_owned(),
         })
     }
 
@@ -78,32 +68,56 @@ impl Answer {
     }
 }
 
-/// Why a call got no HTTP answer.
+/// Why a call got no HTTP answer: what was tried and why it failed (the
+/// root cause's words: reqwest's own say only "error sending request"),
+/// the client's error kept as the source.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CallError {
-    #[error("cannot connect to {0}: {1}")]
-    Connect(String, std::io::Error),
-    #[error("{0}")]
-    Protocol(String),
+    #[error("cannot connect to {0}: {why}", why = root_cause(.1))]
+    Connect(String, #[source] reqwest::Error),
+    #[error("{0}: {why}", why = root_cause(.1))]
+    Protocol(String, #[source] reqwest::Error),
 }
 
-/// A client for one target that keeps its connection between calls.
+/// The innermost error's message (`Connection refused (os error 111)`).
+fn root_cause(e: &reqwest::Error) -> String {
+    let mut last: &dyn std::error::Error = e;
+    while let Some(s) = last.source() {
+        last = s;
+    }
+    last.to_string()
+}
+
+/// The one HTTP client of the process: no redirects, no proxy from the
+/// environment (the agent and the upstream are named exactly), `TCP_NODELAY`.
+fn shared() -> &'static reqwest::Client {
+    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
+    CLIENT.get_or_init(|| {
+        reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .tcp_nodelay(true)
+            .build()
+            .unwrap_or_else(|_| reqwest::Client::new())
+    })
+}
+
+/// A client for one target; connections are pooled between calls.
 #[derive(Debug)]
 pub(crate) struct Client {
     pub target: Target,
-    conn: Option<SendRequest<Full<Bytes>>>,
 }
 
 impl Client {
     pub fn new(target: Target) -> Self {
-        Client { target, conn: None }
+        Client { target }
     }
 
-    /// Forgets the kept connection (after a failure or a timeout, when the
-    /// other side may still answer the old request on it).
-    pub fn reset(&mut self) {
-        self.conn = None;
-    }
+    /// After a failure or a timeout: nothing to forget, since a call given
+    /// up on (its future dropped) closes its connection instead of returning
+    /// it to the pool, so the other side's late answer never reaches another
+    /// call.
+    pub fn reset(&mut self) {}
 
     /// Sends one request to `path` (appended to the target's path).
     pub async fn call(
@@ -127,78 +141,39 @@ impl Client {
         body: Bytes,
         sink: &mut (dyn FnMut(u16, &HeaderMap, &[u8]) + Send),
     ) -> Result<Answer, CallError> {
-        let mut sender = match self.conn.take() {
-            Some(s) if !s.is_closed() => s,
-            _ => connect(&self.target).await?,
-        };
-        let ans = send(&mut sender, &self.target, method, path, headers, body, sink).await;
-        if ans.is_ok() && !sender.is_closed() {
-            self.conn = Some(sender);
-        }
-        ans
-    }
-}
-
-async fn connect(t: &Target) -> Result<SendRequest<Full<Bytes>>, CallError> {
-    let stream = tokio::net::TcpStream::connect((t.host.as_str(), t.port))
-        .await
-        .map_err(|e| CallError::Connect(t.authority(), e))?;
-    let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| CallError::Protocol(format!("HTTP handshake with {}: {e}", t.authority())))?;
-    tokio::spawn(async move {
-        let _ = conn.await;
-    });
-    Ok(sender)
-}
-
-async fn send(
-    sender: &mut SendRequest<Full<Bytes>>,
-    t: &Target,
-    method: Method,
-    path: &str,
-    headers: &HeaderMap,
-    body: Bytes,
-    sink: &mut (dyn FnMut(u16, &HeaderMap, &[u8]) + Send),
-) -> Result<Answer, CallError> {
-    sender
-        .ready()
-        .await
-        .map_err(|e| CallError::Protocol(format!("connection to {}: {e}", t.authority())))?;
-    let uri = format!("{}{}", t.path, path);
-    let uri = if uri.is_empty() { "/".to_owned() } else { uri };
-    let mut req = Request::builder()
-        .method(method)
-        .uri(&uri)
-        .body(Full::new(body))
-        .map_err(|e| CallError::Protocol(format!("bad request to {uri}: {e}")))?;
-    for (k, v) in headers {
-        req.headers_mut().append(k.clone(), v.clone());
-    }
-    if let Ok(host) = t.authority().parse() {
-        req.headers_mut().insert(header::HOST, host);
-    }
-    let resp = sender
-        .send_request(req)
-        .await
-        .map_err(|e| CallError::Protocol(format!("{} {uri}: {e}", t.authority())))?;
-    let (parts, mut body) = resp.into_parts();
-    let mut all = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let frame =
-            frame.map_err(|e| CallError::Protocol(format!("reading the answer of {uri}: {e}")))?;
-        if let Ok(data) = frame.into_data() {
-            sink(parts.status.as_u16(), &parts.headers, &data);
+        let t = &self.target;
+        let uri = format!("{}{}", t.path, path);
+        let uri = if uri.is_empty() { "/".to_owned() } else { uri };
+        let url = format!("http://{}{uri}", t.authority());
+        let mut resp = shared()
+            .request(method, &url)
+            .headers(headers.clone())
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.is_connect() {
+                    CallError::Connect(t.authority(), e)
+                } else {
+                    CallError::Protocol(format!("{} {uri}", t.authority()), e)
+                }
+            })?;
+        let status = resp.status().as_u16();
+        let mut all = Vec::new();
+        while let Some(data) = resp
+            .chunk()
+            .await
+            .map_err(|e| CallError::Protocol(format!("reading the answer of {uri}"), e))?
+        {
+            sink(status, resp.headers(), &data);
             all.extend_from_slice(&data);
         }
+        Ok(Answer {
+            status,
+            headers: std::mem::take(resp.headers_mut()),
+            body: Bytes::from(all),
+        })
     }
-    let body = Bytes::from(all);
-    Ok(Answer {
-        status: parts.status.as_u16(),
-        headers: parts.headers,
-        body,
-    })
 }
 
 #[cfg(test)]

@@ -357,8 +357,7 @@ pub fn proxy_error(status: StatusCode, code: &str, message: &str) -> Response {
 }
 
 fn store_error(e: &StoreError) -> Response {
-    let status =
-        StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = convo_runtime::error::status_of(e);
     proxy_error(status, e.kind().as_str(), &e.to_string())
 }
 

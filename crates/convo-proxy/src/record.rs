@@ -545,7 +545,7 @@ pub fn in_open_submission(
     };
     let node = tx
         .node(&head)?
-        .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+        .ok_or_else(|| StoreError::corrupt(format!("head {head} of `{branch}` is missing")))?;
     Ok(node.ctx.open)
 }
 

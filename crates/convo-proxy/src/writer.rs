@@ -183,7 +183,7 @@ fn ensure_branch(
 }
 
 fn poisoned() -> StoreError {
-    StoreError::Backend("the thread index lock was poisoned".into())
+    StoreError::backend("the thread index lock was poisoned")
 }
 
 /// Records `jobs` in one transaction; per job its last node and what it
@@ -376,6 +376,6 @@ fn record_one(
         .nodes
         .last()
         .cloned()
-        .ok_or_else(|| StoreError::Backend("nothing recorded".into()))?;
+        .ok_or_else(|| StoreError::backend("nothing recorded"))?;
     Ok((last, learnt))
 }

@@ -78,7 +78,7 @@ async fn chat_completions_on_postgresql() {
 async fn chat_completions_case(pg: bool) {
     let up = Upstream::start().await;
     let db = if pg {
-        match crate::common::off_rt(convo_store::testing::pg_database) {
+        match crate::common::off_rt(convo_testutil::pg_database) {
             Some(db) => Some(db),
             None => return,
         }

@@ -231,7 +231,7 @@ async fn concurrent_calls_on_one_timeline_on_postgresql() {
 
 async fn concurrent_case(pg: bool) {
     let db = if pg {
-        match off_rt(convo_store::testing::pg_database) {
+        match off_rt(convo_testutil::pg_database) {
             Some(db) => Some(db),
             None => return,
         }

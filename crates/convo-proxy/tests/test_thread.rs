@@ -50,7 +50,7 @@ async fn threading_on_postgresql() {
 async fn threading_case(pg: bool) {
     let up = Upstream::start().await;
     let db = if pg {
-        match off_rt(convo_store::testing::pg_database) {
+        match off_rt(convo_testutil::pg_database) {
             Some(db) => Some(db),
             None => return,
         }

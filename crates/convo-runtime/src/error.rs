@@ -10,7 +10,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use convo_api::ErrorDoc;
-use convo_store::StoreError;
+use convo_store::{ErrorKind, StoreError};
 
 /// Seconds a client should wait before retrying a `503`.
 pub const RETRY_AFTER_SECS: u32 = 1;
@@ -30,9 +30,23 @@ pub fn error_response(status: StatusCode, kind: &str, message: &str) -> Response
     doc_response(status, ErrorDoc::new(kind, message))
 }
 
+/// The HTTP status of each kind of error: the one table (the CLI maps the
+/// same kinds to exit codes). Besides these, only HTTP has `unauthorized`
+/// (401), `forbidden` (403) and `too_large` (413).
+pub fn status(kind: ErrorKind) -> StatusCode {
+    match kind {
+        ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
+        ErrorKind::Ambiguous => StatusCode::BAD_REQUEST,
+        ErrorKind::NotFound => StatusCode::NOT_FOUND,
+        ErrorKind::Refused => StatusCode::CONFLICT,
+        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorKind::Corrupt | ErrorKind::Failed => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// The HTTP status of a store error (from its kind).
 pub fn status_of(e: &StoreError) -> StatusCode {
-    StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    status(e.kind())
 }
 
 /// The error document of a store error.

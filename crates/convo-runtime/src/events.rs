@@ -78,7 +78,7 @@ impl Hub {
         std::thread::Builder::new()
             .name("convo-events".into())
             .spawn(move || h.run(conn, follower, poked))
-            .map_err(|e| convo_store::StoreError::Backend(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| convo_store::StoreError::backend(format!("cannot start a thread: {e}")))?;
         Ok(hub)
     }
 

@@ -79,7 +79,7 @@ impl StorePool {
         let inner = self.inner.clone();
         tokio::task::spawn_blocking(move || inner.with(f))
             .await
-            .map_err(|e| StoreError::Backend(format!("a store call did not finish: {e}")))?
+            .map_err(|e| StoreError::backend(format!("a store call did not finish: {e}")))?
     }
 
     /// Runs `f` with a store connection on the calling (blocking) thread.

@@ -103,7 +103,7 @@ impl Reconnecting {
         }
         self.store
             .as_mut()
-            .ok_or_else(|| StoreError::Backend("no store connection".into()))
+            .ok_or_else(|| StoreError::backend("no store connection"))
     }
 
     /// Runs `f` on the connection (opening it when there is none); drops

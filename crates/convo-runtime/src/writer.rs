@@ -112,14 +112,14 @@ impl<W: Work> Writer<W> {
                 std::thread::Builder::new()
                     .name(format!("{name}-checkpoint"))
                     .spawn(move || bg.run())
-                    .map_err(|e| StoreError::Backend(format!("cannot start a thread: {e}")))?;
+                    .map_err(|e| StoreError::backend(format!("cannot start a thread: {e}")))?;
             }
             Ok(())
         });
         std::thread::Builder::new()
             .name(name.into())
             .spawn(move || run(work, conn, hub, &rx))
-            .map_err(|e| StoreError::Backend(format!("cannot start a thread: {e}")))?;
+            .map_err(|e| StoreError::backend(format!("cannot start a thread: {e}")))?;
         Ok(Writer { tx, name })
     }
 
@@ -128,17 +128,17 @@ impl<W: Work> Writer<W> {
     pub async fn submit(&self, job: W::Job) -> Result<W::Done> {
         let (reply, answer) = tokio::sync::oneshot::channel();
         self.tx.send(Entry { job, reply }).map_err(|_| {
-            StoreError::Backend(format!("the writer thread {} has stopped", self.name))
+            StoreError::backend(format!("the writer thread {} has stopped", self.name))
         })?;
         answer.await.map_err(|_| {
-            StoreError::Backend(format!("the writer thread {} dropped a write", self.name))
+            StoreError::backend(format!("the writer thread {} dropped a write", self.name))
         })?
     }
 }
 
 /// The same error for each request of a batch (errors are not `Clone`).
 fn copy(e: &StoreError) -> StoreError {
-    StoreError::Backend(e.to_string())
+    StoreError::backend(e.to_string())
 }
 
 fn run<W: Work>(
@@ -183,12 +183,11 @@ fn run<W: Work>(
                 let n = replies.len();
                 for (i, reply) in replies.into_iter().enumerate() {
                     let err = if i + 1 == n {
-                        e.take()
-                            .unwrap_or_else(|| StoreError::Backend("lost".into()))
+                        e.take().unwrap_or_else(|| StoreError::backend("lost"))
                     } else {
                         e.as_ref()
                             .map(copy)
-                            .unwrap_or_else(|| StoreError::Backend("lost".into()))
+                            .unwrap_or_else(|| StoreError::backend("lost"))
                     };
                     let _ = reply.send(Err(err));
                 }
@@ -199,7 +198,7 @@ fn run<W: Work>(
                     let out = conn.run(|s| work.write(s, std::slice::from_ref(&job)));
                     let out = out.and_then(|mut v| {
                         v.pop()
-                            .ok_or_else(|| StoreError::Backend("nothing written".into()))
+                            .ok_or_else(|| StoreError::backend("nothing written"))
                     });
                     let _ = reply.send(out.map(|mut d| {
                         work.committed(&mut d);

@@ -73,8 +73,7 @@ impl ApiError {
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         ApiError {
-            status: StatusCode::from_u16(e.kind().http_status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            status: convo_runtime::error::status_of(&e),
             doc: ErrorDoc::from_store(&e),
         }
     }
@@ -503,7 +502,7 @@ pub(crate) fn node_with_payload(
     let n = s.node(p)?;
     let b = s
         .blob(&n.node.payload)?
-        .ok_or_else(|| StoreError::Corrupt(format!("payload of node {} is missing", n.hash)))?;
+        .ok_or_else(|| StoreError::corrupt(format!("payload of node {} is missing", n.hash)))?;
     Ok((n, b))
 }
 

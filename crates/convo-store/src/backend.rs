@@ -192,7 +192,7 @@ pub trait Tx {
         let head = match &b.head {
             None => None,
             Some(h) => Some(self.node(h)?.ok_or_else(|| {
-                crate::StoreError::Corrupt(format!("head {h} of `{}` is missing", b.name))
+                crate::StoreError::corrupt(format!("head {h} of `{}` is missing", b.name))
             })?),
         };
         Ok(Some((b, head)))

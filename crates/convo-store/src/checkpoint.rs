@@ -21,7 +21,7 @@
 //! ```
 
 use crate::backend::Tx;
-use crate::{Problem, Result, Store, StoreError};
+use crate::{Problem, ProblemKind, Result, Store, StoreError};
 use convo_core::{BranchName, Digest, Kind, Millis, NodeHash, SessionId, sha256};
 use ed25519_dalek::{Signature, Signer, SigningKey, VerifyingKey};
 use serde::{Deserialize, Serialize};
@@ -285,8 +285,9 @@ pub fn signing_key(seed: &[u8; 32]) -> SigningKey {
 }
 
 /// Problems `object: reason` found by comparing the store with a checkpoint.
-fn problem(out: &mut Vec<Problem>, object: String, reason: String) {
-    out.push(Problem { object, reason });
+/// Problems `object: reason` found by comparing the store with a checkpoint.
+fn problem(out: &mut Vec<Problem>, kind: ProblemKind, object: String, reason: String) {
+    out.push(Problem::new(kind, object, reason));
 }
 
 /// Whether `ancestor` is `from` or one of its ancestors (walked by parent,
@@ -465,7 +466,7 @@ impl Store {
                 let out = &mut out[i];
                 if count < cp.nodes || last < cp.cursor {
                     problem(
-                        out,
+                        out, ProblemKind::Truncated,
                         "store".into(),
                         format!(
                             "truncated: it holds {count} nodes up to follow number {last}, the checkpoint of {} saw {} up to {}",
@@ -476,7 +477,7 @@ impl Store {
                     );
                 } else if at[i].is_none_or(|(l, n)| l != *want_log || n != cp.nodes) {
                     problem(
-                        out,
+                        out, ProblemKind::Rewritten,
                         "store".into(),
                         format!(
                             "rewritten: nodes 1..={} no longer hash to the checkpoint's log: a node was removed, replaced or reordered",
@@ -486,12 +487,12 @@ impl Store {
                 }
                 match last_fact {
                     Some(n) if n < cp.facts => problem(
-                        out,
+                        out, ProblemKind::Truncated,
                         "fact journal".into(),
                         format!("truncated: {n} facts, the checkpoint saw {}", cp.facts),
                     ),
                     None if cp.facts > 0 => problem(
-                        out,
+                        out, ProblemKind::Truncated,
                         "fact journal".into(),
                         format!("truncated: no facts, the checkpoint saw {}", cp.facts),
                     ),
@@ -500,7 +501,7 @@ impl Store {
                             && fact_rows.get(&cp.facts).is_none_or(|h| hex::encode(h) != *want)
                         {
                             problem(
-                                out,
+                                out, ProblemKind::Rewritten,
                                 "fact journal".into(),
                                 format!("rewritten: fact {} is not the one the checkpoint saw", cp.facts),
                             );
@@ -516,7 +517,7 @@ impl Store {
                         None => {
                             proven.insert((*sid, name.clone(), *h));
                         }
-                        Some(reason) => problem(out, format!("branch {sid}/{name}"), reason),
+                        Some((kind, reason)) => problem(out, kind, format!("branch {sid}/{name}"), reason),
                     }
                 }
             }
@@ -534,10 +535,13 @@ fn check_head(
     name: &BranchName,
     h: &NodeHash,
     anchor: &mut std::collections::HashMap<(SessionId, BranchName), (NodeHash, u64)>,
-) -> Result<Option<String>> {
+) -> Result<Option<(ProblemKind, String)>> {
     let Some(then) = tx.node(h)? else {
-        return Ok(Some(format!(
-            "its head at the checkpoint, {h}, is no longer in the store: its history was truncated or rewritten"
+        return Ok(Some((
+            ProblemKind::Truncated,
+            format!(
+                "its head at the checkpoint, {h}, is no longer in the store: its history was truncated or rewritten"
+            ),
         )));
     };
     let key = (*sid, name.clone());
@@ -580,20 +584,30 @@ fn check_head(
         }
     }
     Ok(Some(match now.and_then(|b| b.head) {
-        None if now.is_none() => {
-            format!("deleted: the checkpoint saw it at {h}, no promote renamed it")
-        }
-        None => format!("rolled back: its head was {h} at the checkpoint and is now none"),
+        None if now.is_none() => (
+            ProblemKind::Truncated,
+            format!("deleted: the checkpoint saw it at {h}, no promote renamed it"),
+        ),
+        None => (
+            ProblemKind::Truncated,
+            format!("rolled back: its head was {h} at the checkpoint and is now none"),
+        ),
         Some(nh) => {
             if descends(tx, h, &nh, 0)? {
                 let d = tx.node(&nh)?.map_or(0, |n| n.ctx.depth);
-                format!(
-                    "rolled back: its head was {h} at the checkpoint and is now {nh}, {} node(s) earlier on the same chain",
-                    then.ctx.depth.saturating_sub(d)
+                (
+                    ProblemKind::Truncated,
+                    format!(
+                        "rolled back: its head was {h} at the checkpoint and is now {nh}, {} node(s) earlier on the same chain",
+                        then.ctx.depth.saturating_sub(d)
+                    ),
                 )
             } else {
-                format!(
-                    "rewritten: its head is {nh}, which does not descend from {h}, its head at the checkpoint"
+                (
+                    ProblemKind::Rewritten,
+                    format!(
+                        "rewritten: its head is {nh}, which does not descend from {h}, its head at the checkpoint"
+                    ),
                 )
             }
         }

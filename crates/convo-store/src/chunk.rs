@@ -102,7 +102,7 @@ fn encode(level: u8, entries: &[Entry]) -> Vec<u8> {
 }
 
 fn corrupt(why: String) -> StoreError {
-    StoreError::Corrupt(why)
+    StoreError::corrupt(why)
 }
 
 /// Decodes an index node or manifest: its level and entries.

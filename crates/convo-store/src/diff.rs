@@ -173,7 +173,7 @@ pub fn diff(store: &mut Store, session: &SessionId, a: &str, b: &str) -> Result<
             Some(i) => {
                 let stored = rows[ca[i]].0.clone();
                 let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
-                    StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
+                    StoreError::corrupt(format!("payload of node {} is missing", stored.hash))
                 })?;
                 Some(TimelineNode { stored, payload })
             }
@@ -516,7 +516,7 @@ pub fn payloads(
                 continue;
             }
             let p = payload_in(tx, &n.node.payload)?.ok_or_else(|| {
-                StoreError::Corrupt(format!("payload of node {} is missing", n.hash))
+                StoreError::corrupt(format!("payload of node {} is missing", n.hash))
             })?;
             out.insert(n.hash, p);
         }

@@ -1,14 +1,114 @@
 use convo_core::timeline::RuleError;
 
+/// A boxed error kept as the source of a [`StoreError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The detail of a [`StoreError`] that can come from another error (the
+/// engine's, the operating system's): the message shown, and the error it
+/// came from when there was one, kept for [`std::error::Error::source`].
+///
+/// It reads as the message (`Deref<Target = str>`, `Display`), and converts
+/// from a `String` or `&str`, so `StoreError::Corrupt("…".into())` and a
+/// `StoreError::Corrupt(m) if m.contains(…)` pattern both work.
+///
+/// ```
+/// use convo_store::{Cause, ErrorKind, StoreError};
+/// let io = std::io::Error::other("disk on fire");
+/// let e = StoreError::backend("cannot start a thread").because(io);
+/// assert_eq!(e.to_string(), "database error: cannot start a thread: disk on fire");
+/// assert_eq!(e.kind(), ErrorKind::Unavailable);
+/// assert!(std::error::Error::source(&e).is_some());
+/// let plain: Cause = "a blob has a negative length".into();
+/// assert!(plain.contains("negative"));
+/// ```
+#[derive(Debug)]
+pub struct Cause {
+    message: String,
+    source: Option<BoxError>,
+}
+
+impl Cause {
+    /// A message alone (the failure has no underlying error).
+    pub fn new(message: impl Into<String>) -> Self {
+        Cause {
+            message: message.into(),
+            source: None,
+        }
+    }
+    /// The message of `e`, keeping `e` as the source.
+    pub fn from_error(e: impl Into<BoxError>) -> Self {
+        let source = e.into();
+        Cause {
+            message: source.to_string(),
+            source: Some(source),
+        }
+    }
+    /// `context: e`, keeping `e` as the source.
+    pub fn with_context(context: impl std::fmt::Display, e: impl Into<BoxError>) -> Self {
+        let source = e.into();
+        Cause {
+            message: format!("{context}: {source}"),
+            source: Some(source),
+        }
+    }
+    /// Keeps `e` as the source, the message unchanged (it already says
+    /// what `e` says).
+    pub fn with_source(mut self, e: impl Into<BoxError>) -> Self {
+        self.source = Some(e.into());
+        self
+    }
+    /// The message shown.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// The message, owned.
+    pub fn into_message(self) -> String {
+        self.message
+    }
+    /// The error this came from, if any.
+    pub fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+impl std::fmt::Display for Cause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::ops::Deref for Cause {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.message
+    }
+}
+
+impl From<String> for Cause {
+    fn from(message: String) -> Self {
+        Cause::new(message)
+    }
+}
+
+impl From<&str> for Cause {
+    fn from(message: &str) -> Self {
+        Cause::new(message)
+    }
+}
+
 /// Everything a store operation can fail with. Each message says what went
-/// wrong and with which object; [`StoreError::hint`] says what to do.
-#[derive(Debug, thiserror::Error)]
+/// wrong and with which object; [`StoreError::kind`] says what kind of
+/// failure it is (each surface turns that into its exit code or status, and
+/// the CLI adds a hint). The engine's and the system's errors are kept as
+/// [`std::error::Error::source`]; the message already includes their text,
+/// so a report prints the message alone.
+#[derive(Debug)]
 pub enum StoreError {
     /// No session has that id, id prefix or title.
-    #[error("no session matches `{0}`")]
     NoSession(String),
     /// A prefix or title shared by several sessions.
-    #[error("`{query}` matches {count} sessions:{}", list_candidates(candidates, *count))]
     AmbiguousSession {
         /// What was asked for.
         query: String,
@@ -18,7 +118,6 @@ pub enum StoreError {
         candidates: Vec<String>,
     },
     /// The session has no such timeline.
-    #[error("session {session} has no branch `{branch}`")]
     NoBranch {
         /// The session.
         session: String,
@@ -26,7 +125,6 @@ pub enum StoreError {
         branch: String,
     },
     /// Fork or rename onto a name already used.
-    #[error("session {session} already has a branch `{branch}`")]
     BranchExists {
         /// The session.
         session: String,
@@ -34,7 +132,6 @@ pub enum StoreError {
         branch: String,
     },
     /// An append, state write or promote on a sealed timeline.
-    #[error("branch `{branch}` of session {session} is sealed and refuses new nodes")]
     Sealed {
         /// The session.
         session: String,
@@ -42,13 +139,10 @@ pub enum StoreError {
         branch: String,
     },
     /// `promote main`.
-    #[error("`main` is already the canonical timeline")]
     PromoteMain,
     /// No node has that hash or prefix.
-    #[error("no node matches `{0}`")]
     NoNode(String),
     /// A prefix shared by several nodes.
-    #[error("`{prefix}` matches {count} nodes")]
     AmbiguousNode {
         /// The prefix given.
         prefix: String,
@@ -56,7 +150,6 @@ pub enum StoreError {
         count: usize,
     },
     /// Fork from a node of another session.
-    #[error("node {node} belongs to session {owner}, not {session}")]
     WrongSession {
         /// The node.
         node: String,
@@ -66,29 +159,21 @@ pub enum StoreError {
         session: String,
     },
     /// A timeline rule (no open submission, bad sequence…).
-    #[error(transparent)]
-    Rule(#[from] RuleError),
+    Rule(RuleError),
     /// A state key, value or root problem.
-    #[error("state: {0}")]
     State(String),
     /// Invalid input (a bad id, name, or value).
-    #[error("{0}")]
     Invalid(String),
     /// Another writer held the store for too long.
-    #[error("the store stayed locked by another writer for {0} s")]
     Busy(u64),
     /// Lost the compare-and-swap race on a branch head more often than the retry bound.
-    #[error("branch head kept moving under concurrent writers ({0} attempts)")]
     Conflict(u32),
     /// Stored data that does not decode (edited behind convo's back).
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
+    Corrupt(Cause),
     /// The database itself is damaged (SQLite reports corruption, fails its
     /// integrity check, or its schema is not the one its version names).
-    #[error("the store is damaged: {0}")]
-    Damaged(String),
+    Damaged(Cause),
     /// The store's schema is newer than this convo.
-    #[error("the store has schema version {found}, newer than this convo knows ({known})")]
     SchemaTooNew {
         /// Version in the store.
         found: i64,
@@ -96,10 +181,8 @@ pub enum StoreError {
         known: i64,
     },
     /// A read found no store where one was expected (reads never create one).
-    #[error("no store at {0}")]
     NoStore(String),
     /// An existing file or database that is not a convo store; left untouched.
-    #[error("{path} is not a convo store: {reason}; it was left untouched")]
     NotAStore {
         /// The file.
         path: String,
@@ -107,30 +190,111 @@ pub enum StoreError {
         reason: String,
     },
     /// A store URL whose scheme no backend handles.
-    #[error(
-        "unknown store URL scheme `{scheme}` in `{url}`: supported are sqlite:///path/convo.db, sqlite::memory:, postgres://user@host/db (or postgresql://) and a plain file path"
-    )]
     UnknownScheme {
         /// The scheme given.
         scheme: String,
         /// The whole URL (password removed).
         url: String,
     },
-    /// A store URL this build cannot open.
-    #[error("cannot open store `{0}`: {1}")]
-    Url(String, String),
+    /// A store URL this build cannot open: the URL (password removed) and why.
+    Url(String, Cause),
     /// The database engine failed.
-    #[error("database error: {0}")]
-    Backend(String),
+    Backend(Cause),
 }
 
-/// What kind of failure a [`StoreError`] is: the one fact every surface
-/// maps to its own convention (the CLI to an exit code, the HTTP API to a
-/// status), so the two never disagree.
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::NoSession(q) => write!(f, "no session matches `{q}`"),
+            StoreError::AmbiguousSession {
+                query,
+                count,
+                candidates,
+            } => write!(
+                f,
+                "`{query}` matches {count} sessions:{}",
+                list_candidates(candidates, *count)
+            ),
+            StoreError::NoBranch { session, branch } => {
+                write!(f, "session {session} has no branch `{branch}`")
+            }
+            StoreError::BranchExists { session, branch } => {
+                write!(f, "session {session} already has a branch `{branch}`")
+            }
+            StoreError::Sealed { session, branch } => write!(
+                f,
+                "branch `{branch}` of session {session} is sealed and refuses new nodes"
+            ),
+            StoreError::PromoteMain => f.write_str("`main` is already the canonical timeline"),
+            StoreError::NoNode(p) => write!(f, "no node matches `{p}`"),
+            StoreError::AmbiguousNode { prefix, count } => {
+                write!(f, "`{prefix}` matches {count} nodes")
+            }
+            StoreError::WrongSession {
+                node,
+                owner,
+                session,
+            } => write!(f, "node {node} belongs to session {owner}, not {session}"),
+            StoreError::Rule(r) => std::fmt::Display::fmt(r, f),
+            StoreError::State(m) => write!(f, "state: {m}"),
+            StoreError::Invalid(m) => f.write_str(m),
+            StoreError::Busy(s) => {
+                write!(f, "the store stayed locked by another writer for {s} s")
+            }
+            StoreError::Conflict(n) => write!(
+                f,
+                "branch head kept moving under concurrent writers ({n} attempts)"
+            ),
+            StoreError::Corrupt(c) => write!(f, "stored data is corrupt: {c}"),
+            StoreError::Damaged(c) => write!(f, "the store is damaged: {c}"),
+            StoreError::SchemaTooNew { found, known } => write!(
+                f,
+                "the store has schema version {found}, newer than this convo knows ({known})"
+            ),
+            StoreError::NoStore(p) => write!(f, "no store at {p}"),
+            StoreError::NotAStore { path, reason } => {
+                write!(
+                    f,
+                    "{path} is not a convo store: {reason}; it was left untouched"
+                )
+            }
+            StoreError::UnknownScheme { scheme, url } => write!(
+                f,
+                "unknown store URL scheme `{scheme}` in `{url}`: supported are sqlite:///path/convo.db, sqlite::memory:, postgres://user@host/db (or postgresql://) and a plain file path"
+            ),
+            StoreError::Url(url, c) => write!(f, "cannot open store `{url}`: {c}"),
+            StoreError::Backend(c) => write!(f, "database error: {c}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Rule(r) => std::error::Error::source(r),
+            StoreError::Corrupt(c)
+            | StoreError::Damaged(c)
+            | StoreError::Url(_, c)
+            | StoreError::Backend(c) => c.source(),
+            _ => None,
+        }
+    }
+}
+
+impl From<RuleError> for StoreError {
+    fn from(e: RuleError) -> Self {
+        StoreError::Rule(e)
+    }
+}
+
+/// What kind of failure an error is: the one fact every surface maps to
+/// its own convention, in one place each (the CLI to an exit code and a
+/// hint in `convo-cli`'s `commands::error`, the HTTP API to a status in
+/// `convo_runtime::error::status`), so the two never disagree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorKind {
     /// The input is malformed or breaks a rule (bad name, bad value, a
-    /// timeline rule). CLI exit 2, HTTP 400 / 422.
+    /// timeline rule). CLI exit 2, HTTP 422.
     Invalid,
     /// Nothing matches the session, branch or node asked for. Exit 3, HTTP 404.
     NotFound,
@@ -144,31 +308,12 @@ pub enum ErrorKind {
     Unavailable,
     /// Stored data does not decode, or the schema is newer. Exit 5, HTTP 500.
     Corrupt,
+    /// Something outside the store failed: a file, a git repository and its
+    /// lock (`convo_git::Error`). Exit 2, HTTP 500.
+    Failed,
 }
 
 impl ErrorKind {
-    /// The process exit code the CLI uses for this kind.
-    pub fn exit_code(self) -> i32 {
-        match self {
-            ErrorKind::Invalid | ErrorKind::Ambiguous => 2,
-            ErrorKind::NotFound => 3,
-            ErrorKind::Refused => 4,
-            ErrorKind::Unavailable | ErrorKind::Corrupt => 5,
-        }
-    }
-
-    /// The HTTP status the API answers with for this kind.
-    pub fn http_status(self) -> u16 {
-        match self {
-            ErrorKind::Invalid => 422,
-            ErrorKind::Ambiguous => 400,
-            ErrorKind::NotFound => 404,
-            ErrorKind::Refused => 409,
-            ErrorKind::Unavailable => 503,
-            ErrorKind::Corrupt => 500,
-        }
-    }
-
     /// The lowercase name used in JSON error documents (`not_found`, …).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -178,11 +323,45 @@ impl ErrorKind {
             ErrorKind::Refused => "refused",
             ErrorKind::Unavailable => "unavailable",
             ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Failed => "failed",
         }
     }
 }
 
 impl StoreError {
+    /// The database engine failed: `message`, no underlying error (add one
+    /// with [`StoreError::because`]).
+    pub fn backend(message: impl Into<String>) -> Self {
+        StoreError::Backend(Cause::new(message))
+    }
+    /// The database engine failed with `e`, kept as the source.
+    pub fn backend_from(e: impl Into<BoxError>) -> Self {
+        StoreError::Backend(Cause::from_error(e))
+    }
+    /// Stored data does not decode: `message`.
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        StoreError::Corrupt(Cause::new(message))
+    }
+    /// The database itself is damaged: `message`.
+    pub fn damaged(message: impl Into<String>) -> Self {
+        StoreError::Damaged(Cause::new(message))
+    }
+    /// Adds `e` as the source of a [`Backend`](StoreError::Backend),
+    /// [`Corrupt`](StoreError::Corrupt), [`Damaged`](StoreError::Damaged)
+    /// or [`Url`](StoreError::Url) error, its text after the message
+    /// (`message: e`). Other variants have no source and are returned as
+    /// they are.
+    pub fn because(mut self, e: impl Into<BoxError>) -> Self {
+        if let StoreError::Backend(c)
+        | StoreError::Corrupt(c)
+        | StoreError::Damaged(c)
+        | StoreError::Url(_, c) = &mut self
+        {
+            *c = Cause::with_context(std::mem::take(&mut c.message), e);
+        }
+        self
+    }
+
     /// What kind of failure this is (see [`ErrorKind`]).
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -210,34 +389,6 @@ impl StoreError {
                 ErrorKind::Corrupt
             }
         }
-    }
-
-    /// What the user can do about it, when there is something to say.
-    pub fn hint(&self) -> Option<&'static str> {
-        Some(match self {
-            StoreError::NoSession(_) => "list sessions with `convo session list`",
-            StoreError::AmbiguousSession { .. } => {
-                "name the session by its full id (or more digits of it)"
-            }
-            StoreError::NoBranch { .. } => "list branches with `convo branch list SESSION`",
-            StoreError::BranchExists { .. } => "pick another branch name",
-            StoreError::Sealed { .. } => {
-                "sealed timelines are read-only; fork from one of its nodes to continue it"
-            }
-            StoreError::NoNode(_) => "see node hashes with `convo log SESSION`",
-            StoreError::AmbiguousNode { .. } => "give more digits of the hash",
-            StoreError::Busy(_) | StoreError::Conflict(_) => "retry the command",
-            StoreError::Corrupt(_) => "run `convo verify` for a full report",
-            StoreError::Damaged(_) => {
-                "run `convo verify` for a full report; restore the store from a backup, or copy what is readable with `convo migrate`"
-            }
-            StoreError::SchemaTooNew { .. } => "upgrade convo",
-            StoreError::NoStore(_) => {
-                "check --home / --store (or CONVO_HOME / CONVO_STORE); `convo init` creates a store"
-            }
-            StoreError::NotAStore { .. } => "point --store at a convo store or at a new file",
-            _ => return None,
-        })
     }
 
     /// Whether a write that failed with this error may simply be run again.

@@ -188,7 +188,7 @@ impl Store {
             out = Some(f(tx)?);
             Ok(())
         })?;
-        out.ok_or_else(|| StoreError::Backend("write finished without a result".into()))
+        out.ok_or_else(|| StoreError::backend("write finished without a result"))
     }
 
     /// Runs `f` in one read transaction.
@@ -198,7 +198,7 @@ impl Store {
             out = Some(f(tx)?);
             Ok(())
         })?;
-        out.ok_or_else(|| StoreError::Backend("read finished without a result".into()))
+        out.ok_or_else(|| StoreError::backend("read finished without a result"))
     }
 
     /// Runs `f` against a [`Ledger`] in one write transaction: everything
@@ -432,7 +432,7 @@ impl Store {
                         // A redacted payload previews as its tombstone.
                         None => {
                             let t = payload_in(tx, &n.stored.node.payload)?.ok_or_else(|| {
-                                StoreError::Corrupt(format!(
+                                StoreError::corrupt(format!(
                                     "payload of node {} is missing",
                                     n.stored.hash
                                 ))
@@ -558,7 +558,7 @@ impl Store {
                 .into_iter()
                 .map(|stored| {
                     let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
-                        StoreError::Corrupt(format!("payload of node {} is missing", stored.hash))
+                        StoreError::corrupt(format!("payload of node {} is missing", stored.hash))
                     })?;
                     Ok(TimelineNode { stored, payload })
                 })
@@ -586,7 +586,7 @@ impl Store {
             };
             payload_in(tx, &vh)?
                 .map(Some)
-                .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
+                .ok_or_else(|| StoreError::corrupt(format!("state value {vh} is missing")))
         })
     }
 
@@ -598,7 +598,7 @@ impl Store {
                 .into_iter()
                 .map(|(k, vh)| {
                     let v = payload_in(tx, &vh)?.ok_or_else(|| {
-                        StoreError::Corrupt(format!("state value {vh} is missing"))
+                        StoreError::corrupt(format!("state value {vh} is missing"))
                     })?;
                     Ok((String::from_utf8_lossy(&k).into_owned(), v))
                 })
@@ -802,7 +802,7 @@ impl Ledger<'_> {
             let k = keys
                 .iter()
                 .position(|(ks, kb)| ks == s && kb == name)
-                .ok_or_else(|| StoreError::Backend("a batch lost a branch".into()))?;
+                .ok_or_else(|| StoreError::backend("a batch lost a branch"))?;
             let mut nodes = Vec::with_capacity(drafts.len());
             for d in drafts.iter() {
                 let (b, ctx, _) = &mut open[k];
@@ -961,10 +961,10 @@ impl Ledger<'_> {
         tx.rename_branch(session, branch, &main, false)?;
         let head = b
             .head
-            .ok_or_else(|| StoreError::Corrupt(format!("branch `{branch}` has no head")))?;
+            .ok_or_else(|| StoreError::corrupt(format!("branch `{branch}` has no head")))?;
         let parent = tx
             .node(&head)?
-            .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+            .ok_or_else(|| StoreError::corrupt(format!("head {head} of `{branch}` is missing")))?;
         let event = TimelineEvent {
             branch: branch.clone(),
             sealed_as: Some(sealed_as.clone()),
@@ -1093,7 +1093,7 @@ impl Ledger<'_> {
         };
         payload_in(tx, &vh)?
             .map(Some)
-            .ok_or_else(|| StoreError::Corrupt(format!("state value {vh} is missing")))
+            .ok_or_else(|| StoreError::corrupt(format!("state value {vh} is missing")))
     }
 
     /// Every key of a state version, sorted, inside this transaction.
@@ -1206,12 +1206,12 @@ pub(crate) fn walk_chain(
     let mut cur = Some(head);
     while let Some(h) = cur {
         let &i = index.get(&h).ok_or_else(|| {
-            StoreError::Corrupt(format!("node {h} of session {session} is missing"))
+            StoreError::corrupt(format!("node {h} of session {session} is missing"))
         })?;
         chain.push(i);
         cur = row(i).1;
         if chain.len() > n {
-            return Err(StoreError::Corrupt(format!(
+            return Err(StoreError::corrupt(format!(
                 "node {head} has a parent cycle"
             )));
         }
@@ -1278,7 +1278,7 @@ fn chain_stretch(
         return Ok(Vec::new());
     }
     let corrupt = |h: &NodeHash| {
-        StoreError::Corrupt(format!(
+        StoreError::corrupt(format!(
             "node {h} of session {session} is missing or out of its depth"
         ))
     };
@@ -1340,9 +1340,9 @@ fn timeline_page_in(
     // node), so a page costs the same however long the timeline is.
     let head_node = tx
         .node(&head)?
-        .ok_or_else(|| StoreError::Corrupt(format!("head {head} of `{branch}` is missing")))?;
+        .ok_or_else(|| StoreError::corrupt(format!("head {head} of `{branch}` is missing")))?;
     let total = usize::try_from(head_node.ctx.depth)
-        .map_err(|_| StoreError::Corrupt(format!("node {head} has a depth out of range")))?;
+        .map_err(|_| StoreError::corrupt(format!("node {head} has a depth out of range")))?;
     let turns = head_node.ctx.turn;
     let offset = offset.unwrap_or(total.saturating_sub(limit));
     let end = offset.saturating_add(limit).min(total);
@@ -1357,15 +1357,15 @@ fn timeline_page_in(
             None => {
                 let stored = tx
                     .node(h)?
-                    .ok_or_else(|| StoreError::Corrupt(format!("node {h} is missing")))?;
+                    .ok_or_else(|| StoreError::corrupt(format!("node {h} is missing")))?;
                 let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
-                    StoreError::Corrupt(format!("payload of node {h} is missing"))
+                    StoreError::corrupt(format!("payload of node {h} is missing"))
                 })?;
                 (stored, payload)
             }
         };
         if stored.hash != *h || stored.node.session != *session {
-            return Err(StoreError::Corrupt(format!(
+            return Err(StoreError::corrupt(format!(
                 "node {h} of session {session} reads as another node"
             )));
         }

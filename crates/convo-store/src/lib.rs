@@ -23,7 +23,6 @@ mod redact;
 pub mod refs;
 pub mod search;
 pub mod sqlite;
-pub mod testing;
 pub mod topology;
 pub mod turns;
 mod verify;
@@ -32,11 +31,11 @@ pub use backend::{
     Backend, Background, BranchRow, FactRow, SessionRow, StoredNode, ThreadField, Tx,
 };
 pub use checkpoint::Checkpoint;
-pub use error::{ErrorKind, Result, StoreError};
+pub use error::{BoxError, Cause, ErrorKind, Result, StoreError};
 pub use follow::Follower;
 pub use ledger::{
     Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelineNode, TimelinePage, TurnView,
 };
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
-pub use verify::{Problem, VerifyProgress, VerifyReport};
+pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport};

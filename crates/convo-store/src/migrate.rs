@@ -38,25 +38,25 @@ pub fn migrate(
             }
             stx.scan_blobs(&mut |h, data| {
                 let h = convo_core::ContentHash::from_slice(h)
-                    .ok_or_else(|| StoreError::Corrupt("a blob address is not 32 bytes".into()))?;
+                    .ok_or_else(|| StoreError::corrupt("a blob address is not 32 bytes"))?;
                 let data = data
-                    .map_err(|why| StoreError::Corrupt(format!("payload {}: {why}", h.to_hex())))?;
+                    .map_err(|why| StoreError::corrupt(format!("payload {}: {why}", h.to_hex())))?;
                 ttx.put_blob(&h, data)?;
                 m.blobs += 1;
                 Ok(())
             })?;
             stx.scan_state_nodes(&mut |h, body| {
                 let h = convo_core::Digest::from_slice(h)
-                    .ok_or_else(|| StoreError::Corrupt("a state node address is not 32 bytes".into()))?;
+                    .ok_or_else(|| StoreError::corrupt("a state node address is not 32 bytes"))?;
                 ttx.put_state_node(&h, body)?;
                 m.state_nodes += 1;
                 Ok(())
             })?;
             stx.scan_nodes(&mut |row| {
-                let n = row.map_err(StoreError::Corrupt)?;
+                let n = row.map_err(StoreError::corrupt)?;
                 let seq = ttx.insert_node(&n.hash, &n.node, &n.ctx)?;
                 if seq != n.seq {
-                    return Err(StoreError::Corrupt(format!(
+                    return Err(StoreError::corrupt(format!(
                         "node {} has follow number {} in the source but {seq} in the target (the source has a gap)",
                         n.hash, n.seq
                     )));
@@ -74,16 +74,16 @@ pub fn migrate(
             // The target journalled its (no) sessions when it was created;
             // the source's journal replaces that, byte for byte.
             for f in stx.facts()? {
-                let f = f.map_err(StoreError::Corrupt)?;
+                let f = f.map_err(StoreError::corrupt)?;
                 let h = convo_core::Digest::from_slice(&f.hash)
-                    .ok_or_else(|| StoreError::Corrupt("a fact hash is not 32 bytes".into()))?;
+                    .ok_or_else(|| StoreError::corrupt("a fact hash is not 32 bytes"))?;
                 ttx.insert_fact(f.seq, &h, &f.body)?;
             }
             // Redacted payloads: their index rows point at facts just copied.
             for row in stx.redaction_rows()? {
-                let (digest, fact) = row.map_err(StoreError::Corrupt)?;
+                let (digest, fact) = row.map_err(StoreError::corrupt)?;
                 let h = convo_core::ContentHash::from_slice(&digest).ok_or_else(|| {
-                    StoreError::Corrupt("a redacted digest is not 32 bytes".into())
+                    StoreError::corrupt("a redacted digest is not 32 bytes")
                 })?;
                 ttx.insert_redaction(&h, fact)?;
             }

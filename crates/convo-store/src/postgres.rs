@@ -98,7 +98,7 @@ fn db(e: tokio_postgres::Error) -> StoreError {
         {
             StoreError::Busy(RETRY_BUDGET.as_secs())
         }
-        _ => StoreError::Backend(describe(&e)),
+        _ => StoreError::Backend(crate::Cause::new(describe(&e)).with_source(e)),
     }
 }
 
@@ -138,7 +138,7 @@ pub fn describe(e: &tokio_postgres::Error) -> String {
 }
 
 fn corrupt(what: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(what.to_string())
+    StoreError::corrupt(what.to_string())
 }
 
 impl Conn {
@@ -212,7 +212,7 @@ impl Conn {
         self.statements
             .get(sql)
             .cloned()
-            .ok_or_else(|| StoreError::Backend(format!("statement not prepared: {sql}")))
+            .ok_or_else(|| StoreError::backend(format!("statement not prepared: {sql}")))
     }
 }
 
@@ -248,7 +248,7 @@ impl Postgres {
     /// (nothing is created); pending migrations are applied either way.
     /// Connection errors carry the server's message and SQLSTATE.
     pub fn connect_as(url: &str, access: crate::Access) -> Result<Self> {
-        let conn = Conn::open(url).map_err(|e| StoreError::Url(redact(url), e))?;
+        let conn = Conn::open(url).map_err(|e| StoreError::Url(redact(url), e.into()))?;
         let mut me = Postgres {
             conn,
             listening: false,
@@ -417,8 +417,8 @@ impl Backend for Postgres {
                 while notes.try_recv().is_ok() {}
                 Ok(())
             }
-            Ok(None) => Err(StoreError::Backend(
-                "the connection to PostgreSQL was closed".into(),
+            Ok(None) => Err(StoreError::backend(
+                "the connection to PostgreSQL was closed",
             )),
             Err(_) => Ok(()),
         }
@@ -502,7 +502,7 @@ impl<'c> PgTx<'c> {
     /// first time) and then `read`, in one pipeline; returns `read`'s rows.
     fn send(&mut self, read: Option<(&str, &Params<'_>)>) -> Result<Vec<Row>> {
         if let Some(why) = &self.failed {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::backend(format!(
                 "the transaction was aborted: {why}"
             )));
         }
@@ -582,7 +582,7 @@ impl<'c> PgTx<'c> {
                 (_, Some(st)) => {
                     Box::pin(async move { client.execute(st, p).await.map(|_| Out::Done) })
                 }
-                (_, None) => return Err(StoreError::Backend("statement not prepared".into())),
+                (_, None) => return Err(StoreError::backend("statement not prepared")),
             });
         }
         if let (Some((_, p)), Some(st)) = (read, &read_st) {
@@ -655,7 +655,7 @@ impl<'c> PgTx<'c> {
 
     fn commit(&mut self) -> Result<()> {
         if let Some(why) = &self.failed {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::backend(format!(
                 "the transaction was aborted: {why}"
             )));
         }
@@ -1112,7 +1112,7 @@ impl Tx for PgTx<'_> {
         }
         let seq = self
             .next_seq
-            .ok_or_else(|| StoreError::Backend("no follow number outside a write".into()))?;
+            .ok_or_else(|| StoreError::backend("no follow number outside a write"))?;
         let ev = n.event.as_ref();
         let opt = |h: Option<&Digest>| h.map(|h| h.0.to_vec());
         self.defer(
@@ -1297,8 +1297,7 @@ impl Tx for PgTx<'_> {
             .transpose()
             .map_err(db)?
             .unwrap_or(0);
-        u64::try_from(v)
-            .map_err(|_| StoreError::Corrupt("a stored follow number is negative".into()))
+        u64::try_from(v).map_err(|_| StoreError::corrupt("a stored follow number is negative"))
     }
 
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()> {
@@ -1431,7 +1430,7 @@ impl Tx for PgTx<'_> {
         for (h, manifest) in chunked {
             match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
                 Ok(bytes) => f(&h, Ok(&bytes))?,
-                Err(StoreError::Corrupt(why)) => f(&h, Err(why))?,
+                Err(StoreError::Corrupt(why)) => f(&h, Err(why.into_message()))?,
                 Err(e) => return Err(e),
             }
         }

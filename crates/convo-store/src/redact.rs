@@ -132,7 +132,7 @@ impl Store {
             )?;
             let (seq, _) = tx
                 .last_fact()?
-                .ok_or_else(|| StoreError::Backend("the redaction fact was not written".into()))?;
+                .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
             tx.insert_redaction(payload, seq)?;
             tx.delete_blob(payload)?;
             tx.search_forget(payload)?;

@@ -130,7 +130,7 @@ pub fn resolve_ref_in(tx: &mut dyn Tx, session: &SessionId, text: &str) -> Resul
                 .into_iter()
                 .nth(turn.end - 1)
                 .map(|n| n.stored)
-                .ok_or_else(|| StoreError::Corrupt(format!("turn {} has no nodes", turn.number)))?
+                .ok_or_else(|| StoreError::corrupt(format!("turn {} has no nodes", turn.number)))?
         }
     };
     let mut node = at_turn;
@@ -142,7 +142,7 @@ pub fn resolve_ref_in(tx: &mut dyn Tx, session: &SessionId, text: &str) -> Resul
             ))
         })?;
         node = tx.node(&parent)?.ok_or_else(|| {
-            StoreError::Corrupt(format!("parent {parent} of {} is missing", node.hash))
+            StoreError::corrupt(format!("parent {parent} of {} is missing", node.hash))
         })?;
     }
     Ok(node)
@@ -156,7 +156,7 @@ fn head_of(
     let h =
         head.ok_or_else(|| StoreError::NoNode(format!("{name} (the branch has no nodes yet)")))?;
     tx.node(&h)?
-        .ok_or_else(|| StoreError::Corrupt(format!("head {h} of `{name}` is missing")))
+        .ok_or_else(|| StoreError::corrupt(format!("head {h} of `{name}` is missing")))
 }
 
 fn base_node(tx: &mut dyn Tx, session: &SessionId, base: &str, text: &str) -> Result<StoredNode> {

@@ -8,7 +8,7 @@
 //! `migrations/sqlite/` and are tracked with `PRAGMA user_version`.
 
 use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
-use crate::{Result, StoreError};
+use crate::{Cause, Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
     BranchName, ContentHash, Digest, HashPrefix, Node, NodeHash, SessionId, StateRoot,
@@ -91,7 +91,7 @@ fn db(e: rusqlite::Error) -> StoreError {
             | rusqlite::Error::InvalidColumnType(..)
             | rusqlite::Error::IntegralValueOutOfRange(..)
     ) {
-        return StoreError::Corrupt(e.to_string());
+        return StoreError::Corrupt(Cause::from_error(e));
     }
     if is_busy(&e) {
         return StoreError::Busy(BUSY_BUDGET.as_secs());
@@ -100,9 +100,9 @@ fn db(e: rusqlite::Error) -> StoreError {
         e.sqlite_error_code(),
         Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
     ) {
-        return StoreError::Damaged(e.to_string());
+        return StoreError::Damaged(Cause::from_error(e));
     }
-    StoreError::Backend(e.to_string())
+    StoreError::backend_from(e)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -138,7 +138,7 @@ fn parse_url(url: &str) -> Result<(Option<&str>, bool)> {
             other => {
                 return Err(StoreError::Url(
                     url.to_owned(),
-                    format!("unknown option `{other}`"),
+                    format!("unknown option `{other}`").into(),
                 ));
             }
         }
@@ -182,7 +182,8 @@ fn percent_encode_path(path: &Path) -> String {
 /// can write next to.
 fn open_read_only(path: &Path) -> Result<Connection> {
     use rusqlite::OpenFlags;
-    let url_err = |e: rusqlite::Error| StoreError::Url(path.display().to_string(), e.to_string());
+    let url_err =
+        |e: rusqlite::Error| StoreError::Url(path.display().to_string(), Cause::from_error(e));
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(path, flags).map_err(url_err)?;
     match conn.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)) {
@@ -207,7 +208,8 @@ fn open_read_only(path: &Path) -> Result<Connection> {
                          somewhere writable",
                         std::path::Path::new(&wal).display(),
                         path.display()
-                    ),
+                    )
+                    .into(),
                 ));
             }
             let uri = format!("file:{}?immutable=1", percent_encode_path(path));
@@ -305,7 +307,7 @@ impl Sqlite {
         let meta = match std::fs::metadata(path) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(StoreError::Url(shown(), e.to_string())),
+            Err(e) => return Err(StoreError::Url(shown(), Cause::from_error(e))),
         };
         if meta.as_ref().is_some_and(|m| m.is_dir()) {
             return Err(StoreError::NotAStore {
@@ -342,10 +344,14 @@ impl Sqlite {
             && let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
         {
             std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Url(shown(), format!("cannot create {}: {e}", dir.display()))
+                StoreError::Url(
+                    shown(),
+                    Cause::with_context(format!("cannot create {}", dir.display()), e),
+                )
             })?;
         }
-        let conn = Connection::open(path).map_err(|e| StoreError::Url(shown(), e.to_string()))?;
+        let conn =
+            Connection::open(path).map_err(|e| StoreError::Url(shown(), Cause::from_error(e)))?;
         Self::init(conn, full_sync, Some(path.to_owned()))
     }
 
@@ -432,7 +438,7 @@ impl Sqlite {
                 .map_err(db)?;
         }
         if let Some(why) = schema_mismatch(&tx, version)? {
-            return Err(StoreError::Damaged(why));
+            return Err(StoreError::damaged(why));
         }
         for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
             tx.execute_batch(sql).map_err(db)?;
@@ -456,7 +462,7 @@ impl Sqlite {
             let marker = damaged_marker(p);
             if marker.exists() {
                 let why = std::fs::read_to_string(&marker).unwrap_or_default();
-                return Err(StoreError::Damaged(format!(
+                return Err(StoreError::damaged(format!(
                     "{} failed SQLite's integrity check, so it refuses writes ({}; remove {} once it is repaired)",
                     p.display(),
                     why.lines().next().unwrap_or("see `convo verify`"),
@@ -1393,8 +1399,7 @@ impl Tx for SqliteTx<'_> {
             .tx
             .query_row("SELECT COALESCE(MAX(seq), 0) FROM nodes", [], |r| r.get(0))
             .map_err(db)?;
-        u64::try_from(v)
-            .map_err(|_| StoreError::Corrupt("a stored follow number is negative".into()))
+        u64::try_from(v).map_err(|_| StoreError::corrupt("a stored follow number is negative"))
     }
 
     fn scan_nodes(&mut self, f: &mut crate::backend::NodeVisitor<'_>) -> Result<()> {
@@ -1511,7 +1516,7 @@ impl Tx for SqliteTx<'_> {
                 continue;
             };
             let len = u64::try_from(len)
-                .map_err(|_| StoreError::Corrupt("a blob has a negative length".into()))?;
+                .map_err(|_| StoreError::corrupt("a blob has a negative length"))?;
             let take = usize::try_from(len).unwrap_or(usize::MAX).min(max);
             let mut buf = vec![0u8; take];
             self.tx
@@ -1575,7 +1580,7 @@ impl Tx for SqliteTx<'_> {
         for (h, manifest) in chunked {
             match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
                 Ok(bytes) => f(&h, Ok(&bytes))?,
-                Err(StoreError::Corrupt(why)) => f(&h, Err(why))?,
+                Err(StoreError::Corrupt(why)) => f(&h, Err(why.into_message()))?,
                 Err(e) => return Err(e),
             }
         }
@@ -1589,7 +1594,7 @@ impl Tx for SqliteTx<'_> {
             .optional()
             .map_err(db)?;
         if let Some(h) = off {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::backend(format!(
                 "chunk {}: its lookup key (chunks.k) is not the start of its hash, \
                  so lookups by hash miss it",
                 hex::encode(h)
@@ -1607,7 +1612,7 @@ impl Tx for SqliteTx<'_> {
             .optional()
             .map_err(db)?;
         if let Some(h) = off {
-            return Err(StoreError::Backend(format!(
+            return Err(StoreError::backend(format!(
                 "blob {}: its lookup key (blobs.k) is not the start of its hash, \
                  so lookups by hash miss it",
                 hex::encode(h)

@@ -58,12 +58,12 @@ pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode
             let mut cur = b.head;
             while let Some(h) = cur {
                 let &i = index.get(&h).ok_or_else(|| {
-                    StoreError::Corrupt(format!("node {h} on `{}` is missing", b.name))
+                    StoreError::corrupt(format!("node {h} on `{}` is missing", b.name))
                 })?;
                 chain.push(i);
                 cur = rows[i].0.node.parent;
                 if chain.len() > rows.len() {
-                    return Err(StoreError::Corrupt(format!(
+                    return Err(StoreError::corrupt(format!(
                         "branch `{}` has a parent cycle",
                         b.name
                     )));

@@ -14,13 +14,61 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 /// The object of problems the database engine itself finds.
 pub(crate) const DATABASE: &str = "database";
 
+/// What kind of thing is wrong: what a program (or a test) matches on,
+/// never the English of [`Problem::reason`]. `verify --json` shows it as
+/// `kind` (`hash`, `missing`, …).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// Bytes or fields do not hash to their stored hash or address.
+    Hash,
+    /// Something referenced is not stored: a payload, a parent, a state
+    /// value, a row, nodes whose follow numbers were skipped.
+    Missing,
+    /// A row that does not decode (or an address of the wrong length).
+    Undecodable,
+    /// A node breaks a timeline rule: its shape, its place on its timeline,
+    /// an append to a sealed timeline, a timeline created twice.
+    Rule,
+    /// A row or an index disagrees with what the nodes and the journal
+    /// record (edited, added or moved by hand).
+    Mismatch,
+    /// The fact journal is not one unbroken chain: facts removed, cut,
+    /// reordered or repeated.
+    Journal,
+    /// Part of the store could not be read, or the database engine's own
+    /// check found damage.
+    Database,
+    /// Against a checkpoint: history it saw is gone (fewer nodes or facts, a
+    /// timeline deleted or rolled back).
+    Truncated,
+    /// Against a checkpoint: history it saw was replaced or reordered.
+    Rewritten,
+    /// A checkpoint that cannot be used: unreadable, forged, signed by a key
+    /// that is not trusted, or not comparable with the store.
+    Checkpoint,
+}
+
 /// One thing found wrong.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Problem {
+    /// What kind of thing is wrong.
+    pub kind: ProblemKind,
     /// What is broken: `node <hash>`, `branch <session>/<name>`, `payload <hash>`, `state <root>`.
     pub object: String,
-    /// Why.
+    /// Why, in words.
     pub reason: String,
+}
+
+impl Problem {
+    /// A problem of `kind` with `object`.
+    pub fn new(kind: ProblemKind, object: impl Into<String>, reason: impl Into<String>) -> Self {
+        Problem {
+            kind,
+            object: object.into(),
+            reason: reason.into(),
+        }
+    }
 }
 
 /// What `verify` checked and found.
@@ -51,11 +99,8 @@ impl VerifyReport {
     pub fn is_clean(&self) -> bool {
         self.problems.is_empty()
     }
-    fn problem(&mut self, object: String, reason: impl Into<String>) {
-        self.problems.push(Problem {
-            object,
-            reason: reason.into(),
-        });
+    fn problem(&mut self, kind: ProblemKind, object: String, reason: impl Into<String>) {
+        self.problems.push(Problem::new(kind, object, reason));
     }
 }
 
@@ -120,7 +165,7 @@ struct Checker<'a> {
     seen: DigestMap<NodeHash, Seen>,
     roots: DigestSet<StateRoot>,
     orphans: &'a mut std::collections::BTreeSet<SessionId>,
-    problems: Vec<(NodeHash, String)>,
+    problems: Vec<(NodeHash, ProblemKind, String)>,
     undecodable: Vec<String>,
     /// The session index's runs (SQLite), ordered, and the one reached.
     runs: Option<&'a [SessionRun]>,
@@ -131,7 +176,7 @@ struct Checker<'a> {
     derived: HashMap<SessionId, DSession>,
     state_facts: &'a [StateFact],
     fact: usize,
-    fact_problems: Vec<(u64, SessionId, String)>,
+    fact_problems: Vec<(u64, ProblemKind, SessionId, String)>,
     /// Sessions with a node problem already reported: their rows are not
     /// compared with the derived timelines (that would blame the same edit
     /// again under other names).
@@ -155,6 +200,7 @@ impl Checker<'_> {
                 if ds.branches.contains_key(&f.branch) {
                     self.fact_problems.push((
                         f.seq,
+                        ProblemKind::Rule,
                         f.session,
                         format!("it creates {}/{}, which exists then", f.session, f.branch),
                     ));
@@ -173,7 +219,7 @@ impl Checker<'_> {
             match ds.branches.get_mut(&f.branch) {
                 Some(b) => b.state = f.root,
                 None => self.fact_problems.push((
-                    f.seq,
+                    f.seq, ProblemKind::Rule,
                     f.session,
                     format!(
                         "it sets the working state of {}/{}, a timeline that does not exist after node {}",
@@ -196,9 +242,9 @@ impl Checker<'_> {
             .derived
             .entry(node.session)
             .or_insert_with(DSession::new);
-        let mut bad = |why: String| {
+        let mut bad = |kind: ProblemKind, why: String| {
             if !quiet {
-                self.problems.push((s.hash, why));
+                self.problems.push((s.hash, kind, why));
             }
         };
         // The timeline the node's parent heads.
@@ -223,10 +269,13 @@ impl Checker<'_> {
         match (node.kind, &node.event) {
             (Kind::Fork, Some(ev)) => {
                 if ds.branches.contains_key(&ev.branch) {
-                    bad(format!(
-                        "it creates timeline `{}`, which already exists then",
-                        ev.branch
-                    ));
+                    bad(
+                        ProblemKind::Rule,
+                        format!(
+                            "it creates timeline `{}`, which already exists then",
+                            ev.branch
+                        ),
+                    );
                     self.tainted.insert(s.hash);
                     return;
                 }
@@ -246,10 +295,13 @@ impl Checker<'_> {
                     && ds.branches.get(&ev.branch).is_some_and(|b| !b.sealed)
                     && !ds.branches.contains_key(&sealed_as);
                 if !ok {
-                    bad(format!(
-                        "it promotes `{}` and seals `main` as `{sealed_as}`, but its parent is not the head of an open `{}` then, or `{sealed_as}` exists",
-                        ev.branch, ev.branch
-                    ));
+                    bad(
+                        ProblemKind::Rule,
+                        format!(
+                            "it promotes `{}` and seals `main` as `{sealed_as}`, but its parent is not the head of an open `{}` then, or `{sealed_as}` exists",
+                            ev.branch, ev.branch
+                        ),
+                    );
                     self.tainted.insert(s.hash);
                     return;
                 }
@@ -275,13 +327,19 @@ impl Checker<'_> {
             _ => {
                 let Some(name) = on else {
                     match node.parent {
-                        Some(p) => bad(format!(
-                            "its parent {p} is not the head of any timeline when it is appended: a second child on one timeline, placed by hand"
-                        )),
-                        None => bad(format!(
-                            "it is a second first node of session {}: no timeline was empty",
-                            node.session
-                        )),
+                        Some(p) => bad(
+                            ProblemKind::Rule,
+                            format!(
+                                "its parent {p} is not the head of any timeline when it is appended: a second child on one timeline, placed by hand"
+                            ),
+                        ),
+                        None => bad(
+                            ProblemKind::Rule,
+                            format!(
+                                "it is a second first node of session {}: no timeline was empty",
+                                node.session
+                            ),
+                        ),
                     }
                     self.tainted.insert(s.hash);
                     return;
@@ -290,7 +348,10 @@ impl Checker<'_> {
                     return;
                 };
                 if b.sealed {
-                    bad(format!("it was appended to the sealed timeline `{name}`"));
+                    bad(
+                        ProblemKind::Rule,
+                        format!("it was appended to the sealed timeline `{name}`"),
+                    );
                 }
                 if let Some(h) = b.head {
                     ds.by_head.remove(&h);
@@ -319,7 +380,7 @@ impl Checker<'_> {
         self.apply_facts(Some(s.seq));
         let before = self.problems.len();
         let problems = &mut self.problems;
-        let mut bad = |why: String| problems.push((s.hash, why));
+        let mut bad = |kind: ProblemKind, why: String| problems.push((s.hash, kind, why));
         let node = &s.node;
         if let Some(runs) = self.runs {
             while runs.get(self.run).is_some_and(|r| r.last < s.seq) {
@@ -327,44 +388,55 @@ impl Checker<'_> {
             }
             match runs.get(self.run) {
                 Some(r) if r.first <= s.seq && r.session == node.session => {}
-                _ => bad(format!(
-                    "the session index does not list it (seq {}) under session {}, so its timeline would not show it",
-                    s.seq, node.session
-                )),
+                _ => bad(
+                    ProblemKind::Mismatch,
+                    format!(
+                        "the session index does not list it (seq {}) under session {}, so its timeline would not show it",
+                        s.seq, node.session
+                    ),
+                ),
             }
         }
         let recomputed = node.hash();
         if recomputed != s.hash {
-            bad(format!(
-                "its fields hash to {recomputed}, not to its stored hash"
-            ));
+            bad(
+                ProblemKind::Hash,
+                format!("its fields hash to {recomputed}, not to its stored hash"),
+            );
         }
         if let Err(e) = node.check_shape() {
-            bad(e.to_string());
+            bad(ProblemKind::Rule, e.to_string());
         }
         match self.blobs.get(&node.payload) {
             None if self.redacted.contains_key(&node.payload) => {}
-            None => bad(format!(
-                "its payload {} is missing or corrupt",
-                node.payload
-            )),
-            Some(&len) if len != node.payload_len => bad(format!(
-                "its payload is {len} bytes, the node says {}",
-                node.payload_len
-            )),
+            None => bad(
+                ProblemKind::Missing,
+                format!("its payload {} is missing or corrupt", node.payload),
+            ),
+            Some(&len) if len != node.payload_len => bad(
+                ProblemKind::Mismatch,
+                format!(
+                    "its payload is {len} bytes, the node says {}",
+                    node.payload_len
+                ),
+            ),
             Some(_) => {}
         }
         let parent_ctx = match node.parent {
             None => Some(Context::genesis()),
             Some(p) => match self.seen.get(&p) {
                 None => {
-                    bad(format!(
-                        "its parent {p} is missing (or was appended after it)"
-                    ));
+                    bad(
+                        ProblemKind::Missing,
+                        format!("its parent {p} is missing (or was appended after it)"),
+                    );
                     None
                 }
                 Some(ps) if ps.session != node.session => {
-                    bad(format!("its parent {p} belongs to session {}", ps.session));
+                    bad(
+                        ProblemKind::Rule,
+                        format!("its parent {p} belongs to session {}", ps.session),
+                    );
                     None
                 }
                 Some(ps) => Some(ps.ctx),
@@ -374,10 +446,10 @@ impl Checker<'_> {
             match node.kind {
                 Kind::Fork | Kind::Promote => {
                     if node.submission.is_some() || node.sequence.is_some() {
-                        bad(format!(
-                            "a {} node carries a submission or sequence",
-                            node.kind
-                        ));
+                        bad(
+                            ProblemKind::Rule,
+                            format!("a {} node carries a submission or sequence", node.kind),
+                        );
                     }
                 }
                 k => {
@@ -387,9 +459,10 @@ impl Checker<'_> {
                         None
                     };
                     match pc.place(k, &node.session, &node.payload, asked) {
-                        Err(e) => bad(format!("it breaks a timeline rule: {e}")),
+                        Err(e) => bad(ProblemKind::Rule, format!("it breaks a timeline rule: {e}")),
                         Ok(p) if p.submission != node.submission || p.sequence != node.sequence => {
                             bad(
+                                ProblemKind::Rule,
                                 "its submission or sequence is not the one its timeline gives"
                                     .into(),
                             )
@@ -400,7 +473,7 @@ impl Checker<'_> {
             }
             let expect = pc.after(node);
             if expect != s.ctx {
-                bad("its stored context (depth, turn number, submission, state in effect) does not follow from its parent".into());
+                bad(ProblemKind::Mismatch, "its stored context (depth, turn number, submission, state in effect) does not follow from its parent".into());
             }
         }
         let quiet = self.problems.len() > before;
@@ -426,8 +499,11 @@ impl Checker<'_> {
             },
         );
         if earlier.is_some() {
-            self.problems
-                .push((s.hash, "another node row holds the same hash".into()));
+            self.problems.push((
+                s.hash,
+                ProblemKind::Mismatch,
+                "another node row holds the same hash".into(),
+            ));
         }
     }
 }
@@ -445,7 +521,11 @@ fn or_problem<T>(r: &mut VerifyReport, what: &str, res: Result<T>) -> Result<Opt
             } else {
                 what
             };
-            r.problem(object.to_owned(), format!("reading {what} stopped: {e}"));
+            r.problem(
+                ProblemKind::Database,
+                object.to_owned(),
+                format!("reading {what} stopped: {e}"),
+            );
             Ok(None)
         }
     }
@@ -476,7 +556,7 @@ fn check_facts(
         let f = match row {
             Ok(f) => f,
             Err(why) => {
-                r.problem("fact row".to_owned(), why);
+                r.problem(ProblemKind::Undecodable, "fact row".to_owned(), why);
                 continue;
             }
         };
@@ -484,6 +564,7 @@ fn check_facts(
         let object = format!("fact {}", f.seq);
         if f.seq != expect {
             r.problem(
+                ProblemKind::Journal,
                 object.clone(),
                 format!(
                     "the journal jumps from fact {} to fact {}: facts were removed",
@@ -496,6 +577,7 @@ fn check_facts(
         let actual = convo_core::sha256(&f.body);
         if actual.0.as_slice() != f.hash.as_slice() {
             r.problem(
+                ProblemKind::Hash,
                 object.clone(),
                 format!("its bytes hash to {actual}, not to its stored hash"),
             );
@@ -503,19 +585,25 @@ fn check_facts(
         let rec = match FactRecord::decode(&f.body) {
             Ok(rec) => rec,
             Err(why) => {
-                r.problem(object, format!("it does not decode: {why}"));
+                r.problem(
+                    ProblemKind::Undecodable,
+                    object,
+                    format!("it does not decode: {why}"),
+                );
                 prev = Some(actual);
                 continue;
             }
         };
         if rec.prev != prev {
             r.problem(
+                ProblemKind::Journal,
                 object.clone(),
                 "it does not name the fact before it: the journal was cut or reordered".to_owned(),
             );
         }
         if rec.after < after {
             r.problem(
+                ProblemKind::Journal,
                 object.clone(),
                 format!(
                     "it was written after node {}, before the fact before it (after node {after})",
@@ -545,7 +633,11 @@ fn check_facts(
                     Some((_, old))
                         if old.agent != row.agent || old.created_at != row.created_at =>
                     {
-                        r.problem(object, format!("it creates session {id} a second time"));
+                        r.problem(
+                            ProblemKind::Journal,
+                            object,
+                            format!("it creates session {id} a second time"),
+                        );
                     }
                     _ => {
                         j.sessions.insert(id, (f.seq, row));
@@ -575,6 +667,7 @@ fn check_facts(
             Fact::Redaction { payload, .. } => {
                 if let Some(first) = j.redacted.get(&payload) {
                     r.problem(
+                        ProblemKind::Journal,
                         object,
                         format!(
                             "it redacts payload {payload}, which fact {first} already redacted"
@@ -603,6 +696,7 @@ fn check_redactions(
     for (h, seq) in &sorted {
         if blobs.contains_key(h) {
             r.problem(
+                ProblemKind::Mismatch,
                 format!("blob {}", h.to_hex()),
                 format!("fact {seq} redacted it, but its bytes are still stored"),
             );
@@ -612,9 +706,10 @@ fn check_redactions(
     let mut indexed: DigestMap<ContentHash, u64> = DigestMap::default();
     for row in rows {
         match row {
-            Err(why) => r.problem("redaction index".to_owned(), why),
+            Err(why) => r.problem(ProblemKind::Undecodable, "redaction index".to_owned(), why),
             Ok((h, seq)) => match ContentHash::from_slice(&h) {
                 None => r.problem(
+                    ProblemKind::Undecodable,
                     "redaction index".to_owned(),
                     format!("digest {} is not 32 bytes", hex::encode(&h)),
                 ),
@@ -623,10 +718,12 @@ fn check_redactions(
                         indexed.insert(h, seq);
                     }
                     Some(&want) => r.problem(
+                        ProblemKind::Mismatch,
                         format!("redaction {}", h.to_hex()),
                         format!("the index names fact {seq}, but fact {want} redacted it"),
                     ),
                     None => r.problem(
+                        ProblemKind::Mismatch,
                         format!("redaction {}", h.to_hex()),
                         format!(
                             "the index lists it (fact {seq}), but no fact of the journal redacts it"
@@ -638,7 +735,7 @@ fn check_redactions(
     }
     for (h, seq) in sorted {
         if !indexed.contains_key(h) {
-            r.problem(
+            r.problem(ProblemKind::Missing,
                 format!("redaction {}", h.to_hex()),
                 format!(
                     "fact {seq} redacted it, but the redaction index lacks it (readers would find the payload missing)"
@@ -684,7 +781,7 @@ pub(crate) fn verify(
 
     if let Some(found) = or_problem(&mut r, "the database", tx.engine_check())? {
         for why in found {
-            r.problem(DATABASE.to_owned(), why);
+            r.problem(ProblemKind::Database, DATABASE.to_owned(), why);
         }
     }
 
@@ -695,7 +792,7 @@ pub(crate) fn verify(
         let bytes = match bytes {
             Ok(b) => b,
             Err(why) => {
-                bad_blobs.push((hex::encode(addr), why));
+                bad_blobs.push((hex::encode(addr), ProblemKind::Undecodable, why));
                 counts.0 += 1;
                 return Ok(());
             }
@@ -707,9 +804,14 @@ pub(crate) fn verify(
             }
             Some(h) => bad_blobs.push((
                 h.to_hex(),
+                ProblemKind::Hash,
                 "its bytes do not hash to its address".to_owned(),
             )),
-            None => bad_blobs.push((hex::encode(addr), "its address is not 32 bytes".to_owned())),
+            None => bad_blobs.push((
+                hex::encode(addr),
+                ProblemKind::Undecodable,
+                "its address is not 32 bytes".to_owned(),
+            )),
         }
         counts.0 += 1;
         counts.1 += bytes.len() as u64;
@@ -720,8 +822,8 @@ pub(crate) fn verify(
     });
     or_problem(&mut r, "the blob table", scanned)?;
     (r.blobs, r.blob_bytes) = counts;
-    for (o, why) in bad_blobs {
-        r.problem(format!("blob {o}"), why);
+    for (o, kind, why) in bad_blobs {
+        r.problem(kind, format!("blob {o}"), why);
     }
 
     let journal = match or_problem(&mut r, "the fact journal", tx.facts())? {
@@ -738,7 +840,7 @@ pub(crate) fn verify(
         .unwrap_or_default()
         .into_iter()
         .filter_map(|row| {
-            row.map_err(|why| r.problem("session row".to_owned(), why))
+            row.map_err(|why| r.problem(ProblemKind::Undecodable, "session row".to_owned(), why))
                 .ok()
         })
         .collect();
@@ -749,12 +851,15 @@ pub(crate) fn verify(
             let mut runs: Vec<SessionRun> = Vec::with_capacity(rows.len());
             for row in rows {
                 match row {
-                    Err(why) => r.problem("session index".to_owned(), why),
+                    Err(why) => {
+                        r.problem(ProblemKind::Undecodable, "session index".to_owned(), why)
+                    }
                     Ok(run) => {
                         if let Some(prev) = runs.last()
                             && run.first <= prev.last
                         {
                             r.problem(
+                                ProblemKind::Mismatch,
                                 "session index".to_owned(),
                                 format!(
                                     "runs {}..{} and {}..{} overlap",
@@ -813,7 +918,7 @@ pub(crate) fn verify(
                 progress(VerifyProgress::Nodes(count));
                 let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
                 send.send(full)
-                    .map_err(|_| StoreError::Backend("the verify worker stopped".into()))?;
+                    .map_err(|_| StoreError::backend("the verify worker stopped"))?;
             }
             Ok(())
         });
@@ -823,7 +928,7 @@ pub(crate) fn verify(
         drop(send);
         worker
             .join()
-            .map_err(|_| StoreError::Backend("the verify worker panicked".into()))?;
+            .map_err(|_| StoreError::backend("the verify worker panicked"))?;
         scan.map(|()| count)
     });
     let scan_stopped = match scanned {
@@ -850,14 +955,15 @@ pub(crate) fn verify(
         ..
     } = checker;
     let derivable = |s: &SessionId| undecodable.is_empty() && !troubled.contains(s);
-    for (h, why) in problems {
-        r.problem(format!("node {h}"), why);
+    for (h, kind, why) in problems {
+        r.problem(kind, format!("node {h}"), why);
     }
     for why in &undecodable {
-        r.problem("node row".to_owned(), why.clone());
+        r.problem(ProblemKind::Undecodable, "node row".to_owned(), why.clone());
     }
     for (a, b) in gaps {
         r.problem(
+            ProblemKind::Missing,
             "follow order".to_owned(),
             if a == b {
                 format!("node {a} is missing: the follow numbers jump over it (a deleted node)")
@@ -868,17 +974,65 @@ pub(crate) fn verify(
             },
         );
     }
-    for (seq, sid, why) in fact_problems {
+    for (seq, kind, sid, why) in fact_problems {
         if derivable(&sid) {
-            r.problem(format!("fact {seq}"), why);
+            r.problem(kind, format!("fact {seq}"), why);
         }
     }
 
-    // Session rows against the journal.
-    for row in &session_rows {
+    check_session_rows(&mut r, &session_rows, &journal, &sessions);
+
+    // Branch rows against what the nodes and the journal derive.
+    let branch_rows: Vec<BranchRow> = or_problem(&mut r, "the branch table", tx.branch_rows())?
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|row| {
+            row.map_err(|why| r.problem(ProblemKind::Undecodable, "branch row".to_owned(), why))
+                .ok()
+        })
+        .collect();
+    let nodes = DerivedNodes {
+        seen: &seen,
+        derived: &derived,
+        tainted: &tainted,
+        derivable: &derivable,
+        complete: !scan_stopped,
+    };
+    check_branch_rows(
+        &mut r,
+        &branch_rows,
+        &nodes,
+        &journal,
+        &sessions,
+        &mut orphans,
+        &mut roots,
+    );
+
+    for s in orphans {
+        r.problem(
+            ProblemKind::Missing,
+            format!("session {s}"),
+            format!("session {s} has nodes or branches but no session row"),
+        );
+    }
+
+    check_state_roots(&mut r, tx, roots, &blobs, &journal.redacted)?;
+    Ok(r)
+}
+
+/// Session rows against the journal: each was created by a fact and says
+/// what its latest fact recorded; each session the journal records has its row.
+fn check_session_rows(
+    r: &mut VerifyReport,
+    session_rows: &[SessionRow],
+    journal: &Journal,
+    sessions: &HashSet<SessionId>,
+) {
+    for row in session_rows {
         let object = format!("session {}", row.id);
         match journal.sessions.get(&row.id) {
             None => r.problem(
+                ProblemKind::Mismatch,
                 object,
                 "no fact records its creation: the row was added or rewritten by hand".to_owned(),
             ),
@@ -886,6 +1040,7 @@ pub(crate) fn verify(
                 let mut diff = |field: &str, have: String, want: String| {
                     if have != want {
                         r.problem(
+                            ProblemKind::Mismatch,
                             object.clone(),
                             format!("its {field} is {have}, but fact {seq} recorded {want}"),
                         );
@@ -914,6 +1069,7 @@ pub(crate) fn verify(
     for (id, (seq, f)) in &journal.sessions {
         if !sessions.contains(id) {
             r.problem(
+                ProblemKind::Missing,
                 format!("session {id}"),
                 format!(
                     "its row is missing: fact {seq} records it (agent `{}`), created {}",
@@ -922,21 +1078,86 @@ pub(crate) fn verify(
             );
         }
     }
+}
 
-    // Branch rows against what the nodes and the journal derive.
-    let branch_rows: Vec<BranchRow> = or_problem(&mut r, "the branch table", tx.branch_rows())?
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|row| {
-            row.map_err(|why| r.problem("branch row".to_owned(), why))
-                .ok()
-        })
-        .collect();
+/// Every state root (on nodes and branches) is a complete, canonical trie
+/// whose values are stored (or were redacted by a recorded redaction).
+fn check_state_roots(
+    r: &mut VerifyReport,
+    tx: &mut dyn Tx,
+    roots: DigestSet<StateRoot>,
+    blobs: &DigestMap<ContentHash, u64>,
+    redacted: &DigestMap<ContentHash, u64>,
+) -> Result<()> {
+    let mut walked = HashSet::new();
+    let mut roots: Vec<StateRoot> = roots.into_iter().collect();
+    roots.sort();
+    for root in roots {
+        r.state_roots += 1;
+        let mut missing = Vec::new();
+        let res = state::verify(&mut TxNodes(tx), &root, &mut walked, &mut |v| {
+            if !blobs.contains_key(v) && !redacted.contains_key(v) {
+                missing.push(*v);
+            }
+        });
+        if let Err(e) = res {
+            let e = state_err(e);
+            if e.is_retryable() {
+                return Err(e);
+            }
+            r.problem(
+                ProblemKind::Undecodable,
+                format!("state {root}"),
+                e.to_string(),
+            );
+        }
+        for v in missing {
+            r.problem(
+                ProblemKind::Missing,
+                format!("state {root}"),
+                format!("value {v} is missing or corrupt"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// What the node scan derived, for the checks of the rows against it.
+struct DerivedNodes<'a> {
+    seen: &'a DigestMap<NodeHash, Seen>,
+    derived: &'a HashMap<SessionId, DSession>,
+    tainted: &'a DigestSet<NodeHash>,
+    /// Whether a session's timelines can be derived (no node problem in it).
+    derivable: &'a dyn Fn(&SessionId) -> bool,
+    /// Whether the node scan read every node.
+    complete: bool,
+}
+
+/// Branch rows against what the nodes and the journal derive: each head a
+/// stored node of its session; each timeline's existence, head, seal and
+/// working state the ones its fork and promote nodes, appends and journal
+/// give.
+fn check_branch_rows(
+    r: &mut VerifyReport,
+    branch_rows: &[BranchRow],
+    nodes: &DerivedNodes<'_>,
+    journal: &Journal,
+    sessions: &HashSet<SessionId>,
+    orphans: &mut BTreeSet<SessionId>,
+    roots: &mut DigestSet<StateRoot>,
+) {
+    let DerivedNodes {
+        seen,
+        derived,
+        tainted,
+        derivable,
+        complete,
+    } = nodes;
     let mut rows_by_session: HashMap<SessionId, Vec<&BranchRow>> = HashMap::new();
     // Sessions with a head already reported as broken: comparing them with
     // the derived timelines would only blame the same edit again.
     let mut blamed: HashSet<SessionId> = HashSet::new();
-    for b in &branch_rows {
+    for b in branch_rows {
         r.branches += 1;
         if !sessions.contains(&b.session) {
             orphans.insert(b.session);
@@ -946,11 +1167,16 @@ pub(crate) fn verify(
             match seen.get(&h) {
                 None => {
                     blamed.insert(b.session);
-                    r.problem(object.clone(), format!("its head {h} is not a stored node"));
+                    r.problem(
+                        ProblemKind::Missing,
+                        object.clone(),
+                        format!("its head {h} is not a stored node"),
+                    );
                 }
                 Some(s) if s.session != b.session => {
                     blamed.insert(b.session);
                     r.problem(
+                        ProblemKind::Mismatch,
                         object.clone(),
                         format!("its head {h} belongs to session {}", s.session),
                     );
@@ -963,7 +1189,7 @@ pub(crate) fn verify(
         }
         rows_by_session.entry(b.session).or_default().push(b);
     }
-    if !scan_stopped {
+    if *complete {
         let mut all: BTreeSet<SessionId> = rows_by_session.keys().copied().collect();
         all.extend(derived.keys().copied());
         all.extend(journal.sessions.keys().copied());
@@ -983,6 +1209,7 @@ pub(crate) fn verify(
                         || sessions.contains(&sid)
                     {
                         r.problem(
+                            ProblemKind::Missing,
                             object,
                             format!(
                                 "its row is missing, but the nodes record it ({}, head {})",
@@ -995,7 +1222,7 @@ pub(crate) fn verify(
                 };
                 let row_tainted = have.head.is_some_and(|h| tainted.contains(&h));
                 if have.head != want.head && !tainted_head && !row_tainted {
-                    r.problem(
+                    r.problem(ProblemKind::Mismatch,
                         object.clone(),
                         format!(
                             "its head is {}, but its nodes end at {}: the timeline was moved by hand (rolled back, or a node removed)",
@@ -1006,6 +1233,7 @@ pub(crate) fn verify(
                 }
                 if have.sealed != want.sealed {
                     r.problem(
+                        ProblemKind::Mismatch,
                         object.clone(),
                         if have.sealed {
                             "it is sealed, but no promote node sealed it".to_owned()
@@ -1017,6 +1245,7 @@ pub(crate) fn verify(
                 }
                 if have.state != want.state && !tainted_head && !row_tainted {
                     r.problem(
+                        ProblemKind::Mismatch,
                         object,
                         format!(
                             "its working state is {}, but its nodes and the journal give {}",
@@ -1029,6 +1258,7 @@ pub(crate) fn verify(
             for b in rows {
                 if !d.branches.contains_key(&b.name) {
                     r.problem(
+                        ProblemKind::Mismatch,
                         format!("branch {sid}/{}", b.name),
                         "no fork or promote node records a timeline of this name".to_owned(),
                     );
@@ -1036,38 +1266,4 @@ pub(crate) fn verify(
             }
         }
     }
-
-    for s in orphans {
-        r.problem(
-            format!("session {s}"),
-            format!("session {s} has nodes or branches but no session row"),
-        );
-    }
-
-    let mut walked = HashSet::new();
-    let mut roots: Vec<StateRoot> = roots.into_iter().collect();
-    roots.sort();
-    for root in roots {
-        r.state_roots += 1;
-        let mut missing = Vec::new();
-        let res = state::verify(&mut TxNodes(tx), &root, &mut walked, &mut |v| {
-            if !blobs.contains_key(v) && !journal.redacted.contains_key(v) {
-                missing.push(*v);
-            }
-        });
-        if let Err(e) = res {
-            let e = state_err(e);
-            if e.is_retryable() {
-                return Err(e);
-            }
-            r.problem(format!("state {root}"), e.to_string());
-        }
-        for v in missing {
-            r.problem(
-                format!("state {root}"),
-                format!("value {v} is missing or corrupt"),
-            );
-        }
-    }
-    Ok(r)
 }

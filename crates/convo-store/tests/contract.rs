@@ -1,4 +1,5 @@
-use convo_store::{Store, testing};
+use convo_store::Store;
+use convo_testutil as testing;
 
 macro_rules! contract {
     ($backend:ident, $make:expr) => {

@@ -1,7 +1,8 @@
 //! Opening a store: schemes, foreign files, read-only opens that never
 //! create anything, and PostgreSQL errors that say what the server said.
 
-use convo_store::{Access, Store, StoreError, testing};
+use convo_store::{Access, Store, StoreError};
+use convo_testutil as testing;
 use std::path::Path;
 
 fn url(p: &Path) -> String {

@@ -5,8 +5,8 @@
 use convo_core::hash::content_hash;
 use convo_core::{BranchName, Kind, NodeHash};
 use convo_store::postgres::Postgres;
-use convo_store::testing::{self, draft};
 use convo_store::{Store, StoreError};
+use convo_testutil::{self as testing, draft};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -23,8 +23,8 @@ use convo_core::{
     BranchName, Diagnostics, HashPrefix, Kind, Millis, Node, NodeHash, SessionId, StateRoot,
     SubmissionId, TimelineEvent,
 };
-use convo_store::testing::{self, draft};
 use convo_store::{Draft, Store, StoreError};
+use convo_testutil::{self as testing, draft};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use std::collections::{BTreeMap, HashMap};

@@ -24,8 +24,8 @@
 use convo_core::hash::content_hash;
 use convo_core::state::{Entry, MapNode};
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId, StateRoot};
-use convo_store::testing::{self, draft, turn};
-use convo_store::{Store, StoreError, VerifyReport};
+use convo_store::{ProblemKind, Store, StoreError, VerifyReport};
+use convo_testutil::{self as testing, draft, turn};
 // `::`: the `postgres` modules the `cases!` macro makes shadow the crate here.
 use ::postgres as pg;
 use std::path::PathBuf;
@@ -929,7 +929,7 @@ fn an_edited_state_value_is_caught(be: Be) {
     assert!(
         r.problems.iter().any(|p| p.object.starts_with("state ")
             && p.reason.contains(&value.to_hex())
-            && p.reason.contains("missing or corrupt")),
+            && p.kind == ProblemKind::Missing),
         "no state names the edited value: {:#?}",
         r.problems
     );
@@ -1085,9 +1085,7 @@ fn an_edited_depth_is_caught(be: Be) {
     expect(&r, &node_obj(&node), &["context"]);
     // Its hash is untouched: the context is derived, not hashed.
     assert!(
-        !r.problems
-            .iter()
-            .any(|p| p.reason.contains("not to its stored hash")),
+        !r.problems.iter().any(|p| p.kind == ProblemKind::Hash),
         "{:#?}",
         r.problems
     );
@@ -1775,7 +1773,7 @@ fn bad_rows_are_report_entries_never_errors(be: Be) {
         assert!(
             r.problems
                 .iter()
-                .any(|p| p.object == object && p.reason.contains("does not decode")),
+                .any(|p| p.object == object && p.kind == ProblemKind::Undecodable),
             "{what}: {:#?}",
             r.problems
         );
@@ -1912,14 +1910,14 @@ fn a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint(be: Be) {
     assert!(
         found
             .iter()
-            .any(|p| p.object == "store" && p.reason.contains("rewritten")),
+            .any(|p| p.object == "store" && p.kind == ProblemKind::Rewritten),
         "{found:#?}"
     );
     let main_obj = format!("branch {}/main", fx.ses);
     assert!(
         found
             .iter()
-            .any(|p| p.object == main_obj && p.reason.contains("no longer in the store")),
+            .any(|p| p.object == main_obj && p.kind == ProblemKind::Truncated),
         "{found:#?}"
     );
 }
@@ -1972,7 +1970,7 @@ fn incremental_checkpoints_equal_full_ones_and_are_checked_in_one_pass(be: Be) {
     assert!(
         found[2]
             .iter()
-            .any(|p| p.object == "store" && p.reason.contains("truncated")),
+            .any(|p| p.object == "store" && p.kind == ProblemKind::Truncated),
         "{found:#?}"
     );
     // The checkpointer refuses to go on from a checkpoint the store no

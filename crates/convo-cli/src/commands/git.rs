@@ -90,44 +90,6 @@ pub struct SyncArgs {
     pub batch: usize,
 }
 
-/// What to say when the repository witnesses a rewritten store: never
-/// `--rebuild`, which would erase the evidence.
-const REWRITTEN_HINT: &str = "the repository still holds the earlier history: keep it as evidence \
-     (`git --git-dir REPO log`), and check the store against a checkpoint with `convo verify \
-     --checkpoint FILE`";
-
-fn git_err(e: convo_git::Error) -> CommandError {
-    if let convo_git::Error::Rewritten(_) = &e {
-        return CommandError::user(e.to_string())
-            .with_code(1)
-            .with_hint(REWRITTEN_HINT);
-    }
-    let hint = match &e {
-        convo_git::Error::NotProjection(_) => {
-            Some("choose another --repo, or remove that directory")
-        }
-        convo_git::Error::LayoutMismatch { .. } => {
-            Some("use another --repo for the other layout, or --rebuild")
-        }
-        convo_git::Error::Corrupt(_) => {
-            Some("run `convo git sync --rebuild` to regenerate it from the store")
-        }
-        convo_git::Error::Busy { .. } => Some(
-            "wait for that sync to finish (a `--follow` runs until stopped), or stop it; \
-             a sync that was killed releases the lock by itself",
-        ),
-        convo_git::Error::OldFormat { .. } => {
-            Some("run `convo git sync` to rebuild it in the current layout")
-        }
-        _ => None,
-    };
-    let c = CommandError::user(e.to_string());
-    match hint {
-        Some(h) => c.with_hint(h),
-        None => c,
-    }
-}
-
 fn repo_path(env: &Env, r: &RepoArg) -> PathBuf {
     r.repo
         .clone()
@@ -196,7 +158,7 @@ fn sync_once(
     };
     let r = p.sync(store, &mut progress).map_err(|e| match e {
         convo_git::Error::Store(e) => SyncFail::Store(e),
-        e => SyncFail::Other(git_err(e)),
+        e => SyncFail::Other(e.into()),
     })?;
     bar.finish();
     if !r.rewritten.is_empty() {
@@ -262,7 +224,7 @@ fn follow(
                 let batch = p.batch;
                 drop(p);
                 conn.retry(|s| s.end_cursor(), || false, |_| {})?;
-                p = Projector::open(path, layout, false).map_err(git_err)?;
+                p = Projector::open(path, layout, false).map_err(CommandError::from)?;
                 p.batch = batch;
                 eprintln!(
                     "git sync: reconnected; resuming after cursor {}",
@@ -294,19 +256,18 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 // The repository may be the only evidence of history the
                 // store lost: look before wiping it.
                 if let Ok(old) = Projector::open_readonly(&path) {
-                    let found = old.witness(&mut store).map_err(git_err)?;
+                    let found = old.witness(&mut store).map_err(CommandError::from)?;
                     if !found.is_empty() {
-                        return Err(CommandError::user(format!(
+                        return Err(CommandError::found_problem(format!(
                             "refusing to rebuild {} (add --force to discard it): {}",
                             path.display(),
                             convo_git::Error::Rewritten(found)
                         ))
-                        .with_code(1)
-                        .with_hint(REWRITTEN_HINT));
+                        .with_hint(super::error::REWRITTEN_HINT));
                     }
                 }
             }
-            let mut p = Projector::open(&path, layout, a.rebuild).map_err(git_err)?;
+            let mut p = Projector::open(&path, layout, a.rebuild).map_err(CommandError::from)?;
             if let Some(n) = &p.notice {
                 eprintln!("note: {n}");
             }
@@ -327,11 +288,11 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 ))
                 .with_hint("create it with `convo git sync`"));
             }
-            let mut p = Projector::open_readonly(&path).map_err(git_err)?;
-            let mut problems = p.verify(&mut store).map_err(git_err)?;
+            let mut p = Projector::open_readonly(&path).map_err(CommandError::from)?;
+            let mut problems = p.verify(&mut store).map_err(CommandError::from)?;
             let rewritten = problems.iter().any(|p| p.contains("history was rewritten"));
             let published: super::verify::Sources = convo_git::checkpoints::published(&path)
-                .map_err(git_err)?
+                .map_err(CommandError::from)?
                 .into_iter()
                 .map(|(name, bytes)| {
                     let cp = bytes.and_then(|b| {
@@ -387,7 +348,7 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 }
                 eprintln!("git verify failed: {} problem(s)", problems.len());
                 if rewritten {
-                    eprintln!("hint: {REWRITTEN_HINT}");
+                    eprintln!("hint: {}", super::error::REWRITTEN_HINT);
                 } else if against_checkpoints {
                     eprintln!(
                         "hint: the store no longer extends a checkpoint published in the repository: \

@@ -115,9 +115,8 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
         }
         pending.push(draft);
         if pending.len() >= batch {
-            flush(&mut pending, &mut store).map_err(|e| {
-                CommandError::user(format!("stdin line {lineno}: {}", e.message_text()))
-            })?;
+            flush(&mut pending, &mut store)
+                .map_err(|e| e.prefixed(&format!("stdin line {lineno}: ")))?;
         }
     }
     flush(&mut pending, &mut store)?;

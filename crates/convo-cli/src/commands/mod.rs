@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod completions;
 pub mod demo;
 pub mod diff;
+pub mod error;
 pub mod export;
 pub mod git;
 pub mod graph;
@@ -34,95 +35,11 @@ pub mod watch;
 
 use crate::cli::{Cli, Command, SessionCmd, StateCmd};
 use convo_core::{BranchName, HashPrefix, Millis};
-use convo_store::{Access, SessionRow, Store, StoreError};
+pub use error::{CmdResult, CommandError};
+
+use convo_store::{Access, SessionRow, Store};
 use std::path::PathBuf;
 use std::process::ExitCode;
-
-/// The one error type of the CLI: a message, an optional hint, an exit code.
-/// A closed standard output is one too, reported by nothing but its status.
-#[derive(Debug)]
-pub struct CommandError {
-    message: String,
-    hint: Option<String>,
-    code: u8,
-    closed: bool,
-}
-
-impl CommandError {
-    pub fn user(message: impl Into<String>) -> Self {
-        CommandError {
-            message: message.into(),
-            hint: None,
-            code: 2,
-            closed: false,
-        }
-    }
-    /// Standard output was closed (`convo log S | head`): end quietly.
-    pub fn closed() -> Self {
-        CommandError {
-            message: String::new(),
-            hint: None,
-            code: crate::ui::CLOSED_PIPE,
-            closed: true,
-        }
-    }
-    /// Exits with `code` instead of 2.
-    pub fn with_code(mut self, code: u8) -> Self {
-        self.code = code;
-        self
-    }
-    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
-        self.hint = Some(hint.into());
-        self
-    }
-    pub fn report(&self) {
-        if self.closed {
-            return;
-        }
-        // Messages quote user input (names, titles, file contents): shown,
-        // never sent raw to the terminal.
-        use convo_core::text::{Newlines, visible};
-        eprintln!("error: {}", visible(&self.message, Newlines::Keep));
-        if let Some(h) = &self.hint {
-            eprintln!("hint: {}", visible(h, Newlines::Keep));
-        }
-    }
-    pub fn message_text(&self) -> &str {
-        &self.message
-    }
-    pub fn exit_code(&self) -> u8 {
-        if self.closed {
-            crate::ui::closed_status()
-        } else {
-            self.code
-        }
-    }
-}
-
-impl From<StoreError> for CommandError {
-    /// The exit code follows the error's kind (`StoreError::kind`): 2 bad
-    /// input or ambiguous, 3 not found, 4 refused (sealed, taken, conflict),
-    /// 5 store unavailable or corrupt.
-    fn from(e: StoreError) -> Self {
-        CommandError {
-            message: e.to_string(),
-            hint: e.hint().map(str::to_owned),
-            code: u8::try_from(e.kind().exit_code()).unwrap_or(2),
-            closed: false,
-        }
-    }
-}
-
-impl From<std::io::Error> for CommandError {
-    fn from(e: std::io::Error) -> Self {
-        if crate::ui::is_closed(&e) {
-            return CommandError::closed();
-        }
-        CommandError::user(e.to_string())
-    }
-}
-
-pub type CmdResult<T = ExitCode> = Result<T, CommandError>;
 
 /// Where the store lives, from flags and environment, and how the command
 /// opens it.

@@ -62,11 +62,7 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
         let shown = r.clone();
         let n = pool
             .run_blocking(move |st| st.resolve_ref(&session, &r))
-            .map_err(|e| {
-                let c = CommandError::from(e);
-                CommandError::user(format!("--live-after {shown}: {}", c.message_text()))
-                    .with_code(c.exit_code())
-            })?;
+            .map_err(|e| CommandError::from(e).prefixed(&format!("--live-after {shown}: ")))?;
         ropts.live_after = Some(prefix(&n.hash.to_hex())?);
     }
     let _lock = lock_waiting(env, &session, &branch, "convo replay")?;

@@ -81,21 +81,6 @@ impl AgentArgs {
     }
 }
 
-impl From<HarnessError> for CommandError {
-    fn from(e: HarnessError) -> Self {
-        match e {
-            HarnessError::Store(s) => CommandError::from(s),
-            HarnessError::Busy { .. } => CommandError::user(e.to_string()).with_hint(
-                "wait for the other process, or fork a timeline of your own (convo session fork)",
-            ),
-            HarnessError::TurnOpen { .. } => CommandError::user(e.to_string())
-                .with_code(4)
-                .with_hint("pass --wait to wait for the turn to end, or fork a timeline of your own (convo session fork)"),
-            other => CommandError::user(other.to_string()),
-        }
-    }
-}
-
 /// Run an agent on a timeline without a terminal: each input is one turn.
 ///
 /// Every input is POSTed to the agent (see docs/AGENTS.md); the turn is

@@ -229,10 +229,7 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
     // Open the store before entering the runtime: the sync PostgreSQL
     // client must never run on a runtime thread.
-    let mut server = convo_server::Server::open(config.clone()).map_err(|e| match e {
-        convo_server::ServeError::Store(e) => CommandError::from(e),
-        other => CommandError::user(other.to_string()),
-    })?;
+    let mut server = convo_server::Server::open(config.clone()).map_err(CommandError::from)?;
     let checkpointer = match &a.checkpoint_dir {
         None => None,
         Some(dir) => Some(start_checkpointer(
@@ -259,10 +256,7 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
                     Some(server.state.hub.clone()),
                 )
                     .await
-                    .map_err(|e| match e {
-                        convo_proxy::ProxyError::Replay(e) => CommandError::from(e),
-                        other => CommandError::user(other.to_string()),
-                    })?,
+                    .map_err(CommandError::from)?,
             ),
             None => None,
         };
@@ -338,7 +332,7 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
             eprintln!("{line}");
         }
-        res.map_err(|e| CommandError::user(e.to_string()))
+        res.map_err(CommandError::from)
     });
     if let Some((stop, thread)) = checkpointer {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);

@@ -76,11 +76,10 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
                 }
                 Some(v) => println!("{}", shown_value(&v, true)),
                 None => {
-                    return Err(CommandError::user(format!(
-                        "state key `{key}` is not set (state {})",
-                        root.short()
-                    ))
-                    .with_code(3)
+                    return Err(CommandError::of_kind(
+                        convo_store::ErrorKind::NotFound,
+                        format!("state key `{key}` is not set (state {})", root.short()),
+                    )
                     .with_hint("list keys with `convo state list SESSION`"));
                 }
             }

@@ -1,7 +1,7 @@
 use super::{CmdResult, CommandError, Env};
 use crate::output::print_json;
 use clap::Args;
-use convo_store::{Checkpoint, Problem, Store, StoreError, VerifyReport};
+use convo_store::{Checkpoint, Problem, ProblemKind, Store, StoreError, VerifyReport};
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -99,10 +99,11 @@ pub fn check_sources(
     for (label, cp) in sources {
         let object = format!("checkpoint {label}");
         let mut bad = |reason: String| {
-            problems.push(Problem {
-                object: object.clone(),
+            problems.push(Problem::new(
+                ProblemKind::Checkpoint,
+                object.clone(),
                 reason,
-            })
+            ))
         };
         let cp = match cp {
             Ok(cp) => cp,
@@ -135,17 +136,18 @@ pub fn check_sources(
                     extended += 1;
                 }
                 problems.extend(found.into_iter().map(|p| Problem {
-                    object: p.object,
                     reason: format!("{} (against {label})", p.reason),
+                    ..p
                 }));
             }
             extended
         }
         Err(e) => {
-            problems.push(Problem {
-                object: "checkpoints".into(),
-                reason: format!("cannot check them: {e}"),
-            });
+            problems.push(Problem::new(
+                ProblemKind::Checkpoint,
+                "checkpoints",
+                format!("cannot check them: {e}"),
+            ));
             0
         }
     }
@@ -191,10 +193,11 @@ pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
         Ok(r) => r,
         Err(e) if is_bad_data(&e) => {
             let mut r = VerifyReport::default();
-            r.problems.push(Problem {
-                object: "database".into(),
-                reason: e.to_string(),
-            });
+            r.problems.push(Problem::new(
+                ProblemKind::Database,
+                "database",
+                e.to_string(),
+            ));
             r
         }
         Err(e) => {

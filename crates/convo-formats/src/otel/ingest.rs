@@ -375,7 +375,7 @@ impl Thread {
 fn stored(l: &mut Ledger<'_>, h: &NodeHash) -> Result<convo_store::StoredNode, StoreError> {
     l.tx()
         .node(h)?
-        .ok_or_else(|| StoreError::Corrupt(format!("node {h} is missing")))
+        .ok_or_else(|| StoreError::corrupt(format!("node {h} is missing")))
 }
 
 /// A call's messages as one path (input, then output), each tool result

@@ -23,8 +23,8 @@ mod diff;
 mod graph;
 mod index;
 pub(crate) mod json;
-mod llm;
 mod jump;
+mod llm;
 mod node;
 mod rerun;
 mod search;
@@ -36,7 +36,7 @@ use crate::api::{Path, Query};
 use crate::markdown;
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use convo_api::{NodeView, PayloadEncoding};
@@ -150,8 +150,7 @@ fn page(title: &str, body: Markup) -> Markup {
 }
 
 fn error_page(e: StoreError) -> Response {
-    let status =
-        StatusCode::from_u16(e.kind().http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status = convo_runtime::error::status_of(&e);
     let body = page(
         "error",
         html! { section.error { h1 { "Error" } p { (e.to_string()) } p { a href="/" { "All sessions" } } } },

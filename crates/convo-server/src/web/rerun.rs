@@ -16,7 +16,7 @@
 //! commands, with a copy button.
 
 use super::*;
-use axum::http::Request;
+use axum::http::{Request, StatusCode};
 use convo_core::HashPrefix;
 
 /// A re-run asked for by the page.

@@ -1,11 +1,13 @@
+//! Test support for convo's crates (a dev-dependency, never published).
+//!
 //! The contract every backend must honour, as test functions taking a
 //! fresh store. `tests/runner.rs` runs each against every backend; a new
 //! backend adds one line there, not new tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
-use crate::{Draft, Store, StoreError};
 use convo_core::state::empty_root;
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId};
+use convo_store::{Draft, Store, StoreError};
 
 /// A draft with sensible defaults, for tests and benchmarks.
 pub fn draft(kind: Kind, payload: &str, t: i64) -> Draft {
@@ -409,7 +411,7 @@ pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {
 }
 
 /// A conversation's `n`-th request as an agent sends it: a long system
-/// prompt (over [`crate::chunk::CHUNKED_FROM`]), then every question and
+/// prompt (over [`convo_store::chunk::CHUNKED_FROM`]), then every question and
 /// answer so far, then the new question; `marker` goes into the newest
 /// question only.
 pub fn growing_request(n: usize, marker: &str) -> Vec<u8> {
@@ -489,7 +491,7 @@ pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
     let followed = s.follow_with_payloads(0, 10_000).unwrap();
     let previews = s.timeline_previews(&ses, &main(), None, 100).unwrap();
     for (i, (node, _, body)) in requests.iter().enumerate() {
-        let at = |v: &[crate::TimelineNode]| {
+        let at = |v: &[convo_store::TimelineNode]| {
             v.iter()
                 .find(|x| x.stored.hash == *node)
                 .map(|x| x.payload.clone())
@@ -518,7 +520,7 @@ pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
 
     // Another backend gets the same payloads (chunked again there).
     let mut copy = Store::open("sqlite::memory:").unwrap();
-    crate::migrate(s, &mut copy, &mut |_| {}).unwrap();
+    convo_store::migrate(s, &mut copy, &mut |_| {}).unwrap();
     for (_, h, body) in &requests {
         assert_eq!(copy.blob(h).unwrap().as_ref(), Some(body));
     }
@@ -625,8 +627,8 @@ pub fn pages_match_the_whole_timeline_near_forks_and_seals(s: &mut Store) {
 }
 
 pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
-    use crate::filter::NodeFilter;
-    use crate::search::{Query, SearchRequest};
+    use convo_store::filter::NodeFilter;
+    use convo_store::search::{Query, SearchRequest};
     let a = s.create_session("agent", Some("trip"), 0).unwrap().id;
     let other = s.create_session("agent", None, 0).unwrap().id;
     let say = |s: &mut Store, ses: &SessionId, br: &BranchName, q: &str, ans: &str, t: i64| {
@@ -684,7 +686,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
         f(&mut req);
         s.search(&req).unwrap()
     };
-    let payloads = |r: &crate::search::SearchResults| -> Vec<String> {
+    let payloads = |r: &convo_store::search::SearchResults| -> Vec<String> {
         r.hits
             .iter()
             .map(|h| String::from_utf8_lossy(&h.payload).into_owned())
@@ -875,8 +877,8 @@ pub const ALL: &[Case] = &[
 /// failure) and on the session's agent find the same nodes from the index
 /// as from the scan of the nodes past it.
 pub fn search_filters_by_agent_model_status_and_failure(s: &mut Store) {
-    use crate::filter::NodeFilter;
-    use crate::search::{Query, SearchRequest};
+    use convo_store::filter::NodeFilter;
+    use convo_store::search::{Query, SearchRequest};
     let bot = s.create_session("bot", Some("b"), 0).unwrap().id;
     let helper = s.create_session("helper", Some("h"), 0).unwrap().id;
     let call = |s: &mut Store, ses: &SessionId, text: &str, diag: &str, t: i64| {
@@ -1131,7 +1133,7 @@ fn files_with(files: &[(String, Vec<u8>)], needle: &[u8]) -> Vec<String> {
 
 /// Every form a secret can take in a store's files: as given, upper- and
 /// lowercased, and each word the search index stores for it
-/// ([`crate::search::document`]: lowercased runs of letters and digits)
+/// ([`convo_store::search::document`]: lowercased runs of letters and digits)
 /// that is long enough (8 bytes) to be the secret's own.
 pub fn secret_forms(secret: &str) -> Vec<String> {
     let mut out = vec![
@@ -1140,7 +1142,7 @@ pub fn secret_forms(secret: &str) -> Vec<String> {
         secret.to_lowercase(),
     ];
     out.extend(
-        crate::search::document(secret.as_bytes())
+        convo_store::search::document(secret.as_bytes())
             .unwrap_or_default()
             .into_iter()
             .filter(|w| w.len() >= 8),
