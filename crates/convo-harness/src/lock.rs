@@ -56,26 +56,8 @@ impl TimelineLock {
         wait: bool,
         who: &str,
     ) -> Result<TimelineLock> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| HarnessError::io(format!("cannot create {}", dir.display()), e))?;
         let path = Self::path(dir, session, branch);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| HarnessError::io(format!("cannot open {}", path.display()), e))?;
-        let got = if wait {
-            file.lock().map(|_| true)
-        } else {
-            match file.try_lock() {
-                Ok(()) => Ok(true),
-                Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-                Err(std::fs::TryLockError::Error(e)) => Err(e),
-            }
-        }
-        .map_err(|e| HarnessError::io(format!("cannot lock {}", path.display()), e))?;
+        let (mut file, got) = open_locked(dir, &path, wait)?;
         if !got {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
@@ -140,26 +122,8 @@ impl TurnLock {
         branch: &BranchName,
         wait: bool,
     ) -> Result<(TurnLock, Option<OpenTurn>)> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| HarnessError::io(format!("cannot create {}", dir.display()), e))?;
         let path = Self::path(dir, session, branch);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| HarnessError::io(format!("cannot open {}", path.display()), e))?;
-        let got = if wait {
-            file.lock().map(|_| true)
-        } else {
-            match file.try_lock() {
-                Ok(()) => Ok(true),
-                Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-                Err(std::fs::TryLockError::Error(e)) => Err(e),
-            }
-        }
-        .map_err(|e| HarnessError::io(format!("cannot lock {}", path.display()), e))?;
+        let (mut file, got) = open_locked(dir, &path, wait)?;
         let left = read_turn(&mut file);
         if !got {
             let (turn, holder) = match left {
@@ -282,6 +246,32 @@ impl Drop for TimelineLock {
         let _ = self.file.set_len(0);
         let _ = self.file.unlock();
     }
+}
+
+/// Opens (creating) the lock file at `path` in `dir` and takes its OS
+/// lock: waiting for it when `wait`, else `false` when another process
+/// holds it.
+fn open_locked(dir: &Path, path: &Path, wait: bool) -> Result<(std::fs::File, bool)> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| HarnessError::io(format!("cannot create {}", dir.display()), e))?;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| HarnessError::io(format!("cannot open {}", path.display()), e))?;
+    let got = if wait {
+        file.lock().map(|_| true)
+    } else {
+        match file.try_lock() {
+            Ok(()) => Ok(true),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+    .map_err(|e| HarnessError::io(format!("cannot lock {}", path.display()), e))?;
+    Ok((file, got))
 }
 
 #[cfg(test)]

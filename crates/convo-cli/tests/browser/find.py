@@ -25,7 +25,7 @@ import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from webview import Browser, api, fail  # noqa: E402
+from webview import api, drive, fail, start_serve  # noqa: E402
 
 
 class Upstream(BaseHTTPRequestHandler):
@@ -74,23 +74,14 @@ def main():
     threading.Thread(target=up.serve_forever, daemon=True).start()
     env = dict(os.environ, CONVO_HOME=workdir)
     env.pop("CONVO_STORE", None)
-    server = subprocess.Popen(
-        [convo, "serve", "--listen", "127.0.0.1:0", "--quiet",
-         "--upstream", "http://127.0.0.1:%d" % up.server_address[1]],
-        env=env, stdout=subprocess.PIPE, text=True)
-    base = server.stdout.readline().strip().rstrip("/")
-    if not base.startswith("http://"):
-        fail("convo serve printed no URL")
+    server, base = start_serve(convo, env, "--upstream", "http://127.0.0.1:%d" % up.server_address[1])
     # Pages kept in the back/forward cache hold their event streams, and
     # Chromium opens six connections per host: this test is about finding,
     # not about that (the live-updates tests are), so the cache is off.
-    b = Browser(chromium, workdir, extra_args=["--disable-features=BackForwardCache"])
     try:
-        run(b, base, shots)
+        drive(chromium, workdir, server, lambda b: run(b, base, shots),
+              extra_args=["--disable-features=BackForwardCache"])
     finally:
-        b.close()
-        server.terminate()
-        server.wait()
         up.shutdown()
     print("find: ok")
 

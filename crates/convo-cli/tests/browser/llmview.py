@@ -27,7 +27,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from webview import Browser, api, fail  # noqa: E402
+from webview import api, drive, fail, start_serve  # noqa: E402
 
 BIG = "12345678901234567890123"
 
@@ -168,18 +168,8 @@ def main():
     env.pop("CONVO_STORE", None)
     env.pop("CONVO_PRICES", None)
     record(convo, env)
-    server = subprocess.Popen([convo, "serve", "--listen", "127.0.0.1:0", "--quiet"], env=env,
-                              stdout=subprocess.PIPE, text=True)
-    base = server.stdout.readline().strip().rstrip("/")
-    if not base.startswith("http://"):
-        fail("convo serve printed no URL")
-    b = Browser(chromium, workdir)
-    try:
-        run(b, base, shots)
-    finally:
-        b.close()
-        server.terminate()
-        server.wait()
+    server, base = start_serve(convo, env)
+    drive(chromium, workdir, server, lambda b: run(b, base, shots))
     print("llmview: ok")
 
 

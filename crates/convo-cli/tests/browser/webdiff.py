@@ -21,7 +21,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from webview import Browser, api, fail  # noqa: E402  (the one DevTools driver)
+from webview import api, drive, fail, start_serve  # noqa: E402  (the one DevTools driver)
 
 
 def turns(base, sid, branch, numbers, answer=lambda i: "Answer %d: Paris has 2 million people." % i):
@@ -43,18 +43,8 @@ def main():
     env.pop("CONVO_STORE", None)
     demo = subprocess.run([convo, "demo"], env=env, check=True, capture_output=True,
                           text=True).stdout.strip()
-    server = subprocess.Popen([convo, "serve", "--listen", "127.0.0.1:0", "--quiet"], env=env,
-                              stdout=subprocess.PIPE, text=True)
-    base = server.stdout.readline().strip().rstrip("/")
-    if not base.startswith("http://"):
-        fail("convo serve printed no URL")
-    b = Browser(chromium, workdir)
-    try:
-        run(b, base, demo, shots)
-    finally:
-        b.close()
-        server.terminate()
-        server.wait()
+    server, base = start_serve(convo, env)
+    drive(chromium, workdir, server, lambda b: run(b, base, demo, shots))
     print("webdiff: ok")
 
 

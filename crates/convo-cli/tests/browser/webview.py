@@ -57,7 +57,9 @@ class Browser:
         self.send("Page.enable")
         self.send("Runtime.enable")
 
-    def send(self, method, **params):
+    def send(self, method, soft=False, **params):
+        """Sends one DevTools command; with `soft`, an error is returned
+        (as {"error": …}) instead of failing the test."""
         self.next_id += 1
         my = self.next_id
         self.ws.send(json.dumps({"id": my, "method": method, "params": params}))
@@ -65,6 +67,8 @@ class Browser:
             msg = json.loads(self.ws.recv())
             if msg.get("id") == my:
                 if "error" in msg:
+                    if soft:
+                        return {"error": msg["error"]}
                     fail("%s: %s" % (method, msg["error"]))
                 return msg.get("result", {})
             if "method" in msg:
@@ -106,7 +110,15 @@ class Browser:
     def wait_for(self, expr, what, timeout=15):
         deadline = time.time() + timeout
         while time.time() < deadline:
-            if self.eval(expr):
+            r = self.send("Runtime.evaluate", soft=True, expression=expr, returnByValue=True,
+                          awaitPromise=True)
+            # A page navigating away as it is asked (a click that loads the
+            # next page) is "not yet", not a failure: ask the next one.
+            if "error" in r and "navigated or closed" not in str(r["error"]):
+                fail("Runtime.evaluate: %s" % r["error"])
+            if "exceptionDetails" in r:
+                fail("script error in %r: %s" % (expr, r["exceptionDetails"]))
+            if r.get("result", {}).get("value"):
                 return
             self.pump(0.1)
         fail("timed out waiting for " + what)
@@ -133,6 +145,27 @@ def api(base, method, path, body=None):
         return json.loads(r.read())
 
 
+def start_serve(convo, env, *args):
+    """`convo serve` on a free loopback port: the process and its base URL."""
+    server = subprocess.Popen([convo, "serve", "--listen", "127.0.0.1:0", "--quiet", *args],
+                              env=env, stdout=subprocess.PIPE, text=True)
+    base = server.stdout.readline().strip().rstrip("/")
+    if not base.startswith("http://"):
+        fail("convo serve printed no URL")
+    return server, base
+
+
+def drive(chromium, workdir, server, fn, extra_args=()):
+    """Runs fn(browser) in a fresh headless Chromium, then stops it and the server."""
+    b = Browser(chromium, workdir, extra_args)
+    try:
+        fn(b)
+    finally:
+        b.close()
+        server.terminate()
+        server.wait()
+
+
 def main():
     convo, chromium, workdir = sys.argv[1:4]
     shots = sys.argv[4] if len(sys.argv) > 4 else workdir
@@ -140,18 +173,8 @@ def main():
     env.pop("CONVO_STORE", None)
     sid = subprocess.run([convo, "demo"], env=env, check=True, capture_output=True,
                          text=True).stdout.strip()
-    server = subprocess.Popen([convo, "serve", "--listen", "127.0.0.1:0", "--quiet"], env=env,
-                              stdout=subprocess.PIPE, text=True)
-    base = server.stdout.readline().strip().rstrip("/")
-    if not base.startswith("http://"):
-        fail("convo serve printed no URL")
-    b = Browser(chromium, workdir)
-    try:
-        run(b, base, sid, shots)
-    finally:
-        b.close()
-        server.terminate()
-        server.wait()
+    server, base = start_serve(convo, env)
+    drive(chromium, workdir, server, lambda b: run(b, base, sid, shots))
     print("webview: ok")
 
 

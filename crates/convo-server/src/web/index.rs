@@ -38,13 +38,26 @@ pub(super) struct ListForm {
 pub(super) async fn index(State(st): State<AppState>, Query(f): Query<ListForm>) -> Response {
     let needle = given(&f.q).unwrap_or_default().to_owned();
     let agent = given(&f.agent).unwrap_or_default().to_owned();
-    let number = |v: &Option<String>| given(v).and_then(|v| v.parse::<usize>().ok());
-    let offset = number(&f.offset).unwrap_or(0);
+    // A blank field is no value; anything else must be a count.
+    // (As the API's query strings: the error document, 400.)
+    let number = |name: &str, v: &Option<String>| -> Result<Option<usize>, String> {
+        given(v)
+            .map(|x| {
+                x.parse::<usize>().map_err(|_| {
+                    format!("query string: {name} must be a non-negative whole number, not {x:?}")
+                })
+            })
+            .transpose()
+    };
+    let (offset, limit) = match (number("offset", &f.offset), number("limit", &f.limit)) {
+        (Ok(o), Ok(l)) => (o.unwrap_or(0), l),
+        (Err(e), _) | (_, Err(e)) => return api::ApiError::bad_request(e).into_response(),
+    };
     let q = SessionQuery {
         q: Some(needle.clone()),
         agent: Some(agent.clone()),
         offset: Some(offset),
-        limit: Some(number(&f.limit).unwrap_or(PER_PAGE)),
+        limit: Some(limit.unwrap_or(PER_PAGE)),
     };
     let (list, totals) = match run(&st, move |s| {
         let list = api::filter_sessions(s.sessions()?, &q);

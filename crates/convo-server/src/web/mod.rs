@@ -165,6 +165,23 @@ async fn run<T: Send + 'static>(
     st.pool.run(f).await.map_err(error_page)
 }
 
+/// Node `h` (a hash or unique prefix) of session `q` with its payload:
+/// the session's row, the node, its bytes; a node of another session is
+/// not found.
+fn session_node(
+    s: &mut Store,
+    q: &str,
+    h: &str,
+) -> convo_store::Result<(SessionRow, convo_store::StoredNode, Vec<u8>)> {
+    let p = convo_core::HashPrefix::parse(h).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let row = s.find_session(q)?;
+    let (n, payload) = api::node_with_payload(s, &p)?;
+    if n.node.session != row.id {
+        return Err(StoreError::NoNode(h.to_owned()));
+    }
+    Ok((row, n, payload))
+}
+
 fn short(h: &str) -> &str {
     h.get(..12).unwrap_or(h)
 }

@@ -19,16 +19,8 @@ pub(super) async fn node_page(
     if nq.fragment.as_deref() == Some("1") {
         return fragment(st, q, h).await;
     }
-    let p = match convo_core::HashPrefix::parse(&h) {
-        Ok(p) => p,
-        Err(e) => return error_page(StoreError::Invalid(e.to_string())),
-    };
     let data = run(&st, move |s| {
-        let row = s.find_session(&q)?;
-        let (n, payload) = api::node_with_payload(s, &p)?;
-        if n.node.session != row.id {
-            return Err(StoreError::NoNode(h.clone()));
-        }
+        let (row, n, payload) = session_node(s, &q, &h)?;
         let root = n.ctx.state.unwrap_or_else(convo_core::state::empty_root);
         let state = api::state_at_root(s, root)?;
         Ok((row, convo_runtime::wire::node(&n, Some(&payload)), state))
@@ -95,16 +87,8 @@ pub(super) async fn node_page(
 
 /// One node as the timeline renders it, for the page's live updates.
 async fn fragment(st: AppState, q: String, h: String) -> Response {
-    let p = match convo_core::HashPrefix::parse(&h) {
-        Ok(p) => p,
-        Err(e) => return error_page(StoreError::Invalid(e.to_string())),
-    };
     let data = run(&st, move |s| {
-        let row = s.find_session(&q)?;
-        let (n, payload) = api::node_with_payload(s, &p)?;
-        if n.node.session != row.id {
-            return Err(StoreError::NoNode(h.clone()));
-        }
+        let (row, n, payload) = session_node(s, &q, &h)?;
         let parent_turn = match n.node.parent {
             Some(ph) => Some(
                 s.node(

@@ -92,16 +92,8 @@ pub(super) async fn rerun_page(
     State(st): State<AppState>,
     Path((q, h)): Path<(String, String)>,
 ) -> Response {
-    let p = match HashPrefix::parse(&h) {
-        Ok(p) => p,
-        Err(e) => return error_page(StoreError::Invalid(e.to_string())),
-    };
     let data = run(&st, move |s| {
-        let row = s.find_session(&q)?;
-        let (n, payload) = api::node_with_payload(s, &p)?;
-        if n.node.session != row.id {
-            return Err(StoreError::NoNode(h.clone()));
-        }
+        let (row, n, payload) = session_node(s, &q, &h)?;
         let branches = s.branches(&row.id)?;
         Ok((row, n, payload, branches))
     })
