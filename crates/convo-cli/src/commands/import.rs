@@ -90,7 +90,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
             )));
         }
         let format = if a.format == "auto" {
-            convo_formats::detect(path).map_err(format_error)?
+            detect(path, a.watch)?
         } else {
             IMPORT_FORMATS
                 .iter()
@@ -358,4 +358,28 @@ fn redact_text(s: &mut String) -> usize {
     let n = out.matches("REDACTED").count().saturating_sub(before);
     *s = out;
     n
+}
+
+/// The format of `path`. With `--watch`, a folder that holds no transcript
+/// yet (`~/.claude/projects` before the first session) is waited on, the
+/// wait said once on stderr, instead of refused: the agent has not written
+/// anything to recognise.
+fn detect(path: &std::path::Path, watch: bool) -> CmdResult<&'static str> {
+    let mut said = false;
+    loop {
+        match convo_formats::detect(path) {
+            Ok(f) => return Ok(f),
+            Err(e) if watch && path.is_dir() => {
+                if !said {
+                    eprintln!(
+                        "{}: nothing to recognise yet ({e}); waiting for transcripts",
+                        path.display()
+                    );
+                    said = true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(500));
+            }
+            Err(e) => return Err(format_error(e)),
+        }
+    }
 }
