@@ -8,6 +8,7 @@
 //! 1.5×). Then, on the store alone: reading a 150 KB payload stored in
 //! chunks against the same payload stored whole (target: at most 2×).
 
+use crate::proxybench::{serve, serve_convo};
 use crate::util::{Result, Row, Scratch, Verdict, disk_bytes, settle, thousands};
 use axum::body::Bytes;
 use axum::response::IntoResponse;
@@ -30,24 +31,6 @@ async fn upstream(body: Bytes) -> axum::response::Response {
         "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}),
     )
     .into_response()
-}
-
-async fn serve(app: axum::Router) -> Result<String> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", l.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(l, app).await;
-    });
-    Ok(url)
-}
-
-async fn serve_convo(app: axum::Router) -> Result<String> {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", l.local_addr()?);
-    tokio::spawn(async move {
-        let _ = convo_server::serve_router(l, app, std::future::pending()).await;
-    });
-    Ok(url)
 }
 
 async fn call(c: &reqwest::Client, url: &str, body: &[u8]) -> Result<(f64, Value)> {

@@ -38,7 +38,7 @@ async fn upstream_chat(body: Bytes) -> axum::response::Response {
     .into_response()
 }
 
-async fn serve(app: axum::Router) -> Result<String> {
+pub(crate) async fn serve(app: axum::Router) -> Result<String> {
     use axum::serve::ListenerExt as _;
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", l.local_addr()?);
@@ -51,8 +51,27 @@ async fn serve(app: axum::Router) -> Result<String> {
     Ok(url)
 }
 
+/// A proxy replaying `spec` (SESSION:BRANCH) with no upstream, served
+/// the way `convo serve` serves it: the proxy and its base URL.
+async fn replaying(
+    st: &convo_server::AppState,
+    config: &convo_server::Config,
+    spec: &str,
+) -> Result<(convo_proxy::Proxy, String)> {
+    let mut rc = convo_proxy::ProxyConfig::new(None);
+    rc.replay = Some(convo_proxy::replay::ReplaySpec::parse(spec).map_err(|e| e.to_string())?);
+    let replayer = convo_proxy::Proxy::start(rc, st.pool.clone(), None).await?;
+    let url = serve_convo(convo_server::router(
+        st.clone(),
+        config,
+        Some(convo_proxy::router(replayer.clone())),
+    ))
+    .await?;
+    Ok((replayer, url))
+}
+
 /// The proxy served the way `convo serve` serves it.
-async fn serve_convo(app: axum::Router) -> Result<String> {
+pub(crate) async fn serve_convo(app: axum::Router) -> Result<String> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", l.local_addr()?);
     tokio::spawn(async move {
@@ -152,16 +171,7 @@ async fn run() -> Result<Vec<Row>> {
     let want = CLIENTS * PER_CLIENT * 4;
 
     // Replay the 64-client session with no upstream, 64 clients again.
-    let mut rc = convo_proxy::ProxyConfig::new(None);
-    rc.replay =
-        Some(convo_proxy::replay::ReplaySpec::parse("bench:main").map_err(|e| e.to_string())?);
-    let replayer = convo_proxy::Proxy::start(rc, st.pool.clone(), None).await?;
-    let rx = serve_convo(convo_server::router(
-        st.clone(),
-        &config,
-        Some(convo_proxy::router(replayer.clone())),
-    ))
-    .await?;
+    let (replayer, rx) = replaying(&st, &config, "bench:main").await?;
     let t = Instant::now();
     for i in 0..CALLS {
         let r = c
@@ -500,16 +510,7 @@ async fn store_size(sessions: usize) -> Result<(f64, f64, f64, f64, f64)> {
     // One session of 16 × PER_CLIENT16 calls, replayed by 16 clients at once.
     let named = format!("{px}/s/replay-16/main/v1/chat/completions");
     sixteen(&named).await?;
-    let mut rc = convo_proxy::ProxyConfig::new(None);
-    rc.replay =
-        Some(convo_proxy::replay::ReplaySpec::parse("replay-16:main").map_err(|e| e.to_string())?);
-    let replayer = convo_proxy::Proxy::start(rc, st.pool.clone(), None).await?;
-    let rx = serve_convo(convo_server::router(
-        st.clone(),
-        &config,
-        Some(convo_proxy::router(replayer.clone())),
-    ))
-    .await?;
+    let (replayer, rx) = replaying(&st, &config, "replay-16:main").await?;
     let t = Instant::now();
     let served = sixteen(&format!("{rx}/v1/chat/completions")).await?.len();
     let replay_rate = served as f64 / t.elapsed().as_secs_f64();
