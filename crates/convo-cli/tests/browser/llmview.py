@@ -308,10 +308,10 @@ def live(b, base):
     api(base, "POST", "/api/v1/sessions/%s/branches/main/nodes" % lid,
         [{"kind": "invoke", "payload": "live **question**"}, {"kind": "complete", "payload": "live answer"}])
     b.wait_for("!document.getElementById('live').hidden", "the notice on page 1")
+    # Both nodes arrive as separate events; the count follows each.
+    b.wait_for("document.getElementById('c-nodes').textContent === '262'", "the node count on page 1 (262)")
     if b.eval("document.querySelectorAll('article.node').length") != before:
         fail("a live node was appended to page 1")
-    if b.eval("document.getElementById('c-nodes').textContent") != "262":
-        fail("the node count was not updated on page 1")
 
     # The tail: appended as the server renders it (Markdown, turn heading), counts updated.
     b.goto(url)
@@ -328,8 +328,7 @@ def live(b, base):
         fail("the live turn has no heading")
     if b.eval("document.getElementById('c-turns').textContent") != str(turns + 1):
         fail("the turn count was not updated")
-    if b.eval("document.getElementById('c-nodes').textContent") != "264":
-        fail("the node count was not updated at the tail")
+    b.wait_for("document.getElementById('c-nodes').textContent === '264'", "the node count at the tail (264)")
 
 
 if __name__ == "__main__":
