@@ -119,10 +119,40 @@
     turns.append(tpl.content);
   }
 
+  // The graph and the list of timelines, redrawn by the server after new
+  // nodes (at most one fetch in flight, one more queued behind it).
+  const box = document.getElementById("timelines");
+  let drawing = false;
+  let again = false;
+  async function redraw() {
+    if (!box) return;
+    if (drawing) { again = true; return; }
+    drawing = true;
+    try {
+      do {
+        // Coalesce a burst of nodes into one redraw.
+        await new Promise(function (r) { setTimeout(r, 300); });
+        again = false;
+        const url = location.pathname + "?branch=" + encodeURIComponent(root.dataset.branch) + "&fragment=graph";
+        const res = await fetch(url, { credentials: "same-origin" });
+        if (!res.ok) break;
+        const tpl = document.createElement("template");
+        tpl.innerHTML = await res.text();
+        box.replaceChildren(tpl.content);
+        box.dataset.drawn = String((parseInt(box.dataset.drawn, 10) || 0) + 1);
+      } while (again);
+    } catch (_) {
+      // The next node redraws it.
+    } finally {
+      drawing = false;
+    }
+  }
+
   function onNode(ev) {
     let n;
     try { n = JSON.parse(ev.data); } catch (_) { return; }
     if (ev.lastEventId) after = ev.lastEventId;
+    redraw();
     if (n.parent === root.dataset.head && root.dataset.sealed !== "1") {
       root.dataset.head = n.hash;
       if (tail) {
@@ -135,7 +165,7 @@
       }
     } else {
       others += 1;
-      note(others + " new node(s) on other timelines — reload to see the graph", location.pathname + location.search);
+      note(others + " new node(s) on other timelines, drawn in the graph above —", location.pathname + location.search);
     }
   }
 

@@ -330,6 +330,26 @@ def live(b, base):
         fail("the turn count was not updated")
     b.wait_for("document.getElementById('c-nodes').textContent === '264'", "the node count at the tail (264)")
 
+    # The graph follows: a fork made elsewhere is drawn without a reload,
+    # and so is a node appended to it.
+    drawn = int(b.eval("document.getElementById('timelines').dataset.drawn || '0'"))
+    at = api(base, "GET", "/api/v1/sessions/%s/branches/main/timeline?limit=1" % lid, None)
+    at = at["nodes"][0]["hash"]
+    api(base, "POST", "/api/v1/sessions/%s/fork" % lid, {"from": at, "branch": "side-live"})
+    api(base, "POST", "/api/v1/sessions/%s/branches/side-live/nodes" % lid,
+        [{"kind": "invoke", "payload": "on the side"}])
+    b.wait_for("Array.from(document.querySelectorAll('#timelines figure.graph text.label tspan.u')).some(t => t.textContent === 'side-live')",
+               "the fork drawn in the graph")
+    b.wait_for("Array.from(document.querySelectorAll('#timelines nav.timelines a')).some(a => a.textContent === 'side-live')",
+               "the fork listed with the timelines")
+    if int(b.eval("document.getElementById('timelines').dataset.drawn || '0'")) <= drawn:
+        fail("the graph was not redrawn")
+    if not b.eval("document.getElementById('live').textContent.includes('other timelines')"):
+        fail("the notice does not say a node arrived on another timeline")
+    # The page read is still the tail of main, nothing of the fork in it.
+    if b.eval("Array.from(document.querySelectorAll('article.node')).some(a => a.textContent.includes('on the side'))"):
+        fail("a node of another timeline was appended to this one")
+
 
 if __name__ == "__main__":
     main()

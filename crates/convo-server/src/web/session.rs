@@ -15,6 +15,9 @@ pub(super) struct SessionPageQuery {
     turn: Option<String>,
     /// The page centred on this node (hash or unique prefix).
     node: Option<String>,
+    /// `graph`: only the timelines' graph and list, as the page draws
+    /// them (the live view redraws them from this).
+    fragment: Option<String>,
 }
 
 /// Model, tokens, latency and status found in a node's diagnostics.
@@ -142,6 +145,9 @@ pub(super) async fn session_page(
         Ok(b) => b,
         Err(e) => return error_page(StoreError::Invalid(e.to_string())),
     };
+    if given(&pq.fragment) == Some("graph") {
+        return graph_fragment(st, q, branch).await;
+    }
     let data = run(&st, move |s| {
         let row = s.find_session(&q)?;
         let mut b2 = branch;
@@ -201,18 +207,7 @@ pub(super) async fn session_page(
             p.sub {
                 "agent " b { bdi { (row.agent) } } " · " span.mono { (sid) } " · created " (convo_api::time(row.created_at))
             }
-            (graph(&sid, &lanes, &branch_s))
-            nav.timelines {
-                "Timeline: "
-                @for l in &lanes {
-                    @if l.branch.name.as_str() == branch_s {
-                        strong { bdi { (l.branch.name.as_str()) } @if l.branch.sealed { " (sealed)" } }
-                    } @else {
-                        a href=(session_url(&sid, Some(l.branch.name.as_str()))) { bdi { (l.branch.name.as_str()) } @if l.branch.sealed { " (sealed)" } }
-                    }
-                    " "
-                }
-            }
+            div #timelines { (timelines(&sid, &lanes, &branch_s)) }
             div.actions {
                 @if branch_s != "main" && !this.sealed {
                     button id="promote" type="button" data-branch=(branch_s) { "Promote " bdi { (branch_s) } " to main" }
@@ -253,6 +248,39 @@ pub(super) async fn session_page(
         }
     };
     html_response(page(&title, body))
+}
+
+/// The graph of the session's timelines and the list of their names,
+/// the one being read in bold.
+fn timelines(sid: &str, lanes: &[Lane], current: &str) -> Markup {
+    html! {
+        (graph(sid, lanes, current))
+        nav.timelines {
+            "Timeline: "
+            @for l in lanes {
+                @if l.branch.name.as_str() == current {
+                    strong { bdi { (l.branch.name.as_str()) } @if l.branch.sealed { " (sealed)" } }
+                } @else {
+                    a href=(session_url(sid, Some(l.branch.name.as_str()))) { bdi { (l.branch.name.as_str()) } @if l.branch.sealed { " (sealed)" } }
+                }
+                " "
+            }
+        }
+    }
+}
+
+/// `?fragment=graph`: [`timelines`] alone, for the live view to redraw.
+async fn graph_fragment(st: AppState, q: String, branch: BranchName) -> Response {
+    let data = run(&st, move |s| {
+        let row = s.find_session(&q)?;
+        let lanes = lanes(s, &row)?;
+        Ok((row.id.to_string(), lanes))
+    })
+    .await;
+    match data {
+        Ok((sid, lanes)) => html_response(timelines(&sid, &lanes, branch.as_str())),
+        Err(r) => r,
+    }
 }
 
 pub(super) fn state_panel(state: &api::StateView, heading: &str) -> Markup {
