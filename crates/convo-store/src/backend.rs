@@ -136,10 +136,6 @@ pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 pub type PayloadVisitor<'a> =
     dyn FnMut(&[u8], std::result::Result<&[u8], String>) -> Result<()> + 'a;
 
-/// Row-level operations inside one transaction.
-///
-/// Reads see the transaction's snapshot; writes become visible at commit.
-#[allow(missing_docs)]
 /// The first bytes of a payload and its full length.
 pub type Preview = (Vec<u8>, u64);
 
@@ -170,15 +166,26 @@ impl ThreadField {
 /// A branch with its head node, as [`Tx::branch_with_head`] reads it.
 pub type BranchHead = (BranchRow, Option<StoredNode>);
 
-pub trait Tx {
+/// Session rows.
+#[allow(missing_docs)]
+pub trait SessionTx {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()>;
-    fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
-    fn sessions(&mut self) -> Result<Vec<SessionRow>>;
-    fn set_session_title(&mut self, id: &SessionId, title: Option<&str>) -> Result<()>;
 
+    fn session(&mut self, id: &SessionId) -> Result<Option<SessionRow>>;
+
+    fn sessions(&mut self) -> Result<Vec<SessionRow>>;
+
+    fn set_session_title(&mut self, id: &SessionId, title: Option<&str>) -> Result<()>;
+}
+
+/// Branch rows: heads moved by compare-and-swap, renames, sealing.
+#[allow(missing_docs)]
+pub trait BranchTx: NodeTx {
     fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>>;
+
     /// Branches of one session, or of every session when `s` is `None`.
     fn branches(&mut self, s: Option<&SessionId>) -> Result<Vec<BranchRow>>;
+
     /// A branch with its head node (`None` before its first node), in one
     /// read where the backend can: what an append needs first.
     fn branch_with_head(
@@ -197,6 +204,7 @@ pub trait Tx {
         };
         Ok(Some((b, head)))
     }
+
     /// [`Tx::branch_with_head`] for several branches, in one read where
     /// the backend can (group commit's batches); one answer per key, in order.
     fn branches_with_heads(
@@ -207,7 +215,9 @@ pub trait Tx {
             .map(|(s, name)| self.branch_with_head(s, name))
             .collect()
     }
+
     fn insert_branch(&mut self, b: &BranchRow) -> Result<()>;
+
     /// Compare-and-swap of a branch head: moves it to `new` only if it is
     /// still `old`, and says whether it did.
     fn cas_head(
@@ -217,12 +227,14 @@ pub trait Tx {
         old: Option<&NodeHash>,
         new: &NodeHash,
     ) -> Result<bool>;
+
     fn set_branch_state(
         &mut self,
         s: &SessionId,
         name: &BranchName,
         state: Option<&StateRoot>,
     ) -> Result<()>;
+
     fn rename_branch(
         &mut self,
         s: &SessionId,
@@ -230,22 +242,31 @@ pub trait Tx {
         to: &BranchName,
         sealed: bool,
     ) -> Result<()>;
+}
 
+/// Node rows and the follow sequence.
+#[allow(missing_docs)]
+pub trait NodeTx: BlobTx {
     /// Appends a node and returns its follow sequence number (the previous
     /// maximum plus one, so the sequence has no gaps).
     fn insert_node(&mut self, hash: &NodeHash, node: &Node, ctx: &Context) -> Result<u64>;
+
     fn node(&mut self, h: &NodeHash) -> Result<Option<StoredNode>>;
+
     /// The newest `complete` whose diagnostics hold `value` at `field`
     /// (indexed: the recording proxy's threading, convo-proxy thread.rs).
     fn complete_by_thread(&mut self, field: ThreadField, value: &str) -> Result<Option<NodeHash>>;
+
     /// Up to `limit` node hashes starting with `p`.
     fn nodes_with_prefix(&mut self, p: &HashPrefix, limit: usize) -> Result<Vec<NodeHash>>;
+
     /// Every node of a session in follow order, with payload bytes if asked.
     fn session_nodes(
         &mut self,
         s: &SessionId,
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
+
     /// Every node of a session in follow order as a [`Link`] (hash, parent
     /// and kind only): enough to walk a timeline and number its turns
     /// without decoding whole rows.
@@ -265,6 +286,7 @@ pub trait Tx {
             })
             .collect())
     }
+
     /// The links of a session's nodes whose depth is in `lo..=hi`, in no
     /// particular order: a stretch of every timeline of the session.
     fn session_links_at(&mut self, s: &SessionId, lo: u64, hi: u64) -> Result<Vec<Link>> {
@@ -272,6 +294,7 @@ pub trait Tx {
         all.retain(|l| (lo..=hi).contains(&l.depth));
         Ok(all)
     }
+
     /// The nodes with these hashes, in this order, each with its payload
     /// (`None` for a hash not stored, or a node whose payload is missing).
     fn nodes_with_payloads(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<NodeWithPayload>>> {
@@ -285,33 +308,120 @@ pub trait Tx {
         }
         Ok(out)
     }
+
     /// Up to `limit` nodes with `seq > after`, in follow order.
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>>;
+
     /// The newest follow number (0 when the store has no node).
     fn max_seq(&mut self) -> Result<u64>;
+
     /// Calls `f` on every node in follow order; a row that does not decode
     /// is passed as `Err(what)` so a scan can report it and go on.
     fn scan_nodes(&mut self, f: &mut NodeVisitor<'_>) -> Result<()>;
 
+    /// The highest follow number (0 for an empty store).
+    fn last_seq(&mut self) -> Result<u64>;
+
+    /// Calls `f` on every node's follow number and stored hash bytes, in
+    /// follow order (checkpoints).
+    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()>;
+}
+
+/// Payload bytes by content hash (chunked from a size on; see [`crate::chunk`]).
+#[allow(missing_docs)]
+pub trait BlobTx {
     /// Stores bytes under their hash; a no-op when already present. From
     /// [`crate::chunk::CHUNKED_FROM`] bytes on, the bytes are stored in
     /// content-defined chunks, each once (see [`crate::chunk`]).
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()>;
+
     /// The bytes stored under a hash, assembled from their chunks if they
     /// were chunked.
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>>;
+
     /// For each hash, the first `max` bytes stored under it and the full
     /// length, without reading the rest (`None` where nothing is stored):
     /// what a one-line preview needs from a payload of any size.
     fn blob_previews(&mut self, hashes: &[ContentHash], max: usize)
     -> Result<Vec<Option<Preview>>>;
+
     /// Calls `f` on every blob's address and bytes (a chunked one
     /// assembled, each of its chunks hashed against its address once).
     fn scan_blobs(&mut self, f: &mut PayloadVisitor<'_>) -> Result<()>;
+
     /// Calls `f` on every payload chunk's address and bytes as stored
     /// (index chunks included; see [`crate::chunk`]).
     fn scan_chunks(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
 
+    /// Removes the bytes stored under a content hash (redaction), with the
+    /// chunks no other payload names; says whether there were any.
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
+}
+
+/// The state trie's nodes by digest.
+#[allow(missing_docs)]
+pub trait StateTx {
+    fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()>;
+
+    fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;
+
+    /// Calls `f` on every state trie node's address and body.
+    fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
+}
+
+/// The fact chain (see [`convo_core::fact`]).
+#[allow(missing_docs)]
+pub trait FactTx {
+    /// Appends fact row `seq` (see [`convo_core::fact`]).
+    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()>;
+
+    /// The newest fact's number and stored hash.
+    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>>;
+
+    /// Every fact row in chain order.
+    fn facts(&mut self) -> Result<Vec<Decoded<FactRow>>>;
+}
+
+/// The full-text search index (see [`crate::search`]).
+#[allow(missing_docs)]
+pub trait SearchTx {
+    /// The search index's cursor: every node with a follow number up to
+    /// it has been indexed (see [`crate::search`]).
+    fn search_cursor(&mut self) -> Result<u64>;
+
+    /// Adds documents (follow number, the words of its payload) to the
+    /// search index and moves its cursor to `cursor`.
+    fn search_add(&mut self, docs: &[(u64, Vec<String>)], cursor: u64) -> Result<()>;
+
+    /// Empties the search index and sets its cursor to 0.
+    fn search_clear(&mut self) -> Result<()>;
+
+    /// Drops from the search index every node whose payload is `h`
+    /// (redaction: the index must not keep the erased words).
+    fn search_forget(&mut self, h: &ContentHash) -> Result<()>;
+
+    /// Indexed nodes matching every term and condition, best first, as
+    /// (follow number, score: higher is better).
+    fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>>;
+}
+
+/// The redaction index: which fact erased which digest.
+#[allow(missing_docs)]
+pub trait RedactionTx {
+    /// Indexes redaction fact `fact` under the digest it erased.
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()>;
+
+    /// The number and encoding of the redaction fact indexed under `h`, if any.
+    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>>;
+
+    /// Every row of the redaction index, `(digest, fact number)`, each
+    /// decoded on its own (verify).
+    fn redaction_rows(&mut self) -> Result<Vec<RedactionRow>>;
+}
+
+/// Raw rows for verify, each decoded on its own, and the engine's own checks.
+#[allow(missing_docs)]
+pub trait CheckTx {
     /// For a backend that indexes a session's nodes by runs of follow
     /// numbers (SQLite's `session_runs`): every run, ordered by `first`, or
     /// why a run row does not decode; so verify can check that each node is
@@ -320,53 +430,12 @@ pub trait Tx {
         Ok(None)
     }
 
-    fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()>;
-    fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>>;
-    /// Calls `f` on every state trie node's address and body.
-    fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()>;
-
     /// Every session row, each decoded on its own, so one bad row does not
     /// hide the others (verify).
     fn session_rows(&mut self) -> Result<Vec<Decoded<SessionRow>>>;
+
     /// Every branch row, each decoded on its own (verify).
     fn branch_rows(&mut self) -> Result<Vec<Decoded<BranchRow>>>;
-    /// The highest follow number (0 for an empty store).
-    fn last_seq(&mut self) -> Result<u64>;
-    /// Calls `f` on every node's follow number and stored hash bytes, in
-    /// follow order (checkpoints).
-    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()>;
-
-    /// Appends fact row `seq` (see [`convo_core::fact`]).
-    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()>;
-    /// The newest fact's number and stored hash.
-    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>>;
-    /// Every fact row in chain order.
-    fn facts(&mut self) -> Result<Vec<Decoded<FactRow>>>;
-
-    /// The search index's cursor: every node with a follow number up to
-    /// it has been indexed (see [`crate::search`]).
-    fn search_cursor(&mut self) -> Result<u64>;
-    /// Adds documents (follow number, the words of its payload) to the
-    /// search index and moves its cursor to `cursor`.
-    fn search_add(&mut self, docs: &[(u64, Vec<String>)], cursor: u64) -> Result<()>;
-    /// Empties the search index and sets its cursor to 0.
-    fn search_clear(&mut self) -> Result<()>;
-    /// Drops from the search index every node whose payload is `h`
-    /// (redaction: the index must not keep the erased words).
-    fn search_forget(&mut self, h: &ContentHash) -> Result<()>;
-    /// Indexed nodes matching every term and condition, best first, as
-    /// (follow number, score: higher is better).
-    fn search_match(&mut self, q: &crate::search::IndexQuery<'_>) -> Result<Vec<(u64, f64)>>;
-    /// Removes the bytes stored under a content hash (redaction), with the
-    /// chunks no other payload names; says whether there were any.
-    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
-    /// Indexes redaction fact `fact` under the digest it erased.
-    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()>;
-    /// The number and encoding of the redaction fact indexed under `h`, if any.
-    fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>>;
-    /// Every row of the redaction index, `(digest, fact number)`, each
-    /// decoded on its own (verify).
-    fn redaction_rows(&mut self) -> Result<Vec<RedactionRow>>;
 
     /// Problems the database engine itself finds (SQLite: `PRAGMA
     /// integrity_check`, and a schema that is not the one its version
@@ -374,6 +443,30 @@ pub trait Tx {
     fn engine_check(&mut self) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
+}
+
+/// Row-level operations inside one transaction: every concern's trait.
+///
+/// Reads see the transaction's snapshot; writes become visible at commit.
+/// A backend implements each concern's trait; [`Tx`] follows.
+pub trait Tx:
+    SessionTx + BranchTx + NodeTx + BlobTx + StateTx + FactTx + SearchTx + RedactionTx + CheckTx
+{
+}
+
+impl<
+    T: ?Sized
+        + SessionTx
+        + BranchTx
+        + NodeTx
+        + BlobTx
+        + StateTx
+        + FactTx
+        + SearchTx
+        + RedactionTx
+        + CheckTx,
+> Tx for T
+{
 }
 
 /// A store backend: hands out transactions.

@@ -137,22 +137,13 @@ impl Store {
     /// ([`StoreError::NotAStore`]). [`Access::Read`] never creates a store
     /// ([`StoreError::NoStore`]) and opens SQLite files read-only.
     pub fn open_as(url: &str, access: Access) -> Result<Self> {
-        if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-            return Ok(Store::new(Box::new(crate::postgres::Postgres::connect_as(
-                url, access,
-            )?)));
-        }
-        if let Some((scheme, _)) = url.split_once("://")
-            && scheme != "sqlite"
-        {
-            return Err(StoreError::UnknownScheme {
-                scheme: scheme.to_owned(),
-                url: crate::postgres::redact(url),
-            });
-        }
-        Ok(Store::new(Box::new(crate::sqlite::Sqlite::open_url_as(
-            url, access,
-        )?)))
+        Store::open_with(&crate::Backends::default(), url, access)
+    }
+
+    /// Opens the store at `url` through the backend `backends` registers
+    /// for its scheme (see [`crate::Backends`]).
+    pub fn open_with(backends: &crate::Backends, url: &str, access: Access) -> Result<Self> {
+        Ok(Store::new(backends.open(url, access)?))
     }
 
     pub(crate) fn backend_mut(&mut self) -> &mut dyn Backend {

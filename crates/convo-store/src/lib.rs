@@ -21,6 +21,7 @@ mod migrate;
 pub mod postgres;
 mod redact;
 pub mod refs;
+mod registry;
 pub mod search;
 pub mod sqlite;
 pub mod topology;
@@ -30,6 +31,13 @@ mod verify;
 pub use backend::{
     Backend, Background, BranchRow, FactRow, SessionRow, StoredNode, ThreadField, Tx,
 };
+/// The transaction's traits, one per concern: a backend implements each;
+/// [`Tx`] is all of them (a `&mut dyn Tx` calls any of their methods).
+pub mod tx {
+    pub use crate::backend::{
+        BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx, Tx,
+    };
+}
 pub use checkpoint::Checkpoint;
 pub use error::{BoxError, Cause, ErrorKind, Result, StoreError};
 pub use follow::Follower;
@@ -38,4 +46,5 @@ pub use ledger::{
 };
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
+pub use registry::{Backends, Opener};
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport};

@@ -32,6 +32,7 @@
 use crate::backend::{
     Backend, BlobVisitor, BranchRow, NodeVisitor, NodeWithPayload, SessionRow, StoredNode, Tx,
 };
+use crate::tx::*;
 use crate::{Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
@@ -890,7 +891,7 @@ impl crate::backend::Columns for Shifted<'_> {
     }
 }
 
-impl Tx for PgTx<'_> {
+impl SessionTx for PgTx<'_> {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
         self.defer(
             "INSERT INTO sessions (id, agent, title, created_at) VALUES ($1, $2, $3, $4)",
@@ -930,7 +931,9 @@ impl Tx for PgTx<'_> {
         .map(session_row)
         .collect()
     }
+}
 
+impl BranchTx for PgTx<'_> {
     fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>> {
         self.opt(
             &format!("SELECT {BRANCH_COLS} FROM branches WHERE session = $1 AND name = $2"),
@@ -1104,7 +1107,9 @@ impl Tx for PgTx<'_> {
             OnError::Db,
         )
     }
+}
 
+impl NodeTx for PgTx<'_> {
     fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
         if self.next_seq.is_none() {
             // `BEGIN`, the lock and the follow number, if not yet sent.
@@ -1313,6 +1318,28 @@ impl Tx for PgTx<'_> {
         )
     }
 
+    fn last_seq(&mut self) -> Result<u64> {
+        if let Some(next) = self.next_seq {
+            return Ok(next.saturating_sub(1).max(0) as u64);
+        }
+        let n: i64 = self
+            .opt("SELECT COALESCE(MAX(seq), 0) FROM nodes", &[])?
+            .map(|r| r.try_get(0).map_err(corrupt))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(n.max(0) as u64)
+    }
+
+    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        self.stream("SELECT seq, hash FROM nodes ORDER BY seq", &mut |r| {
+            let seq: i64 = r.try_get(0).map_err(corrupt)?;
+            let h: &[u8] = r.try_get(1).map_err(corrupt)?;
+            f(seq.max(0) as u64, h)
+        })
+    }
+}
+
+impl BlobTx for PgTx<'_> {
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
         if bytes.len() >= crate::chunk::CHUNKED_FROM {
             // Chunked (see `chunk.rs`): the chunks not stored yet, unless
@@ -1437,6 +1464,31 @@ impl Tx for PgTx<'_> {
         Ok(())
     }
 
+    fn scan_chunks(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
+        self.stream("SELECT hash, data FROM chunks ORDER BY id", &mut |r| {
+            let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
+            let d: Vec<u8> = r.try_get(1).map_err(corrupt)?;
+            f(&h, &d)
+        })
+    }
+
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
+        let gone = self.query(
+            "DELETE FROM blobs WHERE hash = $1 RETURNING chunked, data",
+            &[&b(h.as_bytes())],
+        )?;
+        if let Some(r) = gone.first()
+            && chunked_col(r, 0)?
+        {
+            // The chunks no other payload names go with it.
+            let manifest: Vec<u8> = r.try_get(1).map_err(corrupt)?;
+            crate::chunk::release(self, &manifest)?;
+        }
+        Ok(!gone.is_empty())
+    }
+}
+
+impl StateTx for PgTx<'_> {
     fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
         self.defer(
             "INSERT INTO state_nodes (hash, body) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING",
@@ -1454,14 +1506,6 @@ impl Tx for PgTx<'_> {
         .transpose()
     }
 
-    fn scan_chunks(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
-        self.stream("SELECT hash, data FROM chunks ORDER BY id", &mut |r| {
-            let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
-            let d: Vec<u8> = r.try_get(1).map_err(corrupt)?;
-            f(&h, &d)
-        })
-    }
-
     fn scan_state_nodes(&mut self, f: &mut BlobVisitor<'_>) -> Result<()> {
         self.stream("SELECT hash, body FROM state_nodes", &mut |r| {
             let h: Vec<u8> = r.try_get(0).map_err(corrupt)?;
@@ -1469,60 +1513,48 @@ impl Tx for PgTx<'_> {
             f(&h, &d)
         })
     }
+}
 
-    fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
+impl FactTx for PgTx<'_> {
+    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
+        self.defer(
+            "INSERT INTO facts (seq, hash, body) VALUES ($1, $2, $3)",
+            vec![
+                Box::new(seq as i64),
+                Box::new(hash.0.to_vec()),
+                Box::new(body.to_vec()),
+            ],
+            OnError::Db,
+        )
+    }
+
+    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>> {
+        self.opt("SELECT seq, hash FROM facts ORDER BY seq DESC LIMIT 1", &[])?
+            .map(|r| {
+                let seq: i64 = r.try_get(0).map_err(corrupt)?;
+                Ok((seq.max(0) as u64, digest(&r, 1)?))
+            })
+            .transpose()
+    }
+
+    fn facts(&mut self) -> Result<Vec<crate::backend::Decoded<crate::backend::FactRow>>> {
         Ok(self
-            .query(
-                "SELECT id, agent, title, created_at FROM sessions ORDER BY id COLLATE \"C\"",
-                &[],
-            )?
+            .query("SELECT seq, hash, body FROM facts ORDER BY seq", &[])?
             .iter()
             .map(|r| {
-                session_row(r).map_err(|e| {
-                    let id: String = r.try_get(0).unwrap_or_default();
-                    format!("session row `{id}` does not decode: {e}")
+                let seq: i64 = r.try_get(0).map_err(|e| e.to_string())?;
+                Ok(crate::backend::FactRow {
+                    seq: u64::try_from(seq)
+                        .map_err(|_| format!("fact row {seq} has a negative number"))?,
+                    hash: r.try_get(1).map_err(|e| e.to_string())?,
+                    body: r.try_get(2).map_err(|e| e.to_string())?,
                 })
             })
             .collect())
     }
+}
 
-    fn branch_rows(&mut self) -> Result<Vec<crate::backend::Decoded<BranchRow>>> {
-        Ok(self
-            .query(
-                &format!("SELECT {BRANCH_COLS} FROM branches ORDER BY session COLLATE \"C\", name COLLATE \"C\""),
-                &[],
-            )?
-            .iter()
-            .map(|r| {
-                branch_row(r).map_err(|e| {
-                    let s: String = r.try_get(0).unwrap_or_default();
-                    let n: String = r.try_get(1).unwrap_or_default();
-                    format!("branch row `{s}/{n}` does not decode: {e}")
-                })
-            })
-            .collect())
-    }
-
-    fn last_seq(&mut self) -> Result<u64> {
-        if let Some(next) = self.next_seq {
-            return Ok(next.saturating_sub(1).max(0) as u64);
-        }
-        let n: i64 = self
-            .opt("SELECT COALESCE(MAX(seq), 0) FROM nodes", &[])?
-            .map(|r| r.try_get(0).map_err(corrupt))
-            .transpose()?
-            .unwrap_or(0);
-        Ok(n.max(0) as u64)
-    }
-
-    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
-        self.stream("SELECT seq, hash FROM nodes ORDER BY seq", &mut |r| {
-            let seq: i64 = r.try_get(0).map_err(corrupt)?;
-            let h: &[u8] = r.try_get(1).map_err(corrupt)?;
-            f(seq.max(0) as u64, h)
-        })
-    }
-
+impl SearchTx for PgTx<'_> {
     fn search_cursor(&mut self) -> Result<u64> {
         let c: Option<i64> = self
             .opt("SELECT cursor FROM search_state WHERE id = 1", &[])?
@@ -1600,43 +1632,9 @@ impl Tx for PgTx<'_> {
             })
             .collect()
     }
+}
 
-    fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
-        self.defer(
-            "INSERT INTO facts (seq, hash, body) VALUES ($1, $2, $3)",
-            vec![
-                Box::new(seq as i64),
-                Box::new(hash.0.to_vec()),
-                Box::new(body.to_vec()),
-            ],
-            OnError::Db,
-        )
-    }
-
-    fn last_fact(&mut self) -> Result<Option<(u64, Digest)>> {
-        self.opt("SELECT seq, hash FROM facts ORDER BY seq DESC LIMIT 1", &[])?
-            .map(|r| {
-                let seq: i64 = r.try_get(0).map_err(corrupt)?;
-                Ok((seq.max(0) as u64, digest(&r, 1)?))
-            })
-            .transpose()
-    }
-
-    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
-        let gone = self.query(
-            "DELETE FROM blobs WHERE hash = $1 RETURNING chunked, data",
-            &[&b(h.as_bytes())],
-        )?;
-        if let Some(r) = gone.first()
-            && chunked_col(r, 0)?
-        {
-            // The chunks no other payload names go with it.
-            let manifest: Vec<u8> = r.try_get(1).map_err(corrupt)?;
-            crate::chunk::release(self, &manifest)?;
-        }
-        Ok(!gone.is_empty())
-    }
-
+impl RedactionTx for PgTx<'_> {
     fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
         self.defer(
             "INSERT INTO redactions (hash, fact) VALUES ($1, $2)",
@@ -1670,18 +1668,37 @@ impl Tx for PgTx<'_> {
             })
             .collect())
     }
+}
 
-    fn facts(&mut self) -> Result<Vec<crate::backend::Decoded<crate::backend::FactRow>>> {
+impl CheckTx for PgTx<'_> {
+    fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
         Ok(self
-            .query("SELECT seq, hash, body FROM facts ORDER BY seq", &[])?
+            .query(
+                "SELECT id, agent, title, created_at FROM sessions ORDER BY id COLLATE \"C\"",
+                &[],
+            )?
             .iter()
             .map(|r| {
-                let seq: i64 = r.try_get(0).map_err(|e| e.to_string())?;
-                Ok(crate::backend::FactRow {
-                    seq: u64::try_from(seq)
-                        .map_err(|_| format!("fact row {seq} has a negative number"))?,
-                    hash: r.try_get(1).map_err(|e| e.to_string())?,
-                    body: r.try_get(2).map_err(|e| e.to_string())?,
+                session_row(r).map_err(|e| {
+                    let id: String = r.try_get(0).unwrap_or_default();
+                    format!("session row `{id}` does not decode: {e}")
+                })
+            })
+            .collect())
+    }
+
+    fn branch_rows(&mut self) -> Result<Vec<crate::backend::Decoded<BranchRow>>> {
+        Ok(self
+            .query(
+                &format!("SELECT {BRANCH_COLS} FROM branches ORDER BY session COLLATE \"C\", name COLLATE \"C\""),
+                &[],
+            )?
+            .iter()
+            .map(|r| {
+                branch_row(r).map_err(|e| {
+                    let s: String = r.try_get(0).unwrap_or_default();
+                    let n: String = r.try_get(1).unwrap_or_default();
+                    format!("branch row `{s}/{n}` does not decode: {e}")
                 })
             })
             .collect())

@@ -8,6 +8,7 @@
 //! `migrations/sqlite/` and are tracked with `PRAGMA user_version`.
 
 use crate::backend::{Backend, BranchRow, SessionRow, StoredNode, Tx};
+use crate::tx::*;
 use crate::{Cause, Result, StoreError};
 use convo_core::timeline::Context;
 use convo_core::{
@@ -1023,7 +1024,7 @@ fn session_row(r: &Row<'_>) -> rusqlite::Result<SessionRow> {
 
 const BRANCH_COLS: &str = "session, name, head, state, sealed, created_at";
 
-impl Tx for SqliteTx<'_> {
+impl SessionTx for SqliteTx<'_> {
     fn insert_session(&mut self, s: &SessionRow) -> Result<()> {
         self.tx
             .prepare_cached(
@@ -1062,7 +1063,9 @@ impl Tx for SqliteTx<'_> {
             .and_then(|rows| rows.collect())
             .map_err(db)
     }
+}
 
+impl BranchTx for SqliteTx<'_> {
     fn branch(&mut self, s: &SessionId, name: &BranchName) -> Result<Option<BranchRow>> {
         self.tx
             .prepare_cached(&format!(
@@ -1181,7 +1184,9 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)?;
         Ok(())
     }
+}
 
+impl NodeTx for SqliteTx<'_> {
     fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
         let ev = n.event.as_ref();
         let Hot {
@@ -1420,6 +1425,36 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
+    fn last_seq(&mut self) -> Result<u64> {
+        let n: Option<i64> = self
+            .tx
+            .prepare_cached("SELECT max(seq) FROM nodes")
+            .and_then(|mut st| st.query_row([], |r| r.get(0)))
+            .map_err(db)?;
+        Ok(n.unwrap_or(0).max(0) as u64)
+    }
+
+    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare("SELECT seq, hash FROM nodes ORDER BY seq")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let seq: i64 = r.get(0).map_err(db)?;
+            let h = r
+                .get_ref(1)
+                .map_err(db)?
+                .as_bytes_or_null()
+                .map_err(|e| db(e.into()))?
+                .unwrap_or_default();
+            f(seq.max(0) as u64, h)?;
+        }
+        Ok(())
+    }
+}
+
+impl BlobTx for SqliteTx<'_> {
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
         let found: Option<i64> = hot(
             self.tx,
@@ -1621,53 +1656,6 @@ impl Tx for SqliteTx<'_> {
         Ok(())
     }
 
-    fn session_runs(
-        &mut self,
-    ) -> Result<Option<Vec<std::result::Result<crate::backend::SessionRun, String>>>> {
-        self.flush_run()?;
-        let mut st = self
-            .tx
-            .prepare("SELECT first, last, session FROM session_runs ORDER BY first")
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next().map_err(db)? {
-            use crate::backend::Columns;
-            let decoded = (|| {
-                let first = r.int(0)?.ok_or("no first")?;
-                let last = r.int(1)?.ok_or("no last")?;
-                let session = r.text(2)?.ok_or("no session")?;
-                let session = SessionId::parse(session)
-                    .map_err(|_| format!("session `{session}` is malformed"))?;
-                if first < 1 || last < first {
-                    return Err(format!("it spans {first}..{last}"));
-                }
-                Ok(crate::backend::SessionRun {
-                    first: first as u64,
-                    last: last as u64,
-                    session,
-                })
-            })();
-            out.push(decoded.map_err(|e: String| format!("session index row: {e}")));
-        }
-        Ok(Some(out))
-    }
-
-    fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
-        let there = self
-            .tx
-            .prepare_cached("SELECT 1 FROM state_nodes WHERE substr(hash, 1, 8) = ?1 AND hash = ?2")
-            .and_then(|mut st| st.exists(params![key8(h), h.0.as_slice()]))
-            .map_err(db)?;
-        if !there {
-            self.tx
-                .prepare_cached("INSERT INTO state_nodes (hash, body) VALUES (?1, ?2)")
-                .and_then(|mut st| st.execute(params![h.0.as_slice(), body]))
-                .map_err(db)?;
-        }
-        Ok(())
-    }
-
     fn scan_chunks(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
         let mut st = self
             .tx
@@ -1686,6 +1674,48 @@ impl Tx for SqliteTx<'_> {
                 .as_bytes_or_null()
                 .map_err(|e| db(e.into()))?;
             f(h.unwrap_or_default(), d.unwrap_or_default())?;
+        }
+        Ok(())
+    }
+
+    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
+        let manifest: Option<Vec<u8>> = self
+            .tx
+            .query_row(
+                "SELECT data FROM blobs WHERE k = ?1 AND hash = ?2 AND chunked",
+                params![key8(&h.0), h.as_bytes().as_slice()],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db)?;
+        let n = self
+            .tx
+            .execute(
+                "DELETE FROM blobs WHERE k = ?1 AND hash = ?2",
+                params![key8(&h.0), h.as_bytes().as_slice()],
+            )
+            .map_err(db)?;
+        self.last_blob = None;
+        if let Some(m) = manifest {
+            // The chunks no other payload names go with it.
+            crate::chunk::release(self, &m)?;
+        }
+        Ok(n > 0)
+    }
+}
+
+impl StateTx for SqliteTx<'_> {
+    fn put_state_node(&mut self, h: &Digest, body: &[u8]) -> Result<()> {
+        let there = self
+            .tx
+            .prepare_cached("SELECT 1 FROM state_nodes WHERE substr(hash, 1, 8) = ?1 AND hash = ?2")
+            .and_then(|mut st| st.exists(params![key8(h), h.0.as_slice()]))
+            .map_err(db)?;
+        if !there {
+            self.tx
+                .prepare_cached("INSERT INTO state_nodes (hash, body) VALUES (?1, ?2)")
+                .and_then(|mut st| st.execute(params![h.0.as_slice(), body]))
+                .map_err(db)?;
         }
         Ok(())
     }
@@ -1715,76 +1745,9 @@ impl Tx for SqliteTx<'_> {
             })
             .map_err(db)
     }
-    fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
-        let mut st = self
-            .tx
-            .prepare("SELECT id, agent, title, created_at FROM sessions ORDER BY rowid")
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next().map_err(db)? {
-            out.push(session_row(r).map_err(|e| {
-                let id = bytes(r, 0).ok().flatten().unwrap_or_default();
-                format!(
-                    "session row `{}` does not decode: {e}",
-                    String::from_utf8_lossy(&id)
-                )
-            }));
-        }
-        Ok(out)
-    }
+}
 
-    fn branch_rows(&mut self) -> Result<Vec<crate::backend::Decoded<BranchRow>>> {
-        let mut st = self
-            .tx
-            .prepare(&format!(
-                "SELECT {BRANCH_COLS} FROM branches ORDER BY rowid"
-            ))
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next().map_err(db)? {
-            out.push(branch_row(r).map_err(|e| {
-                let s = bytes(r, 0).ok().flatten().unwrap_or_default();
-                let n = bytes(r, 1).ok().flatten().unwrap_or_default();
-                format!(
-                    "branch row `{}/{}` does not decode: {e}",
-                    String::from_utf8_lossy(&s),
-                    String::from_utf8_lossy(&n)
-                )
-            }));
-        }
-        Ok(out)
-    }
-
-    fn last_seq(&mut self) -> Result<u64> {
-        let n: Option<i64> = self
-            .tx
-            .prepare_cached("SELECT max(seq) FROM nodes")
-            .and_then(|mut st| st.query_row([], |r| r.get(0)))
-            .map_err(db)?;
-        Ok(n.unwrap_or(0).max(0) as u64)
-    }
-
-    fn scan_node_hashes(&mut self, f: &mut dyn FnMut(u64, &[u8]) -> Result<()>) -> Result<()> {
-        let mut st = self
-            .tx
-            .prepare("SELECT seq, hash FROM nodes ORDER BY seq")
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        while let Some(r) = rows.next().map_err(db)? {
-            let seq: i64 = r.get(0).map_err(db)?;
-            let h = r
-                .get_ref(1)
-                .map_err(db)?
-                .as_bytes_or_null()
-                .map_err(|e| db(e.into()))?
-                .unwrap_or_default();
-            f(seq.max(0) as u64, h)?;
-        }
-        Ok(())
-    }
-
+impl FactTx for SqliteTx<'_> {
     fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
         self.tx
             .prepare_cached("INSERT INTO facts (seq, hash, body) VALUES (?1, ?2, ?3)")
@@ -1825,7 +1788,9 @@ impl Tx for SqliteTx<'_> {
         }
         Ok(out)
     }
+}
 
+impl SearchTx for SqliteTx<'_> {
     fn search_cursor(&mut self) -> Result<u64> {
         self.tx
             .prepare_cached("SELECT cursor FROM search_state WHERE id = 1")
@@ -1846,41 +1811,6 @@ impl Tx for SqliteTx<'_> {
         self.tx
             .prepare_cached("UPDATE search_state SET cursor = ?1 WHERE id = 1")
             .and_then(|mut st| st.execute(params![cursor as i64]))
-            .map_err(db)?;
-        Ok(())
-    }
-
-    fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
-        let manifest: Option<Vec<u8>> = self
-            .tx
-            .query_row(
-                "SELECT data FROM blobs WHERE k = ?1 AND hash = ?2 AND chunked",
-                params![key8(&h.0), h.as_bytes().as_slice()],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(db)?;
-        let n = self
-            .tx
-            .execute(
-                "DELETE FROM blobs WHERE k = ?1 AND hash = ?2",
-                params![key8(&h.0), h.as_bytes().as_slice()],
-            )
-            .map_err(db)?;
-        self.last_blob = None;
-        if let Some(m) = manifest {
-            // The chunks no other payload names go with it.
-            crate::chunk::release(self, &m)?;
-        }
-        Ok(n > 0)
-    }
-
-    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
-        self.tx
-            .execute(
-                "INSERT INTO redactions (hash, fact) VALUES (?1, ?2)",
-                params![h.as_bytes().as_slice(), fact as i64],
-            )
             .map_err(db)?;
         Ok(())
     }
@@ -1935,6 +1865,18 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)?;
         rows.collect::<rusqlite::Result<Vec<_>>>().map_err(db)
     }
+}
+
+impl RedactionTx for SqliteTx<'_> {
+    fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
+        self.tx
+            .execute(
+                "INSERT INTO redactions (hash, fact) VALUES (?1, ?2)",
+                params![h.as_bytes().as_slice(), fact as i64],
+            )
+            .map_err(db)?;
+        Ok(())
+    }
 
     fn redaction(&mut self, h: &ContentHash) -> Result<Option<(u64, Vec<u8>)>> {
         self.tx
@@ -1968,6 +1910,82 @@ impl Tx for SqliteTx<'_> {
                 Ok((h, f))
             })();
             out.push(row.map_err(|e: String| format!("redaction row does not decode: {e}")));
+        }
+        Ok(out)
+    }
+}
+
+impl CheckTx for SqliteTx<'_> {
+    fn session_runs(
+        &mut self,
+    ) -> Result<Option<Vec<std::result::Result<crate::backend::SessionRun, String>>>> {
+        self.flush_run()?;
+        let mut st = self
+            .tx
+            .prepare("SELECT first, last, session FROM session_runs ORDER BY first")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            use crate::backend::Columns;
+            let decoded = (|| {
+                let first = r.int(0)?.ok_or("no first")?;
+                let last = r.int(1)?.ok_or("no last")?;
+                let session = r.text(2)?.ok_or("no session")?;
+                let session = SessionId::parse(session)
+                    .map_err(|_| format!("session `{session}` is malformed"))?;
+                if first < 1 || last < first {
+                    return Err(format!("it spans {first}..{last}"));
+                }
+                Ok(crate::backend::SessionRun {
+                    first: first as u64,
+                    last: last as u64,
+                    session,
+                })
+            })();
+            out.push(decoded.map_err(|e: String| format!("session index row: {e}")));
+        }
+        Ok(Some(out))
+    }
+
+    fn session_rows(&mut self) -> Result<Vec<crate::backend::Decoded<SessionRow>>> {
+        let mut st = self
+            .tx
+            .prepare("SELECT id, agent, title, created_at FROM sessions ORDER BY rowid")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            out.push(session_row(r).map_err(|e| {
+                let id = bytes(r, 0).ok().flatten().unwrap_or_default();
+                format!(
+                    "session row `{}` does not decode: {e}",
+                    String::from_utf8_lossy(&id)
+                )
+            }));
+        }
+        Ok(out)
+    }
+
+    fn branch_rows(&mut self) -> Result<Vec<crate::backend::Decoded<BranchRow>>> {
+        let mut st = self
+            .tx
+            .prepare(&format!(
+                "SELECT {BRANCH_COLS} FROM branches ORDER BY rowid"
+            ))
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            out.push(branch_row(r).map_err(|e| {
+                let s = bytes(r, 0).ok().flatten().unwrap_or_default();
+                let n = bytes(r, 1).ok().flatten().unwrap_or_default();
+                format!(
+                    "branch row `{}/{}` does not decode: {e}",
+                    String::from_utf8_lossy(&s),
+                    String::from_utf8_lossy(&n)
+                )
+            }));
         }
         Ok(out)
     }
