@@ -5,7 +5,8 @@
 //! state trie, sealing, verification) lives once in [`crate::Store`], so two
 //! backends cannot drift apart: they differ only in SQL.
 
-use crate::Result;
+use crate::{Result, StoreError};
+use convo_core::state::{StateError, StateNodes};
 use convo_core::timeline::Context;
 use convo_core::{
     BranchName, ContentHash, Digest, HashPrefix, Kind, Millis, Node, NodeHash, SessionId,
@@ -667,4 +668,24 @@ pub(crate) fn decode_node(r: &impl Columns) -> std::result::Result<StoredNode, S
             turn: unsigned(22, "turn number")?,
         },
     })
+}
+
+/// Adapts a transaction to the state trie's node source.
+pub(crate) struct TxNodes<'a>(pub(crate) &'a mut dyn Tx);
+
+impl StateNodes for TxNodes<'_> {
+    type Error = StoreError;
+    fn load(&mut self, hash: &Digest) -> Result<Option<Vec<u8>>> {
+        self.0.state_node(hash)
+    }
+    fn save(&mut self, hash: &Digest, body: &[u8]) -> Result<()> {
+        self.0.put_state_node(hash, body)
+    }
+}
+
+pub(crate) fn state_err(e: StateError<StoreError>) -> StoreError {
+    match e {
+        StateError::Backend(e) => e,
+        other => StoreError::State(other.to_string()),
+    }
 }

@@ -36,7 +36,7 @@
 //! hash).
 
 use crate::backend::StoredNode;
-use crate::ledger::{TimelineNode, walk_chain};
+use crate::chain::{TimelineNode, walk_chain};
 use crate::redact::payload_in;
 use crate::{Result, Store, StoreError};
 use convo_core::{DigestMap, Kind, NodeHash, SessionId};

@@ -10,10 +10,12 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
+mod chain;
 pub mod checkpoint;
 pub mod chunk;
 pub mod diff;
 mod error;
+mod facts;
 pub mod filter;
 mod follow;
 mod ledger;
@@ -38,12 +40,11 @@ pub mod tx {
         BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx, Tx,
     };
 }
+pub use chain::TimelineNode;
 pub use checkpoint::Checkpoint;
 pub use error::{BoxError, Cause, ErrorKind, Result, StoreError};
 pub use follow::Follower;
-pub use ledger::{
-    Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelineNode, TimelinePage, TurnView,
-};
+pub use ledger::{Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelinePage, TurnView};
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
 pub use registry::{Backends, Opener};

@@ -296,7 +296,7 @@ impl Postgres {
                     i + 1
                 ))?;
                 if i + 1 == FACTS_VERSION {
-                    crate::ledger::journal_existing(&mut t)?;
+                    crate::facts::journal_existing(&mut t)?;
                 }
             }
             t.commit()

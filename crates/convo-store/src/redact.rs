@@ -12,7 +12,7 @@
 //! redacted it.
 
 use crate::backend::Tx;
-use crate::ledger::append_fact;
+use crate::facts::append_fact;
 use crate::{Result, Store, StoreError};
 use convo_core::fact::{Fact, FactRecord, tombstone};
 use convo_core::hash::content_hash;

@@ -30,7 +30,7 @@
 //! continues its parent timeline's numbering.
 
 use crate::backend::{StoredNode, Tx};
-use crate::ledger::{chain_in, open_branch, resolve_in};
+use crate::chain::{chain_in, open_branch, resolve_in};
 use crate::{Result, StoreError};
 use convo_core::{BranchName, HashPrefix, SessionId};
 

@@ -397,7 +397,7 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
                 branch: b.as_str().to_owned(),
             })?;
             let chain = match row.head {
-                Some(h) => crate::ledger::chain_in(tx, s, h, false)?,
+                Some(h) => crate::chain::chain_in(tx, s, h, false)?,
                 None => Vec::new(),
             };
             Some(chain.iter().map(|n| n.stored.seq).collect())
@@ -544,7 +544,7 @@ impl Timelines {
             let mut at: HashMap<NodeHash, Place> = HashMap::new();
             for b in branches {
                 let Some(h) = b.head else { continue };
-                let chain = crate::ledger::walk_chain(s, h, links.len(), |i| {
+                let chain = crate::chain::walk_chain(s, h, links.len(), |i| {
                     (links[i].hash, links[i].parent)
                 })?;
                 // Turn numbers are stored with each node (its context).

@@ -452,7 +452,7 @@ impl Sqlite {
                     run: None,
                     hot: Hot::default(),
                 };
-                crate::ledger::journal_existing(&mut t)?;
+                crate::facts::journal_existing(&mut t)?;
             }
         }
         tx.commit().map_err(db)

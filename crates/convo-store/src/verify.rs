@@ -1,7 +1,7 @@
 //! Verification: recompute everything from stored bytes, trust nothing.
 
 use crate::backend::{BranchRow, SessionRow, SessionRun, StoredNode, Tx};
-use crate::ledger::{TxNodes, state_err};
+use crate::backend::{TxNodes, state_err};
 use crate::{Result, StoreError};
 use convo_core::BranchName;
 use convo_core::fact::{Fact, FactRecord};
