@@ -1,0 +1,173 @@
+//! The server in process, through its one assembly
+//! (`convo_server::serve(listener, config, shutdown)`, what `convo serve`
+//! runs): the API's main flow, the guards, a clean shutdown. The flows a
+//! user types stay in the CLI's end-to-end tests.
+
+use serde_json::{Value, json};
+
+struct Running {
+    base: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), convo_server::ServeError>>,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(token: Option<&str>) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config =
+        convo_server::Config::new(format!("sqlite://{}", dir.path().join("c.db").display()));
+    config.log_requests = false;
+    config.token = token.map(str::to_owned);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(convo_server::serve(listener, config, async move {
+        let _ = rx.await;
+    }));
+    Running {
+        base,
+        stop: Some(tx),
+        task,
+        _dir: dir,
+    }
+}
+
+impl Running {
+    async fn stop(mut self) {
+        self.stop.take().unwrap().send(()).unwrap();
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+/// A JSON array, bare or under `key`.
+fn list<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
+    v.as_array()
+        .or_else(|| v[key].as_array())
+        .unwrap_or_else(|| panic!("no list in {v}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_is_created_appended_forked_and_read_back() {
+    let srv = start(None).await;
+    let c = reqwest::Client::new();
+    let s: Value = c
+        .post(format!("{}/api/v1/sessions", srv.base))
+        .json(&json!({"agent": "inproc", "title": "in process"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = s["id"].as_str().unwrap().to_owned();
+    let res = c
+        .post(format!(
+            "{}/api/v1/sessions/{id}/branches/main/nodes",
+            srv.base
+        ))
+        .json(&json!([
+            {"kind": "invoke", "payload": "hello"},
+            {"kind": "complete", "payload": "hi there"}
+        ]))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let tl: Value = c
+        .get(format!(
+            "{}/api/v1/sessions/{id}/branches/main/timeline",
+            srv.base
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let nodes = list(&tl, "nodes");
+    assert_eq!(nodes.len(), 2, "{tl}");
+    assert_eq!(nodes[1]["payload"], "hi there");
+    let first = nodes[0]["hash"].as_str().unwrap();
+    let res = c
+        .post(format!("{}/api/v1/sessions/{id}/fork", srv.base))
+        .json(&json!({"from": first, "branch": "retry"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 201, "{}", res.text().await.unwrap());
+    let branches: Value = c
+        .get(format!("{}/api/v1/sessions/{id}/branches", srv.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let names: Vec<&str> = list(&branches, "branches")
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"main") && names.contains(&"retry"),
+        "{branches}"
+    );
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guards_refuse_foreign_hosts_origins_and_missing_tokens() {
+    let srv = start(Some("sekret")).await;
+    let c = reqwest::Client::new();
+    let url = format!("{}/api/v1/sessions", srv.base);
+    let res = c.get(&url).send().await.unwrap();
+    assert_eq!(res.status(), 401);
+    let res = c
+        .get(&url)
+        .bearer_auth("sekret")
+        .header("host", "attacker.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let res = c.get(&url).bearer_auth("sekret").send().await.unwrap();
+    assert_eq!(res.status(), 200);
+    // A write from a page of another origin is refused before any handler.
+    let res = c
+        .post(&url)
+        .bearer_auth("sekret")
+        .header("origin", "http://attacker.example")
+        .json(&json!({"agent": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 403);
+    let all: Value = c
+        .get(&url)
+        .bearer_auth("sekret")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(list(&all, "sessions").is_empty(), "nothing written: {all}");
+    srv.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_stream_ends_when_the_server_shuts_down() {
+    let srv = start(None).await;
+    let c = reqwest::Client::new();
+    let mut res = c
+        .get(format!("{}/api/v1/events", srv.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), 200);
+    let reader = tokio::spawn(async move {
+        // Reads until the server ends the stream.
+        while let Ok(Some(_)) = res.chunk().await {}
+    });
+    srv.stop().await;
+    reader.await.unwrap();
+}
