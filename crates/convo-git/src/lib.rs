@@ -35,7 +35,7 @@ pub mod sessions;
 mod state;
 
 use convo_core::{Kind, NodeHash, SessionId};
-use convo_store::{Cause, ErrorKind, SessionRow, Store, StoreError};
+use convo_store::{Cause, ErrorKind, Problem, ProblemKind, SessionRow, Store, StoreError};
 use lock::SyncLock;
 use odb::RefChange;
 use pack::Pending;
@@ -86,7 +86,7 @@ pub enum Error {
     /// The repository holds history the store no longer has: the store was
     /// rolled back, truncated or rewritten after it was projected. The
     /// repository is the evidence; it is left as it is.
-    Rewritten(Vec<String>),
+    Rewritten(Vec<Problem>),
     /// `--layout` differs from the repository's.
     LayoutMismatch {
         /// The repository.
@@ -122,7 +122,11 @@ impl std::fmt::Display for Error {
             Error::Rewritten(lines) => write!(
                 f,
                 "the store's history was rewritten after it was projected:\n{}",
-                lines.join("\n")
+                lines
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("\n")
             ),
             Error::LayoutMismatch { path, found, asked } => {
                 write!(f, "{path} holds the `{found}` layout, not `{asked}`")
@@ -616,13 +620,17 @@ impl Projector {
     /// lacks, a branch whose store head is an earlier projected node
     /// (rolled back). Cheap: one lookup per timeline. Empty when the store
     /// only moved forward since the last sync.
-    pub fn witness(&self, store: &mut Store) -> Result<Vec<String>> {
+    pub fn witness(&self, store: &mut Store) -> Result<Vec<Problem>> {
         let mut found = Vec::new();
         let end = store.end_cursor()?;
         if end < self.book.cursor {
-            found.push(format!(
-                "the store ends at node {end}, but {} nodes were projected from it: it was truncated",
-                self.book.cursor
+            found.push(Problem::new(
+                ProblemKind::Truncated,
+                "store",
+                format!(
+                    "the store ends at node {end}, but {} nodes were projected from it: it was truncated",
+                    self.book.cursor
+                ),
             ));
         }
         let mut tips: Vec<&Tip> = self.book.tips.values().collect();
@@ -634,15 +642,19 @@ impl Projector {
                 Err(_) => false,
             };
             if gone {
-                found.push(format!(
-                    "{object}: node {} (its projected tip, commit {}) is no longer in the store",
-                    t.node,
-                    self.book
-                        .map
-                        .get(&t.node)
-                        .and_then(|r| r.commit)
-                        .map(|c| c.to_string())
-                        .unwrap_or_else(|| "-".into())
+                found.push(Problem::new(
+                    ProblemKind::Rewritten,
+                    object,
+                    format!(
+                        "node {} (its projected tip, commit {}) is no longer in the store",
+                        t.node,
+                        self.book
+                            .map
+                            .get(&t.node)
+                            .and_then(|r| r.commit)
+                            .map(|c| c.to_string())
+                            .unwrap_or_else(|| "-".into())
+                    ),
                 ));
                 continue;
             }
@@ -667,9 +679,13 @@ impl Projector {
                 && self.book.map.contains_key(&h)
                 && older(&h)?
             {
-                found.push(format!(
-                    "{object}: its head moved back from {} to {h}, an earlier projected node",
-                    t.node
+                found.push(Problem::new(
+                    ProblemKind::Truncated,
+                    object,
+                    format!(
+                        "its head moved back from {} to {h}, an earlier projected node",
+                        t.node
+                    ),
                 ));
             }
         }
@@ -910,7 +926,7 @@ impl Projector {
     }
 
     /// Compares the repository with the store; returns every drift found.
-    pub fn verify(&mut self, store: &mut Store) -> Result<Vec<String>> {
+    pub fn verify(&mut self, store: &mut Store) -> Result<Vec<Problem>> {
         let mut problems = Vec::new();
         let witnessed = self.witness(store)?;
         let mut cursor = 0;
@@ -924,7 +940,11 @@ impl Projector {
             for n in &page {
                 stored.insert(n.stored.hash);
                 if let Err(why) = self.verify_node(store, &mut p, n) {
-                    problems.push(format!("node {}: {why}", n.stored.hash));
+                    problems.push(Problem::new(
+                        ProblemKind::Mismatch,
+                        format!("node {}", n.stored.hash),
+                        why,
+                    ));
                 }
             }
             cursor = last;
@@ -937,7 +957,7 @@ impl Projector {
             .collect();
         if !witnessed.is_empty() || !lost.is_empty() {
             lost.sort();
-            problems.push(format!(
+            problems.push(Problem::new(ProblemKind::Rewritten, "store", format!(
                 "the store's history was rewritten after it was projected: {} projected node(s) \
                  are no longer in the store{}; this repository is the evidence, keep it \
                  (compare with `convo verify --checkpoint`)",
@@ -955,34 +975,47 @@ impl Projector {
                         if lost.len() > 20 { ", …" } else { "" }
                     )
                 }
-            ));
+            )));
             problems.extend(witnessed);
             return Ok(problems);
         }
         if cursor > self.book.cursor {
-            problems.push(format!(
-                "{} node(s) appended after cursor {} are not projected yet (run `convo git sync`)",
-                cursor - self.book.cursor,
-                self.book.cursor
+            problems.push(Problem::new(
+                ProblemKind::Behind,
+                "repository",
+                format!(
+                    "{} node(s) appended after cursor {} are not projected yet (run `convo git sync`)",
+                    cursor - self.book.cursor,
+                    self.book.cursor
+                ),
             ));
         }
         if self.redactions_pending(store)?.1 {
-            problems.push(
+            problems.push(Problem::new(
+                ProblemKind::Behind,
+                "repository",
                 "the store redacted payloads this repository still holds (run `convo git sync`, \
-                 which rewrites the refs whose history holds them)"
-                    .to_owned(),
-            );
+                 which rewrites the refs whose history holds them)",
+            ));
         }
         for session in store.sessions()? {
             for b in store.branches(&session.id)? {
                 let Some(head) = b.head else { continue };
                 let object = format!("branch {}/{}", session.id, b.name);
                 let Some(tip) = self.book.tips.get(&head) else {
-                    problems.push(format!("{object}: its head {head} is not a projected tip"));
+                    problems.push(Problem::new(
+                        ProblemKind::Missing,
+                        object,
+                        format!("its head {head} is not a projected tip"),
+                    ));
                     continue;
                 };
                 if tip.branch != b.name.as_str() {
-                    problems.push(format!("{object}: projected as `{}`", tip.branch));
+                    problems.push(Problem::new(
+                        ProblemKind::Mismatch,
+                        object.clone(),
+                        format!("projected as `{}`", tip.branch),
+                    ));
                 }
                 let Some(commit) = self.book.map.get(&head).and_then(|r| r.commit) else {
                     continue;
@@ -991,13 +1024,27 @@ impl Projector {
                 match self.repo.try_find_reference(name.as_str()) {
                     Ok(Some(mut r)) => match r.peel_to_id() {
                         Ok(id) if id.detach() == commit => {}
-                        Ok(id) => {
-                            problems.push(format!("{object}: {name} points at {id}, not {commit}"))
-                        }
-                        Err(e) => problems.push(format!("{object}: {name}: {e}")),
+                        Ok(id) => problems.push(Problem::new(
+                            ProblemKind::Mismatch,
+                            object,
+                            format!("{name} points at {id}, not {commit}"),
+                        )),
+                        Err(e) => problems.push(Problem::new(
+                            ProblemKind::Database,
+                            object,
+                            format!("{name}: {e}"),
+                        )),
                     },
-                    Ok(None) => problems.push(format!("{object}: ref {name} is missing")),
-                    Err(e) => problems.push(format!("{object}: {name}: {e}")),
+                    Ok(None) => problems.push(Problem::new(
+                        ProblemKind::Missing,
+                        object,
+                        format!("ref {name} is missing"),
+                    )),
+                    Err(e) => problems.push(Problem::new(
+                        ProblemKind::Database,
+                        object,
+                        format!("{name}: {e}"),
+                    )),
                 }
             }
         }

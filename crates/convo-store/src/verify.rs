@@ -47,6 +47,10 @@ pub enum ProblemKind {
     /// A checkpoint that cannot be used: unreadable, forged, signed by a key
     /// that is not trusted, or not comparable with the store.
     Checkpoint,
+    /// A projection (the git repository) that has not caught up with the
+    /// store: nodes not projected yet, redactions not applied yet. Not
+    /// tampering: `convo git sync` clears it.
+    Behind,
 }
 
 /// One thing found wrong.
@@ -58,6 +62,16 @@ pub struct Problem {
     pub object: String,
     /// Why, in words.
     pub reason: String,
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.object.is_empty() {
+            write!(f, "{}", self.reason)
+        } else {
+            write!(f, "{}: {}", self.object, self.reason)
+        }
+    }
 }
 
 impl Problem {

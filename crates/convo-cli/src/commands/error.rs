@@ -266,7 +266,11 @@ mod tests {
             pid: None,
         };
         assert_eq!(CommandError::from(busy).exit_code(), 2);
-        let rewritten = convo_git::Error::Rewritten(vec!["a".into()]);
+        let rewritten = convo_git::Error::Rewritten(vec![convo_store::Problem::new(
+            convo_store::ProblemKind::Rewritten,
+            "store",
+            "a",
+        )]);
         let c = CommandError::from(rewritten);
         assert_eq!(c.exit_code(), FOUND_PROBLEM);
         assert_eq!(c.hint.as_deref(), Some(REWRITTEN_HINT));

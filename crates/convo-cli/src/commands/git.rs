@@ -290,7 +290,13 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
             }
             let mut p = Projector::open_readonly(&path).map_err(CommandError::from)?;
             let mut problems = p.verify(&mut store).map_err(CommandError::from)?;
-            let rewritten = problems.iter().any(|p| p.contains("history was rewritten"));
+            // What the repository witnesses (not the checkpoints below).
+            let rewritten = problems.iter().any(|p| {
+                matches!(
+                    p.kind,
+                    convo_store::ProblemKind::Rewritten | convo_store::ProblemKind::Truncated
+                )
+            });
             let published: super::verify::Sources = convo_git::checkpoints::published(&path)
                 .map_err(CommandError::from)?
                 .into_iter()
@@ -311,11 +317,7 @@ pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
                 &mut found,
             );
             let against_checkpoints = !found.is_empty();
-            problems.extend(
-                found
-                    .into_iter()
-                    .map(|p| format!("{}: {}", p.object, p.reason)),
-            );
+            problems.extend(found);
             if a.json {
                 crate::output::print_json(&serde_json::json!({
                     "repo": path.display().to_string(),
