@@ -7,6 +7,34 @@
 //! verification. Backends only move rows (see [`backend`]).
 //!
 //! Every public operation is one transaction: it happens whole or not at all.
+//!
+//! ```
+//! use convo_core::{BranchName, Diagnostics, HashPrefix, Kind};
+//! use convo_store::{Draft, Store};
+//!
+//! let mut store = Store::open("sqlite::memory:")?;
+//! let s = store.create_session("my-agent", Some("trip"), 0)?;
+//! let say = |kind, text: &str| Draft {
+//!     kind,
+//!     from: "user".into(),
+//!     to: "agent".into(),
+//!     payload: text.as_bytes().to_vec(),
+//!     diagnostics: Diagnostics::empty(),
+//!     state: None,
+//!     sequence: None,
+//!     created_at: 1,
+//! };
+//! let main = BranchName::main();
+//! let first = store.append(&s.id, &main, &say(Kind::Invoke, "Plan a trip"))?;
+//! store.append(&s.id, &main, &say(Kind::Complete, "Paris?"))?;
+//! // A fork from the first message keeps it and nothing after.
+//! let at = HashPrefix::parse(&first.hash.to_hex()).unwrap();
+//! store.fork(&s.id, &at, &BranchName::new("retry").unwrap(), 2)?;
+//! store.append(&s.id, &BranchName::new("retry").unwrap(), &say(Kind::Complete, "Rome?"))?;
+//! assert_eq!(store.timeline(&s.id, &main)?.len(), 2);
+//! assert!(store.verify()?.problems.is_empty());
+//! # Ok::<(), convo_store::StoreError>(())
+//! ```
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod backend;
