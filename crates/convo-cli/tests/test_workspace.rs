@@ -49,3 +49,72 @@ fn every_test_file_is_a_module_of_its_runner() {
         "test files that no tests/runner.rs includes (add `mod NAME;`): {forgotten:?}"
     );
 }
+
+/// The arrows point down (ARCHITECTURE.md): each crate's normal
+/// dependencies on convo's own crates are among the ones listed here, so
+/// the proxy, the server and the harness never depend on each other and the
+/// wire types need no store. A new arrow is a decision: make it here.
+#[test]
+fn crates_depend_only_downward() {
+    let allowed: &[(&str, &[&str])] = &[
+        ("convo-core", &[]),
+        ("convo-api", &["convo-core"]),
+        ("convo-store", &["convo-core"]),
+        ("convo-formats", &["convo-core", "convo-store"]),
+        ("convo-git", &["convo-core", "convo-store"]),
+        ("convo-runtime", &["convo-core", "convo-store", "convo-api"]),
+        (
+            "convo-llm",
+            &["convo-core", "convo-store", "convo-api", "convo-formats"],
+        ),
+        (
+            "convo-proxy",
+            &[
+                "convo-core",
+                "convo-store",
+                "convo-api",
+                "convo-formats",
+                "convo-runtime",
+                "convo-llm",
+            ],
+        ),
+        (
+            "convo-server",
+            &[
+                "convo-core",
+                "convo-store",
+                "convo-api",
+                "convo-formats",
+                "convo-runtime",
+            ],
+        ),
+        (
+            "convo-harness",
+            &[
+                "convo-core",
+                "convo-store",
+                "convo-api",
+                "convo-runtime",
+                "convo-llm",
+            ],
+        ),
+    ];
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut wrong = Vec::new();
+    for (name, ok) in allowed {
+        let toml = std::fs::read_to_string(crates.join(name).join("Cargo.toml"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The [dependencies] table only (dev-dependencies may reach up).
+        let deps = toml
+            .split("\n[")
+            .find(|t| t.starts_with("dependencies]"))
+            .unwrap_or("");
+        for line in deps.lines().skip(1) {
+            let dep = line.split(['=', '.', ' ']).next().unwrap_or("").trim();
+            if dep.starts_with("convo-") && !ok.contains(&dep) {
+                wrong.push(format!("{name} -> {dep}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "arrows not in ARCHITECTURE.md: {wrong:?}");
+}

@@ -94,7 +94,7 @@ impl Expected {
 
 /// A call as compared: service, operation and payload in one text. An
 /// inference call is compared in the canonical form the recording
-/// proxy's replay matches requests by ([`convo_proxy::replay::Matcher`]:
+/// proxy's replay matches requests by ([`convo_llm::replay::Matcher`]:
 /// the one matcher), so tool arguments re-serialized, text parts for a
 /// string or volatile fields do not make a divergence.
 pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
@@ -105,7 +105,7 @@ pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
             .and_then(Value::as_object)
             .cloned()
             .unwrap_or_default();
-        let canon = convo_proxy::replay::canonical(s("method"), s("path"), &headers, payload);
+        let canon = convo_llm::replay::canonical(s("method"), s("path"), &headers, payload);
         let mut head = format!("infer {} {} {}", s("api"), s("method"), s("path"));
         if let Some(h) = canon
             .get("headers")

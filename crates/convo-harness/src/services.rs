@@ -680,26 +680,26 @@ async fn infer(
     if !*gate {
         return ended(&turn.submission);
     }
-    // The call as the recording proxy records it (convo-proxy's Exchange:
+    // The call as the recording proxy records it (convo-llm's Exchange:
     // its header allow-list, API classification, model and usage), so
     // calls recorded by the harness and by `convo proxy` look the same.
     let sub = rest.strip_prefix("v1/").unwrap_or(&rest);
-    let mut ex = convo_proxy::record::Exchange {
-        api: Some(convo_proxy::api::Api::classify(method.as_str(), sub)),
+    let mut ex = convo_llm::record::Exchange {
+        api: Some(convo_llm::api::Api::classify(method.as_str(), sub)),
         method: method.as_str().to_owned(),
         path: match query {
-            Some(q) => format!("/{rest}?{}", convo_proxy::record::redact_query(q)),
+            Some(q) => format!("/{rest}?{}", convo_llm::record::redact_query(q)),
             None => format!("/{rest}"),
         },
-        request_headers: convo_proxy::record::recorded_headers(
+        request_headers: convo_llm::record::recorded_headers(
             headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
-            convo_proxy::record::RECORDED_REQUEST_HEADERS,
+            convo_llm::record::RECORDED_REQUEST_HEADERS,
         ),
         request_body: body.clone(),
         started_at: crate::now_ms(),
         ..Default::default()
     };
-    // The request is read once (convo-proxy's `body.rs`), never parsed
+    // The request is read once (convo-llm's `body.rs`), never parsed
     // whole.
     ex.facts = Some(ex.facts().into_owned());
     let req_diag = ex.request_diagnostics();
@@ -814,9 +814,9 @@ async fn infer(
                 {
                     Ok(a) => {
                         let ct = a.content_type().map(str::to_owned);
-                        ex.response_headers = convo_proxy::record::recorded_headers(
+                        ex.response_headers = convo_llm::record::recorded_headers(
                             a.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
-                            convo_proxy::record::RECORDED_RESPONSE_HEADERS,
+                            convo_llm::record::RECORDED_RESPONSE_HEADERS,
                         );
                         ex.streamed = ct
                             .as_deref()
@@ -843,9 +843,7 @@ async fn infer(
         let done = reg
             .pool
             .run(move |st| {
-                st.transaction(|l| {
-                    convo_proxy::record::record_in_submission(l, &s, &b, &agent, &ex2)
-                })
+                st.transaction(|l| convo_llm::record::record_in_submission(l, &s, &b, &agent, &ex2))
             })
             .await;
         match done {

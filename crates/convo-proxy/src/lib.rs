@@ -85,12 +85,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
-pub mod api;
-pub mod body;
-pub mod record;
-pub mod replay;
-pub mod sse;
-pub mod thread;
+pub use convo_llm::{api, body, record, replay, sse, thread};
 mod writer;
 
 use api::Api;
