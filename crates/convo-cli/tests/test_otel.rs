@@ -131,6 +131,75 @@ fn otel_real_emitters_export_to_convo_serve() {
     assert_eq!(v["ok"], json!(true), "{v}");
 }
 
+/// An installed test tool from scripts/test-env (`var`), or `None` outside
+/// CI when it is not set.
+fn tool_env(var: &str) -> Option<String> {
+    let v = std::env::var(var).ok();
+    if v.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set {var} (scripts/test-env)"
+        );
+        eprintln!("SKIPPED: {var} is not set (scripts/test-env sets it up)");
+    }
+    v
+}
+
+/// Pydantic AI instrumented by logfire (`send_to_logfire=False`, its own
+/// venv) and the Vercel AI SDK on Node (`@ai-sdk/otel`, both its
+/// integrations, `@opentelemetry/exporter-trace-otlp-http`, OTLP/JSON)
+/// export to a live server: one session each with the conversation, every
+/// message once, the agent spans adding nothing.
+#[test]
+fn otel_pydantic_ai_and_the_ai_sdk_export_to_convo_serve() {
+    let (Some(py), Some(modules)) = (
+        tool_env("CONVO_TEST_PYTHON_LOGFIRE"),
+        tool_env("CONVO_TEST_NODE_MODULES"),
+    ) else {
+        return;
+    };
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let endpoint = format!("http://{}", srv.addr);
+    let mut seen: Vec<String> = Vec::new();
+    let mut check = |what: &str, out: std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert!(!stderr.contains("Failed to export"), "{what}: {stderr}");
+        let printed: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap_or(Value::Null);
+        assert_eq!(
+            printed["answers"],
+            json!(["It is 18C and sunny in Paris.", "Tomorrow: rain."]),
+            "{what}"
+        );
+        let now = session_ids(&srv);
+        let new: Vec<&String> = now.iter().filter(|s| !seen.contains(s)).collect();
+        assert_eq!(new.len(), 1, "{what}: one new session, got {new:?}");
+        assert_eq!(transcript(&srv, new[0]), expected(), "{what}");
+        seen = now;
+    };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otel");
+    let out = Command::new(&py)
+        .arg(dir.join("emit.py"))
+        .arg("pydantic-ai")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .output()
+        .unwrap();
+    check("pydantic-ai", out);
+    for mode in ["otel", "legacy"] {
+        let out = Command::new("node")
+            .arg(dir.join("emit-ai-sdk.js"))
+            .arg(mode)
+            .env("NODE_PATH", &modules)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .output()
+            .unwrap();
+        check(&format!("ai-sdk {mode}"), out);
+    }
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
 /// Behind a token, the exporters need it in `OTEL_EXPORTER_OTLP_HEADERS`;
 /// without it they are refused and nothing is written.
 #[test]

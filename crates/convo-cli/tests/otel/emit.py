@@ -14,6 +14,10 @@ scripts/requirements-test.txt) around the real `openai` SDK:
                     openinference-instrumentation-openai-agents as its
                     trace processor (its own export to OpenAI turned off);
                     the two runs under one agents trace
+  pydantic-ai       a Pydantic AI agent instrumented by logfire, which
+                    sends to the OTLP endpoint instead of Logfire
+                    (`send_to_logfire=False`); in its own venv
+                    (scripts/requirements-test-logfire.txt)
 
 The model is a scripted upstream in this process (a tool call, then
 answers). The exporters are the SDK's OTLP/HTTP protobuf exporters,
@@ -100,6 +104,35 @@ else:
     upstream = ThreadingHTTPServer(("127.0.0.1", 0), Model)
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     base_url = f"http://127.0.0.1:{upstream.server_port}/v1"
+
+if mode == "pydantic-ai":
+    import logfire
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    logfire.configure(
+        send_to_logfire=False, console=False, metrics=False, service_name="weather-agent"
+    )
+    logfire.instrument_pydantic_ai()
+    agent = Agent(
+        OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=base_url, api_key="sk-test")),
+        system_prompt="You are terse.",
+        name="weather-agent",
+    )
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "18C sunny"
+
+    with logfire.span("weather"):
+        first = agent.run_sync("Weather in Paris?")
+        second = agent.run_sync("And tomorrow?", message_history=first.all_messages())
+    logfire.force_flush()
+    logfire.shutdown()
+    print(json.dumps({"answers": [first.output, second.output]}))
+    sys.exit(0)
 
 from opentelemetry import _logs, trace  # noqa: E402
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # noqa: E402
