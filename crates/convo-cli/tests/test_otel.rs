@@ -421,89 +421,118 @@ fn otel_standalone_receiver_records_behind_the_same_guards() {
 }
 
 /// A session received as telemetry replays: the real `openai` SDK
-/// instrumented by openai-v2 exports to `convo serve`, its scripted
-/// upstream is gone, and the same script against `convo proxy --replay
-/// SESSION` gets the same answers (rebuilt from the recorded messages,
-/// matched by conversation and model), non-streamed and streamed; its
-/// exports of the replayed run store nothing new. A timeline forked after
-/// call 2 replays calls 1 and 2, and call 3 is not in it.
+/// instrumented by openai-v2 (then OpenInference) exports to `convo
+/// serve`, its scripted upstream is gone, and the same script against
+/// `convo proxy --replay SESSION` gets the same answers (rebuilt from the
+/// recorded messages, matched by conversation and model), non-streamed and
+/// streamed; its exports of the replayed run store nothing new.
+/// OpenInference captured each whole answer (`output.value`): a call
+/// gets it back byte for byte. A timeline forked after call 2 replays
+/// calls 1 and 2, and call 3 is not in it.
 #[test]
 fn otel_session_replays_through_the_proxy_and_forks() {
     let Some(py) = python() else { return };
-    let t = TestEnv::new();
-    let srv = Server::start(&t, &[]);
-    let live = emit(&py, &srv, "openai-v2-latest", &[]);
-    let answers = live["answers"].clone();
-    assert_eq!(
-        answers,
-        json!([
-            {"content": null, "tool_calls": [["get_weather", {"city": "Paris"}]]},
-            {"content": "It is 18C and sunny in Paris.", "tool_calls": []},
-            {"content": "Tomorrow: rain.", "tool_calls": []},
-        ]),
-        "{live}"
-    );
-    let ids = session_ids(&srv);
-    assert_eq!(ids.len(), 1);
-    let id = ids[0].clone();
-    let before = transcript(&srv, &id);
-    let replay = |target: &str, stream: bool| {
-        let proxy = Server::launch(
-            &t,
-            &[
-                "proxy",
-                "--listen",
-                "127.0.0.1:0",
-                "--quiet",
-                "--replay",
-                target,
-            ],
+    for mode in ["openai-v2-latest", "openinference"] {
+        let t = TestEnv::new();
+        let srv = Server::start(&t, &[]);
+        let live = emit(&py, &srv, mode, &[]);
+        let answers = live["answers"].clone();
+        assert_eq!(
+            answers,
+            json!([
+                {"content": null, "tool_calls": [["get_weather", {"city": "Paris"}]]},
+                {"content": "It is 18C and sunny in Paris.", "tool_calls": []},
+                {"content": "Tomorrow: rain.", "tool_calls": []},
+            ]),
+            "{mode}: {live}"
         );
-        let url = format!("http://{}/v1", proxy.addr);
-        let mut env = vec![("CONVO_EMIT_BASE_URL", url.as_str())];
-        if stream {
-            env.push(("CONVO_EMIT_STREAM", "1"));
+        let ids = session_ids(&srv);
+        assert_eq!(ids.len(), 1, "{mode}");
+        let id = ids[0].clone();
+        let before = transcript(&srv, &id);
+        let proxy = |target: &str| {
+            Server::launch(
+                &t,
+                &[
+                    "proxy",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--quiet",
+                    "--replay",
+                    target,
+                ],
+            )
+        };
+        let replay = |target: &str, stream: bool| {
+            let p = proxy(target);
+            let url = format!("http://{}/v1", p.addr);
+            let mut env = vec![("CONVO_EMIT_BASE_URL", url.as_str())];
+            if stream {
+                env.push(("CONVO_EMIT_STREAM", "1"));
+            }
+            let got = emit(&py, &srv, mode, &env);
+            p.stop();
+            got["answers"].clone()
+        };
+        assert_eq!(replay(&id, false), answers, "{mode}: replayed");
+        assert_eq!(replay(&id, true), answers, "{mode}: replayed as streams");
+        assert_eq!(
+            transcript(&srv, &id),
+            before,
+            "{mode}: the replayed runs' exports stored nothing new"
+        );
+        let page = srv
+            .get(&format!(
+                "/api/v1/sessions/{id}/branches/main/timeline?limit=100"
+            ))
+            .expect(200);
+        let nodes = page["nodes"].as_array().unwrap().clone();
+        if mode == "openinference" {
+            // Call 1's answer (the tool call) as OpenInference captured it.
+            let whole =
+                nodes[2]["diagnostics"]["extra"]["otel"]["call"]["attributes"]["output.value"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no output.value: {}", nodes[2]))
+                    .to_owned();
+            let p = proxy(&id);
+            let r = p.req(
+                "POST",
+                "/v1/chat/completions",
+                &[("Content-Type", "application/json")],
+                json!({"model": "gpt-4o", "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Weather in Paris?"}]})
+                .to_string()
+                .as_bytes(),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.text(), whole, "byte for byte as captured");
+            continue;
         }
-        let got = emit(&py, &srv, "openai-v2-latest", &env);
-        proxy.stop();
-        got["answers"].clone()
-    };
-    assert_eq!(replay(&id, false), answers, "replayed");
-    assert_eq!(replay(&id, true), answers, "replayed as streams");
-    assert_eq!(
-        transcript(&srv, &id),
-        before,
-        "the replayed runs' exports stored nothing new"
-    );
 
-    // Fork after call 2's answer: calls 1 and 2 replay, 3 is not recorded.
-    let page = srv
-        .get(&format!(
-            "/api/v1/sessions/{id}/branches/main/timeline?limit=100"
-        ))
-        .expect(200);
-    let nodes = page["nodes"].as_array().unwrap();
-    assert_eq!(nodes[4]["payload"], "It is 18C and sunny in Paris.");
-    let at = nodes[4]["hash"].as_str().unwrap();
-    t.run(&[
-        "session",
-        "fork",
-        &id,
-        "--from",
-        at,
-        "--branch",
-        "at-call-2",
-    ])
-    .ok();
-    let forked = replay(&format!("{id}:at-call-2"), false);
-    assert_eq!(forked.as_array().unwrap().len(), 3, "{forked}");
-    assert_eq!(forked[0], answers[0]);
-    assert_eq!(forked[1], answers[1]);
-    assert_eq!(
-        forked[2],
-        json!({"error": 400, "code": "replay_exhausted"}),
-        "{forked}"
-    );
-    let v = srv.get("/api/v1/verify").expect(200);
-    assert_eq!(v["ok"], json!(true), "{v}");
+        // Fork after call 2's answer: calls 1 and 2 replay, 3 is not recorded.
+        assert_eq!(nodes[4]["payload"], "It is 18C and sunny in Paris.");
+        let at = nodes[4]["hash"].as_str().unwrap();
+        t.run(&[
+            "session",
+            "fork",
+            &id,
+            "--from",
+            at,
+            "--branch",
+            "at-call-2",
+        ])
+        .ok();
+        let forked = replay(&format!("{id}:at-call-2"), false);
+        assert_eq!(forked.as_array().unwrap().len(), 3, "{forked}");
+        assert_eq!(forked[0], answers[0]);
+        assert_eq!(forked[1], answers[1]);
+        assert_eq!(
+            forked[2],
+            json!({"error": 400, "code": "replay_exhausted"}),
+            "{forked}"
+        );
+        let v = srv.get("/api/v1/verify").expect(200);
+        assert_eq!(v["ok"], json!(true), "{v}");
+    }
 }

@@ -225,7 +225,9 @@ fn propagate_threads(calls: &mut [Call]) {
 }
 
 /// Attributes whose values are the messages: kept in the nodes, not again
-/// in the diagnostics.
+/// in the diagnostics. (OpenInference's `output.value`, the whole answer
+/// as the SDK got it, is kept: it is one call's, not the history, and
+/// replay gives it back as it was captured.)
 fn is_message_key(k: &str) -> bool {
     k == "gen_ai.input.messages"
         || k == "gen_ai.output.messages"
@@ -239,7 +241,6 @@ fn is_message_key(k: &str) -> bool {
         || k == "ai.response.text"
         || k == "ai.response.toolCalls"
         || k == "input.value"
-        || k == "output.value"
 }
 
 fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {

@@ -24,7 +24,9 @@
 //!   model, usage and finish reason are the recorded ones; the tool call
 //!   ids the recorded ones when the emitter kept them (else
 //!   `call_convo_N_K`, which the client then sends back and which do not
-//!   count when matching).
+//!   count when matching). Where the emitter captured the whole answer
+//!   (OpenInference's `output.value`), a non-streamed chat call gets it
+//!   back as captured.
 //!
 //! The request model is the call's `gen_ai.request.model` (or the
 //! dialect's equivalent), read from the call's diagnostics (the last node
@@ -52,6 +54,10 @@ pub struct Rebuilt {
     pub usage: Option<Value>,
     /// The history and model in the neutral form requests are matched by.
     pub canonical: Value,
+    /// The whole answer as the emitter captured it (OpenInference's
+    /// `output.value`, a `chat.completion`), given back as is to a
+    /// chat-completions call that does not stream.
+    pub whole: Option<String>,
 }
 
 /// The calls of a timeline's messages (read back from its nodes, oldest
@@ -94,6 +100,15 @@ pub fn calls(messages: &[Message]) -> Vec<Rebuilt> {
             .and_then(request_model)
             .or_else(|| answered_by.clone());
         let usage = own.then(|| info.as_ref()?.get("usage").cloned()).flatten();
+        let whole = own
+            .then(|| {
+                let attrs = info.as_ref()?.get("attributes")?;
+                let text = attrs.get("output.value")?.as_str()?;
+                let v: Value = serde_json::from_str(text).ok()?;
+                (v.get("object").and_then(Value::as_str) == Some("chat.completion"))
+                    .then(|| text.to_owned())
+            })
+            .flatten();
         let history = &messages[..i];
         out.push(Rebuilt {
             index: out.len(),
@@ -103,6 +118,7 @@ pub fn calls(messages: &[Message]) -> Vec<Rebuilt> {
             model,
             answered_by,
             usage,
+            whole,
         });
         i = end;
     }
@@ -406,6 +422,13 @@ pub fn answer(call: &Rebuilt, rest: &str, body: &[u8]) -> Result<Answer, String>
                 }),
             };
             let id = format!("chatcmpl-convo-{n}");
+            if let (false, Some(whole)) = (stream, &call.whole) {
+                return Ok(Answer {
+                    content_type: "application/json",
+                    body: whole.clone().into_bytes(),
+                    events: None,
+                });
+            }
             if !stream {
                 let mut msg = json!({"role": "assistant",
                     "content": if text.is_empty() && !tools.is_empty() { Value::Null } else { json!(text) }});
@@ -628,5 +651,24 @@ mod tests {
         assert_eq!(v["content"][0]["input"], json!({"city": "Paris"}));
         assert_eq!(v["stop_reason"], "tool_use");
         assert!(answer(&cs[1], "messages", br#"{"stream":true}"#).is_err());
+    }
+
+    #[test]
+    fn a_whole_captured_answer_is_given_back_as_captured() {
+        let mut msgs = session();
+        let whole = r#"{"id":"chatcmpl-9","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Sunny."},"finish_reason":"stop"}],"system_fingerprint":"fp_1"}"#;
+        msgs[4].extra.insert(
+            "otel".into(),
+            json!({"thread": "y", "call": {"attributes": {"gen_ai.request.model": "gpt-4o",
+                "output.value": whole, "output.mime_type": "application/json"}}}),
+        );
+        let cs = calls(&msgs);
+        let a = answer(&cs[1], "chat/completions", b"{}").unwrap();
+        assert_eq!(a.body, whole.as_bytes());
+        // A stream is still rebuilt.
+        let s = answer(&cs[1], "chat/completions", br#"{"stream":true}"#).unwrap();
+        assert_eq!(s.content_type, "text/event-stream");
+        // The first call's answer was stored by the second: not its capture.
+        assert_eq!(cs[0].whole, None);
     }
 }
