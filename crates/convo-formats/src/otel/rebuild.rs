@@ -543,6 +543,7 @@ pub fn answer(call: &Rebuilt, rest: &str, body: &[u8]) -> Result<Answer, String>
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
