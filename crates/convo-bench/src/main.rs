@@ -156,6 +156,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         otelbench::otel,
     ),
     (
+        "otel-serve",
+        "OTLP over HTTP: 16 concurrent exporters vs convo ingest; bytes per call; flush to SSE p50/p99",
+        otelbench::otel_serve,
+    ),
+    (
         "search-page",
         "the web view's search page over 1,000,000 nodes in 1,000 sessions: server time",
         searchbench::search_page,

@@ -29,6 +29,20 @@ fn answer(i: usize) -> String {
 /// One OTLP/JSON export of one chat span of `trace` (span number `i`):
 /// the history of `i` question/answer pairs, question `i`, answer `i`.
 fn export(trace: &str, i: usize, history: &[Value]) -> Vec<u8> {
+    body(vec![span(trace, i, history)])
+}
+
+/// An OTLP/JSON export of `spans`.
+fn body(spans: Vec<Value>) -> Vec<u8> {
+    serde_json::to_vec(&json!({"resourceSpans": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "bench"}}]},
+        "scopeSpans": [{"scope": {"name": "bench"}, "spans": spans}],
+    }]}))
+    .unwrap_or_default()
+}
+
+/// Chat span number `i` of `trace` (see [`export`]).
+fn span(trace: &str, i: usize, history: &[Value]) -> Value {
     let mut input = history.to_vec();
     input.push(msg("user", &question(i)));
     let ns = |s: usize| ((1_800_000_000 + s) as u128 * 1_000_000_000).to_string();
@@ -45,11 +59,7 @@ fn export(trace: &str, i: usize, history: &[Value]) -> Vec<u8> {
             {"key": "gen_ai.output.messages", "value": {"stringValue": json!([msg("assistant", &answer(i))]).to_string()}},
         ],
     });
-    serde_json::to_vec(&json!({"resourceSpans": [{
-        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "bench"}}]},
-        "scopeSpans": [{"scope": {"name": "bench"}, "spans": [span]}],
-    }]}))
-    .unwrap_or_default()
+    span
 }
 
 fn history(n: usize) -> Vec<Value> {
@@ -216,4 +226,281 @@ fn dir_bytes(d: &Scratch) -> Result<u64> {
         n += e?.metadata()?.len();
     }
     Ok(n)
+}
+
+/// Exporters sending at once.
+const EXPORTERS: usize = 16;
+/// Conversations of the spans/s run, and calls in each.
+const CONVERSATIONS: usize = 2_000;
+const CALLS: usize = 5;
+/// Conversations whose spans one export carries (an SDK's batch
+/// processor sends what ended since its last flush).
+const PER_EXPORT: usize = 10;
+
+/// `convo serve` receiving OTLP over HTTP: spans/s from 16 concurrent
+/// exporters against writing the same nodes the way `convo ingest` does;
+/// bytes stored per call against the distinct message bytes; the latency
+/// from an exporter's flush to the node on the SSE stream.
+pub fn otel_serve() -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    // The exports: exporter e sends its conversations PER_EXPORT at a
+    // time, all CALLS calls of each (every call resending its history).
+    let mut per_exporter: Vec<Vec<Vec<u8>>> = vec![Vec::new(); EXPORTERS];
+    let per = CONVERSATIONS / EXPORTERS;
+    for (e, slot) in per_exporter.iter_mut().enumerate() {
+        for chunk in (e * per..(e + 1) * per)
+            .collect::<Vec<_>>()
+            .chunks(PER_EXPORT)
+        {
+            let mut spans = Vec::new();
+            for &c in chunk {
+                let trace = format!("{:032x}", c + 1);
+                let mut h = Vec::new();
+                for i in 0..CALLS {
+                    spans.push(span(&trace, i, &h));
+                    h.push(msg("user", &question(i)));
+                    h.push(msg("assistant", &answer(i)));
+                }
+            }
+            slot.push(body(spans));
+        }
+    }
+    let spans_total = per * EXPORTERS * CALLS;
+    let dir = Scratch::new("otel-serve")?;
+    let (addr, rt) = crate::servebench::start(&dir.url(""))?;
+    let t = Instant::now();
+    let handles: Vec<_> = per_exporter
+        .into_iter()
+        .map(|bodies| {
+            let addr = addr.clone();
+            std::thread::spawn(move || -> std::result::Result<(), String> {
+                let s = std::net::TcpStream::connect(&addr).map_err(|e| e.to_string())?;
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                let mut c = std::io::BufReader::new(s);
+                for b in bodies {
+                    let b = String::from_utf8(b).map_err(|e| e.to_string())?;
+                    let (st, resp) = crate::servebench::request(&mut c, "POST", "/v1/traces", &b)
+                        .map_err(|e| e.to_string())?;
+                    if st != 200 {
+                        return Err(format!("export: {st} {}", String::from_utf8_lossy(&resp)));
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().map_err(|_| "an exporter panicked")??;
+    }
+    let http = t.elapsed();
+    let nodes = {
+        let mut s = dir.store("")?;
+        let sessions = s.sessions()?;
+        if sessions.len() != per * EXPORTERS {
+            return Err(
+                format!("{} sessions, expected {}", sessions.len(), per * EXPORTERS).into(),
+            );
+        }
+        let mut n = 0;
+        for ses in &sessions {
+            n += s.timeline(&ses.id, &convo_core::BranchName::main())?.len();
+        }
+        n
+    };
+    rt.shutdown_timeout(Duration::from_millis(100));
+
+    // The same nodes the way `convo ingest --batch N` writes them: drafts
+    // appended in one transaction per export's worth, one writer.
+    let dir2 = Scratch::new("otel-ingest")?;
+    let mut s = dir2.store("")?;
+    let t = Instant::now();
+    let mut written = 0usize;
+    for chunk in (0..per * EXPORTERS).collect::<Vec<_>>().chunks(PER_EXPORT) {
+        s.transaction(|l| {
+            for &c in chunk {
+                let id = convo_core::SessionId::derived(format!("ingest:{c}").as_bytes());
+                l.create_session(id, "bench", None, 0)?;
+                let mut drafts = Vec::new();
+                for i in 0..CALLS {
+                    drafts.push(convo_testutil::draft(
+                        convo_core::Kind::Invoke,
+                        &question(i),
+                        0,
+                    ));
+                    drafts.push(convo_testutil::draft(
+                        convo_core::Kind::Complete,
+                        &answer(i),
+                        0,
+                    ));
+                }
+                written += l
+                    .append_many(&id, &convo_core::BranchName::main(), &drafts)?
+                    .len();
+            }
+            Ok(())
+        })?;
+    }
+    let ingest = t.elapsed();
+    let otlp_rate = spans_total as f64 / http.as_secs_f64();
+    // The same calls' worth of nodes (two per call) by ingest.
+    let ingest_rate = (written / 2) as f64 / ingest.as_secs_f64();
+    crate::util::note(format!(
+        "16 exporters: {spans_total} spans, {nodes} nodes in {:.2} s; ingest: {written} nodes in {:.2} s",
+        http.as_secs_f64(),
+        ingest.as_secs_f64()
+    ));
+    let ratio = otlp_rate / ingest_rate;
+    rows.push(Row::new(
+        format!(
+            "OTLP over HTTP: spans/s, {EXPORTERS} concurrent exporters, {} conversations × {CALLS} calls resending their history, {PER_EXPORT} conversations per export (decode + thread + write, one tx per export)",
+            thousands((per * EXPORTERS) as f64)
+        ),
+        format!("{} spans/s", thousands(otlp_rate)),
+        format!(
+            "the same {} nodes as `convo ingest --batch` writes them (in process, one tx per {PER_EXPORT} conversations): {} calls/s",
+            thousands(written as f64),
+            thousands(ingest_rate)
+        ),
+        format!("{:.0}%", ratio * 100.0),
+        "≥ 50%",
+        Verdict::of(ratio >= 0.5),
+    ));
+
+    // Storage per call: 100 calls of ~550-byte messages.
+    let dir3 = Scratch::new("otel-size")?;
+    let mut s = dir3.store("")?;
+    let cache = ThreadCache::new();
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut h: Vec<Value> = Vec::new();
+    let mut distinct = 0usize;
+    for i in 0..100 {
+        let q = format!("{} {}", question(i), "lorem ipsum ".repeat(40));
+        let a = format!("{} {}", answer(i), "dolor sit amet ".repeat(32));
+        distinct += q.len() + a.len();
+        let mut input = h.clone();
+        input.push(msg("user", &q));
+        let mut sp = span(trace, i, &[]);
+        sp["attributes"][1]["value"]["stringValue"] = json!(Value::Array(input).to_string());
+        sp["attributes"][2]["value"]["stringValue"] =
+            json!(json!([msg("assistant", &a)]).to_string());
+        receive(&mut s, &body(vec![sp]), Some(&cache))?;
+        h.push(msg("user", &q));
+        h.push(msg("assistant", &a));
+    }
+    let ses = otel::ingest::session_id(&format!("trace:{trace}"));
+    let tl = s.timeline(&ses, &convo_core::BranchName::main())?;
+    let payload: usize = tl.iter().map(|n| n.payload.len()).sum();
+    let diag: usize = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value().to_string().len())
+        .sum();
+    drop(s);
+    let file = dir_bytes(&dir3)?;
+    let per_call = (payload + diag) as f64 / 100.0;
+    let ratio = (payload + diag) as f64 / distinct as f64;
+    rows.push(Row::new(
+        "OTLP: bytes stored per call, 100 calls of ~550 B messages, each call resending its history (payloads + node diagnostics)",
+        format!("{} B/call", thousands(per_call)),
+        format!(
+            "distinct message bytes {} B/call; whole store file {} B/call",
+            thousands(distinct as f64 / 100.0),
+            thousands(file as f64 / 100.0)
+        ),
+        format!("{ratio:.3}×"),
+        "≤ 1.2×",
+        Verdict::of(ratio <= 1.2),
+    ));
+
+    // Flush → SSE.
+    let dir4 = Scratch::new("otel-sse")?;
+    let (addr, rt) = crate::servebench::start(&dir4.url(""))?;
+    let lat = flush_to_sse(&addr, 200)?;
+    rt.shutdown_timeout(Duration::from_millis(100));
+    let p = |q: usize| lat[(lat.len() * q).div_ceil(100).saturating_sub(1)];
+    rows.push(Row::new(
+        "OTLP: an exporter's flush (one call of a growing conversation) to its last node on /api/v1/events, p50 / p99 of 200",
+        format!("{} / {}", crate::util::ms(p(50)), crate::util::ms(p(99))),
+        "—",
+        "—",
+        "—",
+        Verdict::Info,
+    ));
+    Ok(rows)
+}
+
+/// Sends `n` one-call exports of one conversation and times each from
+/// the start of its POST to the receipt of its last node (the answer) by
+/// an SSE subscriber; sorted.
+fn flush_to_sse(addr: &str, n: usize) -> Result<Vec<Duration>> {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+    let seen: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::new()));
+    let ready = Arc::new(AtomicUsize::new(0));
+    {
+        let (addr, seen, ready) = (addr.to_owned(), seen.clone(), ready.clone());
+        let mut s = std::net::TcpStream::connect(&addr)?;
+        s.set_nodelay(true)?;
+        std::thread::spawn(move || {
+            let req = format!(
+                "GET /api/v1/events HTTP/1.0\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+            );
+            if s.write_all(req.as_bytes()).is_err() {
+                return;
+            }
+            let mut r = BufReader::new(s);
+            let mut line = String::new();
+            loop {
+                line.clear();
+                match r.read_line(&mut line) {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                if line.trim().is_empty() {
+                    ready.store(1, Ordering::SeqCst);
+                }
+                if line.starts_with("id:")
+                    && let Ok(mut v) = seen.lock()
+                {
+                    v.push(Instant::now());
+                }
+            }
+        });
+    }
+    let t = Instant::now();
+    while ready.load(Ordering::SeqCst) == 0 {
+        if t.elapsed() > Duration::from_secs(30) {
+            return Err("SSE: not subscribed after 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut c = BufReader::new(std::net::TcpStream::connect(addr)?);
+    let mut h = Vec::new();
+    let mut lat = Vec::new();
+    for i in 0..n {
+        let b = String::from_utf8(export(trace, i, &h))?;
+        let want = 2 * (i + 1);
+        let t = Instant::now();
+        let (st, _) = crate::servebench::request(&mut c, "POST", "/v1/traces", &b)?;
+        if st != 200 {
+            return Err(format!("export: {st}").into());
+        }
+        let wait = Instant::now();
+        loop {
+            let got = seen.lock().map_err(|_| "poisoned")?.get(want - 1).copied();
+            if let Some(at) = got {
+                lat.push(at.duration_since(t));
+                break;
+            }
+            if wait.elapsed() > Duration::from_secs(30) {
+                return Err(format!("SSE: node {want} not seen after 30 s").into());
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        h.push(msg("user", &question(i)));
+        h.push(msg("assistant", &answer(i)));
+    }
+    lat.sort();
+    Ok(lat)
 }

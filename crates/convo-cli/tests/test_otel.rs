@@ -23,7 +23,9 @@ fn python() -> Option<String> {
     }
 }
 
-fn emit(python: &str, srv: &Server, mode: &str, env: &[(&str, &str)]) {
+/// Runs emit.py MODE exporting to `srv`; what it printed (its answers),
+/// `null` when nothing.
+fn emit(python: &str, srv: &Server, mode: &str, env: &[(&str, &str)]) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otel/emit.py");
     let out = Command::new(python)
         .arg(&script)
@@ -41,6 +43,11 @@ fn emit(python: &str, srv: &Server, mode: &str, env: &[(&str, &str)]) {
         !stderr.contains("Failed to export"),
         "emit.py {mode}: an export failed: {stderr}"
     );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .last()
+        .map_or(Value::Null, |l| serde_json::from_str(l).unwrap())
 }
 
 /// (kind, from, to, payload) of a session's main timeline, over the API.
@@ -119,6 +126,75 @@ fn otel_real_emitters_export_to_convo_serve() {
             "{mode}: {sess}"
         );
         seen = now;
+    }
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
+/// An installed test tool from scripts/test-env (`var`), or `None` outside
+/// CI when it is not set.
+fn tool_env(var: &str) -> Option<String> {
+    let v = std::env::var(var).ok();
+    if v.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set {var} (scripts/test-env)"
+        );
+        eprintln!("SKIPPED: {var} is not set (scripts/test-env sets it up)");
+    }
+    v
+}
+
+/// Pydantic AI instrumented by logfire (`send_to_logfire=False`, its own
+/// venv) and the Vercel AI SDK on Node (`@ai-sdk/otel`, both its
+/// integrations, `@opentelemetry/exporter-trace-otlp-http`, OTLP/JSON)
+/// export to a live server: one session each with the conversation, every
+/// message once, the agent spans adding nothing.
+#[test]
+fn otel_pydantic_ai_and_the_ai_sdk_export_to_convo_serve() {
+    let (Some(py), Some(modules)) = (
+        tool_env("CONVO_TEST_PYTHON_LOGFIRE"),
+        tool_env("CONVO_TEST_NODE_MODULES"),
+    ) else {
+        return;
+    };
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let endpoint = format!("http://{}", srv.addr);
+    let mut seen: Vec<String> = Vec::new();
+    let mut check = |what: &str, out: std::process::Output| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{what}: {stderr}");
+        assert!(!stderr.contains("Failed to export"), "{what}: {stderr}");
+        let printed: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap_or(Value::Null);
+        assert_eq!(
+            printed["answers"],
+            json!(["It is 18C and sunny in Paris.", "Tomorrow: rain."]),
+            "{what}"
+        );
+        let now = session_ids(&srv);
+        let new: Vec<&String> = now.iter().filter(|s| !seen.contains(s)).collect();
+        assert_eq!(new.len(), 1, "{what}: one new session, got {new:?}");
+        assert_eq!(transcript(&srv, new[0]), expected(), "{what}");
+        seen = now;
+    };
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otel");
+    let out = Command::new(&py)
+        .arg(dir.join("emit.py"))
+        .arg("pydantic-ai")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .output()
+        .unwrap();
+    check("pydantic-ai", out);
+    for mode in ["otel", "legacy"] {
+        let out = Command::new("node")
+            .arg(dir.join("emit-ai-sdk.js"))
+            .arg(mode)
+            .env("NODE_PATH", &modules)
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .output()
+            .unwrap();
+        check(&format!("ai-sdk {mode}"), out);
     }
     let v = srv.get("/api/v1/verify").expect(200);
     assert_eq!(v["ok"], json!(true), "{v}");
@@ -288,7 +364,9 @@ fn otel_standalone_receiver_records_behind_the_same_guards() {
     assert_eq!(r.status, 403, "a foreign Host is refused: {}", r.text());
     let r = srv.req("POST", "/v1/traces", &[json_ct, auth], body.as_bytes());
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(r.json()["partialSuccess"].is_null(), "a full success");
+    // A full success: `{}` (OTLP/JSON leaves an unset field out; `null`
+    // is not a partial-success object).
+    assert_eq!(r.json(), json!({}), "a full success: {}", r.text());
     // Only the receiver: no API, no web view.
     assert_eq!(srv.req("GET", "/api/v1/sessions", &[auth], b"").status, 404);
     assert_eq!(srv.req("GET", "/", &[auth], b"").status, 404);
@@ -340,4 +418,121 @@ fn otel_standalone_receiver_records_behind_the_same_guards() {
     assert_eq!(t.run(&["verify"]).code(), 0);
     let status = srv.stop();
     assert!(status.success(), "convo otel stops cleanly: {status:?}");
+}
+
+/// A session received as telemetry replays: the real `openai` SDK
+/// instrumented by openai-v2 (then OpenInference) exports to `convo
+/// serve`, its scripted upstream is gone, and the same script against
+/// `convo proxy --replay SESSION` gets the same answers (rebuilt from the
+/// recorded messages, matched by conversation and model), non-streamed and
+/// streamed; its exports of the replayed run store nothing new.
+/// OpenInference captured each whole answer (`output.value`): a call
+/// gets it back byte for byte. A timeline forked after call 2 replays
+/// calls 1 and 2, and call 3 is not in it.
+#[test]
+fn otel_session_replays_through_the_proxy_and_forks() {
+    let Some(py) = python() else { return };
+    for mode in ["openai-v2-latest", "openinference"] {
+        let t = TestEnv::new();
+        let srv = Server::start(&t, &[]);
+        let live = emit(&py, &srv, mode, &[]);
+        let answers = live["answers"].clone();
+        assert_eq!(
+            answers,
+            json!([
+                {"content": null, "tool_calls": [["get_weather", {"city": "Paris"}]]},
+                {"content": "It is 18C and sunny in Paris.", "tool_calls": []},
+                {"content": "Tomorrow: rain.", "tool_calls": []},
+            ]),
+            "{mode}: {live}"
+        );
+        let ids = session_ids(&srv);
+        assert_eq!(ids.len(), 1, "{mode}");
+        let id = ids[0].clone();
+        let before = transcript(&srv, &id);
+        let proxy = |target: &str| {
+            Server::launch(
+                &t,
+                &[
+                    "proxy",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--quiet",
+                    "--replay",
+                    target,
+                ],
+            )
+        };
+        let replay = |target: &str, stream: bool| {
+            let p = proxy(target);
+            let url = format!("http://{}/v1", p.addr);
+            let mut env = vec![("CONVO_EMIT_BASE_URL", url.as_str())];
+            if stream {
+                env.push(("CONVO_EMIT_STREAM", "1"));
+            }
+            let got = emit(&py, &srv, mode, &env);
+            p.stop();
+            got["answers"].clone()
+        };
+        assert_eq!(replay(&id, false), answers, "{mode}: replayed");
+        assert_eq!(replay(&id, true), answers, "{mode}: replayed as streams");
+        assert_eq!(
+            transcript(&srv, &id),
+            before,
+            "{mode}: the replayed runs' exports stored nothing new"
+        );
+        let page = srv
+            .get(&format!(
+                "/api/v1/sessions/{id}/branches/main/timeline?limit=100"
+            ))
+            .expect(200);
+        let nodes = page["nodes"].as_array().unwrap().clone();
+        if mode == "openinference" {
+            // Call 1's answer (the tool call) as OpenInference captured it.
+            let whole =
+                nodes[2]["diagnostics"]["extra"]["otel"]["call"]["attributes"]["output.value"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("no output.value: {}", nodes[2]))
+                    .to_owned();
+            let p = proxy(&id);
+            let r = p.req(
+                "POST",
+                "/v1/chat/completions",
+                &[("Content-Type", "application/json")],
+                json!({"model": "gpt-4o", "messages": [
+                    {"role": "system", "content": "You are terse."},
+                    {"role": "user", "content": "Weather in Paris?"}]})
+                .to_string()
+                .as_bytes(),
+            );
+            assert_eq!(r.status, 200, "{}", r.text());
+            assert_eq!(r.text(), whole, "byte for byte as captured");
+            continue;
+        }
+
+        // Fork after call 2's answer: calls 1 and 2 replay, 3 is not recorded.
+        assert_eq!(nodes[4]["payload"], "It is 18C and sunny in Paris.");
+        let at = nodes[4]["hash"].as_str().unwrap();
+        t.run(&[
+            "session",
+            "fork",
+            &id,
+            "--from",
+            at,
+            "--branch",
+            "at-call-2",
+        ])
+        .ok();
+        let forked = replay(&format!("{id}:at-call-2"), false);
+        assert_eq!(forked.as_array().unwrap().len(), 3, "{forked}");
+        assert_eq!(forked[0], answers[0]);
+        assert_eq!(forked[1], answers[1]);
+        assert_eq!(
+            forked[2],
+            json!({"error": 400, "code": "replay_exhausted"}),
+            "{forked}"
+        );
+        let v = srv.get("/api/v1/verify").expect(200);
+        assert_eq!(v["ok"], json!(true), "{v}");
+    }
 }

@@ -733,6 +733,36 @@ fn synthetic(kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, Stor
     })
 }
 
+/// The message a node records, read back (the inverse of
+/// [`message_drafts`]); `None` for a fork, a promote or a synthetic node.
+pub fn node_message(node: &convo_core::Node, payload: &[u8]) -> Option<Message> {
+    if matches!(node.kind, Kind::Fork | Kind::Promote) {
+        return None;
+    }
+    let diag = node.diagnostics.to_value();
+    if diag.get("synthetic") == Some(&Value::Bool(true)) {
+        return None;
+    }
+    let role = match node.kind {
+        Kind::Invoke if diag.get("role").and_then(Value::as_str) == Some("system") => Role::System,
+        Kind::Invoke => Role::User,
+        Kind::Complete => Role::Assistant,
+        Kind::Request => Role::ToolCall,
+        _ => Role::Tool,
+    };
+    let mut m = Message::new(role, node.from.clone(), String::from_utf8_lossy(payload))
+        .at(Some(node.created_at))
+        .with_model(diag.get("model").and_then(Value::as_str).map(str::to_owned));
+    if role == Role::ToolCall {
+        m.to = Some(node.to.clone());
+    }
+    if let Some(Value::Object(extra)) = diag.get("extra") {
+        m.extra = extra.clone();
+    }
+    m.key = diag.get("key").and_then(Value::as_str).map(str::to_owned);
+    Some(m)
+}
+
 /// Reads one timeline of a session back as a linear conversation.
 pub fn export(
     store: &mut Store,
@@ -744,38 +774,15 @@ pub fn export(
     let mut meta: Option<Map<String, Value>> = None;
     for n in &nodes {
         let node = &n.stored.node;
-        if matches!(node.kind, Kind::Fork | Kind::Promote) {
-            continue;
-        }
-        let diag = node.diagnostics.to_value();
         if meta.is_none()
-            && let Some(Value::Object(c)) = diag.get("conversation")
+            && !matches!(node.kind, Kind::Fork | Kind::Promote)
+            && let Some(Value::Object(c)) = node.diagnostics.to_value().get("conversation")
         {
             meta = Some(c.clone());
         }
-        if diag.get("synthetic") == Some(&Value::Bool(true)) {
-            continue;
+        if let Some(m) = node_message(node, &n.payload) {
+            messages.push(m);
         }
-        let role = match node.kind {
-            Kind::Invoke if diag.get("role").and_then(Value::as_str) == Some("system") => {
-                Role::System
-            }
-            Kind::Invoke => Role::User,
-            Kind::Complete => Role::Assistant,
-            Kind::Request => Role::ToolCall,
-            _ => Role::Tool,
-        };
-        let mut m = Message::new(role, node.from.clone(), String::from_utf8_lossy(&n.payload))
-            .at(Some(node.created_at))
-            .with_model(diag.get("model").and_then(Value::as_str).map(str::to_owned));
-        if role == Role::ToolCall {
-            m.to = Some(node.to.clone());
-        }
-        if let Some(Value::Object(extra)) = diag.get("extra") {
-            m.extra = extra.clone();
-        }
-        m.key = diag.get("key").and_then(Value::as_str).map(str::to_owned);
-        messages.push(m);
     }
     let mut conv = Conversation::linear(messages);
     conv.id = Some(session.id.to_string());

@@ -645,10 +645,12 @@ fn expected_emitted() -> Vec<(Kind, String, String, String)> {
     e
 }
 
-/// Each capture (OTLP protobuf, as the emitter's exporter sent it, one
-/// per emitter and version, recorded by emit.py): every message
-/// recovered, the tool call paired with its result, nothing duplicated;
-/// the logs of the same run add nothing.
+/// Each capture (as the emitter's exporter sent it, OTLP protobuf or
+/// OTLP/JSON, one per emitter and version, recorded by emit.py and
+/// emit-ai-sdk.js): every message recovered, the tool call paired with its
+/// result, nothing duplicated; the logs of the same run add nothing. The
+/// agent spans of Pydantic AI and the AI SDK (which sum up the run again)
+/// give no calls of their own.
 #[test]
 fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
     for name in [
@@ -656,10 +658,19 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
         "openinference-openai-0.1.66",
         "openllmetry-openai-0.62.4",
         "openai-agents-0.6.2-openinference-1.6.2",
+        "pydantic-ai-2.68.0-logfire-5.4.0",
+        "ai-sdk-7.0.173-otel-1.0.173",
+        "ai-sdk-7.0.173-legacy-otel-1.0.173",
     ] {
+        let enc = if name.starts_with("ai-sdk") {
+            Encoding::Json
+        } else {
+            Encoding::Protobuf
+        };
+        let ext = if enc == Encoding::Json { "json" } else { "pb" };
         let body =
-            std::fs::read(crate::common::fixture(&format!("otel/{name}.traces.pb"))).unwrap();
-        let mut req = decode_traces(&body, Encoding::Protobuf, false, LIMIT).unwrap();
+            std::fs::read(crate::common::fixture(&format!("otel/{name}.traces.{ext}"))).unwrap();
+        let mut req = decode_traces(&body, enc, false, LIMIT).unwrap();
         assert_eq!(otel::check_traces(&mut req).count, 0, "{name}");
         let calls = calls_from_spans(&Batch::traces(&req));
         assert_eq!(calls.len(), 3, "{name}: three LLM calls");

@@ -45,11 +45,19 @@
 //! end of the recording, `live` continues the replayed timeline itself (so
 //! replaying a timeline forked at node N serves the record up to N and
 //! goes live after it).
+//!
+//! A session received as telemetry (`/v1/traces`, `/v1/logs`) has no
+//! exchanges: its calls are rebuilt from the messages
+//! ([`convo_formats::otel::rebuild`]): looked up by the conversation and
+//! model a request carries (any of the three APIs), answered with the
+//! recorded answer in the wire format the request speaks (a chat stream
+//! when it asks for one).
 
 use crate::record::{BEHAVIOUR_HEADERS, redact_query};
 use crate::sse::ClientFilter;
 use bytes::Bytes;
 use convo_core::{BranchName, Kind, NodeHash, SessionId, SubmissionId};
+use convo_formats::otel::rebuild::{self, Rebuilt};
 use convo_store::{Result, Store, StoreError};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -232,6 +240,37 @@ pub struct Call {
     /// Why the upstream cut the answer, when it did (the client got a cut
     /// answer, and a replay cuts it the same way).
     pub cut: Option<String>,
+    /// A call of a session received as telemetry: no exchange was
+    /// recorded, the answer is rebuilt for each request ([`Call::answering`]).
+    pub rebuilt: Option<Box<Rebuilt>>,
+}
+
+impl Call {
+    /// The call as it answers a request to `/v1/{rest}` with `body`: a
+    /// recorded exchange as recorded; a rebuilt one in the wire format the
+    /// request speaks (see [`convo_formats::otel::rebuild`]).
+    pub fn answering(mut self, rest: &str, body: &[u8]) -> Call {
+        let Some(r) = self.rebuilt.take() else {
+            return self;
+        };
+        let (status, ct, bytes, events) = match rebuild::answer(&r, rest, body) {
+            Ok(a) => (200, a.content_type, a.body, a.events),
+            Err(why) => (
+                400,
+                "application/json",
+                json!({"error": {"type": "convo_proxy_error", "code": "replay_unsupported",
+                    "message": why}})
+                .to_string()
+                .into_bytes(),
+                None,
+            ),
+        };
+        self.status = status;
+        self.headers = Map::from_iter([("content-type".to_owned(), json!(ct))]);
+        self.body = bytes;
+        self.chunks = events.map(|e| e.into_iter().map(|n| (n, 0.0)).collect());
+        self
+    }
 }
 
 /// The replay state.
@@ -256,6 +295,9 @@ pub struct Replay {
     pub missed: u64,
     /// Responses API answer ids → the recorded call that answered them.
     response_ids: HashMap<String, usize>,
+    /// Whether the calls are rebuilt from telemetry (matched by
+    /// conversation and model, [`rebuild::received`]).
+    rebuilt: bool,
 }
 
 /// Removes what a JSON pointer names (nothing when it names nothing).
@@ -503,11 +545,16 @@ impl Replay {
                     .and_then(|t| t.get("total_bytes"))
                     .and_then(Value::as_u64),
                 cut,
+                rebuilt: None,
             });
+        }
+        let rebuilt = calls.is_empty();
+        if rebuilt {
+            calls = rebuilt_calls(&nodes);
         }
         if calls.is_empty() {
             return Err(StoreError::Invalid(format!(
-                "timeline `{}` of session {} has no call recorded by the proxy to replay",
+                "timeline `{}` of session {} has no call recorded by the proxy or received as telemetry to replay",
                 spec.branch, s.id
             )));
         }
@@ -529,6 +576,7 @@ impl Replay {
             matched: 0,
             missed: 0,
             response_ids,
+            rebuilt,
         })
     }
 
@@ -542,6 +590,9 @@ impl Replay {
         headers: &Map<String, Value>,
         body: &[u8],
     ) -> Value {
+        if self.rebuilt {
+            return rebuild::received(method, path.trim_start_matches("/v1/"), body);
+        }
         let mut v = self.spec.matcher.canonical(method, path, headers, body);
         map_response_ids(&self.response_ids, &mut v);
         v
@@ -621,6 +672,39 @@ impl Replay {
             self.served.iter().filter(|s| !**s).count()
         )
     }
+}
+
+/// The calls of a timeline received as telemetry, rebuilt from its
+/// messages (see [`convo_formats::otel::rebuild`]).
+fn rebuilt_calls(nodes: &[convo_store::TimelineNode]) -> Vec<Call> {
+    let mut at = Vec::new();
+    let mut messages = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        if let Some(m) = convo_formats::ledger::node_message(&n.stored.node, &n.payload) {
+            at.push(i);
+            messages.push(m);
+        }
+    }
+    rebuild::calls(&messages)
+        .into_iter()
+        .map(|r| {
+            let node = &nodes[at[r.at]];
+            Call {
+                index: r.index,
+                submission: node.stored.node.submission,
+                canonical: r.canonical.clone(),
+                status: 200,
+                headers: Map::new(),
+                body: Vec::new(),
+                chunks: None,
+                strip_usage: false,
+                before: at[r.at].checked_sub(1).map(|k| nodes[k].stored.hash),
+                truncated: None,
+                cut: None,
+                rebuilt: Some(Box::new(r)),
+            }
+        })
+        .collect()
 }
 
 /// A call that did not match.

@@ -816,7 +816,7 @@ impl Proxy {
             )
         };
         let miss = match taken {
-            Ok(call) => return Some(serve_recorded(call, pace)),
+            Ok(call) => return Some(serve_recorded(call.answering(rest, body), pace)),
             Err(m) => m,
         };
         if on_miss == replay::OnMiss::Error {

@@ -69,10 +69,21 @@ fn encode<T: prost::Message + serde::Serialize>(
         Encoding::Json => (
             status,
             [(header::CONTENT_TYPE, "application/json")],
-            serde_json::to_vec(msg).unwrap_or_default(),
+            serde_json::to_vec(&without_nulls(msg)).unwrap_or_default(),
         )
             .into_response(),
     }
+}
+
+/// A response as OTLP/JSON: a message field that is not set is left out
+/// (the prost types serialize it as `null`, which OTLP/JSON does not
+/// allow: `"partialSuccess": null` is not a partial-success object).
+fn without_nulls<T: serde::Serialize>(msg: &T) -> serde_json::Value {
+    let mut v = serde_json::to_value(msg).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.retain(|_, x| !x.is_null());
+    }
+    v
 }
 
 fn status(enc: Encoding, http: StatusCode, code: i32, message: String) -> Response {

@@ -14,6 +14,10 @@ scripts/requirements-test.txt) around the real `openai` SDK:
                     openinference-instrumentation-openai-agents as its
                     trace processor (its own export to OpenAI turned off);
                     the two runs under one agents trace
+  pydantic-ai       a Pydantic AI agent instrumented by logfire, which
+                    sends to the OTLP endpoint instead of Logfire
+                    (`send_to_logfire=False`); in its own venv
+                    (scripts/requirements-test-logfire.txt)
 
 The model is a scripted upstream in this process (a tool call, then
 answers). The exporters are the SDK's OTLP/HTTP protobuf exporters,
@@ -21,6 +25,12 @@ configured only by the environment (OTEL_EXPORTER_OTLP_ENDPOINT), as a
 user would point them at convo. The agent runs one trace: a question, a
 tool call and its result, an answer, a follow-up question and its answer.
 With CAPTURE_DIR, each export body is also written there (fixtures).
+
+Replaying (not openai-agents): with CONVO_EMIT_BASE_URL the SDK calls that
+URL (`convo proxy --replay SESSION`) instead, and no scripted upstream is
+started; with CONVO_EMIT_STREAM=1 it asks for streams. The script prints
+each call's answer (text or tool calls), or the error status and code that
+ended the run.
 """
 
 import json
@@ -86,8 +96,43 @@ class Model(BaseHTTPRequestHandler):
         self.wfile.write(out)
 
 
-upstream = ThreadingHTTPServer(("127.0.0.1", 0), Model)
-threading.Thread(target=upstream.serve_forever, daemon=True).start()
+replay_url = os.environ.get("CONVO_EMIT_BASE_URL")
+stream = os.environ.get("CONVO_EMIT_STREAM") == "1"
+if replay_url:
+    base_url = replay_url
+else:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), Model)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    base_url = f"http://127.0.0.1:{upstream.server_port}/v1"
+
+if mode == "pydantic-ai":
+    import logfire
+    from pydantic_ai import Agent
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    logfire.configure(
+        send_to_logfire=False, console=False, metrics=False, service_name="weather-agent"
+    )
+    logfire.instrument_pydantic_ai()
+    agent = Agent(
+        OpenAIChatModel("gpt-4o", provider=OpenAIProvider(base_url=base_url, api_key="sk-test")),
+        system_prompt="You are terse.",
+        name="weather-agent",
+    )
+
+    @agent.tool_plain
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        return "18C sunny"
+
+    with logfire.span("weather"):
+        first = agent.run_sync("Weather in Paris?")
+        second = agent.run_sync("And tomorrow?", message_history=first.all_messages())
+    logfire.force_flush()
+    logfire.shutdown()
+    print(json.dumps({"answers": [first.output, second.output]}))
+    sys.exit(0)
 
 from opentelemetry import _logs, trace  # noqa: E402
 from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter  # noqa: E402
@@ -156,7 +201,6 @@ elif mode == "openai-agents":
 else:
     sys.exit(f"unknown mode {mode}")
 
-base_url = f"http://127.0.0.1:{upstream.server_port}/v1"
 if mode == "openai-agents":
     import asyncio
 
@@ -192,9 +236,56 @@ if mode == "openai-agents":
     lp.shutdown()
     sys.exit(0)
 
-from openai import OpenAI  # noqa: E402
+from openai import APIStatusError, OpenAI  # noqa: E402
 
-client = OpenAI(base_url=f"http://127.0.0.1:{upstream.server_port}/v1", api_key="sk-test")
+client = OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+answers = []
+
+
+def create(**kw):
+    """One call; its answer message (a stream assembled), also noted."""
+    if not stream:
+        msg = client.chat.completions.create(**kw).choices[0].message
+    else:
+        text, calls = "", {}
+        for chunk in client.chat.completions.create(
+            stream=True, stream_options={"include_usage": True}, **kw
+        ):
+            for c in chunk.choices:
+                text += c.delta.content or ""
+                for t in c.delta.tool_calls or []:
+                    slot = calls.setdefault(t.index, {"id": "", "name": "", "arguments": ""})
+                    slot["id"] += t.id or ""
+                    slot["name"] += (t.function and t.function.name) or ""
+                    slot["arguments"] += (t.function and t.function.arguments) or ""
+        from openai.types.chat import ChatCompletionMessage
+
+        msg = ChatCompletionMessage.model_validate(
+            {
+                "role": "assistant",
+                "content": text or None,
+                "tool_calls": [
+                    {
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["name"], "arguments": c["arguments"]},
+                    }
+                    for c in calls.values()
+                ]
+                or None,
+            }
+        )
+    answers.append(
+        {
+            "content": msg.content,
+            "tool_calls": [
+                [t.function.name, json.loads(t.function.arguments)] for t in msg.tool_calls or []
+            ],
+        }
+    )
+    return msg
+
+
 tools = [
     {
         "type": "function",
@@ -210,18 +301,21 @@ messages = [
 ]
 tracer = trace.get_tracer("weather-agent")
 with tracer.start_as_current_span("invoke_agent weather"):
-    r = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
-    call = r.choices[0].message.tool_calls[0]
-    messages.append(r.choices[0].message.model_dump(exclude_none=True))
-    messages.append({"role": "tool", "tool_call_id": call.id, "content": "18C sunny"})
-    r = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
-    messages.append({"role": "assistant", "content": r.choices[0].message.content})
-    messages.append({"role": "user", "content": "And tomorrow?"})
-    r = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
     trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
+    try:
+        m = create(model="gpt-4o", messages=messages, tools=tools)
+        call = m.tool_calls[0]
+        messages.append(m.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "18C sunny"})
+        m = create(model="gpt-4o", messages=messages, tools=tools)
+        messages.append({"role": "assistant", "content": m.content})
+        messages.append({"role": "user", "content": "And tomorrow?"})
+        create(model="gpt-4o", messages=messages, tools=tools)
+    except APIStatusError as e:
+        answers.append({"error": e.status_code, "code": (e.body or {}).get("code")})
 
 tp.force_flush()
 lp.force_flush()
 tp.shutdown()
 lp.shutdown()
-print(json.dumps({"trace_id": trace_id}))
+print(json.dumps({"trace_id": trace_id, "answers": answers}))

@@ -63,15 +63,39 @@ pub struct Call {
 
 /// The calls in a batch of spans. A span that is not an LLM call (an
 /// agent, a tool execution, an HTTP request) gives none.
+///
+/// An agent span (`gen_ai.operation.name` `invoke_agent` or
+/// `invoke_workflow`, as the Vercel AI SDK's and others' emit) carries the
+/// whole run's input and a summary of its output, which the LLM calls under
+/// it carry message by message: it is read only when the batch has no LLM
+/// call of its trace (an emitter that exports agent spans alone).
 pub fn calls_from_spans(batch: &Batch<'_>) -> Vec<Call> {
     let mut out = Vec::new();
     for (resource, scope, span) in batch.spans() {
         if let Some(c) = span_call(resource, scope, span) {
-            out.push(c);
+            out.push((is_agent_span(span), c));
         }
     }
+    let llm_traces: std::collections::HashSet<String> = out
+        .iter()
+        .filter(|(agent, _)| !agent)
+        .map(|(_, c)| c.trace_id.clone())
+        .collect();
+    let mut out: Vec<Call> = out
+        .into_iter()
+        .filter(|(agent, c)| !agent || !llm_traces.contains(&c.trace_id))
+        .map(|(_, c)| c)
+        .collect();
     propagate_threads(&mut out);
     out
+}
+
+fn is_agent_span(span: &Span) -> bool {
+    let attrs: Vec<&KeyValue> = span.attributes.iter().collect();
+    matches!(
+        attr_str(&attrs, "gen_ai.operation.name").as_deref(),
+        Some("invoke_agent" | "invoke_workflow")
+    )
 }
 
 /// The calls in a batch of log records: the records of one span grouped
@@ -201,7 +225,9 @@ fn propagate_threads(calls: &mut [Call]) {
 }
 
 /// Attributes whose values are the messages: kept in the nodes, not again
-/// in the diagnostics.
+/// in the diagnostics. (OpenInference's `output.value`, the whole answer
+/// as the SDK got it, is kept: it is one call's, not the history, and
+/// replay gives it back as it was captured.)
 fn is_message_key(k: &str) -> bool {
     k == "gen_ai.input.messages"
         || k == "gen_ai.output.messages"
@@ -215,7 +241,6 @@ fn is_message_key(k: &str) -> bool {
         || k == "ai.response.text"
         || k == "ai.response.toolCalls"
         || k == "input.value"
-        || k == "output.value"
 }
 
 fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {

@@ -19,6 +19,7 @@
 
 pub mod dialect;
 pub mod ingest;
+pub mod rebuild;
 
 pub use dialect::{Call, calls_from_logs, calls_from_spans};
 pub use ingest::{Ingested, ThreadCache, ingest, ingest_cached};
