@@ -416,22 +416,12 @@ fn build(
             }
         }
     }
+    records::mark_intermediate(&mut messages);
     let n = messages.len();
     let mut has_child = vec![false; n];
-    let mut tool_child = vec![false; n];
     for m in &messages {
         if let Some(p) = m.parent {
             has_child[p] = true;
-            if m.role != Role::User {
-                tool_child[p] = true;
-            }
-        }
-    }
-    for (i, m) in messages.iter_mut().enumerate() {
-        if m.role == Role::Assistant && tool_child[i] {
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
         }
     }
     // `main` ends where the live conversation ends; every other leaf is a
