@@ -717,6 +717,156 @@ fn gemini_cli_chats_import_export_and_search_by_agent() {
     );
 }
 
+/// Answers like OpenAI chat completions, streamed (what opencode's
+/// `@ai-sdk/openai-compatible` provider asks for): "now run ls" calls
+/// `bash` with `ls`; anything else is answered `answer N`.
+fn chat_model(n: usize, _: &str, req: &Value) -> Value {
+    let last = req["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let has_bash = req["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "bash"));
+    let chunk = |delta: Value, finish: Value| {
+        json!(["message", {"id": format!("chatcmpl-{n}"), "object": "chat.completion.chunk",
+            "created": 0, "model": req["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            "usage": if finish.is_null() { Value::Null } else {
+                json!({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}) }}])
+    };
+    if last["role"] == "user" && last["content"].to_string().contains("now run ls") && has_bash {
+        let call = json!({"index": 0, "id": format!("call_{n}"), "type": "function",
+            "function": {"name": "bash", "arguments": json!({"command": "ls", "description": "List files"}).to_string()}});
+        return json!({"sse": [
+            chunk(json!({"role": "assistant", "tool_calls": [call]}), Value::Null),
+            chunk(json!({}), json!("tool_calls")),
+        ]});
+    }
+    json!({"sse": [
+        chunk(json!({"role": "assistant", "content": format!("answer {n}")}), Value::Null),
+        chunk(json!({}), json!("stop")),
+    ]})
+}
+
+/// opencode for real (the `opencode-linux-x64` binary pinned in
+/// scripts/npm-test) against a scripted upstream: its opencode.db imported,
+/// the session deleted from opencode and put back from the archive with
+/// `convo export --format opencode | sqlite3`, then continued by opencode,
+/// which sends the restored history; the re-import adds the new turn.
+#[test]
+fn opencode_database_imports_and_a_deleted_session_is_restored() {
+    let Some(modules) = std::env::var_os("CONVO_TEST_NODE_MODULES").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_NODE_MODULES"
+        );
+        eprintln!("SKIPPED: opencode is not installed (scripts/test-env installs it)");
+        return;
+    };
+    let opencode = modules.join("opencode-linux-x64/bin/opencode");
+    if !opencode.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install opencode-linux-x64"
+        );
+        eprintln!("SKIPPED: {} is not installed", opencode.display());
+        return;
+    }
+    let up = Upstream::start(chat_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    for d in [&home, &proj] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(
+        proj.join("opencode.json"),
+        json!({
+            "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                "options": {"baseURL": up.url, "apiKey": "x"},
+                "models": {"test-model": {"name": "Test model", "tool_call": true}}}},
+            "model": "scripted/test-model", "small_model": "scripted/test-model",
+            "autoupdate": false, "share": "disabled"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&opencode)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(run(&["run", "hello opencode"]), "opencode run");
+    ok(
+        run(&["run", "--continue", "now run ls"]),
+        "opencode run --continue",
+    );
+    let data = home.join(".local/share/opencode");
+    let db_path = data.join("opencode.db");
+    let imported = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
+    assert_eq!(
+        imported["created"].as_array().unwrap().len(),
+        1,
+        "{imported}"
+    );
+    let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    let shown = t.run(&["log", &session]).ok();
+    assert!(
+        shown.contains("$ ls"),
+        "the bash call reads as its command: {shown}"
+    );
+
+    // Deleted from opencode; put back from the archive.
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let oc_id: String = db
+        .query_row("SELECT id FROM session", [], |r| r.get(0))
+        .unwrap();
+    let rows = |db: &rusqlite::Connection| -> i64 {
+        db.query_row(
+            "SELECT (SELECT count(*) FROM message) + (SELECT count(*) FROM part)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let before = rows(&db);
+    db.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    db.execute("DELETE FROM session WHERE id = ?1", [&oc_id])
+        .unwrap();
+    assert_eq!(rows(&db), 0, "opencode's rows are gone");
+    let sql = t.run(&["export", &session, "--format", "opencode"]).ok();
+    db.execute_batch(&sql).unwrap();
+    assert_eq!(rows(&db), before, "every row back");
+    drop(db);
+    let calls = up.calls.lock().unwrap().len();
+    ok(
+        run(&["run", "--session", &oc_id, "and again"]),
+        "opencode run --session",
+    );
+    let end = up.calls.lock().unwrap().len();
+    let resumed = (calls..end)
+        .map(|i| sent(&up, i))
+        .find(|s| s.contains("and again"))
+        .expect("the continued turn reached the model");
+    assert!(
+        resumed.contains("hello opencode") && resumed.contains("opencode.json"),
+        "opencode sent the restored history: {resumed}"
+    );
+    let again = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
+    assert_eq!(again["updated"][0]["id"], session.as_str(), "{again}");
+    let again = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
+    assert_eq!(again["unchanged"], 1, "{again}");
+}
+
 /// `convo proxy` on port 0 in `t`'s home, with `args` after its listen flags.
 fn proxy(t: &TestEnv, args: &[&str]) -> crate::serve_util::Server {
     let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--quiet"];

@@ -237,10 +237,7 @@ fn s(m: &Map<String, Value>, k: &str) -> Option<String> {
 /// A row as a record: `table/id`, versioned by `time_updated`.
 fn row_rec(table: &str, row: Map<String, Value>) -> Rec {
     let id = s(&row, "id").unwrap_or_default();
-    let version = row
-        .get("time_updated")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let version = row.get("time_updated").and_then(Value::as_u64).unwrap_or(0);
     Rec {
         file: format!("{table}/{id}"),
         version,
@@ -263,7 +260,13 @@ fn data_of(row: &Map<String, Value>, col: &str) -> Map<String, Value> {
 
 fn read_db(path: &Path) -> Result<Vec<Sess>> {
     let file = path.display().to_string();
-    let sql = |e: rusqlite::Error| Error::new(&file, "sqlite", format!("cannot read opencode's database: {e}"));
+    let sql = |e: rusqlite::Error| {
+        Error::new(
+            &file,
+            "sqlite",
+            format!("cannot read opencode's database: {e}"),
+        )
+    };
     let db = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -285,7 +288,9 @@ fn read_db(path: &Path) -> Result<Vec<Sess>> {
                 meta.insert(k.into(), v.clone());
             }
         }
-        let project = s(&row, "project_id").and_then(|p| projects.get(&p)).cloned();
+        let project = s(&row, "project_id")
+            .and_then(|p| projects.get(&p))
+            .cloned();
         let sess = Sess {
             id: id.clone(),
             parent: s(&row, "parent_id"),
@@ -352,7 +357,11 @@ fn json_files(root: &Path, sub: &str, depth: usize) -> Vec<(String, PathBuf)> {
     )
     .into_iter()
     .filter_map(|p| {
-        let rel = p.strip_prefix(root).ok()?.to_string_lossy().replace('\\', "/");
+        let rel = p
+            .strip_prefix(root)
+            .ok()?
+            .to_string_lossy()
+            .replace('\\', "/");
         Some((rel, p))
     })
     .collect()
@@ -427,7 +436,11 @@ fn read_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
         let v = &rec.value;
         let mut meta = Map::new();
         meta.insert("project_id".into(), json!(project));
-        for (k, from) in [("directory", "directory"), ("version", "version"), ("slug", "slug")] {
+        for (k, from) in [
+            ("directory", "directory"),
+            ("version", "version"),
+            ("slug", "slug"),
+        ] {
             if let Some(x) = v.get(from).filter(|x| !x.is_null()) {
                 meta.insert(k.into(), x.clone());
             }
@@ -536,7 +549,13 @@ fn messages_of(m: &Msg) -> Vec<Message> {
         .and_then(|t| t.get("created"))
         .and_then(Value::as_i64);
     let mut out = Vec::new();
-    let part = |p: &Part, k: &str| p.rec.value.get(k).and_then(Value::as_str).map(str::to_owned);
+    let part = |p: &Part, k: &str| {
+        p.rec
+            .value
+            .get(k)
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
     match info.get("role").and_then(Value::as_str) {
         Some("user") => {
             let texts = |synthetic: bool| {
@@ -630,7 +649,9 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                         let st = |k: &str| state.get(k);
                         let input = st("input").cloned().unwrap_or(Value::Null);
                         let call_id = part(p, "callID").unwrap_or_default();
-                        let stime = st("time").and_then(|t| t.get("start")).and_then(Value::as_i64);
+                        let stime = st("time")
+                            .and_then(|t| t.get("start"))
+                            .and_then(Value::as_i64);
                         let mut call = Message::new(
                             Role::ToolCall,
                             "opencode",
@@ -728,7 +749,13 @@ struct Builder<'a> {
 impl<'a> Builder<'a> {
     /// Adds a session's messages after `anchor`; returns where the live
     /// conversation ends (before a pending revert).
-    fn add(&mut self, s: &'a Sess, anchor: Option<usize>, child: bool, depth: usize) -> Option<usize> {
+    fn add(
+        &mut self,
+        s: &'a Sess,
+        anchor: Option<usize>,
+        child: bool,
+        depth: usize,
+    ) -> Option<usize> {
         let mut prev = anchor;
         let mut live = None;
         let mut carry: Vec<Value> = s.recs.iter().map(Rec::to_value).collect();
@@ -791,7 +818,11 @@ impl<'a> Builder<'a> {
             }
         }
         if depth < 16 {
-            let kids = self.children.get(s.id.as_str()).cloned().unwrap_or_default();
+            let kids = self
+                .children
+                .get(s.id.as_str())
+                .cloned()
+                .unwrap_or_default();
             for k in kids {
                 let at = tasks.get(&k.id).copied().or_else(|| {
                     let t = k.created?;
@@ -914,9 +945,16 @@ pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
                 continue;
             }
             let Ok(Value::Object(row)) = serde_json::from_str::<Value>(raw) else {
-                return Err(Error::new(file, "shape", "a stored row is not a JSON object"));
+                return Err(Error::new(
+                    file,
+                    "shape",
+                    "a stored row is not a JSON object",
+                ));
             };
-            let cols: Vec<String> = row.keys().map(|k| format!("\"{}\"", k.replace('"', "\"\""))).collect();
+            let cols: Vec<String> = row
+                .keys()
+                .map(|k| format!("\"{}\"", k.replace('"', "\"\"")))
+                .collect();
             let vals: Vec<String> = row.values().map(sql_literal).collect();
             out.push_str(&format!(
                 "INSERT OR IGNORE INTO \"{table}\" ({}) VALUES ({});\n",

@@ -452,7 +452,11 @@ fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
     assert_eq!(convo_formats::detect(dir.path()).unwrap(), "opencode");
     let r = opencode_read(&db);
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
-    assert_eq!(r.conversations.len(), 1, "the subagent's session is folded in");
+    assert_eq!(
+        r.conversations.len(),
+        1,
+        "the subagent's session is folded in"
+    );
     let c = &r.conversations[0];
     assert_eq!(c.id.as_deref(), Some("ses_df09f2b0effewvn4qJx9UFQqc6"));
     assert_eq!(c.agent.as_deref(), Some("opencode"));
@@ -487,7 +491,12 @@ fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
         ],
         "the subagent goes on from the task call that started it"
     );
-    let call = c.turns().iter().find(|m| m.role == Role::ToolCall).copied().unwrap();
+    let call = c
+        .turns()
+        .iter()
+        .find(|m| m.role == Role::ToolCall)
+        .copied()
+        .unwrap();
     assert_eq!(call.to.as_deref(), Some("bash"));
     assert_eq!(call.model.as_deref(), Some("test-model"));
     assert_eq!(call.extra["usage"]["total"], 13);
@@ -497,16 +506,19 @@ fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
     let mut s = Store::open("sqlite::memory:").unwrap();
     let o1 = import(&mut s, "opencode", c);
     assert!(matches!(o1, Outcome::Created { branches: 3, .. }), "{o1:?}");
-    let script = convo_formats::opencode::sql_script(&session_records(&mut s, &o1.id()).unwrap())
-        .unwrap();
+    let script =
+        convo_formats::opencode::sql_script(&session_records(&mut s, &o1.id()).unwrap()).unwrap();
     let before = opencode_rows(&db);
     let copy = dir.path().join("copy.db");
     std::fs::copy(&db, &copy).unwrap();
     {
         let cx = rusqlite::Connection::open(&copy).unwrap();
-        cx.execute_batch("DELETE FROM part; DELETE FROM message; DELETE FROM session; DELETE FROM project;")
+        cx.execute_batch(
+            "DELETE FROM part; DELETE FROM message; DELETE FROM session; DELETE FROM project;",
+        )
+        .unwrap();
+        cx.execute_batch(std::str::from_utf8(&script).unwrap())
             .unwrap();
-        cx.execute_batch(std::str::from_utf8(&script).unwrap()).unwrap();
     }
     assert_eq!(opencode_rows(&copy), before, "every row back");
 
@@ -534,12 +546,16 @@ fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
     let deleted = c.messages.iter().find(|m| m.text == "answer 3").unwrap();
     let deleted_key = deleted.key.clone().unwrap();
     assert!(
-        kept.iter().any(|(f, _, _)| *f == format!("message/{deleted_key}")),
+        kept.iter()
+            .any(|(f, _, _)| *f == format!("message/{deleted_key}")),
         "the archive keeps the deleted message's row"
     );
     let fork = &r.conversations[1];
     assert_eq!(fork.title.as_deref(), Some("answer 1 (fork #1)"));
-    assert_eq!(import(&mut s, "opencode", c2), Outcome::Existing { id: o2.id() });
+    assert_eq!(
+        import(&mut s, "opencode", c2),
+        Outcome::Existing { id: o2.id() }
+    );
     assert!(s.verify().unwrap().is_clean());
 }
 
@@ -591,7 +607,11 @@ fn opencode_json_storage_comes_back_byte_for_byte() {
     use std::time::{Duration, UNIX_EPOCH};
     let dir = tempfile::tempdir().unwrap();
     let storage = dir.path().join("storage");
-    opencode_storage("reverted", &storage, UNIX_EPOCH + Duration::from_secs(1_795_000_000));
+    opencode_storage(
+        "reverted",
+        &storage,
+        UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+    );
     assert_eq!(convo_formats::detect(dir.path()).unwrap(), "opencode");
     let r = opencode_read(dir.path());
     assert_eq!(r.conversations.len(), 1, "{:?}", r.warnings);
@@ -631,7 +651,11 @@ fn opencode_json_storage_comes_back_byte_for_byte() {
 
     // The next prompt deleted the reverted messages' files: the archive
     // keeps them, main goes on from the revert.
-    opencode_storage("after", &storage, UNIX_EPOCH + Duration::from_secs(1_795_000_100));
+    opencode_storage(
+        "after",
+        &storage,
+        UNIX_EPOCH + Duration::from_secs(1_795_000_100),
+    );
     let r = opencode_read(dir.path());
     let c2 = r.conversations.iter().find(|x| x.id == c.id).unwrap();
     let o2 = import(&mut s, "opencode", c2);
@@ -640,7 +664,13 @@ fn opencode_json_storage_comes_back_byte_for_byte() {
     let last = String::from_utf8_lossy(&tl.last().unwrap().payload).into_owned();
     assert_eq!(last, "answer 16");
     let kept = convo_formats::opencode::storage_files(&session_records(&mut s, &o2.id()).unwrap());
-    assert!(kept.len() > files.len(), "deleted files are kept, new ones added");
-    assert_eq!(import(&mut s, "opencode", c2), Outcome::Existing { id: o2.id() });
+    assert!(
+        kept.len() > files.len(),
+        "deleted files are kept, new ones added"
+    );
+    assert_eq!(
+        import(&mut s, "opencode", c2),
+        Outcome::Existing { id: o2.id() }
+    );
     assert!(s.verify().unwrap().is_clean());
 }

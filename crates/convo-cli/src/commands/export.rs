@@ -22,8 +22,12 @@ use std::process::ExitCode;
 /// the turns the branch got in convo): with --place it is written where the
 /// agent looks (~/.claude/projects/<project>/, $CODEX_HOME/sessions/…) and
 /// its id printed, ready for `claude --resume ID` / `codex resume ID`.
-/// A Gemini CLI session (--format gemini-cli) comes back byte for byte;
-/// a branch of it cannot be written as a session yet.
+/// A Gemini CLI session (--format gemini-cli) comes back byte for byte.
+/// An opencode session (--format opencode) comes back as its database
+/// rows, an SQL script to run against opencode's database (`| sqlite3
+/// ~/.local/share/opencode/opencode.db` puts back what is missing), or,
+/// imported from the older JSON storage, as its files under the folder
+/// -o names (`-o ~/.local/share/opencode/storage`), byte for byte.
 ///
 /// Examples:
 ///   convo export Paris --format markdown | less
@@ -40,7 +44,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub branch: Option<String>,
     /// The format to write
-    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli"])]
+    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode"])]
     pub format: String,
     /// (claude-code, codex) write the branch as a new session where the
     /// agent finds it, and print its id
@@ -141,6 +145,9 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             s.id, a.format
         )));
     }
+    if a.format == "opencode" {
+        return opencode_export(a, &records);
+    }
     if a.format == "gemini-cli" && (a.branch.is_some() || a.place) {
         return Err(
             CommandError::user("a Gemini CLI branch cannot be written as a session yet")
@@ -228,6 +235,52 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             out.flush()?;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An opencode session back: its rows as SQL, or its storage files.
+fn opencode_export(a: &ExportArgs, records: &[(String, u64, String)]) -> CmdResult {
+    if a.branch.is_some() || a.place {
+        return Err(
+            CommandError::user("an opencode branch cannot be written as a session yet")
+                .with_hint("export the whole session: convo export SESSION --format opencode"),
+        );
+    }
+    let files = convo_formats::opencode::storage_files(records);
+    if files.is_empty() {
+        let bytes = convo_formats::opencode::sql_script(records).map_err(format_error)?;
+        match &a.output {
+            Some(path) => {
+                write_atomically(path, &bytes)?;
+                eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
+            }
+            None => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&bytes)?;
+                out.flush()?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(dir) = &a.output else {
+        return Err(CommandError::user(
+            "this opencode session was imported from its JSON storage: its files need a folder",
+        )
+        .with_hint("convo export SESSION --format opencode -o FOLDER"));
+    };
+    for (rel, bytes) in &files {
+        // Each part of the stored path is one safe component.
+        let mut path = dir.clone();
+        for c in rel.split('/') {
+            path.push(convo_core::text::component(c));
+        }
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)
+                .map_err(|e| CommandError::user(format!("cannot create {}: {e}", d.display())))?;
+        }
+        write_atomically(&path, bytes)?;
+    }
+    eprintln!("wrote {} files under {}", files.len(), dir.display());
     Ok(ExitCode::SUCCESS)
 }
 
