@@ -671,7 +671,8 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
 
 /// Gemini CLI chats end to end through the binary: the project folder
 /// imported (format detected), the session exported back byte for byte,
-/// found by `search --agent gemini-cli`; a branch refused with a hint.
+/// found by `search --agent gemini-cli`; the rewound branch written as a
+/// new chat where Gemini CLI looks.
 #[test]
 fn gemini_cli_chats_import_export_and_search_by_agent() {
     let t = TestEnv::new();
@@ -701,20 +702,66 @@ fn gemini_cli_chats_import_export_and_search_by_agent() {
         session.as_str(),
         "{hits}"
     );
-    let r = t.run(&[
-        "export",
+    // The rewound branch, with a turn made in convo, as a new chat file
+    // where Gemini CLI looks: its history, not the live conversation's.
+    t.run(&[
+        "say",
         &session,
-        "--format",
-        "gemini-cli",
         "--branch",
         "alt-1",
-    ]);
-    assert_ne!(r.code(), 0);
-    assert!(
-        r.stderr().contains("cannot be written as a session yet"),
-        "{}",
-        r.stderr()
+        "--user",
+        "and test it",
+        "--agent",
+        "Tested.",
+    ])
+    .ok();
+    let new_id = ok(
+        t.cmd()
+            .env("GEMINI_CLI_HOME", t.home().join("gemini-home"))
+            .args([
+                "export",
+                &session,
+                "--branch",
+                "alt-1",
+                "--format",
+                "gemini-cli",
+                "--place",
+            ])
+            .output()
+            .unwrap(),
+        "convo export --place",
+    )
+    .trim()
+    .to_owned();
+    assert_ne!(new_id, "5e1f0c2a-7b3d-4c8e-9f10-2a3b4c5d6e7f");
+    let placed = files(
+        &t.home().join("gemini-home/.gemini/tmp/9c1a7f0e3d5b2a4c6e8f0a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d/chats"),
+        &format!("-{}.jsonl", &new_id[..8]),
     );
+    assert_eq!(placed.len(), 1, "placed in the project's chats");
+    let text = std::fs::read_to_string(&placed[0]).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["sessionId"], new_id.as_str());
+    assert!(
+        text.contains("add it") && text.contains("Added foo.h."),
+        "{text}"
+    );
+    assert!(
+        text.contains("and test it") && text.contains("Tested."),
+        "{text}"
+    );
+    assert!(
+        !text.contains("vendor it instead"),
+        "the live branch: {text}"
+    );
+    assert!(!text.contains("$rewindTo"), "{text}");
+    // A valid chat: read back, it is one session whose main is the branch.
+    let back = t
+        .run(&["import", placed[0].to_str().unwrap(), "--json"])
+        .json();
+    let fork = back["created"][0]["id"].as_str().unwrap().to_owned();
+    let log = t.run(&["log", &fork]).ok();
+    assert!(log.contains("Tested.") && log.contains("make"), "{log}");
 }
 
 /// Answers like OpenAI chat completions, streamed (what opencode's
