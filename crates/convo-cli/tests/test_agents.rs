@@ -563,6 +563,59 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
     watcher.wait().unwrap();
 }
 
+/// `import --watch` on opencode's data folder: the database as opencode
+/// 1.18.34 left it with a revert pending, then after its next prompt
+/// (which deleted the reverted turn): the watcher adds the new turn to
+/// main and the archive keeps the deleted one.
+#[test]
+fn watch_follows_an_opencode_database() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/opencode/1.18.34");
+    let t = TestEnv::new();
+    let data = t.home().join("opencode-data");
+    std::fs::create_dir_all(&data).unwrap();
+    let put = |which: &str| {
+        let tmp = data.join("next.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let sql = std::fs::read_to_string(fixtures.join(format!("{which}.sql"))).unwrap();
+        rusqlite::Connection::open(&tmp)
+            .unwrap()
+            .execute_batch(&sql)
+            .unwrap();
+        std::fs::rename(&tmp, data.join("opencode.db")).unwrap();
+    };
+    put("reverted");
+    let mut watcher = t
+        .cmd()
+        .args(["import", "--watch", data.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = || {
+        let r = t.run(&["session", "list", "--json"]);
+        if r.code() != 0 {
+            return None;
+        }
+        r.json()
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    eventually("the session is imported", || session().is_some());
+    let id = session().unwrap();
+    assert!(t.run(&["log", &id]).ok().contains("answer 6"));
+    put("after");
+    eventually("the turn after the revert is imported", || {
+        t.run(&["log", &id]).ok().contains("after the revert")
+    });
+    let sql = t.run(&["export", &id, "--format", "opencode"]).ok();
+    assert!(sql.contains("answer 3"), "the reverted turn is kept");
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+}
+
 /// `import --redact-secrets`: the credentials a transcript holds (an API
 /// key in a prompt, an `.env` assignment and a bearer token in a Bash
 /// call, a private key in a tool result) are replaced before anything is
