@@ -877,11 +877,11 @@ fn build_all(file: &str, sessions: Vec<Sess>, warnings: &mut Vec<String>) -> Vec
             leaf: live,
         }];
         let (mut alt, mut agent) = (0, 0);
-        for i in 0..n {
-            if has_child[i] || Some(i) == live {
+        for (i, (&child, &in_child)) in has_child.iter().zip(&b.in_child).enumerate() {
+            if child || Some(i) == live {
                 continue;
             }
-            let name = if b.in_child[i] {
+            let name = if in_child {
                 agent += 1;
                 format!("agent-{agent}")
             } else {
