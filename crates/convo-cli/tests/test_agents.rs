@@ -563,6 +563,59 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
     watcher.wait().unwrap();
 }
 
+/// `import --watch` on opencode's data folder: the database as opencode
+/// 1.18.34 left it with a revert pending, then after its next prompt
+/// (which deleted the reverted turn): the watcher adds the new turn to
+/// main and the archive keeps the deleted one.
+#[test]
+fn watch_follows_an_opencode_database() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/opencode/1.18.34");
+    let t = TestEnv::new();
+    let data = t.home().join("opencode-data");
+    std::fs::create_dir_all(&data).unwrap();
+    let put = |which: &str| {
+        let tmp = data.join("next.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        let sql = std::fs::read_to_string(fixtures.join(format!("{which}.sql"))).unwrap();
+        rusqlite::Connection::open(&tmp)
+            .unwrap()
+            .execute_batch(&sql)
+            .unwrap();
+        std::fs::rename(&tmp, data.join("opencode.db")).unwrap();
+    };
+    put("reverted");
+    let mut watcher = t
+        .cmd()
+        .args(["import", "--watch", data.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = || {
+        let r = t.run(&["session", "list", "--json"]);
+        if r.code() != 0 {
+            return None;
+        }
+        r.json()
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    eventually("the session is imported", || session().is_some());
+    let id = session().unwrap();
+    assert!(t.run(&["log", &id]).ok().contains("answer 6"));
+    put("after");
+    eventually("the turn after the revert is imported", || {
+        t.run(&["log", &id]).ok().contains("after the revert")
+    });
+    let sql = t.run(&["export", &id, "--format", "opencode"]).ok();
+    assert!(sql.contains("answer 3"), "the reverted turn is kept");
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+}
+
 /// `import --redact-secrets`: the credentials a transcript holds (an API
 /// key in a prompt, an `.env` assignment and a bearer token in a Bash
 /// call, a private key in a tool result) are replaced before anything is
@@ -671,7 +724,8 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
 
 /// Gemini CLI chats end to end through the binary: the project folder
 /// imported (format detected), the session exported back byte for byte,
-/// found by `search --agent gemini-cli`; a branch refused with a hint.
+/// found by `search --agent gemini-cli`; the rewound branch written as a
+/// new chat where Gemini CLI looks.
 #[test]
 fn gemini_cli_chats_import_export_and_search_by_agent() {
     let t = TestEnv::new();
@@ -701,20 +755,216 @@ fn gemini_cli_chats_import_export_and_search_by_agent() {
         session.as_str(),
         "{hits}"
     );
-    let r = t.run(&[
-        "export",
+    // The rewound branch, with a turn made in convo, as a new chat file
+    // where Gemini CLI looks: its history, not the live conversation's.
+    t.run(&[
+        "say",
         &session,
-        "--format",
-        "gemini-cli",
         "--branch",
         "alt-1",
-    ]);
-    assert_ne!(r.code(), 0);
-    assert!(
-        r.stderr().contains("cannot be written as a session yet"),
-        "{}",
-        r.stderr()
+        "--user",
+        "and test it",
+        "--agent",
+        "Tested.",
+    ])
+    .ok();
+    let new_id = ok(
+        t.cmd()
+            .env("GEMINI_CLI_HOME", t.home().join("gemini-home"))
+            .args([
+                "export",
+                &session,
+                "--branch",
+                "alt-1",
+                "--format",
+                "gemini-cli",
+                "--place",
+            ])
+            .output()
+            .unwrap(),
+        "convo export --place",
+    )
+    .trim()
+    .to_owned();
+    assert_ne!(new_id, "5e1f0c2a-7b3d-4c8e-9f10-2a3b4c5d6e7f");
+    let placed = files(
+        &t.home().join("gemini-home/.gemini/tmp/9c1a7f0e3d5b2a4c6e8f0a1b3c5d7e9f1a3b5c7d9e1f3a5b7c9d1e3f5a7b9c1d/chats"),
+        &format!("-{}.jsonl", &new_id[..8]),
     );
+    assert_eq!(placed.len(), 1, "placed in the project's chats");
+    let text = std::fs::read_to_string(&placed[0]).unwrap();
+    let first: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["sessionId"], new_id.as_str());
+    assert!(
+        text.contains("add it") && text.contains("Added foo.h."),
+        "{text}"
+    );
+    assert!(
+        text.contains("and test it") && text.contains("Tested."),
+        "{text}"
+    );
+    assert!(
+        !text.contains("vendor it instead"),
+        "the live branch: {text}"
+    );
+    assert!(!text.contains("$rewindTo"), "{text}");
+    // A valid chat: read back, it is one session whose main is the branch.
+    let back = t
+        .run(&["import", placed[0].to_str().unwrap(), "--json"])
+        .json();
+    let fork = back["created"][0]["id"].as_str().unwrap().to_owned();
+    let log = t.run(&["log", &fork]).ok();
+    assert!(log.contains("Tested.") && log.contains("make"), "{log}");
+}
+
+/// Answers like OpenAI chat completions, streamed (what opencode's
+/// `@ai-sdk/openai-compatible` provider asks for): "now run ls" calls
+/// `bash` with `ls`; anything else is answered `answer N`.
+fn chat_model(n: usize, _: &str, req: &Value) -> Value {
+    let last = req["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or(Value::Null);
+    let has_bash = req["tools"]
+        .as_array()
+        .is_some_and(|t| t.iter().any(|t| t["function"]["name"] == "bash"));
+    let chunk = |delta: Value, finish: Value| {
+        json!(["message", {"id": format!("chatcmpl-{n}"), "object": "chat.completion.chunk",
+            "created": 0, "model": req["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            "usage": if finish.is_null() { Value::Null } else {
+                json!({"prompt_tokens": 10, "completion_tokens": 3, "total_tokens": 13}) }}])
+    };
+    if last["role"] == "user" && last["content"].to_string().contains("now run ls") && has_bash {
+        let call = json!({"index": 0, "id": format!("call_{n}"), "type": "function",
+            "function": {"name": "bash", "arguments": json!({"command": "ls", "description": "List files"}).to_string()}});
+        return json!({"sse": [
+            chunk(json!({"role": "assistant", "tool_calls": [call]}), Value::Null),
+            chunk(json!({}), json!("tool_calls")),
+        ]});
+    }
+    json!({"sse": [
+        chunk(json!({"role": "assistant", "content": format!("answer {n}")}), Value::Null),
+        chunk(json!({}), json!("stop")),
+    ]})
+}
+
+/// opencode for real (the `opencode-linux-x64` binary pinned in
+/// scripts/npm-test) against a scripted upstream: its opencode.db imported,
+/// the session deleted from opencode and put back from the archive with
+/// `convo export --format opencode | sqlite3`, then continued by opencode,
+/// which sends the restored history; the re-import adds the new turn.
+#[test]
+fn opencode_database_imports_and_a_deleted_session_is_restored() {
+    let Some(modules) = std::env::var_os("CONVO_TEST_NODE_MODULES").map(PathBuf::from) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_NODE_MODULES"
+        );
+        eprintln!("SKIPPED: opencode is not installed (scripts/test-env installs it)");
+        return;
+    };
+    let opencode = modules.join("opencode-linux-x64/bin/opencode");
+    if !opencode.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install opencode-linux-x64"
+        );
+        eprintln!("SKIPPED: {} is not installed", opencode.display());
+        return;
+    }
+    let up = Upstream::start(chat_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    for d in [&home, &proj] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(
+        proj.join("opencode.json"),
+        json!({
+            "provider": {"scripted": {"npm": "@ai-sdk/openai-compatible", "name": "Scripted",
+                "options": {"baseURL": up.url, "apiKey": "x"},
+                "models": {"test-model": {"name": "Test model", "tool_call": true}}}},
+            "model": "scripted/test-model", "small_model": "scripted/test-model",
+            "autoupdate": false, "share": "disabled"
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&opencode)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("OPENCODE_DISABLE_MODELS_FETCH", "1")
+            .env("OPENCODE_DISABLE_AUTOUPDATE", "1")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(run(&["run", "hello opencode"]), "opencode run");
+    ok(
+        run(&["run", "--continue", "now run ls"]),
+        "opencode run --continue",
+    );
+    let data = home.join(".local/share/opencode");
+    let db_path = data.join("opencode.db");
+    let imported = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
+    assert_eq!(
+        imported["created"].as_array().unwrap().len(),
+        1,
+        "{imported}"
+    );
+    let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    let shown = t.run(&["log", &session]).ok();
+    assert!(
+        shown.contains("$ ls"),
+        "the bash call reads as its command: {shown}"
+    );
+
+    // Deleted from opencode; put back from the archive.
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let oc_id: String = db
+        .query_row("SELECT id FROM session", [], |r| r.get(0))
+        .unwrap();
+    let rows = |db: &rusqlite::Connection| -> i64 {
+        db.query_row(
+            "SELECT (SELECT count(*) FROM message) + (SELECT count(*) FROM part)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let before = rows(&db);
+    db.execute_batch("PRAGMA foreign_keys = ON").unwrap();
+    db.execute("DELETE FROM session WHERE id = ?1", [&oc_id])
+        .unwrap();
+    assert_eq!(rows(&db), 0, "opencode's rows are gone");
+    let sql = t.run(&["export", &session, "--format", "opencode"]).ok();
+    db.execute_batch(&sql).unwrap();
+    assert_eq!(rows(&db), before, "every row back");
+    drop(db);
+    let calls = up.calls.lock().unwrap().len();
+    ok(
+        run(&["run", "--session", &oc_id, "and again"]),
+        "opencode run --session",
+    );
+    let end = up.calls.lock().unwrap().len();
+    let resumed = (calls..end)
+        .map(|i| sent(&up, i))
+        .find(|s| s.contains("and again"))
+        .expect("the continued turn reached the model");
+    assert!(
+        resumed.contains("hello opencode") && resumed.contains("opencode.json"),
+        "opencode sent the restored history: {resumed}"
+    );
+    let again = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
+    assert_eq!(again["updated"][0]["id"], session.as_str(), "{again}");
+    let again = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
+    assert_eq!(again["unchanged"], 1, "{again}");
 }
 
 /// `convo proxy` on port 0 in `t`'s home, with `args` after its listen flags.

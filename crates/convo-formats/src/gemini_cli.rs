@@ -416,22 +416,12 @@ fn build(
             }
         }
     }
+    records::mark_intermediate(&mut messages);
     let n = messages.len();
     let mut has_child = vec![false; n];
-    let mut tool_child = vec![false; n];
     for m in &messages {
         if let Some(p) = m.parent {
             has_child[p] = true;
-            if m.role != Role::User {
-                tool_child[p] = true;
-            }
-        }
-    }
-    for (i, m) in messages.iter_mut().enumerate() {
-        if m.role == Role::Assistant && tool_child[i] {
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
         }
     }
     // `main` ends where the live conversation ends; every other leaf is a
@@ -496,4 +486,103 @@ fn build(
         timelines,
         messages,
     })
+}
+
+/// The chat file of a branch, for `gemini --resume`: the session's
+/// metadata line with `sessionId` set to `new_id` and its times to `now`,
+/// then the last version of each message the branch holds (`ids`, in
+/// order: the messages up to its last imported one, so what a rewind
+/// dropped is left out, and no `$rewindTo`), then `extra` lines (turns
+/// made in convo, see [`turn_records`]). `records` are the session's
+/// stored records ([`crate::ledger::session_records`]).
+pub fn resume_file(
+    records: &[(String, u64, String)],
+    ids: &[String],
+    new_id: &str,
+    now: i64,
+    extra: &[Value],
+) -> Result<Vec<u8>> {
+    let mut meta: Option<Map<String, Value>> = None;
+    let mut latest: HashMap<String, &str> = HashMap::new();
+    for (file, _, raw) in records {
+        if !file.is_empty() {
+            continue;
+        }
+        let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw) else {
+            continue;
+        };
+        if let Some(id) = o.get("id").and_then(Value::as_str) {
+            latest.insert(id.to_owned(), raw);
+        } else if meta.is_none() && o.contains_key("sessionId") && o.contains_key("projectHash") {
+            meta = Some(o);
+        }
+    }
+    let Some(mut meta) = meta else {
+        return Err(Error::new(
+            "export",
+            "not-found",
+            "no Gemini CLI session line (sessionId, projectHash) is stored for this session",
+        ));
+    };
+    let ts = crate::json::millis_to_iso(now);
+    meta.insert("sessionId".into(), json!(new_id));
+    meta.insert("startTime".into(), json!(ts));
+    meta.insert("lastUpdated".into(), json!(ts));
+    let mut out = serde_json::to_string(&Value::Object(meta)).unwrap_or_default();
+    out.push('\n');
+    for id in ids {
+        if let Some(raw) = latest.get(id) {
+            out.push_str(raw);
+            out.push('\n');
+        }
+    }
+    for v in extra {
+        out.push_str(&serde_json::to_string(v).unwrap_or_default());
+        out.push('\n');
+    }
+    Ok(out.into_bytes())
+}
+
+/// Gemini CLI messages for turns that have no line of their own (made in
+/// convo after a fork): a `user` or `gemini` message per `(role, text,
+/// time)`, ids derived from `seed`.
+pub fn turn_records(turns: &[(Role, String, i64)], seed: &str, model: Option<&str>) -> Vec<Value> {
+    turns
+        .iter()
+        .enumerate()
+        .map(|(n, (role, text, time))| {
+            let h = convo_core::sha256(format!("{seed}:{n}").as_bytes()).to_hex();
+            let id = format!(
+                "{}-{}-4{}-8{}-{}",
+                &h[0..8],
+                &h[8..12],
+                &h[13..16],
+                &h[17..20],
+                &h[20..32]
+            );
+            let ts = crate::json::millis_to_iso(*time);
+            if *role == Role::User {
+                json!({"id": id, "timestamp": ts, "type": "user", "content": [{"text": text}]})
+            } else {
+                json!({"id": id, "timestamp": ts, "type": "gemini", "content": text,
+                       "model": model.unwrap_or("gemini-2.5-pro")})
+            }
+        })
+        .collect()
+}
+
+/// Where Gemini CLI keeps a chat started at `time` (ms) for a project:
+/// `tmp/<project hash>/chats/session-YYYY-MM-DDTHH-MM-<first 8 of id>.jsonl`
+/// under `~/.gemini`.
+pub fn chat_path(project_hash: &str, time: i64, id: &str) -> PathBuf {
+    let t = jiff::Timestamp::from_millisecond(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let z = t.to_zoned(jiff::tz::TimeZone::UTC);
+    PathBuf::from("tmp")
+        .join(convo_core::text::component(project_hash))
+        .join("chats")
+        .join(format!(
+            "session-{}-{}.jsonl",
+            z.strftime("%Y-%m-%dT%H-%M"),
+            &id[..id.len().min(8)]
+        ))
 }

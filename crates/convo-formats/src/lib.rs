@@ -18,6 +18,7 @@
 //! | Claude Code transcripts (`~/.claude/projects`) | yes | byte-identical, and a branch as a session to resume | [`claude_code`] |
 //! | Codex rollouts (`~/.codex/sessions`) | yes | byte-identical, and a branch as a session to resume | [`codex`] |
 //! | Gemini CLI sessions (`~/.gemini/tmp`) | yes | byte-identical (`.jsonl`) | [`gemini_cli`] |
+//! | opencode sessions (`opencode.db`, `storage/`) | yes | its rows as SQL, its files byte for byte | [`opencode`] |
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
 //!
@@ -48,6 +49,7 @@ pub mod llm;
 pub mod markdown;
 pub mod model;
 pub mod openai;
+pub mod opencode;
 pub mod otel;
 pub mod records;
 pub mod session_json;
@@ -137,12 +139,13 @@ pub const IMPORT_FORMATS: &[&str] = &[
     "claude-code",
     "codex",
     "gemini-cli",
+    "opencode",
 ];
 
 /// The formats whose sessions keep every source line (`extra.records`):
 /// re-importing a longer file adds what is new, and an export gives the
 /// file back byte for byte.
-pub const AGENT_FORMATS: &[&str] = &["claude-code", "codex", "gemini-cli"];
+pub const AGENT_FORMATS: &[&str] = &["claude-code", "codex", "gemini-cli", "opencode"];
 
 /// The names `--format` accepts for export.
 pub const EXPORT_FORMATS: &[&str] = &[
@@ -168,6 +171,7 @@ pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
         "claude-code" => Box::new(claude_code::ClaudeCode),
         "codex" => Box::new(codex::Codex),
         "gemini-cli" => Box::new(gemini_cli::GeminiCli),
+        "opencode" => Box::new(opencode::OpenCode),
         _ => return None,
     })
 }
@@ -208,10 +212,13 @@ pub fn detect(path: &Path) -> Result<&'static str> {
         {
             return Ok("gemini-cli");
         }
+        if !opencode::sources(path).is_empty() {
+            return Ok("opencode");
+        }
         return Err(Error::new(
             &name,
             "unknown-format",
-            "a folder must be a clog conversation (holding chat.jsonl) or a folder of them, Claude Code projects, Codex sessions or Gemini CLI chats",
+            "a folder must be a clog conversation (holding chat.jsonl) or a folder of them, Claude Code projects, Codex sessions, Gemini CLI chats or opencode's data",
         ));
     }
     let file_name = path
@@ -224,6 +231,9 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     let head = read_head(path, 64 * 1024)
         .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
     if head.starts_with(b"SQLite format 3\0") {
+        if opencode::is_db(path) {
+            return Ok("opencode");
+        }
         return Ok("llm");
     }
     let text = String::from_utf8_lossy(&head);
@@ -264,7 +274,7 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     Err(Error::new(
         &name,
         "unknown-format",
-        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm|claude-code|codex|gemini-cli",
+        "cannot tell which format this is; pass --format convo|clog|session-json|chatgpt|claude|sharegpt|openai|llm|claude-code|codex|gemini-cli|opencode",
     ))
 }
 

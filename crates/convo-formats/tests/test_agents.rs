@@ -1,4 +1,4 @@
-//! Coding agents' transcripts (Claude Code, Codex), from files the real
+//! Coding agents' transcripts (Claude Code, Codex, Gemini CLI, opencode), from files the real
 //! CLIs wrote (tests/fixtures/claude-code/<version>/, codex/<version>/; the
 //! Claude Code one has a hand-made /rewind branch and a record of a type
 //! no version writes appended).
@@ -384,4 +384,293 @@ fn gemini_cli_legacy_json_session_reads() {
     let mut s = Store::open("sqlite::memory:").unwrap();
     let o = import(&mut s, "gemini-cli", c);
     assert!(matches!(o, Outcome::Created { nodes: 4, .. }), "{o:?}");
+}
+
+// ----- opencode --------------------------------------------------------------------
+
+/// A database as opencode 1.18.34 left it (tests/fixtures/opencode/1.18.34:
+/// `sqlite3 opencode.db .dump project session message part` of a run
+/// against a scripted upstream), rebuilt in `dir`.
+fn opencode_db(dir: &std::path::Path, which: &str) -> std::path::PathBuf {
+    let sql = std::fs::read_to_string(fixture(&format!("opencode/1.18.34/{which}.sql"))).unwrap();
+    let path = dir.join("opencode.db");
+    let _ = std::fs::remove_file(&path);
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute_batch(&sql).unwrap();
+    path
+}
+
+fn opencode_read(path: &std::path::Path) -> convo_formats::Read {
+    convo_formats::reader("opencode")
+        .unwrap()
+        .read_path(path)
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn timeline_texts(c: &Conversation, t: usize) -> Vec<String> {
+    c.path_to(c.timelines[t].leaf)
+        .iter()
+        .map(|&i| format!("{}:{}", c.messages[i].role.as_str(), c.messages[i].text))
+        .collect()
+}
+
+/// The rows of opencode's four tables, for comparing databases.
+fn opencode_rows(path: &std::path::Path) -> Vec<String> {
+    let db = rusqlite::Connection::open(path).unwrap();
+    let mut out = Vec::new();
+    for t in ["project", "session", "message", "part"] {
+        let cols: Vec<String> = db
+            .prepare(&format!("PRAGMA table_info(\"{t}\")"))
+            .unwrap()
+            .query_map([], |r| r.get::<_, String>(1))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let q = format!(
+            "SELECT json_array({}) FROM \"{t}\" ORDER BY id",
+            cols.iter()
+                .map(|c| format!("\"{c}\""))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut st = db.prepare(&q).unwrap();
+        let rows: Vec<String> = st
+            .query_map([], |r| r.get::<_, String>(0))
+            .unwrap()
+            .map(|r| format!("{t} {}", r.unwrap()))
+            .collect();
+        out.extend(rows);
+    }
+    out
+}
+
+#[test]
+fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opencode_db(dir.path(), "reverted");
+    assert_eq!(convo_formats::detect(&db).unwrap(), "opencode");
+    assert_eq!(convo_formats::detect(dir.path()).unwrap(), "opencode");
+    let r = opencode_read(&db);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert_eq!(
+        r.conversations.len(),
+        1,
+        "the subagent's session is folded in"
+    );
+    let c = &r.conversations[0];
+    assert_eq!(c.id.as_deref(), Some("ses_df09f2b0effewvn4qJx9UFQqc6"));
+    assert_eq!(c.agent.as_deref(), Some("opencode"));
+    let names: Vec<&str> = c.timelines.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["main", "alt-1", "agent-1"]);
+    let main = timeline_texts(c, 0);
+    assert_eq!(
+        main.last().unwrap(),
+        "assistant:answer 6",
+        "main ends before the pending revert: {main:?}"
+    );
+    assert!(main.contains(&"tool_call:$ ls".to_owned()), "{main:?}");
+    let alt = timeline_texts(c, 1);
+    assert_eq!(
+        &alt[main.len()..],
+        [
+            "user:\"please delegate\"",
+            "tool_call:look around\n\nlist the files please",
+            "tool:<task id=\"ses_df09ea250ffeK3rYqOGguFAa4b\" state=\"completed\">\n<task_result>\nanswer 2\n</task_result>\n</task>",
+            "assistant:answer 3",
+        ],
+        "the reverted turn is a branch"
+    );
+    let agent = timeline_texts(c, 2);
+    assert_eq!(
+        &agent[main.len()..],
+        [
+            "user:\"please delegate\"",
+            "tool_call:look around\n\nlist the files please",
+            "user:list the files please",
+            "assistant:answer 2",
+        ],
+        "the subagent goes on from the task call that started it"
+    );
+    let call = c
+        .turns()
+        .iter()
+        .find(|m| m.role == Role::ToolCall)
+        .copied()
+        .unwrap();
+    assert_eq!(call.to.as_deref(), Some("bash"));
+    assert_eq!(call.model.as_deref(), Some("test-model"));
+    assert_eq!(call.extra["usage"]["total"], 13);
+
+    // Imported; the rows written back as SQL into an emptied copy of the
+    // database give every row back.
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o1 = import(&mut s, "opencode", c);
+    assert!(matches!(o1, Outcome::Created { branches: 3, .. }), "{o1:?}");
+    let script =
+        convo_formats::opencode::sql_script(&session_records(&mut s, &o1.id()).unwrap()).unwrap();
+    let before = opencode_rows(&db);
+    let copy = dir.path().join("copy.db");
+    std::fs::copy(&db, &copy).unwrap();
+    {
+        let cx = rusqlite::Connection::open(&copy).unwrap();
+        cx.execute_batch(
+            "DELETE FROM part; DELETE FROM message; DELETE FROM session; DELETE FROM project;",
+        )
+        .unwrap();
+        cx.execute_batch(std::str::from_utf8(&script).unwrap())
+            .unwrap();
+    }
+    assert_eq!(opencode_rows(&copy), before, "every row back");
+
+    // opencode deleted the reverted turn at the next prompt; the archive
+    // keeps it, and main goes on from where the revert went back.
+    let db = opencode_db(dir.path(), "after");
+    let r = opencode_read(&db);
+    assert_eq!(r.conversations.len(), 2, "the session and its fork");
+    let c2 = &r.conversations[0];
+    assert_eq!(c2.id, c.id);
+    let o2 = import(&mut s, "opencode", c2);
+    assert!(matches!(o2, Outcome::Updated { .. }), "{o2:?}");
+    let tl = s.timeline(&o2.id(), &BranchName::main()).unwrap();
+    let said: Vec<String> = tl
+        .iter()
+        .map(|n| String::from_utf8_lossy(&n.payload).into_owned())
+        .collect();
+    assert_eq!(
+        &said[said.len() - 2..],
+        ["\"after the revert\"", "answer 4"],
+        "{said:?}"
+    );
+    assert!(!said.iter().any(|t| t == "answer 3"), "{said:?}");
+    let kept = session_records(&mut s, &o2.id()).unwrap();
+    let deleted = c.messages.iter().find(|m| m.text == "answer 3").unwrap();
+    let deleted_key = deleted.key.clone().unwrap();
+    assert!(
+        kept.iter()
+            .any(|(f, _, _)| *f == format!("message/{deleted_key}")),
+        "the archive keeps the deleted message's row"
+    );
+    let fork = &r.conversations[1];
+    assert_eq!(fork.title.as_deref(), Some("answer 1 (fork #1)"));
+    assert_eq!(
+        import(&mut s, "opencode", c2),
+        Outcome::Existing { id: o2.id() }
+    );
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// Copies the JSON storage fixture `which` over `dst`: files that did not
+/// change keep their time, changed and new ones get `time`, files gone are
+/// removed (as opencode leaves its storage).
+fn opencode_storage(which: &str, dst: &std::path::Path, time: std::time::SystemTime) {
+    let src = fixture(&format!("opencode/1.1.65/{which}"));
+    let mut wanted = BTreeSet::new();
+    let mut stack = vec![src.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+                continue;
+            }
+            let rel = p.strip_prefix(&src).unwrap().to_path_buf();
+            let to = dst.join(&rel);
+            let bytes = std::fs::read(&p).unwrap();
+            if std::fs::read(&to).ok().as_deref() != Some(&bytes[..]) {
+                std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+                std::fs::write(&to, &bytes).unwrap();
+                std::fs::File::options()
+                    .write(true)
+                    .open(&to)
+                    .unwrap()
+                    .set_modified(time)
+                    .unwrap();
+            }
+            wanted.insert(rel);
+        }
+    }
+    let mut stack = vec![dst.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if !wanted.contains(p.strip_prefix(dst).unwrap()) {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn opencode_json_storage_comes_back_byte_for_byte() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("storage");
+    opencode_storage(
+        "reverted",
+        &storage,
+        UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+    );
+    assert_eq!(convo_formats::detect(dir.path()).unwrap(), "opencode");
+    let r = opencode_read(dir.path());
+    assert_eq!(r.conversations.len(), 1, "{:?}", r.warnings);
+    let c = &r.conversations[0];
+    assert_eq!(c.title.as_deref(), Some("answer 5"));
+    let names: Vec<&str> = c.timelines.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["main", "alt-1", "agent-1"]);
+    assert_eq!(
+        timeline_texts(c, 0),
+        ["user:\"hello opencode\"\n", "assistant:answer 7"],
+        "main ends where the revert went back"
+    );
+    assert_eq!(timeline_texts(c, 1).last().unwrap(), "assistant:answer 15");
+    assert_eq!(timeline_texts(c, 2).last().unwrap(), "assistant:answer 14");
+
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o1 = import(&mut s, "opencode", c);
+    let files = convo_formats::opencode::storage_files(&session_records(&mut s, &o1.id()).unwrap());
+    // Every file of the session, its subagent's and its project's, as on disk.
+    let mut on_disk = 0;
+    for (rel, bytes) in &files {
+        assert_eq!(&std::fs::read(storage.join(rel)).unwrap(), bytes, "{rel}");
+        on_disk += 1;
+    }
+    let mut all = 0;
+    let mut stack = vec![storage.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else {
+                all += 1;
+            }
+        }
+    }
+    assert_eq!(on_disk, all, "every file of the storage is kept");
+
+    // The next prompt deleted the reverted messages' files: the archive
+    // keeps them, main goes on from the revert.
+    opencode_storage(
+        "after",
+        &storage,
+        UNIX_EPOCH + Duration::from_secs(1_795_000_100),
+    );
+    let r = opencode_read(dir.path());
+    let c2 = r.conversations.iter().find(|x| x.id == c.id).unwrap();
+    let o2 = import(&mut s, "opencode", c2);
+    assert!(matches!(o2, Outcome::Updated { .. }), "{o2:?}");
+    let tl = s.timeline(&o2.id(), &BranchName::main()).unwrap();
+    let last = String::from_utf8_lossy(&tl.last().unwrap().payload).into_owned();
+    assert_eq!(last, "answer 16");
+    let kept = convo_formats::opencode::storage_files(&session_records(&mut s, &o2.id()).unwrap());
+    assert!(
+        kept.len() > files.len(),
+        "deleted files are kept, new ones added"
+    );
+    assert_eq!(
+        import(&mut s, "opencode", c2),
+        Outcome::Existing { id: o2.id() }
+    );
+    assert!(s.verify().unwrap().is_clean());
 }

@@ -1,5 +1,6 @@
-//! `convo import` of coding agents' sessions (Claude Code, Codex): one
-//! transaction per session file, re-imports that add only new lines, a
+//! `convo import` of coding agents' sessions (Claude Code, Codex, Gemini
+//! CLI, opencode): one transaction per session file (per database or
+//! storage folder for opencode), re-imports that add only new lines, a
 //! size-and-time look that skips unchanged files, and `--watch`.
 
 use super::import::{ImportArgs, format_error};
@@ -32,12 +33,35 @@ fn look(path: &Path) -> Option<Look> {
         len: m.len(),
         mtime: mtime(&m),
     };
+    let mut add = |m: &std::fs::Metadata| {
+        l.len += m.len();
+        l.mtime = l.mtime.max(mtime(m));
+    };
+    if m.is_dir() {
+        // opencode's JSON storage: every file under it (a directory scan).
+        let mut stack = vec![path.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                match e.metadata() {
+                    Ok(m) if m.is_dir() => stack.push(e.path()),
+                    Ok(m) => add(&m),
+                    Err(_) => {}
+                }
+            }
+        }
+        return Some(l);
+    }
+    // An SQLite database (opencode.db) writes to its `-wal` first.
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if let Ok(m) = std::fs::metadata(&wal) {
+        add(&m);
+    }
     let subs = path.with_extension("").join("subagents");
     if let Ok(rd) = std::fs::read_dir(subs) {
         for e in rd.flatten() {
             if let Ok(m) = e.metadata() {
-                l.len += m.len();
-                l.mtime = l.mtime.max(mtime(&m));
+                add(&m);
             }
         }
     }
@@ -129,6 +153,7 @@ fn files_of(format: &str, path: &Path) -> Vec<PathBuf> {
         return vec![path.to_path_buf()];
     }
     match format {
+        "opencode" => convo_formats::opencode::sources(path),
         "codex" => convo_formats::codex::rollout_files(path),
         "gemini-cli" => convo_formats::gemini_cli::session_files(path),
         _ => convo_formats::claude_code::session_files(path),

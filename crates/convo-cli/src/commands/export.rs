@@ -23,7 +23,13 @@ use std::process::ExitCode;
 /// agent looks (~/.claude/projects/<project>/, $CODEX_HOME/sessions/…) and
 /// its id printed, ready for `claude --resume ID` / `codex resume ID`.
 /// A Gemini CLI session (--format gemini-cli) comes back byte for byte;
-/// a branch of it cannot be written as a session yet.
+/// with --branch it becomes a new chat file (--place: under
+/// ~/.gemini/tmp/<project hash>/chats/, for `gemini --resume ID`).
+/// An opencode session (--format opencode) comes back as its database
+/// rows, an SQL script to run against opencode's database (`| sqlite3
+/// ~/.local/share/opencode/opencode.db` puts back what is missing), or,
+/// imported from the older JSON storage, as its files under the folder
+/// -o names (`-o ~/.local/share/opencode/storage`), byte for byte.
 ///
 /// Examples:
 ///   convo export Paris --format markdown | less
@@ -40,10 +46,10 @@ pub struct ExportArgs {
     #[arg(long)]
     pub branch: Option<String>,
     /// The format to write
-    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli"])]
+    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode"])]
     pub format: String,
-    /// (claude-code, codex) write the branch as a new session where the
-    /// agent finds it, and print its id
+    /// (claude-code, codex, gemini-cli) write the branch as a new session
+    /// where the agent finds it, and print its id
     #[arg(long, conflicts_with = "output")]
     pub place: bool,
     /// Write here instead of standard output
@@ -61,7 +67,7 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
     }
     if a.place {
         return Err(CommandError::user(
-            "--place writes Claude Code and Codex sessions only",
+            "--place writes Claude Code, Codex and Gemini CLI sessions only",
         ));
     }
     let writer = convo_formats::writer(&a.format)
@@ -126,10 +132,10 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
 
 /// Export as a coding agent's session file.
 fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> CmdResult {
-    use convo_formats::{Role, claude_code, codex};
+    use convo_formats::{Role, claude_code, codex, gemini_cli};
     if a.all_branches {
         return Err(CommandError::user(
-            "--all-branches does not apply to claude-code or codex; export one --branch at a time",
+            "--all-branches does not apply to coding agents' formats; export one --branch at a time",
         ));
     }
     let mut store = env.open()?;
@@ -141,11 +147,8 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             s.id, a.format
         )));
     }
-    if a.format == "gemini-cli" && (a.branch.is_some() || a.place) {
-        return Err(
-            CommandError::user("a Gemini CLI branch cannot be written as a session yet")
-                .with_hint("export the whole session: convo export SESSION --format gemini-cli"),
-        );
+    if a.format == "opencode" {
+        return opencode_export(a, &records);
     }
     let bytes: Vec<u8>;
     let mut new_id = None;
@@ -173,7 +176,23 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             .collect();
         let id = random_uuid()?;
         let leaf_msg = msgs[leaf];
-        bytes = if a.format == "claude-code" {
+        bytes = if a.format == "gemini-cli" {
+            // Each message's id once, in the branch's order (`id#call:…`
+            // keys are parts of the message `id`).
+            let mut ids: Vec<String> = Vec::new();
+            for m in &msgs[..=leaf] {
+                if let Some(k) = &m.key {
+                    let id = k.split('#').next().unwrap_or(k).to_owned();
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                    }
+                }
+            }
+            let model = msgs.iter().rev().find_map(|m| m.model.clone());
+            let extra = gemini_cli::turn_records(&turns, &id, model.as_deref());
+            gemini_cli::resume_file(&records, &ids, &id, super::now(), &extra)
+                .map_err(format_error)?
+        } else if a.format == "claude-code" {
             let key = leaf_msg.key.clone().unwrap_or_default();
             let extra = claude_code::turn_records(&key, &turns, &id, &conv.meta);
             claude_code::resume_file(&records, &key, &id, &extra).map_err(format_error)?
@@ -193,7 +212,15 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
         let Some((id, meta)) = &new_id else {
             return Err(CommandError::user("--place needs a branch to write"));
         };
-        let path = if a.format == "claude-code" {
+        let path = if a.format == "gemini-cli" {
+            let hash = meta
+                .get("projectHash")
+                .and_then(|v| v.as_str())
+                .unwrap_or("unknown");
+            super::agents::agent_home("GEMINI_CLI_HOME", "")?
+                .join(".gemini")
+                .join(gemini_cli::chat_path(hash, super::now(), id))
+        } else if a.format == "claude-code" {
             let cwd = meta.get("cwd").and_then(|v| v.as_str()).unwrap_or("/");
             super::agents::agent_home("CLAUDE_CONFIG_DIR", ".claude")?
                 .join("projects")
@@ -228,6 +255,52 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             out.flush()?;
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// An opencode session back: its rows as SQL, or its storage files.
+fn opencode_export(a: &ExportArgs, records: &[(String, u64, String)]) -> CmdResult {
+    if a.branch.is_some() || a.place {
+        return Err(
+            CommandError::user("an opencode branch cannot be written as a session yet")
+                .with_hint("export the whole session: convo export SESSION --format opencode"),
+        );
+    }
+    let files = convo_formats::opencode::storage_files(records);
+    if files.is_empty() {
+        let bytes = convo_formats::opencode::sql_script(records).map_err(format_error)?;
+        match &a.output {
+            Some(path) => {
+                write_atomically(path, &bytes)?;
+                eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
+            }
+            None => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(&bytes)?;
+                out.flush()?;
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let Some(dir) = &a.output else {
+        return Err(CommandError::user(
+            "this opencode session was imported from its JSON storage: its files need a folder",
+        )
+        .with_hint("convo export SESSION --format opencode -o FOLDER"));
+    };
+    for (rel, bytes) in &files {
+        // Each part of the stored path is one safe component.
+        let mut path = dir.clone();
+        for c in rel.split('/') {
+            path.push(convo_core::text::component(c));
+        }
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)
+                .map_err(|e| CommandError::user(format!("cannot create {}: {e}", d.display())))?;
+        }
+        write_atomically(&path, bytes)?;
+    }
+    eprintln!("wrote {} files under {}", files.len(), dir.display());
     Ok(ExitCode::SUCCESS)
 }
 

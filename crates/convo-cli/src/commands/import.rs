@@ -19,7 +19,8 @@ use std::process::ExitCode;
 /// output, one per line, and with --json one document listing them.
 ///
 /// Coding agents' transcripts (Claude Code's ~/.claude/projects, Codex's
-/// ~/.codex/sessions: a file, a project folder or the whole folder) are
+/// ~/.codex/sessions: a file, a project folder or the whole folder;
+/// Gemini CLI's ~/.gemini/tmp; opencode's ~/.local/share/opencode) are
 /// imported one session per transaction: a file that fails is reported and
 /// the others go in. Every line is kept, so a re-import of a session that
 /// grew adds only its new lines (same session), and an unchanged file is
@@ -31,6 +32,7 @@ use std::process::ExitCode;
 ///   convo import ~/chats/*.convo -v          # and print the new session ids
 ///   convo import history.jsonl --format openai --agent support-bot --json
 ///   convo import ~/.claude/projects ~/.codex/sessions ~/.gemini/tmp
+///   convo import ~/.local/share/opencode          # opencode.db (or storage/)
 ///   convo import --watch ~/.claude/projects ~/.codex/sessions
 ///   convo import --redact-secrets ~/.claude/projects
 #[derive(Args, Debug)]
@@ -42,7 +44,7 @@ pub struct ImportArgs {
     /// The files' format
     #[arg(long, default_value = "auto", value_parser = [
         "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm",
-        "claude-code", "codex", "gemini-cli"
+        "claude-code", "codex", "gemini-cli", "opencode"
     ])]
     pub format: String,
     /// Agent name for the new sessions [default: from the file, else the format name]

@@ -796,6 +796,79 @@ fn part_view(p: &Part) -> Markup {
     }
 }
 
+/// A coding agent's tool call or result as the agent readers import it
+/// (`convo_formats::records::tool_call_text`: `$ command` for a shell
+/// call, a `--- path`/`+++ path` diff for an edit, `fetch URL`, a task's
+/// prompt; a result is the tool's output), shown as what it is: the
+/// command, the diff with its lines marked, the URL as text (never a
+/// link), the output. Diagnostics `role` says which (`tool_call` to a
+/// tool, `tool`); `None` for any other node.
+pub(super) fn agent_tool_view(n: &NodeView, text: &str) -> Option<Markup> {
+    let role = n.diagnostics.get("role").and_then(Value::as_str)?;
+    let call_id = n
+        .diagnostics
+        .pointer("/extra/call_id")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match (n.kind.as_str(), role) {
+        ("request", "tool_call") if n.to == "user" => {
+            Some(html! { div.md { (PreEscaped(markdown::render(text))) } })
+        }
+        ("request", "tool_call") => {
+            let body = if let Some(cmd) = text.strip_prefix("$ ") {
+                html! { pre.shell { span.prompt { "$ " } (cmd) } }
+            } else if text.starts_with("--- ") && text.contains("\n+++ ") {
+                html! {
+                    pre.diff {
+                        @for l in text.lines() {
+                            @let class = if l.starts_with("+++") || l.starts_with("---") {
+                                "file"
+                            } else if l.starts_with('+') {
+                                "add"
+                            } else if l.starts_with('-') {
+                                "del"
+                            } else if l.starts_with("@@") {
+                                "hunk"
+                            } else {
+                                "ctx"
+                            };
+                            span class=(class) { (l) } "\n"
+                        }
+                    }
+                }
+            } else if let Some(url) = text.strip_prefix("fetch ").filter(|u| !u.contains('\n')) {
+                html! { p.fetch { "fetch " span.mono { bdi { (url) } } } }
+            } else {
+                args_view(text)
+            };
+            Some(html! {
+                div.toolcall.agent {
+                    div.tl { "tool call " b { bdi { (n.to) } } @if !call_id.is_empty() { " " span.mono.callid { bdi { (call_id) } } } }
+                    (body)
+                }
+            })
+        }
+        ("response", "tool") => {
+            let error = n
+                .diagnostics
+                .pointer("/extra/status")
+                .and_then(Value::as_str)
+                == Some("error")
+                || n.diagnostics
+                    .pointer("/extra/is_error")
+                    .and_then(Value::as_bool)
+                    == Some(true);
+            Some(html! {
+                div class=(if error { "toolresult agent error" } else { "toolresult agent" }) {
+                    div.tl { @if error { "tool error from " } @else { "tool result from " } b { bdi { (n.from) } } }
+                    pre.output { (text) }
+                }
+            })
+        }
+        _ => None,
+    }
+}
+
 fn conversation(msgs: &[Msg]) -> Markup {
     html! {
         div.convo {
@@ -988,6 +1061,58 @@ mod tests {
 
     fn rendered(m: Markup) -> String {
         m.into_string()
+    }
+
+    #[test]
+    fn coding_agents_tool_calls_read_as_what_they_are() {
+        let nv = |kind: &str, from: &str, to: &str, diag: Value| -> NodeView {
+            serde_json::from_value(json!({
+                "hash": "ab", "seq": 1, "parent": null, "kind": kind, "session": "s", "submission": null,
+                "sequence": null, "from": from, "to": to, "payload_sha256": "x", "payload_len": 1,
+                "payload": null, "payload_encoding": null, "diagnostics": diag, "state": null,
+                "created_at": "t", "depth": 1
+            }))
+            .unwrap()
+        };
+        let call = |to: &str| {
+            nv(
+                "request",
+                "claude",
+                to,
+                json!({"role": "tool_call", "extra": {"call_id": "toolu_1"}}),
+            )
+        };
+        let h = rendered(agent_tool_view(&call("Bash"), "$ ls <b>").unwrap());
+        assert!(
+            h.contains("pre class=\"shell\"")
+                && h.contains("ls &lt;b&gt;")
+                && h.contains("toolu_1"),
+            "{h}"
+        );
+        let diff = "--- /p/a.rs\n+++ /p/a.rs\n-old <i>\n+new\n";
+        let h = rendered(agent_tool_view(&call("Edit"), diff).unwrap());
+        assert!(
+            h.contains("class=\"del\">-old &lt;i&gt;") && h.contains("class=\"add\">+new"),
+            "{h}"
+        );
+        let h = rendered(agent_tool_view(&call("WebFetch"), "fetch javascript:alert(1)").unwrap());
+        assert!(
+            h.contains("fetch ") && !h.contains("href"),
+            "a URL is text, never a link: {h}"
+        );
+        let r = nv(
+            "response",
+            "Bash",
+            "claude",
+            json!({"role": "tool", "extra": {"status": "error"}}),
+        );
+        let h = rendered(agent_tool_view(&r, "boom").unwrap());
+        assert!(
+            h.contains("tool error from") && h.contains("Bash") && h.contains("boom"),
+            "{h}"
+        );
+        // Not an imported tool call: the generic view.
+        assert!(agent_tool_view(&nv("request", "a", "b", json!({})), "$ ls").is_none());
     }
 
     #[test]

@@ -93,6 +93,9 @@ pub(super) fn call_view(n: &NodeView, full: bool) -> (Markup, bool) {
         if let Some(v) = v {
             return (v, true);
         }
+        if let Some(v) = llm::agent_tool_view(n, text) {
+            return (v, false);
+        }
     }
     (
         html! { details open[full] { summary { (n.kind) " " (n.payload_len) " bytes" } (payload_view(n, false)) } },
