@@ -166,6 +166,9 @@ pub struct Facts {
     pub conversation: Option<String>,
     /// The messages, when the API has a message list.
     pub messages: Option<Conversation>,
+    /// The conversation identity the client sends, with what its messages
+    /// say before the first human text (see [`client_key`]).
+    pub client: Option<String>,
 }
 
 /// Hasher states by the bytes of the messages they hashed: see the
@@ -200,6 +203,10 @@ struct Top<'a> {
     previous_response_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     conversation: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<&'a RawValue>,
 }
 
 fn value(raw: Option<&RawValue>) -> Value {
@@ -274,6 +281,7 @@ impl Facts {
             previous_response_id: value(top.previous_response_id).as_str().map(str::to_owned),
             conversation: conversation_id(&value(top.conversation)),
             messages: None,
+            client: None,
         };
         let mut sources = Vec::new();
         match api {
@@ -299,12 +307,21 @@ impl Facts {
             _ => return f,
         }
         f.messages = Some(conversation(&sources, keys));
+        if let Some(id) = client_id(&value(top.metadata), &value(top.prompt_cache_key)) {
+            f.client = Some(client_key(&id, sources.iter().map(Source::value)));
+        }
         f
     }
 
     /// The same from a parsed document.
     pub fn of_value(api: Api, v: &Value) -> Facts {
         let opts = v.get("stream_options").unwrap_or(&Value::Null);
+        let null = Value::Null;
+        let client = client_id(
+            v.get("metadata").unwrap_or(&null),
+            v.get("prompt_cache_key").unwrap_or(&null),
+        )
+        .and_then(|id| Some(client_key(&id, api::messages(api, Some(v))?.into_iter())));
         Facts {
             object: v.is_object(),
             model: api::model(Some(v)),
@@ -326,6 +343,7 @@ impl Facts {
                     after: w.chain,
                 }
             }),
+            client,
         }
     }
 
@@ -342,6 +360,50 @@ impl Facts {
         out.extend(self.messages.as_ref().and_then(|m| m.before.clone()));
         out
     }
+}
+
+/// The conversation identity a client puts in a request, when it sends
+/// one that names a conversation (not a user): Claude Code's
+/// `metadata.user_id` (`user_…_account_…_session_UUID`: the session),
+/// `metadata.session_id` / `conversation_id` / `thread_id`, and
+/// `prompt_cache_key` (Codex sets it to its conversation id). The
+/// OpenAI `user` field and a `metadata.user_id` without a session name a
+/// person, whose conversations are many: not an identity.
+pub fn client_id(metadata: &Value, prompt_cache_key: &Value) -> Option<String> {
+    fn text(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+    if let Some(u) = text(metadata.get("user_id"))
+        && let Some((_, session)) = u.rsplit_once("_session_")
+        && !session.is_empty()
+    {
+        return Some(format!("claude-code:{session}"));
+    }
+    for k in ["session_id", "conversation_id", "thread_id"] {
+        if let Some(v) = text(metadata.get(k)) {
+            return Some(format!("metadata.{k}:{v}"));
+        }
+    }
+    text(Some(prompt_cache_key)).map(|v| format!("prompt_cache_key:{v}"))
+}
+
+/// The key a conversation's identity is recorded under (on each turn's
+/// `complete`, `thread_conversation`): `client:ID:PRELUDE`, PRELUDE the
+/// hash of the messages before the first human text (the system prompt,
+/// developer messages, Codex's environment blocks) in canonical form. So
+/// a client's side calls under the same identity with another system
+/// prompt (Claude Code's title and topic calls) are another conversation.
+pub fn client_key(id: &str, msgs: impl Iterator<Item = Value>) -> String {
+    let mut prelude = Chain::default();
+    for m in msgs {
+        if api::first_human(std::slice::from_ref(&m)).is_some() {
+            break;
+        }
+        prelude.push(&m);
+    }
+    format!("client:{id}:{}", prelude.key())
 }
 
 /// A Responses API request's `conversation` (an id, or `{"id": …}`).
