@@ -23,6 +23,9 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// More `Host` names to answer to (`--allow-host`: a reverse proxy's).
     pub allow_hosts: Vec<String>,
+    /// The harness's lock directory (`$CONVO_HOME/locks`): how a write
+    /// tells a killed harness's open turn from a live one ([`crate::turns`]).
+    pub lock_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -34,6 +37,7 @@ impl std::fmt::Debug for Config {
             .field("log_requests", &self.log_requests)
             .field("listen", &self.listen)
             .field("allow_hosts", &self.allow_hosts)
+            .field("lock_dir", &self.lock_dir)
             .finish()
     }
 }
@@ -48,6 +52,7 @@ impl Config {
             log_requests: true,
             listen: None,
             allow_hosts: Vec::new(),
+            lock_dir: None,
         }
     }
 

@@ -670,12 +670,19 @@ pub async fn fork(
 ) -> ApiResult<(StatusCode, Json<Forked>)> {
     let f: ForkRequest = parse_json(&body)?;
     let branch = branch_name(&f.branch)?;
+    let dir = st.lock_dir.clone();
     let (node, b) = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
             let from = resolved(s, &row.id, &f.from)?;
-            let node = s.fork(&row.id, &from, &branch, now())?;
+            let node = s.transaction(|l| {
+                // A fork from a timeline with an open turn would start inside it.
+                if let Some(src) = convo_store::refs::source_branch(l.tx(), &row.id, &f.from)? {
+                    guard(l, &row.id, &src, dir.as_deref())?;
+                }
+                l.fork(&row.id, &from, &branch, now())
+            })?;
             let b = s.branch(&row.id, &branch)?;
             Ok((node, b))
         })
@@ -718,11 +725,17 @@ pub async fn promote(
 ) -> ApiResult<Json<PromotedView>> {
     let p: PromoteRequest = parse_json(&body)?;
     let branch = branch_name(&p.branch)?;
+    let dir = st.lock_dir.clone();
     let out = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.promote(&row.id, &branch, now())
+            s.transaction(|l| {
+                // Both timelines change: neither may be inside a turn.
+                guard(l, &row.id, &BranchName::main(), dir.as_deref())?;
+                guard(l, &row.id, &branch, dir.as_deref())?;
+                l.promote(&row.id, &branch, now())
+            })
         })
         .await?;
     st.hub.poke();
@@ -730,6 +743,18 @@ pub async fn promote(
         node: wire::node(&out.node, None),
         sealed_as: out.sealed_as.as_str().to_owned(),
     }))
+}
+
+/// Refuses a write to a timeline with a harness turn open (409 `refused`,
+/// naming `BRANCH@TURN`), closing a killed holder's turn first: see
+/// [`convo_runtime::turns`].
+fn guard(
+    l: &mut convo_store::Ledger<'_>,
+    session: &convo_core::SessionId,
+    branch: &BranchName,
+    dir: Option<&std::path::Path>,
+) -> Result<(), StoreError> {
+    convo_runtime::turns::guard(l, session, branch, dir, now())
 }
 
 // ----- state --------------------------------------------------------------
@@ -833,11 +858,15 @@ pub async fn state_put(
     Body(body): Body,
 ) -> ApiResult<Json<StateWritten>> {
     let branch = branch_name(&b)?;
+    let dir = st.lock_dir.clone();
     let root = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.state_put(&row.id, &branch, &key, &body)
+            s.transaction(|l| {
+                guard(l, &row.id, &branch, dir.as_deref())?;
+                l.state_put(&row.id, &branch, &key, &body)
+            })
         })
         .await?;
     Ok(Json(StateWritten {
@@ -855,11 +884,15 @@ pub async fn state_delete(
     Path((q, b, key)): Path<(String, String, String)>,
 ) -> ApiResult<Json<StateWritten>> {
     let branch = branch_name(&b)?;
+    let dir = st.lock_dir.clone();
     let (root, existed) = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.state_delete(&row.id, &branch, &key)
+            s.transaction(|l| {
+                guard(l, &row.id, &branch, dir.as_deref())?;
+                l.state_delete(&row.id, &branch, &key)
+            })
         })
         .await?;
     Ok(Json(StateWritten {

@@ -1,6 +1,9 @@
 //! `POST …/nodes` through the group-commit writer
 //! ([`convo_runtime::writer`]): concurrent requests' appends share one
-//! store transaction, each request atomic, in arrival order.
+//! store transaction, each request atomic, in arrival order. A request
+//! whose timeline has a harness turn open is refused
+//! ([`convo_runtime::turns::guard`]; the batch is then redone request by
+//! request, so only it fails).
 
 use convo_core::BranchName;
 use convo_runtime::writer::{self, Work};
@@ -20,7 +23,10 @@ pub struct Append {
 
 /// What the writer does with appends.
 #[derive(Debug, Default)]
-pub struct Appending;
+pub struct Appending {
+    /// The harness's lock directory ([`convo_runtime::turns`]).
+    lock_dir: Option<std::path::PathBuf>,
+}
 
 impl Work for Appending {
     type Job = Append;
@@ -36,7 +42,17 @@ impl Work for Appending {
             .iter()
             .map(|j| (j.session.id, j.branch.clone(), j.drafts.as_slice()))
             .collect();
-        store.transaction(|l| l.append_batch(&batch))
+        let dir = self.lock_dir.as_deref();
+        store.transaction(|l| {
+            // One read of the (few) open turns per batch.
+            let open = l.open_turns()?;
+            for (s, b, _) in &batch {
+                if open.iter().any(|(os, ob, _)| os == s && ob == b) {
+                    convo_runtime::turns::guard(l, s, b, dir, convo_runtime::now_ms())?;
+                }
+            }
+            l.append_batch(&batch)
+        })
     }
 }
 
@@ -48,9 +64,13 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer thread on its own connection to the pool's store.
-    pub fn start(pool: &StorePool, hub: Option<Hub>) -> Result<Writer> {
+    pub fn start(
+        pool: &StorePool,
+        hub: Option<Hub>,
+        lock_dir: Option<std::path::PathBuf>,
+    ) -> Result<Writer> {
         Ok(Writer {
-            inner: writer::Writer::start("convo-writer", pool, Appending, hub)?,
+            inner: writer::Writer::start("convo-writer", pool, Appending { lock_dir }, hub)?,
         })
     }
 

@@ -38,4 +38,5 @@ pub use ledger::{
 };
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
+pub use turns::OpenTurn;
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport};

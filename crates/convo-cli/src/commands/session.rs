@@ -214,14 +214,10 @@ fn fork_source(
     session: &convo_core::SessionId,
     from: &str,
 ) -> Option<BranchName> {
-    let exact = BranchName::new(from).ok();
-    if let Some(b) = exact.filter(|b| store.branch(session, b).is_ok()) {
-        return Some(b);
-    }
-    let spec = convo_store::refs::RefSpec::parse(from).ok()?;
-    BranchName::new(&spec.base)
+    store
+        .read(|tx| convo_store::refs::source_branch(tx, session, from))
         .ok()
-        .filter(|b| store.branch(session, b).is_ok())
+        .flatten()
 }
 
 fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
