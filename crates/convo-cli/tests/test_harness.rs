@@ -1057,6 +1057,86 @@ fn api_writes_and_open_turns(backend: &str) {
 }
 
 #[test]
+fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_sqlite() {
+    state_write_on_a_fork("sqlite");
+}
+
+#[test]
+fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_postgresql() {
+    state_write_on_a_fork("postgres");
+}
+
+/// `state put` on a fork (LangGraph's `update_state`) is recorded as a
+/// turn of `kv` calls, so the agent's next turn on the fork and a replay
+/// of the fork see the same state: no divergence, the replay ends with it.
+fn state_write_on_a_fork(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let upstream = Upstream::start(noted);
+    let up = upstream.url.clone();
+    let agent = todo_agent();
+    let run = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--upstream", &up, "--", "python3", &agent]);
+        t.run(&a)
+    };
+    run(&["run", "todo", "--input", "add milk", "--input", "add eggs"]).ok();
+    t.run(&["session", "fork", "todo", "--from", "main", "--branch", "alt"])
+        .ok();
+    let before = t.run(&["session", "get", "todo", "--branch", "alt", "--json"]).json()["nodes"]
+        .as_array()
+        .unwrap()
+        .len();
+    t.run(&[
+        "state", "put", "todo", "todos", r#"["milk", "tea"]"#, "--branch", "alt",
+    ])
+    .ok();
+    let tl = t.run(&["session", "get", "todo", "--branch", "alt", "--json"]).json();
+    let nodes = tl["nodes"].as_array().unwrap();
+    let kinds: Vec<&str> = nodes[before..]
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["invoke", "request", "response", "complete"], "{tl}");
+    assert_eq!(nodes[before]["to"], "kv");
+    assert_eq!(nodes[before + 1]["diagnostics"]["op"], "put");
+    assert!(nodes[before + 3]["state"].is_string());
+    // On `main` a state write only moves the working state (no node).
+    let main_len = |t: &TestEnv| {
+        t.run(&["session", "get", "todo", "--json"]).json()["nodes"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let n = main_len(&t);
+    t.run(&["state", "put", "todo", "note", "x"]).ok();
+    assert_eq!(main_len(&t), n);
+    let out = run(&["run", "todo", "--branch", "alt", "--input", "list"]).ok();
+    assert_eq!(lines(&out)[0], "your list: milk, tea");
+    // The replay re-applies the write: the agent's turn after it matches.
+    let r = t
+        .run(&[
+            "replay", "todo", "--branch", "alt", "--json", "--", "python3", &agent,
+        ])
+        .json();
+    assert_eq!(r["divergence"], Value::Null, "{r}");
+    let turns = r["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 4, "{r}");
+    assert_eq!(turns[2]["input"], "state put todos");
+    assert_eq!(
+        lines(turns[3]["output"].as_str().unwrap())[0],
+        "your list: milk, tea"
+    );
+    let replayed = r["session"].as_str().unwrap();
+    assert_eq!(
+        t.run(&["state", "get", replayed, "todos"]).ok(),
+        r#"["milk", "tea"]"#
+    );
+    t.run(&["verify"]).ok();
+}
+
+#[test]
 fn a_vlinder_agent_runs_unchanged() {
     let t = TestEnv::new();
     let upstream = Upstream::start(noted);

@@ -105,3 +105,152 @@ pub fn turn_open(session: &SessionId, branch: &BranchName, turn: &OpenTurn) -> S
         },
     }
 }
+
+/// One write to a timeline's state, as a `kv` call records it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateOp {
+    /// Set a key to a value.
+    Put(String, Vec<u8>),
+    /// Remove a key.
+    Delete(String),
+}
+
+impl StateOp {
+    /// The `request` node's diagnostics and payload (the harness's `kv`
+    /// calls record the same: `{"op", "key"}`, the value as payload).
+    pub fn request(&self) -> (serde_json::Value, Vec<u8>) {
+        match self {
+            StateOp::Put(k, v) => (serde_json::json!({"op": "put", "key": k}), v.clone()),
+            StateOp::Delete(k) => (serde_json::json!({"op": "delete", "key": k}), Vec::new()),
+        }
+    }
+
+    /// Read back from a recorded `kv` request (`None`: a read, or not a
+    /// state write).
+    pub fn from_request(diag: &serde_json::Value, payload: &[u8]) -> Option<StateOp> {
+        let key = diag.get("key")?.as_str()?.to_owned();
+        match diag.get("op")?.as_str()? {
+            "put" => Some(StateOp::Put(key, payload.to_vec())),
+            "delete" => Some(StateOp::Delete(key)),
+            _ => None,
+        }
+    }
+}
+
+/// The diagnostics field marking a turn that is a state write made
+/// outside any agent turn ([`state_write`]): replay re-applies it instead
+/// of sending its input to the agent.
+pub const STATE_WRITE: &str = "state_write";
+
+/// Whether a state write on `branch` is recorded as nodes
+/// ([`state_write`]): on a fork (a timeline other than `main` that has
+/// history), where a replay must find it. Elsewhere it only moves the
+/// working state (the next `complete` carries it).
+pub fn records_state_writes(branch: &BranchName, head: Option<convo_core::NodeHash>) -> bool {
+    !branch.is_main() && head.is_some()
+}
+
+/// A state write made outside an agent's turn (`convo state put/delete`,
+/// the API's `PUT/DELETE …/state/KEY`). On a fork it is recorded as the
+/// harness records an agent's `kv` calls, so a replay of the fork restores
+/// it: inside an open submission (a turn written by hand), a `request`
+/// (`user` → `kv`, `{"op", "key"}`, the value) and its `response` (`kv` →
+/// `user`, `{"status", "state"}`); otherwise a turn of its own: an
+/// `invoke` (`user` → `kv`, payload `state put KEY`, diagnostics
+/// `{"state_write": true}`), those two, and a `complete` carrying the new
+/// state root. Returns the new root and, for a delete, whether the key
+/// existed (`true` for a put).
+pub fn state_write(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    ops: &[StateOp],
+    now: convo_core::Millis,
+) -> Result<(convo_core::StateRoot, bool)> {
+    let b = l.branch(session, branch)?;
+    if !records_state_writes(branch, b.head) {
+        let mut out = (b.state.unwrap_or_else(convo_core::state::empty_root), false);
+        for op in ops {
+            out = apply(l, session, branch, op)?;
+        }
+        return Ok(out);
+    }
+    state_write_turn(l, session, branch, ops, now)
+}
+
+fn apply(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    op: &StateOp,
+) -> Result<(convo_core::StateRoot, bool)> {
+    match op {
+        StateOp::Put(k, v) => Ok((l.state_put(session, branch, k, v)?, true)),
+        StateOp::Delete(k) => l.state_delete(session, branch, k),
+    }
+}
+
+/// [`state_write`] recorded as nodes on any timeline (a replay re-applies
+/// a recorded state write with it).
+pub fn state_write_turn(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    ops: &[StateOp],
+    now: convo_core::Millis,
+) -> Result<(convo_core::StateRoot, bool)> {
+    use convo_core::{Diagnostics, Kind};
+    use convo_store::Draft;
+    let b = l.branch(session, branch)?;
+    let head = b.head.and_then(|h| l.tx().node(&h).ok().flatten());
+    let open = head.is_some_and(|h| h.ctx.open);
+    let draft = |kind: Kind, from: &str, to: &str, payload: Vec<u8>, diag: serde_json::Value| Draft {
+        kind,
+        from: from.to_owned(),
+        to: to.to_owned(),
+        payload,
+        diagnostics: Diagnostics::from_value(&diag).unwrap_or_else(|_| Diagnostics::empty()),
+        state: None,
+        sequence: None,
+        created_at: now,
+    };
+    let mark = serde_json::json!({ STATE_WRITE: true });
+    if !open {
+        let what: Vec<String> = ops
+            .iter()
+            .map(|op| match op {
+                StateOp::Put(k, _) => format!("state put {k}"),
+                StateOp::Delete(k) => format!("state delete {k}"),
+            })
+            .collect();
+        l.append(
+            session,
+            branch,
+            &draft(Kind::Invoke, "user", "kv", what.join("\n").into_bytes(), mark.clone()),
+        )?;
+    }
+    let mut out = (b.state.unwrap_or_else(convo_core::state::empty_root), false);
+    for op in ops {
+        let (diag, payload) = op.request();
+        let req = l.append(session, branch, &draft(Kind::Request, "user", "kv", payload, diag))?;
+        out = apply(l, session, branch, op)?;
+        let status = if out.1 { 204 } else { 404 };
+        let mut resp = draft(
+            Kind::Response,
+            "kv",
+            "user",
+            Vec::new(),
+            serde_json::json!({"status": status, "state": out.0.to_hex()}),
+        );
+        resp.sequence = req.node.sequence;
+        l.append(session, branch, &resp)?;
+    }
+    if !open {
+        l.append(
+            session,
+            branch,
+            &draft(Kind::Complete, "kv", "user", Vec::new(), mark),
+        )?;
+    }
+    Ok(out)
+}
