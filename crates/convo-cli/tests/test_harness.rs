@@ -936,7 +936,11 @@ fn api_writes_and_open_turns(backend: &str) {
             .unwrap()
     };
     let first = run("hello").wait_with_output().unwrap();
-    assert!(first.status.success(), "{}", String::from_utf8_lossy(&first.stderr));
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
     t.run(&["session", "fork", &s, "--from", "main", "--branch", "side"])
         .ok();
     let srv = Server::start(&t, &[]);
@@ -988,11 +992,24 @@ fn api_writes_and_open_turns(backend: &str) {
         "promote",
     );
     // Another timeline of the session is free.
-    srv.post_json(&nodes("side"), &line("elsewhere")).expect(201);
+    srv.post_json(&nodes("side"), &line("elsewhere"))
+        .expect(201);
+    let doc = srv.get("/openapi.json").expect(200);
+    let post = &doc["paths"]["/api/v1/sessions/{session}/branches/{branch}/nodes"]["post"];
+    assert!(
+        post["responses"]["409"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("BRANCH@TURN")),
+        "{post}"
+    );
     // The turn ends: the same append is taken.
     std::fs::write(flags.join("release"), "").unwrap();
     let held = held.wait_with_output().unwrap();
-    assert!(held.status.success(), "{}", String::from_utf8_lossy(&held.stderr));
+    assert!(
+        held.status.success(),
+        "{}",
+        String::from_utf8_lossy(&held.stderr)
+    );
     srv.post_json(
         &nodes("main"),
         &json!([{"kind": "invoke", "payload": "after"}, {"kind": "complete", "payload": "ok"}]),
@@ -1082,17 +1099,29 @@ fn state_write_on_a_fork(backend: &str) {
         t.run(&a)
     };
     run(&["run", "todo", "--input", "add milk", "--input", "add eggs"]).ok();
-    t.run(&["session", "fork", "todo", "--from", "main", "--branch", "alt"])
-        .ok();
-    let before = t.run(&["session", "get", "todo", "--branch", "alt", "--json"]).json()["nodes"]
+    t.run(&[
+        "session", "fork", "todo", "--from", "main", "--branch", "alt",
+    ])
+    .ok();
+    let before = t
+        .run(&["session", "get", "todo", "--branch", "alt", "--json"])
+        .json()["nodes"]
         .as_array()
         .unwrap()
         .len();
     t.run(&[
-        "state", "put", "todo", "todos", r#"["milk", "tea"]"#, "--branch", "alt",
+        "state",
+        "put",
+        "todo",
+        "todos",
+        r#"["milk", "tea"]"#,
+        "--branch",
+        "alt",
     ])
     .ok();
-    let tl = t.run(&["session", "get", "todo", "--branch", "alt", "--json"]).json();
+    let tl = t
+        .run(&["session", "get", "todo", "--branch", "alt", "--json"])
+        .json();
     let nodes = tl["nodes"].as_array().unwrap();
     let kinds: Vec<&str> = nodes[before..]
         .iter()

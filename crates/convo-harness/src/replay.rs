@@ -218,7 +218,8 @@ fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
                 if let (Some(t), Some(seq)) = (turns.last_mut(), node.sequence) {
                     let diag = node.diagnostics.to_value();
                     if let Some(w) = t.state_writes.as_mut()
-                        && let Some(op) = convo_runtime::turns::StateOp::from_request(&diag, &n.payload)
+                        && let Some(op) =
+                            convo_runtime::turns::StateOp::from_request(&diag, &n.payload)
                     {
                         w.push(op);
                     }
@@ -327,15 +328,16 @@ impl Harness {
                     })
                     .await?;
                 let recorded = t.complete.as_ref().and_then(|c| c.stored.node.state);
-                let divergence = (!live && recorded.is_some() && recorded != Some(root)).then(|| {
-                    Divergence::new(
-                        t.number,
-                        None,
-                        "state",
-                        &recorded.map(|r| r.to_hex()).unwrap_or_default(),
-                        &root.to_hex(),
-                    )
-                });
+                let divergence =
+                    (!live && recorded.is_some() && recorded != Some(root)).then(|| {
+                        Divergence::new(
+                            t.number,
+                            None,
+                            "state",
+                            &recorded.map(|r| r.to_hex()).unwrap_or_default(),
+                            &root.to_hex(),
+                        )
+                    });
                 let rt = ReplayTurn {
                     turn: t.number,
                     live,

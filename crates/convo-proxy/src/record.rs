@@ -435,14 +435,12 @@ impl Exchange {
         if let (Some(c), Some(a)) = (&facts.messages, &answer) {
             cdiag.insert("thread".into(), json!(c.after.key_with(a)));
         }
-        for (field, key) in
-            crate::thread::keys_also(
-                api,
-                facts.conversation.as_deref(),
-                facts.client.as_deref(),
-                resp.as_ref(),
-            )
-        {
+        for (field, key) in crate::thread::keys_also(
+            api,
+            facts.conversation.as_deref(),
+            facts.client.as_deref(),
+            resp.as_ref(),
+        ) {
             cdiag.insert(field.as_str().into(), json!(key));
         }
         if let Some(e) = self.error.as_ref().or(self.partial.as_ref()) {

@@ -296,7 +296,12 @@ mod tests {
         );
         let resp = json!({"id":"resp_2","object":"response","output":[]});
         assert_eq!(
-            keys_also(Api::Responses, Some("conv_9"), Some("client:x"), Some(&resp)),
+            keys_also(
+                Api::Responses,
+                Some("conv_9"),
+                Some("client:x"),
+                Some(&resp)
+            ),
             vec![
                 (ThreadField::Response, "response:resp_2".to_owned()),
                 (ThreadField::Conversation, "conversation:conv_9".to_owned())

@@ -411,12 +411,12 @@ fn record_one(
                     None => {
                         let req = ex.request_json();
                         let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
-                    let row = l.create_session(
-                        SessionId::new_random(),
-                        thread::PROXY_AGENT,
-                        Some(&title),
-                        now,
-                    )?;
+                        let row = l.create_session(
+                            SessionId::new_random(),
+                            thread::PROXY_AGENT,
+                            Some(&title),
+                            now,
+                        )?;
                         (row.id, BranchName::main())
                     }
                 },

@@ -682,7 +682,12 @@ async fn first_edits_case(pg: bool) {
     let srv = Server::start_on(cfg(), dir, url).await;
     let two = phase(srv.url.clone(), "2").await.unwrap();
     assert_eq!(two["a_edit"], "echo: plan a hike");
-    assert!(two["c_regen"].as_str().unwrap().ends_with("</system-reminder>fix the bug"));
+    assert!(
+        two["c_regen"]
+            .as_str()
+            .unwrap()
+            .ends_with("</system-reminder>fix the bug")
+    );
 
     let (sessions, views) = crate::common::off_rt(|| {
         let mut store = srv.store();
@@ -719,14 +724,15 @@ async fn first_edits_case(pg: bool) {
         ],
         "{sessions:?}"
     );
-    let kinds = |k: &str| -> Vec<Kind> {
-        views[k].iter().map(|n| n.stored.node.kind).collect()
-    };
+    let kinds = |k: &str| -> Vec<Kind> { views[k].iter().map(|n| n.stored.node.kind).collect() };
     let last_payload = |k: &str| views[k].last().unwrap().payload.clone();
     use Kind::*;
     // The edit: a timeline of its own from the first message on.
     assert_eq!(views["plan a trip/main"].len(), 8);
-    assert_eq!(kinds("plan a trip/edit-1"), [Invoke, Request, Response, Complete]);
+    assert_eq!(
+        kinds("plan a trip/edit-1"),
+        [Invoke, Request, Response, Complete]
+    );
     assert_eq!(last_payload("plan a trip/edit-1"), b"echo: plan a hike");
     // The regenerate: forked at the first message, a new answer to it.
     assert_eq!(
@@ -738,7 +744,11 @@ async fn first_edits_case(pg: bool) {
         views["plan a trip/main"][0].stored.hash
     );
     assert_eq!(last_payload("plan a trip/edit-2"), b"echo: plan a trip");
-    let d = views["plan a trip/main"][3].stored.node.diagnostics.to_value();
+    let d = views["plan a trip/main"][3]
+        .stored
+        .node
+        .diagnostics
+        .to_value();
     assert!(
         d["thread_conversation"]
             .as_str()
@@ -755,7 +765,13 @@ async fn first_edits_case(pg: bool) {
         [Invoke, Fork, Request, Response, Complete]
     );
     assert!(last_payload("fix the bug/edit-2").ends_with(b"fix the bug"));
-    assert_eq!(views.keys().filter(|k| k.starts_with("fix the bug/")).count(), 3);
+    assert_eq!(
+        views
+            .keys()
+            .filter(|k| k.starts_with("fix the bug/"))
+            .count(),
+        3
+    );
     srv.stop().await;
     up.stop().await;
     crate::common::off_rt(move || drop(db));

@@ -204,16 +204,17 @@ pub fn state_write_turn(
     let b = l.branch(session, branch)?;
     let head = b.head.and_then(|h| l.tx().node(&h).ok().flatten());
     let open = head.is_some_and(|h| h.ctx.open);
-    let draft = |kind: Kind, from: &str, to: &str, payload: Vec<u8>, diag: serde_json::Value| Draft {
-        kind,
-        from: from.to_owned(),
-        to: to.to_owned(),
-        payload,
-        diagnostics: Diagnostics::from_value(&diag).unwrap_or_else(|_| Diagnostics::empty()),
-        state: None,
-        sequence: None,
-        created_at: now,
-    };
+    let draft =
+        |kind: Kind, from: &str, to: &str, payload: Vec<u8>, diag: serde_json::Value| Draft {
+            kind,
+            from: from.to_owned(),
+            to: to.to_owned(),
+            payload,
+            diagnostics: Diagnostics::from_value(&diag).unwrap_or_else(|_| Diagnostics::empty()),
+            state: None,
+            sequence: None,
+            created_at: now,
+        };
     let mark = serde_json::json!({ STATE_WRITE: true });
     if !open {
         let what: Vec<String> = ops
@@ -226,13 +227,23 @@ pub fn state_write_turn(
         l.append(
             session,
             branch,
-            &draft(Kind::Invoke, "user", "kv", what.join("\n").into_bytes(), mark.clone()),
+            &draft(
+                Kind::Invoke,
+                "user",
+                "kv",
+                what.join("\n").into_bytes(),
+                mark.clone(),
+            ),
         )?;
     }
     let mut out = (b.state.unwrap_or_else(convo_core::state::empty_root), false);
     for op in ops {
         let (diag, payload) = op.request();
-        let req = l.append(session, branch, &draft(Kind::Request, "user", "kv", payload, diag))?;
+        let req = l.append(
+            session,
+            branch,
+            &draft(Kind::Request, "user", "kv", payload, diag),
+        )?;
         out = apply(l, session, branch, op)?;
         let status = if out.1 { 204 } else { 404 };
         let mut resp = draft(

@@ -866,7 +866,10 @@ pub async fn state_put(
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            let op = [convo_runtime::turns::StateOp::Put(key.clone(), body.to_vec())];
+            let op = [convo_runtime::turns::StateOp::Put(
+                key.clone(),
+                body.to_vec(),
+            )];
             s.transaction(|l| {
                 guard(l, &row.id, &branch, dir.as_deref())?;
                 convo_runtime::turns::state_write(l, &row.id, &branch, &op, now()).map(|(r, _)| r)

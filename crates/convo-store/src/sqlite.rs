@@ -1167,7 +1167,9 @@ impl Tx for SqliteTx<'_> {
             .map_err(db)?;
         if let Some(t) = turn {
             self.tx
-                .prepare_cached("INSERT INTO open_turns (session, branch, turn) VALUES (?1, ?2, ?3)")
+                .prepare_cached(
+                    "INSERT INTO open_turns (session, branch, turn) VALUES (?1, ?2, ?3)",
+                )
                 .and_then(|mut st| st.execute(params![s.to_string(), b.as_str(), t]))
                 .map_err(db)?;
         }
