@@ -580,6 +580,48 @@ mod tests {
     }
 
     #[test]
+    fn a_client_names_its_conversation_and_its_prelude_tells_side_calls_apart() {
+        let cc = json!({"user_id": "user_ab_account_cd_session_7d3c-11"});
+        assert_eq!(
+            client_id(&cc, &Value::Null).as_deref(),
+            Some("claude-code:7d3c-11")
+        );
+        // A user id without a session names a person: no identity.
+        assert_eq!(client_id(&json!({"user_id": "alice"}), &Value::Null), None);
+        assert_eq!(
+            client_id(&json!({"thread_id": "t1"}), &json!("k")).as_deref(),
+            Some("metadata.thread_id:t1")
+        );
+        assert_eq!(
+            client_id(&Value::Null, &json!("conv-9")).as_deref(),
+            Some("prompt_cache_key:conv-9")
+        );
+        let read = |body: &str| Facts::read(Api::Chat, body.as_bytes(), None).client;
+        let a = read(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#,
+        );
+        let edited = read(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"two"}]}"#,
+        );
+        let side = read(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"T"},{"role":"user","content":"one"}]}"#,
+        );
+        assert!(
+            a.as_deref()
+                .unwrap()
+                .starts_with("client:prompt_cache_key:c:")
+        );
+        assert_eq!(a, edited, "the first human text is not part of it");
+        assert_ne!(a, side, "another system prompt is another conversation");
+        let v: Value = serde_json::from_str(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"x"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(Facts::of_value(Api::Chat, &v).client, a);
+        assert_eq!(read(r#"{"user":"alice","messages":[]}"#), None);
+    }
+
+    #[test]
     fn include_usage_is_added_in_front_without_re_serializing() {
         let f = |b: &[u8]| Facts::read(Api::Chat, b, None);
         let b = br#" {"stream":true,"messages":[]}"#;

@@ -182,7 +182,7 @@ fn ensure_branch(
     }
 }
 
-/// A first request (it continues no recorded turn) whose client names a
+/// A first request (no answer in it yet) whose client names a
 /// conversation the store has (its identity, [`crate::body::client_key`],
 /// on a `complete`): the client edited or regenerated the first message.
 /// Recorded in that session, on a new timeline `edit-N`:
@@ -204,7 +204,11 @@ fn first_message_fork(
     api: crate::api::Api,
     now: convo_core::Millis,
 ) -> Result<Option<(SessionId, BranchName, bool)>> {
-    let Some(key) = ex.facts().client.clone() else {
+    let facts = ex.facts();
+    // A first request only (nothing answered before in it): a longer one
+    // that matched nothing is not an edit of the first message.
+    let first = facts.messages.as_ref().is_some_and(|m| m.before.is_none());
+    let Some(key) = facts.client.clone().filter(|_| first) else {
         return Ok(None);
     };
     let Some(spot) = find(shared, l, spots, &key)? else {
