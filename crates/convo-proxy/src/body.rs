@@ -167,7 +167,8 @@ pub struct Facts {
     /// The messages, when the API has a message list.
     pub messages: Option<Conversation>,
     /// The conversation identity the client sends, with what its messages
-    /// say before the first human text (see [`client_key`]).
+    /// say before the first human text (see [`client_key`]): read for a
+    /// conversation's first request only (no answer in it yet).
     pub client: Option<String>,
 }
 
@@ -306,10 +307,15 @@ impl Facts {
             },
             _ => return f,
         }
-        f.messages = Some(conversation(&sources, keys));
-        if let Some(id) = client_id(&value(top.metadata), &value(top.prompt_cache_key)) {
+        let c = conversation(&sources, keys);
+        // Read for a first request only (what an edit of the first message
+        // sends): the later calls of a conversation pay nothing for it.
+        if c.before.is_none()
+            && let Some(id) = client_id(&value(top.metadata), &value(top.prompt_cache_key))
+        {
             f.client = Some(client_key(&id, sources.iter().map(Source::value)));
         }
+        f.messages = Some(c);
         f
     }
 
@@ -317,11 +323,15 @@ impl Facts {
     pub fn of_value(api: Api, v: &Value) -> Facts {
         let opts = v.get("stream_options").unwrap_or(&Value::Null);
         let null = Value::Null;
+        let msgs = api::messages(api, Some(v));
+        let mut w = Walk::default();
+        msgs.iter().flatten().for_each(|m| w.step(m));
         let client = client_id(
             v.get("metadata").unwrap_or(&null),
             v.get("prompt_cache_key").unwrap_or(&null),
         )
-        .and_then(|id| Some(client_key(&id, api::messages(api, Some(v))?.into_iter())));
+        .filter(|_| w.before.is_none())
+        .and_then(|id| Some(client_key(&id, msgs.clone()?.into_iter())));
         Facts {
             object: v.is_object(),
             model: api::model(Some(v)),
@@ -333,9 +343,7 @@ impl Facts {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             conversation: v.get("conversation").and_then(conversation_id),
-            messages: api::messages(api, Some(v)).map(|msgs| {
-                let mut w = Walk::default();
-                msgs.iter().for_each(|m| w.step(m));
+            messages: msgs.map(|msgs| {
                 let start = w.last.map_or(0, |i| i + 1);
                 Conversation {
                     new_input: api::new_input(&msgs[start..]),
@@ -389,8 +397,8 @@ pub fn client_id(metadata: &Value, prompt_cache_key: &Value) -> Option<String> {
     text(Some(prompt_cache_key)).map(|v| format!("prompt_cache_key:{v}"))
 }
 
-/// The key a conversation's identity is recorded under (on each turn's
-/// `complete`, `thread_conversation`): `client:ID:PRELUDE`, PRELUDE the
+/// The key a conversation's identity is recorded under (on the `complete`
+/// of its first turn, `thread_conversation`): `client:ID:PRELUDE`, PRELUDE the
 /// hash of the messages before the first human text (the system prompt,
 /// developer messages, Codex's environment blocks) in canonical form. So
 /// a client's side calls under the same identity with another system
