@@ -259,6 +259,7 @@ impl Harness {
         let mut turn_lock = match self.opts.lock_dir.clone() {
             None => None,
             Some(dir) => {
+                let held = crate::TurnLock::path(&dir, session, branch);
                 let (s, b) = (*session, branch.clone());
                 let (lock, left) = tokio::task::spawn_blocking(move || {
                     crate::TurnLock::acquire(&dir, &s, &b, true)
@@ -270,21 +271,23 @@ impl Harness {
                 let t = left.clone();
                 self.pool
                     .run(move |st| {
-                        crate::settle_interrupted(st, &s, &b, t.as_ref()).map_err(|e| match e {
-                            HarnessError::Store(e) => e,
-                            HarnessError::TurnOpen {
-                                session,
-                                branch,
-                                turn,
-                                holder,
-                            } => convo_store::StoreError::TurnOpen {
-                                session,
-                                branch,
-                                turn,
-                                holder,
+                        crate::settle_interrupted(st, &s, &b, t.as_ref(), &held).map_err(
+                            |e| match e {
+                                HarnessError::Store(e) => e,
+                                HarnessError::TurnOpen {
+                                    session,
+                                    branch,
+                                    turn,
+                                    holder,
+                                } => convo_store::StoreError::TurnOpen {
+                                    session,
+                                    branch,
+                                    turn,
+                                    holder,
+                                },
+                                other => convo_store::StoreError::Invalid(other.to_string()),
                             },
-                            other => convo_store::StoreError::Invalid(other.to_string()),
-                        })
+                        )
                     })
                     .await?;
                 if left.is_some() {
@@ -300,6 +303,16 @@ impl Harness {
         // invoke (when the turn lock is held: its file tells a killed
         // holder), removed with the complete.
         let open = turn_lock.is_some();
+        // The turn lock file, named in the row: how a writer tells a
+        // killed holder (its lock free) from a live one.
+        let lock_file = self
+            .opts
+            .lock_dir
+            .as_deref()
+            .map(|d| crate::TurnLock::path(d, session, branch))
+            .map(|p| std::path::absolute(&p).unwrap_or(p))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let holder = format!("{}, pid {}", self.opts.holder, std::process::id());
         let host = convo_runtime::turns::this_host();
         let opened = move |inv: &convo_store::StoredNode| crate::OpenTurn {
@@ -308,6 +321,7 @@ impl Harness {
             agent: inv.node.to.clone(),
             holder: holder.clone(),
             host: host.clone(),
+            lock: lock_file.clone(),
         };
         let row = opened.clone();
         let invoke = self

@@ -167,9 +167,10 @@ fn read_turn(file: &mut File) -> Option<OpenTurn> {
 }
 
 /// Closes the turn a dead harness left open on `branch`, as the store's
-/// row or else its lock file (`left`) says: the row's holder on another
-/// machine refuses ([`HarnessError::TurnOpen`]); otherwise the turn is
-/// closed as interrupted ([`convo_store::Ledger::close_interrupted`]: a
+/// row or else its lock file (`left`) says, called holding the turn lock
+/// file `held`: a row whose holder may live (its own lock file, on another
+/// machine or under another home, still locked) refuses
+/// ([`HarnessError::TurnOpen`]); otherwise the turn is closed as interrupted ([`convo_store::Ledger::close_interrupted`]: a
 /// `complete` recording `{"failure": "interrupted"}`, carrying the
 /// branch's working state, so the turn's kv writes are kept and
 /// accounted). Returns it; `None` when no turn was left open. Call it
@@ -179,21 +180,24 @@ pub fn settle_interrupted(
     session: &SessionId,
     branch: &BranchName,
     left: Option<&OpenTurn>,
+    held: &Path,
 ) -> Result<Option<StoredNode>> {
-    let here = convo_runtime::turns::this_host();
+    let held = std::path::absolute(held).unwrap_or_else(|_| held.to_path_buf());
     let rows = store.read(|tx| tx.open_turns())?;
     if left.is_none() && !rows.iter().any(|(s, b, _)| s == session && b == branch) {
         return Ok(None);
     }
-    let out = store.transaction(|l| {
-        let row = l.open_turn(session, branch)?;
-        match row.as_ref().or(left) {
-            Some(t) if !t.host.is_empty() && t.host != here => {
-                Err(convo_runtime::turns::turn_open(session, branch, t))
-            }
+    let out = store.transaction(|l| match l.open_turn(session, branch)? {
+        Some(t)
+            if std::path::Path::new(&t.lock) != held && !convo_runtime::turns::holder_gone(&t) =>
+        {
+            Err(convo_runtime::turns::turn_open(session, branch, &t))
+        }
+        Some(t) => l.close_interrupted(session, branch, &t, now_ms()),
+        None => match left {
             Some(t) => l.close_interrupted(session, branch, t, now_ms()),
             None => Ok(None),
-        }
+        },
     });
     match out {
         Err(convo_store::StoreError::TurnOpen {
@@ -227,7 +231,8 @@ pub fn guard_timeline(
         other => other?,
     };
     if store.branch(session, branch).is_ok() {
-        settle_interrupted(store, session, branch, left.as_ref())?;
+        let held = TurnLock::path(dir, session, branch);
+        settle_interrupted(store, session, branch, left.as_ref(), &held)?;
     }
     if left.is_some() {
         lock.clear();
@@ -302,6 +307,7 @@ mod tests {
             agent: "bot".into(),
             holder: "convo run, pid 1".into(),
             host: "here".into(),
+            lock: String::new(),
         };
         first.opened(&t);
         match TurnLock::acquire(dir.path(), &s, &b, false) {

@@ -23,9 +23,6 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// More `Host` names to answer to (`--allow-host`: a reverse proxy's).
     pub allow_hosts: Vec<String>,
-    /// The harness's lock directory (`$CONVO_HOME/locks`): how a write
-    /// tells a killed harness's open turn from a live one ([`crate::turns`]).
-    pub lock_dir: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Config {
@@ -37,7 +34,6 @@ impl std::fmt::Debug for Config {
             .field("log_requests", &self.log_requests)
             .field("listen", &self.listen)
             .field("allow_hosts", &self.allow_hosts)
-            .field("lock_dir", &self.lock_dir)
             .finish()
     }
 }
@@ -52,7 +48,6 @@ impl Config {
             log_requests: true,
             listen: None,
             allow_hosts: Vec::new(),
-            lock_dir: None,
         }
     }
 

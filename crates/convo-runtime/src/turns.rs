@@ -3,13 +3,14 @@
 //! A harness (`convo run`, `chat`, `replay`) keeps the turn it has open in
 //! the store ([`OpenTurn`], written in the invoke's transaction, removed in
 //! the complete's) and holds an OS file lock for it in its lock directory
-//! (`$CONVO_HOME/locks`, [`turn_lock_path`]) from invoke to complete.
+//! (`$CONVO_HOME/locks`, [`turn_lock_path`]; the row names the file) from
+//! invoke to complete.
 //! Every other writer ([`guard`], inside its own write transaction) reads
 //! the open turn of the timeline it writes:
 //!
 //! - none: it writes;
-//! - one whose holder is gone (on this machine, and its lock file is
-//!   free: the kernel released it when the process died): the turn is
+//! - one whose holder is gone (on this machine, and the lock file the row
+//!   names is free: the kernel released it when the process died): the turn is
 //!   closed as interrupted ([`convo_store::Ledger::close_interrupted`]),
 //!   then it writes;
 //! - otherwise (the holder lives, or runs on another machine sharing a
@@ -47,21 +48,13 @@ pub fn turn_lock_path(dir: &Path, session: &SessionId, branch: &BranchName) -> P
 }
 
 /// Whether the holder of an open turn is gone: it ran on this machine and
-/// its lock file in `dir` is not locked (or not there). Unknown (no lock
-/// directory, another machine): not gone.
-pub fn holder_gone(
-    dir: Option<&Path>,
-    session: &SessionId,
-    branch: &BranchName,
-    turn: &OpenTurn,
-) -> bool {
-    let Some(dir) = dir else {
-        return false;
-    };
-    if turn.host != this_host() {
+/// its turn lock file (named in the row) is not locked, or not there.
+/// Unknown (another machine, no file named): not gone.
+pub fn holder_gone(turn: &OpenTurn) -> bool {
+    if turn.host != this_host() || turn.lock.is_empty() {
         return false;
     }
-    let file = match std::fs::File::open(turn_lock_path(dir, session, branch)) {
+    let file = match std::fs::File::open(&turn.lock) {
         Ok(f) => f,
         Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
     };
@@ -79,13 +72,12 @@ pub fn guard(
     l: &mut Ledger<'_>,
     session: &SessionId,
     branch: &BranchName,
-    lock_dir: Option<&Path>,
     now: convo_core::Millis,
 ) -> Result<()> {
     let Some(turn) = l.open_turn(session, branch)? else {
         return Ok(());
     };
-    if holder_gone(lock_dir, session, branch, &turn) {
+    if holder_gone(&turn) {
         l.close_interrupted(session, branch, &turn, now)?;
         return Ok(());
     }

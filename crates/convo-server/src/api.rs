@@ -670,7 +670,6 @@ pub async fn fork(
 ) -> ApiResult<(StatusCode, Json<Forked>)> {
     let f: ForkRequest = parse_json(&body)?;
     let branch = branch_name(&f.branch)?;
-    let dir = st.lock_dir.clone();
     let (node, b) = st
         .pool
         .run(move |s| {
@@ -679,7 +678,7 @@ pub async fn fork(
             let node = s.transaction(|l| {
                 // A fork from a timeline with an open turn would start inside it.
                 if let Some(src) = convo_store::refs::source_branch(l.tx(), &row.id, &f.from)? {
-                    guard(l, &row.id, &src, dir.as_deref())?;
+                    guard(l, &row.id, &src)?;
                 }
                 l.fork(&row.id, &from, &branch, now())
             })?;
@@ -725,15 +724,14 @@ pub async fn promote(
 ) -> ApiResult<Json<PromotedView>> {
     let p: PromoteRequest = parse_json(&body)?;
     let branch = branch_name(&p.branch)?;
-    let dir = st.lock_dir.clone();
     let out = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
             s.transaction(|l| {
                 // Both timelines change: neither may be inside a turn.
-                guard(l, &row.id, &BranchName::main(), dir.as_deref())?;
-                guard(l, &row.id, &branch, dir.as_deref())?;
+                guard(l, &row.id, &BranchName::main())?;
+                guard(l, &row.id, &branch)?;
                 l.promote(&row.id, &branch, now())
             })
         })
@@ -755,9 +753,8 @@ fn guard(
     l: &mut convo_store::Ledger<'_>,
     session: &convo_core::SessionId,
     branch: &BranchName,
-    dir: Option<&std::path::Path>,
 ) -> Result<(), StoreError> {
-    convo_runtime::turns::guard(l, session, branch, dir, now())
+    convo_runtime::turns::guard(l, session, branch, now())
 }
 
 // ----- state --------------------------------------------------------------
@@ -861,7 +858,6 @@ pub async fn state_put(
     Body(body): Body,
 ) -> ApiResult<Json<StateWritten>> {
     let branch = branch_name(&b)?;
-    let dir = st.lock_dir.clone();
     let root = st
         .pool
         .run(move |s| {
@@ -871,7 +867,7 @@ pub async fn state_put(
                 body.to_vec(),
             )];
             s.transaction(|l| {
-                guard(l, &row.id, &branch, dir.as_deref())?;
+                guard(l, &row.id, &branch)?;
                 convo_runtime::turns::state_write(l, &row.id, &branch, &op, now()).map(|(r, _)| r)
             })
         })
@@ -892,14 +888,13 @@ pub async fn state_delete(
     Path((q, b, key)): Path<(String, String, String)>,
 ) -> ApiResult<Json<StateWritten>> {
     let branch = branch_name(&b)?;
-    let dir = st.lock_dir.clone();
     let (root, existed) = st
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
             let op = [convo_runtime::turns::StateOp::Delete(key.clone())];
             s.transaction(|l| {
-                guard(l, &row.id, &branch, dir.as_deref())?;
+                guard(l, &row.id, &branch)?;
                 convo_runtime::turns::state_write(l, &row.id, &branch, &op, now())
             })
         })

@@ -23,10 +23,7 @@ pub struct Append {
 
 /// What the writer does with appends.
 #[derive(Debug, Default)]
-pub struct Appending {
-    /// The harness's lock directory ([`convo_runtime::turns`]).
-    lock_dir: Option<std::path::PathBuf>,
-}
+pub struct Appending;
 
 impl Work for Appending {
     type Job = Append;
@@ -42,13 +39,12 @@ impl Work for Appending {
             .iter()
             .map(|j| (j.session.id, j.branch.clone(), j.drafts.as_slice()))
             .collect();
-        let dir = self.lock_dir.as_deref();
         store.transaction(|l| {
             // One read of the (few) open turns per batch.
             let open = l.open_turns()?;
             for (s, b, _) in &batch {
                 if open.iter().any(|(os, ob, _)| os == s && ob == b) {
-                    convo_runtime::turns::guard(l, s, b, dir, convo_runtime::now_ms())?;
+                    convo_runtime::turns::guard(l, s, b, convo_runtime::now_ms())?;
                 }
             }
             l.append_batch(&batch)
@@ -64,13 +60,9 @@ pub struct Writer {
 
 impl Writer {
     /// Starts the writer thread on its own connection to the pool's store.
-    pub fn start(
-        pool: &StorePool,
-        hub: Option<Hub>,
-        lock_dir: Option<std::path::PathBuf>,
-    ) -> Result<Writer> {
+    pub fn start(pool: &StorePool, hub: Option<Hub>) -> Result<Writer> {
         Ok(Writer {
-            inner: writer::Writer::start("convo-writer", pool, Appending { lock_dir }, hub)?,
+            inner: writer::Writer::start("convo-writer", pool, Appending, hub)?,
         })
     }
 

@@ -41,8 +41,6 @@ pub struct AppState {
     /// The recording proxy mounted beside the API (`convo serve
     /// --upstream`), which the web view's re-run sends calls through.
     pub upstream: Option<Upstream>,
-    /// The harness's lock directory ([`convo_runtime::turns`]).
-    pub lock_dir: Option<std::path::PathBuf>,
 }
 
 /// The recording proxy's routes, for calls the server makes itself (the
@@ -97,13 +95,12 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
     web::check_prices().map_err(ServeError::Prices)?;
     let pool = StorePool::open(&config.store_url, POOL_IDLE)?;
     let hub = events::Hub::start(&config.store_url)?;
-    let writer = appends::Writer::start(&pool, Some(hub.clone()), config.lock_dir.clone())?;
+    let writer = appends::Writer::start(&pool, Some(hub.clone()))?;
     Ok(AppState {
         pool,
         hub,
         writer,
         upstream: None,
-        lock_dir: config.lock_dir.clone(),
     })
 }
 

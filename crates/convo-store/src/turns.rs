@@ -30,6 +30,9 @@ pub struct OpenTurn {
     /// holder by its lock file; see `convo_runtime::turns`).
     #[serde(default)]
     pub host: String,
+    /// The holder's turn lock file (absolute), locked while it lives.
+    #[serde(default)]
+    pub lock: String,
 }
 
 /// One turn of a timeline, as a range of positions in it.

@@ -203,9 +203,6 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
     config.body_limit = a.max_body_mib.max(1) * 1024 * 1024;
     config.log_requests = !a.quiet;
     config.allow_hosts = a.allow_host;
-    // The harness's turn locks: how a write tells a killed `convo run`'s
-    // open turn from a live one.
-    config.lock_dir = Some(super::run::lock_dir(env));
     if let Some(pc) = &mut proxy_config {
         // Virtual keys: a client's API key is convo's token, checked by the
         // guard and never sent upstream.
