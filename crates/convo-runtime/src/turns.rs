@@ -257,3 +257,41 @@ pub fn state_write_turn(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holder_is_gone_once_its_lock_file_is_free_and_alive_elsewhere() {
+        let dir = std::env::temp_dir().join(format!("convo-turns-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = SessionId::new_random();
+        let b = BranchName::main();
+        let path = turn_lock_path(&dir, &s, &b);
+        let mut turn = OpenTurn {
+            submission: "ab".repeat(32),
+            turn: 2,
+            agent: "bot".into(),
+            holder: "convo run, pid 1".into(),
+            host: this_host(),
+            lock: path.to_string_lossy().into_owned(),
+        };
+        // No file: nobody holds it.
+        assert!(holder_gone(&turn));
+        let f = std::fs::File::create(&path).unwrap();
+        f.lock().unwrap();
+        assert!(!holder_gone(&turn), "locked: the holder lives");
+        f.unlock().unwrap();
+        assert!(holder_gone(&turn), "released: the holder died");
+        turn.host = "another-machine".into();
+        assert!(!holder_gone(&turn), "another machine's holder is not seen");
+        let e = turn_open(&s, &b, &turn);
+        assert!(e.to_string().contains("inside turn main@2"), "{e}");
+        assert!(e.to_string().contains("on another-machine"), "{e}");
+        turn.lock.clear();
+        turn.host = this_host();
+        assert!(!holder_gone(&turn), "no file named: unknown");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
