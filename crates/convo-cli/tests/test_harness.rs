@@ -1073,6 +1073,52 @@ fn api_writes_and_open_turns(backend: &str) {
     t.run(&["verify"]).ok();
 }
 
+/// A turn held by a harness on another machine sharing the store is
+/// only a row here (no lock file to see): every writer is refused, the
+/// CLI (exit 4) and the API (409), and nobody closes it.
+#[test]
+fn a_turn_open_on_another_machine_refuses_every_writer() {
+    use crate::serve_util::Server;
+    let t = TestEnv::new();
+    let s = t.session("bot");
+    t.run(&["say", &s, "--user", "hi", "--agent", "yo"]).ok();
+    let turn = json!({"submission": "ab".repeat(32), "turn": 2, "agent": "bot",
+        "holder": "convo run, pid 7", "host": "another-machine",
+        "lock": "/nonexistent/turn.lock"});
+    rusqlite::Connection::open(t.db())
+        .unwrap()
+        .execute(
+            "INSERT INTO open_turns (session, branch, turn) VALUES (?1, 'main', ?2)",
+            rusqlite::params![s, turn.to_string()],
+        )
+        .unwrap();
+    for w in [
+        &["say", &s, "--user", "x", "--agent", "y"][..],
+        &["state", "put", &s, "k", "v"],
+    ] {
+        let r = t.run(w);
+        assert_eq!(r.code(), 4, "{w:?}: {}", r.stderr());
+        assert!(
+            r.stderr()
+                .contains("inside turn main@2, open by convo run, pid 7 on another-machine"),
+            "{w:?}: {}",
+            r.stderr()
+        );
+    }
+    let srv = Server::start(&t, &[]);
+    let r = srv.post_json(
+        &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+        &json!({"kind": "invoke", "payload": "x"}),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("on another-machine"), "{}", r.text());
+    let n = t.run(&["session", "get", &s, "--json"]).json()["nodes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(n, 2, "nothing written, nothing closed");
+}
+
 #[test]
 fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_sqlite() {
     state_write_on_a_fork("sqlite");

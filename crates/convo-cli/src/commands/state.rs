@@ -27,7 +27,10 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             let branch = branch_name(&branch)?;
             let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
             let op = [StateOp::Put(key.clone(), bytes)];
-            let (root, _) = store.transaction(|l| state_write(l, &s.id, &branch, &op, now_ms()))?;
+            let (root, _) = store.transaction(|l| {
+                super::turn_guard(l, &s.id, &branch)?;
+                state_write(l, &s.id, &branch, &op, now_ms())
+            })?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex() }));
             } else {
@@ -45,8 +48,10 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             let branch = branch_name(&branch)?;
             let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
             let op = [StateOp::Delete(key.clone())];
-            let (root, existed) =
-                store.transaction(|l| state_write(l, &s.id, &branch, &op, now_ms()))?;
+            let (root, existed) = store.transaction(|l| {
+                super::turn_guard(l, &s.id, &branch)?;
+                state_write(l, &s.id, &branch, &op, now_ms())
+            })?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex(), "existed": existed }));
             } else {
