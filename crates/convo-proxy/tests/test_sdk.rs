@@ -697,6 +697,8 @@ async fn first_edits_case(pg: bool) {
             .into_iter()
             .map(|s| s.title.unwrap_or_default())
             .collect();
+        let report = store.verify().unwrap();
+        assert!(report.is_clean(), "{:#?}", report.problems);
         let mut views = std::collections::BTreeMap::new();
         for title in ["plan a trip", "first B", "fix the bug"] {
             let s = store.find_session(title).unwrap();
