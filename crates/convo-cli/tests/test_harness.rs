@@ -650,6 +650,9 @@ class H(BaseHTTPRequestHandler):
             with open(os.path.join(FLAGS, "hanging"), "w") as f:
                 f.write(str(os.getpid()))
             time.sleep(60)
+        if text == "hold":
+            open(os.path.join(FLAGS, "holding"), "w").close()
+            wait_for("release")
         if text == "cut":
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
@@ -893,6 +896,318 @@ fn writers_never_land_inside_an_open_turn_and_a_killed_run_leaves_it_interrupted
     });
     assert_eq!(v["divergence"]["turn"], 3, "{v}");
     assert_eq!(v["divergence"]["what"], "output", "{v}");
+    t.run(&["verify"]).ok();
+}
+
+#[test]
+fn the_api_refuses_writes_inside_an_open_turn_on_sqlite() {
+    api_writes_and_open_turns("sqlite");
+}
+
+#[test]
+fn the_api_refuses_writes_inside_an_open_turn_on_postgresql() {
+    api_writes_and_open_turns("postgres");
+}
+
+/// `convo serve` sees the turn a `convo run` has open (a row in the
+/// store): its appends, state writes, forks and promotes on that timeline
+/// are refused 409 naming BRANCH@TURN until the turn ends; a run killed
+/// mid-turn leaves it open, and the next API write closes it as
+/// interrupted.
+fn api_writes_and_open_turns(backend: &str) {
+    use crate::serve_util::Server;
+    use std::process::Stdio;
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let script = t.home().join("stream_agent.py");
+    std::fs::write(&script, STREAM_AGENT).unwrap();
+    let script = script.to_str().unwrap();
+    let flags = t.home().join("flags");
+    std::fs::create_dir_all(&flags).unwrap();
+    let s = t.session("bot");
+    let run = |input: &str| {
+        t.cmd()
+            .env("FLAGS", &flags)
+            .args(["run", &s, "--input", input, "--", "python3", script])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let first = run("hello").wait_with_output().unwrap();
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    t.run(&["session", "fork", &s, "--from", "main", "--branch", "side"])
+        .ok();
+    let srv = Server::start(&t, &[]);
+    let nodes = |b: &str| format!("/api/v1/sessions/{s}/branches/{b}/nodes");
+    let line = |p: &str| json!({"kind": "invoke", "payload": p});
+
+    // A turn held open by the agent.
+    let held = run("hold");
+    wait_for_file(&flags.join("holding"));
+    let refused = |r: crate::serve_util::Resp, what: &str| {
+        assert_eq!(r.status, 409, "{what}: {}", r.text());
+        let e = r.json();
+        assert_eq!(e["error"]["kind"], "refused", "{what}: {e}");
+        let m = e["error"]["message"].as_str().unwrap();
+        assert!(m.contains("inside turn main@2"), "{what}: {m}");
+        assert!(m.contains("convo run, pid"), "{what}: {m}");
+    };
+    refused(srv.post_json(&nodes("main"), &line("x")), "append");
+    refused(
+        srv.req(
+            "PUT",
+            &format!("/api/v1/sessions/{s}/branches/main/state/k"),
+            &[("Content-Type", "application/octet-stream")],
+            b"v",
+        ),
+        "state put",
+    );
+    refused(
+        srv.req(
+            "DELETE",
+            &format!("/api/v1/sessions/{s}/branches/main/state/k"),
+            &[],
+            b"",
+        ),
+        "state delete",
+    );
+    refused(
+        srv.post_json(
+            &format!("/api/v1/sessions/{s}/fork"),
+            &json!({"from": "main@2", "branch": "f"}),
+        ),
+        "fork",
+    );
+    refused(
+        srv.post_json(
+            &format!("/api/v1/sessions/{s}/promote"),
+            &json!({"branch": "side"}),
+        ),
+        "promote",
+    );
+    // Another timeline of the session is free.
+    srv.post_json(&nodes("side"), &line("elsewhere"))
+        .expect(201);
+    let doc = srv.get("/openapi.json").expect(200);
+    let post = &doc["paths"]["/api/v1/sessions/{session}/branches/{branch}/nodes"]["post"];
+    assert!(
+        post["responses"]["409"]["description"]
+            .as_str()
+            .is_some_and(|d| d.contains("BRANCH@TURN")),
+        "{post}"
+    );
+    // The turn ends: the same append is taken.
+    std::fs::write(flags.join("release"), "").unwrap();
+    let held = held.wait_with_output().unwrap();
+    assert!(
+        held.status.success(),
+        "{}",
+        String::from_utf8_lossy(&held.stderr)
+    );
+    srv.post_json(
+        &nodes("main"),
+        &json!([{"kind": "invoke", "payload": "after"}, {"kind": "complete", "payload": "ok"}]),
+    )
+    .expect(201);
+
+    // A run killed mid-turn: its turn stays open (refused) until the
+    // holder is gone, then the next API write closes it as interrupted.
+    let mut hung = run("hang");
+    wait_for_file(&flags.join("hanging"));
+    let agent_pid = loop {
+        let p = std::fs::read_to_string(flags.join("hanging")).unwrap();
+        if !p.is_empty() {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let r = srv.post_json(&nodes("main"), &line("too soon"));
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("inside turn main@4"), "{}", r.text());
+    hung.kill().unwrap();
+    hung.wait().unwrap();
+    let _ = std::process::Command::new("kill")
+        .arg(agent_pid.trim())
+        .status();
+    srv.post_json(
+        &nodes("main"),
+        &json!([{"kind": "invoke", "payload": "next"}, {"kind": "complete", "payload": "fine"}]),
+    )
+    .expect(201);
+    let tl = t.run(&["session", "get", &s, "--json"]).json();
+    let got: Vec<(String, String)> = tl["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["kind"].as_str().unwrap().to_owned(),
+                n["payload"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(String, String)> = [
+        ("invoke", "hello"),
+        ("complete", "ok hello"),
+        ("invoke", "hold"),
+        ("complete", "ok hold"),
+        ("invoke", "after"),
+        ("complete", "ok"),
+        ("invoke", "hang"),
+        ("complete", ""),
+        ("invoke", "next"),
+        ("complete", "fine"),
+    ]
+    .iter()
+    .map(|(k, p)| (k.to_string(), p.to_string()))
+    .collect();
+    assert_eq!(got, want, "nothing landed inside a turn");
+    assert_eq!(tl["nodes"][7]["failure"], "interrupted", "{tl}");
+    drop(srv);
+    t.run(&["verify"]).ok();
+}
+
+/// A turn held by a harness on another machine sharing the store is
+/// only a row here (no lock file to see): every writer is refused, the
+/// CLI (exit 4) and the API (409), and nobody closes it.
+#[test]
+fn a_turn_open_on_another_machine_refuses_every_writer() {
+    use crate::serve_util::Server;
+    let t = TestEnv::new();
+    let s = t.session("bot");
+    t.run(&["say", &s, "--user", "hi", "--agent", "yo"]).ok();
+    let turn = json!({"submission": "ab".repeat(32), "turn": 2, "agent": "bot",
+        "holder": "convo run, pid 7", "host": "another-machine",
+        "lock": "/nonexistent/turn.lock"});
+    rusqlite::Connection::open(t.db())
+        .unwrap()
+        .execute(
+            "INSERT INTO open_turns (session, branch, turn) VALUES (?1, 'main', ?2)",
+            rusqlite::params![s, turn.to_string()],
+        )
+        .unwrap();
+    for w in [
+        &["say", &s, "--user", "x", "--agent", "y"][..],
+        &["state", "put", &s, "k", "v"],
+    ] {
+        let r = t.run(w);
+        assert_eq!(r.code(), 4, "{w:?}: {}", r.stderr());
+        assert!(
+            r.stderr()
+                .contains("inside turn main@2, open by convo run, pid 7 on another-machine"),
+            "{w:?}: {}",
+            r.stderr()
+        );
+    }
+    let srv = Server::start(&t, &[]);
+    let r = srv.post_json(
+        &format!("/api/v1/sessions/{s}/branches/main/nodes"),
+        &json!({"kind": "invoke", "payload": "x"}),
+    );
+    assert_eq!(r.status, 409, "{}", r.text());
+    assert!(r.text().contains("on another-machine"), "{}", r.text());
+    let n = t.run(&["session", "get", &s, "--json"]).json()["nodes"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(n, 2, "nothing written, nothing closed");
+}
+
+#[test]
+fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_sqlite() {
+    state_write_on_a_fork("sqlite");
+}
+
+#[test]
+fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_postgresql() {
+    state_write_on_a_fork("postgres");
+}
+
+/// `state put` on a fork (LangGraph's `update_state`) is recorded as a
+/// turn of `kv` calls, so the agent's next turn on the fork and a replay
+/// of the fork see the same state: no divergence, the replay ends with it.
+fn state_write_on_a_fork(backend: &str) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let upstream = Upstream::start(noted);
+    let up = upstream.url.clone();
+    let agent = todo_agent();
+    let run = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend(["--upstream", &up, "--", "python3", &agent]);
+        t.run(&a)
+    };
+    run(&["run", "todo", "--input", "add milk", "--input", "add eggs"]).ok();
+    t.run(&[
+        "session", "fork", "todo", "--from", "main", "--branch", "alt",
+    ])
+    .ok();
+    let before = t
+        .run(&["session", "get", "todo", "--branch", "alt", "--json"])
+        .json()["nodes"]
+        .as_array()
+        .unwrap()
+        .len();
+    t.run(&[
+        "state",
+        "put",
+        "todo",
+        "todos",
+        r#"["milk", "tea"]"#,
+        "--branch",
+        "alt",
+    ])
+    .ok();
+    let tl = t
+        .run(&["session", "get", "todo", "--branch", "alt", "--json"])
+        .json();
+    let nodes = tl["nodes"].as_array().unwrap();
+    let kinds: Vec<&str> = nodes[before..]
+        .iter()
+        .map(|n| n["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["invoke", "request", "response", "complete"], "{tl}");
+    assert_eq!(nodes[before]["to"], "kv");
+    assert_eq!(nodes[before + 1]["diagnostics"]["op"], "put");
+    assert!(nodes[before + 3]["state"].is_string());
+    // On `main` a state write only moves the working state (no node).
+    let main_len = |t: &TestEnv| {
+        t.run(&["session", "get", "todo", "--json"]).json()["nodes"]
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    let n = main_len(&t);
+    t.run(&["state", "put", "todo", "note", "x"]).ok();
+    assert_eq!(main_len(&t), n);
+    let out = run(&["run", "todo", "--branch", "alt", "--input", "list"]).ok();
+    assert_eq!(lines(&out)[0], "your list: milk, tea");
+    // The replay re-applies the write: the agent's turn after it matches.
+    let r = t
+        .run(&[
+            "replay", "todo", "--branch", "alt", "--json", "--", "python3", &agent,
+        ])
+        .json();
+    assert_eq!(r["divergence"], Value::Null, "{r}");
+    let turns = r["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 4, "{r}");
+    assert_eq!(turns[2]["input"], "state put todos");
+    assert_eq!(
+        lines(turns[3]["output"].as_str().unwrap())[0],
+        "your list: milk, tea"
+    );
+    let replayed = r["session"].as_str().unwrap();
+    assert_eq!(
+        t.run(&["state", "get", replayed, "todos"]).ok(),
+        r#"["milk", "tea"]"#
+    );
     t.run(&["verify"]).ok();
 }
 

@@ -259,6 +259,7 @@ impl Harness {
         let mut turn_lock = match self.opts.lock_dir.clone() {
             None => None,
             Some(dir) => {
+                let held = crate::TurnLock::path(&dir, session, branch);
                 let (s, b) = (*session, branch.clone());
                 let (lock, left) = tokio::task::spawn_blocking(move || {
                     crate::TurnLock::acquire(&dir, &s, &b, true)
@@ -266,16 +267,30 @@ impl Harness {
                 .await
                 .map_err(|e| HarnessError::io("the turn lock", std::io::Error::other(e)))??;
                 let mut lock = lock;
-                if let Some(t) = left {
-                    let (s, b) = (*session, branch.clone());
-                    self.pool
-                        .run(move |st| {
-                            crate::settle_interrupted(st, &s, &b, &t).map_err(|e| match e {
+                let (s, b) = (*session, branch.clone());
+                let t = left.clone();
+                self.pool
+                    .run(move |st| {
+                        crate::settle_interrupted(st, &s, &b, t.as_ref(), &held).map_err(
+                            |e| match e {
                                 HarnessError::Store(e) => e,
+                                HarnessError::TurnOpen {
+                                    session,
+                                    branch,
+                                    turn,
+                                    holder,
+                                } => convo_store::StoreError::TurnOpen {
+                                    session,
+                                    branch,
+                                    turn,
+                                    holder,
+                                },
                                 other => convo_store::StoreError::Invalid(other.to_string()),
-                            })
-                        })
-                        .await?;
+                            },
+                        )
+                    })
+                    .await?;
+                if left.is_some() {
                     lock.clear();
                 }
                 Some(lock)
@@ -284,23 +299,54 @@ impl Harness {
         let (s, b) = (*session, branch.clone());
         let agent_name = self.opts.agent_name.clone();
         let payload = input.to_vec();
+        // The open turn, for every other writer: a row written with the
+        // invoke (when the turn lock is held: its file tells a killed
+        // holder), removed with the complete.
+        let open = turn_lock.is_some();
+        // The turn lock file, named in the row: how a writer tells a
+        // killed holder (its lock free) from a live one.
+        let lock_file = self
+            .opts
+            .lock_dir
+            .as_deref()
+            .map(|d| crate::TurnLock::path(d, session, branch))
+            .map(|p| std::path::absolute(&p).unwrap_or(p))
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let holder = format!("{}, pid {}", self.opts.holder, std::process::id());
+        let host = convo_runtime::turns::this_host();
+        let opened = move |inv: &convo_store::StoredNode| crate::OpenTurn {
+            submission: inv.node.submission.map(|x| x.to_hex()).unwrap_or_default(),
+            turn: inv.ctx.turn,
+            agent: inv.node.to.clone(),
+            holder: holder.clone(),
+            host: host.clone(),
+            lock: lock_file.clone(),
+        };
+        let row = opened.clone();
         let invoke = self
             .pool
             .run(move |st| {
-                st.append(
-                    &s,
-                    &b,
-                    &Draft {
-                        kind: Kind::Invoke,
-                        from: "user".into(),
-                        to: agent_name.clone(),
-                        payload: payload.clone(),
-                        diagnostics: Diagnostics::empty(),
-                        state: None,
-                        sequence: None,
-                        created_at: now_ms(),
-                    },
-                )
+                st.transaction(|l| {
+                    let inv = l.append(
+                        &s,
+                        &b,
+                        &Draft {
+                            kind: Kind::Invoke,
+                            from: "user".into(),
+                            to: agent_name.clone(),
+                            payload: payload.clone(),
+                            diagnostics: Diagnostics::empty(),
+                            state: None,
+                            sequence: None,
+                            created_at: now_ms(),
+                        },
+                    )?;
+                    if open {
+                        l.set_open_turn(&s, &b, Some(&row(&inv)))?;
+                    }
+                    Ok(inv)
+                })
             })
             .await?;
         let submission = invoke
@@ -309,12 +355,7 @@ impl Harness {
             .map(|x| x.to_hex())
             .unwrap_or_default();
         if let Some(l) = turn_lock.as_mut() {
-            l.opened(&crate::OpenTurn {
-                submission: submission.clone(),
-                turn: invoke.ctx.turn,
-                agent: self.opts.agent_name.clone(),
-                holder: format!("{}, pid {}", self.opts.holder, std::process::id()),
-            });
+            l.opened(&opened(&invoke));
         }
         let turn_token = token();
         let turn = Arc::new(Turn::new(
@@ -412,21 +453,27 @@ impl Harness {
         let complete = self
             .pool
             .run(move |st| {
-                st.append(
-                    &s,
-                    &b,
-                    &Draft {
-                        kind: Kind::Complete,
-                        from: agent_name.clone(),
-                        to: "user".into(),
-                        payload: out.clone(),
-                        diagnostics: Diagnostics::from_value(&diag)
-                            .unwrap_or_else(|_| Diagnostics::empty()),
-                        state: None,
-                        sequence: None,
-                        created_at: now_ms(),
-                    },
-                )
+                st.transaction(|l| {
+                    let node = l.append(
+                        &s,
+                        &b,
+                        &Draft {
+                            kind: Kind::Complete,
+                            from: agent_name.clone(),
+                            to: "user".into(),
+                            payload: out.clone(),
+                            diagnostics: Diagnostics::from_value(&diag)
+                                .unwrap_or_else(|_| Diagnostics::empty()),
+                            state: None,
+                            sequence: None,
+                            created_at: now_ms(),
+                        },
+                    )?;
+                    if open {
+                        l.set_open_turn(&s, &b, None)?;
+                    }
+                    Ok(node)
+                })
             })
             .await?;
         if let Some(mut l) = turn_lock {

@@ -18,11 +18,18 @@
 //! turn (submission, number, agent, holder) while it is open and is emptied
 //! when the turn ends; a killed harness leaves it filled, and the next
 //! taker closes that turn as interrupted ([`settle_interrupted`]).
+//!
+//! The open turn is also a row of the store (written with the invoke,
+//! removed with the complete: [`convo_runtime::turns`]), which is what
+//! writers that do not share this lock directory check: `convo serve`'s
+//! API, and writers on other machines sharing a PostgreSQL store. A
+//! writer here that finds a row whose holder runs on another machine is
+//! refused; one whose holder ran here and is gone (its lock is free)
+//! closes the turn as interrupted.
 
 use crate::{HarnessError, Result, now_ms};
-use convo_core::{BranchName, Diagnostics, Kind, SessionId};
-use convo_store::{Draft, Store, StoredNode};
-use serde::{Deserialize, Serialize};
+use convo_core::{BranchName, SessionId};
+use convo_store::{Store, StoredNode};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
@@ -85,18 +92,9 @@ impl TimelineLock {
     }
 }
 
-/// The turn a harness has open on a timeline, as its turn lock file says.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OpenTurn {
-    /// The turn's submission (hex).
-    pub submission: String,
-    /// The turn's number on the timeline (`BRANCH@TURN`).
-    pub turn: u64,
-    /// The agent answering it (the `from` of its complete).
-    pub agent: String,
-    /// Who holds it (`convo run, pid 123`).
-    pub holder: String,
-}
+/// The turn a harness has open on a timeline (in the store, and in its
+/// turn lock file for the next taker on this machine).
+pub use convo_store::OpenTurn;
 
 /// A held turn lock; released when dropped.
 #[derive(Debug)]
@@ -107,9 +105,7 @@ pub struct TurnLock {
 impl TurnLock {
     /// The turn lock file of a timeline inside `dir`.
     pub fn path(dir: &Path, session: &SessionId, branch: &BranchName) -> PathBuf {
-        let mut p = TimelineLock::path(dir, session, branch);
-        p.set_extension("turn");
-        p
+        convo_runtime::turns::turn_lock_path(dir, session, branch)
     }
 
     /// Takes the turn lock of a timeline. With `wait`, blocks while a turn
@@ -170,51 +166,53 @@ fn read_turn(file: &mut File) -> Option<OpenTurn> {
     serde_json::from_str(text.trim()).ok()
 }
 
-/// Closes the turn a dead harness left open on `branch`: when the
-/// timeline's head is still inside that turn (same submission, still
-/// open), a `complete` recording `{"failure": "interrupted"}` is appended
-/// (it carries the branch's working state, so the turn's kv writes are
-/// kept and accounted). Returns it; `None` when the turn was closed after all.
+/// Closes the turn a dead harness left open on `branch`, as the store's
+/// row or else its lock file (`left`) says, called holding the turn lock
+/// file `held`: a row whose holder may live (its own lock file, on another
+/// machine or under another home, still locked) refuses
+/// ([`HarnessError::TurnOpen`]); otherwise the turn is closed as interrupted ([`convo_store::Ledger::close_interrupted`]: a
+/// `complete` recording `{"failure": "interrupted"}`, carrying the
+/// branch's working state, so the turn's kv writes are kept and
+/// accounted). Returns it; `None` when no turn was left open. Call it
+/// holding the turn lock.
 pub fn settle_interrupted(
     store: &mut Store,
     session: &SessionId,
     branch: &BranchName,
-    left: &OpenTurn,
+    left: Option<&OpenTurn>,
+    held: &Path,
 ) -> Result<Option<StoredNode>> {
-    let row = store.branch(session, branch)?;
-    let Some(head) = row.head else {
-        return Ok(None);
-    };
-    let p = convo_core::HashPrefix::parse(&head.to_hex())
-        .map_err(|e| convo_store::StoreError::Invalid(e.to_string()))?;
-    let head = store.node(&p)?;
-    let same = head.ctx.open
-        && head
-            .ctx
-            .submission
-            .is_some_and(|s| s.to_hex() == left.submission);
-    if !same {
+    let held = std::path::absolute(held).unwrap_or_else(|_| held.to_path_buf());
+    let rows = store.read(|tx| tx.open_turns())?;
+    if left.is_none() && !rows.iter().any(|(s, b, _)| s == session && b == branch) {
         return Ok(None);
     }
-    let diag = serde_json::json!({
-        "failure": "interrupted",
-        "error": format!("the harness ({}) ended during the turn", left.holder),
-    });
-    let node = store.append(
-        session,
-        branch,
-        &Draft {
-            kind: Kind::Complete,
-            from: left.agent.clone(),
-            to: "user".into(),
-            payload: Vec::new(),
-            diagnostics: Diagnostics::from_value(&diag).unwrap_or_else(|_| Diagnostics::empty()),
-            state: None,
-            sequence: None,
-            created_at: now_ms(),
+    let out = store.transaction(|l| match l.open_turn(session, branch)? {
+        Some(t)
+            if std::path::Path::new(&t.lock) != held && !convo_runtime::turns::holder_gone(&t) =>
+        {
+            Err(convo_runtime::turns::turn_open(session, branch, &t))
+        }
+        Some(t) => l.close_interrupted(session, branch, &t, now_ms()),
+        None => match left {
+            Some(t) => l.close_interrupted(session, branch, t, now_ms()),
+            None => Ok(None),
         },
-    )?;
-    Ok(Some(node))
+    });
+    match out {
+        Err(convo_store::StoreError::TurnOpen {
+            session,
+            branch,
+            turn,
+            holder,
+        }) => Err(HarnessError::TurnOpen {
+            session,
+            branch,
+            turn,
+            holder,
+        }),
+        other => Ok(other?),
+    }
 }
 
 /// What a writer of a timeline holds while it writes: the turn lock, taken
@@ -232,10 +230,11 @@ pub fn guard_timeline(
         Err(HarnessError::Io { .. }) => return Ok(None),
         other => other?,
     };
-    if let Some(t) = left {
-        if store.branch(session, branch).is_ok() {
-            settle_interrupted(store, session, branch, &t)?;
-        }
+    if store.branch(session, branch).is_ok() {
+        let held = TurnLock::path(dir, session, branch);
+        settle_interrupted(store, session, branch, left.as_ref(), &held)?;
+    }
+    if left.is_some() {
         lock.clear();
     }
     Ok(Some(lock))
@@ -307,6 +306,8 @@ mod tests {
             turn: 3,
             agent: "bot".into(),
             holder: "convo run, pid 1".into(),
+            host: "here".into(),
+            lock: String::new(),
         };
         first.opened(&t);
         match TurnLock::acquire(dir.path(), &s, &b, false) {

@@ -184,6 +184,10 @@ struct RecordedTurn {
     start_state: Option<StateRoot>,
     calls: BTreeMap<u32, RecordedCall>,
     complete: Option<TimelineNode>,
+    /// A state write made outside any agent turn (`convo state put` on a
+    /// fork: [`convo_runtime::turns::state_write`]): its writes, re-applied
+    /// instead of sending the input to the agent.
+    state_writes: Option<Vec<convo_runtime::turns::StateOp>>,
 }
 
 fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
@@ -194,6 +198,12 @@ fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
         match node.kind {
             Kind::Invoke => {
                 requests.clear();
+                let marked = node
+                    .diagnostics
+                    .to_value()
+                    .get(convo_runtime::turns::STATE_WRITE)
+                    .and_then(Value::as_bool)
+                    == Some(true);
                 turns.push(RecordedTurn {
                     number: turns.len() as u64 + 1,
                     index: i,
@@ -201,11 +211,18 @@ fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
                     start_state: n.stored.ctx.state,
                     calls: BTreeMap::new(),
                     complete: None,
+                    state_writes: marked.then(Vec::new),
                 });
             }
             Kind::Request => {
                 if let (Some(t), Some(seq)) = (turns.last_mut(), node.sequence) {
                     let diag = node.diagnostics.to_value();
+                    if let Some(w) = t.state_writes.as_mut()
+                        && let Some(op) =
+                            convo_runtime::turns::StateOp::from_request(&diag, &n.payload)
+                    {
+                        w.push(op);
+                    }
                     let described = describe_call(&node.to, &diag, &n.payload);
                     t.calls.insert(
                         seq,
@@ -297,6 +314,44 @@ impl Harness {
                 self.pool
                     .run(move |st| st.transaction(|l| l.set_working_state(&s, &n, root.as_ref())))
                     .await?;
+            }
+            if let Some(ops) = &t.state_writes {
+                // Re-applied as recorded (the same nodes, the same root).
+                let (s, n, ops) = (replay_session, name.clone(), ops.clone());
+                let root = self
+                    .pool
+                    .run(move |st| {
+                        st.transaction(|l| {
+                            convo_runtime::turns::state_write_turn(l, &s, &n, &ops, now_ms())
+                                .map(|(root, _)| root)
+                        })
+                    })
+                    .await?;
+                let recorded = t.complete.as_ref().and_then(|c| c.stored.node.state);
+                let divergence =
+                    (!live && recorded.is_some() && recorded != Some(root)).then(|| {
+                        Divergence::new(
+                            t.number,
+                            None,
+                            "state",
+                            &recorded.map(|r| r.to_hex()).unwrap_or_default(),
+                            &root.to_hex(),
+                        )
+                    });
+                let rt = ReplayTurn {
+                    turn: t.number,
+                    live,
+                    input: String::from_utf8_lossy(&t.input).into_owned(),
+                    output: String::new(),
+                    matched: divergence.is_none(),
+                };
+                progress(&rt);
+                report.turns.push(rt);
+                if divergence.is_some() {
+                    report.divergence = divergence;
+                    break;
+                }
+                continue;
             }
             let expected = (!live).then(|| Expected {
                 calls: t.calls.clone(),

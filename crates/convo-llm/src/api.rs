@@ -308,7 +308,12 @@ pub fn canonical_value(v: &Value) -> Value {
 /// `<environment_context>…`, `<user_instructions>…` from Codex, any
 /// message that is only such a block).
 pub fn human_text(msgs: &[Value]) -> Option<String> {
-    for m in msgs {
+    first_human(msgs).map(|(_, t)| t)
+}
+
+/// The first message with human text ([`human_text`]): its index and that text.
+pub fn first_human(msgs: &[Value]) -> Option<(usize, String)> {
+    for (i, m) in msgs.iter().enumerate() {
         if role(m) != Some("user") {
             continue;
         }
@@ -329,7 +334,7 @@ pub fn human_text(msgs: &[Value]) -> Option<String> {
         for p in parts {
             let t = strip_wrapped_blocks(p);
             if !t.trim().is_empty() {
-                return Some(t.trim().to_owned());
+                return Some((i, t.trim().to_owned()));
             }
         }
     }

@@ -166,6 +166,10 @@ pub struct Facts {
     pub conversation: Option<String>,
     /// The messages, when the API has a message list.
     pub messages: Option<Conversation>,
+    /// The conversation identity the client sends, with what its messages
+    /// say before the first human text (see [`client_key`]): read for a
+    /// conversation's first request only (no answer in it yet).
+    pub client: Option<String>,
 }
 
 /// Hasher states by the bytes of the messages they hashed: see the
@@ -200,6 +204,10 @@ struct Top<'a> {
     previous_response_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     conversation: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    prompt_cache_key: Option<&'a RawValue>,
 }
 
 fn value(raw: Option<&RawValue>) -> Value {
@@ -274,6 +282,7 @@ impl Facts {
             previous_response_id: value(top.previous_response_id).as_str().map(str::to_owned),
             conversation: conversation_id(&value(top.conversation)),
             messages: None,
+            client: None,
         };
         let mut sources = Vec::new();
         match api {
@@ -298,13 +307,31 @@ impl Facts {
             },
             _ => return f,
         }
-        f.messages = Some(conversation(&sources, keys));
+        let c = conversation(&sources, keys);
+        // Read for a first request only (what an edit of the first message
+        // sends): the later calls of a conversation pay nothing for it.
+        if c.before.is_none()
+            && let Some(id) = client_id(&value(top.metadata), &value(top.prompt_cache_key))
+        {
+            f.client = Some(client_key(&id, sources.iter().map(Source::value)));
+        }
+        f.messages = Some(c);
         f
     }
 
     /// The same from a parsed document.
     pub fn of_value(api: Api, v: &Value) -> Facts {
         let opts = v.get("stream_options").unwrap_or(&Value::Null);
+        let null = Value::Null;
+        let msgs = api::messages(api, Some(v));
+        let mut w = Walk::default();
+        msgs.iter().flatten().for_each(|m| w.step(m));
+        let client = client_id(
+            v.get("metadata").unwrap_or(&null),
+            v.get("prompt_cache_key").unwrap_or(&null),
+        )
+        .filter(|_| w.before.is_none())
+        .and_then(|id| Some(client_key(&id, msgs.clone()?.into_iter())));
         Facts {
             object: v.is_object(),
             model: api::model(Some(v)),
@@ -316,9 +343,7 @@ impl Facts {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             conversation: v.get("conversation").and_then(conversation_id),
-            messages: api::messages(api, Some(v)).map(|msgs| {
-                let mut w = Walk::default();
-                msgs.iter().for_each(|m| w.step(m));
+            messages: msgs.map(|msgs| {
                 let start = w.last.map_or(0, |i| i + 1);
                 Conversation {
                     new_input: api::new_input(&msgs[start..]),
@@ -326,6 +351,7 @@ impl Facts {
                     after: w.chain,
                 }
             }),
+            client,
         }
     }
 
@@ -342,6 +368,50 @@ impl Facts {
         out.extend(self.messages.as_ref().and_then(|m| m.before.clone()));
         out
     }
+}
+
+/// The conversation identity a client puts in a request, when it sends
+/// one that names a conversation (not a user): Claude Code's
+/// `metadata.user_id` (`user_…_account_…_session_UUID`: the session),
+/// `metadata.session_id` / `conversation_id` / `thread_id`, and
+/// `prompt_cache_key` (Codex sets it to its conversation id). The
+/// OpenAI `user` field and a `metadata.user_id` without a session name a
+/// person, whose conversations are many: not an identity.
+pub fn client_id(metadata: &Value, prompt_cache_key: &Value) -> Option<String> {
+    fn text(v: Option<&Value>) -> Option<&str> {
+        v.and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+    if let Some(u) = text(metadata.get("user_id"))
+        && let Some((_, session)) = u.rsplit_once("_session_")
+        && !session.is_empty()
+    {
+        return Some(format!("claude-code:{session}"));
+    }
+    for k in ["session_id", "conversation_id", "thread_id"] {
+        if let Some(v) = text(metadata.get(k)) {
+            return Some(format!("metadata.{k}:{v}"));
+        }
+    }
+    text(Some(prompt_cache_key)).map(|v| format!("prompt_cache_key:{v}"))
+}
+
+/// The key a conversation's identity is recorded under (on the `complete`
+/// of its first turn, `thread_conversation`): `client:ID:PRELUDE`, PRELUDE the
+/// hash of the messages before the first human text (the system prompt,
+/// developer messages, Codex's environment blocks) in canonical form. So
+/// a client's side calls under the same identity with another system
+/// prompt (Claude Code's title and topic calls) are another conversation.
+pub fn client_key(id: &str, msgs: impl Iterator<Item = Value>) -> String {
+    let mut prelude = Chain::default();
+    for m in msgs {
+        if api::first_human(std::slice::from_ref(&m)).is_some() {
+            break;
+        }
+        prelude.push(&m);
+    }
+    format!("client:{id}:{}", prelude.key())
 }
 
 /// A Responses API request's `conversation` (an id, or `{"id": …}`).
@@ -515,6 +585,48 @@ mod tests {
         );
         assert_eq!(f.model.as_deref(), Some("b"));
         assert!(Facts::read(Api::Chat, b"not json", None).messages.is_none());
+    }
+
+    #[test]
+    fn a_client_names_its_conversation_and_its_prelude_tells_side_calls_apart() {
+        let cc = json!({"user_id": "user_ab_account_cd_session_7d3c-11"});
+        assert_eq!(
+            client_id(&cc, &Value::Null).as_deref(),
+            Some("claude-code:7d3c-11")
+        );
+        // A user id without a session names a person: no identity.
+        assert_eq!(client_id(&json!({"user_id": "alice"}), &Value::Null), None);
+        assert_eq!(
+            client_id(&json!({"thread_id": "t1"}), &json!("k")).as_deref(),
+            Some("metadata.thread_id:t1")
+        );
+        assert_eq!(
+            client_id(&Value::Null, &json!("conv-9")).as_deref(),
+            Some("prompt_cache_key:conv-9")
+        );
+        let read = |body: &str| Facts::read(Api::Chat, body.as_bytes(), None).client;
+        let a = read(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#,
+        );
+        let edited = read(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"two"}]}"#,
+        );
+        let side = read(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"T"},{"role":"user","content":"one"}]}"#,
+        );
+        assert!(
+            a.as_deref()
+                .unwrap()
+                .starts_with("client:prompt_cache_key:c:")
+        );
+        assert_eq!(a, edited, "the first human text is not part of it");
+        assert_ne!(a, side, "another system prompt is another conversation");
+        let v: Value = serde_json::from_str(
+            r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"x"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(Facts::of_value(Api::Chat, &v).client, a);
+        assert_eq!(read(r#"{"user":"alice","messages":[]}"#), None);
     }
 
     #[test]

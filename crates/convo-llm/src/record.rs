@@ -435,9 +435,12 @@ impl Exchange {
         if let (Some(c), Some(a)) = (&facts.messages, &answer) {
             cdiag.insert("thread".into(), json!(c.after.key_with(a)));
         }
-        for (field, key) in
-            crate::thread::keys_also(api, facts.conversation.as_deref(), resp.as_ref())
-        {
+        for (field, key) in crate::thread::keys_also(
+            api,
+            facts.conversation.as_deref(),
+            facts.client.as_deref(),
+            resp.as_ref(),
+        ) {
             cdiag.insert(field.as_str().into(), json!(key));
         }
         if let Some(e) = self.error.as_ref().or(self.partial.as_ref()) {
@@ -593,21 +596,7 @@ pub fn record_in(
                 });
             }
             Some((key, _)) if key == ex.retry_key() => {
-                let [_, request, mut response, complete] = ex.turn(&agent)?;
-                if retried {
-                    mark_awaiting(&mut response, &key)?;
-                }
-                let req = l.append(session, branch, &request)?;
-                response.sequence = req.node.sequence;
-                let resp = l.append(session, branch, &response)?;
-                let mut nodes = vec![req, resp];
-                if !retried {
-                    nodes.push(l.append(session, branch, &complete)?);
-                }
-                return Ok(Recorded {
-                    nodes,
-                    whole_turn: !retried,
-                });
+                return attempt_in(l, session, branch, &agent, ex);
             }
             Some((_, status)) => {
                 // Not retried after all: the open turn ends as it failed.
@@ -638,6 +627,50 @@ pub fn record_in(
     }
     Ok(Recorded {
         nodes: closed,
+        whole_turn: !retried,
+    })
+}
+
+/// [`record_in`] on a timeline whose head is a turn's `invoke` of the
+/// same input (a timeline forked there to regenerate its answer): the
+/// turn's `request`, `response` and `complete`, as an attempt of it.
+pub fn record_answer_in(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    ex: &Exchange,
+) -> Result<Recorded> {
+    let agent = l
+        .tx()
+        .session(session)?
+        .ok_or_else(|| StoreError::NoSession(session.to_string()))?
+        .agent;
+    attempt_in(l, session, branch, &agent, ex)
+}
+
+/// One attempt inside an open turn: `request`, `response` and, unless it
+/// failed with a status SDKs retry (then it awaits its retry), `complete`.
+fn attempt_in(
+    l: &mut Ledger<'_>,
+    session: &SessionId,
+    branch: &BranchName,
+    agent: &str,
+    ex: &Exchange,
+) -> Result<Recorded> {
+    let retried = crate::thread::is_retried(ex.status);
+    let [_, request, mut response, complete] = ex.turn(agent)?;
+    if retried {
+        mark_awaiting(&mut response, &ex.retry_key())?;
+    }
+    let req = l.append(session, branch, &request)?;
+    response.sequence = req.node.sequence;
+    let resp = l.append(session, branch, &response)?;
+    let mut nodes = vec![req, resp];
+    if !retried {
+        nodes.push(l.append(session, branch, &complete)?);
+    }
+    Ok(Recorded {
+        nodes,
         whole_turn: !retried,
     })
 }

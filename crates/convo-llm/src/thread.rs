@@ -69,10 +69,13 @@ pub fn lookup_keys(api: Api, req: Option<&Value>) -> Vec<String> {
 /// The other keys a recorded turn can be continued by, each with the
 /// diagnostics field its `complete` holds it in: its Responses API
 /// answer's id (`thread_response`), the request's `conversation`
-/// (`thread_conversation`).
+/// (`thread_conversation`), else the client's conversation identity there
+/// ([`crate::body::client_key`]: found only to fork an edited first
+/// message, never continued).
 pub fn keys_also(
     api: Api,
     conversation: Option<&str>,
+    client: Option<&str>,
     resp: Option<&Value>,
 ) -> Vec<(ThreadField, String)> {
     let mut out = Vec::new();
@@ -86,6 +89,8 @@ pub fn keys_also(
     }
     if let Some(c) = conversation {
         out.push((ThreadField::Conversation, format!("conversation:{c}")));
+    } else if let Some(c) = client {
+        out.push((ThreadField::Conversation, c.to_owned()));
     }
     out
 }
@@ -94,7 +99,7 @@ pub fn keys_also(
 pub fn field_of(key: &str) -> Option<ThreadField> {
     if key.starts_with("response:") {
         Some(ThreadField::Response)
-    } else if key.starts_with("conversation:") {
+    } else if key.starts_with("conversation:") || key.starts_with("client:") {
         Some(ThreadField::Conversation)
     } else if key.starts_with("retry:") {
         None
@@ -291,7 +296,12 @@ mod tests {
         );
         let resp = json!({"id":"resp_2","object":"response","output":[]});
         assert_eq!(
-            keys_also(Api::Responses, Some("conv_9"), Some(&resp)),
+            keys_also(
+                Api::Responses,
+                Some("conv_9"),
+                Some("client:x"),
+                Some(&resp)
+            ),
             vec![
                 (ThreadField::Response, "response:resp_2".to_owned()),
                 (ThreadField::Conversation, "conversation:conv_9".to_owned())

@@ -182,6 +182,80 @@ fn ensure_branch(
     }
 }
 
+/// A first request (no answer in it yet) whose client names a
+/// conversation the store has (its identity, [`crate::body::client_key`],
+/// on a `complete`): the client edited or regenerated the first message.
+/// Recorded in that session, on a new timeline `edit-N`:
+///
+/// - the same first human text as a first turn of the session (a
+///   regenerate): forked at that turn's `invoke`, the new answer recorded
+///   as the turn's `request`, `response`, `complete` (`true`);
+/// - another first human text (an edit): the first message is a session's
+///   first node, so nothing comes before it to fork at; the timeline
+///   starts empty ([`Ledger::create_branch`], as a replay's does), in the
+///   same session (`false`).
+///
+/// `None` (a new session) when no identity or no recorded conversation.
+fn first_message_fork(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    spots: &HashMap<String, Spot>,
+    ex: &record::Exchange,
+    api: crate::api::Api,
+    now: convo_core::Millis,
+) -> Result<Option<(SessionId, BranchName, bool)>> {
+    let facts = ex.facts();
+    // A first request only (nothing answered before in it): a longer one
+    // that matched nothing is not an edit of the first message.
+    let first = facts.messages.as_ref().is_some_and(|m| m.before.is_none());
+    let Some(key) = facts.client.clone().filter(|_| first) else {
+        return Ok(None);
+    };
+    let Some(spot) = find(shared, l, spots, &key)? else {
+        return Ok(None);
+    };
+    let first_text = |body: &[u8]| {
+        let req = crate::api::parse(body)?;
+        let msgs = crate::api::messages(api, Some(&req))?;
+        crate::api::first_human(&msgs).map(|(_, t)| t)
+    };
+    let Some(text) = first_text(&ex.request_body) else {
+        return Ok(None);
+    };
+    // The session's first turns: invokes at depth 1, their requests at 2.
+    let links = l.tx().session_links_at(&spot.session, 1, 2)?;
+    let mut again = None;
+    for inv in links
+        .iter()
+        .filter(|k| k.depth == 1 && k.kind == convo_core::Kind::Invoke)
+    {
+        let Some(req) = links.iter().find(|k| {
+            k.depth == 2 && k.kind == convo_core::Kind::Request && k.parent == Some(inv.hash)
+        }) else {
+            continue;
+        };
+        let read = l.tx().nodes_with_payloads(&[req.hash])?;
+        if let Some(Some((_, body))) = read.first()
+            && first_text(body).as_deref() == Some(text.as_str())
+        {
+            again = Some(inv.hash);
+            break;
+        }
+    }
+    let name = thread::free_edit_branch(l, &spot.session)?;
+    match again {
+        Some(invoke) => {
+            let from = convo_core::HashPrefix::parse(&invoke.to_hex())
+                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            l.fork(&spot.session, &from, &name, now)?;
+        }
+        None => {
+            l.create_branch(&spot.session, &name, now)?;
+        }
+    }
+    Ok(Some((spot.session, name, again.is_some())))
+}
+
 fn poisoned() -> StoreError {
     StoreError::backend("the thread index lock was poisoned")
 }
@@ -247,6 +321,8 @@ fn record_one(
     let retry = std::cell::OnceCell::new();
     let retry_key = || retry.get_or_init(|| ex.retry_key()).clone();
     let mut then_fork = None;
+    // A regenerated first answer: the timeline's head is that turn's invoke.
+    let mut regenerate = false;
     let (id, branch) = match named {
         Some((session, branch)) => {
             let branch = BranchName::new(&branch)
@@ -331,21 +407,31 @@ fn record_one(
                         (s.session, name)
                     }
                 }
-                None => {
-                    let req = ex.request_json();
-                    let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
-                    let row = l.create_session(
-                        SessionId::new_random(),
-                        thread::PROXY_AGENT,
-                        Some(&title),
-                        now,
-                    )?;
-                    (row.id, BranchName::main())
-                }
+                None => match first_message_fork(shared, l, spots, ex, api, now)? {
+                    Some((session, branch, again)) => {
+                        regenerate = again;
+                        (session, branch)
+                    }
+                    None => {
+                        let req = ex.request_json();
+                        let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
+                        let row = l.create_session(
+                            SessionId::new_random(),
+                            thread::PROXY_AGENT,
+                            Some(&title),
+                            now,
+                        )?;
+                        (row.id, BranchName::main())
+                    }
+                },
             }
         }
     };
-    let rec = record::record_in(l, &id, &branch, ex)?;
+    let rec = if regenerate {
+        record::record_answer_in(l, &id, &branch, ex)?
+    } else {
+        record::record_in(l, &id, &branch, ex)?
+    };
     if let (Some(name), Some(last)) = (&then_fork, rec.nodes.last()) {
         let from = convo_core::HashPrefix::parse(&last.hash.to_hex())
             .map_err(|e| StoreError::Invalid(e.to_string()))?;

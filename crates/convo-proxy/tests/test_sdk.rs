@@ -577,3 +577,204 @@ async fn uploads_and_virtual_keys_through_the_sdks_on_both_mounts() {
         up.stop().await;
     }
 }
+
+/// Conversations the SDKs name (`prompt_cache_key`, `metadata`, Claude
+/// Code's `metadata.user_id`), each started in phase 1; in phase 2 (a
+/// new proxy on the same store, so the identities are found in the
+/// store, not in memory) their first messages edited and regenerated.
+const FIRST_EDITS: &str = r#"
+import json, sys, openai, anthropic
+c = openai.OpenAI(max_retries=0)
+a = anthropic.Anthropic(max_retries=0)
+SYS = {"role": "system", "content": "You plan trips."}
+CC = "user_4f1e_account_9a2b_session_7d3c2a10-1b2c-4d5e-8f90-0a1b2c3d4e5f"
+CC_SYS = [{"type": "text", "text": "You are Claude Code."}]
+def cc_user(text):
+    return {"role": "user", "content": [
+        {"type": "text", "text": "<system-reminder>\nAs you answer, use the context.\n</system-reminder>"},
+        {"type": "text", "text": text}]}
+def chat(msgs, **kw):
+    return c.chat.completions.create(model="m", messages=msgs, **kw).choices[0].message.content
+out = {}
+if sys.argv[1] == "1":
+    t = chat([SYS, {"role": "user", "content": "plan a trip"}], prompt_cache_key="conv-A")
+    out["a2"] = chat([SYS, {"role": "user", "content": "plan a trip"}, {"role": "assistant", "content": t},
+                      {"role": "user", "content": "by train"}], prompt_cache_key="conv-A")
+    out["b1"] = chat([{"role": "user", "content": "first B"}], metadata={"session_id": "conv-B"}, store=True)
+    out["u1"] = chat([{"role": "user", "content": "alice one"}], user="alice")
+    m = a.messages.create(model="claude", max_tokens=10, system=CC_SYS, metadata={"user_id": CC},
+                          messages=[cc_user("fix the bug")])
+    out["c1"] = m.content[0].text
+else:
+    out["a_edit"] = chat([SYS, {"role": "user", "content": "plan a hike"}], prompt_cache_key="conv-A")
+    out["a_regen"] = chat([SYS, {"role": "user", "content": "plan a trip"}], prompt_cache_key="conv-A")
+    out["a_other"] = chat([{"role": "system", "content": "You write titles."},
+                           {"role": "user", "content": "title: trip"}], prompt_cache_key="conv-A")
+    out["b_edit"] = chat([{"role": "user", "content": "second B"}], metadata={"session_id": "conv-B"}, store=True)
+    out["u2"] = chat([{"role": "user", "content": "alice two"}], user="alice")
+    m = a.messages.create(model="claude", max_tokens=10, system=CC_SYS, metadata={"user_id": CC},
+                          messages=[cc_user("fix the test")])
+    out["c_edit"] = m.content[0].text
+    with a.messages.stream(model="claude", max_tokens=10, system=CC_SYS, metadata={"user_id": CC},
+                           messages=[cc_user("fix the bug")]) as s:
+        out["c_regen"] = "".join(s.text_stream)
+print(json.dumps(out))
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_or_regenerated_first_message_forks_its_session() {
+    first_edits_case(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_first_message_forks_its_session_on_postgresql() {
+    first_edits_case(true).await;
+}
+
+async fn first_edits_case(pg: bool) {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
+        return;
+    };
+    let db = if pg {
+        match crate::common::off_rt(convo_testutil::pg_database) {
+            Some(db) => Some(db),
+            None => return,
+        }
+    } else {
+        None
+    };
+    let up = Upstream::start().await;
+    let cfg = || {
+        let mut cfg = ProxyConfig::new(Some(up.url.clone()));
+        cfg.anthropic_upstream = Some(up.url.clone());
+        cfg
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = match &db {
+        Some(db) => db.url.clone(),
+        None => format!("sqlite://{}/convo.db", dir.path().display()),
+    };
+    let phase = |srv_url: String, n: &'static str| {
+        let python = python.clone();
+        tokio::task::spawn_blocking(move || {
+            let out = std::process::Command::new(python)
+                .args(["-c", FIRST_EDITS, n])
+                .env("OPENAI_BASE_URL", format!("{srv_url}/v1"))
+                .env("ANTHROPIC_BASE_URL", &srv_url)
+                .env("ANTHROPIC_API_KEY", KEY)
+                .env("OPENAI_API_KEY", KEY)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        })
+    };
+    let srv = Server::start_on(cfg(), dir, url.clone()).await;
+    let one = phase(srv.url.clone(), "1").await.unwrap();
+    assert_eq!(one["a2"], "echo: by train");
+    assert!(one["c1"].as_str().unwrap().ends_with("fix the bug"));
+    let dir = srv.stop().await;
+    let srv = Server::start_on(cfg(), dir, url).await;
+    let two = phase(srv.url.clone(), "2").await.unwrap();
+    assert_eq!(two["a_edit"], "echo: plan a hike");
+    assert!(
+        two["c_regen"]
+            .as_str()
+            .unwrap()
+            .ends_with("</system-reminder>fix the bug")
+    );
+
+    let (sessions, views) = crate::common::off_rt(|| {
+        let mut store = srv.store();
+        let sessions: Vec<String> = store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.title.unwrap_or_default())
+            .collect();
+        let report = store.verify().unwrap();
+        assert!(report.is_clean(), "{:#?}", report.problems);
+        let mut views = std::collections::BTreeMap::new();
+        for title in ["plan a trip", "first B", "fix the bug"] {
+            let s = store.find_session(title).unwrap();
+            for b in store.branches(&s.id).unwrap() {
+                let t = store.timeline(&s.id, &b.name).unwrap();
+                views.insert(format!("{title}/{}", b.name), t);
+            }
+        }
+        (sessions, views)
+    });
+    let mut sorted = sessions.clone();
+    sorted.sort();
+    // The edits and regenerates are timelines of their sessions; the
+    // call with another system prompt and the `user` field's two
+    // conversations are sessions of their own.
+    assert_eq!(
+        sorted,
+        [
+            "alice one",
+            "alice two",
+            "first B",
+            "fix the bug",
+            "plan a trip",
+            "title: trip"
+        ],
+        "{sessions:?}"
+    );
+    let kinds = |k: &str| -> Vec<Kind> { views[k].iter().map(|n| n.stored.node.kind).collect() };
+    let last_payload = |k: &str| views[k].last().unwrap().payload.clone();
+    use Kind::*;
+    // The edit: a timeline of its own from the first message on.
+    assert_eq!(views["plan a trip/main"].len(), 8);
+    assert_eq!(
+        kinds("plan a trip/edit-1"),
+        [Invoke, Request, Response, Complete]
+    );
+    assert_eq!(last_payload("plan a trip/edit-1"), b"echo: plan a hike");
+    // The regenerate: forked at the first message, a new answer to it.
+    assert_eq!(
+        kinds("plan a trip/edit-2"),
+        [Invoke, Fork, Request, Response, Complete]
+    );
+    assert_eq!(
+        views["plan a trip/edit-2"][0].stored.hash,
+        views["plan a trip/main"][0].stored.hash
+    );
+    assert_eq!(last_payload("plan a trip/edit-2"), b"echo: plan a trip");
+    let d = views["plan a trip/main"][3]
+        .stored
+        .node
+        .diagnostics
+        .to_value();
+    assert!(
+        d["thread_conversation"]
+            .as_str()
+            .unwrap()
+            .starts_with("client:prompt_cache_key:conv-A:"),
+        "{d}"
+    );
+    assert_eq!(last_payload("first B/edit-1"), b"echo: second B");
+    // Claude Code's session: the edit, then the regenerate (streamed).
+    assert_eq!(kinds("fix the bug/edit-1").len(), 4);
+    assert!(last_payload("fix the bug/edit-1").ends_with(b"fix the test"));
+    assert_eq!(
+        kinds("fix the bug/edit-2"),
+        [Invoke, Fork, Request, Response, Complete]
+    );
+    assert!(last_payload("fix the bug/edit-2").ends_with(b"fix the bug"));
+    assert_eq!(
+        views
+            .keys()
+            .filter(|k| k.starts_with("fix the bug/"))
+            .count(),
+        3
+    );
+    srv.stop().await;
+    up.stop().await;
+    crate::common::off_rt(move || drop(db));
+}

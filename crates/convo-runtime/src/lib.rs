@@ -34,6 +34,7 @@ pub mod events;
 pub mod pool;
 pub mod reconnect;
 pub mod security;
+pub mod turns;
 pub mod wire;
 pub mod writer;
 

@@ -540,7 +540,7 @@ pub struct Appended {
 #[utoipa::path(post, path = "/api/v1/sessions/{session}/branches/{branch}/nodes",
     params(("session" = String, Path), ("branch" = String, Path)),
     request_body = AppendBody,
-    responses((status = 201, body = Appended), (status = "default", body = ErrorDoc)))]
+    responses((status = 201, body = Appended), (status = 409, body = ErrorDoc, description = TURN_OPEN), (status = "default", body = ErrorDoc)))]
 pub async fn append(
     State(st): State<AppState>,
     Path((q, b)): Path<(String, String)>,
@@ -662,7 +662,7 @@ pub struct Forked {
 /// Forks a new timeline from any node of the session (O(1) at any depth).
 #[utoipa::path(post, path = "/api/v1/sessions/{session}/fork",
     params(("session" = String, Path)), request_body = ForkRequest,
-    responses((status = 201, body = Forked), (status = "default", body = ErrorDoc)))]
+    responses((status = 201, body = Forked), (status = 409, body = ErrorDoc, description = TURN_OPEN), (status = "default", body = ErrorDoc)))]
 pub async fn fork(
     State(st): State<AppState>,
     Path(q): Path<String>,
@@ -675,7 +675,13 @@ pub async fn fork(
         .run(move |s| {
             let row = s.find_session(&q)?;
             let from = resolved(s, &row.id, &f.from)?;
-            let node = s.fork(&row.id, &from, &branch, now())?;
+            let node = s.transaction(|l| {
+                // A fork from a timeline with an open turn would start inside it.
+                if let Some(src) = convo_store::refs::source_branch(l.tx(), &row.id, &f.from)? {
+                    guard(l, &row.id, &src)?;
+                }
+                l.fork(&row.id, &from, &branch, now())
+            })?;
             let b = s.branch(&row.id, &branch)?;
             Ok((node, b))
         })
@@ -710,7 +716,7 @@ pub struct PromotedView {
 /// Makes a branch `main`; the old `main` is sealed as `broken-YYYY-MM-DD`.
 #[utoipa::path(post, path = "/api/v1/sessions/{session}/promote",
     params(("session" = String, Path)), request_body = PromoteRequest,
-    responses((status = 200, body = PromotedView), (status = "default", body = ErrorDoc)))]
+    responses((status = 200, body = PromotedView), (status = 409, body = ErrorDoc, description = TURN_OPEN), (status = "default", body = ErrorDoc)))]
 pub async fn promote(
     State(st): State<AppState>,
     Path(q): Path<String>,
@@ -722,7 +728,12 @@ pub async fn promote(
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.promote(&row.id, &branch, now())
+            s.transaction(|l| {
+                // Both timelines change: neither may be inside a turn.
+                guard(l, &row.id, &BranchName::main())?;
+                guard(l, &row.id, &branch)?;
+                l.promote(&row.id, &branch, now())
+            })
         })
         .await?;
     st.hub.poke();
@@ -730,6 +741,20 @@ pub async fn promote(
         node: wire::node(&out.node, None),
         sealed_as: out.sealed_as.as_str().to_owned(),
     }))
+}
+
+/// What a 409 of a write says (the OpenAPI document's description).
+const TURN_OPEN: &str = "Refused (`kind: refused`): the timeline is sealed, or a harness turn is open on it (`convo run`/`chat`: the message names the turn as BRANCH@TURN and its holder; retry once the turn has ended). A turn whose holder was killed is closed as interrupted by the next write instead.";
+
+/// Refuses a write to a timeline with a harness turn open (409 `refused`,
+/// naming `BRANCH@TURN`), closing a killed holder's turn first: see
+/// [`convo_runtime::turns`].
+fn guard(
+    l: &mut convo_store::Ledger<'_>,
+    session: &convo_core::SessionId,
+    branch: &BranchName,
+) -> Result<(), StoreError> {
+    convo_runtime::turns::guard(l, session, branch, now())
 }
 
 // ----- state --------------------------------------------------------------
@@ -826,7 +851,7 @@ pub struct StateWritten {
 #[utoipa::path(put, path = "/api/v1/sessions/{session}/branches/{branch}/state/{key}",
     params(("session" = String, Path), ("branch" = String, Path), ("key" = String, Path)),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 200, body = StateWritten), (status = "default", body = ErrorDoc)))]
+    responses((status = 200, body = StateWritten), (status = 409, body = ErrorDoc, description = TURN_OPEN), (status = "default", body = ErrorDoc)))]
 pub async fn state_put(
     State(st): State<AppState>,
     Path((q, b, key)): Path<(String, String, String)>,
@@ -837,9 +862,17 @@ pub async fn state_put(
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.state_put(&row.id, &branch, &key, &body)
+            let op = [convo_runtime::turns::StateOp::Put(
+                key.clone(),
+                body.to_vec(),
+            )];
+            s.transaction(|l| {
+                guard(l, &row.id, &branch)?;
+                convo_runtime::turns::state_write(l, &row.id, &branch, &op, now()).map(|(r, _)| r)
+            })
         })
         .await?;
+    st.hub.poke();
     Ok(Json(StateWritten {
         root: root.to_hex(),
         existed: None,
@@ -849,7 +882,7 @@ pub async fn state_put(
 /// Removes a key from the branch's working state.
 #[utoipa::path(delete, path = "/api/v1/sessions/{session}/branches/{branch}/state/{key}",
     params(("session" = String, Path), ("branch" = String, Path), ("key" = String, Path)),
-    responses((status = 200, body = StateWritten), (status = "default", body = ErrorDoc)))]
+    responses((status = 200, body = StateWritten), (status = 409, body = ErrorDoc, description = TURN_OPEN), (status = "default", body = ErrorDoc)))]
 pub async fn state_delete(
     State(st): State<AppState>,
     Path((q, b, key)): Path<(String, String, String)>,
@@ -859,9 +892,14 @@ pub async fn state_delete(
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.state_delete(&row.id, &branch, &key)
+            let op = [convo_runtime::turns::StateOp::Delete(key.clone())];
+            s.transaction(|l| {
+                guard(l, &row.id, &branch)?;
+                convo_runtime::turns::state_write(l, &row.id, &branch, &op, now())
+            })
         })
         .await?;
+    st.hub.poke();
     Ok(Json(StateWritten {
         root: root.to_hex(),
         existed: Some(existed),

@@ -1,6 +1,9 @@
 //! `POST …/nodes` through the group-commit writer
 //! ([`convo_runtime::writer`]): concurrent requests' appends share one
-//! store transaction, each request atomic, in arrival order.
+//! store transaction, each request atomic, in arrival order. A request
+//! whose timeline has a harness turn open is refused
+//! ([`convo_runtime::turns::guard`]; the batch is then redone request by
+//! request, so only it fails).
 
 use convo_core::BranchName;
 use convo_runtime::writer::{self, Work};
@@ -36,7 +39,16 @@ impl Work for Appending {
             .iter()
             .map(|j| (j.session.id, j.branch.clone(), j.drafts.as_slice()))
             .collect();
-        store.transaction(|l| l.append_batch(&batch))
+        store.transaction(|l| {
+            // One read of the (few) open turns per batch.
+            let open = l.open_turns()?;
+            for (s, b, _) in &batch {
+                if open.iter().any(|(os, ob, _)| os == s && ob == b) {
+                    convo_runtime::turns::guard(l, s, b, convo_runtime::now_ms())?;
+                }
+            }
+            l.append_batch(&batch)
+        })
     }
 }
 

@@ -243,6 +243,12 @@ pub trait BranchTx: NodeTx {
         to: &BranchName,
         sealed: bool,
     ) -> Result<()>;
+
+    /// Every turn a harness has open (session, branch, the turn as JSON):
+    /// a row from the turn's invoke to its complete (see [`crate::OpenTurn`]).
+    fn open_turns(&mut self) -> Result<Vec<(SessionId, BranchName, String)>>;
+    /// Records (`Some`) or removes (`None`) the open turn of a timeline.
+    fn set_open_turn(&mut self, s: &SessionId, b: &BranchName, turn: Option<&str>) -> Result<()>;
 }
 
 /// Node rows and the follow sequence.
@@ -257,7 +263,6 @@ pub trait NodeTx: BlobTx {
     /// The newest `complete` whose diagnostics hold `value` at `field`
     /// (indexed: the recording proxy's threading, convo-proxy thread.rs).
     fn complete_by_thread(&mut self, field: ThreadField, value: &str) -> Result<Option<NodeHash>>;
-
     /// Up to `limit` node hashes starting with `p`.
     fn nodes_with_prefix(&mut self, p: &HashPrefix, limit: usize) -> Result<Vec<NodeHash>>;
 
@@ -559,6 +564,19 @@ pub(crate) const MAX_CONFLICTS: u32 = 100;
 /// retryable error: lock contention (`Busy`) for up to [`RETRY_BUDGET`],
 /// with a short jittered sleep, and a lost compare-and-swap (`Conflict`) up
 /// to [`MAX_CONFLICTS`] times. Shared by every backend so they retry alike.
+/// An `open_turns` row read back (a name that does not parse is corrupt).
+pub(crate) fn open_turn_row(
+    session: &str,
+    branch: &str,
+    turn: String,
+) -> Result<(SessionId, BranchName, String)> {
+    let s = SessionId::parse(session)
+        .map_err(|e| StoreError::corrupt(format!("open turn of session `{session}`: {e}")))?;
+    let b = BranchName::new(branch)
+        .map_err(|e| StoreError::corrupt(format!("open turn of branch `{branch}`: {e}")))?;
+    Ok((s, b, turn))
+}
+
 pub(crate) fn retrying(mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
     let start = std::time::Instant::now();
     let mut conflicts = 0;

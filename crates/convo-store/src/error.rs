@@ -140,6 +140,18 @@ pub enum StoreError {
     },
     /// `promote main`.
     PromoteMain,
+    /// A harness turn is open on the timeline (its row in the store, see
+    /// [`crate::OpenTurn`]): a write now would land inside it.
+    TurnOpen {
+        /// The session.
+        session: String,
+        /// The timeline.
+        branch: String,
+        /// The turn, as `BRANCH@TURN`.
+        turn: String,
+        /// Who holds it (`convo run, pid 12 on host`).
+        holder: String,
+    },
     /// No node has that hash or prefix.
     NoNode(String),
     /// A prefix shared by several nodes.
@@ -226,6 +238,15 @@ impl std::fmt::Display for StoreError {
                 "branch `{branch}` of session {session} is sealed and refuses new nodes"
             ),
             StoreError::PromoteMain => f.write_str("`main` is already the canonical timeline"),
+            StoreError::TurnOpen {
+                session,
+                branch,
+                turn,
+                holder,
+            } => write!(
+                f,
+                "branch `{branch}` of session {session} is inside turn {turn}, open by {holder}: a write now would land inside that turn"
+            ),
             StoreError::NoNode(p) => write!(f, "no node matches `{p}`"),
             StoreError::AmbiguousNode { prefix, count } => {
                 write!(f, "`{prefix}` matches {count} nodes")
@@ -375,6 +396,7 @@ impl StoreError {
             StoreError::BranchExists { .. }
             | StoreError::Sealed { .. }
             | StoreError::PromoteMain
+            | StoreError::TurnOpen { .. }
             | StoreError::Conflict(_) => ErrorKind::Refused,
             StoreError::WrongSession { .. }
             | StoreError::Rule(_)

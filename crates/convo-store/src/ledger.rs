@@ -987,6 +987,102 @@ impl Ledger<'_> {
         Ok((new, new != root))
     }
 
+    /// Every turn a harness has open, with its timeline ([`crate::OpenTurn`]).
+    pub fn open_turns(&mut self) -> Result<Vec<(SessionId, BranchName, crate::OpenTurn)>> {
+        self.tx
+            .open_turns()?
+            .into_iter()
+            .map(|(s, b, t)| {
+                let turn = serde_json::from_str(&t).map_err(|e| {
+                    StoreError::corrupt(format!("the open turn of `{b}` of {s}: {e}"))
+                })?;
+                Ok((s, b, turn))
+            })
+            .collect()
+    }
+
+    /// The turn a harness has open on a timeline, if any.
+    pub fn open_turn(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+    ) -> Result<Option<crate::OpenTurn>> {
+        Ok(self
+            .open_turns()?
+            .into_iter()
+            .find(|(s, b, _)| s == session && b == branch)
+            .map(|(_, _, t)| t))
+    }
+
+    /// Records the turn a harness opens on a timeline (in its invoke's
+    /// transaction), or removes it (`None`, in its complete's).
+    pub fn set_open_turn(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        turn: Option<&crate::OpenTurn>,
+    ) -> Result<()> {
+        let json = turn
+            .map(serde_json::to_string)
+            .transpose()
+            .map_err(|e| StoreError::Invalid(format!("open turn: {e}")))?;
+        self.tx.set_open_turn(session, branch, json.as_deref())
+    }
+
+    /// Closes the turn a dead holder left open on `branch`: when the
+    /// timeline's head is still inside that turn (same submission, still
+    /// open), a `complete` recording `{"failure": "interrupted"}` is
+    /// appended (it carries the branch's working state, so the turn's kv
+    /// writes are kept and accounted). The open-turn row goes either way.
+    /// Returns the complete; `None` when the turn was closed after all.
+    pub fn close_interrupted(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        left: &crate::OpenTurn,
+        now: Millis,
+    ) -> Result<Option<StoredNode>> {
+        self.set_open_turn(session, branch, None)?;
+        let Some(row) = self.tx.branch(session, branch)? else {
+            return Ok(None);
+        };
+        let Some(head) = row.head else {
+            return Ok(None);
+        };
+        let head = self
+            .tx
+            .node(&head)?
+            .ok_or_else(|| StoreError::corrupt(format!("head {head} of `{branch}` is missing")))?;
+        let same = head.ctx.open
+            && head
+                .ctx
+                .submission
+                .is_some_and(|s| s.to_hex() == left.submission);
+        if !same {
+            return Ok(None);
+        }
+        let diag = serde_json::json!({
+            "failure": "interrupted",
+            "error": format!("the harness ({}) ended during the turn", left.holder),
+        });
+        let node = self.append(
+            session,
+            branch,
+            &Draft {
+                kind: Kind::Complete,
+                from: left.agent.clone(),
+                to: "user".into(),
+                payload: Vec::new(),
+                diagnostics: convo_core::Diagnostics::from_value(&diag)
+                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+                state: None,
+                sequence: None,
+                created_at: now,
+            },
+        )?;
+        Ok(Some(node))
+    }
+
     /// One branch, as seen inside this transaction.
     pub fn branch(&mut self, session: &SessionId, name: &BranchName) -> Result<BranchRow> {
         open_branch(self.tx, session, name, false)

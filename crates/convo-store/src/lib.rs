@@ -76,4 +76,5 @@ pub use ledger::{Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelinePa
 pub use migrate::{Migrated, migrate};
 pub use redact::{Redacted, Redaction};
 pub use registry::{Backends, Opener};
+pub use turns::OpenTurn;
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport};

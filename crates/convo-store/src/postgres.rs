@@ -57,6 +57,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/postgres/0005_turns.sql"),
     include_str!("../migrations/postgres/0006_chunks.sql"),
     include_str!("../migrations/postgres/0007_thread_index.sql"),
+    include_str!("../migrations/postgres/0008_open_turns.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see `sqlite.rs`).
 const FACTS_VERSION: usize = 2;
@@ -1070,6 +1071,36 @@ impl BranchTx for PgTx<'_> {
             OnError::Conflict,
         )?;
         Ok(true)
+    }
+
+    fn open_turns(&mut self) -> Result<Vec<(SessionId, BranchName, String)>> {
+        let rows = self.query("SELECT session, branch, turn FROM open_turns", &[])?;
+        rows.iter()
+            .map(|r| {
+                let (s, b, t): (String, String, String) = (r.get(0), r.get(1), r.get(2));
+                crate::backend::open_turn_row(&s, &b, t)
+            })
+            .collect()
+    }
+
+    fn set_open_turn(&mut self, s: &SessionId, b: &BranchName, turn: Option<&str>) -> Result<()> {
+        self.defer(
+            "DELETE FROM open_turns WHERE session = $1 AND branch = $2",
+            vec![Box::new(s.to_string()), Box::new(b.as_str().to_owned())],
+            OnError::Db,
+        )?;
+        if let Some(t) = turn {
+            self.defer(
+                "INSERT INTO open_turns (session, branch, turn) VALUES ($1, $2, $3)",
+                vec![
+                    Box::new(s.to_string()),
+                    Box::new(b.as_str().to_owned()),
+                    Box::new(t.to_owned()),
+                ],
+                OnError::Db,
+            )?;
+        }
+        Ok(())
     }
 
     fn set_branch_state(

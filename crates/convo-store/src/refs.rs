@@ -97,6 +97,29 @@ impl RefSpec {
 
 /// Resolves `text` (see the module docs) to a node of `session`, inside a
 /// transaction.
+/// The timeline a node reference names (`BRANCH`, `BRANCH@TURN`,
+/// `BRANCH~N`; an existing branch of the session), `None` for a hash:
+/// what a fork from it starts inside when a turn is open there.
+pub fn source_branch(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    text: &str,
+) -> Result<Option<BranchName>> {
+    let exact = BranchName::new(text).ok();
+    if let Some(b) = exact
+        && tx.branch(session, &b)?.is_some()
+    {
+        return Ok(Some(b));
+    }
+    let Ok(spec) = RefSpec::parse(text) else {
+        return Ok(None);
+    };
+    match BranchName::new(&spec.base) {
+        Ok(b) if tx.branch(session, &b)?.is_some() => Ok(Some(b)),
+        _ => Ok(None),
+    }
+}
+
 pub fn resolve_ref_in(tx: &mut dyn Tx, session: &SessionId, text: &str) -> Result<StoredNode> {
     // Rule 1: an exact branch name.
     if let Ok(name) = BranchName::new(text)

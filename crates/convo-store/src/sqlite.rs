@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/sqlite/0007_turns.sql"),
     include_str!("../migrations/sqlite/0008_chunks.sql"),
     include_str!("../migrations/sqlite/0009_thread_index.sql"),
+    include_str!("../migrations/sqlite/0010_open_turns.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
@@ -1146,6 +1147,36 @@ impl BranchTx for SqliteTx<'_> {
             })
             .map_err(db)?;
         Ok(n == 1)
+    }
+
+    fn open_turns(&mut self) -> Result<Vec<(SessionId, BranchName, String)>> {
+        let mut st = self
+            .tx
+            .prepare_cached("SELECT session, branch, turn FROM open_turns")
+            .map_err(db)?;
+        let rows: Vec<(String, String, String)> = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .and_then(|r| r.collect())
+            .map_err(db)?;
+        rows.into_iter()
+            .map(|(s, b, t)| crate::backend::open_turn_row(&s, &b, t))
+            .collect()
+    }
+
+    fn set_open_turn(&mut self, s: &SessionId, b: &BranchName, turn: Option<&str>) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM open_turns WHERE session = ?1 AND branch = ?2")
+            .and_then(|mut st| st.execute(params![s.to_string(), b.as_str()]))
+            .map_err(db)?;
+        if let Some(t) = turn {
+            self.tx
+                .prepare_cached(
+                    "INSERT INTO open_turns (session, branch, turn) VALUES (?1, ?2, ?3)",
+                )
+                .and_then(|mut st| st.execute(params![s.to_string(), b.as_str(), t]))
+                .map_err(db)?;
+        }
+        Ok(())
     }
 
     fn set_branch_state(

@@ -9,6 +9,31 @@
 //! still open closes that turn unfinished and starts the next.
 
 use convo_core::Kind;
+use serde::{Deserialize, Serialize};
+
+/// The turn a harness has open on a timeline, from its invoke to its
+/// complete: a row of the store (`open_turns`, written in the invoke's
+/// transaction, removed in the complete's), so every writer of the
+/// timeline sees it inside its own transaction, on every machine sharing
+/// the store. Not a node: nothing hashes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenTurn {
+    /// The turn's submission (hex).
+    pub submission: String,
+    /// The turn's number on the timeline (`BRANCH@TURN`).
+    pub turn: u64,
+    /// The agent answering it (the `from` of its complete).
+    pub agent: String,
+    /// Who holds it (`convo run, pid 123`).
+    pub holder: String,
+    /// The machine the holder runs on (a writer on it can tell a killed
+    /// holder by its lock file; see `convo_runtime::turns`).
+    #[serde(default)]
+    pub host: String,
+    /// The holder's turn lock file (absolute), locked while it lives.
+    #[serde(default)]
+    pub lock: String,
+}
 
 /// One turn of a timeline, as a range of positions in it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -220,6 +220,17 @@ pub fn guard_timeline(
     )?)
 }
 
+/// Inside a write's transaction, under [`guard_timeline`]'s lock: a turn
+/// opened meanwhile by a harness on another machine sharing the store (a
+/// row the file lock does not cover) refuses the write (exit 4).
+pub fn turn_guard(
+    l: &mut convo_store::Ledger<'_>,
+    session: &convo_core::SessionId,
+    branch: &BranchName,
+) -> convo_store::Result<()> {
+    convo_runtime::turns::guard(l, session, branch, convo_runtime::now_ms())
+}
+
 pub fn find_session(store: &mut Store, q: &str) -> CmdResult<SessionRow> {
     Ok(store.find_session(q)?)
 }

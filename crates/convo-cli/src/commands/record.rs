@@ -166,7 +166,10 @@ pub fn run(env: &Env, a: RecordArgs) -> CmdResult {
         sequence: a.sequence,
         created_at: now(),
     };
-    let node = store.append(&s.id, &branch, &draft)?;
+    let node = store.transaction(|l| {
+        super::turn_guard(l, &s.id, &branch)?;
+        l.append(&s.id, &branch, &draft)
+    })?;
     if a.json {
         crate::output::print_json(&crate::output::node_json(&node, Some(&draft.payload)));
     } else {

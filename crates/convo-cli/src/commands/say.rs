@@ -56,6 +56,7 @@ pub fn run(env: &Env, a: SayArgs) -> CmdResult {
         mk(Kind::Complete, &a.agent, t),
     ];
     let nodes = store.transaction(|l| {
+        super::turn_guard(l, &s.id, &branch)?;
         drafts
             .iter()
             .map(|d| l.append(&s.id, &branch, d))

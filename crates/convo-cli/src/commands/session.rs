@@ -156,7 +156,12 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
             let at = store.resolve_ref(&s.id, &from)?;
             let full = convo_core::HashPrefix::parse(&at.hash.to_hex())
                 .map_err(|e| super::CommandError::user(e.to_string()))?;
-            let node = store.fork(&s.id, &full, &name, now())?;
+            let node = store.transaction(|l| {
+                if let Some(b) = &source {
+                    super::turn_guard(l, &s.id, b)?;
+                }
+                l.fork(&s.id, &full, &name, now())
+            })?;
             let mut out = Out::stdout();
             if json {
                 write_json(&mut out, &node_json(&node, None))?;
@@ -188,7 +193,11 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
             if name != BranchName::main() {
                 _turns.push(super::guard_timeline(env, &mut store, &s.id, &name, wait)?);
             }
-            let p = store.promote(&s.id, &name, now())?;
+            let p = store.transaction(|l| {
+                super::turn_guard(l, &s.id, &BranchName::main())?;
+                super::turn_guard(l, &s.id, &name)?;
+                l.promote(&s.id, &name, now())
+            })?;
             let mut out = Out::stdout();
             if json {
                 let mut v = node_json(&p.node, None);
@@ -214,14 +223,10 @@ fn fork_source(
     session: &convo_core::SessionId,
     from: &str,
 ) -> Option<BranchName> {
-    let exact = BranchName::new(from).ok();
-    if let Some(b) = exact.filter(|b| store.branch(session, b).is_ok()) {
-        return Some(b);
-    }
-    let spec = convo_store::refs::RefSpec::parse(from).ok()?;
-    BranchName::new(&spec.base)
+    store
+        .read(|tx| convo_store::refs::source_branch(tx, session, from))
         .ok()
-        .filter(|b| store.branch(session, b).is_ok())
+        .flatten()
 }
 
 fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {

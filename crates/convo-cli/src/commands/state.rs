@@ -1,6 +1,8 @@
 use super::{CmdResult, CommandError, Env, branch_name, find_session};
 use crate::cli::StateCmd;
 use crate::output::{clean, print_json};
+use convo_runtime::now_ms;
+use convo_runtime::turns::{StateOp, state_write};
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -24,7 +26,11 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             let s = find_session(&mut store, &session)?;
             let branch = branch_name(&branch)?;
             let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
-            let root = store.state_put(&s.id, &branch, &key, &bytes)?;
+            let op = [StateOp::Put(key.clone(), bytes)];
+            let (root, _) = store.transaction(|l| {
+                super::turn_guard(l, &s.id, &branch)?;
+                state_write(l, &s.id, &branch, &op, now_ms())
+            })?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex() }));
             } else {
@@ -41,7 +47,11 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             let s = find_session(&mut store, &session)?;
             let branch = branch_name(&branch)?;
             let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
-            let (root, existed) = store.state_delete(&s.id, &branch, &key)?;
+            let op = [StateOp::Delete(key.clone())];
+            let (root, existed) = store.transaction(|l| {
+                super::turn_guard(l, &s.id, &branch)?;
+                state_write(l, &s.id, &branch, &op, now_ms())
+            })?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex(), "existed": existed }));
             } else {
