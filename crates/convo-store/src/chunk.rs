@@ -243,12 +243,12 @@ struct Remembered {
     hash: ContentHash,
     /// The SHA-256 state after each [`STATE_EVERY`] bytes.
     states: Vec<sha2::Sha256>,
-    /// Its level-0 entries once it was cut; the last one was cut by the
-    /// end of the bytes, not by their content.
-    leaves: Option<Vec<Entry>>,
-    /// Until then: the level-0 entries of the payload it extends that end
-    /// within their shared prefix (cut by content, so cut the same here).
-    known: Vec<Entry>,
+    /// Its level-0 entries once it was cut (`cut`; the last one was cut
+    /// by the end of the bytes, not by their content); until then those
+    /// of the payload it extends that end within their shared prefix (cut
+    /// by content, so cut the same here).
+    leaves: Vec<Entry>,
+    cut: bool,
 }
 
 /// The large payloads a connection hashed and cut lately, so that the
@@ -321,41 +321,66 @@ impl Recent {
             // The same payload again.
             return self.seen[i].hash;
         }
-        let (mut h, mut states) = match best {
-            Some((i, n)) if n >= STATE_EVERY => {
-                let r = &self.seen[i];
+        // The payload this one extends (most of it repeated) is not needed
+        // any more: it is updated in place (its buffers reused, only the
+        // bytes after the difference copied); another is remembered beside.
+        let n = best.map_or(0, |(_, n)| n);
+        let i = match best {
+            Some((i, n)) if n * 2 >= self.seen[i].bytes.len() => {
+                let mut r = self.seen.remove(i).expect("found above");
                 let k = (n / STATE_EVERY).min(r.states.len());
-                (r.states[k - 1].clone(), r.states[..k].to_vec())
+                r.states.truncate(k);
+                let keep = r.leaves_within(n).len();
+                r.leaves.truncate(keep);
+                r.cut = false;
+                self.held -= r.bytes.len();
+                r.bytes.truncate(n);
+                if r.bytes.capacity() < bytes.len() {
+                    // Room to grow: the next call adds a little.
+                    r.bytes.reserve(bytes.len() - n + bytes.len() / 8);
+                }
+                r.bytes.extend_from_slice(&bytes[n..]);
+                self.seen.push_back(r);
+                self.seen.len() - 1
             }
-            _ => (sha2::Sha256::new(), Vec::new()),
+            _ => {
+                let (states, leaves) = match best {
+                    Some((j, n)) => {
+                        let r = &self.seen[j];
+                        let k = (n / STATE_EVERY).min(r.states.len());
+                        (r.states[..k].to_vec(), r.leaves_within(n).to_vec())
+                    }
+                    None => (Vec::new(), Vec::new()),
+                };
+                self.seen.push_back(Remembered {
+                    bytes: bytes.to_vec(),
+                    hash: ContentHash(Digest([0; 32])),
+                    states,
+                    leaves,
+                    cut: false,
+                });
+                self.seen.len() - 1
+            }
         };
-        let from = states.len() * STATE_EVERY;
+        self.held += bytes.len();
+        let r = &mut self.seen[i];
+        debug_assert!(r.states.len() * STATE_EVERY <= n);
+        let k = r.states.len();
+        let mut h = match k {
+            0 => sha2::Sha256::new(),
+            k => r.states[k - 1].clone(),
+        };
+        let from = k * STATE_EVERY;
         let mut at = from;
         while at + STATE_EVERY <= bytes.len() {
             h.update(&bytes[at..at + STATE_EVERY]);
-            states.push(h.clone());
+            r.states.push(h.clone());
             at += STATE_EVERY;
         }
         h.update(&bytes[at..]);
         self.hashed += (bytes.len() - from) as u64;
         let hash = ContentHash(Digest(h.finalize().into()));
-        let mut known = Vec::new();
-        if let Some((i, n)) = best {
-            known = self.seen[i].leaves_within(n).to_vec();
-            // The payload this one extends is not needed any more.
-            if n * 2 >= self.seen[i].bytes.len() {
-                let r = self.seen.remove(i).expect("found above");
-                self.held -= r.bytes.len();
-            }
-        }
-        self.held += bytes.len();
-        self.seen.push_back(Remembered {
-            bytes: bytes.to_vec(),
-            hash,
-            states,
-            leaves: None,
-            known,
-        });
+        r.hash = hash;
         while self.held > RECENT_BYTES || self.seen.len() > RECENT_COUNT {
             let Some(r) = self.seen.pop_front() else {
                 break;
@@ -368,9 +393,12 @@ impl Recent {
     /// [`split`] of `bytes` (whose SHA-256 is `h`), cutting only what
     /// follows the chunks it shares with a remembered payload.
     pub(crate) fn split<'a>(&mut self, h: &ContentHash, bytes: &'a [u8]) -> Split<'a> {
-        let mine = self.seen.iter().rposition(|r| r.hash == *h);
+        let mine = self
+            .seen
+            .iter()
+            .rposition(|r| r.hash == *h && r.bytes.len() == bytes.len());
         let known = match mine {
-            Some(i) if self.seen[i].leaves.is_none() => std::mem::take(&mut self.seen[i].known),
+            Some(i) if !self.seen[i].cut => std::mem::take(&mut self.seen[i].leaves),
             _ => match self.best(bytes) {
                 Some((i, n)) => self.seen[i].leaves_within(n).to_vec(),
                 None => Vec::new(),
@@ -378,7 +406,8 @@ impl Recent {
         };
         let mut split = split_after(bytes, &known, &mut self.cut);
         if let Some(i) = mine {
-            self.seen[i].leaves = Some(std::mem::take(&mut split.leaves));
+            self.seen[i].leaves = std::mem::take(&mut split.leaves);
+            self.seen[i].cut = true;
         }
         split
     }
@@ -461,18 +490,21 @@ impl Remembered {
     /// Its level-0 entries that end within its first `n` bytes, but for
     /// the last one (cut by the end of its bytes); none before it is cut.
     fn leaves_within(&self, n: usize) -> &[Entry] {
-        let Some(leaves) = &self.leaves else {
-            return &[];
+        // Not cut yet: its leaves are a prefix's, all cut by content.
+        let whole = if self.cut {
+            &self.leaves[..self.leaves.len().saturating_sub(1)]
+        } else {
+            &self.leaves[..]
         };
         let mut end = 0u64;
-        let keep = leaves[..leaves.len().saturating_sub(1)]
+        let keep = whole
             .iter()
             .take_while(|e| {
                 end += e.1;
                 end <= n as u64
             })
             .count();
-        &leaves[..keep]
+        &self.leaves[..keep]
     }
 }
 
