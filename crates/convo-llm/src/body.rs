@@ -22,6 +22,7 @@
 //! [`thread`]: crate::thread
 
 use crate::api::{self, Api};
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -172,17 +173,69 @@ pub struct Facts {
     pub client: Option<String>,
 }
 
-/// Hasher states by the bytes of the messages they hashed: see the
-/// module docs. Bounded: past [`Keys::LIMIT`] states it starts over.
+/// Conversations' hasher states, by the requests that ended with them:
+/// see the module docs. A state is found by a fingerprint of the
+/// messages' bytes (a fast 64-bit hash per message, chained) and used
+/// only once those bytes are compared with the request it was remembered
+/// from (kept, not copied: the body's `Bytes`). Bounded: past
+/// [`Keys::LIMIT`] states or [`Keys::LIMIT_BYTES`] bodies, the least
+/// recently used go.
 #[derive(Debug, Default)]
 pub struct Keys {
-    map: Mutex<HashMap<[u8; 32], Walk>>,
+    map: Mutex<Remembered>,
+}
+
+#[derive(Debug, Default)]
+struct Remembered {
+    by_print: HashMap<u64, Known>,
+    /// Bodies held, in bytes.
+    held: usize,
+    /// A clock for least-recently-used eviction.
+    tick: u64,
+    /// Message bytes compared and fingerprinted, and normalized and
+    /// hashed, since the start (what a request costs; tests read it).
+    scanned: u64,
+    hashed: u64,
+}
+
+/// One request remembered: its body, where its messages are in it, and
+/// the walk after all of them.
+#[derive(Debug)]
+struct Known {
+    body: Bytes,
+    spans: Vec<(u8, u32, u32)>,
+    walk: Walk,
+    used: u64,
 }
 
 impl Keys {
-    /// States kept at most (one per call of a conversation, about 200
-    /// bytes each).
+    /// States kept at most (one per conversation).
     pub const LIMIT: usize = 50_000;
+    /// Bodies kept at most, in bytes.
+    pub const LIMIT_BYTES: usize = 64 << 20;
+
+    /// Message bytes fingerprinted and compared so far, and message
+    /// bytes parsed, normalized and hashed (the part not remembered).
+    pub fn work(&self) -> (u64, u64) {
+        self.map
+            .lock()
+            .map(|m| (m.scanned, m.hashed))
+            .unwrap_or((0, 0))
+    }
+}
+
+impl Remembered {
+    /// Drops the least recently used half once over a bound.
+    fn bound(&mut self) {
+        if self.by_print.len() <= Keys::LIMIT && self.held <= Keys::LIMIT_BYTES {
+            return;
+        }
+        let mut ticks: Vec<u64> = self.by_print.values().map(|k| k.used).collect();
+        ticks.sort_unstable();
+        let cut = ticks[ticks.len() / 2];
+        self.by_print.retain(|_, k| k.used > cut);
+        self.held = self.by_print.values().map(|k| k.body.len()).sum();
+    }
 }
 
 /// The top level of a request, borrowed from its bytes.
@@ -242,26 +295,39 @@ impl Source<'_> {
     }
 }
 
-/// The id of a list of messages extended by one (what [`Keys`] is keyed by).
-fn extend(id: &[u8; 32], s: &Source<'_>) -> [u8; 32] {
+/// The fingerprint of a list of messages extended by one.
+fn extend(print: u64, s: &Source<'_>) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
     let (tag, bytes) = s.bytes();
-    let mut h = Sha256::new();
-    h.update(id);
-    h.update([tag]);
-    h.update((bytes.len() as u64).to_le_bytes());
-    h.update(bytes.as_bytes());
-    h.finalize().into()
+    let mut h = PRINT.build_hasher();
+    print.hash(&mut h);
+    tag.hash(&mut h);
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// The fingerprints' hasher (fast, not cryptographic: a match is
+/// compared byte for byte before it is used).
+static PRINT: std::sync::LazyLock<foldhash::fast::RandomState> =
+    std::sync::LazyLock::new(foldhash::fast::RandomState::default);
+
+/// Where `s` sits in `body`, when it is a slice of it.
+fn span(body: &[u8], s: &Source<'_>) -> Option<(u8, u32, u32)> {
+    let (tag, bytes) = s.bytes();
+    let start = (bytes.as_ptr() as usize).checked_sub(body.as_ptr() as usize)?;
+    let end = start + bytes.len();
+    (end <= body.len()).then_some((tag, u32::try_from(start).ok()?, u32::try_from(end).ok()?))
 }
 
 impl Facts {
     /// Reads a request body of `api` (see the module docs); `keys`, when
     /// given, remembers conversations across calls.
-    pub fn read(api: Api, body: &[u8], keys: Option<&Keys>) -> Facts {
+    pub fn read(api: Api, body: &Bytes, keys: Option<&Keys>) -> Facts {
         if body.is_empty() {
             return Facts::default();
         }
         match serde_json::from_slice::<Top<'_>>(body) {
-            Ok(top) => Facts::of_top(api, &top, keys),
+            Ok(top) => Facts::of_top(api, body, &top, keys),
             // Not an object, a key twice, `messages` not a list…: as a
             // document (the lenient reading of `api`).
             Err(_) => match serde_json::from_slice::<Value>(body) {
@@ -271,7 +337,7 @@ impl Facts {
         }
     }
 
-    fn of_top(api: Api, top: &Top<'_>, keys: Option<&Keys>) -> Facts {
+    fn of_top(api: Api, body: &Bytes, top: &Top<'_>, keys: Option<&Keys>) -> Facts {
         let opts = value(top.stream_options);
         let mut f = Facts {
             object: true,
@@ -307,7 +373,7 @@ impl Facts {
             },
             _ => return f,
         }
-        let c = conversation(&sources, keys);
+        let c = conversation(body, &sources, keys);
         // Read for a first request only (what an edit of the first message
         // sends): the later calls of a conversation pay nothing for it.
         if c.before.is_none()
@@ -425,30 +491,64 @@ pub fn conversation_id(v: &Value) -> Option<String> {
 
 /// Hashes a request's messages, starting from the state remembered for
 /// its longest known beginning.
-fn conversation(sources: &[Source<'_>], keys: Option<&Keys>) -> Conversation {
-    // The longest beginning whose state is remembered.
-    let mut id = [0u8; 32];
-    let mut known: Option<(usize, [u8; 32], Walk)> = None;
+fn conversation(body: &Bytes, sources: &[Source<'_>], keys: Option<&Keys>) -> Conversation {
+    // The longest beginning remembered: the last message whose chained
+    // fingerprint names a request with exactly these messages, compared.
+    let mut known: Option<(usize, Walk)> = None;
+    let mut reused: Option<Known> = None;
+    let mut prints = Vec::new();
     if let Some(k) = keys
-        && let Ok(map) = k.map.lock()
+        && let Ok(mut map) = k.map.lock()
     {
-        let mut best = None;
-        for (i, s) in sources.iter().enumerate() {
-            id = extend(&id, s);
-            if map.contains_key(&id) {
-                best = Some((i + 1, id));
+        prints.reserve_exact(sources.len());
+        let mut p = 0u64;
+        for s in sources {
+            p = extend(p, s);
+            prints.push(p);
+        }
+        let mut scanned = 0u64;
+        for (i, p) in prints.iter().enumerate().rev() {
+            let Some(kn) = map.by_print.get(p) else {
+                continue;
+            };
+            let same = kn.spans.len() == i + 1
+                && kn.spans.iter().zip(sources).all(|(&(tag, a, b), s)| {
+                    let (t, bytes) = s.bytes();
+                    scanned += bytes.len() as u64;
+                    t == tag && kn.body.get(a as usize..b as usize) == Some(bytes.as_bytes())
+                });
+            if same {
+                let n = i + 1;
+                if n < sources.len() {
+                    // Extended by this request: taken out, its buffers
+                    // reused for this one.
+                    let kn = map.by_print.remove(p).expect("found above");
+                    map.held -= kn.body.len();
+                    known = Some((n, kn.walk.clone()));
+                    reused = Some(kn);
+                } else {
+                    map.tick += 1;
+                    let tick = map.tick;
+                    let kn = map.by_print.get_mut(p).expect("found above");
+                    kn.used = tick;
+                    known = Some((n, kn.walk.clone()));
+                }
+                break;
             }
         }
-        known = best.and_then(|(n, id)| map.get(&id).map(|w| (n, id, w.clone())));
+        map.scanned += scanned
+            + sources
+                .iter()
+                .map(|s| s.bytes().1.len() as u64)
+                .sum::<u64>();
     }
-    let (from, mut id, mut walk) = known.unwrap_or_default();
+    let (from, mut walk) = known.unwrap_or_default();
     let mut added = Vec::with_capacity(sources.len() - from);
+    let mut hashed = 0u64;
     for s in &sources[from..] {
         let v = s.value();
+        hashed += s.bytes().1.len() as u64;
         walk.step(&v);
-        if keys.is_some() {
-            id = extend(&id, s);
-        }
         added.push(v);
     }
     let start = walk.last.map_or(0, |i| i + 1);
@@ -464,13 +564,32 @@ fn conversation(sources: &[Source<'_>], keys: Option<&Keys>) -> Conversation {
         api::new_input(&tail)
     };
     if let Some(k) = keys
-        && from < sources.len()
         && let Ok(mut map) = k.map.lock()
     {
-        if map.len() >= Keys::LIMIT {
-            map.clear();
+        map.hashed += hashed;
+        if from < sources.len()
+            && let Some(&print) = prints.last()
+        {
+            let mut spans = reused.map(|r| r.spans).unwrap_or_default();
+            spans.clear();
+            spans.reserve(sources.len());
+            spans.extend(sources.iter().map_while(|s| span(body, s)));
+            if spans.len() == sources.len() {
+                map.tick += 1;
+                map.held += body.len();
+                let used = map.tick;
+                map.by_print.insert(
+                    print,
+                    Known {
+                        body: body.clone(),
+                        spans,
+                        walk: walk.clone(),
+                        used,
+                    },
+                );
+                map.bound();
+            }
         }
-        map.insert(id, walk.clone());
     }
     Conversation {
         new_input,
@@ -513,6 +632,10 @@ pub fn add_include_usage(api: Api, facts: &Facts, body: &[u8]) -> Option<Vec<u8>
 mod tests {
     use super::*;
 
+    fn read(api: Api, body: &[u8], keys: Option<&Keys>) -> Facts {
+        Facts::read(api, &Bytes::copy_from_slice(body), keys)
+    }
+
     /// The thread key as it was computed before: the whole list
     /// normalized, then in RFC 8785 form.
     fn whole(msgs: &[Value]) -> String {
@@ -545,7 +668,7 @@ mod tests {
             let (msgs, body) = request(n);
             let last = msgs.iter().rposition(answers);
             for remembered in [None, Some(&keys)] {
-                let f = Facts::read(Api::Chat, &body, remembered);
+                let f = read(Api::Chat, &body, remembered);
                 let c = f.messages.unwrap();
                 assert_eq!(c.before, last.map(|l| whole(&msgs[..=l])), "{n}");
                 let answer = json!({"role": "assistant", "content": "fine"});
@@ -559,8 +682,56 @@ mod tests {
         }
         // The same request again is found whole; its input still read.
         let (msgs, body) = request(7);
-        let again = Facts::read(Api::Chat, &body, Some(&keys));
+        let again = read(Api::Chat, &body, Some(&keys));
         assert_eq!(again.messages.unwrap().new_input, api::new_input(&msgs));
+    }
+
+    #[test]
+    fn a_growing_conversation_normalizes_only_the_messages_each_call_adds() {
+        let keys = Keys::default();
+        let mut hashed = Vec::new();
+        // Each call resends the one before and adds the answer, a tool
+        // result and a question.
+        let (mut msgs, _) = request(0);
+        for n in 0..300 {
+            if n > 0 {
+                let (more, _) = request(n);
+                let k = more.len();
+                msgs.extend_from_slice(&more[k - 4..k - 2]);
+                msgs.push(json!({"role": "user", "content": format!("next {n}")}));
+            }
+            let body = serde_json::to_vec(&json!({"model": "m", "stream": true, "messages": msgs}))
+                .unwrap();
+            let before = keys.work().1;
+            let f = read(Api::Chat, &body, Some(&keys));
+            hashed.push(keys.work().1 - before);
+            if n % 37 == 0 {
+                let last = msgs.iter().rposition(answers);
+                let c = f.messages.unwrap();
+                assert_eq!(c.before, last.map(|l| whole(&msgs[..=l])), "{n}");
+                assert_eq!(c.new_input, api::new_input(&msgs));
+            }
+        }
+        // Each call adds three messages: those are read (~300 bytes),
+        // whatever the history's length.
+        for (n, h) in hashed.iter().enumerate().skip(1) {
+            assert!(*h < 600, "call {n}: {h} bytes of messages normalized");
+        }
+        // An edit of an early message is not taken for a known beginning:
+        // the keys are the whole list's again.
+        msgs[2]["content"][0]["text"] = json!("q0, edited");
+        let body =
+            serde_json::to_vec(&json!({"model": "m", "stream": true, "messages": msgs})).unwrap();
+        let before = keys.work().1;
+        let c = read(Api::Chat, &body, Some(&keys)).messages.unwrap();
+        assert!(keys.work().1 - before > 10_000);
+        let last = msgs.iter().rposition(answers);
+        assert_eq!(c.before, last.map(|l| whole(&msgs[..=l])));
+        // Another conversation: nothing remembered applies.
+        let (msgs, body) = request(201);
+        let c = read(Api::Chat, &body, Some(&keys)).messages.unwrap();
+        let last = msgs.iter().rposition(answers);
+        assert_eq!(c.before, last.map(|l| whole(&msgs[..=l])));
     }
 
     #[test]
@@ -568,9 +739,9 @@ mod tests {
         let body = br#"{"system":"s","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":[{"type":"text","text":"yo"}]},{"role":"user","content":"more"}]}"#;
         let v: Value = serde_json::from_slice(body).unwrap();
         let msgs = api::messages(Api::Messages, Some(&v)).unwrap();
-        let f = Facts::read(Api::Messages, body, Some(&Keys::default()));
+        let f = read(Api::Messages, body, Some(&Keys::default()));
         assert_eq!(f.messages.unwrap().before, Some(whole(&msgs[..3])));
-        let f = Facts::read(
+        let f = read(
             Api::Responses,
             br#"{"input":"hello","conversation":{"id":"c1"}}"#,
             None,
@@ -578,13 +749,13 @@ mod tests {
         assert_eq!(f.messages.unwrap().new_input, b"hello");
         assert_eq!(f.conversation.as_deref(), Some("c1"));
         // Duplicate keys: read as a document (the last one wins).
-        let f = Facts::read(
+        let f = read(
             Api::Chat,
             br#"{"model":"a","model":"b","messages":[]}"#,
             None,
         );
         assert_eq!(f.model.as_deref(), Some("b"));
-        assert!(Facts::read(Api::Chat, b"not json", None).messages.is_none());
+        assert!(read(Api::Chat, b"not json", None).messages.is_none());
     }
 
     #[test]
@@ -604,7 +775,14 @@ mod tests {
             client_id(&Value::Null, &json!("conv-9")).as_deref(),
             Some("prompt_cache_key:conv-9")
         );
-        let read = |body: &str| Facts::read(Api::Chat, body.as_bytes(), None).client;
+        let read = |body: &str| {
+            Facts::read(
+                Api::Chat,
+                &bytes::Bytes::copy_from_slice(body.as_bytes()),
+                None,
+            )
+            .client
+        };
         let a = read(
             r#"{"prompt_cache_key":"c","messages":[{"role":"system","content":"S"},{"role":"user","content":"one"}]}"#,
         );
@@ -631,7 +809,7 @@ mod tests {
 
     #[test]
     fn include_usage_is_added_in_front_without_re_serializing() {
-        let f = |b: &[u8]| Facts::read(Api::Chat, b, None);
+        let f = |b: &[u8]| read(Api::Chat, b, None);
         let b = br#" {"stream":true,"messages":[]}"#;
         let out = add_include_usage(Api::Chat, &f(b), b).unwrap();
         let v: Value = serde_json::from_slice(&out).unwrap();

@@ -125,6 +125,30 @@ impl Hub {
             // A lost database (a PostgreSQL restart) is waited out with a
             // new connection, resuming from the same cursor: no node is
             // skipped or broadcast twice.
+            if self.tx.receiver_count() == 0 {
+                // Nobody listens: the nodes are counted as seen without
+                // their payloads (a payload may be a whole conversation,
+                // assembled from its chunks for no one).
+                let before = follower.cursor();
+                match conn.retry(|s| follower.next_nodes(s, wait), stopped, |_| {}) {
+                    Ok(page) if self.tx.receiver_count() > 0 => {
+                        // Someone subscribed meanwhile: read them again,
+                        // payloads included, for the broadcast.
+                        if !page.is_empty() {
+                            follower = follower.rewound(before);
+                        }
+                    }
+                    Ok(page) => {
+                        if let Some(n) = page.last() {
+                            self.seen.store(n.seq, Ordering::SeqCst);
+                        } else if sqlite {
+                            let _ = poked.recv_timeout(Duration::from_millis(50));
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(500)),
+                }
+                continue;
+            }
             let page = conn.retry(|s| follower.next(s, wait), stopped, |_| {});
             match page {
                 Ok(page) => {
@@ -132,12 +156,6 @@ impl Hub {
                         // Seen first: a subscriber that comes after reads
                         // this node from the store in its catch-up.
                         self.seen.store(n.stored.seq, Ordering::SeqCst);
-                        if self.tx.receiver_count() == 0 {
-                            // Nobody listens: a node (and its payload,
-                            // which may be a whole conversation) is not
-                            // serialized for no one.
-                            continue;
-                        }
                         let _ = self.tx.send(Arc::new(Event::from_node(n)));
                     }
                     if page.is_empty() && sqlite {

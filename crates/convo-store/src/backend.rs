@@ -336,6 +336,13 @@ pub trait NodeTx: BlobTx {
 /// Payload bytes by content hash (chunked from a size on; see [`crate::chunk`]).
 #[allow(missing_docs)]
 pub trait BlobTx {
+    /// The SHA-256 of a payload about to be stored. A backend may resume
+    /// it from a payload it hashed before that starts with the same bytes
+    /// ([`crate::chunk::Recent`]); the digest is the same either way.
+    fn payload_hash(&mut self, bytes: &[u8]) -> ContentHash {
+        convo_core::hash::content_hash(bytes)
+    }
+
     /// Stores bytes under their hash; a no-op when already present. From
     /// [`crate::chunk::CHUNKED_FROM`] bytes on, the bytes are stored in
     /// content-defined chunks, each once (see [`crate::chunk`]).

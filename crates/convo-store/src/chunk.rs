@@ -31,7 +31,7 @@
 //! every chunk it reads (each once) and the whole payload.
 
 use crate::{Result, StoreError};
-use convo_core::Digest;
+use convo_core::{ContentHash, Digest};
 use std::collections::HashSet;
 
 /// Payloads at least this long are stored in chunks; shorter ones whole
@@ -150,6 +150,8 @@ fn decode(bytes: &[u8]) -> Result<(u8, Vec<Entry>)> {
 pub(crate) struct Split<'a> {
     pub manifest: Vec<u8>,
     pub pieces: Vec<(Digest, std::borrow::Cow<'a, [u8]>)>,
+    /// Its level-0 entries (data chunks, in order, repeats included).
+    leaves: Vec<Entry>,
 }
 
 impl Split<'_> {
@@ -166,19 +168,41 @@ fn ends_group(h: &Digest) -> bool {
 
 /// Cuts `bytes` into chunks and builds its index: see the module docs.
 pub(crate) fn split(bytes: &[u8]) -> Split<'_> {
+    split_after(bytes, &[], &mut 0)
+}
+
+/// [`split`], with the first chunks already known: `known` are the
+/// level-0 entries of a prefix of `bytes` that FastCDC cut by content
+/// (see [`Recent`]), so only the bytes after them are cut and hashed
+/// (their count added to `cut`). The result is the same as `split`'s.
+fn split_after<'a>(bytes: &'a [u8], known: &[Entry], cut: &mut u64) -> Split<'a> {
     let mut seen: HashSet<Digest> = HashSet::new();
     let mut pieces = Vec::new();
-    let mut entries: Vec<Entry> =
-        fastcdc::v2020::FastCDC::new(bytes, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK)
-            .map(|c| {
-                let data = &bytes[c.offset..c.offset + c.length];
-                let h = sha(data);
-                if seen.insert(h) {
-                    pieces.push((h, std::borrow::Cow::Borrowed(data)));
-                }
-                (h, c.length as u64)
-            })
-            .collect();
+    let mut entries: Vec<Entry> = Vec::with_capacity(known.len() + 8);
+    let mut at = 0usize;
+    for &(h, len) in known {
+        let data = &bytes[at..at + len as usize];
+        if seen.insert(h) {
+            pieces.push((h, std::borrow::Cow::Borrowed(data)));
+        }
+        entries.push((h, len));
+        at += len as usize;
+    }
+    // FastCDC cuts each chunk from its own start, whatever came before:
+    // cutting the rest alone gives the cuts the whole would get there.
+    let rest = &bytes[at..];
+    *cut += rest.len() as u64;
+    entries.extend(
+        fastcdc::v2020::FastCDC::new(rest, MIN_CHUNK, AVG_CHUNK, MAX_CHUNK).map(|c| {
+            let data = &rest[c.offset..c.offset + c.length];
+            let h = sha(data);
+            if seen.insert(h) {
+                pieces.push((h, std::borrow::Cow::Borrowed(data)));
+            }
+            (h, c.length as u64)
+        }),
+    );
+    let leaves = entries.clone();
     let mut level = 0u8;
     while entries.len() > ROOT_FANOUT {
         let mut next = Vec::with_capacity(entries.len() / 8 + 1);
@@ -202,6 +226,285 @@ pub(crate) fn split(bytes: &[u8]) -> Split<'_> {
     Split {
         manifest: encode(level, &entries),
         pieces,
+        leaves,
+    }
+}
+
+/// How often the SHA-256 state of a remembered payload is kept, in bytes
+/// (a multiple of SHA-256's 64-byte block).
+const STATE_EVERY: usize = 4096;
+/// Remembered payloads at most: their bytes in all, and their number.
+const RECENT_BYTES: usize = 64 << 20;
+const RECENT_COUNT: usize = 512;
+
+/// One payload [`Recent`] remembers.
+struct Remembered {
+    bytes: Vec<u8>,
+    hash: ContentHash,
+    /// The SHA-256 state after each [`STATE_EVERY`] bytes.
+    states: Vec<sha2::Sha256>,
+    /// Its level-0 entries once it was cut (`cut`; the last one was cut
+    /// by the end of the bytes, not by their content); until then those
+    /// of the payload it extends that end within their shared prefix (cut
+    /// by content, so cut the same here).
+    leaves: Vec<Entry>,
+    cut: bool,
+}
+
+/// The large payloads a connection hashed and cut lately, so that the
+/// next one that starts with the same bytes (the next call of a
+/// conversation: its history, resent) is hashed and cut from where they
+/// differ. Both are pure functions of the bytes: SHA-256 resumes from the
+/// state kept at the last [`STATE_EVERY`] boundary before the first
+/// difference, and FastCDC cuts each chunk from its own start, so the
+/// chunks that end before the difference (except the last one, cut by the
+/// end of the data) are cut the same way again. What is reused is found
+/// by comparing the bytes (memcmp), never by trusting a key: the result
+/// is the same digest and the same manifest as computed from scratch (a
+/// test checks it). Bounded ([`RECENT_BYTES`], [`RECENT_COUNT`]); a
+/// payload extended by the next one is replaced by it.
+#[derive(Default)]
+pub struct Recent {
+    seen: std::collections::VecDeque<Remembered>,
+    held: usize,
+    /// Bytes run through SHA-256 for payload digests, and through FastCDC
+    /// (and each new chunk's SHA-256): what recording a payload costs.
+    pub hashed: u64,
+    pub cut: u64,
+}
+
+impl std::fmt::Debug for Recent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recent")
+            .field("payloads", &self.seen.len())
+            .field("bytes", &self.held)
+            .finish()
+    }
+}
+
+/// How many leading bytes `a` and `b` share.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    // Whole blocks by memcmp first, then the block that differs.
+    while i + 1024 <= n && a[i..i + 1024] == b[i..i + 1024] {
+        i += 1024;
+    }
+    while i < n && a[i] == b[i] {
+        i += 1;
+    }
+    i
+}
+
+impl Recent {
+    /// The remembered payload sharing the longest prefix with `bytes`,
+    /// and that prefix's length.
+    fn best(&self, bytes: &[u8]) -> Option<(usize, usize)> {
+        self.seen
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (i, common_prefix(&r.bytes, bytes)))
+            .filter(|(_, n)| *n > 0)
+            .max_by_key(|(_, n)| *n)
+    }
+
+    /// The SHA-256 of `bytes` (a payload of [`CHUNKED_FROM`] bytes or
+    /// more), resumed from a remembered payload's state where they share
+    /// a prefix; `bytes` is remembered.
+    pub fn hash(&mut self, bytes: &[u8]) -> ContentHash {
+        use sha2::Digest as _;
+        let best = self.best(bytes);
+        if let Some((i, n)) = best
+            && n == bytes.len()
+            && n == self.seen[i].bytes.len()
+        {
+            // The same payload again.
+            return self.seen[i].hash;
+        }
+        // The payload this one extends (most of it repeated) is not needed
+        // any more: it is updated in place (its buffers reused, only the
+        // bytes after the difference copied); another is remembered beside.
+        let n = best.map_or(0, |(_, n)| n);
+        let i = match best {
+            Some((i, n)) if n * 2 >= self.seen[i].bytes.len() => {
+                let mut r = self.seen.remove(i).expect("found above");
+                let k = (n / STATE_EVERY).min(r.states.len());
+                r.states.truncate(k);
+                let keep = r.leaves_within(n).len();
+                r.leaves.truncate(keep);
+                r.cut = false;
+                self.held -= r.bytes.len();
+                r.bytes.truncate(n);
+                if r.bytes.capacity() < bytes.len() {
+                    // Room to grow: the next call adds a little.
+                    r.bytes.reserve(bytes.len() - n + bytes.len() / 8);
+                }
+                r.bytes.extend_from_slice(&bytes[n..]);
+                self.seen.push_back(r);
+                self.seen.len() - 1
+            }
+            _ => {
+                let (states, leaves) = match best {
+                    Some((j, n)) => {
+                        let r = &self.seen[j];
+                        let k = (n / STATE_EVERY).min(r.states.len());
+                        (r.states[..k].to_vec(), r.leaves_within(n).to_vec())
+                    }
+                    None => (Vec::new(), Vec::new()),
+                };
+                self.seen.push_back(Remembered {
+                    bytes: bytes.to_vec(),
+                    hash: ContentHash(Digest([0; 32])),
+                    states,
+                    leaves,
+                    cut: false,
+                });
+                self.seen.len() - 1
+            }
+        };
+        self.held += bytes.len();
+        let r = &mut self.seen[i];
+        debug_assert!(r.states.len() * STATE_EVERY <= n);
+        let k = r.states.len();
+        let mut h = match k {
+            0 => sha2::Sha256::new(),
+            k => r.states[k - 1].clone(),
+        };
+        let from = k * STATE_EVERY;
+        let mut at = from;
+        while at + STATE_EVERY <= bytes.len() {
+            h.update(&bytes[at..at + STATE_EVERY]);
+            r.states.push(h.clone());
+            at += STATE_EVERY;
+        }
+        h.update(&bytes[at..]);
+        self.hashed += (bytes.len() - from) as u64;
+        let hash = ContentHash(Digest(h.finalize().into()));
+        r.hash = hash;
+        while self.held > RECENT_BYTES || self.seen.len() > RECENT_COUNT {
+            let Some(r) = self.seen.pop_front() else {
+                break;
+            };
+            self.held -= r.bytes.len();
+        }
+        hash
+    }
+
+    /// [`split`] of `bytes` (whose SHA-256 is `h`), cutting only what
+    /// follows the chunks it shares with a remembered payload.
+    pub(crate) fn split<'a>(&mut self, h: &ContentHash, bytes: &'a [u8]) -> Split<'a> {
+        let mine = self
+            .seen
+            .iter()
+            .rposition(|r| r.hash == *h && r.bytes.len() == bytes.len());
+        let known = match mine {
+            Some(i) if !self.seen[i].cut => std::mem::take(&mut self.seen[i].leaves),
+            _ => match self.best(bytes) {
+                Some((i, n)) => self.seen[i].leaves_within(n).to_vec(),
+                None => Vec::new(),
+            },
+        };
+        let mut split = split_after(bytes, &known, &mut self.cut);
+        if let Some(i) = mine {
+            self.seen[i].leaves = std::mem::take(&mut split.leaves);
+            self.seen[i].cut = true;
+        }
+        split
+    }
+}
+
+/// Chunks known to be stored, so a payload that shares them with the one
+/// before does not look each one up again (SQLite). Only what committed
+/// counts: chunks put by a transaction are `pending` until it commits
+/// ([`Stored::begin`] forgets them, [`Stored::committed`] keeps them).
+/// Whatever another connection commits (a redaction that deletes chunks,
+/// an edit behind convo's back) changes SQLite's `data_version`: the set
+/// is dropped when it is not the one seen at the last commit; chunks this
+/// connection deletes drop it too.
+#[derive(Debug, Default)]
+pub(crate) struct Stored {
+    known: HashSet<Digest>,
+    pending: HashSet<Digest>,
+    /// The store's version (`PRAGMA data_version`) at the last commit
+    /// that kept chunks.
+    epoch: Option<i64>,
+    /// This transaction's version, once checked.
+    checked: Option<i64>,
+}
+
+/// Chunk digests [`Stored`] holds at most (~50 bytes each).
+const STORED_MAX: usize = 1 << 20;
+
+impl Stored {
+    /// A transaction starts: nothing of a previous one that did not
+    /// commit is believed.
+    pub fn begin(&mut self) {
+        self.pending.clear();
+        self.checked = None;
+    }
+
+    /// Whether the transaction checked the epoch yet.
+    pub fn checked(&self) -> bool {
+        self.checked.is_some()
+    }
+
+    /// The transaction's first chunked put: `version` is the store's
+    /// `data_version` now (this connection's write lock is held).
+    pub fn check(&mut self, version: i64) {
+        if self.epoch != Some(version) {
+            self.known.clear();
+        }
+        self.checked = Some(version);
+    }
+
+    /// Whether `h` is stored (committed, or put by this transaction).
+    pub fn has(&self, h: &Digest) -> bool {
+        self.checked.is_some() && (self.known.contains(h) || self.pending.contains(h))
+    }
+
+    /// `h` is stored by this transaction (or found stored).
+    pub fn put(&mut self, h: Digest) {
+        self.pending.insert(h);
+    }
+
+    /// The transaction committed.
+    pub fn committed(&mut self) {
+        if let Some(epoch) = self.checked.take() {
+            if self.known.len() + self.pending.len() > STORED_MAX {
+                self.known.clear();
+            }
+            self.known.extend(self.pending.drain());
+            self.epoch = Some(epoch);
+        }
+    }
+
+    /// Chunks were deleted: nothing is believed any more.
+    pub fn forget(&mut self) {
+        self.known.clear();
+        self.pending.clear();
+        self.epoch = None;
+    }
+}
+
+impl Remembered {
+    /// Its level-0 entries that end within its first `n` bytes, but for
+    /// the last one (cut by the end of its bytes); none before it is cut.
+    fn leaves_within(&self, n: usize) -> &[Entry] {
+        // Not cut yet: its leaves are a prefix's, all cut by content.
+        let whole = if self.cut {
+            &self.leaves[..self.leaves.len().saturating_sub(1)]
+        } else {
+            &self.leaves[..]
+        };
+        let mut end = 0u64;
+        let keep = whole
+            .iter()
+            .take_while(|e| {
+                end += e.1;
+                end <= n as u64
+            })
+            .count();
+        &self.leaves[..keep]
     }
 }
 
@@ -495,6 +798,106 @@ mod tests {
             }
             last = stored;
         }
+    }
+
+    /// What `Recent` gives for `p`, checked against a computation from
+    /// scratch; the bytes it hashed and cut for it.
+    fn through(r: &mut Recent, m: &mut Mem, p: &[u8]) -> u64 {
+        let before = r.hashed + r.cut;
+        let h = r.hash(p);
+        assert_eq!(h, convo_core::hash::content_hash(p));
+        let got = r.split(&h, p);
+        let fresh = split(p);
+        assert_eq!(got.manifest, fresh.manifest);
+        assert_eq!(got.pieces, fresh.pieces);
+        m.put_chunks(&got.refs()).unwrap();
+        assert_eq!(assemble(m, &got.manifest, None).unwrap(), p);
+        r.hashed + r.cut - before
+    }
+
+    #[test]
+    fn recent_payloads_give_the_digest_and_chunks_of_a_computation_from_scratch() {
+        let mut r = Recent::default();
+        let mut m = Mem::default();
+        for n in 1..=120 {
+            through(&mut r, &mut m, &request(n));
+        }
+        // An edit in the middle, an older and shorter one, the same one
+        // again, one cut short inside a chunk, an unrelated one, one that
+        // grows past `MAX_CHUNK` runs of the same byte.
+        let mut edited = request(90);
+        edited[4321] ^= 0x20;
+        let mut short = request(120);
+        short.truncate(9_001);
+        let mut runs = request(60);
+        runs.extend(std::iter::repeat_n(b'a', 9_000));
+        let mut more_runs = runs.clone();
+        more_runs.extend(std::iter::repeat_n(b'a', 3_000));
+        for p in [
+            edited,
+            request(40),
+            request(120),
+            request(120),
+            short,
+            b"{\"other\":1}".repeat(700),
+            runs,
+            more_runs,
+            request(121),
+        ] {
+            through(&mut r, &mut m, &p);
+        }
+    }
+
+    #[test]
+    fn a_growing_conversation_is_hashed_and_cut_only_where_it_grew() {
+        let mut r = Recent::default();
+        let mut m = Mem::default();
+        for n in 1..=1200 {
+            let p = request(n);
+            let work = through(&mut r, &mut m, &p);
+            if n > 100 {
+                // The request is 30–160 KB; what is hashed and cut for it
+                // is the message it adds, the last chunk before it and up
+                // to one SHA-256 state interval: the same at 100 and 1,200.
+                assert!(
+                    work < 2 * STATE_EVERY as u64 + 2 * MAX_CHUNK as u64,
+                    "request {n} ({} bytes): {work} bytes hashed and cut",
+                    p.len()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_are_believed_stored_only_once_their_transaction_committed() {
+        let d = |b: u8| Digest([b; 32]);
+        let mut s = Stored::default();
+        s.begin();
+        assert!(!s.has(&d(1)), "nothing before the version is checked");
+        s.check(7);
+        s.put(d(1));
+        assert!(s.has(&d(1)));
+        // Rolled back: forgotten.
+        s.begin();
+        s.check(7);
+        assert!(!s.has(&d(1)));
+        s.put(d(2));
+        s.committed();
+        s.begin();
+        s.check(7);
+        assert!(s.has(&d(2)));
+        s.committed();
+        // Another connection committed meanwhile: nothing is believed.
+        s.begin();
+        s.check(8);
+        assert!(!s.has(&d(2)));
+        s.put(d(3));
+        s.committed();
+        s.begin();
+        s.check(8);
+        assert!(s.has(&d(3)));
+        s.forget();
+        assert!(!s.has(&d(3)));
     }
 
     #[test]

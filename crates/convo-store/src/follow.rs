@@ -36,6 +36,13 @@ impl Follower {
         self
     }
 
+    /// The same follower moved back to just after `after` (to read
+    /// nodes again, with their payloads).
+    pub fn rewound(mut self, after: u64) -> Self {
+        self.cursor = after;
+        self
+    }
+
     /// The follow number of the last node returned (or the start).
     pub fn cursor(&self) -> u64 {
         self.cursor

@@ -1332,7 +1332,7 @@ fn open_branch_head(
 }
 
 fn place_and_insert(tx: &mut dyn Tx, b: &BranchRow, ctx: Context, d: &Draft) -> Result<StoredNode> {
-    let payload = content_hash(&d.payload);
+    let payload = tx.payload_hash(&d.payload);
     let placement = ctx.place(d.kind, &b.session, &payload, d.sequence)?;
     let state = match (d.kind, d.state) {
         (Kind::Complete, Some(root)) => {

@@ -43,6 +43,11 @@ pub struct Sqlite {
     /// A short-lived writer (see [`Backend::keep_log_on_close`]): the log
     /// is folded in at close only once it is larger than this.
     fold_log_over: Option<u64>,
+    /// The large payloads hashed and cut lately, and the chunks known to
+    /// be stored (`chunk.rs`): the next call of a conversation is hashed
+    /// and cut from where it differs from the one before.
+    recent: crate::chunk::Recent,
+    stored: crate::chunk::Stored,
 }
 
 /// The write-ahead log a short-lived writer leaves behind before it folds
@@ -385,6 +390,8 @@ impl Sqlite {
             conn,
             path: Some(path.to_owned()),
             fold_log_over: None,
+            recent: Default::default(),
+            stored: Default::default(),
         })
     }
 
@@ -407,6 +414,8 @@ impl Sqlite {
             conn,
             path,
             fold_log_over: None,
+            recent: Default::default(),
+            stored: Default::default(),
         };
         me.migrate()?;
         Ok(me)
@@ -447,11 +456,14 @@ impl Sqlite {
             tx.pragma_update(None, "user_version", i as i64 + 1)
                 .map_err(db)?;
             if i + 1 == FACTS_VERSION {
+                let (mut recent, mut stored) = Default::default();
                 let mut t = SqliteTx {
                     tx: &tx,
                     last_blob: None,
                     run: None,
                     hot: Hot::default(),
+                    recent: &mut recent,
+                    stored: &mut stored,
                 };
                 crate::facts::journal_existing(&mut t)?;
             }
@@ -489,11 +501,14 @@ impl Sqlite {
     ) -> Result<()> {
         crate::backend::retrying(|| {
             let tx = self.conn.transaction_with_behavior(behavior).map_err(db)?;
+            self.stored.begin();
             let mut t = SqliteTx {
                 tx: &tx,
                 last_blob: None,
                 run: None,
                 hot: Hot::default(),
+                recent: &mut self.recent,
+                stored: &mut self.stored,
             };
             f(&mut t)?;
             t.flush_run()?;
@@ -505,7 +520,9 @@ impl Sqlite {
                 drop(tx);
                 return Ok(());
             }
-            tx.commit().map_err(db)
+            tx.commit().map_err(db)?;
+            self.stored.committed();
+            Ok(())
         })
     }
 }
@@ -708,6 +725,9 @@ struct SqliteTx<'a> {
     /// kept for the transaction: looking a statement up in rusqlite's cache
     /// hashes its SQL, and formatting a session id allocates.
     hot: Hot<'a>,
+    /// The connection's memory of recent payloads and stored chunks.
+    recent: &'a mut crate::chunk::Recent,
+    stored: &'a mut crate::chunk::Stored,
 }
 
 #[derive(Default)]
@@ -891,6 +911,7 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
     }
 
     fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()> {
+        self.stored.forget();
         let mut st = self
             .tx
             .prepare_cached("DELETE FROM chunks WHERE k = ?1 AND hash = ?2")
@@ -1486,6 +1507,14 @@ impl NodeTx for SqliteTx<'_> {
 }
 
 impl BlobTx for SqliteTx<'_> {
+    fn payload_hash(&mut self, bytes: &[u8]) -> ContentHash {
+        if bytes.len() >= crate::chunk::CHUNKED_FROM {
+            self.recent.hash(bytes)
+        } else {
+            convo_core::hash::content_hash(bytes)
+        }
+    }
+
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
         let found: Option<i64> = hot(
             self.tx,
@@ -1508,8 +1537,26 @@ impl BlobTx for SqliteTx<'_> {
                         .pragma_update(None, "cache_size", -(LARGE_BLOB_CACHE_KIB))
                         .map_err(db)?;
                 }
-                let split = crate::chunk::split(bytes);
-                let stored = crate::chunk::Chunks::put_chunks(self, &split.refs());
+                if !self.stored.checked() {
+                    let version: i64 = self
+                        .tx
+                        .query_row("PRAGMA data_version", [], |r| r.get(0))
+                        .map_err(db)?;
+                    self.stored.check(version);
+                }
+                let split = self.recent.split(h, bytes);
+                // Only the chunks not known to be stored are looked up.
+                let new: Vec<(Digest, &[u8])> = split
+                    .refs()
+                    .into_iter()
+                    .filter(|(h, _)| !self.stored.has(h))
+                    .collect();
+                let stored = crate::chunk::Chunks::put_chunks(self, &new);
+                if stored.is_ok() {
+                    for (h, _) in &split.pieces {
+                        self.stored.put(*h);
+                    }
+                }
                 if large {
                     self.tx
                         .pragma_update(None, "cache_size", -(CACHE_KIB))

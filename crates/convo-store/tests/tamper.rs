@@ -117,6 +117,7 @@ cases!(
     an_undone_or_unrecorded_redaction_is_caught,
     an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node,
     a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones,
+    chunks_rolled_back_or_deleted_elsewhere_are_stored_again_by_the_next_payload,
 );
 
 /// Edits PostgreSQL's typed columns refuse (or silently convert into
@@ -851,6 +852,53 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
     );
     let r = s.verify().unwrap();
     assert!(r.is_clean(), "{:#?}", r.problems);
+}
+
+/// A connection remembers the payloads it stored lately and which chunks
+/// it knows are stored, so the next call of a conversation is hashed, cut
+/// and stored from where it differs (`chunk::Recent`, `chunk::Stored`).
+/// Chunks that are not stored after all are stored again by the next
+/// payload that needs them: those of a transaction that rolled back, and
+/// those another connection deleted (here behind convo's back).
+fn chunks_rolled_back_or_deleted_elsewhere_are_stored_again_by_the_next_payload(be: Be) {
+    let fx = Fx::new(be);
+    let mut s = fx.store();
+    let append = |s: &mut Store, payload: &[u8], fail: bool| {
+        s.transaction(|l| {
+            let mut d = draft(Kind::Invoke, "", DAY + 1_000);
+            d.payload = payload.to_vec();
+            let n = l.append(&fx.ses, &main(), &d)?;
+            if fail {
+                return Err(StoreError::Invalid("rolled back".into()));
+            }
+            Ok(n.node.payload)
+        })
+    };
+    let first = testing::growing_request(40, "");
+    assert!(append(&mut s, &first, true).is_err());
+    assert!(testing::stored_chunks(&mut s).is_empty());
+    let second = testing::growing_request(41, "");
+    let h2 = append(&mut s, &second, false).unwrap();
+    assert_eq!(s.blob(&h2).unwrap().unwrap(), second);
+    let third = testing::growing_request(42, "");
+    let h3 = append(&mut s, &third, false).unwrap();
+    assert_eq!(s.blob(&h3).unwrap().unwrap(), third);
+    assert!(s.verify().unwrap().is_clean());
+    // Another connection deletes every chunk; this one appends the next
+    // call of the conversation, which shares most of them.
+    fx.db.batch("DELETE FROM chunks");
+    let fourth = testing::growing_request(43, "");
+    let h4 = append(&mut s, &fourth, false).unwrap();
+    drop(s);
+    let mut s = fx.store();
+    assert_eq!(s.blob(&h4).unwrap().unwrap(), fourth);
+    let r = s.verify().unwrap();
+    let h4 = format!("blob {}", h4.to_hex());
+    assert!(
+        !r.problems.iter().any(|p| p.object == h4),
+        "{:#?}",
+        r.problems
+    );
 }
 
 fn a_parent_moved_to_another_node_is_caught(be: Be) {
