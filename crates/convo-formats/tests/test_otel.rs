@@ -878,3 +878,55 @@ fn otel_cached_threading_stores_what_reading_the_store_gives() {
     assert!(branches.len() >= 5, "forks were made: {branches:?}");
     assert!(cached.verify().unwrap().is_clean());
 }
+
+/// A batch processor exports the agent span (it ends last) after its
+/// trace's LLM calls: received in a later request, it is not a call of its
+/// own (it would fork the conversation with the run's summary); exported
+/// alone, with no LLM call of its trace received, it is one.
+#[test]
+fn otel_an_agent_span_after_its_llm_calls_is_not_a_call() {
+    let (one, two) = semconv_calls();
+    let user = json!({"role": "user", "parts": [{"type": "text", "content": "Weather in Paris?"}]});
+    let answer = json!({"role": "assistant", "parts": [{"type": "text",
+        "content": "It is 18C and sunny in Paris."}], "finish_reason": "stop"});
+    let agent = span(
+        9,
+        30,
+        &[
+            ("gen_ai.operation.name", json!("invoke_agent")),
+            ("gen_ai.request.model", json!("gpt-4o")),
+            ("gen_ai.input.messages", json!(json!([user]).to_string())),
+            ("gen_ai.output.messages", json!(json!([answer]).to_string())),
+        ],
+        vec![],
+    );
+    let calls_of = |spans: Vec<Value>| {
+        let req = decode_traces(&traces(spans), Encoding::Json, false, LIMIT).unwrap();
+        calls_from_spans(&Batch::traces(&req))
+    };
+    let thread = format!("trace:{TRACE}");
+    let mut s = store();
+    let cache = otel::ThreadCache::new();
+    s.transaction(|l| otel::ingest_cached(l, &calls_of(vec![one.clone(), two.clone()]), 0, &cache))
+        .unwrap();
+    let before = branch_hashes(&mut s, &thread);
+    let w = s
+        .transaction(|l| otel::ingest_cached(l, &calls_of(vec![agent.clone()]), 0, &cache))
+        .unwrap();
+    assert_eq!(w.nodes, 0, "{w:?}");
+    assert_eq!(branch_hashes(&mut s, &thread), before);
+    assert_eq!(transcript(&mut s, &thread), expected());
+    // Alone (no LLM call of its trace received): the agent span is the call.
+    let mut alone = store();
+    let w = alone
+        .transaction(|l| {
+            otel::ingest_cached(
+                l,
+                &calls_of(vec![agent.clone()]),
+                0,
+                &otel::ThreadCache::new(),
+            )
+        })
+        .unwrap();
+    assert!(w.nodes > 0, "{w:?}");
+}

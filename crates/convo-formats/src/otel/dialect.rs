@@ -59,6 +59,9 @@ pub struct Call {
     /// Diagnostics: dialect, provider, usage, status, latency, the
     /// attributes the messages were not read from, scope.
     pub info: Map<String, Value>,
+    /// An agent span's call (the whole run's input, a summary of its
+    /// output): dropped where an LLM call of its trace was received.
+    pub agent_span: bool,
 }
 
 /// The calls in a batch of spans. A span that is not an LLM call (an
@@ -68,24 +71,23 @@ pub struct Call {
 /// `invoke_workflow`, as the Vercel AI SDK's and others' emit) carries the
 /// whole run's input and a summary of its output, which the LLM calls under
 /// it carry message by message: it is read only when the batch has no LLM
-/// call of its trace (an emitter that exports agent spans alone).
+/// call of its trace (an emitter that exports agent spans alone); across
+/// batches, [`crate::otel::ingest_cached`] drops it where its trace's LLM
+/// calls were received before (a batch processor exports the agent span,
+/// which ends last, after them).
 pub fn calls_from_spans(batch: &Batch<'_>) -> Vec<Call> {
     let mut out = Vec::new();
     for (resource, scope, span) in batch.spans() {
         if let Some(c) = span_call(resource, scope, span) {
-            out.push((is_agent_span(span), c));
+            out.push(c);
         }
     }
     let llm_traces: std::collections::HashSet<String> = out
         .iter()
-        .filter(|(agent, _)| !agent)
-        .map(|(_, c)| c.trace_id.clone())
+        .filter(|c| !c.agent_span)
+        .map(|c| c.trace_id.clone())
         .collect();
-    let mut out: Vec<Call> = out
-        .into_iter()
-        .filter(|(agent, c)| !agent || !llm_traces.contains(&c.trace_id))
-        .map(|(_, c)| c)
-        .collect();
+    out.retain(|c| !c.agent_span || !llm_traces.contains(&c.trace_id));
     propagate_threads(&mut out);
     out
 }
@@ -176,6 +178,7 @@ pub fn calls_from_logs(batch: &Batch<'_>) -> Vec<Call> {
             input,
             output,
             info,
+            agent_span: false,
         });
     }
     propagate_threads(&mut out);
@@ -355,6 +358,7 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
         input,
         output,
         info,
+        agent_span: is_agent_span(span),
     })
 }
 

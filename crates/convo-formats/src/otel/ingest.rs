@@ -90,12 +90,36 @@ struct CacheInner {
     threads: HashMap<SessionId, (u64, Thread)>,
     tick: u64,
     messages: usize,
+    /// Traces whose LLM calls were received (bounded: forgotten past
+    /// LLM_TRACES), so an agent span exported later is not a call.
+    llm_traces: std::collections::HashSet<String>,
 }
+
+/// How many traces with LLM calls the cache remembers for agent spans.
+const LLM_TRACES: usize = 100_000;
 
 impl ThreadCache {
     /// An empty cache.
     pub fn new() -> ThreadCache {
         ThreadCache::default()
+    }
+
+    /// Notes the traces of `calls`' LLM calls and says which calls to
+    /// keep: not an agent span whose trace's LLM calls were received.
+    fn keep(&self, calls: &[Call]) -> Vec<bool> {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if c.llm_traces.len() > LLM_TRACES {
+            c.llm_traces.clear();
+        }
+        for call in calls.iter().filter(|x| !x.agent_span) {
+            if !c.llm_traces.contains(&call.trace_id) {
+                c.llm_traces.insert(call.trace_id.clone());
+            }
+        }
+        calls
+            .iter()
+            .map(|x| !x.agent_span || !c.llm_traces.contains(&x.trace_id))
+            .collect()
     }
 
     fn take(&self, id: &SessionId) -> Option<Thread> {
@@ -155,8 +179,10 @@ pub fn ingest_cached(
     cache: &ThreadCache,
 ) -> Result<Ingested, StoreError> {
     let mut by_thread: BTreeMap<&str, Vec<&Call>> = BTreeMap::new();
-    for c in calls {
-        by_thread.entry(c.thread.as_str()).or_default().push(c);
+    for (c, keep) in calls.iter().zip(cache.keep(calls)) {
+        if keep {
+            by_thread.entry(c.thread.as_str()).or_default().push(c);
+        }
     }
     let mut out = Ingested {
         calls: calls.len(),
