@@ -449,7 +449,20 @@ fn otel_session_replays_through_the_proxy_and_forks() {
         let ids = session_ids(&srv);
         assert_eq!(ids.len(), 1, "{mode}");
         let id = ids[0].clone();
-        let before = transcript(&srv, &id);
+        // The emitter's exports are answered once stored; a loaded machine
+        // may still be storing one its exporter gave up waiting for.
+        let complete = |t: &[(String, String, String, String)]| {
+            ["Weather in Paris?", "Tomorrow: rain.", "And tomorrow?"]
+                .iter()
+                .all(|w| t.iter().any(|n| n.3.contains(w)))
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let mut before = transcript(&srv, &id);
+        while !complete(&before) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            before = transcript(&srv, &id);
+        }
+        assert!(complete(&before), "{mode}: the live run stored: {before:?}");
         let proxy = |target: &str| {
             Server::launch(
                 &t,
@@ -474,7 +487,11 @@ fn otel_session_replays_through_the_proxy_and_forks() {
             p.stop();
             got["answers"].clone()
         };
-        assert_eq!(replay(&id, false), answers, "{mode}: replayed");
+        assert_eq!(
+            replay(&id, false),
+            answers,
+            "{mode}: replayed from {before:?}"
+        );
         assert_eq!(replay(&id, true), answers, "{mode}: replayed as streams");
         assert_eq!(
             transcript(&srv, &id),
