@@ -579,11 +579,7 @@ pub fn record_in(
     branch: &BranchName,
     ex: &Exchange,
 ) -> Result<Recorded> {
-    let agent = l
-        .tx()
-        .session(session)?
-        .ok_or_else(|| StoreError::NoSession(session.to_string()))?
-        .agent;
+    let agent = session_agent(l, session)?;
     let retried = crate::thread::is_retried(ex.status);
     let mut closed = Vec::new();
     if in_open_submission(l, session, branch)? {
@@ -631,6 +627,14 @@ pub fn record_in(
     })
 }
 
+/// The agent a session was created for.
+fn session_agent(l: &mut Ledger<'_>, session: &SessionId) -> Result<String> {
+    Ok(l.tx()
+        .session(session)?
+        .ok_or_else(|| StoreError::NoSession(session.to_string()))?
+        .agent)
+}
+
 /// [`record_in`] on a timeline whose head is a turn's `invoke` of the
 /// same input (a timeline forked there to regenerate its answer): the
 /// turn's `request`, `response` and `complete`, as an attempt of it.
@@ -640,11 +644,7 @@ pub fn record_answer_in(
     branch: &BranchName,
     ex: &Exchange,
 ) -> Result<Recorded> {
-    let agent = l
-        .tx()
-        .session(session)?
-        .ok_or_else(|| StoreError::NoSession(session.to_string()))?
-        .agent;
+    let agent = session_agent(l, session)?;
     attempt_in(l, session, branch, &agent, ex)
 }
 
