@@ -475,7 +475,11 @@ fn flush_to_sse(addr: &str, n: usize) -> Result<Vec<Duration>> {
         std::thread::sleep(Duration::from_millis(2));
     }
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let mut c = BufReader::new(std::net::TcpStream::connect(addr)?);
+    // No Nagle on the exporter's side either: a request written in two
+    // pieces would wait for the server's delayed ACK (~40 ms).
+    let exporter = std::net::TcpStream::connect(addr)?;
+    exporter.set_nodelay(true)?;
+    let mut c = BufReader::new(exporter);
     let mut h = Vec::new();
     let mut lat = Vec::new();
     for i in 0..n {
