@@ -783,6 +783,21 @@ fn diff_cli_and_api_agree_postgres() {
 /// the web view's.
 #[test]
 fn browser_diff_and_graph() {
+    browser(
+        "webdiff.py",
+        &[
+            "webdiff-desktop.png",
+            "webdiff-phone.png",
+            "webdiff-graph.png",
+            "webdiff-graph-phone.png",
+        ],
+    );
+}
+
+/// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through
+/// the DevTools protocol: `SCRIPT CONVO CHROMIUM HOME SHOTS`) against the
+/// real binary, and checks that it passed and left these screenshots.
+fn browser(script: &str, screenshots: &[&str]) {
     let (Some(py), Some(chromium)) = (
         std::env::var_os("CONVO_TEST_PYTHON"),
         std::env::var_os("CONVO_TEST_CHROMIUM"),
@@ -798,10 +813,11 @@ fn browser_diff_and_graph() {
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
     std::fs::create_dir_all(&shots).unwrap();
     let out = std::process::Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/browser/webdiff.py"
-        ))
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/browser")
+                .join(script),
+        )
         .arg(env!("CARGO_BIN_EXE_convo"))
         .arg(chromium)
         .arg(t.home())
@@ -810,17 +826,12 @@ fn browser_diff_and_graph() {
         .unwrap();
     assert!(
         out.status.success(),
-        "{}\n{}",
+        "{script}\n{}\n{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    for shot in [
-        "webdiff-desktop.png",
-        "webdiff-phone.png",
-        "webdiff-graph.png",
-        "webdiff-graph-phone.png",
-    ] {
-        assert!(shots.join(shot).exists(), "{shot}");
+    for shot in screenshots {
+        assert!(shots.join(shot).exists(), "{script}: no {shot}");
     }
 }
 
@@ -830,38 +841,7 @@ fn browser_diff_and_graph() {
 /// (tests/browser/webview.py drives it through the DevTools protocol).
 #[test]
 fn browser_webview() {
-    let (Some(py), Some(chromium)) = (
-        std::env::var_os("CONVO_TEST_PYTHON"),
-        std::env::var_os("CONVO_TEST_CHROMIUM"),
-    ) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
-        );
-        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
-        return;
-    };
-    let t = TestEnv::new();
-    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/browser/webview.py"
-        ))
-        .arg(env!("CARGO_BIN_EXE_convo"))
-        .arg(chromium)
-        .arg(t.home())
-        .arg(&shots)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(shots.join("webview-session.png").exists());
+    browser("webview.py", &["webview-session.png"]);
 }
 
 /// `CONVO_PRICES` replaces the embedded price table: a call of a model it
@@ -944,39 +924,7 @@ fn prices_from_a_file_or_a_clear_error() {
 /// (tests/browser/llmview.py, screenshots beside webview.py's).
 #[test]
 fn browser_llm_calls() {
-    let (Some(py), Some(chromium)) = (
-        std::env::var_os("CONVO_TEST_PYTHON"),
-        std::env::var_os("CONVO_TEST_CHROMIUM"),
-    ) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
-        );
-        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
-        return;
-    };
-    let t = TestEnv::new();
-    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/browser/llmview.py"
-        ))
-        .arg(env!("CARGO_BIN_EXE_convo"))
-        .arg(chromium)
-        .arg(t.home())
-        .arg(&shots)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(shots.join("llmview-session.png").exists());
-    assert!(shots.join("llmview-phone.png").exists());
+    browser("llmview.py", &["llmview-session.png", "llmview-phone.png"]);
 }
 
 /// SIGTERM with an event stream open and appends in flight: the streams
@@ -1388,43 +1336,13 @@ fn web_search_paging_jumps_and_rerun_without_upstream() {
 /// answer. Screenshots at desktop and phone sizes.
 #[test]
 fn browser_find_jump_rerun() {
-    let (Some(py), Some(chromium)) = (
-        std::env::var_os("CONVO_TEST_PYTHON"),
-        std::env::var_os("CONVO_TEST_CHROMIUM"),
-    ) else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
-        );
-        eprintln!("skipping the browser test: run scripts/test (it sets up Chromium)");
-        return;
-    };
-    let t = TestEnv::new();
-    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
-    std::fs::create_dir_all(&shots).unwrap();
-    let out = std::process::Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/browser/find.py"
-        ))
-        .arg(env!("CARGO_BIN_EXE_convo"))
-        .arg(chromium)
-        .arg(t.home())
-        .arg(&shots)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    browser(
+        "find.py",
+        &[
+            "webview-search.png",
+            "webview-jump.png",
+            "webview-rerun-fork.png",
+            "webview-search-phone.png",
+        ],
     );
-    for shot in [
-        "webview-search.png",
-        "webview-jump.png",
-        "webview-rerun-fork.png",
-        "webview-search-phone.png",
-    ] {
-        assert!(shots.join(shot).exists(), "{shot}");
-    }
 }
