@@ -37,14 +37,14 @@ const INGEST_REPS: usize = 5;
 fn ingest_once(measure_row: bool) -> Result<(f64, Option<f64>)> {
     let dir = Scratch::new("ingest")?;
     let mut store = dir.store("")?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     let batches: Vec<Vec<Draft>> = (0..INGEST_NODES / INGEST_BATCH)
         .map(|b| drafts(b * INGEST_BATCH, INGEST_BATCH))
         .collect();
     let main = main_branch();
     let (_, d) = timed(|| {
         for b in &batches {
-            store.append_many(&ses, &main, b)?;
+            store.transaction(|l| l.append_many(&ses, &main, b))?;
         }
         Ok(())
     })?;
@@ -111,25 +111,25 @@ const APPEND_REPS: usize = 3;
 fn appends_once(n: u64, query: &str) -> Result<f64> {
     let dir = Scratch::new("append")?;
     let mut store = dir.store(query)?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     let ds = drafts(0, n);
     let main = main_branch();
     let (_, d) = timed(|| {
         for dr in &ds {
-            store.append(&ses, &main, dr)?;
+            store.transaction(|l| l.append(&ses, &main, dr))?;
         }
         Ok(())
     })?;
     Ok(rate(n, d))
 }
 
-/// Figure 2: One `Store::append` per transaction, with and without `sync=full`.
+/// Figure 2: One `Ledger::append` per transaction, with and without `sync=full`.
 pub fn single_appends() -> Result<Vec<Row>> {
     // Row size for the bare baseline: that of a node row, measured.
     let row_bytes = {
         let dir = Scratch::new("rowsize")?;
         let mut store = dir.store("")?;
-        let ses = store.create_session("agent", None, 0)?.id;
+        let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
         ingest(&mut store, &ses, 0, 2_000, 1_000)?;
         avg_row_bytes(&dir.db(), "nodes")?.round() as usize
     };
@@ -174,11 +174,11 @@ pub fn single_appends() -> Result<Vec<Row>> {
 const FORK_DEPTH: u64 = 1_000_000;
 const FORKS: usize = 201;
 
-/// Figure 3: `Store::fork` from depth 10 and from the head at depth 1M.
+/// Figure 3: `Ledger::fork` from depth 10 and from the head at depth 1M.
 pub fn fork() -> Result<Vec<Row>> {
     let dir = Scratch::new("fork")?;
     let mut store = dir.store("")?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     // Only the node at depth 10 and the head are needed, not all 1M hashes.
     let mut shallow = None;
     let mut head = None;
@@ -186,7 +186,7 @@ pub fn fork() -> Result<Vec<Row>> {
         let main = main_branch();
         let mut i = 0;
         while i < FORK_DEPTH {
-            let hs = store.append_many(&ses, &main, &drafts(i, 10_000))?;
+            let hs = store.transaction(|l| l.append_many(&ses, &main, &drafts(i, 10_000)))?;
             if i == 0 {
                 shallow = hs.get(9).copied();
             }
@@ -214,10 +214,12 @@ pub fn fork() -> Result<Vec<Row>> {
     for i in 0..FORKS {
         // Interleaved, so drift (WAL growth, checkpoints) hits both equally.
         let name = BranchName::new(&format!("d10-{i}"))?;
-        let (f, d) = timed(|| Ok(store.fork(&ses, &p10, &name, 2_000_000_000_000)?))?;
+        let (f, d) =
+            timed(|| Ok(store.transaction(|l| l.fork(&ses, &p10, &name, 2_000_000_000_000))?))?;
         t10.push(d);
         let name = BranchName::new(&format!("deep-{i}"))?;
-        let (g, d) = timed(|| Ok(store.fork(&ses, &pdeep, &name, 2_000_000_000_000)?))?;
+        let (g, d) =
+            timed(|| Ok(store.transaction(|l| l.fork(&ses, &pdeep, &name, 2_000_000_000_000))?))?;
         tdeep.push(d);
         if (f.ctx.depth, g.ctx.depth) != (11, FORK_DEPTH + 1) {
             return Err(format!("forks at depths {} and {}", f.ctx.depth, g.ctx.depth).into());
@@ -317,9 +319,9 @@ pub fn timeline() -> Result<Vec<Row>> {
     for interleaved in [false, true] {
         let dir = Scratch::new("timeline")?;
         let mut store = dir.store("")?;
-        let ses = store.create_session("agent", None, 0)?.id;
+        let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
         if interleaved {
-            let other = store.create_session("other", None, 0)?.id;
+            let other = store.transaction(|l| l.new_session("other", None, 0))?.id;
             let main = main_branch();
             let ds = drafts(0, 2 * TIMELINE_TURNS);
             store.transaction(|l| {
@@ -398,7 +400,7 @@ pub fn verify() -> Result<Vec<Row>> {
     {
         let dir = Scratch::new("verify-small")?;
         let mut store = dir.store("")?;
-        let ses = store.create_session("agent", None, 0)?.id;
+        let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
         ingest(&mut store, &ses, 0, VERIFY_NODES, 10_000)?;
         settle(&dir.db())?;
         let (mut ours, mut base) = (Vec::new(), Vec::new());
@@ -431,7 +433,7 @@ pub fn verify() -> Result<Vec<Row>> {
     {
         let dir = Scratch::new("verify-big")?;
         let mut store = dir.store("")?;
-        let ses = store.create_session("agent", None, 0)?.id;
+        let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
         let main = main_branch();
         let ds: Vec<Draft> = (0..BIG_COUNT)
             .map(|i| {
@@ -449,7 +451,7 @@ pub fn verify() -> Result<Vec<Row>> {
             })
             .collect();
         for chunk in ds.chunks(10) {
-            store.append_many(&ses, &main, chunk)?;
+            store.transaction(|l| l.append_many(&ses, &main, chunk))?;
         }
         settle(&dir.db())?;
         let total = BIG_COUNT * BIG as u64;
@@ -505,7 +507,7 @@ fn state_key(i: usize) -> String {
 fn state_store(keys: usize) -> Result<StateBench> {
     let dir = Scratch::new("state")?;
     let mut store = dir.store("")?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     let main = main_branch();
     store.write(|tx| {
         let mut root = state::empty_root();
@@ -527,7 +529,7 @@ fn state_store(keys: usize) -> Result<StateBench> {
     })
 }
 
-/// Figure 6: `Store::state_put` (overwriting an existing key, so the key count
+/// Figure 6: `Ledger::state_put` (overwriting an existing key, so the key count
 /// stays fixed) with 100,000 keys present vs with 10.
 pub fn state_put() -> Result<Vec<Row>> {
     let mut small = state_store(STATE_SMALL)?;
@@ -539,7 +541,10 @@ pub fn state_put() -> Result<Vec<Row>> {
         for (b, out) in [(&mut small, &mut ts), (&mut big, &mut tb)] {
             // Spread over the keys with a stride coprime to both counts.
             let key = state_key((i * 7919) % b.keys);
-            let (_, d) = timed(|| Ok(b.store.state_put(&b.ses, &main, &key, value.as_bytes())?))?;
+            let (_, d) = timed(|| {
+                Ok(b.store
+                    .transaction(|l| l.state_put(&b.ses, &main, &key, value.as_bytes()))?)
+            })?;
             if i >= 50 {
                 out.push(d);
             }
@@ -571,10 +576,10 @@ const STORAGE_TURNS: [u64; 3] = [250, 500, 1000];
 fn storage_once(turns: u64, breakdown: bool) -> Result<u64> {
     let dir = Scratch::new("storage")?;
     let mut store = dir.store("")?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     let main = main_branch();
     for d in drafts(0, 2 * turns) {
-        store.append(&ses, &main, &d)?;
+        store.transaction(|l| l.append(&ses, &main, &d))?;
     }
     checkpoint(&dir.db())?;
     let bytes = disk_bytes(&dir.db())?;
@@ -636,7 +641,7 @@ pub fn checkpoints() -> Result<Vec<Row>> {
         .unwrap_or(1_000_000);
     let dir = Scratch::new("checkpoint")?;
     let mut store = dir.store("")?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     ingest(&mut store, &ses, 0, nodes, 10_000)?;
     settle(&dir.db())?;
     let key = convo_store::checkpoint::signing_key(&[7; 32]);

@@ -47,7 +47,7 @@ fn append(
     let mut i = from;
     while i < to {
         let j = (i + 2_500).min(to);
-        out.extend(st.append_many(ses, b, &turns(i, j))?);
+        out.extend(st.transaction(|l| l.append_many(ses, b, &turns(i, j)))?);
         i = j;
     }
     Ok(out)
@@ -83,15 +83,15 @@ pub fn diff_page() -> Result<Vec<Row>> {
         note(format!("diff: {n} turns"));
         let mut st = Store::open(&url)?;
         let ses = st
-            .create_session("bench", Some(&format!("diff {n}")), 0)?
+            .transaction(|l| l.new_session("bench", Some(&format!("diff {n}")), 0))?
             .id;
         let main = BranchName::main();
         let hashes = append(&mut st, &ses, &main, 0, n)?;
         let at = HashPrefix::parse(&hashes[3].to_hex())?;
         let early = BranchName::new("early")?;
         let copy = BranchName::new("copy")?;
-        st.fork(&ses, &at, &early, 0)?;
-        st.fork(&ses, &at, &copy, 0)?;
+        st.transaction(|l| l.fork(&ses, &at, &early, 0))?;
+        st.transaction(|l| l.fork(&ses, &at, &copy, 0))?;
         append(&mut st, &ses, &copy, 1, n)?;
         let path = |b: &str| format!("/sessions/{ses}/diff?a=main&b={b}");
         got.push((

@@ -39,7 +39,7 @@ fn rung_once(r: Rung) -> Result<f64> {
     let dir = Scratch::new("floor")?;
     let ses = dir
         .store("")?
-        .create_session("agent", None, 0)?
+        .transaction(|l| l.new_session("agent", None, 0))?
         .id
         .to_string();
     let c = Connection::open(dir.db())?;

@@ -16,9 +16,9 @@ fn fill(store: &mut Store, sessions: u64, per: u64, tag: &str) -> Result<()> {
     let main = BranchName::main();
     for s in 0..sessions {
         let ses = store
-            .create_session(&format!("{tag}{}", s % 7), None, 1_770_000_000_000)?
+            .transaction(|l| l.new_session(&format!("{tag}{}", s % 7), None, 1_770_000_000_000))?
             .id;
-        store.append_many(&ses, &main, &drafts(s * per, per))?;
+        store.transaction(|l| l.append_many(&ses, &main, &drafts(s * per, per)))?;
     }
     Ok(())
 }
@@ -233,7 +233,9 @@ pub fn long_session() -> Result<Vec<Row>> {
     let dir = Scratch::new("gitlong")?;
     let mut store = dir.store("")?;
     note("filling one session of 10,000 turns");
-    let ses = store.create_session("agent", None, 1_770_000_000_000)?.id;
+    let ses = store
+        .transaction(|l| l.new_session("agent", None, 1_770_000_000_000))?
+        .id;
     crate::util::ingest(&mut store, &ses, 0, 20_000, 10_000)?;
     let store_bytes = du(dir.db().parent().ok_or("no scratch dir")?);
     let repo = dir.db().with_file_name("conversations");
@@ -328,7 +330,9 @@ pub fn long_timeline() -> Result<Vec<Row>> {
     let dir = Scratch::new("gitchain")?;
     let mut store = dir.store("")?;
     note("filling one timeline of 100,000 nodes");
-    let ses = store.create_session("agent", None, 1_770_000_000_000)?.id;
+    let ses = store
+        .transaction(|l| l.new_session("agent", None, 1_770_000_000_000))?
+        .id;
     crate::util::ingest(&mut store, &ses, 0, 100_000, 10_000)?;
     let repo = dir.db().with_file_name("conversations");
     note("projecting (layout dag)");
@@ -363,7 +367,9 @@ pub fn long_session_files() -> Result<Vec<Row>> {
     let dir = Scratch::new("gitfiles")?;
     let mut store = dir.store("")?;
     note("filling one session of 10,000 turns");
-    let ses = store.create_session("agent", None, 1_770_000_000_000)?.id;
+    let ses = store
+        .transaction(|l| l.new_session("agent", None, 1_770_000_000_000))?
+        .id;
     crate::util::ingest(&mut store, &ses, 0, 20_000, 10_000)?;
     let mut took = Vec::new();
     for layout in [Layout::Dag, Layout::Sessions] {

@@ -74,7 +74,7 @@ async fn run() -> Result<Vec<Row>> {
     let spec = AgentSpec::Url(format!("{url}/invoke"));
     let mut h = Harness::start(pool.clone(), &spec, Options::new("bench")).await?;
     let s = pool
-        .run(|st| st.create_session("bench", Some("bench"), 0))
+        .run(|st| st.transaction(|l| l.new_session("bench", Some("bench"), 0)))
         .await?
         .id;
     let main = BranchName::main();
@@ -112,7 +112,7 @@ async fn run() -> Result<Vec<Row>> {
     let per_kv = via_kv.saturating_sub(via) / KV_CALLS as u32;
     // Replay of a 1,000-turn timeline.
     let r = pool
-        .run(|st| st.create_session("bench", Some("replay"), 0))
+        .run(|st| st.transaction(|l| l.new_session("bench", Some("replay"), 0)))
         .await?
         .id;
     for _ in 0..1000 {

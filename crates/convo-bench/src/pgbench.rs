@@ -74,12 +74,12 @@ pub fn postgres() -> Result<Vec<Row>> {
 
     // Bulk ingest: 20,000 nodes in batches of 10,000.
     let mut store = Store::open(&db.url)?;
-    let ses = store.create_session("bench", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("bench", None, 0))?.id;
     let n = 20_000u64;
     let t = Instant::now();
     let mut i = 0;
     while i < n {
-        store.append_many(&ses, &main, &drafts(i, 10_000))?;
+        store.transaction(|l| l.append_many(&ses, &main, &drafts(i, 10_000)))?;
         i += 10_000;
     }
     let ours = rate(n, t.elapsed());
@@ -106,7 +106,7 @@ pub fn postgres() -> Result<Vec<Row>> {
 
     // Durable single appends: one transaction each.
     let appends = 1_000u64;
-    let ses2 = store.create_session("bench", None, 0)?.id;
+    let ses2 = store.transaction(|l| l.new_session("bench", None, 0))?.id;
     let t = Instant::now();
     for k in 0..appends {
         let kind = if k % 2 == 0 {
@@ -114,7 +114,9 @@ pub fn postgres() -> Result<Vec<Row>> {
         } else {
             Kind::Complete
         };
-        store.append(&ses2, &main, &draft(kind, &format!("single {k}"), k as i64))?;
+        store.transaction(|l| {
+            l.append(&ses2, &main, &draft(kind, &format!("single {k}"), k as i64))
+        })?;
     }
     let ours = rate(appends, t.elapsed());
     let st = c.prepare("INSERT INTO bare (id, data) VALUES ($1, $2)")?;
@@ -146,7 +148,7 @@ fn writers(label: &str, url: &str) -> Result<Row> {
             std::thread::spawn(move || -> std::result::Result<(), String> {
                 let mut s = Store::open(&url).map_err(|e| e.to_string())?;
                 let ses = s
-                    .create_session("w", None, 0)
+                    .transaction(|l| l.new_session("w", None, 0))
                     .map_err(|e| e.to_string())?
                     .id;
                 let main = BranchName::main();
@@ -156,8 +158,10 @@ fn writers(label: &str, url: &str) -> Result<Row> {
                     } else {
                         Kind::Complete
                     };
-                    s.append(&ses, &main, &draft(kind, &format!("w{w} {k}"), k as i64))
-                        .map_err(|e| e.to_string())?;
+                    s.transaction(|l| {
+                        l.append(&ses, &main, &draft(kind, &format!("w{w} {k}"), k as i64))
+                    })
+                    .map_err(|e| e.to_string())?;
                 }
                 Ok(())
             })

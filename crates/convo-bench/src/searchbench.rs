@@ -62,14 +62,14 @@ fn drafts(start: u64, n: u64) -> Vec<Draft> {
 fn build() -> Result<(Scratch, Store, Duration, Duration)> {
     let dir = Scratch::new("search")?;
     let mut store = dir.store("")?;
-    let ses = store.create_session("agent", None, 0)?.id;
+    let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
     let batches: Vec<Vec<Draft>> = (0..NODES / BATCH)
         .map(|b| drafts(b * BATCH, BATCH))
         .collect();
     let main = BranchName::main();
     let (_, ingest) = timed(|| {
         for b in &batches {
-            store.append_many(&ses, &main, b)?;
+            store.transaction(|l| l.append_many(&ses, &main, b))?;
         }
         Ok(())
     })?;
@@ -234,9 +234,12 @@ pub fn search_page() -> Result<Vec<Row>> {
         let main = BranchName::main();
         for s in 0..PAGE_SESSIONS {
             let ses = store
-                .create_session(&format!("agent-{}", s % 10), Some(&format!("s{s}")), 0)?
+                .transaction(|l| {
+                    l.new_session(&format!("agent-{}", s % 10), Some(&format!("s{s}")), 0)
+                })?
                 .id;
-            store.append_many(&ses, &main, &drafts(s * PAGE_NODES, PAGE_NODES))?;
+            store
+                .transaction(|l| l.append_many(&ses, &main, &drafts(s * PAGE_NODES, PAGE_NODES)))?;
         }
         let (n, index) = timed(|| Ok(store.search_update(&mut |_, _| {})?))?;
         note(format!(

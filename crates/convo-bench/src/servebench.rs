@@ -132,7 +132,7 @@ fn in_process(
     let sessions: Vec<_> = (0..CLIENTS)
         .map(|i| {
             store
-                .create_session(&format!("a{i}"), None, 0)
+                .transaction(|l| l.new_session(&format!("a{i}"), None, 0))
                 .map(|s| s.id)
         })
         .collect::<std::result::Result<_, _>>()?;
@@ -146,7 +146,7 @@ fn in_process(
                 convo_core::Kind::Complete
             };
             let d = convo_testutil::draft(kind, &format!("m{i}"), 0);
-            store.append(s, &main, &d)?;
+            store.transaction(|l| l.append(s, &main, &d))?;
         }
     }
     Ok((t.elapsed(), count() - before))
@@ -204,9 +204,11 @@ pub fn serve() -> Result<Vec<Row>> {
     // 100-turn one (the same 200 nodes, without the long history).
     let (big, small) = {
         let mut st = Store::open(&url)?;
-        let big = st.create_session("big", Some("big"), 0)?.id;
+        let big = st.transaction(|l| l.new_session("big", Some("big"), 0))?.id;
         crate::util::ingest(&mut st, &big, 0, 20_000, 10_000)?;
-        let small = st.create_session("small", Some("small"), 0)?.id;
+        let small = st
+            .transaction(|l| l.new_session("small", Some("small"), 0))?
+            .id;
         crate::util::ingest(&mut st, &small, 0, 200, 200)?;
         (big, small)
     };
@@ -282,14 +284,14 @@ pub fn serve_pg() -> Result<Vec<Row>> {
 /// `k` appends to one fresh session, one transaction each.
 fn in_process_counted(store: &mut Store, k: usize) -> Result<()> {
     let main = convo_core::BranchName::main();
-    let s = store.create_session("warm", None, 0)?.id;
+    let s = store.transaction(|l| l.new_session("warm", None, 0))?.id;
     for i in 0..k {
         let kind = if i % 2 == 0 {
             convo_core::Kind::Invoke
         } else {
             convo_core::Kind::Complete
         };
-        store.append(&s, &main, &convo_testutil::draft(kind, "warm", 0))?;
+        store.transaction(|l| l.append(&s, &main, &convo_testutil::draft(kind, "warm", 0)))?;
     }
     Ok(())
 }

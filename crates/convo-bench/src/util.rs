@@ -133,7 +133,7 @@ pub fn ingest(
     let mut i = start;
     while i < start + n {
         let k = batch.min(start + n - i);
-        out.extend(store.append_many(ses, &main, &drafts(i, k))?);
+        out.extend(store.transaction(|l| l.append_many(ses, &main, &drafts(i, k)))?);
         i += k;
     }
     Ok(out)

@@ -853,7 +853,7 @@ fn otel_cached_threading_stores_what_reading_the_store_gives() {
             for s in [&mut plain, &mut cached] {
                 let tl = s.timeline(&id, &BranchName::main()).unwrap();
                 let at = HashPrefix::parse(&tl[3].stored.hash.to_hex()).unwrap();
-                s.fork(&id, &at, &BranchName::new("by-hand").unwrap(), 5)
+                s.transaction(|l| l.fork(&id, &at, &BranchName::new("by-hand").unwrap(), 5))
                     .unwrap();
             }
         }

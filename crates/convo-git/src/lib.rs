@@ -1149,7 +1149,7 @@ mod tests {
         let url = format!("sqlite://{}", dir.path().join("c.db").display());
         let mut store = Store::open(&url).unwrap();
         let ses = store
-            .create_session("a", None, 1_770_000_000_000)
+            .transaction(|l| l.new_session("a", None, 1_770_000_000_000))
             .unwrap()
             .id;
         let main = BranchName::main();
@@ -1163,7 +1163,7 @@ mod tests {
                 Kind::Complete
             };
             let d = draft(kind, &format!("message {i}"), 1_770_000_000_000 + i as i64);
-            store.append(&ses, &main, &d).unwrap();
+            store.transaction(|l| l.append(&ses, &main, &d)).unwrap();
             let r = p.sync(&mut store, &mut |_| {}).unwrap();
             assert_eq!((r.nodes, r.commits), (1, 1));
             most = most.max(r.packs);
@@ -1177,11 +1177,13 @@ mod tests {
         assert!(p.verify(&mut store).unwrap().is_empty());
         git(&repo, &["gc", "--quiet", "--aggressive"]);
         store
-            .append(
-                &ses,
-                &main,
-                &draft(Kind::Invoke, "after gc", 1_770_000_100_000),
-            )
+            .transaction(|l| {
+                l.append(
+                    &ses,
+                    &main,
+                    &draft(Kind::Invoke, "after gc", 1_770_000_100_000),
+                )
+            })
             .unwrap();
         assert_eq!(p.sync(&mut store, &mut |_| {}).unwrap().commits, 1);
         git(&repo, &["fsck", "--strict"]);

@@ -296,7 +296,7 @@ impl Harness {
         let agent = self.opts.agent_name.clone();
         let replay_session = self
             .pool
-            .run(move |st| st.create_session(&agent, Some(&title), now_ms()))
+            .run(move |st| st.transaction(|l| l.new_session(&agent, Some(&title), now_ms())))
             .await?
             .id;
         let name = BranchName::main();

@@ -711,7 +711,11 @@ async fn infer(
         // comes from the recording.
         let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
         let d = draft(Kind::Request, &agent, "infer", payload.clone(), &req_diag);
-        let req = match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
+        let req = match reg
+            .pool
+            .run(move |st| st.transaction(|l| l.append(&s, &b, &d)))
+            .await
+        {
             Ok(r) => r,
             Err(e) => {
                 return error(
@@ -765,7 +769,11 @@ async fn infer(
         let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
         let mut d = draft(Kind::Response, "infer", &agent, answer.to_vec(), &diag);
         d.sequence = Some(seq);
-        match reg.pool.run(move |st| st.append(&s, &b, &d)).await {
+        match reg
+            .pool
+            .run(move |st| st.transaction(|l| l.append(&s, &b, &d)))
+            .await
+        {
             Ok(resp) => turn.push(node(resp, answer.to_vec())),
             Err(e) => {
                 return error(

@@ -305,12 +305,14 @@ async fn replaying_a_timeline_forked_at_node_n_serves_the_record_then_goes_live(
     off_rt(|| {
         let mut s = srv.store();
         let id = s.find_session("forked").unwrap().id;
-        s.fork(
-            &id,
-            &HashPrefix::parse(&n.to_hex()).unwrap(),
-            &BranchName::new("alt").unwrap(),
-            1,
-        )
+        s.transaction(|l| {
+            l.fork(
+                &id,
+                &HashPrefix::parse(&n.to_hex()).unwrap(),
+                &BranchName::new("alt").unwrap(),
+                1,
+            )
+        })
         .unwrap();
     });
     let store_url = srv.store_url.clone();

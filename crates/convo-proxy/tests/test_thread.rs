@@ -250,8 +250,10 @@ async fn a_missing_branch_is_created_and_a_failure_to_record_is_visible() {
     // says so, and every later answer carries the count.
     off_rt(|| {
         let mut s = srv.store();
-        s.create_session("proxy", Some("dup"), 1).unwrap();
-        s.create_session("proxy", Some("dup"), 1).unwrap();
+        s.transaction(|l| l.new_session("proxy", Some("dup"), 1))
+            .unwrap();
+        s.transaction(|l| l.new_session("proxy", Some("dup"), 1))
+            .unwrap();
     });
     let res = post(&at("dup", "main"), &m("six"), &[]).await;
     assert_eq!(res.status(), 200);

@@ -281,7 +281,7 @@ pub async fn create_session(
     }
     let row = st
         .pool
-        .run(move |s| s.create_session(&n.agent, n.title.as_deref(), now()))
+        .run(move |s| s.transaction(|l| l.new_session(&n.agent, n.title.as_deref(), now())))
         .await?;
     Ok((StatusCode::CREATED, Json(Session::from_store(&row))))
 }
@@ -340,7 +340,7 @@ pub async fn retitle(
         .pool
         .run(move |s| {
             let row = s.find_session(&q)?;
-            s.retitle(&row.id, r.title.as_deref())
+            s.transaction(|l| l.retitle(&row.id, r.title.as_deref()))
         })
         .await?;
     Ok(Json(Session::from_store(&row)))

@@ -68,7 +68,18 @@ pub struct TurnView {
     pub nodes: Vec<TimelineNode>,
 }
 
-/// The store. Cheap operations, each one transaction.
+/// The store: reads, each one transaction, and [`Store::transaction`],
+/// the one way to write. Every write goes through a [`Ledger`] inside a
+/// transaction, so one append and an import of a thousand nodes use the
+/// same code and commit whole or not at all:
+///
+/// ```
+/// use convo_store::Store;
+/// let mut store = Store::open("sqlite::memory:")?;
+/// let session = store.transaction(|l| l.new_session("my-agent", Some("demo"), 0))?;
+/// assert_eq!(store.find_session("demo")?.id, session.id);
+/// # Ok::<(), convo_store::StoreError>(())
+/// ```
 pub struct Store {
     backend: Box<dyn Backend>,
 }
@@ -174,16 +185,6 @@ impl Store {
 
     // ----- sessions -------------------------------------------------------
 
-    /// Creates a session with an empty `main`.
-    pub fn create_session(
-        &mut self,
-        agent: &str,
-        title: Option<&str>,
-        now: Millis,
-    ) -> Result<SessionRow> {
-        self.transaction(|l| l.create_session(SessionId::new_random(), agent, title, now))
-    }
-
     /// Every session, oldest first.
     pub fn sessions(&mut self) -> Result<Vec<SessionRow>> {
         self.read(|tx| tx.sessions())
@@ -232,29 +233,6 @@ impl Store {
         }
     }
 
-    /// Sets (or with `None` removes) a session's title.
-    pub fn retitle(&mut self, session: &SessionId, title: Option<&str>) -> Result<SessionRow> {
-        self.write(|tx| {
-            let mut row = tx
-                .session(session)?
-                .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
-            tx.set_session_title(session, title)?;
-            row.title = title.map(str::to_owned);
-            // Journaled like the creation, so verify can tell a retitle
-            // from an edit behind convo's back.
-            append_fact(
-                tx,
-                Fact::Session {
-                    id: row.id,
-                    agent: row.agent.clone(),
-                    title: row.title.clone(),
-                    created_at: row.created_at,
-                },
-            )?;
-            Ok(row)
-        })
-    }
-
     /// The session's branches, by name.
     pub fn branches(&mut self, session: &SessionId) -> Result<Vec<BranchRow>> {
         self.read(|tx| tx.branches(Some(session)))
@@ -266,80 +244,6 @@ impl Store {
     }
 
     // ----- writes, each one transaction -------------------------------------
-
-    /// Appends one message to a branch.
-    pub fn append(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        draft: &Draft,
-    ) -> Result<StoredNode> {
-        self.transaction(|l| l.append(session, branch, draft))
-    }
-
-    /// Appends many messages to a branch in one transaction (bulk ingest).
-    pub fn append_many(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        drafts: &[Draft],
-    ) -> Result<Vec<NodeHash>> {
-        self.transaction(|l| l.append_many(session, branch, drafts))
-    }
-
-    /// Like [`Store::append_many`], returning the stored nodes (their follow
-    /// numbers and contexts), for callers that print them.
-    pub fn append_many_nodes(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        drafts: &[Draft],
-    ) -> Result<Vec<StoredNode>> {
-        self.transaction(|l| l.append_many_nodes(session, branch, drafts))
-    }
-
-    /// See [`Ledger::fork`].
-    pub fn fork(
-        &mut self,
-        session: &SessionId,
-        from: &HashPrefix,
-        name: &BranchName,
-        now: Millis,
-    ) -> Result<StoredNode> {
-        self.transaction(|l| l.fork(session, from, name, now))
-    }
-
-    /// See [`Ledger::promote`].
-    pub fn promote(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        now: Millis,
-    ) -> Result<Promoted> {
-        self.transaction(|l| l.promote(session, branch, now))
-    }
-
-    /// Sets `key` on the branch's working state; returns the new root.
-    pub fn state_put(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        key: &str,
-        value: &[u8],
-    ) -> Result<StateRoot> {
-        self.transaction(|l| l.state_put(session, branch, key, value))
-    }
-
-    /// Removes `key` from the branch's working state; returns the new root
-    /// and whether the key was there.
-    pub fn state_delete(
-        &mut self,
-        session: &SessionId,
-        branch: &BranchName,
-        key: &str,
-    ) -> Result<(StateRoot, bool)> {
-        self.transaction(|l| l.state_delete(session, branch, key))
-    }
 
     // ----- reads ----------------------------------------------------------
 
@@ -707,6 +611,38 @@ impl Ledger<'_> {
             sealed: false,
             created_at: now,
         })?;
+        Ok(row)
+    }
+
+    /// Creates a session with a new random id and an empty `main`.
+    pub fn new_session(
+        &mut self,
+        agent: &str,
+        title: Option<&str>,
+        now: Millis,
+    ) -> Result<SessionRow> {
+        self.create_session(SessionId::new_random(), agent, title, now)
+    }
+
+    /// Sets (or with `None` removes) a session's title.
+    pub fn retitle(&mut self, session: &SessionId, title: Option<&str>) -> Result<SessionRow> {
+        let tx = &mut *self.tx;
+        let mut row = tx
+            .session(session)?
+            .ok_or_else(|| StoreError::NoSession(session.to_string()))?;
+        tx.set_session_title(session, title)?;
+        row.title = title.map(str::to_owned);
+        // Journaled like the creation, so verify can tell a retitle
+        // from an edit behind convo's back.
+        append_fact(
+            tx,
+            Fact::Session {
+                id: row.id,
+                agent: row.agent.clone(),
+                title: row.title.clone(),
+                created_at: row.created_at,
+            },
+        )?;
         Ok(row)
     }
 

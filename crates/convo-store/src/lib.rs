@@ -1,19 +1,22 @@
 //! convo's store: the single source of truth.
 //!
 //! [`Store`] is the API every other part of convo uses. It holds a
-//! [`Backend`] (SQLite today, selected by URL) and implements, once for all
-//! backends, the ledger: appends that move branch heads by compare-and-swap,
-//! forks and promotes, the versioned state store, the follow cursor and
-//! verification. Backends only move rows (see [`backend`]).
+//! [`Backend`] (SQLite or PostgreSQL, chosen by URL scheme through
+//! [`Backends`]) and implements, once for all backends, the reads (timelines,
+//! pages, the follow cursor, search, verification) and, through [`Ledger`],
+//! the writes: appends that move branch heads by compare-and-swap, forks and
+//! promotes, the versioned state store. Backends only move rows (see
+//! [`backend`]).
 //!
-//! Every public operation is one transaction: it happens whole or not at all.
+//! Every read is one transaction; every write is a [`Ledger`] call inside
+//! [`Store::transaction`], which commits whole or not at all.
 //!
 //! ```
 //! use convo_core::{BranchName, Diagnostics, HashPrefix, Kind};
 //! use convo_store::{Draft, Store};
 //!
 //! let mut store = Store::open("sqlite::memory:")?;
-//! let s = store.create_session("my-agent", Some("trip"), 0)?;
+//! let s = store.transaction(|l| l.new_session("my-agent", Some("trip"), 0))?;
 //! let say = |kind, text: &str| Draft {
 //!     kind,
 //!     from: "user".into(),
@@ -25,12 +28,19 @@
 //!     created_at: 1,
 //! };
 //! let main = BranchName::main();
-//! let first = store.append(&s.id, &main, &say(Kind::Invoke, "Plan a trip"))?;
-//! store.append(&s.id, &main, &say(Kind::Complete, "Paris?"))?;
+//! // One transaction: both nodes are written, or neither.
+//! let first = store.transaction(|l| {
+//!     let first = l.append(&s.id, &main, &say(Kind::Invoke, "Plan a trip"))?;
+//!     l.append(&s.id, &main, &say(Kind::Complete, "Paris?"))?;
+//!     Ok(first)
+//! })?;
 //! // A fork from the first message keeps it and nothing after.
 //! let at = HashPrefix::parse(&first.hash.to_hex()).unwrap();
-//! store.fork(&s.id, &at, &BranchName::new("retry").unwrap(), 2)?;
-//! store.append(&s.id, &BranchName::new("retry").unwrap(), &say(Kind::Complete, "Rome?"))?;
+//! let retry = BranchName::new("retry").unwrap();
+//! store.transaction(|l| {
+//!     l.fork(&s.id, &at, &retry, 2)?;
+//!     l.append(&s.id, &retry, &say(Kind::Complete, "Rome?"))
+//! })?;
 //! assert_eq!(store.timeline(&s.id, &main)?.len(), 2);
 //! assert!(store.verify()?.problems.is_empty());
 //! # Ok::<(), convo_store::StoreError>(())

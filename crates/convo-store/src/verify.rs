@@ -641,7 +641,7 @@ fn check_facts(
                     created_at,
                 };
                 // A later fact for the same session with the same agent and
-                // creation time is a retitle (`Store::retitle`): the title
+                // creation time is a retitle (`Ledger::retitle`): the title
                 // it carries replaces the earlier one.
                 match j.sessions.get(&id) {
                     Some((_, old))

@@ -90,11 +90,13 @@ fn a_read_only_open_cannot_write() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("convo.db");
     let mut w = Store::open(&url(&p)).unwrap();
-    w.create_session("ses", None, 1).unwrap();
+    w.transaction(|l| l.new_session("ses", None, 1)).unwrap();
     drop(w);
     let mut r = Store::open_as(&url(&p), Access::Read).unwrap();
     assert_eq!(r.sessions().unwrap().len(), 1);
-    let e = r.create_session("ses", None, 2).unwrap_err();
+    let e = r
+        .transaction(|l| l.new_session("ses", None, 2))
+        .unwrap_err();
     assert!(e.to_string().contains("readonly"), "{e}");
 }
 
@@ -155,7 +157,7 @@ fn deferred_checkpoints_run_on_their_own_thread_and_end_with_the_writer() {
         .defer_checkpoints()
         .unwrap()
         .expect("a SQLite file store defers its checkpoints");
-    let ses = s.create_session("a", None, 0).unwrap();
+    let ses = s.transaction(|l| l.new_session("a", None, 0)).unwrap();
     let main = BranchName::main();
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let wal = dir.path().join("convo.db-wal");
@@ -174,7 +176,11 @@ fn deferred_checkpoints_run_on_their_own_thread_and_end_with_the_writer() {
             Kind::Complete
         };
         let d = testing::draft(kind, &format!("{i} {big}"), i);
-        last = Some(s.append(&ses.id, &main, &d).unwrap().hash);
+        last = Some(
+            s.transaction(|l| l.append(&ses.id, &main, &d))
+                .unwrap()
+                .hash,
+        );
     }
     assert_eq!(size(&db), db_before, "a commit checkpointed");
     let ran = std::thread::spawn(move || work.run());
@@ -183,7 +189,7 @@ fn deferred_checkpoints_run_on_their_own_thread_and_end_with_the_writer() {
     for _ in 0..500 {
         // A commit after the first checkpoint asks for the next.
         let d = testing::draft(Kind::Invoke, "more", 0);
-        let _ = s.append(&ses.id, &main, &d);
+        let _ = s.transaction(|l| l.append(&ses.id, &main, &d));
         if size(&db) > db_before + (256 << 10) {
             grew = true;
             break;

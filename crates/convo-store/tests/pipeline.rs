@@ -29,12 +29,15 @@ fn a_postgres_append_costs_two_round_trips() {
         return;
     };
     let main = BranchName::main();
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     // The first append prepares its statements (once per connection).
-    s.append(&ses, &main, &draft(Kind::Invoke, "one", 1))
+    s.transaction(|l| l.append(&ses, &main, &draft(Kind::Invoke, "one", 1)))
         .unwrap();
     let one = counted(&trips, || {
-        s.append(&ses, &main, &draft(Kind::Complete, "done", 2))
+        s.transaction(|l| l.append(&ses, &main, &draft(Kind::Complete, "done", 2)))
             .unwrap();
     });
     assert_eq!(
@@ -53,7 +56,8 @@ fn a_postgres_append_costs_two_round_trips() {
         })
         .collect();
     let many = counted(&trips, || {
-        s.append_many(&ses, &main, &batch).unwrap();
+        s.transaction(|l| l.append_many(&ses, &main, &batch))
+            .unwrap();
     });
     assert_eq!(many, 2, "a batch reads once and writes once");
 
@@ -73,7 +77,11 @@ fn a_postgres_append_costs_two_round_trips() {
     // The server's batches: requests on several branches read their
     // branches in one go, so a batch is two round trips however many.
     let others: Vec<_> = (0..4)
-        .map(|i| s.create_session(&format!("o{i}"), None, 0).unwrap().id)
+        .map(|i| {
+            s.transaction(|l| l.new_session(&format!("o{i}"), None, 0))
+                .unwrap()
+                .id
+        })
         .collect();
     let inv = [draft(Kind::Invoke, "o", 30)];
     let done = [draft(Kind::Complete, "c", 31)];
@@ -104,7 +112,10 @@ fn reads_see_the_writes_held_back_before_them() {
         return;
     };
     let main = BranchName::main();
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     s.transaction(|l| {
         let a = l.append(&ses, &main, &draft(Kind::Invoke, "a", 1))?;
         assert_eq!(l.branch(&ses, &main)?.head, Some(a.hash));
@@ -124,8 +135,13 @@ fn a_held_back_write_that_fails_aborts_its_transaction() {
         return;
     };
     let main = BranchName::main();
-    let ses = s.create_session("agent", None, 0).unwrap().id;
-    let first = s.append(&ses, &main, &draft(Kind::Invoke, "a", 1)).unwrap();
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
+    let first = s
+        .transaction(|l| l.append(&ses, &main, &draft(Kind::Invoke, "a", 1)))
+        .unwrap();
     // A compare-and-swap from a head that is not the branch's: the blob
     // written before it in the same pipeline must not be committed.
     let bytes = b"never committed".as_slice();

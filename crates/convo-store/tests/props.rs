@@ -410,7 +410,9 @@ fn run(store: &mut Store, n_sessions: usize, ops: &[Op]) {
     };
     for i in 0..n_sessions {
         let agent = format!("agent{i}");
-        let row = store.create_session(&agent, None, T0).unwrap();
+        let row = store
+            .transaction(|l| l.new_session(&agent, None, T0))
+            .unwrap();
         m.sessions.push(MSession {
             id: row.id,
             agent,
@@ -530,7 +532,7 @@ fn append_one(store: &mut Store, m: &mut Model, si: usize, name: &str, d: &Draft
     let ctx = m.head_ctx(&b);
     let want = m.place(si, &b, ctx, d);
     let sid = m.sessions[si].id;
-    match (store.append(&sid, &bn(name), d), want) {
+    match (store.transaction(|l| l.append(&sid, &bn(name), d)), want) {
         (Ok(got), Some((node, next))) => {
             assert_eq!(got.node, node, "the node appended to {name}");
             assert_eq!(got.hash, node.hash());
@@ -589,7 +591,10 @@ fn append_bulk(store: &mut Store, m: &mut Model, si: usize, name: &str, msgs: &[
     }
     let drafts = &drafts[..];
     let sid = m.sessions[si].id;
-    match (store.append_many(&sid, &bn(name), drafts), want) {
+    match (
+        store.transaction(|l| l.append_many(&sid, &bn(name), drafts)),
+        want,
+    ) {
         (Ok(got), Some(want)) => {
             assert_eq!(
                 got,
@@ -640,7 +645,7 @@ fn fork_one(
     now: Millis,
 ) {
     let sid = m.sessions[si].id;
-    let res = store.fork(&sid, prefix, &bn(name), now);
+    let res = store.transaction(|l| l.fork(&sid, prefix, &bn(name), now));
     if from_ses != si {
         let e = res.unwrap_err();
         assert!(matches!(e, StoreError::WrongSession { .. }), "{e:?}");
@@ -700,7 +705,7 @@ fn fork_one(
 fn promote_one(store: &mut Store, m: &mut Model, si: usize, name: &str, now: Millis) {
     let sid = m.sessions[si].id;
     let b = m.sessions[si].branches[name].clone();
-    let res = store.promote(&sid, &bn(name), now);
+    let res = store.transaction(|l| l.promote(&sid, &bn(name), now));
     if name == "main" {
         assert!(matches!(res, Err(StoreError::PromoteMain)), "{res:?}");
         return;
@@ -772,8 +777,10 @@ fn state_one(
     let sid = m.sessions[si].id;
     let b = m.sessions[si].branches[name].clone();
     let res = match value {
-        Some(v) => store.state_put(&sid, &bn(name), key, v).map(|r| (r, true)),
-        None => store.state_delete(&sid, &bn(name), key),
+        Some(v) => store
+            .transaction(|l| l.state_put(&sid, &bn(name), key, v))
+            .map(|r| (r, true)),
+        None => store.transaction(|l| l.state_delete(&sid, &bn(name), key)),
     };
     if b.sealed {
         assert!(matches!(res, Err(StoreError::Sealed { .. })), "{res:?}");
@@ -1079,9 +1086,16 @@ fn a_long_history(store: &mut Store) {
 /// state exactly as the same drafts appended one at a time do.
 fn bulk_append_carries_state(s: &mut Store) {
     let main = BranchName::main();
-    let ses = s.create_session("agent", None, T0).unwrap().id;
-    let r1 = s.state_put(&ses, &main, "k", b"one").unwrap();
-    let r2 = s.state_put(&ses, &main, "k", b"two").unwrap();
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, T0))
+        .unwrap()
+        .id;
+    let r1 = s
+        .transaction(|l| l.state_put(&ses, &main, "k", b"one"))
+        .unwrap();
+    let r2 = s
+        .transaction(|l| l.state_put(&ses, &main, "k", b"two"))
+        .unwrap();
     let mut explicit = draft(Kind::Complete, "b", 2);
     explicit.state = Some(r1);
     let batch = [
@@ -1093,17 +1107,23 @@ fn bulk_append_carries_state(s: &mut Store) {
 
     // One at a time, on a second session: the last complete carries r1,
     // the working state the explicit one set.
-    let one = s.create_session("agent", None, T0).unwrap().id;
-    s.state_put(&one, &main, "k", b"two").unwrap();
+    let one = s
+        .transaction(|l| l.new_session("agent", None, T0))
+        .unwrap()
+        .id;
+    s.transaction(|l| l.state_put(&one, &main, "k", b"two"))
+        .unwrap();
     let mut last = None;
     for d in &batch {
-        last = Some(s.append(&one, &main, d).unwrap());
+        last = Some(s.transaction(|l| l.append(&one, &main, d)).unwrap());
     }
     assert_eq!(last.unwrap().node.state, Some(r1));
     assert_eq!(s.state_root(&one, &main, None).unwrap(), r1);
 
     // In one batch it must be the same.
-    let hashes = s.append_many(&ses, &main, &batch).unwrap();
+    let hashes = s
+        .transaction(|l| l.append_many(&ses, &main, &batch))
+        .unwrap();
     assert_eq!(s.state_root(&ses, &main, None).unwrap(), r1);
     let last = s.node(&full(&hashes[3])).unwrap();
     assert_ne!(last.node.state, Some(r2), "the stale pre-batch state");

@@ -220,7 +220,9 @@ mod sqlite_only {
             Err(e) => assert!(matches!(e, StoreError::Damaged(_)), "{e:?}"),
             Ok(mut s) => {
                 let e = s
-                    .append(&fx.ses, &main(), &draft(Kind::Invoke, "after", DAY + 100))
+                    .transaction(|l| {
+                        l.append(&fx.ses, &main(), &draft(Kind::Invoke, "after", DAY + 100))
+                    })
                     .unwrap_err();
                 assert!(matches!(e, StoreError::Damaged(_)), "{e:?}");
                 assert!(e.to_string().contains("integrity check"), "{e}");
@@ -560,14 +562,24 @@ impl Fx {
     fn new(be: Be) -> Fx {
         let db = Db::new(be);
         let mut s = Store::open(&db.url()).unwrap();
-        let ses = s.create_session("agent", Some("tamper"), DAY).unwrap().id;
+        let ses = s
+            .transaction(|l| l.new_session("agent", Some("tamper"), DAY))
+            .unwrap()
+            .id;
         for i in 0..20 {
-            s.state_put(&ses, &main(), &format!("k{i}"), format!("v{i}").as_bytes())
-                .unwrap();
+            s.transaction(|l| {
+                l.state_put(&ses, &main(), &format!("k{i}"), format!("v{i}").as_bytes())
+            })
+            .unwrap();
         }
         let t1 = turn(&mut s, &ses, &main(), "one", DAY + 10);
-        s.state_put(&ses, &main(), "k3", b"v3-changed").unwrap();
-        assert!(s.state_delete(&ses, &main(), "k4").unwrap().1);
+        s.transaction(|l| l.state_put(&ses, &main(), "k3", b"v3-changed"))
+            .unwrap();
+        assert!(
+            s.transaction(|l| l.state_delete(&ses, &main(), "k4"))
+                .unwrap()
+                .1
+        );
 
         // The second turn's response carries real diagnostics.
         let mut t2 = Vec::new();
@@ -579,15 +591,19 @@ impl Fx {
             if k == Kind::Response {
                 d.diagnostics = Diagnostics::parse(r#"{"status":200,"ms":12}"#).unwrap();
             }
-            t2.push(s.append(&ses, &main(), &d).unwrap().hash);
+            t2.push(s.transaction(|l| l.append(&ses, &main(), &d)).unwrap().hash);
         }
         let t3 = turn(&mut s, &ses, &main(), "three", DAY + 30);
 
         let fix = BranchName::new("fix").unwrap();
-        let fork = s.fork(&ses, &prefix(&t2[3]), &fix, DAY + 40).unwrap().hash;
-        s.state_put(&ses, &fix, "fix", b"yes").unwrap();
+        let fork = s
+            .transaction(|l| l.fork(&ses, &prefix(&t2[3]), &fix, DAY + 40))
+            .unwrap()
+            .hash;
+        s.transaction(|l| l.state_put(&ses, &fix, "fix", b"yes"))
+            .unwrap();
         let tf = turn(&mut s, &ses, &fix, "three-b", DAY + 50);
-        let pr = s.promote(&ses, &fix, DAY + 60).unwrap();
+        let pr = s.transaction(|l| l.promote(&ses, &fix, DAY + 60)).unwrap();
         assert_eq!(pr.sealed_as.as_str(), "broken-2026-02-13");
 
         let root1 = s.node(&prefix(&t1[3])).unwrap().node.state.unwrap();
@@ -751,7 +767,7 @@ fn append_payload(fx: &Fx, payload: Vec<u8>) -> (NodeHash, convo_core::ContentHa
     let mut s = fx.store();
     let mut d = draft(Kind::Invoke, "", DAY + 1_000);
     d.payload = payload;
-    let n = s.append(&fx.ses, &main(), &d).unwrap();
+    let n = s.transaction(|l| l.append(&fx.ses, &main(), &d)).unwrap();
     (n.hash, n.node.payload)
 }
 
@@ -837,7 +853,7 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
     let new = testing::growing_request(31, "");
     let mut d = draft(Kind::Complete, "", DAY + 2_000);
     d.payload = new.clone();
-    let n = s.append(&fx.ses, &main(), &d).unwrap();
+    let n = s.transaction(|l| l.append(&fx.ses, &main(), &d)).unwrap();
     assert!(!testing::stored_chunks(&mut s).is_empty());
     assert_eq!(s.blob(&n.node.payload).unwrap().unwrap(), new);
     let previews = s.timeline_previews(&fx.ses, &main(), None, 64).unwrap();
@@ -1078,7 +1094,10 @@ fn a_branch_head_pointing_nowhere_is_caught(be: Be) {
 fn a_head_moved_to_another_sessions_node_is_caught(be: Be) {
     let fx = Fx::new(be);
     let mut s = fx.store();
-    let other = s.create_session("agent", None, DAY).unwrap().id;
+    let other = s
+        .transaction(|l| l.new_session("agent", None, DAY))
+        .unwrap()
+        .id;
     let theirs = turn(&mut s, &other, &main(), "theirs", DAY);
     drop(s);
     fx.edit(
@@ -1456,14 +1475,20 @@ fn check_node_edits(be: Be, edits: &[(&str, &str)]) {
             read_everything(&fx);
             // A writer after the edit fails or succeeds, but does not panic either.
             let mut s = fx.store();
-            let _ = s.append(&fx.ses, &main(), &draft(Kind::Invoke, "after", DAY + 100));
-            let _ = s.append(&fx.ses, &main(), &draft(Kind::Request, "after", DAY + 101));
-            let _ = s.fork(
-                &fx.ses,
-                &prefix(&target),
-                &BranchName::new("later").unwrap(),
-                DAY + 102,
-            );
+            let _ = s.transaction(|l| {
+                l.append(&fx.ses, &main(), &draft(Kind::Invoke, "after", DAY + 100))
+            });
+            let _ = s.transaction(|l| {
+                l.append(&fx.ses, &main(), &draft(Kind::Request, "after", DAY + 101))
+            });
+            let _ = s.transaction(|l| {
+                l.fork(
+                    &fx.ses,
+                    &prefix(&target),
+                    &BranchName::new("later").unwrap(),
+                    DAY + 102,
+                )
+            });
         }
     }
 }
@@ -1910,11 +1935,13 @@ fn a_store_that_grew_extends_its_checkpoint(be: Be) {
     // Appends, a fork, a state write and a promote after it: all forward.
     turn(&mut s, &fx.ses, &main(), "four", DAY + 80);
     let again = BranchName::new("again").unwrap();
-    s.fork(&fx.ses, &prefix(&fx.t1[3]), &again, DAY + 90)
+    s.transaction(|l| l.fork(&fx.ses, &prefix(&fx.t1[3]), &again, DAY + 90))
         .unwrap();
-    s.state_put(&fx.ses, &again, "k", b"v").unwrap();
+    s.transaction(|l| l.state_put(&fx.ses, &again, "k", b"v"))
+        .unwrap();
     turn(&mut s, &fx.ses, &again, "five", DAY + 95);
-    s.promote(&fx.ses, &again, DAY + 100).unwrap();
+    s.transaction(|l| l.promote(&fx.ses, &again, DAY + 100))
+        .unwrap();
     assert!(s.verify().unwrap().is_clean());
     let found = s.check_checkpoint(&cp).unwrap();
     assert!(found.is_empty(), "{found:#?}");
@@ -1953,7 +1980,7 @@ fn a_forged_tip_with_recomputed_hashes_is_caught_by_the_checkpoint(be: Be) {
     // is recomputed, so the store is consistent again.
     undo_the_promote(&fx);
     let mut s = fx.store();
-    s.append(&fx.ses, &main(), &draft(Kind::Invoke, "forged", DAY + 61))
+    s.transaction(|l| l.append(&fx.ses, &main(), &draft(Kind::Invoke, "forged", DAY + 61)))
         .unwrap();
     assert!(s.verify().unwrap().is_clean());
     let found = s.check_checkpoint(&cp).unwrap();
@@ -2065,10 +2092,10 @@ fn redacted_fixture(fx: &Fx) -> (String, convo_core::ContentHash, NodeHash) {
     );
     let mut s = fx.store();
     let h = s
-        .append(&fx.ses, &main(), &draft(Kind::Invoke, &secret, DAY + 70))
+        .transaction(|l| l.append(&fx.ses, &main(), &draft(Kind::Invoke, &secret, DAY + 70)))
         .unwrap()
         .hash;
-    s.append(&fx.ses, &main(), &draft(Kind::Complete, "noted", DAY + 71))
+    s.transaction(|l| l.append(&fx.ses, &main(), &draft(Kind::Complete, "noted", DAY + 71)))
         .unwrap();
     let payload = content_hash(secret.as_bytes());
     // The search index holds the secret's words too until the redaction.
@@ -2156,7 +2183,7 @@ fn a_redacted_state_value_leaves_no_byte_of_it(be: Be) {
     );
     let mut s = fx.store();
     let root = s
-        .state_put(&fx.ses, &main(), "db", secret.as_bytes())
+        .transaction(|l| l.state_put(&fx.ses, &main(), "db", secret.as_bytes()))
         .unwrap();
     s.search_update(&mut |_, _| {}).unwrap();
     assert!(fx.db.files_hold(secret.as_bytes()), "the value is stored");

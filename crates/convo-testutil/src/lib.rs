@@ -47,7 +47,7 @@ pub fn turn(s: &mut Store, ses: &SessionId, br: &BranchName, text: &str, t: i64)
         .into_iter()
         .enumerate()
         .map(|(i, k)| {
-            s.append(ses, br, &draft(k, &format!("{text}/{k}"), t + i as i64))
+            s.transaction(|l| l.append(ses, br, &draft(k, &format!("{text}/{k}"), t + i as i64)))
                 .unwrap()
                 .hash
         })
@@ -56,9 +56,11 @@ pub fn turn(s: &mut Store, ses: &SessionId, br: &BranchName, text: &str, t: i64)
 
 pub fn sessions_are_found_by_id_prefix_and_title(s: &mut Store) {
     let a = s
-        .create_session("researcher", Some("Paris trip"), 1)
+        .transaction(|l| l.new_session("researcher", Some("Paris trip"), 1))
         .unwrap();
-    let b2 = s.create_session("researcher", None, 2).unwrap();
+    let b2 = s
+        .transaction(|l| l.new_session("researcher", None, 2))
+        .unwrap();
     assert_eq!(s.find_session(&a.id.to_string()).unwrap(), a);
     assert_eq!(s.find_session(&a.id.0.to_string()[..8]).unwrap(), a);
     assert_eq!(
@@ -78,7 +80,10 @@ pub fn sessions_are_found_by_id_prefix_and_title(s: &mut Store) {
 }
 
 pub fn a_turn_chains_numbers_and_submits(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let h = turn(s, &ses, &main(), "hello", 10);
     let tl = s.timeline(&ses, &main()).unwrap();
     assert_eq!(tl.iter().map(|n| n.stored.hash).collect::<Vec<_>>(), h);
@@ -105,44 +110,58 @@ pub fn a_turn_chains_numbers_and_submits(s: &mut Store) {
 }
 
 pub fn rule_violations_write_nothing(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let err = s
-        .append(&ses, &main(), &draft(Kind::Request, "x", 1))
+        .transaction(|l| l.append(&ses, &main(), &draft(Kind::Request, "x", 1)))
         .unwrap_err();
     assert!(matches!(err, StoreError::Rule(_)), "{err}");
     let err = s
-        .append(&ses, &main(), &draft(Kind::Fork, "x", 1))
+        .transaction(|l| l.append(&ses, &main(), &draft(Kind::Fork, "x", 1)))
         .unwrap_err();
     assert!(matches!(err, StoreError::Rule(_)), "{err}");
     assert!(s.follow(0, 10).unwrap().is_empty());
     let err = s
-        .append(&ses, &b("nope"), &draft(Kind::Invoke, "x", 1))
+        .transaction(|l| l.append(&ses, &b("nope"), &draft(Kind::Invoke, "x", 1)))
         .unwrap_err();
     assert!(matches!(err, StoreError::NoBranch { .. }), "{err}");
     // A batch with one bad draft in the middle writes none of it.
     let batch = [draft(Kind::Invoke, "a", 1), draft(Kind::Response, "b", 2)];
-    assert!(s.append_many(&ses, &main(), &batch).is_err());
+    assert!(
+        s.transaction(|l| l.append_many(&ses, &main(), &batch))
+            .is_err()
+    );
     assert!(s.follow(0, 10).unwrap().is_empty());
     assert_eq!(s.branch(&ses, &main()).unwrap().head, None);
 }
 
 pub fn same_input_in_same_context_has_same_submission(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let first = turn(s, &ses, &main(), "one", 10);
-    s.fork(&ses, &p(&first[3]), &b("alt"), 20).unwrap();
+    s.transaction(|l| l.fork(&ses, &p(&first[3]), &b("alt"), 20))
+        .unwrap();
     let a = s
-        .append(&ses, &main(), &draft(Kind::Invoke, "same", 30))
+        .transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, "same", 30)))
         .unwrap();
     let c = s
-        .append(&ses, &b("alt"), &draft(Kind::Invoke, "same", 31))
+        .transaction(|l| l.append(&ses, &b("alt"), &draft(Kind::Invoke, "same", 31)))
         .unwrap();
     assert_eq!(a.node.submission, c.node.submission);
     assert_ne!(a.hash, c.hash);
 }
 
 pub fn fork_shares_history_and_restores_state(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
-    s.state_put(&ses, &main(), "todo", b"milk").unwrap();
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
+    s.transaction(|l| l.state_put(&ses, &main(), "todo", b"milk"))
+        .unwrap();
     let t1 = turn(s, &ses, &main(), "one", 10);
     let root1 = s
         .node(&p(&t1[3]))
@@ -150,13 +169,16 @@ pub fn fork_shares_history_and_restores_state(s: &mut Store) {
         .node
         .state
         .expect("complete carries the branch state");
-    s.state_put(&ses, &main(), "todo", b"eggs").unwrap();
+    s.transaction(|l| l.state_put(&ses, &main(), "todo", b"eggs"))
+        .unwrap();
     let t2 = turn(s, &ses, &main(), "two", 20);
     let root2 = s.node(&p(&t2[3])).unwrap().node.state.unwrap();
     assert_ne!(root1, root2);
 
     let prefix = HashPrefix::parse(&t1[3].to_hex()[..10]).unwrap();
-    let fork = s.fork(&ses, &prefix, &b("fix"), 30).unwrap();
+    let fork = s
+        .transaction(|l| l.fork(&ses, &prefix, &b("fix"), 30))
+        .unwrap();
     assert_eq!(fork.node.kind, Kind::Fork);
     assert_eq!(fork.node.parent, Some(t1[3]));
     let fork_state = s.state_root(&ses, &b("fix"), None).unwrap();
@@ -187,30 +209,45 @@ pub fn fork_shares_history_and_restores_state(s: &mut Store) {
         empty_root()
     );
 
-    let err = s.fork(&ses, &prefix, &b("fix"), 31).unwrap_err();
+    let err = s
+        .transaction(|l| l.fork(&ses, &prefix, &b("fix"), 31))
+        .unwrap_err();
     assert!(matches!(err, StoreError::BranchExists { .. }), "{err}");
     let err = s
-        .fork(
-            &ses,
-            &HashPrefix::parse("0000000000000000").unwrap(),
-            &b("x"),
-            31,
-        )
+        .transaction(|l| {
+            l.fork(
+                &ses,
+                &HashPrefix::parse("0000000000000000").unwrap(),
+                &b("x"),
+                31,
+            )
+        })
         .unwrap_err();
     assert!(matches!(err, StoreError::NoNode(_)), "{err}");
-    let other = s.create_session("agent", None, 0).unwrap().id;
-    let err = s.fork(&other, &prefix, &b("x"), 31).unwrap_err();
+    let other = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
+    let err = s
+        .transaction(|l| l.fork(&other, &prefix, &b("x"), 31))
+        .unwrap_err();
     assert!(matches!(err, StoreError::WrongSession { .. }), "{err}");
 }
 
 pub fn promote_seals_main_and_renames(s: &mut Store) {
     let day = 1_770_993_005_000; // 2026-02-13
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let t1 = turn(s, &ses, &main(), "one", day);
     let t2 = turn(s, &ses, &main(), "two", day + 10);
-    s.fork(&ses, &p(&t1[3]), &b("fix"), day + 20).unwrap();
+    s.transaction(|l| l.fork(&ses, &p(&t1[3]), &b("fix"), day + 20))
+        .unwrap();
     let t3 = turn(s, &ses, &b("fix"), "two-b", day + 30);
-    let pr = s.promote(&ses, &b("fix"), day + 40).unwrap();
+    let pr = s
+        .transaction(|l| l.promote(&ses, &b("fix"), day + 40))
+        .unwrap();
     assert_eq!(pr.sealed_as.as_str(), "broken-2026-02-13");
     assert_eq!(pr.node.node.kind, Kind::Promote);
     assert_eq!(pr.node.node.parent, Some(t3[3]));
@@ -231,62 +268,84 @@ pub fn promote_seals_main_and_renames(s: &mut Store) {
         "the sealed timeline keeps its history"
     );
     let err = s
-        .append(
-            &ses,
-            &b("broken-2026-02-13"),
-            &draft(Kind::Invoke, "x", day + 50),
-        )
+        .transaction(|l| {
+            l.append(
+                &ses,
+                &b("broken-2026-02-13"),
+                &draft(Kind::Invoke, "x", day + 50),
+            )
+        })
         .unwrap_err();
     assert!(matches!(err, StoreError::Sealed { .. }), "{err}");
     let err = s
-        .state_put(&ses, &b("broken-2026-02-13"), "k", b"v")
+        .transaction(|l| l.state_put(&ses, &b("broken-2026-02-13"), "k", b"v"))
         .unwrap_err();
     assert!(matches!(err, StoreError::Sealed { .. }), "{err}");
     assert!(matches!(
-        s.promote(&ses, &main(), day).unwrap_err(),
+        s.transaction(|l| l.promote(&ses, &main(), day))
+            .unwrap_err(),
         StoreError::PromoteMain
     ));
     // Main continues from the promote node.
     let next = s
-        .append(&ses, &main(), &draft(Kind::Invoke, "three", day + 60))
+        .transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, "three", day + 60)))
         .unwrap();
     assert_eq!(next.node.parent, Some(pr.node.hash));
     // A second promote on the same day gets a suffix.
-    s.fork(&ses, &p(&t1[0]), &b("again"), day + 70).unwrap();
-    let pr2 = s.promote(&ses, &b("again"), day + 80).unwrap();
+    s.transaction(|l| l.fork(&ses, &p(&t1[0]), &b("again"), day + 70))
+        .unwrap();
+    let pr2 = s
+        .transaction(|l| l.promote(&ses, &b("again"), day + 80))
+        .unwrap();
     assert_eq!(pr2.sealed_as.as_str(), "broken-2026-02-13-2");
     assert!(s.verify().unwrap().is_clean());
 }
 
 pub fn fork_and_promote_events_never_share_a_hash(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let t = turn(s, &ses, &main(), "one", 10);
-    let f1 = s.fork(&ses, &p(&t[1]), &b("x"), 100).unwrap();
-    let p1 = s.promote(&ses, &b("x"), 100).unwrap();
-    let f2 = s.fork(&ses, &p(&t[1]), &b("x"), 100).unwrap();
-    let p2 = s.promote(&ses, &b("x"), 100).unwrap();
+    let f1 = s
+        .transaction(|l| l.fork(&ses, &p(&t[1]), &b("x"), 100))
+        .unwrap();
+    let p1 = s.transaction(|l| l.promote(&ses, &b("x"), 100)).unwrap();
+    let f2 = s
+        .transaction(|l| l.fork(&ses, &p(&t[1]), &b("x"), 100))
+        .unwrap();
+    let p2 = s.transaction(|l| l.promote(&ses, &b("x"), 100)).unwrap();
     assert_ne!(f1.hash, f2.hash);
     assert_ne!(p1.node.hash, p2.node.hash);
 }
 
 pub fn complete_carries_explicit_or_branch_state(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
-    s.append(&ses, &main(), &draft(Kind::Invoke, "a", 1))
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
+    s.transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, "a", 1)))
         .unwrap();
     let c = s
-        .append(&ses, &main(), &draft(Kind::Complete, "b", 2))
+        .transaction(|l| l.append(&ses, &main(), &draft(Kind::Complete, "b", 2)))
         .unwrap();
     assert_eq!(c.node.state, None, "no state written yet: nothing to carry");
-    let r1 = s.state_put(&ses, &main(), "k", b"v1").unwrap();
-    let r2 = s.state_put(&ses, &main(), "k", b"v2").unwrap();
-    let (r3, existed) = s.state_delete(&ses, &main(), "k").unwrap();
+    let r1 = s
+        .transaction(|l| l.state_put(&ses, &main(), "k", b"v1"))
+        .unwrap();
+    let r2 = s
+        .transaction(|l| l.state_put(&ses, &main(), "k", b"v2"))
+        .unwrap();
+    let (r3, existed) = s
+        .transaction(|l| l.state_delete(&ses, &main(), "k"))
+        .unwrap();
     assert!(existed);
     assert_eq!(r3, empty_root());
-    s.append(&ses, &main(), &draft(Kind::Invoke, "c", 3))
+    s.transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, "c", 3)))
         .unwrap();
     let mut d = draft(Kind::Complete, "d", 4);
     d.state = Some(r1);
-    let c2 = s.append(&ses, &main(), &d).unwrap();
+    let c2 = s.transaction(|l| l.append(&ses, &main(), &d)).unwrap();
     assert_eq!(c2.node.state, Some(r1));
     assert_eq!(
         s.state_root(&ses, &main(), None).unwrap(),
@@ -298,30 +357,36 @@ pub fn complete_carries_explicit_or_branch_state(s: &mut Store) {
     let mut bad = draft(Kind::Invoke, "e", 5);
     bad.state = Some(r2);
     assert!(
-        s.append(&ses, &main(), &bad).is_err(),
+        s.transaction(|l| l.append(&ses, &main(), &bad)).is_err(),
         "only a complete carries state"
     );
     let mut unknown = draft(Kind::Complete, "f", 6);
     unknown.state = Some(convo_core::StateRoot(convo_core::sha256(b"nothing")));
-    s.append(&ses, &main(), &draft(Kind::Invoke, "g", 6))
+    s.transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, "g", 6)))
         .unwrap();
     assert!(matches!(
-        s.append(&ses, &main(), &unknown),
+        s.transaction(|l| l.append(&ses, &main(), &unknown)),
         Err(StoreError::State(_))
     ));
 }
 
 pub fn follow_cursor_is_gap_free(s: &mut Store) {
-    let a = s.create_session("agent", None, 0).unwrap().id;
-    let c = s.create_session("agent", None, 0).unwrap().id;
+    let a = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
+    let c = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let mut all = Vec::new();
     for i in 0..5 {
         all.extend(turn(s, &a, &main(), &format!("a{i}"), i * 10));
         all.extend(turn(s, &c, &main(), &format!("c{i}"), i * 10));
     }
-    let _ = s.append(&a, &main(), &draft(Kind::Response, "bad", 1)); // rejected: no gap
+    let _ = s.transaction(|l| l.append(&a, &main(), &draft(Kind::Response, "bad", 1))); // rejected: no gap
     all.extend(
-        s.append_many(&a, &main(), &[draft(Kind::Invoke, "bulk", 99)])
+        s.transaction(|l| l.append_many(&a, &main(), &[draft(Kind::Invoke, "bulk", 99)]))
             .unwrap(),
     );
     let mut got = Vec::new();
@@ -341,7 +406,10 @@ pub fn follow_cursor_is_gap_free(s: &mut Store) {
 }
 
 pub fn bulk_append_matches_single_appends(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let drafts: Vec<_> = (0..50)
         .map(|i| {
             draft(
@@ -355,14 +423,19 @@ pub fn bulk_append_matches_single_appends(s: &mut Store) {
             )
         })
         .collect();
-    let hashes = s.append_many(&ses, &main(), &drafts).unwrap();
+    let hashes = s
+        .transaction(|l| l.append_many(&ses, &main(), &drafts))
+        .unwrap();
     assert_eq!(hashes.len(), 50);
     let tl = s.timeline(&ses, &main()).unwrap();
     assert_eq!(tl.iter().map(|n| n.stored.hash).collect::<Vec<_>>(), hashes);
     assert!(s.verify().unwrap().is_clean());
 
     // Group commit's batch: two sessions, one of them twice, chained in order.
-    let other = s.create_session("agent", None, 0).unwrap().id;
+    let other = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let inv = [draft(Kind::Invoke, "x", 60)];
     let done = [draft(Kind::Complete, "y", 61)];
     let out = s
@@ -394,16 +467,20 @@ pub fn bulk_append_matches_single_appends(s: &mut Store) {
 }
 
 pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     for i in 0..3 {
-        s.state_put(&ses, &main(), &format!("k{i}"), format!("v{i}").as_bytes())
+        s.transaction(|l| l.state_put(&ses, &main(), &format!("k{i}"), format!("v{i}").as_bytes()))
             .unwrap();
         turn(s, &ses, &main(), &format!("t{i}"), i * 10);
     }
     let head = s.branch(&ses, &main()).unwrap().head.unwrap();
-    s.fork(&ses, &p(&head), &b("f"), 100).unwrap();
+    s.transaction(|l| l.fork(&ses, &p(&head), &b("f"), 100))
+        .unwrap();
     turn(s, &ses, &b("f"), "f", 110);
-    s.promote(&ses, &b("f"), 120).unwrap();
+    s.transaction(|l| l.promote(&ses, &b("f"), 120)).unwrap();
     let r = s.verify().unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
     assert_eq!(r.nodes, 12 + 1 + 4 + 1);
@@ -451,7 +528,10 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
 }
 
 pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let n = 60;
     let marker = |i: usize| match i {
         30 => " SECRET-MIDDLE-7f3a9c".to_owned(),
@@ -462,22 +542,26 @@ pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
     let mut t = 10;
     for i in 0..n {
         let body = growing_request(i, &marker(i));
-        s.append(&ses, &main(), &draft(Kind::Invoke, &format!("q{i}"), t))
+        s.transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, &format!("q{i}"), t)))
             .unwrap();
         let mut d = draft(Kind::Request, "", t + 1);
         d.payload = body.clone();
-        let node = s.append(&ses, &main(), &d).unwrap();
-        s.append(
-            &ses,
-            &main(),
-            &draft(Kind::Response, &format!("a{i}"), t + 2),
-        )
+        let node = s.transaction(|l| l.append(&ses, &main(), &d)).unwrap();
+        s.transaction(|l| {
+            l.append(
+                &ses,
+                &main(),
+                &draft(Kind::Response, &format!("a{i}"), t + 2),
+            )
+        })
         .unwrap();
-        s.append(
-            &ses,
-            &main(),
-            &draft(Kind::Complete, &format!("c{i}"), t + 3),
-        )
+        s.transaction(|l| {
+            l.append(
+                &ses,
+                &main(),
+                &draft(Kind::Complete, &format!("c{i}"), t + 3),
+            )
+        })
         .unwrap();
         requests.push((node.hash, node.node.payload, body));
         t += 10;
@@ -553,25 +637,35 @@ pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
 
 pub fn pages_match_the_whole_timeline_near_forks_and_seals(s: &mut Store) {
     let day = 1_770_993_005_000;
-    let ses = s.create_session("agent", None, 0).unwrap().id;
+    let ses = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let mut t1 = Vec::new();
     for i in 0..3 {
         t1 = turn(s, &ses, &main(), &format!("m{i}"), day + i);
     }
     // A turn left open, then a fork from inside the second turn.
-    s.append(&ses, &main(), &draft(Kind::Invoke, "open", day + 5))
+    s.transaction(|l| l.append(&ses, &main(), &draft(Kind::Invoke, "open", day + 5)))
         .unwrap();
-    s.fork(&ses, &p(&t1[1]), &b("fix"), day + 6).unwrap();
+    s.transaction(|l| l.fork(&ses, &p(&t1[1]), &b("fix"), day + 6))
+        .unwrap();
     turn(s, &ses, &b("fix"), "f", day + 7);
-    s.fork(&ses, &p(&t1[3]), &b("other"), day + 8).unwrap();
+    s.transaction(|l| l.fork(&ses, &p(&t1[3]), &b("other"), day + 8))
+        .unwrap();
     turn(s, &ses, &b("other"), "o", day + 9);
-    let pr = s.promote(&ses, &b("fix"), day + 10).unwrap();
+    let pr = s
+        .transaction(|l| l.promote(&ses, &b("fix"), day + 10))
+        .unwrap();
     turn(s, &ses, &main(), "after", day + 11);
     // A timeline with no history of its own, in the same session.
     s.transaction(|l| l.create_branch(&ses, &b("fresh"), day + 12))
         .unwrap();
     turn(s, &ses, &b("fresh"), "x", day + 13);
-    let empty = s.create_session("agent", None, 0).unwrap().id;
+    let empty = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let page = s.timeline_tail(&empty, &main(), 5).unwrap();
     assert_eq!((page.total, page.turns, page.nodes.len()), (0, 0, 0));
 
@@ -629,11 +723,18 @@ pub fn pages_match_the_whole_timeline_near_forks_and_seals(s: &mut Store) {
 pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
     use convo_store::filter::NodeFilter;
     use convo_store::search::{Query, SearchRequest};
-    let a = s.create_session("agent", Some("trip"), 0).unwrap().id;
-    let other = s.create_session("agent", None, 0).unwrap().id;
+    let a = s
+        .transaction(|l| l.new_session("agent", Some("trip"), 0))
+        .unwrap()
+        .id;
+    let other = s
+        .transaction(|l| l.new_session("agent", None, 0))
+        .unwrap()
+        .id;
     let say = |s: &mut Store, ses: &SessionId, br: &BranchName, q: &str, ans: &str, t: i64| {
-        s.append(ses, br, &draft(Kind::Invoke, q, t)).unwrap();
-        s.append(ses, br, &draft(Kind::Complete, ans, t + 1))
+        s.transaction(|l| l.append(ses, br, &draft(Kind::Invoke, q, t)))
+            .unwrap();
+        s.transaction(|l| l.append(ses, br, &draft(Kind::Complete, ans, t + 1)))
             .unwrap()
             .hash
     };
@@ -653,7 +754,8 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
         "Rome, capital of Italy.",
         20,
     );
-    s.fork(&a, &p(&fork_at), &b("alt"), 30).unwrap();
+    s.transaction(|l| l.fork(&a, &p(&fork_at), &b("alt"), 30))
+        .unwrap();
     say(
         s,
         &a,
@@ -672,7 +774,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
     );
     let mut bin = draft(Kind::Invoke, "", 60);
     bin.payload = vec![0xff, b'c', b'a', b'p', b'i', b't', b'a', b'l'];
-    s.append(&other, &main(), &bin).unwrap();
+    s.transaction(|l| l.append(&other, &main(), &bin)).unwrap();
 
     let find = |s: &mut Store, text: &str, f: &dyn Fn(&mut SearchRequest)| {
         let mut req = SearchRequest {
@@ -879,17 +981,23 @@ pub const ALL: &[Case] = &[
 pub fn search_filters_by_agent_model_status_and_failure(s: &mut Store) {
     use convo_store::filter::NodeFilter;
     use convo_store::search::{Query, SearchRequest};
-    let bot = s.create_session("bot", Some("b"), 0).unwrap().id;
-    let helper = s.create_session("helper", Some("h"), 0).unwrap().id;
+    let bot = s
+        .transaction(|l| l.new_session("bot", Some("b"), 0))
+        .unwrap()
+        .id;
+    let helper = s
+        .transaction(|l| l.new_session("helper", Some("h"), 0))
+        .unwrap()
+        .id;
     let call = |s: &mut Store, ses: &SessionId, text: &str, diag: &str, t: i64| {
         let mut d = draft(Kind::Response, text, t);
         d.diagnostics = Diagnostics::parse(diag).unwrap();
-        s.append(ses, &main(), &draft(Kind::Invoke, "go", t))
+        s.transaction(|l| l.append(ses, &main(), &draft(Kind::Invoke, "go", t)))
             .unwrap();
-        s.append(ses, &main(), &draft(Kind::Request, "ask", t))
+        s.transaction(|l| l.append(ses, &main(), &draft(Kind::Request, "ask", t)))
             .unwrap();
-        s.append(ses, &main(), &d).unwrap();
-        s.append(ses, &main(), &draft(Kind::Complete, "done", t))
+        s.transaction(|l| l.append(ses, &main(), &d)).unwrap();
+        s.transaction(|l| l.append(ses, &main(), &draft(Kind::Complete, "done", t)))
             .unwrap();
     };
     call(

@@ -60,7 +60,7 @@ pub fn run(env: &Env, a: ChatArgs) -> CmdResult {
         Some(q) => find_or_create(&pool, q, &opts.agent_name)?.0,
         None => {
             let agent = opts.agent_name.clone();
-            pool.run_blocking(|st| st.create_session(&agent, None, now()))?
+            pool.run_blocking(|st| st.transaction(|l| l.new_session(&agent, None, now())))?
                 .id
         }
     };
@@ -187,7 +187,7 @@ impl Chat {
                 let point = self.fork_point(from)?;
                 let (s, n) = (self.session, name.clone());
                 self.pool
-                    .run_blocking(|st| st.fork(&s, &point, &n, now()))?;
+                    .run_blocking(|st| st.transaction(|l| l.fork(&s, &point, &n, now())))?;
                 self.switch(name)?;
             }
             "switch" => {
@@ -200,7 +200,9 @@ impl Chat {
             }
             "promote" => {
                 let (s, b) = (self.session, self.branch.clone());
-                let p = self.pool.run_blocking(|st| st.promote(&s, &b, now()))?;
+                let p = self
+                    .pool
+                    .run_blocking(|st| st.transaction(|l| l.promote(&s, &b, now())))?;
                 eprintln!(
                     "promoted `{b}` to main; the old main is sealed as `{}`",
                     p.sealed_as

@@ -61,13 +61,13 @@ pub fn run(env: &Env, a: IngestArgs) -> CmdResult {
         }
         let mut out = stdout.lock();
         if a.json {
-            let nodes = store.append_many_nodes(&s.id, &branch, pending)?;
+            let nodes = store.transaction(|l| l.append_many_nodes(&s.id, &branch, pending))?;
             for (n, d) in nodes.iter().zip(pending.iter()) {
                 let v = crate::output::node_json(n, Some(&d.payload));
                 writeln!(out, "{}", serde_json::to_string(&v).unwrap_or_default())?;
             }
         } else {
-            for h in store.append_many(&s.id, &branch, pending)? {
+            for h in store.transaction(|l| l.append_many(&s.id, &branch, pending))? {
                 writeln!(out, "{h}")?;
             }
         }

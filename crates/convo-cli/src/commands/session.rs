@@ -69,7 +69,7 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
     let mut store = env.open()?;
     match cmd {
         SessionCmd::New { agent, title, json } => {
-            let s = store.create_session(&agent, title.as_deref(), now())?;
+            let s = store.transaction(|l| l.new_session(&agent, title.as_deref(), now()))?;
             let mut out = Out::stdout();
             if json {
                 write_json(&mut out, &session_json(&s))?;
@@ -127,7 +127,7 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
                 return Err(super::CommandError::user("a title must not be empty")
                     .with_hint("remove a title with --clear"));
             }
-            let row = store.retitle(&s.id, title.as_deref())?;
+            let row = store.transaction(|l| l.retitle(&s.id, title.as_deref()))?;
             let mut out = Out::stdout();
             if json {
                 write_json(&mut out, &session_json(&row))?;

@@ -48,7 +48,10 @@ fn recording_allocates_as_often_at_1000_messages_as_at_100() {
     let dir = tempfile::tempdir().unwrap();
     let mut store =
         Store::open(&format!("sqlite://{}", dir.path().join("s.db").display())).unwrap();
-    let session = store.create_session("proxy", Some("long"), 1).unwrap().id;
+    let session = store
+        .transaction(|l| l.new_session("proxy", Some("long"), 1))
+        .unwrap()
+        .id;
     let main = BranchName::main();
     let keys = Keys::default();
     let mut messages = vec![json!({"role": "system", "content": "You are a helpful assistant."})];

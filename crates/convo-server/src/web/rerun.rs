@@ -247,7 +247,7 @@ pub(super) async fn rerun(
             };
             let from = HashPrefix::parse(&parent.to_hex())
                 .map_err(|e| StoreError::Invalid(e.to_string()))?;
-            let fork = s.fork(&row.id, &from, &branch, api::now())?;
+            let fork = s.transaction(|l| l.fork(&row.id, &from, &branch, api::now()))?;
             Ok((row, node, branch, fork))
         })
         .await?;
