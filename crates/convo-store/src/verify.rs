@@ -792,13 +792,102 @@ pub(crate) fn verify(
 ) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     progress(VerifyProgress::Database);
-
     if let Some(found) = or_problem(&mut r, "the database", tx.engine_check())? {
         for why in found {
             r.problem(ProblemKind::Database, DATABASE.to_owned(), why);
         }
     }
+    let blobs = check_blobs(&mut r, tx, progress)?;
+    let journal = match or_problem(&mut r, "the fact journal", tx.facts())? {
+        Some(rows) => check_facts(&mut r, rows),
+        None => Journal {
+            sessions: HashMap::new(),
+            states: Vec::new(),
+            redacted: DigestMap::default(),
+        },
+    };
+    check_redactions(&mut r, tx, &journal, &blobs)?;
+    let session_rows = read_session_rows(&mut r, tx)?;
+    let sessions: HashSet<SessionId> = session_rows.iter().map(|s| s.id).collect();
+    let runs = read_session_runs(&mut r, tx)?;
+    let mut orphans: BTreeSet<SessionId> = BTreeSet::new();
+    let mut checker = Checker {
+        blobs: &blobs,
+        redacted: &journal.redacted,
+        sessions: &sessions,
+        seen: DigestMap::default(),
+        roots: DigestSet::default(),
+        orphans: &mut orphans,
+        problems: Vec::new(),
+        undecodable: Vec::new(),
+        runs: runs.as_deref(),
+        run: 0,
+        next_seq: 1,
+        gaps: Vec::new(),
+        derived: HashMap::new(),
+        state_facts: &journal.states,
+        fact: 0,
+        fact_problems: Vec::new(),
+        troubled: HashSet::new(),
+        tainted: DigestSet::default(),
+    };
+    let scan_stopped = check_nodes(&mut r, tx, &mut checker, progress)?;
+    let Checker {
+        seen,
+        mut roots,
+        problems,
+        undecodable,
+        gaps,
+        derived,
+        fact_problems,
+        tainted,
+        troubled,
+        ..
+    } = checker;
+    let derivable = |s: &SessionId| undecodable.is_empty() && !troubled.contains(s);
+    report_nodes(&mut r, problems, &undecodable, gaps);
+    for (seq, kind, sid, why) in fact_problems {
+        if derivable(&sid) {
+            r.problem(kind, format!("fact {seq}"), why);
+        }
+    }
 
+    check_session_rows(&mut r, &session_rows, &journal, &sessions);
+    let branch_rows = read_branch_rows(&mut r, tx)?;
+    let nodes = DerivedNodes {
+        seen: &seen,
+        derived: &derived,
+        tainted: &tainted,
+        derivable: &derivable,
+        complete: !scan_stopped,
+    };
+    check_branch_rows(
+        &mut r,
+        &branch_rows,
+        &nodes,
+        &journal,
+        &sessions,
+        &mut orphans,
+        &mut roots,
+    );
+    for s in orphans {
+        r.problem(
+            ProblemKind::Missing,
+            format!("session {s}"),
+            format!("session {s} has nodes or branches but no session row"),
+        );
+    }
+    check_state_roots(&mut r, tx, roots, &blobs, &journal.redacted)?;
+    Ok(r)
+}
+
+/// Blobs: each hashes to its address. Returns the sound ones and their
+/// lengths; a blob that does not decode or hash is a problem.
+fn check_blobs(
+    r: &mut VerifyReport,
+    tx: &mut dyn Tx,
+    progress: &mut dyn FnMut(VerifyProgress),
+) -> Result<DigestMap<ContentHash, u64>> {
     let mut blobs: DigestMap<ContentHash, u64> = DigestMap::default();
     let mut bad_blobs = Vec::new();
     let mut counts = (0u64, 0u64);
@@ -834,84 +923,67 @@ pub(crate) fn verify(
         }
         Ok(())
     });
-    or_problem(&mut r, "the blob table", scanned)?;
+    or_problem(r, "the blob table", scanned)?;
     (r.blobs, r.blob_bytes) = counts;
     for (o, kind, why) in bad_blobs {
         r.problem(kind, format!("blob {o}"), why);
     }
+    Ok(blobs)
+}
 
-    let journal = match or_problem(&mut r, "the fact journal", tx.facts())? {
-        Some(rows) => check_facts(&mut r, rows),
-        None => Journal {
-            sessions: HashMap::new(),
-            states: Vec::new(),
-            redacted: DigestMap::default(),
-        },
-    };
-    check_redactions(&mut r, tx, &journal, &blobs)?;
-
-    let session_rows: Vec<SessionRow> = or_problem(&mut r, "the session table", tx.session_rows())?
+/// Session rows, each decoded on its own (a bad one is a problem).
+fn read_session_rows(r: &mut VerifyReport, tx: &mut dyn Tx) -> Result<Vec<SessionRow>> {
+    Ok(or_problem(r, "the session table", tx.session_rows())?
         .unwrap_or_default()
         .into_iter()
         .filter_map(|row| {
             row.map_err(|why| r.problem(ProblemKind::Undecodable, "session row".to_owned(), why))
                 .ok()
         })
-        .collect();
-    let sessions: HashSet<SessionId> = session_rows.iter().map(|s| s.id).collect();
-    let runs = or_problem(&mut r, "the session index", tx.session_runs())?
-        .flatten()
-        .map(|rows| {
-            let mut runs: Vec<SessionRun> = Vec::with_capacity(rows.len());
-            for row in rows {
-                match row {
-                    Err(why) => {
-                        r.problem(ProblemKind::Undecodable, "session index".to_owned(), why)
-                    }
-                    Ok(run) => {
-                        if let Some(prev) = runs.last()
-                            && run.first <= prev.last
-                        {
-                            r.problem(
-                                ProblemKind::Mismatch,
-                                "session index".to_owned(),
-                                format!(
-                                    "runs {}..{} and {}..{} overlap",
-                                    prev.first, prev.last, run.first, run.last
-                                ),
-                            );
-                            continue;
-                        }
-                        runs.push(run);
-                    }
-                }
-            }
-            runs
-        });
-    let mut orphans: BTreeSet<SessionId> = BTreeSet::new();
-    // Two stages on two threads: this one steps the database and decodes
-    // rows, a worker recomputes hashes, replays the timeline rules and
-    // derives every timeline, in order.
-    let mut checker = Checker {
-        blobs: &blobs,
-        redacted: &journal.redacted,
-        sessions: &sessions,
-        seen: DigestMap::default(),
-        roots: DigestSet::default(),
-        orphans: &mut orphans,
-        problems: Vec::new(),
-        undecodable: Vec::new(),
-        runs: runs.as_deref(),
-        run: 0,
-        next_seq: 1,
-        gaps: Vec::new(),
-        derived: HashMap::new(),
-        state_facts: &journal.states,
-        fact: 0,
-        fact_problems: Vec::new(),
-        troubled: HashSet::new(),
-        tainted: DigestSet::default(),
+        .collect())
+}
+
+/// The session index's runs (SQLite), ordered and without overlaps; `None`
+/// for a backend without one.
+fn read_session_runs(r: &mut VerifyReport, tx: &mut dyn Tx) -> Result<Option<Vec<SessionRun>>> {
+    let Some(rows) = or_problem(r, "the session index", tx.session_runs())?.flatten() else {
+        return Ok(None);
     };
+    let mut runs: Vec<SessionRun> = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row {
+            Err(why) => r.problem(ProblemKind::Undecodable, "session index".to_owned(), why),
+            Ok(run) => {
+                if let Some(prev) = runs.last()
+                    && run.first <= prev.last
+                {
+                    r.problem(
+                        ProblemKind::Mismatch,
+                        "session index".to_owned(),
+                        format!(
+                            "runs {}..{} and {}..{} overlap",
+                            prev.first, prev.last, run.first, run.last
+                        ),
+                    );
+                    continue;
+                }
+                runs.push(run);
+            }
+        }
+    }
+    Ok(Some(runs))
+}
+
+/// Nodes, in follow order, in two stages on two threads: this one steps
+/// the database and decodes rows, a worker ([`Checker::check`]) recomputes
+/// hashes, replays the timeline rules and derives every timeline. Returns
+/// whether the scan stopped early (a node table that cannot be read).
+fn check_nodes(
+    r: &mut VerifyReport,
+    tx: &mut dyn Tx,
+    checker: &mut Checker<'_>,
+    progress: &mut dyn FnMut(VerifyProgress),
+) -> Result<bool> {
     let scanned = std::thread::scope(|scope| -> Result<u64> {
         let (send, recv) =
             std::sync::mpsc::sync_channel::<Vec<std::result::Result<StoredNode, String>>>(8);
@@ -945,34 +1017,31 @@ pub(crate) fn verify(
             .map_err(|_| StoreError::backend("the verify worker panicked"))?;
         scan.map(|()| count)
     });
-    let scan_stopped = match scanned {
+    match scanned {
         Ok(n) => {
             r.nodes += n;
-            false
+            Ok(false)
         }
         Err(e) => {
             r.nodes += checker.next_seq.saturating_sub(1);
-            or_problem(&mut r, "the node table", Err::<(), _>(e))?;
-            true
+            or_problem(r, "the node table", Err::<(), _>(e))?;
+            Ok(true)
         }
-    };
-    let Checker {
-        seen,
-        mut roots,
-        problems,
-        undecodable,
-        gaps,
-        derived,
-        fact_problems,
-        tainted,
-        troubled,
-        ..
-    } = checker;
-    let derivable = |s: &SessionId| undecodable.is_empty() && !troubled.contains(s);
+    }
+}
+
+/// What the node scan found: bad nodes, rows that do not decode, and gaps
+/// in the follow numbers (deleted nodes).
+fn report_nodes(
+    r: &mut VerifyReport,
+    problems: Vec<(NodeHash, ProblemKind, String)>,
+    undecodable: &[String],
+    gaps: Vec<(u64, u64)>,
+) {
     for (h, kind, why) in problems {
         r.problem(kind, format!("node {h}"), why);
     }
-    for why in &undecodable {
+    for why in undecodable {
         r.problem(ProblemKind::Undecodable, "node row".to_owned(), why.clone());
     }
     for (a, b) in gaps {
@@ -988,50 +1057,18 @@ pub(crate) fn verify(
             },
         );
     }
-    for (seq, kind, sid, why) in fact_problems {
-        if derivable(&sid) {
-            r.problem(kind, format!("fact {seq}"), why);
-        }
-    }
+}
 
-    check_session_rows(&mut r, &session_rows, &journal, &sessions);
-
-    // Branch rows against what the nodes and the journal derive.
-    let branch_rows: Vec<BranchRow> = or_problem(&mut r, "the branch table", tx.branch_rows())?
+/// Branch rows, each decoded on its own (a bad one is a problem).
+fn read_branch_rows(r: &mut VerifyReport, tx: &mut dyn Tx) -> Result<Vec<BranchRow>> {
+    Ok(or_problem(r, "the branch table", tx.branch_rows())?
         .unwrap_or_default()
         .into_iter()
         .filter_map(|row| {
             row.map_err(|why| r.problem(ProblemKind::Undecodable, "branch row".to_owned(), why))
                 .ok()
         })
-        .collect();
-    let nodes = DerivedNodes {
-        seen: &seen,
-        derived: &derived,
-        tainted: &tainted,
-        derivable: &derivable,
-        complete: !scan_stopped,
-    };
-    check_branch_rows(
-        &mut r,
-        &branch_rows,
-        &nodes,
-        &journal,
-        &sessions,
-        &mut orphans,
-        &mut roots,
-    );
-
-    for s in orphans {
-        r.problem(
-            ProblemKind::Missing,
-            format!("session {s}"),
-            format!("session {s} has nodes or branches but no session row"),
-        );
-    }
-
-    check_state_roots(&mut r, tx, roots, &blobs, &journal.redacted)?;
-    Ok(r)
+        .collect())
 }
 
 /// Session rows against the journal: each was created by a fact and says
