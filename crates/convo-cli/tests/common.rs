@@ -38,12 +38,15 @@ impl Run {
 }
 
 impl TestEnv {
-    /// A test environment on `backend`: `sqlite`, or `postgres` (a fresh
-    /// database; `None` when PostgreSQL tests are skipped outside CI).
-    pub fn on(backend: &str) -> Option<(Self, Option<convo_testutil::PgDatabase>)> {
+    /// A test environment on `backend`: SQLite in its home, or a fresh
+    /// PostgreSQL database (`None` when PostgreSQL tests are skipped
+    /// outside CI).
+    pub fn on(
+        backend: convo_testutil::Backend,
+    ) -> Option<(Self, Option<convo_testutil::PgDatabase>)> {
         let mut t = TestEnv::new();
         match backend {
-            "postgres" => {
+            convo_testutil::Backend::Postgres => {
                 let db = convo_testutil::pg_database()?;
                 t.store = Some(db.url.clone());
                 Some((t, Some(db)))

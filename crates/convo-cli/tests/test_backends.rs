@@ -1,6 +1,7 @@
 //! Many writers, `watch` and `migrate`, on SQLite and on PostgreSQL.
 
 use crate::common::{TestEnv, is_hash};
+use convo_testutil::Backend;
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Stdio};
@@ -28,7 +29,7 @@ fn spawn_ingest(t: &TestEnv, session: &str, branch: &str, input: String) -> Chil
 /// 6 writers on one session's `main` (which keeps being replaced by
 /// promotes), 1 writer on another session, and 1 process that forks,
 /// appends to the fork and promotes it, over and over.
-fn many_writers(backend: &str) {
+fn many_writers(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -118,19 +119,9 @@ fn many_writers(backend: &str) {
     );
 }
 
-#[test]
-fn many_writers_sqlite() {
-    many_writers("sqlite");
-}
-
-#[test]
-fn many_writers_postgres() {
-    many_writers("postgres");
-}
-
 /// `watch` sees every node once, in order, while writers run and one is
 /// killed mid-transaction; a second watch resumes from a cursor.
-fn watch_has_no_gap(backend: &str) {
+fn watch_has_no_gap(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -220,18 +211,8 @@ fn watch_has_no_gap(backend: &str) {
 }
 
 #[test]
-fn watch_has_no_gap_sqlite() {
-    watch_has_no_gap("sqlite");
-}
-
-#[test]
-fn watch_has_no_gap_postgres() {
-    watch_has_no_gap("postgres");
-}
-
-#[test]
 fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
-    let Some((pg, _db)) = TestEnv::on("postgres") else {
+    let Some((pg, _db)) = TestEnv::on(Backend::Postgres) else {
         return;
     };
     let t = TestEnv::new();
@@ -281,7 +262,7 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
 /// stored, upper- or lowercased, nor as the words the search index held
 /// (SQLite: the database, its FTS5 segments, WAL and free pages;
 /// PostgreSQL: every table's and index's relation file).
-fn redact_leaves_no_byte(backend: &str) {
+fn redact_leaves_no_byte(backend: Backend) {
     let Some((t, db)) = TestEnv::on(backend) else {
         return;
     };
@@ -348,12 +329,9 @@ fn redact_leaves_no_byte(backend: &str) {
     t.run(&["verify"]).ok();
 }
 
-#[test]
-fn redact_leaves_no_byte_sqlite() {
-    redact_leaves_no_byte("sqlite");
-}
-
-#[test]
-fn redact_leaves_no_byte_postgres() {
-    redact_leaves_no_byte("postgres");
-}
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    many_writers,
+    watch_has_no_gap,
+    redact_leaves_no_byte,
+);

@@ -1,4 +1,5 @@
 use crate::common::{TestEnv, is_hash};
+use convo_testutil::Backend;
 
 #[test]
 fn record_prints_only_the_hash_and_session_get_shows_the_turn() {
@@ -532,20 +533,20 @@ fn record_say_and_state_print_json_with_json() {
 /// `init`, `ingest`, `state put/get/list` and `git verify` take `--json`,
 /// and state values that are not UTF-8 come back losslessly (base64,
 /// marked) on both backends.
-fn write_commands_print_json(backend: &str) {
+fn write_commands_print_json(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
     let init = t.run(&["init", "--json"]).json();
     assert_eq!(
         init["backend"],
-        if backend == "postgres" {
+        if backend == Backend::Postgres {
             "postgres"
         } else {
             "sqlite"
         }
     );
-    if backend == "sqlite" {
+    if backend == Backend::Sqlite {
         assert_eq!(init["created"], true, "{init}");
         assert_eq!(t.run(&["init", "--json"]).json()["created"], false);
     }
@@ -632,16 +633,6 @@ fn write_commands_print_json(backend: &str) {
     assert!(!v["problems"].as_array().unwrap().is_empty(), "{v}");
 }
 
-#[test]
-fn write_commands_print_json_sqlite() {
-    write_commands_print_json("sqlite");
-}
-
-#[test]
-fn write_commands_print_json_postgres() {
-    write_commands_print_json("postgres");
-}
-
 /// The checkpoint files of `dir` (names sort by cursor) and their cursors.
 fn checkpoint_cursors(dir: &std::path::Path) -> Vec<u64> {
     let mut names: Vec<_> = std::fs::read_dir(dir)
@@ -680,7 +671,7 @@ fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
 /// each file is new (names sort by cursor) and `verify --checkpoint DIR`
 /// checks them all. On SQLite, a rollback made consistently behind
 /// convo's back (verify alone finds nothing) is then named.
-fn automatic_checkpoints_every_n_appends(backend: &str) {
+fn automatic_checkpoints_every_n_appends(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -718,7 +709,7 @@ fn automatic_checkpoints_every_n_appends(backend: &str) {
     let d = dir.to_str().unwrap();
     let ok = t.run(&["verify", "--checkpoint", d]).ok();
     assert!(ok.contains("extends 3 checkpoint(s)"), "{ok}");
-    if backend != "sqlite" {
+    if backend != Backend::Sqlite {
         return;
     }
     // Roll main back by its last turn behind convo's back, consistently.
@@ -750,16 +741,6 @@ fn automatic_checkpoints_every_n_appends(backend: &str) {
         .unwrap();
     assert_eq!(said.matches("(against ").count(), 2, "{said}");
     assert_eq!(said.matches(&newest).count(), 2, "{said}");
-}
-
-#[test]
-fn automatic_checkpoints_every_n_appends_sqlite() {
-    automatic_checkpoints_every_n_appends("sqlite");
-}
-
-#[test]
-fn automatic_checkpoints_every_n_appends_postgres() {
-    automatic_checkpoints_every_n_appends("postgres");
 }
 
 /// `--every-minutes`: a change that appends no node (a state write, a fact
@@ -824,3 +805,9 @@ fn short_writers_keep_the_log_bounded() {
     assert_eq!(v["nodes"], 160);
     assert_eq!(v["ok"], true);
 }
+
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    write_commands_print_json,
+    automatic_checkpoints_every_n_appends,
+);

@@ -4,21 +4,12 @@
 //! And the proxy passes a 100 MiB answer through with bounded memory.
 
 use crate::common::{TestEnv, is_hash};
+use convo_testutil::Backend;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::Duration;
 
-#[test]
-fn sigkill_mid_stream_loses_nothing_that_was_acknowledged_sqlite() {
-    sigkill_mid_stream("sqlite");
-}
-
-#[test]
-fn sigkill_mid_stream_loses_nothing_that_was_acknowledged_postgres() {
-    sigkill_mid_stream("postgres");
-}
-
-fn sigkill_mid_stream(backend: &str) {
+fn sigkill_mid_stream(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -211,21 +202,11 @@ fn start_proxy(t: &TestEnv, upstream: &str, extra: &[&str]) -> crate::serve_util
     crate::serve_util::Server::launch(t, &args)
 }
 
-#[test]
-fn proxy_killed_mid_stream_keeps_every_call_it_answered_sqlite() {
-    proxy_killed_mid_stream("sqlite");
-}
-
-#[test]
-fn proxy_killed_mid_stream_keeps_every_call_it_answered_postgres() {
-    proxy_killed_mid_stream("postgres");
-}
-
 /// The proxy answers a call (the end of a stream included) only once it is
 /// recorded, so SIGKILL in the middle of a stream loses only that stream:
 /// the store verifies, and holds every call answered before, each request
 /// paired with its response, and the proxy starts again on it.
-fn proxy_killed_mid_stream(backend: &str) {
+fn proxy_killed_mid_stream(backend: Backend) {
     use crate::serve_util::http;
     use std::io::Read;
     let Some((t, _db)) = TestEnv::on(backend) else {
@@ -562,3 +543,9 @@ fn the_proxy_refuses_a_body_over_the_limit_as_it_streams_in() {
     let r = t.run(&["verify"]);
     assert_eq!(r.code(), 0, "{}{}", r.stdout(), r.stderr());
 }
+
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    sigkill_mid_stream,
+    proxy_killed_mid_stream,
+);

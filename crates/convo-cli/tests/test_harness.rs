@@ -3,6 +3,7 @@
 //! walkthrough (fork keeps the state, promote), and the failures.
 
 use crate::common::TestEnv;
+use convo_testutil::Backend;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -899,22 +900,12 @@ fn writers_never_land_inside_an_open_turn_and_a_killed_run_leaves_it_interrupted
     t.run(&["verify"]).ok();
 }
 
-#[test]
-fn the_api_refuses_writes_inside_an_open_turn_on_sqlite() {
-    api_writes_and_open_turns("sqlite");
-}
-
-#[test]
-fn the_api_refuses_writes_inside_an_open_turn_on_postgresql() {
-    api_writes_and_open_turns("postgres");
-}
-
 /// `convo serve` sees the turn a `convo run` has open (a row in the
 /// store): its appends, state writes, forks and promotes on that timeline
 /// are refused 409 naming BRANCH@TURN until the turn ends; a run killed
 /// mid-turn leaves it open, and the next API write closes it as
 /// interrupted.
-fn api_writes_and_open_turns(backend: &str) {
+fn api_writes_and_open_turns(backend: Backend) {
     use crate::serve_util::Server;
     use std::process::Stdio;
     let Some((t, _db)) = TestEnv::on(backend) else {
@@ -1119,20 +1110,10 @@ fn a_turn_open_on_another_machine_refuses_every_writer() {
     assert_eq!(n, 2, "nothing written, nothing closed");
 }
 
-#[test]
-fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_sqlite() {
-    state_write_on_a_fork("sqlite");
-}
-
-#[test]
-fn a_state_write_on_a_fork_is_a_turn_replay_restores_on_postgresql() {
-    state_write_on_a_fork("postgres");
-}
-
 /// `state put` on a fork (LangGraph's `update_state`) is recorded as a
 /// turn of `kv` calls, so the agent's next turn on the fork and a replay
 /// of the fork see the same state: no divergence, the replay ends with it.
-fn state_write_on_a_fork(backend: &str) {
+fn state_write_on_a_fork(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -1417,3 +1398,9 @@ fn langgraph_agent_resumes_on_a_fork_without_a_checkpointer() {
     assert!(body.contains("add eggs") && body.contains("list"), "{body}");
     assert!(!body.contains("carrots"), "{body}");
 }
+
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    api_writes_and_open_turns,
+    state_write_on_a_fork,
+);

@@ -3,6 +3,7 @@
 //! is pinned by snapshots with hashes and times masked.
 
 use crate::common::{TestEnv, is_hash};
+use convo_testutil::Backend;
 use std::io::Read;
 use std::process::Stdio;
 
@@ -99,7 +100,7 @@ fn story(t: &TestEnv) -> (String, Vec<String>) {
     (s, main)
 }
 
-fn references_turns_and_diff(backend: &str) {
+fn references_turns_and_diff(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -304,17 +305,7 @@ fn references_turns_and_diff(backend: &str) {
     assert!(is_hash(some[0]["hash"].as_str().unwrap()));
 }
 
-#[test]
-fn references_turns_and_diff_sqlite() {
-    references_turns_and_diff("sqlite");
-}
-
-#[test]
-fn references_turns_and_diff_postgres() {
-    references_turns_and_diff("postgres");
-}
-
-fn sessions_by_name(backend: &str) {
+fn sessions_by_name(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -366,16 +357,6 @@ fn sessions_by_name(backend: &str) {
     assert!(header.starts_with("session "), "{header}");
 }
 
-#[test]
-fn sessions_by_name_sqlite() {
-    sessions_by_name("sqlite");
-}
-
-#[test]
-fn sessions_by_name_postgres() {
-    sessions_by_name("postgres");
-}
-
 /// Runs `args` with a standard output whose reading end is already
 /// closed; the command must end quietly with status 141.
 fn closed_stdout(t: &TestEnv, args: &[&str]) {
@@ -399,7 +380,7 @@ fn closed_stdout(t: &TestEnv, args: &[&str]) {
     assert!(err.is_empty(), "{args:?} printed: {err}");
 }
 
-fn broken_pipe(backend: &str) {
+fn broken_pipe(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -449,16 +430,6 @@ fn broken_pipe(backend: &str) {
     for c in &cases {
         closed_stdout(&t, c);
     }
-}
-
-#[test]
-fn broken_pipe_sqlite() {
-    broken_pipe("sqlite");
-}
-
-#[test]
-fn broken_pipe_postgres() {
-    broken_pipe("postgres");
 }
 
 #[test]
@@ -517,3 +488,10 @@ fn import_summarizes_titles_sessions_and_export_writes_every_branch() {
     let retry = std::fs::read_to_string(dir.join("retry.md")).unwrap();
     assert!(retry.contains("About 2.1 million."), "{retry}");
 }
+
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    references_turns_and_diff,
+    sessions_by_name,
+    broken_pipe,
+);

@@ -2,13 +2,14 @@
 //! completions and manual pages.
 
 use crate::common::{TestEnv, is_hash};
+use convo_testutil::Backend;
 
 fn ingest(t: &TestEnv, s: &str, branch: &str, lines: &str) {
     t.run_stdin(&["ingest", s, "--branch", branch], lines.as_bytes())
         .ok();
 }
 
-fn search_end_to_end(backend: &str) {
+fn search_end_to_end(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -162,16 +163,6 @@ fn search_end_to_end(backend: &str) {
     assert_eq!(only(&["capital", "--failed", "--agent", "bot"]), 0);
     assert_eq!(only(&["capital", "--status", "503"]), 1);
     assert!(t.run(&["verify"]).ok().contains("ok"));
-}
-
-#[test]
-fn search_end_to_end_sqlite() {
-    search_end_to_end("sqlite");
-}
-
-#[test]
-fn search_end_to_end_postgres() {
-    search_end_to_end("postgres");
 }
 
 #[test]
@@ -379,3 +370,8 @@ fn search_agent_keeps_one_agents_sessions() {
     let r = t.run(&["search", "migration", "--agent", "nobody"]);
     assert_eq!(r.code(), 1, "no hit: {}", r.stderr());
 }
+
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    search_end_to_end,
+);

@@ -3,6 +3,7 @@
 
 use crate::common::TestEnv;
 use crate::serve_util::{Server, Sse, http};
+use convo_testutil::Backend;
 use serde_json::{Value, json};
 use std::collections::HashSet;
 
@@ -18,7 +19,7 @@ fn turn(q: &str, a: &str) -> Value {
     json!([{"kind": "invoke", "payload": q}, {"kind": "complete", "payload": a}])
 }
 
-fn api_contract(backend: &str) {
+fn api_contract(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -284,27 +285,20 @@ fn api_contract(backend: &str) {
     let ver = srv.get("/api/v1/verify").expect(200);
     assert_eq!(ver["ok"], true, "{ver}");
     assert_eq!(ver["nodes"], 15, "with the fork node of retry2");
-    assert_eq!(srv.get("/api/v1/health").expect(200)["store"], backend);
+    assert_eq!(
+        srv.get("/api/v1/health").expect(200)["store"],
+        backend.name()
+    );
 
     // Graceful stop: SIGTERM ends the process cleanly and the store verifies.
     assert!(srv.stop().success());
     t.run(&["verify"]).ok();
 }
 
-#[test]
-fn api_contract_sqlite() {
-    api_contract("sqlite");
-}
-
-#[test]
-fn api_contract_postgres() {
-    api_contract("postgres");
-}
-
 /// Every node in append order with no gap and no duplicate, resumable with
 /// Last-Event-ID, including nodes written by another process (`convo say`)
 /// and, on PostgreSQL, by another server.
-fn events(backend: &str) {
+fn events(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -355,16 +349,6 @@ fn events(backend: &str) {
         b"",
     );
     assert_eq!(bad.status, 422);
-}
-
-#[test]
-fn events_sqlite() {
-    events("sqlite");
-}
-
-#[test]
-fn events_postgres() {
-    events("postgres");
 }
 
 #[test]
@@ -674,7 +658,7 @@ fn openapi_covers_every_route() {
 /// `convo diff --json` and the API's diff are one document: the same JSON
 /// for the same two references, aligned by content (a fork that recorded a
 /// turn again the same way differs only by its fork node), on both backends.
-fn diff_cli_and_api_agree(backend: &str) {
+fn diff_cli_and_api_agree(backend: Backend) {
     let Some((t, _db)) = TestEnv::on(backend) else {
         return;
     };
@@ -764,16 +748,6 @@ fn diff_cli_and_api_agree(backend: &str) {
     assert!(past.text().contains("1 page"), "{}", past.text());
     let nowhere = srv.get(&format!("/api/v1/sessions/{s}/diff?a=main&b=nope"));
     assert_eq!(nowhere.status, 404, "{}", nowhere.text());
-}
-
-#[test]
-fn diff_cli_and_api_agree_sqlite() {
-    diff_cli_and_api_agree("sqlite");
-}
-
-#[test]
-fn diff_cli_and_api_agree_postgres() {
-    diff_cli_and_api_agree("postgres");
 }
 
 /// The diff and the graph in headless Chromium (tests/browser/webdiff.py,
@@ -1346,3 +1320,10 @@ fn browser_find_jump_rerun() {
         ],
     );
 }
+
+convo_testutil::for_each_backend!(
+    convo_testutil::when_available;
+    api_contract,
+    events,
+    diff_cli_and_api_agree,
+);

@@ -24,7 +24,7 @@ use convo_core::{
     SubmissionId, TimelineEvent,
 };
 use convo_store::{Draft, Store, StoreError};
-use convo_testutil::{self as testing, draft};
+use convo_testutil::{self as testing, Backend, draft};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 use std::collections::{BTreeMap, HashMap};
@@ -937,62 +937,35 @@ fn check_all(store: &mut Store, m: &Model) {
     );
 }
 
-/// Opens a fresh store on one backend, with what must outlive it; `None`
-/// when the backend is not available (PostgreSQL without `CONVO_TEST_PG`).
-type Open = fn() -> Option<(Store, Box<dyn std::any::Any>)>;
+// SQLite in memory: the random histories make many small stores.
+testing::for_each_backend!(
+    testing::when_available;
+    [sqlite = SqliteMemory, postgres = Postgres];
+    (
+        random_histories_keep_every_invariant,
+        a_long_history_keeps_every_invariant,
+        bulk_append_carries_state_like_single_appends,
+    )
+);
 
-/// Runs the tests of this file on one backend, the random one with `cases`
-/// cases.
-macro_rules! props {
-    ($backend:ident, $cases:expr, $open:expr) => {
-        mod $backend {
-            use super::*;
-
-            const OPEN: Open = $open;
-
-            #[test]
-            fn random_histories_keep_every_invariant() {
-                random_histories($cases, OPEN);
-            }
-
-            #[test]
-            fn a_long_history_keeps_every_invariant() {
-                let Some((mut s, _guard)) = OPEN() else {
-                    return;
-                };
-                a_long_history(&mut s);
-            }
-
-            #[test]
-            fn bulk_append_carries_state_like_single_appends() {
-                let Some((mut s, _guard)) = OPEN() else {
-                    return;
-                };
-                bulk_append_carries_state(&mut s);
-            }
-        }
-    };
+fn random_histories_keep_every_invariant(be: Backend) {
+    // Each PostgreSQL case creates a database and runs its operations over
+    // the network, so fewer cases keep the suite fast; SQLite runs the many.
+    let cases = if be == Backend::Postgres { 8 } else { 64 };
+    random_histories(cases, be);
 }
 
-props!(sqlite, 64, || Some((
-    Store::open("sqlite::memory:").unwrap(),
-    Box::new(())
-)));
-// Each PostgreSQL case creates a database and runs its operations over the
-// network, so fewer cases keep the suite fast; SQLite runs the many.
-props!(postgres, 8, || {
-    let db = testing::pg_database()?;
-    let s = Store::open(&db.url).unwrap();
-    Some((s, Box::new(db)))
-});
+fn a_long_history_keeps_every_invariant(be: Backend) {
+    testing::with_store(be, a_long_history);
+}
+
+fn bulk_append_carries_state_like_single_appends(be: Backend) {
+    testing::with_store(be, bulk_append_carries_state);
+}
 
 /// Random histories of 1 to 40 operations over one or two sessions, each on
-/// a fresh store from `open`.
-fn random_histories(cases: u32, open: Open) {
-    // Skip (loudly) once, not once per case, when the backend is missing.
-    if open().is_none() {
-        return;
-    }
+/// a fresh store of `be`.
+fn random_histories(cases: u32, be: Backend) {
     let mut runner = TestRunner::new(ProptestConfig {
         cases,
         // Regressions are not written next to the sources: a failing case
@@ -1002,7 +975,8 @@ fn random_histories(cases: u32, open: Open) {
     });
     let histories = (1usize..=2, prop::collection::vec(op(), 1..40));
     let result = runner.run(&histories, |(n_sessions, ops)| {
-        let (mut store, _guard) = open().expect("the backend was there a moment ago");
+        let fresh = be.fresh().expect("the backend was there a moment ago");
+        let mut store = fresh.open();
         run(&mut store, n_sessions, &ops);
         Ok(())
     });

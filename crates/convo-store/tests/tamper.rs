@@ -9,7 +9,7 @@
 //! problem, never a panic.
 //!
 //! Each case is written once, as a function of the backend, and the
-//! [`cases!`] macro runs it as `tamper::sqlite::<case>` and
+//! [`testing::for_each_backend!`] macro runs it as `tamper::sqlite::<case>` and
 //! `tamper::postgres::<case>`. Its edits are written in the SQL both
 //! backends share (`?N` placeholders, `x'…'` byte literals, `TRUE`), and
 //! [`pg_sql`] spells them in PostgreSQL's dialect, so both backends get the
@@ -26,57 +26,18 @@ use convo_core::state::{Entry, MapNode};
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, NodeHash, SessionId, StateRoot};
 use convo_store::{ProblemKind, Store, StoreError, VerifyReport};
 use convo_testutil::{self as testing, draft, turn};
-// `::`: the `postgres` modules the `cases!` macro makes shadow the crate here.
+// `::`: the `postgres` modules `for_each_backend!` makes shadow the crate here.
 use ::postgres as pg;
 use std::path::PathBuf;
 
 /// 2026-02-13, so the sealed timeline is `broken-2026-02-13`.
 const DAY: i64 = 1_770_993_005_000;
 
-/// The backend a case runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Be {
-    Sqlite,
-    Postgres,
-}
+/// The backend a case runs on (the tests' one selector).
+use convo_testutil::Backend as Be;
 
-impl Be {
-    /// PostgreSQL, when `CONVO_TEST_PG` names a server; otherwise `None`
-    /// after [`testing::pg_database`] has said the test is skipped (or
-    /// panicked, under CI).
-    fn postgres() -> Option<Be> {
-        if std::env::var_os("CONVO_TEST_PG").is_some() {
-            return Some(Be::Postgres);
-        }
-        testing::pg_database().map(|_| Be::Postgres)
-    }
-}
-
-/// Runs each case (a `fn(Be)`) as one test per backend.
-macro_rules! cases {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(super::Be::Sqlite);
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[test]
-                fn $name() {
-                    if let Some(be) = super::Be::postgres() {
-                        super::$name(be);
-                    }
-                }
-            )*
-        }
-    };
-}
-
-cases!(
+testing::for_each_backend!(
+    testing::when_available;
     a_flipped_payload_byte_names_the_blob_and_its_node,
     a_parent_moved_to_another_node_is_caught,
     a_timestamp_moved_by_one_millisecond_is_caught,
@@ -414,7 +375,7 @@ enum Db {
 impl Db {
     fn new(be: Be) -> Db {
         match be {
-            Be::Sqlite => {
+            Be::Sqlite | Be::SqliteMemory => {
                 let dir = tempfile::tempdir().unwrap();
                 let path = dir.path().join("convo.db");
                 Db::Sqlite { _dir: dir, path }
@@ -821,7 +782,7 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
     let old = testing::growing_request(30, "");
     let h = content_hash(&old);
     fx.db.batch(match be {
-        Be::Sqlite => {
+        Be::Sqlite | Be::SqliteMemory => {
             "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
              DROP INDEX nodes_by_thread_conversation; \
              DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; DROP TABLE open_turns; \
@@ -836,7 +797,9 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
     });
     // What the previous release wrote for a large payload: one whole row.
     let insert = match be {
-        Be::Sqlite => "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)",
+        Be::Sqlite | Be::SqliteMemory => {
+            "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)"
+        }
         Be::Postgres => "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
     };
     fx.edit(insert, &[Bytes(h.as_bytes()), Bytes(&old)]);
@@ -1860,7 +1823,7 @@ fn bad_rows_are_report_entries_never_errors(be: Be) {
 fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
     let fx = Fx::new(be);
     fx.db.batch(match be {
-        Be::Sqlite => {
+        Be::Sqlite | Be::SqliteMemory => {
             // Version 2's `blobs`, exactly as migration 0002 left it.
             "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; \
              DROP TABLE open_turns; \
@@ -2254,7 +2217,9 @@ fn an_undone_or_unrecorded_redaction_is_caught(be: Be) {
     let (secret2, payload2, _) = redacted_fixture(&fx);
     fx.edit(
         match be {
-            Be::Sqlite => "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)",
+            Be::Sqlite | Be::SqliteMemory => {
+                "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)"
+            }
             Be::Postgres => "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
         },
         &[Bytes(payload2.as_bytes()), Bytes(secret2.as_bytes())],

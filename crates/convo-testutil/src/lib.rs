@@ -1,8 +1,9 @@
 //! Test support for convo's crates (a dev-dependency, never published).
 //!
 //! The contract every backend must honour, as test functions taking a
-//! fresh store. `tests/runner.rs` runs each against every backend; a new
-//! backend adds one line there, not new tests.
+//! fresh store, and the one way tests choose a backend: [`Backend`] and
+//! [`for_each_backend!`], which makes one test per case and backend. A new
+//! backend adds a variant there, not new tests.
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
 use convo_core::state::empty_root;
@@ -1145,26 +1146,33 @@ impl Drop for PgDatabase {
     }
 }
 
-/// A fresh database on the server named by `CONVO_TEST_PG` (an admin URL).
+/// The admin URL of the PostgreSQL server `CONVO_TEST_PG` names.
 ///
 /// Without `CONVO_TEST_PG`, returns `None` after saying loudly that the
-/// PostgreSQL tests were skipped; under CI (`CI` set) it panics instead,
+/// PostgreSQL test was skipped; under CI (`CI` set) it panics instead,
 /// because CI must run them (`.ci/run` starts a server).
+pub fn pg_admin() -> Option<String> {
+    if let Ok(admin) = std::env::var("CONVO_TEST_PG") {
+        return Some(admin);
+    }
+    if std::env::var_os("CI").is_some() {
+        panic!("CI is set but CONVO_TEST_PG is not: the PostgreSQL suite must run in CI");
+    }
+    // Straight to the stderr handle: libtest captures `eprintln!` of
+    // passing tests, and a skip must be seen.
+    use std::io::Write as _;
+    let test = std::thread::current().name().unwrap_or("?").to_owned();
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: no PostgreSQL (set CONVO_TEST_PG=postgres://…, or run scripts/test)"
+    );
+    None
+}
+
+/// A fresh database on the server named by `CONVO_TEST_PG` (an admin URL),
+/// or `None` when the test is skipped (see [`pg_admin`]).
 pub fn pg_database() -> Option<PgDatabase> {
-    let Ok(admin) = std::env::var("CONVO_TEST_PG") else {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but CONVO_TEST_PG is not: the PostgreSQL suite must run in CI");
-        }
-        // Straight to the stderr handle: libtest captures `eprintln!` of
-        // passing tests, and a skip must be seen.
-        use std::io::Write as _;
-        let test = std::thread::current().name().unwrap_or("?").to_owned();
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED {test}: no PostgreSQL (set CONVO_TEST_PG=postgres://…, or run scripts/test)"
-        );
-        return None;
-    };
+    let admin = pg_admin()?;
     let name = format!("convo_t_{}", uuid::Uuid::new_v4().simple());
     let mut c =
         postgres::Client::connect(&admin, postgres::NoTls).expect("connect to CONVO_TEST_PG");
@@ -1173,6 +1181,145 @@ pub fn pg_database() -> Option<PgDatabase> {
     let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
     let url = format!("{base}/{name}");
     Some(PgDatabase { admin, name, url })
+}
+
+/// A store backend the tests run on: the one selector every suite uses,
+/// usually through [`for_each_backend!`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file in a temporary directory.
+    Sqlite,
+    /// An in-memory SQLite store.
+    SqliteMemory,
+    /// A fresh database on the PostgreSQL server `CONVO_TEST_PG` names
+    /// (skipped loudly without it, required under CI).
+    Postgres,
+}
+
+/// A fresh, empty store's location on one backend, and what must outlive
+/// it (the temporary directory, the throwaway database).
+#[derive(Debug)]
+pub struct Fresh {
+    /// The backend.
+    pub backend: Backend,
+    /// The store's URL (`CONVO_STORE`, `--store`, [`Store::open`]).
+    pub url: String,
+    /// The PostgreSQL database, dropped with this value.
+    pub pg: Option<PgDatabase>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Fresh {
+    /// Opens (creating) the store.
+    pub fn open(&self) -> Store {
+        Store::open(&self.url).unwrap()
+    }
+
+    /// The temporary directory holding a SQLite file store.
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.dir.as_ref().map(|d| d.path())
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Backend::Sqlite => "sqlite",
+            Backend::SqliteMemory => "sqlite (memory)",
+            Backend::Postgres => "postgres",
+        })
+    }
+}
+
+impl Backend {
+    /// The backend's name as convo reports it (`sqlite`, `postgres`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite | Backend::SqliteMemory => "sqlite",
+            Backend::Postgres => "postgres",
+        }
+    }
+
+    /// Whether the backend can run here; `false` (said loudly) for
+    /// PostgreSQL without `CONVO_TEST_PG`.
+    pub fn available(self) -> bool {
+        self != Backend::Postgres || pg_admin().is_some()
+    }
+
+    /// A fresh store location on this backend; `None` when it cannot run
+    /// here (see [`Backend::available`]).
+    pub fn fresh(self) -> Option<Fresh> {
+        Some(match self {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                Fresh {
+                    backend: self,
+                    url: format!("sqlite://{}", dir.path().join("convo.db").display()),
+                    pg: None,
+                    dir: Some(dir),
+                }
+            }
+            Backend::SqliteMemory => Fresh {
+                backend: self,
+                url: "sqlite::memory:".to_owned(),
+                pg: None,
+                dir: None,
+            },
+            Backend::Postgres => {
+                let db = pg_database()?;
+                Fresh {
+                    backend: self,
+                    url: db.url.clone(),
+                    pg: Some(db),
+                    dir: None,
+                }
+            }
+        })
+    }
+}
+
+/// Runs `case` on a fresh store of `backend` (a [`for_each_backend!`]
+/// runner for cases that take the store).
+pub fn with_store(backend: Backend, case: fn(&mut Store)) {
+    if let Some(fresh) = backend.fresh() {
+        case(&mut fresh.open());
+    }
+}
+
+/// Runs `case` with `backend` when it can run here (a [`for_each_backend!`]
+/// runner for cases that make their own stores or environments).
+pub fn when_available(backend: Backend, case: fn(Backend)) {
+    if backend.available() {
+        case(backend);
+    }
+}
+
+/// Makes one test per case and backend: `for_each_backend!(RUNNER; a, b)`
+/// defines `sqlite::a`, `postgres::a`, `sqlite::b`, … each calling
+/// `RUNNER(Backend::…, super::case)` (RUNNER is [`with_store`],
+/// [`when_available`] or the suite's own); name the backends with
+/// `for_each_backend!(RUNNER; [sqlite = Sqlite, sqlite_memory = SqliteMemory,
+/// postgres = Postgres]; (a, b))`.
+#[macro_export]
+macro_rules! for_each_backend {
+    (@mod $be:ident $variant:ident $run:path; ($($name:ident),+ $(,)?)) => {
+        mod $be {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    $run($crate::Backend::$variant, super::$name);
+                }
+            )+
+        }
+    };
+    ($run:path; [$($be:ident = $variant:ident),+ $(,)?]; $names:tt) => {
+        $( $crate::for_each_backend!(@mod $be $variant $run; $names); )+
+    };
+    ($run:path; $($name:ident),+ $(,)?) => {
+        $crate::for_each_backend!($run; [sqlite = Sqlite, postgres = Postgres]; ($($name),+));
+    };
 }
 
 /// Every file of the store at `store_url`, name and bytes: every file of
