@@ -240,6 +240,9 @@ impl Harness {
             .turns)
     }
 
+    /// One turn, in its phases: the timeline's turn lock, the invoke (and
+    /// the open-turn row), the agent's call with its services open, the
+    /// complete, the report.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn run_turn(
         &mut self,
@@ -254,77 +257,142 @@ impl Harness {
         if self.agent.is_child() && self.agent.exited(Duration::ZERO).await.is_some() {
             self.agent.restart().await?;
         }
-        // The turn lock first (waiting for another writer's write), closing
-        // a turn a killed harness left open on this timeline.
-        let mut turn_lock = match self.opts.lock_dir.clone() {
-            None => None,
-            Some(dir) => {
-                let held = crate::TurnLock::path(&dir, session, branch);
-                let (s, b) = (*session, branch.clone());
-                let (lock, left) = tokio::task::spawn_blocking(move || {
-                    crate::TurnLock::acquire(&dir, &s, &b, true)
-                })
+        let mut turn_lock = self.take_turn_lock(session, branch).await?;
+        let open = self.open_turn_row(session, branch);
+        let invoke = self
+            .record_invoke(session, branch, input, turn_lock.is_some().then_some(&open))
+            .await?;
+        if let Some(l) = turn_lock.as_mut() {
+            l.opened(&open.of(&invoke));
+        }
+        let submission = invoke
+            .node
+            .submission
+            .map(|x| x.to_hex())
+            .unwrap_or_default();
+        let turn_token = token();
+        let turn = Arc::new(Turn::new(
+            *session,
+            branch.clone(),
+            self.opts.agent_name.clone(),
+            submission.clone(),
+            number,
+            expected,
+        ));
+        self.services
+            .open_turn(&turn_token, &self.agent_token, turn.clone());
+        let body = self.agent_body(session, branch, input, &submission, &turn_token);
+        let called = self.call_agent(body, cancel, on_text).await;
+        self.services
+            .close_turn(&turn_token, &self.agent_token, &turn)
+            .await;
+        let complete = self
+            .record_complete(session, branch, &called, turn_lock.is_some())
+            .await?;
+        if let Some(mut l) = turn_lock {
+            l.clear();
+        }
+        let mut nodes = vec![TimelineNode {
+            stored: invoke.clone(),
+            payload: input.to_vec(),
+        }];
+        nodes.extend(turn.nodes.lock().map(|v| v.clone()).unwrap_or_default());
+        nodes.push(TimelineNode {
+            stored: complete.clone(),
+            payload: called.output.clone(),
+        });
+        nodes.sort_by_key(|n| n.stored.seq);
+        let divergences = turn
+            .divergences
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default();
+        Ok(TurnReport {
+            invoke,
+            complete,
+            output: called.output,
+            failure: called.failure,
+            nodes,
+            divergences,
+        })
+    }
+
+    /// The timeline's turn lock (waiting for another writer's write),
+    /// closing a turn a killed harness left open on it; `None` without a
+    /// lock folder.
+    async fn take_turn_lock(
+        &self,
+        session: &SessionId,
+        branch: &BranchName,
+    ) -> Result<Option<crate::TurnLock>> {
+        let Some(dir) = self.opts.lock_dir.clone() else {
+            return Ok(None);
+        };
+        let held = crate::TurnLock::path(&dir, session, branch);
+        let (s, b) = (*session, branch.clone());
+        let (mut lock, left) =
+            tokio::task::spawn_blocking(move || crate::TurnLock::acquire(&dir, &s, &b, true))
                 .await
                 .map_err(|e| HarnessError::io("the turn lock", std::io::Error::other(e)))??;
-                let mut lock = lock;
-                let (s, b) = (*session, branch.clone());
-                let t = left.clone();
-                self.pool
-                    .run(move |st| {
-                        crate::settle_interrupted(st, &s, &b, t.as_ref(), &held).map_err(
-                            |e| match e {
-                                HarnessError::Store(e) => e,
-                                HarnessError::TurnOpen {
-                                    session,
-                                    branch,
-                                    turn,
-                                    holder,
-                                } => convo_store::StoreError::TurnOpen {
-                                    session,
-                                    branch,
-                                    turn,
-                                    holder,
-                                },
-                                other => convo_store::StoreError::Invalid(other.to_string()),
-                            },
-                        )
-                    })
-                    .await?;
-                if left.is_some() {
-                    lock.clear();
-                }
-                Some(lock)
-            }
-        };
+        let (s, b) = (*session, branch.clone());
+        let t = left.clone();
+        self.pool
+            .run(move |st| {
+                crate::settle_interrupted(st, &s, &b, t.as_ref(), &held).map_err(|e| match e {
+                    HarnessError::Store(e) => e,
+                    HarnessError::TurnOpen {
+                        session,
+                        branch,
+                        turn,
+                        holder,
+                    } => convo_store::StoreError::TurnOpen {
+                        session,
+                        branch,
+                        turn,
+                        holder,
+                    },
+                    other => convo_store::StoreError::backend_from(other),
+                })
+            })
+            .await?;
+        if left.is_some() {
+            lock.clear();
+        }
+        Ok(Some(lock))
+    }
+
+    /// What the open-turn row of this timeline says, once its invoke is
+    /// known: who holds it, where, and the lock file that tells a killed
+    /// holder (its lock free) from a live one.
+    fn open_turn_row(&self, session: &SessionId, branch: &BranchName) -> OpenRow {
+        OpenRow {
+            holder: format!("{}, pid {}", self.opts.holder, std::process::id()),
+            host: convo_runtime::turns::this_host(),
+            lock: self
+                .opts
+                .lock_dir
+                .as_deref()
+                .map(|d| crate::TurnLock::path(d, session, branch))
+                .map(|p| std::path::absolute(&p).unwrap_or(p))
+                .map(|p| p.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Records the turn's invoke and, with `open` (the turn lock held), the
+    /// open-turn row every other writer checks, in one transaction.
+    async fn record_invoke(
+        &self,
+        session: &SessionId,
+        branch: &BranchName,
+        input: &[u8],
+        open: Option<&OpenRow>,
+    ) -> Result<StoredNode> {
         let (s, b) = (*session, branch.clone());
         let agent_name = self.opts.agent_name.clone();
         let payload = input.to_vec();
-        // The open turn, for every other writer: a row written with the
-        // invoke (when the turn lock is held: its file tells a killed
-        // holder), removed with the complete.
-        let open = turn_lock.is_some();
-        // The turn lock file, named in the row: how a writer tells a
-        // killed holder (its lock free) from a live one.
-        let lock_file = self
-            .opts
-            .lock_dir
-            .as_deref()
-            .map(|d| crate::TurnLock::path(d, session, branch))
-            .map(|p| std::path::absolute(&p).unwrap_or(p))
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let holder = format!("{}, pid {}", self.opts.holder, std::process::id());
-        let host = convo_runtime::turns::this_host();
-        let opened = move |inv: &convo_store::StoredNode| crate::OpenTurn {
-            submission: inv.node.submission.map(|x| x.to_hex()).unwrap_or_default(),
-            turn: inv.ctx.turn,
-            agent: inv.node.to.clone(),
-            holder: holder.clone(),
-            host: host.clone(),
-            lock: lock_file.clone(),
-        };
-        let row = opened.clone();
-        let invoke = self
+        let open = open.cloned();
+        Ok(self
             .pool
             .run(move |st| {
                 st.transaction(|l| {
@@ -342,48 +410,55 @@ impl Harness {
                             created_at: now_ms(),
                         },
                     )?;
-                    if open {
-                        l.set_open_turn(&s, &b, Some(&row(&inv)))?;
+                    if let Some(row) = &open {
+                        l.set_open_turn(&s, &b, Some(&row.of(&inv)))?;
                     }
                     Ok(inv)
                 })
             })
-            .await?;
-        let submission = invoke
-            .node
-            .submission
-            .map(|x| x.to_hex())
-            .unwrap_or_default();
-        if let Some(l) = turn_lock.as_mut() {
-            l.opened(&opened(&invoke));
-        }
-        let turn_token = token();
-        let turn = Arc::new(Turn::new(
-            *session,
-            branch.clone(),
-            self.opts.agent_name.clone(),
-            submission.clone(),
-            number,
-            expected,
-        ));
-        self.services
-            .open_turn(&turn_token, &self.agent_token, turn.clone());
-        let urls = self.services.urls("t", &turn_token);
-        let body = json!({
-            "input": String::from_utf8_lossy(input),
-            "session": session.to_string(),
-            "branch": branch.as_str(),
-            "submission": submission,
-            "services": {
-                "openai_base_url": urls.openai,
-                "anthropic_base_url": urls.anthropic,
-                "kv_url": urls.kv,
-            },
-        });
-        let body = match self.agent.dialect() {
-            Dialect::Convo => Bytes::from(body.to_string()),
+            .await?)
+    }
+
+    /// The request body the agent receives: convo's contract (the input,
+    /// where it is, and the turn's service URLs) or, for VlinderCLI's
+    /// dialect, the input alone.
+    fn agent_body(
+        &self,
+        session: &SessionId,
+        branch: &BranchName,
+        input: &[u8],
+        submission: &str,
+        turn_token: &str,
+    ) -> Bytes {
+        match self.agent.dialect() {
             Dialect::Vlinder => Bytes::copy_from_slice(input),
-        };
+            Dialect::Convo => {
+                let urls = self.services.urls("t", turn_token);
+                let body = json!({
+                    "input": String::from_utf8_lossy(input),
+                    "session": session.to_string(),
+                    "branch": branch.as_str(),
+                    "submission": submission,
+                    "services": {
+                        "openai_base_url": urls.openai,
+                        "anthropic_base_url": urls.anthropic,
+                        "kv_url": urls.kv,
+                    },
+                });
+                Bytes::from(body.to_string())
+            }
+        }
+    }
+
+    /// Calls the agent with `body`, showing its streamed text to `on_text`,
+    /// until it answers, the turn times out, or `cancel` resolves; a child
+    /// that crashed or hung is noticed (and a hung one replaced).
+    async fn call_agent(
+        &mut self,
+        body: Bytes,
+        cancel: impl Future<Output = ()>,
+        on_text: &mut (dyn FnMut(&str) + Send),
+    ) -> Called {
         let started = Instant::now();
         let timeout = self.opts.turn_timeout;
         let mut deltas = Deltas::default();
@@ -396,7 +471,7 @@ impl Harness {
                 on_text(&t);
             }
         };
-        let answer: Result<Answer, Failure> = {
+        let answer: std::result::Result<Answer, Failure> = {
             let call = tokio::time::timeout(timeout, self.agent.invoke(body, &mut sink));
             tokio::select! {
                 r = call => match r {
@@ -424,7 +499,6 @@ impl Harness {
             }
             Err(f) => (std::mem::take(&mut shown).into_bytes(), Some(f), None),
         };
-        let partial = failure.is_some() && !output.is_empty() && status.is_none();
         if failure.is_some() {
             self.agent.reset();
         }
@@ -432,25 +506,29 @@ impl Harness {
             // A hung child may never answer again: start a fresh one.
             self.agent.kill_child().await;
         }
-        self.services
-            .close_turn(&turn_token, &self.agent_token, &turn)
-            .await;
-        let mut diag = json!({"latency_ms": latency.as_millis() as u64});
-        if let Some(s) = status {
-            diag["status"] = json!(s);
+        Called {
+            output,
+            failure,
+            status,
+            latency,
         }
-        if let Some(f) = &failure {
-            diag["failure"] = json!(f.kind());
-            diag["error"] = json!(f.message());
-        }
-        if partial {
-            // The text streamed before the turn was cut, kept as its output.
-            diag["partial"] = json!(true);
-        }
+    }
+
+    /// Records the turn's complete (its output and [`Called::diagnostics`])
+    /// and, with `open`, removes the open-turn row in the same transaction.
+    async fn record_complete(
+        &self,
+        session: &SessionId,
+        branch: &BranchName,
+        called: &Called,
+        open: bool,
+    ) -> Result<StoredNode> {
         let (s, b) = (*session, branch.clone());
         let agent_name = self.opts.agent_name.clone();
-        let out = output.clone();
-        let complete = self
+        let out = called.output.clone();
+        let diagnostics =
+            Diagnostics::from_value(&called.diagnostics()).unwrap_or_else(|_| Diagnostics::empty());
+        Ok(self
             .pool
             .run(move |st| {
                 st.transaction(|l| {
@@ -462,8 +540,7 @@ impl Harness {
                             from: agent_name.clone(),
                             to: "user".into(),
                             payload: out.clone(),
-                            diagnostics: Diagnostics::from_value(&diag)
-                                .unwrap_or_else(|_| Diagnostics::empty()),
+                            diagnostics: diagnostics.clone(),
                             state: None,
                             sequence: None,
                             created_at: now_ms(),
@@ -475,39 +552,70 @@ impl Harness {
                     Ok(node)
                 })
             })
-            .await?;
-        if let Some(mut l) = turn_lock {
-            l.clear();
-        }
-        let mut nodes = vec![TimelineNode {
-            stored: invoke.clone(),
-            payload: input.to_vec(),
-        }];
-        nodes.extend(turn.nodes.lock().map(|v| v.clone()).unwrap_or_default());
-        nodes.push(TimelineNode {
-            stored: complete.clone(),
-            payload: output.clone(),
-        });
-        nodes.sort_by_key(|n| n.stored.seq);
-        let divergences = turn
-            .divergences
-            .lock()
-            .map(|v| v.clone())
-            .unwrap_or_default();
-        Ok(TurnReport {
-            invoke,
-            complete,
-            output,
-            failure,
-            nodes,
-            divergences,
-        })
+            .await?)
     }
 
     /// Stops the agent (a child process is ended) and the services.
     pub async fn stop(mut self) {
         self.agent.stop().await;
         self.services.stop();
+    }
+}
+
+/// The open-turn row of a timeline, before its invoke is known.
+#[derive(Clone, Debug)]
+struct OpenRow {
+    holder: String,
+    host: String,
+    lock: String,
+}
+
+impl OpenRow {
+    /// The row for the turn `invoke` opens.
+    fn of(&self, invoke: &StoredNode) -> crate::OpenTurn {
+        crate::OpenTurn {
+            submission: invoke
+                .node
+                .submission
+                .map(|x| x.to_hex())
+                .unwrap_or_default(),
+            turn: invoke.ctx.turn,
+            agent: invoke.node.to.clone(),
+            holder: self.holder.clone(),
+            host: self.host.clone(),
+            lock: self.lock.clone(),
+        }
+    }
+}
+
+/// What the agent's call gave: its output (or, for a cut turn, the text
+/// streamed before the cut), why it failed, the HTTP status it answered
+/// with, and how long it took.
+#[derive(Debug)]
+struct Called {
+    output: Vec<u8>,
+    failure: Option<Failure>,
+    status: Option<u16>,
+    latency: Duration,
+}
+
+impl Called {
+    /// The complete's diagnostics: latency, status, the failure's kind and
+    /// message, and `partial` when the output is text streamed before the
+    /// turn was cut.
+    fn diagnostics(&self) -> Value {
+        let mut diag = json!({"latency_ms": self.latency.as_millis() as u64});
+        if let Some(s) = self.status {
+            diag["status"] = json!(s);
+        }
+        if let Some(f) = &self.failure {
+            diag["failure"] = json!(f.kind());
+            diag["error"] = json!(f.message());
+        }
+        if self.failure.is_some() && !self.output.is_empty() && self.status.is_none() {
+            diag["partial"] = json!(true);
+        }
+        diag
     }
 }
 
@@ -697,6 +805,35 @@ mod tests {
             headers,
             body: Bytes::copy_from_slice(body),
         }
+    }
+
+    #[test]
+    fn a_complete_says_latency_status_failure_and_a_partial_output() {
+        let called = |output: &[u8], failure, status| Called {
+            output: output.to_vec(),
+            failure,
+            status,
+            latency: Duration::from_millis(42),
+        };
+        assert_eq!(
+            called(b"hi", None, Some(200)).diagnostics(),
+            json!({"latency_ms": 42, "status": 200})
+        );
+        // Cut while streaming: what was shown is the output, marked partial.
+        assert_eq!(
+            called(b"half an ans", Some(Failure::Interrupted), None).diagnostics(),
+            json!({"latency_ms": 42, "failure": "interrupted",
+                   "error": Failure::Interrupted.message(), "partial": true})
+        );
+        // A failed answer with a status is the agent's body, never partial.
+        let d = called(b"oops", Some(Failure::Status(500)), Some(500)).diagnostics();
+        assert_eq!(d["failure"], "status");
+        assert_eq!(d["status"], 500);
+        assert!(d.get("partial").is_none(), "{d}");
+        // Nothing shown before a timeout: nothing partial either.
+        let d = called(b"", Some(Failure::Timeout(Duration::from_secs(1))), None).diagnostics();
+        assert_eq!(d["failure"], "timeout");
+        assert!(d.get("partial").is_none(), "{d}");
     }
 
     #[test]
