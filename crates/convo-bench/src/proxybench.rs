@@ -459,7 +459,7 @@ fn fill(store_url: &str, n: usize) -> convo_store::Result<()> {
                             to: "proxy".into(),
                             payload: payload.into_bytes(),
                             diagnostics: convo_core::Diagnostics::from_value(&diag)
-                                .map_err(|e| convo_store::StoreError::Invalid(e.to_string()))?,
+                                .map_err(convo_store::StoreError::invalid)?,
                             state: None,
                             sequence: None,
                             created_at: 0,

@@ -178,7 +178,7 @@ impl StateNodes for TxNodes<'_> {
 pub fn state_err(e: state::StateError<StoreError>) -> StoreError {
     match e {
         state::StateError::Backend(e) => e,
-        other => StoreError::State(other.to_string()),
+        other => StoreError::State(convo_store::Cause::from_error(other)),
     }
 }
 

@@ -265,8 +265,7 @@ pub fn import_one(
         let name = branch_name(&conv.timelines[t].name, &mut names);
         let rest = drafts.split_off(rest_from.min(drafts.len()));
         let fork_time = rest.first().map_or(created, |(_, d)| d.created_at);
-        let prefix =
-            HashPrefix::parse(&point.to_hex()).map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let prefix = HashPrefix::parse(&point.to_hex()).map_err(StoreError::invalid)?;
         l.fork(&id, &prefix, &name, fork_time)?;
         let hashes = l.append_many(&id, &name, &drafts_only(&rest))?;
         for ((msg, _), h) in rest.iter().zip(&hashes) {
@@ -321,7 +320,7 @@ fn import_more(
     let session = l
         .tx()
         .session(id)?
-        .ok_or_else(|| StoreError::Invalid(format!("session {id} vanished")))?;
+        .ok_or_else(|| StoreError::Invalid(format!("session {id} vanished").into()))?;
     let mut stored: HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)> =
         HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
@@ -398,8 +397,7 @@ fn import_more(
             Some(b) => b,
             None => {
                 let name = branch_name(&format!("alt-{}", names.len()), &mut names);
-                let prefix = HashPrefix::parse(&point.to_hex())
-                    .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                let prefix = HashPrefix::parse(&point.to_hex()).map_err(StoreError::invalid)?;
                 let at = drafts.first().map_or(ptime, |(_, d)| d.created_at);
                 l.fork(id, &prefix, &name, at)?;
                 nodes += 1;
@@ -471,7 +469,7 @@ fn with_records(d: &Diagnostics, mut records: Vec<Value>) -> Result<Diagnostics,
             e.insert("records".into(), Value::Array(all));
         }
     }
-    Diagnostics::from_value(&v).map_err(|e| StoreError::Invalid(e.to_string()))
+    Diagnostics::from_value(&v).map_err(StoreError::invalid)
 }
 
 /// Every source record stored for a session (what its messages carry
@@ -545,7 +543,7 @@ fn with_conversation(
         }
         o.insert("import".into(), source.clone());
     }
-    Diagnostics::from_value(&v).map_err(|e| StoreError::Invalid(e.to_string()))
+    Diagnostics::from_value(&v).map_err(StoreError::invalid)
 }
 
 struct Mapper<'a> {
@@ -701,8 +699,7 @@ fn step(
     if let Some(key) = &m.key {
         diag.insert("key".into(), json!(key));
     }
-    let diagnostics = Diagnostics::from_value(&Value::Object(diag))
-        .map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let diagnostics = Diagnostics::from_value(&Value::Object(diag)).map_err(StoreError::invalid)?;
     out.push((
         Some(i),
         Draft {
@@ -726,7 +723,7 @@ fn synthetic(kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, Stor
         to: to.to_owned(),
         payload: Vec::new(),
         diagnostics: Diagnostics::from_value(&json!({"synthetic": true}))
-            .map_err(|e| StoreError::Invalid(e.to_string()))?,
+            .map_err(StoreError::invalid)?,
         state: None,
         sequence: None,
         created_at: at,

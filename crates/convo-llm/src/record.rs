@@ -486,7 +486,7 @@ fn draft(
         to,
         payload,
         diagnostics: Diagnostics::from_value(diag)
-            .map_err(|e| StoreError::Invalid(format!("diagnostics: {e}")))?,
+            .map_err(|e| StoreError::Invalid(format!("diagnostics: {e}").into()))?,
         state: None,
         sequence: None,
         created_at: at,
@@ -682,7 +682,7 @@ fn mark_awaiting(response: &mut Draft, retry: &str) -> Result<()> {
         o.insert("awaiting_retry".into(), json!(retry));
     }
     response.diagnostics = Diagnostics::from_value(&d)
-        .map_err(|e| StoreError::Invalid(format!("diagnostics: {e}")))?;
+        .map_err(|e| StoreError::Invalid(format!("diagnostics: {e}").into()))?;
     Ok(())
 }
 

@@ -556,7 +556,7 @@ impl Replay {
             return Err(StoreError::Invalid(format!(
                 "timeline `{}` of session {} has no call recorded by the proxy or received as telemetry to replay",
                 spec.branch, s.id
-            )));
+            ).into()));
         }
         let mut by_request: HashMap<String, Vec<usize>> = HashMap::new();
         for c in &calls {

@@ -217,8 +217,8 @@ pub fn free_edit_branch(l: &mut Ledger<'_>, session: &SessionId) -> Result<Branc
 pub fn free_branch(l: &mut Ledger<'_>, session: &SessionId, stem: &str) -> Result<BranchName> {
     let mut n = 1u32;
     loop {
-        let name = BranchName::new(&format!("{stem}-{n}"))
-            .map_err(|e| convo_store::StoreError::Invalid(e.to_string()))?;
+        let name =
+            BranchName::new(&format!("{stem}-{n}")).map_err(convo_store::StoreError::invalid)?;
         if l.tx().branch(session, &name)?.is_none() {
             return Ok(name);
         }

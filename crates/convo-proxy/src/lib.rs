@@ -866,7 +866,7 @@ impl Proxy {
                         s.transaction(|l| {
                             let name = thread::free_branch(l, &session, "live")?;
                             let from = convo_core::HashPrefix::parse(&before.to_hex())
-                                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                                .map_err(StoreError::invalid)?;
                             l.fork(&session, &from, &name, now)?;
                             Ok(name)
                         })

@@ -173,8 +173,7 @@ fn ensure_branch(
         .and_then(|b| b.head);
     match head {
         Some(h) => {
-            let from = convo_core::HashPrefix::parse(&h.to_hex())
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let from = convo_core::HashPrefix::parse(&h.to_hex()).map_err(StoreError::invalid)?;
             l.fork(session, &from, branch, now)?;
             Ok(true)
         }
@@ -245,8 +244,8 @@ fn first_message_fork(
     let name = thread::free_edit_branch(l, &spot.session)?;
     match again {
         Some(invoke) => {
-            let from = convo_core::HashPrefix::parse(&invoke.to_hex())
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let from =
+                convo_core::HashPrefix::parse(&invoke.to_hex()).map_err(StoreError::invalid)?;
             l.fork(&spot.session, &from, &name, now)?;
         }
         None => {
@@ -326,7 +325,7 @@ fn record_one(
     let (id, branch) = match named {
         Some((session, branch)) => {
             let branch = BranchName::new(&branch)
-                .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}")))?;
+                .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}").into()))?;
             let id = match names.get(&session).copied().flatten() {
                 Some(id) => id,
                 None => {
@@ -402,7 +401,7 @@ fn record_one(
                     } else {
                         let name = thread::free_edit_branch(l, &s.session)?;
                         let from = convo_core::HashPrefix::parse(&s.node.to_hex())
-                            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                            .map_err(StoreError::invalid)?;
                         l.fork(&s.session, &from, &name, now)?;
                         (s.session, name)
                     }
@@ -433,8 +432,8 @@ fn record_one(
         record::record_in(l, &id, &branch, ex)?
     };
     if let (Some(name), Some(last)) = (&then_fork, rec.nodes.last()) {
-        let from = convo_core::HashPrefix::parse(&last.hash.to_hex())
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        let from =
+            convo_core::HashPrefix::parse(&last.hash.to_hex()).map_err(StoreError::invalid)?;
         l.fork(&id, &from, name, now)?;
     }
     let spot_of = |n: &StoredNode| Spot {

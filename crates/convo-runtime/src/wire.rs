@@ -125,11 +125,14 @@ pub fn diff(
         {
             Some(r) => r.clone(),
             None => {
-                return Err(StoreError::Invalid(format!(
-                    "page {p}: the diff has {} page{} (from 1)",
-                    pages.len(),
-                    if pages.len() == 1 { "" } else { "s" }
-                )));
+                return Err(StoreError::Invalid(
+                    format!(
+                        "page {p}: the diff has {} page{} (from 1)",
+                        pages.len(),
+                        if pages.len() == 1 { "" } else { "s" }
+                    )
+                    .into(),
+                ));
             }
         },
     };

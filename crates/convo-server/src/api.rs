@@ -188,7 +188,7 @@ pub(crate) fn resolved(
     r: &str,
 ) -> convo_store::Result<HashPrefix> {
     let n = s.resolve_ref(session, r)?;
-    HashPrefix::parse(&n.hash.to_hex()).map_err(|e| StoreError::Invalid(e.to_string()))
+    HashPrefix::parse(&n.hash.to_hex()).map_err(StoreError::invalid)
 }
 
 // ----- sessions ---------------------------------------------------------
@@ -571,7 +571,7 @@ pub async fn append(
                 .enumerate()
                 .map(|(i, l)| {
                     wire::draft(l, &row.agent, stamp)
-                        .map_err(|e| StoreError::Invalid(format!("line {}: {e}", i + 1)))
+                        .map_err(|e| StoreError::Invalid(format!("line {}: {e}", i + 1).into()))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok((row, drafts))
@@ -1145,12 +1145,10 @@ pub async fn export(
         .pool
         .run(move |s| {
             let writer = convo_formats::writer(&f2)
-                .ok_or_else(|| StoreError::Invalid(format!("`{f2}` cannot be exported")))?;
+                .ok_or_else(|| StoreError::Invalid(format!("`{f2}` cannot be exported").into()))?;
             let row = s.find_session(&q)?;
             let conv = convo_formats::ledger::export(s, &row, &branch)?;
-            writer
-                .write(&conv)
-                .map_err(|e| StoreError::Invalid(e.to_string()))
+            writer.write(&conv).map_err(StoreError::invalid)
         })
         .await?;
     let ct = match format.as_str() {

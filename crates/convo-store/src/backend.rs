@@ -711,6 +711,6 @@ impl StateNodes for TxNodes<'_> {
 pub(crate) fn state_err(e: StateError<StoreError>) -> StoreError {
     match e {
         StateError::Backend(e) => e,
-        other => StoreError::State(other.to_string()),
+        other => StoreError::State(crate::Cause::from_error(other)),
     }
 }

@@ -333,7 +333,7 @@ impl Store {
             Some(b) => Some(LogAt {
                 cursor: b.cursor,
                 nodes: b.nodes,
-                log: hex32(&b.log, "log").map_err(StoreError::Invalid)?,
+                log: hex32(&b.log, "log").map_err(|m| StoreError::Invalid(m.into()))?,
             }),
         };
         let st = self.read(|tx| {
@@ -344,7 +344,7 @@ impl Store {
                         "the store ends at follow number {end}, before the previous checkpoint's \
                          cursor {}: it was truncated (check it with `convo verify --checkpoint`)",
                         b.cursor
-                    )));
+                    ).into()));
                 }
             }
             state_in(tx, base)
@@ -408,8 +408,10 @@ impl Store {
     pub fn check_checkpoints(&mut self, cps: &[Checkpoint]) -> Result<Vec<Vec<Problem>>> {
         let mut parsed = Vec::with_capacity(cps.len());
         for cp in cps {
-            let heads = cp.parsed_heads().map_err(StoreError::Invalid)?;
-            let log = hex32(&cp.log, "log").map_err(StoreError::Invalid)?;
+            let heads = cp
+                .parsed_heads()
+                .map_err(|m| StoreError::Invalid(m.into()))?;
+            let log = hex32(&cp.log, "log").map_err(|m| StoreError::Invalid(m.into()))?;
             parsed.push((heads, log));
         }
         // Newest first, so that older heads are found walking back from

@@ -172,10 +172,11 @@ pub enum StoreError {
     },
     /// A timeline rule (no open submission, bad sequence…).
     Rule(RuleError),
-    /// A state key, value or root problem.
-    State(String),
-    /// Invalid input (a bad id, name, or value).
-    Invalid(String),
+    /// A state key, value or root problem (and the error behind it, if any).
+    State(Cause),
+    /// Invalid input (a bad id, name, or value), and the parse error behind
+    /// it, if any.
+    Invalid(Cause),
     /// Another writer held the store for too long.
     Busy(u64),
     /// Lost the compare-and-swap race on a branch head more often than the retry bound.
@@ -258,7 +259,7 @@ impl std::fmt::Display for StoreError {
             } => write!(f, "node {node} belongs to session {owner}, not {session}"),
             StoreError::Rule(r) => std::fmt::Display::fmt(r, f),
             StoreError::State(m) => write!(f, "state: {m}"),
-            StoreError::Invalid(m) => f.write_str(m),
+            StoreError::Invalid(m) => f.write_str(m.message()),
             StoreError::Busy(s) => {
                 write!(f, "the store stayed locked by another writer for {s} s")
             }
@@ -294,6 +295,8 @@ impl std::error::Error for StoreError {
         match self {
             StoreError::Rule(r) => std::error::Error::source(r),
             StoreError::Corrupt(c)
+            | StoreError::State(c)
+            | StoreError::Invalid(c)
             | StoreError::Damaged(c)
             | StoreError::Url(_, c)
             | StoreError::Backend(c) => c.source(),
@@ -350,6 +353,11 @@ impl ErrorKind {
 }
 
 impl StoreError {
+    /// Invalid input because of `e` (a name or hash that does not parse),
+    /// keeping `e` as the source.
+    pub fn invalid(e: impl Into<BoxError>) -> Self {
+        StoreError::Invalid(Cause::from_error(e))
+    }
     /// The database engine failed: `message`, no underlying error (add one
     /// with [`StoreError::because`]).
     pub fn backend(message: impl Into<String>) -> Self {
@@ -429,3 +437,23 @@ fn list_candidates(c: &[String], count: usize) -> String {
 
 /// `Result` with [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn invalid_input_keeps_the_parse_error_as_its_source() {
+        let parse = convo_core::BranchName::new("a b").unwrap_err();
+        let e = StoreError::invalid(parse);
+        assert_eq!(e.kind(), ErrorKind::Invalid);
+        let source = e.source().expect("the parse error is kept");
+        assert_eq!(source.to_string(), e.to_string());
+        // A message alone has no source, and reads as the message.
+        let plain = StoreError::Invalid("an agent name must not be empty".into());
+        assert!(plain.source().is_none());
+        assert_eq!(plain.to_string(), "an agent name must not be empty");
+        assert!(matches!(&plain, StoreError::Invalid(m) if m.contains("agent name")));
+    }
+}

@@ -585,7 +585,9 @@ impl Ledger<'_> {
             ));
         }
         if self.tx.session(&id)?.is_some() {
-            return Err(StoreError::Invalid(format!("session {id} already exists")));
+            return Err(StoreError::Invalid(
+                format!("session {id} already exists").into(),
+            ));
         }
         let row = SessionRow {
             id,
@@ -961,7 +963,7 @@ impl Ledger<'_> {
         let json = turn
             .map(serde_json::to_string)
             .transpose()
-            .map_err(|e| StoreError::Invalid(format!("open turn: {e}")))?;
+            .map_err(|e| StoreError::Invalid(format!("open turn: {e}").into()))?;
         self.tx.set_open_turn(session, branch, json.as_deref())
     }
 
@@ -1010,7 +1012,7 @@ impl Ledger<'_> {
                 to: "user".into(),
                 payload: Vec::new(),
                 diagnostics: convo_core::Diagnostics::from_value(&diag)
-                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+                    .map_err(StoreError::invalid)?,
                 state: None,
                 sequence: None,
                 created_at: now,
@@ -1273,7 +1275,9 @@ fn place_and_insert(tx: &mut dyn Tx, b: &BranchRow, ctx: Context, d: &Draft) -> 
     let state = match (d.kind, d.state) {
         (Kind::Complete, Some(root)) => {
             if root != state::empty_root() && tx.state_node(&root.0)?.is_none() {
-                return Err(StoreError::State(format!("unknown state root {root}")));
+                return Err(StoreError::State(
+                    format!("unknown state root {root}").into(),
+                ));
             }
             tx.set_branch_state(&b.session, &b.name, Some(&root))?;
             Some(root)

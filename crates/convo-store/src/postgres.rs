@@ -622,7 +622,7 @@ impl<'c> PgTx<'c> {
                             StoreError::Conflict(1)
                         }
                         (OnError::Stored(h), Some(c)) if *c == SqlState::UNIQUE_VIOLATION => {
-                            StoreError::Invalid(format!("node {h} is already stored"))
+                            StoreError::Invalid(format!("node {h} is already stored").into())
                         }
                         _ => db(e),
                     });

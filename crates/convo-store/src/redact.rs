@@ -112,12 +112,15 @@ impl Store {
         let (redaction, bytes) = self.write(|tx| {
             let Some(data) = tx.blob(payload)? else {
                 return Err(match tx.redaction(payload)? {
-                    Some((seq, body)) => StoreError::Invalid(format!(
-                        "payload {payload} is already redacted: {}",
-                        Redaction::from_fact(seq, &body)
-                            .map(|r| r.tombstone())
-                            .unwrap_or_else(|| format!("fact {seq}"))
-                    )),
+                    Some((seq, body)) => StoreError::Invalid(
+                        format!(
+                            "payload {payload} is already redacted: {}",
+                            Redaction::from_fact(seq, &body)
+                                .map(|r| r.tombstone())
+                                .unwrap_or_else(|| format!("fact {seq}"))
+                        )
+                        .into(),
+                    ),
                     None => StoreError::NoNode(format!("a stored payload with SHA-256 {payload}")),
                 });
             };

@@ -52,7 +52,8 @@ impl RefSpec {
     /// Splits `text` into base, turn and steps back (rule 2 of the grammar).
     /// Does not decide whether the base is a branch or a hash.
     pub fn parse(text: &str) -> Result<RefSpec> {
-        let bad = |why: &str| StoreError::Invalid(format!("`{text}` is not a reference: {why}"));
+        let bad =
+            |why: &str| StoreError::Invalid(format!("`{text}` is not a reference: {why}").into());
         if text.trim().is_empty() {
             return Err(bad("it is empty"));
         }
@@ -199,9 +200,9 @@ fn base_node(tx: &mut dyn Tx, session: &SessionId, base: &str, text: &str) -> Re
     if base.len() < MIN_PREFIX {
         return Err(StoreError::Invalid(format!(
             "`{text}`: a hash prefix needs at least {MIN_PREFIX} hex digits, and no branch is named `{base}`"
-        )));
+        ).into()));
     }
-    let p = HashPrefix::parse(base).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let p = HashPrefix::parse(base).map_err(StoreError::invalid)?;
     let n = resolve_in(tx, &p)?;
     if n.node.session != *session {
         return Err(StoreError::WrongSession {

@@ -112,7 +112,7 @@ mod tests {
     #[test]
     fn a_registered_scheme_opens_through_its_opener() {
         fn refuse(url: &str, _: Access) -> Result<Box<dyn Backend>> {
-            Err(StoreError::Invalid(format!("opened {url}")))
+            Err(StoreError::Invalid(format!("opened {url}").into()))
         }
         let mut b = Backends::default();
         b.register("test", refuse);

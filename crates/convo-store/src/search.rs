@@ -156,10 +156,13 @@ impl Query {
             }
         }
         if terms.is_empty() {
-            return Err(StoreError::Invalid(format!(
-                "the search `{}` holds no word (words are letters and digits)",
-                convo_core::text::visible(text, convo_core::text::Newlines::Escape)
-            )));
+            return Err(StoreError::Invalid(
+                format!(
+                    "the search `{}` holds no word (words are letters and digits)",
+                    convo_core::text::visible(text, convo_core::text::Newlines::Escape)
+                )
+                .into(),
+            ));
         }
         Ok(Query { terms })
     }

@@ -319,8 +319,8 @@ impl Thread {
                         ),
                         None => {
                             let name = self.fork_name(l, c)?;
-                            let prefix = HashPrefix::parse(&x.to_hex())
-                                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+                            let prefix =
+                                HashPrefix::parse(&x.to_hex()).map_err(StoreError::invalid)?;
                             let fork = l.fork(&self.id, &prefix, &name, c.start)?;
                             out.nodes += 1;
                             self.heads.insert(fork.hash, name.clone());
@@ -388,7 +388,7 @@ impl Thread {
         let mut name = base.clone();
         let mut n = 2;
         loop {
-            let b = BranchName::new(&name).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let b = BranchName::new(&name).map_err(StoreError::invalid)?;
             if l.tx().branch(&self.id, &b)?.is_none() {
                 return Ok(b);
             }

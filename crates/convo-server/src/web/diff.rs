@@ -44,11 +44,14 @@ pub(super) async fn diff_page(
             .and_then(|p| pages.get(p))
             .cloned()
             .ok_or_else(|| {
-                StoreError::Invalid(format!(
-                    "page {page}: this diff has {} page{} (from 1)",
-                    pages.len(),
-                    if pages.len() == 1 { "" } else { "s" }
-                ))
+                StoreError::Invalid(
+                    format!(
+                        "page {page}: this diff has {} page{} (from 1)",
+                        pages.len(),
+                        if pages.len() == 1 { "" } else { "s" }
+                    )
+                    .into(),
+                )
             })?;
         let payloads = sdiff::payloads(s, &diff, range.clone(), false)?;
         Ok((row, diff, pages.len(), range, payloads))

@@ -49,7 +49,7 @@ pub(super) fn locate(
     };
     if let Some(n) = node {
         let found = convo_core::HashPrefix::parse(n)
-            .map_err(|e| StoreError::Invalid(e.to_string()))
+            .map_err(StoreError::invalid)
             .and_then(|p| s.node(&p));
         match found {
             Ok(stored) if stored.node.session == session.id => {
@@ -108,10 +108,8 @@ fn on_timeline(
     branch: &BranchName,
     hash: &NodeHash,
 ) -> convo_store::Result<bool> {
-    let stored = s.node(
-        &convo_core::HashPrefix::parse(&hash.to_hex())
-            .map_err(|e| StoreError::Invalid(e.to_string()))?,
-    )?;
+    let stored =
+        s.node(&convo_core::HashPrefix::parse(&hash.to_hex()).map_err(StoreError::invalid)?)?;
     let pos = stored.ctx.depth.saturating_sub(1) as usize;
     let page = s.timeline_page(&session.id, branch, pos, 1)?;
     Ok(page

@@ -173,7 +173,7 @@ fn session_node(
     q: &str,
     h: &str,
 ) -> convo_store::Result<(SessionRow, convo_store::StoredNode, Vec<u8>)> {
-    let p = convo_core::HashPrefix::parse(h).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let p = convo_core::HashPrefix::parse(h).map_err(StoreError::invalid)?;
     let row = s.find_session(q)?;
     let (n, payload) = api::node_with_payload(s, &p)?;
     if n.node.session != row.id {

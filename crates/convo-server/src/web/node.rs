@@ -91,12 +91,9 @@ async fn fragment(st: AppState, q: String, h: String) -> Response {
         let (row, n, payload) = session_node(s, &q, &h)?;
         let parent_turn = match n.node.parent {
             Some(ph) => Some(
-                s.node(
-                    &convo_core::HashPrefix::parse(&ph.to_hex())
-                        .map_err(|e| StoreError::Invalid(e.to_string()))?,
-                )?
-                .ctx
-                .turn,
+                s.node(&convo_core::HashPrefix::parse(&ph.to_hex()).map_err(StoreError::invalid)?)?
+                    .ctx
+                    .turn,
             ),
             None => None,
         };

@@ -231,11 +231,14 @@ pub(super) async fn rerun(
                 return Err(StoreError::NoNode(r.node.clone()));
             }
             if node.node.kind != Kind::Request {
-                return Err(StoreError::Invalid(format!(
-                    "node {} is a {}, not a model request",
-                    node.hash.short(),
-                    node.node.kind
-                )));
+                return Err(StoreError::Invalid(
+                    format!(
+                        "node {} is a {}, not a model request",
+                        node.hash.short(),
+                        node.node.kind
+                    )
+                    .into(),
+                ));
             }
             let parent = node.node.parent.ok_or_else(|| {
                 StoreError::Invalid("the request has no parent to fork from".into())
@@ -243,10 +246,9 @@ pub(super) async fn rerun(
             let branch = match wanted {
                 Some(b) => b,
                 None => BranchName::new(&free_name(&s.branches(&row.id)?))
-                    .map_err(|e| StoreError::Invalid(e.to_string()))?,
+                    .map_err(StoreError::invalid)?,
             };
-            let from = HashPrefix::parse(&parent.to_hex())
-                .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            let from = HashPrefix::parse(&parent.to_hex()).map_err(StoreError::invalid)?;
             let fork = s.transaction(|l| l.fork(&row.id, &from, &branch, api::now()))?;
             Ok((row, node, branch, fork))
         })

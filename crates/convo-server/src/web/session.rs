@@ -146,7 +146,7 @@ pub(super) async fn session_page(
     let asked = given(&pq.branch).map(str::to_owned);
     let branch = match BranchName::new(asked.as_deref().unwrap_or("main")) {
         Ok(b) => b,
-        Err(e) => return error_page(StoreError::Invalid(e.to_string())),
+        Err(e) => return error_page(StoreError::invalid(e)),
     };
     if given(&pq.fragment) == Some("graph") {
         return graph_fragment(st, q, branch).await;
@@ -166,7 +166,7 @@ pub(super) async fn session_page(
         if asked.is_none()
             && let Some(other) = place.elsewhere.take()
         {
-            b2 = BranchName::new(&other).map_err(|e| StoreError::Invalid(e.to_string()))?;
+            b2 = BranchName::new(&other).map_err(StoreError::invalid)?;
         }
         let lanes = lanes(s, &row)?;
         let this = s.branch(&row.id, &b2)?;
