@@ -80,7 +80,7 @@ pub struct FactRow {
     pub body: Vec<u8>,
 }
 
-/// A node's place in its session's tree: see [`Tx::session_links`].
+/// A node's place in its session's tree: see [`crate::tx::NodeTx::session_links`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Link {
     /// The node.
@@ -141,7 +141,7 @@ pub type PayloadVisitor<'a> =
 pub type Preview = (Vec<u8>, u64);
 
 /// A diagnostics field of `complete` nodes that threading keys are looked
-/// up by ([`Tx::complete_by_thread`]; indexed by SQLite migration 0009 and
+/// up by ([`crate::tx::NodeTx::complete_by_thread`]; indexed by SQLite migration 0009 and
 /// PostgreSQL migration 0007).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ThreadField {
@@ -164,7 +164,7 @@ impl ThreadField {
     }
 }
 
-/// A branch with its head node, as [`Tx::branch_with_head`] reads it.
+/// A branch with its head node, as [`crate::tx::BranchTx::branch_with_head`] reads it.
 pub type BranchHead = (BranchRow, Option<StoredNode>);
 
 /// Session rows.
@@ -206,7 +206,7 @@ pub trait BranchTx: NodeTx {
         Ok(Some((b, head)))
     }
 
-    /// [`Tx::branch_with_head`] for several branches, in one read where
+    /// [`crate::tx::BranchTx::branch_with_head`] for several branches, in one read where
     /// the backend can (group commit's batches); one answer per key, in order.
     fn branches_with_heads(
         &mut self,
@@ -493,6 +493,34 @@ pub trait Backend: Send {
     fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()>;
     /// `sqlite` or `postgres`.
     fn kind(&self) -> &'static str;
+    /// Makes deleted rows unrecoverable from the database's files (after a
+    /// redaction): SQLite empties its WAL, merges the search index's
+    /// segments (FTS5 `optimize`, which drops a forgotten row's words),
+    /// rewrites the file (`VACUUM`) and empties the WAL again; PostgreSQL
+    /// rewrites `blobs`, `search_index` and `pg_statistic` (`VACUUM FULL`).
+    /// Returns what it could not do, if anything (another connection held
+    /// the WAL open).
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        Ok(None)
+    }
+    /// The engine's own housekeeping (SQLite's WAL and integrity), for a
+    /// backend that has any; `None` (PostgreSQL) when there is nothing to do.
+    fn maintenance(&mut self) -> Option<&mut dyn Maintenance> {
+        None
+    }
+    /// Blocks until another process may have appended a node, or `timeout`
+    /// passes. Backends without notifications just sleep a little.
+    fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {
+        std::thread::sleep(timeout.min(std::time::Duration::from_millis(100)));
+        Ok(())
+    }
+}
+
+/// An engine's own housekeeping that only some backends have (SQLite's
+/// write-ahead log and integrity state), apart from the row operations and
+/// transactions every backend shares: reached through
+/// [`Backend::maintenance`].
+pub trait Maintenance {
     /// Leaves the write-ahead log as it is when the store is closed instead
     /// of checkpointing it into the database file (SQLite: a short-lived
     /// writer then costs no fsync at exit; the log is folded in by a later
@@ -504,16 +532,6 @@ pub trait Backend: Send {
     /// when the database is damaged, `None` when it is sound. A backend may
     /// then refuse writes until it is sound again (SQLite does).
     fn record_health(&mut self, _damaged: Option<&str>) {}
-    /// Makes deleted rows unrecoverable from the database's files (after a
-    /// redaction): SQLite empties its WAL, merges the search index's
-    /// segments (FTS5 `optimize`, which drops a forgotten row's words),
-    /// rewrites the file (`VACUUM`) and empties the WAL again; PostgreSQL
-    /// rewrites `blobs`, `search_index` and `pg_statistic` (`VACUUM FULL`).
-    /// Returns what it could not do, if anything (another connection held
-    /// the WAL open).
-    fn erase_freed(&mut self) -> Result<Option<String>> {
-        Ok(None)
-    }
     /// Takes the engine's periodic housekeeping off this connection's
     /// commits, for a connection that writes on a latency-sensitive path.
     /// SQLite turns off its WAL auto-checkpoint here (which otherwise runs
@@ -532,16 +550,10 @@ pub trait Backend: Send {
     fn defer_checkpoints(&mut self) -> Result<Option<Background>> {
         Ok(None)
     }
-    /// Blocks until another process may have appended a node, or `timeout`
-    /// passes. Backends without notifications just sleep a little.
-    fn wait_for_append(&mut self, timeout: std::time::Duration) -> Result<()> {
-        std::thread::sleep(timeout.min(std::time::Duration::from_millis(100)));
-        Ok(())
-    }
 }
 
 /// Work a backend asks to run on a thread of its own (see
-/// [`Backend::defer_checkpoints`]).
+/// [`Maintenance::defer_checkpoints`]).
 pub struct Background(Box<dyn FnOnce() + Send>);
 
 impl Background {

@@ -142,14 +142,20 @@ impl Store {
     /// it in, so a copy of the store must take all three files (or use
     /// `convo migrate`). A no-op on PostgreSQL.
     pub fn keep_log_on_close(&mut self) -> Result<()> {
-        self.backend.keep_log_on_close()
+        match self.backend.maintenance() {
+            Some(m) => m.keep_log_on_close(),
+            None => Ok(()),
+        }
     }
 
     /// Moves WAL checkpoints off this connection's commits; the work
     /// returned runs them and belongs on a thread of its own (see
-    /// [`Backend::defer_checkpoints`]).
+    /// [`crate::backend::Maintenance::defer_checkpoints`]).
     pub fn defer_checkpoints(&mut self) -> Result<Option<crate::Background>> {
-        self.backend.defer_checkpoints()
+        match self.backend.maintenance() {
+            Some(m) => m.defer_checkpoints(),
+            None => Ok(None),
+        }
     }
 
     /// The backend's name.
@@ -546,7 +552,9 @@ impl Store {
             .iter()
             .find(|p| p.object == crate::verify::DATABASE)
             .map(|p| p.reason.clone());
-        self.backend.record_health(damaged.as_deref());
+        if let Some(m) = self.backend.maintenance() {
+            m.record_health(damaged.as_deref());
+        }
         Ok(r)
     }
 }
@@ -666,7 +674,7 @@ impl Ledger<'_> {
 
     /// Appends several requests' messages, each to its own branch, in
     /// order (group commit): the branches and their heads are read in one
-    /// go ([`Tx::branches_with_heads`]), each branch's head moves once. One
+    /// go ([`crate::tx::BranchTx::branches_with_heads`]), each branch's head moves once. One
     /// failing request fails the whole call (the transaction rolls back).
     pub fn append_batch(
         &mut self,
@@ -1245,7 +1253,7 @@ fn timeline_node(
 }
 
 /// Loads a branch open for appends and its head's context, in one read
-/// ([`Tx::branch_with_head`]).
+/// ([`crate::tx::BranchTx::branch_with_head`]).
 fn open_branch_head(
     tx: &mut dyn Tx,
     session: &SessionId,

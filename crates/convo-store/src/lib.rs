@@ -69,7 +69,7 @@ pub mod turns;
 mod verify;
 
 pub use backend::{
-    Backend, Background, BranchRow, FactRow, SessionRow, StoredNode, ThreadField, Tx,
+    Backend, Background, BranchRow, FactRow, Maintenance, SessionRow, StoredNode, ThreadField, Tx,
 };
 /// The transaction's traits, one per concern: a backend implements each;
 /// [`Tx`] is all of them (a `&mut dyn Tx` calls any of their methods).

@@ -21,7 +21,7 @@
 //! and go out with the transaction's first read; writes (blobs, nodes,
 //! compare-and-swaps of heads, facts) wait and go out with the next read,
 //! or with `COMMIT`. So one append costs two round trips: the branch with
-//! its head's context (one joined read, [`Tx::branch_with_head`]), then its
+//! its head's context (one joined read, [`crate::tx::BranchTx::branch_with_head`]), then its
 //! writes and the commit; a batch of appends in one transaction costs one
 //! more round trip per append. A write whose outcome the ledger asks for
 //! is checked on the server, so a failure aborts the transaction before the

@@ -40,7 +40,7 @@ pub struct Sqlite {
     conn: Connection,
     /// The database file; `None` in memory.
     path: Option<std::path::PathBuf>,
-    /// A short-lived writer (see [`Backend::keep_log_on_close`]): the log
+    /// A short-lived writer (see [`Maintenance::keep_log_on_close`](crate::Maintenance::keep_log_on_close)): the log
     /// is folded in at close only once it is larger than this.
     fold_log_over: Option<u64>,
     /// The large payloads hashed and cut lately, and the chunks known to
@@ -122,7 +122,7 @@ fn is_busy(e: &rusqlite::Error) -> bool {
 /// `PRAGMA application_id` of a convo store ("conv"). Stores made before
 /// it was set have 0, which is accepted when the convo tables are there.
 const APPLICATION_ID: i64 = 0x636f_6e76;
-/// WAL pages after a commit at which [`Backend::defer_checkpoints`] asks
+/// WAL pages after a commit at which [`Maintenance::defer_checkpoints`](crate::Maintenance::defer_checkpoints) asks
 /// for a checkpoint on the other thread (SQLite's own default threshold).
 const WAL_CHECKPOINT_PAGES: std::ffi::c_int = 1000;
 /// WAL pages added after which the next checkpoint is asked for.
@@ -542,19 +542,6 @@ impl Backend for Sqlite {
     fn kind(&self) -> &'static str {
         "sqlite"
     }
-    fn keep_log_on_close(&mut self) -> Result<()> {
-        self.conn
-            .set_db_config(
-                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
-                true,
-            )
-            .map_err(db)?;
-        self.conn
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .map_err(db)?;
-        self.fold_log_over = Some(SHORT_WRITER_LOG);
-        Ok(())
-    }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         if self.path.is_none() {
             return Ok(None);
@@ -587,6 +574,25 @@ impl Backend for Sqlite {
              remain in it until the next checkpoint (run `convo redact` again once it has closed)"
                 .to_owned()
         }))
+    }
+    fn maintenance(&mut self) -> Option<&mut dyn crate::backend::Maintenance> {
+        Some(self)
+    }
+}
+
+impl crate::backend::Maintenance for Sqlite {
+    fn keep_log_on_close(&mut self) -> Result<()> {
+        self.conn
+            .set_db_config(
+                rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE,
+                true,
+            )
+            .map_err(db)?;
+        self.conn
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .map_err(db)?;
+        self.fold_log_over = Some(SHORT_WRITER_LOG);
+        Ok(())
     }
     fn defer_checkpoints(&mut self) -> Result<Option<crate::Background>> {
         let Some(path) = &self.path else {
