@@ -5,6 +5,26 @@
 //! neutral model of [`model`]; a [`Writer`] turns one linear conversation
 //! back into bytes. Each module's documentation describes its wire format.
 //!
+//! Reading a file and importing what it holds (what `convo import` does):
+//!
+//! ```
+//! use convo_formats::{ledger, reader};
+//! use convo_store::Store;
+//!
+//! let line = br#"{"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "18 C and sunny."}]}"#;
+//! let read = reader("openai").unwrap().read_bytes("chat.jsonl", line)?;
+//! let conv = &read.conversations[0];
+//! assert_eq!(conv.messages.len(), 2);
+//!
+//! let mut store = Store::open("sqlite::memory:")?;
+//! let done = ledger::import_all(&mut store, &[("openai", conv)], None, 0)?;
+//! assert!(matches!(done[0], ledger::Outcome::Created { nodes: 2, .. }));
+//! // The same line again is the same session: nothing is written twice.
+//! let again = ledger::import_all(&mut store, &[("openai", conv)], None, 0)?;
+//! assert!(!matches!(again[0], ledger::Outcome::Created { .. }));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! | format | read | write | module |
 //! |---|---|---|---|
 //! | CONVO (CONVO-FILE-SPEC v0.1.1 + `title`) | yes | yes | [`convo`] |

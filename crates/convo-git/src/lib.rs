@@ -20,6 +20,30 @@
 //! the node→commit map and refs are all keyed), nor, in layout `dag`, with
 //! its timeline's length beyond the groups of [`dag`]: a commit writes
 //! three trees of at most ~100 entries and one message directory.
+//!
+//! Projecting a store and checking the projection against it (what
+//! `convo git sync` and `convo git verify` do):
+//!
+//! ```
+//! use convo_core::{BranchName, Kind};
+//! use convo_git::{Layout, Projector};
+//! use convo_store::Store;
+//! use convo_testutil::draft;
+//!
+//! let mut store = Store::open("sqlite::memory:")?;
+//! let main = BranchName::main();
+//! store.transaction(|l| {
+//!     let s = l.new_session("agent", Some("trip"), 0)?;
+//!     l.append(&s.id, &main, &draft(Kind::Invoke, "Plan a trip", 1))?;
+//!     l.append(&s.id, &main, &draft(Kind::Complete, "Paris?", 2))
+//! })?;
+//! let repo = tempfile::tempdir()?;
+//! let mut git = Projector::open(repo.path(), Some(Layout::Dag), false)?;
+//! let done = git.sync(&mut store, &mut |_| {})?;
+//! assert_eq!((done.nodes, done.commits), (2, 2));
+//! assert!(git.verify(&mut store)?.is_empty());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
