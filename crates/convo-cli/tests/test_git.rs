@@ -1,23 +1,9 @@
 //! The git projection, checked with the real `git`.
 
 use crate::common::TestEnv;
+use convo_testutil::git;
 use std::path::Path;
 use std::process::Command;
-
-fn git(repo: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("--git-dir")
-        .arg(repo)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn refs(repo: &Path) -> String {
     git(repo, &["for-each-ref", "--format=%(refname) %(objectname)"])

@@ -1137,23 +1137,7 @@ impl Projector {
 mod tests {
     use super::*;
     use convo_core::BranchName;
-    use convo_testutil::draft;
-    use std::process::Command;
-
-    fn git(repo: &Path, args: &[&str]) -> String {
-        let out = Command::new("git")
-            .arg("--git-dir")
-            .arg(repo)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
+    use convo_testutil::{draft, git};
 
     fn packs(repo: &Path) -> u64 {
         let out = git(repo, &["count-objects", "-v"]);

@@ -1419,3 +1419,20 @@ pub fn secret_in_files(store_url: &str, secret: &str) -> Vec<(String, Vec<String
         })
         .collect()
 }
+
+/// Runs the real `git --git-dir REPO ARGS…` and returns its stdout; panics
+/// with git's stderr when it fails (the git projection's tests).
+pub fn git(repo: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .arg("--git-dir")
+        .arg(repo)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
