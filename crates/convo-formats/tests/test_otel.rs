@@ -166,13 +166,30 @@ fn otel_semconv_spans_become_one_session_each_message_once() {
     let tl = s.timeline(&id, &BranchName::main()).unwrap();
     let last = tl.last().unwrap().stored.node.diagnostics.to_value();
     assert_eq!(last["model"], "gpt-4o-2024-08-06");
-    assert_eq!(last["extra"]["otel"]["trace_id"], TRACE);
     assert_eq!(last["extra"]["otel"]["span_id"], "0000000000001002");
-    assert_eq!(last["extra"]["otel"]["call"]["dialect"], "gen_ai");
     assert_eq!(
         last["extra"]["otel"]["call"]["attributes"]["gen_ai.operation.name"],
         "chat"
     );
+    // The trace id, dialect, span name and scope are the first call's:
+    // stored there, not again on the second.
+    let first = tl[2].stored.node.diagnostics.to_value();
+    assert_eq!(first["extra"]["otel"]["trace_id"], TRACE);
+    assert_eq!(first["extra"]["otel"]["call"]["dialect"], "gen_ai");
+    assert_eq!(last["extra"]["otel"].get("trace_id"), None, "{last}");
+    assert_eq!(last["extra"]["otel"]["call"].get("dialect"), None, "{last}");
+    // Resolved along the timeline, the second call has them all.
+    let diags: Vec<Value> = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value())
+        .collect();
+    let resolved = otel::ingest::resolve(&diags);
+    let whole = resolved.last().unwrap().as_ref().unwrap();
+    assert_eq!(whole["trace_id"], TRACE);
+    assert_eq!(whole["span_id"], "0000000000001002");
+    assert_eq!(whole["call"]["dialect"], "gen_ai");
+    assert_eq!(whole["call"]["span"], first["extra"]["otel"]["call"]["span"]);
+    assert_eq!(resolved[0], Some(json!({})), "a message's marker");
     let request = tl[2].stored.node.diagnostics.to_value();
     assert_eq!(
         request["extra"]["otel"]["call"]["usage"]["input_tokens"],
@@ -659,6 +676,7 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
         "openllmetry-openai-0.62.4",
         "openai-agents-0.6.2-openinference-1.6.2",
         "pydantic-ai-2.68.0-logfire-5.4.0",
+        "traceloop-sdk-0.62.4",
         "ai-sdk-7.0.173-otel-1.0.173",
         "ai-sdk-7.0.173-legacy-otel-1.0.173",
     ] {
