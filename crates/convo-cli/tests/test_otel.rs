@@ -200,6 +200,52 @@ fn otel_pydantic_ai_and_the_ai_sdk_export_to_convo_serve() {
     assert_eq!(v["ok"], json!(true), "{v}");
 }
 
+/// OpenLLMetry's SDK (`traceloop-sdk`, its own venv: every bundled
+/// instrumentation, `Traceloop.init` pointed at the server by
+/// `TRACELOOP_BASE_URL` as its users point it elsewhere) exports a run as
+/// a `@workflow` to a live server: one session with the conversation,
+/// every message once, the tool call paired with its result, the workflow
+/// span adding nothing.
+#[test]
+fn otel_traceloop_sdk_exports_to_convo_serve() {
+    let Some(py) = tool_env("CONVO_TEST_PYTHON_TRACELOOP") else {
+        return;
+    };
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let out = emit(&py, &srv, "traceloop", &[]);
+    assert_eq!(
+        out["answers"],
+        json!(["It is 18C and sunny in Paris.", "Tomorrow: rain."]),
+        "{out}"
+    );
+    let ids = session_ids(&srv);
+    assert_eq!(ids.len(), 1, "one session, got {ids:?}");
+    assert_eq!(transcript(&srv, &ids[0]), expected());
+    let tl = srv
+        .get(&format!(
+            "/api/v1/sessions/{}/branches/main/timeline?limit=100",
+            ids[0]
+        ))
+        .expect(200);
+    let nodes = tl["nodes"].as_array().unwrap();
+    let (req, resp) = (&nodes[2], &nodes[3]);
+    assert_eq!(
+        (req["kind"].as_str(), resp["kind"].as_str()),
+        (Some("request"), Some("response"))
+    );
+    assert_eq!(req["submission"], resp["submission"], "one submission");
+    let last = &nodes[nodes.len() - 1]["diagnostics"];
+    assert_eq!(last["model"], "gpt-4o-2024-08-06", "{last}");
+    assert_eq!(
+        last["extra"]["otel"]["call"]["usage"]["input_tokens"],
+        json!(20),
+        "{last}"
+    );
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
 /// Behind a token, the exporters need it in `OTEL_EXPORTER_OTLP_HEADERS`;
 /// without it they are refused and nothing is written.
 #[test]

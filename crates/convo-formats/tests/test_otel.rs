@@ -188,7 +188,10 @@ fn otel_semconv_spans_become_one_session_each_message_once() {
     assert_eq!(whole["trace_id"], TRACE);
     assert_eq!(whole["span_id"], "0000000000001002");
     assert_eq!(whole["call"]["dialect"], "gen_ai");
-    assert_eq!(whole["call"]["span"], first["extra"]["otel"]["call"]["span"]);
+    assert_eq!(
+        whole["call"]["span"],
+        first["extra"]["otel"]["call"]["span"]
+    );
     assert_eq!(resolved[0], Some(json!({})), "a message's marker");
     let request = tl[2].stored.node.diagnostics.to_value();
     assert_eq!(
@@ -724,6 +727,28 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
             assert_eq!(calls.len(), 3, "{name}: three operation.details events");
             let w = s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
             assert_eq!(w.nodes, 0, "{name}: the logs repeat the spans");
+            // The logs first (a log processor flushes sooner than a span
+            // processor): the same nodes, and each call still knows the
+            // model it asked for, so it replays.
+            let mut first = store();
+            first.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+            let tl = first
+                .timeline(&session_id(&thread), &BranchName::main())
+                .unwrap();
+            let messages: Vec<_> = tl
+                .iter()
+                .filter_map(|n| convo_formats::ledger::node_message(&n.stored.node, &n.payload))
+                .collect();
+            let rebuilt = otel::rebuild::calls(&messages);
+            assert_eq!(rebuilt.len(), 3, "{name}: logs first");
+            for r in &rebuilt {
+                assert_eq!(r.model.as_deref(), Some("gpt-4o"), "{name}: logs first");
+            }
+            assert_eq!(
+                transcript(&mut first, &thread),
+                expected_emitted(),
+                "{name}"
+            );
         }
         assert!(s.verify().unwrap().is_clean());
     }

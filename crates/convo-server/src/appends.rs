@@ -79,7 +79,9 @@ impl Work for Writing {
             let mut i = 0;
             while i < jobs.len() {
                 if let Job::Otel { calls, now } = &jobs[i] {
-                    out.push(Done::Ingested(otel::ingest_prepared(l, calls, *now, cache)?));
+                    out.push(Done::Ingested(otel::ingest_prepared(
+                        l, calls, *now, cache,
+                    )?));
                     i += 1;
                     continue;
                 }

@@ -101,7 +101,13 @@ pub const STABLE: [&str; 5] = ["trace_id", "dialect", "span", "scope", "provider
 type Stable = [Value; 5];
 
 fn no_stable() -> Stable {
-    [Value::Null, Value::Null, Value::Null, Value::Null, Value::Null]
+    [
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+    ]
 }
 
 /// Threading state kept between requests (see the module docs): a
@@ -363,6 +369,25 @@ struct Thread {
 }
 
 impl Thread {
+    /// A new session for `t`: nothing to read.
+    fn create(
+        l: &mut Ledger<'_>,
+        id: SessionId,
+        t: &PreparedThread,
+        now: Millis,
+    ) -> Result<Thread, StoreError> {
+        let row = l.create_session(id, &t.agent, t.title.as_deref(), t.created.unwrap_or(now))?;
+        Ok(Thread {
+            id,
+            agent: row.agent,
+            known: HashMap::new(),
+            heads: HashMap::new(),
+            empty_main: true,
+            main_head: None,
+            branches: vec![(BranchName::main(), None, false)],
+        })
+    }
+
     fn open(
         l: &mut Ledger<'_>,
         t: &PreparedThread,
@@ -370,38 +395,46 @@ impl Thread {
         cache: &ThreadCache,
     ) -> Result<Thread, StoreError> {
         let id = session_id(&t.thread);
+        // A session this receiver wrote last: its branches say whether it
+        // still is as it was left.
+        let cached = cache.take(&id);
+        let row = if cached.is_some() {
+            None
+        } else {
+            match l.tx().session(&id)? {
+                Some(row) => Some(row),
+                None => {
+                    // New: nothing to read.
+                    return Thread::create(l, id, t, now);
+                }
+            }
+        };
         let mut rows = l.tx().branches(Some(&id))?;
-        if rows.is_empty() && l.tx().session(&id)?.is_none() {
-            // New: nothing to read.
-            let row = l.create_session(id, &t.agent, t.title.as_deref(), t.created.unwrap_or(now))?;
-            return Ok(Thread {
-                id,
-                agent: row.agent,
-                known: HashMap::new(),
-                heads: HashMap::new(),
-                empty_main: true,
-                main_head: None,
-                branches: vec![(BranchName::main(), None, false)],
-            });
-        }
         rows.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
         let branches: Marks = rows
             .iter()
             .map(|b| (b.name.clone(), b.head, b.sealed))
             .collect();
-        if let Some(th) = cache.take(&id)
+        if let Some(th) = cached
             && th.branches == branches
         {
             return Ok(th);
         }
-        let agent = match l.tx().session(&id)? {
+        let agent = match row {
             Some(row) => row.agent,
-            None => return Err(StoreError::corrupt(format!("session {id} has branches but no row"))),
+            None => match l.tx().session(&id)? {
+                Some(row) => row.agent,
+                None => {
+                    // Gone since (deleted behind the receiver's back).
+                    return Thread::create(l, id, t, now);
+                }
+            },
         };
         // Every node, in follow order (a parent before its children): its
         // thread hash and the stable fields in effect, from its parent's.
         let nodes = l.tx().session_nodes(&id, true)?;
-        let mut at: HashMap<NodeHash, (Option<ThreadHash>, Stable)> = HashMap::with_capacity(nodes.len());
+        let mut at: HashMap<NodeHash, (Option<ThreadHash>, Stable)> =
+            HashMap::with_capacity(nodes.len());
         let mut known = HashMap::new();
         for (n, payload) in &nodes {
             let (prev, mut stable) = match n.node.parent.and_then(|p| at.get(&p)) {
