@@ -290,6 +290,126 @@ fn span_json(trace: &str) -> Value {
     ]}]}]}]})
 }
 
+/// A span of conversation `trace` for call `i`: its history of `i`
+/// question/answer pairs, question `i`, answer `i`.
+fn call_span(trace: &str, i: usize) -> Value {
+    let msg = |role: &str, text: String| json!({"role": role, "parts": [{"type": "text", "content": text}]});
+    let mut input = Vec::new();
+    for k in 0..=i {
+        input.push(msg("user", format!("{trace} question {k}")));
+        if k < i {
+            input.push(msg("assistant", format!("{trace} answer {k}")));
+        }
+    }
+    let ns = |s: usize| ((1_800_000_000 + s) as u128 * 1_000_000_000).to_string();
+    json!({
+    "traceId": trace, "spanId": format!("{:016x}", i + 1), "name": "chat",
+    "startTimeUnixNano": ns(2 * i), "endTimeUnixNano": ns(2 * i + 1),
+    "attributes": [
+        {"key": "gen_ai.input.messages", "value": {"stringValue": Value::Array(input).to_string()}},
+        {"key": "gen_ai.output.messages", "value": {"stringValue":
+            json!([msg("assistant", format!("{trace} answer {i}"))]).to_string()}},
+    ]})
+}
+
+/// Many exporters at once, through the server's one writer (their exports
+/// and API appends sharing transactions): each conversation's calls sent
+/// newest first and then all again (an exporter's retries) give each
+/// message once, in order, on `main`; every export acknowledged is stored.
+#[test]
+fn otel_concurrent_exporters_out_of_order_and_retried_store_each_message_once() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let addr = srv.addr.clone();
+    const CALLS: usize = 6;
+    let handles: Vec<_> = (0..8)
+        .map(|e| {
+            let addr = addr.clone();
+            // An API client beside the exporter, appending to a session of its own.
+            let beside = srv
+                .post_json("/api/v1/sessions", &json!({"agent": "beside"}))
+                .expect(201)["id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            std::thread::spawn(move || {
+                for c in 0..3 {
+                    let trace = format!("{:016x}{:016x}", e + 1, c + 1);
+                    for round in 0..2 {
+                        for i in (0..CALLS).rev() {
+                            let body = json!({"resourceSpans": [{"resource": {"attributes": []},
+                                "scopeSpans": [{"spans": [call_span(&trace, i)]}]}]});
+                            let r = crate::serve_util::http(
+                                &addr,
+                                "POST",
+                                "/v1/traces",
+                                &[("Content-Type", "application/json")],
+                                body.to_string().as_bytes(),
+                            );
+                            assert_eq!(
+                                r.status,
+                                200,
+                                "{trace} call {i} round {round}: {}",
+                                r.text()
+                            );
+                        }
+                        for kind in ["invoke", "complete"] {
+                            let r = crate::serve_util::http(
+                                &addr,
+                                "POST",
+                                &format!("/api/v1/sessions/{beside}/branches/main/nodes"),
+                                &[("Content-Type", "application/json")],
+                                json!({"kind": kind, "payload": format!("{e} {c} {round}")})
+                                    .to_string()
+                                    .as_bytes(),
+                            );
+                            assert_eq!(r.status, 201, "{}", r.text());
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let ids = session_ids(&srv);
+    assert_eq!(ids.len(), 8 * 3 + 8, "one session per conversation");
+    for e in 0..8 {
+        for c in 0..3 {
+            let trace = format!("{:016x}{:016x}", e + 1, c + 1);
+            let id = ids
+                .iter()
+                .find(|id| {
+                    let tl = transcript(&srv, id);
+                    tl.first()
+                        .is_some_and(|n| n.3 == format!("{trace} question 0"))
+                })
+                .unwrap_or_else(|| panic!("no session for {trace}"));
+            let got: Vec<String> = transcript(&srv, id).into_iter().map(|n| n.3).collect();
+            let want: Vec<String> = (0..CALLS)
+                .flat_map(|i| {
+                    [
+                        format!("{trace} question {i}"),
+                        format!("{trace} answer {i}"),
+                    ]
+                })
+                .collect();
+            assert_eq!(got, want, "{trace}");
+            let branches = srv
+                .get(&format!("/api/v1/sessions/{id}/branches"))
+                .expect(200);
+            assert_eq!(
+                branches.as_array().unwrap().len(),
+                1,
+                "{branches}"
+            );
+        }
+    }
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
 /// The protocol over the wire: JSON and gzip accepted, a span without a
 /// trace id counted in `partialSuccess`, a body that does not decode a
 /// 400 `google.rpc.Status` in the request's encoding, other media types

@@ -572,10 +572,12 @@ impl Thread {
                 m.extra.insert("otel".into(), otel);
             }
             let refs: Vec<&Message> = msgs.iter().collect();
-            let drafts = message_drafts(&self.agent, &mut cur, &refs)?;
-            let only: Vec<Draft> = drafts.iter().map(|(_, d)| d.clone()).collect();
+            let (index, only): (Vec<Option<usize>>, Vec<Draft>) =
+                message_drafts(&self.agent, &mut cur, &refs)?
+                    .into_iter()
+                    .unzip();
             let nodes = l.append_many_nodes(&self.id, &branch, &only)?;
-            for ((i, _), n) in drafts.iter().zip(&nodes) {
+            for (i, n) in index.iter().zip(&nodes) {
                 if let Some(i) = i {
                     self.known.entry(chains[from + i]).or_insert(n.hash);
                 }
