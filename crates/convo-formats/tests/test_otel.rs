@@ -282,6 +282,18 @@ fn otel_edited_history_forks_at_the_last_shared_message() {
     assert_eq!(payloads[0], "You are terse.");
     assert_eq!(&payloads[2..], ["Weather in Rome?", "Rainy."]);
     assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+    // What is in effect at a fork point is not known: the fork's first
+    // call stores its trace id, dialect, span name and scope again, and
+    // its timeline resolves to them.
+    let last = tl.last().unwrap().stored.node.diagnostics.to_value();
+    assert_eq!(last["extra"]["otel"]["trace_id"], TRACE, "{last}");
+    assert_eq!(last["extra"]["otel"]["call"]["dialect"], "gen_ai", "{last}");
+    let diags: Vec<Value> = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value())
+        .collect();
+    let resolved = otel::ingest::resolve(&diags);
+    assert_eq!(resolved.last().unwrap().as_ref().unwrap()["trace_id"], TRACE);
 }
 
 // ----- the other dialects --------------------------------------------------------
