@@ -399,11 +399,7 @@ fn otel_concurrent_exporters_out_of_order_and_retried_store_each_message_once() 
             let branches = srv
                 .get(&format!("/api/v1/sessions/{id}/branches"))
                 .expect(200);
-            assert_eq!(
-                branches.as_array().unwrap().len(),
-                1,
-                "{branches}"
-            );
+            assert_eq!(branches.as_array().unwrap().len(), 1, "{branches}");
         }
     }
     let v = srv.get("/api/v1/verify").expect(200);

@@ -293,7 +293,10 @@ fn otel_edited_history_forks_at_the_last_shared_message() {
         .map(|n| n.stored.node.diagnostics.to_value())
         .collect();
     let resolved = otel::ingest::resolve(&diags);
-    assert_eq!(resolved.last().unwrap().as_ref().unwrap()["trace_id"], TRACE);
+    assert_eq!(
+        resolved.last().unwrap().as_ref().unwrap()["trace_id"],
+        TRACE
+    );
 }
 
 // ----- the other dialects --------------------------------------------------------
