@@ -161,6 +161,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         otelbench::otel_serve,
     ),
     (
+        "three-ways",
+        "one conversation through convo proxy, imported from a Claude Code transcript, and as OTLP spans: bytes on disk",
+        otelbench::three_ways,
+    ),
+    (
         "search-page",
         "the web view's search page over 1,000,000 nodes in 1,000 sessions: server time",
         searchbench::search_page,

@@ -508,3 +508,246 @@ fn flush_to_sse(addr: &str, n: usize) -> Result<Vec<Duration>> {
     lat.sort();
     Ok(lat)
 }
+
+/// Calls of the three-ways conversation (`CONVO_BENCH_THREE_WAYS_CALLS`).
+fn three_ways_calls() -> usize {
+    std::env::var("CONVO_BENCH_THREE_WAYS_CALLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+/// The three-ways conversation's question and answer `i` (~200 and ~400
+/// bytes).
+fn tw_question(i: usize) -> String {
+    format!(
+        "question {i}: what does step {i} of the migration change, and what could fail? {}",
+        "Consider the indexes, the triggers and the backfill. ".repeat(3)
+    )
+}
+
+fn tw_answer(i: usize) -> String {
+    format!(
+        "answer {i}: it adds a column and backfills it in batches; nothing is dropped. {}",
+        "The index is built concurrently, so writes go on meanwhile. ".repeat(5)
+    )
+}
+
+/// The scripted upstream of the proxied run: answer `n` to a request of
+/// `2n + 1` messages (a system prompt, then pairs).
+async fn tw_upstream(body: axum::body::Bytes) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    let n = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["messages"].as_array().map(Vec::len))
+        .unwrap_or(1)
+        / 2;
+    axum::Json(json!({"id": "c", "object": "chat.completion", "model": "bench",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": tw_answer(n.saturating_sub(1))},
+            "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}}))
+    .into_response()
+}
+
+const TW_SYSTEM: &str = "You are a careful database assistant.";
+
+/// The store's bytes on disk for `scratch` (WAL folded in) less `empty`.
+fn tw_disk(scratch: &Scratch, empty: u64) -> Result<u64> {
+    crate::util::settle(&scratch.db())?;
+    Ok(crate::util::disk_bytes(&scratch.db())?.saturating_sub(empty))
+}
+
+fn tw_empty(name: &str) -> Result<(Scratch, u64)> {
+    let scratch = Scratch::new(name)?;
+    drop(scratch.store("")?);
+    crate::util::settle(&scratch.db())?;
+    let empty = crate::util::disk_bytes(&scratch.db())?;
+    Ok((scratch, empty))
+}
+
+/// Through `convo proxy` (mounted on `convo serve`) against a scripted
+/// upstream: each call the history plus one question.
+async fn tw_proxy(calls: usize) -> Result<u64> {
+    use axum::routing::post;
+    let (scratch, empty) = tw_empty("three-proxy")?;
+    let up = crate::proxybench::serve(
+        axum::Router::new().route("/v1/chat/completions", post(tw_upstream)),
+    )
+    .await?;
+    let mut config = convo_server::Config::new(scratch.url(""));
+    config.log_requests = false;
+    let st = convo_server::state(&config)?;
+    let proxy = convo_proxy::Proxy::start(
+        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
+        st.pool.clone(),
+        Some(st.hub.clone()),
+    )
+    .await?;
+    let app = convo_server::router(st.clone(), &config, Some(convo_proxy::router(proxy)));
+    let px = crate::proxybench::serve_convo(app).await?;
+    let c = reqwest::Client::new();
+    let via = format!("{px}/s/three/main/v1/chat/completions");
+    let mut messages = vec![json!({"role": "system", "content": TW_SYSTEM})];
+    for i in 0..calls {
+        messages.push(json!({"role": "user", "content": tw_question(i)}));
+        let body = serde_json::to_vec(&json!({"model": "bench", "messages": messages}))?;
+        let r = c
+            .post(&via)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let v: Value = serde_json::from_slice(&r.bytes().await?)?;
+        let a = v["choices"][0]["message"].clone();
+        if a["content"].as_str() != Some(tw_answer(i).as_str()) {
+            return Err(format!("proxy call {i}: unexpected answer {v}").into());
+        }
+        messages.push(a);
+    }
+    drop(st);
+    // The writer's connection closes with the pool; give it a moment.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tw_disk(&scratch, empty)
+}
+
+/// `convo import` of the same conversation as a Claude Code transcript
+/// (a user line and an assistant line per call, chained by uuid).
+fn tw_import(calls: usize) -> Result<u64> {
+    use convo_formats::claude_code;
+    use convo_formats::ledger::import_all;
+    let (scratch, empty) = tw_empty("three-import")?;
+    let dir = scratch
+        .db()
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default()
+        .join("transcripts");
+    std::fs::create_dir_all(&dir)?;
+    let sid = "00000000-0000-4000-8000-000000000003";
+    let mut out = String::new();
+    let mut parent = "null".to_owned();
+    for i in 0..calls {
+        let ts = format!("2026-11-24T15:{:02}:{:02}.000Z", (i / 60) % 60, i % 60);
+        let u = format!("\"00000003-{i:04x}-4000-8000-000000000001\"");
+        let a = format!("\"00000003-{i:04x}-4000-8000-000000000002\"");
+        let (q, ans) = if i == 0 {
+            (format!("{TW_SYSTEM}\n{}", tw_question(i)), tw_answer(i))
+        } else {
+            (tw_question(i), tw_answer(i))
+        };
+        out.push_str(&format!(
+            r#"{{"parentUuid":{parent},"isSidechain":false,"type":"user","message":{{"role":"user","content":{}}},"uuid":{u},"timestamp":"{ts}","sessionId":"{sid}"}}"#,
+            json!(q)
+        ));
+        out.push('\n');
+        out.push_str(&format!(
+            r#"{{"parentUuid":{u},"isSidechain":false,"type":"assistant","message":{{"id":"msg_{i}","type":"message","role":"assistant","model":"bench","content":[{{"type":"text","text":{}}}],"stop_reason":"end_turn","usage":{{"input_tokens":3,"output_tokens":1}}}},"uuid":{a},"timestamp":"{ts}","sessionId":"{sid}"}}"#,
+            json!(ans)
+        ));
+        out.push('\n');
+        parent = a;
+    }
+    let path = dir.join(format!("{sid}.jsonl"));
+    std::fs::write(&path, out)?;
+    let mut store = scratch.store("")?;
+    let got = claude_code::read_session(&path)?;
+    let items: Vec<(&str, &convo_formats::Conversation)> = got
+        .conversations
+        .iter()
+        .map(|c| ("claude-code", c))
+        .collect();
+    import_all(&mut store, &items, None, 0)?;
+    drop(store);
+    std::fs::remove_dir_all(&dir)?;
+    tw_disk(&scratch, empty)
+}
+
+/// OTLP/JSON spans to `convo serve`, one export per call, each span
+/// resending the history (GenAI semconv ≥ 1.37 attributes).
+async fn tw_otlp(calls: usize) -> Result<u64> {
+    let (scratch, empty) = tw_empty("three-otlp")?;
+    let mut config = convo_server::Config::new(scratch.url(""));
+    config.log_requests = false;
+    let st = convo_server::state(&config)?;
+    let app = convo_server::router(st.clone(), &config, None);
+    let srv = crate::proxybench::serve_convo(app).await?;
+    let c = reqwest::Client::new();
+    let trace = "7a2190356c3fc94b4c3b5f9a8a5e2c11";
+    let mut history =
+        vec![json!({"role": "system", "parts": [{"type": "text", "content": TW_SYSTEM}]})];
+    for i in 0..calls {
+        history.push(msg("user", &tw_question(i)));
+        let mut sp = span(trace, i, &[]);
+        sp["attributes"][1]["value"]["stringValue"] =
+            json!(Value::Array(history.clone()).to_string());
+        sp["attributes"][2]["value"]["stringValue"] =
+            json!(json!([msg("assistant", &tw_answer(i))]).to_string());
+        let r = c
+            .post(format!("{srv}/v1/traces"))
+            .header("content-type", "application/json")
+            .body(body(vec![sp]))
+            .send()
+            .await?;
+        if !r.status().is_success() {
+            return Err(format!("export {i}: {}", r.status()).into());
+        }
+        history.push(msg("assistant", &tw_answer(i)));
+    }
+    drop(st);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    tw_disk(&scratch, empty)
+}
+
+/// One conversation recorded three ways (issue 26: "the same conversation
+/// imported from a Claude Code transcript or received over OTLP costs the
+/// same as through the proxy"): bytes on disk each against its distinct
+/// message bytes.
+pub fn three_ways() -> Result<Vec<Row>> {
+    let calls = three_ways_calls();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let proxy = rt.block_on(tw_proxy(calls))?;
+    let otlp = rt.block_on(tw_otlp(calls))?;
+    let import = tw_import(calls)?;
+    let distinct: usize = TW_SYSTEM.len()
+        + (0..calls)
+            .map(|i| tw_question(i).len() + tw_answer(i).len())
+            .sum::<usize>();
+    let per = |b: u64| format!("{:.2} KB/call", b as f64 / calls as f64 / 1e3);
+    crate::util::note(format!(
+        "{calls} calls: proxy {}, import {}, OTLP {}; distinct {:.2} KB/call",
+        per(proxy),
+        per(import),
+        per(otlp),
+        distinct as f64 / calls as f64 / 1e3
+    ));
+    let mut rows = Vec::new();
+    for (way, bytes) in [
+        ("through `convo proxy`", proxy),
+        ("`convo import` of a Claude Code transcript", import),
+        ("OTLP spans to `convo serve`", otlp),
+    ] {
+        let vs_proxy = bytes as f64 / proxy as f64;
+        rows.push(Row::new(
+            format!(
+                "three ways: one conversation of {} calls resending its history, {way}: store bytes on disk",
+                thousands(calls as f64)
+            ),
+            format!("{:.2} MB ({})", bytes as f64 / 1e6, per(bytes)),
+            format!(
+                "distinct message bytes {:.2} MB; through the proxy {:.2} MB",
+                distinct as f64 / 1e6,
+                proxy as f64 / 1e6
+            ),
+            format!(
+                "{:.2}× distinct, {vs_proxy:.2}× the proxy",
+                bytes as f64 / distinct as f64
+            ),
+            "≤ 1.25× the proxy",
+            Verdict::of(vs_proxy <= 1.25),
+        ));
+    }
+    Ok(rows)
+}

@@ -200,6 +200,52 @@ fn otel_pydantic_ai_and_the_ai_sdk_export_to_convo_serve() {
     assert_eq!(v["ok"], json!(true), "{v}");
 }
 
+/// OpenLLMetry's SDK (`traceloop-sdk`, its own venv: every bundled
+/// instrumentation, `Traceloop.init` pointed at the server by
+/// `TRACELOOP_BASE_URL` as its users point it elsewhere) exports a run as
+/// a `@workflow` to a live server: one session with the conversation,
+/// every message once, the tool call paired with its result, the workflow
+/// span adding nothing.
+#[test]
+fn otel_traceloop_sdk_exports_to_convo_serve() {
+    let Some(py) = tool_env("CONVO_TEST_PYTHON_TRACELOOP") else {
+        return;
+    };
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let out = emit(&py, &srv, "traceloop", &[]);
+    assert_eq!(
+        out["answers"],
+        json!(["It is 18C and sunny in Paris.", "Tomorrow: rain."]),
+        "{out}"
+    );
+    let ids = session_ids(&srv);
+    assert_eq!(ids.len(), 1, "one session, got {ids:?}");
+    assert_eq!(transcript(&srv, &ids[0]), expected());
+    let tl = srv
+        .get(&format!(
+            "/api/v1/sessions/{}/branches/main/timeline?limit=100",
+            ids[0]
+        ))
+        .expect(200);
+    let nodes = tl["nodes"].as_array().unwrap();
+    let (req, resp) = (&nodes[2], &nodes[3]);
+    assert_eq!(
+        (req["kind"].as_str(), resp["kind"].as_str()),
+        (Some("request"), Some("response"))
+    );
+    assert_eq!(req["submission"], resp["submission"], "one submission");
+    let last = &nodes[nodes.len() - 1]["diagnostics"];
+    assert_eq!(last["model"], "gpt-4o-2024-08-06", "{last}");
+    assert_eq!(
+        last["extra"]["otel"]["call"]["usage"]["input_tokens"],
+        json!(20),
+        "{last}"
+    );
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
 /// Behind a token, the exporters need it in `OTEL_EXPORTER_OTLP_HEADERS`;
 /// without it they are refused and nothing is written.
 #[test]
@@ -242,6 +288,122 @@ fn span_json(trace: &str) -> Value {
         {"key": "gen_ai.output.messages", "value": {"stringValue":
             "[{\"role\":\"assistant\",\"parts\":[{\"type\":\"text\",\"content\":\"hello\"}]}]"}}
     ]}]}]}]})
+}
+
+/// A span of conversation `trace` for call `i`: its history of `i`
+/// question/answer pairs, question `i`, answer `i`.
+fn call_span(trace: &str, i: usize) -> Value {
+    let msg = |role: &str, text: String| json!({"role": role, "parts": [{"type": "text", "content": text}]});
+    let mut input = Vec::new();
+    for k in 0..=i {
+        input.push(msg("user", format!("{trace} question {k}")));
+        if k < i {
+            input.push(msg("assistant", format!("{trace} answer {k}")));
+        }
+    }
+    let ns = |s: usize| ((1_800_000_000 + s) as u128 * 1_000_000_000).to_string();
+    json!({
+    "traceId": trace, "spanId": format!("{:016x}", i + 1), "name": "chat",
+    "startTimeUnixNano": ns(2 * i), "endTimeUnixNano": ns(2 * i + 1),
+    "attributes": [
+        {"key": "gen_ai.input.messages", "value": {"stringValue": Value::Array(input).to_string()}},
+        {"key": "gen_ai.output.messages", "value": {"stringValue":
+            json!([msg("assistant", format!("{trace} answer {i}"))]).to_string()}},
+    ]})
+}
+
+/// Many exporters at once, through the server's one writer (their exports
+/// and API appends sharing transactions): each conversation's calls sent
+/// newest first and then all again (an exporter's retries) give each
+/// message once, in order, on `main`; every export acknowledged is stored.
+#[test]
+fn otel_concurrent_exporters_out_of_order_and_retried_store_each_message_once() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let addr = srv.addr.clone();
+    const CALLS: usize = 6;
+    let handles: Vec<_> = (0..8)
+        .map(|e| {
+            let addr = addr.clone();
+            // An API client beside the exporter, appending to a session of its own.
+            let beside = srv
+                .post_json("/api/v1/sessions", &json!({"agent": "beside"}))
+                .expect(201)["id"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            std::thread::spawn(move || {
+                for c in 0..3 {
+                    let trace = format!("{:016x}{:016x}", e + 1, c + 1);
+                    for round in 0..2 {
+                        for i in (0..CALLS).rev() {
+                            let body = json!({"resourceSpans": [{"resource": {"attributes": []},
+                                "scopeSpans": [{"spans": [call_span(&trace, i)]}]}]});
+                            let r = crate::serve_util::http(
+                                &addr,
+                                "POST",
+                                "/v1/traces",
+                                &[("Content-Type", "application/json")],
+                                body.to_string().as_bytes(),
+                            );
+                            assert_eq!(
+                                r.status,
+                                200,
+                                "{trace} call {i} round {round}: {}",
+                                r.text()
+                            );
+                        }
+                        for kind in ["invoke", "complete"] {
+                            let r = crate::serve_util::http(
+                                &addr,
+                                "POST",
+                                &format!("/api/v1/sessions/{beside}/branches/main/nodes"),
+                                &[("Content-Type", "application/json")],
+                                json!({"kind": kind, "payload": format!("{e} {c} {round}")})
+                                    .to_string()
+                                    .as_bytes(),
+                            );
+                            assert_eq!(r.status, 201, "{}", r.text());
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let ids = session_ids(&srv);
+    assert_eq!(ids.len(), 8 * 3 + 8, "one session per conversation");
+    for e in 0..8 {
+        for c in 0..3 {
+            let trace = format!("{:016x}{:016x}", e + 1, c + 1);
+            let id = ids
+                .iter()
+                .find(|id| {
+                    let tl = transcript(&srv, id);
+                    tl.first()
+                        .is_some_and(|n| n.3 == format!("{trace} question 0"))
+                })
+                .unwrap_or_else(|| panic!("no session for {trace}"));
+            let got: Vec<String> = transcript(&srv, id).into_iter().map(|n| n.3).collect();
+            let want: Vec<String> = (0..CALLS)
+                .flat_map(|i| {
+                    [
+                        format!("{trace} question {i}"),
+                        format!("{trace} answer {i}"),
+                    ]
+                })
+                .collect();
+            assert_eq!(got, want, "{trace}");
+            let branches = srv
+                .get(&format!("/api/v1/sessions/{id}/branches"))
+                .expect(200);
+            assert_eq!(branches.as_array().unwrap().len(), 1, "{branches}");
+        }
+    }
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
 }
 
 /// The protocol over the wire: JSON and gzip accepted, a span without a

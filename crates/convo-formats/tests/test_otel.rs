@@ -166,13 +166,33 @@ fn otel_semconv_spans_become_one_session_each_message_once() {
     let tl = s.timeline(&id, &BranchName::main()).unwrap();
     let last = tl.last().unwrap().stored.node.diagnostics.to_value();
     assert_eq!(last["model"], "gpt-4o-2024-08-06");
-    assert_eq!(last["extra"]["otel"]["trace_id"], TRACE);
     assert_eq!(last["extra"]["otel"]["span_id"], "0000000000001002");
-    assert_eq!(last["extra"]["otel"]["call"]["dialect"], "gen_ai");
     assert_eq!(
         last["extra"]["otel"]["call"]["attributes"]["gen_ai.operation.name"],
         "chat"
     );
+    // The trace id, dialect, span name and scope are the first call's:
+    // stored there, not again on the second.
+    let first = tl[2].stored.node.diagnostics.to_value();
+    assert_eq!(first["extra"]["otel"]["trace_id"], TRACE);
+    assert_eq!(first["extra"]["otel"]["call"]["dialect"], "gen_ai");
+    assert_eq!(last["extra"]["otel"].get("trace_id"), None, "{last}");
+    assert_eq!(last["extra"]["otel"]["call"].get("dialect"), None, "{last}");
+    // Resolved along the timeline, the second call has them all.
+    let diags: Vec<Value> = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value())
+        .collect();
+    let resolved = otel::ingest::resolve(&diags);
+    let whole = resolved.last().unwrap().as_ref().unwrap();
+    assert_eq!(whole["trace_id"], TRACE);
+    assert_eq!(whole["span_id"], "0000000000001002");
+    assert_eq!(whole["call"]["dialect"], "gen_ai");
+    assert_eq!(
+        whole["call"]["span"],
+        first["extra"]["otel"]["call"]["span"]
+    );
+    assert_eq!(resolved[0], Some(json!({})), "a message's marker");
     let request = tl[2].stored.node.diagnostics.to_value();
     assert_eq!(
         request["extra"]["otel"]["call"]["usage"]["input_tokens"],
@@ -262,6 +282,21 @@ fn otel_edited_history_forks_at_the_last_shared_message() {
     assert_eq!(payloads[0], "You are terse.");
     assert_eq!(&payloads[2..], ["Weather in Rome?", "Rainy."]);
     assert_eq!(transcript(&mut s, &format!("trace:{TRACE}")), expected());
+    // What is in effect at a fork point is not known: the fork's first
+    // call stores its trace id, dialect, span name and scope again, and
+    // its timeline resolves to them.
+    let last = tl.last().unwrap().stored.node.diagnostics.to_value();
+    assert_eq!(last["extra"]["otel"]["trace_id"], TRACE, "{last}");
+    assert_eq!(last["extra"]["otel"]["call"]["dialect"], "gen_ai", "{last}");
+    let diags: Vec<Value> = tl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value())
+        .collect();
+    let resolved = otel::ingest::resolve(&diags);
+    assert_eq!(
+        resolved.last().unwrap().as_ref().unwrap()["trace_id"],
+        TRACE
+    );
 }
 
 // ----- the other dialects --------------------------------------------------------
@@ -659,6 +694,7 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
         "openllmetry-openai-0.62.4",
         "openai-agents-0.6.2-openinference-1.6.2",
         "pydantic-ai-2.68.0-logfire-5.4.0",
+        "traceloop-sdk-0.62.4",
         "ai-sdk-7.0.173-otel-1.0.173",
         "ai-sdk-7.0.173-legacy-otel-1.0.173",
     ] {
@@ -706,6 +742,28 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
             assert_eq!(calls.len(), 3, "{name}: three operation.details events");
             let w = s.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
             assert_eq!(w.nodes, 0, "{name}: the logs repeat the spans");
+            // The logs first (a log processor flushes sooner than a span
+            // processor): the same nodes, and each call still knows the
+            // model it asked for, so it replays.
+            let mut first = store();
+            first.transaction(|l| otel::ingest(l, &calls, 0)).unwrap();
+            let tl = first
+                .timeline(&session_id(&thread), &BranchName::main())
+                .unwrap();
+            let messages: Vec<_> = tl
+                .iter()
+                .filter_map(|n| convo_formats::ledger::node_message(&n.stored.node, &n.payload))
+                .collect();
+            let rebuilt = otel::rebuild::calls(&messages);
+            assert_eq!(rebuilt.len(), 3, "{name}: logs first");
+            for r in &rebuilt {
+                assert_eq!(r.model.as_deref(), Some("gpt-4o"), "{name}: logs first");
+            }
+            assert_eq!(
+                transcript(&mut first, &thread),
+                expected_emitted(),
+                "{name}"
+            );
         }
         assert!(s.verify().unwrap().is_clean());
     }

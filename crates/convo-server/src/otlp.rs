@@ -16,11 +16,15 @@
 //! token (`OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN`), the
 //! body limit (compressed, and again after inflating), the Host rules.
 //!
-//! Everything else is `convo_formats::otel`: decoding, every dialect, the
-//! threading into sessions, written in one transaction per request. The
-//! routes keep one [`otel::ThreadCache`], so a request reads its session's
-//! branches, not all its nodes: ingest costs what a request carries, not
-//! what its session already holds.
+//! Everything else is `convo_formats::otel`: decoding, every dialect and
+//! what threading needs no store for ([`otel::prepare`]) run on the
+//! blocking pool, requests in parallel; the threading into sessions runs
+//! on the server's one group-commit writer ([`crate::appends`]), which
+//! writes the exports (and appends) that arrive together in one
+//! transaction and keeps the threading cache, so a request reads its
+//! session's branches, not all its nodes: ingest costs what a request
+//! carries, not what its session already holds. Each request stays
+//! atomic: a batch that fails is written again request by request.
 
 use crate::AppState;
 use crate::api::now;
@@ -29,14 +33,13 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use convo_formats::otel::{self, Batch, Call, Encoding, Rejected, ThreadCache};
+use convo_formats::otel::{self, Batch, Encoding, Prepared, Rejected};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
-use std::sync::Arc;
 
 /// `google.rpc.Status`, the body of an OTLP error response.
 #[derive(Clone, PartialEq, prost::Message)]
@@ -153,7 +156,6 @@ enum Signal {
 /// encoding.
 async fn receive(
     st: AppState,
-    cache: Arc<ThreadCache>,
     limit: usize,
     headers: HeaderMap,
     body: Bytes,
@@ -171,8 +173,8 @@ async fn receive(
         }
     };
     let read = tokio::task::spawn_blocking(
-        move || -> Result<(Vec<Call>, Rejected), convo_formats::Error> {
-            Ok(match signal {
+        move || -> Result<(Prepared, Rejected), convo_formats::Error> {
+            let (calls, rejected) = match signal {
                 Signal::Traces => {
                     let mut req = otel::decode_traces(&body, enc, gzip, limit)?;
                     let rejected = otel::check_traces(&mut req);
@@ -183,7 +185,8 @@ async fn receive(
                     let rejected = otel::check_logs(&mut req);
                     (otel::calls_from_logs(&Batch::logs(&req)), rejected)
                 }
-            })
+            };
+            Ok((otel::prepare(calls), rejected))
         },
     )
     .await;
@@ -206,17 +209,10 @@ async fn receive(
             );
         }
     };
-    if !calls.is_empty() {
-        let written = st
-            .pool
-            .run(move |s| s.transaction(|l| otel::ingest_cached(l, &calls, now(), &cache)))
-            .await;
-        match written {
-            Ok(w) => {
-                if w.nodes > 0 {
-                    st.hub.poke();
-                }
-            }
+    if calls.calls() > 0 {
+        // The writer wakes the event hub after each batch.
+        match st.writer.otel(calls, now()).await {
+            Ok(_) => {}
             Err(e) => {
                 let (http, code) = match e.kind() {
                     convo_store::ErrorKind::Unavailable => {
@@ -263,11 +259,10 @@ async fn receive(
 pub async fn traces(
     State(st): State<AppState>,
     Extension(limit): Extension<InflatedLimit>,
-    Extension(cache): Extension<Arc<ThreadCache>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    receive(st, cache, limit.0, headers, body, Signal::Traces).await
+    receive(st, limit.0, headers, body, Signal::Traces).await
 }
 
 /// OTLP/HTTP log export: GenAI events (per-message events, operation
@@ -281,11 +276,10 @@ pub async fn traces(
 pub async fn logs(
     State(st): State<AppState>,
     Extension(limit): Extension<InflatedLimit>,
-    Extension(cache): Extension<Arc<ThreadCache>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    receive(st, cache, limit.0, headers, body, Signal::Logs).await
+    receive(st, limit.0, headers, body, Signal::Logs).await
 }
 
 /// The largest body a gzipped request may inflate to.
@@ -293,14 +287,13 @@ pub async fn logs(
 pub struct InflatedLimit(pub usize);
 
 /// The two routes; `limit` bounds a body after inflating (the server's
-/// body limit bounds it before). They share one threading cache.
+/// body limit bounds it before). They write through the state's writer.
 pub fn routes(limit: usize) -> axum::Router<AppState> {
     use axum::routing::post;
     axum::Router::new()
         .route("/v1/traces", post(traces))
         .route("/v1/logs", post(logs))
         .layer(Extension(InflatedLimit(limit)))
-        .layer(Extension(Arc::new(ThreadCache::new())))
 }
 
 /// The receiver alone (`convo otel --listen`): the two routes (and the

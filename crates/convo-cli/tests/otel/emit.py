@@ -18,6 +18,11 @@ scripts/requirements-test.txt) around the real `openai` SDK:
                     sends to the OTLP endpoint instead of Logfire
                     (`send_to_logfire=False`); in its own venv
                     (scripts/requirements-test-logfire.txt)
+  traceloop         OpenLLMetry's SDK (`Traceloop.init`, every bundled
+                    instrumentation) sending to the OTLP endpoint as its
+                    users point it elsewhere (TRACELOOP_BASE_URL), the run
+                    a `@workflow`; in its own venv
+                    (scripts/requirements-test-traceloop.txt)
 
 The model is a scripted upstream in this process (a tool call, then
 answers). The exporters are the SDK's OTLP/HTTP protobuf exporters,
@@ -132,6 +137,68 @@ if mode == "pydantic-ai":
     logfire.force_flush()
     logfire.shutdown()
     print(json.dumps({"answers": [first.output, second.output]}))
+    sys.exit(0)
+
+if mode == "traceloop":
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if capture:
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        original = OTLPSpanExporter.export
+        count = [0]
+
+        def export(self, batch, *a, **kw):
+            count[0] += 1
+            with open(os.path.join(capture, f"{mode}-traces-{count[0]}.pb"), "wb") as f:
+                f.write(encode_spans(batch).SerializeToString())
+            return original(self, batch, *a, **kw)
+
+        OTLPSpanExporter.export = export
+    os.environ["TRACELOOP_BASE_URL"] = os.environ["OTEL_EXPORTER_OTLP_ENDPOINT"]
+    # Spans only: no metrics endpoint on the receiver, no usage pings.
+    os.environ["TRACELOOP_METRICS_ENABLED"] = "false"
+    os.environ["TRACELOOP_TELEMETRY"] = "false"
+    from openai import OpenAI
+    from traceloop.sdk import Traceloop
+    from traceloop.sdk.decorators import workflow
+
+    Traceloop.init(app_name="weather-agent", telemetry_enabled=False)
+    client = OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "get_weather",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+            },
+        }
+    ]
+
+    @workflow(name="weather")
+    def run():
+        messages = [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Weather in Paris?"},
+        ]
+        m = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        m = m.choices[0].message
+        call = m.tool_calls[0]
+        messages.append(m.model_dump(exclude_none=True))
+        messages.append({"role": "tool", "tool_call_id": call.id, "content": "18C sunny"})
+        first = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        first = first.choices[0].message.content
+        messages.append({"role": "assistant", "content": first})
+        messages.append({"role": "user", "content": "And tomorrow?"})
+        second = client.chat.completions.create(model="gpt-4o", messages=messages, tools=tools)
+        return [first, second.choices[0].message.content]
+
+    from opentelemetry import trace
+
+    answers = run()
+    trace.get_tracer_provider().force_flush()
+    trace.get_tracer_provider().shutdown()
+    print(json.dumps({"answers": answers}))
     sys.exit(0)
 
 from opentelemetry import _logs, trace  # noqa: E402

@@ -158,6 +158,7 @@ pub fn calls_from_logs(batch: &Batch<'_>) -> Vec<Call> {
         if !scope.is_empty() {
             info.insert("scope".into(), json!(scope));
         }
+        read_info(&attrs, &mut info);
         let model = find_str(&attrs, &["gen_ai.response.model", "gen_ai.request.model"]);
         let thread = explicit_thread(&attrs).unwrap_or_else(|| {
             if trace_id.is_empty() {
@@ -244,6 +245,7 @@ fn is_message_key(k: &str) -> bool {
         || k == "ai.response.text"
         || k == "ai.response.toolCalls"
         || k == "input.value"
+        || k == "gen_ai.event.content"
 }
 
 fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
@@ -279,62 +281,7 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
             json!({"code": if st.code == 2 { "error" } else { "ok" }, "message": st.message}),
         );
     }
-    let mut usage = Map::new();
-    for (name, keys) in [
-        (
-            "input_tokens",
-            &[
-                "gen_ai.usage.input_tokens",
-                "gen_ai.usage.prompt_tokens",
-                "llm.token_count.prompt",
-                "ai.usage.inputTokens",
-                "ai.usage.promptTokens",
-            ][..],
-        ),
-        (
-            "output_tokens",
-            &[
-                "gen_ai.usage.output_tokens",
-                "gen_ai.usage.completion_tokens",
-                "llm.token_count.completion",
-                "ai.usage.outputTokens",
-                "ai.usage.completionTokens",
-            ][..],
-        ),
-        ("cost", &["gen_ai.usage.cost", "llm.cost.total"][..]),
-    ] {
-        if let Some(v) = keys.iter().find_map(|k| attr(&attrs, k)) {
-            usage.insert(name.into(), any_json(v));
-        }
-    }
-    if !usage.is_empty() {
-        info.insert("usage".into(), Value::Object(usage));
-    }
-    if let Some(p) = find_str(
-        &attrs,
-        &[
-            "gen_ai.provider.name",
-            "gen_ai.system",
-            "llm.provider",
-            "llm.system",
-            "ai.model.provider",
-        ],
-    ) {
-        info.insert("provider".into(), json!(p));
-    }
-    // Everything the messages were not read from, as received.
-    let mut rest = Map::new();
-    for kv in &span.attributes {
-        if !is_message_key(&kv.key) {
-            rest.insert(
-                kv.key.clone(),
-                kv.value.as_ref().map_or(Value::Null, any_json),
-            );
-        }
-    }
-    if !rest.is_empty() {
-        info.insert("attributes".into(), Value::Object(rest));
-    }
+    read_info(&attrs, &mut info);
     let model = find_str(
         &attrs,
         &[
@@ -360,6 +307,68 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
         info,
         agent_span: is_agent_span(span),
     })
+}
+
+/// What a call's attributes say beside its messages, into `info`: usage
+/// (tokens, cost), the provider, and every attribute the messages were
+/// not read from, as received (the first of a repeated key).
+fn read_info(attrs: &[&KeyValue], info: &mut Map<String, Value>) {
+    let mut usage = Map::new();
+    for (name, keys) in [
+        (
+            "input_tokens",
+            &[
+                "gen_ai.usage.input_tokens",
+                "gen_ai.usage.prompt_tokens",
+                "llm.token_count.prompt",
+                "ai.usage.inputTokens",
+                "ai.usage.promptTokens",
+            ][..],
+        ),
+        (
+            "output_tokens",
+            &[
+                "gen_ai.usage.output_tokens",
+                "gen_ai.usage.completion_tokens",
+                "llm.token_count.completion",
+                "ai.usage.outputTokens",
+                "ai.usage.completionTokens",
+            ][..],
+        ),
+        ("cost", &["gen_ai.usage.cost", "llm.cost.total"][..]),
+    ] {
+        if let Some(v) = keys.iter().find_map(|k| attr(attrs, k)) {
+            usage.insert(name.into(), any_json(v));
+        }
+    }
+    if !usage.is_empty() {
+        info.insert("usage".into(), Value::Object(usage));
+    }
+    if let Some(p) = find_str(
+        attrs,
+        &[
+            "gen_ai.provider.name",
+            "gen_ai.system",
+            "llm.provider",
+            "llm.system",
+            "ai.model.provider",
+        ],
+    ) {
+        info.insert("provider".into(), json!(p));
+    }
+    // Everything the messages were not read from, as received.
+    let mut rest = Map::new();
+    for kv in attrs {
+        if !is_message_key(&kv.key) && !rest.contains_key(&kv.key) {
+            rest.insert(
+                kv.key.clone(),
+                kv.value.as_ref().map_or(Value::Null, any_json),
+            );
+        }
+    }
+    if !rest.is_empty() {
+        info.insert("attributes".into(), Value::Object(rest));
+    }
 }
 
 /// The conversation a span names itself: `gen_ai.conversation.id`, then a

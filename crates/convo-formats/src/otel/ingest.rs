@@ -8,9 +8,11 @@
 //!
 //! **Each message once.** Every LLM call resends the whole history, so a
 //! call's messages (input, then output) are read as a path and each
-//! message gets a *thread hash*: SHA-256 (first 128 bits) over the previous message's
-//! thread hash and this message's role, target and text (length-prefixed),
-//! kept in its node's diagnostics (`extra.otel.thread`). A call's path is
+//! message gets a *thread hash*: SHA-256 (first 128 bits) over the previous
+//! message's thread hash and this message's role, target and text
+//! (length-prefixed). It is not stored: a node's thread hash is computed
+//! again from the messages of its timeline when a session is read (any
+//! node that records a message counts, whoever wrote it). A call's path is
 //! matched against the session's nodes by those hashes; the deepest
 //! message already stored is where the call continues:
 //!
@@ -30,31 +32,40 @@
 //!
 //! **Cost per request.** Threading needs each stored message's thread hash
 //! and each timeline's head. Read from the store, that is every node of
-//! the session, so a request would cost more as its session grows. A
-//! [`ThreadCache`] (the receiver keeps one) holds them between requests;
-//! a request then reads the session's row and its branches only, and
-//! takes the cached state when the branches (name, head, sealed) are the
-//! ones it left: every write to a session moves a head or adds a branch,
-//! so another writer (a second server, `convo fork`, a transaction that
-//! did not commit) is seen and the state read again. Bounded: at most
+//! the session (and its payload), so a request would cost more as its
+//! session grows. A [`ThreadCache`] (the receiver keeps one) holds them
+//! between requests; a request then reads its session's branches only
+//! (one query), and takes the cached state when the branches (name, head,
+//! sealed) are the ones it left: every write to a session moves a head or
+//! adds a branch, so another writer (a second server, `convo fork`, a
+//! transaction that did not commit) is seen and the state read again. A
+//! session the request creates is not read at all. Bounded: at most
 //! [`CACHE_MESSAGES`] thread hashes in all, the least recently used
-//! sessions dropped first.
+//! sessions dropped first. What needs no store ([`prepare`]: each call's
+//! path and thread hashes, sessions grouped) is done before the write
+//! transaction, so the receiver runs it in parallel outside its one
+//! writer.
 //!
 //! Messages become nodes through [`message_drafts`] (the import mapping:
 //! user → invoke, tool call → request, tool result → response, answer →
-//! complete). Each new node's diagnostics carry `extra.otel.thread` (the
-//! thread hash, its first 128 bits); the last node a call writes also
-//! the trace and span ids and `call`: the
-//! call's dialect, provider, usage, latency, status and the span's other
-//! attributes as received.
+//! complete). Each new node's diagnostics carry `extra.otel` (`{}`: the
+//! message came as telemetry); the last node a call writes also its span
+//! id and `call`: usage, latency, status, parent span and the span's
+//! other attributes as received. The fields that stay the same from call
+//! to call of a conversation ([`STABLE`]: the trace id, the dialect, the
+//! span's name and scope, the provider) are stored where they change: a
+//! call's value is its own, else that of the nearest call before it on
+//! its timeline (`null`: none); [`resolve`] gives each call's whole
+//! diagnostics back.
 
 use super::Call;
-use crate::ledger::{Cursor, derived_title, message_drafts};
+use crate::ledger::{Cursor, derived_title, message_drafts, node_message};
 use crate::model::{Conversation, Message, Role};
+use convo_core::timeline::Context;
 use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, StoreError};
-use serde_json::{Value, json};
-use std::collections::{BTreeMap, HashMap};
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
 use std::sync::Mutex;
 
 /// What an ingest wrote.
@@ -75,8 +86,29 @@ pub fn session_id(thread: &str) -> SessionId {
     SessionId::derived(format!("otel:{thread}").as_bytes())
 }
 
-/// The most thread hashes a [`ThreadCache`] keeps (about 100 bytes each).
+/// The most thread hashes a [`ThreadCache`] keeps (about 60 bytes each).
 pub const CACHE_MESSAGES: usize = 250_000;
+
+/// A message's thread hash: the first 128 bits of a SHA-256.
+pub type ThreadHash = [u8; 16];
+
+/// The call fields stored only where they change along a timeline
+/// (`trace_id` beside `span_id` in `extra.otel`, the others in
+/// `extra.otel.call`).
+pub const STABLE: [&str; 5] = ["trace_id", "dialect", "span", "scope", "provider"];
+
+/// The [`STABLE`] fields in effect at a node: `Null` for one not set.
+type Stable = [Value; 5];
+
+fn no_stable() -> Stable {
+    [
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+        Value::Null,
+    ]
+}
 
 /// Threading state kept between requests (see the module docs): a
 /// request then costs what it carries, not what its session holds.
@@ -106,18 +138,17 @@ impl ThreadCache {
 
     /// Notes the traces of `calls`' LLM calls and says which calls to
     /// keep: not an agent span whose trace's LLM calls were received.
-    fn keep(&self, calls: &[Call]) -> Vec<bool> {
+    fn keep<'a>(&self, calls: impl Iterator<Item = &'a Call> + Clone) -> Vec<bool> {
         let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if c.llm_traces.len() > LLM_TRACES {
             c.llm_traces.clear();
         }
-        for call in calls.iter().filter(|x| !x.agent_span) {
+        for call in calls.clone().filter(|x| !x.agent_span) {
             if !c.llm_traces.contains(&call.trace_id) {
                 c.llm_traces.insert(call.trace_id.clone());
             }
         }
         calls
-            .iter()
             .map(|x| !x.agent_span || !c.llm_traces.contains(&x.trace_id))
             .collect()
     }
@@ -165,6 +196,104 @@ impl ThreadCache {
     }
 }
 
+/// One call read into what threading needs, before any store is touched.
+#[derive(Debug)]
+pub struct PreparedCall {
+    /// The call (its `input` and `output` moved into `path`).
+    call: Call,
+    /// Input, then output, tool results named after their tools.
+    path: Vec<Message>,
+    /// The thread hash of each message of `path`.
+    chains: Vec<ThreadHash>,
+    /// How many of `path` were the input.
+    n_in: usize,
+}
+
+/// The calls of one conversation, oldest first, and what its session is
+/// created with if it is new.
+#[derive(Debug)]
+pub struct PreparedThread {
+    thread: String,
+    agent: String,
+    title: Option<String>,
+    created: Option<Millis>,
+    calls: Vec<PreparedCall>,
+}
+
+/// An export request's calls, ready for [`ingest_prepared`]: grouped by
+/// conversation, each call's path hashed. Needs no store, so it runs
+/// outside the write transaction.
+#[derive(Debug, Default)]
+pub struct Prepared {
+    calls: usize,
+    threads: Vec<PreparedThread>,
+}
+
+impl Prepared {
+    /// Calls read.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    /// Messages carried (what the writer's batch limit counts).
+    pub fn messages(&self) -> usize {
+        self.threads
+            .iter()
+            .flat_map(|t| &t.calls)
+            .map(|c| c.path.len())
+            .sum()
+    }
+}
+
+/// Groups `calls` by conversation (oldest call first in each) and hashes
+/// each call's path.
+pub fn prepare(calls: Vec<Call>) -> Prepared {
+    let n = calls.len();
+    let mut by_thread: std::collections::BTreeMap<String, Vec<Call>> = Default::default();
+    for c in calls {
+        by_thread.entry(c.thread.clone()).or_default().push(c);
+    }
+    let threads = by_thread
+        .into_iter()
+        .map(|(thread, mut cs)| {
+            cs.sort_by(|a, b| (a.start, a.end, &a.span_id).cmp(&(b.start, b.end, &b.span_id)));
+            let agent = cs
+                .iter()
+                .find_map(|c| c.agent.clone())
+                .filter(|a| !a.trim().is_empty())
+                .unwrap_or_else(|| "otel".into());
+            let title = cs
+                .iter()
+                .find_map(|c| derived_title(&Conversation::linear(c.input.clone())));
+            let created = cs.first().map(|c| c.start).filter(|&t| t > 0);
+            let calls = cs
+                .into_iter()
+                .map(|mut c| {
+                    let n_in = c.input.len();
+                    let mut path = std::mem::take(&mut c.input);
+                    path.append(&mut c.output);
+                    name_tool_results(&mut path);
+                    let chains = thread_hashes(&path);
+                    PreparedCall {
+                        call: c,
+                        path,
+                        chains,
+                        n_in,
+                    }
+                })
+                .collect();
+            PreparedThread {
+                thread,
+                agent,
+                title,
+                created,
+                calls,
+            }
+        })
+        .collect();
+    Prepared { calls: n, threads }
+}
+
 /// Records `calls` inside an open transaction (one per export request),
 /// reading each session's threading state from the store.
 pub fn ingest(l: &mut Ledger<'_>, calls: &[Call], now: Millis) -> Result<Ingested, StoreError> {
@@ -178,23 +307,36 @@ pub fn ingest_cached(
     now: Millis,
     cache: &ThreadCache,
 ) -> Result<Ingested, StoreError> {
-    let mut by_thread: BTreeMap<&str, Vec<&Call>> = BTreeMap::new();
-    for (c, keep) in calls.iter().zip(cache.keep(calls)) {
-        if keep {
-            by_thread.entry(c.thread.as_str()).or_default().push(c);
-        }
-    }
+    ingest_prepared(l, &prepare(calls.to_vec()), now, cache)
+}
+
+/// Records prepared calls inside an open transaction, the threading state
+/// kept in `cache` between requests.
+pub fn ingest_prepared(
+    l: &mut Ledger<'_>,
+    p: &Prepared,
+    now: Millis,
+    cache: &ThreadCache,
+) -> Result<Ingested, StoreError> {
+    let keep = cache.keep(p.threads.iter().flat_map(|t| &t.calls).map(|c| &c.call));
+    let mut keep = keep.into_iter();
     let mut out = Ingested {
-        calls: calls.len(),
+        calls: p.calls,
         ..Ingested::default()
     };
-    for (thread, mut cs) in by_thread {
-        cs.sort_by(|a, b| (a.start, a.end, &a.span_id).cmp(&(b.start, b.end, &b.span_id)));
-        out.sessions.push(session_id(thread));
-        let mut t = Thread::open(l, thread, &cs, now, cache)?;
-        t.record(l, &cs, &mut out)?;
-        t.branches = branch_marks(l, &t.id)?;
-        cache.put(t);
+    for t in &p.threads {
+        let cs: Vec<&PreparedCall> = t
+            .calls
+            .iter()
+            .filter(|_| keep.next().unwrap_or(true))
+            .collect();
+        if cs.is_empty() {
+            continue;
+        }
+        out.sessions.push(session_id(&t.thread));
+        let mut th = Thread::open(l, t, now, cache)?;
+        th.record(l, &cs, &mut out)?;
+        cache.put(th);
     }
     Ok(out)
 }
@@ -203,87 +345,146 @@ pub fn ingest_cached(
 /// write to the session changes it.
 type Marks = Vec<(BranchName, Option<NodeHash>, bool)>;
 
-fn branch_marks(l: &mut Ledger<'_>, id: &SessionId) -> Result<Marks, StoreError> {
-    let mut v: Marks = l
-        .tx()
-        .branches(Some(id))?
-        .into_iter()
-        .map(|b| (b.name, b.head, b.sealed))
-        .collect();
-    v.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-    Ok(v)
+/// A timeline's head: its branch, its context (read when first needed)
+/// and the stable fields in effect there (`None`: not known).
+#[derive(Debug, Clone)]
+struct Head {
+    branch: BranchName,
+    ctx: Option<Context>,
+    stable: Option<Stable>,
 }
 
 /// A session's threading state: which node each thread hash names, which
-/// node heads which timeline, and the branches it was read from.
+/// node heads which timeline, and the branches as it left them.
 #[derive(Debug)]
 struct Thread {
     id: SessionId,
     agent: String,
-    known: HashMap<String, NodeHash>,
-    heads: HashMap<NodeHash, BranchName>,
+    known: HashMap<ThreadHash, NodeHash>,
+    heads: HashMap<NodeHash, Head>,
+    /// `main`, when it has no node yet.
+    empty_main: bool,
     main_head: Option<NodeHash>,
     branches: Marks,
 }
 
 impl Thread {
+    /// A new session for `t`: nothing to read.
+    fn create(
+        l: &mut Ledger<'_>,
+        id: SessionId,
+        t: &PreparedThread,
+        now: Millis,
+    ) -> Result<Thread, StoreError> {
+        let row = l.create_session(id, &t.agent, t.title.as_deref(), t.created.unwrap_or(now))?;
+        Ok(Thread {
+            id,
+            agent: row.agent,
+            known: HashMap::new(),
+            heads: HashMap::new(),
+            empty_main: true,
+            main_head: None,
+            branches: vec![(BranchName::main(), None, false)],
+        })
+    }
+
     fn open(
         l: &mut Ledger<'_>,
-        thread: &str,
-        cs: &[&Call],
+        t: &PreparedThread,
         now: Millis,
         cache: &ThreadCache,
     ) -> Result<Thread, StoreError> {
-        let id = session_id(thread);
-        let row = match l.tx().session(&id)? {
-            Some(row) => row,
-            None => {
-                let agent = cs
-                    .iter()
-                    .find_map(|c| c.agent.clone())
-                    .filter(|a| !a.trim().is_empty())
-                    .unwrap_or_else(|| "otel".into());
-                let title = cs
-                    .iter()
-                    .find_map(|c| derived_title(&Conversation::linear(c.input.clone())));
-                let created = cs
-                    .first()
-                    .map_or(now, |c| if c.start > 0 { c.start } else { now });
-                l.create_session(id, &agent, title.as_deref(), created)?
+        let id = session_id(&t.thread);
+        // A session this receiver wrote last: its branches say whether it
+        // still is as it was left.
+        let cached = cache.take(&id);
+        let row = if cached.is_some() {
+            None
+        } else {
+            match l.tx().session(&id)? {
+                Some(row) => Some(row),
+                None => {
+                    // New: nothing to read.
+                    return Thread::create(l, id, t, now);
+                }
             }
         };
-        let branches = branch_marks(l, &id)?;
-        if let Some(t) = cache.take(&id)
-            && t.branches == branches
-            && t.agent == row.agent
+        let mut rows = l.tx().branches(Some(&id))?;
+        rows.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
+        let branches: Marks = rows
+            .iter()
+            .map(|b| (b.name.clone(), b.head, b.sealed))
+            .collect();
+        if let Some(th) = cached
+            && th.branches == branches
         {
-            return Ok(t);
+            return Ok(th);
         }
+        let agent = match row {
+            Some(row) => row.agent,
+            None => match l.tx().session(&id)? {
+                Some(row) => row.agent,
+                None => {
+                    // Gone since (deleted behind the receiver's back).
+                    return Thread::create(l, id, t, now);
+                }
+            },
+        };
+        // Every node, in follow order (a parent before its children): its
+        // thread hash and the stable fields in effect, from its parent's.
+        let nodes = l.tx().session_nodes(&id, true)?;
+        let mut at: HashMap<NodeHash, (Option<ThreadHash>, Stable)> =
+            HashMap::with_capacity(nodes.len());
         let mut known = HashMap::new();
-        for (n, _) in l.tx().session_nodes(&id, false)? {
-            let d = n.node.diagnostics.to_value();
-            if let Some(t) = d.pointer("/extra/otel/thread").and_then(Value::as_str) {
-                known.entry(t.to_owned()).or_insert(n.hash);
+        for (n, payload) in &nodes {
+            let (prev, mut stable) = match n.node.parent.and_then(|p| at.get(&p)) {
+                Some((h, s)) => (*h, s.clone()),
+                None => (None, no_stable()),
+            };
+            let diag = n.node.diagnostics.to_value();
+            if let Some(otel) = diag.pointer("/extra/otel")
+                && otel.get("call").is_some()
+            {
+                apply_stable(&mut stable, otel);
             }
+            let chain = match node_message(&n.node, payload.as_deref().unwrap_or_default()) {
+                Some(m) => {
+                    let h = thread_hash(prev.as_ref(), &m);
+                    known.entry(h).or_insert(n.hash);
+                    Some(h)
+                }
+                None => prev,
+            };
+            at.insert(n.hash, (chain, stable));
         }
         let mut heads = HashMap::new();
         let mut main_head = None;
-        for b in l.tx().branches(Some(&id))? {
+        let mut empty_main = false;
+        for b in rows {
             if b.sealed {
                 continue;
             }
             if b.name == BranchName::main() {
                 main_head = b.head;
+                empty_main = b.head.is_none();
             }
             if let Some(h) = b.head {
-                heads.insert(h, b.name);
+                heads.insert(
+                    h,
+                    Head {
+                        branch: b.name,
+                        ctx: None,
+                        stable: at.get(&h).map(|(_, s)| s.clone()),
+                    },
+                );
             }
         }
         Ok(Thread {
             id,
-            agent: row.agent,
+            agent,
             known,
             heads,
+            empty_main,
             main_head,
             branches,
         })
@@ -292,15 +493,14 @@ impl Thread {
     fn record(
         &mut self,
         l: &mut Ledger<'_>,
-        cs: &[&Call],
+        cs: &[&PreparedCall],
         out: &mut Ingested,
     ) -> Result<(), StoreError> {
-        for c in cs {
-            let path = path_of(c);
+        for pc in cs {
+            let (c, path, chains) = (&pc.call, &pc.path, &pc.chains);
             if path.is_empty() {
                 continue;
             }
-            let chains = thread_hashes(&path);
             let found = (0..path.len())
                 .rev()
                 .find(|&j| self.known.contains_key(&chains[j]));
@@ -308,75 +508,101 @@ impl Thread {
                 continue;
             }
             let from = found.map_or(0, |j| j + 1);
-            let (branch, old_head, mut cur) = match found {
+            // Where the call continues: (branch, head before, its context,
+            // the stable fields in effect there).
+            let (branch, old_head, ctx, effect) = match found {
                 Some(j) => {
                     let x = self.known[&chains[j]];
-                    match self.heads.get(&x) {
-                        Some(b) => (
-                            b.clone(),
-                            Some(x),
-                            Cursor::after(&stored(l, &x)?.ctx, c.start),
-                        ),
+                    match self.heads.get(&x).cloned() {
+                        Some(h) => {
+                            let ctx = match h.ctx {
+                                Some(ctx) => ctx,
+                                None => stored(l, &x)?.ctx,
+                            };
+                            (h.branch, Some(x), Some(ctx), h.stable)
+                        }
                         None => {
                             let name = self.fork_name(l, c)?;
                             let prefix =
                                 HashPrefix::parse(&x.to_hex()).map_err(StoreError::invalid)?;
                             let fork = l.fork(&self.id, &prefix, &name, c.start)?;
                             out.nodes += 1;
-                            self.heads.insert(fork.hash, name.clone());
-                            (name, Some(fork.hash), Cursor::after(&fork.ctx, c.start))
+                            self.branches.push((name.clone(), Some(fork.hash), false));
+                            self.branches.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+                            (name, Some(fork.hash), Some(fork.ctx), None)
                         }
                     }
                 }
                 None => {
-                    let cur = match self.main_head {
-                        Some(h) => Cursor::after(&stored(l, &h)?.ctx, c.start),
-                        None => Cursor::start(c.start),
+                    let (ctx, effect) = match self.main_head {
+                        Some(h) => match self.heads.get(&h).cloned() {
+                            Some(head) => (
+                                Some(match head.ctx {
+                                    Some(ctx) => ctx,
+                                    None => stored(l, &h)?.ctx,
+                                }),
+                                head.stable,
+                            ),
+                            None => (Some(stored(l, &h)?.ctx), None),
+                        },
+                        None if self.empty_main => (None, Some(no_stable())),
+                        None => (None, None),
                     };
-                    (BranchName::main(), self.main_head, cur)
+                    (BranchName::main(), self.main_head, ctx, effect)
                 }
             };
+            let mut cur = match &ctx {
+                Some(ctx) => Cursor::after(ctx, c.start),
+                None => Cursor::start(c.start),
+            };
+            let own = call_stable(c);
             let mut msgs: Vec<Message> = path[from..].to_vec();
-            let n_in = c.input.len();
             let last = msgs.len() - 1;
             for (k, m) in msgs.iter_mut().enumerate() {
-                let at = from + k;
-                let output = at >= n_in;
+                let output = from + k >= pc.n_in;
                 m.time = Some(if output { c.end } else { c.start });
                 if output && m.role != Role::Tool {
                     m.model = c.model.clone();
                 }
-                let mut otel = json!({ "thread": chains[at] });
-                if k == last {
-                    otel["trace_id"] = json!(c.trace_id);
-                    otel["span_id"] = json!(c.span_id);
-                    let mut call = c.info.clone();
-                    if !c.parent_span_id.is_empty() {
-                        call.insert("parent_span_id".into(), json!(c.parent_span_id));
-                    }
-                    otel["call"] = Value::Object(call);
-                }
+                let otel = if k == last {
+                    call_diagnostics(c, &own, effect.as_ref())
+                } else {
+                    Value::Object(Map::new())
+                };
                 m.extra.insert("otel".into(), otel);
             }
             let refs: Vec<&Message> = msgs.iter().collect();
-            let drafts = message_drafts(&self.agent, &mut cur, &refs)?;
-            let only: Vec<Draft> = drafts.iter().map(|(_, d)| d.clone()).collect();
-            let hashes = l.append_many(&self.id, &branch, &only)?;
-            for ((i, _), h) in drafts.iter().zip(&hashes) {
+            let (index, only): (Vec<Option<usize>>, Vec<Draft>) =
+                message_drafts(&self.agent, &mut cur, &refs)?
+                    .into_iter()
+                    .unzip();
+            let nodes = l.append_many_nodes(&self.id, &branch, &only)?;
+            for (i, n) in index.iter().zip(&nodes) {
                 if let Some(i) = i {
-                    self.known.entry(chains[from + i].clone()).or_insert(*h);
+                    self.known.entry(chains[from + i]).or_insert(n.hash);
                 }
             }
-            if let Some(new) = hashes.last() {
+            if let Some(new) = nodes.last() {
                 if let Some(old) = old_head {
                     self.heads.remove(&old);
                 }
-                self.heads.insert(*new, branch.clone());
+                self.heads.insert(
+                    new.hash,
+                    Head {
+                        branch: branch.clone(),
+                        ctx: Some(new.ctx),
+                        stable: Some(own),
+                    },
+                );
                 if branch == BranchName::main() {
-                    self.main_head = Some(*new);
+                    self.main_head = Some(new.hash);
+                    self.empty_main = false;
+                }
+                if let Some(m) = self.branches.iter_mut().find(|m| m.0 == branch) {
+                    m.1 = Some(new.hash);
                 }
             }
-            out.nodes += hashes.len();
+            out.nodes += nodes.len();
             out.recorded += 1;
         }
         Ok(())
@@ -404,12 +630,99 @@ fn stored(l: &mut Ledger<'_>, h: &NodeHash) -> Result<convo_store::StoredNode, S
         .ok_or_else(|| StoreError::corrupt(format!("node {h} is missing")))
 }
 
-/// A call's messages as one path (input, then output), each tool result
-/// named after the tool its call id went to earlier in the path.
-fn path_of(c: &Call) -> Vec<Message> {
-    let mut path: Vec<Message> = c.input.iter().chain(&c.output).cloned().collect();
+/// A call's [`STABLE`] fields (`Null` where it has none).
+fn call_stable(c: &Call) -> Stable {
+    let mut s = no_stable();
+    if !c.trace_id.is_empty() {
+        s[0] = json!(c.trace_id);
+    }
+    for (i, k) in STABLE.iter().enumerate().skip(1) {
+        if let Some(v) = c.info.get(*k) {
+            s[i] = v.clone();
+        }
+    }
+    s
+}
+
+/// The stable fields a node's `extra.otel` sets, over `s`.
+fn apply_stable(s: &mut Stable, otel: &Value) {
+    for (i, k) in STABLE.iter().enumerate() {
+        let v = if i == 0 {
+            otel.get(k)
+        } else {
+            otel.get("call").and_then(|c| c.get(k))
+        };
+        if let Some(v) = v {
+            s[i] = v.clone();
+        }
+    }
+}
+
+/// `extra.otel` of a call's last node: its span id, `call` (its info) and
+/// the stable fields that differ from `effect` (all of them, nulls
+/// included, where what is in effect is not known).
+fn call_diagnostics(c: &Call, own: &Stable, effect: Option<&Stable>) -> Value {
+    let mut call = c.info.clone();
+    let mut otel = Map::new();
+    for (i, k) in STABLE.iter().enumerate() {
+        let write = match effect {
+            Some(e) => e[i] != own[i],
+            None => true,
+        };
+        let target = if i == 0 { &mut otel } else { &mut call };
+        if write {
+            target.insert((*k).into(), own[i].clone());
+        } else {
+            target.remove(*k);
+        }
+    }
+    otel.insert("span_id".into(), json!(c.span_id));
+    if !c.parent_span_id.is_empty() {
+        call.insert("parent_span_id".into(), json!(c.parent_span_id));
+    }
+    otel.insert("call".into(), Value::Object(call));
+    Value::Object(otel)
+}
+
+/// Each node's whole `extra.otel` for the diagnostics of a timeline's
+/// nodes (root first): a call's node with the [`STABLE`] fields in
+/// effect filled in (those `null` left out), any other node's as stored,
+/// `None` where a node has none.
+pub fn resolve(diagnostics: &[Value]) -> Vec<Option<Value>> {
+    let mut effect = no_stable();
+    diagnostics
+        .iter()
+        .map(|d| {
+            let otel = d.pointer("/extra/otel")?;
+            if otel.get("call").is_none() {
+                return Some(otel.clone());
+            }
+            apply_stable(&mut effect, otel);
+            let mut o = otel.clone();
+            for (i, k) in STABLE.iter().enumerate() {
+                let target = if i == 0 {
+                    o.as_object_mut()
+                } else {
+                    o.get_mut("call").and_then(Value::as_object_mut)
+                };
+                if let Some(t) = target {
+                    if effect[i].is_null() {
+                        t.remove(*k);
+                    } else {
+                        t.insert((*k).into(), effect[i].clone());
+                    }
+                }
+            }
+            Some(o)
+        })
+        .collect()
+}
+
+/// Names each tool result of a path after the tool its call id went to
+/// earlier in the path.
+fn name_tool_results(path: &mut [Message]) {
     let mut names: HashMap<String, String> = HashMap::new();
-    for m in &mut path {
+    for m in path {
         let id = m
             .extra
             .get("tool_call_id")
@@ -429,27 +742,31 @@ fn path_of(c: &Call) -> Vec<Message> {
             _ => {}
         }
     }
-    path
 }
 
-/// The thread hash of each message of a path (32 hex digits).
-pub fn thread_hashes(path: &[Message]) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(path.len());
+/// One message's thread hash, chained on the one before it.
+fn thread_hash(prev: Option<&ThreadHash>, m: &Message) -> ThreadHash {
+    let mut buf = Vec::with_capacity(m.text.len() + 96);
+    let mut put = |b: &[u8]| {
+        buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
+        buf.extend_from_slice(b);
+    };
+    put(b"convo-otel-thread-v2");
+    put(prev.map_or(&[][..], |p| &p[..]));
+    put(m.role.as_str().as_bytes());
+    put(m.to.as_deref().unwrap_or("").as_bytes());
+    put(m.text.as_bytes());
+    let d = convo_core::sha256(&buf);
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&d.0[..16]);
+    out
+}
+
+/// The thread hash of each message of a path.
+pub fn thread_hashes(path: &[Message]) -> Vec<ThreadHash> {
+    let mut out: Vec<ThreadHash> = Vec::with_capacity(path.len());
     for m in path {
-        let mut buf = Vec::new();
-        let mut put = |b: &[u8]| {
-            buf.extend_from_slice(&(b.len() as u64).to_le_bytes());
-            buf.extend_from_slice(b);
-        };
-        put(b"convo-otel-thread-v1");
-        put(out.last().map_or("", String::as_str).as_bytes());
-        put(m.role.as_str().as_bytes());
-        put(m.to.as_deref().unwrap_or("").as_bytes());
-        put(m.text.as_bytes());
-        // 128 bits: enough to tell a session's messages apart, and
-        // stored on every node.
-        let mut h = convo_core::sha256(&buf).to_hex();
-        h.truncate(32);
+        let h = thread_hash(out.last(), m);
         out.push(h);
     }
     out

@@ -22,7 +22,9 @@ pub mod ingest;
 pub mod rebuild;
 
 pub use dialect::{Call, calls_from_logs, calls_from_spans};
-pub use ingest::{Ingested, ThreadCache, ingest, ingest_cached};
+pub use ingest::{
+    Ingested, Prepared, ThreadCache, ingest, ingest_cached, ingest_prepared, prepare,
+};
 
 use crate::Error;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
