@@ -161,7 +161,12 @@ pub fn derived_title(conv: &Conversation) -> Option<String> {
         .messages
         .iter()
         .find(|m| m.role == crate::model::Role::User)?;
-    let line = first.text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    title_of_text(&first.text)
+}
+
+/// [`derived_title`] of a first user message's text.
+pub fn title_of_text(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
     let line: String = line.chars().filter(|c| !c.is_control()).collect();
     if line.chars().count() <= 60 {
         return Some(line);
@@ -179,8 +184,9 @@ pub fn derived_title(conv: &Conversation) -> Option<String> {
 /// a skeleton: every message's parent, role, speaker, `to`, time and key,
 /// its text and extra left empty.
 pub trait Loader {
-    /// Message `i` whole: its text, model and extra (records included).
-    fn load(&mut self, i: usize) -> Result<Message, StoreError>;
+    /// Message `i` whole (its text, model and extra, records included),
+    /// from its skeleton.
+    fn load(&mut self, i: usize, skeleton: &Message) -> Result<Message, StoreError>;
     /// The `(file, line)` of the records message `i` carries, without
     /// reading them.
     fn record_ids(&self, i: usize) -> Vec<(String, u64)>;
@@ -190,7 +196,7 @@ pub trait Loader {
 struct Whole<'a>(&'a Conversation);
 
 impl Loader for Whole<'_> {
-    fn load(&mut self, i: usize) -> Result<Message, StoreError> {
+    fn load(&mut self, i: usize, _: &Message) -> Result<Message, StoreError> {
         Ok(self.0.messages[i].clone())
     }
 
@@ -284,7 +290,7 @@ pub fn import_lazy(
                 branch: BranchName::main(),
                 fork: None,
             };
-            nodes += w.write(l, &id, &agent, cur, lead, path, loader, &mut first, &mut |m, s| {
+            nodes += w.write(l, &id, conv, &agent, cur, lead, path, loader, &mut first, &mut |m, s| {
                 match m {
                     Some(i) => {
                         written.insert(i, s.hash);
@@ -319,6 +325,7 @@ pub fn import_lazy(
         nodes += w.write(
             l,
             &id,
+            conv,
             &agent,
             cur,
             Vec::new(),
@@ -364,6 +371,7 @@ impl Writing {
         mut self,
         l: &mut Ledger<'_>,
         id: &SessionId,
+        conv: &Conversation,
         agent: &str,
         mut cur: Cursor,
         lead: Vec<(Option<usize>, Draft)>,
@@ -407,7 +415,7 @@ impl Writing {
             Ok(())
         };
         for &i in path {
-            let m = loader.load(i)?;
+            let m = loader.load(i, &conv.messages[i])?;
             let before = batch.len();
             step_owned(agent, &mut cur, i, m, &mut batch)?;
             bytes += batch[before..]
@@ -498,7 +506,7 @@ fn import_more(
         if m.key.as_ref().is_some_and(|k| stored.contains_key(k))
             && loader.record_ids(i).iter().any(|r| !have.contains(r))
         {
-            let full = loader.load(i)?;
+            let full = loader.load(i, m)?;
             orphans.extend(
                 message_records(&full.extra)
                     .iter()
@@ -549,6 +557,7 @@ fn import_more(
         nodes += w.write(
             l,
             id,
+            conv,
             &session.agent,
             start,
             Vec::new(),

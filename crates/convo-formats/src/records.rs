@@ -15,6 +15,7 @@
 //! ([`crate::ledger`]) stores only the lines it has not stored.
 
 use crate::error::{Error, Result};
+use crate::model::{Conversation, Message};
 use serde_json::{Map, Value, json};
 use std::io::BufRead;
 
@@ -340,6 +341,108 @@ impl std::fmt::Debug for Sources<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
             .entries(self.files.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+/// A transcript's session indexed by an import's first pass: the
+/// conversation as a skeleton (every message's parent, role, speaker, `to`,
+/// time, key and flags; no text, no records) and where each message's
+/// records are, to read them again one message at a time
+/// ([`crate::ledger::import_lazy`]). Memory follows the number of records,
+/// not their bytes.
+#[derive(Debug)]
+pub struct Session<'a> {
+    /// The skeleton.
+    pub conv: Conversation,
+    /// Lines kept raw, a last line still being written, links that point
+    /// nowhere.
+    pub warnings: Vec<String>,
+    /// Where its messages' records are.
+    pub records: Stored<'a>,
+}
+
+/// Where a [`Session`]'s messages' records are: its
+/// [`crate::ledger::Loader`].
+pub struct Stored<'a> {
+    /// The session's files.
+    pub sources: Sources<'a>,
+    /// Per file: its name in `extra.records` (`None` for the session's own
+    /// file, `subagents/…` for another).
+    pub rel: Vec<Option<String>>,
+    /// Per message: the record it was read from (`None` for a holder).
+    pub own: Vec<Option<RecRef>>,
+    /// Per message: the records it carries, in file and line order.
+    pub carried: Vec<Vec<RecRef>>,
+    /// Fills a skeleton message from its record: its text, model and the
+    /// format's extras.
+    pub fill: fn(&mut Message, &Record),
+    /// The error of the last load that failed (a file rewritten meanwhile),
+    /// kept whole: the store sees only its message.
+    pub failed: Option<Error>,
+}
+
+impl Stored<'_> {
+    /// Message `i` whole: its skeleton filled from its record, with its
+    /// records in `extra.records`.
+    pub fn message(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
+        let mut m = skeleton.clone();
+        if let Some(at) = self.own[i] {
+            let rec = self.sources.record(&at)?;
+            (self.fill)(&mut m, &rec);
+        }
+        let mut recs = Vec::with_capacity(self.carried[i].len());
+        for at in &self.carried[i] {
+            let rec = self.sources.record(at)?;
+            let rel = self.rel.get(at.file as usize).cloned().flatten();
+            recs.push(rec.into_value(rel.as_deref()));
+        }
+        m.extra.insert("records".into(), Value::Array(recs));
+        Ok(m)
+    }
+}
+
+impl Session<'_> {
+    /// The whole conversation (every message loaded), with the warnings.
+    pub fn read_all(mut self) -> Result<(Conversation, Vec<String>)> {
+        let mut messages = Vec::with_capacity(self.conv.messages.len());
+        for (i, m) in self.conv.messages.iter().enumerate() {
+            messages.push(self.records.message(i, m)?);
+        }
+        self.conv.messages = messages;
+        Ok((self.conv, self.warnings))
+    }
+}
+
+impl crate::ledger::Loader for Stored<'_> {
+    fn load(
+        &mut self,
+        i: usize,
+        skeleton: &Message,
+    ) -> std::result::Result<Message, convo_store::StoreError> {
+        self.message(i, skeleton).map_err(|e| {
+            let msg = e.render().lines().next().unwrap_or_default().to_owned();
+            self.failed = Some(e);
+            convo_store::StoreError::Invalid(msg)
+        })
+    }
+
+    fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
+        self.carried[i]
+            .iter()
+            .map(|at| {
+                let rel = self.rel.get(at.file as usize).cloned().flatten();
+                (rel.unwrap_or_default(), u64::from(at.line))
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Stored<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stored")
+            .field("sources", &self.sources)
+            .field("messages", &self.own.len())
             .finish()
     }
 }
