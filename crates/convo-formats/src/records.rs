@@ -286,9 +286,10 @@ impl<'a> Sources<'a> {
         self.files.get(file as usize).map_or("", |(n, _)| n.as_str())
     }
 
-    /// Reads a record again. A file whose bytes there changed since they
-    /// were indexed (the agent rewrote it) is the error `changed`.
-    pub fn record(&mut self, at: &RecRef) -> Result<Record> {
+    /// Reads a record again (parsed when `parse`). A file whose bytes
+    /// there changed since they were indexed (the agent rewrote it) is the
+    /// error `changed`.
+    pub fn record(&mut self, at: &RecRef, parse: bool) -> Result<Record> {
         use std::io::{Read as _, Seek as _};
         let (name, src) = self
             .files
@@ -321,7 +322,11 @@ impl<'a> Sources<'a> {
             return Err(changed(name));
         }
         let raw = String::from_utf8(buf).map_err(|_| changed(name))?;
-        let (value, _) = parse(name, at.line as usize, &raw);
+        let value = if parse {
+            self::parse(name, at.line as usize, &raw).0
+        } else {
+            None
+        };
         Ok(Record {
             line: at.line as usize,
             offset: at.offset,
@@ -387,13 +392,24 @@ impl Stored<'_> {
     /// records in `extra.records`.
     pub fn message(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
         let mut m = skeleton.clone();
+        // The message's own record is read once: parsed for the fill, then
+        // its bytes moved into `records`.
+        let mut own = None;
         if let Some(at) = self.own[i] {
-            let rec = self.sources.record(&at)?;
+            let mut rec = self.sources.record(&at, true)?;
             (self.fill)(&mut m, &rec);
+            rec.value = None;
+            own = Some((at, rec));
         }
         let mut recs = Vec::with_capacity(self.carried[i].len());
         for at in &self.carried[i] {
-            let rec = self.sources.record(at)?;
+            let rec = match own.take() {
+                Some((o, rec)) if o == *at => rec,
+                other => {
+                    own = other;
+                    self.sources.record(at, false)?
+                }
+            };
             let rel = self.rel.get(at.file as usize).cloned().flatten();
             recs.push(rec.into_value(rel.as_deref()));
         }
