@@ -7,7 +7,7 @@
 
 use crate::util::{Result, Row, Verdict, thousands};
 use convo_formats::claude_code;
-use convo_formats::ledger::{Outcome, import_all};
+use convo_formats::ledger::{Outcome, import_lazy};
 use std::io::Write;
 use std::time::Instant;
 
@@ -86,6 +86,14 @@ fn peak_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Imports one session file as `convo import` does ([`import_lazy`]).
+fn import_file(store: &mut convo_store::Store, p: &std::path::Path) -> Result<Outcome> {
+    let mut s = claude_code::open_session(p)?.ok_or("an empty transcript")?;
+    let conv = &s.conv;
+    let records = &mut s.records;
+    Ok(store.transaction(|l| import_lazy(l, "claude-code", conv, records, None, 0))?)
+}
+
 pub fn agents() -> Result<Vec<Row>> {
     let files = env_num("CONVO_BENCH_AGENT_FILES", 1000);
     let per = env_num("CONVO_BENCH_AGENT_MB", 1) as usize * 1024 * 1024;
@@ -118,16 +126,10 @@ pub fn agents() -> Result<Vec<Row>> {
     let t = Instant::now();
     let mut nodes = 0usize;
     for p in &paths {
-        let got = claude_code::read_session(p)?;
-        let items: Vec<(&str, &convo_formats::Conversation)> = got
-            .conversations
-            .iter()
-            .map(|c| ("claude-code", c))
-            .collect();
-        for o in import_all(&mut store, &items, None, 0)? {
-            if let Outcome::Created { nodes: n, .. } = o {
-                nodes += n;
-            }
+        // What `convo import` does: an index per record, then each message
+        // read again and written in bounded batches.
+        if let Outcome::Created { nodes: n, .. } = import_file(&mut store, p)? {
+            nodes += n;
         }
     }
     let import = t.elapsed();
@@ -147,16 +149,9 @@ pub fn agents() -> Result<Vec<Row>> {
     }
     let t = Instant::now();
     for p in paths.iter().take(100) {
-        let got = claude_code::read_session(p)?;
-        let items: Vec<(&str, &convo_formats::Conversation)> = got
-            .conversations
-            .iter()
-            .map(|c| ("claude-code", c))
-            .collect();
-        for o in import_all(&mut store, &items, None, 0)? {
-            if !matches!(o, Outcome::Existing { .. }) {
-                return Err(format!("an unchanged file added something: {o:?}").into());
-            }
+        let o = import_file(&mut store, p)?;
+        if !matches!(o, Outcome::Existing { .. }) {
+            return Err(format!("an unchanged file added something: {o:?}").into());
         }
     }
     let full_again = t.elapsed().as_secs_f64() / paths.len().min(100) as f64 * paths.len() as f64;
@@ -183,7 +178,7 @@ pub fn agents() -> Result<Vec<Row>> {
                 per as f64 / 1048576.0
             ),
             "—",
-            "≤ 2× the largest record (not met: a session is held whole)",
+            "≤ 2× the largest record",
             Verdict::Info,
         ),
         Row::new(

@@ -304,6 +304,20 @@ fn redact_records(v: &mut serde_json::Value) -> usize {
 fn redact_value(v: &mut serde_json::Value) -> usize {
     use serde_json::Value;
     match v {
+        // JSON inside a string (an opencode row's `data` column) is
+        // redacted as JSON, so it stays JSON: its keys are not text.
+        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
+            match serde_json::from_str::<Value>(s) {
+                Ok(mut inner @ (Value::Object(_) | Value::Array(_))) => {
+                    let n = redact_value(&mut inner);
+                    if n > 0 {
+                        *s = inner.to_string();
+                    }
+                    n
+                }
+                _ => redact_text(s),
+            }
+        }
         Value::String(s) => redact_text(s),
         Value::Array(a) => a.iter_mut().map(redact_value).sum(),
         Value::Object(o) => o.values_mut().map(redact_value).sum(),
