@@ -638,6 +638,7 @@ fn build<'a>(
         }
         let mut r = std::mem::take(&mut recs[m]);
         r.sort_by_key(|a| (a.file, a.line));
+        r.shrink_to_fit();
         msg.key = it.uuid.as_deref().map(str::to_owned);
         messages.push(msg);
         own.push(Some(it.at));

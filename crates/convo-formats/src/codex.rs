@@ -327,6 +327,9 @@ fn build<'a>(
         ..
     } = ix;
     first_line?;
+    for r in &mut carried {
+        r.shrink_to_fit();
+    }
     if !waiting.is_empty() {
         // Nothing but bookkeeping so far: one system message holds it.
         let mut m = Message::new(Role::System, "codex", "");

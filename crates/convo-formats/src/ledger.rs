@@ -810,10 +810,7 @@ fn step_owned(
     if let Some(key) = m.key {
         diag.insert("key".into(), json!(key));
     }
-    let diag = Value::Object(diag);
-    let diagnostics =
-        Diagnostics::from_value(&diag).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    drop(diag);
+    let diagnostics = canonical(Value::Object(diag))?;
     out.push((
         Some(i),
         Draft {
@@ -828,6 +825,17 @@ fn step_owned(
         },
     ));
     Ok(())
+}
+
+/// [`Diagnostics::from_value`] (the same canonical text), dropping the
+/// value before the text is kept and keeping the text no larger than it
+/// is: a message's diagnostics carry its source records, as large as the
+/// message.
+fn canonical(v: Value) -> Result<Diagnostics, StoreError> {
+    let mut text = serde_jcs::to_string(&v).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    drop(v);
+    text.shrink_to_fit();
+    Ok(Diagnostics::from_stored(text))
 }
 
 fn synthetic(kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, StoreError> {
