@@ -814,7 +814,10 @@ fn import_redact_secrets_in_opencode_rows_keeps_their_json_valid() {
         })
         .find(|sql| sql.contains(&text_part))
         .expect("a session holds the part");
-    assert!(!out.contains(key) && !out.contains("MIIEowIBAAKCAQEA7x"), "{out}");
+    assert!(
+        !out.contains(key) && !out.contains("MIIEowIBAAKCAQEA7x"),
+        "{out}"
+    );
 
     let fresh = data.path().join("fresh.db");
     let db = rusqlite::Connection::open(&fresh).unwrap();

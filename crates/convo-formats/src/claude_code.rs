@@ -228,10 +228,7 @@ impl Indexer {
         let what = match what {
             What::Carrier => Kind::Carrier,
             What::Msg {
-                role,
-                speaker,
-                to,
-                ..
+                role, speaker, to, ..
             } => Kind::Msg { role, speaker, to },
         };
         self.items.push(Item {
@@ -380,7 +377,11 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>, text: bool) -> Wh
                         if let Some(t) = b.get("text").and_then(Value::as_str)
                             && !t.trim().is_empty()
                         {
-                            texts.push(if want_text { t.to_owned() } else { String::new() });
+                            texts.push(if want_text {
+                                t.to_owned()
+                            } else {
+                                String::new()
+                            });
                         }
                     }
                     Some("tool_use" | "server_tool_use") => {
@@ -620,8 +621,7 @@ fn build<'a>(
     let mut order_fix = false;
     for (m, &i) in item_of.iter().enumerate() {
         let it = &mut items[i];
-        let Kind::Msg { role, speaker, to } = std::mem::replace(&mut it.what, Kind::Carrier)
-        else {
+        let Kind::Msg { role, speaker, to } = std::mem::replace(&mut it.what, Kind::Carrier) else {
             continue;
         };
         let mut msg = Message::new(role, speaker, String::new()).at(it.time);

@@ -290,15 +290,24 @@ pub fn import_lazy(
                 branch: BranchName::main(),
                 fork: None,
             };
-            nodes += w.write(l, &id, conv, &agent, cur, lead, path, loader, &mut first, &mut |m, s| {
-                match m {
+            nodes += w.write(
+                l,
+                &id,
+                conv,
+                &agent,
+                cur,
+                lead,
+                path,
+                loader,
+                &mut first,
+                &mut |m, s| match m {
                     Some(i) => {
                         written.insert(i, s.hash);
                     }
                     None if anchor.is_none() && anchored => anchor = Some(s.hash),
                     None => {}
-                }
-            })?;
+                },
+            )?;
             branches += 1;
             continue;
         }
@@ -1017,15 +1026,15 @@ mod tests {
         for v in samples {
             let mut mine = String::new();
             assert!(jcs(&v, &mut mine));
-            assert_eq!(mine, serde_jcs::to_string(&v).unwrap(), "{v}");
+            assert_eq!(mine, serde_jcs::to_string(&v).expect("serializes"), "{v}");
         }
         // A float is left to serde_jcs, with the same result.
         let v = json!({"cost": 0.1, "n": 18446744073709551615u64});
         let mut mine = String::new();
         assert!(!jcs(&v, &mut mine));
         assert_eq!(
-            canonical(v.clone()).unwrap().as_str(),
-            Diagnostics::from_value(&v).unwrap().as_str()
+            canonical(v.clone()).expect("canonical").as_str(),
+            Diagnostics::from_value(&v).expect("canonical").as_str()
         );
     }
 

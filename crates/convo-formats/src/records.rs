@@ -283,7 +283,9 @@ impl<'a> Sources<'a> {
 
     /// A file's name.
     pub fn name(&self, file: u32) -> &str {
-        self.files.get(file as usize).map_or("", |(n, _)| n.as_str())
+        self.files
+            .get(file as usize)
+            .map_or("", |(n, _)| n.as_str())
     }
 
     /// Reads a record again (parsed when `parse`). A file whose bytes

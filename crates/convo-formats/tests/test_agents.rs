@@ -716,7 +716,9 @@ fn two_pass_import_stores_what_a_whole_read_does() {
     for (format, file) in [("claude-code", CLAUDE), ("codex", CODEX)] {
         let bytes = std::fs::read(fixture(file)).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(std::path::Path::new(file).file_name().unwrap());
+        let path = dir
+            .path()
+            .join(std::path::Path::new(file).file_name().unwrap());
         let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
         let half: Vec<u8> = lines[..lines.len() / 2].concat();
         let lazy = |s: &mut Store, path: &std::path::Path| {
@@ -746,7 +748,10 @@ fn two_pass_import_stores_what_a_whole_read_does() {
         assert_eq!(joined(&mut s, &first), half, "{format}: half back");
         std::fs::write(&path, &bytes).unwrap();
         let more = lazy(&mut s, &path);
-        assert!(matches!(more, Outcome::Updated { .. }), "{format}: {more:?}");
+        assert!(
+            matches!(more, Outcome::Updated { .. }),
+            "{format}: {more:?}"
+        );
         assert_eq!(joined(&mut s, &more), bytes, "{format}: all back");
         assert!(
             matches!(lazy(&mut s, &path), Outcome::Existing { .. }),
@@ -792,8 +797,15 @@ fn a_file_rewritten_between_the_passes_is_refused_whole() {
             convo_formats::ledger::import_lazy(l, "claude-code", conv, records, None, 0)
         })
         .expect_err("the file changed");
-    assert!(e.to_string().contains("changed while it was imported"), "{e}");
-    let kept = got.records.failed.take().expect("the reader's error is kept");
+    assert!(
+        e.to_string().contains("changed while it was imported"),
+        "{e}"
+    );
+    let kept = got
+        .records
+        .failed
+        .take()
+        .expect("the reader's error is kept");
     assert_eq!(kept.rule, "changed");
     assert!(s.sessions().unwrap().is_empty(), "nothing half-imported");
 }
