@@ -125,14 +125,22 @@ pub fn agents() -> Result<Vec<Row>> {
     let mut store = dir.store("")?;
     let t = Instant::now();
     let mut nodes = 0usize;
+    let mut each = Vec::with_capacity(paths.len());
     for p in &paths {
         // What `convo import` does: an index per record, then each message
         // read again and written in bounded batches.
+        let one = Instant::now();
         if let Outcome::Created { nodes: n, .. } = import_file(&mut store, p)? {
             nodes += n;
         }
+        each.push(one.elapsed().as_secs_f64());
     }
     let import = t.elapsed();
+    // Whether a file costs more as the store grows: the first tenth of the
+    // files against the last.
+    let tenth = (each.len() / 10).max(1);
+    let first_ms = each[..tenth].iter().sum::<f64>() / tenth as f64 * 1e3;
+    let last_ms = each[each.len() - tenth..].iter().sum::<f64>() / tenth as f64 * 1e3;
     let peak = peak_mib().unwrap_or(0.0);
 
     // The unchanged folder again: what `convo import` does (a stat per
@@ -167,6 +175,14 @@ pub fn agents() -> Result<Vec<Row>> {
             format!("{rate:.1} MB/s ({:.1} s)", import.as_secs_f64()),
             format!("reading the files {cat_rate:.0} MB/s"),
             format!("{:.3}×", rate / cat_rate),
+            "—",
+            Verdict::Info,
+        ),
+        Row::new(
+            "one file's import, the last tenth of the files vs the first (the store growing)",
+            format!("{last_ms:.0} ms"),
+            format!("the first tenth: {first_ms:.0} ms"),
+            format!("{:.2}×", last_ms / first_ms),
             "—",
             Verdict::Info,
         ),
