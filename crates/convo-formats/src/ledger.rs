@@ -483,13 +483,11 @@ fn import_more(
         HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
     for (n, _) in l.tx().session_nodes(id, false)? {
-        let diag = n.node.diagnostics.to_value();
-        if let Some(k) = diag.get("key").and_then(Value::as_str) {
-            stored.insert(k.to_owned(), (n.hash, n.ctx, n.node.created_at));
+        let (key, ids) = stored_ids(n.node.diagnostics.as_str());
+        if let Some(k) = key {
+            stored.insert(k, (n.hash, n.ctx, n.node.created_at));
         }
-        if let Some(Value::Object(extra)) = diag.get("extra") {
-            have.extend(message_records(extra).iter().map(record_id));
-        }
+        have.extend(ids);
     }
     let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
     let mut names: HashSet<String> = HashSet::new();
@@ -603,6 +601,48 @@ fn import_more(
         branches,
         pending: orphans.len(),
     })
+}
+
+/// A stored node's message key and the `(file, line)` of the records it
+/// carries, read without building the records' text (a typed parse that
+/// skips `raw`; the value parse when the shape is unexpected).
+fn stored_ids(diagnostics: &str) -> (Option<String>, Vec<(String, u64)>) {
+    #[derive(serde::Deserialize)]
+    struct Diag {
+        key: Option<String>,
+        extra: Option<Extra>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Extra {
+        #[serde(default)]
+        records: Vec<Rec>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Rec {
+        #[serde(default)]
+        file: String,
+        #[serde(default)]
+        line: u64,
+    }
+    match serde_json::from_str::<Diag>(diagnostics) {
+        Ok(d) => (
+            d.key,
+            d.extra
+                .map(|e| e.records.into_iter().map(|r| (r.file, r.line)).collect())
+                .unwrap_or_default(),
+        ),
+        Err(_) => {
+            let diag: Value = serde_json::from_str(diagnostics).unwrap_or(Value::Null);
+            let key = diag.get("key").and_then(Value::as_str).map(str::to_owned);
+            let ids = match diag.get("extra") {
+                Some(Value::Object(extra)) => {
+                    message_records(extra).iter().map(record_id).collect()
+                }
+                _ => Vec::new(),
+            };
+            (key, ids)
+        }
+    }
 }
 
 /// Adds `records` to a draft's `extra.records`, in line order.
