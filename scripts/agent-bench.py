@@ -4,10 +4,12 @@
   scripts/agent-bench.py watch CONVO [N]        latency of `import --watch`: a
       Claude Code user+assistant pair appended, until its nodes are committed
       (p50/p99 of N appends, default 40)
-  scripts/agent-bench.py memory CONVO TURNS SIZE [BIG]
+  scripts/agent-bench.py memory CONVO TURNS SIZE [BIG] [claude-code|codex]
       peak RSS (/usr/bin/time) of `convo import` of a synthetic Claude Code
-      transcript: TURNS user+assistant pairs of SIZE-byte texts, the middle
-      prompt BIG bytes when given
+      transcript (or Codex rollout): TURNS user+assistant pairs of SIZE-byte
+      texts, the middle prompt BIG bytes when given (0: none); also the
+      baseline (the import of a one-turn file) and the peak above it
+      against the largest record and the file
 
 Runs in a scratch folder under /tmp, removed at the end.
 """
@@ -33,6 +35,28 @@ class Transcript:
                                      "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}},
                          "uuid": a, "timestamp": "2026-11-24T15:53:09.139Z", "cwd": "/tmp/p", "sessionId": SID}) + "\n"
         self.parent = a
+        return s
+
+
+class Rollout:
+    """A Codex rollout: session_meta, then user and assistant messages."""
+
+    def __init__(self):
+        self.first = True
+
+    def pair(self, i, size=0, big=0):
+        s = ""
+        if self.first:
+            s += json.dumps({"timestamp": "2026-11-24T15:53:08.139Z", "type": "session_meta",
+                             "payload": {"id": SID, "cwd": "/tmp/p", "cli_version": "0.169.0"}}) + "\n"
+            self.first = False
+        q = "question %d " % i + "x" * (big or size)
+        s += json.dumps({"timestamp": "2026-11-24T15:53:08.139Z", "type": "response_item",
+                         "payload": {"type": "message", "role": "user",
+                                     "content": [{"type": "input_text", "text": q}]}}) + "\n"
+        s += json.dumps({"timestamp": "2026-11-24T15:53:09.139Z", "type": "response_item",
+                         "payload": {"type": "message", "role": "assistant",
+                                     "content": [{"type": "output_text", "text": "answer %d " % i + "y" * size}]}}) + "\n"
         return s
 
 
@@ -80,22 +104,60 @@ def watch(conv, n):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def memory(conv, turns, size, big):
+def peak_rss(conv, env, d, fmt, turns, size, big):
+    """Peak RSS (KiB) and seconds of importing a fresh transcript into a fresh store; the file's
+    size and its largest line."""
+    home = os.path.join(d, "home-%d-%d" % (turns, big))
+    env = dict(env, CONVO_HOME=home)
+    subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
+    f = os.path.join(d, "%d-%d.jsonl" % (turns, big))
+    t = Rollout() if fmt == "codex" else Transcript()
+    largest = 0
+    with open(f, "w") as fh:
+        for i in range(turns):
+            s = t.pair(i, size, big if (big and i == turns // 2) else 0)
+            largest = max([largest] + [len(l) + 1 for l in s.splitlines()])
+            fh.write(s)
+    # /usr/bin/time's peak RSS counts the store's file pages mapped in
+    # (SQLite's mmap); RssAnon, polled every 5 ms, is the process's own.
+    err = os.path.join(d, "time.txt")
+    p = subprocess.Popen(["/usr/bin/time", "-o", err, "-f", "%M %e", conv, "import", f, "--format", fmt],
+                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    anon = 0
+    while p.poll() is None:
+        try:
+            for pid in os.listdir("/proc/%d/task" % p.pid) and [c for c in open(
+                    "/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()]:
+                for l in open("/proc/%s/status" % pid):
+                    if l.startswith("RssAnon:"):
+                        anon = max(anon, int(l.split()[1]))
+        except OSError:
+            pass
+        time.sleep(0.005)
+    if p.returncode != 0:
+        sys.exit("convo import failed")
+    kb, secs = open(err).read().strip().splitlines()[-1].split()
+    size = os.path.getsize(f)
+    os.unlink(f)
+    shutil.rmtree(home, ignore_errors=True)
+    return int(kb), anon, secs, size, largest
+
+
+def memory(conv, turns, size, big, fmt):
     d = tempfile.mkdtemp(prefix="agent-bench-")
     try:
-        env = dict(os.environ, CONVO_HOME=os.path.join(d, "home"))
-        subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
-        f = os.path.join(d, SID + ".jsonl")
-        t = Transcript()
-        with open(f, "w") as fh:
-            for i in range(turns):
-                fh.write(t.pair(i, size, big if (big and i == turns // 2) else 0))
-        r = subprocess.run(["/usr/bin/time", "-f", "%M %e", conv, "import", f, "--format", "claude-code"],
-                           env=env, capture_output=True, text=True, check=True)
-        kb, secs = r.stderr.strip().splitlines()[-1].split()
-        mb = os.path.getsize(f) / 1e6
-        print("memory: file %.1f MB, peak RSS %.1f MB (%.1fx the file), %s s" % (
-            mb, int(kb) / 1024, int(kb) / 1024 / (os.path.getsize(f) / 2**20), secs))
+        env = dict(os.environ)
+        base, base_anon, _, _, _ = peak_rss(conv, env, d, fmt, 1, size, 0)
+        kb, anon, secs, fsize, largest = peak_rss(conv, env, d, fmt, turns, size, big)
+        above = (kb - base) / 1024
+        above_anon = (anon - base_anon) / 1024
+        print("memory (%s): file %.1f MB, largest record %.3f MB, %s s\n"
+              "  peak RSS %.1f MiB, baseline %.1f MiB: above it %.1f MiB = %.2fx the largest record, %.2fx the file\n"
+              "  peak RssAnon %.1f MiB, baseline %.1f MiB: above it %.1f MiB = %.2fx the largest record, %.2fx the file" % (
+                  fmt, fsize / 1e6, largest / 1e6, secs,
+                  kb / 1024, base / 1024, above, above * 2**20 / largest, above * 2**20 / fsize,
+                  anon / 1024, base_anon / 1024, above_anon, above_anon * 2**20 / largest,
+                  above_anon * 2**20 / fsize))
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -104,6 +166,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "watch":
         watch(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 40)
     elif len(sys.argv) >= 5 and sys.argv[1] == "memory":
-        memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0)
+        memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
+               sys.argv[6] if len(sys.argv) > 6 else "claude-code")
     else:
         sys.exit(__doc__)

@@ -722,6 +722,157 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
     assert_eq!(v.code(), 0, "{}", v.stderr());
 }
 
+/// `--redact-secrets` on an opencode database (opencode 1.18.34's, a
+/// secret put inside the JSON of a text part's and a tool part's `data`
+/// column): the rows' inner JSON stays valid, no store file holds the
+/// secret, and the export is SQL that opencode's schema takes back.
+#[test]
+fn import_redact_secrets_in_opencode_rows_keeps_their_json_valid() {
+    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/opencode/1.18.34");
+    let sql = std::fs::read_to_string(fixtures.join("after.sql")).unwrap();
+    let t = TestEnv::new();
+    let data = tempfile::tempdir().unwrap();
+    let db_path = data.path().join("opencode.db");
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    db.execute_batch(&sql).unwrap();
+    let key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr";
+    let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x+abc/def==\n-----END RSA PRIVATE KEY-----";
+    // A quote and a backslash beside the secret: escapes in the inner JSON.
+    let said = format!("my \"key\" is {key}\\ and here is mine:\n{pem}\n");
+    let text_part: String = db
+        .query_row(
+            "SELECT id FROM part WHERE json_extract(data, '$.type') = 'text' ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    db.execute(
+        "UPDATE part SET data = json_set(data, '$.text', ?1) WHERE id = ?2",
+        rusqlite::params![said, text_part],
+    )
+    .unwrap();
+    let tool_part: String = db
+        .query_row(
+            "SELECT id FROM part WHERE json_extract(data, '$.type') = 'tool' ORDER BY id LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    db.execute(
+        "UPDATE part SET data = json_set(data, '$.state.input.command', ?1) WHERE id = ?2",
+        rusqlite::params![format!("OPENAI_API_KEY={key} ./deploy.sh"), tool_part],
+    )
+    .unwrap();
+    drop(db);
+
+    let r = t
+        .run(&[
+            "import",
+            "--redact-secrets",
+            "--json",
+            data.path().to_str().unwrap(),
+        ])
+        .json();
+    // The session and opencode's fork of it (a session of its own).
+    assert_eq!(r["created"].as_array().unwrap().len(), 2, "{r}");
+    let secrets = r["secrets"].as_u64().unwrap();
+    assert!(
+        (3..=8).contains(&secrets),
+        "the key twice and the private key, in the rows and the messages' texts; nothing else: {r}"
+    );
+    // No file of the store holds the secrets (the database, its log).
+    let mut files = vec![t.home().to_path_buf()];
+    let mut seen = 0;
+    while let Some(p) = files.pop() {
+        if p.is_dir() {
+            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let bytes = std::fs::read(&p).unwrap();
+        seen += 1;
+        for secret in [key, "MIIEowIBAAKCAQEA7x"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} is in {}",
+                p.display()
+            );
+        }
+    }
+    assert!(seen > 0);
+    let v = t.run(&["verify"]);
+    assert_eq!(v.code(), 0, "{}", v.stderr());
+
+    // The export is SQL opencode's schema accepts, every row's JSON valid.
+    let out = r["created"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let id = c["id"].as_str().unwrap();
+            t.run(&["export", id, "--format", "opencode"]).ok()
+        })
+        .find(|sql| sql.contains(&text_part))
+        .expect("a session holds the part");
+    assert!(
+        !out.contains(key) && !out.contains("MIIEowIBAAKCAQEA7x"),
+        "{out}"
+    );
+
+    let fresh = data.path().join("fresh.db");
+    let db = rusqlite::Connection::open(&fresh).unwrap();
+    db.execute_batch(&sql).unwrap();
+    db.execute_batch("DELETE FROM part; DELETE FROM message; DELETE FROM session;")
+        .unwrap();
+    db.execute_batch(&out).unwrap();
+    let (parts, valid): (i64, i64) = db
+        .query_row(
+            "SELECT count(*), sum(json_valid(data)) FROM part",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    // Every part of the sessions written back (the session and its
+    // subagent's) is back.
+    db.execute("ATTACH DATABASE ?1 AS orig", [db_path.to_str().unwrap()])
+        .unwrap();
+    let want: i64 = db
+        .query_row(
+            "SELECT count(*) FROM orig.part WHERE session_id IN (SELECT id FROM main.session)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(parts, want, "every part of the sessions back");
+    assert_eq!(valid, parts, "every part's data is JSON");
+    let text: String = db
+        .query_row(
+            "SELECT json_extract(data, '$.text') FROM part WHERE id = ?1",
+            [&text_part],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(text.starts_with("my \"key\" is "), "{text}");
+    assert!(!text.contains(key) && text.contains("REDACTED"), "{text}");
+    let cmd: String = db
+        .query_row(
+            "SELECT json_extract(data, '$.state.input.command') FROM part WHERE id = ?1",
+            [&tool_part],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(cmd.contains("OPENAI_API_KEY=REDACTED"), "{cmd}");
+    assert!(cmd.ends_with(" ./deploy.sh"), "{cmd}");
+    let (messages, mvalid): (i64, i64) = db
+        .query_row(
+            "SELECT count(*), sum(json_valid(data)) FROM message",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert!(messages > 0 && mvalid == messages);
+}
+
 /// Gemini CLI chats end to end through the binary: the project folder
 /// imported (format detected), the session exported back byte for byte,
 /// found by `search --agent gemini-cli`; the rewound branch written as a

@@ -62,7 +62,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records::{self, Lines, Record};
+use crate::records::{self, RecRef, Record, Session, Sources};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -77,13 +77,10 @@ impl crate::Reader for ClaudeCode {
     }
 
     fn read_bytes(&self, file: &str, bytes: &[u8]) -> Result<Read> {
-        let lines = records::read(file, bytes)?;
-        let mut warnings = lines.warnings.clone();
-        let conv = build(file, &lines, &[], &mut warnings)?;
-        Ok(Read {
-            conversations: conv.into_iter().collect(),
-            warnings,
-        })
+        let mut ix = Indexer::default();
+        let mut sources = Sources::new();
+        let warnings = sources.scan_bytes(file, bytes, |f, rec| ix.add(f, false, rec))?;
+        read_whole(build(file, ix, sources, vec![None], warnings)?)
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -99,6 +96,19 @@ impl crate::Reader for ClaudeCode {
             out.warnings.extend(got.warnings);
         }
         Ok(out)
+    }
+}
+
+fn read_whole(session: Option<Session<'_>>) -> Result<Read> {
+    match session {
+        Some(s) => {
+            let (conv, warnings) = s.read_all()?;
+            Ok(Read {
+                conversations: vec![conv],
+                warnings,
+            })
+        }
+        None => Ok(Read::default()),
     }
 }
 
@@ -121,10 +131,19 @@ fn is_session_folder(p: &Path) -> bool {
 
 /// Reads one session file and its subagents' transcripts.
 pub fn read_session(path: &Path) -> Result<Read> {
+    read_whole(open_session(path)?)
+}
+
+/// Indexes one session file and its subagents' transcripts (an import's
+/// first pass: one record in memory at a time); `None` for a file with no
+/// record. The messages are read again one at a time from the files
+/// ([`Session`]).
+pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
     let name = path.display().to_string();
-    let main = records::read_path(path)?;
-    let mut warnings = main.warnings.clone();
-    let mut subs = Vec::new();
+    let mut ix = Indexer::default();
+    let mut sources = Sources::new();
+    let mut warnings = sources.scan_path(path, |f, rec| ix.add(f, false, rec))?;
+    let mut rel = vec![None];
     let dir = path.with_extension("").join("subagents");
     if dir.is_dir() {
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -137,22 +156,109 @@ pub fn read_session(path: &Path) -> Result<Read> {
             .unwrap_or_default();
         files.sort();
         for f in files {
-            let lines = records::read_path(&f)?;
-            warnings.extend(lines.warnings.iter().cloned());
-            let rel = format!(
+            warnings.extend(sources.scan_path(&f, |fi, rec| ix.add(fi, true, rec))?);
+            rel.push(Some(format!(
                 "subagents/{}",
                 f.file_name()
                     .map(|n| n.to_string_lossy())
                     .unwrap_or_default()
-            );
-            subs.push((rel, lines));
+            )));
         }
     }
-    let conv = build(&name, &main, &subs, &mut warnings)?;
-    Ok(Read {
-        conversations: conv.into_iter().collect(),
-        warnings,
-    })
+    build(&name, ix, sources, rel, warnings)
+}
+
+/// What the first pass keeps of a session's records.
+#[derive(Default)]
+struct Indexer {
+    items: Vec<Item>,
+    tools: HashMap<String, String>,
+    /// The latest `custom-title` and `summary`.
+    custom_title: Option<String>,
+    summary: Option<String>,
+    /// The title from the first words a human typed, once found.
+    typed_title: Option<Option<String>>,
+    /// A title from the first user message, whatever it says, once seen.
+    any_title: Option<Option<String>>,
+    /// The session file's first `sessionId`, `cwd`, `version`, `gitBranch`.
+    first: [Option<String>; 4],
+}
+
+const FIRST_KEYS: [&str; 4] = ["sessionId", "cwd", "version", "gitBranch"];
+
+impl Indexer {
+    fn add(&mut self, file: u32, sub: bool, rec: Record) -> Result<()> {
+        let what = classify(&rec, &mut self.tools, false);
+        let sidechain = sub || rec.get("isSidechain").and_then(Value::as_bool) == Some(true);
+        if let What::Msg {
+            role: Role::User,
+            extra,
+            ..
+        } = &what
+            && (self.typed_title.is_none() || self.any_title.is_none())
+        {
+            let text = rec
+                .get("message")
+                .and_then(|m| m.get("content"))
+                .map(records::content_text)
+                .unwrap_or_default();
+            if self.any_title.is_none() {
+                self.any_title = Some(crate::ledger::title_of_text(&text));
+            }
+            if self.typed_title.is_none()
+                && !sidechain
+                && !extra.contains_key("compact_summary")
+                && !records::is_injected(&text)
+            {
+                self.typed_title = Some(records::title_of(&text));
+            }
+        }
+        match rec.str("type") {
+            Some("custom-title") => self.custom_title = rec.str("customTitle").map(str::to_owned),
+            Some("summary") => self.summary = rec.str("summary").map(str::to_owned),
+            _ => {}
+        }
+        if !sub {
+            for (k, slot) in FIRST_KEYS.iter().zip(self.first.iter_mut()) {
+                if slot.is_none() {
+                    *slot = rec.str(k).map(str::to_owned);
+                }
+            }
+        }
+        let what = match what {
+            What::Carrier => Kind::Carrier,
+            What::Msg {
+                role, speaker, to, ..
+            } => Kind::Msg { role, speaker, to },
+        };
+        self.items.push(Item {
+            at: rec.at(file),
+            sub,
+            what,
+            uuid: rec.str("uuid").map(Box::from),
+            parent: rec
+                .str("parentUuid")
+                .or_else(|| rec.str("logicalParentUuid"))
+                .map(Box::from),
+            sidechain,
+            time: time_of(&rec),
+        });
+        Ok(())
+    }
+}
+
+/// Fills a skeleton message from its record (see [`Session::fill`]).
+fn fill(m: &mut Message, rec: &Record) {
+    if let What::Msg { text, extra, .. } = classify(rec, &mut HashMap::new(), true) {
+        m.text = text;
+        m.extra.extend(extra);
+    }
+    m.model = rec
+        .get("message")
+        .and_then(|x| x.get("model"))
+        .and_then(Value::as_str)
+        .filter(|x| *x != "<synthetic>")
+        .map(str::to_owned);
 }
 
 /// What one record is, for the mapping.
@@ -167,17 +273,32 @@ enum What {
     },
 }
 
-struct Item<'a> {
-    rec: &'a Record,
-    /// `None` for the session file, `subagents/…` for a subagent's.
-    file: Option<&'a str>,
-    what: What,
-    uuid: Option<&'a str>,
-    parent: Option<&'a str>,
-    sidechain: bool,
+/// What the first pass keeps of a record's mapping.
+enum Kind {
+    Carrier,
+    Msg {
+        role: Role,
+        speaker: String,
+        to: Option<String>,
+    },
 }
 
-fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
+/// What the first pass keeps of one record.
+struct Item {
+    at: RecRef,
+    /// A subagent's transcript, not the session file.
+    sub: bool,
+    what: Kind,
+    uuid: Option<Box<str>>,
+    parent: Option<Box<str>>,
+    sidechain: bool,
+    time: Option<i64>,
+}
+
+/// What a record is; its text only when `text` (the first pass only
+/// needs to know whether there is one).
+fn classify(rec: &Record, tools: &mut HashMap<String, String>, text: bool) -> What {
+    let want_text = text;
     let Some(v) = &rec.value else {
         return What::Carrier;
     };
@@ -207,11 +328,15 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
                     .and_then(Value::as_str)
                     .unwrap_or("");
                 let speaker = tools.get(id).cloned().unwrap_or_else(|| "tool".into());
-                let text = results
-                    .iter()
-                    .map(|r| records::content_text(r.get("content").unwrap_or(&Value::Null)))
-                    .collect::<Vec<_>>()
-                    .join("\n\n");
+                let text = if want_text {
+                    results
+                        .iter()
+                        .map(|r| records::content_text(r.get("content").unwrap_or(&Value::Null)))
+                        .collect::<Vec<_>>()
+                        .join("\n\n")
+                } else {
+                    String::new()
+                };
                 extra.insert("tool_use_id".into(), json!(id));
                 if first.get("is_error").and_then(Value::as_bool) == Some(true) {
                     extra.insert("is_error".into(), json!(true));
@@ -231,7 +356,11 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
                 role: Role::User,
                 speaker: "user".into(),
                 to: None,
-                text: records::content_text(content),
+                text: if want_text {
+                    records::content_text(content)
+                } else {
+                    String::new()
+                },
                 extra,
             }
         }
@@ -248,7 +377,11 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
                         if let Some(t) = b.get("text").and_then(Value::as_str)
                             && !t.trim().is_empty()
                         {
-                            texts.push(t.to_owned());
+                            texts.push(if want_text {
+                                t.to_owned()
+                            } else {
+                                String::new()
+                            });
                         }
                     }
                     Some("tool_use" | "server_tool_use") => {
@@ -257,10 +390,12 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
                             tools.insert(id.to_owned(), name.to_owned());
                         }
                         first_tool.get_or_insert_with(|| name.to_owned());
-                        calls.push(records::tool_call_text(
-                            name,
-                            b.get("input").unwrap_or(&Value::Null),
-                        ));
+                        if want_text {
+                            calls.push(records::tool_call_text(
+                                name,
+                                b.get("input").unwrap_or(&Value::Null),
+                            ));
+                        }
                     }
                     _ => {}
                 }
@@ -299,78 +434,82 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>) -> What {
     }
 }
 
-/// Builds the conversation of one session from its file's records and its
-/// subagents' (`(relative path, lines)`). `None` for a file with no record.
-fn build(
+/// Builds the skeleton of one session from its records' index (the
+/// session file's and its subagents', `rel` naming each file).
+/// `None` for a file with no record.
+fn build<'a>(
     file: &str,
-    main: &Lines,
-    subs: &[(String, Lines)],
-    warnings: &mut Vec<String>,
-) -> Result<Option<Conversation>> {
-    let mut tools = HashMap::new();
-    let mut items: Vec<Item<'_>> = Vec::new();
-    let files =
-        std::iter::once((None, main)).chain(subs.iter().map(|(f, l)| (Some(f.as_str()), l)));
-    for (f, lines) in files {
-        for rec in &lines.records {
-            let what = classify(rec, &mut tools);
-            let uuid = rec.str("uuid");
-            let parent = rec
-                .str("parentUuid")
-                .or_else(|| rec.str("logicalParentUuid"));
-            let sidechain =
-                f.is_some() || rec.get("isSidechain").and_then(Value::as_bool) == Some(true);
-            items.push(Item {
-                rec,
-                file: f,
-                what,
-                uuid,
-                parent,
-                sidechain,
-            });
-        }
-    }
+    ix: Indexer,
+    sources: Sources<'a>,
+    rel: Vec<Option<String>>,
+    mut warnings: Vec<String>,
+) -> Result<Option<Session<'a>>> {
+    let Indexer {
+        mut items,
+        custom_title,
+        summary,
+        typed_title,
+        any_title,
+        first: firsts,
+        ..
+    } = ix;
     if items.is_empty() {
         return Ok(None);
     }
-    let where_ = |it: &Item<'_>| match it.file {
-        Some(f) => format!("{file} ({f}):{}", it.rec.line),
-        None => format!("{file}:{}", it.rec.line),
+    let where_ = |it: &Item| match rel.get(it.at.file as usize).cloned().flatten() {
+        Some(f) => format!("{file} ({f}):{}", it.at.line),
+        None => format!("{file}:{}", it.at.line),
     };
 
-    // The uuid tree, over items.
-    let mut by_uuid: HashMap<&str, usize> = HashMap::new();
-    for (i, it) in items.iter_mut().enumerate() {
-        if let Some(u) = it.uuid {
-            if by_uuid.contains_key(u) {
-                warnings.push(format!(
-                    "{}: uuid {u} was already used; this record is kept but not linked",
-                    where_(it)
-                ));
-                it.what = What::Carrier;
-                it.uuid = None;
-            } else {
-                by_uuid.insert(u, i);
+    // The uuid tree, over items: a uuid used twice links its first record.
+    let mut dups = Vec::new();
+    {
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for (i, it) in items.iter().enumerate() {
+            if let Some(u) = it.uuid.as_deref()
+                && !seen.insert(u)
+            {
+                dups.push(i);
             }
         }
     }
+    for &i in &dups {
+        let it = &items[i];
+        warnings.push(format!(
+            "{}: uuid {} was already used; this record is kept but not linked",
+            where_(it),
+            it.uuid.as_deref().unwrap_or("")
+        ));
+    }
+    for &i in &dups {
+        items[i].what = Kind::Carrier;
+        items[i].uuid = None;
+    }
     let mut up: Vec<Option<usize>> = vec![None; items.len()];
-    for i in 0..items.len() {
-        let (Some(_), Some(p)) = (items[i].uuid, items[i].parent) else {
-            continue;
-        };
-        match by_uuid.get(p) {
-            Some(&j) => up[i] = Some(j),
-            None => warnings.push(format!(
-                "{}: parentUuid {p} is not in the session; it starts a new root",
-                where_(&items[i])
-            )),
+    {
+        let mut by_uuid: HashMap<&str, usize> = HashMap::new();
+        for (i, it) in items.iter().enumerate() {
+            if let Some(u) = it.uuid.as_deref() {
+                by_uuid.insert(u, i);
+            }
+        }
+        for (i, it) in items.iter().enumerate() {
+            let (Some(_), Some(p)) = (it.uuid.as_deref(), it.parent.as_deref()) else {
+                continue;
+            };
+            match by_uuid.get(p) {
+                Some(&j) => up[i] = Some(j),
+                None => warnings.push(format!(
+                    "{}: parentUuid {p} is not in the session; it starts a new root",
+                    where_(it)
+                )),
+            }
         }
     }
     if let Some(cycle) = crate::tree::find_cycle(&up) {
         let ids: Vec<String> = cycle
             .iter()
-            .map(|&i| items[i].uuid.unwrap_or("?").to_owned())
+            .map(|&i| items[i].uuid.as_deref().unwrap_or("?").to_owned())
             .collect();
         let first = &items[cycle[0]];
         return Err(Error::new(
@@ -381,14 +520,14 @@ fn build(
                 crate::tree::show_cycle(&ids)
             ),
         )
-        .at_line(first.rec.line, 1));
+        .at_line(first.at.line as usize, 1));
     }
 
     // Messages, in item order, each with its parent message.
     let mut msg_of: Vec<Option<usize>> = vec![None; items.len()];
     let mut item_of: Vec<usize> = Vec::new();
     for (i, it) in items.iter().enumerate() {
-        if matches!(it.what, What::Msg { .. }) {
+        if matches!(it.what, Kind::Msg { .. }) {
             msg_of[i] = Some(item_of.len());
             item_of.push(i);
         }
@@ -404,6 +543,7 @@ fn build(
             at = up[j];
         }
     }
+    drop(up);
     // Roots after the first are linked to the message written before them.
     let mut linked = vec![false; item_of.len()];
     let mut first_root = true;
@@ -417,7 +557,7 @@ fn build(
                 linked[m] = true;
             }
         }
-        if items[i].file.is_none() && !items[i].sidechain {
+        if !items[i].sub && !items[i].sidechain {
             last_main = Some(m);
         }
     }
@@ -425,13 +565,13 @@ fn build(
     // item order: link their roots to the last session message written
     // before them instead.
     for (m, &i) in item_of.iter().enumerate() {
-        if linked[m] && items[i].file.is_some() {
-            let t = time_of(items[i].rec);
+        if linked[m] && items[i].sub {
+            let t = items[i].time;
             let before = item_of
                 .iter()
                 .enumerate()
-                .filter(|&(_, &j)| items[j].file.is_none() && !items[j].sidechain)
-                .filter(|&(_, &j)| match (t, time_of(items[j].rec)) {
+                .filter(|&(_, &j)| !items[j].sub && !items[j].sidechain)
+                .filter(|&(_, &j)| match (t, items[j].time) {
                     (Some(a), Some(b)) => b <= a,
                     _ => true,
                 })
@@ -442,32 +582,32 @@ fn build(
     }
 
     // Records ride with the message before them in their file.
-    let mut recs: Vec<Vec<Value>> = vec![Vec::new(); item_of.len()];
+    let mut recs: Vec<Vec<RecRef>> = vec![Vec::new(); item_of.len()];
     let mut waiting: Vec<usize> = Vec::new();
     let mut holder_needed = false;
-    let mut prev: Option<(Option<&str>, usize)> = None;
+    let mut prev: Option<(u32, usize)> = None;
     for (i, it) in items.iter().enumerate() {
         let owner = match msg_of[i] {
             Some(m) => Some(m),
-            None => prev.filter(|(f, _)| *f == it.file).map(|(_, m)| m),
+            None => prev.filter(|(f, _)| *f == it.at.file).map(|(_, m)| m),
         };
         match owner {
             Some(m) => {
                 for w in waiting.drain(..) {
-                    recs[m].push(items[w].rec.to_value(items[w].file));
+                    recs[m].push(items[w].at);
                 }
-                recs[m].push(it.rec.to_value(it.file));
-                prev = Some((it.file, m));
+                recs[m].push(it.at);
+                prev = Some((it.at.file, m));
             }
             None => waiting.push(i),
         }
-        let next_file = items.get(i + 1).map(|n| n.file);
-        if next_file != Some(it.file) && !waiting.is_empty() {
+        let next_file = items.get(i + 1).map(|n| n.at.file);
+        if next_file != Some(it.at.file) && !waiting.is_empty() {
             // A file ends with records no message of it came before.
             match last_main.or_else(|| item_of.len().checked_sub(1)) {
                 Some(m) => {
                     for w in waiting.drain(..) {
-                        recs[m].push(items[w].rec.to_value(items[w].file));
+                        recs[m].push(items[w].at);
                     }
                 }
                 None => holder_needed = true,
@@ -476,33 +616,20 @@ fn build(
     }
 
     let mut messages: Vec<Message> = Vec::with_capacity(item_of.len() + 1);
+    let mut own: Vec<Option<RecRef>> = Vec::with_capacity(item_of.len() + 1);
+    let mut carried: Vec<Vec<RecRef>> = Vec::with_capacity(item_of.len() + 1);
     let mut order_fix = false;
     for (m, &i) in item_of.iter().enumerate() {
-        let it = &items[i];
-        let What::Msg {
-            role,
-            speaker,
-            to,
-            text,
-            extra,
-        } = &it.what
-        else {
+        let it = &mut items[i];
+        let Kind::Msg { role, speaker, to } = std::mem::replace(&mut it.what, Kind::Carrier) else {
             continue;
         };
-        let mut msg = Message::new(*role, speaker.clone(), text.clone()).at(time_of(it.rec));
-        msg.to = to.clone();
+        let mut msg = Message::new(role, speaker, String::new()).at(it.time);
+        msg.to = to;
         msg.parent = parent_msg[m];
         if msg.parent.is_some_and(|p| p >= m) {
             order_fix = true;
         }
-        msg.model = it
-            .rec
-            .get("message")
-            .and_then(|x| x.get("model"))
-            .and_then(Value::as_str)
-            .filter(|x| *x != "<synthetic>")
-            .map(str::to_owned);
-        msg.extra = extra.clone();
         if it.sidechain {
             msg.extra.insert("sidechain".into(), json!(true));
         }
@@ -510,31 +637,29 @@ fn build(
             msg.extra.insert("linked".into(), json!(true));
         }
         let mut r = std::mem::take(&mut recs[m]);
-        r.sort_by_key(|v| {
-            (
-                v.get("file")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_owned(),
-                v.get("line").and_then(Value::as_u64).unwrap_or(0),
-            )
-        });
-        msg.extra.insert("records".into(), Value::Array(r));
-        msg.key = it.uuid.map(str::to_owned);
+        r.sort_by_key(|a| (a.file, a.line));
+        r.shrink_to_fit();
+        msg.key = it.uuid.as_deref().map(str::to_owned);
         messages.push(msg);
+        own.push(Some(it.at));
+        carried.push(r);
     }
+    drop(recs);
     if holder_needed || messages.is_empty() {
         // Only bookkeeping records so far: one system message holds them.
-        let all: Vec<Value> = items.iter().map(|it| it.rec.to_value(it.file)).collect();
         let mut msg = Message::new(Role::System, "claude-code", "");
-        msg.extra.insert("records".into(), Value::Array(all));
         msg.extra.insert("holder".into(), json!(true));
-        msg.key = Some(format!("records:{}", items[0].rec.line));
-        msg.time = items.iter().find_map(|it| time_of(it.rec));
+        msg.key = Some(format!("records:{}", items[0].at.line));
+        msg.time = items.iter().find_map(|it| it.time);
         messages.push(msg);
+        own.push(None);
+        carried.push(items.iter().map(|it| it.at).collect());
     }
     if order_fix {
-        messages = parents_first(messages);
+        let order = parents_first(&mut messages);
+        own = order.iter().map(|&o| own[o]).collect();
+        let mut slots: Vec<Option<Vec<RecRef>>> = carried.into_iter().map(Some).collect();
+        carried = order.iter().filter_map(|&o| slots[o].take()).collect();
     }
 
     // Intermediate answers: the turn goes on after them.
@@ -556,9 +681,11 @@ fn build(
 
     // Timelines.
     let mut children = vec![0usize; messages.len()];
-    for m in &messages {
+    let mut last_child: Vec<Option<usize>> = vec![None; messages.len()];
+    for (i, m) in messages.iter().enumerate() {
         if let Some(p) = m.parent {
             children[p] += 1;
+            last_child[p] = Some(i);
         }
     }
     let main_leaf = {
@@ -567,11 +694,10 @@ fn build(
             .rposition(|m| !m.extra.contains_key("sidechain"))
             .unwrap_or(messages.len() - 1);
         let mut at = last;
-        while children[at] > 0 {
-            match messages.iter().rposition(|c| c.parent == Some(at)) {
-                Some(c) => at = c,
-                None => break,
-            }
+        let mut steps = 0;
+        while let Some(c) = last_child[at].filter(|_| steps <= messages.len()) {
+            at = c;
+            steps += 1;
         }
         at
     };
@@ -597,39 +723,20 @@ fn build(
     }
 
     // Title, id, metadata.
-    let mut title = None;
-    let mut summary = None;
-    for it in &items {
-        match it.rec.str("type") {
-            Some("custom-title") => title = it.rec.str("customTitle").map(str::to_owned),
-            Some("summary") => summary = it.rec.str("summary").map(str::to_owned),
-            _ => {}
-        }
-    }
-    let title = title.or(summary).or_else(|| {
-        messages
-            .iter()
-            .filter(|m| m.role == Role::User && !m.extra.contains_key("sidechain"))
-            .filter(|m| !m.extra.contains_key("compact_summary"))
-            .find(|m| !records::is_injected(&m.text))
-            .and_then(|m| records::title_of(&m.text))
-    });
-    let first = |k: &str| {
-        items
-            .iter()
-            .filter(|it| it.file.is_none())
-            .find_map(|it| it.rec.str(k))
-            .map(str::to_owned)
-    };
-    let id = first("sessionId").or_else(|| {
+    let title = custom_title
+        .or(summary)
+        .or(typed_title.flatten())
+        .or(any_title.flatten());
+    let [session_id, ..] = &firsts;
+    let id = session_id.clone().or_else(|| {
         Path::new(file)
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
     });
     let mut meta = Map::new();
-    for k in ["sessionId", "cwd", "version", "gitBranch"] {
-        if let Some(v) = first(k) {
-            meta.insert(k.into(), json!(v));
+    for (k, v) in FIRST_KEYS.iter().zip(&firsts) {
+        if let Some(v) = v {
+            meta.insert((*k).into(), json!(v));
         }
     }
     meta.insert(
@@ -641,14 +748,27 @@ fn build(
                 .unwrap_or_default()
         ),
     );
-    Ok(Some(Conversation {
-        id,
-        title,
-        agent: Some("claude-code".into()),
-        created_at: items.iter().find_map(|it| time_of(it.rec)),
-        meta,
-        messages,
-        timelines,
+    let created_at = items.iter().find_map(|it| it.time);
+    drop(items);
+    Ok(Some(Session {
+        conv: Conversation {
+            id,
+            title,
+            agent: Some("claude-code".into()),
+            created_at,
+            meta,
+            messages,
+            timelines,
+        },
+        warnings,
+        records: records::Stored {
+            sources,
+            rel,
+            own,
+            carried,
+            fill,
+            failed: None,
+        },
     }))
 }
 
@@ -657,8 +777,8 @@ fn time_of(rec: &Record) -> Option<i64> {
 }
 
 /// Reorders messages so parents come before children (keeping file order
-/// otherwise), renumbering parents.
-fn parents_first(messages: Vec<Message>) -> Vec<Message> {
+/// otherwise), renumbering parents; returns the old index of each.
+fn parents_first(messages: &mut Vec<Message>) -> Vec<usize> {
     let n = messages.len();
     let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut roots = Vec::new();
@@ -678,15 +798,16 @@ fn parents_first(messages: Vec<Message>) -> Vec<Message> {
     for (new, &old) in order.iter().enumerate() {
         new_of[old] = new;
     }
-    let mut slots: Vec<Option<Message>> = messages.into_iter().map(Some).collect();
-    order
+    let mut slots: Vec<Option<Message>> = std::mem::take(messages).into_iter().map(Some).collect();
+    *messages = order
         .iter()
         .filter_map(|&old| {
             let mut m = slots[old].take()?;
             m.parent = m.parent.map(|p| new_of[p]);
             Some(m)
         })
-        .collect()
+        .collect();
+    order
 }
 
 /// Whether a file looks like a Claude Code transcript (its first records).

@@ -41,7 +41,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records::{self, Lines, Record};
+use crate::records::{self, RecRef, Record, Session, Sources};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -56,13 +56,13 @@ impl crate::Reader for Codex {
     }
 
     fn read_bytes(&self, file: &str, bytes: &[u8]) -> Result<Read> {
-        let lines = records::read(file, bytes)?;
-        let mut warnings = lines.warnings.clone();
-        let conv = build(file, &lines, &mut warnings);
-        Ok(Read {
-            conversations: conv.into_iter().collect(),
-            warnings,
-        })
+        let mut ix = Indexer::default();
+        let mut sources = Sources::new();
+        let warnings = sources.scan_bytes(file, bytes, |f, rec| {
+            ix.add(f, rec);
+            Ok(())
+        })?;
+        read_whole(build(file, ix, sources, warnings))
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -73,14 +73,39 @@ impl crate::Reader for Codex {
         };
         let mut out = Read::default();
         for f in files {
-            let name = f.display().to_string();
-            let lines = records::read_path(&f)?;
-            out.warnings.extend(lines.warnings.iter().cloned());
-            out.conversations
-                .extend(build(&name, &lines, &mut out.warnings));
+            let got = read_whole(open_rollout(&f)?)?;
+            out.warnings.extend(got.warnings);
+            out.conversations.extend(got.conversations);
         }
         Ok(out)
     }
+}
+
+fn read_whole(session: Option<Session<'_>>) -> Result<Read> {
+    match session {
+        Some(s) => {
+            let (conv, warnings) = s.read_all()?;
+            Ok(Read {
+                conversations: vec![conv],
+                warnings,
+            })
+        }
+        None => Ok(Read::default()),
+    }
+}
+
+/// Indexes one rollout (an import's first pass: one record in memory at a
+/// time); `None` for a file with no record. The messages are read again one
+/// at a time from the file ([`Session`]).
+pub fn open_rollout(path: &Path) -> Result<Option<Session<'static>>> {
+    let name = path.display().to_string();
+    let mut ix = Indexer::default();
+    let mut sources = Sources::new();
+    let warnings = sources.scan_path(path, |f, rec| {
+        ix.add(f, rec);
+        Ok(())
+    })?;
+    Ok(build(&name, ix, sources, warnings))
 }
 
 /// Every rollout under `dir` (`$CODEX_HOME`, its `sessions/`, a day's
@@ -105,150 +130,215 @@ fn item(rec: &Record) -> Option<(&str, &Map<String, Value>)> {
     }
 }
 
-fn build(file: &str, lines: &Lines, warnings: &mut Vec<String>) -> Option<Conversation> {
-    let _ = warnings;
-    if lines.records.is_empty() {
-        return None;
+/// The message a record is, if any: its role, speaker, `to` and extras,
+/// its text only when `text` (for a user's message, always: whether Codex
+/// injected it is read from it). `calls` maps call ids to tool names.
+fn message_of(
+    rec: &Record,
+    calls: &mut HashMap<String, String>,
+    model: &Option<String>,
+    text: bool,
+) -> Option<Message> {
+    let (ty, p) = item(rec)?;
+    let s = |k: &str| p.get(k).and_then(Value::as_str);
+    let or_empty = |f: &dyn Fn() -> String| if text { f() } else { String::new() };
+    match (ty, s("type")) {
+        ("response_item", Some("message")) => {
+            let role = s("role");
+            let content = p.get("content").unwrap_or(&Value::Null);
+            match role {
+                Some("user") => {
+                    let t = records::content_text(content);
+                    (!records::is_injected(&t)).then(|| Message::new(Role::User, "user", t))
+                }
+                Some("assistant") => Some(
+                    Message::new(
+                        Role::Assistant,
+                        "codex",
+                        or_empty(&|| records::content_text(content)),
+                    )
+                    .with_model(model.clone()),
+                ),
+                _ => None,
+            }
+        }
+        ("response_item", Some(t @ ("function_call" | "custom_tool_call"))) => {
+            let name = s("name").unwrap_or("tool").to_owned();
+            if let Some(c) = s("call_id") {
+                calls.insert(c.to_owned(), name.clone());
+            }
+            let body = or_empty(&|| {
+                let input = if t == "function_call" {
+                    let args = s("arguments").unwrap_or("");
+                    serde_json::from_str(args).unwrap_or_else(|_| json!(args))
+                } else {
+                    p.get("input").cloned().unwrap_or(Value::Null)
+                };
+                records::tool_call_text(&name, &input)
+            });
+            let mut m = Message::new(Role::ToolCall, "codex", body)
+                .with_model(model.clone())
+                .with_extra("call_id", p.get("call_id").cloned().unwrap_or(Value::Null));
+            m.to = Some(name);
+            Some(m)
+        }
+        ("response_item", Some(t @ ("local_shell_call" | "web_search_call"))) => {
+            let name = if t == "local_shell_call" {
+                "shell"
+            } else {
+                "web_search"
+            };
+            if let Some(c) = s("call_id") {
+                calls.insert(c.to_owned(), name.to_owned());
+            }
+            let body = or_empty(&|| {
+                let action = p.get("action").cloned().unwrap_or(Value::Null);
+                match action.get("query").and_then(Value::as_str) {
+                    Some(q) => format!("search {q}"),
+                    None => records::tool_call_text(name, &action),
+                }
+            });
+            let mut m = Message::new(Role::ToolCall, "codex", body)
+                .with_model(model.clone())
+                .with_extra("call_id", p.get("call_id").cloned().unwrap_or(Value::Null));
+            m.to = Some(name.to_owned());
+            Some(m)
+        }
+        ("response_item", Some("function_call_output" | "custom_tool_call_output")) => {
+            let call = s("call_id").unwrap_or("");
+            let name = calls.get(call).cloned().unwrap_or_else(|| "tool".into());
+            let out = or_empty(&|| match p.get("output") {
+                Some(Value::String(o)) => o.clone(),
+                Some(Value::Object(o)) => o
+                    .get("content")
+                    .or_else(|| o.get("output"))
+                    .map(records::content_text)
+                    .unwrap_or_default(),
+                Some(other) => records::content_text(other),
+                None => String::new(),
+            });
+            Some(Message::new(Role::Tool, name, out).with_extra("call_id", json!(call)))
+        }
+        _ => None,
     }
-    let mut messages: Vec<Message> = Vec::new();
-    let mut calls: HashMap<String, String> = HashMap::new();
-    let mut model: Option<String> = None;
-    let mut waiting: Vec<Value> = Vec::new();
-    let mut meta = Map::new();
-    let mut id = None;
-    let mut created = None;
-    for rec in &lines.records {
+}
+
+/// Fills a skeleton message from its record (see [`records::Stored::fill`]).
+fn fill(m: &mut Message, rec: &Record) {
+    if let Some(full) = message_of(rec, &mut HashMap::new(), &None, true) {
+        m.text = full.text;
+        m.extra.extend(full.extra);
+    }
+}
+
+/// What the first pass keeps of a rollout.
+#[derive(Default)]
+struct Indexer {
+    messages: Vec<Message>,
+    own: Vec<Option<RecRef>>,
+    carried: Vec<Vec<RecRef>>,
+    waiting: Vec<RecRef>,
+    calls: HashMap<String, String>,
+    model: Option<String>,
+    meta: Map<String, Value>,
+    id: Option<String>,
+    created: Option<i64>,
+    title: Option<Option<String>>,
+    first_line: Option<usize>,
+}
+
+impl Indexer {
+    fn add(&mut self, file: u32, rec: Record) {
         let time = rec.str("timestamp").and_then(crate::json::iso_to_millis);
-        created = created.or(time);
-        let mut msg: Option<Message> = None;
-        if let Some((ty, p)) = item(rec) {
+        self.created = self.created.or(time);
+        self.first_line.get_or_insert(rec.line);
+        if let Some((ty, p)) = item(&rec) {
             let s = |k: &str| p.get(k).and_then(Value::as_str);
             match (ty, s("type")) {
                 ("session_meta", _) => {
-                    id = id.or_else(|| s("id").map(str::to_owned));
+                    self.id = self.id.take().or_else(|| s("id").map(str::to_owned));
                     for k in ["id", "cwd", "cli_version", "originator", "model_provider"] {
                         if let Some(v) = p.get(k) {
-                            meta.entry(k).or_insert_with(|| v.clone());
+                            self.meta.entry(k).or_insert_with(|| v.clone());
                         }
                     }
                 }
-                ("turn_context", _) => model = s("model").map(str::to_owned).or(model),
+                ("turn_context", _) => {
+                    if let Some(m) = s("model") {
+                        self.model = Some(m.to_owned());
+                    }
+                }
                 ("event_msg", Some("token_count")) => {
                     let usage = p
                         .get("info")
                         .and_then(|i| i.get("last_token_usage"))
                         .cloned();
-                    if let (Some(u), Some(last)) = (usage, messages.last_mut())
+                    if let (Some(u), Some(last)) = (usage, self.messages.last_mut())
                         && matches!(last.role, Role::Assistant | Role::ToolCall)
                         && !last.extra.contains_key("usage")
                     {
                         last.extra.insert("usage".into(), u);
                     }
                 }
-                ("response_item", Some("message")) => {
-                    let text = records::content_text(p.get("content").unwrap_or(&Value::Null));
-                    match s("role") {
-                        Some("user") if !records::is_injected(&text) => {
-                            msg = Some(Message::new(Role::User, "user", text));
-                        }
-                        Some("assistant") => {
-                            msg = Some(
-                                Message::new(Role::Assistant, "codex", text)
-                                    .with_model(model.clone()),
-                            );
-                        }
-                        _ => {}
-                    }
-                }
-                ("response_item", Some(t @ ("function_call" | "custom_tool_call"))) => {
-                    let name = s("name").unwrap_or("tool").to_owned();
-                    if let Some(c) = s("call_id") {
-                        calls.insert(c.to_owned(), name.clone());
-                    }
-                    let input = if t == "function_call" {
-                        let args = s("arguments").unwrap_or("");
-                        serde_json::from_str(args).unwrap_or_else(|_| json!(args))
-                    } else {
-                        p.get("input").cloned().unwrap_or(Value::Null)
-                    };
-                    let mut m = Message::new(
-                        Role::ToolCall,
-                        "codex",
-                        records::tool_call_text(&name, &input),
-                    )
-                    .with_model(model.clone())
-                    .with_extra("call_id", p.get("call_id").cloned().unwrap_or(Value::Null));
-                    m.to = Some(name);
-                    msg = Some(m);
-                }
-                ("response_item", Some(t @ ("local_shell_call" | "web_search_call"))) => {
-                    let action = p.get("action").cloned().unwrap_or(Value::Null);
-                    let name = if t == "local_shell_call" {
-                        "shell"
-                    } else {
-                        "web_search"
-                    };
-                    if let Some(c) = s("call_id") {
-                        calls.insert(c.to_owned(), name.to_owned());
-                    }
-                    let text = match action.get("query").and_then(Value::as_str) {
-                        Some(q) => format!("search {q}"),
-                        None => records::tool_call_text(name, &action),
-                    };
-                    let mut m = Message::new(Role::ToolCall, "codex", text)
-                        .with_model(model.clone())
-                        .with_extra("call_id", p.get("call_id").cloned().unwrap_or(Value::Null));
-                    m.to = Some(name.to_owned());
-                    msg = Some(m);
-                }
-                ("response_item", Some("function_call_output" | "custom_tool_call_output")) => {
-                    let call = s("call_id").unwrap_or("");
-                    let name = calls.get(call).cloned().unwrap_or_else(|| "tool".into());
-                    let out = match p.get("output") {
-                        Some(Value::String(o)) => o.clone(),
-                        Some(Value::Object(o)) => o
-                            .get("content")
-                            .or_else(|| o.get("output"))
-                            .map(records::content_text)
-                            .unwrap_or_default(),
-                        Some(other) => records::content_text(other),
-                        None => String::new(),
-                    };
-                    msg = Some(
-                        Message::new(Role::Tool, name, out).with_extra("call_id", json!(call)),
-                    );
-                }
                 _ => {}
             }
         }
-        match msg {
+        let at = rec.at(file);
+        match message_of(&rec, &mut self.calls, &self.model, false) {
             Some(mut m) => {
-                m.time = time;
-                m.parent = messages.len().checked_sub(1);
-                m.key = Some(rec.line.to_string());
-                let mut r = std::mem::take(&mut waiting);
-                r.push(rec.to_value(None));
-                m.extra.insert("records".into(), Value::Array(r));
-                messages.push(m);
-            }
-            None => match messages.last_mut() {
-                Some(last) => {
-                    if let Some(Value::Array(r)) = last.extra.get_mut("records") {
-                        r.push(rec.to_value(None));
-                    }
+                if m.role == Role::User && self.title.is_none() {
+                    self.title = Some(records::title_of(&m.text));
                 }
-                None => waiting.push(rec.to_value(None)),
+                m.text = String::new();
+                m.extra.clear();
+                m.time = time;
+                m.parent = self.messages.len().checked_sub(1);
+                m.key = Some(rec.line.to_string());
+                let mut r = std::mem::take(&mut self.waiting);
+                r.push(at);
+                self.messages.push(m);
+                self.own.push(Some(at));
+                self.carried.push(r);
+            }
+            None => match self.carried.last_mut() {
+                Some(r) => r.push(at),
+                None => self.waiting.push(at),
             },
         }
+    }
+}
+
+fn build<'a>(
+    file: &str,
+    ix: Indexer,
+    sources: Sources<'a>,
+    warnings: Vec<String>,
+) -> Option<Session<'a>> {
+    let Indexer {
+        mut messages,
+        mut own,
+        mut carried,
+        waiting,
+        mut meta,
+        id,
+        created,
+        title,
+        first_line,
+        ..
+    } = ix;
+    first_line?;
+    for r in &mut carried {
+        r.shrink_to_fit();
     }
     if !waiting.is_empty() {
         // Nothing but bookkeeping so far: one system message holds it.
         let mut m = Message::new(Role::System, "codex", "");
         m.time = created;
         m.key = Some("records".into());
-        m.extra.insert("records".into(), Value::Array(waiting));
         m.extra.insert("holder".into(), json!(true));
         messages.push(m);
+        own.push(None);
+        carried.push(waiting);
     }
     let n = messages.len();
     for i in 0..n {
@@ -263,10 +353,6 @@ fn build(file: &str, lines: &Lines, warnings: &mut Vec<String>) -> Option<Conver
             m.extra.insert("intermediate".into(), json!(true));
         }
     }
-    let title = messages
-        .iter()
-        .find(|m| m.role == Role::User)
-        .and_then(|m| records::title_of(&m.text));
     meta.insert(
         "file".into(),
         json!(
@@ -281,17 +367,28 @@ fn build(file: &str, lines: &Lines, warnings: &mut Vec<String>) -> Option<Conver
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
     });
-    Some(Conversation {
-        id,
-        title,
-        agent: Some("codex".into()),
-        created_at: created,
-        meta,
-        timelines: vec![Timeline {
-            name: "main".into(),
-            leaf: n.checked_sub(1),
-        }],
-        messages,
+    Some(Session {
+        conv: Conversation {
+            id,
+            title: title.flatten(),
+            agent: Some("codex".into()),
+            created_at: created,
+            meta,
+            timelines: vec![Timeline {
+                name: "main".into(),
+                leaf: n.checked_sub(1),
+            }],
+            messages,
+        },
+        warnings,
+        records: records::Stored {
+            sources,
+            rel: vec![None],
+            own,
+            carried,
+            fill,
+            failed: None,
+        },
     })
 }
 

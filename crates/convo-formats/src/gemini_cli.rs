@@ -125,6 +125,7 @@ fn read_one(file: &str, bytes: &[u8]) -> Result<Read> {
         meta.remove("messages");
         let mut recs = vec![Record {
             line: 0,
+            offset: 0,
             raw: String::new(),
             value: Some(meta),
         }];
@@ -132,6 +133,7 @@ fn read_one(file: &str, bytes: &[u8]) -> Result<Read> {
             if let Value::Object(m) = m {
                 recs.push(Record {
                     line: i + 1,
+                    offset: 0,
                     raw: String::new(),
                     value: Some(m),
                 });

@@ -161,7 +161,12 @@ pub fn derived_title(conv: &Conversation) -> Option<String> {
         .messages
         .iter()
         .find(|m| m.role == crate::model::Role::User)?;
-    let line = first.text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    title_of_text(&first.text)
+}
+
+/// [`derived_title`] of a first user message's text.
+pub fn title_of_text(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
     let line: String = line.chars().filter(|c| !c.is_control()).collect();
     if line.chars().count() <= 60 {
         return Some(line);
@@ -174,6 +179,35 @@ pub fn derived_title(conv: &Conversation) -> Option<String> {
     Some(format!("{}…", cut.trim_end()))
 }
 
+/// Messages read on demand: the second pass of an import that did not
+/// keep its messages ([`import_lazy`]). The conversation given beside it is
+/// a skeleton: every message's parent, role, speaker, `to`, time and key,
+/// its text and extra left empty.
+pub trait Loader {
+    /// Message `i` whole (its text, model and extra, records included),
+    /// from its skeleton.
+    fn load(&mut self, i: usize, skeleton: &Message) -> Result<Message, StoreError>;
+    /// The `(file, line)` of the records message `i` carries, without
+    /// reading them.
+    fn record_ids(&self, i: usize) -> Vec<(String, u64)>;
+}
+
+/// A conversation held whole is its own loader.
+struct Whole<'a>(&'a Conversation);
+
+impl Loader for Whole<'_> {
+    fn load(&mut self, i: usize, _: &Message) -> Result<Message, StoreError> {
+        Ok(self.0.messages[i].clone())
+    }
+
+    fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
+        message_records(&self.0.messages[i].extra)
+            .iter()
+            .map(record_id)
+            .collect()
+    }
+}
+
 /// Imports one conversation inside an open transaction.
 pub fn import_one(
     l: &mut Ledger<'_>,
@@ -182,10 +216,27 @@ pub fn import_one(
     agent: Option<&str>,
     now: Millis,
 ) -> Result<Outcome, StoreError> {
+    import_lazy(l, format, conv, &mut Whole(conv), agent, now)
+}
+
+/// Imports one conversation inside an open transaction, loading each
+/// message from `loader` just before its node is written and dropping it
+/// after: `skeleton` holds the tree (see [`Loader`]), so memory follows the
+/// largest message, not the conversation. Nodes are written in batches of
+/// at most [`BATCH_NODES`] nodes or [`BATCH_BYTES`] bytes.
+pub fn import_lazy(
+    l: &mut Ledger<'_>,
+    format: &str,
+    skeleton: &Conversation,
+    loader: &mut dyn Loader,
+    agent: Option<&str>,
+    now: Millis,
+) -> Result<Outcome, StoreError> {
+    let conv = skeleton;
     let id = session_id(format, conv);
     if l.tx().session(&id)?.is_some() {
         if conv.messages.iter().any(|m| m.key.is_some()) {
-            return import_more(l, &id, conv, now);
+            return import_more(l, &id, conv, loader, now);
         }
         return Ok(Outcome::Existing { id });
     }
@@ -208,13 +259,7 @@ pub fn import_one(
         .iter()
         .skip(1)
         .any(|p| !p.is_empty() && p.first().copied() != main_root);
-    let meta = conv.meta.clone();
     let source = json!({"format": format, "id": conv.id});
-    let ctx = Mapper {
-        agent: &agent,
-        created,
-        anchored,
-    };
     let mut outcome_title = conv.title.clone();
     if outcome_title.is_none() && conv.messages.iter().any(|m| m.key.is_some()) {
         outcome_title = title.clone();
@@ -226,54 +271,82 @@ pub fn import_one(
     let mut branches = 0;
     let mut names: HashSet<String> = HashSet::new();
     for (t, path) in paths.iter().enumerate() {
-        let mut drafts = ctx.drafts(conv, path)?;
+        let mut cur = Cursor::start(created);
+        let mut lead = Vec::new();
+        if anchored {
+            lead.push((None, synthetic(Kind::Invoke, "platform", &agent, cur.time)?));
+            cur.open = true;
+        }
         if t == 0 {
-            if let Some((_, first)) = drafts.first_mut() {
-                first.diagnostics = with_conversation(&first.diagnostics, &meta, &source)?;
-            }
-            let main = BranchName::main();
-            names.insert("main".into());
-            let hashes = l.append_many(&id, &main, &drafts_only(&drafts))?;
-            for ((msg, _), h) in drafts.iter().zip(&hashes) {
-                match msg {
-                    Some(i) => {
-                        written.insert(*i, *h);
-                    }
-                    None if anchor.is_none() && anchored => anchor = Some(*h),
-                    None => {}
+            let mut meta = Some(&conv.meta);
+            let mut first = |d: &mut Draft| {
+                if let Some(meta) = meta.take() {
+                    d.diagnostics = with_conversation(&d.diagnostics, meta, &source)?;
                 }
-            }
-            nodes += hashes.len();
+                Ok(())
+            };
+            names.insert("main".into());
+            let w = Writing {
+                branch: BranchName::main(),
+                fork: None,
+            };
+            nodes += w.write(
+                l,
+                &id,
+                conv,
+                &agent,
+                cur,
+                lead,
+                path,
+                loader,
+                &mut first,
+                &mut |m, s| match m {
+                    Some(i) => {
+                        written.insert(i, s.hash);
+                    }
+                    None if anchor.is_none() && anchored => anchor = Some(s.hash),
+                    None => {}
+                },
+            )?;
             branches += 1;
             continue;
         }
         // The deepest message of this path already in the store.
         let shared = path.iter().rposition(|i| written.contains_key(i));
-        let (point, rest_from) = match shared {
+        let (point, rest) = match shared {
             Some(k) => {
-                let pos = drafts
-                    .iter()
-                    .position(|(m, _)| *m == Some(path[k]))
-                    .map_or(drafts.len(), |p| p + 1);
-                (written[&path[k]], pos)
+                // Where the timeline stands after it, from the skeleton.
+                for &i in &path[..=k] {
+                    step(&agent, &mut cur, i, &conv.messages[i], &mut Vec::new())?;
+                }
+                (written[&path[k]], &path[k + 1..])
             }
             None => match anchor {
-                Some(a) => (a, usize::from(ctx.anchored)),
+                Some(a) => (a, &path[..]),
                 None => continue,
             },
         };
         let name = branch_name(&conv.timelines[t].name, &mut names);
-        let rest = drafts.split_off(rest_from.min(drafts.len()));
-        let fork_time = rest.first().map_or(created, |(_, d)| d.created_at);
-        let prefix = HashPrefix::parse(&point.to_hex()).map_err(StoreError::invalid)?;
-        l.fork(&id, &prefix, &name, fork_time)?;
-        let hashes = l.append_many(&id, &name, &drafts_only(&rest))?;
-        for ((msg, _), h) in rest.iter().zip(&hashes) {
-            if let Some(i) = msg {
-                written.insert(*i, *h);
-            }
-        }
-        nodes += hashes.len() + 1;
+        let w = Writing {
+            branch: name,
+            fork: Some((point, created)),
+        };
+        nodes += w.write(
+            l,
+            &id,
+            conv,
+            &agent,
+            cur,
+            Vec::new(),
+            rest,
+            loader,
+            &mut |_| Ok(()),
+            &mut |m, s| {
+                if let Some(i) = m {
+                    written.insert(i, s.hash);
+                }
+            },
+        )?;
         branches += 1;
     }
     Ok(Outcome::Created {
@@ -282,6 +355,90 @@ pub fn import_one(
         nodes,
         branches,
     })
+}
+
+/// At most this many nodes are built before they are written.
+pub const BATCH_NODES: usize = 256;
+/// At most this many payload and diagnostics bytes are built before they
+/// are written (one larger message is written alone).
+pub const BATCH_BYTES: usize = 4 << 20;
+
+/// Where [`Writing::write`] appends: a branch, forked first from a node
+/// (at the time of its first draft, else the given time) when `fork` is set.
+struct Writing {
+    branch: BranchName,
+    fork: Option<(NodeHash, Millis)>,
+}
+
+impl Writing {
+    /// Appends `lead`, then the messages of `path` loaded one at a time,
+    /// in bounded batches; `first` sees the first draft before it is
+    /// written, `done` every node written with the message it records.
+    /// Returns the nodes written (the fork included).
+    #[allow(clippy::too_many_arguments)]
+    fn write(
+        mut self,
+        l: &mut Ledger<'_>,
+        id: &SessionId,
+        conv: &Conversation,
+        agent: &str,
+        mut cur: Cursor,
+        lead: Vec<(Option<usize>, Draft)>,
+        path: &[usize],
+        loader: &mut dyn Loader,
+        first: &mut dyn FnMut(&mut Draft) -> Result<(), StoreError>,
+        done: &mut dyn FnMut(Option<usize>, &convo_store::StoredNode),
+    ) -> Result<usize, StoreError> {
+        let mut batch: Vec<(Option<usize>, Draft)> = lead;
+        let mut bytes = 0;
+        let mut nodes = 0;
+        let mut started = false;
+        let mut flush = |this: &mut Self,
+                         l: &mut Ledger<'_>,
+                         batch: &mut Vec<(Option<usize>, Draft)>,
+                         started: &mut bool|
+         -> Result<(), StoreError> {
+            if !*started {
+                if let Some((_, d)) = batch.first_mut() {
+                    first(d)?;
+                }
+                *started = true;
+            }
+            if let Some((point, time)) = this.fork.take() {
+                let at = batch.first().map_or(time, |(_, d)| d.created_at);
+                let prefix = HashPrefix::parse(&point.to_hex())
+                    .map_err(StoreError::invalid)?;
+                l.fork(id, &prefix, &this.branch, at)?;
+                nodes += 1;
+            }
+            if batch.is_empty() {
+                return Ok(());
+            }
+            let (msgs, drafts): (Vec<Option<usize>>, Vec<Draft>) = batch.drain(..).unzip();
+            let stored = l.append_many_nodes(id, &this.branch, &drafts)?;
+            drop(drafts);
+            for (m, s) in msgs.into_iter().zip(&stored) {
+                done(m, s);
+            }
+            nodes += stored.len();
+            Ok(())
+        };
+        for &i in path {
+            let m = loader.load(i, &conv.messages[i])?;
+            let before = batch.len();
+            step_owned(agent, &mut cur, i, m, &mut batch)?;
+            bytes += batch[before..]
+                .iter()
+                .map(|(_, d)| d.payload.len() + d.diagnostics.as_str().len())
+                .sum::<usize>();
+            if batch.len() >= BATCH_NODES || bytes >= BATCH_BYTES {
+                flush(&mut self, l, &mut batch, &mut started)?;
+                bytes = 0;
+            }
+        }
+        flush(&mut self, l, &mut batch, &mut started)?;
+        Ok(nodes)
+    }
 }
 
 /// The `records` a message carries (see [`crate::records`]): the source
@@ -315,6 +472,7 @@ fn import_more(
     l: &mut Ledger<'_>,
     id: &SessionId,
     conv: &Conversation,
+    loader: &mut dyn Loader,
     now: Millis,
 ) -> Result<Outcome, StoreError> {
     let session = l
@@ -325,13 +483,11 @@ fn import_more(
         HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
     for (n, _) in l.tx().session_nodes(id, false)? {
-        let diag = n.node.diagnostics.to_value();
-        if let Some(k) = diag.get("key").and_then(Value::as_str) {
-            stored.insert(k.to_owned(), (n.hash, n.ctx, n.node.created_at));
+        let (key, ids) = stored_ids(n.node.diagnostics.as_str());
+        if let Some(k) = key {
+            stored.insert(k, (n.hash, n.ctx, n.node.created_at));
         }
-        if let Some(Value::Object(extra)) = diag.get("extra") {
-            have.extend(message_records(extra).iter().map(record_id));
-        }
+        have.extend(ids);
     }
     let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
     let mut names: HashSet<String> = HashSet::new();
@@ -350,23 +506,22 @@ fn import_more(
         }
     }
     let mut active: Option<BranchName> = None;
-    // Records of stored messages that are not stored yet.
+    // Records of stored messages that are not stored yet (only those
+    // messages are read again).
     let mut orphans: Vec<Value> = Vec::new();
-    for m in &conv.messages {
-        if m.key.as_ref().is_some_and(|k| stored.contains_key(k)) {
+    for (i, m) in conv.messages.iter().enumerate() {
+        if m.key.as_ref().is_some_and(|k| stored.contains_key(k))
+            && loader.record_ids(i).iter().any(|r| !have.contains(r))
+        {
+            let full = loader.load(i, m)?;
             orphans.extend(
-                message_records(&m.extra)
+                message_records(&full.extra)
                     .iter()
                     .filter(|r| !have.contains(&record_id(r)))
                     .cloned(),
             );
         }
     }
-    let ctx = Mapper {
-        agent: &session.agent,
-        created: session.created_at,
-        anchored: false,
-    };
     let key_of = |i: usize| conv.messages[i].key.clone();
     let (mut nodes, mut branches) = (0, 0);
     for t in 0..conv.timelines.len() {
@@ -387,53 +542,49 @@ fn import_more(
         };
         let (point, pctx, ptime) = stored[&point_key];
         let start = Cursor::after(&pctx, ptime);
-        let mut drafts = ctx.drafts_from(conv, rest, start)?;
-        if !orphans.is_empty()
-            && let Some((_, first)) = drafts.first_mut()
-        {
-            first.diagnostics = with_records(&first.diagnostics, std::mem::take(&mut orphans))?;
-        }
-        let branch = match heads.remove(&point) {
-            Some(b) => b,
+        let (branch, fork) = match heads.remove(&point) {
+            Some(b) => (b, None),
             None => {
                 let name = branch_name(&format!("alt-{}", names.len()), &mut names);
-                let prefix = HashPrefix::parse(&point.to_hex()).map_err(StoreError::invalid)?;
-                let at = drafts.first().map_or(ptime, |(_, d)| d.created_at);
-                l.fork(id, &prefix, &name, at)?;
-                nodes += 1;
                 branches += 1;
-                name
+                (name, Some((point, ptime)))
             }
         };
-        let hashes = l.append_many(id, &branch, &drafts_only(&drafts))?;
-        nodes += hashes.len();
-        for ((msg, d), h) in drafts.iter().zip(&hashes) {
-            if let Some(key) = msg.and_then(key_of) {
-                stored.insert(
-                    key,
-                    (*h, convo_core::timeline::Context::default(), d.created_at),
-                );
+        let w = Writing {
+            branch: branch.clone(),
+            fork,
+        };
+        let mut first = |d: &mut Draft| {
+            if !orphans.is_empty() {
+                d.diagnostics = with_records(&d.diagnostics, std::mem::take(&mut orphans))?;
             }
-        }
-        // Later timelines branching from these new nodes need their real
-        // contexts: read them back.
-        for h in &hashes {
-            if let Some(n) = l.tx().node(h)?
-                && let Some(k) = n
-                    .node
-                    .diagnostics
-                    .to_value()
-                    .get("key")
-                    .and_then(Value::as_str)
-            {
-                stored.insert(k.to_owned(), (n.hash, n.ctx, n.node.created_at));
-            }
-        }
+            Ok(())
+        };
+        let mut last = None;
+        nodes += w.write(
+            l,
+            id,
+            conv,
+            &session.agent,
+            start,
+            Vec::new(),
+            rest,
+            loader,
+            &mut first,
+            &mut |m, s| {
+                // Later timelines branching from these new nodes need
+                // their contexts.
+                if let Some(k) = m.and_then(key_of) {
+                    stored.insert(k, (s.hash, s.ctx, s.node.created_at));
+                }
+                last = Some(s.hash);
+            },
+        )?;
         if t == 0 {
             active = Some(branch.clone());
         }
-        if let Some(last) = hashes.last() {
-            heads.insert(*last, branch);
+        if let Some(last) = last {
+            heads.insert(last, branch);
         }
     }
     // The transcript's active branch is `main`: a rewind made a new one.
@@ -450,6 +601,48 @@ fn import_more(
         branches,
         pending: orphans.len(),
     })
+}
+
+/// A stored node's message key and the `(file, line)` of the records it
+/// carries, read without building the records' text (a typed parse that
+/// skips `raw`; the value parse when the shape is unexpected).
+fn stored_ids(diagnostics: &str) -> (Option<String>, Vec<(String, u64)>) {
+    #[derive(serde::Deserialize)]
+    struct Diag {
+        key: Option<String>,
+        extra: Option<Extra>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Extra {
+        #[serde(default)]
+        records: Vec<Rec>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Rec {
+        #[serde(default)]
+        file: String,
+        #[serde(default)]
+        line: u64,
+    }
+    match serde_json::from_str::<Diag>(diagnostics) {
+        Ok(d) => (
+            d.key,
+            d.extra
+                .map(|e| e.records.into_iter().map(|r| (r.file, r.line)).collect())
+                .unwrap_or_default(),
+        ),
+        Err(_) => {
+            let diag: Value = serde_json::from_str(diagnostics).unwrap_or(Value::Null);
+            let key = diag.get("key").and_then(Value::as_str).map(str::to_owned);
+            let ids = match diag.get("extra") {
+                Some(Value::Object(extra)) => {
+                    message_records(extra).iter().map(record_id).collect()
+                }
+                _ => Vec::new(),
+            };
+            (key, ids)
+        }
+    }
 }
 
 /// Adds `records` to a draft's `extra.records`, in line order.
@@ -498,10 +691,6 @@ pub fn session_records(
     Ok(out)
 }
 
-fn drafts_only(d: &[(Option<usize>, Draft)]) -> Vec<Draft> {
-    d.iter().map(|(_, d)| d.clone()).collect()
-}
-
 /// A valid, unused branch name for a timeline.
 fn branch_name(want: &str, taken: &mut HashSet<String>) -> BranchName {
     let cleaned: String = want
@@ -544,47 +733,6 @@ fn with_conversation(
         o.insert("import".into(), source.clone());
     }
     Diagnostics::from_value(&v).map_err(StoreError::invalid)
-}
-
-struct Mapper<'a> {
-    agent: &'a str,
-    created: Millis,
-    anchored: bool,
-}
-
-impl Mapper<'_> {
-    /// The drafts for one root-to-leaf path, each with the message it
-    /// records (`None` for a synthetic node). A pure function of the path,
-    /// so two timelines sharing a prefix get the same nodes for it.
-    fn drafts(
-        &self,
-        conv: &Conversation,
-        path: &[usize],
-    ) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
-        self.drafts_from(conv, path, Cursor::start(self.created))
-    }
-
-    /// The drafts for `path` appended after a node where `start` holds.
-    fn drafts_from(
-        &self,
-        conv: &Conversation,
-        path: &[usize],
-        start: Cursor,
-    ) -> Result<Vec<(Option<usize>, Draft)>, StoreError> {
-        let mut out = Vec::with_capacity(path.len() + 1);
-        let mut cur = start;
-        if self.anchored {
-            out.push((
-                None,
-                synthetic(Kind::Invoke, "platform", self.agent, cur.time)?,
-            ));
-            cur.open = true;
-        }
-        for &i in path {
-            step(self.agent, &mut cur, i, &conv.messages[i], &mut out)?;
-        }
-        Ok(out)
-    }
 }
 
 /// Where a timeline stands, for mapping more messages onto its end: whether
@@ -647,6 +795,18 @@ fn step(
     m: &Message,
     out: &mut Vec<(Option<usize>, Draft)>,
 ) -> Result<(), StoreError> {
+    step_owned(agent, cur, i, m.clone(), out)
+}
+
+/// [`step`], moving the message's text and extra into the draft instead
+/// of copying them.
+fn step_owned(
+    agent: &str,
+    cur: &mut Cursor,
+    i: usize,
+    m: Message,
+    out: &mut Vec<(Option<usize>, Draft)>,
+) -> Result<(), StoreError> {
     cur.time = m.time.unwrap_or(cur.time);
     let time = cur.time;
     let (kind, from, to) = match m.role {
@@ -690,23 +850,23 @@ fn step(
     };
     let mut diag = Map::new();
     diag.insert("role".into(), json!(m.role.as_str()));
-    if let Some(model) = &m.model {
+    if let Some(model) = m.model {
         diag.insert("model".into(), json!(model));
     }
     if !m.extra.is_empty() {
-        diag.insert("extra".into(), Value::Object(m.extra.clone()));
+        diag.insert("extra".into(), Value::Object(m.extra));
     }
-    if let Some(key) = &m.key {
+    if let Some(key) = m.key {
         diag.insert("key".into(), json!(key));
     }
-    let diagnostics = Diagnostics::from_value(&Value::Object(diag)).map_err(StoreError::invalid)?;
+    let diagnostics = canonical(Value::Object(diag))?;
     out.push((
         Some(i),
         Draft {
             kind,
             from,
             to,
-            payload: m.text.as_bytes().to_vec(),
+            payload: m.text.into_bytes(),
             diagnostics,
             state: None,
             sequence: None,
@@ -714,6 +874,99 @@ fn step(
         },
     ));
     Ok(())
+}
+
+/// [`Diagnostics::from_value`] (the same canonical text), dropping the
+/// value before the text is kept and keeping the text no larger than it
+/// is: a message's diagnostics carry its source records, as large as the
+/// message.
+fn canonical(v: Value) -> Result<Diagnostics, StoreError> {
+    let mut text = String::new();
+    if !jcs(&v, &mut text) {
+        // A fraction: serde_jcs's number formatting.
+        text = serde_jcs::to_string(&v).map_err(StoreError::invalid)?;
+    }
+    drop(v);
+    text.shrink_to_fit();
+    Ok(Diagnostics::from_stored(text))
+}
+
+/// Writes `v` as RFC 8785 canonical JSON (what serde_jcs writes: keys in
+/// UTF-16 order, minimal string escapes) in one pass with no buffer per
+/// level; `false` (stopping) at a number that is not an integer a double
+/// holds exactly, whose formatting is left to serde_jcs.
+fn jcs(v: &Value, out: &mut String) -> bool {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            // Integers a double holds exactly print the same; the rest
+            // (fractions, beyond 2^53) are formatted as JavaScript does.
+            const EXACT: u64 = 1 << 53;
+            match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) if i.unsigned_abs() <= EXACT => out.push_str(&i.to_string()),
+                (_, Some(u)) if u <= EXACT => out.push_str(&u.to_string()),
+                _ => return false,
+            }
+        }
+        Value::String(s) => jcs_str(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if !jcs(x, out) {
+                    return false;
+                }
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                jcs_str(k, out);
+                out.push(':');
+                if !jcs(&o[k], out) {
+                    return false;
+                }
+            }
+            out.push('}');
+        }
+    }
+    true
+}
+
+fn jcs_str(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        match esc {
+            Some(e) => out.push_str(e),
+            None => out.push_str(&format!("\\u{b:04x}")),
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
 }
 
 fn synthetic(kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, StoreError> {
@@ -800,6 +1053,30 @@ pub fn export(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn canonical_text_is_serde_jcs_text() {
+        let samples = [
+            json!({"b": 1, "a": [true, null, -3, 9007199254740992u64, -9007199254740992i64], "é": "x", "\u{1F600}": "y", "\u{FF21}": 0}),
+            json!({"raw": "{\"k\":\"v\\\\n\"}\u{0}\u{1f}\u{7f}\u{8}\u{c}\n\r\t</script>\u{2028}😀", "line": 3}),
+            json!({"extra": {"records": [{"line": 1, "raw": "", "file": "subagents/a.jsonl"}], "usage": {"input_tokens": 12}}, "role": "user", "key": "k"}),
+            json!({}),
+            json!({"nested": {"z": {"y": {"x": []}}}, "Z": "upper first", "aa": "", "a": ""}),
+        ];
+        for v in samples {
+            let mut mine = String::new();
+            assert!(jcs(&v, &mut mine));
+            assert_eq!(mine, serde_jcs::to_string(&v).expect("serializes"), "{v}");
+        }
+        // A float is left to serde_jcs, with the same result.
+        let v = json!({"cost": 0.1, "n": 18446744073709551615u64});
+        let mut mine = String::new();
+        assert!(!jcs(&v, &mut mine));
+        assert_eq!(
+            canonical(v.clone()).expect("canonical").as_str(),
+            Diagnostics::from_value(&v).expect("canonical").as_str()
+        );
+    }
 
     #[test]
     fn branch_names_are_made_valid_and_unique() {

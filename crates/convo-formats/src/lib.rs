@@ -196,6 +196,17 @@ pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
     })
 }
 
+/// Indexes a session file of a line-based agent transcript format
+/// (Claude Code, Codex) for an import that reads its messages one at a
+/// time ([`ledger::import_lazy`]); `None` for a format read whole.
+pub fn open_lazy(name: &str, path: &Path) -> Option<Result<Option<records::Session<'static>>>> {
+    match name {
+        "claude-code" => Some(claude_code::open_session(path)),
+        "codex" => Some(codex::open_rollout(path)),
+        _ => None,
+    }
+}
+
 /// The writer for a format name.
 pub fn writer(name: &str) -> Option<Box<dyn Writer>> {
     Some(match name {

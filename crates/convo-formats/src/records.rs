@@ -15,6 +15,7 @@
 //! ([`crate::ledger`]) stores only the lines it has not stored.
 
 use crate::error::{Error, Result};
+use crate::model::{Conversation, Message};
 use serde_json::{Map, Value, json};
 use std::io::BufRead;
 
@@ -26,6 +27,8 @@ pub const MAX_RECORD: u64 = 64 * 1024 * 1024;
 pub struct Record {
     /// Its line number, from 1.
     pub line: usize,
+    /// Where its bytes start in the file.
+    pub offset: u64,
     /// The line's bytes without the newline.
     pub raw: String,
     /// The line parsed, when it is one JSON object.
@@ -51,6 +54,56 @@ impl Record {
         }
         v
     }
+
+    /// [`Record::to_value`], moving the line's bytes instead of copying them.
+    pub fn into_value(self, file: Option<&str>) -> Value {
+        let mut o = Map::new();
+        if let Some(f) = file {
+            o.insert("file".into(), json!(f));
+        }
+        o.insert("line".into(), json!(self.line));
+        o.insert("raw".into(), Value::String(self.raw));
+        Value::Object(o)
+    }
+
+    /// Where it is, for reading it again ([`Sources::record`]): `file` is
+    /// the index of its file in the session's [`Sources`].
+    pub fn at(&self, file: u32) -> RecRef {
+        RecRef {
+            file,
+            line: self.line as u32,
+            offset: self.offset,
+            len: self.raw.len() as u32,
+            check: check(self.raw.as_bytes()),
+        }
+    }
+}
+
+/// Where a record is: its file (an index into the session's [`Sources`]),
+/// line, the place and length of its bytes, and a checksum that tells a
+/// file rewritten since it was indexed. What an import keeps per record
+/// between its two passes, instead of the record.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RecRef {
+    /// The file's index in [`Sources`].
+    pub file: u32,
+    /// Its line number, from 1.
+    pub line: u32,
+    /// Where its bytes start.
+    pub offset: u64,
+    /// How many bytes (without the newline; at most [`MAX_RECORD`]).
+    pub len: u32,
+    /// [`check`] of those bytes.
+    pub check: u64,
+}
+
+/// A fast checksum of a record's bytes (not a digest: it only tells a
+/// file that changed between an import's two reads).
+pub fn check(bytes: &[u8]) -> u64 {
+    use std::hash::Hasher as _;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    h.write(bytes);
+    h.finish()
 }
 
 /// A transcript read line by line.
@@ -64,11 +117,28 @@ pub struct Lines {
 }
 
 /// Reads every complete line of `r`. `file` names it in errors and warnings.
-pub fn read(file: &str, mut r: impl BufRead) -> Result<Lines> {
+pub fn read(file: &str, r: impl BufRead) -> Result<Lines> {
+    let mut records = Vec::new();
+    let warnings = scan(file, r, |rec| {
+        records.push(rec);
+        Ok(())
+    })?;
+    Ok(Lines { records, warnings })
+}
+
+/// Reads `r` one line at a time, giving each complete line to `each` and
+/// keeping none: the first pass of an import. Returns the warnings (lines
+/// kept raw, a last line still being written).
+pub fn scan(
+    file: &str,
+    mut r: impl BufRead,
+    mut each: impl FnMut(Record) -> Result<()>,
+) -> Result<Vec<String>> {
     use std::io::Read as _;
-    let mut out = Lines::default();
+    let mut warnings = Vec::new();
     let mut buf = Vec::new();
     let mut line = 0usize;
+    let mut offset = 0u64;
     loop {
         buf.clear();
         line += 1;
@@ -83,59 +153,320 @@ pub fn read(file: &str, mut r: impl BufRead) -> Result<Lines> {
         }
         if buf.last() != Some(&b'\n') {
             if buf.len() as u64 > MAX_RECORD {
-                return Err(Error::new(
-                    file,
-                    "too-large",
-                    format!(
-                        "a record longer than {} MiB; convo reads records of at most that",
-                        MAX_RECORD / (1024 * 1024)
-                    ),
-                )
-                .at_line(line, 1));
+                return Err(too_large(file, line));
             }
-            out.warnings.push(format!(
+            warnings.push(format!(
                 "{file}:{line}: the last line has no newline yet (being written?); left for the next import"
             ));
             break;
         }
         buf.pop();
-        let raw = String::from_utf8(std::mem::take(&mut buf)).map_err(|e| {
-            Error::new(
-                file,
-                "encoding",
-                format!(
-                    "the line is not UTF-8 (invalid byte at column {})",
-                    e.utf8_error().valid_up_to() + 1
-                ),
-            )
-            .at_line(line, e.utf8_error().valid_up_to() + 1)
+        let raw = String::from_utf8(std::mem::take(&mut buf))
+            .map_err(|e| not_utf8(file, line, e.utf8_error()))?;
+        let (value, warning) = parse(file, line, &raw);
+        warnings.extend(warning);
+        each(Record {
+            line,
+            offset,
+            raw,
+            value,
         })?;
-        let value = if raw.trim().is_empty() {
-            None
-        } else {
-            match crate::json::parse_line::<Value>(file, line, &raw) {
-                Ok(Value::Object(m)) => Some(m),
-                Ok(_) => {
-                    out.warnings.push(format!(
-                        "{file}:{line}: not a JSON object; kept as it is, not interpreted"
-                    ));
-                    None
-                }
-                Err(e) => {
-                    out.warnings.push(format!(
-                        "{}; kept as it is, not interpreted",
-                        e.render().lines().next().unwrap_or_default()
-                    ));
-                    None
-                }
-            }
-        };
-        out.records.push(Record { line, raw, value });
+        offset += n as u64;
     }
-    Ok(out)
+    Ok(warnings)
 }
 
-/// Reads a file with [`read`].
+fn too_large(file: &str, line: usize) -> Error {
+    Error::new(
+        file,
+        "too-large",
+        format!(
+            "a record longer than {} MiB; convo reads records of at most that",
+            MAX_RECORD / (1024 * 1024)
+        ),
+    )
+    .at_line(line, 1)
+}
+
+fn not_utf8(file: &str, line: usize, e: std::str::Utf8Error) -> Error {
+    Error::new(
+        file,
+        "encoding",
+        format!(
+            "the line is not UTF-8 (invalid byte at column {})",
+            e.valid_up_to() + 1
+        ),
+    )
+    .at_line(line, e.valid_up_to() + 1)
+}
+
+/// A line parsed, when it is one JSON object, or the warning saying why it
+/// is kept raw.
+fn parse(file: &str, line: usize, raw: &str) -> (Option<Map<String, Value>>, Option<String>) {
+    if raw.trim().is_empty() {
+        return (None, None);
+    }
+    match crate::json::parse_line::<Value>(file, line, raw) {
+        Ok(Value::Object(m)) => (Some(m), None),
+        Ok(_) => (
+            None,
+            Some(format!(
+                "{file}:{line}: not a JSON object; kept as it is, not interpreted"
+            )),
+        ),
+        Err(e) => (
+            None,
+            Some(format!(
+                "{}; kept as it is, not interpreted",
+                e.render().lines().next().unwrap_or_default()
+            )),
+        ),
+    }
+}
+
+/// The files of one session, for reading records again by their
+/// [`RecRef`] (the second pass of an import): open files, or bytes
+/// already in memory.
+pub struct Sources<'a> {
+    files: Vec<(String, Source<'a>)>,
+}
+
+enum Source<'a> {
+    Mem(&'a [u8]),
+    File(std::fs::File),
+}
+
+impl<'a> Sources<'a> {
+    /// No file yet.
+    pub fn new() -> Self {
+        Sources { files: Vec::new() }
+    }
+
+    /// Adds bytes in memory named `name`; returns their index.
+    pub fn add_bytes(&mut self, name: &str, bytes: &'a [u8]) -> u32 {
+        self.files.push((name.to_owned(), Source::Mem(bytes)));
+        (self.files.len() - 1) as u32
+    }
+
+    /// Opens a file and scans it ([`scan`]), giving `each` its records
+    /// with the file's index; returns the warnings.
+    pub fn scan_path(
+        &mut self,
+        path: &std::path::Path,
+        mut each: impl FnMut(u32, Record) -> Result<()>,
+    ) -> Result<Vec<String>> {
+        let name = path.display().to_string();
+        let f = std::fs::File::open(path)
+            .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+        let again = f
+            .try_clone()
+            .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+        let ix = self.files.len() as u32;
+        self.files.push((name.clone(), Source::File(again)));
+        scan(
+            &name,
+            std::io::BufReader::with_capacity(256 * 1024, f),
+            |r| each(ix, r),
+        )
+    }
+
+    /// Scans bytes added with [`Sources::add_bytes`].
+    pub fn scan_bytes(
+        &mut self,
+        name: &str,
+        bytes: &'a [u8],
+        mut each: impl FnMut(u32, Record) -> Result<()>,
+    ) -> Result<Vec<String>> {
+        let ix = self.add_bytes(name, bytes);
+        scan(name, bytes, |r| each(ix, r))
+    }
+
+    /// A file's name.
+    pub fn name(&self, file: u32) -> &str {
+        self.files
+            .get(file as usize)
+            .map_or("", |(n, _)| n.as_str())
+    }
+
+    /// Reads a record again (parsed when `parse`). A file whose bytes
+    /// there changed since they were indexed (the agent rewrote it) is the
+    /// error `changed`.
+    pub fn record(&mut self, at: &RecRef, parse: bool) -> Result<Record> {
+        use std::io::{Read as _, Seek as _};
+        let (name, src) = self
+            .files
+            .get_mut(at.file as usize)
+            .ok_or_else(|| Error::new("import", "io", "a record of an unknown file"))?;
+        let changed = |name: &str| {
+            Error::new(
+                name,
+                "changed",
+                "the file changed while it was imported (rewritten?); import it again",
+            )
+            .at_line(at.line as usize, 1)
+        };
+        let mut buf = vec![0u8; at.len as usize];
+        match src {
+            Source::Mem(b) => {
+                let start = at.offset as usize;
+                let got = b
+                    .get(start..start + buf.len())
+                    .ok_or_else(|| changed(name))?;
+                buf.copy_from_slice(got);
+            }
+            Source::File(f) => {
+                f.seek(std::io::SeekFrom::Start(at.offset))
+                    .and_then(|_| f.read_exact(&mut buf))
+                    .map_err(|_| changed(name))?;
+            }
+        }
+        if check(&buf) != at.check {
+            return Err(changed(name));
+        }
+        let raw = String::from_utf8(buf).map_err(|_| changed(name))?;
+        // The first pass checked the line (repeated keys, the error's
+        // place): a plain parse now.
+        let value = if parse {
+            serde_json::from_str::<Map<String, Value>>(&raw).ok()
+        } else {
+            None
+        };
+        Ok(Record {
+            line: at.line as usize,
+            offset: at.offset,
+            raw,
+            value,
+        })
+    }
+}
+
+impl Default for Sources<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Sources<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.files.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+/// A transcript's session indexed by an import's first pass: the
+/// conversation as a skeleton (every message's parent, role, speaker, `to`,
+/// time, key and flags; no text, no records) and where each message's
+/// records are, to read them again one message at a time
+/// ([`crate::ledger::import_lazy`]). Memory follows the number of records,
+/// not their bytes.
+#[derive(Debug)]
+pub struct Session<'a> {
+    /// The skeleton.
+    pub conv: Conversation,
+    /// Lines kept raw, a last line still being written, links that point
+    /// nowhere.
+    pub warnings: Vec<String>,
+    /// Where its messages' records are.
+    pub records: Stored<'a>,
+}
+
+/// Where a [`Session`]'s messages' records are: its
+/// [`crate::ledger::Loader`].
+pub struct Stored<'a> {
+    /// The session's files.
+    pub sources: Sources<'a>,
+    /// Per file: its name in `extra.records` (`None` for the session's own
+    /// file, `subagents/…` for another).
+    pub rel: Vec<Option<String>>,
+    /// Per message: the record it was read from (`None` for a holder).
+    pub own: Vec<Option<RecRef>>,
+    /// Per message: the records it carries, in file and line order.
+    pub carried: Vec<Vec<RecRef>>,
+    /// Fills a skeleton message from its record: its text, model and the
+    /// format's extras.
+    pub fill: fn(&mut Message, &Record),
+    /// The error of the last load that failed (a file rewritten meanwhile),
+    /// kept whole: the store sees only its message.
+    pub failed: Option<Error>,
+}
+
+impl Stored<'_> {
+    /// Message `i` whole: its skeleton filled from its record, with its
+    /// records in `extra.records`.
+    pub fn message(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
+        let mut m = skeleton.clone();
+        // The message's own record is read once: parsed for the fill, then
+        // its bytes moved into `records`.
+        let mut own = None;
+        if let Some(at) = self.own[i] {
+            let mut rec = self.sources.record(&at, true)?;
+            (self.fill)(&mut m, &rec);
+            rec.value = None;
+            own = Some((at, rec));
+        }
+        let mut recs = Vec::with_capacity(self.carried[i].len());
+        for at in &self.carried[i] {
+            let rec = match own.take() {
+                Some((o, rec)) if o == *at => rec,
+                other => {
+                    own = other;
+                    self.sources.record(at, false)?
+                }
+            };
+            let rel = self.rel.get(at.file as usize).cloned().flatten();
+            recs.push(rec.into_value(rel.as_deref()));
+        }
+        m.extra.insert("records".into(), Value::Array(recs));
+        Ok(m)
+    }
+}
+
+impl Session<'_> {
+    /// The whole conversation (every message loaded), with the warnings.
+    pub fn read_all(mut self) -> Result<(Conversation, Vec<String>)> {
+        let mut messages = Vec::with_capacity(self.conv.messages.len());
+        for (i, m) in self.conv.messages.iter().enumerate() {
+            messages.push(self.records.message(i, m)?);
+        }
+        self.conv.messages = messages;
+        Ok((self.conv, self.warnings))
+    }
+}
+
+impl crate::ledger::Loader for Stored<'_> {
+    fn load(
+        &mut self,
+        i: usize,
+        skeleton: &Message,
+    ) -> std::result::Result<Message, convo_store::StoreError> {
+        self.message(i, skeleton).map_err(|e| {
+            let msg = e.render().lines().next().unwrap_or_default().to_owned();
+            self.failed = Some(e);
+            convo_store::StoreError::Invalid(msg.into())
+        })
+    }
+
+    fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
+        self.carried[i]
+            .iter()
+            .map(|at| {
+                let rel = self.rel.get(at.file as usize).cloned().flatten();
+                (rel.unwrap_or_default(), u64::from(at.line))
+            })
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for Stored<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stored")
+            .field("sources", &self.sources)
+            .field("messages", &self.own.len())
+            .finish()
+    }
+}
+
 /// The files under `dir` that `keep(path, name)` takes, in path order,
 /// looking `max_depth` folders down into those `descend(path, name)` takes:
 /// the walk both agents' folders need (a symbolic link is not followed).
@@ -168,6 +499,7 @@ pub fn find_files(
     out
 }
 
+/// Reads a file with [`read`].
 pub fn read_path(path: &std::path::Path) -> Result<Lines> {
     let name = path.display().to_string();
     let f = std::fs::File::open(path)

@@ -674,3 +674,138 @@ fn opencode_json_storage_comes_back_byte_for_byte() {
     );
     assert!(s.verify().unwrap().is_clean());
 }
+
+// ----- two-pass imports --------------------------------------------------------------
+
+/// The nodes of a session in follow order, every field but the hashes (a
+/// fork's is random), and its branches' names.
+fn shape(s: &mut Store, o: &Outcome) -> (Vec<String>, Vec<String>) {
+    let nodes = s.read(|tx| tx.session_nodes(&o.id(), false)).unwrap();
+    let fields = nodes
+        .iter()
+        .map(|(n, _)| {
+            let n = &n.node;
+            format!(
+                "{:?} {} {} {} {} {:?} {}",
+                n.kind,
+                n.from,
+                n.to,
+                n.payload.to_hex(),
+                n.diagnostics.as_str(),
+                n.sequence,
+                n.created_at
+            )
+        })
+        .collect();
+    let branches = s
+        .branches(&o.id())
+        .unwrap()
+        .iter()
+        .map(|b| b.name.to_string())
+        .collect();
+    (fields, branches)
+}
+
+/// `convo import`'s path (an index per record, each message read again as
+/// its node is written: `open_session` / `open_rollout` + `import_lazy`)
+/// stores exactly the nodes an import of the conversation read whole does,
+/// gives the file back byte for byte, and adds only the new lines of a
+/// longer version of the file.
+#[test]
+fn two_pass_import_stores_what_a_whole_read_does() {
+    for (format, file) in [("claude-code", CLAUDE), ("codex", CODEX)] {
+        let bytes = std::fs::read(fixture(file)).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir
+            .path()
+            .join(std::path::Path::new(file).file_name().unwrap());
+        let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+        let half: Vec<u8> = lines[..lines.len() / 2].concat();
+        let lazy = |s: &mut Store, path: &std::path::Path| {
+            let mut got = convo_formats::open_lazy(format, path)
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            let conv = &got.conv;
+            let records = &mut got.records;
+            s.transaction(|l| {
+                convo_formats::ledger::import_lazy(
+                    l,
+                    format,
+                    conv,
+                    records,
+                    None,
+                    1_800_000_000_000,
+                )
+            })
+            .unwrap()
+        };
+        // Half the file, then all of it.
+        std::fs::write(&path, &half).unwrap();
+        let mut s = Store::open("sqlite::memory:").unwrap();
+        let first = lazy(&mut s, &path);
+        assert!(matches!(first, Outcome::Created { .. }), "{first:?}");
+        assert_eq!(joined(&mut s, &first), half, "{format}: half back");
+        std::fs::write(&path, &bytes).unwrap();
+        let more = lazy(&mut s, &path);
+        assert!(
+            matches!(more, Outcome::Updated { .. }),
+            "{format}: {more:?}"
+        );
+        assert_eq!(joined(&mut s, &more), bytes, "{format}: all back");
+        assert!(
+            matches!(lazy(&mut s, &path), Outcome::Existing { .. }),
+            "{format}: nothing new"
+        );
+
+        // Whole file, both ways: the same nodes.
+        let mut a = Store::open("sqlite::memory:").unwrap();
+        let oa = lazy(&mut a, &path);
+        let mut b = Store::open("sqlite::memory:").unwrap();
+        let mut whole = convo_formats::reader(format)
+            .unwrap()
+            .read_path(&path)
+            .unwrap();
+        let ob = import(&mut b, format, &whole.conversations.remove(0));
+        assert_eq!(oa, ob, "{format}");
+        assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob), "{format}");
+        assert_eq!(joined(&mut a, &oa), bytes, "{format}: byte for byte");
+    }
+}
+
+/// A transcript rewritten between the two passes (the agent compacted it,
+/// a user edited it) is refused with `changed`, and nothing is stored.
+#[test]
+fn a_file_rewritten_between_the_passes_is_refused_whole() {
+    let bytes = std::fs::read(fixture(CLAUDE)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.jsonl");
+    std::fs::write(&path, &bytes).unwrap();
+    let mut got = convo_formats::claude_code::open_session(&path)
+        .unwrap()
+        .unwrap();
+    // Same length, one byte changed in the last record.
+    let mut other = bytes.clone();
+    let at = other.len() - 10;
+    other[at] = if other[at] == b'a' { b'b' } else { b'a' };
+    std::fs::write(&path, &other).unwrap();
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let conv = &got.conv;
+    let records = &mut got.records;
+    let e = s
+        .transaction(|l| {
+            convo_formats::ledger::import_lazy(l, "claude-code", conv, records, None, 0)
+        })
+        .expect_err("the file changed");
+    assert!(
+        e.to_string().contains("changed while it was imported"),
+        "{e}"
+    );
+    let kept = got
+        .records
+        .failed
+        .take()
+        .expect("the reader's error is kept");
+    assert_eq!(kept.rule, "changed");
+    assert!(s.sessions().unwrap().is_empty(), "nothing half-imported");
+}

@@ -169,6 +169,13 @@ fn import_file(
     redact: bool,
     report: &mut Report,
 ) -> Result<(), String> {
+    if let Some(opened) = convo_formats::open_lazy(format, file) {
+        let session = opened.map_err(|e| format_error(e).message_text().to_owned())?;
+        let Some(session) = session else {
+            return Ok(());
+        };
+        return import_lazy(store, format, file, session, agent, redact, report);
+    }
     let reader = convo_formats::reader(format).ok_or("unknown format")?;
     let mut got = reader
         .read_path(file)
@@ -199,6 +206,83 @@ fn import_file(
     let outcomes = convo_formats::ledger::import_all(store, &refs, agent, now())
         .map_err(|e| format!("{}: {e}", file.display()))?;
     for o in outcomes {
+        count(o, file, report);
+    }
+    Ok(())
+}
+
+/// A redacting loader: `--redact-secrets` on each message as it is read.
+struct Redacting<'a, 'b> {
+    inner: &'a mut convo_formats::records::Stored<'b>,
+    found: super::import::Redacted,
+}
+
+impl convo_formats::ledger::Loader for Redacting<'_, '_> {
+    fn load(
+        &mut self,
+        i: usize,
+        skeleton: &convo_formats::Message,
+    ) -> Result<convo_formats::Message, convo_store::StoreError> {
+        let mut m = self.inner.load(i, skeleton)?;
+        self.found.add(super::import::redact_message(&mut m));
+        Ok(m)
+    }
+
+    fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
+        self.inner.record_ids(i)
+    }
+}
+
+/// Imports one session indexed by its first pass, its messages read again
+/// one at a time, in one transaction.
+fn import_lazy(
+    store: &mut convo_store::Store,
+    format: &'static str,
+    file: &Path,
+    mut session: convo_formats::records::Session<'static>,
+    agent: Option<&str>,
+    redact: bool,
+    report: &mut Report,
+) -> Result<(), String> {
+    for w in &session.warnings {
+        eprintln!("warning: {w}");
+    }
+    let conv = &session.conv;
+    let mut loader = Redacting {
+        inner: &mut session.records,
+        found: Default::default(),
+    };
+    let got = store.transaction(|l| {
+        if redact {
+            convo_formats::ledger::import_lazy(l, format, conv, &mut loader, agent, now())
+        } else {
+            convo_formats::ledger::import_lazy(l, format, conv, loader.inner, agent, now())
+        }
+    });
+    let found = loader.found;
+    let o = match got {
+        Ok(o) => o,
+        Err(e) => {
+            return Err(match session.records.failed.take() {
+                Some(f) => format_error(f).message_text().to_owned(),
+                None => format!("{}: {e}", file.display()),
+            });
+        }
+    };
+    if found.secrets > 0 {
+        report.secrets += found.secrets;
+        report
+            .redacted
+            .push(json!({"file": file.display().to_string(),
+            "secrets": found.secrets, "messages": found.messages}));
+    }
+    count(o, file, report);
+    Ok(())
+}
+
+/// Adds what importing one session did to the report.
+fn count(o: Outcome, file: &Path, report: &mut Report) {
+    {
         match o {
             Outcome::Created {
                 id,
@@ -227,7 +311,6 @@ fn import_file(
             Outcome::Existing { id } => report.existing.push(id.to_string()),
         }
     }
-    Ok(())
 }
 
 pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdResult {

@@ -243,20 +243,32 @@ pub struct Redacted {
 pub fn redact_conversation(c: &mut Conversation) -> Redacted {
     let mut out = Redacted::default();
     for m in &mut c.messages {
-        let mut n = redact_text(&mut m.text);
-        for (k, v) in m.extra.iter_mut() {
-            if k == "records" {
-                n += redact_records(v);
-            } else {
-                n += redact_value(v);
-            }
-        }
-        if n > 0 {
-            out.secrets += n;
-            out.messages += 1;
-        }
+        out.add(redact_message(m));
     }
     out
+}
+
+impl Redacted {
+    /// Counts a message in which `n` secrets were replaced.
+    pub fn add(&mut self, n: usize) {
+        if n > 0 {
+            self.secrets += n;
+            self.messages += 1;
+        }
+    }
+}
+
+/// [`redact_conversation`] of one message: the secrets replaced.
+pub fn redact_message(m: &mut convo_formats::Message) -> usize {
+    let mut n = redact_text(&mut m.text);
+    for (k, v) in m.extra.iter_mut() {
+        if k == "records" {
+            n += redact_records(v);
+        } else {
+            n += redact_value(v);
+        }
+    }
+    n
 }
 
 fn redact_records(v: &mut serde_json::Value) -> usize {
@@ -292,6 +304,20 @@ fn redact_records(v: &mut serde_json::Value) -> usize {
 fn redact_value(v: &mut serde_json::Value) -> usize {
     use serde_json::Value;
     match v {
+        // JSON inside a string (an opencode row's `data` column) is
+        // redacted as JSON, so it stays JSON: its keys are not text.
+        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
+            match serde_json::from_str::<Value>(s) {
+                Ok(mut inner @ (Value::Object(_) | Value::Array(_))) => {
+                    let n = redact_value(&mut inner);
+                    if n > 0 {
+                        *s = inner.to_string();
+                    }
+                    n
+                }
+                _ => redact_text(s),
+            }
+        }
         Value::String(s) => redact_text(s),
         Value::Array(a) => a.iter_mut().map(redact_value).sum(),
         Value::Object(o) => o.values_mut().map(redact_value).sum(),
