@@ -514,6 +514,12 @@ pub trait Backend: Send {
     fn erase_freed(&mut self) -> Result<Option<String>> {
         Ok(None)
     }
+    /// Bytes of large payloads this connection ran through SHA-256, and
+    /// through FastCDC, since it was opened ([`crate::chunk::Recent`]:
+    /// what recording a growing conversation costs; tests read it).
+    fn payload_work(&self) -> (u64, u64) {
+        (0, 0)
+    }
     /// Takes the engine's periodic housekeeping off this connection's
     /// commits, for a connection that writes on a latency-sensitive path.
     /// SQLite turns off its WAL auto-checkpoint here (which otherwise runs

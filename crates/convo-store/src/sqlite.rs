@@ -555,6 +555,9 @@ impl Backend for Sqlite {
         self.fold_log_over = Some(SHORT_WRITER_LOG);
         Ok(())
     }
+    fn payload_work(&self) -> (u64, u64) {
+        (self.recent.hashed, self.recent.cut)
+    }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         if self.path.is_none() {
             return Ok(None);
