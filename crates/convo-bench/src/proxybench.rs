@@ -498,6 +498,19 @@ fn thread_cpu() -> std::collections::HashMap<String, u64> {
     out
 }
 
+/// Bytes this process has written with write(2) and friends so far
+/// (`/proc/self/io`'s `wchar`: sockets included, so against a baseline).
+fn written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("wchar: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Where the CPU of a run of calls went, µs per call: the clients, the
 /// scripted upstream, the proxy's handlers (its runtime), its writer
 /// thread, everything else (hub, checkpoints, the store's pool).
@@ -557,6 +570,10 @@ struct Sized {
     served: f64,
     direct_cpu: Cpu,
     proxy_cpu: Cpu,
+    /// Sessions the 16 clients' calls were recorded in.
+    recorded: usize,
+    /// Bytes written per call more than a direct call.
+    wrote: f64,
 }
 
 /// Added latency (p50, p99) with 16 clients threaded by content on a store
@@ -608,15 +625,25 @@ async fn store_size(sessions: usize) -> Result<Sized> {
     };
     let direct = format!("{up}/v1/chat/completions");
     sixteen(&direct).await?;
-    let c0 = thread_cpu();
+    let (c0, w0) = (thread_cpu(), written());
     let d = sixteen(&direct).await?;
-    let c1 = thread_cpu();
+    let (c1, w1) = (thread_cpu(), written());
     let p = sixteen(&format!("{px}/v1/chat/completions")).await?;
-    let c2 = thread_cpu();
+    let (c2, w2) = (thread_cpu(), written());
+    // What the proxy wrote per call beyond the direct calls' sockets: the
+    // store's log (WAL frames) and the extra hop.
+    let wrote = ((w2 - w1) as f64 / p.len().max(1) as f64
+        - (w1 - w0) as f64 / d.len().max(1) as f64)
+        .max(0.0);
     let (direct_cpu, proxy_cpu) = (
         Cpu::between(&c0, &c1, d.len()),
         Cpu::between(&c1, &c2, p.len()),
     );
+    // Each client's calls are one conversation: one session each.
+    let recorded = st
+        .pool
+        .run(move |s| Ok(s.sessions()?.len().saturating_sub(sessions)))
+        .await?;
     let direct50 = pct(d.clone(), 0.5);
     let (added50, added99) = (pct(p.clone(), 0.5) - direct50, pct(p, 0.99) - pct(d, 0.99));
     // One session of 16 × PER_CLIENT16 calls, replayed by 16 clients at once.
@@ -651,6 +678,8 @@ async fn store_size(sessions: usize) -> Result<Sized> {
         served: served as f64,
         direct_cpu,
         proxy_cpu,
+        recorded,
+        wrote,
     })
 }
 
@@ -702,7 +731,11 @@ async fn run_sizes() -> Result<Vec<Row>> {
         ),
         Row::new(
             "proxy: CPU per call, 16 clients (threaded), store of 100,000 sessions",
-            format!("{:.0} µs in the proxy", b.proxy_cpu.of_proxy()),
+            format!(
+                "{:.0} µs in the proxy; {:.1} KB written",
+                b.proxy_cpu.of_proxy(),
+                b.wrote / 1000.0
+            ),
             cpu(&b.proxy_cpu, &b.direct_cpu),
             format!(
                 "floor of the added p50 on 2 cores: {:.2} ms",
@@ -713,7 +746,11 @@ async fn run_sizes() -> Result<Vec<Row>> {
         ),
         Row::new(
             "proxy: CPU per call, 16 clients (threaded), empty store",
-            format!("{:.0} µs in the proxy", e.proxy_cpu.of_proxy()),
+            format!(
+                "{:.0} µs in the proxy; {:.1} KB written",
+                e.proxy_cpu.of_proxy(),
+                e.wrote / 1000.0
+            ),
             cpu(&e.proxy_cpu, &e.direct_cpu),
             format!(
                 "floor of the added p50 on 2 cores: {:.2} ms",
@@ -721,6 +758,14 @@ async fn run_sizes() -> Result<Vec<Row>> {
             ),
             "—",
             Verdict::Info,
+        ),
+        Row::new(
+            "proxy: sessions the 16 clients' conversations were recorded in",
+            format!("{} ({} sessions)", b.recorded, thousands(big as f64)),
+            format!("empty store: {}", e.recorded),
+            "—",
+            "16",
+            Verdict::of(b.recorded == CLIENTS16 && e.recorded == CLIENTS16),
         ),
         Row::new(
             "proxy: replay, 16 clients at once, any order",
