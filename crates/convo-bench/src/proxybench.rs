@@ -4,6 +4,12 @@
 //! concurrent clients (SQLite, every node checked afterwards), replay
 //! throughput and fidelity.
 //!
+//! Then 16 clients, each its own conversation threaded by content, on an
+//! empty store and on one of 100,000 sessions: the clients, the scripted
+//! upstream and the proxy run on runtimes of their own, so the CPU each
+//! spends per call is counted apart (`CONVO_BENCH_PROXY=16` runs these
+//! rows alone).
+//!
 //! Side by side, when `CONVO_BENCH_LITELLM` names LiteLLM's `litellm`
 //! command (`pip install 'litellm[proxy]'`): LiteLLM's proxy on the same
 //! work against the same upstream (it forwards; with no database
