@@ -239,6 +239,18 @@ async fn run() -> Result<Vec<Row>> {
         "16× ≤ 2× of 1× per call",
         Verdict::of(flat),
     ));
+    let (cont, whole, len) = read_request();
+    rows.push(Row::new(
+        "dedup: read call 1,000's request for recording (it continues call 999's)",
+        format!("{cont:.3} ms"),
+        format!(
+            "parsing its {:.0} KB alone (messages as slices, as a whole reading starts): {whole:.3} ms",
+            len as f64 / 1e3
+        ),
+        format!("{:.2}×", cont / whole.max(1e-9)),
+        "—",
+        Verdict::Info,
+    ));
     let (c, w) = read_back()?;
     rows.push(Row::new(
         "dedup: read a 150 KB payload, chunked vs whole",
@@ -249,6 +261,52 @@ async fn run() -> Result<Vec<Row>> {
         Verdict::of(c <= 2.0 * w),
     ));
     Ok(rows)
+}
+
+/// Reading the request of call 1,000 of a conversation for recording
+/// (`Facts::read` with the proxy's memory of call 999) against serde_json
+/// parsing the same body with its messages as borrowed slices (what reading
+/// it whole costs at least): medians in ms, and the body's length.
+fn read_request() -> (f64, f64, usize) {
+    use convo_proxy::api::Api;
+    use convo_proxy::body::{Facts, Keys};
+    let body_of = |n: usize| {
+        let q = |i: usize| json!({"role": "user", "content": format!("question {i}: what about the next step, and why?")});
+        let mut msgs = vec![json!({"role": "system", "content": "You answer questions."})];
+        for i in 0..n {
+            msgs.push(q(i));
+            msgs.push(json!({"role": "assistant", "content": answer(i)}));
+        }
+        msgs.push(q(n));
+        Bytes::from(
+            serde_json::to_vec(&json!({"model": "m", "messages": msgs})).unwrap_or_default(),
+        )
+    };
+    let (prev, last) = (body_of(999), body_of(1_000));
+    #[derive(serde::Deserialize)]
+    struct Slices<'a> {
+        #[serde(borrow)]
+        #[allow(dead_code)]
+        messages: Vec<&'a serde_json::value::RawValue>,
+    }
+    let (mut cont, mut whole) = (Vec::new(), Vec::new());
+    for _ in 0..41 {
+        let keys = Keys::default();
+        let _ = Facts::read(Api::Chat, &prev, Some(&keys));
+        let t = Instant::now();
+        let f = Facts::read(Api::Chat, &last, Some(&keys));
+        cont.push(t.elapsed().as_secs_f64() * 1000.0);
+        std::hint::black_box(f);
+        let t = Instant::now();
+        let v = serde_json::from_slice::<Slices<'_>>(&last).map(|s| s.messages.len());
+        whole.push(t.elapsed().as_secs_f64() * 1000.0);
+        std::hint::black_box(v.ok());
+    }
+    (
+        crate::util::median_f(cont),
+        crate::util::median_f(whole),
+        last.len(),
+    )
 }
 
 /// The benchmark (its own runtime).

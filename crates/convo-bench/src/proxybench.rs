@@ -4,6 +4,12 @@
 //! concurrent clients (SQLite, every node checked afterwards), replay
 //! throughput and fidelity.
 //!
+//! Then 16 clients, each its own conversation threaded by content, on an
+//! empty store and on one of 100,000 sessions: the clients, the scripted
+//! upstream and the proxy run on runtimes of their own, so the CPU each
+//! spends per call is counted apart (`CONVO_BENCH_PROXY=16` runs these
+//! rows alone).
+//!
 //! Side by side, when `CONVO_BENCH_LITELLM` names LiteLLM's `litellm`
 //! command (`pip install 'litellm[proxy]'`): LiteLLM's proxy on the same
 //! work against the same upstream (it forwards; with no database
@@ -473,11 +479,125 @@ fn fill(store_url: &str, n: usize) -> convo_store::Result<()> {
     Ok(())
 }
 
+/// CPU time (ns) of each of this process's threads, summed by name
+/// (`/proc/self/task/*/schedstat`; empty elsewhere).
+fn thread_cpu() -> std::collections::HashMap<String, u64> {
+    let mut out = std::collections::HashMap::new();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        let p = t.path();
+        let (Ok(comm), Ok(sched)) = (
+            std::fs::read_to_string(p.join("comm")),
+            std::fs::read_to_string(p.join("schedstat")),
+        ) else {
+            continue;
+        };
+        let ns: u64 = sched
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        *out.entry(comm.trim().to_owned()).or_default() += ns;
+    }
+    out
+}
+
+/// Bytes this process has written with write(2) and friends so far
+/// (`/proc/self/io`'s `wchar`: sockets included, so against a baseline).
+fn written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("wchar: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Where the CPU of a run of calls went, µs per call: the clients, the
+/// scripted upstream, the proxy's handlers (its runtime), its writer
+/// thread, everything else (hub, checkpoints, the store's pool).
+#[derive(Clone, Copy, Debug, Default)]
+struct Cpu {
+    clients: f64,
+    upstream: f64,
+    proxy: f64,
+    writer: f64,
+    other: f64,
+}
+
+impl Cpu {
+    fn between(
+        a: &std::collections::HashMap<String, u64>,
+        b: &std::collections::HashMap<String, u64>,
+        calls: usize,
+    ) -> Cpu {
+        let mut c = Cpu::default();
+        for (name, after) in b {
+            let us = after.saturating_sub(a.get(name).copied().unwrap_or(0)) as f64
+                / 1000.0
+                / calls.max(1) as f64;
+            match name.as_str() {
+                "bench-clients" => c.clients += us,
+                "bench-upstream" => c.upstream += us,
+                "convo-px" => c.proxy += us,
+                "convo-proxy-wri" => c.writer += us,
+                _ => c.other += us,
+            }
+        }
+        c
+    }
+
+    fn of_proxy(&self) -> f64 {
+        self.proxy + self.writer + self.other
+    }
+}
+
+/// A runtime of its own for one side of the benchmark, its threads named
+/// (so `thread_cpu` tells them apart).
+fn side(name: &str, workers: usize) -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name(name)
+        .enable_all()
+        .build()?)
+}
+
+/// What [`store_size`] measured.
+struct Sized {
+    added50: f64,
+    added99: f64,
+    direct50: f64,
+    replay_rate: f64,
+    fidelity: f64,
+    served: f64,
+    direct_cpu: Cpu,
+    proxy_cpu: Cpu,
+    /// Sessions the 16 clients' calls were recorded in.
+    recorded: usize,
+    /// Bytes written per call more than a direct call.
+    wrote: f64,
+}
+
 /// Added latency (p50, p99) with 16 clients threaded by content on a store
 /// of `sessions` sessions, against the upstream called directly under the
 /// same load; then 16 clients replaying one recorded session: calls/s.
-async fn store_size(sessions: usize) -> Result<(f64, f64, f64, f64, f64)> {
-    let up = serve(axum::Router::new().route("/v1/chat/completions", post(upstream_chat))).await?;
+/// The clients, the upstream and the proxy each run on a runtime of their
+/// own (as three processes would), so the CPU each spends per call is
+/// counted apart.
+async fn store_size(sessions: usize) -> Result<Sized> {
+    let up_rt = side("bench-upstream", 1)?;
+    let px_rt = side("convo-px", 2)?;
+    let up = up_rt
+        .spawn(async {
+            serve(axum::Router::new().route("/v1/chat/completions", post(upstream_chat)))
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await??;
     let scratch = Scratch::new("proxy16")?;
     let store_url = scratch.url("");
     {
@@ -486,31 +606,65 @@ async fn store_size(sessions: usize) -> Result<(f64, f64, f64, f64, f64)> {
     }
     let mut config = convo_server::Config::new(store_url.clone());
     config.log_requests = false;
-    let st = convo_server::state(&config)?;
-    let proxy = convo_proxy::Proxy::start(
-        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
-        st.pool.clone(),
-        Some(st.hub.clone()),
-    )
-    .await?;
-    let px = serve_convo(convo_server::router(
-        st.clone(),
-        &config,
-        Some(convo_proxy::router(proxy)),
-    ))
-    .await?;
+    let (st, px) = {
+        let (config, up) = (config.clone(), up.clone());
+        px_rt
+            .spawn(async move {
+                let st = convo_server::state(&config).map_err(|e| e.to_string())?;
+                let proxy = convo_proxy::Proxy::start(
+                    convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
+                    st.pool.clone(),
+                    Some(st.hub.clone()),
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+                let px = serve_convo(convo_server::router(
+                    st.clone(),
+                    &config,
+                    Some(convo_proxy::router(proxy)),
+                ))
+                .await
+                .map_err(|e| e.to_string())?;
+                Ok::<_, String>((st, px))
+            })
+            .await??
+    };
     let direct = format!("{up}/v1/chat/completions");
     sixteen(&direct).await?;
+    let (c0, w0) = (thread_cpu(), written());
     let d = sixteen(&direct).await?;
+    let (c1, w1) = (thread_cpu(), written());
     let p = sixteen(&format!("{px}/v1/chat/completions")).await?;
-    let (added50, added99) = (
-        pct(p.clone(), 0.5) - pct(d.clone(), 0.5),
-        pct(p, 0.99) - pct(d, 0.99),
+    let (c2, w2) = (thread_cpu(), written());
+    // What the proxy wrote per call beyond the direct calls' sockets: the
+    // store's log (WAL frames) and the extra hop.
+    let wrote = ((w2 - w1) as f64 / p.len().max(1) as f64
+        - (w1 - w0) as f64 / d.len().max(1) as f64)
+        .max(0.0);
+    let (direct_cpu, proxy_cpu) = (
+        Cpu::between(&c0, &c1, d.len()),
+        Cpu::between(&c1, &c2, p.len()),
     );
+    // Each client's calls are one conversation: one session each.
+    let recorded = st
+        .pool
+        .run(move |s| Ok(s.sessions()?.len().saturating_sub(sessions)))
+        .await?;
+    let direct50 = pct(d.clone(), 0.5);
+    let (added50, added99) = (pct(p.clone(), 0.5) - direct50, pct(p, 0.99) - pct(d, 0.99));
     // One session of 16 × PER_CLIENT16 calls, replayed by 16 clients at once.
     let named = format!("{px}/s/replay-16/main/v1/chat/completions");
     sixteen(&named).await?;
-    let (replayer, rx) = replaying(&st, &config, "replay-16:main").await?;
+    let (replayer, rx) = {
+        let (st, config) = (st.clone(), config.clone());
+        px_rt
+            .spawn(async move {
+                replaying(&st, &config, "replay-16:main")
+                    .await
+                    .map_err(|e| e.to_string())
+            })
+            .await??
+    };
     let t = Instant::now();
     let served = sixteen(&format!("{rx}/v1/chat/completions")).await?.len();
     let replay_rate = served as f64 / t.elapsed().as_secs_f64();
@@ -518,8 +672,21 @@ async fn store_size(sessions: usize) -> Result<(f64, f64, f64, f64, f64)> {
         .replay_summary()
         .map(|s| if s.contains("100") { 1.0 } else { 0.0 })
         .unwrap_or(0.0);
+    px_rt.shutdown_background();
+    up_rt.shutdown_background();
     drop(scratch);
-    Ok((added50, added99, replay_rate, fidelity, served as f64))
+    Ok(Sized {
+        added50,
+        added99,
+        direct50,
+        replay_rate,
+        fidelity,
+        served: served as f64,
+        direct_cpu,
+        proxy_cpu,
+        recorded,
+        wrote,
+    })
 }
 
 async fn run_sizes() -> Result<Vec<Row>> {
@@ -527,14 +694,35 @@ async fn run_sizes() -> Result<Vec<Row>> {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(BIG_STORE);
-    let (e50, e99, erate, _, _) = store_size(0).await?;
-    let (b50, b99, brate, bfid, bserved) = store_size(big).await?;
+    let e = store_size(0).await?;
+    let b = store_size(big).await?;
+    let (e50, e99, b50, b99) = (e.added50, e.added99, b.added50, b.added99);
     let grows = b50 > e50 * 1.5 + 0.2 || b99 > e99 * 1.5 + 0.5;
+    let cpu = |c: &Cpu, d: &Cpu| {
+        format!(
+            "proxy {:.0} µs (handlers {:.0}, writer {:.0}, other {:.0}); clients {:.0} (direct {:.0}); upstream {:.0} (direct {:.0})",
+            c.of_proxy(),
+            c.proxy,
+            c.writer,
+            c.other,
+            c.clients,
+            d.clients,
+            c.upstream,
+            d.upstream
+        )
+    };
+    // 16 clients in a closed loop on 2 cores, all busy: each call waits
+    // for the CPU of 16 calls shared by 2 cores, so what the proxy adds
+    // to a call is at least 16 × its CPU per call / 2.
+    let floor = |c: &Cpu| c.of_proxy() * CLIENTS16 as f64 / 2.0 / 1000.0;
     Ok(vec![
         Row::new(
             "proxy: added latency p50, 16 clients, each its own conversation (threaded)",
             format!("{b50:.3} ms ({} sessions)", thousands(big as f64)),
-            format!("empty store: {e50:.3} ms"),
+            format!(
+                "empty store: {e50:.3} ms; direct p50 {:.3} / {:.3} ms",
+                b.direct50, e.direct50
+            ),
             format!("{:+.3} ms", b50 - e50),
             "≤ 1 ms, no growth",
             Verdict::of(b50 <= 1.0 && !grows),
@@ -548,18 +736,60 @@ async fn run_sizes() -> Result<Vec<Row>> {
             Verdict::of(b99 <= 3.0 && !grows),
         ),
         Row::new(
+            "proxy: CPU per call, 16 clients (threaded), store of 100,000 sessions",
+            format!(
+                "{:.0} µs in the proxy; {:.1} KB written",
+                b.proxy_cpu.of_proxy(),
+                b.wrote / 1000.0
+            ),
+            cpu(&b.proxy_cpu, &b.direct_cpu),
+            format!(
+                "floor of the added p50 on 2 cores: {:.2} ms",
+                floor(&b.proxy_cpu)
+            ),
+            "—",
+            Verdict::Info,
+        ),
+        Row::new(
+            "proxy: CPU per call, 16 clients (threaded), empty store",
+            format!(
+                "{:.0} µs in the proxy; {:.1} KB written",
+                e.proxy_cpu.of_proxy(),
+                e.wrote / 1000.0
+            ),
+            cpu(&e.proxy_cpu, &e.direct_cpu),
+            format!(
+                "floor of the added p50 on 2 cores: {:.2} ms",
+                floor(&e.proxy_cpu)
+            ),
+            "—",
+            Verdict::Info,
+        ),
+        Row::new(
+            "proxy: sessions the 16 clients' conversations were recorded in",
+            format!("{} ({} sessions)", b.recorded, thousands(big as f64)),
+            format!("empty store: {}", e.recorded),
+            "—",
+            "16",
+            Verdict::of(b.recorded == CLIENTS16 && e.recorded == CLIENTS16),
+        ),
+        Row::new(
             "proxy: replay, 16 clients at once, any order",
             format!(
                 "{} calls/s ({} sessions)",
-                thousands(brate),
+                thousands(b.replay_rate),
                 thousands(big as f64)
             ),
             format!(
                 "empty store: {} calls/s; {} of {} calls answered{}",
-                thousands(erate),
-                bserved,
+                thousands(e.replay_rate),
+                b.served,
                 CLIENTS16 * PER_CLIENT16,
-                if bfid > 0.0 { ", fidelity 100%" } else { "" }
+                if b.fidelity > 0.0 {
+                    ", fidelity 100%"
+                } else {
+                    ""
+                }
             ),
             "—",
             "—",
@@ -572,9 +802,14 @@ async fn run_sizes() -> Result<Vec<Row>> {
 pub fn proxy() -> Result<Vec<Row>> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_name("bench-clients")
         .enable_all()
         .build()?;
-    let mut rows = rt.block_on(run())?;
+    // `CONVO_BENCH_PROXY=16`: the 16-client rows only.
+    let mut rows = match std::env::var("CONVO_BENCH_PROXY").as_deref() {
+        Ok("16") => Vec::new(),
+        _ => rt.block_on(run())?,
+    };
     rows.extend(rt.block_on(run_sizes())?);
     Ok(rows)
 }

@@ -188,6 +188,10 @@ pub struct Keys {
 #[derive(Debug, Default)]
 struct Remembered {
     by_print: HashMap<u64, Known>,
+    /// The fingerprints of the requests remembered, by their first bytes
+    /// ([`head_key`]), most recent last: where a request that continues
+    /// one is found before it is parsed ([`Facts::continued`]).
+    by_head: HashMap<u64, Vec<u64>>,
     /// Bodies held, in bytes.
     held: usize,
     /// A clock for least-recently-used eviction.
@@ -196,6 +200,9 @@ struct Remembered {
     /// hashed, since the start (what a request costs; tests read it).
     scanned: u64,
     hashed: u64,
+    /// Request bytes parsed as JSON (the whole body, or what follows a
+    /// remembered beginning).
+    parsed: u64,
 }
 
 /// One request remembered: its body, where its messages are in it, and
@@ -222,6 +229,75 @@ impl Keys {
             .map(|m| (m.scanned, m.hashed))
             .unwrap_or((0, 0))
     }
+
+    /// Request bytes parsed as JSON so far.
+    pub fn parsed(&self) -> u64 {
+        self.map.lock().map(|m| m.parsed).unwrap_or(0)
+    }
+}
+
+/// Remembered requests found by their first bytes at most, per
+/// [`head_key`] (conversations that start alike: the same system prompt).
+const PER_HEAD: usize = 32;
+/// How many first bytes [`head_key`] reads.
+const HEAD: usize = 64;
+
+/// The key of a body's first [`HEAD`] bytes.
+fn head_key(body: &[u8]) -> u64 {
+    use std::hash::BuildHasher;
+    PRINT.hash_one(&body[..body.len().min(HEAD)])
+}
+
+/// How many JSON whitespace bytes `b` starts with.
+fn ws(b: &[u8]) -> usize {
+    b.iter()
+        .position(|c| !matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
+        .unwrap_or(b.len())
+}
+
+/// The length of the JSON value `b` starts with, found by its brackets and
+/// strings (the value is checked by the caller); `None` when it does not
+/// end within `b`.
+fn value_len(b: &[u8]) -> Option<usize> {
+    match b.first()? {
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = 0;
+            while i < b.len() {
+                match b[i] {
+                    b'"' => i += string_len(&b[i..])? - 1,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        b'"' => string_len(b),
+        _ => Some(
+            b.iter()
+                .position(|c| matches!(c, b',' | b']' | b'}' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(b.len()),
+        ),
+    }
+}
+
+/// The length of the JSON string `b` starts with (its quotes included).
+fn string_len(b: &[u8]) -> Option<usize> {
+    let mut i = 1;
+    loop {
+        i += b.get(i..)?.iter().position(|c| matches!(c, b'"' | b'\\'))?;
+        match b[i] {
+            b'"' => return Some(i + 1),
+            _ => i += 2,
+        }
+    }
 }
 
 impl Remembered {
@@ -235,6 +311,11 @@ impl Remembered {
         let cut = ticks[ticks.len() / 2];
         self.by_print.retain(|_, k| k.used > cut);
         self.held = self.by_print.values().map(|k| k.body.len()).sum();
+        let kept = &self.by_print;
+        self.by_head.retain(|_, v| {
+            v.retain(|p| kept.contains_key(p));
+            !v.is_empty()
+        });
     }
 }
 
@@ -272,25 +353,26 @@ fn value(raw: Option<&RawValue>) -> Value {
 /// (a Messages API `system`, a Responses API `input` string).
 #[derive(Clone, Copy)]
 enum Source<'a> {
-    Message(&'a RawValue),
-    System(&'a RawValue),
-    Input(&'a RawValue),
+    Message(&'a str),
+    System(&'a str),
+    Input(&'a str),
 }
 
-impl Source<'_> {
-    fn bytes(&self) -> (u8, &str) {
-        match self {
-            Source::Message(r) => (b'm', r.get()),
-            Source::System(r) => (b's', r.get()),
-            Source::Input(r) => (b'i', r.get()),
+impl<'a> Source<'a> {
+    fn bytes(&self) -> (u8, &'a str) {
+        match *self {
+            Source::Message(r) => (b'm', r),
+            Source::System(r) => (b's', r),
+            Source::Input(r) => (b'i', r),
         }
     }
 
     fn value(&self) -> Value {
-        match self {
-            Source::Message(r) => value(Some(r)),
-            Source::System(r) => json!({"role": "system", "content": value(Some(r))}),
-            Source::Input(r) => json!({"role": "user", "content": value(Some(r))}),
+        let of = |r: &str| serde_json::from_str(r).unwrap_or(Value::Null);
+        match *self {
+            Source::Message(r) => of(r),
+            Source::System(r) => json!({"role": "system", "content": of(r)}),
+            Source::Input(r) => json!({"role": "user", "content": of(r)}),
         }
     }
 }
@@ -326,6 +408,16 @@ impl Facts {
         if body.is_empty() {
             return Facts::default();
         }
+        if let Some(k) = keys
+            && let Some(f) = Facts::continued(api, body, k)
+        {
+            return f;
+        }
+        if let Some(k) = keys
+            && let Ok(mut map) = k.map.lock()
+        {
+            map.parsed += body.len() as u64;
+        }
         match serde_json::from_slice::<Top<'_>>(body) {
             Ok(top) => Facts::of_top(api, body, &top, keys),
             // Not an object, a key twice, `messages` not a list…: as a
@@ -337,9 +429,10 @@ impl Facts {
         }
     }
 
-    fn of_top(api: Api, body: &Bytes, top: &Top<'_>, keys: Option<&Keys>) -> Facts {
+    /// The top level's facts, without the messages.
+    fn scalars(top: &Top<'_>) -> Facts {
         let opts = value(top.stream_options);
-        let mut f = Facts {
+        Facts {
             object: true,
             model: value(top.model).as_str().map(str::to_owned),
             stream: value(top.stream).as_bool().unwrap_or(false),
@@ -349,40 +442,169 @@ impl Facts {
             conversation: conversation_id(&value(top.conversation)),
             messages: None,
             client: None,
-        };
+        }
+    }
+
+    fn of_top(api: Api, body: &Bytes, top: &Top<'_>, keys: Option<&Keys>) -> Facts {
+        let f = Facts::scalars(top);
         let mut sources = Vec::new();
         match api {
             Api::Chat => {
                 let Some(m) = &top.messages else { return f };
-                sources.extend(m.iter().map(|r| Source::Message(r)));
+                sources.extend(m.iter().map(|r| Source::Message(r.get())));
             }
             Api::Messages => {
                 let Some(m) = &top.messages else { return f };
                 if let Some(s) = top.system {
-                    sources.push(Source::System(s));
+                    sources.push(Source::System(s.get()));
                 }
-                sources.extend(m.iter().map(|r| Source::Message(r)));
+                sources.extend(m.iter().map(|r| Source::Message(r.get())));
             }
             Api::Responses => match top.input {
-                Some(r) if r.get().starts_with('"') => sources.push(Source::Input(r)),
+                Some(r) if r.get().starts_with('"') => sources.push(Source::Input(r.get())),
                 Some(r) => match serde_json::from_str::<Vec<&RawValue>>(r.get()) {
-                    Ok(items) => sources.extend(items.into_iter().map(Source::Message)),
+                    Ok(items) => {
+                        sources.extend(items.into_iter().map(|r| Source::Message(r.get())))
+                    }
                     Err(_) => return f,
                 },
                 None => return f,
             },
             _ => return f,
         }
-        let c = conversation(body, &sources, keys);
+        f.with_conversation(body, &sources, keys, None, top)
+    }
+
+    /// The facts with the conversation of `sources` (see [`conversation`];
+    /// `start`: the remembered request it continues, already compared).
+    fn with_conversation(
+        mut self,
+        body: &Bytes,
+        sources: &[Source<'_>],
+        keys: Option<&Keys>,
+        start: Option<u64>,
+        top: &Top<'_>,
+    ) -> Facts {
+        let c = conversation(body, sources, keys, start);
         // Read for a first request only (what an edit of the first message
         // sends): the later calls of a conversation pay nothing for it.
         if c.before.is_none()
             && let Some(id) = client_id(&value(top.metadata), &value(top.prompt_cache_key))
         {
-            f.client = Some(client_key(&id, sources.iter().map(Source::value)));
+            self.client = Some(client_key(&id, sources.iter().map(Source::value)));
         }
-        f.messages = Some(c);
-        f
+        self.messages = Some(c);
+        self
+    }
+
+    /// A request that continues one remembered (the next call of a
+    /// conversation: the previous request's bytes up to the end of its
+    /// last message, then more messages): only the bytes after those are
+    /// read. The top level outside the messages is parsed as a small
+    /// document of its own (its members with an empty message list), each
+    /// added message on its own; the messages before are the remembered
+    /// request's, at the same places (the same bytes, compared). `None`
+    /// when the request does not continue one that way (read whole then).
+    fn continued(api: Api, body: &Bytes, keys: &Keys) -> Option<Facts> {
+        if !matches!(api, Api::Chat | Api::Messages) {
+            return None;
+        }
+        let text = std::str::from_utf8(body).ok()?;
+        // The messages: the remembered ones (at the same places), then
+        // those added; a Messages API `system` goes first, read below.
+        let mut sources: Vec<Source<'_>> = vec![Source::System("")];
+        let (print, end, system, first) = {
+            let map = keys.map.lock().ok()?;
+            let cands = map.by_head.get(&head_key(body))?;
+            let mut found = None;
+            // Most recent first; the first that matches to the end of its
+            // messages is taken (any remembered beginning gives the same
+            // keys).
+            for p in cands.iter().rev() {
+                let Some(kn) = map.by_print.get(p) else {
+                    continue;
+                };
+                let system = kn.spans.first().filter(|s| s.0 == b's').map(|s| (s.1, s.2));
+                let msgs = &kn.spans[usize::from(system.is_some())..];
+                let (Some(first), Some(last)) = (msgs.first(), msgs.last()) else {
+                    continue;
+                };
+                let end = last.2 as usize;
+                if (system.is_none() || api == Api::Messages)
+                    && end < body.len()
+                    && kn.body.len() >= end
+                    && msgs.iter().all(|s| s.0 == b'm')
+                    && body[..end] == kn.body[..end]
+                {
+                    found = Some((*p, kn, end, system, first.1 as usize));
+                    break;
+                }
+            }
+            let (print, kn, end, system, first) = found?;
+            sources.reserve(kn.spans.len() + 4);
+            for &(tag, a, b) in &kn.spans {
+                if tag == b'm' {
+                    sources.push(Source::Message(text.get(a as usize..b as usize)?));
+                }
+            }
+            (print, end, system, first)
+        };
+        // The messages array's `[`: before the first message.
+        let bracket = text[..first].trim_end().len().checked_sub(1)?;
+        if body[bracket] != b'[' {
+            return None;
+        }
+        // The added messages, to the array's `]`.
+        let mut at = end;
+        let close = loop {
+            at += ws(&body[at..]);
+            match body.get(at)? {
+                b']' => break at,
+                b',' => {
+                    at += 1;
+                    at += ws(&body[at..]);
+                    let len = value_len(&body[at..])?;
+                    let m = text.get(at..at + len)?;
+                    serde_json::from_str::<serde::de::IgnoredAny>(m).ok()?;
+                    sources.push(Source::Message(m));
+                    at += len;
+                }
+                _ => return None,
+            }
+        };
+        // The top level, without the messages.
+        let mut doc = String::with_capacity(bracket + 1 + text.len() - close);
+        doc.push_str(&text[..=bracket]);
+        doc.push_str(&text[close..]);
+        let top: Top<'_> = serde_json::from_str(&doc).ok()?;
+        top.messages.as_ref()?;
+        // The `system` of a Messages API request, where it sits in the
+        // body (before or after the messages), the same as remembered.
+        match (api, top.system, system) {
+            (Api::Messages, Some(raw), Some((a, b))) => {
+                let at = raw.get().as_ptr() as usize - doc.as_ptr() as usize;
+                let at = if at <= bracket {
+                    at
+                } else {
+                    at - bracket - 1 + close
+                };
+                let now = text.get(at..at + raw.get().len())?;
+                let map = keys.map.lock().ok()?;
+                let kn = map.by_print.get(&print)?;
+                if kn.body.get(a as usize..b as usize)? != now.as_bytes() {
+                    return None;
+                }
+                sources[0] = Source::System(now);
+            }
+            (Api::Messages, None, None) | (Api::Chat, _, None) => {
+                sources.remove(0);
+            }
+            _ => return None,
+        }
+        if let Ok(mut map) = keys.map.lock() {
+            map.parsed += (body.len() - end + bracket) as u64;
+        }
+        Some(Facts::scalars(&top).with_conversation(body, &sources, Some(keys), Some(print), &top))
     }
 
     /// The same from a parsed document.
@@ -491,13 +713,39 @@ pub fn conversation_id(v: &Value) -> Option<String> {
 
 /// Hashes a request's messages, starting from the state remembered for
 /// its longest known beginning.
-fn conversation(body: &Bytes, sources: &[Source<'_>], keys: Option<&Keys>) -> Conversation {
+fn conversation(
+    body: &Bytes,
+    sources: &[Source<'_>],
+    keys: Option<&Keys>,
+    start: Option<u64>,
+) -> Conversation {
     // The longest beginning remembered: the last message whose chained
     // fingerprint names a request with exactly these messages, compared.
     let mut known: Option<(usize, Walk)> = None;
     let mut reused: Option<Known> = None;
     let mut prints = Vec::new();
+    // Given: the request continued, its messages already compared.
+    let mut print = None;
     if let Some(k) = keys
+        && let Some(p) = start
+        && let Ok(mut map) = k.map.lock()
+        && let Some(n) = map.by_print.get(&p).map(|kn| kn.spans.len())
+        && n <= sources.len()
+    {
+        print = Some(sources[n..].iter().fold(p, |p, s| extend(p, s)));
+        if n < sources.len() {
+            let kn = map.by_print.remove(&p).expect("found above");
+            map.held -= kn.body.len();
+            known = Some((n, kn.walk.clone()));
+            reused = Some(kn);
+        } else {
+            map.tick += 1;
+            let tick = map.tick;
+            let kn = map.by_print.get_mut(&p).expect("found above");
+            kn.used = tick;
+            known = Some((n, kn.walk.clone()));
+        }
+    } else if let Some(k) = keys
         && let Ok(mut map) = k.map.lock()
     {
         prints.reserve_exact(sources.len());
@@ -541,6 +789,7 @@ fn conversation(body: &Bytes, sources: &[Source<'_>], keys: Option<&Keys>) -> Co
                 .iter()
                 .map(|s| s.bytes().1.len() as u64)
                 .sum::<u64>();
+        print = prints.last().copied();
     }
     let (from, mut walk) = known.unwrap_or_default();
     let mut added = Vec::with_capacity(sources.len() - from);
@@ -568,7 +817,7 @@ fn conversation(body: &Bytes, sources: &[Source<'_>], keys: Option<&Keys>) -> Co
     {
         map.hashed += hashed;
         if from < sources.len()
-            && let Some(&print) = prints.last()
+            && let Some(print) = print
         {
             let mut spans = reused.map(|r| r.spans).unwrap_or_default();
             spans.clear();
@@ -587,6 +836,15 @@ fn conversation(body: &Bytes, sources: &[Source<'_>], keys: Option<&Keys>) -> Co
                         used,
                     },
                 );
+                let Remembered {
+                    by_print, by_head, ..
+                } = &mut *map;
+                let heads = by_head.entry(head_key(body)).or_default();
+                heads.retain(|p| *p != print && by_print.contains_key(p));
+                if heads.len() >= PER_HEAD {
+                    heads.remove(0);
+                }
+                heads.push(print);
                 map.bound();
             }
         }
@@ -732,6 +990,122 @@ mod tests {
         let c = read(Api::Chat, &body, Some(&keys)).messages.unwrap();
         let last = msgs.iter().rposition(answers);
         assert_eq!(c.before, last.map(|l| whole(&msgs[..=l])));
+    }
+
+    /// What a reading gives, comparable.
+    fn seen(f: &Facts) -> String {
+        let m = f.messages.as_ref();
+        format!(
+            "{} {:?} {} {} {} {:?} {:?} {:?} | {:?} {:?} {:?}",
+            f.object,
+            f.model,
+            f.stream,
+            f.stream_options,
+            f.include_usage,
+            f.previous_response_id,
+            f.conversation,
+            f.client,
+            m.map(|c| c.before.clone()),
+            m.map(|c| String::from_utf8_lossy(&c.new_input).into_owned()),
+            m.map(|c| c.after.key()),
+        )
+    }
+
+    #[test]
+    fn a_request_continuing_a_remembered_one_is_parsed_only_after_it() {
+        let keys = Keys::default();
+        let mut parsed = Vec::new();
+        let (mut msgs, _) = request(0);
+        for n in 0..200 {
+            if n > 0 {
+                msgs.push(json!({"role": "assistant", "content": format!("a \"quoted\" ] }} {n}"),
+                    "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{\"x\": [1, {}]}"}}]}));
+                msgs.push(json!({"role": "tool", "tool_call_id": "c", "content": "ok"}));
+                msgs.push(json!({"role": "user", "content": [{"type": "text", "text": format!("next {n}")}]}));
+            }
+            // Members after the messages too, as some SDKs write them.
+            let body = format!(
+                "{{\"model\":\"m\",\"messages\":{},\"stream\":true,\"metadata\":{{\"session_id\":\"s1\"}}}}",
+                serde_json::to_string(&msgs).unwrap()
+            );
+            let before = keys.parsed();
+            let f = read(Api::Chat, body.as_bytes(), Some(&keys));
+            parsed.push(keys.parsed() - before);
+            assert_eq!(
+                seen(&f),
+                seen(&read(Api::Chat, body.as_bytes(), None)),
+                "{n}"
+            );
+        }
+        // Each call adds three messages (~400 bytes): those and the top
+        // level are parsed, whatever the history's length (up to 80 KB).
+        for (n, p) in parsed.iter().enumerate().skip(2) {
+            assert!(*p < 1_000, "call {n}: {p} bytes parsed");
+        }
+        // Pretty-printed, with the history edited, a member twice, or the
+        // same messages again: read as a whole reading reads them.
+        let pretty = serde_json::to_vec_pretty(&json!({"model": "m", "messages": msgs})).unwrap();
+        let mut edited = msgs.clone();
+        edited[3]["content"] = json!("edited");
+        let edited = serde_json::to_vec(&json!({"model": "m", "messages": edited})).unwrap();
+        let whole = serde_json::to_string(&json!({"model": "m", "messages": msgs})).unwrap();
+        let twice = format!("{},\"model\":\"other\"}}", &whole[..whole.len() - 1]);
+        let mut more = msgs.clone();
+        more.push(json!({"role": "user", "content": "and then?"}));
+        let more = serde_json::to_string(&json!({"model": "m", "messages": more})).unwrap();
+        let twice_more = format!("{},\"model\":\"other\"}}", &more[..more.len() - 1]);
+        let cut = &more[..more.len() - 30];
+        for body in [
+            pretty.as_slice(),
+            &edited,
+            whole.as_bytes(),
+            twice.as_bytes(),
+            more.as_bytes(),
+            twice_more.as_bytes(),
+            cut.as_bytes(),
+        ] {
+            let fresh = read(Api::Chat, body, None);
+            assert_eq!(seen(&read(Api::Chat, body, Some(&keys))), seen(&fresh));
+        }
+    }
+
+    #[test]
+    fn a_messages_api_request_continued_keeps_its_system_prompt() {
+        let keys = Keys::default();
+        let mut msgs = vec![json!({"role": "user", "content": "hi"})];
+        for n in 0..20 {
+            if n > 0 {
+                msgs.push(json!({"role": "assistant", "content": [{"type": "text", "text": format!("a{n}")}]}));
+                msgs.push(json!({"role": "user", "content": format!("q{n}")}));
+            }
+            let body = serde_json::to_vec(
+                &json!({"model": "c", "system": "be kind", "messages": msgs, "max_tokens": 9}),
+            )
+            .unwrap();
+            let before = keys.parsed();
+            let f = read(Api::Messages, &body, Some(&keys));
+            if n > 1 {
+                assert!(keys.parsed() - before < 200, "{n}");
+            }
+            assert_eq!(seen(&f), seen(&read(Api::Messages, &body, None)), "{n}");
+        }
+        // The same messages with a system prompt added after them: not the
+        // remembered request's messages (the system prompt comes first).
+        let body =
+            serde_json::to_vec(&json!({"model": "c", "messages": msgs, "system": "new"})).unwrap();
+        let mut no_system = serde_json::to_vec(&json!({"model": "c", "messages": msgs})).unwrap();
+        for b in [&body, &no_system] {
+            assert_eq!(
+                seen(&read(Api::Messages, b, Some(&keys))),
+                seen(&read(Api::Messages, b, None))
+            );
+        }
+        no_system.truncate(no_system.len() - 1);
+        no_system.extend_from_slice(br#","system":"late"}"#);
+        assert_eq!(
+            seen(&read(Api::Messages, &no_system, Some(&keys))),
+            seen(&read(Api::Messages, &no_system, None))
+        );
     }
 
     #[test]

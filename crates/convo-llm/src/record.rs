@@ -613,14 +613,11 @@ pub fn record_in(
     if retried {
         mark_awaiting(&mut response, &ex.retry_key())?;
     }
-    let inv = l.append(session, branch, &invoke)?;
-    let req = l.append(session, branch, &request)?;
-    response.sequence = req.node.sequence;
-    let resp = l.append(session, branch, &response)?;
-    closed.extend([inv, req, resp]);
-    if !retried {
-        closed.push(l.append(session, branch, &complete)?);
-    }
+    // One read of the branch and one move of its head for the turn (the
+    // response answers the request before it: its sequence by default).
+    let turn = [invoke, request, response, complete];
+    let n = if retried { 3 } else { 4 };
+    closed.extend(l.append_many_nodes(session, branch, &turn[..n])?);
     Ok(Recorded {
         nodes: closed,
         whole_turn: !retried,
@@ -662,13 +659,9 @@ fn attempt_in(
     if retried {
         mark_awaiting(&mut response, &ex.retry_key())?;
     }
-    let req = l.append(session, branch, &request)?;
-    response.sequence = req.node.sequence;
-    let resp = l.append(session, branch, &response)?;
-    let mut nodes = vec![req, resp];
-    if !retried {
-        nodes.push(l.append(session, branch, &complete)?);
-    }
+    let attempt = [request, response, complete];
+    let n = if retried { 2 } else { 3 };
+    let nodes = l.append_many_nodes(session, branch, &attempt[..n])?;
     Ok(Recorded {
         nodes,
         whole_turn: !retried,

@@ -374,6 +374,296 @@ fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// Where a call goes: the upstream's base URL (no trailing `/v1`) and the
+/// key configured for it (header name and value), if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Route {
+    base: String,
+    key: Option<(&'static str, String)>,
+}
+
+/// The route phase: a call to `/v1/messages`, or with an
+/// `anthropic-version` or `x-api-key` header, goes to the Anthropic
+/// upstream when there is one; anything else to the OpenAI-compatible
+/// one, else to the Anthropic one. `None`: no upstream at all.
+fn route(
+    cfg: &ProxyConfig,
+    upstream: Option<&str>,
+    anthropic: Option<&str>,
+    api: Api,
+    headers: &HeaderMap,
+) -> Option<Route> {
+    let anthropic_call = api == Api::Messages
+        || headers.contains_key("anthropic-version")
+        || headers.contains_key("x-api-key");
+    let to_anthropic = |a: &str| Route {
+        base: a.to_owned(),
+        key: cfg.anthropic_key.clone().map(|k| ("x-api-key", k)),
+    };
+    match (anthropic_call, anthropic, upstream) {
+        (true, Some(a), _) => Some(to_anthropic(a)),
+        (_, _, Some(u)) => Some(Route {
+            base: u.to_owned(),
+            key: cfg
+                .upstream_key
+                .as_ref()
+                .map(|k| ("authorization", format!("Bearer {k}"))),
+        }),
+        (_, Some(a), None) => Some(to_anthropic(a)),
+        (_, None, None) => None,
+    }
+}
+
+/// `{base}/v1/{rest}`, with the query as the client sent it.
+fn upstream_url(base: &str, rest: &str, query: Option<&str>) -> String {
+    let mut url = format!("{base}/v1/{rest}");
+    if let Some(q) = query {
+        url.push('?');
+        url.push_str(q);
+    }
+    url
+}
+
+/// The headers phase: the client's headers as they go upstream (without
+/// hop-by-hop ones, `Accept-Encoding` and `X-Convo-*`; without its key
+/// under `virtual_keys`), plus the route's key when the client sent none.
+/// Also the name of the key header the proxy added, if it did.
+fn upstream_headers(
+    client: &HeaderMap,
+    virtual_keys: bool,
+    key: Option<&(&'static str, String)>,
+) -> (reqwest::header::HeaderMap, Option<&'static str>) {
+    let mut headers = reqwest::header::HeaderMap::with_capacity(client.len() + 1);
+    let mut has_key = false;
+    for (k, v) in client {
+        let name = k.as_str();
+        if HOP_BY_HOP.contains(&name) || name.starts_with("x-convo-") {
+            continue;
+        }
+        if matches!(name, "authorization" | "x-api-key" | "api-key") {
+            if virtual_keys {
+                // convo's token: never sent on.
+                continue;
+            }
+            has_key = true;
+        }
+        headers.append(k.clone(), v.clone());
+    }
+    let mut added = None;
+    if !has_key
+        && let Some((name, value)) = key
+        && let Ok(v) = HeaderValue::from_str(value)
+    {
+        headers.insert(HeaderName::from_static(name), v);
+        added = Some(*name);
+    }
+    (headers, added)
+}
+
+/// The answer's headers as they go to the client (without hop-by-hop ones).
+fn answer_headers(upstream: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::with_capacity(upstream.len());
+    for (k, v) in upstream {
+        if !HOP_BY_HOP.contains(&k.as_str()) {
+            out.append(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
+/// An answer of `text/event-stream`: streamed.
+fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|c| c.starts_with("text/event-stream"))
+}
+
+/// The exchange to record, before the upstream is called: the request as
+/// the client sent it (its body shared, not copied; query keys and
+/// header secrets redacted), `facts` read from it.
+fn exchange(
+    api: Api,
+    method: &str,
+    rest: &str,
+    parts: &axum::http::request::Parts,
+    body: Bytes,
+    facts: body::Facts,
+    upstream: &str,
+) -> Exchange {
+    Exchange {
+        api: Some(api),
+        method: method.to_owned(),
+        path: match parts.uri.query() {
+            Some(q) => format!("/v1/{rest}?{}", record::redact_query(q)),
+            None => format!("/v1/{rest}"),
+        },
+        request_headers: record::recorded_headers(
+            parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_bytes())),
+            record::RECORDED_REQUEST_HEADERS,
+        ),
+        request_body: body,
+        facts: Some(facts),
+        upstream: record::public_url(upstream),
+        started_at: now_ms(),
+        ..Exchange::default()
+    }
+}
+
+/// Notes in the record that what went upstream differs from what the
+/// client sent (`upstream_changes`), never with a key's value.
+fn note_change(ex: &mut Exchange, what: &str, note: serde_json::Value) {
+    match &mut ex.upstream_changes {
+        Some(serde_json::Value::Object(m)) => {
+            m.insert(what.to_owned(), note);
+        }
+        _ => {
+            let mut m = serde_json::Map::new();
+            m.insert(what.to_owned(), note);
+            ex.upstream_changes = Some(serde_json::Value::Object(m));
+        }
+    }
+}
+
+/// An answer's body as it arrives from upstream, an error as its text
+/// (without the URL: a query string may carry a key).
+trait Upstream: futures_util::Stream<Item = Result<Bytes, String>> + Send + Unpin + 'static {}
+impl<S: futures_util::Stream<Item = Result<Bytes, String>> + Send + Unpin + 'static> Upstream
+    for S
+{
+}
+
+/// A non-streamed answer as read by [`read_whole`].
+#[derive(Debug)]
+enum Whole {
+    /// Read to its end (or to where the upstream cut it: why).
+    Read { body: Bytes, cut: Option<String> },
+    /// Longer than [`WHOLE_ANSWER`]: what has arrived; the rest is still
+    /// upstream.
+    Long(Vec<Bytes>),
+}
+
+/// Reads an answer whole, up to [`WHOLE_ANSWER`]; `ttft` is set when its
+/// first bytes arrive.
+async fn read_whole(up: &mut impl Upstream, t0: Instant, ttft: &mut Option<f64>) -> Whole {
+    let mut head: Vec<Bytes> = Vec::new();
+    let mut len = 0;
+    let cut = loop {
+        match up.next().await {
+            None => break None,
+            Some(Err(e)) => break Some(e),
+            Some(Ok(chunk)) => {
+                if head.is_empty() {
+                    *ttft = Some(since(t0));
+                }
+                len += chunk.len();
+                head.push(chunk);
+                if len > WHOLE_ANSWER {
+                    return Whole::Long(head);
+                }
+            }
+        }
+    };
+    let body = match head.len() {
+        1 => head.pop().unwrap_or_default(),
+        _ => Bytes::from(head.concat()),
+    };
+    Whole::Read { body, cut }
+}
+
+/// Passes a stream on to the client chunk by chunk (through `filter`,
+/// which cuts the usage chunks the client did not ask for), keeping what
+/// the record keeps. Returns when the stream ends: when its first chunk
+/// arrived, and why it is partial (the upstream cut it: the client gets
+/// the same error; the client went away).
+async fn pump(
+    mut up: impl Upstream,
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    mut filter: sse::ClientFilter,
+    kept: &mut Kept,
+    t0: Instant,
+    upstream: &str,
+) -> (Option<f64>, Option<String>) {
+    let mut ttft = None;
+    let mut partial = None;
+    loop {
+        match up.next().await {
+            None => break,
+            Some(Err(e)) => {
+                let why = format!("upstream {upstream} cut the stream: {e}");
+                partial = Some(why.clone());
+                let _ = tx.send(Err(std::io::Error::other(why))).await;
+                break;
+            }
+            Some(Ok(chunk)) => {
+                let t = since(t0);
+                if ttft.is_none() {
+                    ttft = Some(t);
+                }
+                kept.push(&chunk, t);
+                if let Some(out) = filter.push(chunk)
+                    && tx.send(Ok(out)).await.is_err()
+                {
+                    partial = Some("the client disconnected".into());
+                    break;
+                }
+            }
+        }
+    }
+    if partial.is_none()
+        && let Some(rest) = filter.finish()
+    {
+        let _ = tx.send(Ok(rest)).await;
+    }
+    (ttft, partial)
+}
+
+/// What [`relay`] left: the last chunk, held back; why the upstream cut
+/// the answer; whether the client went away.
+#[derive(Debug, Default)]
+struct Relayed {
+    held: Option<Bytes>,
+    cut: Option<String>,
+    gone: bool,
+}
+
+/// Passes `head` and the rest of a long answer on as they arrive, one
+/// chunk behind (the last one is held back for the caller to send once
+/// the call is recorded), keeping what the record keeps.
+async fn relay(
+    head: Vec<Bytes>,
+    mut up: impl Upstream,
+    tx: &tokio::sync::mpsc::Sender<Result<Bytes, std::io::Error>>,
+    kept: &mut Kept,
+) -> Relayed {
+    let mut out = Relayed::default();
+    let mut head = head.into_iter();
+    loop {
+        let chunk = match head.next() {
+            Some(c) => c,
+            None => match up.next().await {
+                None => break,
+                Some(Ok(c)) => c,
+                Some(Err(e)) => {
+                    out.cut = Some(e);
+                    break;
+                }
+            },
+        };
+        kept.push(&chunk, 0.0);
+        if let Some(ready) = out.held.replace(chunk)
+            && tx.send(Ok(ready)).await.is_err()
+        {
+            out.gone = true;
+            break;
+        }
+    }
+    out
+}
+
 /// The header every answer carries once a call could not be recorded:
 /// how many were not (see [`Proxy::recording_failures`]).
 pub const FAILURES_HEADER: &str = "x-convo-recording-failures";
@@ -402,6 +692,10 @@ impl Proxy {
         res
     }
 
+    /// One call, phase by phase: the request read, replay, [`route`], the
+    /// [`exchange`] to record, the [`upstream_headers`], [`Proxy::send`],
+    /// then the answer [`Proxy::buffered`] or [`Proxy::streamed`], each
+    /// recorded by [`Proxy::save`].
     async fn forward(&self, target: Target, rest: String, req: Request) -> Response {
         let (parts, body) = match read_request(req).await {
             Ok(read) => read,
@@ -416,42 +710,22 @@ impl Proxy {
             return answer;
         }
         let api = Api::classify(&method, &rest);
-        let anthropic_call = api == Api::Messages
-            || parts.headers.contains_key("anthropic-version")
-            || parts.headers.contains_key("x-api-key");
         let inner = &self.inner;
-        let (upstream, key) = match (anthropic_call, &inner.anthropic, &inner.upstream) {
-            // (In replay mode, reached only for calls going live.)
-            (true, Some(a), _) => (
-                a.clone(),
-                inner.cfg.anthropic_key.clone().map(|k| ("x-api-key", k)),
-            ),
-            (_, _, Some(u)) => (
-                u.clone(),
-                inner
-                    .cfg
-                    .upstream_key
-                    .clone()
-                    .map(|k| ("authorization", format!("Bearer {k}"))),
-            ),
-            (_, Some(a), None) => (
-                a.clone(),
-                inner.cfg.anthropic_key.clone().map(|k| ("x-api-key", k)),
-            ),
-            (_, None, None) => {
-                return proxy_error(
-                    StatusCode::BAD_GATEWAY,
-                    "no_upstream",
-                    "this proxy has no upstream configured (start it with --upstream URL)",
-                );
-            }
+        // (In replay mode, reached only for calls going live.)
+        let Some(route) = route(
+            &inner.cfg,
+            inner.upstream.as_deref(),
+            inner.anthropic.as_deref(),
+            api,
+            &parts.headers,
+        ) else {
+            return proxy_error(
+                StatusCode::BAD_GATEWAY,
+                "no_upstream",
+                "this proxy has no upstream configured (start it with --upstream URL)",
+            );
         };
-        let query = parts.uri.query().map(str::to_owned);
-        let mut url = format!("{upstream}/v1/{rest}");
-        if let Some(q) = &query {
-            url.push('?');
-            url.push_str(q);
-        }
+        let url = upstream_url(&route.base, &rest, parts.uri.query());
         // The body is read once (`body.rs`), never parsed whole, and held
         // once: the exchange and the upstream request share its bytes.
         let facts = body::Facts::read(api, &body, Some(&inner.keys));
@@ -463,130 +737,25 @@ impl Proxy {
         } else {
             body::add_include_usage(api, &facts, &body)
         };
-        let mut ex = Exchange {
-            api: Some(api),
-            method: method.clone(),
-            path: match &query {
-                Some(q) => format!("/v1/{rest}?{}", record::redact_query(q)),
-                None => format!("/v1/{rest}"),
-            },
-            request_headers: record::recorded_headers(
-                parts
-                    .headers
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_bytes())),
-                record::RECORDED_REQUEST_HEADERS,
-            ),
-            request_body: body.clone(),
-            facts: Some(facts),
-            upstream_changes: changed
-                .as_ref()
-                .map(|_| json!({"stream_options.include_usage": true})),
-            upstream: record::public_url(&upstream),
-            started_at: now_ms(),
-            ..Exchange::default()
-        };
-        let mut strip_usage = changed.is_some();
-        let mut headers = reqwest::header::HeaderMap::new();
-        let mut has_key = false;
-        for (k, v) in &parts.headers {
-            let name = k.as_str();
-            if HOP_BY_HOP.contains(&name) || name.starts_with("x-convo-") {
-                continue;
-            }
-            if matches!(name, "authorization" | "x-api-key" | "api-key") {
-                if inner.cfg.virtual_keys {
-                    // convo's token: never sent on.
-                    continue;
-                }
-                has_key = true;
-            }
-            headers.append(k.clone(), v.clone());
+        let (headers, added_key) =
+            upstream_headers(&parts.headers, inner.cfg.virtual_keys, route.key.as_ref());
+        let mut ex = exchange(api, &method, &rest, &parts, body, facts, &route.base);
+        if changed.is_some() {
+            note_change(&mut ex, "stream_options.include_usage", json!(true));
         }
-        if !has_key
-            && let Some((name, value)) = key
-            && let Ok(v) = HeaderValue::from_str(&value)
-        {
-            headers.insert(HeaderName::from_static(name), v);
+        if let Some(name) = added_key {
             // What went upstream differs: say so, never with the value.
-            let note = json!("added: the proxy's configured key");
-            match &mut ex.upstream_changes {
-                Some(serde_json::Value::Object(m)) => {
-                    m.insert(format!("headers.{name}"), note);
-                }
-                _ => {
-                    let mut m = serde_json::Map::new();
-                    m.insert(format!("headers.{name}"), note);
-                    ex.upstream_changes = Some(serde_json::Value::Object(m));
-                }
-            }
+            note_change(
+                &mut ex,
+                &format!("headers.{name}"),
+                json!("added: the proxy's configured key"),
+            );
         }
-        let method_r =
-            reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
         let t0 = Instant::now();
-        let again = changed
-            .is_some()
-            .then(|| (method_r.clone(), headers.clone()));
-        let mut sent = inner
-            .client
-            .request(method_r, &url)
-            .headers(headers)
-            .body(changed.map_or_else(|| body.clone(), Bytes::from))
-            .send()
-            .await;
-        // An upstream that rejects the `stream_options` the proxy added:
-        // the call as the client sent it, and no more adding for this run.
-        if let Some((method_r, headers)) = again
-            && let Ok(r) = &sent
-            && matches!(r.status().as_u16(), 400 | 422)
-        {
-            inner
-                .no_usage_option
-                .store(true, std::sync::atomic::Ordering::Relaxed);
-            strip_usage = false;
-            if let Some(serde_json::Value::Object(m)) = &mut ex.upstream_changes {
-                m.remove("stream_options.include_usage");
-                if m.is_empty() {
-                    ex.upstream_changes = None;
-                }
-            }
-            sent = inner
-                .client
-                .request(method_r, &url)
-                .headers(headers)
-                .body(body.clone())
-                .send()
-                .await;
-        }
+        let (sent, strip_usage) = self.send(&method, &url, headers, changed, &mut ex).await;
         let resp = match sent {
             Ok(r) => r,
-            Err(e) => {
-                let (status, code) = if e.is_timeout() {
-                    (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout")
-                } else {
-                    (StatusCode::BAD_GATEWAY, "upstream_unreachable")
-                };
-                let why = format!(
-                    "upstream {} {}: {}",
-                    ex.upstream,
-                    if e.is_timeout() {
-                        "timed out"
-                    } else {
-                        "is unreachable"
-                    },
-                    why_reqwest(e)
-                );
-                ex.status = status.as_u16();
-                ex.error = Some(why.clone());
-                ex.latency_ms = since(t0);
-                ex.ended_at = now_ms();
-                let answer = proxy_error(status, code, &why);
-                ex.response_body = serde_json::to_vec(&json!({"error": {
-                    "type": "convo_proxy_error", "code": code, "message": why}}))
-                .unwrap_or_default();
-                let _ = self.save(target, ex).await;
-                return answer;
-            }
+            Err(e) => return self.unreachable(target, ex, e, t0).await,
         };
         ex.ttft_ms = Some(since(t0));
         ex.status = resp.status().as_u16();
@@ -596,131 +765,187 @@ impl Proxy {
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             record::RECORDED_RESPONSE_HEADERS,
         );
+        ex.streamed = is_event_stream(resp.headers());
         let status = StatusCode::from_u16(ex.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        let mut out_headers = HeaderMap::new();
-        for (k, v) in resp.headers() {
-            if !HOP_BY_HOP.contains(&k.as_str()) {
-                out_headers.append(k.clone(), v.clone());
-            }
-        }
-        ex.streamed = resp
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let out_headers = answer_headers(resp.headers());
         let limit = inner.cfg.record_limit.unwrap_or(DEFAULT_RECORD_LIMIT);
-        let mut up = resp.bytes_stream();
-        if !ex.streamed {
-            // The usual answer (a JSON document) is read whole, recorded,
-            // then sent, `x-convo-node` naming its record. One longer than
-            // WHOLE_ANSWER is passed on as it arrives instead.
-            let mut head: Vec<Bytes> = Vec::new();
-            let mut len = 0;
-            let cut = loop {
-                match up.next().await {
-                    None => break None,
-                    Some(Err(e)) => break Some(e),
-                    Some(Ok(chunk)) => {
-                        if head.is_empty() {
-                            ex.ttft_ms = Some(since(t0));
-                        }
-                        len += chunk.len();
-                        head.push(chunk);
-                        if len > WHOLE_ANSWER {
-                            let passed = self.pass_through(target, ex, head, up, t0, limit);
-                            return (status, out_headers, passed).into_response();
-                        }
-                    }
-                }
-            };
-            ex.latency_ms = since(t0);
-            ex.ended_at = now_ms();
-            let body = match head.len() {
-                1 => head.pop().unwrap_or_default(),
-                _ => Bytes::from(head.concat()),
-            };
-            let mut kept = Kept::new(limit, false);
-            kept.push(&body, 0.0);
-            kept.finish(&mut ex);
-            if let Some(e) = cut {
-                let why = format!(
-                    "upstream {} cut the answer: {}",
-                    ex.upstream,
-                    why_reqwest(e)
-                );
-                ex.partial = Some(why.clone());
-                let _ = self.save(target, ex).await;
-                return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", &why);
-            }
-            let saved = self.save(target, ex).await;
-            let mut res = (status, out_headers, body).into_response();
-            mark(&mut res, saved);
-            return res;
+        let up = resp.bytes_stream().map(|r| r.map_err(why_reqwest));
+        if ex.streamed {
+            let out = self.streamed(target, ex, up, strip_usage, t0, limit);
+            (status, out_headers, out).into_response()
+        } else {
+            self.buffered(target, ex, status, out_headers, up, t0, limit)
+                .await
         }
-        // A stream: pass each chunk on as it arrives; record at the end,
-        // before the client's body ends (so a finished call is recorded).
-        // The channel is bounded (a slow client slows the upstream read)
-        // and so is what the record keeps (`record_limit`).
+    }
+
+    /// Sends the call upstream, with `changed` (the body with
+    /// `stream_options` added) when given: an upstream that rejects it
+    /// (400, 422) gets the call as the client sent it, and no more adding
+    /// for this run. Also whether usage chunks are to be cut from the
+    /// client's stream (the proxy asked for them).
+    async fn send(
+        &self,
+        method: &str,
+        url: &str,
+        headers: reqwest::header::HeaderMap,
+        changed: Option<Vec<u8>>,
+        ex: &mut Exchange,
+    ) -> (reqwest::Result<reqwest::Response>, bool) {
+        let inner = &self.inner;
+        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        let Some(changed) = changed else {
+            let sent = inner
+                .client
+                .request(method, url)
+                .headers(headers)
+                .body(ex.request_body.clone())
+                .send()
+                .await;
+            return (sent, false);
+        };
+        let sent = inner
+            .client
+            .request(method.clone(), url)
+            .headers(headers.clone())
+            .body(changed)
+            .send()
+            .await;
+        match &sent {
+            Ok(r) if matches!(r.status().as_u16(), 400 | 422) => {}
+            _ => return (sent, true),
+        }
+        inner
+            .no_usage_option
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(serde_json::Value::Object(m)) = &mut ex.upstream_changes {
+            m.remove("stream_options.include_usage");
+            if m.is_empty() {
+                ex.upstream_changes = None;
+            }
+        }
+        let sent = inner
+            .client
+            .request(method, url)
+            .headers(headers)
+            .body(ex.request_body.clone())
+            .send()
+            .await;
+        (sent, false)
+    }
+
+    /// An upstream that could not be reached (502) or timed out (504):
+    /// recorded with that status and answered with a JSON error.
+    async fn unreachable(
+        &self,
+        target: Target,
+        mut ex: Exchange,
+        e: reqwest::Error,
+        t0: Instant,
+    ) -> Response {
+        let (status, code, how) = if e.is_timeout() {
+            (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout", "timed out")
+        } else {
+            (
+                StatusCode::BAD_GATEWAY,
+                "upstream_unreachable",
+                "is unreachable",
+            )
+        };
+        let why = format!("upstream {} {how}: {}", ex.upstream, why_reqwest(e));
+        ex.status = status.as_u16();
+        ex.error = Some(why.clone());
+        ex.latency_ms = since(t0);
+        ex.ended_at = now_ms();
+        ex.response_body = serde_json::to_vec(&json!({"error": {
+            "type": "convo_proxy_error", "code": code, "message": why}}))
+        .unwrap_or_default();
+        let _ = self.save(target, ex).await;
+        proxy_error(status, code, &why)
+    }
+
+    /// A non-streamed answer: the usual one (a JSON document) is read
+    /// whole ([`read_whole`]), recorded, then sent, `x-convo-node` naming
+    /// its record; one longer than [`WHOLE_ANSWER`] is passed on as it
+    /// arrives instead ([`Proxy::pass_through`]).
+    #[allow(clippy::too_many_arguments)]
+    async fn buffered(
+        &self,
+        target: Target,
+        mut ex: Exchange,
+        status: StatusCode,
+        out_headers: HeaderMap,
+        mut up: impl Upstream,
+        t0: Instant,
+        limit: usize,
+    ) -> Response {
+        let (body, cut) = match read_whole(&mut up, t0, &mut ex.ttft_ms).await {
+            Whole::Long(head) => {
+                let passed = self.pass_through(target, ex, head, up, t0, limit);
+                return (status, out_headers, passed).into_response();
+            }
+            Whole::Read { body, cut } => (body, cut),
+        };
+        ex.latency_ms = since(t0);
+        ex.ended_at = now_ms();
+        let mut kept = Kept::new(limit, false);
+        kept.push(&body, 0.0);
+        kept.finish(&mut ex);
+        if let Some(e) = cut {
+            let why = format!("upstream {} cut the answer: {e}", ex.upstream);
+            ex.partial = Some(why.clone());
+            let _ = self.save(target, ex).await;
+            return proxy_error(StatusCode::BAD_GATEWAY, "upstream_cut", &why);
+        }
+        let saved = self.save(target, ex).await;
+        let mut res = (status, out_headers, body).into_response();
+        mark(&mut res, saved);
+        res
+    }
+
+    /// A stream: each chunk passed on as it arrives ([`pump`]); recorded
+    /// at the end, before the client's body ends (so a finished call is
+    /// recorded). The channel is bounded (a slow client slows the upstream
+    /// read) and so is what the record keeps (`record_limit`).
+    fn streamed(
+        &self,
+        target: Target,
+        mut ex: Exchange,
+        up: impl Upstream,
+        strip_usage: bool,
+        t0: Instant,
+        limit: usize,
+    ) -> Body {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(16);
         let this = self.clone();
         tokio::spawn(async move {
-            let mut filter = sse::ClientFilter::new(strip_usage);
             let mut kept = Kept::new(limit, true);
-            let mut first = true;
-            loop {
-                match up.next().await {
-                    None => break,
-                    Some(Err(e)) => {
-                        let why = format!(
-                            "upstream {} cut the stream: {}",
-                            ex.upstream,
-                            why_reqwest(e)
-                        );
-                        ex.partial = Some(why.clone());
-                        let _ = tx.send(Err(std::io::Error::other(why))).await;
-                        break;
-                    }
-                    Some(Ok(chunk)) => {
-                        let t = since(t0);
-                        if first {
-                            ex.ttft_ms = Some(t);
-                            first = false;
-                        }
-                        kept.push(&chunk, t);
-                        if let Some(out) = filter.push(chunk)
-                            && tx.send(Ok(out)).await.is_err()
-                        {
-                            ex.partial = Some("the client disconnected".into());
-                            break;
-                        }
-                    }
-                }
+            let filter = sse::ClientFilter::new(strip_usage);
+            let (ttft, partial) = pump(up, &tx, filter, &mut kept, t0, &ex.upstream).await;
+            if ttft.is_some() {
+                ex.ttft_ms = ttft;
             }
-            if ex.partial.is_none()
-                && let Some(rest) = filter.finish()
-            {
-                let _ = tx.send(Ok(rest)).await;
-            }
+            ex.partial = partial;
             ex.latency_ms = since(t0);
             ex.ended_at = now_ms();
             kept.finish(&mut ex);
             let _ = this.save(target, ex).await;
             drop(tx);
         });
-        (status, out_headers, channel_body(rx)).into_response()
+        channel_body(rx)
     }
 
     /// A non-streamed answer longer than [`WHOLE_ANSWER`]: `head` (what
     /// has arrived) and the rest are passed on as they arrive, through a
-    /// bounded channel, and the record keeps at most `limit` bytes of it.
-    /// The last chunk is held back until the call is recorded, so a client
-    /// that has the whole answer has a recorded call.
+    /// bounded channel ([`relay`]), and the record keeps at most `limit`
+    /// bytes of it. The last chunk is held back until the call is
+    /// recorded, so a client that has the whole answer has a recorded call.
     fn pass_through(
         &self,
         target: Target,
         mut ex: Exchange,
         head: Vec<Bytes>,
-        mut up: impl futures_util::Stream<Item = reqwest::Result<Bytes>> + Send + Unpin + 'static,
+        up: impl Upstream,
         t0: Instant,
         limit: usize,
     ) -> Body {
@@ -728,35 +953,15 @@ impl Proxy {
         let this = self.clone();
         tokio::spawn(async move {
             let mut kept = Kept::new(limit, false);
-            let mut held: Option<Bytes> = None;
-            let mut head = head.into_iter();
-            let mut cut = None;
-            loop {
-                let chunk = match head.next() {
-                    Some(c) => c,
-                    None => match up.next().await {
-                        None => break,
-                        Some(Ok(c)) => c,
-                        Some(Err(e)) => {
-                            cut = Some(format!(
-                                "upstream {} cut the answer: {}",
-                                ex.upstream,
-                                why_reqwest(e)
-                            ));
-                            break;
-                        }
-                    },
-                };
-                kept.push(&chunk, 0.0);
-                if let Some(ready) = held.replace(chunk)
-                    && tx.send(Ok(ready)).await.is_err()
-                {
-                    ex.partial = Some("the client disconnected".into());
-                    break;
-                }
-            }
+            let relayed = relay(head, up, &tx, &mut kept).await;
             ex.latency_ms = since(t0);
             ex.ended_at = now_ms();
+            if relayed.gone {
+                ex.partial = Some("the client disconnected".into());
+            }
+            let cut = relayed
+                .cut
+                .map(|e| format!("upstream {} cut the answer: {e}", ex.upstream));
             if cut.is_some() {
                 ex.partial.clone_from(&cut);
             }
@@ -767,7 +972,7 @@ impl Proxy {
                     let _ = tx.send(Err(std::io::Error::other(why))).await;
                 }
                 None => {
-                    if let Some(last) = held {
+                    if let Some(last) = relayed.held {
                         let _ = tx.send(Ok(last)).await;
                     }
                 }
@@ -1176,4 +1381,295 @@ pub fn standalone(proxy: Proxy, config: &convo_runtime::Config) -> Router {
         )
     });
     convo_runtime::guarded(routes, config, true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::stream;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(HeaderName::from_static(k), HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn cfg() -> ProxyConfig {
+        ProxyConfig {
+            upstream_key: Some("ok-key".into()),
+            anthropic_key: Some("an-key".into()),
+            ..ProxyConfig::new(None)
+        }
+    }
+
+    #[test]
+    fn route_sends_anthropic_calls_to_the_anthropic_upstream_and_the_rest_to_openai() {
+        let (o, a) = (Some("http://o"), Some("http://a"));
+        let none = HeaderMap::new();
+        let r = route(&cfg(), o, a, Api::Messages, &none).unwrap();
+        assert_eq!(r.base, "http://a");
+        assert_eq!(r.key, Some(("x-api-key", "an-key".to_owned())));
+        let by_header = headers(&[("anthropic-version", "2023-06-01")]);
+        assert_eq!(
+            route(&cfg(), o, a, Api::Other, &by_header).unwrap().base,
+            "http://a"
+        );
+        let r = route(&cfg(), o, a, Api::Chat, &none).unwrap();
+        assert_eq!(r.base, "http://o");
+        assert_eq!(r.key, Some(("authorization", "Bearer ok-key".to_owned())));
+        // An Anthropic call with no Anthropic upstream goes to the other,
+        // and a chat call with only an Anthropic upstream goes there.
+        assert_eq!(
+            route(&cfg(), o, None, Api::Messages, &none).unwrap().base,
+            "http://o"
+        );
+        assert_eq!(
+            route(&cfg(), None, a, Api::Chat, &none).unwrap().base,
+            "http://a"
+        );
+        assert_eq!(route(&cfg(), None, None, Api::Chat, &none), None);
+        let keyless = ProxyConfig::new(None);
+        assert_eq!(route(&keyless, o, a, Api::Chat, &none).unwrap().key, None);
+    }
+
+    #[test]
+    fn upstream_url_keeps_the_path_and_query_as_sent() {
+        assert_eq!(
+            upstream_url("http://u:1", "chat/completions", None),
+            "http://u:1/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream_url("http://u", "models", Some("key=s&x=1")),
+            "http://u/v1/models?key=s&x=1"
+        );
+    }
+
+    #[test]
+    fn upstream_headers_drop_hop_by_hop_and_convo_headers_and_add_a_key_only_when_none_was_sent() {
+        let client = headers(&[
+            ("host", "127.0.0.1"),
+            ("connection", "keep-alive"),
+            ("accept-encoding", "gzip"),
+            ("x-convo-session", "s"),
+            ("content-type", "application/json"),
+            ("authorization", "Bearer client"),
+        ]);
+        let key = ("authorization", "Bearer configured".to_owned());
+        let (h, added) = upstream_headers(&client, false, Some(&key));
+        assert_eq!(added, None);
+        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
+        assert_eq!(names, ["content-type", "authorization"]);
+        assert_eq!(h["authorization"], "Bearer client");
+        // Virtual keys: the client's key is convo's token, never sent on.
+        let (h, added) = upstream_headers(&client, true, Some(&key));
+        assert_eq!(added, Some("authorization"));
+        assert_eq!(h["authorization"], "Bearer configured");
+        let (h, added) = upstream_headers(&client, true, None);
+        assert_eq!(added, None);
+        assert!(!h.contains_key("authorization"));
+        let anthropic = ("x-api-key", "an-key".to_owned());
+        let (h, added) = upstream_headers(&headers(&[]), false, Some(&anthropic));
+        assert_eq!(added, Some("x-api-key"));
+        assert_eq!(h["x-api-key"], "an-key");
+    }
+
+    #[test]
+    fn answer_headers_drop_hop_by_hop_ones_and_streams_are_told_by_their_type() {
+        let up = headers(&[
+            ("content-type", "text/event-stream; charset=utf-8"),
+            ("transfer-encoding", "chunked"),
+            ("x-request-id", "r1"),
+            ("set-cookie", "a=1"),
+            ("set-cookie", "b=2"),
+        ]);
+        let out = answer_headers(&up);
+        assert!(!out.contains_key("transfer-encoding"));
+        assert_eq!(out.get_all("set-cookie").iter().count(), 2);
+        assert_eq!(out["x-request-id"], "r1");
+        assert!(is_event_stream(&up));
+        assert!(!is_event_stream(&headers(&[(
+            "content-type",
+            "application/json"
+        )])));
+        assert!(!is_event_stream(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn changes_made_upstream_are_noted_together() {
+        let mut ex = Exchange::default();
+        note_change(&mut ex, "stream_options.include_usage", json!(true));
+        note_change(&mut ex, "headers.x-api-key", json!("added"));
+        assert_eq!(
+            ex.upstream_changes,
+            Some(json!({"stream_options.include_usage": true, "headers.x-api-key": "added"}))
+        );
+    }
+
+    #[test]
+    fn exchange_records_the_path_with_keys_in_the_query_redacted_and_shares_the_body() {
+        let req = axum::http::Request::builder()
+            .uri("/v1/models?api_key=sk-secret&limit=2")
+            .header("authorization", "Bearer sk-secret")
+            .header("openai-beta", "x")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let body = Bytes::from_static(b"{}");
+        let ex = exchange(
+            Api::Models,
+            "GET",
+            "models",
+            &parts,
+            body.clone(),
+            body::Facts::default(),
+            "https://user:pw@up.example",
+        );
+        assert!(ex.path.starts_with("/v1/models?"), "{}", ex.path);
+        assert!(!ex.path.contains("sk-secret"), "{}", ex.path);
+        assert!(ex.path.contains("limit=2"));
+        assert!(!ex.upstream.contains("pw"), "{}", ex.upstream);
+        assert_eq!(ex.request_body.as_ptr(), body.as_ptr());
+        let recorded = serde_json::to_string(&ex.request_headers).unwrap();
+        assert!(!recorded.contains("sk-secret"), "{recorded}");
+    }
+
+    fn chunks(items: Vec<Result<&'static [u8], &'static str>>) -> impl Upstream {
+        stream::iter(
+            items
+                .into_iter()
+                .map(|r| r.map(Bytes::from_static).map_err(str::to_owned))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    #[tokio::test]
+    async fn read_whole_joins_an_answer_and_says_where_it_was_cut() {
+        let mut ttft = None;
+        let t0 = Instant::now();
+        let mut up = chunks(vec![Ok(b"{\"a\":"), Ok(b"1}")]);
+        match read_whole(&mut up, t0, &mut ttft).await {
+            Whole::Read { body, cut } => {
+                assert_eq!(&body[..], b"{\"a\":1}");
+                assert_eq!(cut, None);
+            }
+            Whole::Long(_) => panic!("a short answer is read whole"),
+        }
+        assert!(ttft.is_some());
+        let mut up = chunks(vec![Ok(b"{\"a\":"), Err("reset")]);
+        match read_whole(&mut up, t0, &mut None).await {
+            Whole::Read { body, cut } => {
+                assert_eq!(&body[..], b"{\"a\":");
+                assert_eq!(cut.as_deref(), Some("reset"));
+            }
+            Whole::Long(_) => panic!("a short answer is read whole"),
+        }
+    }
+
+    #[tokio::test]
+    async fn read_whole_stops_past_the_whole_answer_limit_and_leaves_the_rest_upstream() {
+        let big = vec![b'x'; WHOLE_ANSWER / 2 + 1];
+        let parts: Vec<Result<Bytes, String>> =
+            (0..4).map(|_| Ok(Bytes::from(big.clone()))).collect();
+        let mut up = stream::iter(parts);
+        match read_whole(&mut up, Instant::now(), &mut None).await {
+            Whole::Long(head) => assert_eq!(head.len(), 2),
+            Whole::Read { .. } => panic!("a long answer is passed through"),
+        }
+        assert_eq!(up.count().await, 2);
+    }
+
+    #[tokio::test]
+    async fn pump_passes_every_chunk_on_and_a_cut_reaches_the_client_as_an_error() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let mut kept = Kept::new(1 << 20, true);
+        let up = chunks(vec![Ok(b"data: 1\n\n"), Ok(b"data: 2\n\n"), Err("reset")]);
+        let (ttft, partial) = pump(
+            up,
+            &tx,
+            sse::ClientFilter::new(false),
+            &mut kept,
+            Instant::now(),
+            "http://u",
+        )
+        .await;
+        drop(tx);
+        assert!(ttft.is_some());
+        assert_eq!(
+            partial.as_deref(),
+            Some("upstream http://u cut the stream: reset")
+        );
+        assert_eq!(rx.recv().await.unwrap().unwrap(), &b"data: 1\n\n"[..]);
+        assert_eq!(rx.recv().await.unwrap().unwrap(), &b"data: 2\n\n"[..]);
+        assert!(rx.recv().await.unwrap().is_err());
+        assert!(rx.recv().await.is_none());
+        let mut ex = Exchange::default();
+        kept.finish(&mut ex);
+        assert_eq!(ex.response_body, b"data: 1\n\ndata: 2\n\n");
+        assert_eq!(ex.chunks.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn pump_notes_a_client_that_went_away() {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        drop(rx);
+        let mut kept = Kept::new(1 << 20, true);
+        let up = chunks(vec![Ok(b"data: 1\n\n"), Ok(b"data: 2\n\n")]);
+        let (_, partial) = pump(
+            up,
+            &tx,
+            sse::ClientFilter::new(false),
+            &mut kept,
+            Instant::now(),
+            "http://u",
+        )
+        .await;
+        assert_eq!(partial.as_deref(), Some("the client disconnected"));
+    }
+
+    #[tokio::test]
+    async fn relay_holds_the_last_chunk_back_and_reports_a_cut() {
+        let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+        let mut kept = Kept::new(1 << 20, false);
+        let head = vec![Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+        let out = relay(head, chunks(vec![Ok(b"c")]), &tx, &mut kept).await;
+        drop(tx);
+        assert_eq!(out.held.as_deref(), Some(&b"c"[..]));
+        assert_eq!((out.cut, out.gone), (None, false));
+        assert_eq!(rx.recv().await.unwrap().unwrap(), &b"a"[..]);
+        assert_eq!(rx.recv().await.unwrap().unwrap(), &b"b"[..]);
+        assert!(rx.recv().await.is_none());
+        let (tx, _rx) = tokio::sync::mpsc::channel(16);
+        let out = relay(
+            Vec::new(),
+            chunks(vec![Ok(b"a"), Err("reset")]),
+            &tx,
+            &mut kept,
+        )
+        .await;
+        assert_eq!(out.cut.as_deref(), Some("reset"));
+        assert_eq!(out.held.as_deref(), Some(&b"a"[..]));
+    }
+
+    #[test]
+    fn kept_keeps_at_most_its_limit_and_the_digest_of_the_whole() {
+        use sha2::Digest as _;
+        let mut kept = Kept::new(4, true);
+        kept.push(b"abc", 1.0);
+        kept.push(b"def", 2.0);
+        let mut ex = Exchange::default();
+        kept.finish(&mut ex);
+        assert_eq!(ex.response_body, b"abcd");
+        assert_eq!(ex.chunks, vec![(3, 1.0), (1, 2.0)]);
+        assert_eq!(
+            ex.truncated,
+            Some((6, hex::encode(sha2::Sha256::digest(b"abcdef"))))
+        );
+        let mut whole = Kept::new(10, false);
+        whole.push(b"abc", 0.0);
+        let mut ex = Exchange::default();
+        whole.finish(&mut ex);
+        assert_eq!((ex.truncated, ex.response_body), (None, b"abc".to_vec()));
+    }
 }

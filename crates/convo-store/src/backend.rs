@@ -503,6 +503,12 @@ pub trait Backend: Send {
     fn erase_freed(&mut self) -> Result<Option<String>> {
         Ok(None)
     }
+    /// Bytes of large payloads this connection ran through SHA-256, and
+    /// through FastCDC, since it was opened ([`crate::chunk::Recent`]:
+    /// what recording a growing conversation costs; tests read it).
+    fn payload_work(&self) -> (u64, u64) {
+        (0, 0)
+    }
     /// The engine's own housekeeping (SQLite's WAL and integrity), for a
     /// backend that has any; `None` (PostgreSQL) when there is nothing to do.
     fn maintenance(&mut self) -> Option<&mut dyn Maintenance> {

@@ -163,6 +163,12 @@ impl Store {
         self.backend.kind()
     }
 
+    /// Bytes of large payloads hashed, and cut, by this connection since
+    /// it was opened (see [`crate::backend::Backend::payload_work`]).
+    pub fn payload_work(&self) -> (u64, u64) {
+        self.backend.payload_work()
+    }
+
     /// Runs `f` in one write transaction, with the backend's retries.
     pub fn write<T>(&mut self, mut f: impl FnMut(&mut dyn Tx) -> Result<T>) -> Result<T> {
         let mut out = None;

@@ -78,6 +78,9 @@ struct Conn {
     /// Prepared statements are per connection and outlive transactions.
     statements: HashMap<String, Statement>,
     round_trips: Arc<AtomicU64>,
+    /// The large payloads this connection stored lately: the next one is
+    /// hashed and cut from where it differs (as on SQLite).
+    recent: crate::chunk::Recent,
 }
 
 /// A PostgreSQL store.
@@ -172,6 +175,7 @@ impl Conn {
             notes,
             statements: HashMap::new(),
             round_trips: Arc::new(AtomicU64::new(0)),
+            recent: crate::chunk::Recent::default(),
         })
     }
 
@@ -333,6 +337,9 @@ impl Backend for Postgres {
     }
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+    fn payload_work(&self) -> (u64, u64) {
+        (self.conn.recent.hashed, self.conn.recent.cut)
     }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         // A deleted row stays in the heap (and its TOAST table) until the
@@ -1371,12 +1378,22 @@ impl NodeTx for PgTx<'_> {
 }
 
 impl BlobTx for PgTx<'_> {
+    fn payload_hash(&mut self, bytes: &[u8]) -> ContentHash {
+        if bytes.len() >= crate::chunk::CHUNKED_FROM {
+            self.c.recent.hash(bytes)
+        } else {
+            convo_core::hash::content_hash(bytes)
+        }
+    }
+
     fn put_blob(&mut self, h: &ContentHash, bytes: &[u8]) -> Result<()> {
         if bytes.len() >= crate::chunk::CHUNKED_FROM {
             // Chunked (see `chunk.rs`): the chunks not stored yet, unless
             // the payload is (whole, from before), then its manifest. Two
-            // held-back statements, no round trip of their own.
-            let split = crate::chunk::split(bytes);
+            // held-back statements, no round trip of their own. Hashed and
+            // cut from where it differs from a payload stored lately
+            // (`chunk::Recent`, the connection's, as on SQLite).
+            let split = self.c.recent.split(h, bytes);
             let (hashes, datas): (Vec<&[u8]>, Vec<&[u8]>) = split
                 .pieces
                 .iter()

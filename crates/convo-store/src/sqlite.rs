@@ -542,6 +542,9 @@ impl Backend for Sqlite {
     fn kind(&self) -> &'static str {
         "sqlite"
     }
+    fn payload_work(&self) -> (u64, u64) {
+        (self.recent.hashed, self.recent.cut)
+    }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         if self.path.is_none() {
             return Ok(None);

@@ -599,6 +599,14 @@ pub fn repeated_payloads_are_stored_once_and_read_back_whole(s: &mut Store) {
         stored * 5 < logical,
         "{stored} bytes of chunks for {logical} bytes of requests"
     );
+    // Each request is hashed and cut from where it differs from the one
+    // before (`chunk::Recent`, on every backend), not whole.
+    let (hashed, cut) = s.payload_work();
+    assert!(
+        hashed > 0 && cut > 0 && hashed * 4 < logical as u64 && cut * 4 < logical as u64,
+        "{} backend: {hashed} bytes hashed and {cut} cut for {logical} bytes of requests",
+        s.kind()
+    );
     let r = s.verify().unwrap();
     assert!(r.is_clean(), "{:?}", r.problems);
     assert!(r.blob_bytes as usize >= logical);
