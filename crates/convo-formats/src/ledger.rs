@@ -406,8 +406,7 @@ impl Writing {
             }
             if let Some((point, time)) = this.fork.take() {
                 let at = batch.first().map_or(time, |(_, d)| d.created_at);
-                let prefix = HashPrefix::parse(&point.to_hex())
-                    .map_err(StoreError::invalid)?;
+                let prefix = HashPrefix::parse(&point.to_hex()).map_err(StoreError::invalid)?;
                 l.fork(id, &prefix, &this.branch, at)?;
                 nodes += 1;
             }

@@ -13,6 +13,18 @@ pub struct Server {
 }
 
 impl Server {
+    /// A proxy recording into a fresh store on `backend` (the tests' one
+    /// backend selector), with what must outlive it; `None` when the
+    /// backend cannot run here (PostgreSQL without `CONVO_TEST_PG`).
+    pub async fn on(
+        cfg: ProxyConfig,
+        backend: convo_testutil::Backend,
+    ) -> Option<(Server, convo_testutil::Fresh)> {
+        let fresh = off_rt(move || backend.fresh())?;
+        let srv = Self::start_on(cfg, tempfile::tempdir().unwrap(), fresh.url.clone()).await;
+        Some((srv, fresh))
+    }
+
     /// The store URL for the backend under test: SQLite in a temp dir,
     /// or a fresh PostgreSQL database when CONVO_TEST_PG is set and `pg`.
     pub async fn start(cfg: ProxyConfig) -> Server {

@@ -5,6 +5,7 @@ use crate::upstream::Upstream;
 use convo_core::{BranchName, Kind};
 use convo_proxy::ProxyConfig;
 use convo_store::TimelineNode;
+use convo_testutil::Backend;
 use serde_json::{Value, json};
 
 const KEY: &str = "sk-test-SECRET-9f8e7d6c5b4a39281706";
@@ -67,27 +68,18 @@ fn kinds(t: &[TimelineNode]) -> Vec<Kind> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_completions_are_passed_through_and_recorded_as_turns_without_the_key() {
-    chat_completions_case(false).await;
+    chat_completions_case(Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_completions_on_postgresql() {
-    chat_completions_case(true).await;
+    chat_completions_case(Backend::Postgres).await;
 }
 
-async fn chat_completions_case(pg: bool) {
+async fn chat_completions_case(backend: Backend) {
     let up = Upstream::start().await;
-    let db = if pg {
-        match crate::common::off_rt(convo_testutil::pg_database) {
-            Some(db) => Some(db),
-            None => return,
-        }
-    } else {
-        None
-    };
-    let srv = match &db {
-        Some(db) => Server::start_on(cfg(&up), tempfile::tempdir().unwrap(), db.url.clone()).await,
-        None => Server::start(cfg(&up)).await,
+    let Some((srv, store)) = Server::on(cfg(&up), backend).await else {
+        return;
     };
     let base = format!("{}/s/paris-run/main/v1", srv.url);
     let auth = format!("Bearer {KEY}");
@@ -231,9 +223,7 @@ async fn chat_completions_case(pg: bool) {
     );
     assert!(!contains(&all_bytes(dir.path()), b"9f8e7d6c5b4a"));
     up.stop().await;
-    if let Some(db) = db {
-        crate::common::off_rt(|| drop(db));
-    }
+    crate::common::off_rt(move || drop(store));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

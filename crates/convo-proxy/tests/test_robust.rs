@@ -8,6 +8,7 @@ use convo_core::{BranchName, HashPrefix, Kind};
 use convo_proxy::ProxyConfig;
 use convo_proxy::replay::{OnMiss, ReplaySpec};
 use convo_store::TimelineNode;
+use convo_testutil::Backend;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 use std::time::Duration;
@@ -221,28 +222,19 @@ async fn a_large_answer_that_is_not_streamed_passes_through_and_is_recorded() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_on_one_timeline_lose_nothing_and_stay_paired() {
-    concurrent_case(false).await;
+    concurrent_case(Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_calls_on_one_timeline_on_postgresql() {
-    concurrent_case(true).await;
+    concurrent_case(Backend::Postgres).await;
 }
 
-async fn concurrent_case(pg: bool) {
-    let db = if pg {
-        match off_rt(convo_testutil::pg_database) {
-            Some(db) => Some(db),
-            None => return,
-        }
-    } else {
-        None
-    };
+async fn concurrent_case(backend: Backend) {
     let up = Upstream::start().await;
     let cfg = ProxyConfig::new(Some(up.url.clone()));
-    let srv = match &db {
-        Some(db) => Server::start_on(cfg, tempfile::tempdir().unwrap(), db.url.clone()).await,
-        None => Server::start(cfg).await,
+    let Some((srv, store)) = Server::on(cfg, backend).await else {
+        return;
     };
     let url = format!("{}/s/together/main/v1/chat/completions", srv.url);
     const N: usize = 48;
@@ -280,9 +272,7 @@ async fn concurrent_case(pg: bool) {
     assert_eq!(seen.len(), N, "every call recorded once");
     srv.stop().await;
     up.stop().await;
-    if let Some(db) = db {
-        off_rt(|| drop(db));
-    }
+    crate::common::off_rt(move || drop(store));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ use crate::common::{Server, all_bytes, contains};
 use crate::upstream::Upstream;
 use convo_core::{BranchName, Kind};
 use convo_proxy::ProxyConfig;
+use convo_testutil::Backend;
 
 const KEY: &str = "sk-sdk-SECRET-0a1b2c3d4e5f60718293";
 
@@ -623,26 +624,18 @@ print(json.dumps(out))
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_or_regenerated_first_message_forks_its_session() {
-    first_edits_case(false).await;
+    first_edits_case(Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_first_message_forks_its_session_on_postgresql() {
-    first_edits_case(true).await;
+    first_edits_case(Backend::Postgres).await;
 }
 
-async fn first_edits_case(pg: bool) {
+async fn first_edits_case(backend: Backend) {
     let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
         eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
         return;
-    };
-    let db = if pg {
-        match crate::common::off_rt(convo_testutil::pg_database) {
-            Some(db) => Some(db),
-            None => return,
-        }
-    } else {
-        None
     };
     let up = Upstream::start().await;
     let cfg = || {
@@ -650,11 +643,11 @@ async fn first_edits_case(pg: bool) {
         cfg.anthropic_upstream = Some(up.url.clone());
         cfg
     };
-    let dir = tempfile::tempdir().unwrap();
-    let url = match &db {
-        Some(db) => db.url.clone(),
-        None => format!("sqlite://{}/convo.db", dir.path().display()),
+    let Some(store) = crate::common::off_rt(move || backend.fresh()) else {
+        return;
     };
+    let dir = tempfile::tempdir().unwrap();
+    let url = store.url.clone();
     let phase = |srv_url: String, n: &'static str| {
         let python = python.clone();
         tokio::task::spawn_blocking(move || {
@@ -776,5 +769,5 @@ async fn first_edits_case(pg: bool) {
     );
     srv.stop().await;
     up.stop().await;
-    crate::common::off_rt(move || drop(db));
+    crate::common::off_rt(move || drop(store));
 }

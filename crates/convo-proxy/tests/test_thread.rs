@@ -6,6 +6,7 @@ use crate::upstream::Upstream;
 use convo_core::{BranchName, Kind};
 use convo_proxy::ProxyConfig;
 use convo_store::TimelineNode;
+use convo_testutil::Backend;
 use serde_json::{Value, json};
 
 async fn post(url: &str, body: &Value, headers: &[(&str, &str)]) -> reqwest::Response {
@@ -39,28 +40,19 @@ fn diag(n: &TimelineNode) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_loops_chains_retries_and_side_calls_stay_in_their_conversation() {
-    threading_case(false).await;
+    threading_case(Backend::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn threading_on_postgresql() {
-    threading_case(true).await;
+    threading_case(Backend::Postgres).await;
 }
 
-async fn threading_case(pg: bool) {
+async fn threading_case(backend: Backend) {
     let up = Upstream::start().await;
-    let db = if pg {
-        match off_rt(convo_testutil::pg_database) {
-            Some(db) => Some(db),
-            None => return,
-        }
-    } else {
-        None
-    };
     let cfg = ProxyConfig::new(Some(up.url.clone()));
-    let srv = match &db {
-        Some(db) => Server::start_on(cfg, tempfile::tempdir().unwrap(), db.url.clone()).await,
-        None => Server::start(cfg).await,
+    let Some((srv, store)) = Server::on(cfg, backend).await else {
+        return;
     };
     let chat = format!("{}/v1/chat/completions", srv.url);
 
@@ -202,9 +194,7 @@ async fn threading_case(pg: bool) {
     assert_eq!(titles(&srv).len(), 5);
     srv.stop().await;
     up.stop().await;
-    if let Some(db) = db {
-        off_rt(|| drop(db));
-    }
+    crate::common::off_rt(move || drop(store));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
