@@ -657,85 +657,8 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
     let mut seen = HashSet::new();
     for item in items {
         let v = value(item)?;
-        let p = match &v {
-            Value::String(s) => Participant {
-                name: s.clone(),
-                generative: false,
-                model: None,
-                role: None,
-            },
-            Value::Object(o) => {
-                let name = match o.get("name") {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(_) => {
-                        return Err(Error::new(
-                            file,
-                            "participant-name",
-                            "a participant's `name` must be a string",
-                        )
-                        .at(text, off_of(item)));
-                    }
-                    None => {
-                        return Err(Error::new(
-                            file,
-                            "participant-name",
-                            "a participant object needs a `name` (string, required)",
-                        )
-                        .at(text, off_of(item)));
-                    }
-                };
-                let generative = match o.get("generative") {
-                    None | Some(Value::Null) => false,
-                    Some(Value::Bool(b)) => *b,
-                    Some(other) => {
-                        return Err(Error::new(
-                            file,
-                            "metadata-wrong-type",
-                            format!(
-                                "`generative` of {name:?} must be true or false, found {other}"
-                            ),
-                        )
-                        .at(text, off_of(item)));
-                    }
-                };
-                let model = match o.get("generative:model") {
-                    None | Some(Value::Null) => None,
-                    Some(Value::String(s)) => Some(s.clone()),
-                    Some(other) => {
-                        return Err(Error::new(
-                            file,
-                            "metadata-wrong-type",
-                            format!(
-                                "`generative:model` of {name:?} must be a string, found {other}"
-                            ),
-                        )
-                        .at(text, off_of(item)));
-                    }
-                };
-                let role = o.get("role").and_then(Value::as_str).and_then(|r| match r {
-                    "system" => Some(Role::System),
-                    "tool" => Some(Role::Tool),
-                    _ => None,
-                });
-                Participant {
-                    name,
-                    generative,
-                    model,
-                    role,
-                }
-            }
-            _ => {
-                return Err(Error::new(
-                    file,
-                    "metadata-wrong-type",
-                    format!(
-                        "a participant must be a name or an object with `name`, found {}",
-                        describe(item.get())
-                    ),
-                )
-                .at(text, off_of(item)));
-            }
-        };
+        let p = participant(&v, item.get())
+            .map_err(|(rule, why)| Error::new(file, rule, why).at(text, off_of(item)))?;
         if p.name.is_empty() {
             return Err(
                 Error::new(file, "participant-name", "a participant's name is empty")
@@ -778,25 +701,17 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
             _ => return Err(wrong("title", r, "a string")),
         },
     };
-    let mut closers = BTreeMap::new();
-    if let Some(r) = map.get(CLOSERS_KEY) {
-        let bad = || {
+    let closers = match map.get(CLOSERS_KEY) {
+        None => BTreeMap::new(),
+        Some(r) => closers(value(r)?).ok_or_else(|| {
             Error::new(
                 file,
                 "closers",
                 format!("`{CLOSERS_KEY}` must be an array of {{\"turn\": n, \"append\": \"…\"}}"),
             )
             .at(text, off_of(r))
-        };
-        let Value::Array(items) = value(r)? else {
-            return Err(bad());
-        };
-        for it in items {
-            let t = it.get("turn").and_then(Value::as_u64).ok_or_else(bad)?;
-            let a = it.get("append").and_then(Value::as_str).ok_or_else(bad)?;
-            closers.insert(t as usize, a.to_owned());
-        }
-    }
+        })?,
+    };
     for (k, r) in &map {
         if matches!(
             k.as_str(),
@@ -820,6 +735,93 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
         closers,
         keep,
     })
+}
+
+/// One entry of `participants`: a name, or an object with `name` and
+/// optionally `generative`, `generative:model` and `role`. An error is the
+/// rule it breaks and why (the caller says where).
+fn participant(v: &Value, raw: &str) -> std::result::Result<Participant, (&'static str, String)> {
+    let o = match v {
+        Value::String(s) => {
+            return Ok(Participant {
+                name: s.clone(),
+                generative: false,
+                model: None,
+                role: None,
+            });
+        }
+        Value::Object(o) => o,
+        _ => {
+            return Err((
+                "metadata-wrong-type",
+                format!(
+                    "a participant must be a name or an object with `name`, found {}",
+                    describe(raw)
+                ),
+            ));
+        }
+    };
+    let name = match o.get("name") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => {
+            return Err((
+                "participant-name",
+                "a participant's `name` must be a string".to_owned(),
+            ));
+        }
+        None => {
+            return Err((
+                "participant-name",
+                "a participant object needs a `name` (string, required)".to_owned(),
+            ));
+        }
+    };
+    let generative = match o.get("generative") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err((
+                "metadata-wrong-type",
+                format!("`generative` of {name:?} must be true or false, found {other}"),
+            ));
+        }
+    };
+    let model = match o.get("generative:model") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(s.clone()),
+        Some(other) => {
+            return Err((
+                "metadata-wrong-type",
+                format!("`generative:model` of {name:?} must be a string, found {other}"),
+            ));
+        }
+    };
+    let role = o.get("role").and_then(Value::as_str).and_then(|r| match r {
+        "system" => Some(Role::System),
+        "tool" => Some(Role::Tool),
+        _ => None,
+    });
+    Ok(Participant {
+        name,
+        generative,
+        model,
+        role,
+    })
+}
+
+/// The closers a CONVO file's metadata records (`[{"turn": n, "append":
+/// "…"}]`), or `None` when the value is not that shape.
+fn closers(v: Value) -> Option<BTreeMap<usize, String>> {
+    let Value::Array(items) = v else {
+        return None;
+    };
+    let mut out = BTreeMap::new();
+    for it in items {
+        let t = it.get("turn").and_then(Value::as_u64)?;
+        let a = it.get("append").and_then(Value::as_str)?;
+        out.insert(t as usize, a.to_owned());
+    }
+    Some(out)
 }
 
 fn describe(raw: &str) -> String {
@@ -1240,6 +1242,31 @@ fn participants_for(conv: &Conversation, turns: &[&Message]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn participants_and_closers_are_read_or_refused_with_their_rule() {
+        let p = participant(&json!("Ada"), "\"Ada\"").unwrap();
+        assert_eq!((p.name.as_str(), p.generative), ("Ada", false));
+        let v =
+            json!({"name": "bot", "generative": true, "generative:model": "m1", "role": "tool"});
+        let p = participant(&v, "{}").unwrap();
+        assert_eq!(
+            (p.generative, p.model.as_deref(), p.role),
+            (true, Some("m1"), Some(Role::Tool))
+        );
+        let rule = |v: Value| participant(&v, &v.to_string()).unwrap_err().0;
+        assert_eq!(rule(json!({"generative": true})), "participant-name");
+        assert_eq!(rule(json!({"name": 7})), "participant-name");
+        assert_eq!(
+            rule(json!({"name": "b", "generative": "yes"})),
+            "metadata-wrong-type"
+        );
+        assert_eq!(rule(json!(42)), "metadata-wrong-type");
+        let c = closers(json!([{"turn": 2, "append": "###"}])).unwrap();
+        assert_eq!(c.get(&2).map(String::as_str), Some("###"));
+        assert!(closers(json!([{"turn": "two", "append": "x"}])).is_none());
+        assert!(closers(json!({"turn": 1})).is_none());
+    }
 
     fn read(s: &str) -> Result<Conversation> {
         parse("t.convo", s.as_bytes())
