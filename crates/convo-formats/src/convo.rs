@@ -1245,16 +1245,16 @@ mod tests {
 
     #[test]
     fn participants_and_closers_are_read_or_refused_with_their_rule() {
-        let p = participant(&json!("Ada"), "\"Ada\"").unwrap();
+        let p = participant(&json!("Ada"), "\"Ada\"").expect("read");
         assert_eq!((p.name.as_str(), p.generative), ("Ada", false));
         let v =
             json!({"name": "bot", "generative": true, "generative:model": "m1", "role": "tool"});
-        let p = participant(&v, "{}").unwrap();
+        let p = participant(&v, "{}").expect("read");
         assert_eq!(
             (p.generative, p.model.as_deref(), p.role),
             (true, Some("m1"), Some(Role::Tool))
         );
-        let rule = |v: Value| participant(&v, &v.to_string()).unwrap_err().0;
+        let rule = |v: Value| participant(&v, &v.to_string()).expect_err("refused").0;
         assert_eq!(rule(json!({"generative": true})), "participant-name");
         assert_eq!(rule(json!({"name": 7})), "participant-name");
         assert_eq!(
@@ -1262,7 +1262,7 @@ mod tests {
             "metadata-wrong-type"
         );
         assert_eq!(rule(json!(42)), "metadata-wrong-type");
-        let c = closers(json!([{"turn": 2, "append": "###"}])).unwrap();
+        let c = closers(json!([{"turn": 2, "append": "###"}])).expect("read");
         assert_eq!(c.get(&2).map(String::as_str), Some("###"));
         assert!(closers(json!([{"turn": "two", "append": "x"}])).is_none());
         assert!(closers(json!({"turn": 1})).is_none());
