@@ -49,18 +49,8 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{Client, NoTls, Row, Statement};
 
-const MIGRATIONS: &[&str] = &[
-    include_str!("../migrations/postgres/0001_init.sql"),
-    include_str!("../migrations/postgres/0002_facts.sql"),
-    include_str!("../migrations/postgres/0003_search.sql"),
-    include_str!("../migrations/postgres/0004_redact.sql"),
-    include_str!("../migrations/postgres/0005_turns.sql"),
-    include_str!("../migrations/postgres/0006_chunks.sql"),
-    include_str!("../migrations/postgres/0007_thread_index.sql"),
-    include_str!("../migrations/postgres/0008_open_turns.sql"),
-];
-/// The schema version whose migration starts the fact journal (see `sqlite.rs`).
-const FACTS_VERSION: usize = 2;
+mod schema;
+
 /// Key of the advisory lock every writer takes.
 const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
 const MIGRATE_LOCK: i64 = 0x636f_6e76_6f02;
@@ -276,40 +266,6 @@ impl Postgres {
     /// pipeline of statements (see the module docs) counts one.
     pub fn round_trips(&self) -> Arc<AtomicU64> {
         self.conn.round_trips.clone()
-    }
-
-    fn migrate(&mut self) -> Result<()> {
-        let known = MIGRATIONS.len() as i64;
-        let mut t = PgTx::new(&mut self.conn, Mode::Migrate);
-        let out = (|| {
-            t.simple("CREATE TABLE IF NOT EXISTS convo_schema (version BIGINT NOT NULL)")?;
-            let version: i64 = t
-                .opt("SELECT version FROM convo_schema", &[])?
-                .map(|r| r.try_get(0).map_err(db))
-                .transpose()?
-                .unwrap_or(0);
-            if version > known {
-                return Err(StoreError::SchemaTooNew {
-                    found: version,
-                    known,
-                });
-            }
-            for (i, sql) in MIGRATIONS.iter().enumerate().skip(version as usize) {
-                t.simple(sql)?;
-                t.simple(&format!(
-                    "DELETE FROM convo_schema; INSERT INTO convo_schema (version) VALUES ({})",
-                    i + 1
-                ))?;
-                if i + 1 == FACTS_VERSION {
-                    crate::facts::journal_existing(&mut t)?;
-                }
-            }
-            t.commit()
-        })();
-        if out.is_err() {
-            t.rollback();
-        }
-        out
     }
 
     fn run(&mut self, mode: Mode, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
