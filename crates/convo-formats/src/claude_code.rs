@@ -80,7 +80,7 @@ impl crate::Reader for ClaudeCode {
         let mut ix = Indexer::default();
         let mut sources = Sources::new();
         let warnings = sources.scan_bytes(file, bytes, |f, rec| ix.add(f, false, rec))?;
-        read_whole(build(file, ix, sources, vec![None], warnings)?)
+        records::read_whole(build(file, ix, sources, vec![None], warnings)?)
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -96,19 +96,6 @@ impl crate::Reader for ClaudeCode {
             out.warnings.extend(got.warnings);
         }
         Ok(out)
-    }
-}
-
-fn read_whole(session: Option<Session<'_>>) -> Result<Read> {
-    match session {
-        Some(s) => {
-            let (conv, warnings) = s.read_all()?;
-            Ok(Read {
-                conversations: vec![conv],
-                warnings,
-            })
-        }
-        None => Ok(Read::default()),
     }
 }
 
@@ -131,7 +118,7 @@ fn is_session_folder(p: &Path) -> bool {
 
 /// Reads one session file and its subagents' transcripts.
 pub fn read_session(path: &Path) -> Result<Read> {
-    read_whole(open_session(path)?)
+    records::read_whole(open_session(path)?)
 }
 
 /// Indexes one session file and its subagents' transcripts (an import's

@@ -62,7 +62,7 @@ impl crate::Reader for Codex {
             ix.add(f, rec);
             Ok(())
         })?;
-        read_whole(build(file, ix, sources, warnings))
+        records::read_whole(build(file, ix, sources, warnings))
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -73,24 +73,11 @@ impl crate::Reader for Codex {
         };
         let mut out = Read::default();
         for f in files {
-            let got = read_whole(open_rollout(&f)?)?;
+            let got = records::read_whole(open_rollout(&f)?)?;
             out.warnings.extend(got.warnings);
             out.conversations.extend(got.conversations);
         }
         Ok(out)
-    }
-}
-
-fn read_whole(session: Option<Session<'_>>) -> Result<Read> {
-    match session {
-        Some(s) => {
-            let (conv, warnings) = s.read_all()?;
-            Ok(Read {
-                conversations: vec![conv],
-                warnings,
-            })
-        }
-        None => Ok(Read::default()),
     }
 }
 

@@ -422,6 +422,21 @@ impl Stored<'_> {
     }
 }
 
+/// A whole file's session read at once (`Reader::read_path`): the
+/// conversation and its warnings, or nothing for a file without one.
+pub(crate) fn read_whole(session: Option<Session<'_>>) -> Result<crate::model::Read> {
+    match session {
+        Some(s) => {
+            let (conv, warnings) = s.read_all()?;
+            Ok(crate::model::Read {
+                conversations: vec![conv],
+                warnings,
+            })
+        }
+        None => Ok(crate::model::Read::default()),
+    }
+}
+
 impl Session<'_> {
     /// The whole conversation (every message loaded), with the warnings.
     pub fn read_all(mut self) -> Result<(Conversation, Vec<String>)> {
