@@ -1,9 +1,8 @@
 //! Shared helpers: scratch directories, timing, workload generators, the
 //! bare-SQLite baselines and the result table.
 
-use convo_core::state::{self, StateNodes};
-use convo_core::{Digest, Kind};
-use convo_store::{Draft, Store, StoreError, Tx};
+use convo_core::Kind;
+use convo_store::{Draft, Store};
 use convo_testutil::draft;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
@@ -154,33 +153,7 @@ pub fn noise(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
-/// The state trie's node source over a store transaction (the ledger's own
-/// adapter is private), used to preload large states in one transaction.
-pub struct TxNodes<'a>(pub &'a mut dyn Tx);
-
-impl std::fmt::Debug for TxNodes<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TxNodes")
-    }
-}
-
-impl StateNodes for TxNodes<'_> {
-    type Error = StoreError;
-    fn load(&mut self, hash: &Digest) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0.state_node(hash)
-    }
-    fn save(&mut self, hash: &Digest, body: &[u8]) -> Result<(), StoreError> {
-        self.0.put_state_node(hash, body)
-    }
-}
-
-/// Maps a state-trie error to a store error.
-pub fn state_err(e: state::StateError<StoreError>) -> StoreError {
-    match e {
-        state::StateError::Backend(e) => e,
-        other => StoreError::State(convo_store::Cause::from_error(other)),
-    }
-}
+pub use convo_store::backend::{TxNodes, state_err};
 
 // ----- bare SQLite baselines ----------------------------------------------
 

@@ -713,8 +713,15 @@ pub(crate) fn decode_node(r: &impl Columns) -> std::result::Result<StoredNode, S
     })
 }
 
-/// Adapts a transaction to the state trie's node source.
-pub(crate) struct TxNodes<'a>(pub(crate) &'a mut dyn Tx);
+/// Adapts a transaction to the state trie's node source (the ledger's, and
+/// the benchmarks' that preload large states in one transaction).
+pub struct TxNodes<'a>(pub &'a mut dyn Tx);
+
+impl std::fmt::Debug for TxNodes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TxNodes")
+    }
+}
 
 impl StateNodes for TxNodes<'_> {
     type Error = StoreError;
@@ -726,7 +733,8 @@ impl StateNodes for TxNodes<'_> {
     }
 }
 
-pub(crate) fn state_err(e: StateError<StoreError>) -> StoreError {
+/// A state-trie error as a store error (the backend's own error passed on).
+pub fn state_err(e: StateError<StoreError>) -> StoreError {
     match e {
         StateError::Backend(e) => e,
         other => StoreError::State(crate::Cause::from_error(other)),

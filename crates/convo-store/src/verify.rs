@@ -807,7 +807,12 @@ pub(crate) fn verify(
         },
     };
     check_redactions(&mut r, tx, &journal, &blobs)?;
-    let session_rows = read_session_rows(&mut r, tx)?;
+    let session_rows = decoded_rows(
+        &mut r,
+        "the session table",
+        "session row",
+        tx.session_rows(),
+    )?;
     let sessions: HashSet<SessionId> = session_rows.iter().map(|s| s.id).collect();
     let runs = read_session_runs(&mut r, tx)?;
     let mut orphans: BTreeSet<SessionId> = BTreeSet::new();
@@ -853,7 +858,7 @@ pub(crate) fn verify(
     }
 
     check_session_rows(&mut r, &session_rows, &journal, &sessions);
-    let branch_rows = read_branch_rows(&mut r, tx)?;
+    let branch_rows = decoded_rows(&mut r, "the branch table", "branch row", tx.branch_rows())?;
     let nodes = DerivedNodes {
         seen: &seen,
         derived: &derived,
@@ -931,13 +936,19 @@ fn check_blobs(
     Ok(blobs)
 }
 
-/// Session rows, each decoded on its own (a bad one is a problem).
-fn read_session_rows(r: &mut VerifyReport, tx: &mut dyn Tx) -> Result<Vec<SessionRow>> {
-    Ok(or_problem(r, "the session table", tx.session_rows())?
+/// Rows of one table, each decoded on its own: a row that does not decode
+/// is a problem named `what`, a table that cannot be read one on `table`.
+fn decoded_rows<T>(
+    r: &mut VerifyReport,
+    table: &str,
+    what: &str,
+    rows: Result<Vec<crate::backend::Decoded<T>>>,
+) -> Result<Vec<T>> {
+    Ok(or_problem(r, table, rows)?
         .unwrap_or_default()
         .into_iter()
         .filter_map(|row| {
-            row.map_err(|why| r.problem(ProblemKind::Undecodable, "session row".to_owned(), why))
+            row.map_err(|why| r.problem(ProblemKind::Undecodable, what.to_owned(), why))
                 .ok()
         })
         .collect())
@@ -1057,18 +1068,6 @@ fn report_nodes(
             },
         );
     }
-}
-
-/// Branch rows, each decoded on its own (a bad one is a problem).
-fn read_branch_rows(r: &mut VerifyReport, tx: &mut dyn Tx) -> Result<Vec<BranchRow>> {
-    Ok(or_problem(r, "the branch table", tx.branch_rows())?
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|row| {
-            row.map_err(|why| r.problem(ProblemKind::Undecodable, "branch row".to_owned(), why))
-                .ok()
-        })
-        .collect())
 }
 
 /// Session rows against the journal: each was created by a fact and says
