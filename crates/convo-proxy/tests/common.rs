@@ -14,15 +14,20 @@ pub struct Server {
 
 impl Server {
     /// A proxy recording into a fresh store on `backend` (the tests' one
-    /// backend selector), with what must outlive it; `None` when the
-    /// backend cannot run here (PostgreSQL without `CONVO_TEST_PG`).
+    /// backend selector): SQLite in the server's own directory (so checks of
+    /// `srv.dir` see the database file), or a fresh PostgreSQL database,
+    /// returned because it must outlive the server; `None` when the backend
+    /// cannot run here (PostgreSQL without `CONVO_TEST_PG`).
     pub async fn on(
         cfg: ProxyConfig,
         backend: convo_testutil::Backend,
-    ) -> Option<(Server, convo_testutil::Fresh)> {
+    ) -> Option<(Server, Option<convo_testutil::Fresh>)> {
+        if backend != convo_testutil::Backend::Postgres {
+            return Some((Self::start(cfg).await, None));
+        }
         let fresh = off_rt(move || backend.fresh())?;
         let srv = Self::start_on(cfg, tempfile::tempdir().unwrap(), fresh.url.clone()).await;
-        Some((srv, fresh))
+        Some((srv, Some(fresh)))
     }
 
     /// The store URL for the backend under test: SQLite in a temp dir,
