@@ -249,6 +249,27 @@ fn verify_exits_1_and_names_the_node_after_a_payload_is_edited() {
     assert_eq!(j.code(), 1);
     let v: serde_json::Value = serde_json::from_str(&j.stdout()).unwrap();
     assert_eq!(v["ok"], false);
+    // Reads check what they serve: the edited bytes are never shown or
+    // exported, each refusal names the payload and points at verify.
+    for args in [
+        vec!["show", &answer],
+        vec!["export", &s, "--format", "openai"],
+        vec!["export", &s, "--format", "markdown"],
+    ] {
+        let r = t.run(&args);
+        assert_eq!(r.code(), 5, "{args:?}: {}", r.stderr());
+        assert!(!r.stdout().contains("hi therE"), "{args:?}: {}", r.stdout());
+        assert!(
+            r.stderr().contains("does not hash"),
+            "{args:?}: {}",
+            r.stderr()
+        );
+        assert!(
+            r.stderr().contains("convo verify"),
+            "{args:?}: {}",
+            r.stderr()
+        );
+    }
 }
 
 #[test]

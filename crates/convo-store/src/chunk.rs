@@ -631,6 +631,30 @@ pub(crate) fn assemble(
     Ok(out)
 }
 
+/// A payload as its `blobs` row holds it (the bytes of a whole one, the
+/// chunks its manifest names for a chunked one), checked against its
+/// address: bytes changed behind convo's back are an error, never served.
+/// Every read that serves a whole payload goes through here on both
+/// backends (listings read previews, which cannot be checked).
+pub(crate) fn payload(
+    c: &mut dyn Chunks,
+    h: &ContentHash,
+    chunked: bool,
+    data: Vec<u8>,
+) -> Result<Vec<u8>> {
+    let bytes = if chunked {
+        assemble(c, &data, None)?
+    } else {
+        data
+    };
+    if sha(&bytes) != h.0 {
+        return Err(corrupt(format!(
+            "payload {h} does not hash to its address: its bytes were changed behind convo's back"
+        )));
+    }
+    Ok(bytes)
+}
+
 /// The first `max` bytes of a chunked payload and its length, reading
 /// only the chunks (and index nodes) that hold them.
 pub(crate) fn prefix(c: &mut dyn Chunks, manifest: &[u8], max: usize) -> Result<(Vec<u8>, u64)> {

@@ -77,6 +77,7 @@ testing::for_each_backend!(
     a_redaction_is_refused_without_bytes_or_reason,
     an_undone_or_unrecorded_redaction_is_caught,
     an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node,
+    an_edited_payload_is_refused_by_every_read_that_serves_it,
     a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones,
     chunks_rolled_back_or_deleted_elsewhere_are_stored_again_by_the_next_payload,
 );
@@ -770,6 +771,61 @@ fn an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node(be: Be) {
     expect(&r, &blob, &[&hex::encode(&chunk), "missing"]);
     expect(&r, &node_obj(&node), &["payload", &payload.to_hex()]);
     only(&r, &[blob, node_obj(&node)]);
+}
+
+/// Reads check what they serve: a payload whose bytes were changed behind
+/// convo's back (stored whole, or one of its chunks) is an error on every
+/// read that returns it whole (a node's payload, a timeline, the export
+/// and replay built on them), never the edited bytes.
+fn an_edited_payload_is_refused_by_every_read_that_serves_it(be: Be) {
+    let fx = Fx::new(be);
+    let (_, big) = append_payload(&fx, testing::growing_request(40, ""));
+    let small = fx.store().node(&prefix(&fx.t2[0])).unwrap().node.payload;
+    let refused = |what: &str, h: &convo_core::ContentHash| {
+        let mut s = fx.store();
+        let e = s.blob(h).expect_err(what);
+        assert!(matches!(e, StoreError::Corrupt(_)), "{what}: {e}");
+        assert!(e.to_string().contains(&h.to_hex()), "{what}: {e}");
+        assert!(e.to_string().contains("does not hash"), "{what}: {e}");
+        let e = s.timeline(&fx.ses, &main()).expect_err(what);
+        assert!(matches!(e, StoreError::Corrupt(_)), "{what}: {e}");
+    };
+    // Whole: one byte flipped.
+    let mut data: Vec<u8> = fx.query_one(
+        "SELECT data FROM blobs WHERE hash = ?1",
+        &[Bytes(small.as_bytes())],
+    );
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(small.as_bytes())],
+    );
+    refused("a whole payload edited", &small);
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(small.as_bytes())],
+    );
+    assert_eq!(fx.store().blob(&small).unwrap().unwrap(), b"two/invoke");
+    // Chunked: one chunk edited keeping its length.
+    let mut victim = None;
+    fx.store()
+        .read(|tx| {
+            tx.scan_chunks(&mut |h, d| {
+                if d.windows(12).any(|w| w == b"question 17:") {
+                    victim = Some((h.to_vec(), d.to_vec()));
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    let (chunk, mut data) = victim.expect("a chunk holds question 17");
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE chunks SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(&chunk)],
+    );
+    refused("a chunk edited", &big);
 }
 
 /// A store written before payloads were chunked (SQLite schema 7,

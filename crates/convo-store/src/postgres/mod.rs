@@ -696,14 +696,10 @@ fn chunked_col(r: &Row, i: usize) -> Result<bool> {
 }
 
 impl PgTx<'_> {
-    /// Assembles a payload from its row: the bytes of a whole one, the
-    /// chunks its manifest names for a chunked one.
-    fn payload_of(&mut self, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
-        if chunked {
-            crate::chunk::assemble(self, &data, None)
-        } else {
-            Ok(data)
-        }
+    /// A payload from its row, checked against its address
+    /// ([`crate::chunk::payload`]).
+    fn payload_of(&mut self, h: &ContentHash, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
+        crate::chunk::payload(self, h, chunked, data)
     }
 }
 
@@ -1214,10 +1210,11 @@ impl NodeTx for PgTx<'_> {
                     .try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
                     .map_err(corrupt)?;
                 let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
-                Ok((
-                    node_row(r)?,
-                    data.map(|d| self.payload_of(chunked, d)).transpose()?,
-                ))
+                let n = node_row(r)?;
+                let p = data
+                    .map(|d| self.payload_of(&n.node.payload, chunked, d))
+                    .transpose()?;
+                Ok((n, p))
             })
             .collect()
     }
@@ -1268,7 +1265,11 @@ impl NodeTx for PgTx<'_> {
                     r.try_get(crate::backend::NODE_COL_COUNT).map_err(corrupt)?;
                 let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
                 match (seq, data) {
-                    (Some(_), Some(d)) => Ok(Some((node_row(r)?, self.payload_of(chunked, d)?))),
+                    (Some(_), Some(d)) => {
+                        let n = node_row(r)?;
+                        let p = self.payload_of(&n.node.payload, chunked, d)?;
+                        Ok(Some((n, p)))
+                    }
                     _ => Ok(None),
                 }
             })
@@ -1395,7 +1396,7 @@ impl BlobTx for PgTx<'_> {
         };
         let data: Vec<u8> = r.try_get(0).map_err(corrupt)?;
         let chunked = chunked_col(&r, 1)?;
-        self.payload_of(chunked, data).map(Some)
+        self.payload_of(h, chunked, data).map(Some)
     }
 
     fn blob_previews(

@@ -650,14 +650,10 @@ fn key8(h: &Digest) -> &[u8] {
 }
 
 impl SqliteTx<'_> {
-    /// Assembles a payload from its row: the bytes of a whole one, the
-    /// chunks its manifest names for a chunked one.
-    fn payload_of(&mut self, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
-        if chunked {
-            crate::chunk::assemble(self, &data, None)
-        } else {
-            Ok(data)
-        }
+    /// A payload from its row, checked against its address
+    /// ([`crate::chunk::payload`]).
+    fn payload_of(&mut self, h: &ContentHash, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
+        crate::chunk::payload(self, h, chunked, data)
     }
 
     fn flush_run(&mut self) -> Result<()> {
@@ -1269,7 +1265,10 @@ impl NodeTx for SqliteTx<'_> {
         };
         rows.into_iter()
             .map(|(n, data, chunked)| match data {
-                Some(d) => Ok((n, Some(self.payload_of(chunked, d)?))),
+                Some(d) => {
+                    let p = self.payload_of(&n.node.payload, chunked, d)?;
+                    Ok((n, Some(p)))
+                }
                 None => Ok((n, None)),
             })
             .collect()
@@ -1529,7 +1528,7 @@ impl BlobTx for SqliteTx<'_> {
             })
             .map_err(db)?;
         match row {
-            Some((Some(data), chunked)) => self.payload_of(chunked, data).map(Some),
+            Some((Some(data), chunked)) => self.payload_of(h, chunked, data).map(Some),
             _ => Ok(None),
         }
     }
