@@ -1443,7 +1443,7 @@ impl BlobTx for PgTx<'_> {
 
     fn scan_blobs(&mut self, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
         // Whole rows as they stream; chunked ones (small manifests) after
-        // the stream, each chunk hashed once.
+        // the stream, each hashed once.
         let mut chunked: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         self.stream(
             "SELECT hash, data, chunked FROM blobs ORDER BY id",
@@ -1454,18 +1454,17 @@ impl BlobTx for PgTx<'_> {
                     chunked.push((h, d));
                     Ok(())
                 } else {
-                    f(&h, Ok(&d))
+                    f(
+                        &h,
+                        Ok(crate::backend::Scanned {
+                            bytes: &d,
+                            hashed: false,
+                        }),
+                    )
                 }
             },
         )?;
-        let mut checked = std::collections::HashSet::new();
-        for (h, manifest) in chunked {
-            match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
-                Ok(bytes) => f(&h, Ok(&bytes))?,
-                Err(StoreError::Corrupt(why)) => f(&h, Err(why.into_message()))?,
-                Err(e) => return Err(e),
-            }
-        }
+        crate::chunk::scan_chunked(self, chunked, f)?;
         Ok(())
     }
 

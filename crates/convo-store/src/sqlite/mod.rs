@@ -1536,7 +1536,7 @@ impl BlobTx for SqliteTx<'_> {
     fn scan_blobs(&mut self, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
         // Whole rows are passed as they are read; chunked ones are
         // collected (their manifests are small) and assembled after the
-        // scan, each chunk hashed once.
+        // scan, each hashed once.
         let mut chunked: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         {
             let mut st = self
@@ -1560,18 +1560,17 @@ impl BlobTx for SqliteTx<'_> {
                 if r.get::<_, bool>(2).map_err(db)? {
                     chunked.push((h.to_vec(), d.to_vec()));
                 } else {
-                    f(h, Ok(d))?;
+                    f(
+                        h,
+                        Ok(crate::backend::Scanned {
+                            bytes: d,
+                            hashed: false,
+                        }),
+                    )?;
                 }
             }
         }
-        let mut checked = std::collections::HashSet::new();
-        for (h, manifest) in chunked {
-            match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
-                Ok(bytes) => f(&h, Ok(&bytes))?,
-                Err(StoreError::Corrupt(why)) => f(&h, Err(why.into_message()))?,
-                Err(e) => return Err(e),
-            }
-        }
+        crate::chunk::scan_chunked(self, chunked, f)?;
         let off: Option<Vec<u8>> = self
             .tx
             .query_row(
