@@ -1951,7 +1951,13 @@ impl CheckTx for SqliteTx<'_> {
         if let Some(why) = schema_mismatch(self.tx, version)? {
             out.push(why);
         }
-        let mut st = self.tx.prepare("PRAGMA integrity_check").map_err(db)?;
+        // `quick_check`: every page, cell and record well formed, O(N).
+        // `integrity_check` also looks every index entry up in its table
+        // (O(N log N): 3.1 s of a 5.4 s verify of 300,000 nodes, more with
+        // every index added); verify's own checks read the tables
+        // themselves, and an index SQL maintains cannot be edited through
+        // SQL, so only a byte-level edit could make one disagree.
+        let mut st = self.tx.prepare("PRAGMA quick_check").map_err(db)?;
         let lines: Vec<String> = st
             .query_map([], |r| r.get::<_, String>(0))
             .and_then(|rows| rows.collect())
@@ -1960,7 +1966,7 @@ impl CheckTx for SqliteTx<'_> {
             out.extend(
                 lines
                     .into_iter()
-                    .map(|l| format!("SQLite's integrity check: {l}")),
+                    .map(|l| format!("SQLite's integrity check (quick_check): {l}")),
             );
         }
         Ok(out)
