@@ -381,6 +381,15 @@ pub trait BlobTx {
     /// Removes the bytes stored under a content hash (redaction), with the
     /// chunks no other payload names; says whether there were any.
     fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
+
+    /// Whether payloads stored whole before chunking are left to chunk in
+    /// place (set by the schema migration that found some).
+    fn rechunk_pending(&mut self) -> Result<bool>;
+
+    /// Chunks up to `max` of them after row `after` in place
+    /// ([`crate::chunk::rechunk`]); the last row looked at, `None` (and
+    /// nothing pending any more) when none is left.
+    fn rechunk(&mut self, after: i64, max: usize) -> Result<Option<i64>>;
 }
 
 /// The state trie's nodes by digest.

@@ -72,6 +72,16 @@ pub(crate) trait Chunks {
     fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()>;
     /// Calls `f` with the address and manifest of every chunked payload.
     fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
+    /// Up to `max` payloads of [`CHUNKED_FROM`] bytes or more stored whole
+    /// (before chunking), with a row id above `after`, in id order: id,
+    /// address and bytes.
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>>;
+    /// Makes row `id` the chunked payload `manifest` describes.
+    fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()>;
+    /// Whether payloads stored whole are left to chunk ([`rechunk`]).
+    fn rechunk_pending(&mut self) -> Result<bool>;
+    /// Records that none is.
+    fn rechunk_done(&mut self) -> Result<()>;
 }
 
 /// What [`Chunks::read_chunks`] calls with each chunk.
@@ -684,6 +694,29 @@ pub(crate) fn scan_chunked(
     Ok(())
 }
 
+/// Re-stores in chunks up to `max` payloads stored whole before chunking
+/// (the rows after id `after`, oldest first), each row keeping its id and
+/// address: one batch of a store's migration in place (`Store::open`).
+/// A payload whose bytes do not hash to its address is left whole, for
+/// verify to report. Returns the last row id looked at, `None` when no row
+/// is left.
+pub(crate) fn rechunk(c: &mut dyn Chunks, after: i64, max: usize) -> Result<Option<i64>> {
+    let rows = c.whole_payloads(after, max)?;
+    let Some(last) = rows.last().map(|r| r.0) else {
+        c.rechunk_done()?;
+        return Ok(None);
+    };
+    for (id, h, bytes) in rows {
+        if sha(&bytes).0[..] != h[..] {
+            continue;
+        }
+        let s = split_after(&bytes, &[], &mut 0);
+        c.put_chunks(&s.refs())?;
+        c.set_manifest(id, &s.manifest)?;
+    }
+    Ok(Some(last))
+}
+
 /// The first `max` bytes of a chunked payload and its length, reading
 /// only the chunks (and index nodes) that hold them.
 pub(crate) fn prefix(c: &mut dyn Chunks, manifest: &[u8], max: usize) -> Result<(Vec<u8>, u64)> {
@@ -798,6 +831,22 @@ mod tests {
             for m in &self.1 {
                 f(b"", m)?;
             }
+            Ok(())
+        }
+        fn whole_payloads(
+            &mut self,
+            _after: i64,
+            _max: usize,
+        ) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+        fn set_manifest(&mut self, _id: i64, _manifest: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn rechunk_pending(&mut self) -> Result<bool> {
+            Ok(false)
+        }
+        fn rechunk_done(&mut self) -> Result<()> {
             Ok(())
         }
     }

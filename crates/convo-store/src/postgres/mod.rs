@@ -704,6 +704,49 @@ impl PgTx<'_> {
 }
 
 impl crate::chunk::Chunks for PgTx<'_> {
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+        self.query(
+            "SELECT id, hash, data FROM blobs WHERE id > $1 AND NOT chunked \
+             AND octet_length(data) >= $2::bigint ORDER BY id LIMIT $3",
+            &[
+                &after,
+                &(crate::chunk::CHUNKED_FROM as i64),
+                &i64::try_from(max).unwrap_or(i64::MAX),
+            ],
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get(0).map_err(corrupt)?,
+                r.try_get(1).map_err(corrupt)?,
+                r.try_get(2).map_err(corrupt)?,
+            ))
+        })
+        .collect()
+    }
+
+    fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()> {
+        self.defer(
+            "UPDATE blobs SET data = $1, chunked = true WHERE id = $2",
+            vec![Box::new(manifest.to_vec()), Box::new(id)],
+            OnError::Db,
+        )
+    }
+
+    fn rechunk_pending(&mut self) -> Result<bool> {
+        Ok(self
+            .opt("SELECT 1 FROM pending_work WHERE work = 'rechunk'", &[])?
+            .is_some())
+    }
+
+    fn rechunk_done(&mut self) -> Result<()> {
+        self.defer(
+            "DELETE FROM pending_work WHERE work = 'rechunk'",
+            vec![],
+            OnError::Db,
+        )
+    }
+
     fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
         let hashes: Vec<Vec<u8>> = pieces.iter().map(|(h, _)| h.0.to_vec()).collect();
         let datas: Vec<Vec<u8>> = pieces.iter().map(|(_, d)| d.to_vec()).collect();
@@ -1384,6 +1427,14 @@ impl BlobTx for PgTx<'_> {
             vec![Box::new(h.as_bytes().to_vec()), Box::new(bytes.to_vec())],
             OnError::Db,
         )
+    }
+
+    fn rechunk_pending(&mut self) -> Result<bool> {
+        crate::chunk::Chunks::rechunk_pending(self)
+    }
+
+    fn rechunk(&mut self, after: i64, max: usize) -> Result<Option<i64>> {
+        crate::chunk::rechunk(self, after, max)
     }
 
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {

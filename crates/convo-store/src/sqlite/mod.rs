@@ -725,6 +725,51 @@ fn wrong_type(r: &Row<'_>, i: usize, t: rusqlite::types::Type) -> rusqlite::Erro
 }
 
 impl crate::chunk::Chunks for SqliteTx<'_> {
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT id, hash, data FROM blobs WHERE id > ?1 AND chunked = 0 \
+                 AND typeof(data) = 'blob' AND length(data) >= ?2 ORDER BY id LIMIT ?3",
+            )
+            .map_err(db)?;
+        st.query_map(
+            params![after, crate::chunk::CHUNKED_FROM as i64, max as i64],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .and_then(|rows| rows.collect())
+        .map_err(db)
+    }
+
+    fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()> {
+        self.tx
+            .execute(
+                "UPDATE blobs SET data = ?1, chunked = 1 WHERE id = ?2",
+                params![manifest, id],
+            )
+            .map(drop)
+            .map_err(db)
+    }
+
+    fn rechunk_pending(&mut self) -> Result<bool> {
+        self.tx
+            .query_row(
+                "SELECT 1 FROM pending_work WHERE work = 'rechunk'",
+                [],
+                |_| Ok(()),
+            )
+            .optional()
+            .map(|r| r.is_some())
+            .map_err(db)
+    }
+
+    fn rechunk_done(&mut self) -> Result<()> {
+        self.tx
+            .execute("DELETE FROM pending_work WHERE work = 'rechunk'", [])
+            .map(drop)
+            .map_err(db)
+    }
+
     fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
         let mut find = self
             .tx
@@ -1459,6 +1504,14 @@ impl BlobTx for SqliteTx<'_> {
         };
         self.last_blob = Some((*h, id));
         Ok(())
+    }
+
+    fn rechunk_pending(&mut self) -> Result<bool> {
+        crate::chunk::Chunks::rechunk_pending(self)
+    }
+
+    fn rechunk(&mut self, after: i64, max: usize) -> Result<Option<i64>> {
+        crate::chunk::rechunk(self, after, max)
     }
 
     fn blob_previews(
