@@ -808,14 +808,55 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
         hashes: &[Digest],
         f: &mut crate::chunk::ChunkVisitor<'_>,
     ) -> Result<()> {
-        let mut st = self
+        // A payload's chunks were mostly written one after another (the
+        // first time its bytes were stored, or a call at a time as a
+        // conversation grew), so its next chunk is usually among the rows
+        // just after the last one: read on in row order, a few rows at
+        // most, before looking it up by key (an index descent and a table
+        // descent, several times the cost of a step).
+        const AHEAD: usize = 8;
+        let mut by_key = self
             .tx
-            .prepare_cached("SELECT data FROM chunks WHERE k = ?1 AND hash = ?2")
+            .prepare_cached("SELECT id FROM chunks WHERE k = ?1 AND hash = ?2")
             .map_err(db)?;
+        let mut onward = self
+            .tx
+            .prepare_cached("SELECT hash, data FROM chunks WHERE id >= ?1 ORDER BY id")
+            .map_err(db)?;
+        let mut rows: Option<rusqlite::Rows<'_>> = None;
         for h in hashes {
-            let mut rows = st.query(params![key8(h), h.0.as_slice()]).map_err(db)?;
-            match rows.next().map_err(db)? {
-                Some(r) => match r.get_ref(0).map_err(db)? {
+            let mut found = false;
+            if let Some(r) = rows.as_mut() {
+                for _ in 0..AHEAD {
+                    let Some(row) = r.next().map_err(db)? else {
+                        break;
+                    };
+                    if row.get_ref(0).map_err(db)?.as_blob().ok() == Some(h.0.as_slice()) {
+                        match row.get_ref(1).map_err(db)? {
+                            rusqlite::types::ValueRef::Blob(b)
+                            | rusqlite::types::ValueRef::Text(b) => f(h, Some(b))?,
+                            _ => f(h, None)?,
+                        }
+                        found = true;
+                        break;
+                    }
+                }
+            }
+            if found {
+                continue;
+            }
+            rows = None;
+            let id: Option<i64> = by_key
+                .query_row(params![key8(h), h.0.as_slice()], |r| r.get(0))
+                .optional()
+                .map_err(db)?;
+            let Some(id) = id else {
+                f(h, None)?;
+                continue;
+            };
+            let mut r = onward.query([id]).map_err(db)?;
+            match r.next().map_err(db)? {
+                Some(row) => match row.get_ref(1).map_err(db)? {
                     rusqlite::types::ValueRef::Blob(b) | rusqlite::types::ValueRef::Text(b) => {
                         f(h, Some(b))?
                     }
@@ -823,6 +864,7 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
                 },
                 None => f(h, None)?,
             }
+            rows = Some(r);
         }
         Ok(())
     }
