@@ -414,8 +414,7 @@ impl Writing {
                 return Ok(());
             }
             let (msgs, drafts): (Vec<Option<usize>>, Vec<Draft>) = batch.drain(..).unzip();
-            let stored = l.append_many_nodes(id, &this.branch, &drafts)?;
-            drop(drafts);
+            let stored = l.append_drafts(id, &this.branch, drafts)?;
             for (m, s) in msgs.into_iter().zip(&stored) {
                 done(m, s);
             }

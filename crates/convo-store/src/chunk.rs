@@ -238,6 +238,11 @@ const STATE_EVERY: usize = 4096;
 /// Remembered payloads at most: their bytes in all, and their number.
 const RECENT_BYTES: usize = 64 << 20;
 const RECENT_COUNT: usize = 512;
+/// A payload larger than this is hashed and cut from scratch and not
+/// remembered: remembering copies it, and is for conversations that grow
+/// call by call, not for one huge message (an import's 50 MB record would
+/// be held twice while it is written, and once more after).
+pub const RECENT_ONE: usize = 16 << 20;
 
 /// One payload [`Recent`] remembers.
 struct Remembered {
@@ -312,9 +317,13 @@ impl Recent {
 
     /// The SHA-256 of `bytes` (a payload of [`CHUNKED_FROM`] bytes or
     /// more), resumed from a remembered payload's state where they share
-    /// a prefix; `bytes` is remembered.
+    /// a prefix; `bytes` is remembered (unless larger than [`RECENT_ONE`]).
     pub fn hash(&mut self, bytes: &[u8]) -> ContentHash {
         use sha2::Digest as _;
+        if bytes.len() > RECENT_ONE {
+            self.hashed += bytes.len() as u64;
+            return ContentHash(Digest(sha2::Sha256::digest(bytes).into()));
+        }
         let best = self.best(bytes);
         if let Some((i, n)) = best
             && n == bytes.len()
@@ -935,5 +944,23 @@ mod tests {
         m.1.clear();
         release(&mut m, &sa.manifest).unwrap();
         assert!(m.0.is_empty());
+    }
+
+    #[test]
+    fn a_payload_over_recent_one_is_hashed_and_cut_the_same_but_not_remembered() {
+        // One huge message (an imported 50 MB record) is not copied into
+        // the memory of recent payloads; its digest and manifest are those
+        // computed from scratch all the same.
+        let big: Vec<u8> = (0..RECENT_ONE + 4096)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let mut r = Recent::default();
+        let small = request(300);
+        r.hash(&small);
+        let h = r.hash(&big);
+        assert_eq!(h, convo_core::hash::content_hash(&big));
+        assert_eq!(r.seen.len(), 1, "only the small payload is remembered");
+        assert_eq!(r.held, small.len());
+        assert_eq!(r.split(&h, &big).manifest, split(&big).manifest);
     }
 }
