@@ -161,8 +161,13 @@ pub fn scan(
             break;
         }
         buf.pop();
-        let raw = String::from_utf8(std::mem::take(&mut buf))
+        let mut raw = String::from_utf8(std::mem::take(&mut buf))
             .map_err(|e| not_utf8(file, line, e.utf8_error()))?;
+        // The buffer grew by doubling: a huge line gives back the room
+        // it does not use (a 50 MB line had 64 MiB).
+        if raw.capacity() - raw.len() > 1 << 20 {
+            raw.shrink_to_fit();
+        }
         let (value, warning) = parse(file, line, &raw);
         warnings.extend(warning);
         each(Record {
@@ -401,8 +406,18 @@ impl Stored<'_> {
         let mut own = None;
         if let Some(at) = self.own[i] {
             let mut rec = self.sources.record(&at, true)?;
+            let large = rec.raw.len() >= crate::ledger::DETACHED_FROM;
+            if large {
+                // Its bytes, its parse and the text taken from it would be
+                // three copies of a huge record: the bytes are dropped
+                // while it is read and read again after.
+                rec.raw = String::new();
+            }
             (self.fill)(&mut m, &rec);
             rec.value = None;
+            if large {
+                rec = self.sources.record(&at, false)?;
+            }
             own = Some((at, rec));
         }
         let mut recs = Vec::with_capacity(self.carried[i].len());
