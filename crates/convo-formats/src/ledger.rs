@@ -941,8 +941,7 @@ fn record_raw(tx: &mut dyn convo_store::Tx, r: &Value) -> Result<String, StoreEr
     let bytes = tx
         .blob(&h)?
         .ok_or_else(|| StoreError::corrupt(format!("{}: not stored", what())))?;
-    String::from_utf8(bytes)
-        .map_err(|_| StoreError::corrupt(format!("{}: not UTF-8", what())))
+    String::from_utf8(bytes).map_err(|_| StoreError::corrupt(format!("{}: not UTF-8", what())))
 }
 
 /// [`Diagnostics::from_value`] (the same canonical text), dropping the
