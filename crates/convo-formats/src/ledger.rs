@@ -487,13 +487,16 @@ fn import_more(
     let mut stored: HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)> =
         HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
-    for (n, _) in l.tx().session_nodes(id, false)? {
+    // The stored nodes one at a time: of each, only its key, place and
+    // record ids are kept (not its diagnostics, as large as the records).
+    l.tx().each_session_node(id, &mut |n| {
         let (key, ids) = stored_ids(n.node.diagnostics.as_str());
         if let Some(k) = key {
             stored.insert(k, (n.hash, n.ctx, n.node.created_at));
         }
         have.extend(ids);
-    }
+        Ok(())
+    })?;
     let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
     let mut names: HashSet<String> = HashSet::new();
     for b in l.tx().branches(Some(id))? {

@@ -1275,6 +1275,31 @@ impl NodeTx for SqliteTx<'_> {
             .collect()
     }
 
+    fn each_session_node(
+        &mut self,
+        s: &SessionId,
+        f: &mut dyn FnMut(StoredNode) -> Result<()>,
+    ) -> Result<()> {
+        // The rows of `session_nodes` without payloads, decoded one at a time.
+        self.flush_run()?;
+        let cols = NODE_COLS
+            .split(", ")
+            .map(|c| format!("n.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {cols} \
+             FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+             WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq"
+        );
+        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+        let mut rows = st.query([s.to_string()]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            f(node_row(r).map_err(db)?)?;
+        }
+        Ok(())
+    }
+
     fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
         // The same runs as `session_nodes`, three columns only.
         self.flush_run()?;
