@@ -10,7 +10,10 @@
 //!
 //! Messages carry their records in `extra.records`, each
 //! `{"line": n, "raw": "…"}` plus `"file": "subagents/agent-x.jsonl"` for a
-//! record of another file of the same session; a record's identity is its
+//! record of another file of the same session. Once stored, a record of
+//! [`crate::ledger::DETACHED_FROM`] bytes or more is
+//! `{"line": n, "blob": "<SHA-256 hex>", "bytes": len}` instead: its raw
+//! bytes are a payload of their own. A record's identity is its
 //! file and line, which is how a re-import of a grown file
 //! ([`crate::ledger`]) stores only the lines it has not stored.
 
