@@ -546,15 +546,20 @@ pub fn content_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Array(items) => {
-            let parts: Vec<String> = items
+            // Borrowed parts, joined into one string sized once (a huge
+            // text is copied once, not once per part and again joined).
+            use std::borrow::Cow;
+            let parts: Vec<Cow<'_, str>> = items
                 .iter()
                 .filter_map(|b| match b {
-                    Value::String(s) => Some(s.clone()),
+                    Value::String(s) => Some(Cow::Borrowed(s.as_str())),
                     Value::Object(o) => match o.get("text").and_then(Value::as_str) {
-                        Some(t) => Some(t.to_owned()),
+                        Some(t) => Some(Cow::Borrowed(t)),
                         None => match o.get("type").and_then(Value::as_str) {
-                            Some("tool_result") => o.get("content").map(content_text),
-                            Some(t) if t.contains("image") => Some("[image]".into()),
+                            Some("tool_result") => {
+                                o.get("content").map(|c| Cow::Owned(content_text(c)))
+                            }
+                            Some(t) if t.contains("image") => Some(Cow::Borrowed("[image]")),
                             Some(_) => None,
                             None => None,
                         },
