@@ -249,6 +249,27 @@ fn verify_exits_1_and_names_the_node_after_a_payload_is_edited() {
     assert_eq!(j.code(), 1);
     let v: serde_json::Value = serde_json::from_str(&j.stdout()).unwrap();
     assert_eq!(v["ok"], false);
+    // Reads check what they serve: the edited bytes are never shown or
+    // exported, each refusal names the payload and points at verify.
+    for args in [
+        vec!["show", &answer],
+        vec!["export", &s, "--format", "openai"],
+        vec!["export", &s, "--format", "markdown"],
+    ] {
+        let r = t.run(&args);
+        assert_eq!(r.code(), 5, "{args:?}: {}", r.stderr());
+        assert!(!r.stdout().contains("hi therE"), "{args:?}: {}", r.stdout());
+        assert!(
+            r.stderr().contains("does not hash"),
+            "{args:?}: {}",
+            r.stderr()
+        );
+        assert!(
+            r.stderr().contains("convo verify"),
+            "{args:?}: {}",
+            r.stderr()
+        );
+    }
 }
 
 #[test]
@@ -359,8 +380,8 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
     assert_eq!(compared, 5, "three timelines and two states");
     assert_eq!(
         version(&t.db()),
-        10,
-        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys, 7: turn numbers, 8: chunks, 9: thread index, 10: open turns)"
+        11,
+        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys, 7: turn numbers, 8: chunks, 9: thread index, 10: open turns, 11: whole payloads chunked in place)"
     );
     // Turn numbers were stored in place (verify, below, checks each one).
     let numbered: i64 = rusqlite::Connection::open(t.db())

@@ -291,8 +291,11 @@ pub struct Replay {
     pub live: Option<(String, BranchName)>,
     /// Calls answered from the record.
     pub matched: u64,
-    /// Calls that did not match.
+    /// Calls that did not match and were refused (`--on-miss error`).
     pub missed: u64,
+    /// Calls answered live: the one that did not match under
+    /// `--on-miss live` and every call after it (see [`Replay::went_live`]).
+    pub live_calls: u64,
     /// Responses API answer ids → the recorded call that answered them.
     response_ids: HashMap<String, usize>,
     /// Whether the calls are rebuilt from telemetry (matched by
@@ -575,6 +578,7 @@ impl Replay {
             live: None,
             matched: 0,
             missed: 0,
+            live_calls: 0,
             response_ids,
             rebuilt,
         })
@@ -623,6 +627,7 @@ impl Replay {
                 return Ok(self.calls[i].clone());
             }
         }
+        // Counted as a miss until the caller says it went live.
         self.missed += 1;
         // The closest recorded call not yet served (same method and path
         // first, then fewest differences, then the earliest).
@@ -656,18 +661,33 @@ impl Replay {
         })
     }
 
-    /// `replay: N of M calls matched exactly (fidelity P%), K missed`.
+    /// A call that did not match was answered live (`--on-miss live`):
+    /// it counts as live, not as a miss, like every call after it.
+    pub fn went_live(&mut self) {
+        self.missed = self.missed.saturating_sub(1);
+        self.live_calls += 1;
+    }
+
+    /// A call after the replay went live was answered live.
+    pub fn answered_live(&mut self) {
+        self.live_calls += 1;
+    }
+
+    /// `replay: N of M calls matched the recording exactly (fidelity P%),
+    /// L went live, K missed; R recorded calls not asked for`. Fidelity is
+    /// the share of the calls asked for that the recording answered.
     pub fn summary(&self) -> String {
-        let total = self.matched + self.missed;
+        let total = self.matched + self.missed + self.live_calls;
         let pct = if total == 0 {
             100.0
         } else {
             self.matched as f64 * 100.0 / total as f64
         };
         format!(
-            "replay: {} of {} calls matched the recording exactly (fidelity {pct:.1}%), {} missed; {} recorded calls not asked for",
+            "replay: {} of {} calls matched the recording exactly (fidelity {pct:.1}%), {} went live, {} missed; {} recorded calls not asked for",
             self.matched,
             total,
+            self.live_calls,
             self.missed,
             self.served.iter().filter(|s| !**s).count()
         )

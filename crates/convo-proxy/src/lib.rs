@@ -1003,9 +1003,10 @@ impl Proxy {
             let mut guard = self.inner.replay.lock().ok()?;
             let r = guard.as_mut()?;
             let received = r.received(method, &path, &headers, body);
-            if let Some((s, b)) = &r.live {
+            if let Some((s, b)) = r.live.clone() {
+                r.answered_live();
                 *target = Target::Named {
-                    session: s.clone(),
+                    session: s,
                     branch: b.as_str().to_owned(),
                 };
                 return None;
@@ -1088,6 +1089,7 @@ impl Proxy {
             && let Some(r) = guard.as_mut()
         {
             r.live = Some(live.clone());
+            r.went_live();
         }
         *target = Target::Named {
             session: live.0,

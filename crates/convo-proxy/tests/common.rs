@@ -8,6 +8,8 @@ pub struct Server {
     pub url: String,
     pub store_url: String,
     pub dir: tempfile::TempDir,
+    /// The proxy serving (its replay summary, its counters).
+    pub proxy: Proxy,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     handle: Option<tokio::task::JoinHandle<()>>,
 }
@@ -70,9 +72,9 @@ impl Server {
         .unwrap();
         let proxy = Proxy::start(cfg, pool, Some(hub)).await.unwrap();
         let app = if standalone {
-            convo_proxy::standalone(proxy, &config)
+            convo_proxy::standalone(proxy.clone(), &config)
         } else {
-            convo_runtime::guarded(convo_proxy::router(proxy), &config, true)
+            convo_runtime::guarded(convo_proxy::router(proxy.clone()), &config, true)
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
@@ -88,6 +90,7 @@ impl Server {
             url,
             store_url,
             dir,
+            proxy,
             stop: Some(tx),
             handle: Some(handle),
         }

@@ -161,8 +161,56 @@ async fn on_miss_live_forks_before_the_missed_call_and_records_there() {
     );
     assert_eq!(live[3].stored.hash, main[3].stored.hash);
     assert_eq!(live[5].payload, b"changed");
+    // The call that went live after the fork and the one after it count
+    // as live, not as misses.
+    let summary = srv.proxy.replay_summary().unwrap();
+    assert!(
+        summary.contains("1 of 3 calls matched") && summary.contains("2 went live, 0 missed"),
+        "{summary}"
+    );
     srv.stop().await;
     up.stop().await;
+}
+
+/// Reads check what they serve: a recorded answer edited behind convo's
+/// back is never replayed; the replay does not start, naming the payload.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_edited_behind_convos_back_is_not_replayed() {
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let one = json!({"model": "m", "messages": [{"role": "user", "content": "one"}]});
+    let (status, _, answer) = send(
+        &format!("{}/s/edited/main", srv.url),
+        "v1/chat/completions",
+        &one,
+        &[],
+    )
+    .await;
+    assert_eq!(status, 200);
+    let store_url = srv.store_url.clone();
+    let dir = srv.stop().await;
+    up.stop().await;
+    let db = rusqlite::Connection::open(dir.path().join("convo.db")).unwrap();
+    let mut edited = answer.clone();
+    let at = edited.windows(4).position(|w| w == b"echo").unwrap();
+    edited[at] = b'E';
+    let n = db
+        .execute(
+            "UPDATE blobs SET data = ?1 WHERE data = ?2",
+            rusqlite::params![edited, answer],
+        )
+        .unwrap();
+    assert_eq!(n, 1, "the recorded answer is one payload");
+    drop(db);
+    let mut cfg = ProxyConfig::new(None);
+    cfg.replay = Some(ReplaySpec::parse("edited").unwrap());
+    let pool = off_rt(|| convo_runtime::StorePool::open(&store_url, 2).unwrap());
+    let e = convo_proxy::Proxy::start(cfg, pool, None)
+        .await
+        .err()
+        .expect("an edited recording is refused");
+    let text = e.to_string();
+    assert!(text.contains("does not hash"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ struct Running {
     base: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<Result<(), convo_server::ServeError>>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 async fn start(token: Option<&str>) -> Running {
@@ -28,7 +28,7 @@ async fn start(token: Option<&str>) -> Running {
         base,
         stop: Some(tx),
         task,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -111,6 +111,63 @@ async fn a_session_is_created_appended_forked_and_read_back() {
         names.contains(&"main") && names.contains(&"retry"),
         "{branches}"
     );
+    srv.stop().await;
+}
+
+/// Reads check what they serve: a payload edited behind convo's back is
+/// refused by the API (the store's "corrupt" status), never sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_payload_is_refused_not_served() {
+    let srv = start(None).await;
+    let c = reqwest::Client::new();
+    let s: Value = c
+        .post(format!("{}/api/v1/sessions", srv.base))
+        .json(&json!({"agent": "inproc"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = s["id"].as_str().unwrap().to_owned();
+    let added: Value = c
+        .post(format!(
+            "{}/api/v1/sessions/{id}/branches/main/nodes",
+            srv.base
+        ))
+        .json(&json!([{"kind": "invoke", "payload": "the original words"}]))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let hash = list(&added, "nodes")[0]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let db = rusqlite::Connection::open(srv.dir.path().join("c.db")).unwrap();
+    let n = db
+        .execute(
+            "UPDATE blobs SET data = CAST('the EDITED words' AS BLOB) \
+             WHERE data = CAST('the original words' AS BLOB)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(db);
+    for path in [
+        format!("/api/v1/nodes/{hash}"),
+        format!("/api/v1/nodes/{hash}/payload"),
+        format!("/api/v1/sessions/{id}/branches/main/timeline"),
+    ] {
+        let res = c.get(format!("{}{path}", srv.base)).send().await.unwrap();
+        let status = res.status();
+        let body = res.text().await.unwrap();
+        assert!(status.is_server_error(), "{path}: {status} {body}");
+        assert!(!body.contains("EDITED"), "{path}: {body}");
+        assert!(body.contains("does not hash"), "{path}: {body}");
+    }
     srv.stop().await;
 }
 

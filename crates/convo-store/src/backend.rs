@@ -135,7 +135,18 @@ pub type BlobVisitor<'a> = dyn FnMut(&[u8], &[u8]) -> Result<()> + 'a;
 /// Called with each payload's address and its bytes, or why they cannot
 /// be assembled (a chunk missing, damaged or not where its index says).
 pub type PayloadVisitor<'a> =
-    dyn FnMut(&[u8], std::result::Result<&[u8], String>) -> Result<()> + 'a;
+    dyn FnMut(&[u8], std::result::Result<Scanned<'_>, String>) -> Result<()> + 'a;
+
+/// A payload as [`Tx::scan_blobs`] gives it.
+#[derive(Clone, Copy, Debug)]
+pub struct Scanned<'a> {
+    /// Its bytes, assembled when chunked.
+    pub bytes: &'a [u8],
+    /// Whether they were already hashed against the payload's address
+    /// (a chunked payload is, as it is assembled): a reader that checks
+    /// addresses need not hash them again.
+    pub hashed: bool,
+}
 
 /// The first bytes of a payload and its full length.
 pub type Preview = (Vec<u8>, u64);
@@ -375,7 +386,8 @@ pub trait BlobTx {
     -> Result<Vec<Option<Preview>>>;
 
     /// Calls `f` on every blob's address and bytes (a chunked one
-    /// assembled, each of its chunks hashed against its address once).
+    /// assembled and hashed against its address: see
+    /// [`crate::chunk::scan_chunked`]).
     fn scan_blobs(&mut self, f: &mut PayloadVisitor<'_>) -> Result<()>;
 
     /// Calls `f` on every payload chunk's address and bytes as stored
@@ -385,6 +397,15 @@ pub trait BlobTx {
     /// Removes the bytes stored under a content hash (redaction), with the
     /// chunks no other payload names; says whether there were any.
     fn delete_blob(&mut self, h: &ContentHash) -> Result<bool>;
+
+    /// Whether payloads stored whole before chunking are left to chunk in
+    /// place (set by the schema migration that found some).
+    fn rechunk_pending(&mut self) -> Result<bool>;
+
+    /// Chunks up to `max` of them after row `after` in place
+    /// ([`crate::chunk::rechunk`]); the last row looked at, `None` (and
+    /// nothing pending any more) when none is left.
+    fn rechunk(&mut self, after: i64, max: usize) -> Result<Option<i64>>;
 }
 
 /// The state trie's nodes by digest.

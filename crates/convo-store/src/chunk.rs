@@ -27,8 +27,11 @@
 //! bytes below it (LEB128). Level 0 entries name data chunks, level n
 //! entries index nodes of level n − 1. Every read checks each level
 //! against the one above (levels, lengths, the total), so a missing or
-//! truncated chunk is an error, never short bytes; `verify` also hashes
-//! every chunk it reads (each once) and the whole payload.
+//! truncated chunk is an error, never short bytes. Content is checked by
+//! the payload's own address: every read that serves a whole payload and
+//! `verify` hash the assembled bytes once (not each chunk, then the whole
+//! again); only where they do not hash are the chunks hashed, to name the
+//! one edited.
 
 use crate::{Result, StoreError};
 use convo_core::{ContentHash, Digest};
@@ -69,6 +72,16 @@ pub(crate) trait Chunks {
     fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()>;
     /// Calls `f` with the address and manifest of every chunked payload.
     fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
+    /// Up to `max` payloads of [`CHUNKED_FROM`] bytes or more stored whole
+    /// (before chunking), with a row id above `after`, in id order: id,
+    /// address and bytes.
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>>;
+    /// Makes row `id` the chunked payload `manifest` describes.
+    fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()>;
+    /// Whether payloads stored whole are left to chunk ([`rechunk`]).
+    fn rechunk_pending(&mut self) -> Result<bool>;
+    /// Records that none is.
+    fn rechunk_done(&mut self) -> Result<()>;
 }
 
 /// What [`Chunks::read_chunks`] calls with each chunk.
@@ -591,53 +604,126 @@ fn leaves(
     Ok(entries)
 }
 
-/// The payload a manifest describes. With `checked`, every chunk not in
-/// it is hashed against its address first (verify, migrate).
-pub(crate) fn assemble(
-    c: &mut dyn Chunks,
-    manifest: &[u8],
-    mut checked: Option<&mut HashSet<Digest>>,
-) -> Result<Vec<u8>> {
-    let leaves = leaves(c, manifest, checked.as_deref_mut())?;
+/// The payload a manifest describes, each chunk copied once, straight
+/// into it. Structure is checked (levels, lengths, the total: a missing or
+/// truncated chunk is an error, never short bytes); content is checked by
+/// the payload's digest ([`payload`], [`scan_chunked`]).
+pub(crate) fn assemble(c: &mut dyn Chunks, manifest: &[u8]) -> Result<Vec<u8>> {
+    let leaves = leaves(c, manifest, None)?;
     let total: u64 = leaves.iter().map(|e| e.1).sum();
     let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
-    if checked.is_none() {
-        // Each chunk copied once, straight into the payload.
-        for part in leaves.chunks(BATCH) {
-            let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
-            let mut at = 0;
-            c.read_chunks(&hashes, &mut |h, b| {
-                let b =
-                    b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
-                let want = part[at].1;
-                at += 1;
-                if b.len() as u64 != want {
-                    return Err(corrupt(format!(
-                        "payload chunk {} holds {} bytes where its index says {want}",
-                        h.to_hex(),
-                        b.len()
-                    )));
-                }
-                out.extend_from_slice(b);
-                Ok(())
-            })?;
-        }
-        return Ok(out);
-    }
     for part in leaves.chunks(BATCH) {
         let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
-        for ((h, len), b) in part.iter().zip(fetch(c, &hashes, checked.as_deref_mut())?) {
-            if b.len() as u64 != *len {
+        let mut at = 0;
+        c.read_chunks(&hashes, &mut |h, b| {
+            let b = b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
+            let want = part[at].1;
+            at += 1;
+            if b.len() as u64 != want {
                 return Err(corrupt(format!(
-                    "payload chunk {} holds {} bytes where its index says {len}",
+                    "payload chunk {} holds {} bytes where its index says {want}",
                     h.to_hex(),
                     b.len()
                 )));
             }
-            out.extend_from_slice(&b);
-        }
+            out.extend_from_slice(b);
+            Ok(())
+        })?;
     }
     Ok(out)
+}
+
+/// A payload as its `blobs` row holds it (the bytes of a whole one, the
+/// chunks its manifest names for a chunked one), checked against its
+/// address: bytes changed behind convo's back are an error, never served.
+/// Every read that serves a whole payload goes through here on both
+/// backends (listings read previews, which cannot be checked).
+pub(crate) fn payload(
+    c: &mut dyn Chunks,
+    h: &ContentHash,
+    chunked: bool,
+    data: Vec<u8>,
+) -> Result<Vec<u8>> {
+    let bytes = if chunked { assemble(c, &data)? } else { data };
+    if sha(&bytes) != h.0 {
+        return Err(corrupt(format!(
+            "payload {h} does not hash to its address: its bytes were changed behind convo's back"
+        )));
+    }
+    Ok(bytes)
+}
+
+/// The chunked payloads of a blob scan (`scan_blobs`: address and manifest
+/// each), assembled one by one and hashed once against their address, so
+/// verify reads each payload's bytes once and hashes them once. Where they
+/// do not hash to it, the payload's chunks are hashed to name the one that
+/// does not (or, when every chunk is right, the manifest names other
+/// bytes): a problem for `f`, never an error that stops the scan.
+pub(crate) fn scan_chunked(
+    c: &mut dyn Chunks,
+    chunked: Vec<(Vec<u8>, Vec<u8>)>,
+    f: &mut crate::backend::PayloadVisitor<'_>,
+) -> Result<()> {
+    for (h, manifest) in chunked {
+        let bytes = match assemble(c, &manifest) {
+            Ok(b) => b,
+            Err(StoreError::Corrupt(why)) => {
+                f(&h, Err(why.into_message()))?;
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if sha(&bytes).0[..] == h[..] {
+            f(
+                &h,
+                Ok(crate::backend::Scanned {
+                    bytes: &bytes,
+                    hashed: true,
+                }),
+            )?;
+            continue;
+        }
+        // Which chunk: hash each one (index nodes included) until one does
+        // not hash to its address.
+        let named = match leaves(c, &manifest, Some(&mut HashSet::new())).and_then(|l| {
+            let hashes: Vec<Digest> = l.iter().map(|e| e.0).collect();
+            let mut checked = HashSet::new();
+            hashes
+                .chunks(BATCH)
+                .try_for_each(|part| fetch(c, part, Some(&mut checked)).map(drop))
+        }) {
+            Err(StoreError::Corrupt(why)) => why.into_message(),
+            Err(e) => return Err(e),
+            // Every chunk is what its address says: the bytes are not the
+            // ones the payload's address commits to (a manifest swapped).
+            Ok(()) => "its chunks assemble into bytes that do not hash to its address".to_owned(),
+        };
+        f(&h, Err(named))?;
+    }
+    Ok(())
+}
+
+/// Re-stores in chunks up to `max` payloads stored whole before chunking
+/// (the rows after id `after`, oldest first), each row keeping its id and
+/// address: one batch of a store's migration in place (`Store::open`).
+/// A payload whose bytes do not hash to its address is left whole, for
+/// verify to report. Returns the last row id looked at, `None` when no row
+/// is left.
+pub(crate) fn rechunk(c: &mut dyn Chunks, after: i64, max: usize) -> Result<Option<i64>> {
+    let rows = c.whole_payloads(after, max)?;
+    let Some(last) = rows.last().map(|r| r.0) else {
+        c.rechunk_done()?;
+        return Ok(None);
+    };
+    for (id, h, bytes) in rows {
+        if sha(&bytes).0[..] != h[..] {
+            continue;
+        }
+        let s = split_after(&bytes, &[], &mut 0);
+        c.put_chunks(&s.refs())?;
+        c.set_manifest(id, &s.manifest)?;
+    }
+    Ok(Some(last))
 }
 
 /// The first `max` bytes of a chunked payload and its length, reading
@@ -756,6 +842,22 @@ mod tests {
             }
             Ok(())
         }
+        fn whole_payloads(
+            &mut self,
+            _after: i64,
+            _max: usize,
+        ) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+            Ok(Vec::new())
+        }
+        fn set_manifest(&mut self, _id: i64, _manifest: &[u8]) -> Result<()> {
+            Ok(())
+        }
+        fn rechunk_pending(&mut self) -> Result<bool> {
+            Ok(false)
+        }
+        fn rechunk_done(&mut self) -> Result<()> {
+            Ok(())
+        }
     }
 
     /// A conversation's n-th request: the messages so far.
@@ -778,12 +880,7 @@ mod tests {
             let p = request(n);
             let s = split(&p);
             m.put_chunks(&s.refs()).unwrap();
-            assert_eq!(assemble(&mut m, &s.manifest, None).unwrap(), p);
-            let mut checked = HashSet::new();
-            assert_eq!(
-                assemble(&mut m, &s.manifest, Some(&mut checked)).unwrap(),
-                p
-            );
+            assert_eq!(assemble(&mut m, &s.manifest).unwrap(), p);
             for max in [0, 1, 100, 5000, p.len(), p.len() + 7] {
                 let (head, len) = prefix(&mut m, &s.manifest, max).unwrap();
                 assert_eq!(len, p.len() as u64);
@@ -822,7 +919,7 @@ mod tests {
         assert_eq!(got.manifest, fresh.manifest);
         assert_eq!(got.pieces, fresh.pieces);
         m.put_chunks(&got.refs()).unwrap();
-        assert_eq!(assemble(m, &got.manifest, None).unwrap(), p);
+        assert_eq!(assemble(m, &got.manifest).unwrap(), p);
         r.hashed + r.cut - before
     }
 
@@ -921,10 +1018,23 @@ mod tests {
         let mut bad = m.0[&victim].clone();
         bad[0] ^= 1;
         m.0.insert(victim, bad);
-        let e = assemble(&mut m, &s.manifest, Some(&mut HashSet::new())).unwrap_err();
-        assert!(e.to_string().contains(&victim.to_hex()), "{e}");
+        let h = ContentHash(sha(&p));
+        let e = payload(&mut m, &h, true, s.manifest.clone()).unwrap_err();
+        assert!(e.to_string().contains("does not hash"), "{e}");
+        let mut named = Vec::new();
+        scan_chunked(
+            &mut m,
+            vec![(h.as_bytes().to_vec(), s.manifest.clone())],
+            &mut |_, r| {
+                named.push(r.map(|s| s.bytes.to_vec()));
+                Ok(())
+            },
+        )
+        .unwrap();
+        let why = named.pop().unwrap().unwrap_err();
+        assert!(why.contains(&victim.to_hex()), "{why}");
         m.0.remove(&victim);
-        let e = assemble(&mut m, &s.manifest, None).unwrap_err();
+        let e = assemble(&mut m, &s.manifest).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
     }
 
@@ -939,8 +1049,8 @@ mod tests {
         m.1.push(sa.manifest.clone());
         let (freed, kept) = release(&mut m, &sb.manifest).unwrap();
         assert!(kept > 0 && freed > 0);
-        assert_eq!(assemble(&mut m, &sa.manifest, None).unwrap(), a);
-        assert!(assemble(&mut m, &sb.manifest, None).is_err());
+        assert_eq!(assemble(&mut m, &sa.manifest).unwrap(), a);
+        assert!(assemble(&mut m, &sb.manifest).is_err());
         m.1.clear();
         release(&mut m, &sa.manifest).unwrap();
         assert!(m.0.is_empty());

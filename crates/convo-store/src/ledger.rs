@@ -91,6 +91,10 @@ impl std::fmt::Debug for Store {
     }
 }
 
+/// Payloads chunked in place per transaction when an old store is opened
+/// (see [`Store::open_with`]).
+const RECHUNK_BATCH: usize = 64;
+
 /// How a store is opened: reads never create or change it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Access {
@@ -129,7 +133,41 @@ impl Store {
     /// Opens the store at `url` through the backend `backends` registers
     /// for its scheme (see [`crate::Backends`]).
     pub fn open_with(backends: &crate::Backends, url: &str, access: Access) -> Result<Self> {
-        Ok(Store::new(backends.open(url, access)?))
+        let mut store = Store::new(backends.open(url, access)?);
+        if access == Access::Write {
+            store.rechunk_whole_payloads()?;
+        }
+        Ok(store)
+    }
+
+    /// The schema migration's second half, for a store made before
+    /// payloads were chunked: its large payloads stored whole are chunked
+    /// in place, [`RECHUNK_BATCH`] per transaction (a kill loses nothing,
+    /// the next writer to open the store goes on), then the space they
+    /// held is returned ([`Backend::erase_freed`]: VACUUM). A no-op, one
+    /// read, once done or for a store made since.
+    fn rechunk_whole_payloads(&mut self) -> Result<()> {
+        let mut pending = false;
+        self.backend.read(&mut |tx| {
+            pending = tx.rechunk_pending()?;
+            Ok(())
+        })?;
+        if !pending {
+            return Ok(());
+        }
+        let mut after = 0i64;
+        loop {
+            let mut last = None;
+            self.backend.write(&mut |tx| {
+                last = tx.rechunk(after, RECHUNK_BATCH)?;
+                Ok(())
+            })?;
+            match last {
+                Some(id) => after = id,
+                None => break,
+            }
+        }
+        self.backend.erase_freed().map(drop)
     }
 
     pub(crate) fn backend_mut(&mut self) -> &mut dyn Backend {

@@ -41,7 +41,7 @@ pub fn migrate(
                     .ok_or_else(|| StoreError::corrupt("a blob address is not 32 bytes"))?;
                 let data = data
                     .map_err(|why| StoreError::corrupt(format!("payload {}: {why}", h.to_hex())))?;
-                ttx.put_blob(&h, data)?;
+                ttx.put_blob(&h, data.bytes)?;
                 m.blobs += 1;
                 Ok(())
             })?;

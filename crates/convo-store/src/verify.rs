@@ -897,17 +897,16 @@ fn check_blobs(
     let mut bad_blobs = Vec::new();
     let mut counts = (0u64, 0u64);
     let scanned = tx.scan_blobs(&mut |addr, bytes| {
-        let bytes = match bytes {
-            Ok(b) => b,
+        let (bytes, hashed) = match bytes {
+            Ok(s) => (s.bytes, s.hashed),
             Err(why) => {
                 bad_blobs.push((hex::encode(addr), ProblemKind::Undecodable, why));
                 counts.0 += 1;
                 return Ok(());
             }
         };
-        let actual = convo_core::hash::content_hash(bytes);
         match ContentHash::from_slice(addr) {
-            Some(h) if h == actual => {
+            Some(h) if hashed || h == convo_core::hash::content_hash(bytes) => {
                 blobs.insert(h, bytes.len() as u64);
             }
             Some(h) => bad_blobs.push((

@@ -77,6 +77,7 @@ testing::for_each_backend!(
     a_redaction_is_refused_without_bytes_or_reason,
     an_undone_or_unrecorded_redaction_is_caught,
     an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node,
+    an_edited_payload_is_refused_by_every_read_that_serves_it,
     a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones,
     chunks_rolled_back_or_deleted_elsewhere_are_stored_again_by_the_next_payload,
 );
@@ -772,65 +773,194 @@ fn an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node(be: Be) {
     only(&r, &[blob, node_obj(&node)]);
 }
 
+/// Reads check what they serve: a payload whose bytes were changed behind
+/// convo's back (stored whole, or one of its chunks) is an error on every
+/// read that returns it whole (a node's payload, a timeline, the export
+/// and replay built on them), never the edited bytes.
+fn an_edited_payload_is_refused_by_every_read_that_serves_it(be: Be) {
+    let fx = Fx::new(be);
+    let (_, big) = append_payload(&fx, testing::growing_request(40, ""));
+    let small = fx.store().node(&prefix(&fx.t2[0])).unwrap().node.payload;
+    let refused = |what: &str, h: &convo_core::ContentHash| {
+        let mut s = fx.store();
+        let e = s.blob(h).expect_err(what);
+        assert!(matches!(e, StoreError::Corrupt(_)), "{what}: {e}");
+        assert!(e.to_string().contains(&h.to_hex()), "{what}: {e}");
+        assert!(e.to_string().contains("does not hash"), "{what}: {e}");
+        let e = s.timeline(&fx.ses, &main()).expect_err(what);
+        assert!(matches!(e, StoreError::Corrupt(_)), "{what}: {e}");
+    };
+    // Whole: one byte flipped.
+    let mut data: Vec<u8> = fx.query_one(
+        "SELECT data FROM blobs WHERE hash = ?1",
+        &[Bytes(small.as_bytes())],
+    );
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(small.as_bytes())],
+    );
+    refused("a whole payload edited", &small);
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE blobs SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(small.as_bytes())],
+    );
+    assert_eq!(fx.store().blob(&small).unwrap().unwrap(), b"two/invoke");
+    // Chunked: one chunk edited keeping its length.
+    let mut victim = None;
+    fx.store()
+        .read(|tx| {
+            tx.scan_chunks(&mut |h, d| {
+                if d.windows(12).any(|w| w == b"question 17:") {
+                    victim = Some((h.to_vec(), d.to_vec()));
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    let (chunk, mut data) = victim.expect("a chunk holds question 17");
+    data[3] ^= 0x01;
+    fx.edit(
+        "UPDATE chunks SET data = ?1 WHERE hash = ?2",
+        &[Bytes(&data), Bytes(&chunk)],
+    );
+    refused("a chunk edited", &big);
+}
+
 /// A store written before payloads were chunked (SQLite schema 7,
-/// PostgreSQL 5) holding a large payload whole: opening migrates it in
-/// place, the whole payload reads back and verifies as it is, the same
-/// payload appended again is not stored twice, and new large payloads
-/// are chunked beside it.
+/// PostgreSQL 5) holding a conversation's requests whole, each resending
+/// the history: opening it migrates it in place. Every large payload is
+/// chunked in its own row (same id, same address; more than one batch of
+/// them), reads back byte for byte, verifies; the space is returned; a
+/// payload whose bytes no longer hash is left whole for verify to report.
+/// A migration killed between batches (some rows chunked, the work still
+/// marked pending) goes on at the next open. New payloads are chunked.
 fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be: Be) {
     let fx = Fx::new(be);
-    let old = testing::growing_request(30, "");
-    let h = content_hash(&old);
     fx.db.batch(match be {
         Be::Sqlite | Be::SqliteMemory => {
             "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
-             DROP INDEX nodes_by_thread_conversation; \
+             DROP INDEX nodes_by_thread_conversation; DROP TABLE pending_work; \
              DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; DROP TABLE open_turns; \
              PRAGMA user_version = 7;"
         }
         Be::Postgres => {
             "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
              DROP INDEX nodes_by_thread_conversation; DROP FUNCTION convo_diag_field; \
+             DROP TABLE pending_work; \
              DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; DROP TABLE open_turns; \
              UPDATE convo_schema SET version = 5;"
         }
     });
-    // What the previous release wrote for a large payload: one whole row.
+    // What the previous release wrote for large payloads: whole rows.
     let insert = match be {
         Be::Sqlite | Be::SqliteMemory => {
             "INSERT INTO blobs (hash, k, data) VALUES (?1, substr(?1, 1, 8), ?2)"
         }
         Be::Postgres => "INSERT INTO blobs (hash, data) VALUES (?1, ?2)",
     };
-    fx.edit(insert, &[Bytes(h.as_bytes()), Bytes(&old)]);
-    let (_, stored) = append_payload(&fx, old.clone());
-    assert_eq!(stored, h);
-    let mut s = fx.store();
-    assert!(
-        testing::stored_chunks(&mut s).is_empty(),
-        "a payload stored whole is not stored again"
+    let olds: Vec<Vec<u8>> = (20..110).map(|n| testing::growing_request(n, "")).collect();
+    for old in &olds {
+        fx.edit(insert, &[Bytes(content_hash(old).as_bytes()), Bytes(old)]);
+    }
+    // One whose bytes were edited behind convo's back before the upgrade.
+    let edited = testing::growing_request(7, "edited");
+    let edited_h = content_hash(&edited);
+    let mut bad = edited.clone();
+    bad[100] ^= 1;
+    fx.edit(insert, &[Bytes(edited_h.as_bytes()), Bytes(&bad)]);
+    let size = |fx: &Fx| -> i64 {
+        match be {
+            Be::Postgres => fx.query_one(
+                "SELECT pg_total_relation_size('blobs') + pg_total_relation_size('chunks')",
+                &[],
+            ),
+            _ => fx.query_one(
+                "SELECT page_count * page_size FROM pragma_page_count(), pragma_page_size()",
+                &[],
+            ),
+        }
+    };
+    let ids = |fx: &Fx, h: &convo_core::ContentHash| -> (i64, bool) {
+        let id: i64 = fx.query_one(
+            "SELECT id FROM blobs WHERE hash = ?1",
+            &[Bytes(h.as_bytes())],
+        );
+        let chunked: i64 = fx.query_one(
+            "SELECT count(*) FROM blobs WHERE hash = ?1 AND chunked",
+            &[Bytes(h.as_bytes())],
+        );
+        (id, chunked == 1)
+    };
+    let before_size = (be != Be::Postgres).then(|| size(&fx));
+    let first = content_hash(&olds[0]);
+    let first_id: i64 = fx.query_one(
+        "SELECT id FROM blobs WHERE hash = ?1",
+        &[Bytes(first.as_bytes())],
     );
-    assert_eq!(s.blob(&h).unwrap().unwrap(), old);
-    drop(s);
     let mut s = fx.store();
-    let new = testing::growing_request(31, "");
+    for old in &olds {
+        let h = content_hash(old);
+        assert_eq!(s.blob(&h).unwrap().unwrap(), *old);
+        assert!(ids(&fx, &h).1, "a payload stored whole is chunked in place");
+    }
+    assert_eq!(ids(&fx, &first), (first_id, true), "the row keeps its id");
+    assert!(!ids(&fx, &edited_h).1, "an edited payload is left whole");
+    let pending: i64 = fx.query_one("SELECT count(*) FROM pending_work", &[]);
+    assert_eq!(pending, 0);
+    if let Some(before) = before_size {
+        let after = size(&fx);
+        assert!(
+            after * 3 < before,
+            "the space is returned: {before} -> {after} bytes"
+        );
+    }
+    let r = s.verify().unwrap();
+    expect(
+        &r,
+        &format!("blob {}", edited_h.to_hex()),
+        &["do not hash to its address"],
+    );
+    only(&r, &[format!("blob {}", edited_h.to_hex())]);
+    drop(s);
+    // Killed between two batches: one row whole again, the work pending.
+    let last = content_hash(olds.last().unwrap());
+    fx.edit(
+        match be {
+            Be::Postgres => "UPDATE blobs SET data = ?1, chunked = FALSE WHERE hash = ?2",
+            _ => "UPDATE blobs SET data = ?1, chunked = 0 WHERE hash = ?2",
+        },
+        &[Bytes(olds.last().unwrap()), Bytes(last.as_bytes())],
+    );
+    fx.edit(
+        "INSERT INTO pending_work (work) VALUES (?1)",
+        &[Text("rechunk")],
+    );
+    let mut s = fx.store();
+    assert!(ids(&fx, &last).1, "the next open goes on");
+    assert_eq!(s.blob(&last).unwrap().unwrap(), *olds.last().unwrap());
+    // The same payload recorded again is not stored again; new ones are
+    // chunked beside the old.
+    let (_, stored) = append_payload(&fx, olds[5].clone());
+    assert_eq!(stored, content_hash(&olds[5]));
+    let new = testing::growing_request(131, "");
     let mut d = draft(Kind::Complete, "", DAY + 2_000);
     d.payload = new.clone();
     let n = s.transaction(|l| l.append(&fx.ses, &main(), &d)).unwrap();
-    assert!(!testing::stored_chunks(&mut s).is_empty());
     assert_eq!(s.blob(&n.node.payload).unwrap().unwrap(), new);
     let previews = s.timeline_previews(&fx.ses, &main(), None, 64).unwrap();
-    let last = &previews[previews.len() - 2..];
+    let tail = &previews[previews.len() - 2..];
     assert_eq!(
-        (last[0].head.as_slice(), last[0].len),
-        (&old[..64], old.len() as u64)
+        (tail[0].head.as_slice(), tail[0].len),
+        (&olds[5][..64], olds[5].len() as u64)
     );
     assert_eq!(
-        (last[1].head.as_slice(), last[1].len),
+        (tail[1].head.as_slice(), tail[1].len),
         (&new[..64], new.len() as u64)
     );
     let r = s.verify().unwrap();
-    assert!(r.is_clean(), "{:#?}", r.problems);
+    only(&r, &[format!("blob {}", edited_h.to_hex())]);
 }
 
 /// A connection remembers the payloads it stored lately and which chunks
@@ -1826,7 +1956,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         Be::Sqlite | Be::SqliteMemory => {
             // Version 2's `blobs`, exactly as migration 0002 left it.
             "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; \
-             DROP TABLE open_turns; \
+             DROP TABLE open_turns; DROP TABLE pending_work; \
              DROP TABLE chunks; DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
              DROP INDEX nodes_by_thread_conversation; \
              CREATE TABLE blobs_v2 (
@@ -1840,7 +1970,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
              ALTER TABLE nodes DROP COLUMN ctx_turn; PRAGMA user_version = 2;"
         }
         Be::Postgres => {
-            "DROP TABLE facts, search_index, search_state, redactions, chunks, open_turns; \
+            "DROP TABLE facts, search_index, search_state, redactions, chunks, open_turns, pending_work; \
              DROP INDEX nodes_by_thread, nodes_by_thread_response, nodes_by_thread_conversation; \
              DROP FUNCTION convo_diag_field; \
              ALTER TABLE blobs DROP COLUMN chunked; \

@@ -696,18 +696,57 @@ fn chunked_col(r: &Row, i: usize) -> Result<bool> {
 }
 
 impl PgTx<'_> {
-    /// Assembles a payload from its row: the bytes of a whole one, the
-    /// chunks its manifest names for a chunked one.
-    fn payload_of(&mut self, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
-        if chunked {
-            crate::chunk::assemble(self, &data, None)
-        } else {
-            Ok(data)
-        }
+    /// A payload from its row, checked against its address
+    /// ([`crate::chunk::payload`]).
+    fn payload_of(&mut self, h: &ContentHash, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
+        crate::chunk::payload(self, h, chunked, data)
     }
 }
 
 impl crate::chunk::Chunks for PgTx<'_> {
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+        self.query(
+            "SELECT id, hash, data FROM blobs WHERE id > $1 AND NOT chunked \
+             AND octet_length(data) >= $2::bigint ORDER BY id LIMIT $3",
+            &[
+                &after,
+                &(crate::chunk::CHUNKED_FROM as i64),
+                &i64::try_from(max).unwrap_or(i64::MAX),
+            ],
+        )?
+        .iter()
+        .map(|r| {
+            Ok((
+                r.try_get(0).map_err(corrupt)?,
+                r.try_get(1).map_err(corrupt)?,
+                r.try_get(2).map_err(corrupt)?,
+            ))
+        })
+        .collect()
+    }
+
+    fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()> {
+        self.defer(
+            "UPDATE blobs SET data = $1, chunked = true WHERE id = $2",
+            vec![Box::new(manifest.to_vec()), Box::new(id)],
+            OnError::Db,
+        )
+    }
+
+    fn rechunk_pending(&mut self) -> Result<bool> {
+        Ok(self
+            .opt("SELECT 1 FROM pending_work WHERE work = 'rechunk'", &[])?
+            .is_some())
+    }
+
+    fn rechunk_done(&mut self) -> Result<()> {
+        self.defer(
+            "DELETE FROM pending_work WHERE work = 'rechunk'",
+            vec![],
+            OnError::Db,
+        )
+    }
+
     fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
         let hashes: Vec<Vec<u8>> = pieces.iter().map(|(h, _)| h.0.to_vec()).collect();
         let datas: Vec<Vec<u8>> = pieces.iter().map(|(_, d)| d.to_vec()).collect();
@@ -1214,10 +1253,11 @@ impl NodeTx for PgTx<'_> {
                     .try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
                     .map_err(corrupt)?;
                 let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
-                Ok((
-                    node_row(r)?,
-                    data.map(|d| self.payload_of(chunked, d)).transpose()?,
-                ))
+                let n = node_row(r)?;
+                let p = data
+                    .map(|d| self.payload_of(&n.node.payload, chunked, d))
+                    .transpose()?;
+                Ok((n, p))
             })
             .collect()
     }
@@ -1268,7 +1308,11 @@ impl NodeTx for PgTx<'_> {
                     r.try_get(crate::backend::NODE_COL_COUNT).map_err(corrupt)?;
                 let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
                 match (seq, data) {
-                    (Some(_), Some(d)) => Ok(Some((node_row(r)?, self.payload_of(chunked, d)?))),
+                    (Some(_), Some(d)) => {
+                        let n = node_row(r)?;
+                        let p = self.payload_of(&n.node.payload, chunked, d)?;
+                        Ok(Some((n, p)))
+                    }
                     _ => Ok(None),
                 }
             })
@@ -1385,6 +1429,14 @@ impl BlobTx for PgTx<'_> {
         )
     }
 
+    fn rechunk_pending(&mut self) -> Result<bool> {
+        crate::chunk::Chunks::rechunk_pending(self)
+    }
+
+    fn rechunk(&mut self, after: i64, max: usize) -> Result<Option<i64>> {
+        crate::chunk::rechunk(self, after, max)
+    }
+
     fn blob(&mut self, h: &ContentHash) -> Result<Option<Vec<u8>>> {
         let Some(r) = self.opt(
             "SELECT data, chunked FROM blobs WHERE hash = $1",
@@ -1395,7 +1447,7 @@ impl BlobTx for PgTx<'_> {
         };
         let data: Vec<u8> = r.try_get(0).map_err(corrupt)?;
         let chunked = chunked_col(&r, 1)?;
-        self.payload_of(chunked, data).map(Some)
+        self.payload_of(h, chunked, data).map(Some)
     }
 
     fn blob_previews(
@@ -1442,7 +1494,7 @@ impl BlobTx for PgTx<'_> {
 
     fn scan_blobs(&mut self, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
         // Whole rows as they stream; chunked ones (small manifests) after
-        // the stream, each chunk hashed once.
+        // the stream, each hashed once.
         let mut chunked: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
         self.stream(
             "SELECT hash, data, chunked FROM blobs ORDER BY id",
@@ -1453,18 +1505,17 @@ impl BlobTx for PgTx<'_> {
                     chunked.push((h, d));
                     Ok(())
                 } else {
-                    f(&h, Ok(&d))
+                    f(
+                        &h,
+                        Ok(crate::backend::Scanned {
+                            bytes: &d,
+                            hashed: false,
+                        }),
+                    )
                 }
             },
         )?;
-        let mut checked = std::collections::HashSet::new();
-        for (h, manifest) in chunked {
-            match crate::chunk::assemble(self, &manifest, Some(&mut checked)) {
-                Ok(bytes) => f(&h, Ok(&bytes))?,
-                Err(StoreError::Corrupt(why)) => f(&h, Err(why.into_message()))?,
-                Err(e) => return Err(e),
-            }
-        }
+        crate::chunk::scan_chunked(self, chunked, f)?;
         Ok(())
     }
 
