@@ -54,6 +54,10 @@ const VERSION: u8 = 1;
 /// payload is assembled batch by batch, so it is held once.
 const BATCH: usize = 512;
 
+/// A payload stored whole (before chunking): its row id, its address and
+/// its bytes ([`Chunks::whole_payloads`]).
+pub type WholePayload = (i64, Vec<u8>, Vec<u8>);
+
 /// What a backend provides to store and read chunks inside a transaction.
 pub(crate) trait Chunks {
     /// Stores each piece under its hash unless one is stored there.
@@ -73,9 +77,8 @@ pub(crate) trait Chunks {
     /// Calls `f` with the address and manifest of every chunked payload.
     fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
     /// Up to `max` payloads of [`CHUNKED_FROM`] bytes or more stored whole
-    /// (before chunking), with a row id above `after`, in id order: id,
-    /// address and bytes.
-    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>>;
+    /// (before chunking), with a row id above `after`, in id order.
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<WholePayload>>;
     /// Makes row `id` the chunked payload `manifest` describes.
     fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()>;
     /// Whether payloads stored whole are left to chunk ([`rechunk`]).
@@ -842,11 +845,7 @@ mod tests {
             }
             Ok(())
         }
-        fn whole_payloads(
-            &mut self,
-            _after: i64,
-            _max: usize,
-        ) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+        fn whole_payloads(&mut self, _after: i64, _max: usize) -> Result<Vec<WholePayload>> {
             Ok(Vec::new())
         }
         fn set_manifest(&mut self, _id: i64, _manifest: &[u8]) -> Result<()> {

@@ -725,7 +725,11 @@ fn wrong_type(r: &Row<'_>, i: usize, t: rusqlite::types::Type) -> rusqlite::Erro
 }
 
 impl crate::chunk::Chunks for SqliteTx<'_> {
-    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+    fn whole_payloads(
+        &mut self,
+        after: i64,
+        max: usize,
+    ) -> Result<Vec<crate::chunk::WholePayload>> {
         let mut st = self
             .tx
             .prepare_cached(
