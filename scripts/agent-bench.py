@@ -10,6 +10,10 @@
       texts, the middle prompt BIG bytes when given (0: none); also the
       baseline (the import of a one-turn file) and the peak above it
       against the largest record and the file
+  scripts/agent-bench.py regrow CONVO TURNS SIZE
+      peak RSS and RssAnon of re-importing a grown transcript (what every
+      `--watch` tick does): TURNS user+assistant pairs of SIZE-byte texts
+      imported, one pair appended, the file imported again
 
 Runs in a scratch folder under /tmp, removed at the end.
 """
@@ -104,6 +108,54 @@ def watch(conv, n):
         shutil.rmtree(d, ignore_errors=True)
 
 
+def measured(args, env):
+    """Runs a command: its peak RSS (KiB, /usr/bin/time), peak RssAnon (KiB,
+    polled every 5 ms), seconds and output."""
+    err = tempfile.mktemp(prefix="agent-bench-time-")
+    p = subprocess.Popen(["/usr/bin/time", "-o", err, "-f", "%M %e"] + args, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    anon = 0
+    while p.poll() is None:
+        try:
+            for pid in open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split():
+                for l in open("/proc/%s/status" % pid):
+                    if l.startswith("RssAnon:"):
+                        anon = max(anon, int(l.split()[1]))
+        except OSError:
+            pass
+        time.sleep(0.005)
+    out = p.stdout.read()
+    if p.returncode != 0:
+        sys.exit("%s failed" % " ".join(args))
+    kb, secs = open(err).read().strip().splitlines()[-1].split()
+    os.unlink(err)
+    return int(kb), anon, float(secs), out.strip()
+
+
+def regrow(conv, turns, size):
+    d = tempfile.mkdtemp(prefix="agent-bench-")
+    try:
+        env = dict(os.environ, CONVO_HOME=os.path.join(d, "home"))
+        subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
+        f = os.path.join(d, SID + ".jsonl")
+        t = Transcript()
+        with open(f, "w") as fh:
+            for i in range(turns):
+                fh.write(t.pair(i, size))
+        args = [conv, "import", f, "--format", "claude-code"]
+        a = measured(args, env)
+        with open(f, "a") as fh:
+            fh.write(t.pair(turns, size))
+        b = measured(args, env)
+        print("regrow: file %.1f MB (%d records)\n"
+              "  first import: peak RSS %.1f MiB, RssAnon %.1f MiB, %.2f s\n"
+              "  re-import of the grown file: peak RSS %.1f MiB, RssAnon %.1f MiB, %.2f s (%s)" % (
+                  os.path.getsize(f) / 1e6, 2 * turns + 2, a[0] / 1024, a[1] / 1024, a[2],
+                  b[0] / 1024, b[1] / 1024, b[2], b[3]))
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def peak_rss(conv, env, d, fmt, turns, size, big):
     """Peak RSS (KiB) and seconds of importing a fresh transcript into a fresh store; the file's
     size and its largest line."""
@@ -165,6 +217,8 @@ def memory(conv, turns, size, big, fmt):
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "watch":
         watch(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 40)
+    elif len(sys.argv) >= 5 and sys.argv[1] == "regrow":
+        regrow(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     elif len(sys.argv) >= 5 and sys.argv[1] == "memory":
         memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
                sys.argv[6] if len(sys.argv) > 6 else "claude-code")

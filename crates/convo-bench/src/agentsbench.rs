@@ -3,7 +3,8 @@
 //! memory, and a second import of the unchanged folder.
 //!
 //! `CONVO_BENCH_AGENT_FILES` (default 1000) and `CONVO_BENCH_AGENT_MB`
-//! (per file, default 1) size it.
+//! (per file, default 1) size it; `CONVO_BENCH_AGENT_GROUP` (default 1:
+//! what `convo import` does) imports that many files per transaction.
 
 use crate::util::{Result, Row, Verdict, thousands};
 use convo_formats::claude_code;
@@ -86,12 +87,36 @@ fn peak_mib() -> Option<f64> {
     Some(kb / 1024.0)
 }
 
+/// Bytes this process has written through `write` calls so far
+/// (`/proc/self/io` `wchar`: SQLite's log frames and checkpoints).
+fn written() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/io").ok()?;
+    let line = s.lines().find(|l| l.starts_with("wchar:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 /// Imports one session file as `convo import` does ([`import_lazy`]).
 fn import_file(store: &mut convo_store::Store, p: &std::path::Path) -> Result<Outcome> {
-    let mut s = claude_code::open_session(p)?.ok_or("an empty transcript")?;
-    let conv = &s.conv;
-    let records = &mut s.records;
-    Ok(store.transaction(|l| import_lazy(l, "claude-code", conv, records, None, 0))?)
+    Ok(import_group(store, std::slice::from_ref(&p.to_path_buf()))?.remove(0))
+}
+
+/// Imports session files in one transaction (`convo import` gives each
+/// file its own; `CONVO_BENCH_AGENT_GROUP` measures what grouping them
+/// would save).
+fn import_group(
+    store: &mut convo_store::Store,
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<Outcome>> {
+    let mut sessions = Vec::with_capacity(paths.len());
+    for p in paths {
+        sessions.push(claude_code::open_session(p)?.ok_or("an empty transcript")?);
+    }
+    Ok(store.transaction(|l| {
+        sessions
+            .iter_mut()
+            .map(|s| import_lazy(l, "claude-code", &s.conv, &mut s.records, None, 0))
+            .collect::<std::result::Result<Vec<_>, _>>()
+    })?)
 }
 
 pub fn agents() -> Result<Vec<Row>> {
@@ -126,14 +151,25 @@ pub fn agents() -> Result<Vec<Row>> {
     let t = Instant::now();
     let mut nodes = 0usize;
     let mut each = Vec::with_capacity(paths.len());
-    for p in &paths {
+    let mut wrote = Vec::with_capacity(paths.len());
+    let group = env_num("CONVO_BENCH_AGENT_GROUP", 1).max(1) as usize;
+    for g in paths.chunks(group) {
         // What `convo import` does: an index per record, then each message
         // read again and written in bounded batches.
         let one = Instant::now();
-        if let Outcome::Created { nodes: n, .. } = import_file(&mut store, p)? {
-            nodes += n;
+        let w0 = written().unwrap_or(0);
+        for o in import_group(&mut store, g)? {
+            if let Outcome::Created { nodes: n, .. } = o {
+                nodes += n;
+            }
         }
-        each.push(one.elapsed().as_secs_f64());
+        let k = g.len() as f64;
+        let (t, w) = (
+            one.elapsed().as_secs_f64(),
+            written().unwrap_or(0).saturating_sub(w0),
+        );
+        each.extend(std::iter::repeat_n(t / k, g.len()));
+        wrote.extend(std::iter::repeat_n(w as f64 / k, g.len()));
     }
     let import = t.elapsed();
     // Whether a file costs more as the store grows: the first tenth of the
@@ -141,6 +177,10 @@ pub fn agents() -> Result<Vec<Row>> {
     let tenth = (each.len() / 10).max(1);
     let first_ms = each[..tenth].iter().sum::<f64>() / tenth as f64 * 1e3;
     let last_ms = each[each.len() - tenth..].iter().sum::<f64>() / tenth as f64 * 1e3;
+    // What a file writes (log frames, checkpoints), first tenth and last:
+    // random-key index pages dirtied per transaction.
+    let first_w = wrote[..tenth].iter().sum::<f64>() / tenth as f64 / 1e6;
+    let last_w = wrote[wrote.len() - tenth..].iter().sum::<f64>() / tenth as f64 / 1e6;
     let peak = peak_mib().unwrap_or(0.0);
 
     // The unchanged folder again: what `convo import` does (a stat per
@@ -183,6 +223,14 @@ pub fn agents() -> Result<Vec<Row>> {
             format!("{last_ms:.0} ms"),
             format!("the first tenth: {first_ms:.0} ms"),
             format!("{:.2}×", last_ms / first_ms),
+            "—",
+            Verdict::Info,
+        ),
+        Row::new(
+            "bytes written per file (log and checkpoints, /proc/self/io wchar), the last tenth vs the first",
+            format!("{last_w:.1} MB"),
+            format!("the first tenth: {first_w:.1} MB"),
+            format!("{:.2}×", last_w / first_w.max(1e-9)),
             "—",
             Verdict::Info,
         ),

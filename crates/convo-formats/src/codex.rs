@@ -271,6 +271,12 @@ impl Indexer {
             }
         }
         let at = rec.at(file);
+        let mut rec = rec;
+        if rec.raw.len() >= crate::ledger::DETACHED_FROM {
+            // Placed (`at`): its bytes are not needed beside its parse
+            // and the text taken from it.
+            rec.raw = String::new();
+        }
         match message_of(&rec, &mut self.calls, &self.model, false) {
             Some(mut m) => {
                 if m.role == Role::User && self.title.is_none() {

@@ -390,14 +390,20 @@ impl Writing {
         done: &mut dyn FnMut(Option<usize>, &convo_store::StoredNode),
     ) -> Result<usize, StoreError> {
         let mut batch: Vec<(Option<usize>, Draft)> = lead;
+        // Records stored as payloads of their own, before the batch.
+        let mut detached: Vec<Vec<u8>> = Vec::new();
         let mut bytes = 0;
         let mut nodes = 0;
         let mut started = false;
         let mut flush = |this: &mut Self,
                          l: &mut Ledger<'_>,
                          batch: &mut Vec<(Option<usize>, Draft)>,
+                         detached: &mut Vec<Vec<u8>>,
                          started: &mut bool|
          -> Result<(), StoreError> {
+            for raw in detached.drain(..) {
+                l.put_payload(&raw)?;
+            }
             if !*started {
                 if let Some((_, d)) = batch.first_mut() {
                     first(d)?;
@@ -414,8 +420,7 @@ impl Writing {
                 return Ok(());
             }
             let (msgs, drafts): (Vec<Option<usize>>, Vec<Draft>) = batch.drain(..).unzip();
-            let stored = l.append_many_nodes(id, &this.branch, &drafts)?;
-            drop(drafts);
+            let stored = l.append_drafts(id, &this.branch, drafts)?;
             for (m, s) in msgs.into_iter().zip(&stored) {
                 done(m, s);
             }
@@ -424,18 +429,19 @@ impl Writing {
         };
         for &i in path {
             let m = loader.load(i, &conv.messages[i])?;
-            let before = batch.len();
-            step_owned(agent, &mut cur, i, m, &mut batch)?;
-            bytes += batch[before..]
+            let before = (batch.len(), detached.len());
+            step_owned(agent, &mut cur, i, m, &mut batch, Some(&mut detached))?;
+            bytes += batch[before.0..]
                 .iter()
                 .map(|(_, d)| d.payload.len() + d.diagnostics.as_str().len())
-                .sum::<usize>();
+                .sum::<usize>()
+                + detached[before.1..].iter().map(Vec::len).sum::<usize>();
             if batch.len() >= BATCH_NODES || bytes >= BATCH_BYTES {
-                flush(&mut self, l, &mut batch, &mut started)?;
+                flush(&mut self, l, &mut batch, &mut detached, &mut started)?;
                 bytes = 0;
             }
         }
-        flush(&mut self, l, &mut batch, &mut started)?;
+        flush(&mut self, l, &mut batch, &mut detached, &mut started)?;
         Ok(nodes)
     }
 }
@@ -481,13 +487,16 @@ fn import_more(
     let mut stored: HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)> =
         HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
-    for (n, _) in l.tx().session_nodes(id, false)? {
+    // The stored nodes one at a time: of each, only its key, place and
+    // record ids are kept (not its diagnostics, as large as the records).
+    l.tx().each_session_node(id, &mut |n| {
         let (key, ids) = stored_ids(n.node.diagnostics.as_str());
         if let Some(k) = key {
             stored.insert(k, (n.hash, n.ctx, n.node.created_at));
         }
         have.extend(ids);
-    }
+        Ok(())
+    })?;
     let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
     let mut names: HashSet<String> = HashSet::new();
     for b in l.tx().branches(Some(id))? {
@@ -671,23 +680,24 @@ pub fn session_records(
     store: &mut Store,
     session: &SessionId,
 ) -> Result<Vec<(String, u64, String)>, StoreError> {
-    let nodes = store.read(|tx| tx.session_nodes(session, false))?;
-    let mut out: Vec<(String, u64, String)> = Vec::new();
-    let mut seen = HashSet::new();
-    for (n, _) in nodes {
-        let diag = n.node.diagnostics.to_value();
-        if let Some(Value::Object(extra)) = diag.get("extra") {
-            for r in message_records(extra) {
-                let (f, l) = record_id(r);
-                if seen.insert((f.clone(), l)) {
-                    let raw = r.get("raw").and_then(Value::as_str).unwrap_or("");
-                    out.push((f, l, raw.to_owned()));
+    store.read(|tx| {
+        let nodes = tx.session_nodes(session, false)?;
+        let mut out: Vec<(String, u64, String)> = Vec::new();
+        let mut seen = HashSet::new();
+        for (n, _) in nodes {
+            let diag = n.node.diagnostics.to_value();
+            if let Some(Value::Object(extra)) = diag.get("extra") {
+                for r in message_records(extra) {
+                    let (f, l) = record_id(r);
+                    if seen.insert((f.clone(), l)) {
+                        out.push((f, l, record_raw(tx, r)?));
+                    }
                 }
             }
         }
-    }
-    out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
-    Ok(out)
+        out.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+        Ok(out)
+    })
 }
 
 /// A valid, unused branch name for a timeline.
@@ -794,18 +804,24 @@ fn step(
     m: &Message,
     out: &mut Vec<(Option<usize>, Draft)>,
 ) -> Result<(), StoreError> {
-    step_owned(agent, cur, i, m.clone(), out)
+    step_owned(agent, cur, i, m.clone(), out, None)
 }
 
 /// [`step`], moving the message's text and extra into the draft instead
-/// of copying them.
+/// of copying them. With `detached`, the records of [`DETACHED_FROM`]
+/// bytes or more move there instead of into the diagnostics
+/// ([`detach_records`]): the caller stores them before the draft.
 fn step_owned(
     agent: &str,
     cur: &mut Cursor,
     i: usize,
-    m: Message,
+    mut m: Message,
     out: &mut Vec<(Option<usize>, Draft)>,
+    detached: Option<&mut Vec<Vec<u8>>>,
 ) -> Result<(), StoreError> {
+    if let Some(sink) = detached {
+        detach_records(&mut m.extra, sink);
+    }
     cur.time = m.time.unwrap_or(cur.time);
     let time = cur.time;
     let (kind, from, to) = match m.role {
@@ -873,6 +889,62 @@ fn step_owned(
         },
     ));
     Ok(())
+}
+
+/// A source record this long or longer (its raw bytes) is not kept in its
+/// message's diagnostics but stored as a payload of its own, which its
+/// entry in `extra.records` names: `{"line", "blob": SHA-256 hex,
+/// "bytes": length}` instead of `"raw"`. A node's row then stays small, so
+/// writing a 50 MB record does not copy it into SQLite's statement, its
+/// row record and its page cache; the payload is chunked like any other
+/// (and shares chunks with the message's text where the bytes repeat).
+pub const DETACHED_FROM: usize = 1 << 20;
+
+/// Moves the raw bytes of each record in `extra.records` of
+/// [`DETACHED_FROM`] bytes or more into `blobs`, leaving their hash and
+/// length ([`record_raw`] reads them back).
+fn detach_records(extra: &mut Map<String, Value>, blobs: &mut Vec<Vec<u8>>) {
+    let Some(Value::Array(recs)) = extra.get_mut("records") else {
+        return;
+    };
+    for r in recs {
+        let Some(o) = r.as_object_mut() else {
+            continue;
+        };
+        let large = o
+            .get("raw")
+            .and_then(Value::as_str)
+            .is_some_and(|raw| raw.len() >= DETACHED_FROM);
+        if !large {
+            continue;
+        }
+        if let Some(Value::String(raw)) = o.remove("raw") {
+            let h = convo_core::hash::content_hash(raw.as_bytes());
+            o.insert("blob".into(), json!(h.to_hex()));
+            o.insert("bytes".into(), json!(raw.len()));
+            blobs.push(raw.into_bytes());
+        }
+    }
+}
+
+/// A stored record's raw bytes: its `raw`, or the payload its `blob` names
+/// ([`DETACHED_FROM`]), read in `tx`. A named payload that is missing or
+/// not UTF-8 is an error naming the record.
+fn record_raw(tx: &mut dyn convo_store::Tx, r: &Value) -> Result<String, StoreError> {
+    if let Some(raw) = r.get("raw").and_then(Value::as_str) {
+        return Ok(raw.to_owned());
+    }
+    let Some(hex) = r.get("blob").and_then(Value::as_str) else {
+        return Ok(String::new());
+    };
+    let (file, line) = record_id(r);
+    let what = || format!("record {file}:{line} (payload {hex})");
+    let h = convo_core::ContentHash::from_hex(hex)
+        .map_err(|e| StoreError::corrupt(format!("{}: {e}", what())))?;
+    let bytes = tx
+        .blob(&h)?
+        .ok_or_else(|| StoreError::corrupt(format!("{}: not stored", what())))?;
+    String::from_utf8(bytes).map_err(|_| StoreError::corrupt(format!("{}: not UTF-8", what())))
 }
 
 /// [`Diagnostics::from_value`] (the same canonical text), dropping the

@@ -10,7 +10,10 @@
 //!
 //! Messages carry their records in `extra.records`, each
 //! `{"line": n, "raw": "…"}` plus `"file": "subagents/agent-x.jsonl"` for a
-//! record of another file of the same session; a record's identity is its
+//! record of another file of the same session. Once stored, a record of
+//! [`crate::ledger::DETACHED_FROM`] bytes or more is
+//! `{"line": n, "blob": "<SHA-256 hex>", "bytes": len}` instead: its raw
+//! bytes are a payload of their own. A record's identity is its
 //! file and line, which is how a re-import of a grown file
 //! ([`crate::ledger`]) stores only the lines it has not stored.
 
@@ -161,8 +164,13 @@ pub fn scan(
             break;
         }
         buf.pop();
-        let raw = String::from_utf8(std::mem::take(&mut buf))
+        let mut raw = String::from_utf8(std::mem::take(&mut buf))
             .map_err(|e| not_utf8(file, line, e.utf8_error()))?;
+        // The buffer grew by doubling: a huge line gives back the room
+        // it does not use (a 50 MB line had 64 MiB).
+        if raw.capacity() - raw.len() > 1 << 20 {
+            raw.shrink_to_fit();
+        }
         let (value, warning) = parse(file, line, &raw);
         warnings.extend(warning);
         each(Record {
@@ -401,8 +409,18 @@ impl Stored<'_> {
         let mut own = None;
         if let Some(at) = self.own[i] {
             let mut rec = self.sources.record(&at, true)?;
+            let large = rec.raw.len() >= crate::ledger::DETACHED_FROM;
+            if large {
+                // Its bytes, its parse and the text taken from it would be
+                // three copies of a huge record: the bytes are dropped
+                // while it is read and read again after.
+                rec.raw = String::new();
+            }
             (self.fill)(&mut m, &rec);
             rec.value = None;
+            if large {
+                rec = self.sources.record(&at, false)?;
+            }
             own = Some((at, rec));
         }
         let mut recs = Vec::with_capacity(self.carried[i].len());
@@ -528,15 +546,20 @@ pub fn content_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
         Value::Array(items) => {
-            let parts: Vec<String> = items
+            // Borrowed parts, joined into one string sized once (a huge
+            // text is copied once, not once per part and again joined).
+            use std::borrow::Cow;
+            let parts: Vec<Cow<'_, str>> = items
                 .iter()
                 .filter_map(|b| match b {
-                    Value::String(s) => Some(s.clone()),
+                    Value::String(s) => Some(Cow::Borrowed(s.as_str())),
                     Value::Object(o) => match o.get("text").and_then(Value::as_str) {
-                        Some(t) => Some(t.to_owned()),
+                        Some(t) => Some(Cow::Borrowed(t)),
                         None => match o.get("type").and_then(Value::as_str) {
-                            Some("tool_result") => o.get("content").map(content_text),
-                            Some(t) if t.contains("image") => Some("[image]".into()),
+                            Some("tool_result") => {
+                                o.get("content").map(|c| Cow::Owned(content_text(c)))
+                            }
+                            Some(t) if t.contains("image") => Some(Cow::Borrowed("[image]")),
                             Some(_) => None,
                             None => None,
                         },

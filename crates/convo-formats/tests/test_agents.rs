@@ -809,3 +809,77 @@ fn a_file_rewritten_between_the_passes_is_refused_whole() {
     assert_eq!(kept.rule, "changed");
     assert!(s.sessions().unwrap().is_empty(), "nothing half-imported");
 }
+
+/// A record of `DETACHED_FROM` bytes or more is stored as a payload of its
+/// own, named by hash from its node's diagnostics (which stay small), and
+/// still comes back byte for byte, read whole or in two passes, and after
+/// the file grew.
+#[test]
+fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
+    let big = "a \"quoted\" line\n\t".repeat(convo_formats::ledger::DETACHED_FROM / 16);
+    let line = |u: &str, p: Option<&str>, role: &str, text: &str| {
+        let mut s = serde_json::to_string(&serde_json::json!({
+            "parentUuid": p, "isSidechain": false, "type": role,
+            "message": {"role": role, "content": text}, "uuid": u,
+            "timestamp": "2026-11-24T15:53:08.139Z", "sessionId": "s-1"}))
+        .unwrap();
+        s.push('\n');
+        s
+    };
+    let u = |i: u32| format!("00000000-0000-4000-8000-{i:012}");
+    let head = line(&u(1), None, "user", "hello") + &line(&u(2), Some(&u(1)), "assistant", "hi");
+    let huge = line(&u(3), Some(&u(2)), "user", &big);
+    assert!(huge.len() > convo_formats::ledger::DETACHED_FROM);
+    let first = head.clone() + &huge;
+    let all = first.clone() + &line(&u(4), Some(&u(3)), "user", "and then?");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s-1.jsonl");
+    let lazy = |s: &mut Store| {
+        let mut got = convo_formats::open_lazy("claude-code", &path)
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let (conv, records) = (&got.conv, &mut got.records);
+        s.transaction(|l| {
+            convo_formats::ledger::import_lazy(l, "claude-code", conv, records, None, 0)
+        })
+        .unwrap()
+    };
+    std::fs::write(&path, &first).unwrap();
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = lazy(&mut s);
+    assert_eq!(joined(&mut s, &o), first.as_bytes());
+    std::fs::write(&path, &all).unwrap();
+    let o = lazy(&mut s);
+    assert!(matches!(o, Outcome::Updated { nodes: 1, .. }), "{o:?}");
+    assert_eq!(joined(&mut s, &o), all.as_bytes());
+    let nodes = s.read(|tx| tx.session_nodes(&o.id(), false)).unwrap();
+    let diag: Vec<&str> = nodes
+        .iter()
+        .map(|(n, _)| n.node.diagnostics.as_str())
+        .collect();
+    assert!(
+        diag.iter().all(|d| d.len() < 4096),
+        "diagnostics stay small"
+    );
+    let named: Vec<&str> = diag
+        .iter()
+        .copied()
+        .filter(|d| d.contains("\"blob\""))
+        .collect();
+    assert_eq!(named.len(), 1, "the huge line is named by hash: {diag:?}");
+    assert!(named[0].contains(&format!("\"bytes\":{}", huge.len() - 1)));
+    assert!(s.verify().unwrap().problems.is_empty());
+
+    // Read whole (one pass, import_all): the nodes of two passes.
+    let mut a = Store::open("sqlite::memory:").unwrap();
+    let oa = lazy(&mut a);
+    let mut b = Store::open("sqlite::memory:").unwrap();
+    let mut whole = convo_formats::reader("claude-code")
+        .unwrap()
+        .read_path(&path)
+        .unwrap();
+    let ob = import(&mut b, "claude-code", &whole.conversations.remove(0));
+    assert_eq!(shape(&mut b, &ob), shape(&mut a, &oa));
+    assert_eq!(joined(&mut b, &ob), all.as_bytes());
+}

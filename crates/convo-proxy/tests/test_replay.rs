@@ -205,10 +205,9 @@ async fn a_recording_edited_behind_convos_back_is_not_replayed() {
     let mut cfg = ProxyConfig::new(None);
     cfg.replay = Some(ReplaySpec::parse("edited").unwrap());
     let pool = off_rt(|| convo_runtime::StorePool::open(&store_url, 2).unwrap());
-    let e = convo_proxy::Proxy::start(cfg, pool, None)
-        .await
-        .err()
-        .expect("an edited recording is refused");
+    let Err(e) = convo_proxy::Proxy::start(cfg, pool, None).await else {
+        panic!("an edited recording is refused");
+    };
     let text = e.to_string();
     assert!(text.contains("does not hash"), "{text}");
 }

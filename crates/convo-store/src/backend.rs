@@ -284,6 +284,22 @@ pub trait NodeTx: BlobTx {
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
 
+    /// Every node of a session in follow order, without payloads, given
+    /// to `f` one at a time: a reader that keeps a little of each node
+    /// (an import's re-read of a grown transcript keeps each message's key)
+    /// holds only that, not the session. SQLite streams the rows; the
+    /// default reads them all first.
+    fn each_session_node(
+        &mut self,
+        s: &SessionId,
+        f: &mut dyn FnMut(StoredNode) -> Result<()>,
+    ) -> Result<()> {
+        for (n, _) in self.session_nodes(s, false)? {
+            f(n)?;
+        }
+        Ok(())
+    }
+
     /// Every node of a session in follow order as a [`Link`] (hash, parent
     /// and kind only): enough to walk a timeline and number its turns
     /// without decoding whole rows.

@@ -54,6 +54,10 @@ const VERSION: u8 = 1;
 /// payload is assembled batch by batch, so it is held once.
 const BATCH: usize = 512;
 
+/// A payload stored whole (before chunking): its row id, its address and
+/// its bytes ([`Chunks::whole_payloads`]).
+pub type WholePayload = (i64, Vec<u8>, Vec<u8>);
+
 /// What a backend provides to store and read chunks inside a transaction.
 pub(crate) trait Chunks {
     /// Stores each piece under its hash unless one is stored there.
@@ -73,9 +77,8 @@ pub(crate) trait Chunks {
     /// Calls `f` with the address and manifest of every chunked payload.
     fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()>;
     /// Up to `max` payloads of [`CHUNKED_FROM`] bytes or more stored whole
-    /// (before chunking), with a row id above `after`, in id order: id,
-    /// address and bytes.
-    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>>;
+    /// (before chunking), with a row id above `after`, in id order.
+    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<WholePayload>>;
     /// Makes row `id` the chunked payload `manifest` describes.
     fn set_manifest(&mut self, id: i64, manifest: &[u8]) -> Result<()>;
     /// Whether payloads stored whole are left to chunk ([`rechunk`]).
@@ -251,6 +254,11 @@ const STATE_EVERY: usize = 4096;
 /// Remembered payloads at most: their bytes in all, and their number.
 const RECENT_BYTES: usize = 64 << 20;
 const RECENT_COUNT: usize = 512;
+/// A payload larger than this is hashed and cut from scratch and not
+/// remembered: remembering copies it, and is for conversations that grow
+/// call by call, not for one huge message (an import's 50 MB record would
+/// be held twice while it is written, and once more after).
+pub const RECENT_ONE: usize = 16 << 20;
 
 /// One payload [`Recent`] remembers.
 struct Remembered {
@@ -325,9 +333,13 @@ impl Recent {
 
     /// The SHA-256 of `bytes` (a payload of [`CHUNKED_FROM`] bytes or
     /// more), resumed from a remembered payload's state where they share
-    /// a prefix; `bytes` is remembered.
+    /// a prefix; `bytes` is remembered (unless larger than [`RECENT_ONE`]).
     pub fn hash(&mut self, bytes: &[u8]) -> ContentHash {
         use sha2::Digest as _;
+        if bytes.len() > RECENT_ONE {
+            self.hashed += bytes.len() as u64;
+            return ContentHash(Digest(sha2::Sha256::digest(bytes).into()));
+        }
         let best = self.best(bytes);
         if let Some((i, n)) = best
             && n == bytes.len()
@@ -833,11 +845,7 @@ mod tests {
             }
             Ok(())
         }
-        fn whole_payloads(
-            &mut self,
-            _after: i64,
-            _max: usize,
-        ) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+        fn whole_payloads(&mut self, _after: i64, _max: usize) -> Result<Vec<WholePayload>> {
             Ok(Vec::new())
         }
         fn set_manifest(&mut self, _id: i64, _manifest: &[u8]) -> Result<()> {
@@ -1045,5 +1053,23 @@ mod tests {
         m.1.clear();
         release(&mut m, &sa.manifest).unwrap();
         assert!(m.0.is_empty());
+    }
+
+    #[test]
+    fn a_payload_over_recent_one_is_hashed_and_cut_the_same_but_not_remembered() {
+        // One huge message (an imported 50 MB record) is not copied into
+        // the memory of recent payloads; its digest and manifest are those
+        // computed from scratch all the same.
+        let big: Vec<u8> = (0..RECENT_ONE + 4096)
+            .map(|i| (i * 7 % 251) as u8)
+            .collect();
+        let mut r = Recent::default();
+        let small = request(300);
+        r.hash(&small);
+        let h = r.hash(&big);
+        assert_eq!(h, convo_core::hash::content_hash(&big));
+        assert_eq!(r.seen.len(), 1, "only the small payload is remembered");
+        assert_eq!(r.held, small.len());
+        assert_eq!(r.split(&h, &big).manifest, split(&big).manifest);
     }
 }

@@ -14,6 +14,7 @@ use convo_core::{
     BranchName, ContentHash, Diagnostics, HashPrefix, Kind, Millis, Node, NodeHash, SessionId,
     StateRoot, TimelineEvent,
 };
+use std::borrow::Cow;
 
 /// A message to append, before the ledger places it on a timeline.
 #[derive(Clone, Debug)]
@@ -709,7 +710,7 @@ impl Ledger<'_> {
     ) -> Result<StoredNode> {
         let tx = &mut *self.tx;
         let (b, ctx) = open_branch_head(tx, session, branch)?;
-        let stored = place_and_insert(tx, &b, ctx, d)?;
+        let stored = place_and_insert(tx, &b, ctx, Cow::Borrowed(d))?;
         if !tx.cas_head(session, branch, b.head.as_ref(), &stored.hash)? {
             return Err(StoreError::Conflict(1));
         }
@@ -761,7 +762,7 @@ impl Ledger<'_> {
             let mut nodes = Vec::with_capacity(drafts.len());
             for d in drafts.iter() {
                 let (b, ctx, _) = &mut open[k];
-                let stored = place_and_insert(tx, b, *ctx, d)?;
+                let stored = place_and_insert(tx, b, *ctx, Cow::Borrowed(d))?;
                 if d.kind == Kind::Complete && d.state.is_some() {
                     b.state = d.state;
                 }
@@ -790,7 +791,12 @@ impl Ledger<'_> {
         drafts: &[Draft],
     ) -> Result<Vec<NodeHash>> {
         let mut out = Vec::with_capacity(drafts.len());
-        self.append_each(session, branch, drafts, &mut |s| out.push(s.hash))?;
+        self.append_each(
+            session,
+            branch,
+            &mut drafts.iter().map(Cow::Borrowed),
+            &mut |s| out.push(s.hash),
+        )?;
         Ok(out)
     }
 
@@ -802,24 +808,60 @@ impl Ledger<'_> {
         drafts: &[Draft],
     ) -> Result<Vec<StoredNode>> {
         let mut out = Vec::with_capacity(drafts.len());
-        self.append_each(session, branch, drafts, &mut |s| out.push(s))?;
+        self.append_each(
+            session,
+            branch,
+            &mut drafts.iter().map(Cow::Borrowed),
+            &mut |s| out.push(s),
+        )?;
         Ok(out)
+    }
+
+    /// [`Ledger::append_many_nodes`], taking the drafts: each one's
+    /// diagnostics move into its node instead of being copied, and its
+    /// payload is dropped once written (an import of a huge message holds
+    /// it once).
+    pub fn append_drafts(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        drafts: Vec<Draft>,
+    ) -> Result<Vec<StoredNode>> {
+        let mut out = Vec::with_capacity(drafts.len());
+        self.append_each(
+            session,
+            branch,
+            &mut drafts.into_iter().map(Cow::Owned),
+            &mut |s| out.push(s),
+        )?;
+        Ok(out)
+    }
+
+    /// A payload stored without a node of its own (hashed and chunked as a
+    /// node's payload is; stored once): bytes a node's diagnostics name by
+    /// their hash instead of holding them, such as an imported record too
+    /// large to keep inline. Returns its hash.
+    pub fn put_payload(&mut self, bytes: &[u8]) -> Result<ContentHash> {
+        let h = self.tx.payload_hash(bytes);
+        self.tx.put_blob(&h, bytes)?;
+        Ok(h)
     }
 
     fn append_each(
         &mut self,
         session: &SessionId,
         branch: &BranchName,
-        drafts: &[Draft],
+        drafts: &mut dyn Iterator<Item = Cow<'_, Draft>>,
         each: &mut dyn FnMut(StoredNode),
     ) -> Result<()> {
         let tx = &mut *self.tx;
         let (mut b, mut ctx) = open_branch_head(tx, session, branch)?;
         let old_head = b.head;
         for d in drafts {
+            let (kind, state) = (d.kind, d.state);
             let stored = place_and_insert(tx, &b, ctx, d)?;
-            if d.kind == Kind::Complete && d.state.is_some() {
-                b.state = d.state;
+            if kind == Kind::Complete && state.is_some() {
+                b.state = state;
             }
             ctx = stored.ctx;
             b.head = Some(stored.hash);
@@ -1321,7 +1363,23 @@ fn open_branch_head(
     }
 }
 
-fn place_and_insert(tx: &mut dyn Tx, b: &BranchRow, ctx: Context, d: &Draft) -> Result<StoredNode> {
+/// Places a draft after the branch's head and writes it. A draft given
+/// owned has its diagnostics moved into the node (a borrowed one, copied).
+fn place_and_insert(
+    tx: &mut dyn Tx,
+    b: &BranchRow,
+    ctx: Context,
+    d: Cow<'_, Draft>,
+) -> Result<StoredNode> {
+    let owned;
+    let (d, diagnostics) = match d {
+        Cow::Borrowed(d) => (d, d.diagnostics.clone()),
+        Cow::Owned(mut o) => {
+            let diagnostics = std::mem::replace(&mut o.diagnostics, Diagnostics::empty());
+            owned = o;
+            (&owned, diagnostics)
+        }
+    };
     let payload = tx.payload_hash(&d.payload);
     let placement = ctx.place(d.kind, &b.session, &payload, d.sequence)?;
     let state = match (d.kind, d.state) {
@@ -1352,7 +1410,7 @@ fn place_and_insert(tx: &mut dyn Tx, b: &BranchRow, ctx: Context, d: &Draft) -> 
         to: d.to.clone(),
         payload,
         payload_len: d.payload.len() as u64,
-        diagnostics: d.diagnostics.clone(),
+        diagnostics,
         state,
         created_at: d.created_at,
         event: None,

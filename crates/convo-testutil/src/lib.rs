@@ -465,6 +465,55 @@ pub fn bulk_append_matches_single_appends(s: &mut Store) {
     );
     assert_eq!(s.end_cursor().unwrap(), end);
     assert!(s.verify().unwrap().is_clean());
+
+    // Drafts taken (their diagnostics moved, not copied) store the nodes
+    // borrowed drafts do, and a session read a node at a time gives the
+    // nodes read whole, in the same order.
+    let owned: Vec<Draft> = (0..6)
+        .map(|i| {
+            let mut d = draft(Kind::Invoke, &format!("o{i}"), 70 + i);
+            d.diagnostics = Diagnostics::parse(&format!("{{\"i\":{i}}}")).unwrap();
+            if i % 2 == 1 {
+                d.kind = Kind::Complete;
+            }
+            d
+        })
+        .collect();
+    let third = |s: &mut Store| {
+        s.transaction(|l| l.new_session("agent", None, 0))
+            .unwrap()
+            .id
+    };
+    let (a, b) = (third(s), third(s));
+    let by_ref = s
+        .transaction(|l| l.append_many_nodes(&a, &main(), &owned))
+        .unwrap();
+    let taken = s
+        .transaction(|l| l.append_drafts(&b, &main(), owned.clone()))
+        .unwrap();
+    let fields = |v: &[convo_store::StoredNode]| {
+        v.iter()
+            .map(|n| (n.node.payload, n.node.diagnostics.clone(), n.ctx.depth))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(fields(&by_ref), fields(&taken));
+    let whole: Vec<NodeHash> = s
+        .read(|tx| tx.session_nodes(&ses, false))
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n.hash)
+        .collect();
+    let mut each = Vec::new();
+    s.read(|tx| {
+        each.clear();
+        tx.each_session_node(&ses, &mut |n| {
+            each.push(n.hash);
+            Ok(())
+        })
+    })
+    .unwrap();
+    assert_eq!(each, whole);
+    assert_eq!(whole.len(), 52);
 }
 
 pub fn verify_is_clean_on_a_busy_store(s: &mut Store) {

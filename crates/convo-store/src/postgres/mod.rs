@@ -704,7 +704,11 @@ impl PgTx<'_> {
 }
 
 impl crate::chunk::Chunks for PgTx<'_> {
-    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+    fn whole_payloads(
+        &mut self,
+        after: i64,
+        max: usize,
+    ) -> Result<Vec<crate::chunk::WholePayload>> {
         self.query(
             "SELECT id, hash, data FROM blobs WHERE id > $1 AND NOT chunked \
              AND octet_length(data) >= $2::bigint ORDER BY id LIMIT $3",

@@ -725,7 +725,11 @@ fn wrong_type(r: &Row<'_>, i: usize, t: rusqlite::types::Type) -> rusqlite::Erro
 }
 
 impl crate::chunk::Chunks for SqliteTx<'_> {
-    fn whole_payloads(&mut self, after: i64, max: usize) -> Result<Vec<(i64, Vec<u8>, Vec<u8>)>> {
+    fn whole_payloads(
+        &mut self,
+        after: i64,
+        max: usize,
+    ) -> Result<Vec<crate::chunk::WholePayload>> {
         let mut st = self
             .tx
             .prepare_cached(
@@ -1359,6 +1363,31 @@ impl NodeTx for SqliteTx<'_> {
                 None => Ok((n, None)),
             })
             .collect()
+    }
+
+    fn each_session_node(
+        &mut self,
+        s: &SessionId,
+        f: &mut dyn FnMut(StoredNode) -> Result<()>,
+    ) -> Result<()> {
+        // The rows of `session_nodes` without payloads, decoded one at a time.
+        self.flush_run()?;
+        let cols = NODE_COLS
+            .split(", ")
+            .map(|c| format!("n.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {cols} \
+             FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
+             WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq"
+        );
+        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+        let mut rows = st.query([s.to_string()]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            f(node_row(r).map_err(db)?)?;
+        }
+        Ok(())
     }
 
     fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
