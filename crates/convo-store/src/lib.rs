@@ -69,13 +69,15 @@ pub mod turns;
 mod verify;
 
 pub use backend::{
-    Backend, Background, BranchRow, FactRow, Maintenance, SessionRow, StoredNode, ThreadField, Tx,
+    Backend, Background, BranchRow, FactRow, Maintenance, OtlpExportRow, SessionRow, StoredNode,
+    ThreadField, Tx,
 };
 /// The transaction's traits, one per concern: a backend implements each;
 /// [`Tx`] is all of them (a `&mut dyn Tx` calls any of their methods).
 pub mod tx {
     pub use crate::backend::{
-        BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx, Tx,
+        BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx,
+        TelemetryTx, Tx,
     };
 }
 pub use chain::TimelineNode;
