@@ -447,7 +447,10 @@ pub(crate) fn otlp_export_row(r: &impl Columns) -> std::result::Result<OtlpExpor
         .text(1)?
         .ok_or("its sessions are NULL")?
         .split_whitespace()
-        .map(|s| s.parse::<SessionId>().map_err(|e| format!("session `{s}`: {e}")))
+        .map(|s| {
+            s.parse::<SessionId>()
+                .map_err(|e| format!("session `{s}`: {e}"))
+        })
         .collect::<std::result::Result<Vec<_>, _>>()?;
     let nodes = match (int(5, "first node")?, int(6, "last node")?) {
         (Some(a), Some(b)) => Some((a, b)),

@@ -462,7 +462,10 @@ mod tests {
         let cases: [(&[u8], &[u8]); 5] = [
             (b"", b""),
             (b"", b"abcabcabcabcabcabcabcabc hello"),
-            (b"the quick brown fox jumps", b"a quick brown fox jumps over the quick brown fox"),
+            (
+                b"the quick brown fox jumps",
+                b"a quick brown fox jumps over the quick brown fox",
+            ),
             (b"0123456789", b"xyz"),
             (&[0u8; 300], &[0u8; 1000]),
         ];
@@ -474,7 +477,10 @@ mod tests {
 
     #[test]
     fn a_body_that_repeats_its_base_costs_what_changed() {
-        let base = format!("{{\"span\":\"0001\",\"history\":\"{}\"}}", "lorem ipsum ".repeat(200));
+        let base = format!(
+            "{{\"span\":\"0001\",\"history\":\"{}\"}}",
+            "lorem ipsum ".repeat(200)
+        );
         let msg = "a new message that the export wrote as a node";
         let body = format!(
             "{{\"span\":\"0002\",\"history\":\"{}{msg}\"}}",
@@ -511,9 +517,13 @@ mod tests {
         }
         assert!(decode(dict, &[9], 0).is_err());
         assert!(decode(dict, &[DELTA, 0xff, 0xff, 0xff, 0x7f, 0], 10).is_err());
-        let huge = [DELTA, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02];
+        let huge = [
+            DELTA, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0x02,
+        ];
         assert!(decode(dict, &huge, 10).is_err());
-        let far = [DELTA, 0x80, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        let far = [
+            DELTA, 0x80, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01,
+        ];
         assert!(decode(dict, &far, 10).is_err());
     }
 }

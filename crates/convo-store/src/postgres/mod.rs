@@ -1572,11 +1572,16 @@ impl TelemetryTx for PgTx<'_> {
             Some(s) => {
                 let like = format!("% {s} %");
                 self.otlp_rows(
-                    &format!("SELECT {OTLP_COLS} FROM otlp_exports WHERE sessions LIKE $1 ORDER BY seq"),
+                    &format!(
+                        "SELECT {OTLP_COLS} FROM otlp_exports WHERE sessions LIKE $1 ORDER BY seq"
+                    ),
                     &[&like],
                 )
             }
-            None => self.otlp_rows(&format!("SELECT {OTLP_COLS} FROM otlp_exports ORDER BY seq"), &[]),
+            None => self.otlp_rows(
+                &format!("SELECT {OTLP_COLS} FROM otlp_exports ORDER BY seq"),
+                &[],
+            ),
         }
     }
 

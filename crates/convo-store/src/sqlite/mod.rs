@@ -1705,7 +1705,11 @@ const OTLP_COLS: &str =
     "seq, sessions, received_at, media, base, nodes_from, nodes_to, body_len, residual";
 
 impl SqliteTx<'_> {
-    fn otlp_rows(&mut self, sql: &str, p: &[&dyn rusqlite::ToSql]) -> Result<Vec<crate::OtlpExportRow>> {
+    fn otlp_rows(
+        &mut self,
+        sql: &str,
+        p: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<crate::OtlpExportRow>> {
         let mut st = self.tx.prepare_cached(sql).map_err(db)?;
         let mut rows = st.query(p).map_err(db)?;
         let mut out = Vec::new();
@@ -1754,11 +1758,16 @@ impl TelemetryTx for SqliteTx<'_> {
             Some(s) => {
                 let like = format!("% {s} %");
                 self.otlp_rows(
-                    &format!("SELECT {OTLP_COLS} FROM otlp_exports WHERE sessions LIKE ?1 ORDER BY seq"),
+                    &format!(
+                        "SELECT {OTLP_COLS} FROM otlp_exports WHERE sessions LIKE ?1 ORDER BY seq"
+                    ),
                     &[&like],
                 )
             }
-            None => self.otlp_rows(&format!("SELECT {OTLP_COLS} FROM otlp_exports ORDER BY seq"), &[]),
+            None => self.otlp_rows(
+                &format!("SELECT {OTLP_COLS} FROM otlp_exports ORDER BY seq"),
+                &[],
+            ),
         }
     }
 
