@@ -403,7 +403,7 @@ pub fn otel_serve() -> Result<Vec<Row>> {
     // The export bodies kept: their residuals and the row's numbers.
     let kept = s.read(|tx| tx.otlp_exports(None))?;
     let raw: usize = kept.iter().map(|r| r.residual.len() + 5 * 8).sum();
-    let back = otel::raw::exports(&mut s, None)?;
+    let back = s.otlp_exports(None)?;
     if back.len() != 100 || back.iter().map(|b| b.body.len()).sum::<usize>() != sent {
         return Err("the export bodies did not come back whole".into());
     }

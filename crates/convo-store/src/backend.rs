@@ -432,6 +432,9 @@ pub trait TelemetryTx {
 
     /// Export `seq`.
     fn otlp_export(&mut self, seq: u64) -> Result<Option<OtlpExportRow>>;
+
+    /// Removes export `seq` (a redaction).
+    fn delete_otlp_export(&mut self, seq: u64) -> Result<()>;
 }
 
 /// An `otlp_exports` row from its columns (seq, sessions, received_at,

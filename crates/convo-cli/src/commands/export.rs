@@ -370,7 +370,7 @@ fn otlp_export(env: &Env, a: &ExportArgs) -> CmdResult {
     })?;
     let mut store = env.open()?;
     let s = find_session(&mut store, &a.session)?;
-    let bodies = convo_formats::otel::raw::exports(&mut store, Some(&s.id))?;
+    let bodies = store.otlp_exports(Some(&s.id))?;
     if bodies.is_empty() {
         return Err(CommandError::user(format!(
             "session {} has no OTLP export bodies: it was not received over OTLP (or before convo kept them)",

@@ -1552,6 +1552,14 @@ impl PgTx<'_> {
 }
 
 impl TelemetryTx for PgTx<'_> {
+    fn delete_otlp_export(&mut self, seq: u64) -> Result<()> {
+        self.defer(
+            "DELETE FROM otlp_exports WHERE seq = $1",
+            vec![Box::new(seq as i64)],
+            OnError::Db,
+        )
+    }
+
     fn insert_otlp_export(&mut self, row: &crate::OtlpExportRow) -> Result<u64> {
         let last = self
             .opt("SELECT COALESCE(MAX(seq), 0) FROM otlp_exports", &[])?

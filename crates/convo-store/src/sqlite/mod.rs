@@ -1745,6 +1745,14 @@ impl SqliteTx<'_> {
 }
 
 impl TelemetryTx for SqliteTx<'_> {
+    fn delete_otlp_export(&mut self, seq: u64) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM otlp_exports WHERE seq = ?1")
+            .and_then(|mut st| st.execute(params![seq as i64]))
+            .map_err(db)?;
+        Ok(())
+    }
+
     fn insert_otlp_export(&mut self, row: &crate::OtlpExportRow) -> Result<u64> {
         self.put_otlp(None, row)
     }
