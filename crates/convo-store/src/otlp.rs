@@ -153,7 +153,7 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
         put_varint(&mut out, ((delta << 1) ^ (delta >> 63)) as u64);
         for p in i..(i + len).min(n) {
             // Every position of a long copy would cost; a few suffice.
-            if len < 64 || (p - i) % 16 == 0 {
+            if len < 64 || (p - i).is_multiple_of(16) {
                 index(&mut table, p);
             }
         }
