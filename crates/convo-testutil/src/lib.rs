@@ -1015,9 +1015,25 @@ pub fn otlp_bodies_are_kept_listed_and_rebuilt(s: &mut Store) {
     // from it; the first stays.
     s.redact(&nodes[1].node.payload, "t", "pii", 9, true)
         .unwrap();
-    assert_eq!(bodies(s, None), vec![first]);
+    assert_eq!(bodies(s, None), vec![first.clone()]);
     let v = s.verify().unwrap();
     assert!(v.is_clean(), "{:?}", v.problems);
+    // A body that no longer rebuilds (here: a later one naming a base that
+    // is gone) is reported by verify.
+    s.transaction(|l| {
+        l.tx()
+            .insert_otlp_export(&row(vec![b], Some((s2, &second)), None, &third, &[]))
+    })
+    .unwrap();
+    let v = s.verify().unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.object.starts_with("otlp export")),
+        "{:?}",
+        v.problems
+    );
+    assert!(s.otlp_exports(Some(&b)).is_err());
 }
 
 /// A named contract case.
