@@ -1011,6 +1011,13 @@ pub fn otlp_bodies_are_kept_listed_and_rebuilt(s: &mut Store) {
         ),
         (vec![a, b], 7, "traces/json")
     );
+    // Another backend gets the same bodies, under the same numbers.
+    let mut copy = Store::open("sqlite::memory:").unwrap();
+    convo_store::migrate(s, &mut copy, &mut |_| {}).unwrap();
+    assert_eq!(
+        copy.otlp_exports(None).unwrap(),
+        s.otlp_exports(None).unwrap()
+    );
     // Redacting the secret takes the body holding it and the one rebuilt
     // from it; the first stays.
     s.redact(&nodes[1].node.payload, "t", "pii", 9, true)
