@@ -715,3 +715,125 @@ fn otel_session_replays_through_the_proxy_and_forks() {
         assert_eq!(v["ok"], json!(true), "{v}");
     }
 }
+
+/// The export bodies a session was recorded from come back byte for byte:
+/// each real emitter's capture (protobuf and OTLP/JSON, one of them
+/// gzipped on the wire, a log export of the same run that writes no node)
+/// posted to a live `convo serve`, then `convo export --format otlp`; a
+/// retried export is kept once.
+#[test]
+fn otel_export_bodies_come_back_byte_for_byte() {
+    use std::io::Write as _;
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../convo-formats/tests/fixtures/otel");
+    // (fixture, path, content type, gzip on the wire)
+    let sends = [
+        (
+            "openai-v2-2.4b0-latest.traces.pb",
+            "/v1/traces",
+            "application/x-protobuf",
+            false,
+        ),
+        (
+            "openai-v2-2.4b0-latest.logs.pb",
+            "/v1/logs",
+            "application/x-protobuf",
+            true,
+        ),
+        (
+            "openinference-openai-0.1.66.traces.pb",
+            "/v1/traces",
+            "application/x-protobuf",
+            false,
+        ),
+        (
+            "ai-sdk-7.0.173-otel-1.0.173.traces.json",
+            "/v1/traces",
+            "application/json",
+            true,
+        ),
+        (
+            "pydantic-ai-2.68.0-logfire-5.4.0.traces.pb",
+            "/v1/traces",
+            "application/x-protobuf",
+            false,
+        ),
+    ];
+    let mut sent: std::collections::BTreeMap<String, Vec<Vec<u8>>> = Default::default();
+    let mut seen: Vec<String> = Vec::new();
+    for (name, path, ct, gzip) in sends {
+        let body = std::fs::read(fixtures.join(name)).unwrap();
+        let wire = if gzip {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(&body).unwrap();
+            e.finish().unwrap()
+        } else {
+            body.clone()
+        };
+        let mut headers = vec![("content-type", ct)];
+        if gzip {
+            headers.push(("content-encoding", "gzip"));
+        }
+        let r = srv.req("POST", path, &headers, &wire);
+        assert_eq!(r.status, 200, "{name}: {}", r.text());
+        // A retry (the same body again) is kept once.
+        if name.contains("openinference") {
+            assert_eq!(srv.req("POST", path, &headers, &wire).status, 200);
+        }
+        let now = session_ids(&srv);
+        let new: Vec<String> = now.iter().filter(|s| !seen.contains(s)).cloned().collect();
+        // The logs of openai-v2's run go to its session (no new one).
+        let session = match new.as_slice() {
+            [s] => s.clone(),
+            [] => sent.keys().last().cloned().unwrap(),
+            more => panic!("{name}: sessions {more:?}"),
+        };
+        seen = now;
+        sent.entry(session).or_default().push(body);
+    }
+    for (session, bodies) in &sent {
+        let dir = t.home().join(format!("otlp-{session}"));
+        t.run(&[
+            "export",
+            session,
+            "--format",
+            "otlp",
+            "-o",
+            dir.to_str().unwrap(),
+        ])
+        .ok();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let back: Vec<Vec<u8>> = files.iter().map(|p| std::fs::read(p).unwrap()).collect();
+        assert_eq!(back.len(), bodies.len(), "{session}: {files:?}");
+        for (b, s) in back.iter().zip(bodies) {
+            assert!(
+                b == s,
+                "{session}: a body came back different ({} vs {} bytes)",
+                b.len(),
+                s.len()
+            );
+        }
+    }
+    // A session that was not received over OTLP has none.
+    let other = t.session("plain");
+    let r = t.run(&[
+        "export",
+        &other,
+        "--format",
+        "otlp",
+        "-o",
+        t.home().join("none").to_str().unwrap(),
+    ]);
+    assert_ne!(r.code(), 0);
+    assert!(
+        r.stderr().contains("no OTLP export bodies"),
+        "{}",
+        r.stderr()
+    );
+}

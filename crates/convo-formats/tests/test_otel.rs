@@ -65,6 +65,28 @@ fn ingest_traces(s: &mut Store, body: &[u8]) -> otel::Ingested {
         .unwrap()
 }
 
+/// Records an export as the receiver does: its calls, and its body kept.
+fn ingest_kept(
+    s: &mut Store,
+    cache: &otel::ThreadCache,
+    body: &[u8],
+    enc: Encoding,
+) -> otel::Ingested {
+    let mut req = decode_traces(body, enc, false, LIMIT).unwrap();
+    assert_eq!(otel::check_traces(&mut req).count, 0);
+    let calls = calls_from_spans(&Batch::traces(&req));
+    let media = match enc {
+        Encoding::Json => "traces/json",
+        Encoding::Protobuf => "traces/protobuf",
+    };
+    let p = otel::prepare(calls).with_body(otel::raw::Body {
+        media,
+        bytes: std::sync::Arc::new(body.to_vec()),
+    });
+    s.transaction(|l| otel::ingest_prepared(l, &p, 1_900_000_000_000, cache))
+        .unwrap()
+}
+
 /// (kind, from, to, payload) of every node of a session's main timeline.
 fn transcript(s: &mut Store, thread: &str) -> Vec<(Kind, String, String, String)> {
     let id = session_id(thread);
@@ -798,8 +820,12 @@ fn otel_a_hundred_call_run_stores_each_message_once() {
         history.push(msg("assistant", a));
     }
     let mut s = store();
+    let cache = otel::ThreadCache::new();
+    let mut sent = Vec::new();
     for chunk in spans.chunks(10).rev() {
-        ingest_traces(&mut s, &traces(chunk.to_vec()));
+        let body = traces(chunk.to_vec());
+        ingest_kept(&mut s, &cache, &body, Encoding::Json);
+        sent.push(body);
     }
     let thread = format!("trace:{TRACE}");
     let tl = s
@@ -812,13 +838,26 @@ fn otel_a_hundred_call_run_stores_each_message_once() {
         .iter()
         .map(|n| n.stored.node.diagnostics.to_value().to_string().len())
         .sum();
+    // Every export body is kept, and given back byte for byte.
+    let kept = s.otlp_exports(Some(&session_id(&thread))).unwrap();
+    assert_eq!(
+        kept.iter().map(|k| k.body.clone()).collect::<Vec<_>>(),
+        sent
+    );
+    let raw: usize = s
+        .read(|tx| tx.otlp_exports(None))
+        .unwrap()
+        .iter()
+        .map(|r| r.residual.len())
+        .sum();
     eprintln!(
-        "100 calls: payloads {payload} + diagnostics {diag} bytes for {distinct} distinct ({:.3}×)",
-        (payload + diag) as f64 / distinct as f64
+        "100 calls: payloads {payload} + diagnostics {diag} + kept bodies {raw} bytes for {distinct} distinct ({:.3}×; the bodies sent: {} bytes)",
+        (payload + diag + raw) as f64 / distinct as f64,
+        sent.iter().map(Vec::len).sum::<usize>()
     );
     assert!(
-        (payload + diag) as f64 <= 1.2 * distinct as f64,
-        "payloads {payload} + diagnostics {diag} against {distinct} distinct bytes"
+        (payload + diag + raw) as f64 <= 1.2 * distinct as f64,
+        "payloads {payload} + diagnostics {diag} + kept bodies {raw} against {distinct} distinct bytes"
     );
 }
 
@@ -987,4 +1026,70 @@ fn otel_an_agent_span_after_its_llm_calls_is_not_a_call() {
         })
         .unwrap();
     assert!(w.nodes > 0, "{w:?}");
+}
+
+/// Export bodies as received are kept whatever the export wrote: a batch
+/// of calls already stored (older calls after a newer one), a retry kept
+/// once; and a redaction takes the bodies holding the redacted text with
+/// the payload, leaving the others whole.
+#[test]
+fn otel_export_bodies_are_kept_and_a_redaction_takes_those_holding_the_text() {
+    let msg = |role: &str, text: String| json!({"role": role, "parts": [{"type": "text", "content": text}]});
+    let mut history = Vec::new();
+    let mut bodies = Vec::new();
+    for i in 0..6u8 {
+        let q = format!("question {i}: where is \"step {i}\"?\né");
+        history.push(msg("user", q));
+        let list = [
+            ("gen_ai.request.model", json!("gpt-4o")),
+            ("gen_ai.usage.input_tokens", json!(17 + i as i64)),
+            (
+                "gen_ai.input.messages",
+                json!(Value::Array(history.clone()).to_string()),
+            ),
+            (
+                "gen_ai.output.messages",
+                json!(json!([msg("assistant", format!("answer {i}"))]).to_string()),
+            ),
+        ];
+        bodies.push(traces(vec![span(i, u64::from(i) * 10, &list, vec![])]));
+        history.push(msg("assistant", format!("answer {i}")));
+    }
+    let mut s = store();
+    let cache = otel::ThreadCache::new();
+    // Calls 4 and 5 first; 0..=3 then write nothing, 3 arrives twice.
+    let order = [4usize, 5, 0, 1, 2, 3, 3];
+    for &i in &order {
+        ingest_kept(&mut s, &cache, &bodies[i], Encoding::Json);
+    }
+    let thread = format!("trace:{TRACE}");
+    let id = session_id(&thread);
+    assert_eq!(s.timeline(&id, &BranchName::main()).unwrap().len(), 12);
+    let kept: Vec<Vec<u8>> = s
+        .otlp_exports(Some(&id))
+        .unwrap()
+        .into_iter()
+        .map(|k| k.body)
+        .collect();
+    let want: Vec<Vec<u8>> = order[..6].iter().map(|&i| bodies[i].clone()).collect();
+    assert!(
+        kept == want,
+        "every body once, as sent, in the order received"
+    );
+    // Redact question 5 (sent by call 5 only): its body goes, and the
+    // bodies rebuilt from it; the others stay whole.
+    let tl = s.timeline(&id, &BranchName::main()).unwrap();
+    let q5 = tl
+        .iter()
+        .find(|n| String::from_utf8_lossy(&n.payload).starts_with("question 5"))
+        .unwrap();
+    s.redact(&q5.stored.node.payload, "test", "pii", 0, true)
+        .unwrap();
+    let after = s.otlp_exports(Some(&id)).unwrap();
+    assert!(!after.is_empty() && after.len() < 6, "{} kept", after.len());
+    for k in &after {
+        assert!(!String::from_utf8_lossy(&k.body).contains("question 5"));
+        assert!(bodies.contains(&k.body), "a body still comes back whole");
+    }
+    assert!(s.verify().unwrap().is_clean(), "the history verifies");
 }

@@ -73,7 +73,7 @@ impl Work for Writing {
 
     fn write(&mut self, store: &mut Store, jobs: &[Job]) -> Result<Vec<Done>> {
         let cache = &self.cache;
-        store.transaction(|l| {
+        let done = store.transaction(|l| {
             let mut out = Vec::with_capacity(jobs.len());
             // Runs of consecutive appends go in one append_batch.
             let mut i = 0;
@@ -105,7 +105,12 @@ impl Work for Writing {
                 out.extend(l.append_batch(&batch)?.into_iter().map(Done::Appended));
             }
             Ok(out)
-        })
+        });
+        if done.is_err() {
+            // The bodies noted as kept were rolled back with the batch.
+            cache.forget_raws();
+        }
+        done
     }
 }
 

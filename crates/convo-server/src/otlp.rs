@@ -174,19 +174,31 @@ async fn receive(
     };
     let read = tokio::task::spawn_blocking(
         move || -> Result<(Prepared, Rejected), convo_formats::Error> {
+            // The body as received, gunzipped: decoded, and kept.
+            let bytes = otel::inflate(&body, gzip, limit)?.into_owned();
             let (calls, rejected) = match signal {
                 Signal::Traces => {
-                    let mut req = otel::decode_traces(&body, enc, gzip, limit)?;
+                    let mut req = otel::decode_traces(&bytes, enc, false, limit)?;
                     let rejected = otel::check_traces(&mut req);
                     (otel::calls_from_spans(&Batch::traces(&req)), rejected)
                 }
                 Signal::Logs => {
-                    let mut req = otel::decode_logs(&body, enc, gzip, limit)?;
+                    let mut req = otel::decode_logs(&bytes, enc, false, limit)?;
                     let rejected = otel::check_logs(&mut req);
                     (otel::calls_from_logs(&Batch::logs(&req)), rejected)
                 }
             };
-            Ok((otel::prepare(calls), rejected))
+            let media = match (signal, enc) {
+                (Signal::Traces, Encoding::Protobuf) => "traces/protobuf",
+                (Signal::Traces, Encoding::Json) => "traces/json",
+                (Signal::Logs, Encoding::Protobuf) => "logs/protobuf",
+                (Signal::Logs, Encoding::Json) => "logs/json",
+            };
+            let body = otel::raw::Body {
+                media,
+                bytes: std::sync::Arc::new(bytes),
+            };
+            Ok((otel::prepare(calls).with_body(body), rejected))
         },
     )
     .await;

@@ -432,6 +432,93 @@ pub trait FactTx {
     fn facts(&mut self) -> Result<Vec<Decoded<FactRow>>>;
 }
 
+/// One OTLP export body kept by the receiver (see
+/// `convo_formats::otel::raw`, which encodes and decodes `residual`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OtlpExportRow {
+    /// Its number, from 1, in the order received.
+    pub seq: u64,
+    /// The sessions its calls belong to.
+    pub sessions: Vec<SessionId>,
+    /// When it was received.
+    pub received_at: Millis,
+    /// What it is: `traces` or `logs`, `/`, `protobuf` or `json`.
+    pub media: String,
+    /// The export whose body `residual` is a delta against, if any.
+    pub base: Option<u64>,
+    /// The follow numbers of the nodes whose payloads `residual` refers
+    /// to, if any.
+    pub nodes: Option<(u64, u64)>,
+    /// The body's length in bytes.
+    pub body_len: u64,
+    /// The body, delta-encoded.
+    pub residual: Vec<u8>,
+}
+
+/// The OTLP export bodies kept by the receiver.
+pub trait TelemetryTx {
+    /// Keeps `row` (its `seq` is ignored) as the next export; its number.
+    fn insert_otlp_export(&mut self, row: &OtlpExportRow) -> Result<u64>;
+
+    /// Keeps `row` under its own number (copying a store).
+    fn put_otlp_export(&mut self, row: &OtlpExportRow) -> Result<()>;
+
+    /// The exports with a call in `session` (every export when `None`),
+    /// in the order received.
+    fn otlp_exports(&mut self, session: Option<&SessionId>) -> Result<Vec<OtlpExportRow>>;
+
+    /// Export `seq`.
+    fn otlp_export(&mut self, seq: u64) -> Result<Option<OtlpExportRow>>;
+
+    /// Removes export `seq` (a redaction).
+    fn delete_otlp_export(&mut self, seq: u64) -> Result<()>;
+}
+
+/// An `otlp_exports` row from its columns (seq, sessions, received_at,
+/// media, base, nodes_from, nodes_to, body_len, residual).
+pub(crate) fn otlp_export_row(r: &impl Columns) -> std::result::Result<OtlpExportRow, String> {
+    let int = |i: usize, what: &str| -> std::result::Result<Option<u64>, String> {
+        r.int(i)?
+            .map(|v| u64::try_from(v).map_err(|_| format!("its {what} {v} is negative")))
+            .transpose()
+    };
+    let seq = int(0, "number")?.ok_or("its number is NULL")?;
+    let sessions = r
+        .text(1)?
+        .ok_or("its sessions are NULL")?
+        .split_whitespace()
+        .map(|s| {
+            s.parse::<SessionId>()
+                .map_err(|e| format!("session `{s}`: {e}"))
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    let nodes = match (int(5, "first node")?, int(6, "last node")?) {
+        (Some(a), Some(b)) => Some((a, b)),
+        _ => None,
+    };
+    Ok(OtlpExportRow {
+        seq,
+        sessions,
+        received_at: r.int(2)?.ok_or("its time is NULL")?,
+        media: r.text(3)?.ok_or("its media is NULL")?.to_owned(),
+        base: int(4, "base")?,
+        nodes,
+        body_len: int(7, "length")?.ok_or("its length is NULL")?,
+        residual: r.bytes(8)?.ok_or("its residual is NULL")?.to_vec(),
+    })
+    .map_err(|e: String| format!("OTLP export {seq}: {e}"))
+}
+
+/// `sessions` as stored: each id between spaces (so `LIKE '% id %'` finds one).
+pub(crate) fn otlp_sessions_col(sessions: &[SessionId]) -> String {
+    let mut s = String::from(" ");
+    for id in sessions {
+        s.push_str(&id.to_string());
+        s.push(' ');
+    }
+    s
+}
+
 /// The full-text search index (see [`crate::search`]).
 #[allow(missing_docs)]
 pub trait SearchTx {
@@ -500,7 +587,16 @@ pub trait CheckTx {
 /// Reads see the transaction's snapshot; writes become visible at commit.
 /// A backend implements each concern's trait; [`Tx`] follows.
 pub trait Tx:
-    SessionTx + BranchTx + NodeTx + BlobTx + StateTx + FactTx + SearchTx + RedactionTx + CheckTx
+    SessionTx
+    + BranchTx
+    + NodeTx
+    + BlobTx
+    + StateTx
+    + FactTx
+    + SearchTx
+    + RedactionTx
+    + TelemetryTx
+    + CheckTx
 {
 }
 
@@ -514,6 +610,7 @@ impl<
         + FactTx
         + SearchTx
         + RedactionTx
+        + TelemetryTx
         + CheckTx,
 > Tx for T
 {

@@ -58,6 +58,7 @@ pub mod filter;
 mod follow;
 mod ledger;
 mod migrate;
+pub mod otlp;
 pub mod postgres;
 mod redact;
 pub mod refs;
@@ -69,13 +70,15 @@ pub mod turns;
 mod verify;
 
 pub use backend::{
-    Backend, Background, BranchRow, FactRow, Maintenance, SessionRow, StoredNode, ThreadField, Tx,
+    Backend, Background, BranchRow, FactRow, Maintenance, OtlpExportRow, SessionRow, StoredNode,
+    ThreadField, Tx,
 };
 /// The transaction's traits, one per concern: a backend implements each;
 /// [`Tx`] is all of them (a `&mut dyn Tx` calls any of their methods).
 pub mod tx {
     pub use crate::backend::{
-        BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx, Tx,
+        BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx,
+        TelemetryTx, Tx,
     };
 }
 pub use chain::TimelineNode;
@@ -84,6 +87,7 @@ pub use error::{BoxError, Cause, ErrorKind, Result, StoreError};
 pub use follow::Follower;
 pub use ledger::{Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelinePage, TurnView};
 pub use migrate::{Migrated, migrate};
+pub use otlp::OtlpExport;
 pub use redact::{Redacted, Redaction};
 pub use registry::{Backends, Opener};
 pub use turns::OpenTurn;

@@ -79,6 +79,11 @@ pub fn migrate(
                     .ok_or_else(|| StoreError::corrupt("a fact hash is not 32 bytes"))?;
                 ttx.insert_fact(f.seq, &h, &f.body)?;
             }
+            // The OTLP export bodies the receiver kept, under their numbers
+            // (their deltas name each other and nodes by number).
+            for row in stx.otlp_exports(None)? {
+                ttx.put_otlp_export(&row)?;
+            }
             // Redacted payloads: their index rows point at facts just copied.
             for row in stx.redaction_rows()? {
                 let (digest, fact) = row.map_err(StoreError::corrupt)?;

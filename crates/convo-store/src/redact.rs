@@ -9,7 +9,9 @@
 //! Every read of a payload or state value goes through [`payload_in`],
 //! which gives the tombstone ([`convo_core::fact::tombstone`]) in place of
 //! redacted bytes; verify accepts a missing blob only when the journal
-//! redacted it.
+//! redacted it. The OTLP export bodies kept beside the nodes
+//! ([`crate::otlp`]) that hold the bytes are deleted in the same
+//! transaction.
 
 use crate::backend::Tx;
 use crate::facts::append_fact;
@@ -137,6 +139,9 @@ impl Store {
                 .last_fact()?
                 .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
             tx.insert_redaction(payload, seq)?;
+            // The OTLP bodies that hold the bytes go too (rebuilt while
+            // the payload is still there).
+            crate::otlp::drop_holding(tx, payload, &data)?;
             tx.delete_blob(payload)?;
             tx.search_forget(payload)?;
             Ok((

@@ -698,6 +698,43 @@ fn check_facts(
 
 /// Redactions: the index (`redactions`) says exactly what the journal
 /// says, and no redacted payload still has its bytes stored.
+/// Every kept OTLP export body rebuilds (its base and the payloads of its
+/// nodes are there, and the residual gives a body of its length); the
+/// bodies still to serve as a base are held, the others dropped.
+fn check_otlp_exports(r: &mut VerifyReport, tx: &mut dyn Tx) -> Result<()> {
+    let Some(rows) = or_problem(r, "the OTLP export table", tx.otlp_exports(None))? else {
+        return Ok(());
+    };
+    let mut uses: HashMap<u64, usize> = HashMap::new();
+    for row in &rows {
+        if let Some(b) = row.base {
+            *uses.entry(b).or_default() += 1;
+        }
+    }
+    let mut bodies = HashMap::new();
+    for row in &rows {
+        if let Err(e) = crate::otlp::body_in(tx, row, &mut bodies) {
+            r.problem(
+                ProblemKind::Missing,
+                format!("otlp export {}", row.seq),
+                format!("its body cannot be rebuilt: {e}"),
+            );
+        }
+        if !uses.contains_key(&row.seq) {
+            bodies.remove(&row.seq);
+        }
+        if let Some(b) = row.base
+            && let Some(n) = uses.get_mut(&b)
+        {
+            *n -= 1;
+            if *n == 0 {
+                bodies.remove(&b);
+            }
+        }
+    }
+    Ok(())
+}
+
 fn check_redactions(
     r: &mut VerifyReport,
     tx: &mut dyn Tx,
@@ -807,6 +844,7 @@ pub(crate) fn verify(
         },
     };
     check_redactions(&mut r, tx, &journal, &blobs)?;
+    check_otlp_exports(&mut r, tx)?;
     let session_rows = decoded_rows(
         &mut r,
         "the session table",

@@ -22,6 +22,7 @@ testing::for_each_backend!(
         search_finds_ranks_and_places_hits,
         repeated_payloads_are_stored_once_and_read_back_whole,
         search_filters_by_agent_model_status_and_failure,
+        otlp_bodies_are_kept_listed_and_rebuilt,
     )
 );
 
@@ -29,7 +30,7 @@ testing::for_each_backend!(
 fn every_contract_case_is_listed() {
     assert_eq!(
         testing::ALL.len(),
-        15,
+        16,
         "add the new case to tests/contract.rs"
     );
 }

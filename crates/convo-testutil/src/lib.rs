@@ -969,6 +969,129 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
     assert!(v.is_clean(), "{:?}", v.problems);
 }
 
+/// Kept OTLP export bodies: numbered in the order kept, listed under each
+/// of their sessions, rebuilt byte for byte from a residual against an
+/// earlier body and the payloads of the nodes it names; a redaction takes
+/// the bodies holding the bytes and those rebuilt from them.
+pub fn otlp_bodies_are_kept_listed_and_rebuilt(s: &mut Store) {
+    use convo_store::OtlpExportRow;
+    use convo_store::otlp::{dictionary, encode};
+    let a = s.transaction(|l| l.new_session("a", None, 0)).unwrap().id;
+    let b = s.transaction(|l| l.new_session("b", None, 0)).unwrap().id;
+    let secret = "a SECRET message é \"quoted\"";
+    let nodes = s
+        .transaction(|l| {
+            l.append_many_nodes(
+                &a,
+                &BranchName::main(),
+                &[
+                    draft(Kind::Invoke, "hello there", 1),
+                    draft(Kind::Invoke, secret, 2),
+                ],
+            )
+        })
+        .unwrap();
+    let payloads: Vec<Vec<u8>> = vec![b"hello there".to_vec(), secret.as_bytes().to_vec()];
+    let first = br#"{"spans":[{"id":"01","text":"hello there"}]}"#.to_vec();
+    let esc = serde_json::to_string(secret).unwrap();
+    let second =
+        format!(r#"{{"spans":[{{"id":"01","text":"hello there"}},{{"id":"02","text":{esc}}}]}}"#)
+            .into_bytes();
+    let third = br#"{"spans":[{"id":"03","text":"hello there"}]}"#.to_vec();
+    let row = |sessions: Vec<SessionId>,
+               base: Option<(u64, &[u8])>,
+               nodes: Option<(u64, u64)>,
+               body: &[u8],
+               dict_payloads: &[Vec<u8>]| {
+        let dict = dictionary(
+            base.map_or(&[][..], |b| b.1),
+            dict_payloads.iter().map(Vec::as_slice),
+        );
+        OtlpExportRow {
+            seq: 0,
+            sessions,
+            received_at: 7,
+            media: "traces/json".into(),
+            base: base.map(|b| b.0),
+            nodes,
+            body_len: body.len() as u64,
+            residual: encode(&dict, body),
+        }
+    };
+    let (s1, s2, s3) = s
+        .transaction(|l| {
+            let s1 = l.tx().insert_otlp_export(&row(
+                vec![a],
+                None,
+                Some((nodes[0].seq, nodes[0].seq)),
+                &first,
+                &payloads[..1],
+            ))?;
+            let s2 = l.tx().insert_otlp_export(&row(
+                vec![a, b],
+                Some((s1, &first)),
+                Some((nodes[0].seq, nodes[1].seq)),
+                &second,
+                &payloads,
+            ))?;
+            let s3 =
+                l.tx()
+                    .insert_otlp_export(&row(vec![b], Some((s2, &second)), None, &third, &[]))?;
+            Ok((s1, s2, s3))
+        })
+        .unwrap();
+    assert!(s1 < s2 && s2 < s3);
+    let bodies = |s: &mut Store, id: Option<&SessionId>| -> Vec<Vec<u8>> {
+        s.otlp_exports(id)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.body)
+            .collect()
+    };
+    assert_eq!(bodies(s, Some(&a)), vec![first.clone(), second.clone()]);
+    assert_eq!(bodies(s, Some(&b)), vec![second.clone(), third.clone()]);
+    assert_eq!(bodies(s, None).len(), 3);
+    let got = s.otlp_exports(Some(&b)).unwrap();
+    assert_eq!(
+        (
+            got[0].sessions.clone(),
+            got[0].received_at,
+            got[0].media.as_str()
+        ),
+        (vec![a, b], 7, "traces/json")
+    );
+    // Another backend gets the same bodies, under the same numbers.
+    let mut copy = Store::open("sqlite::memory:").unwrap();
+    convo_store::migrate(s, &mut copy, &mut |_| {}).unwrap();
+    assert_eq!(
+        copy.otlp_exports(None).unwrap(),
+        s.otlp_exports(None).unwrap()
+    );
+    // Redacting the secret takes the body holding it and the one rebuilt
+    // from it; the first stays.
+    s.redact(&nodes[1].node.payload, "t", "pii", 9, true)
+        .unwrap();
+    assert_eq!(bodies(s, None), vec![first.clone()]);
+    let v = s.verify().unwrap();
+    assert!(v.is_clean(), "{:?}", v.problems);
+    // A body that no longer rebuilds (here: a later one naming a base that
+    // is gone) is reported by verify.
+    s.transaction(|l| {
+        l.tx()
+            .insert_otlp_export(&row(vec![b], Some((s2, &second)), None, &third, &[]))
+    })
+    .unwrap();
+    let v = s.verify().unwrap();
+    assert!(
+        v.problems
+            .iter()
+            .any(|p| p.object.starts_with("otlp export")),
+        "{:?}",
+        v.problems
+    );
+    assert!(s.otlp_exports(Some(&b)).is_err());
+}
+
 /// A named contract case.
 pub type Case = (&'static str, fn(&mut Store));
 
@@ -1030,6 +1153,10 @@ pub const ALL: &[Case] = &[
     (
         "search_filters_by_agent_model_status_and_failure",
         search_filters_by_agent_model_status_and_failure,
+    ),
+    (
+        "otlp_bodies_are_kept_listed_and_rebuilt",
+        otlp_bodies_are_kept_listed_and_rebuilt,
     ),
 ];
 

@@ -31,6 +31,12 @@ use std::process::ExitCode;
 /// imported from the older JSON storage, as its files under the folder
 /// -o names (`-o ~/.local/share/opencode/storage`), byte for byte.
 ///
+/// A session received over OTLP (`convo serve`, `convo otel`) comes back
+/// as the export bodies it was sent (--format otlp -o FOLDER): one file
+/// per export request, in the order received, named
+/// {number}-{traces|logs}.{pb|json}, byte for byte as the exporter sent it
+/// (after gunzipping), ready to POST to any OTLP/HTTP receiver.
+///
 /// Examples:
 ///   convo export Paris --format markdown | less
 ///   convo export Paris --branch retry --format convo -o retry.convo
@@ -46,7 +52,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub branch: Option<String>,
     /// The format to write
-    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode"])]
+    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode", "otlp"])]
     pub format: String,
     /// (claude-code, codex, gemini-cli) write the branch as a new session
     /// where the agent finds it, and print its id
@@ -61,6 +67,9 @@ pub struct ExportArgs {
 }
 
 pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
+    if a.format == "otlp" {
+        return otlp_export(env, &a);
+    }
     let branch = branch_name(a.branch.as_deref().unwrap_or("main"))?;
     if convo_formats::AGENT_FORMATS.contains(&a.format.as_str()) {
         return agent_export(env, &a, &branch);
@@ -347,4 +356,40 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> CmdResult<()> {
         return Err(fail(e));
     }
     Ok(())
+}
+
+/// The OTLP export bodies a session was recorded from, one file each.
+fn otlp_export(env: &Env, a: &ExportArgs) -> CmdResult {
+    if a.branch.is_some() || a.all_branches || a.place {
+        return Err(CommandError::user(
+            "--format otlp writes the bodies a session was sent, whatever the timeline: leave out --branch, --all-branches and --place",
+        ));
+    }
+    let dir = a.output.as_deref().ok_or_else(|| {
+        CommandError::user("--format otlp writes one file per export: give -o FOLDER")
+    })?;
+    let mut store = env.open()?;
+    let s = find_session(&mut store, &a.session)?;
+    let bodies = store.otlp_exports(Some(&s.id))?;
+    if bodies.is_empty() {
+        return Err(CommandError::user(format!(
+            "session {} has no OTLP export bodies: it was not received over OTLP (or before convo kept them)",
+            s.id
+        )));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CommandError::user(format!("cannot create {}: {e}", dir.display())))?;
+    for b in &bodies {
+        let (signal, enc) = b.media.split_once('/').unwrap_or((&b.media, "pb"));
+        let ext = if enc == "json" { "json" } else { "pb" };
+        let path = dir.join(format!("{:06}-{signal}.{ext}", b.seq));
+        write_atomically(&path, &b.body)?;
+    }
+    eprintln!(
+        "wrote {} export bodies ({} bytes) to {}",
+        bodies.len(),
+        bodies.iter().map(|b| b.body.len()).sum::<usize>(),
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -27,6 +27,7 @@
 use super::{Batch, any_json, attr, attr_str, hex_id, nanos_to_millis};
 use crate::model::{Message, Role};
 use convo_core::Millis;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use opentelemetry_proto::tonic::trace::v1::Span;
@@ -433,10 +434,12 @@ fn from_attributes(attrs: &[&KeyValue]) -> Option<Found> {
 
 fn json_attr(attrs: &[&KeyValue], key: &str) -> Option<Value> {
     let v = attr(attrs, key)?;
-    Some(match any_json(v) {
-        Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-        other => other,
-    })
+    // A string (the whole history, often) is parsed where it is, not
+    // copied first.
+    if let Some(Any::StringValue(s)) = &v.value {
+        return Some(serde_json::from_str(s).unwrap_or_else(|_| Value::String(s.clone())));
+    }
+    Some(any_json(v))
 }
 
 fn semconv(attrs: &[&KeyValue]) -> Option<Found> {

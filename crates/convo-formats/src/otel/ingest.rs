@@ -79,6 +79,9 @@ pub struct Ingested {
     pub nodes: usize,
     /// The sessions touched, each once.
     pub sessions: Vec<SessionId>,
+    /// The number under which the export's body was kept ([`super::raw`]),
+    /// if it was (not for a retry of the last body kept, nor without one).
+    pub raw: Option<u64>,
 }
 
 /// The session a thread is recorded in.
@@ -115,7 +118,20 @@ fn no_stable() -> Stable {
 #[derive(Debug, Default)]
 pub struct ThreadCache {
     inner: Mutex<CacheInner>,
+    raws: Mutex<Raws>,
 }
+
+/// The body kept last for each session (its number and bytes), the base
+/// of the next one's residual ([`super::raw`]); at most [`RAW_BYTES`].
+#[derive(Debug, Default)]
+struct Raws {
+    last: HashMap<SessionId, (u64, u64, std::sync::Arc<Vec<u8>>)>,
+    tick: u64,
+    bytes: usize,
+}
+
+/// The most body bytes a [`ThreadCache`] keeps as bases.
+pub const RAW_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Default)]
 struct CacheInner {
@@ -186,6 +202,46 @@ impl ThreadCache {
         }
     }
 
+    /// The last body kept for the first of `sessions` that has one.
+    fn raw_base(&self, sessions: &[SessionId]) -> Option<(u64, std::sync::Arc<Vec<u8>>)> {
+        let r = self.raws.lock().unwrap_or_else(|e| e.into_inner());
+        sessions
+            .iter()
+            .find_map(|s| r.last.get(s).map(|(_, seq, b)| (*seq, b.clone())))
+    }
+
+    /// Notes `body`, kept as `seq`, as the last body of `sessions`.
+    fn raw_kept(&self, sessions: &[SessionId], seq: u64, body: &std::sync::Arc<Vec<u8>>) {
+        let mut r = self.raws.lock().unwrap_or_else(|e| e.into_inner());
+        if body.len() > RAW_BYTES {
+            return;
+        }
+        for s in sessions {
+            r.tick += 1;
+            let tick = r.tick;
+            r.bytes += body.len();
+            if let Some((_, _, old)) = r.last.insert(*s, (tick, seq, body.clone())) {
+                r.bytes = r.bytes.saturating_sub(old.len());
+            }
+        }
+        while r.bytes > RAW_BYTES {
+            let Some(oldest) = r.last.iter().min_by_key(|(_, v)| v.0).map(|(k, _)| *k) else {
+                break;
+            };
+            if let Some((_, _, gone)) = r.last.remove(&oldest) {
+                r.bytes = r.bytes.saturating_sub(gone.len());
+            }
+        }
+    }
+
+    /// Forgets the bodies kept (a transaction that noted some did not
+    /// commit).
+    pub fn forget_raws(&self) {
+        let mut r = self.raws.lock().unwrap_or_else(|e| e.into_inner());
+        r.last.clear();
+        r.bytes = 0;
+    }
+
     /// Sessions held (for tests and benchmarks).
     pub fn sessions(&self) -> usize {
         self.inner
@@ -227,12 +283,20 @@ pub struct PreparedThread {
 pub struct Prepared {
     calls: usize,
     threads: Vec<PreparedThread>,
+    /// The export's body, to keep ([`super::raw`]).
+    body: Option<super::raw::Body>,
 }
 
 impl Prepared {
     /// Calls read.
     pub fn calls(&self) -> usize {
         self.calls
+    }
+
+    /// Keeps `body` (the export as received) with the calls.
+    pub fn with_body(mut self, body: super::raw::Body) -> Prepared {
+        self.body = Some(body);
+        self
     }
 
     /// Messages carried (what the writer's batch limit counts).
@@ -291,7 +355,11 @@ pub fn prepare(calls: Vec<Call>) -> Prepared {
             }
         })
         .collect();
-    Prepared { calls: n, threads }
+    Prepared {
+        calls: n,
+        threads,
+        body: None,
+    }
 }
 
 /// Records `calls` inside an open transaction (one per export request),
@@ -324,6 +392,8 @@ pub fn ingest_prepared(
         calls: p.calls,
         ..Ingested::default()
     };
+    // The nodes written (follow number, payload), for the body's residual.
+    let mut written: Vec<(u64, Vec<u8>)> = Vec::new();
     for t in &p.threads {
         let cs: Vec<&PreparedCall> = t
             .calls
@@ -335,8 +405,18 @@ pub fn ingest_prepared(
         }
         out.sessions.push(session_id(&t.thread));
         let mut th = Thread::open(l, t, now, cache)?;
-        th.record(l, &cs, &mut out)?;
+        th.record(l, &cs, &mut out, &mut written)?;
         cache.put(th);
+    }
+    if let Some(body) = &p.body
+        && p.calls > 0
+    {
+        let sessions: Vec<SessionId> = p.threads.iter().map(|t| session_id(&t.thread)).collect();
+        let base = cache.raw_base(&sessions);
+        out.raw = super::raw::keep(l, body, sessions.clone(), now, base, &written)?;
+        if let Some(seq) = out.raw {
+            cache.raw_kept(&sessions, seq, &body.bytes);
+        }
     }
     Ok(out)
 }
@@ -495,6 +575,7 @@ impl Thread {
         l: &mut Ledger<'_>,
         cs: &[&PreparedCall],
         out: &mut Ingested,
+        written: &mut Vec<(u64, Vec<u8>)>,
     ) -> Result<(), StoreError> {
         for pc in cs {
             let (c, path, chains) = (&pc.call, &pc.path, &pc.chains);
@@ -577,6 +658,12 @@ impl Thread {
                     .into_iter()
                     .unzip();
             let nodes = l.append_many_nodes(&self.id, &branch, &only)?;
+            written.extend(
+                nodes
+                    .iter()
+                    .zip(&only)
+                    .map(|(n, d)| (n.seq, d.payload.clone())),
+            );
             for (i, n) in index.iter().zip(&nodes) {
                 if let Some(i) = i {
                     self.known.entry(chains[from + i]).or_insert(n.hash);

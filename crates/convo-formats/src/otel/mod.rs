@@ -19,6 +19,7 @@
 
 pub mod dialect;
 pub mod ingest;
+pub mod raw;
 pub mod rebuild;
 
 pub use dialect::{Call, calls_from_logs, calls_from_spans};
@@ -62,8 +63,9 @@ impl Encoding {
     }
 }
 
-/// `body`, gunzipped when `gzip`, at most `limit` bytes after that.
-fn inflate<'a>(
+/// `body`, gunzipped when `gzip`, at most `limit` bytes after that (what
+/// [`raw`] keeps).
+pub fn inflate<'a>(
     body: &'a [u8],
     gzip: bool,
     limit: usize,

@@ -1574,6 +1574,90 @@ impl StateTx for PgTx<'_> {
     }
 }
 
+const OTLP_COLS: &str =
+    "seq, sessions, received_at, media, base, nodes_from, nodes_to, body_len, residual";
+
+impl PgTx<'_> {
+    fn otlp_rows(&mut self, sql: &str, p: &Params<'_>) -> Result<Vec<crate::OtlpExportRow>> {
+        self.query(sql, p)?
+            .iter()
+            .map(|r| crate::backend::otlp_export_row(r).map_err(StoreError::corrupt))
+            .collect()
+    }
+
+    fn put_otlp(&mut self, seq: u64, row: &crate::OtlpExportRow) -> Result<()> {
+        let opt = |v: Option<u64>| v.map(|x| x as i64);
+        self.defer(
+            "INSERT INTO otlp_exports (seq, sessions, received_at, media, base, nodes_from, nodes_to, body_len, residual) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            vec![
+                Box::new(seq as i64),
+                Box::new(crate::backend::otlp_sessions_col(&row.sessions)),
+                Box::new(row.received_at),
+                Box::new(row.media.clone()),
+                Box::new(opt(row.base)),
+                Box::new(opt(row.nodes.map(|n| n.0))),
+                Box::new(opt(row.nodes.map(|n| n.1))),
+                Box::new(row.body_len as i64),
+                Box::new(row.residual.clone()),
+            ],
+            OnError::Conflict,
+        )
+    }
+}
+
+impl TelemetryTx for PgTx<'_> {
+    fn delete_otlp_export(&mut self, seq: u64) -> Result<()> {
+        self.defer(
+            "DELETE FROM otlp_exports WHERE seq = $1",
+            vec![Box::new(seq as i64)],
+            OnError::Db,
+        )
+    }
+
+    fn insert_otlp_export(&mut self, row: &crate::OtlpExportRow) -> Result<u64> {
+        let last = self
+            .opt("SELECT COALESCE(MAX(seq), 0) FROM otlp_exports", &[])?
+            .map(|r| r.try_get::<_, i64>(0).map_err(corrupt))
+            .transpose()?
+            .unwrap_or(0);
+        let seq = last.max(0) as u64 + 1;
+        self.put_otlp(seq, row)?;
+        Ok(seq)
+    }
+
+    fn put_otlp_export(&mut self, row: &crate::OtlpExportRow) -> Result<()> {
+        self.put_otlp(row.seq, row)
+    }
+
+    fn otlp_exports(&mut self, session: Option<&SessionId>) -> Result<Vec<crate::OtlpExportRow>> {
+        match session {
+            Some(s) => {
+                let like = format!("% {s} %");
+                self.otlp_rows(
+                    &format!(
+                        "SELECT {OTLP_COLS} FROM otlp_exports WHERE sessions LIKE $1 ORDER BY seq"
+                    ),
+                    &[&like],
+                )
+            }
+            None => self.otlp_rows(
+                &format!("SELECT {OTLP_COLS} FROM otlp_exports ORDER BY seq"),
+                &[],
+            ),
+        }
+    }
+
+    fn otlp_export(&mut self, seq: u64) -> Result<Option<crate::OtlpExportRow>> {
+        Ok(self
+            .otlp_rows(
+                &format!("SELECT {OTLP_COLS} FROM otlp_exports WHERE seq = $1"),
+                &[&(seq as i64)],
+            )?
+            .pop())
+    }
+}
+
 impl FactTx for PgTx<'_> {
     fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
         self.defer(

@@ -13,7 +13,8 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0006_chunks.sql"),
     include_str!("../../migrations/postgres/0007_thread_index.sql"),
     include_str!("../../migrations/postgres/0008_open_turns.sql"),
-    include_str!("../../migrations/postgres/0009_rechunk.sql"),
+    include_str!("../../migrations/postgres/0009_otlp_exports.sql"),
+    include_str!("../../migrations/postgres/0010_rechunk.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see the SQLite backend's `schema.rs`).
 const FACTS_VERSION: usize = 2;

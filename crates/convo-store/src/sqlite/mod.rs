@@ -1823,6 +1823,94 @@ impl StateTx for SqliteTx<'_> {
     }
 }
 
+const OTLP_COLS: &str =
+    "seq, sessions, received_at, media, base, nodes_from, nodes_to, body_len, residual";
+
+impl SqliteTx<'_> {
+    fn otlp_rows(
+        &mut self,
+        sql: &str,
+        p: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<crate::OtlpExportRow>> {
+        let mut st = self.tx.prepare_cached(sql).map_err(db)?;
+        let mut rows = st.query(p).map_err(db)?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(db)? {
+            out.push(crate::backend::otlp_export_row(r).map_err(StoreError::corrupt)?);
+        }
+        Ok(out)
+    }
+
+    fn put_otlp(&mut self, seq: Option<u64>, row: &crate::OtlpExportRow) -> Result<u64> {
+        let opt = |v: Option<u64>| v.map(|x| x as i64);
+        self.tx
+            .prepare_cached(
+                "INSERT INTO otlp_exports (seq, sessions, received_at, media, base, nodes_from, nodes_to, body_len, residual) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    opt(seq),
+                    crate::backend::otlp_sessions_col(&row.sessions),
+                    row.received_at,
+                    row.media,
+                    opt(row.base),
+                    opt(row.nodes.map(|n| n.0)),
+                    opt(row.nodes.map(|n| n.1)),
+                    row.body_len as i64,
+                    row.residual,
+                ])
+            })
+            .map_err(db)?;
+        Ok(self.tx.last_insert_rowid().max(0) as u64)
+    }
+}
+
+impl TelemetryTx for SqliteTx<'_> {
+    fn delete_otlp_export(&mut self, seq: u64) -> Result<()> {
+        self.tx
+            .prepare_cached("DELETE FROM otlp_exports WHERE seq = ?1")
+            .and_then(|mut st| st.execute(params![seq as i64]))
+            .map_err(db)?;
+        Ok(())
+    }
+
+    fn insert_otlp_export(&mut self, row: &crate::OtlpExportRow) -> Result<u64> {
+        self.put_otlp(None, row)
+    }
+
+    fn put_otlp_export(&mut self, row: &crate::OtlpExportRow) -> Result<()> {
+        self.put_otlp(Some(row.seq), row).map(|_| ())
+    }
+
+    fn otlp_exports(&mut self, session: Option<&SessionId>) -> Result<Vec<crate::OtlpExportRow>> {
+        match session {
+            Some(s) => {
+                let like = format!("% {s} %");
+                self.otlp_rows(
+                    &format!(
+                        "SELECT {OTLP_COLS} FROM otlp_exports WHERE sessions LIKE ?1 ORDER BY seq"
+                    ),
+                    &[&like],
+                )
+            }
+            None => self.otlp_rows(
+                &format!("SELECT {OTLP_COLS} FROM otlp_exports ORDER BY seq"),
+                &[],
+            ),
+        }
+    }
+
+    fn otlp_export(&mut self, seq: u64) -> Result<Option<crate::OtlpExportRow>> {
+        Ok(self
+            .otlp_rows(
+                &format!("SELECT {OTLP_COLS} FROM otlp_exports WHERE seq = ?1"),
+                &[&(seq as i64)],
+            )?
+            .pop())
+    }
+}
+
 impl FactTx for SqliteTx<'_> {
     fn insert_fact(&mut self, seq: u64, hash: &Digest, body: &[u8]) -> Result<()> {
         self.tx
