@@ -733,6 +733,22 @@ fn append_payload(fx: &Fx, payload: Vec<u8>) -> (NodeHash, convo_core::ContentHa
     (n.hash, n.node.payload)
 }
 
+/// The address and bytes of a stored chunk that holds `needle`.
+fn chunk_holding(fx: &Fx, needle: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let mut found = None;
+    fx.store()
+        .read(|tx| {
+            tx.scan_chunks(&mut |h, d| {
+                if d.windows(needle.len()).any(|w| w == needle) {
+                    found = Some((h.to_vec(), d.to_vec()));
+                }
+                Ok(())
+            })
+        })
+        .unwrap();
+    found.expect("a chunk holds the needle")
+}
+
 /// A payload stored in chunks (SQLite and PostgreSQL `chunks`): a chunk
 /// edited behind convo's back, then deleted, fails verify on the payload
 /// (naming the chunk) and on the node that commits to it, nothing else.
@@ -740,18 +756,7 @@ fn an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node(be: Be) {
     let fx = Fx::new(be);
     let (node, payload) = append_payload(&fx, testing::growing_request(40, ""));
     assert!(fx.store().verify().unwrap().is_clean());
-    let mut victim = None;
-    fx.store()
-        .read(|tx| {
-            tx.scan_chunks(&mut |h, d| {
-                if d.windows(12).any(|w| w == b"question 17:") {
-                    victim = Some((h.to_vec(), d.to_vec()));
-                }
-                Ok(())
-            })
-        })
-        .unwrap();
-    let (chunk, mut data) = victim.expect("a chunk holds question 17");
+    let (chunk, mut data) = chunk_holding(&fx, b"question 17:");
     data[3] ^= 0x01;
     fx.edit(
         "UPDATE chunks SET data = ?1 WHERE hash = ?2",
@@ -808,18 +813,7 @@ fn an_edited_payload_is_refused_by_every_read_that_serves_it(be: Be) {
     );
     assert_eq!(fx.store().blob(&small).unwrap().unwrap(), b"two/invoke");
     // Chunked: one chunk edited keeping its length.
-    let mut victim = None;
-    fx.store()
-        .read(|tx| {
-            tx.scan_chunks(&mut |h, d| {
-                if d.windows(12).any(|w| w == b"question 17:") {
-                    victim = Some((h.to_vec(), d.to_vec()));
-                }
-                Ok(())
-            })
-        })
-        .unwrap();
-    let (chunk, mut data) = victim.expect("a chunk holds question 17");
+    let (chunk, mut data) = chunk_holding(&fx, b"question 17:");
     data[3] ^= 0x01;
     fx.edit(
         "UPDATE chunks SET data = ?1 WHERE hash = ?2",
