@@ -289,6 +289,27 @@ mod sqlite_only {
         assert!(all.contains(&payload.to_hex()), "{all}");
     }
 
+    /// A chunk row's lookup key (`chunks.k`) changed: every read misses
+    /// the chunk, reading on in row order included, so verify names the
+    /// payload that needs it (the chunk missing) and its node, and a read
+    /// of the payload refuses it.
+    #[test]
+    fn a_chunk_row_whose_lookup_key_is_not_its_hash_is_missing_to_every_read() {
+        let fx = Fx::new(Be::Sqlite);
+        let (node, payload) = append_payload(&fx, testing::growing_request(40, ""));
+        let (chunk, _) = chunk_holding(&fx, b"question 17:");
+        fx.edit(
+            "UPDATE chunks SET k = X'0000000000000000' WHERE hash = ?1",
+            &[Bytes(&chunk)],
+        );
+        let r = fx.store().verify().unwrap();
+        let blob = format!("blob {}", payload.to_hex());
+        expect(&r, &blob, &[&hex::encode(&chunk), "missing"]);
+        expect(&r, &node_obj(&node), &["payload", &payload.to_hex()]);
+        let e = fx.store().blob(&payload).unwrap_err();
+        assert!(e.to_string().contains("missing"), "{e}");
+    }
+
     /// `CAST(data AS TEXT)` stores a BLOB column's bytes as TEXT; a BYTEA
     /// column cannot hold text.
     #[test]
