@@ -574,10 +574,10 @@ pub trait CheckTx {
     /// Every branch row, each decoded on its own (verify).
     fn branch_rows(&mut self) -> Result<Vec<Decoded<BranchRow>>>;
 
-    /// Problems the database engine itself finds (SQLite: `PRAGMA
-    /// integrity_check`, and a schema that is not the one its version
-    /// names). Empty for a backend without such a check.
-    fn engine_check(&mut self) -> Result<Vec<String>> {
+    /// Problems the database engine itself finds (SQLite: a schema that
+    /// is not the one its version names and, with `structure`, `PRAGMA
+    /// quick_check`). Empty for a backend without such a check.
+    fn engine_check(&mut self, _structure: bool) -> Result<Vec<String>> {
         Ok(Vec::new())
     }
 }
@@ -656,6 +656,9 @@ pub trait Backend: Send {
     }
 }
 
+/// The engine's structural check running apart: the problems it found.
+pub type StructureCheck = std::thread::JoinHandle<Result<Vec<String>>>;
+
 /// An engine's own housekeeping that only some backends have (SQLite's
 /// write-ahead log and integrity state), apart from the row operations and
 /// transactions every backend shares: reached through
@@ -672,6 +675,13 @@ pub trait Maintenance {
     /// when the database is damaged, `None` when it is sound. A backend may
     /// then refuse writes until it is sound again (SQLite does).
     fn record_health(&mut self, _damaged: Option<&str>) {}
+    /// Starts the engine's structural check (SQLite: `quick_check`) on a
+    /// connection and a thread of its own, for verify to run beside its
+    /// own scans; `None` where it cannot (a database in memory), and
+    /// verify runs it in its transaction.
+    fn structure_check_apart(&mut self) -> Option<StructureCheck> {
+        None
+    }
     /// Takes the engine's periodic housekeeping off this connection's
     /// commits, for a connection that writes on a latency-sensitive path.
     /// SQLite turns off its WAL auto-checkpoint here (which otherwise runs

@@ -591,7 +591,19 @@ impl Store {
         &mut self,
         progress: &mut dyn FnMut(crate::VerifyProgress),
     ) -> Result<crate::VerifyReport> {
-        let r = self.read(|tx| crate::verify::verify(tx, progress))?;
+        let apart = self
+            .backend
+            .maintenance()
+            .and_then(|m| m.structure_check_apart());
+        let mut r = self.read(|tx| crate::verify::verify(tx, progress, apart.is_some()))?;
+        if let Some(check) = apart {
+            let found = match check.join() {
+                Ok(Ok(found)) => found,
+                Ok(Err(e)) => vec![format!("SQLite's integrity check could not run: {e}")],
+                Err(_) => vec!["SQLite's integrity check stopped".to_owned()],
+            };
+            crate::verify::engine_problems(&mut r, found);
+        }
         let damaged = r
             .problems
             .iter()

@@ -813,6 +813,18 @@ pub enum VerifyProgress {
     Nodes(u64),
 }
 
+/// Adds what the engine's structural check found when it ran apart
+/// ([`crate::backend::Maintenance::structure_check_apart`]): first in the
+/// report, where it stands when it runs in verify's own transaction.
+pub(crate) fn engine_problems(r: &mut VerifyReport, found: Vec<String>) {
+    let before = r.problems.len();
+    for why in found {
+        r.problem(ProblemKind::Database, DATABASE.to_owned(), why);
+    }
+    let added = r.problems.len() - before;
+    r.problems.rotate_right(added);
+}
+
 /// Checks, in one snapshot: the database engine's own integrity check; every
 /// blob hashes to its address; the fact journal is one unbroken hash chain;
 /// every node hashes to its stored hash, has a well-formed kind, an earlier
@@ -826,10 +838,11 @@ pub enum VerifyProgress {
 pub(crate) fn verify(
     tx: &mut dyn Tx,
     progress: &mut dyn FnMut(VerifyProgress),
+    structure_apart: bool,
 ) -> Result<VerifyReport> {
     let mut r = VerifyReport::default();
     progress(VerifyProgress::Database);
-    if let Some(found) = or_problem(&mut r, "the database", tx.engine_check())? {
+    if let Some(found) = or_problem(&mut r, "the database", tx.engine_check(!structure_apart))? {
         for why in found {
             r.problem(ProblemKind::Database, DATABASE.to_owned(), why);
         }
