@@ -39,6 +39,18 @@ impl Running {
     }
 }
 
+/// POSTs `body` as JSON to `path` and returns the JSON answer.
+async fn post(c: &reqwest::Client, base: &str, path: &str, body: Value) -> Value {
+    c.post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 /// A JSON array, bare or under `key`.
 fn list<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
     v.as_array()
@@ -50,15 +62,13 @@ fn list<'a>(v: &'a Value, key: &str) -> &'a Vec<Value> {
 async fn a_session_is_created_appended_forked_and_read_back() {
     let srv = start(None).await;
     let c = reqwest::Client::new();
-    let s: Value = c
-        .post(format!("{}/api/v1/sessions", srv.base))
-        .json(&json!({"agent": "inproc", "title": "in process"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s = post(
+        &c,
+        &srv.base,
+        "/api/v1/sessions",
+        json!({"agent": "inproc", "title": "in process"}),
+    )
+    .await;
     let id = s["id"].as_str().unwrap().to_owned();
     let res = c
         .post(format!(
@@ -120,28 +130,21 @@ async fn a_session_is_created_appended_forked_and_read_back() {
 async fn an_edited_payload_is_refused_not_served() {
     let srv = start(None).await;
     let c = reqwest::Client::new();
-    let s: Value = c
-        .post(format!("{}/api/v1/sessions", srv.base))
-        .json(&json!({"agent": "inproc"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let s = post(
+        &c,
+        &srv.base,
+        "/api/v1/sessions",
+        json!({"agent": "inproc"}),
+    )
+    .await;
     let id = s["id"].as_str().unwrap().to_owned();
-    let added: Value = c
-        .post(format!(
-            "{}/api/v1/sessions/{id}/branches/main/nodes",
-            srv.base
-        ))
-        .json(&json!([{"kind": "invoke", "payload": "the original words"}]))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let added = post(
+        &c,
+        &srv.base,
+        &format!("/api/v1/sessions/{id}/branches/main/nodes"),
+        json!([{"kind": "invoke", "payload": "the original words"}]),
+    )
+    .await;
     let hash = list(&added, "nodes")[0]["hash"]
         .as_str()
         .unwrap()
