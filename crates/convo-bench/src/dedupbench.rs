@@ -8,7 +8,7 @@
 //! 1.5×). Then, on the store alone: reading a 150 KB payload stored in
 //! chunks against the same payload stored whole (target: at most 2×).
 
-use crate::proxybench::{serve, serve_convo};
+use crate::proxybench::serve;
 use crate::util::{Result, Row, Scratch, Verdict, disk_bytes, settle, thousands};
 use axum::body::Bytes;
 use axum::response::IntoResponse;
@@ -78,17 +78,7 @@ async fn conversation(calls: usize) -> Result<Conversation> {
     drop(scratch.store("")?);
     settle(&scratch.db())?;
     let empty = disk_bytes(&scratch.db())?;
-    let mut config = convo_server::Config::new(scratch.url(""));
-    config.log_requests = false;
-    let st = convo_server::state(&config)?;
-    let proxy = convo_proxy::Proxy::start(
-        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
-        st.pool.clone(),
-        Some(st.hub.clone()),
-    )
-    .await?;
-    let app = convo_server::router(st.clone(), &config, Some(convo_proxy::router(proxy)));
-    let px = serve_convo(app).await?;
+    let (px, st, _) = crate::proxybench::recording_proxy(scratch.url(""), &up).await?;
     let c = reqwest::Client::new();
     let direct = format!("{up}/v1/chat/completions");
     let via = format!("{px}/s/conversation/main/v1/chat/completions");

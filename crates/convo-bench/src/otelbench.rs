@@ -592,17 +592,7 @@ async fn tw_proxy(calls: usize) -> Result<u64> {
         axum::Router::new().route("/v1/chat/completions", post(tw_upstream)),
     )
     .await?;
-    let mut config = convo_server::Config::new(scratch.url(""));
-    config.log_requests = false;
-    let st = convo_server::state(&config)?;
-    let proxy = convo_proxy::Proxy::start(
-        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
-        st.pool.clone(),
-        Some(st.hub.clone()),
-    )
-    .await?;
-    let app = convo_server::router(st.clone(), &config, Some(convo_proxy::router(proxy)));
-    let px = crate::proxybench::serve_convo(app).await?;
+    let (px, st, _) = crate::proxybench::recording_proxy(scratch.url(""), &up).await?;
     let c = reqwest::Client::new();
     let via = format!("{px}/s/three/main/v1/chat/completions");
     let mut messages = vec![json!({"role": "system", "content": TW_SYSTEM})];

@@ -76,6 +76,26 @@ async fn replaying(
     Ok((replayer, url))
 }
 
+/// `convo serve` with the recording proxy mounted in front of `up`,
+/// recording into `store_url`: its URL, the server's state (drop it to
+/// close the store's connections before measuring the files) and config.
+pub(crate) async fn recording_proxy(
+    store_url: String,
+    up: &str,
+) -> Result<(String, convo_server::AppState, convo_server::Config)> {
+    let mut config = convo_server::Config::new(store_url);
+    config.log_requests = false;
+    let st = convo_server::state(&config)?;
+    let proxy = convo_proxy::Proxy::start(
+        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
+        st.pool.clone(),
+        Some(st.hub.clone()),
+    )
+    .await?;
+    let app = convo_server::router(st.clone(), &config, Some(convo_proxy::router(proxy)));
+    Ok((serve_convo(app).await?, st, config))
+}
+
 /// The proxy served the way `convo serve` serves it.
 pub(crate) async fn serve_convo(app: axum::Router) -> Result<String> {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
@@ -144,17 +164,7 @@ async fn run() -> Result<Vec<Row>> {
     let up = serve(axum::Router::new().route("/v1/chat/completions", post(upstream_chat))).await?;
     let scratch = Scratch::new("proxy")?;
     let store_url = scratch.url("");
-    let mut config = convo_server::Config::new(store_url.clone());
-    config.log_requests = false;
-    let st = convo_server::state(&config)?;
-    let proxy = convo_proxy::Proxy::start(
-        convo_proxy::ProxyConfig::new(Some(format!("{up}/v1"))),
-        st.pool.clone(),
-        Some(st.hub.clone()),
-    )
-    .await?;
-    let app = convo_server::router(st.clone(), &config, Some(convo_proxy::router(proxy)));
-    let px = serve_convo(app).await?;
+    let (px, st, config) = recording_proxy(store_url.clone(), &up).await?;
     let c = reqwest::Client::new();
     let direct = format!("{up}/v1/chat/completions");
     let via = format!("{px}/s/bench/main/v1/chat/completions");

@@ -294,7 +294,8 @@ pub struct Replay {
     /// Calls that did not match and were refused (`--on-miss error`).
     pub missed: u64,
     /// Calls answered live: the one that did not match under
-    /// `--on-miss live` and every call after it (see [`Replay::went_live`]).
+    /// `--on-miss live` and every call after it ([`Replay::take`],
+    /// [`Replay::answered_live`]).
     pub live_calls: u64,
     /// Responses API answer ids → the recorded call that answered them.
     response_ids: HashMap<String, usize>,
@@ -613,7 +614,8 @@ impl Replay {
     }
 
     /// Looks a received call up: its recorded answer, or the miss. A miss
-    /// changes nothing but the count.
+    /// changes nothing but the count (of misses, or under `--on-miss live`
+    /// of live calls).
     pub fn take(&mut self, received: &Value) -> std::result::Result<Call, Miss> {
         if let Some(all) = self.by_request.get(&key(received)) {
             let hit = all
@@ -627,8 +629,12 @@ impl Replay {
                 return Ok(self.calls[i].clone());
             }
         }
-        // Counted as a miss until the caller says it went live.
-        self.missed += 1;
+        // Under `--on-miss live` the call goes to the upstream: live, not
+        // a miss.
+        match self.spec.on_miss {
+            OnMiss::Live => self.live_calls += 1,
+            OnMiss::Error => self.missed += 1,
+        }
         // The closest recorded call not yet served (same method and path
         // first, then fewest differences, then the earliest).
         let path_of = |v: &Value| (v.get("method").cloned(), v.get("path").cloned());
@@ -659,13 +665,6 @@ impl Replay {
                 exhausted,
             },
         })
-    }
-
-    /// A call that did not match was answered live (`--on-miss live`):
-    /// it counts as live, not as a miss, like every call after it.
-    pub fn went_live(&mut self) {
-        self.missed = self.missed.saturating_sub(1);
-        self.live_calls += 1;
     }
 
     /// A call after the replay went live was answered live.

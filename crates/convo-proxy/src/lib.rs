@@ -1089,7 +1089,6 @@ impl Proxy {
             && let Some(r) = guard.as_mut()
         {
             r.live = Some(live.clone());
-            r.went_live();
         }
         *target = Target::Named {
             session: live.0,

@@ -857,11 +857,7 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
                     if row.get_ref(0).map_err(db)?.as_blob().ok() == Some(h.0.as_slice())
                         && row.get_ref(2).map_err(db)?.as_blob().ok() == Some(key8(h))
                     {
-                        match row.get_ref(1).map_err(db)? {
-                            rusqlite::types::ValueRef::Blob(b)
-                            | rusqlite::types::ValueRef::Text(b) => f(h, Some(b))?,
-                            _ => f(h, None)?,
-                        }
+                        f(h, row.get_ref(1).map_err(db)?.as_bytes().ok())?;
                         found = true;
                         break;
                     }
@@ -881,12 +877,7 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
             };
             let mut r = onward.query([id]).map_err(db)?;
             match r.next().map_err(db)? {
-                Some(row) => match row.get_ref(1).map_err(db)? {
-                    rusqlite::types::ValueRef::Blob(b) | rusqlite::types::ValueRef::Text(b) => {
-                        f(h, Some(b))?
-                    }
-                    _ => f(h, None)?,
-                },
+                Some(row) => f(h, row.get_ref(1).map_err(db)?.as_bytes().ok())?,
                 None => f(h, None)?,
             }
             rows = Some(r);
