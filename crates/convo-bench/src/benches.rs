@@ -370,6 +370,8 @@ const VERIFY_NODES: u64 = 300_000;
 const VERIFY_REPS: usize = 3;
 const BIG: usize = 1 << 20;
 const BIG_COUNT: u64 = 200;
+/// Calls of the smaller conversation verified (the larger has 4×).
+const VERIFY_CALLS: usize = 250;
 
 /// Reads every node and blob row with raw queries and no decoding.
 fn raw_scan(db: &std::path::Path) -> Result<u64> {
@@ -480,6 +482,71 @@ pub fn verify() -> Result<Vec<Row>> {
             pct(ours / base),
             "≥70%",
             Verdict::of(ours / base >= 0.70),
+        ));
+    }
+    {
+        // A conversation through the proxy: call n resends the n − 1
+        // before it. Verify hashes each payload against its address; at 4×
+        // the calls its time should be ~4×, not the 16× of rehashing the
+        // history with every call.
+        let mut runs = Vec::new();
+        for calls in [VERIFY_CALLS, 4 * VERIFY_CALLS] {
+            let dir = Scratch::new("verify-conversation")?;
+            let mut store = dir.store("")?;
+            let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
+            let main = main_branch();
+            let mut resent = 0u64;
+            for first in (1..=calls).step_by(50) {
+                let ds: Vec<Draft> = (first..(first + 50).min(calls + 1))
+                    .map(|n| {
+                        let mut d = draft(Kind::Request, "", n as i64);
+                        d.payload = convo_testutil::growing_request(n, "");
+                        resent += d.payload.len() as u64;
+                        d
+                    })
+                    .collect();
+                store.transaction(|l| l.append_many(&ses, &main, &ds))?;
+            }
+            settle(&dir.db())?;
+            let mut ours = Vec::new();
+            for _ in 0..VERIFY_REPS {
+                let (rep, d) = timed(|| Ok(store.verify()?))?;
+                if !rep.is_clean() || rep.blob_bytes < resent {
+                    return Err(
+                        format!("verify: {} bytes, {:?}", rep.blob_bytes, rep.problems).into(),
+                    );
+                }
+                ours.push(d);
+            }
+            let (_, sha) = timed(|| {
+                for n in 1..=calls {
+                    use sha2::Digest as _;
+                    let p = convo_testutil::growing_request(n, "");
+                    std::hint::black_box(sha2::Sha256::digest(&p));
+                }
+                Ok(())
+            })?;
+            runs.push((calls, resent, median(ours), sha));
+        }
+        let (a, b) = (runs[0], runs[1]);
+        let growth = b.2.as_secs_f64() / a.2.as_secs_f64();
+        rows.push(Row::new(
+            format!(
+                "5. verify, a conversation of {} / {} calls resending its history ({} / {} MB resent)",
+                a.0,
+                b.0,
+                a.1 / 1_000_000,
+                b.1 / 1_000_000
+            ),
+            format!("{} / {}", ms(a.2), ms(b.2)),
+            format!(
+                "SHA-256 of every request (building them included): {} / {}",
+                ms(a.3),
+                ms(b.3)
+            ),
+            format!("{growth:.1}× the time for 4× the calls"),
+            "linear: ≤ 5×",
+            Verdict::of(growth <= 5.0),
         ));
     }
     Ok(rows)

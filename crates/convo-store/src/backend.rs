@@ -139,13 +139,33 @@ pub type PayloadVisitor<'a> =
 
 /// A payload as [`Tx::scan_blobs`] gives it.
 #[derive(Clone, Copy, Debug)]
-pub struct Scanned<'a> {
-    /// Its bytes, assembled when chunked.
-    pub bytes: &'a [u8],
-    /// Whether they were already hashed against the payload's address
-    /// (a chunked payload is, as it is assembled): a reader that checks
-    /// addresses need not hash them again.
-    pub hashed: bool,
+pub enum Scanned<'a> {
+    /// Its bytes as stored whole, not checked against its address.
+    Unchecked(&'a [u8]),
+    /// Its bytes, assembled from its chunks and hashed against its address
+    /// (a reader that checks addresses need not hash them again).
+    Checked(&'a [u8]),
+    /// Its length: a chunked payload whose chunks hashed to its address as
+    /// they were read, its bytes not kept (a scan without `keep`).
+    Hashed(u64),
+}
+
+impl Scanned<'_> {
+    /// Its bytes, unless the scan did not keep them.
+    pub fn bytes(&self) -> Option<&[u8]> {
+        match self {
+            Scanned::Unchecked(b) | Scanned::Checked(b) => Some(b),
+            Scanned::Hashed(_) => None,
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        match self {
+            Scanned::Unchecked(b) | Scanned::Checked(b) => b.len() as u64,
+            Scanned::Hashed(n) => *n,
+        }
+    }
 }
 
 /// The first bytes of a payload and its full length.
@@ -385,10 +405,10 @@ pub trait BlobTx {
     fn blob_previews(&mut self, hashes: &[ContentHash], max: usize)
     -> Result<Vec<Option<Preview>>>;
 
-    /// Calls `f` on every blob's address and bytes (a chunked one
-    /// assembled and hashed against its address: see
-    /// [`crate::chunk::scan_chunked`]).
-    fn scan_blobs(&mut self, f: &mut PayloadVisitor<'_>) -> Result<()>;
+    /// Calls `f` on every blob's address and bytes, a chunked one hashed
+    /// against its address as it is read and, with `keep`, assembled (see
+    /// [`crate::chunk::scan_chunked`]; without, only its length is given).
+    fn scan_blobs(&mut self, keep: bool, f: &mut PayloadVisitor<'_>) -> Result<()>;
 
     /// Calls `f` on every payload chunk's address and bytes as stored
     /// (index chunks included; see [`crate::chunk`]).

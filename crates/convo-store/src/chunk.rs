@@ -542,27 +542,39 @@ fn fetch(
     hashes: &[Digest],
     checked: Option<&mut HashSet<Digest>>,
 ) -> Result<Vec<Vec<u8>>> {
-    let got = c.get_chunks(hashes)?;
+    // Read through `read_chunks`: a payload's index nodes of one level
+    // were written one after another, so the backend reads on in row
+    // order instead of looking each up by key.
     let mut checked = checked;
-    hashes
-        .iter()
-        .zip(got)
-        .map(|(h, b)| {
-            let b = b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
-            if let Some(set) = checked.as_deref_mut()
-                && !set.contains(h)
-            {
-                if sha(&b) != *h {
-                    return Err(corrupt(format!(
-                        "payload chunk {} does not hash to its address",
-                        h.to_hex()
-                    )));
-                }
-                set.insert(*h);
+    let mut out = Vec::with_capacity(hashes.len());
+    c.read_chunks(hashes, &mut |h, b| {
+        let b = b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", h.to_hex())))?;
+        if let Some(set) = checked.as_deref_mut()
+            && !set.contains(h)
+        {
+            if sha(b) != *h {
+                return Err(corrupt(format!(
+                    "payload chunk {} does not hash to its address",
+                    h.to_hex()
+                )));
             }
-            Ok(b)
-        })
-        .collect()
+            set.insert(*h);
+        }
+        out.push(b.to_vec());
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// An index node that does not fit the entry naming it: its level and
+/// length against the entry's.
+fn misfit(h: &Digest, level: u8, sum: u64, named: u8, len: u64) -> StoreError {
+    corrupt(format!(
+        "payload index chunk {} does not fit where it is named (level {level}, {sum} bytes; \
+         expected level {}, {len} bytes)",
+        h.to_hex(),
+        named.saturating_sub(1)
+    ))
 }
 
 /// Replaces each entry of `level` (index nodes) by the entries it holds,
@@ -580,12 +592,7 @@ fn descend(
             let (l, inner) = decode(&body)?;
             let sum: u64 = inner.iter().map(|e| e.1).sum();
             if l + 1 != level || sum != *len {
-                return Err(corrupt(format!(
-                    "payload index chunk {} does not fit where it is named (level {l}, {sum} bytes; \
-                     expected level {}, {len} bytes)",
-                    h.to_hex(),
-                    level - 1
-                )));
+                return Err(misfit(h, l, sum, level, *len));
             }
             out.extend(inner);
         }
@@ -607,14 +614,13 @@ fn leaves(
     Ok(entries)
 }
 
-/// The payload a manifest describes, each chunk copied once, straight
-/// into it. Structure is checked (levels, lengths, the total: a missing or
-/// truncated chunk is an error, never short bytes); content is checked by
-/// the payload's digest ([`payload`], [`scan_chunked`]).
-pub(crate) fn assemble(c: &mut dyn Chunks, manifest: &[u8]) -> Result<Vec<u8>> {
+/// Calls `f` with each data chunk of the payload a manifest describes,
+/// in order, and returns its length. Structure is checked (levels,
+/// lengths, the total: a missing or truncated chunk is an error, never
+/// short bytes); content is checked by the payload's digest ([`payload`],
+/// [`scan_chunked`]).
+fn each_chunk(c: &mut dyn Chunks, manifest: &[u8], f: &mut dyn FnMut(&[u8])) -> Result<u64> {
     let leaves = leaves(c, manifest, None)?;
-    let total: u64 = leaves.iter().map(|e| e.1).sum();
-    let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
     for part in leaves.chunks(BATCH) {
         let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
         let mut at = 0;
@@ -629,10 +635,18 @@ pub(crate) fn assemble(c: &mut dyn Chunks, manifest: &[u8]) -> Result<Vec<u8>> {
                     b.len()
                 )));
             }
-            out.extend_from_slice(b);
+            f(b);
             Ok(())
         })?;
     }
+    Ok(leaves.iter().map(|e| e.1).sum())
+}
+
+/// The payload a manifest describes, each chunk copied once, straight
+/// into it ([`each_chunk`]).
+pub(crate) fn assemble(c: &mut dyn Chunks, manifest: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    each_chunk(c, manifest, &mut |b| out.extend_from_slice(b))?;
     Ok(out)
 }
 
@@ -657,34 +671,45 @@ pub(crate) fn payload(
 }
 
 /// The chunked payloads of a blob scan (`scan_blobs`: address and manifest
-/// each), assembled one by one and hashed once against their address, so
-/// verify reads each payload's bytes once and hashes them once. Where they
-/// do not hash to it, the payload's chunks are hashed to name the one that
-/// does not (or, when every chunk is right, the manifest names other
+/// each), read one by one and hashed once against their address, so
+/// verify reads each payload's bytes once and hashes them once. With
+/// `keep`, each is assembled and handed over ([`Scanned::Checked`]);
+/// without, its chunks are hashed as they are read, straight from the
+/// backend's rows, and only its length is handed over
+/// ([`Scanned::Hashed`]: no copy, no allocation of the payload). Where
+/// they do not hash to it, the payload's chunks are hashed to name the one
+/// that does not (or, when every chunk is right, the manifest names other
 /// bytes): a problem for `f`, never an error that stops the scan.
 pub(crate) fn scan_chunked(
     c: &mut dyn Chunks,
     chunked: Vec<(Vec<u8>, Vec<u8>)>,
+    keep: bool,
     f: &mut crate::backend::PayloadVisitor<'_>,
 ) -> Result<()> {
+    let mut digests = Digests::default();
     for (h, manifest) in chunked {
-        let bytes = match assemble(c, &manifest) {
-            Ok(b) => b,
+        let read = if keep {
+            assemble(c, &manifest).map(|b| (sha(&b).0[..] == h[..], Some(b), 0))
+        } else {
+            digests
+                .check(c, &h, &manifest)
+                .map(|(right, len)| (right, None, len))
+        };
+        match read {
+            Ok((true, Some(bytes), _)) => {
+                f(&h, Ok(crate::backend::Scanned::Checked(&bytes)))?;
+                continue;
+            }
+            Ok((true, None, len)) => {
+                f(&h, Ok(crate::backend::Scanned::Hashed(len)))?;
+                continue;
+            }
+            Ok((false, ..)) => {}
             Err(StoreError::Corrupt(why)) => {
                 f(&h, Err(why.into_message()))?;
                 continue;
             }
             Err(e) => return Err(e),
-        };
-        if sha(&bytes).0[..] == h[..] {
-            f(
-                &h,
-                Ok(crate::backend::Scanned {
-                    bytes: &bytes,
-                    hashed: true,
-                }),
-            )?;
-            continue;
         }
         // Which chunk: hash each one (index nodes included) until one does
         // not hash to its address.
@@ -704,6 +729,242 @@ pub(crate) fn scan_chunked(
         f(&h, Err(named))?;
     }
     Ok(())
+}
+
+/// How often (in data chunks) [`Digests`] keeps the SHA-256 state of a
+/// payload it hashes.
+const STATE_EVERY_LEAVES: usize = 8;
+/// Payloads [`Digests`] remembers at most, and index nodes it keeps.
+const DIGESTS_KEPT: usize = 256;
+const NODES_KEPT: usize = 4096;
+
+/// A payload [`Digests`] hashed and found right: its manifest and the
+/// SHA-256 state at every [`STATE_EVERY_LEAVES`]-th chunk boundary (by
+/// byte offset; 0 is the empty state).
+struct Checked {
+    manifest: Vec<u8>,
+    states: std::collections::BTreeMap<u64, sha2::Sha256>,
+}
+
+/// Checks chunked payloads against their addresses, each chunk's bytes
+/// hashed once however many payloads share it (verify): an agent resends
+/// its conversation with every call, so hashing each payload whole costs
+/// the square of the conversation (a 1,000-call one: 50× its distinct
+/// bytes, growing with every call). A payload that starts with the same
+/// chunks as one already found right (the same first chunk names the
+/// candidate: the previous call of its conversation) resumes SHA-256 from
+/// that one's state where their trees part — found top down, a shared
+/// subtree skipped whole by its hash, so neither its chunks nor its index
+/// nodes are read — and hashes only what follows. Sound for the same
+/// reason chunks are shared at all: a subtree's hash names its bytes, and
+/// the payload that read them hashed right in this same read transaction.
+#[derive(Default)]
+struct Digests {
+    by_first: std::collections::HashMap<Digest, Checked>,
+    nodes: std::collections::HashMap<Digest, std::rc::Rc<(u8, Vec<Entry>)>>,
+}
+
+impl Digests {
+    /// An index node, read once while it is kept.
+    fn node(&mut self, c: &mut dyn Chunks, h: &Digest) -> Result<std::rc::Rc<(u8, Vec<Entry>)>> {
+        if let Some(n) = self.nodes.get(h) {
+            return Ok(n.clone());
+        }
+        let body = fetch(c, std::slice::from_ref(h), None)?.remove(0);
+        let n = std::rc::Rc::new(decode(&body)?);
+        if self.nodes.len() >= NODES_KEPT {
+            self.nodes.clear();
+        }
+        self.nodes.insert(*h, n.clone());
+        Ok(n)
+    }
+
+    /// Replaces the entry on top of `stack` (level, entry; the first
+    /// entry last) by the entries of the index node it names, checked
+    /// against it.
+    fn expand(&mut self, c: &mut dyn Chunks, stack: &mut Vec<(u8, Entry)>) -> Result<()> {
+        let (level, (h, len)) = stack.pop().expect("an entry to expand");
+        let n = self.node(c, &h)?;
+        let sum: u64 = n.1.iter().map(|e| e.1).sum();
+        if n.0 + 1 != level || sum != len {
+            return Err(misfit(&h, n.0, sum, level, len));
+        }
+        stack.extend(n.1.iter().rev().map(|e| (level - 1, *e)));
+        Ok(())
+    }
+
+    /// A manifest as a stack of entries, the first on top.
+    fn stack(manifest: &[u8]) -> Result<Vec<(u8, Entry)>> {
+        let (level, entries) = decode(manifest)?;
+        Ok(entries.into_iter().rev().map(|e| (level, e)).collect())
+    }
+
+    /// The first data chunk of a manifest.
+    fn first_leaf(&mut self, c: &mut dyn Chunks, manifest: &[u8]) -> Result<Option<Digest>> {
+        let (mut level, entries) = decode(manifest)?;
+        let mut first = entries.first().map(|e| e.0);
+        while level > 0
+            && let Some(h) = first
+        {
+            first = self.node(c, &h)?.1.first().map(|e| e.0);
+            level -= 1;
+        }
+        Ok(first)
+    }
+
+    /// How many leading bytes two manifests' payloads share by their
+    /// trees: identical subtrees are skipped whole, the first differing
+    /// entries opened, down to the first differing data chunk.
+    fn shared(&mut self, c: &mut dyn Chunks, a: &[u8], b: &[u8]) -> Result<u64> {
+        let (mut a, mut b) = (Self::stack(a)?, Self::stack(b)?);
+        let mut at = 0;
+        while let (Some(&x), Some(&y)) = (a.last(), b.last()) {
+            if x == y {
+                a.pop();
+                b.pop();
+                at += x.1.1;
+                continue;
+            }
+            if x.0 == 0 && y.0 == 0 {
+                break;
+            }
+            if x.0 >= y.0 {
+                self.expand(c, &mut a)?;
+            }
+            if y.0 >= x.0 {
+                self.expand(c, &mut b)?;
+            }
+        }
+        Ok(at)
+    }
+
+    /// The data chunks of a manifest from byte `from` on (a chunk
+    /// boundary; `None` if it is not one), reading only the index nodes
+    /// that hold them.
+    fn leaves_from(
+        &mut self,
+        c: &mut dyn Chunks,
+        manifest: &[u8],
+        from: u64,
+    ) -> Result<Option<Vec<Entry>>> {
+        let mut stack = Self::stack(manifest)?;
+        let mut at = 0;
+        while let Some(&(level, (_, len))) = stack.last() {
+            if at + len <= from && from > 0 {
+                stack.pop();
+                at += len;
+            } else if level > 0 {
+                self.expand(c, &mut stack)?;
+            } else {
+                break;
+            }
+        }
+        if at != from {
+            return Ok(None);
+        }
+        // What follows, opened a level at a time, the index nodes of a
+        // level fetched together (they were written one after another).
+        let mut items: Vec<(u8, Entry)> = stack.into_iter().rev().collect();
+        while let Some(top) = items.iter().map(|x| x.0).max().filter(|l| *l > 0) {
+            let hashes: Vec<Digest> = items
+                .iter()
+                .filter(|x| x.0 == top)
+                .map(|x| x.1.0)
+                .collect();
+            let mut bodies = Vec::with_capacity(hashes.len());
+            for part in hashes.chunks(BATCH) {
+                bodies.extend(fetch(c, part, None)?);
+            }
+            let mut bodies = bodies.into_iter();
+            let mut next = Vec::with_capacity(items.len() * 8);
+            for (level, (h, len)) in items {
+                if level != top {
+                    next.push((level, (h, len)));
+                    continue;
+                }
+                let body = bodies.next().expect("a body per index node");
+                let (l, inner) = decode(&body)?;
+                let sum: u64 = inner.iter().map(|e| e.1).sum();
+                if l + 1 != level || sum != len {
+                    return Err(misfit(&h, l, sum, level, len));
+                }
+                next.extend(inner.into_iter().map(|e| (l, e)));
+            }
+            items = next;
+        }
+        Ok(Some(items.into_iter().map(|x| x.1).collect()))
+    }
+
+    /// Whether the payload `manifest` describes hashes to `h`, and its
+    /// length. Structure errors are `Corrupt`, as for [`assemble`].
+    fn check(&mut self, c: &mut dyn Chunks, h: &[u8], manifest: &[u8]) -> Result<(bool, u64)> {
+        use sha2::Digest as _;
+        let first = self.first_leaf(c, manifest)?;
+        let known = match first.and_then(|f| self.by_first.remove(&f)) {
+            Some(k) => {
+                let s = self.shared(c, &k.manifest, manifest)?;
+                let mut states = k.states;
+                // States past the shared bytes are the other payload's.
+                states.split_off(&(s + 1));
+                states
+            }
+            None => Default::default(),
+        };
+        let (mut from, mut leaves, mut states) = (0, None, known);
+        // The last kept state at a boundary of this payload's chunks.
+        while let Some((&at, _)) = states.last_key_value() {
+            leaves = self.leaves_from(c, manifest, at)?;
+            if leaves.is_some() {
+                from = at;
+                break;
+            }
+            states.pop_last();
+        }
+        let leaves = match leaves {
+            Some(l) => l,
+            None => self.leaves_from(c, manifest, 0)?.unwrap_or_default(),
+        };
+        let mut hasher = states.get(&from).cloned().unwrap_or_default();
+        states.entry(0).or_default();
+        let mut at = from;
+        for (i, part) in leaves.chunks(BATCH).enumerate() {
+            let hashes: Vec<Digest> = part.iter().map(|e| e.0).collect();
+            let mut n = 0;
+            c.read_chunks(&hashes, &mut |ch, b| {
+                let b =
+                    b.ok_or_else(|| corrupt(format!("payload chunk {} is missing", ch.to_hex())))?;
+                let want = part[n].1;
+                if b.len() as u64 != want {
+                    return Err(corrupt(format!(
+                        "payload chunk {} holds {} bytes where its index says {want}",
+                        ch.to_hex(),
+                        b.len()
+                    )));
+                }
+                hasher.update(b);
+                at += want;
+                n += 1;
+                if (i * BATCH + n) % STATE_EVERY_LEAVES == 0 {
+                    states.insert(at, hasher.clone());
+                }
+                Ok(())
+            })?;
+        }
+        let right = hasher.finalize()[..] == h[..];
+        if right && let Some(first) = first {
+            if self.by_first.len() >= DIGESTS_KEPT {
+                self.by_first.clear();
+            }
+            self.by_first.insert(
+                first,
+                Checked {
+                    manifest: manifest.to_vec(),
+                    states,
+                },
+            );
+        }
+        Ok((right, at))
+    }
 }
 
 /// Re-stores in chunks up to `max` payloads stored whole before chunking
@@ -821,7 +1082,8 @@ mod tests {
     use std::collections::HashMap;
 
     #[derive(Default)]
-    struct Mem(HashMap<Digest, Vec<u8>>, Vec<Vec<u8>>);
+    /// Chunks by hash, manifests, and the bytes read so far.
+    struct Mem(HashMap<Digest, Vec<u8>>, Vec<Vec<u8>>, u64);
 
     impl Chunks for Mem {
         fn put_chunks(&mut self, pieces: &[(Digest, &[u8])]) -> Result<()> {
@@ -831,7 +1093,9 @@ mod tests {
             Ok(())
         }
         fn get_chunks(&mut self, hashes: &[Digest]) -> Result<Vec<Option<Vec<u8>>>> {
-            Ok(hashes.iter().map(|h| self.0.get(h).cloned()).collect())
+            let got: Vec<_> = hashes.iter().map(|h| self.0.get(h).cloned()).collect();
+            self.2 += got.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
+            Ok(got)
         }
         fn delete_chunks(&mut self, hashes: &[Digest]) -> Result<()> {
             for h in hashes {
@@ -1020,21 +1284,118 @@ mod tests {
         let h = ContentHash(sha(&p));
         let e = payload(&mut m, &h, true, s.manifest.clone()).unwrap_err();
         assert!(e.to_string().contains("does not hash"), "{e}");
-        let mut named = Vec::new();
-        scan_chunked(
-            &mut m,
-            vec![(h.as_bytes().to_vec(), s.manifest.clone())],
-            &mut |_, r| {
-                named.push(r.map(|s| s.bytes.to_vec()));
-                Ok(())
-            },
-        )
-        .unwrap();
-        let why = named.pop().unwrap().unwrap_err();
-        assert!(why.contains(&victim.to_hex()), "{why}");
+        for keep in [true, false] {
+            let mut named = Vec::new();
+            scan_chunked(
+                &mut m,
+                vec![(h.as_bytes().to_vec(), s.manifest.clone())],
+                keep,
+                &mut |_, r| {
+                    named.push(r.map(|s| s.len()));
+                    Ok(())
+                },
+            )
+            .unwrap();
+            let why = named.pop().unwrap().unwrap_err();
+            assert!(why.contains(&victim.to_hex()), "{why}");
+        }
         m.0.remove(&victim);
         let e = assemble(&mut m, &s.manifest).unwrap_err();
         assert!(e.to_string().contains("missing"), "{e}");
+    }
+
+    /// A conversation's requests, each the history plus one question,
+    /// chunked; their addresses and manifests as a blob scan gives them.
+    fn conversation(m: &mut Mem, calls: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (1..=calls)
+            .map(|n| {
+                let p = request(n * 10);
+                let s = split(&p);
+                m.put_chunks(&s.refs()).unwrap();
+                (sha(&p).0.to_vec(), s.manifest.clone())
+            })
+            .collect()
+    }
+
+    fn scan_digests(m: &mut Mem, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<Result<u64, String>> {
+        let mut out = Vec::new();
+        scan_chunked(m, rows, false, &mut |_, r| {
+            out.push(r.map(|s| s.len()));
+            Ok(())
+        })
+        .unwrap();
+        out
+    }
+
+    #[test]
+    fn verify_reads_a_conversation_once_not_once_per_call() {
+        let mut per_call = Vec::new();
+        for calls in [30, 120] {
+            let mut m = Mem::default();
+            let rows = conversation(&mut m, calls);
+            let resent: u64 = (1..=calls).map(|n| request(n * 10).len() as u64).sum();
+            let distinct: u64 = m.0.values().map(|b| b.len() as u64).sum();
+            m.2 = 0;
+            let got = scan_digests(&mut m, rows);
+            assert!(got.iter().all(|r| r.is_ok()), "{got:?}");
+            assert_eq!(
+                got.iter().map(|r| *r.as_ref().unwrap()).sum::<u64>(),
+                resent
+            );
+            // Each call rereads at most the chunks since the last kept
+            // state (8 chunks) and the index nodes on its path: a
+            // constant per call, not the history.
+            assert!(
+                m.2 < distinct + calls as u64 * 12 * 1024,
+                "{calls} calls: read {} bytes for {distinct} distinct ({resent} resent)",
+                m.2
+            );
+            per_call.push(m.2 as f64 / calls as f64);
+            if calls == 120 {
+                assert!(m.2 * 10 < resent, "{calls} calls: read {} of {resent}", m.2);
+            }
+        }
+        // Four times the calls, each with four times the history on
+        // average: about the same read per call.
+        assert!(per_call[1] < per_call[0] * 1.5, "{per_call:?}");
+    }
+
+    #[test]
+    fn a_chunk_shared_by_later_calls_fails_each_payload_that_holds_it() {
+        let mut m = Mem::default();
+        let rows = conversation(&mut m, 30);
+        // A chunk of call 3's questions as the last call holds it (cut
+        // by content), resent by the calls after call 3.
+        let tail = request(300);
+        let at = tail.windows(12).position(|w| w == b"question 28:").unwrap();
+        let s = split(&tail);
+        let mut end = 0u64;
+        let victim = s
+            .leaves
+            .iter()
+            .find(|e| {
+                end += e.1;
+                end > at as u64
+            })
+            .unwrap()
+            .0;
+        let mut bad = m.0[&victim].clone();
+        bad[0] ^= 1;
+        m.0.insert(victim, bad);
+        let holds: Vec<bool> = (1..=30)
+            .map(|n| split(&request(n * 10)).leaves.iter().any(|e| e.0 == victim))
+            .collect();
+        assert!(holds.iter().filter(|h| **h).count() >= 10, "{holds:?}");
+        let got = scan_digests(&mut m, rows);
+        for (n, (r, held)) in got.iter().zip(&holds).enumerate() {
+            match r {
+                Ok(_) => assert!(!held, "call {} holds the edited chunk but passed", n + 1),
+                Err(why) => {
+                    assert!(held, "call {} failed: {why}", n + 1);
+                    assert!(why.contains(&victim.to_hex()), "{why}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -36,12 +36,15 @@ pub fn migrate(
                 ttx.insert_session(&s)?;
                 m.sessions += 1;
             }
-            stx.scan_blobs(&mut |h, data| {
+            stx.scan_blobs(true, &mut |h, data| {
                 let h = convo_core::ContentHash::from_slice(h)
                     .ok_or_else(|| StoreError::corrupt("a blob address is not 32 bytes"))?;
                 let data = data
                     .map_err(|why| StoreError::corrupt(format!("payload {}: {why}", h.to_hex())))?;
-                ttx.put_blob(&h, data.bytes)?;
+                let bytes = data.bytes().ok_or_else(|| {
+                    StoreError::backend(format!("payload {}: the scan kept no bytes", h.to_hex()))
+                })?;
+                ttx.put_blob(&h, bytes)?;
                 m.blobs += 1;
                 Ok(())
             })?;

@@ -1,6 +1,6 @@
 //! Verification: recompute everything from stored bytes, trust nothing.
 
-use crate::backend::{BranchRow, SessionRow, SessionRun, StoredNode, Tx};
+use crate::backend::{BranchRow, Scanned, SessionRow, SessionRun, StoredNode, Tx};
 use crate::backend::{TxNodes, state_err};
 use crate::{Result, StoreError};
 use convo_core::BranchName;
@@ -947,18 +947,23 @@ fn check_blobs(
     let mut blobs: DigestMap<ContentHash, u64> = DigestMap::default();
     let mut bad_blobs = Vec::new();
     let mut counts = (0u64, 0u64);
-    let scanned = tx.scan_blobs(&mut |addr, bytes| {
-        let (bytes, hashed) = match bytes {
-            Ok(s) => (s.bytes, s.hashed),
+    let scanned = tx.scan_blobs(false, &mut |addr, scanned| {
+        let scanned = match scanned {
+            Ok(s) => s,
             Err(why) => {
                 bad_blobs.push((hex::encode(addr), ProblemKind::Undecodable, why));
                 counts.0 += 1;
                 return Ok(());
             }
         };
+        let len = scanned.len();
+        let right = |h: &ContentHash| match scanned {
+            Scanned::Unchecked(bytes) => *h == convo_core::hash::content_hash(bytes),
+            Scanned::Checked(_) | Scanned::Hashed(_) => true,
+        };
         match ContentHash::from_slice(addr) {
-            Some(h) if hashed || h == convo_core::hash::content_hash(bytes) => {
-                blobs.insert(h, bytes.len() as u64);
+            Some(h) if right(&h) => {
+                blobs.insert(h, len);
             }
             Some(h) => bad_blobs.push((
                 h.to_hex(),
@@ -972,7 +977,7 @@ fn check_blobs(
             )),
         }
         counts.0 += 1;
-        counts.1 += bytes.len() as u64;
+        counts.1 += len;
         if counts.0.is_multiple_of(4096) {
             progress(VerifyProgress::Blobs(counts.0));
         }

@@ -1496,7 +1496,7 @@ impl BlobTx for PgTx<'_> {
         Ok(out)
     }
 
-    fn scan_blobs(&mut self, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
+    fn scan_blobs(&mut self, keep: bool, f: &mut crate::backend::PayloadVisitor<'_>) -> Result<()> {
         // Whole rows as they stream; chunked ones (small manifests) after
         // the stream, each hashed once.
         let mut chunked: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
@@ -1509,17 +1509,11 @@ impl BlobTx for PgTx<'_> {
                     chunked.push((h, d));
                     Ok(())
                 } else {
-                    f(
-                        &h,
-                        Ok(crate::backend::Scanned {
-                            bytes: &d,
-                            hashed: false,
-                        }),
-                    )
+                    f(&h, Ok(crate::backend::Scanned::Unchecked(&d)))
                 }
             },
         )?;
-        crate::chunk::scan_chunked(self, chunked, f)?;
+        crate::chunk::scan_chunked(self, chunked, keep, f)?;
         Ok(())
     }
 
