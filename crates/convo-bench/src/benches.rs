@@ -496,13 +496,15 @@ pub fn verify() -> Result<Vec<Row>> {
             let ses = store.transaction(|l| l.new_session("agent", None, 0))?.id;
             let main = main_branch();
             let mut resent = 0u64;
+            let go = draft(Kind::Invoke, "go", 0);
+            store.transaction(|l| l.append(&ses, &main, &go))?;
             for first in (1..=calls).step_by(50) {
                 let ds: Vec<Draft> = (first..(first + 50).min(calls + 1))
-                    .map(|n| {
-                        let mut d = draft(Kind::Request, "", n as i64);
+                    .flat_map(|n| {
+                        let mut d = draft(Kind::Request, "", 2 * n as i64);
                         d.payload = convo_testutil::growing_request(n, "");
                         resent += d.payload.len() as u64;
-                        d
+                        [d, draft(Kind::Response, "because it is.", 2 * n as i64 + 1)]
                     })
                     .collect();
                 store.transaction(|l| l.append_many(&ses, &main, &ds))?;

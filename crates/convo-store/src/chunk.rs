@@ -866,11 +866,7 @@ impl Digests {
         // level fetched together (they were written one after another).
         let mut items: Vec<(u8, Entry)> = stack.into_iter().rev().collect();
         while let Some(top) = items.iter().map(|x| x.0).max().filter(|l| *l > 0) {
-            let hashes: Vec<Digest> = items
-                .iter()
-                .filter(|x| x.0 == top)
-                .map(|x| x.1.0)
-                .collect();
+            let hashes: Vec<Digest> = items.iter().filter(|x| x.0 == top).map(|x| x.1.0).collect();
             let mut bodies = Vec::with_capacity(hashes.len());
             for part in hashes.chunks(BATCH) {
                 bodies.extend(fetch(c, part, None)?);
