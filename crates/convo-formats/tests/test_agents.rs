@@ -380,10 +380,46 @@ fn gemini_cli_legacy_json_session_reads() {
             (Role::Assistant, "Two files: a.txt and b.txt.".into()),
         ]
     );
-    assert!(kept_lines(c).is_empty(), "no lines to keep");
+    // Every line kept, a message's lines as one record: the records
+    // joined by newlines are the file, byte for byte.
+    let bytes = std::fs::read(&path).unwrap();
+    let lines = kept_lines(c);
+    assert_eq!(lines.first(), Some(&1));
+    assert!(lines.len() > 4 && lines.len() < bytes.split(|&b| b == b'\n').count());
     let mut s = Store::open("sqlite::memory:").unwrap();
     let o = import(&mut s, "gemini-cli", c);
     assert!(matches!(o, Outcome::Created { nodes: 4, .. }), "{o:?}");
+    let records = session_records(&mut s, &o.id()).unwrap();
+    assert_eq!(convo_formats::gemini_cli::file_bytes(&records), bytes);
+    // Without its final newline (as JSON.stringify wrote it), too.
+    let cut = &bytes[..bytes.len() - 1];
+    let c2 = one("gemini-cli", cut);
+    let mut s2 = Store::open("sqlite::memory:").unwrap();
+    let o2 = import(&mut s2, "gemini-cli", &c2);
+    let records = session_records(&mut s2, &o2.id()).unwrap();
+    assert_eq!(convo_formats::gemini_cli::file_bytes(&records), cut);
+    assert_eq!(
+        import(&mut s, "gemini-cli", c),
+        Outcome::Existing { id: o.id() },
+        "a re-import adds nothing"
+    );
+    // A branch of it as a new chat to resume: a `.jsonl` of its messages.
+    let file = convo_formats::gemini_cli::resume_file(
+        &session_records(&mut s, &o.id()).unwrap(),
+        &["m1".into(), "m2".into()],
+        "new-id",
+        1_800_000_000_000,
+        &[],
+    )
+    .unwrap();
+    let text = String::from_utf8(file).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0]["sessionId"], "new-id");
+    assert_eq!(lines[2]["toolCalls"][0]["name"], "list_directory");
 }
 
 // ----- opencode --------------------------------------------------------------------
