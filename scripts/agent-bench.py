@@ -4,9 +4,10 @@
   scripts/agent-bench.py watch CONVO [N]        latency of `import --watch`: a
       Claude Code user+assistant pair appended, until its nodes are committed
       (p50/p99 of N appends, default 40)
-  scripts/agent-bench.py memory CONVO TURNS SIZE [BIG] [claude-code|codex]
+  scripts/agent-bench.py memory CONVO TURNS SIZE [BIG] [claude-code|codex|gemini-cli|gemini-legacy|opencode]
       peak RSS (/usr/bin/time) of `convo import` of a synthetic Claude Code
-      transcript (or Codex rollout): TURNS user+assistant pairs of SIZE-byte
+      transcript (or Codex rollout, Gemini CLI .jsonl chat, Gemini CLI
+      legacy .json document, opencode.db): TURNS user+assistant pairs of SIZE-byte
       texts, the middle prompt BIG bytes when given (0: none); also the
       baseline (the import of a one-turn file) and the peak above it
       against the largest record and the file
@@ -62,6 +63,62 @@ class Rollout:
                          "payload": {"type": "message", "role": "assistant",
                                      "content": [{"type": "output_text", "text": "answer %d " % i + "y" * size}]}}) + "\n"
         return s
+
+
+class GeminiChat:
+    """A Gemini CLI chat (.jsonl): the session line, then user and gemini messages."""
+
+    def __init__(self):
+        self.first = True
+
+    def head(self):
+        return ""
+
+    def tail(self):
+        return ""
+
+    def message(self, m):
+        return json.dumps(m) + "\n"
+
+    def pair(self, i, size=0, big=0):
+        s = ""
+        if self.first:
+            s += json.dumps({"sessionId": SID, "projectHash": "9c1a7f0e", "startTime": "2026-11-24T15:53:08.139Z",
+                             "lastUpdated": "2026-11-24T15:53:08.139Z", "kind": "main"}) + "\n"
+            self.first = False
+        q = "question %d " % i + "x" * (big or size)
+        s += self.message({"id": "u%d" % i, "timestamp": "2026-11-24T15:53:08.139Z", "type": "user",
+                           "content": [{"text": q}]})
+        s += self.message({"id": "g%d" % i, "timestamp": "2026-11-24T15:53:09.139Z", "type": "gemini",
+                           "content": "answer %d " % i + "y" * size, "model": "gemini-2.5-pro",
+                           "tokens": {"input": 1, "output": 1, "cached": 0, "total": 2}})
+        return s
+
+
+class GeminiLegacy(GeminiChat):
+    """An older Gemini CLI chat (.json): one pretty-printed ConversationRecord."""
+
+    def head(self):
+        self.first = False
+        return ('{\n  "sessionId": "%s",\n  "projectHash": "9c1a7f0e",\n  "startTime": "2026-11-24T15:53:08.139Z",\n'
+                '  "lastUpdated": "2026-11-24T15:53:08.139Z",\n  "messages": [' % SID)
+
+    def message(self, m):
+        s = ("\n" if self.first_message else ",\n") + "\n".join(
+            "    " + l for l in json.dumps(m, indent=2).splitlines())
+        self.first_message = False
+        return s
+
+    def tail(self):
+        return "\n  ]\n}"
+
+    def __init__(self):
+        super().__init__()
+        self.first_message = True
+
+
+def transcript(fmt):
+    return {"codex": Rollout, "gemini-cli": GeminiChat, "gemini-legacy": GeminiLegacy}.get(fmt, Transcript)()
 
 
 def watch(conv, n):
@@ -162,14 +219,17 @@ def peak_rss(conv, env, d, fmt, turns, size, big):
     home = os.path.join(d, "home-%d-%d" % (turns, big))
     env = dict(env, CONVO_HOME=home)
     subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
-    f = os.path.join(d, "%d-%d.jsonl" % (turns, big))
-    t = Rollout() if fmt == "codex" else Transcript()
+    f = os.path.join(d, "%d-%d.%s" % (turns, big, "json" if fmt == "gemini-legacy" else "jsonl"))
+    t = transcript(fmt)
     largest = 0
     with open(f, "w") as fh:
+        fh.write(t.head() if hasattr(t, "head") else "")
         for i in range(turns):
             s = t.pair(i, size, big if (big and i == turns // 2) else 0)
             largest = max([largest] + [len(l) + 1 for l in s.splitlines()])
             fh.write(s)
+        fh.write(t.tail() if hasattr(t, "tail") else "")
+    fmt = "gemini-cli" if fmt == "gemini-legacy" else fmt
     # /usr/bin/time's peak RSS counts the store's file pages mapped in
     # (SQLite's mmap); RssAnon, polled every 5 ms, is the process's own.
     err = os.path.join(d, "time.txt")

@@ -633,12 +633,18 @@ fn parts_text(v: &Value) -> String {
             }
             String::new()
         }
-        Value::Array(items) => items
-            .iter()
-            .map(parts_text)
-            .filter(|t| !t.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n\n"),
+        Value::Array(items) => {
+            let mut parts: Vec<String> = items
+                .iter()
+                .map(parts_text)
+                .filter(|t| !t.is_empty())
+                .collect();
+            // One part (the usual prompt) is not copied again by a join.
+            if parts.len() == 1 {
+                return parts.pop().unwrap_or_default();
+            }
+            parts.join("\n\n")
+        }
         other => records::content_text(other),
     }
 }

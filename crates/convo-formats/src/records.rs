@@ -620,7 +620,9 @@ pub fn title_of(text: &str) -> Option<String> {
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with('<'))?;
-    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    // At most 81 characters are looked at: a huge one-line prompt is not
+    // copied whole.
+    let clean: String = line.chars().filter(|c| !c.is_control()).take(81).collect();
     if clean.chars().count() <= 80 {
         return Some(clean);
     }
