@@ -919,3 +919,161 @@ fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
     assert_eq!(shape(&mut b, &ob), shape(&mut a, &oa));
     assert_eq!(joined(&mut b, &ob), all.as_bytes());
 }
+
+// ----- Bad input: Gemini CLI and opencode ---------------------------------------
+
+/// A legacy chat cut short, or repeating a key inside a message, is an
+/// error naming the file and the rule, before anything is imported; the
+/// streamed read of a good one gives the same conversation as reading it
+/// from memory.
+#[test]
+fn gemini_cli_legacy_bad_input_is_a_clear_error() {
+    let bytes = std::fs::read(fixture(GEMINI_LEGACY)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session-x.json");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let e = convo_formats::gemini_cli::open_session(&path).expect_err("truncated");
+    assert_eq!(e.rule, "json-truncated", "{e}");
+    assert!(e.render().contains("session-x.json"), "{e}");
+
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let dup = text.replacen(
+        "\"type\": \"user\",",
+        "\"type\": \"user\", \"type\": \"gemini\",",
+        1,
+    );
+    assert_ne!(dup, text);
+    std::fs::write(&path, &dup).unwrap();
+    let e = convo_formats::gemini_cli::open_session(&path).expect_err("repeated key");
+    assert_eq!(e.rule, "json-duplicate-key", "{e}");
+
+    let not_chat = "{\"messages\": 3}";
+    std::fs::write(&path, not_chat).unwrap();
+    let e = convo_formats::gemini_cli::open_session(&path).expect_err("not a chat");
+    assert_eq!(e.rule, "wrong-type", "{e}");
+
+    std::fs::write(&path, &bytes).unwrap();
+    let streamed = convo_formats::gemini_cli::open_session(&path)
+        .unwrap()
+        .unwrap()
+        .read_all()
+        .unwrap()
+        .0;
+    let whole = one("gemini-cli", &bytes);
+    assert_eq!(streamed.messages.len(), whole.messages.len());
+    for (a, b) in streamed.messages.iter().zip(&whole.messages) {
+        assert_eq!((a.role, &a.text, &a.key), (b.role, &b.text, &b.key));
+        assert_eq!(a.extra["records"], b.extra["records"]);
+    }
+}
+
+/// A record of a type no version writes, a line that is not JSON and a
+/// rewind to a message that is not there: kept raw, warned about, and the
+/// file still comes back byte for byte.
+#[test]
+fn gemini_cli_unknown_records_and_a_rewind_to_nowhere_are_kept() {
+    let mut bytes = std::fs::read(fixture(GEMINI)).unwrap();
+    bytes.extend_from_slice(
+        b"{\"$future\":{\"x\":1}}\nnot json at all\n{\"$rewindTo\":\"nowhere\"}\n",
+    );
+    bytes.extend_from_slice(
+        b"{\"id\":\"u9\",\"timestamp\":\"2026-11-24T10:09:00.000Z\",\"type\":\"user\",\"content\":[{\"text\":\"start over\"}]}\n",
+    );
+    let r = read_bytes("gemini-cli", &bytes);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("not in the conversation (nowhere)")),
+        "{:?}",
+        r.warnings
+    );
+    assert!(
+        r.warnings.iter().any(|w| w.contains("kept as it is")),
+        "{:?}",
+        r.warnings
+    );
+    let c = &r.conversations[0];
+    let main = c.turns();
+    assert_eq!(main.len(), 1, "the rewind to nowhere starts again");
+    assert_eq!(main[0].text, "start over");
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", c);
+    assert_eq!(joined(&mut s, &o), bytes, "byte for byte");
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// A part file rewritten between the import's two passes (opencode wrote
+/// it meanwhile) is the error `changed`, and the transaction stores
+/// nothing; a part of a message that is not there is left out.
+#[test]
+fn opencode_storage_changed_between_passes_stores_nothing() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("storage");
+    opencode_storage(
+        "reverted",
+        &storage,
+        UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+    );
+    // A part pointing at no message.
+    let orphan = storage.join("part/msg_nowhere");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::write(
+        orphan.join("prt_x.json"),
+        "{\"type\":\"text\",\"text\":\"lost\"}",
+    )
+    .unwrap();
+    let mut opened = convo_formats::opencode::open(&storage).unwrap();
+    let mut n = 0;
+    opened
+        .each(|c, _| -> Result<(), ()> {
+            n += c.messages.len();
+            Ok(())
+        })
+        .unwrap();
+    assert!(n > 0);
+    // Rewrite one part file: a new modification time.
+    let mut parts = Vec::new();
+    let mut stack = vec![storage.join("part")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if !e.path().starts_with(&orphan) {
+                parts.push(e.path());
+            }
+        }
+    }
+    parts.sort();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(&parts[0])
+        .unwrap();
+    f.set_modified(UNIX_EPOCH + Duration::from_secs(1_796_000_000))
+        .unwrap();
+    drop(f);
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let mut failed = None;
+    let got = s.transaction(|l| {
+        opened.each(|c, rows| {
+            let o = convo_formats::ledger::import_lazy(l, "opencode", c, rows, None, 0);
+            if o.is_err() {
+                failed = rows.failed.take();
+            }
+            o.map(|_| ())
+        })
+    });
+    assert!(got.is_err());
+    let e = failed.expect("the loader's error");
+    assert_eq!(e.rule, "changed", "{e}");
+    assert!(e.render().contains("prt_"), "{e}");
+    assert!(s.sessions().unwrap().is_empty(), "nothing half-imported");
+    // Read again, it imports whole, and the lost part is not in it.
+    let r = opencode_read(dir.path());
+    let text: String = r.conversations[0]
+        .messages
+        .iter()
+        .map(|m| m.text.as_str())
+        .collect();
+    assert!(!text.contains("lost"));
+}
