@@ -299,6 +299,103 @@ fn row_map(r: &rusqlite::Row<'_>, names: &[String]) -> rusqlite::Result<Map<Stri
     Ok(m)
 }
 
+/// A row of `message` or `part` read in place, its columns not copied out
+/// of SQLite first: its identity, the ids it names, its `data` parsed
+/// (unless `raw`) and, when `raw`, its text (the JSON object of its
+/// columns, as `Value::Object(row_map(..)).to_string()` writes it).
+struct Cells<'a> {
+    names: &'a [String],
+    /// Column indexes in the order a [`Map`] of the columns iterates.
+    order: Vec<usize>,
+}
+
+impl<'a> Cells<'a> {
+    fn new(names: &'a [String]) -> Self {
+        let keys: Map<String, Value> = names.iter().map(|n| (n.clone(), Value::Null)).collect();
+        let order = keys
+            .keys()
+            .filter_map(|k| names.iter().position(|n| n == k))
+            .collect();
+        Cells { names, order }
+    }
+
+    fn col(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    fn text(&self, r: &rusqlite::Row<'_>, name: &str) -> Option<String> {
+        match r.get_ref(self.col(name)?).ok()? {
+            rusqlite::types::ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+            _ => None,
+        }
+    }
+
+    fn read(&self, table: &str, r: &rusqlite::Row<'_>, raw: bool) -> rusqlite::Result<Rec> {
+        use rusqlite::types::ValueRef;
+        let version = self
+            .col("time_updated")
+            .and_then(|i| r.get_ref(i).ok())
+            .and_then(|v| match v {
+                ValueRef::Integer(i) => u64::try_from(i).ok(),
+                _ => None,
+            })
+            .unwrap_or(0);
+        let at = At {
+            file: format!("{table}/{}", self.text(r, "id").unwrap_or_default()).into(),
+            version,
+        };
+        if raw {
+            let text = serde_json::to_string(&Row { cells: self, r })
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            return Ok(Rec {
+                at,
+                raw: text,
+                value: Map::new(),
+            });
+        }
+        let value = match self.col("data").map(|i| r.get_ref(i)).transpose()? {
+            Some(ValueRef::Text(t)) => match serde_json::from_slice::<Value>(t) {
+                Ok(Value::Object(o)) => o,
+                _ => Map::new(),
+            },
+            _ => Map::new(),
+        };
+        Ok(Rec {
+            at,
+            raw: String::new(),
+            value,
+        })
+    }
+}
+
+/// A row serialized from SQLite's cells.
+struct Row<'a, 'r> {
+    cells: &'a Cells<'a>,
+    r: &'a rusqlite::Row<'r>,
+}
+
+impl serde::Serialize for Row<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use rusqlite::types::ValueRef;
+        use serde::ser::{Error as _, SerializeMap};
+        let mut m = ser.serialize_map(Some(self.cells.order.len()))?;
+        for &i in &self.cells.order {
+            let key = &self.cells.names[i];
+            match self.r.get_ref(i).map_err(S::Error::custom)? {
+                ValueRef::Null => m.serialize_entry(key, &())?,
+                ValueRef::Integer(x) => m.serialize_entry(key, &x)?,
+                ValueRef::Real(f) => m.serialize_entry(key, &json!(f))?,
+                ValueRef::Text(t) => m.serialize_entry(key, &String::from_utf8_lossy(t))?,
+                ValueRef::Blob(b) => m.serialize_entry(
+                    key,
+                    &json!({"$blob": b.iter().map(|x| format!("{x:02x}")).collect::<String>()}),
+                )?,
+            }
+        }
+        m.end()
+    }
+}
+
 fn s(m: &Map<String, Value>, k: &str) -> Option<String> {
     m.get(k).and_then(Value::as_str).map(str::to_owned)
 }
@@ -361,31 +458,11 @@ impl Src {
                 if !["project", "session", "message", "part"].contains(&table) {
                     return Err(changed());
                 }
-                let mut st = db
-                    .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))
-                    .map_err(|e| sql_error(name, e))?;
-                let names: Vec<String> = st.column_names().map(str::to_owned).collect();
-                let mut rows = st.query([id]).map_err(|e| sql_error(name, e))?;
-                let row = match rows.next().map_err(|e| sql_error(name, e))? {
-                    Some(r) => row_map(r, &names).map_err(|e| sql_error(name, e))?,
-                    None => return Err(changed()),
-                };
-                if row_at(table, &row) != *at {
+                let rec = fetch(db, name, table, id, raw)?.ok_or_else(changed)?;
+                if rec.at != *at {
                     return Err(changed());
                 }
-                if raw {
-                    let text = Value::Object(row).to_string();
-                    return Ok(Rec {
-                        at: at.clone(),
-                        raw: text,
-                        value: Map::new(),
-                    });
-                }
-                Ok(Rec {
-                    at: at.clone(),
-                    raw: String::new(),
-                    value: data_of(&row, "data"),
-                })
+                Ok(rec)
             }
             Src::Dir(root) => {
                 let mut warnings = Vec::new();
@@ -395,6 +472,21 @@ impl Src {
                 Ok(got)
             }
         }
+    }
+}
+
+/// A row of `table` by its id ([`Cells::read`]), `None` when there is none.
+fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Result<Option<Rec>> {
+    let sql = |e: rusqlite::Error| sql_error(name, e);
+    let mut st = db
+        .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))
+        .map_err(sql)?;
+    let names: Vec<String> = st.column_names().map(str::to_owned).collect();
+    let cells = Cells::new(&names);
+    let mut rows = st.query([id]).map_err(sql)?;
+    match rows.next().map_err(sql)? {
+        Some(r) => Ok(Some(cells.read(table, r, raw).map_err(sql)?)),
+        None => Ok(None),
     }
 }
 
@@ -492,60 +584,52 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
         }
     }
     // Messages in (time_created, id) order, each with its parts in id
-    // order: two cursors in the same order, merged, so one message is
-    // held at a time.
+    // order: two cursors over their ids in the same order, merged, each
+    // row then read by its id, so one message is held at a time (sorting
+    // whole rows would hold them all in SQLite's sorter).
     let mut mst = db
-        .prepare("SELECT * FROM message ORDER BY time_created, id")
+        .prepare("SELECT id, session_id FROM message ORDER BY time_created, id")
         .map_err(sql)?;
-    let mnames: Vec<String> = mst.column_names().map(str::to_owned).collect();
     let mut pst = db
         .prepare(
-            "SELECT p.* FROM part AS p JOIN message AS m ON m.id = p.message_id \
+            "SELECT p.id, p.message_id FROM part AS p JOIN message AS m ON m.id = p.message_id \
              ORDER BY m.time_created, m.id, p.id",
         )
         .map_err(sql)?;
-    let pnames: Vec<String> = pst.column_names().map(str::to_owned).collect();
     let mut mrows = mst.query([]).map_err(sql)?;
     let mut prows = pst.query([]).map_err(sql)?;
-    let mut next_part = match prows.next().map_err(sql)? {
-        Some(r) => Some(row_map(r, &pnames).map_err(sql)?),
-        None => None,
+    let next_part = |prows: &mut rusqlite::Rows<'_>| -> Result<Option<(String, String)>> {
+        Ok(match prows.next().map_err(sql)? {
+            Some(r) => Some((r.get(1).map_err(sql)?, r.get(0).map_err(sql)?)),
+            None => None,
+        })
     };
+    let mut pending = next_part(&mut prows)?;
     while let Some(r) = mrows.next().map_err(sql)? {
-        let row = row_map(r, &mnames).map_err(sql)?;
-        let id = s(&row, "id").unwrap_or_default();
-        let mut parts = Vec::new();
-        while let Some(p) = next_part.take() {
-            if s(&p, "message_id").as_deref() != Some(id.as_str()) {
-                next_part = Some(p);
+        let id: String = r.get(0).map_err(sql)?;
+        let session: Option<String> = r.get(1).map_err(sql)?;
+        let mut part_ids = Vec::new();
+        while let Some((of, pid)) = pending.take() {
+            if of != id {
+                pending = Some((of, pid));
                 break;
             }
-            parts.push(Part {
-                id: s(&p, "id").unwrap_or_default(),
-                rec: Rec {
-                    at: row_at("part", &p),
-                    raw: String::new(),
-                    value: data_of(&p, "data"),
-                },
-            });
-            next_part = match prows.next().map_err(sql)? {
-                Some(r) => Some(row_map(r, &pnames).map_err(sql)?),
-                None => None,
-            };
+            part_ids.push(pid);
+            pending = next_part(&mut prows)?;
         }
-        let Some(&si) = s(&row, "session_id").and_then(|x| index.get(&x)) else {
+        let Some(&si) = session.and_then(|x| index.get(&x)) else {
             continue;
         };
-        let msg = Msg {
-            id,
-            rec: Rec {
-                at: row_at("message", &row),
-                raw: String::new(),
-                value: data_of(&row, "data"),
-            },
-            parts,
+        let Some(rec) = fetch(db, file, "message", &id, false)? else {
+            continue;
         };
-        sessions[si].msgs.push(Lite::of(msg));
+        let mut parts = Vec::with_capacity(part_ids.len());
+        for pid in part_ids {
+            if let Some(rec) = fetch(db, file, "part", &pid, false)? {
+                parts.push(Part { id: pid, rec });
+            }
+        }
+        sessions[si].msgs.push(Lite::of(Msg { id, rec, parts }));
     }
     Ok(sessions)
 }
@@ -745,8 +829,8 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                         p.rec.value.get("synthetic").and_then(Value::as_bool) == Some(true)
                             || p.rec.value.get("ignored").and_then(Value::as_bool) == Some(true)
                     } == synthetic)
-                    .filter_map(|p| part(p, "text"))
-                    .collect::<Vec<_>>()
+                    .filter_map(|p| p.rec.value.get("text").and_then(Value::as_str))
+                    .collect::<Vec<&str>>()
                     .join("\n\n")
             };
             let mut text = texts(false);
