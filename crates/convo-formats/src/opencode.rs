@@ -231,8 +231,10 @@ struct Msg {
 struct Lite {
     id: String,
     at: At,
-    parts: Vec<At>,
-    subs: Vec<Message>,
+    /// Its parts, and the messages it says: taken (moved, not copied)
+    /// when its session's skeleton is built.
+    parts: std::cell::RefCell<Vec<At>>,
+    subs: std::cell::RefCell<Vec<Message>>,
     pending: bool,
     /// A title from its first user message's words.
     title: Option<String>,
@@ -260,8 +262,13 @@ impl Lite {
         Lite {
             id: m.id,
             at: m.rec.at,
-            parts: m.parts.into_iter().map(|p| p.rec.at).collect(),
-            subs,
+            parts: m
+                .parts
+                .into_iter()
+                .map(|p| p.rec.at)
+                .collect::<Vec<_>>()
+                .into(),
+            subs: subs.into(),
             pending,
             title: title.flatten(),
         }
@@ -1045,15 +1052,15 @@ impl<'a> Builder<'a> {
             if s.revert.as_deref() == Some(m.id.as_str()) && live.is_none() {
                 live = Some(prev);
             }
+            let (parts, subs) = (m.parts.take(), m.subs.take());
             carry.push(m.at.clone());
-            carry.extend(m.parts.iter().cloned());
-            if m.subs.is_empty() {
+            carry.extend(parts.iter().cloned());
+            if subs.is_empty() {
                 continue;
             }
             let owner = self.owners.len();
-            self.owners.push((m.at.clone(), m.parts.clone()));
-            for (k, sub) in m.subs.iter().enumerate() {
-                let mut msg = sub.clone();
+            self.owners.push((m.at.clone(), parts));
+            for (k, mut msg) in subs.into_iter().enumerate() {
                 msg.parent = prev;
                 self.carried.push(if k == 0 {
                     std::mem::take(&mut carry)
@@ -1115,7 +1122,7 @@ impl Opened {
     /// timelines) in turn: its skeleton (every message's parent, role,
     /// speaker, key, time; no text, no records) and the [`Rows`] that
     /// read its messages again one at a time. Stops at the first error of
-    /// `f`.
+    /// `f`. Once: the index is moved into the skeletons as they are built.
     pub fn each<E>(
         &mut self,
         mut f: impl FnMut(&Conversation, &mut Rows<'_>) -> std::result::Result<(), E>,

@@ -1024,14 +1024,6 @@ fn opencode_storage_changed_between_passes_stores_nothing() {
     )
     .unwrap();
     let mut opened = convo_formats::opencode::open(&storage).unwrap();
-    let mut n = 0;
-    opened
-        .each(|c, _| -> Result<(), ()> {
-            n += c.messages.len();
-            Ok(())
-        })
-        .unwrap();
-    assert!(n > 0);
     // Rewrite one part file: a new modification time.
     let mut parts = Vec::new();
     let mut stack = vec![storage.join("part")];
