@@ -50,8 +50,15 @@
 //! of a grown file adds only new messages; a message rewritten later (its
 //! tokens, a tool result) keeps what it said when first imported, the new
 //! line stored with the next new message. Subagent files are sessions of
-//! their own. A legacy `.json` has no lines to keep: it imports, it does
-//! not export back byte for byte.
+//! their own. A legacy `.json` is kept as its lines too, a message's lines
+//! as one record (see `legacy`), so its export is the file again
+//! ([`file_bytes`]); a branch of it resumes as a `.jsonl`.
+//!
+//! **Memory.** A chat is read in two passes ([`open_session`],
+//! [`crate::records::Session`]): the first keeps per message id its
+//! latest record's place and its messages without text, the second reads
+//! each message again as its node is written. The legacy document is
+//! never held whole: it is parsed as a stream, one message at a time.
 
 use crate::error::{Error, Result};
 use crate::model::{Message, Read, Role, Timeline};

@@ -37,7 +37,7 @@
 //! | `llm`'s SQLite log (both schemas) | yes | | [`llm`] |
 //! | Claude Code transcripts (`~/.claude/projects`) | yes | byte-identical, and a branch as a session to resume | [`claude_code`] |
 //! | Codex rollouts (`~/.codex/sessions`) | yes | byte-identical, and a branch as a session to resume | [`codex`] |
-//! | Gemini CLI sessions (`~/.gemini/tmp`) | yes | byte-identical (`.jsonl`) | [`gemini_cli`] |
+//! | Gemini CLI sessions (`~/.gemini/tmp`) | yes | byte-identical (`.jsonl` and the legacy `.json`), and a branch as a chat to resume | [`gemini_cli`] |
 //! | opencode sessions (`opencode.db`, `storage/`) | yes | its rows as SQL, its files byte for byte | [`opencode`] |
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
