@@ -4,9 +4,10 @@
   scripts/agent-bench.py watch CONVO [N]        latency of `import --watch`: a
       Claude Code user+assistant pair appended, until its nodes are committed
       (p50/p99 of N appends, default 40)
-  scripts/agent-bench.py memory CONVO TURNS SIZE [BIG] [claude-code|codex]
+  scripts/agent-bench.py memory CONVO TURNS SIZE [BIG] [claude-code|codex|gemini-cli|gemini-legacy|opencode]
       peak RSS (/usr/bin/time) of `convo import` of a synthetic Claude Code
-      transcript (or Codex rollout): TURNS user+assistant pairs of SIZE-byte
+      transcript (or Codex rollout, Gemini CLI .jsonl chat, Gemini CLI
+      legacy .json document, opencode.db): TURNS user+assistant pairs of SIZE-byte
       texts, the middle prompt BIG bytes when given (0: none); also the
       baseline (the import of a one-turn file) and the peak above it
       against the largest record and the file
@@ -26,6 +27,12 @@ class Transcript:
     def __init__(self):
         self.parent = None
 
+    def head(self):
+        return ""
+
+    def tail(self):
+        return ""
+
     def pair(self, i, size=0, big=0):
         u = str(uuid.UUID(int=2 * i + 1, version=4))
         a = str(uuid.UUID(int=2 * i + 2, version=4))
@@ -42,7 +49,7 @@ class Transcript:
         return s
 
 
-class Rollout:
+class Rollout(Transcript):
     """A Codex rollout: session_meta, then user and assistant messages."""
 
     def __init__(self):
@@ -62,6 +69,108 @@ class Rollout:
                          "payload": {"type": "message", "role": "assistant",
                                      "content": [{"type": "output_text", "text": "answer %d " % i + "y" * size}]}}) + "\n"
         return s
+
+
+class GeminiChat:
+    """A Gemini CLI chat (.jsonl): the session line, then user and gemini messages."""
+
+    def __init__(self):
+        self.first = True
+
+    def head(self):
+        return ""
+
+    def tail(self):
+        return ""
+
+    def message(self, m):
+        return json.dumps(m) + "\n"
+
+    def pair(self, i, size=0, big=0):
+        s = ""
+        if self.first:
+            s += json.dumps({"sessionId": SID, "projectHash": "9c1a7f0e", "startTime": "2026-11-24T15:53:08.139Z",
+                             "lastUpdated": "2026-11-24T15:53:08.139Z", "kind": "main"}) + "\n"
+            self.first = False
+        q = "question %d " % i + "x" * (big or size)
+        s += self.message({"id": "u%d" % i, "timestamp": "2026-11-24T15:53:08.139Z", "type": "user",
+                           "content": [{"text": q}]})
+        s += self.message({"id": "g%d" % i, "timestamp": "2026-11-24T15:53:09.139Z", "type": "gemini",
+                           "content": "answer %d " % i + "y" * size, "model": "gemini-2.5-pro",
+                           "tokens": {"input": 1, "output": 1, "cached": 0, "total": 2}})
+        return s
+
+
+class GeminiLegacy(GeminiChat):
+    """An older Gemini CLI chat (.json): one pretty-printed ConversationRecord."""
+
+    def head(self):
+        self.first = False
+        return ('{\n  "sessionId": "%s",\n  "projectHash": "9c1a7f0e",\n  "startTime": "2026-11-24T15:53:08.139Z",\n'
+                '  "lastUpdated": "2026-11-24T15:53:08.139Z",\n  "messages": [' % SID)
+
+    def message(self, m):
+        s = ("\n" if self.first_message else ",\n") + "\n".join(
+            "    " + l for l in json.dumps(m, indent=2).splitlines())
+        self.first_message = False
+        return s
+
+    def tail(self):
+        return "\n  ]\n}"
+
+    def __init__(self):
+        super().__init__()
+        self.first_message = True
+
+
+OPENCODE_SCHEMA = """
+CREATE TABLE project (id text PRIMARY KEY, worktree text NOT NULL, vcs text, name text, icon_url text,
+  icon_url_override text, icon_color text, time_created integer NOT NULL, time_updated integer NOT NULL,
+  time_initialized integer, sandboxes text NOT NULL, commands text);
+CREATE TABLE session (id text PRIMARY KEY, project_id text NOT NULL, parent_id text, slug text NOT NULL,
+  directory text NOT NULL, title text NOT NULL, version text NOT NULL, share_url text, summary_additions integer,
+  summary_deletions integer, summary_files integer, summary_diffs text, revert text, permission text,
+  time_created integer NOT NULL, time_updated integer NOT NULL, time_compacting integer, time_archived integer);
+CREATE TABLE message (id text PRIMARY KEY, session_id text NOT NULL, time_created integer NOT NULL,
+  time_updated integer NOT NULL, data text NOT NULL);
+CREATE TABLE part (id text PRIMARY KEY, message_id text NOT NULL, session_id text NOT NULL,
+  time_created integer NOT NULL, time_updated integer NOT NULL, data text NOT NULL);
+"""
+
+
+def opencode_db(path, turns, size, big):
+    """An opencode.db (the tables of opencode 1.18.34): one session, TURNS user+assistant
+    messages with a text part each; returns the largest row's size."""
+    db = sqlite3.connect(path)
+    db.executescript(OPENCODE_SCHEMA)
+    t0 = 1795554332125
+    db.execute("INSERT INTO project VALUES('global','/',NULL,NULL,NULL,NULL,NULL,?,?,NULL,'[]',NULL)", (t0, t0))
+    db.execute("INSERT INTO session (id, project_id, slug, directory, title, version, time_created, time_updated)"
+               " VALUES('ses_bench','global','bench','/tmp/p','bench','1.18.34',?,?)", (t0, t0))
+    largest = 0
+    for i in range(turns):
+        t = t0 + 10 * i
+        q = "question %d " % i + "x" * (big if (big and i == turns // 2) else size)
+        u, a = "msg_%08du" % i, "msg_%08dv" % i
+        rows = [
+            ("message", (u, "ses_bench", t, t, json.dumps({"role": "user", "time": {"created": t}, "agent": "build"}))),
+            ("part", ("prt_%08du" % i, u, "ses_bench", t, t, json.dumps({"type": "text", "text": q}))),
+            ("message", (a, "ses_bench", t + 1, t + 2, json.dumps(
+                {"parentID": u, "role": "assistant", "modelID": "m", "providerID": "p",
+                 "time": {"created": t + 1, "completed": t + 2}, "finish": "stop"}))),
+            ("part", ("prt_%08dv" % i, a, "ses_bench", t + 1, t + 2,
+                      json.dumps({"type": "text", "text": "answer %d " % i + "y" * size}))),
+        ]
+        for table, r in rows:
+            largest = max(largest, sum(len(str(x)) for x in r))
+            db.execute("INSERT INTO %s VALUES(%s)" % (table, ",".join("?" * len(r))), r)
+    db.commit()
+    db.close()
+    return largest
+
+
+def transcript(fmt):
+    return {"codex": Rollout, "gemini-cli": GeminiChat, "gemini-legacy": GeminiLegacy}.get(fmt, Transcript)()
 
 
 def watch(conv, n):
@@ -162,14 +271,21 @@ def peak_rss(conv, env, d, fmt, turns, size, big):
     home = os.path.join(d, "home-%d-%d" % (turns, big))
     env = dict(env, CONVO_HOME=home)
     subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
-    f = os.path.join(d, "%d-%d.jsonl" % (turns, big))
-    t = Rollout() if fmt == "codex" else Transcript()
+    f = os.path.join(d, "%d-%d.%s" % (turns, big, "json" if fmt == "gemini-legacy" else "jsonl"))
+    t = transcript(fmt)
     largest = 0
-    with open(f, "w") as fh:
-        for i in range(turns):
-            s = t.pair(i, size, big if (big and i == turns // 2) else 0)
-            largest = max([largest] + [len(l) + 1 for l in s.splitlines()])
-            fh.write(s)
+    if fmt == "opencode":
+        f = os.path.join(d, "opencode.db")
+        largest = opencode_db(f, turns, size, big)
+    else:
+        with open(f, "w") as fh:
+            fh.write(t.head())
+            for i in range(turns):
+                s = t.pair(i, size, big if (big and i == turns // 2) else 0)
+                largest = max([largest] + [len(l) + 1 for l in s.splitlines()])
+                fh.write(s)
+            fh.write(t.tail())
+    fmt = "gemini-cli" if fmt == "gemini-legacy" else fmt
     # /usr/bin/time's peak RSS counts the store's file pages mapped in
     # (SQLite's mmap); RssAnon, polled every 5 ms, is the process's own.
     err = os.path.join(d, "time.txt")

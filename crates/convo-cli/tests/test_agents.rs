@@ -616,6 +616,64 @@ fn watch_follows_an_opencode_database() {
     watcher.wait().unwrap();
 }
 
+/// `import --watch` follows a Gemini CLI chat: half of it, then the rest
+/// appended (the rewind included), picked up and exported byte for byte.
+#[test]
+fn watch_follows_a_gemini_cli_chat() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+        "../convo-formats/tests/fixtures/gemini-cli/source-016443b/session-2026-11-24T10-00-5e1f0c2a.jsonl",
+    );
+    let bytes = std::fs::read(&fixture).unwrap();
+    let t = TestEnv::new();
+    let chats = t.home().join("gemini/tmp/9c1a7f0e/chats");
+    std::fs::create_dir_all(&chats).unwrap();
+    let file = chats.join(fixture.file_name().unwrap());
+    let mut cut = 0;
+    for _ in 0..5 {
+        cut += bytes[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    }
+    std::fs::write(&file, &bytes[..cut]).unwrap();
+    let mut watcher = t
+        .cmd()
+        .args([
+            "import",
+            "--watch",
+            t.home().join("gemini").to_str().unwrap(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let session = || {
+        let r = t.run(&["session", "list", "--json"]);
+        if r.code() != 0 {
+            return None;
+        }
+        r.json()
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    eventually("the chat is imported", || session().is_some());
+    let id = session().unwrap();
+    let exported = |t: &TestEnv| t.run(&["export", &id, "--format", "gemini-cli"]).out.stdout;
+    eventually("the first lines are stored", || {
+        exported(&t) == bytes[..cut]
+    });
+    use std::io::Write as _;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .unwrap()
+        .write_all(&bytes[cut..])
+        .unwrap();
+    eventually("the appended lines are imported", || exported(&t) == bytes);
+    assert!(t.run(&["log", &id]).ok().contains("Vendored foo.h"));
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+}
+
 /// `import --redact-secrets`: the credentials a transcript holds (an API
 /// key in a prompt, an `.env` assignment and a bearer token in a Bash
 /// call, a private key in a tool result) are replaced before anything is

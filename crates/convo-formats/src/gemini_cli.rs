@@ -50,12 +50,19 @@
 //! of a grown file adds only new messages; a message rewritten later (its
 //! tokens, a tool result) keeps what it said when first imported, the new
 //! line stored with the next new message. Subagent files are sessions of
-//! their own. A legacy `.json` has no lines to keep: it imports, it does
-//! not export back byte for byte.
+//! their own. A legacy `.json` is kept as its lines too, a message's lines
+//! as one record (see `legacy`), so its export is the file again
+//! ([`file_bytes`]); a branch of it resumes as a `.jsonl`.
+//!
+//! **Memory.** A chat is read in two passes ([`open_session`],
+//! [`crate::records::Session`]): the first keeps per message id its
+//! latest record's place and its messages without text, the second reads
+//! each message again as its node is written. The legacy document is
+//! never held whole: it is parsed as a stream, one message at a time.
 
 use crate::error::{Error, Result};
-use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records::{self, Record};
+use crate::model::{Message, Read, Role, Timeline};
+use crate::records::{self, RecRef, Record, Session, Sources, Stored};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -70,7 +77,19 @@ impl crate::Reader for GeminiCli {
     }
 
     fn read_bytes(&self, file: &str, bytes: &[u8]) -> Result<Read> {
-        read_one(file, bytes)
+        let mut sources = Sources::new();
+        let mut ix = Indexer::default();
+        let warnings = if is_legacy(file, bytes) {
+            let at = sources.add_bytes(file, bytes);
+            legacy::index(file, at, &mut ix, &mut || Ok(bytes))?;
+            Vec::new()
+        } else {
+            sources.scan_bytes(file, bytes, |f, rec| {
+                ix.add(f, &rec);
+                Ok(())
+            })?
+        };
+        records::read_whole(build(file, ix, sources, warnings))
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -81,19 +100,7 @@ impl crate::Reader for GeminiCli {
         };
         let mut out = Read::default();
         for f in files {
-            let name = f.display().to_string();
-            let got = if name.ends_with(".json") {
-                let bytes = crate::read_file(&f, crate::MAX_INPUT_BYTES)?;
-                read_one(&name, &bytes)?
-            } else {
-                let lines = records::read_path(&f)?;
-                let mut warnings = lines.warnings.clone();
-                let conv = build(&name, &lines.records, true, &mut warnings);
-                Read {
-                    conversations: conv.into_iter().collect(),
-                    warnings,
-                }
-            };
+            let got = records::read_whole(open_session(&f)?)?;
             out.warnings.extend(got.warnings);
             out.conversations.extend(got.conversations);
         }
@@ -101,58 +108,483 @@ impl crate::Reader for GeminiCli {
     }
 }
 
-fn read_one(file: &str, bytes: &[u8]) -> Result<Read> {
-    let head = bytes
+/// Whether a chat is the legacy whole-file `ConversationRecord` (a
+/// `.json`, or a first line that is not one JSON object) rather than JSON
+/// Lines.
+fn is_legacy(name: &str, head: &[u8]) -> bool {
+    if name.ends_with(".json") {
+        return true;
+    }
+    let head = &head[head
         .iter()
         .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(0);
-    // A legacy pretty-printed record: one JSON object over many lines.
-    let first_line_is_whole = bytes[head..]
-        .split(|&b| b == b'\n')
-        .next()
-        .is_some_and(|l| serde_json::from_slice::<Value>(l).is_ok());
-    if !first_line_is_whole && bytes.get(head) == Some(&b'{') {
-        let v: Value = crate::json::parse(file, bytes)?;
-        let Value::Object(o) = v else {
-            return Err(Error::new(file, "shape", "not a Gemini CLI session"));
-        };
-        let msgs = o
-            .get("messages")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut meta = o.clone();
-        meta.remove("messages");
-        let mut recs = vec![Record {
-            line: 0,
-            offset: 0,
-            raw: String::new(),
-            value: Some(meta),
-        }];
-        for (i, m) in msgs.into_iter().enumerate() {
-            if let Value::Object(m) = m {
-                recs.push(Record {
-                    line: i + 1,
-                    offset: 0,
-                    raw: String::new(),
-                    value: Some(m),
-                });
+        .unwrap_or(head.len())..];
+    let first = head.split(|&b| b == b'\n').next().unwrap_or_default();
+    head.first() == Some(&b'{') && serde_json::from_slice::<Value>(first).is_err()
+}
+
+/// Indexes one chat file (an import's first pass: one record in memory at
+/// a time, for a legacy `.json` one message at a time, parsed as it is
+/// read); `None` for a file with no record. The messages are read again
+/// one at a time from the file ([`Session`]).
+pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
+    use std::io::Read as _;
+    let name = path.display().to_string();
+    let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
+    let mut head = Vec::new();
+    std::fs::File::open(path)
+        .map_err(io)?
+        .take(64 * 1024)
+        .read_to_end(&mut head)
+        .map_err(io)?;
+    let mut sources = Sources::new();
+    let mut ix = Indexer::default();
+    let warnings = if is_legacy(&name, &head) {
+        let at = sources.add_file(path)?;
+        legacy::index(&name, at, &mut ix, &mut || {
+            std::fs::File::open(path)
+                .map(|f| std::io::BufReader::with_capacity(256 * 1024, f))
+                .map_err(io)
+        })?;
+        Vec::new()
+    } else {
+        sources.scan_path(path, |f, rec| {
+            ix.add(f, &rec);
+            Ok(())
+        })?
+    };
+    Ok(build(&name, ix, sources, warnings))
+}
+
+/// What the first pass keeps of a message of the skeleton.
+#[derive(Debug)]
+struct Sub {
+    role: Role,
+    speaker: String,
+    to: Option<String>,
+    key: String,
+    time: Option<i64>,
+}
+
+/// What the first pass keeps of one message id.
+#[derive(Debug)]
+struct Id {
+    /// Its latest record.
+    own: RecRef,
+    /// The messages that record says, without their text.
+    subs: Vec<Sub>,
+    /// The id it followed when first seen.
+    follows: Option<usize>,
+    /// The records riding with it.
+    riding: Vec<RecRef>,
+    /// A title from its first words (a user message).
+    title: Option<String>,
+}
+
+/// A chat's records indexed: message ids, what follows what, where each
+/// record is.
+#[derive(Debug, Default)]
+struct Indexer {
+    ids: Vec<Id>,
+    index: HashMap<String, usize>,
+    /// Records before the first message.
+    waiting: Vec<RecRef>,
+    /// The live conversation, as ids.
+    active: Vec<usize>,
+    last_seen: Option<usize>,
+    meta: Map<String, Value>,
+    created: Option<i64>,
+    warnings: Vec<String>,
+}
+
+impl Indexer {
+    /// One line of a `.jsonl` chat: a message, a rewind, a metadata
+    /// update, or anything else (riding with the message before it).
+    fn add(&mut self, file: u32, rec: &Record) {
+        let at = rec.at(file);
+        let mut carrier = self.last_seen;
+        if let Some(v) = &rec.value {
+            if let Some(id) = v.get("id").and_then(Value::as_str) {
+                carrier = Some(self.message(id, v, at));
+            } else {
+                self.other(v, rec.line);
             }
         }
-        let mut warnings = Vec::new();
-        let conv = build(file, &recs, false, &mut warnings);
-        return Ok(Read {
-            conversations: conv.into_iter().collect(),
-            warnings,
-        });
+        self.ride(carrier, at);
     }
-    let lines = records::read(file, bytes)?;
-    let mut warnings = lines.warnings.clone();
-    let conv = build(file, &lines.records, true, &mut warnings);
-    Ok(Read {
-        conversations: conv.into_iter().collect(),
-        warnings,
-    })
+
+    /// A message record: its id's latest version. Returns the id's index.
+    fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef) -> usize {
+        let subs = messages_of(id, v, None)
+            .into_iter()
+            .map(|m| Sub {
+                role: m.role,
+                speaker: m.speaker,
+                to: m.to,
+                key: m.key.unwrap_or_default(),
+                time: m.time,
+            })
+            .collect();
+        let title = (v.get("type").and_then(Value::as_str) == Some("user"))
+            .then(|| first_title(v.get("content").unwrap_or(&Value::Null)))
+            .flatten();
+        let i = match self.index.get(id) {
+            Some(&i) => i,
+            None => {
+                let i = self.ids.len();
+                self.ids.push(Id {
+                    own,
+                    subs: Vec::new(),
+                    follows: self.active.last().copied(),
+                    riding: Vec::new(),
+                    title: None,
+                });
+                self.index.insert(id.to_owned(), i);
+                self.active.push(i);
+                i
+            }
+        };
+        let e = &mut self.ids[i];
+        e.own = own;
+        e.subs = subs;
+        e.title = title;
+        self.last_seen = Some(i);
+        i
+    }
+
+    /// A record that is not a message: a rewind, a metadata update, the
+    /// session's metadata line.
+    fn other(&mut self, v: &Map<String, Value>, line: usize) {
+        if let Some(to) = v.get("$rewindTo").and_then(Value::as_str) {
+            let at = self
+                .index
+                .get(to)
+                .and_then(|i| self.active.iter().position(|a| a == i));
+            match at {
+                Some(i) => self.active.truncate(i),
+                None => {
+                    self.warnings.push(format!(
+                        "{line}: a rewind to a message that is not in the conversation ({to}); the conversation starts again"
+                    ));
+                    self.active.clear();
+                }
+            }
+        } else if let Some(Value::Object(set)) = v.get("$set") {
+            for (k, x) in set {
+                if k != "messages" {
+                    self.meta.insert(k.clone(), x.clone());
+                }
+            }
+        } else if v.contains_key("sessionId") {
+            for (k, x) in v {
+                if k != "messages" {
+                    self.meta.entry(k.clone()).or_insert_with(|| x.clone());
+                }
+            }
+            self.created = self.created.or_else(|| {
+                v.get("startTime")
+                    .and_then(Value::as_str)
+                    .and_then(crate::json::iso_to_millis)
+            });
+        }
+    }
+
+    /// A record kept with the message `carrier` (or before the first).
+    fn ride(&mut self, carrier: Option<usize>, at: RecRef) {
+        match carrier {
+            Some(i) => self.ids[i].riding.push(at),
+            None => self.waiting.push(at),
+        }
+    }
+}
+
+/// The legacy whole-file `ConversationRecord`, streamed.
+///
+/// The document is parsed once with a [`serde::de::DeserializeSeed`] over
+/// its `messages` array, each message handed to the [`Indexer`] as soon as
+/// it is parsed (its place in the file from a counting reader), then the
+/// file is read again once, a line at a time, to cut it into records: each
+/// message's lines (with what shares them: the comma after it) are one
+/// record, every other line one record of its own, so the records joined
+/// by newlines are the file ([`file_bytes`]). Memory follows the largest
+/// message, not the file.
+mod legacy {
+    use super::{Error, Indexer, RecRef, Result, Value};
+    use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+    use std::cell::Cell;
+    use std::io::BufRead;
+    use std::rc::Rc;
+
+    /// Counts the bytes serde_json takes (it takes one at a time and looks
+    /// one ahead only where a value could go on: never after an object).
+    struct Counter<R> {
+        inner: R,
+        at: Rc<Cell<u64>>,
+    }
+
+    impl<R: std::io::Read> std::io::Read for Counter<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.at.set(self.at.get() + n as u64);
+            Ok(n)
+        }
+    }
+
+    /// A message parsed: its id's index, where its bytes are.
+    struct Place {
+        id: Option<usize>,
+        start: u64,
+        end: u64,
+    }
+
+    struct Doc<'a> {
+        ix: &'a mut Indexer,
+        at: Rc<Cell<u64>>,
+        places: &'a mut Vec<Place>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Doc<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Doc<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a Gemini CLI conversation record (an object with `messages`)")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<(), A::Error> {
+            let mut meta = serde_json::Map::new();
+            while let Some(k) = map.next_key::<String>()? {
+                if meta.contains_key(&k) {
+                    return Err(de::Error::custom(format_args!(
+                        "duplicate key {} in an object (I-JSON: each key once)",
+                        Value::String(k)
+                    )));
+                }
+                if k == "messages" {
+                    map.next_value_seed(Messages {
+                        ix: &mut *self.ix,
+                        at: self.at.clone(),
+                        places: &mut *self.places,
+                    })?;
+                    meta.insert(k, Value::Null);
+                } else {
+                    let v: Value = map.next_value()?;
+                    meta.insert(k, v);
+                }
+            }
+            meta.remove("messages");
+            self.ix.other(&meta, 1);
+            Ok(())
+        }
+    }
+
+    struct Messages<'a> {
+        ix: &'a mut Indexer,
+        at: Rc<Cell<u64>>,
+        places: &'a mut Vec<Place>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for Messages<'_> {
+        type Value = ();
+        fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> std::result::Result<(), D::Error> {
+            d.deserialize_seq(self)
+        }
+    }
+
+    impl<'de> Visitor<'de> for Messages<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a list of messages")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<(), A::Error> {
+            while let Some(p) = seq.next_element_seed(One {
+                ix: &mut *self.ix,
+                at: self.at.clone(),
+            })? {
+                self.places.push(p);
+            }
+            Ok(())
+        }
+    }
+
+    struct One<'a> {
+        ix: &'a mut Indexer,
+        at: Rc<Cell<u64>>,
+    }
+
+    impl<'de> DeserializeSeed<'de> for One<'_> {
+        type Value = Place;
+        fn deserialize<D: de::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Place, D::Error> {
+            // serde_json has read the value's first byte to know what it is.
+            let start = self.at.get().saturating_sub(1);
+            let v: Value = serde::Deserialize::deserialize(d)?;
+            let end = self.at.get();
+            if end - start > crate::records::MAX_RECORD {
+                return Err(de::Error::custom(format_args!(
+                    "a message longer than {} MiB; convo reads records of at most that",
+                    crate::records::MAX_RECORD / (1024 * 1024)
+                )));
+            }
+            let id = match &v {
+                Value::Object(o) => o.get("id").and_then(Value::as_str).map(|id| {
+                    let own = RecRef {
+                        file: 0,
+                        line: 0,
+                        offset: start,
+                        len: (end - start) as u32,
+                        check: 0,
+                    };
+                    self.ix.message(id, o, own)
+                }),
+                _ => None,
+            };
+            Ok(Place { id, start, end })
+        }
+    }
+
+    /// Indexes the legacy chat `open` reads (twice) as file `file` of the
+    /// session's sources.
+    pub(super) fn index<R: BufRead>(
+        name: &str,
+        file: u32,
+        ix: &mut Indexer,
+        open: &mut dyn FnMut() -> Result<R>,
+    ) -> Result<()> {
+        let at = Rc::new(Cell::new(0u64));
+        let mut places = Vec::new();
+        {
+            let counter = Counter {
+                inner: open()?,
+                at: at.clone(),
+            };
+            let mut de = serde_json::Deserializer::from_reader(counter);
+            let doc = Doc {
+                ix: &mut *ix,
+                at: at.clone(),
+                places: &mut places,
+            };
+            doc.deserialize(&mut de)
+                .and_then(|()| de.end())
+                .map_err(|e| crate::error::json_error(name, None, String::new(), &e))?;
+        }
+        cut(name, file, ix, &places, open()?)
+    }
+
+    /// The second read: the file cut into records at the newlines outside
+    /// messages; each message's own record (its exact bytes) checked.
+    fn cut(
+        name: &str,
+        file: u32,
+        ix: &mut Indexer,
+        places: &[Place],
+        mut r: impl BufRead,
+    ) -> Result<()> {
+        use std::io::Read as _;
+        let mut seg: Vec<u8> = Vec::new();
+        let (mut seg_start, mut seg_line) = (0u64, 1usize);
+        let (mut offset, mut line) = (0u64, 1usize);
+        let mut k = 0;
+        // The last message seen: what a record of no message rides with.
+        let mut last = None;
+        let changed = || {
+            Error::new(
+                name,
+                "changed",
+                "the file changed while it was imported (rewritten?); import it again",
+            )
+        };
+        loop {
+            let n = (&mut r)
+                .take(crate::records::MAX_RECORD + 1)
+                .read_until(b'\n', &mut seg)
+                .map_err(|e| Error::new(name, "io", format!("cannot read the file: {e}")))?;
+            let eof = n == 0 || seg.last() != Some(&b'\n');
+            offset += n as u64;
+            // The newline just read is at `offset - 1`: a cut unless it is
+            // inside a message.
+            let nl = offset.saturating_sub(1);
+            let inside = places[k..]
+                .iter()
+                .find(|p| p.end > nl)
+                .is_some_and(|p| p.start <= nl);
+            if !eof && inside {
+                if seg.len() as u64 > crate::records::MAX_RECORD {
+                    return Err(too_large(name, seg_line));
+                }
+                line += 1;
+                continue;
+            }
+            if !eof {
+                seg.pop();
+            }
+            let raw = &seg[..];
+            if raw.len() as u64 > crate::records::MAX_RECORD {
+                return Err(too_large(name, seg_line));
+            }
+            // The messages ending in this record: their own bytes, checked.
+            let mut carrier = last;
+            while let Some(p) = places
+                .get(k)
+                .filter(|p| p.end <= seg_start + raw.len() as u64)
+            {
+                if let Some(i) = p.id {
+                    let bytes = raw
+                        .get((p.start - seg_start) as usize..(p.end - seg_start) as usize)
+                        .ok_or_else(changed)?;
+                    let text = std::str::from_utf8(bytes).map_err(|_| changed())?;
+                    convo_core::json::check_unique_keys(text).map_err(|e| {
+                        crate::error::json_error(name, None, String::new(), &e).at_line(seg_line, 1)
+                    })?;
+                    let own = &mut ix.ids[i].own;
+                    if own.offset == p.start {
+                        own.line = seg_line as u32;
+                        own.check = crate::records::check(bytes);
+                    }
+                    carrier = Some(i);
+                }
+                k += 1;
+            }
+            last = carrier;
+            let at = RecRef {
+                file,
+                line: seg_line as u32,
+                offset: seg_start,
+                len: raw.len() as u32,
+                check: crate::records::check(raw),
+            };
+            ix.ride(carrier, at);
+            if eof {
+                break;
+            }
+            seg.clear();
+            seg_start = offset;
+            line += 1;
+            seg_line = line;
+        }
+        if k < places.len() {
+            return Err(changed());
+        }
+        Ok(())
+    }
+
+    fn too_large(name: &str, line: usize) -> Error {
+        Error::new(
+            name,
+            "too-large",
+            format!(
+                "a record longer than {} MiB; convo reads records of at most that",
+                crate::records::MAX_RECORD / (1024 * 1024)
+            ),
+        )
+        .at_line(line, 1)
+    }
 }
 
 /// Every session file under `dir` (`~/.gemini`, its `tmp/`, a project's
@@ -208,32 +640,78 @@ fn parts_text(v: &Value) -> String {
             }
             String::new()
         }
-        Value::Array(items) => items
-            .iter()
-            .map(parts_text)
-            .filter(|t| !t.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n\n"),
+        Value::Array(items) => {
+            let mut parts: Vec<String> = items
+                .iter()
+                .map(parts_text)
+                .filter(|t| !t.is_empty())
+                .collect();
+            // One part (the usual prompt) is not copied again by a join.
+            if parts.len() == 1 {
+                return parts.pop().unwrap_or_default();
+            }
+            parts.join("\n\n")
+        }
         other => records::content_text(other),
     }
 }
 
-/// The messages one message record says (latest version of its id).
-fn messages_of(id: &str, v: &Map<String, Value>) -> Vec<Message> {
+/// Whether [`parts_text`] is blank, without building it (a huge text is
+/// not copied by the first pass).
+fn parts_blank(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.trim().is_empty(),
+        Value::Object(o) => match o.get("text").and_then(Value::as_str) {
+            Some(t) => t.trim().is_empty(),
+            None => parts_text(v).trim().is_empty(),
+        },
+        Value::Array(items) => items.iter().all(parts_blank),
+        other => parts_text(other).trim().is_empty(),
+    }
+}
+
+/// [`records::title_of`] the text of a `PartListUnion`, without building it.
+fn first_title(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => records::title_of(s),
+        Value::Object(o) => match o.get("text").and_then(Value::as_str) {
+            Some(t) => records::title_of(t),
+            None => records::title_of(&parts_text(v)),
+        },
+        Value::Array(items) => items.iter().find_map(first_title),
+        other => records::title_of(&parts_text(other)),
+    }
+}
+
+/// The messages one message record says (latest version of its id), with
+/// the text of the one keyed `want` only (none for the skeleton).
+fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Message> {
     let s = |k: &str| v.get(k).and_then(Value::as_str);
     let time = s("timestamp").and_then(crate::json::iso_to_millis);
-    let text = parts_text(v.get("content").unwrap_or(&Value::Null));
+    let content = v.get("content").unwrap_or(&Value::Null);
+    let text_for = |key: &str, make: &dyn Fn() -> String| {
+        if want == Some(key) {
+            make()
+        } else {
+            String::new()
+        }
+    };
     let mut out = Vec::new();
     match s("type") {
         Some("user") => {
-            let mut m = Message::new(Role::User, "user", text);
+            let mut m = Message::new(Role::User, "user", text_for(id, &|| parts_text(content)));
             m.key = Some(id.to_owned());
             out.push(m);
         }
         Some("gemini") => {
             let model = s("model").map(str::to_owned);
-            if !text.trim().is_empty() {
-                let mut m = Message::new(Role::Assistant, "gemini", text).with_model(model.clone());
+            if !parts_blank(content) {
+                let mut m = Message::new(
+                    Role::Assistant,
+                    "gemini",
+                    text_for(id, &|| parts_text(content)),
+                )
+                .with_model(model.clone());
                 if let Some(t) = v.get("tokens").filter(|t| !t.is_null()) {
                     m.extra.insert("usage".into(), t.clone());
                 }
@@ -248,23 +726,22 @@ fn messages_of(id: &str, v: &Map<String, Value>) -> Vec<Message> {
                 let cs = |k: &str| call.get(k).and_then(Value::as_str);
                 let name = cs("name").unwrap_or("tool").to_owned();
                 let cid = cs("id").unwrap_or("").to_owned();
-                let args = call.get("args").cloned().unwrap_or(Value::Null);
+                let key = if out.is_empty() {
+                    id.to_owned()
+                } else {
+                    format!("{id}#call:{cid}")
+                };
+                let args = call.get("args").unwrap_or(&Value::Null);
                 let mut m = Message::new(
                     Role::ToolCall,
                     "gemini",
-                    records::tool_call_text(&name, &args),
+                    text_for(&key, &|| records::tool_call_text(&name, args)),
                 )
                 .with_model(model.clone())
                 .with_extra("call_id", json!(cid));
                 m.to = Some(name.clone());
-                m.key = Some(if out.is_empty() {
-                    id.to_owned()
-                } else {
-                    format!("{id}#call:{cid}")
-                });
-                m.time = cs("timestamp")
-                    .and_then(crate::json::iso_to_millis)
-                    .or(time);
+                m.key = Some(key);
+                m.time = m_time(call).or(time);
                 if out.is_empty()
                     && let Some(t) = v.get("tokens").filter(|t| !t.is_null())
                 {
@@ -272,16 +749,18 @@ fn messages_of(id: &str, v: &Map<String, Value>) -> Vec<Message> {
                 }
                 out.push(m);
                 if let Some(result) = call.get("result").filter(|r| !r.is_null()) {
-                    let mut text = parts_text(result);
-                    if text.is_empty()
-                        && let Some(d) = call.get("resultDisplay").and_then(Value::as_str)
-                    {
-                        text = d.to_owned();
-                    }
+                    let key = format!("{id}#result:{cid}");
+                    let text = text_for(&key, &|| {
+                        let text = parts_text(result);
+                        match call.get("resultDisplay").and_then(Value::as_str) {
+                            Some(d) if text.is_empty() => d.to_owned(),
+                            _ => text,
+                        }
+                    });
                     let mut r = Message::new(Role::Tool, name, text)
                         .with_extra("call_id", json!(cid))
                         .with_extra("status", call.get("status").cloned().unwrap_or(Value::Null));
-                    r.key = Some(format!("{id}#result:{cid}"));
+                    r.key = Some(key);
                     r.time = m_time(call).or(time);
                     out.push(r);
                 }
@@ -301,120 +780,96 @@ fn m_time(call: &Value) -> Option<i64> {
         .and_then(crate::json::iso_to_millis)
 }
 
-/// The conversation of one file's records. `raw`: keep each record's line
-/// (`extra.records`); a legacy `.json` has none.
-fn build(
+/// Fills a skeleton message from its record (see [`Stored::fill`]): the
+/// text, model and extras of the message its key names.
+fn fill(m: &mut Message, rec: &Record) {
+    let (Some(v), Some(key)) = (&rec.value, m.key.as_deref()) else {
+        return;
+    };
+    let id = v.get("id").and_then(Value::as_str).unwrap_or("");
+    if let Some(got) = messages_of(id, v, Some(key))
+        .into_iter()
+        .find(|x| x.key.as_deref() == Some(key))
+    {
+        m.text = got.text;
+        m.model = got.model;
+        m.extra.extend(got.extra);
+    }
+}
+
+/// The skeleton of one chat from its records' index. `None` for a file
+/// with no record.
+fn build<'a>(
     file: &str,
-    recs: &[Record],
-    raw: bool,
-    warnings: &mut Vec<String>,
-) -> Option<Conversation> {
-    if recs.is_empty() {
+    ix: Indexer,
+    sources: Sources<'a>,
+    mut warnings: Vec<String>,
+) -> Option<Session<'a>> {
+    let Indexer {
+        mut ids,
+        waiting,
+        active,
+        meta,
+        created,
+        warnings: found,
+        ..
+    } = ix;
+    warnings.extend(found.into_iter().map(|w| format!("{file}:{w}")));
+    if ids.is_empty() && waiting.is_empty() {
         return None;
     }
-    let mut meta = Map::new();
-    // Message ids in first-seen order; each id's latest record; the id it
-    // followed when first seen; the records riding with each id.
-    let mut order: Vec<&str> = Vec::new();
-    let mut latest: HashMap<&str, &Map<String, Value>> = HashMap::new();
-    let mut follows: HashMap<&str, Option<&str>> = HashMap::new();
-    let mut riding: HashMap<&str, Vec<Value>> = HashMap::new();
-    let mut waiting: Vec<Value> = Vec::new();
-    let mut active: Vec<&str> = Vec::new();
-    let mut last_seen: Option<&str> = None;
-    let mut created = None;
-    for rec in recs {
-        let mut carrier = last_seen;
-        if let Some(v) = &rec.value {
-            if let Some(id) = v.get("id").and_then(Value::as_str) {
-                if !latest.contains_key(id) {
-                    order.push(id);
-                    follows.insert(id, active.last().copied());
-                    active.push(id);
-                }
-                latest.insert(id, v);
-                carrier = Some(id);
-                last_seen = Some(id);
-            } else if let Some(to) = v.get("$rewindTo").and_then(Value::as_str) {
-                match active.iter().position(|a| *a == to) {
-                    Some(i) => active.truncate(i),
-                    None => {
-                        warnings.push(format!(
-                            "{file}:{}: a rewind to a message that is not in the conversation ({to}); the conversation starts again",
-                            rec.line
-                        ));
-                        active.clear();
-                    }
-                }
-            } else if let Some(Value::Object(set)) = v.get("$set") {
-                for (k, x) in set {
-                    if k != "messages" {
-                        meta.insert(k.clone(), x.clone());
-                    }
-                }
-            } else if v.contains_key("sessionId") {
-                for (k, x) in v {
-                    meta.entry(k.clone()).or_insert_with(|| x.clone());
-                }
-                created = created.or_else(|| {
-                    v.get("startTime")
-                        .and_then(Value::as_str)
-                        .and_then(crate::json::iso_to_millis)
-                });
-            }
-        }
-        if raw {
-            match carrier {
-                Some(id) => riding.entry(id).or_default().push(rec.to_value(None)),
-                None => waiting.push(rec.to_value(None)),
-            }
-        }
-    }
     let mut messages: Vec<Message> = Vec::new();
+    let mut own: Vec<Option<RecRef>> = Vec::new();
+    let mut carried: Vec<Vec<RecRef>> = Vec::new();
     // The last message each id ends with (inherited when it says nothing).
-    let mut ends: HashMap<&str, Option<usize>> = HashMap::new();
-    let mut carry: Vec<Value> = std::mem::take(&mut waiting);
-    for id in &order {
-        let parent = follows
-            .get(id)
-            .copied()
-            .flatten()
-            .and_then(|p| ends.get(p).copied().flatten());
-        let mut ms = latest.get(id).map_or_else(Vec::new, |v| messages_of(id, v));
+    let mut ends: Vec<Option<usize>> = vec![None; ids.len()];
+    let mut carry: Vec<RecRef> = waiting;
+    let mut title = None;
+    for i in 0..ids.len() {
+        let e = &mut ids[i];
+        let parent = e.follows.and_then(|p| ends[p]);
         let mut recs = std::mem::take(&mut carry);
-        recs.extend(riding.remove(id).unwrap_or_default());
-        if ms.is_empty() {
+        recs.append(&mut e.riding);
+        if e.subs.is_empty() {
             carry = recs;
-            ends.insert(id, parent);
+            ends[i] = parent;
             continue;
         }
+        if title.is_none() && e.subs[0].role == Role::User {
+            title = Some(e.title.take());
+        }
         let mut prev = parent;
-        for (k, mut m) in ms.drain(..).enumerate() {
+        for (k, sub) in e.subs.drain(..).enumerate() {
+            let mut m = Message::new(sub.role, sub.speaker, "");
+            m.to = sub.to;
+            m.key = Some(sub.key);
+            m.time = sub.time;
             m.parent = prev;
-            if k == 0 && raw {
-                m.extra
-                    .insert("records".into(), Value::Array(std::mem::take(&mut recs)));
-            }
             messages.push(m);
+            own.push(Some(e.own));
+            carried.push(if k == 0 {
+                std::mem::take(&mut recs)
+            } else {
+                Vec::new()
+            });
             prev = Some(messages.len() - 1);
         }
-        ends.insert(id, prev);
+        ends[i] = prev;
     }
     if !carry.is_empty() {
-        match messages.last_mut() {
+        match carried.last_mut() {
             Some(last) => {
-                if let Some(Value::Array(r)) = last.extra.get_mut("records") {
-                    r.extend(carry);
-                    r.sort_by_key(|x| x.get("line").and_then(Value::as_u64).unwrap_or(0));
-                }
+                last.extend(carry);
+                last.sort_by_key(|r| (r.file, r.line));
             }
             None => {
                 let mut m = Message::new(Role::System, "gemini-cli", "");
                 m.time = created;
                 m.key = Some("records".into());
-                m.extra.insert("records".into(), Value::Array(carry));
                 m.extra.insert("holder".into(), json!(true));
                 messages.push(m);
+                own.push(None);
+                carried.push(carry);
             }
         }
     }
@@ -428,10 +883,7 @@ fn build(
     }
     // `main` ends where the live conversation ends; every other leaf is a
     // rewound branch.
-    let live = active
-        .last()
-        .and_then(|id| ends.get(id).copied().flatten())
-        .or(n.checked_sub(1));
+    let live = active.last().and_then(|&i| ends[i]).or(n.checked_sub(1));
     let mut timelines = vec![Timeline {
         name: "main".into(),
         leaf: live,
@@ -448,12 +900,7 @@ fn build(
         .get("summary")
         .and_then(Value::as_str)
         .and_then(records::title_of)
-        .or_else(|| {
-            messages
-                .iter()
-                .find(|m| m.role == Role::User)
-                .and_then(|m| records::title_of(&m.text))
-        });
+        .or(title.flatten());
     let created = created.or_else(|| messages.iter().find_map(|m| m.time));
     let id = meta
         .get("sessionId")
@@ -479,15 +926,52 @@ fn build(
                 .unwrap_or_default()
         ),
     );
-    Some(Conversation {
-        id,
-        title,
-        agent: Some("gemini-cli".into()),
-        created_at: created,
-        meta: keep,
-        timelines,
-        messages,
+    Some(Session {
+        conv: crate::model::Conversation {
+            id,
+            title,
+            agent: Some("gemini-cli".into()),
+            created_at: created,
+            meta: keep,
+            timelines,
+            messages,
+        },
+        warnings,
+        records: Stored {
+            sources,
+            rel: vec![None],
+            own,
+            carried,
+            fill,
+            failed: None,
+        },
     })
+}
+
+/// The chat file an imported session's records give back, byte for byte:
+/// a `.jsonl`'s lines each with its newline; a legacy `.json`'s records
+/// (its lines, a message's lines together) joined by newlines. `records`
+/// are [`crate::ledger::session_records`]'s.
+pub fn file_bytes(records: &[(String, u64, String)]) -> Vec<u8> {
+    let mine = || records.iter().filter(|(f, _, _)| f.is_empty());
+    let legacy = mine().next().is_some_and(|(_, _, raw)| legacy_first(raw));
+    let mut out = Vec::new();
+    for (i, (_, _, raw)) in mine().enumerate() {
+        if legacy && i > 0 {
+            out.push(b'\n');
+        }
+        out.extend_from_slice(raw.as_bytes());
+        if !legacy {
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// Whether a chat's first record is a legacy document's first line (not a
+/// JSON object, or the whole document with its `messages`).
+fn legacy_first(raw: &str) -> bool {
+    !matches!(serde_json::from_str::<Value>(raw), Ok(Value::Object(o)) if !o.contains_key("messages"))
 }
 
 /// The chat file of a branch, for `gemini --resume`: the session's
@@ -505,16 +989,34 @@ pub fn resume_file(
     extra: &[Value],
 ) -> Result<Vec<u8>> {
     let mut meta: Option<Map<String, Value>> = None;
-    let mut latest: HashMap<String, &str> = HashMap::new();
+    let mut latest: HashMap<String, std::borrow::Cow<'_, str>> = HashMap::new();
+    let legacy = records
+        .iter()
+        .find(|(f, _, _)| f.is_empty())
+        .is_some_and(|(_, _, raw)| legacy_first(raw));
+    if legacy {
+        // A legacy document, whole: its messages become lines.
+        let doc: Value = crate::json::parse("export", &file_bytes(records))?;
+        if let Value::Object(mut o) = doc {
+            if let Some(Value::Array(msgs)) = o.remove("messages") {
+                for m in msgs {
+                    if let Some(id) = m.get("id").and_then(Value::as_str) {
+                        latest.insert(id.to_owned(), m.to_string().into());
+                    }
+                }
+            }
+            meta = Some(o).filter(|o| o.contains_key("sessionId") && o.contains_key("projectHash"));
+        }
+    }
     for (file, _, raw) in records {
-        if !file.is_empty() {
+        if legacy || !file.is_empty() {
             continue;
         }
         let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw) else {
             continue;
         };
         if let Some(id) = o.get("id").and_then(Value::as_str) {
-            latest.insert(id.to_owned(), raw);
+            latest.insert(id.to_owned(), raw.as_str().into());
         } else if meta.is_none() && o.contains_key("sessionId") && o.contains_key("projectHash") {
             meta = Some(o);
         }

@@ -37,7 +37,7 @@
 //! | `llm`'s SQLite log (both schemas) | yes | | [`llm`] |
 //! | Claude Code transcripts (`~/.claude/projects`) | yes | byte-identical, and a branch as a session to resume | [`claude_code`] |
 //! | Codex rollouts (`~/.codex/sessions`) | yes | byte-identical, and a branch as a session to resume | [`codex`] |
-//! | Gemini CLI sessions (`~/.gemini/tmp`) | yes | byte-identical (`.jsonl`) | [`gemini_cli`] |
+//! | Gemini CLI sessions (`~/.gemini/tmp`) | yes | byte-identical (`.jsonl` and the legacy `.json`), and a branch as a chat to resume | [`gemini_cli`] |
 //! | opencode sessions (`opencode.db`, `storage/`) | yes | its rows as SQL, its files byte for byte | [`opencode`] |
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
@@ -196,13 +196,14 @@ pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
     })
 }
 
-/// Indexes a session file of a line-based agent transcript format
-/// (Claude Code, Codex) for an import that reads its messages one at a
+/// Indexes a session file of an agent transcript format (Claude Code,
+/// Codex, Gemini CLI) for an import that reads its messages one at a
 /// time ([`ledger::import_lazy`]); `None` for a format read whole.
 pub fn open_lazy(name: &str, path: &Path) -> Option<Result<Option<records::Session<'static>>>> {
     match name {
         "claude-code" => Some(claude_code::open_session(path)),
         "codex" => Some(codex::open_rollout(path)),
+        "gemini-cli" => Some(gemini_cli::open_session(path)),
         _ => None,
     }
 }

@@ -86,31 +86,40 @@ impl crate::Reader for OpenCode {
 
     fn read_path(&self, path: &Path) -> Result<Read> {
         let mut out = Read::default();
-        let sources = if path.is_dir() {
-            sources(path)
-        } else {
-            vec![path.to_path_buf()]
-        };
-        if sources.is_empty() {
-            return Err(Error::new(
-                &path.display().to_string(),
-                "unknown-format",
-                "no opencode.db and no opencode storage folder (session/, message/, part/) here",
-            ));
-        }
-        for s in sources {
-            let mut warnings = Vec::new();
-            let sessions = if s.is_dir() {
-                read_storage(&s, &mut warnings)?
-            } else {
-                read_db(&s)?
-            };
-            out.conversations
-                .extend(build_all(&s.display().to_string(), sessions, &mut warnings));
-            out.warnings.extend(warnings);
+        for s in source_list(path)? {
+            let mut opened = open(&s)?;
+            let mut convs = Vec::new();
+            opened.each(|skeleton, rows| -> Result<()> {
+                let mut conv = skeleton.clone();
+                for (i, m) in skeleton.messages.iter().enumerate() {
+                    conv.messages[i] = rows.message(i, m)?;
+                }
+                convs.push(conv);
+                Ok(())
+            })?;
+            out.conversations.extend(convs);
+            out.warnings.append(&mut opened.warnings);
         }
         Ok(out)
     }
+}
+
+/// What `convo import PATH` reads for opencode: the databases or storage
+/// folder under a folder ([`sources`]), or the path itself.
+pub fn source_list(path: &Path) -> Result<Vec<PathBuf>> {
+    let found = if path.is_dir() {
+        sources(path)
+    } else {
+        vec![path.to_path_buf()]
+    };
+    if found.is_empty() {
+        return Err(Error::new(
+            &path.display().to_string(),
+            "unknown-format",
+            "no opencode.db and no opencode storage folder (session/, message/, part/) here",
+        ));
+    }
+    Ok(found)
 }
 
 /// What to read under `dir` (opencode's data folder, its `storage/`, or a
@@ -166,18 +175,37 @@ pub fn is_db(path: &Path) -> bool {
     n == 3
 }
 
-/// One stored thing (a row or a file) with its exact text.
+/// A stored thing's identity, which is also where to read it again: a row
+/// is `table/id`, versioned by its `time_updated`; a file of the JSON
+/// storage its path under `storage/`, versioned by its modification time
+/// in milliseconds. What an import keeps of a record between its passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct At {
+    file: Box<str>,
+    version: u64,
+}
+
+impl At {
+    /// The row's or file's id (`msg_…`, `prt_…`).
+    fn id(&self) -> String {
+        let last = self.file.rsplit('/').next().unwrap_or_default();
+        last.strip_suffix(".json").unwrap_or(last).to_owned()
+    }
+}
+
+/// One stored thing (a row or a file) read: its exact text (when asked
+/// for) and its JSON (a row's `data`, a file's object).
 #[derive(Debug)]
 struct Rec {
-    file: String,
-    version: u64,
+    at: At,
     raw: String,
     value: Map<String, Value>,
 }
 
 impl Rec {
-    fn to_value(&self) -> Value {
-        json!({"file": self.file, "line": self.version, "raw": self.raw})
+    /// `{file, line, raw}` for `extra.records`.
+    fn into_value(self) -> Value {
+        json!({"file": self.at.file, "line": self.at.version, "raw": self.raw})
     }
 }
 
@@ -187,11 +215,64 @@ struct Part {
     rec: Rec,
 }
 
+/// One opencode message with its parts, whole: what [`messages_of`]
+/// reads. The first pass holds one at a time.
 #[derive(Debug)]
 struct Msg {
     id: String,
     rec: Rec,
     parts: Vec<Part>,
+}
+
+/// What the first pass keeps of a message: where it and its parts are,
+/// the messages it says without their text, whether it is still being
+/// written.
+#[derive(Debug)]
+struct Lite {
+    id: String,
+    at: At,
+    /// Its parts, and the messages it says: taken (moved, not copied)
+    /// when its session's skeleton is built.
+    parts: std::cell::RefCell<Vec<At>>,
+    subs: std::cell::RefCell<Vec<Message>>,
+    pending: bool,
+    /// A title from its first user message's words.
+    title: Option<String>,
+}
+
+impl Lite {
+    fn of(m: Msg) -> Lite {
+        let pending = in_progress(&m);
+        let mut title = None;
+        let subs = if pending {
+            Vec::new()
+        } else {
+            messages_of(&m)
+                .into_iter()
+                .map(|mut x| {
+                    if x.role == Role::User && title.is_none() {
+                        title = Some(records::title_of(&x.text));
+                    }
+                    x.text = String::new();
+                    x.extra.retain(|k, _| k == "session");
+                    x
+                })
+                .collect()
+        };
+        Lite {
+            id: m.id,
+            at: m.rec.at,
+            parts: m
+                .parts
+                .into_iter()
+                .map(|p| p.rec.at)
+                .collect::<Vec<_>>()
+                .into(),
+            subs: subs.into(),
+            pending,
+            title: title.flatten(),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -202,8 +283,8 @@ struct Sess {
     created: Option<i64>,
     revert: Option<String>,
     meta: Map<String, Value>,
-    recs: Vec<Rec>,
-    msgs: Vec<Msg>,
+    recs: Vec<At>,
+    msgs: Vec<Lite>,
 }
 
 fn sql_to_json(v: Sql) -> Value {
@@ -216,33 +297,121 @@ fn sql_to_json(v: Sql) -> Value {
     }
 }
 
-/// Every row of `table` as `{column: value}`.
-fn table(db: &Connection, table: &str) -> rusqlite::Result<Vec<Map<String, Value>>> {
-    let mut st = db.prepare(&format!("SELECT * FROM \"{table}\""))?;
-    let names: Vec<String> = st.column_names().map(|s| s.to_string()).collect();
-    let rows = st.query_map([], |r| {
-        let mut m = Map::new();
-        for (i, n) in names.iter().enumerate() {
-            m.insert(n.clone(), sql_to_json(r.get::<_, Sql>(i)?));
+/// A row as `{column: value}`.
+fn row_map(r: &rusqlite::Row<'_>, names: &[String]) -> rusqlite::Result<Map<String, Value>> {
+    let mut m = Map::new();
+    for (i, n) in names.iter().enumerate() {
+        m.insert(n.clone(), sql_to_json(r.get::<_, Sql>(i)?));
+    }
+    Ok(m)
+}
+
+/// A row of `message` or `part` read in place, its columns not copied out
+/// of SQLite first: its identity, the ids it names, its `data` parsed
+/// (unless `raw`) and, when `raw`, its text (the JSON object of its
+/// columns, as `Value::Object(row_map(..)).to_string()` writes it).
+struct Cells<'a> {
+    names: &'a [String],
+    /// Column indexes in the order a [`Map`] of the columns iterates.
+    order: Vec<usize>,
+}
+
+impl<'a> Cells<'a> {
+    fn new(names: &'a [String]) -> Self {
+        let keys: Map<String, Value> = names.iter().map(|n| (n.clone(), Value::Null)).collect();
+        let order = keys
+            .keys()
+            .filter_map(|k| names.iter().position(|n| n == k))
+            .collect();
+        Cells { names, order }
+    }
+
+    fn col(&self, name: &str) -> Option<usize> {
+        self.names.iter().position(|n| n == name)
+    }
+
+    fn text(&self, r: &rusqlite::Row<'_>, name: &str) -> Option<String> {
+        match r.get_ref(self.col(name)?).ok()? {
+            rusqlite::types::ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
+            _ => None,
         }
-        Ok(m)
-    })?;
-    rows.collect()
+    }
+
+    fn read(&self, table: &str, r: &rusqlite::Row<'_>, raw: bool) -> rusqlite::Result<Rec> {
+        use rusqlite::types::ValueRef;
+        let version = self
+            .col("time_updated")
+            .and_then(|i| r.get_ref(i).ok())
+            .and_then(|v| match v {
+                ValueRef::Integer(i) => u64::try_from(i).ok(),
+                _ => None,
+            })
+            .unwrap_or(0);
+        let at = At {
+            file: format!("{table}/{}", self.text(r, "id").unwrap_or_default()).into(),
+            version,
+        };
+        if raw {
+            let text = serde_json::to_string(&Row { cells: self, r })
+                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+            return Ok(Rec {
+                at,
+                raw: text,
+                value: Map::new(),
+            });
+        }
+        let value = match self.col("data").map(|i| r.get_ref(i)).transpose()? {
+            Some(ValueRef::Text(t)) => match serde_json::from_slice::<Value>(t) {
+                Ok(Value::Object(o)) => o,
+                _ => Map::new(),
+            },
+            _ => Map::new(),
+        };
+        Ok(Rec {
+            at,
+            raw: String::new(),
+            value,
+        })
+    }
+}
+
+/// A row serialized from SQLite's cells.
+struct Row<'a, 'r> {
+    cells: &'a Cells<'a>,
+    r: &'a rusqlite::Row<'r>,
+}
+
+impl serde::Serialize for Row<'_, '_> {
+    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
+        use rusqlite::types::ValueRef;
+        use serde::ser::{Error as _, SerializeMap};
+        let mut m = ser.serialize_map(Some(self.cells.order.len()))?;
+        for &i in &self.cells.order {
+            let key = &self.cells.names[i];
+            match self.r.get_ref(i).map_err(S::Error::custom)? {
+                ValueRef::Null => m.serialize_entry(key, &())?,
+                ValueRef::Integer(x) => m.serialize_entry(key, &x)?,
+                ValueRef::Real(f) => m.serialize_entry(key, &json!(f))?,
+                ValueRef::Text(t) => m.serialize_entry(key, &String::from_utf8_lossy(t))?,
+                ValueRef::Blob(b) => m.serialize_entry(
+                    key,
+                    &json!({"$blob": b.iter().map(|x| format!("{x:02x}")).collect::<String>()}),
+                )?,
+            }
+        }
+        m.end()
+    }
 }
 
 fn s(m: &Map<String, Value>, k: &str) -> Option<String> {
     m.get(k).and_then(Value::as_str).map(str::to_owned)
 }
 
-/// A row as a record: `table/id`, versioned by `time_updated`.
-fn row_rec(table: &str, row: Map<String, Value>) -> Rec {
-    let id = s(&row, "id").unwrap_or_default();
-    let version = row.get("time_updated").and_then(Value::as_u64).unwrap_or(0);
-    Rec {
-        file: format!("{table}/{id}"),
-        version,
-        raw: Value::Object(row.clone()).to_string(),
-        value: row,
+/// A row's identity: `table/id` at its `time_updated`.
+fn row_at(table: &str, row: &Map<String, Value>) -> At {
+    At {
+        file: format!("{table}/{}", s(row, "id").unwrap_or_default()).into(),
+        version: row.get("time_updated").and_then(Value::as_u64).unwrap_or(0),
     }
 }
 
@@ -258,91 +427,216 @@ fn data_of(row: &Map<String, Value>, col: &str) -> Map<String, Value> {
     }
 }
 
-fn read_db(path: &Path) -> Result<Vec<Sess>> {
-    let file = path.display().to_string();
-    let sql = |e: rusqlite::Error| {
-        Error::new(
-            &file,
-            "sqlite",
-            format!("cannot read opencode's database: {e}"),
-        )
-    };
-    let db = Connection::open_with_flags(
-        path,
-        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(sql)?;
-    let projects: HashMap<String, Map<String, Value>> = table(&db, "project")
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|r| Some((s(&r, "id")?, r)))
-        .collect();
-    let mut sessions: Vec<Sess> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for row in table(&db, "session").map_err(sql)? {
-        let id = s(&row, "id").unwrap_or_default();
-        let revert = data_of(&row, "revert");
-        let mut meta = Map::new();
-        for k in ["project_id", "directory", "version", "slug"] {
-            if let Some(v) = row.get(k).filter(|v| !v.is_null()) {
-                meta.insert(k.into(), v.clone());
-            }
+/// Where an import reads opencode's records from, both passes: the
+/// database (inside one read transaction, so both passes see the same
+/// rows) or the storage folder.
+enum Src {
+    Db(Connection),
+    Dir(PathBuf),
+}
+
+impl std::fmt::Debug for Src {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Src::Db(_) => f.write_str("Db"),
+            Src::Dir(d) => write!(f, "Dir({})", d.display()),
         }
-        let project = s(&row, "project_id")
-            .and_then(|p| projects.get(&p))
-            .cloned();
-        let sess = Sess {
-            id: id.clone(),
-            parent: s(&row, "parent_id"),
-            title: s(&row, "title").filter(|t| !t.is_empty()),
-            created: row.get("time_created").and_then(Value::as_i64),
-            revert: s(&revert, "messageID"),
-            meta,
-            recs: vec![row_rec("session", row)],
-            msgs: Vec::new(),
-        };
-        let mut sess = sess;
-        if let Some(p) = project {
-            sess.recs.push(row_rec("project", p));
-        }
-        index.insert(id, sessions.len());
-        sessions.push(sess);
     }
-    let mut msg_at: HashMap<String, (usize, usize)> = HashMap::new();
-    let mut messages = table(&db, "message").map_err(sql)?;
-    messages.sort_by(|a, b| {
-        let k = |r: &Map<String, Value>| {
-            (
-                r.get("time_created").and_then(Value::as_i64).unwrap_or(0),
-                s(r, "id").unwrap_or_default(),
+}
+
+impl Src {
+    /// Reads a record again by its identity: its text when `raw`, its
+    /// JSON when not. A row or file changed since the first pass is the
+    /// error `changed`.
+    fn read(&self, name: &str, at: &At, raw: bool) -> Result<Rec> {
+        let changed = || {
+            Error::new(
+                name,
+                "changed",
+                format!(
+                    "{} changed while it was imported (opencode wrote it?); import again",
+                    at.file
+                ),
             )
         };
-        k(a).cmp(&k(b))
-    });
-    for row in messages {
-        let Some(&si) = s(&row, "session_id").and_then(|x| index.get(&x)) else {
-            continue;
-        };
-        let id = s(&row, "id").unwrap_or_default();
-        let mut rec = row_rec("message", row);
-        rec.value = data_of(&rec.value, "data");
-        msg_at.insert(id.clone(), (si, sessions[si].msgs.len()));
-        sessions[si].msgs.push(Msg {
-            id,
-            rec,
-            parts: Vec::new(),
-        });
+        match self {
+            Src::Db(db) => {
+                let (table, id) = at.file.split_once('/').ok_or_else(changed)?;
+                if !["project", "session", "message", "part"].contains(&table) {
+                    return Err(changed());
+                }
+                let rec = fetch(db, name, table, id, raw)?.ok_or_else(changed)?;
+                if rec.at != *at {
+                    return Err(changed());
+                }
+                Ok(rec)
+            }
+            Src::Dir(root) => {
+                let mut warnings = Vec::new();
+                let got = file_rec(&at.file, &root.join(&*at.file), !raw, &mut warnings)?
+                    .filter(|r| r.at == *at)
+                    .ok_or_else(changed)?;
+                Ok(got)
+            }
+        }
     }
-    let mut parts = table(&db, "part").map_err(sql)?;
-    parts.sort_by_key(|r| s(r, "id").unwrap_or_default());
-    for row in parts {
-        let Some(&(si, mi)) = s(&row, "message_id").and_then(|x| msg_at.get(&x)) else {
+}
+
+/// A row of `table` by its id ([`Cells::read`]), `None` when there is none.
+fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Result<Option<Rec>> {
+    let sql = |e: rusqlite::Error| sql_error(name, e);
+    let mut st = db
+        .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))
+        .map_err(sql)?;
+    let names: Vec<String> = st.column_names().map(str::to_owned).collect();
+    let cells = Cells::new(&names);
+    let mut rows = st.query([id]).map_err(sql)?;
+    match rows.next().map_err(sql)? {
+        Some(r) => Ok(Some(cells.read(table, r, raw).map_err(sql)?)),
+        None => Ok(None),
+    }
+}
+
+fn sql_error(file: &str, e: rusqlite::Error) -> Error {
+    Error::new(
+        file,
+        "sqlite",
+        format!("cannot read opencode's database: {e}"),
+    )
+}
+
+/// opencode's sessions in a database or storage folder, indexed (an
+/// import's first pass: one message with its parts in memory at a time;
+/// what is kept is an identity per record and each message's skeleton).
+/// [`Opened::each`] gives each session and reads its messages again one
+/// at a time.
+#[derive(Debug)]
+pub struct Opened {
+    name: String,
+    src: Src,
+    sessions: Vec<Sess>,
+    /// Files left for the next import (being written), messages still
+    /// being written.
+    pub warnings: Vec<String>,
+}
+
+/// Indexes an `opencode.db` or a storage folder ([`Opened`]).
+pub fn open(path: &Path) -> Result<Opened> {
+    let name = path.display().to_string();
+    let mut warnings = Vec::new();
+    let (src, sessions) = if path.is_dir() {
+        let sessions = index_storage(path, &mut warnings)?;
+        (Src::Dir(path.to_path_buf()), sessions)
+    } else {
+        let db = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| sql_error(&name, e))?;
+        // Both passes read one snapshot of the database.
+        db.execute_batch("BEGIN").map_err(|e| sql_error(&name, e))?;
+        let sessions = index_db(&name, &db)?;
+        (Src::Db(db), sessions)
+    };
+    Ok(Opened {
+        name,
+        src,
+        sessions,
+        warnings,
+    })
+}
+
+fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
+    let sql = |e: rusqlite::Error| sql_error(file, e);
+    let mut projects: HashMap<String, At> = HashMap::new();
+    if let Ok(mut st) = db.prepare("SELECT * FROM project") {
+        let names: Vec<String> = st.column_names().map(str::to_owned).collect();
+        let mut rows = st.query([]).map_err(sql)?;
+        while let Some(r) = rows.next().map_err(sql)? {
+            let row = row_map(r, &names).map_err(sql)?;
+            projects.insert(s(&row, "id").unwrap_or_default(), row_at("project", &row));
+        }
+    }
+    let mut sessions: Vec<Sess> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    {
+        let mut st = db.prepare("SELECT * FROM session").map_err(sql)?;
+        let names: Vec<String> = st.column_names().map(str::to_owned).collect();
+        let mut rows = st.query([]).map_err(sql)?;
+        while let Some(r) = rows.next().map_err(sql)? {
+            let row = row_map(r, &names).map_err(sql)?;
+            let id = s(&row, "id").unwrap_or_default();
+            let revert = data_of(&row, "revert");
+            let mut meta = Map::new();
+            for k in ["project_id", "directory", "version", "slug"] {
+                if let Some(v) = row.get(k).filter(|v| !v.is_null()) {
+                    meta.insert(k.into(), v.clone());
+                }
+            }
+            let mut recs = vec![row_at("session", &row)];
+            if let Some(p) = s(&row, "project_id").and_then(|p| projects.get(&p)) {
+                recs.push(p.clone());
+            }
+            index.insert(id.clone(), sessions.len());
+            sessions.push(Sess {
+                id,
+                parent: s(&row, "parent_id"),
+                title: s(&row, "title").filter(|t| !t.is_empty()),
+                created: row.get("time_created").and_then(Value::as_i64),
+                revert: s(&revert, "messageID"),
+                meta,
+                recs,
+                msgs: Vec::new(),
+            });
+        }
+    }
+    // Messages in (time_created, id) order, each with its parts in id
+    // order: two cursors over their ids in the same order, merged, each
+    // row then read by its id, so one message is held at a time (sorting
+    // whole rows would hold them all in SQLite's sorter).
+    let mut mst = db
+        .prepare("SELECT id, session_id FROM message ORDER BY time_created, id")
+        .map_err(sql)?;
+    let mut pst = db
+        .prepare(
+            "SELECT p.id, p.message_id FROM part AS p JOIN message AS m ON m.id = p.message_id \
+             ORDER BY m.time_created, m.id, p.id",
+        )
+        .map_err(sql)?;
+    let mut mrows = mst.query([]).map_err(sql)?;
+    let mut prows = pst.query([]).map_err(sql)?;
+    let next_part = |prows: &mut rusqlite::Rows<'_>| -> Result<Option<(String, String)>> {
+        Ok(match prows.next().map_err(sql)? {
+            Some(r) => Some((r.get(1).map_err(sql)?, r.get(0).map_err(sql)?)),
+            None => None,
+        })
+    };
+    let mut pending = next_part(&mut prows)?;
+    while let Some(r) = mrows.next().map_err(sql)? {
+        let id: String = r.get(0).map_err(sql)?;
+        let session: Option<String> = r.get(1).map_err(sql)?;
+        let mut part_ids = Vec::new();
+        while let Some((of, pid)) = pending.take() {
+            if of != id {
+                pending = Some((of, pid));
+                break;
+            }
+            part_ids.push(pid);
+            pending = next_part(&mut prows)?;
+        }
+        let Some(&si) = session.and_then(|x| index.get(&x)) else {
             continue;
         };
-        let id = s(&row, "id").unwrap_or_default();
-        let mut rec = row_rec("part", row);
-        rec.value = data_of(&rec.value, "data");
-        sessions[si].msgs[mi].parts.push(Part { id, rec });
+        let Some(rec) = fetch(db, file, "message", &id, false)? else {
+            continue;
+        };
+        let mut parts = Vec::with_capacity(part_ids.len());
+        for pid in part_ids {
+            if let Some(rec) = fetch(db, file, "part", &pid, false)? {
+                parts.push(Part { id: pid, rec });
+            }
+        }
+        sessions[si].msgs.push(Lite::of(Msg { id, rec, parts }));
     }
     Ok(sessions)
 }
@@ -367,7 +661,15 @@ fn json_files(root: &Path, sub: &str, depth: usize) -> Vec<(String, PathBuf)> {
     .collect()
 }
 
-fn file_rec(rel: &str, path: &Path, warnings: &mut Vec<String>) -> Result<Option<Rec>> {
+/// A file of the storage folder read: its text when `keep_raw` is false
+/// it is dropped once parsed. `None` (with a warning) for a file that is
+/// not one JSON object (being written).
+fn file_rec(
+    rel: &str,
+    path: &Path,
+    parse: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Rec>> {
     let name = path.display().to_string();
     let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
     let meta = std::fs::metadata(path).map_err(io)?;
@@ -389,6 +691,17 @@ fn file_rec(rel: &str, path: &Path, warnings: &mut Vec<String>) -> Result<Option
     let bytes = std::fs::read(path).map_err(io)?;
     let raw = String::from_utf8(bytes)
         .map_err(|_| Error::new(&name, "encoding", "the file is not UTF-8"))?;
+    let at = At {
+        file: rel.into(),
+        version,
+    };
+    if !parse {
+        return Ok(Some(Rec {
+            at,
+            raw,
+            value: Map::new(),
+        }));
+    }
     let value = match crate::json::parse::<Value>(&name, raw.as_bytes()) {
         Ok(Value::Object(o)) => o,
         Ok(_) | Err(_) => {
@@ -399,35 +712,33 @@ fn file_rec(rel: &str, path: &Path, warnings: &mut Vec<String>) -> Result<Option
         }
     };
     Ok(Some(Rec {
-        file: rel.to_owned(),
-        version,
-        raw,
+        at,
+        raw: String::new(),
         value,
     }))
 }
 
-fn read_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
-    let mut projects: HashMap<String, Rec> = HashMap::new();
+fn stem(p: &Path) -> String {
+    p.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
+    let mut projects: HashMap<String, At> = HashMap::new();
     for (rel, p) in json_files(root, "project", 1) {
-        if let Some(r) = file_rec(&rel, &p, warnings)? {
-            let id = Path::new(&rel)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            projects.insert(id, r);
+        if let Some(r) = file_rec(&rel, &p, true, warnings)? {
+            projects.insert(stem(Path::new(&rel)), r.at);
         }
     }
     let mut sessions: Vec<Sess> = Vec::new();
     let mut index: HashMap<String, usize> = HashMap::new();
     for (rel, p) in json_files(root, "session", 2) {
-        let Some(rec) = file_rec(&rel, &p, warnings)? else {
+        let Some(rec) = file_rec(&rel, &p, true, warnings)? else {
             continue;
         };
         // Ids come from the paths, as opencode's own migration reads them.
-        let id = p
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let id = stem(&p);
         let project = p
             .parent()
             .and_then(Path::file_name)
@@ -436,107 +747,66 @@ fn read_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
         let v = &rec.value;
         let mut meta = Map::new();
         meta.insert("project_id".into(), json!(project));
-        for (k, from) in [
-            ("directory", "directory"),
-            ("version", "version"),
-            ("slug", "slug"),
-        ] {
-            if let Some(x) = v.get(from).filter(|x| !x.is_null()) {
+        for k in ["directory", "version", "slug"] {
+            if let Some(x) = v.get(k).filter(|x| !x.is_null()) {
                 meta.insert(k.into(), x.clone());
             }
         }
-        let mut recs = Vec::new();
-        let sess_fields = (
-            s(v, "parentID"),
-            s(v, "title").filter(|t| !t.is_empty()),
-            v.get("time")
-                .and_then(|t| t.get("created"))
-                .and_then(Value::as_i64),
-            v.get("revert")
-                .and_then(|r| r.get("messageID"))
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-        );
-        recs.push(rec);
+        let mut recs = vec![rec.at.clone()];
         if let Some(pr) = projects.get(&project) {
-            recs.push(Rec {
-                file: pr.file.clone(),
-                version: pr.version,
-                raw: pr.raw.clone(),
-                value: Map::new(),
-            });
+            recs.push(pr.clone());
         }
         index.insert(id.clone(), sessions.len());
         sessions.push(Sess {
             id,
-            parent: sess_fields.0,
-            title: sess_fields.1,
-            created: sess_fields.2,
-            revert: sess_fields.3,
+            parent: s(v, "parentID"),
+            title: s(v, "title").filter(|t| !t.is_empty()),
+            created: v
+                .get("time")
+                .and_then(|t| t.get("created"))
+                .and_then(Value::as_i64),
+            revert: v
+                .get("revert")
+                .and_then(|r| r.get("messageID"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
             meta,
             recs,
             msgs: Vec::new(),
         });
     }
-    let mut msg_at: HashMap<String, (usize, usize)> = HashMap::new();
-    let mut msgs = json_files(root, "message", 2);
-    msgs.sort();
-    for (rel, p) in msgs {
+    // Messages (small: their parts are files of their own) first, to
+    // order them; then each with its parts, one at a time.
+    let mut infos: Vec<(usize, i64, String, Rec)> = Vec::new();
+    for (rel, p) in json_files(root, "message", 2) {
         let ses = p
             .parent()
             .and_then(Path::file_name)
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
         let Some(&si) = index.get(&ses) else { continue };
-        let Some(rec) = file_rec(&rel, &p, warnings)? else {
+        let Some(rec) = file_rec(&rel, &p, true, warnings)? else {
             continue;
         };
-        let id = p
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        msg_at.insert(id.clone(), (si, sessions[si].msgs.len()));
-        sessions[si].msgs.push(Msg {
-            id,
-            rec,
-            parts: Vec::new(),
-        });
+        let created = rec
+            .value
+            .get("time")
+            .and_then(|t| t.get("created"))
+            .and_then(Value::as_i64)
+            .unwrap_or(0);
+        infos.push((si, created, stem(&p), rec));
     }
-    let mut parts = json_files(root, "part", 2);
-    parts.sort();
-    for (rel, p) in parts {
-        let msg = p
-            .parent()
-            .and_then(Path::file_name)
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let Some(&(si, mi)) = msg_at.get(&msg) else {
-            continue;
-        };
-        let Some(rec) = file_rec(&rel, &p, warnings)? else {
-            continue;
-        };
-        let id = p
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        sessions[si].msgs[mi].parts.push(Part { id, rec });
-    }
-    for s in &mut sessions {
-        s.msgs.sort_by(|a, b| {
-            let t = |m: &Msg| {
-                m.rec
-                    .value
-                    .get("time")
-                    .and_then(|t| t.get("created"))
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0)
-            };
-            (t(a), &a.id).cmp(&(t(b), &b.id))
-        });
-        for m in &mut s.msgs {
-            m.parts.sort_by(|a, b| a.id.cmp(&b.id));
+    infos.sort_by(|a, b| (a.0, a.1, &a.2).cmp(&(b.0, b.1, &b.2)));
+    for (si, _, id, rec) in infos {
+        let mut parts = Vec::new();
+        for (rel, p) in json_files(root, &format!("part/{id}"), 1) {
+            if let Some(rec) = file_rec(&rel, &p, true, warnings)? {
+                parts.push(Part { id: stem(&p), rec });
+            }
         }
+        parts.sort_by(|a, b| a.id.cmp(&b.id));
+        let msg = Msg { id, rec, parts };
+        sessions[si].msgs.push(Lite::of(msg));
     }
     Ok(sessions)
 }
@@ -566,8 +836,8 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                         p.rec.value.get("synthetic").and_then(Value::as_bool) == Some(true)
                             || p.rec.value.get("ignored").and_then(Value::as_bool) == Some(true)
                     } == synthetic)
-                    .filter_map(|p| part(p, "text"))
-                    .collect::<Vec<_>>()
+                    .filter_map(|p| p.rec.value.get("text").and_then(Value::as_str))
+                    .collect::<Vec<&str>>()
                     .join("\n\n")
             };
             let mut text = texts(false);
@@ -739,10 +1009,18 @@ fn in_progress(m: &Msg) -> bool {
 
 struct Builder<'a> {
     file: &'a str,
-    children: HashMap<&'a str, Vec<&'a Sess>>,
+    children: &'a HashMap<&'a str, Vec<&'a Sess>>,
     messages: Vec<Message>,
     /// Per message: whether it belongs to a child session.
     in_child: Vec<bool>,
+    /// Per message: the opencode message it says (an index into `owners`).
+    own: Vec<Option<usize>>,
+    /// Per message: the records it carries.
+    carried: Vec<Vec<At>>,
+    /// The opencode messages said: where each is, with its parts.
+    owners: Vec<(At, Vec<At>)>,
+    /// The title of the first user message.
+    title: Option<Option<String>>,
     warnings: Vec<String>,
 }
 
@@ -758,13 +1036,13 @@ impl<'a> Builder<'a> {
     ) -> Option<usize> {
         let mut prev = anchor;
         let mut live = None;
-        let mut carry: Vec<Value> = s.recs.iter().map(Rec::to_value).collect();
+        let mut carry: Vec<At> = s.recs.clone();
         let mut tasks: HashMap<String, usize> = HashMap::new();
         // (message index, created) of this session's messages, for a child
         // whose task call is gone.
         let mut times: Vec<(usize, i64)> = Vec::new();
         for m in &s.msgs {
-            if in_progress(m) {
+            if m.pending {
                 self.warnings.push(format!(
                     "{}: message {} of session {} is still being written; left for the next import",
                     self.file, m.id, s.id
@@ -774,44 +1052,48 @@ impl<'a> Builder<'a> {
             if s.revert.as_deref() == Some(m.id.as_str()) && live.is_none() {
                 live = Some(prev);
             }
-            carry.push(m.rec.to_value());
-            carry.extend(m.parts.iter().map(|p| p.rec.to_value()));
-            let ms = messages_of(m);
-            if ms.is_empty() {
+            let (parts, subs) = (m.parts.take(), m.subs.take());
+            carry.push(m.at.clone());
+            carry.extend(parts.iter().cloned());
+            if subs.is_empty() {
                 continue;
             }
-            for (k, mut msg) in ms.into_iter().enumerate() {
+            let owner = self.owners.len();
+            self.owners.push((m.at.clone(), parts));
+            for (k, mut msg) in subs.into_iter().enumerate() {
                 msg.parent = prev;
-                if k == 0 {
-                    msg.extra
-                        .insert("records".into(), Value::Array(std::mem::take(&mut carry)));
-                }
+                self.carried.push(if k == 0 {
+                    std::mem::take(&mut carry)
+                } else {
+                    Vec::new()
+                });
                 if let Some(Value::String(sid)) = msg.extra.get("session") {
                     tasks.insert(sid.clone(), self.messages.len());
                 }
                 if let Some(t) = msg.time {
                     times.push((self.messages.len(), t));
                 }
+                if msg.role == Role::User && self.title.is_none() {
+                    self.title = Some(m.title.clone());
+                }
                 self.messages.push(msg);
+                self.own.push(Some(owner));
                 self.in_child.push(child);
                 prev = Some(self.messages.len() - 1);
             }
         }
         if !carry.is_empty() {
             match prev.filter(|p| Some(*p) != anchor) {
-                Some(last) => {
-                    if let Some(Value::Array(r)) = self.messages[last].extra.get_mut("records") {
-                        r.extend(carry);
-                    }
-                }
+                Some(last) => self.carried[last].extend(carry),
                 None => {
                     let mut m = Message::new(Role::System, "opencode", "");
                     m.time = s.created;
                     m.parent = anchor;
                     m.key = Some(format!("{}#records", s.id));
-                    m.extra.insert("records".into(), Value::Array(carry));
                     m.extra.insert("holder".into(), json!(true));
                     self.messages.push(m);
+                    self.own.push(None);
+                    self.carried.push(carry);
                     self.in_child.push(child);
                     prev = Some(self.messages.len() - 1);
                 }
@@ -835,83 +1117,188 @@ impl<'a> Builder<'a> {
     }
 }
 
-fn build_all(file: &str, sessions: Vec<Sess>, warnings: &mut Vec<String>) -> Vec<Conversation> {
-    let all: HashMap<&str, &Sess> = sessions.iter().map(|s| (s.id.as_str(), s)).collect();
-    let mut children: HashMap<&str, Vec<&Sess>> = HashMap::new();
-    for s in &sessions {
-        if let Some(p) = s.parent.as_deref().filter(|p| all.contains_key(p)) {
-            children.entry(p).or_default().push(s);
-        }
-    }
-    for v in children.values_mut() {
-        v.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
-    }
-    let mut out = Vec::new();
-    for s in &sessions {
-        if s.parent.as_deref().is_some_and(|p| all.contains_key(p)) {
-            continue;
-        }
-        let mut b = Builder {
-            file,
-            children: children.clone(),
-            messages: Vec::new(),
-            in_child: Vec::new(),
-            warnings: Vec::new(),
-        };
-        let live = b.add(s, None, false, 0);
-        warnings.append(&mut b.warnings);
-        let mut messages = b.messages;
-        if messages.is_empty() {
-            continue;
-        }
-        records::mark_intermediate(&mut messages);
-        let n = messages.len();
-        let mut has_child = vec![false; n];
-        for m in &messages {
-            if let Some(p) = m.parent {
-                has_child[p] = true;
+impl Opened {
+    /// Each session (a root session with its subagents' child sessions as
+    /// timelines) in turn: its skeleton (every message's parent, role,
+    /// speaker, key, time; no text, no records) and the [`Rows`] that
+    /// read its messages again one at a time. Stops at the first error of
+    /// `f`. Once: the index is moved into the skeletons as they are built.
+    pub fn each<E>(
+        &mut self,
+        mut f: impl FnMut(&Conversation, &mut Rows<'_>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let all: HashMap<&str, &Sess> = self.sessions.iter().map(|s| (s.id.as_str(), s)).collect();
+        let mut children: HashMap<&str, Vec<&Sess>> = HashMap::new();
+        for s in &self.sessions {
+            if let Some(p) = s.parent.as_deref().filter(|p| all.contains_key(p)) {
+                children.entry(p).or_default().push(s);
             }
         }
-        let mut timelines = vec![Timeline {
-            name: "main".into(),
-            leaf: live,
-        }];
-        let (mut alt, mut agent) = (0, 0);
-        for (i, (&child, &in_child)) in has_child.iter().zip(&b.in_child).enumerate() {
-            if child || Some(i) == live {
+        for v in children.values_mut() {
+            v.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
+        }
+        for s in &self.sessions {
+            if s.parent.as_deref().is_some_and(|p| all.contains_key(p)) {
                 continue;
             }
-            let name = if in_child {
-                agent += 1;
-                format!("agent-{agent}")
-            } else {
-                alt += 1;
-                format!("alt-{alt}")
+            let mut b = Builder {
+                file: &self.name,
+                children: &children,
+                messages: Vec::new(),
+                in_child: Vec::new(),
+                own: Vec::new(),
+                carried: Vec::new(),
+                owners: Vec::new(),
+                title: None,
+                warnings: Vec::new(),
             };
-            timelines.push(Timeline {
-                name,
-                leaf: Some(i),
-            });
+            let live = b.add(s, None, false, 0);
+            self.warnings.append(&mut b.warnings);
+            let Builder {
+                mut messages,
+                in_child,
+                own,
+                carried,
+                owners,
+                title: first_title,
+                ..
+            } = b;
+            if messages.is_empty() {
+                continue;
+            }
+            records::mark_intermediate(&mut messages);
+            let n = messages.len();
+            let mut has_child = vec![false; n];
+            for m in &messages {
+                if let Some(p) = m.parent {
+                    has_child[p] = true;
+                }
+            }
+            let mut timelines = vec![Timeline {
+                name: "main".into(),
+                leaf: live,
+            }];
+            let (mut alt, mut agent) = (0, 0);
+            for (i, (&child, &in_child)) in has_child.iter().zip(&in_child).enumerate() {
+                if child || Some(i) == live {
+                    continue;
+                }
+                let name = if in_child {
+                    agent += 1;
+                    format!("agent-{agent}")
+                } else {
+                    alt += 1;
+                    format!("alt-{alt}")
+                };
+                timelines.push(Timeline {
+                    name,
+                    leaf: Some(i),
+                });
+            }
+            let rows = Rows {
+                name: &self.name,
+                src: &self.src,
+                owners,
+                own,
+                carried,
+                cache: None,
+                failed: None,
+            };
+            let title = s.title.clone().or(first_title.flatten());
+            let mut meta = s.meta.clone();
+            meta.insert("sessionID".into(), json!(s.id));
+            let conv = Conversation {
+                id: Some(s.id.clone()),
+                title,
+                agent: Some("opencode".into()),
+                created_at: s.created.or_else(|| messages.iter().find_map(|m| m.time)),
+                meta,
+                timelines,
+                messages,
+            };
+            let mut rows = rows;
+            f(&conv, &mut rows)?;
         }
-        let title = s.title.clone().or_else(|| {
-            messages
-                .iter()
-                .find(|m| m.role == Role::User)
-                .and_then(|m| records::title_of(&m.text))
-        });
-        let mut meta = s.meta.clone();
-        meta.insert("sessionID".into(), json!(s.id));
-        out.push(Conversation {
-            id: Some(s.id.clone()),
-            title,
-            agent: Some("opencode".into()),
-            created_at: s.created.or_else(|| messages.iter().find_map(|m| m.time)),
-            meta,
-            timelines,
-            messages,
-        });
+        Ok(())
     }
-    out
+}
+
+/// Reads the messages of one opencode session again, one at a time, for
+/// an import's second pass ([`crate::ledger::Loader`]): the messages of
+/// the opencode message last read are kept until the next is needed.
+#[derive(Debug)]
+pub struct Rows<'a> {
+    name: &'a str,
+    src: &'a Src,
+    owners: Vec<(At, Vec<At>)>,
+    own: Vec<Option<usize>>,
+    carried: Vec<Vec<At>>,
+    cache: Option<(usize, Vec<Message>)>,
+    /// The error of the last load that failed (a row changed meanwhile),
+    /// kept whole: the store sees only its message.
+    pub failed: Option<Error>,
+}
+
+impl Rows<'_> {
+    /// Message `i` whole: its skeleton filled from its opencode message,
+    /// with its records in `extra.records`.
+    pub fn message(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
+        let mut m = skeleton.clone();
+        if let Some(o) = self.own[i] {
+            if self.cache.as_ref().map(|c| c.0) != Some(o) {
+                self.cache = None;
+                let (at, parts) = &self.owners[o];
+                let rec = self.src.read(self.name, at, false)?;
+                let mut ps = Vec::with_capacity(parts.len());
+                for p in parts {
+                    ps.push(Part {
+                        id: p.id(),
+                        rec: self.src.read(self.name, p, false)?,
+                    });
+                }
+                let msg = Msg {
+                    id: at.id(),
+                    rec,
+                    parts: ps,
+                };
+                self.cache = Some((o, messages_of(&msg)));
+            }
+            if let Some((_, said)) = &mut self.cache
+                && let Some(got) = said.iter_mut().find(|x| x.key == m.key)
+            {
+                m.text = std::mem::take(&mut got.text);
+                m.model.clone_from(&got.model);
+                m.extra.extend(std::mem::take(&mut got.extra));
+            }
+        }
+        let mut recs = Vec::with_capacity(self.carried[i].len());
+        for at in &self.carried[i] {
+            recs.push(self.src.read(self.name, at, true)?.into_value());
+        }
+        m.extra.insert("records".into(), Value::Array(recs));
+        Ok(m)
+    }
+}
+
+impl crate::ledger::Loader for Rows<'_> {
+    fn load(
+        &mut self,
+        i: usize,
+        skeleton: &Message,
+    ) -> std::result::Result<Message, convo_store::StoreError> {
+        self.message(i, skeleton).map_err(|e| {
+            let msg = e.render().lines().next().unwrap_or_default().to_owned();
+            self.failed = Some(e);
+            convo_store::StoreError::Invalid(msg.into())
+        })
+    }
+
+    fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
+        self.carried[i]
+            .iter()
+            .map(|at| (at.file.to_string(), at.version))
+            .collect()
+    }
 }
 
 /// Quotes a JSON value as an SQL literal.

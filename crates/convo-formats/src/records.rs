@@ -256,6 +256,16 @@ impl<'a> Sources<'a> {
         (self.files.len() - 1) as u32
     }
 
+    /// Opens a file to read records from by their [`RecRef`]; returns its
+    /// index.
+    pub fn add_file(&mut self, path: &std::path::Path) -> Result<u32> {
+        let name = path.display().to_string();
+        let f = std::fs::File::open(path)
+            .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+        self.files.push((name, Source::File(f)));
+        Ok((self.files.len() - 1) as u32)
+    }
+
     /// Opens a file and scans it ([`scan`]), giving `each` its records
     /// with the file's index; returns the warnings.
     pub fn scan_path(
@@ -418,10 +428,14 @@ impl Stored<'_> {
             }
             (self.fill)(&mut m, &rec);
             rec.value = None;
-            if large {
-                rec = self.sources.record(&at, false)?;
+            // Kept only when the message carries it (a Gemini CLI legacy
+            // message's own bytes are not one of its records).
+            if self.carried[i].contains(&at) {
+                if large {
+                    rec = self.sources.record(&at, false)?;
+                }
+                own = Some((at, rec));
             }
-            own = Some((at, rec));
         }
         let mut recs = Vec::with_capacity(self.carried[i].len());
         for at in &self.carried[i] {
@@ -606,7 +620,9 @@ pub fn title_of(text: &str) -> Option<String> {
         .lines()
         .map(str::trim)
         .find(|l| !l.is_empty() && !l.starts_with('<'))?;
-    let clean: String = line.chars().filter(|c| !c.is_control()).collect();
+    // At most 81 characters are looked at: a huge one-line prompt is not
+    // copied whole.
+    let clean: String = line.chars().filter(|c| !c.is_control()).take(81).collect();
     if clean.chars().count() <= 80 {
         return Some(clean);
     }

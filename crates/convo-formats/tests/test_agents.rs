@@ -380,10 +380,46 @@ fn gemini_cli_legacy_json_session_reads() {
             (Role::Assistant, "Two files: a.txt and b.txt.".into()),
         ]
     );
-    assert!(kept_lines(c).is_empty(), "no lines to keep");
+    // Every line kept, a message's lines as one record: the records
+    // joined by newlines are the file, byte for byte.
+    let bytes = std::fs::read(&path).unwrap();
+    let lines = kept_lines(c);
+    assert_eq!(lines.first(), Some(&1));
+    assert!(lines.len() > 4 && lines.len() < bytes.split(|&b| b == b'\n').count());
     let mut s = Store::open("sqlite::memory:").unwrap();
     let o = import(&mut s, "gemini-cli", c);
     assert!(matches!(o, Outcome::Created { nodes: 4, .. }), "{o:?}");
+    let records = session_records(&mut s, &o.id()).unwrap();
+    assert_eq!(convo_formats::gemini_cli::file_bytes(&records), bytes);
+    // Without its final newline (as JSON.stringify wrote it), too.
+    let cut = &bytes[..bytes.len() - 1];
+    let c2 = one("gemini-cli", cut);
+    let mut s2 = Store::open("sqlite::memory:").unwrap();
+    let o2 = import(&mut s2, "gemini-cli", &c2);
+    let records = session_records(&mut s2, &o2.id()).unwrap();
+    assert_eq!(convo_formats::gemini_cli::file_bytes(&records), cut);
+    assert_eq!(
+        import(&mut s, "gemini-cli", c),
+        Outcome::Existing { id: o.id() },
+        "a re-import adds nothing"
+    );
+    // A branch of it as a new chat to resume: a `.jsonl` of its messages.
+    let file = convo_formats::gemini_cli::resume_file(
+        &session_records(&mut s, &o.id()).unwrap(),
+        &["m1".into(), "m2".into()],
+        "new-id",
+        1_800_000_000_000,
+        &[],
+    )
+    .unwrap();
+    let text = String::from_utf8(file).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert_eq!(lines[0]["sessionId"], "new-id");
+    assert_eq!(lines[2]["toolCalls"][0]["name"], "list_directory");
 }
 
 // ----- opencode --------------------------------------------------------------------
@@ -882,4 +918,154 @@ fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
     let ob = import(&mut b, "claude-code", &whole.conversations.remove(0));
     assert_eq!(shape(&mut b, &ob), shape(&mut a, &oa));
     assert_eq!(joined(&mut b, &ob), all.as_bytes());
+}
+
+// ----- Bad input: Gemini CLI and opencode ---------------------------------------
+
+/// A legacy chat cut short, or repeating a key inside a message, is an
+/// error naming the file and the rule, before anything is imported; the
+/// streamed read of a good one gives the same conversation as reading it
+/// from memory.
+#[test]
+fn gemini_cli_legacy_bad_input_is_a_clear_error() {
+    let bytes = std::fs::read(fixture(GEMINI_LEGACY)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session-x.json");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap();
+    let e = convo_formats::gemini_cli::open_session(&path).expect_err("truncated");
+    assert_eq!(e.rule, "json-truncated", "{e}");
+    assert!(e.render().contains("session-x.json"), "{e}");
+
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let dup = text.replacen(
+        "\"type\": \"user\",",
+        "\"type\": \"user\", \"type\": \"gemini\",",
+        1,
+    );
+    assert_ne!(dup, text);
+    std::fs::write(&path, &dup).unwrap();
+    let e = convo_formats::gemini_cli::open_session(&path).expect_err("repeated key");
+    assert_eq!(e.rule, "json-duplicate-key", "{e}");
+
+    let not_chat = "{\"messages\": 3}";
+    std::fs::write(&path, not_chat).unwrap();
+    let e = convo_formats::gemini_cli::open_session(&path).expect_err("not a chat");
+    assert_eq!(e.rule, "wrong-type", "{e}");
+
+    std::fs::write(&path, &bytes).unwrap();
+    let streamed = convo_formats::gemini_cli::open_session(&path)
+        .unwrap()
+        .unwrap()
+        .read_all()
+        .unwrap()
+        .0;
+    let whole = one("gemini-cli", &bytes);
+    assert_eq!(streamed.messages.len(), whole.messages.len());
+    for (a, b) in streamed.messages.iter().zip(&whole.messages) {
+        assert_eq!((a.role, &a.text, &a.key), (b.role, &b.text, &b.key));
+        assert_eq!(a.extra["records"], b.extra["records"]);
+    }
+}
+
+/// A record of a type no version writes, a line that is not JSON and a
+/// rewind to a message that is not there: kept raw, warned about, and the
+/// file still comes back byte for byte.
+#[test]
+fn gemini_cli_unknown_records_and_a_rewind_to_nowhere_are_kept() {
+    let mut bytes = std::fs::read(fixture(GEMINI)).unwrap();
+    bytes.extend_from_slice(
+        b"{\"$future\":{\"x\":1}}\nnot json at all\n{\"$rewindTo\":\"nowhere\"}\n",
+    );
+    bytes.extend_from_slice(
+        b"{\"id\":\"u9\",\"timestamp\":\"2026-11-24T10:09:00.000Z\",\"type\":\"user\",\"content\":[{\"text\":\"start over\"}]}\n",
+    );
+    let r = read_bytes("gemini-cli", &bytes);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("not in the conversation (nowhere)")),
+        "{:?}",
+        r.warnings
+    );
+    assert!(
+        r.warnings.iter().any(|w| w.contains("kept as it is")),
+        "{:?}",
+        r.warnings
+    );
+    let c = &r.conversations[0];
+    let main = c.turns();
+    assert_eq!(main.len(), 1, "the rewind to nowhere starts again");
+    assert_eq!(main[0].text, "start over");
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", c);
+    assert_eq!(joined(&mut s, &o), bytes, "byte for byte");
+    assert!(s.verify().unwrap().is_clean());
+}
+
+/// A part file rewritten between the import's two passes (opencode wrote
+/// it meanwhile) is the error `changed`, and the transaction stores
+/// nothing; a part of a message that is not there is left out.
+#[test]
+fn opencode_storage_changed_between_passes_stores_nothing() {
+    use std::time::{Duration, UNIX_EPOCH};
+    let dir = tempfile::tempdir().unwrap();
+    let storage = dir.path().join("storage");
+    opencode_storage(
+        "reverted",
+        &storage,
+        UNIX_EPOCH + Duration::from_secs(1_795_000_000),
+    );
+    // A part pointing at no message.
+    let orphan = storage.join("part/msg_nowhere");
+    std::fs::create_dir_all(&orphan).unwrap();
+    std::fs::write(
+        orphan.join("prt_x.json"),
+        "{\"type\":\"text\",\"text\":\"lost\"}",
+    )
+    .unwrap();
+    let mut opened = convo_formats::opencode::open(&storage).unwrap();
+    // Rewrite one part file: a new modification time.
+    let mut parts = Vec::new();
+    let mut stack = vec![storage.join("part")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            } else if !e.path().starts_with(&orphan) {
+                parts.push(e.path());
+            }
+        }
+    }
+    parts.sort();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(&parts[0])
+        .unwrap();
+    f.set_modified(UNIX_EPOCH + Duration::from_secs(1_796_000_000))
+        .unwrap();
+    drop(f);
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let mut failed = None;
+    let got = s.transaction(|l| {
+        opened.each(|c, rows| {
+            let o = convo_formats::ledger::import_lazy(l, "opencode", c, rows, None, 0);
+            if o.is_err() {
+                failed = rows.failed.take();
+            }
+            o.map(|_| ())
+        })
+    });
+    assert!(got.is_err());
+    let e = failed.expect("the loader's error");
+    assert_eq!(e.rule, "changed", "{e}");
+    assert!(e.render().contains("prt_"), "{e}");
+    assert!(s.sessions().unwrap().is_empty(), "nothing half-imported");
+    // Read again, it imports whole, and the lost part is not in it.
+    let r = opencode_read(dir.path());
+    let text: String = r.conversations[0]
+        .messages
+        .iter()
+        .map(|m| m.text.as_str())
+        .collect();
+    assert!(!text.contains("lost"));
 }

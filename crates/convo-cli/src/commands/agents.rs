@@ -176,6 +176,9 @@ fn import_file(
         };
         return import_lazy(store, format, file, session, agent, redact, report);
     }
+    if format == "opencode" {
+        return import_opencode(store, file, agent, redact, report);
+    }
     let reader = convo_formats::reader(format).ok_or("unknown format")?;
     let mut got = reader
         .read_path(file)
@@ -212,12 +215,12 @@ fn import_file(
 }
 
 /// A redacting loader: `--redact-secrets` on each message as it is read.
-struct Redacting<'a, 'b> {
-    inner: &'a mut convo_formats::records::Stored<'b>,
+struct Redacting<'a> {
+    inner: &'a mut dyn convo_formats::ledger::Loader,
     found: super::import::Redacted,
 }
 
-impl convo_formats::ledger::Loader for Redacting<'_, '_> {
+impl convo_formats::ledger::Loader for Redacting<'_> {
     fn load(
         &mut self,
         i: usize,
@@ -277,6 +280,62 @@ fn import_lazy(
             "secrets": found.secrets, "messages": found.messages}));
     }
     count(o, file, report);
+    Ok(())
+}
+
+/// Imports an opencode database or storage folder in one transaction, one
+/// session at a time, its messages read again one at a time.
+fn import_opencode(
+    store: &mut convo_store::Store,
+    file: &Path,
+    agent: Option<&str>,
+    redact: bool,
+    report: &mut Report,
+) -> Result<(), String> {
+    let mut opened = convo_formats::opencode::open(file)
+        .map_err(|e| format_error(e).message_text().to_owned())?;
+    let mut outcomes = Vec::new();
+    let mut found = super::import::Redacted::default();
+    let mut failed = None;
+    let got = store.transaction(|l| {
+        opened.each(|conv, rows| {
+            let mut loader = Redacting {
+                inner: &mut *rows,
+                found: Default::default(),
+            };
+            let o = if redact {
+                convo_formats::ledger::import_lazy(l, "opencode", conv, &mut loader, agent, now())
+            } else {
+                convo_formats::ledger::import_lazy(l, "opencode", conv, loader.inner, agent, now())
+            };
+            found.secrets += loader.found.secrets;
+            found.messages += loader.found.messages;
+            if o.is_err() {
+                failed = rows.failed.take();
+            }
+            outcomes.push(o?);
+            Ok::<_, convo_store::StoreError>(())
+        })
+    });
+    for w in &opened.warnings {
+        eprintln!("warning: {w}");
+    }
+    if let Err(e) = got {
+        return Err(match failed {
+            Some(f) => format_error(f).message_text().to_owned(),
+            None => format!("{}: {e}", file.display()),
+        });
+    }
+    if found.secrets > 0 {
+        report.secrets += found.secrets;
+        report
+            .redacted
+            .push(json!({"file": file.display().to_string(),
+            "secrets": found.secrets, "messages": found.messages}));
+    }
+    for o in outcomes {
+        count(o, file, report);
+    }
     Ok(())
 }
 

@@ -161,7 +161,9 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
     }
     let bytes: Vec<u8>;
     let mut new_id = None;
-    if a.branch.is_none() && !a.place {
+    if a.branch.is_none() && !a.place && a.format == "gemini-cli" {
+        bytes = gemini_cli::file_bytes(&records);
+    } else if a.branch.is_none() && !a.place {
         let mut out = Vec::new();
         for (file, _, raw) in &records {
             if file.is_empty() {
