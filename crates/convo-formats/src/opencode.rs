@@ -1286,11 +1286,8 @@ impl crate::ledger::Loader for Rows<'_> {
         i: usize,
         skeleton: &Message,
     ) -> std::result::Result<Message, convo_store::StoreError> {
-        self.message(i, skeleton).map_err(|e| {
-            let msg = e.render().lines().next().unwrap_or_default().to_owned();
-            self.failed = Some(e);
-            convo_store::StoreError::Invalid(msg.into())
-        })
+        self.message(i, skeleton)
+            .map_err(|e| crate::records::failed_load(&mut self.failed, e))
     }
 
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {

@@ -481,17 +481,22 @@ impl Session<'_> {
     }
 }
 
+/// A message a loader could not read again: kept in `slot` for the
+/// importer to report whole, its first line the store's error.
+pub(crate) fn failed_load(slot: &mut Option<Error>, e: Error) -> convo_store::StoreError {
+    let msg = e.render().lines().next().unwrap_or_default().to_owned();
+    *slot = Some(e);
+    convo_store::StoreError::Invalid(msg.into())
+}
+
 impl crate::ledger::Loader for Stored<'_> {
     fn load(
         &mut self,
         i: usize,
         skeleton: &Message,
     ) -> std::result::Result<Message, convo_store::StoreError> {
-        self.message(i, skeleton).map_err(|e| {
-            let msg = e.render().lines().next().unwrap_or_default().to_owned();
-            self.failed = Some(e);
-            convo_store::StoreError::Invalid(msg.into())
-        })
+        self.message(i, skeleton)
+            .map_err(|e| failed_load(&mut self.failed, e))
     }
 
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {

@@ -147,6 +147,18 @@ struct Report {
     secrets: usize,
 }
 
+impl Report {
+    /// What `--redact-secrets` replaced in `file`, if anything.
+    fn note_secrets(&mut self, file: &Path, found: &super::import::Redacted) {
+        if found.secrets > 0 {
+            self.secrets += found.secrets;
+            self.redacted
+                .push(json!({"file": file.display().to_string(),
+                "secrets": found.secrets, "messages": found.messages}));
+        }
+    }
+}
+
 /// The session files under a path given to `import`.
 fn files_of(format: &str, path: &Path) -> Vec<PathBuf> {
     if !path.is_dir() {
@@ -193,13 +205,7 @@ fn import_file(
             found.secrets += r.secrets;
             found.messages += r.messages;
         }
-        if found.secrets > 0 {
-            report.secrets += found.secrets;
-            report
-                .redacted
-                .push(json!({"file": file.display().to_string(),
-                "secrets": found.secrets, "messages": found.messages}));
-        }
+        report.note_secrets(file, &found);
     }
     let refs: Vec<(&str, &convo_formats::Conversation)> =
         got.conversations.iter().map(|c| (format, c)).collect();
@@ -272,13 +278,7 @@ fn import_lazy(
             });
         }
     };
-    if found.secrets > 0 {
-        report.secrets += found.secrets;
-        report
-            .redacted
-            .push(json!({"file": file.display().to_string(),
-            "secrets": found.secrets, "messages": found.messages}));
-    }
+    report.note_secrets(file, &found);
     count(o, file, report);
     Ok(())
 }
@@ -326,13 +326,7 @@ fn import_opencode(
             None => format!("{}: {e}", file.display()),
         });
     }
-    if found.secrets > 0 {
-        report.secrets += found.secrets;
-        report
-            .redacted
-            .push(json!({"file": file.display().to_string(),
-            "secrets": found.secrets, "messages": found.messages}));
-    }
+    report.note_secrets(file, &found);
     for o in outcomes {
         count(o, file, report);
     }
