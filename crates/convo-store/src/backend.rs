@@ -160,7 +160,7 @@ impl Scanned<'_> {
     }
 
     /// Its length in bytes.
-    pub fn len(&self) -> u64 {
+    pub fn size(&self) -> u64 {
         match self {
             Scanned::Unchecked(b) | Scanned::Checked(b) => b.len() as u64,
             Scanned::Hashed(n) => *n,

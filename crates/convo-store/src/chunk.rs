@@ -940,7 +940,7 @@ impl Digests {
                 hasher.update(b);
                 at += want;
                 n += 1;
-                if (i * BATCH + n) % STATE_EVERY_LEAVES == 0 {
+                if (i * BATCH + n).is_multiple_of(STATE_EVERY_LEAVES) {
                     states.insert(at, hasher.clone());
                 }
                 Ok(())
@@ -1287,7 +1287,7 @@ mod tests {
                 vec![(h.as_bytes().to_vec(), s.manifest.clone())],
                 keep,
                 &mut |_, r| {
-                    named.push(r.map(|s| s.len()));
+                    named.push(r.map(|s| s.size()));
                     Ok(())
                 },
             )
@@ -1316,7 +1316,7 @@ mod tests {
     fn scan_digests(m: &mut Mem, rows: Vec<(Vec<u8>, Vec<u8>)>) -> Vec<Result<u64, String>> {
         let mut out = Vec::new();
         scan_chunked(m, rows, false, &mut |_, r| {
-            out.push(r.map(|s| s.len()));
+            out.push(r.map(|s| s.size()));
             Ok(())
         })
         .unwrap();

@@ -956,7 +956,7 @@ fn check_blobs(
                 return Ok(());
             }
         };
-        let len = scanned.len();
+        let len = scanned.size();
         let right = |h: &ContentHash| match scanned {
             Scanned::Unchecked(bytes) => *h == convo_core::hash::content_hash(bytes),
             Scanned::Checked(_) | Scanned::Hashed(_) => true,
