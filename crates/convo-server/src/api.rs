@@ -430,10 +430,28 @@ pub(crate) fn timeline_page(
         s.timeline_page(&row.id, branch, cursor as usize, limit)?
     };
     let offset = page.offset;
+    // A call received as telemetry leaves its details to the kept export
+    // body: read back, beside the diagnostics as stored.
+    let refs: Vec<_> = page
+        .nodes
+        .iter()
+        .map(|(n, _)| (&n.stored, n.payload.as_slice()))
+        .collect();
+    let otel = convo_formats::otel::ingest::resolve_kept(s, &refs)?;
     let nodes: Vec<NodeView> = page
         .nodes
         .iter()
-        .map(|(n, turn)| wire::node(&n.stored, Some(&n.payload)).with_turn(*turn))
+        .zip(otel)
+        .map(|((n, turn), o)| {
+            let mut v = wire::node(&n.stored, Some(&n.payload)).with_turn(*turn);
+            if v.diagnostics
+                .pointer("/extra/otel")
+                .is_none_or(convo_formats::otel::ingest::left_to_body)
+            {
+                v.otel = o;
+            }
+            v
+        })
         .collect();
     let end = offset + nodes.len();
     Ok(TimelinePageView {

@@ -325,7 +325,8 @@ pub(crate) fn body_in(
             None => Arc::default(),
         };
         let mut payloads = Vec::new();
-        if let Some((from, to)) = r.nodes
+        // A body kept whole needs no dictionary.
+        if let Some((from, to)) = r.nodes.filter(|_| r.residual.first() != Some(&WHOLE))
             && to >= from
             && from > 0
         {
@@ -358,6 +359,8 @@ pub struct OtlpExport {
     pub media: String,
     /// The sessions its calls belong to.
     pub sessions: Vec<convo_core::SessionId>,
+    /// The nodes it wrote (follow numbers, first and last), if any.
+    pub nodes: Option<(u64, u64)>,
     /// The body as received (gunzipped).
     pub body: Vec<u8>,
 }
@@ -381,6 +384,7 @@ impl crate::Store {
                     received_at: row.received_at,
                     media: row.media,
                     sessions: row.sessions,
+                    nodes: row.nodes,
                     body: body.to_vec(),
                 });
             }
