@@ -164,8 +164,9 @@ pub struct NodeView {
     /// For a node received as OpenTelemetry whose export body is kept (in
     /// a timeline): its whole `extra.otel` read back from that body (a
     /// call's `span_id`, `trace_id`, `call`: latency, usage, the
-    /// attributes as received…; `{}` for another message). Absent
-    /// otherwise, and in listings that do not read bodies.
+    /// attributes as received…; `{}` for another message), in a timeline
+    /// page asked for with `otel=true` and on `convo show`. Absent
+    /// otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub otel: Option<serde_json::Value>,

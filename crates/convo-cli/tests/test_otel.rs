@@ -321,7 +321,7 @@ fn otel_call_details_kept_in_the_body_are_shown_and_exported() {
     let ids = session_ids(&srv);
     let page = srv
         .get(&format!(
-            "/api/v1/sessions/{}/branches/main/timeline?limit=100",
+            "/api/v1/sessions/{}/branches/main/timeline?limit=100&otel=true",
             ids[0]
         ))
         .expect(200);
@@ -345,6 +345,14 @@ fn otel_call_details_kept_in_the_body_are_shown_and_exported() {
         );
     };
     check(&last["otel"], "the API's timeline");
+    // Asked for: a page without it reads no body.
+    let plain = srv
+        .get(&format!(
+            "/api/v1/sessions/{}/branches/main/timeline?limit=100",
+            ids[0]
+        ))
+        .expect(200);
+    assert_eq!(plain["nodes"][1].get("otel"), None, "{plain}");
     let hash = last["hash"].as_str().unwrap();
     check(
         &t.run(&["show", hash, "--json"]).json()["otel"],
@@ -739,7 +747,7 @@ fn otel_session_replays_through_the_proxy_and_forks() {
         );
         let page = srv
             .get(&format!(
-                "/api/v1/sessions/{id}/branches/main/timeline?limit=100"
+                "/api/v1/sessions/{id}/branches/main/timeline?limit=100&otel=true"
             ))
             .expect(200);
         let nodes = page["nodes"].as_array().unwrap().clone();
