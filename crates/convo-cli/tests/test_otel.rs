@@ -354,6 +354,18 @@ fn otel_call_details_kept_in_the_body_are_shown_and_exported() {
         .expect(200);
     assert_eq!(plain["nodes"][1].get("otel"), None, "{plain}");
     let hash = last["hash"].as_str().unwrap();
+    let page = srv.req(
+        "GET",
+        &format!("/sessions/{}/nodes/{hash}", ids[0]),
+        &[],
+        b"",
+    );
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    assert!(
+        html.contains("Telemetry") && html.contains("00f067aa0ba902b7"),
+        "the node page: {html}"
+    );
     check(
         &t.run(&["show", hash, "--json"]).json()["otel"],
         "show --json",
