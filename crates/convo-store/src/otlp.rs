@@ -22,7 +22,7 @@
 //! **Encoding.** Greedy: at each position the copy that saves the most
 //! bytes once its op is paid for, among the continuation of the last copy
 //! and up to [`CHAIN`] earlier positions sharing the next 8 bytes' hash
-//! (newest first), so a fragment that recurs (`{"resource…`, a message's
+//! (newest first; the first of [`NICE`] bytes or more is taken at once), so a fragment that recurs (`{"resource…`, a message's
 //! JSON around its text) is copied from where the longest run follows.
 //!
 //! **Redaction.** [`crate::Store::redact`] drops every kept body that
@@ -42,6 +42,10 @@ const WINDOW: usize = 8;
 /// The most earlier positions with the same hash a match is looked for
 /// at (newest first).
 const CHAIN: usize = 16;
+/// A copy this long is taken without looking further (comparing the
+/// candidates of a body that repeats a long history would cost each one's
+/// whole length; a better one would save a byte or two).
+const NICE: usize = 1024;
 /// The match table: 2^BITS slots.
 const BITS: u32 = 16;
 
@@ -139,8 +143,21 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
     let mut expected = 0usize;
     let mut i = d;
     let match_len = |a: usize, b: usize| {
-        // a < b: a source position before the body position b.
+        // a < b: a source position before the body position b. Eight
+        // bytes at a time, then byte by byte.
+        let word = |p: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&src[p..p + 8]);
+            u64::from_le_bytes(w)
+        };
         let mut k = 0;
+        while b + k + 8 <= n {
+            let x = word(a + k) ^ word(b + k);
+            if x != 0 {
+                return k + (x.trailing_zeros() / 8) as usize;
+            }
+            k += 8;
+        }
         while b + k < n && src[a + k] == src[b + k] {
             k += 1;
         }
@@ -167,15 +184,15 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
         if skip > 0 {
             // Bytes replaced, or bytes inserted.
             for cont in [expected + skip, expected] {
-                if cont < i {
+                if cont < i && best.1 < NICE {
                     consider(cont, &mut best, &mut best_gain);
                 }
             }
         }
-        if i + WINDOW <= n {
+        if i + WINDOW <= n && best.1 < NICE {
             let mut c = head[hash(&src[i..])];
             for _ in 0..CHAIN {
-                if c == u32::MAX {
+                if c == u32::MAX || best.1 >= NICE {
                     break;
                 }
                 let from = c as usize;
