@@ -161,6 +161,15 @@ pub struct NodeView {
     /// text is `diagnostics.error`, and `diagnostics.partial` is `true` when
     /// the payload is what was streamed before the cut. `null` otherwise.
     pub failure: Option<String>,
+    /// For a node received as OpenTelemetry whose export body is kept (in
+    /// a timeline): its whole `extra.otel` read back from that body (a
+    /// call's `span_id`, `trace_id`, `call`: latency, usage, the
+    /// attributes as received…; `{}` for another message), in a timeline
+    /// page asked for with `otel=true` and on `convo show`. Absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub otel: Option<serde_json::Value>,
 }
 
 impl NodeView {
@@ -196,6 +205,7 @@ impl NodeView {
                 .as_ref()
                 .and_then(|e| e.sealed_as.as_ref().map(|s| s.as_str().to_owned())),
             failure: failure_of(n),
+            otel: None,
         }
     }
 

@@ -290,6 +290,103 @@ fn span_json(trace: &str) -> Value {
     ]}]}]}]})
 }
 
+/// A call's details its node leaves to the kept export body (span and
+/// trace ids, latency, the attributes as received) are still shown (the
+/// API's timeline, `convo show`) and exported, beside the model and
+/// tokens its diagnostics keep.
+#[test]
+fn otel_call_details_kept_in_the_body_are_shown_and_exported() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mut body = span_json(trace);
+    let span = &mut body["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
+    let attr = |k: &str, v: Value| json!({"key": k, "value": v});
+    span["attributes"].as_array_mut().unwrap().extend([
+        attr("gen_ai.request.model", json!({"stringValue": "gpt-4o"})),
+        attr(
+            "gen_ai.response.model",
+            json!({"stringValue": "gpt-4o-2024-08-06"}),
+        ),
+        attr("gen_ai.usage.input_tokens", json!({"intValue": "12"})),
+        attr("gen_ai.usage.output_tokens", json!({"intValue": "3"})),
+    ]);
+    let r = srv.req(
+        "POST",
+        "/v1/traces",
+        &[("content-type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let ids = session_ids(&srv);
+    let page = srv
+        .get(&format!(
+            "/api/v1/sessions/{}/branches/main/timeline?limit=100&otel=true",
+            ids[0]
+        ))
+        .expect(200);
+    let last = page["nodes"].as_array().unwrap().last().unwrap().clone();
+    let stored = &last["diagnostics"];
+    assert_eq!(stored["model"], "gpt-4o-2024-08-06", "{last}");
+    assert_eq!(
+        stored["extra"]["otel"]["call"]["usage"]["input_tokens"], 12,
+        "{last}"
+    );
+    assert_eq!(stored["extra"]["otel"].get("span_id"), None, "{last}");
+    assert_eq!(stored["extra"]["otel"]["call"].get("attributes"), None);
+    let check = |o: &Value, what: &str| {
+        assert_eq!(o["span_id"], "00f067aa0ba902b7", "{what}: {o}");
+        assert_eq!(o["trace_id"], trace, "{what}: {o}");
+        assert_eq!(o["call"]["latency_ms"], 1000, "{what}: {o}");
+        assert_eq!(o["call"]["usage"]["output_tokens"], 3, "{what}: {o}");
+        assert_eq!(
+            o["call"]["attributes"]["gen_ai.request.model"], "gpt-4o",
+            "{what}: {o}"
+        );
+    };
+    check(&last["otel"], "the API's timeline");
+    // Asked for: a page without it reads no body.
+    let plain = srv
+        .get(&format!(
+            "/api/v1/sessions/{}/branches/main/timeline?limit=100",
+            ids[0]
+        ))
+        .expect(200);
+    assert_eq!(plain["nodes"][1].get("otel"), None, "{plain}");
+    let hash = last["hash"].as_str().unwrap();
+    let page = srv.req(
+        "GET",
+        &format!("/sessions/{}/nodes/{hash}", ids[0]),
+        &[],
+        b"",
+    );
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    assert!(
+        html.contains("Telemetry") && html.contains("00f067aa0ba902b7"),
+        "the node page: {html}"
+    );
+    check(
+        &t.run(&["show", hash, "--json"]).json()["otel"],
+        "show --json",
+    );
+    let text = t.run(&["show", hash]).ok();
+    assert!(
+        text.contains("telemetry") && text.contains("00f067aa0ba902b7") && text.contains(trace),
+        "{text}"
+    );
+    let exported = t.run(&["export", &ids[0], "--format", "session-json"]).ok();
+    let doc: Value = serde_json::from_str(&exported).unwrap();
+    let otel = doc["history"]
+        .as_array()
+        .and_then(|h| h.iter().find(|e| e["agent"] == "hello"))
+        .map(|e| &e["otel"])
+        .unwrap_or_else(|| panic!("{exported}"));
+    check(otel, "export --format session-json");
+    let v = srv.get("/api/v1/verify").expect(200);
+    assert_eq!(v["ok"], json!(true), "{v}");
+}
+
 /// A span of conversation `trace` for call `i`: its history of `i`
 /// question/answer pairs, question `i`, answer `i`.
 fn call_span(trace: &str, i: usize) -> Value {
@@ -662,17 +759,16 @@ fn otel_session_replays_through_the_proxy_and_forks() {
         );
         let page = srv
             .get(&format!(
-                "/api/v1/sessions/{id}/branches/main/timeline?limit=100"
+                "/api/v1/sessions/{id}/branches/main/timeline?limit=100&otel=true"
             ))
             .expect(200);
         let nodes = page["nodes"].as_array().unwrap().clone();
         if mode == "openinference" {
             // Call 1's answer (the tool call) as OpenInference captured it.
-            let whole =
-                nodes[2]["diagnostics"]["extra"]["otel"]["call"]["attributes"]["output.value"]
-                    .as_str()
-                    .unwrap_or_else(|| panic!("no output.value: {}", nodes[2]))
-                    .to_owned();
+            let whole = nodes[2]["otel"]["call"]["attributes"]["output.value"]
+                .as_str()
+                .unwrap_or_else(|| panic!("no output.value: {}", nodes[2]))
+                .to_owned();
             let p = proxy(&id);
             let r = p.req(
                 "POST",

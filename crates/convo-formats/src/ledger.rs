@@ -1091,9 +1091,16 @@ pub fn export(
     branch: &BranchName,
 ) -> Result<Conversation, StoreError> {
     let nodes = store.timeline(&session.id, branch)?;
+    // A call received as telemetry leaves its details to the kept export
+    // body: the message carries them whole, read back from it.
+    let refs: Vec<_> = nodes
+        .iter()
+        .map(|n| (&n.stored, n.payload.as_slice()))
+        .collect();
+    let otel = crate::otel::ingest::resolve_kept(store, &refs)?;
     let mut messages = Vec::with_capacity(nodes.len());
     let mut meta: Option<Map<String, Value>> = None;
-    for n in &nodes {
+    for (n, o) in nodes.iter().zip(otel) {
         let node = &n.stored.node;
         if meta.is_none()
             && !matches!(node.kind, Kind::Fork | Kind::Promote)
@@ -1101,7 +1108,14 @@ pub fn export(
         {
             meta = Some(c.clone());
         }
-        if let Some(m) = node_message(node, &n.payload) {
+        if let Some(mut m) = node_message(node, &n.payload) {
+            if let Some(o) = o
+                && m.extra
+                    .get("otel")
+                    .is_none_or(crate::otel::ingest::left_to_body)
+            {
+                m.extra.insert("otel".into(), o);
+            }
             messages.push(m);
         }
     }

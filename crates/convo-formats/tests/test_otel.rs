@@ -1093,3 +1093,74 @@ fn otel_export_bodies_are_kept_and_a_redaction_takes_those_holding_the_text() {
     }
     assert!(s.verify().unwrap().is_clean(), "the history verifies");
 }
+
+/// Where the export body is kept, a call's node stores only its place
+/// among the body's calls, usage and status: the span and parent span
+/// ids, latency and attributes as received are read back from the body,
+/// and give what a node stores when no body is kept.
+#[test]
+fn otel_what_the_kept_body_holds_is_read_back_from_it_not_stored_twice() {
+    let (one, two) = semconv_calls();
+    // The body lists the second call first: its place is 0.
+    let body = traces(vec![two, one]);
+    let thread = format!("trace:{TRACE}");
+    let id = session_id(&thread);
+    let mut kept = store();
+    ingest_kept(&mut kept, &otel::ThreadCache::new(), &body, Encoding::Json);
+    let mut whole = store();
+    ingest_traces(&mut whole, &body);
+    assert_eq!(transcript(&mut kept, &thread), expected());
+
+    let tl = kept.timeline(&id, &BranchName::main()).unwrap();
+    let last = tl.last().unwrap().stored.node.diagnostics.to_value();
+    assert_eq!(last["model"], "gpt-4o-2024-08-06", "{last}");
+    assert_eq!(
+        last["extra"]["otel"]["call"].get("n"),
+        None,
+        "the first: {last}"
+    );
+    let question = tl[1].stored.node.diagnostics.to_value();
+    assert_eq!(question["extra"].get("otel"), None, "no marker: {question}");
+    for gone in ["span_id", "parent_span_id"] {
+        assert_eq!(last["extra"]["otel"].get(gone), None, "{last}");
+    }
+    for gone in ["attributes", "latency_ms", "parent_span_id"] {
+        assert_eq!(last["extra"]["otel"]["call"].get(gone), None, "{last}");
+    }
+    let request = tl[2].stored.node.diagnostics.to_value();
+    assert_eq!(request["extra"]["otel"]["call"]["n"], 1, "{request}");
+    assert_eq!(
+        request["extra"]["otel"]["call"]["usage"]["input_tokens"], 20,
+        "tokens stay in the diagnostics: {request}"
+    );
+
+    // Read back from the body: what the node stores when none is kept.
+    let refs: Vec<_> = tl
+        .iter()
+        .map(|n| (&n.stored, n.payload.as_slice()))
+        .collect();
+    let back = otel::ingest::resolve_kept(&mut kept, &refs).unwrap();
+    let wtl = whole.timeline(&id, &BranchName::main()).unwrap();
+    let diags: Vec<Value> = wtl
+        .iter()
+        .map(|n| n.stored.node.diagnostics.to_value())
+        .collect();
+    let want = otel::ingest::resolve(&diags);
+    assert_eq!(back, want);
+    let got = back.last().unwrap().as_ref().unwrap();
+    assert_eq!(got["span_id"], "0000000000001002");
+    assert_eq!(got["trace_id"], TRACE);
+    assert_eq!(got["call"]["parent_span_id"], "00f067aa0ba902b7");
+    assert_eq!(got["call"]["latency_ms"], 1000);
+    assert_eq!(
+        got["call"]["attributes"]["gen_ai.response.model"],
+        "gpt-4o-2024-08-06"
+    );
+    // The export formats carry it whole.
+    let row = kept.find_session(&id.to_string()).unwrap();
+    let conv = convo_formats::ledger::export(&mut kept, &row, &BranchName::main()).unwrap();
+    let m = conv.messages.last().unwrap();
+    assert_eq!(m.extra["otel"]["span_id"], "0000000000001002");
+    assert_eq!(m.extra["otel"]["call"]["latency_ms"], 1000);
+    assert!(kept.verify().unwrap().is_clean());
+}

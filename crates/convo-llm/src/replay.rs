@@ -554,7 +554,7 @@ impl Replay {
         }
         let rebuilt = calls.is_empty();
         if rebuilt {
-            calls = rebuilt_calls(&nodes);
+            calls = rebuilt_calls(store, &nodes)?;
         }
         if calls.is_empty() {
             return Err(StoreError::Invalid(format!(
@@ -694,17 +694,27 @@ impl Replay {
 }
 
 /// The calls of a timeline received as telemetry, rebuilt from its
-/// messages (see [`convo_formats::otel::rebuild`]).
-fn rebuilt_calls(nodes: &[convo_store::TimelineNode]) -> Vec<Call> {
+/// messages (see [`convo_formats::otel::rebuild`]), each call's
+/// diagnostics whole (what its node leaves to the kept export body read
+/// back: `otel::ingest::resolve_kept`).
+fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Result<Vec<Call>> {
+    let refs: Vec<_> = nodes
+        .iter()
+        .map(|n| (&n.stored, n.payload.as_slice()))
+        .collect();
+    let otel = convo_formats::otel::ingest::resolve_kept(store, &refs)?;
     let mut at = Vec::new();
     let mut messages = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        if let Some(m) = convo_formats::ledger::node_message(&n.stored.node, &n.payload) {
+        if let Some(mut m) = convo_formats::ledger::node_message(&n.stored.node, &n.payload) {
+            if let Some(o) = &otel[i] {
+                m.extra.insert("otel".into(), o.clone());
+            }
             at.push(i);
             messages.push(m);
         }
     }
-    rebuild::calls(&messages)
+    Ok(rebuild::calls(&messages)
         .into_iter()
         .map(|r| {
             let node = &nodes[at[r.at]];
@@ -723,7 +733,7 @@ fn rebuilt_calls(nodes: &[convo_store::TimelineNode]) -> Vec<Call> {
                 rebuilt: Some(Box::new(r)),
             }
         })
-        .collect()
+        .collect())
 }
 
 /// A call that did not match.

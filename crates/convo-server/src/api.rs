@@ -376,6 +376,10 @@ pub struct PageQuery {
     /// Nodes per page (default 200, at most 2000).
     #[param(minimum = 1, maximum = 2000)]
     pub limit: Option<usize>,
+    /// `true`: each node received as OpenTelemetry gets `otel`, its call's
+    /// details read back from the kept export body (rebuilds the session's
+    /// kept bodies: it costs what the exporter sent). Default `false`.
+    pub otel: Option<bool>,
 }
 
 /// A page of a timeline.
@@ -407,9 +411,10 @@ pub async fn timeline(
     let branch = branch_name(&b)?;
     let limit = p.limit.unwrap_or(200).clamp(1, 2000);
     let cursor = p.cursor.unwrap_or(0);
+    let otel = p.otel.unwrap_or(false);
     Ok(Json(
         st.pool
-            .run(move |s| timeline_page(s, &q, &branch, cursor, limit))
+            .run(move |s| timeline_page(s, &q, &branch, cursor, limit, otel))
             .await?,
     ))
 }
@@ -420,6 +425,7 @@ pub(crate) fn timeline_page(
     branch: &BranchName,
     cursor: i64,
     limit: usize,
+    otel: bool,
 ) -> convo_store::Result<TimelinePageView> {
     let row = s.find_session(q)?;
     let page = if cursor < 0 {
@@ -430,10 +436,32 @@ pub(crate) fn timeline_page(
         s.timeline_page(&row.id, branch, cursor as usize, limit)?
     };
     let offset = page.offset;
+    // A call received as telemetry leaves its details to the kept export
+    // body: read back, beside the diagnostics as stored.
+    let refs: Vec<_> = page
+        .nodes
+        .iter()
+        .map(|(n, _)| (&n.stored, n.payload.as_slice()))
+        .collect();
+    let otel = if otel {
+        convo_formats::otel::ingest::resolve_kept(s, &refs)?
+    } else {
+        vec![None; refs.len()]
+    };
     let nodes: Vec<NodeView> = page
         .nodes
         .iter()
-        .map(|(n, turn)| wire::node(&n.stored, Some(&n.payload)).with_turn(*turn))
+        .zip(otel)
+        .map(|((n, turn), o)| {
+            let mut v = wire::node(&n.stored, Some(&n.payload)).with_turn(*turn);
+            if v.diagnostics
+                .pointer("/extra/otel")
+                .is_none_or(convo_formats::otel::ingest::left_to_body)
+            {
+                v.otel = o;
+            }
+            v
+        })
         .collect();
     let end = offset + nodes.len();
     Ok(TimelinePageView {

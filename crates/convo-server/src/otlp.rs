@@ -33,7 +33,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use convo_formats::otel::{self, Batch, Encoding, Prepared, Rejected};
+use convo_formats::otel::{self, Encoding, Prepared, Rejected};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };
@@ -176,24 +176,13 @@ async fn receive(
         move || -> Result<(Prepared, Rejected), convo_formats::Error> {
             // The body as received, gunzipped: decoded, and kept.
             let bytes = otel::inflate(&body, gzip, limit)?.into_owned();
-            let (calls, rejected) = match signal {
-                Signal::Traces => {
-                    let mut req = otel::decode_traces(&bytes, enc, false, limit)?;
-                    let rejected = otel::check_traces(&mut req);
-                    (otel::calls_from_spans(&Batch::traces(&req)), rejected)
-                }
-                Signal::Logs => {
-                    let mut req = otel::decode_logs(&bytes, enc, false, limit)?;
-                    let rejected = otel::check_logs(&mut req);
-                    (otel::calls_from_logs(&Batch::logs(&req)), rejected)
-                }
-            };
             let media = match (signal, enc) {
                 (Signal::Traces, Encoding::Protobuf) => "traces/protobuf",
                 (Signal::Traces, Encoding::Json) => "traces/json",
                 (Signal::Logs, Encoding::Protobuf) => "logs/protobuf",
                 (Signal::Logs, Encoding::Json) => "logs/json",
             };
+            let (calls, rejected) = otel::read_body(media, &bytes, limit)?;
             let body = otel::raw::Body {
                 media,
                 bytes: std::sync::Arc::new(bytes),

@@ -466,8 +466,9 @@ pub struct OtlpExportRow {
     pub media: String,
     /// The export whose body `residual` is a delta against, if any.
     pub base: Option<u64>,
-    /// The follow numbers of the nodes whose payloads `residual` refers
-    /// to, if any.
+    /// The follow numbers of the nodes the export wrote, if any (first
+    /// and last): `residual` refers to their payloads (unless the body is
+    /// kept whole), and their diagnostics to the body.
     pub nodes: Option<(u64, u64)>,
     /// The body's length in bytes.
     pub body_len: u64,

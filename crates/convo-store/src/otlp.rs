@@ -19,6 +19,12 @@
 //! start as a zigzag LEB128 difference from where the previous copy
 //! ended.
 //!
+//! **Encoding.** Greedy: at each position the copy that saves the most
+//! bytes once its op is paid for, among the continuation of the last copy
+//! and up to [`CHAIN`] earlier positions sharing the next 8 bytes' hash
+//! (newest first; the first of [`NICE`] bytes or more is taken at once), so a fragment that recurs (`{"resource…`, a message's
+//! JSON around its text) is copied from where the longest run follows.
+//!
 //! **Redaction.** [`crate::Store::redact`] drops every kept body that
 //! holds the redacted bytes (in any of the forms above), and every body
 //! rebuilt from one it drops: the text leaves the store with its payload.
@@ -33,6 +39,13 @@ use std::sync::Arc;
 const MIN_COPY: usize = 6;
 /// The bytes hashed to find a match.
 const WINDOW: usize = 8;
+/// The most earlier positions with the same hash a match is looked for
+/// at (newest first).
+const CHAIN: usize = 16;
+/// A copy this long is taken without looking further (comparing the
+/// candidates of a body that repeats a long history would cost each one's
+/// whole length; a better one would save a byte or two).
+const NICE: usize = 1024;
 /// The match table: 2^BITS slots.
 const BITS: u32 = 16;
 
@@ -68,6 +81,28 @@ fn get_varint(b: &[u8], at: &mut usize) -> std::result::Result<u64, String> {
     Err("a number in the residual is too long".into())
 }
 
+fn varint_len(mut v: u64) -> usize {
+    let mut n = 1;
+    while v >= 0x80 {
+        v >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// The bytes of the op copying `len` bytes from `from`, the last copy
+/// having ended at `expected`.
+fn op_bytes(from: usize, len: usize, expected: usize) -> usize {
+    let l = len - MIN_COPY;
+    let head = if l < 0x7f {
+        1
+    } else {
+        1 + varint_len((l - 0x7f) as u64)
+    };
+    let delta = from as i64 - expected as i64;
+    head + varint_len(((delta << 1) ^ (delta >> 63)) as u64)
+}
+
 fn flush_literals(out: &mut Vec<u8>, lit: &[u8]) {
     for c in lit.chunks(128) {
         out.push((c.len() - 1) as u8);
@@ -83,60 +118,92 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
     src.extend_from_slice(dict);
     src.extend_from_slice(body);
     let d = dict.len();
-    let mut table = vec![u32::MAX; 1 << BITS];
-    let index = |table: &mut Vec<u32>, p: usize| {
-        if p + WINDOW <= src.len() {
-            table[hash(&src[p..])] = p as u32;
-        }
-    };
     if src.len() >= u32::MAX as usize {
         let mut out = vec![WHOLE];
         out.extend_from_slice(body);
         return out;
     }
+    let n = src.len();
+    // Hash chains: the newest position with each hash, and before each
+    // position the one before it with the same hash.
+    let mut head = vec![u32::MAX; 1 << BITS];
+    let mut prev = vec![u32::MAX; n];
+    let index = |head: &mut Vec<u32>, prev: &mut Vec<u32>, p: usize| {
+        if p + WINDOW <= n {
+            let h = hash(&src[p..]);
+            prev[p] = head[h];
+            head[h] = p as u32;
+        }
+    };
     for p in 0..d {
-        index(&mut table, p);
+        index(&mut head, &mut prev, p);
     }
     let mut out = vec![DELTA];
     let mut lit_from = d;
     let mut expected = 0usize;
     let mut i = d;
-    let n = src.len();
     let match_len = |a: usize, b: usize| {
-        // a < b: a source position before the body position b.
+        // a < b: a source position before the body position b. Eight
+        // bytes at a time, then byte by byte.
+        let word = |p: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&src[p..p + 8]);
+            u64::from_le_bytes(w)
+        };
         let mut k = 0;
+        while b + k + 8 <= n {
+            let x = word(a + k) ^ word(b + k);
+            if x != 0 {
+                return k + (x.trailing_zeros() / 8) as usize;
+            }
+            k += 8;
+        }
         while b + k < n && src[a + k] == src[b + k] {
             k += 1;
         }
         k
     };
     while i < n {
-        // The continuation of the last copy, skipping what was inserted
-        // since (an edit that changed a few bytes), else the table.
+        // Of the continuation of the last copy (skipping what was
+        // inserted since: an edit that changed a few bytes) and the
+        // positions with the same hash, the copy that saves the most
+        // bytes once its op is paid for.
         let skip = i - lit_from;
         let mut best = (0usize, 0usize);
+        let mut best_gain = 0i64;
+        let consider = |from: usize, best: &mut (usize, usize), best_gain: &mut i64| {
+            let k = match_len(from, i);
+            if k >= MIN_COPY {
+                let g = k as i64 - op_bytes(from, k, expected) as i64;
+                if g > *best_gain {
+                    *best = (from, k);
+                    *best_gain = g;
+                }
+            }
+        };
         if skip > 0 {
             // Bytes replaced, or bytes inserted.
             for cont in [expected + skip, expected] {
-                if cont < i {
-                    let k = match_len(cont, i);
-                    if k >= MIN_COPY && k > best.1 {
-                        best = (cont, k);
-                    }
+                if cont < i && best.1 < NICE {
+                    consider(cont, &mut best, &mut best_gain);
                 }
             }
         }
-        if best.1 < MIN_COPY && i + WINDOW <= n {
-            let c = table[hash(&src[i..])];
-            if c != u32::MAX && (c as usize) < i {
-                let k = match_len(c as usize, i);
-                if k >= MIN_COPY {
-                    best = (c as usize, k);
+        if i + WINDOW <= n && best.1 < NICE {
+            let mut c = head[hash(&src[i..])];
+            for _ in 0..CHAIN {
+                if c == u32::MAX || best.1 >= NICE {
+                    break;
                 }
+                let from = c as usize;
+                if from < i {
+                    consider(from, &mut best, &mut best_gain);
+                }
+                c = prev[from];
             }
         }
         if best.1 < MIN_COPY {
-            index(&mut table, i);
+            index(&mut head, &mut prev, i);
             i += 1;
             continue;
         }
@@ -154,7 +221,7 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
         for p in i..(i + len).min(n) {
             // Every position of a long copy would cost; a few suffice.
             if len < 64 || (p - i).is_multiple_of(16) {
-                index(&mut table, p);
+                index(&mut head, &mut prev, p);
             }
         }
         expected = from + len;
@@ -325,7 +392,8 @@ pub(crate) fn body_in(
             None => Arc::default(),
         };
         let mut payloads = Vec::new();
-        if let Some((from, to)) = r.nodes
+        // A body kept whole needs no dictionary.
+        if let Some((from, to)) = r.nodes.filter(|_| r.residual.first() != Some(&WHOLE))
             && to >= from
             && from > 0
         {
@@ -358,6 +426,8 @@ pub struct OtlpExport {
     pub media: String,
     /// The sessions its calls belong to.
     pub sessions: Vec<convo_core::SessionId>,
+    /// The nodes it wrote (follow numbers, first and last), if any.
+    pub nodes: Option<(u64, u64)>,
     /// The body as received (gunzipped).
     pub body: Vec<u8>,
 }
@@ -381,6 +451,7 @@ impl crate::Store {
                     received_at: row.received_at,
                     media: row.media,
                     sessions: row.sessions,
+                    nodes: row.nodes,
                     body: body.to_vec(),
                 });
             }
@@ -467,6 +538,22 @@ mod tests {
         let r = encode(&dict, body.as_bytes());
         assert!(r.len() < 24, "{} bytes", r.len());
         assert_eq!(decode(&dict, &r, body.len()).unwrap(), body.as_bytes());
+    }
+
+    #[test]
+    fn a_copy_is_taken_where_it_copies_most_not_where_its_hash_was_seen_last() {
+        // `{"resource` starts the dictionary and again 18 bytes in; only
+        // the first goes on as the body does.
+        let rest = "[{\"resource\":{\"attributes\":[]},\"spans\":[1,2,3,4,5,6,7,8,9]}]}";
+        let dict = format!("{{\"resourceSpans\":{rest}");
+        let body = format!("{{\"resourceSpans\":{rest} ");
+        let r = encode(dict.as_bytes(), body.as_bytes());
+        assert_eq!(
+            decode(dict.as_bytes(), &r, body.len()).unwrap(),
+            body.as_bytes()
+        );
+        // The tag, one copy from 0, the space.
+        assert!(r.len() <= 6, "{} bytes: {r:?}", r.len());
     }
 
     #[test]

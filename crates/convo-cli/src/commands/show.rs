@@ -37,8 +37,26 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         None => store.node(&prefix(&a.hash)?)?,
     };
     let payload = store.blob(&n.node.payload)?.unwrap_or_default();
+    // A call received as telemetry leaves its details (span and trace
+    // ids, latency, the attributes as received) to the kept export body.
+    let otel = if n
+        .node
+        .diagnostics
+        .to_value()
+        .pointer("/extra/otel")
+        .is_some_and(convo_formats::otel::ingest::left_to_body)
+    {
+        convo_formats::otel::ingest::resolve_kept(&mut store, &[(&n, payload.as_slice())])?
+            .pop()
+            .flatten()
+    } else {
+        None
+    };
     if a.json {
         let mut v = node_json(&n, Some(&payload));
+        if let Some(o) = &otel {
+            v["otel"] = o.clone();
+        }
         // A redacted payload is its tombstone: say so, with the redaction.
         v["redacted"] = match store.redaction(&n.node.payload)? {
             Some(r) => serde_json::json!({
@@ -110,6 +128,9 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
             "diagnostics {}",
             crate::output::clean(node.diagnostics.as_str())
         )?;
+    }
+    if let Some(o) = &otel {
+        writeln!(out, "telemetry  {}", crate::output::clean(&o.to_string()))?;
     }
     writeln!(out)?;
     match std::str::from_utf8(&payload) {

@@ -263,6 +263,9 @@ pub struct PreparedCall {
     chains: Vec<ThreadHash>,
     /// How many of `path` were the input.
     n_in: usize,
+    /// Its place among the calls read from the export body (what
+    /// [`super::calls_from_body`] gives back), for [`resolve_kept`].
+    index: usize,
 }
 
 /// The calls of one conversation, oldest first, and what its session is
@@ -313,26 +316,28 @@ impl Prepared {
 /// each call's path.
 pub fn prepare(calls: Vec<Call>) -> Prepared {
     let n = calls.len();
-    let mut by_thread: std::collections::BTreeMap<String, Vec<Call>> = Default::default();
-    for c in calls {
-        by_thread.entry(c.thread.clone()).or_default().push(c);
+    let mut by_thread: std::collections::BTreeMap<String, Vec<(usize, Call)>> = Default::default();
+    for (i, c) in calls.into_iter().enumerate() {
+        by_thread.entry(c.thread.clone()).or_default().push((i, c));
     }
     let threads = by_thread
         .into_iter()
         .map(|(thread, mut cs)| {
-            cs.sort_by(|a, b| (a.start, a.end, &a.span_id).cmp(&(b.start, b.end, &b.span_id)));
+            cs.sort_by(|(_, a), (_, b)| {
+                (a.start, a.end, &a.span_id).cmp(&(b.start, b.end, &b.span_id))
+            });
             let agent = cs
                 .iter()
-                .find_map(|c| c.agent.clone())
+                .find_map(|(_, c)| c.agent.clone())
                 .filter(|a| !a.trim().is_empty())
                 .unwrap_or_else(|| "otel".into());
             let title = cs
                 .iter()
-                .find_map(|c| derived_title(&Conversation::linear(c.input.clone())));
-            let created = cs.first().map(|c| c.start).filter(|&t| t > 0);
+                .find_map(|(_, c)| derived_title(&Conversation::linear(c.input.clone())));
+            let created = cs.first().map(|(_, c)| c.start).filter(|&t| t > 0);
             let calls = cs
                 .into_iter()
-                .map(|mut c| {
+                .map(|(index, mut c)| {
                     let n_in = c.input.len();
                     let mut path = std::mem::take(&mut c.input);
                     path.append(&mut c.output);
@@ -343,6 +348,7 @@ pub fn prepare(calls: Vec<Call>) -> Prepared {
                         path,
                         chains,
                         n_in,
+                        index,
                     }
                 })
                 .collect();
@@ -405,7 +411,7 @@ pub fn ingest_prepared(
         }
         out.sessions.push(session_id(&t.thread));
         let mut th = Thread::open(l, t, now, cache)?;
-        th.record(l, &cs, &mut out, &mut written)?;
+        th.record(l, &cs, p.body.is_some(), &mut out, &mut written)?;
         cache.put(th);
     }
     if let Some(body) = &p.body
@@ -574,6 +580,7 @@ impl Thread {
         &mut self,
         l: &mut Ledger<'_>,
         cs: &[&PreparedCall],
+        kept: bool,
         out: &mut Ingested,
         written: &mut Vec<(u64, Vec<u8>)>,
     ) -> Result<(), StoreError> {
@@ -645,8 +652,15 @@ impl Thread {
                 if output && m.role != Role::Tool {
                     m.model = c.model.clone();
                 }
-                let otel = if k == last {
+                let otel = if k == last && kept {
+                    kept_call_diagnostics(c, pc.index, &own, effect.as_ref())
+                } else if k == last {
                     call_diagnostics(c, &own, effect.as_ref())
+                } else if kept && !matches!(m.role, Role::Assistant | Role::ToolCall) {
+                    // The export's row says it came as telemetry
+                    // (`resolve_kept`); an answer keeps its marker, which
+                    // replay finds calls by.
+                    continue;
                 } else {
                     Value::Object(Map::new())
                 };
@@ -750,7 +764,42 @@ fn apply_stable(s: &mut Stable, otel: &Value) {
 /// included, where what is in effect is not known).
 fn call_diagnostics(c: &Call, own: &Stable, effect: Option<&Stable>) -> Value {
     let mut call = c.info.clone();
+    if !c.parent_span_id.is_empty() {
+        call.insert("parent_span_id".into(), json!(c.parent_span_id));
+    }
     let mut otel = Map::new();
+    otel.insert("span_id".into(), json!(c.span_id));
+    with_stable(otel, call, own, effect)
+}
+
+/// `extra.otel` of a call's last node when its export body is kept: its
+/// place among the calls read from that body (`call.n`, left out for the
+/// first), usage and status,
+/// and the stable fields that differ from `effect`. The rest (span and
+/// parent span ids, latency, the attributes as received, where the
+/// messages came from) is in the body, and [`resolve_kept`] reads it
+/// from there.
+fn kept_call_diagnostics(c: &Call, index: usize, own: &Stable, effect: Option<&Stable>) -> Value {
+    let mut call = Map::new();
+    if index > 0 {
+        call.insert("n".into(), json!(index));
+    }
+    for k in ["usage", "status"] {
+        if let Some(v) = c.info.get(k) {
+            call.insert(k.into(), v.clone());
+        }
+    }
+    with_stable(Map::new(), call, own, effect)
+}
+
+/// `otel` with `call` inside and the [`STABLE`] fields that differ from
+/// `effect` (all of them, nulls included, where it is not known).
+fn with_stable(
+    mut otel: Map<String, Value>,
+    mut call: Map<String, Value>,
+    own: &Stable,
+    effect: Option<&Stable>,
+) -> Value {
     for (i, k) in STABLE.iter().enumerate() {
         let write = match effect {
             Some(e) => e[i] != own[i],
@@ -762,10 +811,6 @@ fn call_diagnostics(c: &Call, own: &Stable, effect: Option<&Stable>) -> Value {
         } else {
             target.remove(*k);
         }
-    }
-    otel.insert("span_id".into(), json!(c.span_id));
-    if !c.parent_span_id.is_empty() {
-        call.insert("parent_span_id".into(), json!(c.parent_span_id));
     }
     otel.insert("call".into(), Value::Object(call));
     Value::Object(otel)
@@ -803,6 +848,101 @@ pub fn resolve(diagnostics: &[Value]) -> Vec<Option<Value>> {
             Some(o)
         })
         .collect()
+}
+
+/// Whether a node's `extra.otel` leaves its call's details to the kept
+/// export body (written by [`kept_call_diagnostics`]: a `call` without a
+/// `span_id` beside it).
+pub fn left_to_body(otel: &Value) -> bool {
+    otel.get("call").is_some() && otel.get("span_id").is_none()
+}
+
+/// Each node's whole `extra.otel`, as [`resolve`] gives it, for a
+/// timeline's nodes (root first), with what a call's node leaves to its
+/// kept export body ([`left_to_body`]: span and parent span ids, latency,
+/// the attributes as received) read back from that body, and the marker
+/// (`{}`) of every other message the export wrote: the export whose
+/// nodes include the node, its calls read as the receiver read them
+/// ([`super::read_body`]), the `n`-th (or, should the reading have
+/// changed since, the one whose last message is the node's). A node whose
+/// body is gone (redacted) keeps what it stores. Reads and rebuilds the
+/// kept bodies of the timeline's session once.
+pub fn resolve_kept(
+    store: &mut convo_store::Store,
+    nodes: &[(&convo_store::StoredNode, &[u8])],
+) -> Result<Vec<Option<Value>>, StoreError> {
+    if !nodes
+        .iter()
+        .any(|(n, _)| n.node.diagnostics.as_str().contains("\"otel\""))
+    {
+        return Ok(vec![None; nodes.len()]);
+    }
+    let diags: Vec<Value> = nodes
+        .iter()
+        .map(|(n, _)| n.node.diagnostics.to_value())
+        .collect();
+    let mut out = resolve(&diags);
+    let want: Vec<usize> = (0..nodes.len())
+        .filter(|&i| out[i].as_ref().is_some_and(left_to_body))
+        .collect();
+    let Some(first) = want.first() else {
+        return Ok(out);
+    };
+    let bodies = store.otlp_exports(Some(&nodes[*first].0.node.session))?;
+    let mut read: HashMap<u64, Vec<Call>> = HashMap::new();
+    // A message the export wrote without a call's details: its marker.
+    for (i, (n, _)) in nodes.iter().enumerate() {
+        if out[i].is_none()
+            && bodies.iter().any(|b| {
+                b.nodes
+                    .is_some_and(|(from, to)| from <= n.seq && n.seq <= to)
+            })
+        {
+            out[i] = Some(Value::Object(Map::new()));
+        }
+    }
+    for i in want {
+        let seq = nodes[i].0.seq;
+        let Some(b) = bodies
+            .iter()
+            .find(|b| b.nodes.is_some_and(|(from, to)| from <= seq && seq <= to))
+        else {
+            continue;
+        };
+        let calls = read.entry(b.seq).or_insert_with(|| {
+            super::read_body(&b.media, &b.body, b.body.len())
+                .map(|(calls, _)| calls)
+                .unwrap_or_default()
+        });
+        let text = String::from_utf8_lossy(nodes[i].1);
+        let last = |c: &Call| {
+            c.output
+                .last()
+                .or(c.input.last())
+                .is_some_and(|m| m.text == text)
+        };
+        let n = out[i]
+            .as_ref()
+            .and_then(|o| o.pointer("/call/n"))
+            .map_or(Some(0), Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok());
+        let Some(c) = n
+            .and_then(|n| calls.get(n))
+            .filter(|c| last(c))
+            .or_else(|| calls.iter().find(|c| last(c)))
+        else {
+            continue;
+        };
+        let mut full = call_diagnostics(c, &call_stable(c), None);
+        if let Some(o) = full.as_object_mut() {
+            o.retain(|_, v| !v.is_null());
+        }
+        if let Some(call) = full.get_mut("call").and_then(Value::as_object_mut) {
+            call.retain(|_, v| !v.is_null());
+        }
+        out[i] = Some(full);
+    }
+    Ok(out)
 }
 
 /// Names each tool result of a path after the tool its call id went to

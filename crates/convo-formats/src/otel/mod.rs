@@ -164,6 +164,43 @@ pub fn decode_logs(
     Ok(req)
 }
 
+/// The calls of an export body (gunzipped) as the receiver reads them,
+/// and the items it rejects: `media` is the kept body's (`traces` or
+/// `logs`, `/`, `protobuf` or `json`). The receiver and [`ingest::resolve_kept`]
+/// both read through here, so a call's place among the calls
+/// (`extra.otel.call.n`) is the same for both.
+pub fn read_body(media: &str, body: &[u8], limit: usize) -> Result<(Vec<Call>, Rejected), Error> {
+    let (signal, enc) = media.split_once('/').unwrap_or((media, ""));
+    let enc = match enc {
+        "protobuf" => Encoding::Protobuf,
+        "json" => Encoding::Json,
+        other => {
+            return Err(Error::new(
+                "otlp",
+                "media",
+                format!("unknown encoding `{other}` of a kept export body"),
+            ));
+        }
+    };
+    match signal {
+        "traces" => {
+            let mut req = decode_traces(body, enc, false, limit)?;
+            let rejected = check_traces(&mut req);
+            Ok((calls_from_spans(&Batch::traces(&req)), rejected))
+        }
+        "logs" => {
+            let mut req = decode_logs(body, enc, false, limit)?;
+            let rejected = check_logs(&mut req);
+            Ok((calls_from_logs(&Batch::logs(&req)), rejected))
+        }
+        other => Err(Error::new(
+            "otlp",
+            "media",
+            format!("unknown signal `{other}` of a kept export body"),
+        )),
+    }
+}
+
 /// Items a receiver rejected, for the partial-success answer.
 #[derive(Clone, Default, PartialEq, Eq, Debug)]
 pub struct Rejected {

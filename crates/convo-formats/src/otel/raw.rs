@@ -71,6 +71,7 @@ pub fn keep(
         None => None,
     };
     if let Some((_, b)) = &base
+        && nodes.is_empty()
         && b.as_slice() == body.bytes.as_slice()
     {
         return Ok(None);
@@ -96,8 +97,10 @@ pub fn keep(
         } else {
             base.as_ref().map(|(s, _)| *s)
         },
-        nodes: match (whole, nodes.first(), nodes.last()) {
-            (false, Some(a), Some(b)) => Some((a.0, b.0)),
+        // Whole or not: the nodes' diagnostics are read back from it
+        // (`ingest::resolve_kept`).
+        nodes: match (nodes.first(), nodes.last()) {
+            (Some(a), Some(b)) => Some((a.0, b.0)),
             _ => None,
         },
         body_len: body.bytes.len() as u64,

@@ -31,7 +31,9 @@
 //! The request model is the call's `gen_ai.request.model` (or the
 //! dialect's equivalent), read from the call's diagnostics (the last node
 //! a call wrote carries them; an answer stored by a later call that resent
-//! it takes that call's).
+//! it takes that call's), whole: what a node leaves to its kept export
+//! body is read back first (`super::ingest::resolve_kept`, which replay
+//! calls).
 
 use crate::model::{Message, Role};
 use crate::wire::Api;

@@ -23,7 +23,19 @@ pub(super) async fn node_page(
         let (row, n, payload) = session_node(s, &q, &h)?;
         let root = n.ctx.state.unwrap_or_else(convo_core::state::empty_root);
         let state = api::state_at_root(s, root)?;
-        Ok((row, convo_runtime::wire::node(&n, Some(&payload)), state))
+        let mut view = convo_runtime::wire::node(&n, Some(&payload));
+        // A call received as telemetry leaves its details to the kept
+        // export body: read back.
+        if view
+            .diagnostics
+            .pointer("/extra/otel")
+            .is_some_and(convo_formats::otel::ingest::left_to_body)
+        {
+            view.otel = convo_formats::otel::ingest::resolve_kept(s, &[(&n, payload.as_slice())])?
+                .pop()
+                .flatten();
+        }
+        Ok((row, view, state))
     })
     .await;
     let (row, n, state) = match data {
@@ -79,6 +91,11 @@ pub(super) async fn node_page(
             }
             h2 { "Diagnostics" }
             @match json::view(&diag) { Some(t) => (t), None => pre.json { (diag) } }
+            @if let Some(o) = &n.otel {
+                @let o = serde_json::to_string_pretty(o).unwrap_or_default();
+                h2 { "Telemetry (from the export body kept)" }
+                @match json::view(&o) { Some(t) => (t), None => pre.json { (o) } }
+            }
             (state_panel(&state, "State as of this node"))
         }
     };

@@ -170,7 +170,7 @@ pub(super) async fn session_page(
         }
         let lanes = lanes(s, &row)?;
         let this = s.branch(&row.id, &b2)?;
-        let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE)?;
+        let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE, false)?;
         let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
         let totals = llm::session_totals(s, &row)?;
         Ok((row, lanes, this, page, state, place, b2, totals))
