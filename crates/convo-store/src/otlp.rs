@@ -440,22 +440,51 @@ impl crate::Store {
         &mut self,
         session: Option<&convo_core::SessionId>,
     ) -> Result<Vec<OtlpExport>> {
+        let mut out = Vec::new();
+        self.each_otlp_export(session, &mut |e| {
+            out.push(e);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// [`Store::otlp_exports`], one body at a time: memory holds the
+    /// bodies later ones are rebuilt from, not the session's (an agent
+    /// resends its history with every export, so those grow with the
+    /// square of the conversation).
+    pub fn each_otlp_export(
+        &mut self,
+        session: Option<&convo_core::SessionId>,
+        f: &mut dyn FnMut(OtlpExport) -> Result<()>,
+    ) -> Result<()> {
         self.read(|tx| {
             let rows = tx.otlp_exports(session)?;
+            // How many rows still to come name each export as their base.
+            let mut needed: HashMap<u64, usize> = HashMap::new();
+            for r in &rows {
+                if let Some(b) = r.base {
+                    *needed.entry(b).or_default() += 1;
+                }
+            }
             let mut bodies = HashMap::new();
-            let mut out = Vec::with_capacity(rows.len());
             for row in rows {
                 let body = body_in(tx, &row, &mut bodies)?;
-                out.push(OtlpExport {
+                if let Some(b) = row.base
+                    && let Some(n) = needed.get_mut(&b)
+                {
+                    *n = n.saturating_sub(1);
+                }
+                bodies.retain(|seq, _| needed.get(seq).is_some_and(|n| *n > 0));
+                f(OtlpExport {
                     seq: row.seq,
                     received_at: row.received_at,
                     media: row.media,
                     sessions: row.sessions,
                     nodes: row.nodes,
-                    body: body.to_vec(),
-                });
+                    body: Arc::unwrap_or_clone(body),
+                })?;
             }
-            Ok(out)
+            Ok(())
         })
     }
 }

@@ -65,7 +65,7 @@ use convo_core::timeline::Context;
 use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, StoreError};
 use serde_json::{Map, Value, json};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 /// What an ingest wrote.
@@ -888,60 +888,63 @@ pub fn resolve_kept(
     let Some(first) = want.first() else {
         return Ok(out);
     };
-    let bodies = store.otlp_exports(Some(&nodes[*first].0.node.session))?;
-    let mut read: HashMap<u64, Vec<Call>> = HashMap::new();
-    // A message the export wrote without a call's details: its marker.
-    for (i, (n, _)) in nodes.iter().enumerate() {
-        if out[i].is_none()
-            && bodies.iter().any(|b| {
-                b.nodes
-                    .is_some_and(|(from, to)| from <= n.seq && n.seq <= to)
-            })
-        {
-            out[i] = Some(Value::Object(Map::new()));
-        }
-    }
-    for i in want {
-        let seq = nodes[i].0.seq;
-        let Some(b) = bodies
-            .iter()
-            .find(|b| b.nodes.is_some_and(|(from, to)| from <= seq && seq <= to))
-        else {
-            continue;
+    let want: HashSet<usize> = want.iter().copied().collect();
+    let mut done = vec![false; nodes.len()];
+    let session = nodes[*first].0.node.session.clone();
+    // One body at a time, each read for the calls of the wanted nodes it
+    // wrote (the first body holding a node answers for it), then dropped.
+    store.each_otlp_export(Some(&session), &mut |b| {
+        let Some((from, to)) = b.nodes else {
+            return Ok(());
         };
-        let calls = read.entry(b.seq).or_insert_with(|| {
-            super::read_body(&b.media, &b.body, b.body.len())
-                .map(|(calls, _)| calls)
-                .unwrap_or_default()
-        });
-        let text = String::from_utf8_lossy(nodes[i].1);
-        let last = |c: &Call| {
-            c.output
-                .last()
-                .or(c.input.last())
-                .is_some_and(|m| m.text == text)
-        };
-        let n = out[i]
-            .as_ref()
-            .and_then(|o| o.pointer("/call/n"))
-            .map_or(Some(0), Value::as_u64)
-            .and_then(|n| usize::try_from(n).ok());
-        let Some(c) = n
-            .and_then(|n| calls.get(n))
-            .filter(|c| last(c))
-            .or_else(|| calls.iter().find(|c| last(c)))
-        else {
-            continue;
-        };
-        let mut full = call_diagnostics(c, &call_stable(c), None);
-        if let Some(o) = full.as_object_mut() {
-            o.retain(|_, v| !v.is_null());
+        let mut calls: Option<Vec<Call>> = None;
+        for (i, (n, payload)) in nodes.iter().enumerate() {
+            if n.seq < from || n.seq > to {
+                continue;
+            }
+            // A message the export wrote without a call's details: its marker.
+            if out[i].is_none() {
+                out[i] = Some(Value::Object(Map::new()));
+            }
+            if !want.contains(&i) || done[i] {
+                continue;
+            }
+            done[i] = true;
+            let calls = calls.get_or_insert_with(|| {
+                super::read_body(&b.media, &b.body, b.body.len())
+                    .map(|(calls, _)| calls)
+                    .unwrap_or_default()
+            });
+            let text = String::from_utf8_lossy(payload);
+            let last = |c: &Call| {
+                c.output
+                    .last()
+                    .or(c.input.last())
+                    .is_some_and(|m| m.text == text)
+            };
+            let k = out[i]
+                .as_ref()
+                .and_then(|o| o.pointer("/call/n"))
+                .map_or(Some(0), Value::as_u64)
+                .and_then(|k| usize::try_from(k).ok());
+            let Some(c) = k
+                .and_then(|k| calls.get(k))
+                .filter(|c| last(c))
+                .or_else(|| calls.iter().find(|c| last(c)))
+            else {
+                continue;
+            };
+            let mut full = call_diagnostics(c, &call_stable(c), None);
+            if let Some(o) = full.as_object_mut() {
+                o.retain(|_, v| !v.is_null());
+            }
+            if let Some(call) = full.get_mut("call").and_then(Value::as_object_mut) {
+                call.retain(|_, v| !v.is_null());
+            }
+            out[i] = Some(full);
         }
-        if let Some(call) = full.get_mut("call").and_then(Value::as_object_mut) {
-            call.retain(|_, v| !v.is_null());
-        }
-        out[i] = Some(full);
-    }
+        Ok(())
+    })?;
     Ok(out)
 }
 
