@@ -381,6 +381,8 @@ fn build<'a>(
             carried,
             fill,
             failed: None,
+            aliases: Vec::new(),
+            tail: None,
         },
     })
 }

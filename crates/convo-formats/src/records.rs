@@ -134,14 +134,26 @@ pub fn read(file: &str, r: impl BufRead) -> Result<Lines> {
 /// kept raw, a last line still being written).
 pub fn scan(
     file: &str,
+    r: impl BufRead,
+    each: impl FnMut(Record) -> Result<()>,
+) -> Result<Vec<String>> {
+    scan_from(file, r, 0, 0, each)
+}
+
+/// [`scan`] of a reader placed after `lines` lines (`offset` bytes) of
+/// its file: the lines after an earlier import's [`Mark`].
+pub fn scan_from(
+    file: &str,
     mut r: impl BufRead,
+    lines: usize,
+    offset: u64,
     mut each: impl FnMut(Record) -> Result<()>,
 ) -> Result<Vec<String>> {
     use std::io::Read as _;
     let mut warnings = Vec::new();
     let mut buf = Vec::new();
-    let mut line = 0usize;
-    let mut offset = 0u64;
+    let mut line = lines;
+    let mut offset = offset;
     loop {
         buf.clear();
         line += 1;
@@ -278,6 +290,44 @@ impl<'a> Sources<'a> {
         )
     }
 
+    /// Opens a file and scans it from `mark` on (the lines after it),
+    /// giving `each` its records with the file's index; returns the
+    /// warnings, or `None` when the file's bytes at `mark` are not the
+    /// line the mark names (rewritten, truncated, another file).
+    pub fn scan_path_after(
+        &mut self,
+        path: &std::path::Path,
+        mark: &Mark,
+        mut each: impl FnMut(u32, Record) -> Result<()>,
+    ) -> Result<Option<Vec<String>>> {
+        use std::io::{Read as _, Seek as _};
+        let name = path.display().to_string();
+        let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
+        let mut f = std::fs::File::open(path).map_err(io)?;
+        let mut last = vec![0u8; mark.len as usize + 1];
+        let same = f
+            .seek(std::io::SeekFrom::Start(mark.offset))
+            .and_then(|_| f.read_exact(&mut last))
+            .is_ok()
+            && last.pop() == Some(b'\n')
+            && check(&last) == mark.check;
+        if !same {
+            return Ok(None);
+        }
+        drop(last);
+        let again = f.try_clone().map_err(io)?;
+        let ix = self.files.len() as u32;
+        self.files.push((name.clone(), Source::File(again)));
+        scan_from(
+            &name,
+            std::io::BufReader::with_capacity(64 * 1024, f),
+            mark.line as usize,
+            mark.offset + u64::from(mark.len) + 1,
+            |r| each(ix, r),
+        )
+        .map(Some)
+    }
+
     /// Scans bytes added with [`Sources::add_bytes`].
     pub fn scan_bytes(
         &mut self,
@@ -397,6 +447,71 @@ pub struct Stored<'a> {
     /// The error of the last load that failed (a file rewritten meanwhile),
     /// kept whole: the store sees only its message.
     pub failed: Option<Error>,
+    /// Ids of records that are not messages (a Claude Code `attachment`'s
+    /// uuid), each with the message it leads to: a later record whose
+    /// parent is one of them is that message's child.
+    pub aliases: Vec<(Box<str>, usize)>,
+    /// Where the files read end and the reader's state there, for an
+    /// import of what is written after ([`Tail`]); `None` when the
+    /// format has no such import.
+    pub tail: Option<Tail>,
+}
+
+/// Where an import's stored lines end, and what the reader needs to go on
+/// from there: kept per session in the store (`import_tails`) once every
+/// line read is stored, so the next import of the grown files reads only
+/// their new lines.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Tail {
+    /// The format that wrote it.
+    pub format: String,
+    /// Per file of the session: its last line read.
+    pub marks: Vec<Mark>,
+    /// The reader's state after those lines (format-specific).
+    pub state: Value,
+}
+
+/// A file's last line read: its name in `extra.records` (`""` for the
+/// session's own file), number, place, length and [`check`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mark {
+    /// `""`, or `subagents/…`.
+    pub file: String,
+    /// Its line number.
+    pub line: u32,
+    /// Where the line starts.
+    pub offset: u64,
+    /// Its length without the newline.
+    pub len: u32,
+    /// [`check`] of its bytes.
+    pub check: u64,
+}
+
+impl Tail {
+    /// Parses a stored tail of `format`; `None` when it is not one.
+    pub fn parse(format: &str, text: &str) -> Option<Tail> {
+        serde_json::from_str::<Tail>(text)
+            .ok()
+            .filter(|t| t.format == format)
+    }
+
+    /// The mark of a file.
+    pub fn mark(&self, file: &str) -> Option<&Mark> {
+        self.marks.iter().find(|m| m.file == file)
+    }
+}
+
+impl Mark {
+    /// The mark of a record read from file `rel`.
+    pub fn of(rel: &str, at: &RecRef) -> Mark {
+        Mark {
+            file: rel.to_owned(),
+            line: at.line,
+            offset: at.offset,
+            len: at.len,
+            check: at.check,
+        }
+    }
 }
 
 impl Stored<'_> {
@@ -488,6 +603,19 @@ impl crate::ledger::Loader for Stored<'_> {
                 (rel.unwrap_or_default(), u64::from(at.line))
             })
             .collect()
+    }
+
+    fn aliases(&self) -> Vec<(String, usize)> {
+        self.aliases
+            .iter()
+            .map(|(k, i)| (k.to_string(), *i))
+            .collect()
+    }
+
+    fn tail(&self) -> Option<String> {
+        self.tail
+            .as_ref()
+            .and_then(|t| serde_json::to_string(t).ok())
     }
 }
 

@@ -883,3 +883,269 @@ fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
     assert_eq!(shape(&mut b, &ob), shape(&mut a, &oa));
     assert_eq!(joined(&mut b, &ob), all.as_bytes());
 }
+
+/// `convo import`'s re-import of a Claude Code file (crates/convo-cli
+/// `agents.rs`): the lines after the stored tail when it can
+/// (`open_tail` + `import_tail`), else the whole file read again
+/// (`open_session` + `import_lazy`). `whole` always reads it whole. Says
+/// whether the tail was read alone.
+fn import_grown(s: &mut Store, path: &std::path::Path, whole: bool) -> (Outcome, bool) {
+    use convo_formats::claude_code::{open_tail, session_identity};
+    if !whole && let Some(ident) = session_identity(path) {
+        let id = convo_formats::ledger::session_id_of("claude-code", &ident);
+        let got = s
+            .transaction(|l| {
+                let Some(tail) = l
+                    .tx()
+                    .import_tail(&id)?
+                    .and_then(|t| convo_formats::records::Tail::parse("claude-code", &t))
+                else {
+                    return Ok(None);
+                };
+                let opened = open_tail(path, &tail, &mut |k| {
+                    l.tx().import_key(&id, k).unwrap().is_some()
+                })
+                .unwrap();
+                let Some(mut session) = opened else {
+                    return Ok(None);
+                };
+                session.conv.id = Some(ident.clone());
+                convo_formats::ledger::import_tail(
+                    l,
+                    "claude-code",
+                    &session.conv,
+                    &mut session.records,
+                    1_800_000_000_000,
+                )
+                .map(Some)
+            })
+            .unwrap();
+        if let Some(o) = got {
+            return (o, true);
+        }
+    }
+    let mut got = convo_formats::claude_code::open_session(path)
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let o = s
+        .transaction(|l| {
+            convo_formats::ledger::import_lazy(
+                l,
+                "claude-code",
+                conv,
+                records,
+                None,
+                1_800_000_000_000,
+            )
+        })
+        .unwrap();
+    (o, false)
+}
+
+/// Every branch's nodes (kind, from, to, payload, sequence, time), by
+/// branch name: what a session says, whichever node carries which record.
+fn timelines(s: &mut Store, o: &Outcome) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for b in s.branches(&o.id()).unwrap() {
+        let nodes = s.timeline(&o.id(), &b.name).unwrap();
+        let fields = nodes
+            .iter()
+            .map(|n| {
+                let n = &n.stored.node;
+                format!(
+                    "{:?} {} {} {} {:?} {}",
+                    n.kind,
+                    n.from,
+                    n.to,
+                    n.payload.to_hex(),
+                    n.sequence,
+                    n.created_at
+                )
+            })
+            .collect();
+        out.push((b.name.to_string(), fields));
+    }
+    out
+}
+
+/// A Claude Code session with what a tail must join to the stored
+/// session: attachments and system records between messages (a parent
+/// that is not a message), a tool use answered in a later write, a
+/// rewound prompt, bookkeeping lines at the end, a subagent transcript.
+fn grown_session(dir: &std::path::Path) -> (std::path::PathBuf, Vec<String>, Vec<String>) {
+    let u = |i: u32| format!("00000000-0000-4000-8000-{i:012}");
+    let rec = |i: u32, p: Option<u32>, v: serde_json::Value| {
+        let mut o = serde_json::json!({"parentUuid": p.map(u), "isSidechain": false,
+            "uuid": u(i), "timestamp": format!("2026-11-24T15:53:{:02}.000Z", i % 60),
+            "sessionId": "s-2", "cwd": "/p"});
+        for (k, x) in v.as_object().unwrap() {
+            o[k] = x.clone();
+        }
+        o.to_string()
+    };
+    let user = |i, p, t: &str| {
+        rec(
+            i,
+            p,
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": t}}),
+        )
+    };
+    let answer = |i, p, t: &str| {
+        rec(
+            i,
+            p,
+            serde_json::json!({"type": "assistant", "message": {"id": format!("msg_{i}"), "role": "assistant", "model": "m", "content": [{"type": "text", "text": t}], "usage": {"input_tokens": i}}}),
+        )
+    };
+    let lines = vec![
+        r#"{"type":"queue-operation","operation":"enqueue","sessionId":"s-2"}"#.to_owned(),
+        user(1, None, "list the files"),
+        rec(
+            2,
+            Some(1),
+            serde_json::json!({"type": "attachment", "attachment": {"type": "date"}}),
+        ),
+        rec(
+            3,
+            Some(2),
+            serde_json::json!({"type": "assistant", "message": {"id": "msg_3", "role": "assistant", "model": "m", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]}}),
+        ),
+        r#"{"type":"cost-state","totalCostUSD":0.1,"sessionId":"s-2"}"#.to_owned(),
+        rec(
+            4,
+            Some(3),
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a b"}]}}),
+        ),
+        answer(5, Some(4), "two files"),
+        rec(
+            6,
+            Some(5),
+            serde_json::json!({"type": "system", "subtype": "turn_duration"}),
+        ),
+        r#"{"type":"file-history-snapshot","sessionId":"s-2"}"#.to_owned(),
+        user(7, Some(6), "and the hidden ones?"),
+        answer(8, Some(7), "none"),
+        user(9, Some(5), "rewound: count them"),
+        answer(10, Some(9), "2"),
+        r#"{"type":"summary","summary":"files","sessionId":"s-2"}"#.to_owned(),
+        user(11, Some(10), "thanks"),
+        answer(12, Some(11), "welcome"),
+    ];
+    let sub = |i, p: Option<u32>, v: serde_json::Value| {
+        let mut o: serde_json::Value = serde_json::from_str(&rec(i, p, v)).unwrap();
+        o["isSidechain"] = serde_json::json!(true);
+        o.to_string()
+    };
+    let subagent = vec![
+        sub(
+            101,
+            None,
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": "look around"}}),
+        ),
+        sub(
+            102,
+            Some(101),
+            serde_json::json!({"type": "assistant", "message": {"id": "msg_102", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "looked"}]}}),
+        ),
+        sub(
+            103,
+            Some(102),
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": "more"}}),
+        ),
+        sub(
+            104,
+            Some(103),
+            serde_json::json!({"type": "assistant", "message": {"id": "msg_104", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "done"}]}}),
+        ),
+    ];
+    (dir.join("s-2.jsonl"), lines, subagent)
+}
+
+/// A session re-imported after every line written (what `--watch` does)
+/// reads only the new lines once its tail is stored, and ends with the
+/// timelines, the nodes and the bytes of a session read whole each time.
+#[test]
+fn a_grown_transcript_is_read_from_where_its_stored_lines_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, lines, subagent) = grown_session(dir.path());
+    let subdir = dir.path().join("s-2").join("subagents");
+    let mut tail_store = Store::open("sqlite::memory:").unwrap();
+    let mut whole_store = Store::open("sqlite::memory:").unwrap();
+    let (mut tails, mut steps) = (0, 0);
+    let mut written = String::new();
+    let mut check = |written: &str, sub: Option<&str>, tails: &mut usize| {
+        std::fs::write(&path, written).unwrap();
+        if let Some(sub) = sub {
+            std::fs::create_dir_all(&subdir).unwrap();
+            std::fs::write(subdir.join("agent-a.jsonl"), sub).unwrap();
+        }
+        let (a, by_tail) = import_grown(&mut tail_store, &path, false);
+        let (b, _) = import_grown(&mut whole_store, &path, true);
+        *tails += usize::from(by_tail);
+        steps += 1;
+        assert_eq!(a.id(), b.id());
+        let (na, nb) = (
+            timelines(&mut tail_store, &a),
+            timelines(&mut whole_store, &b),
+        );
+        assert_eq!(na, nb, "after {} bytes (tail: {by_tail})", written.len());
+        let recs = session_records(&mut tail_store, &a.id()).unwrap();
+        let main: String = recs
+            .iter()
+            .filter(|r| r.0.is_empty())
+            .map(|r| format!("{}\n", r.2))
+            .collect();
+        assert_eq!(
+            main,
+            session_records(&mut whole_store, &b.id())
+                .unwrap()
+                .iter()
+                .filter(|r| r.0.is_empty())
+                .map(|r| format!("{}\n", r.2))
+                .collect::<String>()
+        );
+        // (The lines of a rewritten file are those first stored.)
+        assert!(
+            written.starts_with(&main) || !written.contains("list the files"),
+            "stored lines are the file's"
+        );
+    };
+    for (i, l) in lines.iter().enumerate() {
+        written.push_str(l);
+        written.push('\n');
+        // (A first import of bookkeeping lines alone holds them in a
+        // node no later message continues from.)
+        if i > 0 {
+            check(&written, None, &mut tails);
+        }
+    }
+    // A subagent transcript appears (the whole session is read again),
+    // then grows (its tail is read).
+    let mut sub = String::new();
+    for l in &subagent {
+        sub.push_str(l);
+        sub.push('\n');
+        check(&written, Some(&sub), &mut tails);
+    }
+    // A partial last line waits; a rewritten file is read whole.
+    check(&(written.clone() + "{\"type\":\"user\""), None, &mut tails);
+    let before = tails;
+    // (Its last line is checked: an earlier line rewritten to the same
+    // length goes unseen, as by a whole read, which matches lines by
+    // number.)
+    let rewritten = written
+        .replacen("list the files", "list the FILES", 1)
+        .replacen("welcome", "WELCOME", 1);
+    check(&rewritten, None, &mut tails);
+    assert_eq!(tails, before, "a rewritten file is read whole");
+    assert!(
+        tails >= lines.len() + subagent.len() - 4,
+        "{tails} of {steps} imports read the tail alone"
+    );
+    assert!(tail_store.verify().unwrap().problems.is_empty());
+    // Once more: nothing new, by the tail.
+    let (o, by_tail) = import_grown(&mut tail_store, &path, false);
+    assert!(matches!(o, Outcome::Existing { .. }), "{o:?}");
+    assert!(!by_tail || matches!(o, Outcome::Existing { .. }));
+}

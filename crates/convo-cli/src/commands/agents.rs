@@ -169,6 +169,9 @@ fn import_file(
     redact: bool,
     report: &mut Report,
 ) -> Result<(), String> {
+    if import_tail(store, format, file, redact, report)? {
+        return Ok(());
+    }
     if let Some(opened) = convo_formats::open_lazy(format, file) {
         let session = opened.map_err(|e| format_error(e).message_text().to_owned())?;
         let Some(session) = session else {
@@ -231,6 +234,110 @@ impl convo_formats::ledger::Loader for Redacting<'_, '_> {
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
         self.inner.record_ids(i)
     }
+
+    fn aliases(&self) -> Vec<(String, usize)> {
+        self.inner.aliases()
+    }
+
+    fn tail(&self) -> Option<String> {
+        convo_formats::ledger::Loader::tail(self.inner)
+    }
+}
+
+/// Imports only the lines of a session's files written after those an
+/// earlier import stored (`convo_formats::claude_code::open_tail`), in one
+/// transaction: what a `--watch` tick does, at a cost that follows the new
+/// lines. `false` when the files must be read whole (the session is not
+/// stored with its tail, or a file was rewritten…): nothing was written.
+fn import_tail(
+    store: &mut convo_store::Store,
+    format: &'static str,
+    file: &Path,
+    redact: bool,
+    report: &mut Report,
+) -> Result<bool, String> {
+    if format != "claude-code" {
+        return Ok(false);
+    }
+    let Some(ident) = convo_formats::claude_code::session_identity(file) else {
+        return Ok(false);
+    };
+    let id = convo_formats::ledger::session_id_of(format, &ident);
+    let mut failed: Option<convo_formats::Error> = None;
+    let mut found = super::import::Redacted::default();
+    let got = store.transaction(|l| {
+        let Some(tail) = l
+            .tx()
+            .import_tail(&id)?
+            .and_then(|t| convo_formats::records::Tail::parse(format, &t))
+        else {
+            return Ok(None);
+        };
+        let mut lookup: Option<convo_store::StoreError> = None;
+        let opened = convo_formats::claude_code::open_tail(file, &tail, &mut |k| match l
+            .tx()
+            .import_key(&id, k)
+        {
+            Ok(h) => h.is_some(),
+            Err(e) => {
+                lookup = Some(e);
+                false
+            }
+        });
+        if let Some(e) = lookup {
+            return Err(e);
+        }
+        let mut session = match opened {
+            Ok(Some(s)) => s,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                let msg = e.render().lines().next().unwrap_or_default().to_owned();
+                failed = Some(e);
+                return Err(convo_store::StoreError::Invalid(msg.into()));
+            }
+        };
+        for w in &session.warnings {
+            eprintln!("warning: {w}");
+        }
+        session.conv.id = Some(ident.clone());
+        let conv = &session.conv;
+        let mut loader = Redacting {
+            inner: &mut session.records,
+            found: Default::default(),
+        };
+        let o = if redact {
+            convo_formats::ledger::import_tail(l, format, conv, &mut loader, now())
+        } else {
+            convo_formats::ledger::import_tail(l, format, conv, loader.inner, now())
+        };
+        found = loader.found;
+        match o {
+            Ok(o) => Ok(Some(o)),
+            Err(e) => {
+                failed = session.records.failed.take();
+                Err(e)
+            }
+        }
+    });
+    let o = match got {
+        Ok(Some(o)) => o,
+        Ok(None) => return Ok(false),
+        Err(e) => {
+            return Err(match failed {
+                Some(f) => format_error(f).message_text().to_owned(),
+                None => format!("{}: {e}", file.display()),
+            });
+        }
+    };
+    if found.secrets > 0 {
+        report.secrets += found.secrets;
+        report
+            .redacted
+            .push(json!({"file": file.display().to_string(),
+            "secrets": found.secrets, "messages": found.messages}));
+    }
+    count(o, file, report);
+    Ok(true)
 }
 
 /// Imports one session indexed by its first pass, its messages read again
