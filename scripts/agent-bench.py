@@ -146,12 +146,14 @@ def regrow(conv, turns, size):
         a = measured(args, env)
         with open(f, "a") as fh:
             fh.write(t.pair(turns, size))
-        b = measured(args, env)
+        b = measured(args + ["--json"], env)
+        added = json.loads(b[3])
+        added = "; ".join("%s nodes added" % u["nodes"] for u in added["updated"]) or "nothing added"
         print("regrow: file %.1f MB (%d records)\n"
               "  first import: peak RSS %.1f MiB, RssAnon %.1f MiB, %.2f s\n"
               "  re-import of the grown file: peak RSS %.1f MiB, RssAnon %.1f MiB, %.2f s (%s)" % (
                   os.path.getsize(f) / 1e6, 2 * turns + 2, a[0] / 1024, a[1] / 1024, a[2],
-                  b[0] / 1024, b[1] / 1024, b[2], b[3]))
+                  b[0] / 1024, b[1] / 1024, b[2], added))
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
