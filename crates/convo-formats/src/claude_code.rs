@@ -445,10 +445,23 @@ impl Indexer {
     }
 }
 
-/// Fills a skeleton message from its record (see [`Session::fill`]).
-fn fill(m: &mut Message, rec: &Record) {
-    if let What::Msg { text, extra, .. } = classify(rec, &mut HashMap::new(), true) {
-        m.text = text;
+/// Fills a skeleton message from its record (see [`Session::fill`]). A
+/// prompt of one string has its text moved out of the record's parse, not
+/// copied.
+fn fill(m: &mut Message, rec: &mut Record) {
+    let typed =
+        rec.str("type") == Some("user") && rec.get("isMeta").and_then(Value::as_bool) != Some(true);
+    let taken = match rec
+        .value
+        .as_mut()
+        .and_then(|v| v.get_mut("message"))
+        .and_then(|m| m.get_mut("content"))
+    {
+        Some(Value::String(s)) if typed => Some(std::mem::take(s)),
+        _ => None,
+    };
+    if let What::Msg { text, extra, .. } = classify(rec, &mut HashMap::new(), taken.is_none()) {
+        m.text = taken.unwrap_or(text);
         m.extra.extend(extra);
     }
     m.model = rec
@@ -1060,6 +1073,8 @@ fn build<'a>(
             failed: None,
             aliases,
             tail,
+            defer: true,
+            deferred: Vec::new(),
         },
     }))
 }

@@ -211,7 +211,28 @@ fn message_of(
 }
 
 /// Fills a skeleton message from its record (see [`records::Stored::fill`]).
-fn fill(m: &mut Message, rec: &Record) {
+/// A user's message of one text block (the first pass found it is not
+/// injected) has its text moved out of the record's parse, not copied.
+fn fill(m: &mut Message, rec: &mut Record) {
+    if m.role == Role::User
+        && let Some(v) = rec.value.as_mut()
+    {
+        let item = match v.get("payload") {
+            Some(Value::Object(_)) => v.get_mut("payload"),
+            _ => None,
+        };
+        let content = match item {
+            Some(p) => p.get_mut("content"),
+            None => v.get_mut("content"),
+        };
+        if let Some(Value::Array(blocks)) = content
+            && let [Value::Object(b)] = blocks.as_mut_slice()
+            && let Some(Value::String(t)) = b.get_mut("text")
+        {
+            m.text = std::mem::take(t);
+            return;
+        }
+    }
     if let Some(full) = message_of(rec, &mut HashMap::new(), &None, true) {
         m.text = full.text;
         m.extra.extend(full.extra);
@@ -383,6 +404,8 @@ fn build<'a>(
             failed: None,
             aliases: Vec::new(),
             tail: None,
+            defer: true,
+            deferred: Vec::new(),
         },
     })
 }

@@ -196,6 +196,15 @@ pub trait Loader {
     /// The `(file, line)` of the records message `i` carries, without
     /// reading them.
     fn record_ids(&self, i: usize) -> Vec<(String, u64)>;
+    /// Stores, with `put`, the records the loads since the last call left
+    /// to be stored after their nodes (see
+    /// [`crate::records::Stored::defer`]), one at a time.
+    fn store_deferred(
+        &mut self,
+        _put: &mut dyn FnMut(&[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Ids of records that are not messages, each with the message it
     /// leads to (kept in the import index beside the messages' keys).
     fn aliases(&self) -> Vec<(String, usize)> {
@@ -420,6 +429,7 @@ impl Writing {
         let mut started = false;
         let mut flush = |this: &mut Self,
                          l: &mut Ledger<'_>,
+                         loader: &mut dyn Loader,
                          batch: &mut Vec<(Option<usize>, Draft)>,
                          detached: &mut Vec<Vec<u8>>,
                          started: &mut bool|
@@ -444,6 +454,9 @@ impl Writing {
             }
             let (msgs, drafts): (Vec<Option<usize>>, Vec<Draft>) = batch.drain(..).unzip();
             let stored = l.append_drafts(id, &this.branch, drafts)?;
+            // The huge records left for after their nodes, once their
+            // messages' texts are written and dropped.
+            loader.store_deferred(&mut |raw| l.put_payload(raw).map(drop))?;
             for (m, s) in msgs.into_iter().zip(&stored) {
                 done(m, s);
             }
@@ -460,11 +473,25 @@ impl Writing {
                 .sum::<usize>()
                 + detached[before.1..].iter().map(Vec::len).sum::<usize>();
             if batch.len() >= BATCH_NODES || bytes >= BATCH_BYTES {
-                flush(&mut self, l, &mut batch, &mut detached, &mut started)?;
+                flush(
+                    &mut self,
+                    l,
+                    loader,
+                    &mut batch,
+                    &mut detached,
+                    &mut started,
+                )?;
                 bytes = 0;
             }
         }
-        flush(&mut self, l, &mut batch, &mut detached, &mut started)?;
+        flush(
+            &mut self,
+            l,
+            loader,
+            &mut batch,
+            &mut detached,
+            &mut started,
+        )?;
         Ok(nodes)
     }
 }

@@ -1149,3 +1149,49 @@ fn a_grown_transcript_is_read_from_where_its_stored_lines_end() {
     assert!(matches!(o, Outcome::Existing { .. }), "{o:?}");
     assert!(!by_tail || matches!(o, Outcome::Existing { .. }));
 }
+
+/// A Codex rollout with a huge user message (escapes included): the
+/// two-pass import, which turns the line's bytes into the text in place and
+/// stores the line after its node, stores the nodes a whole read does and
+/// gives the file back byte for byte.
+#[test]
+fn a_huge_codex_message_is_read_once_and_comes_back_byte_for_byte() {
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let item = |role: &str, kind: &str, text: &str| {
+        serde_json::json!({"timestamp": "2026-11-24T15:53:08.139Z", "type": "response_item",
+            "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}})
+        .to_string()
+            + "\n"
+    };
+    let text = serde_json::json!({"timestamp": "2026-11-24T15:53:08.139Z", "type": "session_meta",
+        "payload": {"id": "c-1", "cwd": "/p", "cli_version": "0.169.0"}})
+    .to_string()
+        + "\n"
+        + &item("user", "input_text", "hello")
+        + &item("assistant", "output_text", "hi")
+        + &item("user", "input_text", &big)
+        + &item("assistant", "output_text", "long");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout-2026-11-24T15-53-08-c-1.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let mut a = Store::open("sqlite::memory:").unwrap();
+    let mut got = convo_formats::open_lazy("codex", &path)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let oa = a
+        .transaction(|l| convo_formats::ledger::import_lazy(l, "codex", conv, records, None, 0))
+        .unwrap();
+    let mut b = Store::open("sqlite::memory:").unwrap();
+    let mut whole = convo_formats::reader("codex")
+        .unwrap()
+        .read_path(&path)
+        .unwrap();
+    let ob = import(&mut b, "codex", &whole.conversations.remove(0));
+    assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
+    assert_eq!(joined(&mut a, &oa), text.as_bytes());
+    let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    assert!(a.verify().unwrap().problems.is_empty());
+}

@@ -239,6 +239,13 @@ impl convo_formats::ledger::Loader for Redacting<'_, '_> {
         self.inner.aliases()
     }
 
+    fn store_deferred(
+        &mut self,
+        put: &mut dyn FnMut(&[u8]) -> Result<(), convo_store::StoreError>,
+    ) -> Result<(), convo_store::StoreError> {
+        self.inner.store_deferred(put)
+    }
+
     fn tail(&self) -> Option<String> {
         convo_formats::ledger::Loader::tail(self.inner)
     }
@@ -300,6 +307,8 @@ fn import_tail(
             eprintln!("warning: {w}");
         }
         session.conv.id = Some(ident.clone());
+        // Redaction reads every record's bytes.
+        session.records.defer = !redact;
         let conv = &session.conv;
         let mut loader = Redacting {
             inner: &mut session.records,
@@ -354,6 +363,8 @@ fn import_lazy(
     for w in &session.warnings {
         eprintln!("warning: {w}");
     }
+    // Redaction reads every record's bytes.
+    session.records.defer = !redact;
     let conv = &session.conv;
     let mut loader = Redacting {
         inner: &mut session.records,
