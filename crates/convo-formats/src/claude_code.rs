@@ -294,7 +294,6 @@ pub fn open_tail(
         }
     }
     let last_main = state.last_main.as_deref().map(|k| stub(k, u32::MAX));
-    drop(stub);
     // The session's last message comes last among them: the main
     // timeline ends there unless a new message goes on from it.
     let n = stubs.len();

@@ -1143,7 +1143,7 @@ mod huge_tests {
             "\u{2028}\u{ffff}\u{10ffff}",
         ];
         for t in texts {
-            let lit = serde_json::to_string(t).unwrap();
+            let lit = serde_json::to_string(t).expect("a string");
             // serde writes some characters bare: spell them as escapes too.
             let spelled = lit.replace('é', "\\u00e9").replace('😀', "\\ud83d\\ude00");
             for l in [&lit, &spelled] {
@@ -1158,14 +1158,14 @@ mod huge_tests {
         }
         let raw = format!(
             "{{\"a\":\"b\",\"text\":{},\"c\":1}}",
-            serde_json::to_string(&"x\n".repeat(crate::ledger::DETACHED_FROM)).unwrap()
+            serde_json::to_string(&"x\n".repeat(crate::ledger::DETACHED_FROM)).expect("a string")
         );
         let (a, b, esc) = huge_string(&raw).expect("most of the line");
         assert!(esc);
         assert!(raw[a..b].starts_with("\"x\\n"));
         let small = slim(&raw, (a, b), &literal_start(&raw[a..b]));
-        let v: Value = serde_json::from_str(&small).unwrap();
-        let start = v["text"].as_str().unwrap();
+        let v: Value = serde_json::from_str(&small).expect("parses");
+        let start = v["text"].as_str().expect("a text");
         assert!(start.len() > 2000 && start.len() <= 4096, "{}", start.len());
         assert!("x\n".repeat(2048).starts_with(start), "the start");
         assert_eq!(v["c"], 1);

@@ -1869,18 +1869,6 @@ fn link_row(r: &Row) -> Result<crate::backend::Link> {
     ))
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            super::redact("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
-        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
-    }
-}
-
 impl ImportTx for PgTx<'_> {
     fn import_key(&mut self, s: &SessionId, key: &str) -> Result<Option<NodeHash>> {
         self.opt(
@@ -1923,5 +1911,17 @@ impl ImportTx for PgTx<'_> {
             vec![Box::new(s.to_string()), Box::new(tail.to_owned())],
             OnError::Db,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h:5432/db"),
+            "postgres://u:***@h:5432/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
     }
 }
