@@ -10,7 +10,7 @@
       texts, the middle prompt BIG bytes when given (0: none); also the
       baseline (the import of a one-turn file) and the peak above it
       against the largest record and the file
-  scripts/agent-bench.py regrow CONVO TURNS SIZE
+  scripts/agent-bench.py regrow CONVO TURNS SIZE [claude-code|codex]
       peak RSS and RssAnon of re-importing a grown transcript (what every
       `--watch` tick does): TURNS user+assistant pairs of SIZE-byte texts
       imported, one pair appended, the file imported again
@@ -132,17 +132,17 @@ def measured(args, env):
     return int(kb), anon, float(secs), out.strip()
 
 
-def regrow(conv, turns, size):
+def regrow(conv, turns, size, fmt="claude-code"):
     d = tempfile.mkdtemp(prefix="agent-bench-")
     try:
         env = dict(os.environ, CONVO_HOME=os.path.join(d, "home"))
         subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
-        f = os.path.join(d, SID + ".jsonl")
-        t = Transcript()
+        f = os.path.join(d, (SID if fmt == "claude-code" else "rollout-x") + ".jsonl")
+        t = Rollout() if fmt == "codex" else Transcript()
         with open(f, "w") as fh:
             for i in range(turns):
                 fh.write(t.pair(i, size))
-        args = [conv, "import", f, "--format", "claude-code"]
+        args = [conv, "import", f, "--format", fmt]
         a = measured(args, env)
         with open(f, "a") as fh:
             fh.write(t.pair(turns, size))
@@ -220,7 +220,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "watch":
         watch(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 40)
     elif len(sys.argv) >= 5 and sys.argv[1] == "regrow":
-        regrow(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        regrow(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "claude-code")
     elif len(sys.argv) >= 5 and sys.argv[1] == "memory":
         memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
                sys.argv[6] if len(sys.argv) > 6 else "claude-code")

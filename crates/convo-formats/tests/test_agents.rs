@@ -889,22 +889,27 @@ fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
 /// (`open_tail` + `import_tail`), else the whole file read again
 /// (`open_session` + `import_lazy`). `whole` always reads it whole. Says
 /// whether the tail was read alone.
-fn import_grown(s: &mut Store, path: &std::path::Path, whole: bool) -> (Outcome, bool) {
-    use convo_formats::claude_code::{open_tail, session_identity};
-    if !whole && let Some(ident) = session_identity(path) {
-        let id = convo_formats::ledger::session_id_of("claude-code", &ident);
+fn import_grown(
+    s: &mut Store,
+    format: &str,
+    path: &std::path::Path,
+    whole: bool,
+) -> (Outcome, bool) {
+    if !whole && let Some(ident) = convo_formats::session_identity(format, path) {
+        let id = convo_formats::ledger::session_id_of(format, &ident);
         let got = s
             .transaction(|l| {
                 let Some(tail) = l
                     .tx()
                     .import_tail(&id)?
-                    .and_then(|t| convo_formats::records::Tail::parse("claude-code", &t))
+                    .and_then(|t| convo_formats::records::Tail::parse(format, &t))
                 else {
                     return Ok(None);
                 };
-                let opened = open_tail(path, &tail, &mut |k| {
+                let opened = convo_formats::open_tail(format, path, &tail, &mut |k| {
                     l.tx().import_key(&id, k).unwrap().is_some()
                 })
+                .unwrap()
                 .unwrap();
                 let Some(mut session) = opened else {
                     return Ok(None);
@@ -912,7 +917,7 @@ fn import_grown(s: &mut Store, path: &std::path::Path, whole: bool) -> (Outcome,
                 session.conv.id = Some(ident.clone());
                 convo_formats::ledger::import_tail(
                     l,
-                    "claude-code",
+                    format,
                     &session.conv,
                     &mut session.records,
                     1_800_000_000_000,
@@ -924,20 +929,14 @@ fn import_grown(s: &mut Store, path: &std::path::Path, whole: bool) -> (Outcome,
             return (o, true);
         }
     }
-    let mut got = convo_formats::claude_code::open_session(path)
+    let mut got = convo_formats::open_lazy(format, path)
+        .unwrap()
         .unwrap()
         .unwrap();
     let (conv, records) = (&got.conv, &mut got.records);
     let o = s
         .transaction(|l| {
-            convo_formats::ledger::import_lazy(
-                l,
-                "claude-code",
-                conv,
-                records,
-                None,
-                1_800_000_000_000,
-            )
+            convo_formats::ledger::import_lazy(l, format, conv, records, None, 1_800_000_000_000)
         })
         .unwrap();
     (o, false)
@@ -1080,8 +1079,8 @@ fn a_grown_transcript_is_read_from_where_its_stored_lines_end() {
             std::fs::create_dir_all(&subdir).unwrap();
             std::fs::write(subdir.join("agent-a.jsonl"), sub).unwrap();
         }
-        let (a, by_tail) = import_grown(&mut tail_store, &path, false);
-        let (b, _) = import_grown(&mut whole_store, &path, true);
+        let (a, by_tail) = import_grown(&mut tail_store, "claude-code", &path, false);
+        let (b, _) = import_grown(&mut whole_store, "claude-code", &path, true);
         *tails += usize::from(by_tail);
         steps += 1;
         assert_eq!(a.id(), b.id());
@@ -1145,7 +1144,7 @@ fn a_grown_transcript_is_read_from_where_its_stored_lines_end() {
     );
     assert!(tail_store.verify().unwrap().problems.is_empty());
     // Once more: nothing new, by the tail.
-    let (o, by_tail) = import_grown(&mut tail_store, &path, false);
+    let (o, by_tail) = import_grown(&mut tail_store, "claude-code", &path, false);
     assert!(matches!(o, Outcome::Existing { .. }), "{o:?}");
     assert!(!by_tail || matches!(o, Outcome::Existing { .. }));
 }
@@ -1194,4 +1193,52 @@ fn a_huge_codex_message_is_read_once_and_comes_back_byte_for_byte() {
     let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
     assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
     assert!(a.verify().unwrap().problems.is_empty());
+}
+
+/// The same for a Codex rollout (the fixture, one line more at a time):
+/// after the first import, every re-import reads only the new lines, and
+/// the session ends as a whole read makes it, byte for byte.
+#[test]
+fn a_grown_rollout_is_read_from_where_its_stored_lines_end() {
+    let bytes = std::fs::read(fixture(CODEX)).unwrap();
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join(std::path::Path::new(CODEX).file_name().unwrap());
+    let mut tail_store = Store::open("sqlite::memory:").unwrap();
+    let mut whole_store = Store::open("sqlite::memory:").unwrap();
+    let mut tails = 0;
+    // The first import holds its first message (a prompt, past Codex's
+    // injected context).
+    let first = lines
+        .iter()
+        .position(|l| {
+            l.windows(12).any(|w| w == b"\"input_text\"")
+                && !l.windows(5).any(|w| w == b"<envi")
+                && !l.windows(5).any(|w| w == b"<user")
+                && !l.windows(5).any(|w| w == b"<perm")
+                && !l.windows(5).any(|w| w == b"# AGE")
+        })
+        .unwrap();
+    for n in first + 1..=lines.len() {
+        std::fs::write(&path, lines[..n].concat()).unwrap();
+        let (a, by_tail) = import_grown(&mut tail_store, "codex", &path, false);
+        let (b, _) = import_grown(&mut whole_store, "codex", &path, true);
+        tails += usize::from(by_tail);
+        assert_eq!(
+            timelines(&mut tail_store, &a),
+            timelines(&mut whole_store, &b),
+            "after {n} lines (tail: {by_tail})"
+        );
+        let stored = joined(&mut tail_store, &a);
+        assert_eq!(stored, joined(&mut whole_store, &b), "after {n} lines");
+        assert!(lines[..n].concat().starts_with(&stored));
+    }
+    assert_eq!(
+        tails,
+        lines.len() - first - 1,
+        "all but the first by the tail"
+    );
+    assert!(tail_store.verify().unwrap().problems.is_empty());
 }

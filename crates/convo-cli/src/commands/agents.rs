@@ -252,7 +252,7 @@ impl convo_formats::ledger::Loader for Redacting<'_, '_> {
 }
 
 /// Imports only the lines of a session's files written after those an
-/// earlier import stored (`convo_formats::claude_code::open_tail`), in one
+/// earlier import stored (`convo_formats::open_tail`), in one
 /// transaction: what a `--watch` tick does, at a cost that follows the new
 /// lines. `false` when the files must be read whole (the session is not
 /// stored with its tail, or a file was rewritten…): nothing was written.
@@ -263,10 +263,7 @@ fn import_tail(
     redact: bool,
     report: &mut Report,
 ) -> Result<bool, String> {
-    if format != "claude-code" {
-        return Ok(false);
-    }
-    let Some(ident) = convo_formats::claude_code::session_identity(file) else {
+    let Some(ident) = convo_formats::session_identity(format, file) else {
         return Ok(false);
     };
     let id = convo_formats::ledger::session_id_of(format, &ident);
@@ -281,7 +278,7 @@ fn import_tail(
             return Ok(None);
         };
         let mut lookup: Option<convo_store::StoreError> = None;
-        let opened = convo_formats::claude_code::open_tail(file, &tail, &mut |k| match l
+        let opened = convo_formats::open_tail(format, file, &tail, &mut |k| match l
             .tx()
             .import_key(&id, k)
         {
@@ -291,6 +288,9 @@ fn import_tail(
                 false
             }
         });
+        let Some(opened) = opened else {
+            return Ok(None);
+        };
         if let Some(e) = lookup {
             return Err(e);
         }
