@@ -11,7 +11,7 @@
       texts, the middle prompt BIG bytes when given (0: none); also the
       baseline (the import of a one-turn file) and the peak above it
       against the largest record and the file
-  scripts/agent-bench.py regrow CONVO TURNS SIZE
+  scripts/agent-bench.py regrow CONVO TURNS SIZE [claude-code|codex]
       peak RSS and RssAnon of re-importing a grown transcript (what every
       `--watch` tick does): TURNS user+assistant pairs of SIZE-byte texts
       imported, one pair appended, the file imported again
@@ -241,26 +241,28 @@ def measured(args, env):
     return int(kb), anon, float(secs), out.strip()
 
 
-def regrow(conv, turns, size):
+def regrow(conv, turns, size, fmt="claude-code"):
     d = tempfile.mkdtemp(prefix="agent-bench-")
     try:
         env = dict(os.environ, CONVO_HOME=os.path.join(d, "home"))
         subprocess.run([conv, "init"], env=env, capture_output=True, check=True)
-        f = os.path.join(d, SID + ".jsonl")
-        t = Transcript()
+        f = os.path.join(d, (SID if fmt == "claude-code" else "rollout-x") + ".jsonl")
+        t = Rollout() if fmt == "codex" else Transcript()
         with open(f, "w") as fh:
             for i in range(turns):
                 fh.write(t.pair(i, size))
-        args = [conv, "import", f, "--format", "claude-code"]
+        args = [conv, "import", f, "--format", fmt]
         a = measured(args, env)
         with open(f, "a") as fh:
             fh.write(t.pair(turns, size))
-        b = measured(args, env)
+        b = measured(args + ["--json"], env)
+        added = json.loads(b[3])
+        added = "; ".join("%s nodes added" % u["nodes"] for u in added["updated"]) or "nothing added"
         print("regrow: file %.1f MB (%d records)\n"
               "  first import: peak RSS %.1f MiB, RssAnon %.1f MiB, %.2f s\n"
               "  re-import of the grown file: peak RSS %.1f MiB, RssAnon %.1f MiB, %.2f s (%s)" % (
                   os.path.getsize(f) / 1e6, 2 * turns + 2, a[0] / 1024, a[1] / 1024, a[2],
-                  b[0] / 1024, b[1] / 1024, b[2], b[3]))
+                  b[0] / 1024, b[1] / 1024, b[2], added))
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -334,7 +336,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "watch":
         watch(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 40)
     elif len(sys.argv) >= 5 and sys.argv[1] == "regrow":
-        regrow(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        regrow(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5] if len(sys.argv) > 5 else "claude-code")
     elif len(sys.argv) >= 5 and sys.argv[1] == "memory":
         memory(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else 0,
                sys.argv[6] if len(sys.argv) > 6 else "claude-code")

@@ -3,8 +3,9 @@
 //! memory, and a second import of the unchanged folder.
 //!
 //! `CONVO_BENCH_AGENT_FILES` (default 1000) and `CONVO_BENCH_AGENT_MB`
-//! (per file, default 1) size it; `CONVO_BENCH_AGENT_GROUP` (default 1:
-//! what `convo import` does) imports that many files per transaction.
+//! (per file, default 1) size it; `CONVO_BENCH_AGENT_GROUP` (default 16:
+//! what `convo import` does, `GROUP_FILES`) imports that many files per
+//! transaction.
 
 use crate::util::{Result, Row, Verdict, thousands};
 use convo_formats::claude_code;
@@ -100,9 +101,9 @@ fn import_file(store: &mut convo_store::Store, p: &std::path::Path) -> Result<Ou
     Ok(import_group(store, std::slice::from_ref(&p.to_path_buf()))?.remove(0))
 }
 
-/// Imports session files in one transaction (`convo import` gives each
-/// file its own; `CONVO_BENCH_AGENT_GROUP` measures what grouping them
-/// would save).
+/// Imports session files in one transaction (`convo import` groups up to
+/// 16 files or 16 MiB; `CONVO_BENCH_AGENT_GROUP=1` measures a transaction
+/// per file).
 fn import_group(
     store: &mut convo_store::Store,
     paths: &[std::path::PathBuf],
@@ -152,7 +153,7 @@ pub fn agents() -> Result<Vec<Row>> {
     let mut nodes = 0usize;
     let mut each = Vec::with_capacity(paths.len());
     let mut wrote = Vec::with_capacity(paths.len());
-    let group = env_num("CONVO_BENCH_AGENT_GROUP", 1).max(1) as usize;
+    let group = env_num("CONVO_BENCH_AGENT_GROUP", 16).max(1) as usize;
     for g in paths.chunks(group) {
         // What `convo import` does: an index per record, then each message
         // read again and written in bounded batches.

@@ -1352,3 +1352,94 @@ fn codex_through_the_proxy_is_one_titled_session_and_replays_offline() {
     assert_eq!(again, first);
     assert!(replay.stop().success());
 }
+
+/// `convo import` of a folder of many transcripts puts them in by groups of
+/// files per transaction; a bad file among them (a line that is not UTF-8)
+/// still fails alone, named, and every other file goes in, its session
+/// whole and given back byte for byte; a second run skips what went in and
+/// reports the bad file again.
+#[test]
+fn import_of_many_files_goes_in_by_groups_and_a_bad_file_fails_alone() {
+    let t = TestEnv::new();
+    let dir = t.home().join("projects").join("-p");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |n: u32| -> Vec<u8> {
+        let sid = format!("00000000-0000-4000-8000-{n:012}");
+        let mut out = String::new();
+        let mut parent: Option<String> = None;
+        for i in 0..3 {
+            let (q, a) = (
+                format!("{n:08}-0000-4000-8000-{:012}", 2 * i),
+                format!("{n:08}-0000-4000-8000-{:012}", 2 * i + 1),
+            );
+            out += &json!({"parentUuid": parent, "isSidechain": false, "type": "user",
+                "message": {"role": "user", "content": format!("question {i} of {n}")}, "uuid": q,
+                "timestamp": "2026-11-24T15:53:08.139Z", "sessionId": sid})
+            .to_string();
+            out.push('\n');
+            out += &json!({"parentUuid": q, "isSidechain": false, "type": "assistant",
+                "message": {"id": format!("msg_{n}_{i}"), "role": "assistant", "model": "m",
+                            "content": [{"type": "text", "text": format!("answer {i}")}]},
+                "uuid": a, "timestamp": "2026-11-24T15:53:09.139Z", "sessionId": sid})
+            .to_string();
+            out.push('\n');
+            parent = Some(a);
+        }
+        out.into_bytes()
+    };
+    let n = 40;
+    for i in 0..n {
+        let mut bytes = file(i);
+        if i == 21 {
+            bytes.extend_from_slice(b"{\"type\":\"summary\",\"summary\":\"\xff\"}\n");
+        }
+        std::fs::write(dir.join(format!("{i:04}.jsonl")), bytes).unwrap();
+    }
+    let folder = t.home().join("projects");
+    let r = t.run(&["import", folder.to_str().unwrap(), "--json"]);
+    assert_eq!(r.code(), 1, "{}", r.stderr());
+    let v: Value = serde_json::from_str(&r.stdout()).unwrap();
+    assert_eq!(
+        v["created"].as_array().map(Vec::len),
+        Some(n as usize - 1),
+        "{v}"
+    );
+    let failed = v["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert!(
+        failed[0]["file"].as_str().unwrap().ends_with("0021.jsonl"),
+        "{v}"
+    );
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("UTF-8"),
+        "{v}"
+    );
+    assert_eq!(v["nodes"], 6 * (n - 1), "{v}");
+    let again = t.run(&["import", folder.to_str().unwrap(), "--json"]);
+    assert_eq!(again.code(), 1);
+    let again: Value = serde_json::from_str(&again.stdout()).unwrap();
+    assert_eq!(again["unchanged"], n - 1, "{again}");
+    assert_eq!(again["failed"].as_array().map(Vec::len), Some(1));
+    // One of them back, byte for byte.
+    let id = v["created"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["file"].as_str().unwrap().ends_with("0030.jsonl"))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = t.home().join("back.jsonl");
+    t.run(&[
+        "export",
+        &id,
+        "--format",
+        "claude-code",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .ok();
+    assert_eq!(std::fs::read(&out).unwrap(), file(30));
+    t.run(&["verify"]).ok();
+}

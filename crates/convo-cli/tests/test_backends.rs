@@ -329,9 +329,101 @@ fn redact_leaves_no_byte(backend: Backend) {
     t.run(&["verify"]).ok();
 }
 
+/// A Claude Code transcript's turns `from..to` (a prompt and its answer
+/// each, chained by `parentUuid`).
+fn claude_turns(from: u32, to: u32) -> String {
+    let u = |i: u32| format!("00000000-0000-4000-8000-{i:012}");
+    let mut out = String::new();
+    for i in from..to {
+        let (q, a) = (2 * i + 1, 2 * i + 2);
+        let parent = (i > 0).then(|| u(2 * i));
+        out += &serde_json::json!({"parentUuid": parent, "isSidechain": false, "type": "user",
+            "message": {"role": "user", "content": format!("question {i}")}, "uuid": u(q),
+            "timestamp": "2026-11-24T15:53:08.139Z", "sessionId": "s-idx"})
+        .to_string();
+        out.push('\n');
+        out += &serde_json::json!({"parentUuid": u(q), "isSidechain": false, "type": "assistant",
+            "message": {"id": format!("msg_{i}"), "role": "assistant", "model": "m",
+                        "content": [{"type": "text", "text": format!("answer {i}")}]},
+            "uuid": u(a), "timestamp": "2026-11-24T15:53:09.139Z", "sessionId": "s-idx"})
+        .to_string();
+        out.push('\n');
+    }
+    out
+}
+
+/// A store made before the import index (schema 12 on SQLite, 10 on
+/// PostgreSQL) is migrated when opened; the first re-import of a grown
+/// transcript reads it whole, adds only its new turn and writes the
+/// session's tail, from which the next re-import goes on; the file comes
+/// back byte for byte.
+fn a_store_made_before_the_import_index_still_adds_only_what_is_new(backend: Backend) {
+    let Some((t, db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let path = t.home().join("s-idx.jsonl");
+    let mut text = claude_turns(0, 3);
+    std::fs::write(&path, &text).unwrap();
+    let file = path.to_str().unwrap();
+    let import = |t: &TestEnv| {
+        t.run(&["import", file, "--format", "claude-code", "--json"])
+            .json()
+    };
+    let first = import(&t);
+    assert_eq!(first["created"][0]["nodes"], 6, "{first}");
+    // SQL on the store: a script for SQLite or PostgreSQL, then a count.
+    let sql = |sqlite: &str, pg: &str| -> i64 {
+        match &db {
+            Some(db) => convo_testutil::pg_sql(&db.url, pg).unwrap_or(-1),
+            None => {
+                let c = rusqlite::Connection::open(t.db()).unwrap();
+                let (script, count) = sqlite.rsplit_once(';').unwrap_or(("", sqlite));
+                c.execute_batch(script).unwrap();
+                c.query_row(count, [], |r| r.get(0)).unwrap()
+            }
+        }
+    };
+    let tails = "SELECT count(*) FROM import_tails";
+    assert_eq!(sql(tails, tails), 1, "the import wrote its tail");
+    // The store as the version before the index made it.
+    sql(
+        "DROP TABLE import_keys; DROP TABLE import_tails; PRAGMA user_version = 12; SELECT 0",
+        "DROP TABLE import_keys; DROP TABLE import_tails; UPDATE convo_schema SET version = 10",
+    );
+    text += &claude_turns(3, 4);
+    std::fs::write(&path, &text).unwrap();
+    let more = import(&t);
+    assert_eq!(more["updated"][0]["nodes"], 2, "only the new turn: {more}");
+    assert_eq!(more["created"].as_array().map(Vec::len), Some(0), "{more}");
+    assert_eq!(sql(tails, tails), 1, "migrated, and the tail written again");
+    text += &claude_turns(4, 6);
+    std::fs::write(&path, &text).unwrap();
+    let again = import(&t);
+    assert_eq!(again["updated"][0]["nodes"], 4, "{again}");
+    assert_eq!(import(&t)["unchanged"], 1);
+    let id = first["created"][0]["id"].as_str().unwrap();
+    let out = t.home().join("back.jsonl");
+    t.run(&[
+        "export",
+        id,
+        "--format",
+        "claude-code",
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .ok();
+    assert_eq!(
+        std::fs::read_to_string(&out).unwrap(),
+        text,
+        "byte for byte"
+    );
+    t.run(&["verify"]).ok();
+}
+
 convo_testutil::for_each_backend!(
     convo_testutil::when_available;
     many_writers,
     watch_has_no_gap,
     redact_leaves_no_byte,
+    a_store_made_before_the_import_index_still_adds_only_what_is_new,
 );

@@ -80,7 +80,7 @@ impl crate::Reader for ClaudeCode {
         let mut ix = Indexer::default();
         let mut sources = Sources::new();
         let warnings = sources.scan_bytes(file, bytes, |f, rec| ix.add(f, false, rec))?;
-        records::read_whole(build(file, ix, sources, vec![None], warnings)?)
+        records::read_whole(build(file, ix, sources, vec![None], warnings, None)?)
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -131,28 +131,226 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
     let mut sources = Sources::new();
     let mut warnings = sources.scan_path(path, |f, rec| ix.add(f, false, rec))?;
     let mut rel = vec![None];
+    for (r, f) in subagent_files(path) {
+        warnings.extend(sources.scan_path(&f, |fi, rec| ix.add(fi, true, rec))?);
+        rel.push(Some(r));
+    }
+    build(&name, ix, sources, rel, warnings, None)
+}
+
+/// A session's subagent transcripts (`<session>/subagents/*.jsonl`), in
+/// name order, each with its name in `extra.records`.
+fn subagent_files(path: &Path) -> Vec<(String, PathBuf)> {
     let dir = path.with_extension("").join("subagents");
-    if dir.is_dir() {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map(|rd| {
-                rd.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                    .collect()
-            })
-            .unwrap_or_default();
-        files.sort();
-        for f in files {
-            warnings.extend(sources.scan_path(&f, |fi, rec| ix.add(fi, true, rec))?);
-            rel.push(Some(format!(
-                "subagents/{}",
-                f.file_name()
-                    .map(|n| n.to_string_lossy())
-                    .unwrap_or_default()
-            )));
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (format!("subagents/{name}"), f)
+        })
+        .collect()
+}
+
+/// The session id a transcript's records name (its first `sessionId`,
+/// else its file name), read from its first lines: `None` when they do
+/// not say (the whole file is read instead).
+pub fn session_identity(path: &Path) -> Option<String> {
+    use std::io::BufRead as _;
+    let f = std::fs::File::open(path).ok()?;
+    let mut r = std::io::BufReader::new(f);
+    let mut line = String::new();
+    for _ in 0..64 {
+        line.clear();
+        if r.read_line(&mut line).ok()? == 0 || !line.ends_with('\n') {
+            return None;
+        }
+        if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&line)
+            && let Some(id) = o.get("sessionId").and_then(Value::as_str)
+        {
+            return Some(id.to_owned());
         }
     }
-    build(&name, ix, sources, rel, warnings)
+    None
+}
+
+/// The lines of a session written after those `tail` says an earlier
+/// import stored (its own file's and its subagents'), as a skeleton the
+/// ledger adds to the stored session ([`crate::ledger::import_tail`]):
+/// the new messages, and as messages whose key is stored, those they
+/// continue from. `stored` says whether a key (a uuid) is in the store.
+/// `None` when the files cannot be read that way and must be read whole:
+/// a file rewritten or gone since, a new subagent transcript, a record
+/// whose parent is not known, a uuid used again, a new root of a
+/// subagent.
+pub fn open_tail(
+    path: &Path,
+    tail: &records::Tail,
+    stored: &mut dyn FnMut(&str) -> bool,
+) -> Result<Option<Session<'static>>> {
+    let name = path.display().to_string();
+    let mut files = vec![(String::new(), path.to_path_buf())];
+    files.extend(subagent_files(path));
+    if files.len() != tail.marks.len() {
+        return Ok(None);
+    }
+    let state: TailState = match serde_json::from_value(tail.state.clone()) {
+        Ok(s) => s,
+        Err(_) => return Ok(None),
+    };
+    let mut ix = Indexer {
+        tools: state.tools.into_iter().collect(),
+        typed_title: Some(None),
+        any_title: Some(None),
+        ..Indexer::default()
+    };
+    let mut sources = Sources::new();
+    let mut warnings = Vec::new();
+    let mut rel = Vec::new();
+    let mut marks = Vec::new();
+    for (f, (r, p)) in files.iter().enumerate() {
+        let Some(mark) = tail.mark(r) else {
+            return Ok(None);
+        };
+        let Some(w) = sources.scan_path_after(p, mark, |fi, rec| ix.add(fi, f > 0, rec))? else {
+            return Ok(None);
+        };
+        warnings.extend(w);
+        rel.push((f > 0).then(|| r.clone()));
+        marks.push(mark.clone());
+    }
+    // Every uuid read must be new, every parent read or stored.
+    let mut read: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for it in &ix.items {
+        if let Some(u) = it.uuid.as_deref()
+            && (!read.insert(u) || stored(u))
+        {
+            return Ok(None);
+        }
+    }
+    let mut outside: Vec<Box<str>> = Vec::new();
+    for it in &ix.items {
+        if let (Some(_), Some(p)) = (it.uuid.as_deref(), it.parent.as_deref())
+            && !read.contains(p)
+            && !outside.iter().any(|o| &**o == p)
+        {
+            if !stored(p) {
+                return Ok(None);
+            }
+            outside.push(p.into());
+        }
+    }
+    drop(read);
+    // The stored messages the new ones continue from: each file's last,
+    // the last of the session's own thread, the parents outside.
+    let mut stubs: Vec<Item> = Vec::new();
+    let mut stub = |key: &str, file: u32| -> usize {
+        if let Some(i) = stubs.iter().position(|s| s.uuid.as_deref() == Some(key)) {
+            if file != u32::MAX {
+                stubs[i].at.file = file;
+            }
+            return i;
+        }
+        stubs.push(Item {
+            at: RecRef {
+                file,
+                line: 0,
+                offset: 0,
+                len: 0,
+                check: 0,
+            },
+            sub: false,
+            what: Kind::Msg {
+                role: Role::User,
+                speaker: String::new(),
+                to: None,
+            },
+            uuid: Some(key.into()),
+            parent: None,
+            sidechain: false,
+            time: None,
+            stub: true,
+        });
+        stubs.len() - 1
+    };
+    for p in &outside {
+        stub(p, u32::MAX);
+    }
+    let mut file_stubs = vec![None; files.len()];
+    for (f, k) in state.last.iter().enumerate().take(files.len()) {
+        if let Some(k) = k {
+            file_stubs[f] = Some(stub(k, f as u32));
+        }
+    }
+    let last_main = state.last_main.as_deref().map(|k| stub(k, u32::MAX));
+    // The session's last message comes last among them: the main
+    // timeline ends there unless a new message goes on from it.
+    let n = stubs.len();
+    if let Some(lm) = last_main {
+        let s = stubs.remove(lm);
+        stubs.push(s);
+        let moved = |i: usize| match i {
+            i if i == lm => n - 1,
+            i if i > lm => i - 1,
+            i => i,
+        };
+        for f in file_stubs.iter_mut().flatten() {
+            *f = moved(*f);
+        }
+    }
+    let last_main = last_main.map(|_| n - 1);
+    for s in stubs
+        .iter_mut()
+        .take(n.saturating_sub(usize::from(last_main.is_some())))
+    {
+        // Not the session's own thread: never where `main` ends.
+        s.sidechain = true;
+    }
+    let new = std::mem::take(&mut ix.items);
+    ix.items = stubs;
+    ix.items.extend(new);
+    let pre = Pre {
+        file_stubs,
+        last_main,
+        marks,
+    };
+    match build(&name, ix, sources, rel, warnings, Some(pre)) {
+        Err(e) if e.rule == REREAD => Ok(None),
+        other => other,
+    }
+}
+
+/// The rule of [`build`]'s error that says a tail cannot be read alone.
+const REREAD: &str = "reread";
+
+/// What a tail's skeleton starts from ([`open_tail`]): per file, the item
+/// of its last stored message; the item of the session's last message
+/// (outside sidechains); the files' marks before.
+struct Pre {
+    file_stubs: Vec<Option<usize>>,
+    last_main: Option<usize>,
+    marks: Vec<records::Mark>,
+}
+
+/// Claude Code's [`records::Tail::state`]: the tool uses not answered yet
+/// (id → tool), per file the key of its last message, the key of the
+/// session's last message outside sidechains.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct TailState {
+    tools: std::collections::BTreeMap<String, String>,
+    last: Vec<Option<String>>,
+    last_main: Option<String>,
 }
 
 /// What the first pass keeps of a session's records.
@@ -169,6 +367,8 @@ struct Indexer {
     any_title: Option<Option<String>>,
     /// The session file's first `sessionId`, `cwd`, `version`, `gitBranch`.
     first: [Option<String>; 4],
+    /// Tool uses answered (their ids).
+    answered: std::collections::HashSet<String>,
 }
 
 const FIRST_KEYS: [&str; 4] = ["sessionId", "cwd", "version", "gitBranch"];
@@ -212,6 +412,15 @@ impl Indexer {
                 }
             }
         }
+        if let What::Msg {
+            role: Role::Tool,
+            extra,
+            ..
+        } = &what
+            && let Some(id) = extra.get("tool_use_id").and_then(Value::as_str)
+        {
+            self.answered.insert(id.to_owned());
+        }
         let what = match what {
             What::Carrier => Kind::Carrier,
             What::Msg {
@@ -229,15 +438,29 @@ impl Indexer {
                 .map(Box::from),
             sidechain,
             time: time_of(&rec),
+            stub: false,
         });
         Ok(())
     }
 }
 
-/// Fills a skeleton message from its record (see [`Session::fill`]).
-fn fill(m: &mut Message, rec: &Record) {
-    if let What::Msg { text, extra, .. } = classify(rec, &mut HashMap::new(), true) {
-        m.text = text;
+/// Fills a skeleton message from its record (see [`Session::fill`]). A
+/// prompt of one string has its text moved out of the record's parse, not
+/// copied.
+fn fill(m: &mut Message, rec: &mut Record) {
+    let typed =
+        rec.str("type") == Some("user") && rec.get("isMeta").and_then(Value::as_bool) != Some(true);
+    let taken = match rec
+        .value
+        .as_mut()
+        .and_then(|v| v.get_mut("message"))
+        .and_then(|m| m.get_mut("content"))
+    {
+        Some(Value::String(s)) if typed => Some(std::mem::take(s)),
+        _ => None,
+    };
+    if let What::Msg { text, extra, .. } = classify(rec, &mut HashMap::new(), taken.is_none()) {
+        m.text = taken.unwrap_or(text);
         m.extra.extend(extra);
     }
     m.model = rec
@@ -280,6 +503,9 @@ struct Item {
     parent: Option<Box<str>>,
     sidechain: bool,
     time: Option<i64>,
+    /// A stored message a tail's records continue from ([`open_tail`]):
+    /// not read, not written.
+    stub: bool,
 }
 
 /// What a record is; its text only when `text` (the first pass only
@@ -424,12 +650,17 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>, text: bool) -> Wh
 /// Builds the skeleton of one session from its records' index (the
 /// session file's and its subagents', `rel` naming each file).
 /// `None` for a file with no record.
+///
+/// With `pre`, the items are a tail's ([`open_tail`]): its stubs first,
+/// then the records read after the marks; a tail that cannot be read
+/// alone is the error [`REREAD`].
 fn build<'a>(
     file: &str,
     ix: Indexer,
     sources: Sources<'a>,
     rel: Vec<Option<String>>,
     mut warnings: Vec<String>,
+    pre: Option<Pre>,
 ) -> Result<Option<Session<'a>>> {
     let Indexer {
         mut items,
@@ -438,11 +669,14 @@ fn build<'a>(
         typed_title,
         any_title,
         first: firsts,
+        mut tools,
+        answered,
         ..
     } = ix;
     if items.is_empty() {
         return Ok(None);
     }
+    let reread = || Error::new(file, REREAD, "the new lines cannot be read alone");
     let where_ = |it: &Item| match rel.get(it.at.file as usize).cloned().flatten() {
         Some(f) => format!("{file} ({f}):{}", it.at.line),
         None => format!("{file}:{}", it.at.line),
@@ -486,6 +720,7 @@ fn build<'a>(
             };
             match by_uuid.get(p) {
                 Some(&j) => up[i] = Some(j),
+                None if pre.is_some() => return Err(reread()),
                 None => warnings.push(format!(
                     "{}: parentUuid {p} is not in the session; it starts a new root",
                     where_(it)
@@ -520,22 +755,38 @@ fn build<'a>(
         }
     }
     let mut parent_msg: Vec<Option<usize>> = vec![None; item_of.len()];
-    for (m, &i) in item_of.iter().enumerate() {
-        let mut at = up[i];
+    let message_above = |mut at: Option<usize>| {
         while let Some(j) = at {
             if let Some(pm) = msg_of[j] {
-                parent_msg[m] = Some(pm);
-                break;
+                return Some(pm);
             }
             at = up[j];
         }
+        None
+    };
+    for (m, &i) in item_of.iter().enumerate() {
+        parent_msg[m] = message_above(up[i]);
     }
+    // Records with a uuid that are not messages lead to the message above.
+    let mut aliases: Vec<(Box<str>, usize)> = items
+        .iter()
+        .enumerate()
+        .filter(|(i, it)| msg_of[*i].is_none() && !it.stub)
+        .filter_map(|(i, it)| Some((it.uuid.clone()?, message_above(up[i])?)))
+        .collect();
     drop(up);
-    // Roots after the first are linked to the message written before them.
+    // Roots after the first are linked to the message written before them
+    // (in a tail, the session's first root is stored).
     let mut linked = vec![false; item_of.len()];
-    let mut first_root = true;
+    let mut first_root = pre.is_none();
     let mut last_main: Option<usize> = None;
     for (m, &i) in item_of.iter().enumerate() {
+        if items[i].stub {
+            if pre.as_ref().and_then(|p| p.last_main) == Some(i) {
+                last_main = Some(m);
+            }
+            continue;
+        }
         if parent_msg[m].is_none() {
             if first_root {
                 first_root = false;
@@ -553,6 +804,10 @@ fn build<'a>(
     // before them instead.
     for (m, &i) in item_of.iter().enumerate() {
         if linked[m] && items[i].sub {
+            if pre.is_some() {
+                // The session's messages before it are not all read.
+                return Err(reread());
+            }
             let t = items[i].time;
             let before = item_of
                 .iter()
@@ -569,14 +824,27 @@ fn build<'a>(
     }
 
     // Records ride with the message before them in their file.
+    // (In a tail, the first records of a file ride with its last stored
+    // message: the ledger adds them to the first new node.)
+    let file_stub = |f: u32| {
+        let p = pre.as_ref()?;
+        let i = (*p.file_stubs.get(f as usize)?)?;
+        msg_of[i]
+    };
     let mut recs: Vec<Vec<RecRef>> = vec![Vec::new(); item_of.len()];
     let mut waiting: Vec<usize> = Vec::new();
     let mut holder_needed = false;
     let mut prev: Option<(u32, usize)> = None;
     for (i, it) in items.iter().enumerate() {
+        if it.stub {
+            continue;
+        }
         let owner = match msg_of[i] {
             Some(m) => Some(m),
-            None => prev.filter(|(f, _)| *f == it.at.file).map(|(_, m)| m),
+            None => prev
+                .filter(|(f, _)| *f == it.at.file)
+                .map(|(_, m)| m)
+                .or_else(|| file_stub(it.at.file)),
         };
         match owner {
             Some(m) => {
@@ -628,10 +896,13 @@ fn build<'a>(
         r.shrink_to_fit();
         msg.key = it.uuid.as_deref().map(str::to_owned);
         messages.push(msg);
-        own.push(Some(it.at));
+        own.push((!it.stub).then_some(it.at));
         carried.push(r);
     }
     drop(recs);
+    if pre.is_some() && holder_needed {
+        return Err(reread());
+    }
     if holder_needed || messages.is_empty() {
         // Only bookkeeping records so far: one system message holds them.
         let mut msg = Message::new(Role::System, "claude-code", "");
@@ -642,11 +913,55 @@ fn build<'a>(
         own.push(None);
         carried.push(items.iter().map(|it| it.at).collect());
     }
+    // Where the files read end, and the state to go on from there.
+    let tail = {
+        let name = |f: u32| rel.get(f as usize).cloned().flatten().unwrap_or_default();
+        let mut marks: Vec<Option<records::Mark>> = match &pre {
+            Some(p) => p.marks.iter().cloned().map(Some).collect(),
+            None => vec![None; rel.len()],
+        };
+        let mut last: Vec<Option<String>> = vec![None; rel.len()];
+        for (i, it) in items.iter().enumerate() {
+            let f = it.at.file as usize;
+            if f >= rel.len() {
+                continue;
+            }
+            if !it.stub {
+                marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
+            }
+            if msg_of[i].is_some() {
+                last[f] = it.uuid.as_deref().map(str::to_owned);
+            }
+        }
+        let last_main =
+            last_main.and_then(|m| items[item_of[m]].uuid.as_deref().map(str::to_owned));
+        tools.retain(|k, _| !answered.contains(k));
+        let state = TailState {
+            tools: std::mem::take(&mut tools).into_iter().collect(),
+            last,
+            last_main,
+        };
+        marks
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .map(|marks| records::Tail {
+                format: "claude-code".into(),
+                marks,
+                state: serde_json::to_value(state).unwrap_or_default(),
+            })
+    };
     if order_fix {
         let order = parents_first(&mut messages);
         own = order.iter().map(|&o| own[o]).collect();
         let mut slots: Vec<Option<Vec<RecRef>>> = carried.into_iter().map(Some).collect();
         carried = order.iter().filter_map(|&o| slots[o].take()).collect();
+        let mut new_of = vec![0; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_of[old] = new;
+        }
+        for a in &mut aliases {
+            a.1 = new_of[a.1];
+        }
     }
 
     // Intermediate answers: the turn goes on after them.
@@ -755,6 +1070,10 @@ fn build<'a>(
             carried,
             fill,
             failed: None,
+            aliases,
+            tail,
+            defer: true,
+            deferred: Vec::new(),
         },
     }))
 }

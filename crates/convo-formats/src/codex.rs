@@ -95,6 +95,87 @@ pub fn open_rollout(path: &Path) -> Result<Option<Session<'static>>> {
     Ok(build(&name, ix, sources, warnings))
 }
 
+/// Codex's [`records::Tail::state`]: the last `turn_context`'s model, the
+/// calls not answered yet (id → tool), the key of the last message.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct TailState {
+    model: Option<String>,
+    calls: std::collections::BTreeMap<String, String>,
+    last: Option<String>,
+}
+
+/// The session id a rollout names (its `session_meta`'s), read from its
+/// first lines; `None` when they do not say (the file is read whole).
+pub fn session_identity(path: &Path) -> Option<String> {
+    use std::io::BufRead as _;
+    let f = std::fs::File::open(path).ok()?;
+    let mut r = std::io::BufReader::new(f);
+    let mut line = String::new();
+    for _ in 0..16 {
+        line.clear();
+        if r.read_line(&mut line).ok()? == 0 || !line.ends_with('\n') {
+            return None;
+        }
+        if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&line)
+            && o.get("type").and_then(Value::as_str) == Some("session_meta")
+        {
+            return o.get("payload")?.get("id")?.as_str().map(str::to_owned);
+        }
+    }
+    None
+}
+
+/// The lines of a rollout written after those `tail` says an earlier
+/// import stored, as a skeleton the ledger adds to the stored session
+/// ([`crate::ledger::import_tail`]): the new messages after the last stored
+/// one (a message whose key is stored). `None` when the file must be read
+/// whole (rewritten since, or no message stored yet).
+pub fn open_tail(
+    path: &Path,
+    tail: &records::Tail,
+    stored: &mut dyn FnMut(&str) -> bool,
+) -> Result<Option<Session<'static>>> {
+    let (Some(mark), 1) = (tail.mark(""), tail.marks.len()) else {
+        return Ok(None);
+    };
+    let Ok(state) = serde_json::from_value::<TailState>(tail.state.clone()) else {
+        return Ok(None);
+    };
+    let Some(last) = state.last.filter(|k| stored(k)) else {
+        return Ok(None);
+    };
+    let mut stub = Message::new(Role::User, "", "");
+    stub.key = Some(last);
+    let mut ix = Indexer {
+        messages: vec![stub],
+        own: vec![None],
+        carried: vec![Vec::new()],
+        calls: state.calls.into_iter().collect(),
+        model: state.model,
+        title: Some(None),
+        first_line: Some(mark.line as usize),
+        ..Indexer::default()
+    };
+    let name = path.display().to_string();
+    let mut sources = Sources::new();
+    let Some(warnings) = sources.scan_path_after(path, mark, |f, rec| {
+        ix.add(f, rec);
+        Ok(())
+    })?
+    else {
+        return Ok(None);
+    };
+    let mut session = build(&name, ix, sources, warnings);
+    if let Some(s) = &mut session
+        && let Some(t) = &mut s.records.tail
+        && t.marks.is_empty()
+    {
+        // Nothing read: the mark stays.
+        t.marks.push(mark.clone());
+    }
+    Ok(session)
+}
+
 /// Every rollout under `dir` (`$CODEX_HOME`, its `sessions/`, a day's
 /// folder), in path order.
 pub fn rollout_files(dir: &Path) -> Vec<PathBuf> {
@@ -211,7 +292,28 @@ fn message_of(
 }
 
 /// Fills a skeleton message from its record (see [`records::Stored::fill`]).
-fn fill(m: &mut Message, rec: &Record) {
+/// A user's message of one text block (the first pass found it is not
+/// injected) has its text moved out of the record's parse, not copied.
+fn fill(m: &mut Message, rec: &mut Record) {
+    if m.role == Role::User
+        && let Some(v) = rec.value.as_mut()
+    {
+        let item = match v.get("payload") {
+            Some(Value::Object(_)) => v.get_mut("payload"),
+            _ => None,
+        };
+        let content = match item {
+            Some(p) => p.get_mut("content"),
+            None => v.get_mut("content"),
+        };
+        if let Some(Value::Array(blocks)) = content
+            && let [Value::Object(b)] = blocks.as_mut_slice()
+            && let Some(Value::String(t)) = b.get_mut("text")
+        {
+            m.text = std::mem::take(t);
+            return;
+        }
+    }
     if let Some(full) = message_of(rec, &mut HashMap::new(), &None, true) {
         m.text = full.text;
         m.extra.extend(full.extra);
@@ -232,6 +334,10 @@ struct Indexer {
     created: Option<i64>,
     title: Option<Option<String>>,
     first_line: Option<usize>,
+    /// Calls answered (their ids).
+    answered: std::collections::HashSet<String>,
+    /// The last record read.
+    last_at: Option<RecRef>,
 }
 
 impl Indexer {
@@ -271,6 +377,16 @@ impl Indexer {
             }
         }
         let at = rec.at(file);
+        self.last_at = Some(at);
+        if let Some(("response_item", p)) = item(&rec)
+            && matches!(
+                p.get("type").and_then(Value::as_str),
+                Some("function_call_output" | "custom_tool_call_output")
+            )
+            && let Some(c) = p.get("call_id").and_then(Value::as_str)
+        {
+            self.answered.insert(c.to_owned());
+        }
         let mut rec = rec;
         if rec.raw.len() >= crate::ledger::DETACHED_FROM {
             // Placed (`at`): its bytes are not needed beside its parse
@@ -317,9 +433,27 @@ fn build<'a>(
         created,
         title,
         first_line,
+        mut calls,
+        answered,
+        last_at,
+        model,
         ..
     } = ix;
     first_line?;
+    calls.retain(|k, _| !answered.contains(k));
+    let tail = records::Tail {
+        format: "codex".into(),
+        marks: last_at
+            .map(|at| records::Mark::of("", &at))
+            .into_iter()
+            .collect(),
+        state: serde_json::to_value(TailState {
+            model,
+            calls: calls.into_iter().collect(),
+            last: messages.last().and_then(|m| m.key.clone()),
+        })
+        .unwrap_or_default(),
+    };
     for r in &mut carried {
         r.shrink_to_fit();
     }
@@ -381,6 +515,10 @@ fn build<'a>(
             carried,
             fill,
             failed: None,
+            aliases: Vec::new(),
+            tail: Some(tail),
+            defer: true,
+            deferred: Vec::new(),
         },
     })
 }

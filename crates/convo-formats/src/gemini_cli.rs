@@ -782,7 +782,7 @@ fn m_time(call: &Value) -> Option<i64> {
 
 /// Fills a skeleton message from its record (see [`Stored::fill`]): the
 /// text, model and extras of the message its key names.
-fn fill(m: &mut Message, rec: &Record) {
+fn fill(m: &mut Message, rec: &mut Record) {
     let (Some(v), Some(key)) = (&rec.value, m.key.as_deref()) else {
         return;
     };
@@ -944,6 +944,12 @@ fn build<'a>(
             carried,
             fill,
             failed: None,
+            aliases: Vec::new(),
+            tail: None,
+            // A huge message's own line is not moved into its text: a
+            // legacy chat's line is not the message's JSON string alone.
+            defer: false,
+            deferred: Vec::new(),
         },
     })
 }

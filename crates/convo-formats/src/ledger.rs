@@ -100,6 +100,12 @@ pub fn session_id(format: &str, conv: &Conversation) -> SessionId {
         Some(id) => id.clone(),
         None => content_identity(conv),
     };
+    session_id_of(format, &identity)
+}
+
+/// The session id of a conversation imported as `format` whose own id
+/// is `identity`.
+pub fn session_id_of(format: &str, identity: &str) -> SessionId {
     SessionId::derived(format!("{format}:{identity}").as_bytes())
 }
 
@@ -190,6 +196,25 @@ pub trait Loader {
     /// The `(file, line)` of the records message `i` carries, without
     /// reading them.
     fn record_ids(&self, i: usize) -> Vec<(String, u64)>;
+    /// Stores, with `put`, the records the loads since the last call left
+    /// to be stored after their nodes (see
+    /// [`crate::records::Stored::defer`]), one at a time.
+    fn store_deferred(
+        &mut self,
+        _put: &mut dyn FnMut(&[u8]) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Ids of records that are not messages, each with the message it
+    /// leads to (kept in the import index beside the messages' keys).
+    fn aliases(&self) -> Vec<(String, usize)> {
+        Vec::new()
+    }
+    /// Where the files read end and the reader's state there
+    /// ([`crate::records::Tail`], as JSON), kept once every line is stored.
+    fn tail(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A conversation held whole is its own loader.
@@ -236,7 +261,7 @@ pub fn import_lazy(
     let id = session_id(format, conv);
     if l.tx().session(&id)?.is_some() {
         if conv.messages.iter().any(|m| m.key.is_some()) {
-            return import_more(l, &id, conv, loader, now);
+            return import_more(l, &id, conv, loader, now, false);
         }
         return Ok(Outcome::Existing { id });
     }
@@ -349,6 +374,13 @@ pub fn import_lazy(
         )?;
         branches += 1;
     }
+    let hashes: HashMap<String, NodeHash> = conv
+        .messages
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| Some((m.key.clone()?, *written.get(&i)?)))
+        .collect();
+    write_index(l, &id, conv, loader, hashes, true)?;
     Ok(Outcome::Created {
         id,
         title: outcome_title,
@@ -397,6 +429,7 @@ impl Writing {
         let mut started = false;
         let mut flush = |this: &mut Self,
                          l: &mut Ledger<'_>,
+                         loader: &mut dyn Loader,
                          batch: &mut Vec<(Option<usize>, Draft)>,
                          detached: &mut Vec<Vec<u8>>,
                          started: &mut bool|
@@ -421,6 +454,9 @@ impl Writing {
             }
             let (msgs, drafts): (Vec<Option<usize>>, Vec<Draft>) = batch.drain(..).unzip();
             let stored = l.append_drafts(id, &this.branch, drafts)?;
+            // The huge records left for after their nodes, once their
+            // messages' texts are written and dropped.
+            loader.store_deferred(&mut |raw| l.put_payload(raw).map(drop))?;
             for (m, s) in msgs.into_iter().zip(&stored) {
                 done(m, s);
             }
@@ -437,11 +473,25 @@ impl Writing {
                 .sum::<usize>()
                 + detached[before.1..].iter().map(Vec::len).sum::<usize>();
             if batch.len() >= BATCH_NODES || bytes >= BATCH_BYTES {
-                flush(&mut self, l, &mut batch, &mut detached, &mut started)?;
+                flush(
+                    &mut self,
+                    l,
+                    loader,
+                    &mut batch,
+                    &mut detached,
+                    &mut started,
+                )?;
                 bytes = 0;
             }
         }
-        flush(&mut self, l, &mut batch, &mut detached, &mut started)?;
+        flush(
+            &mut self,
+            l,
+            loader,
+            &mut batch,
+            &mut detached,
+            &mut started,
+        )?;
         Ok(nodes)
     }
 }
@@ -473,12 +523,17 @@ fn record_id(r: &Value) -> (String, u64) {
 /// (`alt-N`) when no branch ends there. Records the stored messages carry
 /// now but did not then (lines written after the last import) go with the
 /// first new message.
+///
+/// With `tail`, `conv` holds only what was written after the lines an
+/// earlier import stored ([`import_tail`]): the stored messages are found
+/// by key in the import index, not by reading the session's nodes.
 fn import_more(
     l: &mut Ledger<'_>,
     id: &SessionId,
     conv: &Conversation,
     loader: &mut dyn Loader,
     now: Millis,
+    tail: bool,
 ) -> Result<Outcome, StoreError> {
     let session = l
         .tx()
@@ -487,16 +542,33 @@ fn import_more(
     let mut stored: HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)> =
         HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
-    // The stored nodes one at a time: of each, only its key, place and
-    // record ids are kept (not its diagnostics, as large as the records).
-    l.tx().each_session_node(id, &mut |n| {
-        let (key, ids) = stored_ids(n.node.diagnostics.as_str());
-        if let Some(k) = key {
-            stored.insert(k, (n.hash, n.ctx, n.node.created_at));
+    if tail {
+        // The lines read are all new: only the messages they name are
+        // looked up.
+        for m in &conv.messages {
+            let Some(k) = &m.key else { continue };
+            if stored.contains_key(k) {
+                continue;
+            }
+            if let Some(h) = l.tx().import_key(id, k)? {
+                let n = l.tx().node(&h)?.ok_or_else(|| {
+                    StoreError::corrupt(format!("the import index names node {h}, not stored"))
+                })?;
+                stored.insert(k.clone(), (h, n.ctx, n.node.created_at));
+            }
         }
-        have.extend(ids);
-        Ok(())
-    })?;
+    } else {
+        // The stored nodes one at a time: of each, only its key, place and
+        // record ids are kept (not its diagnostics, as large as the records).
+        l.tx().each_session_node(id, &mut |n| {
+            let (key, ids) = stored_ids(n.node.diagnostics.as_str());
+            if let Some(k) = key {
+                stored.insert(k, (n.hash, n.ctx, n.node.created_at));
+            }
+            have.extend(ids);
+            Ok(())
+        })?;
+    }
     let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
     let mut names: HashSet<String> = HashSet::new();
     for b in l.tx().branches(Some(id))? {
@@ -600,6 +672,10 @@ fn import_more(
         l.promote(id, &b, now)?;
         nodes += 1;
     }
+    if nodes > 0 || !tail {
+        let hashes = stored.into_iter().map(|(k, (h, _, _))| (k, h)).collect();
+        write_index(l, id, conv, loader, hashes, orphans.is_empty())?;
+    }
     if nodes == 0 && orphans.is_empty() {
         return Ok(Outcome::Existing { id: *id });
     }
@@ -609,6 +685,64 @@ fn import_more(
         branches,
         pending: orphans.len(),
     })
+}
+
+/// Imports what was written to a session's files after the lines an
+/// earlier import stored: `skeleton` holds the new messages and, as
+/// messages whose key is stored, the stored ones they continue from (the
+/// reader's [`crate::records::Tail`] says where to start). The session must
+/// exist. Reads the import index, not the session's nodes, so its cost
+/// follows what is new.
+pub fn import_tail(
+    l: &mut Ledger<'_>,
+    format: &str,
+    skeleton: &Conversation,
+    loader: &mut dyn Loader,
+    now: Millis,
+) -> Result<Outcome, StoreError> {
+    let id = session_id(format, skeleton);
+    if skeleton.messages.is_empty() {
+        return Ok(Outcome::Existing { id });
+    }
+    import_more(l, &id, skeleton, loader, now, true)
+}
+
+/// Writes the import index of a session after an import (for a loader
+/// that has a [`Loader::tail`]): `hashes` maps message keys to their
+/// nodes (those written, and those stored), the loader's aliases join
+/// them, and the tail is kept when every message is stored and
+/// `complete` (no line left pending).
+fn write_index(
+    l: &mut Ledger<'_>,
+    id: &SessionId,
+    conv: &Conversation,
+    loader: &dyn Loader,
+    hashes: HashMap<String, NodeHash>,
+    complete: bool,
+) -> Result<(), StoreError> {
+    let Some(tail) = loader.tail() else {
+        return Ok(());
+    };
+    let all = complete
+        && conv
+            .messages
+            .iter()
+            .all(|m| m.key.as_ref().is_some_and(|k| hashes.contains_key(k)));
+    let mut keys: Vec<(String, NodeHash)> = loader
+        .aliases()
+        .into_iter()
+        .filter_map(|(a, i)| {
+            let h = hashes.get(conv.messages.get(i)?.key.as_ref()?)?;
+            Some((a, *h))
+        })
+        .collect();
+    keys.extend(hashes);
+    keys.sort_by(|a, b| a.0.cmp(&b.0));
+    l.tx().put_import_keys(id, &keys)?;
+    if all {
+        l.tx().set_import_tail(id, &tail)?;
+    }
+    Ok(())
 }
 
 /// A stored node's message key and the `(file, line)` of the records it

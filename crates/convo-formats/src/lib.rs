@@ -208,6 +208,33 @@ pub fn open_lazy(name: &str, path: &Path) -> Option<Result<Option<records::Sessi
     }
 }
 
+/// The session id a coding agent's transcript names, read from its first
+/// lines (Claude Code, Codex); `None` when they do not say, or for another
+/// format.
+pub fn session_identity(name: &str, path: &Path) -> Option<String> {
+    match name {
+        "claude-code" => claude_code::session_identity(path),
+        "codex" => codex::session_identity(path),
+        _ => None,
+    }
+}
+
+/// The lines of a transcript written after those an earlier import stored
+/// (`claude_code::open_tail`, `codex::open_tail`); `None` for a format
+/// without such a reader.
+pub fn open_tail(
+    name: &str,
+    path: &Path,
+    tail: &records::Tail,
+    stored: &mut dyn FnMut(&str) -> bool,
+) -> Option<Result<Option<records::Session<'static>>>> {
+    match name {
+        "claude-code" => Some(claude_code::open_tail(path, tail, stored)),
+        "codex" => Some(codex::open_tail(path, tail, stored)),
+        _ => None,
+    }
+}
+
 /// The writer for a format name.
 pub fn writer(name: &str) -> Option<Box<dyn Writer>> {
     Some(match name {

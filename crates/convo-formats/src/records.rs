@@ -134,14 +134,26 @@ pub fn read(file: &str, r: impl BufRead) -> Result<Lines> {
 /// kept raw, a last line still being written).
 pub fn scan(
     file: &str,
+    r: impl BufRead,
+    each: impl FnMut(Record) -> Result<()>,
+) -> Result<Vec<String>> {
+    scan_from(file, r, 0, 0, each)
+}
+
+/// [`scan`] of a reader placed after `lines` lines (`offset` bytes) of
+/// its file: the lines after an earlier import's [`Mark`].
+pub fn scan_from(
+    file: &str,
     mut r: impl BufRead,
+    lines: usize,
+    offset: u64,
     mut each: impl FnMut(Record) -> Result<()>,
 ) -> Result<Vec<String>> {
     use std::io::Read as _;
     let mut warnings = Vec::new();
     let mut buf = Vec::new();
-    let mut line = 0usize;
-    let mut offset = 0u64;
+    let mut line = lines;
+    let mut offset = offset;
     loop {
         buf.clear();
         line += 1;
@@ -208,11 +220,173 @@ fn not_utf8(file: &str, line: usize, e: std::str::Utf8Error) -> Error {
     .at_line(line, e.valid_up_to() + 1)
 }
 
+/// The byte span (quotes included) of the longest string literal of a
+/// JSON text, and whether it holds escapes.
+fn longest_string(raw: &[u8]) -> Option<(usize, usize, bool)> {
+    let mut best: Option<(usize, usize, bool)> = None;
+    let mut i = 0;
+    while i < raw.len() {
+        if raw[i] != b'"' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut esc = false;
+        i += 1;
+        while i < raw.len() && raw[i] != b'"' {
+            if raw[i] == b'\\' {
+                esc = true;
+                i += 1;
+            }
+            i += 1;
+        }
+        let end = (i + 1).min(raw.len());
+        if best.is_none_or(|(a, b, _)| end - start > b - a) {
+            best = Some((start, end, esc));
+        }
+        i = end;
+    }
+    best
+}
+
+/// A huge line's longest string literal, when it is most of the line:
+/// its span and escapes ([`longest_string`]).
+fn huge_string(raw: &str) -> Option<(usize, usize, bool)> {
+    if raw.len() < crate::ledger::DETACHED_FROM {
+        return None;
+    }
+    longest_string(raw.as_bytes()).filter(|(a, b, _)| (b - a) * 2 >= raw.len())
+}
+
+/// `raw` with the string literal at `span` replaced by `with` (a string):
+/// a huge line as a small one, parsed without copying its huge string.
+fn slim(raw: &str, span: (usize, usize), with: &str) -> String {
+    let with = serde_json::to_string(with).unwrap_or_default();
+    let mut out = String::with_capacity(raw.len() - (span.1 - span.0) + with.len());
+    out.push_str(&raw[..span.0]);
+    out.push_str(&with);
+    out.push_str(&raw[span.1..]);
+    out
+}
+
+/// The start of a string literal's text (its first ~4 KiB): what a
+/// first pass reads of a huge string (a title, whether it is injected).
+fn literal_start(literal: &str) -> String {
+    let body = &literal[1..literal.len().saturating_sub(1)];
+    let b = body.as_bytes();
+    // Cuts between escapes, the last two before 4 KiB (the last may split
+    // a surrogate pair).
+    let (mut i, mut cuts) = (0, [0usize; 2]);
+    while i < b.len() && i < 4096 {
+        i += match (b[i], b.get(i + 1)) {
+            (b'\\', Some(b'u')) => 6,
+            (b'\\', _) => 2,
+            _ => 1,
+        };
+        if i <= b.len() && body.is_char_boundary(i) {
+            cuts = [cuts[1], i];
+        }
+    }
+    cuts.iter()
+        .rev()
+        .find_map(|&c| serde_json::from_str::<String>(&format!("\"{}\"", &body[..c])).ok())
+        .unwrap_or_default()
+}
+
+/// Unescapes a JSON string literal's body in place (its bytes become the
+/// text they spell; every escape is at least as long as what it spells);
+/// `false` when it is not a valid body.
+fn unescape_in_place(s: &mut String) -> bool {
+    let mut v = std::mem::take(s).into_bytes();
+    let hex = |b: &[u8]| -> Option<u32> {
+        let t = std::str::from_utf8(b).ok()?;
+        u32::from_str_radix(t, 16).ok()
+    };
+    let (mut r, mut w) = (0, 0);
+    while r < v.len() {
+        if v[r] != b'\\' {
+            v[w] = v[r];
+            r += 1;
+            w += 1;
+            continue;
+        }
+        let Some(&e) = v.get(r + 1) else {
+            return false;
+        };
+        let simple = match e {
+            b'"' => Some(b'"'),
+            b'\\' => Some(b'\\'),
+            b'/' => Some(b'/'),
+            b'b' => Some(8),
+            b'f' => Some(12),
+            b'n' => Some(b'\n'),
+            b'r' => Some(b'\r'),
+            b't' => Some(b'\t'),
+            _ => None,
+        };
+        if let Some(c) = simple {
+            v[w] = c;
+            r += 2;
+            w += 1;
+            continue;
+        }
+        if e != b'u' {
+            return false;
+        }
+        let Some(hi) = v.get(r + 2..r + 6).and_then(hex) else {
+            return false;
+        };
+        r += 6;
+        let code = if (0xD800..0xDC00).contains(&hi) {
+            let lo = (v.get(r..r + 2) == Some(b"\\u"))
+                .then(|| v.get(r + 2..r + 6).and_then(hex))
+                .flatten();
+            match lo {
+                Some(lo) if (0xDC00..0xE000).contains(&lo) => {
+                    r += 6;
+                    0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00)
+                }
+                _ => return false,
+            }
+        } else {
+            hi
+        };
+        let Some(c) = char::from_u32(code) else {
+            return false;
+        };
+        let mut buf = [0u8; 4];
+        for &b in c.encode_utf8(&mut buf).as_bytes() {
+            v[w] = b;
+            w += 1;
+        }
+    }
+    v.truncate(w);
+    match String::from_utf8(v) {
+        Ok(t) => {
+            *s = t;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// A line parsed, when it is one JSON object, or the warning saying why it
 /// is kept raw.
 fn parse(file: &str, line: usize, raw: &str) -> (Option<Map<String, Value>>, Option<String>) {
     if raw.trim().is_empty() {
         return (None, None);
+    }
+    // A huge line whose most is one string: parsed with that string cut to
+    // its start, so the line is not held twice (its bytes and its parse).
+    // The first pass reads no more of it; the message is read again whole.
+    if let Some((a, b, _)) = huge_string(raw)
+        && let Ok(Value::Object(m)) = crate::json::parse_line::<Value>(
+            file,
+            line,
+            &slim(raw, (a, b), &literal_start(&raw[a..b])),
+        )
+    {
+        return (Some(m), None);
     }
     match crate::json::parse_line::<Value>(file, line, raw) {
         Ok(Value::Object(m)) => (Some(m), None),
@@ -286,6 +460,44 @@ impl<'a> Sources<'a> {
             std::io::BufReader::with_capacity(256 * 1024, f),
             |r| each(ix, r),
         )
+    }
+
+    /// Opens a file and scans it from `mark` on (the lines after it),
+    /// giving `each` its records with the file's index; returns the
+    /// warnings, or `None` when the file's bytes at `mark` are not the
+    /// line the mark names (rewritten, truncated, another file).
+    pub fn scan_path_after(
+        &mut self,
+        path: &std::path::Path,
+        mark: &Mark,
+        mut each: impl FnMut(u32, Record) -> Result<()>,
+    ) -> Result<Option<Vec<String>>> {
+        use std::io::{Read as _, Seek as _};
+        let name = path.display().to_string();
+        let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
+        let mut f = std::fs::File::open(path).map_err(io)?;
+        let mut last = vec![0u8; mark.len as usize + 1];
+        let same = f
+            .seek(std::io::SeekFrom::Start(mark.offset))
+            .and_then(|_| f.read_exact(&mut last))
+            .is_ok()
+            && last.pop() == Some(b'\n')
+            && check(&last) == mark.check;
+        if !same {
+            return Ok(None);
+        }
+        drop(last);
+        let again = f.try_clone().map_err(io)?;
+        let ix = self.files.len() as u32;
+        self.files.push((name.clone(), Source::File(again)));
+        scan_from(
+            &name,
+            std::io::BufReader::with_capacity(64 * 1024, f),
+            mark.line as usize,
+            mark.offset + u64::from(mark.len) + 1,
+            |r| each(ix, r),
+        )
+        .map(Some)
     }
 
     /// Scans bytes added with [`Sources::add_bytes`].
@@ -402,51 +614,196 @@ pub struct Stored<'a> {
     /// Per message: the records it carries, in file and line order.
     pub carried: Vec<Vec<RecRef>>,
     /// Fills a skeleton message from its record: its text, model and the
-    /// format's extras.
-    pub fill: fn(&mut Message, &Record),
+    /// format's extras. It may move the text out of the record's parse
+    /// (a huge text is then not copied).
+    pub fill: fn(&mut Message, &mut Record),
     /// The error of the last load that failed (a file rewritten meanwhile),
     /// kept whole: the store sees only its message.
     pub failed: Option<Error>,
+    /// Ids of records that are not messages (a Claude Code `attachment`'s
+    /// uuid), each with the message it leads to: a later record whose
+    /// parent is one of them is that message's child.
+    pub aliases: Vec<(Box<str>, usize)>,
+    /// Where the files read end and the reader's state there, for an
+    /// import of what is written after ([`Tail`]); `None` when the
+    /// format has no such import.
+    pub tail: Option<Tail>,
+    /// Whether the ledger's loads leave a message's own record of
+    /// [`crate::ledger::DETACHED_FROM`] bytes or more to be stored after
+    /// its node ([`crate::ledger::Loader::store_deferred`]): its entry in
+    /// `extra.records` names it by hash, and its bytes are not in memory
+    /// beside the message's text. Off for a load whose records are changed
+    /// after (`--redact-secrets`).
+    pub defer: bool,
+    /// The records left to store so.
+    pub deferred: Vec<RecRef>,
+}
+
+/// Where an import's stored lines end, and what the reader needs to go on
+/// from there: kept per session in the store (`import_tails`) once every
+/// line read is stored, so the next import of the grown files reads only
+/// their new lines.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Tail {
+    /// The format that wrote it.
+    pub format: String,
+    /// Per file of the session: its last line read.
+    pub marks: Vec<Mark>,
+    /// The reader's state after those lines (format-specific).
+    pub state: Value,
+}
+
+/// A file's last line read: its name in `extra.records` (`""` for the
+/// session's own file), number, place, length and [`check`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mark {
+    /// `""`, or `subagents/…`.
+    pub file: String,
+    /// Its line number.
+    pub line: u32,
+    /// Where the line starts.
+    pub offset: u64,
+    /// Its length without the newline.
+    pub len: u32,
+    /// [`check`] of its bytes.
+    pub check: u64,
+}
+
+impl Tail {
+    /// Parses a stored tail of `format`; `None` when it is not one.
+    pub fn parse(format: &str, text: &str) -> Option<Tail> {
+        serde_json::from_str::<Tail>(text)
+            .ok()
+            .filter(|t| t.format == format)
+    }
+
+    /// The mark of a file.
+    pub fn mark(&self, file: &str) -> Option<&Mark> {
+        self.marks.iter().find(|m| m.file == file)
+    }
+}
+
+impl Mark {
+    /// The mark of a record read from file `rel`.
+    pub fn of(rel: &str, at: &RecRef) -> Mark {
+        Mark {
+            file: rel.to_owned(),
+            line: at.line,
+            offset: at.offset,
+            len: at.len,
+            check: at.check,
+        }
+    }
 }
 
 impl Stored<'_> {
     /// Message `i` whole: its skeleton filled from its record, with its
     /// records in `extra.records`.
     pub fn message(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
+        self.message_as(i, skeleton, false)
+    }
+
+    /// Fills `m` from its huge record `at` whose text is its longest
+    /// string: the rest of the record is parsed without it, and the
+    /// line's bytes become the text in place (unescaped), so the record
+    /// is in memory once. Its SHA-256 (its bytes are stored after, as a
+    /// payload of their own); `None`, `m` untouched, when its text is not
+    /// that string alone.
+    fn text_of_huge(
+        &mut self,
+        at: &RecRef,
+        m: &mut Message,
+    ) -> Result<Option<convo_core::ContentHash>> {
+        const MARK: &str = "\u{0}convo:the-huge-string\u{0}";
+        let rec = self.sources.record(at, false)?;
+        let Some((a, b, esc)) = huge_string(&rec.raw) else {
+            return Ok(None);
+        };
+        let hash = convo_core::hash::content_hash(rec.raw.as_bytes());
+        let value = serde_json::from_str::<Map<String, Value>>(&slim(&rec.raw, (a, b), MARK)).ok();
+        let mut probe = m.clone();
+        let mut slim_rec = Record {
+            line: rec.line,
+            offset: rec.offset,
+            raw: String::new(),
+            value,
+        };
+        (self.fill)(&mut probe, &mut slim_rec);
+        drop(slim_rec);
+        let elsewhere = serde_json::to_string(&probe.extra)
+            .map_or(true, |t| t.contains("convo:the-huge-string"));
+        if probe.text != MARK || elsewhere {
+            return Ok(None);
+        }
+        let mut text = rec.raw;
+        text.truncate(b - 1);
+        text.drain(..a + 1);
+        if esc && !unescape_in_place(&mut text) {
+            return Ok(None);
+        }
+        probe.text = text;
+        *m = probe;
+        Ok(Some(hash))
+    }
+
+    /// [`Stored::message`]; with `defer`, its own record of
+    /// [`crate::ledger::DETACHED_FROM`] bytes or more is parsed as it is
+    /// read and left in [`Stored::deferred`], named by hash.
+    fn message_as(&mut self, i: usize, skeleton: &Message, defer: bool) -> Result<Message> {
         let mut m = skeleton.clone();
         // The message's own record is read once: parsed for the fill, then
         // its bytes moved into `records`.
         let mut own = None;
         if let Some(at) = self.own[i] {
-            let mut rec = self.sources.record(&at, true)?;
-            let large = rec.raw.len() >= crate::ledger::DETACHED_FROM;
-            if large {
-                // Its bytes, its parse and the text taken from it would be
-                // three copies of a huge record: the bytes are dropped
-                // while it is read and read again after.
-                rec.raw = String::new();
-            }
-            (self.fill)(&mut m, &rec);
-            rec.value = None;
-            // Kept only when the message carries it (a Gemini CLI legacy
-            // message's own bytes are not one of its records).
-            if self.carried[i].contains(&at) {
+            let large = at.len as usize >= crate::ledger::DETACHED_FROM;
+            let moved = if large && defer {
+                self.text_of_huge(&at, &mut m)?
+            } else {
+                None
+            };
+            if let Some(hash) = moved {
+                self.deferred.push(at);
+                own = Some((at, Err(hash)));
+            } else {
+                let mut rec = self.sources.record(&at, true)?;
                 if large {
+                    // Its bytes, its parse and the text taken from it would
+                    // be three copies of a huge record: the bytes are
+                    // dropped while it is read and read again after.
+                    rec.raw = String::new();
+                }
+                (self.fill)(&mut m, &mut rec);
+                rec.value = None;
+                // Kept only when the message carries it (a Gemini CLI
+                // legacy message's own bytes are not one of its records).
+                if large && self.carried[i].contains(&at) {
                     rec = self.sources.record(&at, false)?;
                 }
-                own = Some((at, rec));
+                own = Some((at, Ok(rec)));
             }
         }
         let mut recs = Vec::with_capacity(self.carried[i].len());
         for at in &self.carried[i] {
+            let rel = self.rel.get(at.file as usize).cloned().flatten();
             let rec = match own.take() {
-                Some((o, rec)) if o == *at => rec,
+                Some((o, Err(hash))) if o == *at => {
+                    // What the ledger's `detach_records` makes of it.
+                    let mut v = Map::new();
+                    if let Some(f) = &rel {
+                        v.insert("file".into(), json!(f));
+                    }
+                    v.insert("line".into(), json!(at.line));
+                    v.insert("blob".into(), json!(hash.to_hex()));
+                    v.insert("bytes".into(), json!(at.len));
+                    recs.push(Value::Object(v));
+                    continue;
+                }
+                Some((o, Ok(rec))) if o == *at => rec,
                 other => {
                     own = other;
                     self.sources.record(at, false)?
                 }
             };
-            let rel = self.rel.get(at.file as usize).cloned().flatten();
             recs.push(rec.into_value(rel.as_deref()));
         }
         m.extra.insert("records".into(), Value::Array(recs));
@@ -495,7 +852,8 @@ impl crate::ledger::Loader for Stored<'_> {
         i: usize,
         skeleton: &Message,
     ) -> std::result::Result<Message, convo_store::StoreError> {
-        self.message(i, skeleton)
+        let defer = self.defer;
+        self.message_as(i, skeleton, defer)
             .map_err(|e| failed_load(&mut self.failed, e))
     }
 
@@ -507,6 +865,34 @@ impl crate::ledger::Loader for Stored<'_> {
                 (rel.unwrap_or_default(), u64::from(at.line))
             })
             .collect()
+    }
+
+    fn store_deferred(
+        &mut self,
+        put: &mut dyn FnMut(&[u8]) -> std::result::Result<(), convo_store::StoreError>,
+    ) -> std::result::Result<(), convo_store::StoreError> {
+        for at in std::mem::take(&mut self.deferred) {
+            let rec = self.sources.record(&at, false).map_err(|e| {
+                let msg = e.render().lines().next().unwrap_or_default().to_owned();
+                self.failed = Some(e);
+                convo_store::StoreError::Invalid(msg.into())
+            })?;
+            put(rec.raw.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    fn aliases(&self) -> Vec<(String, usize)> {
+        self.aliases
+            .iter()
+            .map(|(k, i)| (k.to_string(), *i))
+            .collect()
+    }
+
+    fn tail(&self) -> Option<String> {
+        self.tail
+            .as_ref()
+            .and_then(|t| serde_json::to_string(t).ok())
     }
 }
 
@@ -760,5 +1146,47 @@ mod tests {
         assert!(is_injected("  <environment_context>"));
         assert!(!is_injected("fix the migration"));
         assert_eq!(title_of("\n  fix it\nmore").as_deref(), Some("fix it"));
+    }
+}
+
+#[cfg(test)]
+mod huge_tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_strings_text_is_unescaped_in_place_as_serde_reads_it() {
+        let texts = [
+            "plain",
+            "a \"quoted\" line\n\t\\ / \u{8}\u{c}\r é 😀 \u{1}\u{1f}",
+            "",
+            "\u{2028}\u{ffff}\u{10ffff}",
+        ];
+        for t in texts {
+            let lit = serde_json::to_string(t).expect("a string");
+            // serde writes some characters bare: spell them as escapes too.
+            let spelled = lit.replace('é', "\\u00e9").replace('😀', "\\ud83d\\ude00");
+            for l in [&lit, &spelled] {
+                let mut body = l[1..l.len() - 1].to_owned();
+                assert!(unescape_in_place(&mut body), "{l}");
+                assert_eq!(body, t);
+            }
+        }
+        for bad in ["\\ud83d", "\\x", "\\u12", "tail\\"] {
+            let mut body = bad.to_owned();
+            assert!(!unescape_in_place(&mut body), "{bad}");
+        }
+        let raw = format!(
+            "{{\"a\":\"b\",\"text\":{},\"c\":1}}",
+            serde_json::to_string(&"x\n".repeat(crate::ledger::DETACHED_FROM)).expect("a string")
+        );
+        let (a, b, esc) = huge_string(&raw).expect("most of the line");
+        assert!(esc);
+        assert!(raw[a..b].starts_with("\"x\\n"));
+        let small = slim(&raw, (a, b), &literal_start(&raw[a..b]));
+        let v: Value = serde_json::from_str(&small).expect("parses");
+        let start = v["text"].as_str().expect("a text");
+        assert!(start.len() > 2000 && start.len() <= 4096, "{}", start.len());
+        assert!("x\n".repeat(2048).starts_with(start), "the start");
+        assert_eq!(v["c"], 1);
     }
 }

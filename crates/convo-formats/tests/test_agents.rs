@@ -1069,3 +1069,362 @@ fn opencode_storage_changed_between_passes_stores_nothing() {
         .collect();
     assert!(!text.contains("lost"));
 }
+
+/// `convo import`'s re-import of a Claude Code file (crates/convo-cli
+/// `agents.rs`): the lines after the stored tail when it can
+/// (`open_tail` + `import_tail`), else the whole file read again
+/// (`open_session` + `import_lazy`). `whole` always reads it whole. Says
+/// whether the tail was read alone.
+fn import_grown(
+    s: &mut Store,
+    format: &str,
+    path: &std::path::Path,
+    whole: bool,
+) -> (Outcome, bool) {
+    if !whole && let Some(ident) = convo_formats::session_identity(format, path) {
+        let id = convo_formats::ledger::session_id_of(format, &ident);
+        let got = s
+            .transaction(|l| {
+                let Some(tail) = l
+                    .tx()
+                    .import_tail(&id)?
+                    .and_then(|t| convo_formats::records::Tail::parse(format, &t))
+                else {
+                    return Ok(None);
+                };
+                let opened = convo_formats::open_tail(format, path, &tail, &mut |k| {
+                    l.tx().import_key(&id, k).unwrap().is_some()
+                })
+                .unwrap()
+                .unwrap();
+                let Some(mut session) = opened else {
+                    return Ok(None);
+                };
+                session.conv.id = Some(ident.clone());
+                convo_formats::ledger::import_tail(
+                    l,
+                    format,
+                    &session.conv,
+                    &mut session.records,
+                    1_800_000_000_000,
+                )
+                .map(Some)
+            })
+            .unwrap();
+        if let Some(o) = got {
+            return (o, true);
+        }
+    }
+    let mut got = convo_formats::open_lazy(format, path)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let o = s
+        .transaction(|l| {
+            convo_formats::ledger::import_lazy(l, format, conv, records, None, 1_800_000_000_000)
+        })
+        .unwrap();
+    (o, false)
+}
+
+/// Every branch's nodes (kind, from, to, payload, sequence, time), by
+/// branch name: what a session says, whichever node carries which record.
+fn timelines(s: &mut Store, o: &Outcome) -> Vec<(String, Vec<String>)> {
+    let mut out = Vec::new();
+    for b in s.branches(&o.id()).unwrap() {
+        let nodes = s.timeline(&o.id(), &b.name).unwrap();
+        let fields = nodes
+            .iter()
+            .map(|n| {
+                let n = &n.stored.node;
+                format!(
+                    "{:?} {} {} {} {:?} {}",
+                    n.kind,
+                    n.from,
+                    n.to,
+                    n.payload.to_hex(),
+                    n.sequence,
+                    n.created_at
+                )
+            })
+            .collect();
+        out.push((b.name.to_string(), fields));
+    }
+    out
+}
+
+/// A Claude Code session with what a tail must join to the stored
+/// session: attachments and system records between messages (a parent
+/// that is not a message), a tool use answered in a later write, a
+/// rewound prompt, bookkeeping lines at the end, a subagent transcript.
+fn grown_session(dir: &std::path::Path) -> (std::path::PathBuf, Vec<String>, Vec<String>) {
+    let u = |i: u32| format!("00000000-0000-4000-8000-{i:012}");
+    let rec = |i: u32, p: Option<u32>, v: serde_json::Value| {
+        let mut o = serde_json::json!({"parentUuid": p.map(u), "isSidechain": false,
+            "uuid": u(i), "timestamp": format!("2026-11-24T15:53:{:02}.000Z", i % 60),
+            "sessionId": "s-2", "cwd": "/p"});
+        for (k, x) in v.as_object().unwrap() {
+            o[k] = x.clone();
+        }
+        o.to_string()
+    };
+    let user = |i, p, t: &str| {
+        rec(
+            i,
+            p,
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": t}}),
+        )
+    };
+    let answer = |i, p, t: &str| {
+        rec(
+            i,
+            p,
+            serde_json::json!({"type": "assistant", "message": {"id": format!("msg_{i}"), "role": "assistant", "model": "m", "content": [{"type": "text", "text": t}], "usage": {"input_tokens": i}}}),
+        )
+    };
+    let lines = vec![
+        r#"{"type":"queue-operation","operation":"enqueue","sessionId":"s-2"}"#.to_owned(),
+        user(1, None, "list the files"),
+        rec(
+            2,
+            Some(1),
+            serde_json::json!({"type": "attachment", "attachment": {"type": "date"}}),
+        ),
+        rec(
+            3,
+            Some(2),
+            serde_json::json!({"type": "assistant", "message": {"id": "msg_3", "role": "assistant", "model": "m", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]}}),
+        ),
+        r#"{"type":"cost-state","totalCostUSD":0.1,"sessionId":"s-2"}"#.to_owned(),
+        rec(
+            4,
+            Some(3),
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "a b"}]}}),
+        ),
+        answer(5, Some(4), "two files"),
+        rec(
+            6,
+            Some(5),
+            serde_json::json!({"type": "system", "subtype": "turn_duration"}),
+        ),
+        r#"{"type":"file-history-snapshot","sessionId":"s-2"}"#.to_owned(),
+        user(7, Some(6), "and the hidden ones?"),
+        answer(8, Some(7), "none"),
+        user(9, Some(5), "rewound: count them"),
+        answer(10, Some(9), "2"),
+        r#"{"type":"summary","summary":"files","sessionId":"s-2"}"#.to_owned(),
+        user(11, Some(10), "thanks"),
+        answer(12, Some(11), "welcome"),
+    ];
+    let sub = |i, p: Option<u32>, v: serde_json::Value| {
+        let mut o: serde_json::Value = serde_json::from_str(&rec(i, p, v)).unwrap();
+        o["isSidechain"] = serde_json::json!(true);
+        o.to_string()
+    };
+    let subagent = vec![
+        sub(
+            101,
+            None,
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": "look around"}}),
+        ),
+        sub(
+            102,
+            Some(101),
+            serde_json::json!({"type": "assistant", "message": {"id": "msg_102", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "looked"}]}}),
+        ),
+        sub(
+            103,
+            Some(102),
+            serde_json::json!({"type": "user", "message": {"role": "user", "content": "more"}}),
+        ),
+        sub(
+            104,
+            Some(103),
+            serde_json::json!({"type": "assistant", "message": {"id": "msg_104", "role": "assistant", "model": "m", "content": [{"type": "text", "text": "done"}]}}),
+        ),
+    ];
+    (dir.join("s-2.jsonl"), lines, subagent)
+}
+
+/// A session re-imported after every line written (what `--watch` does)
+/// reads only the new lines once its tail is stored, and ends with the
+/// timelines, the nodes and the bytes of a session read whole each time.
+#[test]
+fn a_grown_transcript_is_read_from_where_its_stored_lines_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, lines, subagent) = grown_session(dir.path());
+    let subdir = dir.path().join("s-2").join("subagents");
+    let mut tail_store = Store::open("sqlite::memory:").unwrap();
+    let mut whole_store = Store::open("sqlite::memory:").unwrap();
+    let (mut tails, mut steps) = (0, 0);
+    let mut written = String::new();
+    let mut check = |written: &str, sub: Option<&str>, tails: &mut usize| {
+        std::fs::write(&path, written).unwrap();
+        if let Some(sub) = sub {
+            std::fs::create_dir_all(&subdir).unwrap();
+            std::fs::write(subdir.join("agent-a.jsonl"), sub).unwrap();
+        }
+        let (a, by_tail) = import_grown(&mut tail_store, "claude-code", &path, false);
+        let (b, _) = import_grown(&mut whole_store, "claude-code", &path, true);
+        *tails += usize::from(by_tail);
+        steps += 1;
+        assert_eq!(a.id(), b.id());
+        let (na, nb) = (
+            timelines(&mut tail_store, &a),
+            timelines(&mut whole_store, &b),
+        );
+        assert_eq!(na, nb, "after {} bytes (tail: {by_tail})", written.len());
+        let recs = session_records(&mut tail_store, &a.id()).unwrap();
+        let main: String = recs
+            .iter()
+            .filter(|r| r.0.is_empty())
+            .map(|r| format!("{}\n", r.2))
+            .collect();
+        assert_eq!(
+            main,
+            session_records(&mut whole_store, &b.id())
+                .unwrap()
+                .iter()
+                .filter(|r| r.0.is_empty())
+                .map(|r| format!("{}\n", r.2))
+                .collect::<String>()
+        );
+        // (The lines of a rewritten file are those first stored.)
+        assert!(
+            written.starts_with(&main) || !written.contains("list the files"),
+            "stored lines are the file's"
+        );
+    };
+    for (i, l) in lines.iter().enumerate() {
+        written.push_str(l);
+        written.push('\n');
+        // (A first import of bookkeeping lines alone holds them in a
+        // node no later message continues from.)
+        if i > 0 {
+            check(&written, None, &mut tails);
+        }
+    }
+    // A subagent transcript appears (the whole session is read again),
+    // then grows (its tail is read).
+    let mut sub = String::new();
+    for l in &subagent {
+        sub.push_str(l);
+        sub.push('\n');
+        check(&written, Some(&sub), &mut tails);
+    }
+    // A partial last line waits; a rewritten file is read whole.
+    check(&(written.clone() + "{\"type\":\"user\""), None, &mut tails);
+    let before = tails;
+    // (Its last line is checked: an earlier line rewritten to the same
+    // length goes unseen, as by a whole read, which matches lines by
+    // number.)
+    let rewritten = written
+        .replacen("list the files", "list the FILES", 1)
+        .replacen("welcome", "WELCOME", 1);
+    check(&rewritten, None, &mut tails);
+    assert_eq!(tails, before, "a rewritten file is read whole");
+    assert!(
+        tails >= lines.len() + subagent.len() - 4,
+        "{tails} of {steps} imports read the tail alone"
+    );
+    assert!(tail_store.verify().unwrap().problems.is_empty());
+    // Once more: nothing new, by the tail.
+    let (o, by_tail) = import_grown(&mut tail_store, "claude-code", &path, false);
+    assert!(matches!(o, Outcome::Existing { .. }), "{o:?}");
+    assert!(!by_tail || matches!(o, Outcome::Existing { .. }));
+}
+
+/// A Codex rollout with a huge user message (escapes included): the
+/// two-pass import, which turns the line's bytes into the text in place and
+/// stores the line after its node, stores the nodes a whole read does and
+/// gives the file back byte for byte.
+#[test]
+fn a_huge_codex_message_is_read_once_and_comes_back_byte_for_byte() {
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let item = |role: &str, kind: &str, text: &str| {
+        serde_json::json!({"timestamp": "2026-11-24T15:53:08.139Z", "type": "response_item",
+            "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}})
+        .to_string()
+            + "\n"
+    };
+    let text = serde_json::json!({"timestamp": "2026-11-24T15:53:08.139Z", "type": "session_meta",
+        "payload": {"id": "c-1", "cwd": "/p", "cli_version": "0.169.0"}})
+    .to_string()
+        + "\n"
+        + &item("user", "input_text", "hello")
+        + &item("assistant", "output_text", "hi")
+        + &item("user", "input_text", &big)
+        + &item("assistant", "output_text", "long");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollout-2026-11-24T15-53-08-c-1.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let mut a = Store::open("sqlite::memory:").unwrap();
+    let mut got = convo_formats::open_lazy("codex", &path)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let oa = a
+        .transaction(|l| convo_formats::ledger::import_lazy(l, "codex", conv, records, None, 0))
+        .unwrap();
+    let mut b = Store::open("sqlite::memory:").unwrap();
+    let mut whole = convo_formats::reader("codex")
+        .unwrap()
+        .read_path(&path)
+        .unwrap();
+    let ob = import(&mut b, "codex", &whole.conversations.remove(0));
+    assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
+    assert_eq!(joined(&mut a, &oa), text.as_bytes());
+    let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    assert!(a.verify().unwrap().problems.is_empty());
+}
+
+/// The same for a Codex rollout (the fixture, one line more at a time):
+/// after the first import, every re-import reads only the new lines, and
+/// the session ends as a whole read makes it, byte for byte.
+#[test]
+fn a_grown_rollout_is_read_from_where_its_stored_lines_end() {
+    let bytes = std::fs::read(fixture(CODEX)).unwrap();
+    let lines: Vec<&[u8]> = bytes.split_inclusive(|&b| b == b'\n').collect();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir
+        .path()
+        .join(std::path::Path::new(CODEX).file_name().unwrap());
+    let mut tail_store = Store::open("sqlite::memory:").unwrap();
+    let mut whole_store = Store::open("sqlite::memory:").unwrap();
+    let mut tails = 0;
+    // The first import holds its first message (a prompt, past Codex's
+    // injected context).
+    let first = lines
+        .iter()
+        .position(|l| {
+            l.windows(12).any(|w| w == b"\"input_text\"")
+                && !l.windows(5).any(|w| w == b"<envi")
+                && !l.windows(5).any(|w| w == b"<user")
+                && !l.windows(5).any(|w| w == b"<perm")
+                && !l.windows(5).any(|w| w == b"# AGE")
+        })
+        .unwrap();
+    for n in first + 1..=lines.len() {
+        std::fs::write(&path, lines[..n].concat()).unwrap();
+        let (a, by_tail) = import_grown(&mut tail_store, "codex", &path, false);
+        let (b, _) = import_grown(&mut whole_store, "codex", &path, true);
+        tails += usize::from(by_tail);
+        assert_eq!(
+            timelines(&mut tail_store, &a),
+            timelines(&mut whole_store, &b),
+            "after {n} lines (tail: {by_tail})"
+        );
+        let stored = joined(&mut tail_store, &a);
+        assert_eq!(stored, joined(&mut whole_store, &b), "after {n} lines");
+        assert!(lines[..n].concat().starts_with(&stored));
+    }
+    assert_eq!(
+        tails,
+        lines.len() - first - 1,
+        "all but the first by the tail"
+    );
+    assert!(tail_store.verify().unwrap().problems.is_empty());
+}

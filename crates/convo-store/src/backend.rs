@@ -495,6 +495,25 @@ pub trait TelemetryTx {
     fn delete_otlp_export(&mut self, seq: u64) -> Result<()>;
 }
 
+/// The import index of coding agents' transcripts (`import_keys`,
+/// `import_tails`): derived rows a re-import reads instead of the
+/// session's nodes. Not hashed, not copied by `migrate` (a session
+/// without them is re-read whole once, which writes them again).
+pub trait ImportTx {
+    /// The node a session's key (a message key, or a record's id leading
+    /// to that message) names.
+    fn import_key(&mut self, s: &SessionId, key: &str) -> Result<Option<NodeHash>>;
+
+    /// Sets keys (a key set again names its new node).
+    fn put_import_keys(&mut self, s: &SessionId, keys: &[(String, NodeHash)]) -> Result<()>;
+
+    /// Where a session's stored lines end, as the importer wrote it.
+    fn import_tail(&mut self, s: &SessionId) -> Result<Option<String>>;
+
+    /// Sets [`ImportTx::import_tail`].
+    fn set_import_tail(&mut self, s: &SessionId, tail: &str) -> Result<()>;
+}
+
 /// An `otlp_exports` row from its columns (seq, sessions, received_at,
 /// media, base, nodes_from, nodes_to, body_len, residual).
 pub(crate) fn otlp_export_row(r: &impl Columns) -> std::result::Result<OtlpExportRow, String> {
@@ -617,6 +636,7 @@ pub trait Tx:
     + SearchTx
     + RedactionTx
     + TelemetryTx
+    + ImportTx
     + CheckTx
 {
 }
@@ -632,6 +652,7 @@ impl<
         + SearchTx
         + RedactionTx
         + TelemetryTx
+        + ImportTx
         + CheckTx,
 > Tx for T
 {

@@ -77,8 +77,8 @@ pub use backend::{
 /// [`Tx`] is all of them (a `&mut dyn Tx` calls any of their methods).
 pub mod tx {
     pub use crate::backend::{
-        BlobTx, BranchTx, CheckTx, FactTx, NodeTx, RedactionTx, SearchTx, SessionTx, StateTx,
-        TelemetryTx, Tx,
+        BlobTx, BranchTx, CheckTx, FactTx, ImportTx, NodeTx, RedactionTx, SearchTx, SessionTx,
+        StateTx, TelemetryTx, Tx,
     };
 }
 pub use chain::TimelineNode;

@@ -1367,6 +1367,21 @@ pub fn pg_database() -> Option<PgDatabase> {
     Some(PgDatabase { admin, name, url })
 }
 
+/// Runs SQL on a PostgreSQL store (a test making a store look older);
+/// the first column of the last statement's first row, if it is a number.
+pub fn pg_sql(store_url: &str, sql: &str) -> Option<i64> {
+    let mut c = postgres::Client::connect(store_url, postgres::NoTls).expect("connect");
+    let mut last = None;
+    for stmt in sql.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        last = c
+            .query(stmt, &[])
+            .expect(stmt)
+            .first()
+            .and_then(|r| r.try_get::<_, i64>(0).ok());
+    }
+    last
+}
+
 /// A store backend the tests run on: the one selector every suite uses,
 /// usually through [`for_each_backend!`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

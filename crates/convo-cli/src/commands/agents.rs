@@ -181,6 +181,9 @@ fn import_file(
     redact: bool,
     report: &mut Report,
 ) -> Result<(), String> {
+    if import_tail(store, format, file, redact, report)? {
+        return Ok(());
+    }
     if let Some(opened) = convo_formats::open_lazy(format, file) {
         let session = opened.map_err(|e| format_error(e).message_text().to_owned())?;
         let Some(session) = session else {
@@ -240,10 +243,160 @@ impl convo_formats::ledger::Loader for Redacting<'_> {
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
         self.inner.record_ids(i)
     }
+
+    fn aliases(&self) -> Vec<(String, usize)> {
+        self.inner.aliases()
+    }
+
+    fn store_deferred(
+        &mut self,
+        put: &mut dyn FnMut(&[u8]) -> Result<(), convo_store::StoreError>,
+    ) -> Result<(), convo_store::StoreError> {
+        self.inner.store_deferred(put)
+    }
+
+    fn tail(&self) -> Option<String> {
+        convo_formats::ledger::Loader::tail(self.inner)
+    }
 }
 
-/// Imports one session indexed by its first pass, its messages read again
-/// one at a time, in one transaction.
+/// What importing one file inside a transaction left beside its outcome:
+/// the reader's error (a file rewritten meanwhile), whole; the secrets
+/// `--redact-secrets` replaced; the reader's warnings, printed once the
+/// transaction commits.
+#[derive(Default)]
+struct Side {
+    failed: Option<convo_formats::Error>,
+    found: super::import::Redacted,
+    warnings: Vec<String>,
+}
+
+impl Side {
+    /// The error of a file whose import failed with `e`.
+    fn error(&mut self, file: &Path, e: &convo_store::StoreError) -> String {
+        match self.failed.take() {
+            Some(f) => format_error(f).message_text().to_owned(),
+            None => format!("{}: {e}", file.display()),
+        }
+    }
+
+    /// Adds what a committed import did to the report.
+    fn report(self, o: Outcome, file: &Path, report: &mut Report) {
+        for w in &self.warnings {
+            eprintln!("warning: {w}");
+        }
+        report.note_secrets(file, &self.found);
+        count(o, file, report);
+    }
+}
+
+/// Imports only the lines of a session's files written after those an
+/// earlier import stored (`convo_formats::open_tail`), inside `l`: what a
+/// `--watch` tick does, at a cost that follows the new lines. `None` when
+/// the files must be read whole (the session is not stored with its tail,
+/// or a file was rewritten…): nothing was written.
+fn tail_in(
+    l: &mut convo_store::Ledger<'_>,
+    format: &'static str,
+    file: &Path,
+    redact: bool,
+    side: &mut Side,
+) -> Result<Option<Outcome>, convo_store::StoreError> {
+    let Some(ident) = convo_formats::session_identity(format, file) else {
+        return Ok(None);
+    };
+    let id = convo_formats::ledger::session_id_of(format, &ident);
+    let Some(tail) = l
+        .tx()
+        .import_tail(&id)?
+        .and_then(|t| convo_formats::records::Tail::parse(format, &t))
+    else {
+        return Ok(None);
+    };
+    let mut lookup: Option<convo_store::StoreError> = None;
+    let opened = convo_formats::open_tail(format, file, &tail, &mut |k| match l
+        .tx()
+        .import_key(&id, k)
+    {
+        Ok(h) => h.is_some(),
+        Err(e) => {
+            lookup = Some(e);
+            false
+        }
+    });
+    if let Some(e) = lookup {
+        return Err(e);
+    }
+    let mut session = match opened {
+        Some(Ok(Some(s))) => s,
+        None | Some(Ok(None)) => return Ok(None),
+        Some(Err(e)) => {
+            let msg = e.render().lines().next().unwrap_or_default().to_owned();
+            side.failed = Some(e);
+            return Err(convo_store::StoreError::Invalid(msg.into()));
+        }
+    };
+    session.conv.id = Some(ident);
+    lazy_in(l, format, &mut session, None, redact, side, true).map(Some)
+}
+
+/// Imports one session indexed by its first pass (or a tail's, with
+/// `tail`), its messages read again one at a time, inside `l`.
+fn lazy_in(
+    l: &mut convo_store::Ledger<'_>,
+    format: &'static str,
+    session: &mut convo_formats::records::Session<'static>,
+    agent: Option<&str>,
+    redact: bool,
+    side: &mut Side,
+    tail: bool,
+) -> Result<Outcome, convo_store::StoreError> {
+    side.warnings.append(&mut session.warnings);
+    // Redaction reads every record's bytes.
+    session.records.defer = !redact;
+    let conv = &session.conv;
+    let mut loader = Redacting {
+        inner: &mut session.records,
+        found: Default::default(),
+    };
+    let o = match (tail, redact) {
+        (true, true) => convo_formats::ledger::import_tail(l, format, conv, &mut loader, now()),
+        (true, false) => convo_formats::ledger::import_tail(l, format, conv, loader.inner, now()),
+        (false, true) => {
+            convo_formats::ledger::import_lazy(l, format, conv, &mut loader, agent, now())
+        }
+        (false, false) => {
+            convo_formats::ledger::import_lazy(l, format, conv, loader.inner, agent, now())
+        }
+    };
+    side.found = loader.found;
+    if o.is_err() {
+        side.failed = session.records.failed.take();
+    }
+    o
+}
+
+/// [`tail_in`] in a transaction of its own; `false` when the file must be
+/// read whole.
+fn import_tail(
+    store: &mut convo_store::Store,
+    format: &'static str,
+    file: &Path,
+    redact: bool,
+    report: &mut Report,
+) -> Result<bool, String> {
+    let mut side = Side::default();
+    match store.transaction(|l| tail_in(l, format, file, redact, &mut side)) {
+        Ok(Some(o)) => {
+            side.report(o, file, report);
+            Ok(true)
+        }
+        Ok(None) => Ok(false),
+        Err(e) => Err(side.error(file, &e)),
+    }
+}
+
+/// [`lazy_in`] in a transaction of its own.
 fn import_lazy(
     store: &mut convo_store::Store,
     format: &'static str,
@@ -253,34 +406,65 @@ fn import_lazy(
     redact: bool,
     report: &mut Report,
 ) -> Result<(), String> {
-    for w in &session.warnings {
-        eprintln!("warning: {w}");
+    let mut side = Side::default();
+    let got =
+        store.transaction(|l| lazy_in(l, format, &mut session, agent, redact, &mut side, false));
+    match got {
+        Ok(o) => {
+            side.report(o, file, report);
+            Ok(())
+        }
+        Err(e) => Err(side.error(file, &e)),
     }
-    let conv = &session.conv;
-    let mut loader = Redacting {
-        inner: &mut session.records,
-        found: Default::default(),
-    };
+}
+
+/// At most this many files, or bytes of them, are imported in one
+/// transaction by a `convo import` of many Claude Code or Codex files:
+/// they then share the index pages their inserts dirty (the random keys
+/// of nodes and payloads), so what a file writes does not grow with the
+/// store (docs/PERFORMANCE.md). A group that fails is imported again file
+/// by file, so a bad file still fails alone.
+pub const GROUP_FILES: usize = 16;
+/// See [`GROUP_FILES`].
+pub const GROUP_BYTES: u64 = 16 << 20;
+
+/// Imports Claude Code or Codex files in one transaction (each as
+/// [`import_file`] would: its tail, else read whole); `false`, nothing
+/// written and nothing reported, when one of them fails.
+fn import_together(
+    store: &mut convo_store::Store,
+    files: &[(&'static str, PathBuf)],
+    agent: Option<&str>,
+    redact: bool,
+    report: &mut Report,
+) -> bool {
+    let mut done: Vec<(Side, Outcome)> = Vec::with_capacity(files.len());
     let got = store.transaction(|l| {
-        if redact {
-            convo_formats::ledger::import_lazy(l, format, conv, &mut loader, agent, now())
-        } else {
-            convo_formats::ledger::import_lazy(l, format, conv, loader.inner, agent, now())
+        done.clear();
+        for (format, file) in files {
+            let mut side = Side::default();
+            let o = match tail_in(l, format, file, redact, &mut side)? {
+                Some(o) => o,
+                None => {
+                    let mut session = match convo_formats::open_lazy(format, file) {
+                        Some(Ok(Some(s))) => s,
+                        // Failed or not a session: imported alone.
+                        _ => return Err(convo_store::StoreError::Invalid("apart".into())),
+                    };
+                    lazy_in(l, format, &mut session, agent, redact, &mut side, false)?
+                }
+            };
+            done.push((side, o));
         }
+        Ok(())
     });
-    let found = loader.found;
-    let o = match got {
-        Ok(o) => o,
-        Err(e) => {
-            return Err(match session.records.failed.take() {
-                Some(f) => format_error(f).message_text().to_owned(),
-                None => format!("{}: {e}", file.display()),
-            });
-        }
-    };
-    report.note_secrets(file, &found);
-    count(o, file, report);
-    Ok(())
+    if got.is_err() {
+        return false;
+    }
+    for ((side, o), (_, file)) in done.into_iter().zip(files) {
+        side.report(o, file, report);
+    }
+    true
 }
 
 /// Imports an opencode database or storage folder in one transaction, one
@@ -371,6 +555,8 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
     let mut state = State::load(env);
     let mut report = Report::default();
     let mut seen: BTreeMap<String, Look> = BTreeMap::new();
+    // Claude Code and Codex files go in by groups (GROUP_FILES).
+    let mut group: Vec<(&'static str, PathBuf, Look)> = Vec::new();
     for (format, path) in paths {
         for f in files_of(format, path) {
             let key = f.display().to_string();
@@ -380,24 +566,14 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
                 report.unchanged += 1;
                 continue;
             }
-            match import_file(
-                &mut store,
-                format,
-                &f,
-                a.agent.as_deref(),
-                a.redact_secrets,
-                &mut report,
-            ) {
-                Ok(()) => {
-                    state.files.insert(key, now_look);
-                    state.dirty = true;
-                }
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    report.failed.push(json!({"file": key, "error": e}));
-                }
+            group.push((format, f, now_look));
+            let bytes: u64 = group.iter().map(|(_, _, l)| l.len).sum();
+            let together = matches!(*format, "claude-code" | "codex");
+            if !together || group.len() >= GROUP_FILES || bytes >= GROUP_BYTES {
+                import_group(&mut store, &mut group, a, &mut state, &mut report);
             }
         }
+        import_group(&mut store, &mut group, a, &mut state, &mut report);
     }
     state.save()?;
     print_report(&report, a)?;
@@ -450,6 +626,49 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
             }
         }
         state.save()?;
+    }
+}
+
+/// Imports `group` (emptied): in one transaction when it holds several
+/// files ([`import_together`]), else, or when that fails, file by file,
+/// each failure reported on its own.
+fn import_group(
+    store: &mut convo_store::Store,
+    group: &mut Vec<(&'static str, PathBuf, Look)>,
+    a: &ImportArgs,
+    state: &mut State,
+    report: &mut Report,
+) {
+    let files: Vec<(&'static str, PathBuf)> =
+        group.iter().map(|(f, p, _)| (*f, p.clone())).collect();
+    if files.len() > 1
+        && import_together(store, &files, a.agent.as_deref(), a.redact_secrets, report)
+    {
+        for (_, f, l) in group.drain(..) {
+            state.files.insert(f.display().to_string(), l);
+            state.dirty = true;
+        }
+        return;
+    }
+    for (format, f, now_look) in group.drain(..) {
+        let key = f.display().to_string();
+        match import_file(
+            store,
+            format,
+            &f,
+            a.agent.as_deref(),
+            a.redact_secrets,
+            report,
+        ) {
+            Ok(()) => {
+                state.files.insert(key, now_look);
+                state.dirty = true;
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                report.failed.push(json!({"file": key, "error": e}));
+            }
+        }
     }
 }
 

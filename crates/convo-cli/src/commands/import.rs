@@ -21,8 +21,8 @@ use std::process::ExitCode;
 /// Coding agents' transcripts (Claude Code's ~/.claude/projects, Codex's
 /// ~/.codex/sessions: a file, a project folder or the whole folder;
 /// Gemini CLI's ~/.gemini/tmp; opencode's ~/.local/share/opencode) are
-/// imported one session per transaction: a file that fails is reported and
-/// the others go in. Every line is kept, so a re-import of a session that
+/// imported by groups of files, a transaction each: a file that fails is
+/// reported alone and the others go in. Every line is kept, so a re-import of a session that
 /// grew adds only its new lines (same session), and an unchanged file is
 /// skipped after a look at its size and time (kept in $CONVO_HOME/import-state/).
 /// --watch keeps importing them as the agents write.

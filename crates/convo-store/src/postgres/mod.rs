@@ -1863,6 +1863,51 @@ fn link_row(r: &Row) -> Result<crate::backend::Link> {
     ))
 }
 
+impl ImportTx for PgTx<'_> {
+    fn import_key(&mut self, s: &SessionId, key: &str) -> Result<Option<NodeHash>> {
+        self.opt(
+            "SELECT node FROM import_keys WHERE session = $1 AND key = $2",
+            &[&s.to_string(), &key],
+        )?
+        .map(|r| digest(&r, 0).map(NodeHash))
+        .transpose()
+    }
+
+    fn put_import_keys(&mut self, s: &SessionId, keys: &[(String, NodeHash)]) -> Result<()> {
+        for (k, h) in keys {
+            self.defer(
+                "INSERT INTO import_keys (session, key, node) VALUES ($1, $2, $3) \
+                 ON CONFLICT (session, key) DO UPDATE SET node = excluded.node",
+                vec![
+                    Box::new(s.to_string()),
+                    Box::new(k.clone()),
+                    Box::new(h.as_bytes().to_vec()),
+                ],
+                OnError::Db,
+            )?;
+        }
+        Ok(())
+    }
+
+    fn import_tail(&mut self, s: &SessionId) -> Result<Option<String>> {
+        self.opt(
+            "SELECT tail FROM import_tails WHERE session = $1",
+            &[&s.to_string()],
+        )?
+        .map(|r| r.try_get::<_, String>(0).map_err(corrupt))
+        .transpose()
+    }
+
+    fn set_import_tail(&mut self, s: &SessionId, tail: &str) -> Result<()> {
+        self.defer(
+            "INSERT INTO import_tails (session, tail) VALUES ($1, $2) \
+             ON CONFLICT (session) DO UPDATE SET tail = excluded.tail",
+            vec![Box::new(s.to_string()), Box::new(tail.to_owned())],
+            OnError::Db,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -2212,3 +2212,50 @@ fn link_row(r: &Row<'_>) -> rusqlite::Result<crate::backend::Link> {
         r.get(5)?,
     ))
 }
+
+impl ImportTx for SqliteTx<'_> {
+    fn import_key(&mut self, s: &SessionId, key: &str) -> Result<Option<NodeHash>> {
+        self.tx
+            .prepare_cached("SELECT node FROM import_keys WHERE session = ?1 AND key = ?2")
+            .and_then(|mut st| {
+                st.query_row(params![s.to_string(), key], |r| digest(r, 0))
+                    .optional()
+            })
+            .map(|h| h.map(NodeHash))
+            .map_err(db)
+    }
+
+    fn put_import_keys(&mut self, s: &SessionId, keys: &[(String, NodeHash)]) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO import_keys (session, key, node) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (session, key) DO UPDATE SET node = excluded.node",
+            )
+            .map_err(db)?;
+        let s = s.to_string();
+        for (k, h) in keys {
+            st.execute(params![s, k, h.as_bytes().as_slice()])
+                .map_err(db)?;
+        }
+        Ok(())
+    }
+
+    fn import_tail(&mut self, s: &SessionId) -> Result<Option<String>> {
+        self.tx
+            .prepare_cached("SELECT tail FROM import_tails WHERE session = ?1")
+            .and_then(|mut st| st.query_row([s.to_string()], |r| r.get(0)).optional())
+            .map_err(db)
+    }
+
+    fn set_import_tail(&mut self, s: &SessionId, tail: &str) -> Result<()> {
+        self.tx
+            .prepare_cached(
+                "INSERT INTO import_tails (session, tail) VALUES (?1, ?2) \
+                 ON CONFLICT (session) DO UPDATE SET tail = excluded.tail",
+            )
+            .and_then(|mut st| st.execute(params![s.to_string(), tail]))
+            .map_err(db)?;
+        Ok(())
+    }
+}
