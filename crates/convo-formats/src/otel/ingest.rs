@@ -890,7 +890,7 @@ pub fn resolve_kept(
     };
     let want: HashSet<usize> = want.iter().copied().collect();
     let mut done = vec![false; nodes.len()];
-    let session = nodes[*first].0.node.session.clone();
+    let session = nodes[*first].0.node.session;
     // One body at a time, each read for the calls of the wanted nodes it
     // wrote (the first body holding a node answers for it), then dropped.
     store.each_otlp_export(Some(&session), &mut |b| {
