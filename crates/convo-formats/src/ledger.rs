@@ -585,6 +585,19 @@ fn import_more(
             heads.insert(head, b.name);
         }
     }
+    // A session whose first import saw only bookkeeping records keeps
+    // them in one holder node (a root); the messages written since start
+    // at the root too, sharing no key with it: they go on from it.
+    let mut holder = None;
+    for h in heads.keys() {
+        if let Some(n) = l.tx().node(h)?
+            && n.node.parent.is_none()
+            && n.node.diagnostics.to_value().pointer("/extra/holder") == Some(&Value::Bool(true))
+        {
+            holder = Some((*h, n.ctx, n.node.created_at));
+            break;
+        }
+    }
     let mut active: Option<BranchName> = None;
     // Records of stored messages that are not stored yet (only those
     // messages are read again).
@@ -606,21 +619,29 @@ fn import_more(
     let (mut nodes, mut branches) = (0, 0);
     for t in 0..conv.timelines.len() {
         let path = conv.path_to(conv.timelines[t].leaf);
-        let Some(k) = path
+        let shared = path
             .iter()
-            .rposition(|&i| key_of(i).is_some_and(|k| stored.contains_key(&k)))
-        else {
+            .rposition(|&i| key_of(i).is_some_and(|k| stored.contains_key(&k)));
+        let (rest, (point, pctx, ptime)) = match (shared, &holder) {
+            (Some(k), _) => {
+                let Some(point_key) = key_of(path[k]) else {
+                    continue;
+                };
+                (&path[k + 1..], stored[&point_key].clone())
+            }
+            (None, Some(h))
+                if path
+                    .first()
+                    .is_some_and(|&i| conv.messages[i].parent.is_none()) =>
+            {
+                (&path[..], h.clone())
+            }
             // Shares nothing with what is stored: left for a full re-import.
-            continue;
+            (None, _) => continue,
         };
-        let rest = &path[k + 1..];
         if rest.is_empty() {
             continue;
         }
-        let Some(point_key) = key_of(path[k]) else {
-            continue;
-        };
-        let (point, pctx, ptime) = stored[&point_key];
         let start = Cursor::after(&pctx, ptime);
         let (branch, fork) = match heads.remove(&point) {
             Some(b) => (b, None),
@@ -635,6 +656,11 @@ fn import_more(
             fork,
         };
         let mut first = |d: &mut Draft| {
+            // Records stored already (a holder's, now riding with the first
+            // message after them) are not stored twice.
+            if shared.is_none() {
+                d.diagnostics = without_records(&d.diagnostics, &have)?;
+            }
             if !orphans.is_empty() {
                 d.diagnostics = with_records(&d.diagnostics, std::mem::take(&mut orphans))?;
             }
@@ -788,6 +814,23 @@ fn stored_ids(diagnostics: &str) -> (Option<String>, Vec<(String, u64)>) {
 }
 
 /// Adds `records` to a draft's `extra.records`, in line order.
+/// `d` without the records whose ids are in `have`.
+fn without_records(
+    d: &Diagnostics,
+    have: &HashSet<(String, u64)>,
+) -> Result<Diagnostics, StoreError> {
+    let mut v = d.to_value();
+    let Some(Value::Array(all)) = v.pointer_mut("/extra/records") else {
+        return Ok(d.clone());
+    };
+    let before = all.len();
+    all.retain(|r| !have.contains(&record_id(r)));
+    if all.len() == before {
+        return Ok(d.clone());
+    }
+    Diagnostics::from_value(&v).map_err(StoreError::invalid)
+}
+
 fn with_records(d: &Diagnostics, mut records: Vec<Value>) -> Result<Diagnostics, StoreError> {
     let mut v = d.to_value();
     if let Some(o) = v.as_object_mut() {
