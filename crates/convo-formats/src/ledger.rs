@@ -627,14 +627,14 @@ fn import_more(
                 let Some(point_key) = key_of(path[k]) else {
                     continue;
                 };
-                (&path[k + 1..], stored[&point_key].clone())
+                (&path[k + 1..], stored[&point_key])
             }
             (None, Some(h))
                 if path
                     .first()
                     .is_some_and(|&i| conv.messages[i].parent.is_none()) =>
             {
-                (&path[..], h.clone())
+                (&path[..], *h)
             }
             // Shares nothing with what is stored: left for a full re-import.
             (None, _) => continue,
