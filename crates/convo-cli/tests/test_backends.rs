@@ -386,8 +386,15 @@ fn a_store_made_before_the_import_index_still_adds_only_what_is_new(backend: Bac
     let tails = "SELECT count(*) FROM import_tails";
     assert_eq!(sql(tails, tails), 1, "the import wrote its tail");
     // The store as the version before the index made it.
+    // (SQLite: its thread indexes as version 9 made them, narrowed by 14.)
+    let sqlite_v12 = format!(
+        "DROP TABLE import_keys; DROP TABLE import_tails; DROP INDEX nodes_by_thread; \
+         DROP INDEX nodes_by_thread_response; DROP INDEX nodes_by_thread_conversation; {} \
+         PRAGMA user_version = 12; SELECT 0",
+        include_str!("../../convo-store/migrations/sqlite/0009_thread_index.sql")
+    );
     sql(
-        "DROP TABLE import_keys; DROP TABLE import_tails; PRAGMA user_version = 12; SELECT 0",
+        &sqlite_v12,
         "DROP TABLE import_keys; DROP TABLE import_tails; UPDATE convo_schema SET version = 10",
     );
     text += &claude_turns(3, 4);

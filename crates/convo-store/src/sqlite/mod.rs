@@ -1293,7 +1293,8 @@ impl NodeTx for SqliteTx<'_> {
         let f = field.as_str();
         self.tx
             .prepare_cached(&format!(
-                "SELECT hash FROM nodes WHERE kind = 4 AND (CASE WHEN json_valid(diagnostics) \
+                "SELECT hash FROM nodes WHERE kind = 4 AND instr(diagnostics, '\"{f}\":') > 0 \
+                 AND (CASE WHEN json_valid(diagnostics) \
                  THEN json_extract(diagnostics, '$.{f}') END) = ?1 ORDER BY seq DESC LIMIT 1"
             ))
             .and_then(|mut st| st.query_row([value], |r| digest(r, 0)).optional())
