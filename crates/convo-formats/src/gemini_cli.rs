@@ -946,9 +946,10 @@ fn build<'a>(
             failed: None,
             aliases: Vec::new(),
             tail: None,
-            // A huge message's own line is not moved into its text: a
-            // legacy chat's line is not the message's JSON string alone.
-            defer: false,
+            // A huge message whose text is its line's one string is held
+            // once (`Stored::text_of_huge`; a legacy chat's records are
+            // not such lines and are read as before).
+            defer: true,
             deferred: Vec::new(),
         },
     })

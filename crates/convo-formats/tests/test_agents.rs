@@ -1384,6 +1384,55 @@ fn a_huge_codex_message_is_read_once_and_comes_back_byte_for_byte() {
     assert!(a.verify().unwrap().problems.is_empty());
 }
 
+/// A Gemini CLI chat (`.jsonl`) with a huge user message: its text is
+/// its line's one string, so the line's bytes become the text in place
+/// and the line is stored after its node; the nodes are a whole read's and
+/// the file comes back byte for byte.
+#[test]
+fn a_huge_gemini_cli_message_is_read_once_and_comes_back_byte_for_byte() {
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let msg = |id: &str, kind: &str, content: serde_json::Value| {
+        serde_json::json!({"id": id, "timestamp": "2026-11-24T15:53:09.139Z", "type": kind,
+            "content": content})
+        .to_string()
+            + "\n"
+    };
+    let text = serde_json::json!({"sessionId": "g-1", "projectHash": "abc",
+        "startTime": "2026-11-24T15:53:08.139Z", "lastUpdated": "2026-11-24T15:53:08.139Z",
+        "kind": "main"})
+    .to_string()
+        + "\n"
+        + &msg("u1", "user", serde_json::json!([{"text": "hello"}]))
+        + &msg("g1", "gemini", serde_json::json!("hi"))
+        + &msg("u2", "user", serde_json::json!([{"text": big}]))
+        + &msg("g2", "gemini", serde_json::json!("long"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session-2026-11-24T15-53-g1.jsonl");
+    std::fs::write(&path, &text).unwrap();
+    let mut a = Store::open("sqlite::memory:").unwrap();
+    let mut got = convo_formats::open_lazy("gemini-cli", &path)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let oa = a
+        .transaction(|l| {
+            convo_formats::ledger::import_lazy(l, "gemini-cli", conv, records, None, 0)
+        })
+        .unwrap();
+    let mut b = Store::open("sqlite::memory:").unwrap();
+    let mut whole = convo_formats::reader("gemini-cli")
+        .unwrap()
+        .read_path(&path)
+        .unwrap();
+    let ob = import(&mut b, "gemini-cli", &whole.conversations.remove(0));
+    assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
+    assert_eq!(joined(&mut a, &oa), text.as_bytes());
+    let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    assert!(a.verify().unwrap().problems.is_empty());
+}
+
 /// The same for a Codex rollout (the fixture, one line more at a time):
 /// after the first import, every re-import reads only the new lines, and
 /// the session ends as a whole read makes it, byte for byte.
