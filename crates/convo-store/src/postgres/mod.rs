@@ -305,9 +305,10 @@ impl Backend for Postgres {
         // the database's owner.
         //
         // VACUUM FULL copies a deleted row that an older snapshot may still
-        // see (another transaction in this database, an autovacuum ANALYZE):
-        // wait, a bounded time, until no other backend of the database holds
-        // one, and say so if one still does.
+        // see (another transaction in this database, an autovacuum ANALYZE,
+        // a backend of any database still starting up: PostgreSQL counts
+        // those in every database's horizon): wait, a bounded time, until
+        // no such backend holds one, and say so if one still does.
         let mut holders = Vec::new();
         for _ in 0..100 {
             let rows = self
@@ -315,7 +316,8 @@ impl Backend for Postgres {
                 .once(|c| {
                     Box::pin(c.query(
                         "SELECT pid::bigint FROM pg_stat_activity \
-                         WHERE datname = current_database() AND pid <> pg_backend_pid() \
+                         WHERE (datname = current_database() OR datname IS NULL) \
+                         AND pid <> pg_backend_pid() \
                          AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)",
                         &[],
                     ))
