@@ -1359,24 +1359,37 @@ fn a_huge_codex_message_is_read_once_and_comes_back_byte_for_byte() {
         + &item("assistant", "output_text", "hi")
         + &item("user", "input_text", &big)
         + &item("assistant", "output_text", "long");
+    huge_message_round_trip(
+        "codex",
+        "rollout-2026-11-24T15-53-08-c-1.jsonl",
+        &text,
+        &big,
+    );
+}
+
+/// `text`, written as `name`, holding the message `big`: imported by the
+/// two-pass import (`open_lazy`), its nodes are those of a whole read, the
+/// file comes back byte for byte, the message's node holds `big` and the
+/// store verifies.
+fn huge_message_round_trip(format: &str, name: &str, text: &str, big: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("rollout-2026-11-24T15-53-08-c-1.jsonl");
-    std::fs::write(&path, &text).unwrap();
+    let path = dir.path().join(name);
+    std::fs::write(&path, text).unwrap();
     let mut a = Store::open("sqlite::memory:").unwrap();
-    let mut got = convo_formats::open_lazy("codex", &path)
+    let mut got = convo_formats::open_lazy(format, &path)
         .unwrap()
         .unwrap()
         .unwrap();
     let (conv, records) = (&got.conv, &mut got.records);
     let oa = a
-        .transaction(|l| convo_formats::ledger::import_lazy(l, "codex", conv, records, None, 0))
+        .transaction(|l| convo_formats::ledger::import_lazy(l, format, conv, records, None, 0))
         .unwrap();
     let mut b = Store::open("sqlite::memory:").unwrap();
-    let mut whole = convo_formats::reader("codex")
+    let mut whole = convo_formats::reader(format)
         .unwrap()
         .read_path(&path)
         .unwrap();
-    let ob = import(&mut b, "codex", &whole.conversations.remove(0));
+    let ob = import(&mut b, format, &whole.conversations.remove(0));
     assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
     assert_eq!(joined(&mut a, &oa), text.as_bytes());
     let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
@@ -1406,31 +1419,12 @@ fn a_huge_gemini_cli_message_is_read_once_and_comes_back_byte_for_byte() {
         + &msg("g1", "gemini", serde_json::json!("hi"))
         + &msg("u2", "user", serde_json::json!([{"text": big}]))
         + &msg("g2", "gemini", serde_json::json!("long"));
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("session-2026-11-24T15-53-g1.jsonl");
-    std::fs::write(&path, &text).unwrap();
-    let mut a = Store::open("sqlite::memory:").unwrap();
-    let mut got = convo_formats::open_lazy("gemini-cli", &path)
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    let (conv, records) = (&got.conv, &mut got.records);
-    let oa = a
-        .transaction(|l| {
-            convo_formats::ledger::import_lazy(l, "gemini-cli", conv, records, None, 0)
-        })
-        .unwrap();
-    let mut b = Store::open("sqlite::memory:").unwrap();
-    let mut whole = convo_formats::reader("gemini-cli")
-        .unwrap()
-        .read_path(&path)
-        .unwrap();
-    let ob = import(&mut b, "gemini-cli", &whole.conversations.remove(0));
-    assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
-    assert_eq!(joined(&mut a, &oa), text.as_bytes());
-    let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
-    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
-    assert!(a.verify().unwrap().problems.is_empty());
+    huge_message_round_trip(
+        "gemini-cli",
+        "session-2026-11-24T15-53-g1.jsonl",
+        &text,
+        &big,
+    );
 }
 
 /// The same for a Codex rollout (the fixture, one line more at a time):

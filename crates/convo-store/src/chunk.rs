@@ -645,7 +645,10 @@ fn each_chunk(c: &mut dyn Chunks, manifest: &[u8], f: &mut dyn FnMut(&[u8])) -> 
 /// The payload a manifest describes, each chunk copied once, straight
 /// into it ([`each_chunk`]).
 pub(crate) fn assemble(c: &mut dyn Chunks, manifest: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
+    // Its length is the manifest's (each entry says the bytes below it):
+    // the payload is allocated once, not grown (a 50 MB one held twice).
+    let total: u64 = decode(manifest)?.1.iter().map(|e| e.1).sum();
+    let mut out = Vec::with_capacity(usize::try_from(total).unwrap_or(0));
     each_chunk(c, manifest, &mut |b| out.extend_from_slice(b))?;
     Ok(out)
 }
