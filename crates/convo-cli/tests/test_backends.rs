@@ -231,10 +231,50 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
     let shown = t.run(&["show", &first, "--json"]).json();
     assert_eq!(shown["redacted"]["reason"], "a test", "{shown}");
     let before = t.run(&["session", "get", &s, "--json"]).json();
+    // An imported transcript: its import index travels too, so a re-import
+    // on the target reads only the new lines.
+    let path = t.home().join("s-idx.jsonl");
+    let mut text = claude_turns(0, 3);
+    std::fs::write(&path, &text).unwrap();
+    let file = path.to_str().unwrap();
+    let imported = t
+        .run(&["import", file, "--format", "claude-code", "--json"])
+        .json();
+    let agent = imported["created"][0]["id"].as_str().unwrap().to_owned();
+    let keys_of = |c: &rusqlite::Connection| -> i64 {
+        c.query_row(
+            "SELECT (SELECT count(*) FROM import_keys) * 1000 + (SELECT count(*) FROM import_tails)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap()
+    };
+    let index = keys_of(&rusqlite::Connection::open(t.db()).unwrap());
+    assert!(index > 1000, "keys and a tail: {index}");
     let src = format!("sqlite://{}", t.db().display());
     let pg_url = pg.store.clone().unwrap();
-    let out = t.run(&["migrate", "--from", &src, "--to", &pg_url]).ok();
-    assert!(out.contains("the target verifies"), "{out}");
+    let out = t
+        .run(&["migrate", "--from", &src, "--to", &pg_url, "--json"])
+        .json();
+    assert_eq!(out["verified"], true, "{out}");
+    assert_eq!(
+        out["import_rows"].as_i64().unwrap(),
+        index / 1000 + index % 1000,
+        "{out}"
+    );
+    let on_pg_index = convo_testutil::pg_sql(
+        &pg_url,
+        "SELECT (SELECT count(*) FROM import_keys) * 1000 + (SELECT count(*) FROM import_tails)",
+    )
+    .unwrap();
+    assert_eq!(on_pg_index, index, "the import index is copied");
+    text += &claude_turns(3, 4);
+    std::fs::write(&path, &text).unwrap();
+    let more = pg
+        .run(&["import", file, "--format", "claude-code", "--json"])
+        .json();
+    assert_eq!(more["updated"][0]["id"], agent.as_str(), "{more}");
+    assert_eq!(more["updated"][0]["nodes"], 2, "only the new turn: {more}");
     let on_pg = pg.run(&["session", "get", &s, "--json"]).json();
     assert_eq!(on_pg["nodes"], before["nodes"]);
     assert_eq!(pg.run(&["state", "get", &s, "k"]).ok(), "v");
@@ -244,8 +284,13 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
         .run(&["migrate", "--from", &pg_url, "--to", &back_url, "--json"])
         .json();
     assert_eq!(copied["verified"], true);
-    assert_eq!(copied["sessions"], 1);
-    let stored = t.run(&["verify", "--json"]).json();
+    assert_eq!(copied["sessions"], 2);
+    let back_index = keys_of(&rusqlite::Connection::open(&back).unwrap());
+    assert!(
+        back_index > on_pg_index && back_index % 1000 == 1,
+        "the grown session's new keys come back: {back_index} vs {on_pg_index}"
+    );
+    let stored = pg.run(&["verify", "--json"]).json();
     assert_eq!(copied["nodes"], stored["nodes"], "{copied}");
     assert_eq!(copied["blobs"], stored["blobs"], "{copied}");
     let round = t

@@ -497,8 +497,8 @@ pub trait TelemetryTx {
 
 /// The import index of coding agents' transcripts (`import_keys`,
 /// `import_tails`): derived rows a re-import reads instead of the
-/// session's nodes. Not hashed, not copied by `migrate` (a session
-/// without them is re-read whole once, which writes them again).
+/// session's nodes. Not hashed; `migrate` copies them (a session without
+/// them is re-read whole once, which writes them again).
 pub trait ImportTx {
     /// The node a session's key (a message key, or a record's id leading
     /// to that message) names.
@@ -512,6 +512,18 @@ pub trait ImportTx {
 
     /// Sets [`ImportTx::import_tail`].
     fn set_import_tail(&mut self, s: &SessionId, tail: &str) -> Result<()>;
+
+    /// Every row of the index, keys then tails, one at a time (`migrate`).
+    fn scan_import_index(&mut self, f: &mut dyn FnMut(ImportRow) -> Result<()>) -> Result<()>;
+}
+
+/// A row of the import index ([`ImportTx::scan_import_index`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ImportRow {
+    /// A key of a session and the node it names.
+    Key(SessionId, String, NodeHash),
+    /// A session's tail.
+    Tail(SessionId, String),
 }
 
 /// An `otlp_exports` row from its columns (seq, sessions, received_at,

@@ -15,6 +15,8 @@ pub struct Migrated {
     pub nodes: u64,
     /// Branches copied.
     pub branches: u64,
+    /// Rows of the import index copied (keys and tails).
+    pub import_rows: u64,
 }
 
 /// Copies everything in `from` into the empty store `to`, in one write
@@ -95,6 +97,35 @@ pub fn migrate(
                 })?;
                 ttx.insert_redaction(&h, fact)?;
             }
+            // The import index, so the next re-import of a coding agent's
+            // transcript reads only its new lines. Keys go in by batches of
+            // a session's rows (at most `KEY_BATCH`).
+            const KEY_BATCH: usize = 1024;
+            let mut batch: Option<(convo_core::SessionId, Vec<(String, convo_core::NodeHash)>)> =
+                None;
+            let flush = |ttx: &mut dyn crate::Tx, b: &mut Option<(convo_core::SessionId, Vec<_>)>| {
+                match b.take() {
+                    Some((s, keys)) if !keys.is_empty() => ttx.put_import_keys(&s, &keys),
+                    _ => Ok(()),
+                }
+            };
+            stx.scan_import_index(&mut |row| {
+                m.import_rows += 1;
+                match row {
+                    crate::ImportRow::Key(s, key, node) => {
+                        if batch.as_ref().is_some_and(|(b, keys)| *b != s || keys.len() >= KEY_BATCH) {
+                            flush(ttx, &mut batch)?;
+                        }
+                        batch.get_or_insert_with(|| (s, Vec::new())).1.push((key, node));
+                        Ok(())
+                    }
+                    crate::ImportRow::Tail(s, tail) => {
+                        flush(ttx, &mut batch)?;
+                        ttx.set_import_tail(&s, &tail)
+                    }
+                }
+            })?;
+            flush(ttx, &mut batch)?;
             Ok(())
         })?;
         progress(m.nodes);

@@ -48,6 +48,7 @@ pub fn run(a: MigrateArgs) -> CmdResult {
             "branches": m.branches,
             "blobs": m.blobs,
             "state_nodes": m.state_nodes,
+            "import_rows": m.import_rows,
             "verified": true,
         }));
     } else {

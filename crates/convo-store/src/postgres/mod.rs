@@ -1908,6 +1908,33 @@ impl ImportTx for PgTx<'_> {
             OnError::Db,
         )
     }
+
+    fn scan_import_index(
+        &mut self,
+        f: &mut dyn FnMut(crate::backend::ImportRow) -> Result<()>,
+    ) -> Result<()> {
+        use crate::backend::ImportRow;
+        let session = |r: &Row| -> Result<SessionId> {
+            let s: String = r.try_get(0).map_err(corrupt)?;
+            SessionId::parse(&s)
+                .map_err(|_| corrupt(format!("import index: session `{s}` is malformed")))
+        };
+        self.stream(
+            "SELECT session, key, node FROM import_keys ORDER BY session, key",
+            &mut |r| {
+                let node = NodeHash(digest(r, 2)?);
+                f(ImportRow::Key(
+                    session(r)?,
+                    r.try_get(1).map_err(corrupt)?,
+                    node,
+                ))
+            },
+        )?;
+        self.stream(
+            "SELECT session, tail FROM import_tails ORDER BY session",
+            &mut |r| f(ImportRow::Tail(session(r)?, r.try_get(1).map_err(corrupt)?)),
+        )
+    }
 }
 
 #[cfg(test)]

@@ -2259,4 +2259,40 @@ impl ImportTx for SqliteTx<'_> {
             .map_err(db)?;
         Ok(())
     }
+
+    fn scan_import_index(
+        &mut self,
+        f: &mut dyn FnMut(crate::backend::ImportRow) -> Result<()>,
+    ) -> Result<()> {
+        use crate::backend::ImportRow;
+        let session = |r: &Row<'_>| -> Result<SessionId> {
+            let s: String = r.get(0).map_err(db)?;
+            SessionId::parse(&s).map_err(|_| {
+                StoreError::corrupt(format!("import index: session `{s}` is malformed"))
+            })
+        };
+        let mut st = self
+            .tx
+            .prepare("SELECT session, key, node FROM import_keys ORDER BY session, key")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            let node = digest(r, 2).map_err(db)?;
+            f(ImportRow::Key(
+                session(r)?,
+                r.get(1).map_err(db)?,
+                NodeHash(node),
+            ))?;
+        }
+        drop(rows);
+        let mut st = self
+            .tx
+            .prepare("SELECT session, tail FROM import_tails ORDER BY session")
+            .map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            f(ImportRow::Tail(session(r)?, r.get(1).map_err(db)?))?;
+        }
+        Ok(())
+    }
 }
