@@ -183,6 +183,13 @@ fn claude_code_sessions_import_grow_export_and_a_branch_resumes() {
     );
     let session = imported["created"][0]["id"].as_str().unwrap().to_owned();
     assert_eq!(imported["created"][0]["title"], "first question");
+    // `convo turn` reads like a turn: tokens and how many source records
+    // ride with each node, not the records' raw JSON.
+    let turn = t.run(&["turn", &session, "main@1"]).ok();
+    assert!(turn.contains("first question"), "{turn}");
+    assert!(turn.contains("records "), "{turn}");
+    assert!(turn.contains("tokens "), "{turn}");
+    assert!(!turn.contains("parentUuid"), "no raw record: {turn}");
     // Unchanged: skipped after a look at the file.
     let again = t
         .run(&["import", projects.to_str().unwrap(), "--json"])

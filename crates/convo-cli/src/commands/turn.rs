@@ -140,10 +140,7 @@ pub fn diagnostics_summary(d: &serde_json::Value) -> Vec<String> {
         return Vec::new();
     };
     let mut out = Vec::new();
-    let scalar = |v: &serde_json::Value| match v {
-        serde_json::Value::String(s) => clean(s),
-        other => clean(&other.to_string()),
-    };
+    let scalar = short;
     for (k, v) in obj {
         let text = match k.as_str() {
             "status" => format!("status {}", scalar(v)),
@@ -151,10 +148,69 @@ pub fn diagnostics_summary(d: &serde_json::Value) -> Vec<String> {
             "latency_ms" | "duration_ms" | "latency" | "duration" => {
                 format!("{} {} ms", k.trim_end_matches("_ms"), scalar(v))
             }
-            "tokens" | "usage" => format!("tokens {}", scalar(v)),
-            _ => format!("{}={}", clean(k), scalar(v)),
+            "tokens" | "usage" => format!("tokens {}", tokens(v).unwrap_or_else(|| short(v))),
+            // What a format kept for its export: the usage, how many
+            // source records ride with the node (`convo show` has them
+            // whole), the other scalars; nested objects left to `show`.
+            "extra" if v.is_object() => {
+                for (k, v) in v.as_object().into_iter().flatten() {
+                    let text = match (k.as_str(), v) {
+                        ("records", serde_json::Value::Array(r)) => {
+                            format!("records {}", r.len())
+                        }
+                        ("usage", v) => match tokens(v) {
+                            Some(t) => format!("tokens {t}"),
+                            None => continue,
+                        },
+                        (_, serde_json::Value::Object(_) | serde_json::Value::Array(_)) => {
+                            continue;
+                        }
+                        (k, v) => format!("{}={}", clean(k), short(v)),
+                    };
+                    out.push(paint(Style::Dim, &text));
+                }
+                continue;
+            }
+            _ => format!("{}={}", clean(k), short(v)),
         };
         out.push(paint(Style::Dim, &text));
     }
     out
+}
+
+/// `in→out` from a usage object (Anthropic's `input_tokens` /
+/// `output_tokens`, OpenAI's `prompt_tokens` / `completion_tokens`), or
+/// the number itself.
+fn tokens(v: &serde_json::Value) -> Option<String> {
+    if let Some(n) = v.as_u64() {
+        return Some(n.to_string());
+    }
+    let count = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k)?.as_u64());
+    let input = count(&["input_tokens", "prompt_tokens", "promptTokenCount", "input"]);
+    let output = count(&[
+        "output_tokens",
+        "completion_tokens",
+        "candidatesTokenCount",
+        "output",
+    ]);
+    match (input, output) {
+        (None, None) => None,
+        (i, o) => Some(format!(
+            "{}→{}",
+            i.map_or("?".into(), |n| n.to_string()),
+            o.map_or("?".into(), |n| n.to_string())
+        )),
+    }
+}
+
+/// A diagnostic value on one line, cut at 80 characters.
+fn short(v: &serde_json::Value) -> String {
+    let text = match v {
+        serde_json::Value::String(s) => clean(s),
+        other => clean(&other.to_string()),
+    };
+    match text.char_indices().nth(80) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text,
+    }
 }
