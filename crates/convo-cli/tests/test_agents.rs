@@ -570,6 +570,53 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
     watcher.wait().unwrap();
 }
 
+/// What `convo import` remembers of a file it imported (its size and time,
+/// the shortcut that skips it) lives in the store: importing into another
+/// store, or into a store deleted and made again, reads the file again
+/// rather than calling it unchanged.
+#[test]
+fn an_unchanged_file_is_skipped_only_by_the_store_that_has_it() {
+    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures/claude-code/2.1.331");
+    let t = TestEnv::new();
+    let dir = fixture.to_str().unwrap();
+    let import = |extra: &[&str]| {
+        let mut args = extra.to_vec();
+        args.extend(["import", dir, "--json"]);
+        t.run(&args).json()
+    };
+    let first = import(&[]);
+    assert_eq!(
+        first["created"].as_array().map(Vec::len),
+        Some(1),
+        "{first}"
+    );
+    assert_eq!(import(&[])["unchanged"], 1, "the same store skips it");
+    // Another store beside it.
+    let other = format!("sqlite://{}", t.home().join("other.db").display());
+    let there = import(&["--store", &other]);
+    assert_eq!(
+        there["created"].as_array().map(Vec::len),
+        Some(1),
+        "{there}"
+    );
+    assert_eq!(import(&["--store", &other])["unchanged"], 1);
+    // The store deleted and made again at the same place.
+    let db = t.db();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", db.display()));
+    }
+    let again = import(&[]);
+    assert_eq!(
+        again["created"].as_array().map(Vec::len),
+        Some(1),
+        "{again}"
+    );
+    let id = again["created"][0]["id"].as_str().unwrap();
+    let log = t.run(&["log", id]).ok();
+    assert!(log.contains("answer to the rewound question"), "{log}");
+}
+
 /// `import --watch` on opencode's data folder: the database as opencode
 /// 1.18.34 left it with a revert pending, then after its next prompt
 /// (which deleted the reverted turn): the watcher adds the new turn to

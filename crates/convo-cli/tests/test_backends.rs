@@ -243,14 +243,18 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
     let agent = imported["created"][0]["id"].as_str().unwrap().to_owned();
     let keys_of = |c: &rusqlite::Connection| -> i64 {
         c.query_row(
-            "SELECT (SELECT count(*) FROM import_keys) * 1000 + (SELECT count(*) FROM import_tails)",
+            "SELECT (SELECT count(*) FROM import_keys) * 1000 + (SELECT count(*) FROM import_tails) \
+             + (SELECT count(*) FROM import_files) * 100",
             [],
             |r| r.get(0),
         )
         .unwrap()
     };
     let index = keys_of(&rusqlite::Connection::open(t.db()).unwrap());
-    assert!(index > 1000, "keys and a tail: {index}");
+    assert!(
+        index > 1000 && index % 1000 == 101,
+        "keys, a tail and a file: {index}"
+    );
     let src = format!("sqlite://{}", t.db().display());
     let pg_url = pg.store.clone().unwrap();
     let out = t
@@ -259,12 +263,13 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
     assert_eq!(out["verified"], true, "{out}");
     assert_eq!(
         out["import_rows"].as_i64().unwrap(),
-        index / 1000 + index % 1000,
+        index / 1000 + 2,
         "{out}"
     );
     let on_pg_index = convo_testutil::pg_sql(
         &pg_url,
-        "SELECT (SELECT count(*) FROM import_keys) * 1000 + (SELECT count(*) FROM import_tails)",
+        "SELECT (SELECT count(*) FROM import_keys) * 1000 + (SELECT count(*) FROM import_tails) \
+         + (SELECT count(*) FROM import_files) * 100",
     )
     .unwrap();
     assert_eq!(on_pg_index, index, "the import index is copied");
@@ -287,7 +292,7 @@ fn migrate_sqlite_to_postgres_and_back_keeps_every_hash() {
     assert_eq!(copied["sessions"], 2);
     let back_index = keys_of(&rusqlite::Connection::open(&back).unwrap());
     assert!(
-        back_index > on_pg_index && back_index % 1000 == 1,
+        back_index > on_pg_index && back_index % 1000 == 101,
         "the grown session's new keys come back: {back_index} vs {on_pg_index}"
     );
     let stored = pg.run(&["verify", "--json"]).json();
@@ -433,14 +438,15 @@ fn a_store_made_before_the_import_index_still_adds_only_what_is_new(backend: Bac
     // The store as the version before the index made it.
     // (SQLite: its thread indexes as version 9 made them, narrowed by 14.)
     let sqlite_v12 = format!(
-        "DROP TABLE import_keys; DROP TABLE import_tails; DROP INDEX nodes_by_thread; \
+        "DROP TABLE import_keys; DROP TABLE import_tails; DROP TABLE import_files; DROP INDEX nodes_by_thread; \
          DROP INDEX nodes_by_thread_response; DROP INDEX nodes_by_thread_conversation; {} \
          PRAGMA user_version = 12; SELECT 0",
         include_str!("../../convo-store/migrations/sqlite/0009_thread_index.sql")
     );
     sql(
         &sqlite_v12,
-        "DROP TABLE import_keys; DROP TABLE import_tails; UPDATE convo_schema SET version = 10",
+        "DROP TABLE import_keys; DROP TABLE import_tails; DROP TABLE import_files; \
+         UPDATE convo_schema SET version = 10",
     );
     text += &claude_turns(3, 4);
     std::fs::write(&path, &text).unwrap();

@@ -380,8 +380,8 @@ fn a_version_1_store_migrates_and_reads_back_the_same() {
     assert_eq!(compared, 5, "three timelines and two states");
     assert_eq!(
         version(&t.db()),
-        14,
-        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys, 7: turn numbers, 8: chunks, 9: thread index, 10: open turns, 11: OTLP export bodies, 12: whole payloads chunked in place, 13: import index, 14: thread indexes of the completes carrying a key)"
+        15,
+        "migrated to the newest schema (4: search, 5: redactions, 6: blob keys, 7: turn numbers, 8: chunks, 9: thread index, 10: open turns, 11: OTLP export bodies, 12: whole payloads chunked in place, 13: import index, 14: thread indexes of the completes carrying a key, 15: imported files' looks)"
     );
     // Turn numbers were stored in place (verify, below, checks each one).
     let numbered: i64 = rusqlite::Connection::open(t.db())

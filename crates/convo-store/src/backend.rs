@@ -496,7 +496,7 @@ pub trait TelemetryTx {
 }
 
 /// The import index of coding agents' transcripts (`import_keys`,
-/// `import_tails`): derived rows a re-import reads instead of the
+/// `import_tails`, `import_files`): derived rows a re-import reads instead of the
 /// session's nodes. Not hashed; `migrate` copies them (a session without
 /// them is re-read whole once, which writes them again).
 pub trait ImportTx {
@@ -513,7 +513,16 @@ pub trait ImportTx {
     /// Sets [`ImportTx::import_tail`].
     fn set_import_tail(&mut self, s: &SessionId, tail: &str) -> Result<()>;
 
-    /// Every row of the index, keys then tails, one at a time (`migrate`).
+    /// How each transcript file looked when its import committed
+    /// (`import_files`: path → the importer's text), every row.
+    fn import_files(&mut self) -> Result<Vec<(String, String)>>;
+
+    /// Sets [`ImportTx::import_files`] rows (a path set again takes the
+    /// new look).
+    fn put_import_files(&mut self, files: &[(String, String)]) -> Result<()>;
+
+    /// Every row of the index, keys, tails then file looks, one at a time
+    /// (`migrate`).
     fn scan_import_index(&mut self, f: &mut dyn FnMut(ImportRow) -> Result<()>) -> Result<()>;
 }
 
@@ -524,6 +533,8 @@ pub enum ImportRow {
     Key(SessionId, String, NodeHash),
     /// A session's tail.
     Tail(SessionId, String),
+    /// How a file looked when its import committed.
+    File(String, String),
 }
 
 /// An `otlp_exports` row from its columns (seq, sessions, received_at,

@@ -15,7 +15,7 @@ pub struct Migrated {
     pub nodes: u64,
     /// Branches copied.
     pub branches: u64,
-    /// Rows of the import index copied (keys and tails).
+    /// Rows of the import index copied (keys, tails, file looks).
     pub import_rows: u64,
 }
 
@@ -122,6 +122,10 @@ pub fn migrate(
                     crate::ImportRow::Tail(s, tail) => {
                         flush(ttx, &mut batch)?;
                         ttx.set_import_tail(&s, &tail)
+                    }
+                    crate::ImportRow::File(path, look) => {
+                        flush(ttx, &mut batch)?;
+                        ttx.put_import_files(&[(path, look)])
                     }
                 }
             })?;

@@ -856,14 +856,14 @@ fn a_store_from_before_chunking_reads_its_whole_payloads_and_chunks_new_ones(be:
     fx.db.batch(match be {
         Be::Sqlite | Be::SqliteMemory => {
             "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
-             DROP INDEX nodes_by_thread_conversation; DROP TABLE pending_work; DROP TABLE otlp_exports; DROP TABLE import_keys; DROP TABLE import_tails; \
+             DROP INDEX nodes_by_thread_conversation; DROP TABLE pending_work; DROP TABLE otlp_exports; DROP TABLE import_keys; DROP TABLE import_tails; DROP TABLE import_files; \
              DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; DROP TABLE open_turns; \
              PRAGMA user_version = 7;"
         }
         Be::Postgres => {
             "DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
              DROP INDEX nodes_by_thread_conversation; DROP FUNCTION convo_diag_field; \
-             DROP TABLE pending_work; DROP TABLE otlp_exports; DROP TABLE import_keys; DROP TABLE import_tails; \
+             DROP TABLE pending_work; DROP TABLE otlp_exports; DROP TABLE import_keys; DROP TABLE import_tails; DROP TABLE import_files; \
              DROP TABLE chunks; ALTER TABLE blobs DROP COLUMN chunked; DROP TABLE open_turns; \
              UPDATE convo_schema SET version = 5;"
         }
@@ -1971,7 +1971,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
         Be::Sqlite | Be::SqliteMemory => {
             // Version 2's `blobs`, exactly as migration 0002 left it.
             "DROP TABLE facts; DROP TABLE search_fts; DROP TABLE search_state; DROP TABLE redactions; \
-             DROP TABLE open_turns; DROP TABLE pending_work; DROP TABLE otlp_exports; DROP TABLE import_keys; DROP TABLE import_tails; \
+             DROP TABLE open_turns; DROP TABLE pending_work; DROP TABLE otlp_exports; DROP TABLE import_keys; DROP TABLE import_tails; DROP TABLE import_files; \
              DROP TABLE chunks; DROP INDEX nodes_by_thread; DROP INDEX nodes_by_thread_response; \
              DROP INDEX nodes_by_thread_conversation; \
              CREATE TABLE blobs_v2 (
@@ -1985,7 +1985,7 @@ fn a_store_from_before_the_journal_is_journalled_in_place(be: Be) {
              ALTER TABLE nodes DROP COLUMN ctx_turn; PRAGMA user_version = 2;"
         }
         Be::Postgres => {
-            "DROP TABLE facts, search_index, search_state, redactions, chunks, open_turns, pending_work, otlp_exports, import_keys, import_tails; \
+            "DROP TABLE facts, search_index, search_state, redactions, chunks, open_turns, pending_work, otlp_exports, import_keys, import_tails, import_files; \
              DROP INDEX nodes_by_thread, nodes_by_thread_response, nodes_by_thread_conversation; \
              DROP FUNCTION convo_diag_field; \
              ALTER TABLE blobs DROP COLUMN chunked; \

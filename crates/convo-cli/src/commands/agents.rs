@@ -68,68 +68,48 @@ fn look(path: &Path) -> Option<Look> {
     Some(l)
 }
 
-/// The import state kept between runs: file → how it looked when its
-/// import committed. Only a shortcut: the store decides what is new.
+/// The import state kept between runs, in the store it describes
+/// (`import_files`): file → how it looked when its import committed. Only a
+/// shortcut (the store's keys decide what is new), so a new or restored
+/// store, which has its own rows, reads every file again.
 struct State {
-    path: PathBuf,
     files: BTreeMap<String, Look>,
-    dirty: bool,
+    /// Looks set since the last save.
+    changed: Vec<(String, String)>,
 }
 
 impl State {
-    fn load(env: &Env) -> State {
-        let key = convo_core::sha256(env.store_url.as_bytes()).to_hex();
-        let path = env
-            .home
-            .join("import-state")
-            .join(format!("{}.json", &key[..16]));
-        let mut files = BTreeMap::new();
-        if let Ok(text) = std::fs::read_to_string(&path)
-            && let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&text)
-        {
-            for (k, v) in o {
-                if let (Some(len), Some(mtime)) = (
-                    v.get("len").and_then(Value::as_u64),
-                    v.get("mtime")
-                        .and_then(Value::as_str)
-                        .and_then(|s| s.parse().ok()),
-                ) {
-                    files.insert(k, Look { len, mtime });
-                }
-            }
-        }
-        State {
-            path,
-            files,
-            dirty: false,
-        }
-    }
-
-    fn save(&mut self) -> CmdResult<()> {
-        if !self.dirty {
-            return Ok(());
-        }
-        let o: serde_json::Map<String, Value> = self
-            .files
-            .iter()
-            .map(|(k, l)| {
-                (
-                    k.clone(),
-                    json!({"len": l.len, "mtime": l.mtime.to_string()}),
-                )
+    fn load(store: &mut convo_store::Store) -> CmdResult<State> {
+        let rows = store.read(|tx| tx.import_files())?;
+        let files = rows
+            .into_iter()
+            .filter_map(|(path, text)| {
+                let v: Value = serde_json::from_str(&text).ok()?;
+                let len = v.get("len")?.as_u64()?;
+                let mtime = v.get("mtime")?.as_str()?.parse().ok()?;
+                Some((path, Look { len, mtime }))
             })
             .collect();
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let tmp = self
-            .path
-            .with_extension(format!("tmp-{}", std::process::id()));
-        std::fs::write(
-            &tmp,
-            serde_json::to_vec(&Value::Object(o)).unwrap_or_default(),
-        )?;
-        std::fs::rename(&tmp, &self.path)?;
-        self.dirty = false;
+        Ok(State {
+            files,
+            changed: Vec::new(),
+        })
+    }
+
+    fn set(&mut self, path: String, l: Look) {
+        let text = json!({"len": l.len, "mtime": l.mtime.to_string()}).to_string();
+        self.changed.push((path.clone(), text));
+        self.files.insert(path, l);
+    }
+
+    /// Writes the looks set since the last save (after the imports they
+    /// describe committed: a crash in between reads those files again).
+    fn save(&mut self, store: &mut convo_store::Store) -> CmdResult<()> {
+        if self.changed.is_empty() {
+            return Ok(());
+        }
+        let rows = std::mem::take(&mut self.changed);
+        store.write(|tx| tx.put_import_files(&rows))?;
         Ok(())
     }
 }
@@ -552,7 +532,7 @@ fn count(o: Outcome, file: &Path, report: &mut Report) {
 
 pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdResult {
     let mut store = env.open()?;
-    let mut state = State::load(env);
+    let mut state = State::load(&mut store)?;
     let mut report = Report::default();
     let mut seen: BTreeMap<String, Look> = BTreeMap::new();
     // Claude Code and Codex files go in by groups (GROUP_FILES).
@@ -575,7 +555,7 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
         }
         import_group(&mut store, &mut group, a, &mut state, &mut report);
     }
-    state.save()?;
+    state.save(&mut store)?;
     print_report(&report, a)?;
     if !a.watch {
         return Ok(if report.failed.is_empty() {
@@ -610,8 +590,7 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
                     &mut r,
                 ) {
                     Ok(()) => {
-                        state.files.insert(key.clone(), now_look);
-                        state.dirty = true;
+                        state.set(key.clone(), now_look);
                         for c in r.created.iter().chain(&r.updated) {
                             eprintln!(
                                 "{}: {} ({} nodes)",
@@ -625,7 +604,7 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
                 }
             }
         }
-        state.save()?;
+        state.save(&mut store)?;
     }
 }
 
@@ -645,8 +624,7 @@ fn import_group(
         && import_together(store, &files, a.agent.as_deref(), a.redact_secrets, report)
     {
         for (_, f, l) in group.drain(..) {
-            state.files.insert(f.display().to_string(), l);
-            state.dirty = true;
+            state.set(f.display().to_string(), l);
         }
         return;
     }
@@ -660,10 +638,7 @@ fn import_group(
             a.redact_secrets,
             report,
         ) {
-            Ok(()) => {
-                state.files.insert(key, now_look);
-                state.dirty = true;
-            }
+            Ok(()) => state.set(key, now_look),
             Err(e) => {
                 eprintln!("error: {e}");
                 report.failed.push(json!({"file": key, "error": e}));

@@ -24,7 +24,7 @@ use std::process::ExitCode;
 /// imported by groups of files, a transaction each: a file that fails is
 /// reported alone and the others go in. Every line is kept, so a re-import of a session that
 /// grew adds only its new lines (same session), and an unchanged file is
-/// skipped after a look at its size and time (kept in $CONVO_HOME/import-state/).
+/// skipped after a look at its size and time (kept in the store, `import_files`).
 /// --watch keeps importing them as the agents write.
 ///
 /// Examples:

@@ -1933,7 +1933,35 @@ impl ImportTx for PgTx<'_> {
         self.stream(
             "SELECT session, tail FROM import_tails ORDER BY session",
             &mut |r| f(ImportRow::Tail(session(r)?, r.try_get(1).map_err(corrupt)?)),
-        )
+        )?;
+        for (path, look) in self.import_files()? {
+            f(ImportRow::File(path, look))?;
+        }
+        Ok(())
+    }
+
+    fn import_files(&mut self) -> Result<Vec<(String, String)>> {
+        self.query("SELECT path, look FROM import_files", &[])?
+            .iter()
+            .map(|r| {
+                Ok((
+                    r.try_get(0).map_err(corrupt)?,
+                    r.try_get(1).map_err(corrupt)?,
+                ))
+            })
+            .collect()
+    }
+
+    fn put_import_files(&mut self, files: &[(String, String)]) -> Result<()> {
+        for (path, look) in files {
+            self.defer(
+                "INSERT INTO import_files (path, look) VALUES ($1, $2) \
+                 ON CONFLICT (path) DO UPDATE SET look = excluded.look",
+                vec![Box::new(path.clone()), Box::new(look.clone())],
+                OnError::Db,
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -16,6 +16,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/postgres/0009_otlp_exports.sql"),
     include_str!("../../migrations/postgres/0010_rechunk.sql"),
     include_str!("../../migrations/postgres/0011_import_index.sql"),
+    include_str!("../../migrations/postgres/0012_import_files.sql"),
 ];
 /// The schema version whose migration starts the fact journal (see the SQLite backend's `schema.rs`).
 const FACTS_VERSION: usize = 2;

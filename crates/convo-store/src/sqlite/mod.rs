@@ -2293,6 +2293,35 @@ impl ImportTx for SqliteTx<'_> {
         while let Some(r) = rows.next().map_err(db)? {
             f(ImportRow::Tail(session(r)?, r.get(1).map_err(db)?))?;
         }
+        drop(rows);
+        for (path, look) in self.import_files()? {
+            f(ImportRow::File(path, look))?;
+        }
+        Ok(())
+    }
+
+    fn import_files(&mut self) -> Result<Vec<(String, String)>> {
+        let mut st = self
+            .tx
+            .prepare_cached("SELECT path, look FROM import_files")
+            .map_err(db)?;
+        let rows = st
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(db)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(db)
+    }
+
+    fn put_import_files(&mut self, files: &[(String, String)]) -> Result<()> {
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "INSERT INTO import_files (path, look) VALUES (?1, ?2) \
+                 ON CONFLICT (path) DO UPDATE SET look = excluded.look",
+            )
+            .map_err(db)?;
+        for (path, look) in files {
+            st.execute(params![path, look]).map_err(db)?;
+        }
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ pub(super) const MIGRATIONS: &[&str] = &[
     include_str!("../../migrations/sqlite/0012_rechunk.sql"),
     include_str!("../../migrations/sqlite/0013_import_index.sql"),
     include_str!("../../migrations/sqlite/0014_thread_index_narrow.sql"),
+    include_str!("../../migrations/sqlite/0015_import_files.sql"),
 ];
 /// The schema version whose migration starts the fact journal: the
 /// sessions and working states already stored are journalled right after it.
