@@ -617,6 +617,39 @@ fn an_unchanged_file_is_skipped_only_by_the_store_that_has_it() {
     assert!(log.contains("answer to the rewound question"), "{log}");
 }
 
+/// `convo import ~`: a home folder's coding agents' sessions, each folder
+/// read in its agent's format.
+#[test]
+fn a_home_folder_imports_every_agents_sessions() {
+    let fixtures =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../convo-formats/tests/fixtures");
+    let t = TestEnv::new();
+    let home = t.home().join("someone");
+    let claude = home.join(".claude/projects/-tmp-p");
+    let codex = home.join(".codex/sessions/2026/11/24");
+    for (dir, from) in [(&claude, "claude-code/2.1.331"), (&codex, "codex/0.169.0")] {
+        std::fs::create_dir_all(dir).unwrap();
+        for f in std::fs::read_dir(fixtures.join(from)).unwrap() {
+            let f = f.unwrap().path();
+            std::fs::copy(&f, dir.join(f.file_name().unwrap())).unwrap();
+        }
+    }
+    // An agent installed but with nothing written yet.
+    std::fs::create_dir_all(home.join(".gemini/tmp")).unwrap();
+    let r = t.run(&["import", home.to_str().unwrap(), "--json"]).json();
+    let created = r["created"].as_array().unwrap();
+    assert_eq!(created.len(), 2, "{r}");
+    let agents: std::collections::BTreeSet<String> = t
+        .run(&["session", "list", "--json"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["agent"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(agents, ["claude-code", "codex"].map(String::from).into());
+}
+
 /// `import --watch` on opencode's data folder: the database as opencode
 /// 1.18.34 left it with a revert pending, then after its next prompt
 /// (which deleted the reverted turn): the watcher adds the new turn to

@@ -248,6 +248,24 @@ pub fn writer(name: &str) -> Option<Box<dyn Writer>> {
     })
 }
 
+/// Where each coding agent keeps its sessions, under a home folder.
+pub const AGENT_HOMES: &[(&str, &str)] = &[
+    ("claude-code", ".claude/projects"),
+    ("codex", ".codex/sessions"),
+    ("gemini-cli", ".gemini/tmp"),
+    ("opencode", ".local/share/opencode"),
+];
+
+/// The coding agents' folders a home folder holds (`convo import ~`), each
+/// with its format; empty when `path` is not such a home.
+pub fn agent_homes(path: &Path) -> Vec<(&'static str, std::path::PathBuf)> {
+    AGENT_HOMES
+        .iter()
+        .map(|(format, sub)| (*format, path.join(sub)))
+        .filter(|(_, p)| p.is_dir())
+        .collect()
+}
+
 /// Guesses the format of a path from its shape and first bytes, or says
 /// why it cannot.
 pub fn detect(path: &Path) -> Result<&'static str> {

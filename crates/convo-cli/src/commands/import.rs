@@ -32,6 +32,7 @@ use std::process::ExitCode;
 ///   convo import ~/chats/*.convo -v          # and print the new session ids
 ///   convo import history.jsonl --format openai --agent support-bot --json
 ///   convo import ~/.claude/projects ~/.codex/sessions ~/.gemini/tmp
+///   convo import ~                 # every agent's sessions under a home
 ///   convo import ~/.local/share/opencode          # opencode.db (or storage/)
 ///   convo import --watch ~/.claude/projects ~/.codex/sessions
 ///   convo import --redact-secrets ~/.claude/projects
@@ -91,6 +92,16 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
                 path.display()
             )));
         }
+        // A home folder: every coding agent's sessions in it.
+        let homes = if a.format == "auto" && path.is_dir() {
+            convo_formats::agent_homes(path)
+        } else {
+            Vec::new()
+        };
+        if !homes.is_empty() {
+            agent_paths.extend(homes);
+            continue;
+        }
         let format = if a.format == "auto" {
             detect(path, a.watch)?
         } else {
@@ -106,7 +117,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         }
         if a.watch {
             return Err(CommandError::user(format!(
-                "{}: --watch follows Claude Code and Codex sessions; this is {format}",
+                "{}: --watch follows coding agents' sessions (Claude Code, Codex, Gemini CLI, opencode); this is {format}",
                 path.display()
             )));
         }
