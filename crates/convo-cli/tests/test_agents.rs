@@ -776,6 +776,12 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
     let key = "sk-proj-Abc123Def456Ghi789Jkl012Mno345Pqr";
     let bearer = "eyJhbGciOiJIUzI1NiJ9abcdefghijklmnopqrstuvwx";
     let pem = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA7x+abc/def==\n-----END RSA PRIVATE KEY-----";
+    // Shapes only gitleaks' rules know (short, or holding slashes).
+    let aws = format!("AKIA{}", "QW3ER5TY7UI2OP4Z");
+    let slack = format!(
+        "https://hooks.slack.com/services/{}",
+        "T0A1B2C3D4E/B5F6G7H8I9J/Kq8Lm2Np4Rs6Tu8Vw0Xy2Za4"
+    );
     let lines = [
         json!({"parentUuid": null, "isSidechain": false, "type": "user",
             "message": {"role": "user", "content": format!("my key is {key}, deploy please")},
@@ -792,7 +798,7 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
             "type": "user", "uuid": "00000000-0000-4000-8000-000000000003",
             "timestamp": "2026-11-24T10:00:02.000Z", "sessionId": sid,
             "message": {"role": "user", "content": [{"tool_use_id": "toolu_01AbCdEfGhIjKlMnOpQrStUv",
-                "type": "tool_result", "content": format!("deployed\n{pem}\n"), "is_error": false}]}}),
+                "type": "tool_result", "content": format!("deployed\n{pem}\naws {aws} notify {slack}\n"), "is_error": false}]}}),
         json!({"parentUuid": "00000000-0000-4000-8000-000000000003", "isSidechain": false,
             "type": "assistant", "uuid": "00000000-0000-4000-8000-000000000004",
             "timestamp": "2026-11-24T10:00:03.000Z", "sessionId": sid,
@@ -816,9 +822,21 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
         "key twice, bearer, private key: {r}"
     );
     assert_eq!(r["redacted"][0]["messages"], 3, "{r}");
+    // The report names the rule that found each secret.
+    let rules = &r["secret_rules"];
+    assert!(rules["aws-access-token"].as_u64() >= Some(1), "{r}");
+    assert!(rules["slack-webhook-url"].as_u64() >= Some(1), "{r}");
+    assert!(rules["convo-private-key-block"].as_u64() >= Some(1), "{r}");
+    assert_eq!(r["redacted"][0]["rules"], *rules, "one file: {r}");
     let session = r["created"][0]["id"].as_str().unwrap().to_owned();
     let back = t.run(&["export", &session, "--format", "claude-code"]).ok();
-    for secret in [key, bearer, "MIIEowIBAAKCAQEA7x"] {
+    for secret in [
+        key,
+        bearer,
+        "MIIEowIBAAKCAQEA7x",
+        &aws,
+        "Kq8Lm2Np4Rs6Tu8Vw0Xy2Za4",
+    ] {
         assert!(
             !back.contains(secret),
             "{secret} left in the export:\n{back}"
@@ -854,7 +872,7 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
     // The stored messages hold no secret either, and the originals' digests are kept.
     let shown = t.run(&["log", &session, "--json"]).ok();
     assert!(!shown.contains(key) && !shown.contains(bearer), "{shown}");
-    let node = t.run(&["search", "deployed", "--json"]).json();
+    let node = t.run(&["search", "deployed notify", "--json"]).json();
     let hash = node["hits"][0]["node"]["hash"].as_str().unwrap().to_owned();
     let full = t.run(&["show", &hash, "--json"]).ok();
     assert!(full.contains("original_sha256"), "{full}");

@@ -20,6 +20,7 @@ pub mod hash;
 mod ids;
 pub mod json;
 mod node;
+pub mod secrets;
 pub mod state;
 pub mod text;
 pub mod timeline;

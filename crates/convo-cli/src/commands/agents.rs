@@ -124,17 +124,17 @@ struct Report {
     nodes: usize,
     /// `--redact-secrets`: per file, what was replaced.
     redacted: Vec<Value>,
-    secrets: usize,
+    secrets: super::import::Redacted,
 }
 
 impl Report {
     /// What `--redact-secrets` replaced in `file`, if anything.
     fn note_secrets(&mut self, file: &Path, found: &super::import::Redacted) {
         if found.secrets > 0 {
-            self.secrets += found.secrets;
+            self.secrets.merge(found);
             self.redacted
                 .push(json!({"file": file.display().to_string(),
-                "secrets": found.secrets, "messages": found.messages}));
+                "secrets": found.secrets, "messages": found.messages, "rules": found.rules}));
         }
     }
 }
@@ -184,9 +184,7 @@ fn import_file(
     if redact {
         let mut found = super::import::Redacted::default();
         for c in &mut got.conversations {
-            let r = super::import::redact_conversation(c);
-            found.secrets += r.secrets;
-            found.messages += r.messages;
+            found.merge(&super::import::redact_conversation(c));
         }
         report.note_secrets(file, &found);
     }
@@ -472,8 +470,7 @@ fn import_opencode(
             } else {
                 convo_formats::ledger::import_lazy(l, "opencode", conv, loader.inner, agent, now())
             };
-            found.secrets += loader.found.secrets;
-            found.messages += loader.found.messages;
+            found.merge(&loader.found);
             if o.is_err() {
                 failed = rows.failed.take();
             }
@@ -659,7 +656,8 @@ fn print_report(r: &Report, a: &ImportArgs) -> CmdResult<()> {
             "skipped": r.existing.len() + r.unchanged,
             "unchanged": r.unchanged,
             "redacted": r.redacted,
-            "secrets": r.secrets,
+            "secrets": r.secrets.secrets,
+            "secret_rules": r.secrets.rules,
         });
         crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
         return Ok(());
@@ -686,11 +684,16 @@ fn print_report(r: &Report, a: &ImportArgs) -> CmdResult<()> {
     );
     if a.redact_secrets {
         eprintln!(
-            "redacted {} secret{} in {} file{}",
-            r.secrets,
-            if r.secrets == 1 { "" } else { "s" },
+            "redacted {} secret{} in {} file{}{}",
+            r.secrets.secrets,
+            if r.secrets.secrets == 1 { "" } else { "s" },
             r.redacted.len(),
-            if r.redacted.len() == 1 { "" } else { "s" }
+            if r.redacted.len() == 1 { "" } else { "s" },
+            if r.secrets.rules.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", r.secrets.rules_text())
+            }
         );
         for f in &r.redacted {
             eprintln!(

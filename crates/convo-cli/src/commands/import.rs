@@ -132,9 +132,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
     let mut redacted = Redacted::default();
     if a.redact_secrets {
         for (_, c) in &mut read {
-            let r = redact_conversation(c);
-            redacted.secrets += r.secrets;
-            redacted.messages += r.messages;
+            redacted.merge(&redact_conversation(c));
         }
     }
     if !agent_paths.is_empty() {
@@ -180,7 +178,8 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
             "sessions": created.len(),
             "nodes": nodes,
             "skipped": existing.len(),
-            "redacted": {"secrets": redacted.secrets, "messages": redacted.messages},
+            "redacted": {"secrets": redacted.secrets, "messages": redacted.messages,
+                         "rules": redacted.rules},
         });
         crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
     } else {
@@ -204,11 +203,16 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         );
         if a.redact_secrets {
             eprintln!(
-                "redacted {} secret{} in {} message{}",
+                "redacted {} secret{} in {} message{}{}",
                 redacted.secrets,
                 if redacted.secrets == 1 { "" } else { "s" },
                 redacted.messages,
                 if redacted.messages == 1 { "" } else { "s" },
+                if redacted.rules.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", redacted.rules_text())
+                },
             );
         }
     }
@@ -229,28 +233,36 @@ pub fn format_error(e: convo_formats::Error) -> CommandError {
     err
 }
 
-/// What `--redact-secrets` replaced in one conversation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What `--redact-secrets` replaced: how many secrets, in how many
+/// messages, and which rule found each.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Redacted {
     /// Credentials replaced (message texts, extra fields and source lines).
     pub secrets: usize,
     /// Messages touched.
     pub messages: usize,
+    /// Secrets by the rule that found them: a gitleaks rule id or one of
+    /// convo's (`convo-…`), [`convo_core::secrets`].
+    pub rules: Kinds,
 }
 
+/// Secrets by the rule that found them.
+pub type Kinds = std::collections::BTreeMap<&'static str, usize>;
+
 /// `--redact-secrets`: replaces credentials in a conversation before it is
-/// stored, with the proxy's detector ([`convo_proxy::record::redact_secrets`]:
-/// known key prefixes, bearer/basic schemes, key-like `name=value` and
-/// `name: value` pairs, opaque runs of 32+ letters and digits) plus PEM
-/// private-key blocks, each replaced by `REDACTED`. It reads every string
-/// of a message: its text, its extra fields, and each source line it keeps
-/// (`extra.records[].raw`, parsed as JSON so only string values change;
-/// numbers and keys never do). A string that is one identifier as a whole
-/// (a UUID, a hex digest, an API object id such as `toolu_…`) is left:
-/// those thread the transcript. A source line that changed is written back
-/// as JSON (so export gives the redacted line, not the original bytes)
-/// and keeps `original_sha256`, the SHA-256 of the line as it was on
-/// disk, so the original can be matched but not recovered.
+/// stored, each by `REDACTED`, as [`convo_core::secrets`] finds them:
+/// gitleaks' vendored rule set (providers' keys and tokens, key-like
+/// assignments with enough entropy, private keys, JWTs) and convo's own
+/// (`.env`-style assignments to credential-named variables, `Bearer` and
+/// `Basic` credentials, provider key prefixes, PEM blocks). It reads every
+/// string of a message: its text, its extra fields, and each source line
+/// it keeps (`extra.records[].raw`, parsed as JSON so only string values
+/// change; numbers and keys never do). A string that is one identifier as
+/// a whole (a UUID, a hex digest, an API object id such as `toolu_…`) is
+/// left: those thread the transcript. A source line that changed is
+/// written back as JSON (so export gives the redacted line, not the
+/// original bytes) and keeps `original_sha256`, the SHA-256 of the line as
+/// it was on disk, so the original can be matched but not recovered.
 pub fn redact_conversation(c: &mut Conversation) -> Redacted {
     let mut out = Redacted::default();
     for m in &mut c.messages {
@@ -260,29 +272,53 @@ pub fn redact_conversation(c: &mut Conversation) -> Redacted {
 }
 
 impl Redacted {
-    /// Counts a message in which `n` secrets were replaced.
-    pub fn add(&mut self, n: usize) {
+    /// Counts a message in which the secrets `found` were replaced.
+    pub fn add(&mut self, found: Kinds) {
+        let n: usize = found.values().sum();
         if n > 0 {
             self.secrets += n;
             self.messages += 1;
+            for (k, v) in found {
+                *self.rules.entry(k).or_default() += v;
+            }
         }
+    }
+
+    /// Adds what another file or conversation had.
+    pub fn merge(&mut self, other: &Redacted) {
+        self.secrets += other.secrets;
+        self.messages += other.messages;
+        for (k, v) in &other.rules {
+            *self.rules.entry(k).or_default() += v;
+        }
+    }
+
+    /// `github-pat 2, generic-api-key 1`: the rules, most found first.
+    pub fn rules_text(&self) -> String {
+        let mut r: Vec<(&&str, &usize)> = self.rules.iter().collect();
+        r.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+        r.iter()
+            .map(|(k, v)| format!("{k} {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
-/// [`redact_conversation`] of one message: the secrets replaced.
-pub fn redact_message(m: &mut convo_formats::Message) -> usize {
-    let mut n = redact_text(&mut m.text);
+/// [`redact_conversation`] of one message: the secrets replaced, by rule.
+pub fn redact_message(m: &mut convo_formats::Message) -> Kinds {
+    let mut found = Kinds::new();
+    redact_text(&mut m.text, &mut found);
     for (k, v) in m.extra.iter_mut() {
         if k == "records" {
-            n += redact_records(v);
+            redact_records(v, &mut found);
         } else {
-            n += redact_value(v);
+            redact_value(v, &mut found);
         }
     }
-    n
+    found
 }
 
-fn redact_records(v: &mut serde_json::Value) -> usize {
+fn redact_records(v: &mut serde_json::Value, found: &mut Kinds) -> usize {
     let Some(records) = v.as_array_mut() else {
         return 0;
     };
@@ -294,7 +330,7 @@ fn redact_records(v: &mut serde_json::Value) -> usize {
         let Ok(mut line) = serde_json::from_str::<serde_json::Value>(raw) else {
             // Not JSON (a cut line): redact it as text.
             let mut text = raw.to_owned();
-            let k = redact_text(&mut text);
+            let k = redact_text(&mut text, found);
             if k > 0 {
                 r["original_sha256"] = json!(convo_core::sha256(raw.as_bytes()).to_hex());
                 r["raw"] = json!(text);
@@ -302,7 +338,7 @@ fn redact_records(v: &mut serde_json::Value) -> usize {
             }
             continue;
         };
-        let k = redact_value(&mut line);
+        let k = redact_value(&mut line, found);
         if k > 0 {
             r["original_sha256"] = json!(convo_core::sha256(raw.as_bytes()).to_hex());
             r["raw"] = json!(line.to_string());
@@ -312,7 +348,7 @@ fn redact_records(v: &mut serde_json::Value) -> usize {
     n
 }
 
-fn redact_value(v: &mut serde_json::Value) -> usize {
+fn redact_value(v: &mut serde_json::Value, found: &mut Kinds) -> usize {
     use serde_json::Value;
     match v {
         // JSON inside a string (an opencode row's `data` column) is
@@ -320,18 +356,18 @@ fn redact_value(v: &mut serde_json::Value) -> usize {
         Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
             match serde_json::from_str::<Value>(s) {
                 Ok(mut inner @ (Value::Object(_) | Value::Array(_))) => {
-                    let n = redact_value(&mut inner);
+                    let n = redact_value(&mut inner, found);
                     if n > 0 {
                         *s = inner.to_string();
                     }
                     n
                 }
-                _ => redact_text(s),
+                _ => redact_text(s, found),
             }
         }
-        Value::String(s) => redact_text(s),
-        Value::Array(a) => a.iter_mut().map(redact_value).sum(),
-        Value::Object(o) => o.values_mut().map(redact_value).sum(),
+        Value::String(s) => redact_text(s, found),
+        Value::Array(a) => a.iter_mut().map(|v| redact_value(v, found)).sum(),
+        Value::Object(o) => o.values_mut().map(|v| redact_value(v, found)).sum(),
         _ => 0,
     }
 }
@@ -363,40 +399,21 @@ fn is_identifier(s: &str) -> bool {
     uuid || digest || object
 }
 
-/// Redacts one string in place; the number of credentials replaced.
-fn redact_text(s: &mut String) -> usize {
+/// Redacts one string in place; the number of credentials replaced, each
+/// counted in `found` under the rule that found it.
+fn redact_text(s: &mut String, found: &mut Kinds) -> usize {
     if s.is_empty() || is_identifier(s) {
         return 0;
     }
-    let mut text = std::mem::take(s);
-    let before = text.matches("REDACTED").count();
-    // PEM private keys (`-----BEGIN … PRIVATE KEY-----` to its END line):
-    // the whole block.
-    let mut from = 0;
-    while let Some(i) = text[from..].find("-----BEGIN ").map(|i| from + i) {
-        let tail = &text[i..];
-        let head_end = tail[11..].find("-----").map(|e| 11 + e + 5);
-        let is_key = head_end.is_some_and(|e| tail[..e].ends_with("PRIVATE KEY-----"));
-        match (is_key, head_end) {
-            (true, Some(e)) => {
-                let end = tail[e..]
-                    .find("PRIVATE KEY-----")
-                    .map_or(tail.len(), |k| e + k + 16);
-                text.replace_range(i..i + end, "REDACTED");
-                from = i + 8;
-            }
-            _ => from = i + 11,
-        }
+    let (text, rules) = convo_core::secrets::Rules::get().redact(s, "REDACTED");
+    if rules.is_empty() {
+        return 0;
     }
-    // The detector reads a header value: give it the text line by line.
-    let out = text
-        .split('\n')
-        .map(convo_proxy::record::redact_secrets)
-        .collect::<Vec<_>>()
-        .join("\n");
-    let n = out.matches("REDACTED").count().saturating_sub(before);
-    *s = out;
-    n
+    for r in &rules {
+        *found.entry(r).or_default() += 1;
+    }
+    *s = text;
+    rules.len()
 }
 
 /// The format of `path`. With `--watch`, a folder that holds no transcript
