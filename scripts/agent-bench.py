@@ -10,7 +10,8 @@
       legacy .json document, opencode.db): TURNS user+assistant pairs of SIZE-byte
       texts, the middle prompt BIG bytes when given (0: none); also the
       baseline (the import of a one-turn file) and the peak above it
-      against the largest record and the file
+      against the largest record and the file (CONVO_BENCH_REDACT=1: with
+      --redact-secrets)
   scripts/agent-bench.py regrow CONVO TURNS SIZE [claude-code|codex]
       peak RSS and RssAnon of re-importing a grown transcript (what every
       `--watch` tick does): TURNS user+assistant pairs of SIZE-byte texts
@@ -291,7 +292,8 @@ def peak_rss(conv, env, d, fmt, turns, size, big):
     # /usr/bin/time's peak RSS counts the store's file pages mapped in
     # (SQLite's mmap); RssAnon, polled every 5 ms, is the process's own.
     err = os.path.join(d, "time.txt")
-    p = subprocess.Popen(["/usr/bin/time", "-o", err, "-f", "%M %e", conv, "import", f, "--format", fmt],
+    redact = ["--redact-secrets"] if os.environ.get("CONVO_BENCH_REDACT") else []
+    p = subprocess.Popen(["/usr/bin/time", "-o", err, "-f", "%M %e", conv, "import", f, "--format", fmt] + redact,
                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     anon = 0
     while p.poll() is None:
