@@ -205,7 +205,21 @@ impl Indexer {
         let mut carrier = self.last_seen;
         if let Some(v) = &rec.value {
             if let Some(id) = v.get("id").and_then(Value::as_str) {
-                carrier = Some(self.message(id, v, at));
+                carrier = Some(self.message(id, v, at, false));
+            } else if let Some(Value::Array(list)) = v.get("$set").and_then(|s| s.get("messages")) {
+                // The conversation written again whole (Gemini CLI's
+                // `updateMessagesFromHistory`: the session's context at its
+                // start, the history on `--resume`): these messages, the
+                // latest version of each, in this order.
+                self.active.clear();
+                for m in list {
+                    if let Value::Object(o) = m
+                        && let Some(id) = o.get("id").and_then(Value::as_str)
+                    {
+                        carrier = Some(self.message(id, o, at, true));
+                    }
+                }
+                self.other(v, rec.line);
             } else {
                 self.other(v, rec.line);
             }
@@ -213,8 +227,10 @@ impl Indexer {
         self.ride(carrier, at);
     }
 
-    /// A message record: its id's latest version. Returns the id's index.
-    fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef) -> usize {
+    /// A message record: its id's latest version (`relist`: listed again
+    /// by a `$set` of the messages, so it is live again). Returns the id's
+    /// index.
+    fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef, relist: bool) -> usize {
         let subs = messages_of(id, v, None)
             .into_iter()
             .map(|m| Sub {
@@ -229,7 +245,12 @@ impl Indexer {
             .then(|| first_title(v.get("content").unwrap_or(&Value::Null)))
             .flatten();
         let i = match self.index.get(id) {
-            Some(&i) => i,
+            Some(&i) => {
+                if relist && !self.active.contains(&i) {
+                    self.active.push(i);
+                }
+                i
+            }
             None => {
                 let i = self.ids.len();
                 self.ids.push(Id {
@@ -441,7 +462,7 @@ mod legacy {
                         len: (end - start) as u32,
                         check: 0,
                     };
-                    self.ix.message(id, o, own)
+                    self.ix.message(id, o, own, false)
                 }),
                 _ => None,
             };
@@ -698,7 +719,7 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
     };
     let mut out = Vec::new();
     match s("type") {
-        Some("user") => {
+        Some("user") if !not_a_prompt(content) => {
             let mut m = Message::new(Role::User, "user", text_for(id, &|| parts_text(content)));
             m.key = Some(id.to_owned());
             out.push(m);
@@ -774,6 +795,45 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
     out
 }
 
+/// Whether a `user` message is not something a human typed: the session's
+/// context Gemini CLI sends first (`<session_context>`, `<hook_context>`,
+/// which it leaves out of a resumed history too), or tool results alone
+/// (`functionResponse` parts: the results its `gemini` message's
+/// `toolCalls` already hold). Such a message rides with the next one.
+fn not_a_prompt(content: &Value) -> bool {
+    let parts = match content {
+        Value::Array(items) => items.as_slice(),
+        other => std::slice::from_ref(other),
+    };
+    let response = |p: &Value| p.get("functionResponse").is_some();
+    if !parts.is_empty() && parts.iter().all(response) {
+        return true;
+    }
+    let first = parts.iter().find_map(|p| match p {
+        Value::String(s) => Some(s.as_str()),
+        other => other.get("text").and_then(Value::as_str),
+    });
+    first.is_some_and(|t| {
+        let t = t.trim_start();
+        t.starts_with("<session_context>") || t.starts_with("<hook_context>")
+    })
+}
+
+/// The message keyed `key` in a record: the record itself (a message
+/// line), or the message of that id a `{"$set": {"messages": […]}}` lists.
+fn message_in<'v>(v: &'v Map<String, Value>, key: &str) -> Option<&'v Map<String, Value>> {
+    if v.contains_key("id") {
+        return Some(v);
+    }
+    let id = key.split('#').next().unwrap_or(key);
+    v.get("$set")?
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_object)
+        .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+}
+
 fn m_time(call: &Value) -> Option<i64> {
     call.get("timestamp")
         .and_then(Value::as_str)
@@ -784,6 +844,9 @@ fn m_time(call: &Value) -> Option<i64> {
 /// text, model and extras of the message its key names.
 fn fill(m: &mut Message, rec: &mut Record) {
     let (Some(v), Some(key)) = (&rec.value, m.key.as_deref()) else {
+        return;
+    };
+    let Some(v) = message_in(v, key) else {
         return;
     };
     let id = v.get("id").and_then(Value::as_str).unwrap_or("");
@@ -862,15 +925,12 @@ fn build<'a>(
                 last.extend(carry);
                 last.sort_by_key(|r| (r.file, r.line));
             }
-            None => {
-                let mut m = Message::new(Role::System, "gemini-cli", "");
-                m.time = created;
-                m.key = Some("records".into());
-                m.extra.insert("holder".into(), json!(true));
-                messages.push(m);
-                own.push(None);
-                carried.push(carry);
-            }
+            // No prompt or answer yet (the session line and its context
+            // alone: a chat just started, or the one Gemini CLI 0.61.0
+            // starts and leaves beside the chat it resumes, under the same
+            // `sessionId`): not a session yet; it is read again when it
+            // grows.
+            None => return None,
         }
     }
     records::mark_intermediate(&mut messages);
@@ -1019,6 +1079,9 @@ pub fn resume_file(
         if legacy || !file.is_empty() {
             continue;
         }
+        for (id, m) in set_messages(raw) {
+            latest.insert(id, m.into());
+        }
         let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw) else {
             continue;
         };
@@ -1054,6 +1117,58 @@ pub fn resume_file(
     Ok(out.into_bytes())
 }
 
+/// The messages a `{"$set": {"messages": […]}}` line lists, as `(id,
+/// its exact bytes)`; none for another line.
+fn set_messages(raw: &str) -> Vec<(String, &str)> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(rename = "$set", borrow)]
+        set: Set<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Set<'a> {
+        #[serde(borrow, default)]
+        messages: Vec<&'a serde_json::value::RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    if !raw.contains("\"messages\"") {
+        return Vec::new();
+    }
+    let Ok(line) = serde_json::from_str::<Line<'_>>(raw) else {
+        return Vec::new();
+    };
+    line.set
+        .messages
+        .into_iter()
+        .filter_map(|m| {
+            let id = serde_json::from_str::<Id>(m.get()).ok()?.id?;
+            Some((id, m.get()))
+        })
+        .collect()
+}
+
+/// The ids of the messages a record holds, in order, and whether they are
+/// the whole conversation up to there: a message line's `id`, or those a
+/// `$set` of the messages lists (whole). For `--branch`: the branch's
+/// records name the messages it holds, those that are not messages of
+/// their own in convo included, such as the session's context and the
+/// tool results Gemini CLI also writes as `user` messages.
+pub fn message_ids(raw: &str) -> (Vec<String>, bool) {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    if let Ok(Id { id: Some(id) }) = serde_json::from_str::<Id>(raw) {
+        return (vec![id], false);
+    }
+    let listed: Vec<String> = set_messages(raw).into_iter().map(|(id, _)| id).collect();
+    let whole = !listed.is_empty();
+    (listed, whole)
+}
+
 /// Gemini CLI messages for turns that have no line of their own (made in
 /// convo after a fork): a `user` or `gemini` message per `(role, text,
 /// time)`, ids derived from `seed`.
@@ -1082,18 +1197,48 @@ pub fn turn_records(turns: &[(Role, String, i64)], seed: &str, model: Option<&st
         .collect()
 }
 
-/// Where Gemini CLI keeps a chat started at `time` (ms) for a project:
-/// `tmp/<project hash>/chats/session-YYYY-MM-DDTHH-MM-<first 8 of id>.jsonl`
-/// under `~/.gemini`.
-pub fn chat_path(project_hash: &str, time: i64, id: &str) -> PathBuf {
+/// Where Gemini CLI keeps a chat started at `time` (ms) for a project,
+/// under its `.gemini` folder `gemini_dir`:
+/// `tmp/<project>/chats/session-YYYY-MM-DDTHH-MM-<first 8 of id>.jsonl`.
+/// The project's folder is the short name `projects.json` gives the
+/// project's path (Gemini CLI 0.61.0: `{"projects": {"/home/me/proj":
+/// "proj"}}`), found by the chat's `projectHash` (the SHA-256 of that
+/// path); for a project not listed there, the hash itself (the folder
+/// older versions used, which 0.61.0 moves to the short name while that
+/// one is empty).
+pub fn chat_path(gemini_dir: &Path, project_hash: &str, time: i64, id: &str) -> PathBuf {
     let t = jiff::Timestamp::from_millisecond(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let z = t.to_zoned(jiff::tz::TimeZone::UTC);
-    PathBuf::from("tmp")
-        .join(convo_core::text::component(project_hash))
+    gemini_dir
+        .join("tmp")
+        .join(convo_core::text::component(&project_folder(
+            gemini_dir,
+            project_hash,
+        )))
         .join("chats")
         .join(format!(
             "session-{}-{}.jsonl",
             z.strftime("%Y-%m-%dT%H-%M"),
             &id[..id.len().min(8)]
         ))
+}
+
+/// The name of a project's folder under `tmp/` (see [`chat_path`]).
+fn project_folder(gemini_dir: &Path, project_hash: &str) -> String {
+    let listed = std::fs::read(gemini_dir.join("projects.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    listed
+        .as_ref()
+        .and_then(|v| v.get("projects")?.as_object())
+        .and_then(|projects| {
+            projects.iter().find_map(|(path, name)| {
+                (convo_core::sha256(path.as_bytes()).to_hex() == project_hash)
+                    .then(|| name.as_str())
+                    .flatten()
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+            })
+        })
+        .unwrap_or_else(|| project_hash.to_owned())
 }

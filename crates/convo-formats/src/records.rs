@@ -1093,7 +1093,8 @@ pub fn tool_call_text(name: &str, input: &Value) -> String {
     if let Some(q) = s("query").or_else(|| s("pattern")) {
         return format!("{lower} {q}");
     }
-    if lower == "read"
+    // Claude Code's `Read`, Gemini CLI's `read_file`.
+    if (lower == "read" || lower == "read_file")
         && let Some(p) = s("file_path")
     {
         return format!("read {p}");

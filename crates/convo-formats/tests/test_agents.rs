@@ -360,6 +360,135 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// Written by Gemini CLI 0.61.0 itself (`gemini --yolo -p`, then
+/// `gemini --resume ID -p`, against a scripted upstream): its session
+/// context and the resumed history as `{"$set": {"messages": […]}}`, a
+/// `read_file` call with its result (also written as a `user` message of
+/// `functionResponse` parts), and the second file the resume left under
+/// the same `sessionId` with the context alone.
+const GEMINI_061: &str = "gemini-cli/0.61.0";
+const GEMINI_061_CHAT: &str = "gemini-cli/0.61.0/session-2026-11-25T07-31-96d9de82.jsonl";
+
+#[test]
+fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
+    let dir = fixture(GEMINI_061);
+    assert_eq!(convo_formats::detect(&dir).unwrap(), "gemini-cli");
+    let got = convo_formats::reader("gemini-cli")
+        .unwrap()
+        .read_path(&dir)
+        .unwrap();
+    assert_eq!(
+        got.conversations.len(),
+        1,
+        "the file with the session's context alone is no session"
+    );
+    let c = &got.conversations[0];
+    let bytes = std::fs::read(fixture(GEMINI_061_CHAT)).unwrap();
+    let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(kept_lines(c), (1..=n).collect::<Vec<_>>(), "each line once");
+    assert_eq!(
+        c.id.as_deref(),
+        Some("96d9de82-a410-4248-9969-dc4340124dff")
+    );
+    assert_eq!(
+        c.title.as_deref(),
+        Some("please read notes.txt"),
+        "not the session's context"
+    );
+    assert_eq!(c.timelines.len(), 1, "{:?}", c.timelines);
+    let turns: Vec<(Role, String)> = c.turns().iter().map(|m| (m.role, m.text.clone())).collect();
+    assert_eq!(
+        turns,
+        [
+            (Role::User, "please read notes.txt".into()),
+            (Role::ToolCall, "read notes.txt".into()),
+            (Role::Tool, "hello notes\n".into()),
+            (Role::Assistant, "answer 12".into()),
+            (Role::User, "second question".into()),
+            (Role::Assistant, "answer 14".into()),
+        ],
+        "the tool's result once; the context and the resumed history are no prompts"
+    );
+    let main = c.turns();
+    assert_eq!(main[1].to.as_deref(), Some("read_file"));
+    assert_eq!(main[2].speaker, "read_file");
+    assert_eq!(main[1].model.as_deref(), Some("gemini-3.8-flash"));
+    assert_eq!(main[3].model.as_deref(), Some("gemini-3.8-flash"));
+    assert_eq!(main[3].extra["usage"]["total"], 13);
+    assert_eq!(main[3].extra["usage"]["input"], 10);
+    assert!(main.iter().all(|m| m.time.is_some()));
+
+    // Imported: the file back byte for byte; again: nothing new.
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", c);
+    assert!(matches!(o, Outcome::Created { nodes: 6, .. }), "{o:?}");
+    assert_eq!(joined(&mut s, &o), bytes, "byte for byte");
+    assert_eq!(
+        convo_formats::gemini_cli::file_bytes(&session_records(&mut s, &o.id()).unwrap()),
+        bytes
+    );
+    assert_eq!(
+        import(&mut s, "gemini-cli", c),
+        Outcome::Existing { id: o.id() }
+    );
+    assert!(s.verify().unwrap().is_clean());
+
+    // Read as it grew (the first run's lines, then the resume's).
+    let mut cut = 0;
+    for _ in 0..11 {
+        cut += bytes[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    }
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o1 = import(&mut s, "gemini-cli", &one("gemini-cli", &bytes[..cut]));
+    assert!(matches!(o1, Outcome::Created { nodes: 4, .. }), "{o1:?}");
+    let o2 = import(&mut s, "gemini-cli", c);
+    assert!(matches!(o2, Outcome::Updated { .. }), "{o2:?}");
+    assert_eq!(joined(&mut s, &o2), bytes, "byte for byte");
+    assert_eq!(s.branches(&o2.id()).unwrap().len(), 1);
+
+    // The branch as a chat to resume: the messages in the order of the
+    // resumed history, the context and the `functionResponse` ones kept.
+    let records = session_records(&mut s, &o2.id()).unwrap();
+    let ids: Vec<String> = records
+        .iter()
+        .take(13)
+        .fold(Vec::new(), |mut ids, (_, _, raw)| {
+            let (listed, whole) = convo_formats::gemini_cli::message_ids(raw);
+            if whole {
+                ids.clear();
+            }
+            ids.extend(
+                listed
+                    .into_iter()
+                    .filter(|l| !ids.contains(l))
+                    .collect::<Vec<_>>(),
+            );
+            ids
+        });
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    assert!(ids[0].starts_with("d04923d3"), "the context first: {ids:?}");
+    assert!(ids[3].ends_with("_response"), "{ids:?}");
+    let file =
+        convo_formats::gemini_cli::resume_file(&records, &ids, "new-id", 1_800_000_000_000, &[])
+            .unwrap();
+    let text = String::from_utf8(file).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7, "{text}");
+    assert_eq!(lines[0]["sessionId"], "new-id");
+    let said: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ids);
+    assert!(
+        text.contains("\"content\":[{\"functionCall\""),
+        "the latest version (the resume's): {text}"
+    );
+}
+
 #[test]
 fn gemini_cli_legacy_json_session_reads() {
     let path = fixture(GEMINI_LEGACY);

@@ -188,15 +188,31 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
         let id = random_uuid()?;
         let leaf_msg = msgs[leaf];
         bytes = if a.format == "gemini-cli" {
-            // Each message's id once, in the branch's order (`id#call:…`
+            // Each message's id once, in the branch's order: those its
+            // messages' records hold (what rode with them included: the
+            // session's context, tool results written as `user`
+            // messages; a `$set` of the messages is the conversation up
+            // to there, in its order), then each message's own (`id#call:…`
             // keys are parts of the message `id`).
             let mut ids: Vec<String> = Vec::new();
+            fn add(ids: &mut Vec<String>, id: String) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
             for m in &msgs[..=leaf] {
-                if let Some(k) = &m.key {
-                    let id = k.split('#').next().unwrap_or(k).to_owned();
-                    if !ids.contains(&id) {
-                        ids.push(id);
+                let recs = m.extra.get("records").and_then(|r| r.as_array());
+                for r in recs.into_iter().flatten() {
+                    if let Some(raw) = r.get("raw").and_then(|r| r.as_str()) {
+                        let (listed, whole) = gemini_cli::message_ids(raw);
+                        if whole {
+                            ids.clear();
+                        }
+                        listed.into_iter().for_each(|id| add(&mut ids, id));
                     }
+                }
+                if let Some(k) = &m.key {
+                    add(&mut ids, k.split('#').next().unwrap_or(k).to_owned());
                 }
             }
             let model = msgs.iter().rev().find_map(|m| m.model.clone());
@@ -228,9 +244,8 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
                 .get("projectHash")
                 .and_then(|v| v.as_str())
                 .unwrap_or("unknown");
-            super::agents::agent_home("GEMINI_CLI_HOME", "")?
-                .join(".gemini")
-                .join(gemini_cli::chat_path(hash, super::now(), id))
+            let dir = super::agents::agent_home("GEMINI_CLI_HOME", "")?.join(".gemini");
+            gemini_cli::chat_path(&dir, hash, super::now(), id)
         } else if a.format == "claude-code" {
             let cwd = meta.get("cwd").and_then(|v| v.as_str()).unwrap_or("/");
             super::agents::agent_home("CLAUDE_CONFIG_DIR", ".claude")?
