@@ -1170,6 +1170,10 @@ fn gemini_cli_chats_import_grow_export_and_a_fork_resumes() {
     assert_eq!(back, std::fs::read(&file).unwrap(), "byte for byte");
     let log = t.run(&["log", &session]).ok();
     assert!(log.contains("second question"), "{log}");
+    assert!(
+        log.contains("read notes.txt"),
+        "the tool call, after the resume restated the history: {log}"
+    );
 
     // Fork after the first turn, say something else there, resume it.
     t.run(&[

@@ -227,9 +227,9 @@ impl Indexer {
         self.ride(carrier, at);
     }
 
-    /// A message record: its id's latest version (`relist`: listed again
-    /// by a `$set` of the messages, so it is live again). Returns the id's
-    /// index.
+    /// A message record: its id's latest version (`relist`: listed by a
+    /// `$set` of the messages, so live again, read as first written when
+    /// it is known). Returns the id's index.
     fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef, relist: bool) -> usize {
         let subs = messages_of(id, v, None)
             .into_iter()
@@ -245,12 +245,18 @@ impl Indexer {
             .then(|| first_title(v.get("content").unwrap_or(&Value::Null)))
             .flatten();
         let i = match self.index.get(id) {
-            Some(&i) => {
-                if relist && !self.active.contains(&i) {
+            // Listed again by a `$set`: live again, and read as its own
+            // line said it (the list restates it from the CLI's memory, its
+            // tool calls, tokens and model left out when the CLI lost
+            // them: 0.61.0 resuming a chat in the minute it started).
+            Some(&i) if relist => {
+                if !self.active.contains(&i) {
                     self.active.push(i);
                 }
-                i
+                self.last_seen = Some(i);
+                return i;
             }
+            Some(&i) => i,
             None => {
                 let i = self.ids.len();
                 self.ids.push(Id {

@@ -361,13 +361,16 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
 }
 
 /// Written by Gemini CLI 0.61.0 itself (`gemini --yolo -p`, then
-/// `gemini --resume ID -p`, against a scripted upstream): its session
-/// context and the resumed history as `{"$set": {"messages": […]}}`, a
-/// `read_file` call with its result (also written as a `user` message of
-/// `functionResponse` parts), and the second file the resume left under
-/// the same `sessionId` with the context alone.
+/// `gemini --resume ID -p` a minute later, against a scripted upstream):
+/// its session context and the resumed history as `{"$set": {"messages":
+/// […]}}`, a `read_file` call with its result (also written as a `user`
+/// message of `functionResponse` parts), and the second file the resume
+/// left under the same `sessionId` with the context alone; and a chat
+/// resumed within the minute it started (the second file's lines are
+/// then appended to it: a second session line, the context alone again).
 const GEMINI_061: &str = "gemini-cli/0.61.0";
 const GEMINI_061_CHAT: &str = "gemini-cli/0.61.0/session-2026-11-25T07-31-96d9de82.jsonl";
+const GEMINI_061_SAME_MINUTE: &str = "gemini-cli/0.61.0/session-2026-11-25T07-36-e121ae98.jsonl";
 
 #[test]
 fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
@@ -379,9 +382,33 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
         .unwrap();
     assert_eq!(
         got.conversations.len(),
-        1,
+        2,
         "the file with the session's context alone is no session"
     );
+    // Resumed within the minute: one file, read the same way.
+    let same = &got.conversations[1];
+    assert_eq!(
+        same.id.as_deref(),
+        Some("e121ae98-b6f8-4087-8647-49730294f0f1")
+    );
+    let said: Vec<&str> = same.turns().iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(
+        said,
+        [
+            "please read notes.txt",
+            "read notes.txt",
+            "hello notes\n",
+            "answer 17",
+            "second question",
+            "answer 19"
+        ]
+    );
+    assert_eq!(same.timelines.len(), 1);
+    let same_bytes = std::fs::read(fixture(GEMINI_061_SAME_MINUTE)).unwrap();
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", same);
+    assert_eq!(joined(&mut s, &o), same_bytes, "byte for byte");
+
     let c = &got.conversations[0];
     let bytes = std::fs::read(fixture(GEMINI_061_CHAT)).unwrap();
     let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
@@ -486,6 +513,19 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
     assert!(
         text.contains("\"content\":[{\"functionCall\""),
         "the latest version (the resume's): {text}"
+    );
+    // Placed in the project's folder: its short name in projects.json
+    // (the fixture's, for the project the chat's `projectHash` names).
+    let hash = lines[0]["projectHash"].as_str().unwrap();
+    let path = convo_formats::gemini_cli::chat_path(&dir, hash, 1_800_000_000_000, "new-id");
+    assert_eq!(
+        path,
+        dir.join("tmp/proj/chats/session-2027-01-15T08-00-new-id.jsonl")
+    );
+    let unlisted = convo_formats::gemini_cli::chat_path(&dir, "ab12", 1_800_000_000_000, "new-id");
+    assert!(
+        unlisted.starts_with(dir.join("tmp/ab12/chats")),
+        "{unlisted:?}"
     );
 }
 
