@@ -1,17 +1,23 @@
-//! Gemini CLI sessions: `~/.gemini/tmp/<project hash>/chats/`.
+//! Gemini CLI sessions: `~/.gemini/tmp/<project>/chats/`.
 //!
 //! # Wire format
 //!
 //! Established from google-gemini/gemini-cli's source
 //! (`packages/core/src/services/chatRecordingService.ts` and
-//! `chatRecordingTypes.ts`, 2026). Current versions append JSON Lines to
-//! `chats/session-<YYYY-MM-DDTHH-MM>-<first 8 of the id>.jsonl`
-//! (a subagent's to `chats/<parent session id>/<id>.jsonl`):
+//! `chatRecordingTypes.ts`, 2026) and checked against the files Gemini CLI
+//! 0.61.0 writes (tests/fixtures/gemini-cli/0.61.0/). Current versions
+//! append JSON Lines to
+//! `tmp/<project>/chats/session-<YYYY-MM-DDTHH-MM>-<first 8 of the id>.jsonl`
+//! (a subagent's to `chats/<parent session id>/<id>.jsonl`), `<project>`
+//! the short name `~/.gemini/projects.json` gives the project's path
+//! (older versions: the path's SHA-256, the chat's `projectHash`):
 //!
 //! ```text
 //! {"sessionId":"…","projectHash":"…","startTime":"…","lastUpdated":"…","kind":"main"}
+//! {"$set":{"messages":[{"id":"…","type":"user","content":[{"text":"<session_context>…"}]}],"lastUpdated":"…"}}
 //! {"id":"u1","timestamp":"…","type":"user","content":[{"text":"fix the build"}]}
-//! {"id":"g1","timestamp":"…","type":"gemini","content":"","model":"gemini-2.5-pro","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"make"},"result":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}],"status":"success","timestamp":"…"}],"tokens":{"input":10,"output":3,"cached":0,"total":13}}
+//! {"id":"g1","timestamp":"…","type":"gemini","content":"","model":"gemini-2.5-pro","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"make"},"result":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}],"status":"success","timestamp":"…"}],"tokens":{"input":10,"output":3,"cached":0,"thoughts":0,"tool":0,"total":13}}
+//! {"id":"u2","timestamp":"…","type":"user","content":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}]}
 //! {"$set":{"lastUpdated":"…"}}
 //! {"$rewindTo":"u1"}
 //! ```
@@ -23,6 +29,9 @@
 //!   The same `id` written again replaces the message (tokens and tool
 //!   results are filled in that way), so the last line of an id is what
 //!   it says;
+//! - `{"$set": {"messages": […]}}` restates the whole conversation (the
+//!   session's context at its start, the history on every `--resume`):
+//!   the conversation from there on is those messages, in that order;
 //! - `{"$rewindTo": ID}` drops the message `ID` and everything after it
 //!   from the conversation: what follows continues from the message
 //!   before `ID`.
@@ -33,7 +42,9 @@
 //!
 //! # Mapping
 //!
-//! A `user` message is a [`Role::User`] prompt; a `gemini` message's text
+//! A `user` message is a [`Role::User`] prompt (not the session's
+//! `<session_context>`, nor tool results alone, which ride as records:
+//! `not_a_prompt`); a `gemini` message's text
 //! a [`Role::Assistant`] answer (a [`Role::ToolCall`] to `user` marked
 //! `intermediate` when tool calls follow it), each of its `toolCalls` a
 //! [`Role::ToolCall`] to the tool (the text is the command, the edit, the
