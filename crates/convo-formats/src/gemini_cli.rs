@@ -462,7 +462,7 @@ mod legacy {
         ) -> std::result::Result<Place, D::Error> {
             // serde_json has read the value's first byte to know what it is.
             let start = self.at.get().saturating_sub(1);
-            let v: Value = serde::Deserialize::deserialize(d)?;
+            let v: Value = d.deserialize_any(Slim)?;
             let end = self.at.get();
             if end - start > crate::records::MAX_RECORD {
                 return Err(de::Error::custom(format_args!(
@@ -484,6 +484,89 @@ mod legacy {
                 _ => None,
             };
             Ok(Place { id, start, end })
+        }
+    }
+
+    /// A message as the first pass needs it: a JSON value whose strings
+    /// of more than 4 KiB are cut to their first 4 KiB (after their
+    /// leading blanks; a blank one is empty), so a huge text is not copied
+    /// out of the parser's buffer (the title, whether it is blank or the
+    /// session's context, are in its start; the text is read again in the
+    /// second pass).
+    struct Slim;
+
+    const SLIM: usize = 4096;
+
+    impl<'de> Visitor<'de> for Slim {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
+            if v.len() <= SLIM {
+                return Ok(Value::String(v.to_owned()));
+            }
+            let v = v.trim_start();
+            let mut end = v.len().min(SLIM);
+            while !v.is_char_boundary(end) {
+                end -= 1;
+            }
+            Ok(Value::String(v[..end].to_owned()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
+            if v.len() <= SLIM {
+                return Ok(Value::String(v));
+            }
+            self.visit_str(&v)
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> std::result::Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_some<D: de::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Value, D::Error> {
+            d.deserialize_any(Slim)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(v) = seq.next_element_seed(Slim)? {
+                out.push(v);
+            }
+            Ok(Value::Array(out))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+            let mut out = serde_json::Map::new();
+            while let Some(k) = map.next_key::<String>()? {
+                let v = map.next_value_seed(Slim)?;
+                out.insert(k, v);
+            }
+            Ok(Value::Object(out))
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Slim {
+        type Value = Value;
+        fn deserialize<D: de::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Value, D::Error> {
+            d.deserialize_any(Slim)
         }
     }
 
@@ -566,6 +649,13 @@ mod legacy {
             if raw.len() as u64 > crate::records::MAX_RECORD {
                 return Err(too_large(name, seg_line));
             }
+            let at = RecRef {
+                file,
+                line: seg_line as u32,
+                offset: seg_start,
+                len: raw.len() as u32,
+                check: crate::records::check(raw),
+            };
             // The messages ending in this record: their own bytes, checked.
             let mut carrier = last;
             while let Some(p) = places
@@ -582,21 +672,25 @@ mod legacy {
                     })?;
                     let own = &mut ix.ids[i].own;
                     if own.offset == p.start {
-                        own.line = seg_line as u32;
-                        own.check = crate::records::check(bytes);
+                        // A message alone in its record (its lines, the
+                        // comma after it) is read from that record, as a
+                        // JSON line is: a huge one is then in memory once.
+                        let before = &raw[..(p.start - seg_start) as usize];
+                        let after = &raw[(p.end - seg_start) as usize..];
+                        let blank = |b: &[u8]| b.iter().all(u8::is_ascii_whitespace);
+                        let after = after.trim_ascii_end();
+                        if blank(before) && blank(after.strip_suffix(b",").unwrap_or(after)) {
+                            *own = at;
+                        } else {
+                            own.line = seg_line as u32;
+                            own.check = crate::records::check(bytes);
+                        }
                     }
                     carrier = Some(i);
                 }
                 k += 1;
             }
             last = carrier;
-            let at = RecRef {
-                file,
-                line: seg_line as u32,
-                offset: seg_start,
-                len: raw.len() as u32,
-                check: crate::records::check(raw),
-            };
             ix.ride(carrier, at);
             if eof {
                 break;
@@ -1023,9 +1117,9 @@ fn build<'a>(
             failed: None,
             aliases: Vec::new(),
             tail: None,
-            // A huge message whose text is its line's one string is held
-            // once (`Stored::text_of_huge`; a legacy chat's records are
-            // not such lines and are read as before).
+            // A huge message whose text is its record's one string is
+            // held once (`Stored::text_of_huge`; a legacy chat's message
+            // alone in its record too, see `legacy::cut`).
             defer: true,
             deferred: Vec::new(),
         },

@@ -1596,6 +1596,54 @@ fn a_huge_gemini_cli_message_is_read_once_and_comes_back_byte_for_byte() {
     );
 }
 
+/// The same in a legacy pretty-printed `.json` chat: the huge message is
+/// alone in its record (its lines, the comma after it), read from that
+/// record as a `.jsonl` line is, so its bytes become the text in place;
+/// the file comes back byte for byte and nothing is stored twice (the
+/// payloads are the text and that record: no copy of the message's own
+/// bytes).
+#[test]
+fn a_huge_message_of_a_legacy_gemini_cli_chat_is_read_once() {
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let msg = |id: &str, kind: &str, content: serde_json::Value| {
+        serde_json::json!({"id": id, "timestamp": "2026-11-24T15:53:09.139Z", "type": kind,
+            "content": content})
+    };
+    let doc = serde_json::json!({"sessionId": "g-2", "projectHash": "abc",
+        "startTime": "2026-11-24T15:53:08.139Z", "lastUpdated": "2026-11-24T15:53:08.139Z",
+        "messages": [msg("u1", "user", serde_json::json!([{"text": "hello"}])),
+            msg("g1", "gemini", serde_json::json!("hi")),
+            msg("u2", "user", serde_json::json!([{"text": big}])),
+            msg("g2", "gemini", serde_json::json!("long"))]});
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session-2026-11-24T15-53-g2.json");
+    std::fs::write(&path, &text).unwrap();
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let mut got = convo_formats::open_lazy("gemini-cli", &path)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let o = s
+        .transaction(|l| {
+            convo_formats::ledger::import_lazy(l, "gemini-cli", conv, records, None, 0)
+        })
+        .unwrap();
+    let back = convo_formats::gemini_cli::file_bytes(&session_records(&mut s, &o.id()).unwrap());
+    assert!(back == text.as_bytes(), "byte for byte");
+    let main = s.timeline(&o.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    let v = s.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    assert!(
+        (v.blob_bytes as usize) < big.len() + text.len() + text.len() / 10,
+        "the text and the message's record, not a third copy: {} bytes of payloads for a {} byte file",
+        v.blob_bytes,
+        text.len()
+    );
+}
+
 /// The same for a Codex rollout (the fixture, one line more at a time):
 /// after the first import, every re-import reads only the new lines, and
 /// the session ends as a whole read makes it, byte for byte.
