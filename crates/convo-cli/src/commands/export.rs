@@ -24,7 +24,8 @@ use std::process::ExitCode;
 /// its id printed, ready for `claude --resume ID` / `codex resume ID`.
 /// A Gemini CLI session (--format gemini-cli) comes back byte for byte;
 /// with --branch it becomes a new chat file (--place: under
-/// ~/.gemini/tmp/<project hash>/chats/, for `gemini --resume ID`).
+/// ~/.gemini/tmp/<project>/chats/, the project named as projects.json
+/// names it, for `gemini --resume ID`).
 /// An opencode session (--format opencode) comes back as its database
 /// rows, an SQL script to run against opencode's database (`| sqlite3
 /// ~/.local/share/opencode/opencode.db` puts back what is missing), or,
