@@ -1215,6 +1215,11 @@ fn gemini_cli_chats_import_grow_export_and_a_fork_resumes() {
         &format!("-{}.jsonl", &new_id[..8]),
     );
     assert_eq!(placed.len(), 1, "in the project's chats (projects.json)");
+    let fork = std::fs::read_to_string(&placed[0]).unwrap();
+    assert!(
+        fork.contains("<session_context>"),
+        "the messages that are no nodes in convo are written back: {fork}"
+    );
     ok(
         run(&["--yolo", "--resume", &new_id, "-p", "after the fork"]),
         "gemini --resume fork",

@@ -201,10 +201,21 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
                     ids.push(id);
                 }
             }
+            // A record's bytes by line (a huge one is named, not held, in
+            // the message: its bytes are in `records`).
+            let by_line: std::collections::HashMap<u64, &str> = records
+                .iter()
+                .filter(|(f, _, _)| f.is_empty())
+                .map(|(_, line, raw)| (*line, raw.as_str()))
+                .collect();
             for m in &msgs[..=leaf] {
                 let recs = m.extra.get("records").and_then(|r| r.as_array());
                 for r in recs.into_iter().flatten() {
-                    if let Some(raw) = r.get("raw").and_then(|r| r.as_str()) {
+                    let line = r.get("line").and_then(|l| l.as_u64());
+                    if r.get("file").is_some() {
+                        continue;
+                    }
+                    if let Some(raw) = line.and_then(|l| by_line.get(&l)) {
                         let (listed, whole) = gemini_cli::message_ids(raw);
                         if whole {
                             ids.clear();
