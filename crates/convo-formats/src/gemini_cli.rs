@@ -220,8 +220,8 @@ impl Indexer {
             } else if let Some(Value::Array(list)) = v.get("$set").and_then(|s| s.get("messages")) {
                 // The conversation written again whole (Gemini CLI's
                 // `updateMessagesFromHistory`: the session's context at its
-                // start, the history on `--resume`): these messages, the
-                // latest version of each, in this order.
+                // start, the history on `--resume`): these messages, in
+                // this order.
                 self.active.clear();
                 for m in list {
                     if let Value::Object(o) = m
@@ -1156,7 +1156,9 @@ fn legacy_first(raw: &str) -> bool {
 /// metadata line with `sessionId` set to `new_id` and its times to `now`,
 /// then the last version of each message the branch holds (`ids`, in
 /// order: the messages up to its last imported one, so what a rewind
-/// dropped is left out, and no `$rewindTo`), then `extra` lines (turns
+/// dropped is left out, and no `$rewindTo`; its last line, as the reader
+/// reads it, or for a message with no line of its own, such as the
+/// session's context, what a `$set` of the messages says), then `extra` lines (turns
 /// made in convo, see [`turn_records`]). `records` are the session's
 /// stored records ([`crate::ledger::session_records`]).
 pub fn resume_file(
@@ -1168,6 +1170,8 @@ pub fn resume_file(
 ) -> Result<Vec<u8>> {
     let mut meta: Option<Map<String, Value>> = None;
     let mut latest: HashMap<String, std::borrow::Cow<'_, str>> = HashMap::new();
+    // What `$set`s of the messages restate, for a message with no line.
+    let mut restated: HashMap<String, &str> = HashMap::new();
     let legacy = records
         .iter()
         .find(|(f, _, _)| f.is_empty())
@@ -1191,7 +1195,7 @@ pub fn resume_file(
             continue;
         }
         for (id, m) in set_messages(raw) {
-            latest.insert(id, m.into());
+            restated.insert(id, m);
         }
         let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw) else {
             continue;
@@ -1216,7 +1220,8 @@ pub fn resume_file(
     let mut out = serde_json::to_string(&Value::Object(meta)).unwrap_or_default();
     out.push('\n');
     for id in ids {
-        if let Some(raw) = latest.get(id) {
+        let raw = latest.get(id).map(|r| r.as_ref());
+        if let Some(raw) = raw.or_else(|| restated.get(id).copied()) {
             out.push_str(raw);
             out.push('\n');
         }

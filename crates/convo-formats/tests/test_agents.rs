@@ -511,8 +511,12 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
         .collect();
     assert_eq!(said, ids);
     assert!(
-        text.contains("\"content\":[{\"functionCall\""),
-        "the latest version (the resume's): {text}"
+        text.contains("\"toolCalls\"") && !text.contains("\"content\":[{\"functionCall\""),
+        "each message's own last line, not the resume's restatement: {text}"
+    );
+    assert!(
+        text.contains("<session_context>"),
+        "the context, which has no line of its own: {text}"
     );
     // Placed in the project's folder: its short name in projects.json
     // (the fixture's, for the project the chat's `projectHash` names).
