@@ -1067,8 +1067,12 @@ fn build<'a>(
             });
         }
     }
+    // A subagent's `summary` is its result (0.61.0: the JSON its
+    // `complete_task` call gave), not a title: it is titled by its task.
+    let subagent = meta.get("kind").and_then(Value::as_str) == Some("subagent");
     let title = meta
         .get("summary")
+        .filter(|_| !subagent)
         .and_then(Value::as_str)
         .and_then(records::title_of)
         .or(title.flatten());

@@ -367,10 +367,15 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
 /// message of `functionResponse` parts), and the second file the resume
 /// left under the same `sessionId` with the context alone; and a chat
 /// resumed within the minute it started (the second file's lines are
-/// then appended to it: a second session line, the context alone again).
+/// then appended to it: a second session line, the context alone again);
+/// and a chat whose model started a subagent (`invoke_agent`), the
+/// subagent's chat in `chats/<parent id>/`. The folder is the CLI's
+/// `~/.gemini` (its `projects.json`, `tmp/proj/chats/`).
 const GEMINI_061: &str = "gemini-cli/0.61.0";
-const GEMINI_061_CHAT: &str = "gemini-cli/0.61.0/session-2026-11-25T07-31-96d9de82.jsonl";
-const GEMINI_061_SAME_MINUTE: &str = "gemini-cli/0.61.0/session-2026-11-25T07-36-e121ae98.jsonl";
+const GEMINI_061_CHAT: &str =
+    "gemini-cli/0.61.0/tmp/proj/chats/session-2026-11-25T07-31-96d9de82.jsonl";
+const GEMINI_061_SAME_MINUTE: &str =
+    "gemini-cli/0.61.0/tmp/proj/chats/session-2026-11-25T07-36-e121ae98.jsonl";
 
 #[test]
 fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
@@ -382,11 +387,37 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
         .unwrap();
     assert_eq!(
         got.conversations.len(),
-        2,
+        4,
         "the file with the session's context alone is no session"
     );
+    let by_id = |id: &str| {
+        got.conversations
+            .iter()
+            .find(|c| c.id.as_deref() == Some(id))
+            .unwrap()
+    };
+    // A subagent (`invoke_agent`): its chat, under the parent's id, is a
+    // session of its own, titled by its task, not by its result.
+    let parent = by_id("0420ff9a-7860-4620-8775-22e2e7d97a07");
+    let said: Vec<(Role, &str)> = parent
+        .turns()
+        .iter()
+        .map(|m| (m.role, m.text.as_str()))
+        .collect();
+    assert_eq!(said[0], (Role::User, "please delegate this"));
+    assert_eq!(said[1], (Role::ToolCall, "list the files please"));
+    assert_eq!(parent.turns()[1].to.as_deref(), Some("invoke_agent"));
+    assert!(
+        said[2].1.contains("the subagent found notes.txt"),
+        "{said:?}"
+    );
+    assert_eq!(said[3], (Role::Assistant, "answer 5"));
+    let sub = by_id("ddd26140-4a3c-45d8-a0ec-a9b7adc664f0");
+    assert_eq!(sub.meta["kind"], "subagent");
+    assert_eq!(sub.title.as_deref(), Some("list the files please"));
+    assert_eq!(sub.turns()[1].to.as_deref(), Some("complete_task"));
     // Resumed within the minute: one file, read the same way.
-    let same = &got.conversations[1];
+    let same = by_id("e121ae98-b6f8-4087-8647-49730294f0f1");
     assert_eq!(
         same.id.as_deref(),
         Some("e121ae98-b6f8-4087-8647-49730294f0f1")
@@ -409,7 +440,7 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
     let o = import(&mut s, "gemini-cli", same);
     assert_eq!(joined(&mut s, &o), same_bytes, "byte for byte");
 
-    let c = &got.conversations[0];
+    let c = by_id("96d9de82-a410-4248-9969-dc4340124dff");
     let bytes = std::fs::read(fixture(GEMINI_061_CHAT)).unwrap();
     let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
     assert_eq!(kept_lines(c), (1..=n).collect::<Vec<_>>(), "each line once");
@@ -524,7 +555,8 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
     let path = convo_formats::gemini_cli::chat_path(&dir, hash, 1_800_000_000_000, "new-id");
     assert_eq!(
         path,
-        dir.join("tmp/proj/chats/session-2027-01-15T08-00-new-id.jsonl")
+        dir.join("tmp/proj/chats/session-2027-01-15T08-00-new-id.jsonl"),
+        "beside the chat it was made from"
     );
     let unlisted = convo_formats::gemini_cli::chat_path(&dir, "ab12", 1_800_000_000_000, "new-id");
     assert!(
