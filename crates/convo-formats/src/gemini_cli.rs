@@ -60,8 +60,10 @@
 //! its `id` (`id#call:C`, `id#result:C` for its tool calls), so a re-import
 //! of a grown file adds only new messages; a message rewritten later (its
 //! tokens, a tool result) keeps what it said when first imported, the new
-//! line stored with the next new message. Subagent files are sessions of
-//! their own. A legacy `.json` is kept as its lines too, a message's lines
+//! line stored with the next new message. A subagent's chat
+//! (`chats/<parent id>/<id>.jsonl`) is read with its parent's as a
+//! timeline `agent-N` from the `invoke_agent` call that gave it its task
+//! (alone, when the parent's chat is gone). A legacy `.json` is kept as its lines too, a message's lines
 //! as one record (see `legacy`), so its export is the file again
 //! ([`file_bytes`]); a branch of it resumes as a `.jsonl`.
 //!
@@ -100,7 +102,7 @@ impl crate::Reader for GeminiCli {
                 Ok(())
             })?
         };
-        records::read_whole(build(file, ix, sources, warnings))
+        records::read_whole(build(file, ix, Vec::new(), sources, vec![None], warnings))
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -164,7 +166,57 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
             Ok(())
         })?
     };
-    Ok(build(&name, ix, sources, warnings))
+    // Its subagents' chats (`chats/<its session id>/*.jsonl`), read with it.
+    let mut warnings = warnings;
+    let mut agents = Vec::new();
+    let mut rel = vec![None];
+    let main = ix.meta.get("kind").and_then(Value::as_str) != Some("subagent");
+    if let Some(sid) = ix
+        .meta
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .filter(|_| main)
+    {
+        for (r, f) in subagent_files(path, sid) {
+            let mut a = Indexer::default();
+            warnings.extend(sources.scan_path(&f, |fi, rec| {
+                a.add(fi, &rec);
+                Ok(())
+            })?);
+            agents.push(a);
+            rel.push(Some(r));
+        }
+    }
+    Ok(build(&name, ix, agents, sources, rel, warnings))
+}
+
+/// A chat's subagents' chats (Gemini CLI 0.61.0 writes them to
+/// `chats/<the chat's session id>/<id>.jsonl`), in name order, each with
+/// its name under `chats/` (in `extra.records`).
+fn subagent_files(chat: &Path, session_id: &str) -> Vec<(String, PathBuf)> {
+    let dir_name = convo_core::text::component(session_id);
+    let Some(dir) = chat.parent().map(|d| d.join(&dir_name)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (format!("{dir_name}/{name}"), f)
+        })
+        .collect()
 }
 
 /// What the first pass keeps of a message of the skeleton.
@@ -175,6 +227,10 @@ struct Sub {
     to: Option<String>,
     key: String,
     time: Option<i64>,
+    /// The start of the task a subagent was given (an `invoke_agent`
+    /// call's `prompt`, or a subagent's first prompt): what links a
+    /// subagent's chat to the call that started it.
+    task: Option<String>,
 }
 
 /// What the first pass keeps of one message id.
@@ -244,7 +300,11 @@ impl Indexer {
     fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef, relist: bool) -> usize {
         let subs = messages_of(id, v, None)
             .into_iter()
-            .map(|m| Sub {
+            .map(|mut m| Sub {
+                task: m
+                    .extra
+                    .remove("task")
+                    .and_then(|t| t.as_str().map(str::to_owned)),
                 role: m.role,
                 speaker: m.speaker,
                 to: m.to,
@@ -721,7 +781,8 @@ mod legacy {
 
 /// Every session file under `dir` (`~/.gemini`, its `tmp/`, a project's
 /// folder or its `chats/`), in path order: `session-*.jsonl`,
-/// `session-*.json`, and subagents' `chats/<parent>/<id>.jsonl`.
+/// `session-*.json`, and subagents' `chats/<parent>/<id>.jsonl` whose
+/// parent's chat is not there (those are read with it).
 pub fn session_files(dir: &Path) -> Vec<PathBuf> {
     let in_chats = dir.file_name().is_some_and(|n| n == "chats");
     records::find_files(
@@ -738,9 +799,35 @@ pub fn session_files(dir: &Path) -> Vec<PathBuf> {
                     .and_then(Path::file_name)
                     .is_some_and(|n| n == "chats")
                     || (in_chats && parent != Some(dir)));
-            session || sub
+            session || (sub && !parent_chat_exists(p))
         },
     )
+}
+
+/// Whether a subagent's chat (`chats/<parent id>/<id>.jsonl`) has its
+/// parent's chat beside its folder (`chats/session-…-<parent id8>.jsonl`),
+/// which reads it.
+fn parent_chat_exists(sub: &Path) -> bool {
+    let Some(folder) = sub.parent() else {
+        return false;
+    };
+    let Some(parent_id) = folder.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return false;
+    };
+    let short: String = parent_id.chars().take(8).collect();
+    let Some(chats) = folder.parent() else {
+        return false;
+    };
+    std::fs::read_dir(chats)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("session-")
+                && (n.ends_with(&format!("-{short}.jsonl"))
+                    || n.ends_with(&format!("-{short}.json")))
+        })
 }
 
 /// Whether the start of a file looks like a Gemini CLI session.
@@ -833,6 +920,11 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
         Some("user") if !not_a_prompt(content) => {
             let mut m = Message::new(Role::User, "user", text_for(id, &|| parts_text(content)));
             m.key = Some(id.to_owned());
+            if want.is_none()
+                && let Some(t) = task_start(content)
+            {
+                m.extra.insert("task".into(), json!(t));
+            }
             out.push(m);
         }
         Some("gemini") => {
@@ -874,6 +966,12 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
                 m.to = Some(name.clone());
                 m.key = Some(key);
                 m.time = m_time(call).or(time);
+                if want.is_none()
+                    && name == "invoke_agent"
+                    && let Some(t) = args.get("prompt").and_then(task_start)
+                {
+                    m.extra.insert("task".into(), json!(t));
+                }
                 if out.is_empty()
                     && let Some(t) = v.get("tokens").filter(|t| !t.is_null())
                 {
@@ -945,6 +1043,22 @@ fn message_in<'v>(v: &'v Map<String, Value>, key: &str) -> Option<&'v Map<String
         .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
 }
 
+/// The first 200 characters of a text (a string, or the first text part
+/// of a list), trimmed: what matches a subagent to the call that gave it
+/// its task.
+fn task_start(v: &Value) -> Option<String> {
+    let t = match v {
+        Value::String(s) => s.as_str(),
+        Value::Array(items) => items.iter().find_map(|p| match p {
+            Value::String(s) => Some(s.as_str()),
+            other => other.get("text").and_then(Value::as_str),
+        })?,
+        other => other.get("text").and_then(Value::as_str)?,
+    };
+    let t: String = t.trim().chars().take(200).collect();
+    (!t.is_empty()).then_some(t)
+}
+
 fn m_time(call: &Value) -> Option<i64> {
     call.get("timestamp")
         .and_then(Value::as_str)
@@ -971,12 +1085,90 @@ fn fill(m: &mut Message, rec: &mut Record) {
     }
 }
 
-/// The skeleton of one chat from its records' index. `None` for a file
-/// with no record.
+/// What a chat's skeleton is built into: its messages (without text),
+/// each one's own record and the records it carries, the task of each
+/// (see [`Sub::task`]).
+#[derive(Default)]
+struct Built {
+    messages: Vec<Message>,
+    own: Vec<Option<RecRef>>,
+    carried: Vec<Vec<RecRef>>,
+    tasks: Vec<Option<String>>,
+}
+
+impl Built {
+    /// One chat's messages, in the order first seen, each after the one
+    /// it followed (the first after `root`). Returns the last message
+    /// each id ends with, the records after its last message, and the
+    /// title (the first prompt's words).
+    fn chain(
+        &mut self,
+        ids: &mut [Id],
+        waiting: Vec<RecRef>,
+        root: Option<usize>,
+    ) -> (Vec<Option<usize>>, Vec<RecRef>, Option<Option<String>>) {
+        // The last message each id ends with (inherited when it says nothing).
+        let mut ends: Vec<Option<usize>> = vec![None; ids.len()];
+        let mut carry: Vec<RecRef> = waiting;
+        let mut title = None;
+        for i in 0..ids.len() {
+            let e = &mut ids[i];
+            let parent = match e.follows {
+                Some(p) => ends[p],
+                None => root,
+            };
+            let mut recs = std::mem::take(&mut carry);
+            recs.append(&mut e.riding);
+            if e.subs.is_empty() {
+                carry = recs;
+                ends[i] = parent;
+                continue;
+            }
+            if title.is_none() && e.subs[0].role == Role::User {
+                title = Some(e.title.take());
+            }
+            let mut prev = parent;
+            for (k, sub) in e.subs.drain(..).enumerate() {
+                let mut m = Message::new(sub.role, sub.speaker, "");
+                m.to = sub.to;
+                m.key = Some(sub.key);
+                m.time = sub.time;
+                m.parent = prev;
+                self.messages.push(m);
+                self.own.push(Some(e.own));
+                self.carried.push(if k == 0 {
+                    std::mem::take(&mut recs)
+                } else {
+                    Vec::new()
+                });
+                self.tasks.push(sub.task);
+                prev = Some(self.messages.len() - 1);
+            }
+            ends[i] = prev;
+        }
+        (ends, carry, title)
+    }
+
+    /// Records after a chat's last message: carried by the message `to`.
+    fn carry_to(&mut self, to: usize, carry: Vec<RecRef>) {
+        let last = &mut self.carried[to];
+        last.extend(carry);
+        last.sort_by_key(|r| (r.file, r.line));
+    }
+}
+
+/// The skeleton of one chat from its records' index, with its subagents'
+/// chats (`agents`, each read as file `i + 1` of `sources`, named by
+/// `rel[i + 1]`): each a timeline `agent-N` from the `invoke_agent` call
+/// that gave it its task (its first prompt's start matched to the call's
+/// `prompt`; else the chat's last message before it). `None` for a file
+/// with no message.
 fn build<'a>(
     file: &str,
     ix: Indexer,
+    agents: Vec<Indexer>,
     sources: Sources<'a>,
+    rel: Vec<Option<String>>,
     mut warnings: Vec<String>,
 ) -> Option<Session<'a>> {
     let Indexer {
@@ -992,50 +1184,11 @@ fn build<'a>(
     if ids.is_empty() && waiting.is_empty() {
         return None;
     }
-    let mut messages: Vec<Message> = Vec::new();
-    let mut own: Vec<Option<RecRef>> = Vec::new();
-    let mut carried: Vec<Vec<RecRef>> = Vec::new();
-    // The last message each id ends with (inherited when it says nothing).
-    let mut ends: Vec<Option<usize>> = vec![None; ids.len()];
-    let mut carry: Vec<RecRef> = waiting;
-    let mut title = None;
-    for i in 0..ids.len() {
-        let e = &mut ids[i];
-        let parent = e.follows.and_then(|p| ends[p]);
-        let mut recs = std::mem::take(&mut carry);
-        recs.append(&mut e.riding);
-        if e.subs.is_empty() {
-            carry = recs;
-            ends[i] = parent;
-            continue;
-        }
-        if title.is_none() && e.subs[0].role == Role::User {
-            title = Some(e.title.take());
-        }
-        let mut prev = parent;
-        for (k, sub) in e.subs.drain(..).enumerate() {
-            let mut m = Message::new(sub.role, sub.speaker, "");
-            m.to = sub.to;
-            m.key = Some(sub.key);
-            m.time = sub.time;
-            m.parent = prev;
-            messages.push(m);
-            own.push(Some(e.own));
-            carried.push(if k == 0 {
-                std::mem::take(&mut recs)
-            } else {
-                Vec::new()
-            });
-            prev = Some(messages.len() - 1);
-        }
-        ends[i] = prev;
-    }
+    let mut b = Built::default();
+    let (ends, carry, title) = b.chain(&mut ids, waiting, None);
     if !carry.is_empty() {
-        match carried.last_mut() {
-            Some(last) => {
-                last.extend(carry);
-                last.sort_by_key(|r| (r.file, r.line));
-            }
+        match b.messages.len().checked_sub(1) {
+            Some(last) => b.carry_to(last, carry),
             // No prompt or answer yet (the session line and its context
             // alone: a chat just started, or the one Gemini CLI 0.61.0
             // starts and leaves beside the chat it resumes, under the same
@@ -1044,6 +1197,51 @@ fn build<'a>(
             None => return None,
         }
     }
+    let own_count = b.messages.len();
+    let mut agent_leaves = Vec::new();
+    let mut used = vec![false; own_count];
+    for (k, agent) in agents.into_iter().enumerate() {
+        let Indexer {
+            mut ids,
+            waiting,
+            active,
+            warnings: found,
+            ..
+        } = agent;
+        let name = rel.get(k + 1).cloned().flatten().unwrap_or_default();
+        warnings.extend(found.into_iter().map(|w| format!("{name}:{w}")));
+        let task = ids
+            .iter()
+            .find_map(|e| e.subs.first().filter(|s| s.role == Role::User))
+            .and_then(|s| s.task.clone());
+        // The call that gave it its task (each call once), else the
+        // chat's last message.
+        let matched = (0..own_count).find(|&i| !used[i] && task.is_some() && b.tasks[i] == task);
+        if let Some(r) = matched {
+            used[r] = true;
+        }
+        let root = matched.or(own_count.checked_sub(1));
+        let first = b.messages.len();
+        let (ends, carry, _) = b.chain(&mut ids, waiting, root);
+        let leaf = active
+            .last()
+            .and_then(|&i| ends[i])
+            .filter(|&l| l >= first)
+            .or((b.messages.len() > first).then(|| b.messages.len() - 1));
+        // Every line kept: after its last message, or with the call.
+        if let Some(to) = leaf.or(root) {
+            b.carry_to(to, carry);
+        }
+        if let Some(l) = leaf {
+            agent_leaves.push(l);
+        }
+    }
+    let Built {
+        mut messages,
+        own,
+        carried,
+        ..
+    } = b;
     records::mark_intermediate(&mut messages);
     let n = messages.len();
     let mut has_child = vec![false; n];
@@ -1052,17 +1250,26 @@ fn build<'a>(
             has_child[p] = true;
         }
     }
-    // `main` ends where the live conversation ends; every other leaf is a
-    // rewound branch.
-    let live = active.last().and_then(|&i| ends[i]).or(n.checked_sub(1));
+    // `main` ends where the live conversation ends; a subagent's chat is
+    // `agent-N`; every other leaf is a rewound branch.
+    let live = active
+        .last()
+        .and_then(|&i| ends[i])
+        .or(own_count.checked_sub(1));
     let mut timelines = vec![Timeline {
         name: "main".into(),
         leaf: live,
     }];
+    for (k, &leaf) in agent_leaves.iter().enumerate() {
+        timelines.push(Timeline {
+            name: format!("agent-{}", k + 1),
+            leaf: Some(leaf),
+        });
+    }
     for (i, child) in has_child.iter().enumerate() {
-        if !child && Some(i) != live {
+        if !child && Some(i) != live && !agent_leaves.contains(&i) {
             timelines.push(Timeline {
-                name: format!("alt-{}", timelines.len()),
+                name: format!("alt-{}", timelines.len() - agent_leaves.len()),
                 leaf: Some(i),
             });
         }
@@ -1114,7 +1321,7 @@ fn build<'a>(
         warnings,
         records: Stored {
             sources,
-            rel: vec![None],
+            rel,
             own,
             carried,
             fill,

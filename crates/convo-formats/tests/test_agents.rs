@@ -387,8 +387,8 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
         .unwrap();
     assert_eq!(
         got.conversations.len(),
-        4,
-        "the file with the session's context alone is no session"
+        3,
+        "the file with the session's context alone is no session, the subagent's chat is read with its parent's"
     );
     let by_id = |id: &str| {
         got.conversations
@@ -396,8 +396,9 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
             .find(|c| c.id.as_deref() == Some(id))
             .unwrap()
     };
-    // A subagent (`invoke_agent`): its chat, under the parent's id, is a
-    // session of its own, titled by its task, not by its result.
+    // A subagent (`invoke_agent`): its chat, under the parent's id, is the
+    // timeline `agent-1` of the parent's session, from the call that gave
+    // it its task; the parent's file still comes back byte for byte.
     let parent = by_id("0420ff9a-7860-4620-8775-22e2e7d97a07");
     let said: Vec<(Role, &str)> = parent
         .turns()
@@ -412,10 +413,52 @@ fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
         "{said:?}"
     );
     assert_eq!(said[3], (Role::Assistant, "answer 5"));
-    let sub = by_id("ddd26140-4a3c-45d8-a0ec-a9b7adc664f0");
+    let names: Vec<&str> = parent.timelines.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["main", "agent-1"]);
+    let agent = parent.timeline_messages(1);
+    let call = parent.turns()[1];
+    let from = agent
+        .iter()
+        .position(|m| std::ptr::eq(*m, call))
+        .expect("the agent's timeline goes through the call");
+    let sub: Vec<(Role, &str)> = agent[from + 1..]
+        .iter()
+        .map(|m| (m.role, m.text.as_str()))
+        .collect();
+    assert_eq!(sub[0], (Role::User, "list the files please"), "{sub:?}");
+    assert_eq!(sub[1].0, Role::ToolCall);
+    assert_eq!(agent[from + 2].to.as_deref(), Some("complete_task"));
+    let parent_file = dir.join("tmp/proj/chats/session-2026-11-25T08-05-0420ff9a.jsonl");
+    let sub_file = dir.join(
+        "tmp/proj/chats/0420ff9a-7860-4620-8775-22e2e7d97a07/ddd26140-4a3c-45d8-a0ec-a9b7adc664f0.jsonl",
+    );
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", parent);
+    let records = session_records(&mut s, &o.id()).unwrap();
+    assert_eq!(
+        convo_formats::gemini_cli::file_bytes(&records),
+        std::fs::read(&parent_file).unwrap()
+    );
+    let sub_lines: Vec<&str> = records
+        .iter()
+        .filter(|(f, _, _)| f.ends_with("ddd26140-4a3c-45d8-a0ec-a9b7adc664f0.jsonl"))
+        .map(|(_, _, raw)| raw.as_str())
+        .collect();
+    let sub_text = std::fs::read_to_string(&sub_file).unwrap();
+    assert_eq!(
+        sub_lines,
+        sub_text.lines().collect::<Vec<_>>(),
+        "every line of the subagent's chat"
+    );
+    assert!(s.verify().unwrap().is_clean());
+    // Read alone, it is a session titled by its task, not by its result.
+    let alone = convo_formats::reader("gemini-cli")
+        .unwrap()
+        .read_path(&sub_file)
+        .unwrap();
+    let sub = &alone.conversations[0];
     assert_eq!(sub.meta["kind"], "subagent");
     assert_eq!(sub.title.as_deref(), Some("list the files please"));
-    assert_eq!(sub.turns()[1].to.as_deref(), Some("complete_task"));
     // Resumed within the minute: one file, read the same way.
     let same = by_id("e121ae98-b6f8-4087-8647-49730294f0f1");
     assert_eq!(
