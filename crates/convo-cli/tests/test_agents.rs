@@ -1,5 +1,5 @@
-//! Coding agents end to end: the real Claude Code and Codex CLIs (npm,
-//! scripts/npm-test) talk to a scripted upstream, write their transcripts
+//! Coding agents end to end: the real Claude Code, Codex, Gemini CLI and
+//! opencode (npm, scripts/npm-test) talk to a scripted upstream, write their transcripts
 //! in temporary homes, and the real `convo` imports them, re-imports them
 //! as they grow, gives them back byte for byte, and turns a branch into a
 //! session the CLI resumes.
@@ -1129,6 +1129,223 @@ fn gemini_cli_chats_import_export_and_search_by_agent() {
     let fork = back["created"][0]["id"].as_str().unwrap().to_owned();
     let log = t.run(&["log", &fork]).ok();
     assert!(log.contains("Tested.") && log.contains("make"), "{log}");
+}
+
+/// Answers like the Gemini API (what Gemini CLI 0.61.0 asks
+/// `GOOGLE_GEMINI_BASE_URL` for): its model router's `:generateContent`
+/// gets a complexity score; `:streamGenerateContent?alt=sse` calls
+/// `read_file` on `notes.txt` for a prompt "please read…" not answered by
+/// the tool yet, and is answered `answer N` otherwise.
+fn gemini_model(n: usize, path: &str, req: &Value) -> Value {
+    let reply = |parts: Value| {
+        json!({"candidates": [{"content": {"parts": parts, "role": "model"},
+            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 3, "totalTokenCount": 13},
+            "modelVersion": "gemini-scripted"})
+    };
+    if path.contains(":generateContent") {
+        let score = json!({"complexity_reasoning": "simple", "complexity_score": 10});
+        return reply(json!([{"text": score.to_string()}]));
+    }
+    if !path.contains(":streamGenerateContent") {
+        return json!({});
+    }
+    let last = req["contents"]
+        .as_array()
+        .and_then(|c| c.last())
+        .map(Value::to_string)
+        .unwrap_or_default();
+    let parts = if last.contains("please read") && !last.contains("functionResponse") {
+        json!([{"functionCall": {"name": "read_file", "args": {"file_path": "notes.txt"}}}])
+    } else {
+        json!([{"text": format!("answer {n}")}])
+    };
+    json!({"sse": [[null, reply(parts)]]})
+}
+
+/// Gemini CLI for real (`@google/gemini-cli` pinned in scripts/npm-test)
+/// against a scripted Gemini API: `import --watch` picks up the chat it
+/// writes (a `read_file` call and its result), the chat resumed by the
+/// CLI grows the same session, `export` gives the file back byte for
+/// byte, and a branch made in convo, placed where the CLI looks, is
+/// resumed by `gemini --resume`, which sends that history, not the
+/// abandoned one.
+#[test]
+fn gemini_cli_chats_import_grow_export_and_a_fork_resumes() {
+    let Some(gemini) = node_tool("gemini") else {
+        return;
+    };
+    let up = Upstream::start(gemini_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    let dot = home.join(".gemini");
+    std::fs::create_dir_all(&dot).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    std::fs::write(proj.join("notes.txt"), "hello notes\n").unwrap();
+    // The API key sign-in (its base URL from the environment), nothing
+    // sent elsewhere.
+    std::fs::write(
+        dot.join("settings.json"),
+        json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
+            "general": {"disableAutoUpdate": true, "disableUpdateNag": true},
+            "privacy": {"usageStatisticsEnabled": false},
+            "telemetry": {"enabled": false}})
+        .to_string(),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(&gemini)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("GEMINI_API_KEY", "x")
+            .env("GOOGLE_GEMINI_BASE_URL", up.url.trim_end_matches("/v1"))
+            .env("GEMINI_CLI_TRUST_WORKSPACE", "true")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let mut watcher = t
+        .cmd()
+        .args(["import", "--watch", dot.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    ok(run(&["--yolo", "-p", "please read notes.txt"]), "gemini -p");
+    let session = || {
+        let r = t.run(&["session", "list", "--json"]);
+        if r.code() != 0 {
+            return None;
+        }
+        r.json()
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(|s| s["id"].as_str())
+            .map(str::to_owned)
+    };
+    eventually("the watcher imports the chat", || {
+        session().is_some_and(|id| t.run(&["log", &id]).ok().contains("hello notes"))
+    });
+    watcher.kill().unwrap();
+    watcher.wait().unwrap();
+    let session = session().unwrap();
+    let log = t.run(&["log", &session]).ok();
+    assert!(log.contains("read notes.txt"), "the tool call: {log}");
+    assert!(log.contains("please read notes.txt"), "{log}");
+
+    let chats = files(&dot.join("tmp"), ".jsonl");
+    assert_eq!(chats.len(), 1, "{chats:?}");
+    assert!(
+        chats[0]
+            .to_string_lossy()
+            .contains("/tmp/proj/chats/session-"),
+        "{chats:?}"
+    );
+    let first: Value = serde_json::from_str(
+        std::fs::read_to_string(&chats[0])
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
+    let sid = first["sessionId"].as_str().unwrap().to_owned();
+    ok(
+        run(&["--yolo", "--resume", &sid, "-p", "second question"]),
+        "gemini --resume",
+    );
+    let grown = t.run(&["import", dot.to_str().unwrap(), "--json"]).json();
+    assert_eq!(grown["updated"][0]["id"], session.as_str(), "{grown}");
+    assert_eq!(grown["created"].as_array().unwrap().len(), 0, "{grown}");
+    let file = files(&dot.join("tmp"), ".jsonl")
+        .into_iter()
+        .find(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .contains("second question")
+        })
+        .unwrap();
+    let back = t
+        .run(&["export", &session, "--format", "gemini-cli"])
+        .out
+        .stdout;
+    assert_eq!(back, std::fs::read(&file).unwrap(), "byte for byte");
+    let log = t.run(&["log", &session]).ok();
+    assert!(log.contains("second question"), "{log}");
+    assert!(
+        log.contains("read notes.txt"),
+        "the tool call, after the resume restated the history: {log}"
+    );
+
+    // Fork after the first turn, say something else there, resume it.
+    t.run(&[
+        "session", "fork", &session, "--from", "main@1", "--branch", "other",
+    ])
+    .ok();
+    t.run(&[
+        "say",
+        &session,
+        "--branch",
+        "other",
+        "--user",
+        "a different follow-up",
+        "--agent",
+        "a reply made in convo",
+    ])
+    .ok();
+    let new_id = ok(
+        t.cmd()
+            .env("HOME", &home)
+            .args([
+                "export",
+                &session,
+                "--branch",
+                "other",
+                "--format",
+                "gemini-cli",
+                "--place",
+            ])
+            .output()
+            .unwrap(),
+        "convo export --place",
+    )
+    .trim()
+    .to_owned();
+    assert_ne!(new_id, sid);
+    let placed = files(
+        &dot.join("tmp/proj/chats"),
+        &format!("-{}.jsonl", &new_id[..8]),
+    );
+    assert_eq!(placed.len(), 1, "in the project's chats (projects.json)");
+    let fork = std::fs::read_to_string(&placed[0]).unwrap();
+    assert!(
+        fork.contains("<session_context>"),
+        "the messages that are no nodes in convo are written back: {fork}"
+    );
+    ok(
+        run(&["--yolo", "--resume", &new_id, "-p", "after the fork"]),
+        "gemini --resume fork",
+    );
+    let body = {
+        let calls = up.calls.lock().unwrap();
+        let i = calls
+            .iter()
+            .rposition(|(p, _)| p.contains(":streamGenerateContent"))
+            .unwrap();
+        calls[i].1.to_string()
+    };
+    assert!(body.contains("please read notes.txt"), "{body}");
+    assert!(body.contains("hello notes"), "the tool's result: {body}");
+    assert!(body.contains("a different follow-up"), "{body}");
+    assert!(body.contains("a reply made in convo"), "{body}");
+    assert!(body.contains("after the fork"), "{body}");
+    assert!(
+        !body.contains("second question"),
+        "the abandoned branch: {body}"
+    );
 }
 
 /// Answers like OpenAI chat completions, streamed (what opencode's

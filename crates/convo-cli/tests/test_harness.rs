@@ -33,7 +33,7 @@ fn todo_agent() -> String {
 /// call is answered by `answer(n, path, request body)` (n counting calls
 /// from 1); every call's path and body are kept. An answer
 /// `{"sse": [[event, data], …]}` is sent as a server-sent event stream
-/// (what Claude Code and Codex ask for, see test_agents.rs). Each
+/// (what Claude Code, Codex and Gemini CLI ask for, see test_agents.rs). Each
 /// connection is served on its own thread.
 pub(crate) struct Upstream {
     pub(crate) url: String,
@@ -88,7 +88,11 @@ impl Upstream {
             Some(events) => {
                 let mut s = String::new();
                 for e in events {
-                    s.push_str(&format!("event: {}\ndata: {}\n\n", e[0].as_str()?, e[1]));
+                    // `[null, data]`: an event without a name (Gemini's).
+                    match e[0].as_str() {
+                        Some(name) => s.push_str(&format!("event: {name}\ndata: {}\n\n", e[1])),
+                        None => s.push_str(&format!("data: {}\n\n", e[1])),
+                    }
                 }
                 ("text/event-stream", s)
             }

@@ -1,17 +1,23 @@
-//! Gemini CLI sessions: `~/.gemini/tmp/<project hash>/chats/`.
+//! Gemini CLI sessions: `~/.gemini/tmp/<project>/chats/`.
 //!
 //! # Wire format
 //!
 //! Established from google-gemini/gemini-cli's source
 //! (`packages/core/src/services/chatRecordingService.ts` and
-//! `chatRecordingTypes.ts`, 2026). Current versions append JSON Lines to
-//! `chats/session-<YYYY-MM-DDTHH-MM>-<first 8 of the id>.jsonl`
-//! (a subagent's to `chats/<parent session id>/<id>.jsonl`):
+//! `chatRecordingTypes.ts`, 2026) and checked against the files Gemini CLI
+//! 0.61.0 writes (tests/fixtures/gemini-cli/0.61.0/). Current versions
+//! append JSON Lines to
+//! `tmp/<project>/chats/session-<YYYY-MM-DDTHH-MM>-<first 8 of the id>.jsonl`
+//! (a subagent's to `chats/<parent session id>/<id>.jsonl`), `<project>`
+//! the short name `~/.gemini/projects.json` gives the project's path
+//! (older versions: the path's SHA-256, the chat's `projectHash`):
 //!
 //! ```text
 //! {"sessionId":"…","projectHash":"…","startTime":"…","lastUpdated":"…","kind":"main"}
+//! {"$set":{"messages":[{"id":"…","type":"user","content":[{"text":"<session_context>…"}]}],"lastUpdated":"…"}}
 //! {"id":"u1","timestamp":"…","type":"user","content":[{"text":"fix the build"}]}
-//! {"id":"g1","timestamp":"…","type":"gemini","content":"","model":"gemini-2.5-pro","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"make"},"result":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}],"status":"success","timestamp":"…"}],"tokens":{"input":10,"output":3,"cached":0,"total":13}}
+//! {"id":"g1","timestamp":"…","type":"gemini","content":"","model":"gemini-2.5-pro","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"make"},"result":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}],"status":"success","timestamp":"…"}],"tokens":{"input":10,"output":3,"cached":0,"thoughts":0,"tool":0,"total":13}}
+//! {"id":"u2","timestamp":"…","type":"user","content":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}]}
 //! {"$set":{"lastUpdated":"…"}}
 //! {"$rewindTo":"u1"}
 //! ```
@@ -23,6 +29,9 @@
 //!   The same `id` written again replaces the message (tokens and tool
 //!   results are filled in that way), so the last line of an id is what
 //!   it says;
+//! - `{"$set": {"messages": […]}}` restates the whole conversation (the
+//!   session's context at its start, the history on every `--resume`):
+//!   the conversation from there on is those messages, in that order;
 //! - `{"$rewindTo": ID}` drops the message `ID` and everything after it
 //!   from the conversation: what follows continues from the message
 //!   before `ID`.
@@ -33,7 +42,9 @@
 //!
 //! # Mapping
 //!
-//! A `user` message is a [`Role::User`] prompt; a `gemini` message's text
+//! A `user` message is a [`Role::User`] prompt (not the session's
+//! `<session_context>`, nor tool results alone, which ride as records:
+//! `not_a_prompt`); a `gemini` message's text
 //! a [`Role::Assistant`] answer (a [`Role::ToolCall`] to `user` marked
 //! `intermediate` when tool calls follow it), each of its `toolCalls` a
 //! [`Role::ToolCall`] to the tool (the text is the command, the edit, the
@@ -49,8 +60,10 @@
 //! its `id` (`id#call:C`, `id#result:C` for its tool calls), so a re-import
 //! of a grown file adds only new messages; a message rewritten later (its
 //! tokens, a tool result) keeps what it said when first imported, the new
-//! line stored with the next new message. Subagent files are sessions of
-//! their own. A legacy `.json` is kept as its lines too, a message's lines
+//! line stored with the next new message. A subagent's chat
+//! (`chats/<parent id>/<id>.jsonl`) is read with its parent's as a
+//! timeline `agent-N` from the `invoke_agent` call that gave it its task
+//! (alone, when the parent's chat is gone). A legacy `.json` is kept as its lines too, a message's lines
 //! as one record (see `legacy`), so its export is the file again
 //! ([`file_bytes`]); a branch of it resumes as a `.jsonl`.
 //!
@@ -89,7 +102,7 @@ impl crate::Reader for GeminiCli {
                 Ok(())
             })?
         };
-        records::read_whole(build(file, ix, sources, warnings))
+        records::read_whole(build(file, ix, Vec::new(), sources, vec![None], warnings))
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
@@ -153,7 +166,57 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
             Ok(())
         })?
     };
-    Ok(build(&name, ix, sources, warnings))
+    // Its subagents' chats (`chats/<its session id>/*.jsonl`), read with it.
+    let mut warnings = warnings;
+    let mut agents = Vec::new();
+    let mut rel = vec![None];
+    let main = ix.meta.get("kind").and_then(Value::as_str) != Some("subagent");
+    if let Some(sid) = ix
+        .meta
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .filter(|_| main)
+    {
+        for (r, f) in subagent_files(path, sid) {
+            let mut a = Indexer::default();
+            warnings.extend(sources.scan_path(&f, |fi, rec| {
+                a.add(fi, &rec);
+                Ok(())
+            })?);
+            agents.push(a);
+            rel.push(Some(r));
+        }
+    }
+    Ok(build(&name, ix, agents, sources, rel, warnings))
+}
+
+/// A chat's subagents' chats (Gemini CLI 0.61.0 writes them to
+/// `chats/<the chat's session id>/<id>.jsonl`), in name order, each with
+/// its name under `chats/` (in `extra.records`).
+fn subagent_files(chat: &Path, session_id: &str) -> Vec<(String, PathBuf)> {
+    let dir_name = convo_core::text::component(session_id);
+    let Some(dir) = chat.parent().map(|d| d.join(&dir_name)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    files
+        .into_iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (format!("{dir_name}/{name}"), f)
+        })
+        .collect()
 }
 
 /// What the first pass keeps of a message of the skeleton.
@@ -164,6 +227,10 @@ struct Sub {
     to: Option<String>,
     key: String,
     time: Option<i64>,
+    /// The start of the task a subagent was given (an `invoke_agent`
+    /// call's `prompt`, or a subagent's first prompt): what links a
+    /// subagent's chat to the call that started it.
+    task: Option<String>,
 }
 
 /// What the first pass keeps of one message id.
@@ -205,7 +272,21 @@ impl Indexer {
         let mut carrier = self.last_seen;
         if let Some(v) = &rec.value {
             if let Some(id) = v.get("id").and_then(Value::as_str) {
-                carrier = Some(self.message(id, v, at));
+                carrier = Some(self.message(id, v, at, false));
+            } else if let Some(Value::Array(list)) = v.get("$set").and_then(|s| s.get("messages")) {
+                // The conversation written again whole (Gemini CLI's
+                // `updateMessagesFromHistory`: the session's context at its
+                // start, the history on `--resume`): these messages, in
+                // this order.
+                self.active.clear();
+                for m in list {
+                    if let Value::Object(o) = m
+                        && let Some(id) = o.get("id").and_then(Value::as_str)
+                    {
+                        carrier = Some(self.message(id, o, at, true));
+                    }
+                }
+                self.other(v, rec.line);
             } else {
                 self.other(v, rec.line);
             }
@@ -213,11 +294,17 @@ impl Indexer {
         self.ride(carrier, at);
     }
 
-    /// A message record: its id's latest version. Returns the id's index.
-    fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef) -> usize {
+    /// A message record: its id's latest version (`relist`: listed by a
+    /// `$set` of the messages, so live again, read as first written when
+    /// it is known). Returns the id's index.
+    fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef, relist: bool) -> usize {
         let subs = messages_of(id, v, None)
             .into_iter()
-            .map(|m| Sub {
+            .map(|mut m| Sub {
+                task: m
+                    .extra
+                    .remove("task")
+                    .and_then(|t| t.as_str().map(str::to_owned)),
                 role: m.role,
                 speaker: m.speaker,
                 to: m.to,
@@ -229,6 +316,17 @@ impl Indexer {
             .then(|| first_title(v.get("content").unwrap_or(&Value::Null)))
             .flatten();
         let i = match self.index.get(id) {
+            // Listed again by a `$set`: live again, and read as its own
+            // line said it (the list restates it from the CLI's memory, its
+            // tool calls, tokens and model left out when the CLI lost
+            // them: 0.61.0 resuming a chat in the minute it started).
+            Some(&i) if relist => {
+                if !self.active.contains(&i) {
+                    self.active.push(i);
+                }
+                self.last_seen = Some(i);
+                return i;
+            }
             Some(&i) => i,
             None => {
                 let i = self.ids.len();
@@ -424,7 +522,7 @@ mod legacy {
         ) -> std::result::Result<Place, D::Error> {
             // serde_json has read the value's first byte to know what it is.
             let start = self.at.get().saturating_sub(1);
-            let v: Value = serde::Deserialize::deserialize(d)?;
+            let v: Value = d.deserialize_any(Slim)?;
             let end = self.at.get();
             if end - start > crate::records::MAX_RECORD {
                 return Err(de::Error::custom(format_args!(
@@ -441,11 +539,94 @@ mod legacy {
                         len: (end - start) as u32,
                         check: 0,
                     };
-                    self.ix.message(id, o, own)
+                    self.ix.message(id, o, own, false)
                 }),
                 _ => None,
             };
             Ok(Place { id, start, end })
+        }
+    }
+
+    /// A message as the first pass needs it: a JSON value whose strings
+    /// of more than 4 KiB are cut to their first 4 KiB (after their
+    /// leading blanks; a blank one is empty), so a huge text is not copied
+    /// out of the parser's buffer (the title, whether it is blank or the
+    /// session's context, are in its start; the text is read again in the
+    /// second pass).
+    struct Slim;
+
+    const SLIM: usize = 4096;
+
+    impl<'de> Visitor<'de> for Slim {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON value")
+        }
+        fn visit_bool<E>(self, v: bool) -> std::result::Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> std::result::Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_u64<E>(self, v: u64) -> std::result::Result<Value, E> {
+            Ok(Value::from(v))
+        }
+        fn visit_f64<E>(self, v: f64) -> std::result::Result<Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> std::result::Result<Value, E> {
+            if v.len() <= SLIM {
+                return Ok(Value::String(v.to_owned()));
+            }
+            let v = v.trim_start();
+            let mut end = v.len().min(SLIM);
+            while !v.is_char_boundary(end) {
+                end -= 1;
+            }
+            Ok(Value::String(v[..end].to_owned()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> std::result::Result<Value, E> {
+            if v.len() <= SLIM {
+                return Ok(Value::String(v));
+            }
+            self.visit_str(&v)
+        }
+        fn visit_unit<E>(self) -> std::result::Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_none<E>(self) -> std::result::Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_some<D: de::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Value, D::Error> {
+            d.deserialize_any(Slim)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(v) = seq.next_element_seed(Slim)? {
+                out.push(v);
+            }
+            Ok(Value::Array(out))
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Value, A::Error> {
+            let mut out = serde_json::Map::new();
+            while let Some(k) = map.next_key::<String>()? {
+                let v = map.next_value_seed(Slim)?;
+                out.insert(k, v);
+            }
+            Ok(Value::Object(out))
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for Slim {
+        type Value = Value;
+        fn deserialize<D: de::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Value, D::Error> {
+            d.deserialize_any(Slim)
         }
     }
 
@@ -528,6 +709,13 @@ mod legacy {
             if raw.len() as u64 > crate::records::MAX_RECORD {
                 return Err(too_large(name, seg_line));
             }
+            let at = RecRef {
+                file,
+                line: seg_line as u32,
+                offset: seg_start,
+                len: raw.len() as u32,
+                check: crate::records::check(raw),
+            };
             // The messages ending in this record: their own bytes, checked.
             let mut carrier = last;
             while let Some(p) = places
@@ -544,21 +732,25 @@ mod legacy {
                     })?;
                     let own = &mut ix.ids[i].own;
                     if own.offset == p.start {
-                        own.line = seg_line as u32;
-                        own.check = crate::records::check(bytes);
+                        // A message alone in its record (its lines, the
+                        // comma after it) is read from that record, as a
+                        // JSON line is: a huge one is then in memory once.
+                        let before = &raw[..(p.start - seg_start) as usize];
+                        let after = &raw[(p.end - seg_start) as usize..];
+                        let blank = |b: &[u8]| b.iter().all(u8::is_ascii_whitespace);
+                        let after = after.trim_ascii_end();
+                        if blank(before) && blank(after.strip_suffix(b",").unwrap_or(after)) {
+                            *own = at;
+                        } else {
+                            own.line = seg_line as u32;
+                            own.check = crate::records::check(bytes);
+                        }
                     }
                     carrier = Some(i);
                 }
                 k += 1;
             }
             last = carrier;
-            let at = RecRef {
-                file,
-                line: seg_line as u32,
-                offset: seg_start,
-                len: raw.len() as u32,
-                check: crate::records::check(raw),
-            };
             ix.ride(carrier, at);
             if eof {
                 break;
@@ -589,7 +781,8 @@ mod legacy {
 
 /// Every session file under `dir` (`~/.gemini`, its `tmp/`, a project's
 /// folder or its `chats/`), in path order: `session-*.jsonl`,
-/// `session-*.json`, and subagents' `chats/<parent>/<id>.jsonl`.
+/// `session-*.json`, and subagents' `chats/<parent>/<id>.jsonl` whose
+/// parent's chat is not there (those are read with it).
 pub fn session_files(dir: &Path) -> Vec<PathBuf> {
     let in_chats = dir.file_name().is_some_and(|n| n == "chats");
     records::find_files(
@@ -606,9 +799,35 @@ pub fn session_files(dir: &Path) -> Vec<PathBuf> {
                     .and_then(Path::file_name)
                     .is_some_and(|n| n == "chats")
                     || (in_chats && parent != Some(dir)));
-            session || sub
+            session || (sub && !parent_chat_exists(p))
         },
     )
+}
+
+/// Whether a subagent's chat (`chats/<parent id>/<id>.jsonl`) has its
+/// parent's chat beside its folder (`chats/session-…-<parent id8>.jsonl`),
+/// which reads it.
+fn parent_chat_exists(sub: &Path) -> bool {
+    let Some(folder) = sub.parent() else {
+        return false;
+    };
+    let Some(parent_id) = folder.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+        return false;
+    };
+    let short: String = parent_id.chars().take(8).collect();
+    let Some(chats) = folder.parent() else {
+        return false;
+    };
+    std::fs::read_dir(chats)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.starts_with("session-")
+                && (n.ends_with(&format!("-{short}.jsonl"))
+                    || n.ends_with(&format!("-{short}.json")))
+        })
 }
 
 /// Whether the start of a file looks like a Gemini CLI session.
@@ -698,9 +917,14 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
     };
     let mut out = Vec::new();
     match s("type") {
-        Some("user") => {
+        Some("user") if !not_a_prompt(content) => {
             let mut m = Message::new(Role::User, "user", text_for(id, &|| parts_text(content)));
             m.key = Some(id.to_owned());
+            if want.is_none()
+                && let Some(t) = task_start(content)
+            {
+                m.extra.insert("task".into(), json!(t));
+            }
             out.push(m);
         }
         Some("gemini") => {
@@ -742,6 +966,12 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
                 m.to = Some(name.clone());
                 m.key = Some(key);
                 m.time = m_time(call).or(time);
+                if want.is_none()
+                    && name == "invoke_agent"
+                    && let Some(t) = args.get("prompt").and_then(task_start)
+                {
+                    m.extra.insert("task".into(), json!(t));
+                }
                 if out.is_empty()
                     && let Some(t) = v.get("tokens").filter(|t| !t.is_null())
                 {
@@ -774,6 +1004,61 @@ fn messages_of(id: &str, v: &Map<String, Value>, want: Option<&str>) -> Vec<Mess
     out
 }
 
+/// Whether a `user` message is not something a human typed: the session's
+/// context Gemini CLI sends first (`<session_context>`, `<hook_context>`,
+/// which it leaves out of a resumed history too), or tool results alone
+/// (`functionResponse` parts: the results its `gemini` message's
+/// `toolCalls` already hold). Such a message rides with the next one.
+fn not_a_prompt(content: &Value) -> bool {
+    let parts = match content {
+        Value::Array(items) => items.as_slice(),
+        other => std::slice::from_ref(other),
+    };
+    let response = |p: &Value| p.get("functionResponse").is_some();
+    if !parts.is_empty() && parts.iter().all(response) {
+        return true;
+    }
+    let first = parts.iter().find_map(|p| match p {
+        Value::String(s) => Some(s.as_str()),
+        other => other.get("text").and_then(Value::as_str),
+    });
+    first.is_some_and(|t| {
+        let t = t.trim_start();
+        t.starts_with("<session_context>") || t.starts_with("<hook_context>")
+    })
+}
+
+/// The message keyed `key` in a record: the record itself (a message
+/// line), or the message of that id a `{"$set": {"messages": […]}}` lists.
+fn message_in<'v>(v: &'v Map<String, Value>, key: &str) -> Option<&'v Map<String, Value>> {
+    if v.contains_key("id") {
+        return Some(v);
+    }
+    let id = key.split('#').next().unwrap_or(key);
+    v.get("$set")?
+        .get("messages")?
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_object)
+        .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+}
+
+/// The first 200 characters of a text (a string, or the first text part
+/// of a list), trimmed: what matches a subagent to the call that gave it
+/// its task.
+fn task_start(v: &Value) -> Option<String> {
+    let t = match v {
+        Value::String(s) => s.as_str(),
+        Value::Array(items) => items.iter().find_map(|p| match p {
+            Value::String(s) => Some(s.as_str()),
+            other => other.get("text").and_then(Value::as_str),
+        })?,
+        other => other.get("text").and_then(Value::as_str)?,
+    };
+    let t: String = t.trim().chars().take(200).collect();
+    (!t.is_empty()).then_some(t)
+}
+
 fn m_time(call: &Value) -> Option<i64> {
     call.get("timestamp")
         .and_then(Value::as_str)
@@ -784,6 +1069,9 @@ fn m_time(call: &Value) -> Option<i64> {
 /// text, model and extras of the message its key names.
 fn fill(m: &mut Message, rec: &mut Record) {
     let (Some(v), Some(key)) = (&rec.value, m.key.as_deref()) else {
+        return;
+    };
+    let Some(v) = message_in(v, key) else {
         return;
     };
     let id = v.get("id").and_then(Value::as_str).unwrap_or("");
@@ -797,12 +1085,90 @@ fn fill(m: &mut Message, rec: &mut Record) {
     }
 }
 
-/// The skeleton of one chat from its records' index. `None` for a file
-/// with no record.
+/// What a chat's skeleton is built into: its messages (without text),
+/// each one's own record and the records it carries, the task of each
+/// (see [`Sub::task`]).
+#[derive(Default)]
+struct Built {
+    messages: Vec<Message>,
+    own: Vec<Option<RecRef>>,
+    carried: Vec<Vec<RecRef>>,
+    tasks: Vec<Option<String>>,
+}
+
+impl Built {
+    /// One chat's messages, in the order first seen, each after the one
+    /// it followed (the first after `root`). Returns the last message
+    /// each id ends with, the records after its last message, and the
+    /// title (the first prompt's words).
+    fn chain(
+        &mut self,
+        ids: &mut [Id],
+        waiting: Vec<RecRef>,
+        root: Option<usize>,
+    ) -> (Vec<Option<usize>>, Vec<RecRef>, Option<Option<String>>) {
+        // The last message each id ends with (inherited when it says nothing).
+        let mut ends: Vec<Option<usize>> = vec![None; ids.len()];
+        let mut carry: Vec<RecRef> = waiting;
+        let mut title = None;
+        for i in 0..ids.len() {
+            let e = &mut ids[i];
+            let parent = match e.follows {
+                Some(p) => ends[p],
+                None => root,
+            };
+            let mut recs = std::mem::take(&mut carry);
+            recs.append(&mut e.riding);
+            if e.subs.is_empty() {
+                carry = recs;
+                ends[i] = parent;
+                continue;
+            }
+            if title.is_none() && e.subs[0].role == Role::User {
+                title = Some(e.title.take());
+            }
+            let mut prev = parent;
+            for (k, sub) in e.subs.drain(..).enumerate() {
+                let mut m = Message::new(sub.role, sub.speaker, "");
+                m.to = sub.to;
+                m.key = Some(sub.key);
+                m.time = sub.time;
+                m.parent = prev;
+                self.messages.push(m);
+                self.own.push(Some(e.own));
+                self.carried.push(if k == 0 {
+                    std::mem::take(&mut recs)
+                } else {
+                    Vec::new()
+                });
+                self.tasks.push(sub.task);
+                prev = Some(self.messages.len() - 1);
+            }
+            ends[i] = prev;
+        }
+        (ends, carry, title)
+    }
+
+    /// Records after a chat's last message: carried by the message `to`.
+    fn carry_to(&mut self, to: usize, carry: Vec<RecRef>) {
+        let last = &mut self.carried[to];
+        last.extend(carry);
+        last.sort_by_key(|r| (r.file, r.line));
+    }
+}
+
+/// The skeleton of one chat from its records' index, with its subagents'
+/// chats (`agents`, each read as file `i + 1` of `sources`, named by
+/// `rel[i + 1]`): each a timeline `agent-N` from the `invoke_agent` call
+/// that gave it its task (its first prompt's start matched to the call's
+/// `prompt`; else the chat's last message before it). `None` for a file
+/// with no message.
 fn build<'a>(
     file: &str,
     ix: Indexer,
+    agents: Vec<Indexer>,
     sources: Sources<'a>,
+    rel: Vec<Option<String>>,
     mut warnings: Vec<String>,
 ) -> Option<Session<'a>> {
     let Indexer {
@@ -818,61 +1184,64 @@ fn build<'a>(
     if ids.is_empty() && waiting.is_empty() {
         return None;
     }
-    let mut messages: Vec<Message> = Vec::new();
-    let mut own: Vec<Option<RecRef>> = Vec::new();
-    let mut carried: Vec<Vec<RecRef>> = Vec::new();
-    // The last message each id ends with (inherited when it says nothing).
-    let mut ends: Vec<Option<usize>> = vec![None; ids.len()];
-    let mut carry: Vec<RecRef> = waiting;
-    let mut title = None;
-    for i in 0..ids.len() {
-        let e = &mut ids[i];
-        let parent = e.follows.and_then(|p| ends[p]);
-        let mut recs = std::mem::take(&mut carry);
-        recs.append(&mut e.riding);
-        if e.subs.is_empty() {
-            carry = recs;
-            ends[i] = parent;
-            continue;
-        }
-        if title.is_none() && e.subs[0].role == Role::User {
-            title = Some(e.title.take());
-        }
-        let mut prev = parent;
-        for (k, sub) in e.subs.drain(..).enumerate() {
-            let mut m = Message::new(sub.role, sub.speaker, "");
-            m.to = sub.to;
-            m.key = Some(sub.key);
-            m.time = sub.time;
-            m.parent = prev;
-            messages.push(m);
-            own.push(Some(e.own));
-            carried.push(if k == 0 {
-                std::mem::take(&mut recs)
-            } else {
-                Vec::new()
-            });
-            prev = Some(messages.len() - 1);
-        }
-        ends[i] = prev;
-    }
+    let mut b = Built::default();
+    let (ends, carry, title) = b.chain(&mut ids, waiting, None);
     if !carry.is_empty() {
-        match carried.last_mut() {
-            Some(last) => {
-                last.extend(carry);
-                last.sort_by_key(|r| (r.file, r.line));
-            }
-            None => {
-                let mut m = Message::new(Role::System, "gemini-cli", "");
-                m.time = created;
-                m.key = Some("records".into());
-                m.extra.insert("holder".into(), json!(true));
-                messages.push(m);
-                own.push(None);
-                carried.push(carry);
-            }
+        match b.messages.len().checked_sub(1) {
+            Some(last) => b.carry_to(last, carry),
+            // No prompt or answer yet (the session line and its context
+            // alone: a chat just started, or the one Gemini CLI 0.61.0
+            // starts and leaves beside the chat it resumes, under the same
+            // `sessionId`): not a session yet; it is read again when it
+            // grows.
+            None => return None,
         }
     }
+    let own_count = b.messages.len();
+    let mut agent_leaves = Vec::new();
+    let mut used = vec![false; own_count];
+    for (k, agent) in agents.into_iter().enumerate() {
+        let Indexer {
+            mut ids,
+            waiting,
+            active,
+            warnings: found,
+            ..
+        } = agent;
+        let name = rel.get(k + 1).cloned().flatten().unwrap_or_default();
+        warnings.extend(found.into_iter().map(|w| format!("{name}:{w}")));
+        let task = ids
+            .iter()
+            .find_map(|e| e.subs.first().filter(|s| s.role == Role::User))
+            .and_then(|s| s.task.clone());
+        // The call that gave it its task (each call once), else the
+        // chat's last message.
+        let matched = (0..own_count).find(|&i| !used[i] && task.is_some() && b.tasks[i] == task);
+        if let Some(r) = matched {
+            used[r] = true;
+        }
+        let root = matched.or(own_count.checked_sub(1));
+        let first = b.messages.len();
+        let (ends, carry, _) = b.chain(&mut ids, waiting, root);
+        let leaf = active
+            .last()
+            .and_then(|&i| ends[i])
+            .filter(|&l| l >= first)
+            .or((b.messages.len() > first).then(|| b.messages.len() - 1));
+        // Every line kept: after its last message, or with the call.
+        if let Some(to) = leaf.or(root) {
+            b.carry_to(to, carry);
+        }
+        if let Some(l) = leaf {
+            agent_leaves.push(l);
+        }
+    }
+    let Built {
+        mut messages,
+        own,
+        carried,
+        ..
+    } = b;
     records::mark_intermediate(&mut messages);
     let n = messages.len();
     let mut has_child = vec![false; n];
@@ -881,23 +1250,36 @@ fn build<'a>(
             has_child[p] = true;
         }
     }
-    // `main` ends where the live conversation ends; every other leaf is a
-    // rewound branch.
-    let live = active.last().and_then(|&i| ends[i]).or(n.checked_sub(1));
+    // `main` ends where the live conversation ends; a subagent's chat is
+    // `agent-N`; every other leaf is a rewound branch.
+    let live = active
+        .last()
+        .and_then(|&i| ends[i])
+        .or(own_count.checked_sub(1));
     let mut timelines = vec![Timeline {
         name: "main".into(),
         leaf: live,
     }];
+    for (k, &leaf) in agent_leaves.iter().enumerate() {
+        timelines.push(Timeline {
+            name: format!("agent-{}", k + 1),
+            leaf: Some(leaf),
+        });
+    }
     for (i, child) in has_child.iter().enumerate() {
-        if !child && Some(i) != live {
+        if !child && Some(i) != live && !agent_leaves.contains(&i) {
             timelines.push(Timeline {
-                name: format!("alt-{}", timelines.len()),
+                name: format!("alt-{}", timelines.len() - agent_leaves.len()),
                 leaf: Some(i),
             });
         }
     }
+    // A subagent's `summary` is its result (0.61.0: the JSON its
+    // `complete_task` call gave), not a title: it is titled by its task.
+    let subagent = meta.get("kind").and_then(Value::as_str) == Some("subagent");
     let title = meta
         .get("summary")
+        .filter(|_| !subagent)
         .and_then(Value::as_str)
         .and_then(records::title_of)
         .or(title.flatten());
@@ -939,16 +1321,16 @@ fn build<'a>(
         warnings,
         records: Stored {
             sources,
-            rel: vec![None],
+            rel,
             own,
             carried,
             fill,
             failed: None,
             aliases: Vec::new(),
             tail: None,
-            // A huge message whose text is its line's one string is held
-            // once (`Stored::text_of_huge`; a legacy chat's records are
-            // not such lines and are read as before).
+            // A huge message whose text is its record's one string is
+            // held once (`Stored::text_of_huge`; a legacy chat's message
+            // alone in its record too, see `legacy::cut`).
             defer: true,
             deferred: Vec::new(),
         },
@@ -985,7 +1367,9 @@ fn legacy_first(raw: &str) -> bool {
 /// metadata line with `sessionId` set to `new_id` and its times to `now`,
 /// then the last version of each message the branch holds (`ids`, in
 /// order: the messages up to its last imported one, so what a rewind
-/// dropped is left out, and no `$rewindTo`), then `extra` lines (turns
+/// dropped is left out, and no `$rewindTo`; its last line, as the reader
+/// reads it, or for a message with no line of its own, such as the
+/// session's context, what a `$set` of the messages says), then `extra` lines (turns
 /// made in convo, see [`turn_records`]). `records` are the session's
 /// stored records ([`crate::ledger::session_records`]).
 pub fn resume_file(
@@ -997,6 +1381,8 @@ pub fn resume_file(
 ) -> Result<Vec<u8>> {
     let mut meta: Option<Map<String, Value>> = None;
     let mut latest: HashMap<String, std::borrow::Cow<'_, str>> = HashMap::new();
+    // What `$set`s of the messages restate, for a message with no line.
+    let mut restated: HashMap<String, &str> = HashMap::new();
     let legacy = records
         .iter()
         .find(|(f, _, _)| f.is_empty())
@@ -1018,6 +1404,9 @@ pub fn resume_file(
     for (file, _, raw) in records {
         if legacy || !file.is_empty() {
             continue;
+        }
+        for (id, m) in set_messages(raw) {
+            restated.insert(id, m);
         }
         let Ok(Value::Object(o)) = serde_json::from_str::<Value>(raw) else {
             continue;
@@ -1042,7 +1431,8 @@ pub fn resume_file(
     let mut out = serde_json::to_string(&Value::Object(meta)).unwrap_or_default();
     out.push('\n');
     for id in ids {
-        if let Some(raw) = latest.get(id) {
+        let raw = latest.get(id).map(|r| r.as_ref());
+        if let Some(raw) = raw.or_else(|| restated.get(id).copied()) {
             out.push_str(raw);
             out.push('\n');
         }
@@ -1052,6 +1442,58 @@ pub fn resume_file(
         out.push('\n');
     }
     Ok(out.into_bytes())
+}
+
+/// The messages a `{"$set": {"messages": […]}}` line lists, as `(id,
+/// its exact bytes)`; none for another line.
+fn set_messages(raw: &str) -> Vec<(String, &str)> {
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(rename = "$set", borrow)]
+        set: Set<'a>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Set<'a> {
+        #[serde(borrow, default)]
+        messages: Vec<&'a serde_json::value::RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    if !raw.contains("\"messages\"") {
+        return Vec::new();
+    }
+    let Ok(line) = serde_json::from_str::<Line<'_>>(raw) else {
+        return Vec::new();
+    };
+    line.set
+        .messages
+        .into_iter()
+        .filter_map(|m| {
+            let id = serde_json::from_str::<Id>(m.get()).ok()?.id?;
+            Some((id, m.get()))
+        })
+        .collect()
+}
+
+/// The ids of the messages a record holds, in order, and whether they are
+/// the whole conversation up to there: a message line's `id`, or those a
+/// `$set` of the messages lists (whole). For `--branch`: the branch's
+/// records name the messages it holds, those that are not messages of
+/// their own in convo included, such as the session's context and the
+/// tool results Gemini CLI also writes as `user` messages.
+pub fn message_ids(raw: &str) -> (Vec<String>, bool) {
+    #[derive(serde::Deserialize)]
+    struct Id {
+        id: Option<String>,
+    }
+    if let Ok(Id { id: Some(id) }) = serde_json::from_str::<Id>(raw) {
+        return (vec![id], false);
+    }
+    let listed: Vec<String> = set_messages(raw).into_iter().map(|(id, _)| id).collect();
+    let whole = !listed.is_empty();
+    (listed, whole)
 }
 
 /// Gemini CLI messages for turns that have no line of their own (made in
@@ -1082,18 +1524,48 @@ pub fn turn_records(turns: &[(Role, String, i64)], seed: &str, model: Option<&st
         .collect()
 }
 
-/// Where Gemini CLI keeps a chat started at `time` (ms) for a project:
-/// `tmp/<project hash>/chats/session-YYYY-MM-DDTHH-MM-<first 8 of id>.jsonl`
-/// under `~/.gemini`.
-pub fn chat_path(project_hash: &str, time: i64, id: &str) -> PathBuf {
+/// Where Gemini CLI keeps a chat started at `time` (ms) for a project,
+/// under its `.gemini` folder `gemini_dir`:
+/// `tmp/<project>/chats/session-YYYY-MM-DDTHH-MM-<first 8 of id>.jsonl`.
+/// The project's folder is the short name `projects.json` gives the
+/// project's path (Gemini CLI 0.61.0: `{"projects": {"/home/me/proj":
+/// "proj"}}`), found by the chat's `projectHash` (the SHA-256 of that
+/// path); for a project not listed there, the hash itself (the folder
+/// older versions used, which 0.61.0 moves to the short name while that
+/// one is empty).
+pub fn chat_path(gemini_dir: &Path, project_hash: &str, time: i64, id: &str) -> PathBuf {
     let t = jiff::Timestamp::from_millisecond(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let z = t.to_zoned(jiff::tz::TimeZone::UTC);
-    PathBuf::from("tmp")
-        .join(convo_core::text::component(project_hash))
+    gemini_dir
+        .join("tmp")
+        .join(convo_core::text::component(&project_folder(
+            gemini_dir,
+            project_hash,
+        )))
         .join("chats")
         .join(format!(
             "session-{}-{}.jsonl",
             z.strftime("%Y-%m-%dT%H-%M"),
             &id[..id.len().min(8)]
         ))
+}
+
+/// The name of a project's folder under `tmp/` (see [`chat_path`]).
+fn project_folder(gemini_dir: &Path, project_hash: &str) -> String {
+    let listed = std::fs::read(gemini_dir.join("projects.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    listed
+        .as_ref()
+        .and_then(|v| v.get("projects")?.as_object())
+        .and_then(|projects| {
+            projects.iter().find_map(|(path, name)| {
+                (convo_core::sha256(path.as_bytes()).to_hex() == project_hash)
+                    .then(|| name.as_str())
+                    .flatten()
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+            })
+        })
+        .unwrap_or_else(|| project_hash.to_owned())
 }

@@ -258,6 +258,13 @@ fn huge_string(raw: &str) -> Option<(usize, usize, bool)> {
     longest_string(raw.as_bytes()).filter(|(a, b, _)| (b - a) * 2 >= raw.len())
 }
 
+/// A message's record parsed: a JSON object, or one followed by a comma
+/// (a legacy Gemini CLI message's record: its lines of the document).
+fn parse_object(raw: &str) -> Option<Map<String, Value>> {
+    let t = raw.trim_end();
+    serde_json::from_str(t.strip_suffix(',').unwrap_or(t)).ok()
+}
+
 /// `raw` with the string literal at `span` replaced by `with` (a string):
 /// a huge line as a small one, parsed without copying its huge string.
 fn slim(raw: &str, span: (usize, usize), with: &str) -> String {
@@ -556,11 +563,7 @@ impl<'a> Sources<'a> {
         let raw = String::from_utf8(buf).map_err(|_| changed(name))?;
         // The first pass checked the line (repeated keys, the error's
         // place): a plain parse now.
-        let value = if parse {
-            serde_json::from_str::<Map<String, Value>>(&raw).ok()
-        } else {
-            None
-        };
+        let value = if parse { parse_object(&raw) } else { None };
         Ok(Record {
             line: at.line as usize,
             offset: at.offset,
@@ -720,7 +723,7 @@ impl Stored<'_> {
             return Ok(None);
         };
         let hash = convo_core::hash::content_hash(rec.raw.as_bytes());
-        let value = serde_json::from_str::<Map<String, Value>>(&slim(&rec.raw, (a, b), MARK)).ok();
+        let value = parse_object(&slim(&rec.raw, (a, b), MARK));
         let mut probe = m.clone();
         let mut slim_rec = Record {
             line: rec.line,
@@ -756,7 +759,8 @@ impl Stored<'_> {
         let mut own = None;
         if let Some(at) = self.own[i] {
             let large = at.len as usize >= crate::ledger::DETACHED_FROM;
-            let moved = if large && defer {
+            // (Only a record it carries: the record names the payload.)
+            let moved = if large && defer && self.carried[i].contains(&at) {
                 self.text_of_huge(&at, &mut m)?
             } else {
                 None
@@ -1093,7 +1097,8 @@ pub fn tool_call_text(name: &str, input: &Value) -> String {
     if let Some(q) = s("query").or_else(|| s("pattern")) {
         return format!("{lower} {q}");
     }
-    if lower == "read"
+    // Claude Code's `Read`, Gemini CLI's `read_file`.
+    if (lower == "read" || lower == "read_file")
         && let Some(p) = s("file_path")
     {
         return format!("read {p}");

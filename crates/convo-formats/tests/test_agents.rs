@@ -360,6 +360,254 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// Written by Gemini CLI 0.61.0 itself (`gemini --yolo -p`, then
+/// `gemini --resume ID -p` a minute later, against a scripted upstream):
+/// its session context and the resumed history as `{"$set": {"messages":
+/// […]}}`, a `read_file` call with its result (also written as a `user`
+/// message of `functionResponse` parts), and the second file the resume
+/// left under the same `sessionId` with the context alone; and a chat
+/// resumed within the minute it started (the second file's lines are
+/// then appended to it: a second session line, the context alone again);
+/// and a chat whose model started a subagent (`invoke_agent`), the
+/// subagent's chat in `chats/<parent id>/`. The folder is the CLI's
+/// `~/.gemini` (its `projects.json`, `tmp/proj/chats/`).
+const GEMINI_061: &str = "gemini-cli/0.61.0";
+const GEMINI_061_CHAT: &str =
+    "gemini-cli/0.61.0/tmp/proj/chats/session-2026-11-25T07-31-96d9de82.jsonl";
+const GEMINI_061_SAME_MINUTE: &str =
+    "gemini-cli/0.61.0/tmp/proj/chats/session-2026-11-25T07-36-e121ae98.jsonl";
+
+#[test]
+fn gemini_cli_0_61_0_chat_reads_as_the_cli_wrote_it() {
+    let dir = fixture(GEMINI_061);
+    assert_eq!(convo_formats::detect(&dir).unwrap(), "gemini-cli");
+    let got = convo_formats::reader("gemini-cli")
+        .unwrap()
+        .read_path(&dir)
+        .unwrap();
+    assert_eq!(
+        got.conversations.len(),
+        3,
+        "the file with the session's context alone is no session, the subagent's chat is read with its parent's"
+    );
+    let by_id = |id: &str| {
+        got.conversations
+            .iter()
+            .find(|c| c.id.as_deref() == Some(id))
+            .unwrap()
+    };
+    // A subagent (`invoke_agent`): its chat, under the parent's id, is the
+    // timeline `agent-1` of the parent's session, from the call that gave
+    // it its task; the parent's file still comes back byte for byte.
+    let parent = by_id("0420ff9a-7860-4620-8775-22e2e7d97a07");
+    let said: Vec<(Role, &str)> = parent
+        .turns()
+        .iter()
+        .map(|m| (m.role, m.text.as_str()))
+        .collect();
+    assert_eq!(said[0], (Role::User, "please delegate this"));
+    assert_eq!(said[1], (Role::ToolCall, "list the files please"));
+    assert_eq!(parent.turns()[1].to.as_deref(), Some("invoke_agent"));
+    assert!(
+        said[2].1.contains("the subagent found notes.txt"),
+        "{said:?}"
+    );
+    assert_eq!(said[3], (Role::Assistant, "answer 5"));
+    let names: Vec<&str> = parent.timelines.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["main", "agent-1"]);
+    let agent = parent.timeline_messages(1);
+    let call = parent.turns()[1];
+    let from = agent
+        .iter()
+        .position(|m| std::ptr::eq(*m, call))
+        .expect("the agent's timeline goes through the call");
+    let sub: Vec<(Role, &str)> = agent[from + 1..]
+        .iter()
+        .map(|m| (m.role, m.text.as_str()))
+        .collect();
+    assert_eq!(sub[0], (Role::User, "list the files please"), "{sub:?}");
+    assert_eq!(sub[1].0, Role::ToolCall);
+    assert_eq!(agent[from + 2].to.as_deref(), Some("complete_task"));
+    let parent_file = dir.join("tmp/proj/chats/session-2026-11-25T08-05-0420ff9a.jsonl");
+    let sub_file = dir.join(
+        "tmp/proj/chats/0420ff9a-7860-4620-8775-22e2e7d97a07/ddd26140-4a3c-45d8-a0ec-a9b7adc664f0.jsonl",
+    );
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", parent);
+    let records = session_records(&mut s, &o.id()).unwrap();
+    assert_eq!(
+        convo_formats::gemini_cli::file_bytes(&records),
+        std::fs::read(&parent_file).unwrap()
+    );
+    let sub_lines: Vec<&str> = records
+        .iter()
+        .filter(|(f, _, _)| f.ends_with("ddd26140-4a3c-45d8-a0ec-a9b7adc664f0.jsonl"))
+        .map(|(_, _, raw)| raw.as_str())
+        .collect();
+    let sub_text = std::fs::read_to_string(&sub_file).unwrap();
+    assert_eq!(
+        sub_lines,
+        sub_text.lines().collect::<Vec<_>>(),
+        "every line of the subagent's chat"
+    );
+    assert!(s.verify().unwrap().is_clean());
+    // Read alone, it is a session titled by its task, not by its result.
+    let alone = convo_formats::reader("gemini-cli")
+        .unwrap()
+        .read_path(&sub_file)
+        .unwrap();
+    let sub = &alone.conversations[0];
+    assert_eq!(sub.meta["kind"], "subagent");
+    assert_eq!(sub.title.as_deref(), Some("list the files please"));
+    // Resumed within the minute: one file, read the same way.
+    let same = by_id("e121ae98-b6f8-4087-8647-49730294f0f1");
+    assert_eq!(
+        same.id.as_deref(),
+        Some("e121ae98-b6f8-4087-8647-49730294f0f1")
+    );
+    let said: Vec<&str> = same.turns().iter().map(|m| m.text.as_str()).collect();
+    assert_eq!(
+        said,
+        [
+            "please read notes.txt",
+            "read notes.txt",
+            "hello notes\n",
+            "answer 17",
+            "second question",
+            "answer 19"
+        ]
+    );
+    assert_eq!(same.timelines.len(), 1);
+    let same_bytes = std::fs::read(fixture(GEMINI_061_SAME_MINUTE)).unwrap();
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", same);
+    assert_eq!(joined(&mut s, &o), same_bytes, "byte for byte");
+
+    let c = by_id("96d9de82-a410-4248-9969-dc4340124dff");
+    let bytes = std::fs::read(fixture(GEMINI_061_CHAT)).unwrap();
+    let n = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    assert_eq!(kept_lines(c), (1..=n).collect::<Vec<_>>(), "each line once");
+    assert_eq!(
+        c.id.as_deref(),
+        Some("96d9de82-a410-4248-9969-dc4340124dff")
+    );
+    assert_eq!(
+        c.title.as_deref(),
+        Some("please read notes.txt"),
+        "not the session's context"
+    );
+    assert_eq!(c.timelines.len(), 1, "{:?}", c.timelines);
+    let turns: Vec<(Role, String)> = c.turns().iter().map(|m| (m.role, m.text.clone())).collect();
+    assert_eq!(
+        turns,
+        [
+            (Role::User, "please read notes.txt".into()),
+            (Role::ToolCall, "read notes.txt".into()),
+            (Role::Tool, "hello notes\n".into()),
+            (Role::Assistant, "answer 12".into()),
+            (Role::User, "second question".into()),
+            (Role::Assistant, "answer 14".into()),
+        ],
+        "the tool's result once; the context and the resumed history are no prompts"
+    );
+    let main = c.turns();
+    assert_eq!(main[1].to.as_deref(), Some("read_file"));
+    assert_eq!(main[2].speaker, "read_file");
+    assert_eq!(main[1].model.as_deref(), Some("gemini-3.8-flash"));
+    assert_eq!(main[3].model.as_deref(), Some("gemini-3.8-flash"));
+    assert_eq!(main[3].extra["usage"]["total"], 13);
+    assert_eq!(main[3].extra["usage"]["input"], 10);
+    assert!(main.iter().all(|m| m.time.is_some()));
+
+    // Imported: the file back byte for byte; again: nothing new.
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "gemini-cli", c);
+    assert!(matches!(o, Outcome::Created { nodes: 6, .. }), "{o:?}");
+    assert_eq!(joined(&mut s, &o), bytes, "byte for byte");
+    assert_eq!(
+        convo_formats::gemini_cli::file_bytes(&session_records(&mut s, &o.id()).unwrap()),
+        bytes
+    );
+    assert_eq!(
+        import(&mut s, "gemini-cli", c),
+        Outcome::Existing { id: o.id() }
+    );
+    assert!(s.verify().unwrap().is_clean());
+
+    // Read as it grew (the first run's lines, then the resume's).
+    let mut cut = 0;
+    for _ in 0..11 {
+        cut += bytes[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
+    }
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o1 = import(&mut s, "gemini-cli", &one("gemini-cli", &bytes[..cut]));
+    assert!(matches!(o1, Outcome::Created { nodes: 4, .. }), "{o1:?}");
+    let o2 = import(&mut s, "gemini-cli", c);
+    assert!(matches!(o2, Outcome::Updated { .. }), "{o2:?}");
+    assert_eq!(joined(&mut s, &o2), bytes, "byte for byte");
+    assert_eq!(s.branches(&o2.id()).unwrap().len(), 1);
+
+    // The branch as a chat to resume: the messages in the order of the
+    // resumed history, the context and the `functionResponse` ones kept.
+    let records = session_records(&mut s, &o2.id()).unwrap();
+    let ids: Vec<String> = records
+        .iter()
+        .take(13)
+        .fold(Vec::new(), |mut ids, (_, _, raw)| {
+            let (listed, whole) = convo_formats::gemini_cli::message_ids(raw);
+            if whole {
+                ids.clear();
+            }
+            ids.extend(
+                listed
+                    .into_iter()
+                    .filter(|l| !ids.contains(l))
+                    .collect::<Vec<_>>(),
+            );
+            ids
+        });
+    assert_eq!(ids.len(), 6, "{ids:?}");
+    assert!(ids[0].starts_with("d04923d3"), "the context first: {ids:?}");
+    assert!(ids[3].ends_with("_response"), "{ids:?}");
+    let file =
+        convo_formats::gemini_cli::resume_file(&records, &ids, "new-id", 1_800_000_000_000, &[])
+            .unwrap();
+    let text = String::from_utf8(file).unwrap();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 7, "{text}");
+    assert_eq!(lines[0]["sessionId"], "new-id");
+    let said: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(said, ids);
+    assert!(
+        text.contains("\"toolCalls\"") && !text.contains("\"content\":[{\"functionCall\""),
+        "each message's own last line, not the resume's restatement: {text}"
+    );
+    assert!(
+        text.contains("<session_context>"),
+        "the context, which has no line of its own: {text}"
+    );
+    // Placed in the project's folder: its short name in projects.json
+    // (the fixture's, for the project the chat's `projectHash` names).
+    let hash = lines[0]["projectHash"].as_str().unwrap();
+    let path = convo_formats::gemini_cli::chat_path(&dir, hash, 1_800_000_000_000, "new-id");
+    assert_eq!(
+        path,
+        dir.join("tmp/proj/chats/session-2027-01-15T08-00-new-id.jsonl"),
+        "beside the chat it was made from"
+    );
+    let unlisted = convo_formats::gemini_cli::chat_path(&dir, "ab12", 1_800_000_000_000, "new-id");
+    assert!(
+        unlisted.starts_with(dir.join("tmp/ab12/chats")),
+        "{unlisted:?}"
+    );
+}
+
 #[test]
 fn gemini_cli_legacy_json_session_reads() {
     let path = fixture(GEMINI_LEGACY);
@@ -1424,6 +1672,54 @@ fn a_huge_gemini_cli_message_is_read_once_and_comes_back_byte_for_byte() {
         "session-2026-11-24T15-53-g1.jsonl",
         &text,
         &big,
+    );
+}
+
+/// The same in a legacy pretty-printed `.json` chat: the huge message is
+/// alone in its record (its lines, the comma after it), read from that
+/// record as a `.jsonl` line is, so its bytes become the text in place;
+/// the file comes back byte for byte and nothing is stored twice (the
+/// payloads are the text and that record: no copy of the message's own
+/// bytes).
+#[test]
+fn a_huge_message_of_a_legacy_gemini_cli_chat_is_read_once() {
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let msg = |id: &str, kind: &str, content: serde_json::Value| {
+        serde_json::json!({"id": id, "timestamp": "2026-11-24T15:53:09.139Z", "type": kind,
+            "content": content})
+    };
+    let doc = serde_json::json!({"sessionId": "g-2", "projectHash": "abc",
+        "startTime": "2026-11-24T15:53:08.139Z", "lastUpdated": "2026-11-24T15:53:08.139Z",
+        "messages": [msg("u1", "user", serde_json::json!([{"text": "hello"}])),
+            msg("g1", "gemini", serde_json::json!("hi")),
+            msg("u2", "user", serde_json::json!([{"text": big}])),
+            msg("g2", "gemini", serde_json::json!("long"))]});
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("session-2026-11-24T15-53-g2.json");
+    std::fs::write(&path, &text).unwrap();
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let mut got = convo_formats::open_lazy("gemini-cli", &path)
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let (conv, records) = (&got.conv, &mut got.records);
+    let o = s
+        .transaction(|l| {
+            convo_formats::ledger::import_lazy(l, "gemini-cli", conv, records, None, 0)
+        })
+        .unwrap();
+    let back = convo_formats::gemini_cli::file_bytes(&session_records(&mut s, &o.id()).unwrap());
+    assert!(back == text.as_bytes(), "byte for byte");
+    let main = s.timeline(&o.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    let v = s.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+    assert!(
+        (v.blob_bytes as usize) < big.len() + text.len() + text.len() / 10,
+        "the text and the message's record, not a third copy: {} bytes of payloads for a {} byte file",
+        v.blob_bytes,
+        text.len()
     );
 }
 

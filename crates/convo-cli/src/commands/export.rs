@@ -24,7 +24,8 @@ use std::process::ExitCode;
 /// its id printed, ready for `claude --resume ID` / `codex resume ID`.
 /// A Gemini CLI session (--format gemini-cli) comes back byte for byte;
 /// with --branch it becomes a new chat file (--place: under
-/// ~/.gemini/tmp/<project hash>/chats/, for `gemini --resume ID`).
+/// ~/.gemini/tmp/<project>/chats/, the project named as projects.json
+/// names it, for `gemini --resume ID`).
 /// An opencode session (--format opencode) comes back as its database
 /// rows, an SQL script to run against opencode's database (`| sqlite3
 /// ~/.local/share/opencode/opencode.db` puts back what is missing), or,
@@ -188,15 +189,42 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
         let id = random_uuid()?;
         let leaf_msg = msgs[leaf];
         bytes = if a.format == "gemini-cli" {
-            // Each message's id once, in the branch's order (`id#call:…`
+            // Each message's id once, in the branch's order: those its
+            // messages' records hold (what rode with them included: the
+            // session's context, tool results written as `user`
+            // messages; a `$set` of the messages is the conversation up
+            // to there, in its order), then each message's own (`id#call:…`
             // keys are parts of the message `id`).
             let mut ids: Vec<String> = Vec::new();
+            fn add(ids: &mut Vec<String>, id: String) {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            // A record's bytes by line (a huge one is named, not held, in
+            // the message: its bytes are in `records`).
+            let by_line: std::collections::HashMap<u64, &str> = records
+                .iter()
+                .filter(|(f, _, _)| f.is_empty())
+                .map(|(_, line, raw)| (*line, raw.as_str()))
+                .collect();
             for m in &msgs[..=leaf] {
-                if let Some(k) = &m.key {
-                    let id = k.split('#').next().unwrap_or(k).to_owned();
-                    if !ids.contains(&id) {
-                        ids.push(id);
+                let recs = m.extra.get("records").and_then(|r| r.as_array());
+                for r in recs.into_iter().flatten() {
+                    let line = r.get("line").and_then(|l| l.as_u64());
+                    if r.get("file").is_some() {
+                        continue;
                     }
+                    if let Some(raw) = line.and_then(|l| by_line.get(&l)) {
+                        let (listed, whole) = gemini_cli::message_ids(raw);
+                        if whole {
+                            ids.clear();
+                        }
+                        listed.into_iter().for_each(|id| add(&mut ids, id));
+                    }
+                }
+                if let Some(k) = &m.key {
+                    add(&mut ids, k.split('#').next().unwrap_or(k).to_owned());
                 }
             }
             let model = msgs.iter().rev().find_map(|m| m.model.clone());
@@ -228,9 +256,8 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
                 .get("projectHash")
                 .and_then(|v| v.as_str())
                 .unwrap_or("unknown");
-            super::agents::agent_home("GEMINI_CLI_HOME", "")?
-                .join(".gemini")
-                .join(gemini_cli::chat_path(hash, super::now(), id))
+            let dir = super::agents::agent_home("GEMINI_CLI_HOME", "")?.join(".gemini");
+            gemini_cli::chat_path(&dir, hash, super::now(), id)
         } else if a.format == "claude-code" {
             let cwd = meta.get("cwd").and_then(|v| v.as_str()).unwrap_or("/");
             super::agents::agent_home("CLAUDE_CONFIG_DIR", ".claude")?
