@@ -1309,32 +1309,36 @@ fn sql_literal(v: &Value) -> String {
     }
 }
 
-/// What an export of an imported opencode session writes: the rows of its
-/// database as SQL (`INSERT OR IGNORE`, the last version of each row, in
-/// the order the foreign keys need: project, session, message, part), to
-/// be run against opencode's database (`sqlite3 opencode.db < s.sql`)
-/// to put back what is missing. `records` are `(file, line, raw)` as
-/// [`crate::ledger::session_records`] gives them; rows only (a session
-/// imported from the JSON storage is written with [`storage_files`]).
-pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
-    let mut out = String::from("BEGIN;\n");
-    for table in ["project", "session", "message", "part"] {
-        let prefix = format!("{table}/");
-        for (i, (file, _, raw)) in records.iter().enumerate() {
-            if !file.starts_with(&prefix) || file.ends_with(".json") {
-                continue;
-            }
-            // The last version of a row only.
-            if records.get(i + 1).is_some_and(|(f, _, _)| f == file) {
-                continue;
-            }
-            let Ok(Value::Object(row)) = serde_json::from_str::<Value>(raw) else {
-                return Err(Error::new(
-                    file,
-                    "shape",
-                    "a stored row is not a JSON object",
-                ));
-            };
+/// A JSON value as the SQLite value [`sql_literal`] writes.
+fn sql_value(v: &Value) -> Sql {
+    match v {
+        Value::Null => Sql::Null,
+        Value::Bool(b) => Sql::Integer(i64::from(*b)),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Sql::Integer(i),
+            None => Sql::Real(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(t) => Sql::Text(t.clone()),
+        other => Sql::Text(other.to_string()),
+    }
+}
+
+/// The tables opencode's rows go into, in the order their foreign keys
+/// need.
+const TABLES: [&str; 4] = ["project", "session", "message", "part"];
+
+/// Rows to write into opencode's database, each `(table, columns)`, in
+/// the order the foreign keys need: what [`sql_script`] and [`Fork`]
+/// write, as an SQL script ([`Rows::script`]) or into a database
+/// ([`Rows::apply`]).
+#[derive(Debug, Default)]
+pub struct RowSet(Vec<(&'static str, Map<String, Value>)>);
+
+impl RowSet {
+    /// The rows as an SQL script: `INSERT OR IGNORE`s in one transaction.
+    pub fn script(&self) -> Vec<u8> {
+        let mut out = String::from("BEGIN;\n");
+        for (table, row) in &self.0 {
             let cols: Vec<String> = row
                 .keys()
                 .map(|k| format!("\"{}\"", k.replace('"', "\"\"")))
@@ -1346,9 +1350,418 @@ pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
                 vals.join(", ")
             ));
         }
+        out.push_str("COMMIT;\n");
+        out.into_bytes()
     }
-    out.push_str("COMMIT;\n");
-    Ok(out.into_bytes())
+
+    /// Writes the rows into the opencode database at `path` (which must
+    /// exist: opencode made it), all or nothing: one immediate
+    /// transaction, waiting up to 10 s for opencode's own writes, foreign
+    /// keys checked. Refused, nothing written, when the database's tables
+    /// are not what this reader knows (a column a row has is missing, or a
+    /// required column is one no row gives).
+    pub fn apply(&self, path: &Path) -> Result<()> {
+        let name = path.display().to_string();
+        let sql = |e: rusqlite::Error| {
+            Error::new(
+                &name,
+                "sqlite",
+                format!("cannot write opencode's database: {e}"),
+            )
+        };
+        if !path.is_file() {
+            return Err(Error::new(
+                &name,
+                "not-found",
+                "no opencode database here (run opencode once, or set XDG_DATA_HOME)",
+            ));
+        }
+        let mut db = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
+        db.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(sql)?;
+        db.execute_batch("PRAGMA foreign_keys = ON").map_err(sql)?;
+        let tx = db
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        self.check_schema(&tx, &name)?;
+        for (table, row) in &self.0 {
+            let cols: Vec<String> = row
+                .keys()
+                .map(|k| format!("\"{}\"", k.replace('"', "\"\"")))
+                .collect();
+            let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+            let mut st = tx
+                .prepare_cached(&format!(
+                    "INSERT OR IGNORE INTO \"{table}\" ({}) VALUES ({})",
+                    cols.join(", "),
+                    marks.join(", ")
+                ))
+                .map_err(sql)?;
+            let vals: Vec<Sql> = row.values().map(sql_value).collect();
+            st.execute(rusqlite::params_from_iter(vals)).map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Refuses a database whose tables this reader does not know.
+    fn check_schema(&self, db: &Connection, name: &str) -> Result<()> {
+        let refuse = |why: String| {
+            Error::new(
+                name,
+                "schema",
+                format!(
+                    "opencode's database is not laid out as this convo knows it (opencode 1.2 to 1.18): {why}; nothing was written"
+                ),
+            )
+        };
+        let mut known: HashMap<&str, Vec<(String, bool)>> = HashMap::new();
+        for table in TABLES {
+            let mut st = db
+                .prepare(&format!("PRAGMA table_info(\"{table}\")"))
+                .map_err(|e| refuse(e.to_string()))?;
+            // (name, required: NOT NULL without a default, not the key)
+            let cols = st
+                .query_map([], |r| {
+                    let name: String = r.get(1)?;
+                    let notnull: bool = r.get(3)?;
+                    let default: Option<String> = r.get(4)?;
+                    let pk: i64 = r.get(5)?;
+                    Ok((name, notnull && default.is_none() && pk == 0))
+                })
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                .map_err(|e| refuse(e.to_string()))?;
+            known.insert(table, cols);
+        }
+        for (table, want) in [
+            (
+                "session",
+                &["id", "project_id", "title", "time_created"][..],
+            ),
+            ("message", &["id", "session_id", "time_created", "data"]),
+            ("part", &["id", "message_id", "session_id", "data"]),
+        ] {
+            for c in want {
+                if !known[table].iter().any(|(n, _)| n == c) {
+                    return Err(refuse(format!("table {table} has no column {c}")));
+                }
+            }
+        }
+        for (table, row) in &self.0 {
+            let cols = &known[table];
+            if let Some(k) = row.keys().find(|k| !cols.iter().any(|(n, _)| n == *k)) {
+                return Err(refuse(format!("table {table} has no column {k}")));
+            }
+            if let Some((n, _)) = cols.iter().find(|(n, req)| *req && !row.contains_key(n)) {
+                return Err(refuse(format!(
+                    "table {table} requires a column {n} the stored rows do not have"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The last version of each stored row (`table/id`), by file: the
+/// records of [`crate::ledger::session_records`] (ordered by file and
+/// line), JSON-storage files left out.
+fn latest_rows(records: &[(String, u64, String)]) -> HashMap<&str, &str> {
+    let mut out = HashMap::new();
+    for (file, _, raw) in records {
+        if !file.ends_with(".json") && file.split_once('/').is_some() {
+            out.insert(file.as_str(), raw.as_str());
+        }
+    }
+    out
+}
+
+fn row_of(file: &str, raw: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(row)) => Ok(row),
+        _ => Err(Error::new(
+            file,
+            "shape",
+            "a stored row is not a JSON object",
+        )),
+    }
+}
+
+/// What an export of an imported opencode session writes: the rows of its
+/// database as SQL (`INSERT OR IGNORE`, the last version of each row, in
+/// the order the foreign keys need: project, session, message, part), to
+/// be run against opencode's database (`sqlite3 opencode.db < s.sql`)
+/// to put back what is missing. `records` are `(file, line, raw)` as
+/// [`crate::ledger::session_records`] gives them; rows only (a session
+/// imported from the JSON storage is written with [`storage_files`]).
+pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
+    let latest = latest_rows(records);
+    let mut rows = RowSet::default();
+    for table in TABLES {
+        let prefix = format!("{table}/");
+        let mut files: Vec<&&str> = latest.keys().filter(|f| f.starts_with(&prefix)).collect();
+        files.sort();
+        for f in files {
+            rows.0.push((table, row_of(f, latest[*f])?));
+        }
+    }
+    Ok(rows.script())
+}
+
+/// opencode's ids: a prefix, 12 hex digits of `time × 4096 + counter`
+/// (its low 48 bits; inverted for a session, whose ids sort newest
+/// first), 14 base-62 characters, as opencode's `Identifier.create`
+/// makes them. Minted from one clock reading, each id one more than the
+/// last (ascending, like opencode's ids minted in one millisecond), their
+/// random part derived from `seed`.
+struct Ids {
+    next: u64,
+    seed: String,
+    n: u64,
+}
+
+impl Ids {
+    fn new(now: i64, seed: &str) -> Self {
+        Ids {
+            next: (now.max(0) as u64).wrapping_mul(0x1000),
+            seed: seed.to_owned(),
+            n: 0,
+        }
+    }
+
+    fn mint(&mut self, prefix: &str, descending: bool) -> String {
+        const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        self.next += 1;
+        self.n += 1;
+        let v = if descending { !self.next } else { self.next } & 0xffff_ffff_ffff;
+        let h = convo_core::sha256(format!("{}:{}", self.seed, self.n).as_bytes());
+        let tail: String = h.0[..14]
+            .iter()
+            .map(|b| BASE62[usize::from(*b) % 62] as char)
+            .collect();
+        format!("{prefix}_{v:012x}{tail}")
+    }
+}
+
+/// A new opencode session made from a branch ([`fork`]): its id (for
+/// `opencode run --session ID`) and its rows.
+#[derive(Debug)]
+pub struct Fork {
+    pub id: String,
+    pub rows: RowSet,
+}
+
+/// A branch as a new opencode session, the way opencode's own fork
+/// copies one: a new session row (the stored one's, under a new id,
+/// titled `… (fork: BRANCH)`, no revert, no parent), then the last
+/// version of each `message` and `part` row the branch carries, in its
+/// order (`files`: the record files of its messages up to its last
+/// imported one), under new ids (an assistant message's `parentID`
+/// following its user message), then `turns` (made in convo after the
+/// fork: `(role, text, time)`) as user and assistant messages with one
+/// text part each, with the agent, model and path of the last ones
+/// copied. Ids minted at `now` ([`Ids`]), so opencode's next message
+/// sorts after them. Rows of the JSON storage are refused: opencode 1.2
+/// and later read the database only.
+pub fn fork(
+    records: &[(String, u64, String)],
+    files: &[String],
+    branch: &str,
+    turns: &[(Role, String, i64)],
+    now: i64,
+    seed: &str,
+) -> Result<Fork> {
+    if files.iter().any(|f| f.ends_with(".json")) {
+        return Err(Error::new(
+            "export",
+            "unsupported",
+            "this session was imported from opencode's JSON storage (opencode 1.1 or older): its branches are not written as new sessions",
+        ));
+    }
+    let latest = latest_rows(records);
+    let mut ids = Ids::new(now, seed);
+    let mut seen = std::collections::HashSet::new();
+    let mut project = None;
+    let mut session: Option<Map<String, Value>> = None;
+    let mut messages: Vec<Map<String, Value>> = Vec::new();
+    let mut parts: Vec<Map<String, Value>> = Vec::new();
+    // opencode's message id → the new one.
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    let id = ids.mint("ses", true);
+    for f in files {
+        if !seen.insert(f.as_str()) {
+            continue;
+        }
+        let Some(raw) = latest.get(f.as_str()) else {
+            continue;
+        };
+        let mut row = row_of(f, raw)?;
+        match f.split_once('/').map(|x| x.0) {
+            Some("project") if project.is_none() => project = Some(row),
+            Some("session") if session.is_none() => session = Some(row),
+            Some("message") => {
+                let new = ids.mint("msg", false);
+                if let Some(old) = s(&row, "id") {
+                    renamed.insert(old, new.clone());
+                }
+                let mut data = data_of(&row, "data");
+                if let Some(p) = s(&data, "parentID").and_then(|p| renamed.get(&p)) {
+                    data.insert("parentID".into(), json!(p));
+                    row.insert("data".into(), json!(Value::Object(data).to_string()));
+                }
+                row.insert("id".into(), json!(new));
+                row.insert("session_id".into(), json!(id));
+                messages.push(row);
+            }
+            Some("part") => {
+                let Some(m) = s(&row, "message_id").and_then(|m| renamed.get(&m)).cloned() else {
+                    continue;
+                };
+                row.insert("id".into(), json!(ids.mint("prt", false)));
+                row.insert("message_id".into(), json!(m));
+                row.insert("session_id".into(), json!(id));
+                parts.push(row);
+            }
+            _ => {}
+        }
+    }
+    let Some(mut ses) = session else {
+        return Err(Error::new(
+            "export",
+            "not-found",
+            "no opencode session row is stored for this branch",
+        ));
+    };
+    let title = s(&ses, "title").filter(|t| !t.is_empty());
+    ses.insert("id".into(), json!(id));
+    ses.insert(
+        "title".into(),
+        json!(match title {
+            Some(t) => format!("{t} (fork: {branch})"),
+            None => format!("fork: {branch}"),
+        }),
+    );
+    for k in [
+        "parent_id",
+        "revert",
+        "share_url",
+        "time_compacting",
+        "time_archived",
+    ] {
+        if ses.contains_key(k) {
+            ses.insert(k.into(), Value::Null);
+        }
+    }
+    for k in ["time_created", "time_updated"] {
+        ses.insert(k.into(), json!(now));
+    }
+    // The turns made in convo, after the copies, shaped like the last
+    // user and assistant messages copied.
+    let last_of = |role: &str| {
+        messages
+            .iter()
+            .rev()
+            .map(|m| data_of(m, "data"))
+            .find(|d| d.get("role").and_then(Value::as_str) == Some(role))
+    };
+    let user_like = last_of("user");
+    let answer_like = last_of("assistant");
+    let model = user_like
+        .as_ref()
+        .and_then(|u| u.get("model").cloned())
+        .or_else(|| {
+            let a = answer_like.as_ref()?;
+            Some(json!({"providerID": a.get("providerID")?, "modelID": a.get("modelID")?}))
+        })
+        .or_else(|| match ses.get("model") {
+            Some(Value::String(t)) => serde_json::from_str::<Value>(t)
+                .ok()
+                .map(|m| json!({"providerID": m.get("providerID"), "modelID": m.get("id")})),
+            _ => None,
+        });
+    let agent = user_like
+        .as_ref()
+        .and_then(|u| u.get("agent").cloned())
+        .or_else(|| ses.get("agent").cloned().filter(|a| a.is_string()))
+        .unwrap_or(json!("build"));
+    let mut last_time = messages
+        .iter()
+        .filter_map(|m| m.get("time_created").and_then(Value::as_i64))
+        .max()
+        .unwrap_or(0);
+    let mut last_user = messages
+        .iter()
+        .rev()
+        .find(|m| data_of(m, "data").get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|m| s(m, "id"));
+    for (role, text, time) in turns {
+        let t = (*time).max(last_time + 1);
+        last_time = t;
+        let mid = ids.mint("msg", false);
+        let data = if *role == Role::User {
+            last_user = Some(mid.clone());
+            json!({"role": "user", "time": {"created": t}, "agent": agent, "model": model})
+        } else {
+            let mut d = answer_like.clone().unwrap_or_default();
+            for k in ["error", "summary", "structured"] {
+                d.remove(k);
+            }
+            if let Some(m) = model.as_ref().filter(|_| answer_like.is_none()) {
+                d.insert(
+                    "modelID".into(),
+                    m.get("modelID").cloned().unwrap_or(Value::Null),
+                );
+                d.insert(
+                    "providerID".into(),
+                    m.get("providerID").cloned().unwrap_or(Value::Null),
+                );
+                d.insert("mode".into(), agent.clone());
+                d.insert("agent".into(), agent.clone());
+                if let Some(dir) = ses.get("directory") {
+                    d.insert("path".into(), json!({"cwd": dir, "root": dir}));
+                }
+            }
+            d.insert("role".into(), json!("assistant"));
+            d.insert("parentID".into(), json!(last_user));
+            d.insert("cost".into(), json!(0));
+            d.insert(
+                "tokens".into(),
+                json!({"total": 0, "input": 0, "output": 0, "reasoning": 0, "cache": {"write": 0, "read": 0}}),
+            );
+            d.insert("time".into(), json!({"created": t, "completed": t}));
+            d.insert("finish".into(), json!("stop"));
+            Value::Object(d)
+        };
+        let mut part = json!({"type": "text", "text": text});
+        if *role != Role::User {
+            part["time"] = json!({"start": t, "end": t});
+        }
+        let mut m = Map::new();
+        m.insert("id".into(), json!(mid));
+        m.insert("session_id".into(), json!(id));
+        m.insert("time_created".into(), json!(t));
+        m.insert("time_updated".into(), json!(t));
+        m.insert("data".into(), json!(data.to_string()));
+        messages.push(m);
+        let mut p = Map::new();
+        p.insert("id".into(), json!(ids.mint("prt", false)));
+        p.insert("message_id".into(), json!(mid));
+        p.insert("session_id".into(), json!(id));
+        p.insert("time_created".into(), json!(t));
+        p.insert("time_updated".into(), json!(t));
+        p.insert("data".into(), json!(part.to_string()));
+        parts.push(p);
+    }
+    let mut rows = RowSet::default();
+    if let Some(p) = project {
+        rows.0.push(("project", p));
+    }
+    rows.0.push(("session", ses));
+    rows.0.extend(messages.into_iter().map(|m| ("message", m)));
+    rows.0.extend(parts.into_iter().map(|p| ("part", p)));
+    Ok(Fork { id, rows })
 }
 
 /// The files of an opencode session imported from the JSON storage, each

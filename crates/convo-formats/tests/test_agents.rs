@@ -595,6 +595,129 @@ fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// A branch written as a new opencode session into the database: the
+/// reverted turn (with its subagent's task call) and a turn made in convo,
+/// under new ids, read back as a session of its own; a database whose
+/// tables are not what the reader knows is refused, nothing written.
+#[test]
+fn opencode_branch_becomes_a_new_session_in_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opencode_db(dir.path(), "reverted");
+    let r = opencode_read(&db);
+    let c = &r.conversations[0];
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "opencode", c);
+    let records = session_records(&mut s, &o.id()).unwrap();
+    let alt = c.path_to(c.timelines[1].leaf);
+    let files: Vec<String> = alt
+        .iter()
+        .filter_map(|&i| c.messages[i].extra.get("records")?.as_array())
+        .flatten()
+        .map(|r| r["file"].as_str().unwrap().to_owned())
+        .collect();
+    let turns = [
+        (Role::User, "and one more".to_owned(), 1_795_554_400_000),
+        (Role::Assistant, "One more.".to_owned(), 1_795_554_401_000),
+    ];
+    let now = 1_795_554_500_000;
+    let fork =
+        convo_formats::opencode::fork(&records, &files, "alt-1", &turns, now, "seed").unwrap();
+    assert!(
+        fork.id.starts_with("ses_") && fork.id.len() == 30,
+        "{}",
+        fork.id
+    );
+    assert_ne!(c.id.as_deref(), Some(fork.id.as_str()));
+    let script = String::from_utf8(fork.rows.script()).unwrap();
+    assert!(script.starts_with("BEGIN;\n") && script.ends_with("COMMIT;\n"));
+    let before = opencode_rows(&db);
+    fork.rows.apply(&db).unwrap();
+    let after = opencode_rows(&db);
+    assert!(
+        before.iter().all(|r| after.contains(r)),
+        "no row of the database changed"
+    );
+    // Applying again adds nothing (every row is there).
+    fork.rows.apply(&db).unwrap();
+    assert_eq!(opencode_rows(&db), after);
+    let cx = rusqlite::Connection::open(&db).unwrap();
+    let (title, revert, parent): (String, Option<String>, Option<String>) = cx
+        .query_row(
+            "SELECT title, revert, parent_id FROM session WHERE id = ?1",
+            [&fork.id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(title, "answer 1 (fork: alt-1)");
+    assert_eq!((revert, parent), (None, None));
+    // Message and part ids ascend in the session's order, as opencode's do.
+    let ids: Vec<(String, i64)> = cx
+        .prepare(
+            "SELECT id, time_created FROM message WHERE session_id = ?1 ORDER BY time_created, id",
+        )
+        .unwrap()
+        .query_map([&fork.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0].0 < w[1].0), "{ids:?}");
+    assert!(ids.iter().all(|(id, _)| id.starts_with("msg_")));
+    let orphans: i64 = cx
+        .query_row(
+            "SELECT count(*) FROM message WHERE session_id = ?1 AND json_extract(data, '$.parentID') IS NOT NULL \
+             AND json_extract(data, '$.parentID') NOT IN (SELECT id FROM message WHERE session_id = ?1)",
+            [&fork.id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0, "every answer names a user message of the fork");
+    drop(cx);
+    let back = opencode_read(&db);
+    let f = back
+        .conversations
+        .iter()
+        .find(|x| x.id.as_deref() == Some(fork.id.as_str()))
+        .expect("the fork is a session of its own");
+    let want: Vec<String> = timeline_texts(c, 1)
+        .into_iter()
+        .chain([
+            "user:and one more".to_owned(),
+            "assistant:One more.".to_owned(),
+        ])
+        .collect();
+    assert_eq!(timeline_texts(f, 0), want);
+    assert!(
+        !timeline_texts(f, 0).contains(&"user:\"after the revert\"".to_owned()),
+        "not the live branch"
+    );
+
+    // A database whose tables are laid out otherwise: refused, untouched.
+    let odd = dir.path().join("odd.db");
+    {
+        let cx = rusqlite::Connection::open(&odd).unwrap();
+        cx.execute_batch(
+            "CREATE TABLE project (id TEXT PRIMARY KEY);
+             CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, title TEXT, time_created INTEGER, owner TEXT NOT NULL);
+             CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, data TEXT);
+             CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, data TEXT);",
+        )
+        .unwrap();
+    }
+    let e = fork.rows.apply(&odd).unwrap_err();
+    assert_eq!(e.rule, "schema", "{e}");
+    let cx = rusqlite::Connection::open(&odd).unwrap();
+    let n: i64 = cx
+        .query_row(
+            "SELECT (SELECT count(*) FROM project) + (SELECT count(*) FROM session)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0, "nothing written");
+    let e = fork.rows.apply(&dir.path().join("none.db")).unwrap_err();
+    assert_eq!(e.rule, "not-found", "{e}");
+}
+
 /// Copies the JSON storage fixture `which` over `dst`: files that did not
 /// change keep their time, changed and new ones get `time`, files gone are
 /// removed (as opencode leaves its storage).
