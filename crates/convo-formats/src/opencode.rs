@@ -203,9 +203,14 @@ struct Rec {
 }
 
 impl Rec {
-    /// `{file, line, raw}` for `extra.records`.
+    /// `{file, line, raw}` for `extra.records`, its text moved (`json!`
+    /// would copy it).
     fn into_value(self) -> Value {
-        json!({"file": self.at.file, "line": self.at.version, "raw": self.raw})
+        let mut m = Map::new();
+        m.insert("file".into(), Value::String(self.at.file.into()));
+        m.insert("line".into(), json!(self.at.version));
+        m.insert("raw".into(), Value::String(self.raw));
+        Value::Object(m)
     }
 }
 
@@ -307,9 +312,8 @@ fn row_map(r: &rusqlite::Row<'_>, names: &[String]) -> rusqlite::Result<Map<Stri
 }
 
 /// A row of `message` or `part` read in place, its columns not copied out
-/// of SQLite first: its identity, the ids it names, its `data` parsed
-/// (unless `raw`) and, when `raw`, its text (the JSON object of its
-/// columns, as `Value::Object(row_map(..)).to_string()` writes it).
+/// of SQLite first: its identity and its `data` parsed (its text is
+/// [`fetch_raw`]'s).
 struct Cells<'a> {
     names: &'a [String],
     /// Column indexes in the order a [`Map`] of the columns iterates.
@@ -337,7 +341,7 @@ impl<'a> Cells<'a> {
         }
     }
 
-    fn read(&self, table: &str, r: &rusqlite::Row<'_>, raw: bool) -> rusqlite::Result<Rec> {
+    fn read(&self, table: &str, r: &rusqlite::Row<'_>) -> rusqlite::Result<Rec> {
         use rusqlite::types::ValueRef;
         let version = self
             .col("time_updated")
@@ -351,15 +355,6 @@ impl<'a> Cells<'a> {
             file: format!("{table}/{}", self.text(r, "id").unwrap_or_default()).into(),
             version,
         };
-        if raw {
-            let text = serde_json::to_string(&Row { cells: self, r })
-                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-            return Ok(Rec {
-                at,
-                raw: text,
-                value: Map::new(),
-            });
-        }
         let value = match self.col("data").map(|i| r.get_ref(i)).transpose()? {
             Some(ValueRef::Text(t)) => match serde_json::from_slice::<Value>(t) {
                 Ok(Value::Object(o)) => o,
@@ -372,34 +367,6 @@ impl<'a> Cells<'a> {
             raw: String::new(),
             value,
         })
-    }
-}
-
-/// A row serialized from SQLite's cells.
-struct Row<'a, 'r> {
-    cells: &'a Cells<'a>,
-    r: &'a rusqlite::Row<'r>,
-}
-
-impl serde::Serialize for Row<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
-        use rusqlite::types::ValueRef;
-        use serde::ser::{Error as _, SerializeMap};
-        let mut m = ser.serialize_map(Some(self.cells.order.len()))?;
-        for &i in &self.cells.order {
-            let key = &self.cells.names[i];
-            match self.r.get_ref(i).map_err(S::Error::custom)? {
-                ValueRef::Null => m.serialize_entry(key, &())?,
-                ValueRef::Integer(x) => m.serialize_entry(key, &x)?,
-                ValueRef::Real(f) => m.serialize_entry(key, &json!(f))?,
-                ValueRef::Text(t) => m.serialize_entry(key, &String::from_utf8_lossy(t))?,
-                ValueRef::Blob(b) => m.serialize_entry(
-                    key,
-                    &json!({"$blob": b.iter().map(|x| format!("{x:02x}")).collect::<String>()}),
-                )?,
-            }
-        }
-        m.end()
     }
 }
 
@@ -482,9 +449,13 @@ impl Src {
     }
 }
 
-/// A row of `table` by its id ([`Cells::read`]), `None` when there is none.
+/// A row of `table` by its id ([`Cells::read`]; its text, when `raw`,
+/// by [`fetch_raw`]), `None` when there is none.
 fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Result<Option<Rec>> {
     let sql = |e: rusqlite::Error| sql_error(name, e);
+    if raw {
+        return fetch_raw(db, table, id).map_err(sql);
+    }
     let mut st = db
         .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))
         .map_err(sql)?;
@@ -492,9 +463,177 @@ fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Resul
     let cells = Cells::new(&names);
     let mut rows = st.query([id]).map_err(sql)?;
     match rows.next().map_err(sql)? {
-        Some(r) => Ok(Some(cells.read(table, r, raw).map_err(sql)?)),
+        Some(r) => Ok(Some(cells.read(table, r).map_err(sql)?)),
         None => Ok(None),
     }
+}
+
+/// A cell longer than this is not copied out of SQLite whole: its row's
+/// text is written from it a chunk at a time ([`fetch_raw`]).
+const STREAMED: i64 = 64 * 1024;
+
+/// A row's text (its record: the JSON object of its columns, as
+/// `Value::Object(row_map(..)).to_string()` writes it) with its identity,
+/// a cell longer than [`STREAMED`] read with SQLite's incremental blob
+/// I/O and escaped into the text a chunk at a time, so the only whole
+/// copy of a large cell is the text itself (a plain `SELECT` would
+/// materialize the cell beside it).
+fn fetch_raw(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<Rec>> {
+    use rusqlite::types::ValueRef;
+    let names: Vec<String> = db
+        .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))?
+        .column_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let quote = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
+    // Per column: its type, its length in bytes (read without loading it)
+    // and its value when short.
+    let cols: Vec<String> = names
+        .iter()
+        .map(|c| {
+            let q = quote(c);
+            format!(
+                "typeof({q}), octet_length({q}), CASE WHEN octet_length({q}) > {STREAMED} THEN NULL ELSE {q} END"
+            )
+        })
+        .collect();
+    let mut st = db.prepare_cached(&format!(
+        "SELECT rowid, {} FROM \"{table}\" WHERE id = ?1",
+        cols.join(", ")
+    ))?;
+    let mut rows = st.query([id])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let cells = Cells::new(&names);
+    let rowid: i64 = r.get(0)?;
+    let mut size = 2usize;
+    let mut version = 0;
+    for (i, n) in names.iter().enumerate() {
+        let len: Option<i64> = r.get(2 + 3 * i)?;
+        size += n.len() + 4 + usize::try_from(len.unwrap_or(4)).unwrap_or(0);
+        if n == "time_updated"
+            && let ValueRef::Integer(v) = r.get_ref(3 + 3 * i)?
+        {
+            version = u64::try_from(v).unwrap_or(0);
+        }
+    }
+    let id_text = match cells.col("id").map(|i| r.get_ref(3 + 3 * i)).transpose()? {
+        Some(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
+        _ => String::new(),
+    };
+    let at = At {
+        file: format!("{table}/{id_text}").into(),
+        version,
+    };
+    let json = |e: serde_json::Error| rusqlite::Error::ToSqlConversionFailure(Box::new(e));
+    // Escaping adds a little; a few escapes more only grow the text once.
+    let mut out = String::with_capacity(size + size / 64);
+    out.push('{');
+    for (k, &i) in cells.order.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(&names[i]).map_err(json)?);
+        out.push(':');
+        let ty: String = r.get(1 + 3 * i)?;
+        let len: Option<i64> = r.get(2 + 3 * i)?;
+        if len.is_some_and(|l| l > STREAMED) && (ty == "text" || ty == "blob") {
+            let blob = db.blob_open(rusqlite::MAIN_DB, table, names[i].as_str(), rowid, true)?;
+            if ty == "text" {
+                stream_text(&blob, &mut out).map_err(json)?;
+            } else {
+                out.push_str("{\"$blob\":\"");
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut at = 0;
+                while at < blob.len() {
+                    let n = blob.read_at(&mut buf, at)?;
+                    if n == 0 {
+                        break;
+                    }
+                    out.push_str(&hex::encode(&buf[..n]));
+                    at += n;
+                }
+                out.push_str("\"}");
+            }
+            continue;
+        }
+        match r.get_ref(3 + 3 * i)? {
+            ValueRef::Null => out.push_str("null"),
+            ValueRef::Integer(x) => out.push_str(&x.to_string()),
+            ValueRef::Real(f) => out.push_str(&json!(f).to_string()),
+            ValueRef::Text(t) => {
+                out.push_str(&serde_json::to_string(&String::from_utf8_lossy(t)).map_err(json)?);
+            }
+            ValueRef::Blob(b) => out.push_str(
+                &json!({"$blob": b.iter().map(|x| format!("{x:02x}")).collect::<String>()})
+                    .to_string(),
+            ),
+        }
+    }
+    out.push('}');
+    Ok(Some(Rec {
+        at,
+        raw: out,
+        value: Map::new(),
+    }))
+}
+
+/// Writes a text cell, read a chunk at a time, as a JSON string: what
+/// `serde_json` writes for `String::from_utf8_lossy` of its bytes.
+fn stream_text(blob: &rusqlite::blob::Blob<'_>, out: &mut String) -> serde_json::Result<()> {
+    let push = |out: &mut String, s: &str| -> serde_json::Result<()> {
+        let q = serde_json::to_string(s)?;
+        out.push_str(&q[1..q.len() - 1]);
+        Ok(())
+    };
+    out.push('"');
+    let mut buf = vec![0u8; 64 * 1024];
+    // Bytes of a character cut by the last chunk's end, at `buf`'s start.
+    let mut held = 0;
+    let mut at = 0;
+    loop {
+        let n = blob
+            .read_at(&mut buf[held..], at)
+            .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+        at += n;
+        let (end, last) = (held + n, n == 0);
+        let mut pos = 0;
+        held = 0;
+        while pos < end {
+            match std::str::from_utf8(&buf[pos..end]) {
+                Ok(t) => {
+                    push(out, t)?;
+                    pos = end;
+                }
+                Err(e) => {
+                    let ok = pos + e.valid_up_to();
+                    push(out, std::str::from_utf8(&buf[pos..ok]).unwrap_or_default())?;
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push('\u{fffd}');
+                            pos = ok + bad;
+                        }
+                        None if last => {
+                            out.push('\u{fffd}');
+                            pos = end;
+                        }
+                        None => {
+                            buf.copy_within(ok..end, 0);
+                            held = end - ok;
+                            pos = end;
+                        }
+                    }
+                }
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    out.push('"');
+    Ok(())
 }
 
 fn sql_error(file: &str, e: rusqlite::Error) -> Error {
@@ -1776,4 +1915,64 @@ pub fn storage_files(records: &[(String, u64, String)]) -> Vec<(String, Vec<u8>)
         out.push((file.clone(), raw.as_bytes().to_vec()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row's text read a chunk at a time is the text of its columns
+    /// read whole: long cells with characters cut at the chunks' ends,
+    /// bytes that are not UTF-8 (one cut at the very end), a long blob.
+    #[test]
+    fn a_row_streamed_is_the_row_read_whole() {
+        let db = Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "CREATE TABLE part (id TEXT PRIMARY KEY, time_updated INTEGER, cost REAL, data TEXT, bin BLOB, note TEXT)",
+        )
+        .unwrap();
+        // 'é' (2 bytes) and '€' (3 bytes) land across every 64 KiB chunk
+        // end; quotes, backslashes and control characters are escaped.
+        let mut text = String::from("{\"type\":\"text\",\"text\":\"");
+        while text.len() < 300_000 {
+            text.push_str("a\"b\\c\u{1}é€\n");
+        }
+        let mut bad = text.clone().into_bytes();
+        bad.splice(70_000..70_000, [0xff, 0xfe]);
+        bad.extend_from_slice(&[0xe2, 0x82]);
+        let bin: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        for (id, data) in [("prt_a", text.as_bytes().to_vec()), ("prt_b", bad)] {
+            db.execute(
+                "INSERT INTO part VALUES (?1, 7, 0.5, CAST(?2 AS TEXT), ?3, 'short')",
+                rusqlite::params![id, data, bin],
+            )
+            .unwrap();
+        }
+        for id in ["prt_a", "prt_b"] {
+            let whole = {
+                let mut st = db.prepare("SELECT * FROM part WHERE id = ?1").unwrap();
+                let names: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
+                // As the columns read whole were written (text not UTF-8
+                // made lossy).
+                st.query_row([id], |r| {
+                    let mut m = Map::new();
+                    for (i, n) in names.iter().enumerate() {
+                        let v = match r.get_ref(i)? {
+                            rusqlite::types::ValueRef::Text(t) => {
+                                json!(String::from_utf8_lossy(t))
+                            }
+                            _ => sql_to_json(r.get::<_, Sql>(i)?),
+                        };
+                        m.insert(n.clone(), v);
+                    }
+                    Ok(Value::Object(m).to_string())
+                })
+                .unwrap()
+            };
+            let got = fetch_raw(&db, "part", id).unwrap().unwrap();
+            assert_eq!(got.raw, whole, "{id}");
+            assert_eq!(got.at, At { file: format!("part/{id}").into(), version: 7 });
+        }
+        assert!(fetch_raw(&db, "part", "prt_none").unwrap().is_none());
+    }
 }
