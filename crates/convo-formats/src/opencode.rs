@@ -246,13 +246,13 @@ struct Lite {
 }
 
 impl Lite {
-    fn of(m: Msg) -> Lite {
+    fn of(mut m: Msg) -> Lite {
         let pending = in_progress(&m);
         let mut title = None;
         let subs = if pending {
             Vec::new()
         } else {
-            messages_of(&m)
+            messages_of(&mut m)
                 .into_iter()
                 .map(|mut x| {
                     if x.role == Role::User && title.is_none() {
@@ -311,9 +311,7 @@ fn row_map(r: &rusqlite::Row<'_>, names: &[String]) -> rusqlite::Result<Map<Stri
     Ok(m)
 }
 
-/// A row of `message` or `part` read in place, its columns not copied out
-/// of SQLite first: its identity and its `data` parsed (its text is
-/// [`fetch_raw`]'s).
+/// The columns of a table, for writing a row's text ([`fetch_raw`]).
 struct Cells<'a> {
     names: &'a [String],
     /// Column indexes in the order a [`Map`] of the columns iterates.
@@ -332,41 +330,6 @@ impl<'a> Cells<'a> {
 
     fn col(&self, name: &str) -> Option<usize> {
         self.names.iter().position(|n| n == name)
-    }
-
-    fn text(&self, r: &rusqlite::Row<'_>, name: &str) -> Option<String> {
-        match r.get_ref(self.col(name)?).ok()? {
-            rusqlite::types::ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
-            _ => None,
-        }
-    }
-
-    fn read(&self, table: &str, r: &rusqlite::Row<'_>) -> rusqlite::Result<Rec> {
-        use rusqlite::types::ValueRef;
-        let version = self
-            .col("time_updated")
-            .and_then(|i| r.get_ref(i).ok())
-            .and_then(|v| match v {
-                ValueRef::Integer(i) => u64::try_from(i).ok(),
-                _ => None,
-            })
-            .unwrap_or(0);
-        let at = At {
-            file: format!("{table}/{}", self.text(r, "id").unwrap_or_default()).into(),
-            version,
-        };
-        let value = match self.col("data").map(|i| r.get_ref(i)).transpose()? {
-            Some(ValueRef::Text(t)) => match serde_json::from_slice::<Value>(t) {
-                Ok(Value::Object(o)) => o,
-                _ => Map::new(),
-            },
-            _ => Map::new(),
-        };
-        Ok(Rec {
-            at,
-            raw: String::new(),
-            value,
-        })
     }
 }
 
@@ -416,16 +379,7 @@ impl Src {
     /// JSON when not. A row or file changed since the first pass is the
     /// error `changed`.
     fn read(&self, name: &str, at: &At, raw: bool) -> Result<Rec> {
-        let changed = || {
-            Error::new(
-                name,
-                "changed",
-                format!(
-                    "{} changed while it was imported (opencode wrote it?); import again",
-                    at.file
-                ),
-            )
-        };
+        let changed = || changed(name, at);
         match self {
             Src::Db(db) => {
                 let (table, id) = at.file.split_once('/').ok_or_else(changed)?;
@@ -449,6 +403,48 @@ impl Src {
     }
 }
 
+impl Src {
+    /// A record for `extra.records`: `{file, line, raw}`, or, with
+    /// `defer` and a row of [`crate::ledger::DETACHED_FROM`] bytes or
+    /// more, what the ledger's detaching makes of it (`{file, line, blob:
+    /// its SHA-256, bytes}`) with `true`: its text is stored after its
+    /// node ([`Rows::store_deferred`]), never beside the message's text.
+    fn record(&self, name: &str, at: &At, defer: bool) -> Result<(Value, bool)> {
+        if let (true, Src::Db(db)) = (defer, self)
+            && let Some((table, id)) = at.file.split_once('/')
+            && TABLES.contains(&table)
+        {
+            let got = row_text(db, table, id, Some(crate::ledger::DETACHED_FROM))
+                .map_err(|e| sql_error(name, e))?;
+            if let Some((got_at, Text::Hashed(h, len))) = got {
+                if got_at != *at {
+                    return Err(changed(name, at));
+                }
+                let hash = hex::encode(sha2::Digest::finalize(h));
+                let mut m = Map::new();
+                m.insert("file".into(), Value::String(at.file.to_string()));
+                m.insert("line".into(), json!(at.version));
+                m.insert("blob".into(), json!(hash));
+                m.insert("bytes".into(), json!(len));
+                return Ok((Value::Object(m), true));
+            }
+        }
+        Ok((self.read(name, at, true)?.into_value(), false))
+    }
+}
+
+/// The error of a record changed since the first pass.
+fn changed(name: &str, at: &At) -> Error {
+    Error::new(
+        name,
+        "changed",
+        format!(
+            "{} changed while it was imported (opencode wrote it?); import again",
+            at.file
+        ),
+    )
+}
+
 /// A row of `table` by its id ([`Cells::read`]; its text, when `raw`,
 /// by [`fetch_raw`]), `None` when there is none.
 fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Result<Option<Rec>> {
@@ -456,16 +452,85 @@ fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Resul
     if raw {
         return fetch_raw(db, table, id).map_err(sql);
     }
-    let mut st = db
-        .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))
-        .map_err(sql)?;
-    let names: Vec<String> = st.column_names().map(str::to_owned).collect();
-    let cells = Cells::new(&names);
-    let mut rows = st.query([id]).map_err(sql)?;
-    match rows.next().map_err(sql)? {
-        Some(r) => Ok(Some(cells.read(table, r).map_err(sql)?)),
-        None => Ok(None),
+    fetch_data(db, table, id).map_err(sql)
+}
+
+/// A `message` or `part` row's identity and its `data` parsed, a long
+/// `data` parsed as SQLite's incremental blob I/O reads it (not copied
+/// out of SQLite whole first).
+fn fetch_data(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<Rec>> {
+    use rusqlite::types::ValueRef;
+    let mut st = db.prepare_cached(&format!(
+        "SELECT rowid, id, time_updated, octet_length(data), \
+         CASE WHEN octet_length(data) > {STREAMED} THEN NULL ELSE data END \
+         FROM \"{table}\" WHERE id = ?1"
+    ))?;
+    let mut rows = st.query([id])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let version = match r.get_ref(2)? {
+        ValueRef::Integer(i) => u64::try_from(i).unwrap_or(0),
+        _ => 0,
+    };
+    let at = At {
+        file: format!(
+            "{table}/{}",
+            r.get::<_, Option<String>>(1)?.unwrap_or_default()
+        )
+        .into(),
+        version,
+    };
+    let parsed = match (r.get::<_, Option<i64>>(3)?, r.get_ref(4)?) {
+        (_, ValueRef::Text(t)) => serde_json::from_slice::<Value>(t).ok(),
+        (Some(n), ValueRef::Null) if n > STREAMED => {
+            let blob = db.blob_open(rusqlite::MAIN_DB, table, "data", r.get(0)?, true)?;
+            let mut bytes = vec![0u8; blob.len()];
+            blob.read_at_exact(&mut bytes, 0)?;
+            String::from_utf8(bytes).ok().and_then(parse_huge)
+        }
+        _ => None,
+    };
+    let value = match parsed {
+        Some(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    Ok(Some(Rec {
+        at,
+        raw: String::new(),
+        value,
+    }))
+}
+
+/// A long `data` parsed with its longest string (a part's text, a tool's
+/// output), when that is most of it, made in place from its bytes
+/// ([`records::huge_string`]), so the cell is in memory once, not beside
+/// its parse.
+fn parse_huge(raw: String) -> Option<Value> {
+    const MARK: &str = "\u{0}convo:the-huge-string\u{0}";
+    fn find(v: &mut Value) -> Option<&mut Value> {
+        match v {
+            Value::String(t) if t == MARK => Some(v),
+            Value::Object(o) => o.values_mut().find_map(find),
+            Value::Array(a) => a.iter_mut().find_map(find),
+            _ => None,
+        }
     }
+    let Some((a, b, esc)) = records::huge_string(&raw) else {
+        return serde_json::from_str(&raw).ok();
+    };
+    let mut value: Value = serde_json::from_str(&records::slim(&raw, (a, b), MARK)).ok()?;
+    let Some(slot) = find(&mut value) else {
+        return serde_json::from_str(&raw).ok();
+    };
+    let mut text = raw;
+    text.truncate(b - 1);
+    text.drain(..a + 1);
+    if esc && !records::unescape_in_place(&mut text) {
+        return None;
+    }
+    *slot = Value::String(text);
+    Some(value)
 }
 
 /// A cell longer than this is not copied out of SQLite whole: its row's
@@ -479,6 +544,24 @@ const STREAMED: i64 = 64 * 1024;
 /// copy of a large cell is the text itself (a plain `SELECT` would
 /// materialize the cell beside it).
 fn fetch_raw(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<Rec>> {
+    Ok(row_text(db, table, id, None)?.map(|(at, t)| Rec {
+        at,
+        raw: match t {
+            Text::Kept(raw) => raw,
+            Text::Hashed(..) => String::new(),
+        },
+        value: Map::new(),
+    }))
+}
+
+/// [`fetch_raw`]'s text, or, for a row of `hash_from` bytes or more, its
+/// SHA-256 and length only (the text never whole in memory).
+fn row_text(
+    db: &Connection,
+    table: &str,
+    id: &str,
+    hash_from: Option<usize>,
+) -> rusqlite::Result<Option<(At, Text)>> {
     use rusqlite::types::ValueRef;
     let names: Vec<String> = db
         .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))?
@@ -529,7 +612,10 @@ fn fetch_raw(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<
     };
     let json = |e: serde_json::Error| rusqlite::Error::ToSqlConversionFailure(Box::new(e));
     // Escaping adds a little; a few escapes more only grow the text once.
-    let mut out = String::with_capacity(size + size / 64);
+    let mut out = match hash_from {
+        Some(n) if size >= n => Text::Hashed(sha2::Digest::new(), 0),
+        _ => Text::Kept(String::with_capacity(size + size / 64)),
+    };
     out.push('{');
     for (k, &i) in cells.order.iter().enumerate() {
         if k > 0 {
@@ -573,17 +659,36 @@ fn fetch_raw(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<
         }
     }
     out.push('}');
-    Ok(Some(Rec {
-        at,
-        raw: out,
-        value: Map::new(),
-    }))
+    Ok(Some((at, out)))
+}
+
+/// Where a row's text goes as it is written: kept, or only hashed and
+/// counted (a record stored after its node, [`Rows::store_deferred`]).
+enum Text {
+    Kept(String),
+    Hashed(sha2::Sha256, usize),
+}
+
+impl Text {
+    fn push_str(&mut self, s: &str) {
+        match self {
+            Text::Kept(t) => t.push_str(s),
+            Text::Hashed(h, n) => {
+                sha2::Digest::update(h, s.as_bytes());
+                *n += s.len();
+            }
+        }
+    }
+
+    fn push(&mut self, c: char) {
+        self.push_str(c.encode_utf8(&mut [0; 4]));
+    }
 }
 
 /// Writes a text cell, read a chunk at a time, as a JSON string: what
 /// `serde_json` writes for `String::from_utf8_lossy` of its bytes.
-fn stream_text(blob: &rusqlite::blob::Blob<'_>, out: &mut String) -> serde_json::Result<()> {
-    let push = |out: &mut String, s: &str| -> serde_json::Result<()> {
+fn stream_text(blob: &rusqlite::blob::Blob<'_>, out: &mut Text) -> serde_json::Result<()> {
+    let push = |out: &mut Text, s: &str| -> serde_json::Result<()> {
         let q = serde_json::to_string(s)?;
         out.push_str(&q[1..q.len() - 1]);
         Ok(())
@@ -950,8 +1055,41 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
     Ok(sessions)
 }
 
-/// The messages one opencode message says.
-fn messages_of(m: &Msg) -> Vec<Message> {
+/// The texts of a user message's `text` parts (the `synthetic` or
+/// `ignored` ones, or the others), moved out of them.
+fn take_texts(parts: &mut [Part], synthetic: bool) -> String {
+    let mut got: Vec<String> = parts
+        .iter_mut()
+        .map(|p| &mut p.rec.value)
+        .filter(|v| v.get("type").and_then(Value::as_str) == Some("text"))
+        .filter(|v| {
+            (v.get("synthetic").and_then(Value::as_bool) == Some(true)
+                || v.get("ignored").and_then(Value::as_bool) == Some(true))
+                == synthetic
+        })
+        .filter_map(|v| match v.get_mut("text") {
+            Some(Value::String(t)) => Some(std::mem::take(t)),
+            _ => None,
+        })
+        .collect();
+    if got.len() == 1 {
+        got.pop().unwrap_or_default()
+    } else {
+        got.join("\n\n")
+    }
+}
+
+/// A string field of a part, moved out of it.
+fn take_str(v: &mut Map<String, Value>, k: &str) -> Option<String> {
+    match v.get_mut(k) {
+        Some(Value::String(t)) => Some(std::mem::take(t)),
+        _ => None,
+    }
+}
+
+/// The messages one opencode message says, its texts moved out of its
+/// parts (a long text is not copied).
+fn messages_of(m: &mut Msg) -> Vec<Message> {
     let info = &m.rec.value;
     let time = info
         .get("time")
@@ -967,19 +1105,7 @@ fn messages_of(m: &Msg) -> Vec<Message> {
     };
     match info.get("role").and_then(Value::as_str) {
         Some("user") => {
-            let texts = |synthetic: bool| {
-                m.parts
-                    .iter()
-                    .filter(|p| part(p, "type").as_deref() == Some("text"))
-                    .filter(|p| {
-                        p.rec.value.get("synthetic").and_then(Value::as_bool) == Some(true)
-                            || p.rec.value.get("ignored").and_then(Value::as_bool) == Some(true)
-                    } == synthetic)
-                    .filter_map(|p| p.rec.value.get("text").and_then(Value::as_str))
-                    .collect::<Vec<&str>>()
-                    .join("\n\n")
-            };
-            let mut text = texts(false);
+            let mut text = take_texts(&mut m.parts, false);
             let mut extra = Map::new();
             for p in &m.parts {
                 match part(p, "type").as_deref() {
@@ -1003,7 +1129,7 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                 }
             }
             if text.is_empty() {
-                text = texts(true);
+                text = take_texts(&mut m.parts, true);
             }
             let mut msg = Message::new(Role::User, "user", text).at(time);
             msg.extra = extra;
@@ -1019,26 +1145,27 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             let mut reasoning = String::new();
-            for p in &m.parts {
+            for p in &mut m.parts {
                 let key = if out.is_empty() {
                     m.id.clone()
                 } else {
                     format!("{}#{}", m.id, p.id)
                 };
-                let v = &p.rec.value;
+                let ptype = part(p, "type");
+                let v = &mut p.rec.value;
                 let ptime = v
                     .get("time")
                     .and_then(|t| t.get("start"))
                     .and_then(Value::as_i64)
                     .or(time);
-                match part(p, "type").as_deref() {
+                match ptype.as_deref() {
                     Some("reasoning") => {
-                        if let Some(t) = part(p, "text") {
+                        if let Some(t) = take_str(v, "text") {
                             reasoning.push_str(&t);
                         }
                     }
                     Some("text") => {
-                        let t = part(p, "text").unwrap_or_default();
+                        let t = take_str(v, "text").unwrap_or_default();
                         if t.trim().is_empty() {
                             continue;
                         }
@@ -1053,11 +1180,11 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                         out.push(msg);
                     }
                     Some("tool") => {
-                        let tool = part(p, "tool").unwrap_or_else(|| "tool".into());
-                        let state = v.get("state").cloned().unwrap_or(Value::Null);
+                        let tool = s(v, "tool").unwrap_or_else(|| "tool".into());
+                        let call_id = s(v, "callID").unwrap_or_default();
+                        let state = v.remove("state").unwrap_or(Value::Null);
                         let st = |k: &str| state.get(k);
                         let input = st("input").cloned().unwrap_or(Value::Null);
-                        let call_id = part(p, "callID").unwrap_or_default();
                         let stime = st("time")
                             .and_then(|t| t.get("start"))
                             .and_then(Value::as_i64);
@@ -1342,6 +1469,8 @@ impl Opened {
                 carried,
                 cache: None,
                 failed: None,
+                defer: true,
+                deferred: Vec::new(),
             };
             let title = s.title.clone().or(first_title.flatten());
             let mut meta = s.meta.clone();
@@ -1376,6 +1505,12 @@ pub struct Rows<'a> {
     /// The error of the last load that failed (a row changed meanwhile),
     /// kept whole: the store sees only its message.
     pub failed: Option<Error>,
+    /// Whether a huge row is stored after its node (named by hash in
+    /// `extra.records`, see [`Src::record`]); off for a load whose records
+    /// are changed after (`--redact-secrets`).
+    pub defer: bool,
+    /// The rows left to store so.
+    deferred: Vec<At>,
 }
 
 impl Rows<'_> {
@@ -1395,12 +1530,12 @@ impl Rows<'_> {
                         rec: self.src.read(self.name, p, false)?,
                     });
                 }
-                let msg = Msg {
+                let mut msg = Msg {
                     id: at.id(),
                     rec,
                     parts: ps,
                 };
-                self.cache = Some((o, messages_of(&msg)));
+                self.cache = Some((o, messages_of(&mut msg)));
             }
             if let Some((_, said)) = &mut self.cache
                 && let Some(got) = said.iter_mut().find(|x| x.key == m.key)
@@ -1412,7 +1547,11 @@ impl Rows<'_> {
         }
         let mut recs = Vec::with_capacity(self.carried[i].len());
         for at in &self.carried[i] {
-            recs.push(self.src.read(self.name, at, true)?.into_value());
+            let (rec, deferred) = self.src.record(self.name, at, self.defer)?;
+            if deferred {
+                self.deferred.push(at.clone());
+            }
+            recs.push(rec);
         }
         m.extra.insert("records".into(), Value::Array(recs));
         Ok(m)
@@ -1434,6 +1573,20 @@ impl crate::ledger::Loader for Rows<'_> {
             .iter()
             .map(|at| (at.file.to_string(), at.version))
             .collect()
+    }
+
+    fn store_deferred(
+        &mut self,
+        put: &mut dyn FnMut(&[u8]) -> std::result::Result<(), convo_store::StoreError>,
+    ) -> std::result::Result<(), convo_store::StoreError> {
+        for at in std::mem::take(&mut self.deferred) {
+            let rec = self
+                .src
+                .read(self.name, &at, true)
+                .map_err(|e| crate::records::failed_load(&mut self.failed, e))?;
+            put(rec.raw.as_bytes())?;
+        }
+        Ok(())
     }
 }
 
@@ -1971,8 +2124,37 @@ mod tests {
             };
             let got = fetch_raw(&db, "part", id).unwrap().unwrap();
             assert_eq!(got.raw, whole, "{id}");
-            assert_eq!(got.at, At { file: format!("part/{id}").into(), version: 7 });
+            assert_eq!(
+                got.at,
+                At {
+                    file: format!("part/{id}").into(),
+                    version: 7
+                }
+            );
         }
         assert!(fetch_raw(&db, "part", "prt_none").unwrap().is_none());
+    }
+
+    /// A long `data` parsed with its text made in place is the `data`
+    /// parsed whole: a tool's output with escapes, a text, a huge key, a
+    /// huge string that is not most of it.
+    #[test]
+    fn a_huge_data_parsed_in_place_is_the_data_parsed_whole() {
+        let long = "line \"quoted\" é 😀 \\ \u{1}\n".repeat(60_000);
+        let cases = [
+            json!({"type": "tool", "state": {"status": "completed", "output": long, "input": {"command": "ls"}}}),
+            json!({"type": "text", "text": long, "time": {"start": 1}}),
+            json!({"type": "text", long.clone(): 1}),
+            json!({"type": "text", "a": long, "b": long}),
+        ];
+        for want in cases {
+            let raw = want.to_string();
+            assert!(raw.len() > crate::ledger::DETACHED_FROM);
+            assert_eq!(parse_huge(raw).as_ref(), Some(&want));
+        }
+        assert_eq!(
+            parse_huge(format!("{{\"text\": \"{}\\x\"}}", "a".repeat(2 << 20))),
+            None
+        );
     }
 }

@@ -718,6 +718,84 @@ fn opencode_branch_becomes_a_new_session_in_the_database() {
     assert_eq!(e.rule, "not-found", "{e}");
 }
 
+/// An opencode database with a huge text part and a huge tool output
+/// (escapes included): the two-pass import, which reads a long cell
+/// without SQLite's copy of it, makes its text in place and stores its
+/// row after its node, stores the nodes a whole read does; the rows come
+/// back as they were, the node holds the text and the store verifies.
+#[test]
+fn a_huge_opencode_part_is_read_once_and_comes_back_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opencode_db(dir.path(), "reverted");
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let outputs = {
+        let cx = rusqlite::Connection::open(&db).unwrap();
+        cx.execute(
+            "UPDATE part SET data = json_set(data, '$.text', ?1) WHERE id = 'prt_20f60e79a001pqwN9yK9XiuqdX'",
+            [&big],
+        )
+        .unwrap();
+        let n = cx
+            .execute(
+                "UPDATE part SET data = json_set(data, '$.state.output', ?1) \
+                 WHERE json_extract(data, '$.tool') = 'bash' AND json_extract(data, '$.state.status') = 'completed'",
+                [format!("out {big}")],
+            )
+            .unwrap();
+        assert!(n >= 1);
+        n
+    };
+    let before = opencode_rows(&db);
+    let mut a = Store::open("sqlite::memory:").unwrap();
+    let mut opened = convo_formats::opencode::open(&db).unwrap();
+    let mut outcomes = Vec::new();
+    a.transaction(|l| {
+        opened.each(|c, rows| {
+            outcomes.push(convo_formats::ledger::import_lazy(
+                l, "opencode", c, rows, None, 0,
+            )?);
+            Ok::<_, convo_store::StoreError>(())
+        })
+    })
+    .unwrap();
+    // Its read transaction ends.
+    drop(opened);
+    let oa = outcomes.remove(0);
+    let mut b = Store::open("sqlite::memory:").unwrap();
+    let ob = import(&mut b, "opencode", &opencode_read(&db).conversations[0]);
+    assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
+    let nodes = a.read(|tx| tx.session_nodes(&oa.id(), false)).unwrap();
+    let named = nodes
+        .iter()
+        .filter(|(n, _)| n.node.diagnostics.as_str().contains("\"blob\""))
+        .count();
+    assert_eq!(named, 1 + outputs, "the huge rows are named by hash");
+    assert!(
+        nodes
+            .iter()
+            .all(|(n, _)| n.node.diagnostics.as_str().len() < 8192),
+        "diagnostics stay small"
+    );
+    let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    assert!(
+        main.iter()
+            .any(|n| n.payload == format!("out {big}").as_bytes()),
+        "the output"
+    );
+    assert!(a.verify().unwrap().problems.is_empty());
+    let script =
+        convo_formats::opencode::sql_script(&session_records(&mut a, &oa.id()).unwrap()).unwrap();
+    let cx = rusqlite::Connection::open(&db).unwrap();
+    cx.execute_batch(
+        "DELETE FROM part; DELETE FROM message; DELETE FROM session; DELETE FROM project;",
+    )
+    .unwrap();
+    cx.execute_batch(std::str::from_utf8(&script).unwrap())
+        .unwrap();
+    assert_eq!(opencode_rows(&db), before, "every row back");
+}
+
 /// Copies the JSON storage fixture `which` over `dst`: files that did not
 /// change keep their time, changed and new ones get `time`, files gone are
 /// removed (as opencode leaves its storage).
