@@ -229,19 +229,17 @@ struct Msg {
     parts: Vec<Part>,
 }
 
-/// What the first pass keeps of a message: where it and its parts are,
-/// the messages it says without their text, whether it is still being
-/// written.
+/// What the first pass keeps of a message until its session's skeleton
+/// is built (then it is moved into the skeleton and dropped): where it
+/// and its parts are, the messages it says without their text, whether
+/// it is still being written.
 #[derive(Debug)]
 struct Lite {
-    id: String,
     at: At,
-    /// Its parts, and the messages it says: taken (moved, not copied)
-    /// when its session's skeleton is built.
-    parts: std::cell::RefCell<Vec<At>>,
-    subs: std::cell::RefCell<Vec<Message>>,
+    parts: Vec<At>,
+    subs: Vec<Message>,
     pending: bool,
-    /// A title from its first user message's words.
+    /// A title from its user message's words (its session's first only).
     title: Option<String>,
 }
 
@@ -249,7 +247,7 @@ impl Lite {
     fn of(mut m: Msg) -> Lite {
         let pending = in_progress(&m);
         let mut title = None;
-        let subs = if pending {
+        let mut subs: Vec<Message> = if pending {
             Vec::new()
         } else {
             messages_of(&mut m)
@@ -264,16 +262,12 @@ impl Lite {
                 })
                 .collect()
         };
+        // Held for every message of the database: no room to spare.
+        subs.shrink_to_fit();
         Lite {
-            id: m.id,
             at: m.rec.at,
-            parts: m
-                .parts
-                .into_iter()
-                .map(|p| p.rec.at)
-                .collect::<Vec<_>>()
-                .into(),
-            subs: subs.into(),
+            parts: m.parts.into_iter().map(|p| p.rec.at).collect(),
+            subs,
             pending,
             title: title.flatten(),
         }
@@ -289,7 +283,22 @@ struct Sess {
     revert: Option<String>,
     meta: Map<String, Value>,
     recs: Vec<At>,
-    msgs: Vec<Lite>,
+    /// Taken (moved, not copied) when the skeleton is built.
+    msgs: std::cell::RefCell<Vec<Lite>>,
+    /// Whether one of `msgs` has its title (the first user message's).
+    titled: bool,
+}
+
+impl Sess {
+    /// Adds a message of the first pass, the title kept for the first
+    /// user message only.
+    fn push(&mut self, mut m: Lite) {
+        if self.titled {
+            m.title = None;
+        }
+        self.titled |= m.title.is_some();
+        self.msgs.get_mut().push(m);
+    }
 }
 
 fn sql_to_json(v: Sql) -> Value {
@@ -309,28 +318,6 @@ fn row_map(r: &rusqlite::Row<'_>, names: &[String]) -> rusqlite::Result<Map<Stri
         m.insert(n.clone(), sql_to_json(r.get::<_, Sql>(i)?));
     }
     Ok(m)
-}
-
-/// The columns of a table, for writing a row's text ([`fetch_raw`]).
-struct Cells<'a> {
-    names: &'a [String],
-    /// Column indexes in the order a [`Map`] of the columns iterates.
-    order: Vec<usize>,
-}
-
-impl<'a> Cells<'a> {
-    fn new(names: &'a [String]) -> Self {
-        let keys: Map<String, Value> = names.iter().map(|n| (n.clone(), Value::Null)).collect();
-        let order = keys
-            .keys()
-            .filter_map(|k| names.iter().position(|n| n == k))
-            .collect();
-        Cells { names, order }
-    }
-
-    fn col(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| n == name)
-    }
 }
 
 fn s(m: &Map<String, Value>, k: &str) -> Option<String> {
@@ -361,14 +348,18 @@ fn data_of(row: &Map<String, Value>, col: &str) -> Map<String, Value> {
 /// database (inside one read transaction, so both passes see the same
 /// rows) or the storage folder.
 enum Src {
-    Db(Connection),
+    /// The database, with each table's [`Layout`] once read.
+    Db(
+        Connection,
+        std::cell::RefCell<HashMap<String, std::rc::Rc<Layout>>>,
+    ),
     Dir(PathBuf),
 }
 
 impl std::fmt::Debug for Src {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Src::Db(_) => f.write_str("Db"),
+            Src::Db(..) => f.write_str("Db"),
             Src::Dir(d) => write!(f, "Dir({})", d.display()),
         }
     }
@@ -381,12 +372,21 @@ impl Src {
     fn read(&self, name: &str, at: &At, raw: bool) -> Result<Rec> {
         let changed = || changed(name, at);
         match self {
-            Src::Db(db) => {
+            Src::Db(db, _) => {
                 let (table, id) = at.file.split_once('/').ok_or_else(changed)?;
-                if !["project", "session", "message", "part"].contains(&table) {
+                if !TABLES.contains(&table) {
                     return Err(changed());
                 }
-                let rec = fetch(db, name, table, id, raw)?.ok_or_else(changed)?;
+                let rec = if raw {
+                    let (got, text) = self.text(name, table, id, None)?.ok_or_else(changed)?;
+                    Rec {
+                        at: got,
+                        raw: text.into_string(),
+                        value: Map::new(),
+                    }
+                } else {
+                    fetch(db, name, table, id)?.ok_or_else(changed)?
+                };
                 if rec.at != *at {
                     return Err(changed());
                 }
@@ -404,30 +404,62 @@ impl Src {
 }
 
 impl Src {
-    /// A record for `extra.records`: `{file, line, raw}`, or, with
+    /// A row's text ([`row_text`]), its table's layout read once.
+    fn text(
+        &self,
+        name: &str,
+        table: &str,
+        id: &str,
+        hash_from: Option<usize>,
+    ) -> Result<Option<(At, Text)>> {
+        let Src::Db(db, layouts) = self else {
+            return Ok(None);
+        };
+        let sql = |e: rusqlite::Error| sql_error(name, e);
+        let known = layouts.borrow().get(table).cloned();
+        let layout = match known {
+            Some(l) => l,
+            None => {
+                let l = std::rc::Rc::new(Layout::of(db, table).map_err(sql)?);
+                layouts.borrow_mut().insert(table.to_owned(), l.clone());
+                l
+            }
+        };
+        row_text(db, &layout, table, id, hash_from).map_err(sql)
+    }
+
+    /// A record for `extra.records` (read once): `{file, line, raw}`, or, with
     /// `defer` and a row of [`crate::ledger::DETACHED_FROM`] bytes or
     /// more, what the ledger's detaching makes of it (`{file, line, blob:
     /// its SHA-256, bytes}`) with `true`: its text is stored after its
     /// node ([`Rows::store_deferred`]), never beside the message's text.
     fn record(&self, name: &str, at: &At, defer: bool) -> Result<(Value, bool)> {
-        if let (true, Src::Db(db)) = (defer, self)
+        if let Src::Db(..) = self
             && let Some((table, id)) = at.file.split_once('/')
             && TABLES.contains(&table)
         {
-            let got = row_text(db, table, id, Some(crate::ledger::DETACHED_FROM))
-                .map_err(|e| sql_error(name, e))?;
-            if let Some((got_at, Text::Hashed(h, len))) = got {
-                if got_at != *at {
-                    return Err(changed(name, at));
+            let hash_from = defer.then_some(crate::ledger::DETACHED_FROM);
+            let got = self.text(name, table, id, hash_from)?;
+            let Some((got_at, text)) = got.filter(|(got_at, _)| got_at == at) else {
+                return Err(changed(name, at));
+            };
+            let rec = match text {
+                Text::Hashed(h, len) => {
+                    let hash = hex::encode(sha2::Digest::finalize(h));
+                    let mut m = Map::new();
+                    m.insert("file".into(), Value::String(at.file.to_string()));
+                    m.insert("line".into(), json!(at.version));
+                    m.insert("blob".into(), json!(hash));
+                    m.insert("bytes".into(), json!(len));
+                    return Ok((Value::Object(m), true));
                 }
-                let hash = hex::encode(sha2::Digest::finalize(h));
-                let mut m = Map::new();
-                m.insert("file".into(), Value::String(at.file.to_string()));
-                m.insert("line".into(), json!(at.version));
-                m.insert("blob".into(), json!(hash));
-                m.insert("bytes".into(), json!(len));
-                return Ok((Value::Object(m), true));
-            }
+                kept => Rec {
+                    at: got_at,
+                    raw: kept.into_string(),
+                    value: Map::new(),
+                },
+            };
+            return Ok((rec.into_value(), false));
         }
         Ok((self.read(name, at, true)?.into_value(), false))
     }
@@ -445,14 +477,10 @@ fn changed(name: &str, at: &At) -> Error {
     )
 }
 
-/// A row of `table` by its id ([`Cells::read`]; its text, when `raw`,
-/// by [`fetch_raw`]), `None` when there is none.
-fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Result<Option<Rec>> {
-    let sql = |e: rusqlite::Error| sql_error(name, e);
-    if raw {
-        return fetch_raw(db, table, id).map_err(sql);
-    }
-    fetch_data(db, table, id).map_err(sql)
+/// A `message` or `part` row by its id, its `data` parsed
+/// ([`fetch_data`]), `None` when there is none.
+fn fetch(db: &Connection, name: &str, table: &str, id: &str) -> Result<Option<Rec>> {
+    fetch_data(db, table, id).map_err(|e| sql_error(name, e))
 }
 
 /// A `message` or `part` row's identity and its `data` parsed, a long
@@ -537,75 +565,90 @@ fn parse_huge(raw: String) -> Option<Value> {
 /// text is written from it a chunk at a time ([`fetch_raw`]).
 const STREAMED: i64 = 64 * 1024;
 
+/// How a table's rows are written as text: its columns, in the order a
+/// [`Map`] of them iterates, each name as a JSON string, and the query
+/// that reads a row by id giving, per column, its length in bytes (read
+/// without loading it) and its value when short.
+struct Layout {
+    names: Vec<String>,
+    order: Vec<usize>,
+    keys: Vec<String>,
+    sql: String,
+}
+
+impl Layout {
+    fn of(db: &Connection, table: &str) -> rusqlite::Result<Layout> {
+        let names: Vec<String> = db
+            .prepare(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))?
+            .column_names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        // Column indexes in the order a `Map` of the columns iterates.
+        let keys: Map<String, Value> = names.iter().map(|n| (n.clone(), Value::Null)).collect();
+        let order = keys
+            .keys()
+            .filter_map(|k| names.iter().position(|n| n == k))
+            .collect();
+        let keys = names
+            .iter()
+            .map(|n| serde_json::to_string(n).unwrap_or_default())
+            .collect();
+        let cols: Vec<String> = names
+            .iter()
+            .map(|c| {
+                let q = format!("\"{}\"", c.replace('"', "\"\""));
+                format!("octet_length({q}), CASE WHEN octet_length({q}) > {STREAMED} THEN NULL ELSE {q} END")
+            })
+            .collect();
+        let sql = format!(
+            "SELECT rowid, {} FROM \"{table}\" WHERE id = ?1",
+            cols.join(", ")
+        );
+        Ok(Layout {
+            names,
+            order,
+            keys,
+            sql,
+        })
+    }
+}
+
 /// A row's text (its record: the JSON object of its columns, as
 /// `Value::Object(row_map(..)).to_string()` writes it) with its identity,
 /// a cell longer than [`STREAMED`] read with SQLite's incremental blob
 /// I/O and escaped into the text a chunk at a time, so the only whole
 /// copy of a large cell is the text itself (a plain `SELECT` would
-/// materialize the cell beside it).
-fn fetch_raw(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<Rec>> {
-    Ok(row_text(db, table, id, None)?.map(|(at, t)| Rec {
-        at,
-        raw: match t {
-            Text::Kept(raw) => raw,
-            Text::Hashed(..) => String::new(),
-        },
-        value: Map::new(),
-    }))
-}
-
-/// [`fetch_raw`]'s text, or, for a row of `hash_from` bytes or more, its
-/// SHA-256 and length only (the text never whole in memory).
+/// materialize the cell beside it). With `hash_from`, a row of that many
+/// bytes or more is only hashed and counted as it is written (the text
+/// never whole in memory).
 fn row_text(
     db: &Connection,
+    layout: &Layout,
     table: &str,
     id: &str,
     hash_from: Option<usize>,
 ) -> rusqlite::Result<Option<(At, Text)>> {
     use rusqlite::types::ValueRef;
-    let names: Vec<String> = db
-        .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))?
-        .column_names()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let quote = |c: &str| format!("\"{}\"", c.replace('"', "\"\""));
-    // Per column: its type, its length in bytes (read without loading it)
-    // and its value when short.
-    let cols: Vec<String> = names
-        .iter()
-        .map(|c| {
-            let q = quote(c);
-            format!(
-                "typeof({q}), octet_length({q}), CASE WHEN octet_length({q}) > {STREAMED} THEN NULL ELSE {q} END"
-            )
-        })
-        .collect();
-    let mut st = db.prepare_cached(&format!(
-        "SELECT rowid, {} FROM \"{table}\" WHERE id = ?1",
-        cols.join(", ")
-    ))?;
+    use std::io::Write as _;
+    let names = &layout.names;
+    let mut st = db.prepare_cached(&layout.sql)?;
     let mut rows = st.query([id])?;
     let Some(r) = rows.next()? else {
         return Ok(None);
     };
-    let cells = Cells::new(&names);
     let rowid: i64 = r.get(0)?;
     let mut size = 2usize;
-    let mut version = 0;
+    let (mut version, mut id_text) = (0, String::new());
     for (i, n) in names.iter().enumerate() {
-        let len: Option<i64> = r.get(2 + 3 * i)?;
+        let len: Option<i64> = r.get(1 + 2 * i)?;
         size += n.len() + 4 + usize::try_from(len.unwrap_or(4)).unwrap_or(0);
-        if n == "time_updated"
-            && let ValueRef::Integer(v) = r.get_ref(3 + 3 * i)?
-        {
-            version = u64::try_from(v).unwrap_or(0);
+        match (n.as_str(), r.get_ref(2 + 2 * i)?) {
+            ("time_updated", ValueRef::Integer(v)) => version = u64::try_from(v).unwrap_or(0),
+            ("id", ValueRef::Text(t)) => id_text = String::from_utf8_lossy(t).into_owned(),
+            _ => {}
         }
     }
-    let id_text = match cells.col("id").map(|i| r.get_ref(3 + 3 * i)).transpose()? {
-        Some(ValueRef::Text(t)) => String::from_utf8_lossy(t).into_owned(),
-        _ => String::new(),
-    };
     let at = At {
         file: format!("{table}/{id_text}").into(),
         version,
@@ -614,20 +657,27 @@ fn row_text(
     // Escaping adds a little; a few escapes more only grow the text once.
     let mut out = match hash_from {
         Some(n) if size >= n => Text::Hashed(sha2::Digest::new(), 0),
-        _ => Text::Kept(String::with_capacity(size + size / 64)),
+        _ => Text::Kept(Vec::with_capacity(size + size / 64)),
     };
     out.push('{');
-    for (k, &i) in cells.order.iter().enumerate() {
+    for (k, &i) in layout.order.iter().enumerate() {
         if k > 0 {
             out.push(',');
         }
-        out.push_str(&serde_json::to_string(&names[i]).map_err(json)?);
+        out.push_str(&layout.keys[i]);
         out.push(':');
-        let ty: String = r.get(1 + 3 * i)?;
-        let len: Option<i64> = r.get(2 + 3 * i)?;
-        if len.is_some_and(|l| l > STREAMED) && (ty == "text" || ty == "blob") {
+        let len: Option<i64> = r.get(1 + 2 * i)?;
+        let long = len.is_some_and(|l| l > STREAMED);
+        if long {
+            // A text or a blob (a number is never that long).
+            let text = db
+                .prepare_cached(&format!(
+                    "SELECT typeof(\"{}\") = 'text' FROM \"{table}\" WHERE rowid = ?1",
+                    names[i].replace('"', "\"\"")
+                ))?
+                .query_row([rowid], |r| r.get::<_, bool>(0))?;
             let blob = db.blob_open(rusqlite::MAIN_DB, table, names[i].as_str(), rowid, true)?;
-            if ty == "text" {
+            if text {
                 stream_text(&blob, &mut out).map_err(json)?;
             } else {
                 out.push_str("{\"$blob\":\"");
@@ -645,17 +695,23 @@ fn row_text(
             }
             continue;
         }
-        match r.get_ref(3 + 3 * i)? {
+        match r.get_ref(2 + 2 * i)? {
             ValueRef::Null => out.push_str("null"),
-            ValueRef::Integer(x) => out.push_str(&x.to_string()),
-            ValueRef::Real(f) => out.push_str(&json!(f).to_string()),
-            ValueRef::Text(t) => {
-                out.push_str(&serde_json::to_string(&String::from_utf8_lossy(t)).map_err(json)?);
+            ValueRef::Integer(x) => {
+                let _ = write!(out, "{x}");
             }
-            ValueRef::Blob(b) => out.push_str(
-                &json!({"$blob": b.iter().map(|x| format!("{x:02x}")).collect::<String>()})
-                    .to_string(),
-            ),
+            ValueRef::Real(f) => serde_json::to_writer(&mut out, &json!(f)).map_err(json)?,
+            ValueRef::Text(t) => match std::str::from_utf8(t) {
+                Ok(t) => serde_json::to_writer(&mut out, t).map_err(json)?,
+                Err(_) => {
+                    serde_json::to_writer(&mut out, &String::from_utf8_lossy(t)).map_err(json)?
+                }
+            },
+            ValueRef::Blob(b) => {
+                out.push_str("{\"$blob\":\"");
+                out.push_str(&hex::encode(b));
+                out.push_str("\"}");
+            }
         }
     }
     out.push('}');
@@ -665,14 +721,14 @@ fn row_text(
 /// Where a row's text goes as it is written: kept, or only hashed and
 /// counted (a record stored after its node, [`Rows::store_deferred`]).
 enum Text {
-    Kept(String),
+    Kept(Vec<u8>),
     Hashed(sha2::Sha256, usize),
 }
 
 impl Text {
     fn push_str(&mut self, s: &str) {
         match self {
-            Text::Kept(t) => t.push_str(s),
+            Text::Kept(t) => t.extend_from_slice(s.as_bytes()),
             Text::Hashed(h, n) => {
                 sha2::Digest::update(h, s.as_bytes());
                 *n += s.len();
@@ -682,6 +738,32 @@ impl Text {
 
     fn push(&mut self, c: char) {
         self.push_str(c.encode_utf8(&mut [0; 4]));
+    }
+
+    /// The text kept (what was written is UTF-8: JSON of strings).
+    fn into_string(self) -> String {
+        match self {
+            Text::Kept(v) => String::from_utf8(v)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            Text::Hashed(..) => String::new(),
+        }
+    }
+}
+
+impl std::io::Write for Text {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Text::Kept(t) => t.extend_from_slice(b),
+            Text::Hashed(h, n) => {
+                sha2::Digest::update(h, b);
+                *n += b.len();
+            }
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -780,7 +862,7 @@ pub fn open(path: &Path) -> Result<Opened> {
         // Both passes read one snapshot of the database.
         db.execute_batch("BEGIN").map_err(|e| sql_error(&name, e))?;
         let sessions = index_db(&name, &db)?;
-        (Src::Db(db), sessions)
+        (Src::Db(db, Default::default()), sessions)
     };
     Ok(Opened {
         name,
@@ -830,7 +912,8 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
                 revert: s(&revert, "messageID"),
                 meta,
                 recs,
-                msgs: Vec::new(),
+                msgs: Default::default(),
+                titled: false,
             });
         }
     }
@@ -871,16 +954,16 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
         let Some(&si) = session.and_then(|x| index.get(&x)) else {
             continue;
         };
-        let Some(rec) = fetch(db, file, "message", &id, false)? else {
+        let Some(rec) = fetch(db, file, "message", &id)? else {
             continue;
         };
         let mut parts = Vec::with_capacity(part_ids.len());
         for pid in part_ids {
-            if let Some(rec) = fetch(db, file, "part", &pid, false)? {
+            if let Some(rec) = fetch(db, file, "part", &pid)? {
                 parts.push(Part { id: pid, rec });
             }
         }
-        sessions[si].msgs.push(Lite::of(Msg { id, rec, parts }));
+        sessions[si].push(Lite::of(Msg { id, rec, parts }));
     }
     Ok(sessions)
 }
@@ -1016,7 +1099,8 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
                 .map(str::to_owned),
             meta,
             recs,
-            msgs: Vec::new(),
+            msgs: Default::default(),
+            titled: false,
         });
     }
     // Messages (small: their parts are files of their own) first, to
@@ -1050,7 +1134,7 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
         }
         parts.sort_by(|a, b| a.id.cmp(&b.id));
         let msg = Msg { id, rec, parts };
-        sessions[si].msgs.push(Lite::of(msg));
+        sessions[si].push(Lite::of(msg));
     }
     Ok(sessions)
 }
@@ -1281,10 +1365,13 @@ struct Builder<'a> {
     in_child: Vec<bool>,
     /// Per message: the opencode message it says (an index into `owners`).
     own: Vec<Option<usize>>,
-    /// Per message: the records it carries.
-    carried: Vec<Vec<At>>,
-    /// The opencode messages said: where each is, with its parts.
-    owners: Vec<(At, Vec<At>)>,
+    /// Every record's identity, once, in the order the messages carry them.
+    recs: Vec<At>,
+    /// Per message: the records it carries (a span of `recs`).
+    carried: Vec<(u32, u32)>,
+    /// The opencode messages said: each one's span of `recs` (the message,
+    /// then its parts).
+    owners: Vec<(u32, u32)>,
     /// The title of the first user message.
     title: Option<Option<String>>,
     warnings: Vec<String>,
@@ -1302,37 +1389,41 @@ impl<'a> Builder<'a> {
     ) -> Option<usize> {
         let mut prev = anchor;
         let mut live = None;
-        let mut carry: Vec<At> = s.recs.clone();
+        // The records not carried yet: `recs[carry..]`.
+        let mut carry = self.recs.len() as u32;
+        self.recs.extend(s.recs.iter().cloned());
         let mut tasks: HashMap<String, usize> = HashMap::new();
         // (message index, created) of this session's messages, for a child
         // whose task call is gone.
         let mut times: Vec<(usize, i64)> = Vec::new();
-        for m in &s.msgs {
+        for m in s.msgs.take() {
             if m.pending {
                 self.warnings.push(format!(
                     "{}: message {} of session {} is still being written; left for the next import",
-                    self.file, m.id, s.id
+                    self.file,
+                    m.at.id(),
+                    s.id
                 ));
                 continue;
             }
-            if s.revert.as_deref() == Some(m.id.as_str()) && live.is_none() {
+            if live.is_none() && s.revert.as_deref() == Some(m.at.id().as_str()) {
                 live = Some(prev);
             }
-            let (parts, subs) = (m.parts.take(), m.subs.take());
-            carry.push(m.at.clone());
-            carry.extend(parts.iter().cloned());
-            if subs.is_empty() {
+            let start = self.recs.len() as u32;
+            self.recs.push(m.at);
+            self.recs.extend(m.parts);
+            let end = self.recs.len() as u32;
+            if m.subs.is_empty() {
                 continue;
             }
             let owner = self.owners.len();
-            self.owners.push((m.at.clone(), parts));
-            for (k, mut msg) in subs.into_iter().enumerate() {
+            self.owners.push((start, end));
+            for (k, mut msg) in m.subs.into_iter().enumerate() {
                 msg.parent = prev;
-                self.carried.push(if k == 0 {
-                    std::mem::take(&mut carry)
-                } else {
-                    Vec::new()
-                });
+                self.carried.push((carry, end));
+                if k == 0 {
+                    carry = end;
+                }
                 if let Some(Value::String(sid)) = msg.extra.get("session") {
                     tasks.insert(sid.clone(), self.messages.len());
                 }
@@ -1348,9 +1439,11 @@ impl<'a> Builder<'a> {
                 prev = Some(self.messages.len() - 1);
             }
         }
-        if !carry.is_empty() {
+        let end = self.recs.len() as u32;
+        if carry < end {
             match prev.filter(|p| Some(*p) != anchor) {
-                Some(last) => self.carried[last].extend(carry),
+                // Its span ends where the records not carried start.
+                Some(last) => self.carried[last].1 = end,
                 None => {
                     let mut m = Message::new(Role::System, "opencode", "");
                     m.time = s.created;
@@ -1359,7 +1452,7 @@ impl<'a> Builder<'a> {
                     m.extra.insert("holder".into(), json!(true));
                     self.messages.push(m);
                     self.own.push(None);
-                    self.carried.push(carry);
+                    self.carried.push((carry, end));
                     self.in_child.push(child);
                     prev = Some(self.messages.len() - 1);
                 }
@@ -1413,6 +1506,7 @@ impl Opened {
                 messages: Vec::new(),
                 in_child: Vec::new(),
                 own: Vec::new(),
+                recs: Vec::new(),
                 carried: Vec::new(),
                 owners: Vec::new(),
                 title: None,
@@ -1424,11 +1518,13 @@ impl Opened {
                 mut messages,
                 in_child,
                 own,
+                mut recs,
                 carried,
                 owners,
                 title: first_title,
                 ..
             } = b;
+            recs.shrink_to_fit();
             if messages.is_empty() {
                 continue;
             }
@@ -1464,6 +1560,7 @@ impl Opened {
             let rows = Rows {
                 name: &self.name,
                 src: &self.src,
+                recs,
                 owners,
                 own,
                 carried,
@@ -1498,9 +1595,13 @@ impl Opened {
 pub struct Rows<'a> {
     name: &'a str,
     src: &'a Src,
-    owners: Vec<(At, Vec<At>)>,
+    /// Every record's identity, once; `owners` and `carried` are spans of it.
+    recs: Vec<At>,
+    /// Per opencode message: the span of the message and its parts.
+    owners: Vec<(u32, u32)>,
     own: Vec<Option<usize>>,
-    carried: Vec<Vec<At>>,
+    /// Per message: the span of the records it carries.
+    carried: Vec<(u32, u32)>,
     cache: Option<(usize, Vec<Message>)>,
     /// The error of the last load that failed (a row changed meanwhile),
     /// kept whole: the store sees only its message.
@@ -1521,7 +1622,11 @@ impl Rows<'_> {
         if let Some(o) = self.own[i] {
             if self.cache.as_ref().map(|c| c.0) != Some(o) {
                 self.cache = None;
-                let (at, parts) = &self.owners[o];
+                let (a, b) = self.owners[o];
+                let (at, parts) = (
+                    &self.recs[a as usize],
+                    &self.recs[a as usize + 1..b as usize],
+                );
                 let rec = self.src.read(self.name, at, false)?;
                 let mut ps = Vec::with_capacity(parts.len());
                 for p in parts {
@@ -1545,8 +1650,9 @@ impl Rows<'_> {
                 m.extra.extend(std::mem::take(&mut got.extra));
             }
         }
-        let mut recs = Vec::with_capacity(self.carried[i].len());
-        for at in &self.carried[i] {
+        let (a, b) = self.carried[i];
+        let mut recs = Vec::with_capacity((b - a) as usize);
+        for at in &self.recs[a as usize..b as usize] {
             let (rec, deferred) = self.src.record(self.name, at, self.defer)?;
             if deferred {
                 self.deferred.push(at.clone());
@@ -1569,7 +1675,8 @@ impl crate::ledger::Loader for Rows<'_> {
     }
 
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
-        self.carried[i]
+        let (a, b) = self.carried[i];
+        self.recs[a as usize..b as usize]
             .iter()
             .map(|at| (at.file.to_string(), at.version))
             .collect()
@@ -2122,17 +2229,35 @@ mod tests {
                 })
                 .unwrap()
             };
-            let got = fetch_raw(&db, "part", id).unwrap().unwrap();
-            assert_eq!(got.raw, whole, "{id}");
+            let layout = Layout::of(&db, "part").unwrap();
+            let (at, text) = row_text(&db, &layout, "part", id, None).unwrap().unwrap();
+            assert_eq!(text.into_string(), whole, "{id}");
             assert_eq!(
-                got.at,
+                at,
                 At {
                     file: format!("part/{id}").into(),
                     version: 7
                 }
             );
+            // Only hashed: the text's SHA-256 and length.
+            let (_, hashed) = row_text(&db, &layout, "part", id, Some(1))
+                .unwrap()
+                .unwrap();
+            let Text::Hashed(h, n) = hashed else {
+                panic!("not hashed")
+            };
+            assert_eq!(n, whole.len());
+            assert_eq!(
+                hex::encode(sha2::Digest::finalize(h)),
+                convo_core::sha256(whole.as_bytes()).to_hex()
+            );
         }
-        assert!(fetch_raw(&db, "part", "prt_none").unwrap().is_none());
+        let layout = Layout::of(&db, "part").unwrap();
+        assert!(
+            row_text(&db, &layout, "part", "prt_none", None)
+                .unwrap()
+                .is_none()
+        );
     }
 
     /// A long `data` parsed with its text made in place is the `data`
