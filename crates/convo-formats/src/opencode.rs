@@ -257,7 +257,11 @@ impl Lite {
                         title = Some(records::title_of(&x.text));
                     }
                     x.text = String::new();
-                    x.extra.retain(|k, _| k == "session");
+                    // A new map: an emptied one keeps its node allocated.
+                    x.extra = std::mem::take(&mut x.extra)
+                        .remove("session")
+                        .map(|v| Map::from_iter([("session".to_owned(), v)]))
+                        .unwrap_or_default();
                     x
                 })
                 .collect()
