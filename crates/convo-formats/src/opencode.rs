@@ -585,7 +585,6 @@ impl Layout {
         let names: Vec<String> = db
             .prepare(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))?
             .column_names()
-            .into_iter()
             .map(str::to_owned)
             .collect();
         // Column indexes in the order a `Map` of the columns iterates.
@@ -2182,6 +2181,7 @@ pub fn storage_files(records: &[(String, u64, String)]) -> Vec<(String, Vec<u8>)
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -2215,7 +2215,7 @@ mod tests {
         for id in ["prt_a", "prt_b"] {
             let whole = {
                 let mut st = db.prepare("SELECT * FROM part WHERE id = ?1").unwrap();
-                let names: Vec<String> = st.column_names().into_iter().map(str::to_owned).collect();
+                let names: Vec<String> = st.column_names().map(str::to_owned).collect();
                 // As the columns read whole were written (text not UTF-8
                 // made lossy).
                 st.query_row([id], |r| {
