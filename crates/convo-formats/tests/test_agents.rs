@@ -885,6 +885,20 @@ fn opencode_json_storage_comes_back_byte_for_byte() {
         }
     }
     assert_eq!(on_disk, all, "every file of the storage is kept");
+    // Its branches are not written as new sessions (opencode 1.2 and
+    // later read the database only): a clear refusal.
+    let paths: Vec<String> = files.iter().map(|(rel, _)| rel.clone()).collect();
+    let e = convo_formats::opencode::fork(
+        &session_records(&mut s, &o1.id()).unwrap(),
+        &paths,
+        "alt-1",
+        &[],
+        0,
+        "seed",
+    )
+    .unwrap_err();
+    assert_eq!(e.rule, "unsupported", "{e}");
+    assert!(e.render().contains("JSON storage"), "{e}");
 
     // The next prompt deleted the reverted messages' files: the archive
     // keeps them, main goes on from the revert.
