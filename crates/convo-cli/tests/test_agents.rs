@@ -1496,6 +1496,64 @@ fn opencode_database_imports_and_a_deleted_session_is_restored() {
     assert_eq!(again["updated"][0]["id"], session.as_str(), "{again}");
     let again = t.run(&["import", data.to_str().unwrap(), "--json"]).json();
     assert_eq!(again["unchanged"], 1, "{again}");
+
+    // Fork after the first answer, say something else there, write the
+    // branch into opencode's database as a new session and continue it.
+    t.run(&[
+        "session", "fork", &session, "--from", "main@1", "--branch", "other",
+    ])
+    .ok();
+    t.run(&[
+        "say",
+        &session,
+        "--branch",
+        "other",
+        "--user",
+        "a different follow-up",
+        "--agent",
+        "a reply made in convo",
+    ])
+    .ok();
+    let new_id = ok(
+        t.cmd()
+            .env("XDG_DATA_HOME", home.join(".local/share"))
+            .args([
+                "export", &session, "--branch", "other", "--format", "opencode", "--place",
+            ])
+            .output()
+            .unwrap(),
+        "convo export --place",
+    )
+    .trim()
+    .to_owned();
+    assert!(new_id.starts_with("ses_") && new_id != oc_id, "{new_id}");
+    let calls = up.calls.lock().unwrap().len();
+    ok(
+        run(&["run", "--session", &new_id, "after the fork"]),
+        "opencode run --session fork",
+    );
+    let end = up.calls.lock().unwrap().len();
+    let body = (calls..end)
+        .map(|i| sent(&up, i))
+        .find(|s| s.contains("after the fork"))
+        .expect("the fork's turn reached the model");
+    assert!(body.contains("hello opencode"), "{body}");
+    assert!(
+        body.contains("a different follow-up") && body.contains("a reply made in convo"),
+        "{body}"
+    );
+    assert!(
+        !body.contains("now run ls") && !body.contains("and again"),
+        "the abandoned turns: {body}"
+    );
+    // opencode lists it as a session titled as a fork.
+    let db = rusqlite::Connection::open(&db_path).unwrap();
+    let title: String = db
+        .query_row("SELECT title FROM session WHERE id = ?1", [&new_id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert!(title.ends_with("(fork: other)"), "{title}");
 }
 
 /// `convo proxy` on port 0 in `t`'s home, with `args` after its listen flags.

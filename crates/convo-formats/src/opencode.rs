@@ -203,9 +203,14 @@ struct Rec {
 }
 
 impl Rec {
-    /// `{file, line, raw}` for `extra.records`.
+    /// `{file, line, raw}` for `extra.records`, its text moved (`json!`
+    /// would copy it).
     fn into_value(self) -> Value {
-        json!({"file": self.at.file, "line": self.at.version, "raw": self.raw})
+        let mut m = Map::new();
+        m.insert("file".into(), Value::String(self.at.file.into()));
+        m.insert("line".into(), json!(self.at.version));
+        m.insert("raw".into(), Value::String(self.raw));
+        Value::Object(m)
     }
 }
 
@@ -224,51 +229,49 @@ struct Msg {
     parts: Vec<Part>,
 }
 
-/// What the first pass keeps of a message: where it and its parts are,
-/// the messages it says without their text, whether it is still being
-/// written.
+/// What the first pass keeps of a message until its session's skeleton
+/// is built (then it is moved into the skeleton and dropped): where it
+/// and its parts are, the messages it says without their text, whether
+/// it is still being written.
 #[derive(Debug)]
 struct Lite {
-    id: String,
     at: At,
-    /// Its parts, and the messages it says: taken (moved, not copied)
-    /// when its session's skeleton is built.
-    parts: std::cell::RefCell<Vec<At>>,
-    subs: std::cell::RefCell<Vec<Message>>,
+    parts: Vec<At>,
+    subs: Vec<Message>,
     pending: bool,
-    /// A title from its first user message's words.
+    /// A title from its user message's words (its session's first only).
     title: Option<String>,
 }
 
 impl Lite {
-    fn of(m: Msg) -> Lite {
+    fn of(mut m: Msg) -> Lite {
         let pending = in_progress(&m);
         let mut title = None;
-        let subs = if pending {
+        let mut subs: Vec<Message> = if pending {
             Vec::new()
         } else {
-            messages_of(&m)
+            messages_of(&mut m)
                 .into_iter()
                 .map(|mut x| {
                     if x.role == Role::User && title.is_none() {
                         title = Some(records::title_of(&x.text));
                     }
                     x.text = String::new();
-                    x.extra.retain(|k, _| k == "session");
+                    // A new map: an emptied one keeps its node allocated.
+                    x.extra = std::mem::take(&mut x.extra)
+                        .remove("session")
+                        .map(|v| Map::from_iter([("session".to_owned(), v)]))
+                        .unwrap_or_default();
                     x
                 })
                 .collect()
         };
+        // Held for every message of the database: no room to spare.
+        subs.shrink_to_fit();
         Lite {
-            id: m.id,
             at: m.rec.at,
-            parts: m
-                .parts
-                .into_iter()
-                .map(|p| p.rec.at)
-                .collect::<Vec<_>>()
-                .into(),
-            subs: subs.into(),
+            parts: m.parts.into_iter().map(|p| p.rec.at).collect(),
+            subs,
             pending,
             title: title.flatten(),
         }
@@ -284,7 +287,22 @@ struct Sess {
     revert: Option<String>,
     meta: Map<String, Value>,
     recs: Vec<At>,
-    msgs: Vec<Lite>,
+    /// Taken (moved, not copied) when the skeleton is built.
+    msgs: std::cell::RefCell<Vec<Lite>>,
+    /// Whether one of `msgs` has its title (the first user message's).
+    titled: bool,
+}
+
+impl Sess {
+    /// Adds a message of the first pass, the title kept for the first
+    /// user message only.
+    fn push(&mut self, mut m: Lite) {
+        if self.titled {
+            m.title = None;
+        }
+        self.titled |= m.title.is_some();
+        self.msgs.get_mut().push(m);
+    }
 }
 
 fn sql_to_json(v: Sql) -> Value {
@@ -304,103 +322,6 @@ fn row_map(r: &rusqlite::Row<'_>, names: &[String]) -> rusqlite::Result<Map<Stri
         m.insert(n.clone(), sql_to_json(r.get::<_, Sql>(i)?));
     }
     Ok(m)
-}
-
-/// A row of `message` or `part` read in place, its columns not copied out
-/// of SQLite first: its identity, the ids it names, its `data` parsed
-/// (unless `raw`) and, when `raw`, its text (the JSON object of its
-/// columns, as `Value::Object(row_map(..)).to_string()` writes it).
-struct Cells<'a> {
-    names: &'a [String],
-    /// Column indexes in the order a [`Map`] of the columns iterates.
-    order: Vec<usize>,
-}
-
-impl<'a> Cells<'a> {
-    fn new(names: &'a [String]) -> Self {
-        let keys: Map<String, Value> = names.iter().map(|n| (n.clone(), Value::Null)).collect();
-        let order = keys
-            .keys()
-            .filter_map(|k| names.iter().position(|n| n == k))
-            .collect();
-        Cells { names, order }
-    }
-
-    fn col(&self, name: &str) -> Option<usize> {
-        self.names.iter().position(|n| n == name)
-    }
-
-    fn text(&self, r: &rusqlite::Row<'_>, name: &str) -> Option<String> {
-        match r.get_ref(self.col(name)?).ok()? {
-            rusqlite::types::ValueRef::Text(t) => Some(String::from_utf8_lossy(t).into_owned()),
-            _ => None,
-        }
-    }
-
-    fn read(&self, table: &str, r: &rusqlite::Row<'_>, raw: bool) -> rusqlite::Result<Rec> {
-        use rusqlite::types::ValueRef;
-        let version = self
-            .col("time_updated")
-            .and_then(|i| r.get_ref(i).ok())
-            .and_then(|v| match v {
-                ValueRef::Integer(i) => u64::try_from(i).ok(),
-                _ => None,
-            })
-            .unwrap_or(0);
-        let at = At {
-            file: format!("{table}/{}", self.text(r, "id").unwrap_or_default()).into(),
-            version,
-        };
-        if raw {
-            let text = serde_json::to_string(&Row { cells: self, r })
-                .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
-            return Ok(Rec {
-                at,
-                raw: text,
-                value: Map::new(),
-            });
-        }
-        let value = match self.col("data").map(|i| r.get_ref(i)).transpose()? {
-            Some(ValueRef::Text(t)) => match serde_json::from_slice::<Value>(t) {
-                Ok(Value::Object(o)) => o,
-                _ => Map::new(),
-            },
-            _ => Map::new(),
-        };
-        Ok(Rec {
-            at,
-            raw: String::new(),
-            value,
-        })
-    }
-}
-
-/// A row serialized from SQLite's cells.
-struct Row<'a, 'r> {
-    cells: &'a Cells<'a>,
-    r: &'a rusqlite::Row<'r>,
-}
-
-impl serde::Serialize for Row<'_, '_> {
-    fn serialize<S: serde::Serializer>(&self, ser: S) -> std::result::Result<S::Ok, S::Error> {
-        use rusqlite::types::ValueRef;
-        use serde::ser::{Error as _, SerializeMap};
-        let mut m = ser.serialize_map(Some(self.cells.order.len()))?;
-        for &i in &self.cells.order {
-            let key = &self.cells.names[i];
-            match self.r.get_ref(i).map_err(S::Error::custom)? {
-                ValueRef::Null => m.serialize_entry(key, &())?,
-                ValueRef::Integer(x) => m.serialize_entry(key, &x)?,
-                ValueRef::Real(f) => m.serialize_entry(key, &json!(f))?,
-                ValueRef::Text(t) => m.serialize_entry(key, &String::from_utf8_lossy(t))?,
-                ValueRef::Blob(b) => m.serialize_entry(
-                    key,
-                    &json!({"$blob": b.iter().map(|x| format!("{x:02x}")).collect::<String>()}),
-                )?,
-            }
-        }
-        m.end()
-    }
 }
 
 fn s(m: &Map<String, Value>, k: &str) -> Option<String> {
@@ -431,14 +352,18 @@ fn data_of(row: &Map<String, Value>, col: &str) -> Map<String, Value> {
 /// database (inside one read transaction, so both passes see the same
 /// rows) or the storage folder.
 enum Src {
-    Db(Connection),
+    /// The database, with each table's [`Layout`] once read.
+    Db(
+        Connection,
+        std::cell::RefCell<HashMap<String, std::rc::Rc<Layout>>>,
+    ),
     Dir(PathBuf),
 }
 
 impl std::fmt::Debug for Src {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Src::Db(_) => f.write_str("Db"),
+            Src::Db(..) => f.write_str("Db"),
             Src::Dir(d) => write!(f, "Dir({})", d.display()),
         }
     }
@@ -449,23 +374,23 @@ impl Src {
     /// JSON when not. A row or file changed since the first pass is the
     /// error `changed`.
     fn read(&self, name: &str, at: &At, raw: bool) -> Result<Rec> {
-        let changed = || {
-            Error::new(
-                name,
-                "changed",
-                format!(
-                    "{} changed while it was imported (opencode wrote it?); import again",
-                    at.file
-                ),
-            )
-        };
+        let changed = || changed(name, at);
         match self {
-            Src::Db(db) => {
+            Src::Db(db, _) => {
                 let (table, id) = at.file.split_once('/').ok_or_else(changed)?;
-                if !["project", "session", "message", "part"].contains(&table) {
+                if !TABLES.contains(&table) {
                     return Err(changed());
                 }
-                let rec = fetch(db, name, table, id, raw)?.ok_or_else(changed)?;
+                let rec = if raw {
+                    let (got, text) = self.text(name, table, id, None)?.ok_or_else(changed)?;
+                    Rec {
+                        at: got,
+                        raw: text.into_string(),
+                        value: Map::new(),
+                    }
+                } else {
+                    fetch(db, name, table, id)?.ok_or_else(changed)?
+                };
                 if rec.at != *at {
                     return Err(changed());
                 }
@@ -482,19 +407,423 @@ impl Src {
     }
 }
 
-/// A row of `table` by its id ([`Cells::read`]), `None` when there is none.
-fn fetch(db: &Connection, name: &str, table: &str, id: &str, raw: bool) -> Result<Option<Rec>> {
-    let sql = |e: rusqlite::Error| sql_error(name, e);
-    let mut st = db
-        .prepare_cached(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))
-        .map_err(sql)?;
-    let names: Vec<String> = st.column_names().map(str::to_owned).collect();
-    let cells = Cells::new(&names);
-    let mut rows = st.query([id]).map_err(sql)?;
-    match rows.next().map_err(sql)? {
-        Some(r) => Ok(Some(cells.read(table, r, raw).map_err(sql)?)),
-        None => Ok(None),
+impl Src {
+    /// A row's text ([`row_text`]), its table's layout read once.
+    fn text(
+        &self,
+        name: &str,
+        table: &str,
+        id: &str,
+        hash_from: Option<usize>,
+    ) -> Result<Option<(At, Text)>> {
+        let Src::Db(db, layouts) = self else {
+            return Ok(None);
+        };
+        let sql = |e: rusqlite::Error| sql_error(name, e);
+        let known = layouts.borrow().get(table).cloned();
+        let layout = match known {
+            Some(l) => l,
+            None => {
+                let l = std::rc::Rc::new(Layout::of(db, table).map_err(sql)?);
+                layouts.borrow_mut().insert(table.to_owned(), l.clone());
+                l
+            }
+        };
+        row_text(db, &layout, table, id, hash_from).map_err(sql)
     }
+
+    /// A record for `extra.records` (read once): `{file, line, raw}`, or, with
+    /// `defer` and a row of [`crate::ledger::DETACHED_FROM`] bytes or
+    /// more, what the ledger's detaching makes of it (`{file, line, blob:
+    /// its SHA-256, bytes}`) with `true`: its text is stored after its
+    /// node ([`Rows::store_deferred`]), never beside the message's text.
+    fn record(&self, name: &str, at: &At, defer: bool) -> Result<(Value, bool)> {
+        if let Src::Db(..) = self
+            && let Some((table, id)) = at.file.split_once('/')
+            && TABLES.contains(&table)
+        {
+            let hash_from = defer.then_some(crate::ledger::DETACHED_FROM);
+            let got = self.text(name, table, id, hash_from)?;
+            let Some((got_at, text)) = got.filter(|(got_at, _)| got_at == at) else {
+                return Err(changed(name, at));
+            };
+            let rec = match text {
+                Text::Hashed(h, len) => {
+                    let hash = hex::encode(sha2::Digest::finalize(h));
+                    let mut m = Map::new();
+                    m.insert("file".into(), Value::String(at.file.to_string()));
+                    m.insert("line".into(), json!(at.version));
+                    m.insert("blob".into(), json!(hash));
+                    m.insert("bytes".into(), json!(len));
+                    return Ok((Value::Object(m), true));
+                }
+                kept => Rec {
+                    at: got_at,
+                    raw: kept.into_string(),
+                    value: Map::new(),
+                },
+            };
+            return Ok((rec.into_value(), false));
+        }
+        Ok((self.read(name, at, true)?.into_value(), false))
+    }
+}
+
+/// The error of a record changed since the first pass.
+fn changed(name: &str, at: &At) -> Error {
+    Error::new(
+        name,
+        "changed",
+        format!(
+            "{} changed while it was imported (opencode wrote it?); import again",
+            at.file
+        ),
+    )
+}
+
+/// A `message` or `part` row by its id, its `data` parsed
+/// ([`fetch_data`]), `None` when there is none.
+fn fetch(db: &Connection, name: &str, table: &str, id: &str) -> Result<Option<Rec>> {
+    fetch_data(db, table, id).map_err(|e| sql_error(name, e))
+}
+
+/// A `message` or `part` row's identity and its `data` parsed, a long
+/// `data` parsed as SQLite's incremental blob I/O reads it (not copied
+/// out of SQLite whole first).
+fn fetch_data(db: &Connection, table: &str, id: &str) -> rusqlite::Result<Option<Rec>> {
+    use rusqlite::types::ValueRef;
+    let mut st = db.prepare_cached(&format!(
+        "SELECT rowid, id, time_updated, octet_length(data), \
+         CASE WHEN octet_length(data) > {STREAMED} THEN NULL ELSE data END \
+         FROM \"{table}\" WHERE id = ?1"
+    ))?;
+    let mut rows = st.query([id])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let version = match r.get_ref(2)? {
+        ValueRef::Integer(i) => u64::try_from(i).unwrap_or(0),
+        _ => 0,
+    };
+    let at = At {
+        file: format!(
+            "{table}/{}",
+            r.get::<_, Option<String>>(1)?.unwrap_or_default()
+        )
+        .into(),
+        version,
+    };
+    let parsed = match (r.get::<_, Option<i64>>(3)?, r.get_ref(4)?) {
+        (_, ValueRef::Text(t)) => serde_json::from_slice::<Value>(t).ok(),
+        (Some(n), ValueRef::Null) if n > STREAMED => {
+            let blob = db.blob_open(rusqlite::MAIN_DB, table, "data", r.get(0)?, true)?;
+            let mut bytes = vec![0u8; blob.len()];
+            blob.read_at_exact(&mut bytes, 0)?;
+            String::from_utf8(bytes).ok().and_then(parse_huge)
+        }
+        _ => None,
+    };
+    let value = match parsed {
+        Some(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    Ok(Some(Rec {
+        at,
+        raw: String::new(),
+        value,
+    }))
+}
+
+/// A long `data` parsed with its longest string (a part's text, a tool's
+/// output), when that is most of it, made in place from its bytes
+/// ([`records::huge_string`]), so the cell is in memory once, not beside
+/// its parse.
+fn parse_huge(raw: String) -> Option<Value> {
+    const MARK: &str = "\u{0}convo:the-huge-string\u{0}";
+    fn find(v: &mut Value) -> Option<&mut Value> {
+        match v {
+            Value::String(t) if t == MARK => Some(v),
+            Value::Object(o) => o.values_mut().find_map(find),
+            Value::Array(a) => a.iter_mut().find_map(find),
+            _ => None,
+        }
+    }
+    let Some((a, b, esc)) = records::huge_string(&raw) else {
+        return serde_json::from_str(&raw).ok();
+    };
+    let mut value: Value = serde_json::from_str(&records::slim(&raw, (a, b), MARK)).ok()?;
+    let Some(slot) = find(&mut value) else {
+        return serde_json::from_str(&raw).ok();
+    };
+    let mut text = raw;
+    text.truncate(b - 1);
+    text.drain(..a + 1);
+    if esc && !records::unescape_in_place(&mut text) {
+        return None;
+    }
+    *slot = Value::String(text);
+    Some(value)
+}
+
+/// A cell longer than this is not copied out of SQLite whole: its row's
+/// text is written from it a chunk at a time ([`fetch_raw`]).
+const STREAMED: i64 = 64 * 1024;
+
+/// How a table's rows are written as text: its columns, in the order a
+/// [`Map`] of them iterates, each name as a JSON string, and the query
+/// that reads a row by id giving, per column, its length in bytes (read
+/// without loading it) and its value when short.
+struct Layout {
+    names: Vec<String>,
+    order: Vec<usize>,
+    keys: Vec<String>,
+    sql: String,
+}
+
+impl Layout {
+    fn of(db: &Connection, table: &str) -> rusqlite::Result<Layout> {
+        let names: Vec<String> = db
+            .prepare(&format!("SELECT * FROM \"{table}\" WHERE id = ?1"))?
+            .column_names()
+            .map(str::to_owned)
+            .collect();
+        // Column indexes in the order a `Map` of the columns iterates.
+        let keys: Map<String, Value> = names.iter().map(|n| (n.clone(), Value::Null)).collect();
+        let order = keys
+            .keys()
+            .filter_map(|k| names.iter().position(|n| n == k))
+            .collect();
+        let keys = names
+            .iter()
+            .map(|n| serde_json::to_string(n).unwrap_or_default())
+            .collect();
+        let cols: Vec<String> = names
+            .iter()
+            .map(|c| {
+                let q = format!("\"{}\"", c.replace('"', "\"\""));
+                format!("octet_length({q}), CASE WHEN octet_length({q}) > {STREAMED} THEN NULL ELSE {q} END")
+            })
+            .collect();
+        let sql = format!(
+            "SELECT rowid, {} FROM \"{table}\" WHERE id = ?1",
+            cols.join(", ")
+        );
+        Ok(Layout {
+            names,
+            order,
+            keys,
+            sql,
+        })
+    }
+}
+
+/// A row's text (its record: the JSON object of its columns, as
+/// `Value::Object(row_map(..)).to_string()` writes it) with its identity,
+/// a cell longer than [`STREAMED`] read with SQLite's incremental blob
+/// I/O and escaped into the text a chunk at a time, so the only whole
+/// copy of a large cell is the text itself (a plain `SELECT` would
+/// materialize the cell beside it). With `hash_from`, a row of that many
+/// bytes or more is only hashed and counted as it is written (the text
+/// never whole in memory).
+fn row_text(
+    db: &Connection,
+    layout: &Layout,
+    table: &str,
+    id: &str,
+    hash_from: Option<usize>,
+) -> rusqlite::Result<Option<(At, Text)>> {
+    use rusqlite::types::ValueRef;
+    use std::io::Write as _;
+    let names = &layout.names;
+    let mut st = db.prepare_cached(&layout.sql)?;
+    let mut rows = st.query([id])?;
+    let Some(r) = rows.next()? else {
+        return Ok(None);
+    };
+    let rowid: i64 = r.get(0)?;
+    let mut size = 2usize;
+    let (mut version, mut id_text) = (0, String::new());
+    for (i, n) in names.iter().enumerate() {
+        let len: Option<i64> = r.get(1 + 2 * i)?;
+        size += n.len() + 4 + usize::try_from(len.unwrap_or(4)).unwrap_or(0);
+        match (n.as_str(), r.get_ref(2 + 2 * i)?) {
+            ("time_updated", ValueRef::Integer(v)) => version = u64::try_from(v).unwrap_or(0),
+            ("id", ValueRef::Text(t)) => id_text = String::from_utf8_lossy(t).into_owned(),
+            _ => {}
+        }
+    }
+    let at = At {
+        file: format!("{table}/{id_text}").into(),
+        version,
+    };
+    let json = |e: serde_json::Error| rusqlite::Error::ToSqlConversionFailure(Box::new(e));
+    // Escaping adds a little; a few escapes more only grow the text once.
+    let mut out = match hash_from {
+        Some(n) if size >= n => Text::Hashed(sha2::Digest::new(), 0),
+        _ => Text::Kept(Vec::with_capacity(size + size / 64)),
+    };
+    out.push('{');
+    for (k, &i) in layout.order.iter().enumerate() {
+        if k > 0 {
+            out.push(',');
+        }
+        out.push_str(&layout.keys[i]);
+        out.push(':');
+        let len: Option<i64> = r.get(1 + 2 * i)?;
+        let long = len.is_some_and(|l| l > STREAMED);
+        if long {
+            // A text or a blob (a number is never that long).
+            let text = db
+                .prepare_cached(&format!(
+                    "SELECT typeof(\"{}\") = 'text' FROM \"{table}\" WHERE rowid = ?1",
+                    names[i].replace('"', "\"\"")
+                ))?
+                .query_row([rowid], |r| r.get::<_, bool>(0))?;
+            let blob = db.blob_open(rusqlite::MAIN_DB, table, names[i].as_str(), rowid, true)?;
+            if text {
+                stream_text(&blob, &mut out).map_err(json)?;
+            } else {
+                out.push_str("{\"$blob\":\"");
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut at = 0;
+                while at < blob.len() {
+                    let n = blob.read_at(&mut buf, at)?;
+                    if n == 0 {
+                        break;
+                    }
+                    out.push_str(&hex::encode(&buf[..n]));
+                    at += n;
+                }
+                out.push_str("\"}");
+            }
+            continue;
+        }
+        match r.get_ref(2 + 2 * i)? {
+            ValueRef::Null => out.push_str("null"),
+            ValueRef::Integer(x) => {
+                let _ = write!(out, "{x}");
+            }
+            ValueRef::Real(f) => serde_json::to_writer(&mut out, &json!(f)).map_err(json)?,
+            ValueRef::Text(t) => match std::str::from_utf8(t) {
+                Ok(t) => serde_json::to_writer(&mut out, t).map_err(json)?,
+                Err(_) => {
+                    serde_json::to_writer(&mut out, &String::from_utf8_lossy(t)).map_err(json)?
+                }
+            },
+            ValueRef::Blob(b) => {
+                out.push_str("{\"$blob\":\"");
+                out.push_str(&hex::encode(b));
+                out.push_str("\"}");
+            }
+        }
+    }
+    out.push('}');
+    Ok(Some((at, out)))
+}
+
+/// Where a row's text goes as it is written: kept, or only hashed and
+/// counted (a record stored after its node, [`Rows::store_deferred`]).
+enum Text {
+    Kept(Vec<u8>),
+    Hashed(sha2::Sha256, usize),
+}
+
+impl Text {
+    fn push_str(&mut self, s: &str) {
+        match self {
+            Text::Kept(t) => t.extend_from_slice(s.as_bytes()),
+            Text::Hashed(h, n) => {
+                sha2::Digest::update(h, s.as_bytes());
+                *n += s.len();
+            }
+        }
+    }
+
+    fn push(&mut self, c: char) {
+        self.push_str(c.encode_utf8(&mut [0; 4]));
+    }
+
+    /// The text kept (what was written is UTF-8: JSON of strings).
+    fn into_string(self) -> String {
+        match self {
+            Text::Kept(v) => String::from_utf8(v)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            Text::Hashed(..) => String::new(),
+        }
+    }
+}
+
+impl std::io::Write for Text {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Text::Kept(t) => t.extend_from_slice(b),
+            Text::Hashed(h, n) => {
+                sha2::Digest::update(h, b);
+                *n += b.len();
+            }
+        }
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes a text cell, read a chunk at a time, as a JSON string: what
+/// `serde_json` writes for `String::from_utf8_lossy` of its bytes.
+fn stream_text(blob: &rusqlite::blob::Blob<'_>, out: &mut Text) -> serde_json::Result<()> {
+    let push = |out: &mut Text, s: &str| -> serde_json::Result<()> {
+        let q = serde_json::to_string(s)?;
+        out.push_str(&q[1..q.len() - 1]);
+        Ok(())
+    };
+    out.push('"');
+    let mut buf = vec![0u8; 64 * 1024];
+    // Bytes of a character cut by the last chunk's end, at `buf`'s start.
+    let mut held = 0;
+    let mut at = 0;
+    loop {
+        let n = blob
+            .read_at(&mut buf[held..], at)
+            .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
+        at += n;
+        let (end, last) = (held + n, n == 0);
+        let mut pos = 0;
+        held = 0;
+        while pos < end {
+            match std::str::from_utf8(&buf[pos..end]) {
+                Ok(t) => {
+                    push(out, t)?;
+                    pos = end;
+                }
+                Err(e) => {
+                    let ok = pos + e.valid_up_to();
+                    push(out, std::str::from_utf8(&buf[pos..ok]).unwrap_or_default())?;
+                    match e.error_len() {
+                        Some(bad) => {
+                            out.push('\u{fffd}');
+                            pos = ok + bad;
+                        }
+                        None if last => {
+                            out.push('\u{fffd}');
+                            pos = end;
+                        }
+                        None => {
+                            buf.copy_within(ok..end, 0);
+                            held = end - ok;
+                            pos = end;
+                        }
+                    }
+                }
+            }
+        }
+        if last {
+            break;
+        }
+    }
+    out.push('"');
+    Ok(())
 }
 
 fn sql_error(file: &str, e: rusqlite::Error) -> Error {
@@ -536,7 +865,7 @@ pub fn open(path: &Path) -> Result<Opened> {
         // Both passes read one snapshot of the database.
         db.execute_batch("BEGIN").map_err(|e| sql_error(&name, e))?;
         let sessions = index_db(&name, &db)?;
-        (Src::Db(db), sessions)
+        (Src::Db(db, Default::default()), sessions)
     };
     Ok(Opened {
         name,
@@ -586,7 +915,8 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
                 revert: s(&revert, "messageID"),
                 meta,
                 recs,
-                msgs: Vec::new(),
+                msgs: Default::default(),
+                titled: false,
             });
         }
     }
@@ -627,16 +957,16 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
         let Some(&si) = session.and_then(|x| index.get(&x)) else {
             continue;
         };
-        let Some(rec) = fetch(db, file, "message", &id, false)? else {
+        let Some(rec) = fetch(db, file, "message", &id)? else {
             continue;
         };
         let mut parts = Vec::with_capacity(part_ids.len());
         for pid in part_ids {
-            if let Some(rec) = fetch(db, file, "part", &pid, false)? {
+            if let Some(rec) = fetch(db, file, "part", &pid)? {
                 parts.push(Part { id: pid, rec });
             }
         }
-        sessions[si].msgs.push(Lite::of(Msg { id, rec, parts }));
+        sessions[si].push(Lite::of(Msg { id, rec, parts }));
     }
     Ok(sessions)
 }
@@ -772,7 +1102,8 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
                 .map(str::to_owned),
             meta,
             recs,
-            msgs: Vec::new(),
+            msgs: Default::default(),
+            titled: false,
         });
     }
     // Messages (small: their parts are files of their own) first, to
@@ -806,13 +1137,46 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
         }
         parts.sort_by(|a, b| a.id.cmp(&b.id));
         let msg = Msg { id, rec, parts };
-        sessions[si].msgs.push(Lite::of(msg));
+        sessions[si].push(Lite::of(msg));
     }
     Ok(sessions)
 }
 
-/// The messages one opencode message says.
-fn messages_of(m: &Msg) -> Vec<Message> {
+/// The texts of a user message's `text` parts (the `synthetic` or
+/// `ignored` ones, or the others), moved out of them.
+fn take_texts(parts: &mut [Part], synthetic: bool) -> String {
+    let mut got: Vec<String> = parts
+        .iter_mut()
+        .map(|p| &mut p.rec.value)
+        .filter(|v| v.get("type").and_then(Value::as_str) == Some("text"))
+        .filter(|v| {
+            (v.get("synthetic").and_then(Value::as_bool) == Some(true)
+                || v.get("ignored").and_then(Value::as_bool) == Some(true))
+                == synthetic
+        })
+        .filter_map(|v| match v.get_mut("text") {
+            Some(Value::String(t)) => Some(std::mem::take(t)),
+            _ => None,
+        })
+        .collect();
+    if got.len() == 1 {
+        got.pop().unwrap_or_default()
+    } else {
+        got.join("\n\n")
+    }
+}
+
+/// A string field of a part, moved out of it.
+fn take_str(v: &mut Map<String, Value>, k: &str) -> Option<String> {
+    match v.get_mut(k) {
+        Some(Value::String(t)) => Some(std::mem::take(t)),
+        _ => None,
+    }
+}
+
+/// The messages one opencode message says, its texts moved out of its
+/// parts (a long text is not copied).
+fn messages_of(m: &mut Msg) -> Vec<Message> {
     let info = &m.rec.value;
     let time = info
         .get("time")
@@ -828,19 +1192,7 @@ fn messages_of(m: &Msg) -> Vec<Message> {
     };
     match info.get("role").and_then(Value::as_str) {
         Some("user") => {
-            let texts = |synthetic: bool| {
-                m.parts
-                    .iter()
-                    .filter(|p| part(p, "type").as_deref() == Some("text"))
-                    .filter(|p| {
-                        p.rec.value.get("synthetic").and_then(Value::as_bool) == Some(true)
-                            || p.rec.value.get("ignored").and_then(Value::as_bool) == Some(true)
-                    } == synthetic)
-                    .filter_map(|p| p.rec.value.get("text").and_then(Value::as_str))
-                    .collect::<Vec<&str>>()
-                    .join("\n\n")
-            };
-            let mut text = texts(false);
+            let mut text = take_texts(&mut m.parts, false);
             let mut extra = Map::new();
             for p in &m.parts {
                 match part(p, "type").as_deref() {
@@ -864,7 +1216,7 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                 }
             }
             if text.is_empty() {
-                text = texts(true);
+                text = take_texts(&mut m.parts, true);
             }
             let mut msg = Message::new(Role::User, "user", text).at(time);
             msg.extra = extra;
@@ -880,26 +1232,27 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             let mut reasoning = String::new();
-            for p in &m.parts {
+            for p in &mut m.parts {
                 let key = if out.is_empty() {
                     m.id.clone()
                 } else {
                     format!("{}#{}", m.id, p.id)
                 };
-                let v = &p.rec.value;
+                let ptype = part(p, "type");
+                let v = &mut p.rec.value;
                 let ptime = v
                     .get("time")
                     .and_then(|t| t.get("start"))
                     .and_then(Value::as_i64)
                     .or(time);
-                match part(p, "type").as_deref() {
+                match ptype.as_deref() {
                     Some("reasoning") => {
-                        if let Some(t) = part(p, "text") {
+                        if let Some(t) = take_str(v, "text") {
                             reasoning.push_str(&t);
                         }
                     }
                     Some("text") => {
-                        let t = part(p, "text").unwrap_or_default();
+                        let t = take_str(v, "text").unwrap_or_default();
                         if t.trim().is_empty() {
                             continue;
                         }
@@ -914,11 +1267,11 @@ fn messages_of(m: &Msg) -> Vec<Message> {
                         out.push(msg);
                     }
                     Some("tool") => {
-                        let tool = part(p, "tool").unwrap_or_else(|| "tool".into());
-                        let state = v.get("state").cloned().unwrap_or(Value::Null);
+                        let tool = s(v, "tool").unwrap_or_else(|| "tool".into());
+                        let call_id = s(v, "callID").unwrap_or_default();
+                        let state = v.remove("state").unwrap_or(Value::Null);
                         let st = |k: &str| state.get(k);
                         let input = st("input").cloned().unwrap_or(Value::Null);
-                        let call_id = part(p, "callID").unwrap_or_default();
                         let stime = st("time")
                             .and_then(|t| t.get("start"))
                             .and_then(Value::as_i64);
@@ -1015,10 +1368,13 @@ struct Builder<'a> {
     in_child: Vec<bool>,
     /// Per message: the opencode message it says (an index into `owners`).
     own: Vec<Option<usize>>,
-    /// Per message: the records it carries.
-    carried: Vec<Vec<At>>,
-    /// The opencode messages said: where each is, with its parts.
-    owners: Vec<(At, Vec<At>)>,
+    /// Every record's identity, once, in the order the messages carry them.
+    recs: Vec<At>,
+    /// Per message: the records it carries (a span of `recs`).
+    carried: Vec<(u32, u32)>,
+    /// The opencode messages said: each one's span of `recs` (the message,
+    /// then its parts).
+    owners: Vec<(u32, u32)>,
     /// The title of the first user message.
     title: Option<Option<String>>,
     warnings: Vec<String>,
@@ -1036,37 +1392,41 @@ impl<'a> Builder<'a> {
     ) -> Option<usize> {
         let mut prev = anchor;
         let mut live = None;
-        let mut carry: Vec<At> = s.recs.clone();
+        // The records not carried yet: `recs[carry..]`.
+        let mut carry = self.recs.len() as u32;
+        self.recs.extend(s.recs.iter().cloned());
         let mut tasks: HashMap<String, usize> = HashMap::new();
         // (message index, created) of this session's messages, for a child
         // whose task call is gone.
         let mut times: Vec<(usize, i64)> = Vec::new();
-        for m in &s.msgs {
+        for m in s.msgs.take() {
             if m.pending {
                 self.warnings.push(format!(
                     "{}: message {} of session {} is still being written; left for the next import",
-                    self.file, m.id, s.id
+                    self.file,
+                    m.at.id(),
+                    s.id
                 ));
                 continue;
             }
-            if s.revert.as_deref() == Some(m.id.as_str()) && live.is_none() {
+            if live.is_none() && s.revert.as_deref() == Some(m.at.id().as_str()) {
                 live = Some(prev);
             }
-            let (parts, subs) = (m.parts.take(), m.subs.take());
-            carry.push(m.at.clone());
-            carry.extend(parts.iter().cloned());
-            if subs.is_empty() {
+            let start = self.recs.len() as u32;
+            self.recs.push(m.at);
+            self.recs.extend(m.parts);
+            let end = self.recs.len() as u32;
+            if m.subs.is_empty() {
                 continue;
             }
             let owner = self.owners.len();
-            self.owners.push((m.at.clone(), parts));
-            for (k, mut msg) in subs.into_iter().enumerate() {
+            self.owners.push((start, end));
+            for (k, mut msg) in m.subs.into_iter().enumerate() {
                 msg.parent = prev;
-                self.carried.push(if k == 0 {
-                    std::mem::take(&mut carry)
-                } else {
-                    Vec::new()
-                });
+                self.carried.push((carry, end));
+                if k == 0 {
+                    carry = end;
+                }
                 if let Some(Value::String(sid)) = msg.extra.get("session") {
                     tasks.insert(sid.clone(), self.messages.len());
                 }
@@ -1082,9 +1442,11 @@ impl<'a> Builder<'a> {
                 prev = Some(self.messages.len() - 1);
             }
         }
-        if !carry.is_empty() {
+        let end = self.recs.len() as u32;
+        if carry < end {
             match prev.filter(|p| Some(*p) != anchor) {
-                Some(last) => self.carried[last].extend(carry),
+                // Its span ends where the records not carried start.
+                Some(last) => self.carried[last].1 = end,
                 None => {
                     let mut m = Message::new(Role::System, "opencode", "");
                     m.time = s.created;
@@ -1093,7 +1455,7 @@ impl<'a> Builder<'a> {
                     m.extra.insert("holder".into(), json!(true));
                     self.messages.push(m);
                     self.own.push(None);
-                    self.carried.push(carry);
+                    self.carried.push((carry, end));
                     self.in_child.push(child);
                     prev = Some(self.messages.len() - 1);
                 }
@@ -1147,6 +1509,7 @@ impl Opened {
                 messages: Vec::new(),
                 in_child: Vec::new(),
                 own: Vec::new(),
+                recs: Vec::new(),
                 carried: Vec::new(),
                 owners: Vec::new(),
                 title: None,
@@ -1158,11 +1521,13 @@ impl Opened {
                 mut messages,
                 in_child,
                 own,
+                mut recs,
                 carried,
                 owners,
                 title: first_title,
                 ..
             } = b;
+            recs.shrink_to_fit();
             if messages.is_empty() {
                 continue;
             }
@@ -1198,11 +1563,14 @@ impl Opened {
             let rows = Rows {
                 name: &self.name,
                 src: &self.src,
+                recs,
                 owners,
                 own,
                 carried,
                 cache: None,
                 failed: None,
+                defer: true,
+                deferred: Vec::new(),
             };
             let title = s.title.clone().or(first_title.flatten());
             let mut meta = s.meta.clone();
@@ -1230,13 +1598,23 @@ impl Opened {
 pub struct Rows<'a> {
     name: &'a str,
     src: &'a Src,
-    owners: Vec<(At, Vec<At>)>,
+    /// Every record's identity, once; `owners` and `carried` are spans of it.
+    recs: Vec<At>,
+    /// Per opencode message: the span of the message and its parts.
+    owners: Vec<(u32, u32)>,
     own: Vec<Option<usize>>,
-    carried: Vec<Vec<At>>,
+    /// Per message: the span of the records it carries.
+    carried: Vec<(u32, u32)>,
     cache: Option<(usize, Vec<Message>)>,
     /// The error of the last load that failed (a row changed meanwhile),
     /// kept whole: the store sees only its message.
     pub failed: Option<Error>,
+    /// Whether a huge row is stored after its node (named by hash in
+    /// `extra.records`, see [`Src::record`]); off for a load whose records
+    /// are changed after (`--redact-secrets`).
+    pub defer: bool,
+    /// The rows left to store so.
+    deferred: Vec<At>,
 }
 
 impl Rows<'_> {
@@ -1247,7 +1625,11 @@ impl Rows<'_> {
         if let Some(o) = self.own[i] {
             if self.cache.as_ref().map(|c| c.0) != Some(o) {
                 self.cache = None;
-                let (at, parts) = &self.owners[o];
+                let (a, b) = self.owners[o];
+                let (at, parts) = (
+                    &self.recs[a as usize],
+                    &self.recs[a as usize + 1..b as usize],
+                );
                 let rec = self.src.read(self.name, at, false)?;
                 let mut ps = Vec::with_capacity(parts.len());
                 for p in parts {
@@ -1256,12 +1638,12 @@ impl Rows<'_> {
                         rec: self.src.read(self.name, p, false)?,
                     });
                 }
-                let msg = Msg {
+                let mut msg = Msg {
                     id: at.id(),
                     rec,
                     parts: ps,
                 };
-                self.cache = Some((o, messages_of(&msg)));
+                self.cache = Some((o, messages_of(&mut msg)));
             }
             if let Some((_, said)) = &mut self.cache
                 && let Some(got) = said.iter_mut().find(|x| x.key == m.key)
@@ -1271,9 +1653,14 @@ impl Rows<'_> {
                 m.extra.extend(std::mem::take(&mut got.extra));
             }
         }
-        let mut recs = Vec::with_capacity(self.carried[i].len());
-        for at in &self.carried[i] {
-            recs.push(self.src.read(self.name, at, true)?.into_value());
+        let (a, b) = self.carried[i];
+        let mut recs = Vec::with_capacity((b - a) as usize);
+        for at in &self.recs[a as usize..b as usize] {
+            let (rec, deferred) = self.src.record(self.name, at, self.defer)?;
+            if deferred {
+                self.deferred.push(at.clone());
+            }
+            recs.push(rec);
         }
         m.extra.insert("records".into(), Value::Array(recs));
         Ok(m)
@@ -1291,10 +1678,25 @@ impl crate::ledger::Loader for Rows<'_> {
     }
 
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
-        self.carried[i]
+        let (a, b) = self.carried[i];
+        self.recs[a as usize..b as usize]
             .iter()
             .map(|at| (at.file.to_string(), at.version))
             .collect()
+    }
+
+    fn store_deferred(
+        &mut self,
+        put: &mut dyn FnMut(&[u8]) -> std::result::Result<(), convo_store::StoreError>,
+    ) -> std::result::Result<(), convo_store::StoreError> {
+        for at in std::mem::take(&mut self.deferred) {
+            let rec = self
+                .src
+                .read(self.name, &at, true)
+                .map_err(|e| crate::records::failed_load(&mut self.failed, e))?;
+            put(rec.raw.as_bytes())?;
+        }
+        Ok(())
     }
 }
 
@@ -1309,32 +1711,36 @@ fn sql_literal(v: &Value) -> String {
     }
 }
 
-/// What an export of an imported opencode session writes: the rows of its
-/// database as SQL (`INSERT OR IGNORE`, the last version of each row, in
-/// the order the foreign keys need: project, session, message, part), to
-/// be run against opencode's database (`sqlite3 opencode.db < s.sql`)
-/// to put back what is missing. `records` are `(file, line, raw)` as
-/// [`crate::ledger::session_records`] gives them; rows only (a session
-/// imported from the JSON storage is written with [`storage_files`]).
-pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
-    let mut out = String::from("BEGIN;\n");
-    for table in ["project", "session", "message", "part"] {
-        let prefix = format!("{table}/");
-        for (i, (file, _, raw)) in records.iter().enumerate() {
-            if !file.starts_with(&prefix) || file.ends_with(".json") {
-                continue;
-            }
-            // The last version of a row only.
-            if records.get(i + 1).is_some_and(|(f, _, _)| f == file) {
-                continue;
-            }
-            let Ok(Value::Object(row)) = serde_json::from_str::<Value>(raw) else {
-                return Err(Error::new(
-                    file,
-                    "shape",
-                    "a stored row is not a JSON object",
-                ));
-            };
+/// A JSON value as the SQLite value [`sql_literal`] writes.
+fn sql_value(v: &Value) -> Sql {
+    match v {
+        Value::Null => Sql::Null,
+        Value::Bool(b) => Sql::Integer(i64::from(*b)),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Sql::Integer(i),
+            None => Sql::Real(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(t) => Sql::Text(t.clone()),
+        other => Sql::Text(other.to_string()),
+    }
+}
+
+/// The tables opencode's rows go into, in the order their foreign keys
+/// need.
+const TABLES: [&str; 4] = ["project", "session", "message", "part"];
+
+/// Rows to write into opencode's database, each `(table, columns)`, in
+/// the order the foreign keys need: what [`sql_script`] and [`Fork`]
+/// write, as an SQL script ([`Rows::script`]) or into a database
+/// ([`Rows::apply`]).
+#[derive(Debug, Default)]
+pub struct RowSet(Vec<(&'static str, Map<String, Value>)>);
+
+impl RowSet {
+    /// The rows as an SQL script: `INSERT OR IGNORE`s in one transaction.
+    pub fn script(&self) -> Vec<u8> {
+        let mut out = String::from("BEGIN;\n");
+        for (table, row) in &self.0 {
             let cols: Vec<String> = row
                 .keys()
                 .map(|k| format!("\"{}\"", k.replace('"', "\"\"")))
@@ -1346,9 +1752,418 @@ pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
                 vals.join(", ")
             ));
         }
+        out.push_str("COMMIT;\n");
+        out.into_bytes()
     }
-    out.push_str("COMMIT;\n");
-    Ok(out.into_bytes())
+
+    /// Writes the rows into the opencode database at `path` (which must
+    /// exist: opencode made it), all or nothing: one immediate
+    /// transaction, waiting up to 10 s for opencode's own writes, foreign
+    /// keys checked. Refused, nothing written, when the database's tables
+    /// are not what this reader knows (a column a row has is missing, or a
+    /// required column is one no row gives).
+    pub fn apply(&self, path: &Path) -> Result<()> {
+        let name = path.display().to_string();
+        let sql = |e: rusqlite::Error| {
+            Error::new(
+                &name,
+                "sqlite",
+                format!("cannot write opencode's database: {e}"),
+            )
+        };
+        if !path.is_file() {
+            return Err(Error::new(
+                &name,
+                "not-found",
+                "no opencode database here (run opencode once, or set XDG_DATA_HOME)",
+            ));
+        }
+        let mut db = Connection::open_with_flags(
+            path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
+        db.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(sql)?;
+        db.execute_batch("PRAGMA foreign_keys = ON").map_err(sql)?;
+        let tx = db
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        self.check_schema(&tx, &name)?;
+        for (table, row) in &self.0 {
+            let cols: Vec<String> = row
+                .keys()
+                .map(|k| format!("\"{}\"", k.replace('"', "\"\"")))
+                .collect();
+            let marks: Vec<String> = (1..=cols.len()).map(|i| format!("?{i}")).collect();
+            let mut st = tx
+                .prepare_cached(&format!(
+                    "INSERT OR IGNORE INTO \"{table}\" ({}) VALUES ({})",
+                    cols.join(", "),
+                    marks.join(", ")
+                ))
+                .map_err(sql)?;
+            let vals: Vec<Sql> = row.values().map(sql_value).collect();
+            st.execute(rusqlite::params_from_iter(vals)).map_err(sql)?;
+        }
+        tx.commit().map_err(sql)
+    }
+
+    /// Refuses a database whose tables this reader does not know.
+    fn check_schema(&self, db: &Connection, name: &str) -> Result<()> {
+        let refuse = |why: String| {
+            Error::new(
+                name,
+                "schema",
+                format!(
+                    "opencode's database is not laid out as this convo knows it (opencode 1.2 to 1.18): {why}; nothing was written"
+                ),
+            )
+        };
+        let mut known: HashMap<&str, Vec<(String, bool)>> = HashMap::new();
+        for table in TABLES {
+            let mut st = db
+                .prepare(&format!("PRAGMA table_info(\"{table}\")"))
+                .map_err(|e| refuse(e.to_string()))?;
+            // (name, required: NOT NULL without a default, not the key)
+            let cols = st
+                .query_map([], |r| {
+                    let name: String = r.get(1)?;
+                    let notnull: bool = r.get(3)?;
+                    let default: Option<String> = r.get(4)?;
+                    let pk: i64 = r.get(5)?;
+                    Ok((name, notnull && default.is_none() && pk == 0))
+                })
+                .and_then(Iterator::collect::<rusqlite::Result<Vec<_>>>)
+                .map_err(|e| refuse(e.to_string()))?;
+            known.insert(table, cols);
+        }
+        for (table, want) in [
+            (
+                "session",
+                &["id", "project_id", "title", "time_created"][..],
+            ),
+            ("message", &["id", "session_id", "time_created", "data"]),
+            ("part", &["id", "message_id", "session_id", "data"]),
+        ] {
+            for c in want {
+                if !known[table].iter().any(|(n, _)| n == c) {
+                    return Err(refuse(format!("table {table} has no column {c}")));
+                }
+            }
+        }
+        for (table, row) in &self.0 {
+            let cols = &known[table];
+            if let Some(k) = row.keys().find(|k| !cols.iter().any(|(n, _)| n == *k)) {
+                return Err(refuse(format!("table {table} has no column {k}")));
+            }
+            if let Some((n, _)) = cols.iter().find(|(n, req)| *req && !row.contains_key(n)) {
+                return Err(refuse(format!(
+                    "table {table} requires a column {n} the stored rows do not have"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The last version of each stored row (`table/id`), by file: the
+/// records of [`crate::ledger::session_records`] (ordered by file and
+/// line), JSON-storage files left out.
+fn latest_rows(records: &[(String, u64, String)]) -> HashMap<&str, &str> {
+    let mut out = HashMap::new();
+    for (file, _, raw) in records {
+        if !file.ends_with(".json") && file.split_once('/').is_some() {
+            out.insert(file.as_str(), raw.as_str());
+        }
+    }
+    out
+}
+
+fn row_of(file: &str, raw: &str) -> Result<Map<String, Value>> {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(row)) => Ok(row),
+        _ => Err(Error::new(
+            file,
+            "shape",
+            "a stored row is not a JSON object",
+        )),
+    }
+}
+
+/// What an export of an imported opencode session writes: the rows of its
+/// database as SQL (`INSERT OR IGNORE`, the last version of each row, in
+/// the order the foreign keys need: project, session, message, part), to
+/// be run against opencode's database (`sqlite3 opencode.db < s.sql`)
+/// to put back what is missing. `records` are `(file, line, raw)` as
+/// [`crate::ledger::session_records`] gives them; rows only (a session
+/// imported from the JSON storage is written with [`storage_files`]).
+pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
+    let latest = latest_rows(records);
+    let mut rows = RowSet::default();
+    for table in TABLES {
+        let prefix = format!("{table}/");
+        let mut files: Vec<&&str> = latest.keys().filter(|f| f.starts_with(&prefix)).collect();
+        files.sort();
+        for f in files {
+            rows.0.push((table, row_of(f, latest[*f])?));
+        }
+    }
+    Ok(rows.script())
+}
+
+/// opencode's ids: a prefix, 12 hex digits of `time × 4096 + counter`
+/// (its low 48 bits; inverted for a session, whose ids sort newest
+/// first), 14 base-62 characters, as opencode's `Identifier.create`
+/// makes them. Minted from one clock reading, each id one more than the
+/// last (ascending, like opencode's ids minted in one millisecond), their
+/// random part derived from `seed`.
+struct Ids {
+    next: u64,
+    seed: String,
+    n: u64,
+}
+
+impl Ids {
+    fn new(now: i64, seed: &str) -> Self {
+        Ids {
+            next: (now.max(0) as u64).wrapping_mul(0x1000),
+            seed: seed.to_owned(),
+            n: 0,
+        }
+    }
+
+    fn mint(&mut self, prefix: &str, descending: bool) -> String {
+        const BASE62: &[u8] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+        self.next += 1;
+        self.n += 1;
+        let v = if descending { !self.next } else { self.next } & 0xffff_ffff_ffff;
+        let h = convo_core::sha256(format!("{}:{}", self.seed, self.n).as_bytes());
+        let tail: String = h.0[..14]
+            .iter()
+            .map(|b| BASE62[usize::from(*b) % 62] as char)
+            .collect();
+        format!("{prefix}_{v:012x}{tail}")
+    }
+}
+
+/// A new opencode session made from a branch ([`fork`]): its id (for
+/// `opencode run --session ID`) and its rows.
+#[derive(Debug)]
+pub struct Fork {
+    pub id: String,
+    pub rows: RowSet,
+}
+
+/// A branch as a new opencode session, the way opencode's own fork
+/// copies one: a new session row (the stored one's, under a new id,
+/// titled `… (fork: BRANCH)`, no revert, no parent), then the last
+/// version of each `message` and `part` row the branch carries, in its
+/// order (`files`: the record files of its messages up to its last
+/// imported one), under new ids (an assistant message's `parentID`
+/// following its user message), then `turns` (made in convo after the
+/// fork: `(role, text, time)`) as user and assistant messages with one
+/// text part each, with the agent, model and path of the last ones
+/// copied. Ids minted at `now` ([`Ids`]), so opencode's next message
+/// sorts after them. Rows of the JSON storage are refused: opencode 1.2
+/// and later read the database only.
+pub fn fork(
+    records: &[(String, u64, String)],
+    files: &[String],
+    branch: &str,
+    turns: &[(Role, String, i64)],
+    now: i64,
+    seed: &str,
+) -> Result<Fork> {
+    if files.iter().any(|f| f.ends_with(".json")) {
+        return Err(Error::new(
+            "export",
+            "unsupported",
+            "this session was imported from opencode's JSON storage (opencode 1.1 or older): its branches are not written as new sessions",
+        ));
+    }
+    let latest = latest_rows(records);
+    let mut ids = Ids::new(now, seed);
+    let mut seen = std::collections::HashSet::new();
+    let mut project = None;
+    let mut session: Option<Map<String, Value>> = None;
+    let mut messages: Vec<Map<String, Value>> = Vec::new();
+    let mut parts: Vec<Map<String, Value>> = Vec::new();
+    // opencode's message id → the new one.
+    let mut renamed: HashMap<String, String> = HashMap::new();
+    let id = ids.mint("ses", true);
+    for f in files {
+        if !seen.insert(f.as_str()) {
+            continue;
+        }
+        let Some(raw) = latest.get(f.as_str()) else {
+            continue;
+        };
+        let mut row = row_of(f, raw)?;
+        match f.split_once('/').map(|x| x.0) {
+            Some("project") if project.is_none() => project = Some(row),
+            Some("session") if session.is_none() => session = Some(row),
+            Some("message") => {
+                let new = ids.mint("msg", false);
+                if let Some(old) = s(&row, "id") {
+                    renamed.insert(old, new.clone());
+                }
+                let mut data = data_of(&row, "data");
+                if let Some(p) = s(&data, "parentID").and_then(|p| renamed.get(&p)) {
+                    data.insert("parentID".into(), json!(p));
+                    row.insert("data".into(), json!(Value::Object(data).to_string()));
+                }
+                row.insert("id".into(), json!(new));
+                row.insert("session_id".into(), json!(id));
+                messages.push(row);
+            }
+            Some("part") => {
+                let Some(m) = s(&row, "message_id").and_then(|m| renamed.get(&m)).cloned() else {
+                    continue;
+                };
+                row.insert("id".into(), json!(ids.mint("prt", false)));
+                row.insert("message_id".into(), json!(m));
+                row.insert("session_id".into(), json!(id));
+                parts.push(row);
+            }
+            _ => {}
+        }
+    }
+    let Some(mut ses) = session else {
+        return Err(Error::new(
+            "export",
+            "not-found",
+            "no opencode session row is stored for this branch",
+        ));
+    };
+    let title = s(&ses, "title").filter(|t| !t.is_empty());
+    ses.insert("id".into(), json!(id));
+    ses.insert(
+        "title".into(),
+        json!(match title {
+            Some(t) => format!("{t} (fork: {branch})"),
+            None => format!("fork: {branch}"),
+        }),
+    );
+    for k in [
+        "parent_id",
+        "revert",
+        "share_url",
+        "time_compacting",
+        "time_archived",
+    ] {
+        if ses.contains_key(k) {
+            ses.insert(k.into(), Value::Null);
+        }
+    }
+    for k in ["time_created", "time_updated"] {
+        ses.insert(k.into(), json!(now));
+    }
+    // The turns made in convo, after the copies, shaped like the last
+    // user and assistant messages copied.
+    let last_of = |role: &str| {
+        messages
+            .iter()
+            .rev()
+            .map(|m| data_of(m, "data"))
+            .find(|d| d.get("role").and_then(Value::as_str) == Some(role))
+    };
+    let user_like = last_of("user");
+    let answer_like = last_of("assistant");
+    let model = user_like
+        .as_ref()
+        .and_then(|u| u.get("model").cloned())
+        .or_else(|| {
+            let a = answer_like.as_ref()?;
+            Some(json!({"providerID": a.get("providerID")?, "modelID": a.get("modelID")?}))
+        })
+        .or_else(|| match ses.get("model") {
+            Some(Value::String(t)) => serde_json::from_str::<Value>(t)
+                .ok()
+                .map(|m| json!({"providerID": m.get("providerID"), "modelID": m.get("id")})),
+            _ => None,
+        });
+    let agent = user_like
+        .as_ref()
+        .and_then(|u| u.get("agent").cloned())
+        .or_else(|| ses.get("agent").cloned().filter(|a| a.is_string()))
+        .unwrap_or(json!("build"));
+    let mut last_time = messages
+        .iter()
+        .filter_map(|m| m.get("time_created").and_then(Value::as_i64))
+        .max()
+        .unwrap_or(0);
+    let mut last_user = messages
+        .iter()
+        .rev()
+        .find(|m| data_of(m, "data").get("role").and_then(Value::as_str) == Some("user"))
+        .and_then(|m| s(m, "id"));
+    for (role, text, time) in turns {
+        let t = (*time).max(last_time + 1);
+        last_time = t;
+        let mid = ids.mint("msg", false);
+        let data = if *role == Role::User {
+            last_user = Some(mid.clone());
+            json!({"role": "user", "time": {"created": t}, "agent": agent, "model": model})
+        } else {
+            let mut d = answer_like.clone().unwrap_or_default();
+            for k in ["error", "summary", "structured"] {
+                d.remove(k);
+            }
+            if let Some(m) = model.as_ref().filter(|_| answer_like.is_none()) {
+                d.insert(
+                    "modelID".into(),
+                    m.get("modelID").cloned().unwrap_or(Value::Null),
+                );
+                d.insert(
+                    "providerID".into(),
+                    m.get("providerID").cloned().unwrap_or(Value::Null),
+                );
+                d.insert("mode".into(), agent.clone());
+                d.insert("agent".into(), agent.clone());
+                if let Some(dir) = ses.get("directory") {
+                    d.insert("path".into(), json!({"cwd": dir, "root": dir}));
+                }
+            }
+            d.insert("role".into(), json!("assistant"));
+            d.insert("parentID".into(), json!(last_user));
+            d.insert("cost".into(), json!(0));
+            d.insert(
+                "tokens".into(),
+                json!({"total": 0, "input": 0, "output": 0, "reasoning": 0, "cache": {"write": 0, "read": 0}}),
+            );
+            d.insert("time".into(), json!({"created": t, "completed": t}));
+            d.insert("finish".into(), json!("stop"));
+            Value::Object(d)
+        };
+        let mut part = json!({"type": "text", "text": text});
+        if *role != Role::User {
+            part["time"] = json!({"start": t, "end": t});
+        }
+        let mut m = Map::new();
+        m.insert("id".into(), json!(mid));
+        m.insert("session_id".into(), json!(id));
+        m.insert("time_created".into(), json!(t));
+        m.insert("time_updated".into(), json!(t));
+        m.insert("data".into(), json!(data.to_string()));
+        messages.push(m);
+        let mut p = Map::new();
+        p.insert("id".into(), json!(ids.mint("prt", false)));
+        p.insert("message_id".into(), json!(mid));
+        p.insert("session_id".into(), json!(id));
+        p.insert("time_created".into(), json!(t));
+        p.insert("time_updated".into(), json!(t));
+        p.insert("data".into(), json!(part.to_string()));
+        parts.push(p);
+    }
+    let mut rows = RowSet::default();
+    if let Some(p) = project {
+        rows.0.push(("project", p));
+    }
+    rows.0.push(("session", ses));
+    rows.0.extend(messages.into_iter().map(|m| ("message", m)));
+    rows.0.extend(parts.into_iter().map(|p| ("part", p)));
+    Ok(Fork { id, rows })
 }
 
 /// The files of an opencode session imported from the JSON storage, each
@@ -1363,4 +2178,112 @@ pub fn storage_files(records: &[(String, u64, String)]) -> Vec<(String, Vec<u8>)
         out.push((file.clone(), raw.as_bytes().to_vec()));
     }
     out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A row's text read a chunk at a time is the text of its columns
+    /// read whole: long cells with characters cut at the chunks' ends,
+    /// bytes that are not UTF-8 (one cut at the very end), a long blob.
+    #[test]
+    fn a_row_streamed_is_the_row_read_whole() {
+        let db = Connection::open_in_memory().unwrap();
+        db.execute_batch(
+            "CREATE TABLE part (id TEXT PRIMARY KEY, time_updated INTEGER, cost REAL, data TEXT, bin BLOB, note TEXT)",
+        )
+        .unwrap();
+        // 'é' (2 bytes) and '€' (3 bytes) land across every 64 KiB chunk
+        // end; quotes, backslashes and control characters are escaped.
+        let mut text = String::from("{\"type\":\"text\",\"text\":\"");
+        while text.len() < 300_000 {
+            text.push_str("a\"b\\c\u{1}é€\n");
+        }
+        let mut bad = text.clone().into_bytes();
+        bad.splice(70_000..70_000, [0xff, 0xfe]);
+        bad.extend_from_slice(&[0xe2, 0x82]);
+        let bin: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        for (id, data) in [("prt_a", text.as_bytes().to_vec()), ("prt_b", bad)] {
+            db.execute(
+                "INSERT INTO part VALUES (?1, 7, 0.5, CAST(?2 AS TEXT), ?3, 'short')",
+                rusqlite::params![id, data, bin],
+            )
+            .unwrap();
+        }
+        for id in ["prt_a", "prt_b"] {
+            let whole = {
+                let mut st = db.prepare("SELECT * FROM part WHERE id = ?1").unwrap();
+                let names: Vec<String> = st.column_names().map(str::to_owned).collect();
+                // As the columns read whole were written (text not UTF-8
+                // made lossy).
+                st.query_row([id], |r| {
+                    let mut m = Map::new();
+                    for (i, n) in names.iter().enumerate() {
+                        let v = match r.get_ref(i)? {
+                            rusqlite::types::ValueRef::Text(t) => {
+                                json!(String::from_utf8_lossy(t))
+                            }
+                            _ => sql_to_json(r.get::<_, Sql>(i)?),
+                        };
+                        m.insert(n.clone(), v);
+                    }
+                    Ok(Value::Object(m).to_string())
+                })
+                .unwrap()
+            };
+            let layout = Layout::of(&db, "part").unwrap();
+            let (at, text) = row_text(&db, &layout, "part", id, None).unwrap().unwrap();
+            assert_eq!(text.into_string(), whole, "{id}");
+            assert_eq!(
+                at,
+                At {
+                    file: format!("part/{id}").into(),
+                    version: 7
+                }
+            );
+            // Only hashed: the text's SHA-256 and length.
+            let (_, hashed) = row_text(&db, &layout, "part", id, Some(1))
+                .unwrap()
+                .unwrap();
+            let Text::Hashed(h, n) = hashed else {
+                panic!("not hashed")
+            };
+            assert_eq!(n, whole.len());
+            assert_eq!(
+                hex::encode(sha2::Digest::finalize(h)),
+                convo_core::sha256(whole.as_bytes()).to_hex()
+            );
+        }
+        let layout = Layout::of(&db, "part").unwrap();
+        assert!(
+            row_text(&db, &layout, "part", "prt_none", None)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    /// A long `data` parsed with its text made in place is the `data`
+    /// parsed whole: a tool's output with escapes, a text, a huge key, a
+    /// huge string that is not most of it.
+    #[test]
+    fn a_huge_data_parsed_in_place_is_the_data_parsed_whole() {
+        let long = "line \"quoted\" é 😀 \\ \u{1}\n".repeat(60_000);
+        let cases = [
+            json!({"type": "tool", "state": {"status": "completed", "output": long, "input": {"command": "ls"}}}),
+            json!({"type": "text", "text": long, "time": {"start": 1}}),
+            json!({"type": "text", long.clone(): 1}),
+            json!({"type": "text", "a": long, "b": long}),
+        ];
+        for want in cases {
+            let raw = want.to_string();
+            assert!(raw.len() > crate::ledger::DETACHED_FROM);
+            assert_eq!(parse_huge(raw).as_ref(), Some(&want));
+        }
+        assert_eq!(
+            parse_huge(format!("{{\"text\": \"{}\\x\"}}", "a".repeat(2 << 20))),
+            None
+        );
+    }
 }

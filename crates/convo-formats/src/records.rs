@@ -251,7 +251,7 @@ fn longest_string(raw: &[u8]) -> Option<(usize, usize, bool)> {
 
 /// A huge line's longest string literal, when it is most of the line:
 /// its span and escapes ([`longest_string`]).
-fn huge_string(raw: &str) -> Option<(usize, usize, bool)> {
+pub(crate) fn huge_string(raw: &str) -> Option<(usize, usize, bool)> {
     if raw.len() < crate::ledger::DETACHED_FROM {
         return None;
     }
@@ -267,7 +267,7 @@ fn parse_object(raw: &str) -> Option<Map<String, Value>> {
 
 /// `raw` with the string literal at `span` replaced by `with` (a string):
 /// a huge line as a small one, parsed without copying its huge string.
-fn slim(raw: &str, span: (usize, usize), with: &str) -> String {
+pub(crate) fn slim(raw: &str, span: (usize, usize), with: &str) -> String {
     let with = serde_json::to_string(with).unwrap_or_default();
     let mut out = String::with_capacity(raw.len() - (span.1 - span.0) + with.len());
     out.push_str(&raw[..span.0]);
@@ -303,7 +303,7 @@ fn literal_start(literal: &str) -> String {
 /// Unescapes a JSON string literal's body in place (its bytes become the
 /// text they spell; every escape is at least as long as what it spells);
 /// `false` when it is not a valid body.
-fn unescape_in_place(s: &mut String) -> bool {
+pub(crate) fn unescape_in_place(s: &mut String) -> bool {
     let mut v = std::mem::take(s).into_bytes();
     let hex = |b: &[u8]| -> Option<u32> {
         let t = std::str::from_utf8(b).ok()?;

@@ -843,6 +843,207 @@ fn opencode_database_keeps_the_reverted_turn_and_the_subagent() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// A branch written as a new opencode session into the database: the
+/// reverted turn (with its subagent's task call) and a turn made in convo,
+/// under new ids, read back as a session of its own; a database whose
+/// tables are not what the reader knows is refused, nothing written.
+#[test]
+fn opencode_branch_becomes_a_new_session_in_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opencode_db(dir.path(), "reverted");
+    let r = opencode_read(&db);
+    let c = &r.conversations[0];
+    let mut s = Store::open("sqlite::memory:").unwrap();
+    let o = import(&mut s, "opencode", c);
+    let records = session_records(&mut s, &o.id()).unwrap();
+    let alt = c.path_to(c.timelines[1].leaf);
+    let files: Vec<String> = alt
+        .iter()
+        .filter_map(|&i| c.messages[i].extra.get("records")?.as_array())
+        .flatten()
+        .map(|r| r["file"].as_str().unwrap().to_owned())
+        .collect();
+    let turns = [
+        (Role::User, "and one more".to_owned(), 1_795_554_400_000),
+        (Role::Assistant, "One more.".to_owned(), 1_795_554_401_000),
+    ];
+    let now = 1_795_554_500_000;
+    let fork =
+        convo_formats::opencode::fork(&records, &files, "alt-1", &turns, now, "seed").unwrap();
+    assert!(
+        fork.id.starts_with("ses_") && fork.id.len() == 30,
+        "{}",
+        fork.id
+    );
+    assert_ne!(c.id.as_deref(), Some(fork.id.as_str()));
+    let script = String::from_utf8(fork.rows.script()).unwrap();
+    assert!(script.starts_with("BEGIN;\n") && script.ends_with("COMMIT;\n"));
+    let before = opencode_rows(&db);
+    fork.rows.apply(&db).unwrap();
+    let after = opencode_rows(&db);
+    assert!(
+        before.iter().all(|r| after.contains(r)),
+        "no row of the database changed"
+    );
+    // Applying again adds nothing (every row is there).
+    fork.rows.apply(&db).unwrap();
+    assert_eq!(opencode_rows(&db), after);
+    let cx = rusqlite::Connection::open(&db).unwrap();
+    let (title, revert, parent): (String, Option<String>, Option<String>) = cx
+        .query_row(
+            "SELECT title, revert, parent_id FROM session WHERE id = ?1",
+            [&fork.id],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!(title, "answer 1 (fork: alt-1)");
+    assert_eq!((revert, parent), (None, None));
+    // Message and part ids ascend in the session's order, as opencode's do.
+    let ids: Vec<(String, i64)> = cx
+        .prepare(
+            "SELECT id, time_created FROM message WHERE session_id = ?1 ORDER BY time_created, id",
+        )
+        .unwrap()
+        .query_map([&fork.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0].0 < w[1].0), "{ids:?}");
+    assert!(ids.iter().all(|(id, _)| id.starts_with("msg_")));
+    let orphans: i64 = cx
+        .query_row(
+            "SELECT count(*) FROM message WHERE session_id = ?1 AND json_extract(data, '$.parentID') IS NOT NULL \
+             AND json_extract(data, '$.parentID') NOT IN (SELECT id FROM message WHERE session_id = ?1)",
+            [&fork.id],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(orphans, 0, "every answer names a user message of the fork");
+    drop(cx);
+    let back = opencode_read(&db);
+    let f = back
+        .conversations
+        .iter()
+        .find(|x| x.id.as_deref() == Some(fork.id.as_str()))
+        .expect("the fork is a session of its own");
+    let want: Vec<String> = timeline_texts(c, 1)
+        .into_iter()
+        .chain([
+            "user:and one more".to_owned(),
+            "assistant:One more.".to_owned(),
+        ])
+        .collect();
+    assert_eq!(timeline_texts(f, 0), want);
+    assert!(
+        !timeline_texts(f, 0).contains(&"user:\"after the revert\"".to_owned()),
+        "not the live branch"
+    );
+
+    // A database whose tables are laid out otherwise: refused, untouched.
+    let odd = dir.path().join("odd.db");
+    {
+        let cx = rusqlite::Connection::open(&odd).unwrap();
+        cx.execute_batch(
+            "CREATE TABLE project (id TEXT PRIMARY KEY);
+             CREATE TABLE session (id TEXT PRIMARY KEY, project_id TEXT, title TEXT, time_created INTEGER, owner TEXT NOT NULL);
+             CREATE TABLE message (id TEXT PRIMARY KEY, session_id TEXT, time_created INTEGER, data TEXT);
+             CREATE TABLE part (id TEXT PRIMARY KEY, message_id TEXT, session_id TEXT, data TEXT);",
+        )
+        .unwrap();
+    }
+    let e = fork.rows.apply(&odd).unwrap_err();
+    assert_eq!(e.rule, "schema", "{e}");
+    let cx = rusqlite::Connection::open(&odd).unwrap();
+    let n: i64 = cx
+        .query_row(
+            "SELECT (SELECT count(*) FROM project) + (SELECT count(*) FROM session)",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(n, 0, "nothing written");
+    let e = fork.rows.apply(&dir.path().join("none.db")).unwrap_err();
+    assert_eq!(e.rule, "not-found", "{e}");
+}
+
+/// An opencode database with a huge text part and a huge tool output
+/// (escapes included): the two-pass import, which reads a long cell
+/// without SQLite's copy of it, makes its text in place and stores its
+/// row after its node, stores the nodes a whole read does; the rows come
+/// back as they were, the node holds the text and the store verifies.
+#[test]
+fn a_huge_opencode_part_is_read_once_and_comes_back_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = opencode_db(dir.path(), "reverted");
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let outputs = {
+        let cx = rusqlite::Connection::open(&db).unwrap();
+        cx.execute(
+            "UPDATE part SET data = json_set(data, '$.text', ?1) WHERE id = 'prt_20f60e79a001pqwN9yK9XiuqdX'",
+            [&big],
+        )
+        .unwrap();
+        let n = cx
+            .execute(
+                "UPDATE part SET data = json_set(data, '$.state.output', ?1) \
+                 WHERE json_extract(data, '$.tool') = 'bash' AND json_extract(data, '$.state.status') = 'completed'",
+                [format!("out {big}")],
+            )
+            .unwrap();
+        assert!(n >= 1);
+        n
+    };
+    let before = opencode_rows(&db);
+    let mut a = Store::open("sqlite::memory:").unwrap();
+    let mut opened = convo_formats::opencode::open(&db).unwrap();
+    let mut outcomes = Vec::new();
+    a.transaction(|l| {
+        opened.each(|c, rows| {
+            outcomes.push(convo_formats::ledger::import_lazy(
+                l, "opencode", c, rows, None, 0,
+            )?);
+            Ok::<_, convo_store::StoreError>(())
+        })
+    })
+    .unwrap();
+    // Its read transaction ends.
+    drop(opened);
+    let oa = outcomes.remove(0);
+    let mut b = Store::open("sqlite::memory:").unwrap();
+    let ob = import(&mut b, "opencode", &opencode_read(&db).conversations[0]);
+    assert_eq!(shape(&mut a, &oa), shape(&mut b, &ob));
+    let nodes = a.read(|tx| tx.session_nodes(&oa.id(), false)).unwrap();
+    let named = nodes
+        .iter()
+        .filter(|(n, _)| n.node.diagnostics.as_str().contains("\"blob\""))
+        .count();
+    assert_eq!(named, 1 + outputs, "the huge rows are named by hash");
+    assert!(
+        nodes
+            .iter()
+            .all(|(n, _)| n.node.diagnostics.as_str().len() < 8192),
+        "diagnostics stay small"
+    );
+    let main = a.timeline(&oa.id(), &BranchName::main()).unwrap();
+    assert!(main.iter().any(|n| n.payload == big.as_bytes()), "the text");
+    assert!(
+        main.iter()
+            .any(|n| n.payload == format!("out {big}").as_bytes()),
+        "the output"
+    );
+    assert!(a.verify().unwrap().problems.is_empty());
+    let script =
+        convo_formats::opencode::sql_script(&session_records(&mut a, &oa.id()).unwrap()).unwrap();
+    let cx = rusqlite::Connection::open(&db).unwrap();
+    cx.execute_batch(
+        "DELETE FROM part; DELETE FROM message; DELETE FROM session; DELETE FROM project;",
+    )
+    .unwrap();
+    cx.execute_batch(std::str::from_utf8(&script).unwrap())
+        .unwrap();
+    assert_eq!(opencode_rows(&db), before, "every row back");
+}
+
 /// Copies the JSON storage fixture `which` over `dst`: files that did not
 /// change keep their time, changed and new ones get `time`, files gone are
 /// removed (as opencode leaves its storage).
@@ -932,6 +1133,20 @@ fn opencode_json_storage_comes_back_byte_for_byte() {
         }
     }
     assert_eq!(on_disk, all, "every file of the storage is kept");
+    // Its branches are not written as new sessions (opencode 1.2 and
+    // later read the database only): a clear refusal.
+    let paths: Vec<String> = files.iter().map(|(rel, _)| rel.clone()).collect();
+    let e = convo_formats::opencode::fork(
+        &session_records(&mut s, &o1.id()).unwrap(),
+        &paths,
+        "alt-1",
+        &[],
+        0,
+        "seed",
+    )
+    .unwrap_err();
+    assert_eq!(e.rule, "unsupported", "{e}");
+    assert!(e.render().contains("JSON storage"), "{e}");
 
     // The next prompt deleted the reverted messages' files: the archive
     // keeps them, main goes on from the revert.

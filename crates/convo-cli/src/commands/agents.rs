@@ -461,6 +461,8 @@ fn import_opencode(
     let mut failed = None;
     let got = store.transaction(|l| {
         opened.each(|conv, rows| {
+            // Redaction reads every record's bytes.
+            rows.defer = !redact;
             let mut loader = Redacting {
                 inner: &mut *rows,
                 found: Default::default(),

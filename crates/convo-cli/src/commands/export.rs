@@ -30,7 +30,9 @@ use std::process::ExitCode;
 /// rows, an SQL script to run against opencode's database (`| sqlite3
 /// ~/.local/share/opencode/opencode.db` puts back what is missing), or,
 /// imported from the older JSON storage, as its files under the folder
-/// -o names (`-o ~/.local/share/opencode/storage`), byte for byte.
+/// -o names (`-o ~/.local/share/opencode/storage`), byte for byte; with
+/// --branch it becomes a new session's rows (--place: written into
+/// $XDG_DATA_HOME/opencode/opencode.db, for `opencode run --session ID`).
 ///
 /// A session received over OTLP (`convo serve`, `convo otel`) comes back
 /// as the export bodies it was sent (--format otlp -o FOLDER): one file
@@ -55,8 +57,8 @@ pub struct ExportArgs {
     /// The format to write
     #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode", "otlp"])]
     pub format: String,
-    /// (claude-code, codex, gemini-cli) write the branch as a new session
-    /// where the agent finds it, and print its id
+    /// (claude-code, codex, gemini-cli, opencode) write the branch as a new
+    /// session where the agent finds it, and print its id
     #[arg(long, conflicts_with = "output")]
     pub place: bool,
     /// Write here instead of standard output
@@ -77,7 +79,7 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
     }
     if a.place {
         return Err(CommandError::user(
-            "--place writes Claude Code, Codex and Gemini CLI sessions only",
+            "--place writes Claude Code, Codex, Gemini CLI and opencode sessions only",
         ));
     }
     let writer = convo_formats::writer(&a.format)
@@ -157,11 +159,12 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             s.id, a.format
         )));
     }
-    if a.format == "opencode" {
+    if a.format == "opencode" && a.branch.is_none() && !a.place {
         return opencode_export(a, &records);
     }
     let bytes: Vec<u8>;
     let mut new_id = None;
+    let mut opencode_fork = None;
     if a.branch.is_none() && !a.place && a.format == "gemini-cli" {
         bytes = gemini_cli::file_bytes(&records);
     } else if a.branch.is_none() && !a.place {
@@ -186,9 +189,30 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             .filter(|m| matches!(m.role, Role::User | Role::Assistant))
             .map(|m| (m.role, m.text.clone(), m.time.unwrap_or_else(super::now)))
             .collect();
-        let id = random_uuid()?;
+        let mut id = random_uuid()?;
         let leaf_msg = msgs[leaf];
-        bytes = if a.format == "gemini-cli" {
+        bytes = if a.format == "opencode" {
+            // The rows the branch's messages carry, in its order.
+            let files: Vec<String> = msgs[..=leaf]
+                .iter()
+                .filter_map(|m| m.extra.get("records")?.as_array())
+                .flatten()
+                .filter_map(|r| Some(r.get("file")?.as_str()?.to_owned()))
+                .collect();
+            let fork = convo_formats::opencode::fork(
+                &records,
+                &files,
+                branch.as_str(),
+                &turns,
+                super::now(),
+                &id,
+            )
+            .map_err(format_error)?;
+            id.clone_from(&fork.id);
+            let bytes = fork.rows.script();
+            opencode_fork = Some(fork);
+            bytes
+        } else if a.format == "gemini-cli" {
             // Each message's id once, in the branch's order: those its
             // messages' records hold (what rode with them included: the
             // session's context, tool results written as `user`
@@ -251,6 +275,17 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
         let Some((id, meta)) = &new_id else {
             return Err(CommandError::user("--place needs a branch to write"));
         };
+        if let Some(fork) = &opencode_fork {
+            let path = super::agents::agent_home("XDG_DATA_HOME", ".local/share")?
+                .join("opencode")
+                .join("opencode.db");
+            fork.rows.apply(&path).map_err(format_error)?;
+            eprintln!("wrote session {id} into {}", path.display());
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{id}")?;
+            out.flush()?;
+            return Ok(ExitCode::SUCCESS);
+        }
         let path = if a.format == "gemini-cli" {
             let hash = meta
                 .get("projectHash")
@@ -298,12 +333,6 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
 
 /// An opencode session back: its rows as SQL, or its storage files.
 fn opencode_export(a: &ExportArgs, records: &[(String, u64, String)]) -> CmdResult {
-    if a.branch.is_some() || a.place {
-        return Err(
-            CommandError::user("an opencode branch cannot be written as a session yet")
-                .with_hint("export the whole session: convo export SESSION --format opencode"),
-        );
-    }
     let files = convo_formats::opencode::storage_files(records);
     if files.is_empty() {
         let bytes = convo_formats::opencode::sql_script(records).map_err(format_error)?;
