@@ -62,7 +62,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records::{self, RecRef, Record, Session, Sources};
+use crate::records::{self, Id, Names, RecRef, Record, Refs, Session, Skeleton, Sources};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -231,32 +231,31 @@ pub fn open_tail(
         marks.push(mark.clone());
     }
     // Every uuid read must be new, every parent read or stored.
-    let mut read: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut read: std::collections::HashSet<Id> = std::collections::HashSet::new();
     for it in &ix.items {
-        if let Some(u) = it.uuid.as_deref()
-            && (!read.insert(u) || stored(u))
+        if !it.uuid.is_none()
+            && (!read.insert(it.uuid) || stored(&ix.names.text_of(it.uuid)))
         {
             return Ok(None);
         }
     }
-    let mut outside: Vec<Box<str>> = Vec::new();
+    let mut outside: Vec<Id> = Vec::new();
     for it in &ix.items {
-        if let (Some(_), Some(p)) = (it.uuid.as_deref(), it.parent.as_deref())
-            && !read.contains(p)
-            && !outside.iter().any(|o| &**o == p)
-        {
-            if !stored(p) {
+        let p = it.parent;
+        if !it.uuid.is_none() && !p.is_none() && !read.contains(&p) && !outside.contains(&p) {
+            if !stored(&ix.names.text_of(p)) {
                 return Ok(None);
             }
-            outside.push(p.into());
+            outside.push(p);
         }
     }
     drop(read);
     // The stored messages the new ones continue from: each file's last,
     // the last of the session's own thread, the parents outside.
+    let empty = ix.names.intern("");
     let mut stubs: Vec<Item> = Vec::new();
-    let mut stub = |key: &str, file: u32| -> usize {
-        if let Some(i) = stubs.iter().position(|s| s.uuid.as_deref() == Some(key)) {
+    let mut stub = |key: Id, file: u32| -> usize {
+        if let Some(i) = stubs.iter().position(|s| s.uuid == key) {
             if file != u32::MAX {
                 stubs[i].at.file = file;
             }
@@ -270,30 +269,29 @@ pub fn open_tail(
                 len: 0,
                 check: 0,
             },
-            sub: false,
-            what: Kind::Msg {
-                role: Role::User,
-                speaker: String::new(),
-                to: None,
-            },
-            uuid: Some(key.into()),
-            parent: None,
-            sidechain: false,
-            time: None,
-            stub: true,
+            role: Some(Role::User),
+            speaker: empty,
+            to: NO_NAME,
+            uuid: key,
+            parent: Id::NONE,
+            time: i64::MIN,
+            flags: STUB,
         });
         stubs.len() - 1
     };
     for p in &outside {
-        stub(p, u32::MAX);
+        stub(*p, u32::MAX);
     }
     let mut file_stubs = vec![None; files.len()];
     for (f, k) in state.last.iter().enumerate().take(files.len()) {
         if let Some(k) = k {
-            file_stubs[f] = Some(stub(k, f as u32));
+            file_stubs[f] = Some(stub(Id::of(k, &mut ix.names), f as u32));
         }
     }
-    let last_main = state.last_main.as_deref().map(|k| stub(k, u32::MAX));
+    let last_main = state
+        .last_main
+        .as_deref()
+        .map(|k| stub(Id::of(k, &mut ix.names), u32::MAX));
     // The session's last message comes last among them: the main
     // timeline ends there unless a new message goes on from it.
     let n = stubs.len();
@@ -315,7 +313,7 @@ pub fn open_tail(
         .take(n.saturating_sub(usize::from(last_main.is_some())))
     {
         // Not the session's own thread: never where `main` ends.
-        s.sidechain = true;
+        s.flags |= SIDECHAIN;
     }
     let new = std::mem::take(&mut ix.items);
     ix.items = stubs;
@@ -357,6 +355,8 @@ struct TailState {
 #[derive(Default)]
 struct Indexer {
     items: Vec<Item>,
+    /// Uuids that are not canonical UUIDs, speakers, tools.
+    names: Names,
     tools: HashMap<String, String>,
     /// The latest `custom-title` and `summary`.
     custom_title: Option<String>,
@@ -421,24 +421,36 @@ impl Indexer {
         {
             self.answered.insert(id.to_owned());
         }
-        let what = match what {
-            What::Carrier => Kind::Carrier,
+        let (role, speaker, to) = match what {
+            What::Carrier => (None, NO_NAME, NO_NAME),
             What::Msg {
                 role, speaker, to, ..
-            } => Kind::Msg { role, speaker, to },
+            } => (
+                Some(role),
+                self.names.intern(&speaker),
+                to.map_or(NO_NAME, |t| self.names.intern(&t)),
+            ),
         };
+        let mut flags = 0;
+        if sub {
+            flags |= SUB;
+        }
+        if sidechain {
+            flags |= SIDECHAIN;
+        }
         self.items.push(Item {
             at: rec.at(file),
-            sub,
-            what,
-            uuid: rec.str("uuid").map(Box::from),
-            parent: rec
-                .str("parentUuid")
-                .or_else(|| rec.str("logicalParentUuid"))
-                .map(Box::from),
-            sidechain,
-            time: time_of(&rec),
-            stub: false,
+            role,
+            speaker,
+            to,
+            uuid: Id::of_opt(rec.str("uuid"), &mut self.names),
+            parent: Id::of_opt(
+                rec.str("parentUuid")
+                    .or_else(|| rec.str("logicalParentUuid")),
+                &mut self.names,
+            ),
+            time: time_of(&rec).unwrap_or(i64::MIN),
+            flags,
         });
         Ok(())
     }
@@ -483,29 +495,48 @@ enum What {
     },
 }
 
-/// What the first pass keeps of a record's mapping.
-enum Kind {
-    Carrier,
-    Msg {
-        role: Role,
-        speaker: String,
-        to: Option<String>,
-    },
-}
-
-/// What the first pass keeps of one record.
+/// What the first pass keeps of one record (~100 bytes, no allocation:
+/// its ids are [`Id`]s, its speaker and tool names of the [`Indexer`]'s
+/// [`Names`]).
 struct Item {
     at: RecRef,
-    /// A subagent's transcript, not the session file.
-    sub: bool,
-    what: Kind,
-    uuid: Option<Box<str>>,
-    parent: Option<Box<str>>,
-    sidechain: bool,
-    time: Option<i64>,
-    /// A stored message a tail's records continue from ([`open_tail`]):
-    /// not read, not written.
-    stub: bool,
+    /// Its uuid and `parentUuid` (or `logicalParentUuid`).
+    uuid: Id,
+    parent: Id,
+    /// Its time ([`i64::MIN`]: none).
+    time: i64,
+    /// A message's speaker and tool ([`NO_NAME`]: none).
+    speaker: u32,
+    to: u32,
+    /// A message's role; `None` for a record that is not one.
+    role: Option<Role>,
+    /// [`SUB`], [`SIDECHAIN`], [`STUB`].
+    flags: u8,
+}
+
+/// No name.
+const NO_NAME: u32 = u32::MAX;
+/// A subagent's transcript, not the session file.
+const SUB: u8 = 1;
+/// A sidechain.
+const SIDECHAIN: u8 = 2;
+/// A stored message a tail's records continue from ([`open_tail`]): not
+/// read, not written.
+const STUB: u8 = 4;
+
+impl Item {
+    fn sub(&self) -> bool {
+        self.flags & SUB != 0
+    }
+    fn sidechain(&self) -> bool {
+        self.flags & SIDECHAIN != 0
+    }
+    fn stub(&self) -> bool {
+        self.flags & STUB != 0
+    }
+    fn time(&self) -> Option<i64> {
+        (self.time != i64::MIN).then_some(self.time)
+    }
 }
 
 /// What a record is; its text only when `text` (the first pass only
@@ -664,6 +695,7 @@ fn build<'a>(
 ) -> Result<Option<Session<'a>>> {
     let Indexer {
         mut items,
+        names,
         custom_title,
         summary,
         typed_title,
@@ -676,6 +708,9 @@ fn build<'a>(
     if items.is_empty() {
         return Ok(None);
     }
+    items.shrink_to_fit();
+    // The skeleton keeps the first pass's names (its ids are of them).
+    let mut skel = Skeleton::with_names(names);
     let reread = || Error::new(file, REREAD, "the new lines cannot be read alone");
     let where_ = |it: &Item| match rel.get(it.at.file as usize).cloned().flatten() {
         Some(f) => format!("{file} ({f}):{}", it.at.line),
@@ -685,11 +720,9 @@ fn build<'a>(
     // The uuid tree, over items: a uuid used twice links its first record.
     let mut dups = Vec::new();
     {
-        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        let mut seen: std::collections::HashSet<Id> = std::collections::HashSet::new();
         for (i, it) in items.iter().enumerate() {
-            if let Some(u) = it.uuid.as_deref()
-                && !seen.insert(u)
-            {
+            if !it.uuid.is_none() && !seen.insert(it.uuid) {
                 dups.push(i);
             }
         }
@@ -699,80 +732,90 @@ fn build<'a>(
         warnings.push(format!(
             "{}: uuid {} was already used; this record is kept but not linked",
             where_(it),
-            it.uuid.as_deref().unwrap_or("")
+            skel.names.text_of(it.uuid)
         ));
     }
     for &i in &dups {
-        items[i].what = Kind::Carrier;
-        items[i].uuid = None;
+        items[i].role = None;
+        items[i].uuid = Id::NONE;
     }
-    let mut up: Vec<Option<usize>> = vec![None; items.len()];
+    const NONE: u32 = u32::MAX;
+    let mut up: Vec<u32> = vec![NONE; items.len()];
     {
-        let mut by_uuid: HashMap<&str, usize> = HashMap::new();
+        let mut by_uuid: HashMap<Id, u32> = HashMap::with_capacity(items.len());
         for (i, it) in items.iter().enumerate() {
-            if let Some(u) = it.uuid.as_deref() {
-                by_uuid.insert(u, i);
+            if !it.uuid.is_none() {
+                by_uuid.insert(it.uuid, i as u32);
             }
         }
         for (i, it) in items.iter().enumerate() {
-            let (Some(_), Some(p)) = (it.uuid.as_deref(), it.parent.as_deref()) else {
+            if it.uuid.is_none() || it.parent.is_none() {
                 continue;
-            };
-            match by_uuid.get(p) {
-                Some(&j) => up[i] = Some(j),
+            }
+            match by_uuid.get(&it.parent) {
+                Some(&j) => up[i] = j,
                 None if pre.is_some() => return Err(reread()),
                 None => warnings.push(format!(
-                    "{}: parentUuid {p} is not in the session; it starts a new root",
-                    where_(it)
+                    "{}: parentUuid {} is not in the session; it starts a new root",
+                    where_(it),
+                    skel.names.text_of(it.parent)
                 )),
             }
         }
     }
-    if let Some(cycle) = crate::tree::find_cycle(&up) {
-        let ids: Vec<String> = cycle
-            .iter()
-            .map(|&i| items[i].uuid.as_deref().unwrap_or("?").to_owned())
-            .collect();
-        let first = &items[cycle[0]];
-        return Err(Error::new(
-            file,
-            "parent-cycle",
-            format!(
-                "records' parentUuid links loop: {}",
-                crate::tree::show_cycle(&ids)
-            ),
-        )
-        .at_line(first.at.line as usize, 1));
+    let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
+    {
+        let parents: Vec<Option<usize>> = (0..items.len()).map(up_of).collect();
+        if let Some(cycle) = crate::tree::find_cycle(&parents) {
+            let ids: Vec<String> = cycle
+                .iter()
+                .map(|&i| match items[i].uuid.text(&skel.names) {
+                    Some(t) => t.into_owned(),
+                    None => "?".to_owned(),
+                })
+                .collect();
+            let first = &items[cycle[0]];
+            return Err(Error::new(
+                file,
+                "parent-cycle",
+                format!(
+                    "records' parentUuid links loop: {}",
+                    crate::tree::show_cycle(&ids)
+                ),
+            )
+            .at_line(first.at.line as usize, 1));
+        }
     }
 
     // Messages, in item order, each with its parent message.
-    let mut msg_of: Vec<Option<usize>> = vec![None; items.len()];
+    let mut msg_of: Vec<u32> = vec![NONE; items.len()];
     let mut item_of: Vec<usize> = Vec::new();
     for (i, it) in items.iter().enumerate() {
-        if matches!(it.what, Kind::Msg { .. }) {
-            msg_of[i] = Some(item_of.len());
+        if it.role.is_some() {
+            msg_of[i] = item_of.len() as u32;
             item_of.push(i);
         }
     }
-    let mut parent_msg: Vec<Option<usize>> = vec![None; item_of.len()];
+    let msg = |i: usize| (msg_of[i] != NONE).then_some(msg_of[i] as usize);
     let message_above = |mut at: Option<usize>| {
         while let Some(j) = at {
-            if let Some(pm) = msg_of[j] {
+            if let Some(pm) = msg(j) {
                 return Some(pm);
             }
-            at = up[j];
+            at = up_of(j);
         }
         None
     };
-    for (m, &i) in item_of.iter().enumerate() {
-        parent_msg[m] = message_above(up[i]);
-    }
+    let mut parent_msg: Vec<Option<usize>> = item_of
+        .iter()
+        .map(|&i| message_above(up_of(i)))
+        .collect();
     // Records with a uuid that are not messages lead to the message above.
-    let mut aliases: Vec<(Box<str>, usize)> = items
+    let mut aliases: Vec<(Id, u32)> = items
         .iter()
         .enumerate()
-        .filter(|(i, it)| msg_of[*i].is_none() && !it.stub)
-        .filter_map(|(i, it)| Some((it.uuid.clone()?, message_above(up[i])?)))
+        .filter(|(i, it)| msg(*i).is_none() && !it.stub() && !it.uuid.is_none())
+        .filter_map(|(i, it)| Some((it.uuid, message_above(up_of(i))? as u32)))
         .collect();
     drop(up);
     // Roots after the first are linked to the message written before them
@@ -781,7 +824,7 @@ fn build<'a>(
     let mut first_root = pre.is_none();
     let mut last_main: Option<usize> = None;
     for (m, &i) in item_of.iter().enumerate() {
-        if items[i].stub {
+        if items[i].stub() {
             if pre.as_ref().and_then(|p| p.last_main) == Some(i) {
                 last_main = Some(m);
             }
@@ -795,7 +838,7 @@ fn build<'a>(
                 linked[m] = true;
             }
         }
-        if !items[i].sub && !items[i].sidechain {
+        if !items[i].sub() && !items[i].sidechain() {
             last_main = Some(m);
         }
     }
@@ -803,17 +846,17 @@ fn build<'a>(
     // item order: link their roots to the last session message written
     // before them instead.
     for (m, &i) in item_of.iter().enumerate() {
-        if linked[m] && items[i].sub {
+        if linked[m] && items[i].sub() {
             if pre.is_some() {
                 // The session's messages before it are not all read.
                 return Err(reread());
             }
-            let t = items[i].time;
+            let t = items[i].time();
             let before = item_of
                 .iter()
                 .enumerate()
-                .filter(|&(_, &j)| !items[j].sub && !items[j].sidechain)
-                .filter(|&(_, &j)| match (t, items[j].time) {
+                .filter(|&(_, &j)| !items[j].sub() && !items[j].sidechain())
+                .filter(|&(_, &j)| match (t, items[j].time()) {
                     (Some(a), Some(b)) => b <= a,
                     _ => true,
                 })
@@ -829,29 +872,30 @@ fn build<'a>(
     let file_stub = |f: u32| {
         let p = pre.as_ref()?;
         let i = (*p.file_stubs.get(f as usize)?)?;
-        msg_of[i]
+        msg(i)
     };
-    let mut recs: Vec<Vec<RecRef>> = vec![Vec::new(); item_of.len()];
+    // Per item: the message that carries it.
+    let mut owner: Vec<u32> = vec![NONE; items.len()];
     let mut waiting: Vec<usize> = Vec::new();
     let mut holder_needed = false;
     let mut prev: Option<(u32, usize)> = None;
     for (i, it) in items.iter().enumerate() {
-        if it.stub {
+        if it.stub() {
             continue;
         }
-        let owner = match msg_of[i] {
+        let carrier = match msg(i) {
             Some(m) => Some(m),
             None => prev
                 .filter(|(f, _)| *f == it.at.file)
                 .map(|(_, m)| m)
                 .or_else(|| file_stub(it.at.file)),
         };
-        match owner {
+        match carrier {
             Some(m) => {
                 for w in waiting.drain(..) {
-                    recs[m].push(items[w].at);
+                    owner[w] = m as u32;
                 }
-                recs[m].push(it.at);
+                owner[i] = m as u32;
                 prev = Some((it.at.file, m));
             }
             None => waiting.push(i),
@@ -862,56 +906,99 @@ fn build<'a>(
             match last_main.or_else(|| item_of.len().checked_sub(1)) {
                 Some(m) => {
                     for w in waiting.drain(..) {
-                        recs[m].push(items[w].at);
+                        owner[w] = m as u32;
                     }
                 }
                 None => holder_needed = true,
             }
         }
     }
-
-    let mut messages: Vec<Message> = Vec::with_capacity(item_of.len() + 1);
-    let mut own: Vec<Option<RecRef>> = Vec::with_capacity(item_of.len() + 1);
-    let mut carried: Vec<Vec<RecRef>> = Vec::with_capacity(item_of.len() + 1);
-    let mut order_fix = false;
-    for (m, &i) in item_of.iter().enumerate() {
-        let it = &mut items[i];
-        let Kind::Msg { role, speaker, to } = std::mem::replace(&mut it.what, Kind::Carrier) else {
-            continue;
-        };
-        let mut msg = Message::new(role, speaker, String::new()).at(it.time);
-        msg.to = to;
-        msg.parent = parent_msg[m];
-        if msg.parent.is_some_and(|p| p >= m) {
-            order_fix = true;
-        }
-        if it.sidechain {
-            msg.extra.insert("sidechain".into(), json!(true));
-        }
-        if linked[m] {
-            msg.extra.insert("linked".into(), json!(true));
-        }
-        let mut r = std::mem::take(&mut recs[m]);
-        r.sort_by_key(|a| (a.file, a.line));
-        r.shrink_to_fit();
-        msg.key = it.uuid.as_deref().map(str::to_owned);
-        messages.push(msg);
-        own.push((!it.stub).then_some(it.at));
-        carried.push(r);
-    }
-    drop(recs);
     if pre.is_some() && holder_needed {
         return Err(reread());
     }
-    if holder_needed || messages.is_empty() {
+    // Each message's records, in file and line order, in one flat list.
+    let mut refs = Refs::default();
+    {
+        let mut starts = vec![0u32; item_of.len() + 1];
+        for &o in &owner {
+            if o != NONE {
+                starts[o as usize + 1] += 1;
+            }
+        }
+        for m in 0..item_of.len() {
+            starts[m + 1] += starts[m];
+        }
+        let mut fill = starts.clone();
+        let mut by_owner = vec![0u32; starts[item_of.len()] as usize];
+        for (i, &o) in owner.iter().enumerate() {
+            if o != NONE {
+                by_owner[fill[o as usize] as usize] = i as u32;
+                fill[o as usize] += 1;
+            }
+        }
+        drop(fill);
+        let mut list: Vec<RecRef> = Vec::new();
+        for (m, &i) in item_of.iter().enumerate() {
+            list.clear();
+            list.extend(
+                by_owner[starts[m] as usize..starts[m + 1] as usize]
+                    .iter()
+                    .map(|&k| items[k as usize].at),
+            );
+            list.sort_by_key(|a| (a.file, a.line));
+            let it = &items[i];
+            refs.push((!it.stub()).then_some(it.at), list.iter().copied());
+        }
+    }
+    drop(owner);
+
+    // The skeleton: per message its parent, role, names, time, key, and
+    // whether it is a sidechain's or linked.
+    let mut sidechain: Vec<bool> = Vec::with_capacity(item_of.len() + 1);
+    let mut order_fix = false;
+    let flag = |k: &str| {
+        let mut x = Map::new();
+        x.insert(k.into(), json!(true));
+        x
+    };
+    for (m, &i) in item_of.iter().enumerate() {
+        let it = &items[i];
+        let Some(role) = it.role else { continue };
+        let parent = parent_msg[m];
+        if parent.is_some_and(|p| p >= m) {
+            order_fix = true;
+        }
+        let k = skel.push_parts(
+            parent,
+            role,
+            it.speaker,
+            (it.to != NO_NAME).then_some(it.to),
+            it.time(),
+            it.uuid,
+        );
+        let mut extra = Map::new();
+        if it.sidechain() {
+            extra.extend(flag("sidechain"));
+        }
+        if linked[m] {
+            extra.extend(flag("linked"));
+        }
+        if !extra.is_empty() {
+            skel.set_extra(k, &extra);
+        }
+        sidechain.push(it.sidechain());
+    }
+    drop(parent_msg);
+    drop(linked);
+    if holder_needed || skel.is_empty() {
         // Only bookkeeping records so far: one system message holds them.
         let mut msg = Message::new(Role::System, "claude-code", "");
         msg.extra.insert("holder".into(), json!(true));
         msg.key = Some(format!("records:{}", items[0].at.line));
-        msg.time = items.iter().find_map(|it| it.time);
-        messages.push(msg);
-        own.push(None);
-        carried.push(items.iter().map(|it| it.at).collect());
+        msg.time = items.iter().find_map(Item::time);
+        skel.push(&msg);
+        refs.push(None, items.iter().map(|it| it.at));
+        sidechain.push(false);
     }
     // Where the files read end, and the state to go on from there.
     let tail = {
@@ -926,15 +1013,19 @@ fn build<'a>(
             if f >= rel.len() {
                 continue;
             }
-            if !it.stub {
+            if !it.stub() {
                 marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
             }
-            if msg_of[i].is_some() {
-                last[f] = it.uuid.as_deref().map(str::to_owned);
+            if msg(i).is_some() {
+                last[f] = it.uuid.text(&skel.names).map(|t| t.into_owned());
             }
         }
-        let last_main =
-            last_main.and_then(|m| items[item_of[m]].uuid.as_deref().map(str::to_owned));
+        let last_main = last_main.and_then(|m| {
+            items[item_of[m]]
+                .uuid
+                .text(&skel.names)
+                .map(|t| t.into_owned())
+        });
         tools.retain(|k, _| !answered.contains(k));
         let state = TailState {
             tools: std::mem::take(&mut tools).into_iter().collect(),
@@ -950,67 +1041,70 @@ fn build<'a>(
                 state: serde_json::to_value(state).unwrap_or_default(),
             })
     };
+    let created_at = items.iter().find_map(Item::time);
+    drop(msg_of);
+    drop(item_of);
+    drop(items);
     if order_fix {
-        let order = parents_first(&mut messages);
-        own = order.iter().map(|&o| own[o]).collect();
-        let mut slots: Vec<Option<Vec<RecRef>>> = carried.into_iter().map(Some).collect();
-        carried = order.iter().filter_map(|&o| slots[o].take()).collect();
+        let order = parents_first(&skel);
+        skel.reorder(&order);
+        refs.reorder(&order);
+        sidechain = order.iter().map(|&o| sidechain[o]).collect();
         let mut new_of = vec![0; order.len()];
         for (new, &old) in order.iter().enumerate() {
-            new_of[old] = new;
+            new_of[old] = new as u32;
         }
         for a in &mut aliases {
-            a.1 = new_of[a.1];
+            a.1 = new_of[a.1 as usize];
         }
     }
+    let n = skel.len();
 
     // Intermediate answers: the turn goes on after them.
-    let mut has_turn_child = vec![false; messages.len()];
-    for m in &messages {
-        if let Some(p) = m.parent
-            && matches!(m.role, Role::ToolCall | Role::Tool | Role::Assistant)
+    let mut has_turn_child = vec![false; n];
+    for i in 0..n {
+        if let Some(p) = skel.parent(i)
+            && matches!(skel.role(i), Role::ToolCall | Role::Tool | Role::Assistant)
         {
             has_turn_child[p] = true;
         }
     }
-    for (i, m) in messages.iter_mut().enumerate() {
-        if m.role == Role::Assistant && has_turn_child[i] {
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
+    for (i, &go_on) in has_turn_child.iter().enumerate() {
+        if skel.role(i) == Role::Assistant && go_on {
+            skel.set_role(i, Role::ToolCall, Some("user"));
+            skel.insert_extra(i, "intermediate", json!(true));
         }
     }
+    drop(has_turn_child);
 
     // Timelines.
-    let mut children = vec![0usize; messages.len()];
-    let mut last_child: Vec<Option<usize>> = vec![None; messages.len()];
-    for (i, m) in messages.iter().enumerate() {
-        if let Some(p) = m.parent {
+    let mut children = vec![0u32; n];
+    let mut last_child: Vec<u32> = vec![NONE; n];
+    for i in 0..n {
+        if let Some(p) = skel.parent(i) {
             children[p] += 1;
-            last_child[p] = Some(i);
+            last_child[p] = i as u32;
         }
     }
     let main_leaf = {
-        let last = messages
-            .iter()
-            .rposition(|m| !m.extra.contains_key("sidechain"))
-            .unwrap_or(messages.len() - 1);
+        let last = sidechain.iter().rposition(|s| !s).unwrap_or(n - 1);
         let mut at = last;
         let mut steps = 0;
-        while let Some(c) = last_child[at].filter(|_| steps <= messages.len()) {
-            at = c;
+        while last_child[at] != NONE && steps <= n {
+            at = last_child[at] as usize;
             steps += 1;
         }
         at
     };
+    drop(last_child);
     let mut timelines = vec![Timeline {
         name: "main".into(),
         leaf: Some(main_leaf),
     }];
     let (mut alt, mut agent) = (0, 0);
-    for (i, m) in messages.iter().enumerate() {
+    for i in 0..n {
         if children[i] == 0 && i != main_leaf {
-            let name = if m.extra.contains_key("sidechain") {
+            let name = if sidechain[i] {
                 agent += 1;
                 format!("agent-{agent}")
             } else {
@@ -1023,6 +1117,8 @@ fn build<'a>(
             });
         }
     }
+    drop(children);
+    drop(sidechain);
 
     // Title, id, metadata.
     let title = custom_title
@@ -1050,8 +1146,18 @@ fn build<'a>(
                 .unwrap_or_default()
         ),
     );
-    let created_at = items.iter().find_map(|it| it.time);
-    drop(items);
+    // Alias ids that are names keep their own (the skeleton's names are
+    // lent to the ledger while it imports).
+    let mut alias_names = Names::default();
+    let aliases = records::Aliases {
+        ids: aliases
+            .into_iter()
+            .filter_map(|(a, m)| Some((Id::of(&a.text(&skel.names)?, &mut alias_names), m)))
+            .collect(),
+        names: alias_names,
+    };
+    skel.shrink_to_fit();
+    refs.shrink_to_fit();
     Ok(Some(Session {
         conv: Conversation {
             id,
@@ -1059,15 +1165,15 @@ fn build<'a>(
             agent: Some("claude-code".into()),
             created_at,
             meta,
-            messages,
+            messages: Vec::new(),
             timelines,
         },
         warnings,
         records: records::Stored {
             sources,
             rel,
-            own,
-            carried,
+            refs,
+            tree: Some(skel),
             fill,
             failed: None,
             aliases,
@@ -1082,14 +1188,14 @@ fn time_of(rec: &Record) -> Option<i64> {
     rec.str("timestamp").and_then(crate::json::iso_to_millis)
 }
 
-/// Reorders messages so parents come before children (keeping file order
-/// otherwise), renumbering parents; returns the old index of each.
-fn parents_first(messages: &mut Vec<Message>) -> Vec<usize> {
-    let n = messages.len();
+/// An order of a skeleton's messages where parents come before children
+/// (keeping file order otherwise): the old index of each.
+fn parents_first(skel: &Skeleton) -> Vec<usize> {
+    let n = skel.len();
     let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut roots = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match m.parent {
+    for i in 0..n {
+        match skel.parent(i) {
             Some(p) if p < n => kids[p].push(i),
             _ => roots.push(i),
         }
@@ -1100,19 +1206,6 @@ fn parents_first(messages: &mut Vec<Message>) -> Vec<usize> {
         order.push(i);
         stack.extend(kids[i].iter().rev());
     }
-    let mut new_of = vec![0usize; n];
-    for (new, &old) in order.iter().enumerate() {
-        new_of[old] = new;
-    }
-    let mut slots: Vec<Option<Message>> = std::mem::take(messages).into_iter().map(Some).collect();
-    *messages = order
-        .iter()
-        .filter_map(|&old| {
-            let mut m = slots[old].take()?;
-            m.parent = m.parent.map(|p| new_of[p]);
-            Some(m)
-        })
-        .collect();
     order
 }
 

@@ -940,11 +940,11 @@ fn build<'a>(
         records: Stored {
             sources,
             rel: vec![None],
-            own,
-            carried,
+            refs: records::Refs::from_lists(own, carried),
+            tree: None,
             fill,
             failed: None,
-            aliases: Vec::new(),
+            aliases: Default::default(),
             tail: None,
             // A huge message whose text is its line's one string is held
             // once (`Stored::text_of_huge`; a legacy chat's records are
