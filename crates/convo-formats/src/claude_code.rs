@@ -718,15 +718,20 @@ fn build<'a>(
     };
 
     // The uuid tree, over items: a uuid used twice links its first record.
+    // Items with a uuid, by uuid (then file order): 4 bytes an item, where
+    // a map by uuid takes ~70.
+    let mut by_uuid: Vec<u32> = (0..items.len() as u32)
+        .filter(|&i| !items[i as usize].uuid.is_none())
+        .collect();
+    by_uuid.sort_unstable_by_key(|&i| (items[i as usize].uuid, i));
     let mut dups = Vec::new();
-    {
-        let mut seen: std::collections::HashSet<Id> = std::collections::HashSet::new();
-        for (i, it) in items.iter().enumerate() {
-            if !it.uuid.is_none() && !seen.insert(it.uuid) {
-                dups.push(i);
-            }
+    for w in by_uuid.windows(2) {
+        if items[w[0] as usize].uuid == items[w[1] as usize].uuid {
+            dups.push(w[1] as usize);
         }
     }
+    dups.sort_unstable();
+    by_uuid.retain(|&i| dups.binary_search(&(i as usize)).is_err());
     for &i in &dups {
         let it = &items[i];
         warnings.push(format!(
@@ -742,18 +747,18 @@ fn build<'a>(
     const NONE: u32 = u32::MAX;
     let mut up: Vec<u32> = vec![NONE; items.len()];
     {
-        let mut by_uuid: HashMap<Id, u32> = HashMap::with_capacity(items.len());
-        for (i, it) in items.iter().enumerate() {
-            if !it.uuid.is_none() {
-                by_uuid.insert(it.uuid, i as u32);
-            }
-        }
+        let find = |id: Id| {
+            by_uuid
+                .binary_search_by(|&j| items[j as usize].uuid.cmp(&id))
+                .ok()
+                .map(|k| by_uuid[k])
+        };
         for (i, it) in items.iter().enumerate() {
             if it.uuid.is_none() || it.parent.is_none() {
                 continue;
             }
-            match by_uuid.get(&it.parent) {
-                Some(&j) => up[i] = j,
+            match find(it.parent) {
+                Some(j) => up[i] = j,
                 None if pre.is_some() => return Err(reread()),
                 None => warnings.push(format!(
                     "{}: parentUuid {} is not in the session; it starts a new root",
@@ -763,10 +768,10 @@ fn build<'a>(
             }
         }
     }
+    drop(by_uuid);
     let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
     {
-        let parents: Vec<Option<usize>> = (0..items.len()).map(up_of).collect();
-        if let Some(cycle) = crate::tree::find_cycle(&parents) {
+        if let Some(cycle) = crate::tree::find_cycle_in(items.len(), up_of) {
             let ids: Vec<String> = cycle
                 .iter()
                 .map(|&i| match items[i].uuid.text(&skel.names) {
@@ -806,9 +811,9 @@ fn build<'a>(
         }
         None
     };
-    let mut parent_msg: Vec<Option<usize>> = item_of
+    let mut parent_msg: Vec<u32> = item_of
         .iter()
-        .map(|&i| message_above(up_of(i)))
+        .map(|&i| message_above(up_of(i)).map_or(NONE, |p| p as u32))
         .collect();
     // Records with a uuid that are not messages lead to the message above.
     let mut aliases: Vec<(Id, u32)> = items
@@ -830,11 +835,11 @@ fn build<'a>(
             }
             continue;
         }
-        if parent_msg[m].is_none() {
+        if parent_msg[m] == NONE {
             if first_root {
                 first_root = false;
             } else if let Some(p) = last_main.filter(|&p| p != m) {
-                parent_msg[m] = Some(p);
+                parent_msg[m] = p as u32;
                 linked[m] = true;
             }
         }
@@ -862,7 +867,9 @@ fn build<'a>(
                 })
                 .map(|(k, _)| k)
                 .next_back();
-            parent_msg[m] = before.or(parent_msg[m]);
+            if let Some(b) = before {
+                parent_msg[m] = b as u32;
+            }
         }
     }
 
@@ -964,7 +971,7 @@ fn build<'a>(
     for (m, &i) in item_of.iter().enumerate() {
         let it = &items[i];
         let Some(role) = it.role else { continue };
-        let parent = parent_msg[m];
+        let parent = (parent_msg[m] != NONE).then_some(parent_msg[m] as usize);
         if parent.is_some_and(|p| p >= m) {
             order_fix = true;
         }
@@ -1331,4 +1338,76 @@ pub fn project_folder(cwd: &str) -> String {
     cwd.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reader as _;
+    use std::borrow::Cow;
+
+    /// The first pass keeps uuids as 128-bit values when they are
+    /// canonical UUIDs and as names otherwise: both come back as written
+    /// (keys, parents, aliases, warnings), a uuid used twice links its
+    /// first record only.
+    #[test]
+    fn uuids_and_other_ids_come_back_as_written() {
+        let rec = |uuid: &str, parent: Option<&str>, ty: &str, text: &str| {
+            let content = if ty == "assistant" {
+                json!([{"type": "text", "text": text}])
+            } else {
+                json!(text)
+            };
+            let mut s = serde_json::to_string(&json!({
+                "parentUuid": parent, "isSidechain": false, "type": ty,
+                "message": {"role": ty, "content": content}, "uuid": uuid,
+                "timestamp": "2026-11-24T15:53:08.139Z", "sessionId": "s-1"}))
+            .expect("json");
+            s.push('\n');
+            s
+        };
+        let u1 = "0e20a6c4-9b1f-4c3e-8a2d-5f6e7d8c9b0a";
+        let odd = "Msg-ABC"; // not a UUID
+        let upper = "0E20A6C4-9B1F-4C3E-8A2D-5F6E7D8C9B0B"; // not canonical
+        let text = rec(u1, None, "user", "hello")
+            + &rec(odd, Some(u1), "assistant", "hi")
+            + &rec(upper, Some(odd), "attachment", "")
+            + &rec("42", Some(upper), "user", "more")
+            + &rec(odd, Some("42"), "assistant", "again");
+        let mut ix = Indexer::default();
+        let mut sources = Sources::new();
+        let warnings = sources
+            .scan_bytes("s.jsonl", text.as_bytes(), |f, r| ix.add(f, false, r))
+            .expect("scans");
+        let s = build("s.jsonl", ix, sources, vec![None], warnings, None)
+            .expect("builds")
+            .expect("a session");
+        let tree = s.records.tree.as_ref().expect("a compact skeleton");
+        let keys: Vec<Option<String>> = (0..tree.len())
+            .map(|i| tree.key(i).map(Cow::into_owned))
+            .collect();
+        assert_eq!(
+            keys,
+            [Some(u1.into()), Some(odd.into()), Some("42".into())],
+            "the second {odd} is not a message"
+        );
+        assert_eq!(tree.parent(1), Some(0));
+        assert_eq!(tree.parent(2), Some(1), "through the attachment");
+        assert!(
+            s.warnings
+                .iter()
+                .any(|w| w.contains("s.jsonl:5") && w.contains(&format!("uuid {odd} was already used"))),
+            "{:?}",
+            s.warnings
+        );
+        use crate::ledger::Loader as _;
+        assert_eq!(s.records.aliases(), [(upper.to_owned(), 1)]);
+        let read = ClaudeCode
+            .read_bytes("s.jsonl", text.as_bytes())
+            .expect("reads");
+        let c = &read.conversations[0];
+        assert_eq!(c.messages.len(), 3);
+        assert_eq!(c.messages[1].text, "hi");
+        assert_eq!(c.messages[1].key.as_deref(), Some(odd));
+    }
 }

@@ -461,7 +461,7 @@ fn lazy_in(
     let mut placed = Placed {
         written: vec![false; n],
         at_parting: HashMap::new(),
-        keys: Vec::new(),
+        keys: Vec::with_capacity((0..n).filter(|&i| tree.has_key(i)).count()),
         parting,
     };
     let mut anchor: Option<NodeHash> = None;
@@ -992,7 +992,7 @@ fn write_index_of(
         })
         .collect();
     // A key used twice: the later message's node, as a map by key has.
-    keys.sort_by(|a, b| tree.key_cmp(a.0 as usize, b.0 as usize).then(a.0.cmp(&b.0)));
+    keys.sort_unstable_by(|a, b| tree.key_cmp(a.0 as usize, b.0 as usize).then(a.0.cmp(&b.0)));
     for chunk in keys.chunks(KEYS_AT_ONCE) {
         let texts: Vec<(String, NodeHash)> = chunk
             .iter()

@@ -1276,6 +1276,46 @@ mod tests {
     }
 
     #[test]
+    fn refs_keep_each_messages_records_in_one_list() {
+        let at = |line: u32| RecRef {
+            file: 0,
+            line,
+            offset: u64::from(line) * 10,
+            len: 9,
+            check: u64::from(line),
+        };
+        let own = vec![Some(at(2)), None, Some(at(9)), Some(at(5))];
+        let carried = vec![
+            vec![at(1), at(2), at(3)],
+            vec![at(4)],
+            vec![at(6), at(7)], // its own record is not one it carries
+            vec![],
+        ];
+        let mut r = Refs::from_lists(own.clone(), carried.clone());
+        assert_eq!(r.len(), 4);
+        for i in 0..4 {
+            assert_eq!(r.own(i), own[i], "{i}");
+            assert_eq!(r.carried(i), &carried[i][..], "{i}");
+        }
+        r.push(Some(at(11)), [at(10)]);
+        r.reorder(&[4, 2, 0, 1, 3]);
+        assert_eq!(r.own(1), Some(at(9)));
+        assert_eq!(r.carried(1), &[at(6), at(7)]);
+        assert_eq!(r.carried(0), &[at(10)]);
+        assert_eq!(r.own(0), Some(at(11)));
+        // The last message carries one more: after those it has, its
+        // own record still apart.
+        r.push(Some(at(20)), []);
+        r.push_to_last(at(21));
+        assert_eq!(r.own(5), Some(at(20)));
+        assert_eq!(r.carried(5), &[at(21)]);
+        r.push(Some(at(30)), [at(30)]);
+        r.push_to_last(at(31));
+        assert_eq!(r.carried(6), &[at(30), at(31)]);
+        assert_eq!(r.own(6), Some(at(30)));
+    }
+
+    #[test]
     fn bad_utf8_names_the_line() {
         let e = read("t.jsonl", &b"{}\n\xff\n"[..]).expect_err("not UTF-8");
         assert_eq!(e.rule, "encoding");
