@@ -437,7 +437,7 @@ fn lazy_in(
     let anchored = leaves
         .iter()
         .skip(1)
-        .any(|&leaf| leaf.is_some_and(|_| root_in(tree, leaf) != main_root));
+        .any(|&leaf| root_in(tree, leaf).is_some_and(|r| Some(r) != main_root));
     let source = json!({"format": format, "id": conv.id});
     let mut outcome_title = conv.title.clone();
     if outcome_title.is_none() && keyed {
