@@ -233,9 +233,7 @@ pub fn open_tail(
     // Every uuid read must be new, every parent read or stored.
     let mut read: std::collections::HashSet<Id> = std::collections::HashSet::new();
     for it in &ix.items {
-        if !it.uuid.is_none()
-            && (!read.insert(it.uuid) || stored(&ix.names.text_of(it.uuid)))
-        {
+        if !it.uuid.is_none() && (!read.insert(it.uuid) || stored(&ix.names.text_of(it.uuid))) {
             return Ok(None);
         }
     }
@@ -1396,7 +1394,8 @@ mod tests {
         assert!(
             s.warnings
                 .iter()
-                .any(|w| w.contains("s.jsonl:5") && w.contains(&format!("uuid {odd} was already used"))),
+                .any(|w| w.contains("s.jsonl:5")
+                    && w.contains(&format!("uuid {odd} was already used"))),
             "{:?}",
             s.warnings
         );

@@ -468,8 +468,7 @@ fn build<'a>(
     }
     let n = messages.len();
     for i in 0..n {
-        if messages.role(i) == Role::Assistant && i + 1 < n && messages.role(i + 1) != Role::User
-        {
+        if messages.role(i) == Role::Assistant && i + 1 < n && messages.role(i + 1) != Role::User {
             messages.set_role(i, Role::ToolCall, Some("user"));
             messages.insert_extra(i, "intermediate", json!(true));
         }

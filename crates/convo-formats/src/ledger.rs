@@ -43,8 +43,8 @@
 //! inverse of the table above, for any [`crate::Writer`].
 
 use crate::model::{Conversation, Message, Role};
-use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, Millis, NodeHash, SessionId};
 use crate::records::Skeleton;
+use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, SessionRow, Store, StoreError};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -824,9 +824,7 @@ fn import_more(
                 };
                 (&path[k + 1..], stored[&point_key])
             }
-            (None, Some(h))
-                if path.first().is_some_and(|&i| tree.parent(i).is_none()) =>
-            {
+            (None, Some(h)) if path.first().is_some_and(|&i| tree.parent(i).is_none()) => {
                 (&path[..], *h)
             }
             // Shares nothing with what is stored: left for a full re-import.

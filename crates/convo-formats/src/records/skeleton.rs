@@ -441,7 +441,10 @@ mod tests {
         assert_eq!(ids[7].kind, ID_NUMBER);
         assert_eq!(ids[3].kind, ID_NAME, "uppercase is not canonical");
         assert_eq!(ids[10].kind, ID_NAME, "a leading zero is not canonical");
-        assert_eq!(Id::of("0e20a6c4-9b1f-4c3e-8a2d-5f6e7d8c9b0a", &mut names), ids[0]);
+        assert_eq!(
+            Id::of("0e20a6c4-9b1f-4c3e-8a2d-5f6e7d8c9b0a", &mut names),
+            ids[0]
+        );
         assert_eq!(Id::find("never-seen", &names), None);
         for a in &ids {
             for b in &ids {
