@@ -792,7 +792,8 @@ fn build<'a>(
 
     // Messages, in item order, each with its parent message.
     let mut msg_of: Vec<u32> = vec![NONE; items.len()];
-    let mut item_of: Vec<usize> = Vec::new();
+    let mut item_of: Vec<usize> =
+        Vec::with_capacity(items.iter().filter(|it| it.role.is_some()).count());
     for (i, it) in items.iter().enumerate() {
         if it.role.is_some() {
             msg_of[i] = item_of.len() as u32;
@@ -921,8 +922,11 @@ fn build<'a>(
     if pre.is_some() && holder_needed {
         return Err(reread());
     }
-    // Each message's records, in file and line order, in one flat list.
+    // Each message's records, in file and line order, in one flat list
+    // (sized once: no room left over from growing).
     let mut refs = Refs::default();
+    refs.reserve_exact(item_of.len() + 1, items.len());
+    skel.reserve_exact(item_of.len() + 1);
     {
         let mut starts = vec![0u32; item_of.len() + 1];
         for &o in &owner {

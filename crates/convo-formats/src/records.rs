@@ -695,6 +695,14 @@ impl Refs {
         self.own.push(ix);
     }
 
+    /// Makes room for `messages` more messages carrying `records` more
+    /// records.
+    pub fn reserve_exact(&mut self, messages: usize, records: usize) {
+        self.all.reserve_exact(records);
+        self.starts.reserve_exact(messages);
+        self.own.reserve_exact(messages);
+    }
+
     /// Adds a record the last message carries (after those it has).
     pub fn push_to_last(&mut self, at: RecRef) {
         match self.own.last() {

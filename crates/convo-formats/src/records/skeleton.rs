@@ -244,6 +244,11 @@ impl Skeleton {
         }
     }
 
+    /// Makes room for `n` more messages.
+    pub fn reserve_exact(&mut self, n: usize) {
+        self.entries.reserve_exact(n);
+    }
+
     /// Adds a skeleton message (its text is not kept); returns its index.
     pub fn push(&mut self, m: &Message) -> usize {
         let key = Id::of_opt(m.key.as_deref(), &mut self.names);
