@@ -62,7 +62,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records::{self, RecRef, Record, Session, Sources};
+use crate::records::{self, Id, Names, RecRef, Record, Refs, Session, Skeleton, Sources};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -231,32 +231,29 @@ pub fn open_tail(
         marks.push(mark.clone());
     }
     // Every uuid read must be new, every parent read or stored.
-    let mut read: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut read: std::collections::HashSet<Id> = std::collections::HashSet::new();
     for it in &ix.items {
-        if let Some(u) = it.uuid.as_deref()
-            && (!read.insert(u) || stored(u))
-        {
+        if !it.uuid.is_none() && (!read.insert(it.uuid) || stored(&ix.names.text_of(it.uuid))) {
             return Ok(None);
         }
     }
-    let mut outside: Vec<Box<str>> = Vec::new();
+    let mut outside: Vec<Id> = Vec::new();
     for it in &ix.items {
-        if let (Some(_), Some(p)) = (it.uuid.as_deref(), it.parent.as_deref())
-            && !read.contains(p)
-            && !outside.iter().any(|o| &**o == p)
-        {
-            if !stored(p) {
+        let p = it.parent;
+        if !it.uuid.is_none() && !p.is_none() && !read.contains(&p) && !outside.contains(&p) {
+            if !stored(&ix.names.text_of(p)) {
                 return Ok(None);
             }
-            outside.push(p.into());
+            outside.push(p);
         }
     }
     drop(read);
     // The stored messages the new ones continue from: each file's last,
     // the last of the session's own thread, the parents outside.
+    let empty = ix.names.intern("");
     let mut stubs: Vec<Item> = Vec::new();
-    let mut stub = |key: &str, file: u32| -> usize {
-        if let Some(i) = stubs.iter().position(|s| s.uuid.as_deref() == Some(key)) {
+    let mut stub = |key: Id, file: u32| -> usize {
+        if let Some(i) = stubs.iter().position(|s| s.uuid == key) {
             if file != u32::MAX {
                 stubs[i].at.file = file;
             }
@@ -270,30 +267,29 @@ pub fn open_tail(
                 len: 0,
                 check: 0,
             },
-            sub: false,
-            what: Kind::Msg {
-                role: Role::User,
-                speaker: String::new(),
-                to: None,
-            },
-            uuid: Some(key.into()),
-            parent: None,
-            sidechain: false,
-            time: None,
-            stub: true,
+            role: Some(Role::User),
+            speaker: empty,
+            to: NO_NAME,
+            uuid: key,
+            parent: Id::NONE,
+            time: i64::MIN,
+            flags: STUB,
         });
         stubs.len() - 1
     };
     for p in &outside {
-        stub(p, u32::MAX);
+        stub(*p, u32::MAX);
     }
     let mut file_stubs = vec![None; files.len()];
     for (f, k) in state.last.iter().enumerate().take(files.len()) {
         if let Some(k) = k {
-            file_stubs[f] = Some(stub(k, f as u32));
+            file_stubs[f] = Some(stub(Id::of(k, &mut ix.names), f as u32));
         }
     }
-    let last_main = state.last_main.as_deref().map(|k| stub(k, u32::MAX));
+    let last_main = state
+        .last_main
+        .as_deref()
+        .map(|k| stub(Id::of(k, &mut ix.names), u32::MAX));
     // The session's last message comes last among them: the main
     // timeline ends there unless a new message goes on from it.
     let n = stubs.len();
@@ -315,7 +311,7 @@ pub fn open_tail(
         .take(n.saturating_sub(usize::from(last_main.is_some())))
     {
         // Not the session's own thread: never where `main` ends.
-        s.sidechain = true;
+        s.flags |= SIDECHAIN;
     }
     let new = std::mem::take(&mut ix.items);
     ix.items = stubs;
@@ -357,6 +353,8 @@ struct TailState {
 #[derive(Default)]
 struct Indexer {
     items: Vec<Item>,
+    /// Uuids that are not canonical UUIDs, speakers, tools.
+    names: Names,
     tools: HashMap<String, String>,
     /// The latest `custom-title` and `summary`.
     custom_title: Option<String>,
@@ -421,24 +419,36 @@ impl Indexer {
         {
             self.answered.insert(id.to_owned());
         }
-        let what = match what {
-            What::Carrier => Kind::Carrier,
+        let (role, speaker, to) = match what {
+            What::Carrier => (None, NO_NAME, NO_NAME),
             What::Msg {
                 role, speaker, to, ..
-            } => Kind::Msg { role, speaker, to },
+            } => (
+                Some(role),
+                self.names.intern(&speaker),
+                to.map_or(NO_NAME, |t| self.names.intern(&t)),
+            ),
         };
+        let mut flags = 0;
+        if sub {
+            flags |= SUB;
+        }
+        if sidechain {
+            flags |= SIDECHAIN;
+        }
         self.items.push(Item {
             at: rec.at(file),
-            sub,
-            what,
-            uuid: rec.str("uuid").map(Box::from),
-            parent: rec
-                .str("parentUuid")
-                .or_else(|| rec.str("logicalParentUuid"))
-                .map(Box::from),
-            sidechain,
-            time: time_of(&rec),
-            stub: false,
+            role,
+            speaker,
+            to,
+            uuid: Id::of_opt(rec.str("uuid"), &mut self.names),
+            parent: Id::of_opt(
+                rec.str("parentUuid")
+                    .or_else(|| rec.str("logicalParentUuid")),
+                &mut self.names,
+            ),
+            time: time_of(&rec).unwrap_or(i64::MIN),
+            flags,
         });
         Ok(())
     }
@@ -483,29 +493,48 @@ enum What {
     },
 }
 
-/// What the first pass keeps of a record's mapping.
-enum Kind {
-    Carrier,
-    Msg {
-        role: Role,
-        speaker: String,
-        to: Option<String>,
-    },
-}
-
-/// What the first pass keeps of one record.
+/// What the first pass keeps of one record (~100 bytes, no allocation:
+/// its ids are [`Id`]s, its speaker and tool names of the [`Indexer`]'s
+/// [`Names`]).
 struct Item {
     at: RecRef,
-    /// A subagent's transcript, not the session file.
-    sub: bool,
-    what: Kind,
-    uuid: Option<Box<str>>,
-    parent: Option<Box<str>>,
-    sidechain: bool,
-    time: Option<i64>,
-    /// A stored message a tail's records continue from ([`open_tail`]):
-    /// not read, not written.
-    stub: bool,
+    /// Its uuid and `parentUuid` (or `logicalParentUuid`).
+    uuid: Id,
+    parent: Id,
+    /// Its time ([`i64::MIN`]: none).
+    time: i64,
+    /// A message's speaker and tool ([`NO_NAME`]: none).
+    speaker: u32,
+    to: u32,
+    /// A message's role; `None` for a record that is not one.
+    role: Option<Role>,
+    /// [`SUB`], [`SIDECHAIN`], [`STUB`].
+    flags: u8,
+}
+
+/// No name.
+const NO_NAME: u32 = u32::MAX;
+/// A subagent's transcript, not the session file.
+const SUB: u8 = 1;
+/// A sidechain.
+const SIDECHAIN: u8 = 2;
+/// A stored message a tail's records continue from ([`open_tail`]): not
+/// read, not written.
+const STUB: u8 = 4;
+
+impl Item {
+    fn sub(&self) -> bool {
+        self.flags & SUB != 0
+    }
+    fn sidechain(&self) -> bool {
+        self.flags & SIDECHAIN != 0
+    }
+    fn stub(&self) -> bool {
+        self.flags & STUB != 0
+    }
+    fn time(&self) -> Option<i64> {
+        (self.time != i64::MIN).then_some(self.time)
+    }
 }
 
 /// What a record is; its text only when `text` (the first pass only
@@ -664,6 +693,7 @@ fn build<'a>(
 ) -> Result<Option<Session<'a>>> {
     let Indexer {
         mut items,
+        names,
         custom_title,
         summary,
         typed_title,
@@ -676,6 +706,9 @@ fn build<'a>(
     if items.is_empty() {
         return Ok(None);
     }
+    items.shrink_to_fit();
+    // The skeleton keeps the first pass's names (its ids are of them).
+    let mut skel = Skeleton::with_names(names);
     let reread = || Error::new(file, REREAD, "the new lines cannot be read alone");
     let where_ = |it: &Item| match rel.get(it.at.file as usize).cloned().flatten() {
         Some(f) => format!("{file} ({f}):{}", it.at.line),
@@ -683,96 +716,110 @@ fn build<'a>(
     };
 
     // The uuid tree, over items: a uuid used twice links its first record.
+    // Items with a uuid, by uuid (then file order): 4 bytes an item, where
+    // a map by uuid takes ~70.
+    let mut by_uuid: Vec<u32> = (0..items.len() as u32)
+        .filter(|&i| !items[i as usize].uuid.is_none())
+        .collect();
+    by_uuid.sort_unstable_by_key(|&i| (items[i as usize].uuid, i));
     let mut dups = Vec::new();
-    {
-        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        for (i, it) in items.iter().enumerate() {
-            if let Some(u) = it.uuid.as_deref()
-                && !seen.insert(u)
-            {
-                dups.push(i);
-            }
+    for w in by_uuid.windows(2) {
+        if items[w[0] as usize].uuid == items[w[1] as usize].uuid {
+            dups.push(w[1] as usize);
         }
     }
+    dups.sort_unstable();
+    by_uuid.retain(|&i| dups.binary_search(&(i as usize)).is_err());
     for &i in &dups {
         let it = &items[i];
         warnings.push(format!(
             "{}: uuid {} was already used; this record is kept but not linked",
             where_(it),
-            it.uuid.as_deref().unwrap_or("")
+            skel.names.text_of(it.uuid)
         ));
     }
     for &i in &dups {
-        items[i].what = Kind::Carrier;
-        items[i].uuid = None;
+        items[i].role = None;
+        items[i].uuid = Id::NONE;
     }
-    let mut up: Vec<Option<usize>> = vec![None; items.len()];
+    const NONE: u32 = u32::MAX;
+    let mut up: Vec<u32> = vec![NONE; items.len()];
     {
-        let mut by_uuid: HashMap<&str, usize> = HashMap::new();
+        let find = |id: Id| {
+            by_uuid
+                .binary_search_by(|&j| items[j as usize].uuid.cmp(&id))
+                .ok()
+                .map(|k| by_uuid[k])
+        };
         for (i, it) in items.iter().enumerate() {
-            if let Some(u) = it.uuid.as_deref() {
-                by_uuid.insert(u, i);
-            }
-        }
-        for (i, it) in items.iter().enumerate() {
-            let (Some(_), Some(p)) = (it.uuid.as_deref(), it.parent.as_deref()) else {
+            if it.uuid.is_none() || it.parent.is_none() {
                 continue;
-            };
-            match by_uuid.get(p) {
-                Some(&j) => up[i] = Some(j),
+            }
+            match find(it.parent) {
+                Some(j) => up[i] = j,
                 None if pre.is_some() => return Err(reread()),
                 None => warnings.push(format!(
-                    "{}: parentUuid {p} is not in the session; it starts a new root",
-                    where_(it)
+                    "{}: parentUuid {} is not in the session; it starts a new root",
+                    where_(it),
+                    skel.names.text_of(it.parent)
                 )),
             }
         }
     }
-    if let Some(cycle) = crate::tree::find_cycle(&up) {
-        let ids: Vec<String> = cycle
-            .iter()
-            .map(|&i| items[i].uuid.as_deref().unwrap_or("?").to_owned())
-            .collect();
-        let first = &items[cycle[0]];
-        return Err(Error::new(
-            file,
-            "parent-cycle",
-            format!(
-                "records' parentUuid links loop: {}",
-                crate::tree::show_cycle(&ids)
-            ),
-        )
-        .at_line(first.at.line as usize, 1));
+    drop(by_uuid);
+    let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
+    {
+        if let Some(cycle) = crate::tree::find_cycle_in(items.len(), up_of) {
+            let ids: Vec<String> = cycle
+                .iter()
+                .map(|&i| match items[i].uuid.text(&skel.names) {
+                    Some(t) => t.into_owned(),
+                    None => "?".to_owned(),
+                })
+                .collect();
+            let first = &items[cycle[0]];
+            return Err(Error::new(
+                file,
+                "parent-cycle",
+                format!(
+                    "records' parentUuid links loop: {}",
+                    crate::tree::show_cycle(&ids)
+                ),
+            )
+            .at_line(first.at.line as usize, 1));
+        }
     }
 
     // Messages, in item order, each with its parent message.
-    let mut msg_of: Vec<Option<usize>> = vec![None; items.len()];
-    let mut item_of: Vec<usize> = Vec::new();
+    let mut msg_of: Vec<u32> = vec![NONE; items.len()];
+    let mut item_of: Vec<usize> =
+        Vec::with_capacity(items.iter().filter(|it| it.role.is_some()).count());
     for (i, it) in items.iter().enumerate() {
-        if matches!(it.what, Kind::Msg { .. }) {
-            msg_of[i] = Some(item_of.len());
+        if it.role.is_some() {
+            msg_of[i] = item_of.len() as u32;
             item_of.push(i);
         }
     }
-    let mut parent_msg: Vec<Option<usize>> = vec![None; item_of.len()];
+    let msg = |i: usize| (msg_of[i] != NONE).then_some(msg_of[i] as usize);
     let message_above = |mut at: Option<usize>| {
         while let Some(j) = at {
-            if let Some(pm) = msg_of[j] {
+            if let Some(pm) = msg(j) {
                 return Some(pm);
             }
-            at = up[j];
+            at = up_of(j);
         }
         None
     };
-    for (m, &i) in item_of.iter().enumerate() {
-        parent_msg[m] = message_above(up[i]);
-    }
+    let mut parent_msg: Vec<u32> = item_of
+        .iter()
+        .map(|&i| message_above(up_of(i)).map_or(NONE, |p| p as u32))
+        .collect();
     // Records with a uuid that are not messages lead to the message above.
-    let mut aliases: Vec<(Box<str>, usize)> = items
+    let mut aliases: Vec<(Id, u32)> = items
         .iter()
         .enumerate()
-        .filter(|(i, it)| msg_of[*i].is_none() && !it.stub)
-        .filter_map(|(i, it)| Some((it.uuid.clone()?, message_above(up[i])?)))
+        .filter(|(i, it)| msg(*i).is_none() && !it.stub() && !it.uuid.is_none())
+        .filter_map(|(i, it)| Some((it.uuid, message_above(up_of(i))? as u32)))
         .collect();
     drop(up);
     // Roots after the first are linked to the message written before them
@@ -781,21 +828,21 @@ fn build<'a>(
     let mut first_root = pre.is_none();
     let mut last_main: Option<usize> = None;
     for (m, &i) in item_of.iter().enumerate() {
-        if items[i].stub {
+        if items[i].stub() {
             if pre.as_ref().and_then(|p| p.last_main) == Some(i) {
                 last_main = Some(m);
             }
             continue;
         }
-        if parent_msg[m].is_none() {
+        if parent_msg[m] == NONE {
             if first_root {
                 first_root = false;
             } else if let Some(p) = last_main.filter(|&p| p != m) {
-                parent_msg[m] = Some(p);
+                parent_msg[m] = p as u32;
                 linked[m] = true;
             }
         }
-        if !items[i].sub && !items[i].sidechain {
+        if !items[i].sub() && !items[i].sidechain() {
             last_main = Some(m);
         }
     }
@@ -803,23 +850,25 @@ fn build<'a>(
     // item order: link their roots to the last session message written
     // before them instead.
     for (m, &i) in item_of.iter().enumerate() {
-        if linked[m] && items[i].sub {
+        if linked[m] && items[i].sub() {
             if pre.is_some() {
                 // The session's messages before it are not all read.
                 return Err(reread());
             }
-            let t = items[i].time;
+            let t = items[i].time();
             let before = item_of
                 .iter()
                 .enumerate()
-                .filter(|&(_, &j)| !items[j].sub && !items[j].sidechain)
-                .filter(|&(_, &j)| match (t, items[j].time) {
+                .filter(|&(_, &j)| !items[j].sub() && !items[j].sidechain())
+                .filter(|&(_, &j)| match (t, items[j].time()) {
                     (Some(a), Some(b)) => b <= a,
                     _ => true,
                 })
                 .map(|(k, _)| k)
                 .next_back();
-            parent_msg[m] = before.or(parent_msg[m]);
+            if let Some(b) = before {
+                parent_msg[m] = b as u32;
+            }
         }
     }
 
@@ -829,29 +878,30 @@ fn build<'a>(
     let file_stub = |f: u32| {
         let p = pre.as_ref()?;
         let i = (*p.file_stubs.get(f as usize)?)?;
-        msg_of[i]
+        msg(i)
     };
-    let mut recs: Vec<Vec<RecRef>> = vec![Vec::new(); item_of.len()];
+    // Per item: the message that carries it.
+    let mut owner: Vec<u32> = vec![NONE; items.len()];
     let mut waiting: Vec<usize> = Vec::new();
     let mut holder_needed = false;
     let mut prev: Option<(u32, usize)> = None;
     for (i, it) in items.iter().enumerate() {
-        if it.stub {
+        if it.stub() {
             continue;
         }
-        let owner = match msg_of[i] {
+        let carrier = match msg(i) {
             Some(m) => Some(m),
             None => prev
                 .filter(|(f, _)| *f == it.at.file)
                 .map(|(_, m)| m)
                 .or_else(|| file_stub(it.at.file)),
         };
-        match owner {
+        match carrier {
             Some(m) => {
                 for w in waiting.drain(..) {
-                    recs[m].push(items[w].at);
+                    owner[w] = m as u32;
                 }
-                recs[m].push(it.at);
+                owner[i] = m as u32;
                 prev = Some((it.at.file, m));
             }
             None => waiting.push(i),
@@ -862,56 +912,102 @@ fn build<'a>(
             match last_main.or_else(|| item_of.len().checked_sub(1)) {
                 Some(m) => {
                     for w in waiting.drain(..) {
-                        recs[m].push(items[w].at);
+                        owner[w] = m as u32;
                     }
                 }
                 None => holder_needed = true,
             }
         }
     }
-
-    let mut messages: Vec<Message> = Vec::with_capacity(item_of.len() + 1);
-    let mut own: Vec<Option<RecRef>> = Vec::with_capacity(item_of.len() + 1);
-    let mut carried: Vec<Vec<RecRef>> = Vec::with_capacity(item_of.len() + 1);
-    let mut order_fix = false;
-    for (m, &i) in item_of.iter().enumerate() {
-        let it = &mut items[i];
-        let Kind::Msg { role, speaker, to } = std::mem::replace(&mut it.what, Kind::Carrier) else {
-            continue;
-        };
-        let mut msg = Message::new(role, speaker, String::new()).at(it.time);
-        msg.to = to;
-        msg.parent = parent_msg[m];
-        if msg.parent.is_some_and(|p| p >= m) {
-            order_fix = true;
-        }
-        if it.sidechain {
-            msg.extra.insert("sidechain".into(), json!(true));
-        }
-        if linked[m] {
-            msg.extra.insert("linked".into(), json!(true));
-        }
-        let mut r = std::mem::take(&mut recs[m]);
-        r.sort_by_key(|a| (a.file, a.line));
-        r.shrink_to_fit();
-        msg.key = it.uuid.as_deref().map(str::to_owned);
-        messages.push(msg);
-        own.push((!it.stub).then_some(it.at));
-        carried.push(r);
-    }
-    drop(recs);
     if pre.is_some() && holder_needed {
         return Err(reread());
     }
-    if holder_needed || messages.is_empty() {
+    // Each message's records, in file and line order, in one flat list
+    // (sized once: no room left over from growing).
+    let mut refs = Refs::default();
+    refs.reserve_exact(item_of.len() + 1, items.len());
+    skel.reserve_exact(item_of.len() + 1);
+    {
+        let mut starts = vec![0u32; item_of.len() + 1];
+        for &o in &owner {
+            if o != NONE {
+                starts[o as usize + 1] += 1;
+            }
+        }
+        for m in 0..item_of.len() {
+            starts[m + 1] += starts[m];
+        }
+        let mut fill = starts.clone();
+        let mut by_owner = vec![0u32; starts[item_of.len()] as usize];
+        for (i, &o) in owner.iter().enumerate() {
+            if o != NONE {
+                by_owner[fill[o as usize] as usize] = i as u32;
+                fill[o as usize] += 1;
+            }
+        }
+        drop(fill);
+        let mut list: Vec<RecRef> = Vec::new();
+        for (m, &i) in item_of.iter().enumerate() {
+            list.clear();
+            list.extend(
+                by_owner[starts[m] as usize..starts[m + 1] as usize]
+                    .iter()
+                    .map(|&k| items[k as usize].at),
+            );
+            list.sort_by_key(|a| (a.file, a.line));
+            let it = &items[i];
+            refs.push((!it.stub()).then_some(it.at), list.iter().copied());
+        }
+    }
+    drop(owner);
+
+    // The skeleton: per message its parent, role, names, time, key, and
+    // whether it is a sidechain's or linked.
+    let mut sidechain: Vec<bool> = Vec::with_capacity(item_of.len() + 1);
+    let mut order_fix = false;
+    let flag = |k: &str| {
+        let mut x = Map::new();
+        x.insert(k.into(), json!(true));
+        x
+    };
+    for (m, &i) in item_of.iter().enumerate() {
+        let it = &items[i];
+        let Some(role) = it.role else { continue };
+        let parent = (parent_msg[m] != NONE).then_some(parent_msg[m] as usize);
+        if parent.is_some_and(|p| p >= m) {
+            order_fix = true;
+        }
+        let k = skel.push_parts(
+            parent,
+            role,
+            it.speaker,
+            (it.to != NO_NAME).then_some(it.to),
+            it.time(),
+            it.uuid,
+        );
+        let mut extra = Map::new();
+        if it.sidechain() {
+            extra.extend(flag("sidechain"));
+        }
+        if linked[m] {
+            extra.extend(flag("linked"));
+        }
+        if !extra.is_empty() {
+            skel.set_extra(k, &extra);
+        }
+        sidechain.push(it.sidechain());
+    }
+    drop(parent_msg);
+    drop(linked);
+    if holder_needed || skel.is_empty() {
         // Only bookkeeping records so far: one system message holds them.
         let mut msg = Message::new(Role::System, "claude-code", "");
         msg.extra.insert("holder".into(), json!(true));
         msg.key = Some(format!("records:{}", items[0].at.line));
-        msg.time = items.iter().find_map(|it| it.time);
-        messages.push(msg);
-        own.push(None);
-        carried.push(items.iter().map(|it| it.at).collect());
+        msg.time = items.iter().find_map(Item::time);
+        skel.push(&msg);
+        refs.push(None, items.iter().map(|it| it.at));
+        sidechain.push(false);
     }
     // Where the files read end, and the state to go on from there.
     let tail = {
@@ -926,15 +1022,19 @@ fn build<'a>(
             if f >= rel.len() {
                 continue;
             }
-            if !it.stub {
+            if !it.stub() {
                 marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
             }
-            if msg_of[i].is_some() {
-                last[f] = it.uuid.as_deref().map(str::to_owned);
+            if msg(i).is_some() {
+                last[f] = it.uuid.text(&skel.names).map(|t| t.into_owned());
             }
         }
-        let last_main =
-            last_main.and_then(|m| items[item_of[m]].uuid.as_deref().map(str::to_owned));
+        let last_main = last_main.and_then(|m| {
+            items[item_of[m]]
+                .uuid
+                .text(&skel.names)
+                .map(|t| t.into_owned())
+        });
         tools.retain(|k, _| !answered.contains(k));
         let state = TailState {
             tools: std::mem::take(&mut tools).into_iter().collect(),
@@ -950,67 +1050,70 @@ fn build<'a>(
                 state: serde_json::to_value(state).unwrap_or_default(),
             })
     };
+    let created_at = items.iter().find_map(Item::time);
+    drop(msg_of);
+    drop(item_of);
+    drop(items);
     if order_fix {
-        let order = parents_first(&mut messages);
-        own = order.iter().map(|&o| own[o]).collect();
-        let mut slots: Vec<Option<Vec<RecRef>>> = carried.into_iter().map(Some).collect();
-        carried = order.iter().filter_map(|&o| slots[o].take()).collect();
+        let order = parents_first(&skel);
+        skel.reorder(&order);
+        refs.reorder(&order);
+        sidechain = order.iter().map(|&o| sidechain[o]).collect();
         let mut new_of = vec![0; order.len()];
         for (new, &old) in order.iter().enumerate() {
-            new_of[old] = new;
+            new_of[old] = new as u32;
         }
         for a in &mut aliases {
-            a.1 = new_of[a.1];
+            a.1 = new_of[a.1 as usize];
         }
     }
+    let n = skel.len();
 
     // Intermediate answers: the turn goes on after them.
-    let mut has_turn_child = vec![false; messages.len()];
-    for m in &messages {
-        if let Some(p) = m.parent
-            && matches!(m.role, Role::ToolCall | Role::Tool | Role::Assistant)
+    let mut has_turn_child = vec![false; n];
+    for i in 0..n {
+        if let Some(p) = skel.parent(i)
+            && matches!(skel.role(i), Role::ToolCall | Role::Tool | Role::Assistant)
         {
             has_turn_child[p] = true;
         }
     }
-    for (i, m) in messages.iter_mut().enumerate() {
-        if m.role == Role::Assistant && has_turn_child[i] {
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
+    for (i, &go_on) in has_turn_child.iter().enumerate() {
+        if skel.role(i) == Role::Assistant && go_on {
+            skel.set_role(i, Role::ToolCall, Some("user"));
+            skel.insert_extra(i, "intermediate", json!(true));
         }
     }
+    drop(has_turn_child);
 
     // Timelines.
-    let mut children = vec![0usize; messages.len()];
-    let mut last_child: Vec<Option<usize>> = vec![None; messages.len()];
-    for (i, m) in messages.iter().enumerate() {
-        if let Some(p) = m.parent {
+    let mut children = vec![0u32; n];
+    let mut last_child: Vec<u32> = vec![NONE; n];
+    for i in 0..n {
+        if let Some(p) = skel.parent(i) {
             children[p] += 1;
-            last_child[p] = Some(i);
+            last_child[p] = i as u32;
         }
     }
     let main_leaf = {
-        let last = messages
-            .iter()
-            .rposition(|m| !m.extra.contains_key("sidechain"))
-            .unwrap_or(messages.len() - 1);
+        let last = sidechain.iter().rposition(|s| !s).unwrap_or(n - 1);
         let mut at = last;
         let mut steps = 0;
-        while let Some(c) = last_child[at].filter(|_| steps <= messages.len()) {
-            at = c;
+        while last_child[at] != NONE && steps <= n {
+            at = last_child[at] as usize;
             steps += 1;
         }
         at
     };
+    drop(last_child);
     let mut timelines = vec![Timeline {
         name: "main".into(),
         leaf: Some(main_leaf),
     }];
     let (mut alt, mut agent) = (0, 0);
-    for (i, m) in messages.iter().enumerate() {
+    for i in 0..n {
         if children[i] == 0 && i != main_leaf {
-            let name = if m.extra.contains_key("sidechain") {
+            let name = if sidechain[i] {
                 agent += 1;
                 format!("agent-{agent}")
             } else {
@@ -1023,6 +1126,8 @@ fn build<'a>(
             });
         }
     }
+    drop(children);
+    drop(sidechain);
 
     // Title, id, metadata.
     let title = custom_title
@@ -1050,8 +1155,18 @@ fn build<'a>(
                 .unwrap_or_default()
         ),
     );
-    let created_at = items.iter().find_map(|it| it.time);
-    drop(items);
+    // Alias ids that are names keep their own (the skeleton's names are
+    // lent to the ledger while it imports).
+    let mut alias_names = Names::default();
+    let aliases = records::Aliases {
+        ids: aliases
+            .into_iter()
+            .filter_map(|(a, m)| Some((Id::of(&a.text(&skel.names)?, &mut alias_names), m)))
+            .collect(),
+        names: alias_names,
+    };
+    skel.shrink_to_fit();
+    refs.shrink_to_fit();
     Ok(Some(Session {
         conv: Conversation {
             id,
@@ -1059,15 +1174,15 @@ fn build<'a>(
             agent: Some("claude-code".into()),
             created_at,
             meta,
-            messages,
+            messages: Vec::new(),
             timelines,
         },
         warnings,
         records: records::Stored {
             sources,
             rel,
-            own,
-            carried,
+            refs,
+            tree: Some(skel),
             fill,
             failed: None,
             aliases,
@@ -1082,14 +1197,14 @@ fn time_of(rec: &Record) -> Option<i64> {
     rec.str("timestamp").and_then(crate::json::iso_to_millis)
 }
 
-/// Reorders messages so parents come before children (keeping file order
-/// otherwise), renumbering parents; returns the old index of each.
-fn parents_first(messages: &mut Vec<Message>) -> Vec<usize> {
-    let n = messages.len();
+/// An order of a skeleton's messages where parents come before children
+/// (keeping file order otherwise): the old index of each.
+fn parents_first(skel: &Skeleton) -> Vec<usize> {
+    let n = skel.len();
     let mut kids: Vec<Vec<usize>> = vec![Vec::new(); n];
     let mut roots = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match m.parent {
+    for i in 0..n {
+        match skel.parent(i) {
             Some(p) if p < n => kids[p].push(i),
             _ => roots.push(i),
         }
@@ -1100,19 +1215,6 @@ fn parents_first(messages: &mut Vec<Message>) -> Vec<usize> {
         order.push(i);
         stack.extend(kids[i].iter().rev());
     }
-    let mut new_of = vec![0usize; n];
-    for (new, &old) in order.iter().enumerate() {
-        new_of[old] = new;
-    }
-    let mut slots: Vec<Option<Message>> = std::mem::take(messages).into_iter().map(Some).collect();
-    *messages = order
-        .iter()
-        .filter_map(|&old| {
-            let mut m = slots[old].take()?;
-            m.parent = m.parent.map(|p| new_of[p]);
-            Some(m)
-        })
-        .collect();
     order
 }
 
@@ -1238,4 +1340,77 @@ pub fn project_folder(cwd: &str) -> String {
     cwd.chars()
         .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Reader as _;
+    use std::borrow::Cow;
+
+    /// The first pass keeps uuids as 128-bit values when they are
+    /// canonical UUIDs and as names otherwise: both come back as written
+    /// (keys, parents, aliases, warnings), a uuid used twice links its
+    /// first record only.
+    #[test]
+    fn uuids_and_other_ids_come_back_as_written() {
+        let rec = |uuid: &str, parent: Option<&str>, ty: &str, text: &str| {
+            let content = if ty == "assistant" {
+                json!([{"type": "text", "text": text}])
+            } else {
+                json!(text)
+            };
+            let mut s = serde_json::to_string(&json!({
+                "parentUuid": parent, "isSidechain": false, "type": ty,
+                "message": {"role": ty, "content": content}, "uuid": uuid,
+                "timestamp": "2026-11-24T15:53:08.139Z", "sessionId": "s-1"}))
+            .expect("json");
+            s.push('\n');
+            s
+        };
+        let u1 = "0e20a6c4-9b1f-4c3e-8a2d-5f6e7d8c9b0a";
+        let odd = "Msg-ABC"; // not a UUID
+        let upper = "0E20A6C4-9B1F-4C3E-8A2D-5F6E7D8C9B0B"; // not canonical
+        let text = rec(u1, None, "user", "hello")
+            + &rec(odd, Some(u1), "assistant", "hi")
+            + &rec(upper, Some(odd), "attachment", "")
+            + &rec("42", Some(upper), "user", "more")
+            + &rec(odd, Some("42"), "assistant", "again");
+        let mut ix = Indexer::default();
+        let mut sources = Sources::new();
+        let warnings = sources
+            .scan_bytes("s.jsonl", text.as_bytes(), |f, r| ix.add(f, false, r))
+            .expect("scans");
+        let s = build("s.jsonl", ix, sources, vec![None], warnings, None)
+            .expect("builds")
+            .expect("a session");
+        let tree = s.records.tree.as_ref().expect("a compact skeleton");
+        let keys: Vec<Option<String>> = (0..tree.len())
+            .map(|i| tree.key(i).map(Cow::into_owned))
+            .collect();
+        assert_eq!(
+            keys,
+            [Some(u1.into()), Some(odd.into()), Some("42".into())],
+            "the second {odd} is not a message"
+        );
+        assert_eq!(tree.parent(1), Some(0));
+        assert_eq!(tree.parent(2), Some(1), "through the attachment");
+        assert!(
+            s.warnings
+                .iter()
+                .any(|w| w.contains("s.jsonl:5")
+                    && w.contains(&format!("uuid {odd} was already used"))),
+            "{:?}",
+            s.warnings
+        );
+        use crate::ledger::Loader as _;
+        assert_eq!(s.records.aliases(), [(upper.to_owned(), 1)]);
+        let read = ClaudeCode
+            .read_bytes("s.jsonl", text.as_bytes())
+            .expect("reads");
+        let c = &read.conversations[0];
+        assert_eq!(c.messages.len(), 3);
+        assert_eq!(c.messages[1].text, "hi");
+        assert_eq!(c.messages[1].key.as_deref(), Some(odd));
+    }
 }

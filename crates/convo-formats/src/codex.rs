@@ -41,7 +41,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records::{self, RecRef, Record, Session, Sources};
+use crate::records::{self, RecRef, Record, Refs, Session, Skeleton, Sources};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -146,10 +146,13 @@ pub fn open_tail(
     };
     let mut stub = Message::new(Role::User, "", "");
     stub.key = Some(last);
+    let mut messages = Skeleton::default();
+    messages.push(&stub);
+    let mut refs = Refs::default();
+    refs.push(None, []);
     let mut ix = Indexer {
-        messages: vec![stub],
-        own: vec![None],
-        carried: vec![Vec::new()],
+        messages,
+        refs,
         calls: state.calls.into_iter().collect(),
         model: state.model,
         title: Some(None),
@@ -323,9 +326,9 @@ fn fill(m: &mut Message, rec: &mut Record) {
 /// What the first pass keeps of a rollout.
 #[derive(Default)]
 struct Indexer {
-    messages: Vec<Message>,
-    own: Vec<Option<RecRef>>,
-    carried: Vec<Vec<RecRef>>,
+    messages: Skeleton,
+    /// Per message: its own record and those it carries.
+    refs: Refs,
     waiting: Vec<RecRef>,
     calls: HashMap<String, String>,
     model: Option<String>,
@@ -366,11 +369,11 @@ impl Indexer {
                         .get("info")
                         .and_then(|i| i.get("last_token_usage"))
                         .cloned();
-                    if let (Some(u), Some(last)) = (usage, self.messages.last_mut())
-                        && matches!(last.role, Role::Assistant | Role::ToolCall)
-                        && !last.extra.contains_key("usage")
+                    if let (Some(u), Some(last)) = (usage, self.messages.len().checked_sub(1))
+                        && matches!(self.messages.role(last), Role::Assistant | Role::ToolCall)
+                        && !self.messages.has_extra(last, "usage")
                     {
-                        last.extra.insert("usage".into(), u);
+                        self.messages.insert_extra(last, "usage", u);
                     }
                 }
                 _ => {}
@@ -405,14 +408,11 @@ impl Indexer {
                 m.key = Some(rec.line.to_string());
                 let mut r = std::mem::take(&mut self.waiting);
                 r.push(at);
-                self.messages.push(m);
-                self.own.push(Some(at));
-                self.carried.push(r);
+                self.messages.push(&m);
+                self.refs.push(Some(at), r);
             }
-            None => match self.carried.last_mut() {
-                Some(r) => r.push(at),
-                None => self.waiting.push(at),
-            },
+            None if self.refs.is_empty() => self.waiting.push(at),
+            None => self.refs.push_to_last(at),
         }
     }
 }
@@ -425,8 +425,7 @@ fn build<'a>(
 ) -> Option<Session<'a>> {
     let Indexer {
         mut messages,
-        mut own,
-        mut carried,
+        mut refs,
         waiting,
         mut meta,
         id,
@@ -450,36 +449,32 @@ fn build<'a>(
         state: serde_json::to_value(TailState {
             model,
             calls: calls.into_iter().collect(),
-            last: messages.last().and_then(|m| m.key.clone()),
+            last: messages
+                .len()
+                .checked_sub(1)
+                .and_then(|i| messages.key(i))
+                .map(|k| k.into_owned()),
         })
         .unwrap_or_default(),
     };
-    for r in &mut carried {
-        r.shrink_to_fit();
-    }
     if !waiting.is_empty() {
         // Nothing but bookkeeping so far: one system message holds it.
         let mut m = Message::new(Role::System, "codex", "");
         m.time = created;
         m.key = Some("records".into());
         m.extra.insert("holder".into(), json!(true));
-        messages.push(m);
-        own.push(None);
-        carried.push(waiting);
+        messages.push(&m);
+        refs.push(None, waiting);
     }
     let n = messages.len();
     for i in 0..n {
-        if messages[i].role == Role::Assistant
-            && messages
-                .get(i + 1)
-                .is_some_and(|next| next.role != Role::User)
-        {
-            let m = &mut messages[i];
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
+        if messages.role(i) == Role::Assistant && i + 1 < n && messages.role(i + 1) != Role::User {
+            messages.set_role(i, Role::ToolCall, Some("user"));
+            messages.insert_extra(i, "intermediate", json!(true));
         }
     }
+    messages.shrink_to_fit();
+    refs.shrink_to_fit();
     meta.insert(
         "file".into(),
         json!(
@@ -505,17 +500,17 @@ fn build<'a>(
                 name: "main".into(),
                 leaf: n.checked_sub(1),
             }],
-            messages,
+            messages: Vec::new(),
         },
         warnings,
         records: records::Stored {
             sources,
             rel: vec![None],
-            own,
-            carried,
+            refs,
+            tree: Some(messages),
             fill,
             failed: None,
-            aliases: Vec::new(),
+            aliases: Default::default(),
             tail: Some(tail),
             defer: true,
             deferred: Vec::new(),

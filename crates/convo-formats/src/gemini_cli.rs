@@ -1322,11 +1322,11 @@ fn build<'a>(
         records: Stored {
             sources,
             rel,
-            own,
-            carried,
+            refs: records::Refs::from_lists(own, carried),
+            tree: None,
             fill,
             failed: None,
-            aliases: Vec::new(),
+            aliases: Default::default(),
             tail: None,
             // A huge message whose text is its record's one string is
             // held once (`Stored::text_of_huge`; a legacy chat's message

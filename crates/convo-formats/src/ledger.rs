@@ -43,9 +43,11 @@
 //! inverse of the table above, for any [`crate::Writer`].
 
 use crate::model::{Conversation, Message, Role};
+use crate::records::Skeleton;
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, SessionRow, Store, StoreError};
 use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 /// What importing one conversation did.
@@ -215,6 +217,14 @@ pub trait Loader {
     fn tail(&self) -> Option<String> {
         None
     }
+    /// The messages' compact skeleton, when the loader holds it instead of
+    /// the conversation's `messages` (lent to the ledger for an import,
+    /// given back with [`Loader::put_tree`]).
+    fn take_tree(&mut self) -> Option<Skeleton> {
+        None
+    }
+    /// Gives back what [`Loader::take_tree`] lent.
+    fn put_tree(&mut self, _tree: Skeleton) {}
 }
 
 /// A conversation held whole is its own loader.
@@ -244,11 +254,138 @@ pub fn import_one(
     import_lazy(l, format, conv, &mut Whole(conv), agent, now)
 }
 
+/// The messages of a conversation being imported, as the ledger places
+/// them: a conversation's own messages, or a first pass's compact
+/// [`Skeleton`] (which makes each skeleton message when it is asked for).
+pub trait Tree {
+    /// How many messages.
+    fn count(&self) -> usize;
+    /// Message `i`'s parent.
+    fn parent(&self, i: usize) -> Option<usize>;
+    /// Message `i`'s key.
+    fn key(&self, i: usize) -> Option<Cow<'_, str>>;
+    /// Whether message `i` has a key.
+    fn has_key(&self, i: usize) -> bool {
+        self.key(i).is_some()
+    }
+    /// Message `i` (a skeleton: no text).
+    fn message(&self, i: usize) -> Cow<'_, Message>;
+    /// Message `i`'s role.
+    fn role(&self, i: usize) -> Role;
+    /// Message `i`'s time.
+    fn time(&self, i: usize) -> Option<Millis>;
+    /// Orders messages `i` and `j` as their keys' texts.
+    fn key_cmp(&self, i: usize, j: usize) -> std::cmp::Ordering {
+        self.key(i).cmp(&self.key(j))
+    }
+}
+
+impl Tree for Vec<Message> {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn parent(&self, i: usize) -> Option<usize> {
+        self[i].parent
+    }
+    fn key(&self, i: usize) -> Option<Cow<'_, str>> {
+        self[i].key.as_deref().map(Cow::Borrowed)
+    }
+    fn message(&self, i: usize) -> Cow<'_, Message> {
+        Cow::Borrowed(&self[i])
+    }
+    fn role(&self, i: usize) -> Role {
+        self[i].role
+    }
+    fn time(&self, i: usize) -> Option<Millis> {
+        self[i].time
+    }
+}
+
+impl Tree for Skeleton {
+    fn count(&self) -> usize {
+        self.len()
+    }
+    fn parent(&self, i: usize) -> Option<usize> {
+        Skeleton::parent(self, i)
+    }
+    fn key(&self, i: usize) -> Option<Cow<'_, str>> {
+        Skeleton::key(self, i)
+    }
+    fn has_key(&self, i: usize) -> bool {
+        !self.id(i).is_none()
+    }
+    fn message(&self, i: usize) -> Cow<'_, Message> {
+        Cow::Owned(Skeleton::message(self, i))
+    }
+    fn role(&self, i: usize) -> Role {
+        Skeleton::role(self, i)
+    }
+    fn time(&self, i: usize) -> Option<Millis> {
+        Skeleton::time(self, i)
+    }
+    fn key_cmp(&self, i: usize, j: usize) -> std::cmp::Ordering {
+        self.id(i).cmp_text(&self.id(j), &self.names)
+    }
+}
+
+/// The messages from a root to `leaf`, in order ([`Conversation::path_to`]
+/// over a [`Tree`]).
+fn path_in(tree: &dyn Tree, leaf: Option<usize>) -> Vec<usize> {
+    let n = tree.count();
+    let mut out = Vec::new();
+    let mut cur = leaf;
+    while let Some(i) = cur {
+        if i >= n || out.len() > n {
+            break;
+        }
+        out.push(i);
+        cur = tree.parent(i);
+    }
+    out.reverse();
+    out
+}
+
+/// The root above `leaf` (the first of [`path_in`]).
+fn root_in(tree: &dyn Tree, leaf: Option<usize>) -> Option<usize> {
+    let n = tree.count();
+    let (mut cur, mut steps, mut root) = (leaf, 0, None);
+    while let Some(i) = cur {
+        if i >= n || steps > n {
+            break;
+        }
+        root = Some(i);
+        cur = tree.parent(i);
+        steps += 1;
+    }
+    root
+}
+
+/// Runs `f` over the loader's compact skeleton when it has one (given
+/// back after), else over the conversation's messages.
+fn with_tree<R>(
+    conv: &Conversation,
+    loader: &mut dyn Loader,
+    f: impl FnOnce(&dyn Tree, &mut dyn Loader) -> R,
+) -> R {
+    match loader.take_tree() {
+        Some(t) => {
+            let r = f(&t, loader);
+            loader.put_tree(t);
+            r
+        }
+        None => f(&conv.messages, loader),
+    }
+}
+
 /// Imports one conversation inside an open transaction, loading each
 /// message from `loader` just before its node is written and dropping it
-/// after: `skeleton` holds the tree (see [`Loader`]), so memory follows the
-/// largest message, not the conversation. Nodes are written in batches of
-/// at most [`BATCH_NODES`] nodes or [`BATCH_BYTES`] bytes.
+/// after: `skeleton` holds the tree (see [`Loader`]; or the loader holds it
+/// compact, [`Loader::take_tree`]), so memory follows the largest message,
+/// not the conversation. Nodes are written in batches of at most
+/// [`BATCH_NODES`] nodes or [`BATCH_BYTES`] bytes. What is kept for the
+/// whole session while it is written: per message a flag (written or not)
+/// and, for a message with a key, its node's hash (for the import index);
+/// the hashes of the messages where timelines part.
 pub fn import_lazy(
     l: &mut Ledger<'_>,
     format: &str,
@@ -257,11 +394,26 @@ pub fn import_lazy(
     agent: Option<&str>,
     now: Millis,
 ) -> Result<Outcome, StoreError> {
-    let conv = skeleton;
+    with_tree(skeleton, loader, |tree, loader| {
+        lazy_in(l, format, skeleton, tree, loader, agent, now)
+    })
+}
+
+fn lazy_in(
+    l: &mut Ledger<'_>,
+    format: &str,
+    conv: &Conversation,
+    tree: &dyn Tree,
+    loader: &mut dyn Loader,
+    agent: Option<&str>,
+    now: Millis,
+) -> Result<Outcome, StoreError> {
     let id = session_id(format, conv);
+    let n = tree.count();
+    let keyed = (0..n).any(|i| tree.has_key(i));
     if l.tx().session(&id)?.is_some() {
-        if conv.messages.iter().any(|m| m.key.is_some()) {
-            return import_more(l, &id, conv, loader, now, false);
+        if keyed {
+            return import_more(l, &id, conv, tree, loader, now, false);
         }
         return Ok(Outcome::Existing { id });
     }
@@ -270,32 +422,54 @@ pub fn import_lazy(
         .or_else(|| conv.agent.clone())
         .filter(|a| !a.trim().is_empty())
         .unwrap_or_else(|| format.to_owned());
-    let created = conv.first_time().unwrap_or(now);
-    let title = conv.title.clone().or_else(|| derived_title(conv));
+    let created = conv
+        .created_at
+        .or_else(|| (0..n).find_map(|i| tree.time(i)))
+        .unwrap_or(now);
+    let title = conv.title.clone().or_else(|| {
+        let first = (0..n).find(|&i| tree.role(i) == Role::User)?;
+        title_of_text(&tree.message(first).text)
+    });
     l.create_session(id, &agent, title.as_deref(), created)?;
 
-    let paths: Vec<Vec<usize>> = conv
-        .timelines
-        .iter()
-        .map(|t| conv.path_to(t.leaf))
-        .collect();
-    let main_root = paths.first().and_then(|p| p.first()).copied();
-    let anchored = paths
+    let leaves: Vec<Option<usize>> = conv.timelines.iter().map(|t| t.leaf).collect();
+    let main_root = leaves.first().and_then(|&leaf| root_in(tree, leaf));
+    let anchored = leaves
         .iter()
         .skip(1)
-        .any(|p| !p.is_empty() && p.first().copied() != main_root);
+        .any(|&leaf| root_in(tree, leaf).is_some_and(|r| Some(r) != main_root));
     let source = json!({"format": format, "id": conv.id});
     let mut outcome_title = conv.title.clone();
-    if outcome_title.is_none() && conv.messages.iter().any(|m| m.key.is_some()) {
+    if outcome_title.is_none() && keyed {
         outcome_title = title.clone();
     }
 
-    let mut written: HashMap<usize, NodeHash> = HashMap::new();
+    // Where a later timeline can part from those written: a message with
+    // two children or more, or a timeline's last. Only their hashes are
+    // kept by message; the others' only with their keys, for the index.
+    let parting: HashSet<usize> = {
+        let mut children = vec![0u8; n];
+        for i in 0..n {
+            if let Some(p) = tree.parent(i).filter(|&p| p < n) {
+                children[p] = children[p].saturating_add(1);
+            }
+        }
+        let mut set: HashSet<usize> = (0..n).filter(|&i| children[i] >= 2).collect();
+        set.extend(leaves.iter().flatten().copied().filter(|&i| i < n));
+        set
+    };
+    let mut placed = Placed {
+        written: vec![false; n],
+        at_parting: HashMap::new(),
+        keys: Vec::with_capacity((0..n).filter(|&i| tree.has_key(i)).count()),
+        parting,
+    };
     let mut anchor: Option<NodeHash> = None;
     let mut nodes = 0;
     let mut branches = 0;
     let mut names: HashSet<String> = HashSet::new();
-    for (t, path) in paths.iter().enumerate() {
+    for (t, leaf) in leaves.iter().enumerate() {
+        let path = path_in(tree, *leaf);
         let mut cur = Cursor::start(created);
         let mut lead = Vec::new();
         if anchored {
@@ -318,17 +492,15 @@ pub fn import_lazy(
             nodes += w.write(
                 l,
                 &id,
-                conv,
+                tree,
                 &agent,
                 cur,
                 lead,
-                path,
+                &path,
                 loader,
                 &mut first,
                 &mut |m, s| match m {
-                    Some(i) => {
-                        written.insert(i, s.hash);
-                    }
+                    Some(i) => placed.note(tree, i, s.hash),
                     None if anchor.is_none() && anchored => anchor = Some(s.hash),
                     None => {}
                 },
@@ -337,14 +509,17 @@ pub fn import_lazy(
             continue;
         }
         // The deepest message of this path already in the store.
-        let shared = path.iter().rposition(|i| written.contains_key(i));
+        let shared = path.iter().rposition(|&i| placed.written[i]);
         let (point, rest) = match shared {
             Some(k) => {
                 // Where the timeline stands after it, from the skeleton.
                 for &i in &path[..=k] {
-                    step(&agent, &mut cur, i, &conv.messages[i], &mut Vec::new())?;
+                    step(&agent, &mut cur, i, &tree.message(i), &mut Vec::new())?;
                 }
-                (written[&path[k]], &path[k + 1..])
+                let point = *placed.at_parting.get(&path[k]).ok_or_else(|| {
+                    StoreError::Invalid("a timeline parts where no hash was kept".into())
+                })?;
+                (point, &path[k + 1..])
             }
             None => match anchor {
                 Some(a) => (a, &path[..]),
@@ -359,7 +534,7 @@ pub fn import_lazy(
         nodes += w.write(
             l,
             &id,
-            conv,
+            tree,
             &agent,
             cur,
             Vec::new(),
@@ -368,25 +543,44 @@ pub fn import_lazy(
             &mut |_| Ok(()),
             &mut |m, s| {
                 if let Some(i) = m {
-                    written.insert(i, s.hash);
+                    placed.note(tree, i, s.hash);
                 }
             },
         )?;
         branches += 1;
     }
-    let hashes: HashMap<String, NodeHash> = conv
-        .messages
-        .iter()
-        .enumerate()
-        .filter_map(|(i, m)| Some((m.key.clone()?, *written.get(&i)?)))
-        .collect();
-    write_index(l, &id, conv, loader, hashes, true)?;
+    let all = placed.keys.len() == n;
+    write_index_of(l, &id, tree, loader, placed.keys, all)?;
     Ok(Outcome::Created {
         id,
         title: outcome_title,
         nodes,
         branches,
     })
+}
+
+/// What [`import_lazy`] keeps of the nodes it wrote.
+struct Placed {
+    /// Per message: whether its node is written.
+    written: Vec<bool>,
+    /// The messages where a later timeline may part from those written.
+    parting: HashSet<usize>,
+    /// Their nodes.
+    at_parting: HashMap<usize, NodeHash>,
+    /// The node of every message with a key, for the import index.
+    keys: Vec<(u32, NodeHash)>,
+}
+
+impl Placed {
+    fn note(&mut self, tree: &dyn Tree, m: usize, h: NodeHash) {
+        self.written[m] = true;
+        if self.parting.contains(&m) {
+            self.at_parting.insert(m, h);
+        }
+        if tree.has_key(m) {
+            self.keys.push((m as u32, h));
+        }
+    }
 }
 
 /// At most this many nodes are built before they are written.
@@ -412,7 +606,7 @@ impl Writing {
         mut self,
         l: &mut Ledger<'_>,
         id: &SessionId,
-        conv: &Conversation,
+        tree: &dyn Tree,
         agent: &str,
         mut cur: Cursor,
         lead: Vec<(Option<usize>, Draft)>,
@@ -464,7 +658,7 @@ impl Writing {
             Ok(())
         };
         for &i in path {
-            let m = loader.load(i, &conv.messages[i])?;
+            let m = loader.load(i, &tree.message(i))?;
             let before = (batch.len(), detached.len());
             step_owned(agent, &mut cur, i, m, &mut batch, Some(&mut detached))?;
             bytes += batch[before.0..]
@@ -531,6 +725,7 @@ fn import_more(
     l: &mut Ledger<'_>,
     id: &SessionId,
     conv: &Conversation,
+    tree: &dyn Tree,
     loader: &mut dyn Loader,
     now: Millis,
     tail: bool,
@@ -545,16 +740,16 @@ fn import_more(
     if tail {
         // The lines read are all new: only the messages they name are
         // looked up.
-        for m in &conv.messages {
-            let Some(k) = &m.key else { continue };
-            if stored.contains_key(k) {
+        for i in 0..tree.count() {
+            let Some(k) = tree.key(i) else { continue };
+            if stored.contains_key(k.as_ref()) {
                 continue;
             }
-            if let Some(h) = l.tx().import_key(id, k)? {
+            if let Some(h) = l.tx().import_key(id, &k)? {
                 let n = l.tx().node(&h)?.ok_or_else(|| {
                     StoreError::corrupt(format!("the import index names node {h}, not stored"))
                 })?;
-                stored.insert(k.clone(), (h, n.ctx, n.node.created_at));
+                stored.insert(k.into_owned(), (h, n.ctx, n.node.created_at));
             }
         }
     } else {
@@ -602,11 +797,11 @@ fn import_more(
     // Records of stored messages that are not stored yet (only those
     // messages are read again).
     let mut orphans: Vec<Value> = Vec::new();
-    for (i, m) in conv.messages.iter().enumerate() {
-        if m.key.as_ref().is_some_and(|k| stored.contains_key(k))
+    for i in 0..tree.count() {
+        if tree.key(i).is_some_and(|k| stored.contains_key(k.as_ref()))
             && loader.record_ids(i).iter().any(|r| !have.contains(r))
         {
-            let full = loader.load(i, m)?;
+            let full = loader.load(i, &tree.message(i))?;
             orphans.extend(
                 message_records(&full.extra)
                     .iter()
@@ -615,10 +810,10 @@ fn import_more(
             );
         }
     }
-    let key_of = |i: usize| conv.messages[i].key.clone();
+    let key_of = |i: usize| tree.key(i).map(Cow::into_owned);
     let (mut nodes, mut branches) = (0, 0);
     for t in 0..conv.timelines.len() {
-        let path = conv.path_to(conv.timelines[t].leaf);
+        let path = path_in(tree, conv.timelines[t].leaf);
         let shared = path
             .iter()
             .rposition(|&i| key_of(i).is_some_and(|k| stored.contains_key(&k)));
@@ -629,11 +824,7 @@ fn import_more(
                 };
                 (&path[k + 1..], stored[&point_key])
             }
-            (None, Some(h))
-                if path
-                    .first()
-                    .is_some_and(|&i| conv.messages[i].parent.is_none()) =>
-            {
+            (None, Some(h)) if path.first().is_some_and(|&i| tree.parent(i).is_none()) => {
                 (&path[..], *h)
             }
             // Shares nothing with what is stored: left for a full re-import.
@@ -670,7 +861,7 @@ fn import_more(
         nodes += w.write(
             l,
             id,
-            conv,
+            tree,
             &session.agent,
             start,
             Vec::new(),
@@ -700,7 +891,7 @@ fn import_more(
     }
     if nodes > 0 || !tail {
         let hashes = stored.into_iter().map(|(k, (h, _, _))| (k, h)).collect();
-        write_index(l, id, conv, loader, hashes, orphans.is_empty())?;
+        write_index(l, id, tree, loader, hashes, orphans.is_empty())?;
     }
     if nodes == 0 && orphans.is_empty() {
         return Ok(Outcome::Existing { id: *id });
@@ -727,10 +918,12 @@ pub fn import_tail(
     now: Millis,
 ) -> Result<Outcome, StoreError> {
     let id = session_id(format, skeleton);
-    if skeleton.messages.is_empty() {
-        return Ok(Outcome::Existing { id });
-    }
-    import_more(l, &id, skeleton, loader, now, true)
+    with_tree(skeleton, loader, |tree, loader| {
+        if tree.count() == 0 {
+            return Ok(Outcome::Existing { id });
+        }
+        import_more(l, &id, skeleton, tree, loader, now, true)
+    })
 }
 
 /// Writes the import index of a session after an import (for a loader
@@ -741,7 +934,7 @@ pub fn import_tail(
 fn write_index(
     l: &mut Ledger<'_>,
     id: &SessionId,
-    conv: &Conversation,
+    tree: &dyn Tree,
     loader: &dyn Loader,
     hashes: HashMap<String, NodeHash>,
     complete: bool,
@@ -750,21 +943,66 @@ fn write_index(
         return Ok(());
     };
     let all = complete
-        && conv
-            .messages
-            .iter()
-            .all(|m| m.key.as_ref().is_some_and(|k| hashes.contains_key(k)));
+        && (0..tree.count()).all(|i| tree.key(i).is_some_and(|k| hashes.contains_key(k.as_ref())));
     let mut keys: Vec<(String, NodeHash)> = loader
         .aliases()
         .into_iter()
         .filter_map(|(a, i)| {
-            let h = hashes.get(conv.messages.get(i)?.key.as_ref()?)?;
+            let h = hashes.get(tree.key(i)?.as_ref())?;
             Some((a, *h))
         })
         .collect();
     keys.extend(hashes);
     keys.sort_by(|a, b| a.0.cmp(&b.0));
     l.tx().put_import_keys(id, &keys)?;
+    if all {
+        l.tx().set_import_tail(id, &tail)?;
+    }
+    Ok(())
+}
+
+/// How many import keys are made into text and written at a time.
+const KEYS_AT_ONCE: usize = 4096;
+
+/// [`write_index`] of a session just written: `keys` are its messages
+/// with a key and their nodes (each message once), `all` whether every
+/// message is among them. The keys are written in their texts' order (the
+/// index's), made into text a few thousand at a time.
+fn write_index_of(
+    l: &mut Ledger<'_>,
+    id: &SessionId,
+    tree: &dyn Tree,
+    loader: &dyn Loader,
+    mut keys: Vec<(u32, NodeHash)>,
+    all: bool,
+) -> Result<(), StoreError> {
+    let Some(tail) = loader.tail() else {
+        return Ok(());
+    };
+    // The aliases' messages' nodes, by message.
+    keys.sort_unstable_by_key(|k| k.0);
+    let mut aliases: Vec<(String, NodeHash)> = loader
+        .aliases()
+        .into_iter()
+        .filter_map(|(a, i)| {
+            let k = keys.binary_search_by_key(&(i as u32), |k| k.0).ok()?;
+            Some((a, keys[k].1))
+        })
+        .collect();
+    // A key used twice: the later message's node, as a map by key has.
+    keys.sort_unstable_by(|a, b| tree.key_cmp(a.0 as usize, b.0 as usize).then(a.0.cmp(&b.0)));
+    for chunk in keys.chunks(KEYS_AT_ONCE) {
+        let texts: Vec<(String, NodeHash)> = chunk
+            .iter()
+            .filter_map(|(i, h)| Some((tree.key(*i as usize)?.into_owned(), *h)))
+            .collect();
+        l.tx().put_import_keys(id, &texts)?;
+    }
+    drop(keys);
+    aliases.sort_by(|a, b| a.0.cmp(&b.0));
+    for chunk in aliases.chunks(KEYS_AT_ONCE) {
+        l.tx().put_import_keys(id, chunk)?;
+    }
     if all {
         l.tx().set_import_tail(id, &tail)?;
     }

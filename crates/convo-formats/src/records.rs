@@ -22,6 +22,9 @@ use crate::model::{Conversation, Message};
 use serde_json::{Map, Value, json};
 use std::io::BufRead;
 
+pub mod skeleton;
+pub use skeleton::{Id, Names, Skeleton};
+
 /// The longest record (line) read: 64 MiB.
 pub const MAX_RECORD: u64 = 64 * 1024 * 1024;
 
@@ -592,10 +595,12 @@ impl std::fmt::Debug for Sources<'_> {
 /// time, key and flags; no text, no records) and where each message's
 /// records are, to read them again one message at a time
 /// ([`crate::ledger::import_lazy`]). Memory follows the number of records,
-/// not their bytes.
+/// not their bytes: Claude Code's and Codex's skeleton is compact
+/// ([`Stored::tree`], 56 bytes a message, their places 8 bytes a message
+/// and 32 a record), `conv.messages` left empty.
 #[derive(Debug)]
 pub struct Session<'a> {
-    /// The skeleton.
+    /// The skeleton (its messages in [`Stored::tree`] when that is set).
     pub conv: Conversation,
     /// Lines kept raw, a last line still being written, links that point
     /// nowhere.
@@ -612,10 +617,13 @@ pub struct Stored<'a> {
     /// Per file: its name in `extra.records` (`None` for the session's own
     /// file, `subagents/…` for another).
     pub rel: Vec<Option<String>>,
-    /// Per message: the record it was read from (`None` for a holder).
-    pub own: Vec<Option<RecRef>>,
-    /// Per message: the records it carries, in file and line order.
-    pub carried: Vec<Vec<RecRef>>,
+    /// Per message: the record it was read from (`None` for a holder) and
+    /// the records it carries, in file and line order.
+    pub refs: Refs,
+    /// The messages' compact skeleton, when the session's `conv.messages`
+    /// is left empty (Claude Code, Codex): the ledger places the messages
+    /// from it ([`crate::ledger::Loader::take_tree`]).
+    pub tree: Option<Skeleton>,
     /// Fills a skeleton message from its record: its text, model and the
     /// format's extras. It may move the text out of the record's parse
     /// (a huge text is then not copied).
@@ -626,7 +634,7 @@ pub struct Stored<'a> {
     /// Ids of records that are not messages (a Claude Code `attachment`'s
     /// uuid), each with the message it leads to: a later record whose
     /// parent is one of them is that message's child.
-    pub aliases: Vec<(Box<str>, usize)>,
+    pub aliases: Aliases,
     /// Where the files read end and the reader's state there, for an
     /// import of what is written after ([`Tail`]); `None` when the
     /// format has no such import.
@@ -640,6 +648,134 @@ pub struct Stored<'a> {
     pub defer: bool,
     /// The records left to store so.
     pub deferred: Vec<RecRef>,
+}
+
+/// Ids of records that are not messages, each with the message it leads
+/// to ([`Stored::aliases`]); an id that is neither a UUID nor a number is
+/// a name of `names`.
+#[derive(Debug, Default)]
+pub struct Aliases {
+    /// The ids and their messages.
+    pub ids: Vec<(Id, u32)>,
+    /// The names of ids that are names.
+    pub names: Names,
+}
+
+/// Per message, where its own record is and the records it carries: one
+/// flat list for the session (32 bytes a record, 8 a message), not a list
+/// per message.
+#[derive(Debug, Default, Clone)]
+pub struct Refs {
+    all: Vec<RecRef>,
+    /// Per message: where its records start in `all` (they end where the
+    /// next message's start).
+    starts: Vec<u32>,
+    /// Per message: the index in `all` of its own record, [`OUTSIDE`] set
+    /// when it is not one it carries (then last of its slice); [`NO_REF`]
+    /// for none.
+    own: Vec<u32>,
+}
+
+/// No own record.
+const NO_REF: u32 = u32::MAX;
+/// An own record that the message does not carry.
+const OUTSIDE: u32 = 1 << 31;
+
+impl Refs {
+    /// Adds a message: its own record and those it carries (in order).
+    pub fn push(&mut self, own: Option<RecRef>, carried: impl IntoIterator<Item = RecRef>) {
+        let start = self.all.len();
+        self.starts.push(start as u32);
+        self.all.extend(carried);
+        let ix = match own {
+            None => NO_REF,
+            Some(o) => match self.all[start..].iter().position(|r| *r == o) {
+                Some(k) => (start + k) as u32,
+                None => {
+                    self.all.push(o);
+                    (self.all.len() - 1) as u32 | OUTSIDE
+                }
+            },
+        };
+        self.own.push(ix);
+    }
+
+    /// Makes room for `messages` more messages carrying `records` more
+    /// records.
+    pub fn reserve_exact(&mut self, messages: usize, records: usize) {
+        self.all.reserve_exact(records);
+        self.starts.reserve_exact(messages);
+        self.own.reserve_exact(messages);
+    }
+
+    /// Adds a record the last message carries (after those it has).
+    pub fn push_to_last(&mut self, at: RecRef) {
+        match self.own.last() {
+            Some(&o) if o != NO_REF && o & OUTSIDE != 0 => {
+                let k = (o & !OUTSIDE) as usize;
+                self.all.insert(k, at);
+                *self.own.last_mut().expect("a message") = (k as u32 + 1) | OUTSIDE;
+            }
+            Some(_) => self.all.push(at),
+            None => {}
+        }
+    }
+
+    /// From a list per message (own, carried).
+    pub fn from_lists(own: Vec<Option<RecRef>>, carried: Vec<Vec<RecRef>>) -> Refs {
+        let mut r = Refs::default();
+        for (o, c) in own.into_iter().zip(carried) {
+            r.push(o, c);
+        }
+        r
+    }
+
+    /// How many messages.
+    pub fn len(&self) -> usize {
+        self.own.len()
+    }
+
+    /// Whether there is none.
+    pub fn is_empty(&self) -> bool {
+        self.own.is_empty()
+    }
+
+    fn end(&self, i: usize) -> usize {
+        self.starts
+            .get(i + 1)
+            .map_or(self.all.len(), |&s| s as usize)
+    }
+
+    /// Message `i`'s own record.
+    pub fn own(&self, i: usize) -> Option<RecRef> {
+        match self.own[i] {
+            NO_REF => None,
+            o => Some(self.all[(o & !OUTSIDE) as usize]),
+        }
+    }
+
+    /// The records message `i` carries.
+    pub fn carried(&self, i: usize) -> &[RecRef] {
+        let end = self.end(i) - usize::from(self.own[i] != NO_REF && self.own[i] & OUTSIDE != 0);
+        &self.all[self.starts[i] as usize..end]
+    }
+
+    /// Puts the messages in `order` (old indices, each once).
+    pub fn reorder(&mut self, order: &[usize]) {
+        let mut out = Refs::default();
+        out.all.reserve_exact(self.all.len());
+        for &old in order {
+            out.push(self.own(old), self.carried(old).iter().copied());
+        }
+        *self = out;
+    }
+
+    /// Gives back the room growing vectors left unused.
+    pub fn shrink_to_fit(&mut self) {
+        self.all.shrink_to_fit();
+        self.starts.shrink_to_fit();
+        self.own.shrink_to_fit();
+    }
 }
 
 /// Where an import's stored lines end, and what the reader needs to go on
@@ -757,10 +893,10 @@ impl Stored<'_> {
         // The message's own record is read once: parsed for the fill, then
         // its bytes moved into `records`.
         let mut own = None;
-        if let Some(at) = self.own[i] {
+        if let Some(at) = self.refs.own(i) {
             let large = at.len as usize >= crate::ledger::DETACHED_FROM;
             // (Only a record it carries: the record names the payload.)
-            let moved = if large && defer && self.carried[i].contains(&at) {
+            let moved = if large && defer && self.refs.carried(i).contains(&at) {
                 self.text_of_huge(&at, &mut m)?
             } else {
                 None
@@ -780,14 +916,14 @@ impl Stored<'_> {
                 rec.value = None;
                 // Kept only when the message carries it (a Gemini CLI
                 // legacy message's own bytes are not one of its records).
-                if large && self.carried[i].contains(&at) {
+                if large && self.refs.carried(i).contains(&at) {
                     rec = self.sources.record(&at, false)?;
                 }
                 own = Some((at, Ok(rec)));
             }
         }
-        let mut recs = Vec::with_capacity(self.carried[i].len());
-        for at in &self.carried[i] {
+        let mut recs = Vec::with_capacity(self.refs.carried(i).len());
+        for at in self.refs.carried(i) {
             let rel = self.rel.get(at.file as usize).cloned().flatten();
             let rec = match own.take() {
                 Some((o, Err(hash))) if o == *at => {
@@ -834,8 +970,14 @@ impl Session<'_> {
     /// The whole conversation (every message loaded), with the warnings.
     pub fn read_all(mut self) -> Result<(Conversation, Vec<String>)> {
         let mut messages = Vec::with_capacity(self.conv.messages.len());
-        for (i, m) in self.conv.messages.iter().enumerate() {
-            messages.push(self.records.message(i, m)?);
+        if let Some(tree) = self.records.tree.take() {
+            for i in 0..tree.len() {
+                messages.push(self.records.message(i, &tree.message(i))?);
+            }
+        } else {
+            for (i, m) in self.conv.messages.iter().enumerate() {
+                messages.push(self.records.message(i, m)?);
+            }
         }
         self.conv.messages = messages;
         Ok((self.conv, self.warnings))
@@ -862,7 +1004,8 @@ impl crate::ledger::Loader for Stored<'_> {
     }
 
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {
-        self.carried[i]
+        self.refs
+            .carried(i)
             .iter()
             .map(|at| {
                 let rel = self.rel.get(at.file as usize).cloned().flatten();
@@ -888,9 +1031,18 @@ impl crate::ledger::Loader for Stored<'_> {
 
     fn aliases(&self) -> Vec<(String, usize)> {
         self.aliases
+            .ids
             .iter()
-            .map(|(k, i)| (k.to_string(), *i))
+            .filter_map(|(k, i)| Some((k.text(&self.aliases.names)?.into_owned(), *i as usize)))
             .collect()
+    }
+
+    fn take_tree(&mut self) -> Option<Skeleton> {
+        self.tree.take()
+    }
+
+    fn put_tree(&mut self, tree: Skeleton) {
+        self.tree = Some(tree);
     }
 
     fn tail(&self) -> Option<String> {
@@ -904,7 +1056,7 @@ impl std::fmt::Debug for Stored<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Stored")
             .field("sources", &self.sources)
-            .field("messages", &self.own.len())
+            .field("messages", &self.refs.len())
             .finish()
     }
 }
@@ -1136,6 +1288,46 @@ mod tests {
             got.warnings
         );
         assert!(got.warnings[2].contains("t.jsonl:5"), "{:?}", got.warnings);
+    }
+
+    #[test]
+    fn refs_keep_each_messages_records_in_one_list() {
+        let at = |line: u32| RecRef {
+            file: 0,
+            line,
+            offset: u64::from(line) * 10,
+            len: 9,
+            check: u64::from(line),
+        };
+        let own = vec![Some(at(2)), None, Some(at(9)), Some(at(5))];
+        let carried = vec![
+            vec![at(1), at(2), at(3)],
+            vec![at(4)],
+            vec![at(6), at(7)], // its own record is not one it carries
+            vec![],
+        ];
+        let mut r = Refs::from_lists(own.clone(), carried.clone());
+        assert_eq!(r.len(), 4);
+        for i in 0..4 {
+            assert_eq!(r.own(i), own[i], "{i}");
+            assert_eq!(r.carried(i), &carried[i][..], "{i}");
+        }
+        r.push(Some(at(11)), [at(10)]);
+        r.reorder(&[4, 2, 0, 1, 3]);
+        assert_eq!(r.own(1), Some(at(9)));
+        assert_eq!(r.carried(1), &[at(6), at(7)]);
+        assert_eq!(r.carried(0), &[at(10)]);
+        assert_eq!(r.own(0), Some(at(11)));
+        // The last message carries one more: after those it has, its
+        // own record still apart.
+        r.push(Some(at(20)), []);
+        r.push_to_last(at(21));
+        assert_eq!(r.own(5), Some(at(20)));
+        assert_eq!(r.carried(5), &[at(21)]);
+        r.push(Some(at(30)), [at(30)]);
+        r.push_to_last(at(31));
+        assert_eq!(r.carried(6), &[at(30), at(31)]);
+        assert_eq!(r.own(6), Some(at(30)));
     }
 
     #[test]

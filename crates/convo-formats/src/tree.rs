@@ -7,10 +7,16 @@
 /// The first cycle in `parent` (index → parent index), as the indices
 /// around it starting from where it was entered, or `None`. Linear time.
 pub fn find_cycle(parent: &[Option<usize>]) -> Option<Vec<usize>> {
+    find_cycle_in(parent.len(), |i| parent[i])
+}
+
+/// [`find_cycle`] of `n` nodes whose parents `parent` gives (without a
+/// list of them).
+pub fn find_cycle_in(n: usize, parent: impl Fn(usize) -> Option<usize>) -> Option<Vec<usize>> {
     // 0: not seen, 1: on the current walk, 2: known to reach a root.
-    let mut state = vec![0u8; parent.len()];
+    let mut state = vec![0u8; n];
     let mut walk = Vec::new();
-    for start in 0..parent.len() {
+    for start in 0..n {
         walk.clear();
         let mut at = Some(start);
         while let Some(i) = at {
@@ -18,7 +24,7 @@ pub fn find_cycle(parent: &[Option<usize>]) -> Option<Vec<usize>> {
                 Some(0) => {
                     state[i] = 1;
                     walk.push(i);
-                    at = parent[i];
+                    at = parent(i);
                 }
                 Some(1) => {
                     let from = walk.iter().position(|&w| w == i).unwrap_or(0);

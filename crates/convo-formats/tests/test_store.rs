@@ -190,6 +190,48 @@ fn timelines_with_different_roots_fork_from_an_anchor() {
     assert_eq!(texts(&b), ["edited first message"]);
 }
 
+/// The ledger keeps the nodes of the messages where timelines part (two
+/// children or more, a timeline's last), not of every message: a timeline
+/// ending inside another, or leaving it at a message with two children,
+/// still forks where it should.
+#[test]
+fn timelines_part_where_they_end_or_branch() {
+    let mut c = Conversation::linear(vec![
+        Message::new(Role::User, "u", "q1"),
+        Message::new(Role::Assistant, "a", "a1"),
+        Message::new(Role::User, "u", "q2"),
+        Message::new(Role::Assistant, "a", "a2"),
+    ]);
+    let mut other = Message::new(Role::User, "u", "q2 again");
+    other.parent = Some(1);
+    c.messages.push(other);
+    let mut answer = Message::new(Role::Assistant, "a", "a2 again");
+    answer.parent = Some(4);
+    c.messages.push(answer);
+    for (name, leaf) in [("inside", 1), ("again", 5), ("stub", 4)] {
+        c.timelines.push(convo_formats::Timeline {
+            name: name.into(),
+            leaf: Some(leaf),
+        });
+    }
+    let mut s = store();
+    let Outcome::Created { id, branches, .. } = import(&mut s, "test", &c) else {
+        panic!()
+    };
+    assert_eq!(branches, 4);
+    let sess = s.find_session(&id.to_string()).unwrap();
+    for (b, want) in [
+        ("main", &["q1", "a1", "q2", "a2"][..]),
+        ("inside", &["q1", "a1"][..]),
+        ("again", &["q1", "a1", "q2 again", "a2 again"][..]),
+        ("stub", &["q1", "a1", "q2 again"][..]),
+    ] {
+        let got = export(&mut s, &sess, &BranchName::new(b).unwrap()).unwrap();
+        assert_eq!(texts(&got), want, "{b}");
+    }
+    assert!(s.verify().unwrap().is_clean());
+}
+
 #[test]
 fn every_import_format_round_trips_through_the_store_to_every_export_format() {
     let mut s = store();

@@ -236,6 +236,14 @@ impl convo_formats::ledger::Loader for Redacting<'_> {
     fn tail(&self) -> Option<String> {
         convo_formats::ledger::Loader::tail(self.inner)
     }
+
+    fn take_tree(&mut self) -> Option<convo_formats::records::Skeleton> {
+        self.inner.take_tree()
+    }
+
+    fn put_tree(&mut self, tree: convo_formats::records::Skeleton) {
+        self.inner.put_tree(tree)
+    }
 }
 
 /// What importing one file inside a transaction left beside its outcome:
