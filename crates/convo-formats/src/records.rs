@@ -595,9 +595,9 @@ impl std::fmt::Debug for Sources<'_> {
 /// time, key and flags; no text, no records) and where each message's
 /// records are, to read them again one message at a time
 /// ([`crate::ledger::import_lazy`]). Memory follows the number of records,
-/// not their bytes: Claude Code's and Codex's skeleton is compact
-/// ([`Stored::tree`], 56 bytes a message, their places 8 bytes a message
-/// and 32 a record), `conv.messages` left empty.
+/// not their bytes: Claude Code's, Codex's and Gemini CLI's skeleton is
+/// compact ([`Stored::tree`], 56 bytes a message, their places 8 bytes a
+/// message and 32 a record), `conv.messages` left empty.
 #[derive(Debug)]
 pub struct Session<'a> {
     /// The skeleton (its messages in [`Stored::tree`] when that is set).
@@ -621,8 +621,8 @@ pub struct Stored<'a> {
     /// the records it carries, in file and line order.
     pub refs: Refs,
     /// The messages' compact skeleton, when the session's `conv.messages`
-    /// is left empty (Claude Code, Codex): the ledger places the messages
-    /// from it ([`crate::ledger::Loader::take_tree`]).
+    /// is left empty (Claude Code, Codex, Gemini CLI): the ledger places
+    /// the messages from it ([`crate::ledger::Loader::take_tree`]).
     pub tree: Option<Skeleton>,
     /// Fills a skeleton message from its record: its text, model and the
     /// format's extras. It may move the text out of the record's parse
