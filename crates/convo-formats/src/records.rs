@@ -1177,28 +1177,6 @@ pub fn title_of(text: &str) -> Option<String> {
     Some(format!("{}…", cut.trim_end()))
 }
 
-/// Marks an answer that tools or answers (not a human) follow as a call
-/// to `user` in the middle of a turn (`intermediate`): only the answer
-/// that ends a turn is a `complete`.
-pub fn mark_intermediate(messages: &mut [crate::model::Message]) {
-    use crate::model::Role;
-    let mut continued = vec![false; messages.len()];
-    for m in messages.iter() {
-        if let Some(p) = m.parent
-            && m.role != Role::User
-        {
-            continued[p] = true;
-        }
-    }
-    for (i, m) in messages.iter_mut().enumerate() {
-        if m.role == Role::Assistant && continued[i] {
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
-        }
-    }
-}
-
 /// How a tool call reads: the command of a shell call, the path and the
 /// change of an edit, the URL of a fetch, else the arguments as JSON.
 pub fn tool_call_text(name: &str, input: &Value) -> String {
