@@ -69,13 +69,16 @@
 //!
 //! **Memory.** A chat is read in two passes ([`open_session`],
 //! [`crate::records::Session`]): the first keeps per message id its
-//! latest record's place and its messages without text, the second reads
-//! each message again as its node is written. The legacy document is
+//! latest record's place and its messages without text, pushed to a
+//! compact [`Skeleton`] as it reads (56 bytes a message; ids, speakers and
+//! keys kept once), which, put in order, is the session's skeleton
+//! ([`Stored::tree`]); the second reads each message again as its node is
+//! written. The legacy document is
 //! never held whole: it is parsed as a stream, one message at a time.
 
 use crate::error::{Error, Result};
 use crate::model::{Message, Read, Role, Timeline};
-use crate::records::{self, RecRef, Record, Session, Sources, Stored};
+use crate::records::{self, RecRef, Record, Refs, Session, Skeleton, Sources, Stored};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -178,11 +181,13 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
         .filter(|_| main)
     {
         for (r, f) in subagent_files(path, sid) {
-            let mut a = Indexer::default();
-            warnings.extend(sources.scan_path(&f, |fi, rec| {
+            let mut a = Indexer::sharing(&mut ix);
+            let scanned = sources.scan_path(&f, |fi, rec| {
                 a.add(fi, &rec);
                 Ok(())
-            })?);
+            });
+            a.give_back(&mut ix);
+            warnings.extend(scanned?);
             agents.push(a);
             rel.push(Some(r));
         }
@@ -219,52 +224,71 @@ fn subagent_files(chat: &Path, session_id: &str) -> Vec<(String, PathBuf)> {
         .collect()
 }
 
-/// What the first pass keeps of a message of the skeleton.
-#[derive(Debug)]
-struct Sub {
-    role: Role,
-    speaker: String,
-    to: Option<String>,
-    key: String,
-    time: Option<i64>,
-    /// The start of the task a subagent was given (an `invoke_agent`
-    /// call's `prompt`, or a subagent's first prompt): what links a
-    /// subagent's chat to the call that started it.
-    task: Option<String>,
-}
+/// No index (of an id, a message).
+const NONE: u32 = u32::MAX;
 
-/// What the first pass keeps of one message id.
-#[derive(Debug)]
-struct Id {
+/// What the first pass keeps of one message id (40 bytes).
+#[derive(Debug, Clone, Copy)]
+struct Seen {
     /// Its latest record.
     own: RecRef,
-    /// The messages that record says, without their text.
-    subs: Vec<Sub>,
-    /// The id it followed when first seen.
-    follows: Option<usize>,
-    /// The records riding with it.
-    riding: Vec<RecRef>,
-    /// A title from its first words (a user message).
-    title: Option<String>,
+    /// The messages that record says, without their text: `count`
+    /// messages of the first pass's [`Arena`] from `first`.
+    first: u32,
+    count: u32,
+    /// The id it followed when first seen ([`NONE`]: none).
+    follows: u32,
+}
+
+/// The messages the first pass found (each id's latest), without their
+/// text, shared by a chat and its subagents' chats: a compact
+/// [`Skeleton`] (whose names also key the ids) and, per message, the
+/// task it gave or was given (a hash of [`task_start`], 0 for none): what
+/// links a subagent's chat to the `invoke_agent` call that started it.
+#[derive(Debug, Default)]
+struct Arena {
+    skel: Skeleton,
+    tasks: Vec<u64>,
 }
 
 /// A chat's records indexed: message ids, what follows what, where each
 /// record is.
 #[derive(Debug, Default)]
 struct Indexer {
-    ids: Vec<Id>,
-    index: HashMap<String, usize>,
+    ids: Vec<Seen>,
+    index: HashMap<records::Id, u32>,
+    arena: Arena,
+    /// Records after the first message, each with the id it rides with,
+    /// in file order.
+    riding: Vec<(u32, RecRef)>,
     /// Records before the first message.
     waiting: Vec<RecRef>,
     /// The live conversation, as ids.
-    active: Vec<usize>,
+    active: Vec<u32>,
     last_seen: Option<usize>,
+    /// The title of the first id (in order) whose first message is a
+    /// prompt, as far as the first pass knows: (the id, its title).
+    title: Option<(u32, Option<String>)>,
     meta: Map<String, Value>,
     created: Option<i64>,
     warnings: Vec<String>,
 }
 
 impl Indexer {
+    /// An indexer of a subagent's chat, adding to `parent`'s arena (given
+    /// back with [`Indexer::give_back`]).
+    fn sharing(parent: &mut Indexer) -> Indexer {
+        Indexer {
+            arena: std::mem::take(&mut parent.arena),
+            ..Indexer::default()
+        }
+    }
+
+    /// Gives `parent` its arena back.
+    fn give_back(&mut self, parent: &mut Indexer) {
+        parent.arena = std::mem::take(&mut self.arena);
+    }
+
     /// One line of a `.jsonl` chat: a message, a rewind, a metadata
     /// update, or anything else (riding with the message before it).
     fn add(&mut self, file: u32, rec: &Record) {
@@ -298,24 +322,8 @@ impl Indexer {
     /// `$set` of the messages, so live again, read as first written when
     /// it is known). Returns the id's index.
     fn message(&mut self, id: &str, v: &Map<String, Value>, own: RecRef, relist: bool) -> usize {
-        let subs = messages_of(id, v, None)
-            .into_iter()
-            .map(|mut m| Sub {
-                task: m
-                    .extra
-                    .remove("task")
-                    .and_then(|t| t.as_str().map(str::to_owned)),
-                role: m.role,
-                speaker: m.speaker,
-                to: m.to,
-                key: m.key.unwrap_or_default(),
-                time: m.time,
-            })
-            .collect();
-        let title = (v.get("type").and_then(Value::as_str) == Some("user"))
-            .then(|| first_title(v.get("content").unwrap_or(&Value::Null)))
-            .flatten();
-        let i = match self.index.get(id) {
+        let key = records::Id::of(id, &mut self.arena.skel.names);
+        let i = match self.index.get(&key) {
             // Listed again by a `$set`: live again, and read as its own
             // line said it (the list restates it from the CLI's memory, its
             // tool calls, tokens and model left out when the CLI lost
@@ -324,39 +332,61 @@ impl Indexer {
                 if !self.active.contains(&i) {
                     self.active.push(i);
                 }
-                self.last_seen = Some(i);
-                return i;
+                self.last_seen = Some(i as usize);
+                return i as usize;
             }
             Some(&i) => i,
             None => {
-                let i = self.ids.len();
-                self.ids.push(Id {
+                let i = self.ids.len() as u32;
+                self.ids.push(Seen {
                     own,
-                    subs: Vec::new(),
-                    follows: self.active.last().copied(),
-                    riding: Vec::new(),
-                    title: None,
+                    first: 0,
+                    count: 0,
+                    follows: self.active.last().copied().unwrap_or(NONE),
                 });
-                self.index.insert(id.to_owned(), i);
+                self.index.insert(key, i);
                 self.active.push(i);
                 i
             }
         };
-        let e = &mut self.ids[i];
+        let Arena { skel, tasks } = &mut self.arena;
+        let e = &mut self.ids[i as usize];
+        // Said again: the messages it said last, when they are the
+        // arena's last, are replaced in place.
+        if e.count > 0 && (e.first + e.count) as usize == skel.len() {
+            skel.truncate(e.first as usize);
+            tasks.truncate(e.first as usize);
+        }
         e.own = own;
-        e.subs = subs;
-        e.title = title;
-        self.last_seen = Some(i);
-        i
+        e.first = skel.len() as u32;
+        e.count = 0;
+        for m in messages_of(id, v, None) {
+            let speaker = skel.names.intern(&m.speaker);
+            let to = m.to.as_deref().map(|t| skel.names.intern(t));
+            let key = records::Id::of_opt(m.key.as_deref(), &mut skel.names);
+            skel.push_parts(None, m.role, speaker, to, m.time, key);
+            tasks.push(
+                m.extra
+                    .get("task")
+                    .and_then(Value::as_str)
+                    .map_or(0, task_hash),
+            );
+            e.count += 1;
+        }
+        let prompt = e.count > 0 && skel.role(e.first as usize) == Role::User;
+        if prompt && self.title.as_ref().is_none_or(|(t, _)| i <= *t) {
+            self.title = Some((i, first_title(v.get("content").unwrap_or(&Value::Null))));
+        }
+        self.last_seen = Some(i as usize);
+        i as usize
     }
 
     /// A record that is not a message: a rewind, a metadata update, the
     /// session's metadata line.
     fn other(&mut self, v: &Map<String, Value>, line: usize) {
         if let Some(to) = v.get("$rewindTo").and_then(Value::as_str) {
-            let at = self
-                .index
-                .get(to)
+            let at = records::Id::find(to, &self.arena.skel.names)
+                .and_then(|k| self.index.get(&k))
                 .and_then(|i| self.active.iter().position(|a| a == i));
             match at {
                 Some(i) => self.active.truncate(i),
@@ -390,7 +420,7 @@ impl Indexer {
     /// A record kept with the message `carrier` (or before the first).
     fn ride(&mut self, carrier: Option<usize>, at: RecRef) {
         match carrier {
-            Some(i) => self.ids[i].riding.push(at),
+            Some(i) => self.riding.push((i as u32, at)),
             None => self.waiting.push(at),
         }
     }
@@ -1085,76 +1115,133 @@ fn fill(m: &mut Message, rec: &mut Record) {
     }
 }
 
-/// What a chat's skeleton is built into: its messages (without text),
-/// each one's own record and the records it carries, the task of each
-/// (see [`Sub::task`]).
+/// What a chat's skeleton is built into: its messages in order (indices
+/// in the first pass's [`Arena`]), each one's own record and the records
+/// it carries, and the records carried by a message already placed
+/// ([`Built::carry_to`]).
 #[derive(Default)]
 struct Built {
-    messages: Vec<Message>,
-    own: Vec<Option<RecRef>>,
-    carried: Vec<Vec<RecRef>>,
-    tasks: Vec<Option<String>>,
+    order: Vec<usize>,
+    refs: Refs,
+    late: Vec<(usize, Vec<RecRef>)>,
 }
 
 impl Built {
     /// One chat's messages, in the order first seen, each after the one
-    /// it followed (the first after `root`). Returns the last message
-    /// each id ends with, the records after its last message, and the
-    /// title (the first prompt's words).
+    /// it followed (the first after `root`), parents set in `arena`.
+    /// Returns the last message each id ends with and the records after
+    /// its last message.
     fn chain(
         &mut self,
-        ids: &mut [Id],
+        arena: &mut Skeleton,
+        ids: &[Seen],
+        mut riding: Vec<(u32, RecRef)>,
         waiting: Vec<RecRef>,
         root: Option<usize>,
-    ) -> (Vec<Option<usize>>, Vec<RecRef>, Option<Option<String>>) {
+    ) -> (Vec<Option<usize>>, Vec<RecRef>) {
+        // Each id's records together, in file order.
+        riding.sort_by_key(|r| r.0);
+        let mut rides = riding.into_iter().peekable();
         // The last message each id ends with (inherited when it says nothing).
         let mut ends: Vec<Option<usize>> = vec![None; ids.len()];
         let mut carry: Vec<RecRef> = waiting;
-        let mut title = None;
-        for i in 0..ids.len() {
-            let e = &mut ids[i];
+        for (i, e) in ids.iter().enumerate() {
             let parent = match e.follows {
-                Some(p) => ends[p],
-                None => root,
+                NONE => root,
+                p => ends[p as usize],
             };
-            let mut recs = std::mem::take(&mut carry);
-            recs.append(&mut e.riding);
-            if e.subs.is_empty() {
-                carry = recs;
+            while let Some((_, at)) = rides.next_if(|r| r.0 as usize == i) {
+                carry.push(at);
+            }
+            if e.count == 0 {
                 ends[i] = parent;
                 continue;
             }
-            if title.is_none() && e.subs[0].role == Role::User {
-                title = Some(e.title.take());
-            }
             let mut prev = parent;
-            for (k, sub) in e.subs.drain(..).enumerate() {
-                let mut m = Message::new(sub.role, sub.speaker, "");
-                m.to = sub.to;
-                m.key = Some(sub.key);
-                m.time = sub.time;
-                m.parent = prev;
-                self.messages.push(m);
-                self.own.push(Some(e.own));
-                self.carried.push(if k == 0 {
-                    std::mem::take(&mut recs)
+            for k in 0..e.count as usize {
+                let a = e.first as usize + k;
+                arena.set_parent(a, prev.map(|p| self.order[p]));
+                self.order.push(a);
+                if k == 0 {
+                    self.refs.push(Some(e.own), carry.drain(..));
                 } else {
-                    Vec::new()
-                });
-                self.tasks.push(sub.task);
-                prev = Some(self.messages.len() - 1);
+                    self.refs.push(Some(e.own), []);
+                }
+                prev = Some(self.order.len() - 1);
             }
             ends[i] = prev;
         }
-        (ends, carry, title)
+        (ends, carry)
     }
 
-    /// Records after a chat's last message: carried by the message `to`.
+    /// Records after a chat's last message: carried by the message `to`
+    /// (in file order with those it carries).
     fn carry_to(&mut self, to: usize, carry: Vec<RecRef>) {
-        let last = &mut self.carried[to];
-        last.extend(carry);
-        last.sort_by_key(|r| (r.file, r.line));
+        self.late.push((to, carry));
     }
+
+    /// The messages' records, with those carried late.
+    fn refs(self) -> Refs {
+        let Built { refs, mut late, .. } = self;
+        if late.is_empty() {
+            return refs;
+        }
+        late.sort_by_key(|l| l.0);
+        let mut out = Refs::default();
+        let mut late = late.into_iter().peekable();
+        let mut list = Vec::new();
+        for i in 0..refs.len() {
+            list.clear();
+            list.extend_from_slice(refs.carried(i));
+            let mut more = false;
+            while let Some((_, l)) = late.next_if(|l| l.0 == i) {
+                list.extend(l);
+                more = true;
+            }
+            if more {
+                list.sort_by_key(|r| (r.file, r.line));
+            }
+            out.push(refs.own(i), list.iter().copied());
+        }
+        out.shrink_to_fit();
+        out
+    }
+}
+
+/// A hash of a task's start ([`Arena::tasks`]; 0 is none).
+fn task_hash(task: &str) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::hash::DefaultHasher::new();
+    task.hash(&mut h);
+    h.finish().max(1)
+}
+
+/// The first id (in order) whose first message is a prompt, if any.
+fn first_prompt(ids: &[Seen], arena: &Skeleton) -> Option<usize> {
+    ids.iter()
+        .position(|e| e.count > 0 && arena.role(e.first as usize) == Role::User)
+}
+
+/// The title of the chat whose first prompt is `ids[first]`: what the
+/// first pass kept, or its record read again (when a later line said the
+/// id the first pass took it from again as no prompt).
+fn title_of(
+    first: Option<usize>,
+    ids: &[Seen],
+    arena: &Skeleton,
+    kept: Option<(u32, Option<String>)>,
+    sources: &mut Sources<'_>,
+) -> Option<Option<String>> {
+    let i = first?;
+    if let Some((k, t)) = kept
+        && k as usize == i
+    {
+        return Some(t);
+    }
+    let key = arena.key(ids[i].first as usize)?;
+    let rec = sources.record(&ids[i].own, true).ok()?;
+    let v = message_in(rec.value.as_ref()?, &key)?;
+    Some(first_title(v.get("content").unwrap_or(&Value::Null)))
 }
 
 /// The skeleton of one chat from its records' index, with its subagents'
@@ -1167,14 +1254,20 @@ fn build<'a>(
     file: &str,
     ix: Indexer,
     agents: Vec<Indexer>,
-    sources: Sources<'a>,
+    mut sources: Sources<'a>,
     rel: Vec<Option<String>>,
     mut warnings: Vec<String>,
 ) -> Option<Session<'a>> {
     let Indexer {
-        mut ids,
+        ids,
+        riding,
         waiting,
         active,
+        arena: Arena {
+            skel: mut arena,
+            tasks,
+        },
+        title: kept,
         meta,
         created,
         warnings: found,
@@ -1184,10 +1277,11 @@ fn build<'a>(
     if ids.is_empty() && waiting.is_empty() {
         return None;
     }
+    let title = title_of(first_prompt(&ids, &arena), &ids, &arena, kept, &mut sources);
     let mut b = Built::default();
-    let (ends, carry, title) = b.chain(&mut ids, waiting, None);
+    let (ends, carry) = b.chain(&mut arena, &ids, riding, waiting, None);
     if !carry.is_empty() {
-        match b.messages.len().checked_sub(1) {
+        match b.order.len().checked_sub(1) {
             Some(last) => b.carry_to(last, carry),
             // No prompt or answer yet (the session line and its context
             // alone: a chat just started, or the one Gemini CLI 0.61.0
@@ -1197,12 +1291,19 @@ fn build<'a>(
             None => return None,
         }
     }
-    let own_count = b.messages.len();
+    // Where the live conversation ends.
+    let live = active
+        .last()
+        .and_then(|&i| ends[i as usize])
+        .or(b.order.len().checked_sub(1));
+    drop((ids, ends));
+    let own_count = b.order.len();
     let mut agent_leaves = Vec::new();
     let mut used = vec![false; own_count];
     for (k, agent) in agents.into_iter().enumerate() {
         let Indexer {
-            mut ids,
+            ids,
+            riding,
             waiting,
             active,
             warnings: found,
@@ -1210,24 +1311,21 @@ fn build<'a>(
         } = agent;
         let name = rel.get(k + 1).cloned().flatten().unwrap_or_default();
         warnings.extend(found.into_iter().map(|w| format!("{name}:{w}")));
-        let task = ids
-            .iter()
-            .find_map(|e| e.subs.first().filter(|s| s.role == Role::User))
-            .and_then(|s| s.task.clone());
+        let task = first_prompt(&ids, &arena).map_or(0, |i| tasks[ids[i].first as usize]);
         // The call that gave it its task (each call once), else the
         // chat's last message.
-        let matched = (0..own_count).find(|&i| !used[i] && task.is_some() && b.tasks[i] == task);
+        let matched = (0..own_count).find(|&i| !used[i] && task != 0 && tasks[b.order[i]] == task);
         if let Some(r) = matched {
             used[r] = true;
         }
         let root = matched.or(own_count.checked_sub(1));
-        let first = b.messages.len();
-        let (ends, carry, _) = b.chain(&mut ids, waiting, root);
+        let first = b.order.len();
+        let (ends, carry) = b.chain(&mut arena, &ids, riding, waiting, root);
         let leaf = active
             .last()
-            .and_then(|&i| ends[i])
+            .and_then(|&i| ends[i as usize])
             .filter(|&l| l >= first)
-            .or((b.messages.len() > first).then(|| b.messages.len() - 1));
+            .or((b.order.len() > first).then(|| b.order.len() - 1));
         // Every line kept: after its last message, or with the call.
         if let Some(to) = leaf.or(root) {
             b.carry_to(to, carry);
@@ -1236,26 +1334,22 @@ fn build<'a>(
             agent_leaves.push(l);
         }
     }
-    let Built {
-        mut messages,
-        own,
-        carried,
-        ..
-    } = b;
-    records::mark_intermediate(&mut messages);
+    drop(tasks);
+    // The arena's messages in order (those said again left out).
+    let mut messages = arena;
+    messages.reorder(&b.order);
+    messages.shrink_to_fit();
+    let refs = b.refs();
+    messages.mark_intermediate();
     let n = messages.len();
     let mut has_child = vec![false; n];
-    for m in &messages {
-        if let Some(p) = m.parent {
+    for i in 0..n {
+        if let Some(p) = messages.parent(i) {
             has_child[p] = true;
         }
     }
     // `main` ends where the live conversation ends; a subagent's chat is
     // `agent-N`; every other leaf is a rewound branch.
-    let live = active
-        .last()
-        .and_then(|&i| ends[i])
-        .or(own_count.checked_sub(1));
     let mut timelines = vec![Timeline {
         name: "main".into(),
         leaf: live,
@@ -1283,7 +1377,7 @@ fn build<'a>(
         .and_then(Value::as_str)
         .and_then(records::title_of)
         .or(title.flatten());
-    let created = created.or_else(|| messages.iter().find_map(|m| m.time));
+    let created = created.or_else(|| (0..n).find_map(|i| messages.time(i)));
     let id = meta
         .get("sessionId")
         .and_then(Value::as_str)
@@ -1316,14 +1410,14 @@ fn build<'a>(
             created_at: created,
             meta: keep,
             timelines,
-            messages,
+            messages: Vec::new(),
         },
         warnings,
         records: Stored {
             sources,
             rel,
-            refs: records::Refs::from_lists(own, carried),
-            tree: None,
+            refs,
+            tree: Some(messages),
             fill,
             failed: None,
             aliases: Default::default(),

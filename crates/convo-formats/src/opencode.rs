@@ -61,7 +61,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message, Read, Role, Timeline};
-use crate::records;
+use crate::records::{self, Skeleton};
 use rusqlite::{Connection, OpenFlags, types::Value as Sql};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -91,8 +91,9 @@ impl crate::Reader for OpenCode {
             let mut convs = Vec::new();
             opened.each(|skeleton, rows| -> Result<()> {
                 let mut conv = skeleton.clone();
-                for (i, m) in skeleton.messages.iter().enumerate() {
-                    conv.messages[i] = rows.message(i, m)?;
+                let tree = rows.tree.take().unwrap_or_default();
+                for i in 0..tree.len() {
+                    conv.messages.push(rows.message(i, &tree.message(i))?);
                 }
                 convs.push(conv);
                 Ok(())
@@ -231,47 +232,44 @@ struct Msg {
 
 /// What the first pass keeps of a message until its session's skeleton
 /// is built (then it is moved into the skeleton and dropped): where it
-/// and its parts are, the messages it says without their text, whether
-/// it is still being written.
+/// and its parts are, the messages it says without their text (`count`
+/// messages of its session's [`Sess::said`] from `first`), whether it is
+/// still being written.
 #[derive(Debug)]
 struct Lite {
     at: At,
-    parts: Vec<At>,
-    subs: Vec<Message>,
+    parts: Box<[At]>,
+    first: u32,
+    count: u32,
     pending: bool,
     /// A title from its user message's words (its session's first only).
     title: Option<String>,
 }
 
 impl Lite {
-    fn of(mut m: Msg) -> Lite {
+    /// Its messages pushed to `said`, without their text.
+    fn of(mut m: Msg, said: &mut Skeleton) -> Lite {
         let pending = in_progress(&m);
         let mut title = None;
-        let mut subs: Vec<Message> = if pending {
-            Vec::new()
-        } else {
-            messages_of(&mut m)
-                .into_iter()
-                .map(|mut x| {
-                    if x.role == Role::User && title.is_none() {
-                        title = Some(records::title_of(&x.text));
-                    }
-                    x.text = String::new();
-                    // A new map: an emptied one keeps its node allocated.
-                    x.extra = std::mem::take(&mut x.extra)
-                        .remove("session")
-                        .map(|v| Map::from_iter([("session".to_owned(), v)]))
-                        .unwrap_or_default();
-                    x
-                })
-                .collect()
-        };
-        // Held for every message of the database: no room to spare.
-        subs.shrink_to_fit();
+        let first = said.len() as u32;
+        if !pending {
+            for mut x in messages_of(&mut m) {
+                if x.role == Role::User && title.is_none() {
+                    title = Some(records::title_of(&x.text));
+                }
+                x.text = String::new();
+                x.extra = std::mem::take(&mut x.extra)
+                    .remove("session")
+                    .map(|v| Map::from_iter([("session".to_owned(), v)]))
+                    .unwrap_or_default();
+                said.push(&x);
+            }
+        }
         Lite {
             at: m.rec.at,
             parts: m.parts.into_iter().map(|p| p.rec.at).collect(),
-            subs,
+            first,
+            count: said.len() as u32 - first,
             pending,
             title: title.flatten(),
         }
@@ -289,6 +287,8 @@ struct Sess {
     recs: Vec<At>,
     /// Taken (moved, not copied) when the skeleton is built.
     msgs: std::cell::RefCell<Vec<Lite>>,
+    /// The messages `msgs` say, without their text (taken with them).
+    said: std::cell::RefCell<Skeleton>,
     /// Whether one of `msgs` has its title (the first user message's).
     titled: bool,
 }
@@ -296,7 +296,8 @@ struct Sess {
 impl Sess {
     /// Adds a message of the first pass, the title kept for the first
     /// user message only.
-    fn push(&mut self, mut m: Lite) {
+    fn push(&mut self, m: Msg) {
+        let mut m = Lite::of(m, self.said.get_mut());
         if self.titled {
             m.title = None;
         }
@@ -836,7 +837,8 @@ fn sql_error(file: &str, e: rusqlite::Error) -> Error {
 
 /// opencode's sessions in a database or storage folder, indexed (an
 /// import's first pass: one message with its parts in memory at a time;
-/// what is kept is an identity per record and each message's skeleton).
+/// what is kept is an identity per record and each message's skeleton, in
+/// its session's compact [`Skeleton`]).
 /// [`Opened::each`] gives each session and reads its messages again one
 /// at a time.
 #[derive(Debug)]
@@ -916,6 +918,7 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
                 meta,
                 recs,
                 msgs: Default::default(),
+                said: Default::default(),
                 titled: false,
             });
         }
@@ -966,7 +969,7 @@ fn index_db(file: &str, db: &Connection) -> Result<Vec<Sess>> {
                 parts.push(Part { id: pid, rec });
             }
         }
-        sessions[si].push(Lite::of(Msg { id, rec, parts }));
+        sessions[si].push(Msg { id, rec, parts });
     }
     Ok(sessions)
 }
@@ -1103,6 +1106,7 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
             meta,
             recs,
             msgs: Default::default(),
+            said: Default::default(),
             titled: false,
         });
     }
@@ -1137,7 +1141,7 @@ fn index_storage(root: &Path, warnings: &mut Vec<String>) -> Result<Vec<Sess>> {
         }
         parts.sort_by(|a, b| a.id.cmp(&b.id));
         let msg = Msg { id, rec, parts };
-        sessions[si].push(Lite::of(msg));
+        sessions[si].push(msg);
     }
     Ok(sessions)
 }
@@ -1363,7 +1367,7 @@ fn in_progress(m: &Msg) -> bool {
 struct Builder<'a> {
     file: &'a str,
     children: &'a HashMap<&'a str, Vec<&'a Sess>>,
-    messages: Vec<Message>,
+    messages: Skeleton,
     /// Per message: whether it belongs to a child session.
     in_child: Vec<bool>,
     /// Per message: the opencode message it says (an index into `owners`).
@@ -1399,6 +1403,7 @@ impl<'a> Builder<'a> {
         // (message index, created) of this session's messages, for a child
         // whose task call is gone.
         let mut times: Vec<(usize, i64)> = Vec::new();
+        let said = s.said.take();
         for m in s.msgs.take() {
             if m.pending {
                 self.warnings.push(format!(
@@ -1416,12 +1421,13 @@ impl<'a> Builder<'a> {
             self.recs.push(m.at);
             self.recs.extend(m.parts);
             let end = self.recs.len() as u32;
-            if m.subs.is_empty() {
+            if m.count == 0 {
                 continue;
             }
             let owner = self.owners.len();
             self.owners.push((start, end));
-            for (k, mut msg) in m.subs.into_iter().enumerate() {
+            for k in 0..m.count as usize {
+                let mut msg = said.message(m.first as usize + k);
                 msg.parent = prev;
                 self.carried.push((carry, end));
                 if k == 0 {
@@ -1436,7 +1442,7 @@ impl<'a> Builder<'a> {
                 if msg.role == Role::User && self.title.is_none() {
                     self.title = Some(m.title.clone());
                 }
-                self.messages.push(msg);
+                self.messages.push(&msg);
                 self.own.push(Some(owner));
                 self.in_child.push(child);
                 prev = Some(self.messages.len() - 1);
@@ -1453,7 +1459,7 @@ impl<'a> Builder<'a> {
                     m.parent = anchor;
                     m.key = Some(format!("{}#records", s.id));
                     m.extra.insert("holder".into(), json!(true));
-                    self.messages.push(m);
+                    self.messages.push(&m);
                     self.own.push(None);
                     self.carried.push((carry, end));
                     self.in_child.push(child);
@@ -1506,7 +1512,7 @@ impl Opened {
             let mut b = Builder {
                 file: &self.name,
                 children: &children,
-                messages: Vec::new(),
+                messages: Skeleton::default(),
                 in_child: Vec::new(),
                 own: Vec::new(),
                 recs: Vec::new(),
@@ -1531,11 +1537,12 @@ impl Opened {
             if messages.is_empty() {
                 continue;
             }
-            records::mark_intermediate(&mut messages);
+            messages.shrink_to_fit();
+            messages.mark_intermediate();
             let n = messages.len();
             let mut has_child = vec![false; n];
-            for m in &messages {
-                if let Some(p) = m.parent {
+            for i in 0..n {
+                if let Some(p) = messages.parent(i) {
                     has_child[p] = true;
                 }
             }
@@ -1571,6 +1578,7 @@ impl Opened {
                 failed: None,
                 defer: true,
                 deferred: Vec::new(),
+                tree: None,
             };
             let title = s.title.clone().or(first_title.flatten());
             let mut meta = s.meta.clone();
@@ -1579,12 +1587,13 @@ impl Opened {
                 id: Some(s.id.clone()),
                 title,
                 agent: Some("opencode".into()),
-                created_at: s.created.or_else(|| messages.iter().find_map(|m| m.time)),
+                created_at: s.created.or_else(|| (0..n).find_map(|i| messages.time(i))),
                 meta,
                 timelines,
-                messages,
+                messages: Vec::new(),
             };
             let mut rows = rows;
+            rows.tree = Some(messages);
             f(&conv, &mut rows)?;
         }
         Ok(())
@@ -1615,6 +1624,9 @@ pub struct Rows<'a> {
     pub defer: bool,
     /// The rows left to store so.
     deferred: Vec<At>,
+    /// The session's skeleton (the conversation's `messages` are left
+    /// empty), lent to the ledger ([`crate::ledger::Loader::take_tree`]).
+    tree: Option<Skeleton>,
 }
 
 impl Rows<'_> {
@@ -1675,6 +1687,14 @@ impl crate::ledger::Loader for Rows<'_> {
     ) -> std::result::Result<Message, convo_store::StoreError> {
         self.message(i, skeleton)
             .map_err(|e| crate::records::failed_load(&mut self.failed, e))
+    }
+
+    fn take_tree(&mut self) -> Option<Skeleton> {
+        self.tree.take()
+    }
+
+    fn put_tree(&mut self, tree: Skeleton) {
+        self.tree = Some(tree);
     }
 
     fn record_ids(&self, i: usize) -> Vec<(String, u64)> {

@@ -595,9 +595,9 @@ impl std::fmt::Debug for Sources<'_> {
 /// time, key and flags; no text, no records) and where each message's
 /// records are, to read them again one message at a time
 /// ([`crate::ledger::import_lazy`]). Memory follows the number of records,
-/// not their bytes: Claude Code's and Codex's skeleton is compact
-/// ([`Stored::tree`], 56 bytes a message, their places 8 bytes a message
-/// and 32 a record), `conv.messages` left empty.
+/// not their bytes: Claude Code's, Codex's and Gemini CLI's skeleton is
+/// compact ([`Stored::tree`], 56 bytes a message, their places 8 bytes a
+/// message and 32 a record), `conv.messages` left empty.
 #[derive(Debug)]
 pub struct Session<'a> {
     /// The skeleton (its messages in [`Stored::tree`] when that is set).
@@ -621,8 +621,8 @@ pub struct Stored<'a> {
     /// the records it carries, in file and line order.
     pub refs: Refs,
     /// The messages' compact skeleton, when the session's `conv.messages`
-    /// is left empty (Claude Code, Codex): the ledger places the messages
-    /// from it ([`crate::ledger::Loader::take_tree`]).
+    /// is left empty (Claude Code, Codex, Gemini CLI): the ledger places
+    /// the messages from it ([`crate::ledger::Loader::take_tree`]).
     pub tree: Option<Skeleton>,
     /// Fills a skeleton message from its record: its text, model and the
     /// format's extras. It may move the text out of the record's parse
@@ -1175,28 +1175,6 @@ pub fn title_of(text: &str) -> Option<String> {
     }
     let cut: String = clean.chars().take(79).collect();
     Some(format!("{}…", cut.trim_end()))
-}
-
-/// Marks an answer that tools or answers (not a human) follow as a call
-/// to `user` in the middle of a turn (`intermediate`): only the answer
-/// that ends a turn is a `complete`.
-pub fn mark_intermediate(messages: &mut [crate::model::Message]) {
-    use crate::model::Role;
-    let mut continued = vec![false; messages.len()];
-    for m in messages.iter() {
-        if let Some(p) = m.parent
-            && m.role != Role::User
-        {
-            continued[p] = true;
-        }
-    }
-    for (i, m) in messages.iter_mut().enumerate() {
-        if m.role == Role::Assistant && continued[i] {
-            m.role = Role::ToolCall;
-            m.to = Some("user".into());
-            m.extra.insert("intermediate".into(), json!(true));
-        }
-    }
 }
 
 /// How a tool call reads: the command of a shell call, the path and the

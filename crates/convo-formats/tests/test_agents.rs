@@ -360,6 +360,52 @@ fn gemini_cli_session_keeps_every_line_and_the_rewound_branch() {
     assert!(s.verify().unwrap().is_clean());
 }
 
+/// A Gemini CLI message said again: the call whose result comes later (a
+/// message said again after others), the answer given its tokens (said
+/// again at once), and the first prompt said again as tool results alone
+/// (then not a prompt: the chat is titled by the next one).
+#[test]
+fn gemini_cli_messages_said_again_are_read_as_last_said() {
+    let lines = [
+        r#"{"sessionId":"s-1","projectHash":"9c1a","startTime":"2026-11-24T10:00:00.000Z","lastUpdated":"2026-11-24T10:00:00.000Z","kind":"main"}"#,
+        r#"{"id":"u1","timestamp":"2026-11-24T10:00:01.000Z","type":"user","content":[{"text":"first prompt"}]}"#,
+        r#"{"id":"g1","timestamp":"2026-11-24T10:00:02.000Z","type":"gemini","content":"","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"make"},"status":"executing"}]}"#,
+        r#"{"id":"u2","timestamp":"2026-11-24T10:00:03.000Z","type":"user","content":[{"text":"second prompt"}]}"#,
+        r#"{"id":"g1","timestamp":"2026-11-24T10:00:02.000Z","type":"gemini","content":"","toolCalls":[{"id":"c1","name":"run_shell_command","args":{"command":"make"},"result":[{"functionResponse":{"id":"c1","name":"run_shell_command","response":{"output":"ok"}}}],"status":"success"}]}"#,
+        r#"{"id":"g2","timestamp":"2026-11-24T10:00:04.000Z","type":"gemini","content":"done","model":"gemini-2.5-pro"}"#,
+        r#"{"id":"g2","timestamp":"2026-11-24T10:00:04.000Z","type":"gemini","content":"done","model":"gemini-2.5-pro","tokens":{"input":3,"output":1,"total":4}}"#,
+        r#"{"id":"u1","timestamp":"2026-11-24T10:00:01.000Z","type":"user","content":[{"functionResponse":{"id":"c0","name":"x","response":{"output":"y"}}}]}"#,
+    ];
+    let bytes = format!("{}\n", lines.join("\n"));
+    let c = one("gemini-cli", bytes.as_bytes());
+    assert_eq!(
+        kept_lines(&c),
+        (1..=8).collect::<Vec<_>>(),
+        "each line once"
+    );
+    assert_eq!(c.title.as_deref(), Some("second prompt"));
+    let turns: Vec<(Role, &str, Option<&str>)> = c
+        .messages
+        .iter()
+        .map(|m| (m.role, m.text.as_str(), m.key.as_deref()))
+        .collect();
+    assert_eq!(
+        turns,
+        [
+            (Role::ToolCall, "$ make", Some("g1")),
+            (Role::Tool, "ok", Some("g1#result:c1")),
+            (Role::User, "second prompt", Some("u2")),
+            (Role::Assistant, "done", Some("g2")),
+        ],
+        "each message as last said, in the order first seen"
+    );
+    let parents: Vec<Option<usize>> = c.messages.iter().map(|m| m.parent).collect();
+    assert_eq!(parents, [None, Some(0), Some(1), Some(2)]);
+    assert_eq!(c.messages[3].extra["usage"]["total"], 4);
+    assert_eq!(c.timelines.len(), 1, "{:?}", c.timelines);
+    assert_eq!(c.timelines[0].leaf, Some(3));
+}
+
 /// Written by Gemini CLI 0.61.0 itself (`gemini --yolo -p`, then
 /// `gemini --resume ID -p` a minute later, against a scripted upstream):
 /// its session context and the resumed history as `{"$set": {"messages":

@@ -405,6 +405,32 @@ impl Skeleton {
         self.entries = entries;
     }
 
+    /// Keeps the first `n` messages (a first pass's messages said again:
+    /// the last ones replaced).
+    pub fn truncate(&mut self, n: usize) {
+        self.entries.truncate(n);
+    }
+
+    /// Marks an answer that tools or answers (not a human) follow as a
+    /// call to `user` in the middle of a turn (`intermediate`): only the
+    /// answer that ends a turn is a `complete`.
+    pub fn mark_intermediate(&mut self) {
+        let mut continued = vec![false; self.len()];
+        for i in 0..self.len() {
+            if let Some(p) = self.parent(i)
+                && self.role(i) != Role::User
+            {
+                continued[p] = true;
+            }
+        }
+        for (i, &go_on) in continued.iter().enumerate() {
+            if go_on && self.role(i) == Role::Assistant {
+                self.set_role(i, Role::ToolCall, Some("user"));
+                self.insert_extra(i, "intermediate", Value::Bool(true));
+            }
+        }
+    }
+
     /// Gives back the room a growing vector left unused.
     pub fn shrink_to_fit(&mut self) {
         self.entries.shrink_to_fit();
@@ -497,5 +523,45 @@ mod tests {
         assert_eq!(s.parent(2), Some(0));
         assert_eq!(s.key(1).as_deref(), Some("12"));
         assert!(std::mem::size_of::<Entry>() <= 56, "compact");
+        s.truncate(2);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.message(0), a);
+    }
+
+    #[test]
+    fn an_answer_a_turn_goes_on_after_is_intermediate() {
+        let mut s = Skeleton::default();
+        let roles = [
+            (Role::User, None),
+            (Role::Assistant, Some(0)),
+            (Role::ToolCall, Some(1)),
+            (Role::Assistant, Some(2)),
+            (Role::User, Some(3)),
+            (Role::Assistant, Some(4)),
+        ];
+        for (role, parent) in roles {
+            let mut m = Message::new(role, "x", "");
+            m.parent = parent;
+            s.push(&m);
+        }
+        s.mark_intermediate();
+        let got: Vec<(Role, Option<String>, bool)> = (0..s.len())
+            .map(|i| {
+                let m = s.message(i);
+                (m.role, m.to, m.extra.contains_key("intermediate"))
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (Role::User, None, false),
+                (Role::ToolCall, Some("user".into()), true),
+                (Role::ToolCall, None, false),
+                (Role::Assistant, None, false),
+                (Role::User, None, false),
+                (Role::Assistant, None, false),
+            ],
+            "only an answer a tool or answer follows; a prompt ends a turn"
+        );
     }
 }
