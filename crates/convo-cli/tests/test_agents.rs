@@ -25,6 +25,26 @@ fn node_tool(name: &str) -> Option<PathBuf> {
     found
 }
 
+/// Forks `session` after its first turn as `other` and says one turn
+/// there in convo: the branch the agents' end-to-end tests resume.
+fn fork_with_a_turn(t: &TestEnv, session: &str) {
+    t.run(&[
+        "session", "fork", session, "--from", "main@1", "--branch", "other",
+    ])
+    .ok();
+    t.run(&[
+        "say",
+        session,
+        "--branch",
+        "other",
+        "--user",
+        "a different follow-up",
+        "--agent",
+        "a reply made in convo",
+    ])
+    .ok();
+}
+
 /// Answers like Anthropic Messages and OpenAI Responses, streamed: the
 /// text is `answer N`.
 fn agent_model(n: usize, path: &str, req: &Value) -> Value {
@@ -436,21 +456,7 @@ fn codex_rollouts_import_grow_export_and_a_fork_resumes() {
     assert!(shown.contains("again codex"), "{shown}");
 
     // Fork after the first answer, say something else there, and resume it.
-    t.run(&[
-        "session", "fork", &session, "--from", "main@1", "--branch", "other",
-    ])
-    .ok();
-    t.run(&[
-        "say",
-        &session,
-        "--branch",
-        "other",
-        "--user",
-        "a different follow-up",
-        "--agent",
-        "a reply made in convo",
-    ])
-    .ok();
+    fork_with_a_turn(&t, &session);
     let new_id = ok(
         t.cmd()
             .env("CODEX_HOME", &codex_home)
@@ -1281,21 +1287,7 @@ fn gemini_cli_chats_import_grow_export_and_a_fork_resumes() {
     );
 
     // Fork after the first turn, say something else there, resume it.
-    t.run(&[
-        "session", "fork", &session, "--from", "main@1", "--branch", "other",
-    ])
-    .ok();
-    t.run(&[
-        "say",
-        &session,
-        "--branch",
-        "other",
-        "--user",
-        "a different follow-up",
-        "--agent",
-        "a reply made in convo",
-    ])
-    .ok();
+    fork_with_a_turn(&t, &session);
     let new_id = ok(
         t.cmd()
             .env("HOME", &home)
@@ -1499,21 +1491,7 @@ fn opencode_database_imports_and_a_deleted_session_is_restored() {
 
     // Fork after the first answer, say something else there, write the
     // branch into opencode's database as a new session and continue it.
-    t.run(&[
-        "session", "fork", &session, "--from", "main@1", "--branch", "other",
-    ])
-    .ok();
-    t.run(&[
-        "say",
-        &session,
-        "--branch",
-        "other",
-        "--user",
-        "a different follow-up",
-        "--agent",
-        "a reply made in convo",
-    ])
-    .ok();
+    fork_with_a_turn(&t, &session);
     let new_id = ok(
         t.cmd()
             .env("XDG_DATA_HOME", home.join(".local/share"))

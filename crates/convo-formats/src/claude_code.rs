@@ -141,26 +141,7 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
 /// A session's subagent transcripts (`<session>/subagents/*.jsonl`), in
 /// name order, each with its name in `extra.records`.
 fn subagent_files(path: &Path) -> Vec<(String, PathBuf)> {
-    let dir = path.with_extension("").join("subagents");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-        .into_iter()
-        .map(|f| {
-            let name = f
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (format!("subagents/{name}"), f)
-        })
-        .collect()
+    records::labelled_jsonl(&path.with_extension("").join("subagents"), "subagents")
 }
 
 /// The session id a transcript's records name (its first `sessionId`,

@@ -203,25 +203,7 @@ fn subagent_files(chat: &Path, session_id: &str) -> Vec<(String, PathBuf)> {
     let Some(dir) = chat.parent().map(|d| d.join(&dir_name)) else {
         return Vec::new();
     };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| e.path())
-                .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "jsonl"))
-                .collect()
-        })
-        .unwrap_or_default();
-    files.sort();
-    files
-        .into_iter()
-        .map(|f| {
-            let name = f
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            (format!("{dir_name}/{name}"), f)
-        })
-        .collect()
+    records::labelled_jsonl(&dir, &dir_name)
 }
 
 /// No index (of an id, a message).

@@ -1093,6 +1093,21 @@ pub fn find_files(
     out
 }
 
+/// The `.jsonl` files directly in `dir`, in name order, each named
+/// `label/NAME` (how a subagent's transcript is named in `extra.records`).
+pub fn labelled_jsonl(dir: &std::path::Path, label: &str) -> Vec<(String, std::path::PathBuf)> {
+    find_files(dir, 0, |_, _| false, |_, name| name.ends_with(".jsonl"))
+        .into_iter()
+        .map(|f| {
+            let name = f
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (format!("{label}/{name}"), f)
+        })
+        .collect()
+}
+
 /// Reads a file with [`read`].
 pub fn read_path(path: &std::path::Path) -> Result<Lines> {
     let name = path.display().to_string();
