@@ -489,6 +489,31 @@ fn codex_rollouts_import_grow_export_and_a_fork_resumes() {
 
 /// Polls `f` every 200 ms for up to 60 s (no timing is asserted: a slow
 /// machine only waits longer).
+/// `convo import --watch PATH` running in the background, quiet.
+fn watch(t: &TestEnv, path: &Path) -> std::process::Child {
+    t.cmd()
+        .arg("import")
+        .arg("--watch")
+        .arg(path)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// The first session's id, once the store exists.
+fn first_session(t: &TestEnv) -> Option<String> {
+    let r = t.run(&["session", "list", "--json"]);
+    if r.code() != 0 {
+        return None; // no store yet
+    }
+    r.json()
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|s| s["id"].as_str())
+        .map(str::to_owned)
+}
+
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     for _ in 0..300 {
         if f() {
@@ -509,13 +534,7 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
     let projects = t.home().join("projects");
     let proj = projects.join("-tmp-p");
     std::fs::create_dir_all(&proj).unwrap();
-    let mut watcher = t
-        .cmd()
-        .args(["import", "--watch", projects.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut watcher = watch(&t, &projects);
     // The first turn, and half of the next line (being written).
     let line_end = |n: usize| {
         let mut at = 0;
@@ -527,17 +546,7 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
     let file = proj.join("360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl");
     let cut = line_end(22) + 40;
     std::fs::write(&file, &bytes[..cut]).unwrap();
-    let session = || {
-        let r = t.run(&["session", "list", "--json"]);
-        if r.code() != 0 {
-            return None; // no store yet
-        }
-        let v = r.json();
-        v.as_array()
-            .and_then(|a| a.first())
-            .and_then(|s| s["id"].as_str())
-            .map(str::to_owned)
-    };
+    let session = || first_session(&t);
     eventually("the session is imported", || session().is_some());
     let id = session().unwrap();
     let log = t.run(&["log", &id]).ok();
@@ -678,24 +687,8 @@ fn watch_follows_an_opencode_database() {
         std::fs::rename(&tmp, data.join("opencode.db")).unwrap();
     };
     put("reverted");
-    let mut watcher = t
-        .cmd()
-        .args(["import", "--watch", data.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let session = || {
-        let r = t.run(&["session", "list", "--json"]);
-        if r.code() != 0 {
-            return None;
-        }
-        r.json()
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(|s| s["id"].as_str())
-            .map(str::to_owned)
-    };
+    let mut watcher = watch(&t, &data);
+    let session = || first_session(&t);
     eventually("the session is imported", || session().is_some());
     let id = session().unwrap();
     assert!(t.run(&["log", &id]).ok().contains("answer 6"));
@@ -726,28 +719,8 @@ fn watch_follows_a_gemini_cli_chat() {
         cut += bytes[cut..].iter().position(|&b| b == b'\n').unwrap() + 1;
     }
     std::fs::write(&file, &bytes[..cut]).unwrap();
-    let mut watcher = t
-        .cmd()
-        .args([
-            "import",
-            "--watch",
-            t.home().join("gemini").to_str().unwrap(),
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let session = || {
-        let r = t.run(&["session", "list", "--json"]);
-        if r.code() != 0 {
-            return None;
-        }
-        r.json()
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(|s| s["id"].as_str())
-            .map(str::to_owned)
-    };
+    let mut watcher = watch(&t, &t.home().join("gemini"));
+    let session = || first_session(&t);
     eventually("the chat is imported", || session().is_some());
     let id = session().unwrap();
     let exported = |t: &TestEnv| t.run(&["export", &id, "--format", "gemini-cli"]).out.stdout;
@@ -1213,25 +1186,9 @@ fn gemini_cli_chats_import_grow_export_and_a_fork_resumes() {
             .output()
             .unwrap()
     };
-    let mut watcher = t
-        .cmd()
-        .args(["import", "--watch", dot.to_str().unwrap()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut watcher = watch(&t, &dot);
     ok(run(&["--yolo", "-p", "please read notes.txt"]), "gemini -p");
-    let session = || {
-        let r = t.run(&["session", "list", "--json"]);
-        if r.code() != 0 {
-            return None;
-        }
-        r.json()
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(|s| s["id"].as_str())
-            .map(str::to_owned)
-    };
+    let session = || first_session(&t);
     eventually("the watcher imports the chat", || {
         session().is_some_and(|id| t.run(&["log", &id]).ok().contains("hello notes"))
     });

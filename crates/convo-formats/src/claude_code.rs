@@ -61,7 +61,7 @@
 //! command's output).
 
 use crate::error::{Error, Result};
-use crate::model::{Conversation, Message, Read, Role, Timeline};
+use crate::model::{Conversation, Message, Read, Role};
 use crate::records::{self, Id, Names, RecRef, Record, Refs, Session, Skeleton, Sources};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -1068,11 +1068,9 @@ fn build<'a>(
     drop(has_turn_child);
 
     // Timelines.
-    let mut children = vec![0u32; n];
     let mut last_child: Vec<u32> = vec![NONE; n];
     for i in 0..n {
         if let Some(p) = skel.parent(i) {
-            children[p] += 1;
             last_child[p] = i as u32;
         }
     }
@@ -1087,27 +1085,7 @@ fn build<'a>(
         at
     };
     drop(last_child);
-    let mut timelines = vec![Timeline {
-        name: "main".into(),
-        leaf: Some(main_leaf),
-    }];
-    let (mut alt, mut agent) = (0, 0);
-    for i in 0..n {
-        if children[i] == 0 && i != main_leaf {
-            let name = if sidechain[i] {
-                agent += 1;
-                format!("agent-{agent}")
-            } else {
-                alt += 1;
-                format!("alt-{alt}")
-            };
-            timelines.push(Timeline {
-                name,
-                leaf: Some(i),
-            });
-        }
-    }
-    drop(children);
+    let timelines = skel.timelines(Some(main_leaf), |i| sidechain[i]);
     drop(sidechain);
 
     // Title, id, metadata.

@@ -1324,12 +1324,6 @@ fn build<'a>(
     let refs = b.refs();
     messages.mark_intermediate();
     let n = messages.len();
-    let mut has_child = vec![false; n];
-    for i in 0..n {
-        if let Some(p) = messages.parent(i) {
-            has_child[p] = true;
-        }
-    }
     // `main` ends where the live conversation ends; a subagent's chat is
     // `agent-N`; every other leaf is a rewound branch.
     let mut timelines = vec![Timeline {
@@ -1342,8 +1336,8 @@ fn build<'a>(
             leaf: Some(leaf),
         });
     }
-    for (i, child) in has_child.iter().enumerate() {
-        if !child && Some(i) != live && !agent_leaves.contains(&i) {
+    for (i, leaf) in messages.leaves().into_iter().enumerate() {
+        if leaf && Some(i) != live && !agent_leaves.contains(&i) {
             timelines.push(Timeline {
                 name: format!("alt-{}", timelines.len() - agent_leaves.len()),
                 leaf: Some(i),

@@ -219,6 +219,40 @@ pub fn session_identity(name: &str, path: &Path) -> Option<String> {
     }
 }
 
+/// A transcript's stored session and where its stored lines end
+/// ([`stored_tail`]).
+#[derive(Debug)]
+pub struct StoredTail {
+    /// The agent's own id of the session (the conversation's `id`).
+    pub identity: String,
+    /// The convo session it was imported as.
+    pub session: convo_core::SessionId,
+    /// Where its stored lines end, and the reader's state there.
+    pub tail: records::Tail,
+}
+
+/// The stored session a transcript continues and where its stored lines
+/// end (its import tail, `ImportTx::import_tail`), when the store has
+/// both: what a re-import reads from, with [`open_tail`].
+pub fn stored_tail(
+    tx: &mut dyn convo_store::Tx,
+    format: &str,
+    path: &Path,
+) -> std::result::Result<Option<StoredTail>, convo_store::StoreError> {
+    let Some(identity) = session_identity(format, path) else {
+        return Ok(None);
+    };
+    let session = ledger::session_id_of(format, &identity);
+    Ok(tx
+        .import_tail(&session)?
+        .and_then(|t| records::Tail::parse(format, &t))
+        .map(|tail| StoredTail {
+            identity,
+            session,
+            tail,
+        }))
+}
+
 /// The lines of a transcript written after those an earlier import stored
 /// (`claude_code::open_tail`, `codex::open_tail`); `None` for a format
 /// without such a reader.

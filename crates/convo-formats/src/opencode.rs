@@ -60,7 +60,7 @@
 //! a session of its own (opencode records no link).
 
 use crate::error::{Error, Result};
-use crate::model::{Conversation, Message, Read, Role, Timeline};
+use crate::model::{Conversation, Message, Read, Role};
 use crate::records::{self, Skeleton};
 use rusqlite::{Connection, OpenFlags, types::Value as Sql};
 use serde_json::{Map, Value, json};
@@ -1539,34 +1539,7 @@ impl Opened {
             }
             messages.shrink_to_fit();
             messages.mark_intermediate();
-            let n = messages.len();
-            let mut has_child = vec![false; n];
-            for i in 0..n {
-                if let Some(p) = messages.parent(i) {
-                    has_child[p] = true;
-                }
-            }
-            let mut timelines = vec![Timeline {
-                name: "main".into(),
-                leaf: live,
-            }];
-            let (mut alt, mut agent) = (0, 0);
-            for (i, (&child, &in_child)) in has_child.iter().zip(&in_child).enumerate() {
-                if child || Some(i) == live {
-                    continue;
-                }
-                let name = if in_child {
-                    agent += 1;
-                    format!("agent-{agent}")
-                } else {
-                    alt += 1;
-                    format!("alt-{alt}")
-                };
-                timelines.push(Timeline {
-                    name,
-                    leaf: Some(i),
-                });
-            }
+            let timelines = messages.timelines(live, |i| in_child[i]);
             let rows = Rows {
                 name: &self.name,
                 src: &self.src,
@@ -1587,7 +1560,9 @@ impl Opened {
                 id: Some(s.id.clone()),
                 title,
                 agent: Some("opencode".into()),
-                created_at: s.created.or_else(|| (0..n).find_map(|i| messages.time(i))),
+                created_at: s
+                    .created
+                    .or_else(|| (0..messages.len()).find_map(|i| messages.time(i))),
                 meta,
                 timelines,
                 messages: Vec::new(),

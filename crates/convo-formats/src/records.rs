@@ -1019,11 +1019,10 @@ impl crate::ledger::Loader for Stored<'_> {
         put: &mut dyn FnMut(&[u8]) -> std::result::Result<(), convo_store::StoreError>,
     ) -> std::result::Result<(), convo_store::StoreError> {
         for at in std::mem::take(&mut self.deferred) {
-            let rec = self.sources.record(&at, false).map_err(|e| {
-                let msg = e.render().lines().next().unwrap_or_default().to_owned();
-                self.failed = Some(e);
-                convo_store::StoreError::Invalid(msg.into())
-            })?;
+            let rec = self
+                .sources
+                .record(&at, false)
+                .map_err(|e| failed_load(&mut self.failed, e))?;
             put(rec.raw.as_bytes())?;
         }
         Ok(())

@@ -1590,14 +1590,14 @@ fn import_grown(
     path: &std::path::Path,
     whole: bool,
 ) -> (Outcome, bool) {
-    if !whole && let Some(ident) = convo_formats::session_identity(format, path) {
-        let id = convo_formats::ledger::session_id_of(format, &ident);
+    if !whole {
         let got = s
             .transaction(|l| {
-                let Some(tail) = l
-                    .tx()
-                    .import_tail(&id)?
-                    .and_then(|t| convo_formats::records::Tail::parse(format, &t))
+                let Some(convo_formats::StoredTail {
+                    identity: ident,
+                    session: id,
+                    tail,
+                }) = convo_formats::stored_tail(l.tx(), format, path)?
                 else {
                     return Ok(None);
                 };
@@ -1609,7 +1609,7 @@ fn import_grown(
                 let Some(mut session) = opened else {
                     return Ok(None);
                 };
-                session.conv.id = Some(ident.clone());
+                session.conv.id = Some(ident);
                 convo_formats::ledger::import_tail(
                     l,
                     format,

@@ -288,14 +288,11 @@ fn tail_in(
     redact: bool,
     side: &mut Side,
 ) -> Result<Option<Outcome>, convo_store::StoreError> {
-    let Some(ident) = convo_formats::session_identity(format, file) else {
-        return Ok(None);
-    };
-    let id = convo_formats::ledger::session_id_of(format, &ident);
-    let Some(tail) = l
-        .tx()
-        .import_tail(&id)?
-        .and_then(|t| convo_formats::records::Tail::parse(format, &t))
+    let Some(convo_formats::StoredTail {
+        identity: ident,
+        session: id,
+        tail,
+    }) = convo_formats::stored_tail(l.tx(), format, file)?
     else {
         return Ok(None);
     };

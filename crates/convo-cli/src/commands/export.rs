@@ -189,7 +189,7 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             .filter(|m| matches!(m.role, Role::User | Role::Assistant))
             .map(|m| (m.role, m.text.clone(), m.time.unwrap_or_else(super::now)))
             .collect();
-        let mut id = random_uuid()?;
+        let mut id = random_uuid();
         let leaf_msg = msgs[leaf];
         bytes = if a.format == "opencode" {
             // The rows the branch's messages carry, in its order.
@@ -372,21 +372,8 @@ fn opencode_export(a: &ExportArgs, records: &[(String, u64, String)]) -> CmdResu
 }
 
 /// A random version-4 UUID, as Claude Code and Codex name sessions.
-fn random_uuid() -> CmdResult<String> {
-    let mut b = [0u8; 16];
-    getrandom::fill(&mut b)
-        .map_err(|e| CommandError::user(format!("cannot get random bytes: {e}")))?;
-    b[6] = (b[6] & 0x0f) | 0x40;
-    b[8] = (b[8] & 0x3f) | 0x80;
-    let h = hex::encode(b);
-    Ok(format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    ))
+fn random_uuid() -> String {
+    uuid::Uuid::new_v4().hyphenated().to_string()
 }
 
 /// Writes `bytes` to a temporary file beside `path` and renames it over

@@ -11,7 +11,7 @@
 //! the extra fields as their JSON text. [`Skeleton::message`] gives the
 //! skeleton [`Message`] back, exactly as it was pushed.
 
-use crate::model::{Message, Role};
+use crate::model::{Message, Role, Timeline};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -154,15 +154,9 @@ impl Id {
         match self.kind {
             ID_UUID => {
                 let v = (u128::from(self.hi) << 64) | u128::from(self.lo);
-                let h = format!("{v:032x}");
-                Some(Cow::Owned(format!(
-                    "{}-{}-{}-{}-{}",
-                    &h[0..8],
-                    &h[8..12],
-                    &h[12..16],
-                    &h[16..20],
-                    &h[20..32]
-                )))
+                Some(Cow::Owned(
+                    uuid::Uuid::from_u128(v).hyphenated().to_string(),
+                ))
             }
             ID_NUMBER => Some(Cow::Owned(self.lo.to_string())),
             ID_NAME => Some(Cow::Borrowed(names.get(self.lo as u32))),
@@ -429,6 +423,45 @@ impl Skeleton {
                 self.insert_extra(i, "intermediate", Value::Bool(true));
             }
         }
+    }
+
+    /// Which messages are leaves (no message follows them).
+    pub fn leaves(&self) -> Vec<bool> {
+        let mut leaf = vec![true; self.len()];
+        for i in 0..self.len() {
+            if let Some(p) = self.parent(i) {
+                leaf[p] = false;
+            }
+        }
+        leaf
+    }
+
+    /// The tree's timelines: `main` to `main`, then every other leaf in
+    /// order, `agent-N` when `agent(i)` says it is a subagent's, else
+    /// `alt-N` (a branch rewound away).
+    pub fn timelines(&self, main: Option<usize>, agent: impl Fn(usize) -> bool) -> Vec<Timeline> {
+        let mut out = vec![Timeline {
+            name: "main".into(),
+            leaf: main,
+        }];
+        let (mut alt, mut agents) = (0, 0);
+        for (i, leaf) in self.leaves().into_iter().enumerate() {
+            if !leaf || Some(i) == main {
+                continue;
+            }
+            let name = if agent(i) {
+                agents += 1;
+                format!("agent-{agents}")
+            } else {
+                alt += 1;
+                format!("alt-{alt}")
+            };
+            out.push(Timeline {
+                name,
+                leaf: Some(i),
+            });
+        }
+        out
     }
 
     /// Gives back the room a growing vector left unused.
