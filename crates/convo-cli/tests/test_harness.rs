@@ -426,7 +426,8 @@ fn chat_forks_promotes_and_a_second_chat_on_the_timeline_is_refused() {
     assert!(banner.contains("· branch main ·"), "{banner}");
     // The first chat holds `main`: a second one is refused, naming it.
     let second = t.run(&["chat", "todo", "--", "python3", &agent]);
-    assert_ne!(second.code(), 0);
+    // Refused, like a store write into an open turn (exit 4), not a usage error.
+    assert_eq!(second.code(), 4, "{}", second.stderr());
     assert!(
         second
             .stderr()

@@ -15,6 +15,7 @@
 //! in by the caller.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod error;
 pub mod fact;
 pub mod hash;
 mod ids;
@@ -26,6 +27,7 @@ pub mod text;
 pub mod timeline;
 pub mod url;
 
+pub use error::ErrorKind;
 pub use ids::{
     BranchName, ContentHash, Digest, DigestHasher, DigestMap, DigestSet, HashPrefix, IdError,
     NodeHash, SessionId, StateRoot, SubmissionId,

@@ -2,7 +2,7 @@
 //! with a `complete` recording the failure ([`crate::Failure`]). These are
 //! the failures of the harness itself.
 
-use convo_store::StoreError;
+use convo_store::{ErrorKind, StoreError};
 
 /// Why the harness could not do what it was asked.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +90,21 @@ pub enum HarnessError {
 }
 
 impl HarnessError {
+    /// What kind of failure this is ([`ErrorKind`]): each surface maps it
+    /// in its one place (exit code, HTTP status). A timeline held by
+    /// another process is refused, as a store write into an open turn is.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            HarnessError::Store(e) => e.kind(),
+            HarnessError::Busy { .. } | HarnessError::TurnOpen { .. } => ErrorKind::Refused,
+            HarnessError::BadUrl { .. } | HarnessError::Usage(_) => ErrorKind::Invalid,
+            HarnessError::Spawn { .. }
+            | HarnessError::AgentExited { .. }
+            | HarnessError::AgentStartTimeout { .. }
+            | HarnessError::Io { .. } => ErrorKind::Failed,
+        }
+    }
+
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
         HarnessError::Io {
             what: what.into(),

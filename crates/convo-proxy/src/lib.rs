@@ -188,6 +188,18 @@ pub enum ProxyError {
     Replay(#[source] StoreError),
 }
 
+impl ProxyError {
+    /// What kind of failure this is ([`convo_store::ErrorKind`]).
+    pub fn kind(&self) -> convo_store::ErrorKind {
+        use convo_store::ErrorKind;
+        match self {
+            ProxyError::BadUpstream(_) => ErrorKind::Invalid,
+            ProxyError::Client(_) => ErrorKind::Failed,
+            ProxyError::Writer(e) | ProxyError::Replay(e) => e.kind(),
+        }
+    }
+}
+
 /// The proxy: shared by every request.
 #[derive(Clone, Debug)]
 pub struct Proxy {

@@ -83,6 +83,19 @@ pub enum ServeError {
     Prices(String),
 }
 
+impl ServeError {
+    /// What kind of failure this is ([`convo_store::ErrorKind`]).
+    pub fn kind(&self) -> convo_store::ErrorKind {
+        use convo_store::ErrorKind;
+        match self {
+            ServeError::Store(e) => e.kind(),
+            ServeError::NeedToken(_) => ErrorKind::Refused,
+            ServeError::Prices(_) => ErrorKind::Invalid,
+            ServeError::Io(_) => ErrorKind::Failed,
+        }
+    }
+}
+
 /// Store connections the pool keeps open: more than the requests a busy
 /// server runs at once (64 keep-alive clients over two servers measured
 /// ~100 connection opens, each a new PostgreSQL backend, with 16).

@@ -189,16 +189,20 @@ impl From<convo_git::Error> for CommandError {
 }
 
 impl From<convo_harness::HarnessError> for CommandError {
+    /// By kind, as every library error: a timeline held by another process
+    /// or inside an open turn is refused (exit 4), like a store refusal.
     fn from(e: convo_harness::HarnessError) -> Self {
         use convo_harness::HarnessError;
+        let c = CommandError::of_kind(e.kind(), e.to_string());
         match e {
             HarnessError::Store(s) => CommandError::from(s),
-            HarnessError::Busy { .. } => CommandError::user(e.to_string()).with_hint(
+            HarnessError::Busy { .. } => c.with_hint(
                 "wait for the other process, or fork a timeline of your own (convo session fork)",
             ),
-            HarnessError::TurnOpen { .. } => CommandError::of_kind(ErrorKind::Refused, e.to_string())
-                .with_hint("pass --wait to wait for the turn to end, or fork a timeline of your own (convo session fork)"),
-            other => CommandError::user(other.to_string()),
+            HarnessError::TurnOpen { .. } => c.with_hint(
+                "pass --wait to wait for the turn to end, or fork a timeline of your own (convo session fork)",
+            ),
+            _ => c,
         }
     }
 }
@@ -207,7 +211,7 @@ impl From<convo_server::ServeError> for CommandError {
     fn from(e: convo_server::ServeError) -> Self {
         match e {
             convo_server::ServeError::Store(e) => CommandError::from(e),
-            other => CommandError::user(other.to_string()),
+            other => CommandError::of_kind(other.kind(), other.to_string()),
         }
     }
 }
@@ -220,7 +224,7 @@ impl From<convo_proxy::ProxyError> for CommandError {
                 let prefix = "cannot start recording: ";
                 CommandError::from(s).prefixed(prefix)
             }
-            other => CommandError::user(other.to_string()),
+            other => CommandError::of_kind(other.kind(), other.to_string()),
         }
     }
 }
