@@ -289,3 +289,264 @@ fn a_replay_miss_goes_live_on_a_new_timeline() {
     });
     assert!(new_call.is_some(), "the live call is recorded on live-1");
 }
+
+/// A free port on loopback (bound, then released for a server to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// server-everything over streamable HTTP, once it listens.
+fn everything_http(tools: &Tools) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let port = free_port();
+    let mut child = Command::new("node")
+        .arg(tools.server("server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "server-everything did not start"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[test]
+fn streamable_http_server_is_relayed_recorded_and_replayed() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let (mut upstream, url) = everything_http(&tools);
+    let relay = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "proxy",
+            "--upstream",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--session",
+            "web",
+        ],
+    );
+    let steps = json!([
+        ["list_tools"],
+        ["call_tool", "echo", {"message": "over http"}],
+        ["call_tool_progress", "trigger-long-running-operation", {"duration": 1, "steps": 2}],
+        ["ping"],
+    ]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+    let out = Command::new(&tools.python)
+        .arg(script)
+        .arg(steps.to_string())
+        .arg("http")
+        .arg(format!("http://{}/mcp", relay.addr))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let live: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(live["results"][1]["content"][0]["text"], "Echo: over http");
+    relay.stop();
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+
+    let nodes = timeline(&t, "web", "main");
+    let methods: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| mcp_of(n)["method"].as_str())
+        .collect();
+    for m in [
+        "initialize",
+        "tools/list",
+        "tools/call",
+        "notifications/progress",
+        "ping",
+    ] {
+        assert!(
+            methods.contains(&m),
+            "{m} not recorded over HTTP: {methods:?}"
+        );
+    }
+    // What was recorded over HTTP replays over stdio, the server gone.
+    let replayed = tools.client(
+        &t,
+        &steps,
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "web",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    assert_eq!(replayed["results"][1], live["results"][1]);
+    assert_eq!(replayed["results"][0], live["results"][0]);
+}
+
+fn chat_answer(_: usize, _: &str, _: &Value) -> Value {
+    json!({"id": "c1", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "call echo"},
+            "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+}
+
+#[test]
+fn model_calls_and_tool_calls_interleave_on_one_timeline() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let upstream = crate::test_harness::Upstream::start(chat_answer);
+    let proxy = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--upstream",
+            &upstream.url,
+        ],
+    );
+    let model = format!("http://{}/s/run/main/v1/chat/completions", proxy.addr);
+    let ask = |text: &str| json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+    let server = tools.server("server-everything");
+    let out = tools.client(
+        &t,
+        &json!([
+            ["model", model, ask("first")],
+            ["call_tool", "echo", {"message": "between"}],
+            ["model", model, ask("second")],
+        ]),
+        &["mcp", "wrap", "--session", "run", "--", "node", &server],
+    );
+    assert_eq!(out["results"][1]["content"][0]["text"], "Echo: between");
+    drop(proxy);
+    let nodes = timeline(&t, "run", "main");
+    let order: Vec<String> = nodes
+        .iter()
+        .filter(|n| n["kind"] == "request")
+        .map(|n| match mcp_of(n)["method"].as_str() {
+            Some(m) => m.to_owned(),
+            None => n["to"].as_str().unwrap().to_owned(),
+        })
+        .collect();
+    let at = |w: &str| {
+        order
+            .iter()
+            .position(|m| m == w)
+            .unwrap_or_else(|| panic!("{w}: {order:?}"))
+    };
+    let first_model = at("infer");
+    let second_model = order.iter().rposition(|m| m == "infer").unwrap();
+    assert!(at("initialize") < first_model);
+    assert!(
+        first_model < at("tools/call") && at("tools/call") < second_model,
+        "{order:?}"
+    );
+    // One submission: the run is one turn.
+    let turns: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "invoke").collect();
+    assert_eq!(turns.len(), 1, "{order:?}");
+}
+
+#[test]
+fn convo_history_is_served_over_mcp() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let server = tools.server("server-everything");
+    tools.client(
+        &t,
+        &json!([["call_tool", "echo", {"message": "remember this"}]]),
+        &["mcp", "wrap", "--session", "past", "--", "node", &server],
+    );
+    let out = tools.client(
+        &t,
+        &json!([
+            ["list_tools"],
+            ["call_tool", "list_sessions", {}],
+            ["call_tool", "search", {"query": "\"remember this\""}],
+            ["call_tool", "read_turn", {"session": "past", "max_chars": 100}],
+            ["call_tool", "verify", {}],
+            ["call_tool", "fork", {"session": "past", "from": "main@1", "branch": "b"}],
+        ]),
+        &["mcp", "serve"],
+    );
+    assert_eq!(out["server"], "convo");
+    let r = &out["results"];
+    let names: Vec<&str> = r[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["list_sessions", "search", "read_turn", "diff", "verify"]
+    );
+    assert_eq!(r[1]["structuredContent"]["sessions"][0]["title"], "past");
+    let hits = r[2]["structuredContent"]["hits"].as_array().unwrap();
+    assert!(!hits.is_empty() && hits[0]["ref"] == "main@1", "{hits:?}");
+    let nodes = r[3]["structuredContent"]["nodes"].as_array().unwrap();
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n["diagnostics"]["mcp"]["tool"] == "echo")
+    );
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n["text"].as_str().unwrap().chars().count() <= 100)
+    );
+    assert_eq!(r[4]["structuredContent"]["ok"], true);
+    assert_eq!(r[5]["isError"], true, "fork needs --allow-writes");
+
+    // Over HTTP, behind the token.
+    let srv = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "s3cret",
+        ],
+    );
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let json_ct = ("Content-Type", "application/json");
+    let refused = srv.req("POST", "/mcp", &[json_ct], ping);
+    assert_eq!(refused.status, 401);
+    let ok = srv.req(
+        "POST",
+        "/mcp",
+        &[json_ct, ("Authorization", "Bearer s3cret")],
+        ping,
+    );
+    assert_eq!(ok.json()["result"], json!({}));
+    let stranger = crate::serve_util::http_host(
+        &srv.addr,
+        "evil.example",
+        "POST",
+        "/mcp",
+        &[json_ct, ("Authorization", "Bearer s3cret")],
+        ping,
+    );
+    assert_eq!(stranger.status, 403, "the Host check applies");
+}

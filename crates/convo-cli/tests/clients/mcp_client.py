@@ -5,7 +5,8 @@ in test_mcp.rs):
     python mcp_client.py STEPS_JSON http URL
 
 STEPS_JSON is a list of steps, each `[op, ...args]`: `list_tools`,
-`call_tool NAME ARGS`, `list_resources`, `read_resource URI`,
+`call_tool NAME ARGS`, `call_tool_progress NAME ARGS` (with a
+progress token), `list_resources`, `read_resource URI`,
 `list_prompts`, `get_prompt NAME ARGS`, `ping`, and `model URL BODY` (a
 model call: BODY posted as JSON to URL, as an agent between tool calls). The client initializes,
 runs the steps in order and prints one JSON document: `server` (the
@@ -23,7 +24,6 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
-from pydantic import AnyUrl
 
 
 def dump(result: Any) -> Any:
@@ -40,14 +40,19 @@ def post(url: str, body: Any) -> Any:
         return json.loads(r.read())
 
 
+async def progress(done: float, total: float | None, message: str | None) -> None:
+    """Asks for progress notifications (a progress token is sent)."""
+
+
 async def step(s: ClientSession, op: str, args: list[Any]) -> Any:
     if op == "model":
         return await asyncio.to_thread(post, args[0], args[1])
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "list_tools": lambda: s.list_tools(),
         "call_tool": lambda: s.call_tool(args[0], args[1]),
+        "call_tool_progress": lambda: s.call_tool(args[0], args[1], progress_callback=progress),
         "list_resources": lambda: s.list_resources(),
-        "read_resource": lambda: s.read_resource(AnyUrl(args[0])),
+        "read_resource": lambda: s.read_resource(args[0]),
         "list_prompts": lambda: s.list_prompts(),
         "get_prompt": lambda: s.get_prompt(args[0], args[1]),
         "ping": lambda: s.send_ping(),
