@@ -11,7 +11,8 @@
 //!   is `mcp:NAME`, NAME from the server's `initialize` answer
 //!   (`serverInfo.name`; the program's file name until then);
 //! - its **response** (paired by JSON-RPC id and direction) is a
-//!   `response` node answering that request's sequence, with
+//!   `response` node answering that request's sequence (its diagnostics
+//!   name the request's `method` and `tool`, `uri` or `prompt` too), with
 //!   `latency_ms` (request relayed → response relayed) and `error` (the
 //!   JSON-RPC error, or `{"tool_error": text}` for a tool result with
 //!   `isError`) in its diagnostics;
@@ -132,6 +133,31 @@ pub fn live_branch(
             agent: row.agent.clone(),
         })
     })
+}
+
+/// A node's `mcp` diagnostics in a few words, for listings:
+/// `mcp tools/call echo`, `mcp notifications/progress`, with the error
+/// when the answer is one (`mcp tools/call echo failed: …`).
+pub fn describe(mcp: &Value, error: Option<&Value>) -> Option<String> {
+    let method = mcp.get("method").and_then(Value::as_str)?;
+    let mut out = format!("mcp {method}");
+    for k in ["tool", "prompt", "uri"] {
+        if let Some(x) = mcp.get(k).and_then(Value::as_str) {
+            out.push(' ');
+            out.push_str(x);
+        }
+    }
+    if let Some(e) = error {
+        let why = e
+            .get("message")
+            .or_else(|| e.get("tool_error"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+            .unwrap_or_else(|| e.to_string());
+        out.push_str(" failed: ");
+        out.extend(why.chars().take(80));
+    }
+    Some(out)
 }
 
 /// A command line for the record: each argument that looks like a
@@ -300,7 +326,9 @@ fn run(mut store: Store, mut state: State, rx: mpsc::Receiver<Event>) -> Outcome
             }
         }
         state.held.append(&mut batch);
-        if !state.named && !ended && state.held.len() < 16 && !state.learn_name() {
+        // Held until the server's name is known (its initialize answer),
+        // or 16 lines, or the end, whichever comes first.
+        if !state.named && !state.learn_name() && !ended && state.held.len() < 16 {
             continue;
         }
         state.named = true;
@@ -348,8 +376,20 @@ fn write(store: &mut Store, state: &mut State, lines: &[Line], out: &mut Outcome
     }
 }
 
+/// What a request is about, and the diagnostics field naming it.
+fn subject(msg: &Message) -> Option<(&'static str, String)> {
+    let what = msg.subject()?.to_owned();
+    let field = match msg.method()? {
+        "tools/call" => "tool",
+        "prompts/get" => "prompt",
+        _ => "uri",
+    };
+    Some((field, what))
+}
+
 #[derive(Clone, Debug)]
 struct Pending {
+    subject: Option<(&'static str, String)>,
     sequence: Option<u32>,
     submission: Option<SubmissionId>,
     at: Instant,
@@ -460,13 +500,8 @@ impl State {
             Shape::Request { method, .. } => {
                 mcp.insert("method".into(), json!(method));
                 mcp.insert("id".into(), msg.json.get("id").cloned().unwrap_or_default());
-                if let Some(s) = msg.subject() {
-                    let field = match method.as_str() {
-                        "tools/call" => "tool",
-                        "prompts/get" => "prompt",
-                        _ => "uri",
-                    };
-                    mcp.insert(field.into(), json!(s));
+                if let Some((field, what)) = subject(&msg) {
+                    mcp.insert(field.into(), json!(what));
                 }
                 if method == "initialize" {
                     mcp.insert("command".into(), json!(self.command));
@@ -481,6 +516,9 @@ impl State {
                 answers = self.pending.remove(&(dir.back(), id.clone()));
                 if let Some(p) = &answers {
                     mcp.insert("method".into(), json!(p.method));
+                    if let Some((field, what)) = &p.subject {
+                        mcp.insert((*field).into(), json!(what));
+                    }
                     let ms = at.duration_since(p.at).as_secs_f64() * 1000.0;
                     diag.insert("latency_ms".into(), json!((ms * 1000.0).round() / 1000.0));
                 }
@@ -529,6 +567,7 @@ impl State {
             self.pending.insert(
                 (*dir, id.clone()),
                 Pending {
+                    subject: subject(&msg),
                     sequence: n.node.sequence,
                     submission: n.node.submission,
                     at: *at,
@@ -568,6 +607,18 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listings_name_the_call_and_its_failure() {
+        let d = json!({"method": "tools/call", "tool": "echo", "server": "s"});
+        assert_eq!(describe(&d, None).as_deref(), Some("mcp tools/call echo"));
+        let e = json!({"code": -32602, "message": "bad args"});
+        assert_eq!(
+            describe(&d, Some(&e)).as_deref(),
+            Some("mcp tools/call echo failed: bad args")
+        );
+        assert_eq!(describe(&json!({"server": "s"}), None), None);
+    }
 
     #[test]
     fn credentials_in_a_command_line_are_not_recorded() {

@@ -259,7 +259,8 @@ impl McpReplay {
     }
 }
 
-/// The canonical form of a request (its id and `jsonrpc` left out).
+/// The canonical form of a request (its id and `jsonrpc` left out, an
+/// emptied `_meta` too).
 fn canonical(matcher: &Matcher, msg: &Value, method: &str) -> Value {
     let mut body = msg.clone();
     if let Some(o) = body.as_object_mut() {
@@ -267,7 +268,18 @@ fn canonical(matcher: &Matcher, msg: &Value, method: &str) -> Value {
         o.remove("jsonrpc");
     }
     let bytes = serde_json::to_vec(&body).unwrap_or_default();
-    matcher.canonical("MCP", method, &Map::new(), &bytes)
+    let mut canon = matcher.canonical("MCP", method, &Map::new(), &bytes);
+    // `_meta` left empty by the volatile fields counts as no `_meta`.
+    if let Some(params) = canon
+        .pointer_mut("/body/params")
+        .and_then(Value::as_object_mut)
+        && params
+            .get("_meta")
+            .is_some_and(|m| m.as_object().is_some_and(Map::is_empty))
+    {
+        params.remove("_meta");
+    }
+    canon
 }
 
 /// A pointer into the canonical request as a pointer into the message.
