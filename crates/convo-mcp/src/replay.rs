@@ -10,7 +10,8 @@
 //! served, the last answers again (clients list tools and ping more than
 //! once).
 //!
-//! A hit is the recorded response with the received id. A miss is a
+//! A hit is the recorded response with the received id (the recorded
+//! bytes themselves when the id is the one recorded). A miss is a
 //! JSON-RPC error (code [`MISS_CODE`]) whose message names the closest
 //! recorded request and each JSON pointer (into the message: `/params/…`)
 //! where they differ, with the recorded and received values; `data`
@@ -40,6 +41,8 @@ struct Call {
     canonical: Value,
     method: String,
     response: Value,
+    /// The response's bytes as recorded.
+    raw: Vec<u8>,
 }
 
 /// The recording of one server, ready to answer.
@@ -134,6 +137,7 @@ impl McpReplay {
                 canonical: canonical(&matcher, &msg.json, method),
                 method: method.clone(),
                 response,
+                raw: resp.payload.clone(),
             });
         }
         if calls.is_empty() {
@@ -183,7 +187,14 @@ impl McpReplay {
             Some(i) => {
                 self.served[i] = true;
                 self.matched += 1;
-                let mut r = self.calls[i].response.clone();
+                let call = &self.calls[i];
+                if call.response.get("id") == Some(&id) {
+                    // The same id as recorded: the recorded bytes.
+                    let mut out = call.raw.clone();
+                    out.push(b'\n');
+                    return Answer::Hit(out);
+                }
+                let mut r = call.response.clone();
                 if let Some(o) = r.as_object_mut() {
                     o.insert("id".into(), id);
                 }

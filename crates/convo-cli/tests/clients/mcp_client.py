@@ -40,7 +40,9 @@ def post(url: str, body: Any) -> Any:
         return json.loads(r.read())
 
 
-async def progress(done: float, total: float | None, message: str | None) -> None:
+async def on_progress(
+    progress: float, total: float | None, message: str | None
+) -> None:
     """Asks for progress notifications (a progress token is sent)."""
 
 
@@ -50,7 +52,9 @@ async def step(s: ClientSession, op: str, args: list[Any]) -> Any:
     calls: dict[str, Callable[[], Awaitable[Any]]] = {
         "list_tools": lambda: s.list_tools(),
         "call_tool": lambda: s.call_tool(args[0], args[1]),
-        "call_tool_progress": lambda: s.call_tool(args[0], args[1], progress_callback=progress),
+        "call_tool_progress": lambda: s.call_tool(
+            args[0], args[1], progress_callback=on_progress
+        ),
         "list_resources": lambda: s.list_resources(),
         "read_resource": lambda: s.read_resource(args[0]),
         "list_prompts": lambda: s.list_prompts(),
@@ -76,15 +80,16 @@ async def main() -> None:
         params = StdioServerParameters(
             command=sys.argv[3], args=sys.argv[4:], env=dict(os.environ)
         )
-        async with stdio_client(params) as (r, w):
-            async with ClientSession(r, w) as s:
-                out = await session(s, steps)
+        async with stdio_client(params) as (r, w), ClientSession(r, w) as s:
+            out = await session(s, steps)
     else:
         from mcp.client.streamable_http import streamable_http_client
 
-        async with streamable_http_client(sys.argv[3]) as streams:
-            async with ClientSession(streams[0], streams[1]) as s:
-                out = await session(s, steps)
+        async with (
+            streamable_http_client(sys.argv[3]) as streams,
+            ClientSession(streams[0], streams[1]) as s,
+        ):
+            out = await session(s, steps)
     print(json.dumps(out))
 
 
