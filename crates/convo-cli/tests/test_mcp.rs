@@ -66,6 +66,26 @@ impl Tools {
     }
 }
 
+impl Tools {
+    /// Runs the client with `steps` against the MCP endpoint at `addr` (streamable HTTP).
+    fn http_client(&self, steps: &Value, addr: &str) -> Value {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+        let out = Command::new(&self.python)
+            .arg(script)
+            .arg(steps.to_string())
+            .arg("http")
+            .arg(format!("http://{addr}/mcp"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
 /// A timeline as `convo log --json` gives it, oldest first.
 fn timeline(t: &TestEnv, session: &str, branch: &str) -> Vec<Value> {
     let v = t
@@ -348,20 +368,7 @@ fn streamable_http_server_is_relayed_recorded_and_replayed() {
         ["call_tool_progress", "trigger-long-running-operation", {"duration": 1, "steps": 2}],
         ["ping"],
     ]);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
-    let out = Command::new(&tools.python)
-        .arg(script)
-        .arg(steps.to_string())
-        .arg("http")
-        .arg(format!("http://{}/mcp", relay.addr))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let live: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let live = tools.http_client(&steps, &relay.addr);
     assert_eq!(live["results"][1]["content"][0]["text"], "Echo: over http");
     relay.stop();
     let _ = upstream.kill();
@@ -400,6 +407,21 @@ fn streamable_http_server_is_relayed_recorded_and_replayed() {
     );
     assert_eq!(replayed["results"][1], live["results"][1]);
     assert_eq!(replayed["results"][0], live["results"][0]);
+    // And over HTTP, with no upstream at all.
+    let replay = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "proxy",
+            "--replay",
+            "--session",
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let again = tools.http_client(&steps, &replay.addr);
+    assert_eq!(again["results"], live["results"]);
 }
 
 fn chat_answer(_: usize, _: &str, _: &Value) -> Value {

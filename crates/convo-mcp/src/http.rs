@@ -15,6 +15,9 @@
 //! token in front (`--token`), the client's `Authorization` is convo's
 //! and is not forwarded.
 //!
+//! **The replay** ([`replay_router`]) answers each POSTed request from
+//! the recording as `convo mcp wrap --replay` does, with no upstream.
+//!
 //! **The server** ([`serve_router`]) takes one JSON-RPC message per POST
 //! and answers `application/json` (a notification: `202`); it offers no
 //! GET stream (`405`), which the specification allows.
@@ -22,6 +25,7 @@
 use crate::McpError;
 use crate::message::Dir;
 use crate::record::Noter;
+use crate::replay::{Answer, McpReplay};
 use crate::serve::Server;
 pub use axum::Router;
 use axum::body::{Body, Bytes};
@@ -196,6 +200,64 @@ async fn relay(State(r): State<HttpRelay>, req: Request) -> Response {
     out
 }
 
+/// `convo mcp proxy --replay`: each POSTed request answered from the
+/// recording (`application/json`; a notification or a response: `202`),
+/// no upstream; no GET stream (`405`).
+pub fn replay_router(replay: McpReplay) -> Router {
+    Router::new()
+        .fallback(replay_one)
+        .with_state(Arc::new(Mutex::new(replay)))
+}
+
+async fn replay_one(
+    State(r): State<Arc<Mutex<McpReplay>>>,
+    method: Method,
+    body: Bytes,
+) -> Response {
+    if let Some(refused) = post_only(&method) {
+        return refused;
+    }
+    let msg = crate::message::Message::read(&body);
+    let answer = match r.lock() {
+        Ok(mut r) => r.answer(&msg),
+        Err(_) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the replay lock was poisoned",
+            );
+        }
+    };
+    match answer {
+        Answer::Hit(line) | Answer::Miss(line) => json_line(line),
+        Answer::Nothing => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+fn json_line(line: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        line,
+    )
+        .into_response()
+}
+
+/// `None` for a POST; the answer to anything else (no GET stream here:
+/// `405`; `DELETE` ends nothing: `204`).
+fn post_only(method: &Method) -> Option<Response> {
+    match *method {
+        Method::POST => None,
+        Method::DELETE => Some(StatusCode::NO_CONTENT.into_response()),
+        _ => Some(
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                [(header::ALLOW, "POST, DELETE")],
+            )
+                .into_response(),
+        ),
+    }
+}
+
 /// `convo mcp serve --listen`: one JSON-RPC message per POST.
 pub fn serve_router(server: Server) -> Router {
     Router::new()
@@ -204,16 +266,8 @@ pub fn serve_router(server: Server) -> Router {
 }
 
 async fn serve_one(State(s): State<Arc<Mutex<Server>>>, method: Method, body: Bytes) -> Response {
-    match method {
-        Method::POST => {}
-        Method::DELETE => return StatusCode::NO_CONTENT.into_response(),
-        _ => {
-            return (
-                StatusCode::METHOD_NOT_ALLOWED,
-                [(header::ALLOW, "POST, DELETE")],
-            )
-                .into_response();
-        }
+    if let Some(refused) = post_only(&method) {
+        return refused;
     }
     // The store is synchronous: its reads run on a blocking thread.
     let answer = tokio::task::spawn_blocking(move || {
@@ -223,12 +277,7 @@ async fn serve_one(State(s): State<Arc<Mutex<Server>>>, method: Method, body: By
     })
     .await;
     match answer {
-        Ok(Ok(Some(line))) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "application/json")],
-            line,
-        )
-            .into_response(),
+        Ok(Ok(Some(line))) => json_line(line),
         Ok(Ok(None)) => StatusCode::ACCEPTED.into_response(),
         Ok(Err(why)) => error(StatusCode::INTERNAL_SERVER_ERROR, &why),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),

@@ -46,19 +46,31 @@ pub struct ListenArgs {
 /// Point the client at http://ADDR/ instead of the server's URL. POSTs,
 /// their JSON or SSE answers, the GET stream, Mcp-Session-Id and
 /// resumption (Last-Event-ID) pass through unchanged; each message is
-/// recorded as `convo mcp wrap` records it. Listens on loopback unless
+/// recorded as `convo mcp wrap` records it. With --replay, requests are
+/// answered from the recording as `convo mcp wrap --replay` answers them,
+/// and no upstream is called. Listens on loopback unless
 /// --token is given; the Host header is checked. The first stdout line is
 /// the URL.
 ///
 /// Examples:
 ///   convo mcp proxy --upstream http://127.0.0.1:3001/mcp --session my-run
 ///   convo mcp proxy --upstream https://mcp.example.com/mcp --listen 127.0.0.1:7790
+///   convo mcp proxy --replay --session my-run
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct ProxyArgs {
     /// The MCP server's endpoint URL
-    #[arg(long, value_name = "URL")]
-    pub upstream: String,
+    #[arg(long, value_name = "URL", required_unless_present = "replay")]
+    pub upstream: Option<String>,
+    /// Answer from the recording of --session instead (no upstream)
+    #[arg(long, requires = "session")]
+    pub replay: bool,
+    /// With --replay, the recorded server to answer as [default: the only one]
+    #[arg(long, value_name = "NAME", requires = "replay")]
+    pub server: Option<String>,
+    /// With --replay, a JSON pointer left out when matching (/body/params/…), repeatable
+    #[arg(long, value_name = "POINTER", requires = "replay")]
+    pub match_ignore: Vec<String>,
     /// Address to listen on
     #[arg(long, default_value = "127.0.0.1:7790", value_name = "ADDR")]
     pub listen: String,
@@ -213,9 +225,41 @@ fn listen(
     })
 }
 
-fn proxy(env: &Env, a: ProxyArgs) -> CmdResult {
+fn proxy_replay(env: &Env, a: &ProxyArgs) -> CmdResult {
     let branch = super::branch_name(&a.branch)?;
-    let public = convo_runtime::redact_url(&a.upstream);
+    let mut store = env.open()?;
+    let command: Vec<String> = a
+        .upstream
+        .iter()
+        .map(|u| convo_runtime::redact_url(u))
+        .collect();
+    let rp = McpReplay::load(
+        &mut store,
+        a.session.as_deref().unwrap_or_default(),
+        &branch,
+        a.server.as_deref(),
+        &command,
+        &a.match_ignore,
+    )?;
+    drop(store);
+    eprintln!(
+        "convo mcp proxy: replaying {} recorded requests of `{}`",
+        rp.len(),
+        rp.server
+    );
+    listen(env, &a.listen, &a.access, move |_| {
+        Ok(convo_mcp::http::replay_router(rp))
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn proxy(env: &Env, a: ProxyArgs) -> CmdResult {
+    if a.replay {
+        return proxy_replay(env, &a);
+    }
+    let upstream = a.upstream.clone().unwrap_or_default();
+    let branch = super::branch_name(&a.branch)?;
+    let public = convo_runtime::redact_url(&upstream);
     let host = public
         .split("://")
         .nth(1)
@@ -238,7 +282,7 @@ fn proxy(env: &Env, a: ProxyArgs) -> CmdResult {
     let noter = rec.noter();
     let served = listen(env, &a.listen, &a.access, |config| {
         let relay = convo_mcp::http::HttpRelay::new(
-            &a.upstream,
+            &upstream,
             noter,
             config.body_limit,
             config.token.is_some(),
