@@ -10,7 +10,9 @@
 //! served, the last answers again (clients list tools and ping more than
 //! once).
 //!
-//! A hit is the recorded response with the received id (the recorded
+//! A hit is the recorded response with the received id, after the
+//! progress notifications the server had sent for it (with the received
+//! progress token; [`McpReplay::notes`], sent by the stdio replay) (the recorded
 //! bytes themselves when the id is the one recorded). A miss is a
 //! JSON-RPC error (code [`MISS_CODE`]) whose message names the closest
 //! recorded request and each JSON pointer (into the message: `/params/…`)
@@ -43,6 +45,8 @@ struct Call {
     response: Value,
     /// The response's bytes as recorded.
     raw: Vec<u8>,
+    /// The progress notifications the server sent for it, in order.
+    progress: Vec<Value>,
 }
 
 /// The recording of one server, ready to answer.
@@ -58,6 +62,10 @@ pub struct McpReplay {
     pub matched: usize,
     /// Requests the recording did not answer.
     pub missed: usize,
+    /// What the last hit's recorded call was sent before its answer: its
+    /// progress notifications (lines), with the received progress token;
+    /// empty when the request asked for none.
+    pub notes: Vec<Vec<u8>>,
 }
 
 /// What to do with a line the client sent.
@@ -103,17 +111,16 @@ impl McpReplay {
         pointers.extend(ignore.iter().cloned());
         let matcher = Matcher::new(&pointers).map_err(McpError::Invalid)?;
         let server = pick_server(nodes, server, command)?;
-        let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), &TimelineNode> =
-            HashMap::new();
-        for n in nodes {
+        let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), usize> = HashMap::new();
+        for (i, n) in nodes.iter().enumerate() {
             if n.stored.node.kind == Kind::Response {
                 responses
                     .entry((n.stored.node.submission, n.stored.node.sequence))
-                    .or_insert(n);
+                    .or_insert(i);
             }
         }
         let mut calls = Vec::new();
-        for n in nodes {
+        for (i, n) in nodes.iter().enumerate() {
             let node = &n.stored.node;
             let d = node.diagnostics.to_value();
             let Some(mcp) = d.get("mcp") else { continue };
@@ -123,9 +130,10 @@ impl McpReplay {
             {
                 continue;
             }
-            let Some(resp) = responses.get(&(node.submission, node.sequence)) else {
+            let Some(&r) = responses.get(&(node.submission, node.sequence)) else {
                 continue;
             };
+            let resp = &nodes[r];
             let msg = Message::read(&n.payload);
             let Shape::Request { method, .. } = &msg.shape else {
                 continue;
@@ -138,6 +146,7 @@ impl McpReplay {
                 method: method.clone(),
                 response,
                 raw: resp.payload.clone(),
+                progress: progress_between(&nodes[i..r], &msg.json, &server),
             });
         }
         if calls.is_empty() {
@@ -157,6 +166,7 @@ impl McpReplay {
             server,
             matched: 0,
             missed: 0,
+            notes: Vec::new(),
         })
     }
 
@@ -188,6 +198,22 @@ impl McpReplay {
                 self.served[i] = true;
                 self.matched += 1;
                 let call = &self.calls[i];
+                let token = msg.json.pointer("/params/_meta/progressToken");
+                self.notes = match token {
+                    Some(t) => call
+                        .progress
+                        .iter()
+                        .map(|p| {
+                            let mut p = p.clone();
+                            if let Some(params) = p.get_mut("params").and_then(Value::as_object_mut)
+                            {
+                                params.insert("progressToken".into(), t.clone());
+                            }
+                            line(&p)
+                        })
+                        .collect(),
+                    None => Vec::new(),
+                };
                 if call.response.get("id") == Some(&id) {
                     // The same id as recorded: the recorded bytes.
                     let mut out = call.raw.clone();
@@ -202,6 +228,7 @@ impl McpReplay {
             }
             None => {
                 self.missed += 1;
+                self.notes.clear();
                 Answer::Miss(line(&self.miss(id, method, &canon)))
             }
         }
@@ -268,6 +295,24 @@ impl McpReplay {
             self.missed
         )
     }
+}
+
+/// The progress notifications `server` sent for `request` among `between`
+/// (the nodes from the request to its response).
+fn progress_between(between: &[TimelineNode], request: &Value, server: &str) -> Vec<Value> {
+    let Some(token) = request.pointer("/params/_meta/progressToken") else {
+        return Vec::new();
+    };
+    let from = format!("mcp:{server}");
+    between
+        .iter()
+        .filter(|n| n.stored.node.from == from)
+        .filter_map(|n| serde_json::from_slice::<Value>(&n.payload).ok())
+        .filter(|v| {
+            v.get("method").and_then(Value::as_str) == Some("notifications/progress")
+                && v.pointer("/params/progressToken") == Some(token)
+        })
+        .collect()
 }
 
 /// The canonical form of a request (its id and `jsonrpc` left out, an

@@ -153,6 +153,18 @@ fn the_recording_answers_in_any_order_and_names_what_changed() {
         echo,
         json!({"jsonrpc":"2.0","id":"x7","result":{"content":[{"type":"text","text":"Echo: hi"}]}})
     );
+    // Its progress, sent again before it, with the received token.
+    let notes: Vec<Value> = r
+        .notes
+        .iter()
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            json!({"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"x7","progress":1}})
+        ]
+    );
     let err = ask(
         &mut r,
         r#"{"jsonrpc":"2.0","id":8,"method":"resources/read","params":{"uri":"file:///nope"}}"#,

@@ -394,10 +394,13 @@ impl Replaying<'_> {
             self.initialize = Some(msg.json.clone());
         }
         match self.replay.answer(&msg) {
-            Answer::Hit(b) | Answer::Miss(b) if self.args.on_miss != "live" => {
+            Answer::Miss(b) if self.args.on_miss != "live" => Ok(wrap::send(&self.out, &b)?),
+            Answer::Hit(b) => {
+                for note in &self.replay.notes {
+                    wrap::send(&self.out, note)?;
+                }
                 Ok(wrap::send(&self.out, &b)?)
             }
-            Answer::Hit(b) => Ok(wrap::send(&self.out, &b)?),
             Answer::Miss(_) => self.go_live(line),
             Answer::Nothing => Ok(()),
         }
