@@ -80,6 +80,13 @@ pub fn node_cells_of(s: &StoredNode, payload: &[u8], len: u64, turn: Option<usiz
         };
         what.push(paint(Style::Red, &flag));
     }
+    let d = n.diagnostics.to_value();
+    if let Some(m) = d
+        .get("mcp")
+        .and_then(|m| convo_mcp::record::describe(m, d.get("error")))
+    {
+        what.push(clean(&m));
+    }
     if n.event.is_none() || len > 0 {
         what.push(preview_of(payload, len, 60));
     }

@@ -13,6 +13,7 @@ mod test_git;
 mod test_harness;
 mod test_history;
 mod test_hostile;
+mod test_mcp;
 mod test_otel;
 mod test_outage;
 mod test_search;

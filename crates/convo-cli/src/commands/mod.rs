@@ -15,6 +15,7 @@ pub mod graph;
 pub mod import;
 pub mod ingest;
 pub mod log;
+pub mod mcp;
 pub mod migrate;
 pub mod otel;
 pub mod proxy;
@@ -126,6 +127,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Redact(_)
         | Command::Proxy(_)
         | Command::Otel(_) => Access::Write,
+        Command::Mcp(m) => mcp::access(m),
         Command::Session(c) => match c {
             SessionCmd::New { .. }
             | SessionCmd::Fork { .. }
@@ -293,6 +295,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Chat(a) => chat::run(&env, a),
         Command::Replay(a) => replay::run(&env, a),
         Command::Proxy(a) => proxy::run(&env, a),
+        Command::Mcp(a) => mcp::run(&env, a),
         Command::Otel(a) => otel::run(&env, a),
     }
 }

@@ -149,6 +149,12 @@ pub fn diagnostics_summary(d: &serde_json::Value) -> Vec<String> {
                 format!("{} {} ms", k.trim_end_matches("_ms"), scalar(v))
             }
             "tokens" | "usage" => format!("tokens {}", tokens(v).unwrap_or_else(|| short(v))),
+            // An MCP message: what was called, and why it failed.
+            "mcp" => match convo_mcp::record::describe(v, d.get("error")) {
+                Some(t) => t,
+                None => continue,
+            },
+            "error" if obj.contains_key("mcp") => continue,
             // What a format kept for its export: the usage, how many
             // source records ride with the node (`convo show` has them
             // whole), the other scalars; nested objects left to `show`.

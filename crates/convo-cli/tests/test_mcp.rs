@@ -1,0 +1,574 @@
+//! `convo mcp`, end to end: the official `mcp` Python SDK's client
+//! (tests/clients/mcp_client.py) drives the real reference servers
+//! (@modelcontextprotocol/server-everything and server-filesystem, from
+//! npm) through `convo mcp wrap`: every message recorded on the session's
+//! timeline, then answered from the recording with the server gone (in
+//! another order), a changed call answered with an error naming what
+//! changed, and a miss sent to the live server with `--on-miss live`.
+use crate::common::TestEnv;
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::Command;
+
+struct Tools {
+    python: String,
+    modules: PathBuf,
+}
+
+fn tools() -> Option<Tools> {
+    let python = std::env::var("CONVO_TEST_PYTHON_MCP").ok();
+    let modules = std::env::var("CONVO_TEST_NODE_MODULES").ok();
+    match (python, modules) {
+        (Some(python), Some(m)) => Some(Tools {
+            python,
+            modules: PathBuf::from(m),
+        }),
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI must set CONVO_TEST_PYTHON_MCP and CONVO_TEST_NODE_MODULES (scripts/test-env)"
+            );
+            eprintln!("SKIPPED: CONVO_TEST_PYTHON_MCP or CONVO_TEST_NODE_MODULES is not set");
+            None
+        }
+    }
+}
+
+impl Tools {
+    fn server(&self, package: &str) -> String {
+        self.modules
+            .join("@modelcontextprotocol")
+            .join(package)
+            .join("dist/index.js")
+            .display()
+            .to_string()
+    }
+
+    /// Runs the client with `steps` against `convo ARGS…` (stdio); what it printed.
+    fn client(&self, t: &TestEnv, steps: &Value, convo_args: &[&str]) -> Value {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+        let out = Command::new(&self.python)
+            .arg(script)
+            .arg(steps.to_string())
+            .arg("stdio")
+            .arg(env!("CARGO_BIN_EXE_convo"))
+            .args(convo_args)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", t.home())
+            .env("CONVO_HOME", t.home())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "mcp_client failed: {stderr}");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("mcp_client printed no JSON ({e}): {stderr}"))
+    }
+}
+
+impl Tools {
+    /// Runs the client with `steps` against the MCP endpoint at `addr` (streamable HTTP).
+    fn http_client(&self, steps: &Value, addr: &str) -> Value {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+        let out = Command::new(&self.python)
+            .arg(script)
+            .arg(steps.to_string())
+            .arg("http")
+            .arg(format!("http://{addr}/mcp"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+/// A timeline as `convo log --json` gives it, oldest first.
+fn timeline(t: &TestEnv, session: &str, branch: &str) -> Vec<Value> {
+    let v = t
+        .run(&["log", session, "--branch", branch, "--json"])
+        .json();
+    let mut nodes = v.as_array().cloned().unwrap_or_default();
+    nodes.reverse();
+    nodes
+}
+
+fn mcp_of(n: &Value) -> &Value {
+    &n["diagnostics"]["mcp"]
+}
+
+#[test]
+fn everything_server_is_recorded_and_replayed_without_it() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let server = tools.server("server-everything");
+    let steps = json!([
+        ["list_tools"],
+        ["call_tool", "echo", {"message": "hello"}],
+        ["call_tool", "get-sum", {"a": 2, "b": 3}],
+        ["list_resources"],
+        ["read_resource", "demo://resource/static/document/architecture.md"],
+        ["list_prompts"],
+        ["get_prompt", "simple-prompt", {}],
+        ["call_tool", "get-tiny-image", {}],
+        ["ping"],
+    ]);
+    let live = tools.client(
+        &t,
+        &steps,
+        &["mcp", "wrap", "--session", "run", "--", "node", &server],
+    );
+    assert_eq!(live["server"], "mcp-servers/everything");
+    let results = live["results"].as_array().unwrap();
+    assert_eq!(results[1]["content"][0]["text"], "Echo: hello");
+    assert!(
+        results[2]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains('5')
+    );
+
+    // On the timeline: one submission, every request answered by its
+    // response, the server named from its initialize answer.
+    let nodes = timeline(&t, "run", "main");
+    let kinds: Vec<&str> = nodes.iter().map(|n| n["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds.first(), Some(&"invoke"));
+    assert_eq!(kinds.last(), Some(&"complete"));
+    let calls: Vec<&Value> = nodes
+        .iter()
+        .filter(|n| n["kind"] == "request" && n["to"] == "mcp:mcp-servers/everything")
+        .collect();
+    let methods: Vec<&str> = calls
+        .iter()
+        .map(|n| mcp_of(n)["method"].as_str().unwrap())
+        .collect();
+    for m in [
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+        "tools/call",
+        "resources/read",
+        "prompts/get",
+        "ping",
+    ] {
+        assert!(methods.contains(&m), "{m} not recorded: {methods:?}");
+    }
+    let echo = calls
+        .iter()
+        .find(|n| mcp_of(n)["tool"] == "echo")
+        .expect("the echo call is recorded with its tool");
+    let answer = nodes
+        .iter()
+        .find(|n| n["kind"] == "response" && n["sequence"] == echo["sequence"])
+        .expect("the echo call is answered");
+    assert_eq!(answer["from"], "mcp:mcp-servers/everything");
+    assert!(answer["diagnostics"]["latency_ms"].as_f64().is_some());
+
+    // Replayed with the server gone, in the reverse order.
+    let mut reversed: Vec<Value> = steps.as_array().unwrap().clone();
+    reversed.reverse();
+    let replayed = tools.client(
+        &t,
+        &json!(reversed),
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "run",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    assert_eq!(replayed["server"], "mcp-servers/everything");
+    let mut again: Vec<Value> = replayed["results"].as_array().unwrap().clone();
+    again.reverse();
+    assert_eq!(&again, results);
+    // Replaying recorded nothing.
+    assert_eq!(timeline(&t, "run", "main").len(), nodes.len());
+
+    // A changed call: an error naming the pointer, recorded and received.
+    let changed = tools.client(
+        &t,
+        &json!([["call_tool", "echo", {"message": "changed"}]]),
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "run",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    let err = changed["results"][0]["error"].as_str().unwrap();
+    assert!(
+        err.contains("/params/arguments/message")
+            && err.contains("\"hello\"")
+            && err.contains("\"changed\""),
+        "{err}"
+    );
+    assert_eq!(changed["results"][0]["code"], -32042);
+}
+
+#[test]
+fn filesystem_server_replays_files_that_are_gone() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "alpha\nbeta\n").unwrap();
+    let root_s = root.display().to_string();
+    let file = root.join("notes.txt").display().to_string();
+    let steps = json!([
+        ["call_tool", "list_directory", {"path": root_s}],
+        ["call_tool", "read_text_file", {"path": file}],
+    ]);
+    let server = tools.server("server-filesystem");
+    let live = tools.client(
+        &t,
+        &steps,
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "fs",
+            "--",
+            "node",
+            &server,
+            &root_s,
+        ],
+    );
+    let results = live["results"].as_array().unwrap();
+    assert!(
+        results[1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("beta")
+    );
+    drop(dir);
+    assert!(!root.exists());
+    // The same command: the server would start, but --replay does not start it.
+    let replayed = tools.client(
+        &t,
+        &steps,
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "fs",
+            "--replay",
+            "--",
+            "node",
+            &server,
+            &root_s,
+        ],
+    );
+    assert_eq!(&replayed["results"], &live["results"]);
+}
+
+#[test]
+fn a_replay_miss_goes_live_on_a_new_timeline() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let server = tools.server("server-everything");
+    tools.client(
+        &t,
+        &json!([["call_tool", "echo", {"message": "hello"}]]),
+        &["mcp", "wrap", "--session", "run", "--", "node", &server],
+    );
+    let mixed = tools.client(
+        &t,
+        &json!([
+            ["call_tool", "echo", {"message": "hello"}],
+            ["call_tool", "echo", {"message": "new"}],
+        ]),
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "run",
+            "--replay",
+            "--on-miss",
+            "live",
+            "--",
+            "node",
+            &server,
+        ],
+    );
+    assert_eq!(mixed["results"][0]["content"][0]["text"], "Echo: hello");
+    assert_eq!(mixed["results"][1]["content"][0]["text"], "Echo: new");
+    let live = timeline(&t, "run", "live-1");
+    let new_call = live.iter().find(|n| {
+        n["kind"] == "request"
+            && n["diagnostics"]["mcp"]["tool"] == "echo"
+            && n["payload"].as_str().is_some_and(|p| p.contains("new"))
+    });
+    assert!(new_call.is_some(), "the live call is recorded on live-1");
+}
+
+/// A free port on loopback (bound, then released for a server to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// server-everything over streamable HTTP, once it listens.
+fn everything_http(tools: &Tools) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let port = free_port();
+    let mut child = Command::new("node")
+        .arg(tools.server("server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening") {
+        line.clear();
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "server-everything did not start"
+        );
+    }
+    std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
+    (child, format!("http://127.0.0.1:{port}/mcp"))
+}
+
+#[test]
+fn streamable_http_server_is_relayed_recorded_and_replayed() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let (mut upstream, url) = everything_http(&tools);
+    let relay = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "proxy",
+            "--upstream",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--session",
+            "web",
+        ],
+    );
+    let steps = json!([
+        ["list_tools"],
+        ["call_tool", "echo", {"message": "over http"}],
+        ["call_tool_progress", "trigger-long-running-operation", {"duration": 1, "steps": 2}],
+        ["ping"],
+    ]);
+    let live = tools.http_client(&steps, &relay.addr);
+    assert_eq!(live["results"][1]["content"][0]["text"], "Echo: over http");
+    relay.stop();
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+
+    let nodes = timeline(&t, "web", "main");
+    let methods: Vec<&str> = nodes
+        .iter()
+        .filter_map(|n| mcp_of(n)["method"].as_str())
+        .collect();
+    for m in [
+        "initialize",
+        "tools/list",
+        "tools/call",
+        "notifications/progress",
+        "ping",
+    ] {
+        assert!(
+            methods.contains(&m),
+            "{m} not recorded over HTTP: {methods:?}"
+        );
+    }
+    // What was recorded over HTTP replays over stdio, the server gone.
+    let replayed = tools.client(
+        &t,
+        &steps,
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "web",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    // The long call's progress is sent again before its answer.
+    assert_eq!(replayed["results"], live["results"]);
+    // And over HTTP, with no upstream at all.
+    let replay = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "proxy",
+            "--replay",
+            "--session",
+            "web",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let again = tools.http_client(&steps, &replay.addr);
+    assert_eq!(again["results"], live["results"]);
+}
+
+fn chat_answer(_: usize, _: &str, _: &Value) -> Value {
+    json!({"id": "c1", "object": "chat.completion", "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "call echo"},
+            "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+}
+
+#[test]
+fn model_calls_and_tool_calls_interleave_on_one_timeline() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let upstream = crate::test_harness::Upstream::start(chat_answer);
+    let proxy = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--upstream",
+            &upstream.url,
+        ],
+    );
+    let model = format!("http://{}/s/run/main/v1/chat/completions", proxy.addr);
+    let ask = |text: &str| json!({"model": "m", "messages": [{"role": "user", "content": text}]});
+    let server = tools.server("server-everything");
+    let out = tools.client(
+        &t,
+        &json!([
+            ["model", model, ask("first")],
+            ["call_tool", "echo", {"message": "between"}],
+            ["model", model, ask("second")],
+        ]),
+        &["mcp", "wrap", "--session", "run", "--", "node", &server],
+    );
+    assert_eq!(out["results"][1]["content"][0]["text"], "Echo: between");
+    drop(proxy);
+    let nodes = timeline(&t, "run", "main");
+    let order: Vec<String> = nodes
+        .iter()
+        .filter(|n| n["kind"] == "request")
+        .map(|n| match mcp_of(n)["method"].as_str() {
+            Some(m) => m.to_owned(),
+            None => n["to"].as_str().unwrap().to_owned(),
+        })
+        .collect();
+    let at = |w: &str| {
+        order
+            .iter()
+            .position(|m| m == w)
+            .unwrap_or_else(|| panic!("{w}: {order:?}"))
+    };
+    let first_model = at("infer");
+    let second_model = order.iter().rposition(|m| m == "infer").unwrap();
+    assert!(at("initialize") < first_model);
+    assert!(
+        first_model < at("tools/call") && at("tools/call") < second_model,
+        "{order:?}"
+    );
+    // One submission: the run is one turn.
+    let turns: Vec<&Value> = nodes.iter().filter(|n| n["kind"] == "invoke").collect();
+    assert_eq!(turns.len(), 1, "{order:?}");
+}
+
+#[test]
+fn convo_history_is_served_over_mcp() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let server = tools.server("server-everything");
+    tools.client(
+        &t,
+        &json!([["call_tool", "echo", {"message": "remember this"}]]),
+        &["mcp", "wrap", "--session", "past", "--", "node", &server],
+    );
+    let out = tools.client(
+        &t,
+        &json!([
+            ["list_tools"],
+            ["call_tool", "list_sessions", {}],
+            ["call_tool", "search", {"query": "\"remember this\""}],
+            ["call_tool", "read_turn", {"session": "past", "max_chars": 100}],
+            ["call_tool", "verify", {}],
+            ["call_tool", "fork", {"session": "past", "from": "main@1", "branch": "b"}],
+        ]),
+        &["mcp", "serve"],
+    );
+    assert_eq!(out["server"], "convo");
+    let r = &out["results"];
+    let names: Vec<&str> = r[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["list_sessions", "search", "read_turn", "diff", "verify"]
+    );
+    assert_eq!(r[1]["structuredContent"]["sessions"][0]["title"], "past");
+    let hits = r[2]["structuredContent"]["hits"].as_array().unwrap();
+    assert!(!hits.is_empty() && hits[0]["ref"] == "main@1", "{hits:?}");
+    let nodes = r[3]["structuredContent"]["nodes"].as_array().unwrap();
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n["diagnostics"]["mcp"]["tool"] == "echo")
+    );
+    assert!(
+        nodes
+            .iter()
+            .all(|n| n["text"].as_str().unwrap().chars().count() <= 100)
+    );
+    assert_eq!(r[4]["structuredContent"]["ok"], true);
+    assert_eq!(r[5]["isError"], true, "fork needs --allow-writes");
+
+    // Over HTTP, behind the token.
+    let srv = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "s3cret",
+        ],
+    );
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let json_ct = ("Content-Type", "application/json");
+    let refused = srv.req("POST", "/mcp", &[json_ct], ping);
+    assert_eq!(refused.status, 401);
+    let ok = srv.req(
+        "POST",
+        "/mcp",
+        &[json_ct, ("Authorization", "Bearer s3cret")],
+        ping,
+    );
+    assert_eq!(ok.json()["result"], json!({}));
+    let stranger = crate::serve_util::http_host(
+        &srv.addr,
+        "evil.example",
+        "POST",
+        "/mcp",
+        &[json_ct, ("Authorization", "Bearer s3cret")],
+        ping,
+    );
+    assert_eq!(stranger.status, 403, "the Host check applies");
+}
