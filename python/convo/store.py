@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import http.client
 import json
 import os
@@ -19,9 +18,9 @@ import secrets
 import tempfile
 import threading
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, Concatenate, ParamSpec, TypeVar, Union
 
 from convo import _process
 from convo.errors import ConvoError, from_http
@@ -41,6 +40,7 @@ from convo.models import (
 )
 
 T = TypeVar("T")
+P = ParamSpec("P")
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -362,11 +362,15 @@ class Store:
         return created + [Imported(i, False) for i in d.get("existing", [])]
 
 
-def _in_thread(method: Callable[..., T]) -> Callable[..., Any]:
-    @functools.wraps(method)
-    async def run(self: AsyncStore, *args: Any, **kw: Any) -> T:
+def _in_thread(
+    method: Callable[Concatenate[Store, P], T],
+) -> Callable[Concatenate[AsyncStore, P], Coroutine[Any, Any, T]]:
+    """`Store.method`, awaited: run in a worker thread."""
+
+    async def run(self: AsyncStore, /, *args: P.args, **kw: P.kwargs) -> T:
         return await asyncio.to_thread(method, self.sync, *args, **kw)
 
+    run.__name__, run.__doc__ = method.__name__, method.__doc__
     return run
 
 
