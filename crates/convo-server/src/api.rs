@@ -439,8 +439,9 @@ fn bare_timeline_page(
 ) -> convo_store::Result<TimelinePageView> {
     let row = s.find_session(q)?;
     let start = if cursor < 0 {
+        // The last `-cursor` nodes (at most a page), as `timeline_page` reads them.
         let total = s.timeline_page_bare(&row.id, branch, 0, 1)?.total;
-        total.saturating_sub(cursor.unsigned_abs() as usize)
+        total.saturating_sub((cursor.unsigned_abs() as usize).min(limit))
     } else {
         cursor as usize
     };

@@ -281,10 +281,11 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     # ----- writes ---------------------------------------------------------------
 
     def _channels(
-        self, thread_id: str, ns: str, checkpoint: Checkpoint
+        self, thread_id: str, ns: str, checkpoint: Checkpoint, new_versions: ChannelVersions
     ) -> tuple[tuple[str, bytes], dict[str, tuple[str, bytes]]]:
         """The checkpoint serialized: the rest, and each channel with a value
-        (a channel whose version did not change is not serialized again)."""
+        (one not in `new_versions` is not serialized again if this saver
+        serialized it at that version)."""
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         channels: dict[str, tuple[str, bytes]] = {}
@@ -293,7 +294,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             if ch not in values:
                 continue
             key = (thread_id, ns, ch, str(version))
-            done = self._values.get(key)
+            done = None if ch in new_versions else self._values.get(key)
             if done is None:
                 done = self.serde.dumps_typed(values[ch])
                 self._values[key] = done
@@ -311,7 +312,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        skeleton, channels = self._channels(thread_id, ns, checkpoint)
+        skeleton, channels = self._channels(thread_id, ns, checkpoint, new_versions)
         md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
         with self._lock:
             th = self._thread(thread_id)
