@@ -84,6 +84,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, ix.Thread] = {}
         self._values: OrderedDict[tuple[str, str, str, str], tuple[str, bytes]] = OrderedDict()
         self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+        # Writes that came before their checkpoint (LangGraph puts both from
+        # a thread pool): written right after it.
+        self._early: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
 
     @classmethod
     @contextmanager
@@ -324,6 +327,8 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 md,
                 ix.checkpoint_payload(skeleton, channels),
             )
+            for early in self._early.pop((thread_id, ns, checkpoint["id"]), []):
+                self._put_writes_locked(th, *early)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -383,18 +388,35 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         values = [self.serde.dumps_typed(v) for _, _, v in entries]
         with self._lock:
             th = self._find(thread_id, fresh=False)
-            cp = None if th is None else th.checkpoints.get((ns, cp_id))
-            if th is not None and cp is None:
+            if th is not None and (ns, cp_id) not in th.checkpoints:
                 self._refresh(th)
-                cp = th.checkpoints.get((ns, cp_id))
-            if th is None or cp is None:
-                raise ValueError(f"thread {thread_id!r} has no checkpoint {cp_id!r} in {ns!r}")
-            if not all(c in WRITES_IDX_MAP for _, c, _ in entries):
-                keep = [i for i, e in enumerate(entries) if (task_id, e[0]) not in cp.writes]
-                entries = [entries[i] for i in keep]
-                values = [values[i] for i in keep]
-            if entries:
-                self._put_writes_raw(th, cp, task_id, task_path, entries, values)
+            if th is None or (ns, cp_id) not in th.checkpoints:
+                # Its checkpoint is still being put (or never will be, as
+                # with any saver that keeps writes of unknown checkpoints).
+                early = self._early.setdefault((thread_id, ns, cp_id), [])
+                early.append((ns, cp_id, task_id, task_path, entries, values))
+                return
+            self._put_writes_locked(th, ns, cp_id, task_id, task_path, entries, values)
+
+    def _put_writes_locked(
+        self,
+        th: ix.Thread,
+        ns: str,
+        cp_id: str,
+        task_id: str,
+        task_path: str,
+        entries: builtins.list[tuple[int, str, Any]],
+        values: builtins.list[tuple[str, bytes]],
+    ) -> None:
+        """Writes what is new (or, for special channels, replaced) of a
+        task's writes for a checkpoint the thread has."""
+        cp = th.checkpoints[(ns, cp_id)]
+        if not all(c in WRITES_IDX_MAP for _, c, _ in entries):
+            keep = [i for i, e in enumerate(entries) if (task_id, e[0]) not in cp.writes]
+            entries = [entries[i] for i in keep]
+            values = [values[i] for i in keep]
+        if entries:
+            self._put_writes_raw(th, cp, task_id, task_path, entries, values)
 
     def _put_writes_raw(
         self,

@@ -54,7 +54,9 @@ def model() -> Iterator[Model]:
 
 def agent(saver: ConvoSaver) -> Any:
     llm = ChatOpenAI(model="scripted", api_key="k", max_retries=0)  # type: ignore[arg-type]
-    return create_react_agent(llm, [weather, book], checkpointer=saver)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # moved to langchain.agents in LangGraph 1.0
+        return create_react_agent(llm, [weather, book], checkpointer=saver)
 
 
 def last_text(result: dict[str, Any]) -> str:
