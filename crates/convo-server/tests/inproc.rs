@@ -145,9 +145,20 @@ async fn a_timeline_without_payloads_lists_the_same_nodes() {
     )
     .await;
     let get = |q: &'static str| {
-        let url = format!("{}/api/v1/sessions/{id}/branches/main/timeline{q}", srv.base);
+        let url = format!(
+            "{}/api/v1/sessions/{id}/branches/main/timeline{q}",
+            srv.base
+        );
         let c = c.clone();
-        async move { c.get(url).send().await.unwrap().json::<Value>().await.unwrap() }
+        async move {
+            c.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
     };
     let full = get("").await;
     let bare = get("?payloads=false").await;
