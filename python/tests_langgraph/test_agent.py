@@ -165,12 +165,14 @@ def test_edited_checkpoint_is_refused(tmp_path: Path) -> None:
         app = graph.compile(checkpointer=ConvoSaver(store))
         app.invoke({"messages": [HumanMessage("hello")]}, cfg)
     with sqlite3.connect(db) as c:
-        n = c.execute(
-            "UPDATE blobs SET data = CAST(replace(CAST(data AS TEXT), "
-            "'langgraph_checkpoint', 'langgraph_checkpoinT') AS BLOB) "
-            "WHERE CAST(data AS TEXT) LIKE '%langgraph_checkpoint%'"
-        ).rowcount
-        assert n > 0
+        rows = c.execute("SELECT id, data FROM blobs").fetchall()
+        edited = [
+            (data.replace(b"hello", b"HELLO"), rowid)
+            for rowid, data in rows
+            if data.startswith(b"convo-langgraph-checkpoint/") and b"hello" in data
+        ]
+        assert edited
+        c.executemany("UPDATE blobs SET data = ? WHERE id = ?", edited)
     with convo.Store(db) as store:
         app = graph.compile(checkpointer=ConvoSaver(store))
         with pytest.raises(convo.ConvoError):

@@ -82,7 +82,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         self.store = store
         self._lock = threading.RLock()
         self._threads: dict[str, ix.Thread] = {}
-        self._values: OrderedDict[tuple[str, str, str, str], tuple[str, bytes]] = OrderedDict()
+        self._values: OrderedDict[tuple[str, str, str, str], ix.Channel] = OrderedDict()
         self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
         # Writes that came before their checkpoint (LangGraph puts both from
         # a thread pool): written right after it.
@@ -190,7 +190,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _tuple(self, th: ix.Thread, cp: ix.Checkpoint) -> CheckpointTuple:
         skeleton, channels = ix.read_checkpoint_payload(self._payload(cp.node))
         checkpoint: Checkpoint = self.serde.loads_typed(skeleton)
-        checkpoint["channel_values"] = {k: self.serde.loads_typed(v) for k, v in channels.items()}
+        checkpoint["channel_values"] = {k: self._load(v) for k, v in channels.items()}
         conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
         parent = None
         if cp.parent is not None:
@@ -202,6 +202,16 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             parent_config=parent,  # type: ignore[arg-type]
             pending_writes=self._pending(cp),
         )
+
+    def _load(self, v: ix.Channel) -> Any:
+        if isinstance(v, list):
+            return [self.serde.loads_typed(e) for e in v]
+        return self.serde.loads_typed(v)
+
+    def _dump(self, v: Any) -> ix.Channel:
+        if isinstance(v, list):
+            return [self.serde.dumps_typed(e) for e in v]
+        return self.serde.dumps_typed(v)
 
     def _write_values(self, node: str) -> list[tuple[str, bytes]]:
         values = self._writes.get(node)
@@ -285,13 +295,13 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     def _channels(
         self, thread_id: str, ns: str, checkpoint: Checkpoint, new_versions: ChannelVersions
-    ) -> tuple[tuple[str, bytes], dict[str, tuple[str, bytes]]]:
+    ) -> tuple[ix.Typed, dict[str, ix.Channel]]:
         """The checkpoint serialized: the rest, and each channel with a value
         (one not in `new_versions` is not serialized again if this saver
         serialized it at that version)."""
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
-        channels: dict[str, tuple[str, bytes]] = {}
+        channels: dict[str, ix.Channel] = {}
         versions: dict[str, Any] = c["channel_versions"]
         for ch, version in versions.items():
             if ch not in values:
@@ -299,7 +309,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             key = (thread_id, ns, ch, str(version))
             done = None if ch in new_versions else self._values.get(key)
             if done is None:
-                done = self.serde.dumps_typed(values[ch])
+                done = self._dump(values[ch])
                 self._values[key] = done
                 while len(self._values) > 512:
                     self._values.popitem(last=False)
@@ -542,7 +552,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 _, values = ix.read_checkpoint_payload(self._payload(cursor.node))
                 for ch in list(remaining):
                     if ch in values:
-                        seeds[ch] = self.serde.loads_typed(values[ch])
+                        seeds[ch] = self._load(values[ch])
                         remaining.discard(ch)
                 cursor = self._parent(th, cursor)
         out: dict[str, DeltaChannelHistory] = {}

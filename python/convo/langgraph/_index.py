@@ -13,16 +13,15 @@ forked from its parent graph's checkpoint; a checkpoint whose parent is
 not the last one of its timeline (time travel: `update_state` or `invoke`
 from an old checkpoint) starts a fork (`…fork-N`) from its parent's node.
 
-The payload is a JSON document whose channel values come last, each its
-serializer's type and base64 bytes: a message appended to a growing list
-changes the end of one string, and the store keeps payloads in
+The payload holds the checkpoint as LangGraph's serializer writes it, a
+list channel (`add_messages`) element by element: a message has the same
+bytes in every checkpoint after it, and the store keeps payloads in
 content-defined chunks, so each checkpoint costs the chunks around what
 changed, not the whole list again.
 """
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import re
@@ -65,45 +64,80 @@ def fork_name(base: str, taken: set[str]) -> str:
     return f"{stem}-{n}"
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+CHECKPOINT_MAGIC = b"convo-langgraph-checkpoint/1\n"
+WRITES_MAGIC = b"convo-langgraph-writes/1\n"
+Typed = tuple[str, bytes]
+"""A value as LangGraph's serializer writes it: its type and its bytes."""
+Channel = Typed | list[Typed]
+"""A channel's value: one typed value, or a list's elements each typed."""
 
 
-def unb64(text: str) -> bytes:
-    return base64.b64decode(text)
+def _frame(t: Typed) -> bytes:
+    kind = t[0].encode()
+    return bytes([len(kind)]) + kind + len(t[1]).to_bytes(4, "big") + t[1]
 
 
-def checkpoint_payload(
-    skeleton: tuple[str, bytes], channels: dict[str, tuple[str, bytes]]
-) -> bytes:
-    """A checkpoint node's payload: the checkpoint without its channel
-    values (serialized), then each channel by name."""
-    doc = {
-        "langgraph_checkpoint": 1,
-        "checkpoint": [skeleton[0], b64(skeleton[1])],
-        "channel_values": {k: [t, b64(v)] for k, (t, v) in sorted(channels.items())},
-    }
-    return json.dumps(doc, separators=(",", ":")).encode()
+def _frames(raw: bytes, at: int, n: int) -> tuple[list[Typed], int]:
+    out: list[Typed] = []
+    for _ in range(n):
+        k = raw[at]
+        kind = raw[at + 1 : at + 1 + k].decode()
+        at += 1 + k
+        size = int.from_bytes(raw[at : at + 4], "big")
+        out.append((kind, raw[at + 4 : at + 4 + size]))
+        at += 4 + size
+    if len(out) != n:
+        raise ValueError("a checkpoint payload ends early")
+    return out, at
 
 
-def read_checkpoint_payload(raw: bytes) -> tuple[tuple[str, bytes], dict[str, tuple[str, bytes]]]:
+def checkpoint_payload(skeleton: Typed, channels: dict[str, Channel]) -> bytes:
+    """A checkpoint node's payload: a JSON line naming the channels (a
+    list's length, or -1 for one value), then the checkpoint without its
+    channel values and each channel, as frames (type, length, bytes). A
+    list's elements are framed one by one, so a message keeps the same
+    bytes in every later checkpoint and the store's chunks hold it once."""
+    names = sorted(channels)
+    head = [
+        [k, len(v) if isinstance(v, list) else -1] for k, v in ((k, channels[k]) for k in names)
+    ]
+    parts = [CHECKPOINT_MAGIC, json.dumps(head, separators=(",", ":")).encode(), b"\n"]
+    parts.append(_frame(skeleton))
+    for k in names:
+        v = channels[k]
+        parts.extend(_frame(e) for e in (v if isinstance(v, list) else [v]))
+    return b"".join(parts)
+
+
+def read_checkpoint_payload(raw: bytes) -> tuple[Typed, dict[str, Channel]]:
     """The inverse of `checkpoint_payload`."""
-    doc = json.loads(raw)
-    t, data = doc["checkpoint"]
-    channels = {k: (ct, unb64(cv)) for k, (ct, cv) in doc["channel_values"].items()}
-    return (t, unb64(data)), channels
+    if not raw.startswith(CHECKPOINT_MAGIC):
+        raise ValueError("not a LangGraph checkpoint written by convo")
+    end = raw.index(b"\n", len(CHECKPOINT_MAGIC))
+    head = json.loads(raw[len(CHECKPOINT_MAGIC) : end])
+    (skeleton,), at = _frames(raw, end + 1, 1)
+    channels: dict[str, Channel] = {}
+    for name, n in head:
+        frames, at = _frames(raw, at, n if n >= 0 else 1)
+        channels[str(name)] = frames if n >= 0 else frames[0]
+    return skeleton, channels
 
 
-def writes_payload(values: Sequence[tuple[str, bytes]]) -> bytes:
-    """A writes node's payload: each value's type and base64 bytes, in the
-    order of the diagnostics' `writes`."""
-    return json.dumps(
-        {"langgraph_writes": [[t, b64(v)] for t, v in values]}, separators=(",", ":")
-    ).encode()
+def writes_payload(values: Sequence[Typed]) -> bytes:
+    """A writes node's payload: each value framed, in the order of the
+    diagnostics' `writes`."""
+    return WRITES_MAGIC + b"".join(_frame(v) for v in values)
 
 
-def read_writes_payload(raw: bytes) -> list[tuple[str, bytes]]:
-    return [(t, unb64(v)) for t, v in json.loads(raw)["langgraph_writes"]]
+def read_writes_payload(raw: bytes) -> list[Typed]:
+    if not raw.startswith(WRITES_MAGIC):
+        raise ValueError("not LangGraph writes written by convo")
+    out: list[Typed] = []
+    at = len(WRITES_MAGIC)
+    while at < len(raw):
+        frames, at = _frames(raw, at, 1)
+        out.extend(frames)
+    return out
 
 
 @dataclass
