@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import secrets
+import tempfile
 import threading
 import urllib.parse
 from collections.abc import Callable
@@ -349,7 +350,11 @@ class Store:
         """Imports a file (its bytes, or a path). A `recording` is checked
         hash by hash: an edited line is refused, naming the line."""
         if isinstance(data, bytes):
-            out = self.cli("import", "-", "--format", format, "--json", stdin=data)
+            with tempfile.TemporaryDirectory(prefix="convo-import-") as tmp:
+                path = os.path.join(tmp, "upload")
+                with open(path, "wb") as f:
+                    f.write(data)
+                out = self.cli("import", path, "--format", format, "--json")
         else:
             out = self.cli("import", os.fspath(data), "--format", format, "--json")
         d = json.loads(out)

@@ -71,6 +71,7 @@ pub mod model;
 pub mod openai;
 pub mod opencode;
 pub mod otel;
+pub mod recording;
 pub mod records;
 pub mod session_json;
 pub mod sharegpt;

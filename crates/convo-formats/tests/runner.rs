@@ -9,4 +9,5 @@ mod test_imports;
 mod test_llm;
 mod test_otel;
 mod test_props;
+mod test_recording;
 mod test_store;

@@ -101,7 +101,7 @@ use convo_runtime::{Hub, StorePool, now_ms};
 use convo_store::{StoreError, StoredNode};
 use futures_util::StreamExt;
 use record::Exchange;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -1044,9 +1044,20 @@ impl Proxy {
                     ),
                 ),
             };
+            // One line a test harness reads (the pytest plugin's failure):
+            // each differing pointer with the recorded and received value.
+            let values: Vec<Value> = miss
+                .differences
+                .iter()
+                .map(|p| {
+                    let at = |v: Option<&Value>| v.and_then(|v| v.pointer(p)).cloned();
+                    json!({"pointer": p, "recorded": at(miss.recorded.as_ref()), "received": at(Some(&received))})
+                })
+                .collect();
             eprintln!(
                 "{}",
-                json!({"proxy": "replay miss", "code": code, "differences": miss.differences})
+                json!({"proxy": "replay miss", "code": code, "recorded_call": miss.recorded_call,
+                       "differences": miss.differences, "values": values})
             );
             let body = json!({"error": {
                 "type": "convo_proxy_error",

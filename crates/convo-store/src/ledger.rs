@@ -694,6 +694,71 @@ impl Ledger<'_> {
         Ok(row)
     }
 
+    /// Puts back a session recorded elsewhere (a recording's header): its
+    /// row, journaled as a creation is, and no branch — the caller inserts
+    /// the nodes ([`Ledger::insert_exact`]), then the branches as recorded.
+    pub fn restore_session(&mut self, row: &SessionRow) -> Result<()> {
+        if self.tx.session(&row.id)?.is_some() {
+            return Err(StoreError::Invalid(
+                format!("session {} already exists", row.id).into(),
+            ));
+        }
+        self.tx.insert_session(row)?;
+        append_fact(
+            self.tx,
+            Fact::Session {
+                id: row.id,
+                agent: row.agent.clone(),
+                title: row.title.clone(),
+                created_at: row.created_at,
+            },
+        )
+    }
+
+    /// Inserts a node recorded elsewhere exactly as it was, so it keeps its
+    /// hash: its parent must be stored already, the payload must be the
+    /// bytes the node names, and a message must sit where an append would
+    /// have put it (the same submission and sequence). Fork and promote
+    /// nodes keep their event (nonce included).
+    pub fn insert_exact(&mut self, node: Node, payload: &[u8]) -> Result<StoredNode> {
+        let tx = &mut *self.tx;
+        let hash = node.hash();
+        if content_hash(payload) != node.payload || payload.len() as u64 != node.payload_len {
+            return Err(StoreError::Invalid(
+                format!("node {hash}: the payload is not the bytes the node names").into(),
+            ));
+        }
+        node.check_shape().map_err(StoreError::invalid)?;
+        let ctx = match &node.parent {
+            None => Context::genesis(),
+            Some(p) => tx.node(p)?.map(|s| s.ctx).ok_or_else(|| {
+                StoreError::Invalid(format!("node {hash}: its parent {p} is not stored").into())
+            })?,
+        };
+        if node.event.is_none() {
+            // Only a response names its sequence; a request's is assigned.
+            let asked = node.sequence.filter(|_| node.kind == Kind::Response);
+            let placed = ctx.place(node.kind, &node.session, &node.payload, asked)?;
+            if placed.submission != node.submission || placed.sequence != node.sequence {
+                return Err(StoreError::Invalid(
+                    format!(
+                        "node {hash}: its submission or sequence is not where an append puts it"
+                    )
+                    .into(),
+                ));
+            }
+        }
+        let next = ctx.after(&node);
+        tx.put_blob(&node.payload, payload)?;
+        let seq = tx.insert_node(&hash, &node, &next)?;
+        Ok(StoredNode {
+            seq,
+            hash,
+            node,
+            ctx: next,
+        })
+    }
+
     /// Creates a session with a new random id and an empty `main`.
     pub fn new_session(
         &mut self,

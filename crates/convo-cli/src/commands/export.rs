@@ -40,8 +40,14 @@ use std::process::ExitCode;
 /// {number}-{traces|logs}.{pb|json}, byte for byte as the exporter sent it
 /// (after gunzipping), ready to POST to any OTLP/HTTP receiver.
 ///
+/// A recording (--format recording) holds the whole session: every
+/// timeline, one JSON line per node with its hash, payloads as text where
+/// they are text; `convo import` reads it back hash-exact (the pytest
+/// plugin's recordings; see docs/FORMATS.md).
+///
 /// Examples:
 ///   convo export Paris --format markdown | less
+///   convo export Paris --format recording -o paris.jsonl
 ///   convo export Paris --branch retry --format convo -o retry.convo
 ///   convo export Paris --format html --all-branches -o paris/
 ///   convo export fix-migration --format claude-code > session.jsonl
@@ -55,7 +61,7 @@ pub struct ExportArgs {
     #[arg(long)]
     pub branch: Option<String>,
     /// The format to write
-    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode", "otlp"])]
+    #[arg(long, value_parser = ["convo", "clog", "session-json", "openai", "markdown", "html", "claude-code", "codex", "gemini-cli", "opencode", "otlp", "recording"])]
     pub format: String,
     /// (claude-code, codex, gemini-cli, opencode) write the branch as a new
     /// session where the agent finds it, and print its id
@@ -72,6 +78,9 @@ pub struct ExportArgs {
 pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
     if a.format == "otlp" {
         return otlp_export(env, &a);
+    }
+    if a.format == "recording" {
+        return recording_export(env, &a);
     }
     let branch = branch_name(a.branch.as_deref().unwrap_or("main"))?;
     if convo_formats::AGENT_FORMATS.contains(&a.format.as_str()) {
@@ -134,6 +143,28 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
         }
         (None, _) => {
             let bytes = writer.write(&conv).map_err(format_error)?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)?;
+            out.flush()?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--format recording`: the whole session, every timeline, node for node
+/// with its hash (see `convo_formats::recording`).
+fn recording_export(env: &Env, a: &ExportArgs) -> CmdResult {
+    if a.branch.is_some() || a.all_branches || a.place {
+        return Err(CommandError::user(
+            "a recording holds every timeline of the session: --branch, --all-branches and --place do not apply",
+        ));
+    }
+    let mut store = env.open()?;
+    let s = find_session(&mut store, &a.session)?;
+    let bytes = convo_formats::recording::write(&mut store, &s)?;
+    match &a.output {
+        Some(path) => write_atomically(path, &bytes)?,
+        None => {
             let mut out = std::io::stdout().lock();
             out.write_all(&bytes)?;
             out.flush()?;

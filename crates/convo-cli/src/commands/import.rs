@@ -45,7 +45,7 @@ pub struct ImportArgs {
     /// The files' format
     #[arg(long, default_value = "auto", value_parser = [
         "auto", "convo", "clog", "session-json", "chatgpt", "claude", "sharegpt", "openai", "llm",
-        "claude-code", "codex", "gemini-cli", "opencode"
+        "claude-code", "codex", "gemini-cli", "opencode", "recording"
     ])]
     pub format: String,
     /// Agent name for the new sessions [default: from the file, else the format name]
@@ -74,6 +74,11 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         && agent.trim().is_empty()
     {
         return Err(CommandError::user("--agent must not be empty"));
+    }
+    if a.format == "recording"
+        || (a.format == "auto" && a.paths.iter().all(|p| convo_formats::recording::sniff(p)))
+    {
+        return import_recordings(env, &a);
     }
     let mut read: Vec<(&'static str, Conversation)> = Vec::new();
     let mut agent_paths: Vec<(&'static str, PathBuf)> = Vec::new();
@@ -215,6 +220,56 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
                 },
             );
         }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--format recording`: each file read and checked hash by hash, then
+/// written hash-exact, all in one transaction per file.
+fn import_recordings(env: &Env, a: &ImportArgs) -> CmdResult {
+    if a.watch || a.redact_secrets || a.agent.is_some() {
+        return Err(CommandError::user(
+            "a recording is imported as recorded: --watch, --redact-secrets and --agent do not apply",
+        ));
+    }
+    let mut read = Vec::with_capacity(a.paths.len());
+    for path in &a.paths {
+        let bytes = std::fs::read(path)
+            .map_err(|e| CommandError::user(format!("cannot read {}: {e}", path.display())))?;
+        let name = path.display().to_string();
+        read.push(convo_formats::recording::read(&name, &bytes).map_err(format_error)?);
+    }
+    let mut store = env.open()?;
+    let (mut nodes, mut created, mut existing) = (0, Vec::new(), Vec::new());
+    for rec in &read {
+        let id = rec.session.id.to_string();
+        match convo_formats::recording::load(&mut store, rec)? {
+            convo_formats::recording::Loaded::Created { nodes: n, branches } => {
+                nodes += n;
+                created.push(
+                    json!({"id": id, "title": rec.session.title, "nodes": n, "branches": branches}),
+                );
+            }
+            convo_formats::recording::Loaded::Existing => existing.push(id),
+        }
+    }
+    if a.json {
+        let v = json!({
+            "created": created, "existing": existing, "sessions": created.len(),
+            "nodes": nodes, "skipped": existing.len(),
+        });
+        crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
+    } else {
+        if a.verbose {
+            for c in &created {
+                println!("{}", c["id"].as_str().unwrap_or_default());
+            }
+        }
+        eprintln!(
+            "imported {} recording(s) ({nodes} nodes, every hash checked); {} already present",
+            created.len(),
+            existing.len()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
