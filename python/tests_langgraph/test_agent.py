@@ -18,6 +18,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
+from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
 
@@ -178,3 +179,29 @@ def test_edited_checkpoint_is_refused(tmp_path: Path) -> None:
         with pytest.raises(convo.ConvoError):
             app.get_state(cfg)
         assert not store.verify().ok
+
+
+def test_delta_channel_history_matches_the_parent_walk(store_url: str) -> None:
+    graph = StateGraph(MessagesState).add_node("echo", lambda s: {"messages": [AIMessage("hi")]})
+    graph.add_edge(START, "echo").add_edge("echo", END)
+    with convo.Store(store_url) as store:
+        saver = ConvoSaver(store)
+        app = graph.compile(checkpointer=saver)
+        cfg: Any = {"configurable": {"thread_id": "delta"}}
+        for text in ("one", "two", "three"):
+            app.invoke({"messages": [HumanMessage(text)]}, cfg)
+        for tup in saver.list(cfg):
+            channels = ["messages", "__start__", "missing"]
+            ours = saver.get_delta_channel_history(config=tup.config, channels=channels)
+            walked = BaseCheckpointSaver.get_delta_channel_history(
+                saver, config=tup.config, channels=channels
+            )
+            assert ours == walked
+        latest = saver.get_delta_channel_history(config=cfg, channels=["messages"])
+        assert [m.content for m in latest["messages"]["seed"]] == [
+            "one",
+            "hi",
+            "two",
+            "hi",
+            "three",
+        ]
