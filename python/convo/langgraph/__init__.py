@@ -82,6 +82,8 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         self.store = store
         self._lock = threading.RLock()
         self._threads: dict[str, ix.Thread] = {}
+        # Each channel as serialized at a checkpoint (thread, ns, id): a
+        # channel a child leaves unchanged is not serialized again.
         self._values: OrderedDict[tuple[str, str, str, str], ix.Channel] = OrderedDict()
         self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
         # Writes that came before their checkpoint (LangGraph puts both from
@@ -294,26 +296,32 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     # ----- writes ---------------------------------------------------------------
 
     def _channels(
-        self, thread_id: str, ns: str, checkpoint: Checkpoint, new_versions: ChannelVersions
+        self,
+        thread_id: str,
+        ns: str,
+        parent: str | None,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
     ) -> tuple[ix.Typed, dict[str, ix.Channel]]:
         """The checkpoint serialized: the rest, and each channel with a value
-        (one not in `new_versions` is not serialized again if this saver
-        serialized it at that version)."""
+        (one not in `new_versions` holds its parent's value: not serialized
+        again if this saver serialized the parent)."""
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         channels: dict[str, ix.Channel] = {}
         versions: dict[str, Any] = c["channel_versions"]
-        for ch, version in versions.items():
+        for ch in versions:
             if ch not in values:
                 continue
-            key = (thread_id, ns, ch, str(version))
-            done = None if ch in new_versions else self._values.get(key)
+            done = None
+            if parent is not None and ch not in new_versions:
+                done = self._values.get((thread_id, ns, parent, ch))
             if done is None:
                 done = self._dump(values[ch])
-                self._values[key] = done
-                while len(self._values) > 512:
-                    self._values.popitem(last=False)
+            self._values[(thread_id, ns, checkpoint["id"], ch)] = done
             channels[ch] = done
+        while len(self._values) > 512:
+            self._values.popitem(last=False)
         return self.serde.dumps_typed(c), channels
 
     def put(
@@ -325,7 +333,8 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
-        skeleton, channels = self._channels(thread_id, ns, checkpoint, new_versions)
+        parent = conf.get("checkpoint_id")
+        skeleton, channels = self._channels(thread_id, ns, parent, checkpoint, new_versions)
         md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
         with self._lock:
             th = self._thread(thread_id)
@@ -574,14 +583,15 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             return None
         return th.checkpoints.get((cp.ns, cp.parent))
 
-    def get_next_version(self, current: str | None, channel: None) -> str:
-        if current is None:
-            current_v = 0
-        elif isinstance(current, int):
-            current_v = current
-        else:
-            current_v = int(current.split(".")[0])
-        return f"{current_v + 1:032}.{random.random():016}"
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        """Integer versions (LangGraph's default): a checkpoint keeps its
+        values itself, not under (channel, version) as LangGraph's SQL
+        savers do, so versions need no random part to stay apart across
+        forks; they keep the checkpoint's header short. A thread written
+        with string versions goes on with them."""
+        if isinstance(current, str):
+            return f"{int(current.split('.')[0]) + 1:032}.{random.random():016}"
+        return 1 if current is None else int(current) + 1
 
     # ----- async: the same, in a worker thread ----------------------------------------
 
