@@ -380,6 +380,9 @@ pub struct PageQuery {
     /// details read back from the kept export body (rebuilds the session's
     /// kept bodies: it costs what the exporter sent). Default `false`.
     pub otel: Option<bool>,
+    /// `false`: leave each node's `payload` out (`null`), and do not read
+    /// it (a listing of long payloads costs only the nodes). Default `true`.
+    pub payloads: Option<bool>,
 }
 
 /// A page of a timeline.
@@ -412,11 +415,51 @@ pub async fn timeline(
     let limit = p.limit.unwrap_or(200).clamp(1, 2000);
     let cursor = p.cursor.unwrap_or(0);
     let otel = p.otel.unwrap_or(false);
+    if !p.payloads.unwrap_or(true) {
+        return Ok(Json(
+            st.pool
+                .run(move |s| bare_timeline_page(s, &q, &branch, cursor, limit))
+                .await?,
+        ));
+    }
     Ok(Json(
         st.pool
             .run(move |s| timeline_page(s, &q, &branch, cursor, limit, otel))
             .await?,
     ))
+}
+
+/// A page of a timeline without payloads (`payloads=false`).
+fn bare_timeline_page(
+    s: &mut convo_store::Store,
+    q: &str,
+    branch: &BranchName,
+    cursor: i64,
+    limit: usize,
+) -> convo_store::Result<TimelinePageView> {
+    let row = s.find_session(q)?;
+    let start = if cursor < 0 {
+        // The last `-cursor` nodes (at most a page), as `timeline_page` reads them.
+        let total = s.timeline_page_bare(&row.id, branch, 0, 1)?.total;
+        total.saturating_sub((cursor.unsigned_abs() as usize).min(limit))
+    } else {
+        cursor as usize
+    };
+    let page = s.timeline_page_bare(&row.id, branch, start, limit)?;
+    let nodes: Vec<NodeView> = page
+        .nodes
+        .iter()
+        .map(|(n, turn)| wire::node(&n.stored, None).with_turn(*turn))
+        .collect();
+    let end = page.offset + nodes.len();
+    Ok(TimelinePageView {
+        branch: branch.as_str().to_owned(),
+        nodes,
+        total: page.total,
+        turns: page.turns,
+        cursor: page.offset,
+        next_cursor: (end < page.total).then_some(end),
+    })
 }
 
 pub(crate) fn timeline_page(

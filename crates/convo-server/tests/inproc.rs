@@ -124,6 +124,63 @@ async fn a_session_is_created_appended_forked_and_read_back() {
     srv.stop().await;
 }
 
+/// `payloads=false` lists the same nodes without their payloads (a saver
+/// indexing a thread of long checkpoints reads only the nodes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeline_without_payloads_lists_the_same_nodes() {
+    let srv = start(None).await;
+    let c = reqwest::Client::new();
+    let s = post(&c, &srv.base, "/api/v1/sessions", json!({"agent": "a"})).await;
+    let id = s["id"].as_str().unwrap().to_owned();
+    let long = "x".repeat(10_000);
+    post(
+        &c,
+        &srv.base,
+        &format!("/api/v1/sessions/{id}/branches/main/nodes"),
+        json!([
+            {"kind": "invoke", "payload": long, "diagnostics": {"k": 1}},
+            {"kind": "complete", "payload": "done"},
+            {"kind": "invoke", "payload": "again"}
+        ]),
+    )
+    .await;
+    let get = |q: &'static str| {
+        let url = format!(
+            "{}/api/v1/sessions/{id}/branches/main/timeline{q}",
+            srv.base
+        );
+        let c = c.clone();
+        async move {
+            c.get(url)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    let full = get("").await;
+    let bare = get("?payloads=false").await;
+    let (f, b) = (list(&full, "nodes"), list(&bare, "nodes"));
+    assert_eq!(f.len(), 3);
+    assert_eq!(b.len(), 3);
+    for (f, b) in f.iter().zip(b) {
+        assert_eq!(f["hash"], b["hash"]);
+        assert_eq!(f["diagnostics"], b["diagnostics"]);
+        assert_eq!(f["turn"], b["turn"]);
+        assert!(f["payload"].is_string(), "{f}");
+        assert!(b["payload"].is_null(), "{b}");
+    }
+    assert_eq!(b[0]["payload_len"], 10_000);
+    let page = get("?payloads=false&cursor=1&limit=1").await;
+    assert_eq!(list(&page, "nodes")[0]["hash"], f[1]["hash"]);
+    assert_eq!(page["next_cursor"], 2);
+    let tail = get("?payloads=false&cursor=-1").await;
+    assert_eq!(list(&tail, "nodes")[0]["hash"], f[2]["hash"]);
+    srv.stop().await;
+}
+
 /// Reads check what they serve: a payload edited behind convo's back is
 /// refused by the API (the store's "corrupt" status), never sent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

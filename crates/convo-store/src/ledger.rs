@@ -447,7 +447,20 @@ impl Store {
         offset: usize,
         limit: usize,
     ) -> Result<TimelinePage> {
-        self.read(|tx| timeline_page_in(tx, session, branch, Some(offset), limit))
+        self.read(|tx| timeline_page_in(tx, session, branch, Some(offset), limit, true))
+    }
+
+    /// Like [`Store::timeline_page`] without reading payloads (each node's
+    /// `payload` is left empty): a listing that needs only the nodes costs
+    /// nothing for their payloads' size.
+    pub fn timeline_page_bare(
+        &mut self,
+        session: &SessionId,
+        branch: &BranchName,
+        offset: usize,
+        limit: usize,
+    ) -> Result<TimelinePage> {
+        self.read(|tx| timeline_page_in(tx, session, branch, Some(offset), limit, false))
     }
 
     /// Like [`Store::timeline_page`], for the last `limit` nodes (one pass).
@@ -457,7 +470,7 @@ impl Store {
         branch: &BranchName,
         limit: usize,
     ) -> Result<TimelinePage> {
-        self.read(|tx| timeline_page_in(tx, session, branch, None, limit))
+        self.read(|tx| timeline_page_in(tx, session, branch, None, limit, true))
     }
 
     /// The follow number of the newest node (0 for an empty store).
@@ -1336,6 +1349,7 @@ fn timeline_page_in(
     branch: &BranchName,
     offset: Option<usize>,
     limit: usize,
+    payloads: bool,
 ) -> Result<TimelinePage> {
     let b = open_branch(tx, session, branch, false)?;
     let Some(head) = b.head else {
@@ -1359,7 +1373,11 @@ fn timeline_page_in(
     let end = offset.saturating_add(limit).min(total);
     let start = offset.min(end);
     let hashes = chain_stretch(tx, session, &head_node, start as u64, end as u64)?;
-    let rows = tx.nodes_with_payloads(&hashes)?;
+    let rows = if payloads {
+        tx.nodes_with_payloads(&hashes)?
+    } else {
+        std::iter::repeat_with(|| None).take(hashes.len()).collect()
+    };
     let mut nodes = Vec::with_capacity(hashes.len());
     for (h, row) in hashes.iter().zip(rows) {
         let (stored, payload) = match row {
@@ -1369,10 +1387,14 @@ fn timeline_page_in(
                 let stored = tx
                     .node(h)?
                     .ok_or_else(|| StoreError::corrupt(format!("node {h} is missing")))?;
-                let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
-                    StoreError::corrupt(format!("payload of node {h} is missing"))
-                })?;
-                (stored, payload)
+                if !payloads {
+                    (stored, Vec::new())
+                } else {
+                    let payload = payload_in(tx, &stored.node.payload)?.ok_or_else(|| {
+                        StoreError::corrupt(format!("payload of node {h} is missing"))
+                    })?;
+                    (stored, payload)
+                }
             }
         };
         if stored.hash != *h || stored.node.session != *session {

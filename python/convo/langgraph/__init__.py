@@ -1,0 +1,666 @@
+"""LangGraph checkpointers over a convo store: `ConvoSaver`, `AsyncConvoSaver`.
+
+    from convo.langgraph import ConvoSaver
+
+    with ConvoSaver.from_conn_string("sqlite:///path/convo.db") as saver:
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke(inputs, {"configurable": {"thread_id": "trip"}})
+
+A thread is a session titled by its `thread_id` (`convo session get trip`),
+a checkpoint a node of its timelines, a subgraph's namespace a timeline
+of its own, and a checkpoint made from an old one (`update_state` or
+`invoke` at an old `checkpoint_id`) a fork: a named timeline that `convo
+branch list` and `convo log --graph` show. Checkpoints are payloads of
+the store, so `convo verify` checks them and an edited one is refused
+when read; see `convo.langgraph._index` for the layout.
+
+`delete_thread` detaches the thread (its session is retitled
+`[deleted] THREAD_ID` and no saver reads it again); `prune` and
+`delete_for_runs` rewrite the thread into a new session with what is
+kept, the old one retitled `[pruned] THREAD_ID`. The store keeps every
+session it was given: nothing is erased from disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import datetime
+import json
+import random
+import threading
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, cast
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
+    get_checkpoint_id,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from convo.errors import NotFoundError
+from convo.langgraph import _index as ix
+from convo.models import Line
+from convo.store import PathLike, Store, _q
+
+__all__ = ["AsyncConvoSaver", "ConvoSaver"]
+
+DELETED = "[deleted] "
+PRUNED = "[pruned] "
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _json_safe(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+class ConvoSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer that keeps threads in a convo store.
+
+    `store` is an open `convo.Store` (the saver does not close it); or use
+    `ConvoSaver.from_conn_string(url_or_path)`, which opens one and closes
+    it at the end of the `with` block. Safe to share between threads.
+    """
+
+    def __init__(self, store: Store, *, serde: SerializerProtocol | None = None) -> None:
+        super().__init__(serde=serde)
+        self.store = store
+        self._lock = threading.RLock()
+        self._threads: dict[str, ix.Thread] = {}
+        # Each channel as serialized at a checkpoint (thread, ns, id): a
+        # channel a child leaves unchanged is not serialized again.
+        self._values: OrderedDict[tuple[str, str, str, str], ix.Channel] = OrderedDict()
+        self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+        # Writes that came before their checkpoint (LangGraph puts both from
+        # a thread pool): written right after it.
+        self._early: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: PathLike | None = None) -> Iterator[ConvoSaver]:
+        """A saver over the store at a convo store URL (`sqlite:///…`,
+        `postgres://…`) or SQLite path (`None`: the CLI's default store)."""
+        store = Store(conn_string)
+        try:
+            yield cls(store)
+        finally:
+            store.close()
+
+    # ----- the store ----------------------------------------------------------
+
+    def _api(self, method: str, path: str, payload: Any = None, **kw: Any) -> Any:
+        return self.store._http().json(method, path, payload, **kw)
+
+    def _payload(self, node: str) -> bytes:
+        return self.store._http().request("GET", f"/api/v1/nodes/{_q(node)}/payload")
+
+    def _append(self, th: ix.Thread, branch: str, line: Line) -> dict[str, Any]:
+        d = self._api(
+            "POST",
+            f"/sessions/{_q(th.session)}/branches/{_q(branch)}/nodes",
+            [line.to_json()],
+        )
+        node: dict[str, Any] = d["nodes"][0]
+        t = th.timeline(branch)
+        t.length = int(node["depth"]) - 1
+        th.take(t, [node])
+        return node
+
+    def _fork(self, th: ix.Thread, at: str, name: str, ns: str, last: str | None) -> None:
+        d = self._api("POST", f"/sessions/{_q(th.session)}/fork", {"from": at, "branch": name})
+        node = d["node"]
+        th.timelines[name] = ix.Timeline(name, node["hash"], int(node["depth"]), ns, last)
+
+    def _find(self, thread_id: str, *, fresh: bool = True) -> ix.Thread | None:
+        """The thread's session as the store has it now (`fresh`) or as this
+        saver last wrote it, `None` if none."""
+        th = self._threads.get(thread_id)
+        if th is not None and not fresh:
+            return th
+        if th is None:
+            try:
+                d = self._api("GET", f"/sessions/{_q(thread_id)}")
+            except NotFoundError:
+                return None
+            s = d["session"]
+            if s.get("title") != thread_id or s.get("agent") != ix.AGENT:
+                return None
+            th = self._threads[thread_id] = ix.Thread(thread_id, s["id"])
+        self._refresh(th)
+        return th
+
+    def _refresh(self, th: ix.Thread) -> None:
+        """Reads what was appended to the thread's timelines since last time."""
+        for b in self._api("GET", f"/sessions/{_q(th.session)}/branches"):
+            t = th.timeline(b["name"])
+            while b.get("head") and t.head != b["head"]:
+                page = self._api(
+                    "GET",
+                    f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
+                    query={"cursor": t.length, "limit": 2000, "payloads": "false"},
+                )
+                if not page["nodes"]:
+                    break
+                th.take(t, page["nodes"])
+
+    def _thread(self, thread_id: str) -> ix.Thread:
+        """The thread's session, created (with its first node) if missing."""
+        th = self._find(thread_id, fresh=False)
+        if th is not None:
+            return th
+        return self._create(thread_id, thread_id)
+
+    def _create(self, thread_id: str, title: str) -> ix.Thread:
+        s = self._api("POST", "/sessions", {"agent": ix.AGENT, "title": title})
+        th = ix.Thread(thread_id, s["id"])
+        first = Line(
+            "invoke",
+            json.dumps({"langgraph_thread": thread_id}),
+            ix.CHECKPOINT_FROM,
+            ix.CHECKPOINT_TO,
+            {ix.DIAG: {"thread": thread_id}},
+        )
+        self._append(th, "main", first)
+        if title == thread_id:
+            self._threads[thread_id] = th
+        return th
+
+    def session_of(self, thread_id: str) -> str:
+        """The id of the thread's session (`ses-…`), created if the thread
+        has none yet: record the graph's model calls into it with
+        `convo.record(thread_id, branch="llm")` (the proxy finds it by title)."""
+        with self._lock:
+            return self._thread(thread_id).session
+
+    # ----- reads ----------------------------------------------------------------
+
+    def _tuple(self, th: ix.Thread, cp: ix.Checkpoint) -> CheckpointTuple:
+        skeleton, channels = ix.read_checkpoint_payload(self._payload(cp.node))
+        checkpoint: Checkpoint = self.serde.loads_typed(skeleton)
+        checkpoint["channel_values"] = {k: self._load(v) for k, v in channels.items()}
+        conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
+        parent = None
+        if cp.parent is not None:
+            parent = {"configurable": {**conf, "checkpoint_id": cp.parent}}
+        return CheckpointTuple(
+            config={"configurable": {**conf, "checkpoint_id": cp.id}},
+            checkpoint=checkpoint,
+            metadata=cast(CheckpointMetadata, dict(cp.metadata)),
+            parent_config=parent,  # type: ignore[arg-type]
+            pending_writes=self._pending(cp),
+        )
+
+    def _load(self, v: ix.Channel) -> Any:
+        if isinstance(v, list):
+            return [self.serde.loads_typed(e) for e in v]
+        return self.serde.loads_typed(v)
+
+    def _dump(self, v: Any) -> ix.Channel:
+        if isinstance(v, list):
+            return [self.serde.dumps_typed(e) for e in v]
+        return self.serde.dumps_typed(v)
+
+    def _write_values(self, node: str) -> list[tuple[str, bytes]]:
+        values = self._writes.get(node)
+        if values is None:
+            values = ix.read_writes_payload(self._payload(node))
+            self._writes[node] = values
+            while len(self._writes) > 4096:
+                self._writes.popitem(last=False)
+        return values
+
+    def _pending(self, cp: ix.Checkpoint) -> list[PendingWrite]:
+        ws = sorted(cp.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
+        return [
+            (w.task_id, w.channel, self.serde.loads_typed(self._write_values(w.node)[w.pos]))
+            for w in ws
+        ]
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        ns = conf.get("checkpoint_ns", "")
+        with self._lock:
+            th = self._find(str(conf["thread_id"]))
+            if th is None:
+                return None
+            cp_id = get_checkpoint_id(config)
+            if cp_id:
+                cp = th.checkpoints.get((ns, cp_id))
+            else:
+                newest = th.in_ns(ns)
+                cp = newest[0] if newest else None
+            return None if cp is None else self._tuple(th, cp)
+
+    def _threads_listed(self, config: RunnableConfig | None) -> list[ix.Thread]:
+        conf = (config or {}).get("configurable") or {}
+        if conf.get("thread_id") is not None:
+            th = self._find(str(conf["thread_id"]))
+            return [] if th is None else [th]
+        out = []
+        for s in self.store.sessions(agent=ix.AGENT):
+            if s.title is None or s.title.startswith((DELETED, PRUNED)):
+                continue
+            th = self._find(s.title)
+            if th is not None:
+                out.append(th)
+        return out
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        conf = (config or {}).get("configurable") or {}
+        ns = conf.get("checkpoint_ns")
+        cp_id = conf.get("checkpoint_id")
+        before_id = get_checkpoint_id(before) if before else None
+        with self._lock:
+            found: list[tuple[ix.Thread, ix.Checkpoint]] = []
+            for th in self._threads_listed(config):
+                for cp in th.checkpoints.values():
+                    if ns is not None and cp.ns != ns:
+                        continue
+                    if cp_id is not None and cp.id != cp_id:
+                        continue
+                    if before_id is not None and cp.id >= before_id:
+                        continue
+                    if filter and any(cp.metadata.get(k) != v for k, v in filter.items()):
+                        continue
+                    found.append((th, cp))
+        found.sort(key=lambda p: p[1].id, reverse=True)
+        if limit is not None:
+            found = found[: max(limit, 0)]
+        for th, cp in found:
+            with self._lock:
+                tup = self._tuple(th, cp)
+            yield tup
+
+    # ----- writes ---------------------------------------------------------------
+
+    def _channels(
+        self,
+        thread_id: str,
+        ns: str,
+        parent: str | None,
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+    ) -> tuple[ix.Typed, dict[str, ix.Channel]]:
+        """The checkpoint serialized: the rest, and each channel with a value
+        (one not in `new_versions` holds its parent's value: not serialized
+        again if this saver serialized the parent)."""
+        c: dict[str, Any] = dict(checkpoint)
+        values: dict[str, Any] = c.pop("channel_values")
+        channels: dict[str, ix.Channel] = {}
+        versions: dict[str, Any] = c["channel_versions"]
+        for ch in versions:
+            if ch not in values:
+                continue
+            done = None
+            if parent is not None and ch not in new_versions:
+                done = self._values.get((thread_id, ns, parent, ch))
+            if done is None:
+                done = self._dump(values[ch])
+            self._values[(thread_id, ns, checkpoint["id"], ch)] = done
+            channels[ch] = done
+        while len(self._values) > 512:
+            self._values.popitem(last=False)
+        return self.serde.dumps_typed(c), channels
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        parent = conf.get("checkpoint_id")
+        skeleton, channels = self._channels(thread_id, ns, parent, checkpoint, new_versions)
+        md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
+        with self._lock:
+            th = self._thread(thread_id)
+            self._put_raw(
+                th,
+                ns,
+                checkpoint["id"],
+                conf.get("checkpoint_id"),
+                md,
+                ix.checkpoint_payload(skeleton, channels),
+            )
+            for early in self._early.pop((thread_id, ns, checkpoint["id"]), []):
+                self._put_writes_locked(th, *early)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def _put_raw(
+        self,
+        th: ix.Thread,
+        ns: str,
+        cp_id: str,
+        parent: str | None,
+        md: dict[str, Any],
+        payload: bytes,
+    ) -> None:
+        """Appends a checkpoint node where it belongs: after its parent, or
+        on a new fork from it, or on its namespace's new timeline."""
+        branch, fork_at = th.branch_for(ns, parent)
+        if branch is None:
+            base = ix.branch_base(ns)
+            if fork_at is not None:
+                name = ix.fork_name(base, set(th.timelines))
+                self._fork(th, fork_at, name, ns, parent)
+            else:
+                self._fork(th, self._ns_origin(th, md), base, ns, None)
+                name = base
+            branch = name
+        diag = {ix.DIAG: {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}}
+        line = Line("invoke", payload, ix.CHECKPOINT_FROM, ix.CHECKPOINT_TO, diag)
+        self._append(th, branch, line)
+
+    def _ns_origin(self, th: ix.Thread, md: dict[str, Any]) -> str:
+        """Where a namespace's timeline forks from: its parent graph's
+        checkpoint when known, else the thread's first node."""
+        parents = md.get("parents") or {}
+        for pns in sorted(parents, key=len, reverse=True):
+            cp = th.checkpoints.get((pns, str(parents[pns])))
+            if cp is not None:
+                return cp.node
+        if th.root is None:
+            raise RuntimeError(f"thread {th.thread_id!r}: its session has no first node")
+        return th.root
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = config["configurable"]
+        thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
+        cp_id = str(conf["checkpoint_id"])
+        entries = [(WRITES_IDX_MAP.get(c, i), c, v) for i, (c, v) in enumerate(writes)]
+        values = [self.serde.dumps_typed(v) for _, _, v in entries]
+        with self._lock:
+            th = self._find(thread_id, fresh=False)
+            if th is not None and (ns, cp_id) not in th.checkpoints:
+                self._refresh(th)
+            if th is None or (ns, cp_id) not in th.checkpoints:
+                # Its checkpoint is still being put (or never will be, as
+                # with any saver that keeps writes of unknown checkpoints).
+                early = self._early.setdefault((thread_id, ns, cp_id), [])
+                early.append((ns, cp_id, task_id, task_path, entries, values))
+                return
+            self._put_writes_locked(th, ns, cp_id, task_id, task_path, entries, values)
+
+    def _put_writes_locked(
+        self,
+        th: ix.Thread,
+        ns: str,
+        cp_id: str,
+        task_id: str,
+        task_path: str,
+        entries: builtins.list[tuple[int, str, Any]],
+        values: builtins.list[tuple[str, bytes]],
+    ) -> None:
+        """Writes what is new (or, for special channels, replaced) of a
+        task's writes for a checkpoint the thread has."""
+        cp = th.checkpoints[(ns, cp_id)]
+        if not all(c in WRITES_IDX_MAP for _, c, _ in entries):
+            keep = [i for i, e in enumerate(entries) if (task_id, e[0]) not in cp.writes]
+            entries = [entries[i] for i in keep]
+            values = [values[i] for i in keep]
+        if entries:
+            self._put_writes_raw(th, cp, task_id, task_path, entries, values)
+
+    def _put_writes_raw(
+        self,
+        th: ix.Thread,
+        cp: ix.Checkpoint,
+        task_id: str,
+        task_path: str,
+        entries: Sequence[tuple[int, str, Any]],
+        values: Sequence[tuple[str, bytes]],
+    ) -> None:
+        diag = {
+            ix.DIAG: {
+                "writes_for": cp.id,
+                "ns": cp.ns,
+                "task_id": task_id,
+                "task_path": task_path,
+                "writes": [[idx, ch] for idx, ch, _ in entries],
+            }
+        }
+        line = Line("request", ix.writes_payload(values), ix.WRITES_FROM, ix.WRITES_TO, diag)
+        node = self._append(th, cp.branch, line)
+        self._writes[node["hash"]] = builtins.list(values)
+
+    # ----- threads as a whole -----------------------------------------------------
+
+    def delete_thread(self, thread_id: str) -> None:
+        with self._lock:
+            th = self._find(thread_id)
+            if th is not None:
+                self._retire(th, DELETED)
+
+    def _retire(self, th: ix.Thread, prefix: str) -> None:
+        title = f"{prefix}{th.thread_id} {_now()} {uuid.uuid4().hex[:8]}"
+        self._api("PATCH", f"/sessions/{_q(th.session)}", {"title": title})
+        self._threads.pop(th.thread_id, None)
+
+    def _copy(self, src: ix.Thread, dst: ix.Thread, keep: set[tuple[str, str]] | None) -> None:
+        """Appends `src`'s checkpoints (those in `keep`, or all) and their
+        writes to `dst`, in the order they were written, payloads as they are
+        (the store holds them once)."""
+        for cp in sorted(src.checkpoints.values(), key=lambda c: c.seq):
+            if keep is not None and (cp.ns, cp.id) not in keep:
+                continue
+            self._put_raw(dst, cp.ns, cp.id, cp.parent, cp.metadata, self._payload(cp.node))
+            copied = dst.checkpoints[(cp.ns, cp.id)]
+            by_node: dict[str, list[ix.Write]] = {}
+            for w in cp.writes.values():
+                by_node.setdefault(w.node, []).append(w)
+            for node, ws in by_node.items():
+                ws.sort(key=lambda w: w.pos)
+                vals = self._write_values(node)
+                entries = [(w.idx, w.channel, None) for w in ws]
+                values = [vals[w.pos] for w in ws]
+                self._put_writes_raw(dst, copied, ws[0].task_id, ws[0].task_path, entries, values)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        with self._lock:
+            src = self._find(source_thread_id)
+            if src is None or not src.checkpoints:
+                return
+            self._copy(src, self._thread(target_thread_id), None)
+
+    def _rewrite(self, th: ix.Thread, keep: set[tuple[str, str]]) -> None:
+        """Replaces the thread's session by a new one holding only `keep`."""
+        new = self._create(th.thread_id, f"{th.thread_id} (rewriting {uuid.uuid4().hex[:8]})")
+        self._copy(th, new, keep)
+        self._retire(th, PRUNED)
+        self._api("PATCH", f"/sessions/{_q(new.session)}", {"title": th.thread_id})
+        self._threads[th.thread_id] = new
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        if strategy not in ("keep_latest", "delete"):
+            raise ValueError(f"unknown prune strategy {strategy!r}: keep_latest or delete")
+        with self._lock:
+            for thread_id in thread_ids:
+                th = self._find(thread_id)
+                if th is None:
+                    continue
+                if strategy == "delete":
+                    self._retire(th, DELETED)
+                    continue
+                latest: dict[str, ix.Checkpoint] = {}
+                for cp in th.checkpoints.values():
+                    if cp.ns not in latest or cp.id > latest[cp.ns].id:
+                        latest[cp.ns] = cp
+                keep = {(cp.ns, cp.id) for cp in latest.values()}
+                if len(keep) < len(th.checkpoints):
+                    self._rewrite(th, keep)
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        runs = set(run_ids)
+        if not runs:
+            return
+        with self._lock:
+            for th in self._threads_listed(None):
+                keep = {
+                    k for k, cp in th.checkpoints.items() if cp.metadata.get("run_id") not in runs
+                }
+                if len(keep) < len(th.checkpoints):
+                    self._rewrite(th, keep)
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Each channel's writes along the parent chain of the checkpoint
+        (oldest first) and the value at the nearest ancestor that stores
+        one; reads only the ancestors the walk needs."""
+        if not channels:
+            return {}
+        conf = config["configurable"]
+        ns = conf.get("checkpoint_ns", "")
+        collected: dict[str, list[PendingWrite]] = {c: [] for c in channels}
+        seeds: dict[str, Any] = {}
+        with self._lock:
+            th = self._find(str(conf["thread_id"]))
+            start = None if th is None else self._start(th, ns, get_checkpoint_id(config))
+            remaining = set(channels)
+            cursor = self._parent(th, start)
+            while th is not None and cursor is not None and remaining:
+                for w in reversed(self._pending(cursor)):
+                    if w[1] in remaining:
+                        collected[w[1]].append(w)
+                _, values = ix.read_checkpoint_payload(self._payload(cursor.node))
+                for ch in list(remaining):
+                    if ch in values:
+                        seeds[ch] = self._load(values[ch])
+                        remaining.discard(ch)
+                cursor = self._parent(th, cursor)
+        out: dict[str, DeltaChannelHistory] = {}
+        for ch in channels:
+            entry: DeltaChannelHistory = {"writes": list(reversed(collected[ch]))}
+            if ch in seeds:
+                entry["seed"] = seeds[ch]
+            out[ch] = entry
+        return out
+
+    def _start(self, th: ix.Thread, ns: str, cp_id: str | None) -> ix.Checkpoint | None:
+        if cp_id:
+            return th.checkpoints.get((ns, cp_id))
+        newest = th.in_ns(ns)
+        return newest[0] if newest else None
+
+    def _parent(self, th: ix.Thread | None, cp: ix.Checkpoint | None) -> ix.Checkpoint | None:
+        if th is None or cp is None or cp.parent is None:
+            return None
+        return th.checkpoints.get((cp.ns, cp.parent))
+
+    def get_next_version(self, current: Any, channel: None) -> Any:
+        """Integer versions (LangGraph's default): a checkpoint keeps its
+        values itself, not under (channel, version) as LangGraph's SQL
+        savers do, so versions need no random part to stay apart across
+        forks; they keep the checkpoint's header short. A thread written
+        with string versions goes on with them."""
+        if isinstance(current, str):
+            return f"{int(current.split('.')[0]) + 1:032}.{random.random():016}"
+        return 1 if current is None else int(current) + 1
+
+    # ----- async: the same, in a worker thread ----------------------------------------
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await asyncio.to_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        def collect() -> list[CheckpointTuple]:
+            return list(self.list(config, filter=filter, before=before, limit=limit))
+
+        for tup in await asyncio.to_thread(collect):
+            yield tup
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await asyncio.to_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await asyncio.to_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await asyncio.to_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await asyncio.to_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await asyncio.to_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await asyncio.to_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            lambda: self.get_delta_channel_history(config=config, channels=channels)
+        )
+
+
+class AsyncConvoSaver(ConvoSaver):
+    """`ConvoSaver` for asyncio graphs (`ainvoke`, `astream`): every call
+    runs in a worker thread; `from_conn_string` is an async context manager."""
+
+    @classmethod
+    @asynccontextmanager
+    async def from_conn_string(  # type: ignore[override]
+        cls, conn_string: PathLike | None = None
+    ) -> AsyncIterator[AsyncConvoSaver]:
+        store = Store(conn_string)
+        try:
+            yield cls(store)
+        finally:
+            await asyncio.to_thread(store.close)

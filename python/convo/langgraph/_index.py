@@ -1,0 +1,269 @@
+"""How LangGraph threads sit in a convo store, and what the savers keep in
+memory about them.
+
+A thread is a session titled by its `thread_id` (agent `langgraph`); its
+first node, on `main`, names the thread. A checkpoint is an `invoke` node
+(`langgraph → graph`) whose payload holds the whole checkpoint (channel
+values included) and whose diagnostics (`langgraph`) hold what a listing
+needs without the payload: the checkpoint id, its parent's, its namespace
+and its metadata. A call to `put_writes` is a `request` node (`task →
+graph`) after it, with the writes' values in the payload. Namespace `""`
+is `main`; a subgraph's namespace is a timeline of its own (`ns-…`),
+forked from its parent graph's checkpoint; a checkpoint whose parent is
+not the last one of its timeline (time travel: `update_state` or `invoke`
+from an old checkpoint) starts a fork (`…fork-N`) from its parent's node.
+
+The payload holds the checkpoint as LangGraph's serializer writes it, a
+list channel (`add_messages`) element by element: a message has the same
+bytes in every checkpoint after it, and the store keeps payloads in
+content-defined chunks, so each checkpoint costs the chunks around what
+changed, not the whole list again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+AGENT = "langgraph"
+"""The agent name of a thread's session."""
+DIAG = "langgraph"
+"""The diagnostics key the savers' nodes carry."""
+CHECKPOINT_FROM, CHECKPOINT_TO = "langgraph", "graph"
+WRITES_FROM, WRITES_TO = "task", "graph"
+
+
+def branch_base(ns: str) -> str:
+    """The timeline of namespace `ns`: `main` for the root graph, else
+    `ns-{readable part}-{8 hex of its SHA-256}` (a valid branch name for
+    any namespace)."""
+    if ns == "":
+        return "main"
+    readable = re.sub(r"[^A-Za-z0-9_-]+", "-", ns).strip("-")[:48]
+    digest = hashlib.sha256(ns.encode()).hexdigest()[:8]
+    return f"ns-{readable}-{digest}" if readable else f"ns-{digest}"
+
+
+def base_of(name: str) -> str:
+    """The namespace timeline a branch was forked for (`main` for `fork-N`)."""
+    if re.fullmatch(r"fork-\d+", name):
+        return "main"
+    return re.sub(r"-fork-\d+$", "", name)
+
+
+def fork_name(base: str, taken: set[str]) -> str:
+    """The first `{base}-fork-N` (`fork-N` for `main`) not in `taken`."""
+    stem = "fork" if base == "main" else f"{base}-fork"
+    n = 1
+    while f"{stem}-{n}" in taken:
+        n += 1
+    return f"{stem}-{n}"
+
+
+CHECKPOINT_MAGIC = b"convo-langgraph-checkpoint/1\n"
+WRITES_MAGIC = b"convo-langgraph-writes/1\n"
+Typed = tuple[str, bytes]
+"""A value as LangGraph's serializer writes it: its type and its bytes."""
+Channel = Typed | list[Typed]
+"""A channel's value: one typed value, or a list's elements each typed."""
+
+
+def _frame(t: Typed) -> bytes:
+    kind = t[0].encode()
+    return bytes([len(kind)]) + kind + len(t[1]).to_bytes(4, "big") + t[1]
+
+
+def _frames(raw: bytes, at: int, n: int) -> tuple[list[Typed], int]:
+    out: list[Typed] = []
+    for _ in range(n):
+        k = raw[at]
+        kind = raw[at + 1 : at + 1 + k].decode()
+        at += 1 + k
+        size = int.from_bytes(raw[at : at + 4], "big")
+        out.append((kind, raw[at + 4 : at + 4 + size]))
+        at += 4 + size
+    if len(out) != n:
+        raise ValueError("a checkpoint payload ends early")
+    return out, at
+
+
+def checkpoint_payload(skeleton: Typed, channels: dict[str, Channel]) -> bytes:
+    """A checkpoint node's payload: a JSON line naming the channels (a
+    list's length, or -1 for one value), then the checkpoint without its
+    channel values and each channel, as frames (type, length, bytes). A
+    list's elements are framed one by one, so a message keeps the same
+    bytes in every later checkpoint and the store's chunks hold it once."""
+    names = sorted(channels)
+    head = [
+        [k, len(v) if isinstance(v, list) else -1] for k, v in ((k, channels[k]) for k in names)
+    ]
+    parts = [CHECKPOINT_MAGIC, json.dumps(head, separators=(",", ":")).encode(), b"\n"]
+    parts.append(_frame(skeleton))
+    for k in names:
+        v = channels[k]
+        parts.extend(_frame(e) for e in (v if isinstance(v, list) else [v]))
+    return b"".join(parts)
+
+
+def read_checkpoint_payload(raw: bytes) -> tuple[Typed, dict[str, Channel]]:
+    """The inverse of `checkpoint_payload`."""
+    if not raw.startswith(CHECKPOINT_MAGIC):
+        raise ValueError("not a LangGraph checkpoint written by convo")
+    end = raw.index(b"\n", len(CHECKPOINT_MAGIC))
+    head = json.loads(raw[len(CHECKPOINT_MAGIC) : end])
+    (skeleton,), at = _frames(raw, end + 1, 1)
+    channels: dict[str, Channel] = {}
+    for name, n in head:
+        frames, at = _frames(raw, at, n if n >= 0 else 1)
+        channels[str(name)] = frames if n >= 0 else frames[0]
+    return skeleton, channels
+
+
+def writes_payload(values: Sequence[Typed]) -> bytes:
+    """A writes node's payload: each value framed, in the order of the
+    diagnostics' `writes`."""
+    return WRITES_MAGIC + b"".join(_frame(v) for v in values)
+
+
+def read_writes_payload(raw: bytes) -> list[Typed]:
+    if not raw.startswith(WRITES_MAGIC):
+        raise ValueError("not LangGraph writes written by convo")
+    out: list[Typed] = []
+    at = len(WRITES_MAGIC)
+    while at < len(raw):
+        frames, at = _frames(raw, at, 1)
+        out.extend(frames)
+    return out
+
+
+@dataclass
+class Write:
+    """One pending write: its key is `(task_id, idx)`."""
+
+    task_id: str
+    idx: int
+    channel: str
+    task_path: str
+    node: str
+    """The writes node holding its value."""
+    pos: int
+    """Its place in that node's payload."""
+
+
+@dataclass
+class Checkpoint:
+    """What a listing needs of one checkpoint (its payload stays in the store)."""
+
+    id: str
+    ns: str
+    parent: str | None
+    metadata: dict[str, Any]
+    node: str
+    seq: int
+    branch: str
+    """The first timeline it was read on (one that holds it)."""
+    writes: dict[tuple[str, int], Write] = field(default_factory=dict)
+
+
+@dataclass
+class Timeline:
+    """One branch as last read: its head, how many nodes it has, its
+    namespace and the last checkpoint of that namespace on it."""
+
+    name: str
+    head: str | None
+    length: int
+    ns: str | None
+    last: str | None
+
+
+@dataclass
+class Thread:
+    """The savers' picture of one thread's session."""
+
+    thread_id: str
+    session: str
+    timelines: dict[str, Timeline] = field(default_factory=dict)
+    checkpoints: dict[tuple[str, str], Checkpoint] = field(default_factory=dict)
+    by_node: dict[str, tuple[str, str]] = field(default_factory=dict)
+    root: str | None = None
+    """The thread's first node (namespaces with no parent fork from it)."""
+
+    def timeline(self, name: str) -> Timeline:
+        """The timeline named `name`, empty and unread when new."""
+        t = self.timelines.get(name)
+        if t is None:
+            ns = "" if base_of(name) == "main" else None
+            t = self.timelines[name] = Timeline(name, None, 0, ns, None)
+        return t
+
+    def take(self, t: Timeline, nodes: list[dict[str, Any]]) -> None:
+        """Reads nodes `t.length…` of a timeline (as the API lists them)."""
+        for n in nodes:
+            t.length += 1
+            t.head = n["hash"]
+            d = (n.get("diagnostics") or {}).get(DIAG)
+            if not isinstance(d, dict):
+                continue
+            if "thread" in d and self.root is None:
+                self.root = n["hash"]
+            elif "checkpoint" in d:
+                self._take_checkpoint(t, n, d)
+            elif "writes_for" in d:
+                self._take_writes(n, d)
+
+    def _take_checkpoint(self, t: Timeline, n: dict[str, Any], d: dict[str, Any]) -> None:
+        ns = str(d.get("ns", ""))
+        key = (ns, str(d["checkpoint"]))
+        if key not in self.checkpoints:
+            self.checkpoints[key] = Checkpoint(
+                id=key[1],
+                ns=ns,
+                parent=d.get("parent"),
+                metadata=dict(d.get("metadata") or {}),
+                node=n["hash"],
+                seq=int(n.get("seq", 0)),
+                branch=t.name,
+            )
+            self.by_node[n["hash"]] = key
+        if t.ns is None and branch_base(ns) == base_of(t.name):
+            t.ns = ns
+        if t.ns == ns:
+            t.last = key[1]
+
+    def _take_writes(self, n: dict[str, Any], d: dict[str, Any]) -> None:
+        cp = self.checkpoints.get((str(d.get("ns", "")), str(d["writes_for"])))
+        if cp is None:
+            return
+        for pos, (idx, channel) in enumerate(d.get("writes", [])):
+            key = (str(d["task_id"]), int(idx))
+            if key in cp.writes and int(idx) >= 0:
+                continue
+            cp.writes[key] = Write(
+                key[0], key[1], str(channel), str(d.get("task_path", "")), n["hash"], pos
+            )
+
+    def in_ns(self, ns: str) -> list[Checkpoint]:
+        """The namespace's checkpoints, newest (highest id) first."""
+        cps = [c for (cns, _), c in self.checkpoints.items() if cns == ns]
+        cps.sort(key=lambda c: c.id, reverse=True)
+        return cps
+
+    def branch_for(self, ns: str, parent: str | None) -> tuple[str | None, str | None]:
+        """Where a new checkpoint of `ns` with parent `parent` goes:
+        `(branch, None)` to append to an existing timeline, `(None, node)`
+        to fork a new one from `node`, `(None, None)` to start the
+        namespace's own timeline."""
+        base = branch_base(ns)
+        if parent is not None and (ns, parent) in self.checkpoints:
+            for t in self.timelines.values():
+                if t.ns == ns and t.last == parent:
+                    return t.name, None
+            return None, self.checkpoints[(ns, parent)].node
+        if base in self.timelines:
+            return base, None
+        return None, None
