@@ -1774,6 +1774,25 @@ impl SearchTx for PgTx<'_> {
 }
 
 impl RedactionTx for PgTx<'_> {
+    fn set_node_diagnostics(&mut self, h: &NodeHash, diagnostics: &str) -> Result<()> {
+        self.defer(
+            "UPDATE nodes SET diagnostics = $2 WHERE hash = $1",
+            vec![
+                Box::new(h.as_bytes().to_vec()),
+                Box::new(diagnostics.to_owned()),
+            ],
+            OnError::Db,
+        )
+    }
+
+    fn set_fact_body(&mut self, seq: u64, body: &[u8]) -> Result<()> {
+        self.defer(
+            "UPDATE facts SET body = $2 WHERE seq = $1",
+            vec![Box::new(seq as i64), Box::new(body.to_vec())],
+            OnError::Db,
+        )
+    }
+
     fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
         self.defer(
             "INSERT INTO redactions (hash, fact) VALUES ($1, $2)",
