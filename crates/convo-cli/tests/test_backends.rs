@@ -442,7 +442,10 @@ fn redact_of_a_proxied_stream_leaves_no_byte(backend: Backend) {
         assert_eq!(r.code(), 0, "{h}: {}", r.stderr());
     }
     let left = convo_testutil::secret_in_files(&url, secret);
-    assert!(left.is_empty(), "{backend}: left in the store's files: {left:?}");
+    assert!(
+        left.is_empty(),
+        "{backend}: left in the store's files: {left:?}"
+    );
     let sessions = t.run(&["session", "list", "--json"]).json();
     assert_eq!(sessions[0]["title"], "[redacted]", "{sessions}");
     let v = t.run(&["verify", "--json"]).json();

@@ -603,11 +603,17 @@ fn a_stopped_proxy_leaves_no_log_and_a_long_conversation_stays_small() {
         "{calls} calls: {distinct} distinct bytes, {total} bytes on disk ({} a call), WAL {wal} after the stop",
         total / calls as u64
     );
-    assert!(wal <= 1 << 20, "a {wal}-byte WAL left after a graceful stop");
+    assert!(
+        wal <= 1 << 20,
+        "a {wal}-byte WAL left after a graceful stop"
+    );
     let budget = 2 * distinct as u64 + 4096 * calls as u64;
     assert!(total <= budget, "{total} bytes on disk, over {budget}");
     assert_eq!(
-        t.run(&["session", "list", "--json"]).json().as_array().map(Vec::len),
+        t.run(&["session", "list", "--json"])
+            .json()
+            .as_array()
+            .map(Vec::len),
         Some(1),
         "one conversation"
     );

@@ -568,9 +568,16 @@ fn import_skips_what_is_not_a_file_and_never_holds_more_than_a_record() {
     let t = TestEnv::new();
     let dir = t.home().join("project");
     std::fs::create_dir(&dir).unwrap();
-    std::fs::write(dir.join("0-good.jsonl"), crate::test_backends::claude_turns(0, 2)).unwrap();
+    std::fs::write(
+        dir.join("0-good.jsonl"),
+        crate::test_backends::claude_turns(0, 2),
+    )
+    .unwrap();
     let fifo = dir.join("1-fifo.jsonl");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(made.success());
     std::os::unix::fs::symlink("/dev/zero", dir.join("2-zero.jsonl")).unwrap();
     let huge = std::fs::File::create(dir.join("3-huge.jsonl")).unwrap();
@@ -589,12 +596,27 @@ fn import_skips_what_is_not_a_file_and_never_holds_more_than_a_record() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {err} {}", String::from_utf8_lossy(&out.stdout)));
     assert_eq!(v["created"].as_array().map(Vec::len), Some(1), "{v} {err}");
-    assert!(err.contains("1-fifo.jsonl: a FIFO, not a regular file; skipped"), "{err}");
-    assert!(err.contains("2-zero.jsonl: a device, not a regular file; skipped"), "{err}");
+    assert!(
+        err.contains("1-fifo.jsonl: a FIFO, not a regular file; skipped"),
+        "{err}"
+    );
+    assert!(
+        err.contains("2-zero.jsonl: a device, not a regular file; skipped"),
+        "{err}"
+    );
     let failed = v["failed"].as_array().unwrap();
     assert_eq!(failed.len(), 1, "{v}");
-    assert!(failed[0]["file"].as_str().unwrap().ends_with("3-huge.jsonl"), "{v}");
-    assert!(failed[0]["error"].as_str().unwrap().contains("64 MiB"), "{v}");
+    assert!(
+        failed[0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("3-huge.jsonl"),
+        "{v}"
+    );
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("64 MiB"),
+        "{v}"
+    );
     assert_eq!(out.status.code(), Some(1), "{err}");
 }
 

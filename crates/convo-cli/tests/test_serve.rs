@@ -1366,8 +1366,10 @@ fn an_older_timelines_page_streams_only_what_comes_after_it() {
         &format!("/api/v1/events?session={s}&after={after}"),
         None,
     );
-    t.run(&["say", &s, "--branch", "side", "--user", "new", "--agent", "new"])
-        .ok();
+    t.run(&[
+        "say", &s, "--branch", "side", "--user", "new", "--agent", "new",
+    ])
+    .ok();
     let first: Value = serde_json::from_str(&sse.next().data).unwrap();
     assert_eq!(
         first["payload"].as_str(),

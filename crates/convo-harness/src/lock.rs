@@ -316,7 +316,6 @@ fn try_taken(r: std::result::Result<(), std::fs::TryLockError>) -> std::io::Resu
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

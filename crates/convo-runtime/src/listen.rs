@@ -16,7 +16,7 @@
 //! - On shutdown the listener stops accepting, every connection finishes
 //!   the request in flight and closes, and the loop returns once they have.
 
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use std::pin::pin;
 use std::sync::Arc;
@@ -129,19 +129,16 @@ pub async fn serve_with(
             let _slot = slot;
             let _open = open;
             let mut conn = pin!(conn);
-            loop {
-                tokio::select! {
-                    _ = conn.as_mut() => break,
-                    r = stopped.wait_for(|s| *s) => {
-                        if r.is_err() {
-                            let _ = conn.as_mut().await;
-                            break;
-                        }
-                        conn.as_mut().graceful_shutdown();
-                        let _ = conn.as_mut().await;
-                        break;
-                    }
+            let stop = tokio::select! {
+                _ = conn.as_mut() => None,
+                r = stopped.wait_for(|s| *s) => Some(r.is_ok()),
+            };
+            if let Some(stop) = stop {
+                // Finish the request in flight, then close.
+                if stop {
+                    conn.as_mut().graceful_shutdown();
                 }
+                let _ = conn.as_mut().await;
             }
         });
     }
@@ -157,7 +154,10 @@ pub async fn serve_with(
 /// accept, as axum and hyper do.
 async fn accept_failed(e: &std::io::Error) {
     use std::io::ErrorKind::*;
-    if matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
+    if matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    ) {
         return;
     }
     tokio::time::sleep(Duration::from_millis(100)).await;

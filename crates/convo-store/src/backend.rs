@@ -710,6 +710,14 @@ pub trait Backend: Send {
     fn erase_freed(&mut self) -> Result<Option<String>> {
         Ok(None)
     }
+    /// [`Backend::erase_freed`] after rows were rewritten in place (a
+    /// node's diagnostics, a title in a session and its facts): PostgreSQL
+    /// also rewrites `nodes`, `facts` and `sessions`, whose old row
+    /// versions hold the erased bytes; SQLite's `VACUUM` rewrites every
+    /// table anyway.
+    fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        self.erase_freed()
+    }
     /// Bytes of large payloads this connection ran through SHA-256, and
     /// through FastCDC, since it was opened ([`crate::chunk::Recent`]:
     /// what recording a growing conversation costs; tests read it).

@@ -297,6 +297,13 @@ impl Store {
         self.backend_mut().erase_freed()
     }
 
+    /// [`Store::erase_freed`] after [`Store::redact_diagnostics`] or
+    /// [`Store::redact_title`] rewrote rows in place (PostgreSQL rewrites
+    /// those tables too).
+    pub fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        self.backend_mut().erase_rewritten()
+    }
+
     /// Every redaction, oldest first (from the index; verify checks it
     /// against the journal).
     pub fn redactions(&mut self) -> Result<Vec<Redaction>> {

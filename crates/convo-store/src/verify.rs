@@ -601,8 +601,8 @@ fn check_facts(
         }
         expect = f.seq + 1;
         let mut actual = convo_core::sha256(&f.body);
-        if let Some(kept) = convo_core::Digest::from_slice(&f.hash)
-            .filter(|h| *h != actual && erased.contains(h))
+        if let Some(kept) =
+            convo_core::Digest::from_slice(&f.hash).filter(|h| *h != actual && erased.contains(h))
         {
             actual = kept;
         }

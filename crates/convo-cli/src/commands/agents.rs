@@ -159,7 +159,10 @@ fn files_of(format: &str, path: &Path, say: bool) -> Vec<PathBuf> {
             // opencode's storage folder is read as a folder.
             let what = convo_formats::not_regular(f).filter(|_| !f.is_dir());
             if let (Some(what), true) = (what, say) {
-                eprintln!("warning: {}: {what}, not a regular file; skipped", f.display());
+                eprintln!(
+                    "warning: {}: {what}, not a regular file; skipped",
+                    f.display()
+                );
             }
             what.is_none()
         })

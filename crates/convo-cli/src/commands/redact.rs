@@ -92,8 +92,10 @@ pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
     }
     let warning = if a.no_vacuum || (done.is_none() && extras.is_empty()) {
         None
-    } else {
+    } else if extras.is_empty() {
         store.erase_freed()?
+    } else {
+        store.erase_rewritten()?
     };
     let Some(done) = done else {
         if extras.is_empty() {

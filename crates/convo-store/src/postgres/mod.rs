@@ -297,6 +297,21 @@ impl Backend for Postgres {
     fn payload_work(&self) -> (u64, u64) {
         (self.conn.recent.hashed, self.conn.recent.cut)
     }
+    fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        for sql in [
+            "VACUUM FULL nodes",
+            "VACUUM FULL facts",
+            "VACUUM FULL sessions",
+            "ANALYZE nodes",
+            "ANALYZE facts",
+            "ANALYZE sessions",
+        ] {
+            self.conn
+                .once(|c| Box::pin(c.batch_execute(sql)))
+                .map_err(db)?;
+        }
+        self.erase_freed()
+    }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         // A deleted row stays in the heap (and its TOAST table) until the
         // table is rewritten; VACUUM FULL writes new files and drops the old.
