@@ -583,15 +583,33 @@ fn import_skips_what_is_not_a_file_and_never_holds_more_than_a_record() {
     let huge = std::fs::File::create(dir.join("3-huge.jsonl")).unwrap();
     huge.set_len(3 << 30).unwrap();
     drop(huge);
-    let out = std::process::Command::new("sh")
+    let child = std::process::Command::new("sh")
         .arg("-c")
         .arg("ulimit -v 2000000 && exec \"$0\" \"$@\"")
         .arg(env!("CARGO_BIN_EXE_convo"))
         .args(["import", dir.to_str().unwrap(), "--json"])
         .env("CONVO_HOME", t.home())
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    // A guard, not a measure: an import blocked on the FIFO never ends.
+    let pid = child.id();
+    let guard = std::thread::spawn(move || {
+        for _ in 0..600 {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return false;
+            }
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        true
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(!guard.join().unwrap(), "the import blocked (killed after 10 minutes)");
     let err = String::from_utf8_lossy(&out.stderr);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {err} {}", String::from_utf8_lossy(&out.stdout)));
