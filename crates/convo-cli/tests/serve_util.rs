@@ -25,9 +25,15 @@ impl Server {
     /// Runs `convo ARGS` (a server that prints its URL first: `serve`,
     /// `proxy`) and waits for that URL.
     pub fn launch(t: &TestEnv, args: &[&str]) -> Server {
+        Server::launch_with(t, args, &[])
+    }
+
+    /// [`Server::launch`] with these environment variables.
+    pub fn launch_with(t: &TestEnv, args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = t
             .cmd()
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

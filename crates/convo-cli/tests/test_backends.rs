@@ -379,9 +379,129 @@ fn redact_leaves_no_byte(backend: Backend) {
     t.run(&["verify"]).ok();
 }
 
+/// A secret in the first message of an untitled session recorded through
+/// `convo proxy` as a streamed call (so the session's title is made from
+/// it, and the upstream echoes it back in the stream), and in an answer
+/// recorded with the answer copied into its diagnostics (as the proxy did
+/// before; as any recorder may): `convo redact` of every node that shows
+/// it leaves no byte of it in any file of the store (the title reads
+/// `[redacted]`, the diagnostics keep only what copies no content), and
+/// verify passes (the rewritten node and facts keep their hashes, named
+/// by redaction facts).
+fn redact_of_a_proxied_stream_leaves_no_byte(backend: Backend) {
+    let Some((t, db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let url = match &db {
+        Some(db) => db.url.clone(),
+        None => format!("sqlite://{}", t.db().display()),
+    };
+    let secret = "sk-live-Q7ZebraTangerine42";
+    let said = format!("my key {secret}");
+    let upstream = crate::test_crash::crash_upstream();
+    let srv = crate::test_crash::start_proxy(&t, &upstream, &[]);
+    let body = serde_json::json!({"model": "m", "stream": true,
+        "messages": [{"role": "user", "content": said}]});
+    let r = srv.req(
+        "POST",
+        "/v1/chat/completions",
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.text().contains(secret), "echoed: {}", r.text());
+    assert!(srv.stop().success());
+    let sessions = t.run(&["session", "list", "--json"]).json();
+    let s = sessions[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(sessions[0]["title"], said.as_str(), "{sessions}");
+    // Another answer, its diagnostics holding a copy of it.
+    let diag = serde_json::json!({"model": "m", "assembled": {"content": said}}).to_string();
+    t.run(&["record", &s, "invoke", "--payload", "again"]).ok();
+    t.run(&[
+        "record",
+        &s,
+        "complete",
+        "--payload",
+        &said,
+        "--diagnostics",
+        &diag,
+    ])
+    .ok();
+    assert!(!convo_testutil::secret_in_files(&url, secret).is_empty());
+    let nodes = t.run(&["session", "get", &s, "--json"]).json();
+    let showing: Vec<String> = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n.to_string().contains(secret))
+        .map(|n| n["hash"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(showing.len() >= 4, "{nodes}");
+    for h in &showing {
+        let r = t.run(&["redact", h, "--reason", "a leaked key", "--json"]);
+        assert_eq!(r.code(), 0, "{h}: {}", r.stderr());
+    }
+    let left = convo_testutil::secret_in_files(&url, secret);
+    assert!(
+        left.is_empty(),
+        "{backend}: left in the store's files: {left:?}"
+    );
+    let sessions = t.run(&["session", "list", "--json"]).json();
+    assert_eq!(sessions[0]["title"], "[redacted]", "{sessions}");
+    let v = t.run(&["verify", "--json"]).json();
+    assert_eq!(v["ok"], true, "{backend}: {v}");
+}
+
+/// 6 processes running `convo say` and 8 running `convo record` on one
+/// timeline with no harness turn open: every write lands (serialized, one
+/// chain), none is refused as if a turn were open (it used to be: `inside
+/// turn main@-1, open by another convo process`, exit 4).
+fn concurrent_say_and_record_all_land(backend: Backend) {
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "seed", "--agent", "ok"]).ok();
+    let rounds = 6;
+    let t = std::sync::Arc::new(t);
+    let workers: Vec<_> = (0..14)
+        .map(|w| {
+            let (t, s) = (t.clone(), s.clone());
+            std::thread::spawn(move || {
+                let mut failed = Vec::new();
+                for i in 0..rounds {
+                    let text = format!("w{w}-{i}");
+                    let args: Vec<&str> = if w < 6 {
+                        vec!["say", &s, "--user", &text, "--agent", "ok"]
+                    } else {
+                        vec!["record", &s, "invoke", "--payload", &text]
+                    };
+                    let r = t.run(&args);
+                    if r.code() != 0 {
+                        failed.push(format!("{text}: exit {}: {}", r.code(), r.stderr()));
+                    }
+                }
+                failed
+            })
+        })
+        .collect();
+    let failed: Vec<String> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    assert!(failed.is_empty(), "{backend}: refused: {failed:#?}");
+    let v = t.run(&["session", "get", &s, "--json"]).json();
+    let nodes = v["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2 + 6 * rounds * 2 + 8 * rounds, "{backend}");
+    for w in nodes.windows(2) {
+        assert_eq!(w[1]["parent"], w[0]["hash"], "{backend}: one chain");
+    }
+    t.run(&["verify"]).ok();
+}
+
 /// A Claude Code transcript's turns `from..to` (a prompt and its answer
 /// each, chained by `parentUuid`).
-fn claude_turns(from: u32, to: u32) -> String {
+pub fn claude_turns(from: u32, to: u32) -> String {
     let u = |i: u32| format!("00000000-0000-4000-8000-{i:012}");
     let mut out = String::new();
     for i in from..to {
@@ -483,5 +603,7 @@ convo_testutil::for_each_backend!(
     many_writers,
     watch_has_no_gap,
     redact_leaves_no_byte,
+    concurrent_say_and_record_all_land,
+    redact_of_a_proxied_stream_leaves_no_byte,
     a_store_made_before_the_import_index_still_adds_only_what_is_new,
 );

@@ -85,7 +85,7 @@ fn sigkill_mid_stream(backend: Backend) {
 /// `echo: {last message}`; streamed, that answer comes as one SSE event
 /// and `[DONE]`, or, for the model `endless`, as an event every 20 ms
 /// until the connection closes.
-fn crash_upstream() -> String {
+pub fn crash_upstream() -> String {
     use std::io::Read;
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", l.local_addr().unwrap());
@@ -189,7 +189,7 @@ fn big_byte(i: usize, n: usize) -> u8 {
 }
 
 /// `convo proxy` on port 0 in `t`'s home (killed when dropped).
-fn start_proxy(t: &TestEnv, upstream: &str, extra: &[&str]) -> crate::serve_util::Server {
+pub fn start_proxy(t: &TestEnv, upstream: &str, extra: &[&str]) -> crate::serve_util::Server {
     let mut args = vec![
         "proxy",
         "--listen",
@@ -549,3 +549,72 @@ convo_testutil::for_each_backend!(
     sigkill_mid_stream,
     proxy_killed_mid_stream,
 );
+
+/// Bytes of every file in `dir` (what `du` counts, apparent sizes).
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    let mut total = 0;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        total += if m.is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            m.len()
+        };
+    }
+    total
+}
+
+/// A 1,000-call conversation through `convo proxy`, each call resending
+/// the whole history (as chat clients do), then a graceful stop (SIGTERM):
+/// no write-ahead log is left beside the database (it used to stay at
+/// 15 MB), and the store's whole directory holds at most twice the
+/// conversation's distinct bytes plus 4 KB a call.
+#[test]
+fn a_stopped_proxy_leaves_no_log_and_a_long_conversation_stays_small() {
+    let t = TestEnv::new();
+    let upstream = crash_upstream();
+    let srv = start_proxy(&t, &upstream, &[]);
+    let calls = 1000;
+    let mut messages: Vec<serde_json::Value> = Vec::new();
+    let mut distinct = 0usize;
+    let mut last_request = 0usize;
+    for i in 0..calls {
+        let said = format!("turn {i}: tell me one more thing about the tides");
+        messages.push(serde_json::json!({"role": "user", "content": said}));
+        let body = serde_json::json!({"model": "m", "messages": messages}).to_string();
+        last_request = body.len();
+        let r = srv.req(
+            "POST",
+            "/s/tides/main/v1/chat/completions",
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.text());
+        distinct += r.body.len();
+        let answer = r.json()["choices"][0]["message"].clone();
+        messages.push(answer);
+    }
+    distinct += last_request;
+    let status = srv.stop();
+    assert!(status.success(), "{status:?}");
+    let wal = std::fs::metadata(t.home().join("convo.db-wal")).map_or(0, |m| m.len());
+    let total = dir_bytes(t.home());
+    eprintln!(
+        "{calls} calls: {distinct} distinct bytes, {total} bytes on disk ({} a call), WAL {wal} after the stop",
+        total / calls as u64
+    );
+    assert!(
+        wal <= 1 << 20,
+        "a {wal}-byte WAL left after a graceful stop"
+    );
+    let budget = 2 * distinct as u64 + 4096 * calls as u64;
+    assert!(total <= budget, "{total} bytes on disk, over {budget}");
+    assert_eq!(
+        t.run(&["session", "list", "--json"])
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "one conversation"
+    );
+}

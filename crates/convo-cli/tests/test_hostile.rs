@@ -555,3 +555,143 @@ fn watch_on_postgres_reconnects_after_a_restart_with_no_gap_and_no_repeat() {
     assert_eq!(payloads, ["one", "two", "three", "four"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("reconnected"));
 }
+
+/// `convo import DIR` of a Claude Code project folder holding, beside a
+/// real transcript, a FIFO named `*.jsonl`, a link to `/dev/zero` and a
+/// 3 GB line with no newline (a sparse file): the FIFO and the link are
+/// skipped, named on stderr (it used to block forever on the FIFO and read
+/// `/dev/zero` until killed), and the long line is refused after reading at
+/// most the 64 MiB record limit (it used to be held whole: here the
+/// process runs with 2 GB of address space).
+#[test]
+fn import_skips_what_is_not_a_file_and_never_holds_more_than_a_record() {
+    let t = TestEnv::new();
+    let dir = t.home().join("project");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(
+        dir.join("0-good.jsonl"),
+        crate::test_backends::claude_turns(0, 2),
+    )
+    .unwrap();
+    let fifo = dir.join("1-fifo.jsonl");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::os::unix::fs::symlink("/dev/zero", dir.join("2-zero.jsonl")).unwrap();
+    let huge = std::fs::File::create(dir.join("3-huge.jsonl")).unwrap();
+    huge.set_len(3 << 30).unwrap();
+    drop(huge);
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2000000 && exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .args(["import", dir.to_str().unwrap(), "--json"])
+        .env("CONVO_HOME", t.home())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A guard, not a measure: an import blocked on the FIFO never ends.
+    let pid = child.id();
+    let guard = std::thread::spawn(move || {
+        for _ in 0..600 {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return false;
+            }
+        }
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+        true
+    });
+    let out = child.wait_with_output().unwrap();
+    assert!(!guard.join().unwrap(), "the import blocked (killed after 10 minutes)");
+    let err = String::from_utf8_lossy(&out.stderr);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {err} {}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["created"].as_array().map(Vec::len), Some(1), "{v} {err}");
+    assert!(
+        err.contains("1-fifo.jsonl: a FIFO, not a regular file; skipped"),
+        "{err}"
+    );
+    assert!(
+        err.contains("2-zero.jsonl: a device, not a regular file; skipped"),
+        "{err}"
+    );
+    let failed = v["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{v}");
+    assert!(
+        failed[0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("3-huge.jsonl"),
+        "{v}"
+    );
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("64 MiB"),
+        "{v}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+}
+
+/// Every listener (`serve`, `proxy`, `otel`) closes a connection whose
+/// request head never ends (a header-read timeout, here 1 s), and caps the
+/// connections it serves at once (here 4): 24 connections that send
+/// nothing neither exhaust it nor keep a normal request from an answer.
+/// Nothing is timed: the half-sent head is closed (not answered), and the
+/// request gets its answer.
+#[test]
+fn listeners_close_half_sent_heads_and_idle_connections_do_not_block_a_request() {
+    use std::io::{Read, Write};
+    let t = TestEnv::new();
+    let env = [
+        ("CONVO_HEADER_TIMEOUT_SECS", "1"),
+        ("CONVO_MAX_CONNECTIONS", "4"),
+    ];
+    let listeners: [&[&str]; 3] = [
+        &["serve", "--listen", "127.0.0.1:0", "--quiet"],
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--upstream",
+            "http://127.0.0.1:9",
+        ],
+        &["otel", "--listen", "127.0.0.1:0", "--quiet"],
+    ];
+    for args in listeners {
+        let srv = crate::serve_util::Server::launch_with(&t, args, &env);
+        let what = args[0];
+        let mut half = std::net::TcpStream::connect(&srv.addr).unwrap();
+        half.set_read_timeout(Some(std::time::Duration::from_secs(120)))
+            .unwrap();
+        half.write_all(b"GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .unwrap();
+        let mut got = Vec::new();
+        let closed = half.read_to_end(&mut got);
+        let reset = |e: &std::io::Error| e.kind() == std::io::ErrorKind::ConnectionReset;
+        assert!(
+            closed.as_ref().map_or_else(reset, |_| true),
+            "{what}: the half-sent head is closed: {closed:?}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&got).contains("200 OK"),
+            "{what}: a half head is not answered: {}",
+            String::from_utf8_lossy(&got)
+        );
+        let idle: Vec<std::net::TcpStream> = (0..24)
+            .map(|_| std::net::TcpStream::connect(&srv.addr).unwrap())
+            .collect();
+        let r = srv.get("/api/v1/health");
+        assert!(r.status >= 200, "{what}: answered: {r:?}");
+        if what != "proxy" {
+            assert_eq!(r.status, 200, "{what}: {}", r.text());
+        }
+        drop(idle);
+    }
+}

@@ -933,3 +933,34 @@ fn otel_export_bodies_come_back_byte_for_byte() {
         r.stderr()
     );
 }
+
+/// A body over the server's limit is answered `413` with a
+/// `google.rpc.Status` (code 3) in the request's encoding, as OTLP/HTTP
+/// wants (it used to be axum's text/plain), and nothing is stored.
+#[test]
+fn otel_body_over_the_limit_is_a_413_status_in_the_request_encoding() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &["--max-body-mib", "1"]);
+    let big = vec![b' '; 1536 * 1024];
+    let r = srv.req(
+        "POST",
+        "/v1/traces",
+        &[("Content-Type", "application/x-protobuf")],
+        &big,
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/x-protobuf"));
+    assert_eq!(r.body.first(), Some(&0x08), "field 1 (code), varint");
+    assert_eq!(r.body.get(1), Some(&3), "INVALID_ARGUMENT");
+    let r = srv.req(
+        "POST",
+        "/v1/logs",
+        &[("Content-Type", "application/json")],
+        &big,
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.json()["code"], json!(3), "{}", r.text());
+    assert!(r.json()["message"].as_str().unwrap().contains("limit"));
+    assert_eq!(session_ids(&srv).len(), 0);
+}

@@ -1327,3 +1327,53 @@ convo_testutil::for_each_backend!(
     events,
     diff_cli_and_api_agree,
 );
+
+/// The session page of an older timeline (a fork made early, while `main`
+/// went on for 60 more nodes) starts its live stream where the store was
+/// when the page was rendered: the first event it gets is the node written
+/// after that, not a replay of every later node of the session (it used to
+/// start at the fork's own last node: 34.7 MB of "new" events for a 5-node
+/// fork of a 40,000-node main).
+#[test]
+fn an_older_timelines_page_streams_only_what_comes_after_it() {
+    let t = TestEnv::new();
+    let s = t.session("a");
+    t.run(&["say", &s, "--user", "q0", "--agent", "a0"]).ok();
+    let head = t.run(&["log", &s, "-n", "1", "--json"]).json()[0]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    t.run(&["session", "fork", &s, "--from", &head, "--branch", "side"])
+        .ok();
+    t.run(&["say", &s, "--branch", "side", "--user", "s", "--agent", "s"])
+        .ok();
+    let input: String = (0..30)
+        .map(|i| format!("{{\"kind\":\"invoke\",\"payload\":\"q{i}\"}}\n{{\"kind\":\"complete\",\"payload\":\"a{i}\"}}\n"))
+        .collect();
+    t.run_stdin(&["ingest", &s], input.as_bytes()).ok();
+    let srv = Server::start(&t, &[]);
+    let page = srv.get(&format!("/sessions/{s}?branch=side"));
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    let after: u64 = html
+        .split("data-after=\"")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no data-after in the page"));
+    let mut sse = Sse::open(
+        &srv.addr,
+        &format!("/api/v1/events?session={s}&after={after}"),
+        None,
+    );
+    t.run(&[
+        "say", &s, "--branch", "side", "--user", "new", "--agent", "new",
+    ])
+    .ok();
+    let first: Value = serde_json::from_str(&sse.next().data).unwrap();
+    assert_eq!(
+        first["payload"].as_str(),
+        Some("new"),
+        "the first event is the node written after the page: {first}"
+    );
+}

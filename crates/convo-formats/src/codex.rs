@@ -107,13 +107,17 @@ struct TailState {
 /// The session id a rollout names (its `session_meta`'s), read from its
 /// first lines; `None` when they do not say (the file is read whole).
 pub fn session_identity(path: &Path) -> Option<String> {
-    use std::io::BufRead as _;
-    let f = std::fs::File::open(path).ok()?;
+    use std::io::{BufRead as _, Read as _};
+    let f = crate::open_file(path).ok()?;
     let mut r = std::io::BufReader::new(f);
     let mut line = String::new();
     for _ in 0..16 {
         line.clear();
-        if r.read_line(&mut line).ok()? == 0 || !line.ends_with('\n') {
+        // Never more than one record's worth of a line held.
+        let read = (&mut r)
+            .take(crate::records::MAX_RECORD + 1)
+            .read_line(&mut line);
+        if read.ok()? == 0 || !line.ends_with('\n') {
             return None;
         }
         if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&line)

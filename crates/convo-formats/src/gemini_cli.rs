@@ -148,8 +148,7 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
     let name = path.display().to_string();
     let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
     let mut head = Vec::new();
-    std::fs::File::open(path)
-        .map_err(io)?
+    crate::open_file(path)?
         .take(64 * 1024)
         .read_to_end(&mut head)
         .map_err(io)?;
@@ -158,9 +157,7 @@ pub fn open_session(path: &Path) -> Result<Option<Session<'static>>> {
     let warnings = if is_legacy(&name, &head) {
         let at = sources.add_file(path)?;
         legacy::index(&name, at, &mut ix, &mut || {
-            std::fs::File::open(path)
-                .map(|f| std::io::BufReader::with_capacity(256 * 1024, f))
-                .map_err(io)
+            crate::open_file(path).map(|f| std::io::BufReader::with_capacity(256 * 1024, f))
         })?;
         Vec::new()
     } else {

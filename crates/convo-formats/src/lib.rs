@@ -114,12 +114,62 @@ pub trait Writer {
     fn write(&self, conv: &Conversation) -> Result<Vec<u8>>;
 }
 
+/// What a path is when it is not a regular file (a symbolic link is
+/// followed): `Some("a FIFO")`, a device, a socket, a folder; `None` for a
+/// regular file or a path that cannot be looked at (opening it says why).
+pub fn not_regular(path: &Path) -> Option<&'static str> {
+    let meta = std::fs::metadata(path).ok()?;
+    kind_of(&meta.file_type())
+}
+
+fn kind_of(t: &std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt as _;
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("a folder")
+    } else if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() || t.is_block_device() {
+        Some("a device")
+    } else {
+        Some("not a regular file")
+    }
+}
+
+/// Opens a file to import from: the one place this crate opens what it
+/// reads. Whatever is not a regular file (a FIFO named `*.jsonl`, a link to
+/// `/dev/zero`, a socket, a device) is refused (rule `not-a-file`) before
+/// it is opened, so reading never blocks on a pipe nor runs forever.
+pub fn open_file(path: &Path) -> Result<std::fs::File> {
+    let name = path.display().to_string();
+    let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
+    let refuse = |what: &str| {
+        Error::new(
+            &name,
+            "not-a-file",
+            format!("{what}, not a regular file; skipped"),
+        )
+    };
+    if let Some(what) = not_regular(path) {
+        return Err(refuse(what));
+    }
+    let f = std::fs::File::open(path).map_err(io)?;
+    // Swapped for something else since it was looked at.
+    if let Some(what) = kind_of(&f.metadata().map_err(io)?.file_type()) {
+        return Err(refuse(what));
+    }
+    Ok(f)
+}
+
 /// Reads a whole file, refusing one over `limit` bytes with a clear error.
 pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>> {
     use std::io::Read as _;
     let name = path.display().to_string();
     let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
-    let f = std::fs::File::open(path).map_err(io)?;
+    let f = open_file(path)?;
     let len = f.metadata().map_err(io)?.len();
     if len > limit {
         return Err(Error::new(
@@ -309,17 +359,23 @@ pub fn detect(path: &Path) -> Result<&'static str> {
         if clog::is_clog_dir(path) {
             return Ok("clog");
         }
-        if let Some(f) = codex::rollout_files(path).first()
+        if let Some(f) = codex::rollout_files(path)
+            .iter()
+            .find(|f| not_regular(f).is_none())
             && detect(f) == Ok("codex")
         {
             return Ok("codex");
         }
-        if let Some(f) = claude_code::session_files(path).first()
+        if let Some(f) = claude_code::session_files(path)
+            .iter()
+            .find(|f| not_regular(f).is_none())
             && detect(f) == Ok("claude-code")
         {
             return Ok("claude-code");
         }
-        if let Some(f) = gemini_cli::session_files(path).first()
+        if let Some(f) = gemini_cli::session_files(path)
+            .iter()
+            .find(|f| not_regular(f).is_none())
             && detect(f) == Ok("gemini-cli")
         {
             return Ok("gemini-cli");
@@ -340,8 +396,7 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     if file_name == "chat.jsonl" || file_name == "notes.jsonl" {
         return Ok("clog");
     }
-    let head = read_head(path, 64 * 1024)
-        .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+    let head = read_head(path, 64 * 1024)?;
     if head.starts_with(b"SQLite format 3\0") {
         if opencode::is_db(path) {
             return Ok("opencode");
@@ -390,9 +445,18 @@ pub fn detect(path: &Path) -> Result<&'static str> {
     ))
 }
 
-fn read_head(path: &Path, n: u64) -> std::io::Result<Vec<u8>> {
+fn read_head(path: &Path, n: u64) -> Result<Vec<u8>> {
     use std::io::Read as _;
     let mut buf = Vec::new();
-    std::fs::File::open(path)?.take(n).read_to_end(&mut buf)?;
+    open_file(path)?
+        .take(n)
+        .read_to_end(&mut buf)
+        .map_err(|e| {
+            Error::new(
+                &path.display().to_string(),
+                "io",
+                format!("cannot read the file: {e}"),
+            )
+        })?;
     Ok(buf)
 }

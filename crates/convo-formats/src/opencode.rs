@@ -1021,7 +1021,12 @@ fn file_rec(
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map_or(0, |d| d.as_millis() as u64);
-    let bytes = std::fs::read(path).map_err(io)?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(crate::open_file(path)?, records::MAX_RECORD),
+        &mut bytes,
+    )
+    .map_err(io)?;
     let raw = String::from_utf8(bytes)
         .map_err(|_| Error::new(&name, "encoding", "the file is not UTF-8"))?;
     let at = At {

@@ -444,8 +444,7 @@ impl<'a> Sources<'a> {
     /// index.
     pub fn add_file(&mut self, path: &std::path::Path) -> Result<u32> {
         let name = path.display().to_string();
-        let f = std::fs::File::open(path)
-            .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+        let f = crate::open_file(path)?;
         self.files.push((name, Source::File(f)));
         Ok((self.files.len() - 1) as u32)
     }
@@ -458,8 +457,7 @@ impl<'a> Sources<'a> {
         mut each: impl FnMut(u32, Record) -> Result<()>,
     ) -> Result<Vec<String>> {
         let name = path.display().to_string();
-        let f = std::fs::File::open(path)
-            .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+        let f = crate::open_file(path)?;
         let again = f
             .try_clone()
             .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
@@ -485,7 +483,7 @@ impl<'a> Sources<'a> {
         use std::io::{Read as _, Seek as _};
         let name = path.display().to_string();
         let io = |e: std::io::Error| Error::new(&name, "io", format!("cannot read the file: {e}"));
-        let mut f = std::fs::File::open(path).map_err(io)?;
+        let mut f = crate::open_file(path)?;
         let mut last = vec![0u8; mark.len as usize + 1];
         let same = f
             .seek(std::io::SeekFrom::Start(mark.offset))
@@ -1110,8 +1108,7 @@ pub fn labelled_jsonl(dir: &std::path::Path, label: &str) -> Vec<(String, std::p
 /// Reads a file with [`read`].
 pub fn read_path(path: &std::path::Path) -> Result<Lines> {
     let name = path.display().to_string();
-    let f = std::fs::File::open(path)
-        .map_err(|e| Error::new(&name, "io", format!("cannot read the file: {e}")))?;
+    let f = crate::open_file(path)?;
     read(&name, std::io::BufReader::with_capacity(256 * 1024, f))
 }
 

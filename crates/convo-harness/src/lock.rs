@@ -9,12 +9,14 @@
 //! dies), in a directory the caller chooses (the CLI: `$CONVO_HOME/locks`),
 //! so it covers processes on one machine that share that home.
 //!
-//! A second lock per timeline, the *turn lock* ([`TurnLock`]), is held by
-//! the harness only while a turn is open (invoke → complete) and by every
-//! other writer of the timeline (`say`, `record`, `state put/delete`, a
-//! fork from it, a promote) for its write. So no write lands inside a turn:
-//! a writer either waits for the turn to end or is refused
-//! ([`HarnessError::TurnOpen`], naming the turn). The file holds the open
+//! A second lock per timeline, the *turn lock* ([`TurnLock`]), is held
+//! exclusively by the harness only while a turn is open (invoke → complete)
+//! and shared by every other writer of the timeline (`say`, `record`,
+//! `state put/delete`, a fork from it, a promote) for its write. So no
+//! write lands inside a turn: a writer either waits for the turn to end or
+//! is refused ([`HarnessError::TurnOpen`], naming the turn), while writers
+//! between turns never stand in each other's way (the store serializes
+//! their transactions). The file holds the open
 //! turn (submission, number, agent, holder) while it is open and is emptied
 //! when the turn ends; a killed harness leaves it filled, and the next
 //! taker closes that turn as interrupted ([`settle_interrupted`]).
@@ -64,7 +66,7 @@ impl TimelineLock {
         who: &str,
     ) -> Result<TimelineLock> {
         let path = Self::path(dir, session, branch);
-        let (mut file, got) = open_locked(dir, &path, wait)?;
+        let (mut file, got) = open_locked(dir, &path, wait, Mode::Exclusive)?;
         if !got {
             let mut holder = String::new();
             let _ = file.read_to_string(&mut holder);
@@ -108,7 +110,8 @@ impl TurnLock {
         convo_runtime::turns::turn_lock_path(dir, session, branch)
     }
 
-    /// Takes the turn lock of a timeline. With `wait`, blocks while a turn
+    /// Takes the turn lock of a timeline for a harness turn (exclusive:
+    /// waits for the writes in progress). With `wait`, blocks while a turn
     /// is open; otherwise a held lock is [`HarnessError::TurnOpen`] naming
     /// the turn. Also returns the turn a dead holder left open, if any
     /// (close it with [`settle_interrupted`], then [`TurnLock::clear`]).
@@ -118,13 +121,38 @@ impl TurnLock {
         branch: &BranchName,
         wait: bool,
     ) -> Result<(TurnLock, Option<OpenTurn>)> {
+        Self::take(dir, session, branch, wait, Mode::Exclusive)
+    }
+
+    /// Takes the turn lock of a timeline for a write between turns
+    /// (shared: any number of writers hold it at once, only an open turn
+    /// excludes them); waits or is refused as [`TurnLock::acquire`].
+    pub fn acquire_shared(
+        dir: &Path,
+        session: &SessionId,
+        branch: &BranchName,
+        wait: bool,
+    ) -> Result<(TurnLock, Option<OpenTurn>)> {
+        Self::take(dir, session, branch, wait, Mode::Shared)
+    }
+
+    fn take(
+        dir: &Path,
+        session: &SessionId,
+        branch: &BranchName,
+        wait: bool,
+        mode: Mode,
+    ) -> Result<(TurnLock, Option<OpenTurn>)> {
         let path = Self::path(dir, session, branch);
-        let (mut file, got) = open_locked(dir, &path, wait)?;
+        let (mut file, got) = open_locked(dir, &path, wait, mode)?;
         let left = read_turn(&mut file);
         if !got {
+            // A writer between turns is only held off by a harness (the one
+            // exclusive taker): its turn is written in the file, or about to
+            // be (the turn is being opened).
             let (turn, holder) = match left {
                 Some(t) => (format!("{branch}@{}", t.turn), t.holder),
-                None => (format!("{branch}@-1"), "another convo process".to_owned()),
+                None => (format!("{branch}@next"), "a convo harness".to_owned()),
             };
             return Err(HarnessError::TurnOpen {
                 session: session.to_string(),
@@ -226,7 +254,7 @@ pub fn guard_timeline(
     branch: &BranchName,
     wait: bool,
 ) -> Result<Option<TurnLock>> {
-    let (mut lock, left) = match TurnLock::acquire(dir, session, branch, wait) {
+    let (mut lock, left) = match TurnLock::acquire_shared(dir, session, branch, wait) {
         Err(HarnessError::Io { .. }) => return Ok(None),
         other => other?,
     };
@@ -247,10 +275,19 @@ impl Drop for TimelineLock {
     }
 }
 
+/// How a lock file is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// One holder at a time.
+    Exclusive,
+    /// Any number of holders, none while an exclusive one holds it.
+    Shared,
+}
+
 /// Opens (creating) the lock file at `path` in `dir` and takes its OS
 /// lock: waiting for it when `wait`, else `false` when another process
-/// holds it.
-fn open_locked(dir: &Path, path: &Path, wait: bool) -> Result<(std::fs::File, bool)> {
+/// holds it (exclusively, for a shared taker).
+fn open_locked(dir: &Path, path: &Path, wait: bool, mode: Mode) -> Result<(std::fs::File, bool)> {
     std::fs::create_dir_all(dir)
         .map_err(|e| HarnessError::io(format!("cannot create {}", dir.display()), e))?;
     let file = OpenOptions::new()
@@ -260,17 +297,23 @@ fn open_locked(dir: &Path, path: &Path, wait: bool) -> Result<(std::fs::File, bo
         .truncate(false)
         .open(path)
         .map_err(|e| HarnessError::io(format!("cannot open {}", path.display()), e))?;
-    let got = if wait {
-        file.lock().map(|_| true)
-    } else {
-        match file.try_lock() {
-            Ok(()) => Ok(true),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
-            Err(std::fs::TryLockError::Error(e)) => Err(e),
-        }
+    let got = match (wait, mode) {
+        (true, Mode::Exclusive) => file.lock().map(|_| true),
+        (true, Mode::Shared) => file.lock_shared().map(|_| true),
+        (false, Mode::Exclusive) => try_taken(file.try_lock()),
+        (false, Mode::Shared) => try_taken(file.try_lock_shared()),
     }
     .map_err(|e| HarnessError::io(format!("cannot lock {}", path.display()), e))?;
     Ok((file, got))
+}
+
+/// A `try_lock`'s answer: taken, or held by another (`false`).
+fn try_taken(r: std::result::Result<(), std::fs::TryLockError>) -> std::io::Result<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
 }
 
 #[cfg(test)]

@@ -27,8 +27,10 @@
 //!   ids, rate limits, `retry-after`), `model`, `usage`, `latency_ms`
 //!   (request sent → last byte), `ttft_ms` (→ first body byte), `streamed`,
 //!   `upstream_request_id`; for streams `chunks` (`[[bytes, ms since the
-//!   request], …]`, one per chunk as it arrived) and `assembled` (the answer
-//!   in the non-streamed shape); `partial` (why a stream ended early),
+//!   request], …]`, one per chunk as it arrived; the answer in the
+//!   non-streamed shape is assembled from the payload by its readers, so
+//!   no copy of it sits in the diagnostics, which a redaction cannot
+//!   erase); `partial` (why a stream ended early),
 //!   `error` (an upstream that failed, timed out or was unreachable) and
 //!   `truncated` (`{total_bytes, recorded_bytes, sha256}` when a stream was
 //!   longer than the proxy's record limit: the payload is its first bytes).
@@ -354,10 +356,10 @@ impl Exchange {
                 .iter()
                 .map(|(len, t)| json!([len, ms(*t)]))
                 .collect();
+            // Not the assembled answer: readers assemble it from the
+            // payload, so a redaction of the payload erases every copy (a
+            // node's diagnostics are inside its hash and stay).
             d.insert("chunks".into(), Value::Array(chunks));
-            if let Some(a) = resp {
-                d.insert("assembled".into(), a.clone());
-            }
         }
         if let Some(p) = &self.partial {
             d.insert("partial".into(), json!(p));

@@ -19,7 +19,8 @@
 //!   when the store is unavailable).
 //! - [`wire`]: the store's rows in the wire format ([`convo_api`]).
 //! - [`Config`]: how a server listens (store, token, body limit, logs).
-//! - [`serve_router`]: a router served until a shutdown future resolves.
+//! - [`listen`]: a router served until a shutdown future resolves, with
+//!   a header-read (and idle) timeout and a cap on connections.
 //! - [`now_ms`]: the clock; [`redact_url`]: credentials out of URLs.
 //!
 //! The store API is synchronous (rusqlite; `tokio-postgres` driven by the
@@ -31,6 +32,7 @@
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod listen;
 pub mod pool;
 pub mod reconnect;
 pub mod security;
@@ -51,20 +53,4 @@ pub fn now_ms() -> convo_core::Millis {
     jiff::Timestamp::now().as_millisecond()
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves, then finishes the
-/// requests in flight.
-pub async fn serve_router(
-    listener: tokio::net::TcpListener,
-    app: axum::Router,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt as _;
-    // No Nagle: a streamed chunk (SSE, the proxy) goes out when written,
-    // not after the peer's delayed ACK (~40 ms).
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
+pub use listen::{Limits, serve_router};

@@ -152,6 +152,8 @@
     let n;
     try { n = JSON.parse(ev.data); } catch (_) { return; }
     if (ev.lastEventId) after = ev.lastEventId;
+    // Written as the page was read: already shown.
+    if (document.getElementById("n-" + n.hash)) return;
     redraw();
     if (n.parent === root.dataset.head && root.dataset.sealed !== "1") {
       root.dataset.head = n.hash;

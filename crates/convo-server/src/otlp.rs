@@ -31,6 +31,7 @@ use crate::api::now;
 use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use convo_formats::otel::{self, Encoding, Prepared, Rejected};
@@ -158,7 +159,7 @@ async fn receive(
     st: AppState,
     limit: usize,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
     signal: Signal,
 ) -> Response {
     let (enc, gzip) = match negotiate(&headers) {
@@ -170,6 +171,19 @@ async fn receive(
                 INVALID_ARGUMENT,
                 why,
             );
+        }
+    };
+    // A body over the server's limit (or cut) is answered as any other
+    // error of the protocol: a google.rpc.Status in the request's encoding.
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => {
+            let why = if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                "the body is over the server's limit (--max-body-mib)".to_owned()
+            } else {
+                e.body_text()
+            };
+            return status(enc, e.status(), INVALID_ARGUMENT, why);
         }
     };
     let read = tokio::task::spawn_blocking(
@@ -261,7 +275,7 @@ pub async fn traces(
     State(st): State<AppState>,
     Extension(limit): Extension<InflatedLimit>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     receive(st, limit.0, headers, body, Signal::Traces).await
 }
@@ -278,7 +292,7 @@ pub async fn logs(
     State(st): State<AppState>,
     Extension(limit): Extension<InflatedLimit>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
     receive(st, limit.0, headers, body, Signal::Logs).await
 }

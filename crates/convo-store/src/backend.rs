@@ -617,6 +617,14 @@ pub trait RedactionTx {
     /// Every row of the redaction index, `(digest, fact number)`, each
     /// decoded on its own (verify).
     fn redaction_rows(&mut self) -> Result<Vec<RedactionRow>>;
+
+    /// Replaces node `h`'s stored diagnostics (their redaction: the node
+    /// keeps its hash, which a redaction fact names).
+    fn set_node_diagnostics(&mut self, h: &NodeHash, diagnostics: &str) -> Result<()>;
+
+    /// Replaces fact `seq`'s stored encoding (a title's redaction: the fact
+    /// keeps its hash, which a redaction fact names).
+    fn set_fact_body(&mut self, seq: u64, body: &[u8]) -> Result<()>;
 }
 
 /// Raw rows for verify, each decoded on its own, and the engine's own checks.
@@ -702,6 +710,14 @@ pub trait Backend: Send {
     fn erase_freed(&mut self) -> Result<Option<String>> {
         Ok(None)
     }
+    /// [`Backend::erase_freed`] after rows were rewritten in place (a
+    /// node's diagnostics, a title in a session and its facts): PostgreSQL
+    /// also rewrites `nodes`, `facts` and `sessions`, whose old row
+    /// versions hold the erased bytes; SQLite's `VACUUM` rewrites every
+    /// table anyway.
+    fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        self.erase_freed()
+    }
     /// Bytes of large payloads this connection ran through SHA-256, and
     /// through FastCDC, since it was opened ([`crate::chunk::Recent`]:
     /// what recording a growing conversation costs; tests read it).
@@ -734,6 +750,13 @@ pub trait Maintenance {
     /// writer then costs no fsync at exit; the log is folded in by a later
     /// writer's automatic checkpoint). Nothing to do elsewhere.
     fn keep_log_on_close(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Folds the write-ahead log into the database file and empties it
+    /// (SQLite: `wal_checkpoint(TRUNCATE)`), as a server does when it
+    /// stops: no log is left beside the database. Busy (another
+    /// connection reading) is an error; nothing to do elsewhere.
+    fn fold_log(&mut self) -> Result<()> {
         Ok(())
     }
     /// Told what the engine's own check found by a full verify: `Some(why)`

@@ -187,6 +187,16 @@ impl Store {
         }
     }
 
+    /// Folds SQLite's write-ahead log into the database file and empties
+    /// it (see [`crate::backend::Maintenance::fold_log`]); a no-op on
+    /// PostgreSQL.
+    pub fn fold_log(&mut self) -> Result<()> {
+        match self.backend.maintenance() {
+            Some(m) => m.fold_log(),
+            None => Ok(()),
+        }
+    }
+
     /// Moves WAL checkpoints off this connection's commits; the work
     /// returned runs them and belongs on a thread of its own (see
     /// [`crate::backend::Maintenance::defer_checkpoints`]).

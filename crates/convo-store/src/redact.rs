@@ -18,7 +18,7 @@ use crate::facts::append_fact;
 use crate::{Result, Store, StoreError};
 use convo_core::fact::{Fact, FactRecord, tombstone};
 use convo_core::hash::content_hash;
-use convo_core::{ContentHash, Millis};
+use convo_core::{ContentHash, Millis, NodeHash, SessionId};
 
 /// One redaction, as its fact records it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -71,6 +71,36 @@ pub struct Redacted {
     pub erased: bool,
     /// What the rewrite could not do, if anything.
     pub warning: Option<String>,
+}
+
+/// What a redacted title reads.
+pub const REDACTED_TITLE: &str = "[redacted]";
+
+/// Journals the erasure of what stands under `digest` (a node's
+/// diagnostics, a fact's title: the node's or fact's hash) and indexes it.
+fn journal_erasure(
+    tx: &mut dyn Tx,
+    digest: &ContentHash,
+    by: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<()> {
+    if tx.redaction(digest)?.is_some() {
+        return Ok(());
+    }
+    append_fact(
+        tx,
+        Fact::Redaction {
+            payload: *digest,
+            at: now,
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+        },
+    )?;
+    let (seq, _) = tx
+        .last_fact()?
+        .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
+    tx.insert_redaction(digest, seq)
 }
 
 /// The bytes stored under `h`, or the tombstone of their redaction; `None`
@@ -168,6 +198,96 @@ impl Store {
         })
     }
 
+    /// Erases what node `node`'s diagnostics hold besides `keep` (their
+    /// fields that copy no content: model, usage, timings, status…),
+    /// journaling a redaction fact that names the node's hash: the node
+    /// keeps its hash (its parent link, its children and every checkpoint
+    /// commit to it), and verify accepts it unrecomputed because the
+    /// journal says why. The diagnostics left read `{..kept, "redacted":
+    /// TOMBSTONE}`. Returns `false` (nothing written) when nothing but
+    /// `keep` was there.
+    pub fn redact_diagnostics(
+        &mut self,
+        node: &NodeHash,
+        keep: &dyn Fn(&str) -> bool,
+        by: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<bool> {
+        self.write(|tx| {
+            let stored = tx
+                .node(node)?
+                .ok_or_else(|| StoreError::NoNode(node.to_string()))?;
+            let serde_json::Value::Object(all) = stored.node.diagnostics.to_value() else {
+                return Ok(false);
+            };
+            let mut left: serde_json::Map<String, serde_json::Value> = all
+                .iter()
+                .filter(|(k, _)| keep(k))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if left.len() == all.len() {
+                return Ok(false);
+            }
+            left.insert(
+                "redacted".into(),
+                serde_json::Value::String(tombstone(now, by, reason)),
+            );
+            let diag = convo_core::Diagnostics::from_value(&serde_json::Value::Object(left))
+                .map_err(StoreError::invalid)?;
+            journal_erasure(tx, &ContentHash(node.0), by, reason, now)?;
+            tx.set_node_diagnostics(node, diag.as_str())?;
+            Ok(true)
+        })
+    }
+
+    /// Erases session `session`'s title when it is `title` (a title made
+    /// from a message being redacted): the session reads `[redacted]`, and
+    /// every fact of the journal that carries the title is rewritten with
+    /// `[redacted]` in its place, each keeping its hash (the next fact
+    /// commits to it) under a redaction fact that names that hash. Returns
+    /// how many facts were rewritten.
+    pub fn redact_title(
+        &mut self,
+        session: &SessionId,
+        title: &str,
+        by: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<usize> {
+        self.write(|tx| {
+            let mut rewritten = 0;
+            for row in tx.facts()?.into_iter().flatten() {
+                let Ok(mut rec) = FactRecord::decode(&row.body) else {
+                    continue;
+                };
+                let Fact::Session {
+                    id, title: Some(t), ..
+                } = &mut rec.fact
+                else {
+                    continue;
+                };
+                if id != session || t != title {
+                    continue;
+                }
+                *t = REDACTED_TITLE.to_owned();
+                let Some(hash) = ContentHash::from_slice(&row.hash) else {
+                    continue;
+                };
+                journal_erasure(tx, &hash, by, reason, now)?;
+                tx.set_fact_body(row.seq, &rec.encode())?;
+                rewritten += 1;
+            }
+            if tx
+                .session(session)?
+                .is_some_and(|s| s.title.as_deref() == Some(title))
+            {
+                tx.set_session_title(session, Some(REDACTED_TITLE))?;
+            }
+            Ok(rewritten)
+        })
+    }
+
     /// Rewrites the database's files so that bytes freed by redactions are
     /// gone from disk (what [`Store::redact`] does unless `keep_files`).
     /// On PostgreSQL a transaction that was running during the rewrite can
@@ -175,6 +295,13 @@ impl Store {
     /// Returns a warning when something may remain.
     pub fn erase_freed(&mut self) -> Result<Option<String>> {
         self.backend_mut().erase_freed()
+    }
+
+    /// [`Store::erase_freed`] after [`Store::redact_diagnostics`] or
+    /// [`Store::redact_title`] rewrote rows in place (PostgreSQL rewrites
+    /// those tables too).
+    pub fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        self.backend_mut().erase_rewritten()
     }
 
     /// Every redaction, oldest first (from the index; verify checks it

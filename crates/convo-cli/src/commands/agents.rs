@@ -139,17 +139,34 @@ impl Report {
     }
 }
 
-/// The session files under a path given to `import`.
-fn files_of(format: &str, path: &Path) -> Vec<PathBuf> {
-    if !path.is_dir() {
-        return vec![path.to_path_buf()];
-    }
-    match format {
-        "opencode" => convo_formats::opencode::sources(path),
-        "codex" => convo_formats::codex::rollout_files(path),
-        "gemini-cli" => convo_formats::gemini_cli::session_files(path),
-        _ => convo_formats::claude_code::session_files(path),
-    }
+/// The session files under a path given to `import`, without what is not
+/// a regular file (a FIFO, a link to a device, a socket: reading it would
+/// block or never end), which `say` names on stderr.
+fn files_of(format: &str, path: &Path, say: bool) -> Vec<PathBuf> {
+    let files = if !path.is_dir() {
+        vec![path.to_path_buf()]
+    } else {
+        match format {
+            "opencode" => convo_formats::opencode::sources(path),
+            "codex" => convo_formats::codex::rollout_files(path),
+            "gemini-cli" => convo_formats::gemini_cli::session_files(path),
+            _ => convo_formats::claude_code::session_files(path),
+        }
+    };
+    files
+        .into_iter()
+        .filter(|f| {
+            // opencode's storage folder is read as a folder.
+            let what = convo_formats::not_regular(f).filter(|_| !f.is_dir());
+            if let (Some(what), true) = (what, say) {
+                eprintln!(
+                    "warning: {}: {what}, not a regular file; skipped",
+                    f.display()
+                );
+            }
+            what.is_none()
+        })
+        .collect()
 }
 
 /// Imports one session file in its own transaction.
@@ -542,7 +559,7 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
     // Claude Code and Codex files go in by groups (GROUP_FILES).
     let mut group: Vec<(&'static str, PathBuf, Look)> = Vec::new();
     for (format, path) in paths {
-        for f in files_of(format, path) {
+        for f in files_of(format, path, true) {
             let key = f.display().to_string();
             let Some(now_look) = look(&f) else { continue };
             seen.insert(key.clone(), now_look);
@@ -576,7 +593,7 @@ pub fn run(env: &Env, paths: &[(&'static str, PathBuf)], a: &ImportArgs) -> CmdR
     loop {
         std::thread::sleep(Duration::from_millis(1000));
         for (format, path) in paths {
-            for f in files_of(format, path) {
+            for f in files_of(format, path, false) {
                 let key = f.display().to_string();
                 let Some(now_look) = look(&f) else { continue };
                 let steady = last.get(&key) == Some(&now_look);

@@ -50,12 +50,16 @@ pub struct RedactArgs {
 
 pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
     let mut store = env.open()?;
-    let digest = match (&a.node, &a.content) {
+    let node = match &a.node {
+        Some(n) if a.content.is_none() => Some(store.node(&prefix(n)?)?),
+        _ => None,
+    };
+    let digest = match (&node, &a.content) {
         (_, Some(c)) => hex::decode(c.trim())
             .ok()
             .and_then(|b| ContentHash::from_slice(&b))
             .ok_or_else(|| CommandError::user(format!("`{c}` is not a SHA-256 (64 hex digits)")))?,
-        (Some(n), None) => store.node(&prefix(n)?)?.node.payload,
+        (Some(n), None) => n.node.payload,
         (None, None) => return Err(CommandError::user("name a node or give --content SHA256")),
     };
     let by =
@@ -63,7 +67,45 @@ pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
             .or_else(|| std::env::var("USER").ok())
             .or_else(|| std::env::var("LOGNAME").ok())
             .unwrap_or_default();
-    let done = store.redact(&digest, by.trim(), a.reason.trim(), now(), a.no_vacuum)?;
+    let (by, reason) = (by.trim(), a.reason.trim());
+    // The payload's bytes, for the copies of them elsewhere (a title).
+    let bytes = store.blob(&digest)?;
+    let again = node.is_some() && store.redaction(&digest)?.is_some();
+    let done = if again {
+        None
+    } else {
+        Some(store.redact(&digest, by, reason, now(), true)?)
+    };
+    let mut extras = Vec::new();
+    if let Some(n) = &node {
+        if store.redact_diagnostics(&n.hash, &content_free, by, reason, now())? {
+            extras.push("diagnostics");
+        }
+        let title = store.find_session(&n.node.session.to_string())?.title;
+        if let (Some(t), Some(b)) = (title, bytes.as_deref())
+            && !again
+            && title_from(&t, b)
+            && store.redact_title(&n.node.session, &t, by, reason, now())? > 0
+        {
+            extras.push("title");
+        }
+    }
+    let warning = if a.no_vacuum || (done.is_none() && extras.is_empty()) {
+        None
+    } else if extras.is_empty() {
+        store.erase_freed()?
+    } else {
+        store.erase_rewritten()?
+    };
+    let Some(done) = done else {
+        if extras.is_empty() {
+            return Err(CommandError::user(format!(
+                "payload {digest} is already redacted, and so are the node's diagnostics and its session's title"
+            )));
+        }
+        println!("redacted the {} of node {}", extras.join(" and "), digest);
+        return Ok(ExitCode::SUCCESS);
+    };
     if a.json {
         print_json(&json!({
             "payload": done.redaction.payload.to_hex(),
@@ -72,25 +114,79 @@ pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
             "by": done.redaction.by,
             "reason": done.redaction.reason,
             "bytes": done.bytes,
-            "files_rewritten": done.erased,
-            "warning": done.warning,
+            "also": extras,
+            "files_rewritten": !a.no_vacuum,
+            "warning": warning,
         }));
     } else {
         println!(
-            "redacted payload {} ({} bytes), fact {}: {}",
+            "redacted payload {} ({} bytes){}, fact {}: {}",
             done.redaction.payload,
             done.bytes,
+            if extras.is_empty() {
+                String::new()
+            } else {
+                format!(" and the node's {}", extras.join(" and "))
+            },
             done.redaction.fact,
             crate::output::clean(&done.redaction.tombstone())
         );
-        if !done.erased {
+        if a.no_vacuum {
             eprintln!(
                 "note: the database's files were not rewritten (--no-vacuum); the bytes may remain in free pages"
             );
         }
     }
-    if let Some(w) = &done.warning {
+    if let Some(w) = &warning {
         eprintln!("warning: {w}");
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The diagnostics fields that copy no content (a redacted node keeps
+/// them): how a call went, never what it said. Anything else (an answer
+/// assembled from a stream, an error quoting the input, what an
+/// instrumentation attached) is erased with the payload.
+fn content_free(key: &str) -> bool {
+    matches!(
+        key,
+        "api"
+            | "method"
+            | "path"
+            | "headers"
+            | "model"
+            | "stream"
+            | "streamed"
+            | "upstream"
+            | "upstream_changes"
+            | "upstream_request_id"
+            | "status"
+            | "usage"
+            | "tokens"
+            | "latency_ms"
+            | "duration_ms"
+            | "ttft_ms"
+            | "chunks"
+            | "partial"
+            | "truncated"
+            | "failure"
+            | "state_write"
+            | "op"
+            | "key"
+            | "redacted"
+    ) || key.starts_with("thread")
+}
+
+/// Whether a session's title was made from these payload bytes (its text,
+/// as written or as escaped in a JSON request, without the `…` a long
+/// first message's title ends with).
+fn title_from(title: &str, payload: &[u8]) -> bool {
+    let t = title.trim().trim_end_matches('…').trim_end();
+    if t.is_empty() || t == convo_store::REDACTED_TITLE {
+        return false;
+    }
+    let escaped = serde_json::to_string(t).unwrap_or_default();
+    let escaped = escaped.trim_matches('"');
+    let has = |needle: &[u8]| payload.windows(needle.len()).any(|w| w == needle);
+    has(t.as_bytes()) || has(escaped.as_bytes())
 }

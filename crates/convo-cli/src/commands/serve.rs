@@ -239,6 +239,7 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
             a.checkpoint_minutes,
         )?),
     };
+    let store_url = config.store_url.clone();
     let served = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -342,6 +343,11 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
             Ok(Err(_)) => {}
             Err(_) => eprintln!("convo {name}: the checkpoint thread failed"),
         }
+    }
+    // A graceful stop leaves no write-ahead log behind (best effort: a
+    // store another process reads keeps it until that one is done).
+    if let Ok(mut store) = convo_store::Store::open(&store_url) {
+        let _ = store.fold_log();
     }
     served?;
     Ok(ExitCode::SUCCESS)

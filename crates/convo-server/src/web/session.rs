@@ -152,6 +152,9 @@ pub(super) async fn session_page(
         return graph_fragment(st, q, branch).await;
     }
     let data = run(&st, move |s| {
+        // Where the store is as the page is read: its live stream starts
+        // here (read first, so nothing written meanwhile is missed).
+        let end = s.end_cursor()?;
         let row = s.find_session(&q)?;
         let mut b2 = branch;
         let mut place = jump::locate(
@@ -173,10 +176,10 @@ pub(super) async fn session_page(
         let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE, false)?;
         let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
         let totals = llm::session_totals(s, &row)?;
-        Ok((row, lanes, this, page, state, place, b2, totals))
+        Ok((row, lanes, this, page, state, place, b2, totals, end))
     })
     .await;
-    let (row, lanes, this, tl, state, place, branch, totals) = match data {
+    let (row, lanes, this, tl, state, place, branch, totals, end) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -204,7 +207,7 @@ pub(super) async fn session_page(
         section.session id="session" data-session=(sid) data-branch=(branch_s) data-head=(head)
             data-sealed=(if this.sealed { "1" } else { "0" })
             data-tail=(if tl.next_cursor.is_none() { "1" } else { "0" })
-            data-after=(tl.nodes.iter().map(|n| n.seq).max().unwrap_or(0))
+            data-after=(end)
             data-turns=(tl.turns) {
             h1 { bdi { (title) } }
             p.sub {

@@ -297,6 +297,21 @@ impl Backend for Postgres {
     fn payload_work(&self) -> (u64, u64) {
         (self.conn.recent.hashed, self.conn.recent.cut)
     }
+    fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        for sql in [
+            "VACUUM FULL nodes",
+            "VACUUM FULL facts",
+            "VACUUM FULL sessions",
+            "ANALYZE nodes",
+            "ANALYZE facts",
+            "ANALYZE sessions",
+        ] {
+            self.conn
+                .once(|c| Box::pin(c.batch_execute(sql)))
+                .map_err(db)?;
+        }
+        self.erase_freed()
+    }
     fn erase_freed(&mut self) -> Result<Option<String>> {
         // A deleted row stays in the heap (and its TOAST table) until the
         // table is rewritten; VACUUM FULL writes new files and drops the old.
@@ -1774,6 +1789,25 @@ impl SearchTx for PgTx<'_> {
 }
 
 impl RedactionTx for PgTx<'_> {
+    fn set_node_diagnostics(&mut self, h: &NodeHash, diagnostics: &str) -> Result<()> {
+        self.defer(
+            "UPDATE nodes SET diagnostics = $2 WHERE hash = $1",
+            vec![
+                Box::new(h.as_bytes().to_vec()),
+                Box::new(diagnostics.to_owned()),
+            ],
+            OnError::Db,
+        )
+    }
+
+    fn set_fact_body(&mut self, seq: u64, body: &[u8]) -> Result<()> {
+        self.defer(
+            "UPDATE facts SET body = $2 WHERE seq = $1",
+            vec![Box::new(seq as i64), Box::new(body.to_vec())],
+            OnError::Db,
+        )
+    }
+
     fn insert_redaction(&mut self, h: &ContentHash, fact: u64) -> Result<()> {
         self.defer(
             "INSERT INTO redactions (hash, fact) VALUES ($1, $2)",
