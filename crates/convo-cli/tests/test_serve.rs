@@ -768,6 +768,83 @@ fn browser_diff_and_graph() {
     );
 }
 
+/// `convo share` in headless Chromium (tests/browser/share.py): the file
+/// verifies from file://, a one-byte edit in a node, a payload or a hash is
+/// refused naming the node, metadata only and --redact-secrets carry no
+/// text or credential, no injected script runs, the web view's Share serves
+/// the same file, and a 1,000-call session verifies.
+#[test]
+fn browser_share() {
+    browser("share.py", &["share-verified.png", "share-refused.png"]);
+}
+
+/// Every page and asset of the web view (the share file too) is sent
+/// gzipped to a client that accepts it, with a strong ETag per encoding,
+/// and answers `If-None-Match` with that tag by 304 and no body; a client
+/// that does not ask for gzip gets the bytes as they are, under another tag.
+#[test]
+fn pages_and_assets_are_compressed_and_revalidated() {
+    use std::io::Read;
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let sid = sess(&srv, "bot", "compressed");
+    let mut lines = Vec::new();
+    for i in 0..300 {
+        lines.push(json!({"kind": "invoke", "payload": format!("Question {i} about Paris and its museums?")}));
+        lines.push(json!({"kind": "complete", "payload": format!("Answer {i}: the Louvre, the Orsay and the Pompidou.")}));
+    }
+    srv.post_json(
+        &format!("/api/v1/sessions/{sid}/branches/main/nodes"),
+        &Value::Array(lines),
+    )
+    .expect(201);
+    let paths = [
+        "/".to_owned(),
+        format!("/sessions/{sid}"),
+        format!("/sessions/{sid}/share?content=1"),
+        "/search?q=Louvre".to_owned(),
+        "/assets/app.css".to_owned(),
+        "/assets/app.js".to_owned(),
+        "/assets/viewer.js".to_owned(),
+    ];
+    for p in &paths {
+        let plain = srv.get(p);
+        assert_eq!(plain.status, 200, "{p}: {}", plain.text());
+        assert_eq!(plain.header("content-encoding"), None, "{p}");
+        let tag = plain
+            .header("etag")
+            .unwrap_or_else(|| panic!("{p}: no ETag"));
+        let zipped = srv.req("GET", p, &[("Accept-Encoding", "gzip, br")], b"");
+        assert_eq!(zipped.header("content-encoding"), Some("gzip"), "{p}");
+        let ztag = zipped.header("etag").unwrap().to_owned();
+        assert_ne!(ztag, tag, "{p}: one tag for two representations");
+        let mut unzipped = Vec::new();
+        flate2::read::GzDecoder::new(&zipped.body[..])
+            .read_to_end(&mut unzipped)
+            .unwrap();
+        assert_eq!(unzipped, plain.body, "{p}: gzip changed the bytes");
+        assert!(zipped.body.len() < plain.body.len(), "{p}");
+        for (tag, enc) in [(tag, ""), (ztag.as_str(), "gzip")] {
+            let again = srv.req(
+                "GET",
+                p,
+                &[("If-None-Match", tag), ("Accept-Encoding", enc)],
+                b"",
+            );
+            assert_eq!(again.status, 304, "{p} {enc}: {}", again.text());
+            assert!(again.body.is_empty(), "{p}");
+            assert_eq!(again.header("etag"), Some(tag), "{p}");
+        }
+        let stale = srv.req("GET", p, &[("If-None-Match", "\"nope\"")], b"");
+        assert_eq!(stale.status, 200, "{p}");
+        eprintln!(
+            "{p}: {} bytes, {} gzipped",
+            plain.body.len(),
+            zipped.body.len()
+        );
+    }
+}
+
 /// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through
 /// the DevTools protocol: `SCRIPT CONVO CHROMIUM HOME SHOTS`) against the
 /// real binary, and checks that it passed and left these screenshots.

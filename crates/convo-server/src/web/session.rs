@@ -225,6 +225,10 @@ pub(super) async fn session_page(
                     }
                 }
                 a href=(format!("/api/v1/sessions/{sid}/export?format=markdown&branch={}", query_escape(&branch_s))) { "Export Markdown" }
+                a #share href=(format!("/sessions/{sid}/share?branch={}", query_escape(&branch_s)))
+                    title="One HTML file that checks its own hashes in the browser: metadata only" { "Share" }
+                a #share-content href=(format!("/sessions/{sid}/share?branch={}&content=1", query_escape(&branch_s)))
+                    title="The same file with the message text" { "(with content)" }
             }
             @if this.sealed {
                 p.notice { "This timeline is sealed: it is kept as it was and refuses new messages. Fork from any of its nodes to continue it." }
