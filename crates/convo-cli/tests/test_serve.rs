@@ -845,6 +845,75 @@ fn pages_and_assets_are_compressed_and_revalidated() {
     }
 }
 
+/// A stream the upstream cut and a failed call are marked in the session
+/// list, the turn's heading, the session's totals and the call; a response
+/// holding a number outside f64 (`1e400`) keeps its chat view and tokens,
+/// the number shown as the text it is.
+#[test]
+fn cut_streams_failed_calls_and_huge_numbers_read_as_they_are() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let sid = sess(&srv, "bot", "trust");
+    let req =
+        json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Say a huge number"}]});
+    let huge = r#"{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Here it is."},"finish_reason":"stop","score":1e400}],"usage":{"prompt_tokens":11,"completion_tokens":7}}"#;
+    let lines = json!([
+        {"kind": "invoke", "payload": "go"},
+        {"kind": "request", "payload": req.to_string()},
+        {"kind": "response", "payload": huge, "sequence": 1,
+         "diagnostics": {"status": 200, "model": "gpt-4o", "partial": "the upstream closed the stream before its end"}},
+        {"kind": "complete", "payload": "done"},
+        {"kind": "invoke", "payload": "again"},
+        {"kind": "request", "payload": req.to_string()},
+        {"kind": "response", "payload": r#"{"error":{"message":"overloaded"}}"#, "sequence": 1,
+         "diagnostics": {"status": 529}},
+        {"kind": "complete", "payload": "failed"},
+    ]);
+    srv.post_json(
+        &format!("/api/v1/sessions/{sid}/branches/main/nodes"),
+        &lines,
+    )
+    .expect(201);
+    let page = srv.get(&format!("/sessions/{sid}")).text();
+    assert!(page.contains("stream cut: partial answer"), "{page}");
+    assert!(page.contains("streams cut"), "no cut in the totals");
+    assert!(
+        page.contains("Here it is."),
+        "the 1e400 response lost its chat view"
+    );
+    assert!(
+        page.contains("tokens 11 in · 7 out"),
+        "the 1e400 response lost its tokens"
+    );
+    assert!(
+        page.contains("1e400"),
+        "the number is not shown as its text"
+    );
+    assert_eq!(
+        page.matches("a call failed or was cut").count(),
+        2,
+        "both turns are marked"
+    );
+    let list = srv.get("/").text();
+    assert!(
+        list.contains("row failed"),
+        "the list does not mark the session"
+    );
+    assert!(
+        list.contains("1 cut"),
+        "the list does not count the cut stream"
+    );
+}
+
+/// Dark mode (the system's preference and the toggle, kept over a reload,
+/// the share page too), the skip link as the first tab stop, `?` opening
+/// the help panel in the page, pages gzipped to the browser
+/// (tests/browser/theme.py).
+#[test]
+fn browser_theme_skip_link_and_help() {
+    browser("theme.py", &["theme-dark.png", "theme-help.png"]);
+}
+
 /// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through
 /// the DevTools protocol: `SCRIPT CONVO CHROMIUM HOME SHOTS`) against the
 /// real binary, and checks that it passed and left these screenshots.

@@ -95,7 +95,8 @@ pub(super) async fn index(State(st): State<AppState>, Query(f): Query<ListForm>)
             thead { tr { th { "Title" } th { "Agent" } th { "Id" } th { "Created" } th { "Last activity" } th.num { "Turns" } th.num { "Tokens in / out" } th.num { "Cost" } th.num { "Errors" } } }
             tbody {
                 @for (s, t) in list.sessions.iter().zip(&totals) {
-                    tr.row data-href=(session_url(&s.id, None)) {
+                    @let bad = t.as_ref().is_some_and(|t| t.errors + t.cut > 0);
+                    tr class=(if bad { "row failed" } else { "row" }) data-href=(session_url(&s.id, None)) {
                         td { a href=(session_url(&s.id, None)) { bdi { (s.title.as_deref().unwrap_or("(untitled)")) } } }
                         td { bdi { (s.agent) } }
                         td.mono { (short(&s.id)) }
@@ -105,7 +106,9 @@ pub(super) async fn index(State(st): State<AppState>, Query(f): Query<ListForm>)
                             td.num { (t.turns) }
                             td.num { (t.tokens_in) " / " (t.tokens_out) }
                             td.num { @if t.calls > 0 { (llm::usd(t.cost)) } }
-                            td class=(if t.errors > 0 { "num bad" } else { "num" }) { (t.errors) }
+                            td class=(if t.errors + t.cut > 0 { "num bad" } else { "num" }) {
+                                (t.errors) @if t.cut > 0 { " · " span.cut title="calls whose stream the upstream cut" { (t.cut) " cut" } }
+                            }
                         } @else { td {} td {} td {} td {} td {} }
                     }
                 }

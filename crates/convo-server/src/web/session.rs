@@ -188,6 +188,13 @@ pub(super) async fn session_page(
         .iter()
         .filter(|l| l.branch.name.as_str() != branch_s)
         .collect();
+    // Turns with a failed call or a cut stream are marked in their heading.
+    let failed: std::collections::HashSet<u64> = tl
+        .nodes
+        .iter()
+        .filter(|n| llm::figures(n).is_some_and(|f| f.3))
+        .map(|n| n.turn.unwrap_or(0))
+        .collect();
     // A heading before the first node of each turn.
     let mut last = None;
     let headed: Vec<(Option<u64>, &NodeView)> = tl
@@ -244,7 +251,10 @@ pub(super) async fn session_page(
             div.turns id="turns" {
                 @for (header, n) in &headed {
                     @if let Some(turn) = header {
-                        h2.turn id=(format!("turn-{turn}")) { @if *turn == 0 { "Start" } @else { "Turn " (turn) } }
+                        h2 class=(if failed.contains(turn) { "turn failed" } else { "turn" }) id=(format!("turn-{turn}")) {
+                            @if *turn == 0 { "Start" } @else { "Turn " (turn) }
+                            @if failed.contains(turn) { " " span.diag.status.bad { "a call failed or was cut" } }
+                        }
                     }
                     (node_item(&sid, n))
                 }
