@@ -443,15 +443,15 @@ fn token_csrf_paths_and_escaping() {
         assert_eq!(page.status, 200, "{path}");
         let html = page.text();
         let lower = html.to_ascii_lowercase();
-        // The only script elements are the page's own (app.js, viewer.js
-        // and find.js), from this server; no payload became an element, a
-        // handler or a script URL.
+        // The only script elements are the page's own (theme.js, app.js,
+        // viewer.js and find.js), from this server; no payload became an
+        // element, a handler or a script URL.
         assert_eq!(
             lower.matches("<script").count(),
             lower.matches("<script src=\"/assets/").count(),
             "{path}: {html}"
         );
-        assert_eq!(lower.matches("<script").count(), 3, "{path}: {html}");
+        assert_eq!(lower.matches("<script").count(), 4, "{path}: {html}");
         assert!(!lower.contains("<img"), "{path}: {html}");
         assert!(lower.matches("<svg").count() <= 1, "{path}: {html}");
         assert!(!lower.contains("<b onmouseover"), "{path}: {html}");
@@ -462,6 +462,25 @@ fn token_csrf_paths_and_escaping() {
         }
         let csp = page.header("content-security-policy").unwrap();
         assert!(csp.contains("script-src 'self'"), "{csp}");
+    }
+
+    // The share file of the same payloads: its one inline script, allowed
+    // by its hash; no payload became an element or a handler.
+    for q in ["", "?content=1", "?content=1&all=1&redact=1"] {
+        let path = format!("/sessions/{s}/share{q}");
+        let page = srv.req("GET", &path, &auth, b"");
+        assert_eq!(page.status, 200, "{path}");
+        let lower = page.text().to_ascii_lowercase();
+        assert_eq!(lower.matches("<script").count(), 1, "{path}");
+        assert!(!lower.contains("<img") && !lower.contains("<svg"), "{path}");
+        for tag in tags(&lower) {
+            for bad in ["onerror", "onload", "onmouseover", "javascript:"] {
+                assert!(!tag.contains(bad), "{path}: a tag holds {bad}: {tag}");
+            }
+        }
+        let csp = page.header("content-security-policy").unwrap();
+        assert!(csp.contains("script-src 'sha256-"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
     }
 
     // Paths that climb out are refused wherever they point.
@@ -912,6 +931,15 @@ fn cut_streams_failed_calls_and_huge_numbers_read_as_they_are() {
 #[test]
 fn browser_theme_skip_link_and_help() {
     browser("theme.py", &["theme-dark.png", "theme-help.png"]);
+}
+
+/// The session list at 2,000 sessions (tests/browser/sessions.py): page
+/// numbers to the last page, sorting by tokens, title and created both
+/// ways, the order kept across pages, a long title not crushing the id
+/// and date columns, hostile titles inert.
+#[test]
+fn browser_session_list_sorts_and_pages() {
+    browser("sessions.py", &["sessions-sorted.png"]);
 }
 
 /// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through
