@@ -942,6 +942,14 @@ fn browser_session_list_sorts_and_pages() {
     browser("sessions.py", &["sessions-sorted.png"]);
 }
 
+/// A turn's waterfall (tests/browser/waterfall.py): one bar per call, two
+/// parallel calls overlapping on the time axis, a failed retry marked,
+/// tokens on each bar, a hostile model name inert, a bar linking to its call.
+#[test]
+fn browser_waterfall() {
+    browser("waterfall.py", &["waterfall.png"]);
+}
+
 /// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through
 /// the DevTools protocol: `SCRIPT CONVO CHROMIUM HOME SHOTS`) against the
 /// real binary, and checks that it passed and left these screenshots.

@@ -31,6 +31,7 @@ mod rerun;
 mod search;
 mod session;
 pub mod share;
+mod waterfall;
 
 use crate::AppState;
 use crate::api::{self, SessionQuery};

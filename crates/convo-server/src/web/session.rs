@@ -195,6 +195,15 @@ pub(super) async fn session_page(
         .filter(|n| llm::figures(n).is_some_and(|f| f.3))
         .map(|n| n.turn.unwrap_or(0))
         .collect();
+    // Each turn's calls on a time axis, under its heading.
+    let mut of_turn: std::collections::BTreeMap<u64, Vec<&NodeView>> = Default::default();
+    for n in &tl.nodes {
+        of_turn.entry(n.turn.unwrap_or(0)).or_default().push(n);
+    }
+    let falls: std::collections::HashMap<u64, Markup> = of_turn
+        .iter()
+        .filter_map(|(t, ns)| super::waterfall::waterfall(ns).map(|w| (*t, w)))
+        .collect();
     // A heading before the first node of each turn.
     let mut last = None;
     let headed: Vec<(Option<u64>, &NodeView)> = tl
@@ -255,6 +264,7 @@ pub(super) async fn session_page(
                             @if *turn == 0 { "Start" } @else { "Turn " (turn) }
                             @if failed.contains(turn) { " " span.diag.status.bad { "a call failed or was cut" } }
                         }
+                        @if let Some(w) = falls.get(turn) { (w) }
                     }
                     (node_item(&sid, n))
                 }
