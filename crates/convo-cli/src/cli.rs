@@ -121,6 +121,7 @@ pub enum Command {
     Demo(JsonFlag),
     Import(crate::commands::import::ImportArgs),
     Export(crate::commands::export::ExportArgs),
+    Share(crate::commands::share::ShareArgs),
     Check(crate::commands::check::CheckArgs),
     /// Project the store into a git repository, or check that projection
     ///

@@ -443,15 +443,15 @@ fn token_csrf_paths_and_escaping() {
         assert_eq!(page.status, 200, "{path}");
         let html = page.text();
         let lower = html.to_ascii_lowercase();
-        // The only script elements are the page's own (app.js, viewer.js
-        // and find.js), from this server; no payload became an element, a
-        // handler or a script URL.
+        // The only script elements are the page's own (theme.js, app.js,
+        // viewer.js and find.js), from this server; no payload became an
+        // element, a handler or a script URL.
         assert_eq!(
             lower.matches("<script").count(),
             lower.matches("<script src=\"/assets/").count(),
             "{path}: {html}"
         );
-        assert_eq!(lower.matches("<script").count(), 3, "{path}: {html}");
+        assert_eq!(lower.matches("<script").count(), 4, "{path}: {html}");
         assert!(!lower.contains("<img"), "{path}: {html}");
         assert!(lower.matches("<svg").count() <= 1, "{path}: {html}");
         assert!(!lower.contains("<b onmouseover"), "{path}: {html}");
@@ -462,6 +462,25 @@ fn token_csrf_paths_and_escaping() {
         }
         let csp = page.header("content-security-policy").unwrap();
         assert!(csp.contains("script-src 'self'"), "{csp}");
+    }
+
+    // The share file of the same payloads: its one inline script, allowed
+    // by its hash; no payload became an element or a handler.
+    for q in ["", "?content=1", "?content=1&all=1&redact=1"] {
+        let path = format!("/sessions/{s}/share{q}");
+        let page = srv.req("GET", &path, &auth, b"");
+        assert_eq!(page.status, 200, "{path}");
+        let lower = page.text().to_ascii_lowercase();
+        assert_eq!(lower.matches("<script").count(), 1, "{path}");
+        assert!(!lower.contains("<img") && !lower.contains("<svg"), "{path}");
+        for tag in tags(&lower) {
+            for bad in ["onerror", "onload", "onmouseover", "javascript:"] {
+                assert!(!tag.contains(bad), "{path}: a tag holds {bad}: {tag}");
+            }
+        }
+        let csp = page.header("content-security-policy").unwrap();
+        assert!(csp.contains("script-src 'sha256-"), "{csp}");
+        assert!(!csp.contains("unsafe-inline"), "{csp}");
     }
 
     // Paths that climb out are refused wherever they point.
@@ -766,6 +785,169 @@ fn browser_diff_and_graph() {
             "webdiff-graph-phone.png",
         ],
     );
+}
+
+/// `convo share` in headless Chromium (tests/browser/share.py): the file
+/// verifies from file://, a one-byte edit in a node, a payload or a hash is
+/// refused naming the node, metadata only and --redact-secrets carry no
+/// text or credential, no injected script runs, the web view's Share serves
+/// the same file, and a 1,000-call session verifies.
+#[test]
+fn browser_share() {
+    browser("share.py", &["share-verified.png", "share-refused.png"]);
+}
+
+/// Every page and asset of the web view (the share file too) is sent
+/// gzipped to a client that accepts it, with a strong ETag per encoding,
+/// and answers `If-None-Match` with that tag by 304 and no body; a client
+/// that does not ask for gzip gets the bytes as they are, under another tag.
+#[test]
+fn pages_and_assets_are_compressed_and_revalidated() {
+    use std::io::Read;
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let sid = sess(&srv, "bot", "compressed");
+    let mut lines = Vec::new();
+    for i in 0..300 {
+        lines.push(json!({"kind": "invoke", "payload": format!("Question {i} about Paris and its museums?")}));
+        lines.push(json!({"kind": "complete", "payload": format!("Answer {i}: the Louvre, the Orsay and the Pompidou.")}));
+    }
+    srv.post_json(
+        &format!("/api/v1/sessions/{sid}/branches/main/nodes"),
+        &Value::Array(lines),
+    )
+    .expect(201);
+    let paths = [
+        "/".to_owned(),
+        format!("/sessions/{sid}"),
+        format!("/sessions/{sid}/share?content=1"),
+        "/search?q=Louvre".to_owned(),
+        "/assets/app.css".to_owned(),
+        "/assets/app.js".to_owned(),
+        "/assets/viewer.js".to_owned(),
+    ];
+    for p in &paths {
+        let plain = srv.get(p);
+        assert_eq!(plain.status, 200, "{p}: {}", plain.text());
+        assert_eq!(plain.header("content-encoding"), None, "{p}");
+        let tag = plain
+            .header("etag")
+            .unwrap_or_else(|| panic!("{p}: no ETag"));
+        let zipped = srv.req("GET", p, &[("Accept-Encoding", "gzip, br")], b"");
+        assert_eq!(zipped.header("content-encoding"), Some("gzip"), "{p}");
+        let ztag = zipped.header("etag").unwrap().to_owned();
+        assert_ne!(ztag, tag, "{p}: one tag for two representations");
+        let mut unzipped = Vec::new();
+        flate2::read::GzDecoder::new(&zipped.body[..])
+            .read_to_end(&mut unzipped)
+            .unwrap();
+        assert_eq!(unzipped, plain.body, "{p}: gzip changed the bytes");
+        assert!(zipped.body.len() < plain.body.len(), "{p}");
+        for (tag, enc) in [(tag, ""), (ztag.as_str(), "gzip")] {
+            let again = srv.req(
+                "GET",
+                p,
+                &[("If-None-Match", tag), ("Accept-Encoding", enc)],
+                b"",
+            );
+            assert_eq!(again.status, 304, "{p} {enc}: {}", again.text());
+            assert!(again.body.is_empty(), "{p}");
+            assert_eq!(again.header("etag"), Some(tag), "{p}");
+        }
+        let stale = srv.req("GET", p, &[("If-None-Match", "\"nope\"")], b"");
+        assert_eq!(stale.status, 200, "{p}");
+        eprintln!(
+            "{p}: {} bytes, {} gzipped",
+            plain.body.len(),
+            zipped.body.len()
+        );
+    }
+}
+
+/// A stream the upstream cut and a failed call are marked in the session
+/// list, the turn's heading, the session's totals and the call; a response
+/// holding a number outside f64 (`1e400`) keeps its chat view and tokens,
+/// the number shown as the text it is.
+#[test]
+fn cut_streams_failed_calls_and_huge_numbers_read_as_they_are() {
+    let t = TestEnv::new();
+    let srv = Server::start(&t, &[]);
+    let sid = sess(&srv, "bot", "trust");
+    let req =
+        json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Say a huge number"}]});
+    let huge = r#"{"id":"c1","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Here it is."},"finish_reason":"stop","score":1e400}],"usage":{"prompt_tokens":11,"completion_tokens":7}}"#;
+    let lines = json!([
+        {"kind": "invoke", "payload": "go"},
+        {"kind": "request", "payload": req.to_string()},
+        {"kind": "response", "payload": huge, "sequence": 1,
+         "diagnostics": {"status": 200, "model": "gpt-4o", "partial": "the upstream closed the stream before its end"}},
+        {"kind": "complete", "payload": "done"},
+        {"kind": "invoke", "payload": "again"},
+        {"kind": "request", "payload": req.to_string()},
+        {"kind": "response", "payload": r#"{"error":{"message":"overloaded"}}"#, "sequence": 1,
+         "diagnostics": {"status": 529}},
+        {"kind": "complete", "payload": "failed"},
+    ]);
+    srv.post_json(
+        &format!("/api/v1/sessions/{sid}/branches/main/nodes"),
+        &lines,
+    )
+    .expect(201);
+    let page = srv.get(&format!("/sessions/{sid}")).text();
+    assert!(page.contains("stream cut: partial answer"), "{page}");
+    assert!(page.contains("streams cut"), "no cut in the totals");
+    assert!(
+        page.contains("Here it is."),
+        "the 1e400 response lost its chat view"
+    );
+    assert!(
+        page.contains("tokens 11 in · 7 out"),
+        "the 1e400 response lost its tokens"
+    );
+    assert!(
+        page.contains("1e400"),
+        "the number is not shown as its text"
+    );
+    assert_eq!(
+        page.matches("a call failed or was cut").count(),
+        2,
+        "both turns are marked"
+    );
+    let list = srv.get("/").text();
+    assert!(
+        list.contains("row failed"),
+        "the list does not mark the session"
+    );
+    assert!(
+        list.contains("1 cut"),
+        "the list does not count the cut stream"
+    );
+}
+
+/// Dark mode (the system's preference and the toggle, kept over a reload,
+/// the share page too), the skip link as the first tab stop, `?` opening
+/// the help panel in the page, pages gzipped to the browser
+/// (tests/browser/theme.py).
+#[test]
+fn browser_theme_skip_link_and_help() {
+    browser("theme.py", &["theme-dark.png", "theme-help.png"]);
+}
+
+/// The session list at 2,000 sessions (tests/browser/sessions.py): page
+/// numbers to the last page, sorting by tokens, title and created both
+/// ways, the order kept across pages, a long title not crushing the id
+/// and date columns, hostile titles inert.
+#[test]
+fn browser_session_list_sorts_and_pages() {
+    browser("sessions.py", &["sessions-sorted.png"]);
+}
+
+/// A turn's waterfall (tests/browser/waterfall.py): one bar per call, two
+/// parallel calls overlapping on the time axis, a failed retry marked,
+/// tokens on each bar, a hostile model name inert, a bar linking to its call.
+#[test]
+fn browser_waterfall() {
+    browser("waterfall.py", &["waterfall.png"]);
 }
 
 /// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through

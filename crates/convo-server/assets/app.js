@@ -65,6 +65,25 @@
 
   // Live updates: assets/viewer.js.
 
+  // ----- theme and help -------------------------------------------------------
+  // The theme follows the system (prefers-color-scheme) until the toggle
+  // picks one, kept in localStorage (assets/theme.js applies it early).
+  function toggleTheme() {
+    const root = document.documentElement;
+    const dark = root.dataset.theme ? root.dataset.theme === "dark"
+      : window.matchMedia("(prefers-color-scheme: dark)").matches;
+    root.dataset.theme = dark ? "light" : "dark";
+    try { localStorage.setItem("convo-theme", root.dataset.theme); } catch (e) { /* no storage */ }
+  }
+  function help() {
+    const d = document.getElementById("help");
+    if (d && !d.open) d.showModal();
+  }
+  const themeButton = document.getElementById("theme");
+  if (themeButton) themeButton.addEventListener("click", toggleTheme);
+  const helpButton = document.getElementById("help-open");
+  if (helpButton) helpButton.addEventListener("click", help);
+
   // ----- keyboard -----------------------------------------------------------
   function nodes() { return Array.from(document.querySelectorAll("article.node")); }
   function focused() { return document.activeElement && document.activeElement.closest ? document.activeElement.closest("article.node") : null; }
@@ -89,7 +108,8 @@
       case "o": case "Enter": if (cur) { const l = cur.querySelector("a.hash"); if (l) window.location.href = l.href; } break;
       case "f": if (cur) forkAt(cur.dataset.hash); break;
       case "/": { const q = document.getElementById("q"); if (q) { ev.preventDefault(); q.focus(); } break; }
-      case "?": window.alert("j / k: next / previous message\no or Enter: open it\nf: fork a timeline from it\ng / G: first / last\n/: search sessions"); break;
+      case "?": help(); break;
+      case "t": toggleTheme(); break;
       default: return;
     }
   });

@@ -231,9 +231,27 @@ pub async fn list_sessions(
 }
 
 pub(crate) fn filter_sessions(all: Vec<SessionRow>, q: &SessionQuery) -> SessionList {
+    let mut hits = matching_sessions(&all, q);
+    let total = hits.len();
+    let offset = q.offset.unwrap_or(0).min(total);
+    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
+    let end = (offset + limit).min(total);
+    let sessions = hits.drain(offset..end).map(Session::from_store).collect();
+    SessionList {
+        sessions,
+        total,
+        next_offset: (end < total).then_some(end),
+    }
+}
+
+/// Every session `q`'s filters let through (its `offset` and `limit`
+/// aside), newest first.
+pub(crate) fn matching_sessions<'a>(
+    all: &'a [SessionRow],
+    q: &SessionQuery,
+) -> Vec<&'a SessionRow> {
     let needle = given(&q.q).map(str::to_lowercase).unwrap_or_default();
-    let mut hits: Vec<&SessionRow> = all
-        .iter()
+    all.iter()
         .rev()
         // A blank `agent=` (an empty form field) is no filter.
         .filter(|s| given(&q.agent).is_none_or(|a| s.agent == a))
@@ -245,17 +263,7 @@ pub(crate) fn filter_sessions(all: Vec<SessionRow>, q: &SessionQuery) -> Session
                     .as_deref()
                     .is_some_and(|t| t.to_lowercase().contains(&needle))
         })
-        .collect();
-    let total = hits.len();
-    let offset = q.offset.unwrap_or(0).min(total);
-    let limit = q.limit.unwrap_or(50).clamp(1, 1000);
-    let end = (offset + limit).min(total);
-    let sessions = hits.drain(offset..end).map(Session::from_store).collect();
-    SessionList {
-        sessions,
-        total,
-        next_offset: (end < total).then_some(end),
-    }
+        .collect()
 }
 
 /// A new session.

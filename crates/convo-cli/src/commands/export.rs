@@ -409,7 +409,7 @@ fn random_uuid() -> String {
 
 /// Writes `bytes` to a temporary file beside `path` and renames it over
 /// `path`, so a reader never sees half a file.
-fn write_atomically(path: &Path, bytes: &[u8]) -> CmdResult<()> {
+pub(super) fn write_atomically(path: &Path, bytes: &[u8]) -> CmdResult<()> {
     let fail =
         |e: std::io::Error| CommandError::user(format!("cannot write {}: {e}", path.display()));
     let dir = match path.parent() {

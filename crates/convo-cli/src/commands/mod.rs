@@ -28,6 +28,7 @@ pub mod search;
 pub mod select;
 pub mod serve;
 pub mod session;
+pub mod share;
 pub mod show;
 pub mod state;
 pub mod turn;
@@ -150,6 +151,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Verify(_)
         | Command::Checkpoint(_)
         | Command::Export(_)
+        | Command::Share(_)
         | Command::Check(_)
         | Command::Git(_)
         | Command::Watch(_) => Access::Read,
@@ -286,6 +288,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Demo(a) => demo::run(&env, a.json),
         Command::Import(a) => import::run(&env, a),
         Command::Export(a) => export::run(&env, a),
+        Command::Share(a) => share::run(&env, a),
         Command::Check(a) => check::run(a),
         Command::Git(c) => git::run(&env, c),
         Command::Watch(a) => watch::run(&env, a),

@@ -183,7 +183,7 @@ def run(b, base, sid, shots):
     b.goto(base + "/")
     if not b.eval("document.querySelectorAll('table.sessions tbody tr').length === 1"):
         fail("the sessions list does not show the demo session")
-    b.eval("document.querySelector('table.sessions a').click()")
+    b.eval("document.querySelector('table.sessions tbody a').click()")
     b.wait_for("location.pathname.startsWith('/sessions/')", "the session page")
 
     # Its graph: main and the sealed broken-… timeline, with a fork point.

@@ -3,26 +3,105 @@
 use super::jump::given;
 use super::llm;
 use super::*;
+use convo_runtime::wire::FromStore as _;
 
 /// Sessions per list page.
 const PER_PAGE: usize = 50;
 
-/// The list's URL with only the filters that are set.
-fn list_url(needle: &str, agent: &str, offset: usize) -> String {
-    let mut parts = Vec::new();
-    if !needle.is_empty() {
-        parts.push(format!("q={}", query_escape(needle)));
+/// What the list can be sorted by: the query value, the column's heading,
+/// and whether it needs every session's figures.
+const SORTS: [(&str, &str, bool); 9] = [
+    ("title", "Title", false),
+    ("agent", "Agent", false),
+    ("created", "Created", false),
+    ("activity", "Last activity", true),
+    ("turns", "Turns", true),
+    ("calls", "Calls", true),
+    ("tokens", "Tokens in / out", true),
+    ("cost", "Cost", true),
+    ("errors", "Errors", true),
+];
+
+/// The list's filters, order and page, as its links carry them.
+#[derive(Clone, Debug)]
+struct View {
+    needle: String,
+    agent: String,
+    sort: &'static str,
+    asc: bool,
+    per: usize,
+}
+
+impl View {
+    /// The list's URL with only what differs from the defaults.
+    fn url(&self, offset: usize, sort: &str, asc: bool) -> String {
+        let mut parts = Vec::new();
+        if !self.needle.is_empty() {
+            parts.push(format!("q={}", query_escape(&self.needle)));
+        }
+        if !self.agent.is_empty() {
+            parts.push(format!("agent={}", query_escape(&self.agent)));
+        }
+        if sort != "created" || asc {
+            parts.push(format!(
+                "sort={sort}&dir={}",
+                if asc { "asc" } else { "desc" }
+            ));
+        }
+        if self.per != PER_PAGE {
+            parts.push(format!("limit={}", self.per));
+        }
+        if offset > 0 {
+            parts.push(format!("offset={offset}"));
+        }
+        if parts.is_empty() {
+            "/".into()
+        } else {
+            format!("/?{}", parts.join("&"))
+        }
     }
-    if !agent.is_empty() {
-        parts.push(format!("agent={}", query_escape(agent)));
+
+    fn page(&self, offset: usize) -> String {
+        self.url(offset, self.sort, self.asc)
     }
-    if offset > 0 {
-        parts.push(format!("offset={offset}"));
-    }
-    if parts.is_empty() {
-        "/".into()
+}
+
+/// Orders `rows` (newest first, each with its figures when the key needs
+/// them) by `key`; ties keep newest first.
+fn sort_rows(rows: &mut [(&SessionRow, Option<llm::Totals>)], key: &str, asc: bool) {
+    use std::cmp::Ordering;
+    let fig = |t: &Option<llm::Totals>, f: fn(&llm::Totals) -> f64| t.as_ref().map_or(-1.0, f);
+    let cmp = |a: &(&SessionRow, Option<llm::Totals>),
+               b: &(&SessionRow, Option<llm::Totals>)|
+     -> Ordering {
+        match key {
+            "title" => {
+                let t = |r: &SessionRow| r.title.as_deref().map(str::to_lowercase);
+                // Untitled sessions after the titled ones.
+                match (t(a.0), t(b.0)) {
+                    (Some(x), Some(y)) => x.cmp(&y),
+                    (x, y) => y.is_none().cmp(&x.is_none()).reverse(),
+                }
+            }
+            "agent" => a.0.agent.to_lowercase().cmp(&b.0.agent.to_lowercase()),
+            "created" => a.0.created_at.cmp(&b.0.created_at),
+            other => {
+                let f: fn(&llm::Totals) -> f64 = match other {
+                    "activity" => |t| t.last.unwrap_or(0) as f64,
+                    "turns" => |t| t.turns as f64,
+                    "calls" => |t| t.calls as f64,
+                    "tokens" => |t| (t.tokens_in + t.tokens_out) as f64,
+                    "cost" => |t| t.cost,
+                    _ => |t| (t.errors + t.cut) as f64,
+                };
+                fig(&a.1, f).total_cmp(&fig(&b.1, f))
+            }
+        }
+    };
+    if asc {
+        rows.sort_by(cmp);
     } else {
-        format!("/?{}", parts.join("&"))
+        rows.sort_by(|a, b| cmp(b, a));
     }
 }
 
@@ -33,6 +112,8 @@ pub(super) struct ListForm {
     agent: Option<String>,
     offset: Option<String>,
     limit: Option<String>,
+    sort: Option<String>,
+    dir: Option<String>,
 }
 
 pub(super) async fn index(State(st): State<AppState>, Query(f): Query<ListForm>) -> Response {
@@ -53,72 +134,178 @@ pub(super) async fn index(State(st): State<AppState>, Query(f): Query<ListForm>)
         (Ok(o), Ok(l)) => (o.unwrap_or(0), l),
         (Err(e), _) | (_, Err(e)) => return api::ApiError::bad_request(e).into_response(),
     };
-    let q = SessionQuery {
-        q: Some(needle.clone()),
-        agent: Some(agent.clone()),
-        offset: Some(offset),
-        limit: Some(limit.unwrap_or(PER_PAGE)),
+    let sort = SORTS
+        .iter()
+        .find(|(k, _, _)| Some(*k) == given(&f.sort))
+        .map_or("created", |(k, _, _)| *k);
+    let view = View {
+        needle,
+        agent,
+        sort,
+        // Names ascend by default, figures and dates descend.
+        asc: match given(&f.dir) {
+            Some(d) => d == "asc",
+            None => matches!(sort, "title" | "agent"),
+        },
+        per: limit.unwrap_or(PER_PAGE).clamp(1, 1000),
     };
-    let (list, totals) = match run(&st, move |s| {
-        let list = api::filter_sessions(s.sessions()?, &q);
-        // The listed sessions' figures (remembered per session until a head moves).
-        let totals: Vec<Option<llm::Totals>> = list
-            .sessions
-            .iter()
-            .map(|x| {
-                s.find_session(&x.id)
-                    .and_then(|r| llm::session_totals(s, &r))
-                    .ok()
+    let q = SessionQuery {
+        q: Some(view.needle.clone()),
+        agent: Some(view.agent.clone()),
+        offset: None,
+        limit: None,
+    };
+    let v = view.clone();
+    let (rows, total) = match run(&st, move |s| {
+        let all = s.sessions()?;
+        let hits = api::matching_sessions(&all, &q);
+        let needs = SORTS.iter().any(|(k, _, n)| *k == v.sort && *n);
+        // The figures (remembered per session until a head moves): of
+        // every session when the order needs them, else of this page's.
+        let figures = |s: &mut Store, r: &SessionRow| llm::session_totals(s, r).ok();
+        let mut rows: Vec<(&SessionRow, Option<llm::Totals>)> = hits
+            .into_iter()
+            .map(|r| (r, if needs { figures(s, r) } else { None }))
+            .collect();
+        sort_rows(&mut rows, v.sort, v.asc);
+        let total = rows.len();
+        let page: Vec<(convo_api::Session, Option<llm::Totals>)> = rows
+            .into_iter()
+            .skip(offset)
+            .take(v.per)
+            .map(|(r, t)| {
+                let t = if needs { t } else { figures(s, r) };
+                (convo_api::Session::from_store(r), t)
             })
             .collect();
-        Ok((list, totals))
+        Ok((page, total))
     })
     .await
     {
         Ok(d) => d,
         Err(r) => return r,
     };
-    let body = html! {
+    html_response(page("Sessions", list_body(&view, &rows, total, offset)))
+}
+
+/// A time stamp that may break between its date and its time.
+fn stamp(t: &str) -> Markup {
+    match t.split_once('T') {
+        Some((d, h)) => html! { (d) "T" wbr; (h) },
+        None => html! { (t) },
+    }
+}
+
+/// A sortable column heading: a link that sorts by it (again: the other way).
+fn heading(view: &View, key: &str, label: &str) -> Markup {
+    let current = view.sort == key;
+    let default_asc = matches!(key, "title" | "agent");
+    let asc = if current { !view.asc } else { default_asc };
+    let num = !matches!(key, "title" | "agent" | "created" | "activity");
+    let sort = match (current, view.asc) {
+        (false, _) => "none",
+        (true, true) => "ascending",
+        (true, false) => "descending",
+    };
+    html! {
+        th class=(format!("c-{key}{}", if num { " num" } else { "" })) aria-sort=(sort) {
+            a.sort href=(view.url(0, key, asc)) title=(format!("sort by {}", label.to_lowercase())) { (label) }
+        }
+    }
+}
+
+fn list_body(
+    view: &View,
+    rows: &[(convo_api::Session, Option<llm::Totals>)],
+    total: usize,
+    offset: usize,
+) -> Markup {
+    let (needle, agent) = (&view.needle, &view.agent);
+    html! {
         h1 { "Sessions" }
         form.filters action="/" method="get" {
             input type="search" name="q" value=(needle) placeholder="title, agent or id" aria-label="Title, agent or id";
             input type="text" name="agent" value=(agent) placeholder="agent" aria-label="Agent";
+            @if view.sort != "created" || view.asc {
+                input type="hidden" name="sort" value=(view.sort);
+                input type="hidden" name="dir" value=(if view.asc { "asc" } else { "desc" });
+            }
             button type="submit" { "Filter" }
             @if !needle.is_empty() || !agent.is_empty() { a href="/" { "clear" } }
-            @if !needle.is_empty() { a href=(format!("/search?q={}", query_escape(&needle))) { "search messages for it →" } }
+            @if !needle.is_empty() { a href=(format!("/search?q={}", query_escape(needle))) { "search messages for it →" } }
         }
         p.count {
-            (list.total) " sessions"
-            @if list.total > 0 { " · " (offset.min(list.total) + 1) "–" (list.next_offset.unwrap_or(list.total)) }
+            (total) " sessions"
+            @if total > 0 { " · " (offset.min(total) + 1) "–" ((offset + rows.len()).min(total)) }
         }
         table.sessions {
-            thead { tr { th { "Title" } th { "Agent" } th { "Id" } th { "Created" } th { "Last activity" } th.num { "Turns" } th.num { "Tokens in / out" } th.num { "Cost" } th.num { "Errors" } } }
+            colgroup {
+                col.c-title; col.c-agent; col.c-id; col.c-created; col.c-activity;
+                col.c-turns; col.c-calls; col.c-tokens; col.c-cost; col.c-errors;
+            }
+            thead { tr {
+                (heading(view, "title", "Title"))
+                (heading(view, "agent", "Agent"))
+                th.c-id { "Id" }
+                @for (k, label, _) in &SORTS[2..] { (heading(view, k, label)) }
+            } }
             tbody {
-                @for (s, t) in list.sessions.iter().zip(&totals) {
-                    tr.row data-href=(session_url(&s.id, None)) {
-                        td { a href=(session_url(&s.id, None)) { bdi { (s.title.as_deref().unwrap_or("(untitled)")) } } }
-                        td { bdi { (s.agent) } }
+                @for (s, t) in rows {
+                    @let bad = t.as_ref().is_some_and(|t| t.errors + t.cut > 0);
+                    @let title = s.title.as_deref().unwrap_or("(untitled)");
+                    tr class=(if bad { "row failed" } else { "row" }) data-href=(session_url(&s.id, None)) {
+                        td.title { a href=(session_url(&s.id, None)) { bdi { (title) } } }
+                        td.agent { bdi { (s.agent) } }
                         td.mono { (short(&s.id)) }
-                        td { (s.created_at) }
+                        td.date { (stamp(&s.created_at)) }
                         @if let Some(t) = t {
-                            td.last { @if let Some(l) = t.last { (convo_api::time(l)) } }
+                            td.last.date { @if let Some(l) = t.last { (stamp(&convo_api::time(l))) } }
                             td.num { (t.turns) }
+                            td.num { (t.calls) }
                             td.num { (t.tokens_in) " / " (t.tokens_out) }
                             td.num { @if t.calls > 0 { (llm::usd(t.cost)) } }
-                            td class=(if t.errors > 0 { "num bad" } else { "num" }) { (t.errors) }
-                        } @else { td {} td {} td {} td {} td {} }
+                            td class=(if t.errors + t.cut > 0 { "num bad" } else { "num" }) {
+                                (t.errors) @if t.cut > 0 { " · " span.cut title="calls whose stream the upstream cut" { (t.cut) " cut" } }
+                            }
+                        } @else { td {} td {} td {} td {} td {} td {} }
                     }
                 }
             }
         }
+        (pages(view, total, offset))
+    }
+}
+
+/// Previous, page numbers (first, last and those around this one), next.
+fn pages(view: &View, total: usize, offset: usize) -> Markup {
+    let per = view.per;
+    let count = total.div_ceil(per).max(1);
+    let current = (offset / per).min(count - 1);
+    let mut numbers: Vec<usize> = vec![0, count - 1];
+    numbers.extend(current.saturating_sub(2)..=(current + 2).min(count - 1));
+    numbers.sort_unstable();
+    numbers.dedup();
+    html! {
         nav.pager aria-label="Session pages" {
             @if offset > 0 {
-                a.prev href=(list_url(&needle, &agent, offset.saturating_sub(PER_PAGE))) rel="prev" { "← Previous page" }
+                a.prev href=(view.page(offset.saturating_sub(per))) rel="prev" { "← Previous page" }
             }
-            @if let Some(next) = list.next_offset {
-                a.next href=(list_url(&needle, &agent, next)) rel="next" { "Next page →" }
+            @if count > 1 {
+                span.pages {
+                    @for (i, k) in numbers.iter().enumerate() {
+                        @if i > 0 && *k > numbers[i - 1] + 1 { span.gap { "…" } }
+                        @if *k == current {
+                            strong.page aria-current="page" { (k + 1) }
+                        } @else {
+                            a.page href=(view.page(k * per)) title=(if *k == count - 1 { "the last page" } else { "" }) { (k + 1) }
+                        }
+                    }
+                }
+            }
+            @if offset + per < total {
+                a.next href=(view.page(offset + per)) rel="next" { "Next page →" }
+                a.last href=(view.page((count - 1) * per)) { "last ⇥" }
             }
         }
-    };
-    html_response(page("Sessions", body))
+    }
 }

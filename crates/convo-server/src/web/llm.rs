@@ -172,6 +172,8 @@ pub(crate) struct Call {
     pub(crate) ttft_ms: Option<f64>,
     pub(crate) status: Option<u64>,
     pub(crate) failed: bool,
+    /// Why the upstream's stream ended early (the proxy's `partial`).
+    pub(crate) cut: Option<String>,
 }
 
 impl Call {
@@ -199,7 +201,15 @@ impl Call {
             (Some(m), Some(u), Ok(p)) => p.find(m).map(|pr| u.cost(pr)),
             _ => None,
         };
+        let cut = diag
+            .get("partial")
+            .filter(|p| !p.is_null())
+            .map(|p| match p {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
         Call {
+            cut,
             model,
             usage,
             cost,
@@ -226,6 +236,8 @@ pub(crate) struct Totals {
     /// Calls whose model has no price (their cost is not in `cost`).
     pub(crate) unpriced: u64,
     pub(crate) errors: u64,
+    /// Calls whose stream the upstream cut.
+    pub(crate) cut: u64,
     pub(crate) turns: u64,
     pub(crate) first: Option<i64>,
     pub(crate) last: Option<i64>,
@@ -260,6 +272,9 @@ impl Totals {
         }
         if c.failed {
             self.errors += 1;
+        }
+        if c.cut.is_some() {
+            self.cut += 1;
         }
     }
 
@@ -623,8 +638,61 @@ struct Request {
     stream: bool,
 }
 
+/// JSON text as a value. A number outside f64 (`1e400`, which serde_json
+/// refuses) becomes a string of its own text, so the rest of the body
+/// still reads as a call (its messages, its tokens).
+pub(crate) fn lenient_json(text: &str) -> Option<Value> {
+    if let Ok(v) = serde_json::from_str(text) {
+        return Some(v);
+    }
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut i = 0;
+    let mut changed = false;
+    while i < b.len() {
+        let start = i;
+        if b[i] == b'"' {
+            i += 1;
+            while i < b.len() {
+                match b[i] {
+                    b'\\' => i += 2,
+                    b'"' => {
+                        i += 1;
+                        break;
+                    }
+                    _ => i += 1,
+                }
+            }
+            out.push_str(text.get(start..i.min(b.len()))?);
+        } else if b[i] == b'-' || b[i].is_ascii_digit() {
+            while i < b.len() && matches!(b[i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-') {
+                i += 1;
+            }
+            let tok = &text[start..i];
+            if tok.parse::<f64>().is_ok_and(f64::is_infinite) {
+                out.push('"');
+                out.push_str(tok);
+                out.push('"');
+                changed = true;
+            } else {
+                out.push_str(tok);
+            }
+        } else {
+            // Structure and white space: ASCII up to the next string or number.
+            while i < b.len() && b[i] != b'"' && b[i] != b'-' && !b[i].is_ascii_digit() {
+                i += 1;
+            }
+            out.push_str(text.get(start..i)?);
+        }
+    }
+    if !changed {
+        return None;
+    }
+    serde_json::from_str(&out).ok()
+}
+
 fn parse_request(diag: &Value, text: &str) -> Option<Request> {
-    let v: Value = serde_json::from_str(text).ok()?;
+    let v: Value = lenient_json(text)?;
     // A bare list of messages (as some importers record a call).
     if let Value::Array(items) = &v {
         if items
@@ -687,7 +755,7 @@ fn parse_response(diag: &Value, text: &str) -> Option<(Vec<Msg>, Option<String>,
             None => wire::assemble(stream_api(text), text.as_bytes())?,
         }
     } else {
-        serde_json::from_str(text).ok()?
+        lenient_json(text)?
     };
     if let Some(e) = v.get("error").filter(|e| !e.is_null()) {
         let m = e
@@ -900,6 +968,7 @@ fn chips(c: &Call, stop: Option<&str>) -> Markup {
         @if let Some(l) = c.latency_ms { span.diag { (ms(l as i64)) @if let Some(t) = c.ttft_ms { " (first byte " (ms(t as i64)) ")" } } }
         @if let Some(st) = c.status { span class=(if c.failed { "diag status bad" } else { "diag status" }) { "HTTP " (st) } }
         @else if c.failed { span.diag.status.bad { "failed" } }
+        @if let Some(why) = &c.cut { span.diag.status.bad.cut title=(why) { "stream cut: partial answer" } }
         @if let Some(s) = stop { span.diag { "stop " bdi { (s) } } }
     }
 }
@@ -972,7 +1041,7 @@ pub(super) fn messages_view(text: &str) -> Option<Markup> {
     if !(t.starts_with('[') || t.starts_with('{')) {
         return None;
     }
-    let v: Value = serde_json::from_str(t).ok()?;
+    let v: Value = lenient_json(t)?;
     let is_msg = |m: &Value| {
         m.get("role").and_then(Value::as_str).is_some()
             || matches!(
@@ -1001,7 +1070,12 @@ pub(super) fn figures(n: &NodeView) -> Option<(u64, u64, f64, bool)> {
     let c = Call::of(&n.diagnostics, None);
     c.is_call().then(|| {
         let u = c.usage.unwrap_or_default();
-        (u.input, u.output, c.cost.unwrap_or(0.0), c.failed)
+        (
+            u.input,
+            u.output,
+            c.cost.unwrap_or(0.0),
+            c.failed || c.cut.is_some(),
+        )
     })
 }
 
@@ -1017,6 +1091,7 @@ pub(super) fn totals_view(t: &Totals) -> Markup {
             }
             span.diag { "duration " (ms(t.duration_ms())) }
             span class=(if t.errors > 0 { "diag status bad" } else { "diag status" }) { b #t-errors { (t.errors) } " errors" }
+            @if t.cut > 0 { span.diag.status.bad.cut { b #t-cut { (t.cut) } " streams cut" } }
         }
     }
 }

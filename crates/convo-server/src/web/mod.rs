@@ -19,6 +19,7 @@
 //! so a right-to-left override in one cannot reverse the ids and dates
 //! around it.
 
+mod comfort;
 mod diff;
 mod graph;
 mod index;
@@ -29,6 +30,8 @@ mod node;
 mod rerun;
 mod search;
 mod session;
+pub mod share;
+mod waterfall;
 
 use crate::AppState;
 use crate::api::{self, SessionQuery};
@@ -56,6 +59,8 @@ pub fn check_prices() -> Result<(), String> {
     llm::prices().map(|_| ()).map_err(str::to_owned)
 }
 const FIND_JS: &str = include_str!("../../assets/find.js");
+/// Sets the saved theme before the page paints (the one blocking script).
+const THEME_JS: &str = include_str!("../../assets/theme.js");
 
 /// The page routes.
 pub fn routes() -> Router<AppState> {
@@ -64,6 +69,7 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{session}", get(session::session_page))
         .route("/sessions/{session}/nodes/{hash}", get(node::node_page))
         .route("/sessions/{session}/diff", get(diff::diff_page))
+        .route("/sessions/{session}/share", get(share::share_page))
         .route("/search", get(search::search_page))
         .route(
             "/sessions/{session}/nodes/{hash}/rerun",
@@ -78,6 +84,12 @@ pub fn routes() -> Router<AppState> {
         .route("/assets/app.css", get(css))
         .route("/assets/viewer.js", get(viewer_js))
         .route("/assets/viewer.css", get(viewer_css))
+        .route("/assets/theme.js", get(theme_js))
+        .layer(axum::middleware::from_fn(comfort::comfort))
+}
+
+async fn theme_js() -> Response {
+    asset(THEME_JS, "text/javascript; charset=utf-8")
 }
 
 async fn js() -> Response {
@@ -129,6 +141,7 @@ fn page(title: &str, body: Markup) -> Markup {
                 // First-strong isolates: a right-to-left override in a
                 // title cannot turn the tab's text around.
                 title { "\u{2068}" (title) "\u{2069} · convo" }
+                script src="/assets/theme.js" {}
                 link rel="stylesheet" href="/assets/app.css";
                 link rel="stylesheet" href="/assets/viewer.css";
                 script src="/assets/app.js" defer {}
@@ -136,14 +149,30 @@ fn page(title: &str, body: Markup) -> Markup {
                 script src="/assets/find.js" defer {}
             }
             body {
+                a.skip href="#main" { "Skip to the content" }
                 header.top {
                     a.brand href="/" { "convo" }
                     form.search action="/search" method="get" role="search" {
                         input type="search" name="q" placeholder="Search messages  ( / )" id="q" aria-label="Search every message";
                     }
+                    button #theme type="button" title="Dark or light theme (t)" aria-label="Dark or light theme" { "◐" }
+                    button #help-open type="button" title="Keys and help (?)" aria-label="Keys and help" { "?" }
                 }
-                main { (body) }
-                footer { "keys: j/k move · o open · f fork here · / search · ? help" }
+                main #main tabindex="-1" { (body) }
+                dialog #help aria-labelledby="help-title" {
+                    h2 #help-title { "Keys" }
+                    dl.keys {
+                        dt { kbd { "j" } " / " kbd { "k" } } dd { "next / previous message" }
+                        dt { kbd { "o" } " or " kbd { "Enter" } } dd { "open it" }
+                        dt { kbd { "f" } } dd { "fork a timeline from it" }
+                        dt { kbd { "g" } " / " kbd { "G" } } dd { "first / last message" }
+                        dt { kbd { "/" } } dd { "search every message" }
+                        dt { kbd { "t" } } dd { "dark or light theme" }
+                        dt { kbd { "?" } } dd { "this help; " kbd { "Esc" } " closes it" }
+                    }
+                    form method="dialog" { button #help-close type="submit" { "Close" } }
+                }
+                footer { "keys: j/k move · o open · f fork here · / search · t theme · ? help" }
             }
         }
     }

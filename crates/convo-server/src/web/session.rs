@@ -191,6 +191,22 @@ pub(super) async fn session_page(
         .iter()
         .filter(|l| l.branch.name.as_str() != branch_s)
         .collect();
+    // Turns with a failed call or a cut stream are marked in their heading.
+    let failed: std::collections::HashSet<u64> = tl
+        .nodes
+        .iter()
+        .filter(|n| llm::figures(n).is_some_and(|f| f.3))
+        .map(|n| n.turn.unwrap_or(0))
+        .collect();
+    // Each turn's calls on a time axis, under its heading.
+    let mut of_turn: std::collections::BTreeMap<u64, Vec<&NodeView>> = Default::default();
+    for n in &tl.nodes {
+        of_turn.entry(n.turn.unwrap_or(0)).or_default().push(n);
+    }
+    let falls: std::collections::HashMap<u64, Markup> = of_turn
+        .iter()
+        .filter_map(|(t, ns)| super::waterfall::waterfall(ns).map(|w| (*t, w)))
+        .collect();
     // A heading before the first node of each turn.
     let mut last = None;
     let headed: Vec<(Option<u64>, &NodeView)> = tl
@@ -228,6 +244,10 @@ pub(super) async fn session_page(
                     }
                 }
                 a href=(format!("/api/v1/sessions/{sid}/export?format=markdown&branch={}", query_escape(&branch_s))) { "Export Markdown" }
+                a #share href=(format!("/sessions/{sid}/share?branch={}", query_escape(&branch_s)))
+                    title="One HTML file that checks its own hashes in the browser: metadata only" { "Share" }
+                a #share-content href=(format!("/sessions/{sid}/share?branch={}&content=1", query_escape(&branch_s)))
+                    title="The same file with the message text" { "(with content)" }
             }
             @if this.sealed {
                 p.notice { "This timeline is sealed: it is kept as it was and refuses new messages. Fork from any of its nodes to continue it." }
@@ -243,7 +263,11 @@ pub(super) async fn session_page(
             div.turns id="turns" {
                 @for (header, n) in &headed {
                     @if let Some(turn) = header {
-                        h2.turn id=(format!("turn-{turn}")) { @if *turn == 0 { "Start" } @else { "Turn " (turn) } }
+                        h2 class=(if failed.contains(turn) { "turn failed" } else { "turn" }) id=(format!("turn-{turn}")) {
+                            @if *turn == 0 { "Start" } @else { "Turn " (turn) }
+                            @if failed.contains(turn) { " " span.diag.status.bad { "a call failed or was cut" } }
+                        }
+                        @if let Some(w) = falls.get(turn) { (w) }
                     }
                     (node_item(&sid, n))
                 }
