@@ -75,6 +75,7 @@ pub mod records;
 pub mod session_json;
 pub mod sharegpt;
 pub mod sse;
+pub mod thread;
 mod tree;
 pub mod wire;
 

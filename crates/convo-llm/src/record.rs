@@ -282,11 +282,18 @@ impl Exchange {
         }
     }
 
-    /// The key a retry of this request is recognized by
-    /// ([`crate::thread::retry_key`]: the request in its canonical form,
-    /// so computed only when a retry is possible).
+    /// The key the next attempt of this call is recognized by: for a
+    /// conversation, its messages (instructions aside, see
+    /// [`crate::body`]), so a retry and a fallback to another model or
+    /// with other parameters (a router's) are attempts of one turn;
+    /// otherwise the request in its canonical form
+    /// ([`crate::thread::retry_key`]). Computed only when a retry is
+    /// possible.
     pub fn retry_key(&self) -> String {
-        crate::thread::retry_key(&self.method, &self.path, &self.request_body)
+        match &self.facts().messages {
+            Some(c) => format!("retry:{}", c.after.key()),
+            None => crate::thread::retry_key(&self.method, &self.path, &self.request_body),
+        }
     }
 
     /// The answer in the non-streamed shape (assembled for a stream).

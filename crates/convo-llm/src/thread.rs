@@ -6,7 +6,9 @@
 //! ([`normalize`](crate::api::normalize): JSON tool arguments parsed, so
 //! whitespace and key order do not count; text parts and plain strings
 //! alike; `null`s and provider-added fields dropped) and the list in
-//! RFC 8785 canonical form. A new request's key is the same hash over its
+//! RFC 8785 canonical form. System and developer messages are left out:
+//! they instruct the model, and an agent handing the conversation to
+//! another (another system prompt, the same messages) continues it. A new request's key is the same hash over its
 //! messages up to and including the last assistant message (what it
 //! continues). A Responses API answer also names its timeline by its id
 //! (`response:ID`, which `previous_response_id` continues) and a
@@ -27,7 +29,8 @@
 //!
 //! A call that fails with a status an SDK retries (408, 409, 429, 5xx)
 //! leaves its turn open (`invoke`, `request`, `response` marked
-//! `awaiting_retry`); the same request again (its [`retry_key`]) is
+//! `awaiting_retry`); the same messages again (a retry, or a router's
+//! fallback to another model: [`crate::record::Exchange::retry_key`]) are
 //! recorded as the next attempt in that turn, and the attempt that
 //! succeeds (or fails for good) closes it with the `complete`. A
 //! different call on that timeline closes the open turn first.
@@ -43,8 +46,9 @@
 //! more than the next (sessions whose agent is `proxy` only).
 
 use crate::api::{self, Api};
-use convo_core::{BranchName, NodeHash, SessionId};
-use convo_store::{Ledger, Result, ThreadField, Tx};
+use convo_core::BranchName;
+pub use convo_formats::thread::{Spot, continue_at, free_branch, free_edit_branch};
+use convo_store::{Result, ThreadField, Tx};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -129,17 +133,6 @@ pub fn key_after(api: Api, req: Option<&Value>, answer: Option<&Value>) -> Optio
     Some(c.after.key_with(answer?))
 }
 
-/// Where a conversation's latest turn is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Spot {
-    /// The session.
-    pub session: SessionId,
-    /// The timeline the turn was recorded on.
-    pub branch: BranchName,
-    /// The turn's `complete`.
-    pub node: NodeHash,
-}
-
 /// Conversation key → the turn that ended it: what this process
 /// recorded, in memory; anything older is looked up in the store by its
 /// indexed diagnostics field ([`ThreadIndex::find`]).
@@ -205,24 +198,6 @@ impl ThreadIndex {
             branch,
             node: hash,
         }))
-    }
-}
-
-/// The next free `edit-N` branch name of a session.
-pub fn free_edit_branch(l: &mut Ledger<'_>, session: &SessionId) -> Result<BranchName> {
-    free_branch(l, session, "edit")
-}
-
-/// The next free `{stem}-N` branch name of a session.
-pub fn free_branch(l: &mut Ledger<'_>, session: &SessionId, stem: &str) -> Result<BranchName> {
-    let mut n = 1u32;
-    loop {
-        let name =
-            BranchName::new(&format!("{stem}-{n}")).map_err(convo_store::StoreError::invalid)?;
-        if l.tx().branch(session, &name)?.is_none() {
-            return Ok(name);
-        }
-        n += 1;
     }
 }
 
