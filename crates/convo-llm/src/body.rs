@@ -130,6 +130,24 @@ struct Walk {
     extending: bool,
     /// The key of the messages up to the last answer and its items.
     before: Option<String>,
+    /// The key of the last answer alone, when it calls tools
+    /// ([`answer_key`]).
+    answer: Option<String>,
+}
+
+/// The key a tool-calling answer is known by alone (`answer:` and the
+/// hash of its canonical form): its call ids are the model's, so a
+/// request that sends it back continues the turn that got it even when
+/// the history before it was rewritten (an agent SDK that hands the
+/// conversation to another agent with the history summarized). `None`
+/// for an answer that calls no tool.
+pub fn answer_key(m: &Value) -> Option<String> {
+    m.get("tool_calls")
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty())?;
+    let mut c = Chain::default();
+    c.push(m);
+    Some(format!("answer:{}", c.key()))
 }
 
 impl Walk {
@@ -144,6 +162,7 @@ impl Walk {
             self.last = Some(i);
             self.extending = true;
             self.before = Some(self.chain.key());
+            self.answer = answer_key(m);
         } else if self.extending
             && m.get("role").is_none()
             && m.get("type").and_then(Value::as_str) != Some("function_call_output")
@@ -163,6 +182,9 @@ pub struct Conversation {
     pub new_input: Vec<u8>,
     /// The key of what the request continues (`None` for a first request).
     pub before: Option<String>,
+    /// The key of its last answer alone, when that called tools
+    /// ([`answer_key`]).
+    pub answer: Option<String>,
     /// The hash of all its messages, to which the answer is added.
     pub after: Chain,
 }
@@ -655,6 +677,7 @@ impl Facts {
                 Conversation {
                     new_input: api::new_input(&msgs[start..]),
                     before: w.before,
+                    answer: w.answer,
                     after: w.chain,
                 }
             }),
@@ -672,7 +695,10 @@ impl Facts {
         if let Some(c) = &self.conversation {
             out.push(format!("conversation:{c}"));
         }
-        out.extend(self.messages.as_ref().and_then(|m| m.before.clone()));
+        if let Some(m) = &self.messages {
+            out.extend(m.before.clone());
+            out.extend(m.answer.clone());
+        }
         out
     }
 }
@@ -871,6 +897,7 @@ fn conversation(
     Conversation {
         new_input,
         before: walk.before,
+        answer: walk.answer,
         after: walk.chain,
     }
 }

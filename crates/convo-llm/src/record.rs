@@ -442,11 +442,12 @@ impl Exchange {
         if let (Some(c), Some(a)) = (&facts.messages, &answer) {
             cdiag.insert("thread".into(), json!(c.after.key_with(a)));
         }
-        for (field, key) in crate::thread::keys_also(
+        for (field, key) in crate::thread::keys_of_answer(
             api,
             facts.conversation.as_deref(),
             facts.client.as_deref(),
             resp.as_ref(),
+            answer.as_ref(),
         ) {
             cdiag.insert(field.as_str().into(), json!(key));
         }

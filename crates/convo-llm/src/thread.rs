@@ -13,7 +13,11 @@
 //! continues). A Responses API answer also names its timeline by its id
 //! (`response:ID`, which `previous_response_id` continues) and a
 //! `conversation` by its id (`conversation:ID`): in `thread_response` and
-//! `thread_conversation`.
+//! `thread_conversation`. A chat answer that calls tools is also known by
+//! itself (`answer:HASH`, in `thread_response`): a request that sends it
+//! back continues its turn even when the history before it was rewritten
+//! (openai-agents hands a conversation to another agent with the history
+//! summarized in one message).
 //! Then, for a conversation call (chat completions, messages, responses):
 //!
 //! - a key names the head of a timeline: the call continues it;
@@ -99,9 +103,29 @@ pub fn keys_also(
     out
 }
 
+/// [`keys_also`] with the answer's own key ([`crate::body::answer_key`],
+/// a tool-calling chat answer; in `thread_response`, which only the
+/// Responses API uses otherwise).
+pub fn keys_of_answer(
+    api: Api,
+    conversation: Option<&str>,
+    client: Option<&str>,
+    resp: Option<&Value>,
+    answer: Option<&Value>,
+) -> Vec<(ThreadField, String)> {
+    let mut out = keys_also(api, conversation, client, resp);
+    if api == Api::Chat
+        && !out.iter().any(|(f, _)| *f == ThreadField::Response)
+        && let Some(k) = answer.and_then(crate::body::answer_key)
+    {
+        out.push((ThreadField::Response, k));
+    }
+    out
+}
+
 /// The diagnostics field a key is looked up in (`None`: kept in memory only).
 pub fn field_of(key: &str) -> Option<ThreadField> {
-    if key.starts_with("response:") {
+    if key.starts_with("response:") || key.starts_with("answer:") {
         Some(ThreadField::Response)
     } else if key.starts_with("conversation:") || key.starts_with("client:") {
         Some(ThreadField::Conversation)
