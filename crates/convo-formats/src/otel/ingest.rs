@@ -156,7 +156,7 @@ struct CacheInner {
     /// by the thread hash of its messages (bounded: forgotten past
     /// CACHE_MESSAGES), so a call of another trace that continues it
     /// lands in its session.
-    owners: HashMap<ThreadHash, String>,
+    owners: HashMap<ThreadHash, (String, bool)>,
     /// Span ids whose messages were received (bounded as `llm_traces`):
     /// the same span without them (a span whose content went to log
     /// events) is not another call.
@@ -189,21 +189,38 @@ impl ThreadCache {
             .collect()
     }
 
-    /// The thread a history was recorded in: the deepest of `hashes`
-    /// (after an answer) that one owns.
-    fn owner(&self, hashes: &[ThreadHash]) -> Option<String> {
+    /// The thread a history was recorded in last: the deepest of
+    /// `hashes` that one owns (with `failed`, only a failed call's: its
+    /// next attempt).
+    fn owner(&self, hashes: &[ThreadHash], failed: bool) -> Option<String> {
         let c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        hashes.iter().rev().find_map(|h| c.owners.get(h).cloned())
+        hashes.iter().rev().find_map(|h| {
+            c.owners
+                .get(h)
+                .filter(|(_, f)| *f || !failed)
+                .map(|(t, _)| t.clone())
+        })
     }
 
-    /// Notes `hashes` as recorded in `thread`.
-    fn own(&self, hashes: &[ThreadHash], thread: &str) {
+    /// Notes a call's histories ([`answered`]) as recorded in `thread`
+    /// (the newest recording wins); a call that got its answer is no
+    /// longer a failed call's next attempt.
+    fn own(&self, pc: &PreparedCall, thread: &str) {
+        let failed = pc.path.len() == pc.n_in;
+        let hashes = answered(pc);
         let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if c.owners.len() + hashes.len() > CACHE_MESSAGES {
             c.owners.clear();
         }
+        if !failed {
+            for h in &pc.chains[..pc.n_in] {
+                if let Some(o) = c.owners.get_mut(h) {
+                    o.1 = false;
+                }
+            }
+        }
         for h in hashes {
-            c.owners.insert(*h, thread.to_owned());
+            c.owners.insert(*h, (thread.to_owned(), failed));
         }
     }
 
@@ -494,7 +511,7 @@ pub fn ingest_prepared(
         th.record(l, &cs, p.body.is_some(), &mut out, &mut written)?;
         cache.put(th);
         for pc in &cs {
-            cache.own(answered(pc), &thread);
+            cache.own(pc, &thread);
         }
     }
     if let Some(body) = &p.body
@@ -527,18 +544,30 @@ fn answered(pc: &PreparedCall) -> &[ThreadHash] {
 }
 
 /// The thread a conversation's calls are recorded in: its own, unless it
-/// is only its trace (no conversation or session id) and a call of it
+/// is only its trace (no conversation or session id) and its first call
 /// continues a history recorded in another thread (an agent that makes
-/// each call in its own trace, as a plain script does): that one. So a
-/// conversation is one session however its calls are traced, as the
-/// proxy threads it.
+/// each call in its own trace, as a plain script does): the thread that
+/// recorded that history last. So a conversation is one session however
+/// its calls are traced, as the proxy threads it: a first call (no
+/// answer in its history yet) starts a conversation of its own, unless it
+/// is the next attempt of a call that failed.
 fn continued_thread(t: &PreparedThread, cs: &[&PreparedCall], cache: &ThreadCache) -> String {
     if !t.thread.starts_with("trace:") && !t.thread.starts_with("service:") {
         return t.thread.clone();
     }
-    cs.iter()
-        .find_map(|pc| cache.owner(&pc.chains))
-        .unwrap_or_else(|| t.thread.clone())
+    let Some(first) = cs.first() else {
+        return t.thread.clone();
+    };
+    let input = &first.path[..first.n_in];
+    let fresh = !input
+        .iter()
+        .any(|m| matches!(m.role, Role::Assistant | Role::ToolCall));
+    let found = if fresh {
+        cache.owner(&first.chains[..first.n_in], true)
+    } else {
+        cache.owner(&first.chains, false)
+    };
+    found.unwrap_or_else(|| t.thread.clone())
 }
 
 /// The thread hash a call recorded without its messages is known by: its
