@@ -964,3 +964,256 @@ fn otel_body_over_the_limit_is_a_413_status_in_the_request_encoding() {
     assert!(r.json()["message"].as_str().unwrap().contains("limit"));
     assert_eq!(session_ids(&srv).len(), 0);
 }
+
+/// emit.py's scripted model, for the proxy's upstream: a tool call for the
+/// first question, then answers.
+fn weather_model(_: usize, _: &str, req: &Value) -> Value {
+    let last = req["messages"].as_array().and_then(|m| m.last()).cloned();
+    let last = last.unwrap_or(Value::Null);
+    let (msg, finish) = if last["role"] == "tool" {
+        (
+            json!({"role": "assistant", "content": "It is 18C and sunny in Paris."}),
+            "stop",
+        )
+    } else if last["content"] == "And tomorrow?" {
+        (
+            json!({"role": "assistant", "content": "Tomorrow: rain."}),
+            "stop",
+        )
+    } else {
+        (
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_1",
+                "type": "function", "function": {"name": "get_weather",
+                "arguments": "{\"city\":\"Paris\"}"}}]}),
+            "tool_calls",
+        )
+    };
+    json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1800000000,
+        "model": "gpt-4o-2024-08-06",
+        "choices": [{"index": 0, "message": msg, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27}})
+}
+
+/// A store's conversations as a user reads them: per session (by title),
+/// per timeline (by name), the text answers, oldest first.
+type Tree = Vec<(String, Vec<(String, Vec<String>)>)>;
+
+fn tree(t: &TestEnv) -> Tree {
+    let v = t.run(&["session", "list", "--json"]).json();
+    let list = v.get("sessions").cloned().unwrap_or(v);
+    let mut out: Tree = Vec::new();
+    for s in list.as_array().unwrap() {
+        let id = s["id"].as_str().unwrap();
+        let title = s["title"].as_str().unwrap_or("").to_owned();
+        let b = t.run(&["branch", "list", id, "--json"]).json();
+        let b = b.get("branches").cloned().unwrap_or(b);
+        let mut timelines = Vec::new();
+        for br in b.as_array().unwrap() {
+            let name = br["name"].as_str().unwrap().to_owned();
+            let nodes = t.run(&["log", id, "--branch", &name, "--json"]).json();
+            let mut answers: Vec<String> = nodes
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|n| n["kind"] == "complete")
+                .filter_map(|n| n["payload"].as_str())
+                .filter(|p| !p.is_empty() && !p.starts_with('{'))
+                .map(str::to_owned)
+                .collect();
+            answers.reverse();
+            timelines.push((name, answers));
+        }
+        timelines.sort();
+        out.push((title, timelines));
+    }
+    out.sort();
+    out
+}
+
+/// Waits until `t`'s store holds `want` (a receiver may still be writing
+/// the last export the emitter sent), then gives what it holds.
+fn settled(t: &TestEnv, want: &Tree) -> Tree {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let got = tree(t);
+        if &got == want || std::time::Instant::now() > deadline {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// A plain script's conversation, each call its own trace (no agent span
+/// around them), sent through `convo proxy` and exported by the real
+/// instrumentation to `convo serve` in the same run: OpenTelemetry's
+/// openai-v2 on the latest conventions in each capture mode that carries
+/// the messages (on spans, in log events, both), and OpenInference. The
+/// receiver gives the tree the proxy gives: one session, one timeline,
+/// the same answers.
+#[test]
+fn otel_each_call_its_own_trace_is_one_session_as_through_the_proxy() {
+    let Some(py) = python() else { return };
+    let up = crate::test_harness::Upstream::start(weather_model);
+    let runs: [(&str, &[(&str, &str)]); 4] = [
+        (
+            "openai-v2-latest",
+            &[(
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+                "SPAN_ONLY",
+            )],
+        ),
+        (
+            "openai-v2-latest",
+            &[(
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+                "EVENT_ONLY",
+            )],
+        ),
+        (
+            "openai-v2-latest",
+            &[(
+                "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+                "SPAN_AND_EVENT",
+            )],
+        ),
+        ("openinference", &[]),
+    ];
+    for (mode, capture) in runs {
+        let via_proxy = TestEnv::new();
+        let via_otel = TestEnv::new();
+        let srv = Server::start(&via_otel, &[]);
+        let proxy = Server::launch(
+            &via_proxy,
+            &[
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--quiet",
+                "--upstream",
+                &up.url,
+            ],
+        );
+        let base = format!("http://{}/v1", proxy.addr);
+        let mut env = vec![
+            ("CONVO_EMIT_TRACES", "each"),
+            ("CONVO_EMIT_BASE_URL", base.as_str()),
+        ];
+        env.extend_from_slice(capture);
+        let out = emit(&py, &srv, mode, &env);
+        assert_eq!(
+            out["answers"][2]["content"], "Tomorrow: rain.",
+            "{mode} {capture:?}: {out}"
+        );
+        proxy.stop();
+        let want = tree(&via_proxy);
+        assert_eq!(
+            want,
+            vec![(
+                "Weather in Paris?".to_owned(),
+                vec![(
+                    "main".to_owned(),
+                    vec![
+                        "It is 18C and sunny in Paris.".to_owned(),
+                        "Tomorrow: rain.".to_owned()
+                    ]
+                )]
+            )],
+            "through the proxy"
+        );
+        let got = settled(&via_otel, &want);
+        // EVENT_ONLY: the spans come first and say nothing of the
+        // messages, so they are kept as calls without content (their own
+        // session) until their log events bring the conversation.
+        let got: Tree = got
+            .into_iter()
+            .filter(|(title, _)| !title.ends_with("calls without their messages"))
+            .collect();
+        assert_eq!(got, want, "{mode} {capture:?}: as telemetry");
+        let v = srv.get("/api/v1/verify").expect(200);
+        assert_eq!(v["ok"], json!(true), "{v}");
+    }
+}
+
+/// The instrumentations' default (`NO_CONTENT`): each call is still
+/// recorded (model, tokens, latency, status), in one session of the
+/// agent's calls, whose first call says how to capture the messages; the
+/// server's log says it once.
+#[test]
+fn otel_calls_without_content_are_recorded_and_say_how_to_capture_them() {
+    use std::io::Read as _;
+    let Some(py) = python() else { return };
+    let t = TestEnv::new();
+    let mut srv = Server::start(&t, &[]);
+    for _ in 0..2 {
+        let out = emit(
+            &py,
+            &srv,
+            "openai-v2-latest",
+            &[
+                ("CONVO_EMIT_TRACES", "each"),
+                (
+                    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+                    "NO_CONTENT",
+                ),
+            ],
+        );
+        assert_eq!(out["answers"][2]["content"], "Tomorrow: rain.", "{out}");
+    }
+    let list = t.run(&["session", "list", "--json"]).json();
+    let list = list.get("sessions").cloned().unwrap_or(list);
+    let list = list.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{list:?}");
+    assert_eq!(
+        list[0]["title"],
+        "weather-agent: calls without their messages"
+    );
+    let id = list[0]["id"].as_str().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let calls = loop {
+        let nodes = t.run(&["log", id, "--json"]).json();
+        let calls: Vec<Value> = nodes
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["kind"] == "complete")
+            .cloned()
+            .rev()
+            .collect();
+        if calls.len() >= 6 || std::time::Instant::now() > deadline {
+            break calls;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(calls.len(), 6, "two runs of three calls: {calls:?}");
+    for (i, c) in calls.iter().enumerate() {
+        let d = &c["diagnostics"];
+        let otel = &d["extra"]["otel"];
+        assert_eq!(otel["call"]["content"], json!(false), "{c}");
+        assert_eq!(otel["call"]["usage"]["input_tokens"], json!(20), "{c}");
+        assert_eq!(otel["call"]["usage"]["output_tokens"], json!(7), "{c}");
+        assert_eq!(d["model"], "gpt-4o-2024-08-06", "{c}");
+        assert!(otel["call"]["latency_ms"].is_number(), "{c}");
+        assert_eq!(
+            otel["hint"].is_string(),
+            i == 0,
+            "the hint once, on the first call: {c}"
+        );
+    }
+    assert!(
+        calls[0]["diagnostics"]["extra"]["otel"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+    );
+    let mut err = srv.child.stderr.take().unwrap();
+    srv.child.kill().unwrap();
+    srv.child.wait().unwrap();
+    let mut log = String::new();
+    err.read_to_string(&mut log).unwrap();
+    assert_eq!(
+        log.matches("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT")
+            .count(),
+        1,
+        "said once: {log}"
+    );
+}

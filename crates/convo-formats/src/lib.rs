@@ -76,6 +76,7 @@ pub mod records;
 pub mod session_json;
 pub mod sharegpt;
 pub mod sse;
+pub mod thread;
 mod tree;
 pub mod wire;
 

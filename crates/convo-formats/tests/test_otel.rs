@@ -293,7 +293,7 @@ fn otel_edited_history_forks_at_the_last_shared_message() {
     let branches = s.branches(&id).unwrap();
     let fork = branches
         .iter()
-        .find(|b| b.name.as_str() == "otel-00000000")
+        .find(|b| b.name.as_str() == "edit-1")
         .unwrap_or_else(|| panic!("{branches:?}"));
     let tl = s.timeline(&id, &fork.name).unwrap();
     let payloads: Vec<String> = tl

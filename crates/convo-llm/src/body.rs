@@ -104,10 +104,25 @@ fn answers(m: &Value) -> bool {
         )
 }
 
-/// A conversation read message by message: the hash so far, and where
-/// the last answer (and so the key of what a request continues) is.
+/// Whether a message is instructions to the model (`system`,
+/// `developer`): not part of what a conversation continues, so an agent
+/// that hands the conversation to another agent (another system prompt,
+/// the same messages) continues it, as Anthropic's top-level `system`
+/// never counted.
+fn instructions(m: &Value) -> bool {
+    matches!(
+        m.get("role").and_then(Value::as_str),
+        Some("system" | "developer")
+    )
+}
+
+/// A conversation read message by message: the hash so far (of every
+/// message but [`instructions`]), and where the last answer (and so the
+/// key of what a request continues) is.
 #[derive(Clone, Debug, Default)]
 struct Walk {
+    /// Messages read.
+    seen: usize,
     chain: Chain,
     /// Index of the last answer.
     last: Option<usize>,
@@ -115,16 +130,39 @@ struct Walk {
     extending: bool,
     /// The key of the messages up to the last answer and its items.
     before: Option<String>,
+    /// The key of the last answer alone, when it calls tools
+    /// ([`answer_key`]).
+    answer: Option<String>,
+}
+
+/// The key a tool-calling answer is known by alone (`answer:` and the
+/// hash of its canonical form): its call ids are the model's, so a
+/// request that sends it back continues the turn that got it even when
+/// the history before it was rewritten (an agent SDK that hands the
+/// conversation to another agent with the history summarized). `None`
+/// for an answer that calls no tool.
+pub fn answer_key(m: &Value) -> Option<String> {
+    m.get("tool_calls")
+        .and_then(Value::as_array)
+        .filter(|c| !c.is_empty())?;
+    let mut c = Chain::default();
+    c.push(m);
+    Some(format!("answer:{}", c.key()))
 }
 
 impl Walk {
     fn step(&mut self, m: &Value) {
-        let i = self.chain.n;
+        let i = self.seen;
+        self.seen += 1;
+        if instructions(m) {
+            return;
+        }
         self.chain.push(m);
         if answers(m) {
             self.last = Some(i);
             self.extending = true;
             self.before = Some(self.chain.key());
+            self.answer = answer_key(m);
         } else if self.extending
             && m.get("role").is_none()
             && m.get("type").and_then(Value::as_str) != Some("function_call_output")
@@ -144,6 +182,9 @@ pub struct Conversation {
     pub new_input: Vec<u8>,
     /// The key of what the request continues (`None` for a first request).
     pub before: Option<String>,
+    /// The key of its last answer alone, when that called tools
+    /// ([`answer_key`]).
+    pub answer: Option<String>,
     /// The hash of all its messages, to which the answer is added.
     pub after: Chain,
 }
@@ -636,6 +677,7 @@ impl Facts {
                 Conversation {
                     new_input: api::new_input(&msgs[start..]),
                     before: w.before,
+                    answer: w.answer,
                     after: w.chain,
                 }
             }),
@@ -653,7 +695,10 @@ impl Facts {
         if let Some(c) = &self.conversation {
             out.push(format!("conversation:{c}"));
         }
-        out.extend(self.messages.as_ref().and_then(|m| m.before.clone()));
+        if let Some(m) = &self.messages {
+            out.extend(m.before.clone());
+            out.extend(m.answer.clone());
+        }
         out
     }
 }
@@ -852,6 +897,7 @@ fn conversation(
     Conversation {
         new_input,
         before: walk.before,
+        answer: walk.answer,
         after: walk.chain,
     }
 }
@@ -896,8 +942,14 @@ mod tests {
 
     /// The thread key as it was computed before: the whole list
     /// normalized, then in RFC 8785 form.
+    /// The key of a list of messages: its canonical form, the
+    /// instructions (system, developer) left out.
     fn whole(msgs: &[Value]) -> String {
-        let norm: Vec<Value> = msgs.iter().map(api::normalize).collect();
+        let norm: Vec<Value> = msgs
+            .iter()
+            .filter(|m| !instructions(m))
+            .map(api::normalize)
+            .collect();
         hex::encode(Sha256::digest(
             serde_jcs::to_string(&norm).unwrap().as_bytes(),
         ))
@@ -1105,6 +1157,28 @@ mod tests {
         assert_eq!(
             seen(&read(Api::Messages, &no_system, Some(&keys))),
             seen(&read(Api::Messages, &no_system, None))
+        );
+    }
+
+    #[test]
+    fn a_handoff_to_another_system_prompt_continues_the_conversation() {
+        let first = br#"{"messages":[{"role":"system","content":"triage"},{"role":"user","content":"weather?"}]}"#;
+        let answer = json!({"role": "assistant", "content": null, "tool_calls": [{"id": "c1",
+            "type": "function", "function": {"name": "transfer_to_weather", "arguments": "{}"}}]});
+        let after = read(Api::Chat, first, None)
+            .messages
+            .unwrap()
+            .after
+            .key_with(&answer);
+        let next = br#"{"messages":[{"role":"system","content":"weather expert"},{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"transfer_to_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"c1","content":"{\"assistant\": \"weather\"}"}]}"#;
+        let f = read(Api::Chat, next, Some(&Keys::default()));
+        let c = f.messages.unwrap();
+        assert_eq!(c.before, Some(after));
+        assert_eq!(
+            c.new_input,
+            api::new_input(&[
+                json!({"role":"tool","tool_call_id":"c1","content":"{\"assistant\": \"weather\"}"})
+            ])
         );
     }
 

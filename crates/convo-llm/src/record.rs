@@ -284,11 +284,18 @@ impl Exchange {
         }
     }
 
-    /// The key a retry of this request is recognized by
-    /// ([`crate::thread::retry_key`]: the request in its canonical form,
-    /// so computed only when a retry is possible).
+    /// The key the next attempt of this call is recognized by: for a
+    /// conversation, its messages (instructions aside, see
+    /// [`crate::body`]), so a retry and a fallback to another model or
+    /// with other parameters (a router's) are attempts of one turn;
+    /// otherwise the request in its canonical form
+    /// ([`crate::thread::retry_key`]). Computed only when a retry is
+    /// possible.
     pub fn retry_key(&self) -> String {
-        crate::thread::retry_key(&self.method, &self.path, &self.request_body)
+        match &self.facts().messages {
+            Some(c) => format!("retry:{}", c.after.key()),
+            None => crate::thread::retry_key(&self.method, &self.path, &self.request_body),
+        }
     }
 
     /// The answer in the non-streamed shape (assembled for a stream).
@@ -437,11 +444,12 @@ impl Exchange {
         if let (Some(c), Some(a)) = (&facts.messages, &answer) {
             cdiag.insert("thread".into(), json!(c.after.key_with(a)));
         }
-        for (field, key) in crate::thread::keys_also(
+        for (field, key) in crate::thread::keys_of_answer(
             api,
             facts.conversation.as_deref(),
             facts.client.as_deref(),
             resp.as_ref(),
+            answer.as_ref(),
         ) {
             cdiag.insert(field.as_str().into(), json!(key));
         }

@@ -130,7 +130,7 @@ impl Matcher {
     ) -> Value {
         let body = match crate::api::parse(body) {
             Some(v) => crate::api::canonical_value(&v),
-            None => json!(String::from_utf8_lossy(body)),
+            None => multipart(body).unwrap_or_else(|| json!(String::from_utf8_lossy(body))),
         };
         let headers: Map<String, Value> = headers
             .iter()
@@ -393,6 +393,52 @@ fn map_response_ids(ids: &HashMap<String, usize>, canon: &mut Value) {
 /// [`Matcher::canonical`]).
 pub fn canonical(method: &str, path: &str, headers: &Map<String, Value>, body: &[u8]) -> Value {
     Matcher::default().canonical(method, path, headers, body)
+}
+
+/// A `multipart/form-data` body (a file or audio upload) part by part,
+/// without its boundary, which a client picks anew for every request:
+/// `{"multipart": [{"headers": [...], "body": ...}]}`, each part's headers
+/// as sent (one line each) and its body as text, or its length and
+/// SHA-256 when it is not UTF-8 (audio). `None` when the body is not one
+/// (it does not start with `--BOUNDARY` and a line end, or a part has no
+/// end).
+fn multipart(body: &[u8]) -> Option<Value> {
+    fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+        hay.windows(needle.len()).position(|w| w == needle)
+    }
+    let first = find(body, b"\r\n")?;
+    let boundary = body[..first].strip_prefix(b"--")?;
+    if boundary.is_empty()
+        || boundary.len() > 200
+        || boundary.iter().any(|b| b.is_ascii_whitespace())
+    {
+        return None;
+    }
+    let mut delim = b"\r\n--".to_vec();
+    delim.extend_from_slice(boundary);
+    let mut parts = Vec::new();
+    let mut rest = &body[first + 2..];
+    loop {
+        let end = find(rest, &delim)?;
+        let part = &rest[..end];
+        let split = find(part, b"\r\n\r\n")?;
+        let headers: Vec<Value> = String::from_utf8_lossy(&part[..split])
+            .split("\r\n")
+            .map(|l| json!(l))
+            .collect();
+        let content = &part[split + 4..];
+        let content = match std::str::from_utf8(content) {
+            Ok(t) => json!(t),
+            Err(_) => json!({"bytes": content.len(),
+                "sha256": convo_core::sha256(content).to_hex()}),
+        };
+        parts.push(json!({"headers": headers, "body": content}));
+        rest = &rest[end + delim.len()..];
+        if rest.starts_with(b"--") {
+            return Some(json!({ "multipart": parts }));
+        }
+        rest = rest.strip_prefix(b"\r\n")?;
+    }
 }
 
 /// The text a canonical request is looked up by.
@@ -787,6 +833,48 @@ pub fn chunks(call: &Call) -> Vec<(Bytes, f64)> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn multipart_uploads_match_part_by_part_whatever_their_boundary() {
+        let body = |boundary: &str, audio: &[u8]| {
+            let mut b = format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n\
+                 --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n\
+                 Content-Type: audio/wav\r\n\r\n"
+            )
+            .into_bytes();
+            b.extend_from_slice(audio);
+            b.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+            b
+        };
+        let m = super::Matcher::default();
+        let h = serde_json::Map::new();
+        let one = m.canonical(
+            "POST",
+            "/v1/audio/transcriptions",
+            &h,
+            &body("a1b2", &[0, 159, 146, 150]),
+        );
+        let two = m.canonical(
+            "POST",
+            "/v1/audio/transcriptions",
+            &h,
+            &body("zz-99", &[0, 159, 146, 150]),
+        );
+        let other = m.canonical(
+            "POST",
+            "/v1/audio/transcriptions",
+            &h,
+            &body("a1b2", &[1, 159, 146, 150]),
+        );
+        assert_eq!(one, two);
+        assert_ne!(one, other);
+        assert_eq!(one["body"]["multipart"][0]["body"], "whisper-1");
+        assert_eq!(one["body"]["multipart"][1]["body"]["bytes"], 4);
+        // Not multipart: as before.
+        let plain = m.canonical("POST", "/v1/x", &h, b"--x");
+        assert_eq!(plain["body"], "--x");
+    }
+
     use super::*;
 
     #[test]

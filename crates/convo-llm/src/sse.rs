@@ -28,16 +28,14 @@ pub fn is_usage_only_chunk(raw: &[u8]) -> bool {
 
 /// An event without the `"usage":null` member an OpenAI upstream adds to
 /// every chunk once `include_usage` is asked for; `None` when it has none.
-/// The member is cut out of the bytes (nothing else changes), and only
-/// when the result parses to the same JSON minus that member.
+/// The member is cut out of the bytes with the comma that joined it and
+/// the spacing around that comma (`,"usage":null`, `, "usage": null`,
+/// `"usage" : null,` …: however the upstream spaces its JSON), nothing
+/// else changes, and only when the result parses to the same JSON minus
+/// that member.
 pub fn without_null_usage(raw: &[u8]) -> Option<Bytes> {
-    const CUTS: [&[u8]; 4] = [
-        b",\"usage\":null",
-        b",\"usage\": null",
-        b"\"usage\":null,",
-        b"\"usage\": null,",
-    ];
-    if !raw.windows(7).any(|w| w == b"\"usage\"") {
+    const KEY: &[u8] = b"\"usage\"";
+    if !raw.windows(KEY.len()).any(|w| w == KEY) {
         return None;
     }
     let data = |b: &[u8]| serde_json::from_str::<serde_json::Value>(&parse_event(b).data).ok();
@@ -47,13 +45,49 @@ pub fn without_null_usage(raw: &[u8]) -> Option<Bytes> {
         return None;
     }
     obj.remove("usage");
-    for cut in CUTS {
-        let Some(at) = raw.windows(cut.len()).rposition(|w| w == cut) else {
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\r' | b'\n');
+    let mut at = raw.len();
+    while let Some(k) = raw[..at].windows(KEY.len()).rposition(|w| w == KEY) {
+        at = k;
+        // `"usage"`, spacing, `:`, spacing, `null`.
+        let mut end = k + KEY.len();
+        while end < raw.len() && space(raw[end]) {
+            end += 1;
+        }
+        if raw.get(end) != Some(&b':') {
             continue;
-        };
+        }
+        end += 1;
+        while end < raw.len() && space(raw[end]) {
+            end += 1;
+        }
+        if !raw[end..].starts_with(b"null") {
+            continue;
+        }
+        end += 4;
+        // The comma before it (a later member) or after it (the first).
+        let mut start = k;
+        while start > 0 && space(raw[start - 1]) {
+            start -= 1;
+        }
+        if start > 0 && raw[start - 1] == b',' {
+            start -= 1;
+            while start > 0 && space(raw[start - 1]) {
+                start -= 1;
+            }
+        } else {
+            start = k;
+            while end < raw.len() && space(raw[end]) {
+                end += 1;
+            }
+            if raw.get(end) != Some(&b',') {
+                continue;
+            }
+            end += 1;
+        }
         let mut out = BytesMut::with_capacity(raw.len());
-        out.extend_from_slice(&raw[..at]);
-        out.extend_from_slice(&raw[at + cut.len()..]);
+        out.extend_from_slice(&raw[..start]);
+        out.extend_from_slice(&raw[end..]);
         if data(&out).as_ref() == Some(&before) {
             return Some(out.freeze());
         }
@@ -130,6 +164,17 @@ mod tests {
         assert_eq!(
             &without_null_usage(first).unwrap()[..],
             &b"data: { \"choices\":[]}\n\n"[..]
+        );
+        // Python's `json.dumps` spacing: `, "usage": null`, all of it.
+        let spaced = b"data: {\"id\": \"c\", \"choices\": [], \"usage\": null}\n\n";
+        assert_eq!(
+            &without_null_usage(spaced).unwrap()[..],
+            &b"data: {\"id\": \"c\", \"choices\": []}\n\n"[..]
+        );
+        let around = b"data: {\"id\": 1 , \"usage\" : null }\n\n";
+        assert_eq!(
+            &without_null_usage(around).unwrap()[..],
+            &b"data: {\"id\": 1 }\n\n"[..]
         );
         assert!(without_null_usage(b"data: {\"usage\":{\"t\":1}}\n\n").is_none());
         assert!(without_null_usage(b"data: [DONE]\n\n").is_none());

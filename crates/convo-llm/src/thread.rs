@@ -6,12 +6,18 @@
 //! ([`normalize`](crate::api::normalize): JSON tool arguments parsed, so
 //! whitespace and key order do not count; text parts and plain strings
 //! alike; `null`s and provider-added fields dropped) and the list in
-//! RFC 8785 canonical form. A new request's key is the same hash over its
+//! RFC 8785 canonical form. System and developer messages are left out:
+//! they instruct the model, and an agent handing the conversation to
+//! another (another system prompt, the same messages) continues it. A new request's key is the same hash over its
 //! messages up to and including the last assistant message (what it
 //! continues). A Responses API answer also names its timeline by its id
 //! (`response:ID`, which `previous_response_id` continues) and a
 //! `conversation` by its id (`conversation:ID`): in `thread_response` and
-//! `thread_conversation`.
+//! `thread_conversation`. A chat answer that calls tools is also known by
+//! itself (`answer:HASH`, in `thread_response`): a request that sends it
+//! back continues its turn even when the history before it was rewritten
+//! (openai-agents hands a conversation to another agent with the history
+//! summarized in one message).
 //! Then, for a conversation call (chat completions, messages, responses):
 //!
 //! - a key names the head of a timeline: the call continues it;
@@ -27,7 +33,8 @@
 //!
 //! A call that fails with a status an SDK retries (408, 409, 429, 5xx)
 //! leaves its turn open (`invoke`, `request`, `response` marked
-//! `awaiting_retry`); the same request again (its [`retry_key`]) is
+//! `awaiting_retry`); the same messages again (a retry, or a router's
+//! fallback to another model: [`crate::record::Exchange::retry_key`]) are
 //! recorded as the next attempt in that turn, and the attempt that
 //! succeeds (or fails for good) closes it with the `complete`. A
 //! different call on that timeline closes the open turn first.
@@ -43,8 +50,9 @@
 //! more than the next (sessions whose agent is `proxy` only).
 
 use crate::api::{self, Api};
-use convo_core::{BranchName, NodeHash, SessionId};
-use convo_store::{Ledger, Result, ThreadField, Tx};
+use convo_core::BranchName;
+pub use convo_formats::thread::{Spot, continue_at, free_branch, free_edit_branch};
+use convo_store::{Result, ThreadField, Tx};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -95,9 +103,29 @@ pub fn keys_also(
     out
 }
 
+/// [`keys_also`] with the answer's own key ([`crate::body::answer_key`],
+/// a tool-calling chat answer; in `thread_response`, which only the
+/// Responses API uses otherwise).
+pub fn keys_of_answer(
+    api: Api,
+    conversation: Option<&str>,
+    client: Option<&str>,
+    resp: Option<&Value>,
+    answer: Option<&Value>,
+) -> Vec<(ThreadField, String)> {
+    let mut out = keys_also(api, conversation, client, resp);
+    if api == Api::Chat
+        && !out.iter().any(|(f, _)| *f == ThreadField::Response)
+        && let Some(k) = answer.and_then(crate::body::answer_key)
+    {
+        out.push((ThreadField::Response, k));
+    }
+    out
+}
+
 /// The diagnostics field a key is looked up in (`None`: kept in memory only).
 pub fn field_of(key: &str) -> Option<ThreadField> {
-    if key.starts_with("response:") {
+    if key.starts_with("response:") || key.starts_with("answer:") {
         Some(ThreadField::Response)
     } else if key.starts_with("conversation:") || key.starts_with("client:") {
         Some(ThreadField::Conversation)
@@ -127,17 +155,6 @@ pub fn retry_key(method: &str, path: &str, body: &[u8]) -> String {
 pub fn key_after(api: Api, req: Option<&Value>, answer: Option<&Value>) -> Option<String> {
     let c = crate::body::Facts::of_value(api, req?).messages?;
     Some(c.after.key_with(answer?))
-}
-
-/// Where a conversation's latest turn is.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Spot {
-    /// The session.
-    pub session: SessionId,
-    /// The timeline the turn was recorded on.
-    pub branch: BranchName,
-    /// The turn's `complete`.
-    pub node: NodeHash,
 }
 
 /// Conversation key → the turn that ended it: what this process
@@ -205,24 +222,6 @@ impl ThreadIndex {
             branch,
             node: hash,
         }))
-    }
-}
-
-/// The next free `edit-N` branch name of a session.
-pub fn free_edit_branch(l: &mut Ledger<'_>, session: &SessionId) -> Result<BranchName> {
-    free_branch(l, session, "edit")
-}
-
-/// The next free `{stem}-N` branch name of a session.
-pub fn free_branch(l: &mut Ledger<'_>, session: &SessionId, stem: &str) -> Result<BranchName> {
-    let mut n = 1u32;
-    loop {
-        let name =
-            BranchName::new(&format!("{stem}-{n}")).map_err(convo_store::StoreError::invalid)?;
-        if l.tx().branch(session, &name)?.is_none() {
-            return Ok(name);
-        }
-        n += 1;
     }
 }
 

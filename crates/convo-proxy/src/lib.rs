@@ -77,11 +77,14 @@
 //! until it is recorded. Either way the record keeps at most
 //! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
 //! has received a whole answer has a recorded call — unless the store did
-//! not take it within [`RECORD_WAIT`] (3 s: locked by another process,
+//! not take it within [`RECORD_WAIT`] (1 s: locked by another process,
 //! gone): then the answer goes out all the same, marked
 //! `x-convo-recording: queued`, and the record waits in a bounded queue
 //! ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the store takes it;
-//! one that cannot be queued is counted as not recorded (above).
+//! one that cannot be queued is counted as not recorded (above). While a
+//! record waits past its answer, the store is known to be behind and no
+//! answer waits for its record at all: a locked store delays one answer
+//! by [`RECORD_WAIT`] at most, not every one.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -222,6 +225,9 @@ struct Inner {
     /// their bytes (bounded by [`MAX_QUEUED`] and [`MAX_QUEUED_BYTES`]).
     queued: std::sync::atomic::AtomicUsize,
     queued_bytes: std::sync::atomic::AtomicUsize,
+    /// Records still waiting after their answer went out (the store is
+    /// locked or slow): while there are any, answers do not wait at all.
+    overdue: std::sync::atomic::AtomicUsize,
     /// Set once an upstream rejected the `stream_options` the proxy adds.
     no_usage_option: std::sync::atomic::AtomicBool,
     /// Conversations' hasher states ([`body::Keys`]).
@@ -261,6 +267,7 @@ impl Proxy {
                 failures: std::sync::atomic::AtomicU64::new(0),
                 queued: std::sync::atomic::AtomicUsize::new(0),
                 queued_bytes: std::sync::atomic::AtomicUsize::new(0),
+                overdue: std::sync::atomic::AtomicUsize::new(0),
                 no_usage_option: std::sync::atomic::AtomicBool::new(false),
                 keys: body::Keys::default(),
             }),
@@ -607,6 +614,11 @@ async fn pump(
             Some(Err(e)) => {
                 let why = format!("upstream {upstream} cut the stream: {e}");
                 partial = Some(why.clone());
+                // As cut as the upstream left it: what arrived, a part of
+                // an event included, then the error.
+                if let Some(rest) = filter.finish() {
+                    let _ = tx.send(Ok(rest)).await;
+                }
                 let _ = tx.send(Err(std::io::Error::other(why))).await;
                 break;
             }
@@ -1147,17 +1159,45 @@ impl Proxy {
         let this = self.clone();
         let path = ex.path.clone();
         let task_path = path.clone();
+        // Set by whichever comes second: the record written, or the
+        // answer going out without it (then counted in `overdue` until
+        // the record is written).
+        let late = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let task_late = late.clone();
         let mut task = tokio::spawn(async move {
             let path = task_path;
             let res = this.inner.writer.record(target, ex).await;
             this.inner.queued.fetch_sub(1, Relaxed);
             this.inner.queued_bytes.fetch_sub(bytes, Relaxed);
+            if task_late.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                this.inner
+                    .overdue
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
             if let Err(e) = &res {
                 this.lost(&path, &e.to_string());
             }
             res
         });
-        match tokio::time::timeout(RECORD_WAIT, &mut task).await {
+        // A store already behind (a record still waits past its answer)
+        // holds no answer: this one goes out at once, its record queued.
+        let wait = if inner.overdue.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            Duration::ZERO
+        } else {
+            RECORD_WAIT
+        };
+        let waited = tokio::time::timeout(wait, &mut task).await;
+        if waited.is_err() {
+            inner
+                .overdue
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if late.swap(true, std::sync::atomic::Ordering::SeqCst) {
+                inner
+                    .overdue
+                    .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        match waited {
             Ok(Ok(Ok(n))) => Saved::Node(Box::new(n)),
             Ok(Ok(Err(e))) => Saved::Failed(e.to_string()),
             Ok(Err(join)) => {
@@ -1203,7 +1243,7 @@ enum Saved {
 /// record stays queued): long enough for any store that is not locked or
 /// gone (a record takes milliseconds), so a client that has its answer has
 /// a recorded call; short next to SQLite's 60 s busy budget.
-pub const RECORD_WAIT: Duration = Duration::from_secs(3);
+pub const RECORD_WAIT: Duration = Duration::from_secs(1);
 /// At most this many records wait for the store; past it a call is
 /// answered and counted as not recorded.
 pub const MAX_QUEUED: usize = 10_000;
@@ -1236,9 +1276,40 @@ async fn read_request(req: Request) -> Result<(axum::http::request::Parts, Bytes
 
 /// A response body fed by a channel.
 fn channel_body(rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>) -> Body {
-    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }))
+    Body::from_stream(Channel { rx, failed: None })
+}
+
+/// The stream of a channel whose error (an upstream that cut its answer)
+/// comes only after the server has had a turn to send what came before
+/// it: the body is first `Pending` once (the server writes out what it
+/// holds when its body has nothing ready), then fails. Without that turn
+/// the server could drop the connection with the last chunks unsent, and
+/// the client would get less than the upstream sent (and the record).
+struct Channel {
+    rx: tokio::sync::mpsc::Receiver<Result<Bytes, std::io::Error>>,
+    failed: Option<std::io::Error>,
+}
+
+impl futures_util::Stream for Channel {
+    type Item = Result<Bytes, std::io::Error>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if let Some(e) = self.failed.take() {
+            return Poll::Ready(Some(Err(e)));
+        }
+        match self.rx.poll_recv(cx) {
+            Poll::Ready(Some(Err(e))) => {
+                self.failed = Some(e);
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            other => other,
+        }
+    }
 }
 
 /// Non-streamed answers up to this many bytes are read whole before they

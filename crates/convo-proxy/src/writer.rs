@@ -394,18 +394,7 @@ fn record_one(
             }
             match spot {
                 Some((s, true)) => (s.session, s.branch),
-                Some((s, false)) => {
-                    let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
-                    if head == Some(s.node) {
-                        (s.session, s.branch.clone())
-                    } else {
-                        let name = thread::free_edit_branch(l, &s.session)?;
-                        let from = convo_core::HashPrefix::parse(&s.node.to_hex())
-                            .map_err(StoreError::invalid)?;
-                        l.fork(&s.session, &from, &name, now)?;
-                        (s.session, name)
-                    }
-                }
+                Some((s, false)) => (s.session, thread::continue_at(l, &s, now)?.0),
                 None => match first_message_fork(shared, l, spots, ex, api, now)? {
                     Some((session, branch, again)) => {
                         regenerate = again;

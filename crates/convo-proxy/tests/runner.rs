@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+mod test_conversations;
 mod test_live;
 mod test_replay;
 mod test_robust;

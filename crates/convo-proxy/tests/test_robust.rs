@@ -499,3 +499,48 @@ async fn a_locked_store_never_holds_the_answer_and_the_records_land_after() {
     srv.stop().await;
     up.stop().await;
 }
+
+/// A stream the upstream cuts half way through an event reaches the
+/// client exactly as the upstream left it, every byte before the cut and
+/// then the error, as it is recorded (the client asked for the usage
+/// chunks, so nothing is filtered); twenty times over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_mid_event_reaches_the_client_as_it_is_recorded() {
+    use futures_util::StreamExt as _;
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let url = format!("{}/s/cut/main/v1/chat/completions", srv.url);
+    for i in 0..20 {
+        let mut body = chat("cut-mid", &format!("question {i}"), true);
+        body["stream_options"] = json!({"include_usage": true});
+        let res = post(&url, &body).await;
+        assert_eq!(res.status(), 200);
+        let mut got = Vec::new();
+        let mut failed = false;
+        let mut stream = res.bytes_stream();
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(b) => got.extend_from_slice(&b),
+                Err(_) => {
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        assert!(failed, "try {i}: the cut reaches the client as an error");
+        let t = timeline_of(&srv, "cut", "main", 4 * (i + 1)).await;
+        let resp = t
+            .iter()
+            .rev()
+            .find(|n| n.stored.node.kind == Kind::Response)
+            .unwrap();
+        assert!(diag(resp)["partial"].is_string(), "{}", diag(resp));
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&resp.payload),
+            "try {i}: the client got what was recorded"
+        );
+    }
+    srv.stop().await;
+    up.stop().await;
+}

@@ -774,3 +774,163 @@ async fn first_edits_case(backend: Backend) {
     up.stop().await;
     crate::common::off_rt(move || drop(store));
 }
+
+/// The OpenAI Agents SDK with `OpenAIChatCompletionsModel`: a triage
+/// agent hands the conversation to a specialist (another system prompt,
+/// the same messages), which answers; then a follow-up to the specialist.
+const HANDOFF: &str = r#"
+import asyncio, json, os
+from agents import Agent, OpenAIChatCompletionsModel, Runner, set_tracing_disabled
+from openai import AsyncOpenAI
+set_tracing_disabled(True)
+client = AsyncOpenAI(base_url=os.environ["OPENAI_BASE_URL"], api_key=os.environ["OPENAI_API_KEY"], max_retries=0)
+model = OpenAIChatCompletionsModel(model="m", openai_client=client)
+weather = Agent(name="weather", instructions="You know the weather.", model=model)
+triage = Agent(name="triage", instructions="Send weather questions on.", model=model, handoffs=[weather])
+async def main():
+    first = await Runner.run(triage, "weather in Paris?")
+    second = await Runner.run(first.last_agent, first.to_input_list() + [{"role": "user", "content": "and tomorrow?"}])
+    print(json.dumps({"agents": [first.last_agent.name, second.last_agent.name],
+                      "answers": [first.final_output, second.final_output]}))
+asyncio.run(main())
+"#;
+
+/// An agent handoff changes the system prompt, not the conversation: the
+/// three calls (the triage agent's handoff, the specialist's answer, the
+/// follow-up) are one session on one timeline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_agents_handoff_stays_one_session() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CONVO_TEST_PYTHON is not set in CI"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/v1", srv.url);
+    let out = tokio::task::spawn_blocking(move || run_python(&python, HANDOFF, &base))
+        .await
+        .unwrap();
+    assert_eq!(
+        out["agents"],
+        serde_json::json!(["weather", "weather"]),
+        "{out}"
+    );
+    assert_eq!(out["answers"][1], "echo: and tomorrow?", "{out}");
+    let seen = up.seen.calls.lock().unwrap().len();
+    assert_eq!(seen, 3, "the handoff, the answer, the follow-up");
+    let (sessions, branches, completes) = crate::common::off_rt(|| {
+        let mut store = srv.store();
+        let sessions = store.sessions().unwrap();
+        let id = sessions[0].id;
+        let branches: Vec<String> = store
+            .branches(&id)
+            .unwrap()
+            .into_iter()
+            .map(|b| b.name.to_string())
+            .collect();
+        let completes = store
+            .timeline(&id, &BranchName::main())
+            .unwrap()
+            .iter()
+            .filter(|n| n.stored.node.kind == Kind::Complete)
+            .count();
+        (sessions, branches, completes)
+    });
+    let titles: Vec<_> = sessions.iter().map(|s| s.title.clone()).collect();
+    assert_eq!(
+        titles,
+        [Some("weather in Paris?".to_owned())],
+        "one session"
+    );
+    assert_eq!(branches, ["main"]);
+    assert_eq!(completes, 3, "the three calls, one turn each, on main");
+    srv.stop().await;
+}
+
+/// A litellm `Router` whose first model answers 429 (retried once) and
+/// falls back to another: two questions.
+const FALLBACK: &str = r#"
+import json, os
+from litellm import Router
+base, key = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+router = Router(
+    model_list=[
+        {"model_name": "primary", "litellm_params": {"model": "openai/rate-limited", "api_base": base, "api_key": key}},
+        {"model_name": "backup", "litellm_params": {"model": "openai/m", "api_base": base, "api_key": key}},
+    ],
+    fallbacks=[{"primary": ["backup"]}],
+    num_retries=1,
+    retry_after=0,
+)
+msgs = [{"role": "user", "content": "weather in Paris?"}]
+first = router.completion(model="primary", messages=msgs).choices[0].message.content
+msgs += [{"role": "assistant", "content": first}, {"role": "user", "content": "and tomorrow?"}]
+second = router.completion(model="primary", messages=msgs).choices[0].message.content
+print(json.dumps({"answers": [first, second]}))
+"#;
+
+/// A router's fallback after errors is the same turn: every attempt (the
+/// 429s and the backup's answer) kept in it, one session, no fork.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_litellm_fallback_after_429_is_one_turn_with_every_attempt() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON_LITELLM") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CONVO_TEST_PYTHON_LITELLM is not set in CI"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON_LITELLM is not set (scripts/test-env sets it up)");
+        return;
+    };
+    let up = Upstream::start().await;
+    let srv = Server::start(ProxyConfig::new(Some(up.url.clone()))).await;
+    let base = format!("{}/v1", srv.url);
+    let out = tokio::task::spawn_blocking(move || run_python(&python, FALLBACK, &base))
+        .await
+        .unwrap();
+    assert_eq!(
+        out["answers"],
+        serde_json::json!(["echo: weather in Paris?", "echo: and tomorrow?"]),
+        "{out}"
+    );
+    let attempts = up.seen.calls.lock().unwrap().len();
+    assert!(attempts >= 4, "429s, then the backup, twice: {attempts}");
+    let (titles, branches, kinds) = crate::common::off_rt(|| {
+        let mut store = srv.store();
+        let sessions = store.sessions().unwrap();
+        let id = sessions[0].id;
+        let branches: Vec<String> = store
+            .branches(&id)
+            .unwrap()
+            .into_iter()
+            .map(|b| b.name.to_string())
+            .collect();
+        let kinds: Vec<Kind> = store
+            .timeline(&id, &BranchName::main())
+            .unwrap()
+            .iter()
+            .map(|n| n.stored.node.kind)
+            .collect();
+        let titles: Vec<_> = sessions.into_iter().map(|s| s.title).collect();
+        (titles, branches, kinds)
+    });
+    assert_eq!(
+        titles,
+        [Some("weather in Paris?".to_owned())],
+        "one session"
+    );
+    assert_eq!(branches, ["main"], "no fork");
+    let count = |k: Kind| kinds.iter().filter(|x| **x == k).count();
+    assert_eq!(count(Kind::Invoke), 2, "two turns: {kinds:?}");
+    assert_eq!(count(Kind::Complete), 2, "each closed: {kinds:?}");
+    assert_eq!(
+        count(Kind::Request),
+        attempts,
+        "every attempt kept: {kinds:?}"
+    );
+    assert_eq!(count(Kind::Response), attempts, "{kinds:?}");
+    srv.stop().await;
+}

@@ -8,7 +8,8 @@
 //!   `[DONE]` (with `include_usage`, every chunk has `"usage":null`, as
 //!   OpenAI's do). Model `strict` refuses `stream_options` with a 400
 //!   (as some OpenAI-compatible servers do). Model `rate-limited` answers 429; model `cut` sends one chunk
-//!   and breaks the connection.
+//!   and breaks the connection; `cut-mid` (streamed) breaks it half way
+//!   through its last event.
 //! - `POST /v1/messages`: the same for Anthropic Messages (events
 //!   `message_start` … `message_stop`, tool use with `input_json_delta`).
 //! - `POST /v1/responses`: the Responses API, `echo: {input}` plus
@@ -300,7 +301,14 @@ async fn chat(State(seen): State<Seen>, headers: HeaderMap, body: Bytes) -> Resp
             ));
         }
         ev.push("data: [DONE]\n\n".to_owned());
-        return sse(ev, model == "cut");
+        if model == "cut-mid" {
+            // Cut inside an event: the last one half sent.
+            ev.pop();
+            if let Some(last) = ev.last_mut() {
+                last.truncate(last.len() / 2);
+            }
+        }
+        return sse(ev, model == "cut" || model == "cut-mid");
     }
     let message = match &tool {
         Some(name) => json!({"role": "assistant", "content": null, "tool_calls": [

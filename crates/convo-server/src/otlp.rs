@@ -51,6 +51,19 @@ struct RpcStatus {
     message: String,
 }
 
+/// Says once per process, in the server's log, that calls arrived
+/// without their messages and how to capture them (their sessions say it
+/// too, on their first call).
+fn say_content_hint() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!(
+            "convo: OTLP calls arrived without their messages; {}",
+            otel::dialect::CONTENT_HINT
+        );
+    }
+}
+
 /// gRPC's `INVALID_ARGUMENT`.
 const INVALID_ARGUMENT: i32 = 3;
 /// gRPC's `UNAVAILABLE`.
@@ -227,7 +240,11 @@ async fn receive(
     if calls.calls() > 0 {
         // The writer wakes the event hub after each batch.
         match st.writer.otel(calls, now()).await {
-            Ok(_) => {}
+            Ok(done) => {
+                if done.without_content > 0 {
+                    say_content_hint();
+                }
+            }
             Err(e) => {
                 let (http, code) = match e.kind() {
                     convo_store::ErrorKind::Unavailable => {

@@ -31,6 +31,11 @@ user would point them at convo. The agent runs one trace: a question, a
 tool call and its result, an answer, a follow-up question and its answer.
 With CAPTURE_DIR, each export body is also written there (fixtures).
 
+With CONVO_EMIT_TRACES=each the calls are not inside one agent span:
+each is its own trace, as a plain script makes them (no trace_id is
+printed). OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT, when set,
+overrides the capture mode openai-v2 is run with.
+
 Replaying (not openai-agents): with CONVO_EMIT_BASE_URL the SDK calls that
 URL (`convo proxy --replay SESSION`) instead, and no scripted upstream is
 started; with CONVO_EMIT_STREAM=1 it asks for streams. The script prints
@@ -38,6 +43,7 @@ each call's answer (text or tool calls), or the error status and code that
 ended the run.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -49,9 +55,9 @@ capture = sys.argv[2] if len(sys.argv) > 2 else None
 
 if mode == "openai-v2-latest":
     os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
-    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "span_and_event"
+    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_and_event")
 elif mode == "openai-v2-legacy":
-    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "true"
+    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
 os.environ.setdefault("OTEL_SERVICE_NAME", "weather-agent")
 
 
@@ -367,8 +373,11 @@ messages = [
     {"role": "user", "content": "Weather in Paris?"},
 ]
 tracer = trace.get_tracer("weather-agent")
-with tracer.start_as_current_span("invoke_agent weather"):
-    trace_id = format(trace.get_current_span().get_span_context().trace_id, "032x")
+each = os.environ.get("CONVO_EMIT_TRACES") == "each"
+with contextlib.nullcontext() if each else tracer.start_as_current_span("invoke_agent weather"):
+    trace_id = (
+        None if each else format(trace.get_current_span().get_span_context().trace_id, "032x")
+    )
     try:
         m = create(model="gpt-4o", messages=messages, tools=tools)
         call = m.tool_calls[0]

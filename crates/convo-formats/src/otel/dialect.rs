@@ -251,7 +251,7 @@ fn is_message_key(k: &str) -> bool {
 
 fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
     let attrs: Vec<&KeyValue> = span.attributes.iter().collect();
-    let (dialect, input, output) = from_attributes(&attrs).or_else(|| {
+    let found = from_attributes(&attrs).or_else(|| {
         let events: Vec<Event> = span
             .events
             .iter()
@@ -263,7 +263,13 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
             })
             .collect();
         from_events(&events)
-    })?;
+    });
+    let content = found.is_some();
+    let (dialect, input, output) = match found {
+        Some(f) => f,
+        None if without_content(&attrs) => ("gen_ai", Vec::new(), Vec::new()),
+        None => return None,
+    };
     let trace_id = hex_id(&span.trace_id);
     let start = nanos_to_millis(span.start_time_unix_nano);
     let end = nanos_to_millis(span.end_time_unix_nano).max(start);
@@ -283,6 +289,9 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
         );
     }
     read_info(&attrs, &mut info);
+    if !content {
+        info.insert("content".into(), json!(false));
+    }
     let model = find_str(
         &attrs,
         &[
@@ -293,7 +302,15 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
             "ai.model.id",
         ],
     );
-    let thread = explicit_thread(&attrs).unwrap_or_else(|| format!("trace:{trace_id}"));
+    let agent = agent_name(resource, &attrs);
+    let thread = explicit_thread(&attrs).unwrap_or_else(|| {
+        if content {
+            format!("trace:{trace_id}")
+        } else {
+            // Nothing to thread by: one session per agent.
+            format!("{NO_CONTENT}{}", agent.as_deref().unwrap_or("otel"))
+        }
+    });
     Some(Call {
         thread,
         trace_id,
@@ -301,13 +318,41 @@ fn span_call(resource: &[KeyValue], scope: &str, span: &Span) -> Option<Call> {
         parent_span_id: hex_id(&span.parent_span_id),
         start,
         end,
-        agent: agent_name(resource, &attrs),
+        agent,
         model,
         input,
         output,
         info,
         agent_span: is_agent_span(span),
     })
+}
+
+/// The thread of calls exported without their messages (the
+/// instrumentations' default, `NO_CONTENT`), followed by the agent's name:
+/// one session per agent, as the proxy keeps one for calls that are not a
+/// conversation.
+pub const NO_CONTENT: &str = "no-content:";
+
+/// What a session of calls without content says, once, on its first call
+/// (and the receiver in its log).
+pub const CONTENT_HINT: &str = "the instrumentation exported these calls without their messages \
+     (its default): set OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only \
+     (OpenTelemetry's openai-v2 with OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental; \
+     `true` on older conventions) to record the conversation itself";
+
+/// Whether a span with no messages is an LLM call exported without its
+/// content: an inference operation (`gen_ai.operation.name` `chat`,
+/// `text_completion`, `generate_content`) or, with no operation named, a
+/// requested model and token usage.
+fn without_content(attrs: &[&KeyValue]) -> bool {
+    match attr_str(attrs, "gen_ai.operation.name").as_deref() {
+        Some("chat" | "text_completion" | "generate_content") => true,
+        Some(_) => false,
+        None => {
+            attr(attrs, "gen_ai.request.model").is_some()
+                && attr(attrs, "gen_ai.usage.input_tokens").is_some()
+        }
+    }
 }
 
 /// What a call's attributes say beside its messages, into `info`: usage

@@ -5,6 +5,15 @@
 //! thread is one session, id [`session_id`] = `SessionId::derived("otel:"
 //! + thread)`, created by the first call that arrives for it (agent: the
 //! `gen_ai.agent.name` or `service.name`; title: the first user message).
+//! A call known only by its trace whose history continues one recorded
+//! under another thread (a script whose every call is its own trace) is
+//! that thread's: the receiver remembers ([`ThreadCache`]) which thread
+//! recorded each history that holds an answer, as the proxy finds the
+//! conversation a request continues by its history. Calls exported
+//! without their messages (the instrumentations' default) have nothing to
+//! thread by: one session per agent holds them, each a turn with an empty
+//! answer carrying the call's model, usage, latency and status, the first
+//! saying how to capture the messages ([`super::dialect::CONTENT_HINT`]).
 //!
 //! **Each message once.** Every LLM call resends the whole history, so a
 //! call's messages (input, then output) are read as a path and each
@@ -21,8 +30,8 @@
 //! - the deepest stored message is a timeline's head: the rest of the path
 //!   is appended there;
 //! - it is inside a timeline (the history was edited, a regeneration):
-//!   the session forks there (`otel-{span id}`) and the rest goes on the
-//!   new timeline;
+//!   the session forks there on a new timeline `edit-N`, named as every
+//!   way in names it ([`crate::thread`]), and the rest goes on it;
 //! - none is stored (the first call, or a call with unrelated history in
 //!   the same trace): the whole path is appended to `main`.
 //!
@@ -82,6 +91,8 @@ pub struct Ingested {
     /// The number under which the export's body was kept ([`super::raw`]),
     /// if it was (not for a retry of the last body kept, nor without one).
     pub raw: Option<u64>,
+    /// Calls recorded without their messages (exported without content).
+    pub without_content: usize,
 }
 
 /// The session a thread is recorded in.
@@ -141,6 +152,15 @@ struct CacheInner {
     /// Traces whose LLM calls were received (bounded: forgotten past
     /// LLM_TRACES), so an agent span exported later is not a call.
     llm_traces: std::collections::HashSet<String>,
+    /// The thread (conversation) each answered history was recorded in,
+    /// by the thread hash of its messages (bounded: forgotten past
+    /// CACHE_MESSAGES), so a call of another trace that continues it
+    /// lands in its session.
+    owners: HashMap<ThreadHash, (String, bool)>,
+    /// Span ids whose messages were received (bounded as `llm_traces`):
+    /// the same span without them (a span whose content went to log
+    /// events) is not another call.
+    with_content: HashSet<String>,
 }
 
 /// How many traces with LLM calls the cache remembers for agent spans.
@@ -166,6 +186,59 @@ impl ThreadCache {
         }
         calls
             .map(|x| !x.agent_span || !c.llm_traces.contains(&x.trace_id))
+            .collect()
+    }
+
+    /// The thread a history was recorded in last: the deepest of
+    /// `hashes` that one owns (with `failed`, only a failed call's: its
+    /// next attempt).
+    fn owner(&self, hashes: &[ThreadHash], failed: bool) -> Option<String> {
+        let c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        hashes.iter().rev().find_map(|h| {
+            c.owners
+                .get(h)
+                .filter(|(_, f)| *f || !failed)
+                .map(|(t, _)| t.clone())
+        })
+    }
+
+    /// Notes a call's histories ([`answered`]) as recorded in `thread`
+    /// (the newest recording wins); a call that got its answer is no
+    /// longer a failed call's next attempt.
+    fn own(&self, pc: &PreparedCall, thread: &str) {
+        let failed = pc.path.len() == pc.n_in;
+        let hashes = answered(pc);
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if c.owners.len() + hashes.len() > CACHE_MESSAGES {
+            c.owners.clear();
+        }
+        if !failed {
+            for h in &pc.chains[..pc.n_in] {
+                if let Some(o) = c.owners.get_mut(h) {
+                    o.1 = false;
+                }
+            }
+        }
+        for h in hashes {
+            c.owners.insert(*h, (thread.to_owned(), failed));
+        }
+    }
+
+    /// Notes the spans of `calls` that carry messages and says which calls
+    /// to keep: not a call without content whose span's messages came.
+    fn keep_content(&self, calls: &[&PreparedCall]) -> Vec<bool> {
+        let mut c = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if c.with_content.len() > LLM_TRACES {
+            c.with_content.clear();
+        }
+        for pc in calls.iter().filter(|pc| !pc.path.is_empty()) {
+            if !pc.call.span_id.is_empty() && !c.with_content.contains(&pc.call.span_id) {
+                c.with_content.insert(pc.call.span_id.clone());
+            }
+        }
+        calls
+            .iter()
+            .map(|pc| !pc.path.is_empty() || !c.with_content.contains(&pc.call.span_id))
             .collect()
     }
 
@@ -333,7 +406,12 @@ pub fn prepare(calls: Vec<Call>) -> Prepared {
                 .unwrap_or_else(|| "otel".into());
             let title = cs
                 .iter()
-                .find_map(|(_, c)| derived_title(&Conversation::linear(c.input.clone())));
+                .find_map(|(_, c)| derived_title(&Conversation::linear(c.input.clone())))
+                .or_else(|| {
+                    thread
+                        .starts_with(super::dialect::NO_CONTENT)
+                        .then(|| format!("{agent}: calls without their messages"))
+                });
             let created = cs.first().map(|(_, c)| c.start).filter(|&t| t > 0);
             let calls = cs
                 .into_iter()
@@ -360,7 +438,11 @@ pub fn prepare(calls: Vec<Call>) -> Prepared {
                 calls,
             }
         })
-        .collect();
+        .collect::<Vec<PreparedThread>>();
+    // Oldest conversation first: a later one that continues it (another
+    // trace) finds it recorded.
+    let mut threads = threads;
+    threads.sort_by_key(|t| t.calls.first().map(|c| c.call.start));
     Prepared {
         calls: n,
         threads,
@@ -400,24 +482,41 @@ pub fn ingest_prepared(
     };
     // The nodes written (follow number, payload), for the body's residual.
     let mut written: Vec<(u64, Vec<u8>)> = Vec::new();
+    // The sessions the calls went to, for the body.
+    let mut sessions: Vec<SessionId> = Vec::new();
     for t in &p.threads {
         let cs: Vec<&PreparedCall> = t
             .calls
             .iter()
             .filter(|_| keep.next().unwrap_or(true))
             .collect();
+        let with = cache.keep_content(&cs);
+        let cs: Vec<&PreparedCall> = cs
+            .into_iter()
+            .zip(with)
+            .filter_map(|(c, k)| k.then_some(c))
+            .collect();
+        let thread = continued_thread(t, &cs, cache);
+        let id = session_id(&thread);
+        if !sessions.contains(&id) {
+            sessions.push(id);
+        }
         if cs.is_empty() {
             continue;
         }
-        out.sessions.push(session_id(&t.thread));
-        let mut th = Thread::open(l, t, now, cache)?;
+        if !out.sessions.contains(&id) {
+            out.sessions.push(id);
+        }
+        let mut th = Thread::open(l, id, t, now, cache)?;
         th.record(l, &cs, p.body.is_some(), &mut out, &mut written)?;
         cache.put(th);
+        for pc in &cs {
+            cache.own(pc, &thread);
+        }
     }
     if let Some(body) = &p.body
         && p.calls > 0
     {
-        let sessions: Vec<SessionId> = p.threads.iter().map(|t| session_id(&t.thread)).collect();
         let base = cache.raw_base(&sessions);
         out.raw = super::raw::keep(l, body, sessions.clone(), now, base, &written)?;
         if let Some(seq) = out.raw {
@@ -425,6 +524,56 @@ pub fn ingest_prepared(
         }
     }
     Ok(out)
+}
+
+/// The thread hashes of a call's path that a later call of another trace
+/// continues the conversation from: from its first answer on (a history
+/// with no answer yet is a first question, which unrelated conversations
+/// share), or all of them when the call got no answer (it failed: the
+/// next attempt, or a fallback to another model, resends them).
+fn answered(pc: &PreparedCall) -> &[ThreadHash] {
+    if pc.path.len() == pc.n_in {
+        return &pc.chains;
+    }
+    let first = pc
+        .path
+        .iter()
+        .position(|m| matches!(m.role, Role::Assistant | Role::ToolCall))
+        .unwrap_or(pc.path.len());
+    &pc.chains[first..]
+}
+
+/// The thread a conversation's calls are recorded in: its own, unless it
+/// is only its trace (no conversation or session id) and its first call
+/// continues a history recorded in another thread (an agent that makes
+/// each call in its own trace, as a plain script does): the thread that
+/// recorded that history last. So a conversation is one session however
+/// its calls are traced, as the proxy threads it: a first call (no
+/// answer in its history yet) starts a conversation of its own, unless it
+/// is the next attempt of a call that failed.
+fn continued_thread(t: &PreparedThread, cs: &[&PreparedCall], cache: &ThreadCache) -> String {
+    if !t.thread.starts_with("trace:") && !t.thread.starts_with("service:") {
+        return t.thread.clone();
+    }
+    let Some(first) = cs.first() else {
+        return t.thread.clone();
+    };
+    let input = &first.path[..first.n_in];
+    let fresh = !input
+        .iter()
+        .any(|m| matches!(m.role, Role::Assistant | Role::ToolCall));
+    let found = if fresh {
+        cache.owner(&first.chains[..first.n_in], true)
+    } else {
+        cache.owner(&first.chains, false)
+    };
+    found.unwrap_or_else(|| t.thread.clone())
+}
+
+/// The thread hash a call recorded without its messages is known by: its
+/// span id (so a retried export writes it once).
+fn span_marker(span_id: &str) -> ThreadHash {
+    thread_hash(None, &Message::new(Role::System, "otel-span", span_id))
 }
 
 /// What a session's branches are: (name, head, sealed), by name. Any
@@ -476,11 +625,11 @@ impl Thread {
 
     fn open(
         l: &mut Ledger<'_>,
+        id: SessionId,
         t: &PreparedThread,
         now: Millis,
         cache: &ThreadCache,
     ) -> Result<Thread, StoreError> {
-        let id = session_id(&t.thread);
         // A session this receiver wrote last: its branches say whether it
         // still is as it was left.
         let cached = cache.take(&id);
@@ -529,9 +678,14 @@ impl Thread {
             };
             let diag = n.node.diagnostics.to_value();
             if let Some(otel) = diag.pointer("/extra/otel")
-                && otel.get("call").is_some()
+                && let Some(call) = otel.get("call")
             {
                 apply_stable(&mut stable, otel);
+                if call.get("content") == Some(&Value::Bool(false))
+                    && let Some(span) = otel.get("span_id").and_then(Value::as_str)
+                {
+                    known.entry(span_marker(span)).or_insert(n.hash);
+                }
             }
             let chain = match node_message(&n.node, payload.as_deref().unwrap_or_default()) {
                 Some(m) => {
@@ -587,6 +741,7 @@ impl Thread {
         for pc in cs {
             let (c, path, chains) = (&pc.call, &pc.path, &pc.chains);
             if path.is_empty() {
+                self.record_without_content(l, c, out, written)?;
                 continue;
             }
             let found = (0..path.len())
@@ -610,10 +765,10 @@ impl Thread {
                             (h.branch, Some(x), Some(ctx), h.stable)
                         }
                         None => {
-                            let name = self.fork_name(l, c)?;
-                            let prefix =
-                                HashPrefix::parse(&x.to_hex()).map_err(StoreError::invalid)?;
-                            let fork = l.fork(&self.id, &prefix, &name, c.start)?;
+                            // Inside a timeline: forked there, as every way
+                            // in forks (`edit-N`).
+                            let (name, fork) = crate::thread::fork_at(l, &self.id, &x, c.start)?;
+                            let fork = fork.ok_or_else(|| StoreError::backend("no fork node"))?;
                             out.nodes += 1;
                             self.branches.push((name.clone(), Some(fork.hash), false));
                             self.branches.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
@@ -709,19 +864,79 @@ impl Thread {
         Ok(())
     }
 
-    /// `otel-{first 8 hex of the span id}`, or with `-2`, `-3`… when taken.
-    fn fork_name(&self, l: &mut Ledger<'_>, c: &Call) -> Result<BranchName, StoreError> {
-        let base = format!("otel-{}", c.span_id.get(..8).unwrap_or(&c.span_id));
-        let mut name = base.clone();
-        let mut n = 2;
-        loop {
-            let b = BranchName::new(&name).map_err(StoreError::invalid)?;
-            if l.tx().branch(&self.id, &b)?.is_none() {
-                return Ok(b);
-            }
-            name = format!("{base}-{n}");
-            n += 1;
+    /// A call exported without its messages: a turn of its own on `main`
+    /// (an `invoke` from the platform and an empty `complete` carrying the
+    /// call's model, usage, latency, status and span), once per span. The
+    /// session's first such call says how to capture the messages.
+    fn record_without_content(
+        &mut self,
+        l: &mut Ledger<'_>,
+        c: &Call,
+        out: &mut Ingested,
+        written: &mut Vec<(u64, Vec<u8>)>,
+    ) -> Result<(), StoreError> {
+        let marker = span_marker(&c.span_id);
+        if self.known.contains_key(&marker) {
+            return Ok(());
         }
+        let main = BranchName::main();
+        let old_head = self.main_head;
+        let ctx = match old_head {
+            Some(h) => match self.heads.get(&h).and_then(|x| x.ctx.clone()) {
+                Some(ctx) => Some(ctx),
+                None => Some(stored(l, &h)?.ctx),
+            },
+            None => None,
+        };
+        let mut cur = match &ctx {
+            Some(ctx) => Cursor::after(ctx, c.start),
+            None => Cursor::start(c.start),
+        };
+        let own = call_stable(c);
+        let mut otel = call_diagnostics(c, &own, None);
+        if old_head.is_none()
+            && let Some(o) = otel.as_object_mut()
+        {
+            o.insert("hint".into(), json!(super::dialect::CONTENT_HINT));
+        }
+        let mut m = Message::new(Role::Assistant, "assistant", "");
+        m.time = Some(c.end);
+        m.model = c.model.clone();
+        m.extra.insert("otel".into(), otel);
+        let only: Vec<Draft> = message_drafts(&self.agent, &mut cur, &[&m])?
+            .into_iter()
+            .map(|(_, d)| d)
+            .collect();
+        let nodes = l.append_many_nodes(&self.id, &main, &only)?;
+        written.extend(
+            nodes
+                .iter()
+                .zip(&only)
+                .map(|(n, d)| (n.seq, d.payload.clone())),
+        );
+        if let Some(new) = nodes.last() {
+            if let Some(old) = old_head {
+                self.heads.remove(&old);
+            }
+            self.heads.insert(
+                new.hash,
+                Head {
+                    branch: main.clone(),
+                    ctx: Some(new.ctx.clone()),
+                    stable: Some(own),
+                },
+            );
+            self.main_head = Some(new.hash);
+            self.empty_main = false;
+            if let Some(m) = self.branches.iter_mut().find(|m| m.0 == main) {
+                m.1 = Some(new.hash);
+            }
+            self.known.insert(marker, new.hash);
+        }
+        out.nodes += nodes.len();
+        out.recorded += 1;
+        out.without_content += 1;
+        Ok(())
     }
 }
 
