@@ -138,6 +138,7 @@ pub enum Command {
     Chat(crate::commands::chat::ChatArgs),
     Replay(crate::commands::replay::ReplayArgs),
     Proxy(crate::commands::proxy::ProxyArgs),
+    Test(crate::commands::test::TestArgs),
     Otel(crate::commands::otel::OtelArgs),
     Completions(crate::commands::completions::CompletionsArgs),
     Man(crate::commands::completions::ManArgs),

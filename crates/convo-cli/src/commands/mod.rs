@@ -29,6 +29,8 @@ pub mod serve;
 pub mod session;
 pub mod show;
 pub mod state;
+pub mod test;
+pub mod test_report;
 pub mod turn;
 pub mod verify;
 pub mod watch;
@@ -125,6 +127,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Replay(_)
         | Command::Redact(_)
         | Command::Proxy(_)
+        | Command::Test(_)
         | Command::Otel(_) => Access::Write,
         Command::Session(c) => match c {
             SessionCmd::New { .. }
@@ -293,6 +296,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Chat(a) => chat::run(&env, a),
         Command::Replay(a) => replay::run(&env, a),
         Command::Proxy(a) => proxy::run(&env, a),
+        Command::Test(a) => test::run(&env, a),
         Command::Otel(a) => otel::run(&env, a),
     }
 }
