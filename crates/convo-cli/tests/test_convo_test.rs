@@ -703,7 +703,7 @@ command = "grep -q '\"exit_code\":0'"
             && diff.contains("+/body/messages/3/content#L1: forty-three"),
         "{diff}"
     );
-    assert_eq!(d["turn"].as_u64().is_some(), true);
+    assert_eq!(d["turn"], 2, "the tool result is the second call's: {v:#}");
 
     // Against the baseline: the python test regressed, node is unchanged.
     let o = convo_test(&["--json", "--compare", base_file.to_str().unwrap()], &[]);

@@ -645,7 +645,7 @@ impl Replay {
     /// Looks a received call up: its recorded answer, or the miss. A miss
     /// changes nothing but the count (of misses, or under `--on-miss live`
     /// of live calls). Every call's outcome is kept ([`Replay::outcomes`]).
-    pub fn take(&mut self, received: &Value) -> std::result::Result<Call, Miss> {
+    pub fn take(&mut self, received: &Value) -> std::result::Result<Call, Box<Miss>> {
         if self.spec.collect_tools {
             self.collect_tools(received);
         }
@@ -659,11 +659,25 @@ impl Replay {
                     _ => (i, "exact", Vec::new()),
                 }
             }
-            Found::Repeat(i) => return Err(self.missed_call(received, Some(i), Some(i), vec![])),
+            Found::Repeat(i) => {
+                return Err(Box::new(self.missed_call(
+                    received,
+                    Some(i),
+                    Some(i),
+                    vec![],
+                )));
+            }
             Found::Miss {
                 closest,
                 differences,
-            } => return Err(self.missed_call(received, closest, None, differences)),
+            } => {
+                return Err(Box::new(self.missed_call(
+                    received,
+                    closest,
+                    None,
+                    differences,
+                )));
+            }
         };
         self.served[i] = true;
         if outcome == "exact" {

@@ -390,7 +390,7 @@ async fn run_one(
     let cfg = replay_config(t, shared)?;
     let proxy = match convo_proxy::Proxy::start(cfg, pool.clone(), None).await {
         Ok(p) => p,
-        Err(e) => return Ok(TestResult::error(t, &CommandError::from(e).message_text())),
+        Err(e) => return Ok(TestResult::error(t, CommandError::from(e).message_text())),
     };
     let mut config = convo_runtime::Config::new(String::new());
     config.log_requests = false;

@@ -400,10 +400,10 @@ pub fn schema_errors(schema: &Value, v: &Value, at: &str, out: &mut Vec<String>)
         out.push(format!("{here}: {v} is not {c}"));
     }
     let num = |k: &str| s.get(k).and_then(Value::as_f64);
-    if let Some(x) = v.as_f64() {
-        if num("minimum").is_some_and(|m| x < m) || num("maximum").is_some_and(|m| x > m) {
-            out.push(format!("{here}: {x} is out of range"));
-        }
+    if let Some(x) = v.as_f64()
+        && (num("minimum").is_some_and(|m| x < m) || num("maximum").is_some_and(|m| x > m))
+    {
+        out.push(format!("{here}: {x} is out of range"));
     }
     if let Some(text) = v.as_str() {
         let n = text.chars().count() as f64;
