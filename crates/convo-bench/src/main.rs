@@ -23,6 +23,7 @@ mod harnessbench;
 mod otelbench;
 mod pgbench;
 mod proxybench;
+mod replaybench;
 mod searchbench;
 mod servebench;
 mod util;
@@ -169,6 +170,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "search-page",
         "the web view's search page over 1,000,000 nodes in 1,000 sessions: server time",
         searchbench::search_page,
+    ),
+    (
+        "replay",
+        "replay decision at the 200th call of a conversation: exact and tolerating volatile differences",
+        replaybench::replay_decision,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
     (

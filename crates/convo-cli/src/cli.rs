@@ -140,6 +140,7 @@ pub enum Command {
     Replay(crate::commands::replay::ReplayArgs),
     Proxy(crate::commands::proxy::ProxyArgs),
     Mcp(crate::commands::mcp::McpArgs),
+    Test(crate::commands::test::TestArgs),
     Otel(crate::commands::otel::OtelArgs),
     Completions(crate::commands::completions::CompletionsArgs),
     Man(crate::commands::completions::ManArgs),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A CLI installed by scripts/test-env, or `None` outside CI when it is not.
-fn node_tool(name: &str) -> Option<PathBuf> {
+pub(crate) fn node_tool(name: &str) -> Option<PathBuf> {
     let found = std::env::var_os("CONVO_TEST_NODE_MODULES")
         .map(|d| PathBuf::from(d).join(".bin").join(name))
         .filter(|p| p.exists());
@@ -137,7 +137,7 @@ fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     out
 }
 
-fn ok(o: Output, what: &str) -> String {
+pub(crate) fn ok(o: Output, what: &str) -> String {
     assert!(
         o.status.success(),
         "{what} failed:\n{}\n{}",
@@ -1492,14 +1492,14 @@ fn opencode_database_imports_and_a_deleted_session_is_restored() {
 }
 
 /// `convo proxy` on port 0 in `t`'s home, with `args` after its listen flags.
-fn proxy(t: &TestEnv, args: &[&str]) -> crate::serve_util::Server {
+pub(crate) fn proxy(t: &TestEnv, args: &[&str]) -> crate::serve_util::Server {
     let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--quiet"];
     all.extend_from_slice(args);
     crate::serve_util::Server::launch(t, &all)
 }
 
 /// The proxy's sessions (agent `proxy`), as `session list --json` gives them.
-fn proxy_sessions(t: &TestEnv) -> Vec<Value> {
+pub(crate) fn proxy_sessions(t: &TestEnv) -> Vec<Value> {
     let v = t.run(&["session", "list", "--json"]).json();
     let list = v.get("sessions").cloned().unwrap_or(v);
     list.as_array()

@@ -116,6 +116,9 @@ pub struct TurnReport {
     pub nodes: Vec<TimelineNode>,
     /// In a replay: differences the service calls found.
     pub divergences: Vec<Divergence>,
+    /// In a replay: inference calls (by sequence) matched tolerating
+    /// volatile differences.
+    pub tolerated: Vec<(u32, Vec<convo_llm::replay::Tolerated>)>,
 }
 
 impl TurnReport {
@@ -307,6 +310,7 @@ impl Harness {
             .lock()
             .map(|v| v.clone())
             .unwrap_or_default();
+        let tolerated = turn.tolerated.lock().map(|v| v.clone()).unwrap_or_default();
         Ok(TurnReport {
             invoke,
             complete,
@@ -314,6 +318,7 @@ impl Harness {
             failure: called.failure,
             nodes,
             divergences,
+            tolerated,
         })
     }
 

@@ -40,7 +40,7 @@ pub use agent::{AgentSpec, Dialect};
 pub use error::HarnessError;
 pub use harness::{Failure, Harness, Options, TurnReport};
 pub use lock::{OpenTurn, TimelineLock, TurnLock, guard_timeline, settle_interrupted};
-pub use replay::{Divergence, ReplayOptions, ReplayReport, ReplayTurn};
+pub use replay::{Divergence, ReplayOptions, ReplayReport, ReplayTurn, ToleratedCall};
 
 /// The harness's result type.
 pub type Result<T, E = HarnessError> = std::result::Result<T, E>;

@@ -16,10 +16,12 @@
 use crate::harness::{Harness, TurnReport};
 use crate::{HarnessError, Result, now_ms};
 use convo_core::{BranchName, HashPrefix, Kind, SessionId, StateRoot};
+use convo_llm::replay::{Index, Matcher, Rules, Tolerated};
 use convo_store::TimelineNode;
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Where a replay differs from the recording.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -61,29 +63,55 @@ impl Divergence {
 #[derive(Clone, Debug)]
 struct RecordedCall {
     described: String,
+    /// An inference call: its place in the recording's [`Index`].
+    inference: Option<usize>,
     response: Option<(Vec<u8>, Value)>,
+}
+
+/// How a replay compares inference calls: the one matcher's canonical
+/// form and its index of the recording's calls (volatile differences
+/// tolerated unless strict).
+#[derive(Debug, Default)]
+pub(crate) struct Matching {
+    pub matcher: Matcher,
+    pub index: Index,
 }
 
 /// The recorded calls of one turn, by sequence.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Expected {
     calls: BTreeMap<u32, RecordedCall>,
+    pub matching: Arc<Matching>,
 }
 
 impl Expected {
-    /// Compares call `seq` with the recording.
-    pub fn check(&self, turn: u64, seq: u32, got: &str) -> Option<Divergence> {
-        match self.calls.get(&seq) {
-            Some(c) if c.described == got => None,
-            Some(c) => Some(Divergence::new(
-                turn,
-                Some(seq),
-                "request",
-                &c.described,
-                got,
-            )),
-            None => Some(Divergence::new(turn, Some(seq), "extra request", "", got)),
+    /// Compares call `seq` with the recording: the differences tolerated,
+    /// or the divergence. `got_canon` is an inference call's canonical form.
+    pub fn check(
+        &self,
+        turn: u64,
+        seq: u32,
+        got: &str,
+        got_canon: Option<&Value>,
+    ) -> std::result::Result<Vec<Tolerated>, Divergence> {
+        let c = match self.calls.get(&seq) {
+            Some(c) if c.described == got => return Ok(Vec::new()),
+            Some(c) => c,
+            None => return Err(Divergence::new(turn, Some(seq), "extra request", "", got)),
+        };
+        let recorded = c.inference.and_then(|i| self.matching.index.get(i));
+        if let (Some(r), Some(g)) = (recorded, got_canon)
+            && let Some(t) = self.matching.index.tolerates(r, g)
+        {
+            return Ok(t);
         }
+        Err(Divergence::new(
+            turn,
+            Some(seq),
+            "request",
+            &c.described,
+            got,
+        ))
     }
 
     /// The recorded answer to call `seq`: payload and diagnostics.
@@ -92,33 +120,40 @@ impl Expected {
     }
 }
 
-/// A call as compared: service, operation and payload in one text. An
-/// inference call is compared in the canonical form the recording
-/// proxy's replay matches requests by ([`convo_llm::replay::Matcher`]:
-/// the one matcher), so tool arguments re-serialized, text parts for a
-/// string or volatile fields do not make a divergence.
+/// An inference call as compared: its canonical form by `matcher` (the
+/// form the recording proxy's replay matches requests by,
+/// [`convo_llm::replay::Matcher`]: the one matcher), and that form in one
+/// text, so tool arguments re-serialized, text parts for a string or
+/// volatile fields do not make a divergence.
+pub(crate) fn describe_infer(matcher: &Matcher, diag: &Value, payload: &[u8]) -> (String, Value) {
+    let s = |k: &str| diag.get(k).and_then(Value::as_str).unwrap_or("");
+    let headers = diag
+        .get("headers")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    let canon = matcher.canonical(s("method"), s("path"), &headers, payload);
+    let mut head = format!("infer {} {} {}", s("api"), s("method"), s("path"));
+    if let Some(h) = canon
+        .get("headers")
+        .filter(|h| h.as_object().is_some_and(|o| !o.is_empty()))
+    {
+        head.push_str(&format!(" {h}"));
+    }
+    if payload.is_empty() {
+        return (head, canon);
+    }
+    let body = canon.get("body").cloned().unwrap_or_default();
+    let text = serde_json::to_string_pretty(&body).unwrap_or_default();
+    (format!("{head}\n{text}"), canon)
+}
+
+/// A call as compared: service, operation and payload in one text
+/// (inference calls: [`describe_infer`] with no ignored pointer).
 pub(crate) fn describe_call(to: &str, diag: &Value, payload: &[u8]) -> String {
     let s = |k: &str| diag.get(k).and_then(Value::as_str).unwrap_or("");
     if to == "infer" {
-        let headers = diag
-            .get("headers")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
-        let canon = convo_llm::replay::canonical(s("method"), s("path"), &headers, payload);
-        let mut head = format!("infer {} {} {}", s("api"), s("method"), s("path"));
-        if let Some(h) = canon
-            .get("headers")
-            .filter(|h| h.as_object().is_some_and(|o| !o.is_empty()))
-        {
-            head.push_str(&format!(" {h}"));
-        }
-        if payload.is_empty() {
-            return head;
-        }
-        let body = canon.get("body").cloned().unwrap_or_default();
-        let text = serde_json::to_string_pretty(&body).unwrap_or_default();
-        return format!("{head}\n{text}");
+        return describe_infer(&Matcher::default(), diag, payload).0;
     }
     let head = match to {
         "kv" => match s("op") {
@@ -144,6 +179,20 @@ pub struct ReplayOptions {
     pub live_after: Option<HashPrefix>,
     /// The replay session's title (default: `replay of SESSION BRANCH`).
     pub name: Option<BranchName>,
+    /// How inference calls are compared (`--match-ignore`, `--strict`).
+    pub matcher: Matcher,
+}
+
+/// An inference call that matched the recording tolerating volatile
+/// differences.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToleratedCall {
+    /// The turn (1-based on the recorded timeline).
+    pub turn: u64,
+    /// The call's sequence within the turn.
+    pub sequence: u32,
+    /// Each difference tolerated: JSON pointer and rule.
+    pub tolerated: Vec<Tolerated>,
 }
 
 /// One replayed turn.
@@ -174,6 +223,8 @@ pub struct ReplayReport {
     pub recorded_turns: u64,
     /// The first difference, if any.
     pub divergence: Option<Divergence>,
+    /// The inference calls matched tolerating volatile differences.
+    pub tolerated: Vec<ToleratedCall>,
 }
 
 /// One recorded turn.
@@ -190,8 +241,10 @@ struct RecordedTurn {
     state_writes: Option<Vec<convo_runtime::turns::StateOp>>,
 }
 
-fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
+/// The recorded turns, and the matching of their inference calls.
+fn split_turns(nodes: &[TimelineNode], matcher: &Matcher) -> (Vec<RecordedTurn>, Matching) {
     let mut turns: Vec<RecordedTurn> = Vec::new();
+    let mut canon: Vec<Value> = Vec::new();
     let mut requests: BTreeMap<u32, (String, Value, Vec<u8>)> = BTreeMap::new();
     for (i, n) in nodes.iter().enumerate() {
         let node = &n.stored.node;
@@ -223,11 +276,18 @@ fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
                     {
                         w.push(op);
                     }
-                    let described = describe_call(&node.to, &diag, &n.payload);
+                    let (described, inference) = if node.to == "infer" {
+                        let (d, c) = describe_infer(matcher, &diag, &n.payload);
+                        canon.push(c);
+                        (d, Some(canon.len() - 1))
+                    } else {
+                        (describe_call(&node.to, &diag, &n.payload), None)
+                    };
                     t.calls.insert(
                         seq,
                         RecordedCall {
                             described,
+                            inference,
                             response: None,
                         },
                     );
@@ -249,7 +309,12 @@ fn split_turns(nodes: &[TimelineNode]) -> Vec<RecordedTurn> {
             Kind::Fork | Kind::Promote => {}
         }
     }
-    turns
+    let index = Index::new(canon, Rules::default(), matcher.strict);
+    let matching = Matching {
+        matcher: matcher.clone(),
+        index,
+    };
+    (turns, matching)
 }
 
 fn failure_of(diag: &Value) -> String {
@@ -271,7 +336,8 @@ impl Harness {
     ) -> Result<ReplayReport> {
         let (s, b) = (*session, branch.clone());
         let recorded = self.pool.run(move |st| st.timeline(&s, &b)).await?;
-        let turns = split_turns(&recorded);
+        let (turns, matching) = split_turns(&recorded, &opts.matcher);
+        let matching = Arc::new(matching);
         let live_index = match &opts.live_after {
             None => None,
             Some(p) => Some(
@@ -306,6 +372,7 @@ impl Harness {
             turns: Vec::new(),
             recorded_turns: turns.len() as u64,
             divergence: None,
+            tolerated: Vec::new(),
         };
         for t in &turns {
             let live = live_index.is_some_and(|i| t.index > i);
@@ -355,6 +422,7 @@ impl Harness {
             }
             let expected = (!live).then(|| Expected {
                 calls: t.calls.clone(),
+                matching: matching.clone(),
             });
             let r = self
                 .run_turn(
@@ -372,6 +440,13 @@ impl Harness {
             } else {
                 self.compare(t, &r).await?
             };
+            report
+                .tolerated
+                .extend(r.tolerated.iter().map(|(seq, tolerated)| ToleratedCall {
+                    turn: t.number,
+                    sequence: *seq,
+                    tolerated: tolerated.clone(),
+                }));
             let rt = ReplayTurn {
                 turn: t.number,
                 live,

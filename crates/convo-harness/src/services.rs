@@ -36,7 +36,7 @@
 //! so; both as `{"error": {"kind", "message"}}`.
 
 use crate::http::{Client, Target};
-use crate::replay::{Divergence, Expected, describe_call};
+use crate::replay::{Divergence, Expected, describe_call, describe_infer};
 use crate::{HarnessError, Result};
 use axum::Router;
 use axum::body::Bytes;
@@ -71,6 +71,9 @@ pub(crate) struct Turn {
     pub nodes: Mutex<Vec<TimelineNode>>,
     /// Differences from the recording found by the service calls (replay).
     pub divergences: Mutex<Vec<Divergence>>,
+    /// Inference calls (by sequence) that matched tolerating volatile
+    /// differences (replay).
+    pub tolerated: Mutex<Vec<(u32, Vec<convo_llm::replay::Tolerated>)>>,
 }
 
 impl Turn {
@@ -92,6 +95,7 @@ impl Turn {
             gate: tokio::sync::RwLock::new(true),
             nodes: Mutex::new(Vec::new()),
             divergences: Mutex::new(Vec::new()),
+            tolerated: Mutex::new(Vec::new()),
         }
     }
 
@@ -462,10 +466,10 @@ async fn kv_in(
     // recording never made).
     let got = describe_call("kv", &op.diagnostics(), &op.payload());
     let t2 = turn.clone();
-    let done =
-        reg.pool
-            .run(move |store| {
-                store.transaction(|l| {
+    let done = reg
+        .pool
+        .run(move |store| {
+            store.transaction(|l| {
                 let mut req_diag = op2.diagnostics();
                 if dialect == Dialect::Vlinder {
                     req_diag["dialect"] = json!("vlinder");
@@ -476,7 +480,8 @@ async fn kv_in(
                     &draft(Kind::Request, &agent, "kv", op2.payload(), &req_diag),
                 )?;
                 let diverged = t2.expected.as_ref().and_then(|e| {
-                    e.check(t2.number, req.node.sequence.unwrap_or(0), &got)
+                    e.check(t2.number, req.node.sequence.unwrap_or(0), &got, None)
+                        .err()
                 });
                 if let Some(d) = &diverged {
                     let msg = format!(
@@ -557,8 +562,8 @@ async fn kv_in(
                 let resp = l.append(&s, &b, &d)?;
                 Ok((req, resp, status, body, None))
             })
-            })
-            .await;
+        })
+        .await;
     let (req, resp, status, body, diverged) = match done {
         Ok(x) => x,
         Err(e) => {
@@ -727,8 +732,15 @@ async fn infer(
         };
         let seq = req.node.sequence.unwrap_or(0);
         turn.push(node(req, payload.clone()));
-        let got = describe_call("infer", &req_diag, &payload);
-        let (status, ctype, answer) = match exp.check(turn.number, seq, &got) {
+        let (got, canon) = describe_infer(&exp.matching.matcher, &req_diag, &payload);
+        let checked = exp.check(turn.number, seq, &got, Some(&canon)).map(|t| {
+            if !t.is_empty()
+                && let Ok(mut v) = turn.tolerated.lock()
+            {
+                v.push((seq, t));
+            }
+        });
+        let (status, ctype, answer) = match checked.err() {
             None => match exp.response(seq) {
                 Some((body, diag)) => {
                     let status = diag.get("status").and_then(Value::as_u64).unwrap_or(200) as u16;

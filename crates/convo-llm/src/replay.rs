@@ -27,6 +27,19 @@
 //! program, which got the recorded ids back, chains its calls as recorded,
 //! and a miss names the call rather than an opaque id.
 //!
+//! A call matches **exactly** when its canonical form is a recorded
+//! call's; otherwise it may match **tolerating volatile differences**: a
+//! recorded call at the same place of the conversation (same method,
+//! path, model, tool names and message shapes) whose every difference is
+//! an id, a duration, a timestamp, a temporary path, a chunk id — found by
+//! rules kept per known agent (Claude Code, Codex) and by what the
+//! recording itself shows to vary ([`matching`]). Each tolerated
+//! difference is reported with its JSON pointer ([`Replay::outcomes`],
+//! [`Replay::report`]). [`Matcher::strict`] (`--strict`) keeps exact
+//! matching only. A call matching only calls already answered is a
+//! *repeat* (answered again with `--replay-repeats`), never "not in the
+//! recording".
+//!
 //! A match is answered with the recorded status, headers and bytes: a
 //! stream is re-sent chunk by chunk as recorded, byte-identical to what the
 //! client got live (the usage chunk the proxy had asked for is removed the
@@ -53,12 +66,17 @@
 //! recorded answer in the wire format the request speaks (a chat stream
 //! when it asks for one).
 
+pub mod matching;
+
+pub use matching::{Found, Index, Rules, Tolerated};
+
 use crate::record::{BEHAVIOUR_HEADERS, redact_query};
 use crate::sse::ClientFilter;
 use bytes::Bytes;
 use convo_core::{BranchName, Kind, NodeHash, SessionId, SubmissionId};
 use convo_formats::otel::rebuild::{self, Rebuilt};
 use convo_store::{Result, Store, StoreError};
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 
@@ -103,6 +121,8 @@ pub struct Matcher {
     /// JSON pointers (into `{method, path, headers, body}`) left out of the
     /// comparison, besides [`VOLATILE`].
     pub ignore: Vec<String>,
+    /// Only exact matches: no volatile difference is tolerated.
+    pub strict: bool,
 }
 
 impl Matcher {
@@ -117,6 +137,7 @@ impl Matcher {
         }
         Ok(Matcher {
             ignore: pointers.to_vec(),
+            strict: false,
         })
     }
 
@@ -168,6 +189,9 @@ pub struct ReplaySpec {
     pub repeats: bool,
     /// How requests are compared.
     pub matcher: Matcher,
+    /// Whether the tool calls the received requests carry are kept
+    /// ([`Replay::tool_calls`]: `convo test`'s tool assertions).
+    pub collect_tools: bool,
 }
 
 impl ReplaySpec {
@@ -193,6 +217,7 @@ impl ReplaySpec {
             on_miss: OnMiss::Error,
             repeats: false,
             matcher: Matcher::default(),
+            collect_tools: false,
         })
     }
 
@@ -209,6 +234,7 @@ impl ReplaySpec {
             on_miss: OnMiss::Error,
             repeats: false,
             matcher: Matcher::default(),
+            collect_tools: false,
         })
     }
 }
@@ -220,6 +246,10 @@ pub struct Call {
     pub index: usize,
     /// Its turn (submission).
     pub submission: Option<SubmissionId>,
+    /// Its turn's number on the timeline (from 1) and its sequence there.
+    pub turn: Option<u64>,
+    /// Its sequence within the turn.
+    pub sequence: Option<u32>,
     /// The canonical request.
     pub canonical: Value,
     /// Recorded status.
@@ -284,24 +314,103 @@ pub struct Replay {
     pub spec: ReplaySpec,
     calls: Vec<Call>,
     served: Vec<bool>,
-    /// Canonical request (RFC 8785 text) → the recorded calls with it, in
-    /// timeline order.
-    by_request: HashMap<String, Vec<usize>>,
+    /// The recorded canonical requests, looked up exactly and tolerating
+    /// volatile differences.
+    index: Index,
     /// Once a miss went live: the session (name) and timeline live calls go to.
     pub live: Option<(String, BranchName)>,
-    /// Calls answered from the record.
-    pub matched: u64,
+    /// Calls answered from the record with the same canonical request.
+    pub exact: u64,
+    /// Calls answered from the record tolerating volatile differences.
+    pub tolerated: u64,
     /// Calls that did not match and were refused (`--on-miss error`).
     pub missed: u64,
     /// Calls answered live: the one that did not match under
     /// `--on-miss live` and every call after it ([`Replay::take`],
     /// [`Replay::answered_live`]).
     pub live_calls: u64,
+    /// What happened to each received call, in arrival order (the first
+    /// [`MAX_OUTCOMES`]).
+    outcomes: Vec<Outcome>,
+    /// The tool calls received requests carried (name, arguments), each
+    /// once, when [`ReplaySpec::collect_tools`].
+    tool_calls: Vec<(String, Value)>,
+    seen_tools: std::collections::HashSet<String>,
     /// Responses API answer ids → the recorded call that answered them.
     response_ids: HashMap<String, usize>,
     /// Whether the calls are rebuilt from telemetry (matched by
     /// conversation and model, [`rebuild::received`]).
     rebuilt: bool,
+}
+
+/// The most per-call outcomes a replay keeps (the counts go on).
+pub const MAX_OUTCOMES: usize = 100_000;
+
+/// What happened to one received call (see `docs/JSON.md`, the replay report).
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// Its place among the received calls (from 1).
+    pub call: u64,
+    /// `exact`, `tolerated`, `live` or `missed`.
+    pub outcome: &'static str,
+    /// The recorded call that answered it, or the closest one (from 0).
+    pub recorded_call: Option<usize>,
+    /// That recorded call's turn on the timeline (from 1).
+    pub turn: Option<u64>,
+    /// Its sequence within the turn.
+    pub sequence: Option<u32>,
+    /// Each difference tolerated: JSON pointer and rule.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub tolerated: Vec<Tolerated>,
+    /// A miss: the JSON pointers where the closest recorded call differs.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub differences: Vec<String>,
+    /// A miss: why (`replay_miss`, `replay_repeat`, `replay_exhausted`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<&'static str>,
+    /// A miss: a unified diff of the closest recorded request and the
+    /// received one (pretty JSON, canonical form; the first 10 misses).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diff: Option<String>,
+}
+
+/// A unified diff, recorded → received, of two canonical requests, one
+/// line per value named by its JSON pointer (`/body/model: "m"`); a text
+/// of several lines gives one line each (`/body/system/0/text#L3: …`).
+pub fn request_diff(recorded: &Value, received: &Value) -> String {
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    flat(recorded, "", &mut a);
+    flat(received, "", &mut b);
+    let (a, b) = (a.join("\n") + "\n", b.join("\n") + "\n");
+    similar::TextDiff::from_lines(&a, &b)
+        .unified_diff()
+        .context_radius(2)
+        .header("recorded", "received")
+        .to_string()
+}
+
+fn flat(v: &Value, at: &str, out: &mut Vec<String>) {
+    match v {
+        Value::Object(o) if !o.is_empty() => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort();
+            for k in keys {
+                let esc = k.replace('~', "~0").replace('/', "~1");
+                flat(&o[k], &format!("{at}/{esc}"), out);
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                flat(x, &format!("{at}/{i}"), out);
+            }
+        }
+        Value::String(t) if t.contains('\n') => {
+            for (i, line) in t.split('\n').enumerate() {
+                out.push(format!("{at}#L{}: {line}", i + 1));
+            }
+        }
+        other => out.push(format!("{at}: {other}")),
+    }
 }
 
 /// Removes what a JSON pointer names (nothing when it names nothing).
@@ -441,11 +550,6 @@ fn multipart(body: &[u8]) -> Option<Value> {
     }
 }
 
-/// The text a canonical request is looked up by.
-fn key(canon: &Value) -> String {
-    serde_jcs::to_string(canon).unwrap_or_else(|_| canon.to_string())
-}
-
 /// The path a received call is recorded under.
 pub fn recorded_path(rest: &str, query: Option<&str>) -> String {
     match query {
@@ -517,90 +621,12 @@ impl Replay {
         let nodes = store.timeline(&s.id, &spec.branch)?;
         let mut calls: Vec<Call> = Vec::new();
         let mut response_ids = HashMap::new();
-        // (submission, sequence) → the response, so pairing is linear.
-        let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), usize> = HashMap::new();
-        for (i, n) in nodes.iter().enumerate() {
-            let node = &n.stored.node;
-            if node.kind == Kind::Response {
-                responses
-                    .entry((node.submission, node.sequence))
-                    .or_insert(i);
+        recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, true);
+        if !calls.is_empty() {
+            for other in companions(store, &s, &nodes)? {
+                let nodes = store.timeline(&other, &BranchName::main())?;
+                recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, false);
             }
-        }
-        for (i, n) in nodes.iter().enumerate() {
-            let node = &n.stored.node;
-            if node.kind != Kind::Request {
-                continue;
-            }
-            let d = node.diagnostics.to_value();
-            let (Some(method), Some(path)) = (
-                d.get("method").and_then(Value::as_str),
-                d.get("path").and_then(Value::as_str),
-            ) else {
-                continue; // not a call the proxy recorded
-            };
-            let Some(resp) = responses
-                .get(&(node.submission, node.sequence))
-                .filter(|&&r| r > i)
-                .map(|&r| &nodes[r])
-            else {
-                continue;
-            };
-            let rd = resp.stored.node.diagnostics.to_value();
-            let chunks = rd.get("chunks").and_then(Value::as_array).map(|a| {
-                a.iter()
-                    .map(|c| {
-                        (
-                            c.get(0).and_then(Value::as_u64).unwrap_or(0) as usize,
-                            c.get(1).and_then(Value::as_f64).unwrap_or(0.0),
-                        )
-                    })
-                    .collect()
-            });
-            // The node before the call's turn: before its invoke.
-            let turn_start = nodes[..i]
-                .iter()
-                .rposition(|p| {
-                    p.stored.node.kind == Kind::Invoke
-                        && p.stored.node.submission == node.submission
-                })
-                .unwrap_or(i);
-            let mut canon = spec
-                .matcher
-                .canonical(method, path, &obj(&d, "headers"), &n.payload);
-            map_response_ids(&response_ids, &mut canon);
-            if let Some(id) = response_id(&rd, &resp.payload) {
-                response_ids.insert(id, calls.len());
-            }
-            let cut = rd
-                .get("partial")
-                .and_then(Value::as_str)
-                .filter(|p| p.starts_with("upstream"))
-                .map(str::to_owned);
-            calls.push(Call {
-                index: calls.len(),
-                submission: node.submission,
-                canonical: canon,
-                status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
-                headers: obj(&rd, "headers"),
-                body: resp.payload.clone(),
-                chunks: rd
-                    .get("streamed")
-                    .and_then(Value::as_bool)
-                    .filter(|s| *s)
-                    .and(chunks),
-                strip_usage: d
-                    .get("upstream_changes")
-                    .and_then(|c| c.get("stream_options.include_usage"))
-                    .is_some(),
-                before: turn_start.checked_sub(1).map(|k| nodes[k].stored.hash),
-                truncated: rd
-                    .get("truncated")
-                    .and_then(|t| t.get("total_bytes"))
-                    .and_then(Value::as_u64),
-                cut,
-                rebuilt: None,
-            });
         }
         let rebuilt = calls.is_empty();
         if rebuilt {
@@ -612,24 +638,27 @@ impl Replay {
                 spec.branch, s.id
             ).into()));
         }
-        let mut by_request: HashMap<String, Vec<usize>> = HashMap::new();
-        for c in &calls {
-            by_request
-                .entry(key(&c.canonical))
-                .or_default()
-                .push(c.index);
-        }
+        number_turns(&mut calls);
+        let index = Index::new(
+            calls.iter().map(|c| c.canonical.clone()).collect(),
+            Rules::default(),
+            spec.matcher.strict || rebuilt,
+        );
         Ok(Replay {
             session: s.id,
             title: s.title.unwrap_or_else(|| s.id.to_string()),
             spec,
             served: vec![false; calls.len()],
             calls,
-            by_request,
+            index,
             live: None,
-            matched: 0,
+            exact: 0,
+            tolerated: 0,
             missed: 0,
             live_calls: 0,
+            outcomes: Vec::new(),
+            tool_calls: Vec::new(),
+            seen_tools: Default::default(),
             response_ids,
             rebuilt,
         })
@@ -665,82 +694,400 @@ impl Replay {
 
     /// Looks a received call up: its recorded answer, or the miss. A miss
     /// changes nothing but the count (of misses, or under `--on-miss live`
-    /// of live calls).
-    pub fn take(&mut self, received: &Value) -> std::result::Result<Call, Miss> {
-        if let Some(all) = self.by_request.get(&key(received)) {
-            let hit = all
-                .iter()
-                .copied()
-                .find(|&i| !self.served[i])
-                .or_else(|| self.spec.repeats.then(|| all.last().copied()).flatten());
-            if let Some(i) = hit {
-                self.served[i] = true;
-                self.matched += 1;
-                return Ok(self.calls[i].clone());
-            }
+    /// of live calls). Every call's outcome is kept ([`Replay::outcomes`]).
+    pub fn take(&mut self, received: &Value) -> std::result::Result<Call, Box<Miss>> {
+        if self.spec.collect_tools {
+            self.collect_tools(received);
         }
+        let found = self.index.find(received, &self.served);
+        let (i, outcome, tolerated) = match found {
+            Found::Exact(i) => (i, "exact", Vec::new()),
+            Found::Tolerated { call, tolerated } => (call, "tolerated", tolerated),
+            Found::Repeat(i) if self.spec.repeats => {
+                match self.index.tolerates(&self.calls[i].canonical, received) {
+                    Some(t) if !t.is_empty() => (i, "tolerated", t),
+                    _ => (i, "exact", Vec::new()),
+                }
+            }
+            Found::Repeat(i) => {
+                return Err(Box::new(self.missed_call(
+                    received,
+                    Some(i),
+                    Some(i),
+                    vec![],
+                )));
+            }
+            Found::Miss {
+                closest,
+                differences,
+            } => {
+                return Err(Box::new(self.missed_call(
+                    received,
+                    closest,
+                    None,
+                    differences,
+                )));
+            }
+        };
+        self.served[i] = true;
+        if outcome == "exact" {
+            self.exact += 1;
+        } else {
+            self.tolerated += 1;
+        }
+        let c = &self.calls[i];
+        let o = Outcome {
+            call: self.received_count() + 1,
+            outcome,
+            recorded_call: Some(i),
+            turn: c.turn,
+            sequence: c.sequence,
+            tolerated,
+            differences: Vec::new(),
+            code: None,
+            diff: None,
+        };
+        self.push_outcome(o);
+        Ok(self.calls[i].clone())
+    }
+
+    /// Counts and keeps a miss (live under `--on-miss live`).
+    fn missed_call(
+        &mut self,
+        received: &Value,
+        closest: Option<usize>,
+        repeat_of: Option<usize>,
+        differences: Vec<String>,
+    ) -> Miss {
+        let n = self.received_count() + 1;
         // Under `--on-miss live` the call goes to the upstream: live, not
         // a miss.
-        match self.spec.on_miss {
-            OnMiss::Live => self.live_calls += 1,
-            OnMiss::Error => self.missed += 1,
-        }
-        // The closest recorded call not yet served (same method and path
-        // first, then fewest differences, then the earliest).
-        let path_of = |v: &Value| (v.get("method").cloned(), v.get("path").cloned());
-        let closest = self
-            .calls
-            .iter()
-            .filter(|c| !self.served[c.index])
-            .map(|c| {
-                let diffs = differences(&c.canonical, received);
-                let other_path = path_of(&c.canonical) != path_of(received);
-                ((other_path, diffs.len(), c.index), c, diffs)
-            })
-            .min_by_key(|(rank, _, _)| *rank);
+        let outcome = match self.spec.on_miss {
+            OnMiss::Live => {
+                self.live_calls += 1;
+                "live"
+            }
+            OnMiss::Error => {
+                self.missed += 1;
+                "missed"
+            }
+        };
         let exhausted = self.served.iter().all(|s| *s);
-        Err(match closest {
-            Some((_, c, diffs)) => Miss {
-                recorded: Some(c.canonical.clone()),
-                recorded_call: Some(c.index),
-                before: c.before,
-                differences: diffs,
-                exhausted,
-            },
-            None => Miss {
-                recorded: None,
-                recorded_call: None,
-                before: None,
-                differences: vec![],
-                exhausted,
-            },
-        })
+        let code = match (repeat_of, closest) {
+            (Some(_), _) => "replay_repeat",
+            (None, None) => "replay_exhausted",
+            (None, Some(_)) if exhausted => "replay_exhausted",
+            (None, Some(_)) => "replay_miss",
+        };
+        let c = closest.map(|i| &self.calls[i]);
+        let diff = (self.missed + self.live_calls <= 10)
+            .then(|| c.map(|c| request_diff(&c.canonical, received)))
+            .flatten();
+        let o = Outcome {
+            call: n,
+            outcome,
+            recorded_call: closest,
+            turn: c.and_then(|c| c.turn),
+            sequence: c.and_then(|c| c.sequence),
+            tolerated: Vec::new(),
+            differences: differences.clone(),
+            code: Some(code),
+            diff,
+        };
+        let miss = Miss {
+            recorded: c.map(|c| c.canonical.clone()),
+            recorded_call: closest,
+            before: c.and_then(|c| c.before),
+            differences,
+            exhausted,
+            repeat_of,
+        };
+        self.push_outcome(o);
+        miss
+    }
+
+    fn received_count(&self) -> u64 {
+        self.exact + self.tolerated + self.missed + self.live_calls
+    }
+
+    fn push_outcome(&mut self, o: Outcome) {
+        if self.outcomes.len() < MAX_OUTCOMES {
+            self.outcomes.push(o);
+        }
     }
 
     /// A call after the replay went live was answered live.
     pub fn answered_live(&mut self) {
+        let o = Outcome {
+            call: self.received_count() + 1,
+            outcome: "live",
+            recorded_call: None,
+            turn: None,
+            sequence: None,
+            tolerated: Vec::new(),
+            differences: Vec::new(),
+            code: None,
+            diff: None,
+        };
         self.live_calls += 1;
+        self.push_outcome(o);
     }
 
-    /// `replay: N of M calls matched the recording exactly (fidelity P%),
-    /// L went live, K missed; R recorded calls not asked for`. Fidelity is
-    /// the share of the calls asked for that the recording answered.
+    fn collect_tools(&mut self, received: &Value) {
+        let body = received.get("body").unwrap_or(&Value::Null);
+        let mut found: Vec<(String, Value)> = Vec::new();
+        let name = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+        for item in ["messages", "input"]
+            .iter()
+            .filter_map(|k| body.get(*k).and_then(Value::as_array))
+            .flatten()
+        {
+            if let (Some("function_call" | "custom_tool_call"), Some(n)) =
+                (item.get("type").and_then(Value::as_str), name(item, "name"))
+            {
+                let args = item.get("arguments").or_else(|| item.get("input"));
+                found.push((n, args.cloned().unwrap_or(Value::Null)));
+            }
+            for b in item
+                .get("content")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if b.get("type").and_then(Value::as_str) == Some("tool_use")
+                    && let Some(n) = name(b, "name")
+                {
+                    found.push((n, b.get("input").cloned().unwrap_or(Value::Null)));
+                }
+            }
+            for c in item
+                .get("tool_calls")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(f) = c.get("function")
+                    && let Some(n) = name(f, "name")
+                {
+                    found.push((n, f.get("arguments").cloned().unwrap_or(Value::Null)));
+                }
+            }
+        }
+        for (n, args) in found {
+            if self.seen_tools.insert(format!("{n}\u{0}{args}")) {
+                self.tool_calls.push((n, args));
+            }
+        }
+    }
+
+    /// The tool calls the received requests carried, each once, in the
+    /// order first seen (with [`ReplaySpec::collect_tools`]).
+    pub fn tool_calls(&self) -> &[(String, Value)] {
+        &self.tool_calls
+    }
+
+    /// What happened to each received call, in arrival order.
+    pub fn outcomes(&self) -> &[Outcome] {
+        &self.outcomes
+    }
+
+    /// Whether every received call was answered from the record (exact or
+    /// tolerated).
+    pub fn all_matched(&self) -> bool {
+        self.missed == 0 && self.live_calls == 0
+    }
+
+    /// `replay: N of M calls matched the recording (E exactly, T
+    /// tolerating volatile differences at …) (fidelity P%), L went live, K
+    /// missed; R recorded calls not asked for`. Fidelity is the share of
+    /// the calls asked for that the recording answered.
     pub fn summary(&self) -> String {
-        let total = self.matched + self.missed + self.live_calls;
+        let total = self.received_count();
+        let matched = self.exact + self.tolerated;
         let pct = if total == 0 {
             100.0
         } else {
-            self.matched as f64 * 100.0 / total as f64
+            matched as f64 * 100.0 / total as f64
+        };
+        let mut pointers: Vec<&str> = self
+            .outcomes
+            .iter()
+            .flat_map(|o| o.tolerated.iter().map(|t| t.pointer.as_str()))
+            .collect();
+        pointers.sort_unstable();
+        pointers.dedup();
+        let at = if pointers.is_empty() {
+            String::new()
+        } else {
+            let shown: Vec<&str> = pointers.iter().take(8).copied().collect();
+            let more = pointers.len().saturating_sub(8);
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            format!(" at {}{more}", shown.join(", "))
         };
         format!(
-            "replay: {} of {} calls matched the recording exactly (fidelity {pct:.1}%), {} went live, {} missed; {} recorded calls not asked for",
-            self.matched,
-            total,
+            "replay: {matched} of {total} calls matched the recording ({} exactly, {} tolerating volatile differences{at}) (fidelity {pct:.1}%), {} went live, {} missed; {} recorded calls not asked for",
+            self.exact,
+            self.tolerated,
             self.live_calls,
             self.missed,
             self.served.iter().filter(|s| !**s).count()
         )
     }
+
+    /// The replay report (see `docs/JSON.md`): the counts and every
+    /// call's outcome.
+    pub fn report(&self) -> Value {
+        json!({
+            "session": self.session.to_string(),
+            "branch": self.spec.branch.as_str(),
+            "strict": self.spec.matcher.strict,
+            "recorded_calls": self.calls.len(),
+            "counts": {
+                "exact": self.exact,
+                "tolerated": self.tolerated,
+                "live": self.live_calls,
+                "missed": self.missed,
+                "not_asked_for": self.served.iter().filter(|s| !**s).count(),
+            },
+            "passed": self.all_matched(),
+            "live_timeline": self.live.as_ref().map(|(s, b)| json!({"session": s, "branch": b.as_str()})),
+            "tool_calls": self.tool_calls.iter().map(|(n, a)| json!({"name": n, "arguments": a})).collect::<Vec<_>>(),
+            "calls": self.outcomes,
+        })
+    }
+}
+
+/// Numbers each call's turn: its submission's place among the calls'
+/// submissions (from 1).
+fn number_turns(calls: &mut [Call]) {
+    let mut seen: HashMap<Option<SubmissionId>, u64> = HashMap::new();
+    for c in calls {
+        let next = seen.len() as u64 + 1;
+        c.turn = Some(*seen.entry(c.submission).or_insert(next));
+    }
+}
+
+/// The calls the proxy recorded on a timeline, appended to `calls`
+/// (`forks`: a miss going live may fork this timeline before a call).
+fn recorded_calls(
+    nodes: &[convo_store::TimelineNode],
+    matcher: &Matcher,
+    response_ids: &mut HashMap<String, usize>,
+    calls: &mut Vec<Call>,
+    forks: bool,
+) {
+    // (submission, sequence) → the response, so pairing is linear.
+    let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), usize> = HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let node = &n.stored.node;
+        if node.kind == Kind::Response {
+            responses
+                .entry((node.submission, node.sequence))
+                .or_insert(i);
+        }
+    }
+    for (i, n) in nodes.iter().enumerate() {
+        let node = &n.stored.node;
+        if node.kind != Kind::Request {
+            continue;
+        }
+        let d = node.diagnostics.to_value();
+        let (Some(method), Some(path)) = (
+            d.get("method").and_then(Value::as_str),
+            d.get("path").and_then(Value::as_str),
+        ) else {
+            continue; // not a call the proxy recorded
+        };
+        let Some(resp) = responses
+            .get(&(node.submission, node.sequence))
+            .filter(|&&r| r > i)
+            .map(|&r| &nodes[r])
+        else {
+            continue;
+        };
+        let rd = resp.stored.node.diagnostics.to_value();
+        let chunks = rd.get("chunks").and_then(Value::as_array).map(|a| {
+            a.iter()
+                .map(|c| {
+                    (
+                        c.get(0).and_then(Value::as_u64).unwrap_or(0) as usize,
+                        c.get(1).and_then(Value::as_f64).unwrap_or(0.0),
+                    )
+                })
+                .collect()
+        });
+        // The node before the call's turn: before its invoke.
+        let turn_start = nodes[..i]
+            .iter()
+            .rposition(|p| {
+                p.stored.node.kind == Kind::Invoke && p.stored.node.submission == node.submission
+            })
+            .unwrap_or(i);
+        let mut canon = matcher.canonical(method, path, &obj(&d, "headers"), &n.payload);
+        map_response_ids(response_ids, &mut canon);
+        if let Some(id) = response_id(&rd, &resp.payload) {
+            response_ids.insert(id, calls.len());
+        }
+        let cut = rd
+            .get("partial")
+            .and_then(Value::as_str)
+            .filter(|p| p.starts_with("upstream"))
+            .map(str::to_owned);
+        calls.push(Call {
+            index: calls.len(),
+            submission: node.submission,
+            turn: None,
+            sequence: node.sequence,
+            canonical: canon,
+            status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
+            headers: obj(&rd, "headers"),
+            body: resp.payload.clone(),
+            chunks: rd
+                .get("streamed")
+                .and_then(Value::as_bool)
+                .filter(|s| *s)
+                .and(chunks),
+            strip_usage: d
+                .get("upstream_changes")
+                .and_then(|c| c.get("stream_options.include_usage"))
+                .is_some(),
+            before: turn_start
+                .checked_sub(1)
+                .filter(|_| forks)
+                .map(|k| nodes[k].stored.hash),
+            truncated: rd
+                .get("truncated")
+                .and_then(|t| t.get("total_bytes"))
+                .and_then(Value::as_u64),
+            cut,
+            rebuilt: None,
+        });
+    }
+}
+
+/// The other sessions the proxy recorded while this timeline was recorded
+/// (created between its first and last node, by the same agent): what
+/// the same program did besides, such as Claude Code's subagents, each
+/// threaded as a conversation of its own.
+fn companions(
+    store: &mut Store,
+    s: &convo_store::SessionRow,
+    nodes: &[convo_store::TimelineNode],
+) -> Result<Vec<SessionId>> {
+    let (Some(first), Some(last)) = (nodes.first(), nodes.last()) else {
+        return Ok(Vec::new());
+    };
+    let span = first.stored.node.created_at..=last.stored.node.created_at;
+    Ok(store
+        .sessions()?
+        .into_iter()
+        .filter(|o| o.id != s.id && o.agent == s.agent && span.contains(&o.created_at))
+        .map(|o| o.id)
+        .collect())
 }
 
 /// The calls of a timeline received as telemetry, rebuilt from its
@@ -771,6 +1118,8 @@ fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Resu
             Call {
                 index: r.index,
                 submission: node.stored.node.submission,
+                turn: None,
+                sequence: node.stored.node.sequence,
                 canonical: r.canonical.clone(),
                 status: 200,
                 headers: Map::new(),
@@ -800,6 +1149,9 @@ pub struct Miss {
     pub differences: Vec<String>,
     /// Whether every recorded call has been served.
     pub exhausted: bool,
+    /// The recorded call it repeats, when it matches only calls already
+    /// answered.
+    pub repeat_of: Option<usize>,
 }
 
 /// The client-facing chunks of a recorded answer.
@@ -833,6 +1185,7 @@ pub fn chunks(call: &Call) -> Vec<(Bytes, f64)> {
 
 #[cfg(test)]
 mod tests {
+    use super::matching::key;
     #[test]
     fn multipart_uploads_match_part_by_part_whatever_their_boundary() {
         let body = |boundary: &str, audio: &[u8]| {

@@ -301,6 +301,12 @@ impl Proxy {
         r.as_ref().map(replay::Replay::summary)
     }
 
+    /// The replay report (`docs/JSON.md`), when replaying.
+    pub fn replay_report(&self) -> Option<serde_json::Value> {
+        let r = self.inner.replay.lock().ok()?;
+        r.as_ref().map(replay::Replay::report)
+    }
+
     /// How many calls were answered but could not be recorded.
     pub fn recording_failures(&self) -> u64 {
         self.inner
@@ -1052,14 +1058,20 @@ impl Proxy {
         if on_miss == replay::OnMiss::Error {
             // 400: a status no SDK retries (409, 429 and 5xx are retried,
             // 404 reads as "model not found").
-            let (code, message) = match (&miss.recorded, miss.exhausted) {
-                (None, _) | (_, true) => (
+            let (code, message) = match (&miss.recorded, miss.exhausted, miss.repeat_of) {
+                (_, _, Some(n)) => (
+                    "replay_repeat",
+                    format!(
+                        "replay: this call matches call #{n} recorded on `{branch}` of session {session}, already answered; pass --replay-repeats to answer it again"
+                    ),
+                ),
+                (None, _, _) | (_, true, _) => (
                     "replay_exhausted",
                     format!(
                         "replay: every call recorded on `{branch}` of session {session} has been answered; this call is not in the recording"
                     ),
                 ),
-                (Some(_), false) => (
+                (Some(_), false, None) => (
                     "replay_miss",
                     format!(
                         "replay: no call recorded on `{branch}` of session {session} matches this one; the closest (call #{}) differs at {}",

@@ -287,14 +287,21 @@ async fn replay_is_a_lookup_in_any_order_and_a_miss_poisons_nothing() {
         .unwrap();
     assert_eq!(res.status(), 200);
     assert!(res.bytes().await.is_err(), "the replayed stream is cut too");
-    // The repeated question: the first then the second answer, then it
-    // is exhausted.
+    // The repeated question: the first then the second answer, then a
+    // repeat of a call already answered (not "not in the recording").
     assert_eq!(send(&url, "v1/chat/completions", &again, &[]).await, first);
     assert_eq!(send(&url, "v1/chat/completions", &again, &[]).await, second);
     let (status, _, body) = send(&url, "v1/chat/completions", &again, &[]).await;
     assert_eq!(status, 400);
     let e: Value = serde_json::from_slice(&body).unwrap();
-    assert_eq!(e["error"]["code"], "replay_exhausted");
+    assert_eq!(e["error"]["code"], "replay_repeat");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already answered; pass --replay-repeats"),
+        "{e}"
+    );
     let dir = srv.stop().await;
 
     // With repeats allowed, the last match answers again.

@@ -31,6 +31,8 @@ pub mod session;
 pub mod share;
 pub mod show;
 pub mod state;
+pub mod test;
+pub mod test_report;
 pub mod turn;
 pub mod verify;
 pub mod watch;
@@ -127,6 +129,7 @@ pub fn access(cmd: &Command) -> Access {
         | Command::Replay(_)
         | Command::Redact(_)
         | Command::Proxy(_)
+        | Command::Test(_)
         | Command::Otel(_) => Access::Write,
         Command::Mcp(m) => mcp::access(m),
         Command::Session(c) => match c {
@@ -299,6 +302,7 @@ pub fn run(cli: Cli) -> CmdResult {
         Command::Replay(a) => replay::run(&env, a),
         Command::Proxy(a) => proxy::run(&env, a),
         Command::Mcp(a) => mcp::run(&env, a),
+        Command::Test(a) => test::run(&env, a),
         Command::Otel(a) => otel::run(&env, a),
     }
 }

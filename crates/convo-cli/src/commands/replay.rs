@@ -18,6 +18,12 @@ use std::process::ExitCode;
 /// turns after that node go live (inference to --upstream) and are not
 /// compared.
 ///
+/// An inference call that differs only in volatile values (ids, durations,
+/// timestamps, temporary paths, found by rules per known agent and by what
+/// the recording shows to vary) still matches; each tolerated difference
+/// is reported with its JSON pointer. --strict matches exactly;
+/// --match-ignore POINTER leaves a field out of the comparison.
+///
 /// Examples:
 ///   convo replay todo -- python3 examples/todo-agent/agent.py
 ///   convo replay todo --branch fix --live-after 3fa9c1 --upstream http://127.0.0.1:11434 -- ./agent
@@ -37,6 +43,12 @@ pub struct ReplayArgs {
     /// Print one JSON document
     #[arg(long)]
     pub json: bool,
+    /// Leave this JSON pointer out when comparing inference calls (/body/temperature, /body/input/*/id); repeatable
+    #[arg(long, value_name = "POINTER")]
+    pub match_ignore: Vec<String>,
+    /// Compare inference calls exactly (no volatile difference tolerated)
+    #[arg(long)]
+    pub strict: bool,
     #[command(flatten)]
     pub agent: AgentArgs,
 }
@@ -47,9 +59,13 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
     let mut opts = a.agent.options()?;
     opts.lock_dir = Some(super::run::lock_dir(env));
     opts.holder = "convo replay".to_owned();
+    let mut matcher =
+        convo_proxy::replay::Matcher::new(&a.match_ignore).map_err(CommandError::user)?;
+    matcher.strict = a.strict;
     let mut ropts = ReplayOptions {
         live_after: None,
         name: a.into.as_deref().map(branch_name).transpose()?,
+        matcher,
     };
     let pool = StorePool::open(&env.store_url, 4)?;
     let session = pool
@@ -96,6 +112,15 @@ pub fn run(env: &Env, a: ReplayArgs) -> CmdResult {
             &serde_json::to_value(&report).unwrap_or(serde_json::Value::Null),
         );
     } else {
+        for t in &report.tolerated {
+            let at: Vec<&str> = t.tolerated.iter().map(|x| x.pointer.as_str()).collect();
+            eprintln!(
+                "turn {:>4}  call #{} matched tolerating {}",
+                t.turn,
+                t.sequence,
+                at.join(", ")
+            );
+        }
         match &report.divergence {
             None => println!(
                 "replayed {} of {} turns (recorded as session {}): no divergence",

@@ -95,6 +95,15 @@ pub struct UpstreamArgs {
     /// With --replay: answer a call again when every recorded call matching it was already answered
     #[arg(long, requires = "replay")]
     pub replay_repeats: bool,
+    /// With --replay: match calls exactly (no volatile difference tolerated: ids, durations, temp paths)
+    #[arg(long, requires = "replay")]
+    pub strict: bool,
+    /// With --replay: write the replay report (JSON: counts, every call's outcome) to FILE at shutdown
+    #[arg(long, value_name = "FILE", requires = "replay")]
+    pub report: Option<std::path::PathBuf>,
+    /// With --replay: exit 1 at shutdown when a call missed or went live
+    #[arg(long, requires = "replay")]
+    pub fail_on_miss: bool,
     /// Replay streams at once (fast) or at their recorded pace (recorded)
     #[arg(long, default_value = "fast", value_parser = ["fast", "recorded"], requires = "replay")]
     pub pace: String,
@@ -137,6 +146,7 @@ impl UpstreamArgs {
             spec.matcher = convo_proxy::replay::Matcher::new(&self.match_ignore)
                 .map_err(CommandError::user)?;
             spec.repeats = self.replay_repeats;
+            spec.matcher.strict = self.strict;
             if self.pace == "recorded" {
                 spec.pace = convo_proxy::replay::Pace::Recorded;
             }
@@ -333,7 +343,8 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
             eprintln!("{line}");
         }
-        res.map_err(CommandError::from)
+        let report = summary.as_ref().and_then(convo_proxy::Proxy::replay_report);
+        res.map_err(CommandError::from).map(|()| report)
     });
     if let Some((stop, thread)) = checkpointer {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -349,8 +360,28 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
     if let Ok(mut store) = convo_store::Store::open(&store_url) {
         let _ = store.fold_log();
     }
-    served?;
-    Ok(ExitCode::SUCCESS)
+    let report = served?;
+    replay_verdict(&a.upstream, report.as_ref())
+}
+
+/// `--report FILE` written, and with `--fail-on-miss` exit 1 when a call
+/// missed or went live.
+fn replay_verdict(u: &UpstreamArgs, report: Option<&serde_json::Value>) -> CmdResult {
+    let Some(report) = report else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    if let Some(path) = &u.report {
+        let text = serde_json::to_string_pretty(report).unwrap_or_default() + "\n";
+        std::fs::write(path, text).map_err(|e| {
+            CommandError::user(format!("--report {}: cannot write: {e}", path.display()))
+        })?;
+    }
+    let passed = report["passed"].as_bool().unwrap_or(false);
+    Ok(if u.fail_on_miss && !passed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 type Checkpointer = (
