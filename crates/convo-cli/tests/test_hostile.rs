@@ -609,7 +609,10 @@ fn import_skips_what_is_not_a_file_and_never_holds_more_than_a_record() {
         true
     });
     let out = child.wait_with_output().unwrap();
-    assert!(!guard.join().unwrap(), "the import blocked (killed after 10 minutes)");
+    assert!(
+        !guard.join().unwrap(),
+        "the import blocked (killed after 10 minutes)"
+    );
     let err = String::from_utf8_lossy(&out.stderr);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("{e}: {err} {}", String::from_utf8_lossy(&out.stdout)));
