@@ -881,7 +881,7 @@ fn cut_streams_failed_calls_and_huge_numbers_read_as_they_are() {
         {"kind": "request", "payload": req.to_string()},
         {"kind": "response", "payload": huge, "sequence": 1,
          "diagnostics": {"status": 200, "model": "gpt-4o", "partial": "the upstream closed the stream before its end"}},
-        {"kind": "complete", "payload": "done"},
+        {"kind": "complete", "payload": "Here it is."},
         {"kind": "invoke", "payload": "again"},
         {"kind": "request", "payload": req.to_string()},
         {"kind": "response", "payload": r#"{"error":{"message":"overloaded"}}"#, "sequence": 1,
@@ -907,6 +907,16 @@ fn cut_streams_failed_calls_and_huge_numbers_read_as_they_are() {
     assert!(
         page.contains("1e400"),
         "the number is not shown as its text"
+    );
+    // One answer shown once: the complete that repeats it says so.
+    assert!(
+        page.contains("<p class=\"same\">The answer above, as the agent returned it"),
+        "the answer is shown twice"
+    );
+    assert_eq!(
+        page.matches("<p>Here it is.</p>").count(),
+        1,
+        "the answer is shown twice"
     );
     assert_eq!(
         page.matches("a call failed or was cut").count(),

@@ -1033,6 +1033,22 @@ pub(super) fn response_view(n: &NodeView, text: &str) -> Option<Markup> {
     })
 }
 
+/// The text a response answered with (its messages' text parts, joined),
+/// to tell a `complete` that only repeats it.
+pub(super) fn answer_text(n: &NodeView) -> Option<String> {
+    let text = super::session::payload_text(n)?;
+    let (msgs, _, _) = parse_response(&n.diagnostics, text)?;
+    let parts: Vec<&str> = msgs
+        .iter()
+        .flat_map(|m| &m.parts)
+        .filter_map(|p| match p {
+            Part::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("\n"))
+}
+
 /// An invoke's or complete's payload when it is messages (the proxy
 /// records a turn's new input, or an answer that is not only text, as the
 /// API's message JSON): shown as a conversation.

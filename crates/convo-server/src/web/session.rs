@@ -104,10 +104,27 @@ pub(super) fn call_view(n: &NodeView, full: bool) -> (Markup, bool) {
 }
 
 pub(super) fn node_item(sid: &str, n: &NodeView) -> Markup {
+    node_item_after(sid, n, None)
+}
+
+/// [`node_item`]; `answered` is the turn's last response (its hash and
+/// answer text): a `complete` that only repeats that answer says so
+/// instead of showing it a second time.
+pub(super) fn node_item_after(
+    sid: &str,
+    n: &NodeView,
+    answered: Option<&(String, String)>,
+) -> Markup {
     let kind = n.kind.as_str();
+    let same = kind == "complete"
+        && answered.is_some_and(|(_, a)| payload_text(n).is_some_and(|t| t.trim() == a.trim()));
     let (body, is_call) = match kind {
         "request" | "response" => call_view(n, false),
         "fork" | "promote" => (html! {}, false),
+        _ if same => (
+            html! { p.same { "The answer above, as the agent returned it (" a href=(format!("#n-{}", answered.map(|a| a.0.as_str()).unwrap_or_default())) { "same text" } ", " (n.payload_len) " bytes)." } },
+            false,
+        ),
         _ => (payload_view(n, true), false),
     };
     // A call's own chips say model, tokens, latency and status.
@@ -207,6 +224,22 @@ pub(super) async fn session_page(
         .iter()
         .filter_map(|(t, ns)| super::waterfall::waterfall(ns).map(|w| (*t, w)))
         .collect();
+    // Each complete's turn's last answer before it (a complete that
+    // repeats it is not shown twice).
+    let mut answers: std::collections::HashMap<String, (String, String)> = Default::default();
+    let mut answer: Option<(String, String)> = None;
+    for n in &tl.nodes {
+        match n.kind.as_str() {
+            "invoke" => answer = None,
+            "response" => answer = llm::answer_text(n).map(|a| (n.hash.clone(), a)),
+            "complete" => {
+                if let Some(a) = answer.take() {
+                    answers.insert(n.hash.clone(), a);
+                }
+            }
+            _ => {}
+        }
+    }
     // A heading before the first node of each turn.
     let mut last = None;
     let headed: Vec<(Option<u64>, &NodeView)> = tl
@@ -269,7 +302,7 @@ pub(super) async fn session_page(
                         }
                         @if let Some(w) = falls.get(turn) { (w) }
                     }
-                    (node_item(&sid, n))
+                    (node_item_after(&sid, n, answers.get(&n.hash)))
                 }
             }
             @if tl.total > PAGE { (jump::pager(&sid, &branch_s, &tl, true)) }
