@@ -71,7 +71,7 @@ use super::Call;
 use crate::ledger::{Cursor, derived_title, message_drafts, node_message};
 use crate::model::{Conversation, Message, Role};
 use convo_core::timeline::Context;
-use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
+use convo_core::{BranchName, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, StoreError};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
@@ -882,7 +882,7 @@ impl Thread {
         let main = BranchName::main();
         let old_head = self.main_head;
         let ctx = match old_head {
-            Some(h) => match self.heads.get(&h).and_then(|x| x.ctx.clone()) {
+            Some(h) => match self.heads.get(&h).and_then(|x| x.ctx) {
                 Some(ctx) => Some(ctx),
                 None => Some(stored(l, &h)?.ctx),
             },
@@ -922,7 +922,7 @@ impl Thread {
                 new.hash,
                 Head {
                     branch: main.clone(),
-                    ctx: Some(new.ctx.clone()),
+                    ctx: Some(new.ctx),
                     stable: Some(own),
                 },
             );
