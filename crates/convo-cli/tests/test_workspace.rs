@@ -60,7 +60,8 @@ fn crates_depend_only_downward() {
         ("convo-core", &[]),
         ("convo-api", &["convo-core"]),
         ("convo-store", &["convo-core"]),
-        ("convo-formats", &["convo-core", "convo-store"]),
+        // The recording format writes payloads and times as the API does.
+        ("convo-formats", &["convo-core", "convo-store", "convo-api"]),
         ("convo-git", &["convo-core", "convo-store"]),
         ("convo-runtime", &["convo-core", "convo-store", "convo-api"]),
         (
@@ -86,6 +87,16 @@ fn crates_depend_only_downward() {
                 "convo-api",
                 "convo-formats",
                 "convo-runtime",
+            ],
+        ),
+        (
+            "convo-mcp",
+            &[
+                "convo-core",
+                "convo-store",
+                "convo-api",
+                "convo-runtime",
+                "convo-llm",
             ],
         ),
         (
