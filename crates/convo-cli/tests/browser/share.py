@@ -40,7 +40,7 @@ def share(convo, env, workdir, name, *args):
 
 def verdict(b, path):
     b.goto("file://" + path)
-    b.wait_for("document.body.hasAttribute('data-verified')", "the share page's verdict of " + path, timeout=60)
+    b.wait_for("!!document.body && document.body.hasAttribute('data-verified')", "the share page's verdict of " + path, timeout=60)
     return b.eval("document.body.getAttribute('data-verified')")
 
 
@@ -223,7 +223,7 @@ def run(b, convo, env, workdir, base, shots):
     if served != html:
         fail("the web view's Share serves another file than convo share --content")
     b.eval("document.getElementById('share-content').click()")
-    b.wait_for("document.body.getAttribute('data-verified') === 'true'", "the served share page to verify")
+    b.wait_for("!!document.body && document.body.getAttribute('data-verified') === 'true'", "the served share page to verify")
     no_script_ran(b, "the served share page")
 
     # 1,000 calls: size against the session's distinct bytes, time to verify.

@@ -97,7 +97,7 @@ def run(b, base, sid, shots):
 
     # The share page follows the same choice.
     b.goto(base + "/sessions/" + sid + "/share")
-    b.wait_for("document.body.getAttribute('data-verified') === 'true'", "the share page to verify")
+    b.wait_for("!!document.body && document.body.getAttribute('data-verified') === 'true'", "the share page to verify")
     if b.eval(BG) != dark:
         fail("the share page does not follow the dark theme")
 
