@@ -36,20 +36,6 @@ use convo_llm::sse::{EventSplitter, parse_event};
 use futures_util::StreamExt;
 use std::sync::{Arc, Mutex};
 
-/// Request and response headers never passed on.
-const HOP_BY_HOP: &[&str] = &[
-    "host",
-    "content-length",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-connection",
-];
-
 /// The relay to one upstream MCP endpoint.
 #[derive(Clone, Debug)]
 pub struct HttpRelay {
@@ -110,7 +96,7 @@ fn error(status: StatusCode, message: &str) -> Response {
 }
 
 fn passed(name: &str, strip_auth: bool) -> bool {
-    !(HOP_BY_HOP.contains(&name)
+    !(convo_runtime::HOP_BY_HOP.contains(&name)
         || name.starts_with("x-convo-")
         || (strip_auth && name == "authorization"))
 }

@@ -381,19 +381,12 @@ fn store_error(e: &StoreError) -> Response {
     proxy_error(status, e.kind().as_str(), &e.to_string())
 }
 
-const HOP_BY_HOP: &[&str] = &[
-    "host",
-    "content-length",
-    "connection",
-    "keep-alive",
-    "transfer-encoding",
-    "te",
-    "trailer",
-    "upgrade",
-    "proxy-authorization",
-    "proxy-connection",
-    "accept-encoding",
-];
+/// Not passed on: the hop-by-hop headers every relay drops, and
+/// `accept-encoding` (the proxy reads answers to record them, so it asks
+/// for what its client decodes).
+fn hop_by_hop(name: &str) -> bool {
+    convo_runtime::HOP_BY_HOP.contains(&name) || name == "accept-encoding"
+}
 
 fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
@@ -462,7 +455,7 @@ fn upstream_headers(
     let mut has_key = false;
     for (k, v) in client {
         let name = k.as_str();
-        if HOP_BY_HOP.contains(&name) || name.starts_with("x-convo-") {
+        if hop_by_hop(name) || name.starts_with("x-convo-") {
             continue;
         }
         if matches!(name, "authorization" | "x-api-key" | "api-key") {
@@ -489,7 +482,7 @@ fn upstream_headers(
 fn answer_headers(upstream: &HeaderMap) -> HeaderMap {
     let mut out = HeaderMap::with_capacity(upstream.len());
     for (k, v) in upstream {
-        if !HOP_BY_HOP.contains(&k.as_str()) {
+        if !hop_by_hop(k.as_str()) {
             out.append(k.clone(), v.clone());
         }
     }

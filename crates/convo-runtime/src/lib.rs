@@ -54,3 +54,19 @@ pub fn now_ms() -> convo_core::Millis {
 }
 
 pub use listen::{Limits, serve_router};
+
+/// Headers that name a connection, not a message (RFC 9110 §7.6.1, plus
+/// `host` and `content-length`, which the sending client sets again):
+/// never passed on by a relay (the model proxy, the MCP proxy).
+pub const HOP_BY_HOP: &[&str] = &[
+    "host",
+    "content-length",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-connection",
+];
