@@ -487,6 +487,52 @@ pub fn default_ends(kind: Kind, agent: &str) -> (String, String) {
     (f.to_owned(), t.to_owned())
 }
 
+/// A verify report: what `convo verify --json` prints and
+/// `GET /api/v1/verify` answers (docs/JSON.md, "Verify report").
+///
+/// ```json
+/// {"blob_bytes": 312, "blobs": 21, "branches": 6, "checkpoints": 0, "facts": 15,
+///  "nodes": 22, "ok": false, "redacted": 1, "state_roots": 4,
+///  "problems": [{"kind": "hash", "object": "node 7c53…", "reason": "…"}]}
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VerifyView {
+    /// Nothing was found wrong (the CLI exits 0; otherwise 1).
+    pub ok: bool,
+    /// Nodes whose hash was recomputed.
+    pub nodes: u64,
+    /// Payloads and state values hashed.
+    pub blobs: u64,
+    /// Their bytes.
+    pub blob_bytes: u64,
+    /// Branches checked.
+    pub branches: u64,
+    /// Distinct state roots walked.
+    pub state_roots: u64,
+    /// Facts of the journal checked.
+    pub facts: u64,
+    /// Signed checkpoints the store was shown to extend (`--checkpoint`).
+    pub checkpoints: u64,
+    /// Payloads erased by a recorded redaction (not tampering).
+    pub redacted: u64,
+    /// Everything wrong, in the order found.
+    pub problems: Vec<VerifyProblem>,
+}
+
+/// One thing [`VerifyView`] found wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct VerifyProblem {
+    /// What to match on: `hash`, `missing`, `undecodable`, `rule`,
+    /// `mismatch`, `journal`, `database`, `truncated`, `rewritten`,
+    /// `checkpoint` (`behind` from `git verify` only).
+    pub kind: String,
+    /// What is broken: `node <hash>`, `branch <session>/<name>`,
+    /// `checkpoint <file>`, `database`…
+    pub object: String,
+    /// Why, in words, for people.
+    pub reason: String,
+}
+
 /// The one error document every HTTP error answers with (and what
 /// `--json` commands print on stderr when they fail).
 ///

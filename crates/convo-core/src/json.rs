@@ -6,6 +6,9 @@
 //! (RFC 7493), which forbids duplicate names; every JSON input convo reads
 //! (imports, `--diagnostics`, `ingest` lines) is checked with
 //! [`check_unique_keys`] first, or read with [`from_str_unique`].
+//!
+//! Canonical writing: [`canonical`] is the one RFC 8785 (JCS) writer
+//! every crate uses (node diagnostics, import records, replay keys).
 
 use serde::de::{self, Deserialize, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use std::borrow::Cow;
@@ -131,6 +134,98 @@ pub fn from_str_unique<T: DeserializeOwned>(text: &str) -> Result<T, serde_json:
     serde_json::from_str(text)
 }
 
+/// `v` as RFC 8785 canonical JSON text: exactly what `serde_jcs` writes
+/// (keys in UTF-16 order, minimal string escapes, numbers as JavaScript
+/// prints them). Written in one pass with no buffer per level; a number
+/// that is not an integer a double holds exactly (a fraction, beyond
+/// 2^53) is the one case left to `serde_jcs`, which then writes the whole
+/// value.
+pub fn canonical(v: &serde_json::Value) -> Result<String, serde_json::Error> {
+    let mut out = String::new();
+    if write_canonical(v, &mut out) {
+        Ok(out)
+    } else {
+        serde_jcs::to_string(v)
+    }
+}
+
+/// The fast path of [`canonical`]; `false` (stopping) at a number whose
+/// formatting is left to `serde_jcs`.
+fn write_canonical(v: &serde_json::Value, out: &mut String) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => {
+            // Integers a double holds exactly print the same; the rest
+            // (fractions, beyond 2^53) are formatted as JavaScript does.
+            const EXACT: u64 = 1 << 53;
+            match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) if i.unsigned_abs() <= EXACT => out.push_str(&i.to_string()),
+                (_, Some(u)) if u <= EXACT => out.push_str(&u.to_string()),
+                _ => return false,
+            }
+        }
+        Value::String(s) => canonical_str(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if !write_canonical(x, out) {
+                    return false;
+                }
+            }
+            out.push(']');
+        }
+        Value::Object(o) => {
+            let mut keys: Vec<&String> = o.keys().collect();
+            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                canonical_str(k, out);
+                out.push(':');
+                if !write_canonical(&o[k], out) {
+                    return false;
+                }
+            }
+            out.push('}');
+        }
+    }
+    true
+}
+
+fn canonical_str(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut start = 0;
+    for (i, b) in s.bytes().enumerate() {
+        let esc: Option<&str> = match b {
+            b'"' => Some("\\\""),
+            b'\\' => Some("\\\\"),
+            b'\n' => Some("\\n"),
+            b'\r' => Some("\\r"),
+            b'\t' => Some("\\t"),
+            0x08 => Some("\\b"),
+            0x0c => Some("\\f"),
+            0..=0x1f => None,
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        match esc {
+            Some(e) => out.push_str(e),
+            None => out.push_str(&format!("\\u{b:04x}")),
+        }
+        start = i + 1;
+    }
+    out.push_str(&s[start..]);
+    out.push('"');
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,5 +253,56 @@ mod tests {
         assert!(check_unique_keys("{} x").is_err(), "trailing garbage");
         let v: serde_json::Value = from_str_unique(r#"{"a":[1]}"#).unwrap();
         assert_eq!(v["a"][0], 1);
+    }
+
+    #[test]
+    fn canonical_text_is_serde_jcs_text() {
+        use serde_json::json;
+        let samples = [
+            json!({"b": 1, "a": [true, null, -3, 9007199254740992u64, -9007199254740992i64], "é": "x", "\u{1F600}": "y", "\u{FF21}": 0}),
+            json!({"raw": "{\"k\":\"v\\\\n\"}\u{0}\u{1f}\u{7f}\u{8}\u{c}\n\r\t</script>\u{2028}😀", "line": 3}),
+            json!({}),
+            json!({"nested": {"z": {"y": {"x": []}}}, "Z": "upper first", "aa": "", "a": ""}),
+            // Fractions and integers beyond 2^53: serde_jcs's formatting.
+            json!({"cost": 0.1, "n": 18446744073709551615u64, "e": 1e300, "m": -9007199254740993i64}),
+        ];
+        for v in samples {
+            assert_eq!(
+                canonical(&v).unwrap(),
+                serde_jcs::to_string(&v).unwrap(),
+                "{v}"
+            );
+        }
+    }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            (-(1i64 << 53)..=(1i64 << 53)).prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            any::<String>().prop_map(Value::String),
+            "[\\x00-\\x1f\"\\\\a-z\\u{80}-\\u{10ffff}]{0,8}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map(any::<String>(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn canonical_is_serde_jcs_for_any_value(v in any_json()) {
+            proptest::prop_assert_eq!(canonical(&v).unwrap(), serde_jcs::to_string(&v).unwrap());
+        }
     }
 }

@@ -7,6 +7,7 @@
 //! ([`timeline`]), and the persistent Merkle map that versions an agent's
 //! state ([`state`]). [`text`] holds the two functions every user-supplied
 //! string goes through before it becomes a name or is shown to a human;
+//! [`credential`] the one detector of credentials (names and values),
 //! [`url`] the one redactor of credentials in URLs.
 //!
 //! Store backends, projections, formats and the CLI depend on this crate;
@@ -15,6 +16,7 @@
 //! in by the caller.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod credential;
 mod error;
 pub mod fact;
 pub mod hash;

@@ -108,7 +108,7 @@ impl Diagnostics {
         if !v.is_object() {
             return Err(NodeError::Diagnostics("expected a JSON object".into()));
         }
-        serde_jcs::to_string(v)
+        crate::json::canonical(v)
             .map(Diagnostics)
             .map_err(|e| NodeError::Diagnostics(e.to_string()))
     }

@@ -6,16 +6,6 @@
 //! (`postgres://u:***@h/db?password=***`); [`public`] keeps only what
 //! names the place (`https://host/v1`): no user, no password, no query.
 
-/// Query parameters whose value is a credential.
-const SECRET_PARAMS: &[&str] = &[
-    "password", "passwd", "pass", "key", "token", "secret", "auth", "sig",
-];
-
-fn secret_param(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    SECRET_PARAMS.iter().any(|s| n.contains(s))
-}
-
 /// The parts of `scheme://userinfo@host/path?query#fragment` (each piece
 /// borrowed; a URL without `://` is all path).
 struct Parts<'a> {
@@ -73,8 +63,9 @@ fn split(url: &str) -> Parts<'_> {
     }
 }
 
-/// `url` with its password and the values of credential-like query
-/// parameters (`password`, `key`, `token`, `secret`, …) replaced by `***`;
+/// `url` with its password and the values of credential query parameters
+/// ([`crate::credential::is_credential`]: `password`, `key`, `token`,
+/// `secret`, …, or a value that looks like a key) replaced by `***`;
 /// everything else as given.
 ///
 /// ```
@@ -111,14 +102,7 @@ pub fn redact(url: &str) -> String {
         };
         if let Some(q) = query {
             out.push('?');
-            let parts: Vec<String> = q
-                .split('&')
-                .map(|kv| match kv.split_once('=') {
-                    Some((k, _)) if secret_param(k) => format!("{k}=***"),
-                    _ => kv.to_owned(),
-                })
-                .collect();
-            out.push_str(&parts.join("&"));
+            out.push_str(&crate::credential::redact_query(q, "***"));
         }
         if let Some(f) = fragment {
             out.push('#');

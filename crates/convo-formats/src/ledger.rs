@@ -1367,92 +1367,10 @@ fn record_raw(tx: &mut dyn convo_store::Tx, r: &Value) -> Result<String, StoreEr
 /// is: a message's diagnostics carry its source records, as large as the
 /// message.
 fn canonical(v: Value) -> Result<Diagnostics, StoreError> {
-    let mut text = String::new();
-    if !jcs(&v, &mut text) {
-        // A fraction: serde_jcs's number formatting.
-        text = serde_jcs::to_string(&v).map_err(StoreError::invalid)?;
-    }
+    let mut text = convo_core::json::canonical(&v).map_err(StoreError::invalid)?;
     drop(v);
     text.shrink_to_fit();
     Ok(Diagnostics::from_stored(text))
-}
-
-/// Writes `v` as RFC 8785 canonical JSON (what serde_jcs writes: keys in
-/// UTF-16 order, minimal string escapes) in one pass with no buffer per
-/// level; `false` (stopping) at a number that is not an integer a double
-/// holds exactly, whose formatting is left to serde_jcs.
-fn jcs(v: &Value, out: &mut String) -> bool {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => {
-            // Integers a double holds exactly print the same; the rest
-            // (fractions, beyond 2^53) are formatted as JavaScript does.
-            const EXACT: u64 = 1 << 53;
-            match (n.as_i64(), n.as_u64()) {
-                (Some(i), _) if i.unsigned_abs() <= EXACT => out.push_str(&i.to_string()),
-                (_, Some(u)) if u <= EXACT => out.push_str(&u.to_string()),
-                _ => return false,
-            }
-        }
-        Value::String(s) => jcs_str(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, x) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                if !jcs(x, out) {
-                    return false;
-                }
-            }
-            out.push(']');
-        }
-        Value::Object(o) => {
-            let mut keys: Vec<&String> = o.keys().collect();
-            keys.sort_by(|a, b| a.encode_utf16().cmp(b.encode_utf16()));
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                jcs_str(k, out);
-                out.push(':');
-                if !jcs(&o[k], out) {
-                    return false;
-                }
-            }
-            out.push('}');
-        }
-    }
-    true
-}
-
-fn jcs_str(s: &str, out: &mut String) {
-    out.reserve(s.len() + 2);
-    out.push('"');
-    let mut start = 0;
-    for (i, b) in s.bytes().enumerate() {
-        let esc: Option<&str> = match b {
-            b'"' => Some("\\\""),
-            b'\\' => Some("\\\\"),
-            b'\n' => Some("\\n"),
-            b'\r' => Some("\\r"),
-            b'\t' => Some("\\t"),
-            0x08 => Some("\\b"),
-            0x0c => Some("\\f"),
-            0..=0x1f => None,
-            _ => continue,
-        };
-        out.push_str(&s[start..i]);
-        match esc {
-            Some(e) => out.push_str(e),
-            None => out.push_str(&format!("\\u{b:04x}")),
-        }
-        start = i + 1;
-    }
-    out.push_str(&s[start..]);
-    out.push('"');
 }
 
 fn synthetic(kind: Kind, from: &str, to: &str, at: Millis) -> Result<Draft, StoreError> {
@@ -1555,23 +1473,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn canonical_text_is_serde_jcs_text() {
-        let samples = [
-            json!({"b": 1, "a": [true, null, -3, 9007199254740992u64, -9007199254740992i64], "é": "x", "\u{1F600}": "y", "\u{FF21}": 0}),
-            json!({"raw": "{\"k\":\"v\\\\n\"}\u{0}\u{1f}\u{7f}\u{8}\u{c}\n\r\t</script>\u{2028}😀", "line": 3}),
-            json!({"extra": {"records": [{"line": 1, "raw": "", "file": "subagents/a.jsonl"}], "usage": {"input_tokens": 12}}, "role": "user", "key": "k"}),
-            json!({}),
-            json!({"nested": {"z": {"y": {"x": []}}}, "Z": "upper first", "aa": "", "a": ""}),
-        ];
-        for v in samples {
-            let mut mine = String::new();
-            assert!(jcs(&v, &mut mine));
-            assert_eq!(mine, serde_jcs::to_string(&v).expect("serializes"), "{v}");
-        }
-        // A float is left to serde_jcs, with the same result.
-        let v = json!({"cost": 0.1, "n": 18446744073709551615u64});
-        let mut mine = String::new();
-        assert!(!jcs(&v, &mut mine));
+    fn import_diagnostics_are_the_canonical_text() {
+        let v = json!({"cost": 0.1, "b": [1, "x\n"], "a": {}});
         assert_eq!(
             canonical(v.clone()).expect("canonical").as_str(),
             Diagnostics::from_value(&v).expect("canonical").as_str()

@@ -1,7 +1,8 @@
-//! The harness's HTTP calls (to the agent and to the inference upstream),
-//! through reqwest, the client the proxy uses: one pooled client for the
-//! process, so connections to the agent are kept between turns. Plain
-//! `http://` only.
+//! The harness's HTTP calls to the agent, through reqwest: one pooled
+//! client for the process, so connections to the agent are kept between
+//! turns. Plain `http://` only (the agent is local). Inference calls go
+//! through the proxy's forwarder instead (`convo_runtime::forward`: http
+//! or https, streamed).
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, header};

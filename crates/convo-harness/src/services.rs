@@ -11,7 +11,7 @@
 //! | `PUT {kv}/{key}` | set the value to the body (204) |
 //! | `DELETE {kv}/{key}` | remove it (204; 404 when absent) |
 //! | `GET {kv}?prefix=P` | the keys starting with `P`, as a JSON array |
-//! | `ANY {openai}/…`, `ANY {anthropic}/…` | inference, forwarded to the upstream (or answered from the recording in a replay) |
+//! | `ANY {openai}/…`, `ANY {anthropic}/…` | inference, forwarded to the upstream through the proxy's forwarder (`convo_runtime::forward`: http or https, a stream passed on as it arrives), or answered from the recording in a replay |
 //!
 //! The VlinderCLI dialect is served too, for the agent's current turn
 //! (these routes carry no token: one services server serves one agent):
@@ -35,18 +35,19 @@
 //! is 404; a call for a turn that has ended is 409 with a message saying
 //! so; both as `{"error": {"kind", "message"}}`.
 
-use crate::http::{Client, Target};
 use crate::replay::{Divergence, Expected, describe_call, describe_infer};
 use crate::{HarnessError, Result};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use convo_core::{BranchName, Diagnostics, Kind, SessionId};
 use convo_runtime::StorePool;
+use convo_runtime::forward;
 use convo_store::{Draft, TimelineNode};
+use futures_util::StreamExt;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -66,7 +67,7 @@ pub(crate) struct Turn {
     pub expected: Option<Expected>,
     /// `true` while the turn accepts calls; calls hold it for reading, the
     /// end of the turn takes it for writing (so in-flight calls finish first).
-    gate: tokio::sync::RwLock<bool>,
+    gate: Arc<tokio::sync::RwLock<bool>>,
     /// The request/response nodes recorded so far.
     pub nodes: Mutex<Vec<TimelineNode>>,
     /// Differences from the recording found by the service calls (replay).
@@ -92,7 +93,7 @@ impl Turn {
             submission,
             number,
             expected,
-            gate: tokio::sync::RwLock::new(true),
+            gate: Arc::new(tokio::sync::RwLock::new(true)),
             nodes: Mutex::new(Vec::new()),
             divergences: Mutex::new(Vec::new()),
             tolerated: Mutex::new(Vec::new()),
@@ -123,8 +124,11 @@ struct Registry {
     agents: Mutex<HashMap<String, Option<String>>>,
     /// The agent token the VlinderCLI routes (no token in the URL) use.
     default_agent: Mutex<Option<String>>,
-    openai: Option<Target>,
-    anthropic: Option<Target>,
+    /// The inference upstreams' base URLs (`http://` or `https://`).
+    openai: Option<String>,
+    anthropic: Option<String>,
+    /// The one upstream forwarder (`convo_runtime::forward`).
+    fwd: forward::Forwarder,
 }
 
 /// The running services server.
@@ -156,23 +160,29 @@ pub(crate) fn token() -> String {
 
 impl Services {
     /// Starts the server on `127.0.0.1:0`. `openai` / `anthropic` are the
-    /// inference upstreams (plain `http://` URLs), when there are any.
+    /// inference upstreams (`http://` or `https://` URLs), when there are
+    /// any.
     pub(crate) async fn start(
         pool: StorePool,
         openai: Option<&str>,
         anthropic: Option<&str>,
         port: u16,
     ) -> Result<Services> {
-        let parse = |u: Option<&str>| -> Result<Option<Target>> {
+        let parse = |u: Option<&str>| -> Result<Option<String>> {
             u.map(|u| {
-                Target::parse(u).map_err(|why| HarnessError::BadUrl {
+                upstream_base(u).map_err(|why| HarnessError::BadUrl {
                     what: "inference upstream",
-                    url: u.to_owned(),
+                    url: convo_core::url::redact(u),
                     why,
                 })
             })
             .transpose()
         };
+        let fwd = forward::Forwarder::new(UPSTREAM_TIMEOUT).map_err(|e| HarnessError::BadUrl {
+            what: "inference upstream",
+            url: String::new(),
+            why: format!("cannot build the HTTP client: {}", forward::error_text(e)),
+        })?;
         let reg = Arc::new(Registry {
             pool,
             turns: Mutex::new(HashMap::new()),
@@ -180,6 +190,7 @@ impl Services {
             default_agent: Mutex::new(None),
             openai: parse(openai)?,
             anthropic: parse(anthropic)?,
+            fwd,
         });
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
             .await
@@ -637,18 +648,26 @@ async fn infer_anthropic(
     .await
 }
 
-/// Headers passed to the upstream. None of them is recorded.
-const FORWARDED: &[&str] = &[
-    "content-type",
-    "accept",
-    "authorization",
-    "x-api-key",
-    "anthropic-version",
-    "anthropic-beta",
-    "openai-beta",
-    "openai-organization",
-    "openai-project",
-];
+/// How long an inference upstream may take to connect (at most 30 s) and
+/// between two pieces of its answer.
+const UPSTREAM_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// An inference upstream's base URL, checked: `http://` or `https://`,
+/// with a host; no trailing `/`.
+fn upstream_base(url: &str) -> std::result::Result<String, String> {
+    let u = reqwest::Url::parse(url)
+        .map_err(|e| format!("not a URL ({e}): expected http(s)://HOST[:PORT][/PATH]"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(format!(
+            "unsupported scheme `{}`; use http:// or https://",
+            u.scheme()
+        ));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err("expected http(s)://HOST[:PORT][/PATH]".into());
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
 
 /// The path sent upstream: `rest` under the upstream's base path, where a
 /// base ending in `/v1` absorbs a leading `v1/` (so `--upstream` may be a
@@ -663,6 +682,51 @@ fn upstream_path(base: &str, rest: &str, query: Option<&str>) -> String {
         Some(q) => format!("/{rest}?{q}"),
         None => format!("/{rest}"),
     }
+}
+
+/// The URL a call goes to: [`upstream_path`] under `base`; Ollama's
+/// native API (`api/…`) lives beside a `/v1` base, not under it.
+fn upstream_url(base: &str, rest: &str, query: Option<&str>) -> String {
+    let base = base.trim_end_matches('/');
+    let base = match rest.starts_with("api/") {
+        true => base.strip_suffix("/v1").unwrap_or(base),
+        false => base,
+    };
+    format!("{base}{}", upstream_path(base, rest, query))
+}
+
+/// The call as the recording proxy records it (convo-llm's Exchange: its
+/// header allow-list, API classification, model and usage), so calls
+/// recorded by the harness and by `convo proxy` look the same. The
+/// request is read once (convo-llm's `body.rs`), never parsed whole.
+fn exchange(
+    method: &Method,
+    rest: &str,
+    query: Option<&str>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> convo_llm::record::Exchange {
+    let sub = rest.strip_prefix("v1/").unwrap_or(rest);
+    let mut ex = convo_llm::record::Exchange {
+        api: Some(convo_llm::api::Api::classify(method.as_str(), sub)),
+        method: method.as_str().to_owned(),
+        path: match query {
+            Some(q) => format!(
+                "/{rest}?{}",
+                convo_core::credential::redact_query(q, convo_core::credential::REDACTED)
+            ),
+            None => format!("/{rest}"),
+        },
+        request_headers: convo_llm::record::recorded_headers(
+            headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
+            convo_llm::record::RECORDED_REQUEST_HEADERS,
+        ),
+        request_body: body,
+        started_at: crate::now_ms(),
+        ..Default::default()
+    };
+    ex.facts = Some(ex.facts().into_owned());
+    ex
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -681,205 +745,24 @@ async fn infer(
         Ok(t) => t,
         Err(r) => return *r,
     };
-    let gate = turn.gate.read().await;
+    let gate = turn.gate.clone().read_owned().await;
     if !*gate {
         return ended(&turn.submission);
     }
-    // The call as the recording proxy records it (convo-llm's Exchange:
-    // its header allow-list, API classification, model and usage), so
-    // calls recorded by the harness and by `convo proxy` look the same.
-    let sub = rest.strip_prefix("v1/").unwrap_or(&rest);
-    let mut ex = convo_llm::record::Exchange {
-        api: Some(convo_llm::api::Api::classify(method.as_str(), sub)),
-        method: method.as_str().to_owned(),
-        path: match query {
-            Some(q) => format!("/{rest}?{}", convo_llm::record::redact_query(q)),
-            None => format!("/{rest}"),
-        },
-        request_headers: convo_llm::record::recorded_headers(
-            headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
-            convo_llm::record::RECORDED_REQUEST_HEADERS,
-        ),
-        request_body: body.clone(),
-        started_at: crate::now_ms(),
-        ..Default::default()
-    };
-    // The request is read once (convo-llm's `body.rs`), never parsed
-    // whole.
-    ex.facts = Some(ex.facts().into_owned());
-    let req_diag = ex.request_diagnostics();
-    let payload = body.to_vec();
-    let started = Instant::now();
-    // (status, content type, body)
-    let (status, ctype, answer) = if let Some(exp) = &turn.expected {
-        // Replay: the request is recorded and compared first; the answer
-        // comes from the recording.
-        let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
-        let d = draft(Kind::Request, &agent, "infer", payload.clone(), &req_diag);
-        let req = match reg
-            .pool
-            .run(move |st| st.transaction(|l| l.append(&s, &b, &d)))
-            .await
-        {
-            Ok(r) => r,
-            Err(e) => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    e.kind().as_str(),
-                    format!("the store refused the inference call: {e}"),
-                );
-            }
+    let ex = exchange(&method, &rest, query, &headers, body);
+    if turn.expected.is_none() {
+        let call = LiveCall {
+            api,
+            method,
+            rest,
+            query: query.map(str::to_owned),
+            headers,
         };
-        let seq = req.node.sequence.unwrap_or(0);
-        turn.push(node(req, payload.clone()));
-        let (got, canon) = describe_infer(&exp.matching.matcher, &req_diag, &payload);
-        let checked = exp.check(turn.number, seq, &got, Some(&canon)).map(|t| {
-            if !t.is_empty()
-                && let Ok(mut v) = turn.tolerated.lock()
-            {
-                v.push((seq, t));
-            }
-        });
-        let (status, ctype, answer) = match checked.err() {
-            None => match exp.response(seq) {
-                Some((body, diag)) => {
-                    let status = diag.get("status").and_then(Value::as_u64).unwrap_or(200) as u16;
-                    let ctype = diag
-                        .get("content_type")
-                        .or_else(|| diag.get("headers").and_then(|h| h.get("content-type")))
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
-                    (status, ctype, Bytes::from(body))
-                }
-                None => (
-                    502,
-                    Some("application/json".to_owned()),
-                    Bytes::from(
-                        json!({"error": {"kind": "replay", "message": format!("the recording has no response to inference call #{seq}")}}).to_string(),
-                    ),
-                ),
-            },
-            Some(div) => {
-                let msg = format!(
-                    "replay diverged at turn {}, call #{seq}: {}",
-                    div.turn, div.what
-                );
-                turn.diverged(div);
-                (
-                    409,
-                    Some("application/json".to_owned()),
-                    Bytes::from(json!({"error": {"kind": "replay_diverged", "message": msg}}).to_string()),
-                )
-            }
-        };
-        let diag = json!({
-            "status": status,
-            "content_type": ctype,
-            "latency_ms": started.elapsed().as_millis() as u64,
-            "replayed": true,
-        });
-        let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
-        let mut d = draft(Kind::Response, "infer", &agent, answer.to_vec(), &diag);
-        d.sequence = Some(seq);
-        match reg
-            .pool
-            .run(move |st| st.transaction(|l| l.append(&s, &b, &d)))
-            .await
-        {
-            Ok(resp) => turn.push(node(resp, answer.to_vec())),
-            Err(e) => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    e.kind().as_str(),
-                    format!("the store refused the inference answer: {e}"),
-                );
-            }
-        }
-        (status, ctype, answer)
-    } else {
-        let target = match api {
-            "anthropic" => reg.anthropic.clone().or_else(|| reg.openai.clone()),
-            _ => reg.openai.clone(),
-        };
-        let (status, ctype, answer) = match target {
-            None => {
-                ex.error = Some("no inference upstream".into());
-                (
-                    502,
-                    Some("application/json".to_owned()),
-                    Bytes::from(json!({"error": {"kind": "no_upstream", "message": "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)"}}).to_string()),
-                )
-            }
-            Some(t) => {
-                ex.upstream = format!("http://{}:{}{}", t.host, t.port, t.path);
-                let mut fwd = HeaderMap::new();
-                for name in FORWARDED {
-                    if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
-                        for v in headers.get_all(&n) {
-                            fwd.append(n.clone(), v.clone());
-                        }
-                    }
-                }
-                let upath = upstream_path(&t.path, &rest, query);
-                let mut t = t;
-                if rest.starts_with("api/") && t.path.ends_with("/v1") {
-                    // Ollama's native API lives beside its /v1, not under it.
-                    let base = t.path.len() - 3;
-                    t.path.truncate(base);
-                }
-                let mut client = Client::new(t);
-                match client
-                    .call(method.clone(), &upath, &fwd, body.clone())
-                    .await
-                {
-                    Ok(a) => {
-                        let ct = a.content_type().map(str::to_owned);
-                        ex.response_headers = convo_llm::record::recorded_headers(
-                            a.headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())),
-                            convo_llm::record::RECORDED_RESPONSE_HEADERS,
-                        );
-                        ex.streamed = ct
-                            .as_deref()
-                            .is_some_and(|c| c.starts_with("text/event-stream"));
-                        (a.status, ct, a.body)
-                    }
-                    Err(e) => {
-                        ex.error = Some(e.to_string());
-                        (
-                            502,
-                            Some("application/json".to_owned()),
-                            Bytes::from(json!({"error": {"kind": "upstream", "message": format!("the inference upstream did not answer: {e}")}}).to_string()),
-                        )
-                    }
-                }
-            }
-        };
-        ex.status = status;
-        ex.response_body = answer.to_vec();
-        ex.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-        ex.ended_at = crate::now_ms();
-        let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
-        let ex2 = ex.clone();
-        let done = reg
-            .pool
-            .run(move |st| {
-                st.transaction(|l| convo_llm::record::record_in_submission(l, &s, &b, &agent, &ex2))
-            })
-            .await;
-        match done {
-            Ok((req, resp)) => {
-                turn.push(node(req, ex.request_body.to_vec()));
-                turn.push(node(resp, ex.response_body.clone()));
-            }
-            Err(e) => {
-                return error(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    e.kind().as_str(),
-                    format!("the store refused the inference call: {e}"),
-                );
-            }
-        }
-        (status, ctype, answer)
+        return infer_live(reg, turn, gate, call, ex).await;
+    }
+    let (status, ctype, answer) = match infer_replay(&reg, &turn, &ex).await {
+        Ok(a) => a,
+        Err(refused) => return *refused,
     };
     drop(gate);
     let mut r = (
@@ -890,6 +773,349 @@ async fn infer(
     if let Some(ct) = ctype.and_then(|c| HeaderValue::from_str(&c).ok()) {
         r.headers_mut().insert(header::CONTENT_TYPE, ct);
     }
+    r
+}
+
+/// A replayed inference call: the request recorded and compared first,
+/// the answer (status, content type, body) from the recording.
+async fn infer_replay(
+    reg: &Registry,
+    turn: &Turn,
+    ex: &convo_llm::record::Exchange,
+) -> std::result::Result<(u16, Option<String>, Bytes), Box<Response>> {
+    let Some(exp) = &turn.expected else {
+        return Err(Box::new(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "invalid",
+            "not a replay".into(),
+        )));
+    };
+    let req_diag = ex.request_diagnostics();
+    let payload = ex.request_body.to_vec();
+    let started = Instant::now();
+    // Replay: the request is recorded and compared first; the answer
+    // comes from the recording.
+    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let d = draft(Kind::Request, &agent, "infer", payload.clone(), &req_diag);
+    let req = match reg
+        .pool
+        .run(move |st| st.transaction(|l| l.append(&s, &b, &d)))
+        .await
+    {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(Box::new(error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.kind().as_str(),
+                format!("the store refused the inference call: {e}"),
+            )));
+        }
+    };
+    let seq = req.node.sequence.unwrap_or(0);
+    turn.push(node(req, payload.clone()));
+    let (got, canon) = describe_infer(&exp.matching.matcher, &req_diag, &payload);
+    let checked = exp.check(turn.number, seq, &got, Some(&canon)).map(|t| {
+        if !t.is_empty()
+            && let Ok(mut v) = turn.tolerated.lock()
+        {
+            v.push((seq, t));
+        }
+    });
+    let (status, ctype, answer) = match checked.err() {
+        None => match exp.response(seq) {
+            Some((body, diag)) => {
+                let status = diag.get("status").and_then(Value::as_u64).unwrap_or(200) as u16;
+                let ctype = diag
+                    .get("content_type")
+                    .or_else(|| diag.get("headers").and_then(|h| h.get("content-type")))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                (status, ctype, Bytes::from(body))
+            }
+            None => (
+                502,
+                Some("application/json".to_owned()),
+                Bytes::from(
+                    json!({"error": {"kind": "replay", "message": format!("the recording has no response to inference call #{seq}")}}).to_string(),
+                ),
+            ),
+        },
+        Some(div) => {
+            let msg = format!(
+                "replay diverged at turn {}, call #{seq}: {}",
+                div.turn, div.what
+            );
+            turn.diverged(div);
+            (
+                409,
+                Some("application/json".to_owned()),
+                Bytes::from(json!({"error": {"kind": "replay_diverged", "message": msg}}).to_string()),
+            )
+        }
+    };
+    let diag = json!({
+        "status": status,
+        "content_type": ctype,
+        "latency_ms": started.elapsed().as_millis() as u64,
+        "replayed": true,
+    });
+    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let mut d = draft(Kind::Response, "infer", &agent, answer.to_vec(), &diag);
+    d.sequence = Some(seq);
+    match reg
+        .pool
+        .run(move |st| st.transaction(|l| l.append(&s, &b, &d)))
+        .await
+    {
+        Ok(resp) => turn.push(node(resp, answer.to_vec())),
+        Err(e) => {
+            return Err(Box::new(error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                e.kind().as_str(),
+                format!("the store refused the inference answer: {e}"),
+            )));
+        }
+    }
+    Ok((status, ctype, answer))
+}
+
+/// What an inference call going live needs besides its exchange.
+struct LiveCall {
+    /// `openai` or `anthropic`: which upstream.
+    api: &'static str,
+    method: Method,
+    rest: String,
+    query: Option<String>,
+    headers: HeaderMap,
+}
+
+/// A live inference call, through the one forwarder
+/// (`convo_runtime::forward`: http or https, the proxy's header policy):
+/// a JSON answer read whole, recorded, then sent; a stream passed on to
+/// the agent as it arrives and recorded when it ends, before the agent's
+/// body ends (so an agent that has the whole answer has a recorded call).
+async fn infer_live(
+    reg: Arc<Registry>,
+    turn: Arc<Turn>,
+    gate: tokio::sync::OwnedRwLockReadGuard<bool>,
+    call: LiveCall,
+    mut ex: convo_llm::record::Exchange,
+) -> Response {
+    let started = Instant::now();
+    let base = match call.api {
+        "anthropic" => reg.anthropic.clone().or_else(|| reg.openai.clone()),
+        _ => reg.openai.clone(),
+    };
+    let Some(base) = base else {
+        ex.error = Some("no inference upstream".into());
+        let body = json!({"error": {"kind": "no_upstream", "message": "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)"}});
+        return answered(
+            &reg,
+            &turn,
+            ex,
+            started,
+            502,
+            json_headers(),
+            body.to_string().into(),
+        )
+        .await;
+    };
+    ex.upstream = convo_core::url::public(&base);
+    let url = upstream_url(&base, &call.rest, call.query.as_deref());
+    let (headers, _) = forward::request_headers(&call.headers, false, None);
+    let sent = reg
+        .fwd
+        .send(call.method.as_str(), &url, headers, ex.request_body.clone())
+        .await;
+    let resp = match sent {
+        Ok(r) => r,
+        Err(e) => {
+            let why = match e.is_connect() {
+                true => format!(
+                    "cannot connect to {}: {}",
+                    ex.upstream,
+                    forward::error_text(e)
+                ),
+                false => format!("{}: {}", ex.upstream, forward::error_text(e)),
+            };
+            ex.error = Some(why.clone());
+            let body = json!({"error": {"kind": "upstream", "message": format!("the inference upstream did not answer: {why}")}});
+            return answered(
+                &reg,
+                &turn,
+                ex,
+                started,
+                502,
+                json_headers(),
+                body.to_string().into(),
+            )
+            .await;
+        }
+    };
+    ex.ttft_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
+    let status = resp.status().as_u16();
+    ex.response_headers = convo_llm::record::recorded_headers(
+        resp.headers()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_bytes())),
+        convo_llm::record::RECORDED_RESPONSE_HEADERS,
+    );
+    ex.streamed = forward::is_event_stream(resp.headers());
+    let out_headers = forward::answer_headers(resp.headers());
+    let mut up = forward::body(resp);
+    if ex.streamed {
+        return streamed(reg, turn, gate, ex, started, status, out_headers, up);
+    }
+    let mut all = Vec::new();
+    while let Some(piece) = up.next().await {
+        match piece {
+            Ok(b) => all.extend_from_slice(&b),
+            Err(e) => {
+                let why = format!("upstream {} cut the answer: {e}", ex.upstream);
+                ex.partial = Some(why.clone());
+                ex.response_body = all;
+                let body = json!({"error": {"kind": "upstream", "message": why}});
+                return answered(
+                    &reg,
+                    &turn,
+                    ex,
+                    started,
+                    502,
+                    json_headers(),
+                    body.to_string().into(),
+                )
+                .await;
+            }
+        }
+    }
+    drop(gate);
+    answered(&reg, &turn, ex, started, status, out_headers, all.into()).await
+}
+
+/// `Content-Type: application/json`.
+fn json_headers() -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h
+}
+
+/// Records a live call whose answer is `answer` (what the agent gets;
+/// the record keeps the upstream's bytes when it has them), then answers.
+async fn answered(
+    reg: &Registry,
+    turn: &Turn,
+    mut ex: convo_llm::record::Exchange,
+    started: Instant,
+    status: u16,
+    headers: HeaderMap,
+    answer: Bytes,
+) -> Response {
+    if ex.status == 0 {
+        ex.status = status;
+    }
+    if ex.response_body.is_empty() {
+        ex.response_body = answer.to_vec();
+    }
+    if let Err(e) = record_live(reg, turn, ex, started).await {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            e.kind().as_str(),
+            format!("the store refused the inference call: {e}"),
+        );
+    }
+    let mut r = Response::new(axum::body::Body::from(answer));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    *r.headers_mut() = headers;
+    r
+}
+
+/// Records a live call in the turn's submission (`request` to `infer`
+/// and its `response`).
+async fn record_live(
+    reg: &Registry,
+    turn: &Turn,
+    mut ex: convo_llm::record::Exchange,
+    started: Instant,
+) -> convo_store::Result<()> {
+    ex.latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+    ex.ended_at = crate::now_ms();
+    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
+    let request = ex.request_body.to_vec();
+    let response = std::mem::take(&mut ex.response_body);
+    let mut ex2 = ex;
+    ex2.response_body = response.clone();
+    let (req, resp) = reg
+        .pool
+        .run(move |st| {
+            st.transaction(|l| convo_llm::record::record_in_submission(l, &s, &b, &agent, &ex2))
+        })
+        .await?;
+    turn.push(node(req, request));
+    turn.push(node(resp, response));
+    Ok(())
+}
+
+/// A streamed answer: each piece passed on to the agent as it arrives
+/// (through a bounded channel: a slow agent slows the upstream read), the
+/// call recorded when the stream ends, then the agent's body ended (with
+/// the upstream's error when it cut the stream). The turn stays open
+/// (`gate`) until then.
+#[allow(clippy::too_many_arguments)]
+fn streamed(
+    reg: Arc<Registry>,
+    turn: Arc<Turn>,
+    gate: tokio::sync::OwnedRwLockReadGuard<bool>,
+    mut ex: convo_llm::record::Exchange,
+    started: Instant,
+    status: u16,
+    headers: HeaderMap,
+    mut up: impl futures_util::Stream<Item = std::result::Result<Bytes, String>>
+    + Send
+    + Unpin
+    + 'static,
+) -> Response {
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::result::Result<Bytes, std::io::Error>>(16);
+    ex.status = status;
+    tokio::spawn(async move {
+        let mut all = Vec::new();
+        let mut cut = None;
+        while let Some(piece) = up.next().await {
+            match piece {
+                Ok(b) => {
+                    ex.chunks
+                        .push((b.len(), started.elapsed().as_secs_f64() * 1000.0));
+                    all.extend_from_slice(&b);
+                    if tx.send(Ok(b)).await.is_err() {
+                        ex.partial = Some("the agent disconnected".into());
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let why = format!("upstream {} cut the stream: {e}", ex.upstream);
+                    ex.partial = Some(why.clone());
+                    cut = Some(why);
+                    break;
+                }
+            }
+        }
+        ex.response_body = all;
+        if let Err(e) = record_live(&reg, &turn, ex, started).await {
+            cut.get_or_insert(format!("the store refused the inference call: {e}"));
+        }
+        if let Some(why) = cut {
+            let _ = tx.send(Err(std::io::Error::other(why))).await;
+        }
+        drop(gate);
+    });
+    let body = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    });
+    let mut r = Response::new(axum::body::Body::from_stream(body));
+    *r.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    *r.headers_mut() = headers;
     r
 }
 
@@ -1057,8 +1283,155 @@ mod tests {
         });
     }
 
+    /// A scripted SSE upstream for one call: sends the head and the first
+    /// event, waits for `go`, then the rest and closes. Returns its URL.
+    async fn stream_upstream(go: tokio::sync::oneshot::Receiver<()>) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", l.local_addr().unwrap());
+        tokio::spawn(async move {
+            let (mut c, _) = l.accept().await.unwrap();
+            // The request: its head, then its body of Content-Length bytes.
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = c.read(&mut buf).await.unwrap();
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_ascii_lowercase();
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let len: usize = text
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse().unwrap());
+                    if got.len() >= end + 4 + len {
+                        assert!(text.starts_with("post /v1/chat/completions "), "{text}");
+                        assert!(text.contains("authorization: bearer sk-up"), "{text}");
+                        break;
+                    }
+                }
+                assert!(n > 0, "the request was cut");
+            }
+            let first = "data: {\"id\":\"c\",\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hel\"}}]}\n\n";
+            let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nX-Request-Id: up-1\r\nConnection: close\r\n\r\n";
+            c.write_all(head.as_bytes()).await.unwrap();
+            c.write_all(first.as_bytes()).await.unwrap();
+            c.flush().await.unwrap();
+            go.await.unwrap();
+            let rest = concat!(
+                "data: {\"id\":\"c\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"},\"finish_reason\":\"stop\"}]}\n\n",
+                "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\n",
+                "data: [DONE]\n\n"
+            );
+            c.write_all(rest.as_bytes()).await.unwrap();
+            c.shutdown().await.unwrap();
+        });
+        url
+    }
+
+    /// An agent's streamed inference call goes through the proxy's
+    /// forwarder: the first event reaches the agent while the upstream
+    /// still holds the rest (it sends it only once the agent has read
+    /// that event), and the whole stream is recorded in the turn.
+    #[test]
+    fn a_streamed_inference_call_reaches_the_agent_as_it_arrives_and_is_recorded() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("convo.db").display());
+        let pool = StorePool::open(&url, 2).unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let (go, wait) = tokio::sync::oneshot::channel();
+            let upstream = stream_upstream(wait).await;
+            let services = Services::start(pool.clone(), Some(&upstream), None, 0)
+                .await
+                .unwrap();
+            let main = BranchName::main();
+            let (session, invoke) = pool
+                .run(move |st| {
+                    st.transaction(|l| {
+                        let s = l.new_session("agent", None, 1)?;
+                        let d = draft(Kind::Invoke, "user", "agent", b"hi".to_vec(), &json!({}));
+                        let inv = l.append(&s.id, &BranchName::main(), &d)?;
+                        Ok((s.id, inv))
+                    })
+                })
+                .await
+                .unwrap();
+            let submission = invoke.node.submission.unwrap().to_hex();
+            let turn = Arc::new(Turn::new(
+                session,
+                main,
+                "agent".into(),
+                submission,
+                1,
+                None,
+            ));
+            services.open_turn("tok", "agent-tok", turn.clone());
+            let urls = services.urls("t", "tok");
+            let body = json!({"model": "m", "stream": true,
+                "messages": [{"role": "user", "content": "hi"}]});
+            let mut res = reqwest::Client::new()
+                .post(format!("{}/chat/completions", urls.openai))
+                .header("authorization", "Bearer sk-up")
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(res.status(), 200);
+            assert_eq!(res.headers()["content-type"], "text/event-stream");
+            assert_eq!(res.headers()["x-request-id"], "up-1");
+            let mut got = Vec::new();
+            while !String::from_utf8_lossy(&got).contains("Hel") {
+                got.extend_from_slice(&res.chunk().await.unwrap().expect("the first event"));
+            }
+            // Only now does the upstream send the rest.
+            go.send(()).unwrap();
+            while let Some(c) = res.chunk().await.unwrap() {
+                got.extend_from_slice(&c);
+            }
+            let text = String::from_utf8(got).unwrap();
+            assert!(
+                text.contains("\"lo\"") && text.ends_with("data: [DONE]\n\n"),
+                "{text}"
+            );
+            services.close_turn("tok", "agent-tok", &turn).await;
+            let nodes = turn.nodes.lock().unwrap().clone();
+            assert_eq!(nodes.len(), 2);
+            assert_eq!(nodes[1].stored.node.kind, Kind::Response);
+            assert_eq!(
+                nodes[1].payload,
+                text.as_bytes(),
+                "recorded as the agent got it"
+            );
+            let d = nodes[1].stored.node.diagnostics.to_value();
+            assert_eq!(d["streamed"], true);
+            assert_eq!(d["status"], 200);
+            assert_eq!(d["usage"]["completion_tokens"], 2);
+            assert!(d["chunks"].as_array().unwrap().len() >= 2, "{d}");
+            assert!(!nodes[0].stored.node.diagnostics.as_str().contains("sk-up"));
+        });
+    }
+
     #[test]
     fn upstream_paths_absorb_a_repeated_v1() {
+        assert_eq!(
+            upstream_base("https://api.openai.com/v1/").as_deref(),
+            Ok("https://api.openai.com/v1")
+        );
+        assert!(upstream_base("ftp://h/v1").is_err());
+        assert!(upstream_base("localhost:80").is_err());
+        assert_eq!(
+            upstream_url("https://h/v1", "api/chat", None),
+            "https://h/api/chat"
+        );
+        assert_eq!(
+            upstream_url("http://h:1/v1", "v1/chat/completions", Some("a=1")),
+            "http://h:1/v1/chat/completions?a=1"
+        );
         assert_eq!(
             upstream_path("/v1", "v1/chat/completions", None),
             "/chat/completions"

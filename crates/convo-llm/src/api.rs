@@ -1,7 +1,8 @@
-//! What the proxy knows about each upstream API: which one a path is, the
-//! model and token usage of a call, the answer assembled from a stream,
-//! the user's new input, and the conversation a request carries (for
-//! threading by content).
+//! What the proxy knows about each upstream API: which one a path is (or
+//! a recorded body, by its shape: [`request_api`], [`response_api`],
+//! [`stream_api`]), the model of a call (its tokens: [`crate::usage`]),
+//! the answer assembled from a stream, the user's new input, and the
+//! conversation a request carries (for threading by content).
 //!
 //! Everything here reads JSON leniently: a field that is missing or of an
 //! unexpected type yields `None`, never an error; the bytes are forwarded
@@ -54,14 +55,76 @@ pub fn model(v: Option<&Value>) -> Option<String> {
     v?.get("model")?.as_str().map(str::to_owned)
 }
 
-/// Token usage in a (non-streamed or assembled) response.
-pub fn usage(api: Api, resp: Option<&Value>) -> Option<Value> {
-    let r = resp?;
-    let u = match api {
-        Api::Responses => r.get("usage").or_else(|| r.get("response")?.get("usage")),
-        _ => r.get("usage"),
-    }?;
-    (!u.is_null()).then(|| u.clone())
+/// Which API a request body speaks, from the request node's diagnostics
+/// (`api`, as the proxy records it) or the body's shape.
+pub fn request_api(diag: &Value, req: &Value) -> Api {
+    match diag.get("api").and_then(Value::as_str).map(Api::from_name) {
+        Some(a) if a.is_conversation() => a,
+        _ if req.get("input").is_some() => Api::Responses,
+        _ if req.get("messages").is_some()
+            && (req.get("system").is_some()
+                || req.get("max_tokens").is_some()
+                    && req.get("max_completion_tokens").is_none()
+                    && anthropic_blocks(req)) =>
+        {
+            Api::Messages
+        }
+        _ if req.get("messages").is_some() => Api::Chat,
+        _ => Api::Other,
+    }
+}
+
+fn anthropic_blocks(req: &Value) -> bool {
+    req.get("messages")
+        .and_then(Value::as_array)
+        .is_some_and(|ms| {
+            ms.iter().any(|m| {
+                m.get("content")
+                    .and_then(Value::as_array)
+                    .is_some_and(|bs| {
+                        bs.iter().any(|b| {
+                            matches!(
+                                b.get("type").and_then(Value::as_str),
+                                Some("tool_use" | "tool_result" | "image" | "thinking")
+                            )
+                        })
+                    })
+            })
+        })
+}
+
+/// Which API a (non-streamed or assembled) response body is from.
+pub fn response_api(v: &Value) -> Api {
+    if v.get("choices").is_some() {
+        Api::Chat
+    } else if v.get("object").and_then(Value::as_str) == Some("response")
+        || v.get("output").is_some_and(Value::is_array)
+    {
+        Api::Responses
+    } else if v.get("type").and_then(Value::as_str) == Some("message")
+        || (v.get("content").is_some_and(Value::is_array) && v.get("role").is_some())
+    {
+        Api::Messages
+    } else {
+        Api::Other
+    }
+}
+
+/// Whether bytes look like a Server-Sent Events stream.
+pub fn is_sse(t: &str) -> bool {
+    let t = t.trim_start();
+    t.starts_with("data:") || t.starts_with("event:") || t.starts_with(": ")
+}
+
+/// The API of a recorded stream, from its events.
+pub fn stream_api(t: &str) -> Api {
+    if t.contains("\"message_start\"") {
+        Api::Messages
+    } else if t.contains("\"response.") {
+        Api::Responses
+    } else {
+        Api::Chat
+    }
 }
 
 /// The assistant's message in a (non-streamed or assembled) response, in
@@ -391,7 +454,10 @@ mod tests {
         assert_eq!(call["function"]["arguments"], "{\"a\":1}");
         assert_eq!(call["function"]["name"], "get");
         assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
-        assert_eq!(usage(Api::Chat, Some(&v)).unwrap()["total_tokens"], 9);
+        assert_eq!(
+            crate::usage::raw(Api::Chat, Some(&v)).unwrap()["total_tokens"],
+            9
+        );
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! ([`body`]: the conversation, its threading keys, read once), filtering
 //! a stream for the client ([`sse`]), recording an exchange as nodes
 //! ([`record`]), threading calls into conversations ([`thread`]) and the
-//! one replay matcher ([`replay`]). The HTTP around them is the proxy's.
+//! one replay matcher ([`replay`]), and the one reader of a call's
+//! tokens and cost ([`usage`]). The HTTP around them is the proxy's.
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod api;
@@ -12,3 +13,4 @@ pub mod record;
 pub mod replay;
 pub mod sse;
 pub mod thread;
+pub mod usage;

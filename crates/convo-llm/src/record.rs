@@ -37,13 +37,15 @@
 //!
 //! **Credentials are never recorded**: headers are recorded only when
 //! named in the allow-list, and even then not when a value looks like a
-//! key ([`looks_secret`]); a key inside a value (`User-Agent: app/1 (key
-//! sk-…)`) is replaced by `REDACTED` ([`redact_secrets`]).
+//! key ([`convo_core::credential::looks_secret`]); a key inside a value
+//! (`User-Agent: app/1 (key sk-…)`) is replaced by `REDACTED`
+//! ([`convo_core::credential::redact_text`]).
 
 use crate::api::{self, Api};
 use crate::body::Facts;
 use bytes::Bytes;
 use convo_api::default_ends;
+use convo_core::credential;
 use convo_core::{BranchName, Diagnostics, Kind, Millis, NodeHash, SessionId};
 use convo_store::{Draft, Ledger, Result, Store, StoreError, StoredNode};
 use serde_json::{Map, Value, json};
@@ -82,29 +84,6 @@ pub const RECORDED_RESPONSE_HEADERS: &[&str] = &[
 /// canonical request replay checks.
 pub const BEHAVIOUR_HEADERS: &[&str] = &["anthropic-version", "anthropic-beta", "openai-beta"];
 
-/// Whether a header value (or query value) looks like a credential: a
-/// bearer or basic scheme, a known key prefix, or a long opaque token.
-pub fn looks_secret(v: &str) -> bool {
-    let t = v.trim();
-    let lower = t.to_ascii_lowercase();
-    if lower.starts_with("bearer ") || lower.starts_with("basic ") {
-        return true;
-    }
-    if [
-        "sk-", "sk_", "pk-", "rk-", "key-", "api-", "aiza", "ghp_", "xox",
-    ]
-    .iter()
-    .any(|p| lower.starts_with(p))
-    {
-        return true;
-    }
-    // A long run with no spaces, slashes or dots: a token, not a version.
-    t.len() >= 32
-        && !t.contains([' ', '/', '.', ','])
-        && t.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '=')
-}
-
 /// The headers to record from `headers`, by an allow-list.
 pub fn recorded_headers<'a>(
     headers: impl IntoIterator<Item = (&'a str, &'a [u8])>,
@@ -126,10 +105,10 @@ pub fn recorded_headers<'a>(
         let Ok(v) = std::str::from_utf8(value) else {
             continue;
         };
-        if looks_secret(v) {
+        if credential::looks_secret(v) {
             continue;
         }
-        let v = redact_secrets(v);
+        let v = credential::redact_text(v);
         let v = v.as_str();
         match out.get_mut(&name) {
             Some(Value::String(prev)) => {
@@ -142,76 +121,6 @@ pub fn recorded_headers<'a>(
         }
     }
     out
-}
-
-/// Whether a parameter name (`api_key`, `X-Token`, `password`…) says its
-/// value is a credential.
-fn secret_name(name: &str) -> bool {
-    let n = name.to_ascii_lowercase();
-    ["key", "token", "secret", "password", "auth", "sig"]
-        .iter()
-        .any(|s| n.contains(s))
-}
-
-/// A header value with every credential in it replaced by `REDACTED`:
-/// split at spaces and punctuation (`;,()=:&"'`), a part that
-/// [`looks_secret`], the part after an auth scheme (`Bearer`, `Basic`,
-/// `Token`) and the value of a key-like `name=value` or `name: value` pair
-/// ([`redact_query`]'s names).
-pub fn redact_secrets(v: &str) -> String {
-    const SEPARATORS: &[char] = &[' ', '\t', ';', ',', '(', ')', '=', ':', '&', '"', '\''];
-    let mut out = String::with_capacity(v.len());
-    // The previous part, and the separators between it and this one.
-    let mut prev = "";
-    let mut between = String::new();
-    let mut rest = v;
-    while !rest.is_empty() {
-        let end = rest.find(SEPARATORS).unwrap_or(rest.len());
-        let (part, after) = rest.split_at(end);
-        if part.is_empty() {
-            let sep = after.chars().next().unwrap_or(' ');
-            out.push(sep);
-            between.push(sep);
-            rest = &after[sep.len_utf8()..];
-            continue;
-        }
-        let scheme = ["bearer", "basic", "token"]
-            .iter()
-            .any(|s| prev.eq_ignore_ascii_case(s))
-            && between.trim().is_empty();
-        let named = secret_name(prev) && (between.contains('=') || between.contains(':'));
-        if looks_secret(part) || scheme || named {
-            out.push_str("REDACTED");
-        } else {
-            out.push_str(part);
-        }
-        prev = part;
-        between.clear();
-        rest = after;
-    }
-    out
-}
-
-/// A query string with the values of key-like parameters (`key`,
-/// `api_key`, `token`, …) and key-like values removed.
-pub fn redact_query(q: &str) -> String {
-    q.split('&')
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            if secret_name(k) || looks_secret(v) {
-                format!("{k}=REDACTED")
-            } else {
-                kv.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("&")
-}
-
-/// A URL for the record: no userinfo, no query ([`convo_core::url::public`]).
-pub fn public_url(url: &str) -> String {
-    convo_core::url::public(url)
 }
 
 /// One call, as it happened.
@@ -233,7 +142,7 @@ pub struct Exchange {
     pub facts: Option<Facts>,
     /// What went upstream differently, when it did.
     pub upstream_changes: Option<Value>,
-    /// The upstream, as [`public_url`].
+    /// The upstream, as [`convo_core::url::public`] gives it.
     pub upstream: String,
     /// HTTP status the client got.
     pub status: u16,
@@ -343,7 +252,7 @@ impl Exchange {
         if let Some(m) = api::model(resp) {
             d.insert("model".into(), json!(m));
         }
-        if let Some(u) = api::usage(self.api(), resp) {
+        if let Some(u) = crate::usage::raw(self.api(), resp) {
             d.insert("usage".into(), u);
         }
         d.insert("latency_ms".into(), ms(self.latency_ms));
@@ -430,7 +339,7 @@ impl Exchange {
         if let Some(m) = api::model(resp.as_ref()).or_else(|| facts.model.clone()) {
             cdiag.insert("model".into(), json!(m));
         }
-        if let Some(u) = api::usage(api, resp.as_ref()) {
+        if let Some(u) = crate::usage::raw(api, resp.as_ref()) {
             cdiag.insert("usage".into(), u);
         }
         let answer = (200..300)
@@ -748,16 +657,8 @@ mod tests {
         assert_eq!(m["accept"], "application/json; token=REDACTED");
         assert_eq!(m["content-type"], "multipart/form-data; boundary=abc");
         assert_eq!(
-            redact_secrets("OpenAI/Python 1.55.0"),
-            "OpenAI/Python 1.55.0"
-        );
-        assert_eq!(
-            redact_query("a=1&key=AIzaXX&x=sk-1"),
+            credential::redact_query("a=1&key=AIzaXX&x=sk-1", credential::REDACTED),
             "a=1&key=REDACTED&x=REDACTED"
-        );
-        assert_eq!(
-            public_url("https://user:pw@api.example.com/v1?key=1"),
-            "https://api.example.com/v1"
         );
     }
 }

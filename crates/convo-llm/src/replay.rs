@@ -70,9 +70,10 @@ pub mod matching;
 
 pub use matching::{Found, Index, Rules, Tolerated};
 
-use crate::record::{BEHAVIOUR_HEADERS, redact_query};
+use crate::record::BEHAVIOUR_HEADERS;
 use crate::sse::ClientFilter;
 use bytes::Bytes;
+use convo_core::credential::{REDACTED, redact_query};
 use convo_core::{BranchName, Kind, NodeHash, SessionId, SubmissionId};
 use convo_formats::otel::rebuild::{self, Rebuilt};
 use convo_store::{Result, Store, StoreError};
@@ -553,7 +554,7 @@ fn multipart(body: &[u8]) -> Option<Value> {
 /// The path a received call is recorded under.
 pub fn recorded_path(rest: &str, query: Option<&str>) -> String {
     match query {
-        Some(q) => format!("/v1/{rest}?{}", redact_query(q)),
+        Some(q) => format!("/v1/{rest}?{}", redact_query(q, REDACTED)),
         None => format!("/v1/{rest}"),
     }
 }

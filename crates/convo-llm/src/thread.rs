@@ -147,7 +147,7 @@ pub fn is_retried(status: u16) -> bool {
 /// `x-stainless-retry-count` do not count).
 pub fn retry_key(method: &str, path: &str, body: &[u8]) -> String {
     let canon = crate::replay::canonical(method, path, &serde_json::Map::new(), body);
-    let text = serde_jcs::to_string(&canon).unwrap_or_default();
+    let text = convo_core::json::canonical(&canon).unwrap_or_default();
     format!("retry:{}", hex::encode(Sha256::digest(text.as_bytes())))
 }
 

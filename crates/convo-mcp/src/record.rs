@@ -160,28 +160,11 @@ pub fn describe(mcp: &Value, error: Option<&Value>) -> Option<String> {
     Some(out)
 }
 
-/// A command line for the record: each argument that looks like a
-/// credential (or follows `--token`, `--api-key`…) replaced by `REDACTED`.
+/// A command line for the record: each argument that is a credential
+/// (or follows `--token`, `--api-key`…) replaced by `REDACTED`
+/// ([`convo_core::credential::redact_argv`]).
 pub fn public_command(argv: &[String]) -> Vec<String> {
-    let mut out = Vec::with_capacity(argv.len());
-    let mut secret_next = false;
-    for a in argv {
-        let lower = a.to_ascii_lowercase();
-        let named = lower.starts_with('-')
-            && ["key", "token", "secret", "password", "auth"]
-                .iter()
-                .any(|s| lower.contains(s));
-        if secret_next {
-            out.push("REDACTED".to_owned());
-        } else if named && a.contains('=') {
-            let (k, _) = a.split_once('=').unwrap_or((a, ""));
-            out.push(format!("{k}=REDACTED"));
-        } else {
-            out.push(convo_llm::record::redact_secrets(a));
-        }
-        secret_next = named && !a.contains('=');
-    }
-    out
+    convo_core::credential::redact_argv(argv)
 }
 
 enum Event {
@@ -618,31 +601,5 @@ mod tests {
             Some("mcp tools/call echo failed: bad args")
         );
         assert_eq!(describe(&json!({"server": "s"}), None), None);
-    }
-
-    #[test]
-    fn credentials_in_a_command_line_are_not_recorded() {
-        let argv: Vec<String> = [
-            "server",
-            "--token",
-            "hunter2",
-            "--api-key=abc",
-            "sk-proj-0123456789",
-            "/tmp",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
-        assert_eq!(
-            public_command(&argv),
-            [
-                "server",
-                "--token",
-                "REDACTED",
-                "--api-key=REDACTED",
-                "REDACTED",
-                "/tmp"
-            ]
-        );
     }
 }

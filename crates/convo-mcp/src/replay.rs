@@ -80,7 +80,7 @@ pub enum Answer {
 }
 
 fn key(v: &Value) -> String {
-    serde_jcs::to_string(v).unwrap_or_else(|_| v.to_string())
+    convo_core::json::canonical(v).unwrap_or_else(|_| v.to_string())
 }
 
 impl McpReplay {

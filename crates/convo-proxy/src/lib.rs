@@ -100,7 +100,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use bytes::Bytes;
 use convo_core::BranchName;
-use convo_runtime::{Hub, StorePool, now_ms};
+use convo_runtime::{Hub, StorePool, forward, now_ms};
 use convo_store::{StoreError, StoredNode};
 use futures_util::StreamExt;
 use record::Exchange;
@@ -147,11 +147,14 @@ impl std::fmt::Debug for ProxyConfig {
         f.debug_struct("ProxyConfig")
             .field(
                 "upstream",
-                &self.upstream.as_deref().map(record::public_url),
+                &self.upstream.as_deref().map(convo_core::url::public),
             )
             .field(
                 "anthropic_upstream",
-                &self.anthropic_upstream.as_deref().map(record::public_url),
+                &self
+                    .anthropic_upstream
+                    .as_deref()
+                    .map(convo_core::url::public),
             )
             .field("upstream_key", &self.upstream_key.as_ref().map(|_| "…"))
             .field("anthropic_key", &self.anthropic_key.as_ref().map(|_| "…"))
@@ -214,7 +217,8 @@ struct Inner {
     cfg: ProxyConfig,
     upstream: Option<String>,
     anthropic: Option<String>,
-    client: reqwest::Client,
+    /// The one upstream forwarder (`convo_runtime::forward`).
+    fwd: forward::Forwarder,
     pool: StorePool,
     writer: writer::Writer,
     replay: Mutex<Option<replay::Replay>>,
@@ -236,7 +240,7 @@ struct Inner {
 
 fn base(url: &str) -> Result<String, ProxyError> {
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(ProxyError::BadUpstream(record::public_url(url)));
+        return Err(ProxyError::BadUpstream(convo_core::url::public(url)));
     }
     let u = url.trim_end_matches('/');
     Ok(u.strip_suffix("/v1").unwrap_or(u).to_owned())
@@ -247,12 +251,7 @@ impl Proxy {
     pub fn new(cfg: ProxyConfig, pool: StorePool, hub: Option<Hub>) -> Result<Proxy, ProxyError> {
         let upstream = cfg.upstream.as_deref().map(base).transpose()?;
         let anthropic = cfg.anthropic_upstream.as_deref().map(base).transpose()?;
-        let client = reqwest::Client::builder()
-            .connect_timeout(cfg.timeout.min(Duration::from_secs(30)))
-            .read_timeout(cfg.timeout)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(ProxyError::Client)?;
+        let fwd = forward::Forwarder::new(cfg.timeout).map_err(ProxyError::Client)?;
         let shared = Arc::new(writer::Shared::new());
         let writer = writer::Writer::start(shared, &pool, hub).map_err(ProxyError::Writer)?;
         Ok(Proxy {
@@ -260,7 +259,7 @@ impl Proxy {
                 cfg,
                 upstream,
                 anthropic,
-                client,
+                fwd,
                 pool,
                 writer,
                 replay: Mutex::default(),
@@ -381,13 +380,6 @@ fn store_error(e: &StoreError) -> Response {
     proxy_error(status, e.kind().as_str(), &e.to_string())
 }
 
-/// Not passed on: the hop-by-hop headers every relay drops, and
-/// `accept-encoding` (the proxy reads answers to record them, so it asks
-/// for what its client decodes).
-fn hop_by_hop(name: &str) -> bool {
-    convo_runtime::HOP_BY_HOP.contains(&name) || name == "accept-encoding"
-}
-
 fn since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
@@ -442,61 +434,6 @@ fn upstream_url(base: &str, rest: &str, query: Option<&str>) -> String {
     url
 }
 
-/// The headers phase: the client's headers as they go upstream (without
-/// hop-by-hop ones, `Accept-Encoding` and `X-Convo-*`; without its key
-/// under `virtual_keys`), plus the route's key when the client sent none.
-/// Also the name of the key header the proxy added, if it did.
-fn upstream_headers(
-    client: &HeaderMap,
-    virtual_keys: bool,
-    key: Option<&(&'static str, String)>,
-) -> (reqwest::header::HeaderMap, Option<&'static str>) {
-    let mut headers = reqwest::header::HeaderMap::with_capacity(client.len() + 1);
-    let mut has_key = false;
-    for (k, v) in client {
-        let name = k.as_str();
-        if hop_by_hop(name) || name.starts_with("x-convo-") {
-            continue;
-        }
-        if matches!(name, "authorization" | "x-api-key" | "api-key") {
-            if virtual_keys {
-                // convo's token: never sent on.
-                continue;
-            }
-            has_key = true;
-        }
-        headers.append(k.clone(), v.clone());
-    }
-    let mut added = None;
-    if !has_key
-        && let Some((name, value)) = key
-        && let Ok(v) = HeaderValue::from_str(value)
-    {
-        headers.insert(HeaderName::from_static(name), v);
-        added = Some(*name);
-    }
-    (headers, added)
-}
-
-/// The answer's headers as they go to the client (without hop-by-hop ones).
-fn answer_headers(upstream: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::with_capacity(upstream.len());
-    for (k, v) in upstream {
-        if !hop_by_hop(k.as_str()) {
-            out.append(k.clone(), v.clone());
-        }
-    }
-    out
-}
-
-/// An answer of `text/event-stream`: streamed.
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with("text/event-stream"))
-}
-
 /// The exchange to record, before the upstream is called: the request as
 /// the client sent it (its body shared, not copied; query keys and
 /// header secrets redacted), `facts` read from it.
@@ -513,7 +450,10 @@ fn exchange(
         api: Some(api),
         method: method.to_owned(),
         path: match parts.uri.query() {
-            Some(q) => format!("/v1/{rest}?{}", record::redact_query(q)),
+            Some(q) => format!(
+                "/v1/{rest}?{}",
+                convo_core::credential::redact_query(q, convo_core::credential::REDACTED)
+            ),
             None => format!("/v1/{rest}"),
         },
         request_headers: record::recorded_headers(
@@ -525,7 +465,7 @@ fn exchange(
         ),
         request_body: body,
         facts: Some(facts),
-        upstream: record::public_url(upstream),
+        upstream: convo_core::url::public(upstream),
         started_at: now_ms(),
         ..Exchange::default()
     }
@@ -716,7 +656,8 @@ impl Proxy {
     }
 
     /// One call, phase by phase: the request read, replay, [`route`], the
-    /// [`exchange`] to record, the [`upstream_headers`], [`Proxy::send`],
+    /// [`exchange`] to record, the headers ([`forward::request_headers`]),
+    /// [`Proxy::send`],
     /// then the answer [`Proxy::buffered`] or [`Proxy::streamed`], each
     /// recorded by [`Proxy::save`].
     async fn forward(&self, target: Target, rest: String, req: Request) -> Response {
@@ -761,7 +702,7 @@ impl Proxy {
             body::add_include_usage(api, &facts, &body)
         };
         let (headers, added_key) =
-            upstream_headers(&parts.headers, inner.cfg.virtual_keys, route.key.as_ref());
+            forward::request_headers(&parts.headers, inner.cfg.virtual_keys, route.key.as_ref());
         let mut ex = exchange(api, &method, &rest, &parts, body, facts, &route.base);
         if changed.is_some() {
             note_change(&mut ex, "stream_options.include_usage", json!(true));
@@ -788,11 +729,11 @@ impl Proxy {
                 .map(|(k, v)| (k.as_str(), v.as_bytes())),
             record::RECORDED_RESPONSE_HEADERS,
         );
-        ex.streamed = is_event_stream(resp.headers());
+        ex.streamed = forward::is_event_stream(resp.headers());
         let status = StatusCode::from_u16(ex.status).unwrap_or(StatusCode::BAD_GATEWAY);
-        let out_headers = answer_headers(resp.headers());
+        let out_headers = forward::answer_headers(resp.headers());
         let limit = inner.cfg.record_limit.unwrap_or(DEFAULT_RECORD_LIMIT);
-        let up = resp.bytes_stream().map(|r| r.map_err(why_reqwest));
+        let up = forward::body(resp);
         if ex.streamed {
             let out = self.streamed(target, ex, up, strip_usage, t0, limit);
             (status, out_headers, out).into_response()
@@ -811,34 +752,23 @@ impl Proxy {
         &self,
         method: &str,
         url: &str,
-        headers: reqwest::header::HeaderMap,
+        headers: HeaderMap,
         changed: Option<Vec<u8>>,
         ex: &mut Exchange,
     ) -> (reqwest::Result<reqwest::Response>, bool) {
-        let inner = &self.inner;
-        let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET);
+        let fwd = &self.inner.fwd;
         let Some(changed) = changed else {
-            let sent = inner
-                .client
-                .request(method, url)
-                .headers(headers)
-                .body(ex.request_body.clone())
-                .send()
+            let sent = fwd
+                .send(method, url, headers, ex.request_body.clone())
                 .await;
             return (sent, false);
         };
-        let sent = inner
-            .client
-            .request(method.clone(), url)
-            .headers(headers.clone())
-            .body(changed)
-            .send()
-            .await;
+        let sent = fwd.send(method, url, headers.clone(), changed).await;
         match &sent {
             Ok(r) if matches!(r.status().as_u16(), 400 | 422) => {}
             _ => return (sent, true),
         }
-        inner
+        self.inner
             .no_usage_option
             .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Some(serde_json::Value::Object(m)) = &mut ex.upstream_changes {
@@ -847,12 +777,8 @@ impl Proxy {
                 ex.upstream_changes = None;
             }
         }
-        let sent = inner
-            .client
-            .request(method, url)
-            .headers(headers)
-            .body(ex.request_body.clone())
-            .send()
+        let sent = fwd
+            .send(method, url, headers, ex.request_body.clone())
             .await;
         (sent, false)
     }
@@ -875,7 +801,7 @@ impl Proxy {
                 "is unreachable",
             )
         };
-        let why = format!("upstream {} {how}: {}", ex.upstream, why_reqwest(e));
+        let why = format!("upstream {} {how}: {}", ex.upstream, forward::error_text(e));
         ex.status = status.as_u16();
         ex.error = Some(why.clone());
         ex.latency_ms = since(t0);
@@ -1444,26 +1370,6 @@ fn mark(res: &mut Response, saved: Saved) {
     }
 }
 
-/// A client error without its URL (a query string may carry a key).
-fn why_reqwest(e: reqwest::Error) -> String {
-    error_chain(&e.without_url())
-}
-
-/// An error and its sources, one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(x) = src {
-        let t = x.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        src = x.source();
-    }
-    s
-}
-
 /// Used by `store_error` users outside this module.
 pub fn error_response(e: &StoreError) -> Response {
     store_error(e)
@@ -1544,56 +1450,6 @@ mod tests {
             upstream_url("http://u", "models", Some("key=s&x=1")),
             "http://u/v1/models?key=s&x=1"
         );
-    }
-
-    #[test]
-    fn upstream_headers_drop_hop_by_hop_and_convo_headers_and_add_a_key_only_when_none_was_sent() {
-        let client = headers(&[
-            ("host", "127.0.0.1"),
-            ("connection", "keep-alive"),
-            ("accept-encoding", "gzip"),
-            ("x-convo-session", "s"),
-            ("content-type", "application/json"),
-            ("authorization", "Bearer client"),
-        ]);
-        let key = ("authorization", "Bearer configured".to_owned());
-        let (h, added) = upstream_headers(&client, false, Some(&key));
-        assert_eq!(added, None);
-        let names: Vec<&str> = h.keys().map(|k| k.as_str()).collect();
-        assert_eq!(names, ["content-type", "authorization"]);
-        assert_eq!(h["authorization"], "Bearer client");
-        // Virtual keys: the client's key is convo's token, never sent on.
-        let (h, added) = upstream_headers(&client, true, Some(&key));
-        assert_eq!(added, Some("authorization"));
-        assert_eq!(h["authorization"], "Bearer configured");
-        let (h, added) = upstream_headers(&client, true, None);
-        assert_eq!(added, None);
-        assert!(!h.contains_key("authorization"));
-        let anthropic = ("x-api-key", "an-key".to_owned());
-        let (h, added) = upstream_headers(&headers(&[]), false, Some(&anthropic));
-        assert_eq!(added, Some("x-api-key"));
-        assert_eq!(h["x-api-key"], "an-key");
-    }
-
-    #[test]
-    fn answer_headers_drop_hop_by_hop_ones_and_streams_are_told_by_their_type() {
-        let up = headers(&[
-            ("content-type", "text/event-stream; charset=utf-8"),
-            ("transfer-encoding", "chunked"),
-            ("x-request-id", "r1"),
-            ("set-cookie", "a=1"),
-            ("set-cookie", "b=2"),
-        ]);
-        let out = answer_headers(&up);
-        assert!(!out.contains_key("transfer-encoding"));
-        assert_eq!(out.get_all("set-cookie").iter().count(), 2);
-        assert_eq!(out["x-request-id"], "r1");
-        assert!(is_event_stream(&up));
-        assert!(!is_event_stream(&headers(&[(
-            "content-type",
-            "application/json"
-        )])));
-        assert!(!is_event_stream(&HeaderMap::new()));
     }
 
     #[test]

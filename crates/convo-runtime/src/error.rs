@@ -30,18 +30,11 @@ pub fn error_response(status: StatusCode, kind: &str, message: &str) -> Response
     doc_response(status, ErrorDoc::new(kind, message))
 }
 
-/// The HTTP status of each kind of error: the one table (the CLI maps the
-/// same kinds to exit codes). Besides these, only HTTP has `unauthorized`
-/// (401), `forbidden` (403) and `too_large` (413).
+/// The HTTP status of each kind of error ([`ErrorKind::http_status`]:
+/// the one table, with the CLI's exit codes). Besides these, only HTTP
+/// has `unauthorized` (401), `forbidden` (403) and `too_large` (413).
 pub fn status(kind: ErrorKind) -> StatusCode {
-    match kind {
-        ErrorKind::Invalid => StatusCode::UNPROCESSABLE_ENTITY,
-        ErrorKind::Ambiguous => StatusCode::BAD_REQUEST,
-        ErrorKind::NotFound => StatusCode::NOT_FOUND,
-        ErrorKind::Refused => StatusCode::CONFLICT,
-        ErrorKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        ErrorKind::Corrupt | ErrorKind::Failed => StatusCode::INTERNAL_SERVER_ERROR,
-    }
+    StatusCode::from_u16(kind.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
 }
 
 /// The HTTP status of a store error (from its kind).

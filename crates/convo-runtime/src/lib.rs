@@ -13,6 +13,8 @@
 //!   back after the database does.
 //! - [`events`]: the hub that broadcasts new nodes, and the gap-free
 //!   subscriber pump behind `/api/v1/events`.
+//! - [`forward`]: the one upstream forwarder (HTTP client and header
+//!   policy) of the model proxy and the harness's inference calls.
 //! - [`security`]: the request guards (token, CSRF, hardening headers,
 //!   request log, path check).
 //! - [`error`]: the error document as an HTTP response (with `Retry-After`
@@ -32,6 +34,7 @@
 pub mod config;
 pub mod error;
 pub mod events;
+pub mod forward;
 pub mod listen;
 pub mod pool;
 pub mod reconnect;

@@ -3,14 +3,43 @@
 //! known, so `convo-api` depends on the core only.
 
 use convo_api::{AppendLine, Branch, ErrorDoc, NodeView, SearchHit, SearchResults, Session};
+use convo_api::{VerifyProblem, VerifyView};
 use convo_api::{decode_payload, default_ends, time};
 use convo_core::{Diagnostics, Kind, Millis, StateRoot};
-use convo_store::{BranchRow, Draft, SessionRow, StoreError, StoredNode};
+use convo_store::{BranchRow, Draft, SessionRow, StoreError, StoredNode, VerifyReport};
 
 /// A wire type made from a store value.
 pub trait FromStore<T: ?Sized> {
     /// The wire form of `t`.
     fn from_store(t: &T) -> Self;
+}
+
+impl FromStore<VerifyReport> for VerifyView {
+    fn from_store(r: &VerifyReport) -> Self {
+        VerifyView {
+            ok: r.is_clean(),
+            nodes: r.nodes,
+            blobs: r.blobs,
+            blob_bytes: r.blob_bytes,
+            branches: r.branches,
+            state_roots: r.state_roots,
+            facts: r.facts,
+            checkpoints: r.checkpoints,
+            redacted: r.redacted,
+            problems: r
+                .problems
+                .iter()
+                .map(|p| VerifyProblem {
+                    kind: serde_json::to_value(p.kind)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    object: p.object.clone(),
+                    reason: p.reason.clone(),
+                })
+                .collect(),
+        }
+    }
 }
 
 impl FromStore<SessionRow> for Session {

@@ -987,34 +987,14 @@ pub async fn state_delete(
 
 // ----- verify, diff, search, export, import --------------------------------
 
-/// The result of verification.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct VerifyView {
-    /// No problem found.
-    pub ok: bool,
-    /// Nodes checked.
-    pub nodes: u64,
-    /// Blobs checked.
-    pub blobs: u64,
-    /// Branches checked.
-    pub branches: u64,
-    /// Each problem: the object and the reason.
-    #[schema(value_type = Vec<Object>)]
-    pub problems: serde_json::Value,
-}
+pub use convo_api::{VerifyProblem, VerifyView};
 
 /// Recomputes every hash and checks every link (the same as `convo verify`).
 #[utoipa::path(get, path = "/api/v1/verify",
     responses((status = 200, body = VerifyView), (status = "default", body = ErrorDoc)))]
 pub async fn verify(State(st): State<AppState>) -> ApiResult<Json<VerifyView>> {
     let r = st.pool.run(|s| s.verify()).await?;
-    Ok(Json(VerifyView {
-        ok: r.is_clean(),
-        nodes: r.nodes as u64,
-        blobs: r.blobs as u64,
-        branches: r.branches as u64,
-        problems: serde_json::to_value(&r.problems).unwrap_or_default(),
-    }))
+    Ok(Json(VerifyView::from_store(&r)))
 }
 
 /// The two timelines to compare.

@@ -74,6 +74,7 @@ cross-site form), too_large 413."
         api::StateView,
         api::StateWritten,
         api::VerifyView,
+        api::VerifyProblem,
         api::SearchHit,
         api::SearchResults,
         api::ImportedSession,

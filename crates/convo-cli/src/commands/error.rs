@@ -2,10 +2,10 @@
 //! code and hint.
 //!
 //! Every library error carries an [`ErrorKind`] (`StoreError::kind`,
-//! `convo_git::Error::kind`); [`exit_code`] is the one table from kind to
-//! exit code (docs/JSON.md), and the hints, which name CLI commands, are
-//! here rather than in the libraries. The HTTP surface maps the same kinds
-//! to statuses in `convo_runtime::error::status`.
+//! `convo_git::Error::kind`); the exit code is the kind's
+//! ([`ErrorKind::exit_code`], one table with the HTTP statuses in
+//! convo-core, docs/JSON.md), and the hints, which name CLI commands, are
+//! here rather than in the libraries.
 
 use convo_store::{ErrorKind, StoreError};
 use std::process::ExitCode;
@@ -15,14 +15,10 @@ use std::process::ExitCode;
 /// refusing to rebuild over rewritten history, `search` without hits).
 pub const FOUND_PROBLEM: u8 = 1;
 
-/// The exit code of each kind of error: the one table.
+/// The exit code of each kind of error ([`ErrorKind::exit_code`]: the one
+/// table, with the HTTP statuses).
 pub fn exit_code(kind: ErrorKind) -> u8 {
-    match kind {
-        ErrorKind::Invalid | ErrorKind::Ambiguous | ErrorKind::Failed => 2,
-        ErrorKind::NotFound => 3,
-        ErrorKind::Refused => 4,
-        ErrorKind::Unavailable | ErrorKind::Corrupt => 5,
-    }
+    kind.exit_code()
 }
 
 /// The one error type of the CLI: a message, an optional hint, an exit code.

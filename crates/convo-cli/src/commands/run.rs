@@ -15,7 +15,7 @@ pub struct AgentArgs {
     /// A running agent: each input is POSTed to this URL (`/invoke` when it has no path)
     #[arg(long, value_name = "URL")]
     pub agent_url: Option<String>,
-    /// Inference upstream (OpenAI-compatible, http://), for the agent's model calls
+    /// Inference upstream (OpenAI-compatible, http:// or https://), for the agent's model calls
     #[arg(long, env = "CONVO_UPSTREAM", value_name = "URL")]
     pub upstream: Option<String>,
     /// Upstream for Anthropic-style calls [default: --upstream]

@@ -133,18 +133,23 @@ pub fn payload_text(p: &[u8]) -> String {
     }
 }
 
-/// `status 200  model gpt-4o  tokens 12→40  latency 350 ms` and any other
-/// top-level diagnostics as `key=value`.
+/// `status 200  model gpt-4o  cost $0.0012  tokens 12→40  latency 350 ms`
+/// and any other top-level diagnostics as `key=value`. Tokens and cost
+/// are read as the web view reads them ([`convo_llm::usage`]).
 pub fn diagnostics_summary(d: &serde_json::Value) -> Vec<String> {
     let Some(obj) = d.as_object() else {
         return Vec::new();
     };
     let mut out = Vec::new();
     let scalar = short;
+    let cost = convo_llm::usage::Call::of(d, None).cost;
     for (k, v) in obj {
         let text = match k.as_str() {
             "status" => format!("status {}", scalar(v)),
-            "model" => format!("model {}", scalar(v)),
+            "model" => match cost {
+                Some(x) => format!("model {}  cost {}", scalar(v), convo_llm::usage::usd(x)),
+                None => format!("model {}", scalar(v)),
+            },
             "latency_ms" | "duration_ms" | "latency" | "duration" => {
                 format!("{} {} ms", k.trim_end_matches("_ms"), scalar(v))
             }
@@ -184,29 +189,15 @@ pub fn diagnostics_summary(d: &serde_json::Value) -> Vec<String> {
     out
 }
 
-/// `in→out` from a usage object (Anthropic's `input_tokens` /
-/// `output_tokens`, OpenAI's `prompt_tokens` / `completion_tokens`), or
-/// the number itself.
+/// `in→out` from a usage object of any vendor
+/// ([`convo_llm::usage::Usage::of`], what the web view shows too), or the
+/// number itself.
 fn tokens(v: &serde_json::Value) -> Option<String> {
     if let Some(n) = v.as_u64() {
         return Some(n.to_string());
     }
-    let count = |keys: &[&str]| keys.iter().find_map(|k| v.get(*k)?.as_u64());
-    let input = count(&["input_tokens", "prompt_tokens", "promptTokenCount", "input"]);
-    let output = count(&[
-        "output_tokens",
-        "completion_tokens",
-        "candidatesTokenCount",
-        "output",
-    ]);
-    match (input, output) {
-        (None, None) => None,
-        (i, o) => Some(format!(
-            "{}→{}",
-            i.map_or("?".into(), |n| n.to_string()),
-            o.map_or("?".into(), |n| n.to_string())
-        )),
-    }
+    let u = convo_llm::usage::Usage::of(v)?;
+    Some(format!("{}→{}", u.input, u.output))
 }
 
 /// A diagnostic value on one line, cut at 80 characters.

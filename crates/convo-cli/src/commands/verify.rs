@@ -209,18 +209,9 @@ pub fn run(env: &Env, args: VerifyArgs) -> CmdResult {
         }
     };
     if args.json {
-        print_json(&json!({
-            "ok": r.is_clean(),
-            "nodes": r.nodes,
-            "blobs": r.blobs,
-            "blob_bytes": r.blob_bytes,
-            "branches": r.branches,
-            "state_roots": r.state_roots,
-            "facts": r.facts,
-            "checkpoints": r.checkpoints,
-            "redacted": r.redacted,
-            "problems": r.problems,
-        }));
+        use convo_runtime::wire::FromStore as _;
+        let view = convo_api::VerifyView::from_store(&r);
+        print_json(&serde_json::to_value(&view).unwrap_or_default());
     } else if r.is_clean() {
         println!(
             "ok: {} nodes, {} blobs ({} bytes), {} branches, {} state roots, {} facts verified{}",

@@ -336,7 +336,7 @@ pub struct Index {
 
 /// The text a canonical request is looked up by (RFC 8785).
 pub fn key(canon: &Value) -> String {
-    serde_jcs::to_string(canon).unwrap_or_else(|_| canon.to_string())
+    convo_core::json::canonical(canon).unwrap_or_else(|_| canon.to_string())
 }
 
 fn path_of(v: &Value) -> &str {

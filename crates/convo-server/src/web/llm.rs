@@ -3,228 +3,18 @@
 //! carries, and a response as the assistant's answer (a stream from its
 //! assembled form), with model, tokens, latency, cost and status. The
 //! message lists and stream assembly are `convo_formats::wire`'s (the
-//! proxy's own); prices are a vendored subset of LiteLLM's table
-//! (`assets/prices.json`), overridable with `CONVO_PRICES=FILE`.
+//! proxy's own); which API a body speaks, its tokens and its cost are
+//! read by `convo_llm::api` and `convo_llm::usage` (the one reader, the
+//! CLI's too).
 
 use super::json;
 use super::*;
 use convo_formats::wire::{self, Api};
+use convo_llm::api::{is_sse, request_api, response_api, stream_api};
+pub(crate) use convo_llm::usage::{Call, prices, usd};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
-
-const PRICES_JSON: &str = include_str!("../../assets/prices.json");
-
-/// USD per token for one model.
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
-struct Price {
-    #[serde(default)]
-    input_cost_per_token: f64,
-    #[serde(default)]
-    output_cost_per_token: f64,
-    cache_read_input_token_cost: Option<f64>,
-    cache_creation_input_token_cost: Option<f64>,
-}
-
-/// A price table: model name → price.
-#[derive(Debug, Default)]
-pub(crate) struct Prices {
-    /// Where the table comes from (and its date).
-    pub(crate) source: String,
-    models: HashMap<String, Price>,
-}
-
-impl Prices {
-    /// Parses convo's table (`{"source", "date", "models": {…}}`) or a
-    /// whole LiteLLM `model_prices_and_context_window.json`.
-    pub(crate) fn parse(text: &str, origin: &str) -> Result<Prices, String> {
-        let v: Value =
-            serde_json::from_str(text).map_err(|e| format!("price table {origin}: {e}"))?;
-        let Some(top) = v.as_object() else {
-            return Err(format!("price table {origin}: not a JSON object"));
-        };
-        let (map, source) = match top.get("models").and_then(Value::as_object) {
-            Some(m) => (
-                m,
-                format!(
-                    "{} ({})",
-                    top.get("source").and_then(Value::as_str).unwrap_or(origin),
-                    top.get("date").and_then(Value::as_str).unwrap_or("undated")
-                ),
-            ),
-            None => (top, origin.to_owned()),
-        };
-        let models = map
-            .iter()
-            .filter_map(|(k, v)| {
-                let p: Price = serde_json::from_value(v.clone()).ok()?;
-                v.get("input_cost_per_token")?;
-                Some((k.clone(), p))
-            })
-            .collect();
-        Ok(Prices { source, models })
-    }
-
-    fn find(&self, model: &str) -> Option<Price> {
-        if let Some(p) = self.models.get(model) {
-            return Some(*p);
-        }
-        let bare = model.rsplit('/').next().unwrap_or(model);
-        if let Some(p) = self.models.get(bare) {
-            return Some(*p);
-        }
-        // A dated or suffixed name (`gpt-4o-2099-01-01`): the longest
-        // known name it starts with.
-        self.models
-            .iter()
-            .filter(|(k, _)| bare.starts_with(k.as_str()))
-            .max_by_key(|(k, _)| k.len())
-            .map(|(_, p)| *p)
-    }
-}
-
-static PRICES: OnceLock<Result<Prices, String>> = OnceLock::new();
-
-/// The price table: `CONVO_PRICES` (a file) when set, else the embedded one.
-pub(crate) fn prices() -> Result<&'static Prices, &'static str> {
-    PRICES
-        .get_or_init(|| match std::env::var_os("CONVO_PRICES") {
-            Some(f) => {
-                let origin = std::path::Path::new(&f).display().to_string();
-                std::fs::read_to_string(&f)
-                    .map_err(|e| format!("price table {origin}: {e}"))
-                    .and_then(|t| Prices::parse(&t, &origin))
-            }
-            None => Prices::parse(PRICES_JSON, "assets/prices.json"),
-        })
-        .as_ref()
-        .map_err(String::as_str)
-}
-
-/// Token counts of one call, whatever the vendor's names.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct Usage {
-    /// All input tokens (cached ones included).
-    pub(crate) input: u64,
-    pub(crate) output: u64,
-    /// Input tokens read from a prompt cache.
-    cached: u64,
-    /// Input tokens written to a prompt cache (Anthropic).
-    cache_write: u64,
-}
-
-impl Usage {
-    fn of(u: &Value) -> Option<Usage> {
-        let n = |v: Option<&Value>| v.and_then(Value::as_u64).unwrap_or(0);
-        let o = u.as_object()?;
-        if o.contains_key("prompt_tokens") || o.contains_key("completion_tokens") {
-            return Some(Usage {
-                input: n(o.get("prompt_tokens")),
-                output: n(o.get("completion_tokens")),
-                cached: n(u.pointer("/prompt_tokens_details/cached_tokens")),
-                cache_write: 0,
-            });
-        }
-        if o.contains_key("cache_read_input_tokens")
-            || o.contains_key("cache_creation_input_tokens")
-        {
-            // Anthropic: input_tokens leaves the cached ones out.
-            let (r, w) = (
-                n(o.get("cache_read_input_tokens")),
-                n(o.get("cache_creation_input_tokens")),
-            );
-            return Some(Usage {
-                input: n(o.get("input_tokens")) + r + w,
-                output: n(o.get("output_tokens")),
-                cached: r,
-                cache_write: w,
-            });
-        }
-        (o.contains_key("input_tokens") || o.contains_key("output_tokens")).then(|| Usage {
-            input: n(o.get("input_tokens")),
-            output: n(o.get("output_tokens")),
-            cached: n(u.pointer("/input_tokens_details/cached_tokens")),
-            cache_write: 0,
-        })
-    }
-
-    fn cost(&self, p: Price) -> f64 {
-        let fresh = self.input.saturating_sub(self.cached + self.cache_write);
-        fresh as f64 * p.input_cost_per_token
-            + self.cached as f64
-                * p.cache_read_input_token_cost
-                    .unwrap_or(p.input_cost_per_token)
-            + self.cache_write as f64
-                * p.cache_creation_input_token_cost
-                    .unwrap_or(p.input_cost_per_token)
-            + self.output as f64 * p.output_cost_per_token
-    }
-}
-
-/// What a response node says about its call.
-#[derive(Debug, Default)]
-pub(crate) struct Call {
-    pub(crate) model: Option<String>,
-    pub(crate) usage: Option<Usage>,
-    /// USD; `None` when the model is not in the price table.
-    pub(crate) cost: Option<f64>,
-    pub(crate) latency_ms: Option<f64>,
-    pub(crate) ttft_ms: Option<f64>,
-    pub(crate) status: Option<u64>,
-    pub(crate) failed: bool,
-    /// Why the upstream's stream ended early (the proxy's `partial`).
-    pub(crate) cut: Option<String>,
-}
-
-impl Call {
-    /// From a response's diagnostics (as the proxy records them) and,
-    /// when they lack model or usage, its parsed body.
-    pub(crate) fn of(diag: &Value, body: Option<&Value>) -> Call {
-        let model = diag
-            .get("model")
-            .and_then(Value::as_str)
-            .or_else(|| body?.get("model")?.as_str())
-            .map(str::to_owned);
-        let usage = diag
-            .get("usage")
-            .or_else(|| diag.get("assembled")?.get("usage"))
-            .or_else(|| {
-                let b = body?;
-                b.get("usage").or_else(|| b.get("response")?.get("usage"))
-            })
-            .and_then(Usage::of);
-        let status = diag.get("status").and_then(Value::as_u64);
-        let failed = status.is_some_and(|s| s >= 400)
-            || diag.get("error").is_some_and(|e| !e.is_null())
-            || body.is_some_and(|b| b.get("error").is_some_and(|e| !e.is_null()));
-        let cost = match (&model, usage, prices()) {
-            (Some(m), Some(u), Ok(p)) => p.find(m).map(|pr| u.cost(pr)),
-            _ => None,
-        };
-        let cut = diag
-            .get("partial")
-            .filter(|p| !p.is_null())
-            .map(|p| match p {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            });
-        Call {
-            cut,
-            model,
-            usage,
-            cost,
-            latency_ms: diag.get("latency_ms").and_then(Value::as_f64),
-            ttft_ms: diag.get("ttft_ms").and_then(Value::as_f64),
-            status,
-            failed,
-        }
-    }
-
-    /// Whether anything here is about an LLM call.
-    fn is_call(&self) -> bool {
-        self.model.is_some() || self.usage.is_some() || self.status.is_some()
-    }
-}
 
 /// A session's (or timeline's) figures, summed over its response nodes.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -324,18 +114,6 @@ pub(crate) fn session_totals(s: &mut Store, row: &SessionRow) -> convo_store::Re
         c.insert(key, (heads, t.clone()));
     }
     Ok(t)
-}
-
-pub(crate) fn usd(x: f64) -> String {
-    if x == 0.0 {
-        "$0".into()
-    } else if x < 0.0001 {
-        format!("${x:.6}")
-    } else if x < 0.01 {
-        format!("${x:.4}")
-    } else {
-        format!("${x:.2}")
-    }
 }
 
 pub(crate) fn ms(x: i64) -> String {
@@ -554,78 +332,6 @@ fn msg(m: &Value) -> Msg {
     Msg {
         role: role.to_owned(),
         parts: ps,
-    }
-}
-
-/// Which API a request body speaks, from the request node's diagnostics
-/// (`api`, as the proxy records it) or the body's shape.
-fn request_api(diag: &Value, req: &Value) -> Api {
-    match diag.get("api").and_then(Value::as_str).map(Api::from_name) {
-        Some(a) if a.is_conversation() => a,
-        _ if req.get("input").is_some() => Api::Responses,
-        _ if req.get("messages").is_some()
-            && (req.get("system").is_some()
-                || req.get("max_tokens").is_some()
-                    && req.get("max_completion_tokens").is_none()
-                    && anthropic_blocks(req)) =>
-        {
-            Api::Messages
-        }
-        _ if req.get("messages").is_some() => Api::Chat,
-        _ => Api::Other,
-    }
-}
-
-fn anthropic_blocks(req: &Value) -> bool {
-    req.get("messages")
-        .and_then(Value::as_array)
-        .is_some_and(|ms| {
-            ms.iter().any(|m| {
-                m.get("content")
-                    .and_then(Value::as_array)
-                    .is_some_and(|bs| {
-                        bs.iter().any(|b| {
-                            matches!(
-                                b.get("type").and_then(Value::as_str),
-                                Some("tool_use" | "tool_result" | "image" | "thinking")
-                            )
-                        })
-                    })
-            })
-        })
-}
-
-/// Which API a (non-streamed or assembled) response body is from.
-fn response_api(v: &Value) -> Api {
-    if v.get("choices").is_some() {
-        Api::Chat
-    } else if v.get("object").and_then(Value::as_str) == Some("response")
-        || v.get("output").is_some_and(Value::is_array)
-    {
-        Api::Responses
-    } else if v.get("type").and_then(Value::as_str) == Some("message")
-        || (v.get("content").is_some_and(Value::is_array) && v.get("role").is_some())
-    {
-        Api::Messages
-    } else {
-        Api::Other
-    }
-}
-
-/// Whether bytes look like a Server-Sent Events stream.
-fn is_sse(t: &str) -> bool {
-    let t = t.trim_start();
-    t.starts_with("data:") || t.starts_with("event:") || t.starts_with(": ")
-}
-
-/// The API of a recorded stream, from its events.
-fn stream_api(t: &str) -> Api {
-    if t.contains("\"message_start\"") {
-        Api::Messages
-    } else if t.contains("\"response.") {
-        Api::Responses
-    } else {
-        Api::Chat
     }
 }
 
@@ -1116,39 +822,6 @@ pub(super) fn totals_view(t: &Totals) -> Markup {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn usage_and_cost_for_each_vendor() {
-        let p = Prices::parse(
-            r#"{"source":"t","date":"d","models":{"gpt-4o":{"input_cost_per_token":0.0000025,"output_cost_per_token":0.00001,"cache_read_input_token_cost":0.00000125},
-               "claude-x":{"input_cost_per_token":0.000003,"output_cost_per_token":0.000015,"cache_read_input_token_cost":0.0000003,"cache_creation_input_token_cost":0.00000375},
-               "sample_spec":{"mode":"chat"}}}"#,
-            "test",
-        )
-        .unwrap();
-        assert_eq!(p.source, "t (d)");
-        assert!(p.find("sample_spec").is_none());
-        let chat = Usage::of(&json!({"prompt_tokens": 1000, "completion_tokens": 100, "prompt_tokens_details": {"cached_tokens": 400}})).unwrap();
-        assert_eq!((chat.input, chat.output, chat.cached), (1000, 100, 400));
-        let c = chat.cost(p.find("gpt-4o-2024-08-06").unwrap());
-        assert!((c - (600.0 * 0.0000025 + 400.0 * 0.00000125 + 100.0 * 0.00001)).abs() < 1e-12);
-        let a = Usage::of(&json!({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 100, "cache_creation_input_tokens": 20})).unwrap();
-        assert_eq!(a.input, 130);
-        let c = a.cost(p.find("anthropic/claude-x").unwrap());
-        assert!(
-            (c - (10.0 * 0.000003 + 100.0 * 0.0000003 + 20.0 * 0.00000375 + 5.0 * 0.000015)).abs()
-                < 1e-12
-        );
-        let r = Usage::of(&json!({"input_tokens": 7, "output_tokens": 3})).unwrap();
-        assert_eq!((r.input, r.output), (7, 3));
-        assert!(Prices::parse("[]", "x").is_err());
-        // The embedded table parses and knows the common models.
-        let e = Prices::parse(PRICES_JSON, "embedded").unwrap();
-        assert!(e.source.contains("LiteLLM"));
-        for m in ["gpt-4o", "gpt-4o-mini", "claude-sonnet-4-5"] {
-            assert!(e.find(m).is_some(), "{m}");
-        }
-    }
 
     fn rendered(m: Markup) -> String {
         m.into_string()

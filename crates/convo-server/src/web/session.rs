@@ -20,7 +20,7 @@ pub(super) struct SessionPageQuery {
     fragment: Option<String>,
 }
 
-/// Model, tokens, latency and status found in a node's diagnostics.
+/// Model, tokens, cost, latency and status found in a node's diagnostics.
 fn diag_summary(d: &serde_json::Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let get = |k: &str| d.get(k).filter(|v| !v.is_null());
@@ -31,18 +31,18 @@ fn diag_summary(d: &serde_json::Value) -> Vec<(String, String)> {
     if let Some(m) = get("model") {
         out.push(("model".into(), show(m)));
     }
-    if let Some(u) = get("usage").or_else(|| get("tokens")) {
-        if let Some(o) = u.as_object() {
-            let pick = |ks: &[&str]| ks.iter().find_map(|k| o.get(*k)).map(show);
-            if let Some(i) = pick(&["prompt_tokens", "input_tokens", "input"]) {
-                out.push(("tokens in".into(), i));
-            }
-            if let Some(i) = pick(&["completion_tokens", "output_tokens", "output"]) {
-                out.push(("tokens out".into(), i));
-            }
-        } else {
-            out.push(("tokens".into(), show(u)));
+    // Tokens and cost as every surface reads them (`convo_llm::usage`).
+    let call = convo_llm::usage::Call::of(d, None);
+    match (call.usage, get("usage").or_else(|| get("tokens"))) {
+        (Some(u), _) => {
+            out.push(("tokens in".into(), u.input.to_string()));
+            out.push(("tokens out".into(), u.output.to_string()));
         }
+        (None, Some(u)) => out.push(("tokens".into(), show(u))),
+        (None, None) => {}
+    }
+    if let Some(x) = call.cost {
+        out.push(("cost".into(), convo_llm::usage::usd(x)));
     }
     for k in ["latency_ms", "duration_ms", "ttft_ms"] {
         if let Some(v) = get(k) {
