@@ -7,6 +7,7 @@ mod test_agents;
 mod test_backends;
 mod test_cli;
 mod test_concurrency;
+mod test_credentials;
 mod test_convo_test;
 mod test_crash;
 mod test_formats;
