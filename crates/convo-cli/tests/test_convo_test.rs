@@ -831,6 +831,30 @@ fn an_llm_judge_is_asked_once_through_the_proxy_then_replayed() {
     assert_eq!(a["verdict"]["replayed"], true, "{a:#}");
     assert_eq!(a["verdict"]["session"], session.as_str());
     assert_eq!(asked(), 1);
+    // Each replay's counts are journaled on the recording's session.
+    let got = t.run(&["session", "get", &rec, "--json"]).json();
+    let replays = got["replays"].as_array().unwrap();
+    assert_eq!(replays.len(), 2, "{got:#}");
+    for r in replays {
+        assert_eq!(
+            (
+                &r["branch"],
+                &r["exact"],
+                &r["tolerated"],
+                &r["missed"],
+                &r["live"]
+            ),
+            (&json!("main"), &json!(1), &json!(0), &json!(0), &json!(0)),
+            "{r}"
+        );
+    }
+    let shown = t.run(&["session", "get", &rec]).ok();
+    assert!(
+        shown.contains("replays 2, the last")
+            && shown.contains("1 exact, 0 tolerated, 0 live, 0 missed"),
+        "{shown}"
+    );
+    t.run(&["verify"]).ok();
 
     // A changed output: no verdict recorded, and none without an upstream.
     let (code, a, v) = run("the answer is forty-three\n", &[]);

@@ -464,6 +464,9 @@ async fn run_one(
     let _ = stop.send(());
     let _ = server.await;
     let replay = proxy.replay_report().unwrap_or(Value::Null);
+    if let Err(e) = proxy.note_replay().await {
+        eprintln!("convo test: the replay's counts could not be journaled: {e}");
+    }
     let judged = judge_all(pool, t, &ran, &shared.judge).await;
     Ok(TestResult::finish(
         t,
