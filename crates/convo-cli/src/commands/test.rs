@@ -100,6 +100,10 @@ pub struct TestArgs {
     /// Compare with a previous --json report: unchanged, improved, regressed per test
     #[arg(long, value_name = "BASELINE")]
     pub compare: Option<PathBuf>,
+    /// The program is a harness agent (docs/AGENTS.md) recorded by `convo run`:
+    /// replay its inputs, answer its inference and kv calls from the recording
+    #[arg(long)]
+    pub harness: bool,
     /// Seconds a program may run before it is stopped and its test fails
     #[arg(long, default_value_t = 600.0, value_name = "SECS")]
     pub timeout: f64,
@@ -156,6 +160,11 @@ pub struct TestSpec {
     /// Exact matching only.
     #[serde(default)]
     pub strict: bool,
+    /// The program is a harness agent (docs/AGENTS.md), recorded by
+    /// `convo run`: its inputs are sent again, its inference and kv calls
+    /// answered from the recording.
+    #[serde(default)]
+    pub harness: bool,
     /// The assertions on what the program produced.
     #[serde(default)]
     pub expect: Vec<Assertion>,
@@ -172,7 +181,7 @@ pub enum Command {
 }
 
 impl Command {
-    fn argv(&self) -> Vec<String> {
+    pub fn argv(&self) -> Vec<String> {
         match self {
             Command::Argv(a) => a.clone(),
             Command::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
@@ -350,6 +359,7 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf, FileJudge)> {
             cwd: None,
             match_ignore: Vec::new(),
             strict: false,
+            harness: a.harness,
             expect,
         };
         return Ok((vec![spec], here, FileJudge::default()));
@@ -433,6 +443,30 @@ async fn run_one(
     base: &Path,
 ) -> CmdResult<TestResult> {
     let started = Instant::now();
+    if t.harness {
+        if shared.live {
+            return Ok(TestResult::error(
+                t,
+                "--on-change live is for programs calling a model through the proxy; \
+                 a harness agent goes live with convo replay --live-after NODE",
+            ));
+        }
+        let mut ignore = shared.match_ignore.clone();
+        ignore.extend(t.match_ignore.iter().cloned());
+        let dir = base.join(t.cwd.as_deref().unwrap_or(Path::new(".")));
+        let (ran, replay) = super::test_agent::run(
+            pool,
+            t,
+            &ignore,
+            shared.strict || t.strict,
+            Some(&dir),
+            shared.timeout,
+        )
+        .await?;
+        let judged = judge_all(pool, t, &ran, &shared.judge).await;
+        let took = started.elapsed();
+        return Ok(TestResult::finish(t, ran, replay, base, &judged, took));
+    }
     let cfg = replay_config(t, shared)?;
     let proxy = match convo_proxy::Proxy::start(cfg, pool.clone(), None).await {
         Ok(p) => p,

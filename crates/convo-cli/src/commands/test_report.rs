@@ -23,6 +23,23 @@ pub struct Ran {
 }
 
 impl Ran {
+    /// A program that ran to its end, exit 0, printing `stdout`.
+    pub fn finished(stdout: String) -> Ran {
+        Ran {
+            exit_code: Some(0),
+            stdout,
+            ..Ran::default()
+        }
+    }
+
+    /// A program that could not run, and why.
+    pub fn failed(why: &str) -> Ran {
+        Ran {
+            error: Some(why.to_owned()),
+            ..Ran::default()
+        }
+    }
+
     /// What the program printed, when it ran to its end (a judge is asked
     /// about nothing else).
     pub fn finished_output(&self) -> Option<&str> {
