@@ -2,16 +2,16 @@
 //! the Responses API, Anthropic Messages) rendered as the conversation it
 //! carries, and a response as the assistant's answer (a stream from its
 //! assembled form), with model, tokens, latency, cost and status. The
-//! message lists and stream assembly are `convo_formats::wire`'s (the
+//! message lists and stream assembly are `convo_llm::wire`'s (the
 //! proxy's own); which API a body speaks, its tokens and its cost are
 //! read by `convo_llm::api` and `convo_llm::usage` (the one reader, the
 //! CLI's too).
 
 use super::json;
 use super::*;
-use convo_formats::wire::{self, Api};
 use convo_llm::api::{is_sse, request_api, response_api, stream_api};
 pub(crate) use convo_llm::usage::{Call, prices, usd};
+use convo_llm::wire::{self, Api};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;
