@@ -97,6 +97,11 @@ impl Writer {
         })
     }
 
+    /// `true` while the store refuses recordings as locked.
+    pub fn stalled(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.stalled()
+    }
+
     /// Records `ex` where `target` says (in a transaction shared with other
     /// calls) and returns the last node recorded.
     pub async fn record(&self, target: Target, ex: Exchange) -> Result<StoredNode> {
