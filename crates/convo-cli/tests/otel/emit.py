@@ -344,7 +344,7 @@ if mode == "openai-agents-handoff":
     async def run_handoff() -> dict:
         # Each run its own trace, as a script makes them.
         first = await Runner.run(triage, "Weather in Paris?")
-        follow = first.to_input_list() + [{"role": "user", "content": "And tomorrow?"}]
+        follow = [*first.to_input_list(), {"role": "user", "content": "And tomorrow?"}]
         second = await Runner.run(first.last_agent, follow)
         return {
             "agents": [first.last_agent.name, second.last_agent.name],
