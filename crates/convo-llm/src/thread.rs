@@ -403,6 +403,41 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_calls_text_argument_is_what_a_subagent_it_starts_is_found_by() {
+        // Claude Code's Task/Agent tool (Messages), an agent as a tool
+        // (Chat, Responses): each string argument could start a subagent.
+        let claude = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+            "name": "Agent", "input": {"description": "look", "prompt": " list the files ", "n": 2}}]});
+        let spawns = spawns_of_answer(Api::Messages, Some(&claude));
+        assert_eq!(spawns.len(), 2, "{spawns:?}");
+        let sub = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+            {"type": "text", "text": "list the files"}]}]});
+        let key = spawned_by(Api::Messages, Some(&sub)).unwrap();
+        let hit = spawns.iter().find(|s| s.key == key).unwrap();
+        assert_eq!(hit.tool_call_id.as_deref(), Some("toolu_1"));
+        assert_eq!(hit.tool.as_deref(), Some("Agent"));
+        let chat = json!({"role": "assistant", "tool_calls": [{"id": "call_9", "type": "function",
+            "function": {"name": "researcher", "arguments": "{\"input\": \"find papers\"}"}}]});
+        let spawns = spawns_of_answer(Api::Chat, Some(&chat));
+        let req = json!({"messages": [{"role": "system", "content": "you research"},
+            {"role": "user", "content": "find papers"}]});
+        assert_eq!(spawns[0].key, spawned_by(Api::Chat, Some(&req)).unwrap());
+        let resp = json!([{"type": "function_call", "call_id": "call_3", "name": "writer",
+            "arguments": "{\"input\": \"a poem\"}"}]);
+        assert_eq!(
+            spawns_of_answer(Api::Responses, Some(&resp))[0]
+                .tool_call_id
+                .as_deref(),
+            Some("call_3")
+        );
+        // A request that continues an answer is no subagent's first.
+        let later = json!({"messages": [{"role": "user", "content": "find papers"},
+            {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]});
+        assert_eq!(spawned_by(Api::Chat, Some(&later)), None);
+    }
+
+    #[test]
     fn responses_chains_are_continued_by_id() {
         let req =
             json!({"input":"hi","previous_response_id":"resp_1","conversation":{"id":"conv_9"}});
