@@ -370,6 +370,7 @@ fn claude_code_subagents_are_branches_of_the_turn_that_started_them() {
     assert!(main.contains("Agent"), "the call that started it: {main}");
     // Linked both ways to the call that started it, as through the proxy.
     let link = subagent_link(&t, &session);
+    assert_eq!(link["tool"], "Agent", "{link}");
     let started = t.run(&["show", link["started_by"].as_str().unwrap()]).ok();
     assert!(
         started.contains("Agent"),

@@ -184,6 +184,12 @@ pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode
                     subagent_link(&rows[r].0.node.diagnostics.to_value()).map(|mut v| {
                         v["started_by"] = serde_json::json!(fp.to_hex());
                         v["branch"] = serde_json::json!(branches[p].name.as_str());
+                        // A transcript's subagent forks at the tool call
+                        // (a `request` to the tool): its name.
+                        let at = &rows[chains[bi][shared - 1]].0.node;
+                        if v.get("tool").is_none() && at.kind == Kind::Request {
+                            v["tool"] = serde_json::json!(at.to);
+                        }
                         v
                     })
                 }
