@@ -572,3 +572,301 @@ fn convo_history_is_served_over_mcp() {
     );
     assert_eq!(stranger.status, 403, "the Host check applies");
 }
+
+/// A model for Claude Code with an MCP server `ev`: asked to use the echo
+/// tool it calls `mcp__ev__echo` (when the request names it), then
+/// answers with what the tool said.
+fn echo_model(n: usize, path: &str, req: &Value) -> Value {
+    use crate::test_convo_test::{said, tool_use};
+    let model = req["model"].clone();
+    if !path.starts_with("/v1/messages") || req["stream"] != json!(true) {
+        return said(n, &model, &format!("answer {n}"));
+    }
+    let msgs = req["messages"].as_array().cloned().unwrap_or_default();
+    let results: Vec<Value> = msgs
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .collect();
+    // Offered among the tools, or named as a deferred one (tool search).
+    let offered = req.to_string().contains("mcp__ev__echo");
+    let asked = Value::Array(msgs).to_string().contains("use the echo tool");
+    match results.last() {
+        None if asked && offered => tool_use(
+            n,
+            &model,
+            "mcp__ev__echo",
+            json!({"message": "from claude"}),
+        ),
+        Some(r) => {
+            let text: String = match &r["content"] {
+                Value::String(s) => s.clone(),
+                Value::Array(a) => a.iter().filter_map(|b| b["text"].as_str()).collect(),
+                other => other.to_string(),
+            };
+            said(n, &model, &format!("final: the tool said {text}"))
+        }
+        None => said(n, &model, &format!("answer {n} (no echo tool offered)")),
+    }
+}
+
+/// Waits (up to a minute) until the timeline's last node is a `complete`:
+/// an MCP wrapper a client stopped closes its recording as it exits.
+fn until_closed(t: &TestEnv, session: &str) -> Vec<Value> {
+    for _ in 0..600 {
+        let nodes = timeline(t, session, "main");
+        if nodes.last().is_some_and(|n| n["kind"] == "complete") {
+            return nodes;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("the recording of {session} was never closed");
+}
+
+#[test]
+fn claude_code_with_a_wrapped_server_is_one_session_and_replays_offline() {
+    let Some(tools) = tools() else { return };
+    let Some(claude) = crate::test_agents::node_tool("claude") else {
+        return;
+    };
+    let up = crate::test_harness::Upstream::start(echo_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let server = tools.server("server-everything");
+    let convo = env!("CARGO_BIN_EXE_convo");
+    let run = |base: &str, wrap: &[&str]| {
+        let mut args = vec!["mcp", "wrap", "--session", "run"];
+        args.extend_from_slice(wrap);
+        let config = json!({"mcpServers": {"ev": {"command": convo, "args": args,
+            "env": {"CONVO_HOME": t.home()}}}});
+        Command::new(&claude)
+            .current_dir(&proj)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &home)
+            .env("ANTHROPIC_BASE_URL", format!("{base}/s/run/main"))
+            .env("ANTHROPIC_API_KEY", "x")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .args(["-p", "please use the echo tool", "--strict-mcp-config"])
+            .args(["--mcp-config", &config.to_string()])
+            .args(["--allowedTools", "mcp__ev__echo"])
+            .output()
+            .unwrap()
+    };
+    let live = crate::test_agents::proxy(&t, &["--upstream", &up.url]);
+    let first = crate::test_agents::ok(
+        run(&format!("http://{}", live.addr), &["--", "node", &server]),
+        "claude -p with a wrapped MCP server",
+    );
+    assert!(
+        first.contains("final: the tool said Echo: from claude"),
+        "{first}"
+    );
+    assert!(live.stop().success());
+
+    // One session, one turn: the server's handshake, then the model's
+    // call, the tool call it asked for, and the model's answer, in order;
+    // closed when Claude Code stopped the wrapper.
+    let nodes = until_closed(&t, "run");
+    let sessions = t.run(&["session", "list", "--json"]).json();
+    let list = sessions.get("sessions").unwrap_or(&sessions);
+    let titled = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["title"] == "run");
+    assert_eq!(titled.count(), 1, "{sessions}");
+    let turns = nodes.iter().filter(|n| n["kind"] == "invoke").count();
+    assert_eq!(turns, 1, "one submission");
+    let order: Vec<String> = nodes
+        .iter()
+        .filter(|n| n["kind"] == "request")
+        .map(|n| match mcp_of(n)["method"].as_str() {
+            Some(m) => format!("{m} {}", mcp_of(n)["tool"].as_str().unwrap_or("")),
+            None => n["to"].as_str().unwrap().to_owned(),
+        })
+        .collect();
+    let at = |w: &str| order.iter().position(|m| m.trim() == w);
+    let initialize = at("initialize").expect("initialize recorded");
+    let model = at("infer").expect("a model call recorded");
+    let echo = at("tools/call echo").expect("the tool call recorded");
+    let answer = order.iter().rposition(|m| m == "infer").unwrap();
+    assert!(
+        initialize < model && model < echo && echo < answer,
+        "{order:?}"
+    );
+    let result = nodes
+        .iter()
+        .find(|n| n["kind"] == "response" && mcp_of(n)["tool"] == "echo")
+        .expect("the tool call's answer");
+    assert!(
+        result["payload"]
+            .as_str()
+            .unwrap()
+            .contains("Echo: from claude")
+    );
+    assert!(t.run(&["verify"]).ok().starts_with("ok"));
+
+    // Offline: the model calls and the tool calls answered from the
+    // recording, the server never started; the same final answer.
+    drop(up);
+    let report = t.home().join("replay.json");
+    let rep = report.to_str().unwrap();
+    let replay = crate::test_agents::proxy(&t, &["--replay", "run", "--report", rep]);
+    let again = crate::test_agents::ok(
+        run(
+            &format!("http://{}", replay.addr),
+            &["--replay", "--", "/nonexistent/mcp-server"],
+        ),
+        "claude -p against the replays",
+    );
+    assert_eq!(again, first);
+    assert!(replay.stop().success());
+    let r: Value = serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+    assert_eq!(r["counts"]["missed"], 0, "{r:#}");
+    assert_eq!(
+        timeline(&t, "run", "main").len(),
+        nodes.len(),
+        "replays record nothing"
+    );
+}
+
+/// A raw line client of `convo mcp wrap`: requests written, answers read.
+struct Lines {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Lines {
+    fn start(t: &TestEnv, args: &[&str]) -> Lines {
+        let mut child = t
+            .cmd()
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        Lines {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn send(&mut self, msg: Value) {
+        use std::io::Write;
+        writeln!(self.stdin, "{msg}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Sends request `id` and reads lines until its answer.
+    fn call(&mut self, id: u64, method: &str, params: Value) -> Value {
+        use std::io::BufRead;
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "no answer to {method}"
+            );
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v["id"] == json!(id) && v.get("method").is_none() {
+                return v;
+            }
+        }
+    }
+
+    fn initialize(&mut self) -> Value {
+        let v = self.call(
+            0,
+            "initialize",
+            json!({"protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "lines", "version": "1"}}),
+        );
+        self.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        v
+    }
+}
+
+#[test]
+fn sigterm_mid_run_closes_the_recording_and_export_and_search_find_the_calls() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let server = tools.server("server-everything");
+    let mut c = Lines::start(
+        &t,
+        &["mcp", "wrap", "--session", "sig", "--", "node", &server],
+    );
+    c.initialize();
+    let echo = c.call(
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "before the signal"}}),
+    );
+    assert_eq!(
+        echo["result"]["content"][0]["text"],
+        "Echo: before the signal"
+    );
+    // The client still connected: SIGTERM, as a client stopping its
+    // servers sends it.
+    let pid = c.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = c.child.wait().unwrap();
+    assert!(
+        status.code().is_some(),
+        "exited, not killed by the signal: {status:?}"
+    );
+
+    let nodes = timeline(&t, "sig", "main");
+    let last = nodes.last().unwrap();
+    assert_eq!(last["kind"], "complete", "the submission is closed");
+    assert_eq!(mcp_of(last)["server"], "mcp-servers/everything");
+    let answered = nodes
+        .iter()
+        .find(|n| n["kind"] == "response" && mcp_of(n)["tool"] == "echo")
+        .expect("the call before the signal is recorded with its answer");
+    assert!(
+        answered["payload"]
+            .as_str()
+            .unwrap()
+            .contains("Echo: before the signal")
+    );
+    assert!(t.run(&["verify"]).ok().starts_with("ok"));
+
+    // Search finds the tool call and its answer; exports carry them.
+    let hits = t.run(&["search", "before the signal", "--json"]).json();
+    let hits = hits
+        .get("hits")
+        .unwrap_or(&hits)
+        .as_array()
+        .unwrap()
+        .clone();
+    let mut hit_kinds: Vec<&str> = hits
+        .iter()
+        .filter(|h| mcp_of(&h["node"])["tool"] == "echo")
+        .filter_map(|h| h["node"]["kind"].as_str())
+        .collect();
+    hit_kinds.sort();
+    assert_eq!(hit_kinds, ["request", "response"], "{hits:?}");
+    let recording = t.run(&["export", "sig", "--format", "recording"]).ok();
+    assert!(recording.contains("Echo: before the signal"), "{recording}");
+    let md = t.run(&["export", "sig", "--format", "markdown"]).ok();
+    assert!(
+        md.contains("mcp:mcp-servers/everything") && md.contains("Echo: before the signal"),
+        "{md}"
+    );
+}
