@@ -870,3 +870,172 @@ fn sigterm_mid_run_closes_the_recording_and_export_and_search_find_the_calls() {
         "{md}"
     );
 }
+
+impl Tools {
+    /// Runs tests/clients/mcp_client.mjs (the TypeScript SDK's client)
+    /// with `steps` and `transport` (`stdio CMD…` or `http URL`); what it
+    /// printed. The script is copied next to the test's node_modules.
+    fn ts_client(&self, t: &TestEnv, steps: &Value, transport: &[&str]) -> Value {
+        let dir = t.home().join("ts-client");
+        if !dir.exists() {
+            std::fs::create_dir_all(&dir).unwrap();
+            let src =
+                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.mjs");
+            std::fs::copy(src, dir.join("mcp_client.mjs")).unwrap();
+            std::os::unix::fs::symlink(&self.modules, dir.join("node_modules")).unwrap();
+        }
+        let out = Command::new("node")
+            .arg(dir.join("mcp_client.mjs"))
+            .arg(steps.to_string())
+            .args(transport)
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", t.home())
+            .env("CONVO_HOME", t.home())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "mcp_client.mjs failed: {stderr}");
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("mcp_client.mjs printed no JSON ({e}): {stderr}"))
+    }
+}
+
+#[test]
+fn typescript_sdk_client_is_recorded_and_replayed_over_stdio_and_http() {
+    let Some(tools) = tools() else { return };
+    if !tools.modules.join("@modelcontextprotocol/sdk").exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install @modelcontextprotocol/sdk (scripts/test-env)"
+        );
+        eprintln!("SKIPPED: @modelcontextprotocol/sdk is not installed (scripts/test-env)");
+        return;
+    }
+    let t = TestEnv::new();
+    let convo = env!("CARGO_BIN_EXE_convo");
+    let server = tools.server("server-everything");
+    let steps = json!([
+        ["list_tools"],
+        ["call_tool", "echo", {"message": "from typescript"}],
+        ["call_tool_progress", "trigger-long-running-operation", {"duration": 1, "steps": 2}],
+        ["read_resource", "demo://resource/static/document/architecture.md"],
+        ["get_prompt", "simple-prompt", {}],
+        ["ping"],
+    ]);
+
+    // stdio: recorded through the wrapper, replayed with no server.
+    let live = tools.ts_client(
+        &t,
+        &steps,
+        &[
+            "stdio",
+            convo,
+            "mcp",
+            "wrap",
+            "--session",
+            "ts",
+            "--",
+            "node",
+            &server,
+        ],
+    );
+    assert_eq!(live["server"], "mcp-servers/everything");
+    assert_eq!(
+        live["results"][1]["content"][0]["text"],
+        "Echo: from typescript"
+    );
+    let recorded = timeline(&t, "ts", "main");
+    assert!(
+        recorded
+            .iter()
+            .any(|n| mcp_of(n)["uri"] == "demo://resource/static/document/architecture.md")
+    );
+    let replayed = tools.ts_client(
+        &t,
+        &steps,
+        &[
+            "stdio",
+            convo,
+            "mcp",
+            "wrap",
+            "--session",
+            "ts",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    assert_eq!(replayed, live);
+    let changed = tools.ts_client(
+        &t,
+        &json!([["call_tool", "echo", {"message": "changed"}]]),
+        &[
+            "stdio",
+            convo,
+            "mcp",
+            "wrap",
+            "--session",
+            "ts",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    assert_eq!(changed["results"][0]["code"], -32042, "{changed}");
+    let err = changed["results"][0]["error"].as_str().unwrap();
+    assert!(err.contains("/params/arguments/message"), "{err}");
+
+    // Streamable HTTP: through `convo mcp proxy`, then with no upstream.
+    let http_steps = json!([
+        ["list_tools"],
+        ["call_tool", "echo", {"message": "typescript over http"}],
+        ["call_tool_progress", "trigger-long-running-operation", {"duration": 1, "steps": 2}],
+        ["ping"],
+    ]);
+    let (mut upstream, url) = everything_http(&tools);
+    let relay = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "proxy",
+            "--upstream",
+            &url,
+            "--listen",
+            "127.0.0.1:0",
+            "--session",
+            "ts-http",
+        ],
+    );
+    let endpoint = format!("http://{}/mcp", relay.addr);
+    let over_http = tools.ts_client(&t, &http_steps, &["http", &endpoint]);
+    assert_eq!(
+        over_http["results"][1]["content"][0]["text"],
+        "Echo: typescript over http"
+    );
+    relay.stop();
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    let methods: Vec<String> = timeline(&t, "ts-http", "main")
+        .iter()
+        .filter_map(|n| mcp_of(n)["method"].as_str().map(str::to_owned))
+        .collect();
+    for m in ["initialize", "tools/call", "notifications/progress", "ping"] {
+        assert!(methods.iter().any(|x| x == m), "{m}: {methods:?}");
+    }
+    let replay = crate::serve_util::Server::launch(
+        &t,
+        &[
+            "mcp",
+            "proxy",
+            "--replay",
+            "--session",
+            "ts-http",
+            "--listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let endpoint = format!("http://{}/mcp", replay.addr);
+    let again = tools.ts_client(&t, &http_steps, &["http", &endpoint]);
+    assert_eq!(again, over_http);
+}
