@@ -1039,3 +1039,49 @@ fn typescript_sdk_client_is_recorded_and_replayed_over_stdio_and_http() {
     let again = tools.ts_client(&t, &http_steps, &["http", &endpoint]);
     assert_eq!(again, over_http);
 }
+
+#[test]
+fn the_session_page_shows_tool_calls_arguments_results_latency_and_errors() {
+    let Some(tools) = tools() else { return };
+    let t = TestEnv::new();
+    let server = tools.server("server-everything");
+    let out = tools.client(
+        &t,
+        &json!([
+            ["call_tool", "echo", {"message": "shown <on> the page"}],
+            ["call_tool", "no-such-tool", {}],
+            ["call_tool", "get-tiny-image", {}],
+        ]),
+        &["mcp", "wrap", "--session", "page", "--", "node", &server],
+    );
+    assert_eq!(
+        out["results"][0]["content"][0]["text"],
+        "Echo: shown <on> the page"
+    );
+    let srv = crate::serve_util::Server::start(&t, &[]);
+    let page = srv.get("/sessions/page");
+    assert_eq!(page.status, 200);
+    let html = page.text();
+    // The call: its server, method, tool and arguments (escaped).
+    assert!(
+        html.contains("MCP <bdi>mcp-servers/everything</bdi>"),
+        "{html}"
+    );
+    assert!(html.contains("tool call <b><bdi>echo</bdi></b>"), "{html}");
+    assert!(html.contains("shown &lt;on&gt; the page"), "{html}");
+    // Its result as text, with the latency.
+    assert!(
+        html.contains(r#"<pre class="output">Echo: shown &lt;on&gt; the page</pre>"#),
+        "{html}"
+    );
+    assert!(html.contains(r#"class="diag latency""#), "{html}");
+    // The failed call says so; the image is named, not dumped.
+    assert!(
+        html.contains("tool error") || html.contains("error -32602"),
+        "{html}"
+    );
+    assert!(html.contains(r#"class="diag status bad""#), "{html}");
+    assert!(html.contains("image image/png"), "{html}");
+    // The server's tools, listed by name.
+    assert!(html.contains("tools offered"), "{html}");
+}
