@@ -625,7 +625,7 @@ fn until_closed(t: &TestEnv, session: &str) -> Vec<Value> {
 }
 
 #[test]
-fn claude_code_with_a_wrapped_server_is_one_session_and_replays_offline() {
+fn claude_code_with_a_wrapped_server_is_one_session_and_replays_offline_and_under_convo_test() {
     let Some(tools) = tools() else { return };
     let Some(claude) = crate::test_agents::node_tool("claude") else {
         return;
@@ -734,6 +734,73 @@ fn claude_code_with_a_wrapped_server_is_one_session_and_replays_offline() {
         nodes.len(),
         "replays record nothing"
     );
+
+    // `convo test`: the MCP server the test declares answered from the
+    // recording, its configuration in $CONVO_MCP_CONFIG; from convo.toml
+    // and from the command line.
+    let claude_line = format!(
+        "{} -p 'please use the echo tool' --strict-mcp-config \
+         --mcp-config \"$CONVO_MCP_CONFIG\" --allowedTools mcp__ev__echo",
+        claude.display()
+    );
+    let toml = format!(
+        "[[test]]\nname = \"claude with an MCP tool\"\nrecording = \"run\"\n\
+         command = {}\n[test.mcp]\nev = [\"node\", {}]\n\
+         [[test.expect]]\ncontains = \"final: the tool said Echo: from claude\"\n",
+        json!(claude_line),
+        json!(server),
+    );
+    std::fs::write(proj.join("convo.toml"), toml).unwrap();
+    let convo_test = |args: &[&str]| {
+        let o = t
+            .cmd()
+            .current_dir(&proj)
+            .env("HOME", &home)
+            .env("DISABLE_TELEMETRY", "1")
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .args(args)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| {
+            panic!(
+                "convo test printed no JSON ({e}): {}",
+                String::from_utf8_lossy(&o.stderr)
+            )
+        });
+        (o.status.code(), v)
+    };
+    let (code, v) = convo_test(&["test", "--json"]);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(v["tests"][0]["status"], "passed", "{v:#}");
+    let mcp_flag = format!("ev=node {server}");
+    let (code, v) = convo_test(&[
+        "test",
+        "run",
+        "--json",
+        "--mcp",
+        &mcp_flag,
+        "--expect-contains",
+        "final: the tool said Echo: from claude",
+        "--",
+        "sh",
+        "-c",
+        &claude_line,
+    ]);
+    assert_eq!(code, Some(0), "{v:#}");
+    // Without the server declared the program has no MCP configuration
+    // and no tool: the test fails.
+    let (code, v) = convo_test(&[
+        "test",
+        "run",
+        "--json",
+        "--expect-contains",
+        "final: the tool said Echo: from claude",
+        "--",
+        "sh",
+        "-c",
+        &claude_line,
+    ]);
+    assert_eq!(code, Some(1), "{v:#}");
 }
 
 /// A raw line client of `convo mcp wrap`: requests written, answers read.

@@ -32,6 +32,7 @@ pub mod share;
 pub mod show;
 pub mod state;
 pub mod test;
+pub mod test_mcp;
 pub mod test_report;
 pub mod turn;
 pub mod verify;

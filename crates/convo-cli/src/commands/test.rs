@@ -31,6 +31,14 @@ use std::time::{Duration, Instant};
 ///   [[test.expect]]
 ///   contains = "sunny"                      # or equals, regex, json_schema,
 ///                                           # tool (+ args), command
+///   [test.mcp]                              # MCP servers the program starts:
+///   fs = ["npx", "@modelcontextprotocol/server-filesystem", "/tmp"]
+///
+/// MCP servers (`mcp`, or --mcp NAME=CMD) are answered from the recording
+/// (`convo mcp wrap --replay`), never started: the program finds their
+/// configuration, `{"mcpServers": {NAME: {"command": …}}}` as Claude Code,
+/// Cursor and the SDKs read it, in the file $CONVO_MCP_CONFIG
+/// (`claude -p … --mcp-config "$CONVO_MCP_CONFIG"`).
 ///
 /// With --on-change live, the first call that differs goes to --upstream
 /// on a fork of the recording (`live-N`), and so does every call after it:
@@ -110,6 +118,10 @@ pub struct TestArgs {
     /// Expect this shell command to exit 0 reading the test's result (JSON) on stdin
     #[arg(long, value_name = "SHELL")]
     pub expect_command: Vec<String>,
+    /// An MCP server the program starts, answered from the recording
+    /// (its configuration in $CONVO_MCP_CONFIG); repeatable
+    #[arg(long, value_name = "NAME=CMD")]
+    pub mcp: Vec<String>,
 }
 
 /// One test, from the command line or a file.
@@ -138,6 +150,10 @@ pub struct TestSpec {
     /// The assertions on what the program produced.
     #[serde(default)]
     pub expect: Vec<Assertion>,
+    /// MCP servers the program starts, by name: answered from the
+    /// recording (a command given as one string is split at spaces).
+    #[serde(default)]
+    pub mcp: BTreeMap<String, Command>,
 }
 
 /// A command: argv, or a shell line.
@@ -174,6 +190,8 @@ struct Shared {
     upstream: Option<String>,
     anthropic_upstream: Option<String>,
     timeout: Duration,
+    /// The store the MCP replays read.
+    store_url: String,
 }
 
 pub fn run(env: &Env, a: TestArgs) -> CmdResult {
@@ -198,6 +216,7 @@ pub fn run(env: &Env, a: TestArgs) -> CmdResult {
         upstream: a.upstream.clone(),
         anthropic_upstream: a.anthropic_upstream.clone(),
         timeout: Duration::from_secs_f64(a.timeout),
+        store_url: env.store_url.clone(),
     };
     let baseline = a
         .compare
@@ -305,6 +324,7 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf)> {
             match_ignore: Vec::new(),
             strict: false,
             expect,
+            mcp: mcp_flags(&a.mcp)?,
         };
         return Ok((vec![spec], here));
     }
@@ -358,6 +378,22 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf)> {
     Ok((tests, base))
 }
 
+/// `--mcp NAME=CMD` flags as the `mcp` table of a test.
+fn mcp_flags(flags: &[String]) -> CmdResult<BTreeMap<String, Command>> {
+    let mut out = BTreeMap::new();
+    for f in flags {
+        let (name, cmd) = f
+            .split_once('=')
+            .filter(|(n, c)| !n.is_empty() && !c.trim().is_empty())
+            .ok_or_else(|| {
+                CommandError::user(format!("--mcp `{f}`: give NAME=COMMAND"))
+                    .with_hint("e.g. --mcp 'fs=npx @modelcontextprotocol/server-filesystem /tmp'")
+            })?;
+        out.insert(name.to_owned(), Command::Shell(cmd.to_owned()));
+    }
+    Ok(out)
+}
+
 /// The replay a test runs against.
 fn replay_config(t: &TestSpec, shared: &Shared) -> CmdResult<convo_proxy::ProxyConfig> {
     let mut spec = ReplaySpec::parse(&t.recording).map_err(|e| {
@@ -406,7 +442,11 @@ async fn run_one(
         let _ = stopped.await;
     }));
     let argv = t.command.argv();
-    let env = t.env.clone();
+    let mut env = t.env.clone();
+    let mcp = super::test_mcp::config(t, &shared.store_url)?;
+    if let Some(m) = &mcp {
+        env.insert(super::test_mcp::ENV.into(), m.path().display().to_string());
+    }
     let cwd = t.cwd.as_ref().map(|c| base.join(c));
     let timeout = shared.timeout;
     let url = format!("http://{addr}");
@@ -415,6 +455,7 @@ async fn run_one(
     })
     .await
     .map_err(|e| CommandError::user(format!("the program's runner failed: {e}")))?;
+    drop(mcp);
     let _ = stop.send(());
     let _ = server.await;
     let replay = proxy.replay_report().unwrap_or(Value::Null);
