@@ -47,8 +47,8 @@ impl Tools {
     /// Runs the client with `steps` against `convo ARGS…` (stdio); what it printed.
     fn client(&self, t: &TestEnv, steps: &Value, convo_args: &[&str]) -> Value {
         let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
-        let out = Command::new(&self.python)
-            .arg(script)
+        let mut cmd = Command::new(&self.python);
+        cmd.arg(script)
             .arg(steps.to_string())
             .arg("stdio")
             .arg(env!("CARGO_BIN_EXE_convo"))
@@ -56,9 +56,11 @@ impl Tools {
             .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", t.home())
-            .env("CONVO_HOME", t.home())
-            .output()
-            .unwrap();
+            .env("CONVO_HOME", t.home());
+        if let Some(url) = &t.store {
+            cmd.env("CONVO_STORE", url);
+        }
+        let out = cmd.output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "mcp_client failed: {stderr}");
         serde_json::from_slice(&out.stdout)
@@ -1151,4 +1153,68 @@ fn the_session_page_shows_tool_calls_arguments_results_latency_and_errors() {
     assert!(html.contains("image image/png"), "{html}");
     // The server's tools, listed by name.
     assert!(html.contains("tools offered"), "{html}");
+}
+
+#[test]
+fn postgres_store_records_replays_and_closes_on_sigterm() {
+    let Some(tools) = tools() else { return };
+    let Some((t, _db)) = TestEnv::on(convo_testutil::Backend::Postgres) else {
+        return;
+    };
+    let server = tools.server("server-everything");
+    let steps = json!([
+        ["call_tool", "echo", {"message": "in postgres"}],
+        ["call_tool", "get-tiny-image", {}],
+        ["read_resource", "demo://resource/static/document/architecture.md"],
+    ]);
+    let live = tools.client(
+        &t,
+        &steps,
+        &["mcp", "wrap", "--session", "pg", "--", "node", &server],
+    );
+    assert_eq!(
+        live["results"][0]["content"][0]["text"],
+        "Echo: in postgres"
+    );
+    let nodes = timeline(&t, "pg", "main");
+    assert_eq!(nodes.last().unwrap()["kind"], "complete");
+    let replayed = tools.client(
+        &t,
+        &steps,
+        &[
+            "mcp",
+            "wrap",
+            "--session",
+            "pg",
+            "--replay",
+            "--",
+            "/nonexistent/mcp-server",
+        ],
+    );
+    assert_eq!(replayed, live);
+
+    // Stopped by SIGTERM mid-run: the recording is closed in PostgreSQL too.
+    let mut c = Lines::start(
+        &t,
+        &["mcp", "wrap", "--session", "pg-sig", "--", "node", &server],
+    );
+    c.initialize();
+    let echo = c.call(
+        1,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"message": "x"}}),
+    );
+    assert_eq!(echo["result"]["content"][0]["text"], "Echo: x");
+    let pid = c.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    assert!(c.child.wait().unwrap().code().is_some());
+    let nodes = timeline(&t, "pg-sig", "main");
+    assert_eq!(nodes.last().unwrap()["kind"], "complete");
+    assert!(t.run(&["verify"]).ok().starts_with("ok"));
 }
