@@ -1153,6 +1153,13 @@ fn the_session_page_shows_tool_calls_arguments_results_latency_and_errors() {
     assert!(html.contains("image image/png"), "{html}");
     // The server's tools, listed by name.
     assert!(html.contains("tools offered"), "{html}");
+    // The turn's waterfall has a bar per tool call, the failed one marked.
+    assert!(html.contains("3 tool calls over"), "{html}");
+    assert!(
+        html.contains(r#"class="bar tool""#) && html.contains(r#"class="bar bad""#),
+        "{html}"
+    );
+    assert!(!html.contains("model calls"), "{html}");
 }
 
 #[test]

@@ -219,6 +219,19 @@ fn tools_offered(r: &Value) -> Markup {
     }
 }
 
+/// An answered MCP tool call, for a turn's waterfall: its label, its
+/// latency, and whether it failed (a JSON-RPC error or `isError`).
+pub(super) fn tool_call(n: &NodeView) -> Option<(String, f64, bool)> {
+    let d = n.diagnostics.get("mcp")?;
+    if n.kind != "response" || d.get("method").and_then(Value::as_str) != Some("tools/call") {
+        return None;
+    }
+    let latency = n.diagnostics.get("latency_ms").and_then(Value::as_f64)?;
+    let tool = d.get("tool").and_then(Value::as_str).unwrap_or("tool");
+    let label = format!("#{} tool {tool}", n.sequence.unwrap_or(0));
+    Some((label, latency, n.diagnostics.get("error").is_some()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
