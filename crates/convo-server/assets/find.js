@@ -27,6 +27,7 @@
   function addRerun(art) {
     if (!session || !art.dataset || !art.dataset.hash || art.querySelector("a.rerun")) return;
     if (!art.classList.contains("request") && !art.classList.contains("invoke")) return;
+    if (art.classList.contains("kv")) return; // the agent's state, not a model call
     const meta = art.querySelector(".meta");
     if (!meta) return;
     const a = document.createElement("a");
