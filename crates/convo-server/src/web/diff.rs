@@ -239,6 +239,7 @@ impl View<'_> {
         let model = n
             .node
             .diagnostics
+            .to_value()
             .get("model")
             .and_then(|v| v.as_str().map(str::to_owned));
         let len = self.payloads.get(&n.hash).map_or(0, Vec::len);
