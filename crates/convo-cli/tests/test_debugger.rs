@@ -279,7 +279,8 @@ fn convo_test_runs_are_kept_and_shown() {
     );
     let passed = srv.get(&format!("/tests/{}", names[0])).text();
     assert!(passed.contains("data-status=\"passed\""), "{passed}");
-    for bad in ["/tests/..%2Fconvo.db", "/tests/nope", "/tests/12345"] {
-        assert_eq!(srv.get(bad).status, 404, "{bad}");
+    for bad in ["/tests/nope", "/tests/12345", "/tests/..%2Fconvo.db"] {
+        let st = srv.get(bad).status;
+        assert!(st == 404 || st == 400, "{bad}: {st}");
     }
 }
