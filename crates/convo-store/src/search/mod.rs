@@ -165,8 +165,7 @@ impl Query {
             if negated {
                 rest = &rest[1..];
             }
-            let (chunk, quoted, next) = if rest.starts_with('"') {
-                let body = &rest[1..];
+            let (chunk, quoted, next) = if let Some(body) = rest.strip_prefix('"') {
                 match body.find('"') {
                     Some(end) => (&body[..end], true, &body[end + 1..]),
                     None => (body, true, ""),
