@@ -33,6 +33,41 @@ fn assert_inert(path: &str, html: &str) {
     }
 }
 
+/// Opens each page of `spec` (see tests/browser/debugger.py) in headless
+/// Chromium on `t`'s home: the selectors it expects, no dialog, no payload
+/// run, no sideways scrolling on a phone; screenshots kept with the web
+/// view's. Skipped (loudly, and never in CI) without Chromium.
+fn browse(t: &TestEnv, spec: &Value) {
+    let (Some(py), Some(chromium)) = (
+        std::env::var_os("CONVO_TEST_PYTHON"),
+        std::env::var_os("CONVO_TEST_CHROMIUM"),
+    ) else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (scripts/test-env)"
+        );
+        eprintln!("skipping the browser part: run scripts/test (it sets up Chromium)");
+        return;
+    };
+    let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/debugger.py");
+    let out = Command::new(py)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_convo"))
+        .arg(chromium)
+        .arg(t.home())
+        .arg(&shots)
+        .arg(spec.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "debugger.py\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The scripted model of the diff test: it answers the last user message.
 fn echo_model(n: usize, _path: &str, req: &Value) -> Value {
     let last = req["messages"]
@@ -106,7 +141,7 @@ fn the_request_diff_aligns_messages_and_folds_the_same_ones() {
     // (the proxy forks there), then a tool added and the temperature
     // changed on the last call.
     let mut b = after_first;
-    let hostile = "Near the <img src=x onerror=alert(1)> castle, please.";
+    let hostile = "Near the <img src=x onerror=\"window.__pwned=1\"> castle, please.";
     ask(&url, &mut b, hostile, &tools, 0.2);
     let mut more = tools.clone();
     more.push(tool("lookup"));
@@ -143,7 +178,7 @@ fn the_request_diff_aligns_messages_and_folds_the_same_ones() {
     // The changed question, word by word, escaped.
     assert!(html.contains("river,</del>"), "{html}");
     assert!(
-        html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        html.contains("&lt;img src=x onerror=\"window.__pwned=1\"&gt;"),
         "{html}"
     );
     // The added tool and the changed temperature.
@@ -153,6 +188,17 @@ fn the_request_diff_aligns_messages_and_folds_the_same_ones() {
     assert!(
         !html.contains(&"You are a careful travel agent. ".repeat(50)),
         "folded"
+    );
+    browse(
+        &t,
+        &json!([
+            {"path": path, "shot": "debugger-diff.png",
+             "expect": [[".pair.by-parts", 4], [".parts .folded", 4], [".parts .item del", 1],
+                        [".parts .item.only-on-B", 1], [".parts .field", 1]],
+             "text": [[".parts .item.only-on-B", "function lookup"]]},
+            {"path": "/search?q=noted&limit=1", "expect": [["li.hit", 1], ["nav.pager a.page", 1]],
+             "text": [["#hits-count", "5 messages"]]},
+        ]),
     );
 }
 
@@ -212,6 +258,12 @@ fn harness_kv_calls_read_as_state_operations() {
         !list.contains("<td class=\"num\">3</td>"),
         "kv calls are not model calls: {list}"
     );
+    browse(
+        &t,
+        &json!([{"path": "/sessions/todo", "shot": "debugger-kv.png",
+                 "expect": [["article.node.kv .kv", 4], [".waterfall", 1]],
+                 "text": [["#t-calls", "1"]]}]),
+    );
 }
 
 /// `convo test` keeps each run's report in the home, and `convo serve`
@@ -242,7 +294,10 @@ fn convo_test_runs_are_kept_and_shown() {
             .code()
     };
     assert_eq!(run("same trip", "Plan a trip"), 0);
-    assert_eq!(run("<img src=x onerror=alert(1)> trip", "Plan a cruise"), 1);
+    assert_eq!(
+        run("<img src=x onerror=window.__pwned=1> trip", "Plan a cruise"),
+        1
+    );
     let kept: Vec<String> = std::fs::read_dir(t.home().join("test-runs"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -274,7 +329,7 @@ fn convo_test_runs_are_kept_and_shown() {
         "{changed}"
     );
     assert!(
-        changed.contains("&lt;img src=x onerror=alert(1)&gt; trip"),
+        changed.contains("&lt;img src=x onerror=window.__pwned=1&gt; trip"),
         "{changed}"
     );
     let passed = srv.get(&format!("/tests/{}", names[0])).text();
@@ -283,4 +338,14 @@ fn convo_test_runs_are_kept_and_shown() {
         let st = srv.get(bad).status;
         assert!(st == 404 || st == 400, "{bad}: {st}");
     }
+    browse(
+        &t,
+        &json!([
+            {"path": "/tests", "expect": [["table.runs tr[data-run]", 2]]},
+            {"path": format!("/tests/{}", names[1]), "shot": "debugger-testrun.png",
+             "expect": [["article.test[data-status=changed] .divergence pre.difftext", 1],
+                        ["a.recorded", 1]],
+             "text": [["article.test h2", "trip"]]},
+        ]),
+    );
 }
