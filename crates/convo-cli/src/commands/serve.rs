@@ -342,6 +342,11 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
                 }
             }
         }
+        if let Some(p) = &summary
+            && let Err(e) = p.note_replay().await
+        {
+            eprintln!("convo {name}: the replay's counts could not be journaled: {e}");
+        }
         if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
             eprintln!("{line}");
         }
