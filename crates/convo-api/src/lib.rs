@@ -320,7 +320,7 @@ pub struct SearchHit {
 /// `hits` best first (see [`SearchHit`]), the page that starts `offset`
 /// hits in. `total` counts every hit (the next page starts at `offset`
 /// plus the hits shown, while it is below `total`); `exact` is false when
-/// there were more than 2,000 matches and `total` is a lower bound. A
+/// there were more than 1,000 matches and `total` is a lower bound. A
 /// message resent with later requests is one hit, the node where it first
 /// appeared in its session; `resent` counts the copies left out. `indexed` is the follow number
 /// up to which the search index answered; `scanned` counts the nodes past

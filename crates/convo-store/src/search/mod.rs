@@ -457,7 +457,7 @@ pub(crate) fn index_batch(tx: &mut dyn Tx) -> Result<(u64, usize)> {
 
 /// How many matches, best first, a search reads to fold resent copies
 /// and count its hits; past it, the count is a lower bound.
-pub const MAX_MATCHES: usize = 2000;
+pub const MAX_MATCHES: usize = 1000;
 
 /// The search itself, in one read transaction.
 pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchResults> {
@@ -507,12 +507,8 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
     let mut hits = Vec::new();
     for k in kept.into_iter().skip(req.offset).take(req.limit) {
         // A payload removed since it was indexed no longer matches.
-        let payload = match k.payload {
-            Some(p) => p,
-            None => match tx.blob(&k.node.node.payload)? {
-                Some(p) => p,
-                None => continue,
-            },
+        let Some(payload) = tx.blob(&k.node.node.payload)? else {
+            continue;
         };
         let (branches, turn) = timelines.place(tx, &k.node)?;
         hits.push(SearchHit {

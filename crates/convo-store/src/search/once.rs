@@ -24,12 +24,11 @@ use convo_core::{DigestMap, NodeHash, SessionId};
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
 
-/// A match kept by [`fold`]: its node, score and payload when read.
+/// A match kept by [`fold`]: its node and score.
 #[derive(Debug)]
 pub(crate) struct Kept {
     pub node: StoredNode,
     pub score: f64,
-    pub payload: Option<Vec<u8>>,
 }
 
 /// The matches `found` (best first) without the resent copies, best
@@ -52,11 +51,7 @@ pub(crate) fn fold(
                 .entry(node.node.session)
                 .or_default()
                 .push(kept.len());
-            kept.push(Some(Kept {
-                node,
-                score,
-                payload: None,
-            }));
+            kept.push(Some(Kept { node, score }));
         }
     }
     let mut dropped = 0;
@@ -66,26 +61,29 @@ pub(crate) fn fold(
         }
         at.sort_by_key(|&i| kept[i].as_ref().map_or(0, |k| k.node.seq));
         let spans = spans(&tx.session_links(&s)?);
-        // Each matching unit and the spans of the nodes that held it.
-        let mut seen: HashMap<String, Vec<Span>> = HashMap::new();
+        // Each matching unit (by the hash of its words) and the spans of
+        // the nodes that held it; each distinct unit text read once.
+        let mut seen: HashMap<u64, Vec<Span>> = HashMap::new();
+        let mut memo: HashMap<u64, Option<u64>> = HashMap::new();
         for i in at {
-            let Some(k) = kept[i].as_mut() else { continue };
+            let Some(k) = kept[i].as_ref() else { continue };
             let Some(&here) = spans.get(&k.node.hash) else {
                 continue;
             };
-            let payload = tx.blob(&k.node.node.payload)?;
+            let Some(payload) = tx.blob(&k.node.node.payload)? else {
+                continue;
+            };
             let mut keys = HashSet::new();
-            for unit in units(payload.as_deref().unwrap_or_default()) {
-                if let Some(words) = document(unit.as_bytes())
-                    && q.touches(&words)
-                {
-                    keys.insert(words.join(" "));
-                }
-            }
-            k.payload = payload;
-            let before = |key: &String| {
+            each_unit(&payload, &mut |unit| {
+                let key = *memo
+                    .entry(digest(unit))
+                    .or_insert_with(|| matching(q, unit));
+                keys.extend(key);
+            });
+            // The latest holder first: on a chain, it is the ancestor.
+            let before = |key: &u64| {
                 seen.get(key)
-                    .is_some_and(|held| held.iter().any(|a| a.0 <= here.0 && here.1 <= a.1))
+                    .is_some_and(|held| held.iter().rev().any(|a| a.0 <= here.0 && here.1 <= a.1))
             };
             // A node whose match spans units cannot be told resent.
             let resent = !keys.is_empty() && keys.iter().all(before);
@@ -145,43 +143,72 @@ fn spans(links: &[Link]) -> DigestMap<NodeHash, Span> {
     out
 }
 
-/// The units of a payload (see the module docs).
-pub(crate) fn units(payload: &[u8]) -> Vec<String> {
-    let Ok(text) = std::str::from_utf8(payload) else {
-        return Vec::new();
+/// A 64-bit digest of a text (units are told apart by it).
+fn digest(text: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    text.hash(&mut h);
+    h.finish()
+}
+
+/// The digest of a unit's words when one of the terms to find is among
+/// them; `None` when none is (most units: a cheap test first).
+fn matching(q: &Query, unit: &str) -> Option<u64> {
+    let lower = unit.to_lowercase();
+    let first = |t: &super::Term| match t {
+        super::Term::Word(w) | super::Term::Prefix(w) => w.clone(),
+        super::Term::Phrase(p) => p.first().cloned().unwrap_or_default(),
     };
-    let mut out = Vec::new();
+    if !q.terms().any(|t| lower.contains(first(t).as_str())) {
+        return None;
+    }
+    let words = document(unit.as_bytes())?;
+    q.touches(&words).then(|| digest(&words.join(" ")))
+}
+
+/// Calls `f` with each unit of a payload (see the module docs).
+fn each_unit(payload: &[u8], f: &mut dyn FnMut(&str)) {
+    let Ok(text) = std::str::from_utf8(payload) else {
+        return;
+    };
     if let Ok(v) = serde_json::from_str::<Value>(text) {
-        leaves(&v, &mut out);
-        return out;
+        leaves(&v, f);
+        return;
     }
     let sse = text.starts_with("data:") || text.starts_with("event:") || text.contains("\ndata:");
     if !sse {
-        out.push(text.to_owned());
-        return out;
+        f(text);
+        return;
     }
     for line in text.lines() {
         let json = line
             .strip_prefix("data:")
             .and_then(|d| serde_json::from_str::<Value>(d.trim()).ok());
         match json {
-            Some(v) => leaves(&v, &mut out),
-            None if !line.trim().is_empty() => out.push(line.to_owned()),
+            Some(v) => leaves(&v, f),
+            None if !line.trim().is_empty() => f(line),
             None => {}
         }
     }
+}
+
+/// The units of a payload, as [`each_unit`] finds them.
+#[cfg(test)]
+fn units(payload: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    each_unit(payload, &mut |u| out.push(u.to_owned()));
     out
 }
 
 /// Every string value and object key of `v`.
-fn leaves(v: &Value, out: &mut Vec<String>) {
+fn leaves(v: &Value, f: &mut dyn FnMut(&str)) {
     match v {
-        Value::String(s) => out.push(s.clone()),
-        Value::Array(a) => a.iter().for_each(|x| leaves(x, out)),
+        Value::String(s) => f(s),
+        Value::Array(a) => a.iter().for_each(|x| leaves(x, f)),
         Value::Object(m) => {
             for (k, x) in m {
-                out.push(k.clone());
-                leaves(x, out);
+                f(k);
+                leaves(x, f);
             }
         }
         _ => {}
