@@ -344,7 +344,7 @@ fn convo_test_runs_are_kept_and_shown() {
             {"path": "/tests", "expect": [["table.runs tr[data-run]", 2]]},
             {"path": format!("/tests/{}", names[1]), "shot": "debugger-testrun.png",
              "expect": [["article.test[data-status=changed] .divergence pre.difftext", 1],
-                        ["a.recorded", 1]],
+                        ["a.recorded", 1], [".divergence a.turnlink", 1]],
              "text": [["article.test h2", "trip"]]},
         ]),
     );

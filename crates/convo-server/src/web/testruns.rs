@@ -170,7 +170,9 @@ fn test(t: &Value) -> Markup {
     let status = t["status"].as_str().unwrap_or("?");
     let comparison = t["comparison"].as_str();
     let (session, branch) = recording(t);
-    let live = t["live_timeline"].as_str();
+    // `{branch, …}` (the replay report's), or a name.
+    let lt = &t["live_timeline"];
+    let live = lt["branch"].as_str().or(lt.as_str());
     let sq = query_escape(&session);
     let d = &t["divergence"];
     html! {
@@ -193,7 +195,9 @@ fn test(t: &Value) -> Markup {
                     h3 { "First divergence" }
                     p {
                         "call " (d["call"].as_u64().unwrap_or(0))
-                        @if let Some(turn) = d["turn"].as_u64() { " (recorded turn " (turn) ")" }
+                        @if let Some(turn) = d["turn"].as_u64() {
+                            " (recorded " a.turnlink href=(format!("/sessions/{sq}?branch={}&turn={turn}", query_escape(&branch))) { "turn " (turn) } ")"
+                        }
                         @if let Some(c) = d["code"].as_str() { ": " code { (c) } }
                         @if let Some(o) = d["outcome"].as_str() { " · " (o) }
                     }
