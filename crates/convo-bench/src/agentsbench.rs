@@ -9,7 +9,7 @@
 
 use crate::util::{Result, Row, Verdict, thousands};
 use convo_formats::claude_code;
-use convo_formats::ledger::{Outcome, import_lazy};
+use convo_llm::ledger::{Outcome, import_lazy};
 use std::io::Write;
 use std::time::Instant;
 

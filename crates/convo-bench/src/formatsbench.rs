@@ -3,8 +3,8 @@
 
 use crate::util::{Result, Row, Verdict, thousands};
 use convo_formats::convo::{self, Convo};
-use convo_formats::ledger::import_all;
 use convo_formats::{Conversation, Message, Reader, Role, Writer};
+use convo_llm::ledger::import_all;
 use std::time::{Duration, Instant};
 
 fn median(mut v: Vec<Duration>) -> Duration {

@@ -1,4 +1,4 @@
-//! OTLP ingest (`convo_formats::otel`, what `/v1/traces` runs): the cost
+//! OTLP ingest (`convo_llm::otel`, what `/v1/traces` runs): the cost
 //! of one more call as the session grows (1×/4×/16×), with the receiver's
 //! threading cache and without it (every stored node read back); spans/s
 //! over many short conversations; bytes stored against the distinct
@@ -7,7 +7,7 @@
 //! `CONVO_BENCH_OTEL_CALLS` (default 500) is the 1× session length.
 
 use crate::util::{Result, Row, Scratch, Verdict, median, thousands};
-use convo_formats::otel::{self, Batch, Encoding, ThreadCache};
+use convo_llm::otel::{self, Batch, Encoding, ThreadCache};
 use convo_store::Store;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -622,7 +622,7 @@ async fn tw_proxy(calls: usize) -> Result<u64> {
 /// (a user line and an assistant line per call, chained by uuid).
 fn tw_import(calls: usize) -> Result<u64> {
     use convo_formats::claude_code;
-    use convo_formats::ledger::import_all;
+    use convo_llm::ledger::import_all;
     let (scratch, empty) = tw_empty("three-import")?;
     let dir = scratch
         .db()

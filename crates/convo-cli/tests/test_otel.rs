@@ -823,7 +823,7 @@ fn otel_export_bodies_come_back_byte_for_byte() {
     let t = TestEnv::new();
     let srv = Server::start(&t, &[]);
     let fixtures =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../convo-formats/tests/fixtures/otel");
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../convo-llm/tests/fixtures/otel");
     // (fixture, path, content type, gzip on the wire)
     let sends = [
         (

@@ -172,7 +172,7 @@ pub fn session_identity(path: &Path) -> Option<String> {
 
 /// The lines of a session written after those `tail` says an earlier
 /// import stored (its own file's and its subagents'), as a skeleton the
-/// ledger adds to the stored session ([`crate::ledger::import_tail`]):
+/// ledger adds to the stored session (`convo_llm::ledger::import_tail`):
 /// the new messages, and as messages whose key is stored, those they
 /// continue from. `stored` says whether a key (a uuid) is in the store.
 /// `None` when the files cannot be read that way and must be read whole:
@@ -373,7 +373,7 @@ impl Indexer {
                 .map(records::content_text)
                 .unwrap_or_default();
             if self.any_title.is_none() {
-                self.any_title = Some(crate::ledger::title_of_text(&text));
+                self.any_title = Some(crate::model::title_of_text(&text));
             }
             if self.typed_title.is_none()
                 && !sidechain
@@ -1196,7 +1196,7 @@ pub fn looks_like(head: &str) -> bool {
 /// the session's first to the branch's last message (the `parentUuid`
 /// chain, so what a rewind abandoned is left out), each with its
 /// `sessionId` set to `new_id`. `records` are the session's stored records
-/// ([`crate::ledger::session_records`]); `leaf` is the key (`uuid`) of the
+/// (`convo_llm::ledger::session_records`); `leaf` is the key (`uuid`) of the
 /// branch's last imported message; `extra` are lines to append (the
 /// branch's turns made in convo, see [`turn_records`]).
 pub fn resume_file(
@@ -1366,7 +1366,7 @@ mod tests {
             "{:?}",
             s.warnings
         );
-        use crate::ledger::Loader as _;
+        use crate::loader::Loader as _;
         assert_eq!(s.records.aliases(), [(upper.to_owned(), 1)]);
         let read = ClaudeCode
             .read_bytes("s.jsonl", text.as_bytes())

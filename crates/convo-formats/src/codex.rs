@@ -131,7 +131,7 @@ pub fn session_identity(path: &Path) -> Option<String> {
 
 /// The lines of a rollout written after those `tail` says an earlier
 /// import stored, as a skeleton the ledger adds to the stored session
-/// ([`crate::ledger::import_tail`]): the new messages after the last stored
+/// (`convo_llm::ledger::import_tail`): the new messages after the last stored
 /// one (a message whose key is stored). `None` when the file must be read
 /// whole (rewritten since, or no message stored yet).
 pub fn open_tail(
@@ -395,7 +395,7 @@ impl Indexer {
             self.answered.insert(c.to_owned());
         }
         let mut rec = rec;
-        if rec.raw.len() >= crate::ledger::DETACHED_FROM {
+        if rec.raw.len() >= crate::records::DETACHED_FROM {
             // Placed (`at`): its bytes are not needed beside its parse
             // and the text taken from it.
             rec.raw = String::new();

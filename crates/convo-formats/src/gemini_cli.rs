@@ -1407,7 +1407,7 @@ fn build<'a>(
 /// The chat file an imported session's records give back, byte for byte:
 /// a `.jsonl`'s lines each with its newline; a legacy `.json`'s records
 /// (its lines, a message's lines together) joined by newlines. `records`
-/// are [`crate::ledger::session_records`]'s.
+/// are `convo_llm::ledger::session_records`'s.
 pub fn file_bytes(records: &[(String, u64, String)]) -> Vec<u8> {
     let mine = || records.iter().filter(|(f, _, _)| f.is_empty());
     let legacy = mine().next().is_some_and(|(_, _, raw)| legacy_first(raw));
@@ -1438,7 +1438,7 @@ fn legacy_first(raw: &str) -> bool {
 /// reads it, or for a message with no line of its own, such as the
 /// session's context, what a `$set` of the messages says), then `extra` lines (turns
 /// made in convo, see [`turn_records`]). `records` are the session's
-/// stored records ([`crate::ledger::session_records`]).
+/// stored records (`convo_llm::ledger::session_records`).
 pub fn resume_file(
     records: &[(String, u64, String)],
     ids: &[String],

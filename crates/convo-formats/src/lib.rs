@@ -1,29 +1,25 @@
-//! Conversation files in and out of convo.
+//! Conversation files in and out of convo, read and written without the
+//! store.
 //!
 //! Every format is one module behind two small traits: a [`Reader`] turns a
 //! file (or a folder, or an SQLite database) into [`Conversation`]s, the
 //! neutral model of [`model`]; a [`Writer`] turns one linear conversation
 //! back into bytes. Each module's documentation describes its wire format.
 //!
-//! Reading a file and importing what it holds (what `convo import` does):
-//!
 //! ```
-//! use convo_formats::{ledger, reader};
-//! use convo_store::Store;
+//! use convo_formats::reader;
 //!
 //! let line = br#"{"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "18 C and sunny."}]}"#;
 //! let read = reader("openai").unwrap().read_bytes("chat.jsonl", line)?;
 //! let conv = &read.conversations[0];
 //! assert_eq!(conv.messages.len(), 2);
-//!
-//! let mut store = Store::open("sqlite::memory:")?;
-//! let done = ledger::import_all(&mut store, &[("openai", conv)], None, 0)?;
-//! assert!(matches!(done[0], ledger::Outcome::Created { nodes: 2, .. }));
-//! // The same line again is the same session: nothing is written twice.
-//! let again = ledger::import_all(&mut store, &[("openai", conv)], None, 0)?;
-//! assert!(!matches!(again[0], ledger::Outcome::Created { .. }));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # Ok::<(), convo_formats::Error>(())
 //! ```
+//!
+//! Importing what a file holds into the store (what `convo import` does)
+//! is `convo_llm::ledger`'s: it maps conversations into sessions and
+//! timelines back out, driving a [`loader::Loader`] for the agent
+//! transcripts read one message at a time.
 //!
 //! | format | read | write | module |
 //! |---|---|---|---|
@@ -42,14 +38,6 @@
 //! | Markdown | | yes | [`markdown`] |
 //! | one self-contained HTML page | | yes | [`html`] |
 //!
-//! [`otel`] reads OpenTelemetry GenAI telemetry (OTLP traces and logs, every
-//! dialect) into calls and threads them into sessions through the same
-//! mapping.
-//!
-//! [`ledger`] maps conversations into the store (one transaction per
-//! import, sessions named by [`convo_core::SessionId::derived`] so a second
-//! import of the same file creates nothing) and timelines back out.
-//!
 //! Nothing here reads the environment or the clock; the caller passes the
 //! current time. Bad input is an [`Error`] naming the file, the rule, the
 //! line and column or JSON path, never a panic.
@@ -64,21 +52,16 @@ mod error;
 pub mod gemini_cli;
 pub mod html;
 mod json;
-pub mod ledger;
 pub mod llm;
+pub mod loader;
 pub mod markdown;
 pub mod model;
 pub mod openai;
 pub mod opencode;
-pub mod otel;
-pub mod recording;
 pub mod records;
 pub mod session_json;
 pub mod sharegpt;
-pub mod sse;
-pub mod thread;
 mod tree;
-pub mod wire;
 
 pub use error::{Error, Location, Result, locate};
 pub use model::{Conversation, Message, Read, Role, Timeline};
@@ -250,7 +233,7 @@ pub fn reader(name: &str) -> Option<Box<dyn Reader>> {
 
 /// Indexes a session file of an agent transcript format (Claude Code,
 /// Codex, Gemini CLI) for an import that reads its messages one at a
-/// time ([`ledger::import_lazy`]); `None` for a format read whole.
+/// time (`convo_llm::ledger::import_lazy`); `None` for a format read whole.
 pub fn open_lazy(name: &str, path: &Path) -> Option<Result<Option<records::Session<'static>>>> {
     match name {
         "claude-code" => Some(claude_code::open_session(path)),
@@ -269,40 +252,6 @@ pub fn session_identity(name: &str, path: &Path) -> Option<String> {
         "codex" => codex::session_identity(path),
         _ => None,
     }
-}
-
-/// A transcript's stored session and where its stored lines end
-/// ([`stored_tail`]).
-#[derive(Debug)]
-pub struct StoredTail {
-    /// The agent's own id of the session (the conversation's `id`).
-    pub identity: String,
-    /// The convo session it was imported as.
-    pub session: convo_core::SessionId,
-    /// Where its stored lines end, and the reader's state there.
-    pub tail: records::Tail,
-}
-
-/// The stored session a transcript continues and where its stored lines
-/// end (its import tail, `ImportTx::import_tail`), when the store has
-/// both: what a re-import reads from, with [`open_tail`].
-pub fn stored_tail(
-    tx: &mut dyn convo_store::Tx,
-    format: &str,
-    path: &Path,
-) -> std::result::Result<Option<StoredTail>, convo_store::StoreError> {
-    let Some(identity) = session_identity(format, path) else {
-        return Ok(None);
-    };
-    let session = ledger::session_id_of(format, &identity);
-    Ok(tx
-        .import_tail(&session)?
-        .and_then(|t| records::Tail::parse(format, &t))
-        .map(|tail| StoredTail {
-            identity,
-            session,
-            tail,
-        }))
 }
 
 /// The lines of a transcript written after those an earlier import stored

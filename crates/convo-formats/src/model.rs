@@ -230,3 +230,25 @@ impl Read {
         }
     }
 }
+
+/// A title for a conversation that has none: the first line of its first
+/// user message, at most 60 characters (cut at a word when it can be).
+pub fn derived_title(conv: &Conversation) -> Option<String> {
+    let first = conv.messages.iter().find(|m| m.role == Role::User)?;
+    title_of_text(&first.text)
+}
+
+/// [`derived_title`] of a first user message's text.
+pub fn title_of_text(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let line: String = line.chars().filter(|c| !c.is_control()).collect();
+    if line.chars().count() <= 60 {
+        return Some(line);
+    }
+    let cut: String = line.chars().take(59).collect();
+    let cut = match cut.rfind(' ') {
+        Some(i) if i > 30 => cut[..i].to_owned(),
+        _ => cut,
+    };
+    Some(format!("{}…", cut.trim_end()))
+}

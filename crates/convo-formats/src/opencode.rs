@@ -434,16 +434,16 @@ impl Src {
     }
 
     /// A record for `extra.records` (read once): `{file, line, raw}`, or, with
-    /// `defer` and a row of [`crate::ledger::DETACHED_FROM`] bytes or
+    /// `defer` and a row of [`crate::records::DETACHED_FROM`] bytes or
     /// more, what the ledger's detaching makes of it (`{file, line, blob:
     /// its SHA-256, bytes}`) with `true`: its text is stored after its
-    /// node ([`Rows::store_deferred`]), never beside the message's text.
+    /// node ([`Rows::next_deferred`](crate::loader::Loader::next_deferred)), never beside the message's text.
     fn record(&self, name: &str, at: &At, defer: bool) -> Result<(Value, bool)> {
         if let Src::Db(..) = self
             && let Some((table, id)) = at.file.split_once('/')
             && TABLES.contains(&table)
         {
-            let hash_from = defer.then_some(crate::ledger::DETACHED_FROM);
+            let hash_from = defer.then_some(crate::records::DETACHED_FROM);
             let got = self.text(name, table, id, hash_from)?;
             let Some((got_at, text)) = got.filter(|(got_at, _)| got_at == at) else {
                 return Err(changed(name, at));
@@ -723,7 +723,7 @@ fn row_text(
 }
 
 /// Where a row's text goes as it is written: kept, or only hashed and
-/// counted (a record stored after its node, [`Rows::store_deferred`]).
+/// counted (a record stored after its node, [`Rows::next_deferred`](crate::loader::Loader::next_deferred)).
 enum Text {
     Kept(Vec<u8>),
     Hashed(sha2::Sha256, usize),
@@ -1581,7 +1581,7 @@ impl Opened {
 }
 
 /// Reads the messages of one opencode session again, one at a time, for
-/// an import's second pass ([`crate::ledger::Loader`]): the messages of
+/// an import's second pass ([`crate::loader::Loader`]): the messages of
 /// the opencode message last read are kept until the next is needed.
 #[derive(Debug)]
 pub struct Rows<'a> {
@@ -1605,7 +1605,7 @@ pub struct Rows<'a> {
     /// The rows left to store so.
     deferred: Vec<At>,
     /// The session's skeleton (the conversation's `messages` are left
-    /// empty), lent to the ledger ([`crate::ledger::Loader::take_tree`]).
+    /// empty), lent to the ledger ([`crate::loader::Loader::take_tree`]).
     tree: Option<Skeleton>,
 }
 
@@ -1659,12 +1659,8 @@ impl Rows<'_> {
     }
 }
 
-impl crate::ledger::Loader for Rows<'_> {
-    fn load(
-        &mut self,
-        i: usize,
-        skeleton: &Message,
-    ) -> std::result::Result<Message, convo_store::StoreError> {
+impl crate::loader::Loader for Rows<'_> {
+    fn load(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
         self.message(i, skeleton)
             .map_err(|e| crate::records::failed_load(&mut self.failed, e))
     }
@@ -1685,18 +1681,17 @@ impl crate::ledger::Loader for Rows<'_> {
             .collect()
     }
 
-    fn store_deferred(
-        &mut self,
-        put: &mut dyn FnMut(&[u8]) -> std::result::Result<(), convo_store::StoreError>,
-    ) -> std::result::Result<(), convo_store::StoreError> {
-        for at in std::mem::take(&mut self.deferred) {
-            let rec = self
-                .src
-                .read(self.name, &at, true)
-                .map_err(|e| crate::records::failed_load(&mut self.failed, e))?;
-            put(rec.raw.as_bytes())?;
+    fn next_deferred(&mut self) -> Option<Result<String>> {
+        if self.deferred.is_empty() {
+            return None;
         }
-        Ok(())
+        let at = self.deferred.remove(0);
+        Some(
+            self.src
+                .read(self.name, &at, true)
+                .map(|rec| rec.raw)
+                .map_err(|e| crate::records::failed_load(&mut self.failed, e)),
+        )
     }
 }
 
@@ -1868,7 +1863,7 @@ impl RowSet {
 }
 
 /// The last version of each stored row (`table/id`), by file: the
-/// records of [`crate::ledger::session_records`] (ordered by file and
+/// records of `convo_llm::ledger::session_records` (ordered by file and
 /// line), JSON-storage files left out.
 fn latest_rows(records: &[(String, u64, String)]) -> HashMap<&str, &str> {
     let mut out = HashMap::new();
@@ -1896,7 +1891,7 @@ fn row_of(file: &str, raw: &str) -> Result<Map<String, Value>> {
 /// the order the foreign keys need: project, session, message, part), to
 /// be run against opencode's database (`sqlite3 opencode.db < s.sql`)
 /// to put back what is missing. `records` are `(file, line, raw)` as
-/// [`crate::ledger::session_records`] gives them; rows only (a session
+/// `convo_llm::ledger::session_records` gives them; rows only (a session
 /// imported from the JSON storage is written with [`storage_files`]).
 pub fn sql_script(records: &[(String, u64, String)]) -> Result<Vec<u8>> {
     let latest = latest_rows(records);
@@ -2278,7 +2273,7 @@ mod tests {
         ];
         for want in cases {
             let raw = want.to_string();
-            assert!(raw.len() > crate::ledger::DETACHED_FROM);
+            assert!(raw.len() > crate::records::DETACHED_FROM);
             assert_eq!(parse_huge(raw).as_ref(), Some(&want));
         }
         assert_eq!(

@@ -11,11 +11,11 @@
 //! Messages carry their records in `extra.records`, each
 //! `{"line": n, "raw": "…"}` plus `"file": "subagents/agent-x.jsonl"` for a
 //! record of another file of the same session. Once stored, a record of
-//! [`crate::ledger::DETACHED_FROM`] bytes or more is
+//! [`DETACHED_FROM`] bytes or more is
 //! `{"line": n, "blob": "<SHA-256 hex>", "bytes": len}` instead: its raw
 //! bytes are a payload of their own. A record's identity is its
 //! file and line, which is how a re-import of a grown file
-//! ([`crate::ledger`]) stores only the lines it has not stored.
+//! (`convo_llm::ledger`) stores only the lines it has not stored.
 
 use crate::error::{Error, Result};
 use crate::model::{Conversation, Message};
@@ -24,6 +24,15 @@ use std::io::BufRead;
 
 pub mod skeleton;
 pub use skeleton::{Id, Names, Skeleton};
+
+/// A source record this long or longer (its raw bytes) is not kept in its
+/// message's diagnostics but stored as a payload of its own, which its
+/// entry in `extra.records` names: `{"line", "blob": SHA-256 hex,
+/// "bytes": length}` instead of `"raw"`. A node's row then stays small, so
+/// writing a 50 MB record does not copy it into SQLite's statement, its
+/// row record and its page cache; the payload is chunked like any other
+/// (and shares chunks with the message's text where the bytes repeat).
+pub const DETACHED_FROM: usize = 1 << 20;
 
 /// The longest record (line) read: 64 MiB.
 pub const MAX_RECORD: u64 = 64 * 1024 * 1024;
@@ -255,7 +264,7 @@ fn longest_string(raw: &[u8]) -> Option<(usize, usize, bool)> {
 /// A huge line's longest string literal, when it is most of the line:
 /// its span and escapes ([`longest_string`]).
 pub(crate) fn huge_string(raw: &str) -> Option<(usize, usize, bool)> {
-    if raw.len() < crate::ledger::DETACHED_FROM {
+    if raw.len() < DETACHED_FROM {
         return None;
     }
     longest_string(raw.as_bytes()).filter(|(a, b, _)| (b - a) * 2 >= raw.len())
@@ -592,7 +601,7 @@ impl std::fmt::Debug for Sources<'_> {
 /// conversation as a skeleton (every message's parent, role, speaker, `to`,
 /// time, key and flags; no text, no records) and where each message's
 /// records are, to read them again one message at a time
-/// ([`crate::ledger::import_lazy`]). Memory follows the number of records,
+/// (`convo_llm::ledger::import_lazy`). Memory follows the number of records,
 /// not their bytes: Claude Code's, Codex's and Gemini CLI's skeleton is
 /// compact ([`Stored::tree`], 56 bytes a message, their places 8 bytes a
 /// message and 32 a record), `conv.messages` left empty.
@@ -608,7 +617,7 @@ pub struct Session<'a> {
 }
 
 /// Where a [`Session`]'s messages' records are: its
-/// [`crate::ledger::Loader`].
+/// [`crate::loader::Loader`].
 pub struct Stored<'a> {
     /// The session's files.
     pub sources: Sources<'a>,
@@ -620,7 +629,7 @@ pub struct Stored<'a> {
     pub refs: Refs,
     /// The messages' compact skeleton, when the session's `conv.messages`
     /// is left empty (Claude Code, Codex, Gemini CLI): the ledger places
-    /// the messages from it ([`crate::ledger::Loader::take_tree`]).
+    /// the messages from it ([`crate::loader::Loader::take_tree`]).
     pub tree: Option<Skeleton>,
     /// Fills a skeleton message from its record: its text, model and the
     /// format's extras. It may move the text out of the record's parse
@@ -638,8 +647,8 @@ pub struct Stored<'a> {
     /// format has no such import.
     pub tail: Option<Tail>,
     /// Whether the ledger's loads leave a message's own record of
-    /// [`crate::ledger::DETACHED_FROM`] bytes or more to be stored after
-    /// its node ([`crate::ledger::Loader::store_deferred`]): its entry in
+    /// [`DETACHED_FROM`] bytes or more to be stored after
+    /// its node ([`crate::loader::Loader::next_deferred`]): its entry in
     /// `extra.records` names it by hash, and its bytes are not in memory
     /// beside the message's text. Off for a load whose records are changed
     /// after (`--redact-secrets`).
@@ -884,7 +893,7 @@ impl Stored<'_> {
     }
 
     /// [`Stored::message`]; with `defer`, its own record of
-    /// [`crate::ledger::DETACHED_FROM`] bytes or more is parsed as it is
+    /// [`DETACHED_FROM`] bytes or more is parsed as it is
     /// read and left in [`Stored::deferred`], named by hash.
     fn message_as(&mut self, i: usize, skeleton: &Message, defer: bool) -> Result<Message> {
         let mut m = skeleton.clone();
@@ -892,7 +901,7 @@ impl Stored<'_> {
         // its bytes moved into `records`.
         let mut own = None;
         if let Some(at) = self.refs.own(i) {
-            let large = at.len as usize >= crate::ledger::DETACHED_FROM;
+            let large = at.len as usize >= DETACHED_FROM;
             // (Only a record it carries: the record names the payload.)
             let moved = if large && defer && self.refs.carried(i).contains(&at) {
                 self.text_of_huge(&at, &mut m)?
@@ -983,19 +992,14 @@ impl Session<'_> {
 }
 
 /// A message a loader could not read again: kept in `slot` for the
-/// importer to report whole, its first line the store's error.
-pub(crate) fn failed_load(slot: &mut Option<Error>, e: Error) -> convo_store::StoreError {
-    let msg = e.render().lines().next().unwrap_or_default().to_owned();
-    *slot = Some(e);
-    convo_store::StoreError::Invalid(msg.into())
+/// importer to report whole, and given to the ledger.
+pub(crate) fn failed_load(slot: &mut Option<Error>, e: Error) -> Error {
+    *slot = Some(e.clone());
+    e
 }
 
-impl crate::ledger::Loader for Stored<'_> {
-    fn load(
-        &mut self,
-        i: usize,
-        skeleton: &Message,
-    ) -> std::result::Result<Message, convo_store::StoreError> {
+impl crate::loader::Loader for Stored<'_> {
+    fn load(&mut self, i: usize, skeleton: &Message) -> Result<Message> {
         let defer = self.defer;
         self.message_as(i, skeleton, defer)
             .map_err(|e| failed_load(&mut self.failed, e))
@@ -1012,18 +1016,17 @@ impl crate::ledger::Loader for Stored<'_> {
             .collect()
     }
 
-    fn store_deferred(
-        &mut self,
-        put: &mut dyn FnMut(&[u8]) -> std::result::Result<(), convo_store::StoreError>,
-    ) -> std::result::Result<(), convo_store::StoreError> {
-        for at in std::mem::take(&mut self.deferred) {
-            let rec = self
-                .sources
-                .record(&at, false)
-                .map_err(|e| failed_load(&mut self.failed, e))?;
-            put(rec.raw.as_bytes())?;
+    fn next_deferred(&mut self) -> Option<Result<String>> {
+        if self.deferred.is_empty() {
+            return None;
         }
-        Ok(())
+        let at = self.deferred.remove(0);
+        Some(
+            self.sources
+                .record(&at, false)
+                .map(|rec| rec.raw)
+                .map_err(|e| failed_load(&mut self.failed, e)),
+        )
     }
 
     fn aliases(&self) -> Vec<(String, usize)> {
@@ -1363,7 +1366,7 @@ mod huge_tests {
         }
         let raw = format!(
             "{{\"a\":\"b\",\"text\":{},\"c\":1}}",
-            serde_json::to_string(&"x\n".repeat(crate::ledger::DETACHED_FROM)).expect("a string")
+            serde_json::to_string(&"x\n".repeat(DETACHED_FROM)).expect("a string")
         );
         let (a, b, esc) = huge_string(&raw).expect("most of the line");
         assert!(esc);

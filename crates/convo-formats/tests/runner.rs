@@ -2,12 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
-mod test_agents;
 mod test_convo;
 mod test_hostile;
 mod test_imports;
-mod test_llm;
-mod test_otel;
 mod test_props;
-mod test_recording;
-mod test_store;

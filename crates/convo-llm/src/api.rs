@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value, json};
 
-pub use convo_formats::wire::{Api, assemble, messages};
+pub use crate::wire::{Api, assemble, messages};
 
 /// The request body as JSON, when it is JSON.
 pub fn parse(body: &[u8]) -> Option<Value> {

@@ -8,7 +8,11 @@
 
 pub mod api;
 pub mod body;
+pub mod ledger;
+pub mod otel;
 pub mod record;
+pub mod recording;
 pub mod replay;
 pub mod sse;
 pub mod thread;
+pub mod wire;

@@ -61,7 +61,7 @@
 //!
 //! A session received as telemetry (`/v1/traces`, `/v1/logs`) has no
 //! exchanges: its calls are rebuilt from the messages
-//! ([`convo_formats::otel::rebuild`]): looked up by the conversation and
+//! ([`crate::otel::rebuild`]): looked up by the conversation and
 //! model a request carries (any of the three APIs), answered with the
 //! recorded answer in the wire format the request speaks (a chat stream
 //! when it asks for one).
@@ -70,11 +70,11 @@ pub mod matching;
 
 pub use matching::{Found, Index, Rules, Tolerated};
 
+use crate::otel::rebuild::{self, Rebuilt};
 use crate::record::{BEHAVIOUR_HEADERS, redact_query};
 use crate::sse::ClientFilter;
 use bytes::Bytes;
 use convo_core::{BranchName, Kind, NodeHash, SessionId, SubmissionId};
-use convo_formats::otel::rebuild::{self, Rebuilt};
 use convo_store::{Result, Store, StoreError};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -278,7 +278,7 @@ pub struct Call {
 impl Call {
     /// The call as it answers a request to `/v1/{rest}` with `body`: a
     /// recorded exchange as recorded; a rebuilt one in the wire format the
-    /// request speaks (see [`convo_formats::otel::rebuild`]).
+    /// request speaks (see [`crate::otel::rebuild`]).
     pub fn answering(mut self, rest: &str, body: &[u8]) -> Call {
         let Some(r) = self.rebuilt.take() else {
             return self;
@@ -1091,7 +1091,7 @@ fn companions(
 }
 
 /// The calls of a timeline received as telemetry, rebuilt from its
-/// messages (see [`convo_formats::otel::rebuild`]), each call's
+/// messages (see [`crate::otel::rebuild`]), each call's
 /// diagnostics whole (what its node leaves to the kept export body read
 /// back: `otel::ingest::resolve_kept`).
 fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Result<Vec<Call>> {
@@ -1099,11 +1099,11 @@ fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Resu
         .iter()
         .map(|n| (&n.stored, n.payload.as_slice()))
         .collect();
-    let otel = convo_formats::otel::ingest::resolve_kept(store, &refs)?;
+    let otel = crate::otel::ingest::resolve_kept(store, &refs)?;
     let mut at = Vec::new();
     let mut messages = Vec::new();
     for (i, n) in nodes.iter().enumerate() {
-        if let Some(mut m) = convo_formats::ledger::node_message(&n.stored.node, &n.payload) {
+        if let Some(mut m) = crate::ledger::node_message(&n.stored.node, &n.payload) {
             if let Some(o) = &otel[i] {
                 m.extra.insert("otel".into(), o.clone());
             }

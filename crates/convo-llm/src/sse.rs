@@ -3,7 +3,8 @@
 //! asked an OpenAI upstream for when the client did not.
 
 use bytes::{Bytes, BytesMut};
-pub use convo_formats::sse::{Event, EventSplitter, events, parse_event};
+mod split;
+pub use split::{Event, EventSplitter, events, parse_event};
 
 /// An event longer than this is passed on unfiltered (a usage chunk is a
 /// few hundred bytes), so a stream with no blank lines is never held.

@@ -51,8 +51,9 @@
 
 use crate::api::{self, Api};
 use convo_core::BranchName;
-pub use convo_formats::thread::{Spot, continue_at, free_branch, free_edit_branch};
+mod land;
 use convo_store::{Result, ThreadField, Tx};
+pub use land::{Spot, continue_at, fork_at, free_branch, free_edit_branch};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;

@@ -6,7 +6,7 @@
 use crate::common::{Server, off_rt};
 use crate::upstream::Upstream;
 use convo_core::Kind;
-use convo_formats::otel::{self, Batch, Encoding, ThreadCache};
+use convo_llm::otel::{self, Batch, Encoding, ThreadCache};
 use convo_proxy::ProxyConfig;
 use convo_store::Store;
 use serde_json::{Value, json};

@@ -495,7 +495,7 @@ pub(crate) fn timeline_page(
         .map(|(n, _)| (&n.stored, n.payload.as_slice()))
         .collect();
     let otel = if otel {
-        convo_formats::otel::ingest::resolve_kept(s, &refs)?
+        convo_llm::otel::ingest::resolve_kept(s, &refs)?
     } else {
         vec![None; refs.len()]
     };
@@ -507,7 +507,7 @@ pub(crate) fn timeline_page(
             let mut v = wire::node(&n.stored, Some(&n.payload)).with_turn(*turn);
             if v.diagnostics
                 .pointer("/extra/otel")
-                .is_none_or(convo_formats::otel::ingest::left_to_body)
+                .is_none_or(convo_llm::otel::ingest::left_to_body)
             {
                 v.otel = o;
             }
@@ -1231,7 +1231,7 @@ pub async fn export(
             let writer = convo_formats::writer(&f2)
                 .ok_or_else(|| StoreError::Invalid(format!("`{f2}` cannot be exported").into()))?;
             let row = s.find_session(&q)?;
-            let conv = convo_formats::ledger::export(s, &row, &branch)?;
+            let conv = convo_llm::ledger::export(s, &row, &branch)?;
             writer.write(&conv).map_err(StoreError::invalid)
         })
         .await?;
@@ -1309,7 +1309,7 @@ pub async fn import(
         .run(move |s| {
             let convs: Vec<(&str, &convo_formats::Conversation)> =
                 read.conversations.iter().map(|c| (name, c)).collect();
-            convo_formats::ledger::import_all(s, &convs, agent.as_deref(), now())
+            convo_llm::ledger::import_all(s, &convs, agent.as_deref(), now())
         })
         .await?;
     st.hub.poke();
@@ -1320,7 +1320,7 @@ pub async fn import(
                 .iter()
                 .map(|o| ImportedSession {
                     id: o.id().to_string(),
-                    created: matches!(o, convo_formats::ledger::Outcome::Created { .. }),
+                    created: matches!(o, convo_llm::ledger::Outcome::Created { .. }),
                 })
                 .collect(),
         }),

@@ -14,7 +14,7 @@
 //!   committed.
 
 use convo_core::BranchName;
-use convo_formats::otel::{self, Ingested, Prepared, ThreadCache};
+use convo_llm::otel::{self, Ingested, Prepared, ThreadCache};
 use convo_runtime::writer::{self, Work};
 use convo_runtime::{Hub, StorePool};
 use convo_store::{Draft, Result, SessionRow, Store, StoredNode};

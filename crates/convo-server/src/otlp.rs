@@ -16,7 +16,7 @@
 //! token (`OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20TOKEN`), the
 //! body limit (compressed, and again after inflating), the Host rules.
 //!
-//! Everything else is `convo_formats::otel`: decoding, every dialect and
+//! Everything else is `convo_llm::otel`: decoding, every dialect and
 //! what threading needs no store for ([`otel::prepare`]) run on the
 //! blocking pool, requests in parallel; the threading into sessions runs
 //! on the server's one group-commit writer ([`crate::appends`]), which
@@ -34,7 +34,7 @@ use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use convo_formats::otel::{self, Encoding, Prepared, Rejected};
+use convo_llm::otel::{self, Encoding, Prepared, Rejected};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceResponse,
 };

@@ -453,7 +453,7 @@ pub trait FactTx {
 }
 
 /// One OTLP export body kept by the receiver (see
-/// `convo_formats::otel::raw`, which encodes and decodes `residual`).
+/// `convo_llm::otel::raw`, which encodes and decodes `residual`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtlpExportRow {
     /// Its number, from 1, in the order received.

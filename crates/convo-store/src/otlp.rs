@@ -8,7 +8,7 @@
 //! twice (a message inside an attribute of an OTLP/JSON body) and with
 //! `\uXXXX` for every non-ASCII character (Python's `json.dumps`). What
 //! is stored is what neither holds. Which body is the base and why is
-//! `convo_formats::otel::raw`'s business; this module only rebuilds.
+//! `convo_llm::otel::raw`'s business; this module only rebuilds.
 //!
 //! **Residual format.** One byte: `0` the body follows as is, `1` a delta
 //! follows. A delta is a list of ops over the dictionary followed by the

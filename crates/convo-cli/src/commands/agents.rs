@@ -5,7 +5,7 @@
 
 use super::import::{ImportArgs, format_error};
 use super::{CmdResult, CommandError, Env, now};
-use convo_formats::ledger::Outcome;
+use convo_llm::ledger::Outcome;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -210,7 +210,7 @@ fn import_file(
     if refs.is_empty() {
         return Ok(());
     }
-    let outcomes = convo_formats::ledger::import_all(store, &refs, agent, now())
+    let outcomes = convo_llm::ledger::import_all(store, &refs, agent, now())
         .map_err(|e| format!("{}: {e}", file.display()))?;
     for o in outcomes {
         count(o, file, report);
@@ -220,16 +220,16 @@ fn import_file(
 
 /// A redacting loader: `--redact-secrets` on each message as it is read.
 struct Redacting<'a> {
-    inner: &'a mut dyn convo_formats::ledger::Loader,
+    inner: &'a mut dyn convo_formats::loader::Loader,
     found: super::import::Redacted,
 }
 
-impl convo_formats::ledger::Loader for Redacting<'_> {
+impl convo_formats::loader::Loader for Redacting<'_> {
     fn load(
         &mut self,
         i: usize,
         skeleton: &convo_formats::Message,
-    ) -> Result<convo_formats::Message, convo_store::StoreError> {
+    ) -> convo_formats::Result<convo_formats::Message> {
         let mut m = self.inner.load(i, skeleton)?;
         self.found.add(super::import::redact_message(&mut m));
         Ok(m)
@@ -243,15 +243,12 @@ impl convo_formats::ledger::Loader for Redacting<'_> {
         self.inner.aliases()
     }
 
-    fn store_deferred(
-        &mut self,
-        put: &mut dyn FnMut(&[u8]) -> Result<(), convo_store::StoreError>,
-    ) -> Result<(), convo_store::StoreError> {
-        self.inner.store_deferred(put)
+    fn next_deferred(&mut self) -> Option<convo_formats::Result<String>> {
+        self.inner.next_deferred()
     }
 
     fn tail(&self) -> Option<String> {
-        convo_formats::ledger::Loader::tail(self.inner)
+        convo_formats::loader::Loader::tail(self.inner)
     }
 
     fn take_tree(&mut self) -> Option<convo_formats::records::Skeleton> {
@@ -305,11 +302,11 @@ fn tail_in(
     redact: bool,
     side: &mut Side,
 ) -> Result<Option<Outcome>, convo_store::StoreError> {
-    let Some(convo_formats::StoredTail {
+    let Some(convo_llm::ledger::StoredTail {
         identity: ident,
         session: id,
         tail,
-    }) = convo_formats::stored_tail(l.tx(), format, file)?
+    }) = convo_llm::ledger::stored_tail(l.tx(), format, file)?
     else {
         return Ok(None);
     };
@@ -360,13 +357,11 @@ fn lazy_in(
         found: Default::default(),
     };
     let o = match (tail, redact) {
-        (true, true) => convo_formats::ledger::import_tail(l, format, conv, &mut loader, now()),
-        (true, false) => convo_formats::ledger::import_tail(l, format, conv, loader.inner, now()),
-        (false, true) => {
-            convo_formats::ledger::import_lazy(l, format, conv, &mut loader, agent, now())
-        }
+        (true, true) => convo_llm::ledger::import_tail(l, format, conv, &mut loader, now()),
+        (true, false) => convo_llm::ledger::import_tail(l, format, conv, loader.inner, now()),
+        (false, true) => convo_llm::ledger::import_lazy(l, format, conv, &mut loader, agent, now()),
         (false, false) => {
-            convo_formats::ledger::import_lazy(l, format, conv, loader.inner, agent, now())
+            convo_llm::ledger::import_lazy(l, format, conv, loader.inner, agent, now())
         }
     };
     side.found = loader.found;
@@ -490,9 +485,9 @@ fn import_opencode(
                 found: Default::default(),
             };
             let o = if redact {
-                convo_formats::ledger::import_lazy(l, "opencode", conv, &mut loader, agent, now())
+                convo_llm::ledger::import_lazy(l, "opencode", conv, &mut loader, agent, now())
             } else {
-                convo_formats::ledger::import_lazy(l, "opencode", conv, loader.inner, agent, now())
+                convo_llm::ledger::import_lazy(l, "opencode", conv, loader.inner, agent, now())
             };
             found.merge(&loader.found);
             if o.is_err() {

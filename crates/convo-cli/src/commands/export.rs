@@ -114,7 +114,7 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
         let mut bar = crate::ui::Progress::new(branches.len() as u64, "timelines");
         for (i, b) in branches.into_iter().enumerate() {
             bar.set("exporting", i as u64);
-            let conv = convo_formats::ledger::export(&mut store, &s, &b.name)?;
+            let conv = convo_llm::ledger::export(&mut store, &s, &b.name)?;
             let name = convo_core::text::component(b.name.as_str());
             if a.format == "clog" {
                 let sub = dir.join(&name);
@@ -130,7 +130,7 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
         bar.finish();
         return Ok(ExitCode::SUCCESS);
     }
-    let conv = convo_formats::ledger::export(&mut store, &s, &branch)?;
+    let conv = convo_llm::ledger::export(&mut store, &s, &branch)?;
     match (&a.output, a.format.as_str()) {
         (Some(dir), "clog") => {
             let path = convo_formats::clog::write_folder(&conv, dir).map_err(format_error)?;
@@ -152,7 +152,7 @@ pub fn run(env: &Env, a: ExportArgs) -> CmdResult {
 }
 
 /// `--format recording`: the whole session, every timeline, node for node
-/// with its hash (see `convo_formats::recording`).
+/// with its hash (see `convo_llm::recording`).
 fn recording_export(env: &Env, a: &ExportArgs) -> CmdResult {
     if a.branch.is_some() || a.all_branches || a.place {
         return Err(CommandError::user(
@@ -161,7 +161,7 @@ fn recording_export(env: &Env, a: &ExportArgs) -> CmdResult {
     }
     let mut store = env.open()?;
     let s = find_session(&mut store, &a.session)?;
-    let bytes = convo_formats::recording::write(&mut store, &s)?;
+    let bytes = convo_llm::recording::write(&mut store, &s)?;
     match &a.output {
         Some(path) => write_atomically(path, &bytes)?,
         None => {
@@ -183,7 +183,7 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
     }
     let mut store = env.open()?;
     let s = find_session(&mut store, &a.session)?;
-    let records = convo_formats::ledger::session_records(&mut store, &s.id)?;
+    let records = convo_llm::ledger::session_records(&mut store, &s.id)?;
     if records.is_empty() {
         return Err(CommandError::user(format!(
             "session {} was not imported from a {} transcript: it has no source lines to write",
@@ -208,7 +208,7 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
         }
         bytes = out;
     } else {
-        let conv = convo_formats::ledger::export(&mut store, &s, branch)?;
+        let conv = convo_llm::ledger::export(&mut store, &s, branch)?;
         let msgs = conv.turns();
         let Some(leaf) = msgs.iter().rposition(|m| m.key.is_some()) else {
             return Err(CommandError::user(format!(

@@ -1,7 +1,7 @@
 use super::{CmdResult, CommandError, Env, now};
 use clap::Args;
-use convo_formats::ledger::Outcome;
 use convo_formats::{Conversation, IMPORT_FORMATS};
+use convo_llm::ledger::Outcome;
 use serde_json::json;
 use std::io::Write;
 use std::path::PathBuf;
@@ -76,7 +76,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         return Err(CommandError::user("--agent must not be empty"));
     }
     if a.format == "recording"
-        || (a.format == "auto" && a.paths.iter().all(|p| convo_formats::recording::sniff(p)))
+        || (a.format == "auto" && a.paths.iter().all(|p| convo_llm::recording::sniff(p)))
     {
         return import_recordings(env, &a);
     }
@@ -151,7 +151,7 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
     let mut store = env.open()?;
     let refs: Vec<(&str, &Conversation)> = read.iter().map(|(f, c)| (*f, c)).collect();
     let mut bar = crate::ui::Progress::new(refs.len() as u64, "conversations");
-    let outcomes = convo_formats::ledger::import_all_with_progress(
+    let outcomes = convo_llm::ledger::import_all_with_progress(
         &mut store,
         &refs,
         a.agent.as_deref(),
@@ -237,20 +237,20 @@ fn import_recordings(env: &Env, a: &ImportArgs) -> CmdResult {
         let bytes = std::fs::read(path)
             .map_err(|e| CommandError::user(format!("cannot read {}: {e}", path.display())))?;
         let name = path.display().to_string();
-        read.push(convo_formats::recording::read(&name, &bytes).map_err(format_error)?);
+        read.push(convo_llm::recording::read(&name, &bytes).map_err(format_error)?);
     }
     let mut store = env.open()?;
     let (mut nodes, mut created, mut existing) = (0, Vec::new(), Vec::new());
     for rec in &read {
         let id = rec.session.id.to_string();
-        match convo_formats::recording::load(&mut store, rec)? {
-            convo_formats::recording::Loaded::Created { nodes: n, branches } => {
+        match convo_llm::recording::load(&mut store, rec)? {
+            convo_llm::recording::Loaded::Created { nodes: n, branches } => {
                 nodes += n;
                 created.push(
                     json!({"id": id, "title": rec.session.title, "nodes": n, "branches": branches}),
                 );
             }
-            convo_formats::recording::Loaded::Existing => existing.push(id),
+            convo_llm::recording::Loaded::Existing => existing.push(id),
         }
     }
     if a.json {

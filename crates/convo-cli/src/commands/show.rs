@@ -44,9 +44,9 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         .diagnostics
         .to_value()
         .pointer("/extra/otel")
-        .is_some_and(convo_formats::otel::ingest::left_to_body)
+        .is_some_and(convo_llm::otel::ingest::left_to_body)
     {
-        convo_formats::otel::ingest::resolve_kept(&mut store, &[(&n, payload.as_slice())])?
+        convo_llm::otel::ingest::resolve_kept(&mut store, &[(&n, payload.as_slice())])?
             .pop()
             .flatten()
     } else {

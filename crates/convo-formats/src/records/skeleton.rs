@@ -216,7 +216,7 @@ struct Entry {
 }
 
 /// The messages of a transcript without their text: what the ledger
-/// places before it reads each message again ([`crate::ledger::Tree`]).
+/// places before it reads each message again (`convo_llm::ledger::Tree`).
 #[derive(Debug, Default, Clone)]
 pub struct Skeleton {
     entries: Vec<Entry>,

@@ -2,13 +2,13 @@
 //! the Responses API, Anthropic Messages) rendered as the conversation it
 //! carries, and a response as the assistant's answer (a stream from its
 //! assembled form), with model, tokens, latency, cost and status. The
-//! message lists and stream assembly are `convo_formats::wire`'s (the
+//! message lists and stream assembly are `convo_llm::wire`'s (the
 //! proxy's own); prices are a vendored subset of LiteLLM's table
 //! (`assets/prices.json`), overridable with `CONVO_PRICES=FILE`.
 
 use super::json;
 use super::*;
-use convo_formats::wire::{self, Api};
+use convo_llm::wire::{self, Api};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -27,6 +27,7 @@ pub(crate) mod json;
 mod jump;
 mod kv;
 mod llm;
+mod mcp;
 mod node;
 mod rerun;
 mod search;

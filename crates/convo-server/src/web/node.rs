@@ -29,9 +29,9 @@ pub(super) async fn node_page(
         if view
             .diagnostics
             .pointer("/extra/otel")
-            .is_some_and(convo_formats::otel::ingest::left_to_body)
+            .is_some_and(convo_llm::otel::ingest::left_to_body)
         {
-            view.otel = convo_formats::otel::ingest::resolve_kept(s, &[(&n, payload.as_slice())])?
+            view.otel = convo_llm::otel::ingest::resolve_kept(s, &[(&n, payload.as_slice())])?
                 .pop()
                 .flatten();
         }

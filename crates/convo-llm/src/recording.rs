@@ -28,7 +28,6 @@
 //! naming the line. Writing into a store then checks that every node
 //! sits where an append would have put it ([`convo_store::Ledger::insert_exact`]).
 
-use crate::Error;
 use convo_api::{PayloadEncoding, decode_payload, encode_payload, time};
 use convo_core::hash::content_hash;
 use convo_core::state::{self, MapNode};
@@ -36,6 +35,7 @@ use convo_core::{
     BranchName, ContentHash, Diagnostics, Digest, Kind, Millis, Node, NodeHash, SessionId,
     StateRoot, SubmissionId, TimelineEvent,
 };
+use convo_formats::Error;
 use convo_store::backend::{BranchRow, SessionRow, TxNodes};
 use convo_store::{Store, StoreError};
 use serde::{Deserialize, Serialize};

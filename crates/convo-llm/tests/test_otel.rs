@@ -2,7 +2,7 @@
 //! history resent by every call is stored once, batches in any order and
 //! twice are stored once, bad input is refused whole.
 use convo_core::{BranchName, HashPrefix, Kind};
-use convo_formats::otel::{
+use convo_llm::otel::{
     self, Batch, Encoding, MAX_ITEMS, calls_from_logs, calls_from_spans, decode_logs,
     decode_traces, ingest::session_id,
 };
@@ -774,7 +774,7 @@ fn otel_recorded_captures_of_real_emitters_give_the_conversation() {
                 .unwrap();
             let messages: Vec<_> = tl
                 .iter()
-                .filter_map(|n| convo_formats::ledger::node_message(&n.stored.node, &n.payload))
+                .filter_map(|n| convo_llm::ledger::node_message(&n.stored.node, &n.payload))
                 .collect();
             let rebuilt = otel::rebuild::calls(&messages);
             assert_eq!(rebuilt.len(), 3, "{name}: logs first");
@@ -1158,7 +1158,7 @@ fn otel_what_the_kept_body_holds_is_read_back_from_it_not_stored_twice() {
     );
     // The export formats carry it whole.
     let row = kept.find_session(&id.to_string()).unwrap();
-    let conv = convo_formats::ledger::export(&mut kept, &row, &BranchName::main()).unwrap();
+    let conv = convo_llm::ledger::export(&mut kept, &row, &BranchName::main()).unwrap();
     let m = conv.messages.last().unwrap();
     assert_eq!(m.extra["otel"]["span_id"], "0000000000001002");
     assert_eq!(m.extra["otel"]["call"]["latency_ms"], 1000);

@@ -40,11 +40,14 @@
 //! # Export
 //!
 //! [`export`] reads one timeline back as a linear [`Conversation`], the
-//! inverse of the table above, for any [`crate::Writer`].
+//! inverse of the table above, for any [`convo_formats::Writer`].
 
-use crate::model::{Conversation, Message, Role};
-use crate::records::Skeleton;
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind, Millis, NodeHash, SessionId};
+use convo_formats::loader::Loader;
+use convo_formats::model::{Conversation, Message, Role};
+use convo_formats::model::{derived_title, title_of_text};
+use convo_formats::records::DETACHED_FROM;
+use convo_formats::records::Skeleton;
 use convo_store::{Draft, Ledger, SessionRow, Store, StoreError};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -162,76 +165,18 @@ pub fn import_all_with_progress(
     })
 }
 
-/// A title for a conversation that has none: the first line of its first
-/// user message, at most 60 characters (cut at a word when it can be).
-pub fn derived_title(conv: &Conversation) -> Option<String> {
-    let first = conv
-        .messages
-        .iter()
-        .find(|m| m.role == crate::model::Role::User)?;
-    title_of_text(&first.text)
-}
-
-/// [`derived_title`] of a first user message's text.
-pub fn title_of_text(text: &str) -> Option<String> {
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty())?;
-    let line: String = line.chars().filter(|c| !c.is_control()).collect();
-    if line.chars().count() <= 60 {
-        return Some(line);
-    }
-    let cut: String = line.chars().take(59).collect();
-    let cut = match cut.rfind(' ') {
-        Some(i) if i > 30 => cut[..i].to_owned(),
-        _ => cut,
-    };
-    Some(format!("{}…", cut.trim_end()))
-}
-
-/// Messages read on demand: the second pass of an import that did not
-/// keep its messages ([`import_lazy`]). The conversation given beside it is
-/// a skeleton: every message's parent, role, speaker, `to`, time and key,
-/// its text and extra left empty.
-pub trait Loader {
-    /// Message `i` whole (its text, model and extra, records included),
-    /// from its skeleton.
-    fn load(&mut self, i: usize, skeleton: &Message) -> Result<Message, StoreError>;
-    /// The `(file, line)` of the records message `i` carries, without
-    /// reading them.
-    fn record_ids(&self, i: usize) -> Vec<(String, u64)>;
-    /// Stores, with `put`, the records the loads since the last call left
-    /// to be stored after their nodes (see
-    /// [`crate::records::Stored::defer`]), one at a time.
-    fn store_deferred(
-        &mut self,
-        _put: &mut dyn FnMut(&[u8]) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
-        Ok(())
-    }
-    /// Ids of records that are not messages, each with the message it
-    /// leads to (kept in the import index beside the messages' keys).
-    fn aliases(&self) -> Vec<(String, usize)> {
-        Vec::new()
-    }
-    /// Where the files read end and the reader's state there
-    /// ([`crate::records::Tail`], as JSON), kept once every line is stored.
-    fn tail(&self) -> Option<String> {
-        None
-    }
-    /// The messages' compact skeleton, when the loader holds it instead of
-    /// the conversation's `messages` (lent to the ledger for an import,
-    /// given back with [`Loader::put_tree`]).
-    fn take_tree(&mut self) -> Option<Skeleton> {
-        None
-    }
-    /// Gives back what [`Loader::take_tree`] lent.
-    fn put_tree(&mut self, _tree: Skeleton) {}
+/// A message a loader could not read again, as the store's error: the
+/// error's first line (the loader keeps the whole error for the importer).
+fn load_failed(e: convo_formats::Error) -> StoreError {
+    let msg = e.render().lines().next().unwrap_or_default().to_owned();
+    StoreError::Invalid(msg.into())
 }
 
 /// A conversation held whole is its own loader.
 struct Whole<'a>(&'a Conversation);
 
 impl Loader for Whole<'_> {
-    fn load(&mut self, i: usize, _: &Message) -> Result<Message, StoreError> {
+    fn load(&mut self, i: usize, _: &Message) -> convo_formats::Result<Message> {
         Ok(self.0.messages[i].clone())
     }
 
@@ -650,7 +595,9 @@ impl Writing {
             let stored = l.append_drafts(id, &this.branch, drafts)?;
             // The huge records left for after their nodes, once their
             // messages' texts are written and dropped.
-            loader.store_deferred(&mut |raw| l.put_payload(raw).map(drop))?;
+            while let Some(raw) = loader.next_deferred() {
+                l.put_payload(raw.map_err(load_failed)?.as_bytes())?;
+            }
             for (m, s) in msgs.into_iter().zip(&stored) {
                 done(m, s);
             }
@@ -658,7 +605,7 @@ impl Writing {
             Ok(())
         };
         for &i in path {
-            let m = loader.load(i, &tree.message(i))?;
+            let m = loader.load(i, &tree.message(i)).map_err(load_failed)?;
             let before = (batch.len(), detached.len());
             step_owned(agent, &mut cur, i, m, &mut batch, Some(&mut detached))?;
             bytes += batch[before.0..]
@@ -690,7 +637,7 @@ impl Writing {
     }
 }
 
-/// The `records` a message carries (see [`crate::records`]): the source
+/// The `records` a message carries (see [`convo_formats::records`]): the source
 /// lines it was read from, each `{line, raw}` (and `file` for a record of
 /// another file of the session).
 fn message_records(extra: &Map<String, Value>) -> &[Value] {
@@ -801,7 +748,7 @@ fn import_more(
         if tree.key(i).is_some_and(|k| stored.contains_key(k.as_ref()))
             && loader.record_ids(i).iter().any(|r| !have.contains(r))
         {
-            let full = loader.load(i, &tree.message(i))?;
+            let full = loader.load(i, &tree.message(i)).map_err(load_failed)?;
             orphans.extend(
                 message_records(&full.extra)
                     .iter()
@@ -907,7 +854,7 @@ fn import_more(
 /// Imports what was written to a session's files after the lines an
 /// earlier import stored: `skeleton` holds the new messages and, as
 /// messages whose key is stored, the stored ones they continue from (the
-/// reader's [`crate::records::Tail`] says where to start). The session must
+/// reader's [`convo_formats::records::Tail`] says where to start). The session must
 /// exist. Reads the import index, not the session's nodes, so its cost
 /// follows what is new.
 pub fn import_tail(
@@ -1306,15 +1253,6 @@ fn step_owned(
     Ok(())
 }
 
-/// A source record this long or longer (its raw bytes) is not kept in its
-/// message's diagnostics but stored as a payload of its own, which its
-/// entry in `extra.records` names: `{"line", "blob": SHA-256 hex,
-/// "bytes": length}` instead of `"raw"`. A node's row then stays small, so
-/// writing a 50 MB record does not copy it into SQLite's statement, its
-/// row record and its page cache; the payload is chunked like any other
-/// (and shares chunks with the message's text where the bytes repeat).
-pub const DETACHED_FROM: usize = 1 << 20;
-
 /// Moves the raw bytes of each record in `extra.records` of
 /// [`DETACHED_FROM`] bytes or more into `blobs`, leaving their hash and
 /// length ([`record_raw`] reads them back).
@@ -1591,4 +1529,38 @@ mod tests {
         assert_eq!(branch_name("..", &mut taken).as_str(), "branch");
         assert_eq!(branch_name("main", &mut taken).as_str(), "main-2");
     }
+}
+
+/// A transcript's stored session and where its stored lines end
+/// ([`stored_tail`]).
+#[derive(Debug)]
+pub struct StoredTail {
+    /// The agent's own id of the session (the conversation's `id`).
+    pub identity: String,
+    /// The convo session it was imported as.
+    pub session: convo_core::SessionId,
+    /// Where its stored lines end, and the reader's state there.
+    pub tail: convo_formats::records::Tail,
+}
+
+/// The stored session a transcript continues and where its stored lines
+/// end (its import tail, `ImportTx::import_tail`), when the store has
+/// both: what a re-import reads from, with `convo_formats::open_tail`.
+pub fn stored_tail(
+    tx: &mut dyn convo_store::Tx,
+    format: &str,
+    path: &std::path::Path,
+) -> std::result::Result<Option<StoredTail>, convo_store::StoreError> {
+    let Some(identity) = convo_formats::session_identity(format, path) else {
+        return Ok(None);
+    };
+    let session = session_id_of(format, &identity);
+    Ok(tx
+        .import_tail(&session)?
+        .and_then(|t| convo_formats::records::Tail::parse(format, &t))
+        .map(|tail| StoredTail {
+            identity,
+            session,
+            tail,
+        }))
 }

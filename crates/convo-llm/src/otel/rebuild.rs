@@ -35,8 +35,8 @@
 //! body is read back first (`super::ingest::resolve_kept`, which replay
 //! calls).
 
-use crate::model::{Message, Role};
 use crate::wire::Api;
+use convo_formats::model::{Message, Role};
 use serde_json::{Value, json};
 
 /// One LLM call rebuilt from a timeline.

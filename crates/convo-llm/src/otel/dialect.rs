@@ -15,7 +15,7 @@
 //! | Vercel AI SDK | `ai.*.doGenerate` / `ai.*.doStream` span attributes | `ai.prompt.messages`, `ai.response.text`, `ai.response.toolCalls` |
 //! | GenAI semconv ≤ 1.36 | span events or log records | `gen_ai.{system,user,assistant,tool}.message`, `gen_ai.choice` |
 //!
-//! Messages become the neutral [`Message`]s of [`crate::model`]: a text
+//! Messages become the neutral [`Message`]s of [`convo_formats::model`]: a text
 //! from the user an [`Role::User`], a system prompt [`Role::System`], an
 //! answer [`Role::Assistant`], each tool call the assistant makes a
 //! [`Role::ToolCall`] to the tool (arguments as JSON text, the call id in
@@ -25,8 +25,8 @@
 //! ([`super::ingest`]) relies on.
 
 use super::{Batch, any_json, attr, attr_str, hex_id, nanos_to_millis};
-use crate::model::{Message, Role};
 use convo_core::Millis;
+use convo_formats::model::{Message, Role};
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue};
 use opentelemetry_proto::tonic::logs::v1::LogRecord;

@@ -11,7 +11,7 @@
 //!    id) and count them for the partial-success answer.
 //! 2. **Read** ([`dialect`]): spans and log records of every GenAI dialect
 //!    into [`Call`]s: one LLM call each, its input (the whole history) and
-//!    output as neutral [`crate::Message`]s.
+//!    output as neutral [`convo_formats::Message`]s.
 //! 3. **Thread** ([`ingest`]): calls into sessions through the ledger
 //!    mapping imports use ([`crate::ledger::message_drafts`]): one session
 //!    per conversation, each message stored once however many calls
@@ -27,7 +27,7 @@ pub use ingest::{
     Ingested, Prepared, ThreadCache, ingest, ingest_cached, ingest_prepared, prepare,
 };
 
-use crate::Error;
+use convo_formats::Error;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;

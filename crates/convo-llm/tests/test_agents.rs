@@ -4,8 +4,8 @@
 //! no version writes appended).
 use crate::common::fixture;
 use convo_core::{BranchName, Kind};
-use convo_formats::ledger::{Outcome, import_all, session_records};
 use convo_formats::{Conversation, Role};
+use convo_llm::ledger::{Outcome, import_all, session_records};
 use convo_store::Store;
 use std::collections::BTreeSet;
 
@@ -1021,7 +1021,7 @@ fn opencode_branch_becomes_a_new_session_in_the_database() {
 fn a_huge_opencode_part_is_read_once_and_comes_back_as_it_was() {
     let dir = tempfile::tempdir().unwrap();
     let db = opencode_db(dir.path(), "reverted");
-    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::records::DETACHED_FROM / 20);
     let outputs = {
         let cx = rusqlite::Connection::open(&db).unwrap();
         cx.execute(
@@ -1045,7 +1045,7 @@ fn a_huge_opencode_part_is_read_once_and_comes_back_as_it_was() {
     let mut outcomes = Vec::new();
     a.transaction(|l| {
         opened.each(|c, rows| {
-            outcomes.push(convo_formats::ledger::import_lazy(
+            outcomes.push(convo_llm::ledger::import_lazy(
                 l, "opencode", c, rows, None, 0,
             )?);
             Ok::<_, convo_store::StoreError>(())
@@ -1274,14 +1274,7 @@ fn two_pass_import_stores_what_a_whole_read_does() {
             let conv = &got.conv;
             let records = &mut got.records;
             s.transaction(|l| {
-                convo_formats::ledger::import_lazy(
-                    l,
-                    format,
-                    conv,
-                    records,
-                    None,
-                    1_800_000_000_000,
-                )
+                convo_llm::ledger::import_lazy(l, format, conv, records, None, 1_800_000_000_000)
             })
             .unwrap()
         };
@@ -1338,9 +1331,7 @@ fn a_file_rewritten_between_the_passes_is_refused_whole() {
     let conv = &got.conv;
     let records = &mut got.records;
     let e = s
-        .transaction(|l| {
-            convo_formats::ledger::import_lazy(l, "claude-code", conv, records, None, 0)
-        })
+        .transaction(|l| convo_llm::ledger::import_lazy(l, "claude-code", conv, records, None, 0))
         .expect_err("the file changed");
     assert!(
         e.to_string().contains("changed while it was imported"),
@@ -1361,7 +1352,7 @@ fn a_file_rewritten_between_the_passes_is_refused_whole() {
 /// the file grew.
 #[test]
 fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
-    let big = "a \"quoted\" line\n\t".repeat(convo_formats::ledger::DETACHED_FROM / 16);
+    let big = "a \"quoted\" line\n\t".repeat(convo_formats::records::DETACHED_FROM / 16);
     let line = |u: &str, p: Option<&str>, role: &str, text: &str| {
         let mut s = serde_json::to_string(&serde_json::json!({
             "parentUuid": p, "isSidechain": false, "type": role,
@@ -1374,7 +1365,7 @@ fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
     let u = |i: u32| format!("00000000-0000-4000-8000-{i:012}");
     let head = line(&u(1), None, "user", "hello") + &line(&u(2), Some(&u(1)), "assistant", "hi");
     let huge = line(&u(3), Some(&u(2)), "user", &big);
-    assert!(huge.len() > convo_formats::ledger::DETACHED_FROM);
+    assert!(huge.len() > convo_formats::records::DETACHED_FROM);
     let first = head.clone() + &huge;
     let all = first.clone() + &line(&u(4), Some(&u(3)), "user", "and then?");
     let dir = tempfile::tempdir().unwrap();
@@ -1385,10 +1376,8 @@ fn a_huge_record_is_a_payload_of_its_own_and_comes_back_byte_for_byte() {
             .unwrap()
             .unwrap();
         let (conv, records) = (&got.conv, &mut got.records);
-        s.transaction(|l| {
-            convo_formats::ledger::import_lazy(l, "claude-code", conv, records, None, 0)
-        })
-        .unwrap()
+        s.transaction(|l| convo_llm::ledger::import_lazy(l, "claude-code", conv, records, None, 0))
+            .unwrap()
     };
     std::fs::write(&path, &first).unwrap();
     let mut s = Store::open("sqlite::memory:").unwrap();
@@ -1557,7 +1546,7 @@ fn opencode_storage_changed_between_passes_stores_nothing() {
     let mut failed = None;
     let got = s.transaction(|l| {
         opened.each(|c, rows| {
-            let o = convo_formats::ledger::import_lazy(l, "opencode", c, rows, None, 0);
+            let o = convo_llm::ledger::import_lazy(l, "opencode", c, rows, None, 0);
             if o.is_err() {
                 failed = rows.failed.take();
             }
@@ -1593,11 +1582,11 @@ fn import_grown(
     if !whole {
         let got = s
             .transaction(|l| {
-                let Some(convo_formats::StoredTail {
+                let Some(convo_llm::ledger::StoredTail {
                     identity: ident,
                     session: id,
                     tail,
-                }) = convo_formats::stored_tail(l.tx(), format, path)?
+                }) = convo_llm::ledger::stored_tail(l.tx(), format, path)?
                 else {
                     return Ok(None);
                 };
@@ -1610,7 +1599,7 @@ fn import_grown(
                     return Ok(None);
                 };
                 session.conv.id = Some(ident);
-                convo_formats::ledger::import_tail(
+                convo_llm::ledger::import_tail(
                     l,
                     format,
                     &session.conv,
@@ -1631,7 +1620,7 @@ fn import_grown(
     let (conv, records) = (&got.conv, &mut got.records);
     let o = s
         .transaction(|l| {
-            convo_formats::ledger::import_lazy(l, format, conv, records, None, 1_800_000_000_000)
+            convo_llm::ledger::import_lazy(l, format, conv, records, None, 1_800_000_000_000)
         })
         .unwrap();
     (o, false)
@@ -1853,7 +1842,7 @@ fn a_grown_transcript_is_read_from_where_its_stored_lines_end() {
 /// gives the file back byte for byte.
 #[test]
 fn a_huge_codex_message_is_read_once_and_comes_back_byte_for_byte() {
-    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::records::DETACHED_FROM / 20);
     let item = |role: &str, kind: &str, text: &str| {
         serde_json::json!({"timestamp": "2026-11-24T15:53:08.139Z", "type": "response_item",
             "payload": {"type": "message", "role": role, "content": [{"type": kind, "text": text}]}})
@@ -1891,7 +1880,7 @@ fn huge_message_round_trip(format: &str, name: &str, text: &str, big: &str) {
         .unwrap();
     let (conv, records) = (&got.conv, &mut got.records);
     let oa = a
-        .transaction(|l| convo_formats::ledger::import_lazy(l, format, conv, records, None, 0))
+        .transaction(|l| convo_llm::ledger::import_lazy(l, format, conv, records, None, 0))
         .unwrap();
     let mut b = Store::open("sqlite::memory:").unwrap();
     let mut whole = convo_formats::reader(format)
@@ -1912,7 +1901,7 @@ fn huge_message_round_trip(format: &str, name: &str, text: &str, big: &str) {
 /// the file comes back byte for byte.
 #[test]
 fn a_huge_gemini_cli_message_is_read_once_and_comes_back_byte_for_byte() {
-    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::records::DETACHED_FROM / 20);
     let msg = |id: &str, kind: &str, content: serde_json::Value| {
         serde_json::json!({"id": id, "timestamp": "2026-11-24T15:53:09.139Z", "type": kind,
             "content": content})
@@ -1944,7 +1933,7 @@ fn a_huge_gemini_cli_message_is_read_once_and_comes_back_byte_for_byte() {
 /// bytes).
 #[test]
 fn a_huge_message_of_a_legacy_gemini_cli_chat_is_read_once() {
-    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::ledger::DETACHED_FROM / 20);
+    let big = "said \"this\"\n\tand é 😀 \\ ".repeat(convo_formats::records::DETACHED_FROM / 20);
     let msg = |id: &str, kind: &str, content: serde_json::Value| {
         serde_json::json!({"id": id, "timestamp": "2026-11-24T15:53:09.139Z", "type": kind,
             "content": content})
@@ -1966,9 +1955,7 @@ fn a_huge_message_of_a_legacy_gemini_cli_chat_is_read_once() {
         .unwrap();
     let (conv, records) = (&got.conv, &mut got.records);
     let o = s
-        .transaction(|l| {
-            convo_formats::ledger::import_lazy(l, "gemini-cli", conv, records, None, 0)
-        })
+        .transaction(|l| convo_llm::ledger::import_lazy(l, "gemini-cli", conv, records, None, 0))
         .unwrap();
     let back = convo_formats::gemini_cli::file_bytes(&session_records(&mut s, &o.id()).unwrap());
     assert!(back == text.as_bytes(), "byte for byte");

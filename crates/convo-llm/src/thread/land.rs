@@ -3,7 +3,7 @@
 //! found the message its history continues.
 //!
 //! How the continued message is found depends on what the call carries
-//! (the proxy hashes the API's messages, [`convo_llm::thread`]; OTLP hashes
+//! (the proxy hashes the API's messages, [`crate::thread`]; OTLP hashes
 //! the neutral messages its dialects read, [`crate::otel::ingest`]); what
 //! happens next is the same for both, here:
 //!
@@ -13,8 +13,6 @@
 //!   message, or a history diverged): the session forks there, on a new
 //!   timeline `edit-N` ([`free_edit_branch`]), and the call goes on it;
 //! - nothing is found (a first call): a new session.
-//!
-//! [`convo_llm::thread`]: https://docs.rs/convo-llm
 
 use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
 use convo_store::{Ledger, Result, StoreError, StoredNode};

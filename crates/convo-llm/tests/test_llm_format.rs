@@ -157,7 +157,7 @@ fn message_store_threads_become_one_conversation_with_a_fork() {
 
     // Into the store: one session, two timelines sharing four nodes.
     let mut s = convo_store::Store::open("sqlite::memory:").unwrap();
-    let outs = convo_formats::ledger::import_all(&mut s, &[("llm", c)], None, 0).unwrap();
+    let outs = convo_llm::ledger::import_all(&mut s, &[("llm", c)], None, 0).unwrap();
     let id = outs[0].id();
     let b = s.branches(&id).unwrap();
     assert_eq!(b.len(), 2);

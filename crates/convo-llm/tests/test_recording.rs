@@ -3,7 +3,7 @@
 //! edited line is refused naming the line.
 
 use convo_core::{BranchName, Diagnostics, HashPrefix, Kind};
-use convo_formats::recording;
+use convo_llm::recording;
 use convo_store::{Draft, Store};
 
 fn draft(kind: Kind, payload: &[u8], at: i64) -> Draft {

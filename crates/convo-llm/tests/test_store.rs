@@ -1,8 +1,8 @@
 //! The mapping into the store and back.
 use crate::common::{fixture, one, read, texts};
 use convo_core::{BranchName, Kind};
-use convo_formats::ledger::{Outcome, export, import_all, session_id};
 use convo_formats::{Conversation, Message, Role, Writer};
+use convo_llm::ledger::{Outcome, export, import_all, session_id};
 use convo_store::Store;
 
 fn store() -> Store {

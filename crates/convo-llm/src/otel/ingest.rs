@@ -68,10 +68,11 @@
 //! diagnostics back.
 
 use super::Call;
-use crate::ledger::{Cursor, derived_title, message_drafts, node_message};
-use crate::model::{Conversation, Message, Role};
+use crate::ledger::{Cursor, message_drafts, node_message};
 use convo_core::timeline::Context;
 use convo_core::{BranchName, Millis, NodeHash, SessionId};
+use convo_formats::model::derived_title;
+use convo_formats::model::{Conversation, Message, Role};
 use convo_store::{Draft, Ledger, StoreError};
 use serde_json::{Map, Value, json};
 use std::collections::{HashMap, HashSet};
