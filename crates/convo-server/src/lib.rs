@@ -41,6 +41,9 @@ pub struct AppState {
     /// The recording proxy mounted beside the API (`convo serve
     /// --upstream`), which the web view's re-run sends calls through.
     pub upstream: Option<Upstream>,
+    /// Where `convo test` keeps its runs' reports (`$CONVO_HOME/test-runs`),
+    /// which the web view lists at `/tests`; `None`: no such page.
+    pub test_runs: Option<std::path::PathBuf>,
 }
 
 /// The recording proxy's routes, for calls the server makes itself (the
@@ -114,6 +117,7 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
         hub,
         writer,
         upstream: None,
+        test_runs: None,
     })
 }
 

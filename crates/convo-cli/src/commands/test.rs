@@ -281,6 +281,7 @@ pub fn run(env: &Env, a: TestArgs) -> CmdResult {
         .build()
         .map_err(|e| CommandError::user(format!("cannot start the runtime: {e}")))?;
     let started = Instant::now();
+    let started_at = super::now();
     let mut results = Vec::new();
     for t in &tests {
         let r = rt.block_on(run_one(&pool, t, &shared, &base))?;
@@ -299,6 +300,7 @@ pub fn run(env: &Env, a: TestArgs) -> CmdResult {
     if let Some(path) = &a.summary {
         append(path, &report::markdown(&doc))?;
     }
+    report::keep(&env.home, started_at, &doc);
     if a.json {
         crate::output::print_json(&doc);
     } else {

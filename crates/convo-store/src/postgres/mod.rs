@@ -1765,7 +1765,7 @@ impl SearchTx for PgTx<'_> {
              JOIN nodes n ON n.seq = s.seq \
              WHERE s.doc @@ $1::text::tsquery{conds} ORDER BY rank DESC, s.seq DESC LIMIT {limit}"
         );
-        let query = crate::search::tsquery(q.terms);
+        let query = crate::search::tsquery(q.query);
         let owned: Vec<Box<dyn ToSql + Sync>> = values
             .into_iter()
             .map(|p| -> Box<dyn ToSql + Sync> {

@@ -2044,7 +2044,7 @@ impl SearchTx for SqliteTx<'_> {
              WHERE search_fts MATCH ?1{conds} ORDER BY rank, search_fts.rowid DESC LIMIT {limit}"
         );
         let mut bound: Vec<rusqlite::types::Value> =
-            vec![crate::search::fts5_query(q.terms).into()];
+            vec![crate::search::fts5_query(q.query).into()];
         bound.extend(values.into_iter().map(|p| match p {
             Param::Text(t) => t.into(),
             Param::Int(i) => i.into(),
