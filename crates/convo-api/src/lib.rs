@@ -313,10 +313,16 @@ pub struct SearchHit {
 /// /api/v1/search`).
 ///
 /// ```json
-/// {"hits": [ … ], "indexed": 120000, "scanned": 0}
+/// {"hits": [ … ], "indexed": 120000, "scanned": 0, "total": 143,
+///  "exact": true, "offset": 0, "resent": 12}
 /// ```
 ///
-/// `hits` best first (see [`SearchHit`]). `indexed` is the follow number
+/// `hits` best first (see [`SearchHit`]), the page that starts `offset`
+/// hits in. `total` counts every hit (the next page starts at `offset`
+/// plus the hits shown, while it is below `total`); `exact` is false when
+/// there were more than 1,000 matches and `total` is a lower bound. A
+/// message resent with later requests is one hit, the node where it first
+/// appeared in its session; `resent` counts the copies left out. `indexed` is the follow number
 /// up to which the search index answered; `scanned` counts the nodes past
 /// it that were read one by one instead (non-zero only when the index
 /// could not be brought up to date, e.g. on a read-only store).
@@ -330,6 +336,18 @@ pub struct SearchResults {
     /// Nodes past it scanned one by one.
     #[serde(default)]
     pub scanned: u64,
+    /// Hits in all (a lower bound when `exact` is false).
+    #[serde(default)]
+    pub total: u64,
+    /// Whether `total` counts every match.
+    #[serde(default)]
+    pub exact: bool,
+    /// Hits skipped before `hits`.
+    #[serde(default)]
+    pub offset: u64,
+    /// Matches left out as copies of a message found earlier.
+    #[serde(default)]
+    pub resent: u64,
 }
 
 /// Two timelines of a session compared from their fork point (`convo diff

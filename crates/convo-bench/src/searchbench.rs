@@ -88,6 +88,7 @@ fn search(store: &mut Store, q: &str) -> Result<usize> {
         agent: None,
         filter: NodeFilter::default(),
         limit: 20,
+        offset: 0,
     })?;
     if r.scanned != 0 {
         return Err("the index was not up to date".into());

@@ -10,6 +10,7 @@ mod test_concurrency;
 mod test_convo_test;
 mod test_crash;
 mod test_credentials;
+mod test_debugger;
 mod test_formats;
 mod test_git;
 mod test_harness;

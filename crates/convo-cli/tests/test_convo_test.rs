@@ -30,7 +30,7 @@ fn anthropic_stream(n: usize, model: &Value, block: Value, delta: Value, stop: &
     ]})
 }
 
-fn tool_use(n: usize, model: &Value, name: &str, input: Value) -> Value {
+pub(crate) fn tool_use(n: usize, model: &Value, name: &str, input: Value) -> Value {
     anthropic_stream(
         n,
         model,
@@ -40,7 +40,7 @@ fn tool_use(n: usize, model: &Value, name: &str, input: Value) -> Value {
     )
 }
 
-fn said(n: usize, model: &Value, text: &str) -> Value {
+pub(crate) fn said(n: usize, model: &Value, text: &str) -> Value {
     anthropic_stream(
         n,
         model,
@@ -731,6 +731,21 @@ command = "grep -q '\"exit_code\":0'"
         log.contains("forty-three"),
         "the live run is kept for review: {log}"
     );
+    // Each run is kept in the home; the web view's page of this one links
+    // the recorded timeline, the live one and the two side by side.
+    let mut runs: Vec<String> = std::fs::read_dir(t.home().join("test-runs"))
+        .unwrap()
+        .map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.trim_end_matches(".json").to_owned()
+        })
+        .collect();
+    runs.sort();
+    let srv = crate::serve_util::Server::start(&t, &[]);
+    let page = srv.get(&format!("/tests/{}", runs.last().unwrap())).text();
+    assert!(page.contains("?branch=live-1\""), "{page}");
+    assert!(page.contains("/diff?a=main&amp;b=live-1\""), "{page}");
+    drop(srv);
 
     // Usage errors exit 2.
     let o = convo_test(&[&py_rec], &[]);

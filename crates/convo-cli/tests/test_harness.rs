@@ -25,7 +25,7 @@ fn example(name: &str) -> String {
     p.to_string_lossy().into_owned()
 }
 
-fn todo_agent() -> String {
+pub(crate) fn todo_agent() -> String {
     example("todo-agent")
 }
 
@@ -130,7 +130,7 @@ fn completion(message: Value, finish: &str) -> Value {
 }
 
 /// Every call answered "noted (N)".
-fn noted(n: usize, path: &str, _: &Value) -> Value {
+pub(crate) fn noted(n: usize, path: &str, _: &Value) -> Value {
     assert_eq!(path, "/v1/chat/completions");
     completion(
         json!({"role": "assistant", "content": format!("noted ({n})")}),

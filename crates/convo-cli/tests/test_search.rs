@@ -371,7 +371,153 @@ fn search_agent_keeps_one_agents_sessions() {
     assert_eq!(r.code(), 1, "no hit: {}", r.stderr());
 }
 
+/// The scripted model of [`resent_history_is_one_hit_per_message`]: its
+/// answer to the conversation's last user message.
+fn zoo_model(n: usize, _path: &str, req: &serde_json::Value) -> serde_json::Value {
+    let last = req["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("");
+    let answer = if last.contains("crossing") {
+        "The zebra crossing is on Abbey Road."
+    } else if last.contains("giraffe") {
+        "Next to the zebra stables."
+    } else {
+        "A lion, near the gate."
+    };
+    serde_json::json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 0,
+        "model": "scripted", "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": answer}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+}
+
+/// A conversation recorded through `convo proxy` (curl as the client) that
+/// resends its whole history with every call: each message is one hit
+/// where it first appeared, in `convo search`, the API and the web page;
+/// hits page with `--offset`; `OR` and `-word` work.
+fn resent_history_is_one_hit_per_message(backend: Backend) {
+    use serde_json::json;
+    let Some((t, _db)) = TestEnv::on(backend) else {
+        return;
+    };
+    let up = crate::test_harness::Upstream::start(zoo_model);
+    let live = crate::test_agents::proxy(&t, &["--upstream", &up.url]);
+    let url = format!("http://{}/v1/chat/completions", live.addr);
+    let mut messages = vec![json!({"role": "system", "content": "You guide visitors."})];
+    for ask in [
+        "Where is the zebra crossing?",
+        "And the giraffe house?",
+        "Anything else?",
+    ] {
+        messages.push(json!({"role": "user", "content": ask}));
+        let body = json!({"model": "scripted", "messages": messages}).to_string();
+        let out = std::process::Command::new("curl")
+            .args([
+                "-sS",
+                "--fail",
+                &url,
+                "-H",
+                "content-type: application/json",
+            ])
+            .args(["-H", "authorization: Bearer x", "--data-binary", &body])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        messages.push(reply["choices"][0]["message"].clone());
+    }
+    assert!(live.stop().success());
+    let sessions = t.run(&["session", "list", "--json"]).json();
+    let sessions = sessions.get("sessions").cloned().unwrap_or(sessions);
+    assert_eq!(
+        sessions.as_array().unwrap().len(),
+        1,
+        "one conversation: {sessions}"
+    );
+
+    let found = |args: &[&str]| {
+        let mut v = vec!["search"];
+        v.extend_from_slice(args);
+        v.push("--json");
+        t.run(&v).json()
+    };
+    let kinds = |r: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = r["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["node"]["kind"].as_str().unwrap().to_owned())
+            .collect();
+        k.sort();
+        k
+    };
+    // `giraffe`: the question once (its invoke), not in the two requests
+    // that carry it; `zebra`: the first question and two answers.
+    let g = found(&["giraffe"]);
+    assert_eq!(kinds(&g), ["invoke"], "{g:#}");
+    assert_eq!(
+        (g["total"].as_u64(), g["exact"].as_bool()),
+        (Some(1), Some(true))
+    );
+    assert_eq!(g["resent"], 2, "{g:#}");
+    let z = found(&["zebra"]);
+    assert_eq!(kinds(&z), ["invoke", "response", "response"], "{z:#}");
+    // Pages: one hit each, the next at --offset, the last line saying so.
+    let p2 = t.run(&[
+        "search", "zebra", "-n", "1", "--offset", "1", "--color", "never",
+    ]);
+    assert_eq!(p2.code(), 0);
+    assert!(p2.stderr().contains("hits 2-2 of 3"), "{}", p2.stderr());
+    assert!(p2.stderr().contains("next: --offset 2"), "{}", p2.stderr());
+    let pages: Vec<String> = (0..3)
+        .map(|o| {
+            let r = found(&["zebra", "-n", "1", "--offset", &o.to_string()]);
+            r["hits"][0]["node"]["hash"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let mut distinct = pages.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 3, "{pages:?}");
+    assert_eq!(found(&["lion OR giraffe"])["total"], 2);
+    assert_eq!(found(&["zebra -crossing"])["total"], 1);
+    let only_not = t.run(&["search", "--json", "--", "-zebra"]);
+    assert_eq!(only_not.code(), 2, "{}", only_not.stderr());
+    assert!(
+        only_not.stderr().contains("only excludes"),
+        "{}",
+        only_not.stderr()
+    );
+
+    // The API and the web page count the same.
+    let srv = crate::serve_util::Server::start(&t, &[]);
+    let api = srv.get("/api/v1/search?q=zebra&limit=2").expect(200);
+    assert_eq!(
+        (api["total"].as_u64(), api["hits"].as_array().unwrap().len()),
+        (Some(3), 2)
+    );
+    let next = srv
+        .get("/api/v1/search?q=zebra&limit=2&offset=2")
+        .expect(200);
+    assert_eq!(next["hits"].as_array().unwrap().len(), 1);
+    let page = srv.get("/search?q=zebra&limit=2").text();
+    assert!(page.contains("data-total=\"3\""), "{page}");
+    assert!(page.contains("resent"), "{page}");
+    assert!(
+        page.contains("href=\"/search?q=zebra&amp;limit=2&amp;offset=2\""),
+        "{page}"
+    );
+    let last = srv.get("/search?q=zebra&limit=2&offset=2").text();
+    assert_eq!(last.matches("<li class=\"hit\"").count(), 1, "{last}");
+}
+
 convo_testutil::for_each_backend!(
     convo_testutil::when_available;
     search_end_to_end,
+    resent_history_is_one_hit_per_message,
 );

@@ -300,6 +300,7 @@ impl Server {
             agent: None,
             filter: convo_store::filter::NodeFilter::default(),
             limit: number(args, "limit", 10, 50),
+            offset: 0,
         };
         let found = self.store.search(&req)?;
         let hits: Vec<Value> = found

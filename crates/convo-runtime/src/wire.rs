@@ -86,6 +86,10 @@ impl FromStore<convo_store::search::SearchResults> for SearchResults {
             hits: r.hits.iter().map(SearchHit::from_store).collect(),
             indexed: r.indexed,
             scanned: r.scanned,
+            total: r.total as u64,
+            exact: r.exact,
+            offset: r.offset as u64,
+            resent: r.resent as u64,
         }
     }
 }

@@ -27,6 +27,9 @@
   function addRerun(art) {
     if (!session || !art.dataset || !art.dataset.hash || art.querySelector("a.rerun")) return;
     if (!art.classList.contains("request") && !art.classList.contains("invoke")) return;
+    if (art.classList.contains("kv")) return; // the agent's state, not a model call
+    // An MCP message is not a model request: nothing to re-run.
+    if (art.querySelector(".call.mcp")) return;
     const meta = art.querySelector(".meta");
     if (!meta) return;
     const a = document.createElement("a");

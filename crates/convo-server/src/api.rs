@@ -1039,7 +1039,8 @@ pub async fn diff(
 #[into_params(parameter_in = Query)]
 pub struct SearchQuery {
     /// Words that must all appear in the payload (case-insensitive; words
-    /// are runs of letters and digits), `prefix*`, or `"a phrase"`.
+    /// are runs of letters and digits), `prefix*`, or `"a phrase"`; `a OR
+    /// b` for either, `-word` to exclude.
     pub q: String,
     /// Only this session (id, unique prefix or title).
     pub session: Option<String>,
@@ -1068,6 +1069,8 @@ pub struct SearchQuery {
     /// At most this many hits (default 50, at most 500).
     #[param(minimum = 1, maximum = 500)]
     pub limit: Option<usize>,
+    /// Skip this many hits first (the next page: `offset` + `limit`).
+    pub offset: Option<usize>,
 }
 
 pub use convo_api::{SearchHit, SearchResults};
@@ -1152,6 +1155,7 @@ pub(crate) async fn search_results(st: &AppState, q: &SearchQuery) -> ApiResult<
         return Err(ApiError::invalid("`branch` needs `session`"));
     }
     let limit = q.limit.unwrap_or(50).clamp(1, 500);
+    let offset = q.offset.unwrap_or(0);
     let agent = own(&q.agent);
     let r = st
         .pool
@@ -1165,6 +1169,7 @@ pub(crate) async fn search_results(st: &AppState, q: &SearchQuery) -> ApiResult<
                 agent,
                 filter,
                 limit,
+                offset,
             })
         })
         .await?;

@@ -41,6 +41,9 @@ pub struct AppState {
     /// The recording proxy mounted beside the API (`convo serve
     /// --upstream`), which the web view's re-run sends calls through.
     pub upstream: Option<Upstream>,
+    /// Where `convo test` keeps its runs' reports (`$CONVO_HOME/test-runs`),
+    /// which the web view lists at `/tests`; `None`: no such page.
+    pub test_runs: Option<std::path::PathBuf>,
 }
 
 /// The recording proxy's routes, for calls the server makes itself (the
@@ -114,6 +117,7 @@ pub fn state(config: &Config) -> Result<AppState, ServeError> {
         hub,
         writer,
         upstream: None,
+        test_runs: None,
     })
 }
 
@@ -233,6 +237,7 @@ impl Server {
         // The listen address is an allowed Host (besides loopback names).
         self.config.listen.get_or_insert(addr);
         let hub = self.state.hub.clone();
+        let held = self.state.clone();
         let app = match mount {
             Mount::None => router(self.state, &self.config, None),
             Mount::Beside(extra) => router(self.state, &self.config, Some(extra)),
@@ -246,6 +251,8 @@ impl Server {
             closing.stop();
         };
         let res = serve_router(listener, app, shutdown).await;
+        // OTLP exports held for their messages are written before the end.
+        otlp::flush_held(&held).await;
         hub.stop();
         Ok(res?)
     }

@@ -23,6 +23,7 @@ testing::for_each_backend!(
         repeated_payloads_are_stored_once_and_read_back_whole,
         search_filters_by_agent_model_status_and_failure,
         otlp_bodies_are_kept_listed_and_rebuilt,
+        search_counts_a_resent_message_once,
     )
 );
 
@@ -30,7 +31,7 @@ testing::for_each_backend!(
 fn every_contract_case_is_listed() {
     assert_eq!(
         testing::ALL.len(),
-        16,
+        17,
         "add the new case to tests/contract.rs"
     );
 }

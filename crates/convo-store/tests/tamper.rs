@@ -2186,6 +2186,7 @@ fn search_hits(s: &mut Store, word: &str) -> usize {
         agent: None,
         filter: Default::default(),
         limit: 10,
+        offset: 0,
     };
     s.search(&req).unwrap().hits.len()
 }

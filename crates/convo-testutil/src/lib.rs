@@ -842,6 +842,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
             agent: None,
             filter: NodeFilter::default(),
             limit: 50,
+            offset: 0,
         };
         f(&mut req);
         s.search(&req).unwrap()
@@ -948,6 +949,7 @@ pub fn search_finds_ranks_and_places_hits(s: &mut Store) {
             agent: None,
             filter: NodeFilter::default(),
             limit: 5,
+            offset: 0,
         }),
         Err(StoreError::NoBranch { .. })
     ));
@@ -1155,10 +1157,148 @@ pub const ALL: &[Case] = &[
         search_filters_by_agent_model_status_and_failure,
     ),
     (
+        "search_counts_a_resent_message_once",
+        search_counts_a_resent_message_once,
+    ),
+    (
         "otlp_bodies_are_kept_listed_and_rebuilt",
         otlp_bodies_are_kept_listed_and_rebuilt,
     ),
 ];
+
+/// A conversation that resends its history with every request: each
+/// message is one hit, where it first appeared; `OR` and `-word` work
+/// from the index and from the scan; hits come a page at a time with
+/// their total.
+pub fn search_counts_a_resent_message_once(s: &mut Store) {
+    use convo_store::filter::NodeFilter;
+    use convo_store::search::{Query, SearchRequest};
+    let ses = s
+        .transaction(|l| l.new_session("proxy", Some("history"), 0))
+        .unwrap()
+        .id;
+    let mut history: Vec<String> = Vec::new();
+    let mut t = 10;
+    for (ask, answer) in [
+        (
+            "Where is the zebra crossing?",
+            "The zebra crossing is on Abbey Road.",
+        ),
+        ("And the giraffe house?", "Next to the zebra stables."),
+        ("Anything else?", "A lion, near the gate."),
+        ("Thanks!", "You are welcome."),
+    ] {
+        history.push(serde_json::json!({"role": "user", "content": ask}).to_string());
+        let body = format!(
+            r#"{{"model":"m-1","messages":[{{"role":"system","content":"You guide visitors."}},{}]}}"#,
+            history.join(",")
+        );
+        let reply =
+            serde_json::json!({"choices": [{"message": {"role": "assistant", "content": answer}}]});
+        for (kind, payload) in [
+            (Kind::Invoke, ask.to_owned()),
+            (Kind::Request, body),
+            (Kind::Response, reply.to_string()),
+            (Kind::Complete, answer.to_owned()),
+        ] {
+            s.transaction(|l| l.append(&ses, &main(), &draft(kind, &payload, t)))
+                .unwrap();
+            t += 1;
+        }
+        history.push(serde_json::json!({"role": "assistant", "content": answer}).to_string());
+    }
+    let find = |s: &mut Store, text: &str, offset: usize, limit: usize| {
+        s.search(&SearchRequest {
+            query: Query::parse(text).unwrap(),
+            session: None,
+            branch: None,
+            agent: None,
+            filter: NodeFilter::default(),
+            limit,
+            offset,
+        })
+        .unwrap()
+    };
+    let kinds = |r: &convo_store::search::SearchResults| -> Vec<(String, String)> {
+        let mut v: Vec<(String, String)> = r
+            .hits
+            .iter()
+            .map(|h| {
+                let p = String::from_utf8_lossy(&h.payload).into_owned();
+                (h.node.node.kind.to_string(), p)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    for indexed in [false, true] {
+        if indexed {
+            s.search_update(&mut |_, _| {}).unwrap();
+        }
+        // `giraffe`: the user's message once (its invoke), not again in
+        // the three requests that carry it (one of them its own turn's).
+        let g = find(s, "giraffe", 0, 50);
+        assert_eq!(
+            kinds(&g),
+            [("invoke".to_owned(), "And the giraffe house?".to_owned())],
+            "indexed: {indexed}"
+        );
+        assert_eq!((g.total, g.exact, g.resent), (1, true, 3));
+        // `zebra`: a question and two answers, each once where it first
+        // appeared (the answer's response, not its complete).
+        let z = find(s, "zebra", 0, 50);
+        let got: Vec<String> = kinds(&z).into_iter().map(|k| k.0).collect();
+        assert_eq!(got, ["invoke", "response", "response"], "{:?}", kinds(&z));
+        assert_eq!(z.total, 3);
+        // Pages: the same three, two then one, nothing past the end.
+        let (p1, p2) = (find(s, "zebra", 0, 2), find(s, "zebra", 2, 2));
+        assert_eq!(
+            (p1.hits.len(), p2.hits.len(), p1.total, p2.total),
+            (2, 1, 3, 3)
+        );
+        let mut both: Vec<_> = p1
+            .hits
+            .iter()
+            .chain(&p2.hits)
+            .map(|h| h.node.hash)
+            .collect();
+        both.sort();
+        both.dedup();
+        assert_eq!(both.len(), 3, "pages do not overlap");
+        assert!(find(s, "zebra", 3, 2).hits.is_empty());
+        // OR and exclusion.
+        assert_eq!(find(s, "lion OR giraffe", 0, 50).total, 2);
+        assert_eq!(find(s, "zebra -crossing", 0, 50).total, 1);
+        let stables = kinds(&find(s, "zebra -crossing", 0, 50));
+        assert_eq!(stables[0].0, "response");
+        assert!(stables[0].1.contains("zebra stables"), "{stables:?}");
+        assert_eq!(find(s, "welcome OR nothing -abbey", 0, 50).total, 1);
+        assert_eq!(find(s, "zebra OR lion -zebra", 0, 50).total, 1);
+    }
+    // The same words asked again on another timeline are a message of
+    // their own: not a copy of one on a timeline it does not descend from.
+    let first_answer = s
+        .timeline(&ses, &main())
+        .unwrap()
+        .into_iter()
+        .find(|n| n.stored.node.kind == Kind::Complete)
+        .unwrap()
+        .stored
+        .hash;
+    s.transaction(|l| l.fork(&ses, &p(&first_answer), &b("alt"), 100))
+        .unwrap();
+    s.transaction(|l| {
+        l.append(
+            &ses,
+            &b("alt"),
+            &draft(Kind::Invoke, "And the giraffe house?", 101),
+        )
+    })
+    .unwrap();
+    s.search_update(&mut |_, _| {}).unwrap();
+    let g = find(s, "giraffe", 0, 50);
+    assert_eq!((g.total, g.resent), (2, 3));
+}
 
 /// The search filters on what a call's diagnostics say (model, status,
 /// failure) and on the session's agent find the same nodes from the index
@@ -1228,6 +1368,7 @@ pub fn search_filters_by_agent_model_status_and_failure(s: &mut Store) {
             agent: None,
             filter: NodeFilter::default(),
             limit: 50,
+            offset: 0,
         };
         f(&mut req);
         let mut got: Vec<String> = s

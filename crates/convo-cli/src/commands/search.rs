@@ -21,13 +21,20 @@ use std::process::ExitCode;
 ///
 /// QUERY: words (all must appear; case does not matter; words are runs of
 /// letters and digits), `prefix*`, and "quoted phrases". `foo-bar` is the
-/// phrase "foo bar".
+/// phrase "foo bar". `a OR b` finds either; `-word` leaves out the nodes
+/// holding it.
+///
+/// A message resent with every later request (an agent's history) is one
+/// hit, where it first appeared in its session. When there are more hits
+/// than -n, the last line (on stderr) says how many and the --offset of
+/// the next page.
 ///
 /// Examples:
 ///   convo search paris
 ///   convo search 'capit* "of france"' --session Paris --kind complete
 ///   convo search timeout --since 2h -n 5
 ///   convo search 'rate limit' --agent proxy --model gpt-4o --failed
+///   convo search 'paris OR rome -weather' -n 20 --offset 20
 ///   convo search 'rate limit' --json | jq -r '.hits[].node.hash'
 ///   convo search "migration failed" --agent claude-code
 ///   convo search --reindex
@@ -60,6 +67,9 @@ pub struct SearchArgs {
     /// Show at most this many hits
     #[arg(long, short = 'n', value_name = "N", default_value_t = 20)]
     pub limit: usize,
+    /// Skip this many hits first (the next page: --offset N with N the hits seen)
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub offset: usize,
     /// Rebuild the search index from every node, then search (if QUERY is given)
     #[arg(long)]
     pub reindex: bool,
@@ -111,6 +121,7 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
         branch: a.branch.as_deref().map(branch_name).transpose()?,
         filter,
         limit: a.limit,
+        offset: a.offset,
     };
     let r = store.search(&req)?;
     if a.json {
@@ -146,7 +157,36 @@ pub fn run(env: &Env, a: SearchArgs) -> CmdResult {
         eprintln!("no match");
         return Ok(ExitCode::from(1));
     }
+    if let Some(line) = page_line(&r) {
+        eprintln!("{line}");
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `hits 21-40 of 143 (12 resent copies not shown); next: --offset 40`,
+/// when the hits are not all shown or copies were left out.
+fn page_line(r: &convo_store::search::SearchResults) -> Option<String> {
+    let end = r.offset + r.hits.len();
+    if r.offset == 0 && end >= r.total && r.resent == 0 {
+        return None;
+    }
+    let of = if r.exact {
+        r.total.to_string()
+    } else {
+        format!("at least {}", r.total)
+    };
+    let mut line = format!("hits {}-{end} of {of}", r.offset + 1);
+    if r.resent > 0 {
+        line.push_str(&format!(
+            " ({} resent {} not shown)",
+            r.resent,
+            if r.resent == 1 { "copy" } else { "copies" }
+        ));
+    }
+    if end < r.total {
+        line.push_str(&format!("; next: --offset {end}"));
+    }
+    Some(line)
 }
 
 /// Brings the index up to date (or rebuilds it), with a progress bar

@@ -240,6 +240,8 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
     // Open the store before entering the runtime: the sync PostgreSQL
     // client must never run on a runtime thread.
     let mut server = convo_server::Server::open(config.clone()).map_err(CommandError::from)?;
+    // The web view lists the runs `convo test` kept in the same home.
+    server.state.test_runs = Some(env.home.join("test-runs"));
     let checkpointer = match &a.checkpoint_dir {
         None => None,
         Some(dir) => Some(start_checkpointer(

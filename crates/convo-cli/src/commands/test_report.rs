@@ -712,6 +712,39 @@ pub fn document(results: &[TestResult], took: Duration) -> Value {
     })
 }
 
+/// Runs kept in `$CONVO_HOME/test-runs` (the oldest removed past it).
+const KEPT_RUNS: usize = 200;
+
+/// Keeps the run's report as `HOME/test-runs/MS-PID.json` (MS the run's
+/// start), where `convo serve`'s `/tests` page finds it, and removes the
+/// oldest past [`KEPT_RUNS`]. A home that cannot be written only warns.
+pub fn keep(home: &Path, started_ms: i64, doc: &Value) {
+    let dir = home.join("test-runs");
+    let file = dir.join(format!("{started_ms}-{}.json", std::process::id()));
+    let wrote = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, doc.to_string()));
+    if let Err(e) = wrote {
+        eprintln!(
+            "note: the run's report was not kept in {}: {e}",
+            convo_core::text::visible(
+                &dir.display().to_string(),
+                convo_core::text::Newlines::Escape
+            )
+        );
+        return;
+    }
+    let Ok(rd) = std::fs::read_dir(&dir) else {
+        return;
+    };
+    let mut runs: Vec<std::path::PathBuf> = rd
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    runs.sort();
+    for old in runs.iter().take(runs.len().saturating_sub(KEPT_RUNS)) {
+        let _ = std::fs::remove_file(old);
+    }
+}
+
 /// `N passed, M failed (T s)`.
 pub fn totals(doc: &Value) -> String {
     let mut s = format!(

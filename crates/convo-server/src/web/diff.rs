@@ -197,6 +197,12 @@ impl View<'_> {
                     @let (na, nb) = (self.d.node_a(n), self.d.node_b(n));
                     @if n.same {
                         div.pair.same data-label="A and B" { (self.node(nb)) }
+                    } @else if let (Some(x), Some(y)) = (na, nb) && let Some(parts) = self.parts(x, y) {
+                        div.pair.changed.by-parts {
+                            div.side.a data-label=(label_a) { (self.head(x)) }
+                            div.side.b data-label=(label_b) { (self.head(y)) }
+                            (parts)
+                        }
                     } @else {
                         div class=(pair_class(n)) {
                             div.side.a data-label=(label_a) {
@@ -227,6 +233,44 @@ impl View<'_> {
         }
     }
 
+    /// A node's line without its payload: kind, ends, model, size, link.
+    fn head(&self, n: &StoredNode) -> Markup {
+        let kind = n.node.kind.as_str();
+        let model = n
+            .node
+            .diagnostics
+            .to_value()
+            .get("model")
+            .and_then(|v| v.as_str().map(str::to_owned));
+        let len = self.payloads.get(&n.hash).map_or(0, Vec::len);
+        html! {
+            div.meta.head {
+                span class=(format!("kind k-{kind}")) { (kind) }
+                span.ends { bdi { (n.node.from) } " → " bdi { (n.node.to) } }
+                @if let Some(m) = model { span.diag { "model: " bdi { (m) } } }
+                span.size { (len) " bytes" }
+                a.hash href=(format!("/sessions/{}/nodes/{}", self.sid, n.hash)) title="open this node" { (n.hash.short()) }
+            }
+        }
+    }
+
+    /// Two JSON objects part by part ([`sdiff::parts`]): the same fields
+    /// and messages folded, the changed ones word by word, the added and
+    /// removed ones listed; `None` when a payload is not a JSON object.
+    fn parts(&self, x: &StoredNode, y: &StoredNode) -> Option<Markup> {
+        let (px, py) = (self.payloads.get(&x.hash)?, self.payloads.get(&y.hash)?);
+        if px.len() > PARTS_MAX || py.len() > PARTS_MAX {
+            return None;
+        }
+        let parts = sdiff::parts(px, py)?;
+        Some(html! {
+            div.parts {
+                span.words-label { "What changed, A → B, part by part" }
+                @for p in &parts { (part(p)) }
+            }
+        })
+    }
+
     /// The words that changed between two UTF-8 payloads.
     fn words(&self, x: &StoredNode, y: &StoredNode) -> Markup {
         let (Some(px), Some(py)) = (self.payloads.get(&x.hash), self.payloads.get(&y.hash)) else {
@@ -245,14 +289,76 @@ impl View<'_> {
         html! {
             div.words {
                 span.words-label { "What changed, A → B" }
-                pre.difftext {
-                    @for (c, text) in sdiff::word_diff(&ox, &oy) {
-                        @match c {
-                            Change::Same => span { (text) },
-                            Change::Removed => del { (text) },
-                            Change::Added => ins { (text) },
-                        }
-                    }
+                (diff_words(&sdiff::word_diff(&ox, &oy)))
+            }
+        }
+    }
+}
+
+/// Payloads compared part by part up to this size (bytes, each side).
+const PARTS_MAX: usize = 8 * 1024 * 1024;
+
+/// Values of a changed field shown up to this many characters.
+const VALUE_MAX: usize = 2000;
+
+fn part(p: &sdiff::Part) -> Markup {
+    let cut = |v: &Option<String>| match v {
+        None => "(absent)".to_owned(),
+        Some(v) if v.chars().count() > VALUE_MAX => {
+            format!("{}…", v.chars().take(VALUE_MAX).collect::<String>())
+        }
+        Some(v) => v.clone(),
+    };
+    match p {
+        sdiff::Part::Same { names, count: 0 } => html! {
+            p.folded { "unchanged: " @for (i, n) in names.iter().enumerate() { @if i > 0 { ", " } bdi { (n) } } }
+        },
+        sdiff::Part::Same { names, count } => html! {
+            p.folded { "… " (count) " unchanged in " bdi { (names.join(", ")) } " …" }
+        },
+        sdiff::Part::Field { name, a, b, words } => html! {
+            div.part.field {
+                span.pname { bdi { (name) } }
+                @if words.is_empty() {
+                    " " del { (cut(a)) } " → " ins { (cut(b)) }
+                } @else {
+                    (diff_words(words))
+                }
+            }
+        },
+        sdiff::Part::Item {
+            list,
+            a,
+            b,
+            label,
+            words,
+        } => {
+            let what = match (a, b) {
+                (Some(_), Some(_)) => "changed",
+                (Some(_), None) => "only on A",
+                _ => "only on B",
+            };
+            let at = |i: &Option<usize>| i.map_or("–".to_owned(), |i| (i + 1).to_string());
+            html! {
+                div class=(format!("part item {}", what.replace(' ', "-"))) {
+                    span.pname { bdi { (list) } " " (at(a)) @if a != b { "→" (at(b)) } }
+                    @if !label.is_empty() { " " span.diag { bdi { (label) } } }
+                    " " span.what { (what) }
+                    (diff_words(words))
+                }
+            }
+        }
+    }
+}
+
+fn diff_words(words: &[(Change, String)]) -> Markup {
+    html! {
+        pre.difftext {
+            @for (c, text) in words {
+                @match c {
+                    Change::Same => span { (text) },
+                    Change::Removed => del { (text) },
+                    Change::Added => ins { (text) },
                 }
             }
         }

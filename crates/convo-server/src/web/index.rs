@@ -272,13 +272,21 @@ fn list_body(
                 }
             }
         }
-        (pages(view, total, offset))
+        (pages("Session pages", view.per, total, offset, &|o| view.page(o)))
     }
 }
 
-/// Previous, page numbers (first, last and those around this one), next.
-fn pages(view: &View, total: usize, offset: usize) -> Markup {
-    let per = view.per;
+/// Previous, page numbers (first, last and those around this one), next:
+/// pages of `per` items, `url(offset)` the link to each (the session list
+/// and the search's hits).
+pub(super) fn pages(
+    label: &str,
+    per: usize,
+    total: usize,
+    offset: usize,
+    url: &dyn Fn(usize) -> String,
+) -> Markup {
+    let per = per.max(1);
     let count = total.div_ceil(per).max(1);
     let current = (offset / per).min(count - 1);
     let mut numbers: Vec<usize> = vec![0, count - 1];
@@ -286,9 +294,9 @@ fn pages(view: &View, total: usize, offset: usize) -> Markup {
     numbers.sort_unstable();
     numbers.dedup();
     html! {
-        nav.pager aria-label="Session pages" {
+        nav.pager aria-label=(label) {
             @if offset > 0 {
-                a.prev href=(view.page(offset.saturating_sub(per))) rel="prev" { "← Previous page" }
+                a.prev href=(url(offset.saturating_sub(per))) rel="prev" { "← Previous page" }
             }
             @if count > 1 {
                 span.pages {
@@ -297,14 +305,14 @@ fn pages(view: &View, total: usize, offset: usize) -> Markup {
                         @if *k == current {
                             strong.page aria-current="page" { (k + 1) }
                         } @else {
-                            a.page href=(view.page(k * per)) title=(if *k == count - 1 { "the last page" } else { "" }) { (k + 1) }
+                            a.page href=(url(k * per)) title=(if *k == count - 1 { "the last page" } else { "" }) { (k + 1) }
                         }
                     }
                 }
             }
             @if offset + per < total {
-                a.next href=(view.page(offset + per)) rel="next" { "Next page →" }
-                a.last href=(view.page((count - 1) * per)) { "last ⇥" }
+                a.next href=(url(offset + per)) rel="next" { "Next page →" }
+                a.last href=(url((count - 1) * per)) { "last ⇥" }
             }
         }
     }

@@ -100,6 +100,10 @@ pub(crate) fn session_totals(s: &mut Store, row: &SessionRow) -> convo_store::Re
     let nodes = s.read(move |tx| tx.session_nodes(&id, false))?;
     let mut t = Totals::default();
     for (n, _) in &nodes {
+        // A harness kv call is not a model call.
+        if super::kv::is_kv(n.node.kind.as_str(), &n.node.from, &n.node.to) {
+            continue;
+        }
         t.add(
             n.node.kind,
             n.node.created_at,
@@ -786,7 +790,7 @@ pub(super) fn messages_view(text: &str) -> Option<Markup> {
 
 /// Data attributes a response node carries for the page's live totals.
 pub(super) fn figures(n: &NodeView) -> Option<(u64, u64, f64, bool)> {
-    if n.kind != "response" {
+    if n.kind != "response" || super::kv::is_kv_view(n) {
         return None;
     }
     let c = Call::of(&n.diagnostics, None);

@@ -25,12 +25,15 @@ mod graph;
 mod index;
 pub(crate) mod json;
 mod jump;
+mod kv;
 mod llm;
+mod mcp;
 mod node;
 mod rerun;
 mod search;
 mod session;
 pub mod share;
+mod testruns;
 mod waterfall;
 
 use crate::AppState;
@@ -71,6 +74,8 @@ pub fn routes() -> Router<AppState> {
         .route("/sessions/{session}/diff", get(diff::diff_page))
         .route("/sessions/{session}/share", get(share::share_page))
         .route("/search", get(search::search_page))
+        .route("/tests", get(testruns::list_page))
+        .route("/tests/{run}", get(testruns::run_page))
         .route(
             "/sessions/{session}/nodes/{hash}/rerun",
             get(rerun::rerun_page),
@@ -152,6 +157,7 @@ fn page(title: &str, body: Markup) -> Markup {
                 a.skip href="#main" { "Skip to the content" }
                 header.top {
                     a.brand href="/" { "convo" }
+                    a.toplink href="/tests" { "Test runs" }
                     form.search action="/search" method="get" role="search" {
                         input type="search" name="q" placeholder="Search messages  ( / )" id="q" aria-label="Search every message";
                     }

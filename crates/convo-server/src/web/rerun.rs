@@ -111,7 +111,7 @@ pub(super) async fn rerun_page(
         serde_json::from_str(n.node.diagnostics.as_str()).unwrap_or_default();
     let back = format!("/sessions/{sid}/nodes/{hash}");
     let body = match (n.node.kind, text, &parent) {
-        (Kind::Request, Some(text), Some(parent)) => {
+        (Kind::Request, Some(text), Some(parent)) if n.node.to != super::kv::KV => {
             let path = serde_json::from_str(text)
                 .map(|b| api_path(&diag, &b))
                 .unwrap_or_else(|_| "/v1/chat/completions".into());
@@ -193,7 +193,8 @@ pub(super) async fn rerun_page(
         _ => html! {
             section.error {
                 h1 { "Nothing to re-run here" }
-                p { "Re-run works from a model request (a " code { "request" } " node recorded by the proxy) and from an agent's input (an " code { "invoke" } "); this node is a " (n.node.kind.as_str()) "." }
+                p { "Re-run works from a model request (a " code { "request" } " node recorded by the proxy) and from an agent's input (an " code { "invoke" } "); this node is a " (n.node.kind.as_str())
+                    @if n.node.to == super::kv::KV || n.node.from == super::kv::KV { " of the agent's state (kv)" } "." }
                 p { a href=(back) { "Back to the node" } }
             }
         },

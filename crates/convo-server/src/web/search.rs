@@ -21,6 +21,33 @@ pub(super) struct SearchForm {
     until: Option<String>,
     session: Option<String>,
     limit: Option<String>,
+    offset: Option<String>,
+}
+
+impl SearchForm {
+    /// This search's URL at another offset: the fields given, in order.
+    fn url(&self, offset: usize) -> String {
+        let fields = [
+            ("q", &self.q),
+            ("agent", &self.agent),
+            ("model", &self.model),
+            ("status", &self.status),
+            ("failed", &self.failed),
+            ("kind", &self.kind),
+            ("since", &self.since),
+            ("until", &self.until),
+            ("session", &self.session),
+            ("limit", &self.limit),
+        ];
+        let mut parts: Vec<String> = fields
+            .iter()
+            .filter_map(|(k, v)| given(v).map(|v| format!("{k}={}", query_escape(v))))
+            .collect();
+        if offset > 0 {
+            parts.push(format!("offset={offset}"));
+        }
+        format!("/search?{}", parts.join("&"))
+    }
 }
 
 /// Hits per search page.
@@ -33,7 +60,11 @@ pub(super) async fn search_page(
     let needle = given(&f.q).unwrap_or_default().to_owned();
     let limit = given(&f.limit)
         .and_then(|l| l.parse::<usize>().ok())
-        .unwrap_or(HITS);
+        .unwrap_or(HITS)
+        .clamp(1, 500);
+    let offset = given(&f.offset)
+        .and_then(|o| o.parse::<usize>().ok())
+        .unwrap_or(0);
     let sessions = match run(&st, |s| s.sessions()).await {
         Ok(all) => all,
         Err(r) => return r,
@@ -76,6 +107,7 @@ pub(super) async fn search_page(
             since: f.since.clone(),
             until: f.until.clone(),
             limit: Some(limit),
+            offset: Some(offset),
             ..api::SearchQuery::default()
         };
         Some(api::search_results(&st, &q).await)
@@ -85,7 +117,7 @@ pub(super) async fn search_page(
     let body = html! {
         h1 { "Search" }
         form.filters.find action="/search" method="get" role="search" {
-            input type="search" name="q" value=(needle) placeholder="words in any message, prefix*, \"a phrase\"" aria-label="Words to find" id="find-q";
+            input type="search" name="q" value=(needle) placeholder="words in any message, prefix*, \"a phrase\", a OR b, -word" aria-label="Words to find" id="find-q";
             input type="text" name="agent" value=(val(&f.agent)) placeholder="agent" list="agents" aria-label="Agent";
             datalist #agents { @for a in &agents { option value=(a) {} } }
             input type="text" name="model" value=(val(&f.model)) placeholder="model" aria-label="Model";
@@ -119,7 +151,12 @@ pub(super) async fn search_page(
             None => { p.count { "Type words to find in every message of every session." } }
             Some(Err(e)) => { p.notice { (e.message()) } }
             Some(Ok(r)) => {
-                p.count #hits-count { (r.hits.len()) @if r.hits.len() >= limit { "+" } @if r.hits.len() == 1 { " message" } @else { " messages" } }
+                p.count #hits-count data-total=(r.total) {
+                    @if !r.exact { "more than " }
+                    (r.total) @if r.total == 1 { " message" } @else { " messages" }
+                    @if r.total as usize > r.hits.len() && !r.hits.is_empty() { ", " (r.offset + 1) "–" (r.offset as usize + r.hits.len()) " shown" }
+                    @if r.resent > 0 { span.resent title="a message an agent sent again with a later request is shown once, where it first appeared" { " (" (r.resent) " resent " @if r.resent == 1 { "copy" } @else { "copies" } " folded)" } }
+                }
                 ol.hits {
                     @for h in &r.hits {
                         @let n = &h.node;
@@ -146,6 +183,7 @@ pub(super) async fn search_page(
                         }
                     }
                 }
+                (super::index::pages("Search result pages", limit, r.total as usize, offset, &|o| f.url(o)))
                 @if r.scanned > 0 { p.count { (r.scanned) " recent messages were read one by one (the index is catching up)." } }
             }
         }

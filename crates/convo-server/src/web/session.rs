@@ -81,11 +81,17 @@ pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
     }
 }
 
-/// What a request or response node shows: the LLM call as a conversation
-/// when it is one (`true`: its own chips say model, tokens and status),
-/// else its payload.
+/// What a request or response node shows: an MCP message, or the LLM
+/// call as a conversation when it is one (`true`: its own chips say
+/// model, tokens, latency and status), else its payload.
 pub(super) fn call_view(n: &NodeView, full: bool) -> (Markup, bool) {
+    if super::kv::is_kv_view(n) {
+        return (super::kv::kv_view(n), false);
+    }
     if let Some(text) = payload_text(n) {
+        if let Some(v) = super::mcp::view(n, text) {
+            return (v, true);
+        }
         let v = match n.kind.as_str() {
             "request" => llm::request_view(n, text, full),
             _ => llm::response_view(n, text),
@@ -135,7 +141,7 @@ pub(super) fn node_item_after(
     };
     let fig = llm::figures(n);
     html! {
-        article class=(format!("node {kind}")) id=(format!("n-{}", n.hash)) tabindex="0"
+        article class=(format!("node {kind}{}", if super::kv::is_kv_view(n) { " kv" } else { "" })) id=(format!("n-{}", n.hash)) tabindex="0"
             data-hash=(n.hash) data-seq=(n.seq) data-turn=(n.turn.unwrap_or(0))
             data-tin=[fig.map(|f| f.0)] data-tout=[fig.map(|f| f.1)] data-cost=[fig.map(|f| f.2)]
             data-failed=[fig.and_then(|f| f.3.then_some("1"))] {

@@ -269,7 +269,7 @@ impl Postgres {
     }
 
     fn run(&mut self, mode: Mode, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        crate::backend::retrying(|| {
+        crate::backend::retrying(crate::backend::RETRY_BUDGET, || {
             let mut t = PgTx::new(&mut self.conn, mode);
             let out = f(&mut t).and_then(|()| t.commit());
             if out.is_err() {
@@ -1765,7 +1765,7 @@ impl SearchTx for PgTx<'_> {
              JOIN nodes n ON n.seq = s.seq \
              WHERE s.doc @@ $1::text::tsquery{conds} ORDER BY rank DESC, s.seq DESC LIMIT {limit}"
         );
-        let query = crate::search::tsquery(q.terms);
+        let query = crate::search::tsquery(q.query);
         let owned: Vec<Box<dyn ToSql + Sync>> = values
             .into_iter()
             .map(|p| -> Box<dyn ToSql + Sync> {

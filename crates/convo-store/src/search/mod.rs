@@ -14,8 +14,13 @@
 //!
 //! **Queries** ([`Query::parse`]): every term must appear. A term is a word
 //! (`paris`), a prefix (`capit*`), or a phrase (`"capital of france"`, or
-//! any term that holds several words, such as `foo-bar`). Case never
-//! matters.
+//! any term that holds several words, such as `foo-bar`). `OR` between two
+//! terms makes either do (`paris OR rome`); `-term` excludes the nodes
+//! holding it (`paris -weather`). Case never matters.
+//!
+//! **A message counted once**: a message resent with every later request
+//! is one hit, the node where it first appeared in its session (see
+//! `once.rs`); the results say how many copies were left out.
 //!
 //! **The index** is kept off the append path, so bulk ingest keeps its
 //! speed: it remembers a cursor (the follow number of the last node it
@@ -35,6 +40,8 @@ use crate::filter::NodeFilter;
 use crate::{Result, StoreError};
 use convo_core::{BranchName, NodeHash, SessionId};
 use std::collections::{HashMap, HashSet};
+
+mod once;
 
 /// How much of a payload is indexed (bytes, from its start).
 pub const MAX_INDEXED_BYTES: usize = 256 * 1024;
@@ -105,7 +112,7 @@ pub fn document(payload: &[u8]) -> Option<Vec<String>> {
     (!w.is_empty()).then_some(w)
 }
 
-/// One term of a query: all of them must match.
+/// One term of a query.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Term {
     /// This word.
@@ -116,26 +123,49 @@ pub enum Term {
     Phrase(Vec<String>),
 }
 
+impl Term {
+    /// How often it occurs in `words`.
+    fn count(&self, words: &[String]) -> usize {
+        match self {
+            Term::Word(w) => words.iter().filter(|x| *x == w).count(),
+            Term::Prefix(p) => words.iter().filter(|x| x.starts_with(p.as_str())).count(),
+            Term::Phrase(p) => words
+                .windows(p.len())
+                .filter(|win| win.iter().zip(p).all(|(a, b)| a == b))
+                .count(),
+        }
+    }
+}
+
 /// A parsed query: see the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Query {
-    /// The terms, all required.
-    pub terms: Vec<Term>,
+    /// Every group must match; a group matches when one of its terms
+    /// does (`a OR b` is one group of two terms).
+    pub groups: Vec<Vec<Term>>,
+    /// Terms none of which may appear (`-word`).
+    pub excluded: Vec<Term>,
 }
 
 impl Query {
-    /// Parses `text`: words, `prefix*` and `"quoted phrases"`. Fails when
-    /// it holds no word at all.
+    /// Parses `text`: words, `prefix*`, `"quoted phrases"`, `OR` between
+    /// two terms and `-term` to exclude one. Fails when it holds no word
+    /// to find.
     pub fn parse(text: &str) -> Result<Query> {
-        let mut terms = Vec::new();
+        let mut groups: Vec<Vec<Term>> = Vec::new();
+        let mut excluded = Vec::new();
+        let mut or = false;
         let mut rest = text;
         while let Some(c) = rest.chars().next() {
             if c.is_whitespace() {
                 rest = &rest[c.len_utf8()..];
                 continue;
             }
-            let (chunk, quoted, next) = if c == '"' {
-                let body = &rest[1..];
+            let negated = c == '-' && rest[1..].chars().next().is_some_and(|n| !n.is_whitespace());
+            if negated {
+                rest = &rest[1..];
+            }
+            let (chunk, quoted, next) = if let Some(body) = rest.strip_prefix('"') {
                 match body.find('"') {
                     Some(end) => (&body[..end], true, &body[end + 1..]),
                     None => (body, true, ""),
@@ -145,40 +175,53 @@ impl Query {
                 (&rest[..end], false, &rest[end..])
             };
             rest = next;
-            let w: Vec<String> = words(chunk).into_iter().map(|w| w.text).collect();
-            match w.len() {
-                0 => {}
-                1 if !quoted && chunk.ends_with('*') => {
-                    terms.extend(w.into_iter().map(Term::Prefix));
-                }
-                1 => terms.extend(w.into_iter().map(Term::Word)),
-                _ => terms.push(Term::Phrase(w)),
+            if !quoted && !negated && chunk == "OR" {
+                or = !groups.is_empty();
+                continue;
             }
+            let Some(term) = term_of(chunk, quoted) else {
+                continue;
+            };
+            if negated {
+                excluded.push(term);
+            } else if or && let Some(last) = groups.last_mut() {
+                last.push(term);
+            } else {
+                groups.push(vec![term]);
+            }
+            or = false;
         }
-        if terms.is_empty() {
+        if groups.is_empty() {
+            let why = if excluded.is_empty() {
+                "holds no word (words are letters and digits)"
+            } else {
+                "only excludes words (`-word`); add a word to find"
+            };
             return Err(StoreError::Invalid(
                 format!(
-                    "the search `{}` holds no word (words are letters and digits)",
+                    "the search `{}` {why}",
                     convo_core::text::visible(text, convo_core::text::Newlines::Escape)
                 )
                 .into(),
             ));
         }
-        Ok(Query { terms })
+        Ok(Query { groups, excluded })
     }
 
-    /// How often the terms occur in `words`, or `None` when one is missing.
+    /// Every term to find, in every group.
+    pub fn terms(&self) -> impl Iterator<Item = &Term> {
+        self.groups.iter().flatten()
+    }
+
+    /// How often the terms occur in `words`, or `None` when a group is
+    /// missing or an excluded term is there.
     pub fn score(&self, words: &[String]) -> Option<u64> {
+        if self.excluded.iter().any(|t| t.count(words) > 0) {
+            return None;
+        }
         let mut total = 0;
-        for t in &self.terms {
-            let n = match t {
-                Term::Word(w) => words.iter().filter(|x| *x == w).count(),
-                Term::Prefix(p) => words.iter().filter(|x| x.starts_with(p.as_str())).count(),
-                Term::Phrase(p) => words
-                    .windows(p.len())
-                    .filter(|win| win.iter().zip(p).all(|(a, b)| a == b))
-                    .count(),
-            };
+        for g in &self.groups {
+            let n: usize = g.iter().map(|t| t.count(words)).sum();
             if n == 0 {
                 return None;
             }
@@ -187,10 +230,15 @@ impl Query {
         Some(total)
     }
 
-    /// Which of `words` the terms match (for highlighting).
+    /// Whether one of the terms to find occurs in `words`.
+    pub fn touches(&self, words: &[String]) -> bool {
+        self.terms().any(|t| t.count(words) > 0)
+    }
+
+    /// Which of `words` the terms to find match (for highlighting).
     fn marks(&self, words: &[Word]) -> Vec<bool> {
         let mut hit = vec![false; words.len()];
-        for t in &self.terms {
+        for t in self.terms() {
             match t {
                 Term::Word(w) => {
                     for (i, x) in words.iter().enumerate() {
@@ -212,6 +260,18 @@ impl Query {
             }
         }
         hit
+    }
+}
+
+/// The term a chunk of a query stands for: a word, a prefix (`capit*`) or
+/// a phrase (quoted, or several words such as `foo-bar`).
+fn term_of(chunk: &str, quoted: bool) -> Option<Term> {
+    let mut w: Vec<String> = words(chunk).into_iter().map(|w| w.text).collect();
+    match w.len() {
+        0 => None,
+        1 if !quoted && chunk.ends_with('*') => w.pop().map(Term::Prefix),
+        1 => w.pop().map(Term::Word),
+        _ => Some(Term::Phrase(w)),
     }
 }
 
@@ -289,8 +349,8 @@ pub fn snippet(payload: &[u8], q: &Query) -> Snippet {
 /// can check in SQL.
 #[derive(Clone, Copy, Debug)]
 pub struct IndexQuery<'a> {
-    /// All required.
-    pub terms: &'a [Term],
+    /// What to find.
+    pub query: &'a Query,
     /// Only nodes of this session.
     pub session: Option<&'a SessionId>,
     /// Only nodes of sessions recorded by this agent.
@@ -316,6 +376,8 @@ pub struct SearchRequest {
     pub filter: NodeFilter,
     /// At most this many hits.
     pub limit: usize,
+    /// Skip this many hits first (the pages before).
+    pub offset: usize,
 }
 
 /// One node that matched.
@@ -344,6 +406,16 @@ pub struct SearchResults {
     pub indexed: u64,
     /// Nodes past the cursor that were scanned instead.
     pub scanned: u64,
+    /// How many hits there are in all, resent copies folded (at least
+    /// this many when `exact` is false).
+    pub total: usize,
+    /// Whether `total` counts every match: false past [`MAX_MATCHES`].
+    pub exact: bool,
+    /// The hits skipped before these (the request's `offset`).
+    pub offset: usize,
+    /// Matches left out as resent copies of a message found earlier in
+    /// its session (a message counted once, where it first appeared).
+    pub resent: usize,
 }
 
 /// How far the index is.
@@ -383,6 +455,10 @@ pub(crate) fn index_batch(tx: &mut dyn Tx) -> Result<(u64, usize)> {
     Ok((last, nodes.len()))
 }
 
+/// How many matches, best first, a search reads to fold resent copies
+/// and count its hits; past it, the count is a lower bound.
+pub const MAX_MATCHES: usize = 1000;
+
 /// The search itself, in one read transaction.
 pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchResults> {
     if req.branch.is_some() && req.session.is_none() {
@@ -411,17 +487,58 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
     let wanted = |seq: u64| on_branch.as_ref().is_none_or(|set| set.contains(&seq));
     let mut found: Vec<(u64, f64)> = tx
         .search_match(&IndexQuery {
-            terms: &req.query.terms,
+            query: &req.query,
             session: req.session.as_ref(),
             agent: req.agent.as_deref(),
             filter: &req.filter,
-            limit: on_branch.is_none().then_some(req.limit),
+            limit: on_branch.is_none().then_some(MAX_MATCHES + 1),
         })?
         .into_iter()
         .filter(|(seq, _)| wanted(*seq))
-        .take(req.limit)
+        .take(MAX_MATCHES + 1)
         .collect();
-    // The tail the index does not hold yet.
+    // The tail the index does not hold yet, listed after the indexed hits.
+    let (tail, scanned) = scan_tail(tx, req, cursor, &wanted)?;
+    found.extend(tail.into_iter().map(|(seq, score)| (seq, score as f64)));
+    let exact = found.len() <= MAX_MATCHES;
+    found.truncate(MAX_MATCHES);
+    let (kept, resent) = once::fold(tx, &req.query, found)?;
+    let total = kept.len();
+    let mut hits = Vec::new();
+    for k in kept.into_iter().skip(req.offset).take(req.limit) {
+        // A payload removed since it was indexed no longer matches.
+        let Some(payload) = tx.blob(&k.node.node.payload)? else {
+            continue;
+        };
+        let (branches, turn) = timelines.place(tx, &k.node)?;
+        hits.push(SearchHit {
+            snippet: snippet(&payload, &req.query),
+            node: k.node,
+            payload,
+            score: k.score,
+            branches,
+            turn,
+        });
+    }
+    Ok(SearchResults {
+        hits,
+        indexed: cursor,
+        scanned,
+        total,
+        exact,
+        offset: req.offset,
+        resent,
+    })
+}
+
+/// The nodes past the index's cursor that match, best first, and how many
+/// were read.
+fn scan_tail(
+    tx: &mut dyn Tx,
+    req: &SearchRequest,
+    cursor: u64,
+    wanted: &dyn Fn(u64) -> bool,
+) -> Result<(Vec<(u64, u64)>, u64)> {
     let mut scanned = 0;
     let mut tail = Vec::new();
     let mut agents: HashMap<SessionId, bool> = HashMap::new();
@@ -463,40 +580,7 @@ pub(crate) fn search_in(tx: &mut dyn Tx, req: &SearchRequest) -> Result<SearchRe
         }
     }
     tail.sort_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
-    found.extend(
-        tail.into_iter()
-            .map(|(seq, score)| (seq, score as f64))
-            .take(req.limit.saturating_sub(found.len())),
-    );
-    let mut hits = Vec::new();
-    for (seq, score) in found {
-        let Some(node) = tx
-            .nodes_since(seq.saturating_sub(1), 1)?
-            .into_iter()
-            .next()
-            .filter(|n| n.seq == seq)
-        else {
-            continue;
-        };
-        // A payload removed since it was indexed no longer matches.
-        let Some(payload) = tx.blob(&node.node.payload)? else {
-            continue;
-        };
-        let (branches, turn) = timelines.place(tx, &node)?;
-        hits.push(SearchHit {
-            snippet: snippet(&payload, &req.query),
-            node,
-            payload,
-            score,
-            branches,
-            turn,
-        });
-    }
-    Ok(SearchResults {
-        hits,
-        indexed: cursor,
-        scanned,
-    })
+    Ok((tail, scanned))
 }
 
 /// Per session: for each node on a timeline, the timelines holding it and
@@ -661,38 +745,50 @@ pub(crate) fn conditions(
     (sql, params)
 }
 
-/// The FTS5 query for `terms`: each word or phrase quoted, prefixes with
-/// `*`, all required. Words hold only letters and digits, so nothing in
-/// them needs escaping.
-pub(crate) fn fts5_query(terms: &[Term]) -> String {
-    terms
-        .iter()
-        .map(|t| match t {
-            Term::Word(w) => format!("\"{w}\""),
-            Term::Prefix(p) => format!("\"{p}\"*"),
-            Term::Phrase(p) => format!("\"{}\"", p.join(" ")),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
+/// The FTS5 query for `q`: each word or phrase quoted, prefixes with
+/// `*`, each group in parentheses joined by `OR`, the groups by `AND`, the
+/// excluded terms after `NOT`. Words hold only letters and digits, so
+/// nothing in them needs escaping.
+pub(crate) fn fts5_query(q: &Query) -> String {
+    let term = |t: &Term| match t {
+        Term::Word(w) => format!("\"{w}\""),
+        Term::Prefix(p) => format!("\"{p}\"*"),
+        Term::Phrase(p) => format!("\"{}\"", p.join(" ")),
+    };
+    let any = |ts: &[Term]| {
+        let parts: Vec<String> = ts.iter().map(term).collect();
+        format!("({})", parts.join(" OR "))
+    };
+    let all: Vec<String> = q.groups.iter().map(|g| any(g)).collect();
+    let mut out = format!("({})", all.join(" AND "));
+    if !q.excluded.is_empty() {
+        out = format!("{out} NOT {}", any(&q.excluded));
+    }
+    out
 }
 
-/// The PostgreSQL `tsquery` literal for `terms`.
-pub(crate) fn tsquery(terms: &[Term]) -> String {
-    terms
-        .iter()
-        .map(|t| match t {
-            Term::Word(w) => format!("'{w}'"),
-            Term::Prefix(p) => format!("'{p}':*"),
-            Term::Phrase(p) => format!(
-                "({})",
-                p.iter()
-                    .map(|w| format!("'{w}'"))
-                    .collect::<Vec<_>>()
-                    .join(" <-> ")
-            ),
-        })
-        .collect::<Vec<_>>()
-        .join(" & ")
+/// The PostgreSQL `tsquery` literal for `q`.
+pub(crate) fn tsquery(q: &Query) -> String {
+    let term = |t: &Term| match t {
+        Term::Word(w) => format!("'{w}'"),
+        Term::Prefix(p) => format!("'{p}':*"),
+        Term::Phrase(p) => format!(
+            "({})",
+            p.iter()
+                .map(|w| format!("'{w}'"))
+                .collect::<Vec<_>>()
+                .join(" <-> ")
+        ),
+    };
+    let any = |ts: &[Term]| {
+        let parts: Vec<String> = ts.iter().map(term).collect();
+        format!("({})", parts.join(" | "))
+    };
+    let mut all: Vec<String> = q.groups.iter().map(|g| any(g)).collect();
+    if !q.excluded.is_empty() {
+        all.push(format!("!{}", any(&q.excluded)));
+    }
+    all.join(" & ")
 }
 
 /// The PostgreSQL `tsvector` literal for a document's words: each
@@ -753,8 +849,9 @@ mod tests {
 
     #[test]
     fn queries_parse_words_prefixes_and_phrases() {
+        let terms = |s: &str| q(s).terms().cloned().collect::<Vec<_>>();
         assert_eq!(
-            q(r#"Paris capit* "of France" foo-bar"#).terms,
+            terms(r#"Paris capit* "of France" foo-bar"#),
             vec![
                 Term::Word("paris".into()),
                 Term::Prefix("capit".into()),
@@ -764,9 +861,37 @@ mod tests {
         );
         assert!(Query::parse("  -- ** \"\" ").is_err());
         assert_eq!(
-            q("\"unterminated").terms,
+            terms("\"unterminated"),
             vec![Term::Word("unterminated".into())]
         );
+    }
+
+    #[test]
+    fn or_joins_terms_and_a_dash_excludes_one() {
+        let w = |s: &str| Term::Word(s.into());
+        let x = q(r#"paris OR rome capital -weather -"of france" OR"#);
+        assert_eq!(
+            x.groups,
+            vec![vec![w("paris"), w("rome")], vec![w("capital")]]
+        );
+        assert_eq!(
+            x.excluded,
+            vec![
+                w("weather"),
+                Term::Phrase(vec!["of".into(), "france".into()])
+            ]
+        );
+        // `or` in lowercase is a word; a leading OR joins nothing.
+        assert_eq!(
+            q("OR a or b").groups,
+            vec![vec![w("a")], vec![w("or")], vec![w("b")]]
+        );
+        let only = Query::parse("-paris").unwrap_err().to_string();
+        assert!(only.contains("only excludes"), "{only}");
+        let d = document(b"rome is the capital").unwrap();
+        assert_eq!(x.score(&d), Some(2));
+        assert_eq!(q("paris OR london").score(&d), None);
+        assert_eq!(q("capital -rome").score(&d), None);
     }
 
     #[test]
@@ -780,9 +905,21 @@ mod tests {
 
     #[test]
     fn backend_queries_quote_every_word() {
-        let t = q(r#"paris capit* "of france""#).terms;
-        assert_eq!(fts5_query(&t), r#""paris" "capit"* "of france""#);
-        assert_eq!(tsquery(&t), "'paris' & 'capit':* & ('of' <-> 'france')");
+        let t = q(r#"paris capit* "of france""#);
+        assert_eq!(
+            fts5_query(&t),
+            r#"(("paris") AND ("capit"*) AND ("of france"))"#
+        );
+        assert_eq!(
+            tsquery(&t),
+            "('paris') & ('capit':*) & (('of' <-> 'france'))"
+        );
+        let t = q("a OR b c -d -e");
+        assert_eq!(
+            fts5_query(&t),
+            r#"(("a" OR "b") AND ("c")) NOT ("d" OR "e")"#
+        );
+        assert_eq!(tsquery(&t), "('a' | 'b') & ('c') & !('d' | 'e')");
         let d = document(b"a b a").unwrap();
         assert_eq!(tsvector(&d), "'a':1,3 'b':2");
     }

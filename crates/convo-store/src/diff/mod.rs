@@ -29,11 +29,18 @@
 //! short side against a long one, costs linear time; a deadline bounds the
 //! pathological case (the alignment is then valid but may not be minimal).
 //!
-//! Payloads are compared line by line ([`line_diff`]) and word by word
+//! Two JSON objects (a request and the request it replaced) are also
+//! compared part by part ([`parts`]): each list (messages, tools) element
+//! by element, aligned as the nodes are, the same ones folded, and the
+//! other fields one by one, so that one changed message is one small word
+//! diff. Payloads are compared line by line ([`line_diff`]) and word by word
 //! ([`word_diff`]). JSON payloads are compared pretty-printed, so a change
 //! in one field is one line; anything else that is UTF-8 is compared as
 //! text; bytes that are not UTF-8 are one summary line (their length and
 //! hash).
+
+mod parts;
+pub use parts::{Part, parts};
 
 use crate::backend::StoredNode;
 use crate::chain::{TimelineNode, walk_chain};
