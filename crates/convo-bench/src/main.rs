@@ -26,6 +26,7 @@ mod proxybench;
 mod replaybench;
 mod searchbench;
 mod servebench;
+mod testbench;
 mod util;
 
 use std::process::ExitCode;
@@ -175,6 +176,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         "replay",
         "replay decision at the 200th call of a conversation: exact and tolerating volatile differences",
         replaybench::replay_decision,
+    ),
+    (
+        "convo-test",
+        "convo test of 100 recordings of 10 calls each, beyond the programs' own time",
+        testbench::convo_test,
     ),
     ("fork", "fork at depth 10 vs depth 1,000,000", benches::fork),
     (

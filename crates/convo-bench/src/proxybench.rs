@@ -26,7 +26,7 @@ const CALLS: usize = 2_000;
 const CLIENTS: usize = 64;
 const PER_CLIENT: usize = 50;
 
-async fn upstream_chat(body: Bytes) -> axum::response::Response {
+pub(crate) async fn upstream_chat(body: Bytes) -> axum::response::Response {
     let req: Value = serde_json::from_slice(&body).unwrap_or(json!({}));
     if req["stream"] == true {
         let chunks: Vec<Result<Bytes, std::io::Error>> = (0..8)

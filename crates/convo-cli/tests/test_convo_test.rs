@@ -738,3 +738,197 @@ command = "grep -q '\"exit_code\":0'"
     let o = convo_test(&["--file", "missing.toml"], &[]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// A judge: the output passes when it says forty-two.
+fn judge_model(n: usize, path: &str, req: &Value) -> Value {
+    assert_eq!(path, "/v1/chat/completions");
+    let asked = req["messages"][1]["content"].as_str().unwrap_or("");
+    let output = asked.split("Program output:").nth(1).unwrap_or("");
+    let pass = output.contains("forty-two");
+    let reason = if pass {
+        "it says forty-two"
+    } else {
+        "it never says forty-two"
+    };
+    json!({"id": format!("chatcmpl-j{n}"), "object": "chat.completion", "created": 0,
+        "model": req["model"], "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant",
+            "content": json!({"pass": pass, "reason": reason}).to_string()}}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+}
+
+#[test]
+fn an_llm_judge_is_asked_once_through_the_proxy_then_replayed() {
+    let up = Upstream::start(chat_model);
+    let judge = Upstream::start(judge_model);
+    let t = TestEnv::new();
+    let work = t.home().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let req = json!({"model": "scripted", "messages": [{"role": "user", "content": "judge me"}]});
+    std::fs::write(work.join("req.json"), req.to_string()).unwrap();
+    let live = proxy(&t, &["--upstream", &up.url]);
+    let o = Command::new("curl")
+        .args(["-sf", &format!("http://{}/v1/chat/completions", live.addr)])
+        .args(["-H", "content-type: application/json", "-d", "@req.json"])
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(live.stop().success());
+    let rec = recorded(&t, "judge me");
+    // The program: its one call, then what out.txt holds.
+    let program = r#"curl -sf "$OPENAI_BASE_URL/chat/completions" -H "content-type: application/json" -d @req.json > /dev/null && cat out.txt"#;
+    let secret = "sk-judge-Kumquat-Lantern-8812";
+    let run = |out: &str, extra: &[&str]| {
+        std::fs::write(work.join("out.txt"), out).unwrap();
+        let mut c = t.cmd();
+        c.current_dir(&work)
+            .env("CONVO_JUDGE_API_KEY", secret)
+            .args(["test", &rec, "--json", "--expect-judge", "says forty-two"])
+            .args(extra)
+            .args(["--", "sh", "-c", program]);
+        let o = c.output().unwrap();
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+        (o.status.code(), v["tests"][0]["assertions"][0].clone(), v)
+    };
+    let asked = || judge.calls.lock().unwrap().len();
+
+    // First run: the judge is asked once, through the proxy.
+    let (code, a, v) = run(
+        "the answer is forty-two\n",
+        &["--judge-upstream", &judge.url],
+    );
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(a["passed"], true, "{a:#}");
+    assert_eq!(a["verdict"]["replayed"], false, "{a:#}");
+    assert_eq!(a["verdict"]["reason"], "it says forty-two");
+    assert_eq!(asked(), 1);
+    let (_, first) = judge.calls.lock().unwrap()[0].clone();
+    assert_eq!(first["model"], "gpt-4o-mini");
+    assert!(
+        first["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("says forty-two"),
+        "{first}"
+    );
+    let session = a["verdict"]["session"].as_str().unwrap().to_owned();
+    assert!(session.starts_with("convo-judge:"), "{session}");
+    let log = t.run(&["log", &session]).ok();
+    assert!(
+        log.contains("it says forty-two"),
+        "the verdict is recorded: {log}"
+    );
+    assert!(
+        convo_testutil::files_holding(&t.db().display().to_string(), secret.as_bytes()).is_empty(),
+        "the judge's key is never stored"
+    );
+
+    // Second run, no upstream: the verdict is replayed, nobody is asked.
+    let (code, a, v) = run("the answer is forty-two\n", &[]);
+    assert_eq!(code, Some(0), "{v:#}");
+    assert_eq!(a["verdict"]["replayed"], true, "{a:#}");
+    assert_eq!(a["verdict"]["session"], session.as_str());
+    assert_eq!(asked(), 1);
+    // Each replay's counts are journaled on the recording's session.
+    let got = t.run(&["session", "get", &rec, "--json"]).json();
+    let replays = got["replays"].as_array().unwrap();
+    assert_eq!(replays.len(), 2, "{got:#}");
+    for r in replays {
+        assert_eq!(
+            (
+                &r["branch"],
+                &r["exact"],
+                &r["tolerated"],
+                &r["missed"],
+                &r["live"]
+            ),
+            (&json!("main"), &json!(1), &json!(0), &json!(0), &json!(0)),
+            "{r}"
+        );
+    }
+    let shown = t.run(&["session", "get", &rec]).ok();
+    assert!(
+        shown.contains("replays 2, the last")
+            && shown.contains("1 exact, 0 tolerated, 0 live, 0 missed"),
+        "{shown}"
+    );
+    t.run(&["verify"]).ok();
+
+    // A changed output: no verdict recorded, and none without an upstream.
+    let (code, a, v) = run("the answer is forty-three\n", &[]);
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(v["tests"][0]["status"], "failed");
+    let why = a["message"].as_str().unwrap();
+    assert!(why.contains("--judge-upstream"), "{why}");
+    assert_eq!(asked(), 1);
+    // With one, the judge says no, and says why.
+    let (code, a, v) = run(
+        "the answer is forty-three\n",
+        &["--judge-upstream", &judge.url],
+    );
+    assert_eq!(code, Some(1), "{v:#}");
+    assert_eq!(a["passed"], false);
+    assert!(
+        a["message"]
+            .as_str()
+            .unwrap()
+            .contains("it never says forty-two"),
+        "{a:#}"
+    );
+    assert_eq!(asked(), 2);
+
+    // From a file: [judge] names the upstream and the model.
+    std::fs::write(work.join("out.txt"), "forty-two it is\n").unwrap();
+    let toml = format!(
+        r#"
+[judge]
+upstream = "{}"
+model = "judge-small"
+
+[[test]]
+name = "judged"
+recording = "{rec}"
+command = {program:?}
+[[test.expect]]
+judge = "says forty-two"
+[[test.expect]]
+judge = "says forty-two"
+model = "judge-large"
+"#,
+        judge.url
+    );
+    std::fs::write(work.join("convo.toml"), toml).unwrap();
+    let o = t
+        .cmd()
+        .current_dir(&work)
+        .args(["test", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{v:#}");
+    let models: Vec<Value> = judge.calls.lock().unwrap()[2..]
+        .iter()
+        .map(|(_, r)| r["model"].clone())
+        .collect();
+    assert_eq!(models, [json!("judge-small"), json!("judge-large")]);
+
+    // `model` without `judge` is a usage error.
+    std::fs::write(
+        work.join("bad.toml"),
+        format!("[[test]]\nrecording = \"{rec}\"\ncommand = \"true\"\n[[test.expect]]\ncontains = \"x\"\nmodel = \"m\"\n"),
+    )
+    .unwrap();
+    let o = t
+        .cmd()
+        .current_dir(&work)
+        .args(["test", "-f", "bad.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("`model` goes with `judge`"),
+        "{o:?}"
+    );
+}

@@ -1409,3 +1409,72 @@ convo_testutil::for_each_backend!(
     api_writes_and_open_turns,
     state_write_on_a_fork,
 );
+
+#[test]
+fn a_harness_agent_under_convo_test_replays_offline_and_a_change_fails() {
+    let t = TestEnv::new();
+    let upstream = Upstream::start(noted);
+    let agent = todo_agent();
+    t.run(&[
+        "run",
+        "todo",
+        "--input",
+        "add milk",
+        "--input",
+        "add eggs",
+        "--upstream",
+        &upstream.url,
+        "--",
+        "python3",
+        &agent,
+    ])
+    .ok();
+    let before = upstream.count();
+    // The same agent: every turn matches, no model is called, the answers
+    // are the output the assertions read.
+    let o = t
+        .cmd()
+        .args(["test", "todo", "--harness", "--json"])
+        .args(["--expect-contains", "added eggs: milk, eggs"])
+        .args(["--", "python3", &agent])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(0), "{v:#}");
+    let test = &v["tests"][0];
+    assert_eq!(test["status"], "passed", "{v:#}");
+    assert_eq!(test["counts"]["exact"], 2, "{v:#}");
+    assert_eq!(test["assertions"][0]["passed"], true, "{v:#}");
+    assert_eq!(upstream.count(), before, "nothing reaches the model");
+
+    // A changed model name (from the test file's env): the inference
+    // request differs, the test fails naming the turn and the diff.
+    let dir = t.home().join("suite");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("convo.toml"),
+        format!(
+            "[[test]]\nname = \"todo\"\nrecording = \"todo\"\nharness = true\n\
+             command = [\"python3\", {agent:?}]\nenv = {{ TODO_MODEL = \"other-model\" }}\n"
+        ),
+    )
+    .unwrap();
+    let o = t
+        .cmd()
+        .current_dir(&dir)
+        .args(["test", "--json"])
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(o.status.code(), Some(1), "{v:#}");
+    let test = &v["tests"][0];
+    assert_eq!(test["status"], "changed", "{v:#}");
+    let d = &test["divergence"];
+    assert_eq!(
+        (d["turn"].as_u64(), d["what"].as_str()),
+        (Some(1), Some("request")),
+        "{v:#}"
+    );
+    assert!(d["diff"].as_str().unwrap().contains("other-model"), "{v:#}");
+    assert_eq!(upstream.count(), before);
+}

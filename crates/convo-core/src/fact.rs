@@ -78,6 +78,24 @@ pub enum Fact {
         /// Why.
         reason: String,
     },
+    /// A timeline was replayed (`convo proxy --replay`, `convo test`):
+    /// how its calls were answered. It changes nothing recorded.
+    Replay {
+        /// The session replayed.
+        session: SessionId,
+        /// Its timeline.
+        branch: BranchName,
+        /// When the replay ended.
+        at: Millis,
+        /// Calls answered by a byte-exact recorded call.
+        exact: u64,
+        /// Calls answered by a recorded call that differs only in volatile values.
+        tolerated: u64,
+        /// Calls sent upstream (`--on-miss live`).
+        live: u64,
+        /// Calls that found no recorded call.
+        missed: u64,
+    },
 }
 
 /// What readers show instead of a redacted payload:
@@ -175,6 +193,23 @@ impl FactRecord {
                 lp(&mut out, by.as_bytes());
                 lp(&mut out, reason.as_bytes());
             }
+            Fact::Replay {
+                session,
+                branch,
+                at,
+                exact,
+                tolerated,
+                live,
+                missed,
+            } => {
+                out.push(5);
+                out.extend_from_slice(session.as_bytes());
+                lp(&mut out, branch.as_str().as_bytes());
+                out.extend_from_slice(&at.to_le_bytes());
+                for n in [exact, tolerated, live, missed] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+            }
         }
         out
     }
@@ -230,6 +265,21 @@ impl FactRecord {
                 by: r.text()?,
                 reason: r.text()?,
             },
+            5 => {
+                let session = r.session()?;
+                let name = r.text()?;
+                let branch = BranchName::new(&name)
+                    .map_err(|_| format!("its branch name `{name}` is invalid"))?;
+                Fact::Replay {
+                    session,
+                    branch,
+                    at: r.u64()? as i64,
+                    exact: r.u64()?,
+                    tolerated: r.u64()?,
+                    live: r.u64()?,
+                    missed: r.u64()?,
+                }
+            }
             t => return Err(format!("its type {t} is unknown")),
         };
         if r.at != b.len() {
@@ -338,7 +388,24 @@ mod tests {
             rd.hash().to_hex(),
             "a74f13eefba2ea2fe54373f71ec32b2c5b8fdc4c7f1d1dfc06bd8506f95b39ec"
         );
-        for r in [s, st, rd] {
+        let rp = FactRecord {
+            prev: Some(rd.hash()),
+            after: 2,
+            fact: Fact::Replay {
+                session: session(),
+                branch: BranchName::main(),
+                at: 1_770_993_300_000,
+                exact: 9,
+                tolerated: 2,
+                live: 0,
+                missed: 1,
+            },
+        };
+        assert_eq!(
+            rp.hash().to_hex(),
+            "463f474c288572f4551ae81d4fdb42663cced2f30256d350046ac754e6ebcefa"
+        );
+        for r in [s, st, rd, rp] {
             assert_eq!(FactRecord::decode(&r.encode()).unwrap(), r);
         }
     }

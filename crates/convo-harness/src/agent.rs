@@ -36,6 +36,8 @@ pub enum Dialect {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct ChildEnv {
     pub vars: Vec<(String, String)>,
+    /// Its working directory (default: convo's).
+    pub dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug)]
@@ -273,6 +275,9 @@ async fn spawn(
         .stdout(Stdio::from(std::io::stderr()))
         .stderr(Stdio::inherit())
         .kill_on_drop(true);
+    if let Some(d) = &env.dir {
+        command.current_dir(d);
+    }
     // Its own process group: Ctrl-C in `convo chat` ends the turn, not the agent.
     #[cfg(unix)]
     command.process_group(0);

@@ -38,6 +38,11 @@ pub struct Options {
     pub lock_dir: Option<std::path::PathBuf>,
     /// Who runs the turns, written into the turn lock (`convo run`).
     pub holder: String,
+    /// More environment for a child agent (the harness's own variables
+    /// win over these).
+    pub env: Vec<(String, String)>,
+    /// A child agent's working directory (default: convo's).
+    pub dir: Option<std::path::PathBuf>,
 }
 
 impl Options {
@@ -53,6 +58,8 @@ impl Options {
             services_port: 0,
             lock_dir: None,
             holder: "convo".to_owned(),
+            env: Vec::new(),
+            dir: None,
         }
     }
 }
@@ -186,7 +193,13 @@ impl Harness {
         if std::env::var_os("OPENAI_API_KEY").is_none() {
             vars.push(("OPENAI_API_KEY".to_owned(), "convo-no-key".to_owned()));
         }
-        let agent = Agent::start(spec, ChildEnv { vars }, opts.start_timeout, opts.dialect).await?;
+        let mut all = opts.env.clone();
+        all.extend(vars);
+        let env = ChildEnv {
+            vars: all,
+            dir: opts.dir.clone(),
+        };
+        let agent = Agent::start(spec, env, opts.start_timeout, opts.dialect).await?;
         Ok(Harness {
             pool,
             services,

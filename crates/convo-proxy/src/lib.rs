@@ -310,6 +310,27 @@ impl Proxy {
         r.as_ref().map(replay::Replay::report)
     }
 
+    /// Journals how the replay answered its calls on the replayed session
+    /// (a replay fact: `convo session get` lists it), once it received
+    /// any. Nothing recorded changes.
+    pub async fn note_replay(&self) -> Result<(), StoreError> {
+        let note = self.inner.replay.lock().ok().and_then(|r| {
+            r.as_ref().map(|r| convo_store::ReplayNote {
+                session: r.session,
+                branch: r.spec.branch.clone(),
+                at: now_ms(),
+                exact: r.exact,
+                tolerated: r.tolerated,
+                live: r.live_calls,
+                missed: r.missed,
+            })
+        });
+        match note.filter(|n| n.exact + n.tolerated + n.live + n.missed > 0) {
+            Some(n) => self.inner.pool.run(move |s| s.note_replay(&n)).await,
+            None => Ok(()),
+        }
+    }
+
     /// How many calls were answered but could not be recorded.
     pub fn recording_failures(&self) -> u64 {
         self.inner

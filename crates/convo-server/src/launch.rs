@@ -13,7 +13,8 @@
 //! 5. writes the records still queued for the store, woken when the last
 //!    one is written ([`convo_proxy::Proxy::recordings_written`]), unless
 //!    [`Shutdown::give_up`] comes first;
-//! 6. folds the store's write-ahead log into the database, so a graceful
+//! 6. journals a replay's counts (`Proxy::note_replay`);
+//! 7. folds the store's write-ahead log into the database, so a graceful
 //!    stop leaves none behind (not after giving up on records: the store
 //!    is held elsewhere, and folding would wait for it too).
 
@@ -142,6 +143,9 @@ pub struct Stopped {
     pub replay_report: Option<serde_json::Value>,
     /// Calls answered whose records were given up at shutdown.
     pub unrecorded: usize,
+    /// What went wrong after the stop and is worth saying (the replay's
+    /// counts not journaled).
+    pub warnings: Vec<String>,
 }
 
 /// Refuses to listen on `addr` off loopback without a token: anyone who
@@ -207,6 +211,15 @@ pub async fn launch(
     let mut stopped = Stopped::default();
     if let Some(p) = &proxy {
         stopped.unrecorded = write_queued(p, name, announce, shutdown.give_up).await;
+        let noted = match stopped.unrecorded {
+            0 => p.note_replay().await.map_err(|e| e.to_string()),
+            // The store is held elsewhere: journaling would wait for it.
+            _ => Err("the store is held by another process".to_owned()),
+        };
+        if let (Err(e), Some(_)) = (noted, p.replay_summary()) {
+            let e = format!("the replay's counts could not be journaled: {e}");
+            stopped.warnings.push(e);
+        }
         stopped.replay_summary = p.replay_summary();
         stopped.replay_report = p.replay_report();
     }

@@ -84,6 +84,7 @@ pub mod tx {
 pub use chain::TimelineNode;
 pub use checkpoint::Checkpoint;
 pub use error::{BoxError, Cause, ErrorKind, Result, StoreError};
+pub use facts::ReplayNote;
 pub use follow::Follower;
 pub use ledger::{Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelinePage, TurnView};
 pub use migrate::{Migrated, migrate};

@@ -32,6 +32,8 @@ pub mod share;
 pub mod show;
 pub mod state;
 pub mod test;
+pub mod test_agent;
+pub mod test_judge;
 pub mod test_report;
 pub mod turn;
 pub mod verify;

@@ -234,6 +234,9 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
         }
     }
     let stopped = stopped?;
+    for line in &stopped.warnings {
+        eprintln!("convo {}: {line}", surface.name());
+    }
     if let Some(line) = &stopped.replay_summary {
         eprintln!("{line}");
     }

@@ -247,10 +247,12 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
         .filter(|&(i, _)| filter.matches(&tl[i].stored))
         .take(a.limit.unwrap_or(usize::MAX))
         .collect();
+    let replays = store.replays(&s.id)?;
     if a.json {
         let mut v = session_json(&s);
         v["branch"] = crate::output::branch_json(&row);
         v["turns"] = json!(groups.len());
+        v["replays"] = json!(replays);
         v["nodes"] = json!(
             shown
                 .iter()
@@ -286,6 +288,19 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
         if groups.len() == 1 { "" } else { "s" },
         row.state.map(|r| r.short()).unwrap_or_else(|| "-".into())
     )?;
+    if let Some(last) = replays.last() {
+        writeln!(
+            out,
+            "replays {}, the last {} of {}: {} exact, {} tolerated, {} live, {} missed",
+            replays.len(),
+            crate::output::human_time(last.at),
+            clean(last.branch.as_str()),
+            last.exact,
+            last.tolerated,
+            last.live,
+            last.missed
+        )?;
+    }
     if a.full {
         let limit = a.limit.unwrap_or(usize::MAX);
         for t in groups.iter().take(limit) {

@@ -1,3 +1,4 @@
+use super::test_judge::{self as judge, JudgeConfig};
 use super::test_report::{self as report, Assertion, TestResult};
 use super::{CmdResult, CommandError, Env};
 use clap::Args;
@@ -31,6 +32,16 @@ use std::time::{Duration, Instant};
 ///   [[test.expect]]
 ///   contains = "sunny"                      # or equals, regex, json_schema,
 ///                                           # tool (+ args), command
+///   [[test.expect]]
+///   judge = "says the weather in Paris"     # an LLM judge (+ model)
+///
+///   [judge]                                 # where judges are asked
+///   upstream = "https://api.openai.com/v1"  # (--judge-upstream)
+///   model = "gpt-4o-mini"                   # (--judge-model)
+///
+/// A judge's verdict is recorded through convo's proxy (a session titled
+/// convo-judge:HASH per question) and replayed on the next run: the judge
+/// is asked only when the output changed, and never without an upstream.
 ///
 /// With --on-change live, the first call that differs goes to --upstream
 /// on a fork of the recording (`live-N`), and so does every call after it:
@@ -89,6 +100,10 @@ pub struct TestArgs {
     /// Compare with a previous --json report: unchanged, improved, regressed per test
     #[arg(long, value_name = "BASELINE")]
     pub compare: Option<PathBuf>,
+    /// The program is a harness agent (docs/AGENTS.md) recorded by `convo run`:
+    /// replay its inputs, answer its inference and kv calls from the recording
+    #[arg(long)]
+    pub harness: bool,
     /// Seconds a program may run before it is stopped and its test fails
     #[arg(long, default_value_t = 600.0, value_name = "SECS")]
     pub timeout: f64,
@@ -110,6 +125,16 @@ pub struct TestArgs {
     /// Expect this shell command to exit 0 reading the test's result (JSON) on stdin
     #[arg(long, value_name = "SHELL")]
     pub expect_command: Vec<String>,
+    /// Expect an LLM judge to find that the output meets CRITERION; repeatable
+    #[arg(long, value_name = "CRITERION")]
+    pub expect_judge: Vec<String>,
+    /// Where a judge is asked when its verdict is not recorded (OpenAI-compatible;
+    /// its key from CONVO_JUDGE_API_KEY or OPENAI_API_KEY)
+    #[arg(long, value_name = "URL", env = "CONVO_JUDGE_UPSTREAM")]
+    pub judge_upstream: Option<String>,
+    /// The judge's model [default: the file's [judge] model, or gpt-4o-mini]
+    #[arg(long, value_name = "MODEL", env = "CONVO_JUDGE_MODEL")]
+    pub judge_model: Option<String>,
 }
 
 /// One test, from the command line or a file.
@@ -135,6 +160,11 @@ pub struct TestSpec {
     /// Exact matching only.
     #[serde(default)]
     pub strict: bool,
+    /// The program is a harness agent (docs/AGENTS.md), recorded by
+    /// `convo run`: its inputs are sent again, its inference and kv calls
+    /// answered from the recording.
+    #[serde(default)]
+    pub harness: bool,
     /// The assertions on what the program produced.
     #[serde(default)]
     pub expect: Vec<Assertion>,
@@ -151,7 +181,7 @@ pub enum Command {
 }
 
 impl Command {
-    fn argv(&self) -> Vec<String> {
+    pub fn argv(&self) -> Vec<String> {
         match self {
             Command::Argv(a) => a.clone(),
             Command::Shell(s) => vec!["sh".into(), "-c".into(), s.clone()],
@@ -164,6 +194,16 @@ impl Command {
 struct TestFile {
     #[serde(default)]
     test: Vec<TestSpec>,
+    #[serde(default)]
+    judge: FileJudge,
+}
+
+/// A file's `[judge]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileJudge {
+    upstream: Option<String>,
+    model: Option<String>,
 }
 
 /// How every test of a run replays.
@@ -174,10 +214,11 @@ struct Shared {
     upstream: Option<String>,
     anthropic_upstream: Option<String>,
     timeout: Duration,
+    judge: JudgeConfig,
 }
 
 pub fn run(env: &Env, a: TestArgs) -> CmdResult {
-    let (tests, base) = specs(&a)?;
+    let (tests, base, file_judge) = specs(&a)?;
     let live = a.on_change == "live";
     if live && a.upstream.is_none() && a.anthropic_upstream.is_none() {
         return Err(
@@ -198,7 +239,17 @@ pub fn run(env: &Env, a: TestArgs) -> CmdResult {
         upstream: a.upstream.clone(),
         anthropic_upstream: a.anthropic_upstream.clone(),
         timeout: Duration::from_secs_f64(a.timeout),
+        judge: JudgeConfig {
+            upstream: a.judge_upstream.clone().or(file_judge.upstream),
+            model: a.judge_model.clone().or(file_judge.model),
+            key: std::env::var("CONVO_JUDGE_API_KEY")
+                .or_else(|_| std::env::var("OPENAI_API_KEY"))
+                .ok(),
+        },
     };
+    if let Some(u) = &shared.judge.upstream {
+        judge::check_upstream(u)?;
+    }
     let baseline = a
         .compare
         .as_deref()
@@ -261,8 +312,9 @@ fn append(path: &Path, text: &str) -> CmdResult<()> {
         .map_err(|e| CommandError::user(format!("cannot write {}: {e}", path.display())))
 }
 
-/// The tests to run, and the folder relative paths are read from.
-fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf)> {
+/// The tests to run, the folder relative paths are read from, and the
+/// file's `[judge]`.
+fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf, FileJudge)> {
     let here = PathBuf::from(".");
     if let Some(rec) = &a.recording {
         if a.command.is_empty() {
@@ -293,6 +345,9 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf)> {
         for t in &a.expect_command {
             expect.push(Assertion::of("command", Value::String(t.clone())));
         }
+        for t in &a.expect_judge {
+            expect.push(Assertion::of("judge", Value::String(t.clone())));
+        }
         for e in &expect {
             e.check_usage(&here)?;
         }
@@ -304,9 +359,10 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf)> {
             cwd: None,
             match_ignore: Vec::new(),
             strict: false,
+            harness: a.harness,
             expect,
         };
-        return Ok((vec![spec], here));
+        return Ok((vec![spec], here, FileJudge::default()));
     }
     if !a.command.is_empty() {
         return Err(CommandError::user(
@@ -355,7 +411,7 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf)> {
                 .with_hint("add [[test]] tables with name, recording and command"),
         );
     }
-    Ok((tests, base))
+    Ok((tests, base, file.judge))
 }
 
 /// The replay a test runs against.
@@ -387,6 +443,30 @@ async fn run_one(
     base: &Path,
 ) -> CmdResult<TestResult> {
     let started = Instant::now();
+    if t.harness {
+        if shared.live {
+            return Ok(TestResult::error(
+                t,
+                "--on-change live is for programs calling a model through the proxy; \
+                 a harness agent goes live with convo replay --live-after NODE",
+            ));
+        }
+        let mut ignore = shared.match_ignore.clone();
+        ignore.extend(t.match_ignore.iter().cloned());
+        let dir = base.join(t.cwd.as_deref().unwrap_or(Path::new(".")));
+        let (ran, replay) = super::test_agent::run(
+            pool,
+            t,
+            &ignore,
+            shared.strict || t.strict,
+            Some(&dir),
+            shared.timeout,
+        )
+        .await?;
+        let judged = judge_all(pool, t, &ran, &shared.judge).await;
+        let took = started.elapsed();
+        return Ok(TestResult::finish(t, ran, replay, base, &judged, took));
+    }
     let cfg = replay_config(t, shared)?;
     let proxy = match convo_proxy::Proxy::start(cfg, pool.clone(), None).await {
         Ok(p) => p,
@@ -418,5 +498,37 @@ async fn run_one(
     let _ = stop.send(());
     let _ = server.await;
     let replay = proxy.replay_report().unwrap_or(Value::Null);
-    Ok(TestResult::finish(t, ran, replay, base, started.elapsed()))
+    if let Err(e) = proxy.note_replay().await {
+        eprintln!("convo test: the replay's counts could not be journaled: {e}");
+    }
+    let judged = judge_all(pool, t, &ran, &shared.judge).await;
+    Ok(TestResult::finish(
+        t,
+        ran,
+        replay,
+        base,
+        &judged,
+        started.elapsed(),
+    ))
+}
+
+/// The verdict of each judge among `t`'s assertions (None for the others).
+async fn judge_all(
+    pool: &convo_runtime::StorePool,
+    t: &TestSpec,
+    ran: &report::Ran,
+    cfg: &JudgeConfig,
+) -> Vec<Option<report::Judged>> {
+    let mut out = Vec::with_capacity(t.expect.len());
+    for a in &t.expect {
+        let Some((criterion, model)) = a.judged() else {
+            out.push(None);
+            continue;
+        };
+        out.push(Some(match ran.finished_output() {
+            Some(output) => judge::judge(pool, cfg, model, criterion, output).await,
+            None => Err("the program did not run to its end: the judge was not asked".into()),
+        }));
+    }
+    out
 }

@@ -22,6 +22,31 @@ pub struct Ran {
     error: Option<String>,
 }
 
+impl Ran {
+    /// A program that ran to its end, exit 0, printing `stdout`.
+    pub fn finished(stdout: String) -> Ran {
+        Ran {
+            exit_code: Some(0),
+            stdout,
+            ..Ran::default()
+        }
+    }
+
+    /// A program that could not run, and why.
+    pub fn failed(why: &str) -> Ran {
+        Ran {
+            error: Some(why.to_owned()),
+            ..Ran::default()
+        }
+    }
+
+    /// What the program printed, when it ran to its end (a judge is asked
+    /// about nothing else).
+    pub fn finished_output(&self) -> Option<&str> {
+        (self.error.is_none() && !self.timed_out).then_some(self.stdout.as_str())
+    }
+}
+
 /// The most bytes of a program's output kept in a report.
 const KEPT_OUTPUT: usize = 64 * 1024;
 
@@ -136,6 +161,7 @@ pub struct Assertion {
     kind: String,
     value: Value,
     args: Option<Value>,
+    model: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +174,8 @@ struct RawAssertion {
     tool: Option<String>,
     args: Option<Value>,
     command: Option<String>,
+    judge: Option<String>,
+    model: Option<String>,
 }
 
 impl TryFrom<RawAssertion> for Assertion {
@@ -161,10 +189,11 @@ impl TryFrom<RawAssertion> for Assertion {
             ("json_schema", r.json_schema),
             ("tool", s(r.tool)),
             ("command", s(r.command)),
+            ("judge", s(r.judge)),
         ];
         let mut given = all.into_iter().filter_map(|(k, v)| v.map(|v| (k, v)));
         let (kind, value) = given.next().ok_or(
-            "an expectation needs one of equals, contains, regex, json_schema, tool, command",
+            "an expectation needs one of equals, contains, regex, json_schema, tool, command, judge",
         )?;
         if let Some((other, _)) = given.next() {
             return Err(format!(
@@ -174,10 +203,14 @@ impl TryFrom<RawAssertion> for Assertion {
         if r.args.is_some() && kind != "tool" {
             return Err("`args` goes with `tool`".into());
         }
+        if r.model.is_some() && kind != "judge" {
+            return Err("`model` goes with `judge`".into());
+        }
         Ok(Assertion {
             kind: kind.to_owned(),
             value,
             args: r.args,
+            model: r.model,
         })
     }
 }
@@ -189,7 +222,13 @@ impl Assertion {
             kind: kind.to_owned(),
             value,
             args: None,
+            model: None,
         }
+    }
+
+    /// An LLM judge's question: what the output must meet.
+    pub fn judged(&self) -> Option<(&str, Option<&str>)> {
+        (self.kind == "judge").then(|| (self.text(), self.model.as_deref()))
     }
 
     /// `--expect-tool NAME[=JSON]`.
@@ -209,6 +248,7 @@ impl Assertion {
             kind: "tool".into(),
             value: Value::String(name.to_owned()),
             args,
+            model: None,
         })
     }
 
@@ -241,9 +281,21 @@ impl Assertion {
         })
     }
 
-    /// Whether it holds, and what was found when it does not.
-    fn check(&self, out: &str, result: &Value, base: &Path) -> (bool, String) {
+    /// Whether it holds, and what was found when it does not (a judge's
+    /// verdict was had before, `judged`).
+    fn check(
+        &self,
+        out: &str,
+        result: &Value,
+        base: &Path,
+        judged: Option<&Judged>,
+    ) -> (bool, String) {
         match self.kind.as_str() {
+            "judge" => match judged {
+                Some(Ok(v)) => (v.pass, format!("the judge: {}", v.reason)),
+                Some(Err(why)) => (false, why.clone()),
+                None => (false, "the judge was not asked".into()),
+            },
             "equals" => (
                 out.trim_end() == self.text().trim_end(),
                 format!("the output is {:?}", out.trim_end()),
@@ -305,6 +357,9 @@ impl Assertion {
         let mut v = json!({"kind": self.kind, "expected": self.value});
         if let Some(a) = &self.args {
             v["args"] = a.clone();
+        }
+        if let Some(m) = &self.model {
+            v["model"] = json!(m);
         }
         v
     }
@@ -481,6 +536,9 @@ pub fn schema_errors(schema: &Value, v: &Value, at: &str, out: &mut Vec<String>)
     }
 }
 
+/// A judge's verdict, or why there is none.
+pub type Judged = Result<super::test_judge::Verdict, String>;
+
 /// One test's outcome.
 #[derive(Debug)]
 pub struct TestResult(Value);
@@ -501,6 +559,7 @@ impl TestResult {
         ran: Ran,
         replay: Value,
         base: &Path,
+        judged: &[Option<Judged>],
         took: Duration,
     ) -> TestResult {
         let first = replay["calls"]
@@ -521,12 +580,18 @@ impl TestResult {
         let checks: Vec<Value> = t
             .expect
             .iter()
-            .map(|a| {
-                let (ok, why) = a.check(&ran.stdout, &result, base);
+            .enumerate()
+            .map(|(i, a)| {
+                let judged = judged.get(i).and_then(Option::as_ref);
+                let (ok, why) = a.check(&ran.stdout, &result, base, judged);
                 let mut v = a.to_json();
                 v["passed"] = json!(ok);
                 if !ok {
                     v["message"] = json!(why);
+                }
+                if let Some(Ok(j)) = judged {
+                    v["verdict"] = json!({"pass": j.pass, "reason": j.reason,
+                        "session": j.session, "replayed": j.replayed});
                 }
                 v
             })
