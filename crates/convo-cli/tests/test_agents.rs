@@ -368,6 +368,14 @@ fn claude_code_subagents_are_branches_of_the_turn_that_started_them() {
     let main = t.run(&["log", &session]).ok();
     assert!(main.contains("please delegate this"), "{main}");
     assert!(main.contains("Agent"), "the call that started it: {main}");
+    // Linked both ways to the call that started it, as through the proxy.
+    let link = subagent_link(&t, &session);
+    assert_eq!(link["tool"], "Agent", "{link}");
+    let started = t.run(&["show", link["started_by"].as_str().unwrap()]).ok();
+    assert!(
+        started.contains("Agent"),
+        "started by the Agent call: {started}"
+    );
     // The session file comes back byte for byte (the subagents' lines are
     // kept too, under their own file name).
     let file = files(&projects, ".jsonl")
@@ -1496,6 +1504,132 @@ pub(crate) fn proxy(t: &TestEnv, args: &[&str]) -> crate::serve_util::Server {
     let mut all = vec!["proxy", "--listen", "127.0.0.1:0", "--quiet"];
     all.extend_from_slice(args);
     crate::serve_util::Server::launch(t, &all)
+}
+
+/// The one subagent timeline of `session` (`agent-1`): its link to the
+/// call that started it, checked both ways in `log --graph` (text and
+/// JSON) and `session get --json`.
+pub(crate) fn subagent_link(t: &TestEnv, session: &str) -> Value {
+    let graph = t.run(&["log", session, "--graph", "--json"]).json();
+    let tree = graph.as_array().unwrap();
+    let subs: Vec<&Value> = tree.iter().filter(|b| !b["subagent"].is_null()).collect();
+    assert_eq!(subs.len(), 1, "one subagent timeline: {graph:#}");
+    let sub = subs[0];
+    assert_eq!(sub["name"], "agent-1", "{graph:#}");
+    let link = sub["subagent"].clone();
+    assert_eq!(link["started_by"], sub["fork_point"], "{graph:#}");
+    assert_eq!(link["branch"], sub["parent"], "{graph:#}");
+    let parent = tree.iter().find(|b| b["name"] == sub["parent"]).unwrap();
+    assert_eq!(
+        parent["subagents"][0]["subagent_branch"], "agent-1",
+        "{graph:#}"
+    );
+    let text = t.run(&["log", session, "--graph"]).ok();
+    assert!(text.contains("subagent started by"), "{text}");
+    let get = t
+        .run(&["session", "get", session, "--branch", "agent-1", "--json"])
+        .json();
+    assert_eq!(get["branch"]["subagent"], link, "{get:#}");
+    let main = t
+        .run(&[
+            "session",
+            "get",
+            session,
+            "--branch",
+            parent["name"].as_str().unwrap(),
+            "--json",
+        ])
+        .json();
+    let starter: Vec<&Value> = main["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| !n["subagents"].is_null())
+        .collect();
+    assert_eq!(starter.len(), 1, "{main:#}");
+    assert_eq!(starter[0]["hash"], link["started_by"], "{main:#}");
+    assert_eq!(starter[0]["subagents"], json!(["agent-1"]), "{main:#}");
+    link
+}
+
+#[test]
+fn claude_code_subagent_through_the_proxy_is_a_timeline_linked_to_its_call() {
+    let Some(claude) = node_tool("claude") else {
+        return;
+    };
+    let up = Upstream::start(agent_model);
+    let t = TestEnv::new();
+    let home = t.home().join("agent-home");
+    let proj = t.home().join("proj");
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&proj).unwrap();
+    let live = proxy(&t, &["--upstream", &up.url]);
+    let out = Command::new(&claude)
+        .current_dir(&proj)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("ANTHROPIC_BASE_URL", format!("http://{}", live.addr))
+        .env("ANTHROPIC_API_KEY", "x")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .args(["-p", "please delegate this", "--allowedTools", "Agent"])
+        .output()
+        .unwrap();
+    ok(out, "claude -p through the proxy");
+    assert!(live.stop().success());
+    let calls = up.calls.lock().unwrap().clone();
+    assert!(
+        calls.iter().any(
+            |(_, b)| b["messages"].to_string().contains("list the files please")
+                && !b["messages"].to_string().contains("please delegate")
+        ),
+        "the subagent called the model"
+    );
+    // One session for the conversation; the subagent is not one of its own.
+    let sessions = proxy_sessions(&t);
+    let main: Vec<&Value> = sessions
+        .iter()
+        .filter(|s| s["title"] == "please delegate this")
+        .collect();
+    assert_eq!(main.len(), 1, "{sessions:?}");
+    assert!(
+        !sessions
+            .iter()
+            .any(|s| s["title"] == "list the files please"),
+        "no unlinked session for the subagent: {sessions:?}"
+    );
+    let id = main[0]["id"].as_str().unwrap().to_owned();
+    let link = subagent_link(&t, &id);
+    assert_eq!(link["tool"], "Agent", "{link}");
+    assert!(
+        link["tool_call_id"].as_str().unwrap().starts_with("toolu_"),
+        "{link}"
+    );
+    assert_eq!(link["branch"], "main", "{link}");
+    // Its calls are on its timeline, not interleaved on main.
+    let invokes = |branch: &str| -> Vec<String> {
+        let v = t
+            .run(&["session", "get", &id, "--branch", branch, "--json"])
+            .json();
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|n| n["kind"] == "invoke")
+            .map(|n| n["payload"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let on_main = invokes("main");
+    assert!(
+        !on_main.iter().any(|p| p.contains("list the files please")),
+        "{on_main:?}"
+    );
+    let on_sub = invokes("agent-1");
+    assert!(
+        on_sub.iter().any(|p| p.contains("list the files please")),
+        "{on_sub:?}"
+    );
 }
 
 /// The proxy's sessions (agent `proxy`), as `session list --json` gives them.

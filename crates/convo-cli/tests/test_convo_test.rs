@@ -30,7 +30,7 @@ fn anthropic_stream(n: usize, model: &Value, block: Value, delta: Value, stop: &
     ]})
 }
 
-fn tool_use(n: usize, model: &Value, name: &str, input: Value) -> Value {
+pub(crate) fn tool_use(n: usize, model: &Value, name: &str, input: Value) -> Value {
     anthropic_stream(
         n,
         model,
@@ -40,7 +40,7 @@ fn tool_use(n: usize, model: &Value, name: &str, input: Value) -> Value {
     )
 }
 
-fn said(n: usize, model: &Value, text: &str) -> Value {
+pub(crate) fn said(n: usize, model: &Value, text: &str) -> Value {
     anthropic_stream(
         n,
         model,

@@ -970,7 +970,18 @@ fn otel_body_over_the_limit_is_a_413_status_in_the_request_encoding() {
 fn weather_model(_: usize, _: &str, req: &Value) -> Value {
     let last = req["messages"].as_array().and_then(|m| m.last()).cloned();
     let last = last.unwrap_or(Value::Null);
-    let (msg, finish) = if last["role"] == "tool" {
+    let hands_off = req["tools"].as_array().is_some_and(|t| {
+        t.iter()
+            .any(|t| t["function"]["name"] == "transfer_to_weather")
+    });
+    let (msg, finish) = if hands_off && last["role"] == "user" {
+        (
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_0",
+                "type": "function", "function": {"name": "transfer_to_weather",
+                "arguments": "{}"}}]}),
+            "tool_calls",
+        )
+    } else if last["role"] == "tool" {
         (
             json!({"role": "assistant", "content": "It is 18C and sunny in Paris."}),
             "stop",
@@ -1120,17 +1131,15 @@ fn otel_each_call_its_own_trace_is_one_session_as_through_the_proxy() {
             )],
             "through the proxy"
         );
-        let got = settled(&via_otel, &want);
+        settled(&via_otel, &want);
         // EVENT_ONLY: the spans come first and say nothing of the
-        // messages, so they are kept as calls without content (their own
-        // session) until their log events bring the conversation.
-        let got: Tree = got
-            .into_iter()
-            .filter(|(title, _)| !title.ends_with("calls without their messages"))
-            .collect();
-        assert_eq!(got, want, "{mode} {capture:?}: as telemetry");
+        // messages; held, they are not also recorded as calls without
+        // content once their log events bring the conversation. A server
+        // that stops writes what it holds: the whole store, afterwards.
         let v = srv.get("/api/v1/verify").expect(200);
         assert_eq!(v["ok"], json!(true), "{v}");
+        assert!(srv.stop().success());
+        assert_eq!(tree(&via_otel), want, "{mode} {capture:?}: as telemetry");
     }
 }
 
@@ -1159,9 +1168,17 @@ fn otel_calls_without_content_are_recorded_and_say_how_to_capture_them() {
         );
         assert_eq!(out["answers"][2]["content"], "Tomorrow: rain.", "{out}");
     }
-    let list = t.run(&["session", "list", "--json"]).json();
-    let list = list.get("sessions").cloned().unwrap_or(list);
-    let list = list.as_array().unwrap();
+    // Held a while for messages that may follow in log events (none do).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let list = loop {
+        let list = t.run(&["session", "list", "--json"]).json();
+        let list = list.get("sessions").cloned().unwrap_or(list);
+        let list = list.as_array().unwrap().clone();
+        if !list.is_empty() || std::time::Instant::now() > deadline {
+            break list;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
     assert_eq!(list.len(), 1, "{list:?}");
     assert_eq!(
         list[0]["title"],
@@ -1215,5 +1232,81 @@ fn otel_calls_without_content_are_recorded_and_say_how_to_capture_them() {
             .count(),
         1,
         "said once: {log}"
+    );
+}
+
+/// An openai-agents handoff (a triage agent hands the question to a
+/// weather agent: another system prompt), then the follow-up, each run
+/// its own trace, sent through `convo proxy` and exported by
+/// OpenInference's openai-agents instrumentation in the same run: the
+/// receiver gives the sessions and timelines the proxy gives, one session
+/// on one timeline, the same answers in order.
+#[test]
+fn otel_openai_agents_handoff_is_one_session_as_through_the_proxy() {
+    let Some(py) = python() else { return };
+    let up = crate::test_harness::Upstream::start(weather_model);
+    let via_proxy = TestEnv::new();
+    let via_otel = TestEnv::new();
+    let srv = Server::start(&via_otel, &[]);
+    let proxy = Server::launch(
+        &via_proxy,
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--upstream",
+            &up.url,
+        ],
+    );
+    let base = format!("http://{}/v1", proxy.addr);
+    let out = emit(
+        &py,
+        &srv,
+        "openai-agents-handoff",
+        &[("CONVO_EMIT_BASE_URL", base.as_str())],
+    );
+    assert_eq!(out["agents"], json!(["weather", "weather"]), "{out}");
+    assert_eq!(out["answers"][1], "Tomorrow: rain.", "{out}");
+    assert!(proxy.stop().success());
+    let want = tree(&via_proxy);
+    assert_eq!(
+        want,
+        vec![(
+            "Weather in Paris?".to_owned(),
+            vec![(
+                "main".to_owned(),
+                vec![
+                    "It is 18C and sunny in Paris.".to_owned(),
+                    "Tomorrow: rain.".to_owned()
+                ]
+            )]
+        )],
+        "through the proxy"
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tree(&via_otel).len() != 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    assert!(srv.stop().success());
+    let got = tree(&via_otel);
+    // The same sessions and timelines. The telemetry also shows the
+    // history openai-agents summarized for the weather agent (a message
+    // it sent, which the proxy keeps inside the request).
+    let shape = |t: &Tree| -> Vec<(String, Vec<String>)> {
+        t.iter()
+            .map(|(s, b)| (s.clone(), b.iter().map(|(n, _)| n.clone()).collect()))
+            .collect()
+    };
+    assert_eq!(shape(&got), shape(&want), "as telemetry: {got:?}");
+    let answers: Vec<&String> = got[0].1[0]
+        .1
+        .iter()
+        .filter(|a| !a.starts_with("For context, here is the conversation so far"))
+        .collect();
+    assert_eq!(
+        answers,
+        want[0].1[0].1.iter().collect::<Vec<_>>(),
+        "{got:?}"
     );
 }

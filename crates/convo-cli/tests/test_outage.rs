@@ -8,6 +8,7 @@
 use crate::common::TestEnv;
 use crate::serve_util::{Server, http};
 use crate::test_hostile::OwnPg;
+use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -312,5 +313,124 @@ fn servers_followers_and_writers_come_back_after_postgres_restarts() {
         "outage: {} appends acknowledged, {} answered 503 during the restarts",
         seen.acked.len(),
         seen.unavailable
+    );
+}
+
+/// A chat model that echoes the last message.
+fn echo_model(n: usize, _path: &str, req: &Value) -> Value {
+    let said = req["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .unwrap_or_default();
+    serde_json::json!({"id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 1,
+        "model": req["model"], "choices": [{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": format!("echo: {said}")}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+}
+
+/// A store locked by another process (python3's sqlite3 holding
+/// `BEGIN EXCLUSIVE`) delays no answer of `convo proxy`: the openai SDK
+/// gets its answer while the lock is still held (marked
+/// `x-convo-recording: queued`), `GET /convo/recording` counts it, and
+/// the call is recorded once the lock is released.
+#[test]
+fn a_store_locked_by_another_process_delays_no_answer_and_the_call_lands_after() {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON"
+        );
+        eprintln!("SKIPPED: CONVO_TEST_PYTHON is not set (scripts/test-env sets it up)");
+        return;
+    };
+    let up = crate::test_harness::Upstream::start(echo_model);
+    let t = TestEnv::new();
+    let live = Server::launch(
+        &t,
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--quiet",
+            "--upstream",
+            &up.url,
+        ],
+    );
+    let client = |text: &str| {
+        let script = "import sys\nfrom openai import OpenAI\n\
+            c = OpenAI(base_url=sys.argv[1], api_key='x', max_retries=0)\n\
+            r = c.chat.completions.with_raw_response.create(model='m', messages=[{'role': 'user', 'content': sys.argv[2]}])\n\
+            print(r.headers.get('x-convo-recording') or 'recorded')\n\
+            print(r.parse().choices[0].message.content)\n";
+        let o = std::process::Command::new(&python)
+            .args(["-c", script, &format!("http://{}/v1", live.addr), text])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    assert_eq!(
+        client("before the lock"),
+        "recorded\necho: before the lock\n"
+    );
+
+    // Another process takes the store's write lock and holds it.
+    let mut lock = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys\n\
+             c = sqlite3.connect(sys.argv[1], isolation_level=None)\n\
+             c.execute('BEGIN EXCLUSIVE')\n\
+             print('locked', flush=True)\n\
+             sys.stdin.read()\n\
+             c.execute('ROLLBACK')\n",
+        ])
+        .arg(t.db())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(lock.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "locked");
+    // Answered while the lock is held.
+    assert_eq!(client("during the lock"), "queued\necho: during the lock\n");
+    let st: Value =
+        serde_json::from_slice(&http(&live.addr, "GET", "/convo/recording", &[], b"").body)
+            .unwrap();
+    assert_eq!(st["queued"], 1, "{st}");
+    assert_eq!(st["answered_before_recorded"], 1, "{st}");
+    assert_eq!(st["not_recorded"], 0, "{st}");
+    assert_eq!(st["store_locked"], true, "{st}");
+    assert!(
+        lock.try_wait().unwrap().is_none(),
+        "the lock was held all along"
+    );
+
+    drop(lock.stdin.take());
+    assert!(lock.wait().unwrap().success());
+    // Once released, the call lands (the status says when it is written).
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let st: Value =
+            serde_json::from_slice(&http(&live.addr, "GET", "/convo/recording", &[], b"").body)
+                .unwrap();
+        if st["queued"] == 0 {
+            assert_eq!(st["store_locked"], false, "{st}");
+            assert_eq!(st["not_recorded"], 0, "{st}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never written: {st}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(live.stop().success());
+    let list = t.run(&["session", "list", "--json"]).json();
+    let titles = list.to_string();
+    assert!(
+        titles.contains("before the lock") && titles.contains("during the lock"),
+        "{list}"
     );
 }

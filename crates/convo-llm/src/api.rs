@@ -152,7 +152,8 @@ pub fn new_input(msgs: &[Value]) -> Vec<u8> {
     serde_json::to_vec(&tail).unwrap_or_default()
 }
 
-fn role(m: &Value) -> Option<&str> {
+/// A message's role (`user`, `assistant`, …).
+pub fn role(m: &Value) -> Option<&str> {
     m.get("role")?.as_str()
 }
 

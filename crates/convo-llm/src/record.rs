@@ -260,6 +260,9 @@ pub struct Exchange {
     /// When the answer was longer than the record keeps: its whole length
     /// and SHA-256 (hex); `response_body` holds its first bytes.
     pub truncated: Option<(u64, String)>,
+    /// A subagent's first call: the call that started it (in the
+    /// `invoke`'s diagnostics as `subagent`, see [`crate::thread::Spawn`]).
+    pub subagent: Option<Value>,
 }
 
 fn ms(x: f64) -> Value {
@@ -305,6 +308,21 @@ impl Exchange {
         } else {
             api::parse(&self.response_body)
         }
+    }
+
+    /// The tool calls of a successful answer that could start a subagent
+    /// ([`crate::thread::spawns_of_answer`]); the answer is read only when
+    /// its bytes name a tool call.
+    pub fn spawns(&self) -> Vec<crate::thread::Spawn> {
+        let named = |w: &[u8]| self.response_body.windows(w.len()).any(|x| x == w);
+        if !(200..300).contains(&self.status)
+            || !(named(b"tool_use") || named(b"tool_calls") || named(b"function_call"))
+        {
+            return Vec::new();
+        }
+        let resp = self.response_json();
+        let answer = api::reply(self.api(), resp.as_ref());
+        crate::thread::spawns_of_answer(self.api(), answer.as_ref())
     }
 
     /// The `request` node's diagnostics.
@@ -459,13 +477,17 @@ impl Exchange {
         let (inv_from, inv_to) = default_ends(Kind::Invoke, agent);
         let (c_from, c_to) = default_ends(Kind::Complete, agent);
         let (request, response) = self.pair_of(agent, &facts, resp.as_ref())?;
+        let mut idiag = json!({"api": api.as_str()});
+        if let Some(link) = &self.subagent {
+            idiag["subagent"] = link.clone();
+        }
         Ok([
             draft(
                 Kind::Invoke,
                 inv_from,
                 inv_to,
                 input,
-                &json!({"api": api.as_str()}),
+                &idiag,
                 self.started_at,
             )?,
             request,

@@ -623,6 +623,9 @@ impl Replay {
         let mut response_ids = HashMap::new();
         recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, true);
         if !calls.is_empty() {
+            for sub in subagent_timelines(store, &s.id, &spec.branch, &nodes)? {
+                recorded_calls(&sub, &spec.matcher, &mut response_ids, &mut calls, false);
+            }
             for other in companions(store, &s, &nodes)? {
                 let nodes = store.timeline(&other, &BranchName::main())?;
                 recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, false);
@@ -1067,6 +1070,40 @@ fn recorded_calls(
             rebuilt: None,
         });
     }
+}
+
+/// The timelines of the subagents this timeline started (`agent-N`, forked
+/// on it, see [`crate::thread::Spawn`]): each one's nodes after its fork.
+fn subagent_timelines(
+    store: &mut Store,
+    session: &SessionId,
+    branch: &BranchName,
+    nodes: &[convo_store::TimelineNode],
+) -> Result<Vec<Vec<convo_store::TimelineNode>>> {
+    let on: std::collections::HashSet<_> = nodes.iter().map(|n| n.stored.hash).collect();
+    let mut out = Vec::new();
+    for b in store.branches(session)? {
+        if &b.name == branch || !b.name.as_str().starts_with("agent-") {
+            continue;
+        }
+        let mut tl = store.timeline(session, &b.name)?;
+        let shared = tl
+            .iter()
+            .take_while(|n| on.contains(&n.stored.hash))
+            .count();
+        let rest = tl.split_off(shared);
+        let starts = rest
+            .first()
+            .is_some_and(|n| n.stored.node.kind == Kind::Fork)
+            && rest.get(1).is_some_and(|n| {
+                convo_store::topology::subagent_link(&n.stored.node.diagnostics.to_value())
+                    .is_some()
+            });
+        if shared > 0 && starts {
+            out.push(rest);
+        }
+    }
+    Ok(out)
 }
 
 /// The other sessions the proxy recorded while this timeline was recorded

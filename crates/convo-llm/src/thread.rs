@@ -124,6 +124,107 @@ pub fn keys_of_answer(
     out
 }
 
+/// A subagent's link to the call that started it: a recorded answer's
+/// tool call (Claude Code's `Task`/`Agent`, an agent used as a tool)
+/// whose string argument is the first human text of a new conversation.
+/// Keys are `spawn:` + the SHA-256 of the trimmed text (kept in memory:
+/// a subagent starts while the call that started it runs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spawn {
+    /// The key ([`spawn_key`]).
+    pub key: String,
+    /// The tool call's id (`toolu_…`, `call_…`), when it has one.
+    pub tool_call_id: Option<String>,
+    /// The tool's name.
+    pub tool: Option<String>,
+}
+
+/// The key a text that could start a subagent is known by.
+pub fn spawn_key(text: &str) -> Option<String> {
+    let t = text.trim();
+    (!t.is_empty()).then(|| format!("spawn:{}", hex::encode(Sha256::digest(t.as_bytes()))))
+}
+
+/// The tool calls of an answer ([`api::reply`]) as subagents they could
+/// start: one [`Spawn`] per string argument at the top of its arguments.
+pub fn spawns_of_answer(api: Api, answer: Option<&Value>) -> Vec<Spawn> {
+    let Some(a) = answer else {
+        return Vec::new();
+    };
+    // (id, name, arguments) of each tool call.
+    let calls: Vec<(Option<&str>, Option<&str>, Value)> = match api {
+        Api::Messages => a
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+            .map(|b| {
+                let input = b.get("input").cloned().unwrap_or(Value::Null);
+                (str_at(b, "id"), str_at(b, "name"), input)
+            })
+            .collect(),
+        Api::Chat => a
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let f = c.get("function").unwrap_or(&Value::Null);
+                let args = f.get("arguments").map(api::parsed_arguments);
+                (
+                    str_at(c, "id"),
+                    str_at(f, "name"),
+                    args.unwrap_or(Value::Null),
+                )
+            })
+            .collect(),
+        Api::Responses => a
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
+            .map(|i| {
+                let args = i.get("arguments").map(api::parsed_arguments);
+                (
+                    str_at(i, "call_id"),
+                    str_at(i, "name"),
+                    args.unwrap_or(Value::Null),
+                )
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let mut out = Vec::new();
+    for (id, name, args) in calls {
+        for v in args.as_object().into_iter().flat_map(|o| o.values()) {
+            if let Some(key) = v.as_str().and_then(spawn_key) {
+                out.push(Spawn {
+                    key,
+                    tool_call_id: id.map(str::to_owned),
+                    tool: name.map(str::to_owned),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn str_at<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
+    v.get(k).and_then(Value::as_str)
+}
+
+/// The key a conversation's first request is looked up by as a subagent
+/// ([`spawn_key`] of its first human text); `None` for a request that
+/// continues an answer.
+pub fn spawned_by(api: Api, req: Option<&Value>) -> Option<String> {
+    let msgs = api::messages(api, req)?;
+    if msgs.iter().any(|m| api::role(m) == Some("assistant")) {
+        return None;
+    }
+    spawn_key(&api::human_text(&msgs)?)
+}
+
 /// The diagnostics field a key is looked up in (`None`: kept in memory only).
 pub fn field_of(key: &str) -> Option<ThreadField> {
     if key.starts_with("response:") || key.starts_with("answer:") {
@@ -167,6 +268,9 @@ pub struct ThreadIndex {
     /// How many of the keys are retry keys (computing a request's retry
     /// key reads it whole, so it is done only when one awaits).
     retries: usize,
+    /// Subagents that recorded answers could start ([`Spawn`]): the turn
+    /// whose answer made the tool call, and the call.
+    spawns: HashMap<String, (Spot, Spawn)>,
 }
 
 impl ThreadIndex {
@@ -188,6 +292,21 @@ impl ThreadIndex {
         if self.map.remove(key).is_some() && key.starts_with("retry:") {
             self.retries -= 1;
         }
+    }
+
+    /// The call a subagent's first request was started by, from memory.
+    pub fn spawn(&self, key: &str) -> Option<&(Spot, Spawn)> {
+        self.spawns.get(key)
+    }
+
+    /// Whether any tool call could start a subagent.
+    pub fn has_spawns(&self) -> bool {
+        !self.spawns.is_empty()
+    }
+
+    /// Remembers a tool call that could start a subagent (the newest wins).
+    pub fn insert_spawn(&mut self, spot: Spot, spawn: Spawn) {
+        self.spawns.insert(spawn.key.clone(), (spot, spawn));
     }
 
     /// Whether a failed attempt may await its retry.
@@ -281,6 +400,41 @@ mod tests {
                 "function":{"name":"weather","arguments":"{\"city\": \"Paris\"}"}}]},
             {"role":"tool","tool_call_id":"call_1","content":"sunny"}]});
         assert_eq!(key_before(Api::Chat, Some(&next)), Some(after));
+    }
+
+    #[test]
+    fn a_tool_calls_text_argument_is_what_a_subagent_it_starts_is_found_by() {
+        // Claude Code's Task/Agent tool (Messages), an agent as a tool
+        // (Chat, Responses): each string argument could start a subagent.
+        let claude = json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1",
+            "name": "Agent", "input": {"description": "look", "prompt": " list the files ", "n": 2}}]});
+        let spawns = spawns_of_answer(Api::Messages, Some(&claude));
+        assert_eq!(spawns.len(), 2, "{spawns:?}");
+        let sub = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "<system-reminder>context</system-reminder>"},
+            {"type": "text", "text": "list the files"}]}]});
+        let key = spawned_by(Api::Messages, Some(&sub)).unwrap();
+        let hit = spawns.iter().find(|s| s.key == key).unwrap();
+        assert_eq!(hit.tool_call_id.as_deref(), Some("toolu_1"));
+        assert_eq!(hit.tool.as_deref(), Some("Agent"));
+        let chat = json!({"role": "assistant", "tool_calls": [{"id": "call_9", "type": "function",
+            "function": {"name": "researcher", "arguments": "{\"input\": \"find papers\"}"}}]});
+        let spawns = spawns_of_answer(Api::Chat, Some(&chat));
+        let req = json!({"messages": [{"role": "system", "content": "you research"},
+            {"role": "user", "content": "find papers"}]});
+        assert_eq!(spawns[0].key, spawned_by(Api::Chat, Some(&req)).unwrap());
+        let resp = json!([{"type": "function_call", "call_id": "call_3", "name": "writer",
+            "arguments": "{\"input\": \"a poem\"}"}]);
+        assert_eq!(
+            spawns_of_answer(Api::Responses, Some(&resp))[0]
+                .tool_call_id
+                .as_deref(),
+            Some("call_3")
+        );
+        // A request that continues an answer is no subagent's first.
+        let later = json!({"messages": [{"role": "user", "content": "find papers"},
+            {"role": "assistant", "content": "ok"}, {"role": "user", "content": "more"}]});
+        assert_eq!(spawned_by(Api::Chat, Some(&later)), None);
     }
 
     #[test]

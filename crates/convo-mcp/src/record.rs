@@ -80,7 +80,18 @@ pub fn resolve(
     store.transaction(|l| {
         let row = match &found {
             Some(row) => row.clone(),
-            None => l.new_session(convo_llm::thread::PROXY_AGENT, Some(&title), now)?,
+            // Re-checked inside the write transaction: a wrapper and the
+            // proxy (or two wrappers) starting one run under a new title
+            // create one session.
+            None => match l
+                .tx()
+                .sessions()?
+                .into_iter()
+                .find(|s| s.title.as_deref() == Some(title.as_str()))
+            {
+                Some(row) => row,
+                None => l.new_session(convo_llm::thread::PROXY_AGENT, Some(&title), now)?,
+            },
         };
         if l.tx().branch(&row.id, branch)?.is_none() {
             let head = l

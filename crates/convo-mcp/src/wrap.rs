@@ -5,7 +5,10 @@
 //! response is never noted before its request; the store is written on
 //! the recorder's thread. When the client closes its end, the server's
 //! stdin is closed; a server still running [`GRACE`] later is killed, so
-//! the wrapper exits before a client's own shutdown timeout.
+//! the wrapper exits before a client's own shutdown timeout. Told to stop
+//! (the CLI does on SIGINT, SIGTERM or SIGHUP), it closes the server's
+//! stdin at once and kills it [`STOP_GRACE`] later, so the recording is
+//! closed before a client that signals its servers gives up on them.
 
 use crate::McpError;
 use crate::message::Dir;
@@ -78,27 +81,69 @@ pub fn pump(
     }
 }
 
+/// The server's stdin, shared by the thread copying the client's lines
+/// and the one that closes it when the relay stops.
+type SharedStdin = Arc<Mutex<Option<ChildStdin>>>;
+
 /// Copies the client's lines to the server's stdin until either ends.
-pub fn to_server(input: impl Read, mut stdin: ChildStdin, noter: Option<&Noter>) {
+fn to_server(input: impl Read, stdin: &SharedStdin, noter: Option<&Noter>) {
     let _ = pump(
         input,
         noter,
         Dir::ToServer,
         |_| true,
         |l| {
-            stdin.write_all(l)?;
-            stdin.flush()
+            let mut held = stdin
+                .lock()
+                .map_err(|_| std::io::Error::other("the stdin lock was poisoned"))?;
+            let w = held
+                .as_mut()
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
+            w.write_all(l)?;
+            w.flush()
         },
     );
 }
 
+/// Why a relay is ending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// The client closed its end.
+    Client,
+    /// The server closed its stdout.
+    Server,
+    /// The wrapper was told to stop ([`Stopper::stop`]).
+    Stopped,
+}
+
+/// Stops a running [`relay`] from another thread (a signal's handler):
+/// the server's stdin is closed, the server gets [`STOP_GRACE`] to exit,
+/// then it is killed, and the relay returns.
+#[derive(Clone, Debug)]
+pub struct Stopper(mpsc::Sender<Ended>);
+
+impl Stopper {
+    /// Asks the relay to stop.
+    pub fn stop(&self) {
+        let _ = self.0.send(Ended::Stopped);
+    }
+}
+
+/// How long a server may run on after the wrapper was told to stop: a
+/// client stopping its servers by signal (Claude Code sends SIGINT, then
+/// SIGTERM, then SIGKILL) does not wait long, and the recording must be
+/// closed before it gives up.
+pub const STOP_GRACE: Duration = Duration::from_millis(150);
+
 /// Relays between the client (`input`, `out`) and the running `child`
-/// until the server exits; its exit code.
+/// until the server exits, the client has closed its end and [`GRACE`]
+/// passed, or `stopper`'s [`Stopper`] is used; the server's exit code.
 pub fn relay(
     mut child: Child,
     input: impl Read + Send + 'static,
     out: Out,
     noter: Option<Noter>,
+    stopper: impl FnOnce(Stopper),
 ) -> Result<Option<i32>, McpError> {
     let stdin = child
         .stdin
@@ -108,12 +153,15 @@ pub fn relay(
         .stdout
         .take()
         .ok_or_else(|| McpError::Invalid("the server's stdout is not piped".into()))?;
-    let (done_tx, done) = mpsc::channel::<Dir>();
+    let stdin: SharedStdin = Arc::new(Mutex::new(Some(stdin)));
+    let (done_tx, done) = mpsc::channel::<Ended>();
+    stopper(Stopper(done_tx.clone()));
     let up_noter = noter.clone();
     let up_done = done_tx.clone();
+    let up_stdin = stdin.clone();
     std::thread::spawn(move || {
-        to_server(input, stdin, up_noter.as_ref());
-        let _ = up_done.send(Dir::ToServer);
+        to_server(input, &up_stdin, up_noter.as_ref());
+        let _ = up_done.send(Ended::Client);
     });
     std::thread::spawn(move || {
         let _ = pump(
@@ -123,16 +171,38 @@ pub fn relay(
             |_| true,
             |l| send(&out, l),
         );
-        let _ = done_tx.send(Dir::ToClient);
+        let _ = done_tx.send(Ended::Server);
     });
-    // The client closing its end first: the server gets GRACE to exit.
-    if done.recv() == Ok(Dir::ToServer)
-        && done.recv_timeout(GRACE) == Err(mpsc::RecvTimeoutError::Timeout)
-    {
-        let _ = child.kill();
+    let grace = match done.recv() {
+        Ok(Ended::Client) => Some(GRACE),
+        Ok(Ended::Stopped) => Some(STOP_GRACE),
+        Ok(Ended::Server) | Err(_) => None,
+    };
+    if let Some(grace) = grace {
+        // The server's stdin closed: it has `grace` to exit on its own.
+        drop(stdin.lock().ok().and_then(|mut s| s.take()));
+        if !server_ended(&done, grace) {
+            let _ = child.kill();
+        }
     }
     let status = child.wait()?;
     Ok(status.code())
+}
+
+/// Waits up to `grace` for the server's stdout to close.
+fn server_ended(done: &mpsc::Receiver<Ended>, grace: Duration) -> bool {
+    let mut deadline = std::time::Instant::now() + grace;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match done.recv_timeout(left) {
+            Ok(Ended::Server) => return true,
+            Ok(Ended::Stopped) => {
+                deadline = deadline.min(std::time::Instant::now() + STOP_GRACE);
+            }
+            Ok(Ended::Client) => {}
+            Err(_) => return false,
+        }
+    }
 }
 
 /// The id of the `initialize` a replay sends a server it starts live.

@@ -76,15 +76,18 @@
 //! longer one passes through as a stream does, its last chunk held back
 //! until it is recorded. Either way the record keeps at most
 //! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
-//! has received a whole answer has a recorded call — unless the store did
-//! not take it within [`RECORD_WAIT`] (1 s: locked by another process,
-//! gone): then the answer goes out all the same, marked
-//! `x-convo-recording: queued`, and the record waits in a bounded queue
-//! ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the store takes it;
-//! one that cannot be queued is counted as not recorded (above). While a
-//! record waits past its answer, the store is known to be behind and no
-//! answer waits for its record at all: a locked store delays one answer
-//! by [`RECORD_WAIT`] at most, not every one.
+//! has received a whole answer has a recorded call — unless the store is
+//! locked by another process (the writer finds it so at once: its
+//! connection does not wait for locks) or did not take the record within
+//! [`RECORD_WAIT`] (1 s: slow, gone): then the answer goes out all the
+//! same, marked `x-convo-recording: queued`, and the record waits in a
+//! bounded queue ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the
+//! store takes it; one that cannot be queued is counted as not recorded
+//! (above). While a record waits past its answer, or the store is locked,
+//! no answer waits for its record at all: a locked store delays no
+//! answer. Each such call is counted and logged, and
+//! `GET /convo/recording` says how many wait, how many were answered
+//! before their record and how many were not recorded.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -230,6 +233,9 @@ struct Inner {
     /// Records still waiting after their answer went out (the store is
     /// locked or slow): while there are any, answers do not wait at all.
     overdue: std::sync::atomic::AtomicUsize,
+    /// Calls answered before their record was written (counted, said in
+    /// the log and on `GET /convo/recording`).
+    delayed: std::sync::atomic::AtomicU64,
     /// Set once an upstream rejected the `stream_options` the proxy adds.
     no_usage_option: std::sync::atomic::AtomicBool,
     /// Conversations' hasher states ([`body::Keys`]).
@@ -271,6 +277,7 @@ impl Proxy {
                 queued_bytes: std::sync::atomic::AtomicUsize::new(0),
                 drained: tokio::sync::Notify::new(),
                 overdue: std::sync::atomic::AtomicUsize::new(0),
+                delayed: std::sync::atomic::AtomicU64::new(0),
                 no_usage_option: std::sync::atomic::AtomicBool::new(false),
                 keys: body::Keys::default(),
             }),
@@ -359,6 +366,24 @@ impl Proxy {
         }
     }
 
+    /// What became of the records (`GET /convo/recording`): how many wait
+    /// for the store and their bytes, how many calls were answered before
+    /// their record was written, how many were not recorded, and whether
+    /// the store is locked now.
+    pub fn recording_status(&self) -> serde_json::Value {
+        use std::sync::atomic::Ordering::Relaxed;
+        let i = &self.inner;
+        json!({
+            "queued": i.queued.load(Relaxed),
+            "queued_bytes": i.queued_bytes.load(Relaxed),
+            "max_queued": MAX_QUEUED,
+            "max_queued_bytes": MAX_QUEUED_BYTES,
+            "answered_before_recorded": i.delayed.load(Relaxed),
+            "not_recorded": i.failures.load(Relaxed),
+            "store_locked": *i.writer.stalled().borrow(),
+        })
+    }
+
     /// How many recorded calls a replay serves (0 when not replaying).
     pub fn replay_len(&self) -> usize {
         self.inner
@@ -375,6 +400,12 @@ pub fn router(proxy: Proxy) -> Router {
     Router::new()
         .route("/v1/{*rest}", any(unnamed))
         .route("/s/{session}/{branch}/v1/{*rest}", any(named))
+        .route(
+            "/convo/recording",
+            axum::routing::get(
+                |State(p): State<Proxy>| async move { axum::Json(p.recording_status()) },
+            ),
+        )
         .with_state(proxy)
 }
 
@@ -1232,14 +1263,23 @@ impl Proxy {
             res
         });
         // A store already behind (a record still waits past its answer)
-        // holds no answer: this one goes out at once, its record queued.
-        let wait = if inner.overdue.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+        // or locked (the writer found it so) holds no answer: this one
+        // goes out at once, its record queued.
+        let mut stalled = inner.writer.stalled();
+        let behind = inner.overdue.load(std::sync::atomic::Ordering::SeqCst) > 0;
+        let wait = if behind || *stalled.borrow() {
             Duration::ZERO
         } else {
             RECORD_WAIT
         };
-        let waited = tokio::time::timeout(wait, &mut task).await;
+        let waited = tokio::select! {
+            biased;
+            r = &mut task => Ok(r),
+            _ = stalled.wait_for(|s| *s) => Err(()),
+            () = tokio::time::sleep(wait) => Err(()),
+        };
         if waited.is_err() {
+            inner.delayed.fetch_add(1, Relaxed);
             inner
                 .overdue
                 .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -1257,10 +1297,11 @@ impl Proxy {
                 self.lost(&path, &why);
                 Saved::Failed(why)
             }
-            Err(_) => {
+            Err(()) => {
                 eprintln!(
                     "{}",
-                    json!({"proxy": "answered, record queued until the store takes it", "path": path, "queued": self.recordings_queued()})
+                    json!({"proxy": "answered, record queued until the store takes it", "path": path,
+                        "queued": self.recordings_queued(), "answered_before_recorded": inner.delayed.load(Relaxed)})
                 );
                 Saved::Queued
             }
@@ -1524,7 +1565,7 @@ pub fn standalone(proxy: Proxy, config: &convo_runtime::Config) -> Router {
         proxy_error(
             StatusCode::NOT_FOUND,
             "not_found",
-            "convo proxy serves /v1/… and /s/{session}/{branch}/v1/… only",
+            "convo proxy serves /v1/…, /s/{session}/{branch}/v1/… and /convo/recording only",
         )
     });
     convo_runtime::guarded(routes, config, true)

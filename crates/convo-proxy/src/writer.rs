@@ -12,7 +12,7 @@
 
 use crate::Target;
 use crate::record::{self, Exchange};
-use crate::thread::{self, Spot};
+use crate::thread::{self, Spawn, Spot};
 use convo_core::{BranchName, SessionId};
 use convo_runtime::writer::{self, Work};
 use convo_runtime::{Hub, StorePool};
@@ -97,6 +97,11 @@ impl Writer {
         })
     }
 
+    /// `true` while the store refuses recordings as locked.
+    pub fn stalled(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.inner.stalled()
+    }
+
     /// Records `ex` where `target` says (in a transaction shared with other
     /// calls) and returns the last node recorded.
     pub async fn record(&self, target: Target, ex: Exchange) -> Result<StoredNode> {
@@ -110,6 +115,7 @@ impl Writer {
 pub(crate) struct Learnt {
     names: Vec<(String, SessionId)>,
     thread: Vec<(String, Spot)>,
+    spawns: Vec<(Spot, Spawn)>,
 }
 
 impl Learnt {
@@ -124,6 +130,13 @@ impl Learnt {
         {
             for (k, spot) in self.thread {
                 idx.insert(k, spot);
+            }
+        }
+        if !self.spawns.is_empty()
+            && let Ok(mut idx) = shared.threads.lock()
+        {
+            for (spot, spawn) in self.spawns {
+                idx.insert_spawn(spot, spawn);
             }
         }
     }
@@ -255,6 +268,57 @@ fn first_message_fork(
     Ok(Some((spot.session, name, again.is_some())))
 }
 
+/// A new conversation whose first human text is an argument of a tool
+/// call a recorded answer made (Claude Code's `Task`/`Agent`, an agent
+/// used as a tool, [`thread::Spawn`]): a subagent. It gets a timeline of
+/// its own, `agent-N`, forked at the `complete` of the turn that made the
+/// call, and its first `invoke` names that call in its diagnostics
+/// (`subagent`: `started_by` the complete's hash, its `branch`,
+/// `tool_call_id`, `tool`). `None` when it is not one.
+fn subagent_of(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    spawns: &HashMap<String, (Spot, Spawn)>,
+    ex: &record::Exchange,
+    api: crate::api::Api,
+    now: convo_core::Millis,
+) -> Result<Option<(SessionId, BranchName, serde_json::Value)>> {
+    let known = !spawns.is_empty() || shared.threads.lock().map_err(|_| poisoned())?.has_spawns();
+    let first = ex
+        .facts()
+        .messages
+        .as_ref()
+        .is_some_and(|m| m.before.is_none());
+    if !known || !first {
+        return Ok(None);
+    }
+    let Some(key) = thread::spawned_by(api, ex.request_json().as_ref()) else {
+        return Ok(None);
+    };
+    let found = match spawns.get(&key) {
+        Some(x) => Some(x.clone()),
+        None => shared
+            .threads
+            .lock()
+            .map_err(|_| poisoned())?
+            .spawn(&key)
+            .cloned(),
+    };
+    let Some((spot, spawn)) = found else {
+        return Ok(None);
+    };
+    let name = thread::free_branch(l, &spot.session, "agent")?;
+    let from = convo_core::HashPrefix::parse(&spot.node.to_hex()).map_err(StoreError::invalid)?;
+    l.fork(&spot.session, &from, &name, now)?;
+    let link = serde_json::json!({
+        "started_by": spot.node.to_hex(),
+        "branch": spot.branch.as_str(),
+        "tool_call_id": spawn.tool_call_id,
+        "tool": spawn.tool,
+    });
+    Ok(Some((spot.session, name, link)))
+}
+
 fn poisoned() -> StoreError {
     StoreError::backend("the thread index lock was poisoned")
 }
@@ -293,8 +357,9 @@ fn record_batch(
         // earlier calls of the same batch (not yet committed).
         let mut names = found.clone();
         let mut spots: HashMap<String, Spot> = HashMap::new();
+        let mut spawns: HashMap<String, (Spot, Spawn)> = HashMap::new();
         jobs.iter()
-            .map(|j| record_one(shared, l, j, &mut names, &mut spots))
+            .map(|j| record_one(shared, l, j, &mut names, &mut spots, &mut spawns))
             .collect()
     })
 }
@@ -305,6 +370,7 @@ fn record_one(
     job: &Job,
     names: &mut HashMap<String, Option<SessionId>>,
     spots: &mut HashMap<String, Spot>,
+    spawns: &mut HashMap<String, (Spot, Spawn)>,
 ) -> Result<(StoredNode, Learnt)> {
     let ex = &job.ex;
     let now = ex.started_at;
@@ -322,6 +388,8 @@ fn record_one(
     let mut then_fork = None;
     // A regenerated first answer: the timeline's head is that turn's invoke.
     let mut regenerate = false;
+    // A subagent's first call: the call that started it.
+    let mut started_by = None;
     let (id, branch) = match named {
         Some((session, branch)) => {
             let branch = BranchName::new(&branch)
@@ -395,25 +463,41 @@ fn record_one(
             match spot {
                 Some((s, true)) => (s.session, s.branch),
                 Some((s, false)) => (s.session, thread::continue_at(l, &s, now)?.0),
-                None => match first_message_fork(shared, l, spots, ex, api, now)? {
-                    Some((session, branch, again)) => {
-                        regenerate = again;
+                None => match subagent_of(shared, l, spawns, ex, api, now)? {
+                    Some((session, branch, link)) => {
+                        started_by = Some(link);
                         (session, branch)
                     }
-                    None => {
-                        let req = ex.request_json();
-                        let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
-                        let row = l.create_session(
-                            SessionId::new_random(),
-                            thread::PROXY_AGENT,
-                            Some(&title),
-                            now,
-                        )?;
-                        (row.id, BranchName::main())
-                    }
+                    None => match first_message_fork(shared, l, spots, ex, api, now)? {
+                        Some((session, branch, again)) => {
+                            regenerate = again;
+                            (session, branch)
+                        }
+                        None => {
+                            let req = ex.request_json();
+                            let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
+                            let row = l.create_session(
+                                SessionId::new_random(),
+                                thread::PROXY_AGENT,
+                                Some(&title),
+                                now,
+                            )?;
+                            (row.id, BranchName::main())
+                        }
+                    },
                 },
             }
         }
+    };
+    let linked;
+    let ex = match started_by {
+        Some(link) => {
+            let mut e = ex.clone();
+            e.subagent = Some(link);
+            linked = e;
+            &linked
+        }
+        None => ex,
     };
     let rec = if regenerate {
         record::record_answer_in(l, &id, &branch, ex)?
@@ -439,6 +523,10 @@ fn record_one(
             for k in keys {
                 spots.insert(k.to_owned(), spot_of(done));
                 learnt.thread.push((k.to_owned(), spot_of(done)));
+            }
+            for sp in ex.spawns() {
+                spawns.insert(sp.key.clone(), (spot_of(done), sp.clone()));
+                learnt.spawns.push((spot_of(done), sp));
             }
         } else if done.node.kind == convo_core::Kind::Response {
             // A failed attempt awaiting its retry.

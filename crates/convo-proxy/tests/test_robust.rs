@@ -485,13 +485,35 @@ async fn a_locked_store_never_holds_the_answer_and_the_records_land_after() {
         String::from_utf8_lossy(&body).contains("data: [DONE]"),
         "the whole stream arrived"
     );
-    // Still locked: nothing of either call is in the store yet.
+    // Still locked: nothing of either call is in the store yet, and the
+    // proxy says so (counted, never silent).
     let t = timeline_of(&srv, "locked", "main", 0).await;
     assert_eq!(t.len(), 4);
+    let status = |srv_url: String| async move {
+        reqwest::get(format!("{srv_url}/convo/recording"))
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap()
+    };
+    let st = status(srv.url.clone()).await;
+    assert_eq!(st["queued"], 2, "{st}");
+    assert_eq!(st["answered_before_recorded"], 2, "{st}");
+    assert_eq!(st["not_recorded"], 0, "{st}");
+    assert_eq!(st["store_locked"], true, "{st}");
 
     off_rt(|| lock.release());
     let t = timeline_of(&srv, "locked", "main", 12).await;
     assert_eq!(t.len(), 12, "both queued calls were recorded");
+    // The records' tasks end just after their commit.
+    let mut st = status(srv.url.clone()).await;
+    while st["queued"] != 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        st = status(srv.url.clone()).await;
+    }
+    assert_eq!(st["store_locked"], false, "{st}");
+    assert_eq!(st["not_recorded"], 0, "{st}");
     assert_eq!(diag(&t[2])["status"], 200);
     assert!(String::from_utf8_lossy(&t[4].payload).contains("during"));
     assert!(String::from_utf8_lossy(&t[8].payload).contains("during, streamed"));

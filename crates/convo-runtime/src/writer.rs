@@ -29,7 +29,11 @@
 //! - **A locked store can be waited out.** A [`Work`] that says so
 //!   ([`Work::waits_while_busy`], the proxy's recordings) has a batch the
 //!   store refused as busy written again until the store takes it; the
-//!   requests queued meanwhile wait in the channel behind it.
+//!   requests queued meanwhile wait in the channel behind it. Its
+//!   connection does not wait for a lock at all ([`Store::busy_wait`]
+//!   zero): the writer knows at once that the store is locked, and says so
+//!   ([`Writer::stalled`]) until a batch commits again, so its callers
+//!   need not wait for their writes meanwhile.
 //! - **Checkpoints off the commit path.** The writer has a connection of
 //!   its own, and on SQLite its WAL checkpoints run on another thread
 //!   ([`Store::defer_checkpoints`]): left to SQLite, one commit in a few
@@ -84,6 +88,7 @@ struct Entry<W: Work> {
 pub struct Writer<W: Work> {
     tx: mpsc::Sender<Entry<W>>,
     name: &'static str,
+    stalled: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<W: Work> Clone for Writer<W> {
@@ -91,6 +96,7 @@ impl<W: Work> Clone for Writer<W> {
         Writer {
             tx: self.tx.clone(),
             name: self.name,
+            stalled: self.stalled.clone(),
         }
     }
 }
@@ -107,7 +113,12 @@ impl<W: Work> Writer<W> {
     /// runtime's, and again after a loss), waking `hub` after each batch.
     pub fn start(name: &'static str, pool: &StorePool, work: W, hub: Option<Hub>) -> Result<Self> {
         let (tx, rx) = mpsc::channel::<Entry<W>>();
+        let (stall, stalled) = tokio::sync::watch::channel(false);
+        let no_wait = work.waits_while_busy();
         let conn = Reconnecting::lazy(pool.secret_url(), Access::Write).on_connect(move |s| {
+            if no_wait {
+                s.busy_wait(std::time::Duration::ZERO)?;
+            }
             if let Some(bg) = s.defer_checkpoints()? {
                 std::thread::Builder::new()
                     .name(format!("{name}-checkpoint"))
@@ -118,9 +129,16 @@ impl<W: Work> Writer<W> {
         });
         std::thread::Builder::new()
             .name(name.into())
-            .spawn(move || run(work, conn, hub, &rx))
+            .spawn(move || run(work, conn, hub, &rx, &stall))
             .map_err(|e| StoreError::backend(format!("cannot start a thread: {e}")))?;
-        Ok(Writer { tx, name })
+        Ok(Writer { tx, name, stalled })
+    }
+
+    /// `true` while the store refuses the writer's batch as locked (a
+    /// [`Work::waits_while_busy`] writer waits it out), `false` again once
+    /// a batch commits.
+    pub fn stalled(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.stalled.clone()
     }
 
     /// Writes `job` (in a transaction shared with other requests') and
@@ -146,6 +164,7 @@ fn run<W: Work>(
     mut conn: Reconnecting,
     hub: Option<Hub>,
     rx: &mpsc::Receiver<Entry<W>>,
+    stall: &tokio::sync::watch::Sender<bool>,
 ) {
     while let Ok(first) = rx.recv() {
         let mut weight = W::weight(&first.job);
@@ -165,9 +184,13 @@ fn run<W: Work>(
         while matches!(first, Err(StoreError::Busy(_))) && work.waits_while_busy() {
             // Nothing was written (the write lock was never taken): the
             // same batch again once the store lets go.
+            stall.send_if_modified(|s| !std::mem::replace(s, true));
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_secs(1));
             first = conn.run(|s| work.write(s, &jobs));
+        }
+        if first.is_ok() {
+            stall.send_if_modified(|s| std::mem::replace(s, false));
         }
         match first {
             Ok(done) => {

@@ -27,6 +27,8 @@
   function addRerun(art) {
     if (!session || !art.dataset || !art.dataset.hash || art.querySelector("a.rerun")) return;
     if (!art.classList.contains("request") && !art.classList.contains("invoke")) return;
+    // An MCP message is not a model request: nothing to re-run.
+    if (art.querySelector(".call.mcp")) return;
     const meta = art.querySelector(".meta");
     if (!meta) return;
     const a = document.createElement("a");

@@ -118,6 +118,9 @@ impl Work for Writing {
 #[derive(Clone, Debug)]
 pub struct Writer {
     inner: writer::Writer<Writing>,
+    /// OTLP exports held before they are written (see
+    /// [`crate::otlp::HOLD`]), by number.
+    held: std::sync::Arc<std::sync::Mutex<(u64, std::collections::BTreeMap<u64, Prepared>)>>,
 }
 
 impl Writer {
@@ -125,7 +128,26 @@ impl Writer {
     pub fn start(pool: &StorePool, hub: Option<Hub>) -> Result<Writer> {
         Ok(Writer {
             inner: writer::Writer::start("convo-writer", pool, Writing::default(), hub)?,
+            held: Default::default(),
         })
+    }
+
+    /// Holds an export's calls to write later; their number.
+    pub fn hold(&self, calls: Prepared) -> u64 {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        h.0 += 1;
+        let id = h.0;
+        h.1.insert(id, calls);
+        id
+    }
+
+    /// Takes back the held export `id` (`None`: every one, oldest first).
+    pub fn take_held(&self, id: Option<u64>) -> Vec<Prepared> {
+        let mut h = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        match id {
+            Some(id) => h.1.remove(&id).into_iter().collect(),
+            None => std::mem::take(&mut h.1).into_values().collect(),
+        }
     }
 
     /// Appends `drafts` to `branch` of `session` in one transaction (shared

@@ -239,6 +239,7 @@ impl Server {
         // The listen address is an allowed Host (besides loopback names).
         self.config.listen.get_or_insert(addr);
         let hub = self.state.hub.clone();
+        let held = self.state.clone();
         let app = match mount {
             Mount::None => router(self.state, &self.config, None),
             Mount::Beside(extra) => router(self.state, &self.config, Some(extra)),
@@ -252,6 +253,8 @@ impl Server {
             closing.stop();
         };
         let res = serve_router(listener, app, shutdown).await;
+        // OTLP exports held for their messages are written before the end.
+        otlp::flush_held(&held).await;
         hub.stop();
         Ok(res?)
     }

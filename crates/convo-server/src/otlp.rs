@@ -64,6 +64,53 @@ fn say_content_hint() {
     }
 }
 
+/// How long an export whose calls all came without their messages is
+/// held before it is written. Such spans come first when the
+/// instrumentation sends the messages in log events (`EVENT_ONLY`): held,
+/// a call whose messages arrive meanwhile is recorded once, in its
+/// conversation, and not also as a call without content (the writer
+/// drops a content-less span whose messages it has). The same
+/// conversation so gives the same sessions in every capture mode. Calls
+/// exported with no content at all (`NO_CONTENT`) appear this much later;
+/// a server that stops writes what it holds first ([`flush_held`]).
+pub const HOLD: std::time::Duration = std::time::Duration::from_secs(10);
+
+fn hold(st: &AppState, calls: Prepared) {
+    let id = st.writer.hold(calls);
+    let st = st.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(HOLD).await;
+        for calls in st.writer.take_held(Some(id)) {
+            write_held(&st, calls).await;
+        }
+    });
+}
+
+/// Writes every export still held (see [`HOLD`]): a stopping server's
+/// last work.
+pub async fn flush_held(st: &AppState) {
+    for calls in st.writer.take_held(None) {
+        write_held(st, calls).await;
+    }
+}
+
+/// Writes a held export; its exporter has had its answer, so a failure
+/// is said in the server's log.
+async fn write_held(st: &AppState, calls: Prepared) {
+    let n = calls.calls();
+    match st.writer.otel(calls, now()).await {
+        Ok(done) => {
+            if done.without_content > 0 {
+                say_content_hint();
+            }
+        }
+        Err(e) => eprintln!(
+            "{}",
+            serde_json::json!({"otel": "calls without their messages not recorded", "calls": n, "error": e.to_string()})
+        ),
+    }
+}
+
 /// gRPC's `INVALID_ARGUMENT`.
 const INVALID_ARGUMENT: i32 = 3;
 /// gRPC's `UNAVAILABLE`.
@@ -237,7 +284,10 @@ async fn receive(
             );
         }
     };
-    if calls.calls() > 0 {
+    if calls.only_without_content() {
+        // Their messages may still come, in log events (EVENT_ONLY).
+        hold(&st, calls);
+    } else if calls.calls() > 0 {
         // The writer wakes the event hub after each batch.
         match st.writer.otel(calls, now()).await {
             Ok(done) => {

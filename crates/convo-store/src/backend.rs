@@ -788,6 +788,13 @@ pub trait Maintenance {
     fn defer_checkpoints(&mut self) -> Result<Option<Background>> {
         Ok(None)
     }
+    /// How long a write waits for a lock another connection holds before
+    /// it fails with `Busy` ([`RETRY_BUDGET`] by default): zero for a
+    /// writer that waits out a locked store itself and must know at once
+    /// (the proxy's recordings). SQLite only; nothing to do elsewhere.
+    fn busy_wait(&mut self, _budget: std::time::Duration) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Work a backend asks to run on a thread of its own (see
@@ -834,12 +841,15 @@ pub(crate) fn open_turn_row(
     Ok((s, b, turn))
 }
 
-pub(crate) fn retrying(mut attempt: impl FnMut() -> Result<()>) -> Result<()> {
+pub(crate) fn retrying(
+    budget: std::time::Duration,
+    mut attempt: impl FnMut() -> Result<()>,
+) -> Result<()> {
     let start = std::time::Instant::now();
     let mut conflicts = 0;
     loop {
         match attempt() {
-            Err(crate::StoreError::Busy(_)) if start.elapsed() < RETRY_BUDGET => {
+            Err(crate::StoreError::Busy(_)) if start.elapsed() < budget => {
                 let jitter = (start.elapsed().as_micros() % 7_000) as u64;
                 std::thread::sleep(std::time::Duration::from_micros(2_000 + jitter));
             }

@@ -197,6 +197,16 @@ impl Store {
         }
     }
 
+    /// How long this connection's writes wait for a lock another holds
+    /// before failing with `Busy` (see
+    /// [`crate::backend::Maintenance::busy_wait`]); a no-op on PostgreSQL.
+    pub fn busy_wait(&mut self, budget: std::time::Duration) -> Result<()> {
+        match self.backend.maintenance() {
+            Some(m) => m.busy_wait(budget),
+            None => Ok(()),
+        }
+    }
+
     /// Moves WAL checkpoints off this connection's commits; the work
     /// returned runs them and belongs on a thread of its own (see
     /// [`crate::backend::Maintenance::defer_checkpoints`]).

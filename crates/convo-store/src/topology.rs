@@ -38,6 +38,24 @@ pub struct BranchNode {
     pub updated_at: convo_core::Millis,
     /// Promote nodes on the branch after its fork point: it was promoted.
     pub promotes: usize,
+    /// A subagent's timeline: the call that started it ([`subagent_link`]
+    /// of the first node after its fork), with `started_by` (the fork
+    /// point) and `branch` (its parent) always set.
+    pub subagent: Option<serde_json::Value>,
+}
+
+/// What a node's diagnostics say of the subagent whose timeline it
+/// starts: the proxy's `subagent` (`started_by`, `branch`,
+/// `tool_call_id`, `tool`), or an imported transcript's sidechain
+/// message linked to the turn that started it (`extra.sidechain` and
+/// `extra.linked`, Claude Code): `{}` then. `None`: not a subagent's.
+pub fn subagent_link(diag: &serde_json::Value) -> Option<serde_json::Value> {
+    if let Some(v) = diag.get("subagent").filter(|v| v.is_object()) {
+        return Some(v.clone());
+    }
+    let flag =
+        |k: &str| diag.pointer(&format!("/extra/{k}")) == Some(&serde_json::Value::Bool(true));
+    (flag("sidechain") && flag("linked")).then(|| serde_json::json!({}))
 }
 
 /// The session's branches as a forest, in display order: each root, then
@@ -160,6 +178,23 @@ pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode
                 None => (None, 0),
             };
             let fork_point = (shared > 0).then(|| rows[chains[bi][shared - 1]].0.hash);
+            // The node after the fork node starts what the branch adds.
+            let subagent = match (fork_point, p, chains[bi].get(shared + 1)) {
+                (Some(fp), Some(p), Some(&r)) => {
+                    subagent_link(&rows[r].0.node.diagnostics.to_value()).map(|mut v| {
+                        v["started_by"] = serde_json::json!(fp.to_hex());
+                        v["branch"] = serde_json::json!(branches[p].name.as_str());
+                        // A transcript's subagent forks at the tool call
+                        // (a `request` to the tool): its name.
+                        let at = &rows[chains[bi][shared - 1]].0.node;
+                        if v.get("tool").is_none() && at.kind == Kind::Request {
+                            v["tool"] = serde_json::json!(at.to);
+                        }
+                        v
+                    })
+                }
+                _ => None,
+            };
             out.push(BranchNode {
                 branch: branches[bi].clone(),
                 level,
@@ -175,6 +210,7 @@ pub fn topology(store: &mut Store, session: &SessionId) -> Result<Vec<BranchNode
                     .iter()
                     .filter(|&&r| rows[r].0.node.kind == Kind::Promote)
                     .count(),
+                subagent,
             });
             for &c in children[bi].iter().rev() {
                 stack.push((c, level + 1));

@@ -297,11 +297,19 @@ pub fn follow_loop(
     Ok(written)
 }
 
-/// A flag set by Ctrl-C or SIGTERM (a thread waits for them). Returns once
-/// the handlers are in place, so that a signal sent from then on is seen.
+/// A flag set by Ctrl-C, SIGTERM or SIGHUP (see [`on_signal`]).
 pub fn stop_on_signal() -> Arc<AtomicBool> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
+    on_signal(move || flag.store(true, Ordering::SeqCst));
+    stop
+}
+
+/// Calls `then` (on a thread of its own) at the first Ctrl-C, SIGTERM or
+/// SIGHUP; later ones are ignored, so a shutdown is not cut short by the
+/// next signal. Returns once the handlers are in place, so that a signal
+/// sent from then on is seen.
+pub fn on_signal(then: impl FnOnce() + Send + 'static) {
     let (ready, wait) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
         let Ok(rt) = tokio::runtime::Builder::new_current_thread()
@@ -317,6 +325,7 @@ pub fn stop_on_signal() -> Arc<AtomicBool> {
                 use tokio::signal::unix::{SignalKind, signal};
                 let int = signal(SignalKind::interrupt()).ok();
                 let term = signal(SignalKind::terminate()).ok();
+                let hup = signal(SignalKind::hangup()).ok();
                 let _ = ready.send(());
                 let wait = |s: Option<tokio::signal::unix::Signal>| async move {
                     match s {
@@ -329,6 +338,7 @@ pub fn stop_on_signal() -> Arc<AtomicBool> {
                 tokio::select! {
                     _ = wait(int) => {}
                     _ = wait(term) => {}
+                    _ = wait(hup) => {}
                 }
             }
             #[cfg(not(unix))]
@@ -337,10 +347,9 @@ pub fn stop_on_signal() -> Arc<AtomicBool> {
                 let _ = tokio::signal::ctrl_c().await;
             }
         });
-        flag.store(true, Ordering::SeqCst);
+        then();
     });
     let _ = wait.recv();
-    stop
 }
 
 /// The default key file.

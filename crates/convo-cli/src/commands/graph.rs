@@ -14,7 +14,8 @@ use std::process::ExitCode;
 pub fn run(store: &mut Store, s: &SessionRow, as_json: bool) -> CmdResult {
     let tree = topology(store, &s.id)?;
     if as_json {
-        let v = json!(tree.iter().map(branch_node_json).collect::<Vec<_>>());
+        let mut v = json!(tree.iter().map(branch_node_json).collect::<Vec<_>>());
+        add_subagents(&tree, &mut v);
         write_json(&mut Out::stdout(), &v)?;
         return Ok(ExitCode::SUCCESS);
     }
@@ -24,6 +25,26 @@ pub fn run(store: &mut Store, s: &SessionRow, as_json: bool) -> CmdResult {
     }
     out.finish()?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Links each timeline to the subagents' timelines it started
+/// (`subagents`: their branch, the call that started them), the way back
+/// of each one's `subagent`.
+fn add_subagents(tree: &[BranchNode], v: &mut serde_json::Value) {
+    for (i, b) in tree.iter().enumerate() {
+        let started: Vec<_> = tree
+            .iter()
+            .filter_map(|c| {
+                let link = c.subagent.as_ref()?;
+                (c.parent.as_ref() == Some(&b.branch.name)).then(|| {
+                    let mut l = link.clone();
+                    l["subagent_branch"] = json!(c.branch.name.as_str());
+                    l
+                })
+            })
+            .collect();
+        v[i]["subagents"] = json!(started);
+    }
 }
 
 /// One branch of the tree in JSON.
@@ -36,6 +57,7 @@ pub fn branch_node_json(b: &BranchNode) -> serde_json::Value {
     v["nodes"] = json!(b.len);
     v["turns"] = json!(b.turns);
     v["promoted"] = json!(b.promotes > 0);
+    v["subagent"] = json!(b.subagent);
     v["updated_at"] = json!(time(b.updated_at));
     v
 }
@@ -108,6 +130,9 @@ pub fn render(tree: &[BranchNode]) -> Vec<String> {
                 b.len - b.shared
             ));
         }
+        if let Some(link) = &b.subagent {
+            facts.push(paint(Style::Magenta, &subagent_text(link)));
+        }
         if b.branch.sealed {
             facts.push(paint(Style::Red, "sealed"));
         }
@@ -118,6 +143,24 @@ pub fn render(tree: &[BranchNode]) -> Vec<String> {
         lines.push(format!("{prefix}{}", facts.join("  ")));
     }
     lines
+}
+
+/// `subagent started by Agent call toolu_1 on main`: how the tree shows
+/// a subagent's timeline.
+fn subagent_text(link: &serde_json::Value) -> String {
+    let s = |k: &str| link.get(k).and_then(serde_json::Value::as_str);
+    let mut t = String::from("subagent started by");
+    if let Some(tool) = s("tool") {
+        t.push_str(&format!(" {}", clean(tool)));
+    }
+    t.push_str(" call");
+    if let Some(id) = s("tool_call_id") {
+        t.push_str(&format!(" {}", clean(id)));
+    }
+    if let Some(b) = s("branch") {
+        t.push_str(&format!(" on {}", clean(b)));
+    }
+    t
 }
 
 fn plural(n: usize) -> &'static str {

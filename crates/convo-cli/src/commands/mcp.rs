@@ -352,11 +352,14 @@ fn wrap(env: &Env, a: WrapArgs) -> CmdResult {
     );
     let command = record::public_command(&a.command);
     let rec = Recorder::start(store, target, &program, false, command);
+    // Stopped by a signal (a client shutting its servers down), the
+    // server is stopped and the recording closed before the wrapper exits.
     let code = wrap::relay(
         child,
         std::io::stdin(),
         wrap::stdout_out(),
         Some(rec.noter()),
+        |stopper| super::checkpoint::on_signal(move || stopper.stop()),
     )?;
     report(rec.finish(code));
     Ok(exit(code))

@@ -34,6 +34,7 @@ pub mod state;
 pub mod test;
 pub mod test_agent;
 pub mod test_judge;
+pub mod test_mcp;
 pub mod test_report;
 pub mod turn;
 pub mod verify;

@@ -249,8 +249,16 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
         .collect();
     let replays = store.replays(&s.id)?;
     if a.json {
+        let tree = convo_store::topology::topology(store, &s.id)?;
         let mut v = session_json(&s);
         v["branch"] = crate::output::branch_json(&row);
+        // A subagent's timeline: the call that started it; and, on each
+        // call that started subagents, their timelines.
+        v["branch"]["subagent"] = json!(
+            tree.iter()
+                .find(|n| n.branch.name == b)
+                .and_then(|n| n.subagent.clone())
+        );
         v["turns"] = json!(groups.len());
         v["replays"] = json!(replays);
         v["nodes"] = json!(
@@ -259,6 +267,14 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
                 .map(|&(i, t)| {
                     let mut v = node_json(&tl[i].stored, Some(&tl[i].payload));
                     v["turn"] = json!(t);
+                    let started: Vec<&str> = tree
+                        .iter()
+                        .filter(|n| n.subagent.is_some() && n.fork_point == Some(tl[i].stored.hash))
+                        .map(|n| n.branch.name.as_str())
+                        .collect();
+                    if !started.is_empty() {
+                        v["subagents"] = json!(started);
+                    }
                     v
                 })
                 .collect::<Vec<_>>()

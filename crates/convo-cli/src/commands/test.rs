@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 ///                                           # tool (+ args), command
 ///   [[test.expect]]
 ///   judge = "says the weather in Paris"     # an LLM judge (+ model)
+///   [test.mcp]                              # MCP servers the program starts
+///   fs = ["npx", "@modelcontextprotocol/server-filesystem", "/tmp"]
 ///
 ///   [judge]                                 # where judges are asked
 ///   upstream = "https://api.openai.com/v1"  # (--judge-upstream)
@@ -42,6 +44,12 @@ use std::time::{Duration, Instant};
 /// A judge's verdict is recorded through convo's proxy (a session titled
 /// convo-judge:HASH per question) and replayed on the next run: the judge
 /// is asked only when the output changed, and never without an upstream.
+///
+/// MCP servers (`mcp`, or --mcp NAME=CMD) are answered from the recording
+/// (`convo mcp wrap --replay`), never started: the program finds their
+/// configuration, `{"mcpServers": {NAME: {"command": …}}}` as Claude Code,
+/// Cursor and the SDKs read it, in the file $CONVO_MCP_CONFIG
+/// (`claude -p … --mcp-config "$CONVO_MCP_CONFIG"`).
 ///
 /// With --on-change live, the first call that differs goes to --upstream
 /// on a fork of the recording (`live-N`), and so does every call after it:
@@ -125,6 +133,10 @@ pub struct TestArgs {
     /// Expect this shell command to exit 0 reading the test's result (JSON) on stdin
     #[arg(long, value_name = "SHELL")]
     pub expect_command: Vec<String>,
+    /// An MCP server the program starts, answered from the recording
+    /// (its configuration in $CONVO_MCP_CONFIG); repeatable
+    #[arg(long, value_name = "NAME=CMD")]
+    pub mcp: Vec<String>,
     /// Expect an LLM judge to find that the output meets CRITERION; repeatable
     #[arg(long, value_name = "CRITERION")]
     pub expect_judge: Vec<String>,
@@ -168,6 +180,10 @@ pub struct TestSpec {
     /// The assertions on what the program produced.
     #[serde(default)]
     pub expect: Vec<Assertion>,
+    /// MCP servers the program starts, by name: answered from the
+    /// recording (a command given as one string is split at spaces).
+    #[serde(default)]
+    pub mcp: BTreeMap<String, Command>,
 }
 
 /// A command: argv, or a shell line.
@@ -214,6 +230,8 @@ struct Shared {
     upstream: Option<String>,
     anthropic_upstream: Option<String>,
     timeout: Duration,
+    /// The store the MCP replays read.
+    store_url: String,
     judge: JudgeConfig,
 }
 
@@ -239,6 +257,7 @@ pub fn run(env: &Env, a: TestArgs) -> CmdResult {
         upstream: a.upstream.clone(),
         anthropic_upstream: a.anthropic_upstream.clone(),
         timeout: Duration::from_secs_f64(a.timeout),
+        store_url: env.store_url.clone(),
         judge: JudgeConfig {
             upstream: a.judge_upstream.clone().or(file_judge.upstream),
             model: a.judge_model.clone().or(file_judge.model),
@@ -361,6 +380,7 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf, FileJudge)> {
             strict: false,
             harness: a.harness,
             expect,
+            mcp: mcp_flags(&a.mcp)?,
         };
         return Ok((vec![spec], here, FileJudge::default()));
     }
@@ -412,6 +432,22 @@ fn specs(a: &TestArgs) -> CmdResult<(Vec<TestSpec>, PathBuf, FileJudge)> {
         );
     }
     Ok((tests, base, file.judge))
+}
+
+/// `--mcp NAME=CMD` flags as the `mcp` table of a test.
+fn mcp_flags(flags: &[String]) -> CmdResult<BTreeMap<String, Command>> {
+    let mut out = BTreeMap::new();
+    for f in flags {
+        let (name, cmd) = f
+            .split_once('=')
+            .filter(|(n, c)| !n.is_empty() && !c.trim().is_empty())
+            .ok_or_else(|| {
+                CommandError::user(format!("--mcp `{f}`: give NAME=COMMAND"))
+                    .with_hint("e.g. --mcp 'fs=npx @modelcontextprotocol/server-filesystem /tmp'")
+            })?;
+        out.insert(name.to_owned(), Command::Shell(cmd.to_owned()));
+    }
+    Ok(out)
 }
 
 /// The replay a test runs against.
@@ -486,7 +522,11 @@ async fn run_one(
         let _ = stopped.await;
     }));
     let argv = t.command.argv();
-    let env = t.env.clone();
+    let mut env = t.env.clone();
+    let mcp = super::test_mcp::config(t, &shared.store_url)?;
+    if let Some(m) = &mcp {
+        env.insert(super::test_mcp::ENV.into(), m.path().display().to_string());
+    }
     let cwd = t.cwd.as_ref().map(|c| base.join(c));
     let timeout = shared.timeout;
     let url = format!("http://{addr}");
@@ -495,6 +535,7 @@ async fn run_one(
     })
     .await
     .map_err(|e| CommandError::user(format!("the program's runner failed: {e}")))?;
+    drop(mcp);
     let _ = stop.send(());
     let _ = server.await;
     let replay = proxy.replay_report().unwrap_or(Value::Null);

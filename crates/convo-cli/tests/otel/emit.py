@@ -14,6 +14,10 @@ scripts/requirements-test.txt) around the real `openai` SDK:
                     openinference-instrumentation-openai-agents as its
                     trace processor (its own export to OpenAI turned off);
                     the two runs under one agents trace
+  openai-agents-handoff
+                    the same, a triage agent handing the question to a
+                    weather agent (another system prompt), then the
+                    follow-up to the weather agent
   pydantic-ai       a Pydantic AI agent instrumented by logfire, which
                     sends to the OTLP endpoint instead of Logfire
                     (`send_to_logfire=False`); in its own venv
@@ -71,7 +75,21 @@ class Model(BaseHTTPRequestHandler):
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         last = body["messages"][-1]
-        if last["role"] == "tool":
+        tools = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+        if "transfer_to_weather" in tools and last["role"] == "user":
+            msg = {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_0",
+                        "type": "function",
+                        "function": {"name": "transfer_to_weather", "arguments": "{}"},
+                    }
+                ],
+            }
+            finish = "tool_calls"
+        elif last["role"] == "tool":
             msg = {"role": "assistant", "content": "It is 18C and sunny in Paris."}
             finish = "stop"
         elif last["content"] == "And tomorrow?":
@@ -264,7 +282,7 @@ elif mode == "openllmetry":
     from opentelemetry.instrumentation.openai import OpenAIInstrumentor
 
     OpenAIInstrumentor().instrument()
-elif mode == "openai-agents":
+elif mode in ("openai-agents", "openai-agents-handoff"):
     import agents
     from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 
@@ -307,6 +325,38 @@ if mode == "openai-agents":
     lp.force_flush()
     tp.shutdown()
     lp.shutdown()
+    sys.exit(0)
+
+if mode == "openai-agents-handoff":
+    import asyncio
+
+    from agents import Agent, OpenAIChatCompletionsModel, Runner
+    from openai import AsyncOpenAI
+
+    model = OpenAIChatCompletionsModel(
+        model="gpt-4o", openai_client=AsyncOpenAI(base_url=base_url, api_key="sk-test")
+    )
+    weather = Agent(name="weather", instructions="You know the weather.", model=model)
+    triage = Agent(
+        name="triage", instructions="Send weather questions on.", model=model, handoffs=[weather]
+    )
+
+    async def run_handoff() -> dict:
+        # Each run its own trace, as a script makes them.
+        first = await Runner.run(triage, "Weather in Paris?")
+        follow = [*first.to_input_list(), {"role": "user", "content": "And tomorrow?"}]
+        second = await Runner.run(first.last_agent, follow)
+        return {
+            "agents": [first.last_agent.name, second.last_agent.name],
+            "answers": [first.final_output, second.final_output],
+        }
+
+    out = asyncio.run(run_handoff())
+    tp.force_flush()
+    lp.force_flush()
+    tp.shutdown()
+    lp.shutdown()
+    print(json.dumps(out))
     sys.exit(0)
 
 from openai import APIStatusError, OpenAI  # noqa: E402

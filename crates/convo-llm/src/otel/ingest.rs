@@ -370,6 +370,18 @@ impl Prepared {
         self.calls
     }
 
+    /// Whether every call was exported without its messages (their
+    /// thread is [`super::dialect::NO_CONTENT`]'s): calls whose messages
+    /// may still come in log events (`EVENT_ONLY`).
+    pub fn only_without_content(&self) -> bool {
+        self.calls > 0
+            && !self.threads.is_empty()
+            && self
+                .threads
+                .iter()
+                .all(|t| t.thread.starts_with(super::dialect::NO_CONTENT))
+    }
+
     /// Keeps `body` (the export as received) with the calls.
     pub fn with_body(mut self, body: super::raw::Body) -> Prepared {
         self.body = Some(body);

@@ -26,6 +26,7 @@ mod index;
 pub(crate) mod json;
 mod jump;
 mod llm;
+mod mcp;
 mod node;
 mod rerun;
 mod search;

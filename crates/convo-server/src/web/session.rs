@@ -81,11 +81,14 @@ pub(super) fn payload_view(n: &NodeView, markdown_ok: bool) -> Markup {
     }
 }
 
-/// What a request or response node shows: the LLM call as a conversation
-/// when it is one (`true`: its own chips say model, tokens and status),
-/// else its payload.
+/// What a request or response node shows: an MCP message, or the LLM
+/// call as a conversation when it is one (`true`: its own chips say
+/// model, tokens, latency and status), else its payload.
 pub(super) fn call_view(n: &NodeView, full: bool) -> (Markup, bool) {
     if let Some(text) = payload_text(n) {
+        if let Some(v) = super::mcp::view(n, text) {
+            return (v, true);
+        }
         let v = match n.kind.as_str() {
             "request" => llm::request_view(n, text, full),
             _ => llm::response_view(n, text),

@@ -1,4 +1,4 @@
-//! A turn's shape: each model call of the turn as a bar on one time axis
+//! A turn's shape: each model call (and MCP tool call) of the turn as a bar on one time axis
 //! (as a browser's network waterfall draws requests), so a slow call, the
 //! calls that ran in parallel and where the tokens went read at a glance.
 //!
@@ -24,6 +24,8 @@ struct Bar {
     failed: bool,
     cut: bool,
     retry: bool,
+    /// An MCP tool call, not a model call.
+    tool: bool,
 }
 
 fn millis(t: &str) -> Option<i64> {
@@ -46,6 +48,7 @@ fn bars(nodes: &[&NodeView]) -> Vec<Bar> {
             }
             "response" => {
                 let Some((tin, tout, cost, _)) = llm::figures(n) else {
+                    out.extend(tool_bar(n));
                     continue;
                 };
                 let Some(end) = millis(&n.created_at) else {
@@ -80,12 +83,29 @@ fn bars(nodes: &[&NodeView]) -> Vec<Bar> {
                     failed: c.failed,
                     cut: c.cut.is_some(),
                     retry: req.is_some_and(|(_, r)| *r),
+                    tool: false,
                 });
             }
             _ => {}
         }
     }
     out
+}
+
+/// An MCP tool call's bar: it ran for its latency up to its answer.
+fn tool_bar(n: &NodeView) -> Option<Bar> {
+    let (label, latency, failed) = super::mcp::tool_call(n)?;
+    let end = millis(&n.created_at)?;
+    Some(Bar {
+        hash: n.hash.clone(),
+        label: label.chars().take(40).collect(),
+        start: end - latency.round() as i64,
+        end,
+        failed,
+        cut: false,
+        retry: false,
+        tool: true,
+    })
 }
 
 const WIDTH: i64 = 1000;
@@ -113,7 +133,7 @@ pub(super) fn waterfall(nodes: &[&NodeView]) -> Option<Markup> {
                 text.tick.end x=(WIDTH - 10) y=(height - 4) { (llm::ms(span)) }
                 @for (i, b) in bars.iter().enumerate() {
                     @let y = i as i64 * ROW;
-                    @let class = if b.failed { "bar bad" } else if b.cut { "bar cut" } else { "bar" };
+                    @let class = if b.failed { "bar bad" } else if b.cut { "bar cut" } else if b.tool { "bar tool" } else { "bar" };
                     a href=(format!("#n-{}", b.hash)) {
                         title { (b.label) " · " (llm::ms(b.end - b.start))
                             @if b.failed { " · failed" } @if b.cut { " · stream cut" } @if b.retry { " · retry" } }
@@ -124,7 +144,12 @@ pub(super) fn waterfall(nodes: &[&NodeView]) -> Option<Markup> {
                 }
             }
             figcaption {
-                (bars.len()) " model calls over " (llm::ms(span))
+                @let tools = bars.iter().filter(|b| b.tool).count();
+                @let models = bars.len() - tools;
+                @if models > 0 { (models) " model calls" }
+                @if models > 0 && tools > 0 { " and " }
+                @if tools == 1 { "1 tool call" } @else if tools > 1 { (tools) " tool calls" }
+                " over " (llm::ms(span))
                 @if failed > 0 { " · " span.bad { (failed) " failed or cut" } }
                 @if bars.iter().any(|b| b.retry) { " · ↻ retry" }
             }

@@ -269,7 +269,7 @@ impl Postgres {
     }
 
     fn run(&mut self, mode: Mode, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        crate::backend::retrying(|| {
+        crate::backend::retrying(crate::backend::RETRY_BUDGET, || {
             let mut t = PgTx::new(&mut self.conn, mode);
             let out = f(&mut t).and_then(|()| t.commit());
             if out.is_err() {

@@ -36,6 +36,8 @@ pub struct Sqlite {
     /// and cut from where it differs from the one before.
     recent: crate::chunk::Recent,
     stored: crate::chunk::Stored,
+    /// How long a write waits for a lock ([`Maintenance::busy_wait`](crate::Maintenance::busy_wait)).
+    busy_budget: std::time::Duration,
 }
 
 /// The write-ahead log a short-lived writer leaves behind before it folds
@@ -380,6 +382,7 @@ impl Sqlite {
             fold_log_over: None,
             recent: Default::default(),
             stored: Default::default(),
+            busy_budget: BUSY_BUDGET,
         })
     }
 
@@ -409,6 +412,7 @@ impl Sqlite {
             fold_log_over: None,
             recent: Default::default(),
             stored: Default::default(),
+            busy_budget: BUSY_BUDGET,
         };
         me.migrate()?;
         Ok(me)
@@ -442,7 +446,7 @@ impl Sqlite {
         behavior: TransactionBehavior,
         f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>,
     ) -> Result<()> {
-        crate::backend::retrying(|| {
+        crate::backend::retrying(self.busy_budget, || {
             let tx = self.conn.transaction_with_behavior(behavior).map_err(db)?;
             self.stored.begin();
             let mut t = SqliteTx {
@@ -527,6 +531,12 @@ impl Backend for Sqlite {
 }
 
 impl crate::backend::Maintenance for Sqlite {
+    fn busy_wait(&mut self, budget: std::time::Duration) -> Result<()> {
+        self.conn.busy_timeout(budget).map_err(db)?;
+        self.busy_budget = budget;
+        Ok(())
+    }
+
     fn fold_log(&mut self) -> Result<()> {
         if self.path.is_none() {
             return Ok(());
