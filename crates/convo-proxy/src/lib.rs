@@ -232,6 +232,8 @@ struct Inner {
     /// their bytes (bounded by [`MAX_QUEUED`] and [`MAX_QUEUED_BYTES`]).
     queued: std::sync::atomic::AtomicUsize,
     queued_bytes: std::sync::atomic::AtomicUsize,
+    /// Woken when the last queued record is written ([`Proxy::recordings_written`]).
+    drained: tokio::sync::Notify,
     /// Records still waiting after their answer went out (the store is
     /// locked or slow): while there are any, answers do not wait at all.
     overdue: std::sync::atomic::AtomicUsize,
@@ -272,6 +274,7 @@ impl Proxy {
                 failures: std::sync::atomic::AtomicU64::new(0),
                 queued: std::sync::atomic::AtomicUsize::new(0),
                 queued_bytes: std::sync::atomic::AtomicUsize::new(0),
+                drained: tokio::sync::Notify::new(),
                 overdue: std::sync::atomic::AtomicUsize::new(0),
                 delayed: std::sync::atomic::AtomicU64::new(0),
                 no_usage_option: std::sync::atomic::AtomicBool::new(false),
@@ -344,6 +347,22 @@ impl Proxy {
     /// How many records wait for the store (answered, not yet written).
     pub fn recordings_queued(&self) -> usize {
         self.inner.queued.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Returns once no record waits for the store (every queued record
+    /// written, or counted as not recorded): woken by the last one
+    /// written, never polling.
+    pub async fn recordings_written(&self) {
+        loop {
+            let mut woken = std::pin::pin!(self.inner.drained.notified());
+            // Registered before the count is read: a record written in
+            // between still wakes it.
+            woken.as_mut().enable();
+            if self.inner.queued.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                return;
+            }
+            woken.await;
+        }
     }
 
     /// What became of the records (`GET /convo/recording`): how many wait
@@ -1150,8 +1169,15 @@ impl Proxy {
         let mut task = tokio::spawn(async move {
             let path = task_path;
             let res = this.inner.writer.record(target, ex).await;
-            this.inner.queued.fetch_sub(1, Relaxed);
             this.inner.queued_bytes.fetch_sub(bytes, Relaxed);
+            if this
+                .inner
+                .queued
+                .fetch_sub(1, std::sync::atomic::Ordering::SeqCst)
+                == 1
+            {
+                this.inner.drained.notify_waiters();
+            }
             if task_late.swap(true, std::sync::atomic::Ordering::SeqCst) {
                 this.inner
                     .overdue

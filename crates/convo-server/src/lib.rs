@@ -3,10 +3,12 @@
 //! (`/api/v1/events`), the web view (`/`) and the OTLP/HTTP receiver
 //! (`/v1/traces`, `/v1/logs`: [`otlp`]).
 //!
-//! The server is started from a listener the caller binds and a shutdown
-//! future (as atuin's server is), so tests bind port 0 and stop it when
-//! they like; shutdown is graceful: the listener closes, in-flight requests
-//! (and the store writes they started on blocking threads) finish.
+//! [`launch`] is the one assembly of `convo serve`, `convo proxy` and
+//! `convo otel`: it is started from a listener the caller binds and a
+//! [`Shutdown`] (as atuin's server is), so tests bind port 0 and stop it
+//! when they like; shutdown is graceful: the listener closes, in-flight
+//! requests (and the store writes they started on blocking threads)
+//! finish, the records still queued are written.
 //!
 //! Other surfaces (the recording proxy, the agent harness) mount on the
 //! same server by merging their own [`axum::Router`] into [`router`]'s.
@@ -15,6 +17,7 @@
 
 pub mod api;
 pub mod appends;
+mod launch;
 mod markdown;
 pub mod openapi;
 pub mod otlp;
@@ -28,6 +31,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 
 pub use convo_runtime::StorePool;
+pub use launch::{Shutdown, Stopped, Surface, Surfaces, check_listen, launch};
 
 /// What the server shares between requests.
 #[derive(Clone, Debug)]
@@ -84,6 +88,9 @@ pub enum ServeError {
     /// The price table `CONVO_PRICES` names did not load.
     #[error("{0}")]
     Prices(String),
+    /// The recording proxy did not start.
+    #[error(transparent)]
+    Proxy(#[from] convo_proxy::ProxyError),
 }
 
 impl ServeError {
@@ -92,9 +99,10 @@ impl ServeError {
         use convo_store::ErrorKind;
         match self {
             ServeError::Store(e) => e.kind(),
-            ServeError::NeedToken(_) => ErrorKind::Refused,
+            ServeError::NeedToken(_) => ErrorKind::Invalid,
             ServeError::Prices(_) => ErrorKind::Invalid,
             ServeError::Io(_) => ErrorKind::Failed,
+            ServeError::Proxy(e) => e.kind(),
         }
     }
 }
@@ -231,9 +239,7 @@ impl Server {
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServeError> {
         let addr = listener.local_addr()?;
-        if !is_loopback(&addr) && self.config.token.is_none() {
-            return Err(ServeError::NeedToken(addr));
-        }
+        check_listen(&addr, &self.config)?;
         // The listen address is an allowed Host (besides loopback names).
         self.config.listen.get_or_insert(addr);
         let hub = self.state.hub.clone();
@@ -256,16 +262,4 @@ impl Server {
         hub.stop();
         Ok(res?)
     }
-}
-
-/// Starts the whole server on `listener` until `shutdown` resolves.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), ServeError> {
-    let server = tokio::task::spawn_blocking(move || Server::open(config))
-        .await
-        .map_err(|e| std::io::Error::other(e.to_string()))??;
-    server.serve(listener, Mount::None, shutdown).await
 }

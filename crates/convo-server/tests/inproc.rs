@@ -1,6 +1,6 @@
 //! The server in process, through its one assembly
-//! (`convo_server::serve(listener, config, shutdown)`, what `convo serve`
-//! runs): the API's main flow, the guards, a clean shutdown. The flows a
+//! (`convo_server::launch(listener, surfaces, shutdown)`, what `convo
+//! serve` runs): the API's main flow, the guards, a clean shutdown. The flows a
 //! user types stay in the CLI's end-to-end tests.
 
 use serde_json::{Value, json};
@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 struct Running {
     base: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<Result<(), convo_server::ServeError>>,
+    task: tokio::task::JoinHandle<Result<convo_server::Stopped, convo_server::ServeError>>,
     dir: tempfile::TempDir,
 }
 
@@ -21,9 +21,14 @@ async fn start(token: Option<&str>) -> Running {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(convo_server::serve(listener, config, async move {
-        let _ = rx.await;
-    }));
+    let surfaces = convo_server::Surfaces::new(config, convo_server::Surface::Serve);
+    let task = tokio::spawn(convo_server::launch(
+        listener,
+        surfaces,
+        convo_server::Shutdown::on(async move {
+            let _ = rx.await;
+        }),
+    ));
     Running {
         base,
         stop: Some(tx),

@@ -644,75 +644,85 @@ fn check_facts(
         }
         after = after.max(rec.after);
         prev = Some(actual);
-        match rec.fact {
-            Fact::Session {
+        journal_fact(&mut j, r, object, f.seq, rec.after, rec.fact);
+    }
+    j
+}
+
+/// What one fact of the journal says, added to `j`: a session (or its
+/// retitle), a timeline's state or creation, a redaction; a fact that
+/// contradicts an earlier one is a problem.
+fn journal_fact(
+    j: &mut Journal,
+    r: &mut VerifyReport,
+    object: String,
+    seq: u64,
+    after: u64,
+    fact: Fact,
+) {
+    match fact {
+        Fact::Session {
+            id,
+            agent,
+            title,
+            created_at,
+        } => {
+            let row = SessionRow {
                 id,
                 agent,
                 title,
                 created_at,
-            } => {
-                let row = SessionRow {
-                    id,
-                    agent,
-                    title,
-                    created_at,
-                };
-                // A later fact for the same session with the same agent and
-                // creation time is a retitle (`Ledger::retitle`): the title
-                // it carries replaces the earlier one.
-                match j.sessions.get(&id) {
-                    Some((_, old))
-                        if old.agent != row.agent || old.created_at != row.created_at =>
-                    {
-                        r.problem(
-                            ProblemKind::Journal,
-                            object,
-                            format!("it creates session {id} a second time"),
-                        );
-                    }
-                    _ => {
-                        j.sessions.insert(id, (f.seq, row));
-                    }
-                }
-            }
-            Fact::State {
-                session,
-                branch,
-                root,
-            } => j.states.push(StateFact {
-                create: false,
-                seq: f.seq,
-                after: rec.after,
-                session,
-                branch,
-                root,
-            }),
-            Fact::Branch { session, branch } => j.states.push(StateFact {
-                create: true,
-                seq: f.seq,
-                after: rec.after,
-                session,
-                branch,
-                root: None,
-            }),
-            Fact::Redaction { payload, .. } => {
-                if let Some(first) = j.redacted.get(&payload) {
+            };
+            // A later fact for the same session with the same agent and
+            // creation time is a retitle (`Ledger::retitle`): the title
+            // it carries replaces the earlier one.
+            match j.sessions.get(&id) {
+                Some((_, old)) if old.agent != row.agent || old.created_at != row.created_at => {
                     r.problem(
                         ProblemKind::Journal,
                         object,
-                        format!(
-                            "it redacts payload {payload}, which fact {first} already redacted"
-                        ),
+                        format!("it creates session {id} a second time"),
                     );
-                } else {
-                    j.redacted.insert(payload, f.seq);
+                }
+                _ => {
+                    j.sessions.insert(id, (seq, row));
                 }
             }
-            // A replay's counts change nothing recorded.
-            Fact::Replay { .. } => {}
         }
+        Fact::State {
+            session,
+            branch,
+            root,
+        } => j.states.push(StateFact {
+            create: false,
+            seq,
+            after,
+            session,
+            branch,
+            root,
+        }),
+        Fact::Branch { session, branch } => j.states.push(StateFact {
+            create: true,
+            seq,
+            after,
+            session,
+            branch,
+            root: None,
+        }),
+        Fact::Redaction { payload, .. } => {
+            if let Some(first) = j.redacted.get(&payload) {
+                r.problem(
+                    ProblemKind::Journal,
+                    object,
+                    format!("it redacts payload {payload}, which fact {first} already redacted"),
+                );
+            } else {
+                j.redacted.insert(payload, seq);
+            }
+        }
+        // A replay's counts change nothing recorded.
+        Fact::Replay { .. } => {}
     }
-    j
 }
 
 /// Redactions: the index (`redactions`) says exactly what the journal

@@ -207,6 +207,11 @@ impl From<convo_server::ServeError> for CommandError {
     fn from(e: convo_server::ServeError) -> Self {
         match e {
             convo_server::ServeError::Store(e) => CommandError::from(e),
+            convo_server::ServeError::Proxy(e) => CommandError::from(e),
+            e @ convo_server::ServeError::NeedToken(_) => {
+                CommandError::of_kind(e.kind(), e.to_string())
+                    .with_hint("pass --token TOKEN (or set CONVO_TOKEN), or listen on 127.0.0.1")
+            }
             other => CommandError::of_kind(other.kind(), other.to_string()),
         }
     }

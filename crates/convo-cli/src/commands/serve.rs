@@ -169,31 +169,17 @@ pub fn run(env: &Env, a: ServeArgs) -> CmdResult {
     run_server(env, a, Surface::Serve)
 }
 
-/// What a server started by [`run_server`] serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Surface {
-    /// `convo serve`: everything (and the proxy with an upstream).
-    Serve,
-    /// `convo proxy`: the proxy's routes alone.
-    Proxy,
-    /// `convo otel`: the OTLP receiver alone.
-    Otel,
-}
+pub use convo_server::Surface;
 
-/// `convo serve`, `convo proxy` or `convo otel`: one server assembly,
-/// different routes.
+/// `convo serve`, `convo proxy` or `convo otel`: the arguments made into
+/// [`convo_server::Surfaces`], served by [`convo_server::launch`] (the one
+/// server assembly) until Ctrl-C or SIGTERM, with the checkpointer beside.
 pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
-    let proxy_only = surface == Surface::Proxy;
-    let name = match surface {
-        Surface::Serve => "serve",
-        Surface::Proxy => "proxy",
-        Surface::Otel => "otel",
-    };
-    if proxy_only && !a.upstream.any() {
+    if surface == Surface::Proxy && !a.upstream.any() {
         return Err(CommandError::user("convo proxy needs an upstream")
             .with_hint("pass --upstream URL (OpenAI-compatible) and/or --anthropic-upstream URL, or --replay SESSION"));
     }
-    let mut proxy_config = if a.upstream.any() {
+    let proxy = if a.upstream.any() {
         Some(a.upstream.config()?)
     } else {
         None
@@ -202,46 +188,18 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
         CommandError::user(format!("--listen `{}` is not an address: {e}", a.listen))
             .with_hint("give IP:PORT, e.g. 127.0.0.1:7777")
     })?;
-    if !convo_runtime::is_loopback(&addr) && a.token.as_deref().is_none_or(str::is_empty) {
-        return Err(CommandError::user(format!(
-            "refusing to listen on {addr} without a token: anyone who can reach it could read and write the store"
-        ))
-        .with_hint("pass --token TOKEN (or set CONVO_TOKEN), or listen on 127.0.0.1"));
-    }
     let mut config = convo_runtime::Config::new(env.store_url.clone());
     config.token = a.token.filter(|t| !t.is_empty());
     config.body_limit = a.max_body_mib.max(1) * 1024 * 1024;
     config.log_requests = !a.quiet;
     config.allow_hosts = a.allow_host;
-    if let Some(pc) = &mut proxy_config {
-        // Virtual keys: a client's API key is convo's token, checked by the
-        // guard and never sent upstream.
-        pc.virtual_keys = config.token.is_some();
-    }
-    // Where the proxy sends calls, for the web view's re-run.
-    let describe = {
-        let u = &a.upstream;
-        let mut parts: Vec<String> = Vec::new();
-        if let Some(x) = &u.upstream {
-            parts.push(convo_runtime::redact_url(x));
-        }
-        if let Some(x) = &u.anthropic_upstream {
-            parts.push(convo_runtime::redact_url(x));
-        }
-        if let Some(x) = &u.replay {
-            parts.push(format!("the replay of {x}"));
-        }
-        parts.join(" and ")
-    };
+    // Refused before anything is started (launch checks the bound address
+    // again, the same way).
+    convo_server::check_listen(&addr, &config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| CommandError::user(format!("cannot start the server runtime: {e}")))?;
-    // Open the store before entering the runtime: the sync PostgreSQL
-    // client must never run on a runtime thread.
-    let mut server = convo_server::Server::open(config.clone()).map_err(CommandError::from)?;
-    // The web view lists the runs `convo test` kept in the same home.
-    server.state.test_runs = Some(env.home.join("test-runs"));
     let checkpointer = match &a.checkpoint_dir {
         None => None,
         Some(dir) => Some(start_checkpointer(
@@ -251,124 +209,40 @@ pub fn run_server(env: &Env, a: ServeArgs, surface: Surface) -> CmdResult {
             a.checkpoint_minutes,
         )?),
     };
-    let store_url = config.store_url.clone();
-    let served = rt.block_on(async move {
+    let surfaces = convo_server::Surfaces {
+        config,
+        surface,
+        proxy,
+        announce: true,
+        // The web view lists the runs `convo test` kept in the same home.
+        test_runs: Some(env.home.join("test-runs")),
+    };
+    let stopped = rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
-        let bound = listener
-            .local_addr()
-            .map_err(|e| CommandError::user(format!("cannot listen on {addr}: {e}")))?;
-        let mut config = config;
-        config.listen = Some(bound);
-        let proxy = match proxy_config {
-            Some(pc) => Some(
-                convo_proxy::Proxy::start(
-                    pc,
-                    server.state.pool.clone(),
-                    Some(server.state.hub.clone()),
-                )
-                    .await
-                    .map_err(CommandError::from)?,
-            ),
-            None => None,
-        };
-        if let Some(p) = &proxy
-            && p.replay_len() > 0
-        {
-            eprintln!("convo {name}: replaying {} recorded calls", p.replay_len());
-        }
-        let summary = proxy.clone();
-        if let (Some(p), true) = (&proxy, surface == Surface::Serve) {
-            // The web view's re-run sends calls through the same proxy.
-            server.state.upstream = Some(convo_server::Upstream {
-                routes: convo_proxy::router(p.clone()),
-                describe: describe.clone(),
-            });
-        }
-        let mount = match (proxy, surface) {
-            (_, Surface::Otel) => convo_server::Mount::Alone(convo_server::otlp::standalone(
-                server.state.clone(),
-                &config,
-            )),
-            (Some(p), Surface::Proxy) => {
-                convo_server::Mount::Alone(convo_proxy::standalone(p, &config))
-            }
-            (Some(p), _) => convo_server::Mount::Beside(convo_proxy::router(p)),
-            (None, _) => convo_server::Mount::None,
-        };
-        eprintln!(
-            "convo {name}: store {}",
-            convo_runtime::redact_url(&config.store_url)
-        );
-        // The first stdout line is the URL, for scripts and tests.
-        println!("http://{bound}/");
-        let shutdown = async move {
-            let ctrl_c = tokio::signal::ctrl_c();
-            #[cfg(unix)]
-            {
-                let mut term =
-                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                        .ok();
-                tokio::select! {
-                    _ = ctrl_c => {}
-                    _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {}
-                }
-            }
-            #[cfg(not(unix))]
-            let _ = ctrl_c.await;
-            eprintln!("convo {name}: shutting down; finishing requests in flight");
-        };
-        let res = server.serve(listener, mount, shutdown).await;
-        if let Some(p) = &summary {
-            // Records still waiting for the store are written before the
-            // process ends (a second Ctrl-C gives up on them, said so).
-            let queued = p.recordings_queued();
-            if queued > 0 {
-                eprintln!(
-                    "convo {name}: writing {queued} queued record(s); Ctrl-C again to give up on them"
-                );
-                let drained = async {
-                    while p.recordings_queued() > 0 {
-                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    }
-                };
-                tokio::select! {
-                    () = drained => {}
-                    _ = tokio::signal::ctrl_c() => eprintln!(
-                        "convo {name}: {} answered call(s) not recorded",
-                        p.recordings_queued()
-                    ),
-                }
-            }
-        }
-        if let Some(p) = &summary
-            && let Err(e) = p.note_replay().await
-        {
-            eprintln!("convo {name}: the replay's counts could not be journaled: {e}");
-        }
-        if let Some(line) = summary.as_ref().and_then(convo_proxy::Proxy::replay_summary) {
-            eprintln!("{line}");
-        }
-        let report = summary.as_ref().and_then(convo_proxy::Proxy::replay_report);
-        res.map_err(CommandError::from).map(|()| report)
+        let shutdown = convo_server::Shutdown::signals(surface.name());
+        convo_server::launch(listener, surfaces, shutdown)
+            .await
+            .map_err(CommandError::from)
     });
     if let Some((stop, thread)) = checkpointer {
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         match thread.join() {
-            Ok(Ok(n)) => eprintln!("convo {name}: {n} checkpoint(s) written"),
+            Ok(Ok(n)) => eprintln!("convo {}: {n} checkpoint(s) written", surface.name()),
             // Said when it happened.
             Ok(Err(_)) => {}
-            Err(_) => eprintln!("convo {name}: the checkpoint thread failed"),
+            Err(_) => eprintln!("convo {}: the checkpoint thread failed", surface.name()),
         }
     }
-    // A graceful stop leaves no write-ahead log behind (best effort: a
-    // store another process reads keeps it until that one is done).
-    if let Ok(mut store) = convo_store::Store::open(&store_url) {
-        let _ = store.fold_log();
+    let stopped = stopped?;
+    for line in &stopped.warnings {
+        eprintln!("convo {}: {line}", surface.name());
     }
-    let report = served?;
-    replay_verdict(&a.upstream, report.as_ref())
+    if let Some(line) = &stopped.replay_summary {
+        eprintln!("{line}");
+    }
+    replay_verdict(&a.upstream, stopped.replay_report.as_ref())
 }
 
 /// `--report FILE` written, and with `--fail-on-miss` exit 1 when a call
@@ -414,6 +288,9 @@ fn start_checkpointer(
         m => m.map(|m| std::time::Duration::from_secs_f64(m * 60.0)),
     };
     let key = load_or_make_key(&default_key(env))?;
+    // The store the server is about to serve, made (and migrated) first:
+    // the checkpointer only reads it.
+    drop(convo_store::Store::open(&env.store_url)?);
     let mut conn = convo_runtime::Reconnecting::open(&env.store_url, convo_store::Access::Read)?;
     let sinks = Sinks {
         dir: Some(dir.to_owned()),
