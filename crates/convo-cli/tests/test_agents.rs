@@ -376,6 +376,26 @@ fn claude_code_subagents_are_branches_of_the_turn_that_started_them() {
         started.contains("Agent"),
         "started by the Agent call: {started}"
     );
+    // The web view: under the call, a link to the subagent's timeline; on
+    // that timeline, the way back to the call.
+    let web = crate::serve_util::Server::start(&t, &[]);
+    let page = web.get(&format!("/sessions/{session}")).text();
+    assert!(
+        page.contains("class=\"subagent\"")
+            && page.contains(&format!("/sessions/{session}?branch=agent-1")),
+        "the main timeline links its subagent: {page}"
+    );
+    let sub_page = web
+        .get(&format!("/sessions/{session}?branch=agent-1"))
+        .text();
+    let back = format!("node={}", link["started_by"].as_str().unwrap());
+    assert!(
+        sub_page.contains("A subagent&#39;s timeline")
+            || sub_page.contains("A subagent's timeline"),
+        "{sub_page}"
+    );
+    assert!(sub_page.contains(&back), "back to the call: {sub_page}");
+    drop(web);
     // The session file comes back byte for byte (the subagents' lines are
     // kept too, under their own file name).
     let file = files(&projects, ".jsonl")

@@ -33,6 +33,7 @@ mod rerun;
 mod search;
 mod session;
 pub mod share;
+mod subagent;
 mod testruns;
 mod waterfall;
 

@@ -195,14 +195,25 @@ pub(super) async fn session_page(
             b2 = BranchName::new(&other).map_err(StoreError::invalid)?;
         }
         let lanes = lanes(s, &row)?;
+        let subs = super::subagent::subagents(s, &row, lanes.len())?;
         let this = s.branch(&row.id, &b2)?;
         let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE, false)?;
         let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
         let totals = llm::session_totals(s, &row)?;
-        Ok((row, lanes, this, page, state, place, b2, totals, end))
+        Ok((
+            row,
+            (lanes, subs),
+            this,
+            page,
+            state,
+            place,
+            b2,
+            totals,
+            end,
+        ))
     })
     .await;
-    let (row, lanes, this, tl, state, place, branch, totals, end) = match data {
+    let (row, (lanes, subs), this, tl, state, place, branch, totals, end) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -214,6 +225,14 @@ pub(super) async fn session_page(
         .iter()
         .filter(|l| l.branch.name.as_str() != branch_s)
         .collect();
+    // Subagents started on this timeline, under the node they fork at;
+    // on a subagent's own timeline, the way back.
+    let mut started: std::collections::HashMap<&str, Vec<&super::subagent::Sub>> =
+        Default::default();
+    for s in subs.iter().filter(|s| s.parent == branch_s) {
+        started.entry(s.started_by.as_str()).or_default().push(s);
+    }
+    let came_from = subs.iter().find(|s| s.branch == branch_s);
     // Turns with a failed call or a cut stream are marked in their heading.
     let failed: std::collections::HashSet<u64> = tl
         .nodes
@@ -288,6 +307,7 @@ pub(super) async fn session_page(
                 a #share-content href=(format!("/sessions/{sid}/share?branch={}&content=1", query_escape(&branch_s)))
                     title="The same file with the message text" { "(with content)" }
             }
+            @if let Some(s) = came_from { (super::subagent::back(&sid, s)) }
             @if this.sealed {
                 p.notice { "This timeline is sealed: it is kept as it was and refuses new messages. Fork from any of its nodes to continue it." }
             }
@@ -309,6 +329,9 @@ pub(super) async fn session_page(
                         @if let Some(w) = falls.get(turn) { (w) }
                     }
                     (node_item_after(&sid, n, answers.get(&n.hash)))
+                    @if let Some(subs) = started.get(n.hash.as_str()) {
+                        (super::subagent::started_here(&sid, subs))
+                    }
                 }
             }
             @if tl.total > PAGE { (jump::pager(&sid, &branch_s, &tl, true)) }
