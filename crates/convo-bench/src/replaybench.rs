@@ -69,6 +69,26 @@ pub fn replay_decision() -> Result<Vec<Row>> {
     let parse = best(|| {
         let _ = std::hint::black_box(serde_json::from_slice::<Value>(&same));
     });
+    let c = canon(&same);
+    let canonical = best(|| {
+        let _ = std::hint::black_box(canon(&same));
+    });
+    let keyed = best(|| {
+        let _ = std::hint::black_box(convo_proxy::replay::matching::key(&c));
+    });
+    let shaped = best(|| {
+        let _ = std::hint::black_box(convo_proxy::replay::matching::shape(&c));
+    });
+    let looked = best(|| {
+        let _ = std::hint::black_box(index.find(&c, &served));
+    });
+    crate::util::note(format!(
+        "of which: canonical form {:.3} ms, key {:.3} ms, shape {:.3} ms, lookup from the canonical form {:.3} ms",
+        canonical / 1000.0,
+        keyed / 1000.0,
+        shaped / 1000.0,
+        looked / 1000.0
+    ));
     if !matches!(found.first(), Some(Found::Exact(_)))
         || !matches!(found.last(), Some(Found::Tolerated { .. }))
     {

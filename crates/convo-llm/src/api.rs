@@ -337,32 +337,34 @@ fn normalize_block(b: &Value) -> Value {
 /// a string parsed. Key order and whitespace do not matter once the value
 /// is serialized canonically (RFC 8785).
 pub fn canonical_value(v: &Value) -> Value {
+    let mut c = v.clone();
+    canonicalize(&mut c);
+    c
+}
+
+/// [`canonical_value`] in place: a request read only to be compared is
+/// not copied.
+pub fn canonicalize(v: &mut Value) {
     match v {
         Value::Object(o) => {
-            let mut out = Map::new();
-            for (k, x) in o {
-                match (k.as_str(), x) {
-                    (_, Value::Null) | ("cache_control", _) => {}
-                    ("annotations", Value::Array(a)) if a.is_empty() => {}
-                    ("content", c @ Value::Array(_)) => {
-                        let c = match only_text(Some(c)) {
-                            Some(t) => json!(t),
-                            None => canonical_value(c),
-                        };
-                        out.insert(k.clone(), c);
-                    }
-                    ("arguments", Value::String(_)) => {
-                        out.insert(k.clone(), parsed_arguments(x));
-                    }
-                    _ => {
-                        out.insert(k.clone(), canonical_value(x));
-                    }
+            o.retain(|k, x| {
+                !(x.is_null()
+                    || k == "cache_control"
+                    || (k == "annotations" && x.as_array().is_some_and(Vec::is_empty)))
+            });
+            for (k, x) in o.iter_mut() {
+                match k.as_str() {
+                    "content" if x.is_array() => match only_text(Some(x)) {
+                        Some(t) => *x = Value::String(t),
+                        None => canonicalize(x),
+                    },
+                    "arguments" if x.is_string() => *x = parsed_arguments(x),
+                    _ => canonicalize(x),
                 }
             }
-            Value::Object(out)
         }
-        Value::Array(a) => Value::Array(a.iter().map(canonical_value).collect()),
-        other => other.clone(),
+        Value::Array(a) => a.iter_mut().for_each(canonicalize),
+        _ => {}
     }
 }
 

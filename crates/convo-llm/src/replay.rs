@@ -151,7 +151,10 @@ impl Matcher {
         body: &[u8],
     ) -> Value {
         let body = match crate::api::parse(body) {
-            Some(v) => crate::api::canonical_value(&v),
+            Some(mut v) => {
+                crate::api::canonicalize(&mut v);
+                v
+            }
             None => multipart(body).unwrap_or_else(|| json!(String::from_utf8_lossy(body))),
         };
         let headers: Map<String, Value> = headers
