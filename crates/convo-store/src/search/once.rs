@@ -60,15 +60,25 @@ pub(crate) fn fold(
             continue;
         }
         at.sort_by_key(|&i| kept[i].as_ref().map_or(0, |k| k.node.seq));
-        let spans = spans(&tx.session_links(&s)?);
+        // With one timeline, the session's nodes are its chain: a node is
+        // an ancestor of every deeper one, and no link needs reading.
+        let one = tx.branches(Some(&s))?.len() == 1;
+        let spans = match one {
+            true => DigestMap::default(),
+            false => spans(&tx.session_links(&s)?),
+        };
         // Each matching unit (by the hash of its words) and the spans of
         // the nodes that held it; each distinct unit text read once.
         let mut seen: HashMap<u64, Vec<Span>> = HashMap::new();
         let mut memo: HashMap<u64, Option<u64>> = HashMap::new();
         for i in at {
             let Some(k) = kept[i].as_ref() else { continue };
-            let Some(&here) = spans.get(&k.node.hash) else {
-                continue;
+            let here = match one {
+                true => (k.node.ctx.depth, u64::MAX - k.node.ctx.depth),
+                false => match spans.get(&k.node.hash) {
+                    Some(&here) => here,
+                    None => continue,
+                },
             };
             let Some(payload) = tx.blob(&k.node.node.payload)? else {
                 continue;
@@ -102,7 +112,7 @@ pub(crate) fn fold(
 /// A node's place in its session's tree: entered and left in a walk of
 /// it, so that `a` is an ancestor of `b` (or `b` itself) when `a.0 <= b.0
 /// && b.1 <= a.1`.
-type Span = (u32, u32);
+type Span = (u64, u64);
 
 /// The span of each node of a session, from its links (parents listed
 /// before their children).
@@ -118,8 +128,8 @@ fn spans(links: &[Link]) -> DigestMap<NodeHash, Span> {
         }
     }
     let mut out = DigestMap::default();
-    let mut clock = 0u32;
-    let mut enter = vec![0u32; links.len()];
+    let mut clock = 0u64;
+    let mut enter = vec![0u64; links.len()];
     // (node, children visited)
     let mut stack: Vec<(usize, usize)> = Vec::new();
     for r in roots {
