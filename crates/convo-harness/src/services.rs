@@ -908,17 +908,8 @@ async fn infer_live(
     };
     let Some(base) = base else {
         ex.error = Some("no inference upstream".into());
-        let body = json!({"error": {"kind": "no_upstream", "message": "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)"}});
-        return answered(
-            &reg,
-            &turn,
-            ex,
-            started,
-            502,
-            json_headers(),
-            body.to_string().into(),
-        )
-        .await;
+        let why = "convo has no inference upstream: pass --upstream URL (or set CONVO_UPSTREAM)";
+        return unanswered(&reg, &turn, ex, started, "no_upstream", why).await;
     };
     ex.upstream = convo_core::url::public(&base);
     let url = upstream_url(&base, &call.rest, call.query.as_deref());
@@ -939,17 +930,8 @@ async fn infer_live(
                 false => format!("{}: {}", ex.upstream, forward::error_text(e)),
             };
             ex.error = Some(why.clone());
-            let body = json!({"error": {"kind": "upstream", "message": format!("the inference upstream did not answer: {why}")}});
-            return answered(
-                &reg,
-                &turn,
-                ex,
-                started,
-                502,
-                json_headers(),
-                body.to_string().into(),
-            )
-            .await;
+            let why = format!("the inference upstream did not answer: {why}");
+            return unanswered(&reg, &turn, ex, started, "upstream", &why).await;
         }
     };
     ex.ttft_ms = Some(started.elapsed().as_secs_f64() * 1000.0);
@@ -1004,6 +986,28 @@ fn json_headers() -> HeaderMap {
 
 /// Records a live call whose answer is `answer` (what the agent gets;
 /// the record keeps the upstream's bytes when it has them), then answers.
+/// A 502 with convo's error document: the upstream could not be asked.
+async fn unanswered(
+    reg: &Registry,
+    turn: &Turn,
+    ex: convo_llm::record::Exchange,
+    started: Instant,
+    kind: &str,
+    message: &str,
+) -> Response {
+    let body = json!({"error": {"kind": kind, "message": message}});
+    answered(
+        reg,
+        turn,
+        ex,
+        started,
+        502,
+        json_headers(),
+        body.to_string().into(),
+    )
+    .await
+}
+
 async fn answered(
     reg: &Registry,
     turn: &Turn,

@@ -156,9 +156,7 @@ async fn ask(
         .await
         .map_err(|e| format!("the judge's answer could not be read: {e}"))?;
     // The record is written before the next run looks for it.
-    while proxy.recordings_queued() > 0 {
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    proxy.recordings_written().await;
     Ok((status, bytes.to_vec()))
 }
 
