@@ -362,6 +362,16 @@ pub trait NodeTx: BlobTx {
         Ok(out)
     }
 
+    /// The nodes with these follow numbers, in follow order (a number no
+    /// node has is left out), each with its payload bytes if asked (`None`
+    /// where they are missing), in one query: what a search reads of its
+    /// matches.
+    fn nodes_at(
+        &mut self,
+        seqs: &[u64],
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>>;
+
     /// Up to `limit` nodes with `seq > after`, in follow order.
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>>;
 

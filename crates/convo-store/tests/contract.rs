@@ -24,6 +24,7 @@ testing::for_each_backend!(
         search_filters_by_agent_model_status_and_failure,
         otlp_bodies_are_kept_listed_and_rebuilt,
         search_counts_a_resent_message_once,
+        search_folds_matches_across_many_sessions,
     )
 );
 
@@ -31,7 +32,7 @@ testing::for_each_backend!(
 fn every_contract_case_is_listed() {
     assert_eq!(
         testing::ALL.len(),
-        17,
+        18,
         "add the new case to tests/contract.rs"
     );
 }

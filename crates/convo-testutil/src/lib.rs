@@ -1164,6 +1164,10 @@ pub const ALL: &[Case] = &[
         "otlp_bodies_are_kept_listed_and_rebuilt",
         otlp_bodies_are_kept_listed_and_rebuilt,
     ),
+    (
+        "search_folds_matches_across_many_sessions",
+        search_folds_matches_across_many_sessions,
+    ),
 ];
 
 /// A conversation that resends its history with every request: each
@@ -1298,6 +1302,126 @@ pub fn search_counts_a_resent_message_once(s: &mut Store) {
     s.search_update(&mut |_, _| {}).unwrap();
     let g = find(s, "giraffe", 0, 50);
     assert_eq!((g.total, g.resent), (2, 3));
+}
+
+/// A conversation of `turns` (question, answer) recorded as an agent
+/// does, each request resending the history, in one transaction.
+fn resending(s: &mut Store, ses: &SessionId, turns: &[(String, String)], t: i64) {
+    let mut history: Vec<String> = Vec::new();
+    let mut drafts = Vec::new();
+    for (k, (ask, answer)) in turns.iter().enumerate() {
+        history.push(serde_json::json!({"role": "user", "content": ask}).to_string());
+        let body = format!(r#"{{"model":"m-1","messages":[{}]}}"#, history.join(","));
+        let reply =
+            serde_json::json!({"choices": [{"message": {"role": "assistant", "content": answer}}]});
+        let t = t + 4 * k as i64;
+        drafts.push(draft(Kind::Invoke, ask, t));
+        drafts.push(draft(Kind::Request, &body, t + 1));
+        drafts.push(draft(Kind::Response, &reply.to_string(), t + 2));
+        drafts.push(draft(Kind::Complete, answer, t + 3));
+        history.push(serde_json::json!({"role": "assistant", "content": answer}).to_string());
+    }
+    s.transaction(|l| l.append_many(ses, &main(), &drafts))
+        .unwrap();
+}
+
+/// A page of matches from many sessions (one with more matches than the
+/// fold reads payloads of at once, some with a second timeline) folds as
+/// each session alone does: every message once where it first appeared,
+/// the same hits however the results are paged.
+pub fn search_folds_matches_across_many_sessions(s: &mut Store) {
+    use convo_store::filter::NodeFilter;
+    use convo_store::search::{Query, SearchRequest, SearchResults};
+    use std::collections::BTreeSet;
+    let mut sessions = Vec::new();
+    for i in 0..40 {
+        let ses = s
+            .transaction(|l| l.new_session("proxy", Some(&format!("s{i}")), 0))
+            .unwrap()
+            .id;
+        let turns = [
+            (
+                format!("Where does the otter {i} sleep?"),
+                "In the river.".into(),
+            ),
+            (
+                "What does the otter eat?".into(),
+                "The otter eats fish.".into(),
+            ),
+            ("Thanks".into(), "Bye".into()),
+        ];
+        resending(s, &ses, &turns, 1000 * i);
+        if i % 4 == 0 {
+            // The second question asked again on a timeline forked before
+            // it: a message of its own there.
+            let first = s.timeline(&ses, &main()).unwrap()[3].stored.hash;
+            s.transaction(|l| l.fork(&ses, &p(&first), &b("alt"), 1000 * i + 500))
+                .unwrap();
+            let again = draft(Kind::Invoke, &turns[1].0, 1000 * i + 501);
+            s.transaction(|l| l.append(&ses, &b("alt"), &again))
+                .unwrap();
+        }
+        sessions.push(ses);
+    }
+    let long = s
+        .transaction(|l| l.new_session("proxy", Some("long"), 0))
+        .unwrap()
+        .id;
+    let turns: Vec<(String, String)> = (0..70)
+        .map(|k| (format!("Otter question {k}"), format!("Answer {k}")))
+        .collect();
+    resending(s, &long, &turns, 100_000);
+    sessions.push(long);
+    let find = |s: &mut Store, session: Option<SessionId>, offset: usize, limit: usize| {
+        s.search(&SearchRequest {
+            query: Query::parse("otter").unwrap(),
+            session,
+            branch: None,
+            agent: None,
+            filter: NodeFilter::default(),
+            limit,
+            offset,
+        })
+        .unwrap()
+    };
+    let hashes =
+        |r: &SearchResults| -> Vec<NodeHash> { r.hits.iter().map(|h| h.node.hash).collect() };
+    for indexed in [false, true] {
+        if indexed {
+            s.search_update(&mut |_, _| {}).unwrap();
+        }
+        // Each short session: two questions and an answer (not its
+        // complete, not the requests resending them), the second question
+        // again on `alt`; the long one: its 70 questions, not its 70
+        // requests.
+        let all = find(s, None, 0, 1000);
+        assert_eq!(
+            (all.total, all.resent, all.exact, all.hits.len()),
+            (40 * 3 + 10 + 70, 40 * 4 + 70, true, 200),
+            "indexed: {indexed}"
+        );
+        let kinds: BTreeSet<String> = all
+            .hits
+            .iter()
+            .map(|h| h.node.node.kind.to_string())
+            .collect();
+        assert_eq!(kinds, ["invoke", "response"].map(String::from).into());
+        // The same hits as each session searched alone.
+        let mut alone = BTreeSet::new();
+        for ses in &sessions {
+            alone.extend(hashes(&find(s, Some(*ses), 0, 1000)));
+        }
+        let every: BTreeSet<NodeHash> = hashes(&all).into_iter().collect();
+        assert_eq!(every, alone, "indexed: {indexed}");
+        // Pages of 7: the same hits in the same order, none twice.
+        let mut paged = Vec::new();
+        for page in 0..=200 / 7 {
+            let r = find(s, None, page * 7, 7);
+            assert_eq!((r.total, r.offset), (200, page * 7));
+            paged.extend(hashes(&r));
+        }
+        assert_eq!(paged, hashes(&all), "indexed: {indexed}");
+    }
 }
 
 /// The search filters on what a call's diagnostics say (model, status,

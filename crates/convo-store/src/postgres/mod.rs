@@ -1163,6 +1163,42 @@ impl BranchTx for PgTx<'_> {
     }
 }
 
+impl PgTx<'_> {
+    /// The nodes `WHERE {cond}` (on the row `n`) in follow order, each
+    /// with its payload if asked (one query, the blobs joined).
+    fn with_payloads(
+        &mut self,
+        cond: &str,
+        p: &Params<'_>,
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        let cols = prefixed(NODE_COLS);
+        let sql = if payloads {
+            format!(
+                "SELECT {cols}, bl.data, bl.chunked FROM nodes n LEFT JOIN blobs bl ON bl.hash = n.payload WHERE {cond} ORDER BY n.seq"
+            )
+        } else {
+            format!(
+                "SELECT {cols}, NULL::bytea, NULL::boolean FROM nodes n WHERE {cond} ORDER BY n.seq"
+            )
+        };
+        let rows = self.query(&sql, p)?;
+        rows.iter()
+            .map(|r| {
+                let data = r
+                    .try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
+                    .map_err(corrupt)?;
+                let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
+                let n = node_row(r)?;
+                let p = data
+                    .map(|d| self.payload_of(&n.node.payload, chunked, d))
+                    .transpose()?;
+                Ok((n, p))
+            })
+            .collect()
+    }
+}
+
 impl NodeTx for PgTx<'_> {
     fn insert_node(&mut self, hash: &NodeHash, n: &Node, ctx: &Context) -> Result<u64> {
         if self.next_seq.is_none() {
@@ -1253,34 +1289,7 @@ impl NodeTx for PgTx<'_> {
         s: &SessionId,
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
-        let cols = NODE_COLS
-            .split(", ")
-            .map(|c| format!("n.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = if payloads {
-            format!(
-                "SELECT {cols}, bl.data, bl.chunked FROM nodes n LEFT JOIN blobs bl ON bl.hash = n.payload WHERE n.session = $1 ORDER BY n.seq"
-            )
-        } else {
-            format!(
-                "SELECT {cols}, NULL::bytea, NULL::boolean FROM nodes n WHERE n.session = $1 ORDER BY n.seq"
-            )
-        };
-        let rows = self.query(&sql, &[&s.to_string()])?;
-        rows.iter()
-            .map(|r| {
-                let data = r
-                    .try_get::<_, Option<Vec<u8>>>(crate::backend::NODE_COL_COUNT)
-                    .map_err(corrupt)?;
-                let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
-                let n = node_row(r)?;
-                let p = data
-                    .map(|d| self.payload_of(&n.node.payload, chunked, d))
-                    .transpose()?;
-                Ok((n, p))
-            })
-            .collect()
+        self.with_payloads("n.session = $1", &[&s.to_string()], payloads)
     }
 
     fn session_links(&mut self, s: &SessionId) -> Result<Vec<crate::backend::Link>> {
@@ -1338,6 +1347,18 @@ impl NodeTx for PgTx<'_> {
                 }
             })
             .collect()
+    }
+
+    fn nodes_at(
+        &mut self,
+        seqs: &[u64],
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        let keys: Vec<i64> = seqs
+            .iter()
+            .map(|&s| i64::try_from(s).unwrap_or(i64::MAX))
+            .collect();
+        self.with_payloads("n.seq = ANY($1)", &[&keys], payloads)
     }
 
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {

@@ -31,22 +31,28 @@ pub(crate) struct Kept {
     pub score: f64,
 }
 
+/// How many matches' payloads [`fold`] holds at once (read in one query).
+const PAYLOADS_AT_ONCE: usize = 64;
+
 /// The matches `found` (best first) without the resent copies, best
-/// first, and how many were dropped.
+/// first, and how many were dropped. Their nodes are read in one query,
+/// their payloads a batch at a time, only in sessions with two matches or
+/// more.
 pub(crate) fn fold(
     tx: &mut dyn Tx,
     q: &Query,
     found: Vec<(u64, f64)>,
 ) -> Result<(Vec<Kept>, usize)> {
+    let seqs: Vec<u64> = found.iter().map(|f| f.0).collect();
+    let mut nodes: HashMap<u64, StoredNode> = tx
+        .nodes_at(&seqs, false)?
+        .into_iter()
+        .map(|(n, _)| (n.seq, n))
+        .collect();
     let mut kept: Vec<Option<Kept>> = Vec::with_capacity(found.len());
     let mut by_session: HashMap<SessionId, Vec<usize>> = HashMap::new();
     for (seq, score) in found {
-        let node = tx
-            .nodes_since(seq.saturating_sub(1), 1)?
-            .into_iter()
-            .next()
-            .filter(|n| n.seq == seq);
-        if let Some(node) = node {
+        if let Some(node) = nodes.remove(&seq) {
             by_session
                 .entry(node.node.session)
                 .or_default()
@@ -60,18 +66,43 @@ pub(crate) fn fold(
             continue;
         }
         at.sort_by_key(|&i| kept[i].as_ref().map_or(0, |k| k.node.seq));
-        // With one timeline, the session's nodes are its chain: a node is
-        // an ancestor of every deeper one, and no link needs reading.
-        let one = tx.branches(Some(&s))?.len() == 1;
-        let spans = match one {
-            true => DigestMap::default(),
-            false => spans(&tx.session_links(&s)?),
-        };
-        // Each matching unit (by the hash of its words) and the spans of
-        // the nodes that held it; each distinct unit text read once.
-        let mut seen: HashMap<u64, Vec<Span>> = HashMap::new();
-        let mut memo: HashMap<u64, Option<u64>> = HashMap::new();
-        for i in at {
+        dropped += fold_session(tx, q, &s, &at, &mut kept)?;
+    }
+    Ok((kept.into_iter().flatten().collect(), dropped))
+}
+
+/// Drops the resent copies among one session's matches (`at`: indexes
+/// into `kept`, in follow order); returns how many.
+fn fold_session(
+    tx: &mut dyn Tx,
+    q: &Query,
+    s: &SessionId,
+    at: &[usize],
+    kept: &mut [Option<Kept>],
+) -> Result<usize> {
+    // With one timeline, the session's nodes are its chain: a node is an
+    // ancestor of every deeper one, and no link needs reading.
+    let one = tx.branches(Some(s))?.len() == 1;
+    let spans = match one {
+        true => DigestMap::default(),
+        false => spans(&tx.session_links(s)?),
+    };
+    // Each matching unit (by the hash of its words) and the spans of the
+    // nodes that held it; each distinct unit text read once.
+    let mut seen: HashMap<u64, Vec<Span>> = HashMap::new();
+    let mut memo: HashMap<u64, Option<u64>> = HashMap::new();
+    let mut dropped = 0;
+    for batch in at.chunks(PAYLOADS_AT_ONCE) {
+        let seqs: Vec<u64> = batch
+            .iter()
+            .filter_map(|&i| kept[i].as_ref().map(|k| k.node.seq))
+            .collect();
+        let mut payloads: HashMap<u64, Vec<u8>> = tx
+            .nodes_at(&seqs, true)?
+            .into_iter()
+            .filter_map(|(n, p)| Some((n.seq, p?)))
+            .collect();
+        for &i in batch {
             let Some(k) = kept[i].as_ref() else { continue };
             let here = match one {
                 true => (k.node.ctx.depth, u64::MAX - k.node.ctx.depth),
@@ -80,7 +111,7 @@ pub(crate) fn fold(
                     None => continue,
                 },
             };
-            let Some(payload) = tx.blob(&k.node.node.payload)? else {
+            let Some(payload) = payloads.remove(&k.node.seq) else {
                 continue;
             };
             let mut keys = HashSet::new();
@@ -106,7 +137,7 @@ pub(crate) fn fold(
             }
         }
     }
-    Ok((kept.into_iter().flatten().collect(), dropped))
+    Ok(dropped)
 }
 
 /// A node's place in its session's tree: entered and left in a walk of

@@ -703,6 +703,38 @@ impl SqliteTx<'_> {
         crate::chunk::payload(self, h, chunked, data)
     }
 
+    /// The rows of a query selecting [`NODE_COLS`] (as `n.`), then the
+    /// payload's data and chunked flag ([`payload_join`]), payloads
+    /// assembled.
+    fn with_payloads(
+        &mut self,
+        sql: &str,
+        p: impl rusqlite::Params,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        let rows: Vec<(StoredNode, Option<Vec<u8>>, bool)> = {
+            let mut st = self.tx.prepare_cached(sql).map_err(db)?;
+            st.query_map(p, |r| {
+                Ok((
+                    node_row(r)?,
+                    bytes(r, crate::backend::NODE_COL_COUNT)?,
+                    r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
+                        .unwrap_or(false),
+                ))
+            })
+            .and_then(|r| r.collect())
+            .map_err(db)?
+        };
+        rows.into_iter()
+            .map(|(n, data, chunked)| match data {
+                Some(d) => {
+                    let p = self.payload_of(&n.node.payload, chunked, d)?;
+                    Ok((n, Some(p)))
+                }
+                None => Ok((n, None)),
+            })
+            .collect()
+    }
+
     fn flush_run(&mut self) -> Result<()> {
         if let Some(r) = self.run.take() {
             self.tx
@@ -1027,6 +1059,23 @@ impl crate::backend::Columns for Row<'_> {
 }
 
 /// A node row, decoded and checked by the decoder every backend shares.
+/// The payload columns of a node row `n` and the join they need: joined by
+/// rowid (`payload_id`), checked against the hash, a row without a usable
+/// shortcut falling back to the lookup by hash; `NULL, 0` without payloads.
+fn payload_join(payloads: bool) -> (&'static str, &'static str) {
+    if payloads {
+        (
+            "coalesce(b.data, (SELECT data FROM blobs \
+             WHERE k = substr(n.payload, 1, 8) AND hash = n.payload)), \
+             coalesce(b.chunked, (SELECT chunked FROM blobs \
+             WHERE k = substr(n.payload, 1, 8) AND hash = n.payload))",
+            "LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload",
+        )
+    } else {
+        ("NULL, 0", "")
+    }
+}
+
 fn node_row(r: &Row<'_>) -> rusqlite::Result<StoredNode> {
     crate::backend::decode_node(r).map_err(|e| corrupt(&e))
 }
@@ -1367,47 +1416,13 @@ impl NodeTx for SqliteTx<'_> {
             .map(|c| format!("n.{c}"))
             .collect::<Vec<_>>()
             .join(", ");
-        // Payloads are joined by rowid (`payload_id`), checked against the
-        // hash; a row without a usable shortcut falls back to the lookup by
-        // hash.
-        let (payload, blobs) = if payloads {
-            (
-                "coalesce(b.data, (SELECT data FROM blobs \
-                 WHERE k = substr(n.payload, 1, 8) AND hash = n.payload)), \
-                 coalesce(b.chunked, (SELECT chunked FROM blobs \
-                 WHERE k = substr(n.payload, 1, 8) AND hash = n.payload))",
-                "LEFT JOIN blobs b ON b.id = n.payload_id AND b.hash = n.payload",
-            )
-        } else {
-            ("NULL, 0", "")
-        };
+        let (payload, blobs) = payload_join(payloads);
         let sql = format!(
             "SELECT {cols}, {payload} \
              FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last {blobs} \
              WHERE r.session = ?1 AND n.session = ?1 ORDER BY r.first, n.seq"
         );
-        let rows: Vec<(StoredNode, Option<Vec<u8>>, bool)> = {
-            let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-            st.query_map([s.to_string()], |r| {
-                Ok((
-                    node_row(r)?,
-                    bytes(r, crate::backend::NODE_COL_COUNT)?,
-                    r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
-                        .unwrap_or(false),
-                ))
-            })
-            .and_then(|r| r.collect())
-            .map_err(db)?
-        };
-        rows.into_iter()
-            .map(|(n, data, chunked)| match data {
-                Some(d) => {
-                    let p = self.payload_of(&n.node.payload, chunked, d)?;
-                    Ok((n, Some(p)))
-                }
-                None => Ok((n, None)),
-            })
-            .collect()
+        self.with_payloads(&sql, [s.to_string()])
     }
 
     fn each_session_node(
@@ -1470,6 +1485,26 @@ impl NodeTx for SqliteTx<'_> {
         st.query_map(params![s.to_string(), clamp(lo), clamp(hi)], link_row)
             .and_then(|r| r.collect())
             .map_err(db)
+    }
+
+    fn nodes_at(
+        &mut self,
+        seqs: &[u64],
+        payloads: bool,
+    ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
+        // The numbers as one JSON array: each a rowid lookup.
+        let cols = NODE_COLS
+            .split(", ")
+            .map(|c| format!("n.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let (payload, blobs) = payload_join(payloads);
+        let sql = format!(
+            "SELECT {cols}, {payload} FROM nodes n {blobs} \
+             WHERE n.seq IN (SELECT value FROM json_each(?1)) ORDER BY n.seq"
+        );
+        let list: Vec<String> = seqs.iter().map(u64::to_string).collect();
+        self.with_payloads(&sql, [format!("[{}]", list.join(","))])
     }
 
     fn nodes_since(&mut self, after: u64, limit: usize) -> Result<Vec<StoredNode>> {
@@ -2038,9 +2073,14 @@ impl SearchTx for SqliteTx<'_> {
         };
         let (conds, values) = crate::search::conditions(q, '?', 2, &diag);
         let limit = q.limit.map_or(-1, |l| l as i64);
+        // Every indexed row is a node's (nodes are never deleted): the
+        // node rows are joined only for conditions on them.
+        let join = match conds.is_empty() {
+            true => "",
+            false => "JOIN nodes n ON n.seq = search_fts.rowid",
+        };
         let sql = format!(
-            "SELECT search_fts.rowid, bm25(search_fts) AS rank FROM search_fts \
-             JOIN nodes n ON n.seq = search_fts.rowid \
+            "SELECT search_fts.rowid, bm25(search_fts) AS rank FROM search_fts {join} \
              WHERE search_fts MATCH ?1{conds} ORDER BY rank, search_fts.rowid DESC LIMIT {limit}"
         );
         let mut bound: Vec<rusqlite::types::Value> =
