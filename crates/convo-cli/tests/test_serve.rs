@@ -954,10 +954,11 @@ fn browser_session_list_sorts_and_pages() {
 
 /// A turn's waterfall (tests/browser/waterfall.py): one bar per call, two
 /// parallel calls overlapping on the time axis, a failed retry marked,
-/// tokens on each bar, a hostile model name inert, a bar linking to its call.
+/// tokens on each bar, a hostile model name inert, a bar linking to its call;
+/// a subagent's calls nested right under the call that started it.
 #[test]
 fn browser_waterfall() {
-    browser("waterfall.py", &["waterfall.png"]);
+    browser("waterfall.py", &["waterfall.png", "waterfall-subagent.png"]);
 }
 
 /// Runs `tests/browser/SCRIPT` (Python driving headless Chromium through

@@ -438,7 +438,7 @@ pub async fn timeline(
 }
 
 /// A page of a timeline without payloads (`payloads=false`).
-fn bare_timeline_page(
+pub(crate) fn bare_timeline_page(
     s: &mut convo_store::Store,
     q: &str,
     branch: &BranchName,

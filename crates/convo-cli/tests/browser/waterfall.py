@@ -9,8 +9,12 @@ failed, and a hostile model name, and checks, as a person reading the
 session would: the turn's waterfall has one bar per call, the parallel
 calls' bars overlap on the time axis, the failed call is marked, the retry
 is marked, tokens are on each bar's label, a bar links to its call, and no
-injected script runs. Exits non-zero with a message on the first thing
-that is wrong.
+injected script runs. Then a turn whose first call started a subagent
+(a timeline forked at that call, its first node linked to it as the
+proxy records one): the subagent's calls are drawn nested right under the
+call that started it, on the same axis, labelled, each linking to its node
+on the subagent's timeline. Exits non-zero with a message on the first
+thing that is wrong.
 """
 
 import json
@@ -81,6 +85,61 @@ def run(b, base, shots):
     b.screenshot(os.path.join(shots, "waterfall.png"))
     b.eval("document.querySelector('#turn-1 + figure.waterfall a').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
     b.wait_for("location.hash === %r" % bars[0]["href"], "the bar's link to its call")
+    subagent(b, base, shots)
+
+
+def subagent(b, base, shots):
+    sid = api(base, "POST", "/api/v1/sessions", {"agent": "bot", "title": "delegating"})["id"]
+    ask = lambda q: json.dumps({"model": "gpt-4o", "messages": [{"role": "user", "content": q}]})  # noqa: E731
+    r1, d1 = response("gpt-4o", 100, 400)
+    r2, d2 = response("gpt-4o", 150, 300)
+    main = api(base, "POST", "/api/v1/sessions/%s/branches/main/nodes" % sid, [
+        {"kind": "invoke", "payload": "Delegate the file listing"},
+        {"kind": "request", "payload": ask("delegate")},
+        {"kind": "response", "payload": r1, "sequence": 1, "diagnostics": d1},
+        {"kind": "request", "payload": ask("summarize")},
+        {"kind": "response", "payload": r2, "sequence": 2, "diagnostics": d2},
+        {"kind": "complete", "payload": "Done."},
+    ])
+    starter = main["nodes"][2]["hash"]
+    api(base, "POST", "/api/v1/sessions/%s/fork" % sid, {"from": starter, "branch": "agent-1"})
+    s1, e1 = response("sub-model", 11, 120)
+    s2, e2 = response(XSS, 22, 80)
+    link = {"subagent": {"tool": "Agent", "tool_call_id": "call_1"}}
+    api(base, "POST", "/api/v1/sessions/%s/branches/agent-1/nodes" % sid, [
+        {"kind": "invoke", "payload": "list the files", "diagnostics": link},
+        {"kind": "request", "payload": ask("ls")},
+        {"kind": "response", "payload": s1, "sequence": 1, "diagnostics": e1},
+        {"kind": "request", "payload": ask("ls -a")},
+        {"kind": "response", "payload": s2, "sequence": 2, "diagnostics": e2},
+        {"kind": "complete", "payload": "3 files"},
+    ])
+    b.goto(base + "/sessions/" + sid)
+    rows = json.loads(b.eval("""JSON.stringify(Array.from(document.querySelectorAll('#turn-1 + figure.waterfall svg > a')).map(a => ({
+        cls: a.getAttribute('class'), href: a.getAttribute('href'), branch: a.getAttribute('data-branch'),
+        label: a.querySelector('text').textContent, y: +a.querySelector('rect').getAttribute('y'),
+        x: +a.querySelector('rect').getAttribute('x'), w: +a.querySelector('rect').getAttribute('width')})))"""))
+    if [r["cls"] for r in rows] != ["call", "nested", "nested", "call"]:
+        fail("the subagent's two calls are not nested right under the call that started it: %r" % rows)
+    if rows[0]["href"] != "#n-" + starter:
+        fail("the first row is not the call that started the subagent: %r" % rows)
+    if any(r["y"] >= rows[i + 1]["y"] for i, r in enumerate(rows[:-1])):
+        fail("the rows are not drawn top to bottom: %r" % rows)
+    sub = rows[1:3]
+    if any(r["branch"] != "agent-1" or "branch=agent-1" not in r["href"] for r in sub):
+        fail("a nested bar does not link to the subagent's timeline: %r" % sub)
+    if not (sub[0]["label"].startswith("↳") and "sub-model" in sub[0]["label"] and "11/5 tok" in sub[0]["label"]):
+        fail("the nested bar does not say whose call it is: %r" % sub[0])
+    if "<img" not in sub[1]["label"] or b.eval("typeof window.__x") != "undefined":
+        fail("a hostile model name in a subagent's call is not inert: %r" % sub[1])
+    if sub[0]["x"] <= rows[0]["x"]:
+        fail("the subagent's call is not after the call that started it on the time axis: %r" % rows)
+    caption = b.eval("document.querySelector('#turn-1 + figure.waterfall figcaption').textContent")
+    if "2 model calls" not in caption or "2 of subagents" not in caption:
+        fail("the caption does not count the subagent's calls apart: %r" % caption)
+    b.screenshot(os.path.join(shots, "waterfall-subagent.png"))
+    b.eval("document.querySelector('#turn-1 + figure.waterfall a.nested').dispatchEvent(new MouseEvent('click', {bubbles: true}))")
+    b.wait_for("location.search.indexOf('branch=agent-1') >= 0", "the nested bar's link to the subagent's timeline")
 
 
 if __name__ == "__main__":

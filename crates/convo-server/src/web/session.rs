@@ -198,11 +198,12 @@ pub(super) async fn session_page(
         let subs = super::subagent::subagents(s, &row, lanes.len())?;
         let this = s.branch(&row.id, &b2)?;
         let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE, false)?;
+        let calls = super::subagent::calls(s, &row, &subs, b2.as_str(), &page)?;
         let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
         let totals = llm::session_totals(s, &row)?;
         Ok((
             row,
-            (lanes, subs),
+            (lanes, subs, calls),
             this,
             page,
             state,
@@ -213,7 +214,7 @@ pub(super) async fn session_page(
         ))
     })
     .await;
-    let (row, (lanes, subs), this, tl, state, place, branch, totals, end) = match data {
+    let (row, (lanes, subs, calls), this, tl, state, place, branch, totals, end) = match data {
         Ok(d) => d,
         Err(r) => return r,
     };
@@ -241,14 +242,7 @@ pub(super) async fn session_page(
         .map(|n| n.turn.unwrap_or(0))
         .collect();
     // Each turn's calls on a time axis, under its heading.
-    let mut of_turn: std::collections::BTreeMap<u64, Vec<&NodeView>> = Default::default();
-    for n in &tl.nodes {
-        of_turn.entry(n.turn.unwrap_or(0)).or_default().push(n);
-    }
-    let falls: std::collections::HashMap<u64, Markup> = of_turn
-        .iter()
-        .filter_map(|(t, ns)| super::waterfall::waterfall(ns).map(|w| (*t, w)))
-        .collect();
+    let falls = super::waterfall::of_turns(&sid, &tl.nodes, &calls);
     // Each complete's turn's last answer before it (a complete that
     // repeats it is not shown twice).
     let mut answers: std::collections::HashMap<String, (String, String)> = Default::default();

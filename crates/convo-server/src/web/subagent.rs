@@ -19,7 +19,25 @@ pub(super) struct Sub {
     pub(super) tool: Option<String>,
     /// Its turns.
     pub(super) turns: usize,
+    /// Nodes it shares with the timeline it was started from.
+    pub(super) shared: usize,
 }
+
+/// A subagent's calls, for the waterfall of the turn that started it.
+pub(super) struct Calls {
+    /// Its timeline.
+    pub(super) branch: String,
+    /// The node it forks at.
+    pub(super) started_by: String,
+    /// Its nodes after the fork (without payloads: the bars read the
+    /// diagnostics).
+    pub(super) nodes: Vec<NodeView>,
+}
+
+/// Nodes of a subagent's timeline its waterfall rows read at most.
+const CALLS_READ: usize = 400;
+/// Subagents drawn in one page's waterfalls at most.
+const SUBS_READ: usize = 50;
 
 /// The session's subagent timelines (none read for a session with one
 /// timeline).
@@ -46,9 +64,39 @@ pub(super) fn subagents(
                     .unwrap_or_default(),
                 tool: text("tool"),
                 turns: b.turns.saturating_sub(b.fork_turn),
+                shared: b.shared,
             })
         })
         .collect())
+}
+
+/// The calls of each subagent started from a node of this page of
+/// `branch` (the nodes of its timeline after the fork).
+pub(super) fn calls(
+    s: &mut Store,
+    row: &SessionRow,
+    subs: &[Sub],
+    branch: &str,
+    page: &api::TimelinePageView,
+) -> convo_store::Result<Vec<Calls>> {
+    let here: std::collections::HashSet<&str> =
+        page.nodes.iter().map(|n| n.hash.as_str()).collect();
+    let sid = row.id.to_string();
+    let mut out = Vec::new();
+    let started = subs
+        .iter()
+        .filter(|x| x.parent == branch && here.contains(x.started_by.as_str()));
+    for sub in started.take(SUBS_READ) {
+        let b = BranchName::new(&sub.branch).map_err(StoreError::invalid)?;
+        let from = i64::try_from(sub.shared).unwrap_or(i64::MAX);
+        let nodes = api::bare_timeline_page(s, &sid, &b, from, CALLS_READ)?.nodes;
+        out.push(Calls {
+            branch: sub.branch.clone(),
+            started_by: sub.started_by.clone(),
+            nodes,
+        });
+    }
+    Ok(out)
 }
 
 /// Under the node that started them: each subagent's timeline.
