@@ -124,3 +124,106 @@ pub fn diff_page() -> Result<Vec<Row>> {
     }
     Ok(rows)
 }
+
+/// Calls of the two timelines of [`request_diff`]: 1×, 4×, 16×.
+const CALLS: [u64; 3] = [50, 200, 800];
+
+/// Turn `i` of an agent that resends its history with every request
+/// (system prompt, every question and answer so far): invoke, request,
+/// response, complete. `system` is the system prompt.
+fn agent_turn(
+    i: u64,
+    system: &str,
+    history: &mut Vec<serde_json::Value>,
+) -> Vec<convo_store::Draft> {
+    let t = 1_770_000_000_000 + 4 * i as i64;
+    let ask = format!("Question {i}: which file should the agent read next?");
+    let answer = format!("Answer {i}: read src/module_{i}.rs, then run the tests.");
+    history.push(serde_json::json!({"role": "user", "content": ask}));
+    let mut messages = vec![serde_json::json!({"role": "system", "content": system})];
+    messages.extend(history.iter().cloned());
+    let body = serde_json::json!({"model": "gpt-4o", "temperature": 0.2, "messages": messages});
+    let reply = serde_json::json!({"id": format!("c{i}"), "model": "gpt-4o", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": answer}, "finish_reason": "stop"}]});
+    history.push(serde_json::json!({"role": "assistant", "content": answer}));
+    vec![
+        draft(Kind::Invoke, &ask, t),
+        draft(Kind::Request, &body.to_string(), t + 1),
+        draft(Kind::Response, &reply.to_string(), t + 2),
+        draft(Kind::Complete, &answer, t + 3),
+    ]
+}
+
+/// A session of `n` calls on `main` and `n` on `b`, forked after the first
+/// turn, whose system prompt differs in one word: every request after the
+/// fork changed in one message. Returns the session.
+fn two_timelines(st: &mut Store, n: u64) -> Result<convo_core::SessionId> {
+    let ses = st
+        .transaction(|l| l.new_session("bench", Some(&format!("requests {n}")), 0))?
+        .id;
+    let (main, b) = (BranchName::main(), BranchName::new("b")?);
+    let mut first = None;
+    for (branch, system) in [
+        (&main, "You are a careful coding agent."),
+        (&b, "You are a fast coding agent."),
+    ] {
+        let mut history = Vec::new();
+        let from = if branch.is_main() { 0 } else { 1 };
+        if !branch.is_main() {
+            agent_turn(0, "You are a careful coding agent.", &mut history);
+            let at = first.clone().ok_or("no first turn")?;
+            st.transaction(|l| l.fork(&ses, &at, branch, 0))?;
+        }
+        for chunk in (from..n).collect::<Vec<_>>().chunks(100) {
+            let drafts: Vec<_> = chunk
+                .iter()
+                .flat_map(|&i| agent_turn(i, system, &mut history))
+                .collect();
+            let hashes = st.transaction(|l| l.append_many(&ses, branch, &drafts))?;
+            if first.is_none() {
+                first = Some(HashPrefix::parse(&hashes[3].to_hex())?);
+            }
+        }
+    }
+    Ok(ses)
+}
+
+/// The request diff of two timelines of 50/200/800 calls whose every
+/// request after the fork changed in one message (the target: 200
+/// calls, ≤ 200 KB and ≤ 300 ms to first paint): page 1's bytes, server
+/// round trip and first paint in headless Chromium.
+pub fn request_diff() -> Result<Vec<Row>> {
+    let dir = Scratch::new("webdiff-requests")?;
+    let url = dir.url("");
+    drop(dir.store("")?);
+    let (addr, rt) = start(&url)?;
+    let mut got = Vec::new();
+    for n in CALLS {
+        note(format!("request diff: {n} calls a side"));
+        let mut st = Store::open(&url)?;
+        let ses = two_timelines(&mut st, n)?;
+        let path = format!("/sessions/{ses}/diff?a=main&b=b");
+        got.push((n, path.clone(), page(&addr, &path)?));
+    }
+    let mut rows = Vec::new();
+    for (n, path, (t, bytes)) in &got {
+        let paint = crate::servebench::paint_times(&addr, path, &got[0].1, "#diff")?;
+        let fp = paint.as_ref().and_then(|v| v["big"].as_f64());
+        let ok = *bytes <= 200_000 && fp.is_none_or(|f| f <= 300.0);
+        rows.push(Row::new(
+            format!("26b. serve: request diff page 1, two {n}-call timelines, one message changed in every request"),
+            format!(
+                "{} KB, server {}, first paint {}",
+                bytes / 1000,
+                ms(*t),
+                fp.map_or("not measured".to_owned(), |f| format!("{f:.0} ms"))
+            ),
+            format!("{} calls: {} KB", got[0].0, got[0].2.1 / 1000),
+            format!("{:.1}× the bytes", *bytes as f64 / got[0].2.1.max(1) as f64),
+            "≤ 200 KB, ≤ 300 ms first paint (200 calls)",
+            Verdict::of(ok),
+        ));
+    }
+    rt.shutdown_timeout(Duration::from_secs(1));
+    Ok(rows)
+}

@@ -143,6 +143,11 @@ const BENCHES: &[(&str, &str, Bench)] = &[
         diffbench::diff_page,
     ),
     (
+        "webdiff-requests",
+        "the web view's request diff of two 50/200/800-call timelines, one message changed in every request: bytes, server time, first paint in Chromium",
+        diffbench::request_diff,
+    ),
+    (
         "serve-pg",
         "convo serve on PostgreSQL: round trips per append; 2 servers, 64 HTTP clients (CONVO_BENCH_PG)",
         servebench::serve_pg,

@@ -417,11 +417,16 @@ fn sse_p99(addr: &str, subs: usize, rounds: usize) -> Result<Duration> {
     Ok(p99)
 }
 
-/// The first paint of the session page of `big` in headless Chromium
-/// (`CONVO_TEST_CHROMIUM` and `CONVO_TEST_PYTHON`, from scripts/test-env),
-/// against `small`'s, and its time to interactive; nothing (said loudly)
-/// without them.
-fn paint(addr: &str, big: &str, small: &str) -> Result<Vec<Row>> {
+/// paint.py's medians for two pages (`big`, `small`, `big_tti`,
+/// `small_tti`, in ms) holding `selector`, in headless Chromium
+/// (`CONVO_TEST_CHROMIUM` and `CONVO_TEST_PYTHON`, from scripts/test-env);
+/// `None` (said loudly) without them.
+pub(crate) fn paint_times(
+    addr: &str,
+    big: &str,
+    small: &str,
+    selector: &str,
+) -> Result<Option<serde_json::Value>> {
     let (Ok(py), Ok(chromium)) = (
         std::env::var("CONVO_TEST_PYTHON"),
         std::env::var("CONVO_TEST_CHROMIUM"),
@@ -429,7 +434,7 @@ fn paint(addr: &str, big: &str, small: &str) -> Result<Vec<Row>> {
         note(
             "SKIPPED the first paint: set CONVO_TEST_PYTHON and CONVO_TEST_CHROMIUM (eval \"$(scripts/test-env)\")",
         );
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -440,13 +445,25 @@ fn paint(addr: &str, big: &str, small: &str) -> Result<Vec<Row>> {
         .arg(script)
         .arg(chromium)
         .arg(work.db().with_file_name("browser"))
-        .arg(format!("http://{addr}/sessions/{big}"))
-        .arg(format!("http://{addr}/sessions/{small}"))
+        .arg(format!("http://{addr}{big}"))
+        .arg(format!("http://{addr}{small}"))
+        .arg(selector)
         .output()?;
     if !out.status.success() {
         return Err(format!("paint.py failed: {}", String::from_utf8_lossy(&out.stderr)).into());
     }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    Ok(Some(serde_json::from_slice(&out.stdout)?))
+}
+
+/// The first paint of the session page of `big` in headless Chromium,
+/// against `small`'s, and its time to interactive; nothing (said loudly)
+/// without Chromium.
+fn paint(addr: &str, big: &str, small: &str) -> Result<Vec<Row>> {
+    let big = format!("/sessions/{big}");
+    let small = format!("/sessions/{small}");
+    let Some(v) = paint_times(addr, &big, &small, "#session")? else {
+        return Ok(Vec::new());
+    };
     let ms_of = |k: &str| -> Result<f64> {
         v[k].as_f64()
             .ok_or_else(|| format!("paint.py said nothing about {k}").into())

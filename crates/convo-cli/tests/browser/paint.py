@@ -2,7 +2,10 @@
 
 Run by `convo-bench serve` (not a test: it prints timings):
 
-    python paint.py CHROMIUM WORKDIR BIG_URL SMALL_URL
+    python paint.py CHROMIUM WORKDIR BIG_URL SMALL_URL [SELECTOR]
+
+(and by `convo-bench webdiff`, with SELECTOR `#diff`: the element the page
+must hold; `#session` by default).
 
 Loads each page five times and prints, as JSON, the median time from the
 start of navigation to the first contentful paint (the Paint Timing API),
@@ -21,19 +24,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from webview import Browser, fail  # noqa: E402
 
 LOOK = """JSON.stringify([
-  !!document.querySelector('#session'),
+  !!document.querySelector(%r),
   (performance.getEntriesByName('first-contentful-paint')[0]
    || performance.getEntriesByName('first-paint')[0] || {}).startTime ?? null,
   (performance.getEntriesByType('navigation')[0] || {}).domContentLoadedEventEnd || null])"""
 
 
-def look(b):
-    r = b.send("Runtime.evaluate", expression=LOOK, returnByValue=True)
+def look(b, selector):
+    r = b.send("Runtime.evaluate", expression=LOOK % selector, returnByValue=True)
     v = r.get("result", {}).get("value")
     return json.loads(v) if v else [False, None, None]
 
 
-def first_paint(b, url):
+def first_paint(b, url, selector):
     """Median first contentful paint and time to interactive (the end of
     DOMContentLoaded: the page's deferred scripts have run, its handlers
     and event stream are set up), in ms from the start of navigation."""
@@ -45,7 +48,7 @@ def first_paint(b, url):
         b.send("Page.navigate", url=url)
         deadline = time.time() + 30
         while True:
-            session, paint, tti = look(b)
+            session, paint, tti = look(b, selector)
             if session and paint is not None and tti:
                 break
             if time.time() > deadline:
@@ -60,6 +63,7 @@ def first_paint(b, url):
 
 def main():
     chromium, workdir, big, small = sys.argv[1:5]
+    selector = sys.argv[5] if len(sys.argv) > 5 else "#session"
     os.makedirs(workdir, exist_ok=True)
     out = {}
     # One browser per page: a page's event stream can outlive it (the
@@ -68,7 +72,7 @@ def main():
     for name, url in (("small", small), ("big", big)):
         b = Browser(chromium, workdir)
         try:
-            out[name], out[name + "_tti"] = first_paint(b, url)
+            out[name], out[name + "_tti"] = first_paint(b, url, selector)
         finally:
             b.close()
     print(json.dumps(out))
