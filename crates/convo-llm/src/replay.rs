@@ -664,14 +664,16 @@ impl Replay {
         let nodes = store.timeline(&s.id, &spec.branch)?;
         let mut calls: Vec<Call> = Vec::new();
         let mut response_ids = HashMap::new();
-        recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, true);
+        let mut memo = parts::Memo::default();
+        let m = &spec.matcher;
+        recorded_calls(&nodes, m, &mut response_ids, &mut calls, &mut memo, true);
         if !calls.is_empty() {
             for sub in subagent_timelines(store, &s.id, &spec.branch, &nodes)? {
-                recorded_calls(&sub, &spec.matcher, &mut response_ids, &mut calls, false);
+                recorded_calls(&sub, m, &mut response_ids, &mut calls, &mut memo, false);
             }
             for other in companions(store, &s, &nodes)? {
                 let nodes = store.timeline(&other, &BranchName::main())?;
-                recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, false);
+                recorded_calls(&nodes, m, &mut response_ids, &mut calls, &mut memo, false);
             }
         }
         let rebuilt = calls.is_empty();
@@ -713,7 +715,7 @@ impl Replay {
             seen_tools: Default::default(),
             response_ids,
             by_raw,
-            memo: parts::Memo::default(),
+            memo,
             rebuilt,
         })
     }
@@ -1083,6 +1085,7 @@ fn recorded_calls(
     matcher: &Matcher,
     response_ids: &mut HashMap<String, usize>,
     calls: &mut Vec<Call>,
+    memo: &mut parts::Memo,
     forks: bool,
 ) {
     // (submission, sequence) → the response, so pairing is linear.
@@ -1133,6 +1136,9 @@ fn recorded_calls(
             })
             .unwrap_or(i);
         let mut canon = matcher.canonical(method, path, &obj(&d, "headers"), &n.payload);
+        if matcher.ignore.is_empty() {
+            memo.learn(&n.payload, VOLATILE);
+        }
         map_response_ids(response_ids, &mut canon);
         if let Some(id) = response_id(&rd, &resp.payload) {
             response_ids.insert(id, calls.len());

@@ -100,6 +100,28 @@ impl Memo {
         Some(Parted::new(head, conv, messages))
     }
 
+    /// Reads the conversation of `body` into the memo (a recorded call's:
+    /// what a replay's requests repeat).
+    pub fn learn(&mut self, body: &[u8], pointers: &[&str]) {
+        let Ok(raw) = serde_json::from_slice::<BTreeMap<String, &RawValue>>(body) else {
+            return;
+        };
+        for c in matching::CONVERSATION {
+            let Some(items) = raw
+                .get(c)
+                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r.get()).ok())
+            else {
+                continue;
+            };
+            if let Some((_, each)) = split(pointers, Some(c)) {
+                for item in items {
+                    self.message(item, &each);
+                }
+            }
+            return;
+        }
+    }
+
     /// One message: from the memo, or read and put in canonical form.
     fn message(&mut self, item: &RawValue, each: &[Vec<String>]) -> Option<Arc<Message>> {
         let bytes: Key = Sha256::digest(item.get().as_bytes()).into();
