@@ -201,15 +201,7 @@ fn claude_code_with_bash_read_and_a_subagent_replays_offline_with_default_settin
         let mut all = vec!["-p"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--allowedTools", "Bash,Read,Agent"]);
-        Command::new(&claude)
-            .current_dir(&proj)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", base)
-            .env("ANTHROPIC_API_KEY", "x")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        crate::test_agents::claude_code(&claude, &proj, &home, base)
             .args(all)
             .output()
             .unwrap()
