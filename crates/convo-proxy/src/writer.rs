@@ -307,15 +307,7 @@ fn subagent_of(
     let Some((spot, spawn)) = found else {
         return Ok(None);
     };
-    let name = thread::free_branch(l, &spot.session, "agent")?;
-    let from = convo_core::HashPrefix::parse(&spot.node.to_hex()).map_err(StoreError::invalid)?;
-    l.fork(&spot.session, &from, &name, now)?;
-    let link = serde_json::json!({
-        "started_by": spot.node.to_hex(),
-        "branch": spot.branch.as_str(),
-        "tool_call_id": spawn.tool_call_id,
-        "tool": spawn.tool,
-    });
+    let (name, _, link) = thread::start_subagent(l, &spot, &spawn, now)?;
     Ok(Some((spot.session, name, link)))
 }
 
