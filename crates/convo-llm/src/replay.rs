@@ -67,6 +67,7 @@
 //! when it asks for one).
 
 pub mod matching;
+pub mod parts;
 
 pub use matching::{Found, Index, Rules, Tolerated};
 
@@ -254,8 +255,11 @@ pub struct Call {
     pub turn: Option<u64>,
     /// Its sequence within the turn.
     pub sequence: Option<u32>,
-    /// The canonical request.
-    pub canonical: Value,
+    /// The canonical request (shared: a call is cloned when it answers).
+    pub canonical: std::sync::Arc<Value>,
+    /// The digest of the request as the client sent it ([`raw_key`]);
+    /// `None` for a call rebuilt from telemetry.
+    pub raw: Option<matching::Key>,
     /// Recorded status.
     pub status: u16,
     /// Recorded response headers (allow-listed).
@@ -342,6 +346,10 @@ pub struct Replay {
     seen_tools: std::collections::HashSet<String>,
     /// Responses API answer ids → the recorded call that answered them.
     response_ids: HashMap<String, usize>,
+    /// [`raw_key`] → the first recorded call sent with those bytes.
+    by_raw: HashMap<matching::Key, usize>,
+    /// The messages of the requests received so far ([`parts`]).
+    memo: parts::Memo,
     /// Whether the calls are rebuilt from telemetry (matched by
     /// conversation and model, [`rebuild::received`]).
     rebuilt: bool,
@@ -502,6 +510,37 @@ fn map_response_ids(ids: &HashMap<String, usize>, canon: &mut Value) {
     }
 }
 
+/// The digest a request is looked up by before it is read: its method,
+/// path, behaviour-changing headers ([`BEHAVIOUR_HEADERS`]) and body
+/// bytes. Two requests with the same digest have the same canonical
+/// form, so a received request whose bytes are a recorded call's is that
+/// call with no parse ([`Replay::take_sent`]).
+pub fn raw_key(
+    method: &str,
+    path: &str,
+    headers: &Map<String, Value>,
+    body: &[u8],
+) -> matching::Key {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [method.as_bytes(), path.as_bytes()] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    for name in BEHAVIOUR_HEADERS {
+        match headers.get(*name) {
+            Some(v) => {
+                let text = v.to_string();
+                h.update((text.len() as u64).to_le_bytes());
+                h.update(text.as_bytes());
+            }
+            None => h.update(u64::MAX.to_le_bytes()),
+        }
+    }
+    h.update(body);
+    h.finalize().into()
+}
+
 /// The canonical form of a request with no `--match-ignore` (see
 /// [`Matcher::canonical`]).
 pub fn canonical(method: &str, path: &str, headers: &Map<String, Value>, body: &[u8]) -> Value {
@@ -625,14 +664,16 @@ impl Replay {
         let nodes = store.timeline(&s.id, &spec.branch)?;
         let mut calls: Vec<Call> = Vec::new();
         let mut response_ids = HashMap::new();
-        recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, true);
+        let mut memo = parts::Memo::default();
+        let m = &spec.matcher;
+        recorded_calls(&nodes, m, &mut response_ids, &mut calls, &mut memo, true);
         if !calls.is_empty() {
             for sub in subagent_timelines(store, &s.id, &spec.branch, &nodes)? {
-                recorded_calls(&sub, &spec.matcher, &mut response_ids, &mut calls, false);
+                recorded_calls(&sub, m, &mut response_ids, &mut calls, &mut memo, false);
             }
             for other in companions(store, &s, &nodes)? {
                 let nodes = store.timeline(&other, &BranchName::main())?;
-                recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, false);
+                recorded_calls(&nodes, m, &mut response_ids, &mut calls, &mut memo, false);
             }
         }
         let rebuilt = calls.is_empty();
@@ -646,8 +687,14 @@ impl Replay {
             ).into()));
         }
         number_turns(&mut calls);
+        let mut by_raw = HashMap::new();
+        for c in &calls {
+            if let Some(k) = c.raw {
+                by_raw.entry(k).or_insert(c.index);
+            }
+        }
         let index = Index::new(
-            calls.iter().map(|c| c.canonical.clone()).collect(),
+            calls.iter().map(|c| Value::clone(&c.canonical)).collect(),
             Rules::default(),
             spec.matcher.strict || rebuilt,
         );
@@ -667,6 +714,8 @@ impl Replay {
             tool_calls: Vec::new(),
             seen_tools: Default::default(),
             response_ids,
+            by_raw,
+            memo,
             rebuilt,
         })
     }
@@ -697,6 +746,51 @@ impl Replay {
     /// Whether nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.calls.is_empty()
+    }
+
+    /// Looks a received call up without reading it whole: by the bytes
+    /// the client sent ([`raw_key`]: a recorded call sent with the same
+    /// bytes), else in parts ([`parts`]: the messages already read are not
+    /// read again); the call [`Replay::take`] would answer, exactly or
+    /// tolerating volatile differences. `None` when this cannot tell (a
+    /// repeat, a miss, `--match-ignore` pointers, a body not JSON): then
+    /// read the request ([`Replay::received`]) and [`Replay::take`] it.
+    pub fn take_sent(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &Map<String, Value>,
+        body: &[u8],
+    ) -> Option<Call> {
+        if self.rebuilt || self.calls.is_empty() {
+            return None;
+        }
+        let k = raw_key(method, path, headers, body);
+        if let Some(i) = self
+            .by_raw
+            .get(&k)
+            .and_then(|&i| self.index.same_as(i, &self.served))
+        {
+            if self.spec.collect_tools {
+                let canonical = self.calls[i].canonical.clone();
+                self.collect_tools(&canonical);
+            }
+            return Some(self.serve(i, "exact", Vec::new()));
+        }
+        if !self.spec.matcher.ignore.is_empty() || self.spec.collect_tools {
+            return None;
+        }
+        let ids = &self.response_ids;
+        let parted = self
+            .memo
+            .read((method, path, headers, body), VOLATILE, |head| {
+                map_response_ids(ids, head)
+            })?;
+        Some(match self.index.find_parts(&parted, &self.served)? {
+            Found::Exact(i) => self.serve(i, "exact", Vec::new()),
+            Found::Tolerated { call, tolerated } => self.serve(call, "tolerated", tolerated),
+            Found::Repeat(_) | Found::Miss { .. } => return None,
+        })
     }
 
     /// Looks a received call up: its recorded answer, or the miss. A miss
@@ -736,6 +830,12 @@ impl Replay {
                 )));
             }
         };
+        Ok(self.serve(i, outcome, tolerated))
+    }
+
+    /// Marks recorded call `i` served (its outcome counted and kept) and
+    /// gives it.
+    fn serve(&mut self, i: usize, outcome: &'static str, tolerated: Vec<Tolerated>) -> Call {
         self.served[i] = true;
         if outcome == "exact" {
             self.exact += 1;
@@ -744,7 +844,7 @@ impl Replay {
         }
         let c = &self.calls[i];
         let o = Outcome {
-            call: self.received_count() + 1,
+            call: self.received_count(),
             outcome,
             recorded_call: Some(i),
             turn: c.turn,
@@ -755,7 +855,7 @@ impl Replay {
             diff: None,
         };
         self.push_outcome(o);
-        Ok(self.calls[i].clone())
+        self.calls[i].clone()
     }
 
     /// Counts and keeps a miss (live under `--on-miss live`).
@@ -802,7 +902,7 @@ impl Replay {
             diff,
         };
         let miss = Miss {
-            recorded: c.map(|c| c.canonical.clone()),
+            recorded: c.map(|c| Value::clone(&c.canonical)),
             recorded_call: closest,
             before: c.and_then(|c| c.before),
             differences,
@@ -985,6 +1085,7 @@ fn recorded_calls(
     matcher: &Matcher,
     response_ids: &mut HashMap<String, usize>,
     calls: &mut Vec<Call>,
+    memo: &mut parts::Memo,
     forks: bool,
 ) {
     // (submission, sequence) → the response, so pairing is linear.
@@ -1035,6 +1136,9 @@ fn recorded_calls(
             })
             .unwrap_or(i);
         let mut canon = matcher.canonical(method, path, &obj(&d, "headers"), &n.payload);
+        if matcher.ignore.is_empty() {
+            memo.learn(&n.payload, VOLATILE);
+        }
         map_response_ids(response_ids, &mut canon);
         if let Some(id) = response_id(&rd, &resp.payload) {
             response_ids.insert(id, calls.len());
@@ -1049,7 +1153,8 @@ fn recorded_calls(
             submission: node.submission,
             turn: None,
             sequence: node.sequence,
-            canonical: canon,
+            canonical: canon.into(),
+            raw: Some(raw_key(method, path, &obj(&d, "headers"), &n.payload)),
             status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
             headers: obj(&rd, "headers"),
             body: resp.payload.clone(),
@@ -1161,7 +1266,8 @@ fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Resu
                 submission: node.stored.node.submission,
                 turn: None,
                 sequence: node.stored.node.sequence,
-                canonical: r.canonical.clone(),
+                canonical: r.canonical.clone().into(),
+                raw: None,
                 status: 200,
                 headers: Map::new(),
                 body: Vec::new(),

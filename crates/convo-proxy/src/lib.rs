@@ -1024,7 +1024,6 @@ impl Proxy {
         let (received, taken, pace, on_miss, session, title, branch) = {
             let mut guard = self.inner.replay.lock().ok()?;
             let r = guard.as_mut()?;
-            let received = r.received(method, &path, &headers, body);
             if let Some((s, b)) = r.live.clone() {
                 r.answered_live();
                 *target = Target::Named {
@@ -1033,9 +1032,17 @@ impl Proxy {
                 };
                 return None;
             }
+            // The bytes a recorded call was sent with: that call, unread.
+            if let Some(call) = r.take_sent(method, &path, &headers, body) {
+                let pace = r.spec.pace;
+                drop(guard);
+                return Some(serve_recorded(call.answering(rest, body), pace));
+            }
+            let received = r.received(method, &path, &headers, body);
+            let taken = r.take(&received);
             (
-                received.clone(),
-                r.take(&received),
+                received,
+                taken,
                 r.spec.pace,
                 r.spec.on_miss,
                 r.session,

@@ -31,7 +31,10 @@
 //! With `strict`, only exact matches count.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+pub use super::parts::Parted;
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
@@ -267,76 +270,205 @@ impl Rules {
 /// The place of a call in its conversation: method, path, model, tool
 /// names, whether it streams, and each message's role, type and tool names
 /// (never their text). Calls that differ only in volatile values have the
-/// same shape.
-pub fn shape(canon: &Value) -> String {
+/// same shape. A digest, fed with no value built.
+pub fn shape(canon: &Value) -> Key {
+    let mut h = Sha256::new();
+    shape_head(&mut h, canon);
+    for m in conversation(canon).into_iter().flat_map(|c| c.1) {
+        h.update(message_shape(m));
+    }
+    h.finalize().into()
+}
+
+/// What [`shape`] takes from a request but its messages.
+pub(crate) fn shape_head(h: &mut Sha256, canon: &Value) {
     let body = canon.get("body").unwrap_or(&Value::Null);
-    let name = |v: &Value| {
-        v.get("name")
-            .or_else(|| v.pointer("/function/name"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    let tools: Vec<String> = body
+    let opt = |h: &mut Sha256, v: Option<&Value>| feed(h, v.unwrap_or(&Value::Null));
+    opt(h, canon.get("method"));
+    opt(h, canon.get("path"));
+    opt(h, body.get("model"));
+    opt(h, body.get("stream"));
+    for t in body
         .get("tools")
         .and_then(Value::as_array)
-        .map(|a| a.iter().map(name).collect())
-        .unwrap_or_default();
-    let message = |m: &Value| {
-        let blocks: Vec<String> = match m.get("content") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|b| {
-                    format!(
-                        "{}:{}",
-                        b.get("type").and_then(Value::as_str).unwrap_or(""),
-                        name(b)
-                    )
-                })
-                .collect(),
-            Some(Value::String(_)) => vec!["text".into()],
-            _ => vec![],
-        };
-        let calls: Vec<String> = m
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(name).collect())
-            .unwrap_or_default();
-        json!([m.get("role"), m.get("type"), name(m), blocks, calls])
-    };
-    let messages: Vec<Value> = ["messages", "input"]
-        .iter()
-        .filter_map(|k| body.get(*k).and_then(Value::as_array))
+        .into_iter()
         .flatten()
-        .map(message)
-        .collect();
-    json!([
-        canon.get("method"),
-        canon.get("path"),
-        body.get("model"),
-        body.get("stream"),
-        tools,
-        body.get("system").is_some() || body.get("instructions").is_some(),
-        messages
-    ])
-    .to_string()
+    {
+        feed_str(h, b'N', name_of(t));
+    }
+    h.update(
+        [body.get("system").is_some() as u8 | (body.get("instructions").is_some() as u8) << 1],
+    );
+}
+
+fn name_of(v: &Value) -> &str {
+    v.get("name")
+        .or_else(|| v.pointer("/function/name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// What [`shape`] takes from one message: its role, type, name, the type
+/// and name of each block and the names of its tool calls.
+pub(crate) fn message_shape(m: &Value) -> Key {
+    let mut h = Sha256::new();
+    let opt = |h: &mut Sha256, v: Option<&Value>| feed(h, v.unwrap_or(&Value::Null));
+    opt(&mut h, m.get("role"));
+    opt(&mut h, m.get("type"));
+    feed_str(&mut h, b'N', name_of(m));
+    match m.get("content") {
+        Some(Value::Array(a)) => {
+            for b in a {
+                feed_str(
+                    &mut h,
+                    b'B',
+                    b.get("type").and_then(Value::as_str).unwrap_or(""),
+                );
+                feed_str(&mut h, b'N', name_of(b));
+            }
+        }
+        Some(Value::String(_)) => h.update(b"S"),
+        _ => {}
+    }
+    for c in m
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        feed_str(&mut h, b'C', name_of(c));
+    }
+    h.finalize().into()
 }
 
 /// Recorded requests, looked up by canonical text and by [`shape`].
 #[derive(Debug, Default)]
 pub struct Index {
     calls: Vec<Value>,
-    by_key: HashMap<String, Vec<usize>>,
-    by_shape: HashMap<String, Vec<usize>>,
+    /// Each call's [`key`].
+    keys: Vec<Key>,
+    /// Each call's conversation: its messages' numbers in `message_ids`.
+    messages: Vec<Vec<u32>>,
+    /// Every recorded message's [`message_key`], numbered.
+    message_ids: HashMap<Key, u32>,
+    by_key: HashMap<Key, Vec<usize>>,
+    by_shape: HashMap<Key, Vec<usize>>,
     /// Pointers where the recording shows a message to vary.
     learned: HashSet<String>,
     rules: Rules,
     strict: bool,
 }
 
-/// The text a canonical request is looked up by (RFC 8785).
-pub fn key(canon: &Value) -> String {
-    convo_core::json::canonical(canon).unwrap_or_else(|_| canon.to_string())
+/// A 256-bit digest requests are looked up by ([`key`], [`shape`]).
+pub type Key = [u8; 32];
+
+/// The members of a request body that hold its conversation, one item a
+/// message; the first that is an array is the request's conversation.
+pub const CONVERSATION: [&str; 2] = ["messages", "input"];
+
+/// The conversation of a canonical request: its member's name and items.
+pub fn conversation(canon: &Value) -> Option<(&'static str, &Vec<Value>)> {
+    let body = canon.get("body")?.as_object()?;
+    CONVERSATION
+        .iter()
+        .find_map(|c| body.get(*c).and_then(Value::as_array).map(|a| (*c, a)))
+}
+
+/// What a canonical request is looked up by: a SHA-256 digest of its
+/// structure, equal for two values exactly when their RFC 8785 texts are
+/// equal (members in a fixed order, each string and number as JCS
+/// writes it), with no text built. The conversation's messages count by
+/// their own digests ([`message_key`]), so a request read in parts (its
+/// messages known from earlier requests) is keyed without being read
+/// whole ([`super::parts`]).
+pub fn key(canon: &Value) -> Key {
+    keyed(canon).0
+}
+
+/// [`key`] and the conversation's message keys.
+pub(crate) fn keyed(canon: &Value) -> (Key, Vec<Key>) {
+    let conv = conversation(canon);
+    let mut h = Sha256::new();
+    feed_without(&mut h, canon, conv.map(|c| c.0));
+    let keys: Vec<Key> = conv
+        .map(|(_, a)| a.iter().map(message_key).collect())
+        .unwrap_or_default();
+    if let Some((name, _)) = conv {
+        finish_key(&mut h, name, &keys);
+    }
+    (h.finalize().into(), keys)
+}
+
+/// The digest of one message of a conversation.
+pub fn message_key(m: &Value) -> Key {
+    let mut h = Sha256::new();
+    feed(&mut h, m);
+    h.finalize().into()
+}
+
+/// Feeds a canonical request less its body's member `conv`.
+pub(crate) fn feed_without(h: &mut Sha256, canon: &Value, conv: Option<&str>) {
+    let (Some(conv), Value::Object(o)) = (conv, canon) else {
+        return feed(h, canon);
+    };
+    h.update([b'o']);
+    h.update((o.len() as u64).to_le_bytes());
+    for (k, x) in o {
+        feed_str(h, b'k', k);
+        match (k.as_str(), x) {
+            ("body", Value::Object(b)) => {
+                h.update([b'o']);
+                h.update((b.len() as u64 - u64::from(b.contains_key(conv))).to_le_bytes());
+                for (bk, bx) in b.iter().filter(|(bk, _)| *bk != conv) {
+                    feed_str(h, b'k', bk);
+                    feed(h, bx);
+                }
+            }
+            _ => feed(h, x),
+        }
+    }
+}
+
+/// Ends a key with the conversation `name` and its messages' keys.
+pub(crate) fn finish_key(h: &mut Sha256, name: &str, keys: &[Key]) {
+    feed_str(h, b'C', name);
+    h.update((keys.len() as u64).to_le_bytes());
+    keys.iter().for_each(|k| h.update(k));
+}
+
+/// Feeds `v` to `h`, each item tagged and length-prefixed so that no two
+/// different values feed the same bytes.
+pub(crate) fn feed(h: &mut Sha256, v: &Value) {
+    match v {
+        Value::Null => h.update(b"n"),
+        Value::Bool(b) => h.update(if *b { b"T" } else { b"F" }),
+        Value::Number(n) => {
+            let text = convo_core::json::canonical(v).unwrap_or_else(|_| n.to_string());
+            feed_str(h, b'd', &text);
+        }
+        Value::String(s) => feed_str(h, b's', s),
+        Value::Array(a) => {
+            h.update([b'a']);
+            h.update((a.len() as u64).to_le_bytes());
+            a.iter().for_each(|x| feed(h, x));
+        }
+        Value::Object(o) => {
+            // A `Map` iterates in one order (sorted) whatever the order
+            // the members were read in.
+            h.update([b'o']);
+            h.update((o.len() as u64).to_le_bytes());
+            for (k, x) in o {
+                feed_str(h, b'k', k);
+                feed(h, x);
+            }
+        }
+    }
+}
+
+pub(crate) fn feed_str(h: &mut Sha256, tag: u8, s: &str) {
+    h.update([tag]);
+    h.update((s.len() as u64).to_le_bytes());
+    h.update(s.as_bytes());
 }
 
 fn path_of(v: &Value) -> &str {
@@ -346,10 +478,25 @@ fn path_of(v: &Value) -> &str {
 impl Index {
     /// An index of `calls` (canonical requests, in recorded order).
     pub fn new(calls: Vec<Value>, rules: Rules, strict: bool) -> Index {
-        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut by_shape: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, c) in calls.iter().enumerate() {
-            by_key.entry(key(c)).or_default().push(i);
+        let mut by_key: HashMap<Key, Vec<usize>> = HashMap::new();
+        let mut by_shape: HashMap<Key, Vec<usize>> = HashMap::new();
+        let mut keys: Vec<Key> = Vec::with_capacity(calls.len());
+        let mut messages = Vec::with_capacity(calls.len());
+        let mut message_ids: HashMap<Key, u32> = HashMap::new();
+        for c in &calls {
+            let (k, ms) = keyed(c);
+            keys.push(k);
+            messages.push(
+                ms.into_iter()
+                    .map(|m| {
+                        let next = message_ids.len() as u32;
+                        *message_ids.entry(m).or_insert(next)
+                    })
+                    .collect(),
+            );
+        }
+        for (i, (c, k)) in calls.iter().zip(&keys).enumerate() {
+            by_key.entry(*k).or_default().push(i);
             if !strict {
                 by_shape.entry(shape(c)).or_default().push(i);
             }
@@ -361,6 +508,9 @@ impl Index {
         };
         Index {
             calls,
+            keys,
+            messages,
+            message_ids,
             by_key,
             by_shape,
             learned,
@@ -387,6 +537,19 @@ impl Index {
     /// The pointers the recording shows to vary.
     pub fn learned(&self) -> impl Iterator<Item = &String> {
         self.learned.iter()
+    }
+
+    /// The first call `served` does not mark whose canonical request is
+    /// recorded call `i`'s: what [`Index::find`] answers exactly for a
+    /// request known to be the same as call `i` (the replay's look-up
+    /// by the received bytes).
+    pub fn same_as(&self, i: usize, served: &[bool]) -> Option<usize> {
+        let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
+        self.by_key
+            .get(self.keys.get(i)?)?
+            .iter()
+            .copied()
+            .find(free)
     }
 
     /// Looks `received` up among the calls `served` does not mark (see
@@ -455,6 +618,108 @@ impl Index {
                 differences: vec![],
             },
         }
+    }
+
+    /// [`Index::find`] for a request read in parts ([`Parted`]), when it
+    /// can tell without the whole request: an exact match not yet served,
+    /// or the call [`Index::find`] would pick tolerating volatile
+    /// differences, comparing only the messages whose keys differ.
+    /// `None` when it cannot tell (a repeat, a miss, an unusual request):
+    /// then the whole request decides.
+    pub fn find_parts(&self, r: &Parted, served: &[bool]) -> Option<Found> {
+        let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
+        if let Some(all) = self.by_key.get(&r.key) {
+            return all.iter().copied().find(free).map(Found::Exact);
+        }
+        if self.strict {
+            return None;
+        }
+        let mut best: Option<(usize, Vec<Tolerated>)> = None;
+        for &i in self.by_shape.get(&r.shape)?.iter().filter(|i| free(i)) {
+            let Some(t) = self.tolerates_parts(i, r)? else {
+                continue;
+            };
+            if best.as_ref().is_none_or(|(_, b)| t.len() < b.len()) {
+                best = Some((i, t));
+            }
+        }
+        best.map(|(call, tolerated)| Found::Tolerated { call, tolerated })
+    }
+
+    /// [`Index::tolerates`] of recorded call `i` and a request in parts;
+    /// `None` when it cannot tell.
+    fn tolerates_parts(&self, i: usize, r: &Parted) -> Option<Option<Vec<Tolerated>>> {
+        let rec = &self.calls[i];
+        let (Value::Object(x), Value::Object(y)) = (rec, &r.head) else {
+            return None;
+        };
+        if conversation(rec).map(|c| (c.0, c.1.len())) != r.conv.map(|c| (c, r.messages.len())) {
+            return None;
+        }
+        let path = path_of(&r.head);
+        let (mut at, mut out) = (Vec::new(), Vec::new());
+        for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+            let (a, b) = (
+                x.get(k).unwrap_or(&Value::Null),
+                y.get(k).unwrap_or(&Value::Null),
+            );
+            at.push(k.clone());
+            let ok = match (k.as_str(), r.conv) {
+                ("body", Some(conv)) => {
+                    self.walk_body(path, i, a, b, conv, r, &mut at, &mut out)?
+                }
+                _ => self.walk(path, a, b, &mut at, &mut out),
+            };
+            at.pop();
+            if !ok {
+                return Some(None);
+            }
+        }
+        Some(Some(out))
+    }
+
+    /// The body of recorded call `i` against a received body less its
+    /// conversation `conv`, whose messages are `r`'s.
+    #[allow(clippy::too_many_arguments)]
+    fn walk_body(
+        &self,
+        path: &str,
+        i: usize,
+        a: &Value,
+        b: &Value,
+        conv: &str,
+        r: &Parted,
+        at: &mut Vec<String>,
+        out: &mut Vec<Tolerated>,
+    ) -> Option<bool> {
+        let (Value::Object(x), Value::Object(y)) = (a, b) else {
+            return None;
+        };
+        for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+            at.push(k.clone());
+            let ok = if k == conv {
+                let recorded = x.get(k).and_then(Value::as_array)?;
+                recorded.iter().enumerate().all(|(j, m)| {
+                    let got = &r.messages[j];
+                    if self.message_ids.get(&got.key) == self.messages[i].get(j) {
+                        return true;
+                    }
+                    at.push(j.to_string());
+                    let ok = self.walk(path, m, &got.value, at, out);
+                    at.pop();
+                    ok
+                })
+            } else {
+                let missing = Value::Null;
+                let (p, q) = (x.get(k).unwrap_or(&missing), y.get(k).unwrap_or(&missing));
+                self.walk(path, p, q, at, out)
+            };
+            at.pop();
+            if !ok {
+                return Some(false);
+            }
+        }
+        Some(true)
     }
 
     /// Every difference between `recorded` and `received` if each is
@@ -538,7 +803,7 @@ fn learn(calls: &[Value]) -> HashSet<String> {
     let mut out = HashSet::new();
     let group = |c: &Value| {
         let b = c.get("body").unwrap_or(&Value::Null);
-        json!([c.get("path"), b.get("model"), b.get("tools")]).to_string()
+        serde_json::json!([c.get("path"), b.get("model"), b.get("tools")]).to_string()
     };
     let mut last: HashMap<String, usize> = HashMap::new();
     for (i, c) in calls.iter().enumerate() {
@@ -579,6 +844,7 @@ fn learn_pair(a: &Value, b: &Value, out: &mut HashSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn call(messages: Value) -> Value {
         json!({"method": "POST", "path": "/v1/messages", "headers": {},
