@@ -78,7 +78,9 @@
 //! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
 //! has received a whole answer has a recorded call — unless the store is
 //! locked by another process (the writer finds it so at once: its
-//! connection does not wait for locks) or did not take the record within
+//! connection does not wait for locks, SQLite's or PostgreSQL's), away (a
+//! PostgreSQL server restarting or refusing connections: the record is
+//! written again once it is back) or did not take the record within
 //! [`RECORD_WAIT`] (1 s: slow, gone): then the answer goes out all the
 //! same, marked `x-convo-recording: queued`, and the record waits in a
 //! bounded queue ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the
