@@ -84,18 +84,7 @@ impl crate::Reader for ClaudeCode {
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
-        let files = if path.is_dir() {
-            session_files(path)
-        } else {
-            vec![path.to_path_buf()]
-        };
-        let mut out = Read::default();
-        for f in files {
-            let got = read_session(&f)?;
-            out.conversations.extend(got.conversations);
-            out.warnings.extend(got.warnings);
-        }
-        Ok(out)
+        records::read_files(path, session_files, open_session)
     }
 }
 
@@ -759,6 +748,50 @@ fn uuid_tree(
     Ok(up)
 }
 
+/// The timelines: `main` ends at the deepest last child of the last
+/// message written outside sidechains; every other leaf is `alt-N`, or
+/// `agent-N` for a sidechain's.
+fn timelines_of(skel: &Skeleton, sidechain: &[bool]) -> Vec<crate::model::Timeline> {
+    let n = skel.len();
+    let mut last_child: Vec<u32> = vec![NONE; n];
+    for i in 0..n {
+        if let Some(p) = skel.parent(i) {
+            last_child[p] = i as u32;
+        }
+    }
+    let main_leaf = {
+        let last = sidechain.iter().rposition(|s| !s).unwrap_or(n - 1);
+        let mut at = last;
+        let mut steps = 0;
+        while last_child[at] != NONE && steps <= n {
+            at = last_child[at] as usize;
+            steps += 1;
+        }
+        at
+    };
+    drop(last_child);
+    skel.timelines(Some(main_leaf), |i| sidechain[i])
+}
+
+/// The session's id (its `sessionId`, else the file's stem) and the
+/// metadata kept: the first value of each of [`FIRST_KEYS`], the file's name.
+fn id_and_meta(file: &str, firsts: &[Option<String>; 4]) -> (Option<String>, Map<String, Value>) {
+    let [session_id, ..] = firsts;
+    let id = session_id.clone().or_else(|| {
+        Path::new(file)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+    });
+    let mut meta = Map::new();
+    for (k, v) in FIRST_KEYS.iter().zip(firsts) {
+        if let Some(v) = v {
+            meta.insert((*k).into(), json!(v));
+        }
+    }
+    meta.insert("file".into(), json!(records::file_name(file)));
+    (id, meta)
+}
+
 /// Builds the skeleton of one session from its records' index (the
 /// session file's and its subagents', `rel` naming each file).
 /// `None` for a file with no record.
@@ -1104,53 +1137,13 @@ fn build<'a>(
     }
     drop(has_turn_child);
 
-    // Timelines.
-    let mut last_child: Vec<u32> = vec![NONE; n];
-    for i in 0..n {
-        if let Some(p) = skel.parent(i) {
-            last_child[p] = i as u32;
-        }
-    }
-    let main_leaf = {
-        let last = sidechain.iter().rposition(|s| !s).unwrap_or(n - 1);
-        let mut at = last;
-        let mut steps = 0;
-        while last_child[at] != NONE && steps <= n {
-            at = last_child[at] as usize;
-            steps += 1;
-        }
-        at
-    };
-    drop(last_child);
-    let timelines = skel.timelines(Some(main_leaf), |i| sidechain[i]);
+    let timelines = timelines_of(&skel, &sidechain);
     drop(sidechain);
-
-    // Title, id, metadata.
     let title = custom_title
         .or(summary)
         .or(typed_title.flatten())
         .or(any_title.flatten());
-    let [session_id, ..] = &firsts;
-    let id = session_id.clone().or_else(|| {
-        Path::new(file)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-    });
-    let mut meta = Map::new();
-    for (k, v) in FIRST_KEYS.iter().zip(&firsts) {
-        if let Some(v) = v {
-            meta.insert((*k).into(), json!(v));
-        }
-    }
-    meta.insert(
-        "file".into(),
-        json!(
-            Path::new(file)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ),
-    );
+    let (id, meta) = id_and_meta(file, &firsts);
     // Alias ids that are names keep their own (the skeleton's names are
     // lent to the ledger while it imports).
     let mut alias_names = Names::default();
