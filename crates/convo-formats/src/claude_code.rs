@@ -792,6 +792,57 @@ fn id_and_meta(file: &str, firsts: &[Option<String>; 4]) -> (Option<String>, Map
     (id, meta)
 }
 
+/// Where the files read end (a mark per file; `None` when one was not
+/// read to a record) and the state a later tail read goes on from: the
+/// tool calls not answered yet, each file's last message, `main`'s last.
+#[allow(clippy::too_many_arguments)]
+fn tail_of(
+    items: &[Item],
+    item_of: &[usize],
+    msg_of: &[u32],
+    rel: &[Option<String>],
+    pre: Option<&Pre>,
+    names: &Names,
+    last_main: Option<usize>,
+    mut tools: HashMap<String, String>,
+    answered: &std::collections::HashSet<String>,
+) -> Option<records::Tail> {
+    let name = |f: u32| rel.get(f as usize).cloned().flatten().unwrap_or_default();
+    let mut marks: Vec<Option<records::Mark>> = match &pre {
+        Some(p) => p.marks.iter().cloned().map(Some).collect(),
+        None => vec![None; rel.len()],
+    };
+    let mut last: Vec<Option<String>> = vec![None; rel.len()];
+    for (i, it) in items.iter().enumerate() {
+        let f = it.at.file as usize;
+        if f >= rel.len() {
+            continue;
+        }
+        if !it.stub() {
+            marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
+        }
+        if msg_of[i] != NONE {
+            last[f] = it.uuid.text(names).map(|t| t.into_owned());
+        }
+    }
+    let last_main =
+        last_main.and_then(|m| items[item_of[m]].uuid.text(names).map(|t| t.into_owned()));
+    tools.retain(|k, _| !answered.contains(k));
+    let state = TailState {
+        tools: std::mem::take(&mut tools).into_iter().collect(),
+        last,
+        last_main,
+    };
+    marks
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .map(|marks| records::Tail {
+            format: "claude-code".into(),
+            marks,
+            state: serde_json::to_value(state).unwrap_or_default(),
+        })
+}
+
 /// Builds the skeleton of one session from its records' index (the
 /// session file's and its subagents', `rel` naming each file).
 /// `None` for a file with no record.
@@ -815,7 +866,7 @@ fn build<'a>(
         typed_title,
         any_title,
         first: firsts,
-        mut tools,
+        tools,
         answered,
         ..
     } = ix;
@@ -1061,46 +1112,17 @@ fn build<'a>(
         sidechain.push(false);
     }
     // Where the files read end, and the state to go on from there.
-    let tail = {
-        let name = |f: u32| rel.get(f as usize).cloned().flatten().unwrap_or_default();
-        let mut marks: Vec<Option<records::Mark>> = match &pre {
-            Some(p) => p.marks.iter().cloned().map(Some).collect(),
-            None => vec![None; rel.len()],
-        };
-        let mut last: Vec<Option<String>> = vec![None; rel.len()];
-        for (i, it) in items.iter().enumerate() {
-            let f = it.at.file as usize;
-            if f >= rel.len() {
-                continue;
-            }
-            if !it.stub() {
-                marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
-            }
-            if msg(i).is_some() {
-                last[f] = it.uuid.text(&skel.names).map(|t| t.into_owned());
-            }
-        }
-        let last_main = last_main.and_then(|m| {
-            items[item_of[m]]
-                .uuid
-                .text(&skel.names)
-                .map(|t| t.into_owned())
-        });
-        tools.retain(|k, _| !answered.contains(k));
-        let state = TailState {
-            tools: std::mem::take(&mut tools).into_iter().collect(),
-            last,
-            last_main,
-        };
-        marks
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .map(|marks| records::Tail {
-                format: "claude-code".into(),
-                marks,
-                state: serde_json::to_value(state).unwrap_or_default(),
-            })
-    };
+    let tail = tail_of(
+        &items,
+        &item_of,
+        &msg_of,
+        &rel,
+        pre.as_ref(),
+        &skel.names,
+        last_main,
+        tools,
+        &answered,
+    );
     let created_at = items.iter().find_map(Item::time);
     drop(msg_of);
     drop(item_of);
