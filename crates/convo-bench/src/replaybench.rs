@@ -89,14 +89,21 @@ fn decisions(
 ) -> Result<(f64, &'static str)> {
     let mut best = f64::INFINITY;
     let mut how = "";
+    let mut load = f64::INFINITY;
     for _ in 0..ROUNDS / 5 {
         let spec = ReplaySpec::parse("replay bench")?;
+        let t = Instant::now();
         let mut r = Replay::load(store, spec)?;
+        load = load.min(t.elapsed().as_secs_f64());
         let t = Instant::now();
         let got = decide(&mut r);
         best = best.min(t.elapsed().as_secs_f64() * 1e6);
         how = got.ok_or("the replay did not answer")?;
     }
+    crate::util::note(format!(
+        "loading the {CALLS} recorded calls: {:.0} ms",
+        load * 1000.0
+    ));
     Ok((best, how))
 }
 

@@ -69,7 +69,7 @@
 pub mod matching;
 pub mod parts;
 
-pub use matching::{Found, Index, Rules, Tolerated};
+pub use matching::{Found, Index, Parted, Rules, Tolerated};
 
 use crate::otel::rebuild::{self, Rebuilt};
 use crate::record::BEHAVIOUR_HEADERS;
@@ -255,8 +255,6 @@ pub struct Call {
     pub turn: Option<u64>,
     /// Its sequence within the turn.
     pub sequence: Option<u32>,
-    /// The canonical request (shared: a call is cloned when it answers).
-    pub canonical: std::sync::Arc<Value>,
     /// The digest of the request as the client sent it ([`raw_key`]);
     /// `None` for a call rebuilt from telemetry.
     pub raw: Option<matching::Key>,
@@ -662,24 +660,35 @@ impl Replay {
             None => store.find_session(&spec.session)?,
         };
         let nodes = store.timeline(&s.id, &spec.branch)?;
-        let mut calls: Vec<Call> = Vec::new();
-        let mut response_ids = HashMap::new();
-        let mut memo = parts::Memo::default();
-        let m = &spec.matcher;
-        recorded_calls(&nodes, m, &mut response_ids, &mut calls, &mut memo, true);
-        if !calls.is_empty() {
+        let mut l = Loading::new(&spec.matcher);
+        recorded_calls(&nodes, &mut l, true);
+        if !l.calls.is_empty() {
             for sub in subagent_timelines(store, &s.id, &spec.branch, &nodes)? {
-                recorded_calls(&sub, m, &mut response_ids, &mut calls, &mut memo, false);
+                recorded_calls(&sub, &mut l, false);
             }
             for other in companions(store, &s, &nodes)? {
                 let nodes = store.timeline(&other, &BranchName::main())?;
-                recorded_calls(&nodes, m, &mut response_ids, &mut calls, &mut memo, false);
+                recorded_calls(&nodes, &mut l, false);
             }
         }
+        let Loading {
+            mut calls,
+            parts,
+            mut memo,
+            response_ids,
+            ..
+        } = l;
         let rebuilt = calls.is_empty();
-        if rebuilt {
+        let parts = if rebuilt {
             calls = rebuilt_calls(store, &nodes)?;
-        }
+            calls
+                .iter()
+                .filter_map(|c| c.rebuilt.as_ref())
+                .map(|r| Parted::split(r.canonical.clone(), &mut memo.by_key))
+                .collect()
+        } else {
+            parts
+        };
         if calls.is_empty() {
             return Err(StoreError::Invalid(format!(
                 "timeline `{}` of session {} has no call recorded by the proxy or received as telemetry to replay",
@@ -693,11 +702,7 @@ impl Replay {
                 by_raw.entry(k).or_insert(c.index);
             }
         }
-        let index = Index::new(
-            calls.iter().map(|c| Value::clone(&c.canonical)).collect(),
-            Rules::default(),
-            spec.matcher.strict || rebuilt,
-        );
+        let index = Index::of_parts(parts, Rules::default(), spec.matcher.strict || rebuilt);
         Ok(Replay {
             session: s.id,
             title: s.title.unwrap_or_else(|| s.id.to_string()),
@@ -771,22 +776,26 @@ impl Replay {
             .get(&k)
             .and_then(|&i| self.index.same_as(i, &self.served))
         {
-            if self.spec.collect_tools {
-                let canonical = self.calls[i].canonical.clone();
-                self.collect_tools(&canonical);
+            if self.spec.collect_tools
+                && let Some(p) = self.index.parts(i)
+            {
+                let found = tools_of(p);
+                self.keep_tools(found);
             }
             return Some(self.serve(i, "exact", Vec::new()));
         }
-        if !self.spec.matcher.ignore.is_empty() || self.spec.collect_tools {
-            return None;
-        }
         let ids = &self.response_ids;
+        let pointers = pointers(&self.spec.matcher);
         let parted = self
             .memo
-            .read((method, path, headers, body), VOLATILE, |head| {
+            .read((method, path, headers, body), &pointers, |head| {
                 map_response_ids(ids, head)
             })?;
-        Some(match self.index.find_parts(&parted, &self.served)? {
+        let found = self.index.find_parts(&parted, &self.served)?;
+        if self.spec.collect_tools {
+            self.keep_tools(tools_of(&parted));
+        }
+        Some(match found {
             Found::Exact(i) => self.serve(i, "exact", Vec::new()),
             Found::Tolerated { call, tolerated } => self.serve(call, "tolerated", tolerated),
             Found::Repeat(_) | Found::Miss { .. } => return None,
@@ -804,12 +813,10 @@ impl Replay {
         let (i, outcome, tolerated) = match found {
             Found::Exact(i) => (i, "exact", Vec::new()),
             Found::Tolerated { call, tolerated } => (call, "tolerated", tolerated),
-            Found::Repeat(i) if self.spec.repeats => {
-                match self.index.tolerates(&self.calls[i].canonical, received) {
-                    Some(t) if !t.is_empty() => (i, "tolerated", t),
-                    _ => (i, "exact", Vec::new()),
-                }
-            }
+            Found::Repeat(i) if self.spec.repeats => match self.index.tolerates_call(i, received) {
+                Some(t) if !t.is_empty() => (i, "tolerated", t),
+                _ => (i, "exact", Vec::new()),
+            },
             Found::Repeat(i) => {
                 return Err(Box::new(self.missed_call(
                     received,
@@ -887,8 +894,9 @@ impl Replay {
             (None, Some(_)) => "replay_miss",
         };
         let c = closest.map(|i| &self.calls[i]);
+        let recorded = closest.and_then(|i| self.index.get(i));
         let diff = (self.missed + self.live_calls <= 10)
-            .then(|| c.map(|c| request_diff(&c.canonical, received)))
+            .then(|| recorded.as_ref().map(|r| request_diff(r, received)))
             .flatten();
         let o = Outcome {
             call: n,
@@ -902,7 +910,7 @@ impl Replay {
             diff,
         };
         let miss = Miss {
-            recorded: c.map(|c| Value::clone(&c.canonical)),
+            recorded,
             recorded_call: closest,
             before: c.and_then(|c| c.before),
             differences,
@@ -942,44 +950,12 @@ impl Replay {
 
     fn collect_tools(&mut self, received: &Value) {
         let body = received.get("body").unwrap_or(&Value::Null);
-        let mut found: Vec<(String, Value)> = Vec::new();
-        let name = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        for item in ["messages", "input"]
-            .iter()
-            .filter_map(|k| body.get(*k).and_then(Value::as_array))
-            .flatten()
-        {
-            if let (Some("function_call" | "custom_tool_call"), Some(n)) =
-                (item.get("type").and_then(Value::as_str), name(item, "name"))
-            {
-                let args = item.get("arguments").or_else(|| item.get("input"));
-                found.push((n, args.cloned().unwrap_or(Value::Null)));
-            }
-            for b in item
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if b.get("type").and_then(Value::as_str) == Some("tool_use")
-                    && let Some(n) = name(b, "name")
-                {
-                    found.push((n, b.get("input").cloned().unwrap_or(Value::Null)));
-                }
-            }
-            for c in item
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(f) = c.get("function")
-                    && let Some(n) = name(f, "name")
-                {
-                    found.push((n, f.get("arguments").cloned().unwrap_or(Value::Null)));
-                }
-            }
-        }
+        let mut found = Vec::new();
+        tools_in(conversations(body), &mut found);
+        self.keep_tools(found);
+    }
+
+    fn keep_tools(&mut self, found: Vec<(String, Value)>) {
         for (n, args) in found {
             if self.seen_tools.insert(format!("{n}\u{0}{args}")) {
                 self.tool_calls.push((n, args));
@@ -1078,16 +1054,123 @@ fn number_turns(calls: &mut [Call]) {
     }
 }
 
+/// The items of a request body's conversations (`messages`, `input`).
+fn conversations(body: &Value) -> impl Iterator<Item = &Value> {
+    matching::CONVERSATION
+        .iter()
+        .filter_map(|k| body.get(*k).and_then(Value::as_array))
+        .flatten()
+}
+
+/// The tool calls of a request in parts, in the order
+/// [`Replay::collect_tools`] finds them in the whole request.
+fn tools_of(p: &Parted) -> Vec<(String, Value)> {
+    let mut found = Vec::new();
+    let body = p.head.get("body").unwrap_or(&Value::Null);
+    let rest: Vec<&Value> = conversations(body).collect();
+    match p.conv {
+        Some("input") => {
+            tools_in(rest.iter().copied(), &mut found);
+            tools_in(p.messages.iter().map(|m| &m.value), &mut found);
+        }
+        _ => {
+            tools_in(p.messages.iter().map(|m| &m.value), &mut found);
+            tools_in(rest.iter().copied(), &mut found);
+        }
+    }
+    found
+}
+
+/// The tool calls (name, arguments) conversation `items` carry.
+fn tools_in<'a>(items: impl Iterator<Item = &'a Value>, found: &mut Vec<(String, Value)>) {
+    let name = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    for item in items {
+        if let (Some("function_call" | "custom_tool_call"), Some(n)) =
+            (item.get("type").and_then(Value::as_str), name(item, "name"))
+        {
+            let args = item.get("arguments").or_else(|| item.get("input"));
+            found.push((n, args.cloned().unwrap_or(Value::Null)));
+        }
+        for b in item
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if b.get("type").and_then(Value::as_str) == Some("tool_use")
+                && let Some(n) = name(b, "name")
+            {
+                found.push((n, b.get("input").cloned().unwrap_or(Value::Null)));
+            }
+        }
+        for c in item
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(f) = c.get("function")
+                && let Some(n) = name(f, "name")
+            {
+                found.push((n, f.get("arguments").cloned().unwrap_or(Value::Null)));
+            }
+        }
+    }
+}
+
+/// The pointers a canonical form drops: [`VOLATILE`] and the matcher's.
+fn pointers(m: &Matcher) -> Vec<&str> {
+    VOLATILE
+        .iter()
+        .copied()
+        .chain(m.ignore.iter().map(String::as_str))
+        .collect()
+}
+
+/// What [`Replay::load`] gathers: the calls and each one's request in
+/// parts, the recorded conversations' messages read once (into the memo
+/// the received requests are then read with).
+struct Loading<'a> {
+    matcher: &'a Matcher,
+    response_ids: HashMap<String, usize>,
+    calls: Vec<Call>,
+    parts: Vec<Parted>,
+    memo: parts::Memo,
+}
+
+impl<'a> Loading<'a> {
+    fn new(matcher: &'a Matcher) -> Loading<'a> {
+        Loading {
+            matcher,
+            response_ids: HashMap::new(),
+            calls: Vec::new(),
+            parts: Vec::new(),
+            memo: parts::Memo::default(),
+        }
+    }
+
+    /// A recorded request in parts: read as a received one is, or, when
+    /// that cannot be (a body not JSON, a pointer into one message of the
+    /// conversation), whole and then cut.
+    fn request(&mut self, method: &str, path: &str, headers: &Map<String, Value>, body: &[u8]) {
+        let ids = &self.response_ids;
+        let parted = self.memo.read(
+            (method, path, headers, body),
+            &pointers(self.matcher),
+            |head| map_response_ids(ids, head),
+        );
+        let parted = parted.unwrap_or_else(|| {
+            let mut canon = self.matcher.canonical(method, path, headers, body);
+            map_response_ids(ids, &mut canon);
+            Parted::split(canon, &mut self.memo.by_key)
+        });
+        self.parts.push(parted);
+    }
+}
+
 /// The calls the proxy recorded on a timeline, appended to `calls`
 /// (`forks`: a miss going live may fork this timeline before a call).
-fn recorded_calls(
-    nodes: &[convo_store::TimelineNode],
-    matcher: &Matcher,
-    response_ids: &mut HashMap<String, usize>,
-    calls: &mut Vec<Call>,
-    memo: &mut parts::Memo,
-    forks: bool,
-) {
+fn recorded_calls(nodes: &[convo_store::TimelineNode], l: &mut Loading, forks: bool) {
     // (submission, sequence) → the response, so pairing is linear.
     let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -1135,25 +1218,20 @@ fn recorded_calls(
                 p.stored.node.kind == Kind::Invoke && p.stored.node.submission == node.submission
             })
             .unwrap_or(i);
-        let mut canon = matcher.canonical(method, path, &obj(&d, "headers"), &n.payload);
-        if matcher.ignore.is_empty() {
-            memo.learn(&n.payload, VOLATILE);
-        }
-        map_response_ids(response_ids, &mut canon);
+        l.request(method, path, &obj(&d, "headers"), &n.payload);
         if let Some(id) = response_id(&rd, &resp.payload) {
-            response_ids.insert(id, calls.len());
+            l.response_ids.insert(id, l.calls.len());
         }
         let cut = rd
             .get("partial")
             .and_then(Value::as_str)
             .filter(|p| p.starts_with("upstream"))
             .map(str::to_owned);
-        calls.push(Call {
-            index: calls.len(),
+        l.calls.push(Call {
+            index: l.calls.len(),
             submission: node.submission,
             turn: None,
             sequence: node.sequence,
-            canonical: canon.into(),
             raw: Some(raw_key(method, path, &obj(&d, "headers"), &n.payload)),
             status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
             headers: obj(&rd, "headers"),
@@ -1266,7 +1344,6 @@ fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Resu
                 submission: node.stored.node.submission,
                 turn: None,
                 sequence: node.stored.node.sequence,
-                canonical: r.canonical.clone().into(),
                 raw: None,
                 status: 200,
                 headers: Map::new(),

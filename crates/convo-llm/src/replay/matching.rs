@@ -31,10 +31,10 @@
 //! With `strict`, only exact matches count.
 
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-pub use super::parts::Parted;
+pub use super::parts::{Message, Parted};
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
@@ -341,16 +341,11 @@ pub(crate) fn message_shape(m: &Value) -> Key {
     h.finalize().into()
 }
 
-/// Recorded requests, looked up by canonical text and by [`shape`].
+/// Recorded requests, looked up by [`key`] and by [`shape`]; each kept in
+/// parts ([`Parted`]), a message repeated by later calls kept once.
 #[derive(Debug, Default)]
 pub struct Index {
-    calls: Vec<Value>,
-    /// Each call's [`key`].
-    keys: Vec<Key>,
-    /// Each call's conversation: its messages' numbers in `message_ids`.
-    messages: Vec<Vec<u32>>,
-    /// Every recorded message's [`message_key`], numbered.
-    message_ids: HashMap<Key, u32>,
+    calls: Vec<Parted>,
     by_key: HashMap<Key, Vec<usize>>,
     by_shape: HashMap<Key, Vec<usize>>,
     /// Pointers where the recording shows a message to vary.
@@ -382,21 +377,14 @@ pub fn conversation(canon: &Value) -> Option<(&'static str, &Vec<Value>)> {
 /// messages known from earlier requests) is keyed without being read
 /// whole ([`super::parts`]).
 pub fn key(canon: &Value) -> Key {
-    keyed(canon).0
-}
-
-/// [`key`] and the conversation's message keys.
-pub(crate) fn keyed(canon: &Value) -> (Key, Vec<Key>) {
     let conv = conversation(canon);
     let mut h = Sha256::new();
     feed_without(&mut h, canon, conv.map(|c| c.0));
-    let keys: Vec<Key> = conv
-        .map(|(_, a)| a.iter().map(message_key).collect())
-        .unwrap_or_default();
-    if let Some((name, _)) = conv {
+    if let Some((name, a)) = conv {
+        let keys: Vec<Key> = a.iter().map(message_key).collect();
         finish_key(&mut h, name, &keys);
     }
-    (h.finalize().into(), keys)
+    h.finalize().into()
 }
 
 /// The digest of one message of a conversation.
@@ -478,27 +466,22 @@ fn path_of(v: &Value) -> &str {
 impl Index {
     /// An index of `calls` (canonical requests, in recorded order).
     pub fn new(calls: Vec<Value>, rules: Rules, strict: bool) -> Index {
+        let mut shared = HashMap::new();
+        let calls = calls
+            .into_iter()
+            .map(|c| Parted::split(c, &mut shared))
+            .collect();
+        Index::of_parts(calls, rules, strict)
+    }
+
+    /// An index of `calls` already in parts.
+    pub fn of_parts(calls: Vec<Parted>, rules: Rules, strict: bool) -> Index {
         let mut by_key: HashMap<Key, Vec<usize>> = HashMap::new();
         let mut by_shape: HashMap<Key, Vec<usize>> = HashMap::new();
-        let mut keys: Vec<Key> = Vec::with_capacity(calls.len());
-        let mut messages = Vec::with_capacity(calls.len());
-        let mut message_ids: HashMap<Key, u32> = HashMap::new();
-        for c in &calls {
-            let (k, ms) = keyed(c);
-            keys.push(k);
-            messages.push(
-                ms.into_iter()
-                    .map(|m| {
-                        let next = message_ids.len() as u32;
-                        *message_ids.entry(m).or_insert(next)
-                    })
-                    .collect(),
-            );
-        }
-        for (i, (c, k)) in calls.iter().zip(&keys).enumerate() {
-            by_key.entry(*k).or_default().push(i);
+        for (i, c) in calls.iter().enumerate() {
+            by_key.entry(c.key).or_default().push(i);
             if !strict {
-                by_shape.entry(shape(c)).or_default().push(i);
+                by_shape.entry(c.shape).or_default().push(i);
             }
         }
         let learned = if strict {
@@ -508,9 +491,6 @@ impl Index {
         };
         Index {
             calls,
-            keys,
-            messages,
-            message_ids,
             by_key,
             by_shape,
             learned,
@@ -519,8 +499,13 @@ impl Index {
         }
     }
 
-    /// Recorded call `i`'s canonical request.
-    pub fn get(&self, i: usize) -> Option<&Value> {
+    /// Recorded call `i`'s canonical request, whole.
+    pub fn get(&self, i: usize) -> Option<Value> {
+        self.calls.get(i).map(Parted::whole)
+    }
+
+    /// Recorded call `i` in parts.
+    pub fn parts(&self, i: usize) -> Option<&Parted> {
         self.calls.get(i)
     }
 
@@ -546,7 +531,7 @@ impl Index {
     pub fn same_as(&self, i: usize, served: &[bool]) -> Option<usize> {
         let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
         self.by_key
-            .get(self.keys.get(i)?)?
+            .get(&self.calls.get(i)?.key)?
             .iter()
             .copied()
             .find(free)
@@ -555,20 +540,41 @@ impl Index {
     /// Looks `received` up among the calls `served` does not mark (see
     /// the module docs).
     pub fn find(&self, received: &Value, served: &[bool]) -> Found {
+        let r = Parted::split(received.clone(), &mut HashMap::new());
+        let (found, same_place) = self.look(&r, served);
+        match found {
+            Some(f) => f,
+            None => self.closest(received, same_place, served),
+        }
+    }
+
+    /// [`Index::find`] for a request read in parts ([`Parted`]): an exact
+    /// match or the call tolerating volatile differences. `None` for a
+    /// repeat or a miss (whose report reads the whole request).
+    pub fn find_parts(&self, r: &Parted, served: &[bool]) -> Option<Found> {
+        match self.look(r, served).0? {
+            f @ (Found::Exact(_) | Found::Tolerated { .. }) => Some(f),
+            Found::Repeat(_) | Found::Miss { .. } => None,
+        }
+    }
+
+    /// Exact, tolerated or repeat; `None` (with the calls of the same
+    /// shape) for a miss.
+    fn look(&self, r: &Parted, served: &[bool]) -> (Option<Found>, Option<&[usize]>) {
         let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
-        let exact = self.by_key.get(&key(received));
+        let exact = self.by_key.get(&r.key);
         if let Some(i) = exact.and_then(|all| all.iter().copied().find(free)) {
-            return Found::Exact(i);
+            return (Some(Found::Exact(i)), None);
         }
         let same_place = if self.strict {
             None
         } else {
-            self.by_shape.get(&shape(received))
+            self.by_shape.get(&r.shape)
         };
         let mut best: Option<(usize, Vec<Tolerated>)> = None;
         let mut repeat = exact.and_then(|all| all.last().copied());
         for &i in same_place.into_iter().flatten() {
-            let Some(t) = self.tolerates(&self.calls[i], received) else {
+            let Some(t) = self.tolerates_parts(&self.calls[i], r) else {
                 continue;
             };
             if !free(&i) {
@@ -579,29 +585,25 @@ impl Index {
                 best = Some((i, t));
             }
         }
-        if let Some((call, tolerated)) = best {
-            return Found::Tolerated { call, tolerated };
-        }
-        if let Some(i) = repeat {
-            return Found::Repeat(i);
-        }
-        self.closest(received, same_place.map(Vec::as_slice), &free)
+        let found = match (best, repeat) {
+            (Some((call, tolerated)), _) => Some(Found::Tolerated { call, tolerated }),
+            (None, Some(i)) => Some(Found::Repeat(i)),
+            (None, None) => None,
+        };
+        (found, same_place.map(Vec::as_slice))
     }
 
     /// The closest free call: of the same shape first, else by method and
     /// path, then fewest differences, then the earliest.
-    fn closest(
-        &self,
-        received: &Value,
-        same: Option<&[usize]>,
-        free: &dyn Fn(&usize) -> bool,
-    ) -> Found {
+    fn closest(&self, received: &Value, same: Option<&[usize]>, served: &[bool]) -> Found {
+        let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
         let place = |v: &Value| (v.get("method").cloned(), v.get("path").cloned());
         let pick = |it: &mut dyn Iterator<Item = usize>| {
             it.filter(free)
                 .map(|i| {
-                    let d = super::differences(&self.calls[i], received);
-                    ((place(&self.calls[i]) != place(received), d.len(), i), d)
+                    let recorded = self.calls[i].whole();
+                    let d = super::differences(&recorded, received);
+                    ((place(&recorded) != place(received), d.len(), i), d)
                 })
                 .min_by_key(|(rank, _)| *rank)
         };
@@ -620,106 +622,95 @@ impl Index {
         }
     }
 
-    /// [`Index::find`] for a request read in parts ([`Parted`]), when it
-    /// can tell without the whole request: an exact match not yet served,
-    /// or the call [`Index::find`] would pick tolerating volatile
-    /// differences, comparing only the messages whose keys differ.
-    /// `None` when it cannot tell (a repeat, a miss, an unusual request):
-    /// then the whole request decides.
-    pub fn find_parts(&self, r: &Parted, served: &[bool]) -> Option<Found> {
-        let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
-        if let Some(all) = self.by_key.get(&r.key) {
-            return all.iter().copied().find(free).map(Found::Exact);
-        }
-        if self.strict {
-            return None;
-        }
-        let mut best: Option<(usize, Vec<Tolerated>)> = None;
-        for &i in self.by_shape.get(&r.shape)?.iter().filter(|i| free(i)) {
-            let Some(t) = self.tolerates_parts(i, r)? else {
-                continue;
-            };
-            if best.as_ref().is_none_or(|(_, b)| t.len() < b.len()) {
-                best = Some((i, t));
-            }
-        }
-        best.map(|(call, tolerated)| Found::Tolerated { call, tolerated })
+    /// [`Index::tolerates`] of recorded call `i` (read whole).
+    pub fn tolerates_call(&self, i: usize, received: &Value) -> Option<Vec<Tolerated>> {
+        self.tolerates(&self.calls.get(i)?.whole(), received)
     }
 
-    /// [`Index::tolerates`] of recorded call `i` and a request in parts;
-    /// `None` when it cannot tell.
-    fn tolerates_parts(&self, i: usize, r: &Parted) -> Option<Option<Vec<Tolerated>>> {
-        let rec = &self.calls[i];
-        let (Value::Object(x), Value::Object(y)) = (rec, &r.head) else {
-            return None;
+    /// [`Index::tolerates`] of two requests in parts: the messages whose
+    /// keys are the same are not compared.
+    fn tolerates_parts(&self, a: &Parted, b: &Parted) -> Option<Vec<Tolerated>> {
+        let (Value::Object(x), Value::Object(y)) = (&a.head, &b.head) else {
+            return self.tolerates(&a.whole(), &b.whole());
         };
-        if conversation(rec).map(|c| (c.0, c.1.len())) != r.conv.map(|c| (c, r.messages.len())) {
-            return None;
+        if a.conv != b.conv {
+            return self.tolerates(&a.whole(), &b.whole());
         }
-        let path = path_of(&r.head);
+        let path = path_of(&b.head);
         let (mut at, mut out) = (Vec::new(), Vec::new());
         for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
-            let (a, b) = (
+            let (p, q) = (
                 x.get(k).unwrap_or(&Value::Null),
                 y.get(k).unwrap_or(&Value::Null),
             );
             at.push(k.clone());
-            let ok = match (k.as_str(), r.conv) {
-                ("body", Some(conv)) => {
-                    self.walk_body(path, i, a, b, conv, r, &mut at, &mut out)?
+            let ok = match (k.as_str(), a.conv, p, q) {
+                ("body", Some(conv), Value::Object(p), Value::Object(q)) => {
+                    self.walk_body(path, (p, q), conv, (a, b), &mut at, &mut out)
                 }
-                _ => self.walk(path, a, b, &mut at, &mut out),
+                _ => self.walk(path, p, q, &mut at, &mut out),
             };
             at.pop();
             if !ok {
-                return Some(None);
+                return None;
             }
         }
-        Some(Some(out))
+        Some(out)
     }
 
-    /// The body of recorded call `i` against a received body less its
-    /// conversation `conv`, whose messages are `r`'s.
-    #[allow(clippy::too_many_arguments)]
+    /// Two bodies less their conversation `conv`, whose messages are
+    /// `calls`' (the conversation walked in its place among the members).
     fn walk_body(
         &self,
         path: &str,
-        i: usize,
-        a: &Value,
-        b: &Value,
+        (x, y): (&Map<String, Value>, &Map<String, Value>),
         conv: &str,
-        r: &Parted,
+        (a, b): (&Parted, &Parted),
         at: &mut Vec<String>,
         out: &mut Vec<Tolerated>,
-    ) -> Option<bool> {
-        let (Value::Object(x), Value::Object(y)) = (a, b) else {
-            return None;
-        };
-        for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
-            at.push(k.clone());
+    ) -> bool {
+        let mut keys: Vec<&str> = x.keys().map(String::as_str).chain([conv]).collect();
+        keys.sort_unstable();
+        keys.extend(y.keys().map(String::as_str).filter(|k| !x.contains_key(*k)));
+        keys.into_iter().all(|k| {
+            at.push(k.to_owned());
             let ok = if k == conv {
-                let recorded = x.get(k).and_then(Value::as_array)?;
-                recorded.iter().enumerate().all(|(j, m)| {
-                    let got = &r.messages[j];
-                    if self.message_ids.get(&got.key) == self.messages[i].get(j) {
-                        return true;
-                    }
-                    at.push(j.to_string());
-                    let ok = self.walk(path, m, &got.value, at, out);
-                    at.pop();
-                    ok
-                })
+                self.walk_messages(path, &a.messages, &b.messages, at, out)
             } else {
                 let missing = Value::Null;
                 let (p, q) = (x.get(k).unwrap_or(&missing), y.get(k).unwrap_or(&missing));
                 self.walk(path, p, q, at, out)
             };
             at.pop();
-            if !ok {
-                return Some(false);
-            }
+            ok
+        })
+    }
+
+    /// Two conversations, message by message; those with the same key are
+    /// the same.
+    fn walk_messages(
+        &self,
+        path: &str,
+        x: &[std::sync::Arc<Message>],
+        y: &[std::sync::Arc<Message>],
+        at: &mut Vec<String>,
+        out: &mut Vec<Tolerated>,
+    ) -> bool {
+        if x.len() != y.len() {
+            let whole = |m: &[std::sync::Arc<Message>]| {
+                Value::Array(m.iter().map(|m| m.value.clone()).collect())
+            };
+            return self.walk(path, &whole(x), &whole(y), at, out);
         }
-        Some(true)
+        x.iter().zip(y).enumerate().all(|(j, (p, q))| {
+            if p.key == q.key {
+                return true;
+            }
+            at.push(j.to_string());
+            let ok = self.walk(path, &p.value, &q.value, at, out);
+            at.pop();
+            ok
+        })
     }
 
     /// Every difference between `recorded` and `received` if each is
@@ -799,11 +790,11 @@ impl Index {
 /// conversation (same path, model and tools, the same first message, more
 /// messages) repeats an earlier call's message differently. A conversation
 /// only counts when at most a quarter of the repeated messages differ.
-fn learn(calls: &[Value]) -> HashSet<String> {
+fn learn(calls: &[Parted]) -> HashSet<String> {
     let mut out = HashSet::new();
-    let group = |c: &Value| {
-        let b = c.get("body").unwrap_or(&Value::Null);
-        serde_json::json!([c.get("path"), b.get("model"), b.get("tools")]).to_string()
+    let group = |c: &Parted| {
+        let b = c.head.get("body").unwrap_or(&Value::Null);
+        serde_json::json!([c.head.get("path"), b.get("model"), b.get("tools")]).to_string()
     };
     let mut last: HashMap<String, usize> = HashMap::new();
     for (i, c) in calls.iter().enumerate() {
@@ -816,27 +807,21 @@ fn learn(calls: &[Value]) -> HashSet<String> {
     out
 }
 
-fn learn_pair(a: &Value, b: &Value, out: &mut HashSet<String>) {
-    for field in ["messages", "input"] {
-        let (Some(x), Some(y)) = (
-            a.pointer(&format!("/body/{field}"))
-                .and_then(Value::as_array),
-            b.pointer(&format!("/body/{field}"))
-                .and_then(Value::as_array),
-        ) else {
-            continue;
-        };
-        if x.is_empty() || y.len() <= x.len() || x.first() != y.first() {
-            continue;
-        }
-        let differing: Vec<usize> = (0..x.len()).filter(|&j| x[j] != y[j]).collect();
-        if differing.len() * 4 > x.len() {
-            continue;
-        }
-        for j in differing {
-            for p in super::differences(&x[j], &y[j]) {
-                out.insert(format!("/body/{field}/{j}{p}"));
-            }
+fn learn_pair(a: &Parted, b: &Parted, out: &mut HashSet<String>) {
+    let (Some(field), true) = (a.conv, a.conv == b.conv) else {
+        return;
+    };
+    let (x, y) = (&a.messages, &b.messages);
+    if x.is_empty() || y.len() <= x.len() || x[0].key != y[0].key {
+        return;
+    }
+    let differing: Vec<usize> = (0..x.len()).filter(|&j| x[j].key != y[j].key).collect();
+    if differing.len() * 4 > x.len() {
+        return;
+    }
+    for j in differing {
+        for p in super::differences(&x[j].value, &y[j].value) {
+            out.insert(format!("/body/{field}/{j}{p}"));
         }
     }
 }
@@ -873,7 +858,7 @@ mod tests {
         // Served already: a repeat, not "not in the recording".
         assert_eq!(idx.find(&got, &[true]), Found::Repeat(0));
         // Strict: a miss naming the pointer.
-        let strict = Index::new(vec![idx.calls[0].clone()], Rules::default(), true);
+        let strict = Index::new(vec![idx.calls[0].whole()], Rules::default(), true);
         assert_eq!(
             strict.find(&got, &[false]),
             Found::Miss {

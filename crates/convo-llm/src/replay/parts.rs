@@ -49,10 +49,13 @@ pub struct Message {
     pub value: Value,
 }
 
-/// The messages read so far, by the digest of their bytes.
+/// The messages read so far, by the digest of their bytes (and by their
+/// key, so that a message read twice is kept once).
 #[derive(Debug, Default)]
 pub struct Memo {
     by_bytes: HashMap<Key, Arc<Message>>,
+    /// Every message by its [`matching::message_key`].
+    pub by_key: HashMap<Key, Arc<Message>>,
 }
 
 impl Memo {
@@ -100,28 +103,6 @@ impl Memo {
         Some(Parted::new(head, conv, messages))
     }
 
-    /// Reads the conversation of `body` into the memo (a recorded call's:
-    /// what a replay's requests repeat).
-    pub fn learn(&mut self, body: &[u8], pointers: &[&str]) {
-        let Ok(raw) = serde_json::from_slice::<BTreeMap<String, &RawValue>>(body) else {
-            return;
-        };
-        for c in matching::CONVERSATION {
-            let Some(items) = raw
-                .get(c)
-                .and_then(|r| serde_json::from_str::<Vec<&RawValue>>(r.get()).ok())
-            else {
-                continue;
-            };
-            if let Some((_, each)) = split(pointers, Some(c)) {
-                for item in items {
-                    self.message(item, &each);
-                }
-            }
-            return;
-        }
-    }
-
     /// One message: from the memo, or read and put in canonical form.
     fn message(&mut self, item: &RawValue, each: &[Vec<String>]) -> Option<Arc<Message>> {
         let bytes: Key = Sha256::digest(item.get().as_bytes()).into();
@@ -133,11 +114,18 @@ impl Memo {
         for segments in each {
             super::remove_at(&mut value, segments);
         }
-        let m = Arc::new(Message {
-            key: matching::message_key(&value),
-            shape: matching::message_shape(&value),
-            value,
-        });
+        let key = matching::message_key(&value);
+        let m = self
+            .by_key
+            .entry(key)
+            .or_insert_with(|| {
+                Arc::new(Message {
+                    key,
+                    shape: matching::message_shape(&value),
+                    value,
+                })
+            })
+            .clone();
         self.by_bytes.insert(bytes, m.clone());
         Some(m)
     }
@@ -168,6 +156,48 @@ fn split<'a>(pointers: &[&'a str], conv: Option<&str>) -> Option<(Vec<&'a str>, 
 }
 
 impl Parted {
+    /// A canonical request (read whole) cut at its conversation, its
+    /// messages shared through `shared` with every request cut before.
+    pub fn split(mut canon: Value, shared: &mut HashMap<Key, Arc<Message>>) -> Parted {
+        let conv = matching::conversation(&canon).map(|c| c.0);
+        let items = conv
+            .and_then(|c| canon.get_mut("body")?.as_object_mut()?.remove(c))
+            .and_then(|v| match v {
+                Value::Array(a) => Some(a),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let messages = items
+            .into_iter()
+            .map(|value| {
+                let key = matching::message_key(&value);
+                shared
+                    .entry(key)
+                    .or_insert_with(|| {
+                        Arc::new(Message {
+                            key,
+                            shape: matching::message_shape(&value),
+                            value,
+                        })
+                    })
+                    .clone()
+            })
+            .collect();
+        Parted::new(canon, conv, messages)
+    }
+
+    /// The whole canonical request.
+    pub fn whole(&self) -> Value {
+        let mut v = self.head.clone();
+        if let (Some(conv), Some(body)) =
+            (self.conv, v.get_mut("body").and_then(Value::as_object_mut))
+        {
+            let items = self.messages.iter().map(|m| m.value.clone()).collect();
+            body.insert(conv.to_owned(), Value::Array(items));
+        }
+        v
+    }
+
     fn new(head: Value, conv: Option<&'static str>, messages: Vec<Arc<Message>>) -> Parted {
         let mut h = Sha256::new();
         matching::feed(&mut h, &head);
