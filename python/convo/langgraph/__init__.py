@@ -52,7 +52,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convo.errors import NotFoundError
 from convo.langgraph import _index as ix
-from convo.models import Line
+from convo.langgraph._values import Stored, Values, payload_channel
+from convo.models import Line, decode_payload
 from convo.store import PathLike, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
@@ -82,9 +83,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         self.store = store
         self._lock = threading.RLock()
         self._threads: dict[str, ix.Thread] = {}
-        # Each channel as serialized at a checkpoint (thread, ns, id): a
-        # channel a child leaves unchanged is not serialized again.
-        self._values: OrderedDict[tuple[str, str, str, str], ix.Channel] = OrderedDict()
+        # Checkpoints' values as serialized (put, or read back): a child
+        # gives what it shares with its parent by reference.
+        self._values = Values()
         self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
         # Writes that came before their checkpoint (LangGraph puts both from
         # a thread pool): written right after it.
@@ -190,9 +191,15 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     # ----- reads ----------------------------------------------------------------
 
     def _tuple(self, th: ix.Thread, cp: ix.Checkpoint) -> CheckpointTuple:
-        skeleton, channels = ix.read_checkpoint_payload(self._payload(cp.node))
-        checkpoint: Checkpoint = self.serde.loads_typed(skeleton)
-        checkpoint["channel_values"] = {k: self._load(v) for k, v in channels.items()}
+        st = self._stored(th, cp)
+        checkpoint: Checkpoint = self.serde.loads_typed(st.skeleton)
+        values = {k: self._load(payload_channel(v)) for k, v in st.channels.items()}
+        for k, v in values.items():
+            if isinstance(v, list):
+                # The graph goes on from these objects: its next put
+                # appends to them (see `Values.encode`).
+                st.objects[k] = list(v)
+        checkpoint["channel_values"] = values
         conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
         parent = None
         if cp.parent is not None:
@@ -207,8 +214,68 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     def _load(self, v: ix.Channel) -> Any:
         if isinstance(v, list):
+            if v and all(t == "msgpack" for t, _ in v):
+                # msgpack's array is its length and its elements: one call.
+                raw = b"\xdd" + len(v).to_bytes(4, "big") + b"".join(b for _, b in v)
+                return self.serde.loads_typed(("msgpack", raw))
             return [self.serde.loads_typed(e) for e in v]
         return self.serde.loads_typed(v)
+
+    def _stored(self, th: ix.Thread, cp: ix.Checkpoint) -> Stored:
+        """A checkpoint's values, rebuilt from its chain of payloads back
+        to a snapshot or to a checkpoint in the cache."""
+        chain: list[ix.Checkpoint] = []
+        base: Stored | None = None
+        at: ix.Checkpoint | None = cp
+        while at is not None:
+            base = self._values.get((th.thread_id, at.ns, at.id))
+            if base is not None:
+                break
+            chain.append(at)
+            if not at.delta:
+                break
+            parent = at.parent
+            at = None if parent is None else th.checkpoints.get((at.ns, parent))
+            if at is None:
+                raise ValueError(
+                    f"checkpoint {chain[-1].id!r} of thread {th.thread_id!r}: "
+                    "its parent, which holds some of its values, is not in the store"
+                )
+        raws = self._payloads(th.session, chain)
+        for c in reversed(chain):
+            skeleton, ops = ix.read_checkpoint_payload(raws[c.node])
+            base = Values.apply(base if c.delta else None, skeleton, ops)
+            self._values.keep((th.thread_id, c.ns, c.id), base)
+        if base is None:
+            raise ValueError(f"checkpoint {cp.id!r}: no values")
+        return base
+
+    def _payloads(self, session: str, cps: builtins.list[ix.Checkpoint]) -> dict[str, bytes]:
+        """The payloads of a chain of checkpoints (newest first): one read
+        of the timeline's stretch that holds them when there are several."""
+        if len(cps) <= 1 or any(c.depth <= 0 for c in cps):
+            return {c.node: self._payload(c.node) for c in cps}
+        lo, hi = min(c.depth for c in cps), max(c.depth for c in cps)
+        want = {c.node for c in cps}
+        out: dict[str, bytes] = {}
+        cursor = lo - 1
+        while cursor < hi:
+            page = self._api(
+                "GET",
+                f"/sessions/{_q(session)}/branches/{_q(cps[0].branch)}/timeline",
+                query={"cursor": cursor, "limit": min(hi - cursor, 2000), "payloads": "true"},
+            )
+            if not page["nodes"]:
+                break
+            for n in page["nodes"]:
+                raw = decode_payload(n.get("payload"), n.get("payload_encoding"))
+                if n["hash"] in want and raw is not None:
+                    out[n["hash"]] = raw
+            cursor += len(page["nodes"])
+        for c in cps:
+            if c.node not in out:
+                out[c.node] = self._payload(c.node)
+        return out
 
     def _dump(self, v: Any) -> ix.Channel:
         if isinstance(v, list):
@@ -295,34 +362,25 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     # ----- writes ---------------------------------------------------------------
 
-    def _channels(
+    def _encode(
         self,
         thread_id: str,
         ns: str,
         parent: str | None,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-    ) -> tuple[ix.Typed, dict[str, ix.Channel]]:
-        """The checkpoint serialized: the rest, and each channel with a value
-        (one not in `new_versions` holds its parent's value: not serialized
-        again if this saver serialized the parent)."""
+    ) -> tuple[Stored, bytes, bool]:
+        """The checkpoint's payload, its values as the cache keeps them,
+        and whether the payload gives some by its parent's."""
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
-        channels: dict[str, ix.Channel] = {}
-        versions: dict[str, Any] = c["channel_versions"]
-        for ch in versions:
-            if ch not in values:
-                continue
-            done = None
-            if parent is not None and ch not in new_versions:
-                done = self._values.get((thread_id, ns, parent, ch))
-            if done is None:
-                done = self._dump(values[ch])
-            self._values[(thread_id, ns, checkpoint["id"], ch)] = done
-            channels[ch] = done
-        while len(self._values) > 512:
-            self._values.popitem(last=False)
-        return self.serde.dumps_typed(c), channels
+        present = {ch: values[ch] for ch in c["channel_versions"] if ch in values}
+        known = None if parent is None else self._values.get((thread_id, ns, parent))
+        st, ops = self._values.encode(
+            known, self.serde.dumps_typed(c), present, new_versions, self._dump
+        )
+        delta = any(op != "v" for op, _ in ops.values())
+        return st, ix.checkpoint_payload(st.skeleton, ops), delta
 
     def put(
         self,
@@ -334,18 +392,18 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
-        skeleton, channels = self._channels(thread_id, ns, parent, checkpoint, new_versions)
         md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
         with self._lock:
             th = self._thread(thread_id)
-            self._put_raw(
-                th,
-                ns,
-                checkpoint["id"],
-                conf.get("checkpoint_id"),
-                md,
-                ix.checkpoint_payload(skeleton, channels),
-            )
+            if parent is not None and (ns, parent) not in th.checkpoints:
+                parent_known = None
+            else:
+                parent_known = parent
+            st, payload, delta = self._encode(thread_id, ns, parent_known, checkpoint, new_versions)
+            again = (ns, checkpoint["id"]) in th.checkpoints
+            self._put_raw(th, ns, checkpoint["id"], parent, md, payload, delta)
+            if not again:  # a checkpoint put twice reads as first put
+                self._values.keep((thread_id, ns, checkpoint["id"]), st)
             for early in self._early.pop((thread_id, ns, checkpoint["id"]), []):
                 self._put_writes_locked(th, *early)
         return {
@@ -364,6 +422,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         parent: str | None,
         md: dict[str, Any],
         payload: bytes,
+        delta: bool,
     ) -> None:
         """Appends a checkpoint node where it belongs: after its parent, or
         on a new fork from it, or on its namespace's new timeline."""
@@ -377,7 +436,10 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 self._fork(th, self._ns_origin(th, md), base, ns, None)
                 name = base
             branch = name
-        diag = {ix.DIAG: {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}}
+        d: dict[str, Any] = {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}
+        if delta:
+            d["delta"] = True
+        diag = {ix.DIAG: d}
         line = Line("invoke", payload, ix.CHECKPOINT_FROM, ix.CHECKPOINT_TO, diag)
         self._append(th, branch, line)
 
@@ -471,15 +533,26 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         title = f"{prefix}{th.thread_id} {_now()} {uuid.uuid4().hex[:8]}"
         self._api("PATCH", f"/sessions/{_q(th.session)}", {"title": title})
         self._threads.pop(th.thread_id, None)
+        self._values.forget_thread(th.thread_id)
 
     def _copy(self, src: ix.Thread, dst: ix.Thread, keep: set[tuple[str, str]] | None) -> None:
         """Appends `src`'s checkpoints (those in `keep`, or all) and their
         writes to `dst`, in the order they were written, payloads as they are
-        (the store holds them once)."""
+        (the store holds them once), but for one given by a parent left
+        behind: that one holds its values whole."""
         for cp in sorted(src.checkpoints.values(), key=lambda c: c.seq):
             if keep is not None and (cp.ns, cp.id) not in keep:
                 continue
-            self._put_raw(dst, cp.ns, cp.id, cp.parent, cp.metadata, self._payload(cp.node))
+            delta = cp.delta
+            if delta and (cp.ns, cp.parent) in dst.checkpoints:
+                payload = self._payload(cp.node)
+            else:
+                st = self._stored(src, cp)
+                ops: dict[str, ix.Op] = {
+                    ch: ("v", payload_channel(v)) for ch, v in st.channels.items()
+                }
+                payload, delta = ix.checkpoint_payload(st.skeleton, ops), False
+            self._put_raw(dst, cp.ns, cp.id, cp.parent, cp.metadata, payload, delta)
             copied = dst.checkpoints[(cp.ns, cp.id)]
             by_node: dict[str, list[ix.Write]] = {}
             for w in cp.writes.values():
@@ -558,10 +631,10 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 for w in reversed(self._pending(cursor)):
                     if w[1] in remaining:
                         collected[w[1]].append(w)
-                _, values = ix.read_checkpoint_payload(self._payload(cursor.node))
+                values = self._stored(th, cursor).channels
                 for ch in list(remaining):
                     if ch in values:
-                        seeds[ch] = self._load(values[ch])
+                        seeds[ch] = self._load(payload_channel(values[ch]))
                         remaining.discard(ch)
                 cursor = self._parent(th, cursor)
         out: dict[str, DeltaChannelHistory] = {}
