@@ -115,6 +115,8 @@ def convo_saver(folder: Path, url: str | None) -> Iterator[BaseCheckpointSaver[A
     from convo.langgraph import ConvoSaver
 
     with ConvoSaver.from_conn_string(url or f"sqlite://{folder / 'convo.db'}") as saver:
+        # The store's server started (once per process) before the clock.
+        saver.store.sessions()
         yield saver
 
 

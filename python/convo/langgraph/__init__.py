@@ -14,18 +14,18 @@ branch list` and `convo log --graph` show. Checkpoints are payloads of
 the store, so `convo verify` checks them and an edited one is refused
 when read; see `convo.langgraph._index` for the layout.
 
-`delete_thread` detaches the thread (its session is retitled
-`[deleted] THREAD_ID` and no saver reads it again); `prune` and
-`delete_for_runs` rewrite the thread into a new session with what is
-kept, the old one retitled `[pruned] THREAD_ID`. The store keeps every
-session it was given: nothing is erased from disk.
+`delete_thread` erases the thread's content from the store (`convo
+redact --session`: every payload only it holds, its nodes' diagnostics,
+its title; the database's files rewritten), keeping its nodes' hashes so
+the store still verifies; `prune` and `delete_for_runs` rewrite the
+thread into a new session with what is kept and erase the old one (what
+the new one shares with it stays).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import datetime
 import json
 import random
 import threading
@@ -58,12 +58,11 @@ from convo.store import PathLike, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
 
+# Titles of threads detached by earlier versions (nothing erased).
 DELETED = "[deleted] "
 PRUNED = "[pruned] "
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+REDACTED = "[redacted]"
+"""The title of an erased session (convo's)."""
 
 
 def _json_safe(value: Any) -> Any:
@@ -194,11 +193,11 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         st = self._stored(th, cp)
         checkpoint: Checkpoint = self.serde.loads_typed(st.skeleton)
         values = {k: self._load(payload_channel(v)) for k, v in st.channels.items()}
-        for k, v in values.items():
-            if isinstance(v, list):
-                # The graph goes on from these objects: its next put
-                # appends to them (see `Values.encode`).
-                st.objects[k] = list(v)
+        # The graph may go on from these objects: its next put appends.
+        self._values.handed(
+            (th.thread_id, cp.ns, cp.id),
+            {k: list(v) for k, v in values.items() if isinstance(v, list)},
+        )
         checkpoint["channel_values"] = values
         conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
         parent = None
@@ -320,7 +319,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             return [] if th is None else [th]
         out = []
         for s in self.store.sessions(agent=ix.AGENT):
-            if s.title is None or s.title.startswith((DELETED, PRUNED)):
+            if s.title is None or s.title.startswith((DELETED, PRUNED, REDACTED)):
                 continue
             th = self._find(s.title)
             if th is not None:
@@ -369,18 +368,18 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         parent: str | None,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-    ) -> tuple[Stored, bytes, bool]:
-        """The checkpoint's payload, its values as the cache keeps them,
-        and whether the payload gives some by its parent's."""
+    ) -> tuple[Stored, dict[str, builtins.list[Any]], bytes, bool]:
+        """The checkpoint's values as the cache keeps them, its lists'
+        elements, its payload and whether that gives some by its parent's."""
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
         present = {ch: values[ch] for ch in c["channel_versions"] if ch in values}
-        known = None if parent is None else self._values.get((thread_id, ns, parent))
-        st, ops = self._values.encode(
-            known, self.serde.dumps_typed(c), present, new_versions, self._dump
+        key = None if parent is None else (thread_id, ns, parent)
+        st, ops, objects = self._values.encode(
+            key, self.serde.dumps_typed(c), present, new_versions, self._dump
         )
         delta = any(op != "v" for op, _ in ops.values())
-        return st, ix.checkpoint_payload(st.skeleton, ops), delta
+        return st, objects, ix.checkpoint_payload(st.skeleton, ops), delta
 
     def put(
         self,
@@ -399,11 +398,14 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 parent_known = None
             else:
                 parent_known = parent
-            st, payload, delta = self._encode(thread_id, ns, parent_known, checkpoint, new_versions)
+            st, objects, payload, delta = self._encode(
+                thread_id, ns, parent_known, checkpoint, new_versions
+            )
             again = (ns, checkpoint["id"]) in th.checkpoints
             self._put_raw(th, ns, checkpoint["id"], parent, md, payload, delta)
             if not again:  # a checkpoint put twice reads as first put
                 self._values.keep((thread_id, ns, checkpoint["id"]), st)
+                self._values.handed((thread_id, ns, checkpoint["id"]), objects)
             for early in self._early.pop((thread_id, ns, checkpoint["id"]), []):
                 self._put_writes_locked(th, *early)
         return {
@@ -527,11 +529,13 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         with self._lock:
             th = self._find(thread_id)
             if th is not None:
-                self._retire(th, DELETED)
+                self._erase(th)
 
-    def _retire(self, th: ix.Thread, prefix: str) -> None:
-        title = f"{prefix}{th.thread_id} {_now()} {uuid.uuid4().hex[:8]}"
-        self._api("PATCH", f"/sessions/{_q(th.session)}", {"title": title})
+    def _erase(self, th: ix.Thread) -> None:
+        """Erases the thread's session (what another session shares stays)."""
+        self.store.cli(
+            "redact", "--session", th.session, "--reason", "LangGraph", "--by", "langgraph"
+        )
         self._threads.pop(th.thread_id, None)
         self._values.forget_thread(th.thread_id)
 
@@ -575,7 +579,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         """Replaces the thread's session by a new one holding only `keep`."""
         new = self._create(th.thread_id, f"{th.thread_id} (rewriting {uuid.uuid4().hex[:8]})")
         self._copy(th, new, keep)
-        self._retire(th, PRUNED)
+        self._erase(th)
         self._api("PATCH", f"/sessions/{_q(new.session)}", {"title": th.thread_id})
         self._threads[th.thread_id] = new
 
@@ -588,7 +592,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 if th is None:
                     continue
                 if strategy == "delete":
-                    self._retire(th, DELETED)
+                    self._erase(th)
                     continue
                 latest: dict[str, ix.Checkpoint] = {}
                 for cp in th.checkpoints.values():

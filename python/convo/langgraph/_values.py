@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from convo.langgraph import _index as ix
 
 CACHED = 4096
 """How many checkpoints the cache keeps."""
+HANDED = 32
+"""Of how many checkpoints the cache keeps the Python objects of their
+lists (those put, or handed to the graph by a read): the next put after
+one of them appends to its list."""
 
 Key = tuple[str, str, str]
 """A checkpoint: thread, namespace, id."""
@@ -54,14 +58,10 @@ def payload_channel(v: Value) -> ix.Channel:
 
 @dataclass
 class Stored:
-    """One checkpoint's serialized values: its skeleton, each channel
-    whole, the Python elements of its list channels (when this saver put
-    them: a child whose list starts with the same objects appends), and
-    how many steps back its snapshot is."""
+    """One checkpoint's serialized values: its skeleton and each channel."""
 
     skeleton: ix.Typed
     channels: dict[str, Value]
-    objects: dict[str, list[Any]] = field(default_factory=dict)
 
 
 class Values:
@@ -69,6 +69,7 @@ class Values:
 
     def __init__(self) -> None:
         self._cache: OrderedDict[Key, Stored] = OrderedDict()
+        self._objects: OrderedDict[Key, dict[str, list[Any]]] = OrderedDict()
 
     def get(self, key: Key) -> Stored | None:
         st = self._cache.get(key)
@@ -82,32 +83,45 @@ class Values:
         while len(self._cache) > CACHED:
             self._cache.popitem(last=False)
 
+    def handed(self, key: Key, objects: dict[str, list[Any]]) -> None:
+        """Remembers the list elements of checkpoint `key` the graph holds."""
+        self._objects[key] = objects
+        self._objects.move_to_end(key)
+        while len(self._objects) > HANDED:
+            self._objects.popitem(last=False)
+
     def forget_thread(self, thread_id: str) -> None:
         for k in [k for k in self._cache if k[0] == thread_id]:
             del self._cache[k]
+        for k in [k for k in self._objects if k[0] == thread_id]:
+            del self._objects[k]
 
     def encode(
         self,
-        parent: Stored | None,
+        parent: Key | None,
         skeleton: ix.Typed,
         values: Mapping[str, Any],
         changed: Mapping[str, Any],
         dump: Callable[[Any], ix.Channel],
-    ) -> tuple[Stored, dict[str, ix.Op]]:
+    ) -> tuple[Stored, dict[str, ix.Op], dict[str, list[Any]]]:
         """A checkpoint's values given by its parent's where it can
-        (`parent`: what this saver knows of it, `None` for a snapshot):
-        a channel not in `changed` as the parent's, a list that starts
-        with the parent's elements (the same objects) as the elements
-        after them, any other channel whole."""
+        (`parent`: `None` when it is not in the store): a channel not in
+        `changed` as the parent's, a list that starts with the parent's
+        elements (the same objects) as the elements after them, any other
+        channel whole. Returns what the cache keeps of it (and keeps the
+        lists' elements for the next put) and the payload's ops."""
+        known = None if parent is None else self.get(parent)
+        handed = {} if parent is None else self._objects.get(parent, {})
         st = Stored(skeleton, {})
+        objects: dict[str, list[Any]] = {}
         ops: dict[str, ix.Op] = {}
         for ch, v in values.items():
-            prev = None if parent is None else parent.channels.get(ch)
-            objs = None if parent is None else parent.objects.get(ch)
+            prev = None if known is None else known.channels.get(ch)
+            objs = handed.get(ch)
             if prev is not None and ch not in changed:
                 st.channels[ch] = prev
                 if objs is not None:
-                    st.objects[ch] = objs
+                    objects[ch] = objs
                 ops[ch] = ("p", None)
                 continue
             if (
@@ -121,14 +135,14 @@ class Values:
                 if isinstance(added, list):
                     st.channels[ch] = prev.extended(added)
                     ops[ch] = ("a", added)
-                    st.objects[ch] = list(v)
+                    objects[ch] = list(v)
                     continue
             dumped = dump(v)
             st.channels[ch] = whole(dumped)
             ops[ch] = ("v", dumped)
             if isinstance(v, list):
-                st.objects[ch] = list(v)
-        return st, ops
+                objects[ch] = list(v)
+        return st, ops, objects
 
     @staticmethod
     def apply(parent: Stored | None, skeleton: ix.Typed, ops: dict[str, ix.Op]) -> Stored:
