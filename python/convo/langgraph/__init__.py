@@ -86,6 +86,8 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         # gives what it shares with its parent by reference.
         self._values = Values()
         self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+        # Payloads read along with their timeline, not yet used.
+        self._raw: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         # Writes that came before their checkpoint (LangGraph puts both from
         # a thread pool): written right after it.
         self._early: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
@@ -148,15 +150,32 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         """Reads what was appended to the thread's timelines since last time."""
         for b in self._api("GET", f"/sessions/{_q(th.session)}/branches"):
             t = th.timeline(b["name"])
+            # A timeline read from its start brings its payloads along: a
+            # read of any checkpoint needs its chain back to the first.
+            cold = t.length == 0
             while b.get("head") and t.head != b["head"]:
                 page = self._api(
                     "GET",
                     f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-                    query={"cursor": t.length, "limit": 2000, "payloads": "false"},
+                    query={"cursor": t.length, "limit": 2000, "payloads": str(cold).lower()},
                 )
                 if not page["nodes"]:
                     break
                 th.take(t, page["nodes"])
+                self._keep_payloads(page["nodes"])
+
+    def _keep_payloads(self, nodes: builtins.list[dict[str, Any]]) -> None:
+        """Keeps the payloads a page brought, as they are, until a read
+        asks for them (`_payloads`, `_write_values`)."""
+        for n in nodes:
+            if n.get("payload") is not None and n["hash"] not in self._writes:
+                self._raw[n["hash"]] = (n["payload"], n.get("payload_encoding"))
+        while len(self._raw) > 65536:
+            self._raw.popitem(last=False)
+
+    def _kept(self, node: str) -> bytes | None:
+        kept = self._raw.pop(node, None)
+        return None if kept is None else decode_payload(*kept)
 
     def _thread(self, thread_id: str) -> ix.Thread:
         """The thread's session, created (with its first node) if missing."""
@@ -252,11 +271,16 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _payloads(self, session: str, cps: builtins.list[ix.Checkpoint]) -> dict[str, bytes]:
         """The payloads of a chain of checkpoints (newest first): one read
         of the timeline's stretch that holds them when there are several."""
+        out: dict[str, bytes] = {}
+        for c in cps:
+            raw = self._kept(c.node)
+            if raw is not None:
+                out[c.node] = raw
+        cps = [c for c in cps if c.node not in out]
         if len(cps) <= 1 or any(c.depth <= 0 for c in cps):
-            return {c.node: self._payload(c.node) for c in cps}
+            return {**out, **{c.node: self._payload(c.node) for c in cps}}
         lo, hi = min(c.depth for c in cps), max(c.depth for c in cps)
         want = {c.node for c in cps}
-        out: dict[str, bytes] = {}
         cursor = lo - 1
         while cursor < hi:
             page = self._api(
@@ -270,6 +294,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 raw = decode_payload(n.get("payload"), n.get("payload_encoding"))
                 if n["hash"] in want and raw is not None:
                     out[n["hash"]] = raw
+            self._keep_payloads([n for n in page["nodes"] if n["hash"] not in want])
             cursor += len(page["nodes"])
         for c in cps:
             if c.node not in out:
@@ -284,11 +309,15 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _write_values(self, node: str) -> list[tuple[str, bytes]]:
         values = self._writes.get(node)
         if values is None:
-            values = ix.read_writes_payload(self._payload(node))
-            self._writes[node] = values
-            while len(self._writes) > 4096:
-                self._writes.popitem(last=False)
+            raw = self._kept(node)
+            values = ix.read_writes_payload(self._payload(node) if raw is None else raw)
+            self._cache_writes(node, values)
         return values
+
+    def _cache_writes(self, node: str, values: builtins.list[tuple[str, bytes]]) -> None:
+        self._writes[node] = values
+        while len(self._writes) > 4096:
+            self._writes.popitem(last=False)
 
     def _pending(self, cp: ix.Checkpoint) -> list[PendingWrite]:
         ws = sorted(cp.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
@@ -521,7 +550,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         }
         line = Line("request", ix.writes_payload(values), ix.WRITES_FROM, ix.WRITES_TO, diag)
         node = self._append(th, cp.branch, line)
-        self._writes[node["hash"]] = builtins.list(values)
+        self._cache_writes(node["hash"], builtins.list(values))
 
     # ----- threads as a whole -----------------------------------------------------
 

@@ -73,6 +73,8 @@ def fork_name(base: str, taken: set[str]) -> str:
 CHECKPOINT_MAGIC_V1 = b"convo-langgraph-checkpoint/1\n"
 CHECKPOINT_MAGIC = b"convo-langgraph-checkpoint/2\n"
 WRITES_MAGIC = b"convo-langgraph-writes/1\n"
+CHECKPOINT_PREFIX, WRITES_PREFIX = b"convo-langgraph-checkpoint/", b"convo-langgraph-writes/"
+"""How every version of each payload starts."""
 COMPRESS_BELOW = 16 * 1024
 """Payloads shorter than this are deflated."""
 

@@ -17,7 +17,7 @@ from convo.langgraph import _index as ix
 
 CACHED = 4096
 """How many checkpoints the cache keeps."""
-HANDED = 32
+HANDED = 4
 """Of how many checkpoints the cache keeps the Python objects of their
 lists (those put, or handed to the graph by a read): the next put after
 one of them appends to its list."""
