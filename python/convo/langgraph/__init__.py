@@ -150,23 +150,19 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         """Reads what was appended to the thread's timelines since last time."""
         for b in self._api("GET", f"/sessions/{_q(th.session)}/branches"):
             t = th.timeline(b["name"])
-            # A timeline read from its start brings its payloads along: a
-            # read of any checkpoint needs its chain back to the first.
-            cold = t.length == 0
             while b.get("head") and t.head != b["head"]:
                 page = self._api(
                     "GET",
                     f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-                    query={"cursor": t.length, "limit": 2000, "payloads": str(cold).lower()},
+                    query={"cursor": t.length, "limit": 2000, "payloads": "false"},
                 )
                 if not page["nodes"]:
                     break
                 th.take(t, page["nodes"])
-                self._keep_payloads(page["nodes"])
 
     def _keep_payloads(self, nodes: builtins.list[dict[str, Any]]) -> None:
-        """Keeps the payloads a page brought, as they are, until a read
-        asks for them (`_payloads`, `_write_values`)."""
+        """Keeps the payloads a read of a chain brought besides its own, as
+        they are, until a read asks for them (`_payloads`, `_write_values`)."""
         for n in nodes:
             if n.get("payload") is not None and n["hash"] not in self._writes:
                 self._raw[n["hash"]] = (n["payload"], n.get("payload_encoding"))

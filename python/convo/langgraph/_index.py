@@ -18,9 +18,10 @@ list channel (`add_messages`) element by element, and gives a channel by
 its parent checkpoint's where it can: `p` (unchanged: not in
 `new_versions`), `a` (the parent's list and the elements after it), so a
 step costs what it added, not the thread again. A checkpoint whose
-parent's values the saver does not have at hand holds them whole (`v`):
-a read rebuilds a checkpoint from its chain back to such a one (one read
-of the timeline's stretch). A payload under `COMPRESS_BELOW` bytes is
+parent's values the saver does not have at hand, and every
+`_values.SNAPSHOT_EVERY`-th, holds them whole (`v`): a read rebuilds a
+checkpoint from its chain back to such a one (one read of the timeline's
+stretch). A payload under `COMPRESS_BELOW` bytes is
 stored deflated (`…z` magic); a bigger one as it is, so the store's
 content-defined chunks share it with the payloads before it.
 """

@@ -15,6 +15,11 @@ from typing import Any
 
 from convo.langgraph import _index as ix
 
+SNAPSHOT_EVERY = 512
+"""A checkpoint whose parent's chain back to a checkpoint holding every
+value whole is this long holds every value whole itself: a cold read
+walks at most this many payloads (the store's chunks keep a snapshot's
+bytes once with the one before, so one costs what changed since)."""
 CACHED = 4096
 """How many checkpoints the cache keeps."""
 HANDED = 4
@@ -58,10 +63,12 @@ def payload_channel(v: Value) -> ix.Channel:
 
 @dataclass
 class Stored:
-    """One checkpoint's serialized values: its skeleton and each channel."""
+    """One checkpoint's serialized values: its skeleton, each channel, and
+    how many payloads back its snapshot is."""
 
     skeleton: ix.Typed
     channels: dict[str, Value]
+    chain: int = 0
 
 
 class Values:
@@ -112,7 +119,7 @@ class Values:
         lists' elements for the next put) and the payload's ops."""
         known = None if parent is None else self.get(parent)
         handed = {} if parent is None else self._objects.get(parent, {})
-        st = Stored(skeleton, {})
+        st = Stored(skeleton, {}, 0 if known is None else known.chain + 1)
         objects: dict[str, list[Any]] = {}
         ops: dict[str, ix.Op] = {}
         for ch, v in values.items():
@@ -142,12 +149,16 @@ class Values:
             ops[ch] = ("v", dumped)
             if isinstance(v, list):
                 objects[ch] = list(v)
+        if st.chain >= SNAPSHOT_EVERY:
+            st.chain = 0
+            ops = {ch: ("v", payload_channel(c)) for ch, c in st.channels.items()}
         return st, ops, objects
 
     @staticmethod
     def apply(parent: Stored | None, skeleton: ix.Typed, ops: dict[str, ix.Op]) -> Stored:
         """A checkpoint's values from its payload's ops and its parent's."""
-        st = Stored(skeleton, {})
+        whole_values = all(op == "v" for op, _ in ops.values())
+        st = Stored(skeleton, {}, 0 if parent is None or whole_values else parent.chain + 1)
         for ch, (op, v) in ops.items():
             if op == "v" and v is not None:
                 st.channels[ch] = whole(v)
