@@ -11,6 +11,26 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A CLI installed by scripts/test-env, or `None` outside CI when it is not.
+/// Claude Code as the tests run it: in `proj`, with only `PATH` from the
+/// environment, `home` as its home, against `base`, telemetry off.
+pub(crate) fn claude_code(
+    claude: &Path,
+    proj: &Path,
+    home: &Path,
+    base: impl AsRef<std::ffi::OsStr>,
+) -> Command {
+    let mut c = Command::new(claude);
+    c.current_dir(proj)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("ANTHROPIC_BASE_URL", base)
+        .env("ANTHROPIC_API_KEY", "x")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1");
+    c
+}
+
 pub(crate) fn node_tool(name: &str) -> Option<PathBuf> {
     let found = std::env::var_os("CONVO_TEST_NODE_MODULES")
         .map(|d| PathBuf::from(d).join(".bin").join(name))
@@ -173,15 +193,7 @@ fn claude_code_sessions_import_grow_export_and_a_branch_resumes() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&proj).unwrap();
     let run = |args: &[&str]| {
-        Command::new(&claude)
-            .current_dir(&proj)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", up.url.trim_end_matches("/v1"))
-            .env("ANTHROPIC_API_KEY", "x")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        claude_code(&claude, &proj, &home, up.url.trim_end_matches("/v1"))
             .args(args)
             .output()
             .unwrap()
@@ -333,15 +345,7 @@ fn claude_code_subagents_are_branches_of_the_turn_that_started_them() {
     let proj = t.home().join("proj");
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&proj).unwrap();
-    let out = Command::new(&claude)
-        .current_dir(&proj)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", up.url.trim_end_matches("/v1"))
-        .env("ANTHROPIC_API_KEY", "x")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    let out = claude_code(&claude, &proj, &home, up.url.trim_end_matches("/v1"))
         .args(["-p", "please delegate this"])
         .output()
         .unwrap();
@@ -1584,15 +1588,7 @@ fn claude_code_subagent_through_the_proxy_is_a_timeline_linked_to_its_call() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&proj).unwrap();
     let live = proxy(&t, &["--upstream", &up.url]);
-    let out = Command::new(&claude)
-        .current_dir(&proj)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("ANTHROPIC_BASE_URL", format!("http://{}", live.addr))
-        .env("ANTHROPIC_API_KEY", "x")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+    let out = claude_code(&claude, &proj, &home, format!("http://{}", live.addr))
         .args(["-p", "please delegate this", "--allowedTools", "Agent"])
         .output()
         .unwrap();
@@ -1676,15 +1672,7 @@ fn claude_code_through_the_proxy_is_one_titled_session_and_replays_offline() {
     std::fs::create_dir_all(&home).unwrap();
     std::fs::create_dir_all(&proj).unwrap();
     let run = |base: &str, args: &[&str]| {
-        Command::new(&claude)
-            .current_dir(&proj)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", base)
-            .env("ANTHROPIC_API_KEY", "x")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        claude_code(&claude, &proj, &home, base)
             .args(args)
             .output()
             .unwrap()

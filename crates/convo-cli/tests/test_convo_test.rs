@@ -201,15 +201,7 @@ fn claude_code_with_bash_read_and_a_subagent_replays_offline_with_default_settin
         let mut all = vec!["-p"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--allowedTools", "Bash,Read,Agent"]);
-        Command::new(&claude)
-            .current_dir(&proj)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", base)
-            .env("ANTHROPIC_API_KEY", "x")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        crate::test_agents::claude_code(&claude, &proj, &home, base)
             .args(all)
             .output()
             .unwrap()
@@ -474,10 +466,48 @@ const r = await client.chat.completions.create({
 console.log(r.choices[0].message.content);
 "#;
 
-/// Parses a JUnit XML file with Python's XML parser: its testcases as
-/// `{name, failure: {message, type, text} | null, error}` under
-/// `{root, suites, tests, failures}`.
+/// Checks a JUnit XML file against the format's schema
+/// (`tests/fixtures/junit.xsd`, with the `xmlschema` validator of
+/// scripts/requirements-test-junit.txt), and that the schema refuses the
+/// same file with a time CI systems cannot read.
+fn junit_valid(path: &Path) {
+    let Ok(python) = std::env::var("CONVO_TEST_PYTHON_JUNIT") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must set CONVO_TEST_PYTHON_JUNIT (scripts/test-env)"
+        );
+        eprintln!("SKIPPED: the JUnit schema check (CONVO_TEST_PYTHON_JUNIT is not set)");
+        return;
+    };
+    let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/junit.xsd");
+    let script = r#"
+import re, sys, xmlschema
+schema = xmlschema.XMLSchema(sys.argv[1])
+text = open(sys.argv[2], encoding="utf-8").read()
+errors = [str(e) for e in schema.iter_errors(text)]
+broken = re.sub(r'time="[0-9.]+"', 'time="1,5 s"', text, count=1)
+print("\n".join(errors) if errors else "valid")
+print("refused" if not schema.is_valid(broken) else "accepted a broken time")
+"#;
+    let o = Command::new(python)
+        .args(["-c", script, xsd.to_str().unwrap(), path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out == "valid\nrefused\n",
+        "the JUnit file {} against its schema: {out}{}",
+        path.display(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// Parses a JUnit XML file with Python's XML parser (once checked against
+/// its schema, [`junit_valid`]): its testcases as `{name, failure:
+/// {message, type, text} | null, error}` under `{root, suites, tests,
+/// failures}`.
 fn junit(path: &Path) -> Value {
+    junit_valid(path);
     let script = r#"
 import json, sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()

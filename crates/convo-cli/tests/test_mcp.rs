@@ -645,15 +645,7 @@ fn claude_code_with_a_wrapped_server_is_one_session_and_replays_offline_and_unde
         args.extend_from_slice(wrap);
         let config = json!({"mcpServers": {"ev": {"command": convo, "args": args,
             "env": {"CONVO_HOME": t.home()}}}});
-        Command::new(&claude)
-            .current_dir(&proj)
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &home)
-            .env("ANTHROPIC_BASE_URL", format!("{base}/s/run/main"))
-            .env("ANTHROPIC_API_KEY", "x")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        crate::test_agents::claude_code(&claude, &proj, &home, format!("{base}/s/run/main"))
             .args(["-p", "please use the echo tool", "--strict-mcp-config"])
             .args(["--mcp-config", &config.to_string()])
             .args(["--allowedTools", "mcp__ev__echo"])

@@ -1290,23 +1290,8 @@ fn otel_openai_agents_handoff_is_one_session_as_through_the_proxy() {
     }
     assert!(srv.stop().success());
     let got = tree(&via_otel);
-    // The same sessions and timelines. The telemetry also shows the
-    // history openai-agents summarized for the weather agent (a message
-    // it sent, which the proxy keeps inside the request).
-    let shape = |t: &Tree| -> Vec<(String, Vec<String>)> {
-        t.iter()
-            .map(|(s, b)| (s.clone(), b.iter().map(|(n, _)| n.clone()).collect()))
-            .collect()
-    };
-    assert_eq!(shape(&got), shape(&want), "as telemetry: {got:?}");
-    let answers: Vec<&String> = got[0].1[0]
-        .1
-        .iter()
-        .filter(|a| !a.starts_with("For context, here is the conversation so far"))
-        .collect();
-    assert_eq!(
-        answers,
-        want[0].1[0].1.iter().collect::<Vec<_>>(),
-        "{got:?}"
-    );
+    // The same sessions, timelines and answers: the history openai-agents
+    // summarized for the weather agent is no answer of its own (folded,
+    // as the proxy keeps it inside the request).
+    assert_eq!(got, want, "as telemetry");
 }

@@ -661,6 +661,104 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>, text: bool) -> Wh
     }
 }
 
+/// No index (a `u32` index list's empty slot).
+const NONE: u32 = u32::MAX;
+
+/// The uuid tree over `items`: per item the item its `parentUuid` names
+/// ([`NONE`]: a root). A uuid used twice links its first record (the
+/// others are kept unlinked, with a warning); a parent not in the session
+/// starts a new root (in a tail read, `pre`: the new lines cannot be read
+/// alone); links that loop are an error.
+fn uuid_tree(
+    file: &str,
+    items: &mut [Item],
+    names: &Names,
+    where_: &dyn Fn(&Item) -> String,
+    pre: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<u32>> {
+    // The uuid tree, over items: a uuid used twice links its first record.
+    // Items with a uuid, by uuid (then file order): 4 bytes an item, where
+    // a map by uuid takes ~70.
+    let mut by_uuid: Vec<u32> = (0..items.len() as u32)
+        .filter(|&i| !items[i as usize].uuid.is_none())
+        .collect();
+    by_uuid.sort_unstable_by_key(|&i| (items[i as usize].uuid, i));
+    let mut dups = Vec::new();
+    for w in by_uuid.windows(2) {
+        if items[w[0] as usize].uuid == items[w[1] as usize].uuid {
+            dups.push(w[1] as usize);
+        }
+    }
+    dups.sort_unstable();
+    by_uuid.retain(|&i| dups.binary_search(&(i as usize)).is_err());
+    for &i in &dups {
+        let it = &items[i];
+        warnings.push(format!(
+            "{}: uuid {} was already used; this record is kept but not linked",
+            where_(it),
+            names.text_of(it.uuid)
+        ));
+    }
+    for &i in &dups {
+        items[i].role = None;
+        items[i].uuid = Id::NONE;
+    }
+    let mut up: Vec<u32> = vec![NONE; items.len()];
+    {
+        let find = |id: Id| {
+            by_uuid
+                .binary_search_by(|&j| items[j as usize].uuid.cmp(&id))
+                .ok()
+                .map(|k| by_uuid[k])
+        };
+        for (i, it) in items.iter().enumerate() {
+            if it.uuid.is_none() || it.parent.is_none() {
+                continue;
+            }
+            match find(it.parent) {
+                Some(j) => up[i] = j,
+                None if pre => {
+                    return Err(Error::new(
+                        file,
+                        REREAD,
+                        "the new lines cannot be read alone",
+                    ));
+                }
+                None => warnings.push(format!(
+                    "{}: parentUuid {} is not in the session; it starts a new root",
+                    where_(it),
+                    names.text_of(it.parent)
+                )),
+            }
+        }
+    }
+    drop(by_uuid);
+    let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
+    {
+        if let Some(cycle) = crate::tree::find_cycle_in(items.len(), up_of) {
+            let ids: Vec<String> = cycle
+                .iter()
+                .map(|&i| match items[i].uuid.text(names) {
+                    Some(t) => t.into_owned(),
+                    None => "?".to_owned(),
+                })
+                .collect();
+            let first = &items[cycle[0]];
+            return Err(Error::new(
+                file,
+                "parent-cycle",
+                format!(
+                    "records' parentUuid links loop: {}",
+                    crate::tree::show_cycle(&ids)
+                ),
+            )
+            .at_line(first.at.line as usize, 1));
+        }
+    }
+    Ok(up)
+}
+
 /// Builds the skeleton of one session from its records' index (the
 /// session file's and its subagents', `rel` naming each file).
 /// `None` for a file with no record.
@@ -700,80 +798,15 @@ fn build<'a>(
         None => format!("{file}:{}", it.at.line),
     };
 
-    // The uuid tree, over items: a uuid used twice links its first record.
-    // Items with a uuid, by uuid (then file order): 4 bytes an item, where
-    // a map by uuid takes ~70.
-    let mut by_uuid: Vec<u32> = (0..items.len() as u32)
-        .filter(|&i| !items[i as usize].uuid.is_none())
-        .collect();
-    by_uuid.sort_unstable_by_key(|&i| (items[i as usize].uuid, i));
-    let mut dups = Vec::new();
-    for w in by_uuid.windows(2) {
-        if items[w[0] as usize].uuid == items[w[1] as usize].uuid {
-            dups.push(w[1] as usize);
-        }
-    }
-    dups.sort_unstable();
-    by_uuid.retain(|&i| dups.binary_search(&(i as usize)).is_err());
-    for &i in &dups {
-        let it = &items[i];
-        warnings.push(format!(
-            "{}: uuid {} was already used; this record is kept but not linked",
-            where_(it),
-            skel.names.text_of(it.uuid)
-        ));
-    }
-    for &i in &dups {
-        items[i].role = None;
-        items[i].uuid = Id::NONE;
-    }
-    const NONE: u32 = u32::MAX;
-    let mut up: Vec<u32> = vec![NONE; items.len()];
-    {
-        let find = |id: Id| {
-            by_uuid
-                .binary_search_by(|&j| items[j as usize].uuid.cmp(&id))
-                .ok()
-                .map(|k| by_uuid[k])
-        };
-        for (i, it) in items.iter().enumerate() {
-            if it.uuid.is_none() || it.parent.is_none() {
-                continue;
-            }
-            match find(it.parent) {
-                Some(j) => up[i] = j,
-                None if pre.is_some() => return Err(reread()),
-                None => warnings.push(format!(
-                    "{}: parentUuid {} is not in the session; it starts a new root",
-                    where_(it),
-                    skel.names.text_of(it.parent)
-                )),
-            }
-        }
-    }
-    drop(by_uuid);
+    let up = uuid_tree(
+        file,
+        &mut items,
+        &skel.names,
+        &where_,
+        pre.is_some(),
+        &mut warnings,
+    )?;
     let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
-    {
-        if let Some(cycle) = crate::tree::find_cycle_in(items.len(), up_of) {
-            let ids: Vec<String> = cycle
-                .iter()
-                .map(|&i| match items[i].uuid.text(&skel.names) {
-                    Some(t) => t.into_owned(),
-                    None => "?".to_owned(),
-                })
-                .collect();
-            let first = &items[cycle[0]];
-            return Err(Error::new(
-                file,
-                "parent-cycle",
-                format!(
-                    "records' parentUuid links loop: {}",
-                    crate::tree::show_cycle(&ids)
-                ),
-            )
-            .at_line(first.at.line as usize, 1));
-        }
-    }
 
     // Messages, in item order, each with its parent message.
     let mut msg_of: Vec<u32> = vec![NONE; items.len()];

@@ -1,12 +1,12 @@
-//! The harness's HTTP calls to the agent, through reqwest: one pooled
-//! client for the process, so connections to the agent are kept between
-//! turns. Plain `http://` only (the agent is local). Inference calls go
-//! through the proxy's forwarder instead (`convo_runtime::forward`: http
-//! or https, streamed).
+//! The harness's HTTP calls to the agent, through the one forwarder
+//! (`convo_runtime::forward::Forwarder::local`: pooled for the process,
+//! so connections to the agent are kept between turns; no redirects, no
+//! proxy from the environment, no read timeout: the harness times turns
+//! itself). Plain `http://` only (the agent is local). Inference calls go
+//! through the proxy's forwarder (http or https, streamed).
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, Method, header};
-use std::sync::OnceLock;
 
 /// Where requests go: host, port and a base path (no trailing `/`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -89,20 +89,6 @@ fn root_cause(e: &reqwest::Error) -> String {
     last.to_string()
 }
 
-/// The one HTTP client of the process: no redirects, no proxy from the
-/// environment (the agent and the upstream are named exactly), `TCP_NODELAY`.
-fn shared() -> &'static reqwest::Client {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    CLIENT.get_or_init(|| {
-        reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .tcp_nodelay(true)
-            .build()
-            .unwrap_or_else(|_| reqwest::Client::new())
-    })
-}
-
 /// A client for one target; connections are pooled between calls.
 #[derive(Debug)]
 pub(crate) struct Client {
@@ -146,11 +132,8 @@ impl Client {
         let uri = format!("{}{}", t.path, path);
         let uri = if uri.is_empty() { "/".to_owned() } else { uri };
         let url = format!("http://{}{uri}", t.authority());
-        let mut resp = shared()
-            .request(method, &url)
-            .headers(headers.clone())
-            .body(body)
-            .send()
+        let mut resp = convo_runtime::forward::Forwarder::local()
+            .send(method.as_str(), &url, headers.clone(), body)
             .await
             .map_err(|e| {
                 if e.is_connect() {

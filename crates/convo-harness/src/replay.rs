@@ -99,9 +99,8 @@ impl Expected {
             Some(c) => c,
             None => return Err(Divergence::new(turn, Some(seq), "extra request", "", got)),
         };
-        let recorded = c.inference.and_then(|i| self.matching.index.get(i));
-        if let (Some(r), Some(g)) = (recorded, got_canon)
-            && let Some(t) = self.matching.index.tolerates(r, g)
+        if let (Some(i), Some(g)) = (c.inference, got_canon)
+            && let Some(t) = self.matching.index.tolerates_call(i, g)
         {
             return Ok(t);
         }

@@ -296,8 +296,11 @@ fn router(reg: Arc<Registry>) -> Router {
             "/{scope}/{token}/kv/{*key}",
             get(kv_get).put(kv_put).delete(kv_delete),
         )
-        .route("/{scope}/{token}/openai/{*rest}", any(infer_openai))
-        .route("/{scope}/{token}/anthropic/{*rest}", any(infer_anthropic))
+        .route("/{scope}/{token}/openai/{*rest}", any(infer_route::<false>))
+        .route(
+            "/{scope}/{token}/anthropic/{*rest}",
+            any(infer_route::<true>),
+        )
         .fallback(vlinder)
         .with_state(reg)
 }
@@ -604,7 +607,9 @@ async fn kv_in(
     r
 }
 
-async fn infer_openai(
+/// An inference route: [`infer`] in the Anthropic dialect (`ANTHROPIC`)
+/// or the OpenAI one.
+async fn infer_route<const ANTHROPIC: bool>(
     State(reg): State<Arc<Registry>>,
     Path((scope, token, rest)): Path<(String, String, String)>,
     method: Method,
@@ -612,33 +617,12 @@ async fn infer_openai(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let dialect = if ANTHROPIC { "anthropic" } else { "openai" };
     infer(
         reg,
         &scope,
         &token,
-        "openai",
-        method,
-        rest,
-        uri.query(),
-        headers,
-        body,
-    )
-    .await
-}
-
-async fn infer_anthropic(
-    State(reg): State<Arc<Registry>>,
-    Path((scope, token, rest)): Path<(String, String, String)>,
-    method: Method,
-    uri: axum::http::Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    infer(
-        reg,
-        &scope,
-        &token,
-        "anthropic",
+        dialect,
         method,
         rest,
         uri.query(),

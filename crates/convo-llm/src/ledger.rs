@@ -362,21 +362,7 @@ fn lazy_in(
         }
         return Ok(Outcome::Existing { id });
     }
-    let agent = agent
-        .map(str::to_owned)
-        .or_else(|| conv.agent.clone())
-        .filter(|a| !a.trim().is_empty())
-        .unwrap_or_else(|| format.to_owned());
-    let created = conv
-        .created_at
-        .or_else(|| (0..n).find_map(|i| tree.time(i)))
-        .unwrap_or(now);
-    let title = conv.title.clone().or_else(|| {
-        let first = (0..n).find(|&i| tree.role(i) == Role::User)?;
-        title_of_text(&tree.message(first).text)
-    });
-    l.create_session(id, &agent, title.as_deref(), created)?;
-
+    let (agent, created, title) = create_session_of(l, id, format, conv, tree, agent, now)?;
     let leaves: Vec<Option<usize>> = conv.timelines.iter().map(|t| t.leaf).collect();
     let main_root = leaves.first().and_then(|&leaf| root_in(tree, leaf));
     let anchored = leaves
@@ -389,25 +375,11 @@ fn lazy_in(
         outcome_title = title.clone();
     }
 
-    // Where a later timeline can part from those written: a message with
-    // two children or more, or a timeline's last. Only their hashes are
-    // kept by message; the others' only with their keys, for the index.
-    let parting: HashSet<usize> = {
-        let mut children = vec![0u8; n];
-        for i in 0..n {
-            if let Some(p) = tree.parent(i).filter(|&p| p < n) {
-                children[p] = children[p].saturating_add(1);
-            }
-        }
-        let mut set: HashSet<usize> = (0..n).filter(|&i| children[i] >= 2).collect();
-        set.extend(leaves.iter().flatten().copied().filter(|&i| i < n));
-        set
-    };
     let mut placed = Placed {
         written: vec![false; n],
         at_parting: HashMap::new(),
         keys: Vec::with_capacity((0..n).filter(|&i| tree.has_key(i)).count()),
-        parting,
+        parting: parting(tree, &leaves),
     };
     let mut anchor: Option<NodeHash> = None;
     let mut nodes = 0;
@@ -502,6 +474,53 @@ fn lazy_in(
         nodes,
         branches,
     })
+}
+
+/// Creates the session a conversation is imported into: its agent (the
+/// one given, the conversation's, else the format's), when it was created
+/// (the conversation's time, its first message's, else `now`) and its
+/// title (the conversation's, else its first user message's).
+fn create_session_of(
+    l: &mut Ledger<'_>,
+    id: SessionId,
+    format: &str,
+    conv: &Conversation,
+    tree: &dyn Tree,
+    agent: Option<&str>,
+    now: Millis,
+) -> Result<(String, Millis, Option<String>), StoreError> {
+    let n = tree.count();
+    let agent = agent
+        .map(str::to_owned)
+        .or_else(|| conv.agent.clone())
+        .filter(|a| !a.trim().is_empty())
+        .unwrap_or_else(|| format.to_owned());
+    let created = conv
+        .created_at
+        .or_else(|| (0..n).find_map(|i| tree.time(i)))
+        .unwrap_or(now);
+    let title = conv.title.clone().or_else(|| {
+        let first = (0..n).find(|&i| tree.role(i) == Role::User)?;
+        title_of_text(&tree.message(first).text)
+    });
+    l.create_session(id, &agent, title.as_deref(), created)?;
+    Ok((agent, created, title))
+}
+
+/// Where a later timeline can part from those written: a message with
+/// two children or more, or a timeline's last. Only their hashes are
+/// kept by message; the others' only with their keys, for the index.
+fn parting(tree: &dyn Tree, leaves: &[Option<usize>]) -> HashSet<usize> {
+    let n = tree.count();
+    let mut children = vec![0u8; n];
+    for i in 0..n {
+        if let Some(p) = tree.parent(i).filter(|&p| p < n) {
+            children[p] = children[p].saturating_add(1);
+        }
+    }
+    let mut set: HashSet<usize> = (0..n).filter(|&i| children[i] >= 2).collect();
+    set.extend(leaves.iter().flatten().copied().filter(|&i| i < n));
+    set
 }
 
 /// What [`import_lazy`] keeps of the nodes it wrote.
@@ -668,25 +687,23 @@ fn record_id(r: &Value) -> (String, u64) {
 /// With `tail`, `conv` holds only what was written after the lines an
 /// earlier import stored ([`import_tail`]): the stored messages are found
 /// by key in the import index, not by reading the session's nodes.
-fn import_more(
+/// A stored message's node, context and time, by its import key.
+type StoredKeys = HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)>;
+
+/// The stored messages [`import_more`] may go on from, by key, and the
+/// record ids stored. With `tail`, only the messages `tree` names (the
+/// lines read are all new); else every node of the session, one at a
+/// time: of each, only its key, place and record ids are kept (not its
+/// diagnostics, as large as the records).
+fn stored_keys(
     l: &mut Ledger<'_>,
     id: &SessionId,
-    conv: &Conversation,
     tree: &dyn Tree,
-    loader: &mut dyn Loader,
-    now: Millis,
     tail: bool,
-) -> Result<Outcome, StoreError> {
-    let session = l
-        .tx()
-        .session(id)?
-        .ok_or_else(|| StoreError::Invalid(format!("session {id} vanished").into()))?;
-    let mut stored: HashMap<String, (NodeHash, convo_core::timeline::Context, Millis)> =
-        HashMap::new();
+) -> Result<(StoredKeys, HashSet<(String, u64)>), StoreError> {
+    let mut stored: StoredKeys = HashMap::new();
     let mut have: HashSet<(String, u64)> = HashSet::new();
     if tail {
-        // The lines read are all new: only the messages they name are
-        // looked up.
         for i in 0..tree.count() {
             let Some(k) = tree.key(i) else { continue };
             if stored.contains_key(k.as_ref()) {
@@ -700,8 +717,6 @@ fn import_more(
             }
         }
     } else {
-        // The stored nodes one at a time: of each, only its key, place and
-        // record ids are kept (not its diagnostics, as large as the records).
         l.tx().each_session_node(id, &mut |n| {
             let (key, ids) = stored_ids(n.node.diagnostics.as_str());
             if let Some(k) = key {
@@ -711,13 +726,32 @@ fn import_more(
             Ok(())
         })?;
     }
+    Ok((stored, have))
+}
+
+/// A session's open timelines by the message they go on from (a promoted
+/// or forked branch: the message before its promote or fork node), every
+/// branch name, and the holder node of bookkeeping records, if any (a
+/// session whose first import saw only bookkeeping records keeps them in
+/// one holder node, a root; the messages written since start at the root
+/// too, sharing no key with it: they go on from it).
+#[allow(clippy::type_complexity)]
+fn open_heads(
+    l: &mut Ledger<'_>,
+    id: &SessionId,
+) -> Result<
+    (
+        HashMap<NodeHash, BranchName>,
+        HashSet<String>,
+        Option<(NodeHash, convo_core::timeline::Context, Millis)>,
+    ),
+    StoreError,
+> {
     let mut heads: HashMap<NodeHash, BranchName> = HashMap::new();
     let mut names: HashSet<String> = HashSet::new();
     for b in l.tx().branches(Some(id))? {
         names.insert(b.name.as_str().to_owned());
         if let (Some(h), false) = (b.head, b.sealed) {
-            // A promoted branch ends with its promote node: it goes on
-            // from the message before.
             let head = match l.tx().node(&h)? {
                 Some(n) if matches!(n.node.kind, Kind::Promote | Kind::Fork) => {
                     n.node.parent.unwrap_or(h)
@@ -727,9 +761,6 @@ fn import_more(
             heads.insert(head, b.name);
         }
     }
-    // A session whose first import saw only bookkeeping records keeps
-    // them in one holder node (a root); the messages written since start
-    // at the root too, sharing no key with it: they go on from it.
     let mut holder = None;
     for h in heads.keys() {
         if let Some(n) = l.tx().node(h)?
@@ -740,9 +771,17 @@ fn import_more(
             break;
         }
     }
-    let mut active: Option<BranchName> = None;
-    // Records of stored messages that are not stored yet (only those
-    // messages are read again).
+    Ok((heads, names, holder))
+}
+
+/// The records of stored messages that are not stored yet (only those
+/// messages are read again).
+fn orphan_records(
+    tree: &dyn Tree,
+    loader: &mut dyn Loader,
+    stored: &StoredKeys,
+    have: &HashSet<(String, u64)>,
+) -> Result<Vec<Value>, StoreError> {
     let mut orphans: Vec<Value> = Vec::new();
     for i in 0..tree.count() {
         if tree.key(i).is_some_and(|k| stored.contains_key(k.as_ref()))
@@ -757,6 +796,28 @@ fn import_more(
             );
         }
     }
+    Ok(orphans)
+}
+
+fn import_more(
+    l: &mut Ledger<'_>,
+    id: &SessionId,
+    conv: &Conversation,
+    tree: &dyn Tree,
+    loader: &mut dyn Loader,
+    now: Millis,
+    tail: bool,
+) -> Result<Outcome, StoreError> {
+    let session = l
+        .tx()
+        .session(id)?
+        .ok_or_else(|| StoreError::Invalid(format!("session {id} vanished").into()))?;
+    let (mut stored, have) = stored_keys(l, id, tree, tail)?;
+    let (mut heads, mut names, holder) = open_heads(l, id)?;
+    let mut active: Option<BranchName> = None;
+    // Records of stored messages that are not stored yet (only those
+    // messages are read again).
+    let mut orphans = orphan_records(tree, loader, &stored, &have)?;
     let key_of = |i: usize| tree.key(i).map(Cow::into_owned);
     let (mut nodes, mut branches) = (0, 0);
     for t in 0..conv.timelines.len() {

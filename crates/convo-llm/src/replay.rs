@@ -67,8 +67,9 @@
 //! when it asks for one).
 
 pub mod matching;
+pub mod parts;
 
-pub use matching::{Found, Index, Rules, Tolerated};
+pub use matching::{Found, Index, Parted, Rules, Tolerated};
 
 use crate::otel::rebuild::{self, Rebuilt};
 use crate::record::BEHAVIOUR_HEADERS;
@@ -254,8 +255,9 @@ pub struct Call {
     pub turn: Option<u64>,
     /// Its sequence within the turn.
     pub sequence: Option<u32>,
-    /// The canonical request.
-    pub canonical: Value,
+    /// The digest of the request as the client sent it ([`raw_key`]);
+    /// `None` for a call rebuilt from telemetry.
+    pub raw: Option<matching::Key>,
     /// Recorded status.
     pub status: u16,
     /// Recorded response headers (allow-listed).
@@ -342,6 +344,10 @@ pub struct Replay {
     seen_tools: std::collections::HashSet<String>,
     /// Responses API answer ids → the recorded call that answered them.
     response_ids: HashMap<String, usize>,
+    /// [`raw_key`] → the first recorded call sent with those bytes.
+    by_raw: HashMap<matching::Key, usize>,
+    /// The messages of the requests received so far ([`parts`]).
+    memo: parts::Memo,
     /// Whether the calls are rebuilt from telemetry (matched by
     /// conversation and model, [`rebuild::received`]).
     rebuilt: bool,
@@ -502,6 +508,37 @@ fn map_response_ids(ids: &HashMap<String, usize>, canon: &mut Value) {
     }
 }
 
+/// The digest a request is looked up by before it is read: its method,
+/// path, behaviour-changing headers ([`BEHAVIOUR_HEADERS`]) and body
+/// bytes. Two requests with the same digest have the same canonical
+/// form, so a received request whose bytes are a recorded call's is that
+/// call with no parse ([`Replay::take_sent`]).
+pub fn raw_key(
+    method: &str,
+    path: &str,
+    headers: &Map<String, Value>,
+    body: &[u8],
+) -> matching::Key {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [method.as_bytes(), path.as_bytes()] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part);
+    }
+    for name in BEHAVIOUR_HEADERS {
+        match headers.get(*name) {
+            Some(v) => {
+                let text = v.to_string();
+                h.update((text.len() as u64).to_le_bytes());
+                h.update(text.as_bytes());
+            }
+            None => h.update(u64::MAX.to_le_bytes()),
+        }
+    }
+    h.update(body);
+    h.finalize().into()
+}
+
 /// The canonical form of a request with no `--match-ignore` (see
 /// [`Matcher::canonical`]).
 pub fn canonical(method: &str, path: &str, headers: &Map<String, Value>, body: &[u8]) -> Value {
@@ -623,22 +660,35 @@ impl Replay {
             None => store.find_session(&spec.session)?,
         };
         let nodes = store.timeline(&s.id, &spec.branch)?;
-        let mut calls: Vec<Call> = Vec::new();
-        let mut response_ids = HashMap::new();
-        recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, true);
-        if !calls.is_empty() {
+        let mut l = Loading::new(&spec.matcher);
+        recorded_calls(&nodes, &mut l, true);
+        if !l.calls.is_empty() {
             for sub in subagent_timelines(store, &s.id, &spec.branch, &nodes)? {
-                recorded_calls(&sub, &spec.matcher, &mut response_ids, &mut calls, false);
+                recorded_calls(&sub, &mut l, false);
             }
             for other in companions(store, &s, &nodes)? {
                 let nodes = store.timeline(&other, &BranchName::main())?;
-                recorded_calls(&nodes, &spec.matcher, &mut response_ids, &mut calls, false);
+                recorded_calls(&nodes, &mut l, false);
             }
         }
+        let Loading {
+            mut calls,
+            parts,
+            mut memo,
+            response_ids,
+            ..
+        } = l;
         let rebuilt = calls.is_empty();
-        if rebuilt {
+        let parts = if rebuilt {
             calls = rebuilt_calls(store, &nodes)?;
-        }
+            calls
+                .iter()
+                .filter_map(|c| c.rebuilt.as_ref())
+                .map(|r| Parted::split(r.canonical.clone(), &mut memo.by_key))
+                .collect()
+        } else {
+            parts
+        };
         if calls.is_empty() {
             return Err(StoreError::Invalid(format!(
                 "timeline `{}` of session {} has no call recorded by the proxy or received as telemetry to replay",
@@ -646,11 +696,13 @@ impl Replay {
             ).into()));
         }
         number_turns(&mut calls);
-        let index = Index::new(
-            calls.iter().map(|c| c.canonical.clone()).collect(),
-            Rules::default(),
-            spec.matcher.strict || rebuilt,
-        );
+        let mut by_raw = HashMap::new();
+        for c in &calls {
+            if let Some(k) = c.raw {
+                by_raw.entry(k).or_insert(c.index);
+            }
+        }
+        let index = Index::of_parts(parts, Rules::default(), spec.matcher.strict || rebuilt);
         Ok(Replay {
             session: s.id,
             title: s.title.unwrap_or_else(|| s.id.to_string()),
@@ -667,6 +719,8 @@ impl Replay {
             tool_calls: Vec::new(),
             seen_tools: Default::default(),
             response_ids,
+            by_raw,
+            memo,
             rebuilt,
         })
     }
@@ -699,6 +753,55 @@ impl Replay {
         self.calls.is_empty()
     }
 
+    /// Looks a received call up without reading it whole: by the bytes
+    /// the client sent ([`raw_key`]: a recorded call sent with the same
+    /// bytes), else in parts ([`parts`]: the messages already read are not
+    /// read again); the call [`Replay::take`] would answer, exactly or
+    /// tolerating volatile differences. `None` when this cannot tell (a
+    /// repeat, a miss, `--match-ignore` pointers, a body not JSON): then
+    /// read the request ([`Replay::received`]) and [`Replay::take`] it.
+    pub fn take_sent(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &Map<String, Value>,
+        body: &[u8],
+    ) -> Option<Call> {
+        if self.rebuilt || self.calls.is_empty() {
+            return None;
+        }
+        let k = raw_key(method, path, headers, body);
+        if let Some(i) = self
+            .by_raw
+            .get(&k)
+            .and_then(|&i| self.index.same_as(i, &self.served))
+        {
+            if self.spec.collect_tools
+                && let Some(p) = self.index.parts(i)
+            {
+                let found = tools_of(p);
+                self.keep_tools(found);
+            }
+            return Some(self.serve(i, "exact", Vec::new()));
+        }
+        let ids = &self.response_ids;
+        let pointers = pointers(&self.spec.matcher);
+        let parted = self
+            .memo
+            .read((method, path, headers, body), &pointers, |head| {
+                map_response_ids(ids, head)
+            })?;
+        let found = self.index.find_parts(&parted, &self.served)?;
+        if self.spec.collect_tools {
+            self.keep_tools(tools_of(&parted));
+        }
+        Some(match found {
+            Found::Exact(i) => self.serve(i, "exact", Vec::new()),
+            Found::Tolerated { call, tolerated } => self.serve(call, "tolerated", tolerated),
+            Found::Repeat(_) | Found::Miss { .. } => return None,
+        })
+    }
+
     /// Looks a received call up: its recorded answer, or the miss. A miss
     /// changes nothing but the count (of misses, or under `--on-miss live`
     /// of live calls). Every call's outcome is kept ([`Replay::outcomes`]).
@@ -710,12 +813,10 @@ impl Replay {
         let (i, outcome, tolerated) = match found {
             Found::Exact(i) => (i, "exact", Vec::new()),
             Found::Tolerated { call, tolerated } => (call, "tolerated", tolerated),
-            Found::Repeat(i) if self.spec.repeats => {
-                match self.index.tolerates(&self.calls[i].canonical, received) {
-                    Some(t) if !t.is_empty() => (i, "tolerated", t),
-                    _ => (i, "exact", Vec::new()),
-                }
-            }
+            Found::Repeat(i) if self.spec.repeats => match self.index.tolerates_call(i, received) {
+                Some(t) if !t.is_empty() => (i, "tolerated", t),
+                _ => (i, "exact", Vec::new()),
+            },
             Found::Repeat(i) => {
                 return Err(Box::new(self.missed_call(
                     received,
@@ -736,6 +837,12 @@ impl Replay {
                 )));
             }
         };
+        Ok(self.serve(i, outcome, tolerated))
+    }
+
+    /// Marks recorded call `i` served (its outcome counted and kept) and
+    /// gives it.
+    fn serve(&mut self, i: usize, outcome: &'static str, tolerated: Vec<Tolerated>) -> Call {
         self.served[i] = true;
         if outcome == "exact" {
             self.exact += 1;
@@ -744,7 +851,7 @@ impl Replay {
         }
         let c = &self.calls[i];
         let o = Outcome {
-            call: self.received_count() + 1,
+            call: self.received_count(),
             outcome,
             recorded_call: Some(i),
             turn: c.turn,
@@ -755,7 +862,7 @@ impl Replay {
             diff: None,
         };
         self.push_outcome(o);
-        Ok(self.calls[i].clone())
+        self.calls[i].clone()
     }
 
     /// Counts and keeps a miss (live under `--on-miss live`).
@@ -787,8 +894,9 @@ impl Replay {
             (None, Some(_)) => "replay_miss",
         };
         let c = closest.map(|i| &self.calls[i]);
+        let recorded = closest.and_then(|i| self.index.get(i));
         let diff = (self.missed + self.live_calls <= 10)
-            .then(|| c.map(|c| request_diff(&c.canonical, received)))
+            .then(|| recorded.as_ref().map(|r| request_diff(r, received)))
             .flatten();
         let o = Outcome {
             call: n,
@@ -802,7 +910,7 @@ impl Replay {
             diff,
         };
         let miss = Miss {
-            recorded: c.map(|c| c.canonical.clone()),
+            recorded,
             recorded_call: closest,
             before: c.and_then(|c| c.before),
             differences,
@@ -842,44 +950,12 @@ impl Replay {
 
     fn collect_tools(&mut self, received: &Value) {
         let body = received.get("body").unwrap_or(&Value::Null);
-        let mut found: Vec<(String, Value)> = Vec::new();
-        let name = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-        for item in ["messages", "input"]
-            .iter()
-            .filter_map(|k| body.get(*k).and_then(Value::as_array))
-            .flatten()
-        {
-            if let (Some("function_call" | "custom_tool_call"), Some(n)) =
-                (item.get("type").and_then(Value::as_str), name(item, "name"))
-            {
-                let args = item.get("arguments").or_else(|| item.get("input"));
-                found.push((n, args.cloned().unwrap_or(Value::Null)));
-            }
-            for b in item
-                .get("content")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if b.get("type").and_then(Value::as_str) == Some("tool_use")
-                    && let Some(n) = name(b, "name")
-                {
-                    found.push((n, b.get("input").cloned().unwrap_or(Value::Null)));
-                }
-            }
-            for c in item
-                .get("tool_calls")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(f) = c.get("function")
-                    && let Some(n) = name(f, "name")
-                {
-                    found.push((n, f.get("arguments").cloned().unwrap_or(Value::Null)));
-                }
-            }
-        }
+        let mut found = Vec::new();
+        tools_in(conversations(body), &mut found);
+        self.keep_tools(found);
+    }
+
+    fn keep_tools(&mut self, found: Vec<(String, Value)>) {
         for (n, args) in found {
             if self.seen_tools.insert(format!("{n}\u{0}{args}")) {
                 self.tool_calls.push((n, args));
@@ -978,15 +1054,123 @@ fn number_turns(calls: &mut [Call]) {
     }
 }
 
+/// The items of a request body's conversations (`messages`, `input`).
+fn conversations(body: &Value) -> impl Iterator<Item = &Value> {
+    matching::CONVERSATION
+        .iter()
+        .filter_map(|k| body.get(*k).and_then(Value::as_array))
+        .flatten()
+}
+
+/// The tool calls of a request in parts, in the order
+/// [`Replay::collect_tools`] finds them in the whole request.
+fn tools_of(p: &Parted) -> Vec<(String, Value)> {
+    let mut found = Vec::new();
+    let body = p.head.get("body").unwrap_or(&Value::Null);
+    let rest: Vec<&Value> = conversations(body).collect();
+    match p.conv {
+        Some("input") => {
+            tools_in(rest.iter().copied(), &mut found);
+            tools_in(p.messages.iter().map(|m| &m.value), &mut found);
+        }
+        _ => {
+            tools_in(p.messages.iter().map(|m| &m.value), &mut found);
+            tools_in(rest.iter().copied(), &mut found);
+        }
+    }
+    found
+}
+
+/// The tool calls (name, arguments) conversation `items` carry.
+fn tools_in<'a>(items: impl Iterator<Item = &'a Value>, found: &mut Vec<(String, Value)>) {
+    let name = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    for item in items {
+        if let (Some("function_call" | "custom_tool_call"), Some(n)) =
+            (item.get("type").and_then(Value::as_str), name(item, "name"))
+        {
+            let args = item.get("arguments").or_else(|| item.get("input"));
+            found.push((n, args.cloned().unwrap_or(Value::Null)));
+        }
+        for b in item
+            .get("content")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if b.get("type").and_then(Value::as_str) == Some("tool_use")
+                && let Some(n) = name(b, "name")
+            {
+                found.push((n, b.get("input").cloned().unwrap_or(Value::Null)));
+            }
+        }
+        for c in item
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(f) = c.get("function")
+                && let Some(n) = name(f, "name")
+            {
+                found.push((n, f.get("arguments").cloned().unwrap_or(Value::Null)));
+            }
+        }
+    }
+}
+
+/// The pointers a canonical form drops: [`VOLATILE`] and the matcher's.
+fn pointers(m: &Matcher) -> Vec<&str> {
+    VOLATILE
+        .iter()
+        .copied()
+        .chain(m.ignore.iter().map(String::as_str))
+        .collect()
+}
+
+/// What [`Replay::load`] gathers: the calls and each one's request in
+/// parts, the recorded conversations' messages read once (into the memo
+/// the received requests are then read with).
+struct Loading<'a> {
+    matcher: &'a Matcher,
+    response_ids: HashMap<String, usize>,
+    calls: Vec<Call>,
+    parts: Vec<Parted>,
+    memo: parts::Memo,
+}
+
+impl<'a> Loading<'a> {
+    fn new(matcher: &'a Matcher) -> Loading<'a> {
+        Loading {
+            matcher,
+            response_ids: HashMap::new(),
+            calls: Vec::new(),
+            parts: Vec::new(),
+            memo: parts::Memo::default(),
+        }
+    }
+
+    /// A recorded request in parts: read as a received one is, or, when
+    /// that cannot be (a body not JSON, a pointer into one message of the
+    /// conversation), whole and then cut.
+    fn request(&mut self, method: &str, path: &str, headers: &Map<String, Value>, body: &[u8]) {
+        let ids = &self.response_ids;
+        let parted = self.memo.read(
+            (method, path, headers, body),
+            &pointers(self.matcher),
+            |head| map_response_ids(ids, head),
+        );
+        let parted = parted.unwrap_or_else(|| {
+            let mut canon = self.matcher.canonical(method, path, headers, body);
+            map_response_ids(ids, &mut canon);
+            Parted::split(canon, &mut self.memo.by_key)
+        });
+        self.parts.push(parted);
+    }
+}
+
 /// The calls the proxy recorded on a timeline, appended to `calls`
 /// (`forks`: a miss going live may fork this timeline before a call).
-fn recorded_calls(
-    nodes: &[convo_store::TimelineNode],
-    matcher: &Matcher,
-    response_ids: &mut HashMap<String, usize>,
-    calls: &mut Vec<Call>,
-    forks: bool,
-) {
+fn recorded_calls(nodes: &[convo_store::TimelineNode], l: &mut Loading, forks: bool) {
     // (submission, sequence) → the response, so pairing is linear.
     let mut responses: HashMap<(Option<SubmissionId>, Option<u32>), usize> = HashMap::new();
     for (i, n) in nodes.iter().enumerate() {
@@ -1034,22 +1218,21 @@ fn recorded_calls(
                 p.stored.node.kind == Kind::Invoke && p.stored.node.submission == node.submission
             })
             .unwrap_or(i);
-        let mut canon = matcher.canonical(method, path, &obj(&d, "headers"), &n.payload);
-        map_response_ids(response_ids, &mut canon);
+        l.request(method, path, &obj(&d, "headers"), &n.payload);
         if let Some(id) = response_id(&rd, &resp.payload) {
-            response_ids.insert(id, calls.len());
+            l.response_ids.insert(id, l.calls.len());
         }
         let cut = rd
             .get("partial")
             .and_then(Value::as_str)
             .filter(|p| p.starts_with("upstream"))
             .map(str::to_owned);
-        calls.push(Call {
-            index: calls.len(),
+        l.calls.push(Call {
+            index: l.calls.len(),
             submission: node.submission,
             turn: None,
             sequence: node.sequence,
-            canonical: canon,
+            raw: Some(raw_key(method, path, &obj(&d, "headers"), &n.payload)),
             status: rd.get("status").and_then(Value::as_u64).unwrap_or(200) as u16,
             headers: obj(&rd, "headers"),
             body: resp.payload.clone(),
@@ -1161,7 +1344,7 @@ fn rebuilt_calls(store: &mut Store, nodes: &[convo_store::TimelineNode]) -> Resu
                 submission: node.stored.node.submission,
                 turn: None,
                 sequence: node.stored.node.sequence,
-                canonical: r.canonical.clone(),
+                raw: None,
                 status: 200,
                 headers: Map::new(),
                 body: Vec::new(),

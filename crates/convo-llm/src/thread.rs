@@ -53,7 +53,7 @@ use crate::api::{self, Api};
 use convo_core::BranchName;
 mod land;
 use convo_store::{Result, ThreadField, Tx};
-pub use land::{Spot, continue_at, fork_at, free_branch, free_edit_branch};
+pub use land::{Spot, continue_at, fork_at, free_branch, free_edit_branch, start_subagent};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -195,19 +195,27 @@ pub fn spawns_of_answer(api: Api, answer: Option<&Value>) -> Vec<Spawn> {
             .collect(),
         _ => Vec::new(),
     };
-    let mut out = Vec::new();
-    for (id, name, args) in calls {
-        for v in args.as_object().into_iter().flat_map(|o| o.values()) {
-            if let Some(key) = v.as_str().and_then(spawn_key) {
-                out.push(Spawn {
-                    key,
-                    tool_call_id: id.map(str::to_owned),
-                    tool: name.map(str::to_owned),
-                });
-            }
-        }
-    }
-    out
+    calls
+        .into_iter()
+        .flat_map(|(id, name, args)| spawns_of_call(id, name, &args))
+        .collect()
+}
+
+/// One tool call (its id, the tool's name, its parsed arguments) as the
+/// subagents it could start: one [`Spawn`] per string argument at the top
+/// of its arguments. What every way in reads (the proxy from an answer,
+/// OTLP from a tool-call message).
+pub fn spawns_of_call(id: Option<&str>, name: Option<&str>, args: &Value) -> Vec<Spawn> {
+    args.as_object()
+        .into_iter()
+        .flat_map(|o| o.values())
+        .filter_map(|v| v.as_str().and_then(spawn_key))
+        .map(|key| Spawn {
+            key,
+            tool_call_id: id.map(str::to_owned),
+            tool: name.map(str::to_owned),
+        })
+        .collect()
 }
 
 fn str_at<'a>(v: &'a Value, k: &str) -> Option<&'a str> {

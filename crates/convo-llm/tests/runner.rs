@@ -6,4 +6,5 @@ mod test_agents;
 mod test_llm_format;
 mod test_otel;
 mod test_recording;
+mod test_replay;
 mod test_store;

@@ -1164,3 +1164,266 @@ fn otel_what_the_kept_body_holds_is_read_back_from_it_not_stored_twice() {
     assert_eq!(m.extra["otel"]["call"]["latency_ms"], 1000);
     assert!(kept.verify().unwrap().is_clean());
 }
+
+// ----- subagents and handoffs (openai-agents through OpenInference) -----
+
+/// An OpenInference LLM span of trace `trace`: `input` and `output` as
+/// `(role, content, tool calls (id, name, arguments), tool_call_id)`.
+type OiMessage<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str, &'a str)], &'a str);
+
+fn oi_span(
+    trace: &str,
+    id: u8,
+    at: u64,
+    input: &[OiMessage<'_>],
+    output: &[OiMessage<'_>],
+) -> Value {
+    let mut list: Vec<(String, Value)> = vec![
+        ("llm.model_name".into(), json!("gpt-4o")),
+        ("openinference.span.kind".into(), json!("LLM")),
+    ];
+    for (side, msgs) in [("input", input), ("output", output)] {
+        for (i, (role, content, calls, call_id)) in msgs.iter().enumerate() {
+            let p = |k: &str| format!("llm.{side}_messages.{i}.message.{k}");
+            list.push((p("role"), json!(role)));
+            if !content.is_empty() {
+                list.push((p("content"), json!(content)));
+            }
+            if !call_id.is_empty() {
+                list.push((p("tool_call_id"), json!(call_id)));
+            }
+            for (j, (cid, name, args)) in calls.iter().enumerate() {
+                let q = |k: &str| p(&format!("tool_calls.{j}.tool_call.{k}"));
+                list.push((q("id"), json!(cid)));
+                list.push((q("function.name"), json!(name)));
+                list.push((q("function.arguments"), json!(args)));
+            }
+        }
+    }
+    let pairs: Vec<(&str, Value)> = list.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+    let mut s = span(id, at, &pairs, vec![]);
+    s["traceId"] = json!(trace);
+    s["name"] = json!("generation");
+    s
+}
+
+/// Every timeline of a session: (name, [(kind, payload)]).
+fn timelines(s: &mut Store, thread: &str) -> Vec<(String, Vec<(Kind, String)>)> {
+    let id = session_id(thread);
+    let mut out = Vec::new();
+    for b in s.branches(&id).unwrap() {
+        let t = s.timeline(&id, &b.name).unwrap();
+        let nodes = t
+            .iter()
+            .map(|n| {
+                (
+                    n.stored.node.kind,
+                    String::from_utf8_lossy(&n.payload).into_owned(),
+                )
+            })
+            .collect();
+        out.push((b.name.as_str().to_owned(), nodes));
+    }
+    out.sort();
+    out
+}
+
+/// An orchestrator calls an agent used as a tool (openai-agents'
+/// `Agent.as_tool`: the nested agent's LLM call is a span of the same
+/// trace, its question the tool's argument): the nested agent's calls go
+/// on a timeline `agent-1` forked at the tool call, its first node linked
+/// to it as the proxy links a subagent (read back by the store's one
+/// subagent reader), and the orchestrator's answer goes on `main`. The
+/// same whether the calls come in one export, one by one (the session
+/// read back from the store each time) or twice.
+#[test]
+fn otel_an_agent_used_as_a_tool_is_a_linked_agent_timeline() {
+    let sys = ("system", "You orchestrate.", &[][..], "");
+    let ask = ("user", "Say hello in Spanish.", &[][..], "");
+    let call = [("call_t", "spanish_agent", r#"{"input": "hello"}"#)];
+    let calls = ("assistant", "", &call[..], "");
+    let result = ("tool", "hola", &[][..], "call_t");
+    let spans = vec![
+        oi_span(TRACE, 1, 10, &[sys, ask], &[calls]),
+        oi_span(
+            TRACE,
+            2,
+            11,
+            &[
+                ("system", "You translate to Spanish.", &[], ""),
+                ("user", "hello", &[], ""),
+            ],
+            &[("assistant", "hola", &[], "")],
+        ),
+        oi_span(
+            TRACE,
+            3,
+            12,
+            &[sys, ask, calls, result],
+            &[("assistant", "In Spanish: hola.", &[], "")],
+        ),
+    ];
+    let thread = format!("trace:{TRACE}");
+    let want = vec![
+        (
+            "agent-1".to_owned(),
+            vec![
+                (Kind::Invoke, "You orchestrate.".to_owned()),
+                (Kind::Invoke, "Say hello in Spanish.".to_owned()),
+                (Kind::Request, r#"{"input":"hello"}"#.to_owned()),
+                (Kind::Fork, String::new()),
+                (Kind::Invoke, "You translate to Spanish.".to_owned()),
+                (Kind::Invoke, "hello".to_owned()),
+                (Kind::Complete, "hola".to_owned()),
+            ],
+        ),
+        (
+            "main".to_owned(),
+            vec![
+                (Kind::Invoke, "You orchestrate.".to_owned()),
+                (Kind::Invoke, "Say hello in Spanish.".to_owned()),
+                (Kind::Request, r#"{"input":"hello"}"#.to_owned()),
+                (Kind::Response, "hola".to_owned()),
+                (Kind::Complete, "In Spanish: hola.".to_owned()),
+            ],
+        ),
+    ];
+    let mut together = store();
+    ingest_traces(&mut together, &traces(spans.clone()));
+    assert_eq!(timelines(&mut together, &thread), want);
+    let again = ingest_traces(&mut together, &traces(spans.clone()));
+    assert_eq!(again.nodes, 0, "{again:?}");
+    let mut one_by_one = store();
+    for sp in &spans {
+        ingest_traces(&mut one_by_one, &traces(vec![sp.clone()]));
+    }
+    assert_eq!(timelines(&mut one_by_one, &thread), want);
+    // Each call its own trace (a script's calls), through the receiver's
+    // cache: the same.
+    let mut traced = store();
+    let cache = otel::ThreadCache::new();
+    for (i, sp) in spans.iter().enumerate() {
+        let mut sp = sp.clone();
+        sp["traceId"] = json!(format!("{:032x}", 0xabc0 + i));
+        let req = decode_traces(&traces(vec![sp]), Encoding::Json, false, LIMIT).unwrap();
+        let calls = calls_from_spans(&Batch::traces(&req));
+        traced
+            .transaction(|l| otel::ingest_cached(l, &calls, 0, &cache))
+            .unwrap();
+    }
+    assert_eq!(
+        timelines(&mut traced, &format!("trace:{:032x}", 0xabc0)),
+        want
+    );
+
+    // Linked both ways, as the proxy links a subagent.
+    let id = session_id(&thread);
+    let main = together.timeline(&id, &BranchName::main()).unwrap();
+    let sub = together
+        .timeline(&id, &BranchName::new("agent-1").unwrap())
+        .unwrap();
+    let link = sub[4].stored.node.diagnostics.to_value()["subagent"].clone();
+    assert_eq!(link["started_by"], main[2].stored.hash.to_hex(), "{link}");
+    assert_eq!(link["branch"], "main", "{link}");
+    assert_eq!(link["tool_call_id"], "call_t", "{link}");
+    assert_eq!(link["tool"], "spanish_agent", "{link}");
+    let topo = convo_store::topology::topology(&mut together, &id).unwrap();
+    let b = topo
+        .iter()
+        .find(|b| b.branch.name.as_str() == "agent-1")
+        .unwrap();
+    assert_eq!(b.parent.as_ref().map(|p| p.as_str()), Some("main"));
+    let read = b.subagent.as_ref().expect("a subagent's timeline");
+    assert_eq!(read["tool"], "spanish_agent");
+    assert_eq!(read["started_by"], main[2].stored.hash.to_hex());
+}
+
+/// openai-agents hands a conversation to another agent (another system
+/// prompt) with what came before summarized in one assistant message
+/// (`nest_handoff_history`), then resends the handoff's tool call and
+/// result, as exported by OpenInference (captured from
+/// openai-agents 0.24): the weather agent's calls continue at the
+/// handoff's tool call, on `main`, and the summary is no node of its own
+/// (kept on the first node the call adds); the follow-up of another trace
+/// continues it, in one export or two (the receiver's cache, or the
+/// session read back from the store).
+#[test]
+fn otel_a_handoffs_summarized_history_is_folded() {
+    const OTHER: &str = "1af7651916cd43dd8448eb211c80319d";
+    let summary = "For context, here is the conversation so far between the user and the previous agent:\n<CONVERSATION HISTORY>\n1. user: Weather in Paris?\n2. function_call: {\"arguments\": \"{}\", \"call_id\": \"call_0\", \"name\": \"transfer_to_weather\"}\n</CONVERSATION HISTORY>";
+    let transfer = [("call_0", "transfer_to_weather", "{}")];
+    let weather_sys = ("system", "You know the weather.", &[][..], "");
+    let folded = ("assistant", summary, &[][..], "");
+    let handoff = ("assistant", "", &transfer[..], "");
+    let handed = ("tool", r#"{"assistant": "weather"}"#, &[][..], "call_0");
+    let sunny = ("assistant", "It is 18C and sunny in Paris.", &[][..], "");
+    let tomorrow = ("user", "And tomorrow?", &[][..], "");
+    let spans = vec![
+        oi_span(
+            TRACE,
+            1,
+            10,
+            &[
+                ("system", "Send weather questions on.", &[], ""),
+                ("user", "Weather in Paris?", &[], ""),
+            ],
+            &[handoff],
+        ),
+        oi_span(
+            TRACE,
+            2,
+            11,
+            &[weather_sys, folded, handoff, handed],
+            &[sunny],
+        ),
+        oi_span(
+            OTHER,
+            3,
+            12,
+            &[weather_sys, folded, handoff, handed, sunny, tomorrow],
+            &[("assistant", "Tomorrow: rain.", &[], "")],
+        ),
+    ];
+    let thread = format!("trace:{TRACE}");
+    let want = vec![(
+        "main".to_owned(),
+        vec![
+            (Kind::Invoke, "Send weather questions on.".to_owned()),
+            (Kind::Invoke, "Weather in Paris?".to_owned()),
+            (Kind::Request, "{}".to_owned()),
+            (Kind::Response, r#"{"assistant": "weather"}"#.to_owned()),
+            (Kind::Complete, "It is 18C and sunny in Paris.".to_owned()),
+            (Kind::Invoke, "And tomorrow?".to_owned()),
+            (Kind::Complete, "Tomorrow: rain.".to_owned()),
+        ],
+    )];
+    let mut s = store();
+    let w = ingest_traces(&mut s, &traces(spans.clone()));
+    assert_eq!(w.sessions.len(), 1, "{w:?}");
+    assert_eq!(timelines(&mut s, &thread), want);
+    let tl = s
+        .timeline(&session_id(&thread), &BranchName::main())
+        .unwrap();
+    let kept = tl[3].stored.node.diagnostics.to_value();
+    let was = &kept["extra"]["rewritten_history"];
+    assert_eq!(was[0]["text"], "You know the weather.", "{kept}");
+    assert_eq!(was[1]["text"], summary, "{kept}");
+
+    // In two exports: the follow-up's trace found by the receiver's cache;
+    // then the handoff again, its session read back from the store.
+    let mut s = store();
+    let cache = otel::ThreadCache::new();
+    let ingest = |s: &mut Store, spans: Vec<Value>, cache: &otel::ThreadCache| {
+        let req = decode_traces(&traces(spans), Encoding::Json, false, LIMIT).unwrap();
+        let calls = calls_from_spans(&Batch::traces(&req));
+        s.transaction(|l| otel::ingest_cached(l, &calls, 0, cache))
+            .unwrap()
+    };
+    ingest(&mut s, spans[..2].to_vec(), &cache);
+    let later = ingest(&mut s, spans.clone(), &cache);
+    assert_eq!(later.nodes, 2, "{later:?}");
+    assert_eq!(timelines(&mut s, &thread), want);
+    let again = ingest(&mut s, spans[..2].to_vec(), &otel::ThreadCache::new());
+    assert_eq!(again.nodes, 0, "{again:?}");
+    assert_eq!(timelines(&mut s, &thread), want);
+}

@@ -30,7 +30,7 @@ use crate::serve::Server;
 pub use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, Method, StatusCode, header};
+use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use convo_llm::sse::{EventSplitter, parse_event};
 use futures_util::StreamExt;
@@ -45,7 +45,7 @@ pub struct HttpRelay {
 #[derive(Debug)]
 struct Inner {
     upstream: String,
-    client: reqwest::Client,
+    client: convo_runtime::forward::Forwarder,
     noter: Noter,
     body_limit: usize,
     strip_auth: bool,
@@ -67,11 +67,13 @@ impl HttpRelay {
                 convo_core::url::public(upstream)
             )));
         }
-        let client = reqwest::Client::builder()
-            .connect_timeout(std::time::Duration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| McpError::Invalid(format!("cannot build the HTTP client: {e}")))?;
+        // The one forwarder; no read timeout: the GET stream may idle.
+        let client = convo_runtime::forward::Forwarder::build(
+            std::time::Duration::from_secs(30),
+            None,
+            true,
+        )
+        .map_err(|e| McpError::Invalid(format!("cannot build the HTTP client: {e}")))?;
         Ok(HttpRelay {
             inner: Arc::new(Inner {
                 upstream: upstream.to_owned(),
@@ -95,12 +97,6 @@ fn error(status: StatusCode, message: &str) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-fn passed(name: &str, strip_auth: bool) -> bool {
-    !(convo_runtime::HOP_BY_HOP.contains(&name)
-        || name.starts_with("x-convo-")
-        || (strip_auth && name == "authorization"))
-}
-
 async fn relay(State(r): State<HttpRelay>, req: Request) -> Response {
     let inner = &r.inner;
     let (parts, body) = req.into_parts();
@@ -116,13 +112,17 @@ async fn relay(State(r): State<HttpRelay>, req: Request) -> Response {
         url.push(if url.contains('?') { '&' } else { '?' });
         url.push_str(q);
     }
-    let mut up = inner.client.request(parts.method.clone(), &url);
-    for (k, v) in &parts.headers {
-        if passed(k.as_str(), inner.strip_auth) {
-            up = up.header(k, v);
-        }
+    // The forwarder's header policy; with a token in front, the client's
+    // `Authorization` is convo's.
+    let (mut headers, _) = convo_runtime::forward::request_headers(&parts.headers, false, None);
+    if inner.strip_auth {
+        headers.remove(header::AUTHORIZATION);
     }
-    let resp = match up.body(body).send().await {
+    let resp = match inner
+        .client
+        .send(parts.method.as_str(), &url, headers, body)
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             let why = if e.is_timeout() {
@@ -137,16 +137,8 @@ async fn relay(State(r): State<HttpRelay>, req: Request) -> Response {
         }
     };
     let status = resp.status();
-    let mut headers = HeaderMap::new();
-    for (k, v) in resp.headers() {
-        if passed(k.as_str(), false) {
-            headers.append(k.clone(), v.clone());
-        }
-    }
-    let sse = headers
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|c| c.starts_with("text/event-stream"));
+    let headers = convo_runtime::forward::answer_headers(resp.headers());
+    let sse = convo_runtime::forward::is_event_stream(&headers);
     let body = if sse {
         let noter = inner.noter.clone();
         let mut split = EventSplitter::default();

@@ -6,9 +6,11 @@
 //! is the one matcher of [`convo_llm::replay::Matcher`]: the canonical
 //! form of `{method: "MCP", path: <JSON-RPC method>, body: <the message
 //! without its id>}`, less [`VOLATILE`] and the caller's `--match-ignore`
-//! pointers. Several matches answer in recorded order; once all were
-//! served, the last answers again (clients list tools and ping more than
-//! once).
+//! pointers, looked up by its [`Index`]: the same canonical form, else a
+//! request of the same method whose every difference is volatile (a
+//! UUID, a timestamp, a temporary path). Several matches answer in
+//! recorded order; once all were served, the last answers again (clients
+//! list tools and ping more than once).
 //!
 //! A hit is the recorded response with the received id, after the
 //! progress notifications the server had sent for it (with the received
@@ -23,7 +25,7 @@
 use crate::McpError;
 use crate::message::{Message, Shape};
 use convo_core::{BranchName, Kind, SubmissionId};
-use convo_llm::replay::{Matcher, differences};
+use convo_llm::replay::{Found, Index, Matcher, Rules, differences};
 use convo_store::{Store, StoreError, TimelineNode};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
@@ -54,7 +56,9 @@ struct Call {
 pub struct McpReplay {
     matcher: Matcher,
     calls: Vec<Call>,
-    by_key: HashMap<String, Vec<usize>>,
+    /// The recorded requests, looked up by the one matcher (exact, then
+    /// tolerating volatile differences).
+    index: Index,
     served: Vec<bool>,
     /// The server whose calls these are.
     pub server: String,
@@ -77,10 +81,6 @@ pub enum Answer {
     Miss(Vec<u8>),
     /// Nothing to answer (a notification, a response).
     Nothing,
-}
-
-fn key(v: &Value) -> String {
-    convo_core::json::canonical(v).unwrap_or_else(|_| v.to_string())
 }
 
 impl McpReplay {
@@ -154,15 +154,16 @@ impl McpReplay {
                 "the timeline has no answered request to MCP server `{server}` to replay"
             )));
         }
-        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
-        for (i, c) in calls.iter().enumerate() {
-            by_key.entry(key(&c.canonical)).or_default().push(i);
-        }
+        let index = Index::new(
+            calls.iter().map(|c| c.canonical.clone()).collect(),
+            Rules::default(),
+            matcher.strict,
+        );
         Ok(McpReplay {
             matcher,
             served: vec![false; calls.len()],
             calls,
-            by_key,
+            index,
             server,
             matched: 0,
             missed: 0,
@@ -187,12 +188,10 @@ impl McpReplay {
         };
         let id = msg.json.get("id").cloned().unwrap_or(Value::Null);
         let canon = canonical(&self.matcher, &msg.json, method);
-        let found = self.by_key.get(&key(&canon)).and_then(|ix| {
-            ix.iter()
-                .copied()
-                .find(|&i| !self.served[i])
-                .or_else(|| ix.last().copied())
-        });
+        let found = match self.index.find(&canon, &self.served) {
+            Found::Exact(i) | Found::Repeat(i) | Found::Tolerated { call: i, .. } => Some(i),
+            Found::Miss { .. } => None,
+        };
         match found {
             Some(i) => {
                 self.served[i] = true;

@@ -78,7 +78,9 @@
 //! [`ProxyConfig::record_limit`] bytes of an answer, and a client that
 //! has received a whole answer has a recorded call — unless the store is
 //! locked by another process (the writer finds it so at once: its
-//! connection does not wait for locks) or did not take the record within
+//! connection does not wait for locks, SQLite's or PostgreSQL's), away (a
+//! PostgreSQL server restarting or refusing connections: the record is
+//! written again once it is back) or did not take the record within
 //! [`RECORD_WAIT`] (1 s: slow, gone): then the answer goes out all the
 //! same, marked `x-convo-recording: queued`, and the record waits in a
 //! bounded queue ([`MAX_QUEUED`] records, [`MAX_QUEUED_BYTES`]) until the
@@ -1022,7 +1024,6 @@ impl Proxy {
         let (received, taken, pace, on_miss, session, title, branch) = {
             let mut guard = self.inner.replay.lock().ok()?;
             let r = guard.as_mut()?;
-            let received = r.received(method, &path, &headers, body);
             if let Some((s, b)) = r.live.clone() {
                 r.answered_live();
                 *target = Target::Named {
@@ -1031,9 +1032,17 @@ impl Proxy {
                 };
                 return None;
             }
+            // The bytes a recorded call was sent with: that call, unread.
+            if let Some(call) = r.take_sent(method, &path, &headers, body) {
+                let pace = r.spec.pace;
+                drop(guard);
+                return Some(serve_recorded(call.answering(rest, body), pace));
+            }
+            let received = r.received(method, &path, &headers, body);
+            let taken = r.take(&received);
             (
-                received.clone(),
-                r.take(&received),
+                received,
+                taken,
                 r.spec.pace,
                 r.spec.on_miss,
                 r.session,

@@ -307,15 +307,7 @@ fn subagent_of(
     let Some((spot, spawn)) = found else {
         return Ok(None);
     };
-    let name = thread::free_branch(l, &spot.session, "agent")?;
-    let from = convo_core::HashPrefix::parse(&spot.node.to_hex()).map_err(StoreError::invalid)?;
-    l.fork(&spot.session, &from, &name, now)?;
-    let link = serde_json::json!({
-        "started_by": spot.node.to_hex(),
-        "branch": spot.branch.as_str(),
-        "tool_call_id": spawn.tool_call_id,
-        "tool": spawn.tool,
-    });
+    let (name, _, link) = thread::start_subagent(l, &spot, &spawn, now)?;
     Ok(Some((spot.session, name, link)))
 }
 
@@ -364,6 +356,19 @@ fn record_batch(
     })
 }
 
+/// Where a call is recorded: its session and timeline, the timeline to
+/// fork after it when it named one its session does not have yet, and
+/// what kind of first call it is.
+#[derive(Default)]
+struct Landing {
+    /// A regenerated first answer: the timeline's head is that turn's invoke.
+    regenerate: bool,
+    /// A subagent's first call: the call that started it.
+    started_by: Option<serde_json::Value>,
+    /// A timeline named before anything was recorded: forked after the turn.
+    then_fork: Option<BranchName>,
+}
+
 fn record_one(
     shared: &Shared,
     l: &mut Ledger<'_>,
@@ -385,112 +390,12 @@ fn record_one(
     // A request's retry key reads it whole: only when an attempt awaits one.
     let retry = std::cell::OnceCell::new();
     let retry_key = || retry.get_or_init(|| ex.retry_key()).clone();
-    let mut then_fork = None;
-    // A regenerated first answer: the timeline's head is that turn's invoke.
-    let mut regenerate = false;
-    // A subagent's first call: the call that started it.
-    let mut started_by = None;
-    let (id, branch) = match named {
-        Some((session, branch)) => {
-            let branch = BranchName::new(&branch)
-                .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}").into()))?;
-            let id = match names.get(&session).copied().flatten() {
-                Some(id) => id,
-                None => {
-                    // Re-checked inside the write transaction: two first
-                    // calls naming the same new title create one session.
-                    let existing = l
-                        .tx()
-                        .sessions()?
-                        .into_iter()
-                        .find(|s| s.title.as_deref() == Some(session.as_str()));
-                    match existing {
-                        Some(s) => s.id,
-                        None => {
-                            l.create_session(
-                                SessionId::new_random(),
-                                thread::PROXY_AGENT,
-                                Some(&session),
-                                now,
-                            )?
-                            .id
-                        }
-                    }
-                }
-            };
-            names.insert(session.clone(), Some(id));
-            learnt.names.push((session, id));
-            match ensure_branch(l, &id, &branch, now)? {
-                true => (id, branch),
-                false => {
-                    // Nothing recorded yet: the turn goes on `main` and the
-                    // timeline starts from it.
-                    then_fork = Some(branch);
-                    (id, BranchName::main())
-                }
-            }
-        }
-        None => {
-            // A retry of a failed attempt whose turn is still open.
-            let mut spot = None;
-            let awaits = spots.keys().any(|k| k.starts_with("retry:"))
-                || shared
-                    .threads
-                    .lock()
-                    .map_err(|_| poisoned())?
-                    .awaits_retry();
-            if awaits && let Some(s) = find(shared, l, spots, &retry_key())? {
-                let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
-                if head == Some(s.node) {
-                    spot = Some((s, true));
-                } else if !spots.contains_key(&retry_key()) {
-                    // Answered since: no longer awaited.
-                    shared
-                        .threads
-                        .lock()
-                        .map_err(|_| poisoned())?
-                        .remove(&retry_key());
-                }
-            }
-            if spot.is_none() {
-                for k in ex.facts().lookup_keys() {
-                    if let Some(s) = find(shared, l, spots, &k)? {
-                        spot = Some((s, false));
-                        break;
-                    }
-                }
-            }
-            match spot {
-                Some((s, true)) => (s.session, s.branch),
-                Some((s, false)) => (s.session, thread::continue_at(l, &s, now)?.0),
-                None => match subagent_of(shared, l, spawns, ex, api, now)? {
-                    Some((session, branch, link)) => {
-                        started_by = Some(link);
-                        (session, branch)
-                    }
-                    None => match first_message_fork(shared, l, spots, ex, api, now)? {
-                        Some((session, branch, again)) => {
-                            regenerate = again;
-                            (session, branch)
-                        }
-                        None => {
-                            let req = ex.request_json();
-                            let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
-                            let row = l.create_session(
-                                SessionId::new_random(),
-                                thread::PROXY_AGENT,
-                                Some(&title),
-                                now,
-                            )?;
-                            (row.id, BranchName::main())
-                        }
-                    },
-                },
-            }
-        }
+    let (id, branch, how) = match named {
+        Some((session, branch)) => named_landing(l, session, &branch, names, &mut learnt, now)?,
+        None => threaded_landing(shared, l, ex, api, spots, spawns, &retry_key)?,
     };
     let linked;
-    let ex = match started_by {
+    let ex = match how.started_by {
         Some(link) => {
             let mut e = ex.clone();
             e.subagent = Some(link);
@@ -499,40 +404,23 @@ fn record_one(
         }
         None => ex,
     };
-    let rec = if regenerate {
+    let rec = if how.regenerate {
         record::record_answer_in(l, &id, &branch, ex)?
     } else {
         record::record_in(l, &id, &branch, ex)?
     };
-    if let (Some(name), Some(last)) = (&then_fork, rec.nodes.last()) {
+    if let (Some(name), Some(last)) = (&how.then_fork, rec.nodes.last()) {
         let from =
             convo_core::HashPrefix::parse(&last.hash.to_hex()).map_err(StoreError::invalid)?;
         l.fork(&id, &from, name, now)?;
     }
-    let spot_of = |n: &StoredNode| Spot {
-        session: id,
-        branch: branch.clone(),
-        node: n.hash,
-    };
     if let Some(done) = rec.nodes.last() {
-        if rec.whole_turn {
-            let d = done.node.diagnostics.to_value();
-            let keys = ["thread", "thread_response", "thread_conversation"]
-                .iter()
-                .filter_map(|f| d.get(*f).and_then(|v| v.as_str()));
-            for k in keys {
-                spots.insert(k.to_owned(), spot_of(done));
-                learnt.thread.push((k.to_owned(), spot_of(done)));
-            }
-            for sp in ex.spawns() {
-                spawns.insert(sp.key.clone(), (spot_of(done), sp.clone()));
-                learnt.spawns.push((spot_of(done), sp));
-            }
-        } else if done.node.kind == convo_core::Kind::Response {
-            // A failed attempt awaiting its retry.
-            spots.insert(retry_key(), spot_of(done));
-            learnt.thread.push((retry_key(), spot_of(done)));
-        }
+        let spot = Spot {
+            session: id,
+            branch: branch.clone(),
+            node: done.hash,
+        };
+        remember(ex, &rec, done, spot, spots, spawns, &mut learnt, &retry_key);
     }
     let last = rec
         .nodes
@@ -540,4 +428,168 @@ fn record_one(
         .cloned()
         .ok_or_else(|| StoreError::backend("nothing recorded"))?;
     Ok((last, learnt))
+}
+
+/// A call that names its session (created when new) and timeline.
+fn named_landing(
+    l: &mut Ledger<'_>,
+    session: String,
+    branch: &str,
+    names: &mut HashMap<String, Option<SessionId>>,
+    learnt: &mut Learnt,
+    now: convo_core::Millis,
+) -> Result<(SessionId, BranchName, Landing)> {
+    let branch = BranchName::new(branch)
+        .map_err(|e| StoreError::Invalid(format!("branch `{branch}`: {e}").into()))?;
+    let id = match names.get(&session).copied().flatten() {
+        Some(id) => id,
+        None => {
+            // Re-checked inside the write transaction: two first
+            // calls naming the same new title create one session.
+            let existing = l
+                .tx()
+                .sessions()?
+                .into_iter()
+                .find(|s| s.title.as_deref() == Some(session.as_str()));
+            match existing {
+                Some(s) => s.id,
+                None => {
+                    l.create_session(
+                        SessionId::new_random(),
+                        thread::PROXY_AGENT,
+                        Some(&session),
+                        now,
+                    )?
+                    .id
+                }
+            }
+        }
+    };
+    names.insert(session.clone(), Some(id));
+    learnt.names.push((session, id));
+    if ensure_branch(l, &id, &branch, now)? {
+        return Ok((id, branch, Landing::default()));
+    }
+    // Nothing recorded yet: the turn goes on `main` and the timeline
+    // starts from it.
+    let how = Landing {
+        then_fork: Some(branch),
+        ..Landing::default()
+    };
+    Ok((id, BranchName::main(), how))
+}
+
+/// A call threaded by its content: the retry of an open attempt, the
+/// conversation it continues, a subagent, an edited first message, or a
+/// new session.
+fn threaded_landing(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    ex: &record::Exchange,
+    api: crate::api::Api,
+    spots: &HashMap<String, Spot>,
+    spawns: &HashMap<String, (Spot, Spawn)>,
+    retry_key: &dyn Fn() -> String,
+) -> Result<(SessionId, BranchName, Landing)> {
+    let now = ex.started_at;
+    if let Some(s) = open_attempt(shared, l, spots, retry_key)? {
+        return Ok((s.session, s.branch, Landing::default()));
+    }
+    for k in ex.facts().lookup_keys() {
+        if let Some(s) = find(shared, l, spots, &k)? {
+            let branch = thread::continue_at(l, &s, now)?.0;
+            return Ok((s.session, branch, Landing::default()));
+        }
+    }
+    if let Some((session, branch, link)) = subagent_of(shared, l, spawns, ex, api, now)? {
+        let how = Landing {
+            started_by: Some(link),
+            ..Landing::default()
+        };
+        return Ok((session, branch, how));
+    }
+    if let Some((session, branch, again)) = first_message_fork(shared, l, spots, ex, api, now)? {
+        let how = Landing {
+            regenerate: again,
+            ..Landing::default()
+        };
+        return Ok((session, branch, how));
+    }
+    let req = ex.request_json();
+    let title = thread::title_of(api, req.as_ref(), &ex.method, &ex.path);
+    let row = l.create_session(
+        SessionId::new_random(),
+        thread::PROXY_AGENT,
+        Some(&title),
+        now,
+    )?;
+    Ok((row.id, BranchName::main(), Landing::default()))
+}
+
+/// A retry of a failed attempt whose turn is still open: where it is.
+fn open_attempt(
+    shared: &Shared,
+    l: &mut Ledger<'_>,
+    spots: &HashMap<String, Spot>,
+    retry_key: &dyn Fn() -> String,
+) -> Result<Option<Spot>> {
+    let awaits = spots.keys().any(|k| k.starts_with("retry:"))
+        || shared
+            .threads
+            .lock()
+            .map_err(|_| poisoned())?
+            .awaits_retry();
+    if !awaits {
+        return Ok(None);
+    }
+    let Some(s) = find(shared, l, spots, &retry_key())? else {
+        return Ok(None);
+    };
+    let head = l.tx().branch(&s.session, &s.branch)?.and_then(|b| b.head);
+    if head == Some(s.node) {
+        return Ok(Some(s));
+    }
+    if !spots.contains_key(&retry_key()) {
+        // Answered since: no longer awaited.
+        shared
+            .threads
+            .lock()
+            .map_err(|_| poisoned())?
+            .remove(&retry_key());
+    }
+    Ok(None)
+}
+
+/// What a recorded call teaches the batch and the caches: its thread
+/// keys and the subagents its tool calls could start (a whole turn), or
+/// its retry key (a failed attempt awaiting its retry).
+#[allow(clippy::too_many_arguments)]
+fn remember(
+    ex: &record::Exchange,
+    rec: &record::Recorded,
+    done: &StoredNode,
+    spot: Spot,
+    spots: &mut HashMap<String, Spot>,
+    spawns: &mut HashMap<String, (Spot, Spawn)>,
+    learnt: &mut Learnt,
+    retry_key: &dyn Fn() -> String,
+) {
+    if rec.whole_turn {
+        let d = done.node.diagnostics.to_value();
+        let keys = ["thread", "thread_response", "thread_conversation"]
+            .iter()
+            .filter_map(|f| d.get(*f).and_then(|v| v.as_str()));
+        for k in keys {
+            spots.insert(k.to_owned(), spot.clone());
+            learnt.thread.push((k.to_owned(), spot.clone()));
+        }
+        for sp in ex.spawns() {
+            spawns.insert(sp.key.clone(), (spot.clone(), sp.clone()));
+            learnt.spawns.push((spot.clone(), sp));
+        }
+    } else if done.node.kind == convo_core::Kind::Response {
+        // A failed attempt awaiting its retry.
+        spots.insert(retry_key(), spot.clone());
+        learnt.thread.push((retry_key(), spot));
+    }
 }

@@ -522,6 +522,137 @@ async fn a_locked_store_never_holds_the_answer_and_the_records_land_after() {
     up.stop().await;
 }
 
+/// The proxy's recording status (`GET /convo/recording`).
+async fn recording_status(srv: &Server) -> Value {
+    reqwest::get(format!("{}/convo/recording", srv.url))
+        .await
+        .unwrap()
+        .json::<Value>()
+        .await
+        .unwrap()
+}
+
+/// Calls answered while the store refuses the record: each goes out at
+/// once marked queued, none counted lost, and the writer says the store
+/// refuses (it found so at once: a proxy that waited for its record
+/// instead would have answered after [`convo_proxy::RECORD_WAIT`] with
+/// the store still not known to refuse).
+async fn answered_while_refused(srv: &Server, url: &str, texts: &[&str], queued: usize) {
+    for text in texts {
+        let res = post(url, &chat("m", text, false)).await;
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["x-convo-recording"], "queued", "{text}");
+        assert!(!res.headers().contains_key(convo_proxy::FAILURES_HEADER));
+        let answer: Value = res.json().await.unwrap();
+        assert_eq!(
+            answer["choices"][0]["message"]["content"],
+            format!("echo: {text}")
+        );
+    }
+    let st = recording_status(srv).await;
+    assert_eq!(st["queued"], queued, "{st}");
+    assert_eq!(st["not_recorded"], 0, "{st}");
+    assert_eq!(st["store_locked"], true, "{st}");
+}
+
+/// On PostgreSQL too, recording never holds the answer: with the writers'
+/// advisory lock held by another session, with a table lock that keeps
+/// inserts out, and with the database refusing connections (its sessions
+/// cut, as in a restart), calls are answered at once and queued, and
+/// every record lands, in order, once the store takes writes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_locked_or_restarting_postgresql_store_never_holds_the_answer() {
+    let up = Upstream::start().await;
+    let cfg = ProxyConfig::new(Some(up.url.clone()));
+    let Some((srv, Some(fresh))) = Server::on(cfg, Backend::Postgres).await else {
+        return;
+    };
+    let url = format!("{}/s/locked/main/v1/chat/completions", srv.url);
+    let res = post(&url, &chat("m", "before", false)).await;
+    assert!(res.headers().contains_key("x-convo-node"));
+    let connect =
+        |u: String| off_rt(move || postgres::Client::connect(&u, postgres::NoTls).unwrap());
+
+    // Another session holds the lock every convo writer takes.
+    let mut other = connect(srv.store_url.clone());
+    let lock = format!(
+        "SELECT pg_advisory_lock({})",
+        convo_store::postgres::WRITE_LOCK
+    );
+    let mut other = off_rt(move || {
+        other.batch_execute(&lock).unwrap();
+        other
+    });
+    answered_while_refused(&srv, &url, &["advisory 1", "advisory 2"], 2).await;
+    let mut other = off_rt(move || {
+        other
+            .batch_execute("SELECT pg_advisory_unlock_all()")
+            .unwrap();
+        other
+    });
+    srv.proxy.recordings_written().await;
+
+    // A table lock that lets readers in but no insert.
+    let mut other = off_rt(move || {
+        other
+            .batch_execute("BEGIN; LOCK TABLE nodes IN EXCLUSIVE MODE")
+            .unwrap();
+        other
+    });
+    answered_while_refused(&srv, &url, &["table"], 1).await;
+    off_rt(move || other.batch_execute("ROLLBACK").unwrap());
+    srv.proxy.recordings_written().await;
+
+    // The database away: its sessions cut, new ones refused.
+    let admin = std::env::var("CONVO_TEST_PG").unwrap();
+    let name = srv.store_url.rsplit('/').next().unwrap().to_owned();
+    let mut admin = connect(admin);
+    let mut admin = off_rt(move || {
+        admin
+            .batch_execute(&format!(
+                "ALTER DATABASE {name} ALLOW_CONNECTIONS false;                  SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{name}'"
+            ))
+            .unwrap();
+        (admin, name)
+    });
+    answered_while_refused(&srv, &url, &["away 1", "away 2"], 2).await;
+    off_rt(move || {
+        let (admin, name) = &mut admin;
+        admin
+            .batch_execute(&format!("ALTER DATABASE {name} ALLOW_CONNECTIONS true"))
+            .unwrap();
+    });
+    srv.proxy.recordings_written().await;
+
+    let st = recording_status(&srv).await;
+    assert_eq!(st["store_locked"], false, "{st}");
+    assert_eq!(st["not_recorded"], 0, "{st}");
+    assert_eq!(st["answered_before_recorded"], 5, "{st}");
+    let t = timeline_of(&srv, "locked", "main", 24).await;
+    assert_eq!(t.len(), 24, "every call recorded");
+    let asked: Vec<String> = t
+        .chunks(4)
+        .map(|turn| {
+            let req: Value = serde_json::from_slice(&turn[1].payload).unwrap();
+            req["messages"][0]["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "before",
+            "advisory 1",
+            "advisory 2",
+            "table",
+            "away 1",
+            "away 2"
+        ]
+    );
+    srv.stop().await;
+    off_rt(move || drop(fresh));
+    up.stop().await;
+}
+
 /// A stream the upstream cuts half way through an event reaches the
 /// client exactly as the upstream left it, every byte before the cut and
 /// then the error, as it is recorded (the client asked for the usage

@@ -39,13 +39,43 @@ impl Forwarder {
     /// A forwarder that waits at most `timeout` for a connection (and
     /// never more than 30 s) and between two reads of an answer.
     pub fn new(timeout: Duration) -> Result<Forwarder, reqwest::Error> {
-        let client = reqwest::Client::builder()
-            .connect_timeout(timeout.min(MAX_CONNECT))
-            .read_timeout(timeout)
+        Forwarder::build(timeout, Some(timeout), true)
+    }
+
+    /// A forwarder that waits at most `connect` (and never more than
+    /// 30 s) for a connection and, with `read`, at most that between two
+    /// reads of an answer (none for a relay whose streams may idle: an MCP
+    /// server's GET stream, an agent's turn the harness times itself).
+    /// `env_proxy`: whether `HTTPS_PROXY` and the like apply (an upstream
+    /// model, not a local agent named exactly).
+    pub fn build(
+        connect: Duration,
+        read: Option<Duration>,
+        env_proxy: bool,
+    ) -> Result<Forwarder, reqwest::Error> {
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(connect.min(MAX_CONNECT))
             .redirect(reqwest::redirect::Policy::none())
-            .tcp_nodelay(true)
-            .build()?;
-        Ok(Forwarder { client })
+            .tcp_nodelay(true);
+        if let Some(read) = read {
+            b = b.read_timeout(read);
+        }
+        if !env_proxy {
+            b = b.no_proxy();
+        }
+        Ok(Forwarder { client: b.build()? })
+    }
+
+    /// The one forwarder of the process for local relays: no read
+    /// timeout, no proxy from the environment (the harness's calls to its
+    /// agent). Its connections are pooled between calls.
+    pub fn local() -> &'static Forwarder {
+        static LOCAL: std::sync::OnceLock<Forwarder> = std::sync::OnceLock::new();
+        LOCAL.get_or_init(|| {
+            Forwarder::build(MAX_CONNECT, None, false).unwrap_or_else(|_| Forwarder {
+                client: reqwest::Client::new(),
+            })
+        })
     }
 
     /// Sends one call: `method` (an unknown one is sent as `GET`) to `url`

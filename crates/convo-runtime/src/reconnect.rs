@@ -94,7 +94,14 @@ impl Reconnecting {
 
     fn connect(&mut self) -> Result<&mut Store> {
         if self.store.is_none() {
-            let mut s = Store::open_as(&self.url, self.access)?;
+            let mut s = Store::open_as(&self.url, self.access).map_err(|e| match e {
+                // The URL opened before: the database is away (restarting,
+                // refusing connections), not the URL wrong.
+                e if self.opened > 0 && is_lost(&e) => {
+                    StoreError::Unreachable(convo_store::Cause::new(e.to_string()).with_source(e))
+                }
+                e => e,
+            })?;
             if let Some(setup) = &mut self.setup {
                 setup(&mut s)?;
             }
@@ -110,7 +117,8 @@ impl Reconnecting {
     /// the connection when `f` fails because it was lost.
     pub fn run<T>(&mut self, f: impl FnOnce(&mut Store) -> Result<T>) -> Result<T> {
         let out = f(self.connect()?);
-        if matches!(&out, Err(e) if is_lost(e)) {
+        // A locked store (`Busy`) keeps its connection.
+        if matches!(&out, Err(e) if is_lost(e) && !matches!(e, StoreError::Busy(_))) {
             self.drop_connection();
         }
         out

@@ -31,9 +31,14 @@
 //!   store refused as busy written again until the store takes it; the
 //!   requests queued meanwhile wait in the channel behind it. Its
 //!   connection does not wait for a lock at all ([`Store::busy_wait`]
-//!   zero): the writer knows at once that the store is locked, and says so
+//!   zero: SQLite's busy timeout, PostgreSQL's `lock_timeout`): the writer
+//!   knows at once that the store is locked, and says so
 //!   ([`Writer::stalled`]) until a batch commits again, so its callers
-//!   need not wait for their writes meanwhile.
+//!   need not wait for their writes meanwhile. A database that is away
+//!   ([`StoreError::Unreachable`]: a PostgreSQL server restarting, before
+//!   any `COMMIT` was sent) is waited out the same way; a connection lost
+//!   at `COMMIT` is not (the batch may have been kept): its requests get
+//!   the error.
 //! - **Checkpoints off the commit path.** The writer has a connection of
 //!   its own, and on SQLite its WAL checkpoints run on another thread
 //!   ([`Store::defer_checkpoints`]): left to SQLite, one commit in a few
@@ -181,9 +186,12 @@ fn run<W: Work>(
         let (jobs, replies): (Vec<_>, Vec<_>) = batch.into_iter().map(|e| (e.job, e.reply)).unzip();
         let mut first = conn.run(|s| work.write(s, &jobs));
         let mut pause = std::time::Duration::from_millis(50);
-        while matches!(first, Err(StoreError::Busy(_))) && work.waits_while_busy() {
-            // Nothing was written (the write lock was never taken): the
-            // same batch again once the store lets go.
+        while matches!(first, Err(StoreError::Busy(_) | StoreError::Unreachable(_)))
+            && work.waits_while_busy()
+        {
+            // Nothing was written (the lock was never taken, or the
+            // database was away before any COMMIT): the same batch again
+            // once the store lets go or is back.
             stall.send_if_modified(|s| !std::mem::replace(s, true));
             std::thread::sleep(pause);
             pause = (pause * 2).min(std::time::Duration::from_secs(1));

@@ -791,7 +791,8 @@ pub trait Maintenance {
     /// How long a write waits for a lock another connection holds before
     /// it fails with `Busy` ([`RETRY_BUDGET`] by default): zero for a
     /// writer that waits out a locked store itself and must know at once
-    /// (the proxy's recordings). SQLite only; nothing to do elsewhere.
+    /// (the proxy's recordings). SQLite's busy timeout; PostgreSQL's
+    /// `lock_timeout`.
     fn busy_wait(&mut self, _budget: std::time::Duration) -> Result<()> {
         Ok(())
     }

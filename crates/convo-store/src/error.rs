@@ -213,6 +213,13 @@ pub enum StoreError {
     Url(String, Cause),
     /// The database engine failed.
     Backend(Cause),
+    /// The database could not be reached, or the connection broke before
+    /// the transaction's `COMMIT` was sent (a PostgreSQL server restarting,
+    /// a cut network): nothing of the transaction was kept, so it may be
+    /// written again once the database is back. A connection lost at
+    /// `COMMIT` is a [`Backend`](StoreError::Backend) error instead: whether
+    /// that transaction was kept is unknown.
+    Unreachable(Cause),
 }
 
 impl std::fmt::Display for StoreError {
@@ -286,6 +293,7 @@ impl std::fmt::Display for StoreError {
             ),
             StoreError::Url(url, c) => write!(f, "cannot open store `{url}`: {c}"),
             StoreError::Backend(c) => write!(f, "database error: {c}"),
+            StoreError::Unreachable(c) => write!(f, "database unreachable: {c}"),
         }
     }
 }
@@ -299,7 +307,8 @@ impl std::error::Error for StoreError {
             | StoreError::Invalid(c)
             | StoreError::Damaged(c)
             | StoreError::Url(_, c)
-            | StoreError::Backend(c) => c.source(),
+            | StoreError::Backend(c)
+            | StoreError::Unreachable(c) => c.source(),
             _ => None,
         }
     }
@@ -373,9 +382,10 @@ impl StoreError {
             | StoreError::Invalid(_) => ErrorKind::Invalid,
             StoreError::UnknownScheme { .. } => ErrorKind::Invalid,
             StoreError::NotAStore { .. } => ErrorKind::Refused,
-            StoreError::Busy(_) | StoreError::Url(..) | StoreError::Backend(_) => {
-                ErrorKind::Unavailable
-            }
+            StoreError::Busy(_)
+            | StoreError::Url(..)
+            | StoreError::Backend(_)
+            | StoreError::Unreachable(_) => ErrorKind::Unavailable,
             StoreError::Corrupt(_) | StoreError::Damaged(_) | StoreError::SchemaTooNew { .. } => {
                 ErrorKind::Corrupt
             }

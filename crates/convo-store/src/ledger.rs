@@ -199,7 +199,8 @@ impl Store {
 
     /// How long this connection's writes wait for a lock another holds
     /// before failing with `Busy` (see
-    /// [`crate::backend::Maintenance::busy_wait`]); a no-op on PostgreSQL.
+    /// [`crate::backend::Maintenance::busy_wait`]): SQLite's busy timeout,
+    /// PostgreSQL's `lock_timeout`.
     pub fn busy_wait(&mut self, budget: std::time::Duration) -> Result<()> {
         match self.backend.maintenance() {
             Some(m) => m.busy_wait(budget),

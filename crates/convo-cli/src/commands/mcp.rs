@@ -188,15 +188,10 @@ fn listen(
         CommandError::user(format!("--listen `{addr}` is not an address: {e}"))
             .with_hint("give IP:PORT, e.g. 127.0.0.1:7790")
     })?;
-    let token = access.token.clone().filter(|t| !t.is_empty());
-    if !convo_runtime::is_loopback(&addr) && token.is_none() {
-        return Err(CommandError::user(format!(
-            "refusing to listen on {addr} without a token: anyone who can reach it could use it"
-        ))
-        .with_hint("pass --token TOKEN (or set CONVO_TOKEN), or listen on 127.0.0.1"));
-    }
     let mut config = convo_runtime::Config::new(env.store_url.clone());
-    config.token = token;
+    config.token = access.token.clone().filter(|t| !t.is_empty());
+    // The one check every listener goes through (off loopback: a token).
+    convo_server::check_listen(&addr, &config)?;
     config.log_requests = false;
     config.allow_hosts = access.allow_host.clone();
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -32,6 +32,16 @@
 //! - it is inside a timeline (the history was edited, a regeneration):
 //!   the session forks there on a new timeline `edit-N`, named as every
 //!   way in names it ([`crate::thread`]), and the rest goes on it;
+//! - none is stored, but the path resends a recorded tool call (same id,
+//!   tool, arguments) after a rewritten history (an openai-agents
+//!   handoff: another system prompt, the history summarized in one
+//!   message): the call continues at that tool call, the messages before
+//!   it kept on its first new node (`extra.rewritten_history`), not
+//!   recorded as their own;
+//! - none is stored and the call's first user message is a string
+//!   argument of a recorded tool call (an agent used as a tool): a
+//!   subagent, on a timeline `agent-N` forked at that tool call, linked
+//!   as the proxy links one ([`crate::thread::start_subagent`]);
 //! - none is stored (the first call, or a call with unrelated history in
 //!   the same trace): the whole path is appended to `main`.
 //!
@@ -222,6 +232,13 @@ impl ThreadCache {
         }
         for h in hashes {
             c.owners.insert(*h, (thread.to_owned(), failed));
+        }
+        // The subagents its tool calls could start.
+        for m in &pc.path[pc.n_in..] {
+            for sp in spawns_of(m) {
+                c.owners
+                    .insert(spawn_marker(&sp.key), (thread.to_owned(), false));
+            }
         }
     }
 
@@ -576,7 +593,14 @@ fn continued_thread(t: &PreparedThread, cs: &[&PreparedCall], cache: &ThreadCach
         .iter()
         .any(|m| matches!(m.role, Role::Assistant | Role::ToolCall));
     let found = if fresh {
-        cache.owner(&first.chains[..first.n_in], true)
+        cache.owner(&first.chains[..first.n_in], true).or_else(|| {
+            // A subagent started by a tool call of another trace.
+            let key = input
+                .iter()
+                .find(|m| m.role == Role::User)
+                .and_then(|m| crate::thread::spawn_key(&m.text))?;
+            cache.owner(&[spawn_marker(&key)], false)
+        })
     } else {
         cache.owner(&first.chains, false)
     };
@@ -587,6 +611,12 @@ fn continued_thread(t: &PreparedThread, cs: &[&PreparedCall], cache: &ThreadCach
 /// span id (so a retried export writes it once).
 fn span_marker(span_id: &str) -> ThreadHash {
     thread_hash(None, &Message::new(Role::System, "otel-span", span_id))
+}
+
+/// The thread hash a subagent's key ([`crate::thread::spawn_key`]) is
+/// known by in the cache's owners.
+fn spawn_marker(key: &str) -> ThreadHash {
+    thread_hash(None, &Message::new(Role::System, "otel-spawn", key))
 }
 
 /// What a session's branches are: (name, head, sealed), by name. Any
@@ -614,9 +644,85 @@ struct Thread {
     empty_main: bool,
     main_head: Option<NodeHash>,
     branches: Marks,
+    /// Each tool call recorded, by [`call_identity`]: its node and thread
+    /// hash (a call whose history was rewritten before it resumes there).
+    calls: HashMap<String, (NodeHash, ThreadHash)>,
+    /// Tool-call arguments that could start a subagent
+    /// ([`crate::thread::Spawn`]), by key: the tool call's node and the
+    /// timeline it was recorded on, when known.
+    spawns: HashMap<String, (NodeHash, Option<BranchName>, crate::thread::Spawn)>,
+}
+
+/// Where a call continues: (branch, head before, its context, the stable
+/// fields in effect there).
+type At = (
+    BranchName,
+    Option<NodeHash>,
+    Option<Context>,
+    Option<Stable>,
+);
+
+/// Where a call's new messages go ([`Thread::locate`]).
+struct Place<'p> {
+    /// The first message of the path to write.
+    from: usize,
+    branch: BranchName,
+    /// The timeline's head before the call.
+    old_head: Option<NodeHash>,
+    ctx: Option<Context>,
+    /// The stable fields in effect there.
+    effect: Option<Stable>,
+    /// The path's thread hashes as the session knows them (rebased on a
+    /// recorded tool call when the history before it was rewritten).
+    chains: std::borrow::Cow<'p, [ThreadHash]>,
+    /// What the first new node carries: its subagent link, the messages
+    /// the client sent instead of the recorded history.
+    subagent: Option<Value>,
+    folded: &'p [Message],
+}
+
+/// A tool call's identity: its id, tool and arguments (ids alone repeat
+/// across conversations of a scripted model).
+fn call_identity(m: &Message) -> Option<String> {
+    if m.role != Role::ToolCall {
+        return None;
+    }
+    let id = m.extra.get("tool_call_id").and_then(Value::as_str)?;
+    Some(format!(
+        "{id}\u{0}{}\u{0}{}",
+        m.to.as_deref().unwrap_or(""),
+        m.text
+    ))
+}
+
+/// The subagents a tool-call message could start ([`crate::thread::spawns_of_call`]).
+fn spawns_of(m: &Message) -> Vec<crate::thread::Spawn> {
+    if m.role != Role::ToolCall {
+        return Vec::new();
+    }
+    let args = crate::api::parsed_arguments(&Value::String(m.text.clone()));
+    let id = m.extra.get("tool_call_id").and_then(Value::as_str);
+    crate::thread::spawns_of_call(id, m.to.as_deref(), &args)
 }
 
 impl Thread {
+    /// Notes a tool call recorded as `node` (thread hash `h`) on `branch`.
+    fn note_call(
+        &mut self,
+        m: &Message,
+        node: NodeHash,
+        h: ThreadHash,
+        branch: Option<&BranchName>,
+    ) {
+        if let Some(id) = call_identity(m) {
+            self.calls.insert(id, (node, h));
+        }
+        for sp in spawns_of(m) {
+            self.spawns
+                .insert(sp.key.clone(), (node, branch.cloned(), sp));
+        }
+    }
+
     /// A new session for `t`: nothing to read.
     fn create(
         l: &mut Ledger<'_>,
@@ -633,6 +739,8 @@ impl Thread {
             empty_main: true,
             main_head: None,
             branches: vec![(BranchName::main(), None, false)],
+            calls: HashMap::new(),
+            spawns: HashMap::new(),
         })
     }
 
@@ -684,12 +792,20 @@ impl Thread {
         let mut at: HashMap<NodeHash, (Option<ThreadHash>, Stable)> =
             HashMap::with_capacity(nodes.len());
         let mut known = HashMap::new();
+        let mut tool_calls = Vec::new();
         for (n, payload) in &nodes {
             let (prev, mut stable) = match n.node.parent.and_then(|p| at.get(&p)) {
                 Some((h, s)) => (*h, s.clone()),
                 None => (None, no_stable()),
             };
             let diag = n.node.diagnostics.to_value();
+            // A subagent's conversation starts again at its timeline's
+            // first node, as its calls hash it.
+            let prev = if diag.get("subagent").is_some() {
+                None
+            } else {
+                prev
+            };
             if let Some(otel) = diag.pointer("/extra/otel")
                 && let Some(call) = otel.get("call")
             {
@@ -704,6 +820,9 @@ impl Thread {
                 Some(m) => {
                     let h = thread_hash(prev.as_ref(), &m);
                     known.entry(h).or_insert(n.hash);
+                    if m.role == Role::ToolCall {
+                        tool_calls.push((m, n.hash, h));
+                    }
                     Some(h)
                 }
                 None => prev,
@@ -732,7 +851,7 @@ impl Thread {
                 );
             }
         }
-        Ok(Thread {
+        let mut th = Thread {
             id,
             agent,
             known,
@@ -740,7 +859,13 @@ impl Thread {
             empty_main,
             main_head,
             branches,
-        })
+            calls: HashMap::new(),
+            spawns: HashMap::new(),
+        };
+        for (m, node, h) in tool_calls {
+            th.note_call(&m, node, h, None);
+        }
+        Ok(th)
     }
 
     fn record(
@@ -752,93 +877,41 @@ impl Thread {
         written: &mut Vec<(u64, Vec<u8>)>,
     ) -> Result<(), StoreError> {
         for pc in cs {
-            let (c, path, chains) = (&pc.call, &pc.path, &pc.chains);
+            let (c, path) = (&pc.call, &pc.path);
             if path.is_empty() {
                 self.record_without_content(l, c, out, written)?;
                 continue;
             }
-            let found = (0..path.len())
-                .rev()
-                .find(|&j| self.known.contains_key(&chains[j]));
-            if found == Some(path.len() - 1) {
+            let Some(place) = self.locate(l, pc, out)? else {
                 continue;
-            }
-            let from = found.map_or(0, |j| j + 1);
-            // Where the call continues: (branch, head before, its context,
-            // the stable fields in effect there).
-            let (branch, old_head, ctx, effect) = match found {
-                Some(j) => {
-                    let x = self.known[&chains[j]];
-                    match self.heads.get(&x).cloned() {
-                        Some(h) => {
-                            let ctx = match h.ctx {
-                                Some(ctx) => ctx,
-                                None => stored(l, &x)?.ctx,
-                            };
-                            (h.branch, Some(x), Some(ctx), h.stable)
-                        }
-                        None => {
-                            // Inside a timeline: forked there, as every way
-                            // in forks (`edit-N`).
-                            let (name, fork) = crate::thread::fork_at(l, &self.id, &x, c.start)?;
-                            let fork = fork.ok_or_else(|| StoreError::backend("no fork node"))?;
-                            out.nodes += 1;
-                            self.branches.push((name.clone(), Some(fork.hash), false));
-                            self.branches.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
-                            (name, Some(fork.hash), Some(fork.ctx), None)
-                        }
-                    }
-                }
-                None => {
-                    let (ctx, effect) = match self.main_head {
-                        Some(h) => match self.heads.get(&h).cloned() {
-                            Some(head) => (
-                                Some(match head.ctx {
-                                    Some(ctx) => ctx,
-                                    None => stored(l, &h)?.ctx,
-                                }),
-                                head.stable,
-                            ),
-                            None => (Some(stored(l, &h)?.ctx), None),
-                        },
-                        None if self.empty_main => (None, Some(no_stable())),
-                        None => (None, None),
-                    };
-                    (BranchName::main(), self.main_head, ctx, effect)
-                }
             };
+            let Place {
+                from,
+                branch,
+                old_head,
+                ctx,
+                effect,
+                chains,
+                subagent,
+                folded,
+            } = place;
             let mut cur = match &ctx {
                 Some(ctx) => Cursor::after(ctx, c.start),
                 None => Cursor::start(c.start),
             };
             let own = call_stable(c);
-            let mut msgs: Vec<Message> = path[from..].to_vec();
-            let last = msgs.len() - 1;
-            for (k, m) in msgs.iter_mut().enumerate() {
-                let output = from + k >= pc.n_in;
-                m.time = Some(if output { c.end } else { c.start });
-                if output && m.role != Role::Tool {
-                    m.model = c.model.clone();
-                }
-                let otel = if k == last && kept {
-                    kept_call_diagnostics(c, pc.index, &own, effect.as_ref())
-                } else if k == last {
-                    call_diagnostics(c, &own, effect.as_ref())
-                } else if kept && !matches!(m.role, Role::Assistant | Role::ToolCall) {
-                    // The export's row says it came as telemetry
-                    // (`resolve_kept`); an answer keeps its marker, which
-                    // replay finds calls by.
-                    continue;
-                } else {
-                    Value::Object(Map::new())
-                };
-                m.extra.insert("otel".into(), otel);
-            }
+            let msgs = new_messages(pc, from, kept, &own, effect.as_ref(), folded);
             let refs: Vec<&Message> = msgs.iter().collect();
-            let (index, only): (Vec<Option<usize>>, Vec<Draft>) =
+            let (index, mut only): (Vec<Option<usize>>, Vec<Draft>) =
                 message_drafts(&self.agent, &mut cur, &refs)?
                     .into_iter()
                     .unzip();
+            if let (Some(link), Some(first)) = (subagent, only.first_mut()) {
+                let mut d = first.diagnostics.to_value();
+                d["subagent"] = link;
+                first.diagnostics =
+                    convo_core::Diagnostics::from_value(&d).map_err(StoreError::invalid)?;
+            }
             let nodes = l.append_many_nodes(&self.id, &branch, &only)?;
             written.extend(
                 nodes
@@ -848,33 +921,240 @@ impl Thread {
             );
             for (i, n) in index.iter().zip(&nodes) {
                 if let Some(i) = i {
-                    self.known.entry(chains[from + i]).or_insert(n.hash);
+                    let h = chains[from + i];
+                    self.known.entry(h).or_insert(n.hash);
+                    // Also as the call's own path hashes it (a rewritten
+                    // history), for its next call.
+                    self.known.entry(pc.chains[from + i]).or_insert(n.hash);
+                    self.note_call(&path[from + i], n.hash, h, Some(&branch));
                 }
             }
             if let Some(new) = nodes.last() {
-                if let Some(old) = old_head {
-                    self.heads.remove(&old);
-                }
-                self.heads.insert(
-                    new.hash,
-                    Head {
-                        branch: branch.clone(),
-                        ctx: Some(new.ctx),
-                        stable: Some(own),
-                    },
-                );
-                if branch == BranchName::main() {
-                    self.main_head = Some(new.hash);
-                    self.empty_main = false;
-                }
-                if let Some(m) = self.branches.iter_mut().find(|m| m.0 == branch) {
-                    m.1 = Some(new.hash);
-                }
+                self.moved(&branch, old_head, new, own);
             }
             out.nodes += nodes.len();
             out.recorded += 1;
         }
         Ok(())
+    }
+
+    /// `branch`'s head moved from `old_head` to `new`.
+    fn moved(
+        &mut self,
+        branch: &BranchName,
+        old_head: Option<NodeHash>,
+        new: &convo_store::StoredNode,
+        own: Stable,
+    ) {
+        if let Some(old) = old_head {
+            self.heads.remove(&old);
+        }
+        self.heads.insert(
+            new.hash,
+            Head {
+                branch: branch.clone(),
+                ctx: Some(new.ctx),
+                stable: Some(own),
+            },
+        );
+        if *branch == BranchName::main() {
+            self.main_head = Some(new.hash);
+            self.empty_main = false;
+        }
+        if let Some(m) = self.branches.iter_mut().find(|m| m.0 == *branch) {
+            m.1 = Some(new.hash);
+        }
+    }
+
+    /// Where a call's messages go, and from which one on (`None`: every
+    /// message is stored already). The deepest message of its path the
+    /// session has decides ([`Thread::at`]); when it has none, a recorded
+    /// tool call the path resends after a rewritten history
+    /// ([`Thread::resume`]), or a tool call whose argument is the call's
+    /// first human text ([`Thread::subagent`]); else the whole path on `main`.
+    fn locate<'p>(
+        &mut self,
+        l: &mut Ledger<'_>,
+        pc: &'p PreparedCall,
+        out: &mut Ingested,
+    ) -> Result<Option<Place<'p>>, StoreError> {
+        let (path, chains) = (&pc.path, &pc.chains);
+        let found = (0..path.len())
+            .rev()
+            .find(|&j| self.known.contains_key(&chains[j]));
+        if found == Some(path.len() - 1) {
+            return Ok(None);
+        }
+        if found.is_none() {
+            if let Some(resumed) = self.resume(l, pc, out)? {
+                return Ok(resumed);
+            }
+            if let Some(sub) = self.subagent(l, pc, out)? {
+                return Ok(Some(sub));
+            }
+        }
+        let at = found.map(|j| self.known[&chains[j]]);
+        let (branch, old_head, ctx, effect) = self.at(l, at, pc.call.start, out)?;
+        Ok(Some(Place {
+            from: found.map_or(0, |j| j + 1),
+            branch,
+            old_head,
+            ctx,
+            effect,
+            chains: std::borrow::Cow::Borrowed(chains),
+            subagent: None,
+            folded: &[],
+        }))
+    }
+
+    /// Where a call continues after the stored node `at` (`None`: the
+    /// end of `main`): (branch, head before, its context, the stable
+    /// fields in effect there). A node inside a timeline is forked at,
+    /// as every way in forks (`edit-N`).
+    fn at(
+        &mut self,
+        l: &mut Ledger<'_>,
+        at: Option<NodeHash>,
+        start: Millis,
+        out: &mut Ingested,
+    ) -> Result<At, StoreError> {
+        let Some(x) = at else {
+            let (ctx, effect) = match self.main_head {
+                Some(h) => match self.heads.get(&h).cloned() {
+                    Some(head) => (
+                        Some(match head.ctx {
+                            Some(ctx) => ctx,
+                            None => stored(l, &h)?.ctx,
+                        }),
+                        head.stable,
+                    ),
+                    None => (Some(stored(l, &h)?.ctx), None),
+                },
+                None if self.empty_main => (None, Some(no_stable())),
+                None => (None, None),
+            };
+            return Ok((BranchName::main(), self.main_head, ctx, effect));
+        };
+        if let Some(h) = self.heads.get(&x).cloned() {
+            let ctx = match h.ctx {
+                Some(ctx) => ctx,
+                None => stored(l, &x)?.ctx,
+            };
+            return Ok((h.branch, Some(x), Some(ctx), h.stable));
+        }
+        let (name, fork) = crate::thread::fork_at(l, &self.id, &x, start)?;
+        let fork = fork.ok_or_else(|| StoreError::backend("no fork node"))?;
+        out.nodes += 1;
+        self.new_branch(&name, fork.hash);
+        Ok((name, Some(fork.hash), Some(fork.ctx), None))
+    }
+
+    fn new_branch(&mut self, name: &BranchName, head: NodeHash) {
+        self.branches.push((name.clone(), Some(head), false));
+        self.branches.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    }
+
+    /// A call whose history before a recorded tool call was rewritten
+    /// (openai-agents hands a conversation to another agent with another
+    /// system prompt and what came before summarized in one message), as
+    /// the proxy finds the turn such a request continues by the answer it
+    /// sends back: it continues at that tool call. Its path from there is
+    /// hashed on from the stored call's thread hash; the messages before
+    /// it are not recorded as their own, but kept on the first new node
+    /// (`extra.rewritten_history`). `Some(None)`: all of it is stored.
+    #[allow(clippy::type_complexity)]
+    fn resume<'p>(
+        &mut self,
+        l: &mut Ledger<'_>,
+        pc: &'p PreparedCall,
+        out: &mut Ingested,
+    ) -> Result<Option<Option<Place<'p>>>, StoreError> {
+        let path = &pc.path;
+        let Some((j, h)) = (0..pc.n_in).rev().find_map(|j| {
+            let id = call_identity(&path[j])?;
+            self.calls.get(&id).map(|&(_, h)| (j, h))
+        }) else {
+            return Ok(None);
+        };
+        let mut chains = pc.chains.clone();
+        chains[j] = h;
+        for k in j + 1..path.len() {
+            chains[k] = thread_hash(Some(&chains[k - 1]), &path[k]);
+        }
+        let Some(deepest) = (j..path.len())
+            .rev()
+            .find(|&k| self.known.contains_key(&chains[k]))
+        else {
+            return Ok(None);
+        };
+        // The call's own hashes of what is stored, for its next call.
+        for (own, h) in pc.chains[j..=deepest].iter().zip(&chains[j..=deepest]) {
+            let n = self.known[h];
+            self.known.entry(*own).or_insert(n);
+        }
+        if deepest == path.len() - 1 {
+            return Ok(Some(None));
+        }
+        let at = self.known[&chains[deepest]];
+        let (branch, old_head, ctx, effect) = self.at(l, Some(at), pc.call.start, out)?;
+        Ok(Some(Some(Place {
+            from: deepest + 1,
+            branch,
+            old_head,
+            ctx,
+            effect,
+            chains: std::borrow::Cow::Owned(chains),
+            subagent: None,
+            folded: if deepest == j { &path[..j] } else { &[] },
+        })))
+    }
+
+    /// A first call (no answer in its history) whose first human text is
+    /// a string argument of a tool call this session recorded (an agent
+    /// used as a tool, a nested agent): a subagent, on a timeline
+    /// `agent-N` forked at that tool call, its first node linked to it
+    /// (`subagent`), as the proxy records one ([`crate::thread::start_subagent`]).
+    fn subagent<'p>(
+        &mut self,
+        l: &mut Ledger<'_>,
+        pc: &'p PreparedCall,
+        out: &mut Ingested,
+    ) -> Result<Option<Place<'p>>, StoreError> {
+        let input = &pc.path[..pc.n_in];
+        if input
+            .iter()
+            .any(|m| matches!(m.role, Role::Assistant | Role::ToolCall))
+        {
+            return Ok(None);
+        }
+        let Some(key) = input
+            .iter()
+            .find(|m| m.role == Role::User)
+            .and_then(|m| crate::thread::spawn_key(&m.text))
+        else {
+            return Ok(None);
+        };
+        let Some((node, branch, spawn)) = self.spawns.get(&key).cloned() else {
+            return Ok(None);
+        };
+        let spot = crate::thread::Spot {
+            session: self.id,
+            branch: branch.unwrap_or_else(BranchName::main),
+            node,
+        };
+        let (name, fork, link) = crate::thread::start_subagent(l, &spot, &spawn, pc.call.start)?;
+        out.nodes += 1;
+        self.new_branch(&name, fork.hash);
+        Ok(Some(Place {
+            from: 0,
+            branch: name,
+            old_head: Some(fork.hash),
+            ctx: Some(fork.ctx),
+            effect: None,
+            chains: std::borrow::Cow::Borrowed(&pc.chains),
+            subagent: Some(link),
+            folded: &[],
+        }))
     }
 
     /// A call exported without its messages: a turn of its own on `main`
@@ -928,22 +1208,7 @@ impl Thread {
                 .map(|(n, d)| (n.seq, d.payload.clone())),
         );
         if let Some(new) = nodes.last() {
-            if let Some(old) = old_head {
-                self.heads.remove(&old);
-            }
-            self.heads.insert(
-                new.hash,
-                Head {
-                    branch: main.clone(),
-                    ctx: Some(new.ctx),
-                    stable: Some(own),
-                },
-            );
-            self.main_head = Some(new.hash);
-            self.empty_main = false;
-            if let Some(m) = self.branches.iter_mut().find(|m| m.0 == main) {
-                m.1 = Some(new.hash);
-            }
+            self.moved(&main, old_head, new, own);
             self.known.insert(marker, new.hash);
         }
         out.nodes += nodes.len();
@@ -951,6 +1216,53 @@ impl Thread {
         out.without_content += 1;
         Ok(())
     }
+}
+
+/// The messages a call adds from `from` on, as they are recorded: times,
+/// the model on its output, `extra.otel` (the call's diagnostics on the
+/// last), and on the first what the client sent instead of the recorded
+/// history (`folded`).
+fn new_messages(
+    pc: &PreparedCall,
+    from: usize,
+    kept: bool,
+    own: &Stable,
+    effect: Option<&Stable>,
+    folded: &[Message],
+) -> Vec<Message> {
+    let c = &pc.call;
+    let mut msgs: Vec<Message> = pc.path[from..].to_vec();
+    let last = msgs.len().saturating_sub(1);
+    for (k, m) in msgs.iter_mut().enumerate() {
+        let output = from + k >= pc.n_in;
+        m.time = Some(if output { c.end } else { c.start });
+        if output && m.role != Role::Tool {
+            m.model = c.model.clone();
+        }
+        let otel = if k == last && kept {
+            kept_call_diagnostics(c, pc.index, own, effect)
+        } else if k == last {
+            call_diagnostics(c, own, effect)
+        } else if kept && !matches!(m.role, Role::Assistant | Role::ToolCall) {
+            // The export's row says it came as telemetry
+            // (`resolve_kept`); an answer keeps its marker, which
+            // replay finds calls by.
+            continue;
+        } else {
+            Value::Object(Map::new())
+        };
+        m.extra.insert("otel".into(), otel);
+    }
+    if let (false, Some(first)) = (folded.is_empty(), msgs.first_mut()) {
+        let was: Vec<Value> = folded
+            .iter()
+            .map(|m| json!({"role": m.role.as_str(), "text": m.text}))
+            .collect();
+        first
+            .extra
+            .insert("rewritten_history".into(), Value::Array(was));
+    }
+    msgs
 }
 
 fn stored(l: &mut Ledger<'_>, h: &NodeHash) -> Result<convo_store::StoredNode, StoreError> {

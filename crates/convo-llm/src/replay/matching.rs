@@ -31,7 +31,10 @@
 //! With `strict`, only exact matches count.
 
 use serde::Serialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+pub use super::parts::{Message, Parted};
 use std::collections::{HashMap, HashSet};
 use std::sync::LazyLock;
 
@@ -267,76 +270,193 @@ impl Rules {
 /// The place of a call in its conversation: method, path, model, tool
 /// names, whether it streams, and each message's role, type and tool names
 /// (never their text). Calls that differ only in volatile values have the
-/// same shape.
-pub fn shape(canon: &Value) -> String {
-    let body = canon.get("body").unwrap_or(&Value::Null);
-    let name = |v: &Value| {
-        v.get("name")
-            .or_else(|| v.pointer("/function/name"))
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned()
-    };
-    let tools: Vec<String> = body
-        .get("tools")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().map(name).collect())
-        .unwrap_or_default();
-    let message = |m: &Value| {
-        let blocks: Vec<String> = match m.get("content") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|b| {
-                    format!(
-                        "{}:{}",
-                        b.get("type").and_then(Value::as_str).unwrap_or(""),
-                        name(b)
-                    )
-                })
-                .collect(),
-            Some(Value::String(_)) => vec!["text".into()],
-            _ => vec![],
-        };
-        let calls: Vec<String> = m
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().map(name).collect())
-            .unwrap_or_default();
-        json!([m.get("role"), m.get("type"), name(m), blocks, calls])
-    };
-    let messages: Vec<Value> = ["messages", "input"]
-        .iter()
-        .filter_map(|k| body.get(*k).and_then(Value::as_array))
-        .flatten()
-        .map(message)
-        .collect();
-    json!([
-        canon.get("method"),
-        canon.get("path"),
-        body.get("model"),
-        body.get("stream"),
-        tools,
-        body.get("system").is_some() || body.get("instructions").is_some(),
-        messages
-    ])
-    .to_string()
+/// same shape. A digest, fed with no value built.
+pub fn shape(canon: &Value) -> Key {
+    let mut h = Sha256::new();
+    shape_head(&mut h, canon);
+    for m in conversation(canon).into_iter().flat_map(|c| c.1) {
+        h.update(message_shape(m));
+    }
+    h.finalize().into()
 }
 
-/// Recorded requests, looked up by canonical text and by [`shape`].
+/// What [`shape`] takes from a request but its messages.
+pub(crate) fn shape_head(h: &mut Sha256, canon: &Value) {
+    let body = canon.get("body").unwrap_or(&Value::Null);
+    let opt = |h: &mut Sha256, v: Option<&Value>| feed(h, v.unwrap_or(&Value::Null));
+    opt(h, canon.get("method"));
+    opt(h, canon.get("path"));
+    opt(h, body.get("model"));
+    opt(h, body.get("stream"));
+    for t in body
+        .get("tools")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        feed_str(h, b'N', name_of(t));
+    }
+    h.update(
+        [body.get("system").is_some() as u8 | (body.get("instructions").is_some() as u8) << 1],
+    );
+}
+
+fn name_of(v: &Value) -> &str {
+    v.get("name")
+        .or_else(|| v.pointer("/function/name"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// What [`shape`] takes from one message: its role, type, name, the type
+/// and name of each block and the names of its tool calls.
+pub(crate) fn message_shape(m: &Value) -> Key {
+    let mut h = Sha256::new();
+    let opt = |h: &mut Sha256, v: Option<&Value>| feed(h, v.unwrap_or(&Value::Null));
+    opt(&mut h, m.get("role"));
+    opt(&mut h, m.get("type"));
+    feed_str(&mut h, b'N', name_of(m));
+    match m.get("content") {
+        Some(Value::Array(a)) => {
+            for b in a {
+                feed_str(
+                    &mut h,
+                    b'B',
+                    b.get("type").and_then(Value::as_str).unwrap_or(""),
+                );
+                feed_str(&mut h, b'N', name_of(b));
+            }
+        }
+        Some(Value::String(_)) => h.update(b"S"),
+        _ => {}
+    }
+    for c in m
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        feed_str(&mut h, b'C', name_of(c));
+    }
+    h.finalize().into()
+}
+
+/// Recorded requests, looked up by [`key`] and by [`shape`]; each kept in
+/// parts ([`Parted`]), a message repeated by later calls kept once.
 #[derive(Debug, Default)]
 pub struct Index {
-    calls: Vec<Value>,
-    by_key: HashMap<String, Vec<usize>>,
-    by_shape: HashMap<String, Vec<usize>>,
+    calls: Vec<Parted>,
+    by_key: HashMap<Key, Vec<usize>>,
+    by_shape: HashMap<Key, Vec<usize>>,
     /// Pointers where the recording shows a message to vary.
     learned: HashSet<String>,
     rules: Rules,
     strict: bool,
 }
 
-/// The text a canonical request is looked up by (RFC 8785).
-pub fn key(canon: &Value) -> String {
-    convo_core::json::canonical(canon).unwrap_or_else(|_| canon.to_string())
+/// A 256-bit digest requests are looked up by ([`key`], [`shape`]).
+pub type Key = [u8; 32];
+
+/// The members of a request body that hold its conversation, one item a
+/// message; the first that is an array is the request's conversation.
+pub const CONVERSATION: [&str; 2] = ["messages", "input"];
+
+/// The conversation of a canonical request: its member's name and items.
+pub fn conversation(canon: &Value) -> Option<(&'static str, &Vec<Value>)> {
+    let body = canon.get("body")?.as_object()?;
+    CONVERSATION
+        .iter()
+        .find_map(|c| body.get(*c).and_then(Value::as_array).map(|a| (*c, a)))
+}
+
+/// What a canonical request is looked up by: a SHA-256 digest of its
+/// structure, equal for two values exactly when their RFC 8785 texts are
+/// equal (members in a fixed order, each string and number as JCS
+/// writes it), with no text built. The conversation's messages count by
+/// their own digests ([`message_key`]), so a request read in parts (its
+/// messages known from earlier requests) is keyed without being read
+/// whole ([`super::parts`]).
+pub fn key(canon: &Value) -> Key {
+    let conv = conversation(canon);
+    let mut h = Sha256::new();
+    feed_without(&mut h, canon, conv.map(|c| c.0));
+    if let Some((name, a)) = conv {
+        let keys: Vec<Key> = a.iter().map(message_key).collect();
+        finish_key(&mut h, name, &keys);
+    }
+    h.finalize().into()
+}
+
+/// The digest of one message of a conversation.
+pub fn message_key(m: &Value) -> Key {
+    let mut h = Sha256::new();
+    feed(&mut h, m);
+    h.finalize().into()
+}
+
+/// Feeds a canonical request less its body's member `conv`.
+pub(crate) fn feed_without(h: &mut Sha256, canon: &Value, conv: Option<&str>) {
+    let (Some(conv), Value::Object(o)) = (conv, canon) else {
+        return feed(h, canon);
+    };
+    h.update([b'o']);
+    h.update((o.len() as u64).to_le_bytes());
+    for (k, x) in o {
+        feed_str(h, b'k', k);
+        match (k.as_str(), x) {
+            ("body", Value::Object(b)) => {
+                h.update([b'o']);
+                h.update((b.len() as u64 - u64::from(b.contains_key(conv))).to_le_bytes());
+                for (bk, bx) in b.iter().filter(|(bk, _)| *bk != conv) {
+                    feed_str(h, b'k', bk);
+                    feed(h, bx);
+                }
+            }
+            _ => feed(h, x),
+        }
+    }
+}
+
+/// Ends a key with the conversation `name` and its messages' keys.
+pub(crate) fn finish_key(h: &mut Sha256, name: &str, keys: &[Key]) {
+    feed_str(h, b'C', name);
+    h.update((keys.len() as u64).to_le_bytes());
+    keys.iter().for_each(|k| h.update(k));
+}
+
+/// Feeds `v` to `h`, each item tagged and length-prefixed so that no two
+/// different values feed the same bytes.
+pub(crate) fn feed(h: &mut Sha256, v: &Value) {
+    match v {
+        Value::Null => h.update(b"n"),
+        Value::Bool(b) => h.update(if *b { b"T" } else { b"F" }),
+        Value::Number(n) => {
+            let text = convo_core::json::canonical(v).unwrap_or_else(|_| n.to_string());
+            feed_str(h, b'd', &text);
+        }
+        Value::String(s) => feed_str(h, b's', s),
+        Value::Array(a) => {
+            h.update([b'a']);
+            h.update((a.len() as u64).to_le_bytes());
+            a.iter().for_each(|x| feed(h, x));
+        }
+        Value::Object(o) => {
+            // A `Map` iterates in one order (sorted) whatever the order
+            // the members were read in.
+            h.update([b'o']);
+            h.update((o.len() as u64).to_le_bytes());
+            for (k, x) in o {
+                feed_str(h, b'k', k);
+                feed(h, x);
+            }
+        }
+    }
+}
+
+pub(crate) fn feed_str(h: &mut Sha256, tag: u8, s: &str) {
+    h.update([tag]);
+    h.update((s.len() as u64).to_le_bytes());
+    h.update(s.as_bytes());
 }
 
 fn path_of(v: &Value) -> &str {
@@ -346,12 +466,22 @@ fn path_of(v: &Value) -> &str {
 impl Index {
     /// An index of `calls` (canonical requests, in recorded order).
     pub fn new(calls: Vec<Value>, rules: Rules, strict: bool) -> Index {
-        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
-        let mut by_shape: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut shared = HashMap::new();
+        let calls = calls
+            .into_iter()
+            .map(|c| Parted::split(c, &mut shared))
+            .collect();
+        Index::of_parts(calls, rules, strict)
+    }
+
+    /// An index of `calls` already in parts.
+    pub fn of_parts(calls: Vec<Parted>, rules: Rules, strict: bool) -> Index {
+        let mut by_key: HashMap<Key, Vec<usize>> = HashMap::new();
+        let mut by_shape: HashMap<Key, Vec<usize>> = HashMap::new();
         for (i, c) in calls.iter().enumerate() {
-            by_key.entry(key(c)).or_default().push(i);
+            by_key.entry(c.key).or_default().push(i);
             if !strict {
-                by_shape.entry(shape(c)).or_default().push(i);
+                by_shape.entry(c.shape).or_default().push(i);
             }
         }
         let learned = if strict {
@@ -369,8 +499,13 @@ impl Index {
         }
     }
 
-    /// Recorded call `i`'s canonical request.
-    pub fn get(&self, i: usize) -> Option<&Value> {
+    /// Recorded call `i`'s canonical request, whole.
+    pub fn get(&self, i: usize) -> Option<Value> {
+        self.calls.get(i).map(Parted::whole)
+    }
+
+    /// Recorded call `i` in parts.
+    pub fn parts(&self, i: usize) -> Option<&Parted> {
         self.calls.get(i)
     }
 
@@ -389,23 +524,57 @@ impl Index {
         self.learned.iter()
     }
 
+    /// The first call `served` does not mark whose canonical request is
+    /// recorded call `i`'s: what [`Index::find`] answers exactly for a
+    /// request known to be the same as call `i` (the replay's look-up
+    /// by the received bytes).
+    pub fn same_as(&self, i: usize, served: &[bool]) -> Option<usize> {
+        let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
+        self.by_key
+            .get(&self.calls.get(i)?.key)?
+            .iter()
+            .copied()
+            .find(free)
+    }
+
     /// Looks `received` up among the calls `served` does not mark (see
     /// the module docs).
     pub fn find(&self, received: &Value, served: &[bool]) -> Found {
+        let r = Parted::split(received.clone(), &mut HashMap::new());
+        let (found, same_place) = self.look(&r, served);
+        match found {
+            Some(f) => f,
+            None => self.closest(received, same_place, served),
+        }
+    }
+
+    /// [`Index::find`] for a request read in parts ([`Parted`]): an exact
+    /// match or the call tolerating volatile differences. `None` for a
+    /// repeat or a miss (whose report reads the whole request).
+    pub fn find_parts(&self, r: &Parted, served: &[bool]) -> Option<Found> {
+        match self.look(r, served).0? {
+            f @ (Found::Exact(_) | Found::Tolerated { .. }) => Some(f),
+            Found::Repeat(_) | Found::Miss { .. } => None,
+        }
+    }
+
+    /// Exact, tolerated or repeat; `None` (with the calls of the same
+    /// shape) for a miss.
+    fn look(&self, r: &Parted, served: &[bool]) -> (Option<Found>, Option<&[usize]>) {
         let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
-        let exact = self.by_key.get(&key(received));
+        let exact = self.by_key.get(&r.key);
         if let Some(i) = exact.and_then(|all| all.iter().copied().find(free)) {
-            return Found::Exact(i);
+            return (Some(Found::Exact(i)), None);
         }
         let same_place = if self.strict {
             None
         } else {
-            self.by_shape.get(&shape(received))
+            self.by_shape.get(&r.shape)
         };
         let mut best: Option<(usize, Vec<Tolerated>)> = None;
         let mut repeat = exact.and_then(|all| all.last().copied());
         for &i in same_place.into_iter().flatten() {
-            let Some(t) = self.tolerates(&self.calls[i], received) else {
+            let Some(t) = self.tolerates_parts(&self.calls[i], r) else {
                 continue;
             };
             if !free(&i) {
@@ -416,29 +585,25 @@ impl Index {
                 best = Some((i, t));
             }
         }
-        if let Some((call, tolerated)) = best {
-            return Found::Tolerated { call, tolerated };
-        }
-        if let Some(i) = repeat {
-            return Found::Repeat(i);
-        }
-        self.closest(received, same_place.map(Vec::as_slice), &free)
+        let found = match (best, repeat) {
+            (Some((call, tolerated)), _) => Some(Found::Tolerated { call, tolerated }),
+            (None, Some(i)) => Some(Found::Repeat(i)),
+            (None, None) => None,
+        };
+        (found, same_place.map(Vec::as_slice))
     }
 
     /// The closest free call: of the same shape first, else by method and
     /// path, then fewest differences, then the earliest.
-    fn closest(
-        &self,
-        received: &Value,
-        same: Option<&[usize]>,
-        free: &dyn Fn(&usize) -> bool,
-    ) -> Found {
+    fn closest(&self, received: &Value, same: Option<&[usize]>, served: &[bool]) -> Found {
+        let free = |i: &usize| !served.get(*i).copied().unwrap_or(false);
         let place = |v: &Value| (v.get("method").cloned(), v.get("path").cloned());
         let pick = |it: &mut dyn Iterator<Item = usize>| {
             it.filter(free)
                 .map(|i| {
-                    let d = super::differences(&self.calls[i], received);
-                    ((place(&self.calls[i]) != place(received), d.len(), i), d)
+                    let recorded = self.calls[i].whole();
+                    let d = super::differences(&recorded, received);
+                    ((place(&recorded) != place(received), d.len(), i), d)
                 })
                 .min_by_key(|(rank, _)| *rank)
         };
@@ -455,6 +620,97 @@ impl Index {
                 differences: vec![],
             },
         }
+    }
+
+    /// [`Index::tolerates`] of recorded call `i` (read whole).
+    pub fn tolerates_call(&self, i: usize, received: &Value) -> Option<Vec<Tolerated>> {
+        self.tolerates(&self.calls.get(i)?.whole(), received)
+    }
+
+    /// [`Index::tolerates`] of two requests in parts: the messages whose
+    /// keys are the same are not compared.
+    fn tolerates_parts(&self, a: &Parted, b: &Parted) -> Option<Vec<Tolerated>> {
+        let (Value::Object(x), Value::Object(y)) = (&a.head, &b.head) else {
+            return self.tolerates(&a.whole(), &b.whole());
+        };
+        if a.conv != b.conv {
+            return self.tolerates(&a.whole(), &b.whole());
+        }
+        let path = path_of(&b.head);
+        let (mut at, mut out) = (Vec::new(), Vec::new());
+        for k in x.keys().chain(y.keys().filter(|k| !x.contains_key(*k))) {
+            let (p, q) = (
+                x.get(k).unwrap_or(&Value::Null),
+                y.get(k).unwrap_or(&Value::Null),
+            );
+            at.push(k.clone());
+            let ok = match (k.as_str(), a.conv, p, q) {
+                ("body", Some(conv), Value::Object(p), Value::Object(q)) => {
+                    self.walk_body(path, (p, q), conv, (a, b), &mut at, &mut out)
+                }
+                _ => self.walk(path, p, q, &mut at, &mut out),
+            };
+            at.pop();
+            if !ok {
+                return None;
+            }
+        }
+        Some(out)
+    }
+
+    /// Two bodies less their conversation `conv`, whose messages are
+    /// `calls`' (the conversation walked in its place among the members).
+    fn walk_body(
+        &self,
+        path: &str,
+        (x, y): (&Map<String, Value>, &Map<String, Value>),
+        conv: &str,
+        (a, b): (&Parted, &Parted),
+        at: &mut Vec<String>,
+        out: &mut Vec<Tolerated>,
+    ) -> bool {
+        let mut keys: Vec<&str> = x.keys().map(String::as_str).chain([conv]).collect();
+        keys.sort_unstable();
+        keys.extend(y.keys().map(String::as_str).filter(|k| !x.contains_key(*k)));
+        keys.into_iter().all(|k| {
+            at.push(k.to_owned());
+            let ok = if k == conv {
+                self.walk_messages(path, &a.messages, &b.messages, at, out)
+            } else {
+                let missing = Value::Null;
+                let (p, q) = (x.get(k).unwrap_or(&missing), y.get(k).unwrap_or(&missing));
+                self.walk(path, p, q, at, out)
+            };
+            at.pop();
+            ok
+        })
+    }
+
+    /// Two conversations, message by message; those with the same key are
+    /// the same.
+    fn walk_messages(
+        &self,
+        path: &str,
+        x: &[std::sync::Arc<Message>],
+        y: &[std::sync::Arc<Message>],
+        at: &mut Vec<String>,
+        out: &mut Vec<Tolerated>,
+    ) -> bool {
+        if x.len() != y.len() {
+            let whole = |m: &[std::sync::Arc<Message>]| {
+                Value::Array(m.iter().map(|m| m.value.clone()).collect())
+            };
+            return self.walk(path, &whole(x), &whole(y), at, out);
+        }
+        x.iter().zip(y).enumerate().all(|(j, (p, q))| {
+            if p.key == q.key {
+                return true;
+            }
+            at.push(j.to_string());
+            let ok = self.walk(path, &p.value, &q.value, at, out);
+            at.pop();
+            ok
+        })
     }
 
     /// Every difference between `recorded` and `received` if each is
@@ -534,11 +790,11 @@ impl Index {
 /// conversation (same path, model and tools, the same first message, more
 /// messages) repeats an earlier call's message differently. A conversation
 /// only counts when at most a quarter of the repeated messages differ.
-fn learn(calls: &[Value]) -> HashSet<String> {
+fn learn(calls: &[Parted]) -> HashSet<String> {
     let mut out = HashSet::new();
-    let group = |c: &Value| {
-        let b = c.get("body").unwrap_or(&Value::Null);
-        json!([c.get("path"), b.get("model"), b.get("tools")]).to_string()
+    let group = |c: &Parted| {
+        let b = c.head.get("body").unwrap_or(&Value::Null);
+        serde_json::json!([c.head.get("path"), b.get("model"), b.get("tools")]).to_string()
     };
     let mut last: HashMap<String, usize> = HashMap::new();
     for (i, c) in calls.iter().enumerate() {
@@ -551,27 +807,21 @@ fn learn(calls: &[Value]) -> HashSet<String> {
     out
 }
 
-fn learn_pair(a: &Value, b: &Value, out: &mut HashSet<String>) {
-    for field in ["messages", "input"] {
-        let (Some(x), Some(y)) = (
-            a.pointer(&format!("/body/{field}"))
-                .and_then(Value::as_array),
-            b.pointer(&format!("/body/{field}"))
-                .and_then(Value::as_array),
-        ) else {
-            continue;
-        };
-        if x.is_empty() || y.len() <= x.len() || x.first() != y.first() {
-            continue;
-        }
-        let differing: Vec<usize> = (0..x.len()).filter(|&j| x[j] != y[j]).collect();
-        if differing.len() * 4 > x.len() {
-            continue;
-        }
-        for j in differing {
-            for p in super::differences(&x[j], &y[j]) {
-                out.insert(format!("/body/{field}/{j}{p}"));
-            }
+fn learn_pair(a: &Parted, b: &Parted, out: &mut HashSet<String>) {
+    let (Some(field), true) = (a.conv, a.conv == b.conv) else {
+        return;
+    };
+    let (x, y) = (&a.messages, &b.messages);
+    if x.is_empty() || y.len() <= x.len() || x[0].key != y[0].key {
+        return;
+    }
+    let differing: Vec<usize> = (0..x.len()).filter(|&j| x[j].key != y[j].key).collect();
+    if differing.len() * 4 > x.len() {
+        return;
+    }
+    for j in differing {
+        for p in super::differences(&x[j].value, &y[j].value) {
+            out.insert(format!("/body/{field}/{j}{p}"));
         }
     }
 }
@@ -579,6 +829,7 @@ fn learn_pair(a: &Value, b: &Value, out: &mut HashSet<String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn call(messages: Value) -> Value {
         json!({"method": "POST", "path": "/v1/messages", "headers": {},
@@ -607,7 +858,7 @@ mod tests {
         // Served already: a repeat, not "not in the recording".
         assert_eq!(idx.find(&got, &[true]), Found::Repeat(0));
         // Strict: a miss naming the pointer.
-        let strict = Index::new(vec![idx.calls[0].clone()], Rules::default(), true);
+        let strict = Index::new(vec![idx.calls[0].whole()], Rules::default(), true);
         assert_eq!(
             strict.find(&got, &[false]),
             Found::Miss {

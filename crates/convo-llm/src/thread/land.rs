@@ -12,7 +12,11 @@
 //! - it is inside a timeline (the client edited or regenerated a later
 //!   message, or a history diverged): the session forks there, on a new
 //!   timeline `edit-N` ([`free_edit_branch`]), and the call goes on it;
-//! - nothing is found (a first call): a new session.
+//! - nothing is found (a first call): a new session, unless its first
+//!   human text is a string argument of a tool call recorded earlier (a
+//!   subagent: Claude Code's `Task`, an agent used as a tool): then a
+//!   timeline `agent-N` of that call's session, forked at it
+//!   ([`start_subagent`]).
 
 use convo_core::{BranchName, HashPrefix, Millis, NodeHash, SessionId};
 use convo_store::{Ledger, Result, StoreError, StoredNode};
@@ -76,4 +80,29 @@ pub fn free_branch(l: &mut Ledger<'_>, session: &SessionId, stem: &str) -> Resul
         }
         n += 1;
     }
+}
+
+/// Starts a subagent's timeline: the next free `agent-N` of `spot`'s
+/// session, forked at `spot.node` (the node that recorded the tool call
+/// that started it, or its turn's end). Returns the timeline, the fork
+/// node and the link its first node carries in its diagnostics as
+/// `subagent` (`started_by` the fork point, its `branch`, the
+/// `tool_call_id` and `tool`), which
+/// [`convo_store::topology::subagent_link`] reads back.
+pub fn start_subagent(
+    l: &mut Ledger<'_>,
+    spot: &Spot,
+    spawn: &super::Spawn,
+    now: Millis,
+) -> Result<(BranchName, StoredNode, serde_json::Value)> {
+    let name = free_branch(l, &spot.session, "agent")?;
+    let from = HashPrefix::parse(&spot.node.to_hex()).map_err(StoreError::invalid)?;
+    let fork = l.fork(&spot.session, &from, &name, now)?;
+    let link = serde_json::json!({
+        "started_by": spot.node.to_hex(),
+        "branch": spot.branch.as_str(),
+        "tool_call_id": spawn.tool_call_id,
+        "tool": spawn.tool,
+    });
+    Ok((name, fork, link))
 }

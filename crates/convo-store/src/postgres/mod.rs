@@ -51,8 +51,9 @@ use tokio_postgres::{Client, NoTls, Row, Statement};
 
 mod schema;
 
-/// Key of the advisory lock every writer takes.
-const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
+/// Key of the transaction-scoped advisory lock every writer takes (a
+/// session holding it keeps every convo writer of the database waiting).
+pub const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
 const MIGRATE_LOCK: i64 = 0x636f_6e76_6f02;
 /// Writes a transaction holds back at most before sending them (a bulk
 /// import does not keep its whole batch in memory as statements).
@@ -77,6 +78,9 @@ struct Conn {
 pub struct Postgres {
     conn: Conn,
     listening: bool,
+    /// How long a transaction waits out lock contention (see
+    /// [`crate::backend::Maintenance::busy_wait`]).
+    busy_budget: Duration,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -89,11 +93,35 @@ fn db(e: tokio_postgres::Error) -> StoreError {
     match e.code() {
         Some(c)
             if *c == SqlState::T_R_SERIALIZATION_FAILURE
-                || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                // `lock_timeout` ran out (see `busy_wait`).
+                || *c == SqlState::LOCK_NOT_AVAILABLE =>
         {
             StoreError::Busy(RETRY_BUDGET.as_secs())
         }
+        _ if unreachable(&e) => {
+            StoreError::Unreachable(crate::Cause::new(describe(&e)).with_source(e))
+        }
         _ => StoreError::Backend(crate::Cause::new(describe(&e)).with_source(e)),
+    }
+}
+
+/// Whether `e` says the server is gone or going (the connection closed or
+/// cut, the server shutting down or starting up), not that a statement
+/// failed.
+fn unreachable(e: &tokio_postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        Some(c) => {
+            c.code().starts_with("08")
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW
+        }
+        // No server error: the socket failed (refused, reset, timed out).
+        None => std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>()),
     }
 }
 
@@ -248,6 +276,7 @@ impl Postgres {
         let mut me = Postgres {
             conn,
             listening: false,
+            busy_budget: RETRY_BUDGET,
         };
         if access == crate::Access::Read {
             let row = me.conn.once(|c| {
@@ -269,7 +298,7 @@ impl Postgres {
     }
 
     fn run(&mut self, mode: Mode, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        crate::backend::retrying(crate::backend::RETRY_BUDGET, || {
+        crate::backend::retrying(self.busy_budget, || {
             let mut t = PgTx::new(&mut self.conn, mode);
             let out = f(&mut t).and_then(|()| t.commit());
             if out.is_err() {
@@ -277,6 +306,27 @@ impl Postgres {
             }
             out
         })
+    }
+}
+
+impl crate::backend::Maintenance for Postgres {
+    /// A budget shorter than [`RETRY_BUDGET`] sets the connection's
+    /// `lock_timeout` to it (at least 1 ms: PostgreSQL's zero means no
+    /// limit), so a statement that would wait for a lock another session
+    /// holds (the writers' advisory lock, a row, a table) fails at once as
+    /// `Busy`, and is not retried here past the budget.
+    fn busy_wait(&mut self, budget: Duration) -> Result<()> {
+        let ms = if budget < RETRY_BUDGET {
+            budget.as_millis().max(1)
+        } else {
+            0
+        };
+        let sql = format!("SET lock_timeout = {ms}");
+        self.conn
+            .once(|c| Box::pin(c.batch_execute(&sql)))
+            .map_err(db)?;
+        self.busy_budget = budget;
+        Ok(())
     }
 }
 
@@ -293,6 +343,9 @@ impl Backend for Postgres {
     }
     fn kind(&self) -> &'static str {
         "postgres"
+    }
+    fn maintenance(&mut self) -> Option<&mut dyn crate::backend::Maintenance> {
+        Some(self)
     }
     fn payload_work(&self) -> (u64, u64) {
         (self.conn.recent.hashed, self.conn.recent.cut)
@@ -652,9 +705,21 @@ impl<'c> PgTx<'c> {
             });
         }
         self.pending.push(Op::Simple("COMMIT".into()));
-        self.send(None)?;
-        self.begun = false;
-        Ok(())
+        match self.send(None) {
+            // The COMMIT may have reached the server: not `Unreachable`
+            // (which promises nothing was kept).
+            Err(StoreError::Unreachable(c)) => {
+                Err(StoreError::Backend(crate::Cause::new(format!(
+                    "{}: the connection was lost at COMMIT, whether the transaction was kept is unknown",
+                    c.message()
+                ))))
+            }
+            Err(e) => Err(e),
+            Ok(_) => {
+                self.begun = false;
+                Ok(())
+            }
+        }
     }
 
     /// Ends the transaction without its writes (a no-op if nothing was sent).
