@@ -3,10 +3,11 @@ memory about them.
 
 A thread is a session titled by its `thread_id` (agent `langgraph`); its
 first node, on `main`, names the thread. A checkpoint is an `invoke` node
-(`langgraph → graph`) whose payload holds the whole checkpoint (channel
-values included) and whose diagnostics (`langgraph`) hold what a listing
-needs without the payload: the checkpoint id, its parent's, its namespace
-and its metadata. A call to `put_writes` is a `request` node (`task →
+(`langgraph → graph`) whose payload holds the checkpoint (its channel
+values given as below) and whose diagnostics (`langgraph`) hold what a
+listing needs without the payload: the checkpoint id, its parent's, its
+namespace, its metadata and `delta` when the payload gives values by its
+parent's. A call to `put_writes` is a `request` node (`task →
 graph`) after it, with the writes' values in the payload. Namespace `""`
 is `main`; a subgraph's namespace is a timeline of its own (`ns-…`),
 forked from its parent graph's checkpoint; a checkpoint whose parent is
