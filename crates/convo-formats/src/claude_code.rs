@@ -84,18 +84,7 @@ impl crate::Reader for ClaudeCode {
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
-        let files = if path.is_dir() {
-            session_files(path)
-        } else {
-            vec![path.to_path_buf()]
-        };
-        let mut out = Read::default();
-        for f in files {
-            let got = read_session(&f)?;
-            out.conversations.extend(got.conversations);
-            out.warnings.extend(got.warnings);
-        }
-        Ok(out)
+        records::read_files(path, session_files, open_session)
     }
 }
 
@@ -759,6 +748,101 @@ fn uuid_tree(
     Ok(up)
 }
 
+/// The timelines: `main` ends at the deepest last child of the last
+/// message written outside sidechains; every other leaf is `alt-N`, or
+/// `agent-N` for a sidechain's.
+fn timelines_of(skel: &Skeleton, sidechain: &[bool]) -> Vec<crate::model::Timeline> {
+    let n = skel.len();
+    let mut last_child: Vec<u32> = vec![NONE; n];
+    for i in 0..n {
+        if let Some(p) = skel.parent(i) {
+            last_child[p] = i as u32;
+        }
+    }
+    let main_leaf = {
+        let last = sidechain.iter().rposition(|s| !s).unwrap_or(n - 1);
+        let mut at = last;
+        let mut steps = 0;
+        while last_child[at] != NONE && steps <= n {
+            at = last_child[at] as usize;
+            steps += 1;
+        }
+        at
+    };
+    drop(last_child);
+    skel.timelines(Some(main_leaf), |i| sidechain[i])
+}
+
+/// The session's id (its `sessionId`, else the file's stem) and the
+/// metadata kept: the first value of each of [`FIRST_KEYS`], the file's name.
+fn id_and_meta(file: &str, firsts: &[Option<String>; 4]) -> (Option<String>, Map<String, Value>) {
+    let [session_id, ..] = firsts;
+    let id = session_id.clone().or_else(|| {
+        Path::new(file)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+    });
+    let mut meta = Map::new();
+    for (k, v) in FIRST_KEYS.iter().zip(firsts) {
+        if let Some(v) = v {
+            meta.insert((*k).into(), json!(v));
+        }
+    }
+    meta.insert("file".into(), json!(records::file_name(file)));
+    (id, meta)
+}
+
+/// Where the files read end (a mark per file; `None` when one was not
+/// read to a record) and the state a later tail read goes on from: the
+/// tool calls not answered yet, each file's last message, `main`'s last.
+#[allow(clippy::too_many_arguments)]
+fn tail_of(
+    items: &[Item],
+    item_of: &[usize],
+    msg_of: &[u32],
+    rel: &[Option<String>],
+    pre: Option<&Pre>,
+    names: &Names,
+    last_main: Option<usize>,
+    mut tools: HashMap<String, String>,
+    answered: &std::collections::HashSet<String>,
+) -> Option<records::Tail> {
+    let name = |f: u32| rel.get(f as usize).cloned().flatten().unwrap_or_default();
+    let mut marks: Vec<Option<records::Mark>> = match &pre {
+        Some(p) => p.marks.iter().cloned().map(Some).collect(),
+        None => vec![None; rel.len()],
+    };
+    let mut last: Vec<Option<String>> = vec![None; rel.len()];
+    for (i, it) in items.iter().enumerate() {
+        let f = it.at.file as usize;
+        if f >= rel.len() {
+            continue;
+        }
+        if !it.stub() {
+            marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
+        }
+        if msg_of[i] != NONE {
+            last[f] = it.uuid.text(names).map(|t| t.into_owned());
+        }
+    }
+    let last_main =
+        last_main.and_then(|m| items[item_of[m]].uuid.text(names).map(|t| t.into_owned()));
+    tools.retain(|k, _| !answered.contains(k));
+    let state = TailState {
+        tools: std::mem::take(&mut tools).into_iter().collect(),
+        last,
+        last_main,
+    };
+    marks
+        .into_iter()
+        .collect::<Option<Vec<_>>>()
+        .map(|marks| records::Tail {
+            format: "claude-code".into(),
+            marks,
+            state: serde_json::to_value(state).unwrap_or_default(),
+        })
+}
+
 /// Builds the skeleton of one session from its records' index (the
 /// session file's and its subagents', `rel` naming each file).
 /// `None` for a file with no record.
@@ -782,7 +866,7 @@ fn build<'a>(
         typed_title,
         any_title,
         first: firsts,
-        mut tools,
+        tools,
         answered,
         ..
     } = ix;
@@ -1028,46 +1112,17 @@ fn build<'a>(
         sidechain.push(false);
     }
     // Where the files read end, and the state to go on from there.
-    let tail = {
-        let name = |f: u32| rel.get(f as usize).cloned().flatten().unwrap_or_default();
-        let mut marks: Vec<Option<records::Mark>> = match &pre {
-            Some(p) => p.marks.iter().cloned().map(Some).collect(),
-            None => vec![None; rel.len()],
-        };
-        let mut last: Vec<Option<String>> = vec![None; rel.len()];
-        for (i, it) in items.iter().enumerate() {
-            let f = it.at.file as usize;
-            if f >= rel.len() {
-                continue;
-            }
-            if !it.stub() {
-                marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
-            }
-            if msg(i).is_some() {
-                last[f] = it.uuid.text(&skel.names).map(|t| t.into_owned());
-            }
-        }
-        let last_main = last_main.and_then(|m| {
-            items[item_of[m]]
-                .uuid
-                .text(&skel.names)
-                .map(|t| t.into_owned())
-        });
-        tools.retain(|k, _| !answered.contains(k));
-        let state = TailState {
-            tools: std::mem::take(&mut tools).into_iter().collect(),
-            last,
-            last_main,
-        };
-        marks
-            .into_iter()
-            .collect::<Option<Vec<_>>>()
-            .map(|marks| records::Tail {
-                format: "claude-code".into(),
-                marks,
-                state: serde_json::to_value(state).unwrap_or_default(),
-            })
-    };
+    let tail = tail_of(
+        &items,
+        &item_of,
+        &msg_of,
+        &rel,
+        pre.as_ref(),
+        &skel.names,
+        last_main,
+        tools,
+        &answered,
+    );
     let created_at = items.iter().find_map(Item::time);
     drop(msg_of);
     drop(item_of);
@@ -1104,53 +1159,13 @@ fn build<'a>(
     }
     drop(has_turn_child);
 
-    // Timelines.
-    let mut last_child: Vec<u32> = vec![NONE; n];
-    for i in 0..n {
-        if let Some(p) = skel.parent(i) {
-            last_child[p] = i as u32;
-        }
-    }
-    let main_leaf = {
-        let last = sidechain.iter().rposition(|s| !s).unwrap_or(n - 1);
-        let mut at = last;
-        let mut steps = 0;
-        while last_child[at] != NONE && steps <= n {
-            at = last_child[at] as usize;
-            steps += 1;
-        }
-        at
-    };
-    drop(last_child);
-    let timelines = skel.timelines(Some(main_leaf), |i| sidechain[i]);
+    let timelines = timelines_of(&skel, &sidechain);
     drop(sidechain);
-
-    // Title, id, metadata.
     let title = custom_title
         .or(summary)
         .or(typed_title.flatten())
         .or(any_title.flatten());
-    let [session_id, ..] = &firsts;
-    let id = session_id.clone().or_else(|| {
-        Path::new(file)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-    });
-    let mut meta = Map::new();
-    for (k, v) in FIRST_KEYS.iter().zip(&firsts) {
-        if let Some(v) = v {
-            meta.insert((*k).into(), json!(v));
-        }
-    }
-    meta.insert(
-        "file".into(),
-        json!(
-            Path::new(file)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ),
-    );
+    let (id, meta) = id_and_meta(file, &firsts);
     // Alias ids that are names keep their own (the skeleton's names are
     // lent to the ledger while it imports).
     let mut alias_names = Names::default();

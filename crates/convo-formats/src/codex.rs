@@ -66,18 +66,7 @@ impl crate::Reader for Codex {
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
-        let files = if path.is_dir() {
-            rollout_files(path)
-        } else {
-            vec![path.to_path_buf()]
-        };
-        let mut out = Read::default();
-        for f in files {
-            let got = records::read_whole(open_rollout(&f)?)?;
-            out.warnings.extend(got.warnings);
-            out.conversations.extend(got.conversations);
-        }
-        Ok(out)
+        records::read_files(path, rollout_files, open_rollout)
     }
 }
 
@@ -479,15 +468,7 @@ fn build<'a>(
     }
     messages.shrink_to_fit();
     refs.shrink_to_fit();
-    meta.insert(
-        "file".into(),
-        json!(
-            Path::new(file)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ),
-    );
+    meta.insert("file".into(), json!(records::file_name(file)));
     let id = id.or_else(|| {
         Path::new(file)
             .file_stem()

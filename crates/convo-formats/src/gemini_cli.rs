@@ -109,18 +109,7 @@ impl crate::Reader for GeminiCli {
     }
 
     fn read_path(&self, path: &Path) -> Result<Read> {
-        let files = if path.is_dir() {
-            session_files(path)
-        } else {
-            vec![path.to_path_buf()]
-        };
-        let mut out = Read::default();
-        for f in files {
-            let got = records::read_whole(open_session(&f)?)?;
-            out.warnings.extend(got.warnings);
-            out.conversations.extend(got.conversations);
-        }
-        Ok(out)
+        records::read_files(path, session_files, open_session)
     }
 }
 
@@ -1223,6 +1212,94 @@ fn title_of(
     Some(first_title(v.get("content").unwrap_or(&Value::Null)))
 }
 
+/// Chains each subagent's chat after the call that gave it its task
+/// (each call once; else the chat's last message) and gives the leaf of
+/// each that has a message of its own; every line kept (after its last
+/// message, or with the call).
+fn chain_agents(
+    b: &mut Built,
+    arena: &mut Skeleton,
+    tasks: &[u64],
+    agents: Vec<Indexer>,
+    rel: &[Option<String>],
+    warnings: &mut Vec<String>,
+) -> Vec<usize> {
+    let own_count = b.order.len();
+    let mut agent_leaves = Vec::new();
+    let mut used = vec![false; own_count];
+    for (k, agent) in agents.into_iter().enumerate() {
+        let Indexer {
+            ids,
+            riding,
+            waiting,
+            active,
+            warnings: found,
+            ..
+        } = agent;
+        let name = rel.get(k + 1).cloned().flatten().unwrap_or_default();
+        warnings.extend(found.into_iter().map(|w| format!("{name}:{w}")));
+        let task = first_prompt(&ids, arena).map_or(0, |i| tasks[ids[i].first as usize]);
+        // The call that gave it its task (each call once), else the
+        // chat's last message.
+        let matched = (0..own_count).find(|&i| !used[i] && task != 0 && tasks[b.order[i]] == task);
+        if let Some(r) = matched {
+            used[r] = true;
+        }
+        let root = matched.or(own_count.checked_sub(1));
+        let first = b.order.len();
+        let (ends, carry) = b.chain(arena, &ids, riding, waiting, root);
+        let leaf = active
+            .last()
+            .and_then(|&i| ends[i as usize])
+            .filter(|&l| l >= first)
+            .or((b.order.len() > first).then(|| b.order.len() - 1));
+        // Every line kept: after its last message, or with the call.
+        if let Some(to) = leaf.or(root) {
+            b.carry_to(to, carry);
+        }
+        if let Some(l) = leaf {
+            agent_leaves.push(l);
+        }
+    }
+    agent_leaves
+}
+
+/// `main` ends where the live conversation ends; a subagent's chat is
+/// `agent-N`; every other leaf is a rewound branch (`alt-N`).
+fn timelines_of(messages: &Skeleton, live: Option<usize>, agent_leaves: &[usize]) -> Vec<Timeline> {
+    let mut timelines = vec![Timeline {
+        name: "main".into(),
+        leaf: live,
+    }];
+    for (k, &leaf) in agent_leaves.iter().enumerate() {
+        timelines.push(Timeline {
+            name: format!("agent-{}", k + 1),
+            leaf: Some(leaf),
+        });
+    }
+    for (i, leaf) in messages.leaves().into_iter().enumerate() {
+        if leaf && Some(i) != live && !agent_leaves.contains(&i) {
+            timelines.push(Timeline {
+                name: format!("alt-{}", timelines.len() - agent_leaves.len()),
+                leaf: Some(i),
+            });
+        }
+    }
+    timelines
+}
+
+/// What a session keeps of its chat's metadata, and its file's name.
+fn kept_meta(meta: &Map<String, Value>, file: &str) -> Map<String, Value> {
+    let mut keep = Map::new();
+    for k in ["sessionId", "projectHash", "kind", "directories"] {
+        if let Some(v) = meta.get(k) {
+            keep.insert(k.into(), v.clone());
+        }
+    }
+    keep.insert("file".into(), json!(records::file_name(file)));
+    keep
+}
+
 /// The skeleton of one chat from its records' index, with its subagents'
 /// chats (`agents`, each read as file `i + 1` of `sources`, named by
 /// `rel[i + 1]`): each a timeline `agent-N` from the `invoke_agent` call
@@ -1276,43 +1353,7 @@ fn build<'a>(
         .and_then(|&i| ends[i as usize])
         .or(b.order.len().checked_sub(1));
     drop((ids, ends));
-    let own_count = b.order.len();
-    let mut agent_leaves = Vec::new();
-    let mut used = vec![false; own_count];
-    for (k, agent) in agents.into_iter().enumerate() {
-        let Indexer {
-            ids,
-            riding,
-            waiting,
-            active,
-            warnings: found,
-            ..
-        } = agent;
-        let name = rel.get(k + 1).cloned().flatten().unwrap_or_default();
-        warnings.extend(found.into_iter().map(|w| format!("{name}:{w}")));
-        let task = first_prompt(&ids, &arena).map_or(0, |i| tasks[ids[i].first as usize]);
-        // The call that gave it its task (each call once), else the
-        // chat's last message.
-        let matched = (0..own_count).find(|&i| !used[i] && task != 0 && tasks[b.order[i]] == task);
-        if let Some(r) = matched {
-            used[r] = true;
-        }
-        let root = matched.or(own_count.checked_sub(1));
-        let first = b.order.len();
-        let (ends, carry) = b.chain(&mut arena, &ids, riding, waiting, root);
-        let leaf = active
-            .last()
-            .and_then(|&i| ends[i as usize])
-            .filter(|&l| l >= first)
-            .or((b.order.len() > first).then(|| b.order.len() - 1));
-        // Every line kept: after its last message, or with the call.
-        if let Some(to) = leaf.or(root) {
-            b.carry_to(to, carry);
-        }
-        if let Some(l) = leaf {
-            agent_leaves.push(l);
-        }
-    }
+    let agent_leaves = chain_agents(&mut b, &mut arena, &tasks, agents, &rel, &mut warnings);
     drop(tasks);
     // The arena's messages in order (those said again left out).
     let mut messages = arena;
@@ -1321,26 +1362,7 @@ fn build<'a>(
     let refs = b.refs();
     messages.mark_intermediate();
     let n = messages.len();
-    // `main` ends where the live conversation ends; a subagent's chat is
-    // `agent-N`; every other leaf is a rewound branch.
-    let mut timelines = vec![Timeline {
-        name: "main".into(),
-        leaf: live,
-    }];
-    for (k, &leaf) in agent_leaves.iter().enumerate() {
-        timelines.push(Timeline {
-            name: format!("agent-{}", k + 1),
-            leaf: Some(leaf),
-        });
-    }
-    for (i, leaf) in messages.leaves().into_iter().enumerate() {
-        if leaf && Some(i) != live && !agent_leaves.contains(&i) {
-            timelines.push(Timeline {
-                name: format!("alt-{}", timelines.len() - agent_leaves.len()),
-                leaf: Some(i),
-            });
-        }
-    }
+    let timelines = timelines_of(&messages, live, &agent_leaves);
     // A subagent's `summary` is its result (0.61.0: the JSON its
     // `complete_task` call gave), not a title: it is titled by its task.
     let subagent = meta.get("kind").and_then(Value::as_str) == Some("subagent");
@@ -1360,21 +1382,7 @@ fn build<'a>(
                 .file_stem()
                 .map(|s| s.to_string_lossy().into_owned())
         });
-    let mut keep = Map::new();
-    for k in ["sessionId", "projectHash", "kind", "directories"] {
-        if let Some(v) = meta.get(k) {
-            keep.insert(k.into(), v.clone());
-        }
-    }
-    keep.insert(
-        "file".into(),
-        json!(
-            Path::new(file)
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default()
-        ),
-    );
+    let keep = kept_meta(&meta, file);
     Some(Session {
         conv: crate::model::Conversation {
             id,

@@ -958,6 +958,37 @@ impl Stored<'_> {
     }
 }
 
+/// The name of a transcript's file (what its session's metadata keeps
+/// as `file`): the last part of `file`'s path.
+pub(crate) fn file_name(file: &str) -> String {
+    std::path::Path::new(file)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// A transcript reader's `Reader::read_path`: `path` itself, or each
+/// session file `list` finds in the directory `path`, read whole with
+/// `open` (one session a file), conversations and warnings together.
+pub(crate) fn read_files<'a>(
+    path: &std::path::Path,
+    list: impl Fn(&std::path::Path) -> Vec<std::path::PathBuf>,
+    open: impl Fn(&std::path::Path) -> Result<Option<Session<'a>>>,
+) -> Result<crate::model::Read> {
+    let files = if path.is_dir() {
+        list(path)
+    } else {
+        vec![path.to_path_buf()]
+    };
+    let mut out = crate::model::Read::default();
+    for f in files {
+        let got = read_whole(open(&f)?)?;
+        out.conversations.extend(got.conversations);
+        out.warnings.extend(got.warnings);
+    }
+    Ok(out)
+}
+
 /// A whole file's session read at once (`Reader::read_path`): the
 /// conversation and its warnings, or nothing for a file without one.
 pub(crate) fn read_whole(session: Option<Session<'_>>) -> Result<crate::model::Read> {

@@ -1055,55 +1055,7 @@ impl Proxy {
             Err(m) => m,
         };
         if on_miss == replay::OnMiss::Error {
-            // 400: a status no SDK retries (409, 429 and 5xx are retried,
-            // 404 reads as "model not found").
-            let (code, message) = match (&miss.recorded, miss.exhausted, miss.repeat_of) {
-                (_, _, Some(n)) => (
-                    "replay_repeat",
-                    format!(
-                        "replay: this call matches call #{n} recorded on `{branch}` of session {session}, already answered; pass --replay-repeats to answer it again"
-                    ),
-                ),
-                (None, _, _) | (_, true, _) => (
-                    "replay_exhausted",
-                    format!(
-                        "replay: every call recorded on `{branch}` of session {session} has been answered; this call is not in the recording"
-                    ),
-                ),
-                (Some(_), false, None) => (
-                    "replay_miss",
-                    format!(
-                        "replay: no call recorded on `{branch}` of session {session} matches this one; the closest (call #{}) differs at {}",
-                        miss.recorded_call.unwrap_or(0),
-                        miss.differences.join(", ")
-                    ),
-                ),
-            };
-            // One line a test harness reads (the pytest plugin's failure):
-            // each differing pointer with the recorded and received value.
-            let values: Vec<Value> = miss
-                .differences
-                .iter()
-                .map(|p| {
-                    let at = |v: Option<&Value>| v.and_then(|v| v.pointer(p)).cloned();
-                    json!({"pointer": p, "recorded": at(miss.recorded.as_ref()), "received": at(Some(&received))})
-                })
-                .collect();
-            eprintln!(
-                "{}",
-                json!({"proxy": "replay miss", "code": code, "recorded_call": miss.recorded_call,
-                       "differences": miss.differences, "values": values})
-            );
-            let body = json!({"error": {
-                "type": "convo_proxy_error",
-                "code": code,
-                "message": message,
-                "recorded": miss.recorded,
-                "recorded_call": miss.recorded_call,
-                "received": received,
-                "differences": miss.differences,
-            }});
-            return Some((StatusCode::BAD_REQUEST, axum::Json(body)).into_response());
+            return Some(miss_answer(&miss, &received, &session, &branch));
         }
         // Live from here on.
         let live = match (&miss.recorded, miss.before) {
@@ -1391,6 +1343,64 @@ impl Kept {
         ex.chunks = self.chunks.unwrap_or_default();
         ex.response_body = self.raw;
     }
+}
+
+/// The answer to a call the replay does not have (`--on-miss error`): a
+/// 400 (a status no SDK retries: 409, 429 and 5xx are retried, 404 reads
+/// as "model not found") naming the closest recorded call and where it
+/// differs, and one line on stderr a test harness reads (the pytest
+/// plugin's failure): each differing pointer with both values.
+fn miss_answer(
+    miss: &replay::Miss,
+    received: &Value,
+    session: &convo_core::SessionId,
+    branch: &BranchName,
+) -> Response {
+    let (code, message) = match (&miss.recorded, miss.exhausted, miss.repeat_of) {
+        (_, _, Some(n)) => (
+            "replay_repeat",
+            format!(
+                "replay: this call matches call #{n} recorded on `{branch}` of session {session}, already answered; pass --replay-repeats to answer it again"
+            ),
+        ),
+        (None, _, _) | (_, true, _) => (
+            "replay_exhausted",
+            format!(
+                "replay: every call recorded on `{branch}` of session {session} has been answered; this call is not in the recording"
+            ),
+        ),
+        (Some(_), false, None) => (
+            "replay_miss",
+            format!(
+                "replay: no call recorded on `{branch}` of session {session} matches this one; the closest (call #{}) differs at {}",
+                miss.recorded_call.unwrap_or(0),
+                miss.differences.join(", ")
+            ),
+        ),
+    };
+    let values: Vec<Value> = miss
+        .differences
+        .iter()
+        .map(|p| {
+            let at = |v: Option<&Value>| v.and_then(|v| v.pointer(p)).cloned();
+            json!({"pointer": p, "recorded": at(miss.recorded.as_ref()), "received": at(Some(received))})
+        })
+        .collect();
+    eprintln!(
+        "{}",
+        json!({"proxy": "replay miss", "code": code, "recorded_call": miss.recorded_call,
+               "differences": miss.differences, "values": values})
+    );
+    let body = json!({"error": {
+        "type": "convo_proxy_error",
+        "code": code,
+        "message": message,
+        "recorded": miss.recorded,
+        "recorded_call": miss.recorded_call,
+        "received": received,
+        "differences": miss.differences,
+    }});
+    (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
 }
 
 /// A recorded answer, re-sent as recorded.

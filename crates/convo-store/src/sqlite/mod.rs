@@ -930,17 +930,7 @@ impl crate::chunk::Chunks for SqliteTx<'_> {
     }
 
     fn manifests(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
-        let mut st = self
-            .tx
-            .prepare("SELECT hash, data FROM blobs WHERE chunked")
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        while let Some(r) = rows.next().map_err(db)? {
-            let h: Vec<u8> = r.get(0).map_err(db)?;
-            let m: Vec<u8> = r.get(1).map_err(db)?;
-            f(&h, &m)?;
-        }
-        Ok(())
+        self.visit_pairs("SELECT hash, data FROM blobs WHERE chunked", f)
     }
 }
 
@@ -960,6 +950,16 @@ fn opt_digest(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Digest>> {
 }
 
 /// Bytes of a BLOB or TEXT column (an edit may have changed the type).
+/// A byte-string column as stored, borrowed (NULL: empty).
+fn bytes_ref<'r>(r: &'r Row<'_>, i: usize) -> rusqlite::Result<&'r [u8]> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Null => &[],
+        ValueRef::Blob(b) | ValueRef::Text(b) => b,
+        _ => return Err(corrupt("a stored byte string has a numeric type")),
+    })
+}
+
 fn bytes(r: &Row<'_>, i: usize) -> rusqlite::Result<Option<Vec<u8>>> {
     use rusqlite::types::ValueRef;
     Ok(match r.get_ref(i)? {
@@ -1761,25 +1761,7 @@ impl BlobTx for SqliteTx<'_> {
     }
 
     fn scan_chunks(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
-        let mut st = self
-            .tx
-            .prepare("SELECT hash, data FROM chunks ORDER BY id")
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        while let Some(r) = rows.next().map_err(db)? {
-            let h = r
-                .get_ref(0)
-                .map_err(db)?
-                .as_bytes_or_null()
-                .map_err(|e| db(e.into()))?;
-            let d = r
-                .get_ref(1)
-                .map_err(db)?
-                .as_bytes_or_null()
-                .map_err(|e| db(e.into()))?;
-            f(h.unwrap_or_default(), d.unwrap_or_default())?;
-        }
-        Ok(())
+        self.visit_pairs("SELECT hash, data FROM chunks ORDER BY id", f)
     }
 
     fn delete_blob(&mut self, h: &ContentHash) -> Result<bool> {
@@ -1825,17 +1807,7 @@ impl StateTx for SqliteTx<'_> {
     }
 
     fn scan_state_nodes(&mut self, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
-        let mut st = self
-            .tx
-            .prepare("SELECT hash, body FROM state_nodes")
-            .map_err(db)?;
-        let mut rows = st.query([]).map_err(db)?;
-        while let Some(r) = rows.next().map_err(db)? {
-            let h = bytes(r, 0).map_err(db)?.unwrap_or_default();
-            let b = bytes(r, 1).map_err(db)?.unwrap_or_default();
-            f(&h, &b)?;
-        }
-        Ok(())
+        self.visit_pairs("SELECT hash, body FROM state_nodes", f)
     }
 
     fn state_node(&mut self, h: &Digest) -> Result<Option<Vec<u8>>> {
@@ -1855,6 +1827,18 @@ const OTLP_COLS: &str =
     "seq, sessions, received_at, media, base, nodes_from, nodes_to, body_len, residual";
 
 impl SqliteTx<'_> {
+    /// Hands `f` the two byte columns of each row `sql` selects, as stored
+    /// (borrowed, not copied; NULL as empty): the one loop behind the
+    /// blob, chunk and state-node scans.
+    fn visit_pairs(&mut self, sql: &str, f: &mut crate::backend::BlobVisitor<'_>) -> Result<()> {
+        let mut st = self.tx.prepare(sql).map_err(db)?;
+        let mut rows = st.query([]).map_err(db)?;
+        while let Some(r) = rows.next().map_err(db)? {
+            f(bytes_ref(r, 0).map_err(db)?, bytes_ref(r, 1).map_err(db)?)?;
+        }
+        Ok(())
+    }
+
     fn otlp_rows(
         &mut self,
         sql: &str,
