@@ -1,13 +1,21 @@
 #!/usr/bin/env python3
 """LangGraph checkpointers side by side on a thread whose messages
 accumulate (`add_messages`): convo's `ConvoSaver` against LangGraph's
-`SqliteSaver` and `InMemorySaver` (and `PostgresSaver` with --pg URL).
+`SqliteSaver`, `InMemorySaver` and, with --pg ADMIN_URL, `PostgresSaver`
+(and `ConvoSaver` on PostgreSQL: `convo-pg`), each in a fresh store (a
+database of its own on PostgreSQL). A `+delta` saver (`memory+delta`,
+`sqlite+delta`…) runs the graph with the messages in LangGraph's
+`DeltaChannel` (beta: the checkpoint stores writes, a snapshot every
+100), the messages given ids (its reducer does not assign them).
 
-For each saver and each thread length (turns): bytes on disk (the store's
-whole folder, -wal included), `put` and `get_tuple` latency as the graph
-calls them (p50/p99), and `get_state_history` over the whole thread.
-Each turn adds a user message and an answer of about 300 bytes each, all
-distinct (the thread's distinct text is printed).
+For each saver and each thread length (turns): bytes on disk (SQLite:
+the store's whole folder, write-ahead log folded; PostgreSQL: its tables
+with their indexes and TOAST), `put` and `get_tuple` latency as the graph
+calls them (p50/p99), `get_state_history` over the whole thread, and
+resuming at the last checkpoint (`get_state` through a new saver on the
+same store: nothing cached). Each turn adds a user message and an answer
+of about 300 bytes each, all distinct (the thread's distinct text is
+printed).
 
     CONVO_BIN=target/release/convo PYTHONPATH=python \\
         python scripts/bench-langgraph.py --turns 300 1200 --savers convo sqlite memory
@@ -22,13 +30,14 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from langchain_core.messages import AIMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, MessagesState, StateGraph
+from typing_extensions import TypedDict
 
 WORDS = [
     "alpha",
@@ -52,12 +61,22 @@ def text(turn: int, who: str) -> str:
     return f"{who} {turn}: " + " ".join(words)
 
 
-def graph(saver: BaseCheckpointSaver[Any]) -> Any:
-    def answer(state: MessagesState) -> dict[str, Any]:
-        turn = len(state["messages"]) // 2
-        return {"messages": [AIMessage(text(turn, "assistant"))]}
+def delta_state() -> Any:
+    """A state whose messages are a `DeltaChannel`."""
+    from langgraph.channels import DeltaChannel
+    from langgraph.graph.message import _messages_delta_reducer
 
-    g = StateGraph(MessagesState).add_node("answer", answer)
+    channel = DeltaChannel(_messages_delta_reducer)
+    return TypedDict("DeltaMessages", {"messages": Annotated[list[AnyMessage], channel]})
+
+
+def graph(saver: BaseCheckpointSaver[Any], delta: bool) -> Any:
+    def answer(state: dict[str, Any]) -> dict[str, Any]:
+        turn = len(state["messages"]) // 2
+        said = text(turn, "assistant")
+        return {"messages": [AIMessage(said, id=f"a{turn}") if delta else AIMessage(said)]}
+
+    g = StateGraph(delta_state() if delta else MessagesState).add_node("answer", answer)
     return g.add_edge(START, "answer").add_edge("answer", END).compile(checkpointer=saver)
 
 
@@ -96,6 +115,8 @@ def convo_saver(folder: Path, url: str | None) -> Iterator[BaseCheckpointSaver[A
     from convo.langgraph import ConvoSaver
 
     with ConvoSaver.from_conn_string(url or f"sqlite://{folder / 'convo.db'}") as saver:
+        # The store's server started (once per process) before the clock.
+        saver.store.sessions()
         yield saver
 
 
@@ -107,11 +128,14 @@ def sqlite_saver(folder: Path, url: str | None) -> Iterator[BaseCheckpointSaver[
         yield saver
 
 
+MEMORY: dict[Path, BaseCheckpointSaver[Any]] = {}
+
+
 @contextmanager
 def memory_saver(folder: Path, url: str | None) -> Iterator[BaseCheckpointSaver[Any]]:
     from langgraph.checkpoint.memory import InMemorySaver
 
-    yield InMemorySaver()
+    yield MEMORY.setdefault(folder, InMemorySaver())
 
 
 @contextmanager
@@ -128,73 +152,133 @@ SAVERS: dict[
     str, Callable[[Path, str | None], AbstractContextManager[BaseCheckpointSaver[Any]]]
 ] = {
     "convo": convo_saver,
+    "convo-pg": convo_saver,
     "sqlite": sqlite_saver,
     "memory": memory_saver,
     "postgres": postgres_saver,
 }
+CHOICES = [*SAVERS, *(f"{k}+delta" for k in SAVERS)]
+
+
+@contextmanager
+def pg_database(admin: str | None) -> Iterator[str]:
+    """A fresh database on the server of `admin`, dropped afterwards."""
+    import psycopg
+
+    assert admin, "--pg ADMIN_URL"
+    name = f"bench_lg_{os.getpid()}_{time.monotonic_ns()}"
+    with psycopg.connect(admin, autocommit=True) as c:
+        c.execute(f"CREATE DATABASE {name}")
+    try:
+        yield admin.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def pg_bytes(url: str) -> int:
+    """Bytes of the database's own tables, indexes and TOAST included."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as c:
+        c.execute("CHECKPOINT")
+        row = c.execute(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname NOT IN ('pg_catalog', 'information_schema') AND c.relkind = 'r'"
+        ).fetchone()
+    return int(row[0]) if row else 0
 
 
 def run(name: str, turns: int, pg: str | None, history: bool = True) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix=f"bench-lg-{name}-") as tmp:
+    base, delta = name.removesuffix("+delta"), name.endswith("+delta")
+    on_pg = base in ("postgres", "convo-pg")
+    with tempfile.TemporaryDirectory(prefix=f"bench-lg-{base}-") as tmp:
         folder = Path(tmp)
-        url = pg if name in ("postgres",) else None
-        with SAVERS[name](folder, url) as saver:
-            puts: list[float] = []
-            gets: list[float] = []
-            saver.put = timed(puts, saver.put)  # type: ignore[method-assign]
-            saver.get_tuple = timed(gets, saver.get_tuple)  # type: ignore[method-assign]
-            app = graph(saver)
-            cfg: Any = {"configurable": {"thread_id": f"bench-{turns}"}}
-            distinct = 0
-            started = time.perf_counter()
-            for turn in range(turns):
-                said = text(turn, "user")
-                distinct += len(said.encode()) + len(text(turn, "assistant").encode())
-                app.invoke({"messages": [HumanMessage(said)]}, cfg)
-            total_s = time.perf_counter() - started
-            t = time.perf_counter()
-            listed = sum(1 for _ in app.get_state_history(cfg)) if history else None
-            history_ms = (time.perf_counter() - t) * 1000 if history else None
-            t = time.perf_counter()
-            last = app.get_state(cfg)
-            resume_ms = (time.perf_counter() - t) * 1000
-            assert len(last.values["messages"]) == 2 * turns
-        on_disk = name in ("convo", "sqlite")
-        with_log = folder_bytes(folder) if on_disk else None
-        if on_disk:
-            fold_logs(folder)
-        size = folder_bytes(folder) if on_disk else None
-        return {
-            "saver": name,
-            "turns": turns,
-            "checkpoints": listed,
-            "distinct_text_bytes": distinct,
-            "bytes_on_disk": size,
-            "bytes_with_log_left": with_log,
-            "bytes_per_turn": None if size is None else round(size / turns),
-            "put_p50_ms": round(pct(puts, 50), 3),
-            "put_p99_ms": round(pct(puts, 99), 3),
-            "get_tuple_p50_ms": round(pct(gets, 50), 3),
-            "get_tuple_p99_ms": round(pct(gets, 99), 3),
-            "get_state_history_ms": None if history_ms is None else round(history_ms, 1),
-            "get_state_ms": round(resume_ms, 2),
-            "run_s": round(total_s, 1),
-        }
+        with pg_database(pg) if on_pg else nullcontext(None) as url:
+            out = run_in(base, delta, turns, folder, url, history)
+            if on_pg:
+                assert url is not None
+                out["bytes_on_disk"] = pg_bytes(url)
+            elif base != "memory":
+                out["bytes_with_log_left"] = folder_bytes(folder)
+                fold_logs(folder)
+                out["bytes_on_disk"] = folder_bytes(folder)
+        MEMORY.pop(folder, None)
+    size = out.get("bytes_on_disk")
+    out["bytes_per_turn"] = None if size is None else round(size / turns)
+    return {"saver": name, "turns": turns, **out}
+
+
+def run_in(
+    base: str, delta: bool, turns: int, folder: Path, url: str | None, history: bool
+) -> dict[str, Any]:
+    cfg: Any = {"configurable": {"thread_id": f"bench-{turns}"}}
+    with SAVERS[base](folder, url) as saver:
+        puts: list[float] = []
+        gets: list[float] = []
+        saver.put = timed(puts, saver.put)  # type: ignore[method-assign]
+        saver.get_tuple = timed(gets, saver.get_tuple)  # type: ignore[method-assign]
+        app = graph(saver, delta)
+        distinct = 0
+        started = time.perf_counter()
+        for turn in range(turns):
+            said = text(turn, "user")
+            distinct += len(said.encode()) + len(text(turn, "assistant").encode())
+            msg = HumanMessage(said, id=f"u{turn}") if delta else HumanMessage(said)
+            app.invoke({"messages": [msg]}, cfg)
+        total_s = time.perf_counter() - started
+        t = time.perf_counter()
+        listed = sum(1 for _ in app.get_state_history(cfg)) if history else None
+        history_ms = (time.perf_counter() - t) * 1000 if history else None
+    # Resuming: a new saver on the same store reads the last checkpoint.
+    with SAVERS[base](folder, url) as saver:
+        t = time.perf_counter()
+        last = graph(saver, delta).get_state(cfg)
+        resume_ms = (time.perf_counter() - t) * 1000
+        assert len(last.values["messages"]) == 2 * turns
+    return {
+        "checkpoints": listed,
+        "distinct_text_bytes": distinct,
+        "put_p50_ms": round(pct(puts, 50), 3),
+        "put_p99_ms": round(pct(puts, 99), 3),
+        "get_tuple_p50_ms": round(pct(gets, 50), 3),
+        "get_tuple_p99_ms": round(pct(gets, 99), 3),
+        "get_state_history_ms": None if history_ms is None else round(history_ms, 1),
+        "resume_ms": round(resume_ms, 2),
+        "run_s": round(total_s, 1),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--turns", type=int, nargs="+", default=[300])
-    ap.add_argument("--savers", nargs="+", default=["convo", "sqlite", "memory"], choices=SAVERS)
-    ap.add_argument("--pg", help="a PostgreSQL URL for the postgres saver")
+    ap.add_argument("--savers", nargs="+", default=["convo", "sqlite", "memory"], choices=CHOICES)
+    ap.add_argument("--pg", help="a PostgreSQL admin URL (postgres, convo-pg: a database each)")
     ap.add_argument(
-        "--no-history", action="store_true", help="skip get_state_history (long threads)"
+        "--history-up-to",
+        type=int,
+        default=1_000_000,
+        metavar="TURNS",
+        help="skip get_state_history on longer threads (it reads every checkpoint whole)",
+    )
+    ap.add_argument(
+        "--max-turns",
+        action="append",
+        default=[],
+        metavar="SAVER=TURNS",
+        help="skip a saver on longer threads (sqlite=1200: its store grows with the square)",
     )
     args = ap.parse_args()
+    caps = {k: int(v) for k, v in (m.split("=", 1) for m in args.max_turns)}
     os.environ.setdefault("PYTHONHASHSEED", "0")
     for turns in args.turns:
         for name in args.savers:
-            print(json.dumps(run(name, turns, args.pg, not args.no_history)), flush=True)
+            if turns > caps.get(name, turns):
+                print(json.dumps({"saver": name, "turns": turns, "skipped": "--max-turns"}))
+                continue
+            out = run(name, turns, args.pg, turns <= args.history_up_to)
+            print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import sqlite3
 import sys
 import uuid
 import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,20 @@ def test_subgraph_checkpoints_on_their_own_timeline(store_url: str) -> None:
         assert store.verify().ok
 
 
+def unsealed(data: bytes) -> bytes:
+    """A payload's bytes, inflated when the saver deflated them."""
+    magic, _, body = data.partition(b"\n")
+    return zlib.decompress(body) if magic.endswith(b"z") else body
+
+
+def edit(data: bytes, old: bytes, new: bytes) -> bytes:
+    """A payload with `old` replaced, sealed again as it was."""
+    magic, _, body = data.partition(b"\n")
+    if magic.endswith(b"z"):
+        return magic + b"\n" + zlib.compress(zlib.decompress(body).replace(old, new))
+    return data.replace(old, new)
+
+
 def test_edited_checkpoint_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "convo.db"
     cfg: Any = {"configurable": {"thread_id": "t"}}
@@ -168,9 +183,9 @@ def test_edited_checkpoint_is_refused(tmp_path: Path) -> None:
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT id, data FROM blobs").fetchall()
         edited = [
-            (data.replace(b"hello", b"HELLO"), rowid)
+            (edit(data, b"hello", b"HELLO"), rowid)
             for rowid, data in rows
-            if data.startswith(b"convo-langgraph-checkpoint/") and b"hello" in data
+            if data.startswith(b"convo-langgraph-checkpoint/") and b"hello" in unsealed(data)
         ]
         assert edited
         c.executemany("UPDATE blobs SET data = ? WHERE id = ?", edited)

@@ -89,7 +89,7 @@ pub use follow::Follower;
 pub use ledger::{Access, Draft, Ledger, PreviewNode, Promoted, Store, TimelinePage, TurnView};
 pub use migrate::{Migrated, migrate};
 pub use otlp::OtlpExport;
-pub use redact::{REDACTED_TITLE, Redacted, Redaction};
+pub use redact::{REDACTED_TITLE, Redacted, Redaction, SessionRedacted};
 pub use registry::{Backends, Opener};
 pub use turns::OpenTurn;
 pub use verify::{Problem, ProblemKind, VerifyProgress, VerifyReport};

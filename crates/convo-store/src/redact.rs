@@ -118,6 +118,152 @@ pub(crate) fn payload_in(tx: &mut dyn Tx, h: &ContentHash) -> Result<Option<Vec<
     }))
 }
 
+/// Erases the bytes stored under `payload` and journals why (refusing a
+/// digest with nothing stored, or one already redacted): the blob, the
+/// chunks only it names, its words in the search index and the OTLP
+/// bodies that hold it go.
+fn erase_payload(
+    tx: &mut dyn Tx,
+    payload: &ContentHash,
+    by: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<(Redaction, u64)> {
+    let Some(data) = tx.blob(payload)? else {
+        return Err(match tx.redaction(payload)? {
+            Some((seq, body)) => StoreError::Invalid(
+                format!(
+                    "payload {payload} is already redacted: {}",
+                    Redaction::from_fact(seq, &body)
+                        .map(|r| r.tombstone())
+                        .unwrap_or_else(|| format!("fact {seq}"))
+                )
+                .into(),
+            ),
+            None => StoreError::NoNode(format!("a stored payload with SHA-256 {payload}")),
+        });
+    };
+    append_fact(
+        tx,
+        Fact::Redaction {
+            payload: *payload,
+            at: now,
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+        },
+    )?;
+    let (seq, _) = tx
+        .last_fact()?
+        .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
+    tx.insert_redaction(payload, seq)?;
+    // The OTLP bodies that hold the bytes go too (rebuilt while the
+    // payload is still there).
+    crate::otlp::drop_holding(tx, payload, &data)?;
+    tx.delete_blob(payload)?;
+    tx.search_forget(payload)?;
+    Ok((
+        Redaction {
+            payload: *payload,
+            at: now,
+            by: by.to_owned(),
+            reason: reason.to_owned(),
+            fact: seq,
+        },
+        data.len() as u64,
+    ))
+}
+
+/// Erases what node `node`'s diagnostics hold besides `keep` (see
+/// [`Store::redact_diagnostics`]); `false` when nothing else was there.
+fn erase_diagnostics(
+    tx: &mut dyn Tx,
+    node: &NodeHash,
+    keep: &dyn Fn(&str) -> bool,
+    by: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<bool> {
+    let stored = tx
+        .node(node)?
+        .ok_or_else(|| StoreError::NoNode(node.to_string()))?;
+    let serde_json::Value::Object(all) = stored.node.diagnostics.to_value() else {
+        return Ok(false);
+    };
+    let mut left: serde_json::Map<String, serde_json::Value> = all
+        .iter()
+        .filter(|(k, _)| keep(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    if left.len() == all.len() {
+        return Ok(false);
+    }
+    left.insert(
+        "redacted".into(),
+        serde_json::Value::String(tombstone(now, by, reason)),
+    );
+    let diag = convo_core::Diagnostics::from_value(&serde_json::Value::Object(left))
+        .map_err(StoreError::invalid)?;
+    journal_erasure(tx, &ContentHash(node.0), by, reason, now)?;
+    tx.set_node_diagnostics(node, diag.as_str())?;
+    Ok(true)
+}
+
+/// Erases session `session`'s title `title` (see [`Store::redact_title`]);
+/// returns how many facts were rewritten.
+fn erase_title(
+    tx: &mut dyn Tx,
+    session: &SessionId,
+    title: &str,
+    by: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<usize> {
+    let mut rewritten = 0;
+    for row in tx.facts()?.into_iter().flatten() {
+        let Ok(mut rec) = FactRecord::decode(&row.body) else {
+            continue;
+        };
+        let Fact::Session {
+            id, title: Some(t), ..
+        } = &mut rec.fact
+        else {
+            continue;
+        };
+        if id != session || t != title {
+            continue;
+        }
+        *t = REDACTED_TITLE.to_owned();
+        let Some(hash) = ContentHash::from_slice(&row.hash) else {
+            continue;
+        };
+        journal_erasure(tx, &hash, by, reason, now)?;
+        tx.set_fact_body(row.seq, &rec.encode())?;
+        rewritten += 1;
+    }
+    if tx
+        .session(session)?
+        .is_some_and(|s| s.title.as_deref() == Some(title))
+    {
+        tx.set_session_title(session, Some(REDACTED_TITLE))?;
+    }
+    Ok(rewritten)
+}
+
+/// What one [`Store::redact_session`] erased.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionRedacted {
+    /// Payloads erased.
+    pub payloads: usize,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Payloads left because a node of another session has them too.
+    pub shared: usize,
+    /// Nodes whose diagnostics were erased.
+    pub diagnostics: usize,
+    /// Facts rewritten to erase the title.
+    pub title_facts: usize,
+}
+
 impl Store {
     /// Erases the bytes stored under `payload` (a node's payload or a state
     /// value) and journals why; then, unless `keep_files`, rewrites the
@@ -141,50 +287,7 @@ impl Store {
                 "that is the empty payload's digest: there are no bytes to erase".into(),
             ));
         }
-        let (redaction, bytes) = self.write(|tx| {
-            let Some(data) = tx.blob(payload)? else {
-                return Err(match tx.redaction(payload)? {
-                    Some((seq, body)) => StoreError::Invalid(
-                        format!(
-                            "payload {payload} is already redacted: {}",
-                            Redaction::from_fact(seq, &body)
-                                .map(|r| r.tombstone())
-                                .unwrap_or_else(|| format!("fact {seq}"))
-                        )
-                        .into(),
-                    ),
-                    None => StoreError::NoNode(format!("a stored payload with SHA-256 {payload}")),
-                });
-            };
-            append_fact(
-                tx,
-                Fact::Redaction {
-                    payload: *payload,
-                    at: now,
-                    by: by.to_owned(),
-                    reason: reason.to_owned(),
-                },
-            )?;
-            let (seq, _) = tx
-                .last_fact()?
-                .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
-            tx.insert_redaction(payload, seq)?;
-            // The OTLP bodies that hold the bytes go too (rebuilt while
-            // the payload is still there).
-            crate::otlp::drop_holding(tx, payload, &data)?;
-            tx.delete_blob(payload)?;
-            tx.search_forget(payload)?;
-            Ok((
-                Redaction {
-                    payload: *payload,
-                    at: now,
-                    by: by.to_owned(),
-                    reason: reason.to_owned(),
-                    fact: seq,
-                },
-                data.len() as u64,
-            ))
-        })?;
+        let (redaction, bytes) = self.write(|tx| erase_payload(tx, payload, by, reason, now))?;
         let warning = if keep_files {
             None
         } else {
@@ -214,31 +317,7 @@ impl Store {
         reason: &str,
         now: Millis,
     ) -> Result<bool> {
-        self.write(|tx| {
-            let stored = tx
-                .node(node)?
-                .ok_or_else(|| StoreError::NoNode(node.to_string()))?;
-            let serde_json::Value::Object(all) = stored.node.diagnostics.to_value() else {
-                return Ok(false);
-            };
-            let mut left: serde_json::Map<String, serde_json::Value> = all
-                .iter()
-                .filter(|(k, _)| keep(k))
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            if left.len() == all.len() {
-                return Ok(false);
-            }
-            left.insert(
-                "redacted".into(),
-                serde_json::Value::String(tombstone(now, by, reason)),
-            );
-            let diag = convo_core::Diagnostics::from_value(&serde_json::Value::Object(left))
-                .map_err(StoreError::invalid)?;
-            journal_erasure(tx, &ContentHash(node.0), by, reason, now)?;
-            tx.set_node_diagnostics(node, diag.as_str())?;
-            Ok(true)
-        })
+        self.write(|tx| erase_diagnostics(tx, node, keep, by, reason, now))
     }
 
     /// Erases session `session`'s title when it is `title` (a title made
@@ -255,37 +334,95 @@ impl Store {
         reason: &str,
         now: Millis,
     ) -> Result<usize> {
-        self.write(|tx| {
-            let mut rewritten = 0;
-            for row in tx.facts()?.into_iter().flatten() {
-                let Ok(mut rec) = FactRecord::decode(&row.body) else {
-                    continue;
-                };
-                let Fact::Session {
-                    id, title: Some(t), ..
-                } = &mut rec.fact
-                else {
-                    continue;
-                };
-                if id != session || t != title {
-                    continue;
-                }
-                *t = REDACTED_TITLE.to_owned();
-                let Some(hash) = ContentHash::from_slice(&row.hash) else {
-                    continue;
-                };
-                journal_erasure(tx, &hash, by, reason, now)?;
-                tx.set_fact_body(row.seq, &rec.encode())?;
-                rewritten += 1;
-            }
-            if tx
+        self.write(|tx| erase_title(tx, session, title, by, reason, now))
+    }
+
+    /// Erases a whole session's content in one transaction: every payload
+    /// of its nodes that no node of another session shares (a copy keeps
+    /// its bytes; a node erased itself, its diagnostics redacted, does
+    /// not), what its nodes' diagnostics hold besides `keep`, and
+    /// its title; the nodes, their hashes and links stay, so the store
+    /// still verifies. The database's files are rewritten afterwards
+    /// (like [`Store::redact`]); returns what was erased and the rewrite's
+    /// warning, if any.
+    pub fn redact_session(
+        &mut self,
+        session: &SessionId,
+        keep: &dyn Fn(&str) -> bool,
+        by: &str,
+        reason: &str,
+        now: Millis,
+    ) -> Result<(SessionRedacted, Option<String>)> {
+        if reason.trim().is_empty() {
+            return Err(StoreError::Invalid(
+                "a redaction needs a reason (it is recorded with it)".into(),
+            ));
+        }
+        let done = self.write(|tx| {
+            let row = tx
                 .session(session)?
-                .is_some_and(|s| s.title.as_deref() == Some(title))
-            {
-                tx.set_session_title(session, Some(REDACTED_TITLE))?;
+                .ok_or_else(|| StoreError::NoNode(format!("session {session}")))?;
+            let nodes = tx.session_nodes(session, false)?;
+            let mut mine: std::collections::BTreeSet<ContentHash> =
+                nodes.iter().map(|(n, _)| n.node.payload).collect();
+            mine.remove(&content_hash(b""));
+            // Nodes of other sessions with the same payload, but for those
+            // erased themselves (their diagnostics redacted: a session
+            // erased before this one, which kept the bytes for this one).
+            let mut others = Vec::new();
+            tx.scan_nodes(&mut |n| {
+                if let Ok(n) = n
+                    && n.node.session != *session
+                    && mine.contains(&n.node.payload)
+                {
+                    others.push((n.hash, n.node.payload));
+                }
+                Ok(())
+            })?;
+            let mut shared = std::collections::BTreeSet::new();
+            for (node, payload) in others {
+                if tx.redaction(&ContentHash(node.0))?.is_none() {
+                    shared.insert(payload);
+                }
             }
-            Ok(rewritten)
-        })
+            let mut out = SessionRedacted {
+                shared: shared.len(),
+                ..SessionRedacted::default()
+            };
+            for digest in mine.difference(&shared) {
+                if tx.blob(digest)?.is_some() {
+                    out.bytes += erase_payload(tx, digest, by, reason, now)?.1;
+                    out.payloads += 1;
+                }
+            }
+            for (n, _) in &nodes {
+                if erase_diagnostics(tx, &n.hash, keep, by, reason, now)? {
+                    out.diagnostics += 1;
+                }
+            }
+            // Every title it had (each retitle is a fact of its own).
+            let mut titles: std::collections::BTreeSet<String> = row.title.into_iter().collect();
+            for f in tx.facts()?.into_iter().flatten() {
+                if let Ok(FactRecord {
+                    fact:
+                        Fact::Session {
+                            id, title: Some(t), ..
+                        },
+                    ..
+                }) = FactRecord::decode(&f.body)
+                    && id == *session
+                {
+                    titles.insert(t);
+                }
+            }
+            titles.remove(REDACTED_TITLE);
+            for t in &titles {
+                out.title_facts += erase_title(tx, session, t, by, reason, now)?;
+            }
+            Ok(out)
+        })?;
+        let warning = self.backend_mut().erase_rewritten()?;
+        Ok((done, warning))
     }
 
     /// Rewrites the database's files so that bytes freed by redactions are

@@ -74,6 +74,7 @@ testing::for_each_backend!(
     incremental_checkpoints_equal_full_ones_and_are_checked_in_one_pass,
     a_redaction_keeps_the_chain_and_no_byte_of_the_secret,
     a_redacted_state_value_leaves_no_byte_of_it,
+    a_redacted_session_leaves_no_byte_of_it_but_what_another_shares,
     a_redaction_is_refused_without_bytes_or_reason,
     an_undone_or_unrecorded_redaction_is_caught,
     an_edited_or_deleted_payload_chunk_names_the_blob_and_its_node,
@@ -2282,6 +2283,90 @@ fn a_redaction_keeps_the_chain_and_no_byte_of_the_secret(be: Be) {
     let mut s = fx.store();
     turn(&mut s, &fx.ses, &main(), "after", DAY + 90);
     assert!(s.verify().unwrap().is_clean());
+}
+
+fn a_redacted_session_leaves_no_byte_of_it_but_what_another_shares(be: Be) {
+    let fx = Fx::new(be);
+    let n = fx.ses.0.as_u128() % 1_000_000;
+    let secret = format!("QuokkaThread{n}-only-here");
+    let shared = format!("WombatShared{n}-in-both");
+    let mut s = fx.store();
+    let (gone, kept) = s
+        .transaction(|l| {
+            let a = l
+                .new_session("langgraph", Some(&format!("Thread{n}")), DAY + 70)?
+                .id;
+            let b = l.new_session("langgraph", Some("kept"), DAY + 70)?.id;
+            l.retitle(&a, Some(&format!("Renamed{n}")))?;
+            Ok((a, b))
+        })
+        .unwrap();
+    for (ses, text) in [(&gone, &secret), (&gone, &shared), (&kept, &shared)] {
+        let mut d = draft(Kind::Invoke, text, DAY + 71);
+        if *ses == gone {
+            let diag = format!(r#"{{"langgraph":{{"note":"Diag{n}"}},"status":200}}"#);
+            d.diagnostics = Diagnostics::parse(&diag).unwrap();
+        }
+        s.transaction(|l| l.append(ses, &main(), &d)).unwrap();
+    }
+    s.search_update(&mut |_, _| {}).unwrap();
+    assert!(fx.db.files_hold(secret.as_bytes()), "the secret is stored");
+    let (done, warning) = s
+        .redact_session(
+            &gone,
+            &|k| k == "status",
+            "bob",
+            "the user deleted it",
+            DAY + 80,
+        )
+        .unwrap();
+    assert_eq!(warning, None);
+    assert_eq!((done.payloads, done.shared, done.diagnostics), (1, 1, 2));
+    assert_eq!(done.bytes, secret.len() as u64);
+    // Both titles it had are gone from the session and the journal.
+    assert_eq!(done.title_facts, 2);
+    assert_eq!(
+        s.find_session(&gone.to_string()).unwrap().title.as_deref(),
+        Some("[redacted]")
+    );
+    // Its nodes keep their hashes; the shared payload stays for the other.
+    let r = s.verify().unwrap();
+    assert!(r.is_clean(), "{:#?}", r.problems);
+    assert_eq!(
+        s.blob(&content_hash(shared.as_bytes())).unwrap().unwrap(),
+        shared.as_bytes()
+    );
+    let tl = s.timeline(&gone, &main()).unwrap();
+    let diag = tl.last().unwrap().stored.node.diagnostics.to_value();
+    assert_eq!(diag["status"], 200);
+    assert!(diag.get("langgraph").is_none(), "{diag}");
+    // Nothing of it is left in the files (see the redaction test above
+    // for PostgreSQL's horizon).
+    for _ in 0..50 {
+        let left: Vec<_> = [secret.as_str(), &format!("Thread{n}"), &format!("Diag{n}")]
+            .iter()
+            .flat_map(|w| testing::secret_in_files(&fx.db.url(), w))
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        s.erase_rewritten().unwrap();
+    }
+    drop(s);
+    for word in [
+        secret.clone(),
+        format!("Thread{n}"),
+        format!("Renamed{n}"),
+        format!("Diag{n}"),
+    ] {
+        let left = testing::secret_in_files(&fx.db.url(), &word);
+        assert!(left.is_empty(), "{word} is left in {left:?}");
+    }
+    assert!(
+        fx.db.files_hold(shared.as_bytes()),
+        "the shared payload stays"
+    );
 }
 
 fn a_redacted_state_value_leaves_no_byte_of_it(be: Be) {

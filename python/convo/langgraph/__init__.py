@@ -14,18 +14,18 @@ branch list` and `convo log --graph` show. Checkpoints are payloads of
 the store, so `convo verify` checks them and an edited one is refused
 when read; see `convo.langgraph._index` for the layout.
 
-`delete_thread` detaches the thread (its session is retitled
-`[deleted] THREAD_ID` and no saver reads it again); `prune` and
-`delete_for_runs` rewrite the thread into a new session with what is
-kept, the old one retitled `[pruned] THREAD_ID`. The store keeps every
-session it was given: nothing is erased from disk.
+`delete_thread` erases the thread's content from the store (`convo
+redact --session`: every payload only it holds, its nodes' diagnostics,
+its title; the database's files rewritten), keeping its nodes' hashes so
+the store still verifies; `prune` and `delete_for_runs` rewrite the
+thread into a new session with what is kept and erase the old one (what
+the new one shares with it stays).
 """
 
 from __future__ import annotations
 
 import asyncio
 import builtins
-import datetime
 import json
 import random
 import threading
@@ -52,17 +52,17 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convo.errors import NotFoundError
 from convo.langgraph import _index as ix
-from convo.models import Line
+from convo.langgraph._values import Stored, Values, payload_channel
+from convo.models import Line, decode_payload
 from convo.store import PathLike, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
 
+# Titles of threads detached by earlier versions (nothing erased).
 DELETED = "[deleted] "
 PRUNED = "[pruned] "
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+REDACTED = "[redacted]"
+"""The title of an erased session (convo's)."""
 
 
 def _json_safe(value: Any) -> Any:
@@ -82,10 +82,12 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         self.store = store
         self._lock = threading.RLock()
         self._threads: dict[str, ix.Thread] = {}
-        # Each channel as serialized at a checkpoint (thread, ns, id): a
-        # channel a child leaves unchanged is not serialized again.
-        self._values: OrderedDict[tuple[str, str, str, str], ix.Channel] = OrderedDict()
+        # Checkpoints' values as serialized (put, or read back): a child
+        # gives what it shares with its parent by reference.
+        self._values = Values()
         self._writes: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+        # Payloads read along with their timeline, not yet used.
+        self._raw: OrderedDict[str, tuple[str, str | None]] = OrderedDict()
         # Writes that came before their checkpoint (LangGraph puts both from
         # a thread pool): written right after it.
         self._early: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
@@ -158,6 +160,19 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                     break
                 th.take(t, page["nodes"])
 
+    def _keep_payloads(self, nodes: builtins.list[dict[str, Any]]) -> None:
+        """Keeps the payloads a read of a chain brought besides its own, as
+        they are, until a read asks for them (`_payloads`, `_write_values`)."""
+        for n in nodes:
+            if n.get("payload") is not None and n["hash"] not in self._writes:
+                self._raw[n["hash"]] = (n["payload"], n.get("payload_encoding"))
+        while len(self._raw) > 65536:
+            self._raw.popitem(last=False)
+
+    def _kept(self, node: str) -> bytes | None:
+        kept = self._raw.pop(node, None)
+        return None if kept is None else decode_payload(*kept)
+
     def _thread(self, thread_id: str) -> ix.Thread:
         """The thread's session, created (with its first node) if missing."""
         th = self._find(thread_id, fresh=False)
@@ -190,9 +205,15 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     # ----- reads ----------------------------------------------------------------
 
     def _tuple(self, th: ix.Thread, cp: ix.Checkpoint) -> CheckpointTuple:
-        skeleton, channels = ix.read_checkpoint_payload(self._payload(cp.node))
-        checkpoint: Checkpoint = self.serde.loads_typed(skeleton)
-        checkpoint["channel_values"] = {k: self._load(v) for k, v in channels.items()}
+        st = self._stored(th, cp)
+        checkpoint: Checkpoint = self.serde.loads_typed(st.skeleton)
+        values = {k: self._load(payload_channel(v)) for k, v in st.channels.items()}
+        # The graph may go on from these objects: its next put appends.
+        self._values.handed(
+            (th.thread_id, cp.ns, cp.id),
+            {k: list(v) for k, v in values.items() if isinstance(v, list)},
+        )
+        checkpoint["channel_values"] = values
         conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
         parent = None
         if cp.parent is not None:
@@ -207,8 +228,74 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     def _load(self, v: ix.Channel) -> Any:
         if isinstance(v, list):
+            if v and all(t == "msgpack" for t, _ in v):
+                # msgpack's array is its length and its elements: one call.
+                raw = b"\xdd" + len(v).to_bytes(4, "big") + b"".join(b for _, b in v)
+                return self.serde.loads_typed(("msgpack", raw))
             return [self.serde.loads_typed(e) for e in v]
         return self.serde.loads_typed(v)
+
+    def _stored(self, th: ix.Thread, cp: ix.Checkpoint) -> Stored:
+        """A checkpoint's values, rebuilt from its chain of payloads back
+        to a snapshot or to a checkpoint in the cache."""
+        chain: list[ix.Checkpoint] = []
+        base: Stored | None = None
+        at: ix.Checkpoint | None = cp
+        while at is not None:
+            base = self._values.get((th.thread_id, at.ns, at.id))
+            if base is not None:
+                break
+            chain.append(at)
+            if not at.delta:
+                break
+            parent = at.parent
+            at = None if parent is None else th.checkpoints.get((at.ns, parent))
+            if at is None:
+                raise ValueError(
+                    f"checkpoint {chain[-1].id!r} of thread {th.thread_id!r}: "
+                    "its parent, which holds some of its values, is not in the store"
+                )
+        raws = self._payloads(th.session, chain)
+        for c in reversed(chain):
+            skeleton, ops = ix.read_checkpoint_payload(raws[c.node])
+            base = Values.apply(base if c.delta else None, skeleton, ops)
+            self._values.keep((th.thread_id, c.ns, c.id), base)
+        if base is None:
+            raise ValueError(f"checkpoint {cp.id!r}: no values")
+        return base
+
+    def _payloads(self, session: str, cps: builtins.list[ix.Checkpoint]) -> dict[str, bytes]:
+        """The payloads of a chain of checkpoints (newest first): one read
+        of the timeline's stretch that holds them when there are several."""
+        out: dict[str, bytes] = {}
+        for c in cps:
+            raw = self._kept(c.node)
+            if raw is not None:
+                out[c.node] = raw
+        cps = [c for c in cps if c.node not in out]
+        if len(cps) <= 1 or any(c.depth <= 0 for c in cps):
+            return {**out, **{c.node: self._payload(c.node) for c in cps}}
+        lo, hi = min(c.depth for c in cps), max(c.depth for c in cps)
+        want = {c.node for c in cps}
+        cursor = lo - 1
+        while cursor < hi:
+            page = self._api(
+                "GET",
+                f"/sessions/{_q(session)}/branches/{_q(cps[0].branch)}/timeline",
+                query={"cursor": cursor, "limit": min(hi - cursor, 2000), "payloads": "true"},
+            )
+            if not page["nodes"]:
+                break
+            for n in page["nodes"]:
+                raw = decode_payload(n.get("payload"), n.get("payload_encoding"))
+                if n["hash"] in want and raw is not None:
+                    out[n["hash"]] = raw
+            self._keep_payloads([n for n in page["nodes"] if n["hash"] not in want])
+            cursor += len(page["nodes"])
+        for c in cps:
+            if c.node not in out:
+                out[c.node] = self._payload(c.node)
+        return out
 
     def _dump(self, v: Any) -> ix.Channel:
         if isinstance(v, list):
@@ -218,11 +305,15 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _write_values(self, node: str) -> list[tuple[str, bytes]]:
         values = self._writes.get(node)
         if values is None:
-            values = ix.read_writes_payload(self._payload(node))
-            self._writes[node] = values
-            while len(self._writes) > 4096:
-                self._writes.popitem(last=False)
+            raw = self._kept(node)
+            values = ix.read_writes_payload(self._payload(node) if raw is None else raw)
+            self._cache_writes(node, values)
         return values
+
+    def _cache_writes(self, node: str, values: builtins.list[tuple[str, bytes]]) -> None:
+        self._writes[node] = values
+        while len(self._writes) > 4096:
+            self._writes.popitem(last=False)
 
     def _pending(self, cp: ix.Checkpoint) -> list[PendingWrite]:
         ws = sorted(cp.writes.values(), key=lambda w: (w.task_path, w.task_id, w.idx))
@@ -253,7 +344,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             return [] if th is None else [th]
         out = []
         for s in self.store.sessions(agent=ix.AGENT):
-            if s.title is None or s.title.startswith((DELETED, PRUNED)):
+            if s.title is None or s.title.startswith((DELETED, PRUNED, REDACTED)):
                 continue
             th = self._find(s.title)
             if th is not None:
@@ -295,34 +386,25 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     # ----- writes ---------------------------------------------------------------
 
-    def _channels(
+    def _encode(
         self,
         thread_id: str,
         ns: str,
         parent: str | None,
         checkpoint: Checkpoint,
         new_versions: ChannelVersions,
-    ) -> tuple[ix.Typed, dict[str, ix.Channel]]:
-        """The checkpoint serialized: the rest, and each channel with a value
-        (one not in `new_versions` holds its parent's value: not serialized
-        again if this saver serialized the parent)."""
+    ) -> tuple[Stored, dict[str, builtins.list[Any]], bytes, bool]:
+        """The checkpoint's values as the cache keeps them, its lists'
+        elements, its payload and whether that gives some by its parent's."""
         c: dict[str, Any] = dict(checkpoint)
         values: dict[str, Any] = c.pop("channel_values")
-        channels: dict[str, ix.Channel] = {}
-        versions: dict[str, Any] = c["channel_versions"]
-        for ch in versions:
-            if ch not in values:
-                continue
-            done = None
-            if parent is not None and ch not in new_versions:
-                done = self._values.get((thread_id, ns, parent, ch))
-            if done is None:
-                done = self._dump(values[ch])
-            self._values[(thread_id, ns, checkpoint["id"], ch)] = done
-            channels[ch] = done
-        while len(self._values) > 512:
-            self._values.popitem(last=False)
-        return self.serde.dumps_typed(c), channels
+        present = {ch: values[ch] for ch in c["channel_versions"] if ch in values}
+        key = None if parent is None else (thread_id, ns, parent)
+        st, ops, objects = self._values.encode(
+            key, self.serde.dumps_typed(c), present, new_versions, self._dump
+        )
+        delta = any(op != "v" for op, _ in ops.values())
+        return st, objects, ix.checkpoint_payload(st.skeleton, ops), delta
 
     def put(
         self,
@@ -334,18 +416,21 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         conf = config["configurable"]
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
-        skeleton, channels = self._channels(thread_id, ns, parent, checkpoint, new_versions)
         md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
         with self._lock:
             th = self._thread(thread_id)
-            self._put_raw(
-                th,
-                ns,
-                checkpoint["id"],
-                conf.get("checkpoint_id"),
-                md,
-                ix.checkpoint_payload(skeleton, channels),
+            if parent is not None and (ns, parent) not in th.checkpoints:
+                parent_known = None
+            else:
+                parent_known = parent
+            st, objects, payload, delta = self._encode(
+                thread_id, ns, parent_known, checkpoint, new_versions
             )
+            again = (ns, checkpoint["id"]) in th.checkpoints
+            self._put_raw(th, ns, checkpoint["id"], parent, md, payload, delta)
+            if not again:  # a checkpoint put twice reads as first put
+                self._values.keep((thread_id, ns, checkpoint["id"]), st)
+                self._values.handed((thread_id, ns, checkpoint["id"]), objects)
             for early in self._early.pop((thread_id, ns, checkpoint["id"]), []):
                 self._put_writes_locked(th, *early)
         return {
@@ -364,6 +449,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         parent: str | None,
         md: dict[str, Any],
         payload: bytes,
+        delta: bool,
     ) -> None:
         """Appends a checkpoint node where it belongs: after its parent, or
         on a new fork from it, or on its namespace's new timeline."""
@@ -377,7 +463,10 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 self._fork(th, self._ns_origin(th, md), base, ns, None)
                 name = base
             branch = name
-        diag = {ix.DIAG: {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}}
+        d: dict[str, Any] = {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}
+        if delta:
+            d["delta"] = True
+        diag = {ix.DIAG: d}
         line = Line("invoke", payload, ix.CHECKPOINT_FROM, ix.CHECKPOINT_TO, diag)
         self._append(th, branch, line)
 
@@ -457,7 +546,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         }
         line = Line("request", ix.writes_payload(values), ix.WRITES_FROM, ix.WRITES_TO, diag)
         node = self._append(th, cp.branch, line)
-        self._writes[node["hash"]] = builtins.list(values)
+        self._cache_writes(node["hash"], builtins.list(values))
 
     # ----- threads as a whole -----------------------------------------------------
 
@@ -465,21 +554,34 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         with self._lock:
             th = self._find(thread_id)
             if th is not None:
-                self._retire(th, DELETED)
+                self._erase(th)
 
-    def _retire(self, th: ix.Thread, prefix: str) -> None:
-        title = f"{prefix}{th.thread_id} {_now()} {uuid.uuid4().hex[:8]}"
-        self._api("PATCH", f"/sessions/{_q(th.session)}", {"title": title})
+    def _erase(self, th: ix.Thread) -> None:
+        """Erases the thread's session (what another session shares stays)."""
+        self.store.cli(
+            "redact", "--session", th.session, "--reason", "LangGraph", "--by", "langgraph"
+        )
         self._threads.pop(th.thread_id, None)
+        self._values.forget_thread(th.thread_id)
 
     def _copy(self, src: ix.Thread, dst: ix.Thread, keep: set[tuple[str, str]] | None) -> None:
         """Appends `src`'s checkpoints (those in `keep`, or all) and their
         writes to `dst`, in the order they were written, payloads as they are
-        (the store holds them once)."""
+        (the store holds them once), but for one given by a parent left
+        behind: that one holds its values whole."""
         for cp in sorted(src.checkpoints.values(), key=lambda c: c.seq):
             if keep is not None and (cp.ns, cp.id) not in keep:
                 continue
-            self._put_raw(dst, cp.ns, cp.id, cp.parent, cp.metadata, self._payload(cp.node))
+            delta = cp.delta
+            if delta and (cp.ns, cp.parent) in dst.checkpoints:
+                payload = self._payload(cp.node)
+            else:
+                st = self._stored(src, cp)
+                ops: dict[str, ix.Op] = {
+                    ch: ("v", payload_channel(v)) for ch, v in st.channels.items()
+                }
+                payload, delta = ix.checkpoint_payload(st.skeleton, ops), False
+            self._put_raw(dst, cp.ns, cp.id, cp.parent, cp.metadata, payload, delta)
             copied = dst.checkpoints[(cp.ns, cp.id)]
             by_node: dict[str, list[ix.Write]] = {}
             for w in cp.writes.values():
@@ -502,7 +604,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         """Replaces the thread's session by a new one holding only `keep`."""
         new = self._create(th.thread_id, f"{th.thread_id} (rewriting {uuid.uuid4().hex[:8]})")
         self._copy(th, new, keep)
-        self._retire(th, PRUNED)
+        self._erase(th)
         self._api("PATCH", f"/sessions/{_q(new.session)}", {"title": th.thread_id})
         self._threads[th.thread_id] = new
 
@@ -515,7 +617,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 if th is None:
                     continue
                 if strategy == "delete":
-                    self._retire(th, DELETED)
+                    self._erase(th)
                     continue
                 latest: dict[str, ix.Checkpoint] = {}
                 for cp in th.checkpoints.values():
@@ -558,10 +660,10 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 for w in reversed(self._pending(cursor)):
                     if w[1] in remaining:
                         collected[w[1]].append(w)
-                _, values = ix.read_checkpoint_payload(self._payload(cursor.node))
+                values = self._stored(th, cursor).channels
                 for ch in list(remaining):
                     if ch in values:
-                        seeds[ch] = self._load(values[ch])
+                        seeds[ch] = self._load(payload_channel(values[ch]))
                         remaining.discard(ch)
                 cursor = self._parent(th, cursor)
         out: dict[str, DeltaChannelHistory] = {}

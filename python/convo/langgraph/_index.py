@@ -3,10 +3,11 @@ memory about them.
 
 A thread is a session titled by its `thread_id` (agent `langgraph`); its
 first node, on `main`, names the thread. A checkpoint is an `invoke` node
-(`langgraph → graph`) whose payload holds the whole checkpoint (channel
-values included) and whose diagnostics (`langgraph`) hold what a listing
-needs without the payload: the checkpoint id, its parent's, its namespace
-and its metadata. A call to `put_writes` is a `request` node (`task →
+(`langgraph → graph`) whose payload holds the checkpoint (its channel
+values given as below) and whose diagnostics (`langgraph`) hold what a
+listing needs without the payload: the checkpoint id, its parent's, its
+namespace, its metadata and `delta` when the payload gives values by its
+parent's. A call to `put_writes` is a `request` node (`task →
 graph`) after it, with the writes' values in the payload. Namespace `""`
 is `main`; a subgraph's namespace is a timeline of its own (`ns-…`),
 forked from its parent graph's checkpoint; a checkpoint whose parent is
@@ -14,10 +15,16 @@ not the last one of its timeline (time travel: `update_state` or `invoke`
 from an old checkpoint) starts a fork (`…fork-N`) from its parent's node.
 
 The payload holds the checkpoint as LangGraph's serializer writes it, a
-list channel (`add_messages`) element by element: a message has the same
-bytes in every checkpoint after it, and the store keeps payloads in
-content-defined chunks, so each checkpoint costs the chunks around what
-changed, not the whole list again.
+list channel (`add_messages`) element by element, and gives a channel by
+its parent checkpoint's where it can: `p` (unchanged: not in
+`new_versions`), `a` (the parent's list and the elements after it), so a
+step costs what it added, not the thread again. A checkpoint whose
+parent's values the saver does not have at hand, and every
+`_values.SNAPSHOT_EVERY`-th, holds them whole (`v`): a read rebuilds a
+checkpoint from its chain back to such a one (one read of the timeline's
+stretch). A payload under `COMPRESS_BELOW` bytes is
+stored deflated (`…z` magic); a bigger one as it is, so the store's
+content-defined chunks share it with the payloads before it.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,12 +72,43 @@ def fork_name(base: str, taken: set[str]) -> str:
     return f"{stem}-{n}"
 
 
-CHECKPOINT_MAGIC = b"convo-langgraph-checkpoint/1\n"
+CHECKPOINT_MAGIC_V1 = b"convo-langgraph-checkpoint/1\n"
+CHECKPOINT_MAGIC = b"convo-langgraph-checkpoint/2\n"
 WRITES_MAGIC = b"convo-langgraph-writes/1\n"
+CHECKPOINT_PREFIX, WRITES_PREFIX = b"convo-langgraph-checkpoint/", b"convo-langgraph-writes/"
+"""How every version of each payload starts."""
+COMPRESS_BELOW = 16 * 1024
+"""Payloads shorter than this are deflated."""
+
+
+def _seal(magic: bytes, body: bytes) -> bytes:
+    """`magic` and `body`, deflated when short and smaller so (the magic
+    then ends in `z`)."""
+    if len(body) < COMPRESS_BELOW:
+        packed = zlib.compress(body, 6)
+        if len(packed) < len(body):
+            return magic[:-1] + b"z\n" + packed
+    return magic + body
+
+
+def _open(magic: bytes, raw: bytes) -> bytes | None:
+    """The body of a payload sealed under `magic`, `None` if it is not one."""
+    if raw.startswith(magic):
+        return raw[len(magic) :]
+    zmagic = magic[:-1] + b"z\n"
+    if raw.startswith(zmagic):
+        return zlib.decompress(raw[len(zmagic) :])
+    return None
+
+
 Typed = tuple[str, bytes]
 """A value as LangGraph's serializer writes it: its type and its bytes."""
 Channel = Typed | list[Typed]
 """A channel's value: one typed value, or a list's elements each typed."""
+Op = tuple[str, Channel | None]
+"""How a checkpoint payload gives one channel: `("v", value)` (the value
+itself), `("a", elements)` (its parent's list and these elements after
+it) or `("p", None)` (its parent's value)."""
 
 
 def _frame(t: Typed) -> bytes:
@@ -80,10 +119,14 @@ def _frame(t: Typed) -> bytes:
 def _frames(raw: bytes, at: int, n: int) -> tuple[list[Typed], int]:
     out: list[Typed] = []
     for _ in range(n):
+        if at + 1 > len(raw):
+            break
         k = raw[at]
         kind = raw[at + 1 : at + 1 + k].decode()
         at += 1 + k
         size = int.from_bytes(raw[at : at + 4], "big")
+        if at + 4 + size > len(raw):
+            break
         out.append((kind, raw[at + 4 : at + 4 + size]))
         at += 4 + size
     if len(out) != n:
@@ -91,49 +134,67 @@ def _frames(raw: bytes, at: int, n: int) -> tuple[list[Typed], int]:
     return out, at
 
 
-def checkpoint_payload(skeleton: Typed, channels: dict[str, Channel]) -> bytes:
-    """A checkpoint node's payload: a JSON line naming the channels (a
-    list's length, or -1 for one value), then the checkpoint without its
-    channel values and each channel, as frames (type, length, bytes). A
-    list's elements are framed one by one, so a message keeps the same
-    bytes in every later checkpoint and the store's chunks hold it once."""
-    names = sorted(channels)
-    head = [
-        [k, len(v) if isinstance(v, list) else -1] for k, v in ((k, channels[k]) for k in names)
-    ]
-    parts = [CHECKPOINT_MAGIC, json.dumps(head, separators=(",", ":")).encode(), b"\n"]
-    parts.append(_frame(skeleton))
+def checkpoint_payload(skeleton: Typed, ops: dict[str, Op]) -> bytes:
+    """A checkpoint node's payload: a JSON line naming each channel, how
+    it is given (`v`, `a`, `p`: see `Op`) and how many frames it has (-1:
+    one value, not a list), then the channels' frames (type, length,
+    bytes) and last the checkpoint without its channel values (what
+    changes at every step sits at the end, so a snapshot shares its
+    chunks with the one before). A list's elements are framed one by one."""
+    names = sorted(ops)
+    head: list[list[Any]] = []
+    parts: list[bytes] = []
     for k in names:
-        v = channels[k]
-        parts.extend(_frame(e) for e in (v if isinstance(v, list) else [v]))
-    return b"".join(parts)
+        op, v = ops[k]
+        items: list[Typed] = [] if v is None else (v if isinstance(v, list) else [v])
+        head.append([k, op, len(items) if isinstance(v, list) else (-1 if v else 0)])
+        parts.extend(_frame(e) for e in items)
+    line = json.dumps(head, separators=(",", ":")).encode()
+    return _seal(CHECKPOINT_MAGIC, b"".join([line, b"\n", *parts, _frame(skeleton)]))
 
 
-def read_checkpoint_payload(raw: bytes) -> tuple[Typed, dict[str, Channel]]:
-    """The inverse of `checkpoint_payload`."""
-    if not raw.startswith(CHECKPOINT_MAGIC):
+def read_checkpoint_payload(raw: bytes) -> tuple[Typed, dict[str, Op]]:
+    """The inverse of `checkpoint_payload` (and of version 1's, whose
+    channels are all given whole, the skeleton first)."""
+    v1 = raw.startswith(CHECKPOINT_MAGIC_V1)
+    body = raw[len(CHECKPOINT_MAGIC_V1) :] if v1 else _open(CHECKPOINT_MAGIC, raw)
+    if body is None:
         raise ValueError("not a LangGraph checkpoint written by convo")
-    end = raw.index(b"\n", len(CHECKPOINT_MAGIC))
-    head = json.loads(raw[len(CHECKPOINT_MAGIC) : end])
-    (skeleton,), at = _frames(raw, end + 1, 1)
-    channels: dict[str, Channel] = {}
-    for name, n in head:
-        frames, at = _frames(raw, at, n if n >= 0 else 1)
-        channels[str(name)] = frames if n >= 0 else frames[0]
-    return skeleton, channels
+    raw = body
+    end = raw.index(b"\n")
+    head = json.loads(raw[:end])
+    at = end + 1
+    skeleton: Typed | None = None
+    if v1:
+        (skeleton,), at = _frames(raw, at, 1)
+        head = [[name, "v", n] for name, n in head]
+    ops: dict[str, Op] = {}
+    for name, op, n in head:
+        if op not in ("v", "a", "p"):
+            raise ValueError(f"a checkpoint payload gives channel {name!r} as {op!r}")
+        frames, at = _frames(raw, at, max(n, 1) if n != 0 else 0)
+        if op == "p":
+            ops[str(name)] = ("p", None)
+        else:
+            ops[str(name)] = (op, frames if n >= 0 else frames[0])
+    if skeleton is None:
+        (skeleton,), at = _frames(raw, at, 1)
+    return skeleton, ops
 
 
 def writes_payload(values: Sequence[Typed]) -> bytes:
     """A writes node's payload: each value framed, in the order of the
     diagnostics' `writes`."""
-    return WRITES_MAGIC + b"".join(_frame(v) for v in values)
+    return _seal(WRITES_MAGIC, b"".join(_frame(v) for v in values))
 
 
 def read_writes_payload(raw: bytes) -> list[Typed]:
-    if not raw.startswith(WRITES_MAGIC):
+    body = _open(WRITES_MAGIC, raw)
+    if body is None:
         raise ValueError("not LangGraph writes written by convo")
+    raw = body
     out: list[Typed] = []
-    at = len(WRITES_MAGIC)
+    at = 0
     while at < len(raw):
         frames, at = _frames(raw, at, 1)
         out.extend(frames)
@@ -166,6 +227,10 @@ class Checkpoint:
     seq: int
     branch: str
     """The first timeline it was read on (one that holds it)."""
+    depth: int = 0
+    """Its node's depth (the session's first node has depth 1)."""
+    delta: bool = False
+    """Whether its payload gives channels by its parent's (`a`, `p`)."""
     writes: dict[tuple[str, int], Write] = field(default_factory=dict)
 
 
@@ -228,6 +293,8 @@ class Thread:
                 node=n["hash"],
                 seq=int(n.get("seq", 0)),
                 branch=t.name,
+                depth=int(n.get("depth", 0)),
+                delta=bool(d.get("delta")),
             )
             self.by_node[n["hash"]] = key
         if t.ns is None and branch_base(ns) == base_of(t.name):

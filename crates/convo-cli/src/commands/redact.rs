@@ -21,18 +21,29 @@ use std::process::ExitCode;
 /// database) keeps the bytes until the server recycles it: that is out of
 /// convo's reach. Run `convo git sync` to rewrite the projection.
 ///
+/// `--session` erases a whole session's content at once (a user's thread
+/// deleted): every payload of its nodes that no other session shares, what
+/// its nodes' diagnostics hold beyond how calls went, and its title.
+///
 /// Examples:
 ///   convo redact 3fa9c1d2 --reason "a leaked API key"
 ///   convo redact --content 128e9003…082d --reason "personal data"
+///   convo redact --session ses-5c1f… --reason "the user deleted it"
 #[derive(Args, Debug)]
 #[command(verbatim_doc_comment)]
 pub struct RedactArgs {
     /// The node (hash or unique prefix) whose payload to erase
-    #[arg(required_unless_present = "content", conflicts_with = "content")]
+    #[arg(
+        required_unless_present_any = ["content", "session"],
+        conflicts_with_all = ["content", "session"]
+    )]
     pub node: Option<String>,
     /// Erase the bytes with this SHA-256 (64 hex digits): a payload or a state value
-    #[arg(long, value_name = "SHA256")]
+    #[arg(long, value_name = "SHA256", conflicts_with = "session")]
     pub content: Option<String>,
+    /// Erase the content of a whole session (id, unique prefix or title)
+    #[arg(long, value_name = "SESSION")]
+    pub session: Option<String>,
     /// Why (recorded with the redaction and shown in its tombstone)
     #[arg(long)]
     pub reason: String,
@@ -49,6 +60,9 @@ pub struct RedactArgs {
 }
 
 pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
+    if let Some(s) = &a.session {
+        return run_session(env, s, &a);
+    }
     let mut store = env.open()?;
     let node = match &a.node {
         Some(n) if a.content.is_none() => Some(store.node(&prefix(n)?)?),
@@ -62,11 +76,7 @@ pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
         (Some(n), None) => n.node.payload,
         (None, None) => return Err(CommandError::user("name a node or give --content SHA256")),
     };
-    let by =
-        a.by.clone()
-            .or_else(|| std::env::var("USER").ok())
-            .or_else(|| std::env::var("LOGNAME").ok())
-            .unwrap_or_default();
+    let by = by_of(&a);
     let (by, reason) = (by.trim(), a.reason.trim());
     // The payload's bytes, for the copies of them elsewhere (a title).
     let bytes = store.blob(&digest)?;
@@ -136,6 +146,52 @@ pub fn run(env: &Env, a: RedactArgs) -> CmdResult {
                 "note: the database's files were not rewritten (--no-vacuum); the bytes may remain in free pages"
             );
         }
+    }
+    if let Some(w) = &warning {
+        eprintln!("warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn by_of(a: &RedactArgs) -> String {
+    a.by.clone()
+        .or_else(|| std::env::var("USER").ok())
+        .or_else(|| std::env::var("LOGNAME").ok())
+        .unwrap_or_default()
+}
+
+/// `--session`: the whole session's content in one transaction.
+fn run_session(env: &Env, session: &str, a: &RedactArgs) -> CmdResult {
+    let mut store = env.open()?;
+    let id = store.find_session(session)?.id;
+    let by = by_of(a);
+    let (done, warning) =
+        store.redact_session(&id, &content_free, by.trim(), a.reason.trim(), now())?;
+    if a.json {
+        print_json(&json!({
+            "session": id.to_string(),
+            "payloads": done.payloads,
+            "bytes": done.bytes,
+            "shared": done.shared,
+            "diagnostics": done.diagnostics,
+            "title_facts": done.title_facts,
+            "warning": warning,
+        }));
+    } else {
+        println!(
+            "redacted session {id}: {} payloads ({} bytes), the diagnostics of {} nodes, its title{}",
+            done.payloads,
+            done.bytes,
+            done.diagnostics,
+            if done.shared > 0 {
+                format!(
+                    "; {} payloads kept, another session has them too",
+                    done.shared
+                )
+            } else {
+                String::new()
+            }
+        );
     }
     if let Some(w) = &warning {
         eprintln!("warning: {w}");
