@@ -88,6 +88,18 @@ fn journal_erasure(
     if tx.redaction(digest)?.is_some() {
         return Ok(());
     }
+    journal(tx, digest, by, reason, now).map(|_| ())
+}
+
+/// Journals a redaction of `digest` (a fact) and indexes it: the fact's
+/// number.
+fn journal(
+    tx: &mut dyn Tx,
+    digest: &ContentHash,
+    by: &str,
+    reason: &str,
+    now: Millis,
+) -> Result<u64> {
     append_fact(
         tx,
         Fact::Redaction {
@@ -100,7 +112,8 @@ fn journal_erasure(
     let (seq, _) = tx
         .last_fact()?
         .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
-    tx.insert_redaction(digest, seq)
+    tx.insert_redaction(digest, seq)?;
+    Ok(seq)
 }
 
 /// The bytes stored under `h`, or the tombstone of their redaction; `None`
@@ -143,19 +156,7 @@ fn erase_payload(
             None => StoreError::NoNode(format!("a stored payload with SHA-256 {payload}")),
         });
     };
-    append_fact(
-        tx,
-        Fact::Redaction {
-            payload: *payload,
-            at: now,
-            by: by.to_owned(),
-            reason: reason.to_owned(),
-        },
-    )?;
-    let (seq, _) = tx
-        .last_fact()?
-        .ok_or_else(|| StoreError::backend("the redaction fact was not written"))?;
-    tx.insert_redaction(payload, seq)?;
+    let seq = journal(tx, payload, by, reason, now)?;
     // The OTLP bodies that hold the bytes go too (rebuilt while the
     // payload is still there).
     crate::otlp::drop_holding(tx, payload, &data)?;

@@ -114,21 +114,25 @@ impl Memo {
         for segments in each {
             super::remove_at(&mut value, segments);
         }
-        let key = matching::message_key(&value);
-        let m = self
-            .by_key
-            .entry(key)
-            .or_insert_with(|| {
-                Arc::new(Message {
-                    key,
-                    shape: matching::message_shape(&value),
-                    value,
-                })
-            })
-            .clone();
+        let m = shared(&mut self.by_key, value);
         self.by_bytes.insert(bytes, m.clone());
         Some(m)
     }
+}
+
+/// The message `value` (in canonical form), kept once in `by_key`.
+fn shared(by_key: &mut HashMap<Key, Arc<Message>>, value: Value) -> Arc<Message> {
+    let key = matching::message_key(&value);
+    by_key
+        .entry(key)
+        .or_insert_with(|| {
+            Arc::new(Message {
+                key,
+                shape: matching::message_shape(&value),
+                value,
+            })
+        })
+        .clone()
 }
 
 /// `pointers` split into those applying to the request less its
@@ -169,19 +173,7 @@ impl Parted {
             .unwrap_or_default();
         let messages = items
             .into_iter()
-            .map(|value| {
-                let key = matching::message_key(&value);
-                shared
-                    .entry(key)
-                    .or_insert_with(|| {
-                        Arc::new(Message {
-                            key,
-                            shape: matching::message_shape(&value),
-                            value,
-                        })
-                    })
-                    .clone()
-            })
+            .map(|value| self::shared(shared, value))
             .collect();
         Parted::new(canon, conv, messages)
     }
