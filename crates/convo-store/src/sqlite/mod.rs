@@ -1062,6 +1062,15 @@ impl crate::backend::Columns for Row<'_> {
 /// The payload columns of a node row `n` and the join they need: joined by
 /// rowid (`payload_id`), checked against the hash, a row without a usable
 /// shortcut falling back to the lookup by hash; `NULL, 0` without payloads.
+/// [`NODE_COLS`] of the table named `alias` in a join (`n.seq, n.hash…`).
+fn node_cols_of(alias: &str) -> String {
+    NODE_COLS
+        .split(", ")
+        .map(|c| format!("{alias}.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn payload_join(payloads: bool) -> (&'static str, &'static str) {
     if payloads {
         (
@@ -1411,11 +1420,7 @@ impl NodeTx for SqliteTx<'_> {
         // checked too: an edited run can hide nodes (verify reports it)
         // but never show another session's.
         self.flush_run()?;
-        let cols = NODE_COLS
-            .split(", ")
-            .map(|c| format!("n.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let cols = node_cols_of("n");
         let (payload, blobs) = payload_join(payloads);
         let sql = format!(
             "SELECT {cols}, {payload} \
@@ -1432,11 +1437,7 @@ impl NodeTx for SqliteTx<'_> {
     ) -> Result<()> {
         // The rows of `session_nodes` without payloads, decoded one at a time.
         self.flush_run()?;
-        let cols = NODE_COLS
-            .split(", ")
-            .map(|c| format!("n.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let cols = node_cols_of("n");
         let sql = format!(
             "SELECT {cols} \
              FROM session_runs r JOIN nodes n ON n.seq BETWEEN r.first AND r.last \
@@ -1493,11 +1494,7 @@ impl NodeTx for SqliteTx<'_> {
         payloads: bool,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
         // The numbers as one JSON array: each a rowid lookup.
-        let cols = NODE_COLS
-            .split(", ")
-            .map(|c| format!("n.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
+        let cols = node_cols_of("n");
         let (payload, blobs) = payload_join(payloads);
         let sql = format!(
             "SELECT {cols}, {payload} FROM nodes n {blobs} \
