@@ -330,53 +330,24 @@ impl crate::backend::Maintenance for Postgres {
     }
 }
 
-/// The URL without its password, for error messages (the one redactor,
-/// [`convo_core::url::redact`]).
-pub use convo_core::url::redact;
+/// The warning of a redaction that ran while other transactions of the
+/// database held snapshots ([`Postgres::snapshot_holders`]).
+fn busy(holders: &[i64]) -> String {
+    format!(
+        "other transactions of this database (pids {holders:?}) were running, so the \
+         rewritten tables may still hold the bytes for them: run `convo redact` of \
+         the same digest's --content again once they end, or `VACUUM FULL blobs`"
+    )
+}
 
-impl Backend for Postgres {
-    fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        self.run(Mode::Write, f)
-    }
-    fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        self.run(Mode::Read, f)
-    }
-    fn kind(&self) -> &'static str {
-        "postgres"
-    }
-    fn maintenance(&mut self) -> Option<&mut dyn crate::backend::Maintenance> {
-        Some(self)
-    }
-    fn payload_work(&self) -> (u64, u64) {
-        (self.conn.recent.hashed, self.conn.recent.cut)
-    }
-    fn erase_rewritten(&mut self) -> Result<Option<String>> {
-        for sql in [
-            "VACUUM FULL nodes",
-            "VACUUM FULL facts",
-            "VACUUM FULL sessions",
-            "ANALYZE nodes",
-            "ANALYZE facts",
-            "ANALYZE sessions",
-        ] {
-            self.conn
-                .once(|c| Box::pin(c.batch_execute(sql)))
-                .map_err(db)?;
-        }
-        self.erase_freed()
-    }
-    fn erase_freed(&mut self) -> Result<Option<String>> {
-        // A deleted row stays in the heap (and its TOAST table) until the
-        // table is rewritten; VACUUM FULL writes new files and drops the old.
-        // ANALYZE may have sampled the bytes into pg_statistic: analyze
-        // again (the row is gone) and rewrite that catalog too, which needs
-        // the database's owner.
-        //
-        // VACUUM FULL copies a deleted row that an older snapshot may still
-        // see (another transaction in this database, an autovacuum ANALYZE,
-        // a backend of any database still starting up: PostgreSQL counts
-        // those in every database's horizon): wait, a bounded time, until
-        // no such backend holds one, and say so if one still does.
+impl Postgres {
+    /// Waits, a bounded time (10 s), until no other backend holds a
+    /// snapshot that may still see a deleted row, and returns those that
+    /// still do. VACUUM FULL copies such a row into the new files (another
+    /// transaction in this database, an autovacuum ANALYZE, a backend of
+    /// any database still starting up: PostgreSQL counts those in every
+    /// database's horizon), so every rewrite of an erasure waits first.
+    fn snapshot_holders(&mut self) -> Result<Vec<i64>> {
         let mut holders = Vec::new();
         for _ in 0..100 {
             let rows = self
@@ -400,6 +371,58 @@ impl Backend for Postgres {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        Ok(holders)
+    }
+}
+
+/// The URL without its password, for error messages (the one redactor,
+/// [`convo_core::url::redact`]).
+pub use convo_core::url::redact;
+
+impl Backend for Postgres {
+    fn write(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        self.run(Mode::Write, f)
+    }
+    fn read(&mut self, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
+        self.run(Mode::Read, f)
+    }
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+    fn maintenance(&mut self) -> Option<&mut dyn crate::backend::Maintenance> {
+        Some(self)
+    }
+    fn payload_work(&self) -> (u64, u64) {
+        (self.conn.recent.hashed, self.conn.recent.cut)
+    }
+    fn erase_rewritten(&mut self) -> Result<Option<String>> {
+        let holders = self.snapshot_holders()?;
+        for sql in [
+            "VACUUM FULL nodes",
+            "VACUUM FULL facts",
+            "VACUUM FULL sessions",
+            "ANALYZE nodes",
+            "ANALYZE facts",
+            "ANALYZE sessions",
+        ] {
+            self.conn
+                .once(|c| Box::pin(c.batch_execute(sql)))
+                .map_err(db)?;
+        }
+        let freed = self.erase_freed()?;
+        Ok(match (freed, holders.is_empty()) {
+            (Some(w), _) => Some(w),
+            (None, true) => None,
+            (None, false) => Some(busy(&holders)),
+        })
+    }
+    fn erase_freed(&mut self) -> Result<Option<String>> {
+        // A deleted row stays in the heap (and its TOAST table) until the
+        // table is rewritten; VACUUM FULL writes new files and drops the old.
+        // ANALYZE may have sampled the bytes into pg_statistic: analyze
+        // again (the row is gone) and rewrite that catalog too, which needs
+        // the database's owner.
+        let holders = self.snapshot_holders()?;
         // The search index's dead rows hold the erased payload's words.
         for sql in [
             "VACUUM FULL blobs",
@@ -425,13 +448,7 @@ impl Backend for Postgres {
                     describe(&e)
                 )
             });
-        let busy = (!holders.is_empty()).then(|| {
-            format!(
-                "other transactions of this database (pids {holders:?}) were running, so the \
-                 rewritten tables may still hold the bytes for them: run `convo redact` of \
-                 the same digest's --content again once they end, or `VACUUM FULL blobs`"
-            )
-        });
+        let busy = (!holders.is_empty()).then(|| busy(&holders));
         Ok(match (stats, busy) {
             (None, None) => None,
             (a, b) => Some([a, b].into_iter().flatten().collect::<Vec<_>>().join("; ")),
