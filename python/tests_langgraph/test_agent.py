@@ -220,3 +220,37 @@ def test_delta_channel_history_matches_the_parent_walk(store_url: str) -> None:
             "hi",
             "three",
         ]
+
+
+def test_an_edited_checkpoint_read_from_the_end_is_refused(tmp_path: Path) -> None:
+    """A saver with nothing cached reads the latest checkpoint from the end
+    of the timeline: an edited payload on its chain is refused there too;
+    an older checkpoint read by id, whose chain the edit missed, reads."""
+    db = tmp_path / "convo.db"
+    cfg: Any = {"configurable": {"thread_id": "t"}}
+    graph = StateGraph(MessagesState).add_node("echo", lambda s: {"messages": [AIMessage("hi")]})
+    graph.add_edge(START, "echo").add_edge("echo", END)
+    with convo.Store(db) as store:
+        app = graph.compile(checkpointer=ConvoSaver(store))
+        app.invoke({"messages": [HumanMessage("hello")]}, cfg)
+        for i in range(3):
+            app.invoke({"messages": [HumanMessage(f"again {i}")]}, cfg)
+        first = [s.config for s in app.get_state_history(cfg)][-2]
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT id, data FROM blobs").fetchall()
+        edited = [
+            (edit(data, b"again 2", b"AGAIN 2"), rowid)
+            for rowid, data in rows
+            if data.startswith(b"convo-langgraph-checkpoint/") and b"again 2" in unsealed(data)
+        ]
+        assert edited
+        c.executemany("UPDATE blobs SET data = ? WHERE id = ?", edited)
+    with convo.Store(db) as store:
+        saver = ConvoSaver(store)
+        with pytest.raises(convo.ConvoError):
+            saver.get_tuple(cfg)
+        assert not saver._threads["t"].complete
+        # What the edit did not touch still reads.
+        tup = ConvoSaver(store).get_tuple(first)
+        assert tup is not None
+        assert [m.content for m in tup.checkpoint["channel_values"]["messages"]] == ["hello"]

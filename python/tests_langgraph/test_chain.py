@@ -1,5 +1,6 @@
 """Checkpoints given by their parent's (`p`, `a`) and the snapshots between
-them read back the same through a saver that has nothing cached."""
+them read back the same through a saver that has nothing cached; such a
+saver reads the latest checkpoint from the ends of the timelines."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 import convo
+import convo.langgraph as lg
 from convo.langgraph import ConvoSaver, _values
 
 
@@ -51,3 +53,74 @@ def test_deltas_and_snapshots_read_back_cold(
     assert sum(marks) >= 9, marks
     runs = "".join("d" if m else "." for m in marks).split(".")
     assert max(len(r) for r in runs) == 3, marks
+
+
+def test_a_new_saver_reads_the_latest_from_the_ends(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saver with nothing cached reads the latest checkpoint from the end
+    of its timelines (not the whole thread): values, writes and a fork's
+    checkpoint as the first saver has them; an older one by id and a
+    listing read the thread whole; a put after a cold read goes on."""
+    monkeypatch.setattr(_values, "SNAPSHOT_EVERY", 6)
+    monkeypatch.setattr(lg, "END_READ", 4)
+    cfg: Any = {"configurable": {"thread_id": "e"}}
+    with convo.Store(store_url) as store:
+        warm = echo(ConvoSaver(store))
+        for i in range(8):
+            warm.invoke({"messages": [HumanMessage(f"m{i}")]}, cfg)
+        first = history(warm, cfg)
+
+        cold_saver = ConvoSaver(store)
+        cold = echo(cold_saver)
+        latest = cold.get_state(cfg)
+        th = cold_saver._threads["e"]
+        assert not th.complete
+        # Only a few nodes were read back: not the thread.
+        assert len(th.checkpoints) < len(first) // 2, len(th.checkpoints)
+        assert latest.config["configurable"]["checkpoint_id"] == first[0][0]
+        assert [m.content for m in latest.values["messages"]] == first[0][1]
+
+        # An older checkpoint by id: the thread is read whole.
+        old_id, old_messages = first[-5]
+        old = cold.get_state({"configurable": {"thread_id": "e", "checkpoint_id": old_id}})
+        assert [m.content for m in old.values["messages"]] == old_messages
+        assert th.complete
+        assert history(cold, cfg) == first
+
+        # A third saver: a cold read, then the graph goes on from it.
+        again_saver = ConvoSaver(store)
+        again = echo(again_saver)
+        again.invoke({"messages": [HumanMessage("m8")]}, cfg)
+        assert not again_saver._threads["e"].complete
+        after = history(echo(ConvoSaver(store)), cfg)
+    assert after[0][1] == first[0][1] + ["m8", "ok"]
+    assert after[3:] == first
+
+
+def test_a_cold_read_takes_the_newest_fork(store_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest checkpoint of a thread with a fork is the fork's, and a
+    cold read finds it (and the writes still pending on it)."""
+    monkeypatch.setattr(lg, "END_READ", 3)
+    cfg: Any = {"configurable": {"thread_id": "f"}}
+    with convo.Store(store_url) as store:
+        saver = ConvoSaver(store)
+        app = echo(saver)
+        for i in range(3):
+            app.invoke({"messages": [HumanMessage(f"m{i}")]}, cfg)
+        early = history(app, cfg)[-3][0]
+        forked = app.update_state(
+            {"configurable": {"thread_id": "f", "checkpoint_id": early}},
+            {"messages": [HumanMessage("edited")]},
+        )
+        saver.put_writes(forked, [("messages", [HumanMessage("pending")])], "task-1")
+        warm = saver.get_tuple(cfg)
+        assert warm is not None
+        assert {b.name for b in store.branches("f")} >= {"main", "fork-1"}
+        cold = ConvoSaver(store).get_tuple(cfg)
+    assert cold is not None
+    assert cold.config == warm.config == forked
+    assert cold.checkpoint["channel_values"] == warm.checkpoint["channel_values"]
+    assert [(t, c, [m.content for m in v]) for t, c, v in cold.pending_writes or []] == [
+        ("task-1", "messages", ["pending"])
+    ]

@@ -58,6 +58,12 @@ from convo.store import PathLike, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
 
+END_READ = 256
+"""How many nodes a read of a timeline's end takes, with their payloads:
+the newest checkpoint, its writes and, most often, its chain back to a
+snapshot (`_values.SNAPSHOT_EVERY` checkpoints at most: more than one
+snapshot only on a timeline of checkpoints without writes)."""
+
 # Titles of threads detached by earlier versions (nothing erased).
 DELETED = "[deleted] "
 PRUNED = "[pruned] "
@@ -147,7 +153,10 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         return th
 
     def _refresh(self, th: ix.Thread) -> None:
-        """Reads what was appended to the thread's timelines since last time."""
+        """Reads what was appended to the thread's timelines since last
+        time (a thread read from its ends: all of them, from the start)."""
+        if not th.complete:
+            th.reset(complete=True)
         for b in self._api("GET", f"/sessions/{_q(th.session)}/branches"):
             t = th.timeline(b["name"])
             while b.get("head") and t.head != b["head"]:
@@ -159,6 +168,79 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 if not page["nodes"]:
                     break
                 th.take(t, page["nodes"])
+
+    def _find_newest(self, thread_id: str, ns: str) -> ix.Thread | None:
+        """The thread for a read of the newest checkpoint of `ns`: one this
+        saver read whole, refreshed; else its namespace's timelines read
+        from their ends (the head back to the last checkpoint; `_stored`
+        reads further back as the chain of payloads needs), as the store
+        has them now."""
+        th = self._threads.get(thread_id)
+        if th is not None and th.complete:
+            self._refresh(th)
+            return th
+        if th is None:
+            try:
+                d = self._api("GET", f"/sessions/{_q(thread_id)}")
+            except NotFoundError:
+                return None
+            s = d["session"]
+            if s.get("title") != thread_id or s.get("agent") != ix.AGENT:
+                return None
+            th = self._threads[thread_id] = ix.Thread(thread_id, s["id"], complete=False)
+        self._read_ends(th, ns)
+        return th
+
+    def _catch_up(self, th: ix.Thread, ns: str) -> None:
+        """Reads what was appended to the thread since last read."""
+        if th.complete:
+            self._refresh(th)
+        else:
+            self._read_ends(th, ns)
+
+    def _read_ends(self, th: ix.Thread, ns: str) -> None:
+        """Reads the ends of the namespace's timelines of a thread read
+        from its ends, again from scratch if the store has more since."""
+        branches = self._api("GET", f"/sessions/{_q(th.session)}/branches")
+        heads = {b["name"]: b.get("head") for b in branches}
+        if any(t.lo is not None and heads.get(t.name) != t.head for t in th.timelines.values()):
+            th.reset(complete=False)  # written since: read the ends again
+        base = ix.branch_base(ns)
+        for name, head in heads.items():
+            t = th.timeline(name)
+            if t.lo is None and head and ix.base_of(name) == base:
+                self._read_end(th, t)
+
+    def _read_end(self, th: ix.Thread, t: ix.Timeline) -> None:
+        """Reads a timeline's last nodes, and further back to its last
+        checkpoint of its namespace."""
+        page = self._api(
+            "GET",
+            f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
+            query={"cursor": -END_READ, "limit": END_READ, "payloads": "true"},
+        )
+        th.take_end(t, page["nodes"], int(page["total"]))
+        self._keep_payloads(page["nodes"])
+        while t.last is None and self._read_before(th, t):
+            pass
+
+    def _read_before(self, th: ix.Thread, t: ix.Timeline) -> bool:
+        """Reads the nodes before the first read of a timeline read from
+        its end (as many again as were read, up to a page), with their
+        payloads; `False` when it was read from its first node."""
+        if not t.lo:
+            return False
+        n = min(t.lo, END_READ)
+        page = self._api(
+            "GET",
+            f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
+            query={"cursor": t.lo - n, "limit": n, "payloads": "true"},
+        )
+        if len(page["nodes"]) != n:
+            raise RuntimeError(f"timeline {t.name!r} of thread {th.thread_id!r} changed while read")
+        th.take_before(t, page["nodes"])
+        self._keep_payloads(page["nodes"])
+        return True
 
     def _keep_payloads(self, nodes: builtins.list[dict[str, Any]]) -> None:
         """Keeps the payloads a read of a chain brought besides its own, as
@@ -248,8 +330,13 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             chain.append(at)
             if not at.delta:
                 break
-            parent = at.parent
-            at = None if parent is None else th.checkpoints.get((at.ns, parent))
+            key = (at.ns, at.parent or "")
+            while at.parent is not None and key not in th.checkpoints and not th.complete:
+                # A thread read from its ends: the parent is further back
+                # on the timeline its child was read on.
+                if not self._read_before(th, th.timelines[at.branch]):
+                    break
+            at = th.checkpoints.get(key)
             if at is None:
                 raise ValueError(
                     f"checkpoint {chain[-1].id!r} of thread {th.thread_id!r}: "
@@ -325,16 +412,19 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         conf = config["configurable"]
         ns = conf.get("checkpoint_ns", "")
+        cp_id = get_checkpoint_id(config)
         with self._lock:
-            th = self._find(str(conf["thread_id"]))
+            thread_id = str(conf["thread_id"])
+            if cp_id and thread_id not in self._threads:
+                th = self._find(thread_id)  # by id: read the thread whole
+            else:
+                th = self._find_newest(thread_id, ns)
             if th is None:
                 return None
-            cp_id = get_checkpoint_id(config)
-            if cp_id:
-                cp = th.checkpoints.get((ns, cp_id))
-            else:
-                newest = th.in_ns(ns)
-                cp = newest[0] if newest else None
+            cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
+            if cp is None and not th.complete:
+                self._refresh(th)  # not at the ends read: read the thread whole
+                cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
             return None if cp is None else self._tuple(th, cp)
 
     def _threads_listed(self, config: RunnableConfig | None) -> list[ix.Thread]:
@@ -419,6 +509,8 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
         with self._lock:
             th = self._thread(thread_id)
+            if not th.appends_at(ns, parent, checkpoint["id"]):
+                self._refresh(th)
             if parent is not None and (ns, parent) not in th.checkpoints:
                 parent_known = None
             else:
@@ -497,7 +589,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         with self._lock:
             th = self._find(thread_id, fresh=False)
             if th is not None and (ns, cp_id) not in th.checkpoints:
-                self._refresh(th)
+                self._catch_up(th, ns)
             if th is None or (ns, cp_id) not in th.checkpoints:
                 # Its checkpoint is still being put (or never will be, as
                 # with any saver that keeps writes of unknown checkpoints).

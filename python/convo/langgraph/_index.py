@@ -244,6 +244,9 @@ class Timeline:
     length: int
     ns: str | None
     last: str | None
+    lo: int | None = 0
+    """The position of the first node read (`None`: not read): nodes
+    `lo…length` are in the picture."""
 
 
 @dataclass
@@ -257,13 +260,31 @@ class Thread:
     by_node: dict[str, tuple[str, str]] = field(default_factory=dict)
     root: str | None = None
     """The thread's first node (namespaces with no parent fork from it)."""
+    complete: bool = True
+    """Whether every timeline was read from its first node. A thread
+    opened by a read of its latest checkpoint holds only the ends of its
+    namespace's timelines (`Timeline.lo`), read back as far as a chain
+    of checkpoints needs; anything else reads it whole first."""
+    orphans: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    """Writes nodes read before their checkpoint (a timeline read from its
+    end): taken when a read further back finds it."""
+
+    def reset(self, *, complete: bool) -> None:
+        """Forgets what was read of the session."""
+        self.timelines.clear()
+        self.checkpoints.clear()
+        self.by_node.clear()
+        self.orphans.clear()
+        self.root = None
+        self.complete = complete
 
     def timeline(self, name: str) -> Timeline:
         """The timeline named `name`, empty and unread when new."""
         t = self.timelines.get(name)
         if t is None:
             ns = "" if base_of(name) == "main" else None
-            t = self.timelines[name] = Timeline(name, None, 0, ns, None)
+            lo = 0 if self.complete else None
+            t = self.timelines[name] = Timeline(name, None, 0, ns, None, lo)
         return t
 
     def take(self, t: Timeline, nodes: list[dict[str, Any]]) -> None:
@@ -271,15 +292,38 @@ class Thread:
         for n in nodes:
             t.length += 1
             t.head = n["hash"]
-            d = (n.get("diagnostics") or {}).get(DIAG)
-            if not isinstance(d, dict):
-                continue
-            if "thread" in d and self.root is None:
-                self.root = n["hash"]
-            elif "checkpoint" in d:
-                self._take_checkpoint(t, n, d)
-            elif "writes_for" in d:
-                self._take_writes(n, d)
+            self._take_node(t, n)
+
+    def take_end(self, t: Timeline, nodes: list[dict[str, Any]], total: int) -> None:
+        """Reads the last nodes of a timeline of `total` (not read before)."""
+        t.length, t.lo = total, total - len(nodes)
+        t.head = nodes[-1]["hash"] if nodes else None
+        for n in nodes:
+            self._take_node(t, n)
+
+    def take_before(self, t: Timeline, nodes: list[dict[str, Any]]) -> None:
+        """Reads the nodes just before `t.lo`, in order; then the writes
+        read before their checkpoint that these hold."""
+        last = t.last
+        waiting, self.orphans = self.orphans, []
+        for n in nodes:
+            self._take_node(t, n)
+        t.lo = (t.lo or 0) - len(nodes)
+        if last is not None:
+            t.last = last
+        for node, d in waiting:
+            self._take_writes(node, d)
+
+    def _take_node(self, t: Timeline, n: dict[str, Any]) -> None:
+        d = (n.get("diagnostics") or {}).get(DIAG)
+        if not isinstance(d, dict):
+            return
+        if "thread" in d and self.root is None:
+            self.root = n["hash"]
+        elif "checkpoint" in d:
+            self._take_checkpoint(t, n, d)
+        elif "writes_for" in d:
+            self._take_writes(n["hash"], d)
 
     def _take_checkpoint(self, t: Timeline, n: dict[str, Any], d: dict[str, Any]) -> None:
         ns = str(d.get("ns", ""))
@@ -302,17 +346,46 @@ class Thread:
         if t.ns == ns:
             t.last = key[1]
 
-    def _take_writes(self, n: dict[str, Any], d: dict[str, Any]) -> None:
+    def _take_writes(self, node: str, d: dict[str, Any]) -> None:
         cp = self.checkpoints.get((str(d.get("ns", "")), str(d["writes_for"])))
         if cp is None:
+            if not self.complete:
+                self.orphans.append((node, d))
             return
         for pos, (idx, channel) in enumerate(d.get("writes", [])):
             key = (str(d["task_id"]), int(idx))
             if key in cp.writes and int(idx) >= 0:
                 continue
             cp.writes[key] = Write(
-                key[0], key[1], str(channel), str(d.get("task_path", "")), n["hash"], pos
+                key[0], key[1], str(channel), str(d.get("task_path", "")), node, pos
             )
+
+    def newest(self, ns: str) -> Checkpoint | None:
+        """The namespace's newest checkpoint: of a thread read whole, the
+        highest id; of one read from its ends, the highest of the last
+        checkpoints of its timelines (a child's id is above its parent's),
+        `None` when none of them has one."""
+        if self.complete:
+            cps = self.in_ns(ns)
+            return cps[0] if cps else None
+        lasts = [
+            self.checkpoints[(ns, t.last)]
+            for t in self.timelines.values()
+            if t.lo is not None and t.ns == ns and t.last is not None
+        ]
+        return max(lasts, key=lambda c: c.id) if lasts else None
+
+    def appends_at(self, ns: str, parent: str | None, cp_id: str) -> bool:
+        """Whether a checkpoint `cp_id` of `ns` with parent `parent` goes
+        after the last checkpoint of a timeline read: what a thread read
+        from its ends can write without reading it whole."""
+        if self.complete:
+            return True
+        if parent is None or cp_id <= parent or (ns, parent) not in self.checkpoints:
+            return False
+        return any(
+            t.lo is not None and t.ns == ns and t.last == parent for t in self.timelines.values()
+        )
 
     def in_ns(self, ns: str) -> list[Checkpoint]:
         """The namespace's checkpoints, newest (highest id) first."""

@@ -15,7 +15,7 @@ from typing import Any
 
 from convo.langgraph import _index as ix
 
-SNAPSHOT_EVERY = 512
+SNAPSHOT_EVERY = 192
 """A checkpoint whose parent's chain back to a checkpoint holding every
 value whole is this long holds every value whole itself: a cold read
 walks at most this many payloads (the store's chunks keep a snapshot's
