@@ -52,7 +52,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convo.errors import NotFoundError
 from convo.langgraph import _index as ix
-from convo.langgraph._values import Stored, Values, payload_channel
+from convo.langgraph._values import Stored, Values, payload_channel, refs
 from convo.models import Line, decode_payload
 from convo.store import PathLike, Store, _q
 
@@ -293,7 +293,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         # The graph may go on from these objects: its next put appends.
         self._values.handed(
             (th.thread_id, cp.ns, cp.id),
-            {k: list(v) for k, v in values.items() if isinstance(v, list)},
+            {k: refs(v) for k, v in values.items() if isinstance(v, list)},
         )
         checkpoint["channel_values"] = values
         conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
@@ -769,8 +769,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _start(self, th: ix.Thread, ns: str, cp_id: str | None) -> ix.Checkpoint | None:
         if cp_id:
             return th.checkpoints.get((ns, cp_id))
-        newest = th.in_ns(ns)
-        return newest[0] if newest else None
+        return th.newest(ns)
 
     def _parent(self, th: ix.Thread | None, cp: ix.Checkpoint | None) -> ix.Checkpoint | None:
         if th is None or cp is None or cp.parent is None:

@@ -201,7 +201,7 @@ def read_writes_payload(raw: bytes) -> list[Typed]:
     return out
 
 
-@dataclass
+@dataclass(slots=True)
 class Write:
     """One pending write: its key is `(task_id, idx)`."""
 
@@ -215,7 +215,7 @@ class Write:
     """Its place in that node's payload."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Checkpoint:
     """What a listing needs of one checkpoint (its payload stays in the store)."""
 
@@ -234,7 +234,7 @@ class Checkpoint:
     writes: dict[tuple[str, int], Write] = field(default_factory=dict)
 
 
-@dataclass
+@dataclass(slots=True)
 class Timeline:
     """One branch as last read: its head, how many nodes it has, its
     namespace and the last checkpoint of that namespace on it."""
@@ -265,6 +265,8 @@ class Thread:
     opened by a read of its latest checkpoint holds only the ends of its
     namespace's timelines (`Timeline.lo`), read back as far as a chain
     of checkpoints needs; anything else reads it whole first."""
+    top: dict[str, Checkpoint] = field(default_factory=dict)
+    """Each namespace's checkpoint of the highest id read."""
     orphans: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """Writes nodes read before their checkpoint (a timeline read from its
     end): taken when a read further back finds it."""
@@ -275,6 +277,7 @@ class Thread:
         self.checkpoints.clear()
         self.by_node.clear()
         self.orphans.clear()
+        self.top.clear()
         self.root = None
         self.complete = complete
 
@@ -341,6 +344,9 @@ class Thread:
                 delta=bool(d.get("delta")),
             )
             self.by_node[n["hash"]] = key
+            top = self.top.get(ns)
+            if top is None or key[1] > top.id:
+                self.top[ns] = self.checkpoints[key]
         if t.ns is None and branch_base(ns) == base_of(t.name):
             t.ns = ns
         if t.ns == ns:
@@ -361,13 +367,12 @@ class Thread:
             )
 
     def newest(self, ns: str) -> Checkpoint | None:
-        """The namespace's newest checkpoint: of a thread read whole, the
-        highest id; of one read from its ends, the highest of the last
+        """The namespace's newest checkpoint: of a thread read whole, that
+        of the highest id; of one read from its ends, the highest of the last
         checkpoints of its timelines (a child's id is above its parent's),
         `None` when none of them has one."""
         if self.complete:
-            cps = self.in_ns(ns)
-            return cps[0] if cps else None
+            return self.top.get(ns)
         lasts = [
             self.checkpoints[(ns, t.last)]
             for t in self.timelines.values()
@@ -386,12 +391,6 @@ class Thread:
         return any(
             t.lo is not None and t.ns == ns and t.last == parent for t in self.timelines.values()
         )
-
-    def in_ns(self, ns: str) -> list[Checkpoint]:
-        """The namespace's checkpoints, newest (highest id) first."""
-        cps = [c for (cns, _), c in self.checkpoints.items() if cns == ns]
-        cps.sort(key=lambda c: c.id, reverse=True)
-        return cps
 
     def branch_for(self, ns: str, parent: str | None) -> tuple[str | None, str | None]:
         """Where a new checkpoint of `ns` with parent `parent` goes:

@@ -8,6 +8,7 @@ added, in memory too."""
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,13 +26,38 @@ CACHED = 4096
 HANDED = 4
 """Of how many checkpoints the cache keeps the Python objects of their
 lists (those put, or handed to the graph by a read): the next put after
-one of them appends to its list."""
+one of them appends to its list. Weakly where an object allows it (a
+LangChain message does): the saver keeps no graph of objects alive
+after the graph is done with it (the garbage collector's full passes
+walk every object alive, and freeing them would fall in a put)."""
 
 Key = tuple[str, str, str]
 """A checkpoint: thread, namespace, id."""
 
 
-@dataclass(frozen=True)
+def refs(items: list[Any]) -> list[Any]:
+    """References to a list's elements: weak where the element allows one
+    (a `weakref.ref` then), else the element itself."""
+    out: list[Any] = []
+    for e in items:
+        try:
+            out.append(weakref.ref(e))
+        except TypeError:
+            out.append(e)
+    return out
+
+
+def same(objects: list[Any], held: list[Any]) -> bool:
+    """Whether `objects` starts with the very objects `held` refers to."""
+    if len(objects) < len(held):
+        return False
+    for o, r in zip(objects, held, strict=False):
+        if (r() if type(r) is weakref.ReferenceType else r) is not o:
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
 class Seq:
     """The first `n` elements of `items`, a list that only grows: the
     list of a checkpoint's channel and of its descendants' share it."""
@@ -61,7 +87,7 @@ def payload_channel(v: Value) -> ix.Channel:
     return v.elements() if isinstance(v, Seq) else v
 
 
-@dataclass
+@dataclass(slots=True)
 class Stored:
     """One checkpoint's serialized values: its skeleton, each channel, and
     how many payloads back its snapshot is."""
@@ -91,7 +117,8 @@ class Values:
             self._cache.popitem(last=False)
 
     def handed(self, key: Key, objects: dict[str, list[Any]]) -> None:
-        """Remembers the list elements of checkpoint `key` the graph holds."""
+        """Remembers the list elements of checkpoint `key` the graph holds
+        (`objects`: references, as `refs` makes them)."""
         self._objects[key] = objects
         self._objects.move_to_end(key)
         while len(self._objects) > HANDED:
@@ -115,8 +142,8 @@ class Values:
         (`parent`: `None` when it is not in the store): a channel not in
         `changed` as the parent's, a list that starts with the parent's
         elements (the same objects) as the elements after them, any other
-        channel whole. Returns what the cache keeps of it (and keeps the
-        lists' elements for the next put) and the payload's ops."""
+        channel whole. Returns what the cache keeps of it, references to
+        the lists' elements (for the next put) and the payload's ops."""
         known = None if parent is None else self.get(parent)
         handed = {} if parent is None else self._objects.get(parent, {})
         st = Stored(skeleton, {}, 0 if known is None else known.chain + 1)
@@ -131,24 +158,18 @@ class Values:
                     objects[ch] = objs
                 ops[ch] = ("p", None)
                 continue
-            if (
-                isinstance(v, list)
-                and isinstance(prev, Seq)
-                and objs is not None
-                and len(v) >= len(objs)
-                and all(a is b for a, b in zip(v, objs, strict=False))
-            ):
+            if isinstance(v, list) and isinstance(prev, Seq) and objs is not None and same(v, objs):
                 added = dump(v[len(objs) :])
                 if isinstance(added, list):
                     st.channels[ch] = prev.extended(added)
                     ops[ch] = ("a", added)
-                    objects[ch] = list(v)
+                    objects[ch] = objs + refs(v[len(objs) :])
                     continue
             dumped = dump(v)
             st.channels[ch] = whole(dumped)
             ops[ch] = ("v", dumped)
             if isinstance(v, list):
-                objects[ch] = list(v)
+                objects[ch] = refs(v)
         if st.chain >= SNAPSHOT_EVERY:
             st.chain = 0
             ops = {ch: ("v", payload_channel(c)) for ch, c in st.channels.items()}
