@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import struct
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -116,19 +117,30 @@ def _frame(t: Typed) -> bytes:
     return bytes([len(kind)]) + kind + len(t[1]).to_bytes(4, "big") + t[1]
 
 
+_MSGPACK = b"\x07msgpack"
+_SIZE = struct.Struct(">I")
+
+
 def _frames(raw: bytes, at: int, n: int) -> tuple[list[Typed], int]:
     out: list[Typed] = []
+    end = len(raw)
     for _ in range(n):
-        if at + 1 > len(raw):
+        if at + 5 > end:
             break
-        k = raw[at]
-        kind = raw[at + 1 : at + 1 + k].decode()
-        at += 1 + k
-        size = int.from_bytes(raw[at : at + 4], "big")
-        if at + 4 + size > len(raw):
+        if raw.startswith(_MSGPACK, at):  # the common kind, not decoded again
+            kind, at = "msgpack", at + 8
+        else:
+            k = raw[at]
+            kind = raw[at + 1 : at + 1 + k].decode()
+            at += 1 + k
+        if at + 4 > end:
             break
-        out.append((kind, raw[at + 4 : at + 4 + size]))
-        at += 4 + size
+        (size,) = _SIZE.unpack_from(raw, at)
+        at += 4
+        if at + size > end:
+            break
+        out.append((kind, raw[at : at + size]))
+        at += size
     if len(out) != n:
         raise ValueError("a checkpoint payload ends early")
     return out, at

@@ -35,26 +35,28 @@ Key = tuple[str, str, str]
 """A checkpoint: thread, namespace, id."""
 
 
+def _ref(e: Any) -> Any:
+    try:
+        return weakref.ref(e)
+    except TypeError:
+        return e
+
+
 def refs(items: list[Any]) -> list[Any]:
     """References to a list's elements: weak where the element allows one
     (a `weakref.ref` then), else the element itself."""
-    out: list[Any] = []
-    for e in items:
-        try:
-            out.append(weakref.ref(e))
-        except TypeError:
-            out.append(e)
-    return out
+    try:
+        return [weakref.ref(e) for e in items]
+    except TypeError:
+        return [_ref(e) for e in items]
 
 
 def same(objects: list[Any], held: list[Any]) -> bool:
     """Whether `objects` starts with the very objects `held` refers to."""
     if len(objects) < len(held):
         return False
-    for o, r in zip(objects, held, strict=False):
-        if (r() if type(r) is weakref.ReferenceType else r) is not o:
-            return False
-    return True
+    weak = weakref.ReferenceType
+    return all((r() if type(r) is weak else r) is o for o, r in zip(objects, held, strict=False))
 
 
 @dataclass(frozen=True, slots=True)
