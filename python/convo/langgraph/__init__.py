@@ -286,15 +286,16 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     # ----- reads ----------------------------------------------------------------
 
-    def _tuple(self, th: ix.Thread, cp: ix.Checkpoint) -> CheckpointTuple:
+    def _tuple(self, th: ix.Thread, cp: ix.Checkpoint, *, handed: bool = True) -> CheckpointTuple:
         st = self._stored(th, cp)
         checkpoint: Checkpoint = self.serde.loads_typed(st.skeleton)
         values = {k: self._load(payload_channel(v)) for k, v in st.channels.items()}
-        # The graph may go on from these objects: its next put appends.
-        self._values.handed(
-            (th.thread_id, cp.ns, cp.id),
-            {k: refs(v) for k, v in values.items() if isinstance(v, list)},
-        )
+        if handed:
+            # The graph may go on from these objects: its next put appends.
+            self._values.handed(
+                (th.thread_id, cp.ns, cp.id),
+                {k: refs(v) for k, v in values.items() if isinstance(v, list)},
+            )
         checkpoint["channel_values"] = values
         conf = {"thread_id": th.thread_id, "checkpoint_ns": cp.ns}
         parent = None
@@ -471,7 +472,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             found = found[: max(limit, 0)]
         for th, cp in found:
             with self._lock:
-                tup = self._tuple(th, cp)
+                tup = self._tuple(th, cp, handed=False)  # a listing: not gone on from
             yield tup
 
     # ----- writes ---------------------------------------------------------------
