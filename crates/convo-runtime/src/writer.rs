@@ -36,9 +36,10 @@
 //!   ([`Writer::stalled`]) until a batch commits again, so its callers
 //!   need not wait for their writes meanwhile. A database that is away
 //!   ([`StoreError::Unreachable`]: a PostgreSQL server restarting, before
-//!   any `COMMIT` was sent) is waited out the same way; a connection lost
-//!   at `COMMIT` is not (the batch may have been kept): its requests get
-//!   the error.
+//!   any `COMMIT` was sent, or a `COMMIT` the server says it never kept)
+//!   is waited out the same way. A connection lost at `COMMIT` is asked
+//!   about on a new one (`pg_xact_status`): kept is success; unknown (the
+//!   server stayed away) is an error its requests get.
 //! - **Checkpoints off the commit path.** The writer has a connection of
 //!   its own, and on SQLite its WAL checkpoints run on another thread
 //!   ([`Store::defer_checkpoints`]): left to SQLite, one commit in a few
