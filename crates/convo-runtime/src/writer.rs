@@ -21,9 +21,10 @@
 //!   batch).
 //! - **The database may go away and come back.** When a batch fails because
 //!   the connection was lost (a PostgreSQL restart), every request of the
-//!   batch gets that `unavailable` error (HTTP 503) and nothing is retried:
-//!   a batch whose `COMMIT` was cut may or may not have been kept, and only
-//!   a request that was answered with success counts as written. The next
+//!   batch gets that `unavailable` error (HTTP 503: nothing of it was
+//!   kept; a cut `COMMIT` was asked about first), unless its work waits
+//!   the store out (below); only a request answered with success counts
+//!   as written. The next
 //!   batch opens a new connection ([`Reconnecting`]). So an acknowledged
 //!   write is in the store exactly once, and the server needs no restart.
 //! - **A locked store can be waited out.** A [`Work`] that says so
