@@ -230,7 +230,12 @@ impl Conn {
                     .client
                     .query_one("SELECT pg_xact_status($1::text::xid8)::text", &[&xid]),
             );
-            match status.ok()?.try_get::<_, Option<String>>(0).ok()?.as_deref() {
+            match status
+                .ok()?
+                .try_get::<_, Option<String>>(0)
+                .ok()?
+                .as_deref()
+            {
                 Some("committed") => break true,
                 Some("aborted") => break false,
                 Some("in progress") if start.elapsed() < REOPEN_BUDGET => {
