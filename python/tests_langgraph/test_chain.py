@@ -13,6 +13,7 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 import convo
 import convo.langgraph as lg
 from convo.langgraph import ConvoSaver, _values
+from convo.langgraph import _index as ix
 
 
 def echo(saver: ConvoSaver) -> Any:
@@ -124,3 +125,35 @@ def test_a_cold_read_takes_the_newest_fork(store_url: str, monkeypatch: pytest.M
     assert [(t, c, [m.content for m in v]) for t, c, v in cold.pending_writes or []] == [
         ("task-1", "messages", ["pending"])
     ]
+
+
+def test_writes_read_before_their_checkpoint_are_taken_when_it_is() -> None:
+    """A timeline read from its end: a writes node whose checkpoint lies
+    further back waits until a read further back finds the checkpoint;
+    the timeline's last checkpoint stays the newest one."""
+
+    def node(h: str, d: dict[str, Any], depth: int) -> dict[str, Any]:
+        return {"hash": h, "seq": depth, "depth": depth, "diagnostics": {"langgraph": d}}
+
+    def writes(h: str, cp: str, depth: int) -> dict[str, Any]:
+        d = {"writes_for": cp, "ns": "", "task_id": "t", "writes": [[0, "messages"]]}
+        return node(h, d, depth)
+
+    nodes = [
+        node("root", {"thread": "x"}, 1),
+        node("a", {"checkpoint": "1", "parent": None, "ns": "", "metadata": {}}, 2),
+        writes("wa", "1", 3),
+        node("b", {"checkpoint": "2", "parent": "1", "ns": "", "metadata": {}, "delta": True}, 4),
+        writes("wb", "2", 5),
+    ]
+    th = ix.Thread("x", "ses-x", complete=False)
+    t = th.timeline("main")
+    th.take_end(t, nodes[2:], total=5)
+    assert (t.lo, t.length, t.head, t.last) == (2, 5, "wb", "2")
+    assert [n for n, _ in th.orphans] == ["wa"]
+    assert list(th.checkpoints[("", "2")].writes) == [("t", 0)]
+    assert th.newest("") is th.checkpoints[("", "2")]
+    th.take_before(t, nodes[:2])
+    assert (t.lo, t.last, th.root, th.orphans) == (0, "2", "root", [])
+    assert th.checkpoints[("", "1")].writes[("t", 0)].node == "wa"
+    assert th.appends_at("", "2", "3") and not th.appends_at("", "1", "3")
