@@ -842,11 +842,7 @@ fn timelines_of(skel: &Skeleton, sidechain: &[bool]) -> Vec<crate::model::Timeli
 /// metadata kept: the first value of each of [`FIRST_KEYS`], the file's name.
 fn id_and_meta(file: &str, firsts: &[Option<String>; 4]) -> (Option<String>, Map<String, Value>) {
     let [session_id, ..] = firsts;
-    let id = session_id.clone().or_else(|| {
-        Path::new(file)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-    });
+    let id = records::id_or_stem(session_id.clone(), file);
     let mut meta = Map::new();
     for (k, v) in FIRST_KEYS.iter().zip(firsts) {
         if let Some(v) = v {
@@ -977,7 +973,8 @@ fn build<'a>(
     if order_fix {
         put_parents_first(&mut skel, &mut refs, &mut sidechain, &mut aliases);
     }
-    mark_intermediate(&mut skel);
+    // Intermediate answers: the turn goes on after them.
+    skel.mark_intermediate();
     let timelines = timelines_of(&skel, &sidechain);
     drop(sidechain);
     let conv = ix.conversation(file, created_at, timelines);
@@ -1378,27 +1375,6 @@ fn put_parents_first(
     }
     for a in aliases {
         a.1 = new_of[a.1 as usize];
-    }
-}
-
-/// Intermediate answers: the turn goes on after them (an answer with a
-/// tool call, a tool result or an answer after it is a tool call to
-/// `user`, marked `intermediate`).
-fn mark_intermediate(skel: &mut Skeleton) {
-    let n = skel.len();
-    let mut has_turn_child = vec![false; n];
-    for i in 0..n {
-        if let Some(p) = skel.parent(i)
-            && matches!(skel.role(i), Role::ToolCall | Role::Tool | Role::Assistant)
-        {
-            has_turn_child[p] = true;
-        }
-    }
-    for (i, &go_on) in has_turn_child.iter().enumerate() {
-        if skel.role(i) == Role::Assistant && go_on {
-            skel.set_role(i, Role::ToolCall, Some("user"));
-            skel.insert_extra(i, "intermediate", json!(true));
-        }
     }
 }
 
