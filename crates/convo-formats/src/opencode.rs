@@ -1283,10 +1283,7 @@ fn answer_messages(m: &mut Msg, time: Option<i64>) -> Vec<Message> {
                 let mut msg = Message::new(Role::Assistant, "opencode", t)
                     .with_model(model.clone())
                     .at(ptime);
-                if !reasoning.is_empty() {
-                    msg.extra
-                        .insert("reasoning".into(), json!(std::mem::take(&mut reasoning)));
-                }
+                keep_reasoning(&mut msg, &mut reasoning);
                 msg.key = Some(key);
                 out.push(msg);
             }
@@ -1306,18 +1303,7 @@ fn answer_messages(m: &mut Msg, time: Option<i64>) -> Vec<Message> {
     if out.is_empty()
         && let Some(e) = info.get("error").filter(|e| !e.is_null())
     {
-        let name = e.get("name").and_then(Value::as_str).unwrap_or("error");
-        let said = e
-            .get("data")
-            .and_then(|d| d.get("message"))
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let mut msg = Message::new(Role::Assistant, "opencode", format!("[{name}] {said}"))
-            .with_model(model.clone())
-            .at(time)
-            .with_extra("error", e.clone());
-        msg.key = Some(m.id.clone());
-        out.push(msg);
+        out.push(error_message(e, &model, time, &m.id));
     }
     if let Some(first) = out.first_mut() {
         for k in ["tokens", "cost", "finish", "providerID", "agent"] {
@@ -1328,6 +1314,31 @@ fn answer_messages(m: &mut Msg, time: Option<i64>) -> Vec<Message> {
         }
     }
     out
+}
+
+/// The reasoning read before a message (taken), kept beside it.
+fn keep_reasoning(m: &mut Message, reasoning: &mut String) {
+    if !reasoning.is_empty() {
+        m.extra
+            .insert("reasoning".into(), json!(std::mem::take(reasoning)));
+    }
+}
+
+/// An assistant message that failed before it said anything: its error
+/// `e` (`[name] message`, the error kept).
+fn error_message(e: &Value, model: &Option<String>, time: Option<i64>, id: &str) -> Message {
+    let name = e.get("name").and_then(Value::as_str).unwrap_or("error");
+    let said = e
+        .get("data")
+        .and_then(|d| d.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut msg = Message::new(Role::Assistant, "opencode", format!("[{name}] {said}"))
+        .with_model(model.clone())
+        .at(time)
+        .with_extra("error", e.clone());
+    msg.key = Some(id.to_owned());
+    msg
 }
 
 /// What a tool part's messages get from their message: its model and
@@ -1372,10 +1383,7 @@ fn tool_messages(
     {
         call.extra.insert("session".into(), sid.clone());
     }
-    if !reasoning.is_empty() {
-        call.extra
-            .insert("reasoning".into(), json!(std::mem::take(reasoning)));
-    }
+    keep_reasoning(&mut call, reasoning);
     call.key = Some(said.key);
     out.push(call);
     let status = st("status").and_then(Value::as_str).unwrap_or("");
