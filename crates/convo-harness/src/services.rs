@@ -473,127 +473,164 @@ async fn kv_in(
             "a key must not be empty: use {kv_url}/{key}".into(),
         );
     }
-    let (s, b, agent) = (turn.session, turn.branch.clone(), turn.agent.clone());
-    let op2 = op.clone();
-    // In a replay, a call that differs from the recording is answered 409
-    // `replay_diverged` and not applied (its state write would be one the
-    // recording never made).
-    let got = describe_call("kv", &op.diagnostics(), &op.payload());
-    let t2 = turn.clone();
+    let (op2, t2) = (op.clone(), turn.clone());
     let done = reg
         .pool
-        .run(move |store| {
-            store.transaction(|l| {
-                let mut req_diag = op2.diagnostics();
-                if dialect == Dialect::Vlinder {
-                    req_diag["dialect"] = json!("vlinder");
-                }
-                let req = l.append(
-                    &s,
-                    &b,
-                    &draft(Kind::Request, &agent, "kv", op2.payload(), &req_diag),
-                )?;
-                let diverged = t2.expected.as_ref().and_then(|e| {
-                    e.check(t2.number, req.node.sequence.unwrap_or(0), &got, None)
-                        .err()
-                });
-                if let Some(d) = &diverged {
-                    let msg = format!(
-                        "replay: this kv call differs from the recording (turn {}, call #{}): {}",
-                        d.turn,
-                        d.sequence.unwrap_or(0),
-                        d.what
-                    );
-                    let body = json!({"error": {"kind": "replay_diverged", "message": msg}})
-                        .to_string()
-                        .into_bytes();
-                    let mut d = draft(
-                        Kind::Response,
-                        "kv",
-                        &agent,
-                        body.clone(),
-                        &json!({"status": 409}),
-                    );
-                    d.sequence = req.node.sequence;
-                    let resp = l.append(&s, &b, &d)?;
-                    return Ok((req, resp, 409, body, diverged));
-                }
-                let working = l
-                    .branch(&s, &b)?
-                    .state
-                    .unwrap_or_else(convo_core::state::empty_root);
-                let (status, body, root): (u16, Vec<u8>, Option<String>) = match &op2 {
-                    KvOp::Get(k) => match l.state_get(&working, k)? {
-                        Some(v) => (200, v, None),
-                        None => (404, Vec::new(), None),
-                    },
-                    KvOp::Put(k, v) => {
-                        let r = l.state_put(&s, &b, k, v)?;
-                        (204, Vec::new(), Some(r.to_hex()))
-                    }
-                    KvOp::Delete(k) => {
-                        let (r, existed) = l.state_delete(&s, &b, k)?;
-                        (
-                            if existed { 204 } else { 404 },
-                            Vec::new(),
-                            Some(r.to_hex()),
-                        )
-                    }
-                    KvOp::List(p) => {
-                        let keys: Vec<String> = l
-                            .state_keys(&working)?
-                            .into_iter()
-                            .filter(|k| k.starts_with(p.as_str()))
-                            .collect();
-                        (200, serde_json::to_vec(&keys).unwrap_or_default(), None)
-                    }
-                };
-                let (status, body) = match (dialect, &op2) {
-                    (Dialect::Convo, _) => (status, body),
-                    (Dialect::Vlinder, KvOp::Get(_)) => (200, body),
-                    (Dialect::Vlinder, KvOp::Put(..)) => (
-                        200,
-                        json!({"state": root.clone().unwrap_or_default()})
-                            .to_string()
-                            .into_bytes(),
-                    ),
-                    (Dialect::Vlinder, KvOp::Delete(_)) => (
-                        200,
-                        if status == 204 {
-                            b"ok".to_vec()
-                        } else {
-                            b"not_found".to_vec()
-                        },
-                    ),
-                    (Dialect::Vlinder, KvOp::List(_)) => (200, body),
-                };
-                let mut diag = json!({"status": status});
-                if let Some(r) = &root {
-                    diag["state"] = json!(r);
-                }
-                let mut d = draft(Kind::Response, "kv", &agent, body.clone(), &diag);
-                d.sequence = req.node.sequence;
-                let resp = l.append(&s, &b, &d)?;
-                Ok((req, resp, status, body, None))
-            })
-        })
+        .run(move |store| store.transaction(|l| kv_write(l, &t2, &op2, dialect)))
         .await;
-    let (req, resp, status, body, diverged) = match done {
+    let call = match done {
         Ok(x) => x,
         Err(e) => {
+            let kind = e.kind();
             return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                e.kind().as_str(),
+                StatusCode::from_u16(kind.http_status())
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                kind.as_str(),
                 format!("the store refused the kv call: {e}"),
             );
         }
     };
-    if let Some(d) = diverged {
+    if let Some(d) = call.diverged {
         turn.diverged(d);
     }
-    turn.push(node(req, op.payload()));
-    turn.push(node(resp, body.clone()));
+    turn.push(node(call.req, op.payload()));
+    turn.push(node(call.resp, call.body.clone()));
     drop(gate);
+    kv_response(&op, dialect, call.status, call.body)
+}
+
+/// A kv call as recorded: its request and response nodes, the status and
+/// body the agent gets, and how it differs from the recording (a replay).
+struct KvCall {
+    req: convo_store::StoredNode,
+    resp: convo_store::StoredNode,
+    status: u16,
+    body: Vec<u8>,
+    diverged: Option<Divergence>,
+}
+
+/// Records kv call `op` of `turn` and applies it to the timeline's state,
+/// in one transaction. In a replay, a call that differs from the recording
+/// is answered 409 `replay_diverged` and not applied (its state write
+/// would be one the recording never made).
+fn kv_write(
+    l: &mut convo_store::Ledger<'_>,
+    turn: &Turn,
+    op: &KvOp,
+    dialect: Dialect,
+) -> convo_store::Result<KvCall> {
+    let (s, b, agent) = (&turn.session, &turn.branch, &turn.agent);
+    let mut req_diag = op.diagnostics();
+    if dialect == Dialect::Vlinder {
+        req_diag["dialect"] = json!("vlinder");
+    }
+    let req = l.append(
+        s,
+        b,
+        &draft(Kind::Request, agent, "kv", op.payload(), &req_diag),
+    )?;
+    let got = describe_call("kv", &op.diagnostics(), &op.payload());
+    let diverged = turn.expected.as_ref().and_then(|e| {
+        e.check(turn.number, req.node.sequence.unwrap_or(0), &got, None)
+            .err()
+    });
+    let (status, body, diag) = match &diverged {
+        Some(d) => {
+            let msg = format!(
+                "replay: this kv call differs from the recording (turn {}, call #{}): {}",
+                d.turn,
+                d.sequence.unwrap_or(0),
+                d.what
+            );
+            let body = json!({"error": {"kind": "replay_diverged", "message": msg}});
+            (409, body.to_string().into_bytes(), json!({"status": 409}))
+        }
+        None => {
+            let (status, body, root) = kv_apply(l, s, b, op)?;
+            let (status, body) = in_dialect(dialect, op, status, body, root.as_deref());
+            let mut diag = json!({"status": status});
+            if let Some(r) = &root {
+                diag["state"] = json!(r);
+            }
+            (status, body, diag)
+        }
+    };
+    let mut d = draft(Kind::Response, "kv", agent, body.clone(), &diag);
+    d.sequence = req.node.sequence;
+    let resp = l.append(s, b, &d)?;
+    Ok(KvCall {
+        req,
+        resp,
+        status,
+        body,
+        diverged,
+    })
+}
+
+/// Applies `op` to the timeline's working state: the status and body in
+/// convo's dialect, and the new state root of a write.
+fn kv_apply(
+    l: &mut convo_store::Ledger<'_>,
+    s: &SessionId,
+    b: &BranchName,
+    op: &KvOp,
+) -> convo_store::Result<(u16, Vec<u8>, Option<String>)> {
+    let working = l
+        .branch(s, b)?
+        .state
+        .unwrap_or_else(convo_core::state::empty_root);
+    Ok(match op {
+        KvOp::Get(k) => match l.state_get(&working, k)? {
+            Some(v) => (200, v, None),
+            None => (404, Vec::new(), None),
+        },
+        KvOp::Put(k, v) => {
+            let r = l.state_put(s, b, k, v)?;
+            (204, Vec::new(), Some(r.to_hex()))
+        }
+        KvOp::Delete(k) => {
+            let (r, existed) = l.state_delete(s, b, k)?;
+            let status = if existed { 204 } else { 404 };
+            (status, Vec::new(), Some(r.to_hex()))
+        }
+        KvOp::List(p) => {
+            let keys: Vec<String> = l
+                .state_keys(&working)?
+                .into_iter()
+                .filter(|k| k.starts_with(p.as_str()))
+                .collect();
+            (200, serde_json::to_vec(&keys).unwrap_or_default(), None)
+        }
+    })
+}
+
+/// The status and body of a kv answer in `dialect` (Vlinder's kv answers
+/// 200 with a body of its own where convo's uses a status).
+fn in_dialect(
+    dialect: Dialect,
+    op: &KvOp,
+    status: u16,
+    body: Vec<u8>,
+    root: Option<&str>,
+) -> (u16, Vec<u8>) {
+    match (dialect, op) {
+        (Dialect::Convo, _) => (status, body),
+        (Dialect::Vlinder, KvOp::Get(_) | KvOp::List(_)) => (200, body),
+        (Dialect::Vlinder, KvOp::Put(..)) => (
+            200,
+            json!({"state": root.unwrap_or_default()})
+                .to_string()
+                .into_bytes(),
+        ),
+        (Dialect::Vlinder, KvOp::Delete(_)) => {
+            let said: &[u8] = if status == 204 { b"ok" } else { b"not_found" };
+            (200, said.to_vec())
+        }
+    }
+}
+
+/// The HTTP answer to kv call `op`.
+fn kv_response(op: &KvOp, dialect: Dialect, status: u16, body: Vec<u8>) -> Response {
     let mut r = (StatusCode::from_u16(status).unwrap_or(StatusCode::OK), body).into_response();
     if status == 409
         || matches!(op, KvOp::List(_))

@@ -9,9 +9,10 @@
 //! keeps its cursor outside the connection, so it resumes where it was:
 //! nothing is skipped and nothing is read twice.
 //!
-//! A call that failed is never repeated here: whether a write whose
-//! connection broke at `COMMIT` was kept is unknown, so only its caller
-//! (which did not acknowledge it) may decide to send it again.
+//! A call that failed is never repeated here: only its caller (which did
+//! not acknowledge it) may decide to send it again. (A write whose
+//! connection broke at `COMMIT` has already asked the server whether it
+//! was kept: `unavailable` means it was not.)
 
 use convo_store::{Access, ErrorKind, Result, Store, StoreError};
 use std::time::Duration;

@@ -21,9 +21,10 @@
 //!   batch).
 //! - **The database may go away and come back.** When a batch fails because
 //!   the connection was lost (a PostgreSQL restart), every request of the
-//!   batch gets that `unavailable` error (HTTP 503) and nothing is retried:
-//!   a batch whose `COMMIT` was cut may or may not have been kept, and only
-//!   a request that was answered with success counts as written. The next
+//!   batch gets that `unavailable` error (HTTP 503: nothing of it was
+//!   kept; a cut `COMMIT` was asked about first), unless its work waits
+//!   the store out (below); only a request answered with success counts
+//!   as written. The next
 //!   batch opens a new connection ([`Reconnecting`]). So an acknowledged
 //!   write is in the store exactly once, and the server needs no restart.
 //! - **A locked store can be waited out.** A [`Work`] that says so
@@ -36,9 +37,10 @@
 //!   ([`Writer::stalled`]) until a batch commits again, so its callers
 //!   need not wait for their writes meanwhile. A database that is away
 //!   ([`StoreError::Unreachable`]: a PostgreSQL server restarting, before
-//!   any `COMMIT` was sent) is waited out the same way; a connection lost
-//!   at `COMMIT` is not (the batch may have been kept): its requests get
-//!   the error.
+//!   any `COMMIT` was sent, or a `COMMIT` the server says it never kept)
+//!   is waited out the same way. A connection lost at `COMMIT` is asked
+//!   about on a new one (`pg_xact_status`): kept is success; unknown (the
+//!   server stayed away) is an error its requests get.
 //! - **Checkpoints off the commit path.** The writer has a connection of
 //!   its own, and on SQLite its WAL checkpoints run on another thread
 //!   ([`Store::defer_checkpoints`]): left to SQLite, one commit in a few

@@ -3,6 +3,7 @@
 //! on PostgreSQL (skipped loudly without `CONVO_TEST_PG`, required in CI).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod commit;
 mod contract;
 mod open;
 mod pipeline;

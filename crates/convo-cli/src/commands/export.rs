@@ -175,7 +175,6 @@ fn recording_export(env: &Env, a: &ExportArgs) -> CmdResult {
 
 /// Export as a coding agent's session file.
 fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> CmdResult {
-    use convo_formats::{Role, claude_code, codex, gemini_cli};
     if a.all_branches {
         return Err(CommandError::user(
             "--all-branches does not apply to coding agents' formats; export one --branch at a time",
@@ -190,39 +189,74 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
             s.id, a.format
         )));
     }
-    if a.format == "opencode" && a.branch.is_none() && !a.place {
-        return opencode_export(a, &records);
-    }
-    let bytes: Vec<u8>;
-    let mut new_id = None;
-    let mut opencode_fork = None;
-    if a.branch.is_none() && !a.place && a.format == "gemini-cli" {
-        bytes = gemini_cli::file_bytes(&records);
-    } else if a.branch.is_none() && !a.place {
-        let mut out = Vec::new();
-        for (file, _, raw) in &records {
-            if file.is_empty() {
-                out.extend_from_slice(raw.as_bytes());
-                out.push(b'\n');
-            }
+    if a.branch.is_none() && !a.place {
+        if a.format == "opencode" {
+            return opencode_export(a, &records);
         }
-        bytes = out;
-    } else {
-        let conv = convo_llm::ledger::export(&mut store, &s, branch)?;
-        let msgs = conv.turns();
-        let Some(leaf) = msgs.iter().rposition(|m| m.key.is_some()) else {
-            return Err(CommandError::user(format!(
-                "timeline {branch} holds no message imported from the transcript"
-            )));
-        };
-        let turns: Vec<(Role, String, i64)> = msgs[leaf + 1..]
-            .iter()
-            .filter(|m| matches!(m.role, Role::User | Role::Assistant))
-            .map(|m| (m.role, m.text.clone(), m.time.unwrap_or_else(super::now)))
-            .collect();
-        let mut id = random_uuid();
-        let leaf_msg = msgs[leaf];
-        bytes = if a.format == "opencode" {
+        return write_out(a, &as_imported(&a.format, &records));
+    }
+    let conv = convo_llm::ledger::export(&mut store, &s, branch)?;
+    let resumed = resumed(a, branch, &conv, &records)?;
+    if a.place {
+        return place(a, &resumed, &conv.meta);
+    }
+    eprintln!("new session id {}", resumed.id);
+    write_out(a, &resumed.bytes)
+}
+
+type Records = [(String, u64, String)];
+
+/// The transcript as it was imported: its source lines, in order.
+fn as_imported(format: &str, records: &Records) -> Vec<u8> {
+    if format == "gemini-cli" {
+        return convo_formats::gemini_cli::file_bytes(records);
+    }
+    let mut out = Vec::new();
+    for (file, _, raw) in records {
+        if file.is_empty() {
+            out.extend_from_slice(raw.as_bytes());
+            out.push(b'\n');
+        }
+    }
+    out
+}
+
+/// A timeline as a new session of the agent, resuming where the
+/// transcript's last imported message leaves off.
+struct Resumed {
+    id: String,
+    bytes: Vec<u8>,
+    /// An opencode session is rows of its database, not a file.
+    opencode: Option<convo_formats::opencode::Fork>,
+}
+
+fn resumed(
+    a: &ExportArgs,
+    branch: &convo_core::BranchName,
+    conv: &convo_formats::Conversation,
+    records: &Records,
+) -> Result<Resumed, CommandError> {
+    use convo_formats::{Role, claude_code, codex, gemini_cli};
+    let msgs = conv.turns();
+    let Some(leaf) = msgs.iter().rposition(|m| m.key.is_some()) else {
+        return Err(CommandError::user(format!(
+            "timeline {branch} holds no message imported from the transcript"
+        )));
+    };
+    let turns: Vec<(Role, String, i64)> = msgs[leaf + 1..]
+        .iter()
+        .filter(|m| matches!(m.role, Role::User | Role::Assistant))
+        .map(|m| (m.role, m.text.clone(), m.time.unwrap_or_else(super::now)))
+        .collect();
+    let mut out = Resumed {
+        id: random_uuid(),
+        bytes: Vec::new(),
+        opencode: None,
+    };
+    let leaf_msg = msgs[leaf];
+    let id = &out.id;
+    out.bytes = match a.format.as_str() {
+        "opencode" => {
             // The rows the branch's messages carry, in its order.
             let files: Vec<String> = msgs[..=leaf]
                 .iter()
@@ -231,131 +265,144 @@ fn agent_export(env: &Env, a: &ExportArgs, branch: &convo_core::BranchName) -> C
                 .filter_map(|r| Some(r.get("file")?.as_str()?.to_owned()))
                 .collect();
             let fork = convo_formats::opencode::fork(
-                &records,
+                records,
                 &files,
                 branch.as_str(),
                 &turns,
                 super::now(),
-                &id,
+                id,
             )
             .map_err(format_error)?;
-            id.clone_from(&fork.id);
+            out.id.clone_from(&fork.id);
             let bytes = fork.rows.script();
-            opencode_fork = Some(fork);
+            out.opencode = Some(fork);
             bytes
-        } else if a.format == "gemini-cli" {
-            // Each message's id once, in the branch's order: those its
-            // messages' records hold (what rode with them included: the
-            // session's context, tool results written as `user`
-            // messages; a `$set` of the messages is the conversation up
-            // to there, in its order), then each message's own (`id#call:…`
-            // keys are parts of the message `id`).
-            let mut ids: Vec<String> = Vec::new();
-            fn add(ids: &mut Vec<String>, id: String) {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-            // A record's bytes by line (a huge one is named, not held, in
-            // the message: its bytes are in `records`).
-            let by_line: std::collections::HashMap<u64, &str> = records
-                .iter()
-                .filter(|(f, _, _)| f.is_empty())
-                .map(|(_, line, raw)| (*line, raw.as_str()))
-                .collect();
-            for m in &msgs[..=leaf] {
-                let recs = m.extra.get("records").and_then(|r| r.as_array());
-                for r in recs.into_iter().flatten() {
-                    let line = r.get("line").and_then(|l| l.as_u64());
-                    if r.get("file").is_some() {
-                        continue;
-                    }
-                    if let Some(raw) = line.and_then(|l| by_line.get(&l)) {
-                        let (listed, whole) = gemini_cli::message_ids(raw);
-                        if whole {
-                            ids.clear();
-                        }
-                        listed.into_iter().for_each(|id| add(&mut ids, id));
-                    }
-                }
-                if let Some(k) = &m.key {
-                    add(&mut ids, k.split('#').next().unwrap_or(k).to_owned());
-                }
-            }
+        }
+        "gemini-cli" => {
+            let ids = gemini_ids(&msgs[..=leaf], records);
             let model = msgs.iter().rev().find_map(|m| m.model.clone());
-            let extra = gemini_cli::turn_records(&turns, &id, model.as_deref());
-            gemini_cli::resume_file(&records, &ids, &id, super::now(), &extra)
+            let extra = gemini_cli::turn_records(&turns, id, model.as_deref());
+            gemini_cli::resume_file(records, &ids, id, super::now(), &extra)
                 .map_err(format_error)?
-        } else if a.format == "claude-code" {
+        }
+        "claude-code" => {
             let key = leaf_msg.key.clone().unwrap_or_default();
-            let extra = claude_code::turn_records(&key, &turns, &id, &conv.meta);
-            claude_code::resume_file(&records, &key, &id, &extra).map_err(format_error)?
-        } else {
+            let extra = claude_code::turn_records(&key, &turns, id, &conv.meta);
+            claude_code::resume_file(records, &key, id, &extra).map_err(format_error)?
+        }
+        _ => {
             let upto = leaf_msg
                 .extra
                 .get("records")
                 .and_then(|r| r.as_array())
                 .and_then(|r| r.iter().filter_map(|x| x.get("line")?.as_u64()).max())
                 .unwrap_or(0);
-            codex::resume_file(&records, upto, &id, &codex::turn_records(&turns))
+            codex::resume_file(records, upto, id, &codex::turn_records(&turns))
                 .map_err(format_error)?
-        };
-        new_id = Some((id, conv.meta.clone()));
-    }
-    if a.place {
-        let Some((id, meta)) = &new_id else {
-            return Err(CommandError::user("--place needs a branch to write"));
-        };
-        if let Some(fork) = &opencode_fork {
-            let path = super::agents::agent_home("XDG_DATA_HOME", ".local/share")?
-                .join("opencode")
-                .join("opencode.db");
-            fork.rows.apply(&path).map_err(format_error)?;
-            eprintln!("wrote session {id} into {}", path.display());
-            let mut out = std::io::stdout().lock();
-            writeln!(out, "{id}")?;
-            out.flush()?;
-            return Ok(ExitCode::SUCCESS);
         }
-        let path = if a.format == "gemini-cli" {
-            let hash = meta
-                .get("projectHash")
-                .and_then(|v| v.as_str())
-                .unwrap_or("unknown");
-            let dir = super::agents::agent_home("GEMINI_CLI_HOME", "")?.join(".gemini");
-            gemini_cli::chat_path(&dir, hash, super::now(), id)
-        } else if a.format == "claude-code" {
-            let cwd = meta.get("cwd").and_then(|v| v.as_str()).unwrap_or("/");
-            super::agents::agent_home("CLAUDE_CONFIG_DIR", ".claude")?
-                .join("projects")
-                .join(claude_code::project_folder(cwd))
-                .join(format!("{id}.jsonl"))
-        } else {
-            super::agents::agent_home("CODEX_HOME", ".codex")?
-                .join(codex::rollout_path(super::now(), id))
+    };
+    Ok(out)
+}
+
+/// Each Gemini CLI message's id once, in the timeline's order: those its
+/// messages' records hold (what rode with them included: the session's
+/// context, tool results written as `user` messages; a `$set` of the
+/// messages is the conversation up to there, in its order), then each
+/// message's own (`id#call:…` keys are parts of the message `id`).
+fn gemini_ids(msgs: &[&convo_formats::Message], records: &Records) -> Vec<String> {
+    fn add(ids: &mut Vec<String>, id: String) {
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    // A record's bytes by line (a huge one is named, not held, in the
+    // message: its bytes are in `records`).
+    let by_line: std::collections::HashMap<u64, &str> = records
+        .iter()
+        .filter(|(f, _, _)| f.is_empty())
+        .map(|(_, line, raw)| (*line, raw.as_str()))
+        .collect();
+    let mut ids: Vec<String> = Vec::new();
+    for m in msgs {
+        let recs = m.extra.get("records").and_then(|r| r.as_array());
+        for r in recs.into_iter().flatten() {
+            if r.get("file").is_some() {
+                continue;
+            }
+            let line = r.get("line").and_then(|l| l.as_u64());
+            if let Some(raw) = line.and_then(|l| by_line.get(&l)) {
+                let (listed, whole) = convo_formats::gemini_cli::message_ids(raw);
+                if whole {
+                    ids.clear();
+                }
+                listed.into_iter().for_each(|id| add(&mut ids, id));
+            }
+        }
+        if let Some(k) = &m.key {
+            add(&mut ids, k.split('#').next().unwrap_or(k).to_owned());
+        }
+    }
+    ids
+}
+
+/// `--place`: writes the resumed session where the agent looks for its
+/// sessions, and prints its id.
+fn place(
+    a: &ExportArgs,
+    r: &Resumed,
+    meta: &serde_json::Map<String, serde_json::Value>,
+) -> CmdResult {
+    use convo_formats::{claude_code, codex, gemini_cli};
+    let id = &r.id;
+    if let Some(fork) = &r.opencode {
+        let path = super::agents::agent_home("XDG_DATA_HOME", ".local/share")?
+            .join("opencode")
+            .join("opencode.db");
+        fork.rows.apply(&path).map_err(format_error)?;
+        eprintln!("wrote session {id} into {}", path.display());
+    } else {
+        let path = match a.format.as_str() {
+            "gemini-cli" => {
+                let hash = meta
+                    .get("projectHash")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("unknown");
+                let dir = super::agents::agent_home("GEMINI_CLI_HOME", "")?.join(".gemini");
+                gemini_cli::chat_path(&dir, hash, super::now(), id)
+            }
+            "claude-code" => {
+                let cwd = meta.get("cwd").and_then(|v| v.as_str()).unwrap_or("/");
+                super::agents::agent_home("CLAUDE_CONFIG_DIR", ".claude")?
+                    .join("projects")
+                    .join(claude_code::project_folder(cwd))
+                    .join(format!("{id}.jsonl"))
+            }
+            _ => super::agents::agent_home("CODEX_HOME", ".codex")?
+                .join(codex::rollout_path(super::now(), id)),
         };
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| CommandError::user(format!("cannot create {}: {e}", dir.display())))?;
         }
-        write_atomically(&path, &bytes)?;
-        eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{id}")?;
-        out.flush()?;
-        return Ok(ExitCode::SUCCESS);
+        write_atomically(&path, &r.bytes)?;
+        eprintln!("wrote {} ({} bytes)", path.display(), r.bytes.len());
     }
-    if let Some((id, _)) = &new_id {
-        eprintln!("new session id {id}");
-    }
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{id}")?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `bytes` to `--output` (atomically) or to stdout.
+fn write_out(a: &ExportArgs, bytes: &[u8]) -> CmdResult {
     match &a.output {
         Some(path) => {
-            write_atomically(path, &bytes)?;
+            write_atomically(path, bytes)?;
             eprintln!("wrote {} ({} bytes)", path.display(), bytes.len());
         }
         None => {
             let mut out = std::io::stdout().lock();
-            out.write_all(&bytes)?;
+            out.write_all(bytes)?;
             out.flush()?;
         }
     }

@@ -239,127 +239,129 @@ fn follow(
 pub fn run(env: &Env, cmd: GitCmd) -> CmdResult {
     let mut store = env.open()?;
     match cmd {
-        GitCmd::Sync(a) => {
-            let layout = a
-                .layout
-                .as_deref()
-                .map(|l| {
-                    Layout::parse(l).ok_or_else(|| {
-                        CommandError::user(format!(
-                            "unknown layout `{l}` (expected dag or sessions)"
-                        ))
-                    })
-                })
-                .transpose()?;
-            let path = repo_path(env, &a.repo);
-            if a.rebuild && !a.force && path.join("convo").join("layout").exists() {
-                // The repository may be the only evidence of history the
-                // store lost: look before wiping it.
-                if let Ok(old) = Projector::open_readonly(&path) {
-                    let found = old.witness(&mut store).map_err(CommandError::from)?;
-                    if !found.is_empty() {
-                        return Err(CommandError::found_problem(format!(
-                            "refusing to rebuild {} (add --force to discard it): {}",
-                            path.display(),
-                            convo_git::Error::Rewritten(found)
-                        ))
-                        .with_hint(super::error::REWRITTEN_HINT));
-                    }
-                }
-            }
-            let mut p = Projector::open(&path, layout, a.rebuild).map_err(CommandError::from)?;
-            if let Some(n) = &p.notice {
-                eprintln!("note: {n}");
-            }
-            p.batch = a.batch.max(1);
-            if a.follow {
-                follow(env, p, store, layout, &path, a.json)?;
-            } else {
-                sync_once(&mut p, &mut store, &path, a.json, false)?;
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        GitCmd::Verify(a) => {
-            let path = repo_path(env, &a.repo);
-            if !path.join("convo").join("layout").exists() {
-                return Err(CommandError::user(format!(
-                    "{} is not a convo projection",
-                    path.display()
-                ))
-                .with_hint("create it with `convo git sync`"));
-            }
-            let mut p = Projector::open_readonly(&path).map_err(CommandError::from)?;
-            let mut problems = p.verify(&mut store).map_err(CommandError::from)?;
-            // What the repository witnesses (not the checkpoints below).
-            let rewritten = problems.iter().any(|p| {
-                matches!(
-                    p.kind,
-                    convo_store::ProblemKind::Rewritten | convo_store::ProblemKind::Truncated
-                )
-            });
-            let published: super::verify::Sources = convo_git::checkpoints::published(&path)
-                .map_err(CommandError::from)?
-                .into_iter()
-                .map(|(name, bytes)| {
-                    let cp = bytes.and_then(|b| {
-                        serde_json::from_slice(&b)
-                            .map_err(|e| format!("it is not a checkpoint: {e}"))
-                    });
-                    (name, cp)
-                })
-                .collect();
-            let total = published.len();
-            let mut found = Vec::new();
-            let extended = super::verify::check_sources(
-                super::verify::trusted_key(env, a.trusted_key.as_deref()).as_deref(),
-                &mut store,
-                published,
-                &mut found,
-            );
-            let against_checkpoints = !found.is_empty();
-            problems.extend(found);
-            if a.json {
-                crate::output::print_json(&serde_json::json!({
-                    "repo": path.display().to_string(),
-                    "layout": p.layout().as_str(),
-                    "cursor": p.cursor(),
-                    "ok": problems.is_empty(),
-                    "rewritten": rewritten,
-                    "published_checkpoints": total,
-                    "checkpoints_extended": extended,
-                    "problems": problems,
-                }));
-                return Ok(ExitCode::from(u8::from(!problems.is_empty())));
-            }
-            if problems.is_empty() {
-                println!(
-                    "ok: {} matches the store (layout {}, cursor {}){}",
+        GitCmd::Sync(a) => sync(env, store, &a),
+        GitCmd::Verify(a) => verify(env, &mut store, &a),
+    }
+}
+
+/// `convo git sync`.
+fn sync(env: &Env, mut store: convo_store::Store, a: &SyncArgs) -> CmdResult {
+    let layout = a
+        .layout
+        .as_deref()
+        .map(|l| {
+            Layout::parse(l).ok_or_else(|| {
+                CommandError::user(format!("unknown layout `{l}` (expected dag or sessions)"))
+            })
+        })
+        .transpose()?;
+    let path = repo_path(env, &a.repo);
+    if a.rebuild && !a.force && path.join("convo").join("layout").exists() {
+        // The repository may be the only evidence of history the
+        // store lost: look before wiping it.
+        if let Ok(old) = Projector::open_readonly(&path) {
+            let found = old.witness(&mut store).map_err(CommandError::from)?;
+            if !found.is_empty() {
+                return Err(CommandError::found_problem(format!(
+                    "refusing to rebuild {} (add --force to discard it): {}",
                     path.display(),
-                    p.layout().as_str(),
-                    p.cursor(),
-                    if total > 0 {
-                        format!("; the store extends {extended} published checkpoint(s)")
-                    } else {
-                        String::new()
-                    }
-                );
-                Ok(ExitCode::SUCCESS)
-            } else {
-                for pr in &problems {
-                    println!("{pr}");
-                }
-                eprintln!("git verify failed: {} problem(s)", problems.len());
-                if rewritten {
-                    eprintln!("hint: {}", super::error::REWRITTEN_HINT);
-                } else if against_checkpoints {
-                    eprintln!(
-                        "hint: the store no longer extends a checkpoint published in the repository: \
-                         keep the repository (its tags are the evidence) and compare with older \
-                         copies of the store; `git --git-dir REPO show TAG` prints a checkpoint"
-                    );
-                }
-                Ok(ExitCode::from(1))
+                    convo_git::Error::Rewritten(found)
+                ))
+                .with_hint(super::error::REWRITTEN_HINT));
             }
         }
     }
+    let mut p = Projector::open(&path, layout, a.rebuild).map_err(CommandError::from)?;
+    if let Some(n) = &p.notice {
+        eprintln!("note: {n}");
+    }
+    p.batch = a.batch.max(1);
+    if a.follow {
+        follow(env, p, store, layout, &path, a.json)?;
+    } else {
+        sync_once(&mut p, &mut store, &path, a.json, false)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `convo git verify`: the projection against the store, and the store
+/// against the checkpoints published in the repository.
+fn verify(env: &Env, store: &mut convo_store::Store, a: &VerifyArgs) -> CmdResult {
+    let path = repo_path(env, &a.repo);
+    if !path.join("convo").join("layout").exists() {
+        return Err(
+            CommandError::user(format!("{} is not a convo projection", path.display()))
+                .with_hint("create it with `convo git sync`"),
+        );
+    }
+    let mut p = Projector::open_readonly(&path).map_err(CommandError::from)?;
+    let mut problems = p.verify(store).map_err(CommandError::from)?;
+    // What the repository witnesses (not the checkpoints below).
+    let rewritten = problems.iter().any(|p| {
+        matches!(
+            p.kind,
+            convo_store::ProblemKind::Rewritten | convo_store::ProblemKind::Truncated
+        )
+    });
+    let published: super::verify::Sources = convo_git::checkpoints::published(&path)
+        .map_err(CommandError::from)?
+        .into_iter()
+        .map(|(name, bytes)| {
+            let cp = bytes.and_then(|b| {
+                serde_json::from_slice(&b).map_err(|e| format!("it is not a checkpoint: {e}"))
+            });
+            (name, cp)
+        })
+        .collect();
+    let total = published.len();
+    let mut found = Vec::new();
+    let extended = super::verify::check_sources(
+        super::verify::trusted_key(env, a.trusted_key.as_deref()).as_deref(),
+        store,
+        published,
+        &mut found,
+    );
+    let against_checkpoints = !found.is_empty();
+    problems.extend(found);
+    if a.json {
+        crate::output::print_json(&serde_json::json!({
+            "repo": path.display().to_string(),
+            "layout": p.layout().as_str(),
+            "cursor": p.cursor(),
+            "ok": problems.is_empty(),
+            "rewritten": rewritten,
+            "published_checkpoints": total,
+            "checkpoints_extended": extended,
+            "problems": problems,
+        }));
+        return Ok(ExitCode::from(u8::from(!problems.is_empty())));
+    }
+    if problems.is_empty() {
+        println!(
+            "ok: {} matches the store (layout {}, cursor {}){}",
+            path.display(),
+            p.layout().as_str(),
+            p.cursor(),
+            if total > 0 {
+                format!("; the store extends {extended} published checkpoint(s)")
+            } else {
+                String::new()
+            }
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    for pr in &problems {
+        println!("{pr}");
+    }
+    eprintln!("git verify failed: {} problem(s)", problems.len());
+    if rewritten {
+        eprintln!("hint: {}", super::error::REWRITTEN_HINT);
+    } else if against_checkpoints {
+        eprintln!(
+            "hint: the store no longer extends a checkpoint published in the repository: \
+             keep the repository (its tags are the evidence) and compare with older \
+             copies of the store; `git --git-dir REPO show TAG` prints a checkpoint"
+        );
+    }
+    Ok(ExitCode::from(1))
 }

@@ -77,143 +77,172 @@ pub fn run(env: &Env, cmd: SessionCmd) -> CmdResult {
                 writeln!(out, "{}", s.id)?;
             }
         }
-        SessionCmd::List(a) => {
-            let mut sessions = store.sessions()?;
-            let needle = a.title.as_deref().map(str::to_lowercase);
-            sessions.retain(|s| {
-                a.agent.as_ref().is_none_or(|g| *g == s.agent)
-                    && needle.as_ref().is_none_or(|n| {
-                        s.title
-                            .as_deref()
-                            .is_some_and(|t| t.to_lowercase().contains(n))
-                    })
-            });
-            if let Some(n) = a.limit {
-                let skip = sessions.len().saturating_sub(n);
-                sessions.drain(..skip);
-            }
-            if a.json {
-                let v = json!(sessions.iter().map(session_json).collect::<Vec<_>>());
-                write_json(&mut Out::stdout(), &v)?;
-            } else {
-                let mut rows = vec![header(&["session", "created (UTC)", "agent", "title"])];
-                rows.extend(sessions.iter().map(|s| {
-                    vec![
-                        s.id.to_string(),
-                        paint(Style::Dim, &human_time(s.created_at)),
-                        clean(&s.agent),
-                        clean(s.title.as_deref().unwrap_or("")),
-                    ]
-                }));
-                let mut out = Out::paged();
-                for line in columns(&rows) {
-                    writeln!(out, "{}", line.trim_end())?;
-                }
-                out.finish()?;
-            }
-        }
+        SessionCmd::List(a) => list(&mut store, &a)?,
         SessionCmd::Get(a) => return get(&mut store, a),
         SessionCmd::Retitle {
             session,
             title,
             clear,
             json,
-        } => {
-            let s = find_session(&mut store, &session)?;
-            let title = if clear { None } else { title };
-            if let Some(t) = &title
-                && t.trim().is_empty()
-            {
-                return Err(super::CommandError::user("a title must not be empty")
-                    .with_hint("remove a title with --clear"));
-            }
-            let row = store.transaction(|l| l.retitle(&s.id, title.as_deref()))?;
-            let mut out = Out::stdout();
-            if json {
-                write_json(&mut out, &session_json(&row))?;
-            } else {
-                match &row.title {
-                    Some(t) => eprintln!("{} is now titled {:?}", row.id, clean(t)),
-                    None => eprintln!("{} has no title now", row.id),
-                }
-            }
-        }
+        } => retitle(&mut store, &session, if clear { None } else { title }, json)?,
         SessionCmd::Fork {
             session,
             from,
             branch,
             json,
             wait,
-        } => {
-            let s = find_session(&mut store, &session)?;
-            let name = branch_name(&branch)?;
-            // A fork from a timeline with an open turn would start inside it.
-            let source = fork_source(&mut store, &s.id, &from);
-            let _turn = match &source {
-                Some(b) => super::guard_timeline(env, &mut store, &s.id, b, wait)?,
-                None => None,
-            };
-            let at = store.resolve_ref(&s.id, &from)?;
-            let full = convo_core::HashPrefix::parse(&at.hash.to_hex())
-                .map_err(|e| super::CommandError::user(e.to_string()))?;
-            let node = store.transaction(|l| {
-                if let Some(b) = &source {
-                    super::turn_guard(l, &s.id, b)?;
-                }
-                l.fork(&s.id, &full, &name, now())
-            })?;
-            let mut out = Out::stdout();
-            if json {
-                write_json(&mut out, &node_json(&node, None))?;
-            } else {
-                writeln!(out, "{}", node.hash)?;
-                eprintln!(
-                    "created branch `{}` at {}",
-                    clean(name.as_str()),
-                    at.hash.short()
-                );
-            }
-        }
+        } => fork(env, &mut store, &session, &from, &branch, json, wait)?,
         SessionCmd::Promote {
             session,
             branch,
             json,
             wait,
-        } => {
-            let s = find_session(&mut store, &session)?;
-            let name = branch_name(&branch)?;
-            // Both timelines change: neither may be inside a turn.
-            let mut _turns = vec![super::guard_timeline(
-                env,
-                &mut store,
-                &s.id,
-                &BranchName::main(),
-                wait,
-            )?];
-            if name != BranchName::main() {
-                _turns.push(super::guard_timeline(env, &mut store, &s.id, &name, wait)?);
-            }
-            let p = store.transaction(|l| {
-                super::turn_guard(l, &s.id, &BranchName::main())?;
-                super::turn_guard(l, &s.id, &name)?;
-                l.promote(&s.id, &name, now())
-            })?;
-            let mut out = Out::stdout();
-            if json {
-                let mut v = node_json(&p.node, None);
-                v["sealed_as"] = json!(p.sealed_as.as_str());
-                write_json(&mut out, &v)?;
-            } else {
-                writeln!(out, "{}", p.node.hash)?;
-                eprintln!(
-                    "`{}` is now main; the old main is sealed as `{}`",
-                    clean(name.as_str()),
-                    p.sealed_as
-                );
-            }
-        }
+        } => promote(env, &mut store, &session, &branch, json, wait)?,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `convo session list`.
+fn list(store: &mut convo_store::Store, a: &ListArgs) -> Result<(), super::CommandError> {
+    let mut sessions = store.sessions()?;
+    let needle = a.title.as_deref().map(str::to_lowercase);
+    sessions.retain(|s| {
+        a.agent.as_ref().is_none_or(|g| *g == s.agent)
+            && needle.as_ref().is_none_or(|n| {
+                s.title
+                    .as_deref()
+                    .is_some_and(|t| t.to_lowercase().contains(n))
+            })
+    });
+    if let Some(n) = a.limit {
+        let skip = sessions.len().saturating_sub(n);
+        sessions.drain(..skip);
+    }
+    if a.json {
+        let v = json!(sessions.iter().map(session_json).collect::<Vec<_>>());
+        write_json(&mut Out::stdout(), &v)?;
+        return Ok(());
+    }
+    let mut rows = vec![header(&["session", "created (UTC)", "agent", "title"])];
+    rows.extend(sessions.iter().map(|s| {
+        vec![
+            s.id.to_string(),
+            paint(Style::Dim, &human_time(s.created_at)),
+            clean(&s.agent),
+            clean(s.title.as_deref().unwrap_or("")),
+        ]
+    }));
+    let mut out = Out::paged();
+    for line in columns(&rows) {
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    out.finish()?;
+    Ok(())
+}
+
+/// `convo session retitle` (`title` none: `--clear`).
+fn retitle(
+    store: &mut convo_store::Store,
+    session: &str,
+    title: Option<String>,
+    json: bool,
+) -> Result<(), super::CommandError> {
+    let s = find_session(store, session)?;
+    if let Some(t) = &title
+        && t.trim().is_empty()
+    {
+        return Err(super::CommandError::user("a title must not be empty")
+            .with_hint("remove a title with --clear"));
+    }
+    let row = store.transaction(|l| l.retitle(&s.id, title.as_deref()))?;
+    if json {
+        write_json(&mut Out::stdout(), &session_json(&row))?;
+        return Ok(());
+    }
+    match &row.title {
+        Some(t) => eprintln!("{} is now titled {:?}", row.id, clean(t)),
+        None => eprintln!("{} has no title now", row.id),
+    }
+    Ok(())
+}
+
+/// `convo session fork`.
+fn fork(
+    env: &Env,
+    store: &mut convo_store::Store,
+    session: &str,
+    from: &str,
+    branch: &str,
+    json: bool,
+    wait: bool,
+) -> Result<(), super::CommandError> {
+    let s = find_session(store, session)?;
+    let name = branch_name(branch)?;
+    // A fork from a timeline with an open turn would start inside it.
+    let source = fork_source(store, &s.id, from);
+    let _turn = match &source {
+        Some(b) => super::guard_timeline(env, store, &s.id, b, wait)?,
+        None => None,
+    };
+    let at = store.resolve_ref(&s.id, from)?;
+    let full = convo_core::HashPrefix::parse(&at.hash.to_hex())
+        .map_err(|e| super::CommandError::user(e.to_string()))?;
+    let node = store.transaction(|l| {
+        if let Some(b) = &source {
+            super::turn_guard(l, &s.id, b)?;
+        }
+        l.fork(&s.id, &full, &name, now())
+    })?;
+    let mut out = Out::stdout();
+    if json {
+        write_json(&mut out, &node_json(&node, None))?;
+    } else {
+        writeln!(out, "{}", node.hash)?;
+        eprintln!(
+            "created branch `{}` at {}",
+            clean(name.as_str()),
+            at.hash.short()
+        );
+    }
+    Ok(())
+}
+
+/// `convo session promote`.
+fn promote(
+    env: &Env,
+    store: &mut convo_store::Store,
+    session: &str,
+    branch: &str,
+    json: bool,
+    wait: bool,
+) -> Result<(), super::CommandError> {
+    let s = find_session(store, session)?;
+    let name = branch_name(branch)?;
+    // Both timelines change: neither may be inside a turn.
+    let main = BranchName::main();
+    let mut _turns = vec![super::guard_timeline(env, store, &s.id, &main, wait)?];
+    if name != main {
+        _turns.push(super::guard_timeline(env, store, &s.id, &name, wait)?);
+    }
+    let p = store.transaction(|l| {
+        super::turn_guard(l, &s.id, &main)?;
+        super::turn_guard(l, &s.id, &name)?;
+        l.promote(&s.id, &name, now())
+    })?;
+    let mut out = Out::stdout();
+    if json {
+        let mut v = node_json(&p.node, None);
+        v["sealed_as"] = json!(p.sealed_as.as_str());
+        write_json(&mut out, &v)?;
+    } else {
+        writeln!(out, "{}", p.node.hash)?;
+        eprintln!(
+            "`{}` is now main; the old main is sealed as `{}`",
+            clean(name.as_str()),
+            p.sealed_as
+        );
+    }
+    Ok(())
 }
 
 /// The branch a fork's `--from` reference starts from, when it names one
@@ -227,6 +256,73 @@ fn fork_source(
         .read(|tx| convo_store::refs::source_branch(tx, session, from))
         .ok()
         .flatten()
+}
+
+/// A node of `session get --json`: its turn, and the subagents' timelines
+/// it started.
+fn shown_json(
+    n: &convo_store::TimelineNode,
+    turn: Option<usize>,
+    tree: &[convo_store::topology::BranchNode],
+) -> serde_json::Value {
+    let mut v = node_json(&n.stored, Some(&n.payload));
+    v["turn"] = json!(turn);
+    let started: Vec<&str> = tree
+        .iter()
+        .filter(|t| t.subagent.is_some() && t.fork_point == Some(n.stored.hash))
+        .map(|t| t.branch.name.as_str())
+        .collect();
+    if !started.is_empty() {
+        v["subagents"] = json!(started);
+    }
+    v
+}
+
+/// The lines above `session get`'s table: the session, the timeline and
+/// the last replay of it.
+fn heading(
+    out: &mut Out,
+    s: &convo_store::SessionRow,
+    row: &convo_store::BranchRow,
+    nodes: usize,
+    turns: usize,
+    replays: &[convo_store::ReplayNote],
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "session {}  agent {}{}",
+        s.id,
+        clean(&s.agent),
+        s.title
+            .as_deref()
+            .map(|t| format!("  {:?}", clean(t)))
+            .unwrap_or_default()
+    )?;
+    writeln!(
+        out,
+        "branch  {}{}  {} node{}, {} turn{}  state {}",
+        paint(Style::Cyan, &clean(row.name.as_str())),
+        if row.sealed { " (sealed)" } else { "" },
+        nodes,
+        if nodes == 1 { "" } else { "s" },
+        turns,
+        if turns == 1 { "" } else { "s" },
+        row.state.map(|r| r.short()).unwrap_or_else(|| "-".into())
+    )?;
+    if let Some(last) = replays.last() {
+        writeln!(
+            out,
+            "replays {}, the last {} of {}: {} exact, {} tolerated, {} live, {} missed",
+            replays.len(),
+            crate::output::human_time(last.at),
+            clean(last.branch.as_str()),
+            last.exact,
+            last.tolerated,
+            last.live,
+            last.missed
+        )?;
+    }
+    Ok(())
 }
 
 fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
@@ -264,59 +360,14 @@ fn get(store: &mut convo_store::Store, a: GetArgs) -> CmdResult {
         v["nodes"] = json!(
             shown
                 .iter()
-                .map(|&(i, t)| {
-                    let mut v = node_json(&tl[i].stored, Some(&tl[i].payload));
-                    v["turn"] = json!(t);
-                    let started: Vec<&str> = tree
-                        .iter()
-                        .filter(|n| n.subagent.is_some() && n.fork_point == Some(tl[i].stored.hash))
-                        .map(|n| n.branch.name.as_str())
-                        .collect();
-                    if !started.is_empty() {
-                        v["subagents"] = json!(started);
-                    }
-                    v
-                })
+                .map(|&(i, t)| shown_json(&tl[i], t, &tree))
                 .collect::<Vec<_>>()
         );
         write_json(&mut Out::stdout(), &v)?;
         return Ok(ExitCode::SUCCESS);
     }
     let mut out = Out::paged();
-    writeln!(
-        out,
-        "session {}  agent {}{}",
-        s.id,
-        clean(&s.agent),
-        s.title
-            .as_deref()
-            .map(|t| format!("  {:?}", clean(t)))
-            .unwrap_or_default()
-    )?;
-    writeln!(
-        out,
-        "branch  {}{}  {} node{}, {} turn{}  state {}",
-        paint(Style::Cyan, &clean(b.as_str())),
-        if row.sealed { " (sealed)" } else { "" },
-        tl.len(),
-        if tl.len() == 1 { "" } else { "s" },
-        groups.len(),
-        if groups.len() == 1 { "" } else { "s" },
-        row.state.map(|r| r.short()).unwrap_or_else(|| "-".into())
-    )?;
-    if let Some(last) = replays.last() {
-        writeln!(
-            out,
-            "replays {}, the last {} of {}: {} exact, {} tolerated, {} live, {} missed",
-            replays.len(),
-            crate::output::human_time(last.at),
-            clean(last.branch.as_str()),
-            last.exact,
-            last.tolerated,
-            last.live,
-            last.missed
-        )?;
-    }
+    heading(&mut out, &s, &row, tl.len(), groups.len(), &replays)?;
     if a.full {
         let limit = a.limit.unwrap_or(usize::MAX);
         for t in groups.iter().take(limit) {

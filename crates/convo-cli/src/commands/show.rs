@@ -70,18 +70,36 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         write_json(&mut Out::stdout(), &v)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let node = &n.node;
+    let redacted = store.redaction(&n.node.payload)?;
     let mut out = Out::paged();
+    fields(&mut out, &n, redacted.as_ref(), otel.as_ref())?;
+    writeln!(out)?;
+    match std::str::from_utf8(&payload) {
+        Ok(t) => writeln!(out, "{}", crate::output::clean_multiline(t))?,
+        Err(_) => writeln!(
+            out,
+            "<{} bytes, not UTF-8; `convo show {} --json` carries them in base64>",
+            payload.len(),
+            n.hash.short()
+        )?,
+    }
+    out.finish()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The node's fields, one a line, above its payload.
+fn fields(
+    out: &mut Out,
+    n: &convo_store::StoredNode,
+    redacted: Option<&convo_store::Redaction>,
+    otel: Option<&serde_json::Value>,
+) -> std::io::Result<()> {
+    let node = &n.node;
+    let hex = |h: Option<String>| h.unwrap_or_else(|| "-".into());
     writeln!(out, "node       {}", n.hash)?;
     writeln!(out, "kind       {}", node.kind)?;
     writeln!(out, "session    {}", node.session)?;
-    writeln!(
-        out,
-        "parent     {}",
-        node.parent
-            .map(|p| p.to_hex())
-            .unwrap_or_else(|| "-".into())
-    )?;
+    writeln!(out, "parent     {}", hex(node.parent.map(|p| p.to_hex())))?;
     writeln!(
         out,
         "from → to  {} → {}",
@@ -91,9 +109,7 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
     writeln!(
         out,
         "submission {}",
-        node.submission
-            .map(|p| p.to_hex())
-            .unwrap_or_else(|| "-".into())
+        hex(node.submission.map(|p| p.to_hex()))
     )?;
     if let Some(s) = node.sequence {
         writeln!(out, "sequence   {s}")?;
@@ -114,7 +130,7 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
         "payload    {} bytes, sha256 {}",
         node.payload_len, node.payload
     )?;
-    if let Some(r) = store.redaction(&node.payload)? {
+    if let Some(r) = redacted {
         writeln!(
             out,
             "redacted   {} (fact {})",
@@ -129,19 +145,8 @@ pub fn run(env: &Env, a: ShowArgs) -> CmdResult {
             crate::output::clean(node.diagnostics.as_str())
         )?;
     }
-    if let Some(o) = &otel {
+    if let Some(o) = otel {
         writeln!(out, "telemetry  {}", crate::output::clean(&o.to_string()))?;
     }
-    writeln!(out)?;
-    match std::str::from_utf8(&payload) {
-        Ok(t) => writeln!(out, "{}", crate::output::clean_multiline(t))?,
-        Err(_) => writeln!(
-            out,
-            "<{} bytes, not UTF-8; `convo show {} --json` carries them in base64>",
-            payload.len(),
-            n.hash.short()
-        )?,
-    }
-    out.finish()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -23,14 +23,8 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
                 (None, Some(f)) => read_value(&f)?,
                 (None, None) => return Err(CommandError::user("no value given")),
             };
-            let s = find_session(&mut store, &session)?;
-            let branch = branch_name(&branch)?;
-            let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
-            let op = [StateOp::Put(key.clone(), bytes)];
-            let (root, _) = store.transaction(|l| {
-                super::turn_guard(l, &s.id, &branch)?;
-                state_write(l, &s.id, &branch, &op, now_ms())
-            })?;
+            let op = StateOp::Put(key.clone(), bytes);
+            let (root, _) = write(env, &mut store, &session, &branch, op, wait)?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex() }));
             } else {
@@ -44,14 +38,8 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             json,
             wait,
         } => {
-            let s = find_session(&mut store, &session)?;
-            let branch = branch_name(&branch)?;
-            let _turn = super::guard_timeline(env, &mut store, &s.id, &branch, wait)?;
-            let op = [StateOp::Delete(key.clone())];
-            let (root, existed) = store.transaction(|l| {
-                super::turn_guard(l, &s.id, &branch)?;
-                state_write(l, &s.id, &branch, &op, now_ms())
-            })?;
+            let op = StateOp::Delete(key.clone());
+            let (root, existed) = write(env, &mut store, &session, &branch, op, wait)?;
             if json {
                 print_json(&json!({ "key": key, "root": root.to_hex(), "existed": existed }));
             } else {
@@ -68,12 +56,7 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             at,
             json,
         } => {
-            let s = find_session(&mut store, &session)?;
-            let at = at
-                .as_deref()
-                .map(|r| super::node_ref(&mut store, &s.id, r))
-                .transpose()?;
-            let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
+            let root = root_at(&mut store, &session, &branch, at.as_deref())?;
             match store.state_get(&root, &key)? {
                 Some(v) if json => {
                     let (value, enc) = convo_api::encode_payload(&v);
@@ -100,12 +83,7 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
             at,
             json,
         } => {
-            let s = find_session(&mut store, &session)?;
-            let at = at
-                .as_deref()
-                .map(|r| super::node_ref(&mut store, &s.id, r))
-                .transpose()?;
-            let root = store.state_root(&s.id, &branch_name(&branch)?, at.as_ref())?;
+            let root = root_at(&mut store, &session, &branch, at.as_deref())?;
             let entries = store.state_list(&root)?;
             if json {
                 let v = convo_api::StateView::new(&root, entries);
@@ -118,6 +96,38 @@ pub fn run(env: &Env, cmd: StateCmd) -> CmdResult {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes `op` to a timeline's state, outside any open turn: the new
+/// root, and whether the key was set before.
+fn write(
+    env: &Env,
+    store: &mut convo_store::Store,
+    session: &str,
+    branch: &str,
+    op: StateOp,
+    wait: bool,
+) -> Result<(convo_core::StateRoot, bool), CommandError> {
+    let s = find_session(store, session)?;
+    let branch = branch_name(branch)?;
+    let _turn = super::guard_timeline(env, store, &s.id, &branch, wait)?;
+    let op = [op];
+    Ok(store.transaction(|l| {
+        super::turn_guard(l, &s.id, &branch)?;
+        state_write(l, &s.id, &branch, &op, now_ms())
+    })?)
+}
+
+/// The state root of a timeline, at its head or at node `at`.
+fn root_at(
+    store: &mut convo_store::Store,
+    session: &str,
+    branch: &str,
+    at: Option<&str>,
+) -> Result<convo_core::StateRoot, CommandError> {
+    let s = find_session(store, session)?;
+    let at = at.map(|r| super::node_ref(store, &s.id, r)).transpose()?;
+    Ok(store.state_root(&s.id, &branch_name(branch)?, at.as_ref())?)
 }
 
 /// A state value for a terminal: text with control characters made

@@ -112,14 +112,38 @@ pub(super) async fn search_page(
         };
         Some(api::search_results(&st, &q).await)
     };
-    let val = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
-    let failed_on = matches!(given(&f.failed), Some("on" | "true" | "1"));
     let body = html! {
         h1 { "Search" }
+        (filters(&f, &needle, &agents))
+        @if let Some(list) = &by_name && list.total > 0 { (named_like(list, &needle)) }
+        @match &results {
+            None => { p.count { "Type words to find in every message of every session." } }
+            Some(Err(e)) => { p.notice { (e.message()) } }
+            Some(Ok(r)) => {
+                p.count #hits-count data-total=(r.total) {
+                    @if !r.exact { "more than " }
+                    (r.total) @if r.total == 1 { " message" } @else { " messages" }
+                    @if r.total as usize > r.hits.len() && !r.hits.is_empty() { ", " (r.offset + 1) "–" (r.offset as usize + r.hits.len()) " shown" }
+                    @if r.resent > 0 { span.resent title="a message an agent sent again with a later request is shown once, where it first appeared" { " (" (r.resent) " resent " @if r.resent == 1 { "copy" } @else { "copies" } " folded)" } }
+                }
+                ol.hits { @for h in &r.hits { (hit_item(h, &names)) } }
+                (super::index::pages("Search result pages", limit, r.total as usize, offset, &|o| f.url(o)))
+                @if r.scanned > 0 { p.count { (r.scanned) " recent messages were read one by one (the index is catching up)." } }
+            }
+        }
+    };
+    html_response(page("Search", body))
+}
+
+/// The search form with its filters, as they were asked.
+fn filters(f: &SearchForm, needle: &str, agents: &[&str]) -> Markup {
+    let val = |v: &Option<String>| given(v).unwrap_or_default().to_owned();
+    let failed_on = matches!(given(&f.failed), Some("on" | "true" | "1"));
+    html! {
         form.filters.find action="/search" method="get" role="search" {
             input type="search" name="q" value=(needle) placeholder="words in any message, prefix*, \"a phrase\", a OR b, -word" aria-label="Words to find" id="find-q";
             input type="text" name="agent" value=(val(&f.agent)) placeholder="agent" list="agents" aria-label="Agent";
-            datalist #agents { @for a in &agents { option value=(a) {} } }
+            datalist #agents { @for a in agents { option value=(a) {} } }
             input type="text" name="model" value=(val(&f.model)) placeholder="model" aria-label="Model";
             input type="text" name="status" value=(val(&f.status)) placeholder="status" size="6" aria-label="Status";
             select name="kind" aria-label="Kind" {
@@ -134,61 +158,56 @@ pub(super) async fn search_page(
             @if let Some(s) = given(&f.session) { input type="hidden" name="session" value=(s); }
             button type="submit" { "Search" }
         }
-        @if let Some(list) = &by_name && list.total > 0 {
-            section.found-sessions {
-                h2 { "Sessions named like this (" (list.total) ")" }
-                ul {
-                    @for s in &list.sessions {
-                        li { a href=(session_url(&s.id, None)) { bdi { (s.title.as_deref().unwrap_or("(untitled)")) } } " · " bdi { (s.agent) } " · " span.mono { (short(&s.id)) } }
-                    }
-                }
-                @if list.total > list.sessions.len() {
-                    p { a href=(format!("/?q={}", query_escape(&needle))) { "All " (list.total) " sessions named like this →" } }
+    }
+}
+
+/// The sessions whose title, agent or id match the words.
+fn named_like(list: &crate::api::SessionList, needle: &str) -> Markup {
+    html! {
+        section.found-sessions {
+            h2 { "Sessions named like this (" (list.total) ")" }
+            ul {
+                @for s in &list.sessions {
+                    li { a href=(session_url(&s.id, None)) { bdi { (s.title.as_deref().unwrap_or("(untitled)")) } } " · " bdi { (s.agent) } " · " span.mono { (short(&s.id)) } }
                 }
             }
-        }
-        @match &results {
-            None => { p.count { "Type words to find in every message of every session." } }
-            Some(Err(e)) => { p.notice { (e.message()) } }
-            Some(Ok(r)) => {
-                p.count #hits-count data-total=(r.total) {
-                    @if !r.exact { "more than " }
-                    (r.total) @if r.total == 1 { " message" } @else { " messages" }
-                    @if r.total as usize > r.hits.len() && !r.hits.is_empty() { ", " (r.offset + 1) "–" (r.offset as usize + r.hits.len()) " shown" }
-                    @if r.resent > 0 { span.resent title="a message an agent sent again with a later request is shown once, where it first appeared" { " (" (r.resent) " resent " @if r.resent == 1 { "copy" } @else { "copies" } " folded)" } }
-                }
-                ol.hits {
-                    @for h in &r.hits {
-                        @let n = &h.node;
-                        @let (title, agent) = names.get(&n.session).copied().unwrap_or(("(untitled)", ""));
-                        @let branch = h.branches.first().map(String::as_str).unwrap_or("main");
-                        li.hit data-hash=(n.hash) {
-                            div.meta {
-                                span class=(format!("kind k-{}", n.kind)) { (n.kind) }
-                                a.where href=(node_url(&n.session, branch, &n.hash)) {
-                                    bdi { (title) } " · " bdi { (branch) }
-                                    @if let Some(t) = h.turn { "@" (t) }
-                                }
-                                span.diag { "agent: " bdi { (agent) } }
-                                @for k in ["model", "status"] {
-                                    @if let Some(v) = n.diagnostics.get(k).filter(|v| !v.is_null()) {
-                                        span.diag { (k) ": " bdi { (v.as_str().map_or_else(|| v.to_string(), str::to_owned)) } }
-                                    }
-                                }
-                                @if convo_store::filter::failed(&n.diagnostics.to_string()) { span.event { "failed" } }
-                                @if h.branches.len() > 1 { span.also { "also on " (h.branches.len() - 1) " other timeline(s)" } }
-                                time { (n.created_at) }
-                            }
-                            p.snippet { (marked(&h.snippet, &h.marks)) }
-                        }
-                    }
-                }
-                (super::index::pages("Search result pages", limit, r.total as usize, offset, &|o| f.url(o)))
-                @if r.scanned > 0 { p.count { (r.scanned) " recent messages were read one by one (the index is catching up)." } }
+            @if list.total > list.sessions.len() {
+                p { a href=(format!("/?q={}", query_escape(needle))) { "All " (list.total) " sessions named like this →" } }
             }
         }
-    };
-    html_response(page("Search", body))
+    }
+}
+
+/// One hit: where it is (session, timeline, turn), its figures and the
+/// words found, marked.
+fn hit_item(
+    h: &convo_api::SearchHit,
+    names: &std::collections::HashMap<String, (&str, &str)>,
+) -> Markup {
+    let n = &h.node;
+    let (title, agent) = names.get(&n.session).copied().unwrap_or(("(untitled)", ""));
+    let branch = h.branches.first().map(String::as_str).unwrap_or("main");
+    html! {
+        li.hit data-hash=(n.hash) {
+            div.meta {
+                span class=(format!("kind k-{}", n.kind)) { (n.kind) }
+                a.where href=(node_url(&n.session, branch, &n.hash)) {
+                    bdi { (title) } " · " bdi { (branch) }
+                    @if let Some(t) = h.turn { "@" (t) }
+                }
+                span.diag { "agent: " bdi { (agent) } }
+                @for k in ["model", "status"] {
+                    @if let Some(v) = n.diagnostics.get(k).filter(|v| !v.is_null()) {
+                        span.diag { (k) ": " bdi { (v.as_str().map_or_else(|| v.to_string(), str::to_owned)) } }
+                    }
+                }
+                @if convo_store::filter::failed(&n.diagnostics.to_string()) { span.event { "failed" } }
+                @if h.branches.len() > 1 { span.also { "also on " (h.branches.len() - 1) " other timeline(s)" } }
+                time { (n.created_at) }
+            }
+            p.snippet { (marked(&h.snippet, &h.marks)) }
+        }
+    }
 }
 
 /// A snippet with its matches in `<mark>`, every part escaped.

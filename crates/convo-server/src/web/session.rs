@@ -174,80 +174,78 @@ pub(super) async fn session_page(
     if given(&pq.fragment) == Some("graph") {
         return graph_fragment(st, q, branch).await;
     }
-    let data = run(&st, move |s| {
-        // Where the store is as the page is read: its live stream starts
-        // here (read first, so nothing written meanwhile is missed).
-        let end = s.end_cursor()?;
-        let row = s.find_session(&q)?;
-        let mut b2 = branch;
-        let mut place = jump::locate(
-            s,
-            &row,
-            &b2,
-            given(&pq.cursor),
-            given(&pq.turn),
-            given(&pq.node),
-        )?;
-        // A node asked for without a timeline: shown on one that holds it.
-        if asked.is_none()
-            && let Some(other) = place.elsewhere.take()
-        {
-            b2 = BranchName::new(&other).map_err(StoreError::invalid)?;
-        }
-        let lanes = lanes(s, &row)?;
-        let subs = super::subagent::subagents(s, &row, lanes.len())?;
-        let this = s.branch(&row.id, &b2)?;
-        let page = api::timeline_page(s, &row.id.to_string(), &b2, place.cursor, PAGE, false)?;
-        let calls = super::subagent::calls(s, &row, &subs, b2.as_str(), &page)?;
-        let state = api::state_view(s, &row.id.to_string(), &b2, None)?;
-        let totals = llm::session_totals(s, &row)?;
-        Ok((
-            row,
-            (lanes, subs, calls),
-            this,
-            page,
-            state,
-            place,
-            b2,
-            totals,
-            end,
-        ))
-    })
-    .await;
-    let (row, (lanes, subs, calls), this, tl, state, place, branch, totals, end) = match data {
-        Ok(d) => d,
-        Err(r) => return r,
-    };
-    let branch_s = branch.as_str().to_owned();
-    let sid = row.id.to_string();
-    let title = row.title.clone().unwrap_or_else(|| "(untitled)".into());
-    let head = this.head.map(|h| h.to_hex()).unwrap_or_default();
-    let others: Vec<&Lane> = lanes
-        .iter()
-        .filter(|l| l.branch.name.as_str() != branch_s)
-        .collect();
-    // Subagents started on this timeline, under the node they fork at;
-    // on a subagent's own timeline, the way back.
-    let mut started: std::collections::HashMap<&str, Vec<&super::subagent::Sub>> =
-        Default::default();
-    for s in subs.iter().filter(|s| s.parent == branch_s) {
-        started.entry(s.started_by.as_str()).or_default().push(s);
+    match run(&st, move |s| load(s, &q, branch, asked.is_some(), &pq)).await {
+        Ok(d) => session_view(&d),
+        Err(r) => r,
     }
-    let came_from = subs.iter().find(|s| s.branch == branch_s);
-    // Turns with a failed call or a cut stream are marked in their heading.
-    let failed: std::collections::HashSet<u64> = tl
-        .nodes
-        .iter()
-        .filter(|n| llm::figures(n).is_some_and(|f| f.3))
-        .map(|n| n.turn.unwrap_or(0))
-        .collect();
-    // Each turn's calls on a time axis, under its heading.
-    let falls = super::waterfall::of_turns(&sid, &tl.nodes, &calls);
-    // Each complete's turn's last answer before it (a complete that
-    // repeats it is not shown twice).
-    let mut answers: std::collections::HashMap<String, (String, String)> = Default::default();
+}
+
+/// What a session page shows, read in one go.
+struct Loaded {
+    row: SessionRow,
+    lanes: Vec<Lane>,
+    subs: Vec<super::subagent::Sub>,
+    calls: Vec<super::subagent::Calls>,
+    this: convo_store::BranchRow,
+    tl: api::TimelinePageView,
+    state: convo_api::StateView,
+    place: jump::Place,
+    branch: BranchName,
+    totals: llm::Totals,
+    /// Where the store was as the page was read: its live stream starts here.
+    end: u64,
+}
+
+fn load(
+    s: &mut Store,
+    q: &str,
+    mut branch: BranchName,
+    asked: bool,
+    pq: &SessionPageQuery,
+) -> convo_store::Result<Loaded> {
+    // Read first, so nothing written meanwhile is missed.
+    let end = s.end_cursor()?;
+    let row = s.find_session(q)?;
+    let mut place = jump::locate(
+        s,
+        &row,
+        &branch,
+        given(&pq.cursor),
+        given(&pq.turn),
+        given(&pq.node),
+    )?;
+    // A node asked for without a timeline: shown on one that holds it.
+    if !asked && let Some(other) = place.elsewhere.take() {
+        branch = BranchName::new(&other).map_err(StoreError::invalid)?;
+    }
+    let lanes = lanes(s, &row)?;
+    let subs = super::subagent::subagents(s, &row, lanes.len())?;
+    let this = s.branch(&row.id, &branch)?;
+    let tl = api::timeline_page(s, &row.id.to_string(), &branch, place.cursor, PAGE, false)?;
+    let calls = super::subagent::calls(s, &row, &subs, branch.as_str(), &tl)?;
+    let state = api::state_view(s, &row.id.to_string(), &branch, None)?;
+    let totals = llm::session_totals(s, &row)?;
+    Ok(Loaded {
+        row,
+        lanes,
+        subs,
+        calls,
+        this,
+        tl,
+        state,
+        place,
+        branch,
+        totals,
+        end,
+    })
+}
+
+/// Each complete's turn's last answer before it, by the complete's hash
+/// (a complete that repeats it is not shown twice).
+fn answers_of(nodes: &[NodeView]) -> std::collections::HashMap<String, (String, String)> {
+    let mut answers = std::collections::HashMap::new();
     let mut answer: Option<(String, String)> = None;
-    for n in &tl.nodes {
+    for n in nodes {
         match n.kind.as_str() {
             "invoke" => answer = None,
             "response" => answer = llm::answer_text(n).map(|a| (n.hash.clone(), a)),
@@ -259,78 +257,126 @@ pub(super) async fn session_page(
             _ => {}
         }
     }
+    answers
+}
+
+/// The page's buttons and links: promote, diff with another timeline,
+/// export, share.
+fn actions(sid: &str, branch: &str, sealed: bool, others: &[&Lane]) -> Markup {
+    html! {
+        div.actions {
+            @if branch != "main" && !sealed {
+                button id="promote" type="button" data-branch=(branch) { "Promote " bdi { (branch) } " to main" }
+            }
+            @if !others.is_empty() {
+                form.diff action=(format!("/sessions/{sid}/diff")) method="get" {
+                    input type="hidden" name="a" value=(branch);
+                    label { "Compare with " select name="b" {
+                        @for l in others { option value=(l.branch.name.as_str()) { "\u{2068}" (l.branch.name.as_str()) "\u{2069}" } }
+                    } }
+                    button type="submit" { "Diff" }
+                }
+            }
+            a href=(format!("/api/v1/sessions/{sid}/export?format=markdown&branch={}", query_escape(branch))) { "Export Markdown" }
+            a #share href=(format!("/sessions/{sid}/share?branch={}", query_escape(branch)))
+                title="One HTML file that checks its own hashes in the browser: metadata only" { "Share" }
+            a #share-content href=(format!("/sessions/{sid}/share?branch={}&content=1", query_escape(branch)))
+                title="The same file with the message text" { "(with content)" }
+        }
+    }
+}
+
+/// The page's turns: a heading (with the turn's waterfall) before the
+/// first node of each, subagents under the node that started them.
+fn turns_view(d: &Loaded, sid: &str) -> Markup {
+    let branch = d.branch.as_str();
+    // Subagents started on this timeline, under the node they fork at.
+    let mut started: std::collections::HashMap<&str, Vec<&super::subagent::Sub>> =
+        Default::default();
+    for s in d.subs.iter().filter(|s| s.parent == branch) {
+        started.entry(s.started_by.as_str()).or_default().push(s);
+    }
+    // Turns with a failed call or a cut stream are marked in their heading.
+    let failed: std::collections::HashSet<u64> =
+        d.tl.nodes
+            .iter()
+            .filter(|n| llm::figures(n).is_some_and(|f| f.3))
+            .map(|n| n.turn.unwrap_or(0))
+            .collect();
+    let falls = super::waterfall::of_turns(sid, &d.tl.nodes, &d.calls);
+    let answers = answers_of(&d.tl.nodes);
     // A heading before the first node of each turn.
     let mut last = None;
-    let headed: Vec<(Option<u64>, &NodeView)> = tl
-        .nodes
+    let headed: Vec<(Option<u64>, &NodeView)> =
+        d.tl.nodes
+            .iter()
+            .map(|n| {
+                let t = n.turn.unwrap_or(0);
+                let h = (last != Some(t)).then_some(t);
+                last = Some(t);
+                (h, n)
+            })
+            .collect();
+    html! {
+        div.turns id="turns" {
+            @for (header, n) in &headed {
+                @if let Some(turn) = header {
+                    h2 class=(if failed.contains(turn) { "turn failed" } else { "turn" }) id=(format!("turn-{turn}")) {
+                        @if *turn == 0 { "Start" } @else { "Turn " (turn) }
+                        @if failed.contains(turn) { " " span.diag.status.bad { "a call failed or was cut" } }
+                    }
+                    @if let Some(w) = falls.get(turn) { (w) }
+                }
+                (node_item_after(sid, n, answers.get(&n.hash)))
+                @if let Some(subs) = started.get(n.hash.as_str()) {
+                    (super::subagent::started_here(sid, subs))
+                }
+            }
+        }
+    }
+}
+
+fn session_view(d: &Loaded) -> Response {
+    let (row, tl, this, place) = (&d.row, &d.tl, &d.this, &d.place);
+    let branch_s = d.branch.as_str();
+    let sid = row.id.to_string();
+    let title = row.title.clone().unwrap_or_else(|| "(untitled)".into());
+    let head = this.head.map(|h| h.to_hex()).unwrap_or_default();
+    let others: Vec<&Lane> = d
+        .lanes
         .iter()
-        .map(|n| {
-            let t = n.turn.unwrap_or(0);
-            let h = (last != Some(t)).then_some(t);
-            last = Some(t);
-            (h, n)
-        })
+        .filter(|l| l.branch.name.as_str() != branch_s)
         .collect();
+    // On a subagent's own timeline, the way back.
+    let came_from = d.subs.iter().find(|s| s.branch == branch_s);
     let body = html! {
         section.session id="session" data-session=(sid) data-branch=(branch_s) data-head=(head)
             data-sealed=(if this.sealed { "1" } else { "0" })
             data-tail=(if tl.next_cursor.is_none() { "1" } else { "0" })
-            data-after=(end)
+            data-after=(d.end)
             data-turns=(tl.turns) {
             h1 { bdi { (title) } }
             p.sub {
                 "agent " b { bdi { (row.agent) } } " · " span.mono { (sid) } " · created " (convo_api::time(row.created_at))
             }
-            div #timelines { (timelines(&sid, &lanes, &branch_s)) }
-            div.actions {
-                @if branch_s != "main" && !this.sealed {
-                    button id="promote" type="button" data-branch=(branch_s) { "Promote " bdi { (branch_s) } " to main" }
-                }
-                @if !others.is_empty() {
-                    form.diff action=(format!("/sessions/{sid}/diff")) method="get" {
-                        input type="hidden" name="a" value=(branch_s);
-                        label { "Compare with " select name="b" {
-                            @for l in &others { option value=(l.branch.name.as_str()) { "\u{2068}" (l.branch.name.as_str()) "\u{2069}" } }
-                        } }
-                        button type="submit" { "Diff" }
-                    }
-                }
-                a href=(format!("/api/v1/sessions/{sid}/export?format=markdown&branch={}", query_escape(&branch_s))) { "Export Markdown" }
-                a #share href=(format!("/sessions/{sid}/share?branch={}", query_escape(&branch_s)))
-                    title="One HTML file that checks its own hashes in the browser: metadata only" { "Share" }
-                a #share-content href=(format!("/sessions/{sid}/share?branch={}&content=1", query_escape(&branch_s)))
-                    title="The same file with the message text" { "(with content)" }
-            }
+            div #timelines { (timelines(&sid, &d.lanes, branch_s)) }
+            (actions(&sid, branch_s, this.sealed, &others))
             @if let Some(s) = came_from { (super::subagent::back(&sid, s)) }
             @if this.sealed {
                 p.notice { "This timeline is sealed: it is kept as it was and refuses new messages. Fork from any of its nodes to continue it." }
             }
-            (llm::totals_view(&totals))
+            (llm::totals_view(&d.totals))
             p.count { span #c-nodes { (tl.total) } " nodes · " span #c-turns { (tl.turns) } " turns" }
             @if let Some(n) = &place.notice { p.notice.jumpnote { (n) } }
             @if let Some(other) = &place.elsewhere {
                 p.notice.jumpnote { "That node is not on this timeline; it is on " a href=(jump::node_url(&sid, other, place.focus.as_deref().unwrap_or_default())) { bdi { (other) } } "." }
             }
-            (jump::pager(&sid, &branch_s, &tl, true))
+            (jump::pager(&sid, branch_s, tl, true))
             @if let Some(f) = &place.focus { span #focus hidden data-hash=(f) {} }
-            div.turns id="turns" {
-                @for (header, n) in &headed {
-                    @if let Some(turn) = header {
-                        h2 class=(if failed.contains(turn) { "turn failed" } else { "turn" }) id=(format!("turn-{turn}")) {
-                            @if *turn == 0 { "Start" } @else { "Turn " (turn) }
-                            @if failed.contains(turn) { " " span.diag.status.bad { "a call failed or was cut" } }
-                        }
-                        @if let Some(w) = falls.get(turn) { (w) }
-                    }
-                    (node_item_after(&sid, n, answers.get(&n.hash)))
-                    @if let Some(subs) = started.get(n.hash.as_str()) {
-                        (super::subagent::started_here(&sid, subs))
-                    }
-                }
-            }
-            @if tl.total > PAGE { (jump::pager(&sid, &branch_s, &tl, true)) }
+            (turns_view(d, &sid))
+            @if tl.total > PAGE { (jump::pager(&sid, branch_s, tl, true)) }
             p.live id="live" hidden { }
-            (state_panel(&state, "State at the head of this timeline"))
+            (state_panel(&d.state, "State at the head of this timeline"))
         }
     };
     html_response(page(&title, body))

@@ -55,6 +55,9 @@ mod schema;
 /// session holding it keeps every convo writer of the database waiting).
 pub const WRITE_LOCK: i64 = 0x636f_6e76_6f01;
 const MIGRATE_LOCK: i64 = 0x636f_6e76_6f02;
+/// How long a writer whose connection was lost at `COMMIT` tries to learn
+/// from the server whether it was kept ([`Conn::reopen_for`]).
+const REOPEN_BUDGET: Duration = Duration::from_secs(5);
 /// Writes a transaction holds back at most before sending them (a bulk
 /// import does not keep its whole batch in memory as statements).
 const MAX_PENDING: usize = 512;
@@ -62,6 +65,11 @@ use crate::backend::RETRY_BUDGET;
 
 /// One database connection and the runtime that drives it.
 struct Conn {
+    /// The URL it was opened with (to open another in its place).
+    url: String,
+    /// Opened in place of a connection lost at `COMMIT` (see
+    /// [`PgTx::commit`]): its session settings and `LISTEN` are not set yet.
+    replaced: bool,
     rt: tokio::runtime::Runtime,
     client: Client,
     /// One message per `NOTIFY` received (the connection task forwards them).
@@ -188,6 +196,8 @@ impl Conn {
             }
         });
         Ok(Conn {
+            url: url.to_owned(),
+            replaced: false,
             rt,
             client,
             notes,
@@ -195,6 +205,49 @@ impl Conn {
             round_trips: Arc::new(AtomicU64::new(0)),
             recent: crate::chunk::Recent::default(),
         })
+    }
+
+    /// After this connection was lost at `COMMIT`: opens another (trying
+    /// for up to [`REOPEN_BUDGET`], as a restarting server comes back) and
+    /// asks the server whether transaction `xid` was kept
+    /// (`pg_xact_status`, waiting while it is still in progress). The new
+    /// connection takes this one's place. `None` when neither can be
+    /// known in time.
+    fn reopen_for(&mut self, xid: &str) -> Option<bool> {
+        let start = std::time::Instant::now();
+        let mut fresh = loop {
+            match Conn::open(&self.url) {
+                Ok(c) => break c,
+                Err(_) if start.elapsed() < REOPEN_BUDGET => {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                Err(_) => return None,
+            }
+        };
+        let kept = loop {
+            let status = fresh.rt.block_on(
+                fresh
+                    .client
+                    .query_one("SELECT pg_xact_status($1::text::xid8)::text", &[&xid]),
+            );
+            match status
+                .ok()?
+                .try_get::<_, Option<String>>(0)
+                .ok()?
+                .as_deref()
+            {
+                Some("committed") => break true,
+                Some("aborted") => break false,
+                Some("in progress") if start.elapsed() < REOPEN_BUDGET => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                _ => return None,
+            }
+        };
+        fresh.replaced = true;
+        fresh.round_trips = self.round_trips.clone();
+        *self = fresh;
+        Some(kept)
     }
 
     /// Runs `f` on the runtime: one round trip (or one exchange).
@@ -298,14 +351,23 @@ impl Postgres {
     }
 
     fn run(&mut self, mode: Mode, f: &mut dyn FnMut(&mut dyn Tx) -> Result<()>) -> Result<()> {
-        crate::backend::retrying(self.busy_budget, || {
+        let out = crate::backend::retrying(self.busy_budget, || {
             let mut t = PgTx::new(&mut self.conn, mode);
             let out = f(&mut t).and_then(|()| t.commit());
             if out.is_err() {
                 t.rollback();
             }
             out
-        })
+        });
+        if std::mem::take(&mut self.conn.replaced) {
+            // A new connection took the lost one's place: its session has
+            // neither the `LISTEN` nor the lock timeout yet.
+            self.listening = false;
+            if self.busy_budget < RETRY_BUDGET {
+                crate::backend::Maintenance::busy_wait(self, self.busy_budget)?;
+            }
+        }
+        out
     }
 }
 
@@ -512,7 +574,10 @@ enum Op {
 type Params<'p> = [&'p (dyn ToSql + Sync)];
 
 const LOCK_SQL: &str = "SELECT pg_advisory_xact_lock($1)";
-const NEXT_SEQ_SQL: &str = "SELECT COALESCE(MAX(seq), 0) + 1 FROM nodes";
+/// The next follow number and the transaction's id (so a `COMMIT` whose
+/// connection was lost can be asked about: [`PgTx::commit`]).
+const NEXT_SEQ_SQL: &str =
+    "SELECT COALESCE(MAX(seq), 0) + 1, pg_current_xact_id()::text FROM nodes";
 
 enum Out {
     Done,
@@ -535,6 +600,9 @@ struct PgTx<'c> {
     /// The next follow number; read once per transaction, under the
     /// writers' advisory lock, which makes it safe.
     next_seq: Option<i64>,
+    /// The transaction's id (`xid8` as text), known once its first
+    /// pipeline answered (write transactions).
+    xid: Option<String>,
 }
 
 impl<'c> PgTx<'c> {
@@ -547,6 +615,7 @@ impl<'c> PgTx<'c> {
             pending: Vec::new(),
             wrote_nodes: false,
             next_seq: None,
+            xid: None,
         }
     }
 
@@ -658,6 +727,7 @@ impl<'c> PgTx<'c> {
                             .map_err(db)?
                             .unwrap_or(1);
                         self.next_seq = Some(next);
+                        self.xid = got.first().and_then(|r| r.try_get(1).ok());
                     }
                     _ => rows = got,
                 },
@@ -723,13 +793,20 @@ impl<'c> PgTx<'c> {
         }
         self.pending.push(Op::Simple("COMMIT".into()));
         match self.send(None) {
-            // The COMMIT may have reached the server: not `Unreachable`
-            // (which promises nothing was kept).
+            // The COMMIT may have reached the server: ask it.
             Err(StoreError::Unreachable(c)) => {
-                Err(StoreError::Backend(crate::Cause::new(format!(
-                    "{}: the connection was lost at COMMIT, whether the transaction was kept is unknown",
-                    c.message()
-                ))))
+                let kept = self.xid.clone().and_then(|xid| self.c.reopen_for(&xid));
+                self.begun = false;
+                match kept {
+                    Some(true) => Ok(()),
+                    // Nothing was kept: `Unreachable` says so, and the
+                    // caller may write it again.
+                    Some(false) => Err(StoreError::Unreachable(c)),
+                    None => Err(StoreError::Backend(crate::Cause::new(format!(
+                        "{}: the connection was lost at COMMIT, whether the transaction was kept is unknown",
+                        c.message()
+                    )))),
+                }
             }
             Err(e) => Err(e),
             Ok(_) => {
