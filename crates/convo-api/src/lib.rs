@@ -18,6 +18,8 @@
 //! needs no store. The conversions from the store's rows live where the
 //! store is known (`convo_runtime::wire`).
 
+pub mod http;
+
 use base64::Engine as _;
 use convo_core::{Kind, Millis, Node, NodeHash, StateRoot};
 use serde::{Deserialize, Serialize};

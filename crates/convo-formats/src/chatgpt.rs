@@ -39,7 +39,7 @@
 use crate::Reader;
 use crate::error::{Error, Result};
 use crate::json::{parse, secs_to_millis};
-use crate::model::{Conversation, Message, Read, Role, Timeline};
+use crate::model::{Conversation, Message, Read, Role};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -370,28 +370,11 @@ fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
         )
         .with_path(path));
     }
-    let mut has_child = vec![false; messages.len()];
-    for m in &messages {
-        if let Some(p) = m.parent {
-            has_child[p] = true;
-        }
-    }
-    let leaves: Vec<usize> = (0..messages.len()).filter(|&i| !has_child[i]).collect();
-    let main = c
+    let current = c
         .current_node
         .as_deref()
-        .and_then(|n| kept_at.get(n).copied().flatten())
-        .or_else(|| leaves.last().copied());
-    let mut timelines = vec![Timeline {
-        name: "main".into(),
-        leaf: main,
-    }];
-    for (n, leaf) in leaves.iter().filter(|l| Some(**l) != main).enumerate() {
-        timelines.push(Timeline {
-            name: format!("alt-{}", n + 1),
-            leaf: Some(*leaf),
-        });
-    }
+        .and_then(|n| kept_at.get(n).copied().flatten());
+    let timelines = crate::model::leaf_timelines(&messages, current);
     let mut meta = Map::new();
     if let Some(m) = c.default_model_slug.clone() {
         meta.insert("default_model_slug".into(), json!(m));

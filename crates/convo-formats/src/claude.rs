@@ -23,7 +23,7 @@
 use crate::Reader;
 use crate::error::Result;
 use crate::json::{iso_to_millis, parse};
-use crate::model::{Conversation, Message, Read, Role, Timeline};
+use crate::model::{Conversation, Message, Read, Role};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -80,62 +80,8 @@ fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
     let mut messages = Vec::with_capacity(c.chat_messages.len());
     let mut by_uuid: HashMap<String, usize> = HashMap::new();
     let mut parents: Vec<Option<String>> = Vec::new();
-    for (j, m) in c.chat_messages.into_iter().enumerate() {
-        let role = match m.sender.as_str() {
-            "human" | "user" => Role::User,
-            "assistant" => Role::Assistant,
-            other => {
-                return Err(crate::Error::new(
-                    file,
-                    "unknown-speaker",
-                    format!("unknown `sender` {other:?} (expected human or assistant)"),
-                )
-                .with_path(format!("$[{i}].chat_messages[{j}].sender")));
-            }
-        };
-        let blocks = m.content.unwrap_or_default();
-        let block_text = |ty: &str, key: &str| -> Vec<String> {
-            blocks
-                .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some(ty))
-                .filter_map(|b| b.get(key).and_then(Value::as_str).map(str::to_owned))
-                .collect()
-        };
-        let text = match m.text.filter(|t| !t.is_empty()) {
-            Some(t) => t,
-            None => block_text("text", "text").join("\n\n"),
-        };
-        let thinking = block_text("thinking", "thinking");
-        let tools: Vec<Value> = blocks
-            .iter()
-            .filter(|b| {
-                matches!(
-                    b.get("type").and_then(Value::as_str),
-                    Some("tool_use" | "tool_result")
-                )
-            })
-            .cloned()
-            .collect();
-        let speaker = if role == Role::User {
-            "human"
-        } else {
-            "assistant"
-        };
-        let mut msg = Message::new(role, speaker, text)
-            .at(m.created_at.as_deref().and_then(iso_to_millis))
-            .with_extra("uuid", json!(m.uuid));
-        if !thinking.is_empty() {
-            msg = msg.with_extra("thinking", json!(thinking.join("\n\n")));
-        }
-        if !tools.is_empty() {
-            msg = msg.with_extra("tool_blocks", Value::Array(tools));
-        }
-        if let Some(a) = m.attachments.filter(|a| !a.is_empty()) {
-            msg = msg.with_extra("attachments", Value::Array(a));
-        }
-        if let Some(f) = m.files.filter(|f| !f.is_empty()) {
-            msg = msg.with_extra("files", Value::Array(f));
-        }
+    for (j, mut m) in c.chat_messages.into_iter().enumerate() {
+        let msg = chat_message(file, i, j, &mut m)?;
         if let Some(u) = &m.uuid
             && let Some(first) = by_uuid.insert(u.clone(), j)
         {
@@ -149,6 +95,112 @@ fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
         parents.push(m.parent_message_uuid);
         messages.push(msg);
     }
+    let parent_ix = parent_indexes(file, i, &parents, &by_uuid, &messages)?;
+    drop(parents);
+    if let Some(cycle) = crate::tree::find_cycle(&parent_ix) {
+        let names: Vec<String> = cycle
+            .iter()
+            .map(|&k| {
+                messages[k]
+                    .extra
+                    .get("uuid")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("#{k}"), str::to_owned)
+            })
+            .collect();
+        return Err(crate::Error::new(
+            file,
+            "parent-cycle",
+            format!(
+                "the parent_message_uuid links form a cycle: {}",
+                crate::tree::show_cycle(&names)
+            ),
+        )
+        .with_path(format!("$[{i}].chat_messages")));
+    }
+    let mut conv = if parent_ix.iter().any(Option::is_some) {
+        tree_conversation(messages, &parent_ix)
+    } else {
+        Conversation::linear(messages)
+    };
+    conv.id = c.uuid;
+    conv.title = c.name.filter(|n| !n.is_empty());
+    conv.agent = Some("claude".into());
+    conv.created_at = c.created_at.as_deref().and_then(iso_to_millis);
+    Ok(conv)
+}
+
+/// Message `j` of conversation `i`: its text (else its text blocks), its
+/// thinking, tool blocks, attachments and files (moved out of `m`).
+fn chat_message(file: &str, i: usize, j: usize, m: &mut Msg) -> Result<Message> {
+    let role = match m.sender.as_str() {
+        "human" | "user" => Role::User,
+        "assistant" => Role::Assistant,
+        other => {
+            return Err(crate::Error::new(
+                file,
+                "unknown-speaker",
+                format!("unknown `sender` {other:?} (expected human or assistant)"),
+            )
+            .with_path(format!("$[{i}].chat_messages[{j}].sender")));
+        }
+    };
+    let blocks = m.content.take().unwrap_or_default();
+    let block_text = |ty: &str, key: &str| -> Vec<String> {
+        blocks
+            .iter()
+            .filter(|b| b.get("type").and_then(Value::as_str) == Some(ty))
+            .filter_map(|b| b.get(key).and_then(Value::as_str).map(str::to_owned))
+            .collect()
+    };
+    let text = match m.text.take().filter(|t| !t.is_empty()) {
+        Some(t) => t,
+        None => block_text("text", "text").join("\n\n"),
+    };
+    let thinking = block_text("thinking", "thinking");
+    let tools: Vec<Value> = blocks
+        .iter()
+        .filter(|b| {
+            matches!(
+                b.get("type").and_then(Value::as_str),
+                Some("tool_use" | "tool_result")
+            )
+        })
+        .cloned()
+        .collect();
+    let speaker = if role == Role::User {
+        "human"
+    } else {
+        "assistant"
+    };
+    let mut msg = Message::new(role, speaker, text)
+        .at(m.created_at.as_deref().and_then(iso_to_millis))
+        .with_extra("uuid", json!(m.uuid));
+    if !thinking.is_empty() {
+        msg = msg.with_extra("thinking", json!(thinking.join("\n\n")));
+    }
+    if !tools.is_empty() {
+        msg = msg.with_extra("tool_blocks", Value::Array(tools));
+    }
+    if let Some(a) = m.attachments.take().filter(|a| !a.is_empty()) {
+        msg = msg.with_extra("attachments", Value::Array(a));
+    }
+    if let Some(f) = m.files.take().filter(|f| !f.is_empty()) {
+        msg = msg.with_extra("files", Value::Array(f));
+    }
+    Ok(msg)
+}
+
+/// Each message's parent (by its `parent_message_uuid`, among `by_uuid`;
+/// Claude's root marker or none: a root). A parent not in the
+/// conversation is the error `parent-dangling`.
+fn parent_indexes(
+    file: &str,
+    i: usize,
+    parents: &[Option<String>],
+    by_uuid: &HashMap<String, usize>,
+    messages: &[Message],
+) -> Result<Vec<Option<usize>>> {
     // Claude marks a conversation's first message with this parent.
     let is_root_marker = |p: &str| p.bytes().all(|b| matches!(b, b'0' | b'-' | b'4' | b'8'));
     let mut parent_ix: Vec<Option<usize>> = Vec::with_capacity(parents.len());
@@ -176,70 +228,29 @@ fn conversation(file: &str, i: usize, c: Conv) -> Result<Conversation> {
             },
         }
     }
-    if let Some(cycle) = crate::tree::find_cycle(&parent_ix) {
-        let names: Vec<String> = cycle
-            .iter()
-            .map(|&k| {
-                messages[k]
-                    .extra
-                    .get("uuid")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| format!("#{k}"), str::to_owned)
-            })
-            .collect();
-        return Err(crate::Error::new(
-            file,
-            "parent-cycle",
-            format!(
-                "the parent_message_uuid links form a cycle: {}",
-                crate::tree::show_cycle(&names)
-            ),
-        )
-        .with_path(format!("$[{i}].chat_messages")));
+    Ok(parent_ix)
+}
+
+/// A branched conversation: each message under its parent (`parent_ix`,
+/// acyclic), parents first; `main` ends at the last leaf, every other
+/// leaf is `alt-N`.
+fn tree_conversation(mut messages: Vec<Message>, parent_ix: &[Option<usize>]) -> Conversation {
+    for (j, p) in parent_ix.iter().enumerate() {
+        messages[j].parent = *p;
     }
-    let tree = parent_ix.iter().any(Option::is_some);
-    let mut conv = if tree {
-        for (j, p) in parent_ix.iter().enumerate() {
-            messages[j].parent = *p;
-        }
-        if parent_ix
-            .iter()
-            .enumerate()
-            .any(|(j, p)| p.is_some_and(|p| p > j))
-        {
-            messages = parents_first(messages);
-        }
-        let mut has_child = vec![false; messages.len()];
-        for m in &messages {
-            if let Some(p) = m.parent {
-                has_child[p] = true;
-            }
-        }
-        let leaves: Vec<usize> = (0..messages.len()).filter(|&k| !has_child[k]).collect();
-        let main = leaves.last().copied();
-        let mut timelines = vec![Timeline {
-            name: "main".into(),
-            leaf: main,
-        }];
-        for (n, l) in leaves.iter().filter(|l| Some(**l) != main).enumerate() {
-            timelines.push(Timeline {
-                name: format!("alt-{}", n + 1),
-                leaf: Some(*l),
-            });
-        }
-        Conversation {
-            messages,
-            timelines,
-            ..Conversation::default()
-        }
-    } else {
-        Conversation::linear(messages)
-    };
-    conv.id = c.uuid;
-    conv.title = c.name.filter(|n| !n.is_empty());
-    conv.agent = Some("claude".into());
-    conv.created_at = c.created_at.as_deref().and_then(iso_to_millis);
-    Ok(conv)
+    if parent_ix
+        .iter()
+        .enumerate()
+        .any(|(j, p)| p.is_some_and(|p| p > j))
+    {
+        messages = parents_first(messages);
+    }
+    let timelines = crate::model::leaf_timelines(&messages, None);
+    Conversation {
+        messages,
+        timelines,
+        ..Conversation::default()
+    }
 }
 
 /// The messages reordered so that every parent comes before its children

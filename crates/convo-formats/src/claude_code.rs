@@ -189,26 +189,80 @@ pub fn open_tail(
         any_title: Some(None),
         ..Indexer::default()
     };
-    let mut sources = Sources::new();
-    let mut warnings = Vec::new();
-    let mut rel = Vec::new();
-    let mut marks = Vec::new();
+    let Some(read) = scan_after(&files, tail, &mut ix)? else {
+        return Ok(None);
+    };
+    let Some(outside) = parents_outside(&ix, stored) else {
+        return Ok(None);
+    };
+    let (stubs, file_stubs, last_main) = tail_stubs(
+        &mut ix.names,
+        &outside,
+        &state.last,
+        state.last_main.as_deref(),
+        files.len(),
+    );
+    let new = std::mem::take(&mut ix.items);
+    ix.items = stubs;
+    ix.items.extend(new);
+    let pre = Pre {
+        file_stubs,
+        last_main,
+        marks: read.marks,
+    };
+    match build(&name, ix, read.sources, read.rel, read.warnings, Some(pre)) {
+        Err(e) if e.rule == REREAD => Ok(None),
+        other => other,
+    }
+}
+
+/// The lines of a tail's files ([`open_tail`]) read after their marks.
+struct ReadAfter {
+    sources: Sources<'static>,
+    warnings: Vec<String>,
+    rel: Vec<Option<String>>,
+    marks: Vec<records::Mark>,
+}
+
+/// Indexes the lines of `files` (the session file first, then its
+/// subagents', each with its name) written after `tail`'s marks; `None`
+/// when a file has no mark or cannot be read from it.
+fn scan_after(
+    files: &[(String, PathBuf)],
+    tail: &records::Tail,
+    ix: &mut Indexer,
+) -> Result<Option<ReadAfter>> {
+    let mut read = ReadAfter {
+        sources: Sources::new(),
+        warnings: Vec::new(),
+        rel: Vec::new(),
+        marks: Vec::new(),
+    };
     for (f, (r, p)) in files.iter().enumerate() {
         let Some(mark) = tail.mark(r) else {
             return Ok(None);
         };
-        let Some(w) = sources.scan_path_after(p, mark, |fi, rec| ix.add(fi, f > 0, rec))? else {
+        let Some(w) = read
+            .sources
+            .scan_path_after(p, mark, |fi, rec| ix.add(fi, f > 0, rec))?
+        else {
             return Ok(None);
         };
-        warnings.extend(w);
-        rel.push((f > 0).then(|| r.clone()));
-        marks.push(mark.clone());
+        read.warnings.extend(w);
+        read.rel.push((f > 0).then(|| r.clone()));
+        read.marks.push(mark.clone());
     }
-    // Every uuid read must be new, every parent read or stored.
+    Ok(Some(read))
+}
+
+/// The parents outside a tail's records (each once, all `stored`); `None`
+/// when a uuid read is not new (used twice, or stored) or a parent is
+/// neither read nor stored.
+fn parents_outside(ix: &Indexer, stored: &mut dyn FnMut(&str) -> bool) -> Option<Vec<Id>> {
     let mut read: std::collections::HashSet<Id> = std::collections::HashSet::new();
     for it in &ix.items {
         if !it.uuid.is_none() && (!read.insert(it.uuid) || stored(&ix.names.text_of(it.uuid))) {
-            return Ok(None);
+            return None;
         }
     }
     let mut outside: Vec<Id> = Vec::new();
@@ -216,15 +270,27 @@ pub fn open_tail(
         let p = it.parent;
         if !it.uuid.is_none() && !p.is_none() && !read.contains(&p) && !outside.contains(&p) {
             if !stored(&ix.names.text_of(p)) {
-                return Ok(None);
+                return None;
             }
             outside.push(p);
         }
     }
-    drop(read);
-    // The stored messages the new ones continue from: each file's last,
-    // the last of the session's own thread, the parents outside.
-    let empty = ix.names.intern("");
+    Some(outside)
+}
+
+/// The stored messages a tail's records continue from, as stub items:
+/// the parents `outside`, each file's last (`last`, keys), the last of the
+/// session's own thread (`last_main`), which comes last among them (the
+/// main timeline ends there unless a new message goes on from it). With
+/// per file the index of its stub, and the index of `last_main`'s.
+fn tail_stubs(
+    names: &mut Names,
+    outside: &[Id],
+    last: &[Option<String>],
+    last_main: Option<&str>,
+    files: usize,
+) -> (Vec<Item>, Vec<Option<usize>>, Option<usize>) {
+    let empty = names.intern("");
     let mut stubs: Vec<Item> = Vec::new();
     let mut stub = |key: Id, file: u32| -> usize {
         if let Some(i) = stubs.iter().position(|s| s.uuid == key) {
@@ -251,21 +317,16 @@ pub fn open_tail(
         });
         stubs.len() - 1
     };
-    for p in &outside {
+    for p in outside {
         stub(*p, u32::MAX);
     }
-    let mut file_stubs = vec![None; files.len()];
-    for (f, k) in state.last.iter().enumerate().take(files.len()) {
+    let mut file_stubs = vec![None; files];
+    for (f, k) in last.iter().enumerate().take(files) {
         if let Some(k) = k {
-            file_stubs[f] = Some(stub(Id::of(k, &mut ix.names), f as u32));
+            file_stubs[f] = Some(stub(Id::of(k, names), f as u32));
         }
     }
-    let last_main = state
-        .last_main
-        .as_deref()
-        .map(|k| stub(Id::of(k, &mut ix.names), u32::MAX));
-    // The session's last message comes last among them: the main
-    // timeline ends there unless a new message goes on from it.
+    let last_main = last_main.map(|k| stub(Id::of(k, names), u32::MAX));
     let n = stubs.len();
     if let Some(lm) = last_main {
         let s = stubs.remove(lm);
@@ -287,18 +348,7 @@ pub fn open_tail(
         // Not the session's own thread: never where `main` ends.
         s.flags |= SIDECHAIN;
     }
-    let new = std::mem::take(&mut ix.items);
-    ix.items = stubs;
-    ix.items.extend(new);
-    let pre = Pre {
-        file_stubs,
-        last_main,
-        marks,
-    };
-    match build(&name, ix, sources, rel, warnings, Some(pre)) {
-        Err(e) if e.rule == REREAD => Ok(None),
-        other => other,
-    }
+    (stubs, file_stubs, last_main)
 }
 
 /// The rule of [`build`]'s error that says a tail cannot be read alone.
@@ -514,7 +564,6 @@ impl Item {
 /// What a record is; its text only when `text` (the first pass only
 /// needs to know whether there is one).
 fn classify(rec: &Record, tools: &mut HashMap<String, String>, text: bool) -> What {
-    let want_text = text;
     let Some(v) = &rec.value else {
         return What::Carrier;
     };
@@ -529,124 +578,146 @@ fn classify(rec: &Record, tools: &mut HashMap<String, String>, text: bool) -> Wh
             let Some(content) = content else {
                 return What::Carrier;
             };
-            let blocks = content.as_array();
-            let results: Vec<&Value> = blocks
-                .map(|b| {
-                    b.iter()
-                        .filter(|x| x.get("type").and_then(Value::as_str) == Some("tool_result"))
-                        .collect()
-                })
-                .unwrap_or_default();
-            let mut extra = Map::new();
-            if let Some(first) = results.first() {
-                let id = first
-                    .get("tool_use_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let speaker = tools.get(id).cloned().unwrap_or_else(|| "tool".into());
-                let text = if want_text {
-                    results
-                        .iter()
-                        .map(|r| records::content_text(r.get("content").unwrap_or(&Value::Null)))
-                        .collect::<Vec<_>>()
-                        .join("\n\n")
-                } else {
-                    String::new()
-                };
-                extra.insert("tool_use_id".into(), json!(id));
-                if first.get("is_error").and_then(Value::as_bool) == Some(true) {
-                    extra.insert("is_error".into(), json!(true));
-                }
-                return What::Msg {
-                    role: Role::Tool,
-                    speaker,
-                    to: None,
-                    text,
-                    extra,
-                };
-            }
-            if v.get("isCompactSummary").and_then(Value::as_bool) == Some(true) {
-                extra.insert("compact_summary".into(), json!(true));
-            }
-            What::Msg {
-                role: Role::User,
-                speaker: "user".into(),
-                to: None,
-                text: if want_text {
-                    records::content_text(content)
-                } else {
-                    String::new()
-                },
-                extra,
-            }
+            classify_user(v, content, tools, text)
         }
         "assistant" => {
             let Some(blocks) = content.and_then(Value::as_array) else {
                 return What::Carrier;
             };
-            let mut texts = Vec::new();
-            let mut calls = Vec::new();
-            let mut first_tool = None;
-            for b in blocks {
-                match b.get("type").and_then(Value::as_str) {
-                    Some("text") => {
-                        if let Some(t) = b.get("text").and_then(Value::as_str)
-                            && !t.trim().is_empty()
-                        {
-                            texts.push(if want_text {
-                                t.to_owned()
-                            } else {
-                                String::new()
-                            });
-                        }
-                    }
-                    Some("tool_use" | "server_tool_use") => {
-                        let name = b.get("name").and_then(Value::as_str).unwrap_or("tool");
-                        if let Some(id) = b.get("id").and_then(Value::as_str) {
-                            tools.insert(id.to_owned(), name.to_owned());
-                        }
-                        first_tool.get_or_insert_with(|| name.to_owned());
-                        if want_text {
-                            calls.push(records::tool_call_text(
-                                name,
-                                b.get("input").unwrap_or(&Value::Null),
-                            ));
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            let mut extra = Map::new();
-            if let Some(m) = msg {
-                for k in ["usage", "stop_reason", "id"] {
-                    if let Some(x) = m.get(k).filter(|x| !x.is_null()) {
-                        extra.insert(k.into(), x.clone());
-                    }
-                }
-            }
-            let speaker = "claude-code".to_owned();
-            if let Some(tool) = first_tool {
-                texts.extend(calls);
-                What::Msg {
-                    role: Role::ToolCall,
-                    speaker,
-                    to: Some(tool),
-                    text: texts.join("\n\n"),
-                    extra,
-                }
-            } else if !texts.is_empty() {
-                What::Msg {
-                    role: Role::Assistant,
-                    speaker,
-                    to: None,
-                    text: texts.join("\n\n"),
-                    extra,
-                }
-            } else {
-                What::Carrier
-            }
+            classify_answer(msg, blocks, tools, text)
         }
         _ => What::Carrier,
+    }
+}
+
+/// A `user` record with `content`: tools' answers (its `tool_result`
+/// blocks, from the tool `tools` says the first answers) or a prompt.
+fn classify_user(
+    v: &Map<String, Value>,
+    content: &Value,
+    tools: &HashMap<String, String>,
+    want_text: bool,
+) -> What {
+    let blocks = content.as_array();
+    let results: Vec<&Value> = blocks
+        .map(|b| {
+            b.iter()
+                .filter(|x| x.get("type").and_then(Value::as_str) == Some("tool_result"))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut extra = Map::new();
+    if let Some(first) = results.first() {
+        let id = first
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let speaker = tools.get(id).cloned().unwrap_or_else(|| "tool".into());
+        let text = if want_text {
+            results
+                .iter()
+                .map(|r| records::content_text(r.get("content").unwrap_or(&Value::Null)))
+                .collect::<Vec<_>>()
+                .join("\n\n")
+        } else {
+            String::new()
+        };
+        extra.insert("tool_use_id".into(), json!(id));
+        if first.get("is_error").and_then(Value::as_bool) == Some(true) {
+            extra.insert("is_error".into(), json!(true));
+        }
+        return What::Msg {
+            role: Role::Tool,
+            speaker,
+            to: None,
+            text,
+            extra,
+        };
+    }
+    if v.get("isCompactSummary").and_then(Value::as_bool) == Some(true) {
+        extra.insert("compact_summary".into(), json!(true));
+    }
+    What::Msg {
+        role: Role::User,
+        speaker: "user".into(),
+        to: None,
+        text: if want_text {
+            records::content_text(content)
+        } else {
+            String::new()
+        },
+        extra,
+    }
+}
+
+/// An `assistant` record's content `blocks` (of `msg`): a tool call (its
+/// tool uses noted in `tools`), an answer, or nothing to show.
+fn classify_answer(
+    msg: Option<&Value>,
+    blocks: &[Value],
+    tools: &mut HashMap<String, String>,
+    want_text: bool,
+) -> What {
+    let mut texts = Vec::new();
+    let mut calls = Vec::new();
+    let mut first_tool = None;
+    for b in blocks {
+        match b.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                if let Some(t) = b.get("text").and_then(Value::as_str)
+                    && !t.trim().is_empty()
+                {
+                    texts.push(if want_text {
+                        t.to_owned()
+                    } else {
+                        String::new()
+                    });
+                }
+            }
+            Some("tool_use" | "server_tool_use") => {
+                let name = b.get("name").and_then(Value::as_str).unwrap_or("tool");
+                if let Some(id) = b.get("id").and_then(Value::as_str) {
+                    tools.insert(id.to_owned(), name.to_owned());
+                }
+                first_tool.get_or_insert_with(|| name.to_owned());
+                if want_text {
+                    calls.push(records::tool_call_text(
+                        name,
+                        b.get("input").unwrap_or(&Value::Null),
+                    ));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut extra = Map::new();
+    if let Some(m) = msg {
+        for k in ["usage", "stop_reason", "id"] {
+            if let Some(x) = m.get(k).filter(|x| !x.is_null()) {
+                extra.insert(k.into(), x.clone());
+            }
+        }
+    }
+    let speaker = "claude-code".to_owned();
+    if let Some(tool) = first_tool {
+        texts.extend(calls);
+        What::Msg {
+            role: Role::ToolCall,
+            speaker,
+            to: Some(tool),
+            text: texts.join("\n\n"),
+            extra,
+        }
+    } else if !texts.is_empty() {
+        What::Msg {
+            role: Role::Assistant,
+            speaker,
+            to: None,
+            text: texts.join("\n\n"),
+            extra,
+        }
+    } else {
+        What::Carrier
     }
 }
 
@@ -707,13 +778,7 @@ fn uuid_tree(
             }
             match find(it.parent) {
                 Some(j) => up[i] = j,
-                None if pre => {
-                    return Err(Error::new(
-                        file,
-                        REREAD,
-                        "the new lines cannot be read alone",
-                    ));
-                }
+                None if pre => return Err(reread(file)),
                 None => warnings.push(format!(
                     "{}: parentUuid {} is not in the session; it starts a new root",
                     where_(it),
@@ -777,11 +842,7 @@ fn timelines_of(skel: &Skeleton, sidechain: &[bool]) -> Vec<crate::model::Timeli
 /// metadata kept: the first value of each of [`FIRST_KEYS`], the file's name.
 fn id_and_meta(file: &str, firsts: &[Option<String>; 4]) -> (Option<String>, Map<String, Value>) {
     let [session_id, ..] = firsts;
-    let id = session_id.clone().or_else(|| {
-        Path::new(file)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-    });
+    let id = records::id_or_stem(session_id.clone(), file);
     let mut meta = Map::new();
     for (k, v) in FIRST_KEYS.iter().zip(firsts) {
         if let Some(v) = v {
@@ -798,8 +859,7 @@ fn id_and_meta(file: &str, firsts: &[Option<String>; 4]) -> (Option<String>, Map
 #[allow(clippy::too_many_arguments)]
 fn tail_of(
     items: &[Item],
-    item_of: &[usize],
-    msg_of: &[u32],
+    msgs: &Msgs,
     rel: &[Option<String>],
     pre: Option<&Pre>,
     names: &Names,
@@ -821,12 +881,16 @@ fn tail_of(
         if !it.stub() {
             marks[f] = Some(records::Mark::of(&name(it.at.file), &it.at));
         }
-        if msg_of[i] != NONE {
+        if msgs.msg_of[i] != NONE {
             last[f] = it.uuid.text(names).map(|t| t.into_owned());
         }
     }
-    let last_main =
-        last_main.and_then(|m| items[item_of[m]].uuid.text(names).map(|t| t.into_owned()));
+    let last_main = last_main.and_then(|m| {
+        items[msgs.item_of[m]]
+            .uuid
+            .text(names)
+            .map(|t| t.into_owned())
+    });
     tools.retain(|k, _| !answered.contains(k));
     let state = TailState {
         tools: std::mem::take(&mut tools).into_iter().collect(),
@@ -852,342 +916,73 @@ fn tail_of(
 /// alone is the error [`REREAD`].
 fn build<'a>(
     file: &str,
-    ix: Indexer,
+    mut ix: Indexer,
     sources: Sources<'a>,
     rel: Vec<Option<String>>,
     mut warnings: Vec<String>,
     pre: Option<Pre>,
 ) -> Result<Option<Session<'a>>> {
-    let Indexer {
-        mut items,
-        names,
-        custom_title,
-        summary,
-        typed_title,
-        any_title,
-        first: firsts,
-        tools,
-        answered,
-        ..
-    } = ix;
+    let mut items = std::mem::take(&mut ix.items);
     if items.is_empty() {
         return Ok(None);
     }
     items.shrink_to_fit();
     // The skeleton keeps the first pass's names (its ids are of them).
-    let mut skel = Skeleton::with_names(names);
-    let reread = || Error::new(file, REREAD, "the new lines cannot be read alone");
-    let where_ = |it: &Item| match rel.get(it.at.file as usize).cloned().flatten() {
-        Some(f) => format!("{file} ({f}):{}", it.at.line),
-        None => format!("{file}:{}", it.at.line),
-    };
-
-    let up = uuid_tree(
+    let mut skel = Skeleton::with_names(std::mem::take(&mut ix.names));
+    let Links {
+        msgs,
+        parent_msg,
+        mut aliases,
+        linked,
+        last_main,
+    } = links(
         file,
+        &rel,
         &mut items,
         &skel.names,
-        &where_,
-        pre.is_some(),
+        pre.as_ref(),
         &mut warnings,
     )?;
-    let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
-
-    // Messages, in item order, each with its parent message.
-    let mut msg_of: Vec<u32> = vec![NONE; items.len()];
-    let mut item_of: Vec<usize> =
-        Vec::with_capacity(items.iter().filter(|it| it.role.is_some()).count());
-    for (i, it) in items.iter().enumerate() {
-        if it.role.is_some() {
-            msg_of[i] = item_of.len() as u32;
-            item_of.push(i);
-        }
-    }
-    let msg = |i: usize| (msg_of[i] != NONE).then_some(msg_of[i] as usize);
-    let message_above = |mut at: Option<usize>| {
-        while let Some(j) = at {
-            if let Some(pm) = msg(j) {
-                return Some(pm);
-            }
-            at = up_of(j);
-        }
-        None
-    };
-    let mut parent_msg: Vec<u32> = item_of
-        .iter()
-        .map(|&i| message_above(up_of(i)).map_or(NONE, |p| p as u32))
-        .collect();
-    // Records with a uuid that are not messages lead to the message above.
-    let mut aliases: Vec<(Id, u32)> = items
-        .iter()
-        .enumerate()
-        .filter(|(i, it)| msg(*i).is_none() && !it.stub() && !it.uuid.is_none())
-        .filter_map(|(i, it)| Some((it.uuid, message_above(up_of(i))? as u32)))
-        .collect();
-    drop(up);
-    // Roots after the first are linked to the message written before them
-    // (in a tail, the session's first root is stored).
-    let mut linked = vec![false; item_of.len()];
-    let mut first_root = pre.is_none();
-    let mut last_main: Option<usize> = None;
-    for (m, &i) in item_of.iter().enumerate() {
-        if items[i].stub() {
-            if pre.as_ref().and_then(|p| p.last_main) == Some(i) {
-                last_main = Some(m);
-            }
-            continue;
-        }
-        if parent_msg[m] == NONE {
-            if first_root {
-                first_root = false;
-            } else if let Some(p) = last_main.filter(|&p| p != m) {
-                parent_msg[m] = p as u32;
-                linked[m] = true;
-            }
-        }
-        if !items[i].sub() && !items[i].sidechain() {
-            last_main = Some(m);
-        }
-    }
-    // A subagent file's messages come after the whole session file in
-    // item order: link their roots to the last session message written
-    // before them instead.
-    for (m, &i) in item_of.iter().enumerate() {
-        if linked[m] && items[i].sub() {
-            if pre.is_some() {
-                // The session's messages before it are not all read.
-                return Err(reread());
-            }
-            let t = items[i].time();
-            let before = item_of
-                .iter()
-                .enumerate()
-                .filter(|&(_, &j)| !items[j].sub() && !items[j].sidechain())
-                .filter(|&(_, &j)| match (t, items[j].time()) {
-                    (Some(a), Some(b)) => b <= a,
-                    _ => true,
-                })
-                .map(|(k, _)| k)
-                .next_back();
-            if let Some(b) = before {
-                parent_msg[m] = b as u32;
-            }
-        }
-    }
-
-    // Records ride with the message before them in their file.
-    // (In a tail, the first records of a file ride with its last stored
-    // message: the ledger adds them to the first new node.)
-    let file_stub = |f: u32| {
-        let p = pre.as_ref()?;
-        let i = (*p.file_stubs.get(f as usize)?)?;
-        msg(i)
-    };
-    // Per item: the message that carries it.
-    let mut owner: Vec<u32> = vec![NONE; items.len()];
-    let mut waiting: Vec<usize> = Vec::new();
-    let mut holder_needed = false;
-    let mut prev: Option<(u32, usize)> = None;
-    for (i, it) in items.iter().enumerate() {
-        if it.stub() {
-            continue;
-        }
-        let carrier = match msg(i) {
-            Some(m) => Some(m),
-            None => prev
-                .filter(|(f, _)| *f == it.at.file)
-                .map(|(_, m)| m)
-                .or_else(|| file_stub(it.at.file)),
-        };
-        match carrier {
-            Some(m) => {
-                for w in waiting.drain(..) {
-                    owner[w] = m as u32;
-                }
-                owner[i] = m as u32;
-                prev = Some((it.at.file, m));
-            }
-            None => waiting.push(i),
-        }
-        let next_file = items.get(i + 1).map(|n| n.at.file);
-        if next_file != Some(it.at.file) && !waiting.is_empty() {
-            // A file ends with records no message of it came before.
-            match last_main.or_else(|| item_of.len().checked_sub(1)) {
-                Some(m) => {
-                    for w in waiting.drain(..) {
-                        owner[w] = m as u32;
-                    }
-                }
-                None => holder_needed = true,
-            }
-        }
-    }
+    let (owner, holder_needed) = msgs.owners(&items, pre.as_ref(), last_main);
     if pre.is_some() && holder_needed {
-        return Err(reread());
+        return Err(reread(file));
     }
-    // Each message's records, in file and line order, in one flat list
-    // (sized once: no room left over from growing).
-    let mut refs = Refs::default();
-    refs.reserve_exact(item_of.len() + 1, items.len());
-    skel.reserve_exact(item_of.len() + 1);
-    {
-        let mut starts = vec![0u32; item_of.len() + 1];
-        for &o in &owner {
-            if o != NONE {
-                starts[o as usize + 1] += 1;
-            }
-        }
-        for m in 0..item_of.len() {
-            starts[m + 1] += starts[m];
-        }
-        let mut fill = starts.clone();
-        let mut by_owner = vec![0u32; starts[item_of.len()] as usize];
-        for (i, &o) in owner.iter().enumerate() {
-            if o != NONE {
-                by_owner[fill[o as usize] as usize] = i as u32;
-                fill[o as usize] += 1;
-            }
-        }
-        drop(fill);
-        let mut list: Vec<RecRef> = Vec::new();
-        for (m, &i) in item_of.iter().enumerate() {
-            list.clear();
-            list.extend(
-                by_owner[starts[m] as usize..starts[m + 1] as usize]
-                    .iter()
-                    .map(|&k| items[k as usize].at),
-            );
-            list.sort_by_key(|a| (a.file, a.line));
-            let it = &items[i];
-            refs.push((!it.stub()).then_some(it.at), list.iter().copied());
-        }
-    }
+    let mut refs = msgs.refs(&items, &owner);
     drop(owner);
-
-    // The skeleton: per message its parent, role, names, time, key, and
-    // whether it is a sidechain's or linked.
-    let mut sidechain: Vec<bool> = Vec::with_capacity(item_of.len() + 1);
-    let mut order_fix = false;
-    let flag = |k: &str| {
-        let mut x = Map::new();
-        x.insert(k.into(), json!(true));
-        x
-    };
-    for (m, &i) in item_of.iter().enumerate() {
-        let it = &items[i];
-        let Some(role) = it.role else { continue };
-        let parent = (parent_msg[m] != NONE).then_some(parent_msg[m] as usize);
-        if parent.is_some_and(|p| p >= m) {
-            order_fix = true;
-        }
-        let k = skel.push_parts(
-            parent,
-            role,
-            it.speaker,
-            (it.to != NO_NAME).then_some(it.to),
-            it.time(),
-            it.uuid,
-        );
-        let mut extra = Map::new();
-        if it.sidechain() {
-            extra.extend(flag("sidechain"));
-        }
-        if linked[m] {
-            extra.extend(flag("linked"));
-        }
-        if !extra.is_empty() {
-            skel.set_extra(k, &extra);
-        }
-        sidechain.push(it.sidechain());
-    }
+    skel.reserve_exact(msgs.item_of.len() + 1);
+    let (mut sidechain, order_fix) = msgs.fill_skeleton(&mut skel, &items, &parent_msg, &linked);
     drop(parent_msg);
     drop(linked);
     if holder_needed || skel.is_empty() {
-        // Only bookkeeping records so far: one system message holds them.
-        let mut msg = Message::new(Role::System, "claude-code", "");
-        msg.extra.insert("holder".into(), json!(true));
-        msg.key = Some(format!("records:{}", items[0].at.line));
-        msg.time = items.iter().find_map(Item::time);
-        skel.push(&msg);
-        refs.push(None, items.iter().map(|it| it.at));
-        sidechain.push(false);
+        push_holder(&mut skel, &mut refs, &mut sidechain, &items);
     }
     // Where the files read end, and the state to go on from there.
     let tail = tail_of(
         &items,
-        &item_of,
-        &msg_of,
+        &msgs,
         &rel,
         pre.as_ref(),
         &skel.names,
         last_main,
-        tools,
-        &answered,
+        std::mem::take(&mut ix.tools),
+        &ix.answered,
     );
     let created_at = items.iter().find_map(Item::time);
-    drop(msg_of);
-    drop(item_of);
+    drop(msgs);
     drop(items);
     if order_fix {
-        let order = parents_first(&skel);
-        skel.reorder(&order);
-        refs.reorder(&order);
-        sidechain = order.iter().map(|&o| sidechain[o]).collect();
-        let mut new_of = vec![0; order.len()];
-        for (new, &old) in order.iter().enumerate() {
-            new_of[old] = new as u32;
-        }
-        for a in &mut aliases {
-            a.1 = new_of[a.1 as usize];
-        }
+        put_parents_first(&mut skel, &mut refs, &mut sidechain, &mut aliases);
     }
-    let n = skel.len();
-
     // Intermediate answers: the turn goes on after them.
-    let mut has_turn_child = vec![false; n];
-    for i in 0..n {
-        if let Some(p) = skel.parent(i)
-            && matches!(skel.role(i), Role::ToolCall | Role::Tool | Role::Assistant)
-        {
-            has_turn_child[p] = true;
-        }
-    }
-    for (i, &go_on) in has_turn_child.iter().enumerate() {
-        if skel.role(i) == Role::Assistant && go_on {
-            skel.set_role(i, Role::ToolCall, Some("user"));
-            skel.insert_extra(i, "intermediate", json!(true));
-        }
-    }
-    drop(has_turn_child);
-
+    skel.mark_intermediate();
     let timelines = timelines_of(&skel, &sidechain);
     drop(sidechain);
-    let title = custom_title
-        .or(summary)
-        .or(typed_title.flatten())
-        .or(any_title.flatten());
-    let (id, meta) = id_and_meta(file, &firsts);
-    // Alias ids that are names keep their own (the skeleton's names are
-    // lent to the ledger while it imports).
-    let mut alias_names = Names::default();
-    let aliases = records::Aliases {
-        ids: aliases
-            .into_iter()
-            .filter_map(|(a, m)| Some((Id::of(&a.text(&skel.names)?, &mut alias_names), m)))
-            .collect(),
-        names: alias_names,
-    };
+    let conv = ix.conversation(file, created_at, timelines);
+    let aliases = aliases_of(aliases, &skel.names);
     skel.shrink_to_fit();
     refs.shrink_to_fit();
     Ok(Some(Session {
-        conv: Conversation {
-            id,
-            title,
-            agent: Some("claude-code".into()),
-            created_at,
-            meta,
-            messages: Vec::new(),
-            timelines,
-        },
+        conv,
         warnings,
         records: records::Stored {
             sources,
@@ -1202,6 +997,398 @@ fn build<'a>(
             deferred: Vec::new(),
         },
     }))
+}
+
+impl Indexer {
+    /// The session's conversation, without its messages (they are read
+    /// again one at a time): its id, title and metadata from the records.
+    fn conversation(
+        self,
+        file: &str,
+        created_at: Option<i64>,
+        timelines: Vec<crate::model::Timeline>,
+    ) -> Conversation {
+        let title = self
+            .custom_title
+            .or(self.summary)
+            .or(self.typed_title.flatten())
+            .or(self.any_title.flatten());
+        let (id, meta) = id_and_meta(file, &self.first);
+        Conversation {
+            id,
+            title,
+            agent: Some("claude-code".into()),
+            created_at,
+            meta,
+            messages: Vec::new(),
+            timelines,
+        }
+    }
+}
+
+/// How a session's messages link ([`links`]).
+struct Links {
+    msgs: Msgs,
+    /// Per message its parent message ([`NONE`]: a root).
+    parent_msg: Vec<u32>,
+    /// Records with a uuid that are not messages, each with its message.
+    aliases: Vec<(Id, u32)>,
+    /// Per message whether it is a root linked to the message before it.
+    linked: Vec<bool>,
+    /// The last message outside sidechains.
+    last_main: Option<usize>,
+}
+
+/// The messages among `items` and their parents: up the uuid tree
+/// ([`uuid_tree`]), then roots after the first linked to the message
+/// before them (a subagent's to the last session message before it).
+fn links(
+    file: &str,
+    rel: &[Option<String>],
+    items: &mut [Item],
+    names: &Names,
+    pre: Option<&Pre>,
+    warnings: &mut Vec<String>,
+) -> Result<Links> {
+    let where_ = |it: &Item| match rel.get(it.at.file as usize).cloned().flatten() {
+        Some(f) => format!("{file} ({f}):{}", it.at.line),
+        None => format!("{file}:{}", it.at.line),
+    };
+    let up = uuid_tree(file, items, names, &where_, pre.is_some(), warnings)?;
+    let msgs = Msgs::of(items);
+    let (mut parent_msg, aliases) = msgs.parents(items, &up);
+    drop(up);
+    let (linked, last_main) = msgs.link_roots(items, &mut parent_msg, pre);
+    msgs.link_subagent_roots(items, &linked, &mut parent_msg, pre.is_some())
+        .map_err(|()| reread(file))?;
+    Ok(Links {
+        msgs,
+        parent_msg,
+        aliases,
+        linked,
+        last_main,
+    })
+}
+
+/// [`build`]'s error when a tail cannot be read alone.
+fn reread(file: &str) -> Error {
+    Error::new(file, REREAD, "the new lines cannot be read alone")
+}
+
+/// The messages among a session's items, in item order.
+struct Msgs {
+    /// Per item: its message ([`NONE`]: not one).
+    msg_of: Vec<u32>,
+    /// Per message: its item.
+    item_of: Vec<usize>,
+}
+
+impl Msgs {
+    fn of(items: &[Item]) -> Msgs {
+        let mut msg_of: Vec<u32> = vec![NONE; items.len()];
+        let mut item_of: Vec<usize> =
+            Vec::with_capacity(items.iter().filter(|it| it.role.is_some()).count());
+        for (i, it) in items.iter().enumerate() {
+            if it.role.is_some() {
+                msg_of[i] = item_of.len() as u32;
+                item_of.push(i);
+            }
+        }
+        Msgs { msg_of, item_of }
+    }
+
+    /// Item `i`'s message.
+    fn msg(&self, i: usize) -> Option<usize> {
+        (self.msg_of[i] != NONE).then_some(self.msg_of[i] as usize)
+    }
+
+    /// Per message its parent message (the nearest message up the uuid
+    /// tree `up`, [`NONE`]: a root), and the aliases: records with a uuid
+    /// that are not messages lead to the message above.
+    fn parents(&self, items: &[Item], up: &[u32]) -> (Vec<u32>, Vec<(Id, u32)>) {
+        let up_of = |i: usize| (up[i] != NONE).then_some(up[i] as usize);
+        let message_above = |mut at: Option<usize>| {
+            while let Some(j) = at {
+                if let Some(pm) = self.msg(j) {
+                    return Some(pm);
+                }
+                at = up_of(j);
+            }
+            None
+        };
+        let parent_msg: Vec<u32> = self
+            .item_of
+            .iter()
+            .map(|&i| message_above(up_of(i)).map_or(NONE, |p| p as u32))
+            .collect();
+        let aliases: Vec<(Id, u32)> = items
+            .iter()
+            .enumerate()
+            .filter(|(i, it)| self.msg(*i).is_none() && !it.stub() && !it.uuid.is_none())
+            .filter_map(|(i, it)| Some((it.uuid, message_above(up_of(i))? as u32)))
+            .collect();
+        (parent_msg, aliases)
+    }
+
+    /// Links roots after the first to the message written before them (in
+    /// a tail, the session's first root is stored): per message whether it
+    /// was linked, and the last message outside sidechains.
+    fn link_roots(
+        &self,
+        items: &[Item],
+        parent_msg: &mut [u32],
+        pre: Option<&Pre>,
+    ) -> (Vec<bool>, Option<usize>) {
+        let mut linked = vec![false; self.item_of.len()];
+        let mut first_root = pre.is_none();
+        let mut last_main: Option<usize> = None;
+        for (m, &i) in self.item_of.iter().enumerate() {
+            if items[i].stub() {
+                if pre.and_then(|p| p.last_main) == Some(i) {
+                    last_main = Some(m);
+                }
+                continue;
+            }
+            if parent_msg[m] == NONE {
+                if first_root {
+                    first_root = false;
+                } else if let Some(p) = last_main.filter(|&p| p != m) {
+                    parent_msg[m] = p as u32;
+                    linked[m] = true;
+                }
+            }
+            if !items[i].sub() && !items[i].sidechain() {
+                last_main = Some(m);
+            }
+        }
+        (linked, last_main)
+    }
+
+    /// A subagent file's messages come after the whole session file in
+    /// item order: links their roots to the last session message written
+    /// before them instead. `Err` in a tail (`tail`), where the session's
+    /// messages before them are not all read.
+    fn link_subagent_roots(
+        &self,
+        items: &[Item],
+        linked: &[bool],
+        parent_msg: &mut [u32],
+        tail: bool,
+    ) -> std::result::Result<(), ()> {
+        for (m, &i) in self.item_of.iter().enumerate() {
+            if linked[m] && items[i].sub() {
+                if tail {
+                    return Err(());
+                }
+                let t = items[i].time();
+                let before = self
+                    .item_of
+                    .iter()
+                    .enumerate()
+                    .filter(|&(_, &j)| !items[j].sub() && !items[j].sidechain())
+                    .filter(|&(_, &j)| match (t, items[j].time()) {
+                        (Some(a), Some(b)) => b <= a,
+                        _ => true,
+                    })
+                    .map(|(k, _)| k)
+                    .next_back();
+                if let Some(b) = before {
+                    parent_msg[m] = b as u32;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Per item the message that carries it ([`NONE`]: none): records ride
+    /// with the message before them in their file (in a tail, the first
+    /// records of a file ride with its last stored message: the ledger
+    /// adds them to the first new node), a file's records before its first
+    /// message with `main`'s last (else the last). `true` when records are
+    /// left with no message to carry them (a holder is needed).
+    fn owners(
+        &self,
+        items: &[Item],
+        pre: Option<&Pre>,
+        last_main: Option<usize>,
+    ) -> (Vec<u32>, bool) {
+        let file_stub = |f: u32| {
+            let p = pre?;
+            let i = (*p.file_stubs.get(f as usize)?)?;
+            self.msg(i)
+        };
+        let mut owner: Vec<u32> = vec![NONE; items.len()];
+        let mut waiting: Vec<usize> = Vec::new();
+        let mut holder_needed = false;
+        let mut prev: Option<(u32, usize)> = None;
+        for (i, it) in items.iter().enumerate() {
+            if it.stub() {
+                continue;
+            }
+            let carrier = match self.msg(i) {
+                Some(m) => Some(m),
+                None => prev
+                    .filter(|(f, _)| *f == it.at.file)
+                    .map(|(_, m)| m)
+                    .or_else(|| file_stub(it.at.file)),
+            };
+            match carrier {
+                Some(m) => {
+                    for w in waiting.drain(..) {
+                        owner[w] = m as u32;
+                    }
+                    owner[i] = m as u32;
+                    prev = Some((it.at.file, m));
+                }
+                None => waiting.push(i),
+            }
+            let next_file = items.get(i + 1).map(|n| n.at.file);
+            if next_file != Some(it.at.file) && !waiting.is_empty() {
+                // A file ends with records no message of it came before.
+                match last_main.or_else(|| self.item_of.len().checked_sub(1)) {
+                    Some(m) => {
+                        for w in waiting.drain(..) {
+                            owner[w] = m as u32;
+                        }
+                    }
+                    None => holder_needed = true,
+                }
+            }
+        }
+        (owner, holder_needed)
+    }
+
+    /// Each message's records, in file and line order, in one flat list
+    /// (sized once: no room left over from growing).
+    fn refs(&self, items: &[Item], owner: &[u32]) -> Refs {
+        let n = self.item_of.len();
+        let mut refs = Refs::default();
+        refs.reserve_exact(n + 1, items.len());
+        let mut starts = vec![0u32; n + 1];
+        for &o in owner {
+            if o != NONE {
+                starts[o as usize + 1] += 1;
+            }
+        }
+        for m in 0..n {
+            starts[m + 1] += starts[m];
+        }
+        let mut fill = starts.clone();
+        let mut by_owner = vec![0u32; starts[n] as usize];
+        for (i, &o) in owner.iter().enumerate() {
+            if o != NONE {
+                by_owner[fill[o as usize] as usize] = i as u32;
+                fill[o as usize] += 1;
+            }
+        }
+        drop(fill);
+        let mut list: Vec<RecRef> = Vec::new();
+        for (m, &i) in self.item_of.iter().enumerate() {
+            list.clear();
+            list.extend(
+                by_owner[starts[m] as usize..starts[m + 1] as usize]
+                    .iter()
+                    .map(|&k| items[k as usize].at),
+            );
+            list.sort_by_key(|a| (a.file, a.line));
+            let it = &items[i];
+            refs.push((!it.stub()).then_some(it.at), list.iter().copied());
+        }
+        refs
+    }
+
+    /// Pushes each message onto the skeleton: its parent, role, names,
+    /// time, key, and whether it is a sidechain's or linked. Per message
+    /// whether it is a sidechain's, and whether a parent comes after its
+    /// child (the skeleton must be reordered).
+    fn fill_skeleton(
+        &self,
+        skel: &mut Skeleton,
+        items: &[Item],
+        parent_msg: &[u32],
+        linked: &[bool],
+    ) -> (Vec<bool>, bool) {
+        let mut sidechain: Vec<bool> = Vec::with_capacity(self.item_of.len() + 1);
+        let mut order_fix = false;
+        let flag = |k: &str| {
+            let mut x = Map::new();
+            x.insert(k.into(), json!(true));
+            x
+        };
+        for (m, &i) in self.item_of.iter().enumerate() {
+            let it = &items[i];
+            let Some(role) = it.role else { continue };
+            let parent = (parent_msg[m] != NONE).then_some(parent_msg[m] as usize);
+            if parent.is_some_and(|p| p >= m) {
+                order_fix = true;
+            }
+            let k = skel.push_parts(
+                parent,
+                role,
+                it.speaker,
+                (it.to != NO_NAME).then_some(it.to),
+                it.time(),
+                it.uuid,
+            );
+            let mut extra = Map::new();
+            if it.sidechain() {
+                extra.extend(flag("sidechain"));
+            }
+            if linked[m] {
+                extra.extend(flag("linked"));
+            }
+            if !extra.is_empty() {
+                skel.set_extra(k, &extra);
+            }
+            sidechain.push(it.sidechain());
+        }
+        (sidechain, order_fix)
+    }
+}
+
+/// Only bookkeeping records so far: one system message holds them.
+fn push_holder(skel: &mut Skeleton, refs: &mut Refs, sidechain: &mut Vec<bool>, items: &[Item]) {
+    let mut msg = Message::new(Role::System, "claude-code", "");
+    msg.extra.insert("holder".into(), json!(true));
+    msg.key = Some(format!("records:{}", items[0].at.line));
+    msg.time = items.iter().find_map(Item::time);
+    skel.push(&msg);
+    refs.push(None, items.iter().map(|it| it.at));
+    sidechain.push(false);
+}
+
+/// Reorders a skeleton (and what goes with its messages) so parents come
+/// before their children.
+fn put_parents_first(
+    skel: &mut Skeleton,
+    refs: &mut Refs,
+    sidechain: &mut Vec<bool>,
+    aliases: &mut [(Id, u32)],
+) {
+    let order = parents_first(skel);
+    skel.reorder(&order);
+    refs.reorder(&order);
+    *sidechain = order.iter().map(|&o| sidechain[o]).collect();
+    let mut new_of = vec![0; order.len()];
+    for (new, &old) in order.iter().enumerate() {
+        new_of[old] = new as u32;
+    }
+    for a in aliases {
+        a.1 = new_of[a.1 as usize];
+    }
+}
+
+/// The aliases as stored: alias ids that are names keep their own (the
+/// skeleton's names are lent to the ledger while it imports).
+fn aliases_of(aliases: Vec<(Id, u32)>, names: &Names) -> records::Aliases {
+    let mut alias_names = Names::default();
+    records::Aliases {
+        ids: aliases
+            .into_iter()
+            .filter_map(|(a, m)| Some((Id::of(&a.text(names)?, &mut alias_names), m)))
+            .collect(),
+        names: alias_names,
+    }
 }
 
 fn time_of(rec: &Record) -> Option<i64> {

@@ -143,74 +143,10 @@ fn read_chat(file: &str, bytes: &[u8], notes: Option<(&str, &[u8])>) -> Result<C
     let mut messages = Vec::new();
     let mut other = Vec::new();
     for (n, line) in lines(file, bytes)? {
-        let mut rec: Map<String, Value> = parse_line(file, n, line)?;
-        let wrong = |key: &str, want: &str| {
-            Error::new(file, "wrong-type", format!("`{key}` must be {want}"))
-                .at_line(n, 1)
-                .with_path(format!("$.{key}"))
-        };
+        let rec: Map<String, Value> = parse_line(file, n, line)?;
         match rec.get("type").and_then(Value::as_str) {
             Some("conversation-header") if header.is_none() => header = Some(rec),
-            Some("message") => {
-                let role = match rec.remove("role") {
-                    Some(Value::String(r)) => r,
-                    _ => return Err(wrong("role", "system, user or agent")),
-                };
-                let content = match rec.remove("content") {
-                    Some(Value::String(c)) => c,
-                    Some(Value::Null) | None => String::new(),
-                    _ => return Err(wrong("content", "a string")),
-                };
-                let at = match rec.remove("createdAt") {
-                    Some(Value::Number(x)) => x.as_i64().or_else(|| x.as_f64().map(|f| f as i64)),
-                    Some(Value::Null) | None => None,
-                    _ => return Err(wrong("createdAt", "milliseconds since the epoch")),
-                };
-                let tool_call = rec.remove("toolCall");
-                let tool_result = rec.remove("toolResult");
-                let (role, speaker, to) = match (role.as_str(), &tool_call, &tool_result) {
-                    ("agent" | "assistant", Some(tc), _) => (
-                        Role::ToolCall,
-                        "agent".to_owned(),
-                        tc.get("to").and_then(Value::as_str).map(str::to_owned),
-                    ),
-                    (_, _, Some(tr)) => (
-                        Role::Tool,
-                        tr.get("from")
-                            .and_then(Value::as_str)
-                            .unwrap_or("tool")
-                            .to_owned(),
-                        None,
-                    ),
-                    ("agent" | "assistant", ..) => (Role::Assistant, "agent".to_owned(), None),
-                    ("user", ..) => (Role::User, "user".to_owned(), None),
-                    ("system", ..) => (Role::System, "system".to_owned(), None),
-                    (r, ..) => {
-                        return Err(Error::new(
-                            file,
-                            "wrong-type",
-                            format!("unknown role {r:?} (expected system, user or agent)"),
-                        )
-                        .at_line(n, 1)
-                        .with_path("$.role"));
-                    }
-                };
-                for k in ["type", "conversationId", "threadId"] {
-                    rec.remove(k);
-                }
-                if let (Some(h), Some(ch)) = (&header, rec.get("channel"))
-                    && h.get("channel") == Some(ch)
-                {
-                    rec.remove("channel");
-                }
-                let model = rec.get("model").and_then(Value::as_str).map(str::to_owned);
-                let mut m = Message::new(role, speaker, content)
-                    .at(at)
-                    .with_model(model);
-                m.to = to;
-                m.extra = rec;
-                messages.push(m);
-            }
+            Some("message") => messages.push(chat_message(file, n, rec, header.as_ref())?),
             _ => other.push(Value::Object(rec)),
         }
     }
@@ -252,6 +188,79 @@ fn read_chat(file: &str, bytes: &[u8], notes: Option<(&str, &[u8])>) -> Result<C
     Ok(conv)
 }
 
+/// A `message` record (line `n`) as a message: its role, content and
+/// time; the fields the header already says dropped, the rest kept.
+fn chat_message(
+    file: &str,
+    n: usize,
+    mut rec: Map<String, Value>,
+    header: Option<&Map<String, Value>>,
+) -> Result<Message> {
+    let wrong = |key: &str, want: &str| {
+        Error::new(file, "wrong-type", format!("`{key}` must be {want}"))
+            .at_line(n, 1)
+            .with_path(format!("$.{key}"))
+    };
+    let role = match rec.remove("role") {
+        Some(Value::String(r)) => r,
+        _ => return Err(wrong("role", "system, user or agent")),
+    };
+    let content = match rec.remove("content") {
+        Some(Value::String(c)) => c,
+        Some(Value::Null) | None => String::new(),
+        _ => return Err(wrong("content", "a string")),
+    };
+    let at = match rec.remove("createdAt") {
+        Some(Value::Number(x)) => x.as_i64().or_else(|| x.as_f64().map(|f| f as i64)),
+        Some(Value::Null) | None => None,
+        _ => return Err(wrong("createdAt", "milliseconds since the epoch")),
+    };
+    let tool_call = rec.remove("toolCall");
+    let tool_result = rec.remove("toolResult");
+    let (role, speaker, to) = match (role.as_str(), &tool_call, &tool_result) {
+        ("agent" | "assistant", Some(tc), _) => (
+            Role::ToolCall,
+            "agent".to_owned(),
+            tc.get("to").and_then(Value::as_str).map(str::to_owned),
+        ),
+        (_, _, Some(tr)) => (
+            Role::Tool,
+            tr.get("from")
+                .and_then(Value::as_str)
+                .unwrap_or("tool")
+                .to_owned(),
+            None,
+        ),
+        ("agent" | "assistant", ..) => (Role::Assistant, "agent".to_owned(), None),
+        ("user", ..) => (Role::User, "user".to_owned(), None),
+        ("system", ..) => (Role::System, "system".to_owned(), None),
+        (r, ..) => {
+            return Err(Error::new(
+                file,
+                "wrong-type",
+                format!("unknown role {r:?} (expected system, user or agent)"),
+            )
+            .at_line(n, 1)
+            .with_path("$.role"));
+        }
+    };
+    for k in ["type", "conversationId", "threadId"] {
+        rec.remove(k);
+    }
+    if let (Some(h), Some(ch)) = (header, rec.get("channel"))
+        && h.get("channel") == Some(ch)
+    {
+        rec.remove("channel");
+    }
+    let model = rec.get("model").and_then(Value::as_str).map(str::to_owned);
+    let mut m = Message::new(role, speaker, content)
+        .at(at)
+        .with_model(model);
+    m.to = to;
+    m.extra = rec;
+    Ok(m)
+}
+
 /// `2026-03-26T01-32-20-418Z`: a time as clog puts it in folder names.
 fn folder_time(ms: i64) -> String {
     millis_to_iso(ms)
@@ -289,8 +298,13 @@ fn render(conv: &Conversation) -> Files {
     let conv_id = hs("conversationId")
         .filter(|f| !f.is_empty())
         .unwrap_or_else(|| format!("conversation-{}-{thread}", folder_time(created)));
-    let folder = convo_core::text::component(&conv_id);
-    let channel = hs("channel").unwrap_or_else(|| "convo".into());
+    let ids = ClogIds {
+        folder: convo_core::text::component(&conv_id),
+        conv_id,
+        thread,
+        channel: hs("channel").unwrap_or_else(|| "convo".into()),
+        created,
+    };
     let turns = conv.turns();
     let updated = turns
         .iter()
@@ -298,25 +312,63 @@ fn render(conv: &Conversation) -> Files {
         .max()
         .unwrap_or(created)
         .max(created);
-    let header = |kind: &str, updated: i64| {
+    let mut chat = ids.header(conv, "chat", updated);
+    chat.push('\n');
+    for (i, m) in turns.iter().enumerate() {
+        chat.push_str(&ids.message_line(i, m));
+        chat.push('\n');
+    }
+    push_records(&mut chat, conv.meta.get("chat_records"));
+    let mut notes = ids.header(conv, "notes", created);
+    notes.push('\n');
+    push_records(&mut notes, conv.meta.get("notes"));
+    Files {
+        folder: ids.folder,
+        notes,
+        chat,
+    }
+}
+
+/// Appends records kept as they were (an array of them), a line each.
+fn push_records(out: &mut String, recs: Option<&Value>) {
+    if let Some(Value::Array(recs)) = recs {
+        for r in recs {
+            out.push_str(&compact(r));
+            out.push('\n');
+        }
+    }
+}
+
+/// What every record of a clog folder says of its conversation.
+struct ClogIds {
+    folder: String,
+    conv_id: String,
+    thread: String,
+    channel: String,
+    created: i64,
+}
+
+impl ClogIds {
+    /// A file's `conversation-header` record (`kind`: chat or notes).
+    fn header(&self, conv: &Conversation, kind: &str, updated: i64) -> String {
         let mut o = vec![
             ("type", Ordered::V(json!("conversation-header"))),
             ("schemaVersion", Ordered::V(json!(1))),
             ("fileKind", Ordered::V(json!(kind))),
-            ("conversationId", Ordered::V(json!(conv_id))),
-            ("threadId", Ordered::V(json!(thread))),
-            ("channel", Ordered::V(json!(channel))),
+            ("conversationId", Ordered::V(json!(self.conv_id))),
+            ("threadId", Ordered::V(json!(self.thread))),
+            ("channel", Ordered::V(json!(self.channel))),
         ];
         if let Some(t) = &conv.title {
             o.push(("title", Ordered::V(json!(t))));
         }
-        o.push(("createdAt", Ordered::V(json!(created))));
+        o.push(("createdAt", Ordered::V(json!(self.created))));
         o.push(("updatedAt", Ordered::V(json!(updated))));
         Ordered::obj(o).compact()
-    };
-    let mut chat = header("chat", updated);
-    chat.push('\n');
-    for (i, m) in turns.iter().enumerate() {
+    }
+
+    /// The `message` record of turn `i`, its kept fields last.
+    fn message_line(&self, i: usize, m: &Message) -> String {
         let mut extra = m.extra.clone();
         let id = extra
             .remove("messageId")
@@ -326,18 +378,20 @@ fn render(conv: &Conversation) -> Files {
             Role::Assistant | Role::ToolCall => "agent",
             Role::System | Role::Tool => "system",
         };
-        let ch = extra.remove("channel").unwrap_or_else(|| json!(channel));
+        let ch = extra
+            .remove("channel")
+            .unwrap_or_else(|| json!(self.channel));
         let mut o = vec![
             ("type".to_owned(), Ordered::V(json!("message"))),
-            ("conversationId".to_owned(), Ordered::V(json!(conv_id))),
-            ("threadId".to_owned(), Ordered::V(json!(thread))),
+            ("conversationId".to_owned(), Ordered::V(json!(self.conv_id))),
+            ("threadId".to_owned(), Ordered::V(json!(self.thread))),
             ("messageId".to_owned(), Ordered::V(id)),
             ("role".to_owned(), Ordered::V(json!(role))),
             ("channel".to_owned(), Ordered::V(ch)),
             ("content".to_owned(), Ordered::V(json!(m.text))),
             (
                 "createdAt".to_owned(),
-                Ordered::V(json!(m.time.unwrap_or(created))),
+                Ordered::V(json!(m.time.unwrap_or(self.created))),
             ),
         ];
         if m.role == Role::ToolCall {
@@ -357,27 +411,7 @@ fn render(conv: &Conversation) -> Files {
         for (k, v) in extra {
             o.push((k, Ordered::V(v)));
         }
-        chat.push_str(&Ordered::Obj(o).compact());
-        chat.push('\n');
-    }
-    if let Some(Value::Array(recs)) = conv.meta.get("chat_records") {
-        for r in recs {
-            chat.push_str(&compact(r));
-            chat.push('\n');
-        }
-    }
-    let mut notes = header("notes", created);
-    notes.push('\n');
-    if let Some(Value::Array(recs)) = conv.meta.get("notes") {
-        for r in recs {
-            notes.push_str(&compact(r));
-            notes.push('\n');
-        }
-    }
-    Files {
-        folder,
-        notes,
-        chat,
+        Ordered::Obj(o).compact()
     }
 }
 

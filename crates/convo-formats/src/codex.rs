@@ -469,11 +469,7 @@ fn build<'a>(
     messages.shrink_to_fit();
     refs.shrink_to_fit();
     meta.insert("file".into(), json!(records::file_name(file)));
-    let id = id.or_else(|| {
-        Path::new(file)
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-    });
+    let id = records::id_or_stem(id, file);
     Some(Session {
         conv: Conversation {
             id,

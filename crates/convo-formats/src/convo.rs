@@ -356,46 +356,12 @@ struct Participant {
 
 /// Parses a CONVO file.
 pub fn parse(file: &str, bytes: &[u8]) -> Result<Conversation> {
-    let text = match std::str::from_utf8(bytes) {
-        Ok(t) => t,
-        Err(e) => {
-            let ok = e.valid_up_to();
-            let valid = std::str::from_utf8(&bytes[..ok]).unwrap_or("");
-            return Err(Error::new(
-                file,
-                "encoding",
-                format!(
-                    "the file is not UTF-8 (invalid byte 0x{:02x} here)",
-                    bytes[ok]
-                ),
-            )
-            .at(valid, ok));
-        }
-    };
+    let text = utf8(file, bytes)?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let id = format!("sha256:{}", convo_core::sha256(text.as_bytes()).to_hex());
 
     // 1. The separator and the metadata, from the end.
-    let Some((sep_start, _sep_end, meta_start)) = find_separator(text) else {
-        return Err(Error::new(
-            file,
-            "separator-missing",
-            "no separator: a CONVO file ends with a line of four or more `-` after a blank line, then the metadata JSON object",
-        )
-        .at(text, text.len()));
-    };
-    if sep_start > 0 {
-        let prev_start = line_start_of(text, sep_start - 1);
-        let (prev_end, _) = line_end_of(text, prev_start);
-        if !is_blank(&text[prev_start..prev_end]) {
-            return Err(Error::new(
-                file,
-                "separator-blank-line",
-                "the separator line must follow a blank line",
-            )
-            .at(text, sep_start));
-        }
-    }
+    let (sep_start, meta_start) = separator(file, text)?;
     let meta = parse_metadata(file, text, meta_start)?;
 
     // 2. The content block, on its own.
@@ -414,83 +380,32 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<Conversation> {
         };
         return Err(Error::new(file, "content-before-delimiter", why).at(text, p));
     }
-    let escapes = escaped_lines(content, &blocks.opaque);
 
     // 3. Turns.
-    let by_name: BTreeMap<&str, &Participant> = meta
-        .participants
-        .iter()
-        .map(|p| (p.name.as_str(), p))
-        .collect();
-    let mut turns = Vec::with_capacity(blocks.delimiters.len());
-    let mut first_line_of: BTreeMap<&str, usize> = BTreeMap::new();
-    for (i, (ls, name, name_off)) in blocks.delimiters.iter().enumerate() {
-        if name.is_empty() {
-            return Err(Error::new(
-                file,
-                "empty-name",
-                "a speaker delimiter needs a name after `@` (`### @Name`)",
-            )
-            .at(text, *name_off));
-        }
-        first_line_of.entry(name.as_str()).or_insert(*ls);
-        let (_, body_start) = line_end_of(content, *ls);
-        let body_end = blocks
-            .delimiters
-            .get(i + 1)
-            .map(|d| d.0)
-            .unwrap_or(content.len());
-        let raw = &content[body_start.min(body_end)..body_end];
-        let mut cut = strip_turn_end(raw);
-        if let Some(suffix) = meta.closers.get(&i) {
-            if !raw[..cut].ends_with(suffix.as_str()) {
-                return Err(Error::new(
-                    file,
-                    "closers",
-                    format!("`{CLOSERS_KEY}` says turn {i} ends with {suffix:?}, but it does not"),
-                )
-                .at(text, *ls));
-            }
-            cut -= suffix.len();
-        }
-        let abs = body_start..body_start + cut;
-        let body = unescape(content, abs, &escapes);
-        turns.push((name.clone(), body));
-    }
-    if let Some(bad) = meta.closers.keys().find(|&&t| t >= turns.len()) {
+    let turns = Turns::read(file, text, content, &blocks, &meta)?;
+    if let Some(bad) = meta.closers.keys().find(|&&t| t >= turns.said.len()) {
         return Err(Error::new(
             file,
             "closers",
             format!(
                 "`{CLOSERS_KEY}` names turn {bad}, but the file has {} turns",
-                turns.len()
+                turns.said.len()
             ),
         )
         .at(text, meta_start));
     }
 
     // 4. Participants = speakers.
-    let speakers: BTreeSet<&str> = turns.iter().map(|(n, _)| n.as_str()).collect();
-    let declared: BTreeSet<&str> = by_name.keys().copied().collect();
-    if speakers != declared {
-        let missing: Vec<&str> = speakers.difference(&declared).copied().collect();
-        let unused: Vec<&str> = declared.difference(&speakers).copied().collect();
-        let mut why = String::from("the participant names must equal the speaker names:");
-        if !missing.is_empty() {
-            why.push_str(&format!(" speaking but not a participant: {missing:?};"));
-        }
-        if !unused.is_empty() {
-            why.push_str(&format!(" participant who never speaks: {unused:?};"));
-        }
-        let at = missing
-            .first()
-            .and_then(|n| first_line_of.get(n).copied())
-            .unwrap_or(meta.participants_at);
-        return Err(Error::new(file, "names-mismatch", why.trim_end_matches(';')).at(text, at));
-    }
+    let by_name: BTreeMap<&str, &Participant> = meta
+        .participants
+        .iter()
+        .map(|p| (p.name.as_str(), p))
+        .collect();
+    turns.check_speakers(file, text, &by_name, meta.participants_at)?;
 
     let time = Some(meta.time_ms);
     let messages = turns
+        .said
         .into_iter()
         .map(|(name, body)| {
             let p = by_name.get(name.as_str());
@@ -514,6 +429,146 @@ pub fn parse(file: &str, bytes: &[u8]) -> Result<Conversation> {
     conv.created_at = time;
     conv.meta = meta.keep;
     Ok(conv)
+}
+
+/// A file's text; bytes that are not UTF-8 are the error `encoding`.
+fn utf8<'a>(file: &str, bytes: &'a [u8]) -> Result<&'a str> {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => Ok(t),
+        Err(e) => {
+            let ok = e.valid_up_to();
+            let valid = std::str::from_utf8(&bytes[..ok]).unwrap_or("");
+            Err(Error::new(
+                file,
+                "encoding",
+                format!(
+                    "the file is not UTF-8 (invalid byte 0x{:02x} here)",
+                    bytes[ok]
+                ),
+            )
+            .at(valid, ok))
+        }
+    }
+}
+
+/// Where the separator line starts and the metadata after it starts;
+/// the separator must be there, after a blank line.
+fn separator(file: &str, text: &str) -> Result<(usize, usize)> {
+    let Some((sep_start, _sep_end, meta_start)) = find_separator(text) else {
+        return Err(Error::new(
+            file,
+            "separator-missing",
+            "no separator: a CONVO file ends with a line of four or more `-` after a blank line, then the metadata JSON object",
+        )
+        .at(text, text.len()));
+    };
+    if sep_start > 0 {
+        let prev_start = line_start_of(text, sep_start - 1);
+        let (prev_end, _) = line_end_of(text, prev_start);
+        if !is_blank(&text[prev_start..prev_end]) {
+            return Err(Error::new(
+                file,
+                "separator-blank-line",
+                "the separator line must follow a blank line",
+            )
+            .at(text, sep_start));
+        }
+    }
+    Ok((sep_start, meta_start))
+}
+
+/// The turns of a CONVO file's content.
+struct Turns<'c> {
+    /// Each turn's speaker and text.
+    said: Vec<(String, String)>,
+    /// Where each speaker's first turn starts.
+    first_line_of: BTreeMap<&'c str, usize>,
+}
+
+impl<'c> Turns<'c> {
+    /// The turns after the `blocks`' delimiters in `content` (the start
+    /// of `text`): each up to the next, less the blank line that ends it
+    /// and its closer (`meta`), escaped delimiters un-escaped.
+    fn read(
+        file: &str,
+        text: &str,
+        content: &str,
+        blocks: &'c Blocks,
+        meta: &Meta,
+    ) -> Result<Turns<'c>> {
+        let escapes = escaped_lines(content, &blocks.opaque);
+        let mut said = Vec::with_capacity(blocks.delimiters.len());
+        let mut first_line_of: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, (ls, name, name_off)) in blocks.delimiters.iter().enumerate() {
+            if name.is_empty() {
+                return Err(Error::new(
+                    file,
+                    "empty-name",
+                    "a speaker delimiter needs a name after `@` (`### @Name`)",
+                )
+                .at(text, *name_off));
+            }
+            first_line_of.entry(name.as_str()).or_insert(*ls);
+            let (_, body_start) = line_end_of(content, *ls);
+            let body_end = blocks
+                .delimiters
+                .get(i + 1)
+                .map(|d| d.0)
+                .unwrap_or(content.len());
+            let raw = &content[body_start.min(body_end)..body_end];
+            let mut cut = strip_turn_end(raw);
+            if let Some(suffix) = meta.closers.get(&i) {
+                if !raw[..cut].ends_with(suffix.as_str()) {
+                    return Err(Error::new(
+                        file,
+                        "closers",
+                        format!(
+                            "`{CLOSERS_KEY}` says turn {i} ends with {suffix:?}, but it does not"
+                        ),
+                    )
+                    .at(text, *ls));
+                }
+                cut -= suffix.len();
+            }
+            let abs = body_start..body_start + cut;
+            let body = unescape(content, abs, &escapes);
+            said.push((name.clone(), body));
+        }
+        Ok(Turns {
+            said,
+            first_line_of,
+        })
+    }
+
+    /// The participants (`by_name`, listed at `participants_at`) must be
+    /// the speakers: else the error `names-mismatch`.
+    fn check_speakers(
+        &self,
+        file: &str,
+        text: &str,
+        by_name: &BTreeMap<&str, &Participant>,
+        participants_at: usize,
+    ) -> Result<()> {
+        let speakers: BTreeSet<&str> = self.said.iter().map(|(n, _)| n.as_str()).collect();
+        let declared: BTreeSet<&str> = by_name.keys().copied().collect();
+        if speakers == declared {
+            return Ok(());
+        }
+        let missing: Vec<&str> = speakers.difference(&declared).copied().collect();
+        let unused: Vec<&str> = declared.difference(&speakers).copied().collect();
+        let mut why = String::from("the participant names must equal the speaker names:");
+        if !missing.is_empty() {
+            why.push_str(&format!(" speaking but not a participant: {missing:?};"));
+        }
+        if !unused.is_empty() {
+            why.push_str(&format!(" participant who never speaks: {unused:?};"));
+        }
+        let at = missing
+            .first()
+            .and_then(|n| self.first_line_of.get(n).copied())
+            .unwrap_or(participants_at);
+        Err(Error::new(file, "names-mismatch", why.trim_end_matches(';')).at(text, at))
+    }
 }
 
 /// How many bytes of a turn's raw text are its text: the one blank line
@@ -580,136 +635,43 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
         )
         .at(text, start + first));
     }
-    let base = mtext.as_ptr() as usize;
-    let off_of = |raw: &RawValue| start + (raw.get().as_ptr() as usize).saturating_sub(base);
-    let relocate = |e: serde_json::Error| {
-        let mut err = crate::error::json_error(file, Some(mtext), String::new(), &e);
-        if err.rule == "json-syntax" || err.rule == "json-truncated" || err.rule == "wrong-type" {
-            err.rule = "metadata-json";
-        }
-        // Re-point at the whole file.
-        let line0 = crate::locate(text, start).0.line;
-        if let Some(l) = err.location.as_mut() {
-            if l.line == 1 {
-                l.column += crate::locate(text, start).0.column - 1;
-            }
-            l.line += line0 - 1;
-        }
-        err.file = file.to_owned();
-        err
+    let m = MetaText {
+        file,
+        text,
+        start,
+        mtext,
+        obj_at: start + first,
     };
-    convo_core::json::check_unique_keys(mtext).map_err(relocate)?;
-    let map: BTreeMap<String, &RawValue> = {
-        let mut de = serde_json::Deserializer::from_str(mtext);
-        let m = serde::Deserialize::deserialize(&mut de).map_err(relocate)?;
-        de.end().map_err(relocate)?;
-        m
-    };
-    let obj_at = start + first;
-    let wrong = |key: &str, raw: &RawValue, want: &str| {
-        Error::new(
-            file,
-            "metadata-wrong-type",
-            format!("`{key}` must be {want}, found {}", describe(raw.get())),
-        )
-        .at(text, off_of(raw))
-    };
-    let required = |key: &str, want: &str| {
-        Error::new(
-            file,
-            "metadata-required",
-            format!("the metadata has no `{key}` ({want}, required)"),
-        )
-        .at(text, obj_at)
-    };
-    let value = |raw: &RawValue| -> Result<Value> {
-        serde_json::from_str(raw.get())
-            .map_err(|e| Error::new(file, "metadata-json", e.to_string()).at(text, off_of(raw)))
-    };
-
+    let map = m.map()?;
     let mut keep = Map::new();
     // type
     let ty = map
         .get("type")
-        .ok_or_else(|| required("type", "a string such as \"dialog\""))?;
-    match value(ty)? {
+        .ok_or_else(|| m.required("type", "a string such as \"dialog\""))?;
+    match m.value(ty)? {
         Value::String(s) => keep.insert("type".into(), Value::String(s)),
-        _ => return Err(wrong("type", ty, "a string")),
+        _ => return Err(m.wrong("type", ty, "a string")),
     };
-    // time
-    let tr = map
-        .get("time")
-        .ok_or_else(|| required("time", "an ISO 8601 date or date-time"))?;
-    let Value::String(ts) = value(tr)? else {
-        return Err(wrong("time", tr, "an ISO 8601 date or date-time string"));
-    };
-    let time_ms = parse_time(&ts)
-        .map_err(|(rule, why)| Error::new(file, rule, why).at(text, off_of(tr) + 1))?;
-    keep.insert("time".into(), Value::String(ts));
-    // participants
-    let pr = map
-        .get("participants")
-        .ok_or_else(|| required("participants", "an array of names or objects"))?;
-    let items: Vec<&RawValue> = serde_json::from_str(pr.get())
-        .map_err(|_| wrong("participants", pr, "an array of names or objects"))?;
-    let mut participants = Vec::with_capacity(items.len());
-    let mut raw_items = Vec::with_capacity(items.len());
-    let mut seen = HashSet::new();
-    for item in items {
-        let v = value(item)?;
-        let p = participant(&v, item.get())
-            .map_err(|(rule, why)| Error::new(file, rule, why).at(text, off_of(item)))?;
-        if p.name.is_empty() {
-            return Err(
-                Error::new(file, "participant-name", "a participant's name is empty")
-                    .at(text, off_of(item)),
-            );
-        }
-        if !seen.insert(p.name.clone()) {
-            return Err(Error::new(
-                file,
-                "participant-duplicate",
-                format!("participant {:?} is listed twice", p.name),
-            )
-            .at(text, off_of(item)));
-        }
-        participants.push(p);
-        raw_items.push(v);
-    }
-    keep.insert("participants".into(), Value::Array(raw_items));
-    // languages, languages_meta, title
-    if let Some(r) = map.get("languages") {
-        let v = value(r)?;
-        match &v {
-            Value::Array(a) if a.iter().all(Value::is_string) => {}
-            _ => return Err(wrong("languages", r, "an array of strings")),
-        }
-        keep.insert("languages".into(), v);
-    }
-    if let Some(r) = map.get("languages_meta") {
-        let v = value(r)?;
-        if !v.is_object() {
-            return Err(wrong("languages_meta", r, "an object"));
-        }
-        keep.insert("languages_meta".into(), v);
-    }
+    let time_ms = m.time(&map, &mut keep)?;
+    let (participants, participants_at) = m.participants(&map, &mut keep)?;
+    m.languages(&map, &mut keep)?;
     let title = match map.get("title") {
         None => None,
-        Some(r) => match value(r)? {
+        Some(r) => match m.value(r)? {
             Value::String(s) => Some(s),
             Value::Null => None,
-            _ => return Err(wrong("title", r, "a string")),
+            _ => return Err(m.wrong("title", r, "a string")),
         },
     };
     let closers = match map.get(CLOSERS_KEY) {
         None => BTreeMap::new(),
-        Some(r) => closers(value(r)?).ok_or_else(|| {
+        Some(r) => closers(m.value(r)?).ok_or_else(|| {
             Error::new(
                 file,
                 "closers",
                 format!("`{CLOSERS_KEY}` must be an array of {{\"turn\": n, \"append\": \"…\"}}"),
             )
-            .at(text, off_of(r))
+            .at(text, m.off_of(r))
         })?,
     };
     for (k, r) in &map {
@@ -721,7 +683,7 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
         {
             continue;
         }
-        keep.insert(k.clone(), value(r)?);
+        keep.insert(k.clone(), m.value(r)?);
     }
     keep.insert(
         SOURCE_META_KEY.into(),
@@ -731,10 +693,165 @@ fn parse_metadata(file: &str, text: &str, start: usize) -> Result<Meta> {
         title,
         time_ms,
         participants,
-        participants_at: off_of(pr),
+        participants_at,
         closers,
         keep,
     })
+}
+
+/// The metadata object of a CONVO file (`mtext`, from `start` of `text`;
+/// the object at `obj_at`), for its errors.
+struct MetaText<'a> {
+    file: &'a str,
+    text: &'a str,
+    start: usize,
+    mtext: &'a str,
+    obj_at: usize,
+}
+
+impl MetaText<'_> {
+    /// Where a value of the metadata is in the file.
+    fn off_of(&self, raw: &RawValue) -> usize {
+        self.start + (raw.get().as_ptr() as usize).saturating_sub(self.mtext.as_ptr() as usize)
+    }
+
+    /// A JSON error of the metadata, pointed at in the whole file.
+    fn relocate(&self, e: serde_json::Error) -> Error {
+        let mut err = crate::error::json_error(self.file, Some(self.mtext), String::new(), &e);
+        if err.rule == "json-syntax" || err.rule == "json-truncated" || err.rule == "wrong-type" {
+            err.rule = "metadata-json";
+        }
+        // Re-point at the whole file.
+        let line0 = crate::locate(self.text, self.start).0.line;
+        if let Some(l) = err.location.as_mut() {
+            if l.line == 1 {
+                l.column += crate::locate(self.text, self.start).0.column - 1;
+            }
+            l.line += line0 - 1;
+        }
+        err.file = self.file.to_owned();
+        err
+    }
+
+    /// The metadata's keys and raw values (keys unique, one object).
+    fn map(&self) -> Result<BTreeMap<String, &RawValue>> {
+        let relocate = |e| self.relocate(e);
+        convo_core::json::check_unique_keys(self.mtext).map_err(relocate)?;
+        let mut de = serde_json::Deserializer::from_str(self.mtext);
+        let m = serde::Deserialize::deserialize(&mut de).map_err(relocate)?;
+        de.end().map_err(relocate)?;
+        Ok(m)
+    }
+
+    fn wrong(&self, key: &str, raw: &RawValue, want: &str) -> Error {
+        Error::new(
+            self.file,
+            "metadata-wrong-type",
+            format!("`{key}` must be {want}, found {}", describe(raw.get())),
+        )
+        .at(self.text, self.off_of(raw))
+    }
+
+    fn required(&self, key: &str, want: &str) -> Error {
+        Error::new(
+            self.file,
+            "metadata-required",
+            format!("the metadata has no `{key}` ({want}, required)"),
+        )
+        .at(self.text, self.obj_at)
+    }
+
+    fn value(&self, raw: &RawValue) -> Result<Value> {
+        serde_json::from_str(raw.get()).map_err(|e| {
+            Error::new(self.file, "metadata-json", e.to_string()).at(self.text, self.off_of(raw))
+        })
+    }
+
+    /// The required `time` (kept in `keep`), in milliseconds.
+    fn time(
+        &self,
+        map: &BTreeMap<String, &RawValue>,
+        keep: &mut Map<String, Value>,
+    ) -> Result<i64> {
+        let tr = map
+            .get("time")
+            .ok_or_else(|| self.required("time", "an ISO 8601 date or date-time"))?;
+        let Value::String(ts) = self.value(tr)? else {
+            return Err(self.wrong("time", tr, "an ISO 8601 date or date-time string"));
+        };
+        let time_ms = parse_time(&ts).map_err(|(rule, why)| {
+            Error::new(self.file, rule, why).at(self.text, self.off_of(tr) + 1)
+        })?;
+        keep.insert("time".into(), Value::String(ts));
+        Ok(time_ms)
+    }
+
+    /// The required `participants` (kept in `keep`), each named once, and
+    /// where they are listed.
+    fn participants(
+        &self,
+        map: &BTreeMap<String, &RawValue>,
+        keep: &mut Map<String, Value>,
+    ) -> Result<(Vec<Participant>, usize)> {
+        let pr = map
+            .get("participants")
+            .ok_or_else(|| self.required("participants", "an array of names or objects"))?;
+        let items: Vec<&RawValue> = serde_json::from_str(pr.get())
+            .map_err(|_| self.wrong("participants", pr, "an array of names or objects"))?;
+        let mut participants = Vec::with_capacity(items.len());
+        let mut raw_items = Vec::with_capacity(items.len());
+        let mut seen = HashSet::new();
+        for item in items {
+            let at = self.off_of(item);
+            let v = self.value(item)?;
+            let p = participant(&v, item.get())
+                .map_err(|(rule, why)| Error::new(self.file, rule, why).at(self.text, at))?;
+            if p.name.is_empty() {
+                return Err(Error::new(
+                    self.file,
+                    "participant-name",
+                    "a participant's name is empty",
+                )
+                .at(self.text, at));
+            }
+            if !seen.insert(p.name.clone()) {
+                return Err(Error::new(
+                    self.file,
+                    "participant-duplicate",
+                    format!("participant {:?} is listed twice", p.name),
+                )
+                .at(self.text, at));
+            }
+            participants.push(p);
+            raw_items.push(v);
+        }
+        keep.insert("participants".into(), Value::Array(raw_items));
+        Ok((participants, self.off_of(pr)))
+    }
+
+    /// The optional `languages` and `languages_meta`, kept in `keep`.
+    fn languages(
+        &self,
+        map: &BTreeMap<String, &RawValue>,
+        keep: &mut Map<String, Value>,
+    ) -> Result<()> {
+        if let Some(r) = map.get("languages") {
+            let v = self.value(r)?;
+            match &v {
+                Value::Array(a) if a.iter().all(Value::is_string) => {}
+                _ => return Err(self.wrong("languages", r, "an array of strings")),
+            }
+            keep.insert("languages".into(), v);
+        }
+        if let Some(r) = map.get("languages_meta") {
+            let v = self.value(r)?;
+            if !v.is_object() {
+                return Err(self.wrong("languages_meta", r, "an object"));
+            }
+            keep.insert("languages_meta".into(), v);
+        }
+        Ok(())
+    }
 }
 
 /// One entry of `participants`: a name, or an object with `name` and

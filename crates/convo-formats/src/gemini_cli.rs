@@ -672,13 +672,6 @@ mod legacy {
         let mut k = 0;
         // The last message seen: what a record of no message rides with.
         let mut last = None;
-        let changed = || {
-            Error::new(
-                name,
-                "changed",
-                "the file changed while it was imported (rewritten?); import it again",
-            )
-        };
         loop {
             let n = (&mut r)
                 .take(crate::records::MAX_RECORD + 1)
@@ -707,49 +700,21 @@ mod legacy {
             if raw.len() as u64 > crate::records::MAX_RECORD {
                 return Err(too_large(name, seg_line));
             }
-            let at = RecRef {
-                file,
-                line: seg_line as u32,
-                offset: seg_start,
-                len: raw.len() as u32,
-                check: crate::records::check(raw),
+            let rec = Seg {
+                raw,
+                start: seg_start,
+                line: seg_line,
+                at: RecRef {
+                    file,
+                    line: seg_line as u32,
+                    offset: seg_start,
+                    len: raw.len() as u32,
+                    check: crate::records::check(raw),
+                },
             };
-            // The messages ending in this record: their own bytes, checked.
-            let mut carrier = last;
-            while let Some(p) = places
-                .get(k)
-                .filter(|p| p.end <= seg_start + raw.len() as u64)
-            {
-                if let Some(i) = p.id {
-                    let bytes = raw
-                        .get((p.start - seg_start) as usize..(p.end - seg_start) as usize)
-                        .ok_or_else(changed)?;
-                    let text = std::str::from_utf8(bytes).map_err(|_| changed())?;
-                    convo_core::json::check_unique_keys(text).map_err(|e| {
-                        crate::error::json_error(name, None, String::new(), &e).at_line(seg_line, 1)
-                    })?;
-                    let own = &mut ix.ids[i].own;
-                    if own.offset == p.start {
-                        // A message alone in its record (its lines, the
-                        // comma after it) is read from that record, as a
-                        // JSON line is: a huge one is then in memory once.
-                        let before = &raw[..(p.start - seg_start) as usize];
-                        let after = &raw[(p.end - seg_start) as usize..];
-                        let blank = |b: &[u8]| b.iter().all(u8::is_ascii_whitespace);
-                        let after = after.trim_ascii_end();
-                        if blank(before) && blank(after.strip_suffix(b",").unwrap_or(after)) {
-                            *own = at;
-                        } else {
-                            own.line = seg_line as u32;
-                            own.check = crate::records::check(bytes);
-                        }
-                    }
-                    carrier = Some(i);
-                }
-                k += 1;
-            }
+            let carrier = rec.messages(name, ix, places, &mut k, last)?;
             last = carrier;
-            ix.ride(carrier, at);
+            ix.ride(carrier, rec.at);
             if eof {
                 break;
             }
@@ -759,9 +724,82 @@ mod legacy {
             seg_line = line;
         }
         if k < places.len() {
-            return Err(changed());
+            return Err(changed(name));
         }
         Ok(())
+    }
+
+    /// The error when a file changed between its two reads.
+    fn changed(name: &str) -> Error {
+        Error::new(
+            name,
+            "changed",
+            "the file changed while it was imported (rewritten?); import it again",
+        )
+    }
+
+    /// One record of a legacy chat ([`cut`]): its bytes, where it starts
+    /// (offset, line) and its reference.
+    struct Seg<'s> {
+        raw: &'s [u8],
+        start: u64,
+        line: usize,
+        at: RecRef,
+    }
+
+    impl Seg<'_> {
+        /// The messages ending in this record (from `places[*k]` on): their
+        /// own bytes checked, each one's record noted. The last of them
+        /// carries the record, else `last` (the message before it).
+        fn messages(
+            &self,
+            name: &str,
+            ix: &mut Indexer,
+            places: &[Place],
+            k: &mut usize,
+            last: Option<usize>,
+        ) -> Result<Option<usize>> {
+            let mut carrier = last;
+            while let Some(p) = places
+                .get(*k)
+                .filter(|p| p.end <= self.start + self.raw.len() as u64)
+            {
+                if let Some(i) = p.id {
+                    let bytes = self
+                        .raw
+                        .get((p.start - self.start) as usize..(p.end - self.start) as usize)
+                        .ok_or_else(|| changed(name))?;
+                    let text = std::str::from_utf8(bytes).map_err(|_| changed(name))?;
+                    convo_core::json::check_unique_keys(text).map_err(|e| {
+                        crate::error::json_error(name, None, String::new(), &e)
+                            .at_line(self.line, 1)
+                    })?;
+                    let own = &mut ix.ids[i].own;
+                    if own.offset == p.start {
+                        self.own_record(own, p, bytes);
+                    }
+                    carrier = Some(i);
+                }
+                *k += 1;
+            }
+            Ok(carrier)
+        }
+
+        /// A message alone in its record (its lines, the comma after it)
+        /// is read from that record, as a JSON line is: a huge one is then
+        /// in memory once. Else its own bytes (`bytes`) are checked.
+        fn own_record(&self, own: &mut RecRef, p: &Place, bytes: &[u8]) {
+            let before = &self.raw[..(p.start - self.start) as usize];
+            let after = &self.raw[(p.end - self.start) as usize..];
+            let blank = |b: &[u8]| b.iter().all(u8::is_ascii_whitespace);
+            let after = after.trim_ascii_end();
+            if blank(before) && blank(after.strip_suffix(b",").unwrap_or(after)) {
+                *own = self.at;
+            } else {
+                own.line = self.line as u32;
+                own.check = crate::records::check(bytes);
+            }
+        }
     }
 
     fn too_large(name: &str, line: usize) -> Error {
@@ -1288,6 +1326,40 @@ fn timelines_of(messages: &Skeleton, live: Option<usize>, agent_leaves: &[usize]
     timelines
 }
 
+/// A chat's conversation, without its messages (they are read again one
+/// at a time): its id (its `sessionId`, else its file's stem), its title
+/// (its `summary`, else the first words typed: `typed`), its metadata.
+fn chat_conversation(
+    file: &str,
+    meta: &Map<String, Value>,
+    typed: Option<String>,
+    created: Option<i64>,
+    timelines: Vec<Timeline>,
+) -> crate::model::Conversation {
+    // A subagent's `summary` is its result (0.61.0: the JSON its
+    // `complete_task` call gave), not a title: it is titled by its task.
+    let subagent = meta.get("kind").and_then(Value::as_str) == Some("subagent");
+    let title = meta
+        .get("summary")
+        .filter(|_| !subagent)
+        .and_then(Value::as_str)
+        .and_then(records::title_of)
+        .or(typed);
+    let id = meta
+        .get("sessionId")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    crate::model::Conversation {
+        id: records::id_or_stem(id, file),
+        title,
+        agent: Some("gemini-cli".into()),
+        created_at: created,
+        meta: kept_meta(meta, file),
+        timelines,
+        messages: Vec::new(),
+    }
+}
+
 /// What a session keeps of its chat's metadata, and its file's name.
 fn kept_meta(meta: &Map<String, Value>, file: &str) -> Map<String, Value> {
     let mut keep = Map::new();
@@ -1363,36 +1435,9 @@ fn build<'a>(
     messages.mark_intermediate();
     let n = messages.len();
     let timelines = timelines_of(&messages, live, &agent_leaves);
-    // A subagent's `summary` is its result (0.61.0: the JSON its
-    // `complete_task` call gave), not a title: it is titled by its task.
-    let subagent = meta.get("kind").and_then(Value::as_str) == Some("subagent");
-    let title = meta
-        .get("summary")
-        .filter(|_| !subagent)
-        .and_then(Value::as_str)
-        .and_then(records::title_of)
-        .or(title.flatten());
     let created = created.or_else(|| (0..n).find_map(|i| messages.time(i)));
-    let id = meta
-        .get("sessionId")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .or_else(|| {
-            Path::new(file)
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-        });
-    let keep = kept_meta(&meta, file);
     Some(Session {
-        conv: crate::model::Conversation {
-            id,
-            title,
-            agent: Some("gemini-cli".into()),
-            created_at: created,
-            meta: keep,
-            timelines,
-            messages: Vec::new(),
-        },
+        conv: chat_conversation(file, &meta, title.flatten(), created, timelines),
         warnings,
         records: Stored {
             sources,

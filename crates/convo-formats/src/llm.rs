@@ -169,62 +169,22 @@ fn read_responses(
         col(&rc, "datetime_utc"),
     );
     let all = rows(db, &q, &[])?;
-    let names: HashMap<String, (Option<String>, Option<String>)> =
-        if tables.contains("conversations") {
-            let cc = columns(db, "conversations")?;
-            rows(
-                db,
-                &format!(
-                    "SELECT id, {}, {} FROM conversations",
-                    col(&cc, "name"),
-                    col(&cc, "model")
-                ),
-                &[],
-            )?
-            .into_iter()
-            .filter_map(|r| Some((text(&r[0])?, (text(&r[1]), text(&r[2])))))
-            .collect()
-        } else {
-            HashMap::new()
-        };
-    let tool_rows =
-        |table: &str, cols: &[&str]| -> rusqlite::Result<HashMap<String, Vec<Vec<Sql>>>> {
-            let mut m: HashMap<String, Vec<Vec<Sql>>> = HashMap::new();
-            if !tables.contains(table) {
-                return Ok(m);
-            }
-            let tc = columns(db, table)?;
-            let list: Vec<String> = cols.iter().map(|c| col(&tc, c)).collect();
-            for r in rows(
-                db,
-                &format!(
-                    "SELECT response_id, {} FROM \"{table}\" ORDER BY rowid",
-                    list.join(", ")
-                ),
-                &[],
-            )? {
-                if let Some(id) = text(&r[0]) {
-                    m.entry(id).or_default().push(r[1..].to_vec());
-                }
-            }
-            Ok(m)
-        };
-    let calls = tool_rows("tool_calls", &["name", "arguments", "tool_call_id"])?;
-    let results = tool_rows("tool_results", &["name", "output", "tool_call_id"])?;
-
-    let mut order: Vec<String> = Vec::new();
-    let mut groups: HashMap<String, Vec<Vec<Sql>>> = HashMap::new();
-    for r in all {
-        let Some(id) = text(&r[0]) else { continue };
-        if skip.contains(&id) {
-            continue;
-        }
-        let conv = text(&r[5]).unwrap_or_else(|| format!("response:{id}"));
-        if !groups.contains_key(&conv) {
-            order.push(conv.clone());
-        }
-        groups.entry(conv).or_default().push(r);
-    }
+    let names = conversation_names(db, tables)?;
+    let tools = ResponseTools {
+        calls: tool_rows(
+            db,
+            tables,
+            "tool_calls",
+            &["name", "arguments", "tool_call_id"],
+        )?,
+        results: tool_rows(
+            db,
+            tables,
+            "tool_results",
+            &["name", "output", "tool_call_id"],
+        )?,
+    };
+    let (order, mut groups) = group_responses(all, skip);
     let mut out = Vec::new();
     for cid in order {
         let Some(rs) = groups.remove(&cid) else {
@@ -233,56 +193,7 @@ fn read_responses(
         let mut messages = Vec::new();
         let mut system: Option<String> = None;
         for r in &rs {
-            let id = text(&r[0]).unwrap_or_default();
-            let at = text(&r[6]).as_deref().and_then(iso_to_millis);
-            for t in results.get(&id).into_iter().flatten() {
-                let name = text(&t[0]).unwrap_or_else(|| "tool".into());
-                messages.push(
-                    Message::new(Role::Tool, name, text(&t[1]).unwrap_or_default())
-                        .at(at)
-                        .with_extra("tool_call_id", json!(text(&t[2]))),
-                );
-            }
-            if let Some(s) = text(&r[3]).filter(|s| !s.is_empty())
-                && system.as_ref() != Some(&s)
-            {
-                messages.push(Message::new(Role::System, "system", s.clone()).at(at));
-                system = Some(s);
-            }
-            if let Some(p) = text(&r[2]).filter(|p| !p.is_empty()) {
-                messages.push(Message::new(Role::User, "user", p).at(at));
-            }
-            let model = text(&r[10]).or_else(|| text(&r[1]));
-            let answer = text(&r[4]).unwrap_or_default();
-            let rcalls = calls.get(&id);
-            if !answer.is_empty() || rcalls.is_none() {
-                let mut m = Message::new(Role::Assistant, "assistant", answer)
-                    .at(at.map(|t| t + int(&r[7]).unwrap_or(0)))
-                    .with_model(model.clone())
-                    .with_extra("id", json!(id));
-                for (k, i) in [
-                    ("duration_ms", 7),
-                    ("input_tokens", 8),
-                    ("output_tokens", 9),
-                ] {
-                    if let Some(v) = int(&r[i]) {
-                        m = m.with_extra(k, json!(v));
-                    }
-                }
-                messages.push(m);
-            }
-            for c in rcalls.into_iter().flatten() {
-                let name = text(&c[0]).unwrap_or_else(|| "tool".into());
-                let args: Value = text(&c[1])
-                    .map(|a| convo_core::json::from_str_unique(&a).unwrap_or(Value::String(a)))
-                    .unwrap_or(Value::Null);
-                let body = json!({"name": name, "arguments": args, "tool_call_id": text(&c[2])});
-                let mut m = Message::new(Role::ToolCall, "assistant", compact(&body))
-                    .at(at)
-                    .with_model(model.clone());
-                m.to = Some(name);
-                messages.push(m);
-            }
+            tools.add_response(r, &mut system, &mut messages);
         }
         let (name, model) = names.get(&cid).cloned().unwrap_or((None, None));
         let mut c = Conversation::linear(messages);
@@ -298,11 +209,181 @@ fn read_responses(
     Ok(out)
 }
 
+/// A conversation's name and model.
+type NameAndModel = (Option<String>, Option<String>);
+
+/// Each conversation's name and model (by id), from `conversations`.
+fn conversation_names(
+    db: &Connection,
+    tables: &HashSet<String>,
+) -> rusqlite::Result<HashMap<String, NameAndModel>> {
+    if !tables.contains("conversations") {
+        return Ok(HashMap::new());
+    }
+    let cc = columns(db, "conversations")?;
+    Ok(rows(
+        db,
+        &format!(
+            "SELECT id, {}, {} FROM conversations",
+            col(&cc, "name"),
+            col(&cc, "model")
+        ),
+        &[],
+    )?
+    .into_iter()
+    .filter_map(|r| Some((text(&r[0])?, (text(&r[1]), text(&r[2])))))
+    .collect())
+}
+
+/// The rows of a tool table (`cols` of it) by response id, in row order;
+/// none when the database has no such table.
+fn tool_rows(
+    db: &Connection,
+    tables: &HashSet<String>,
+    table: &str,
+    cols: &[&str],
+) -> rusqlite::Result<HashMap<String, Vec<Vec<Sql>>>> {
+    let mut m: HashMap<String, Vec<Vec<Sql>>> = HashMap::new();
+    if !tables.contains(table) {
+        return Ok(m);
+    }
+    let tc = columns(db, table)?;
+    let list: Vec<String> = cols.iter().map(|c| col(&tc, c)).collect();
+    for r in rows(
+        db,
+        &format!(
+            "SELECT response_id, {} FROM \"{table}\" ORDER BY rowid",
+            list.join(", ")
+        ),
+        &[],
+    )? {
+        if let Some(id) = text(&r[0]) {
+            m.entry(id).or_default().push(r[1..].to_vec());
+        }
+    }
+    Ok(m)
+}
+
+/// Responses by conversation (a response without one is its own), with
+/// the conversations in the order of their first response; those in
+/// `skip` (read as turns) left out.
+fn group_responses(
+    all: Vec<Vec<Sql>>,
+    skip: &HashSet<String>,
+) -> (Vec<String>, HashMap<String, Vec<Vec<Sql>>>) {
+    let mut order: Vec<String> = Vec::new();
+    let mut groups: HashMap<String, Vec<Vec<Sql>>> = HashMap::new();
+    for r in all {
+        let Some(id) = text(&r[0]) else { continue };
+        if skip.contains(&id) {
+            continue;
+        }
+        let conv = text(&r[5]).unwrap_or_else(|| format!("response:{id}"));
+        if !groups.contains_key(&conv) {
+            order.push(conv.clone());
+        }
+        groups.entry(conv).or_default().push(r);
+    }
+    (order, groups)
+}
+
+/// The tool calls and results of responses, by response id (columns:
+/// name, arguments or output, tool_call_id).
+struct ResponseTools {
+    calls: HashMap<String, Vec<Vec<Sql>>>,
+    results: HashMap<String, Vec<Vec<Sql>>>,
+}
+
+impl ResponseTools {
+    /// Adds one response's messages: the tool results it carried, its
+    /// system prompt (when it changed from `system`), the prompt, the
+    /// answer, the tool calls the model made.
+    fn add_response(&self, r: &[Sql], system: &mut Option<String>, messages: &mut Vec<Message>) {
+        let id = text(&r[0]).unwrap_or_default();
+        let at = text(&r[6]).as_deref().and_then(iso_to_millis);
+        for t in self.results.get(&id).into_iter().flatten() {
+            let name = text(&t[0]).unwrap_or_else(|| "tool".into());
+            messages.push(tool_result(name, text(&t[1]).unwrap_or_default(), text(&t[2])).at(at));
+        }
+        if let Some(s) = text(&r[3]).filter(|s| !s.is_empty())
+            && system.as_ref() != Some(&s)
+        {
+            messages.push(Message::new(Role::System, "system", s.clone()).at(at));
+            *system = Some(s);
+        }
+        if let Some(p) = text(&r[2]).filter(|p| !p.is_empty()) {
+            messages.push(Message::new(Role::User, "user", p).at(at));
+        }
+        let model = text(&r[10]).or_else(|| text(&r[1]));
+        let answer = text(&r[4]).unwrap_or_default();
+        let rcalls = self.calls.get(&id);
+        if !answer.is_empty() || rcalls.is_none() {
+            let mut m = Message::new(Role::Assistant, "assistant", answer)
+                .at(at.map(|t| t + int(&r[7]).unwrap_or(0)))
+                .with_model(model.clone())
+                .with_extra("id", json!(id));
+            for (k, i) in [
+                ("duration_ms", 7),
+                ("input_tokens", 8),
+                ("output_tokens", 9),
+            ] {
+                if let Some(v) = int(&r[i]) {
+                    m = m.with_extra(k, json!(v));
+                }
+            }
+            messages.push(m);
+        }
+        for c in rcalls.into_iter().flatten() {
+            let name = text(&c[0]).unwrap_or_else(|| "tool".into());
+            let args = text(&c[1]).map(arguments).unwrap_or(Value::Null);
+            messages.push(
+                tool_call(name, args, text(&c[2]))
+                    .at(at)
+                    .with_model(model.clone()),
+            );
+        }
+    }
+}
+
+/// A tool call's arguments as logged: their JSON, else the string.
+fn arguments(a: String) -> Value {
+    convo_core::json::from_str_unique(&a).unwrap_or(Value::String(a))
+}
+
+/// The message of a tool call: its name, arguments and id as JSON.
+fn tool_call(name: String, args: Value, call_id: Option<String>) -> Message {
+    let mut m = Message::new(
+        Role::ToolCall,
+        "assistant",
+        compact(&json!({"name": name, "arguments": args, "tool_call_id": call_id})),
+    );
+    m.to = Some(name);
+    m
+}
+
+/// The message of a tool's result.
+fn tool_result(name: String, output: String, call_id: Option<String>) -> Message {
+    Message::new(Role::Tool, name, output).with_extra("tool_call_id", json!(call_id))
+}
+
 // ----- 0.32 and later ---------------------------------------------------------
 
 struct DbMsg {
     parent: Option<String>,
     role: String,
+}
+
+/// What the 0.32 tables say of the stored messages.
+struct Store {
+    /// By hash: its parent and role.
+    msgs: HashMap<String, DbMsg>,
+    /// By message hash, in position order: type, text, payload,
+    /// tool_name, arguments, output, tool_call_id, content.
+    parts: HashMap<String, Vec<Vec<Sql>>>,
+    fragments: HashMap<i64, String>,
+    /// From the turns: the model and time of each message.
+    model_of: HashMap<String, String>,
+    time_of: HashMap<String, i64>,
 }
 
 fn read_threads(
@@ -324,7 +405,33 @@ fn read_threads(
         ),
         &[],
     )?;
-    let msgs: HashMap<String, DbMsg> =
+    let mut store = Store {
+        msgs: db_messages(db)?,
+        parts: db_parts(db)?,
+        fragments: if tables.contains("fragments") {
+            rows(db, "SELECT id, content FROM fragments", &[])?
+                .into_iter()
+                .filter_map(|r| Some((int(&r[0])?, text(&r[1])?)))
+                .collect()
+        } else {
+            HashMap::new()
+        },
+        model_of: HashMap::new(),
+        time_of: HashMap::new(),
+    };
+    if tables.contains("turns") {
+        store.read_turns(db, turn_ids)?;
+    }
+    let _ = file;
+    Ok(group_threads(&threads)
+        .into_iter()
+        .map(|(root, ts)| store.thread_group(&root, ts))
+        .collect())
+}
+
+/// The stored messages' parents and roles, by hash.
+fn db_messages(db: &Connection) -> rusqlite::Result<HashMap<String, DbMsg>> {
+    Ok(
         rows(db, "SELECT hash, parent_hash, role FROM messages", &[])?
             .into_iter()
             .filter_map(|r| {
@@ -336,7 +443,12 @@ fn read_threads(
                     },
                 ))
             })
-            .collect();
+            .collect(),
+    )
+}
+
+/// The stored messages' parts ([`Store::parts`]), by message hash.
+fn db_parts(db: &Connection) -> rusqlite::Result<HashMap<String, Vec<Vec<Sql>>>> {
     let pc = columns(db, "parts")?;
     let mut parts: HashMap<String, Vec<Vec<Sql>>> = HashMap::new();
     for r in rows(
@@ -367,60 +479,12 @@ fn read_threads(
             parts.entry(h).or_default().push(r[1..].to_vec());
         }
     }
-    let fragments: HashMap<i64, String> = if tables.contains("fragments") {
-        rows(db, "SELECT id, content FROM fragments", &[])?
-            .into_iter()
-            .filter_map(|r| Some((int(&r[0])?, text(&r[1])?)))
-            .collect()
-    } else {
-        HashMap::new()
-    };
-    // Models and times from the turns.
-    let mut model_of: HashMap<String, String> = HashMap::new();
-    let mut time_of: HashMap<String, i64> = HashMap::new();
-    if tables.contains("turns") {
-        let uc = columns(db, "turns")?;
-        for r in rows(
-            db,
-            &format!(
-                "SELECT id, {}, {}, {}, {}, {} FROM turns ORDER BY {}, rowid",
-                col(&uc, "parent_message_hash"),
-                col(&uc, "tip_message_hash"),
-                col(&uc, "model"),
-                col(&uc, "resolved_model"),
-                col(&uc, "datetime_utc"),
-                col(&uc, "datetime_utc"),
-            ),
-            &[],
-        )? {
-            if let Some(id) = text(&r[0]) {
-                turn_ids.insert(id);
-            }
-            let stop = text(&r[1]);
-            let model = text(&r[4]).or_else(|| text(&r[3]));
-            let at = text(&r[5]).as_deref().and_then(iso_to_millis);
-            if let (Some(p), Some(t)) = (&stop, at) {
-                time_of.entry(p.clone()).or_insert(t);
-            }
-            let mut cur = text(&r[2]);
-            let mut steps = 0;
-            while let Some(h) = cur {
-                if Some(&h) == stop.as_ref() || steps > msgs.len() {
-                    break;
-                }
-                steps += 1;
-                if let Some(m) = &model {
-                    model_of.entry(h.clone()).or_insert_with(|| m.clone());
-                }
-                if let Some(t) = at {
-                    time_of.entry(h.clone()).or_insert(t);
-                }
-                cur = msgs.get(&h).and_then(|m| m.parent.clone());
-            }
-        }
-    }
+    Ok(parts)
+}
 
-    // Group threads: each with the threads forked from it, transitively.
+/// Groups threads: each with the threads forked from it, transitively
+/// (by its root's id, in the order of the first thread of each).
+fn group_threads(threads: &[Vec<Sql>]) -> Vec<(String, Vec<&Vec<Sql>>)> {
     let ids: Vec<String> = threads.iter().filter_map(|t| text(&t[0])).collect();
     let by_id: HashMap<&str, &Vec<Sql>> = threads
         .iter()
@@ -444,7 +508,7 @@ fn read_threads(
         cur
     };
     let mut groups: Vec<(String, Vec<&Vec<Sql>>)> = Vec::new();
-    for t in &threads {
+    for t in threads {
         let Some(id) = text(&t[0]) else { continue };
         let root = root_of(&id);
         match groups.iter_mut().find(|(r, _)| *r == root) {
@@ -452,53 +516,71 @@ fn read_threads(
             None => groups.push((root, vec![t])),
         }
     }
-    let _ = file;
-    let mut out = Vec::new();
-    for (root, mut ts) in groups {
-        // The root thread first.
-        ts.sort_by_key(|t| text(&t[0]).as_deref() != Some(root.as_str()));
-        let mut conv = Conversation::default();
-        let mut last_of: HashMap<String, usize> = HashMap::new();
-        let mut names: Vec<String> = Vec::new();
-        for (k, t) in ts.iter().enumerate() {
-            let tip = text(&t[2]);
-            // The chain of message hashes from the root to the tip.
-            let mut chain = Vec::new();
-            let mut cur = tip.clone();
+    groups
+}
+
+impl Store {
+    /// Models and times from the turns (each turn's ids noted in
+    /// `turn_ids`): a turn's model and time go to the messages from its
+    /// tip up to its parent message, its time to that parent too.
+    fn read_turns(
+        &mut self,
+        db: &Connection,
+        turn_ids: &mut HashSet<String>,
+    ) -> rusqlite::Result<()> {
+        let uc = columns(db, "turns")?;
+        for r in rows(
+            db,
+            &format!(
+                "SELECT id, {}, {}, {}, {}, {} FROM turns ORDER BY {}, rowid",
+                col(&uc, "parent_message_hash"),
+                col(&uc, "tip_message_hash"),
+                col(&uc, "model"),
+                col(&uc, "resolved_model"),
+                col(&uc, "datetime_utc"),
+                col(&uc, "datetime_utc"),
+            ),
+            &[],
+        )? {
+            if let Some(id) = text(&r[0]) {
+                turn_ids.insert(id);
+            }
+            let stop = text(&r[1]);
+            let model = text(&r[4]).or_else(|| text(&r[3]));
+            let at = text(&r[5]).as_deref().and_then(iso_to_millis);
+            if let (Some(p), Some(t)) = (&stop, at) {
+                self.time_of.entry(p.clone()).or_insert(t);
+            }
+            let mut cur = text(&r[2]);
+            let mut steps = 0;
             while let Some(h) = cur {
-                if chain.len() > msgs.len() || last_of.contains_key(&h) {
-                    chain.push(h);
+                if Some(&h) == stop.as_ref() || steps > self.msgs.len() {
                     break;
                 }
-                cur = msgs.get(&h).and_then(|m| m.parent.clone());
-                chain.push(h);
+                steps += 1;
+                if let Some(m) = &model {
+                    self.model_of.entry(h.clone()).or_insert_with(|| m.clone());
+                }
+                if let Some(t) = at {
+                    self.time_of.entry(h.clone()).or_insert(t);
+                }
+                cur = self.msgs.get(&h).and_then(|m| m.parent.clone());
             }
-            chain.reverse();
-            let mut up: Option<usize> = None;
-            for h in chain {
-                if let Some(&i) = last_of.get(&h) {
-                    up = Some(i);
-                    continue;
-                }
-                let role = msgs.get(&h).map(|m| m.role.as_str()).unwrap_or("user");
-                for mut m in messages_of(
-                    role,
-                    parts.get(&h).map(Vec::as_slice).unwrap_or(&[]),
-                    &fragments,
-                ) {
-                    m.parent = up;
-                    m.time = time_of.get(&h).copied();
-                    if matches!(m.role, Role::Assistant | Role::ToolCall) {
-                        m.model = model_of.get(&h).cloned();
-                    }
-                    m = m.with_extra("hash", json!(h));
-                    conv.messages.push(m);
-                    up = Some(conv.messages.len() - 1);
-                }
-                if let Some(u) = up {
-                    last_of.insert(h, u);
-                }
-            }
+        }
+        Ok(())
+    }
+
+    /// One conversation from a thread `root` and the threads forked from
+    /// it (`ts`): the root thread is `main`, the forks are timelines
+    /// named after their threads.
+    fn thread_group(&self, root: &str, mut ts: Vec<&Vec<Sql>>) -> Conversation {
+        // The root thread first.
+        ts.sort_by_key(|t| text(&t[0]).as_deref() != Some(root));
+        let mut conv = Conversation::default();
+        let mut last_of: HashMap<String, usize> = HashMap::new();
+        for (k, t) in ts.iter().enumerate() {
+            let tip = text(&t[2]);
+            self.add_chain(&mut conv, &mut last_of, tip.clone());
             let name = if k == 0 {
                 "main".to_owned()
             } else {
@@ -506,7 +588,6 @@ fn read_threads(
                     .filter(|n| !n.is_empty())
                     .unwrap_or_else(|| format!("thread-{}", text(&t[0]).unwrap_or_default()))
             };
-            names.push(name.clone());
             conv.timelines.push(Timeline {
                 name,
                 leaf: tip.and_then(|h| last_of.get(&h).copied()),
@@ -521,9 +602,56 @@ fn read_threads(
             .as_deref()
             .and_then(iso_to_millis)
             .or_else(|| conv.messages.iter().find_map(|m| m.time));
-        out.push(conv);
+        conv
     }
-    Ok(out)
+
+    /// Adds the messages from the root to `tip` not added yet (`last_of`:
+    /// the last message each stored message became), each under the one
+    /// before it.
+    fn add_chain(
+        &self,
+        conv: &mut Conversation,
+        last_of: &mut HashMap<String, usize>,
+        tip: Option<String>,
+    ) {
+        // The chain of message hashes from the root to the tip.
+        let mut chain = Vec::new();
+        let mut cur = tip;
+        while let Some(h) = cur {
+            if chain.len() > self.msgs.len() || last_of.contains_key(&h) {
+                chain.push(h);
+                break;
+            }
+            cur = self.msgs.get(&h).and_then(|m| m.parent.clone());
+            chain.push(h);
+        }
+        chain.reverse();
+        let mut up: Option<usize> = None;
+        for h in chain {
+            if let Some(&i) = last_of.get(&h) {
+                up = Some(i);
+                continue;
+            }
+            let role = self.msgs.get(&h).map(|m| m.role.as_str()).unwrap_or("user");
+            for mut m in messages_of(
+                role,
+                self.parts.get(&h).map(Vec::as_slice).unwrap_or(&[]),
+                &self.fragments,
+            ) {
+                m.parent = up;
+                m.time = self.time_of.get(&h).copied();
+                if matches!(m.role, Role::Assistant | Role::ToolCall) {
+                    m.model = self.model_of.get(&h).cloned();
+                }
+                m = m.with_extra("hash", json!(h));
+                conv.messages.push(m);
+                up = Some(conv.messages.len() - 1);
+            }
+            if let Some(u) = up {
+                last_of.insert(h, u);
+            }
+        }
+    }
 }
 
 /// The messages one stored message becomes: its text (with reasoning kept
@@ -539,34 +667,7 @@ fn messages_of(role: &str, parts: &[Vec<Sql>], fragments: &HashMap<i64, String>)
         let payload: Value = text(&p[2])
             .and_then(|s| convo_core::json::from_str_unique(&s).ok())
             .unwrap_or(Value::Null);
-        let body = text(&p[1])
-            .or_else(|| text(&p[7]))
-            .or_else(|| {
-                payload
-                    .get("text")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            })
-            .or_else(|| {
-                payload
-                    .get("text_ref")
-                    .and_then(Value::as_array)
-                    .map(|refs| {
-                        refs.iter()
-                            .map(|r| {
-                                r.get("literal")
-                                    .and_then(Value::as_str)
-                                    .map(str::to_owned)
-                                    .or_else(|| {
-                                        r.get("fragment")
-                                            .and_then(Value::as_i64)
-                                            .and_then(|id| fragments.get(&id).cloned())
-                                    })
-                                    .unwrap_or_default()
-                            })
-                            .collect::<String>()
-                    })
-            });
+        let body = part_body(p, &payload, fragments);
         let pstr = |k: &str| payload.get(k).and_then(Value::as_str).map(str::to_owned);
         let name = text(&p[3])
             .or_else(|| pstr("name"))
@@ -577,26 +678,17 @@ fn messages_of(role: &str, parts: &[Vec<Sql>], fragments: &HashMap<i64, String>)
             "reasoning" => reasoning.push(body.unwrap_or_default()),
             "tool_call" => {
                 let args = text(&p[4])
-                    .map(|a| convo_core::json::from_str_unique(&a).unwrap_or(Value::String(a)))
+                    .map(arguments)
                     .or_else(|| payload.get("arguments").cloned())
                     .unwrap_or(Value::Null);
-                let mut m = Message::new(
-                    Role::ToolCall,
-                    "assistant",
-                    compact(&json!({"name": name, "arguments": args, "tool_call_id": call_id})),
-                );
-                m.to = Some(name);
-                tools.push(m);
+                tools.push(tool_call(name, args, call_id));
             }
             "tool_result" => {
                 let output = text(&p[5])
                     .or_else(|| pstr("output"))
                     .or(body)
                     .unwrap_or_default();
-                tools.push(
-                    Message::new(Role::Tool, name, output)
-                        .with_extra("tool_call_id", json!(call_id)),
-                );
+                tools.push(tool_result(name, output, call_id));
             }
             _ => attachments.push(if payload.is_null() {
                 json!({"type": ty})
@@ -605,31 +697,69 @@ fn messages_of(role: &str, parts: &[Vec<Sql>], fragments: &HashMap<i64, String>)
             }),
         }
     }
-    let role_of = match role {
-        "assistant" => Role::Assistant,
-        "system" => Role::System,
-        "tool" => Role::Tool,
-        _ => Role::User,
-    };
     let mut out = Vec::new();
     let has_text =
         texts.iter().any(|t| !t.is_empty()) || !reasoning.is_empty() || !attachments.is_empty();
     if has_text || tools.is_empty() {
-        let speaker = match role_of {
-            Role::Assistant => "assistant",
-            Role::System => "system",
-            Role::Tool => "tool",
-            _ => "user",
-        };
-        let mut m = Message::new(role_of, speaker, texts.join(""));
-        if !reasoning.is_empty() {
-            m = m.with_extra("reasoning", json!(reasoning.join("\n\n")));
-        }
-        if !attachments.is_empty() {
-            m = m.with_extra("attachments", Value::Array(attachments));
-        }
-        out.push(m);
+        out.push(text_message(role, &texts, &reasoning, attachments));
     }
     out.extend(tools);
     out
+}
+
+/// A part's text: its `text` or `content` column, else its payload's
+/// `text`, else its `text_ref` (literals and `fragments`) joined.
+fn part_body(p: &[Sql], payload: &Value, fragments: &HashMap<i64, String>) -> Option<String> {
+    text(&p[1])
+        .or_else(|| text(&p[7]))
+        .or_else(|| {
+            payload
+                .get("text")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        })
+        .or_else(|| {
+            payload
+                .get("text_ref")
+                .and_then(Value::as_array)
+                .map(|refs| {
+                    refs.iter()
+                        .map(|r| {
+                            r.get("literal")
+                                .and_then(Value::as_str)
+                                .map(str::to_owned)
+                                .or_else(|| {
+                                    r.get("fragment")
+                                        .and_then(Value::as_i64)
+                                        .and_then(|id| fragments.get(&id).cloned())
+                                })
+                                .unwrap_or_default()
+                        })
+                        .collect::<String>()
+                })
+        })
+}
+
+/// The message of a stored message's text parts (of its `role`), with
+/// its reasoning and attachments.
+fn text_message(
+    role: &str,
+    texts: &[String],
+    reasoning: &[String],
+    attachments: Vec<Value>,
+) -> Message {
+    let (role, speaker) = match role {
+        "assistant" => (Role::Assistant, "assistant"),
+        "system" => (Role::System, "system"),
+        "tool" => (Role::Tool, "tool"),
+        _ => (Role::User, "user"),
+    };
+    let mut m = Message::new(role, speaker, texts.join(""));
+    if !reasoning.is_empty() {
+        m = m.with_extra("reasoning", json!(reasoning.join("\n\n")));
+    }
+    if !attachments.is_empty() {
+        m = m.with_extra("attachments", Value::Array(attachments));
+    }
+    m
 }

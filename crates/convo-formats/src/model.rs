@@ -212,6 +212,30 @@ impl Conversation {
     }
 }
 
+/// The timelines of a tree of messages: `main` ends at `main` (else at
+/// the last leaf), every other leaf is `alt-N`, in message order.
+pub fn leaf_timelines(messages: &[Message], main: Option<usize>) -> Vec<Timeline> {
+    let mut has_child = vec![false; messages.len()];
+    for m in messages {
+        if let Some(p) = m.parent {
+            has_child[p] = true;
+        }
+    }
+    let leaves: Vec<usize> = (0..messages.len()).filter(|&i| !has_child[i]).collect();
+    let main = main.or_else(|| leaves.last().copied());
+    let mut timelines = vec![Timeline {
+        name: "main".into(),
+        leaf: main,
+    }];
+    for (n, leaf) in leaves.iter().filter(|l| Some(**l) != main).enumerate() {
+        timelines.push(Timeline {
+            name: format!("alt-{}", n + 1),
+            leaf: Some(*leaf),
+        });
+    }
+    timelines
+}
+
 /// What reading a file gave: conversations plus warnings worth showing.
 #[derive(Clone, PartialEq, Debug, Default)]
 pub struct Read {

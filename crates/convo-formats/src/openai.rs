@@ -63,18 +63,11 @@ fn conversation(
     line: &str,
     mut obj: Map<String, Value>,
 ) -> Result<Conversation> {
-    let err = |path: String, why: String| {
-        Error::new(file, "wrong-type", why)
-            .at_line(lineno, 1)
-            .with_path(path)
-    };
+    let at = LineAt { file, lineno };
     let msgs = match obj.remove("messages") {
         Some(Value::Array(a)) => a,
         Some(_) => {
-            return Err(err(
-                "$.messages".into(),
-                "`messages` must be an array".into(),
-            ));
+            return Err(at.wrong("$.messages".into(), "`messages` must be an array".into()));
         }
         None => {
             return Err(
@@ -85,31 +78,70 @@ fn conversation(
     };
     let mut messages = Vec::with_capacity(msgs.len());
     for (j, m) in msgs.into_iter().enumerate() {
+        messages.push(at.message(j, m)?);
+    }
+    let mut c = Conversation::linear(messages);
+    c.id = Some(format!(
+        "sha256:{}",
+        convo_core::sha256(line.as_bytes()).to_hex()
+    ));
+    if !obj.is_empty() {
+        c.meta.insert("openai".into(), Value::Object(obj));
+    }
+    Ok(c)
+}
+
+/// The line a conversation is read from, for its errors.
+struct LineAt<'a> {
+    file: &'a str,
+    lineno: usize,
+}
+
+impl LineAt<'_> {
+    /// The error `wrong-type` at `path` of the line.
+    fn wrong(&self, path: String, why: String) -> Error {
+        Error::new(self.file, "wrong-type", why)
+            .at_line(self.lineno, 1)
+            .with_path(path)
+    }
+
+    /// Message `j` of the line: its role, name, text and model; the rest
+    /// of its fields kept in `extra`.
+    fn message(&self, j: usize, m: Value) -> Result<Message> {
         let path = format!("$.messages[{j}]");
         let Value::Object(mut m) = m else {
-            return Err(err(path, "a message must be an object".into()));
+            return Err(self.wrong(path, "a message must be an object".into()));
         };
         let role = match m.remove("role") {
             Some(Value::String(r)) => r,
             _ => {
-                return Err(err(
-                    format!("{path}.role"),
-                    "`role` must be a string".into(),
-                ));
+                return Err(self.wrong(format!("{path}.role"), "`role` must be a string".into()));
             }
         };
         let name = match m.remove("name") {
             Some(Value::String(n)) => Some(n),
             Some(Value::Null) | None => None,
             Some(_) => {
-                return Err(err(
-                    format!("{path}.name"),
-                    "`name` must be a string".into(),
-                ));
+                return Err(self.wrong(format!("{path}.name"), "`name` must be a string".into()));
             }
         };
         let content = m.remove("content").unwrap_or(Value::Null);
-        let text = match &content {
+        let text = self.text_of(&path, &content, &mut m)?;
+        let mut msg = self.role_message(&path, &role, name, text, content, &mut m)?;
+        if let Some(model) = m
+            .remove("model")
+            .and_then(|v| v.as_str().map(str::to_owned))
+        {
+            msg.model = Some(model);
+        }
+        msg.extra = m;
+        Ok(msg)
+    }
+
+    /// A message's text from its `content` (an array of parts is also
+    /// kept whole in `m`).
+    fn text_of(&self, path: &str, content: &Value, m: &mut Map<String, Value>) -> Result<String> {
+        Ok(match content {
             Value::String(s) => s.clone(),
             Value::Null => String::new(),
             Value::Array(parts) => {
@@ -121,15 +153,27 @@ fn conversation(
                     .join("\n")
             }
             _ => {
-                return Err(err(
+                return Err(self.wrong(
                     format!("{path}.content"),
                     "`content` must be a string, null or an array of parts".into(),
                 ));
             }
-        };
+        })
+    }
+
+    /// The message a `role` says (what is kept of it noted in `m`).
+    fn role_message(
+        &self,
+        path: &str,
+        role: &str,
+        name: Option<String>,
+        text: String,
+        content: Value,
+        m: &mut Map<String, Value>,
+    ) -> Result<Message> {
         let calls = m.remove("tool_calls").filter(|v| !v.is_null());
         let legacy = m.remove("function_call").filter(|v| !v.is_null());
-        let msg = match role.as_str() {
+        Ok(match role {
             "system" | "developer" => {
                 if role == "developer" {
                     m.insert("openai_role".into(), json!("developer"));
@@ -138,33 +182,7 @@ fn conversation(
             }
             "user" => Message::new(Role::User, name.unwrap_or_else(|| "user".into()), text),
             "assistant" if calls.is_some() || legacy.is_some() => {
-                let (key, v) = match (calls, legacy) {
-                    (Some(c), _) => ("tool_calls", c),
-                    (None, Some(f)) => ("function_call", f),
-                    (None, None) => ("tool_calls", Value::Array(Vec::new())),
-                };
-                if !content.is_null() && !m.contains_key("content") {
-                    m.insert("content".into(), content);
-                }
-                if key == "function_call" {
-                    m.insert("openai_call".into(), json!("function_call"));
-                }
-                let to = v
-                    .as_array()
-                    .and_then(|a| a.first())
-                    .unwrap_or(&v)
-                    .pointer("/function/name")
-                    .or_else(|| v.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("tool")
-                    .to_owned();
-                let mut msg = Message::new(
-                    Role::ToolCall,
-                    name.unwrap_or_else(|| "assistant".into()),
-                    crate::json::compact(&v),
-                );
-                msg.to = Some(to);
-                msg
+                call_message(name, calls, legacy, content, m)
             }
             "assistant" => Message::new(
                 Role::Assistant,
@@ -178,33 +196,54 @@ fn conversation(
                 Message::new(Role::Tool, name.unwrap_or_else(|| "tool".into()), text)
             }
             other => {
-                return Err(err(
+                return Err(self.wrong(
                     format!("{path}.role"),
                     format!(
                         "unknown role {other:?} (expected system, developer, user, assistant, tool or function)"
                     ),
                 ));
             }
-        };
-        let mut msg = msg;
-        if let Some(model) = m
-            .remove("model")
-            .and_then(|v| v.as_str().map(str::to_owned))
-        {
-            msg.model = Some(model);
-        }
-        msg.extra = m;
-        messages.push(msg);
+        })
     }
-    let mut c = Conversation::linear(messages);
-    c.id = Some(format!(
-        "sha256:{}",
-        convo_core::sha256(line.as_bytes()).to_hex()
-    ));
-    if !obj.is_empty() {
-        c.meta.insert("openai".into(), Value::Object(obj));
+}
+
+/// An assistant message with `tool_calls` (or a legacy `function_call`):
+/// a tool call to the first tool, its text the calls' JSON; its content
+/// and the legacy shape kept in `m`.
+fn call_message(
+    name: Option<String>,
+    calls: Option<Value>,
+    legacy: Option<Value>,
+    content: Value,
+    m: &mut Map<String, Value>,
+) -> Message {
+    let (key, v) = match (calls, legacy) {
+        (Some(c), _) => ("tool_calls", c),
+        (None, Some(f)) => ("function_call", f),
+        (None, None) => ("tool_calls", Value::Array(Vec::new())),
+    };
+    if !content.is_null() && !m.contains_key("content") {
+        m.insert("content".into(), content);
     }
-    Ok(c)
+    if key == "function_call" {
+        m.insert("openai_call".into(), json!("function_call"));
+    }
+    let to = v
+        .as_array()
+        .and_then(|a| a.first())
+        .unwrap_or(&v)
+        .pointer("/function/name")
+        .or_else(|| v.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or("tool")
+        .to_owned();
+    let mut msg = Message::new(
+        Role::ToolCall,
+        name.unwrap_or_else(|| "assistant".into()),
+        crate::json::compact(&v),
+    );
+    msg.to = Some(to);
+    msg
 }
 
 /// Whether OpenAI accepts `name` as a message `name`.

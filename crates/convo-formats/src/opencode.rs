@@ -1191,172 +1191,221 @@ fn messages_of(m: &mut Msg) -> Vec<Message> {
         .get("time")
         .and_then(|t| t.get("created"))
         .and_then(Value::as_i64);
-    let mut out = Vec::new();
-    let part = |p: &Part, k: &str| {
-        p.rec
-            .value
-            .get(k)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-    };
     match info.get("role").and_then(Value::as_str) {
-        Some("user") => {
-            let mut text = take_texts(&mut m.parts, false);
-            let mut extra = Map::new();
-            for p in &m.parts {
-                match part(p, "type").as_deref() {
-                    Some("subtask") if text.is_empty() => {
-                        text = part(p, "prompt").unwrap_or_default();
-                        extra.insert("subtask".into(), json!(part(p, "agent")));
-                    }
-                    Some("compaction") if text.is_empty() => {
-                        text = "What did we do so far?".into();
-                        extra.insert("compaction".into(), json!(true));
-                    }
-                    Some("file") => {
-                        let name = part(p, "filename")
-                            .or_else(|| part(p, "url"))
-                            .unwrap_or_default();
-                        if text.is_empty() {
-                            text = format!("[file {name}]");
-                        }
-                    }
-                    _ => {}
+        Some("user") => vec![user_message(m, time)],
+        Some("assistant") => answer_messages(m, time),
+        _ => Vec::new(),
+    }
+}
+
+/// A string field of a part, copied.
+fn part_str(p: &Part, k: &str) -> Option<String> {
+    p.rec
+        .value
+        .get(k)
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// A user message: its text parts (else a subtask's prompt, a
+/// compaction's question, a file's name, the synthetic texts).
+fn user_message(m: &mut Msg, time: Option<i64>) -> Message {
+    let mut text = take_texts(&mut m.parts, false);
+    let mut extra = Map::new();
+    for p in &m.parts {
+        match part_str(p, "type").as_deref() {
+            Some("subtask") if text.is_empty() => {
+                text = part_str(p, "prompt").unwrap_or_default();
+                extra.insert("subtask".into(), json!(part_str(p, "agent")));
+            }
+            Some("compaction") if text.is_empty() => {
+                text = "What did we do so far?".into();
+                extra.insert("compaction".into(), json!(true));
+            }
+            Some("file") => {
+                let name = part_str(p, "filename")
+                    .or_else(|| part_str(p, "url"))
+                    .unwrap_or_default();
+                if text.is_empty() {
+                    text = format!("[file {name}]");
                 }
             }
-            if text.is_empty() {
-                text = take_texts(&mut m.parts, true);
-            }
-            let mut msg = Message::new(Role::User, "user", text).at(time);
-            msg.extra = extra;
-            if let Some(a) = info.get("agent").filter(|a| !a.is_null()) {
-                msg.extra.insert("agent".into(), a.clone());
-            }
-            msg.key = Some(m.id.clone());
-            out.push(msg);
+            _ => {}
         }
-        Some("assistant") => {
-            let model = info
-                .get("modelID")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            let mut reasoning = String::new();
-            for p in &mut m.parts {
-                let key = if out.is_empty() {
-                    m.id.clone()
-                } else {
-                    format!("{}#{}", m.id, p.id)
-                };
-                let ptype = part(p, "type");
-                let v = &mut p.rec.value;
-                let ptime = v
-                    .get("time")
-                    .and_then(|t| t.get("start"))
-                    .and_then(Value::as_i64)
-                    .or(time);
-                match ptype.as_deref() {
-                    Some("reasoning") => {
-                        if let Some(t) = take_str(v, "text") {
-                            reasoning.push_str(&t);
-                        }
-                    }
-                    Some("text") => {
-                        let t = take_str(v, "text").unwrap_or_default();
-                        if t.trim().is_empty() {
-                            continue;
-                        }
-                        let mut msg = Message::new(Role::Assistant, "opencode", t)
-                            .with_model(model.clone())
-                            .at(ptime);
-                        if !reasoning.is_empty() {
-                            msg.extra
-                                .insert("reasoning".into(), json!(std::mem::take(&mut reasoning)));
-                        }
-                        msg.key = Some(key);
-                        out.push(msg);
-                    }
-                    Some("tool") => {
-                        let tool = s(v, "tool").unwrap_or_else(|| "tool".into());
-                        let call_id = s(v, "callID").unwrap_or_default();
-                        let state = v.remove("state").unwrap_or(Value::Null);
-                        let st = |k: &str| state.get(k);
-                        let input = st("input").cloned().unwrap_or(Value::Null);
-                        let stime = st("time")
-                            .and_then(|t| t.get("start"))
-                            .and_then(Value::as_i64);
-                        let mut call = Message::new(
-                            Role::ToolCall,
-                            "opencode",
-                            records::tool_call_text(&tool, &input),
-                        )
-                        .with_model(model.clone())
-                        .with_extra("call_id", json!(call_id))
-                        .at(stime.or(time));
-                        call.to = Some(tool.clone());
-                        if let Some(sid) = st("metadata")
-                            .and_then(|x| x.get("sessionId"))
-                            .filter(|x| x.is_string())
-                        {
-                            call.extra.insert("session".into(), sid.clone());
-                        }
-                        if !reasoning.is_empty() {
-                            call.extra
-                                .insert("reasoning".into(), json!(std::mem::take(&mut reasoning)));
-                        }
-                        call.key = Some(key);
-                        out.push(call);
-                        let status = st("status").and_then(Value::as_str).unwrap_or("");
-                        let result = match status {
-                            "completed" => st("output").map(|o| match o {
-                                Value::String(t) => t.clone(),
-                                other => other.to_string(),
-                            }),
-                            "error" => st("error").and_then(Value::as_str).map(str::to_owned),
-                            _ => None,
-                        };
-                        if let Some(text) = result {
-                            let mut r = Message::new(Role::Tool, tool, text)
-                                .with_extra("call_id", json!(call_id))
-                                .with_extra("status", json!(status))
-                                .at(st("time")
-                                    .and_then(|t| t.get("end"))
-                                    .and_then(Value::as_i64)
-                                    .or(time));
-                            r.key = Some(format!("{}#{}:result", m.id, p.id));
-                            out.push(r);
-                        }
-                    }
-                    _ => {}
+    }
+    if text.is_empty() {
+        text = take_texts(&mut m.parts, true);
+    }
+    let mut msg = Message::new(Role::User, "user", text).at(time);
+    msg.extra = extra;
+    if let Some(a) = m.rec.value.get("agent").filter(|a| !a.is_null()) {
+        msg.extra.insert("agent".into(), a.clone());
+    }
+    msg.key = Some(m.id.clone());
+    msg
+}
+
+/// An assistant message's messages: one per text part and per tool call
+/// and result (reasoning kept on the next), else its error; the first
+/// with its usage, cost and finish.
+fn answer_messages(m: &mut Msg, time: Option<i64>) -> Vec<Message> {
+    let info = &m.rec.value;
+    let model = info
+        .get("modelID")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let mut out = Vec::new();
+    let mut reasoning = String::new();
+    for p in &mut m.parts {
+        let key = if out.is_empty() {
+            m.id.clone()
+        } else {
+            format!("{}#{}", m.id, p.id)
+        };
+        let ptype = part_str(p, "type");
+        let v = &mut p.rec.value;
+        let ptime = v
+            .get("time")
+            .and_then(|t| t.get("start"))
+            .and_then(Value::as_i64)
+            .or(time);
+        match ptype.as_deref() {
+            Some("reasoning") => {
+                if let Some(t) = take_str(v, "text") {
+                    reasoning.push_str(&t);
                 }
             }
-            if out.is_empty()
-                && let Some(e) = info.get("error").filter(|e| !e.is_null())
-            {
-                let name = e.get("name").and_then(Value::as_str).unwrap_or("error");
-                let said = e
-                    .get("data")
-                    .and_then(|d| d.get("message"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                let mut msg = Message::new(Role::Assistant, "opencode", format!("[{name}] {said}"))
+            Some("text") => {
+                let t = take_str(v, "text").unwrap_or_default();
+                if t.trim().is_empty() {
+                    continue;
+                }
+                let mut msg = Message::new(Role::Assistant, "opencode", t)
                     .with_model(model.clone())
-                    .at(time)
-                    .with_extra("error", e.clone());
-                msg.key = Some(m.id.clone());
+                    .at(ptime);
+                keep_reasoning(&mut msg, &mut reasoning);
+                msg.key = Some(key);
                 out.push(msg);
             }
-            if let Some(first) = out.first_mut() {
-                for k in ["tokens", "cost", "finish", "providerID", "agent"] {
-                    if let Some(v) = info.get(k).filter(|v| !v.is_null()) {
-                        let name = if k == "tokens" { "usage" } else { k };
-                        first.extra.insert(name.into(), v.clone());
-                    }
-                }
+            Some("tool") => {
+                let said = Said {
+                    model: &model,
+                    time,
+                    key,
+                    msg_id: &m.id,
+                    part_id: &p.id,
+                };
+                tool_messages(v, said, &mut reasoning, &mut out);
+            }
+            _ => {}
+        }
+    }
+    if out.is_empty()
+        && let Some(e) = info.get("error").filter(|e| !e.is_null())
+    {
+        out.push(error_message(e, &model, time, &m.id));
+    }
+    if let Some(first) = out.first_mut() {
+        for k in ["tokens", "cost", "finish", "providerID", "agent"] {
+            if let Some(v) = info.get(k).filter(|v| !v.is_null()) {
+                let name = if k == "tokens" { "usage" } else { k };
+                first.extra.insert(name.into(), v.clone());
             }
         }
-        _ => {}
     }
     out
+}
+
+/// The reasoning read before a message (taken), kept beside it.
+fn keep_reasoning(m: &mut Message, reasoning: &mut String) {
+    if !reasoning.is_empty() {
+        m.extra
+            .insert("reasoning".into(), json!(std::mem::take(reasoning)));
+    }
+}
+
+/// An assistant message that failed before it said anything: its error
+/// `e` (`[name] message`, the error kept).
+fn error_message(e: &Value, model: &Option<String>, time: Option<i64>, id: &str) -> Message {
+    let name = e.get("name").and_then(Value::as_str).unwrap_or("error");
+    let said = e
+        .get("data")
+        .and_then(|d| d.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut msg = Message::new(Role::Assistant, "opencode", format!("[{name}] {said}"))
+        .with_model(model.clone())
+        .at(time)
+        .with_extra("error", e.clone());
+    msg.key = Some(id.to_owned());
+    msg
+}
+
+/// What a tool part's messages get from their message: its model and
+/// time, the call's key, the ids the result's key is made of.
+struct Said<'x> {
+    model: &'x Option<String>,
+    time: Option<i64>,
+    key: String,
+    msg_id: &'x str,
+    part_id: &'x str,
+}
+
+/// A tool part's call (with the `reasoning` before it, taken) and, once
+/// it completed or failed, its result; its state moved out of the part.
+fn tool_messages(
+    v: &mut Map<String, Value>,
+    said: Said,
+    reasoning: &mut String,
+    out: &mut Vec<Message>,
+) {
+    let time = said.time;
+    let tool = s(v, "tool").unwrap_or_else(|| "tool".into());
+    let call_id = s(v, "callID").unwrap_or_default();
+    let state = v.remove("state").unwrap_or(Value::Null);
+    let st = |k: &str| state.get(k);
+    let input = st("input").cloned().unwrap_or(Value::Null);
+    let stime = st("time")
+        .and_then(|t| t.get("start"))
+        .and_then(Value::as_i64);
+    let mut call = Message::new(
+        Role::ToolCall,
+        "opencode",
+        records::tool_call_text(&tool, &input),
+    )
+    .with_model(said.model.clone())
+    .with_extra("call_id", json!(call_id))
+    .at(stime.or(time));
+    call.to = Some(tool.clone());
+    if let Some(sid) = st("metadata")
+        .and_then(|x| x.get("sessionId"))
+        .filter(|x| x.is_string())
+    {
+        call.extra.insert("session".into(), sid.clone());
+    }
+    keep_reasoning(&mut call, reasoning);
+    call.key = Some(said.key);
+    out.push(call);
+    let status = st("status").and_then(Value::as_str).unwrap_or("");
+    let result = match status {
+        "completed" => st("output").map(|o| match o {
+            Value::String(t) => t.clone(),
+            other => other.to_string(),
+        }),
+        "error" => st("error").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    };
+    if let Some(text) = result {
+        let mut r = Message::new(Role::Tool, tool, text)
+            .with_extra("call_id", json!(call_id))
+            .with_extra("status", json!(status))
+            .at(st("time")
+                .and_then(|t| t.get("end"))
+                .and_then(Value::as_i64)
+                .or(time));
+        r.key = Some(format!("{}#{}:result", said.msg_id, said.part_id));
+        out.push(r);
+    }
 }
 
 /// Whether an assistant message is still being written.
@@ -1977,61 +2026,149 @@ pub fn fork(
             "this session was imported from opencode's JSON storage (opencode 1.1 or older): its branches are not written as new sessions",
         ));
     }
-    let latest = latest_rows(records);
     let mut ids = Ids::new(now, seed);
-    let mut seen = std::collections::HashSet::new();
-    let mut project = None;
-    let mut session: Option<Map<String, Value>> = None;
-    let mut messages: Vec<Map<String, Value>> = Vec::new();
-    let mut parts: Vec<Map<String, Value>> = Vec::new();
-    // opencode's message id → the new one.
-    let mut renamed: HashMap<String, String> = HashMap::new();
     let id = ids.mint("ses", true);
-    for f in files {
-        if !seen.insert(f.as_str()) {
-            continue;
-        }
-        let Some(raw) = latest.get(f.as_str()) else {
-            continue;
-        };
-        let mut row = row_of(f, raw)?;
-        match f.split_once('/').map(|x| x.0) {
-            Some("project") if project.is_none() => project = Some(row),
-            Some("session") if session.is_none() => session = Some(row),
-            Some("message") => {
-                let new = ids.mint("msg", false);
-                if let Some(old) = s(&row, "id") {
-                    renamed.insert(old, new.clone());
-                }
-                let mut data = data_of(&row, "data");
-                if let Some(p) = s(&data, "parentID").and_then(|p| renamed.get(&p)) {
-                    data.insert("parentID".into(), json!(p));
-                    row.insert("data".into(), json!(Value::Object(data).to_string()));
-                }
-                row.insert("id".into(), json!(new));
-                row.insert("session_id".into(), json!(id));
-                messages.push(row);
-            }
-            Some("part") => {
-                let Some(m) = s(&row, "message_id").and_then(|m| renamed.get(&m)).cloned() else {
-                    continue;
-                };
-                row.insert("id".into(), json!(ids.mint("prt", false)));
-                row.insert("message_id".into(), json!(m));
-                row.insert("session_id".into(), json!(id));
-                parts.push(row);
-            }
-            _ => {}
-        }
-    }
-    let Some(mut ses) = session else {
+    let mut copy = ForkRows::copy(records, files, &mut ids, &id)?;
+    let Some(mut ses) = copy.session.take() else {
         return Err(Error::new(
             "export",
             "not-found",
             "no opencode session row is stored for this branch",
         ));
     };
-    let title = s(&ses, "title").filter(|t| !t.is_empty());
+    fork_session_row(&mut ses, &id, branch, now);
+    let mut like = TurnShape::of(&copy.messages, &ses);
+    for turn in turns {
+        copy.add_turn(turn, &mut like, &ses, &mut ids, &id);
+    }
+    let mut rows = RowSet::default();
+    if let Some(p) = copy.project {
+        rows.0.push(("project", p));
+    }
+    rows.0.push(("session", ses));
+    rows.0
+        .extend(copy.messages.into_iter().map(|m| ("message", m)));
+    rows.0.extend(copy.parts.into_iter().map(|p| ("part", p)));
+    Ok(Fork { id, rows })
+}
+
+/// The rows of a fork ([`fork`]) being made.
+struct ForkRows {
+    project: Option<Map<String, Value>>,
+    session: Option<Map<String, Value>>,
+    messages: Vec<Map<String, Value>>,
+    parts: Vec<Map<String, Value>>,
+}
+
+impl ForkRows {
+    /// The last version of each row of `files` (once each, in order): the
+    /// first project and session rows, and the message and part rows
+    /// under new ids (from `ids`) in the new session `id`, an assistant
+    /// message's `parentID` following its user message. A part of a
+    /// message not copied is left out.
+    fn copy(
+        records: &[(String, u64, String)],
+        files: &[String],
+        ids: &mut Ids,
+        id: &str,
+    ) -> Result<ForkRows> {
+        let latest = latest_rows(records);
+        let mut seen = std::collections::HashSet::new();
+        let mut out = ForkRows {
+            project: None,
+            session: None,
+            messages: Vec::new(),
+            parts: Vec::new(),
+        };
+        // opencode's message id → the new one.
+        let mut renamed: HashMap<String, String> = HashMap::new();
+        for f in files {
+            if !seen.insert(f.as_str()) {
+                continue;
+            }
+            let Some(raw) = latest.get(f.as_str()) else {
+                continue;
+            };
+            let mut row = row_of(f, raw)?;
+            match f.split_once('/').map(|x| x.0) {
+                Some("project") if out.project.is_none() => out.project = Some(row),
+                Some("session") if out.session.is_none() => out.session = Some(row),
+                Some("message") => {
+                    let new = ids.mint("msg", false);
+                    if let Some(old) = s(&row, "id") {
+                        renamed.insert(old, new.clone());
+                    }
+                    let mut data = data_of(&row, "data");
+                    if let Some(p) = s(&data, "parentID").and_then(|p| renamed.get(&p)) {
+                        data.insert("parentID".into(), json!(p));
+                        row.insert("data".into(), json!(Value::Object(data).to_string()));
+                    }
+                    row.insert("id".into(), json!(new));
+                    row.insert("session_id".into(), json!(id));
+                    out.messages.push(row);
+                }
+                Some("part") => {
+                    let Some(m) = s(&row, "message_id").and_then(|m| renamed.get(&m)).cloned()
+                    else {
+                        continue;
+                    };
+                    row.insert("id".into(), json!(ids.mint("prt", false)));
+                    row.insert("message_id".into(), json!(m));
+                    row.insert("session_id".into(), json!(id));
+                    out.parts.push(row);
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adds one turn made in convo (`(role, text, time)`) after the rows
+    /// copied: a message shaped `like` the last ones copied and its text
+    /// part, at its time or just after the last message's.
+    fn add_turn(
+        &mut self,
+        (role, text, time): &(Role, String, i64),
+        like: &mut TurnShape,
+        ses: &Map<String, Value>,
+        ids: &mut Ids,
+        id: &str,
+    ) {
+        let t = (*time).max(like.last_time + 1);
+        like.last_time = t;
+        let mid = ids.mint("msg", false);
+        let data = if *role == Role::User {
+            like.last_user = Some(mid.clone());
+            json!({"role": "user", "time": {"created": t}, "agent": like.agent, "model": like.model})
+        } else {
+            like.answer(ses, t)
+        };
+        let mut part = json!({"type": "text", "text": text});
+        if *role != Role::User {
+            part["time"] = json!({"start": t, "end": t});
+        }
+        let mut m = Map::new();
+        m.insert("id".into(), json!(mid));
+        m.insert("session_id".into(), json!(id));
+        m.insert("time_created".into(), json!(t));
+        m.insert("time_updated".into(), json!(t));
+        m.insert("data".into(), json!(data.to_string()));
+        self.messages.push(m);
+        let mut p = Map::new();
+        p.insert("id".into(), json!(ids.mint("prt", false)));
+        p.insert("message_id".into(), json!(mid));
+        p.insert("session_id".into(), json!(id));
+        p.insert("time_created".into(), json!(t));
+        p.insert("time_updated".into(), json!(t));
+        p.insert("data".into(), json!(part.to_string()));
+        self.parts.push(p);
+    }
+}
+
+/// Makes the stored session row the fork's: under its new `id`, titled
+/// `… (fork: BRANCH)`, no revert, no parent, created and updated `now`.
+fn fork_session_row(ses: &mut Map<String, Value>, id: &str, branch: &str, now: i64) {
+    let title = s(ses, "title").filter(|t| !t.is_empty());
     ses.insert("id".into(), json!(id));
     ses.insert(
         "title".into(),
@@ -2054,111 +2191,99 @@ pub fn fork(
     for k in ["time_created", "time_updated"] {
         ses.insert(k.into(), json!(now));
     }
-    // The turns made in convo, after the copies, shaped like the last
-    // user and assistant messages copied.
-    let last_of = |role: &str| {
-        messages
+}
+
+/// How the turns made in convo are shaped ([`ForkRows::add_turn`]): like
+/// the last user and assistant messages copied, with their agent and
+/// model; each after the last message and answering the last user one.
+struct TurnShape {
+    answer_like: Option<Map<String, Value>>,
+    model: Option<Value>,
+    agent: Value,
+    last_time: i64,
+    last_user: Option<String>,
+}
+
+impl TurnShape {
+    fn of(messages: &[Map<String, Value>], ses: &Map<String, Value>) -> TurnShape {
+        let last_of = |role: &str| {
+            messages
+                .iter()
+                .rev()
+                .map(|m| data_of(m, "data"))
+                .find(|d| d.get("role").and_then(Value::as_str) == Some(role))
+        };
+        let user_like = last_of("user");
+        let answer_like = last_of("assistant");
+        let model = user_like
+            .as_ref()
+            .and_then(|u| u.get("model").cloned())
+            .or_else(|| {
+                let a = answer_like.as_ref()?;
+                Some(json!({"providerID": a.get("providerID")?, "modelID": a.get("modelID")?}))
+            })
+            .or_else(|| match ses.get("model") {
+                Some(Value::String(t)) => serde_json::from_str::<Value>(t)
+                    .ok()
+                    .map(|m| json!({"providerID": m.get("providerID"), "modelID": m.get("id")})),
+                _ => None,
+            });
+        let agent = user_like
+            .as_ref()
+            .and_then(|u| u.get("agent").cloned())
+            .or_else(|| ses.get("agent").cloned().filter(|a| a.is_string()))
+            .unwrap_or(json!("build"));
+        let last_time = messages
+            .iter()
+            .filter_map(|m| m.get("time_created").and_then(Value::as_i64))
+            .max()
+            .unwrap_or(0);
+        let last_user = messages
             .iter()
             .rev()
-            .map(|m| data_of(m, "data"))
-            .find(|d| d.get("role").and_then(Value::as_str) == Some(role))
-    };
-    let user_like = last_of("user");
-    let answer_like = last_of("assistant");
-    let model = user_like
-        .as_ref()
-        .and_then(|u| u.get("model").cloned())
-        .or_else(|| {
-            let a = answer_like.as_ref()?;
-            Some(json!({"providerID": a.get("providerID")?, "modelID": a.get("modelID")?}))
-        })
-        .or_else(|| match ses.get("model") {
-            Some(Value::String(t)) => serde_json::from_str::<Value>(t)
-                .ok()
-                .map(|m| json!({"providerID": m.get("providerID"), "modelID": m.get("id")})),
-            _ => None,
-        });
-    let agent = user_like
-        .as_ref()
-        .and_then(|u| u.get("agent").cloned())
-        .or_else(|| ses.get("agent").cloned().filter(|a| a.is_string()))
-        .unwrap_or(json!("build"));
-    let mut last_time = messages
-        .iter()
-        .filter_map(|m| m.get("time_created").and_then(Value::as_i64))
-        .max()
-        .unwrap_or(0);
-    let mut last_user = messages
-        .iter()
-        .rev()
-        .find(|m| data_of(m, "data").get("role").and_then(Value::as_str) == Some("user"))
-        .and_then(|m| s(m, "id"));
-    for (role, text, time) in turns {
-        let t = (*time).max(last_time + 1);
-        last_time = t;
-        let mid = ids.mint("msg", false);
-        let data = if *role == Role::User {
-            last_user = Some(mid.clone());
-            json!({"role": "user", "time": {"created": t}, "agent": agent, "model": model})
-        } else {
-            let mut d = answer_like.clone().unwrap_or_default();
-            for k in ["error", "summary", "structured"] {
-                d.remove(k);
-            }
-            if let Some(m) = model.as_ref().filter(|_| answer_like.is_none()) {
-                d.insert(
-                    "modelID".into(),
-                    m.get("modelID").cloned().unwrap_or(Value::Null),
-                );
-                d.insert(
-                    "providerID".into(),
-                    m.get("providerID").cloned().unwrap_or(Value::Null),
-                );
-                d.insert("mode".into(), agent.clone());
-                d.insert("agent".into(), agent.clone());
-                if let Some(dir) = ses.get("directory") {
-                    d.insert("path".into(), json!({"cwd": dir, "root": dir}));
-                }
-            }
-            d.insert("role".into(), json!("assistant"));
-            d.insert("parentID".into(), json!(last_user));
-            d.insert("cost".into(), json!(0));
-            d.insert(
-                "tokens".into(),
-                json!({"total": 0, "input": 0, "output": 0, "reasoning": 0, "cache": {"write": 0, "read": 0}}),
-            );
-            d.insert("time".into(), json!({"created": t, "completed": t}));
-            d.insert("finish".into(), json!("stop"));
-            Value::Object(d)
-        };
-        let mut part = json!({"type": "text", "text": text});
-        if *role != Role::User {
-            part["time"] = json!({"start": t, "end": t});
+            .find(|m| data_of(m, "data").get("role").and_then(Value::as_str) == Some("user"))
+            .and_then(|m| s(m, "id"));
+        TurnShape {
+            answer_like,
+            model,
+            agent,
+            last_time,
+            last_user,
         }
-        let mut m = Map::new();
-        m.insert("id".into(), json!(mid));
-        m.insert("session_id".into(), json!(id));
-        m.insert("time_created".into(), json!(t));
-        m.insert("time_updated".into(), json!(t));
-        m.insert("data".into(), json!(data.to_string()));
-        messages.push(m);
-        let mut p = Map::new();
-        p.insert("id".into(), json!(ids.mint("prt", false)));
-        p.insert("message_id".into(), json!(mid));
-        p.insert("session_id".into(), json!(id));
-        p.insert("time_created".into(), json!(t));
-        p.insert("time_updated".into(), json!(t));
-        p.insert("data".into(), json!(part.to_string()));
-        parts.push(p);
     }
-    let mut rows = RowSet::default();
-    if let Some(p) = project {
-        rows.0.push(("project", p));
+
+    /// The data of an answer made in convo at `t`.
+    fn answer(&self, ses: &Map<String, Value>, t: i64) -> Value {
+        let mut d = self.answer_like.clone().unwrap_or_default();
+        for k in ["error", "summary", "structured"] {
+            d.remove(k);
+        }
+        if let Some(m) = self.model.as_ref().filter(|_| self.answer_like.is_none()) {
+            d.insert(
+                "modelID".into(),
+                m.get("modelID").cloned().unwrap_or(Value::Null),
+            );
+            d.insert(
+                "providerID".into(),
+                m.get("providerID").cloned().unwrap_or(Value::Null),
+            );
+            d.insert("mode".into(), self.agent.clone());
+            d.insert("agent".into(), self.agent.clone());
+            if let Some(dir) = ses.get("directory") {
+                d.insert("path".into(), json!({"cwd": dir, "root": dir}));
+            }
+        }
+        d.insert("role".into(), json!("assistant"));
+        d.insert("parentID".into(), json!(self.last_user));
+        d.insert("cost".into(), json!(0));
+        d.insert(
+            "tokens".into(),
+            json!({"total": 0, "input": 0, "output": 0, "reasoning": 0, "cache": {"write": 0, "read": 0}}),
+        );
+        d.insert("time".into(), json!({"created": t, "completed": t}));
+        d.insert("finish".into(), json!("stop"));
+        Value::Object(d)
     }
-    rows.0.push(("session", ses));
-    rows.0.extend(messages.into_iter().map(|m| ("message", m)));
-    rows.0.extend(parts.into_iter().map(|p| ("part", p)));
-    Ok(Fork { id, rows })
 }
 
 /// The files of an opencode session imported from the JSON storage, each

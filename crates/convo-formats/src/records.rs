@@ -967,6 +967,16 @@ pub(crate) fn file_name(file: &str) -> String {
         .unwrap_or_default()
 }
 
+/// A transcript's session id: the one its records name (`id`), else its
+/// file's stem.
+pub(crate) fn id_or_stem(id: Option<String>, file: &str) -> Option<String> {
+    id.or_else(|| {
+        std::path::Path::new(file)
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+    })
+}
+
 /// A transcript reader's `Reader::read_path`: `path` itself, or each
 /// session file `list` finds in the directory `path`, read whole with
 /// `open` (one session a file), conversations and warnings together.

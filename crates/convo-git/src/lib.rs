@@ -58,7 +58,7 @@ pub mod repack;
 pub mod sessions;
 mod state;
 
-use convo_core::{Kind, NodeHash, SessionId};
+use convo_core::{BranchName, Kind, NodeHash, SessionId, TimelineEvent};
 use convo_store::{Cause, ErrorKind, Problem, ProblemKind, SessionRow, Store, StoreError};
 use lock::SyncLock;
 use odb::RefChange;
@@ -325,6 +325,34 @@ pub(crate) fn pause_point(name: &str) {
 
 fn refname(s: &SessionId, branch: &str) -> String {
     format!("refs/heads/{s}/{branch}")
+}
+
+/// The problem of a store rewritten after it was projected: `lost`, the
+/// projected nodes it no longer holds (sorted).
+fn rewritten(lost: &[&NodeHash]) -> Problem {
+    Problem::new(
+        ProblemKind::Rewritten,
+        "store",
+        format!(
+            "the store's history was rewritten after it was projected: {} projected node(s) \
+             are no longer in the store{}; this repository is the evidence, keep it \
+             (compare with `convo verify --checkpoint`)",
+            lost.len(),
+            if lost.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({}{})",
+                    lost.iter()
+                        .take(20)
+                        .map(|h| h.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if lost.len() > 20 { ", …" } else { "" }
+                )
+            }
+        ),
+    )
 }
 
 fn io(path: &Path, e: std::io::Error) -> Error {
@@ -866,52 +894,7 @@ impl Projector {
         };
         let wrote = u64::from(rec.commit != parent.commit);
         let sid = node.session;
-        let (branch, git_name) = match (node.kind, &node.event, node.parent) {
-            (Kind::Fork, Some(ev), _) => {
-                let git_name = match self.layout {
-                    Layout::Dag => ev.branch.to_string(),
-                    Layout::Sessions => self.fork_name(&sid, rec.commit, &s.hash),
-                };
-                (ev.branch.to_string(), git_name)
-            }
-            (_, _, None) => ("main".to_owned(), "main".to_owned()),
-            (kind, ev, Some(ph)) => {
-                let tip = self.book.tips.remove(&ph).ok_or_else(|| {
-                    Error::corrupt(format!(
-                        "node {} extends {ph}, which is no timeline's tip",
-                        s.hash
-                    ))
-                })?;
-                if let (Kind::Promote, Some(ev)) = (kind, ev) {
-                    let sealed = ev
-                        .sealed_as
-                        .as_ref()
-                        .map(|b| b.to_string())
-                        .unwrap_or_default();
-                    let old_main = self
-                        .book
-                        .tips
-                        .values()
-                        .find(|t| t.session == sid && t.branch == "main")
-                        .map(|t| t.node);
-                    if let Some(m) = old_main
-                        && let Some(mut t) = self.book.tips.remove(&m)
-                    {
-                        refs.push(RefChange::Delete(refname(&sid, &t.git_name)));
-                        t.branch = sealed.clone();
-                        t.git_name = sealed.clone();
-                        if let Some(c) = self.book.map.get(&t.node).and_then(|r| r.commit) {
-                            refs.push(RefChange::Set(refname(&sid, &sealed), c));
-                        }
-                        self.book.tips.insert(t.node, t);
-                    }
-                    refs.push(RefChange::Delete(refname(&sid, &tip.git_name)));
-                    ("main".to_owned(), "main".to_owned())
-                } else {
-                    (tip.branch, tip.git_name)
-                }
-            }
-        };
+        let (branch, git_name) = self.timeline_of(refs, s, rec.commit)?;
         if let Some(c) = rec.commit {
             refs.push(RefChange::Set(refname(&sid, &git_name), c));
         }
@@ -926,6 +909,72 @@ impl Projector {
         );
         self.book.record(s.seq, s.hash, rec);
         Ok(wrote)
+    }
+
+    /// The timeline node `s` (projected as `commit`) is on, and the name
+    /// of its ref: a fork's new one, `main` for a first node or a promote
+    /// (which seals the old `main` under its new name), else its parent's,
+    /// whose tip it takes.
+    fn timeline_of(
+        &mut self,
+        refs: &mut Vec<RefChange>,
+        s: &convo_store::StoredNode,
+        commit: Option<gix::ObjectId>,
+    ) -> Result<(String, String)> {
+        let node = &s.node;
+        let sid = node.session;
+        match (node.kind, &node.event, node.parent) {
+            (Kind::Fork, Some(ev), _) => {
+                let git_name = match self.layout {
+                    Layout::Dag => ev.branch.to_string(),
+                    Layout::Sessions => self.fork_name(&sid, commit, &s.hash),
+                };
+                Ok((ev.branch.to_string(), git_name))
+            }
+            (_, _, None) => Ok(("main".to_owned(), "main".to_owned())),
+            (kind, ev, Some(ph)) => {
+                let tip = self.book.tips.remove(&ph).ok_or_else(|| {
+                    Error::corrupt(format!(
+                        "node {} extends {ph}, which is no timeline's tip",
+                        s.hash
+                    ))
+                })?;
+                if let (Kind::Promote, Some(ev)) = (kind, ev) {
+                    self.seal_main(refs, &sid, ev);
+                    refs.push(RefChange::Delete(refname(&sid, &tip.git_name)));
+                    Ok(("main".to_owned(), "main".to_owned()))
+                } else {
+                    Ok((tip.branch, tip.git_name))
+                }
+            }
+        }
+    }
+
+    /// A promote `ev` in session `sid`: the old `main`'s tip and ref take
+    /// the name it was sealed as.
+    fn seal_main(&mut self, refs: &mut Vec<RefChange>, sid: &SessionId, ev: &TimelineEvent) {
+        let sealed = ev
+            .sealed_as
+            .as_ref()
+            .map(|b| b.to_string())
+            .unwrap_or_default();
+        let old_main = self
+            .book
+            .tips
+            .values()
+            .find(|t| t.session == *sid && t.branch == "main")
+            .map(|t| t.node);
+        if let Some(m) = old_main
+            && let Some(mut t) = self.book.tips.remove(&m)
+        {
+            refs.push(RefChange::Delete(refname(sid, &t.git_name)));
+            t.branch = sealed.clone();
+            t.git_name = sealed.clone();
+            if let Some(c) = self.book.map.get(&t.node).and_then(|r| r.commit) {
+                refs.push(RefChange::Set(refname(sid, &sealed), c));
+            }
+            self.book.tips.insert(t.node, t);
+        }
     }
 
     fn fork_name(&self, sid: &SessionId, commit: Option<gix::ObjectId>, node: &NodeHash) -> String {
@@ -953,26 +1002,7 @@ impl Projector {
     pub fn verify(&mut self, store: &mut Store) -> Result<Vec<Problem>> {
         let mut problems = Vec::new();
         let witnessed = self.witness(store)?;
-        let mut cursor = 0;
-        let mut p = Pending::new();
-        let mut stored = convo_core::DigestSet::<NodeHash>::default();
-        loop {
-            let page = store.follow_with_payloads(cursor, 2000)?;
-            let Some(last) = page.last().map(|n| n.stored.seq) else {
-                break;
-            };
-            for n in &page {
-                stored.insert(n.stored.hash);
-                if let Err(why) = self.verify_node(store, &mut p, n) {
-                    problems.push(Problem::new(
-                        ProblemKind::Mismatch,
-                        format!("node {}", n.stored.hash),
-                        why,
-                    ));
-                }
-            }
-            cursor = last;
-        }
+        let (cursor, stored) = self.verify_nodes(store, &mut problems)?;
         let mut lost: Vec<&NodeHash> = self
             .book
             .map
@@ -981,25 +1011,7 @@ impl Projector {
             .collect();
         if !witnessed.is_empty() || !lost.is_empty() {
             lost.sort();
-            problems.push(Problem::new(ProblemKind::Rewritten, "store", format!(
-                "the store's history was rewritten after it was projected: {} projected node(s) \
-                 are no longer in the store{}; this repository is the evidence, keep it \
-                 (compare with `convo verify --checkpoint`)",
-                lost.len(),
-                if lost.is_empty() {
-                    String::new()
-                } else {
-                    format!(
-                        " ({}{})",
-                        lost.iter()
-                            .take(20)
-                            .map(|h| h.to_string())
-                            .collect::<Vec<_>>()
-                            .join(", "),
-                        if lost.len() > 20 { ", …" } else { "" }
-                    )
-                }
-            )));
+            problems.push(rewritten(&lost));
             problems.extend(witnessed);
             return Ok(problems);
         }
@@ -1024,55 +1036,86 @@ impl Projector {
         }
         for session in store.sessions()? {
             for b in store.branches(&session.id)? {
-                let Some(head) = b.head else { continue };
-                let object = format!("branch {}/{}", session.id, b.name);
-                let Some(tip) = self.book.tips.get(&head) else {
-                    problems.push(Problem::new(
-                        ProblemKind::Missing,
-                        object,
-                        format!("its head {head} is not a projected tip"),
-                    ));
-                    continue;
-                };
-                if tip.branch != b.name.as_str() {
-                    problems.push(Problem::new(
-                        ProblemKind::Mismatch,
-                        object.clone(),
-                        format!("projected as `{}`", tip.branch),
-                    ));
-                }
-                let Some(commit) = self.book.map.get(&head).and_then(|r| r.commit) else {
-                    continue;
-                };
-                let name = refname(&session.id, &tip.git_name);
-                match self.repo.try_find_reference(name.as_str()) {
-                    Ok(Some(mut r)) => match r.peel_to_id() {
-                        Ok(id) if id.detach() == commit => {}
-                        Ok(id) => problems.push(Problem::new(
-                            ProblemKind::Mismatch,
-                            object,
-                            format!("{name} points at {id}, not {commit}"),
-                        )),
-                        Err(e) => problems.push(Problem::new(
-                            ProblemKind::Database,
-                            object,
-                            format!("{name}: {e}"),
-                        )),
-                    },
-                    Ok(None) => problems.push(Problem::new(
-                        ProblemKind::Missing,
-                        object,
-                        format!("ref {name} is missing"),
-                    )),
-                    Err(e) => problems.push(Problem::new(
-                        ProblemKind::Database,
-                        object,
-                        format!("{name}: {e}"),
-                    )),
+                if let Some(head) = b.head {
+                    self.verify_branch(&session.id, &b.name, head, &mut problems);
                 }
             }
         }
         Ok(problems)
+    }
+
+    /// Every node of the store against its commit, a page at a time; the
+    /// store's follow cursor and the nodes it holds.
+    fn verify_nodes(
+        &mut self,
+        store: &mut Store,
+        problems: &mut Vec<Problem>,
+    ) -> Result<(u64, convo_core::DigestSet<NodeHash>)> {
+        let mut cursor = 0;
+        let mut p = Pending::new();
+        let mut stored = convo_core::DigestSet::<NodeHash>::default();
+        loop {
+            let page = store.follow_with_payloads(cursor, 2000)?;
+            let Some(last) = page.last().map(|n| n.stored.seq) else {
+                break;
+            };
+            for n in &page {
+                stored.insert(n.stored.hash);
+                if let Err(why) = self.verify_node(store, &mut p, n) {
+                    problems.push(Problem::new(
+                        ProblemKind::Mismatch,
+                        format!("node {}", n.stored.hash),
+                        why,
+                    ));
+                }
+            }
+            cursor = last;
+        }
+        Ok((cursor, stored))
+    }
+
+    /// A branch of the store (its `head`) against its projected tip and
+    /// ref.
+    fn verify_branch(
+        &self,
+        sid: &SessionId,
+        branch: &BranchName,
+        head: NodeHash,
+        problems: &mut Vec<Problem>,
+    ) {
+        let object = format!("branch {sid}/{branch}");
+        let Some(tip) = self.book.tips.get(&head) else {
+            problems.push(Problem::new(
+                ProblemKind::Missing,
+                object,
+                format!("its head {head} is not a projected tip"),
+            ));
+            return;
+        };
+        if tip.branch != branch.as_str() {
+            problems.push(Problem::new(
+                ProblemKind::Mismatch,
+                object.clone(),
+                format!("projected as `{}`", tip.branch),
+            ));
+        }
+        let Some(commit) = self.book.map.get(&head).and_then(|r| r.commit) else {
+            return;
+        };
+        let name = refname(sid, &tip.git_name);
+        let (kind, why) = match self.repo.try_find_reference(name.as_str()) {
+            Ok(Some(mut r)) => match r.peel_to_id() {
+                Ok(id) if id.detach() == commit => return,
+                Ok(id) => (
+                    ProblemKind::Mismatch,
+                    format!("{name} points at {id}, not {commit}"),
+                ),
+                Err(e) => (ProblemKind::Database, format!("{name}: {e}")),
+            },
+            Ok(None) => (ProblemKind::Missing, format!("ref {name} is missing")),
+            Err(e) => (ProblemKind::Database, format!("{name}: {e}")),
+        };
+        problems.push(Problem::new(kind, object, why));
     }
 
     fn verify_node(

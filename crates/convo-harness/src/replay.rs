@@ -351,19 +351,7 @@ impl Harness {
                     })?,
             ),
         };
-        // The replay is recorded as a new session (its `main`), titled
-        // after the recorded timeline: a timeline of the same session would
-        // need a first node of its own, which verification refuses.
-        let title = match &opts.name {
-            Some(n) => n.to_string(),
-            None => format!("replay of {session} {branch}"),
-        };
-        let agent = self.opts.agent_name.clone();
-        let replay_session = self
-            .pool
-            .run(move |st| st.transaction(|l| l.new_session(&agent, Some(&title), now_ms())))
-            .await?
-            .id;
+        let replay_session = self.replay_session(session, branch, opts).await?;
         let name = BranchName::main();
         let mut report = ReplayReport {
             session: replay_session.to_string(),
@@ -373,84 +361,27 @@ impl Harness {
             divergence: None,
             tolerated: Vec::new(),
         };
+        let at = (replay_session, name);
         for t in &turns {
             let live = live_index.is_some_and(|i| t.index > i);
             if !live {
-                let (s, n, root) = (replay_session, name.clone(), t.start_state);
+                let (s, n, root) = (at.0, at.1.clone(), t.start_state);
                 self.pool
                     .run(move |st| st.transaction(|l| l.set_working_state(&s, &n, root.as_ref())))
                     .await?;
             }
-            if let Some(ops) = &t.state_writes {
-                // Re-applied as recorded (the same nodes, the same root).
-                let (s, n, ops) = (replay_session, name.clone(), ops.clone());
-                let root = self
-                    .pool
-                    .run(move |st| {
-                        st.transaction(|l| {
-                            convo_runtime::turns::state_write_turn(l, &s, &n, &ops, now_ms())
-                                .map(|(root, _)| root)
-                        })
-                    })
-                    .await?;
-                let recorded = t.complete.as_ref().and_then(|c| c.stored.node.state);
-                let divergence =
-                    (!live && recorded.is_some() && recorded != Some(root)).then(|| {
-                        Divergence::new(
-                            t.number,
-                            None,
-                            "state",
-                            &recorded.map(|r| r.to_hex()).unwrap_or_default(),
-                            &root.to_hex(),
-                        )
-                    });
-                let rt = ReplayTurn {
-                    turn: t.number,
-                    live,
-                    input: String::from_utf8_lossy(&t.input).into_owned(),
-                    output: String::new(),
-                    matched: divergence.is_none(),
-                };
-                progress(&rt);
-                report.turns.push(rt);
-                if divergence.is_some() {
-                    report.divergence = divergence;
-                    break;
+            let (output, divergence) = match &t.state_writes {
+                Some(ops) => (String::new(), self.rewrite_state(t, ops, live, &at).await?),
+                None => {
+                    self.replay_turn(t, live, &at, &matching, &mut report)
+                        .await?
                 }
-                continue;
-            }
-            let expected = (!live).then(|| Expected {
-                calls: t.calls.clone(),
-                matching: matching.clone(),
-            });
-            let r = self
-                .run_turn(
-                    &replay_session,
-                    &name,
-                    &t.input,
-                    expected,
-                    t.number,
-                    std::future::pending(),
-                    &mut |_| {},
-                )
-                .await?;
-            let divergence = if live {
-                None
-            } else {
-                self.compare(t, &r).await?
             };
-            report
-                .tolerated
-                .extend(r.tolerated.iter().map(|(seq, tolerated)| ToleratedCall {
-                    turn: t.number,
-                    sequence: *seq,
-                    tolerated: tolerated.clone(),
-                }));
             let rt = ReplayTurn {
                 turn: t.number,
                 live,
                 input: String::from_utf8_lossy(&t.input).into_owned(),
-                output: r.output_text(),
+                output,
                 matched: divergence.is_none(),
             };
             progress(&rt);
@@ -461,6 +392,104 @@ impl Harness {
             }
         }
         Ok(report)
+    }
+
+    /// The session a replay of `branch` of `session` is recorded as (its
+    /// `main`), titled after the recorded timeline: a timeline of the same
+    /// session would need a first node of its own, which verification
+    /// refuses.
+    async fn replay_session(
+        &self,
+        session: &SessionId,
+        branch: &BranchName,
+        opts: &ReplayOptions,
+    ) -> Result<SessionId> {
+        let title = match &opts.name {
+            Some(n) => n.to_string(),
+            None => format!("replay of {session} {branch}"),
+        };
+        let agent = self.opts.agent_name.clone();
+        Ok(self
+            .pool
+            .run(move |st| st.transaction(|l| l.new_session(&agent, Some(&title), now_ms())))
+            .await?
+            .id)
+    }
+
+    /// A turn that wrote the state: its writes re-applied as recorded (the
+    /// same nodes, the same root) on `at` (session, timeline); the
+    /// divergence when the root differs from the recorded one (not
+    /// compared when `live`).
+    async fn rewrite_state(
+        &self,
+        t: &RecordedTurn,
+        ops: &[convo_runtime::turns::StateOp],
+        live: bool,
+        at: &(SessionId, BranchName),
+    ) -> Result<Option<Divergence>> {
+        let (s, n, ops) = (at.0, at.1.clone(), ops.to_vec());
+        let root = self
+            .pool
+            .run(move |st| {
+                st.transaction(|l| {
+                    convo_runtime::turns::state_write_turn(l, &s, &n, &ops, now_ms())
+                        .map(|(root, _)| root)
+                })
+            })
+            .await?;
+        let recorded = t.complete.as_ref().and_then(|c| c.stored.node.state);
+        Ok(
+            (!live && recorded.is_some() && recorded != Some(root)).then(|| {
+                Divergence::new(
+                    t.number,
+                    None,
+                    "state",
+                    &recorded.map(|r| r.to_hex()).unwrap_or_default(),
+                    &root.to_hex(),
+                )
+            }),
+        )
+    }
+
+    /// Runs recorded turn `t` again on `at` (session, timeline), its calls
+    /// answered from the recording unless `live`: its output and where it
+    /// diverged; the calls tolerated go to `report`.
+    async fn replay_turn(
+        &mut self,
+        t: &RecordedTurn,
+        live: bool,
+        at: &(SessionId, BranchName),
+        matching: &Arc<Matching>,
+        report: &mut ReplayReport,
+    ) -> Result<(String, Option<Divergence>)> {
+        let expected = (!live).then(|| Expected {
+            calls: t.calls.clone(),
+            matching: matching.clone(),
+        });
+        let r = self
+            .run_turn(
+                &at.0,
+                &at.1,
+                &t.input,
+                expected,
+                t.number,
+                std::future::pending(),
+                &mut |_| {},
+            )
+            .await?;
+        let divergence = if live {
+            None
+        } else {
+            self.compare(t, &r).await?
+        };
+        report
+            .tolerated
+            .extend(r.tolerated.iter().map(|(seq, tolerated)| ToleratedCall {
+                turn: t.number,
+                sequence: *seq,
+                tolerated: tolerated.clone(),
+            }));
+        Ok((r.output_text(), divergence))
     }
 
     async fn compare(&self, t: &RecordedTurn, r: &TurnReport) -> Result<Option<Divergence>> {

@@ -275,6 +275,14 @@ impl Keys {
     pub fn parsed(&self) -> u64 {
         self.map.lock().map(|m| m.parsed).unwrap_or(0)
     }
+
+    /// `now` when it is the same bytes as the span `(a, b)` of the
+    /// request remembered as `print`.
+    fn unchanged<'a>(&self, print: u64, (a, b): (u32, u32), now: &'a str) -> Option<&'a str> {
+        let map = self.map.lock().ok()?;
+        let kn = map.by_print.get(&print)?;
+        (kn.body.get(a as usize..b as usize)? == now.as_bytes()).then_some(now)
+    }
 }
 
 /// Remembered requests found by their first bytes at most, per
@@ -341,6 +349,30 @@ fn string_len(b: &[u8]) -> Option<usize> {
     }
 }
 
+/// The messages `text` adds after a remembered beginning ending at `end`,
+/// each checked and pushed to `sources`; where the messages array's `]`
+/// is, or `None` when the array does not go on that way.
+fn added_messages<'a>(text: &'a str, end: usize, sources: &mut Vec<Source<'a>>) -> Option<usize> {
+    let body = text.as_bytes();
+    let mut at = end;
+    loop {
+        at += ws(&body[at..]);
+        match body.get(at)? {
+            b']' => return Some(at),
+            b',' => {
+                at += 1;
+                at += ws(&body[at..]);
+                let len = value_len(&body[at..])?;
+                let m = text.get(at..at + len)?;
+                serde_json::from_str::<serde::de::IgnoredAny>(m).ok()?;
+                sources.push(Source::Message(m));
+                at += len;
+            }
+            _ => return None,
+        }
+    }
+}
+
 impl Remembered {
     /// Drops the least recently used half once over a bound.
     fn bound(&mut self) {
@@ -358,6 +390,111 @@ impl Remembered {
             !v.is_empty()
         });
     }
+
+    /// The walk after the messages of the request remembered as `print`
+    /// (there), found as the beginning of another: taken out with it when
+    /// `extended` (the other adds messages and reuses its buffers), else
+    /// marked used.
+    fn take(&mut self, print: u64, extended: bool) -> (Walk, Option<Known>) {
+        if extended {
+            let kn = self.by_print.remove(&print).expect("found by the caller");
+            self.held -= kn.body.len();
+            (kn.walk.clone(), Some(kn))
+        } else {
+            self.tick += 1;
+            let tick = self.tick;
+            let kn = self.by_print.get_mut(&print).expect("found by the caller");
+            kn.used = tick;
+            (kn.walk.clone(), None)
+        }
+    }
+
+    /// Remembers a request under `print` (its messages' fingerprint) with
+    /// the walk after its messages, when each of them is a slice of its
+    /// body; `reused`: a request taken out, whose buffers are reused.
+    fn remember(
+        &mut self,
+        print: u64,
+        body: &Bytes,
+        sources: &[Source<'_>],
+        reused: Option<Known>,
+        walk: &Walk,
+    ) {
+        let mut spans = reused.map(|r| r.spans).unwrap_or_default();
+        spans.clear();
+        spans.reserve(sources.len());
+        spans.extend(sources.iter().map_while(|s| span(body, s)));
+        if spans.len() != sources.len() {
+            return;
+        }
+        self.tick += 1;
+        self.held += body.len();
+        let used = self.tick;
+        self.by_print.insert(
+            print,
+            Known {
+                body: body.clone(),
+                spans,
+                walk: walk.clone(),
+                used,
+            },
+        );
+        let Remembered {
+            by_print, by_head, ..
+        } = &mut *self;
+        let heads = by_head.entry(head_key(body)).or_default();
+        heads.retain(|p| *p != print && by_print.contains_key(p));
+        if heads.len() >= PER_HEAD {
+            heads.remove(0);
+        }
+        heads.push(print);
+        self.bound();
+    }
+
+    /// The remembered request `body` continues (the same bytes to the end
+    /// of its last message, then more), most recent first: the first that
+    /// matches is taken (any remembered beginning gives the same keys).
+    fn continued_by(&self, api: Api, body: &[u8]) -> Option<(&Known, Prior)> {
+        let cands = self.by_head.get(&head_key(body))?;
+        for p in cands.iter().rev() {
+            let Some(kn) = self.by_print.get(p) else {
+                continue;
+            };
+            let system = kn.spans.first().filter(|s| s.0 == b's').map(|s| (s.1, s.2));
+            let msgs = &kn.spans[usize::from(system.is_some())..];
+            let (Some(first), Some(last)) = (msgs.first(), msgs.last()) else {
+                continue;
+            };
+            let end = last.2 as usize;
+            if (system.is_none() || api == Api::Messages)
+                && end < body.len()
+                && kn.body.len() >= end
+                && msgs.iter().all(|s| s.0 == b'm')
+                && body[..end] == kn.body[..end]
+            {
+                let prior = Prior {
+                    print: *p,
+                    end,
+                    system,
+                    first: first.1 as usize,
+                };
+                return Some((kn, prior));
+            }
+        }
+        None
+    }
+}
+
+/// A remembered request that another continues.
+struct Prior {
+    /// Its fingerprint.
+    print: u64,
+    /// Where its last message ends.
+    end: usize,
+    /// Where its `system` is, when it has one (a Messages API request).
+    system: Option<(u32, u32)>,
+    /// Where its first message starts.
+    first: usize,
 }
 
 /// The top level of a request, borrowed from its bytes.
@@ -554,65 +691,23 @@ impl Facts {
         // The messages: the remembered ones (at the same places), then
         // those added; a Messages API `system` goes first, read below.
         let mut sources: Vec<Source<'_>> = vec![Source::System("")];
-        let (print, end, system, first) = {
+        let prior = {
             let map = keys.map.lock().ok()?;
-            let cands = map.by_head.get(&head_key(body))?;
-            let mut found = None;
-            // Most recent first; the first that matches to the end of its
-            // messages is taken (any remembered beginning gives the same
-            // keys).
-            for p in cands.iter().rev() {
-                let Some(kn) = map.by_print.get(p) else {
-                    continue;
-                };
-                let system = kn.spans.first().filter(|s| s.0 == b's').map(|s| (s.1, s.2));
-                let msgs = &kn.spans[usize::from(system.is_some())..];
-                let (Some(first), Some(last)) = (msgs.first(), msgs.last()) else {
-                    continue;
-                };
-                let end = last.2 as usize;
-                if (system.is_none() || api == Api::Messages)
-                    && end < body.len()
-                    && kn.body.len() >= end
-                    && msgs.iter().all(|s| s.0 == b'm')
-                    && body[..end] == kn.body[..end]
-                {
-                    found = Some((*p, kn, end, system, first.1 as usize));
-                    break;
-                }
-            }
-            let (print, kn, end, system, first) = found?;
+            let (kn, prior) = map.continued_by(api, body)?;
             sources.reserve(kn.spans.len() + 4);
             for &(tag, a, b) in &kn.spans {
                 if tag == b'm' {
                     sources.push(Source::Message(text.get(a as usize..b as usize)?));
                 }
             }
-            (print, end, system, first)
+            prior
         };
         // The messages array's `[`: before the first message.
-        let bracket = text[..first].trim_end().len().checked_sub(1)?;
+        let bracket = text[..prior.first].trim_end().len().checked_sub(1)?;
         if body[bracket] != b'[' {
             return None;
         }
-        // The added messages, to the array's `]`.
-        let mut at = end;
-        let close = loop {
-            at += ws(&body[at..]);
-            match body.get(at)? {
-                b']' => break at,
-                b',' => {
-                    at += 1;
-                    at += ws(&body[at..]);
-                    let len = value_len(&body[at..])?;
-                    let m = text.get(at..at + len)?;
-                    serde_json::from_str::<serde::de::IgnoredAny>(m).ok()?;
-                    sources.push(Source::Message(m));
-                    at += len;
-                }
-                _ => return None,
-            }
-        };
+        let close = added_messages(text, prior.end, &mut sources)?;
         // The top level, without the messages.
         let mut doc = String::with_capacity(bracket + 1 + text.len() - close);
         doc.push_str(&text[..=bracket]);
@@ -621,8 +716,8 @@ impl Facts {
         top.messages.as_ref()?;
         // The `system` of a Messages API request, where it sits in the
         // body (before or after the messages), the same as remembered.
-        match (api, top.system, system) {
-            (Api::Messages, Some(raw), Some((a, b))) => {
+        match (api, top.system, prior.system) {
+            (Api::Messages, Some(raw), Some(span)) => {
                 let at = raw.get().as_ptr() as usize - doc.as_ptr() as usize;
                 let at = if at <= bracket {
                     at
@@ -630,12 +725,7 @@ impl Facts {
                     at - bracket - 1 + close
                 };
                 let now = text.get(at..at + raw.get().len())?;
-                let map = keys.map.lock().ok()?;
-                let kn = map.by_print.get(&print)?;
-                if kn.body.get(a as usize..b as usize)? != now.as_bytes() {
-                    return None;
-                }
-                sources[0] = Source::System(now);
+                sources[0] = Source::System(keys.unchanged(prior.print, span, now)?);
             }
             (Api::Messages, None, None) | (Api::Chat, _, None) => {
                 sources.remove(0);
@@ -643,9 +733,10 @@ impl Facts {
             _ => return None,
         }
         if let Ok(mut map) = keys.map.lock() {
-            map.parsed += (body.len() - end + bracket) as u64;
+            map.parsed += (body.len() - prior.end + bracket) as u64;
         }
-        Some(Facts::scalars(&top).with_conversation(body, &sources, Some(keys), Some(print), &top))
+        let print = Some(prior.print);
+        Some(Facts::scalars(&top).with_conversation(body, &sources, Some(keys), print, &top))
     }
 
     /// The same from a parsed document.
@@ -764,78 +855,11 @@ fn conversation(
     keys: Option<&Keys>,
     start: Option<u64>,
 ) -> Conversation {
-    // The longest beginning remembered: the last message whose chained
-    // fingerprint names a request with exactly these messages, compared.
-    let mut known: Option<(usize, Walk)> = None;
-    let mut reused: Option<Known> = None;
-    let mut prints = Vec::new();
-    // Given: the request continued, its messages already compared.
-    let mut print = None;
-    if let Some(k) = keys
-        && let Some(p) = start
-        && let Ok(mut map) = k.map.lock()
-        && let Some(n) = map.by_print.get(&p).map(|kn| kn.spans.len())
-        && n <= sources.len()
-    {
-        print = Some(sources[n..].iter().fold(p, |p, s| extend(p, s)));
-        if n < sources.len() {
-            let kn = map.by_print.remove(&p).expect("found above");
-            map.held -= kn.body.len();
-            known = Some((n, kn.walk.clone()));
-            reused = Some(kn);
-        } else {
-            map.tick += 1;
-            let tick = map.tick;
-            let kn = map.by_print.get_mut(&p).expect("found above");
-            kn.used = tick;
-            known = Some((n, kn.walk.clone()));
-        }
-    } else if let Some(k) = keys
-        && let Ok(mut map) = k.map.lock()
-    {
-        prints.reserve_exact(sources.len());
-        let mut p = 0u64;
-        for s in sources {
-            p = extend(p, s);
-            prints.push(p);
-        }
-        let mut scanned = 0u64;
-        for (i, p) in prints.iter().enumerate().rev() {
-            let Some(kn) = map.by_print.get(p) else {
-                continue;
-            };
-            let same = kn.spans.len() == i + 1
-                && kn.spans.iter().zip(sources).all(|(&(tag, a, b), s)| {
-                    let (t, bytes) = s.bytes();
-                    scanned += bytes.len() as u64;
-                    t == tag && kn.body.get(a as usize..b as usize) == Some(bytes.as_bytes())
-                });
-            if same {
-                let n = i + 1;
-                if n < sources.len() {
-                    // Extended by this request: taken out, its buffers
-                    // reused for this one.
-                    let kn = map.by_print.remove(p).expect("found above");
-                    map.held -= kn.body.len();
-                    known = Some((n, kn.walk.clone()));
-                    reused = Some(kn);
-                } else {
-                    map.tick += 1;
-                    let tick = map.tick;
-                    let kn = map.by_print.get_mut(p).expect("found above");
-                    kn.used = tick;
-                    known = Some((n, kn.walk.clone()));
-                }
-                break;
-            }
-        }
-        map.scanned += scanned
-            + sources
-                .iter()
-                .map(|s| s.bytes().1.len() as u64)
-                .sum::<u64>();
-        print = prints.last().copied();
-    }
+    let Beginning {
+        known,
+        reused,
+        print,
+    } = beginning(keys, sources, start);
     let (from, mut walk) = known.unwrap_or_default();
     let mut added = Vec::with_capacity(sources.len() - from);
     let mut hashed = 0u64;
@@ -864,34 +888,7 @@ fn conversation(
         if from < sources.len()
             && let Some(print) = print
         {
-            let mut spans = reused.map(|r| r.spans).unwrap_or_default();
-            spans.clear();
-            spans.reserve(sources.len());
-            spans.extend(sources.iter().map_while(|s| span(body, s)));
-            if spans.len() == sources.len() {
-                map.tick += 1;
-                map.held += body.len();
-                let used = map.tick;
-                map.by_print.insert(
-                    print,
-                    Known {
-                        body: body.clone(),
-                        spans,
-                        walk: walk.clone(),
-                        used,
-                    },
-                );
-                let Remembered {
-                    by_print, by_head, ..
-                } = &mut *map;
-                let heads = by_head.entry(head_key(body)).or_default();
-                heads.retain(|p| *p != print && by_print.contains_key(p));
-                if heads.len() >= PER_HEAD {
-                    heads.remove(0);
-                }
-                heads.push(print);
-                map.bound();
-            }
+            map.remember(print, body, sources, reused, &walk);
         }
     }
     Conversation {
@@ -900,6 +897,77 @@ fn conversation(
         answer: walk.answer,
         after: walk.chain,
     }
+}
+
+/// The longest remembered beginning of a request's messages.
+#[derive(Default)]
+struct Beginning {
+    /// How many messages it holds, and the walk after them.
+    known: Option<(usize, Walk)>,
+    /// The request remembered with it, taken out when this one extends
+    /// it (its buffers are reused for this one).
+    reused: Option<Known>,
+    /// The fingerprint of all the request's messages.
+    print: Option<u64>,
+}
+
+/// The longest beginning of `sources` remembered: the last message whose
+/// chained fingerprint names a request with exactly these messages,
+/// compared; or, given `start` (the request continued, its messages
+/// already compared), that one.
+fn beginning(keys: Option<&Keys>, sources: &[Source<'_>], start: Option<u64>) -> Beginning {
+    let Some(k) = keys else {
+        return Beginning::default();
+    };
+    if let Some(p) = start
+        && let Ok(mut map) = k.map.lock()
+        && let Some(n) = map.by_print.get(&p).map(|kn| kn.spans.len())
+        && n <= sources.len()
+    {
+        let print = sources[n..].iter().fold(p, |p, s| extend(p, s));
+        let (walk, reused) = map.take(p, n < sources.len());
+        return Beginning {
+            known: Some((n, walk)),
+            reused,
+            print: Some(print),
+        };
+    }
+    let Ok(mut map) = k.map.lock() else {
+        return Beginning::default();
+    };
+    let mut prints = Vec::with_capacity(sources.len());
+    let mut p = 0u64;
+    for s in sources {
+        p = extend(p, s);
+        prints.push(p);
+    }
+    let mut found = Beginning::default();
+    let mut scanned = 0u64;
+    for (i, p) in prints.iter().enumerate().rev() {
+        let Some(kn) = map.by_print.get(p) else {
+            continue;
+        };
+        let same = kn.spans.len() == i + 1
+            && kn.spans.iter().zip(sources).all(|(&(tag, a, b), s)| {
+                let (t, bytes) = s.bytes();
+                scanned += bytes.len() as u64;
+                t == tag && kn.body.get(a as usize..b as usize) == Some(bytes.as_bytes())
+            });
+        if same {
+            let n = i + 1;
+            let (walk, reused) = map.take(*p, n < sources.len());
+            found.known = Some((n, walk));
+            found.reused = reused;
+            break;
+        }
+    }
+    map.scanned += scanned
+        + sources
+            .iter()
+            .map(|s| s.bytes().1.len() as u64)
+            .sum::<u64>();
+    found.print = prints.last().copied();
+    found
 }
 
 /// For a streamed chat completion whose client did not ask for usage, the

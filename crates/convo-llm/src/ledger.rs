@@ -369,90 +369,168 @@ fn lazy_in(
         .iter()
         .skip(1)
         .any(|&leaf| root_in(tree, leaf).is_some_and(|r| Some(r) != main_root));
-    let source = json!({"format": format, "id": conv.id});
     let mut outcome_title = conv.title.clone();
     if outcome_title.is_none() && keyed {
         outcome_title = title.clone();
     }
-
-    let mut placed = Placed {
-        written: vec![false; n],
-        at_parting: HashMap::new(),
-        keys: Vec::with_capacity((0..n).filter(|&i| tree.has_key(i)).count()),
-        parting: parting(tree, &leaves),
+    let mut w = Lazy {
+        id: &id,
+        tree,
+        agent: &agent,
+        created,
+        anchored,
+        placed: Placed {
+            written: vec![false; n],
+            at_parting: HashMap::new(),
+            keys: Vec::with_capacity((0..n).filter(|&i| tree.has_key(i)).count()),
+            parting: parting(tree, &leaves),
+        },
+        anchor: None,
+        names: HashSet::new(),
     };
-    let mut anchor: Option<NodeHash> = None;
     let mut nodes = 0;
     let mut branches = 0;
-    let mut names: HashSet<String> = HashSet::new();
     for (t, leaf) in leaves.iter().enumerate() {
         let path = path_in(tree, *leaf);
-        let mut cur = Cursor::start(created);
+        let written = if t == 0 {
+            Some(w.main(l, format, conv, &path, loader)?)
+        } else {
+            w.timeline(l, &conv.timelines[t].name, &path, loader)?
+        };
+        if let Some(k) = written {
+            nodes += k;
+            branches += 1;
+        }
+    }
+    let all = w.placed.keys.len() == n;
+    write_index_of(l, &id, tree, loader, w.placed.keys, all)?;
+    Ok(Outcome::Created {
+        id,
+        title: outcome_title,
+        nodes,
+        branches,
+    })
+}
+
+/// Drafts written before a timeline's messages (none of them a message's).
+type Lead = Vec<(Option<usize>, Draft)>;
+
+/// A new session being written from a skeleton ([`lazy_in`]): what is
+/// written so far, where a timeline of another root is anchored (the
+/// node of the `invoke` that starts `main`, when `anchored`), the branch
+/// names taken.
+struct Lazy<'a> {
+    id: &'a SessionId,
+    tree: &'a dyn Tree,
+    agent: &'a str,
+    created: Millis,
+    anchored: bool,
+    placed: Placed,
+    anchor: Option<NodeHash>,
+    names: HashSet<String>,
+}
+
+impl Lazy<'_> {
+    /// A timeline's start: its cursor, and an `invoke` first when
+    /// timelines start from other roots.
+    fn start(&self) -> Result<(Cursor, Lead), StoreError> {
+        let mut cur = Cursor::start(self.created);
         let mut lead = Vec::new();
-        if anchored {
-            lead.push((None, synthetic(Kind::Invoke, "platform", &agent, cur.time)?));
+        if self.anchored {
+            lead.push((
+                None,
+                synthetic(Kind::Invoke, "platform", self.agent, cur.time)?,
+            ));
             cur.open = true;
         }
-        if t == 0 {
-            let mut meta = Some(&conv.meta);
-            let mut first = |d: &mut Draft| {
-                if let Some(meta) = meta.take() {
-                    d.diagnostics = with_conversation(&d.diagnostics, meta, &source)?;
-                }
-                Ok(())
-            };
-            names.insert("main".into());
-            let w = Writing {
-                branch: BranchName::main(),
-                fork: None,
-            };
-            nodes += w.write(
-                l,
-                &id,
-                tree,
-                &agent,
-                cur,
-                lead,
-                &path,
-                loader,
-                &mut first,
-                &mut |m, s| match m {
-                    Some(i) => placed.note(tree, i, s.hash),
-                    None if anchor.is_none() && anchored => anchor = Some(s.hash),
-                    None => {}
-                },
-            )?;
-            branches += 1;
-            continue;
-        }
+        Ok((cur, lead))
+    }
+
+    /// Writes `main` (the messages of `path`), the conversation's
+    /// metadata and source on its first node. The nodes written.
+    fn main(
+        &mut self,
+        l: &mut Ledger<'_>,
+        format: &str,
+        conv: &Conversation,
+        path: &[usize],
+        loader: &mut dyn Loader,
+    ) -> Result<usize, StoreError> {
+        let (cur, lead) = self.start()?;
+        let source = json!({"format": format, "id": conv.id});
+        let mut meta = Some(&conv.meta);
+        let mut first = |d: &mut Draft| {
+            if let Some(meta) = meta.take() {
+                d.diagnostics = with_conversation(&d.diagnostics, meta, &source)?;
+            }
+            Ok(())
+        };
+        self.names.insert("main".into());
+        let w = Writing {
+            branch: BranchName::main(),
+            fork: None,
+        };
+        let (tree, anchored) = (self.tree, self.anchored);
+        let (placed, anchor) = (&mut self.placed, &mut self.anchor);
+        w.write(
+            l,
+            self.id,
+            tree,
+            self.agent,
+            cur,
+            lead,
+            path,
+            loader,
+            &mut first,
+            &mut |m, s| match m {
+                Some(i) => placed.note(tree, i, s.hash),
+                None if anchor.is_none() && anchored => *anchor = Some(s.hash),
+                None => {}
+            },
+        )
+    }
+
+    /// Writes another timeline (`name`, the messages of `path`) from the
+    /// deepest message of it already written (else from the anchor). The
+    /// nodes written; `None` when it has nowhere to start.
+    fn timeline(
+        &mut self,
+        l: &mut Ledger<'_>,
+        name: &str,
+        path: &[usize],
+        loader: &mut dyn Loader,
+    ) -> Result<Option<usize>, StoreError> {
+        let tree = self.tree;
+        let (mut cur, _) = self.start()?;
         // The deepest message of this path already in the store.
-        let shared = path.iter().rposition(|&i| placed.written[i]);
+        let shared = path.iter().rposition(|&i| self.placed.written[i]);
         let (point, rest) = match shared {
             Some(k) => {
                 // Where the timeline stands after it, from the skeleton.
                 for &i in &path[..=k] {
-                    step(&agent, &mut cur, i, &tree.message(i), &mut Vec::new())?;
+                    step(self.agent, &mut cur, i, &tree.message(i), &mut Vec::new())?;
                 }
-                let point = *placed.at_parting.get(&path[k]).ok_or_else(|| {
+                let point = *self.placed.at_parting.get(&path[k]).ok_or_else(|| {
                     StoreError::Invalid("a timeline parts where no hash was kept".into())
                 })?;
                 (point, &path[k + 1..])
             }
-            None => match anchor {
-                Some(a) => (a, &path[..]),
-                None => continue,
+            None => match self.anchor {
+                Some(a) => (a, path),
+                None => return Ok(None),
             },
         };
-        let name = branch_name(&conv.timelines[t].name, &mut names);
+        let name = branch_name(name, &mut self.names);
         let w = Writing {
             branch: name,
-            fork: Some((point, created)),
+            fork: Some((point, self.created)),
         };
-        nodes += w.write(
+        let placed = &mut self.placed;
+        let nodes = w.write(
             l,
-            &id,
+            self.id,
             tree,
-            &agent,
+            self.agent,
             cur,
             Vec::new(),
             rest,
@@ -464,16 +542,8 @@ fn lazy_in(
                 }
             },
         )?;
-        branches += 1;
+        Ok(Some(nodes))
     }
-    let all = placed.keys.len() == n;
-    write_index_of(l, &id, tree, loader, placed.keys, all)?;
-    Ok(Outcome::Created {
-        id,
-        title: outcome_title,
-        nodes,
-        branches,
-    })
 }
 
 /// Creates the session a conversation is imported into: its agent (the
@@ -812,86 +882,38 @@ fn import_more(
         .tx()
         .session(id)?
         .ok_or_else(|| StoreError::Invalid(format!("session {id} vanished").into()))?;
-    let (mut stored, have) = stored_keys(l, id, tree, tail)?;
-    let (mut heads, mut names, holder) = open_heads(l, id)?;
-    let mut active: Option<BranchName> = None;
+    let (stored, have) = stored_keys(l, id, tree, tail)?;
+    let (heads, names, holder) = open_heads(l, id)?;
     // Records of stored messages that are not stored yet (only those
     // messages are read again).
-    let mut orphans = orphan_records(tree, loader, &stored, &have)?;
-    let key_of = |i: usize| tree.key(i).map(Cow::into_owned);
-    let (mut nodes, mut branches) = (0, 0);
-    for t in 0..conv.timelines.len() {
-        let path = path_in(tree, conv.timelines[t].leaf);
-        let shared = path
-            .iter()
-            .rposition(|&i| key_of(i).is_some_and(|k| stored.contains_key(&k)));
-        let (rest, (point, pctx, ptime)) = match (shared, &holder) {
-            (Some(k), _) => {
-                let Some(point_key) = key_of(path[k]) else {
-                    continue;
-                };
-                (&path[k + 1..], stored[&point_key])
-            }
-            (None, Some(h)) if path.first().is_some_and(|&i| tree.parent(i).is_none()) => {
-                (&path[..], *h)
-            }
-            // Shares nothing with what is stored: left for a full re-import.
-            (None, _) => continue,
-        };
-        if rest.is_empty() {
-            continue;
-        }
-        let start = Cursor::after(&pctx, ptime);
-        let (branch, fork) = match heads.remove(&point) {
-            Some(b) => (b, None),
-            None => {
-                let name = branch_name(&format!("alt-{}", names.len()), &mut names);
-                branches += 1;
-                (name, Some((point, ptime)))
-            }
-        };
-        let w = Writing {
-            branch: branch.clone(),
-            fork,
-        };
-        let mut first = |d: &mut Draft| {
-            // Records stored already (a holder's, now riding with the first
-            // message after them) are not stored twice.
-            if shared.is_none() {
-                d.diagnostics = without_records(&d.diagnostics, &have)?;
-            }
-            if !orphans.is_empty() {
-                d.diagnostics = with_records(&d.diagnostics, std::mem::take(&mut orphans))?;
-            }
-            Ok(())
-        };
-        let mut last = None;
-        nodes += w.write(
-            l,
-            id,
-            tree,
-            &session.agent,
-            start,
-            Vec::new(),
-            rest,
-            loader,
-            &mut first,
-            &mut |m, s| {
-                // Later timelines branching from these new nodes need
-                // their contexts.
-                if let Some(k) = m.and_then(key_of) {
-                    stored.insert(k, (s.hash, s.ctx, s.node.created_at));
-                }
-                last = Some(s.hash);
-            },
-        )?;
+    let orphans = orphan_records(tree, loader, &stored, &have)?;
+    let mut more = More {
+        id,
+        tree,
+        agent: &session.agent,
+        stored,
+        have,
+        heads,
+        names,
+        holder,
+        orphans,
+        nodes: 0,
+        branches: 0,
+    };
+    let mut active: Option<BranchName> = None;
+    for (t, timeline) in conv.timelines.iter().enumerate() {
+        let branch = more.timeline(l, loader, timeline.leaf)?;
         if t == 0 {
-            active = Some(branch.clone());
-        }
-        if let Some(last) = last {
-            heads.insert(last, branch);
+            active = branch;
         }
     }
+    let More {
+        stored,
+        orphans,
+        mut nodes,
+        branches,
+        ..
+    } = more;
     // The transcript's active branch is `main`: a rewind made a new one.
     if let Some(b) = active.filter(|b| !b.is_main()) {
         l.promote(id, &b, now)?;
@@ -910,6 +932,114 @@ fn import_more(
         branches,
         pending: orphans.len(),
     })
+}
+
+/// A stored message (a timeline's place, its context and time).
+type Place = (NodeHash, convo_core::timeline::Context, Millis);
+
+/// What [`import_more`] goes on from: the stored messages by key (those
+/// it writes added), the record ids stored, the heads of the open
+/// branches, their names, the holder of a session with no message yet,
+/// the records of stored messages not stored yet (written with the first
+/// new message); what it wrote so far.
+struct More<'a> {
+    id: &'a SessionId,
+    tree: &'a dyn Tree,
+    agent: &'a str,
+    stored: StoredKeys,
+    have: HashSet<(String, u64)>,
+    heads: HashMap<NodeHash, BranchName>,
+    names: HashSet<String>,
+    holder: Option<Place>,
+    orphans: Vec<Value>,
+    nodes: usize,
+    branches: usize,
+}
+
+impl More<'_> {
+    /// Writes the messages of the timeline to `leaf` after the deepest
+    /// one stored (or, in a session with no message yet, after its
+    /// holder): onto the branch whose head that is, else a new `alt-N`.
+    /// The branch written, `None` when the timeline shares nothing with
+    /// what is stored (left for a full re-import) or has nothing new.
+    fn timeline(
+        &mut self,
+        l: &mut Ledger<'_>,
+        loader: &mut dyn Loader,
+        leaf: Option<usize>,
+    ) -> Result<Option<BranchName>, StoreError> {
+        let tree = self.tree;
+        let key_of = |i: usize| tree.key(i).map(Cow::into_owned);
+        let path = path_in(tree, leaf);
+        let shared = path
+            .iter()
+            .rposition(|&i| key_of(i).is_some_and(|k| self.stored.contains_key(&k)));
+        let (rest, (point, pctx, ptime)) = match (shared, &self.holder) {
+            (Some(k), _) => {
+                let Some(point_key) = key_of(path[k]) else {
+                    return Ok(None);
+                };
+                (&path[k + 1..], self.stored[&point_key])
+            }
+            (None, Some(h)) if path.first().is_some_and(|&i| tree.parent(i).is_none()) => {
+                (&path[..], *h)
+            }
+            // Shares nothing with what is stored: left for a full re-import.
+            (None, _) => return Ok(None),
+        };
+        if rest.is_empty() {
+            return Ok(None);
+        }
+        let start = Cursor::after(&pctx, ptime);
+        let (branch, fork) = match self.heads.remove(&point) {
+            Some(b) => (b, None),
+            None => {
+                let name = branch_name(&format!("alt-{}", self.names.len()), &mut self.names);
+                self.branches += 1;
+                (name, Some((point, ptime)))
+            }
+        };
+        let w = Writing {
+            branch: branch.clone(),
+            fork,
+        };
+        let (have, orphans, stored) = (&self.have, &mut self.orphans, &mut self.stored);
+        let mut first = |d: &mut Draft| {
+            // Records stored already (a holder's, now riding with the first
+            // message after them) are not stored twice.
+            if shared.is_none() {
+                d.diagnostics = without_records(&d.diagnostics, have)?;
+            }
+            if !orphans.is_empty() {
+                d.diagnostics = with_records(&d.diagnostics, std::mem::take(orphans))?;
+            }
+            Ok(())
+        };
+        let mut last = None;
+        self.nodes += w.write(
+            l,
+            self.id,
+            tree,
+            self.agent,
+            start,
+            Vec::new(),
+            rest,
+            loader,
+            &mut first,
+            &mut |m, s| {
+                // Later timelines branching from these new nodes need
+                // their contexts.
+                if let Some(k) = m.and_then(key_of) {
+                    stored.insert(k, (s.hash, s.ctx, s.node.created_at));
+                }
+                last = Some(s.hash);
+            },
+        )?;
+        if let Some(last) = last {
+            self.heads.insert(last, branch.clone());
+        }
+        Ok(Some(branch))
+    }
 }
 
 /// Imports what was written to a session's files after the lines an

@@ -248,77 +248,100 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let mut set_cookie = None;
-    let res = 'res: {
-        if let Some(res) = refuse_host_origin(&g.hosts, &req) {
-            break 'res res;
-        }
-        // The embedded stylesheet and script hold nothing of the store:
-        // the login page can use them before the browser has the cookie.
-        let public =
-            method == Method::GET && matches!(path.as_str(), "/assets/app.css" | "/assets/app.js");
-        if let Some(token) = g.token.as_ref().filter(|_| !public) {
-            let headers = req.headers();
-            let bearer = headers
-                .get(header::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.strip_prefix("Bearer "))
-                .map(str::to_owned);
-            let from_query = query_token(&req);
-            let api_key = || {
-                g.api_clients
-                    .then(|| headers.get("x-api-key")?.to_str().ok().map(str::to_owned))
-                    .flatten()
-            };
-            let given = bearer
-                .or_else(api_key)
-                .or_else(|| cookie_token(headers))
-                .or(from_query.clone());
-            match given {
-                Some(t) if same(t.as_bytes(), token.as_bytes()) => {
-                    if from_query.is_some() {
-                        let secure = headers
-                            .get("x-forwarded-proto")
-                            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
-                        let cookie = format!(
-                            "convo_token={}; HttpOnly; SameSite=Strict; Path=/{}",
-                            cookie_escape(&t),
-                            if secure { "; Secure" } else { "" }
-                        );
-                        if matches!(method, Method::GET | Method::HEAD) {
-                            // Exchange the token in the URL for the
-                            // cookie, and drop it from the address bar.
-                            let mut res = Response::new(Body::empty());
-                            *res.status_mut() = StatusCode::SEE_OTHER;
-                            if let Ok(v) = HeaderValue::from_str(&without_token(req.uri())) {
-                                res.headers_mut().insert(header::LOCATION, v);
-                            }
-                            set_cookie = Some(cookie);
-                            break 'res res;
-                        }
-                        set_cookie = Some(cookie);
-                    }
-                }
-                _ => {
-                    if method == Method::GET && wants_html(req.headers()) {
-                        break 'res login_page(from_query.is_some());
-                    }
-                    break 'res error(
-                        StatusCode::UNAUTHORIZED,
-                        "unauthorized",
-                        "this server needs a token: send `Authorization: Bearer TOKEN`",
-                    );
-                }
+    let refused = refuse_host_origin(&g.hosts, &req)
+        .or_else(|| authenticate(&g, &req, &mut set_cookie))
+        .or_else(|| {
+            if matches!(method, Method::GET | Method::HEAD | Method::OPTIONS) {
+                return None;
             }
-        }
-        if !matches!(method, Method::GET | Method::HEAD | Method::OPTIONS)
-            && let Err(why) = csrf_check(req.headers(), g.api_clients)
-        {
-            break 'res error(StatusCode::FORBIDDEN, "forbidden", &why);
-        }
-        next.run(req).await
+            let why = csrf_check(req.headers(), g.api_clients).err()?;
+            Some(error(StatusCode::FORBIDDEN, "forbidden", &why))
+        });
+    let mut res = match refused {
+        Some(res) => res,
+        None => next.run(req).await,
     };
-    let mut res = res;
-    let h = res.headers_mut();
+    harden(res.headers_mut(), set_cookie);
+    if g.log {
+        let line = serde_json::json!({
+            "time": jiff::Timestamp::now().to_string(),
+            "method": method.as_str(),
+            "path": path,
+            "status": res.status().as_u16(),
+            "ms": (start.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
+        });
+        eprintln!("{line}");
+    }
+    res
+}
+
+/// The token check, when the server has a token (and the path is not one
+/// of the public assets): `None` lets the request through, noting in
+/// `set_cookie` the cookie a token given in the URL is exchanged for;
+/// else the answer (the exchange's redirect, the login page, a 401).
+fn authenticate(g: &Guard, req: &Request, set_cookie: &mut Option<String>) -> Option<Response> {
+    let method = req.method();
+    // The embedded stylesheet and script hold nothing of the store:
+    // the login page can use them before the browser has the cookie.
+    let public =
+        method == Method::GET && matches!(req.uri().path(), "/assets/app.css" | "/assets/app.js");
+    let token = g.token.as_ref().filter(|_| !public)?;
+    let headers = req.headers();
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::to_owned);
+    let from_query = query_token(req);
+    let api_key = || {
+        g.api_clients
+            .then(|| headers.get("x-api-key")?.to_str().ok().map(str::to_owned))
+            .flatten()
+    };
+    let given = bearer
+        .or_else(api_key)
+        .or_else(|| cookie_token(headers))
+        .or(from_query.clone());
+    match given {
+        Some(t) if same(t.as_bytes(), token.as_bytes()) => {
+            from_query.as_ref()?;
+            let secure = headers
+                .get("x-forwarded-proto")
+                .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+            *set_cookie = Some(format!(
+                "convo_token={}; HttpOnly; SameSite=Strict; Path=/{}",
+                cookie_escape(&t),
+                if secure { "; Secure" } else { "" }
+            ));
+            if !matches!(*method, Method::GET | Method::HEAD) {
+                return None;
+            }
+            // Exchange the token in the URL for the cookie, and drop it
+            // from the address bar.
+            let mut res = Response::new(Body::empty());
+            *res.status_mut() = StatusCode::SEE_OTHER;
+            if let Ok(v) = HeaderValue::from_str(&without_token(req.uri())) {
+                res.headers_mut().insert(header::LOCATION, v);
+            }
+            Some(res)
+        }
+        _ => {
+            if method == Method::GET && wants_html(headers) {
+                return Some(login_page(from_query.is_some()));
+            }
+            Some(error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "this server needs a token: send `Authorization: Bearer TOKEN`",
+            ))
+        }
+    }
+}
+
+/// The headers every answer carries (a content security policy unless it
+/// has its own, no sniffing, no referrer, no framing), and the cookie a
+/// token was exchanged for.
+fn harden(h: &mut HeaderMap, set_cookie: Option<String>) {
     if !h.contains_key(header::CONTENT_SECURITY_POLICY) {
         h.insert(
             header::CONTENT_SECURITY_POLICY,
@@ -340,17 +363,6 @@ pub async fn guard(State(g): State<Guard>, req: Request, next: Next) -> Response
     if let Some(c) = set_cookie.and_then(|c| HeaderValue::from_str(&c).ok()) {
         h.insert(header::SET_COOKIE, c);
     }
-    if g.log {
-        let line = serde_json::json!({
-            "time": jiff::Timestamp::now().to_string(),
-            "method": method.as_str(),
-            "path": path,
-            "status": res.status().as_u16(),
-            "ms": (start.elapsed().as_secs_f64() * 1000.0 * 1000.0).round() / 1000.0,
-        });
-        eprintln!("{line}");
-    }
-    res
 }
 
 /// Whether the client is a browser asking for a page.

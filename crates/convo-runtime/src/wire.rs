@@ -147,8 +147,8 @@ pub fn diff(
     d: &convo_store::diff::TimelineDiff,
     page: Option<u64>,
 ) -> Result<convo_api::DiffView, StoreError> {
-    use convo_api::{DiffLine, DiffNode, DiffSide, DiffTurn, DiffView};
-    use convo_store::diff::{self, Side};
+    use convo_api::DiffView;
+    use convo_store::diff;
     let pages = d.pages(diff::PAGE_NODES);
     let range = match page {
         None => 0..d.turns.len(),
@@ -171,16 +171,62 @@ pub fn diff(
     };
     let payloads = diff::payloads(store, d, range.clone(), true)?;
     let turns = &d.turns[range];
-    let side = |s: &Side, pick: fn(&diff::NodeDiff) -> Option<usize>| {
-        let shown: Vec<usize> = match page {
+    let shown = Shown {
+        turns,
+        page,
+        payloads: &payloads,
+    };
+    let fork_point = d
+        .fork_point
+        .as_ref()
+        .map(|f| numbered(node(&f.stored, Some(&f.payload)), diff::turn_of(&f.stored)));
+    Ok(DiffView {
+        session: d.a.head.node.session.to_string(),
+        fork_point,
+        shared: d.common as u64,
+        common: d.common as u64,
+        a: shown.side(&d.a, |n| n.a),
+        b: shown.side(&d.b, |n| n.b),
+        turns: turns.iter().map(|t| shown.turn(d, t)).collect(),
+        unchanged: d.unchanged() as u64,
+        page,
+        pages: pages.len() as u64,
+    })
+}
+
+/// A node's view with its turn number, when it has one.
+fn numbered(v: NodeView, turn: Option<usize>) -> NodeView {
+    match turn {
+        Some(t) => v.with_turn(t as u64),
+        None => v,
+    }
+}
+
+/// The part of a diff [`diff`] shows: its turns (those of `page`, or all),
+/// with the payloads of their nodes.
+struct Shown<'a> {
+    turns: &'a [convo_store::diff::TurnDiff],
+    page: Option<u64>,
+    payloads: &'a convo_store::diff::Payloads,
+}
+
+impl Shown<'_> {
+    /// One side: its nodes shown (`pick`: a node's index on this side).
+    fn side(
+        &self,
+        s: &convo_store::diff::Side,
+        pick: fn(&convo_store::diff::NodeDiff) -> Option<usize>,
+    ) -> convo_api::DiffSide {
+        let shown: Vec<usize> = match self.page {
             None => (0..s.added.len()).collect(),
-            Some(_) => turns
+            Some(_) => self
+                .turns
                 .iter()
                 .flat_map(|t| &t.nodes)
                 .filter_map(pick)
                 .collect(),
         };
-        DiffSide {
+        convo_api::DiffSide {
             reference: s.label.clone(),
             branch: s.label.clone(),
             head: s.head.hash.to_hex(),
@@ -189,62 +235,46 @@ pub fn diff(
                 .into_iter()
                 .map(|i| {
                     let n = &s.added[i];
-                    let v = node(n, payloads.get(&n.hash).map(|p| p.as_slice()));
-                    match s.turn_numbers[i] {
-                        Some(t) => v.with_turn(t as u64),
-                        None => v,
-                    }
+                    let v = node(n, self.payloads.get(&n.hash).map(|p| p.as_slice()));
+                    numbered(v, s.turn_numbers[i])
                 })
                 .collect(),
         }
-    };
-    let hash = |n: Option<&StoredNode>| n.map(|n| n.hash.to_hex());
-    let fork_point = d.fork_point.as_ref().map(|f| {
-        let v = node(&f.stored, Some(&f.payload));
-        match diff::turn_of(&f.stored) {
-            Some(t) => v.with_turn(t as u64),
-            None => v,
+    }
+
+    /// One turn of the diff: its nodes on each side and their lines.
+    fn turn(
+        &self,
+        d: &convo_store::diff::TimelineDiff,
+        t: &convo_store::diff::TurnDiff,
+    ) -> convo_api::DiffTurn {
+        let hash = |n: Option<&StoredNode>| n.map(|n| n.hash.to_hex());
+        convo_api::DiffTurn {
+            a: t.a.map(|n| n as u64),
+            b: t.b.map(|n| n as u64),
+            changed: t.changed(),
+            nodes: t
+                .nodes
+                .iter()
+                .map(|n| convo_api::DiffNode {
+                    a: hash(d.node_a(n)),
+                    b: hash(d.node_b(n)),
+                    kind: d
+                        .node_a(n)
+                        .or(d.node_b(n))
+                        .map(|x| x.node.kind.as_str().to_owned())
+                        .unwrap_or_default(),
+                    changed: n.changed(),
+                    lines: d
+                        .lines(self.payloads, n)
+                        .into_iter()
+                        .map(|l| convo_api::DiffLine {
+                            op: l.change.sign().to_owned(),
+                            text: l.text,
+                        })
+                        .collect(),
+                })
+                .collect(),
         }
-    });
-    Ok(DiffView {
-        session: d.a.head.node.session.to_string(),
-        fork_point,
-        shared: d.common as u64,
-        common: d.common as u64,
-        a: side(&d.a, |n| n.a),
-        b: side(&d.b, |n| n.b),
-        turns: turns
-            .iter()
-            .map(|t| DiffTurn {
-                a: t.a.map(|n| n as u64),
-                b: t.b.map(|n| n as u64),
-                changed: t.changed(),
-                nodes: t
-                    .nodes
-                    .iter()
-                    .map(|n| DiffNode {
-                        a: hash(d.node_a(n)),
-                        b: hash(d.node_b(n)),
-                        kind: d
-                            .node_a(n)
-                            .or(d.node_b(n))
-                            .map(|x| x.node.kind.as_str().to_owned())
-                            .unwrap_or_default(),
-                        changed: n.changed(),
-                        lines: d
-                            .lines(&payloads, n)
-                            .into_iter()
-                            .map(|l| DiffLine {
-                                op: l.change.sign().to_owned(),
-                                text: l.text,
-                            })
-                            .collect(),
-                    })
-                    .collect(),
-            })
-            .collect(),
-        unchanged: d.unchanged() as u64,
-        page,
-        pages: pages.len() as u64,
-    })
+    }
 }

@@ -10,13 +10,17 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use convo_api::{AppendLine, Branch, ErrorDoc, NodeView, Session};
+pub use convo_api::http::{
+    AppendBody, Appended, AtQuery, DiffQuery, EventsQuery, ExportQuery, ForkRequest, Forked,
+    Health, ImportQuery, ImportSummary, ImportedSession, NewSession, PageQuery, PromoteRequest,
+    PromotedView, Retitle, SearchQuery, SessionDetail, SessionList, SessionQuery, StateWritten,
+    TimelinePageView,
+};
+use convo_api::{Branch, ErrorDoc, NodeView, Session};
 use convo_core::{BranchName, HashPrefix, Kind, Millis};
 use convo_runtime::wire::{self, FromStore as _};
 use convo_store::{SessionRow, StoreError};
-use serde::{Deserialize, Serialize};
 use std::convert::Infallible;
-use utoipa::{IntoParams, ToSchema};
 
 /// An API error: a status and an [`ErrorDoc`].
 #[derive(Debug)]
@@ -193,32 +197,6 @@ pub(crate) fn resolved(
 
 // ----- sessions ---------------------------------------------------------
 
-/// Filters and page of the session list.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct SessionQuery {
-    /// Text that must appear in the id, title or agent (case-insensitive).
-    pub q: Option<String>,
-    /// Only sessions with this agent.
-    pub agent: Option<String>,
-    /// Skip this many (newest first).
-    pub offset: Option<usize>,
-    /// At most this many (default 50, at most 1000).
-    #[param(minimum = 1, maximum = 1000)]
-    pub limit: Option<usize>,
-}
-
-/// A page of sessions, newest first.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SessionList {
-    /// The sessions on this page.
-    pub sessions: Vec<Session>,
-    /// How many sessions match the filters.
-    pub total: usize,
-    /// The `offset` of the next page, or `null` on the last.
-    pub next_offset: Option<usize>,
-}
-
 /// The session list, newest first, filtered and paginated.
 #[utoipa::path(get, path = "/api/v1/sessions", params(SessionQuery),
     responses((status = 200, body = SessionList), (status = "default", body = ErrorDoc)))]
@@ -266,16 +244,6 @@ pub(crate) fn matching_sessions<'a>(
         .collect()
 }
 
-/// A new session.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewSession {
-    /// The agent's name.
-    pub agent: String,
-    /// An optional title.
-    pub title: Option<String>,
-}
-
 /// Creates a session with an empty `main`.
 #[utoipa::path(post, path = "/api/v1/sessions", request_body = NewSession,
     responses((status = 201, body = Session), (status = "default", body = ErrorDoc)))]
@@ -292,15 +260,6 @@ pub async fn create_session(
         .run(move |s| s.transaction(|l| l.new_session(&n.agent, n.title.as_deref(), now())))
         .await?;
     Ok((StatusCode::CREATED, Json(Session::from_store(&row))))
-}
-
-/// A session and its timelines.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct SessionDetail {
-    /// The session.
-    pub session: Session,
-    /// Its branches, by name.
-    pub branches: Vec<Branch>,
 }
 
 /// One session (by id, unique id prefix or title) with its branches.
@@ -323,14 +282,6 @@ pub async fn get_session(
         session: Session::from_store(&row),
         branches: branches.iter().map(Branch::from_store).collect(),
     }))
-}
-
-/// A new title.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct Retitle {
-    /// The new title; `null` removes it.
-    pub title: Option<String>,
 }
 
 /// Sets or removes a session's title (recorded, so verify still binds it).
@@ -373,42 +324,6 @@ pub async fn list_branches(
 }
 
 // ----- timelines and nodes ------------------------------------------------
-
-/// Where a timeline page starts.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PageQuery {
-    /// Position of the first node (0 = the session's first node); negative
-    /// counts from the end (`-50` = the last 50). Default 0.
-    pub cursor: Option<i64>,
-    /// Nodes per page (default 200, at most 2000).
-    #[param(minimum = 1, maximum = 2000)]
-    pub limit: Option<usize>,
-    /// `true`: each node received as OpenTelemetry gets `otel`, its call's
-    /// details read back from the kept export body (rebuilds the session's
-    /// kept bodies: it costs what the exporter sent). Default `false`.
-    pub otel: Option<bool>,
-    /// `false`: leave each node's `payload` out (`null`), and do not read
-    /// it (a listing of long payloads costs only the nodes). Default `true`.
-    pub payloads: Option<bool>,
-}
-
-/// A page of a timeline.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct TimelinePageView {
-    /// The branch.
-    pub branch: String,
-    /// The nodes, root to head, payloads included, with turn numbers.
-    pub nodes: Vec<NodeView>,
-    /// Nodes on the whole timeline.
-    pub total: usize,
-    /// Turns (invokes) on the whole timeline.
-    pub turns: u64,
-    /// The position of the first node of this page.
-    pub cursor: usize,
-    /// The `cursor` of the next page, or `null` at the head.
-    pub next_cursor: Option<usize>,
-}
 
 /// A page of a timeline, root to head, with turn numbers.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/branches/{branch}/timeline",
@@ -597,23 +512,6 @@ fn content_type(b: &[u8]) -> &'static str {
 
 // ----- writes -------------------------------------------------------------
 
-/// One line, or an array of lines appended in one transaction.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(untagged)]
-pub enum AppendBody {
-    /// One message.
-    One(AppendLine),
-    /// Several, in order, in one transaction.
-    Many(Vec<AppendLine>),
-}
-
-/// What an append wrote.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Appended {
-    /// The nodes, in order (payloads omitted).
-    pub nodes: Vec<NodeView>,
-}
-
 /// Appends messages to a timeline, in one transaction (all or none). The
 /// line shape is `convo ingest`'s ([`AppendLine`]); at most 10,000 lines.
 #[utoipa::path(post, path = "/api/v1/sessions/{session}/branches/{branch}/nodes",
@@ -719,25 +617,6 @@ fn json_type(v: &serde_json::Value) -> &'static str {
     }
 }
 
-/// A fork.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ForkRequest {
-    /// The fork point: a node hash or unique prefix, `BRANCH`, `BRANCH@TURN` or `BRANCH~N`.
-    pub from: String,
-    /// The new branch's name.
-    pub branch: String,
-}
-
-/// What a fork made.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Forked {
-    /// The new branch.
-    pub branch: Branch,
-    /// Its `fork` node.
-    pub node: NodeView,
-}
-
 /// Forks a new timeline from any node of the session (O(1) at any depth).
 #[utoipa::path(post, path = "/api/v1/sessions/{session}/fork",
     params(("session" = String, Path)), request_body = ForkRequest,
@@ -773,23 +652,6 @@ pub async fn fork(
             node: wire::node(&node, None),
         }),
     ))
-}
-
-/// A promote.
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PromoteRequest {
-    /// The branch to make `main`.
-    pub branch: String,
-}
-
-/// What a promote did.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PromotedView {
-    /// The `promote` node, now the head of `main`.
-    pub node: NodeView,
-    /// The name the old `main` was sealed under.
-    pub sealed_as: String,
 }
 
 /// Makes a branch `main`; the old `main` is sealed as `broken-YYYY-MM-DD`.
@@ -837,15 +699,6 @@ fn guard(
 }
 
 // ----- state --------------------------------------------------------------
-
-/// Which state version to read.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct AtQuery {
-    /// A node (hash or prefix, `BRANCH`, `BRANCH@TURN`, `BRANCH~N`): the
-    /// state as of that node. Default: the branch's working state.
-    pub at: Option<String>,
-}
 
 pub use convo_api::{StateEntry, StateView};
 
@@ -915,15 +768,6 @@ pub async fn state_get(
         Some(v) => Ok(([(header::CONTENT_TYPE, "application/octet-stream")], v).into_response()),
         None => Err(ApiError::not_found(format!("no state key `{key}`"))),
     }
-}
-
-/// The new state root after a write.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct StateWritten {
-    /// The branch's new working state root.
-    pub root: String,
-    /// For a delete: whether the key was there.
-    pub existed: Option<bool>,
 }
 
 /// Sets a key on the branch's working state (the body is the value).
@@ -997,20 +841,6 @@ pub async fn verify(State(st): State<AppState>) -> ApiResult<Json<VerifyView>> {
     Ok(Json(VerifyView::from_store(&r)))
 }
 
-/// The two timelines to compare.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct DiffQuery {
-    /// The first side (default `main`): a branch or any reference (HASH,
-    /// BRANCH~N, BRANCH@TURN).
-    pub a: Option<String>,
-    /// The second side: a branch or any reference.
-    pub b: String,
-    /// Only this page (from 1) of at most 200 changed nodes; the whole diff
-    /// without it.
-    pub page: Option<u64>,
-}
-
 /// Two timelines from their fork point (common ancestor), aligned by
 /// content and grouped into turns: the document `convo diff --json` prints.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/diff",
@@ -1031,46 +861,6 @@ pub async fn diff(
         })
         .await?;
     Ok(Json(view))
-}
-
-/// What to search for. Empty parameters are ignored (`agent=` is no
-/// filter), so a form's blank fields can be sent as they are.
-#[derive(Clone, Debug, Default, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct SearchQuery {
-    /// Words that must all appear in the payload (case-insensitive; words
-    /// are runs of letters and digits), `prefix*`, or `"a phrase"`; `a OR
-    /// b` for either, `-word` to exclude.
-    pub q: String,
-    /// Only this session (id, unique prefix or title).
-    pub session: Option<String>,
-    /// Only nodes on this timeline of `session`.
-    pub branch: Option<String>,
-    /// Only nodes of sessions recorded by this agent.
-    pub agent: Option<String>,
-    /// Only these node kinds (comma-separated).
-    pub kind: Option<String>,
-    /// Only nodes from this sender.
-    pub from: Option<String>,
-    /// Only nodes to this recipient.
-    pub to: Option<String>,
-    /// Only nodes whose diagnostics name this model.
-    pub model: Option<String>,
-    /// Only nodes whose diagnostics' status is this (`200`, `429`).
-    pub status: Option<String>,
-    /// `true` (or `on`, `1`): only nodes that record a failure (an `error`
-    /// or `failure` in their diagnostics, or a 4xx/5xx status).
-    pub failed: Option<String>,
-    /// Only nodes recorded at or after this time (RFC 3339, or a UTC date
-    /// `2026-11-24` or date and time `2026-11-24T09:30`).
-    pub since: Option<String>,
-    /// Only nodes recorded before this time (as `since`).
-    pub until: Option<String>,
-    /// At most this many hits (default 50, at most 500).
-    #[param(minimum = 1, maximum = 500)]
-    pub limit: Option<usize>,
-    /// Skip this many hits first (the next page: `offset` + `limit`).
-    pub offset: Option<usize>,
 }
 
 pub use convo_api::{SearchHit, SearchResults};
@@ -1176,16 +966,6 @@ pub(crate) async fn search_results(st: &AppState, q: &SearchQuery) -> ApiResult<
     Ok(SearchResults::from_store(&r))
 }
 
-/// Which export.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ExportQuery {
-    /// convo, clog, session-json, openai, markdown or html (default convo).
-    pub format: Option<String>,
-    /// The timeline (default main).
-    pub branch: Option<String>,
-}
-
 /// A timeline in a file format, as `convo export` writes it.
 #[utoipa::path(get, path = "/api/v1/sessions/{session}/export",
     params(("session" = String, Path), ExportQuery),
@@ -1235,32 +1015,6 @@ pub async fn export(
     Ok(res)
 }
 
-/// How to read an upload.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct ImportQuery {
-    /// convo, session-json, chatgpt, claude, sharegpt or openai (required).
-    pub format: String,
-    /// The agent name for imported sessions.
-    pub agent: Option<String>,
-}
-
-/// One imported conversation.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ImportedSession {
-    /// The session id.
-    pub id: String,
-    /// False when it had been imported before (nothing written).
-    pub created: bool,
-}
-
-/// What an import did.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct ImportSummary {
-    /// Each conversation in the file.
-    pub sessions: Vec<ImportedSession>,
-}
-
 /// Imports an uploaded file (the request body) in one transaction.
 #[utoipa::path(post, path = "/api/v1/import", params(ImportQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
@@ -1308,17 +1062,6 @@ pub async fn import(
 }
 
 // ----- events ---------------------------------------------------------------
-
-/// Where the event stream starts.
-#[derive(Debug, Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct EventsQuery {
-    /// Start after this follow cursor (the `Last-Event-ID` header wins);
-    /// default: only nodes appended from now on.
-    pub after: Option<u64>,
-    /// Only nodes of this session (id, prefix or title).
-    pub session: Option<String>,
-}
 
 /// Server-Sent Events: every new node in append order (`event: node`,
 /// `id:` the follow cursor, `data:` the [`NodeView`] JSON with payload).
@@ -1373,19 +1116,6 @@ pub async fn events(
         ))
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
-}
-
-/// Health: the store answers.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct Health {
-    /// Always true when the response is 200.
-    pub ok: bool,
-    /// `sqlite` or `postgres`.
-    pub store: String,
-    /// The newest follow cursor.
-    pub cursor: u64,
-    /// convo's version.
-    pub version: String,
 }
 
 /// Liveness and the store's follow cursor.

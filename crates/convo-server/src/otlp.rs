@@ -246,6 +246,26 @@ async fn receive(
             return status(enc, e.status(), INVALID_ARGUMENT, why);
         }
     };
+    let (calls, rejected) = match read_export(body, gzip, limit, signal, enc).await {
+        Ok(x) => x,
+        Err(answer) => return answer,
+    };
+    if let Err(answer) = record(&st, calls, enc).await {
+        return answer;
+    }
+    exported(enc, signal, &rejected)
+}
+
+/// The calls of an export body (gunzipped when `gzip`), read off the
+/// async runtime, and what was rejected; `Err`: the answer saying why it
+/// cannot be read (a 413 over the limits, else a 400).
+async fn read_export(
+    body: Bytes,
+    gzip: bool,
+    limit: usize,
+    signal: Signal,
+    enc: Encoding,
+) -> Result<(Prepared, Rejected), Response> {
     let read = tokio::task::spawn_blocking(
         move || -> Result<(Prepared, Rejected), convo_formats::Error> {
             // The body as received, gunzipped: decoded, and kept.
@@ -265,48 +285,60 @@ async fn receive(
         },
     )
     .await;
-    let (calls, rejected) = match read {
-        Ok(Ok(x)) => x,
+    match read {
+        Ok(Ok(x)) => Ok(x),
         Ok(Err(e)) => {
             let http = if e.rule == "too-large" || e.rule == "too-many" {
                 StatusCode::PAYLOAD_TOO_LARGE
             } else {
                 StatusCode::BAD_REQUEST
             };
-            return status(enc, http, INVALID_ARGUMENT, e.to_string());
+            Err(status(enc, http, INVALID_ARGUMENT, e.to_string()))
         }
-        Err(e) => {
-            return status(
-                enc,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                INTERNAL,
-                e.to_string(),
-            );
-        }
-    };
+        Err(e) => Err(status(
+            enc,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            INTERNAL,
+            e.to_string(),
+        )),
+    }
+}
+
+/// Records the calls read (held for their log events when none carries
+/// content); `Err`: the answer saying why the store refused them.
+async fn record(st: &AppState, calls: Prepared, enc: Encoding) -> Result<(), Response> {
     if calls.only_without_content() {
         // Their messages may still come, in log events (EVENT_ONLY).
-        hold(&st, calls);
-    } else if calls.calls() > 0 {
-        // The writer wakes the event hub after each batch.
-        match st.writer.otel(calls, now()).await {
-            Ok(done) => {
-                if done.without_content > 0 {
-                    say_content_hint();
+        hold(st, calls);
+        return Ok(());
+    }
+    if calls.calls() == 0 {
+        return Ok(());
+    }
+    // The writer wakes the event hub after each batch.
+    match st.writer.otel(calls, now()).await {
+        Ok(done) => {
+            if done.without_content > 0 {
+                say_content_hint();
+            }
+            Ok(())
+        }
+        Err(e) => {
+            let (http, code) = match e.kind() {
+                convo_store::ErrorKind::Unavailable => {
+                    (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE)
                 }
-            }
-            Err(e) => {
-                let (http, code) = match e.kind() {
-                    convo_store::ErrorKind::Unavailable => {
-                        (StatusCode::SERVICE_UNAVAILABLE, UNAVAILABLE)
-                    }
-                    convo_store::ErrorKind::Invalid => (StatusCode::BAD_REQUEST, INVALID_ARGUMENT),
-                    _ => (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL),
-                };
-                return status(enc, http, code, e.to_string());
-            }
+                convo_store::ErrorKind::Invalid => (StatusCode::BAD_REQUEST, INVALID_ARGUMENT),
+                _ => (StatusCode::INTERNAL_SERVER_ERROR, INTERNAL),
+            };
+            Err(status(enc, http, code, e.to_string()))
         }
     }
+}
+
+/// The answer to an export recorded: what was rejected, as a partial
+/// success.
+fn exported(enc: Encoding, signal: Signal, rejected: &Rejected) -> Response {
     match signal {
         Signal::Traces => encode(
             enc,

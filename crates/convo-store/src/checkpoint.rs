@@ -420,33 +420,7 @@ impl Store {
         order.sort_by_key(|&i| std::cmp::Reverse((cps[i].cursor, cps[i].time)));
         self.read(|tx| {
             let mut out: Vec<Vec<Problem>> = vec![Vec::new(); cps.len()];
-            // The log chain at each checkpoint's cursor, in one scan.
-            let mut want: Vec<(u64, usize)> = (0..cps.len()).map(|i| (cps[i].cursor, i)).collect();
-            want.sort_unstable();
-            let mut at: Vec<Option<(Digest, u64)>> = vec![None; cps.len()];
-            let mut log = log_start();
-            let (mut count, mut last, mut next) = (0u64, 0u64, 0usize);
-            while next < want.len() && want[next].0 == 0 {
-                at[want[next].1] = Some((log, 0));
-                next += 1;
-            }
-            tx.scan_node_hashes(&mut |seq, h| {
-                count += 1;
-                last = last.max(seq);
-                if next < want.len() {
-                    log = log_step(&log, seq, h);
-                    while next < want.len() && want[next].0 <= seq {
-                        // Exactly at the cursor, or past it: a node at the
-                        // cursor is missing, which the log then shows.
-                        let (c, i) = want[next];
-                        if c == seq {
-                            at[i] = Some((log, count));
-                        }
-                        next += 1;
-                    }
-                }
-                Ok(())
-            })?;
+            let nodes = NodeLog::scan(tx, cps)?;
             let fact_rows = if cps.iter().any(|cp| cp.facts_head.is_some()) {
                 tx.facts()?
                     .into_iter()
@@ -457,74 +431,164 @@ impl Store {
                 Default::default()
             };
             let last_fact = tx.last_fact()?.map(|(n, _)| n);
-            let mut proven: std::collections::HashSet<(SessionId, BranchName, NodeHash)> =
-                Default::default();
-            // Per timeline: the deepest node known to be on its chain now.
-            let mut anchor: std::collections::HashMap<(SessionId, BranchName), (NodeHash, u64)> =
-                Default::default();
+            let mut heads_proven = Proven::default();
             for &i in &order {
                 let cp = &cps[i];
                 let (heads, want_log) = &parsed[i];
                 let out = &mut out[i];
-                if count < cp.nodes || last < cp.cursor {
-                    problem(
-                        out, ProblemKind::Truncated,
-                        "store".into(),
-                        format!(
-                            "truncated: it holds {count} nodes up to follow number {last}, the checkpoint of {} saw {} up to {}",
-                            crate::checkpoint::time(cp.time),
-                            cp.nodes,
-                            cp.cursor
-                        ),
-                    );
-                } else if at[i].is_none_or(|(l, n)| l != *want_log || n != cp.nodes) {
-                    problem(
-                        out, ProblemKind::Rewritten,
-                        "store".into(),
-                        format!(
-                            "rewritten: nodes 1..={} no longer hash to the checkpoint's log: a node was removed, replaced or reordered",
-                            cp.cursor
-                        ),
-                    );
-                }
-                match last_fact {
-                    Some(n) if n < cp.facts => problem(
-                        out, ProblemKind::Truncated,
-                        "fact journal".into(),
-                        format!("truncated: {n} facts, the checkpoint saw {}", cp.facts),
-                    ),
-                    None if cp.facts > 0 => problem(
-                        out, ProblemKind::Truncated,
-                        "fact journal".into(),
-                        format!("truncated: no facts, the checkpoint saw {}", cp.facts),
-                    ),
-                    _ => {
-                        if let Some(want) = &cp.facts_head
-                            && fact_rows.get(&cp.facts).is_none_or(|h| hex::encode(h) != *want)
-                        {
-                            problem(
-                                out, ProblemKind::Rewritten,
-                                "fact journal".into(),
-                                format!("rewritten: fact {} is not the one the checkpoint saw", cp.facts),
-                            );
-                        }
-                    }
-                }
-                for (sid, name, head, _sealed) in heads {
-                    let Some(h) = head else { continue };
-                    if proven.contains(&(*sid, name.clone(), *h)) {
-                        continue;
-                    }
-                    match check_head(tx, cp, sid, name, h, &mut anchor)? {
-                        None => {
-                            proven.insert((*sid, name.clone(), *h));
-                        }
-                        Some((kind, reason)) => problem(out, kind, format!("branch {sid}/{name}"), reason),
-                    }
-                }
+                nodes.check(out, cp, i, want_log);
+                check_journal(out, cp, last_fact, &fact_rows);
+                heads_proven.check(tx, out, cp, heads)?;
             }
             Ok(out)
         })
+    }
+}
+
+/// The node log as the store holds it: how many nodes, the last follow
+/// number, and the log chain (with the nodes counted) at each
+/// checkpoint's cursor.
+struct NodeLog {
+    count: u64,
+    last: u64,
+    at: Vec<Option<(Digest, u64)>>,
+}
+
+impl NodeLog {
+    /// The log chain at each of `cps`' cursors, in one scan of the node
+    /// hashes.
+    fn scan(tx: &mut dyn Tx, cps: &[Checkpoint]) -> Result<NodeLog> {
+        let mut want: Vec<(u64, usize)> = (0..cps.len()).map(|i| (cps[i].cursor, i)).collect();
+        want.sort_unstable();
+        let mut at: Vec<Option<(Digest, u64)>> = vec![None; cps.len()];
+        let mut log = log_start();
+        let (mut count, mut last, mut next) = (0u64, 0u64, 0usize);
+        while next < want.len() && want[next].0 == 0 {
+            at[want[next].1] = Some((log, 0));
+            next += 1;
+        }
+        tx.scan_node_hashes(&mut |seq, h| {
+            count += 1;
+            last = last.max(seq);
+            if next < want.len() {
+                log = log_step(&log, seq, h);
+                while next < want.len() && want[next].0 <= seq {
+                    // Exactly at the cursor, or past it: a node at the
+                    // cursor is missing, which the log then shows.
+                    let (c, i) = want[next];
+                    if c == seq {
+                        at[i] = Some((log, count));
+                    }
+                    next += 1;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(NodeLog { count, last, at })
+    }
+
+    /// Whether the store still holds the nodes checkpoint `cp` (the `i`th
+    /// scanned, whose log is `want_log`) saw, unchanged.
+    fn check(&self, out: &mut Vec<Problem>, cp: &Checkpoint, i: usize, want_log: &Digest) {
+        let (count, last) = (self.count, self.last);
+        if count < cp.nodes || last < cp.cursor {
+            problem(
+                out,
+                ProblemKind::Truncated,
+                "store".into(),
+                format!(
+                    "truncated: it holds {count} nodes up to follow number {last}, the checkpoint of {} saw {} up to {}",
+                    crate::checkpoint::time(cp.time),
+                    cp.nodes,
+                    cp.cursor
+                ),
+            );
+        } else if self.at[i].is_none_or(|(l, n)| l != *want_log || n != cp.nodes) {
+            problem(
+                out,
+                ProblemKind::Rewritten,
+                "store".into(),
+                format!(
+                    "rewritten: nodes 1..={} no longer hash to the checkpoint's log: a node was removed, replaced or reordered",
+                    cp.cursor
+                ),
+            );
+        }
+    }
+}
+
+/// Whether the fact journal (`last_fact` facts, the hashes of `fact_rows`)
+/// still holds the facts checkpoint `cp` saw, unchanged.
+fn check_journal(
+    out: &mut Vec<Problem>,
+    cp: &Checkpoint,
+    last_fact: Option<u64>,
+    fact_rows: &std::collections::HashMap<u64, Vec<u8>>,
+) {
+    match last_fact {
+        Some(n) if n < cp.facts => problem(
+            out,
+            ProblemKind::Truncated,
+            "fact journal".into(),
+            format!("truncated: {n} facts, the checkpoint saw {}", cp.facts),
+        ),
+        None if cp.facts > 0 => problem(
+            out,
+            ProblemKind::Truncated,
+            "fact journal".into(),
+            format!("truncated: no facts, the checkpoint saw {}", cp.facts),
+        ),
+        _ => {
+            if let Some(want) = &cp.facts_head
+                && fact_rows
+                    .get(&cp.facts)
+                    .is_none_or(|h| hex::encode(h) != *want)
+            {
+                problem(
+                    out,
+                    ProblemKind::Rewritten,
+                    "fact journal".into(),
+                    format!(
+                        "rewritten: fact {} is not the one the checkpoint saw",
+                        cp.facts
+                    ),
+                );
+            }
+        }
+    }
+}
+
+/// Heads already proven still extended (checked once for every checkpoint
+/// naming them) and, per timeline, the deepest node known to be on its
+/// chain now.
+#[derive(Default)]
+struct Proven {
+    heads: std::collections::HashSet<(SessionId, BranchName, NodeHash)>,
+    anchor: std::collections::HashMap<(SessionId, BranchName), (NodeHash, u64)>,
+}
+
+impl Proven {
+    /// Whether the store still extends each head checkpoint `cp` names.
+    fn check(
+        &mut self,
+        tx: &mut dyn Tx,
+        out: &mut Vec<Problem>,
+        cp: &Checkpoint,
+        heads: &[Head],
+    ) -> Result<()> {
+        for (sid, name, head, _sealed) in heads {
+            let Some(h) = head else { continue };
+            if self.heads.contains(&(*sid, name.clone(), *h)) {
+                continue;
+            }
+            match check_head(tx, cp, sid, name, h, &mut self.anchor)? {
+                None => {
+                    self.heads.insert((*sid, name.clone(), *h));
+                }
+                Some((kind, reason)) => problem(out, kind, format!("branch {sid}/{name}"), reason),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -566,11 +630,27 @@ fn check_head(
             return Ok(None);
         }
     }
-    // Moved through a promote recorded after the checkpoint: the timeline
-    // lives on under its new name.
-    for b in &rows {
+    if renamed(tx, cp, sid, name, &rows, (h, then.ctx.depth))? {
+        return Ok(None);
+    }
+    let now = now.map(|b| b.head);
+    moved(tx, h, then.ctx.depth, now).map(Some)
+}
+
+/// Whether timeline `name` lives on under another name (one of `rows`,
+/// which descends from `h` at `depth`), moved through a promote recorded
+/// after checkpoint `cp`.
+fn renamed(
+    tx: &mut dyn Tx,
+    cp: &Checkpoint,
+    sid: &SessionId,
+    name: &BranchName,
+    rows: &[crate::backend::BranchRow],
+    (h, depth): (&NodeHash, u64),
+) -> Result<bool> {
+    for b in rows {
         let Some(nh) = b.head else { continue };
-        if b.name == *name || !descends(tx, &nh, h, then.ctx.depth)? {
+        if b.name == *name || !descends(tx, &nh, h, depth)? {
             continue;
         }
         let renamed = tx.session_nodes(sid, false)?.into_iter().any(|(n, _)| {
@@ -582,26 +662,37 @@ fn check_head(
                 })
         });
         if renamed {
-            return Ok(None);
+            return Ok(true);
         }
     }
-    Ok(Some(match now.and_then(|b| b.head) {
-        None if now.is_none() => (
+    Ok(false)
+}
+
+/// Why a timeline no longer extends `h` (at `depth`), its head at the
+/// checkpoint: `now`, its row's head (`None`: no row any more).
+fn moved(
+    tx: &mut dyn Tx,
+    h: &NodeHash,
+    depth: u64,
+    now: Option<Option<NodeHash>>,
+) -> Result<(ProblemKind, String)> {
+    Ok(match now {
+        None => (
             ProblemKind::Truncated,
             format!("deleted: the checkpoint saw it at {h}, no promote renamed it"),
         ),
-        None => (
+        Some(None) => (
             ProblemKind::Truncated,
             format!("rolled back: its head was {h} at the checkpoint and is now none"),
         ),
-        Some(nh) => {
+        Some(Some(nh)) => {
             if descends(tx, h, &nh, 0)? {
                 let d = tx.node(&nh)?.map_or(0, |n| n.ctx.depth);
                 (
                     ProblemKind::Truncated,
                     format!(
                         "rolled back: its head was {h} at the checkpoint and is now {nh}, {} node(s) earlier on the same chain",
-                        then.ctx.depth.saturating_sub(d)
+                        depth.saturating_sub(d)
                     ),
                 )
             } else {
@@ -613,7 +704,7 @@ fn check_head(
                 )
             }
         }
-    }))
+    })
 }
 
 /// RFC 3339 UTC, for messages.

@@ -119,32 +119,106 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
     src.extend_from_slice(body);
     let d = dict.len();
     if src.len() >= u32::MAX as usize {
-        let mut out = vec![WHOLE];
-        out.extend_from_slice(body);
-        return out;
+        return whole(body);
     }
     let n = src.len();
-    // Hash chains: the newest position with each hash, and before each
-    // position the one before it with the same hash.
-    let mut head = vec![u32::MAX; 1 << BITS];
-    let mut prev = vec![u32::MAX; n];
-    let index = |head: &mut Vec<u32>, prev: &mut Vec<u32>, p: usize| {
-        if p + WINDOW <= n {
-            let h = hash(&src[p..]);
-            prev[p] = head[h];
-            head[h] = p as u32;
-        }
-    };
+    let mut m = Matcher::new(&src);
     for p in 0..d {
-        index(&mut head, &mut prev, p);
+        m.index(p);
     }
     let mut out = vec![DELTA];
     let mut lit_from = d;
     let mut expected = 0usize;
     let mut i = d;
-    let match_len = |a: usize, b: usize| {
-        // a < b: a source position before the body position b. Eight
-        // bytes at a time, then byte by byte.
+    while i < n {
+        let best = m.best(i, i - lit_from, expected);
+        if best.len < MIN_COPY {
+            m.index(i);
+            i += 1;
+            continue;
+        }
+        let (from, len) = (best.from, best.len);
+        flush_literals(&mut out, &src[lit_from..i]);
+        put_copy(&mut out, from, len, expected);
+        for p in i..(i + len).min(n) {
+            // Every position of a long copy would cost; a few suffice.
+            if len < 64 || (p - i).is_multiple_of(16) {
+                m.index(p);
+            }
+        }
+        expected = from + len;
+        i += len;
+        lit_from = i;
+    }
+    flush_literals(&mut out, &src[lit_from..n]);
+    if out.len() > body.len() + 1 {
+        return whole(body);
+    }
+    out
+}
+
+/// The residual holding `body` as is.
+fn whole(body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(body.len() + 1);
+    out.push(WHOLE);
+    out.extend_from_slice(body);
+    out
+}
+
+/// The op copying `len` bytes from `from`, the last copy having ended at
+/// `expected` (see the module docs).
+fn put_copy(out: &mut Vec<u8>, from: usize, len: usize, expected: usize) {
+    let l = len - MIN_COPY;
+    if l < 0x7f {
+        out.push(0x80 | l as u8);
+    } else {
+        out.push(0xff);
+        put_varint(out, (l - 0x7f) as u64);
+    }
+    let delta = from as i64 - expected as i64;
+    put_varint(out, ((delta << 1) ^ (delta >> 63)) as u64);
+}
+
+/// A copy [`encode`] could make: where from, how long, and the bytes it
+/// saves once its op is paid for.
+#[derive(Default)]
+struct Candidate {
+    from: usize,
+    len: usize,
+    gain: i64,
+}
+
+/// Where [`encode`] finds copies: the source (the dictionary, then the
+/// body) and its hash chains: the newest position with each hash, and
+/// before each position the one before it with the same hash.
+struct Matcher<'s> {
+    src: &'s [u8],
+    head: Vec<u32>,
+    prev: Vec<u32>,
+}
+
+impl<'s> Matcher<'s> {
+    fn new(src: &'s [u8]) -> Self {
+        Matcher {
+            src,
+            head: vec![u32::MAX; 1 << BITS],
+            prev: vec![u32::MAX; src.len()],
+        }
+    }
+
+    /// Adds position `p` to its hash chain.
+    fn index(&mut self, p: usize) {
+        if p + WINDOW <= self.src.len() {
+            let h = hash(&self.src[p..]);
+            self.prev[p] = self.head[h];
+            self.head[h] = p as u32;
+        }
+    }
+
+    /// How many bytes from source position `a` match those from body
+    /// position `b` (`a < b`): eight bytes at a time, then byte by byte.
+    fn match_len(&self, a: usize, b: usize) -> usize {
+        let (src, n) = (self.src, self.src.len());
         let word = |p: usize| {
             let mut w = [0u8; 8];
             w.copy_from_slice(&src[p..p + 8]);
@@ -162,79 +236,50 @@ pub fn encode(dict: &[u8], body: &[u8]) -> Vec<u8> {
             k += 1;
         }
         k
-    };
-    while i < n {
-        // Of the continuation of the last copy (skipping what was
-        // inserted since: an edit that changed a few bytes) and the
-        // positions with the same hash, the copy that saves the most
-        // bytes once its op is paid for.
-        let skip = i - lit_from;
-        let mut best = (0usize, 0usize);
-        let mut best_gain = 0i64;
-        let consider = |from: usize, best: &mut (usize, usize), best_gain: &mut i64| {
-            let k = match_len(from, i);
+    }
+
+    /// The copy at position `i` that saves the most bytes once its op is
+    /// paid for, of the continuation of the last copy (which ended at
+    /// `expected`, `skip` literal bytes ago: an edit that changed a few
+    /// bytes) and the positions with the same hash.
+    fn best(&self, i: usize, skip: usize, expected: usize) -> Candidate {
+        let mut best = Candidate::default();
+        let consider = |from: usize, best: &mut Candidate| {
+            let k = self.match_len(from, i);
             if k >= MIN_COPY {
                 let g = k as i64 - op_bytes(from, k, expected) as i64;
-                if g > *best_gain {
-                    *best = (from, k);
-                    *best_gain = g;
+                if g > best.gain {
+                    *best = Candidate {
+                        from,
+                        len: k,
+                        gain: g,
+                    };
                 }
             }
         };
         if skip > 0 {
             // Bytes replaced, or bytes inserted.
             for cont in [expected + skip, expected] {
-                if cont < i && best.1 < NICE {
-                    consider(cont, &mut best, &mut best_gain);
+                if cont < i && best.len < NICE {
+                    consider(cont, &mut best);
                 }
             }
         }
-        if i + WINDOW <= n && best.1 < NICE {
-            let mut c = head[hash(&src[i..])];
+        if i + WINDOW <= self.src.len() && best.len < NICE {
+            let mut c = self.head[hash(&self.src[i..])];
             for _ in 0..CHAIN {
-                if c == u32::MAX || best.1 >= NICE {
+                if c == u32::MAX || best.len >= NICE {
                     break;
                 }
                 let from = c as usize;
                 if from < i {
-                    consider(from, &mut best, &mut best_gain);
+                    consider(from, &mut best);
                 }
-                c = prev[from];
+                c = self.prev[from];
             }
         }
-        if best.1 < MIN_COPY {
-            index(&mut head, &mut prev, i);
-            i += 1;
-            continue;
-        }
-        let (from, len) = best;
-        flush_literals(&mut out, &src[lit_from..i]);
-        let l = len - MIN_COPY;
-        if l < 0x7f {
-            out.push(0x80 | l as u8);
-        } else {
-            out.push(0xff);
-            put_varint(&mut out, (l - 0x7f) as u64);
-        }
-        let delta = from as i64 - expected as i64;
-        put_varint(&mut out, ((delta << 1) ^ (delta >> 63)) as u64);
-        for p in i..(i + len).min(n) {
-            // Every position of a long copy would cost; a few suffice.
-            if len < 64 || (p - i).is_multiple_of(16) {
-                index(&mut head, &mut prev, p);
-            }
-        }
-        expected = from + len;
-        i += len;
-        lit_from = i;
+        best
     }
-    flush_literals(&mut out, &src[lit_from..n]);
-    if out.len() > body.len() + 1 {
-        let mut whole = vec![WHOLE];
-        whole.extend_from_slice(body);
-        return whole;
-    }
-    out
 }
 
 /// The body a residual of `len` bytes encodes against `dict`.

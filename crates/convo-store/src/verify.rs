@@ -7,7 +7,7 @@ use convo_core::BranchName;
 use convo_core::fact::{Fact, FactRecord};
 use convo_core::state;
 use convo_core::timeline::Context;
-use convo_core::{ContentHash, Kind, NodeHash, SessionId, StateRoot};
+use convo_core::{ContentHash, Kind, Node, NodeHash, SessionId, StateRoot, TimelineEvent};
 use convo_core::{DigestMap, DigestSet};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -157,6 +157,120 @@ impl DSession {
     }
 }
 
+/// Where [`DSession`] placed a node.
+enum Placed {
+    /// On its timeline.
+    On,
+    /// On its timeline, breaking a rule (said).
+    Breaking(String),
+    /// Nowhere (the rule it breaks said, if any): it and its descendants
+    /// are not blamed again.
+    Off(Option<String>),
+}
+
+impl DSession {
+    /// The timeline `parent` heads (for a first node: `main` when empty
+    /// and open, else the first empty open timeline).
+    fn headed_by(&self, parent: Option<NodeHash>) -> Option<BranchName> {
+        let Some(p) = parent else {
+            let main = BranchName::main();
+            let empty = |b: &DBranch| b.head.is_none() && !b.sealed;
+            return if self.branches.get(&main).is_some_and(empty) {
+                Some(main)
+            } else {
+                self.branches
+                    .iter()
+                    .find(|(_, b)| empty(b))
+                    .map(|(n, _)| n.clone())
+            };
+        };
+        self.by_head.get(&p).cloned()
+    }
+
+    /// A fork node `hash` creating `branch` with working state `state`.
+    fn fork(&mut self, hash: NodeHash, branch: &BranchName, state: Option<StateRoot>) -> Placed {
+        if self.branches.contains_key(branch) {
+            return Placed::Off(Some(format!(
+                "it creates timeline `{branch}`, which already exists then"
+            )));
+        }
+        self.branches.insert(
+            branch.clone(),
+            DBranch {
+                head: Some(hash),
+                state,
+                sealed: false,
+            },
+        );
+        self.by_head.insert(hash, branch.clone());
+        Placed::On
+    }
+
+    /// A promote node `hash` (child of `parent`): its timeline becomes
+    /// `main`, the old `main` is sealed under the name the event gives.
+    fn promote(&mut self, hash: NodeHash, parent: Option<NodeHash>, ev: &TimelineEvent) -> Placed {
+        let sealed_as = ev.sealed_as.clone().unwrap_or_else(BranchName::main);
+        let ok = self.headed_by(parent).as_ref() == Some(&ev.branch)
+            && self.branches.get(&ev.branch).is_some_and(|b| !b.sealed)
+            && !self.branches.contains_key(&sealed_as);
+        if !ok {
+            return Placed::Off(Some(format!(
+                "it promotes `{}` and seals `main` as `{sealed_as}`, but its parent is not the head of an open `{}` then, or `{sealed_as}` exists",
+                ev.branch, ev.branch
+            )));
+        }
+        if let Some(mut old) = self.branches.remove(&BranchName::main()) {
+            old.sealed = true;
+            if let Some(h) = old.head {
+                self.by_head.insert(h, sealed_as.clone());
+            }
+            self.branches.insert(sealed_as, old);
+        }
+        if let Some(mut b) = self.branches.remove(&ev.branch) {
+            if let Some(h) = b.head {
+                self.by_head.remove(&h);
+            }
+            b.head = Some(hash);
+            self.branches.insert(BranchName::main(), b);
+        }
+        self.by_head.insert(hash, BranchName::main());
+        Placed::On
+    }
+
+    /// Any other node `s`: appended to the timeline its parent heads.
+    fn append(&mut self, s: &StoredNode) -> Placed {
+        let node = &s.node;
+        let Some(name) = self.headed_by(node.parent) else {
+            return Placed::Off(Some(match node.parent {
+                Some(p) => format!(
+                    "its parent {p} is not the head of any timeline when it is appended: a second child on one timeline, placed by hand"
+                ),
+                None => format!(
+                    "it is a second first node of session {}: no timeline was empty",
+                    node.session
+                ),
+            }));
+        };
+        let Some(b) = self.branches.get_mut(&name) else {
+            return Placed::On;
+        };
+        let placed = if b.sealed {
+            Placed::Breaking(format!("it was appended to the sealed timeline `{name}`"))
+        } else {
+            Placed::On
+        };
+        if let Some(h) = b.head {
+            self.by_head.remove(&h);
+        }
+        b.head = Some(s.hash);
+        if node.kind == Kind::Complete && node.state.is_some() {
+            b.state = node.state;
+        }
+        self.by_head.insert(s.hash, name);
+        placed
+    }
+}
+
 /// A journalled working state (or, with `create`, an empty timeline), to
 /// apply before node `after + 1`.
 struct StateFact {
@@ -178,7 +292,8 @@ struct Checker<'a> {
     sessions: &'a HashSet<SessionId>,
     seen: DigestMap<NodeHash, Seen>,
     roots: DigestSet<StateRoot>,
-    orphans: &'a mut std::collections::BTreeSet<SessionId>,
+    /// Sessions with nodes but no session row.
+    orphans: BTreeSet<SessionId>,
     problems: Vec<(NodeHash, ProblemKind, String)>,
     undecodable: Vec<String>,
     /// The session index's runs (SQLite), ordered, and the one reached.
@@ -200,7 +315,35 @@ struct Checker<'a> {
     tainted: DigestSet<NodeHash>,
 }
 
-impl Checker<'_> {
+impl<'a> Checker<'a> {
+    fn new(
+        blobs: &'a DigestMap<ContentHash, u64>,
+        journal: &'a Journal,
+        sessions: &'a HashSet<SessionId>,
+        runs: Option<&'a [SessionRun]>,
+    ) -> Self {
+        Checker {
+            blobs,
+            redacted: &journal.redacted,
+            sessions,
+            seen: DigestMap::default(),
+            roots: DigestSet::default(),
+            orphans: BTreeSet::new(),
+            problems: Vec::new(),
+            undecodable: Vec::new(),
+            runs,
+            run: 0,
+            next_seq: 1,
+            gaps: Vec::new(),
+            derived: HashMap::new(),
+            state_facts: &journal.states,
+            fact: 0,
+            fact_problems: Vec::new(),
+            troubled: HashSet::new(),
+            tainted: DigestSet::default(),
+        }
+    }
+
     /// Applies the journalled working states written before node `seq`
     /// (all of them when `seq` is `None`).
     fn apply_facts(&mut self, seq: Option<u64>) {
@@ -256,126 +399,27 @@ impl Checker<'_> {
             .derived
             .entry(node.session)
             .or_insert_with(DSession::new);
-        let mut bad = |kind: ProblemKind, why: String| {
-            if !quiet {
-                self.problems.push((s.hash, kind, why));
-            }
-        };
-        // The timeline the node's parent heads.
-        let on = match node.parent {
-            None => {
-                let main = BranchName::main();
-                if ds
-                    .branches
-                    .get(&main)
-                    .is_some_and(|b| b.head.is_none() && !b.sealed)
-                {
-                    Some(main)
-                } else {
-                    ds.branches
-                        .iter()
-                        .find(|(_, b)| b.head.is_none() && !b.sealed)
-                        .map(|(n, _)| n.clone())
-                }
-            }
-            Some(p) => ds.by_head.get(&p).cloned(),
-        };
-        match (node.kind, &node.event) {
+        let placed = match (node.kind, &node.event) {
             (Kind::Fork, Some(ev)) => {
-                if ds.branches.contains_key(&ev.branch) {
-                    bad(
-                        ProblemKind::Rule,
-                        format!(
-                            "it creates timeline `{}`, which already exists then",
-                            ev.branch
-                        ),
-                    );
-                    self.tainted.insert(s.hash);
-                    return;
-                }
-                ds.branches.insert(
-                    ev.branch.clone(),
-                    DBranch {
-                        head: Some(s.hash),
-                        state: parent_ctx.map_or(s.ctx.state, |c| c.state),
-                        sealed: false,
-                    },
-                );
-                ds.by_head.insert(s.hash, ev.branch.clone());
+                let state = parent_ctx.map_or(s.ctx.state, |c| c.state);
+                ds.fork(s.hash, &ev.branch, state)
             }
-            (Kind::Promote, Some(ev)) => {
-                let sealed_as = ev.sealed_as.clone().unwrap_or_else(BranchName::main);
-                let ok = on.as_ref() == Some(&ev.branch)
-                    && ds.branches.get(&ev.branch).is_some_and(|b| !b.sealed)
-                    && !ds.branches.contains_key(&sealed_as);
-                if !ok {
-                    bad(
-                        ProblemKind::Rule,
-                        format!(
-                            "it promotes `{}` and seals `main` as `{sealed_as}`, but its parent is not the head of an open `{}` then, or `{sealed_as}` exists",
-                            ev.branch, ev.branch
-                        ),
-                    );
-                    self.tainted.insert(s.hash);
-                    return;
-                }
-                if let Some(mut old) = ds.branches.remove(&BranchName::main()) {
-                    old.sealed = true;
-                    if let Some(h) = old.head {
-                        ds.by_head.insert(h, sealed_as.clone());
-                    }
-                    ds.branches.insert(sealed_as, old);
-                }
-                if let Some(mut b) = ds.branches.remove(&ev.branch) {
-                    if let Some(h) = b.head {
-                        ds.by_head.remove(&h);
-                    }
-                    b.head = Some(s.hash);
-                    ds.branches.insert(BranchName::main(), b);
-                }
-                ds.by_head.insert(s.hash, BranchName::main());
-            }
-            (Kind::Fork | Kind::Promote, None) => {
-                self.tainted.insert(s.hash);
-            }
-            _ => {
-                let Some(name) = on else {
-                    match node.parent {
-                        Some(p) => bad(
-                            ProblemKind::Rule,
-                            format!(
-                                "its parent {p} is not the head of any timeline when it is appended: a second child on one timeline, placed by hand"
-                            ),
-                        ),
-                        None => bad(
-                            ProblemKind::Rule,
-                            format!(
-                                "it is a second first node of session {}: no timeline was empty",
-                                node.session
-                            ),
-                        ),
-                    }
-                    self.tainted.insert(s.hash);
-                    return;
-                };
-                let Some(b) = ds.branches.get_mut(&name) else {
-                    return;
-                };
-                if b.sealed {
-                    bad(
-                        ProblemKind::Rule,
-                        format!("it was appended to the sealed timeline `{name}`"),
-                    );
-                }
-                if let Some(h) = b.head {
-                    ds.by_head.remove(&h);
-                }
-                b.head = Some(s.hash);
-                if node.kind == Kind::Complete && node.state.is_some() {
-                    b.state = node.state;
-                }
-                ds.by_head.insert(s.hash, name);
-            }
+            (Kind::Promote, Some(ev)) => ds.promote(s.hash, node.parent, ev),
+            (Kind::Fork | Kind::Promote, None) => Placed::Off(None),
+            _ => ds.append(s),
+        };
+        let (why, off) = match placed {
+            Placed::On => (None, false),
+            Placed::Breaking(why) => (Some(why), false),
+            Placed::Off(why) => (why, true),
+        };
+        if let Some(why) = why
+            && !quiet
+        {
+            self.problems.push((s.hash, ProblemKind::Rule, why));
+        }
+        if off {
+            self.tainted.insert(s.hash);
         }
     }
 
@@ -393,110 +437,46 @@ impl Checker<'_> {
         self.next_seq = self.next_seq.max(s.seq + 1);
         self.apply_facts(Some(s.seq));
         let before = self.problems.len();
+        self.check_indexed(&s);
         let problems = &mut self.problems;
         let mut bad = |kind: ProblemKind, why: String| problems.push((s.hash, kind, why));
-        let node = &s.node;
-        if let Some(runs) = self.runs {
-            while runs.get(self.run).is_some_and(|r| r.last < s.seq) {
-                self.run += 1;
-            }
-            match runs.get(self.run) {
-                Some(r) if r.first <= s.seq && r.session == node.session => {}
-                _ => bad(
-                    ProblemKind::Mismatch,
-                    format!(
-                        "the session index does not list it (seq {}) under session {}, so its timeline would not show it",
-                        s.seq, node.session
-                    ),
-                ),
-            }
-        }
-        let recomputed = node.hash();
-        // A node whose diagnostics were redacted keeps its hash, named by
-        // the redaction fact: its fields no longer hash to it.
-        if recomputed != s.hash && !self.redacted.contains_key(&ContentHash(s.hash.0)) {
-            bad(
-                ProblemKind::Hash,
-                format!("its fields hash to {recomputed}, not to its stored hash"),
-            );
-        }
-        if let Err(e) = node.check_shape() {
-            bad(ProblemKind::Rule, e.to_string());
-        }
-        match self.blobs.get(&node.payload) {
-            None if self.redacted.contains_key(&node.payload) => {}
-            None => bad(
-                ProblemKind::Missing,
-                format!("its payload {} is missing or corrupt", node.payload),
-            ),
-            Some(&len) if len != node.payload_len => bad(
-                ProblemKind::Mismatch,
-                format!(
-                    "its payload is {len} bytes, the node says {}",
-                    node.payload_len
-                ),
-            ),
-            Some(_) => {}
-        }
-        let parent_ctx = match node.parent {
-            None => Some(Context::genesis()),
-            Some(p) => match self.seen.get(&p) {
-                None => {
-                    bad(
-                        ProblemKind::Missing,
-                        format!("its parent {p} is missing (or was appended after it)"),
-                    );
-                    None
-                }
-                Some(ps) if ps.session != node.session => {
-                    bad(
-                        ProblemKind::Rule,
-                        format!("its parent {p} belongs to session {}", ps.session),
-                    );
-                    None
-                }
-                Some(ps) => Some(ps.ctx),
-            },
-        };
+        check_fields(&s, self.blobs, self.redacted, &mut bad);
+        let parent_ctx = parent_context(&s.node, &self.seen, &mut bad);
         if let Some(pc) = parent_ctx {
-            match node.kind {
-                Kind::Fork | Kind::Promote => {
-                    if node.submission.is_some() || node.sequence.is_some() {
-                        bad(
-                            ProblemKind::Rule,
-                            format!("a {} node carries a submission or sequence", node.kind),
-                        );
-                    }
-                }
-                k => {
-                    let asked = if k == Kind::Response {
-                        node.sequence
-                    } else {
-                        None
-                    };
-                    match pc.place(k, &node.session, &node.payload, asked) {
-                        Err(e) => bad(ProblemKind::Rule, format!("it breaks a timeline rule: {e}")),
-                        Ok(p) if p.submission != node.submission || p.sequence != node.sequence => {
-                            bad(
-                                ProblemKind::Rule,
-                                "its submission or sequence is not the one its timeline gives"
-                                    .into(),
-                            )
-                        }
-                        Ok(_) => {}
-                    }
-                }
-            }
-            let expect = pc.after(node);
-            if expect != s.ctx {
-                bad(ProblemKind::Mismatch, "its stored context (depth, turn number, submission, state in effect) does not follow from its parent".into());
-            }
+            check_rules(&s, pc, &mut bad);
         }
         let quiet = self.problems.len() > before;
         self.place(&s, parent_ctx, quiet);
         if self.problems.len() > before {
             self.troubled.insert(s.node.session);
         }
+        self.note(&s);
+    }
+
+    /// Whether the session index (SQLite) lists node `s` under its session.
+    fn check_indexed(&mut self, s: &StoredNode) {
+        let Some(runs) = self.runs else {
+            return;
+        };
+        while runs.get(self.run).is_some_and(|r| r.last < s.seq) {
+            self.run += 1;
+        }
+        match runs.get(self.run) {
+            Some(r) if r.first <= s.seq && r.session == s.node.session => {}
+            _ => self.problems.push((
+                s.hash,
+                ProblemKind::Mismatch,
+                format!(
+                    "the session index does not list it (seq {}) under session {}, so its timeline would not show it",
+                    s.seq, s.node.session
+                ),
+            )),
+        }
+    }
+
+    /// Notes node `s` as seen (its session, its state roots): a later node
+    /// may name it as parent; a second row of the same hash is a problem.
+    fn note(&mut self, s: &StoredNode) {
         let node = &s.node;
         if !self.sessions.contains(&node.session) {
             self.orphans.insert(node.session);
@@ -521,6 +501,109 @@ impl Checker<'_> {
                 "another node row holds the same hash".into(),
             ));
         }
+    }
+}
+
+/// A node's own fields: they hash to its stored hash (unless a redaction
+/// rewrote its diagnostics), its shape is well formed, its payload is
+/// stored with the recorded length (unless redacted).
+fn check_fields(
+    s: &StoredNode,
+    blobs: &DigestMap<ContentHash, u64>,
+    redacted: &DigestMap<ContentHash, u64>,
+    bad: &mut impl FnMut(ProblemKind, String),
+) {
+    let node = &s.node;
+    let recomputed = node.hash();
+    // A node whose diagnostics were redacted keeps its hash, named by
+    // the redaction fact: its fields no longer hash to it.
+    if recomputed != s.hash && !redacted.contains_key(&ContentHash(s.hash.0)) {
+        bad(
+            ProblemKind::Hash,
+            format!("its fields hash to {recomputed}, not to its stored hash"),
+        );
+    }
+    if let Err(e) = node.check_shape() {
+        bad(ProblemKind::Rule, e.to_string());
+    }
+    match blobs.get(&node.payload) {
+        None if redacted.contains_key(&node.payload) => {}
+        None => bad(
+            ProblemKind::Missing,
+            format!("its payload {} is missing or corrupt", node.payload),
+        ),
+        Some(&len) if len != node.payload_len => bad(
+            ProblemKind::Mismatch,
+            format!(
+                "its payload is {len} bytes, the node says {}",
+                node.payload_len
+            ),
+        ),
+        Some(_) => {}
+    }
+}
+
+/// The context of a node's parent: an earlier node of the same session
+/// (the genesis context for a first node); `None` after a problem.
+fn parent_context(
+    node: &Node,
+    seen: &DigestMap<NodeHash, Seen>,
+    bad: &mut impl FnMut(ProblemKind, String),
+) -> Option<Context> {
+    let Some(p) = node.parent else {
+        return Some(Context::genesis());
+    };
+    match seen.get(&p) {
+        None => {
+            bad(
+                ProblemKind::Missing,
+                format!("its parent {p} is missing (or was appended after it)"),
+            );
+            None
+        }
+        Some(ps) if ps.session != node.session => {
+            bad(
+                ProblemKind::Rule,
+                format!("its parent {p} belongs to session {}", ps.session),
+            );
+            None
+        }
+        Some(ps) => Some(ps.ctx),
+    }
+}
+
+/// The timeline rules after the parent's context `pc`: the submission and
+/// sequence the timeline gives, and the stored context that follows.
+fn check_rules(s: &StoredNode, pc: Context, bad: &mut impl FnMut(ProblemKind, String)) {
+    let node = &s.node;
+    match node.kind {
+        Kind::Fork | Kind::Promote => {
+            if node.submission.is_some() || node.sequence.is_some() {
+                bad(
+                    ProblemKind::Rule,
+                    format!("a {} node carries a submission or sequence", node.kind),
+                );
+            }
+        }
+        k => {
+            let asked = if k == Kind::Response {
+                node.sequence
+            } else {
+                None
+            };
+            match pc.place(k, &node.session, &node.payload, asked) {
+                Err(e) => bad(ProblemKind::Rule, format!("it breaks a timeline rule: {e}")),
+                Ok(p) if p.submission != node.submission || p.sequence != node.sequence => bad(
+                    ProblemKind::Rule,
+                    "its submission or sequence is not the one its timeline gives".into(),
+                ),
+                Ok(_) => {}
+            }
+        }
+    }
+    let expect = pc.after(node);
+    if expect != s.ctx {
+        bad(ProblemKind::Mismatch, "its stored context (depth, turn number, submission, state in effect) does not follow from its parent".into());
     }
 }
 
@@ -549,6 +632,7 @@ fn or_problem<T>(r: &mut VerifyReport, what: &str, res: Result<T>) -> Result<Opt
 
 /// The journal, checked: each fact hashes to its stored hash, names the one
 /// before it, is numbered 1, 2, 3… and moves the follow cursor only forward.
+#[derive(Default)]
 struct Journal {
     sessions: HashMap<SessionId, (u64, SessionRow)>,
     states: Vec<StateFact>,
@@ -560,14 +644,10 @@ fn check_facts(
     r: &mut VerifyReport,
     rows: Vec<crate::backend::Decoded<crate::backend::FactRow>>,
 ) -> Journal {
-    let mut j = Journal {
-        sessions: HashMap::new(),
-        states: Vec::new(),
-        redacted: DigestMap::default(),
-    };
+    let mut j = Journal::default();
     // The facts a redaction rewrote (a title erased) keep their hash,
     // named by a later redaction fact.
-    let erased: std::collections::HashSet<convo_core::Digest> = rows
+    let erased: HashSet<convo_core::Digest> = rows
         .iter()
         .flatten()
         .filter_map(|f| match FactRecord::decode(&f.body).ok()?.fact {
@@ -575,9 +655,11 @@ fn check_facts(
             _ => None,
         })
         .collect();
-    let mut prev: Option<convo_core::Digest> = None;
-    let mut after = 0u64;
-    let mut expect = 1u64;
+    let mut chain = FactChain {
+        prev: None,
+        after: 0,
+        expect: 1,
+    };
     for row in rows {
         let f = match row {
             Ok(f) => f,
@@ -588,18 +670,45 @@ fn check_facts(
         };
         r.facts += 1;
         let object = format!("fact {}", f.seq);
-        if f.seq != expect {
+        if let Some(rec) = chain.link(r, &object, &f, &erased) {
+            journal_fact(&mut j, r, object, f.seq, rec.after, rec.fact);
+        }
+    }
+    j
+}
+
+/// Where the journal's chain stands: the hash of the fact before, the
+/// node the facts so far were written after, the number expected next.
+struct FactChain {
+    prev: Option<convo_core::Digest>,
+    after: u64,
+    expect: u64,
+}
+
+impl FactChain {
+    /// Fact `f` (`object`) as the next link: numbered next, hashing to its
+    /// stored hash (or keeping it, `erased` by a redaction), naming the
+    /// fact before it, moving the follow cursor only forward. Its record,
+    /// when it decodes.
+    fn link(
+        &mut self,
+        r: &mut VerifyReport,
+        object: &str,
+        f: &crate::backend::FactRow,
+        erased: &HashSet<convo_core::Digest>,
+    ) -> Option<FactRecord> {
+        if f.seq != self.expect {
             r.problem(
                 ProblemKind::Journal,
-                object.clone(),
+                object.to_owned(),
                 format!(
                     "the journal jumps from fact {} to fact {}: facts were removed",
-                    expect - 1,
+                    self.expect - 1,
                     f.seq
                 ),
             );
         }
-        expect = f.seq + 1;
+        self.expect = f.seq + 1;
         let mut actual = convo_core::sha256(&f.body);
         if let Some(kept) =
             convo_core::Digest::from_slice(&f.hash).filter(|h| *h != actual && erased.contains(h))
@@ -609,7 +718,7 @@ fn check_facts(
         if actual.0.as_slice() != f.hash.as_slice() {
             r.problem(
                 ProblemKind::Hash,
-                object.clone(),
+                object.to_owned(),
                 format!("its bytes hash to {actual}, not to its stored hash"),
             );
         }
@@ -618,35 +727,34 @@ fn check_facts(
             Err(why) => {
                 r.problem(
                     ProblemKind::Undecodable,
-                    object,
+                    object.to_owned(),
                     format!("it does not decode: {why}"),
                 );
-                prev = Some(actual);
-                continue;
+                self.prev = Some(actual);
+                return None;
             }
         };
-        if rec.prev != prev {
+        if rec.prev != self.prev {
             r.problem(
                 ProblemKind::Journal,
-                object.clone(),
+                object.to_owned(),
                 "it does not name the fact before it: the journal was cut or reordered".to_owned(),
             );
         }
-        if rec.after < after {
+        if rec.after < self.after {
             r.problem(
                 ProblemKind::Journal,
-                object.clone(),
+                object.to_owned(),
                 format!(
-                    "it was written after node {}, before the fact before it (after node {after})",
-                    rec.after
+                    "it was written after node {}, before the fact before it (after node {})",
+                    rec.after, self.after
                 ),
             );
         }
-        after = after.max(rec.after);
-        prev = Some(actual);
-        journal_fact(&mut j, r, object, f.seq, rec.after, rec.fact);
+        self.after = self.after.max(rec.after);
+        self.prev = Some(actual);
+        Some(rec)
     }
-    j
 }
 
 /// What one fact of the journal says, added to `j`: a session (or its
@@ -879,11 +987,7 @@ pub(crate) fn verify(
     let blobs = check_blobs(&mut r, tx, progress)?;
     let journal = match or_problem(&mut r, "the fact journal", tx.facts())? {
         Some(rows) => check_facts(&mut r, rows),
-        None => Journal {
-            sessions: HashMap::new(),
-            states: Vec::new(),
-            redacted: DigestMap::default(),
-        },
+        None => Journal::default(),
     };
     check_redactions(&mut r, tx, &journal, &blobs)?;
     check_otlp_exports(&mut r, tx)?;
@@ -895,27 +999,7 @@ pub(crate) fn verify(
     )?;
     let sessions: HashSet<SessionId> = session_rows.iter().map(|s| s.id).collect();
     let runs = read_session_runs(&mut r, tx)?;
-    let mut orphans: BTreeSet<SessionId> = BTreeSet::new();
-    let mut checker = Checker {
-        blobs: &blobs,
-        redacted: &journal.redacted,
-        sessions: &sessions,
-        seen: DigestMap::default(),
-        roots: DigestSet::default(),
-        orphans: &mut orphans,
-        problems: Vec::new(),
-        undecodable: Vec::new(),
-        runs: runs.as_deref(),
-        run: 0,
-        next_seq: 1,
-        gaps: Vec::new(),
-        derived: HashMap::new(),
-        state_facts: &journal.states,
-        fact: 0,
-        fact_problems: Vec::new(),
-        troubled: HashSet::new(),
-        tainted: DigestSet::default(),
-    };
+    let mut checker = Checker::new(&blobs, &journal, &sessions, runs.as_deref());
     let scan_stopped = check_nodes(&mut r, tx, &mut checker, progress)?;
     let Checker {
         seen,
@@ -927,6 +1011,7 @@ pub(crate) fn verify(
         fact_problems,
         tainted,
         troubled,
+        mut orphans,
         ..
     } = checker;
     let derivable = |s: &SessionId| undecodable.is_empty() && !troubled.contains(s);
@@ -1280,13 +1365,6 @@ fn check_branch_rows(
     orphans: &mut BTreeSet<SessionId>,
     roots: &mut DigestSet<StateRoot>,
 ) {
-    let DerivedNodes {
-        seen,
-        derived,
-        tainted,
-        derivable,
-        complete,
-    } = nodes;
     let mut rows_by_session: HashMap<SessionId, Vec<&BranchRow>> = HashMap::new();
     // Sessions with a head already reported as broken: comparing them with
     // the derived timelines would only blame the same edit again.
@@ -1296,108 +1374,139 @@ fn check_branch_rows(
         if !sessions.contains(&b.session) {
             orphans.insert(b.session);
         }
-        let object = format!("branch {}/{}", b.session, b.name);
-        if let Some(h) = b.head {
-            match seen.get(&h) {
-                None => {
-                    blamed.insert(b.session);
-                    r.problem(
-                        ProblemKind::Missing,
-                        object.clone(),
-                        format!("its head {h} is not a stored node"),
-                    );
-                }
-                Some(s) if s.session != b.session => {
-                    blamed.insert(b.session);
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        object.clone(),
-                        format!("its head {h} belongs to session {}", s.session),
-                    );
-                }
-                Some(_) => {}
-            }
+        if let Some(h) = b.head
+            && let Some((kind, why)) = head_problem(nodes.seen, b.session, h)
+        {
+            blamed.insert(b.session);
+            r.problem(kind, format!("branch {}/{}", b.session, b.name), why);
         }
         if let Some(st) = b.state {
             roots.insert(st);
         }
         rows_by_session.entry(b.session).or_default().push(b);
     }
-    if *complete {
-        let mut all: BTreeSet<SessionId> = rows_by_session.keys().copied().collect();
-        all.extend(derived.keys().copied());
-        all.extend(journal.sessions.keys().copied());
-        let empty = DSession::new();
-        for sid in all
-            .into_iter()
-            .filter(|s| !blamed.contains(s) && derivable(s))
-        {
-            let d = derived.get(&sid).unwrap_or(&empty);
-            let rows = rows_by_session.remove(&sid).unwrap_or_default();
-            for (name, want) in &d.branches {
-                let object = format!("branch {sid}/{name}");
-                let tainted_head = want.head.is_some_and(|h| tainted.contains(&h));
-                let Some(have) = rows.iter().find(|b| &b.name == name) else {
-                    if want.head.is_some()
-                        || !journal.sessions.contains_key(&sid)
-                        || sessions.contains(&sid)
-                    {
-                        r.problem(
-                            ProblemKind::Missing,
-                            object,
-                            format!(
-                                "its row is missing, but the nodes record it ({}, head {})",
-                                if want.sealed { "sealed" } else { "open" },
-                                opt_hex(&want.head)
-                            ),
-                        );
-                    }
-                    continue;
-                };
-                let row_tainted = have.head.is_some_and(|h| tainted.contains(&h));
-                if have.head != want.head && !tainted_head && !row_tainted {
-                    r.problem(ProblemKind::Mismatch,
-                        object.clone(),
-                        format!(
-                            "its head is {}, but its nodes end at {}: the timeline was moved by hand (rolled back, or a node removed)",
-                            opt_hex(&have.head),
-                            opt_hex(&want.head)
-                        ),
-                    );
-                }
-                if have.sealed != want.sealed {
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        object.clone(),
-                        if have.sealed {
-                            "it is sealed, but no promote node sealed it".to_owned()
-                        } else {
-                            "it is open, but a promote node sealed it: it would take appends"
-                                .to_owned()
-                        },
-                    );
-                }
-                if have.state != want.state && !tainted_head && !row_tainted {
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        object,
-                        format!(
-                            "its working state is {}, but its nodes and the journal give {}",
-                            opt_hex(&have.state),
-                            opt_hex(&want.state)
-                        ),
-                    );
-                }
+    if !nodes.complete {
+        return;
+    }
+    let mut all: BTreeSet<SessionId> = rows_by_session.keys().copied().collect();
+    all.extend(nodes.derived.keys().copied());
+    all.extend(journal.sessions.keys().copied());
+    let empty = DSession::new();
+    for sid in all
+        .into_iter()
+        .filter(|s| !blamed.contains(s) && (nodes.derivable)(s))
+    {
+        let d = nodes.derived.get(&sid).unwrap_or(&empty);
+        let rows = rows_by_session.remove(&sid).unwrap_or_default();
+        // An empty timeline of a session the journal records, whose row is
+        // missing too, is reported with the session row.
+        let rowless = journal.sessions.contains_key(&sid) && !sessions.contains(&sid);
+        compare_timelines(r, sid, d, &rows, nodes.tainted, rowless);
+    }
+}
+
+/// What is wrong with the head `h` of a branch row of `session`: not a
+/// stored node, or one of another session.
+fn head_problem(
+    seen: &DigestMap<NodeHash, Seen>,
+    session: SessionId,
+    h: NodeHash,
+) -> Option<(ProblemKind, String)> {
+    match seen.get(&h) {
+        None => Some((
+            ProblemKind::Missing,
+            format!("its head {h} is not a stored node"),
+        )),
+        Some(s) if s.session != session => Some((
+            ProblemKind::Mismatch,
+            format!("its head {h} belongs to session {}", s.session),
+        )),
+        Some(_) => None,
+    }
+}
+
+/// One session's branch rows against its derived timelines `d`: a row for
+/// each (an empty one may lack it when `rowless`), none for a timeline no
+/// node records.
+fn compare_timelines(
+    r: &mut VerifyReport,
+    sid: SessionId,
+    d: &DSession,
+    rows: &[&BranchRow],
+    tainted: &DigestSet<NodeHash>,
+    rowless: bool,
+) {
+    for (name, want) in &d.branches {
+        let object = format!("branch {sid}/{name}");
+        let Some(have) = rows.iter().find(|b| &b.name == name) else {
+            if want.head.is_some() || !rowless {
+                r.problem(
+                    ProblemKind::Missing,
+                    object,
+                    format!(
+                        "its row is missing, but the nodes record it ({}, head {})",
+                        if want.sealed { "sealed" } else { "open" },
+                        opt_hex(&want.head)
+                    ),
+                );
             }
-            for b in rows {
-                if !d.branches.contains_key(&b.name) {
-                    r.problem(
-                        ProblemKind::Mismatch,
-                        format!("branch {sid}/{}", b.name),
-                        "no fork or promote node records a timeline of this name".to_owned(),
-                    );
-                }
-            }
+            continue;
+        };
+        compare_branch(r, object, have, want, tainted);
+    }
+    for b in rows {
+        if !d.branches.contains_key(&b.name) {
+            r.problem(
+                ProblemKind::Mismatch,
+                format!("branch {sid}/{}", b.name),
+                "no fork or promote node records a timeline of this name".to_owned(),
+            );
         }
+    }
+}
+
+/// A branch row's head, seal and working state against the derived
+/// timeline's (heads and states not compared when either head could not
+/// be placed).
+fn compare_branch(
+    r: &mut VerifyReport,
+    object: String,
+    have: &BranchRow,
+    want: &DBranch,
+    tainted: &DigestSet<NodeHash>,
+) {
+    let tainted_head = want.head.is_some_and(|h| tainted.contains(&h));
+    let row_tainted = have.head.is_some_and(|h| tainted.contains(&h));
+    if have.head != want.head && !tainted_head && !row_tainted {
+        r.problem(ProblemKind::Mismatch,
+            object.clone(),
+            format!(
+                "its head is {}, but its nodes end at {}: the timeline was moved by hand (rolled back, or a node removed)",
+                opt_hex(&have.head),
+                opt_hex(&want.head)
+            ),
+        );
+    }
+    if have.sealed != want.sealed {
+        r.problem(
+            ProblemKind::Mismatch,
+            object.clone(),
+            if have.sealed {
+                "it is sealed, but no promote node sealed it".to_owned()
+            } else {
+                "it is open, but a promote node sealed it: it would take appends".to_owned()
+            },
+        );
+    }
+    if have.state != want.state && !tainted_head && !row_tainted {
+        r.problem(
+            ProblemKind::Mismatch,
+            object,
+            format!(
+                "its working state is {}, but its nodes and the journal give {}",
+                opt_hex(&have.state),
+                opt_hex(&want.state)
+            ),
+        );
     }
 }

@@ -80,6 +80,45 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
     {
         return import_recordings(env, &a);
     }
+    let (mut read, agent_paths) = read_paths(&a)?;
+    let mut redacted = Redacted::default();
+    if a.redact_secrets {
+        for (_, c) in &mut read {
+            redacted.merge(&redact_conversation(c));
+        }
+    }
+    if !agent_paths.is_empty() {
+        if !read.is_empty() {
+            return Err(CommandError::user(
+                "import coding agents' sessions apart from other files",
+            ));
+        }
+        return super::agents::run(env, &agent_paths, &a);
+    }
+    let mut store = env.open()?;
+    let refs: Vec<(&str, &Conversation)> = read.iter().map(|(f, c)| (*f, c)).collect();
+    let mut bar = crate::ui::Progress::new(refs.len() as u64, "conversations");
+    let outcomes = convo_llm::ledger::import_all_with_progress(
+        &mut store,
+        &refs,
+        a.agent.as_deref(),
+        now(),
+        &mut |n| bar.set("importing", n as u64),
+    )?;
+    bar.finish();
+    report(&a, &outcomes, &redacted)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The conversations read from the given paths (each with its format),
+/// and the coding agents' paths (imported apart, [`super::agents::run`]).
+type ReadPaths = (
+    Vec<(&'static str, Conversation)>,
+    Vec<(&'static str, PathBuf)>,
+);
+
+/// Reads the given paths ([`ReadPaths`]).
+fn read_paths(a: &ImportArgs) -> CmdResult<ReadPaths> {
     let mut read: Vec<(&'static str, Conversation)> = Vec::new();
     let mut agent_paths: Vec<(&'static str, PathBuf)> = Vec::new();
     for given in &a.paths {
@@ -134,33 +173,14 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
         }
         read.extend(got.conversations.into_iter().map(|c| (format, c)));
     }
-    let mut redacted = Redacted::default();
-    if a.redact_secrets {
-        for (_, c) in &mut read {
-            redacted.merge(&redact_conversation(c));
-        }
-    }
-    if !agent_paths.is_empty() {
-        if !read.is_empty() {
-            return Err(CommandError::user(
-                "import coding agents' sessions apart from other files",
-            ));
-        }
-        return super::agents::run(env, &agent_paths, &a);
-    }
-    let mut store = env.open()?;
-    let refs: Vec<(&str, &Conversation)> = read.iter().map(|(f, c)| (*f, c)).collect();
-    let mut bar = crate::ui::Progress::new(refs.len() as u64, "conversations");
-    let outcomes = convo_llm::ledger::import_all_with_progress(
-        &mut store,
-        &refs,
-        a.agent.as_deref(),
-        now(),
-        &mut |n| bar.set("importing", n as u64),
-    )?;
-    bar.finish();
+    Ok((read, agent_paths))
+}
+
+/// Reports an import: the sessions created and those already present
+/// (with --json one document; with -v their ids), and what was redacted.
+fn report(a: &ImportArgs, outcomes: &[Outcome], redacted: &Redacted) -> CmdResult<()> {
     let (mut nodes, mut created, mut existing) = (0, Vec::new(), Vec::new());
-    for o in &outcomes {
+    for o in outcomes {
         match o {
             Outcome::Created {
                 id,
@@ -187,41 +207,41 @@ pub fn run(env: &Env, a: ImportArgs) -> CmdResult {
                          "rules": redacted.rules},
         });
         crate::output::write_json(&mut crate::ui::Out::stdout(), &v)?;
-    } else {
-        if a.verbose {
-            let mut out = crate::ui::Out::stdout();
-            for c in &created {
-                writeln!(out, "{}", c["id"].as_str().unwrap_or_default())?;
-            }
-            out.flush()?;
-            for id in &existing {
-                eprintln!("{id}: already imported, skipped");
-            }
+        return Ok(());
+    }
+    if a.verbose {
+        let mut out = crate::ui::Out::stdout();
+        for c in &created {
+            writeln!(out, "{}", c["id"].as_str().unwrap_or_default())?;
         }
-        eprintln!(
-            "imported {} session{} ({nodes} nodes) from {} path{}; {} already present, skipped",
-            created.len(),
-            if created.len() == 1 { "" } else { "s" },
-            a.paths.len(),
-            if a.paths.len() == 1 { "" } else { "s" },
-            existing.len()
-        );
-        if a.redact_secrets {
-            eprintln!(
-                "redacted {} secret{} in {} message{}{}",
-                redacted.secrets,
-                if redacted.secrets == 1 { "" } else { "s" },
-                redacted.messages,
-                if redacted.messages == 1 { "" } else { "s" },
-                if redacted.rules.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", redacted.rules_text())
-                },
-            );
+        out.flush()?;
+        for id in &existing {
+            eprintln!("{id}: already imported, skipped");
         }
     }
-    Ok(ExitCode::SUCCESS)
+    eprintln!(
+        "imported {} session{} ({nodes} nodes) from {} path{}; {} already present, skipped",
+        created.len(),
+        if created.len() == 1 { "" } else { "s" },
+        a.paths.len(),
+        if a.paths.len() == 1 { "" } else { "s" },
+        existing.len()
+    );
+    if a.redact_secrets {
+        eprintln!(
+            "redacted {} secret{} in {} message{}{}",
+            redacted.secrets,
+            if redacted.secrets == 1 { "" } else { "s" },
+            redacted.messages,
+            if redacted.messages == 1 { "" } else { "s" },
+            if redacted.rules.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", redacted.rules_text())
+            },
+        );
+    }
+    Ok(())
 }
 
 /// `--format recording`: each file read and checked hash by hash, then

@@ -104,8 +104,24 @@ fn is_agent_span(span: &Span) -> bool {
 /// The calls in a batch of log records: the records of one span grouped
 /// (per-message events), or one `operation.details` record each.
 pub fn calls_from_logs(batch: &Batch<'_>) -> Vec<Call> {
-    let mut groups: BTreeMap<(String, String), Vec<Record<'_>>> = BTreeMap::new();
-    let mut order: Vec<(String, String)> = Vec::new();
+    let (groups, order) = log_groups(batch);
+    let mut out: Vec<Call> = order
+        .iter()
+        .filter_map(|key| log_call(key, &groups[key]))
+        .collect();
+    propagate_threads(&mut out);
+    out
+}
+
+/// Where a log record belongs: its trace and span ids, or for one in no
+/// trace its service (`service:NAME`, no span).
+type LogKey = (String, String);
+
+/// The GenAI records of a batch grouped by [`LogKey`], and the keys in
+/// the order first seen.
+fn log_groups<'a>(batch: &Batch<'a>) -> (BTreeMap<LogKey, Vec<Record<'a>>>, Vec<LogKey>) {
+    let mut groups: BTreeMap<LogKey, Vec<Record<'_>>> = BTreeMap::new();
+    let mut order: Vec<LogKey> = Vec::new();
     for (resource, scope, rec) in batch.records() {
         let name = event_name(rec);
         if !name.starts_with("gen_ai.") {
@@ -126,65 +142,63 @@ pub fn calls_from_logs(batch: &Batch<'_>) -> Vec<Call> {
         }
         groups.entry(key).or_default().push((resource, scope, rec));
     }
-    let mut out = Vec::new();
-    for key in order {
-        let recs = &groups[&key];
-        let events: Vec<Event> = recs
-            .iter()
-            .map(|(_, _, r)| Event {
-                name: event_name(r).to_owned(),
-                attrs: &r.attributes,
-                body: r.body.as_ref(),
-                time: nanos_to_millis(if r.time_unix_nano != 0 {
-                    r.time_unix_nano
-                } else {
-                    r.observed_time_unix_nano
-                }),
-            })
-            .collect();
-        let (resource, scope, first) = recs[0];
-        let start = events.iter().map(|e| e.time).min().unwrap_or(0);
-        let end = events.iter().map(|e| e.time).max().unwrap_or(start);
-        let mut attrs: Vec<&KeyValue> = Vec::new();
-        for e in &events {
-            attrs.extend(e.attrs.iter());
-        }
-        let Some((dialect, input, output)) = from_events(&events) else {
-            continue;
-        };
-        let trace_id = hex_id(&first.trace_id);
-        let mut info = Map::new();
-        info.insert("dialect".into(), json!(dialect));
-        info.insert("source".into(), json!("logs"));
-        if !scope.is_empty() {
-            info.insert("scope".into(), json!(scope));
-        }
-        read_info(&attrs, &mut info);
-        let model = find_str(&attrs, &["gen_ai.response.model", "gen_ai.request.model"]);
-        let thread = explicit_thread(&attrs).unwrap_or_else(|| {
-            if trace_id.is_empty() {
-                key.0.clone()
+    (groups, order)
+}
+
+/// The call the records of one group (`key`) carry, when their events
+/// hold messages.
+fn log_call(key: &LogKey, recs: &[Record<'_>]) -> Option<Call> {
+    let events: Vec<Event> = recs
+        .iter()
+        .map(|(_, _, r)| Event {
+            name: event_name(r).to_owned(),
+            attrs: &r.attributes,
+            body: r.body.as_ref(),
+            time: nanos_to_millis(if r.time_unix_nano != 0 {
+                r.time_unix_nano
             } else {
-                format!("trace:{trace_id}")
-            }
-        });
-        out.push(Call {
-            thread,
-            trace_id,
-            span_id: hex_id(&first.span_id),
-            parent_span_id: String::new(),
-            start,
-            end,
-            agent: agent_name(resource, &attrs),
-            model,
-            input,
-            output,
-            info,
-            agent_span: false,
-        });
+                r.observed_time_unix_nano
+            }),
+        })
+        .collect();
+    let (resource, scope, first) = recs[0];
+    let start = events.iter().map(|e| e.time).min().unwrap_or(0);
+    let end = events.iter().map(|e| e.time).max().unwrap_or(start);
+    let mut attrs: Vec<&KeyValue> = Vec::new();
+    for e in &events {
+        attrs.extend(e.attrs.iter());
     }
-    propagate_threads(&mut out);
-    out
+    let (dialect, input, output) = from_events(&events)?;
+    let trace_id = hex_id(&first.trace_id);
+    let mut info = Map::new();
+    info.insert("dialect".into(), json!(dialect));
+    info.insert("source".into(), json!("logs"));
+    if !scope.is_empty() {
+        info.insert("scope".into(), json!(scope));
+    }
+    read_info(&attrs, &mut info);
+    let model = find_str(&attrs, &["gen_ai.response.model", "gen_ai.request.model"]);
+    let thread = explicit_thread(&attrs).unwrap_or_else(|| {
+        if trace_id.is_empty() {
+            key.0.clone()
+        } else {
+            format!("trace:{trace_id}")
+        }
+    });
+    Some(Call {
+        thread,
+        trace_id,
+        span_id: hex_id(&first.span_id),
+        parent_span_id: String::new(),
+        start,
+        end,
+        agent: agent_name(resource, &attrs),
+        model,
+        input,
+        output,
+        info,
+        agent_span: false,
+    })
 }
 
 /// A log record with its resource's attributes and its scope's name.
@@ -840,68 +854,7 @@ fn vercel(attrs: &[&KeyValue]) -> Option<Found> {
     let prompt = json_attr(attrs, "ai.prompt.messages")?;
     let mut ins = Vec::new();
     for m in prompt.as_array().into_iter().flatten() {
-        let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
-        let mut texts = Vec::new();
-        let mut calls = Vec::new();
-        let mut results = Vec::new();
-        match m.get("content") {
-            Some(Value::Array(parts)) => {
-                for p in parts {
-                    match p.get("type").and_then(Value::as_str) {
-                        Some("text") => texts.push(as_text(p.get("text").unwrap_or(&Value::Null))),
-                        Some("tool-call") => calls.push(ToolCall {
-                            id: p
-                                .get("toolCallId")
-                                .and_then(Value::as_str)
-                                .map(str::to_owned),
-                            name: p
-                                .get("toolName")
-                                .and_then(Value::as_str)
-                                .unwrap_or("tool")
-                                .to_owned(),
-                            args: args_text(
-                                p.get("input")
-                                    .or_else(|| p.get("args"))
-                                    .unwrap_or(&Value::Null),
-                            ),
-                        }),
-                        Some("tool-result") => {
-                            let out = p
-                                .get("output")
-                                .or_else(|| p.get("result"))
-                                .unwrap_or(&Value::Null);
-                            // AI SDK 5 wraps results: {"type": "json"|"text", "value": …}.
-                            let out = match out {
-                                Value::Object(o)
-                                    if o.contains_key("value") && o.contains_key("type") =>
-                                {
-                                    &o["value"]
-                                }
-                                other => other,
-                            };
-                            results.push((
-                                p.get("toolCallId")
-                                    .and_then(Value::as_str)
-                                    .map(str::to_owned),
-                                as_text(out),
-                            ));
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            Some(v) => texts.push(as_text(v)),
-            None => {}
-        }
-        push_message(
-            role,
-            texts.join("\n"),
-            calls,
-            results,
-            None,
-            Map::new(),
-            &mut ins,
-        );
+        vercel_message(m, &mut ins);
     }
     let mut outs = Vec::new();
     let text = json_attr(attrs, "ai.response.text")
@@ -912,22 +865,7 @@ fn vercel(attrs: &[&KeyValue]) -> Option<Found> {
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .map(|c| ToolCall {
-            id: c
-                .get("toolCallId")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            name: c
-                .get("toolName")
-                .and_then(Value::as_str)
-                .unwrap_or("tool")
-                .to_owned(),
-            args: args_text(
-                c.get("input")
-                    .or_else(|| c.get("args"))
-                    .unwrap_or(&Value::Null),
-            ),
-        })
+        .map(vercel_tool_call)
         .collect();
     if !text.is_empty() || !calls.is_empty() {
         let mut extra = Map::new();
@@ -937,6 +875,80 @@ fn vercel(attrs: &[&KeyValue]) -> Option<Found> {
         push_message("assistant", text, calls, Vec::new(), None, extra, &mut outs);
     }
     Some(("vercel-ai", ins, outs))
+}
+
+/// One message of the AI SDK's `ai.prompt.messages`: its text parts, tool
+/// calls and tool results.
+fn vercel_message(m: &Value, out: &mut Vec<Message>) {
+    let role = m.get("role").and_then(Value::as_str).unwrap_or("user");
+    let mut texts = Vec::new();
+    let mut calls = Vec::new();
+    let mut results = Vec::new();
+    match m.get("content") {
+        Some(Value::Array(parts)) => {
+            for p in parts {
+                match p.get("type").and_then(Value::as_str) {
+                    Some("text") => texts.push(as_text(p.get("text").unwrap_or(&Value::Null))),
+                    Some("tool-call") => calls.push(vercel_tool_call(p)),
+                    Some("tool-result") => results.push(vercel_tool_result(p)),
+                    _ => {}
+                }
+            }
+        }
+        Some(v) => texts.push(as_text(v)),
+        None => {}
+    }
+    push_message(
+        role,
+        texts.join("\n"),
+        calls,
+        results,
+        None,
+        Map::new(),
+        out,
+    );
+}
+
+/// An AI SDK tool call (a prompt's `tool-call` part or one of
+/// `ai.response.toolCalls`): `toolCallId`, `toolName`, `input` (`args`
+/// before AI SDK 5).
+fn vercel_tool_call(c: &Value) -> ToolCall {
+    ToolCall {
+        id: c
+            .get("toolCallId")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        name: c
+            .get("toolName")
+            .and_then(Value::as_str)
+            .unwrap_or("tool")
+            .to_owned(),
+        args: args_text(
+            c.get("input")
+                .or_else(|| c.get("args"))
+                .unwrap_or(&Value::Null),
+        ),
+    }
+}
+
+/// An AI SDK `tool-result` part: its call id and text (`output`, `result`
+/// before AI SDK 5).
+fn vercel_tool_result(p: &Value) -> (Option<String>, String) {
+    let out = p
+        .get("output")
+        .or_else(|| p.get("result"))
+        .unwrap_or(&Value::Null);
+    // AI SDK 5 wraps results: {"type": "json"|"text", "value": …}.
+    let out = match out {
+        Value::Object(o) if o.contains_key("value") && o.contains_key("type") => &o["value"],
+        other => other,
+    };
+    (
+        p.get("toolCallId")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        as_text(out),
+    )
 }
 
 /// Messages carried by events: the `operation.details` event (semconv ≥

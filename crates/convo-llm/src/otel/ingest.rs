@@ -632,6 +632,71 @@ struct Head {
     stable: Option<Stable>,
 }
 
+/// Each node's thread hash and the stable fields in effect there.
+type Effects = HashMap<NodeHash, (Option<ThreadHash>, Stable)>;
+
+/// A session read back from its nodes ([`Thread::open`]).
+struct ReadBack {
+    /// Each node's thread hash and the stable fields in effect there.
+    at: Effects,
+    /// The node each thread hash (and each call recorded without its
+    /// messages, by [`span_marker`]) names first.
+    known: HashMap<ThreadHash, NodeHash>,
+    /// The tool calls recorded: the message, its node and thread hash.
+    tool_calls: Vec<(Message, NodeHash, ThreadHash)>,
+}
+
+impl ReadBack {
+    /// Every node, in follow order (a parent before its children): its
+    /// thread hash and the stable fields in effect, from its parent's.
+    fn of(nodes: &[(convo_store::StoredNode, Option<Vec<u8>>)]) -> ReadBack {
+        let mut at: Effects = HashMap::with_capacity(nodes.len());
+        let mut known = HashMap::new();
+        let mut tool_calls = Vec::new();
+        for (n, payload) in nodes {
+            let (prev, mut stable) = match n.node.parent.and_then(|p| at.get(&p)) {
+                Some((h, s)) => (*h, s.clone()),
+                None => (None, no_stable()),
+            };
+            let diag = n.node.diagnostics.to_value();
+            // A subagent's conversation starts again at its timeline's
+            // first node, as its calls hash it.
+            let prev = if diag.get("subagent").is_some() {
+                None
+            } else {
+                prev
+            };
+            if let Some(otel) = diag.pointer("/extra/otel")
+                && let Some(call) = otel.get("call")
+            {
+                apply_stable(&mut stable, otel);
+                if call.get("content") == Some(&Value::Bool(false))
+                    && let Some(span) = otel.get("span_id").and_then(Value::as_str)
+                {
+                    known.entry(span_marker(span)).or_insert(n.hash);
+                }
+            }
+            let chain = match node_message(&n.node, payload.as_deref().unwrap_or_default()) {
+                Some(m) => {
+                    let h = thread_hash(prev.as_ref(), &m);
+                    known.entry(h).or_insert(n.hash);
+                    if m.role == Role::ToolCall {
+                        tool_calls.push((m, n.hash, h));
+                    }
+                    Some(h)
+                }
+                None => prev,
+            };
+            at.insert(n.hash, (chain, stable));
+        }
+        ReadBack {
+            at,
+            known,
+            tool_calls,
+        }
+    }
+}
+
 /// A session's threading state: which node each thread hash names, which
 /// node heads which timeline, and the branches as it left them.
 #[derive(Debug)]
@@ -786,62 +851,39 @@ impl Thread {
                 }
             },
         };
-        // Every node, in follow order (a parent before its children): its
-        // thread hash and the stable fields in effect, from its parent's.
         let nodes = l.tx().session_nodes(&id, true)?;
-        let mut at: HashMap<NodeHash, (Option<ThreadHash>, Stable)> =
-            HashMap::with_capacity(nodes.len());
-        let mut known = HashMap::new();
-        let mut tool_calls = Vec::new();
-        for (n, payload) in &nodes {
-            let (prev, mut stable) = match n.node.parent.and_then(|p| at.get(&p)) {
-                Some((h, s)) => (*h, s.clone()),
-                None => (None, no_stable()),
-            };
-            let diag = n.node.diagnostics.to_value();
-            // A subagent's conversation starts again at its timeline's
-            // first node, as its calls hash it.
-            let prev = if diag.get("subagent").is_some() {
-                None
-            } else {
-                prev
-            };
-            if let Some(otel) = diag.pointer("/extra/otel")
-                && let Some(call) = otel.get("call")
-            {
-                apply_stable(&mut stable, otel);
-                if call.get("content") == Some(&Value::Bool(false))
-                    && let Some(span) = otel.get("span_id").and_then(Value::as_str)
-                {
-                    known.entry(span_marker(span)).or_insert(n.hash);
-                }
-            }
-            let chain = match node_message(&n.node, payload.as_deref().unwrap_or_default()) {
-                Some(m) => {
-                    let h = thread_hash(prev.as_ref(), &m);
-                    known.entry(h).or_insert(n.hash);
-                    if m.role == Role::ToolCall {
-                        tool_calls.push((m, n.hash, h));
-                    }
-                    Some(h)
-                }
-                None => prev,
-            };
-            at.insert(n.hash, (chain, stable));
+        let read = ReadBack::of(&nodes);
+        let mut th = Thread {
+            id,
+            agent,
+            known: read.known,
+            heads: HashMap::new(),
+            empty_main: false,
+            main_head: None,
+            branches,
+            calls: HashMap::new(),
+            spawns: HashMap::new(),
+        };
+        th.note_heads(rows, &read.at);
+        for (m, node, h) in read.tool_calls {
+            th.note_call(&m, node, h, None);
         }
-        let mut heads = HashMap::new();
-        let mut main_head = None;
-        let mut empty_main = false;
+        Ok(th)
+    }
+
+    /// Notes the heads of the open timelines among `rows`, with the stable
+    /// fields in effect at each (`at`: by node).
+    fn note_heads(&mut self, rows: Vec<convo_store::BranchRow>, at: &Effects) {
         for b in rows {
             if b.sealed {
                 continue;
             }
             if b.name == BranchName::main() {
-                main_head = b.head;
-                empty_main = b.head.is_none();
+                self.main_head = b.head;
+                self.empty_main = b.head.is_none();
             }
             if let Some(h) = b.head {
-                heads.insert(
+                self.heads.insert(
                     h,
                     Head {
                         branch: b.name,
@@ -851,21 +893,6 @@ impl Thread {
                 );
             }
         }
-        let mut th = Thread {
-            id,
-            agent,
-            known,
-            heads,
-            empty_main,
-            main_head,
-            branches,
-            calls: HashMap::new(),
-            spawns: HashMap::new(),
-        };
-        for (m, node, h) in tool_calls {
-            th.note_call(&m, node, h, None);
-        }
-        Ok(th)
     }
 
     fn record(

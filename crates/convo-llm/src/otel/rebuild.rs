@@ -159,11 +159,10 @@ pub fn canonical(history: &[Message], model: Option<&str>) -> Value {
 
 fn neutral_message(m: &Message) -> Value {
     match m.role {
-        Role::ToolCall => json!({
-            "role": "tool_call",
-            "name": m.to.as_deref().unwrap_or("tool"),
-            "arguments": arguments(&Value::String(m.text.clone())),
-        }),
+        Role::ToolCall => tool_call(
+            m.to.as_deref().unwrap_or("tool"),
+            arguments(&Value::String(m.text.clone())),
+        ),
         r => json!({"role": r.as_str(), "text": m.text}),
     }
 }
@@ -225,115 +224,131 @@ pub fn received(method: &str, rest: &str, body: &[u8]) -> Value {
     let (Some(req), true) = (req, api.is_conversation()) else {
         return json!({"method": method, "path": format!("/v1/{rest}")});
     };
+    let out = match api {
+        Api::Chat => chat_conversation(&req),
+        Api::Responses => responses_conversation(&req),
+        Api::Messages => messages_conversation(&req),
+        _ => Vec::new(),
+    };
+    json!({"conversation": out, "model": req.get("model").and_then(Value::as_str)})
+}
+
+/// A tool call in the neutral form: the tool's name and its arguments.
+fn tool_call(name: &str, arguments: Value) -> Value {
+    json!({"role": "tool_call", "name": name, "arguments": arguments})
+}
+
+/// The `name` of a tool call or tool use object, `tool` when it has none.
+fn name_of(v: &Value) -> &str {
+    v.get("name").and_then(Value::as_str).unwrap_or("tool")
+}
+
+/// The items of the array at `key` of `v` (none when it is not an array).
+fn each<'a>(v: &'a Value, key: &str) -> impl Iterator<Item = &'a Value> {
+    v.get(key).and_then(Value::as_array).into_iter().flatten()
+}
+
+/// The role of a wire message in the neutral form (`user` when it has none).
+fn role_in(m: &Value) -> &'static str {
+    role_of(m.get("role").and_then(Value::as_str).unwrap_or("user"))
+}
+
+/// A chat-completions request's `messages` in the neutral form.
+fn chat_conversation(req: &Value) -> Vec<Value> {
     let mut out = Vec::new();
-    match api {
-        Api::Chat => {
-            for m in req
-                .get("messages")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let role = role_of(m.get("role").and_then(Value::as_str).unwrap_or("user"));
-                let calls: Vec<&Value> = m
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .map(|a| a.iter().collect())
-                    .or_else(|| m.get("function_call").map(|f| vec![f]))
-                    .unwrap_or_default();
-                if role == "assistant" && !calls.is_empty() {
-                    for c in calls {
-                        let f = c.get("function").unwrap_or(c);
-                        out.push(json!({
-                            "role": "tool_call",
-                            "name": f.get("name").and_then(Value::as_str).unwrap_or("tool"),
-                            "arguments": arguments(f.get("arguments").unwrap_or(&Value::Null)),
-                        }));
-                    }
-                } else {
-                    out.push(item(role, content_text(m.get("content"))));
-                }
+    for m in each(req, "messages") {
+        let role = role_in(m);
+        let calls: Vec<&Value> = m
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().collect())
+            .or_else(|| m.get("function_call").map(|f| vec![f]))
+            .unwrap_or_default();
+        if role == "assistant" && !calls.is_empty() {
+            for c in calls {
+                let f = c.get("function").unwrap_or(c);
+                let args = arguments(f.get("arguments").unwrap_or(&Value::Null));
+                out.push(tool_call(name_of(f), args));
             }
+        } else {
+            out.push(item(role, content_text(m.get("content"))));
         }
-        Api::Responses => {
-            if let Some(i) = req.get("instructions").filter(|i| !i.is_null()) {
-                out.push(item("system", content_text(Some(i))));
-            }
-            match req.get("input") {
-                Some(Value::String(s)) => out.push(item("user", s.clone())),
-                Some(Value::Array(items)) => {
-                    for it in items {
-                        match it.get("type").and_then(Value::as_str) {
-                            Some("function_call") => out.push(json!({
-                                "role": "tool_call",
-                                "name": it.get("name").and_then(Value::as_str).unwrap_or("tool"),
-                                "arguments": arguments(it.get("arguments").unwrap_or(&Value::Null)),
-                            })),
-                            Some("function_call_output") => {
-                                out.push(item("tool", content_text(it.get("output"))));
-                            }
-                            Some("message") | None => {
-                                let role = it.get("role").and_then(Value::as_str).unwrap_or("user");
-                                out.push(item(role_of(role), content_text(it.get("content"))));
-                            }
-                            Some(_) => {}
-                        }
+    }
+    out
+}
+
+/// A Responses request's `instructions` and `input` in the neutral form.
+fn responses_conversation(req: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(i) = req.get("instructions").filter(|i| !i.is_null()) {
+        out.push(item("system", content_text(Some(i))));
+    }
+    match req.get("input") {
+        Some(Value::String(s)) => out.push(item("user", s.clone())),
+        Some(Value::Array(items)) => {
+            for it in items {
+                match it.get("type").and_then(Value::as_str) {
+                    Some("function_call") => {
+                        let args = arguments(it.get("arguments").unwrap_or(&Value::Null));
+                        out.push(tool_call(name_of(it), args));
                     }
-                }
-                _ => {}
-            }
-        }
-        Api::Messages => {
-            if let Some(s) = req.get("system").filter(|s| !s.is_null()) {
-                out.push(item("system", content_text(Some(s))));
-            }
-            for m in req
-                .get("messages")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let role = role_of(m.get("role").and_then(Value::as_str).unwrap_or("user"));
-                let Some(blocks) = m.get("content").and_then(Value::as_array) else {
-                    out.push(item(role, content_text(m.get("content"))));
-                    continue;
-                };
-                let uses: Vec<&Value> = blocks
-                    .iter()
-                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-                    .collect();
-                let results: Vec<&Value> = blocks
-                    .iter()
-                    .filter(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
-                    .collect();
-                for r in &results {
-                    out.push(item("tool", content_text(r.get("content"))));
-                }
-                if !uses.is_empty() {
-                    for u in uses {
-                        out.push(json!({
-                            "role": "tool_call",
-                            "name": u.get("name").and_then(Value::as_str).unwrap_or("tool"),
-                            "arguments": arguments(u.get("input").unwrap_or(&Value::Null)),
-                        }));
+                    Some("function_call_output") => {
+                        out.push(item("tool", content_text(it.get("output"))));
                     }
-                } else {
-                    let text = content_text(Some(&Value::Array(
-                        blocks
-                            .iter()
-                            .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                            .cloned()
-                            .collect(),
-                    )));
-                    if results.is_empty() || !text.is_empty() {
-                        out.push(item(role, text));
+                    Some("message") | None => {
+                        out.push(item(role_in(it), content_text(it.get("content"))));
                     }
+                    Some(_) => {}
                 }
             }
         }
         _ => {}
     }
-    json!({"conversation": out, "model": req.get("model").and_then(Value::as_str)})
+    out
+}
+
+/// An Anthropic Messages request's `system` and `messages` in the neutral
+/// form.
+fn messages_conversation(req: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(s) = req.get("system").filter(|s| !s.is_null()) {
+        out.push(item("system", content_text(Some(s))));
+    }
+    for m in each(req, "messages") {
+        let role = role_in(m);
+        match m.get("content").and_then(Value::as_array) {
+            Some(blocks) => blocks_conversation(role, blocks, &mut out),
+            None => out.push(item(role, content_text(m.get("content")))),
+        }
+    }
+    out
+}
+
+/// The content blocks of one Messages message in the neutral form: its
+/// tool results, then its tool uses or else its text (left out when the
+/// message holds only tool results).
+fn blocks_conversation(role: &'static str, blocks: &[Value], out: &mut Vec<Value>) {
+    let of_type = |t: &'static str| {
+        blocks
+            .iter()
+            .filter(move |b| b.get("type").and_then(Value::as_str) == Some(t))
+    };
+    let uses: Vec<&Value> = of_type("tool_use").collect();
+    let results: Vec<&Value> = of_type("tool_result").collect();
+    for r in &results {
+        out.push(item("tool", content_text(r.get("content"))));
+    }
+    if !uses.is_empty() {
+        for u in uses {
+            let args = arguments(u.get("input").unwrap_or(&Value::Null));
+            out.push(tool_call(name_of(u), args));
+        }
+    } else {
+        let text = content_text(Some(&Value::Array(of_type("text").cloned().collect())));
+        if results.is_empty() || !text.is_empty() {
+            out.push(item(role, text));
+        }
+    }
 }
 
 /// A rebuilt answer: what the client gets.
@@ -347,6 +362,17 @@ pub struct Answer {
     pub events: Option<Vec<usize>>,
 }
 
+impl Answer {
+    /// A JSON answer of `v`.
+    fn json(v: &Value) -> Answer {
+        Answer {
+            content_type: "application/json",
+            body: serde_json::to_vec(v).unwrap_or_default(),
+            events: None,
+        }
+    }
+}
+
 /// The answer of `call` in the wire format of the received request
 /// (`rest`: its path after `/v1/`); `Err` says why it cannot be given (a
 /// stream of an API other than chat completions).
@@ -355,192 +381,242 @@ pub fn answer(call: &Rebuilt, rest: &str, body: &[u8]) -> Result<Answer, String>
     let api = Api::classify("POST", rest);
     let req: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let stream = req.get("stream").and_then(Value::as_bool) == Some(true);
-    let model = call
-        .answered_by
-        .clone()
-        .or_else(|| call.model.clone())
-        .unwrap_or_default();
-    let created = call.answer.first().and_then(|m| m.time).unwrap_or(0) / 1000;
-    let n = call.index;
-    let tokens = |k: &str| {
-        call.usage
-            .as_ref()
-            .and_then(|u| u.get(k))
-            .and_then(Value::as_u64)
-    };
-    let (input, output) = (tokens("input_tokens"), tokens("output_tokens"));
-    let text: String = match call.answer.first() {
-        Some(m) if m.role == Role::Assistant => m.text.clone(),
-        Some(m) => m
-            .extra
-            .get("content")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned(),
-        None => String::new(),
-    };
-    let tools: Vec<(String, String, String)> = call
-        .answer
-        .iter()
-        .filter(|m| m.role == Role::ToolCall)
-        .enumerate()
-        .map(|(k, m)| {
-            let id = m
-                .extra
-                .get("tool_call_id")
-                .and_then(Value::as_str)
-                .map_or_else(|| format!("call_convo_{n}_{k}"), str::to_owned);
-            (
-                id,
-                m.to.clone().unwrap_or_else(|| "tool".into()),
-                m.text.clone(),
-            )
-        })
-        .collect();
-    let recorded_finish = call
-        .answer
-        .first()
-        .and_then(|m| m.extra.get("finish_reason"))
-        .and_then(Value::as_str)
-        .filter(|f| matches!(*f, "length" | "content_filter"));
-    let json_answer = |v: Value| Answer {
-        content_type: "application/json",
-        body: serde_json::to_vec(&v).unwrap_or_default(),
-        events: None,
-    };
+    let said = Said::of(call);
     match api {
+        Api::Chat if !stream => Ok(match &call.whole {
+            Some(whole) => Answer {
+                content_type: "application/json",
+                body: whole.clone().into_bytes(),
+                events: None,
+            },
+            None => Answer::json(&said.chat_completion()),
+        }),
         Api::Chat => {
-            let finish = if !tools.is_empty() {
-                "tool_calls"
-            } else {
-                recorded_finish.unwrap_or("stop")
-            };
-            let usage = match (input, output) {
-                (None, None) => Value::Null,
-                (i, o) => json!({
-                    "prompt_tokens": i.unwrap_or(0),
-                    "completion_tokens": o.unwrap_or(0),
-                    "total_tokens": i.unwrap_or(0) + o.unwrap_or(0),
-                }),
-            };
-            let id = format!("chatcmpl-convo-{n}");
-            if let (false, Some(whole)) = (stream, &call.whole) {
-                return Ok(Answer {
-                    content_type: "application/json",
-                    body: whole.clone().into_bytes(),
-                    events: None,
-                });
-            }
-            if !stream {
-                let mut msg = json!({"role": "assistant",
-                    "content": if text.is_empty() && !tools.is_empty() { Value::Null } else { json!(text) }});
-                if !tools.is_empty() {
-                    msg["tool_calls"] = tools
-                        .iter()
-                        .map(|(id, name, args)| {
-                            json!({"id": id, "type": "function",
-                            "function": {"name": name, "arguments": args}})
-                        })
-                        .collect();
-                }
-                let mut v = json!({"id": id, "object": "chat.completion", "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "message": msg, "finish_reason": finish}]});
-                if !usage.is_null() {
-                    v["usage"] = usage;
-                }
-                return Ok(json_answer(v));
-            }
-            let chunk = |delta: Value, finish: Value| {
-                json!({"id": id, "object": "chat.completion.chunk", "created": created,
-                    "model": model,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
-            };
-            let mut events = vec![chunk(
-                json!({"role": "assistant", "content": ""}),
-                Value::Null,
-            )];
-            if !text.is_empty() {
-                events.push(chunk(json!({"content": text}), Value::Null));
-            }
-            for (k, (id, name, args)) in tools.iter().enumerate() {
-                events.push(chunk(
-                    json!({"tool_calls": [{"index": k, "id": id, "type": "function",
-                        "function": {"name": name, "arguments": args}}]}),
-                    Value::Null,
-                ));
-            }
-            events.push(chunk(json!({}), json!(finish)));
             let wants_usage = req
                 .pointer("/stream_options/include_usage")
                 .and_then(Value::as_bool)
                 == Some(true);
-            if wants_usage {
-                events.push(json!({"id": id, "object": "chat.completion.chunk",
-                    "created": created, "model": model, "choices": [],
-                    "usage": if usage.is_null() { json!({"prompt_tokens": 0,
-                        "completion_tokens": 0, "total_tokens": 0}) } else { usage }}));
-            }
-            let mut framed: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
-            framed.push("data: [DONE]\n\n".into());
-            Ok(Answer {
-                content_type: "text/event-stream",
-                events: Some(framed.iter().map(String::len).collect()),
-                body: framed.concat().into_bytes(),
-            })
+            Ok(said.chat_stream(wants_usage))
         }
         _ if stream => Err(format!(
             "replay: a call received as telemetry is answered as a stream only on chat completions; send /v1/{rest} without `stream: true`"
         )),
-        Api::Responses => {
-            let mut items = Vec::new();
-            if !text.is_empty() || tools.is_empty() {
-                items.push(json!({"type": "message", "id": format!("msg_convo_{n}"),
-                    "status": "completed", "role": "assistant",
-                    "content": [{"type": "output_text", "text": text, "annotations": []}]}));
-            }
-            for (k, (id, name, args)) in tools.iter().enumerate() {
-                items.push(
-                    json!({"type": "function_call", "id": format!("fc_convo_{n}_{k}"),
-                    "call_id": id, "name": name, "arguments": args, "status": "completed"}),
-                );
-            }
-            let mut v = json!({"id": format!("resp_convo_{n}"), "object": "response",
-                "created_at": created, "status": "completed", "model": model,
-                "output": items, "parallel_tool_calls": true, "tool_choice": "auto",
-                "tools": [], "error": null, "incomplete_details": null});
-            if input.is_some() || output.is_some() {
-                let (i, o) = (input.unwrap_or(0), output.unwrap_or(0));
-                v["usage"] = json!({"input_tokens": i, "output_tokens": o, "total_tokens": i + o});
-            }
-            Ok(json_answer(v))
-        }
-        Api::Messages => {
-            let mut content = Vec::new();
-            if !text.is_empty() || tools.is_empty() {
-                content.push(json!({"type": "text", "text": text}));
-            }
-            for (id, name, args) in &tools {
-                content.push(json!({"type": "tool_use", "id": id, "name": name,
-                    "input": arguments(&Value::String(args.clone()))}));
-            }
-            let stop = if !tools.is_empty() {
-                "tool_use"
-            } else if recorded_finish == Some("length") {
-                "max_tokens"
-            } else {
-                "end_turn"
-            };
-            Ok(json_answer(
-                json!({"id": format!("msg_convo_{n}"), "type": "message",
-                "role": "assistant", "model": model, "content": content,
-                "stop_reason": stop, "stop_sequence": null,
-                "usage": {"input_tokens": input.unwrap_or(0), "output_tokens": output.unwrap_or(0)}}),
-            ))
-        }
+        Api::Responses => Ok(Answer::json(&said.response())),
+        Api::Messages => Ok(Answer::json(&said.message())),
         _ => Err(format!(
             "replay: /v1/{rest} is not a conversation call; a session received as telemetry answers chat completions, Responses and Messages calls"
         )),
+    }
+}
+
+/// What a rebuilt call answered, whichever wire format it is given in.
+struct Said<'a> {
+    /// The call's place among the timeline's calls (in the ids made up).
+    n: usize,
+    /// The model that answered (else the one asked for).
+    model: String,
+    /// When it answered, in seconds.
+    created: i64,
+    input: Option<u64>,
+    output: Option<u64>,
+    /// The assistant's text (empty when it only called tools).
+    text: String,
+    /// Each tool call: its id, tool name and arguments (a JSON text).
+    tools: Vec<(String, String, String)>,
+    /// The recorded finish reason when it is one a client acts on
+    /// (`length`, `content_filter`).
+    finish: Option<&'a str>,
+}
+
+impl<'a> Said<'a> {
+    fn of(call: &'a Rebuilt) -> Said<'a> {
+        let n = call.index;
+        let tokens = |k: &str| {
+            call.usage
+                .as_ref()
+                .and_then(|u| u.get(k))
+                .and_then(Value::as_u64)
+        };
+        let text: String = match call.answer.first() {
+            Some(m) if m.role == Role::Assistant => m.text.clone(),
+            Some(m) => m
+                .extra
+                .get("content")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            None => String::new(),
+        };
+        let tools = call
+            .answer
+            .iter()
+            .filter(|m| m.role == Role::ToolCall)
+            .enumerate()
+            .map(|(k, m)| {
+                let id = m
+                    .extra
+                    .get("tool_call_id")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| format!("call_convo_{n}_{k}"), str::to_owned);
+                let name = m.to.clone().unwrap_or_else(|| "tool".into());
+                (id, name, m.text.clone())
+            })
+            .collect();
+        Said {
+            n,
+            model: call
+                .answered_by
+                .clone()
+                .or_else(|| call.model.clone())
+                .unwrap_or_default(),
+            created: call.answer.first().and_then(|m| m.time).unwrap_or(0) / 1000,
+            input: tokens("input_tokens"),
+            output: tokens("output_tokens"),
+            text,
+            tools,
+            finish: call
+                .answer
+                .first()
+                .and_then(|m| m.extra.get("finish_reason"))
+                .and_then(Value::as_str)
+                .filter(|f| matches!(*f, "length" | "content_filter")),
+        }
+    }
+
+    /// The chat-completions finish reason.
+    fn chat_finish(&self) -> &str {
+        if !self.tools.is_empty() {
+            "tool_calls"
+        } else {
+            self.finish.unwrap_or("stop")
+        }
+    }
+
+    /// The chat-completions usage (`null` when no tokens were recorded).
+    fn chat_usage(&self) -> Value {
+        match (self.input, self.output) {
+            (None, None) => Value::Null,
+            (i, o) => json!({
+                "prompt_tokens": i.unwrap_or(0),
+                "completion_tokens": o.unwrap_or(0),
+                "total_tokens": i.unwrap_or(0) + o.unwrap_or(0),
+            }),
+        }
+    }
+
+    /// A `chat.completion`.
+    fn chat_completion(&self) -> Value {
+        let (text, tools) = (&self.text, &self.tools);
+        let mut msg = json!({"role": "assistant",
+            "content": if text.is_empty() && !tools.is_empty() { Value::Null } else { json!(text) }});
+        if !tools.is_empty() {
+            msg["tool_calls"] = tools
+                .iter()
+                .map(|(id, name, args)| {
+                    json!({"id": id, "type": "function",
+                    "function": {"name": name, "arguments": args}})
+                })
+                .collect();
+        }
+        let mut v = json!({"id": format!("chatcmpl-convo-{}", self.n),
+            "object": "chat.completion", "created": self.created, "model": self.model,
+            "choices": [{"index": 0, "message": msg, "finish_reason": self.chat_finish()}]});
+        let usage = self.chat_usage();
+        if !usage.is_null() {
+            v["usage"] = usage;
+        }
+        v
+    }
+
+    /// A `chat.completion.chunk` stream ending in `[DONE]`, with the usage
+    /// chunk when `wants_usage`.
+    fn chat_stream(&self, wants_usage: bool) -> Answer {
+        let id = format!("chatcmpl-convo-{}", self.n);
+        let (created, model) = (self.created, &self.model);
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": id, "object": "chat.completion.chunk", "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        };
+        let mut events = vec![chunk(
+            json!({"role": "assistant", "content": ""}),
+            Value::Null,
+        )];
+        if !self.text.is_empty() {
+            events.push(chunk(json!({"content": self.text}), Value::Null));
+        }
+        for (k, (id, name, args)) in self.tools.iter().enumerate() {
+            events.push(chunk(
+                json!({"tool_calls": [{"index": k, "id": id, "type": "function",
+                    "function": {"name": name, "arguments": args}}]}),
+                Value::Null,
+            ));
+        }
+        events.push(chunk(json!({}), json!(self.chat_finish())));
+        if wants_usage {
+            let usage = self.chat_usage();
+            events.push(json!({"id": id, "object": "chat.completion.chunk",
+                "created": created, "model": model, "choices": [],
+                "usage": if usage.is_null() { json!({"prompt_tokens": 0,
+                    "completion_tokens": 0, "total_tokens": 0}) } else { usage }}));
+        }
+        let mut framed: Vec<String> = events.iter().map(|e| format!("data: {e}\n\n")).collect();
+        framed.push("data: [DONE]\n\n".into());
+        Answer {
+            content_type: "text/event-stream",
+            events: Some(framed.iter().map(String::len).collect()),
+            body: framed.concat().into_bytes(),
+        }
+    }
+
+    /// A Responses `response`.
+    fn response(&self) -> Value {
+        let n = self.n;
+        let mut items = Vec::new();
+        if !self.text.is_empty() || self.tools.is_empty() {
+            items.push(json!({"type": "message", "id": format!("msg_convo_{n}"),
+                "status": "completed", "role": "assistant",
+                "content": [{"type": "output_text", "text": self.text, "annotations": []}]}));
+        }
+        for (k, (id, name, args)) in self.tools.iter().enumerate() {
+            items.push(
+                json!({"type": "function_call", "id": format!("fc_convo_{n}_{k}"),
+                "call_id": id, "name": name, "arguments": args, "status": "completed"}),
+            );
+        }
+        let mut v = json!({"id": format!("resp_convo_{n}"), "object": "response",
+            "created_at": self.created, "status": "completed", "model": self.model,
+            "output": items, "parallel_tool_calls": true, "tool_choice": "auto",
+            "tools": [], "error": null, "incomplete_details": null});
+        if self.input.is_some() || self.output.is_some() {
+            let (i, o) = (self.input.unwrap_or(0), self.output.unwrap_or(0));
+            v["usage"] = json!({"input_tokens": i, "output_tokens": o, "total_tokens": i + o});
+        }
+        v
+    }
+
+    /// An Anthropic `message`.
+    fn message(&self) -> Value {
+        let mut content = Vec::new();
+        if !self.text.is_empty() || self.tools.is_empty() {
+            content.push(json!({"type": "text", "text": self.text}));
+        }
+        for (id, name, args) in &self.tools {
+            content.push(json!({"type": "tool_use", "id": id, "name": name,
+                "input": arguments(&Value::String(args.clone()))}));
+        }
+        let stop = if !self.tools.is_empty() {
+            "tool_use"
+        } else if self.finish == Some("length") {
+            "max_tokens"
+        } else {
+            "end_turn"
+        };
+        json!({"id": format!("msg_convo_{}", self.n), "type": "message",
+            "role": "assistant", "model": self.model, "content": content,
+            "stop_reason": stop, "stop_sequence": null,
+            "usage": {"input_tokens": self.input.unwrap_or(0),
+                "output_tokens": self.output.unwrap_or(0)}})
     }
 }
 
