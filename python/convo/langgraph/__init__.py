@@ -141,15 +141,24 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         if th is not None and not fresh:
             return th
         if th is None:
-            try:
-                d = self._api("GET", f"/sessions/{_q(thread_id)}")
-            except NotFoundError:
+            th = self._open(thread_id, complete=True)
+            if th is None:
                 return None
-            s = d["session"]
-            if s.get("title") != thread_id or s.get("agent") != ix.AGENT:
-                return None
-            th = self._threads[thread_id] = ix.Thread(thread_id, s["id"])
         self._refresh(th)
+        return th
+
+    def _open(self, thread_id: str, *, complete: bool) -> ix.Thread | None:
+        """The thread's session, not read yet (`None` if the store has no
+        session of that thread): read whole from now on (`complete`), or
+        from its ends."""
+        try:
+            d = self._api("GET", f"/sessions/{_q(thread_id)}")
+        except NotFoundError:
+            return None
+        s = d["session"]
+        if s.get("title") != thread_id or s.get("agent") != ix.AGENT:
+            return None
+        th = self._threads[thread_id] = ix.Thread(thread_id, s["id"], complete=complete)
         return th
 
     def _refresh(self, th: ix.Thread) -> None:
@@ -180,14 +189,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             self._refresh(th)
             return th
         if th is None:
-            try:
-                d = self._api("GET", f"/sessions/{_q(thread_id)}")
-            except NotFoundError:
+            th = self._open(thread_id, complete=False)
+            if th is None:
                 return None
-            s = d["session"]
-            if s.get("title") != thread_id or s.get("agent") != ix.AGENT:
-                return None
-            th = self._threads[thread_id] = ix.Thread(thread_id, s["id"], complete=False)
         self._read_ends(th, ns)
         return th
 
