@@ -157,3 +157,89 @@ def test_writes_read_before_their_checkpoint_are_taken_when_it_is() -> None:
     assert (t.lo, t.last, th.root, th.orphans) == (0, "2", "root", [])
     assert th.checkpoints[("", "1")].writes[("t", 0)].node == "wa"
     assert th.appends_at("", "2", "3") and not th.appends_at("", "1", "3")
+
+
+def timeline_reads(saver: ConvoSaver, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The queries of the timeline reads `saver` makes from now on."""
+    reads: list[dict[str, Any]] = []
+    api = saver._api
+
+    def counted(method: str, path: str, payload: Any = None, **kw: Any) -> Any:
+        if path.endswith("/timeline"):
+            reads.append(dict(kw.get("query") or {}))
+        return api(method, path, payload, **kw)
+
+    monkeypatch.setattr(saver, "_api", counted)
+    return reads
+
+
+def test_a_cold_read_goes_to_the_base_of_the_chain_at_once(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint given by its parent's names the depth of the node its
+    chain of payloads starts from (`base`, a checkpoint holding its values
+    whole): a saver with nothing cached reads the timeline's end, then the
+    timeline from there in one read, however short its first read."""
+    monkeypatch.setattr(_values, "SNAPSHOT_EVERY", 12)
+    monkeypatch.setattr(lg, "END_READ", 2)
+    cfg: Any = {"configurable": {"thread_id": "b"}}
+    with convo.Store(store_url) as store:
+        warm = echo(ConvoSaver(store))
+        for i in range(6):
+            warm.invoke({"messages": [HumanMessage(f"m{i}")]}, cfg)
+        first = history(warm, cfg)
+        nodes = store.timeline("b").nodes
+        by_depth = {i + 1: n for i, n in enumerate(nodes)}
+        marks = [
+            (n.diagnostics or {}).get("langgraph", {})
+            for n in nodes
+            if "checkpoint" in (n.diagnostics or {}).get("langgraph", {})
+        ]
+        for d in marks:
+            if d.get("delta"):
+                base = by_depth[d["base"]].diagnostics["langgraph"]
+                assert "checkpoint" in base and not base.get("delta"), d
+        newest = marks[-1]
+        assert newest.get("delta") and newest["base"] < len(nodes) - 2, newest
+
+        cold_saver = ConvoSaver(store)
+        reads = timeline_reads(cold_saver, monkeypatch)
+        latest = echo(cold_saver).get_state(cfg)
+    assert [m.content for m in latest.values["messages"]] == first[0][1]
+    assert [(r["cursor"], r["limit"]) for r in reads] == [
+        (-2, 2),
+        (newest["base"] - 1, len(nodes) - 2 - (newest["base"] - 1)),
+    ]
+
+
+def test_a_chain_without_its_base_is_read_back_page_by_page(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Checkpoints written without `base` (by an earlier version) are read
+    back from the timeline's end in reads of as many nodes again as were
+    read, until the chain's first checkpoint."""
+    monkeypatch.setattr(_values, "SNAPSHOT_EVERY", 12)
+    monkeypatch.setattr(lg, "END_READ", 2)
+    cfg: Any = {"configurable": {"thread_id": "o"}}
+    take = ix.Thread._take_checkpoint
+
+    def unbased(self: ix.Thread, t: ix.Timeline, n: dict[str, Any], d: dict[str, Any]) -> None:
+        take(self, t, n, d)
+        self.checkpoints[(str(d.get("ns", "")), str(d["checkpoint"]))].base = 0
+
+    with convo.Store(store_url) as store:
+        with monkeypatch.context() as old:
+            old.setattr(ix.Thread, "_take_checkpoint", unbased)
+            warm = echo(ConvoSaver(store))
+            for i in range(6):
+                warm.invoke({"messages": [HumanMessage(f"m{i}")]}, cfg)
+            first = history(warm, cfg)
+        nodes = store.timeline("o").nodes
+        assert not any("base" in (n.diagnostics or {}).get("langgraph", {}) for n in nodes)
+        cold_saver = ConvoSaver(store)
+        reads = timeline_reads(cold_saver, monkeypatch)
+        latest = echo(cold_saver).get_state(cfg)
+    assert [m.content for m in latest.values["messages"]] == first[0][1]
+    limits = [r["limit"] for r in reads]
+    assert limits[:3] == [2, 2, 4], limits
+    assert len(reads) >= 3

@@ -58,11 +58,15 @@ from convo.store import PathLike, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
 
-END_READ = 256
-"""How many nodes a read of a timeline's end takes, with their payloads:
-the newest checkpoint, its writes and, most often, its chain back to a
-snapshot (`_values.SNAPSHOT_EVERY` checkpoints at most: more than one
-snapshot only on a timeline of checkpoints without writes)."""
+END_READ = 32
+"""How many nodes the first read of a timeline's end takes, with their
+payloads: the newest checkpoint and its writes. Its `base` names where
+its chain of payloads starts (`_values.SNAPSHOT_EVERY` checkpoints back
+at most): the next read takes the timeline from there, in one request.
+A checkpoint without one (written by an earlier version) is read back
+in reads of as many nodes again as were read."""
+PAGE = 2000
+"""The most nodes one read of a timeline takes (the API's limit)."""
 
 # Titles of threads detached by earlier versions (nothing erased).
 DELETED = "[deleted] "
@@ -216,8 +220,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 self._read_end(th, t)
 
     def _read_end(self, th: ix.Thread, t: ix.Timeline) -> None:
-        """Reads a timeline's last nodes, and further back to its last
-        checkpoint of its namespace."""
+        """Reads a timeline's last nodes, further back to its last
+        checkpoint of its namespace, and from where that one's chain of
+        payloads starts when it says so."""
         page = self._api(
             "GET",
             f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
@@ -227,23 +232,31 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         self._keep_payloads(page["nodes"])
         while t.last is None and self._read_before(th, t):
             pass
+        last = None if t.last is None or t.ns is None else th.checkpoints.get((t.ns, t.last))
+        if last is not None and last.delta and 0 < last.base <= (t.lo or 0):
+            self._read_before(th, t, to=last.base - 1)
 
-    def _read_before(self, th: ix.Thread, t: ix.Timeline) -> bool:
+    def _read_before(self, th: ix.Thread, t: ix.Timeline, *, to: int | None = None) -> bool:
         """Reads the nodes before the first read of a timeline read from
-        its end (as many again as were read, up to a page), with their
-        payloads; `False` when it was read from its first node."""
+        its end, with their payloads: from position `to` (depth `to + 1`),
+        else as many again as were read; `False` when it was read from its
+        first node."""
         if not t.lo:
             return False
-        n = min(t.lo, END_READ)
-        page = self._api(
-            "GET",
-            f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-            query={"cursor": t.lo - n, "limit": n, "payloads": "true"},
-        )
-        if len(page["nodes"]) != n:
-            raise RuntimeError(f"timeline {t.name!r} of thread {th.thread_id!r} changed while read")
-        th.take_before(t, page["nodes"])
-        self._keep_payloads(page["nodes"])
+        start = max(0, t.lo - max(t.length - t.lo, END_READ)) if to is None else max(0, to)
+        while t.lo > start:
+            n = min(t.lo - start, PAGE)
+            page = self._api(
+                "GET",
+                f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
+                query={"cursor": t.lo - n, "limit": n, "payloads": "true"},
+            )
+            if len(page["nodes"]) != n:
+                raise RuntimeError(
+                    f"timeline {t.name!r} of thread {th.thread_id!r} changed while read"
+                )
+            th.take_before(t, page["nodes"])
+            self._keep_payloads(page["nodes"])
         return True
 
     def _keep_payloads(self, nodes: builtins.list[dict[str, Any]]) -> None:
@@ -563,6 +576,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         d: dict[str, Any] = {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}
         if delta:
             d["delta"] = True
+            up = th.checkpoints.get((ns, parent or ""))
+            if up is not None and up.base:
+                d["base"] = up.base  # an ancestor of the node, on any timeline of it
         diag = {ix.DIAG: d}
         line = Line("invoke", payload, ix.CHECKPOINT_FROM, ix.CHECKPOINT_TO, diag)
         self._append(th, branch, line)

@@ -7,7 +7,8 @@ first node, on `main`, names the thread. A checkpoint is an `invoke` node
 values given as below) and whose diagnostics (`langgraph`) hold what a
 listing needs without the payload: the checkpoint id, its parent's, its
 namespace, its metadata and `delta` when the payload gives values by its
-parent's. A call to `put_writes` is a `request` node (`task →
+parent's, with `base`: the depth of the node its chain of payloads starts
+from (below). A call to `put_writes` is a `request` node (`task →
 graph`) after it, with the writes' values in the payload. Namespace `""`
 is `main`; a subgraph's namespace is a timeline of its own (`ns-…`),
 forked from its parent graph's checkpoint; a checkpoint whose parent is
@@ -22,9 +23,10 @@ step costs what it added, not the thread again. A checkpoint whose
 parent's values the saver does not have at hand, and every
 `_values.SNAPSHOT_EVERY`-th, holds them whole (`v`): a read rebuilds a
 checkpoint from its chain back to such a one (one read of the timeline's
-stretch). A payload under `COMPRESS_BELOW` bytes is
-stored deflated (`…z` magic); a bigger one as it is, so the store's
-content-defined chunks share it with the payloads before it.
+stretch: from `base` on, for a saver that has not read the thread). A
+payload under `COMPRESS_BELOW` bytes is stored deflated (`…z` magic); a
+bigger one as it is, so the store's content-defined chunks share it with
+the payloads before it.
 """
 
 from __future__ import annotations
@@ -243,6 +245,11 @@ class Checkpoint:
     """Its node's depth (the session's first node has depth 1)."""
     delta: bool = False
     """Whether its payload gives channels by its parent's (`a`, `p`)."""
+    base: int = 0
+    """The depth of the checkpoint its chain of payloads starts from (one
+    holding every value whole: itself when not `delta`), 0 when unknown
+    (written by an earlier version). That node is an ancestor of its own:
+    a cold read takes the timeline from there in one read."""
     writes: dict[tuple[str, int], Write] = field(default_factory=dict)
 
 
@@ -355,6 +362,8 @@ class Thread:
                 depth=int(n.get("depth", 0)),
                 delta=bool(d.get("delta")),
             )
+            cp = self.checkpoints[key]
+            cp.base = int(d.get("base") or 0) if cp.delta else cp.depth
             self.by_node[n["hash"]] = key
             top = self.top.get(ns)
             if top is None or key[1] > top.id:
