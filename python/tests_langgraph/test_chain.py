@@ -176,8 +176,8 @@ def timeline_reads(saver: ConvoSaver, monkeypatch: pytest.MonkeyPatch) -> list[d
 def test_a_cold_read_goes_to_the_base_of_the_chain_at_once(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A checkpoint given by its parent's names the depth of the node its
-    chain of payloads starts from (`base`, a checkpoint holding its values
+    """A checkpoint given by its parent's names (`delta`) the depth of the
+    node its chain of payloads starts from (a checkpoint holding its values
     whole): a saver with nothing cached reads the timeline's end, then the
     timeline from there in one read, however short its first read."""
     monkeypatch.setattr(_values, "SNAPSHOT_EVERY", 12)
@@ -195,12 +195,13 @@ def test_a_cold_read_goes_to_the_base_of_the_chain_at_once(
             for n in nodes
             if "checkpoint" in (n.diagnostics or {}).get("langgraph", {})
         ]
-        for d in marks:
-            if d.get("delta"):
-                base = by_depth[d["base"]].diagnostics["langgraph"]
-                assert "checkpoint" in base and not base.get("delta"), d
-        newest = marks[-1]
-        assert newest.get("delta") and newest["base"] < len(nodes) - 2, newest
+        bases = [d["delta"] for d in marks if "delta" in d]
+        assert len(bases) >= 12 and all(type(b) is int for b in bases), bases
+        for b in set(bases):
+            d = by_depth[b].diagnostics["langgraph"]
+            assert "checkpoint" in d and "delta" not in d, d
+        base = marks[-1]["delta"]
+        assert type(base) is int and base < len(nodes) - 2, base
 
         cold_saver = ConvoSaver(store)
         reads = timeline_reads(cold_saver, monkeypatch)
@@ -208,34 +209,30 @@ def test_a_cold_read_goes_to_the_base_of_the_chain_at_once(
     assert [m.content for m in latest.values["messages"]] == first[0][1]
     assert [(r["cursor"], r["limit"]) for r in reads] == [
         (-2, 2),
-        (newest["base"] - 1, len(nodes) - 2 - (newest["base"] - 1)),
+        (base - 1, len(nodes) - 2 - (base - 1)),
     ]
 
 
 def test_a_chain_without_its_base_is_read_back_page_by_page(
     store_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Checkpoints written without `base` (by an earlier version) are read
+    """Checkpoints given by their parent's that do not say where their
+    chain starts (`delta: true`, as an earlier version wrote them) are read
     back from the timeline's end in reads of as many nodes again as were
     read, until the chain's first checkpoint."""
     monkeypatch.setattr(_values, "SNAPSHOT_EVERY", 12)
     monkeypatch.setattr(lg, "END_READ", 2)
     cfg: Any = {"configurable": {"thread_id": "o"}}
-    take = ix.Thread._take_checkpoint
-
-    def unbased(self: ix.Thread, t: ix.Timeline, n: dict[str, Any], d: dict[str, Any]) -> None:
-        take(self, t, n, d)
-        self.checkpoints[(str(d.get("ns", "")), str(d["checkpoint"]))].base = 0
-
     with convo.Store(store_url) as store:
         with monkeypatch.context() as old:
-            old.setattr(ix.Thread, "_take_checkpoint", unbased)
+            old.setattr(ix.Thread, "chain_base", lambda self, cp: 0)
             warm = echo(ConvoSaver(store))
             for i in range(6):
                 warm.invoke({"messages": [HumanMessage(f"m{i}")]}, cfg)
             first = history(warm, cfg)
         nodes = store.timeline("o").nodes
-        assert not any("base" in (n.diagnostics or {}).get("langgraph", {}) for n in nodes)
+        marks = [(n.diagnostics or {}).get("langgraph", {}).get("delta") for n in nodes]
+        assert True in marks and not any(type(m) is int for m in marks), marks
         cold_saver = ConvoSaver(store)
         reads = timeline_reads(cold_saver, monkeypatch)
         latest = echo(cold_saver).get_state(cfg)

@@ -233,6 +233,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         while t.last is None and self._read_before(th, t):
             pass
         last = None if t.last is None or t.ns is None else th.checkpoints.get((t.ns, t.last))
+        # Where its chain of payloads starts, when it says (`delta`).
         if last is not None and last.delta and 0 < last.base <= (t.lo or 0):
             self._read_before(th, t, to=last.base - 1)
 
@@ -575,10 +576,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             branch = name
         d: dict[str, Any] = {"checkpoint": cp_id, "parent": parent, "ns": ns, "metadata": md}
         if delta:
-            d["delta"] = True
+            # Where its chain starts (its parent's does): an ancestor of its node.
             up = th.checkpoints.get((ns, parent or ""))
-            if up is not None and up.base:
-                d["base"] = up.base  # an ancestor of the node, on any timeline of it
+            d["delta"] = (0 if up is None else th.chain_base(up)) or True
         diag = {ix.DIAG: d}
         line = Line("invoke", payload, ix.CHECKPOINT_FROM, ix.CHECKPOINT_TO, diag)
         self._append(th, branch, line)

@@ -7,8 +7,8 @@ first node, on `main`, names the thread. A checkpoint is an `invoke` node
 values given as below) and whose diagnostics (`langgraph`) hold what a
 listing needs without the payload: the checkpoint id, its parent's, its
 namespace, its metadata and `delta` when the payload gives values by its
-parent's, with `base`: the depth of the node its chain of payloads starts
-from (below). A call to `put_writes` is a `request` node (`task →
+parent's: the depth of the node its chain of payloads starts from (below;
+`true` when not known). A call to `put_writes` is a `request` node (`task →
 graph`) after it, with the writes' values in the payload. Namespace `""`
 is `main`; a subgraph's namespace is a timeline of its own (`ns-…`),
 forked from its parent graph's checkpoint; a checkpoint whose parent is
@@ -23,7 +23,7 @@ step costs what it added, not the thread again. A checkpoint whose
 parent's values the saver does not have at hand, and every
 `_values.SNAPSHOT_EVERY`-th, holds them whole (`v`): a read rebuilds a
 checkpoint from its chain back to such a one (one read of the timeline's
-stretch: from `base` on, for a saver that has not read the thread). A
+stretch: from that depth on, for a saver that has not read the thread). A
 payload under `COMPRESS_BELOW` bytes is stored deflated (`…z` magic); a
 bigger one as it is, so the store's content-defined chunks share it with
 the payloads before it.
@@ -247,8 +247,8 @@ class Checkpoint:
     """Whether its payload gives channels by its parent's (`a`, `p`)."""
     base: int = 0
     """The depth of the checkpoint its chain of payloads starts from (one
-    holding every value whole: itself when not `delta`), 0 when unknown
-    (written by an earlier version). That node is an ancestor of its own:
+    holding every value whole: its own when not `delta`), 0 when not
+    known (see `Thread.chain_base`). That node is an ancestor of its own:
     a cold read takes the timeline from there in one read."""
     writes: dict[tuple[str, int], Write] = field(default_factory=dict)
 
@@ -363,7 +363,11 @@ class Thread:
                 delta=bool(d.get("delta")),
             )
             cp = self.checkpoints[key]
-            cp.base = int(d.get("base") or 0) if cp.delta else cp.depth
+            base = d.get("delta")
+            if not cp.delta:
+                cp.base = cp.depth
+            elif type(base) is int and base > 0:  # not `true`: where its chain starts
+                cp.base = base
             self.by_node[n["hash"]] = key
             top = self.top.get(ns)
             if top is None or key[1] > top.id:
@@ -400,6 +404,19 @@ class Thread:
             if t.lo is not None and t.ns == ns and t.last is not None
         ]
         return max(lasts, key=lambda c: c.id) if lasts else None
+
+    def chain_base(self, cp: Checkpoint) -> int:
+        """The depth of the node `cp`'s chain of payloads starts from, as
+        far as the checkpoints read tell (0: not read back that far)."""
+        walked: list[Checkpoint] = []
+        at: Checkpoint | None = cp
+        while at is not None and not at.base and at.delta and at.parent is not None:
+            walked.append(at)
+            at = self.checkpoints.get((at.ns, at.parent))
+        base = 0 if at is None else at.base
+        for c in walked:
+            c.base = base
+        return base
 
     def appends_at(self, ns: str, parent: str | None, cp_id: str) -> bool:
         """Whether a checkpoint `cp_id` of `ns` with parent `parent` goes
