@@ -218,10 +218,11 @@ def test_a_chain_without_its_base_is_read_back_page_by_page(
 ) -> None:
     """Checkpoints given by their parent's that do not say where their
     chain starts (`delta: true`, as an earlier version wrote them) are read
-    back from the timeline's end in reads of as many nodes again as were
-    read, until the chain's first checkpoint."""
+    back from the timeline's end in reads of `BACK_READ` nodes or as many
+    again as were read, until the chain's first checkpoint."""
     monkeypatch.setattr(_values, "SNAPSHOT_EVERY", 12)
     monkeypatch.setattr(lg, "END_READ", 2)
+    monkeypatch.setattr(lg, "BACK_READ", 3)
     cfg: Any = {"configurable": {"thread_id": "o"}}
     with convo.Store(store_url) as store:
         with monkeypatch.context() as old:
@@ -238,5 +239,5 @@ def test_a_chain_without_its_base_is_read_back_page_by_page(
         latest = echo(cold_saver).get_state(cfg)
     assert [m.content for m in latest.values["messages"]] == first[0][1]
     limits = [r["limit"] for r in reads]
-    assert limits[:3] == [2, 2, 4], limits
+    assert limits[:3] == [2, 3, 5], limits
     assert len(reads) >= 3

@@ -64,7 +64,10 @@ payloads: the newest checkpoint and its writes. Its `base` names where
 its chain of payloads starts (`_values.SNAPSHOT_EVERY` checkpoints back
 at most): the next read takes the timeline from there, in one request.
 A checkpoint without one (written by an earlier version) is read back
-in reads of as many nodes again as were read."""
+in reads of `BACK_READ` nodes, or as many again as were read."""
+BACK_READ = 224
+"""The least nodes a read further back takes, when it is not told where
+to stop (what an earlier version read first: 256 with the end's)."""
 PAGE = 2000
 """The most nodes one read of a timeline takes (the API's limit)."""
 
@@ -240,11 +243,11 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _read_before(self, th: ix.Thread, t: ix.Timeline, *, to: int | None = None) -> bool:
         """Reads the nodes before the first read of a timeline read from
         its end, with their payloads: from position `to` (depth `to + 1`),
-        else as many again as were read; `False` when it was read from its
+        else `BACK_READ` or as many again as were read; `False` when it was read from its
         first node."""
         if not t.lo:
             return False
-        start = max(0, t.lo - max(t.length - t.lo, END_READ)) if to is None else max(0, to)
+        start = max(0, t.lo - max(t.length - t.lo, BACK_READ)) if to is None else max(0, to)
         while t.lo > start:
             n = min(t.lo - start, PAGE)
             page = self._api(
