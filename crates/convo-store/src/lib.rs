@@ -70,8 +70,8 @@ pub mod turns;
 mod verify;
 
 pub use backend::{
-    Backend, Background, BranchRow, FactRow, ImportRow, Maintenance, OtlpExportRow, SessionRow,
-    StoredNode, ThreadField, Tx,
+    Backend, Background, BranchRow, FactRow, ImportRow, Link, Maintenance, OtlpExportRow,
+    SessionRow, StoredNode, ThreadField, Tx,
 };
 /// The transaction's traits, one per concern: a backend implements each;
 /// [`Tx`] is all of them (a `&mut dyn Tx` calls any of their methods).

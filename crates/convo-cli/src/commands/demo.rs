@@ -5,17 +5,127 @@ use convo_store::{Draft, Store, StoreError};
 use serde_json::json;
 use std::process::ExitCode;
 
-fn msg(kind: Kind, from: &str, to: &str, payload: &str, diag: &str, t: i64) -> Draft {
-    Draft {
-        kind,
-        from: from.into(),
-        to: to.into(),
-        payload: payload.as_bytes().to_vec(),
-        diagnostics: Diagnostics::parse(diag).unwrap_or_else(|_| Diagnostics::empty()),
-        state: None,
-        sequence: None,
-        created_at: t,
-    }
+/// A message of the demo: kind, from, to, payload, diagnostics, and its
+/// time in milliseconds after the session's start.
+type Line = (
+    Kind,
+    &'static str,
+    &'static str,
+    &'static str,
+    &'static str,
+    i64,
+);
+
+/// The agent of the demo session.
+const A: &str = "researcher";
+
+/// The first turn: a question answered through an inference call.
+const TOLD: [Line; 4] = [
+    (Kind::Invoke, "cli", A, "Tell me about Paris", "{}", 1_000),
+    (
+        Kind::Request,
+        A,
+        "infer",
+        r#"{"model":"small-1","prompt":"Tell me about Paris"}"#,
+        r#"{"model":"small-1"}"#,
+        1_100,
+    ),
+    (
+        Kind::Response,
+        "infer",
+        A,
+        "Paris is the capital of France, known for the Eiffel Tower.",
+        r#"{"status":200,"duration_ms":840,"tokens":{"in":12,"out":14}}"#,
+        1_950,
+    ),
+    (
+        Kind::Complete,
+        A,
+        "cli",
+        "Paris is the capital of France, known for the Eiffel Tower.",
+        r#"{"duration_ms":1000}"#,
+        2_000,
+    ),
+];
+
+/// The second turn on main: a wrong answer.
+const WRONG: [Line; 2] = [
+    (
+        Kind::Invoke,
+        "cli",
+        A,
+        "What about its population?",
+        "{}",
+        10_000,
+    ),
+    (
+        Kind::Complete,
+        A,
+        "cli",
+        "Paris has about 20 million inhabitants.",
+        r#"{"note":"wrong: that is the metro area of another city"}"#,
+        11_000,
+    ),
+];
+
+/// The second turn on the fork: the answer looked up in the kv service.
+const FIXED: [Line; 4] = [
+    (
+        Kind::Invoke,
+        "cli",
+        A,
+        "What about its population?",
+        "{}",
+        21_000,
+    ),
+    (
+        Kind::Request,
+        A,
+        "kv",
+        r#"{"get":"population/paris"}"#,
+        "{}",
+        21_100,
+    ),
+    (
+        Kind::Response,
+        "kv",
+        A,
+        "2102650",
+        r#"{"status":200}"#,
+        21_200,
+    ),
+    (
+        Kind::Complete,
+        A,
+        "cli",
+        "The city of Paris has about 2.1 million inhabitants.",
+        "{}",
+        22_000,
+    ),
+];
+
+/// Appends `lines` to a timeline in one transaction: their hashes.
+fn turn(
+    store: &mut Store,
+    s: &convo_core::SessionId,
+    branch: &BranchName,
+    lines: &[Line],
+    t0: i64,
+) -> Result<Vec<convo_core::NodeHash>, StoreError> {
+    let drafts: Vec<Draft> = lines
+        .iter()
+        .map(|&(kind, from, to, payload, diag, dt)| Draft {
+            kind,
+            from: from.into(),
+            to: to.into(),
+            payload: payload.as_bytes().to_vec(),
+            diagnostics: Diagnostics::parse(diag).unwrap_or_else(|_| Diagnostics::empty()),
+            state: None,
+            sequence: None,
+            created_at: t0 + dt,
+        })
+        .collect();
+    store.transaction(|l| l.append_many(s, branch, &drafts))
 }
 
 /// Records a small, realistic session: two turns with an inference call,
@@ -25,118 +135,16 @@ pub fn build(
     store: &mut Store,
     t0: i64,
 ) -> Result<(convo_store::SessionRow, BranchName), StoreError> {
-    let s = store.transaction(|l| l.new_session("researcher", Some("Paris trip (demo)"), t0))?;
+    let s = store.transaction(|l| l.new_session(A, Some("Paris trip (demo)"), t0))?;
     let main = BranchName::main();
-    let a = "researcher";
     store.transaction(|l| l.state_put(&s.id, &main, "topic", b"Paris"))?;
-    let turn1 = store.transaction(|l| {
-        l.append_many(
-            &s.id,
-            &main,
-            &[
-                msg(
-                    Kind::Invoke,
-                    "cli",
-                    a,
-                    "Tell me about Paris",
-                    "{}",
-                    t0 + 1_000,
-                ),
-                msg(
-                    Kind::Request,
-                    a,
-                    "infer",
-                    r#"{"model":"small-1","prompt":"Tell me about Paris"}"#,
-                    r#"{"model":"small-1"}"#,
-                    t0 + 1_100,
-                ),
-                msg(
-                    Kind::Response,
-                    "infer",
-                    a,
-                    "Paris is the capital of France, known for the Eiffel Tower.",
-                    r#"{"status":200,"duration_ms":840,"tokens":{"in":12,"out":14}}"#,
-                    t0 + 1_950,
-                ),
-                msg(
-                    Kind::Complete,
-                    a,
-                    "cli",
-                    "Paris is the capital of France, known for the Eiffel Tower.",
-                    r#"{"duration_ms":1000}"#,
-                    t0 + 2_000,
-                ),
-            ],
-        )
-    })?;
+    let told = turn(store, &s.id, &main, &TOLD, t0)?;
     store.transaction(|l| l.state_put(&s.id, &main, "facts_told", b"1"))?;
-    store.transaction(|l| {
-        l.append_many(
-            &s.id,
-            &main,
-            &[
-                msg(
-                    Kind::Invoke,
-                    "cli",
-                    a,
-                    "What about its population?",
-                    "{}",
-                    t0 + 10_000,
-                ),
-                msg(
-                    Kind::Complete,
-                    a,
-                    "cli",
-                    "Paris has about 20 million inhabitants.",
-                    r#"{"note":"wrong: that is the metro area of another city"}"#,
-                    t0 + 11_000,
-                ),
-            ],
-        )
-    })?;
+    turn(store, &s.id, &main, &WRONG, t0)?;
     let fix = BranchName::new("fix-population").expect("a valid branch name");
-    let from = HashPrefix::parse(&turn1[3].to_hex()).expect("a hash is a prefix");
+    let from = HashPrefix::parse(&told[3].to_hex()).expect("a hash is a prefix");
     store.transaction(|l| l.fork(&s.id, &from, &fix, t0 + 20_000))?;
-    store.transaction(|l| {
-        l.append_many(
-            &s.id,
-            &fix,
-            &[
-                msg(
-                    Kind::Invoke,
-                    "cli",
-                    a,
-                    "What about its population?",
-                    "{}",
-                    t0 + 21_000,
-                ),
-                msg(
-                    Kind::Request,
-                    a,
-                    "kv",
-                    r#"{"get":"population/paris"}"#,
-                    "{}",
-                    t0 + 21_100,
-                ),
-                msg(
-                    Kind::Response,
-                    "kv",
-                    a,
-                    "2102650",
-                    r#"{"status":200}"#,
-                    t0 + 21_200,
-                ),
-                msg(
-                    Kind::Complete,
-                    a,
-                    "cli",
-                    "The city of Paris has about 2.1 million inhabitants.",
-                    "{}",
-                    t0 + 22_000,
-                ),
-            ],
-        )
-    })?;
+    turn(store, &s.id, &fix, &FIXED, t0)?;
     store.transaction(|l| l.promote(&s.id, &fix, t0 + 30_000))?;
     Ok((s, main))
 }

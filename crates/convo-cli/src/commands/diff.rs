@@ -107,38 +107,7 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
         writeln!(out)?;
         writeln!(out, "{}", paint(Style::Bold, &title))?;
         for (n, lines) in t.nodes.iter().zip(&lines) {
-            writeln!(out, "  {}", node_title(&d, n))?;
-            if !n.changed() {
-                writeln!(out, "    {}", paint(Style::Dim, "(same payload)"))?;
-                continue;
-            }
-            for (x, sign, style) in [
-                (d.node_a(n), "-", Style::Red),
-                (d.node_b(n), "+", Style::Green),
-            ] {
-                if let Some(e) = x.and_then(event_text) {
-                    writeln!(
-                        out,
-                        "    {}",
-                        paint(style, &format!("{sign}({})", clean(&e)))
-                    )?;
-                }
-            }
-            for l in with_context(lines, a.context) {
-                match l {
-                    None => writeln!(out, "    {}", paint(Style::Dim, "…"))?,
-                    Some(l) => {
-                        let text = format!("{}{}", l.change.sign(), clean(&l.text));
-                        let style = match l.change {
-                            Change::Same => None,
-                            Change::Removed => Some(Style::Red),
-                            Change::Added => Some(Style::Green),
-                        };
-                        let shown = style.map_or(text.clone(), |st| paint(st, &text));
-                        writeln!(out, "    {shown}")?;
-                    }
-                }
-            }
+            node_lines(&mut out, &d, n, lines, a.context)?;
         }
     }
     unchanged(&mut out, &mut same, a.stat)?;
@@ -147,6 +116,49 @@ pub fn run(env: &Env, a: DiffArgs) -> CmdResult {
 }
 
 /// One line for a run of unchanged turns (then none pending).
+/// One node of a changed turn: its title, then what changed in it (its
+/// event, its payload's lines with `context` unchanged lines around).
+fn node_lines(
+    out: &mut Out,
+    d: &TimelineDiff,
+    n: &NodeDiff,
+    lines: &[Line],
+    context: usize,
+) -> std::io::Result<()> {
+    writeln!(out, "  {}", node_title(d, n))?;
+    if !n.changed() {
+        return writeln!(out, "    {}", paint(Style::Dim, "(same payload)"));
+    }
+    for (x, sign, style) in [
+        (d.node_a(n), "-", Style::Red),
+        (d.node_b(n), "+", Style::Green),
+    ] {
+        if let Some(e) = x.and_then(event_text) {
+            writeln!(
+                out,
+                "    {}",
+                paint(style, &format!("{sign}({})", clean(&e)))
+            )?;
+        }
+    }
+    for l in with_context(lines, context) {
+        match l {
+            None => writeln!(out, "    {}", paint(Style::Dim, "…"))?,
+            Some(l) => {
+                let text = format!("{}{}", l.change.sign(), clean(&l.text));
+                let style = match l.change {
+                    Change::Same => None,
+                    Change::Removed => Some(Style::Red),
+                    Change::Added => Some(Style::Green),
+                };
+                let shown = style.map_or(text.clone(), |st| paint(st, &text));
+                writeln!(out, "    {shown}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn unchanged(out: &mut Out, same: &mut (usize, usize), stat: bool) -> std::io::Result<()> {
     let (turns, nodes) = std::mem::take(same);
     if turns == 0 {

@@ -420,26 +420,11 @@ pub fn schema_errors(schema: &Value, v: &Value, at: &str, out: &mut Vec<String>)
         return;
     };
     let here = if at.is_empty() { "/" } else { at };
-    if let Some(t) = s.get("type") {
-        let types: Vec<&str> = match t {
-            Value::String(x) => vec![x.as_str()],
-            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
-            _ => vec![],
-        };
-        let is = |ty: &str| match ty {
-            "object" => v.is_object(),
-            "array" => v.is_array(),
-            "string" => v.is_string(),
-            "number" => v.is_number(),
-            "integer" => v.is_i64() || v.is_u64(),
-            "boolean" => v.is_boolean(),
-            "null" => v.is_null(),
-            _ => true,
-        };
-        if !types.iter().any(|ty| is(ty)) {
-            out.push(format!("{here}: {v} is not of type {t}"));
-            return;
-        }
+    if let Some(t) = s.get("type")
+        && !of_type(t, v)
+    {
+        out.push(format!("{here}: {v} is not of type {t}"));
+        return;
     }
     if let Some(Value::Array(e)) = s.get("enum")
         && !e.contains(v)
@@ -454,6 +439,48 @@ pub fn schema_errors(schema: &Value, v: &Value, at: &str, out: &mut Vec<String>)
     {
         out.push(format!("{here}: {v} is not {c}"));
     }
+    scalar_errors(s, v, here, out);
+    if let Some(o) = v.as_object() {
+        object_errors(s, o, at, out);
+    }
+    if let Some(a) = v.as_array() {
+        let n = a.len() as f64;
+        let num = |k: &str| s.get(k).and_then(Value::as_f64);
+        if num("minItems").is_some_and(|m| n < m) || num("maxItems").is_some_and(|m| n > m) {
+            out.push(format!("{here}: {n} items is out of range"));
+        }
+        if let Some(items) = s.get("items") {
+            for (i, x) in a.iter().enumerate() {
+                schema_errors(items, x, &format!("{at}/{i}"), out);
+            }
+        }
+    }
+    combined_errors(s, v, at, out);
+}
+
+type Schema = serde_json::Map<String, Value>;
+
+/// Whether `v` is of the type (or one of the types) `t` names.
+fn of_type(t: &Value, v: &Value) -> bool {
+    let types: Vec<&str> = match t {
+        Value::String(x) => vec![x.as_str()],
+        Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+        _ => vec![],
+    };
+    types.iter().any(|ty| match *ty {
+        "object" => v.is_object(),
+        "array" => v.is_array(),
+        "string" => v.is_string(),
+        "number" => v.is_number(),
+        "integer" => v.is_i64() || v.is_u64(),
+        "boolean" => v.is_boolean(),
+        "null" => v.is_null(),
+        _ => true,
+    })
+}
+
+/// A number's range, a string's length and pattern.
+fn scalar_errors(s: &Schema, v: &Value, here: &str, out: &mut Vec<String>) {
     let num = |k: &str| s.get(k).and_then(Value::as_f64);
     if let Some(x) = v.as_f64()
         && (num("minimum").is_some_and(|m| x < m) || num("maximum").is_some_and(|m| x > m))
@@ -471,53 +498,42 @@ pub fn schema_errors(schema: &Value, v: &Value, at: &str, out: &mut Vec<String>)
             out.push(format!("{here}: {text:?} does not match /{p}/"));
         }
     }
-    if let Some(o) = v.as_object() {
-        for r in s
-            .get("required")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(k) = r.as_str()
-                && !o.contains_key(k)
-            {
-                out.push(format!("{here}: `{k}` is required"));
-            }
+}
+
+/// An object's required members, and each member against its schema.
+fn object_errors(s: &Schema, o: &Schema, at: &str, out: &mut Vec<String>) {
+    let here = if at.is_empty() { "/" } else { at };
+    let required = s.get("required").and_then(Value::as_array);
+    for k in required.into_iter().flatten().filter_map(Value::as_str) {
+        if !o.contains_key(k) {
+            out.push(format!("{here}: `{k}` is required"));
         }
-        let props = s.get("properties").and_then(Value::as_object);
-        for (k, x) in o {
-            let child = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
-            match props.and_then(|p| p.get(k)) {
-                Some(ps) => schema_errors(ps, x, &child, out),
-                None => {
-                    if let Some(extra) = s.get("additionalProperties") {
-                        schema_errors(extra, x, &child, out);
-                    }
+    }
+    let props = s.get("properties").and_then(Value::as_object);
+    for (k, x) in o {
+        let child = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+        match props.and_then(|p| p.get(k)) {
+            Some(ps) => schema_errors(ps, x, &child, out),
+            None => {
+                if let Some(extra) = s.get("additionalProperties") {
+                    schema_errors(extra, x, &child, out);
                 }
             }
         }
     }
-    if let Some(a) = v.as_array() {
-        let n = a.len() as f64;
-        if num("minItems").is_some_and(|m| n < m) || num("maxItems").is_some_and(|m| n > m) {
-            out.push(format!("{here}: {n} items is out of range"));
-        }
-        if let Some(items) = s.get("items") {
-            for (i, x) in a.iter().enumerate() {
-                schema_errors(items, x, &format!("{at}/{i}"), out);
-            }
-        }
-    }
+}
+
+/// `allOf`, `anyOf`, `oneOf` and `not`.
+fn combined_errors(s: &Schema, v: &Value, at: &str, out: &mut Vec<String>) {
+    let here = if at.is_empty() { "/" } else { at };
     let passes = |sub: &Value| {
         let mut e = Vec::new();
         schema_errors(sub, v, at, &mut e);
         e.is_empty()
     };
-    let list = |k: &str| s.get(k).and_then(Value::as_array).cloned();
-    if let Some(all) = list("allOf") {
-        for sub in &all {
-            schema_errors(sub, v, at, out);
-        }
+    let list = |k: &str| s.get(k).and_then(Value::as_array);
+    for sub in list("allOf").into_iter().flatten() {
+        schema_errors(sub, v, at, out);
     }
     if let Some(any) = list("anyOf")
         && !any.iter().any(passes)

@@ -57,43 +57,10 @@ pub(super) fn lanes(s: &mut Store, row: &SessionRow) -> convo_store::Result<Vec<
         let nodes = tx.session_links(&id)?;
         let index: DigestMap<NodeHash, usize> =
             nodes.iter().enumerate().map(|(i, l)| (l.hash, i)).collect();
-        // A parent comes before its children in follow order: one pass
-        // gives each node's turn position (a node between turns takes its
-        // parent's).
-        let mut pos: Vec<u64> = Vec::with_capacity(nodes.len());
-        for l in &nodes {
-            let p = l
-                .parent
-                .and_then(|p| index.get(&p))
-                .and_then(|&i| pos.get(i).copied())
-                .unwrap_or(0);
-            pos.push(l.turn.unwrap_or(p));
-        }
-        // Order: roots first, then by the depth of the last fork node on
-        // the chain (a timeline after the one it forked from).
-        let mut keyed: Vec<(u64, BranchRow)> = branches
-            .iter()
-            .cloned()
-            .map(|b| {
-                let mut cur = b.head;
-                let mut fork_depth = 0;
-                let mut steps = 0;
-                while let Some(h) = cur {
-                    steps += 1;
-                    let Some(&i) = index.get(&h) else { break };
-                    if nodes[i].kind == Kind::Fork || steps > nodes.len() {
-                        fork_depth = nodes[i].depth;
-                        break;
-                    }
-                    cur = nodes[i].parent;
-                }
-                (fork_depth, b)
-            })
-            .collect();
-        keyed.sort_by_key(|(d, b)| (*d, b.name.as_str() != "main", b.created_at));
+        let pos = turn_positions(&nodes, &index);
         let mut owner: DigestMap<NodeHash, usize> = DigestMap::default();
         let mut out: Vec<Lane> = Vec::new();
-        for (_, b) in keyed {
+        for b in in_lane_order(&branches, &nodes, &index) {
             let lane = out.len();
             let mut l = Lane {
                 start: 0,
@@ -123,15 +90,7 @@ pub(super) fn lanes(s: &mut Store, row: &SessionRow) -> convo_store::Result<Vec<
                 }
                 l.start = pos[i];
                 if n.kind == Kind::Promote {
-                    let event = tx.node(&h)?.and_then(|s| s.node.event);
-                    l.promotes.push(Promote {
-                        at: pos[i],
-                        was: event
-                            .as_ref()
-                            .map(|e| e.branch.as_str().to_owned())
-                            .unwrap_or_default(),
-                        sealed_as: event.and_then(|e| e.sealed_as.map(|s| s.as_str().to_owned())),
-                    });
+                    l.promotes.push(promote_at(tx, &h, pos[i])?);
                 }
                 owner.insert(h, lane);
                 cur = n.parent;
@@ -151,6 +110,65 @@ pub(super) fn lanes(s: &mut Store, row: &SessionRow) -> convo_store::Result<Vec<
                 .map(|(_, was)| was.clone());
         }
         Ok(out)
+    })
+}
+
+/// Each node's turn position: a parent comes before its children in
+/// follow order, so one pass does (a node between turns takes its
+/// parent's).
+fn turn_positions(nodes: &[convo_store::Link], index: &DigestMap<NodeHash, usize>) -> Vec<u64> {
+    let mut pos: Vec<u64> = Vec::with_capacity(nodes.len());
+    for l in nodes {
+        let p = l
+            .parent
+            .and_then(|p| index.get(&p))
+            .and_then(|&i| pos.get(i).copied())
+            .unwrap_or(0);
+        pos.push(l.turn.unwrap_or(p));
+    }
+    pos
+}
+
+/// The timelines in lane order: roots first, then by the depth of the last
+/// fork node on the chain (a timeline after the one it forked from).
+fn in_lane_order(
+    branches: &[BranchRow],
+    nodes: &[convo_store::Link],
+    index: &DigestMap<NodeHash, usize>,
+) -> Vec<BranchRow> {
+    let mut keyed: Vec<(u64, BranchRow)> = branches
+        .iter()
+        .cloned()
+        .map(|b| {
+            let mut cur = b.head;
+            let mut fork_depth = 0;
+            let mut steps = 0;
+            while let Some(h) = cur {
+                steps += 1;
+                let Some(&i) = index.get(&h) else { break };
+                if nodes[i].kind == Kind::Fork || steps > nodes.len() {
+                    fork_depth = nodes[i].depth;
+                    break;
+                }
+                cur = nodes[i].parent;
+            }
+            (fork_depth, b)
+        })
+        .collect();
+    keyed.sort_by_key(|(d, b)| (*d, b.name.as_str() != "main", b.created_at));
+    keyed.into_iter().map(|(_, b)| b).collect()
+}
+
+/// The promote node `h` at turn position `at`: the names it changed.
+fn promote_at(tx: &mut dyn convo_store::Tx, h: &NodeHash, at: u64) -> convo_store::Result<Promote> {
+    let event = tx.node(h)?.and_then(|s| s.node.event);
+    Ok(Promote {
+        at,
+        was: event
+            .as_ref()
+            .map(|e| e.branch.as_str().to_owned())
+            .unwrap_or_default(),
+        sealed_as: event.and_then(|e| e.sealed_as.map(|s| s.as_str().to_owned())),
     })
 }
 
@@ -225,26 +243,7 @@ fn promote_text(p: &Promote) -> String {
 }
 
 pub(super) fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
-    // Which lanes are drawn: the first MAX_LANES, plus the current one and
-    // the lanes it descends from.
-    let mut drawn: Vec<usize> = (0..lanes.len().min(MAX_LANES)).collect();
-    if let Some(mut c) = lanes.iter().position(|l| l.branch.name.as_str() == current) {
-        while !drawn.contains(&c) {
-            drawn.push(c);
-            match lanes[c].parent {
-                Some((p, _)) => c = p,
-                None => break,
-            }
-        }
-    }
-    drawn.sort_unstable();
-    let row: Vec<Option<usize>> = {
-        let mut r = vec![None; lanes.len()];
-        for (k, &i) in drawn.iter().enumerate() {
-            r[i] = Some(k);
-        }
-        r
-    };
+    let (drawn, row) = drawn(lanes, current);
     let hidden: Vec<&Lane> = (0..lanes.len())
         .filter(|i| row[*i].is_none())
         .map(|i| &lanes[i])
@@ -312,20 +311,49 @@ pub(super) fn graph(sid: &str, lanes: &[Lane], current: &str) -> Markup {
                     }
                 }
             }
-            figcaption {
-                "Each line is a timeline by turn, from its fork point (○, on the timeline it came from) to its head (●); "
-                "★ marks a promote; sealed timelines are dashed. Hover for details, click a timeline to read it."
-                @if !promotes.is_empty() {
-                    ul.promotes { @for p in &promotes { li { "★ " (promote_text(p)) } } }
-                }
+            (caption(sid, lanes, &promotes, &hidden))
+        }
+    }
+}
+
+/// Which lanes are drawn: the first [`MAX_LANES`], plus the current one and
+/// the lanes it descends from, in order; and each lane's row (`None`: not
+/// drawn).
+fn drawn(lanes: &[Lane], current: &str) -> (Vec<usize>, Vec<Option<usize>>) {
+    let mut drawn: Vec<usize> = (0..lanes.len().min(MAX_LANES)).collect();
+    if let Some(mut c) = lanes.iter().position(|l| l.branch.name.as_str() == current) {
+        while !drawn.contains(&c) {
+            drawn.push(c);
+            match lanes[c].parent {
+                Some((p, _)) => c = p,
+                None => break,
             }
-            @if !hidden.is_empty() {
-                details.more-lanes {
-                    summary { "… and " (hidden.len()) " more timeline" @if hidden.len() != 1 { "s" } " not drawn" }
-                    ul.lanes-all {
-                        @for l in &hidden {
-                            li { a href=(session_url(sid, Some(l.branch.name.as_str()))) title=(tooltip(l, lanes)) { bdi { (l.branch.name.as_str()) } } (label_note(l)) " · turn " (l.end) }
-                        }
+        }
+    }
+    drawn.sort_unstable();
+    let mut row = vec![None; lanes.len()];
+    for (k, &i) in drawn.iter().enumerate() {
+        row[i] = Some(k);
+    }
+    (drawn, row)
+}
+
+/// The drawing's legend, its promotes, and the timelines not drawn.
+fn caption(sid: &str, lanes: &[Lane], promotes: &[&Promote], hidden: &[&Lane]) -> Markup {
+    html! {
+        figcaption {
+            "Each line is a timeline by turn, from its fork point (○, on the timeline it came from) to its head (●); "
+            "★ marks a promote; sealed timelines are dashed. Hover for details, click a timeline to read it."
+            @if !promotes.is_empty() {
+                ul.promotes { @for p in promotes { li { "★ " (promote_text(p)) } } }
+            }
+        }
+        @if !hidden.is_empty() {
+            details.more-lanes {
+                summary { "… and " (hidden.len()) " more timeline" @if hidden.len() != 1 { "s" } " not drawn" }
+                ul.lanes-all {
+                    @for l in hidden {
+                        li { a href=(session_url(sid, Some(l.branch.name.as_str()))) title=(tooltip(l, lanes)) { bdi { (l.branch.name.as_str()) } } (label_note(l)) " · turn " (l.end) }
                     }
                 }
             }

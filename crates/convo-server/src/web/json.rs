@@ -289,108 +289,12 @@ pub(crate) fn highlight(lang: &str, code: &str) -> Markup {
     {
         return html! { pre.code { (node(&v, true)) } };
     }
-    const KW: &[&str] = &[
-        "fn",
-        "let",
-        "mut",
-        "pub",
-        "use",
-        "impl",
-        "struct",
-        "enum",
-        "match",
-        "if",
-        "else",
-        "for",
-        "while",
-        "loop",
-        "return",
-        "def",
-        "class",
-        "import",
-        "from",
-        "as",
-        "in",
-        "not",
-        "and",
-        "or",
-        "const",
-        "var",
-        "function",
-        "async",
-        "await",
-        "true",
-        "false",
-        "null",
-        "None",
-        "True",
-        "False",
-        "self",
-        "new",
-        "try",
-        "except",
-        "catch",
-        "with",
-        "yield",
-        "export",
-        "type",
-        "interface",
-        "package",
-        "func",
-        "go",
-        "select",
-        "case",
-        "switch",
-    ];
     let hash_comments = matches!(
         lang,
         "python" | "py" | "sh" | "bash" | "shell" | "ruby" | "rb" | "yaml" | "toml"
     );
-    let b = code.as_bytes();
-    // (class, start, end) of each highlighted stretch, in order.
-    let mut parts: Vec<(&'static str, usize, usize)> = Vec::new();
-    let mut i = 0;
-    let push = |parts: &mut Vec<(&'static str, usize, usize)>, cls, from, to| {
-        parts.push((cls, from, to));
-    };
-    while i < b.len() {
-        let c = b[i];
-        if (c == b'/' && b.get(i + 1) == Some(&b'/')) || (c == b'#' && hash_comments) {
-            let end = code[i..].find('\n').map_or(b.len(), |e| i + e);
-            push(&mut parts, "hc", i, end);
-            i = end;
-        } else if c == b'"' || c == b'\'' || c == b'`' {
-            let mut j = i + 1;
-            while j < b.len() && b[j] != c && b[j] != b'\n' {
-                j += if b[j] == b'\\' { 2 } else { 1 };
-            }
-            let end = (j + 1).min(b.len());
-            push(&mut parts, "hs", i, end);
-            i = end;
-        } else if c.is_ascii_digit()
-            && (i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'))
-        {
-            let mut j = i;
-            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'.' || b[j] == b'_') {
-                j += 1;
-            }
-            push(&mut parts, "hn", i, j);
-            i = j;
-        } else if c.is_ascii_alphabetic() || c == b'_' {
-            let mut j = i;
-            while j < b.len() && (b[j].is_ascii_alphanumeric() || b[j] == b'_') {
-                j += 1;
-            }
-            if KW.contains(&&code[i..j]) {
-                push(&mut parts, "hk", i, j);
-            }
-            i = j;
-        } else {
-            // Step over a whole character (multi-byte UTF-8 included).
-            i += code[i..].chars().next().map_or(1, char::len_utf8);
-        }
-    }
     // Plain text between the stretches, as ("", text).
+    let parts = stretches(code, hash_comments);
     let mut segs: Vec<(&str, &str)> = Vec::with_capacity(parts.len() * 2 + 1);
     let mut at = 0;
     for (cls, from, to) in parts {
@@ -406,6 +310,55 @@ pub(crate) fn highlight(lang: &str, code: &str) -> Markup {
             }
         }
     }
+}
+
+/// The keywords of the languages a code block is commonly in.
+const KEYWORDS: &str = "fn let mut pub use impl struct enum match if else for while loop \
+    return def class import from as in not and or const var function async await true \
+    false null None True False self new try except catch with yield export type \
+    interface package func go select case switch";
+
+/// (class, start, end) of each highlighted stretch of `code`, in order:
+/// comments `hc`, strings `hs`, numbers `hn`, keywords `hk`.
+fn stretches(code: &str, hash_comments: bool) -> Vec<(&'static str, usize, usize)> {
+    let b = code.as_bytes();
+    let mut parts: Vec<(&'static str, usize, usize)> = Vec::new();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        let start = i;
+        if (c == b'/' && b.get(i + 1) == Some(&b'/')) || (c == b'#' && hash_comments) {
+            i = code[i..].find('\n').map_or(b.len(), |e| i + e);
+            parts.push(("hc", start, i));
+        } else if c == b'"' || c == b'\'' || c == b'`' {
+            let mut j = i + 1;
+            while j < b.len() && b[j] != c && b[j] != b'\n' {
+                j += if b[j] == b'\\' { 2 } else { 1 };
+            }
+            i = (j + 1).min(b.len());
+            parts.push(("hs", start, i));
+        } else if c.is_ascii_digit() && (i == 0 || !word(b[i - 1])) {
+            while i < b.len() && (word(b[i]) || b[i] == b'.') {
+                i += 1;
+            }
+            parts.push(("hn", start, i));
+        } else if c.is_ascii_alphabetic() || c == b'_' {
+            while i < b.len() && word(b[i]) {
+                i += 1;
+            }
+            if KEYWORDS
+                .split_ascii_whitespace()
+                .any(|k| k == &code[start..i])
+            {
+                parts.push(("hk", start, i));
+            }
+        } else {
+            // Step over a whole character (multi-byte UTF-8 included).
+            i += code[i..].chars().next().map_or(1, char::len_utf8);
+        }
+    }
+    parts
 }
 
 #[cfg(test)]

@@ -104,102 +104,126 @@ pub(super) async fn rerun_page(
     };
     let sid = row.id.to_string();
     let hash = n.hash.to_hex();
-    let name = free_name(&branches);
+    let r = Start {
+        back: format!("/sessions/{sid}/nodes/{hash}"),
+        sid,
+        hash,
+        title: row.title.as_deref().unwrap_or("(untitled)"),
+        name: free_name(&branches),
+    };
     let parent = n.node.parent.map(|p| p.to_hex());
     let text = std::str::from_utf8(&payload).ok();
-    let diag: serde_json::Value =
-        serde_json::from_str(n.node.diagnostics.as_str()).unwrap_or_default();
-    let back = format!("/sessions/{sid}/nodes/{hash}");
     let body = match (n.node.kind, text, &parent) {
         (Kind::Request, Some(text), Some(parent)) if n.node.to != super::kv::KV => {
+            let diag: serde_json::Value =
+                serde_json::from_str(n.node.diagnostics.as_str()).unwrap_or_default();
             let path = serde_json::from_str(text)
                 .map(|b| api_path(&diag, &b))
                 .unwrap_or_else(|_| "/v1/chat/completions".into());
-            html! {
-                section #rerun data-session=(sid) data-node=(hash) data-path=(path) {
-                    h1 { "Re-run this model call" }
-                    p.sub {
-                        "Request " a.mono href=(back) { (short(&hash)) } " of " a href=(session_url(&sid, None)) { bdi { (row.title.as_deref().unwrap_or("(untitled)")) } }
-                        " · sent on " span.mono { (path) }
-                    }
-                    p { "Edit the request below (messages, model, temperature, tools…) and send it again. A new timeline is forked from where this request was made ("
-                        span.mono { (short(parent)) } "), the call is recorded on it through the recording proxy, and you are taken there to watch the answer arrive." }
-                    label.block for="rerun-body" { "Request (the recorded bytes, exactly)" }
-                    textarea #rerun-body spellcheck="false" rows="18" { (text) }
-                    p.rerun-error #rerun-error hidden {}
-                    div.actions {
-                        label { "New timeline " input #rerun-branch type="text" value=(name) size="14" aria-label="New timeline's name"; }
-                        @match &st.upstream {
-                            Some(u) => {
-                                button #rerun-send type="button" { "Re-run on a new fork" }
-                                span.sub { "through " bdi { (u.describe) } }
-                            }
-                            None => {
-                                button #rerun-send type="button" disabled { "Re-run on a new fork" }
-                            }
-                        }
-                        a href=(back) { "cancel" }
-                    }
-                    @if st.upstream.is_none() {
-                        p.notice #no-upstream {
-                            "This server has no upstream to send calls to. Start it with one, e.g. "
-                            code { "convo serve --upstream https://api.openai.com --upstream-key-env OPENAI_API_KEY" }
-                            " (or " code { "--anthropic-upstream https://api.anthropic.com" } "), then reload this page."
-                        }
-                    }
-                }
-            }
+            model_call(&st, &r, text, parent, &path)
         }
         (Kind::Invoke, Some(text), parent) => {
-            // From where the input was given; the session's first input
-            // starts a new session.
-            let (fork, target) = match parent {
-                Some(parent) => (
-                    Some(format!(
-                        "convo session fork {} --from {} --branch {}",
-                        shell_word(&sid),
-                        short(parent),
-                        shell_word(&name)
-                    )),
-                    format!("{} --branch {}", shell_word(&sid), shell_word(&name)),
-                ),
-                None => (
-                    None,
-                    shell_word(&format!(
-                        "{} (re-run)",
-                        row.title.as_deref().unwrap_or("untitled")
-                    )),
-                ),
-            };
-            let run = format!(
-                "convo run {target} --input {} -- AGENT-COMMAND",
-                shell_word(text)
-            );
-            let both = match fork {
-                Some(f) => format!("{f} && \\\n  {run}"),
-                None => run,
-            };
-            html! {
-                section #rerun-cli {
-                    h1 { "Run this input again" }
-                    p.sub { "Input " a.mono href=(back) { (short(&hash)) } " of " a href=(session_url(&sid, None)) { bdi { (row.title.as_deref().unwrap_or("(untitled)")) } } }
-                    p { "An agent's turn is run by " code { "convo run" } ": fork a timeline from where this input was given and run the agent on it with the input (edit it in the command). Replace "
-                        code { "AGENT-COMMAND" } " with the agent's command (or use " code { "--agent-url URL" } " for a running agent); the turns appear here as they are recorded." }
-                    pre.copyable #rerun-command { (both) }
-                    button.copy type="button" data-copy="rerun-command" { "Copy" }
-                }
-            }
+            input_again(&r, text, parent.as_deref(), row.title.as_deref())
         }
         _ => html! {
             section.error {
                 h1 { "Nothing to re-run here" }
                 p { "Re-run works from a model request (a " code { "request" } " node recorded by the proxy) and from an agent's input (an " code { "invoke" } "); this node is a " (n.node.kind.as_str())
                     @if n.node.to == super::kv::KV || n.node.from == super::kv::KV { " of the agent's state (kv)" } "." }
-                p { a href=(back) { "Back to the node" } }
+                p { a href=(r.back) { "Back to the node" } }
             }
         },
     };
     html_response(page("Re-run", body))
+}
+
+/// The node a re-run starts from, and the new timeline's name.
+struct Start<'a> {
+    sid: String,
+    hash: String,
+    title: &'a str,
+    back: String,
+    name: String,
+}
+
+/// A model request, editable and sent again on a new fork through the
+/// recording proxy.
+fn model_call(st: &AppState, r: &Start<'_>, text: &str, parent: &str, path: &str) -> Markup {
+    let (sid, hash, back) = (&r.sid, &r.hash, &r.back);
+    html! {
+        section #rerun data-session=(sid) data-node=(hash) data-path=(path) {
+            h1 { "Re-run this model call" }
+            p.sub {
+                "Request " a.mono href=(back) { (short(hash)) } " of " a href=(session_url(sid, None)) { bdi { (r.title) } }
+                " · sent on " span.mono { (path) }
+            }
+            p { "Edit the request below (messages, model, temperature, tools…) and send it again. A new timeline is forked from where this request was made ("
+                span.mono { (short(parent)) } "), the call is recorded on it through the recording proxy, and you are taken there to watch the answer arrive." }
+            label.block for="rerun-body" { "Request (the recorded bytes, exactly)" }
+            textarea #rerun-body spellcheck="false" rows="18" { (text) }
+            p.rerun-error #rerun-error hidden {}
+            div.actions {
+                label { "New timeline " input #rerun-branch type="text" value=(r.name) size="14" aria-label="New timeline's name"; }
+                @match &st.upstream {
+                    Some(u) => {
+                        button #rerun-send type="button" { "Re-run on a new fork" }
+                        span.sub { "through " bdi { (u.describe) } }
+                    }
+                    None => {
+                        button #rerun-send type="button" disabled { "Re-run on a new fork" }
+                    }
+                }
+                a href=(back) { "cancel" }
+            }
+            @if st.upstream.is_none() {
+                p.notice #no-upstream {
+                    "This server has no upstream to send calls to. Start it with one, e.g. "
+                    code { "convo serve --upstream https://api.openai.com --upstream-key-env OPENAI_API_KEY" }
+                    " (or " code { "--anthropic-upstream https://api.anthropic.com" } "), then reload this page."
+                }
+            }
+        }
+    }
+}
+
+/// An agent's input: the commands that fork a timeline from where it was
+/// given and run the agent on it again (the session's first input starts
+/// a new session).
+fn input_again(r: &Start<'_>, text: &str, parent: Option<&str>, title: Option<&str>) -> Markup {
+    let (sid, hash, back, name) = (&r.sid, &r.hash, &r.back, &r.name);
+    let (fork, target) = match parent {
+        Some(parent) => (
+            Some(format!(
+                "convo session fork {} --from {} --branch {}",
+                shell_word(sid),
+                short(parent),
+                shell_word(name)
+            )),
+            format!("{} --branch {}", shell_word(sid), shell_word(name)),
+        ),
+        None => (
+            None,
+            shell_word(&format!("{} (re-run)", title.unwrap_or("untitled"))),
+        ),
+    };
+    let run = format!(
+        "convo run {target} --input {} -- AGENT-COMMAND",
+        shell_word(text)
+    );
+    let both = match fork {
+        Some(f) => format!("{f} && \\\n  {run}"),
+        None => run,
+    };
+    html! {
+        section #rerun-cli {
+            h1 { "Run this input again" }
+            p.sub { "Input " a.mono href=(back) { (short(hash)) } " of " a href=(session_url(sid, None)) { bdi { (r.title) } } }
+            p { "An agent's turn is run by " code { "convo run" } ": fork a timeline from where this input was given and run the agent on it with the input (edit it in the command). Replace "
+                code { "AGENT-COMMAND" } " with the agent's command (or use " code { "--agent-url URL" } " for a running agent); the turns appear here as they are recorded." }
+            pre.copyable #rerun-command { (both) }
+            button.copy type="button" data-copy="rerun-command" { "Copy" }
+        }
+    }
 }
 
 pub(super) async fn rerun(
