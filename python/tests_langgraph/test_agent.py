@@ -172,6 +172,20 @@ def edit(data: bytes, old: bytes, new: bytes) -> bytes:
     return data.replace(old, new)
 
 
+def edit_checkpoints(db: Path, old: bytes, new: bytes) -> None:
+    """Replaces `old` with `new` in every checkpoint payload holding it,
+    behind convo's back (at least one must)."""
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT id, data FROM blobs").fetchall()
+        edited = [
+            (edit(data, old, new), rowid)
+            for rowid, data in rows
+            if data.startswith(b"convo-langgraph-checkpoint/") and old in unsealed(data)
+        ]
+        assert edited
+        c.executemany("UPDATE blobs SET data = ? WHERE id = ?", edited)
+
+
 def test_edited_checkpoint_is_refused(tmp_path: Path) -> None:
     db = tmp_path / "convo.db"
     cfg: Any = {"configurable": {"thread_id": "t"}}
@@ -180,15 +194,7 @@ def test_edited_checkpoint_is_refused(tmp_path: Path) -> None:
     with convo.Store(db) as store:
         app = graph.compile(checkpointer=ConvoSaver(store))
         app.invoke({"messages": [HumanMessage("hello")]}, cfg)
-    with sqlite3.connect(db) as c:
-        rows = c.execute("SELECT id, data FROM blobs").fetchall()
-        edited = [
-            (edit(data, b"hello", b"HELLO"), rowid)
-            for rowid, data in rows
-            if data.startswith(b"convo-langgraph-checkpoint/") and b"hello" in unsealed(data)
-        ]
-        assert edited
-        c.executemany("UPDATE blobs SET data = ? WHERE id = ?", edited)
+    edit_checkpoints(db, b"hello", b"HELLO")
     with convo.Store(db) as store:
         app = graph.compile(checkpointer=ConvoSaver(store))
         with pytest.raises(convo.ConvoError):
@@ -236,15 +242,7 @@ def test_an_edited_checkpoint_read_from_the_end_is_refused(tmp_path: Path) -> No
         for i in range(3):
             app.invoke({"messages": [HumanMessage(f"again {i}")]}, cfg)
         first = [s.config for s in app.get_state_history(cfg)][-2]
-    with sqlite3.connect(db) as c:
-        rows = c.execute("SELECT id, data FROM blobs").fetchall()
-        edited = [
-            (edit(data, b"again 2", b"AGAIN 2"), rowid)
-            for rowid, data in rows
-            if data.startswith(b"convo-langgraph-checkpoint/") and b"again 2" in unsealed(data)
-        ]
-        assert edited
-        c.executemany("UPDATE blobs SET data = ? WHERE id = ?", edited)
+    edit_checkpoints(db, b"again 2", b"AGAIN 2")
     with convo.Store(db) as store:
         saver = ConvoSaver(store)
         with pytest.raises(convo.ConvoError):
