@@ -1488,6 +1488,51 @@ impl NodeTx for SqliteTx<'_> {
             .map_err(db)
     }
 
+    fn nodes_with_payloads(
+        &mut self,
+        hashes: &[NodeHash],
+    ) -> Result<Vec<Option<crate::backend::NodeWithPayload>>> {
+        // The hashes as one JSON array of hex strings, each an indexed
+        // lookup (`substr(hash, 1, 8)`), in one query: a timeline page is
+        // not a query per node.
+        let cols = node_cols_of("n");
+        let (payload, blobs) = payload_join(true);
+        let sql = format!(
+            "SELECT {cols}, {payload}, q.key FROM json_each(?1) q \
+             JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
+             AND n.hash = unhex(q.value) {blobs}"
+        );
+        let list: Vec<String> = hashes
+            .iter()
+            .map(|h| format!("\"{}\"", h.to_hex()))
+            .collect();
+        type Found = (usize, StoredNode, Option<Vec<u8>>, bool);
+        let rows: Vec<Found> = {
+            let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+            st.query_map([format!("[{}]", list.join(","))], |r| {
+                let at: i64 = r.get(crate::backend::NODE_COL_COUNT + 2)?;
+                Ok((
+                    usize::try_from(at).unwrap_or(usize::MAX),
+                    node_row(r)?,
+                    bytes(r, crate::backend::NODE_COL_COUNT)?,
+                    r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
+                        .unwrap_or(false),
+                ))
+            })
+            .and_then(|r| r.collect())
+            .map_err(db)?
+        };
+        let mut out: Vec<Option<crate::backend::NodeWithPayload>> =
+            std::iter::repeat_with(|| None).take(hashes.len()).collect();
+        for (at, n, data, chunked) in rows {
+            if let (Some(slot), Some(d)) = (out.get_mut(at), data) {
+                let p = self.payload_of(&n.node.payload, chunked, d)?;
+                *slot = Some((n, p));
+            }
+        }
+        Ok(out)
+    }
+
     fn nodes_at(
         &mut self,
         seqs: &[u64],
