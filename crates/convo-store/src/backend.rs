@@ -348,6 +348,12 @@ pub trait NodeTx: BlobTx {
         Ok(all)
     }
 
+    /// The nodes with these hashes, in this order, without their payloads
+    /// (`None` for a hash not stored).
+    fn nodes_by_hash(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<StoredNode>>> {
+        hashes.iter().map(|h| self.node(h)).collect()
+    }
+
     /// The nodes with these hashes, in this order, each with its payload
     /// (`None` for a hash not stored, or a node whose payload is missing).
     fn nodes_with_payloads(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<NodeWithPayload>>> {

@@ -1394,10 +1394,13 @@ fn timeline_page_in(
     let end = offset.saturating_add(limit).min(total);
     let start = offset.min(end);
     let hashes = chain_stretch(tx, session, &head_node, start as u64, end as u64)?;
-    let rows = if payloads {
+    let rows: Vec<Option<(StoredNode, Vec<u8>)>> = if payloads {
         tx.nodes_with_payloads(&hashes)?
     } else {
-        std::iter::repeat_with(|| None).take(hashes.len()).collect()
+        let bare = tx.nodes_by_hash(&hashes)?;
+        bare.into_iter()
+            .map(|n| n.map(|n| (n, Vec::new())))
+            .collect()
     };
     let mut nodes = Vec::with_capacity(hashes.len());
     for (h, row) in hashes.iter().zip(rows) {

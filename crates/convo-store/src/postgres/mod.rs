@@ -1479,6 +1479,24 @@ impl NodeTx for PgTx<'_> {
         .collect()
     }
 
+    fn nodes_by_hash(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<StoredNode>>> {
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
+        let rows = self.query(
+            &format!(
+                "SELECT {} FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
+                 LEFT JOIN nodes n ON n.hash = q.h ORDER BY q.i",
+                prefixed(NODE_COLS)
+            ),
+            &[&keys],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
+                seq.map(|_| node_row(r)).transpose()
+            })
+            .collect()
+    }
+
     fn nodes_with_payloads(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<NodeWithPayload>>> {
         let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
         let rows = self.query(

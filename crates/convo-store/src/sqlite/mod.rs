@@ -1071,6 +1071,15 @@ fn node_cols_of(alias: &str) -> String {
         .join(", ")
 }
 
+/// Hashes as one JSON array of hex strings (a `json_each` parameter).
+fn hex_list(hashes: &[NodeHash]) -> String {
+    let list: Vec<String> = hashes
+        .iter()
+        .map(|h| format!("\"{}\"", h.to_hex()))
+        .collect();
+    format!("[{}]", list.join(","))
+}
+
 fn payload_join(payloads: bool) -> (&'static str, &'static str) {
     if payloads {
         (
@@ -1488,6 +1497,31 @@ impl NodeTx for SqliteTx<'_> {
             .map_err(db)
     }
 
+    fn nodes_by_hash(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<StoredNode>>> {
+        // As `nodes_with_payloads`, without the payloads.
+        let cols = node_cols_of("n");
+        let sql = format!(
+            "SELECT {cols}, q.key FROM json_each(?1) q \
+             CROSS JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
+             AND n.hash = unhex(q.value)"
+        );
+        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+        let rows: Vec<(usize, StoredNode)> = st
+            .query_map([hex_list(hashes)], |r| {
+                let at: i64 = r.get(crate::backend::NODE_COL_COUNT)?;
+                Ok((usize::try_from(at).unwrap_or(usize::MAX), node_row(r)?))
+            })
+            .and_then(|r| r.collect())
+            .map_err(db)?;
+        let mut out: Vec<Option<StoredNode>> = vec![None; hashes.len()];
+        for (at, n) in rows {
+            if let Some(slot) = out.get_mut(at) {
+                *slot = Some(n);
+            }
+        }
+        Ok(out)
+    }
+
     fn nodes_with_payloads(
         &mut self,
         hashes: &[NodeHash],
@@ -1499,17 +1533,13 @@ impl NodeTx for SqliteTx<'_> {
         let (payload, blobs) = payload_join(true);
         let sql = format!(
             "SELECT {cols}, {payload}, q.key FROM json_each(?1) q \
-             JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
+             CROSS JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
              AND n.hash = unhex(q.value) {blobs}"
         );
-        let list: Vec<String> = hashes
-            .iter()
-            .map(|h| format!("\"{}\"", h.to_hex()))
-            .collect();
         type Found = (usize, StoredNode, Option<Vec<u8>>, bool);
         let rows: Vec<Found> = {
             let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-            st.query_map([format!("[{}]", list.join(","))], |r| {
+            st.query_map([hex_list(hashes)], |r| {
                 let at: i64 = r.get(crate::backend::NODE_COL_COUNT + 2)?;
                 Ok((
                     usize::try_from(at).unwrap_or(usize::MAX),
