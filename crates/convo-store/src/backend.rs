@@ -120,6 +120,9 @@ impl Link {
 /// A node and its payload bytes.
 pub type NodeWithPayload = (StoredNode, Vec<u8>);
 
+/// A node with its payload if one was asked for and read.
+pub(crate) type NodeRead = (StoredNode, Option<Vec<u8>>);
+
 /// A row, or why it does not decode.
 pub type Decoded<T> = std::result::Result<T, String>;
 

@@ -872,6 +872,49 @@ fn chunked_col(r: &Row, i: usize) -> Result<bool> {
 }
 
 impl PgTx<'_> {
+    /// The nodes with these hashes, in this order (`None` for a hash not
+    /// stored), each with its payload if asked (`None` where missing), in
+    /// one query.
+    fn by_hashes(
+        &mut self,
+        hashes: &[NodeHash],
+        payloads: bool,
+    ) -> Result<Vec<Option<crate::backend::NodeRead>>> {
+        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
+        let (payload, blobs) = if payloads {
+            (
+                "bl.data, bl.chunked",
+                "LEFT JOIN blobs bl ON bl.hash = n.payload",
+            )
+        } else {
+            ("NULL::bytea, NULL::boolean", "")
+        };
+        let rows = self.query(
+            &format!(
+                "SELECT {}, {payload} FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
+                 LEFT JOIN nodes n ON n.hash = q.h {blobs} ORDER BY q.i",
+                prefixed(NODE_COLS)
+            ),
+            &[&keys],
+        )?;
+        rows.iter()
+            .map(|r| {
+                let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
+                if seq.is_none() {
+                    return Ok(None);
+                }
+                let data: Option<Vec<u8>> =
+                    r.try_get(crate::backend::NODE_COL_COUNT).map_err(corrupt)?;
+                let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
+                let n = node_row(r)?;
+                let p = data
+                    .map(|d| self.payload_of(&n.node.payload, chunked, d))
+                    .transpose()?;
+                Ok(Some((n, p)))
+            })
+            .collect()
+    }
+
     /// A payload from its row, checked against its address
     /// ([`crate::chunk::payload`]).
     fn payload_of(&mut self, h: &ContentHash, chunked: bool, data: Vec<u8>) -> Result<Vec<u8>> {
@@ -1480,50 +1523,16 @@ impl NodeTx for PgTx<'_> {
     }
 
     fn nodes_by_hash(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<StoredNode>>> {
-        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
-        let rows = self.query(
-            &format!(
-                "SELECT {} FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
-                 LEFT JOIN nodes n ON n.hash = q.h ORDER BY q.i",
-                prefixed(NODE_COLS)
-            ),
-            &[&keys],
-        )?;
-        rows.iter()
-            .map(|r| {
-                let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
-                seq.map(|_| node_row(r)).transpose()
-            })
-            .collect()
+        let found = self.by_hashes(hashes, false)?;
+        Ok(found.into_iter().map(|f| f.map(|(n, _)| n)).collect())
     }
 
     fn nodes_with_payloads(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<NodeWithPayload>>> {
-        let keys: Vec<Vec<u8>> = hashes.iter().map(|h| h.as_bytes().to_vec()).collect();
-        let rows = self.query(
-            &format!(
-                "SELECT {}, bl.data, bl.chunked FROM unnest($1::bytea[]) WITH ORDINALITY AS q(h, i) \
-                 LEFT JOIN nodes n ON n.hash = q.h LEFT JOIN blobs bl ON bl.hash = n.payload \
-                 ORDER BY q.i",
-                prefixed(NODE_COLS)
-            ),
-            &[&keys],
-        )?;
-        rows.iter()
-            .map(|r| {
-                let seq: Option<i64> = r.try_get(0).map_err(corrupt)?;
-                let data: Option<Vec<u8>> =
-                    r.try_get(crate::backend::NODE_COL_COUNT).map_err(corrupt)?;
-                let chunked = chunked_col(r, crate::backend::NODE_COL_COUNT + 1)?;
-                match (seq, data) {
-                    (Some(_), Some(d)) => {
-                        let n = node_row(r)?;
-                        let p = self.payload_of(&n.node.payload, chunked, d)?;
-                        Ok(Some((n, p)))
-                    }
-                    _ => Ok(None),
-                }
-            })
-            .collect()
+        let found = self.by_hashes(hashes, true)?;
+        Ok(found
+            .into_iter()
+            .map(|f| f.and_then(|(n, p)| Some((n, p?))))
+            .collect())
     }
 
     fn nodes_at(

@@ -711,18 +711,11 @@ impl SqliteTx<'_> {
         sql: &str,
         p: impl rusqlite::Params,
     ) -> Result<Vec<(StoredNode, Option<Vec<u8>>)>> {
-        let rows: Vec<(StoredNode, Option<Vec<u8>>, bool)> = {
+        let rows: Vec<PayloadRow> = {
             let mut st = self.tx.prepare_cached(sql).map_err(db)?;
-            st.query_map(p, |r| {
-                Ok((
-                    node_row(r)?,
-                    bytes(r, crate::backend::NODE_COL_COUNT)?,
-                    r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
-                        .unwrap_or(false),
-                ))
-            })
-            .and_then(|r| r.collect())
-            .map_err(db)?
+            st.query_map(p, payload_row)
+                .and_then(|r| r.collect())
+                .map_err(db)?
         };
         rows.into_iter()
             .map(|(n, data, chunked)| match data {
@@ -733,6 +726,47 @@ impl SqliteTx<'_> {
                 None => Ok((n, None)),
             })
             .collect()
+    }
+
+    /// The nodes with these hashes, in this order (`None` for a hash not
+    /// stored), each with its payload if asked (`None` where missing), in
+    /// one query: the hashes as one JSON array, each an indexed lookup
+    /// (`substr(hash, 1, 8)`), so a timeline page is not a query a node.
+    fn by_hashes(
+        &mut self,
+        hashes: &[NodeHash],
+        payloads: bool,
+    ) -> Result<Vec<Option<crate::backend::NodeRead>>> {
+        let cols = node_cols_of("n");
+        let (payload, blobs) = payload_join(payloads);
+        let sql = format!(
+            "SELECT {cols}, {payload}, q.key FROM json_each(?1) q \
+             CROSS JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
+             AND n.hash = unhex(q.value) {blobs}"
+        );
+        let list: Vec<String> = hashes
+            .iter()
+            .map(|h| format!("\"{}\"", h.to_hex()))
+            .collect();
+        let rows: Vec<(i64, PayloadRow)> = {
+            let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
+            st.query_map([format!("[{}]", list.join(","))], |r| {
+                Ok((r.get(crate::backend::NODE_COL_COUNT + 2)?, payload_row(r)?))
+            })
+            .and_then(|r| r.collect())
+            .map_err(db)?
+        };
+        let mut out: Vec<Option<crate::backend::NodeRead>> =
+            std::iter::repeat_with(|| None).take(hashes.len()).collect();
+        for (at, (n, data, chunked)) in rows {
+            let data = data
+                .map(|d| self.payload_of(&n.node.payload, chunked, d))
+                .transpose()?;
+            if let Some(slot) = usize::try_from(at).ok().and_then(|i| out.get_mut(i)) {
+                *slot = Some((n, data));
+            }
+        }
+        Ok(out)
     }
 
     fn flush_run(&mut self) -> Result<()> {
@@ -1071,14 +1105,19 @@ fn node_cols_of(alias: &str) -> String {
         .join(", ")
 }
 
-/// Hashes as one JSON array of hex strings (a `json_each` parameter).
-fn hex_list(hashes: &[NodeHash]) -> String {
-    let list: Vec<String> = hashes
-        .iter()
-        .map(|h| format!("\"{}\"", h.to_hex()))
-        .collect();
-    format!("[{}]", list.join(","))
+/// A node and its payload's columns ([`payload_join`]): the data as stored
+/// and whether it is chunked.
+fn payload_row(r: &Row<'_>) -> rusqlite::Result<PayloadRow> {
+    Ok((
+        node_row(r)?,
+        bytes(r, crate::backend::NODE_COL_COUNT)?,
+        r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
+            .unwrap_or(false),
+    ))
 }
+
+/// A node, its payload's data as stored, and whether it is chunked.
+type PayloadRow = (StoredNode, Option<Vec<u8>>, bool);
 
 fn payload_join(payloads: bool) -> (&'static str, &'static str) {
     if payloads {
@@ -1498,69 +1537,19 @@ impl NodeTx for SqliteTx<'_> {
     }
 
     fn nodes_by_hash(&mut self, hashes: &[NodeHash]) -> Result<Vec<Option<StoredNode>>> {
-        // As `nodes_with_payloads`, without the payloads.
-        let cols = node_cols_of("n");
-        let sql = format!(
-            "SELECT {cols}, q.key FROM json_each(?1) q \
-             CROSS JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
-             AND n.hash = unhex(q.value)"
-        );
-        let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-        let rows: Vec<(usize, StoredNode)> = st
-            .query_map([hex_list(hashes)], |r| {
-                let at: i64 = r.get(crate::backend::NODE_COL_COUNT)?;
-                Ok((usize::try_from(at).unwrap_or(usize::MAX), node_row(r)?))
-            })
-            .and_then(|r| r.collect())
-            .map_err(db)?;
-        let mut out: Vec<Option<StoredNode>> = vec![None; hashes.len()];
-        for (at, n) in rows {
-            if let Some(slot) = out.get_mut(at) {
-                *slot = Some(n);
-            }
-        }
-        Ok(out)
+        let found = self.by_hashes(hashes, false)?;
+        Ok(found.into_iter().map(|f| f.map(|(n, _)| n)).collect())
     }
 
     fn nodes_with_payloads(
         &mut self,
         hashes: &[NodeHash],
     ) -> Result<Vec<Option<crate::backend::NodeWithPayload>>> {
-        // The hashes as one JSON array of hex strings, each an indexed
-        // lookup (`substr(hash, 1, 8)`), in one query: a timeline page is
-        // not a query per node.
-        let cols = node_cols_of("n");
-        let (payload, blobs) = payload_join(true);
-        let sql = format!(
-            "SELECT {cols}, {payload}, q.key FROM json_each(?1) q \
-             CROSS JOIN nodes n ON substr(n.hash, 1, 8) = unhex(substr(q.value, 1, 16)) \
-             AND n.hash = unhex(q.value) {blobs}"
-        );
-        type Found = (usize, StoredNode, Option<Vec<u8>>, bool);
-        let rows: Vec<Found> = {
-            let mut st = self.tx.prepare_cached(&sql).map_err(db)?;
-            st.query_map([hex_list(hashes)], |r| {
-                let at: i64 = r.get(crate::backend::NODE_COL_COUNT + 2)?;
-                Ok((
-                    usize::try_from(at).unwrap_or(usize::MAX),
-                    node_row(r)?,
-                    bytes(r, crate::backend::NODE_COL_COUNT)?,
-                    r.get::<_, Option<bool>>(crate::backend::NODE_COL_COUNT + 1)?
-                        .unwrap_or(false),
-                ))
-            })
-            .and_then(|r| r.collect())
-            .map_err(db)?
-        };
-        let mut out: Vec<Option<crate::backend::NodeWithPayload>> =
-            std::iter::repeat_with(|| None).take(hashes.len()).collect();
-        for (at, n, data, chunked) in rows {
-            if let (Some(slot), Some(d)) = (out.get_mut(at), data) {
-                let p = self.payload_of(&n.node.payload, chunked, d)?;
-                *slot = Some((n, p));
-            }
-        }
-        Ok(out)
+        let found = self.by_hashes(hashes, true)?;
+        Ok(found
+            .into_iter()
+            .map(|f| f.and_then(|(n, p)| Some((n, p?))))
+            .collect())
     }
 
     fn nodes_at(
