@@ -70,6 +70,10 @@ struct Conn {
     /// Opened in place of a connection lost at `COMMIT` (see
     /// [`PgTx::commit`]): its session settings and `LISTEN` are not set yet.
     replaced: bool,
+    /// When the server it talks to started (`pg_postmaster_start_time`):
+    /// a transaction id is trusted across a lost connection only if the
+    /// server did not restart meanwhile (see [`Conn::reopen_for`]).
+    started: String,
     rt: tokio::runtime::Runtime,
     client: Client,
     /// One message per `NOTIFY` received (the connection task forwards them).
@@ -195,9 +199,14 @@ impl Conn {
                 }
             }
         });
+        let started = rt
+            .block_on(client.query_one("SELECT pg_postmaster_start_time()::text", &[]))
+            .and_then(|r| r.try_get::<_, String>(0))
+            .map_err(|e| describe(&e))?;
         Ok(Conn {
             url: url.to_owned(),
             replaced: false,
+            started,
             rt,
             client,
             notes,
@@ -236,6 +245,10 @@ impl Conn {
                 .ok()?
                 .as_deref()
             {
+                // A server that restarted may have lost the id with the
+                // transaction (not yet in its write-ahead log) and given it
+                // to another since: `committed` may be that one's.
+                Some("committed") if fresh.started != self.started => return None,
                 Some("committed") => break true,
                 Some("aborted") => break false,
                 Some("in progress") if start.elapsed() < REOPEN_BUDGET => {
