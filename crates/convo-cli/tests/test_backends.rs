@@ -355,6 +355,12 @@ fn redact_leaves_no_byte(backend: Backend) {
         .json();
     assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
     let digest = convo_core::hash::content_hash(value.as_bytes()).to_hex();
+    // A writer of another database on the same server, still writing when
+    // the erasure starts: the erasure waits for it before each rewrite.
+    let elsewhere = db
+        .is_some()
+        .then(|| convo_testutil::pg_writer_elsewhere(std::time::Duration::from_millis(1500)))
+        .flatten();
     let r = t
         .run(&[
             "redact",
@@ -366,6 +372,9 @@ fn redact_leaves_no_byte(backend: Backend) {
         ])
         .json();
     assert_eq!(r["warning"], serde_json::Value::Null, "{r}");
+    if let Some(h) = elsewhere {
+        h.join().unwrap();
+    }
     for secret in [said, value] {
         let left = convo_testutil::secret_in_files(&url, secret);
         assert!(

@@ -1632,6 +1632,22 @@ pub fn pg_database() -> Option<PgDatabase> {
     Some(PgDatabase { admin, name, url })
 }
 
+/// A transaction holding a transaction id on the server `CONVO_TEST_PG`
+/// names, in its admin database (not the store's), for `hold`; then it
+/// commits. A writer of another database on the same server, as a shared
+/// server has: the snapshots every database takes meanwhile are no newer
+/// than its id.
+pub fn pg_writer_elsewhere(hold: std::time::Duration) -> Option<std::thread::JoinHandle<()>> {
+    let admin = pg_admin()?;
+    let mut c = postgres::Client::connect(&admin, postgres::NoTls).expect("connect");
+    c.batch_execute("BEGIN; SELECT pg_current_xact_id()")
+        .expect("a transaction id");
+    Some(std::thread::spawn(move || {
+        std::thread::sleep(hold);
+        c.batch_execute("COMMIT").expect("commit");
+    }))
+}
+
 /// Runs SQL on a PostgreSQL store (a test making a store look older);
 /// the first column of the last statement's first row, if it is a number.
 pub fn pg_sql(store_url: &str, sql: &str) -> Option<i64> {
@@ -1799,7 +1815,7 @@ pub fn store_files(store_url: &str) -> Vec<(String, Vec<u8>)> {
         c.batch_execute("CHECKPOINT").unwrap();
         let rows = c
             .query(
-                "SELECT pg_relation_filepath(oid) FROM pg_class \
+                "SELECT pg_relation_filepath(oid), relname::text FROM pg_class \
                  WHERE relkind IN ('r', 't', 'i', 'm') AND relpersistence = 'p' \
                  AND reltablespace = 0 AND pg_relation_filepath(oid) IS NOT NULL",
                 &[],
@@ -1810,6 +1826,7 @@ pub fn store_files(store_url: &str) -> Vec<(String, Vec<u8>)> {
             .into_iter()
             .map(|r| {
                 let path: String = r.get(0);
+                let name: String = r.get(1);
                 let data: Vec<u8> = c
                     .query_one(
                         "SELECT pg_read_binary_file($1, 0, 100000000, true)",
@@ -1818,7 +1835,7 @@ pub fn store_files(store_url: &str) -> Vec<(String, Vec<u8>)> {
                     .unwrap()
                     .get::<_, Option<Vec<u8>>>(0)
                     .unwrap_or_default();
-                (path, data)
+                (format!("{path} ({name})"), data)
             })
             .collect();
     }

@@ -409,7 +409,8 @@ impl crate::backend::Maintenance for Postgres {
 /// database held snapshots ([`Postgres::snapshot_holders`]).
 fn busy(holders: &[i64]) -> String {
     format!(
-        "other transactions of this database (pids {holders:?}) were running, so the \
+        "transactions older than the erasure (pids {holders:?}) were still running on \
+         this server, so the \
          rewritten tables may still hold the bytes for them: run `convo redact` of \
          the same digest's --content again once they end, or `VACUUM FULL blobs`"
     )
@@ -417,25 +418,45 @@ fn busy(holders: &[i64]) -> String {
 
 impl Postgres {
     /// Waits, a bounded time (10 s), until no other backend holds a
-    /// snapshot that may still see a deleted row, and returns those that
-    /// still do. VACUUM FULL copies such a row into the new files (another
-    /// transaction in this database, an autovacuum ANALYZE, a backend of
-    /// any database still starting up: PostgreSQL counts those in every
-    /// database's horizon), so every rewrite of an erasure waits first.
+    /// snapshot, or a transaction id, taken before this call, and returns
+    /// those that still do. VACUUM FULL copies a row deleted or replaced
+    /// before this call into the new files while such a snapshot may still
+    /// see it: a snapshot of this database (another transaction, an
+    /// autovacuum ANALYZE, a backend still starting up), and VACUUM FULL's
+    /// own, which cannot be newer than the oldest transaction still writing
+    /// in any database of the server. So each rewrite of an erasure waits
+    /// first, and again after the statements whose old row versions it
+    /// must drop (a snapshot newer than those is no hindrance: autovacuum
+    /// takes new ones all the time).
     fn snapshot_holders(&mut self) -> Result<Vec<i64>> {
+        // Every transaction that deleted or replaced a row before now has
+        // an id below this snapshot's xmax; a snapshot whose xmin is below
+        // it may still see such a row. `age` compares the 32-bit ids
+        // across wraparound.
+        let horizon: i64 = self
+            .conn
+            .once(|c| {
+                Box::pin(c.query_one(
+                    "SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint \
+                     % 4294967296",
+                    &[],
+                ))
+            })
+            .map_err(db)?
+            .try_get(0)
+            .map_err(db)?;
+        let sql = format!(
+            "SELECT pid::bigint FROM pg_stat_activity \
+             WHERE pid <> pg_backend_pid() \
+             AND ((datname = current_database() OR datname IS NULL) \
+                  AND age(backend_xmin) > age('{horizon}'::xid) \
+                  OR age(backend_xid) > age('{horizon}'::xid))"
+        );
         let mut holders = Vec::new();
         for _ in 0..100 {
             let rows = self
                 .conn
-                .once(|c| {
-                    Box::pin(c.query(
-                        "SELECT pid::bigint FROM pg_stat_activity \
-                         WHERE (datname = current_database() OR datname IS NULL) \
-                         AND pid <> pg_backend_pid() \
-                         AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)",
-                        &[],
-                    ))
-                })
+                .once(|c| Box::pin(c.query(sql.as_str(), &[])))
                 .map_err(db)?;
             holders = rows
                 .iter()
@@ -511,6 +532,11 @@ impl Backend for Postgres {
                 .once(|c| Box::pin(c.batch_execute(sql)))
                 .map_err(db)?;
         }
+        // The ANALYZEs above replaced statistics rows that sampled the
+        // bytes: a snapshot taken before them may still see those.
+        let mut holders = [holders, self.snapshot_holders()?].concat();
+        holders.sort_unstable();
+        holders.dedup();
         let stats = self
             .conn
             .once(|c| Box::pin(c.batch_execute("VACUUM FULL pg_statistic")))
