@@ -104,6 +104,9 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         # Writes that came before their checkpoint (LangGraph puts both from
         # a thread pool): written right after it.
         self._early: dict[tuple[str, str, str], list[tuple[Any, ...]]] = {}
+        # Checkpoints whose put has begun: their writes wait for them
+        # without asking the store whether another process put them.
+        self._coming: set[tuple[str, str, str]] = set()
 
     @classmethod
     @contextmanager
@@ -529,24 +532,13 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         thread_id, ns = str(conf["thread_id"]), conf.get("checkpoint_ns", "")
         parent = conf.get("checkpoint_id")
         md = _json_safe(get_serializable_checkpoint_metadata(config, metadata))
+        key = (thread_id, ns, checkpoint["id"])
+        self._coming.add(key)
         with self._lock:
-            th = self._thread(thread_id)
-            if not th.appends_at(ns, parent, checkpoint["id"]):
-                self._refresh(th)
-            if parent is not None and (ns, parent) not in th.checkpoints:
-                parent_known = None
-            else:
-                parent_known = parent
-            st, objects, payload, delta = self._encode(
-                thread_id, ns, parent_known, checkpoint, new_versions
-            )
-            again = (ns, checkpoint["id"]) in th.checkpoints
-            self._put_raw(th, ns, checkpoint["id"], parent, md, payload, delta)
-            if not again:  # a checkpoint put twice reads as first put
-                self._values.keep((thread_id, ns, checkpoint["id"]), st)
-                self._values.handed((thread_id, ns, checkpoint["id"]), objects)
-            for early in self._early.pop((thread_id, ns, checkpoint["id"]), []):
-                self._put_writes_locked(th, *early)
+            try:
+                self._put_locked(key, parent, md, checkpoint, new_versions)
+            finally:
+                self._coming.discard(key)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -554,6 +546,31 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 "checkpoint_id": checkpoint["id"],
             }
         }
+
+    def _put_locked(
+        self,
+        key: tuple[str, str, str],
+        parent: str | None,
+        md: dict[str, Any],
+        checkpoint: Checkpoint,
+        new_versions: ChannelVersions,
+    ) -> None:
+        """`put` under the saver's lock."""
+        thread_id, ns, _ = key
+        th = self._thread(thread_id)
+        if not th.appends_at(ns, parent, checkpoint["id"]):
+            self._refresh(th)
+        known = parent is None or (ns, parent) in th.checkpoints
+        st, objects, payload, delta = self._encode(
+            thread_id, ns, parent if known else None, checkpoint, new_versions
+        )
+        again = (ns, checkpoint["id"]) in th.checkpoints
+        self._put_raw(th, ns, checkpoint["id"], parent, md, payload, delta)
+        if not again:  # a checkpoint put twice reads as first put
+            self._values.keep((thread_id, ns, checkpoint["id"]), st)
+            self._values.handed((thread_id, ns, checkpoint["id"]), objects)
+        for early in self._early.pop(key, []):
+            self._put_writes_locked(th, *early)
 
     def _put_raw(
         self,
@@ -612,7 +629,8 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         values = [self.serde.dumps_typed(v) for _, _, v in entries]
         with self._lock:
             th = self._find(thread_id, fresh=False)
-            if th is not None and (ns, cp_id) not in th.checkpoints:
+            coming = (thread_id, ns, cp_id) in self._coming
+            if th is not None and (ns, cp_id) not in th.checkpoints and not coming:
                 self._catch_up(th, ns)
             if th is None or (ns, cp_id) not in th.checkpoints:
                 # Its checkpoint is still being put (or never will be, as
