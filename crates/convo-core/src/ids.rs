@@ -60,7 +60,13 @@ pub struct Digest(pub [u8; 32]);
 impl Digest {
     /// The digest as lowercase hex.
     pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
+        // Into a buffer, not char by char (`hex::encode`): every node read
+        // names three or four digests, so this is on every read's path.
+        let mut out = [0u8; 64];
+        match hex::encode_to_slice(self.0, &mut out).map(|()| std::str::from_utf8(&out)) {
+            Ok(Ok(s)) => s.to_owned(),
+            _ => hex::encode(self.0),
+        }
     }
 
     /// Parses 64 hex digits (either case).
