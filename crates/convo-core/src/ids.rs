@@ -358,6 +358,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn hex_is_lowercase_two_digits_a_byte_and_reads_back() {
+        let mut bytes = [0u8; 32];
+        for (i, b) in bytes.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(37).wrapping_add(0x0f);
+        }
+        let d = Digest(bytes);
+        let hex = d.to_hex();
+        assert_eq!(&hex[..8], "0f34597e");
+        assert_eq!(hex.len(), 64);
+        assert_eq!(hex, hex.to_lowercase());
+        assert_eq!(Digest::from_hex(&hex).unwrap(), d);
+        assert_eq!(Digest([0xff; 32]).to_hex(), "f".repeat(64));
+    }
+
+    #[test]
     fn prefix_bounds_cover_exactly_the_prefix() {
         let p = HashPrefix::parse("ab3").expect("valid");
         let (lo, hi) = p.bounds();
