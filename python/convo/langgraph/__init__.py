@@ -33,6 +33,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from operator import itemgetter
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -57,6 +58,8 @@ from convo.models import Line, decode_payload
 from convo.store import PathLike, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
+
+_MSGPACK = "msgpack"
 
 END_READ = 32
 """How many nodes the first read of a timeline's end takes, with their
@@ -161,6 +164,13 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         """The thread's session, not read yet (`None` if the store has no
         session of that thread): read whole from now on (`complete`), or
         from its ends."""
+        opened = self._open_with_branches(thread_id, complete=complete)
+        return None if opened is None else opened[0]
+
+    def _open_with_branches(
+        self, thread_id: str, *, complete: bool
+    ) -> tuple[ix.Thread, builtins.list[dict[str, Any]]] | None:
+        """`_open`, with the session's branches as the same read gave them."""
         try:
             d = self._api("GET", f"/sessions/{_q(thread_id)}")
         except NotFoundError:
@@ -169,7 +179,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         if s.get("title") != thread_id or s.get("agent") != ix.AGENT:
             return None
         th = self._threads[thread_id] = ix.Thread(thread_id, s["id"], complete=complete)
-        return th
+        return th, d["branches"]
 
     def _refresh(self, th: ix.Thread) -> None:
         """Reads what was appended to the thread's timelines since last
@@ -198,11 +208,13 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         if th is not None and th.complete:
             self._refresh(th)
             return th
+        branches = None
         if th is None:
-            th = self._open(thread_id, complete=False)
-            if th is None:
+            opened = self._open_with_branches(thread_id, complete=False)
+            if opened is None:
                 return None
-        self._read_ends(th, ns)
+            th, branches = opened
+        self._read_ends(th, ns, branches)
         return th
 
     def _catch_up(self, th: ix.Thread, ns: str) -> None:
@@ -212,10 +224,14 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         else:
             self._read_ends(th, ns)
 
-    def _read_ends(self, th: ix.Thread, ns: str) -> None:
+    def _read_ends(
+        self, th: ix.Thread, ns: str, branches: builtins.list[dict[str, Any]] | None = None
+    ) -> None:
         """Reads the ends of the namespace's timelines of a thread read
-        from its ends, again from scratch if the store has more since."""
-        branches = self._api("GET", f"/sessions/{_q(th.session)}/branches")
+        from its ends, again from scratch if the store has more since
+        (`branches`: the session's, when just read)."""
+        if branches is None:
+            branches = self._api("GET", f"/sessions/{_q(th.session)}/branches")
         heads = {b["name"]: b.get("head") for b in branches}
         if any(t.lo is not None and heads.get(t.name) != t.head for t in th.timelines.values()):
             th.reset(complete=False)  # written since: read the ends again
@@ -335,9 +351,10 @@ class ConvoSaver(BaseCheckpointSaver[str]):
 
     def _load(self, v: ix.Channel) -> Any:
         if isinstance(v, list):
-            if v and all(t == "msgpack" for t, _ in v):
+            # `map` over C functions: a long thread's list has thousands.
+            if v and all(map(_MSGPACK.__eq__, map(itemgetter(0), v))):
                 # msgpack's array is its length and its elements: one call.
-                raw = b"\xdd" + len(v).to_bytes(4, "big") + b"".join(b for _, b in v)
+                raw = b"\xdd" + len(v).to_bytes(4, "big") + b"".join(map(itemgetter(1), v))
                 return self.serde.loads_typed(("msgpack", raw))
             return [self.serde.loads_typed(e) for e in v]
         return self.serde.loads_typed(v)

@@ -8,6 +8,7 @@ added, in memory too."""
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -35,6 +36,9 @@ Key = tuple[str, str, str]
 """A checkpoint: thread, namespace, id."""
 
 
+_DEREF = weakref.ReferenceType.__call__
+
+
 def _ref(e: Any) -> Any:
     try:
         return weakref.ref(e)
@@ -46,7 +50,7 @@ def refs(items: list[Any]) -> list[Any]:
     """References to a list's elements: weak where the element allows one
     (a `weakref.ref` then), else the element itself."""
     try:
-        return [weakref.ref(e) for e in items]
+        return list(map(weakref.ref, items))
     except TypeError:
         return [_ref(e) for e in items]
 
@@ -55,8 +59,14 @@ def same(objects: list[Any], held: list[Any]) -> bool:
     """Whether `objects` starts with the very objects `held` refers to."""
     if len(objects) < len(held):
         return False
-    weak = weakref.ReferenceType
-    return all((r() if type(r) is weak else r) is o for o, r in zip(objects, held, strict=False))
+    try:
+        # Every element held weakly (the usual case): C functions only.
+        return all(map(operator.is_, objects, map(_DEREF, held)))
+    except TypeError:  # some element is held itself (no weak reference)
+        weak = weakref.ReferenceType
+        return all(
+            (r() if type(r) is weak else r) is o for o, r in zip(objects, held, strict=False)
+        )
 
 
 @dataclass(frozen=True, slots=True)
