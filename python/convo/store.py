@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import http.client
 import json
 import os
 import secrets
@@ -22,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar, Union
 
-from convo import _process
+from convo import _http, _process
 from convo.errors import ConvoError, from_http
 from convo.models import (
     JSON,
@@ -73,10 +72,10 @@ class _Api:
         self._host, self._port = parsed.hostname or "127.0.0.1", parsed.port or 80
         self._local = threading.local()
 
-    def _conn(self) -> http.client.HTTPConnection:
-        c: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
+    def _conn(self) -> _http.Connection:
+        c: _http.Connection | None = getattr(self._local, "conn", None)
         if c is None:
-            c = http.client.HTTPConnection(self._host, self._port, timeout=600)
+            c = _http.Connection(self._host, self._port, timeout=600)
             self._local.conn = c
         return c
 
@@ -99,18 +98,16 @@ class _Api:
         for attempt in (0, 1):
             conn = self._conn()
             try:
-                conn.request(method, path, body=body, headers=headers)
-                res = conn.getresponse()
-                data = res.read()
+                status, data = conn.request(method, path, headers, body)
                 break
-            except (ConnectionError, http.client.HTTPException, OSError):
+            except OSError:  # ConnectionError, a timeout, an answer not HTTP
                 conn.close()
                 self._local.conn = None
                 self._server.check_alive()
                 if attempt == 1:
                     raise
-        if res.status >= 400:
-            raise from_http(res.status, data)
+        if status >= 400:
+            raise from_http(status, data)
         return data
 
     def json(self, method: str, path: str, payload: Any = None, **kw: Any) -> Any:
