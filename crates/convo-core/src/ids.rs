@@ -60,13 +60,16 @@ pub struct Digest(pub [u8; 32]);
 impl Digest {
     /// The digest as lowercase hex.
     pub fn to_hex(&self) -> String {
-        // Into a buffer, not char by char (`hex::encode`): every node read
-        // names three or four digests, so this is on every read's path.
-        let mut out = [0u8; 64];
-        match hex::encode_to_slice(self.0, &mut out).map(|()| std::str::from_utf8(&out)) {
-            Ok(Ok(s)) => s.to_owned(),
-            _ => hex::encode(self.0),
+        // Two pushes a byte into a sized string: `hex::encode` collects an
+        // iterator of chars, and every node read names three or four
+        // digests.
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut out = String::with_capacity(64);
+        for b in self.0 {
+            out.push(char::from(DIGITS[usize::from(b >> 4)]));
+            out.push(char::from(DIGITS[usize::from(b & 0x0f)]));
         }
+        out
     }
 
     /// Parses 64 hex digits (either case).

@@ -154,23 +154,19 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         if th is not None and not fresh:
             return th
         if th is None:
-            th = self._open(thread_id, complete=True)
-            if th is None:
+            opened = self._open(thread_id, complete=True)
+            if opened is None:
                 return None
+            th = opened[0]
         self._refresh(th)
         return th
 
-    def _open(self, thread_id: str, *, complete: bool) -> ix.Thread | None:
-        """The thread's session, not read yet (`None` if the store has no
-        session of that thread): read whole from now on (`complete`), or
-        from its ends."""
-        opened = self._open_with_branches(thread_id, complete=complete)
-        return None if opened is None else opened[0]
-
-    def _open_with_branches(
+    def _open(
         self, thread_id: str, *, complete: bool
     ) -> tuple[ix.Thread, builtins.list[dict[str, Any]]] | None:
-        """`_open`, with the session's branches as the same read gave them."""
+        """The thread's session, not read yet, with its branches as that
+        read gave them (`None` if the store has no session of that thread):
+        read whole from now on (`complete`), or from its ends."""
         try:
             d = self._api("GET", f"/sessions/{_q(thread_id)}")
         except NotFoundError:
@@ -210,7 +206,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             return th
         branches = None
         if th is None:
-            opened = self._open_with_branches(thread_id, complete=False)
+            opened = self._open(thread_id, complete=False)
             if opened is None:
                 return None
             th, branches = opened
@@ -573,19 +569,19 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> None:
         """`put` under the saver's lock."""
-        thread_id, ns, _ = key
+        thread_id, ns, cp_id = key
         th = self._thread(thread_id)
-        if not th.appends_at(ns, parent, checkpoint["id"]):
+        if not th.appends_at(ns, parent, cp_id):
             self._refresh(th)
         known = parent is None or (ns, parent) in th.checkpoints
         st, objects, payload, delta = self._encode(
             thread_id, ns, parent if known else None, checkpoint, new_versions
         )
-        again = (ns, checkpoint["id"]) in th.checkpoints
-        self._put_raw(th, ns, checkpoint["id"], parent, md, payload, delta)
+        again = (ns, cp_id) in th.checkpoints
+        self._put_raw(th, ns, cp_id, parent, md, payload, delta)
         if not again:  # a checkpoint put twice reads as first put
-            self._values.keep((thread_id, ns, checkpoint["id"]), st)
-            self._values.handed((thread_id, ns, checkpoint["id"]), objects)
+            self._values.keep(key, st)
+            self._values.handed(key, objects)
         for early in self._early.pop(key, []):
             self._put_writes_locked(th, *early)
 
