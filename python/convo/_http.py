@@ -29,13 +29,15 @@ class Connection:
         self._host = f"{host}:{port}"
         self._timeout = timeout
         self._sock: socket.socket | None = None
-        self._buf = b""
+        # What was read past the last answer (bytearray: appends and cuts
+        # from the front cost what they move, not the whole buffer).
+        self._buf = bytearray()
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
-        self._buf = b""
+        self._buf = bytearray()
 
     def request(
         self, method: str, path: str, headers: dict[str, str], body: bytes | None
@@ -74,7 +76,8 @@ class Connection:
             if len(self._buf) > MAX_HEAD:
                 raise ProtocolError(f"an answer's head is over {MAX_HEAD} bytes")
             self._fill()
-        head, self._buf = self._buf[:end].decode("latin-1"), self._buf[end + 4 :]
+        head = bytes(self._buf[:end]).decode("latin-1")
+        del self._buf[: end + 4]
         first, *rest = head.split("\r\n")
         parts = first.split(" ", 2)
         if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
@@ -88,17 +91,32 @@ class Connection:
         return int(parts[1]), fields
 
     def _exactly(self, n: int) -> bytes:
-        while len(self._buf) < n:
-            self._fill()
-        data, self._buf = self._buf[:n], self._buf[n:]
-        return data
+        """The next `n` bytes: a large body is read straight into its
+        buffer, copied once."""
+        if len(self._buf) >= n:
+            data = bytes(self._buf[:n])
+            del self._buf[:n]
+            return data
+        out = bytearray(n)
+        have = len(self._buf)
+        out[:have] = self._buf
+        self._buf.clear()
+        view = memoryview(out)
+        assert self._sock is not None
+        while have < n:
+            got = self._sock.recv_into(view[have:], n - have)
+            if not got:
+                raise ConnectionError("the server closed the connection mid-answer")
+            have += got
+        return bytes(out)
 
     def _line(self) -> bytes:
         while (end := self._buf.find(b"\r\n")) < 0:
             if len(self._buf) > MAX_HEAD:
                 raise ProtocolError("a chunk's size line is too long")
             self._fill()
-        line, self._buf = self._buf[:end], self._buf[end + 2 :]
+        line = bytes(self._buf[:end])
+        del self._buf[: end + 2]
         return line
 
     def _chunked(self) -> bytes:
@@ -121,7 +139,7 @@ class Connection:
         assert self._sock is not None
         while got := self._sock.recv(262144):
             self._buf += got
-        data = self._buf
+        data = bytes(self._buf)
         self.close()
         return data
 

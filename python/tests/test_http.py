@@ -101,3 +101,16 @@ def test_a_server_that_closes_mid_answer_is_a_connection_error() -> None:
         with pytest.raises(ConnectionError):
             c.request("GET", "/", {}, None)
         c.close()
+
+
+def test_a_large_body_in_many_sends_arrives_whole() -> None:
+    body = bytes(range(256)) * (64 * 4096)  # 64 MiB
+    pieces = [b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body)]
+    pieces += [body[i : i + 1_000_003] for i in range(0, len(body), 1_000_003)]
+    chunked = [b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"]
+    chunked += [b"%x\r\n%s\r\n" % (len(p), p) for p in pieces[1:]] + [b"0\r\n\r\n"]
+    with scripted([pieces, chunked]) as (port, _):
+        c = Connection("127.0.0.1", port, timeout=30)
+        assert c.request("GET", "/big", {}, None) == (200, body)
+        assert c.request("GET", "/big", {}, None) == (200, body)
+        c.close()
