@@ -21,8 +21,31 @@ class ProtocolError(ConnectionError):
     """The answer is not HTTP/1.1 as the server writes it."""
 
 
+class Answer:
+    """The answer to a request sent on a `Connection`, read when asked for
+    (`get`), or when the connection is next used."""
+
+    __slots__ = ("_conn", "_got", "_method")
+
+    def __init__(self, conn: Connection, method: str) -> None:
+        self._conn = conn
+        self._method = method
+        self._got: tuple[int, bytes] | BaseException | None = None
+
+    def get(self) -> tuple[int, bytes]:
+        """The answer's status and body (waits for it)."""
+        if self._got is None:
+            self._conn._read(self)
+        if isinstance(self._got, BaseException):
+            raise self._got
+        assert self._got is not None
+        return self._got
+
+
 class Connection:
-    """A connection opened on first use and kept while the server keeps it."""
+    """A connection opened on first use and kept while the server keeps it.
+    One request is out at a time: sending the next reads the last one's
+    answer first (no pipelining asked of the server)."""
 
     def __init__(self, host: str, port: int, timeout: float) -> None:
         self._addr = (host, port)
@@ -32,17 +55,27 @@ class Connection:
         # What was read past the last answer (bytearray: appends and cuts
         # from the front cost what they move, not the whole buffer).
         self._buf = bytearray()
+        self._out: Answer | None = None
 
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
         self._sock = None
         self._buf = bytearray()
+        out, self._out = self._out, None
+        if out is not None and out._got is None:
+            out._got = ConnectionError("the connection was closed before its answer was read")
 
     def request(
         self, method: str, path: str, headers: dict[str, str], body: bytes | None
     ) -> tuple[int, bytes]:
         """Sends one request and returns the answer's status and body."""
+        return self.send(method, path, headers, body).get()
+
+    def send(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> Answer:
+        """Sends one request; its answer is read when asked for."""
+        if self._out is not None:
+            self._read(self._out)
         if self._sock is None:
             self._sock = socket.create_connection(self._addr, timeout=self._timeout)
             self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -51,6 +84,28 @@ class Connection:
         if body is not None:
             lines.append(f"Content-Length: {len(body)}")
         self._sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + (body or b""))
+        self._out = Answer(self, method)
+        return self._out
+
+    def _read(self, answer: Answer) -> None:
+        """Reads the answer out on this connection (`answer`'s, unless the
+        connection was closed since): into it, or the error that stopped it."""
+        if answer is not self._out:
+            if answer._got is None:
+                answer._got = ConnectionError("the connection was closed before its answer")
+            return
+        self._out = None
+        try:
+            answer._got = self._receive(answer._method)
+        except Exception as e:
+            self.close()
+            answer._got = e
+        except BaseException:  # an interrupt: the answer is lost with the connection
+            self.close()
+            answer._got = ConnectionError("interrupted while reading the answer")
+            raise
+
+    def _receive(self, method: str) -> tuple[int, bytes]:
         status, fields = self._head()
         if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
             data = b""

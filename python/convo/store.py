@@ -88,6 +88,19 @@ class _Api:
         body: bytes | None = None,
         content_type: str = "application/json",
     ) -> bytes:
+        return self.send(method, path, query=query, body=body, content_type=content_type).body()
+
+    def send(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: bytes | None = None,
+        content_type: str = "application/json",
+    ) -> Pending:
+        """Sends a request on this thread's connection; its answer is read
+        when asked for (`Pending.body`), so the caller can work meanwhile."""
         if query:
             kept = {k: v for k, v in query.items() if v is not None}
             if kept:
@@ -95,20 +108,27 @@ class _Api:
         headers = {"Authorization": f"Bearer {self._token}"}
         if body is not None:
             headers["Content-Type"] = content_type
-        for attempt in (0, 1):
+        return Pending(self, method, path, headers, body)
+
+    def _exchange(
+        self, method: str, path: str, headers: dict[str, str], body: bytes | None, retry: bool
+    ) -> _http.Answer:
+        """Sends the request, again on a new connection if this one fails
+        (`retry`: once)."""
+        while True:
             conn = self._conn()
             try:
-                status, data = conn.request(method, path, headers, body)
-                break
-            except OSError:  # ConnectionError, a timeout, an answer not HTTP
-                conn.close()
-                self._local.conn = None
-                self._server.check_alive()
-                if attempt == 1:
+                return conn.send(method, path, headers, body)
+            except OSError:  # ConnectionError, a timeout
+                self._broken(conn)
+                if not retry:
                     raise
-        if status >= 400:
-            raise from_http(status, data)
-        return data
+                retry = False
+
+    def _broken(self, conn: _http.Connection) -> None:
+        conn.close()
+        self._local.conn = None
+        self._server.check_alive()
 
     def json(self, method: str, path: str, payload: Any = None, **kw: Any) -> Any:
         body = None if payload is None else json.dumps(payload).encode()
@@ -116,6 +136,34 @@ class _Api:
 
     def close(self) -> None:
         self._server.stop()
+
+
+class Pending:
+    """A request sent to the server, its answer read by `body` (the
+    request sent once more, on a new connection, if the first failed)."""
+
+    __slots__ = ("_answer", "_api", "_request")
+
+    def __init__(
+        self, api: _Api, method: str, path: str, headers: dict[str, str], body: bytes | None
+    ) -> None:
+        self._api = api
+        self._request = (method, path, headers, body)
+        self._answer = api._exchange(method, path, headers, body, retry=True)
+
+    def body(self) -> bytes:
+        """The answer's body; a `ConvoError` for an error status."""
+        try:
+            status, data = self._answer.get()
+        except OSError:  # ConnectionError, a timeout, an answer not HTTP
+            self._api._broken(self._api._conn())
+            status, data = self._api._exchange(*self._request, retry=False).get()
+        if status >= 400:
+            raise from_http(status, data)
+        return data
+
+    def json(self) -> Any:
+        return json.loads(self.body())
 
 
 class Store:

@@ -114,3 +114,33 @@ def test_a_large_body_in_many_sends_arrives_whole() -> None:
         assert c.request("GET", "/big", {}, None) == (200, body)
         assert c.request("GET", "/big", {}, None) == (200, body)
         c.close()
+
+
+def test_an_answer_read_later_or_when_the_next_request_is_sent() -> None:
+    """`send` leaves the answer on the connection until asked for: the next
+    `send` reads it first, into its own `Answer`."""
+    answers = [
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"],
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"],
+        [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nthird"],
+    ]
+    with scripted(answers) as (port, heads):
+        c = Connection("127.0.0.1", port, timeout=5)
+        one = c.send("GET", "/1", {}, None)
+        two = c.send("GET", "/2", {}, None)
+        assert two.get() == (200, b"second")
+        assert one.get() == (200, b"first")
+        three = c.send("GET", "/3", {}, None)
+        assert three.get() == three.get() == (200, b"third")
+        c.close()
+    assert [h.split(b" ")[1] for h in heads] == [b"/1", b"/2", b"/3"]
+
+
+def test_an_answer_cut_off_is_an_error_for_its_request_only() -> None:
+    with scripted([[b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"]]) as (port, _):
+        c = Connection("127.0.0.1", port, timeout=5)
+        cut = c.send("GET", "/1", {}, None)
+        with pytest.raises(ConnectionError):
+            cut.get()
+        with pytest.raises(ConnectionError):  # the same error again, not a hang
+            cut.get()

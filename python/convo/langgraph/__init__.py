@@ -53,9 +53,10 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from convo.errors import NotFoundError
 from convo.langgraph import _index as ix
-from convo.langgraph._values import Stored, Values, payload_channel, refs
+from convo.langgraph._fresh import fresh_list
+from convo.langgraph._values import Seq, Stored, Value, Values, payload_channel, refs
 from convo.models import Line, decode_payload
-from convo.store import PathLike, Store, _q
+from convo.store import PathLike, Pending, Store, _q
 
 __all__ = ["AsyncConvoSaver", "ConvoSaver"]
 
@@ -177,12 +178,21 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         th = self._threads[thread_id] = ix.Thread(thread_id, s["id"], complete=complete)
         return th, d["branches"]
 
-    def _refresh(self, th: ix.Thread) -> None:
+    def _branches(self, th: ix.Thread) -> Pending:
+        """Asks for the session's branches (`Pending.json` reads them)."""
+        return self.store._http().send("GET", f"/api/v1/sessions/{_q(th.session)}/branches")
+
+    def _refresh(
+        self, th: ix.Thread, branches: builtins.list[dict[str, Any]] | None = None
+    ) -> None:
         """Reads what was appended to the thread's timelines since last
-        time (a thread read from its ends: all of them, from the start)."""
+        time (a thread read from its ends: all of them, from the start;
+        `branches`: the session's, when just read)."""
         if not th.complete:
             th.reset(complete=True)
-        for b in self._api("GET", f"/sessions/{_q(th.session)}/branches"):
+        if branches is None:
+            branches = self._branches(th).json()
+        for b in branches:
             t = th.timeline(b["name"])
             while b.get("head") and t.head != b["head"]:
                 page = self._api(
@@ -194,17 +204,18 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                     break
                 th.take(t, page["nodes"])
 
-    def _find_newest(self, thread_id: str, ns: str) -> ix.Thread | None:
+    def _find_newest(
+        self, thread_id: str, ns: str, branches: builtins.list[dict[str, Any]] | None = None
+    ) -> ix.Thread | None:
         """The thread for a read of the newest checkpoint of `ns`: one this
         saver read whole, refreshed; else its namespace's timelines read
         from their ends (the head back to the last checkpoint; `_stored`
         reads further back as the chain of payloads needs), as the store
-        has them now."""
+        has them now (`branches`: the session's, when just read)."""
         th = self._threads.get(thread_id)
         if th is not None and th.complete:
-            self._refresh(th)
+            self._refresh(th, branches)
             return th
-        branches = None
         if th is None:
             opened = self._open(thread_id, complete=False)
             if opened is None:
@@ -227,7 +238,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         from its ends, again from scratch if the store has more since
         (`branches`: the session's, when just read)."""
         if branches is None:
-            branches = self._api("GET", f"/sessions/{_q(th.session)}/branches")
+            branches = self._branches(th).json()
         heads = {b["name"]: b.get("head") for b in branches}
         if any(t.lo is not None and heads.get(t.name) != t.head for t in th.timelines.values()):
             th.reset(complete=False)  # written since: read the ends again
@@ -325,7 +336,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _tuple(self, th: ix.Thread, cp: ix.Checkpoint, *, handed: bool = True) -> CheckpointTuple:
         st = self._stored(th, cp)
         checkpoint: Checkpoint = self.serde.loads_typed(st.skeleton)
-        values = {k: self._load(payload_channel(v)) for k, v in st.channels.items()}
+        values = {k: self._load(v) for k, v in st.channels.items()}
         if handed:
             # The graph may go on from these objects: its next put appends.
             self._values.handed(
@@ -345,15 +356,24 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             pending_writes=self._pending(cp),
         )
 
-    def _load(self, v: ix.Channel) -> Any:
-        if isinstance(v, list):
-            # `map` over C functions: a long thread's list has thousands.
-            if v and all(map(_MSGPACK.__eq__, map(itemgetter(0), v))):
-                # msgpack's array is its length and its elements: one call.
-                raw = b"\xdd" + len(v).to_bytes(4, "big") + b"".join(map(itemgetter(1), v))
-                return self.serde.loads_typed(("msgpack", raw))
-            return [self.serde.loads_typed(e) for e in v]
-        return self.serde.loads_typed(v)
+    def _load(self, v: Value) -> Any:
+        """A channel's value, new objects: a list's elements decoded once
+        and copied (`_fresh`), decoded again where they cannot be."""
+        if not isinstance(v, Seq):
+            return self.serde.loads_typed(v)
+        done = self._values.decoded(v.items)
+        if len(done) < v.n:
+            done.extend(self._decode_list(v.items[len(done) : v.n]))
+        copied = fresh_list(done, v.n)
+        return self._decode_list(v.elements()) if copied is None else copied
+
+    def _decode_list(self, v: builtins.list[ix.Typed]) -> builtins.list[Any]:
+        # `map` over C functions: a long thread's list has thousands.
+        if v and all(map(_MSGPACK.__eq__, map(itemgetter(0), v))):
+            # msgpack's array is its length and its elements: one call.
+            raw = b"\xdd" + len(v).to_bytes(4, "big") + b"".join(map(itemgetter(1), v))
+            return cast(builtins.list[Any], self.serde.loads_typed(("msgpack", raw)))
+        return [self.serde.loads_typed(e) for e in v]
 
     def _stored(self, th: ix.Thread, cp: ix.Checkpoint) -> Stored:
         """A checkpoint's values, rebuilt from its chain of payloads back
@@ -453,17 +473,37 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         cp_id = get_checkpoint_id(config)
         with self._lock:
             thread_id = str(conf["thread_id"])
-            if cp_id and thread_id not in self._threads:
-                th = self._find(thread_id)  # by id: read the thread whole
-            else:
-                th = self._find_newest(thread_id, ns)
-            if th is None:
-                return None
+            known = self._threads.get(thread_id)
+            if known is not None:
+                return self._ahead(known, ns, cp_id)
+            # By id: read the thread whole; else from its ends.
+            th = self._find(thread_id) if cp_id else self._find_newest(thread_id, ns)
+            return None if th is None else self._checkpoint(th, ns, cp_id)
+
+    def _checkpoint(self, th: ix.Thread, ns: str, cp_id: str | None) -> CheckpointTuple | None:
+        """The checkpoint `cp_id` of `ns` (`None`: the newest) as read."""
+        cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
+        if cp is None and not th.complete:
+            self._refresh(th)  # not at the ends read: read the thread whole
             cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
-            if cp is None and not th.complete:
-                self._refresh(th)  # not at the ends read: read the thread whole
-                cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
-            return None if cp is None else self._tuple(th, cp)
+        return None if cp is None else self._tuple(th, cp)
+
+    def _ahead(self, th: ix.Thread, ns: str, cp_id: str | None) -> CheckpointTuple | None:
+        """`get_tuple` on a thread read before. The tuple of a checkpoint
+        whose values the saver holds is made while the store is asked for
+        the thread's branches (a loopback round trip hidden behind the
+        deserializing); it is the answer if nothing was appended since,
+        else the store's checkpoint is read as usual."""
+        cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
+        asked = self._branches(th)
+        made = None
+        if cp is not None and self._values.get((th.thread_id, cp.ns, cp.id)) is not None:
+            made = self._tuple(th, cp)
+        seen = th.changes
+        self._find_newest(th.thread_id, ns, asked.json())
+        if made is not None and th.changes == seen:
+            return made
+        return self._checkpoint(th, ns, cp_id)
 
     def _threads_listed(self, config: RunnableConfig | None) -> list[ix.Thread]:
         conf = (config or {}).get("configurable") or {}
@@ -810,7 +850,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
                 values = self._stored(th, cursor).channels
                 for ch in list(remaining):
                     if ch in values:
-                        seeds[ch] = self._load(payload_channel(values[ch]))
+                        seeds[ch] = self._load(values[ch])
                         remaining.discard(ch)
                 cursor = self._parent(th, cursor)
         out: dict[str, DeltaChannelHistory] = {}

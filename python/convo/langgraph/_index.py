@@ -289,9 +289,13 @@ class Thread:
     orphans: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     """Writes nodes read before their checkpoint (a timeline read from its
     end): taken when a read further back finds it."""
+    changes: int = 0
+    """How many nodes were taken, and resets: a read that leaves it as it
+    was found nothing new."""
 
     def reset(self, *, complete: bool) -> None:
         """Forgets what was read of the session."""
+        self.changes += 1
         self.timelines.clear()
         self.checkpoints.clear()
         self.by_node.clear()
@@ -337,6 +341,7 @@ class Thread:
             self._take_writes(node, d)
 
     def _take_node(self, t: Timeline, n: dict[str, Any]) -> None:
+        self.changes += 1
         d = (n.get("diagnostics") or {}).get(DIAG)
         if not isinstance(d, dict):
             return

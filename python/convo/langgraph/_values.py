@@ -32,6 +32,9 @@ LangChain message does): the saver keeps no graph of objects alive
 after the graph is done with it (the garbage collector's full passes
 walk every object alive, and freeing them would fall in a put)."""
 
+DECODED = 4
+"""Of how many lists the cache keeps the elements decoded (`decoded`)."""
+
 Key = tuple[str, str, str]
 """A checkpoint: thread, namespace, id."""
 
@@ -115,6 +118,7 @@ class Values:
     def __init__(self) -> None:
         self._cache: OrderedDict[Key, Stored] = OrderedDict()
         self._objects: OrderedDict[Key, dict[str, list[Any]]] = OrderedDict()
+        self._decoded: OrderedDict[int, tuple[list[ix.Typed], list[Any]]] = OrderedDict()
 
     def get(self, key: Key) -> Stored | None:
         st = self._cache.get(key)
@@ -136,7 +140,19 @@ class Values:
         while len(self._objects) > HANDED:
             self._objects.popitem(last=False)
 
+    def decoded(self, items: list[ix.Typed]) -> list[Any]:
+        """The elements of a `Seq`'s list decoded so far (kept, never handed
+        out: a read hands out `_fresh` copies), for the lists read last."""
+        kept = self._decoded.get(id(items))
+        if kept is None or kept[0] is not items:
+            kept = self._decoded[id(items)] = (items, [])
+            while len(self._decoded) > DECODED:
+                self._decoded.popitem(last=False)
+        self._decoded.move_to_end(id(items))
+        return kept[1]
+
     def forget_thread(self, thread_id: str) -> None:
+        self._decoded.clear()
         for k in [k for k in self._cache if k[0] == thread_id]:
             del self._cache[k]
         for k in [k for k in self._objects if k[0] == thread_id]:
