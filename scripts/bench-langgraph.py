@@ -31,7 +31,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -220,13 +220,15 @@ def pg_bytes(url: str) -> int:
     return int(row[0]) if row else 0
 
 
-def run(name: str, turns: int, pg: str | None, history: bool = True) -> dict[str, Any]:
+def run(
+    name: str, turns: int, pg: str | None, history: bool = True, workers: int = 1
+) -> dict[str, Any]:
     base, delta = name.removesuffix("+delta"), name.endswith("+delta")
     on_pg = base in ("postgres", "convo-pg")
     with tempfile.TemporaryDirectory(prefix=f"bench-lg-{base}-") as tmp:
         folder = Path(tmp)
         with pg_database(pg) if on_pg else nullcontext(None) as url:
-            out = run_in(base, delta, turns, folder, url, history)
+            out = run_in(base, delta, turns, folder, url, history, workers)
             if on_pg:
                 assert url is not None
                 out["bytes_on_disk"] = pg_bytes(url)
@@ -237,26 +239,36 @@ def run(name: str, turns: int, pg: str | None, history: bool = True) -> dict[str
         MEMORY.pop(folder, None)
     size = out.get("bytes_on_disk")
     out["bytes_per_turn"] = None if size is None else round(size / turns)
-    return {"saver": name, "turns": turns, **out}
+    return {"saver": name, "turns": turns, "workers": workers, **out}
 
 
 def run_in(
-    base: str, delta: bool, turns: int, folder: Path, url: str | None, history: bool
+    base: str,
+    delta: bool,
+    turns: int,
+    folder: Path,
+    url: str | None,
+    history: bool,
+    workers: int = 1,
 ) -> dict[str, Any]:
     cfg: Any = {"configurable": {"thread_id": f"bench-{turns}"}}
-    with SAVERS[base](folder, url) as saver:
+    with ExitStack() as stack:
+        # Several workers (processes' savers) on one store take turns.
+        savers = [stack.enter_context(SAVERS[base](folder, url)) for _ in range(workers)]
         puts: list[tuple[float, bool]] = []
         gets: list[tuple[float, bool]] = []
-        saver.put = timed(puts, saver.put)  # type: ignore[method-assign]
-        saver.get_tuple = timed(gets, saver.get_tuple)  # type: ignore[method-assign]
-        app = graph(saver, delta)
+        for saver in savers:
+            saver.put = timed(puts, saver.put)  # type: ignore[method-assign]
+            saver.get_tuple = timed(gets, saver.get_tuple)  # type: ignore[method-assign]
+        apps = [graph(saver, delta) for saver in savers]
+        app = apps[0]
         distinct = 0
         started = time.perf_counter()
         for turn in range(turns):
             said = text(turn, "user")
             distinct += len(said.encode()) + len(text(turn, "assistant").encode())
             msg = HumanMessage(said, id=f"u{turn}") if delta else HumanMessage(said)
-            app.invoke({"messages": [msg]}, cfg)
+            apps[turn % workers].invoke({"messages": [msg]}, cfg)
         total_s = time.perf_counter() - started
         t = time.perf_counter()
         listed = sum(1 for _ in app.get_state_history(cfg)) if history else None
@@ -297,6 +309,12 @@ def main() -> None:
         metavar="SAVER=TURNS",
         help="skip a saver on longer threads (sqlite=1200: its store grows with the square)",
     )
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="savers on the one store taking turns on the thread (as workers of a server do)",
+    )
     args = ap.parse_args()
     caps = {k: int(v) for k, v in (m.split("=", 1) for m in args.max_turns)}
     os.environ.setdefault("PYTHONHASHSEED", "0")
@@ -305,7 +323,10 @@ def main() -> None:
             if turns > caps.get(name, turns):
                 print(json.dumps({"saver": name, "turns": turns, "skipped": "--max-turns"}))
                 continue
-            out = run(name, turns, args.pg, turns <= args.history_up_to)
+            if args.workers > 1 and name.startswith("memory"):
+                print(json.dumps({"saver": name, "turns": turns, "skipped": "in memory"}))
+                continue
+            out = run(name, turns, args.pg, turns <= args.history_up_to, args.workers)
             print(json.dumps(out), flush=True)
 
 

@@ -183,26 +183,40 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         return self.store._http().send("GET", f"/api/v1/sessions/{_q(th.session)}/branches")
 
     def _refresh(
-        self, th: ix.Thread, branches: builtins.list[dict[str, Any]] | None = None
+        self,
+        th: ix.Thread,
+        branches: builtins.list[dict[str, Any]] | None = None,
+        *,
+        payloads: bool = False,
     ) -> None:
         """Reads what was appended to the thread's timelines since last
         time (a thread read from its ends: all of them, from the start;
-        `branches`: the session's, when just read)."""
+        `branches`: the session's, when just read). `payloads`: the first
+        `BACK_READ` new nodes of a timeline come with theirs (a read of the
+        newest checkpoint wants those another writer added)."""
         if not th.complete:
             th.reset(complete=True)
         if branches is None:
             branches = self._branches(th).json()
         for b in branches:
             t = th.timeline(b["name"])
+            with_payloads = payloads and t.length > 0
             while b.get("head") and t.head != b["head"]:
                 page = self._api(
                     "GET",
                     f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-                    query={"cursor": t.length, "limit": 2000, "payloads": "false"},
+                    query={
+                        "cursor": t.length,
+                        "limit": BACK_READ if with_payloads else PAGE,
+                        "payloads": "true" if with_payloads else "false",
+                    },
                 )
                 if not page["nodes"]:
                     break
                 th.take(t, page["nodes"])
+                if with_payloads:
+                    self._keep_payloads(page["nodes"])
+                    with_payloads = False
 
     def _find_newest(
         self, thread_id: str, ns: str, branches: builtins.list[dict[str, Any]] | None = None
@@ -214,7 +228,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         has them now (`branches`: the session's, when just read)."""
         th = self._threads.get(thread_id)
         if th is not None and th.complete:
-            self._refresh(th, branches)
+            self._refresh(th, branches, payloads=True)
             return th
         if th is None:
             opened = self._open(thread_id, complete=False)
@@ -240,13 +254,35 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         if branches is None:
             branches = self._branches(th).json()
         heads = {b["name"]: b.get("head") for b in branches}
-        if any(t.lo is not None and heads.get(t.name) != t.head for t in th.timelines.values()):
-            th.reset(complete=False)  # written since: read the ends again
+        moved = [
+            t for t in th.timelines.values() if t.lo is not None and heads.get(t.name) != t.head
+        ]
+        if moved and not all(self._read_on(th, t, heads.get(t.name)) for t in moved):
+            th.reset(complete=False)  # not just appended to: read the ends again
         base = ix.branch_base(ns)
         for name, head in heads.items():
             t = th.timeline(name)
             if t.lo is None and head and ix.base_of(name) == base:
                 self._read_end(th, t)
+
+    def _read_on(self, th: ix.Thread, t: ix.Timeline, head: str | None) -> bool:
+        """Reads what another writer appended to a timeline read from its
+        end, with the payloads (the checkpoints before are in the cache):
+        `False` if it was not appended to, or more than `BACK_READ` nodes
+        were (then the end is read again)."""
+        if head is None or t.head is None:
+            return False
+        page = self._api(
+            "GET",
+            f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
+            query={"cursor": t.length, "limit": BACK_READ, "payloads": "true"},
+        )
+        nodes = page["nodes"]
+        if not nodes or nodes[0].get("parent") != t.head or nodes[-1]["hash"] != head:
+            return False
+        th.take(t, nodes)
+        self._keep_payloads(nodes)
+        return True
 
     def _read_end(self, th: ix.Thread, t: ix.Timeline) -> None:
         """Reads a timeline's last nodes, further back to its last
@@ -493,15 +529,19 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         whose values the saver holds is made while the store is asked for
         the thread's branches (a loopback round trip hidden behind the
         deserializing); it is the answer if nothing was appended since,
-        else the store's checkpoint is read as usual."""
+        else the store's checkpoint is read as usual (and the next read
+        waits for the answer before making its tuple)."""
         cp = th.checkpoints.get((ns, cp_id)) if cp_id else th.newest(ns)
         asked = self._branches(th)
         made = None
-        if cp is not None and self._values.get((th.thread_id, cp.ns, cp.id)) is not None:
+        # Not when the last read found another writer's (workers taking
+        # turns on a thread): the tuple would be made twice.
+        if not th.moved and cp is not None and self._values.get((th.thread_id, cp.ns, cp.id)):
             made = self._tuple(th, cp)
         seen = th.changes
         self._find_newest(th.thread_id, ns, asked.json())
-        if made is not None and th.changes == seen:
+        th.moved = th.changes != seen
+        if made is not None and not th.moved:
             return made
         return self._checkpoint(th, ns, cp_id)
 

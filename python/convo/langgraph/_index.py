@@ -292,6 +292,8 @@ class Thread:
     changes: int = 0
     """How many nodes were taken, and resets: a read that leaves it as it
     was found nothing new."""
+    moved: bool = False
+    """Whether the last look at the store found nodes another writer added."""
 
     def reset(self, *, complete: bool) -> None:
         """Forgets what was read of the session."""
