@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langgraph.graph import END, START, MessagesState, StateGraph
 
@@ -96,9 +97,20 @@ def test_an_element_that_cannot_be_copied_is_decoded_again(store_url: str) -> No
     assert second[1] is not first[1]
 
 
-def test_a_read_sees_a_checkpoint_another_process_put(store_url: str) -> None:
+def test_a_read_sees_a_checkpoint_another_process_put(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two savers on two `Store`s (two `convo serve` processes) take turns
-    on one thread: each read is the other's last checkpoint."""
+    on one thread: each read is the other's last checkpoint, read on from
+    where the saver stopped (its timeline's end is read once)."""
+    ends: list[tuple[int, str]] = []
+    read_end = ConvoSaver._read_end
+
+    def counted(self: ConvoSaver, th: Any, t: Any) -> None:
+        ends.append((id(self), t.name))
+        read_end(self, th, t)
+
+    monkeypatch.setattr(ConvoSaver, "_read_end", counted)
     cfg: Any = {"configurable": {"thread_id": "two"}}
     with convo.Store(store_url) as one, convo.Store(store_url) as other:
         a, b = ConvoSaver(one), ConvoSaver(other)
@@ -111,3 +123,7 @@ def test_a_read_sees_a_checkpoint_another_process_put(store_url: str) -> None:
                 got = [m.content for m in tup.checkpoint["channel_values"]["messages"]]
                 assert got[-2:] == [f"m{i}", f"answer {2 * i + 1}"], (i, got)
                 assert len(got) == 2 * (i + 1)
+                assert dumps(tup.checkpoint["channel_values"]["messages"]) == dumps(
+                    messages(ConvoSaver(one), cfg)
+                )
+    assert [name for saver, name in ends if saver == id(b)] == ["main"]
