@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,21 @@ def test_record_and_replay_context_managers(
         )
         assert r.choices[0].message.content == "You asked: hi"
     assert upstream.calls == 1
+
+
+def test_a_request_whose_connection_broke_is_sent_again(store: convo.Store) -> None:
+    """A keep-alive connection the server (or anything between) cut is
+    replaced: before the request is sent, and after, while its answer is
+    still to be read (a read sent ahead, as the LangGraph saver does)."""
+    s = store.new_session("bot", "again")
+    api = store._http()
+    conn = api._conn()
+    assert conn._sock is not None
+    conn._sock.shutdown(socket.SHUT_RDWR)
+    assert [x.id for x in store.sessions()] == [s.id]
+    pending = api.send("GET", f"/api/v1/sessions/{s.id}/branches")
+    cut = api._conn()._sock
+    assert cut is not None
+    cut.shutdown(socket.SHUT_RDWR)
+    assert [b["name"] for b in pending.json()] == ["main"]
+    assert api._conn()._sock is not cut
