@@ -436,10 +436,8 @@ pub(crate) fn paint_times(
         );
         return Ok(None);
     };
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../convo-cli/tests/browser/paint.py"
-    );
+    let script = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-cli/tests/browser/paint.py");
     let work = Scratch::new("paint")?;
     let out = std::process::Command::new(py)
         .arg(script)

@@ -558,7 +558,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 #[test]
 fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let fixture = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures/claude-code/2.1.331")
         .join("360bddc6-2d60-4460-b4e3-0ea3d034065f.jsonl");
     let bytes = std::fs::read(&fixture).unwrap();
@@ -623,7 +623,7 @@ fn watch_imports_lines_as_they_are_written_and_keeps_deleted_files() {
 /// rather than calling it unchanged.
 #[test]
 fn an_unchanged_file_is_skipped_only_by_the_store_that_has_it() {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let fixture = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures/claude-code/2.1.331");
     let t = TestEnv::new();
     let dir = fixture.to_str().unwrap();
@@ -668,8 +668,8 @@ fn an_unchanged_file_is_skipped_only_by_the_store_that_has_it() {
 /// read in its agent's format.
 #[test]
 fn a_home_folder_imports_every_agents_sessions() {
-    let fixtures =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../convo-formats/tests/fixtures");
+    let fixtures = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-formats/tests/fixtures");
     let t = TestEnv::new();
     let home = t.home().join("someone");
     let claude = home.join(".claude/projects/-tmp-p");
@@ -703,7 +703,7 @@ fn a_home_folder_imports_every_agents_sessions() {
 /// main and the archive keeps the deleted one.
 #[test]
 fn watch_follows_an_opencode_database() {
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let fixtures = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures/opencode/1.18.34");
     let t = TestEnv::new();
     let data = t.home().join("opencode-data");
@@ -738,7 +738,7 @@ fn watch_follows_an_opencode_database() {
 /// appended (the rewind included), picked up and exported byte for byte.
 #[test]
 fn watch_follows_a_gemini_cli_chat() {
-    let fixture = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
+    let fixture = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join(
         "../convo-formats/tests/fixtures/gemini-cli/source-016443b/session-2026-11-24T10-00-5e1f0c2a.jsonl",
     );
     let bytes = std::fs::read(&fixture).unwrap();
@@ -902,7 +902,7 @@ fn import_redact_secrets_replaces_credentials_before_storing() {
 /// secret, and the export is SQL that opencode's schema takes back.
 #[test]
 fn import_redact_secrets_in_opencode_rows_keeps_their_json_valid() {
-    let fixtures = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let fixtures = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures/opencode/1.18.34");
     let sql = std::fs::read_to_string(fixtures.join("after.sql")).unwrap();
     let t = TestEnv::new();
@@ -1054,7 +1054,7 @@ fn import_redact_secrets_in_opencode_rows_keeps_their_json_valid() {
 #[test]
 fn gemini_cli_chats_import_export_and_search_by_agent() {
     let t = TestEnv::new();
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let src = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures/gemini-cli/source-016443b");
     let chats = t.home().join("gemini/tmp/9c1a7f0e/chats");
     std::fs::create_dir_all(&chats).unwrap();

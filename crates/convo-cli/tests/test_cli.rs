@@ -344,7 +344,8 @@ fn assert_subset(expected: &serde_json::Value, got: &serde_json::Value, at: &str
 #[test]
 fn a_version_1_store_migrates_and_reads_back_the_same() {
     let t = TestEnv::new();
-    let fx = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1");
+    let fx =
+        convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/store-v1");
     std::fs::copy(fx.join("convo.db"), t.db()).unwrap();
     let version = |db: &std::path::Path| -> i64 {
         rusqlite::Connection::open(db)

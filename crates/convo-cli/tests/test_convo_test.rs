@@ -479,7 +479,8 @@ fn junit_valid(path: &Path) {
         eprintln!("SKIPPED: the JUnit schema check (CONVO_TEST_PYTHON_JUNIT is not set)");
         return;
     };
-    let xsd = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/junit.xsd");
+    let xsd =
+        convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/junit.xsd");
     let script = r#"
 import re, sys, xmlschema
 schema = xmlschema.XMLSchema(sys.argv[1])

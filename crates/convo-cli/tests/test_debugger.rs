@@ -50,7 +50,8 @@ fn browse(t: &TestEnv, spec: &Value) {
         return;
     };
     let shots = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("webview");
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/debugger.py");
+    let script =
+        convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("tests/browser/debugger.py");
     let out = Command::new(py)
         .arg(script)
         .arg(env!("CARGO_BIN_EXE_convo"))

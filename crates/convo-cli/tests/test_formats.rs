@@ -1,9 +1,8 @@
 //! `convo import`, `convo export` and `convo check`, end to end.
 use crate::common::TestEnv;
-use std::path::PathBuf;
 
 fn fixture(name: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures")
         .join(name)
         .display()

@@ -12,16 +12,10 @@ use std::sync::{Arc, Mutex};
 
 /// `examples/NAME/agent.py`.
 fn example(name: &str) -> String {
-    let p: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "..",
-        "..",
-        "examples",
-        name,
-        "agent.py",
-    ]
-    .iter()
-    .collect();
+    let p: PathBuf = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples")
+        .join(name)
+        .join("agent.py");
     p.to_string_lossy().into_owned()
 }
 

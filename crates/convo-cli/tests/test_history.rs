@@ -435,7 +435,7 @@ fn broken_pipe(backend: Backend) {
 #[test]
 fn import_summarizes_titles_sessions_and_export_writes_every_branch() {
     let t = TestEnv::new();
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+    let fixture = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
         .join("../convo-formats/tests/fixtures/openai.jsonl");
     let r = t.run(&["import", fixture.to_str().unwrap()]);
     assert!(

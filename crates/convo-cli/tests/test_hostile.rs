@@ -413,7 +413,8 @@ impl OwnPg {
         convo_testutil::pg_database()?;
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/pg-cluster");
+        let script = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scripts/pg-cluster");
         let out = std::process::Command::new(&script)
             .arg("start")
             .arg(dir.path().join("pg"))

@@ -46,7 +46,8 @@ impl Tools {
 
     /// Runs the client with `steps` against `convo ARGS…` (stdio); what it printed.
     fn client(&self, t: &TestEnv, steps: &Value, convo_args: &[&str]) -> Value {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+        let script = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/clients/mcp_client.py");
         let mut cmd = Command::new(&self.python);
         cmd.arg(script)
             .arg(steps.to_string())
@@ -71,7 +72,8 @@ impl Tools {
 impl Tools {
     /// Runs the client with `steps` against the MCP endpoint at `addr` (streamable HTTP).
     fn http_client(&self, steps: &Value, addr: &str) -> Value {
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.py");
+        let script = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/clients/mcp_client.py");
         let out = Command::new(&self.python)
             .arg(script)
             .arg(steps.to_string())
@@ -940,8 +942,8 @@ impl Tools {
         let dir = t.home().join("ts-client");
         if !dir.exists() {
             std::fs::create_dir_all(&dir).unwrap();
-            let src =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/clients/mcp_client.mjs");
+            let src = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/clients/mcp_client.mjs");
             std::fs::copy(src, dir.join("mcp_client.mjs")).unwrap();
             std::os::unix::fs::symlink(&self.modules, dir.join("node_modules")).unwrap();
         }

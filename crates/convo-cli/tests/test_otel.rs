@@ -26,7 +26,7 @@ fn python() -> Option<String> {
 /// Runs emit.py MODE exporting to `srv`; what it printed (its answers),
 /// `null` when nothing.
 fn emit(python: &str, srv: &Server, mode: &str, env: &[(&str, &str)]) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otel/emit.py");
+    let script = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("tests/otel/emit.py");
     let out = Command::new(python)
         .arg(&script)
         .arg(mode)
@@ -178,7 +178,7 @@ fn otel_pydantic_ai_and_the_ai_sdk_export_to_convo_serve() {
         assert_eq!(transcript(&srv, new[0]), expected(), "{what}");
         seen = now;
     };
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/otel");
+    let dir = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("tests/otel");
     let out = Command::new(&py)
         .arg(dir.join("emit.py"))
         .arg("pydantic-ai")
@@ -822,8 +822,8 @@ fn otel_export_bodies_come_back_byte_for_byte() {
     use std::io::Write as _;
     let t = TestEnv::new();
     let srv = Server::start(&t, &[]);
-    let fixtures =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../convo-llm/tests/fixtures/otel");
+    let fixtures = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("../convo-llm/tests/fixtures/otel");
     // (fixture, path, content type, gzip on the wire)
     let sends = [
         (

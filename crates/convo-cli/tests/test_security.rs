@@ -745,10 +745,9 @@ fn browser_dns_rebinding_is_refused() {
     };
     let t = TestEnv::new();
     let out = std::process::Command::new(py)
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/browser/rebind.py"
-        ))
+        .arg(
+            convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("tests/browser/rebind.py"),
+        )
         .arg(env!("CARGO_BIN_EXE_convo"))
         .arg(chromium)
         .arg(t.home())
@@ -799,11 +798,10 @@ fn openapi_document_is_valid_fuzzed_and_makes_a_client() {
     assert!(ok, "openapi-spec-validator: {out}");
 
     // The generated client first (schemathesis then writes whatever it likes).
+    let client = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients/openapi_client.py");
     let (ok, out) = run(&[
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/clients/openapi_client.py"
-        ),
+        client.to_str().unwrap(),
         file.to_str().unwrap(),
         &base,
         t.home().to_str().unwrap(),

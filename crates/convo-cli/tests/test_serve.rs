@@ -981,7 +981,7 @@ fn browser(script: &str, screenshots: &[&str]) {
     std::fs::create_dir_all(&shots).unwrap();
     let out = std::process::Command::new(py)
         .arg(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/browser")
                 .join(script),
         )

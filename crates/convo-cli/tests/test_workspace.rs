@@ -1,7 +1,6 @@
 //! Checks over the workspace's own layout that no compiler makes.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 
 /// Every crate's tests are one binary, `tests/runner.rs`, with
 /// `autotests = false`: a file in `tests/` that runner.rs does not name as a
@@ -9,7 +8,7 @@ use std::path::Path;
 /// `tests/*.rs` of every crate and checks that its runner includes it.
 #[test]
 fn every_test_file_is_a_module_of_its_runner() {
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut checked = 0;
     let mut forgotten = Vec::new();
     for krate in std::fs::read_dir(&crates).unwrap() {
@@ -117,7 +116,7 @@ fn crates_depend_only_downward() {
             ],
         ),
     ];
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let crates = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut wrong = Vec::new();
     for (name, ok) in allowed {
         let toml = std::fs::read_to_string(crates.join(name).join("Cargo.toml"))

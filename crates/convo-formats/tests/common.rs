@@ -1,8 +1,12 @@
 use convo_formats::{Conversation, Read};
 use std::path::PathBuf;
 
+/// A test file of `tests/fixtures`, found where cargo says the package is
+/// (not where the test was built: cargo reuses a test binary built from
+/// the same sources in another checkout).
 pub fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| env!("CARGO_MANIFEST_DIR").into(), PathBuf::from)
         .join("tests/fixtures")
         .join(name)
 }

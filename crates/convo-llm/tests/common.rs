@@ -4,7 +4,7 @@ use std::path::PathBuf;
 /// A test file: the OTLP exports are this crate's (`tests/fixtures/otel`),
 /// the conversation files and transcripts convo-formats'.
 pub fn fixture(name: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let root = convo_testutil::package_dir(env!("CARGO_MANIFEST_DIR"));
     let own = root.join("tests/fixtures").join(name);
     if own.exists() {
         return own;

@@ -1917,3 +1917,11 @@ pub fn git(repo: &std::path::Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// The directory of the package whose test runs, as cargo names it in the
+/// test's environment (`built`, the test's `env!("CARGO_MANIFEST_DIR")`,
+/// only outside cargo): cargo reuses a test binary built from the same
+/// sources in another checkout, and the path compiled into it may be gone.
+pub fn package_dir(built: &str) -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(|| built.into(), Into::into)
+}
