@@ -81,10 +81,12 @@ def test_each_read_hands_out_new_objects(store_url: str) -> None:
 
 def test_an_element_that_cannot_be_copied_is_decoded_again(store_url: str) -> None:
     """A message holding an object that is not JSON-like (a tool's
-    artifact) is not copied: the list is decoded again, still new."""
+    artifact) is not copied: that element is decoded again, still new;
+    the others are copies, as a new saver decodes them."""
     when = datetime.datetime(2026, 1, 2, tzinfo=datetime.timezone.utc)
     tool = ToolMessage("found", tool_call_id="t1", artifact={"at": when, "rows": [1]})
-    assert _fresh.fresh_list([tool], 1) is None
+    with pytest.raises(_fresh.Opaque):
+        _fresh.fresh(tool)
     cfg: Any = {"configurable": {"thread_id": "opaque"}}
     with convo.Store(store_url) as store:
         saver = ConvoSaver(store)
@@ -93,6 +95,12 @@ def test_an_element_that_cannot_be_copied_is_decoded_again(store_url: str) -> No
         first = messages(saver, cfg)
         first[1].artifact["rows"].append(2)
         second = messages(saver, cfg)
+        assert dumps(second) == dumps(messages(ConvoSaver(store), cfg))
+        assert [type(m).__name__ for m in second] == [
+            "HumanMessage",
+            "ToolMessage",
+            "AIMessage",
+        ]
     assert second[1].artifact == {"at": when, "rows": [1]}
     assert second[1] is not first[1]
 

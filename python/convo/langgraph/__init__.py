@@ -400,8 +400,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         done = self._values.decoded(v.items)
         if len(done) < v.n:
             done.extend(self._decode_list(v.items[len(done) : v.n]))
-        copied = fresh_list(done, v.n)
-        return self._decode_list(v.elements()) if copied is None else copied
+        return fresh_list(done, v.n, lambda i: self.serde.loads_typed(v.items[i]))
 
     def _decode_list(self, v: builtins.list[ix.Typed]) -> builtins.list[Any]:
         # `map` over C functions: a long thread's list has thousands.

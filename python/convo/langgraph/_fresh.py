@@ -7,11 +7,12 @@ LangChain message is validated by pydantic each time). The saver keeps
 the elements it decoded and gives copies of them instead, made by
 `fresh`: a pydantic model copied as its `__copy__` does, each field's
 value a new container; a JSON-like value (dicts, lists, scalars) copied
-whole. Any other value is `Opaque`: its element is decoded again.
+whole. Any other value is `Opaque`: that element is decoded again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel
@@ -61,9 +62,13 @@ def fresh(v: Any) -> Any:
     return new
 
 
-def fresh_list(decoded: list[Any], n: int) -> list[Any] | None:
-    """Copies of the first `n` decoded elements, `None` if one is `Opaque`."""
-    try:
-        return list(map(fresh, decoded[:n] if len(decoded) > n else decoded))
-    except Opaque:
-        return None
+def fresh_list(decoded: list[Any], n: int, again: Callable[[int], Any]) -> list[Any]:
+    """Copies of the first `n` decoded elements; `again(i)` decodes element
+    `i` anew where it is `Opaque`."""
+    out = []
+    for i, v in enumerate(decoded[:n] if len(decoded) > n else decoded):
+        try:
+            out.append(fresh(v))
+        except Opaque:
+            out.append(again(i))
+    return out
