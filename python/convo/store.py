@@ -120,13 +120,17 @@ class _Api:
             try:
                 return conn.send(method, path, headers, body)
             except OSError:  # ConnectionError, a timeout
-                self._broken(conn)
+                self._broken()
                 if not retry:
                     raise
                 retry = False
 
-    def _broken(self, conn: _http.Connection) -> None:
-        conn.close()
+    def _broken(self) -> None:
+        """Drops this thread's connection (a failed one), raising if the
+        server is gone."""
+        conn: _http.Connection | None = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
         self._local.conn = None
         self._server.check_alive()
 
@@ -156,7 +160,7 @@ class Pending:
         try:
             status, data = self._answer.get()
         except OSError:  # ConnectionError, a timeout, an answer not HTTP
-            self._api._broken(self._api._conn())
+            self._api._broken()
             status, data = self._api._exchange(*self._request, retry=False).get()
         if status >= 400:
             raise from_http(status, data)

@@ -128,6 +128,20 @@ class ConvoSaver(BaseCheckpointSaver[str]):
     def _api(self, method: str, path: str, payload: Any = None, **kw: Any) -> Any:
         return self.store._http().json(method, path, payload, **kw)
 
+    def _timeline(
+        self, session: str, branch: str, cursor: int, limit: int, *, payloads: bool = True
+    ) -> dict[str, Any]:
+        """A page of a timeline: `limit` nodes from position `cursor`
+        (negative: from the end), with their payloads unless told not."""
+        return cast(
+            dict[str, Any],
+            self._api(
+                "GET",
+                f"/sessions/{_q(session)}/branches/{_q(branch)}/timeline",
+                query={"cursor": cursor, "limit": limit, "payloads": str(payloads).lower()},
+            ),
+        )
+
     def _payload(self, node: str) -> bytes:
         return self.store._http().request("GET", f"/api/v1/nodes/{_q(node)}/payload")
 
@@ -202,14 +216,12 @@ class ConvoSaver(BaseCheckpointSaver[str]):
             t = th.timeline(b["name"])
             with_payloads = payloads and t.length > 0
             while b.get("head") and t.head != b["head"]:
-                page = self._api(
-                    "GET",
-                    f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-                    query={
-                        "cursor": t.length,
-                        "limit": BACK_READ if with_payloads else PAGE,
-                        "payloads": "true" if with_payloads else "false",
-                    },
+                page = self._timeline(
+                    th.session,
+                    t.name,
+                    t.length,
+                    BACK_READ if with_payloads else PAGE,
+                    payloads=with_payloads,
                 )
                 if not page["nodes"]:
                     break
@@ -272,11 +284,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         were (then the end is read again)."""
         if head is None or t.head is None:
             return False
-        page = self._api(
-            "GET",
-            f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-            query={"cursor": t.length, "limit": BACK_READ, "payloads": "true"},
-        )
+        page = self._timeline(th.session, t.name, t.length, BACK_READ)
         nodes = page["nodes"]
         if not nodes or nodes[0].get("parent") != t.head or nodes[-1]["hash"] != head:
             return False
@@ -288,11 +296,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         """Reads a timeline's last nodes, further back to its last
         checkpoint of its namespace, and from where that one's chain of
         payloads starts when it says so."""
-        page = self._api(
-            "GET",
-            f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-            query={"cursor": -END_READ, "limit": END_READ, "payloads": "true"},
-        )
+        page = self._timeline(th.session, t.name, -END_READ, END_READ)
         th.take_end(t, page["nodes"], int(page["total"]))
         self._keep_payloads(page["nodes"])
         while t.last is None and self._read_before(th, t):
@@ -312,11 +316,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         start = max(0, t.lo - max(t.length - t.lo, BACK_READ)) if to is None else max(0, to)
         while t.lo > start:
             n = min(t.lo - start, PAGE)
-            page = self._api(
-                "GET",
-                f"/sessions/{_q(th.session)}/branches/{_q(t.name)}/timeline",
-                query={"cursor": t.lo - n, "limit": n, "payloads": "true"},
-            )
+            page = self._timeline(th.session, t.name, t.lo - n, n)
             if len(page["nodes"]) != n:
                 raise RuntimeError(
                     f"timeline {t.name!r} of thread {th.thread_id!r} changed while read"
@@ -459,11 +459,7 @@ class ConvoSaver(BaseCheckpointSaver[str]):
         want = {c.node for c in cps}
         cursor = lo - 1
         while cursor < hi:
-            page = self._api(
-                "GET",
-                f"/sessions/{_q(session)}/branches/{_q(cps[0].branch)}/timeline",
-                query={"cursor": cursor, "limit": min(hi - cursor, 2000), "payloads": "true"},
-            )
+            page = self._timeline(session, cps[0].branch, cursor, min(hi - cursor, PAGE))
             if not page["nodes"]:
                 break
             for n in page["nodes"]:
